@@ -1,0 +1,179 @@
+//! End-to-end benchmarks. Every figure is reported beside a baseline measured
+//! in the same run on the same machine, so ratios stay meaningful across hosts.
+
+use crate::size::{human, parse_size};
+use anyhow::Context;
+use nasd_client::DriveClient;
+use nasd_proto::Region;
+use nasd_store::{Store, StoreOptions, BLOCK_SIZE_DEFAULT};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What to measure.
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// One client writes then reads SIZE sequentially in REQUEST-sized
+    /// requests over loopback, beside a raw TCP copy of the same bytes.
+    Drive {
+        /// Total bytes to write and read.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Bytes per request.
+        #[arg(long, default_value = "1MiB")]
+        request: String,
+        /// Block size of the drive under test (comma-separated to compare several).
+        #[arg(long, default_value = "64KiB")]
+        block_size: String,
+        /// Where the drive under test keeps its files [default: a temporary directory].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// Check stored digests on every read.
+        #[arg(long, default_value_t = true)]
+        verify_reads: bool,
+    },
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Drive { size, request, block_size, dir, verify_reads } => {
+            let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            let request = parse_size(&request).map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(request > 0 && size >= request, "--size must be at least --request, and --request above 0");
+            let (raw_up, raw_down) = raw_tcp(size, request as usize).await?;
+            println!("| what | bytes | request | block | MiB/s | ratio to raw TCP |");
+            println!("|---|---|---|---|---|---|");
+            println!("| raw TCP copy, client → server | {} | {} | – | {:.0} | 1.00 |", human(size), human(request), mib_s(size, raw_up));
+            println!("| raw TCP copy, server → client | {} | {} | – | {:.0} | 1.00 |", human(size), human(request), mib_s(size, raw_down));
+            for bs in block_size.split(',') {
+                let bs = parse_size(bs).map_err(anyhow::Error::msg)? as u32;
+                let (w, r) = drive_seq(size, request, bs, dir.as_deref(), verify_reads).await?;
+                println!(
+                    "| nasd write + flush | {} | {} | {} | {:.0} | {:.2} |",
+                    human(size), human(request), human(bs as u64), mib_s(size, w), raw_up.as_secs_f64() / w.as_secs_f64()
+                );
+                println!(
+                    "| nasd read | {} | {} | {} | {:.0} | {:.2} |",
+                    human(size), human(request), human(bs as u64), mib_s(size, r), raw_down.as_secs_f64() / r.as_secs_f64()
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn mib_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / d.as_secs_f64()
+}
+
+/// Copies `size` bytes over loopback in `request`-sized writes, each way.
+async fn raw_tcp(size: u64, request: usize) -> anyhow::Result<(Duration, Duration)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; request];
+        let mut got = 0u64;
+        while got < size {
+            let n = s.read(&mut buf).await?;
+            anyhow::ensure!(n > 0, "raw client hung up");
+            got += n as u64;
+        }
+        s.write_all(&[1]).await?;
+        let mut sent = 0u64;
+        while sent < size {
+            let n = (size - sent).min(request as u64) as usize;
+            s.write_all(&buf[..n]).await?;
+            sent += n as u64;
+        }
+        anyhow::Ok(())
+    });
+    let mut c = TcpStream::connect(addr).await?;
+    c.set_nodelay(true)?;
+    let buf = vec![0x5au8; request];
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while sent < size {
+        let n = (size - sent).min(request as u64) as usize;
+        c.write_all(&buf[..n]).await?;
+        sent += n as u64;
+    }
+    let mut ack = [0u8; 1];
+    c.read_exact(&mut ack).await?;
+    let up = t.elapsed();
+    let mut rbuf = vec![0u8; request];
+    let t = Instant::now();
+    let mut got = 0u64;
+    while got < size {
+        let n = c.read(&mut rbuf).await?;
+        anyhow::ensure!(n > 0, "raw server hung up");
+        got += n as u64;
+    }
+    let down = t.elapsed();
+    server.await??;
+    Ok((up, down))
+}
+
+/// Writes then reads `size` bytes through a drive served in this process.
+async fn drive_seq(
+    size: u64,
+    request: u64,
+    block_size: u32,
+    dir: Option<&std::path::Path>,
+    verify_reads: bool,
+) -> anyhow::Result<(Duration, Duration)> {
+    let tmp;
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let dir = dir.join(format!("bench-drive-{block_size}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = StoreOptions {
+        block_size: if block_size == 0 { BLOCK_SIZE_DEFAULT } else { block_size },
+        capacity_bytes: size * 3,
+        verify_reads,
+        extensions: Vec::new(),
+    };
+    let store = Arc::new(Store::open(&dir, &opts).context("cannot open the bench drive's store")?);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(nasd_drive::serve(listener, store, Default::default(), async {
+        let _ = stop_rx.await;
+    }));
+    let mut c = DriveClient::connect(addr).await?;
+    c.set_chunk_len(nasd_proto::limits::CHUNK_LEN_DEFAULT);
+    c.create_partition(1).await?;
+    c.resize_partition(1, size * 2).await?;
+    let (obj, _) = c.create(1).await?;
+    let data = vec![0xa5u8; request as usize];
+    let t = Instant::now();
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(request);
+        c.write(1, obj, &[Region { offset: off, length: n }], &data[..n as usize]).await?;
+        off += n;
+    }
+    c.flush(1, &[obj]).await?;
+    let w = t.elapsed();
+    let mut sink = tokio::io::sink();
+    let t = Instant::now();
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(request);
+        c.read_to(1, obj, &[Region { offset: off, length: n }], &mut sink).await?;
+        off += n;
+    }
+    let r = t.elapsed();
+    drop(c);
+    let _ = stop_tx.send(());
+    server.await??;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok((w, r))
+}

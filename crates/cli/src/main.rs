@@ -1,0 +1,172 @@
+//! `nasd`: run a drive, ask a drive about itself, measure a drive.
+
+mod bench;
+mod config;
+mod size;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use nasd_store::{Store, StoreOptions, BLOCK_SIZE_DEFAULT};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// nasd: secure, scalable network-attached storage.
+#[derive(Parser)]
+#[command(name = "nasd", version, about, long_about = None)]
+struct Cli {
+    /// Configuration file (TOML). Command-line flags override it.
+    #[arg(long, global = true, env = "NASD_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a storage drive: keeps objects in DIR and serves them on ADDR.
+    Drive(DriveArgs),
+    /// Ask a drive for its identity, capacity and partitions.
+    Inquiry {
+        /// The drive's address.
+        #[arg(long, default_value = "127.0.0.1:7400")]
+        drive: String,
+    },
+    /// Measure throughput end to end against a raw TCP baseline.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(clap::Args)]
+struct DriveArgs {
+    /// Directory holding the drive's blocks and metadata (created if missing).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Block size of a new drive (existing drives keep theirs), e.g. 64KiB.
+    #[arg(long)]
+    block_size: Option<String>,
+    /// Bytes of storage the drive may use, e.g. 100GiB [default: 90% of the
+    /// free space under --data].
+    #[arg(long)]
+    capacity: Option<String>,
+    /// Milliseconds between background commits of unflushed work.
+    #[arg(long)]
+    commit_interval_ms: Option<u64>,
+    /// Check every block read against its stored digest.
+    #[arg(long)]
+    verify_reads: Option<bool>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let file = match &cli.config {
+        Some(p) => config::load(p)?,
+        None => config::ConfigFile::default(),
+    };
+    let rt = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    match cli.command {
+        Command::Drive(args) => rt.block_on(run_drive(args, file.drive)),
+        Command::Inquiry { drive } => rt.block_on(inquiry(&drive)),
+        Command::Bench(b) => rt.block_on(bench::run(b)),
+    }
+}
+
+async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Result<()> {
+    let data = args
+        .data
+        .or(file.data)
+        .context("no data directory: pass --data DIR (or set [drive] data in the config file)")?;
+    let listen = args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into());
+    let listen: SocketAddr = listen.parse().with_context(|| format!("--listen '{listen}' is not an address like 127.0.0.1:7400"))?;
+    let block_size = match args.block_size.or(file.block_size) {
+        Some(s) => u32::try_from(size::parse_size(&s).map_err(anyhow::Error::msg)?).context("block size too large")?,
+        None => BLOCK_SIZE_DEFAULT,
+    };
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create data directory {}", data.display()))?;
+    let capacity_bytes = match args.capacity.or(file.capacity) {
+        Some(s) => size::parse_size(&s).map_err(anyhow::Error::msg)?,
+        None => default_capacity(&data)?,
+    };
+    let opts = StoreOptions {
+        block_size,
+        capacity_bytes,
+        verify_reads: args.verify_reads.or(file.verify_reads).unwrap_or(true),
+        extensions: Vec::new(),
+    };
+    let store = tokio::task::spawn_blocking({
+        let data = data.clone();
+        move || Store::open(&data, &opts)
+    })
+    .await?
+    .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
+    let store = Arc::new(store);
+    let listener = nasd_drive::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}: is another drive already using it?"))?;
+    let config = nasd_drive::DriveConfig {
+        commit_interval: Duration::from_millis(args.commit_interval_ms.or(file.commit_interval_ms).unwrap_or(2000)),
+        ..Default::default()
+    };
+    let info = store.info();
+    eprintln!(
+        "nasd drive {} serving {} on {} ({} capacity, {} blocks); Ctrl-C stops it",
+        hex_id(&info.drive_id),
+        data.display(),
+        listener.local_addr()?,
+        size::human(info.capacity_bytes),
+        size::human(info.block_size as u64),
+    );
+    nasd_drive::serve(listener, store, config, shutdown_signal()).await?;
+    eprintln!("nasd drive stopped cleanly");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+/// 90% of the free space of the file system holding `dir`.
+fn default_capacity(dir: &std::path::Path) -> anyhow::Result<u64> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(dir.as_os_str().as_bytes()).context("data directory path contains a NUL byte")?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `st` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    anyhow::ensure!(rc == 0, "cannot measure free space of {}: {}", dir.display(), std::io::Error::last_os_error());
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    Ok(free / 10 * 9)
+}
+
+fn hex_id(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn inquiry(addr: &str) -> anyhow::Result<()> {
+    let mut c = nasd_client::DriveClient::connect(addr)
+        .await
+        .with_context(|| format!("cannot reach a drive at {addr}: is `nasd drive` running there?"))?;
+    let d = c.inquiry().await?;
+    println!("drive     {}", hex_id(&d.drive_id));
+    println!("vendor    {} {} {}", d.vendor, d.model, d.firmware);
+    println!("capacity  {} ({} used), block size {}", size::human(d.capacity_bytes), size::human(d.used_bytes), size::human(d.block_size as u64));
+    println!("partitions {}", d.partitions.len());
+    for p in &d.partitions {
+        println!("  {:>6}  quota {:>10}  used {:>10}  objects {}", p.partition, size::human(p.quota_bytes), size::human(p.used_bytes), p.objects);
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! The nasd wire format: how requests and replies travel between clients and
+//! drives over TCP.
+//!
+//! A frame is a fixed [`FrameHeader`], then a capability, the operation's
+//! arguments, a digest, and a data payload sent in chunks (each followed by a
+//! tag when the data is protected). Everything is canonical little-endian, so
+//! the bytes a digest covers are exactly the bytes on the wire. `docs/PROTOCOL.md`
+//! is the byte-for-byte specification; this crate is its only implementation.
+//!
+//! ```
+//! use nasd_proto::{FrameHeader, Request, FramePrefix, Status};
+//! let req = Request::GetAttr { partition: 7, object: 16 };
+//! let bytes = FramePrefix::encode(&FrameHeader::request(req.opcode(), 1), &[], &req.encode_args(), &[0; 32]);
+//! let parsed = FramePrefix::parse(&bytes).unwrap();
+//! assert_eq!(Request::decode(parsed.header.opcode, parsed.args).unwrap(), req);
+//! # let _ = Status::Ok;
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod attrs;
+pub mod codec;
+mod error;
+mod header;
+pub mod limits;
+mod ops;
+
+pub use attrs::{AttrMask, Attributes, ATTRIBUTES_LEN};
+pub use error::{DecodeError, Status};
+pub use header::{nonce, FrameHeader, KeyType, Kind, Protection, MAGIC, VERSION, VERSION_MIN};
+pub use ops::{
+    decode_error_message, encode_error_message, opcode, validate_regions, well_known, DriveControl, DriveInfo,
+    PartitionControl, PartitionInfo, Region, Reply, Request, CONTROL_FORMAT_VERSION,
+};
+
+use limits::{DIGEST_LEN, HEADER_LEN};
+
+/// The part of a frame before its data: header, capability, arguments, digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FramePrefix<'a> {
+    /// The validated header.
+    pub header: FrameHeader,
+    /// The capability bytes (`capability_len` of them).
+    pub capability: &'a [u8],
+    /// The argument bytes (`args_len` of them).
+    pub args: &'a [u8],
+    /// The digest over everything before it.
+    pub digest: [u8; DIGEST_LEN],
+}
+
+impl<'a> FramePrefix<'a> {
+    /// Encodes a frame prefix, filling in the header's length fields from the
+    /// slices given. The digest is appended as given.
+    pub fn encode(header: &FrameHeader, capability: &[u8], args: &[u8], digest: &[u8; DIGEST_LEN]) -> Vec<u8> {
+        let mut h = header.clone();
+        h.capability_len = capability.len() as u16;
+        h.args_len = args.len() as u32;
+        let mut out = Vec::with_capacity(HEADER_LEN + capability.len() + args.len() + DIGEST_LEN);
+        out.extend_from_slice(&h.encode());
+        out.extend_from_slice(capability);
+        out.extend_from_slice(args);
+        out.extend_from_slice(digest);
+        out
+    }
+
+    /// Parses a complete frame prefix from `buf`, which must hold exactly the
+    /// prefix (the data, if any, follows separately).
+    pub fn parse(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let head: &[u8; HEADER_LEN] =
+            buf.get(..HEADER_LEN).and_then(|b| b.try_into().ok()).ok_or(DecodeError::Truncated)?;
+        let header = FrameHeader::decode(head)?;
+        let mut r = codec::Reader::new(&buf[HEADER_LEN..]);
+        let capability = r.take(header.capability_len as usize)?;
+        let args = r.take(header.args_len as usize)?;
+        let digest = r.array::<DIGEST_LEN>()?;
+        r.finish()?;
+        Ok(FramePrefix { header, capability, args, digest })
+    }
+}
+
+#[cfg(test)]
+mod tests;

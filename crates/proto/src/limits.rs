@@ -1,0 +1,54 @@
+//! Every bound the protocol places on a peer, as a named constant.
+//!
+//! A decoder checks each count or length against one of these before it drives
+//! a loop or an allocation, so a hostile peer can cost a drive at most these
+//! amounts of memory and work per request.
+
+/// Size of the fixed frame header, in bytes.
+pub const HEADER_LEN: usize = 56;
+/// Size of the request/reply digest that follows the arguments, in bytes.
+pub const DIGEST_LEN: usize = 32;
+/// Size of a nonce, in bytes (8 bytes of drive-clock nanoseconds, 8 of sequence).
+pub const NONCE_LEN: usize = 16;
+/// Size of the tag that follows each data chunk when the data is protected.
+pub const DATA_TAG_LEN: usize = 32;
+/// Largest encoded capability a frame may carry. Costs that much per request.
+pub const CAPABILITY_LEN_MAX: usize = 512;
+/// Largest operation-argument block. Bounds the memory a drive buffers before
+/// it has verified a request.
+pub const ARGS_LEN_MAX: usize = 64 * 1024;
+/// Largest data payload of one request or reply. Data streams in chunks, so
+/// this bounds time and disk, not memory.
+pub const DATA_LEN_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Smallest data chunk a sender may choose (except the last chunk of a payload).
+pub const CHUNK_LEN_MIN: u32 = 512;
+/// Largest data chunk. Bounds the receiver's per-transfer buffer.
+pub const CHUNK_LEN_MAX: u32 = 4 * 1024 * 1024;
+/// Default data chunk length used by nasd's own senders.
+pub const CHUNK_LEN_DEFAULT: u32 = 256 * 1024;
+/// Most scatter-gather regions in one read, write or blocksrequired.
+pub const REGIONS_MAX: usize = 1024;
+/// Most object identifiers in one flush.
+pub const FLUSH_OBJECTS_MAX: usize = 1024;
+/// Largest byte offset (exclusive) any object may have: 2^48 bytes (256 TiB).
+/// Keeps every `offset + length` far from u64 overflow.
+pub const OBJECT_SIZE_MAX: u64 = 1 << 48;
+/// Size of the `fs_specific` attribute, uninterpreted by the drive.
+pub const FS_SPECIFIC_LEN: usize = 256;
+/// Longest UTF-8 string field (names, vendor, model), in bytes.
+pub const NAME_LEN_MAX: usize = 64;
+/// Longest error message in a failed reply, in bytes.
+pub const ERROR_MESSAGE_LEN_MAX: usize = 512;
+/// Most partitions a drive holds (and lists in `inquiry`).
+pub const PARTITIONS_MAX: usize = 1024;
+/// Most extension names a drive lists in `inquiry`.
+pub const EXTENSIONS_MAX: usize = 32;
+/// Largest sealed key blob carried by key-management operations.
+pub const SEALED_KEY_LEN_MAX: usize = 128;
+
+const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
+const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
+const _: () = assert!(REGIONS_MAX * 16 + 64 <= ARGS_LEN_MAX);
+const _: () = assert!(FLUSH_OBJECTS_MAX * 8 + 64 <= ARGS_LEN_MAX);
+const _: () = assert!(DATA_LEN_MAX < OBJECT_SIZE_MAX);
+const _: () = assert!(PARTITIONS_MAX * 32 + EXTENSIONS_MAX * (NAME_LEN_MAX + 2) + 1024 <= ARGS_LEN_MAX);

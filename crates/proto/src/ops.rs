@@ -1,0 +1,553 @@
+//! Every operation's arguments and results (NASD Tables 1–3), with their
+//! canonical encodings.
+
+use crate::attrs::{AttrMask, Attributes};
+use crate::codec::{Reader, Writer};
+use crate::limits::*;
+use crate::{DecodeError, Status};
+
+/// Operation codes. The high byte groups them: 0x00 session, 0x01 object,
+/// 0x02 partition, 0x03 drive.
+pub mod opcode {
+    /// Negotiate the protocol version.
+    pub const HELLO: u16 = 0x0001;
+    /// Create an object.
+    pub const CREATE: u16 = 0x0101;
+    /// Remove an object.
+    pub const REMOVE: u16 = 0x0102;
+    /// Read an object's attributes.
+    pub const GETATTR: u16 = 0x0103;
+    /// Change an object's attributes.
+    pub const SETATTR: u16 = 0x0104;
+    /// Read scatter-gather regions.
+    pub const READ: u16 = 0x0105;
+    /// Write scatter-gather regions.
+    pub const WRITE: u16 = 0x0106;
+    /// Copy-on-write clone of an object.
+    pub const FASTCOPY: u16 = 0x0107;
+    /// Make a list of objects durable.
+    pub const FLUSH: u16 = 0x0108;
+    /// Blocks needed to overwrite regions.
+    pub const BLOCKS_REQUIRED: u16 = 0x0109;
+    /// Create an empty partition.
+    pub const CREATE_PARTITION: u16 = 0x0201;
+    /// Remove a partition.
+    pub const REMOVE_PARTITION: u16 = 0x0202;
+    /// Set a partition's quota.
+    pub const RESIZE_PARTITION: u16 = 0x0203;
+    /// Make a partition durable.
+    pub const FLUSH_PARTITION: u16 = 0x0204;
+    /// Reserved for key management (`setpartitionkey`), see SECURITY.md.
+    pub const SET_PARTITION_KEY: u16 = 0x0205;
+    /// Reserved for key management (working keys), see SECURITY.md.
+    pub const SET_WORKING_KEY: u16 = 0x0206;
+    /// Reset the drive: clock, and (with security) the master key.
+    pub const INITIALIZE: u16 = 0x0301;
+    /// Reserved for key management (`setdrivekey`), see SECURITY.md.
+    pub const SET_DRIVE_KEY: u16 = 0x0302;
+    /// Describe the drive.
+    pub const INQUIRY: u16 = 0x0303;
+}
+
+/// Object identifiers of the well-known objects (NASD Table 4), present in
+/// every partition. Identifiers below [`FIRST_USER_OBJECT`] are reserved.
+pub mod well_known {
+    /// Drive-global control information (read-only, same in every partition).
+    pub const DRIVE_CONTROL: u64 = 1;
+    /// The partition's control information (read-only).
+    pub const PARTITION_CONTROL: u64 = 2;
+    /// The list of object identifiers in the partition (read-only).
+    pub const PARTITION_CONTENTS: u64 = 3;
+    /// An ordinary object created empty with each partition.
+    pub const FIRST_OBJECT: u64 = 4;
+    /// The first identifier `create` hands out.
+    pub const FIRST_USER_OBJECT: u64 = 16;
+}
+
+/// A byte range of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Region {
+    /// First byte.
+    pub offset: u64,
+    /// Number of bytes; never zero.
+    pub length: u64,
+}
+
+impl Region {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.offset + self.length
+    }
+}
+
+/// Checks a request's regions: 1..=`REGIONS_MAX` of them, none empty, none past
+/// `OBJECT_SIZE_MAX`, no two overlapping. Returns the total length.
+pub fn validate_regions(regions: &[Region]) -> Result<u64, Status> {
+    if regions.is_empty() || regions.len() > REGIONS_MAX {
+        return Err(Status::LimitExceeded);
+    }
+    for r in regions {
+        if r.length == 0 || r.offset >= OBJECT_SIZE_MAX || r.length > OBJECT_SIZE_MAX - r.offset {
+            return Err(Status::RegionOutOfRange);
+        }
+    }
+    let mut sorted = regions.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0].end() > w[1].offset) {
+        return Err(Status::RegionsOverlap);
+    }
+    Ok(regions.iter().map(|r| r.length).sum())
+}
+
+/// A request's operation and arguments.
+///
+/// Field names follow NASD Tables 1–3; PROTOCOL.md documents each field.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Offer a range of protocol versions.
+    Hello { min_version: u8, max_version: u8, client: String },
+    /// Create an object, optionally setting the attributes in `mask`.
+    Create { partition: u64, mask: AttrMask, attrs: Attributes },
+    /// Remove an object.
+    Remove { partition: u64, object: u64 },
+    /// Read an object's attributes.
+    GetAttr { partition: u64, object: u64 },
+    /// Set the attributes in `mask`.
+    SetAttr { partition: u64, object: u64, mask: AttrMask, attrs: Attributes },
+    /// Read regions; the reply's data is the regions' bytes in order.
+    Read { partition: u64, object: u64, regions: Vec<Region> },
+    /// Write regions; the request's data is the regions' bytes in order.
+    Write { partition: u64, object: u64, regions: Vec<Region> },
+    /// Clone `source` copy-on-write.
+    FastCopy { partition: u64, source: u64 },
+    /// Make the listed objects durable.
+    Flush { partition: u64, objects: Vec<u64> },
+    /// Blocks that overwriting `regions` would add.
+    BlocksRequired { partition: u64, object: u64, regions: Vec<Region> },
+    /// Create an empty (zero-quota) partition.
+    CreatePartition { partition: u64 },
+    /// Remove a partition; with `force` even if it holds objects.
+    RemovePartition { partition: u64, force: bool },
+    /// Set a partition's quota in bytes.
+    ResizePartition { partition: u64, quota_bytes: u64 },
+    /// Make everything in a partition durable.
+    FlushPartition { partition: u64 },
+    /// Remove every partition and set the drive clock.
+    Initialize { clock_ns: u64, clock_skew_ns: u64 },
+    /// Describe the drive.
+    Inquiry,
+}
+
+impl Request {
+    /// The operation code.
+    pub fn opcode(&self) -> u16 {
+        use opcode::*;
+        match self {
+            Request::Hello { .. } => HELLO,
+            Request::Create { .. } => CREATE,
+            Request::Remove { .. } => REMOVE,
+            Request::GetAttr { .. } => GETATTR,
+            Request::SetAttr { .. } => SETATTR,
+            Request::Read { .. } => READ,
+            Request::Write { .. } => WRITE,
+            Request::FastCopy { .. } => FASTCOPY,
+            Request::Flush { .. } => FLUSH,
+            Request::BlocksRequired { .. } => BLOCKS_REQUIRED,
+            Request::CreatePartition { .. } => CREATE_PARTITION,
+            Request::RemovePartition { .. } => REMOVE_PARTITION,
+            Request::ResizePartition { .. } => RESIZE_PARTITION,
+            Request::FlushPartition { .. } => FLUSH_PARTITION,
+            Request::Initialize { .. } => INITIALIZE,
+            Request::Inquiry => INQUIRY,
+        }
+    }
+
+    /// The canonical encoding of the arguments.
+    pub fn encode_args(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(64);
+        match self {
+            Request::Hello { min_version, max_version, client } => {
+                w.u8(*min_version).u8(*max_version).str(client);
+            }
+            Request::Create { partition, mask, attrs } => {
+                w.u64(*partition).u16(mask.0);
+                attrs.masked(*mask).encode(&mut w);
+            }
+            Request::Remove { partition, object }
+            | Request::GetAttr { partition, object } => {
+                w.u64(*partition).u64(*object);
+            }
+            Request::SetAttr { partition, object, mask, attrs } => {
+                w.u64(*partition).u64(*object).u16(mask.0);
+                attrs.masked(*mask).encode(&mut w);
+            }
+            Request::Read { partition, object, regions }
+            | Request::Write { partition, object, regions }
+            | Request::BlocksRequired { partition, object, regions } => {
+                w.u64(*partition).u64(*object);
+                encode_regions(&mut w, regions);
+            }
+            Request::FastCopy { partition, source } => {
+                w.u64(*partition).u64(*source);
+            }
+            Request::Flush { partition, objects } => {
+                w.u64(*partition).u16(objects.len() as u16);
+                for o in objects {
+                    w.u64(*o);
+                }
+            }
+            Request::CreatePartition { partition } | Request::FlushPartition { partition } => {
+                w.u64(*partition);
+            }
+            Request::RemovePartition { partition, force } => {
+                w.u64(*partition).bool(*force);
+            }
+            Request::ResizePartition { partition, quota_bytes } => {
+                w.u64(*partition).u64(*quota_bytes);
+            }
+            Request::Initialize { clock_ns, clock_skew_ns } => {
+                w.u64(*clock_ns).u64(*clock_skew_ns);
+            }
+            Request::Inquiry => {}
+        }
+        w.into_vec()
+    }
+
+    /// Decodes the arguments of operation `opcode`. Rejects unknown opcodes,
+    /// over-limit counts, non-canonical values and trailing bytes.
+    pub fn decode(opcode: u16, args: &[u8]) -> Result<Request, DecodeError> {
+        use opcode::*;
+        let mut r = Reader::new(args);
+        let req = match opcode {
+            HELLO => Request::Hello {
+                min_version: r.u8()?,
+                max_version: r.u8()?,
+                client: r.str(NAME_LEN_MAX, "client name")?,
+            },
+            CREATE => {
+                let partition = r.u64()?;
+                let (mask, attrs) = decode_masked_attrs(&mut r)?;
+                Request::Create { partition, mask, attrs }
+            }
+            REMOVE => Request::Remove { partition: r.u64()?, object: r.u64()? },
+            GETATTR => Request::GetAttr { partition: r.u64()?, object: r.u64()? },
+            SETATTR => {
+                let (partition, object) = (r.u64()?, r.u64()?);
+                let (mask, attrs) = decode_masked_attrs(&mut r)?;
+                Request::SetAttr { partition, object, mask, attrs }
+            }
+            READ | WRITE | BLOCKS_REQUIRED => {
+                let (partition, object) = (r.u64()?, r.u64()?);
+                let regions = decode_regions(&mut r)?;
+                match opcode {
+                    READ => Request::Read { partition, object, regions },
+                    WRITE => Request::Write { partition, object, regions },
+                    _ => Request::BlocksRequired { partition, object, regions },
+                }
+            }
+            FASTCOPY => Request::FastCopy { partition: r.u64()?, source: r.u64()? },
+            FLUSH => {
+                let partition = r.u64()?;
+                let n = r.count(FLUSH_OBJECTS_MAX, "flush objects")?;
+                let objects = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                Request::Flush { partition, objects }
+            }
+            CREATE_PARTITION => Request::CreatePartition { partition: r.u64()? },
+            REMOVE_PARTITION => Request::RemovePartition { partition: r.u64()?, force: r.bool()? },
+            RESIZE_PARTITION => Request::ResizePartition { partition: r.u64()?, quota_bytes: r.u64()? },
+            FLUSH_PARTITION => Request::FlushPartition { partition: r.u64()? },
+            INITIALIZE => Request::Initialize { clock_ns: r.u64()?, clock_skew_ns: r.u64()? },
+            INQUIRY => Request::Inquiry,
+            other => return Err(DecodeError::UnknownOpcode(other)),
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+fn decode_masked_attrs(r: &mut Reader<'_>) -> Result<(AttrMask, Attributes), DecodeError> {
+    let mask = AttrMask(r.u16()?);
+    if !AttrMask::ALL.contains(mask) {
+        return Err(DecodeError::NotCanonical("undefined attribute mask bits"));
+    }
+    let attrs = Attributes::decode(r)?;
+    if attrs.masked(mask) != attrs {
+        return Err(DecodeError::NotCanonical("attribute outside the mask is not zero"));
+    }
+    Ok((mask, attrs))
+}
+
+fn encode_regions(w: &mut Writer, regions: &[Region]) {
+    w.u16(regions.len() as u16);
+    for r in regions {
+        w.u64(r.offset).u64(r.length);
+    }
+}
+
+fn decode_regions(r: &mut Reader<'_>) -> Result<Vec<Region>, DecodeError> {
+    let n = r.count(REGIONS_MAX, "regions")?;
+    (0..n).map(|_| Ok(Region { offset: r.u64()?, length: r.u64()? })).collect()
+}
+
+/// One partition as `inquiry` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition identifier.
+    pub partition: u64,
+    /// Quota in bytes.
+    pub quota_bytes: u64,
+    /// Bytes charged against the quota.
+    pub used_bytes: u64,
+    /// Objects in the partition, well-known ones included.
+    pub objects: u64,
+}
+
+/// What `inquiry` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveInfo {
+    /// Who made the drive.
+    pub vendor: String,
+    /// The drive's model.
+    pub model: String,
+    /// Software version.
+    pub firmware: String,
+    /// The drive's unique name (capabilities name it).
+    pub drive_id: [u8; 16],
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Bytes the drive may store.
+    pub capacity_bytes: u64,
+    /// Bytes in use by all partitions.
+    pub used_bytes: u64,
+    /// Existing partitions.
+    pub partitions: Vec<PartitionInfo>,
+    /// Names of supported extensions.
+    pub extensions: Vec<String>,
+}
+
+/// A successful reply's results. Failed replies carry only an error message.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// The version the drive chose, its name and its limits.
+    Hello { version: u8, drive_id: [u8; 16], chunk_len_max: u32, regions_max: u16 },
+    /// The new object's identifier and attributes (`create`, `fastcopy`).
+    Created { object: u64, attrs: Attributes },
+    /// Attributes (`getattr`, `setattr`).
+    Attrs(Attributes),
+    /// Bytes returned for each region of a read, in order; the data follows.
+    Read { lengths: Vec<u64> },
+    /// Bytes written.
+    Written { length: u64 },
+    /// `blocksrequired`'s estimate and maximum.
+    BlocksRequired { estimated: u64, maximum: u64 },
+    /// Drive description.
+    Inquiry(DriveInfo),
+    /// No results.
+    Done,
+}
+
+impl Reply {
+    /// The canonical encoding of the results.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(64);
+        match self {
+            Reply::Hello { version, drive_id, chunk_len_max, regions_max } => {
+                w.u8(*version).raw(drive_id).u32(*chunk_len_max).u16(*regions_max);
+            }
+            Reply::Created { object, attrs } => {
+                w.u64(*object);
+                attrs.encode(&mut w);
+            }
+            Reply::Attrs(a) => a.encode(&mut w),
+            Reply::Read { lengths } => {
+                w.u16(lengths.len() as u16);
+                for l in lengths {
+                    w.u64(*l);
+                }
+            }
+            Reply::Written { length } => {
+                w.u64(*length);
+            }
+            Reply::BlocksRequired { estimated, maximum } => {
+                w.u64(*estimated).u64(*maximum);
+            }
+            Reply::Inquiry(d) => {
+                w.str(&d.vendor).str(&d.model).str(&d.firmware).raw(&d.drive_id);
+                w.u32(d.block_size).u64(d.capacity_bytes).u64(d.used_bytes);
+                w.u16(d.partitions.len() as u16);
+                for p in &d.partitions {
+                    w.u64(p.partition).u64(p.quota_bytes).u64(p.used_bytes).u64(p.objects);
+                }
+                w.u16(d.extensions.len() as u16);
+                for e in &d.extensions {
+                    w.str(e);
+                }
+            }
+            Reply::Done => {}
+        }
+        w.into_vec()
+    }
+
+    /// Decodes the results of a successful reply to operation `opcode`.
+    pub fn decode(opcode: u16, args: &[u8]) -> Result<Reply, DecodeError> {
+        use opcode::*;
+        let mut r = Reader::new(args);
+        let reply = match opcode {
+            HELLO => Reply::Hello {
+                version: r.u8()?,
+                drive_id: r.array()?,
+                chunk_len_max: r.u32()?,
+                regions_max: r.u16()?,
+            },
+            CREATE | FASTCOPY => Reply::Created { object: r.u64()?, attrs: Attributes::decode(&mut r)? },
+            GETATTR | SETATTR => Reply::Attrs(Attributes::decode(&mut r)?),
+            READ => {
+                let n = r.count(REGIONS_MAX, "read lengths")?;
+                Reply::Read { lengths: (0..n).map(|_| r.u64()).collect::<Result<_, _>>()? }
+            }
+            WRITE => Reply::Written { length: r.u64()? },
+            BLOCKS_REQUIRED => Reply::BlocksRequired { estimated: r.u64()?, maximum: r.u64()? },
+            INQUIRY => Reply::Inquiry(decode_drive_info(&mut r)?),
+            REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION
+            | INITIALIZE => Reply::Done,
+            other => return Err(DecodeError::UnknownOpcode(other)),
+        };
+        r.finish()?;
+        Ok(reply)
+    }
+}
+
+fn decode_drive_info(r: &mut Reader<'_>) -> Result<DriveInfo, DecodeError> {
+    let vendor = r.str(NAME_LEN_MAX, "vendor")?;
+    let model = r.str(NAME_LEN_MAX, "model")?;
+    let firmware = r.str(NAME_LEN_MAX, "firmware")?;
+    let drive_id = r.array()?;
+    let block_size = r.u32()?;
+    let capacity_bytes = r.u64()?;
+    let used_bytes = r.u64()?;
+    let n = r.count(PARTITIONS_MAX, "partitions")?;
+    let partitions = (0..n)
+        .map(|_| {
+            Ok(PartitionInfo { partition: r.u64()?, quota_bytes: r.u64()?, used_bytes: r.u64()?, objects: r.u64()? })
+        })
+        .collect::<Result<_, DecodeError>>()?;
+    let n = r.count(EXTENSIONS_MAX, "extensions")?;
+    let extensions = (0..n).map(|_| r.str(NAME_LEN_MAX, "extension")).collect::<Result<_, _>>()?;
+    Ok(DriveInfo { vendor, model, firmware, drive_id, block_size, capacity_bytes, used_bytes, partitions, extensions })
+}
+
+/// Encodes a failed reply's arguments: the human-readable message, truncated
+/// to `ERROR_MESSAGE_LEN_MAX` bytes on a character boundary.
+pub fn encode_error_message(message: &str) -> Vec<u8> {
+    let mut end = message.len().min(ERROR_MESSAGE_LEN_MAX);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut w = Writer::with_capacity(end + 2);
+    w.str(&message[..end]);
+    w.into_vec()
+}
+
+/// Decodes a failed reply's message.
+pub fn decode_error_message(args: &[u8]) -> Result<String, DecodeError> {
+    let mut r = Reader::new(args);
+    let s = r.str(ERROR_MESSAGE_LEN_MAX, "error message")?;
+    r.finish()?;
+    Ok(s)
+}
+
+/// Contents of the drive-control object (well-known object 1), version 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveControl {
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Bytes the drive may store.
+    pub capacity_bytes: u64,
+    /// Bytes in use by all partitions.
+    pub allocated_bytes: u64,
+    /// Number of partitions.
+    pub partitions: u32,
+    /// The drive clock when the object was read, nanoseconds.
+    pub clock_ns: u64,
+    /// Allowed clock skew for nonces, nanoseconds.
+    pub clock_skew_ns: u64,
+    /// Names of supported extensions.
+    pub extensions: Vec<String>,
+}
+
+/// Format version of the control objects' encodings.
+pub const CONTROL_FORMAT_VERSION: u32 = 1;
+
+impl DriveControl {
+    /// The published byte format.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(64);
+        w.u32(CONTROL_FORMAT_VERSION).u32(self.block_size).u64(self.capacity_bytes).u64(self.allocated_bytes);
+        w.u32(self.partitions).u64(self.clock_ns).u64(self.clock_skew_ns);
+        w.u16(self.extensions.len() as u16);
+        for e in &self.extensions {
+            w.str(e);
+        }
+        w.into_vec()
+    }
+    /// Parses the published byte format.
+    pub fn decode(buf: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(buf);
+        if r.u32()? != CONTROL_FORMAT_VERSION {
+            return Err(DecodeError::NotCanonical("unknown control format"));
+        }
+        let mut d = DriveControl {
+            block_size: r.u32()?,
+            capacity_bytes: r.u64()?,
+            allocated_bytes: r.u64()?,
+            partitions: r.u32()?,
+            clock_ns: r.u64()?,
+            clock_skew_ns: r.u64()?,
+            extensions: Vec::new(),
+        };
+        let n = r.count(EXTENSIONS_MAX, "extensions")?;
+        d.extensions = (0..n).map(|_| r.str(NAME_LEN_MAX, "extension")).collect::<Result<_, _>>()?;
+        r.finish()?;
+        Ok(d)
+    }
+}
+
+/// Contents of a partition-control object (well-known object 2), version 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionControl {
+    /// Quota in bytes.
+    pub quota_bytes: u64,
+    /// Bytes charged against the quota.
+    pub used_bytes: u64,
+    /// Objects in use, well-known ones included.
+    pub objects_in_use: u64,
+    /// Most objects the partition may hold.
+    pub objects_max: u64,
+}
+
+impl PartitionControl {
+    /// The published byte format.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(36);
+        w.u32(CONTROL_FORMAT_VERSION).u64(self.quota_bytes).u64(self.used_bytes);
+        w.u64(self.objects_in_use).u64(self.objects_max);
+        w.into_vec()
+    }
+    /// Parses the published byte format.
+    pub fn decode(buf: &[u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader::new(buf);
+        if r.u32()? != CONTROL_FORMAT_VERSION {
+            return Err(DecodeError::NotCanonical("unknown control format"));
+        }
+        let p = PartitionControl {
+            quota_bytes: r.u64()?,
+            used_bytes: r.u64()?,
+            objects_in_use: r.u64()?,
+            objects_max: r.u64()?,
+        };
+        r.finish()?;
+        Ok(p)
+    }
+}

@@ -1,0 +1,216 @@
+//! The durable block index and metadata, in SQLite.
+//!
+//! Layout (format version 1):
+//! - `drive(key, value)`: `format_version`, `drive_id`, `block_size`,
+//!   `clock_offset_ns`, `clock_skew_ns`.
+//! - `partitions(id, quota_bytes, id_high_water)`.
+//! - `objects(partition, id, reserved_blocks, attrs)`: attrs is the wire
+//!   encoding of `Attributes` (352 bytes).
+//! - `blocks(partition, object, block, phys, digest)`: one row per stored block.
+//!
+//! u64 identifiers are stored bit-for-bit as SQLite's i64. The database runs in
+//! WAL mode with `synchronous=FULL`, so a committed transaction survives power
+//! loss; a commit is the only moment metadata becomes durable.
+
+use crate::{BlockRef, StoreError};
+use nasd_proto::codec::{Reader, Writer};
+use nasd_proto::Attributes;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::path::Path;
+
+/// Version of the on-disk layout; a drive refuses a newer one.
+pub const FORMAT_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS drive (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS partitions (
+    id INTEGER PRIMARY KEY, quota_bytes INTEGER NOT NULL, id_high_water INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS objects (
+    partition INTEGER NOT NULL, id INTEGER NOT NULL, reserved_blocks INTEGER NOT NULL,
+    attrs BLOB NOT NULL, PRIMARY KEY (partition, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blocks (
+    partition INTEGER NOT NULL, object INTEGER NOT NULL, block INTEGER NOT NULL,
+    phys INTEGER NOT NULL, digest BLOB NOT NULL,
+    PRIMARY KEY (partition, object, block)) WITHOUT ROWID;
+";
+
+/// Opens (creating if needed) the metadata database.
+pub fn open(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(SCHEMA)?;
+    Ok(conn)
+}
+
+/// Reads a drive-table value.
+pub fn get_drive_value(conn: &Connection, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(conn.query_row("SELECT value FROM drive WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+}
+
+/// Writes a drive-table value (inside the caller's transaction, if any).
+pub fn put_drive_value(conn: &Connection, key: &str, value: &[u8]) -> rusqlite::Result<()> {
+    conn.execute("INSERT OR REPLACE INTO drive (key, value) VALUES (?1, ?2)", params![key, value])?;
+    Ok(())
+}
+
+/// A persisted partition row.
+pub struct PartitionRow {
+    pub id: u64,
+    pub quota_bytes: u64,
+    pub id_high_water: u64,
+}
+
+/// A persisted object row.
+pub struct ObjectRow {
+    pub partition: u64,
+    pub id: u64,
+    pub reserved_blocks: u64,
+    pub attrs: Attributes,
+}
+
+/// Loads every partition.
+pub fn load_partitions(conn: &Connection) -> Result<Vec<PartitionRow>, StoreError> {
+    let mut st = conn.prepare("SELECT id, quota_bytes, id_high_water FROM partitions")?;
+    let rows = st.query_map([], |r| {
+        Ok(PartitionRow {
+            id: r.get::<_, i64>(0)? as u64,
+            quota_bytes: r.get::<_, i64>(1)? as u64,
+            id_high_water: r.get::<_, i64>(2)? as u64,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Loads every object.
+pub fn load_objects(conn: &Connection) -> Result<Vec<ObjectRow>, StoreError> {
+    let mut st = conn.prepare("SELECT partition, id, reserved_blocks, attrs FROM objects")?;
+    let mut rows = st.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let blob: Vec<u8> = r.get(3)?;
+        out.push(ObjectRow {
+            partition: r.get::<_, i64>(0)? as u64,
+            id: r.get::<_, i64>(1)? as u64,
+            reserved_blocks: r.get::<_, i64>(2)? as u64,
+            attrs: decode_attrs(&blob)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Calls `f(partition, object, block, ref)` for every stored block.
+pub fn load_blocks(
+    conn: &Connection,
+    mut f: impl FnMut(u64, u64, u64, BlockRef) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let mut st = conn.prepare("SELECT partition, object, block, phys, digest FROM blocks")?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let digest: Vec<u8> = r.get(4)?;
+        let digest: [u8; 32] =
+            digest.try_into().map_err(|_| StoreError::Corrupt("block digest is not 32 bytes".into()))?;
+        let phys = r.get::<_, i64>(3)? as u64;
+        f(r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64, BlockRef { phys, digest })?;
+    }
+    Ok(())
+}
+
+/// The attribute blob.
+pub fn encode_attrs(a: &Attributes) -> Vec<u8> {
+    let mut w = Writer::with_capacity(nasd_proto::ATTRIBUTES_LEN);
+    a.encode(&mut w);
+    w.into_vec()
+}
+
+fn decode_attrs(blob: &[u8]) -> Result<Attributes, StoreError> {
+    let mut r = Reader::new(blob);
+    let a = Attributes::decode(&mut r).map_err(|e| StoreError::Corrupt(format!("object attributes: {e}")))?;
+    r.finish().map_err(|e| StoreError::Corrupt(format!("object attributes: {e}")))?;
+    Ok(a)
+}
+
+/// Everything one commit writes, captured under the metadata lock.
+#[derive(Default)]
+pub struct Batch {
+    pub drive_values: Vec<(&'static str, Vec<u8>)>,
+    pub removed_partitions: Vec<u64>,
+    pub partitions: Vec<PartitionRow>,
+    pub removed_objects: Vec<(u64, u64)>,
+    pub objects: Vec<ObjectRow>,
+    /// (partition, object, block, Some(ref) to store or None to delete).
+    pub blocks: Vec<(u64, u64, u64, Option<BlockRef>)>,
+    /// Objects whose every block row is rewritten (new, cloned): delete first.
+    pub replaced_objects: Vec<(u64, u64)>,
+}
+
+impl Batch {
+    /// True if the batch writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.drive_values.is_empty()
+            && self.removed_partitions.is_empty()
+            && self.partitions.is_empty()
+            && self.removed_objects.is_empty()
+            && self.objects.is_empty()
+            && self.blocks.is_empty()
+    }
+}
+
+/// Writes a batch in one transaction and commits it.
+pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    for (k, v) in &b.drive_values {
+        put_drive_value(&tx, k, v)?;
+    }
+    for &p in &b.removed_partitions {
+        tx.execute("DELETE FROM blocks WHERE partition = ?1", [p as i64])?;
+        tx.execute("DELETE FROM objects WHERE partition = ?1", [p as i64])?;
+        tx.execute("DELETE FROM partitions WHERE id = ?1", [p as i64])?;
+    }
+    for p in &b.partitions {
+        tx.execute(
+            "INSERT INTO partitions (id, quota_bytes, id_high_water) VALUES (?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET quota_bytes = ?2, id_high_water = max(id_high_water, ?3)",
+            params![p.id as i64, p.quota_bytes as i64, p.id_high_water as i64],
+        )?;
+    }
+    {
+        let mut del_blocks = tx.prepare_cached("DELETE FROM blocks WHERE partition = ?1 AND object = ?2")?;
+        let mut del_obj = tx.prepare_cached("DELETE FROM objects WHERE partition = ?1 AND id = ?2")?;
+        for &(p, o) in &b.removed_objects {
+            del_blocks.execute([p as i64, o as i64])?;
+            del_obj.execute([p as i64, o as i64])?;
+        }
+        for &(p, o) in &b.replaced_objects {
+            del_blocks.execute([p as i64, o as i64])?;
+        }
+        let mut put_obj = tx.prepare_cached(
+            "INSERT OR REPLACE INTO objects (partition, id, reserved_blocks, attrs) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for o in &b.objects {
+            put_obj.execute(params![o.partition as i64, o.id as i64, o.reserved_blocks as i64, encode_attrs(&o.attrs)])?;
+        }
+        let mut put_block = tx.prepare_cached(
+            "INSERT OR REPLACE INTO blocks (partition, object, block, phys, digest) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        let mut del_block =
+            tx.prepare_cached("DELETE FROM blocks WHERE partition = ?1 AND object = ?2 AND block = ?3")?;
+        for (p, o, l, r) in &b.blocks {
+            match r {
+                Some(r) => put_block.execute(params![*p as i64, *o as i64, *l as i64, r.phys as i64, &r.digest[..]])?,
+                None => del_block.execute(params![*p as i64, *o as i64, *l as i64])?,
+            };
+        }
+    }
+    tx.commit()
+}
+
+/// Raises a partition's persisted identifier high-water mark at once (its own
+/// transaction), so identifiers handed out below it are never reused.
+pub fn raise_high_water(conn: &Connection, partition: u64, high: u64) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE partitions SET id_high_water = max(id_high_water, ?2) WHERE id = ?1",
+        params![partition as i64, high as i64],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,442 @@
+//! The nasd object store: partitions of variable-length objects on one block
+//! file, with a stored BLAKE3 digest beside every block.
+//!
+//! # Design
+//!
+//! - **Blocks.** Object data lives in fixed-size blocks of `blocks.dat`. Each
+//!   object maps logical block numbers to physical blocks; unmapped blocks are
+//!   holes and read as zeros. Bytes of a stored block at or past the object's
+//!   `logical_size` are always zero.
+//! - **Copy on write, always.** A write never changes a block in place: every
+//!   block it touches is assembled in memory, digested, written to a newly
+//!   allocated block, and the whole write is installed in the in-memory index
+//!   at once at the end. A failed or interrupted write changes nothing, and
+//!   `fastcopy` shares blocks by reference count.
+//! - **Durability.** The index and attributes are persisted by [`Store::commit`]:
+//!   `fdatasync(blocks.dat)`, then one SQLite transaction (WAL, synchronous=FULL).
+//!   A block freed in memory is reused only after a commit that no longer
+//!   references it, so the durable index only ever points at blocks whose
+//!   bytes are durable and match their stored digests — after any crash.
+//! - **Concurrency.** Operations on one object are ordered by a striped
+//!   reader-writer lock (writers exclusive, readers shared); metadata is one
+//!   mutex held only for in-memory updates, never across I/O.
+//!
+//! The store knows nothing about sockets, tokio or the wire protocol's frames.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod alloc;
+mod db;
+mod error;
+
+pub use error::StoreError;
+
+use alloc::Allocator;
+use nasd_crypto::{block_digest, ct_eq, BlockDigest};
+use nasd_proto::limits::{OBJECT_SIZE_MAX, PARTITIONS_MAX};
+use nasd_proto::well_known::*;
+use nasd_proto::{validate_regions, AttrMask, Attributes, DriveControl, PartitionControl, PartitionInfo, Region};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Smallest supported block size.
+pub const BLOCK_SIZE_MIN: u32 = 4096;
+/// Largest supported block size.
+pub const BLOCK_SIZE_MAX: u32 = 1024 * 1024;
+/// Default block size (chosen by measurement, see docs/BENCHMARKS.md).
+pub const BLOCK_SIZE_DEFAULT: u32 = 64 * 1024;
+/// Most objects one partition may hold (bounds the in-memory index).
+pub const OBJECTS_PER_PARTITION_MAX: u64 = 1 << 24;
+/// Object identifiers reserved durably at a time; a crash skips at most this many.
+const ID_RESERVE_BATCH: u64 = 1024;
+/// Number of object lock stripes.
+const LOCK_STRIPES: usize = 1024;
+
+const _: () = assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
+const _: () = assert!(BLOCK_SIZE_MIN <= BLOCK_SIZE_DEFAULT && BLOCK_SIZE_DEFAULT <= BLOCK_SIZE_MAX);
+
+/// Where a logical block is stored and the digest of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRef {
+    /// Physical block number in `blocks.dat`.
+    pub phys: u64,
+    /// BLAKE3 of the block's `block_size` bytes.
+    pub digest: BlockDigest,
+}
+
+/// How to open or create a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Block size for a new store (an existing store keeps its own).
+    pub block_size: u32,
+    /// Bytes of block storage the drive may use.
+    pub capacity_bytes: u64,
+    /// Check every block read against its stored digest.
+    pub verify_reads: bool,
+    /// Extension names advertised in the drive-control object.
+    pub extensions: Vec<String>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            block_size: BLOCK_SIZE_DEFAULT,
+            capacity_bytes: 64 << 30,
+            verify_reads: true,
+            extensions: Vec::new(),
+        }
+    }
+}
+
+/// Supplies a write's data, in order. `fill` must fill `buf` completely.
+pub trait DataSource {
+    /// Fills `buf` with the next bytes of the write's data.
+    fn fill(&mut self, buf: &mut [u8]) -> std::io::Result<()>;
+}
+
+/// Receives a read's results: first the per-region lengths, then the bytes.
+pub trait DataSink {
+    /// Called once, before any data, with the bytes each region will return.
+    fn start(&mut self, lengths: &[u64]) -> std::io::Result<()>;
+    /// Called with the data, in order.
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// A [`DataSource`] over a byte slice (tests and small writes).
+impl DataSource for &[u8] {
+    fn fill(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        if self.len() < buf.len() {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "write data ended early"));
+        }
+        let (head, tail) = self.split_at(buf.len());
+        buf.copy_from_slice(head);
+        *self = tail;
+        Ok(())
+    }
+}
+
+/// A [`DataSink`] that collects into memory (tests and small reads).
+#[derive(Debug, Default)]
+pub struct VecSink {
+    /// Per-region lengths.
+    pub lengths: Vec<u64>,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+impl DataSink for VecSink {
+    fn start(&mut self, lengths: &[u64]) -> std::io::Result<()> {
+        self.lengths = lengths.to_vec();
+        Ok(())
+    }
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.data.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// Drive-wide figures for `inquiry`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The drive's unique name.
+    pub drive_id: [u8; 16],
+    /// Bytes per block.
+    pub block_size: u32,
+    /// Bytes of block storage.
+    pub capacity_bytes: u64,
+    /// Bytes of block storage in use (including blocks awaiting release).
+    pub used_bytes: u64,
+    /// Every partition.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+#[derive(Debug)]
+struct Object {
+    attrs: Attributes,
+    /// Blocks reserved by `setattr(blocks_allocated)`.
+    reserved: u64,
+    blocks: BTreeMap<u64, BlockRef>,
+}
+
+impl Object {
+    fn slack(&self) -> u64 {
+        self.reserved.saturating_sub(self.blocks.len() as u64)
+    }
+}
+
+#[derive(Debug)]
+struct Partition {
+    quota_bytes: u64,
+    objects: BTreeMap<u64, Object>,
+    next_id: u64,
+    high_water: u64,
+    /// Distinct physical blocks referenced by the partition's objects.
+    physical_blocks: u64,
+    /// Reserved but unmapped blocks, summed over objects.
+    slack_blocks: u64,
+    /// Blocks promised to writes in progress.
+    inflight_blocks: u64,
+}
+
+impl Partition {
+    fn charged_blocks(&self) -> u64 {
+        self.physical_blocks + self.slack_blocks + self.inflight_blocks
+    }
+}
+
+#[derive(Debug, Default)]
+struct DirtyObject {
+    /// Every block row is rewritten (new or cloned object).
+    replaced: bool,
+    blocks: BTreeSet<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Dirty {
+    drive: bool,
+    removed_partitions: BTreeSet<u64>,
+    partitions: BTreeSet<u64>,
+    removed_objects: BTreeSet<(u64, u64)>,
+    objects: HashMap<(u64, u64), DirtyObject>,
+}
+
+#[derive(Debug)]
+struct Meta {
+    partitions: BTreeMap<u64, Partition>,
+    refcount: HashMap<u64, u32>,
+    alloc: Allocator,
+    /// Blocks allocated since the last commit snapshot: not in any durable index.
+    fresh: HashSet<u64>,
+    /// Blocks no longer referenced that a durable index may still reference.
+    pending_free: Vec<u64>,
+    dirty: Dirty,
+    clock_offset_ns: i64,
+    clock_skew_ns: u64,
+}
+
+/// The object store of one drive. Thread-safe; every method blocks on disk I/O.
+pub struct Store {
+    dir: PathBuf,
+    block_size: u32,
+    capacity_bytes: u64,
+    verify_reads: bool,
+    extensions: Vec<String>,
+    drive_id: [u8; 16],
+    data: File,
+    db: Mutex<rusqlite::Connection>,
+    meta: Mutex<Meta>,
+    commit_lock: Mutex<()>,
+    stripes: Box<[RwLock<()>]>,
+    failed: AtomicBool,
+    _dir_lock: File,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("dir", &self.dir).field("block_size", &self.block_size).finish()
+    }
+}
+
+fn system_ns() -> i128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock means a thread panicked mid-update: fail-stop.
+    m.lock().expect("store mutex poisoned: a previous panic left state inconsistent")
+}
+
+fn is_control(object: u64) -> bool {
+    matches!(object, DRIVE_CONTROL | PARTITION_CONTROL | PARTITION_CONTENTS)
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if empty. Fails if another process
+    /// has it open.
+    pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir)?;
+        let dir_lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
+        dir_lock.try_lock().map_err(|_| StoreError::Locked(dir.display().to_string()))?;
+        let mut conn = db::open(&dir.join("meta.sqlite"))?;
+        let (drive_id, block_size, offset, skew) = Self::load_or_format(&mut conn, opts)?;
+        let capacity_blocks = opts.capacity_bytes / block_size as u64;
+        let data = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("blocks.dat"))?;
+        let mut meta = Self::load_meta(&conn, block_size, capacity_blocks)?;
+        meta.clock_offset_ns = offset;
+        meta.clock_skew_ns = skew;
+        let store = Store {
+            dir: dir.to_path_buf(),
+            block_size,
+            capacity_bytes: capacity_blocks * block_size as u64,
+            verify_reads: opts.verify_reads,
+            extensions: opts.extensions.clone(),
+            drive_id,
+            data,
+            db: Mutex::new(conn),
+            meta: Mutex::new(meta),
+            commit_lock: Mutex::new(()),
+            stripes: (0..LOCK_STRIPES).map(|_| RwLock::new(())).collect(),
+            failed: AtomicBool::new(false),
+            _dir_lock: dir_lock,
+        };
+        tracing::info!(dir = %dir.display(), block_size, capacity_bytes = store.capacity_bytes, "store opened");
+        Ok(store)
+    }
+
+    fn load_or_format(
+        conn: &mut rusqlite::Connection,
+        opts: &StoreOptions,
+    ) -> Result<([u8; 16], u32, i64, u64), StoreError> {
+        let get_u64 = |conn: &rusqlite::Connection, k| -> Result<Option<u64>, StoreError> {
+            match db::get_drive_value(conn, k)? {
+                None => Ok(None),
+                Some(v) => Ok(Some(u64::from_le_bytes(
+                    v.try_into().map_err(|_| StoreError::Corrupt(format!("drive value {k}")))?,
+                ))),
+            }
+        };
+        match get_u64(conn, "format_version")? {
+            Some(v) if v as i64 == db::FORMAT_VERSION => {}
+            Some(v) => return Err(StoreError::Corrupt(format!("format version {v} is not supported"))),
+            None => {
+                let bs = opts.block_size;
+                if !(BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX).contains(&bs) || !bs.is_power_of_two() {
+                    return Err(StoreError::BadArgument("block size must be a power of two in 4 KiB..=1 MiB"));
+                }
+                let id: [u8; 16] = rand_id();
+                let tx = conn.transaction()?;
+                db::put_drive_value(&tx, "drive_id", &id)?;
+                db::put_drive_value(&tx, "block_size", &(bs as u64).to_le_bytes())?;
+                db::put_drive_value(&tx, "clock_offset_ns", &0u64.to_le_bytes())?;
+                db::put_drive_value(&tx, "clock_skew_ns", &DEFAULT_SKEW_NS.to_le_bytes())?;
+                db::put_drive_value(&tx, "format_version", &(db::FORMAT_VERSION as u64).to_le_bytes())?;
+                tx.commit()?;
+            }
+        }
+        let id = db::get_drive_value(conn, "drive_id")?
+            .and_then(|v| <[u8; 16]>::try_from(v).ok())
+            .ok_or_else(|| StoreError::Corrupt("drive id".into()))?;
+        let bs = get_u64(conn, "block_size")?.ok_or_else(|| StoreError::Corrupt("block size".into()))? as u32;
+        let offset = get_u64(conn, "clock_offset_ns")?.unwrap_or(0) as i64;
+        let skew = get_u64(conn, "clock_skew_ns")?.unwrap_or(DEFAULT_SKEW_NS);
+        Ok((id, bs, offset, skew))
+    }
+
+    fn load_meta(conn: &rusqlite::Connection, block_size: u32, capacity_blocks: u64) -> Result<Meta, StoreError> {
+        let mut partitions = BTreeMap::new();
+        for p in db::load_partitions(conn)? {
+            let next_id = p.id_high_water.max(FIRST_USER_OBJECT);
+            partitions.insert(
+                p.id,
+                Partition {
+                    quota_bytes: p.quota_bytes,
+                    objects: BTreeMap::new(),
+                    next_id,
+                    high_water: next_id,
+                    physical_blocks: 0,
+                    slack_blocks: 0,
+                    inflight_blocks: 0,
+                },
+            );
+        }
+        for o in db::load_objects(conn)? {
+            let part = partitions
+                .get_mut(&o.partition)
+                .ok_or_else(|| StoreError::Corrupt(format!("object {} in missing partition {}", o.id, o.partition)))?;
+            let mut attrs = o.attrs;
+            attrs.block_size = block_size;
+            part.objects.insert(o.id, Object { attrs, reserved: o.reserved_blocks, blocks: BTreeMap::new() });
+        }
+        let mut refcount: HashMap<u64, u32> = HashMap::new();
+        db::load_blocks(conn, |p, o, l, r| {
+            if r.phys >= capacity_blocks {
+                return Err(StoreError::Corrupt(format!("block {} beyond capacity; was capacity lowered?", r.phys)));
+            }
+            let part = partitions.get_mut(&p).ok_or_else(|| StoreError::Corrupt("block of missing partition".into()))?;
+            let obj = part.objects.get_mut(&o).ok_or_else(|| StoreError::Corrupt("block of missing object".into()))?;
+            obj.blocks.insert(l, r);
+            let c = refcount.entry(r.phys).or_insert(0);
+            if *c == 0 {
+                part.physical_blocks += 1;
+            }
+            *c += 1;
+            Ok(())
+        })?;
+        for part in partitions.values_mut() {
+            part.slack_blocks = part.objects.values().map(Object::slack).sum();
+        }
+        let mut used: Vec<u64> = refcount.keys().copied().collect();
+        used.sort_unstable();
+        Ok(Meta {
+            partitions,
+            refcount,
+            alloc: Allocator::new(capacity_blocks, &used),
+            fresh: HashSet::new(),
+            pending_free: Vec::new(),
+            dirty: Dirty::default(),
+            clock_offset_ns: 0,
+            clock_skew_ns: DEFAULT_SKEW_NS,
+        })
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The drive's unique name.
+    pub fn drive_id(&self) -> [u8; 16] {
+        self.drive_id
+    }
+
+    /// The drive clock, nanoseconds since the Unix epoch.
+    pub fn now_ns(&self) -> u64 {
+        let offset = lock(&self.meta).clock_offset_ns;
+        (system_ns() + offset as i128).clamp(0, u64::MAX as i128) as u64
+    }
+
+    /// Allowed clock skew for nonces, nanoseconds.
+    pub fn clock_skew_ns(&self) -> u64 {
+        lock(&self.meta).clock_skew_ns
+    }
+
+    fn check_healthy(&self) -> Result<(), StoreError> {
+        if self.failed.load(Ordering::Acquire) {
+            Err(StoreError::Failed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn stripe(&self, partition: u64, object: u64) -> &RwLock<()> {
+        let h = partition.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ object.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        &self.stripes[(h >> 32) as usize % LOCK_STRIPES]
+    }
+
+    fn lock_all(&self) -> Vec<std::sync::RwLockWriteGuard<'_, ()>> {
+        self.stripes.iter().map(|s| s.write().expect("object lock poisoned")).collect()
+    }
+
+    fn bs(&self) -> u64 {
+        self.block_size as u64
+    }
+}
+
+/// Default allowed skew between a client's nonce clock and the drive's.
+pub const DEFAULT_SKEW_NS: u64 = 5_000_000_000;
+
+fn rand_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    let mut f = File::open("/dev/urandom").expect("/dev/urandom");
+    std::io::Read::read_exact(&mut f, &mut id).expect("/dev/urandom");
+    id
+}
+
+mod ops;
+#[cfg(test)]
+mod tests;

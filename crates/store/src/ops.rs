@@ -1,0 +1,841 @@
+//! The operations of NASD Tables 1–3 on the store.
+
+use super::*;
+
+impl Meta {
+    fn partition(&self, p: u64) -> Result<&Partition, StoreError> {
+        self.partitions.get(&p).ok_or(StoreError::NoSuchPartition(p))
+    }
+    fn partition_mut(&mut self, p: u64) -> Result<&mut Partition, StoreError> {
+        self.partitions.get_mut(&p).ok_or(StoreError::NoSuchPartition(p))
+    }
+    fn object(&self, p: u64, o: u64) -> Result<&Object, StoreError> {
+        self.partition(p)?.objects.get(&o).ok_or(StoreError::NoSuchObject { partition: p, object: o })
+    }
+    fn object_mut(&mut self, p: u64, o: u64) -> Result<&mut Object, StoreError> {
+        self.partition_mut(p)?.objects.get_mut(&o).ok_or(StoreError::NoSuchObject { partition: p, object: o })
+    }
+
+    /// Drops one reference to a physical block of partition `p`.
+    fn deref_block(&mut self, p: u64, phys: u64) {
+        let c = self.refcount.get_mut(&phys).expect("reference to an unreferenced block");
+        *c -= 1;
+        if *c == 0 {
+            self.refcount.remove(&phys);
+            self.partitions.get_mut(&p).expect("partition of a referenced block").physical_blocks -= 1;
+            self.release_block(phys);
+        }
+    }
+
+    /// Returns an unreferenced block to free space: at once if no durable index
+    /// can reference it, otherwise after the next commit.
+    fn release_block(&mut self, phys: u64) {
+        if self.fresh.remove(&phys) {
+            self.alloc.free(phys);
+        } else {
+            self.pending_free.push(phys);
+        }
+    }
+
+    fn dirty_object(&mut self, p: u64, o: u64) -> &mut DirtyObject {
+        self.dirty.objects.entry((p, o)).or_default()
+    }
+
+    fn quota_check(&self, p: u64, extra_blocks: u64, block_size: u64) -> Result<(), StoreError> {
+        let part = self.partition(p)?;
+        let quota_blocks = part.quota_bytes / block_size;
+        let charged = part.charged_blocks();
+        if charged + extra_blocks > quota_blocks {
+            return Err(StoreError::QuotaExceeded {
+                partition: p,
+                needed_blocks: extra_blocks,
+                free_blocks: quota_blocks.saturating_sub(charged),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sum over `blocks` of 1/refcount: a shared block is split between the
+    /// objects sharing it, so blocks_used summed over objects is honest.
+    fn blocks_used(&self, obj: &Object) -> u64 {
+        let share: f64 = obj.blocks.values().map(|r| 1.0 / *self.refcount.get(&r.phys).unwrap_or(&1) as f64).sum();
+        share.round() as u64
+    }
+}
+
+fn check_settable(mask: AttrMask, block_size: u32, attrs: &Attributes) -> Result<(), StoreError> {
+    if !AttrMask::ALL.contains(mask) {
+        return Err(StoreError::BadArgument("undefined attribute mask bits"));
+    }
+    if mask.intersects(AttrMask::DRIVE_MAINTAINED) {
+        return Err(StoreError::AttributeNotSettable(
+            "copied_object, blocks_used, create_time, data_modify_time and attribute_modify_time are set by the drive",
+        ));
+    }
+    if mask.contains(AttrMask::BLOCK_SIZE) && attrs.block_size != block_size {
+        return Err(StoreError::AttributeNotSettable("block_size: this drive supports only its own block size"));
+    }
+    if mask.contains(AttrMask::LOGICAL_SIZE) && attrs.logical_size > OBJECT_SIZE_MAX {
+        return Err(StoreError::AttributeNotSettable("logical_size beyond OBJECT_SIZE_MAX"));
+    }
+    Ok(())
+}
+
+/// A write's bookkeeping while its data streams to new blocks.
+struct WritePlan {
+    partition: u64,
+    object: u64,
+    reserved_inflight: u64,
+    /// Logical block → the old block it replaces, if any.
+    old: BTreeMap<u64, Option<BlockRef>>,
+    /// Logical block → its new block, as written so far.
+    new: BTreeMap<u64, BlockRef>,
+}
+
+impl Store {
+    // ---------------------------------------------------------------- objects
+
+    /// Creates an object, setting the attributes in `mask` from `attrs`.
+    pub fn create(&self, p: u64, mask: AttrMask, attrs: &Attributes) -> Result<(u64, Attributes), StoreError> {
+        self.check_healthy()?;
+        check_settable(mask, self.block_size, attrs)?;
+        let now = self.now_ns();
+        let mut m = lock(&self.meta);
+        let part = m.partition(p)?;
+        if part.objects.len() as u64 >= OBJECTS_PER_PARTITION_MAX {
+            return Err(StoreError::TooMany("objects in this partition"));
+        }
+        let reserved = if mask.contains(AttrMask::BLOCKS_ALLOCATED) { attrs.blocks_allocated } else { 0 };
+        m.quota_check(p, reserved, self.bs())?;
+        let id = self.next_object_id(&mut m, p)?;
+        let mut a = self.fresh_attrs(now);
+        a.apply(mask, attrs);
+        let obj = Object { attrs: a, reserved, blocks: BTreeMap::new() };
+        let part = m.partition_mut(p)?;
+        part.slack_blocks += obj.slack();
+        part.objects.insert(id, obj);
+        m.dirty_object(p, id).replaced = true;
+        let attrs = self.attrs_of(&m, p, id)?;
+        Ok((id, attrs))
+    }
+
+    fn fresh_attrs(&self, now: u64) -> Attributes {
+        Attributes {
+            block_size: self.block_size,
+            create_time: now,
+            data_modify_time: now,
+            attribute_modify_time: now,
+            fs_data_modify_time: now,
+            fs_attribute_modify_time: now,
+            ..Attributes::default()
+        }
+    }
+
+    /// Hands out the next identifier, durably raising the high-water mark first
+    /// when needed so that no identifier is ever handed out twice.
+    fn next_object_id(&self, m: &mut Meta, p: u64) -> Result<u64, StoreError> {
+        let part = m.partition_mut(p)?;
+        let id = part.next_id;
+        if id >= part.high_water {
+            let high = id + ID_RESERVE_BATCH;
+            db::raise_high_water(&lock(&self.db), p, high)?;
+            part.high_water = high;
+            m.dirty.partitions.insert(p);
+        }
+        let part = m.partition_mut(p)?;
+        part.next_id = id + 1;
+        Ok(id)
+    }
+
+    /// Removes an object and releases its blocks.
+    pub fn remove(&self, p: u64, o: u64) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        if o < FIRST_USER_OBJECT {
+            return Err(StoreError::ReadOnlyObject(o));
+        }
+        let _g = self.stripe(p, o).write().expect("object lock poisoned");
+        let mut m = lock(&self.meta);
+        m.object(p, o)?;
+        let obj = m.partition_mut(p)?.objects.remove(&o).expect("checked above");
+        m.partition_mut(p)?.slack_blocks -= obj.slack();
+        for r in obj.blocks.values() {
+            m.deref_block(p, r.phys);
+        }
+        m.dirty.objects.remove(&(p, o));
+        m.dirty.removed_objects.insert((p, o));
+        Ok(())
+    }
+
+    /// An object's attributes (control objects included).
+    pub fn getattr(&self, p: u64, o: u64) -> Result<Attributes, StoreError> {
+        if is_control(o) {
+            let len = self.control_bytes(p, o)?.len() as u64;
+            let now = self.now_ns();
+            let mut a = self.fresh_attrs(now);
+            a.logical_size = len;
+            return Ok(a);
+        }
+        let m = lock(&self.meta);
+        self.attrs_of(&m, p, o)
+    }
+
+    fn attrs_of(&self, m: &Meta, p: u64, o: u64) -> Result<Attributes, StoreError> {
+        let obj = m.object(p, o)?;
+        let mut a = obj.attrs.clone();
+        a.blocks_used = m.blocks_used(obj);
+        a.blocks_allocated = obj.reserved.max(obj.blocks.len() as u64);
+        Ok(a)
+    }
+
+    /// Sets the attributes in `mask`; returns the new attributes.
+    pub fn setattr(&self, p: u64, o: u64, mask: AttrMask, attrs: &Attributes) -> Result<Attributes, StoreError> {
+        self.check_healthy()?;
+        if is_control(o) {
+            return Err(StoreError::ReadOnlyObject(o));
+        }
+        check_settable(mask, self.block_size, attrs)?;
+        let _g = self.stripe(p, o).write().expect("object lock poisoned");
+        lock(&self.meta).object(p, o)?;
+        if mask.contains(AttrMask::BLOCKS_ALLOCATED) {
+            let mut m = lock(&self.meta);
+            let obj = m.object(p, o)?;
+            let old_slack = obj.slack();
+            let new_slack = attrs.blocks_allocated.saturating_sub(obj.blocks.len() as u64);
+            if new_slack > old_slack {
+                m.quota_check(p, new_slack - old_slack, self.bs())?;
+            }
+            m.object_mut(p, o)?.reserved = attrs.blocks_allocated;
+            let part = m.partition_mut(p)?;
+            part.slack_blocks = part.slack_blocks - old_slack + new_slack;
+        }
+        if mask.contains(AttrMask::LOGICAL_SIZE) {
+            self.set_size(p, o, attrs.logical_size)?;
+        }
+        let now = self.now_ns();
+        let mut m = lock(&self.meta);
+        let obj = m.object_mut(p, o)?;
+        let keep = AttrMask(AttrMask::ALL.0 & !(AttrMask::LOGICAL_SIZE.0 | AttrMask::BLOCKS_ALLOCATED.0));
+        obj.attrs.apply(AttrMask(mask.0 & keep.0), attrs);
+        obj.attrs.attribute_modify_time = now;
+        if !mask.contains(AttrMask::FS_ATTRIBUTE_MODIFY_TIME) {
+            obj.attrs.fs_attribute_modify_time = now;
+        }
+        m.dirty_object(p, o);
+        self.attrs_of(&m, p, o)
+    }
+
+    /// Truncates or extends an object (caller holds its write lock). Keeps the
+    /// invariant that stored bytes past `logical_size` are zero.
+    fn set_size(&self, p: u64, o: u64, size: u64) -> Result<(), StoreError> {
+        let old = lock(&self.meta).object(p, o)?.attrs.logical_size;
+        if size < old {
+            let bs = self.bs();
+            let tail_end = old.min(size.div_ceil(bs) * bs);
+            if tail_end > size {
+                let zeros = vec![0u8; (tail_end - size) as usize];
+                let region = [Region { offset: size, length: tail_end - size }];
+                self.write_locked(p, o, &region, &mut &zeros[..])?;
+            }
+            let mut m = lock(&self.meta);
+            let first_dropped = size.div_ceil(bs);
+            let obj = m.object_mut(p, o)?;
+            let old_slack = obj.slack();
+            let dropped: Vec<(u64, BlockRef)> = obj.blocks.split_off(&first_dropped).into_iter().collect();
+            let new_slack = obj.slack();
+            let part = m.partition_mut(p)?;
+            part.slack_blocks = part.slack_blocks - old_slack + new_slack;
+            for (l, r) in &dropped {
+                m.deref_block(p, r.phys);
+                m.dirty_object(p, o).blocks.insert(*l);
+            }
+        }
+        let now = self.now_ns();
+        let mut m = lock(&self.meta);
+        let obj = m.object_mut(p, o)?;
+        obj.attrs.logical_size = size;
+        obj.attrs.data_modify_time = now;
+        obj.attrs.fs_data_modify_time = now;
+        m.dirty_object(p, o);
+        Ok(())
+    }
+
+    /// Reads `regions`: the sink gets the per-region lengths (short only at the
+    /// end of the object), then the bytes in region order.
+    pub fn read(&self, p: u64, o: u64, regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
+        validate_regions(regions).map_err(StoreError::Regions)?;
+        if is_control(o) {
+            let bytes = self.control_bytes(p, o)?;
+            return serve_bytes(&bytes, regions, sink);
+        }
+        let _g = self.stripe(p, o).read().expect("object lock poisoned");
+        let bs = self.bs();
+        let (size, refs) = {
+            let m = lock(&self.meta);
+            let obj = m.object(p, o)?;
+            let size = obj.attrs.logical_size;
+            let mut refs = BTreeMap::new();
+            for r in regions {
+                let end = r.end().min(size);
+                if r.offset < end {
+                    refs.extend(obj.blocks.range(r.offset / bs..=(end - 1) / bs).map(|(l, b)| (*l, *b)));
+                }
+            }
+            (size, refs)
+        };
+        let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
+        sink.start(&lengths).map_err(StoreError::Sink)?;
+        let mut buf = vec![0u8; bs as usize];
+        let mut loaded: Option<u64> = None;
+        for (r, &len) in regions.iter().zip(&lengths) {
+            let mut pos = r.offset;
+            let end = r.offset + len;
+            while pos < end {
+                let l = pos / bs;
+                let in_off = (pos % bs) as usize;
+                let n = ((bs - pos % bs).min(end - pos)) as usize;
+                match refs.get(&l) {
+                    Some(b) => {
+                        if loaded != Some(l) {
+                            self.read_block(p, o, l, b, &mut buf)?;
+                            loaded = Some(l);
+                        }
+                        sink.data(&buf[in_off..in_off + n]).map_err(StoreError::Sink)?;
+                    }
+                    None => sink.data(&ZEROS[..n.min(ZEROS.len())]).and_then(|_| {
+                        // Holes longer than the zero buffer are sent in pieces.
+                        let mut left = n.saturating_sub(ZEROS.len());
+                        while left > 0 {
+                            let k = left.min(ZEROS.len());
+                            sink.data(&ZEROS[..k])?;
+                            left -= k;
+                        }
+                        Ok(())
+                    })
+                    .map_err(StoreError::Sink)?,
+                }
+                pos += n as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one stored block and checks it against its stored digest.
+    fn read_block(&self, p: u64, o: u64, l: u64, b: &BlockRef, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.data.read_exact_at(buf, b.phys * self.bs())?;
+        if self.verify_reads && !ct_eq(&block_digest(buf), &b.digest) {
+            tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
+            return Err(StoreError::DataCorrupted { partition: p, object: o, block: l });
+        }
+        Ok(())
+    }
+
+    /// Writes `regions` with the data from `source` (the regions' bytes in
+    /// order). Atomic: on any error nothing changes. Returns bytes written.
+    pub fn write(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
+        self.check_healthy()?;
+        validate_regions(regions).map_err(StoreError::Regions)?;
+        if is_control(o) {
+            return Err(StoreError::ReadOnlyObject(o));
+        }
+        let _g = self.stripe(p, o).write().expect("object lock poisoned");
+        self.write_locked(p, o, regions, source)
+    }
+
+    fn write_locked(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
+        let mut plan = self.plan_write(p, o, regions)?;
+        match self.stream_write(&mut plan, regions, source) {
+            Ok(()) => {
+                self.install_write(plan, regions);
+                Ok(regions.iter().map(|r| r.length).sum())
+            }
+            Err(e) => {
+                self.abort_write(plan);
+                Err(e)
+            }
+        }
+    }
+
+    /// Logical blocks touched by `regions`.
+    fn touched_blocks(&self, regions: &[Region]) -> BTreeSet<u64> {
+        let bs = self.bs();
+        let mut set = BTreeSet::new();
+        for r in regions {
+            set.extend(r.offset / bs..=(r.end() - 1) / bs);
+        }
+        set
+    }
+
+    /// Blocks a write of `touched` adds to the partition's charge: holes and
+    /// shared blocks need new blocks; exclusively owned ones are replaced.
+    fn added_blocks(m: &Meta, obj: &Object, touched: &BTreeSet<u64>) -> (u64, u64) {
+        let mut added = 0;
+        let mut newly_mapped = 0;
+        for l in touched {
+            match obj.blocks.get(l) {
+                None => {
+                    added += 1;
+                    newly_mapped += 1;
+                }
+                Some(r) if m.refcount.get(&r.phys).copied().unwrap_or(0) > 1 => added += 1,
+                Some(_) => {}
+            }
+        }
+        let slack_used = newly_mapped.min(obj.slack());
+        (added, added - slack_used)
+    }
+
+    fn plan_write(&self, p: u64, o: u64, regions: &[Region]) -> Result<WritePlan, StoreError> {
+        let touched = self.touched_blocks(regions);
+        let mut m = lock(&self.meta);
+        let obj = m.object(p, o)?;
+        let (_, charge) = Self::added_blocks(&m, obj, &touched);
+        m.quota_check(p, charge, self.bs())?;
+        if (touched.len() as u64) > m.alloc.free_blocks() {
+            return Err(StoreError::NoSpace(format!(
+                "write needs {} blocks, drive has {} free",
+                touched.len(),
+                m.alloc.free_blocks()
+            )));
+        }
+        let old = touched.iter().map(|l| (*l, obj.blocks.get(l).copied())).collect();
+        m.partition_mut(p)?.inflight_blocks += charge;
+        Ok(WritePlan { partition: p, object: o, reserved_inflight: charge, old, new: BTreeMap::new() })
+    }
+
+    fn stream_write(&self, plan: &mut WritePlan, regions: &[Region], source: &mut dyn DataSource) -> Result<(), StoreError> {
+        let bs = self.bs();
+        let mut buf = vec![0u8; bs as usize];
+        let mut current: Option<u64> = None;
+        for r in regions {
+            let mut pos = r.offset;
+            while pos < r.end() {
+                let l = pos / bs;
+                let in_off = (pos % bs) as usize;
+                let n = ((bs - pos % bs).min(r.end() - pos)) as usize;
+                if current != Some(l) {
+                    if let Some(cur) = current.take() {
+                        self.store_block(plan, cur, &buf)?;
+                    }
+                    let whole = in_off == 0 && n == bs as usize;
+                    self.load_for_merge(plan, l, whole, &mut buf)?;
+                    current = Some(l);
+                }
+                source.fill(&mut buf[in_off..in_off + n]).map_err(StoreError::Source)?;
+                pos += n as u64;
+            }
+        }
+        if let Some(cur) = current {
+            self.store_block(plan, cur, &buf)?;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` with block `l`'s current contents before a partial overwrite.
+    fn load_for_merge(&self, plan: &WritePlan, l: u64, whole: bool, buf: &mut [u8]) -> Result<(), StoreError> {
+        if whole {
+            return Ok(());
+        }
+        if let Some(b) = plan.new.get(&l) {
+            self.data.read_exact_at(buf, b.phys * self.bs())?;
+        } else if let Some(Some(b)) = plan.old.get(&l) {
+            self.read_block(plan.partition, plan.object, l, b, buf)?;
+        } else {
+            buf.fill(0);
+        }
+        Ok(())
+    }
+
+    /// Writes an assembled block to a new physical block (or back to the one
+    /// this write already allocated for it).
+    fn store_block(&self, plan: &mut WritePlan, l: u64, buf: &[u8]) -> Result<(), StoreError> {
+        let digest = block_digest(buf);
+        let phys = match plan.new.get(&l) {
+            Some(b) => b.phys,
+            None => {
+                let mut m = lock(&self.meta);
+                let hint = self.placement_hint(&m, plan, l);
+                let phys = m.alloc.alloc(hint).ok_or_else(|| StoreError::NoSpace("drive is full".into()))?;
+                m.fresh.insert(phys);
+                phys
+            }
+        };
+        plan.new.insert(l, BlockRef { phys, digest });
+        if let Err(e) = self.data.write_all_at(buf, phys * self.bs()) {
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// Where to put a new block: after the previous logical block, else after
+    /// the `nearby_object`'s last block.
+    fn placement_hint(&self, m: &Meta, plan: &WritePlan, l: u64) -> Option<u64> {
+        if l > 0 {
+            if let Some(b) = plan.new.get(&(l - 1)) {
+                return Some(b.phys + 1);
+            }
+        }
+        let obj = m.object(plan.partition, plan.object).ok()?;
+        if let Some((_, b)) = obj.blocks.range(..l).next_back() {
+            return Some(b.phys + 1);
+        }
+        let nearby = obj.attrs.nearby_object;
+        if nearby != 0 {
+            let near = m.object(plan.partition, nearby).ok()?;
+            return near.blocks.values().next_back().map(|b| b.phys + 1);
+        }
+        None
+    }
+
+    fn install_write(&self, plan: WritePlan, regions: &[Region]) {
+        let now = self.now_ns();
+        let (p, o) = (plan.partition, plan.object);
+        let mut m = lock(&self.meta);
+        m.partitions.get_mut(&p).expect("partition of a locked object").inflight_blocks -= plan.reserved_inflight;
+        let old_slack = m.object(p, o).expect("locked object exists").slack();
+        for (l, new) in &plan.new {
+            let prev = m.refcount.insert(new.phys, 1);
+            assert!(prev.is_none(), "new block {} already referenced", new.phys);
+            m.partitions.get_mut(&p).expect("partition").physical_blocks += 1;
+            let old = m.object_mut(p, o).expect("object").blocks.insert(*l, *new);
+            if let Some(old) = old {
+                m.deref_block(p, old.phys);
+            }
+            m.dirty_object(p, o).blocks.insert(*l);
+        }
+        let end = regions.iter().map(Region::end).max().unwrap_or(0);
+        let obj = m.object_mut(p, o).expect("object");
+        let new_slack = obj.slack();
+        obj.attrs.logical_size = obj.attrs.logical_size.max(end);
+        obj.attrs.data_modify_time = now;
+        obj.attrs.fs_data_modify_time = now;
+        let part = m.partitions.get_mut(&p).expect("partition");
+        part.slack_blocks = part.slack_blocks - old_slack + new_slack;
+        debug_assert!(part.physical_blocks + part.slack_blocks <= part.quota_bytes / self.bs(), "quota invariant");
+    }
+
+    fn abort_write(&self, plan: WritePlan) {
+        let mut m = lock(&self.meta);
+        if let Some(part) = m.partitions.get_mut(&plan.partition) {
+            part.inflight_blocks -= plan.reserved_inflight;
+        }
+        for b in plan.new.values() {
+            m.release_block(b.phys);
+        }
+    }
+
+    /// Marks the store failed after a storage error (no retries on a device
+    /// that lost writes) and converts the error.
+    fn fail(&self, e: std::io::Error) -> StoreError {
+        tracing::error!(error = %e, "storage write failed; refusing further changes");
+        self.failed.store(true, Ordering::Release);
+        StoreError::Io(e)
+    }
+
+    /// Clones `source` copy-on-write; the clone's `copied_object` names it.
+    pub fn fastcopy(&self, p: u64, source: u64) -> Result<(u64, Attributes), StoreError> {
+        self.check_healthy()?;
+        if is_control(source) {
+            return Err(StoreError::ReadOnlyObject(source));
+        }
+        let _g = self.stripe(p, source).read().expect("object lock poisoned");
+        let now = self.now_ns();
+        let mut m = lock(&self.meta);
+        let src = m.object(p, source)?;
+        if m.partition(p)?.objects.len() as u64 >= OBJECTS_PER_PARTITION_MAX {
+            return Err(StoreError::TooMany("objects in this partition"));
+        }
+        let blocks = src.blocks.clone();
+        let reserved = src.reserved;
+        let mut attrs = self.fresh_attrs(now);
+        let settable = AttrMask(AttrMask::ALL.0 & !AttrMask::DRIVE_MAINTAINED.0);
+        attrs.apply(settable, &src.attrs);
+        attrs.copied_object = source;
+        let slack = src.slack();
+        m.quota_check(p, slack, self.bs())?;
+        let id = self.next_object_id(&mut m, p)?;
+        for b in blocks.values() {
+            *m.refcount.get_mut(&b.phys).expect("source block referenced") += 1;
+        }
+        let part = m.partition_mut(p)?;
+        part.slack_blocks += slack;
+        part.objects.insert(id, Object { attrs, reserved, blocks: blocks.clone() });
+        let d = m.dirty_object(p, id);
+        d.replaced = true;
+        d.blocks.extend(blocks.keys());
+        let attrs = self.attrs_of(&m, p, id)?;
+        Ok((id, attrs))
+    }
+
+    /// Makes the listed objects durable (by committing everything).
+    pub fn flush(&self, p: u64, objects: &[u64]) -> Result<(), StoreError> {
+        {
+            let m = lock(&self.meta);
+            for &o in objects {
+                if !is_control(o) {
+                    m.object(p, o)?;
+                }
+            }
+        }
+        self.commit()
+    }
+
+    /// Blocks that overwriting `regions` would add: (estimated, maximum). This
+    /// drive does not compress, so the two are equal.
+    pub fn blocks_required(&self, p: u64, o: u64, regions: &[Region]) -> Result<(u64, u64), StoreError> {
+        validate_regions(regions).map_err(StoreError::Regions)?;
+        if is_control(o) {
+            return Err(StoreError::ReadOnlyObject(o));
+        }
+        let touched = self.touched_blocks(regions);
+        let m = lock(&self.meta);
+        let (added, _) = Self::added_blocks(&m, m.object(p, o)?, &touched);
+        Ok((added, added))
+    }
+
+    // ------------------------------------------------------------- partitions
+
+    /// Creates an empty partition (quota 0) with its first object.
+    pub fn create_partition(&self, p: u64) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        if p == 0 {
+            return Err(StoreError::BadArgument("partition 0 is reserved"));
+        }
+        let now = self.now_ns();
+        let mut m = lock(&self.meta);
+        if m.partitions.contains_key(&p) {
+            return Err(StoreError::PartitionExists(p));
+        }
+        if m.partitions.len() >= PARTITIONS_MAX {
+            return Err(StoreError::TooMany("partitions"));
+        }
+        let mut objects = BTreeMap::new();
+        objects.insert(FIRST_OBJECT, Object { attrs: self.fresh_attrs(now), reserved: 0, blocks: BTreeMap::new() });
+        m.partitions.insert(
+            p,
+            Partition {
+                quota_bytes: 0,
+                objects,
+                next_id: FIRST_USER_OBJECT,
+                high_water: FIRST_USER_OBJECT,
+                physical_blocks: 0,
+                slack_blocks: 0,
+                inflight_blocks: 0,
+            },
+        );
+        m.dirty.partitions.insert(p);
+        m.dirty_object(p, FIRST_OBJECT).replaced = true;
+        Ok(())
+    }
+
+    /// Removes a partition; unless `force`, only if it holds no data.
+    pub fn remove_partition(&self, p: u64, force: bool) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        let _all = self.lock_all();
+        let mut m = lock(&self.meta);
+        let part = m.partition(p)?;
+        let holds_data = part.objects.iter().any(|(&id, o)| id >= FIRST_USER_OBJECT || o.attrs.logical_size > 0);
+        if holds_data && !force {
+            return Err(StoreError::PartitionNotEmpty(p));
+        }
+        self.drop_partition(&mut m, p);
+        Ok(())
+    }
+
+    /// Releases a partition's blocks and forgets it (caller holds every object lock).
+    fn drop_partition(&self, m: &mut Meta, p: u64) {
+        self.release_partition_blocks(m, p);
+        m.partitions.remove(&p);
+        m.dirty.partitions.remove(&p);
+        m.dirty.objects.retain(|(pp, _), _| *pp != p);
+        m.dirty.removed_objects.retain(|(pp, _)| *pp != p);
+        m.dirty.removed_partitions.insert(p);
+    }
+
+    /// Sets a partition's quota in bytes.
+    pub fn resize_partition(&self, p: u64, quota_bytes: u64) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        let mut m = lock(&self.meta);
+        let part = m.partition(p)?;
+        let used = part.charged_blocks() * self.bs();
+        if quota_bytes < used {
+            return Err(StoreError::QuotaBelowUsage { partition: p, used_bytes: used });
+        }
+        let others: u64 = m.partitions.iter().filter(|(&id, _)| id != p).map(|(_, q)| q.quota_bytes).sum();
+        if others.saturating_add(quota_bytes) > self.capacity_bytes {
+            return Err(StoreError::NoSpace(format!(
+                "quotas would total {} bytes; the drive holds {}",
+                others.saturating_add(quota_bytes),
+                self.capacity_bytes
+            )));
+        }
+        m.partition_mut(p)?.quota_bytes = quota_bytes;
+        m.dirty.partitions.insert(p);
+        Ok(())
+    }
+
+    /// Makes a partition durable (by committing everything).
+    pub fn flush_partition(&self, p: u64) -> Result<(), StoreError> {
+        lock(&self.meta).partition(p)?;
+        self.commit()
+    }
+
+    // ------------------------------------------------------------------ drive
+
+    /// Removes every partition and sets the drive clock (`clock_ns` 0 keeps it)
+    /// and the allowed skew; durable when it returns.
+    pub fn initialize(&self, clock_ns: u64, clock_skew_ns: u64) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        {
+            let _all = self.lock_all();
+            let mut m = lock(&self.meta);
+            let ids: Vec<u64> = m.partitions.keys().copied().collect();
+            for p in ids {
+                self.drop_partition(&mut m, p);
+            }
+            if clock_ns != 0 {
+                m.clock_offset_ns = (clock_ns as i128 - system_ns()) as i64;
+            }
+            m.clock_skew_ns = clock_skew_ns;
+            m.dirty.drive = true;
+        }
+        self.commit()
+    }
+
+    fn release_partition_blocks(&self, m: &mut Meta, p: u64) {
+        let objects = std::mem::take(&mut m.partitions.get_mut(&p).expect("partition").objects);
+        for obj in objects.values() {
+            for b in obj.blocks.values() {
+                m.deref_block(p, b.phys);
+            }
+        }
+        m.partitions.get_mut(&p).expect("partition").slack_blocks = 0;
+    }
+
+    /// Drive-wide figures and the partition list.
+    pub fn info(&self) -> StoreInfo {
+        let m = lock(&self.meta);
+        let bs = self.bs();
+        StoreInfo {
+            drive_id: self.drive_id,
+            block_size: self.block_size,
+            capacity_bytes: self.capacity_bytes,
+            used_bytes: (m.alloc.capacity() - m.alloc.free_blocks()) * bs,
+            partitions: m
+                .partitions
+                .iter()
+                .map(|(&id, part)| PartitionInfo {
+                    partition: id,
+                    quota_bytes: part.quota_bytes,
+                    used_bytes: part.charged_blocks() * bs,
+                    objects: part.objects.len() as u64 + 3,
+                })
+                .collect(),
+        }
+    }
+
+    /// The published contents of a control object.
+    fn control_bytes(&self, p: u64, o: u64) -> Result<Vec<u8>, StoreError> {
+        let now = self.now_ns();
+        let m = lock(&self.meta);
+        let part = m.partition(p)?;
+        Ok(match o {
+            DRIVE_CONTROL => DriveControl {
+                block_size: self.block_size,
+                capacity_bytes: self.capacity_bytes,
+                allocated_bytes: (m.alloc.capacity() - m.alloc.free_blocks()) * self.bs(),
+                partitions: m.partitions.len() as u32,
+                clock_ns: now,
+                clock_skew_ns: m.clock_skew_ns,
+                extensions: self.extensions.clone(),
+            }
+            .encode(),
+            PARTITION_CONTROL => PartitionControl {
+                quota_bytes: part.quota_bytes,
+                used_bytes: part.charged_blocks() * self.bs(),
+                objects_in_use: part.objects.len() as u64 + 3,
+                objects_max: OBJECTS_PER_PARTITION_MAX,
+            }
+            .encode(),
+            PARTITION_CONTENTS => {
+                let mut out = Vec::with_capacity((part.objects.len() + 3) * 8);
+                for id in [DRIVE_CONTROL, PARTITION_CONTROL, PARTITION_CONTENTS].into_iter().chain(part.objects.keys().copied()) {
+                    out.extend_from_slice(&id.to_le_bytes());
+                }
+                out
+            }
+            _ => unreachable!("not a control object"),
+        })
+    }
+
+    // ----------------------------------------------------------------- commit
+
+    /// Makes every change so far durable: data first, then one metadata
+    /// transaction; then releases blocks the previous durable index held.
+    pub fn commit(&self) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        let _c = lock(&self.commit_lock);
+        let (batch, release) = {
+            let mut m = lock(&self.meta);
+            let batch = self.snapshot(&mut m);
+            m.fresh.clear();
+            (batch, std::mem::take(&mut m.pending_free))
+        };
+        if batch.is_empty() && release.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.data.sync_data() {
+            return Err(self.fail(e));
+        }
+        if let Err(e) = db::write_batch(&mut lock(&self.db), &batch) {
+            tracing::error!(error = %e, "metadata commit failed; refusing further changes");
+            self.failed.store(true, Ordering::Release);
+            return Err(StoreError::Db(e));
+        }
+        let mut m = lock(&self.meta);
+        for b in release {
+            m.alloc.free(b);
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self, m: &mut Meta) -> db::Batch {
+        let dirty = std::mem::take(&mut m.dirty);
+        let mut b = db::Batch::default();
+        if dirty.drive {
+            b.drive_values.push(("clock_offset_ns", (m.clock_offset_ns as u64).to_le_bytes().to_vec()));
+            b.drive_values.push(("clock_skew_ns", m.clock_skew_ns.to_le_bytes().to_vec()));
+        }
+        b.removed_partitions = dirty.removed_partitions.into_iter().collect();
+        for p in dirty.partitions {
+            if let Some(part) = m.partitions.get(&p) {
+                b.partitions.push(db::PartitionRow { id: p, quota_bytes: part.quota_bytes, id_high_water: part.high_water });
+            }
+        }
+        b.removed_objects = dirty.removed_objects.into_iter().collect();
+        for ((p, o), d) in dirty.objects {
+            let Some(obj) = m.partitions.get(&p).and_then(|part| part.objects.get(&o)) else { continue };
+            b.objects.push(db::ObjectRow { partition: p, id: o, reserved_blocks: obj.reserved, attrs: obj.attrs.clone() });
+            if d.replaced {
+                b.replaced_objects.push((p, o));
+            }
+            for l in d.blocks {
+                b.blocks.push((p, o, l, obj.blocks.get(&l).copied()));
+            }
+        }
+        b
+    }
+}
+
+const ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
+fn serve_bytes(bytes: &[u8], regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
+    let len = bytes.len() as u64;
+    let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(len).saturating_sub(r.offset)).collect();
+    sink.start(&lengths).map_err(StoreError::Sink)?;
+    for (r, &n) in regions.iter().zip(&lengths) {
+        if n > 0 {
+            sink.data(&bytes[r.offset as usize..(r.offset + n) as usize]).map_err(StoreError::Sink)?;
+        }
+    }
+    Ok(())
+}
