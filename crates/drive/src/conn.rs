@@ -72,7 +72,7 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
     let fallback = fallback_header(&head);
     if got < HEADER_LEN {
         let msg = format!("truncated frame header: {got} of {HEADER_LEN} bytes");
-        send_error(wr, &fallback, Status::MalformedFrame, &msg).await?;
+        send_error(wr, store, &fallback, Status::MalformedFrame, &msg).await?;
         return Ok(Next::Close);
     }
     let header = match FrameHeader::decode(&head) {
@@ -82,19 +82,19 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
                 DecodeError::Version(v) => format!("protocol version {v} unsupported; this drive speaks {VERSION_MIN}..={VERSION}"),
                 other => format!("bad frame header: {other}"),
             };
-            send_error(wr, &fallback, header_error_status(&e), &msg).await?;
+            send_error(wr, store, &fallback, header_error_status(&e), &msg).await?;
             return Ok(Next::Close);
         }
     };
     if header.kind != Kind::Request {
-        send_error(wr, &header, Status::MalformedFrame, "expected a request frame").await?;
+        send_error(wr, store, &header, Status::MalformedFrame, "expected a request frame").await?;
         return Ok(Next::Close);
     }
     let mut body = vec![0u8; header.body_len()];
     let got = timeout(FRAME_TIMEOUT, read_full(rd, &mut body)).await.map_err(|_| timed_out())??;
     if got < body.len() {
         let msg = format!("truncated frame: {got} of {} bytes after the header", body.len());
-        send_error(wr, &header, Status::MalformedFrame, &msg).await?;
+        send_error(wr, store, &header, Status::MalformedFrame, &msg).await?;
         return Ok(Next::Close);
     }
     let mut frame = head.to_vec();
@@ -102,21 +102,21 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
     let prefix = match FramePrefix::parse(&frame) {
         Ok(p) => p,
         Err(e) => {
-            send_error(wr, &header, e.status(), &format!("bad frame: {e}")).await?;
+            send_error(wr, store, &header, e.status(), &format!("bad frame: {e}")).await?;
             return Ok(Next::Close);
         }
     };
     if header.key_type != KeyType::None || header.protection != Protection::NONE || !prefix.capability.is_empty() {
         drain_data(rd, &header).await?;
         let msg = "this drive accepts only unprotected requests (key type NONE, protection NONE, no capability)";
-        send_error(wr, &header, Status::ProtectionUnsupported, msg).await?;
+        send_error(wr, store, &header, Status::ProtectionUnsupported, msg).await?;
         return Ok(Next::Continue);
     }
     let request = match Request::decode(header.opcode, prefix.args) {
         Ok(r) => r,
         Err(e) => {
             drain_data(rd, &header).await?;
-            send_error(wr, &header, e.status(), &format!("bad arguments for opcode {:#06x}: {e}", header.opcode)).await?;
+            send_error(wr, store, &header, e.status(), &format!("bad arguments for opcode {:#06x}: {e}", header.opcode)).await?;
             return Ok(Next::Continue);
         }
     };
@@ -124,14 +124,14 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
         Ok(n) => n,
         Err(status) => {
             drain_data(rd, &header).await?;
-            send_error(wr, &header, status, &format!("invalid regions: {}", status.name())).await?;
+            send_error(wr, store, &header, status, &format!("invalid regions: {}", status.name())).await?;
             return Ok(Next::Continue);
         }
     };
     if header.data_len != expected {
         drain_data(rd, &header).await?;
         let msg = format!("frame carries {} data bytes; the operation needs {expected}", header.data_len);
-        send_error(wr, &header, Status::DataLengthMismatch, &msg).await?;
+        send_error(wr, store, &header, Status::DataLengthMismatch, &msg).await?;
         return Ok(Next::Continue);
     }
     execute(rd, wr, store, config, &header, request).await
@@ -192,11 +192,11 @@ async fn execute(
                     chunk_len_max: CHUNK_LEN_MAX,
                     regions_max: REGIONS_MAX as u16,
                 };
-                send_reply(wr, header, &reply).await?;
+                send_reply(wr, store, header, &reply).await?;
                 Ok(Next::Continue)
             } else {
                 let msg = format!("no common version: client offers {min_version}..={max_version}, drive speaks {VERSION_MIN}..={VERSION}");
-                send_error(wr, header, Status::VersionUnsupported, &msg).await?;
+                send_error(wr, store, header, Status::VersionUnsupported, &msg).await?;
                 Ok(Next::Close)
             }
         }
@@ -213,7 +213,7 @@ async fn execute(
                 partitions: info.partitions,
                 extensions: Vec::new(),
             });
-            send_reply(wr, header, &reply).await?;
+            send_reply(wr, store, header, &reply).await?;
             Ok(Next::Continue)
         }
         other => {
@@ -222,8 +222,8 @@ async fn execute(
                 .await
                 .unwrap_or_else(|e| Err(StoreError::Corrupt(format!("operation task failed: {e}"))));
             match result {
-                Ok(reply) => send_reply(wr, header, &reply).await?,
-                Err(e) => send_store_error(wr, header, &e).await?,
+                Ok(reply) => send_reply(wr, store, header, &reply).await?,
+                Err(e) => send_store_error(wr, store, header, &e).await?,
             }
             Ok(Next::Continue)
         }
@@ -348,8 +348,8 @@ async fn execute_write(
         return Err(e);
     }
     match result {
-        Ok(length) => send_reply(wr, header, &Reply::Written { length }).await?,
-        Err(e) => send_store_error(wr, header, &e).await?,
+        Ok(length) => send_reply(wr, store, header, &Reply::Written { length }).await?,
+        Err(e) => send_store_error(wr, store, header, &e).await?,
     }
     Ok(Next::Continue)
 }
@@ -422,7 +422,7 @@ async fn execute_read(
     let Some(ReadMsg::Start(lengths)) = rx.recv().await else {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read produced no lengths".into()));
-        send_store_error(wr, header, &e).await?;
+        send_store_error(wr, store, header, &e).await?;
         return Ok(Next::Continue);
     };
     let total: u64 = lengths.iter().sum();
@@ -432,7 +432,7 @@ async fn execute_read(
     if total > 0 && !matches!(first, Some(ReadMsg::Chunk(_))) {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read ended early".into()));
-        send_store_error(wr, header, &e).await?;
+        send_store_error(wr, store, header, &e).await?;
         return Ok(Next::Continue);
     }
     let mut reply = FrameHeader::reply_to(header, Status::Ok);
@@ -468,15 +468,23 @@ fn reply_nonce(store: &Store) -> [u8; nasd_proto::limits::NONCE_LEN] {
     nasd_proto::nonce(store.now_ns(), REPLY_SEQUENCE.fetch_add(1, Ordering::Relaxed))
 }
 
-async fn send_reply(wr: &mut Writer, request: &FrameHeader, reply: &Reply) -> std::io::Result<()> {
-    let h = FrameHeader::reply_to(request, Status::Ok);
+async fn send_reply(wr: &mut Writer, store: &Store, request: &FrameHeader, reply: &Reply) -> std::io::Result<()> {
+    let mut h = FrameHeader::reply_to(request, Status::Ok);
+    h.nonce = reply_nonce(store);
     wr.write_all(&FramePrefix::encode(&h, &[], &reply.encode(), &[0u8; DIGEST_LEN])).await?;
     wr.flush().await
 }
 
-async fn send_error(wr: &mut Writer, request: &FrameHeader, status: Status, message: &str) -> std::io::Result<()> {
+async fn send_error(
+    wr: &mut Writer,
+    store: &Store,
+    request: &FrameHeader,
+    status: Status,
+    message: &str,
+) -> std::io::Result<()> {
     debug_assert!(status != Status::Ok);
     let mut h = FrameHeader::reply_to(request, status);
+    h.nonce = reply_nonce(store);
     h.version = VERSION;
     h.key_type = KeyType::None;
     h.protection = Protection::NONE;
@@ -485,6 +493,6 @@ async fn send_error(wr: &mut Writer, request: &FrameHeader, status: Status, mess
     wr.flush().await
 }
 
-async fn send_store_error(wr: &mut Writer, request: &FrameHeader, e: &StoreError) -> std::io::Result<()> {
-    send_error(wr, request, e.status(), &e.to_string()).await
+async fn send_store_error(wr: &mut Writer, store: &Store, request: &FrameHeader, e: &StoreError) -> std::io::Result<()> {
+    send_error(wr, store, request, e.status(), &e.to_string()).await
 }

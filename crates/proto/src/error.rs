@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 macro_rules! status_codes {
-    ($( $(#[$doc:meta])* $name:ident = $val:expr, )*) => {
+    ($( $(#[$doc:meta])* $name:ident = $val:expr => $wire:literal, )*) => {
         /// The `status` field of a reply. `Ok` is 0; every failure has its own code
         /// so a client (and a test) can tell exactly which check refused a request.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,7 +28,7 @@ macro_rules! status_codes {
             /// The stable upper-snake-case name used in PROTOCOL.md.
             pub fn name(self) -> &'static str {
                 match self {
-                    $( Status::$name => stringify!($name), )*
+                    $( Status::$name => $wire, )*
                 }
             }
         }
@@ -37,54 +37,54 @@ macro_rules! status_codes {
 
 status_codes! {
     /// Success.
-    Ok = 0,
+    Ok = 0 => "OK",
     /// The frame is not well formed: bad magic, reserved bits set, impossible lengths.
-    MalformedFrame = 1,
+    MalformedFrame = 1 => "MALFORMED_FRAME",
     /// The frame's protocol version is not one this drive speaks.
-    VersionUnsupported = 2,
+    VersionUnsupported = 2 => "VERSION_UNSUPPORTED",
     /// The opcode names no operation.
-    UnknownOperation = 3,
+    UnknownOperation = 3 => "UNKNOWN_OPERATION",
     /// A length or count exceeds its named limit.
-    LimitExceeded = 4,
+    LimitExceeded = 4 => "LIMIT_EXCEEDED",
     /// The operation's arguments do not decode canonically.
-    BadArguments = 5,
+    BadArguments = 5 => "BAD_ARGUMENTS",
     /// Two regions of one request overlap.
-    RegionsOverlap = 6,
+    RegionsOverlap = 6 => "REGIONS_OVERLAP",
     /// A region is empty or extends past `OBJECT_SIZE_MAX`.
-    RegionOutOfRange = 7,
+    RegionOutOfRange = 7 => "REGION_OUT_OF_RANGE",
     /// The data length differs from the sum of the region lengths.
-    DataLengthMismatch = 8,
+    DataLengthMismatch = 8 => "DATA_LENGTH_MISMATCH",
     /// The partition does not exist.
-    NoSuchPartition = 9,
+    NoSuchPartition = 9 => "NO_SUCH_PARTITION",
     /// The object does not exist in the partition.
-    NoSuchObject = 10,
+    NoSuchObject = 10 => "NO_SUCH_OBJECT",
     /// `createpartition` named a partition that exists.
-    PartitionExists = 11,
+    PartitionExists = 11 => "PARTITION_EXISTS",
     /// `removepartition` without `force` on a partition that holds data.
-    PartitionNotEmpty = 12,
+    PartitionNotEmpty = 12 => "PARTITION_NOT_EMPTY",
     /// The operation would take the partition past its quota; nothing changed.
-    QuotaExceeded = 13,
+    QuotaExceeded = 13 => "QUOTA_EXCEEDED",
     /// `resizepartition` below the bytes the partition already uses.
-    QuotaBelowUsage = 14,
+    QuotaBelowUsage = 14 => "QUOTA_BELOW_USAGE",
     /// The drive has no free space (or the sum of quotas would exceed capacity).
-    NoSpace = 15,
+    NoSpace = 15 => "NO_SPACE",
     /// `setattr`/`create` tried to set an attribute the drive maintains, or to an
     /// unsupported value.
-    AttributeNotSettable = 16,
+    AttributeNotSettable = 16 => "ATTRIBUTE_NOT_SETTABLE",
     /// The object is a read-only well-known object.
-    ReadOnlyObject = 17,
+    ReadOnlyObject = 17 => "READ_ONLY_OBJECT",
     /// The protection option or key type is not supported by this drive.
-    ProtectionUnsupported = 18,
+    ProtectionUnsupported = 18 => "PROTECTION_UNSUPPORTED",
     /// A stored block no longer matches its stored digest (media corruption).
-    DataCorrupted = 19,
+    DataCorrupted = 19 => "DATA_CORRUPTED",
     /// The drive's storage failed; the drive stops accepting writes.
-    IoError = 20,
+    IoError = 20 => "IO_ERROR",
     /// Too many partitions or objects.
-    TooMany = 21,
+    TooMany = 21 => "TOO_MANY",
     /// The drive is shutting down or overloaded; retry elsewhere or later.
-    Busy = 22,
+    Busy = 22 => "BUSY",
     /// An internal invariant failed; the request had no effect.
-    Internal = 23,
+    Internal = 23 => "INTERNAL",
 }
 
 impl std::fmt::Display for Status {

@@ -193,6 +193,11 @@ impl FrameHeader {
             return Err(DecodeError::BadMagic);
         }
         let version = r.u8()?;
+        if !(VERSION_MIN..=VERSION).contains(&version) {
+            // Checked before anything else: a later version may lay out the
+            // rest of the header differently.
+            return Err(DecodeError::Version(version));
+        }
         let kind = match r.u8()? {
             1 => Kind::Request,
             2 => Kind::Reply,
@@ -227,9 +232,6 @@ impl FrameHeader {
             nonce,
         };
         h.check_limits()?;
-        if !(VERSION_MIN..=VERSION).contains(&version) {
-            return Err(DecodeError::Version(version));
-        }
         Ok(h)
     }
 

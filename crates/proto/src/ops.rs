@@ -74,14 +74,16 @@ pub struct Region {
 }
 
 impl Region {
-    /// One past the last byte.
+    /// One past the last byte (saturating: only validated regions are
+    /// guaranteed to end below `OBJECT_SIZE_MAX`).
     pub fn end(&self) -> u64 {
-        self.offset + self.length
+        self.offset.saturating_add(self.length)
     }
 }
 
 /// Checks a request's regions: 1..=`REGIONS_MAX` of them, none empty, none past
-/// `OBJECT_SIZE_MAX`, no two overlapping. Returns the total length.
+/// `OBJECT_SIZE_MAX`, no two overlapping, at most `DATA_LEN_MAX` bytes in all.
+/// Returns the total length.
 pub fn validate_regions(regions: &[Region]) -> Result<u64, Status> {
     if regions.is_empty() || regions.len() > REGIONS_MAX {
         return Err(Status::LimitExceeded);
@@ -96,7 +98,11 @@ pub fn validate_regions(regions: &[Region]) -> Result<u64, Status> {
     if sorted.windows(2).any(|w| w[0].end() > w[1].offset) {
         return Err(Status::RegionsOverlap);
     }
-    Ok(regions.iter().map(|r| r.length).sum())
+    let total: u64 = regions.iter().map(|r| r.length).sum();
+    if total > DATA_LEN_MAX {
+        return Err(Status::LimitExceeded);
+    }
+    Ok(total)
 }
 
 /// A request's operation and arguments.

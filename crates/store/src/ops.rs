@@ -150,7 +150,7 @@ impl Store {
     /// Removes an object and releases its blocks.
     pub fn remove(&self, p: u64, o: u64) -> Result<(), StoreError> {
         self.check_healthy()?;
-        if o < FIRST_USER_OBJECT {
+        if o <= FIRST_OBJECT {
             return Err(StoreError::ReadOnlyObject(o));
         }
         let _g = self.stripe(p, o).write().expect("object lock poisoned");
@@ -228,15 +228,30 @@ impl Store {
     /// invariant that stored bytes past `logical_size` are zero.
     fn set_size(&self, p: u64, o: u64, size: u64) -> Result<(), StoreError> {
         let old = lock(&self.meta).object(p, o)?.attrs.logical_size;
+        let bs = self.bs();
+        // The zeroed tail block is written first, invisibly; installing it,
+        // dropping the blocks past the end and setting the size then happen in
+        // one critical section, so no commit can persist a half-done truncation.
+        let mut tail = None;
         if size < old {
-            let bs = self.bs();
             let tail_end = old.min(size.div_ceil(bs) * bs);
             if tail_end > size {
                 let zeros = vec![0u8; (tail_end - size) as usize];
                 let region = [Region { offset: size, length: tail_end - size }];
-                self.write_locked(p, o, &region, &mut &zeros[..])?;
+                let mut plan = self.plan_write(p, o, &region)?;
+                if let Err(e) = self.stream_write(&mut plan, &region, &mut &zeros[..]) {
+                    self.abort_write(plan);
+                    return Err(e);
+                }
+                tail = Some((plan, region));
             }
-            let mut m = lock(&self.meta);
+        }
+        let now = self.now_ns();
+        let mut m = lock(&self.meta);
+        if let Some((plan, region)) = tail {
+            self.install_locked(&mut m, plan, &region, now);
+        }
+        if size < old {
             let first_dropped = size.div_ceil(bs);
             let obj = m.object_mut(p, o)?;
             let old_slack = obj.slack();
@@ -249,8 +264,6 @@ impl Store {
                 m.dirty_object(p, o).blocks.insert(*l);
             }
         }
-        let now = self.now_ns();
-        let mut m = lock(&self.meta);
         let obj = m.object_mut(p, o)?;
         obj.attrs.logical_size = size;
         obj.attrs.data_modify_time = now;
@@ -488,8 +501,12 @@ impl Store {
 
     fn install_write(&self, plan: WritePlan, regions: &[Region]) {
         let now = self.now_ns();
+        self.install_locked(&mut lock(&self.meta), plan, regions, now);
+    }
+
+    /// Installs a streamed write in the index at once (caller holds the metadata lock).
+    fn install_locked(&self, m: &mut Meta, plan: WritePlan, regions: &[Region], now: u64) {
         let (p, o) = (plan.partition, plan.object);
-        let mut m = lock(&self.meta);
         m.partitions.get_mut(&p).expect("partition of a locked object").inflight_blocks -= plan.reserved_inflight;
         let old_slack = m.object(p, o).expect("locked object exists").slack();
         for (l, new) in &plan.new {
@@ -774,6 +791,9 @@ impl Store {
     pub fn commit(&self) -> Result<(), StoreError> {
         self.check_healthy()?;
         let _c = lock(&self.commit_lock);
+        // Again under the lock: a concurrent commit that failed may have taken
+        // the dirty set with it, and an empty batch must not report success.
+        self.check_healthy()?;
         let (batch, release) = {
             let mut m = lock(&self.meta);
             let batch = self.snapshot(&mut m);
