@@ -728,6 +728,13 @@ impl Store {
         m.partitions.get_mut(&p).expect("partition").slack_blocks = 0;
     }
 
+    /// The object's block map: (logical block, where it is stored and its
+    /// digest), in logical order. For layout tools, scrubbing and tests.
+    pub fn block_map(&self, p: u64, o: u64) -> Result<Vec<(u64, BlockRef)>, StoreError> {
+        let m = lock(&self.meta);
+        Ok(m.object(p, o)?.blocks.iter().map(|(l, b)| (*l, *b)).collect())
+    }
+
     /// Drive-wide figures and the partition list.
     pub fn info(&self) -> StoreInfo {
         let m = lock(&self.meta);
