@@ -30,15 +30,19 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
         /// Check stored digests on every read.
-        #[arg(long, default_value_t = true)]
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         verify_reads: bool,
+        /// Data chunk length on the wire, both directions.
+        #[arg(long, default_value = "256KiB")]
+        chunk: String,
     },
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
-        BenchCommand::Drive { size, request, block_size, dir, verify_reads } => {
+        BenchCommand::Drive { size, request, block_size, dir, verify_reads, chunk } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            let chunk = parse_size(&chunk).map_err(anyhow::Error::msg)? as u32;
             let request = parse_size(&request).map_err(anyhow::Error::msg)?;
             anyhow::ensure!(request > 0 && size >= request, "--size must be at least --request, and --request above 0");
             let (raw_up, raw_down) = raw_tcp(size, request as usize).await?;
@@ -46,9 +50,14 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             println!("|---|---|---|---|---|---|");
             println!("| raw TCP copy, client → server | {} | {} | – | {:.0} | 1.00 |", human(size), human(request), mib_s(size, raw_up));
             println!("| raw TCP copy, server → client | {} | {} | – | {:.0} | 1.00 |", human(size), human(request), mib_s(size, raw_down));
+            let disk = raw_disk(size, request as usize, dir.as_deref())?;
+            println!(
+                "| raw file write + fdatasync (disk baseline) | {} | {} | – | {:.0} | {:.2} |",
+                human(size), human(request), mib_s(size, disk), raw_up.as_secs_f64() / disk.as_secs_f64()
+            );
             for bs in block_size.split(',') {
                 let bs = parse_size(bs).map_err(anyhow::Error::msg)? as u32;
-                let (w, r) = drive_seq(size, request, bs, dir.as_deref(), verify_reads).await?;
+                let (w, r) = drive_seq(size, request, bs, dir.as_deref(), verify_reads, chunk).await?;
                 println!(
                     "| nasd write + flush | {} | {} | {} | {:.0} | {:.2} |",
                     human(size), human(request), human(bs as u64), mib_s(size, w), raw_up.as_secs_f64() / w.as_secs_f64()
@@ -116,6 +125,24 @@ async fn raw_tcp(size: u64, request: usize) -> anyhow::Result<(Duration, Duratio
     Ok((up, down))
 }
 
+/// Writes `size` bytes to a plain file in `request`-sized writes and fdatasyncs it:
+/// what the disk under the drive can do.
+fn raw_disk(size: u64, request: usize, dir: Option<&std::path::Path>) -> anyhow::Result<Duration> {
+    use std::io::Write;
+    let tmp = tempfile::NamedTempFile::new_in(dir.map(|d| d.to_path_buf()).unwrap_or_else(std::env::temp_dir))?;
+    let mut f = tmp.as_file();
+    let buf = vec![0xa5u8; request];
+    let t = Instant::now();
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(request as u64) as usize;
+        f.write_all(&buf[..n])?;
+        off += n as u64;
+    }
+    f.sync_data()?;
+    Ok(t.elapsed())
+}
+
 /// Writes then reads `size` bytes through a drive served in this process.
 async fn drive_seq(
     size: u64,
@@ -123,6 +150,7 @@ async fn drive_seq(
     block_size: u32,
     dir: Option<&std::path::Path>,
     verify_reads: bool,
+    chunk: u32,
 ) -> anyhow::Result<(Duration, Duration)> {
     let tmp;
     let dir = match dir {
@@ -144,11 +172,12 @@ async fn drive_seq(
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(nasd_drive::serve(listener, store, Default::default(), async {
+    let config = nasd_drive::DriveConfig { chunk_len: chunk, ..Default::default() };
+    let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
         let _ = stop_rx.await;
     }));
     let mut c = DriveClient::connect(addr).await?;
-    c.set_chunk_len(nasd_proto::limits::CHUNK_LEN_DEFAULT);
+    c.set_chunk_len(chunk);
     c.create_partition(1).await?;
     c.resize_partition(1, size * 2).await?;
     let (obj, _) = c.create(1).await?;

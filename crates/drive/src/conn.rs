@@ -65,10 +65,13 @@ fn timed_out() -> std::io::Error {
 
 async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, config: &DriveConfig) -> std::io::Result<Next> {
     let mut head = [0u8; HEADER_LEN];
-    let got = timeout(IDLE_TIMEOUT, read_full(rd, &mut head)).await.map_err(|_| timed_out())??;
-    if got == 0 {
+    // Idle time is allowed before a frame starts; once it has started, the
+    // rest must arrive within FRAME_TIMEOUT.
+    let first = timeout(IDLE_TIMEOUT, read_full(rd, &mut head[..1])).await.map_err(|_| timed_out())??;
+    if first == 0 {
         return Ok(Next::Close);
     }
+    let got = 1 + timeout(FRAME_TIMEOUT, read_full(rd, &mut head[1..])).await.map_err(|_| timed_out())??;
     let fallback = fallback_header(&head);
     if got < HEADER_LEN {
         let msg = format!("truncated frame header: {got} of {HEADER_LEN} bytes");

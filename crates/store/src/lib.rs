@@ -266,6 +266,10 @@ impl Store {
         let (drive_id, block_size, offset, skew) = Self::load_or_format(&mut conn, opts)?;
         let capacity_blocks = opts.capacity_bytes / block_size as u64;
         let data = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("blocks.dat"))?;
+        // fdatasync(blocks.dat) does not make its directory entry durable: sync
+        // the directory, or a power loss could lose a new blocks.dat that the
+        // committed index already points into.
+        File::open(dir)?.sync_all()?;
         let mut meta = Self::load_meta(&conn, block_size, capacity_blocks)?;
         meta.clock_offset_ns = offset;
         meta.clock_skew_ns = skew;

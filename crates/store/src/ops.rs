@@ -86,8 +86,6 @@ struct WritePlan {
     partition: u64,
     object: u64,
     reserved_inflight: u64,
-    /// Logical block → the old block it replaces, if any.
-    old: BTreeMap<u64, Option<BlockRef>>,
     /// Logical block → its new block, as written so far.
     new: BTreeMap<u64, BlockRef>,
 }
@@ -235,7 +233,10 @@ impl Store {
         let mut tail = None;
         if size < old {
             let tail_end = old.min(size.div_ceil(bs) * bs);
-            if tail_end > size {
+            // A hole needs no zeroing: allocating a block for it would charge
+            // the quota (and fail in a full partition) for nothing.
+            let tail_mapped = lock(&self.meta).object(p, o)?.blocks.contains_key(&(size / bs));
+            if tail_end > size && tail_mapped {
                 let zeros = vec![0u8; (tail_end - size) as usize];
                 let region = [Region { offset: size, length: tail_end - size }];
                 let mut plan = self.plan_write(p, o, &region)?;
@@ -248,6 +249,24 @@ impl Store {
         }
         let now = self.now_ns();
         let mut m = lock(&self.meta);
+        if size < old {
+            // Dropping blocks a copy still shares frees no space but hands the
+            // object's reservation back as slack: refuse if that breaks the quota.
+            let obj = m.object(p, o)?;
+            let first_dropped = size.div_ceil(bs);
+            let kept = obj.blocks.range(..first_dropped).count() as u64;
+            let freed = obj.blocks.range(first_dropped..).filter(|(_, r)| m.refcount.get(&r.phys) == Some(&1)).count() as u64;
+            let slack_gain = obj.reserved.saturating_sub(kept) - obj.slack();
+            if slack_gain > freed {
+                if let Err(e) = m.quota_check(p, slack_gain - freed, bs) {
+                    drop(m);
+                    if let Some((plan, _)) = tail {
+                        self.abort_write(plan);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         if let Some((plan, region)) = tail {
             self.install_locked(&mut m, plan, &region, now);
         }
@@ -368,51 +387,55 @@ impl Store {
         }
     }
 
-    /// Logical blocks touched by `regions`.
-    fn touched_blocks(&self, regions: &[Region]) -> BTreeSet<u64> {
+    /// Logical blocks touched by `regions`, as sorted, disjoint, inclusive
+    /// ranges. Costs O(regions), whatever the sizes.
+    fn touched_ranges(&self, regions: &[Region]) -> Vec<(u64, u64)> {
         let bs = self.bs();
-        let mut set = BTreeSet::new();
-        for r in regions {
-            set.extend(r.offset / bs..=(r.end() - 1) / bs);
-        }
-        set
-    }
-
-    /// Blocks a write of `touched` adds to the partition's charge: holes and
-    /// shared blocks need new blocks; exclusively owned ones are replaced.
-    fn added_blocks(m: &Meta, obj: &Object, touched: &BTreeSet<u64>) -> (u64, u64) {
-        let mut added = 0;
-        let mut newly_mapped = 0;
-        for l in touched {
-            match obj.blocks.get(l) {
-                None => {
-                    added += 1;
-                    newly_mapped += 1;
-                }
-                Some(r) if m.refcount.get(&r.phys).copied().unwrap_or(0) > 1 => added += 1,
-                Some(_) => {}
+        let mut ranges: Vec<(u64, u64)> = regions.iter().map(|r| (r.offset / bs, (r.end() - 1) / bs)).collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (first, last) in ranges {
+            match merged.last_mut() {
+                Some(prev) if first <= prev.1 + 1 => prev.1 = prev.1.max(last),
+                _ => merged.push((first, last)),
             }
         }
-        let slack_used = newly_mapped.min(obj.slack());
+        merged
+    }
+
+    /// Blocks a write of `ranges` needs: (new blocks, charge against the
+    /// quota). Holes and shared blocks need new blocks; a block owned by this
+    /// object alone is replaced one for one. Costs O(mapped blocks in range).
+    fn added_blocks(m: &Meta, obj: &Object, ranges: &[(u64, u64)]) -> (u64, u64) {
+        let total: u64 = ranges.iter().map(|(f, l)| l - f + 1).sum();
+        let (mut mapped, mut exclusive) = (0u64, 0u64);
+        for &(first, last) in ranges {
+            for (_, r) in obj.blocks.range(first..=last) {
+                mapped += 1;
+                if m.refcount.get(&r.phys).copied().unwrap_or(0) == 1 {
+                    exclusive += 1;
+                }
+            }
+        }
+        let added = total - exclusive;
+        let slack_used = (total - mapped).min(obj.slack());
         (added, added - slack_used)
     }
 
     fn plan_write(&self, p: u64, o: u64, regions: &[Region]) -> Result<WritePlan, StoreError> {
-        let touched = self.touched_blocks(regions);
+        let ranges = self.touched_ranges(regions);
         let mut m = lock(&self.meta);
         let obj = m.object(p, o)?;
-        let (_, charge) = Self::added_blocks(&m, obj, &touched);
+        let (added, charge) = Self::added_blocks(&m, obj, &ranges);
         m.quota_check(p, charge, self.bs())?;
-        if (touched.len() as u64) > m.alloc.free_blocks() {
+        if added > m.alloc.free_blocks() {
             return Err(StoreError::NoSpace(format!(
-                "write needs {} blocks, drive has {} free",
-                touched.len(),
+                "write needs {added} new blocks, drive has {} free",
                 m.alloc.free_blocks()
             )));
         }
-        let old = touched.iter().map(|l| (*l, obj.blocks.get(l).copied())).collect();
         m.partition_mut(p)?.inflight_blocks += charge;
-        Ok(WritePlan { partition: p, object: o, reserved_inflight: charge, old, new: BTreeMap::new() })
+        Ok(WritePlan { partition: p, object: o, reserved_inflight: charge, new: BTreeMap::new() })
     }
 
     fn stream_write(&self, plan: &mut WritePlan, regions: &[Region], source: &mut dyn DataSource) -> Result<(), StoreError> {
@@ -448,10 +471,13 @@ impl Store {
         if whole {
             return Ok(());
         }
+        // The object cannot change under us (we hold its write lock), so its
+        // current block is the one this write replaces.
+        let old = lock(&self.meta).object(plan.partition, plan.object)?.blocks.get(&l).copied();
         if let Some(b) = plan.new.get(&l) {
             self.data.read_exact_at(buf, b.phys * self.bs())?;
-        } else if let Some(Some(b)) = plan.old.get(&l) {
-            self.read_block(plan.partition, plan.object, l, b, buf)?;
+        } else if let Some(b) = old {
+            self.read_block(plan.partition, plan.object, l, &b, buf)?;
         } else {
             buf.fill(0);
         }
@@ -587,6 +613,7 @@ impl Store {
     pub fn flush(&self, p: u64, objects: &[u64]) -> Result<(), StoreError> {
         {
             let m = lock(&self.meta);
+            m.partition(p)?;
             for &o in objects {
                 if !is_control(o) {
                     m.object(p, o)?;
@@ -603,9 +630,9 @@ impl Store {
         if is_control(o) {
             return Err(StoreError::ReadOnlyObject(o));
         }
-        let touched = self.touched_blocks(regions);
+        let ranges = self.touched_ranges(regions);
         let m = lock(&self.meta);
-        let (added, _) = Self::added_blocks(&m, m.object(p, o)?, &touched);
+        let (added, _) = Self::added_blocks(&m, m.object(p, o)?, &ranges);
         Ok((added, added))
     }
 
