@@ -172,7 +172,7 @@ async fn drive_seq(
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let config = nasd_drive::DriveConfig { chunk_len: chunk, ..Default::default() };
+    let config = nasd_drive::DriveConfig { chunk_len: chunk, ..nasd_drive::DriveConfig::unauthenticated() };
     let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
         let _ = stop_rx.await;
     }));

@@ -8,6 +8,7 @@
 //! capacity = "500GiB"
 //! commit_interval_ms = 2000
 //! verify_reads = true
+//! master_key_file = "/etc/nasd/drive0.master.key"
 //! ```
 
 use serde::Deserialize;
@@ -32,6 +33,8 @@ pub struct DriveSection {
     pub capacity: Option<String>,
     pub commit_interval_ms: Option<u64>,
     pub verify_reads: Option<bool>,
+    pub master_key_file: Option<PathBuf>,
+    pub no_security: Option<bool>,
 }
 
 /// Reads and parses the file.

@@ -59,6 +59,14 @@ struct DriveArgs {
     /// Check every block read against its stored digest.
     #[arg(long)]
     verify_reads: Option<bool>,
+    /// File holding the master key (64 hex digits) for a drive that has none
+    /// yet [default: DIR/master.key, created with a fresh key if missing].
+    #[arg(long)]
+    master_key_file: Option<PathBuf>,
+    /// Accept unauthenticated requests: no keys, no capabilities. Only for a
+    /// trusted network; anyone who can reach the drive can do anything.
+    #[arg(long)]
+    no_security: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -113,8 +121,15 @@ async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Resul
     let listener = nasd_drive::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}: is another drive already using it?"))?;
+    let security = if args.no_security || file.no_security.unwrap_or(false) {
+        nasd_drive::SecurityMode::Disabled
+    } else {
+        let path = args.master_key_file.or(file.master_key_file).unwrap_or_else(|| data.join("master.key"));
+        nasd_drive::SecurityMode::Enforced { master_key: Some(master_key(&path)?) }
+    };
     let config = nasd_drive::DriveConfig {
         commit_interval: Duration::from_millis(args.commit_interval_ms.or(file.commit_interval_ms).unwrap_or(2000)),
+        security,
         ..Default::default()
     };
     let info = store.info();
@@ -129,6 +144,31 @@ async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Resul
     nasd_drive::serve(listener, store, config, shutdown_signal()).await?;
     eprintln!("nasd drive stopped cleanly");
     Ok(())
+}
+
+/// Reads the master key file, creating it (mode 0600) with a fresh key if it
+/// does not exist. A drive that already has a master key keeps its own.
+fn master_key(path: &std::path::Path) -> anyhow::Result<nasd_drive::Key> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::read_to_string(path) {
+        Ok(text) => nasd_drive::Key::from_hex(&text)
+            .with_context(|| format!("{} does not hold a master key (64 hex digits)", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = nasd_drive::Key::random();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("cannot create master key file {}", path.display()))?;
+            writeln!(f, "{}", key.to_hex())?;
+            f.sync_all()?;
+            eprintln!("created master key {} (keep it safe: it controls this drive)", path.display());
+            Ok(key)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read master key file {}", path.display())),
+    }
 }
 
 async fn shutdown_signal() {

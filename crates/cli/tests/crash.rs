@@ -429,7 +429,7 @@ impl Drive {
                 .arg("--data")
                 .arg(data)
                 .args(["--listen", &addr.to_string()])
-                .args(["--capacity", CAPACITY, "--block-size", BLOCK_SIZE])
+                .args(["--capacity", CAPACITY, "--block-size", BLOCK_SIZE, "--no-security"])
                 .args(["--commit-interval-ms", &commit_interval_ms.to_string()])
                 .env("NASD_LOG", "warn")
                 .env_remove("NASD_CONFIG")

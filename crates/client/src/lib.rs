@@ -332,7 +332,7 @@ impl DriveClient {
 
     /// Removes every partition and sets the drive clock.
     pub async fn initialize(&mut self, clock_ns: u64, clock_skew_ns: u64) -> Result<(), ClientError> {
-        self.call(&Request::Initialize { clock_ns, clock_skew_ns }).await.map(drop)
+        self.call(&Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key: Vec::new() }).await.map(drop)
     }
 
     /// Describes the drive.

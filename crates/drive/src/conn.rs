@@ -1,10 +1,12 @@
-//! One client connection: frame in, operation, frame out.
+//! One client connection: frame in, checks, operation, protected frame out.
 
-use crate::{DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
-use nasd_proto::limits::{CHUNK_LEN_MAX, DIGEST_LEN, HEADER_LEN, REGIONS_MAX};
+use crate::security::{audit_target, Authority};
+use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
+use nasd_crypto::FrameKeys;
+use nasd_proto::limits::{CHUNK_LEN_MAX, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
 use nasd_proto::{
-    encode_error_message, validate_regions, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType, Kind,
-    Protection, Reply, Request, Status, VERSION, VERSION_MIN,
+    encode_error_message, validate_regions, AuditRecord, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType, Kind,
+    Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
 };
 use nasd_store::{DataSink, DataSource, Store, StoreError};
 use std::net::SocketAddr;
@@ -26,14 +28,42 @@ type Writer = BufWriter<tokio::net::tcp::OwnedWriteHalf>;
 
 static REPLY_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-pub(crate) async fn serve_connection(socket: TcpStream, peer: SocketAddr, store: Arc<Store>, config: Arc<DriveConfig>) {
+/// How a reply is protected: like its request, once the request authenticated.
+struct ReplyGuard<'a> {
+    keys: Option<&'a FrameKeys>,
+    key_type: KeyType,
+    protection: Protection,
+}
+
+impl ReplyGuard<'static> {
+    /// For refusals of requests that did not authenticate: unprotected.
+    const NONE: ReplyGuard<'static> = ReplyGuard { keys: None, key_type: KeyType::None, protection: Protection::NONE };
+}
+
+impl<'a> ReplyGuard<'a> {
+    fn of(auth: &'a Authority, request: &FrameHeader) -> Self {
+        match &auth.keys {
+            Some(k) => ReplyGuard { keys: Some(k), key_type: request.key_type, protection: request.protection },
+            None => ReplyGuard::NONE,
+        }
+    }
+}
+
+/// One request's context: its header and the connection's shared state.
+struct Ctx<'a> {
+    drive: &'a Arc<Drive>,
+    config: &'a DriveConfig,
+    header: &'a FrameHeader,
+}
+
+pub(crate) async fn serve_connection(socket: TcpStream, peer: SocketAddr, drive: Arc<Drive>, config: Arc<DriveConfig>) {
     let _ = socket.set_nodelay(true);
     let (rd, wr) = socket.into_split();
     let mut rd = BufReader::with_capacity(256 * 1024, rd);
     let mut wr = BufWriter::with_capacity(256 * 1024, wr);
     tracing::debug!(%peer, "connection opened");
     loop {
-        match handle_frame(&mut rd, &mut wr, &store, &config).await {
+        match handle_frame(&mut rd, &mut wr, &drive, &config).await {
             Ok(Next::Continue) => {}
             Ok(Next::Close) => break,
             Err(e) => {
@@ -63,7 +93,8 @@ fn timed_out() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::TimedOut, "peer too slow")
 }
 
-async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, config: &DriveConfig) -> std::io::Result<Next> {
+async fn handle_frame(rd: &mut Reader, wr: &mut Writer, drive: &Arc<Drive>, config: &DriveConfig) -> std::io::Result<Next> {
+    let store = &drive.store;
     let mut head = [0u8; HEADER_LEN];
     // Idle time is allowed before a frame starts; once it has started, the
     // rest must arrive within FRAME_TIMEOUT.
@@ -75,7 +106,7 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
     let fallback = fallback_header(&head);
     if got < HEADER_LEN {
         let msg = format!("truncated frame header: {got} of {HEADER_LEN} bytes");
-        send_error(wr, store, &fallback, Status::MalformedFrame, &msg).await?;
+        send_error(wr, store, &fallback, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
         return Ok(Next::Close);
     }
     let header = match FrameHeader::decode(&head) {
@@ -85,19 +116,19 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
                 DecodeError::Version(v) => format!("protocol version {v} unsupported; this drive speaks {VERSION_MIN}..={VERSION}"),
                 other => format!("bad frame header: {other}"),
             };
-            send_error(wr, store, &fallback, header_error_status(&e), &msg).await?;
+            send_error(wr, store, &fallback, &ReplyGuard::NONE, header_error_status(&e), &msg).await?;
             return Ok(Next::Close);
         }
     };
     if header.kind != Kind::Request {
-        send_error(wr, store, &header, Status::MalformedFrame, "expected a request frame").await?;
+        send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, "expected a request frame").await?;
         return Ok(Next::Close);
     }
     let mut body = vec![0u8; header.body_len()];
     let got = timeout(FRAME_TIMEOUT, read_full(rd, &mut body)).await.map_err(|_| timed_out())??;
     if got < body.len() {
         let msg = format!("truncated frame: {got} of {} bytes after the header", body.len());
-        send_error(wr, store, &header, Status::MalformedFrame, &msg).await?;
+        send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
         return Ok(Next::Close);
     }
     let mut frame = head.to_vec();
@@ -105,39 +136,73 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, store: &Arc<Store>, conf
     let prefix = match FramePrefix::parse(&frame) {
         Ok(p) => p,
         Err(e) => {
-            send_error(wr, store, &header, e.status(), &format!("bad frame: {e}")).await?;
+            send_error(wr, store, &header, &ReplyGuard::NONE, e.status(), &format!("bad frame: {e}")).await?;
             return Ok(Next::Close);
         }
     };
-    if header.key_type != KeyType::None || header.protection != Protection::NONE || !prefix.capability.is_empty() {
-        drain_data(rd, &header).await?;
-        let msg = "this drive accepts only unprotected requests (key type NONE, protection NONE, no capability)";
-        send_error(wr, store, &header, Status::ProtectionUnsupported, msg).await?;
-        return Ok(Next::Continue);
+    let ctx = Ctx { drive, config, header: &header };
+    let before_digest = &frame[..frame.len() - DIGEST_LEN];
+    let auth = match drive.security.authenticate(&header, prefix.capability, before_digest, &prefix.digest) {
+        Ok(a) => a,
+        Err((status, msg)) => {
+            drain_data(rd, &header).await?;
+            ctx.audit(None, None, status);
+            send_error(wr, store, &header, &ReplyGuard::NONE, status, &msg).await?;
+            return Ok(Next::Continue);
+        }
+    };
+    let guard = ReplyGuard::of(&auth, &header);
+    let mut args = prefix.args.to_vec();
+    if header.protection.covers(Protection::PRIVACY_ARGS) {
+        if let Some(keys) = &auth.keys {
+            keys.crypt_args(Kind::Request, &header.nonce, &mut args);
+        }
     }
-    let request = match Request::decode(header.opcode, prefix.args) {
+    let request = match Request::decode(header.opcode, &args) {
         Ok(r) => r,
         Err(e) => {
             drain_data(rd, &header).await?;
-            send_error(wr, store, &header, e.status(), &format!("bad arguments for opcode {:#06x}: {e}", header.opcode)).await?;
+            ctx.audit(Some(&auth), None, e.status());
+            let msg = format!("bad arguments for opcode {:#06x}: {e}", header.opcode);
+            send_error(wr, store, &header, &guard, e.status(), &msg).await?;
             return Ok(Next::Continue);
         }
     };
-    let expected = match expected_data_len(&request) {
-        Ok(n) => n,
-        Err(status) => {
-            drain_data(rd, &header).await?;
-            send_error(wr, store, &header, status, &format!("invalid regions: {}", status.name())).await?;
-            return Ok(Next::Continue);
-        }
-    };
-    if header.data_len != expected {
+    if let Err((status, msg)) = check_data_len(&header, &request) {
         drain_data(rd, &header).await?;
-        let msg = format!("frame carries {} data bytes; the operation needs {expected}", header.data_len);
-        send_error(wr, store, &header, Status::DataLengthMismatch, &msg).await?;
+        ctx.audit(Some(&auth), Some(&request), status);
+        send_error(wr, store, &header, &guard, status, &msg).await?;
         return Ok(Next::Continue);
     }
-    execute(rd, wr, store, config, &header, request).await
+    if let Err((status, msg)) = drive.security.authorize(&auth, &request) {
+        drain_data(rd, &header).await?;
+        ctx.audit(Some(&auth), Some(&request), status);
+        send_error(wr, store, &header, &guard, status, &msg).await?;
+        return Ok(Next::Continue);
+    }
+    let (status, next) = execute(rd, wr, &ctx, &auth, &guard, &prefix.digest, &request).await?;
+    ctx.audit(Some(&auth), Some(&request), status);
+    Ok(next)
+}
+
+impl Ctx<'_> {
+    fn audit(&self, auth: Option<&Authority>, req: Option<&Request>, status: Status) {
+        if self.header.opcode == nasd_proto::opcode::HELLO {
+            return;
+        }
+        let (partition, object, region) = req.map(audit_target).unwrap_or((0, 0, Region { offset: 0, length: 0 }));
+        self.drive.audit.record(AuditRecord {
+            sequence: 0,
+            time_ns: self.drive.store.now_ns(),
+            audit_id: auth.map_or(0, Authority::audit_id),
+            key_type: self.header.key_type as u8,
+            opcode: self.header.opcode,
+            status: status as u16,
+            partition,
+            object,
+            region,
+        });
+    }
 }
 
 /// The status for a header that does not decode.
@@ -157,11 +222,18 @@ fn fallback_header(head: &[u8; HEADER_LEN]) -> FrameHeader {
     FrameHeader::request(opcode, request_id)
 }
 
-fn expected_data_len(req: &Request) -> Result<u64, Status> {
-    match req {
-        Request::Write { regions, .. } => validate_regions(regions),
-        _ => Ok(0),
+fn check_data_len(header: &FrameHeader, req: &Request) -> Result<(), (Status, String)> {
+    let expected = match req {
+        Request::Write { regions, .. } => {
+            validate_regions(regions).map_err(|s| (s, format!("invalid regions: {}", s.name())))?
+        }
+        _ => 0,
+    };
+    if header.data_len != expected {
+        let msg = format!("frame carries {} data bytes; the operation needs {expected}", header.data_len);
+        return Err((Status::DataLengthMismatch, msg));
     }
+    Ok(())
 }
 
 /// Reads and discards a request's data section.
@@ -176,36 +248,44 @@ async fn drain_data(rd: &mut Reader, header: &FrameHeader) -> std::io::Result<()
     Ok(())
 }
 
+/// Runs an authorized request; returns the status it ended with.
 async fn execute(
     rd: &mut Reader,
     wr: &mut Writer,
-    store: &Arc<Store>,
-    config: &DriveConfig,
-    header: &FrameHeader,
-    request: Request,
-) -> std::io::Result<Next> {
-    match request {
-        Request::Write { partition, object, regions } => execute_write(rd, wr, store, header, partition, object, regions).await,
-        Request::Read { partition, object, regions } => execute_read(wr, store, config, header, partition, object, regions).await,
+    ctx: &Ctx<'_>,
+    auth: &Authority,
+    guard: &ReplyGuard<'_>,
+    request_digest: &[u8; DIGEST_LEN],
+    request: &Request,
+) -> std::io::Result<(Status, Next)> {
+    let (drive, header) = (ctx.drive, ctx.header);
+    let store = &drive.store;
+    let result: Result<Reply, (Status, String)> = match request {
+        Request::Write { partition, object, regions } => {
+            return execute_write(rd, wr, ctx, auth, guard, request_digest, *partition, *object, regions.clone()).await;
+        }
+        Request::Read { partition, object, regions } => {
+            return execute_read(wr, ctx, guard, *partition, *object, regions.clone()).await;
+        }
         Request::Hello { min_version, max_version, .. } => {
-            if min_version <= VERSION && VERSION <= max_version && VERSION_MIN <= max_version {
-                let reply = Reply::Hello {
+            if *min_version <= VERSION && VERSION <= *max_version {
+                Ok(Reply::Hello {
                     version: VERSION,
                     drive_id: store.drive_id(),
                     chunk_len_max: CHUNK_LEN_MAX,
                     regions_max: REGIONS_MAX as u16,
-                };
-                send_reply(wr, store, header, &reply).await?;
-                Ok(Next::Continue)
+                })
             } else {
-                let msg = format!("no common version: client offers {min_version}..={max_version}, drive speaks {VERSION_MIN}..={VERSION}");
-                send_error(wr, store, header, Status::VersionUnsupported, &msg).await?;
-                Ok(Next::Close)
+                let msg = format!(
+                    "no common version: client offers {min_version}..={max_version}, drive speaks {VERSION_MIN}..={VERSION}"
+                );
+                send_error(wr, store, header, guard, Status::VersionUnsupported, &msg).await?;
+                return Ok((Status::VersionUnsupported, Next::Close));
             }
         }
         Request::Inquiry => {
             let info = store.info();
-            let reply = Reply::Inquiry(DriveInfo {
+            Ok(Reply::Inquiry(DriveInfo {
                 vendor: VENDOR.into(),
                 model: MODEL.into(),
                 firmware: env!("CARGO_PKG_VERSION").into(),
@@ -215,22 +295,50 @@ async fn execute(
                 used_bytes: info.used_bytes,
                 partitions: info.partitions,
                 extensions: Vec::new(),
-            });
-            send_reply(wr, store, header, &reply).await?;
-            Ok(Next::Continue)
+            }))
+        }
+        Request::ReadAudit { after, max } => drive
+            .audit
+            .read(*after, *max as usize)
+            .map(|records| Reply::Audit { records })
+            .map_err(|e| (Status::IoError, format!("audit trail: {e}"))),
+        Request::SetDriveKey { .. }
+        | Request::SetPartitionKey { .. }
+        | Request::SetWorkingKey { .. }
+        | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
+        Request::Initialize { clock_ns, clock_skew_ns, .. } => {
+            let (s, clock, skew) = (store.clone(), *clock_ns, *clock_skew_ns);
+            match tokio::task::spawn_blocking(move || s.initialize(clock, skew)).await {
+                Ok(Ok(())) => drive.security.manage(request).map(|()| Reply::Done),
+                Ok(Err(e)) => Err((e.status(), e.to_string())),
+                Err(e) => Err((Status::Internal, format!("initialize task failed: {e}"))),
+            }
         }
         other => {
-            let s = store.clone();
-            let result = tokio::task::spawn_blocking(move || run_simple(&s, other))
+            let (s, req) = (store.clone(), other.clone());
+            let r = tokio::task::spawn_blocking(move || run_simple(&s, req))
                 .await
-                .unwrap_or_else(|e| Err(StoreError::Corrupt(format!("operation task failed: {e}"))));
-            match result {
-                Ok(reply) => send_reply(wr, store, header, &reply).await?,
-                Err(e) => send_store_error(wr, store, header, &e).await?,
+                .unwrap_or_else(|e| Err(StoreError::Corrupt(format!("operation task failed: {e}"))))
+                .map_err(|e| (e.status(), e.to_string()));
+            if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, other) {
+                if let Err(refusal) = drive.security.forget_partition(*partition) {
+                    tracing::error!(partition, status = %refusal.0, "could not forget a removed partition's keys");
+                }
             }
-            Ok(Next::Continue)
+            r
         }
-    }
+    };
+    let status = match result {
+        Ok(reply) => {
+            send_reply(wr, store, header, guard, &reply).await?;
+            Status::Ok
+        }
+        Err((status, msg)) => {
+            send_error(wr, store, header, guard, status, &msg).await?;
+            status
+        }
+    };
+    Ok((status, Next::Continue))
 }
 
 /// Operations without a data section.
@@ -274,13 +382,16 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             store.flush_partition(partition)?;
             Reply::Done
         }
-        Request::Initialize { clock_ns, clock_skew_ns } => {
-            store.initialize(clock_ns, clock_skew_ns)?;
-            Reply::Done
-        }
-        Request::Hello { .. } | Request::Inquiry | Request::Read { .. } | Request::Write { .. } => {
-            unreachable!("handled by execute")
-        }
+        Request::Hello { .. }
+        | Request::Inquiry
+        | Request::Read { .. }
+        | Request::Write { .. }
+        | Request::Initialize { .. }
+        | Request::SetDriveKey { .. }
+        | Request::SetPartitionKey { .. }
+        | Request::SetWorkingKey { .. }
+        | Request::SetMinProtection { .. }
+        | Request::ReadAudit { .. } => unreachable!("handled by execute"),
     })
 }
 
@@ -310,52 +421,6 @@ impl DataSource for ChannelSource {
     }
 }
 
-async fn execute_write(
-    rd: &mut Reader,
-    wr: &mut Writer,
-    store: &Arc<Store>,
-    header: &FrameHeader,
-    partition: u64,
-    object: u64,
-    regions: Vec<nasd_proto::Region>,
-) -> std::io::Result<Next> {
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
-    let s = store.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
-        s.write(partition, object, &regions, &mut source)
-    });
-    let mut feeding = true;
-    let mut socket_error = None;
-    for index in 0..header.chunk_count() {
-        let mut chunk = vec![0u8; header.chunk_size(index) as usize];
-        match timeout(FRAME_TIMEOUT, rd.read_exact(&mut chunk)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                socket_error = Some(e);
-                break;
-            }
-            Err(_) => {
-                socket_error = Some(timed_out());
-                break;
-            }
-        }
-        if feeding && tx.send(chunk).await.is_err() {
-            feeding = false; // the store stopped early (e.g. quota); keep draining the socket
-        }
-    }
-    drop(tx);
-    let result = task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("write task failed: {e}"))));
-    if let Some(e) = socket_error {
-        debug_assert!(result.is_err() || header.data_len == 0);
-        return Err(e);
-    }
-    match result {
-        Ok(length) => send_reply(wr, store, header, &Reply::Written { length }).await?,
-        Err(e) => send_store_error(wr, store, header, &e).await?,
-    }
-    Ok(Next::Continue)
-}
 
 enum ReadMsg {
     Start(Vec<u64>),
@@ -402,16 +467,94 @@ impl DataSink for ChannelSink {
     }
 }
 
-async fn execute_read(
+
+#[allow(clippy::too_many_arguments)]
+async fn execute_write(
+    rd: &mut Reader,
     wr: &mut Writer,
-    store: &Arc<Store>,
-    config: &DriveConfig,
-    header: &FrameHeader,
+    ctx: &Ctx<'_>,
+    auth: &Authority,
+    guard: &ReplyGuard<'_>,
+    request_digest: &[u8; DIGEST_LEN],
     partition: u64,
     object: u64,
-    regions: Vec<nasd_proto::Region>,
-) -> std::io::Result<Next> {
-    let chunk_len = config.chunk_len as usize;
+    regions: Vec<Region>,
+) -> std::io::Result<(Status, Next)> {
+    let (store, header) = (&ctx.drive.store, ctx.header);
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
+    let s = store.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
+        s.write(partition, object, &regions, &mut source)
+    });
+    let mut checker = auth.keys.as_ref().map(|k| k.data(Kind::Request, &header.nonce, header.protection, request_digest));
+    let tag_len = header.protection.data_tag_len();
+    let mut feeding = true;
+    let mut tag_failed = false;
+    let mut socket_error = None;
+    let mut tag = vec![0u8; tag_len];
+    for index in 0..header.chunk_count() {
+        let mut chunk = vec![0u8; header.chunk_size(index) as usize];
+        let read = async {
+            rd.read_exact(&mut chunk).await?;
+            rd.read_exact(&mut tag).await
+        };
+        match timeout(FRAME_TIMEOUT, read).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                socket_error = Some(e);
+                break;
+            }
+            Err(_) => {
+                socket_error = Some(timed_out());
+                break;
+            }
+        }
+        if let Some(c) = checker.as_mut() {
+            if !tag_failed && c.open_chunk(&mut chunk, &tag).is_err() {
+                // Stop feeding the store: the write aborts and changes nothing.
+                tag_failed = true;
+                feeding = false;
+            }
+        }
+        if feeding && tx.send(chunk).await.is_err() {
+            feeding = false; // the store stopped early (e.g. quota); keep draining the socket
+        }
+    }
+    drop(tx);
+    let result = task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("write task failed: {e}"))));
+    if let Some(e) = socket_error {
+        return Err(e);
+    }
+    if tag_failed {
+        debug_assert!(result.is_err(), "a write whose data failed its tag must not complete");
+        let msg = "a data chunk failed its tag: data changed in flight; nothing was written";
+        send_error(wr, store, header, guard, Status::BadDataTag, msg).await?;
+        return Ok((Status::BadDataTag, Next::Continue));
+    }
+    let status = match result {
+        Ok(length) => {
+            send_reply(wr, store, header, guard, &Reply::Written { length }).await?;
+            Status::Ok
+        }
+        Err(e) => {
+            send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
+            e.status()
+        }
+    };
+    Ok((status, Next::Continue))
+}
+
+async fn execute_read(
+    wr: &mut Writer,
+    ctx: &Ctx<'_>,
+    guard: &ReplyGuard<'_>,
+    partition: u64,
+    object: u64,
+    regions: Vec<Region>,
+) -> std::io::Result<(Status, Next)> {
+    let (store, header) = (&ctx.drive.store, ctx.header);
+    let chunk_len = ctx.config.chunk_len as usize;
     let (tx, mut rx) = mpsc::channel::<ReadMsg>(TRANSFER_CHUNKS_MAX);
     let s = store.clone();
     let task = tokio::task::spawn_blocking(move || {
@@ -425,8 +568,8 @@ async fn execute_read(
     let Some(ReadMsg::Start(lengths)) = rx.recv().await else {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read produced no lengths".into()));
-        send_store_error(wr, store, header, &e).await?;
-        return Ok(Next::Continue);
+        send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
+        return Ok((e.status(), Next::Continue));
     };
     let total: u64 = lengths.iter().sum();
     // Hold the reply header until the first chunk is read and verified, so a
@@ -435,19 +578,21 @@ async fn execute_read(
     if total > 0 && !matches!(first, Some(ReadMsg::Chunk(_))) {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read ended early".into()));
-        send_store_error(wr, store, header, &e).await?;
-        return Ok(Next::Continue);
+        send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
+        return Ok((e.status(), Next::Continue));
     }
-    let mut reply = FrameHeader::reply_to(header, Status::Ok);
+    let mut reply = reply_header(store, header, guard, Status::Ok);
     reply.data_len = total;
     reply.chunk_len = if total > 0 { chunk_len as u32 } else { 0 };
-    reply.nonce = reply_nonce(store);
-    let args = Reply::Read { lengths }.encode();
-    wr.write_all(&FramePrefix::encode(&reply, &[], &args, &[0u8; DIGEST_LEN])).await?;
+    let (prefix, digest) = protected_prefix(&reply, guard, Reply::Read { lengths }.encode());
+    wr.write_all(&prefix).await?;
+    let mut protector = guard.keys.map(|k| k.data(Kind::Reply, &reply.nonce, guard.protection, &digest));
     let mut sent = 0u64;
     let mut next = first;
-    while let Some(ReadMsg::Chunk(bytes)) = next {
+    while let Some(ReadMsg::Chunk(mut bytes)) = next {
+        let tag = protector.as_mut().map(|p| p.seal_chunk(&mut bytes)).unwrap_or_default();
         wr.write_all(&bytes).await?;
+        wr.write_all(&tag).await?;
         sent += bytes.len() as u64;
         next = if sent < total { rx.recv().await } else { None };
     }
@@ -458,23 +603,47 @@ async fn execute_read(
         drop(rx);
         let e = failed(task).await.err();
         tracing::error!(error = ?e, sent, total, "read failed after its reply started; closing connection");
-        return Ok(Next::Close);
+        return Ok((e.map_or(Status::Internal, |e| e.status()), Next::Close));
     }
     drop(rx);
     if let Err(e) = failed(task).await {
         tracing::error!(error = %e, "read task failed after all data was sent");
     }
-    Ok(Next::Continue)
+    Ok((Status::Ok, Next::Continue))
 }
 
-fn reply_nonce(store: &Store) -> [u8; nasd_proto::limits::NONCE_LEN] {
+fn reply_nonce(store: &Store) -> [u8; NONCE_LEN] {
     nasd_proto::nonce(store.now_ns(), REPLY_SEQUENCE.fetch_add(1, Ordering::Relaxed))
 }
 
-async fn send_reply(wr: &mut Writer, store: &Store, request: &FrameHeader, reply: &Reply) -> std::io::Result<()> {
-    let mut h = FrameHeader::reply_to(request, Status::Ok);
+fn reply_header(store: &Store, request: &FrameHeader, guard: &ReplyGuard<'_>, status: Status) -> FrameHeader {
+    let mut h = FrameHeader::reply_to(request, status);
+    h.version = VERSION;
+    h.key_type = guard.key_type;
+    h.protection = guard.protection;
     h.nonce = reply_nonce(store);
-    wr.write_all(&FramePrefix::encode(&h, &[], &reply.encode(), &[0u8; DIGEST_LEN])).await?;
+    h
+}
+
+/// Encodes a reply prefix under the guard's protection: arguments encrypted
+/// under PRIVACY_ARGS, digest over every byte before it. Returns the bytes and the digest.
+fn protected_prefix(h: &FrameHeader, guard: &ReplyGuard<'_>, mut args: Vec<u8>) -> (Vec<u8>, [u8; DIGEST_LEN]) {
+    let Some(keys) = guard.keys else {
+        return (FramePrefix::encode(h, &[], &args, &[0u8; DIGEST_LEN]), [0u8; DIGEST_LEN]);
+    };
+    if guard.protection.covers(Protection::PRIVACY_ARGS) {
+        keys.crypt_args(Kind::Reply, &h.nonce, &mut args);
+    }
+    let mut bytes = FramePrefix::encode(h, &[], &args, &[0u8; DIGEST_LEN]);
+    let split = bytes.len() - DIGEST_LEN;
+    let digest = keys.digest(guard.protection, &bytes[..split]);
+    bytes[split..].copy_from_slice(&digest);
+    (bytes, digest)
+}
+
+async fn send_reply(wr: &mut Writer, store: &Store, request: &FrameHeader, guard: &ReplyGuard<'_>, reply: &Reply) -> std::io::Result<()> {
+    let h = reply_header(store, request, guard, Status::Ok);
+    wr.write_all(&protected_prefix(&h, guard, reply.encode()).0).await?;
     wr.flush().await
 }
 
@@ -482,20 +651,13 @@ async fn send_error(
     wr: &mut Writer,
     store: &Store,
     request: &FrameHeader,
+    guard: &ReplyGuard<'_>,
     status: Status,
     message: &str,
 ) -> std::io::Result<()> {
     debug_assert!(status != Status::Ok);
-    let mut h = FrameHeader::reply_to(request, status);
-    h.nonce = reply_nonce(store);
-    h.version = VERSION;
-    h.key_type = KeyType::None;
-    h.protection = Protection::NONE;
+    let h = reply_header(store, request, guard, status);
     tracing::debug!(status = %status, message, "request refused");
-    wr.write_all(&FramePrefix::encode(&h, &[], &encode_error_message(message), &[0u8; DIGEST_LEN])).await?;
+    wr.write_all(&protected_prefix(&h, guard, encode_error_message(message)).0).await?;
     wr.flush().await
-}
-
-async fn send_store_error(wr: &mut Writer, store: &Store, request: &FrameHeader, e: &StoreError) -> std::io::Result<()> {
-    send_error(wr, store, request, e.status(), &e.to_string()).await
 }

@@ -12,7 +12,13 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod audit;
 mod conn;
+pub mod security;
+
+pub use audit::{Audit, AUDIT_RECORDS_MAX};
+pub use nasd_crypto::Key;
+pub use security::Security;
 
 use nasd_store::Store;
 use std::net::SocketAddr;
@@ -40,6 +46,23 @@ pub struct DriveConfig {
     pub max_connections: usize,
     /// Data chunk length of read replies.
     pub chunk_len: u32,
+    /// Whether the drive checks keys and capabilities.
+    pub security: SecurityMode,
+}
+
+/// Whether a drive enforces NASD security.
+#[derive(Debug, Clone)]
+pub enum SecurityMode {
+    /// Every request but HELLO and INQUIRY must be authorized by a key of the
+    /// hierarchy or a capability (docs/SECURITY.md). `master_key` provisions
+    /// a drive that has none yet; a drive that has one keeps it.
+    Enforced {
+        /// The master key for a drive that has none yet.
+        master_key: Option<Key>,
+    },
+    /// Requests with key type NONE are allowed everything. Only for trusted
+    /// networks and for tests of storage semantics; never the default.
+    Disabled,
 }
 
 impl Default for DriveConfig {
@@ -48,7 +71,38 @@ impl Default for DriveConfig {
             commit_interval: Duration::from_secs(2),
             max_connections: CONNECTIONS_MAX,
             chunk_len: nasd_proto::limits::CHUNK_LEN_DEFAULT,
+            security: SecurityMode::Enforced { master_key: None },
         }
+    }
+}
+
+impl DriveConfig {
+    /// The default configuration with security disabled (storage tests).
+    pub fn unauthenticated() -> Self {
+        DriveConfig { security: SecurityMode::Disabled, ..DriveConfig::default() }
+    }
+}
+
+/// A drive: its store, its security state and its audit trail.
+pub struct Drive {
+    /// The object store.
+    pub store: Arc<Store>,
+    /// Keys and checks.
+    pub security: Security,
+    /// Every request, authorized or refused.
+    pub audit: Audit,
+}
+
+impl Drive {
+    /// Opens the security state and audit trail of `store`.
+    pub fn open(store: Arc<Store>, mode: &SecurityMode) -> std::io::Result<Drive> {
+        let (master, enabled) = match mode {
+            SecurityMode::Enforced { master_key } => (master_key.clone(), true),
+            SecurityMode::Disabled => (None, false),
+        };
+        let security = Security::open(store.clone(), master, enabled).map_err(std::io::Error::other)?;
+        let audit = Audit::open(store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
+        Ok(Drive { store, security, audit })
     }
 }
 
@@ -64,9 +118,16 @@ pub async fn serve(
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let drive = {
+        let (s, mode) = (store.clone(), config.security.clone());
+        Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
+    };
+    if !drive.security.enabled() {
+        tracing::warn!("security is DISABLED: any client may do anything on this drive");
+    }
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let config = Arc::new(config);
-    let committer = tokio::spawn(commit_loop(store.clone(), config.commit_interval));
+    let committer = tokio::spawn(commit_loop(drive.clone(), config.commit_interval));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -84,17 +145,24 @@ pub async fn serve(
                     tracing::warn!(%peer, "connection limit reached; closing");
                     continue;
                 };
-                let (store, config) = (store.clone(), config.clone());
+                let (drive, config) = (drive.clone(), config.clone());
                 tokio::spawn(async move {
-                    conn::serve_connection(socket, peer, store, config).await;
+                    conn::serve_connection(socket, peer, drive, config).await;
                     drop(permit);
                 });
             }
         }
     }
     committer.abort();
-    let s = store.clone();
-    match tokio::task::spawn_blocking(move || s.commit()).await {
+    let d = drive.clone();
+    match tokio::task::spawn_blocking(move || {
+        if let Err(e) = d.audit.persist() {
+            tracing::error!(error = %e, "audit trail write failed");
+        }
+        d.store.commit()
+    })
+    .await
+    {
         Ok(Ok(())) => tracing::info!("final commit done"),
         Ok(Err(e)) => tracing::error!(error = %e, "final commit failed"),
         Err(e) => tracing::error!(error = %e, "final commit task failed"),
@@ -102,13 +170,20 @@ pub async fn serve(
     Ok(())
 }
 
-async fn commit_loop(store: Arc<Store>, every: Duration) {
+async fn commit_loop(drive: Arc<Drive>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let s = store.clone();
-        match tokio::task::spawn_blocking(move || s.commit()).await {
+        let d = drive.clone();
+        match tokio::task::spawn_blocking(move || {
+            if let Err(e) = d.audit.persist() {
+                tracing::error!(error = %e, "audit trail write failed");
+            }
+            d.store.commit()
+        })
+        .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "background commit failed"),
             Err(e) => tracing::error!(error = %e, "background commit task failed"),

@@ -216,7 +216,7 @@ impl Drive {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(nasd_drive::serve(listener, store, DriveConfig::default(), async move {
+        let server = tokio::spawn(nasd_drive::serve(listener, store, DriveConfig::unauthenticated(), async move {
             let _ = rx.await;
         }));
 
@@ -523,7 +523,7 @@ async fn unknown_operations_keep_the_connection() {
     let data = vec![0x5A; 5000];
     let bytes = frame(with(hdr(0x7777), |h| h.chunk_len = CHUNK_LEN_MIN), &[9; 40], &data);
     d.check("opcode 0x7777 with data", &bytes, Status::UnknownOperation, Then::Continue).await;
-    for op in [0x0000, 0xffff, opcode::SET_PARTITION_KEY, opcode::SET_WORKING_KEY, opcode::SET_DRIVE_KEY, 0x0100, 0x010a] {
+    for op in [0x0000, 0xffff, 0x0208, 0x0305, 0x0100, 0x010a] {
         d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue).await;
     }
     d.stop().await;
@@ -734,18 +734,33 @@ async fn quota_and_read_only_objects() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn protection_is_unsupported_and_keeps_the_connection() {
+async fn unverifiable_protected_requests_are_refused_and_keep_the_connection() {
     let d = Drive::start().await;
     let args = Request::GetAttr { partition: P, object: d.canary }.encode_args();
     let g = || hdr(opcode::GETATTR);
-    for kt in [KeyType::Master, KeyType::Drive, KeyType::Partition, KeyType::Working, KeyType::Capability] {
+    // Key-hierarchy keys need INTEGRITY_ARGS; a capability request needs a capability.
+    for (kt, want) in [
+        (KeyType::Master, Status::ProtectionUnsupported),
+        (KeyType::Drive, Status::ProtectionUnsupported),
+        (KeyType::Partition, Status::ProtectionUnsupported),
+        (KeyType::Working, Status::ProtectionUnsupported),
+        (KeyType::Capability, Status::BadCapability),
+    ] {
         let bytes = frame(with(g(), |h| h.key_type = kt), &args, &[]);
-        d.check(&format!("key type {kt:?}"), &bytes, Status::ProtectionUnsupported, Then::Continue).await;
+        d.check(&format!("key type {kt:?}"), &bytes, want, Then::Continue).await;
     }
-    for bits in [1u8, 2, 4, 8, 16, 0x1f] {
+    // Inconsistent option sets are refused before any key is looked at.
+    for (bits, want) in [
+        (1u8, Status::BadCapability),
+        (2, Status::ProtectionUnsupported),
+        (4, Status::ProtectionUnsupported),
+        (8, Status::ProtectionUnsupported),
+        (16, Status::ProtectionUnsupported),
+        (0x1f, Status::BadCapability),
+    ] {
         let p = Protection::from_bits(bits).unwrap();
         let bytes = frame(with(g(), |h| (h.key_type, h.protection) = (KeyType::Capability, p)), &args, &[]);
-        d.check(&format!("protection {bits:#04x}"), &bytes, Status::ProtectionUnsupported, Then::Continue).await;
+        d.check(&format!("protection {bits:#04x}"), &bytes, want, Then::Continue).await;
     }
     let bytes = frame(with(g(), |h| h.protection = Protection::INTEGRITY_ARGS), &args, &[]);
     d.check("protection without a key type", &bytes, Status::ProtectionUnsupported, Then::Continue).await;

@@ -85,6 +85,40 @@ status_codes! {
     Busy = 22 => "BUSY",
     /// An internal invariant failed; the request had no effect.
     Internal = 23 => "INTERNAL",
+    /// The request digest is not the MAC of the frame under the named key.
+    BadDigest = 24 => "BAD_DIGEST",
+    /// The capability does not decode, or cannot be opened.
+    BadCapability = 25 => "BAD_CAPABILITY",
+    /// The request's protection is below the capability's minimum.
+    ProtectionTooWeak = 26 => "PROTECTION_TOO_WEAK",
+    /// The capability's minimum protection is below the drive's or partition's.
+    CapabilityBelowMinimum = 27 => "CAPABILITY_BELOW_MINIMUM",
+    /// The nonce's time is outside the drive's window (or before its start).
+    NonceOutsideWindow = 28 => "NONCE_OUTSIDE_WINDOW",
+    /// The nonce was seen before: a replay.
+    NonceReplayed = 29 => "NONCE_REPLAYED",
+    /// The capability has expired.
+    CapabilityExpired = 30 => "CAPABILITY_EXPIRED",
+    /// The capability names another drive.
+    WrongDrive = 31 => "WRONG_DRIVE",
+    /// The capability (or key selector) names another partition or object.
+    WrongObject = 32 => "WRONG_OBJECT",
+    /// The object's access control version changed: the capability is revoked.
+    AccessRevoked = 33 => "ACCESS_REVOKED",
+    /// The capability's rights do not cover the operation.
+    RightsInsufficient = 34 => "RIGHTS_INSUFFICIENT",
+    /// A region lies outside the capability's region.
+    RegionNotInCapability = 35 => "REGION_NOT_IN_CAPABILITY",
+    /// The working key version is not current or previous.
+    KeyVersionRetired = 36 => "KEY_VERSION_RETIRED",
+    /// The key the request names has not been set.
+    KeyNotSet = 37 => "KEY_NOT_SET",
+    /// The key type may not authorize this operation.
+    WrongKeyType = 38 => "WRONG_KEY_TYPE",
+    /// A sealed key does not open under the key above it.
+    BadSealedKey = 39 => "BAD_SEALED_KEY",
+    /// A data chunk's tag does not match: data changed in flight.
+    BadDataTag = 40 => "BAD_DATA_TAG",
 }
 
 impl std::fmt::Display for Status {

@@ -91,6 +91,15 @@ impl Protection {
     pub fn union(self, other: Protection) -> Protection {
         Protection(self.0 | other.0)
     }
+    /// True if the options respect their implications: every privacy option
+    /// and `INTEGRITY_DATA` need `INTEGRITY_ARGS`; `PRIVACY_DATA` needs
+    /// `INTEGRITY_DATA`.
+    pub fn is_consistent(self) -> bool {
+        let has = |p: Protection| self.covers(p);
+        let needs_args = self.0 & !Self::INTEGRITY_ARGS.0 != 0;
+        !(needs_args && !has(Self::INTEGRITY_ARGS) || has(Self::PRIVACY_DATA) && !has(Self::INTEGRITY_DATA))
+    }
+
     /// Bytes of tag after each data chunk under this protection.
     pub fn data_tag_len(self) -> usize {
         if self.0 & (Self::INTEGRITY_DATA.0 | Self::PRIVACY_DATA.0) != 0 {

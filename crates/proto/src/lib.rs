@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod attrs;
+mod capability;
 pub mod codec;
 mod error;
 mod header;
@@ -26,10 +27,14 @@ pub mod limits;
 mod ops;
 
 pub use attrs::{AttrMask, Attributes, ATTRIBUTES_LEN};
+pub use capability::{
+    rights, CapabilityArgs, SealedCapabilityPrefix, ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR,
+    CAPABILITY_FORMAT_SEALED, SEALED_CAPABILITY_LEN, SEALED_CAPABILITY_PREFIX_LEN,
+};
 pub use error::{DecodeError, Status};
 pub use header::{nonce, FrameHeader, KeyType, Kind, Protection, MAGIC, VERSION, VERSION_MIN};
 pub use ops::{
-    decode_error_message, encode_error_message, opcode, validate_regions, well_known, DriveControl, DriveInfo,
+    decode_error_message, encode_error_message, opcode, AuditRecord, validate_regions, well_known, DriveControl, DriveInfo,
     PartitionControl, PartitionInfo, Region, Reply, Request, CONTROL_FORMAT_VERSION,
 };
 

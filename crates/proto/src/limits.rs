@@ -46,6 +46,10 @@ pub const EXTENSIONS_MAX: usize = 32;
 /// Largest sealed key blob carried by key-management operations.
 pub const SEALED_KEY_LEN_MAX: usize = 128;
 
+/// Most audit records in one `readaudit` reply (61 bytes each).
+pub const AUDIT_RECORDS_PER_REPLY_MAX: usize = 512;
+
+const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
 const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
 const _: () = assert!(REGIONS_MAX * 16 + 64 <= ARGS_LEN_MAX);

@@ -4,7 +4,7 @@
 use crate::attrs::{AttrMask, Attributes};
 use crate::codec::{Reader, Writer};
 use crate::limits::*;
-use crate::{DecodeError, Status};
+use crate::{DecodeError, Protection, Status};
 
 /// Operation codes. The high byte groups them: 0x00 session, 0x01 object,
 /// 0x02 partition, 0x03 drive.
@@ -37,16 +37,20 @@ pub mod opcode {
     pub const RESIZE_PARTITION: u16 = 0x0203;
     /// Make a partition durable.
     pub const FLUSH_PARTITION: u16 = 0x0204;
-    /// Reserved for key management (`setpartitionkey`), see SECURITY.md.
+    /// Set a partition key (sealed under the drive key).
     pub const SET_PARTITION_KEY: u16 = 0x0205;
-    /// Reserved for key management (working keys), see SECURITY.md.
+    /// Rotate a partition's working keys (new key sealed under the partition key).
     pub const SET_WORKING_KEY: u16 = 0x0206;
+    /// Set the drive's (partition 0) or a partition's minimum protection.
+    pub const SET_MIN_PROTECTION: u16 = 0x0207;
     /// Reset the drive: clock, and (with security) the master key.
     pub const INITIALIZE: u16 = 0x0301;
-    /// Reserved for key management (`setdrivekey`), see SECURITY.md.
+    /// Set the drive key (sealed under the master key).
     pub const SET_DRIVE_KEY: u16 = 0x0302;
     /// Describe the drive.
     pub const INQUIRY: u16 = 0x0303;
+    /// Read the audit trail.
+    pub const READ_AUDIT: u16 = 0x0304;
 }
 
 /// Object identifiers of the well-known objects (NASD Table 4), present in
@@ -139,10 +143,22 @@ pub enum Request {
     ResizePartition { partition: u64, quota_bytes: u64 },
     /// Make everything in a partition durable.
     FlushPartition { partition: u64 },
-    /// Remove every partition and set the drive clock.
-    Initialize { clock_ns: u64, clock_skew_ns: u64 },
+    /// Remove every partition and key, set the drive clock, and (if
+    /// `sealed_master_key` is not empty) a new master key sealed under the current one.
+    Initialize { clock_ns: u64, clock_skew_ns: u64, sealed_master_key: Vec<u8> },
     /// Describe the drive.
     Inquiry,
+    /// Set the drive key, sealed under the master key.
+    SetDriveKey { sealed_key: Vec<u8> },
+    /// Set a partition key, sealed under the drive key.
+    SetPartitionKey { partition: u64, sealed_key: Vec<u8> },
+    /// Make a new working key current (sealed under the partition key); the
+    /// current one becomes previous. `key_version` must exceed the current one.
+    SetWorkingKey { partition: u64, key_version: u32, sealed_key: Vec<u8> },
+    /// Set the minimum protection of the drive (partition 0) or a partition.
+    SetMinProtection { partition: u64, protection: Protection },
+    /// Audit records with sequence numbers above `after`, at most `max`.
+    ReadAudit { after: u64, max: u16 },
 }
 
 impl Request {
@@ -166,6 +182,11 @@ impl Request {
             Request::FlushPartition { .. } => FLUSH_PARTITION,
             Request::Initialize { .. } => INITIALIZE,
             Request::Inquiry => INQUIRY,
+            Request::SetDriveKey { .. } => SET_DRIVE_KEY,
+            Request::SetPartitionKey { .. } => SET_PARTITION_KEY,
+            Request::SetWorkingKey { .. } => SET_WORKING_KEY,
+            Request::SetMinProtection { .. } => SET_MIN_PROTECTION,
+            Request::ReadAudit { .. } => READ_AUDIT,
         }
     }
 
@@ -212,10 +233,25 @@ impl Request {
             Request::ResizePartition { partition, quota_bytes } => {
                 w.u64(*partition).u64(*quota_bytes);
             }
-            Request::Initialize { clock_ns, clock_skew_ns } => {
-                w.u64(*clock_ns).u64(*clock_skew_ns);
+            Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
+                w.u64(*clock_ns).u64(*clock_skew_ns).bytes(sealed_master_key);
             }
             Request::Inquiry => {}
+            Request::SetDriveKey { sealed_key } => {
+                w.bytes(sealed_key);
+            }
+            Request::SetPartitionKey { partition, sealed_key } => {
+                w.u64(*partition).bytes(sealed_key);
+            }
+            Request::SetWorkingKey { partition, key_version, sealed_key } => {
+                w.u64(*partition).u32(*key_version).bytes(sealed_key);
+            }
+            Request::SetMinProtection { partition, protection } => {
+                w.u64(*partition).u8(protection.bits());
+            }
+            Request::ReadAudit { after, max } => {
+                w.u64(*after).u16(*max);
+            }
         }
         w.into_vec()
     }
@@ -263,8 +299,37 @@ impl Request {
             REMOVE_PARTITION => Request::RemovePartition { partition: r.u64()?, force: r.bool()? },
             RESIZE_PARTITION => Request::ResizePartition { partition: r.u64()?, quota_bytes: r.u64()? },
             FLUSH_PARTITION => Request::FlushPartition { partition: r.u64()? },
-            INITIALIZE => Request::Initialize { clock_ns: r.u64()?, clock_skew_ns: r.u64()? },
+            INITIALIZE => Request::Initialize {
+                clock_ns: r.u64()?,
+                clock_skew_ns: r.u64()?,
+                sealed_master_key: r.bytes(SEALED_KEY_LEN_MAX, "sealed master key")?.to_vec(),
+            },
             INQUIRY => Request::Inquiry,
+            SET_DRIVE_KEY => Request::SetDriveKey { sealed_key: r.bytes(SEALED_KEY_LEN_MAX, "sealed key")?.to_vec() },
+            SET_PARTITION_KEY => Request::SetPartitionKey {
+                partition: r.u64()?,
+                sealed_key: r.bytes(SEALED_KEY_LEN_MAX, "sealed key")?.to_vec(),
+            },
+            SET_WORKING_KEY => Request::SetWorkingKey {
+                partition: r.u64()?,
+                key_version: r.u32()?,
+                sealed_key: r.bytes(SEALED_KEY_LEN_MAX, "sealed key")?.to_vec(),
+            },
+            SET_MIN_PROTECTION => {
+                Request::SetMinProtection { partition: r.u64()?, protection: Protection::from_bits(r.u8()?)? }
+            }
+            READ_AUDIT => {
+                let after = r.u64()?;
+                let max = r.u16()?;
+                if max as usize > AUDIT_RECORDS_PER_REPLY_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "audit records",
+                        len: max as u64,
+                        max: AUDIT_RECORDS_PER_REPLY_MAX as u64,
+                    });
+                }
+                Request::ReadAudit { after, max }
+            }
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -350,8 +415,50 @@ pub enum Reply {
     BlocksRequired { estimated: u64, maximum: u64 },
     /// Drive description.
     Inquiry(DriveInfo),
+    /// Audit records, oldest first.
+    Audit { records: Vec<AuditRecord> },
     /// No results.
     Done,
+}
+
+/// One entry of a drive's audit trail.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// Increasing sequence number.
+    pub sequence: u64,
+    /// Drive clock, nanoseconds.
+    pub time_ns: u64,
+    /// The capability's audit id; 0 for key-hierarchy requests.
+    pub audit_id: u64,
+    pub key_type: u8,
+    pub opcode: u16,
+    /// The reply status (0 = authorized and done).
+    pub status: u16,
+    pub partition: u64,
+    pub object: u64,
+    /// The first region of the request, or (0, 0).
+    pub region: Region,
+}
+
+impl AuditRecord {
+    fn encode(&self, w: &mut Writer) {
+        w.u64(self.sequence).u64(self.time_ns).u64(self.audit_id).u8(self.key_type).u16(self.opcode);
+        w.u16(self.status).u64(self.partition).u64(self.object).u64(self.region.offset).u64(self.region.length);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(AuditRecord {
+            sequence: r.u64()?,
+            time_ns: r.u64()?,
+            audit_id: r.u64()?,
+            key_type: r.u8()?,
+            opcode: r.u16()?,
+            status: r.u16()?,
+            partition: r.u64()?,
+            object: r.u64()?,
+            region: Region { offset: r.u64()?, length: r.u64()? },
+        })
+    }
 }
 
 impl Reply {
@@ -391,6 +498,12 @@ impl Reply {
                     w.str(e);
                 }
             }
+            Reply::Audit { records } => {
+                w.u16(records.len() as u16);
+                for rec in records {
+                    rec.encode(&mut w);
+                }
+            }
             Reply::Done => {}
         }
         w.into_vec()
@@ -416,8 +529,12 @@ impl Reply {
             WRITE => Reply::Written { length: r.u64()? },
             BLOCKS_REQUIRED => Reply::BlocksRequired { estimated: r.u64()?, maximum: r.u64()? },
             INQUIRY => Reply::Inquiry(decode_drive_info(&mut r)?),
+            READ_AUDIT => {
+                let n = r.count(AUDIT_RECORDS_PER_REPLY_MAX, "audit records")?;
+                Reply::Audit { records: (0..n).map(|_| AuditRecord::decode(&mut r)).collect::<Result<_, _>>()? }
+            }
             REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION
-            | INITIALIZE => Reply::Done,
+            | INITIALIZE | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION => Reply::Done,
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;

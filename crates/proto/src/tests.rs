@@ -37,6 +37,8 @@ const OPCODES: &[u16] = &[
     opcode::INITIALIZE,
     opcode::SET_DRIVE_KEY,
     opcode::INQUIRY,
+    opcode::SET_MIN_PROTECTION,
+    opcode::READ_AUDIT,
 ];
 
 // ---------------------------------------------------------------------------
@@ -650,26 +652,39 @@ fn request_rejections() {
     let cases: Vec<(&str, u16, Vec<u8>, DecodeError, Status)> = vec![
         ("unknown opcode 0x7777", 0x7777, vec![], DecodeError::UnknownOpcode(0x7777), Status::UnknownOperation),
         ("opcode 0", 0, vec![], DecodeError::UnknownOpcode(0), Status::UnknownOperation),
+        ("setpartitionkey empty", SET_PARTITION_KEY, vec![], DecodeError::Truncated, Status::BadArguments),
+        ("setworkingkey empty", SET_WORKING_KEY, vec![], DecodeError::Truncated, Status::BadArguments),
+        ("setdrivekey empty", SET_DRIVE_KEY, vec![], DecodeError::Truncated, Status::BadArguments),
         (
-            "reserved setpartitionkey",
-            SET_PARTITION_KEY,
-            vec![],
-            DecodeError::UnknownOpcode(SET_PARTITION_KEY),
-            Status::UnknownOperation,
-        ),
-        (
-            "reserved setworkingkey",
-            SET_WORKING_KEY,
-            vec![],
-            DecodeError::UnknownOpcode(SET_WORKING_KEY),
-            Status::UnknownOperation,
-        ),
-        (
-            "reserved setdrivekey",
+            "setdrivekey sealed key over limit",
             SET_DRIVE_KEY,
-            vec![],
-            DecodeError::UnknownOpcode(SET_DRIVE_KEY),
-            Status::UnknownOperation,
+            args(|w| {
+                w.bytes(&[0; SEALED_KEY_LEN_MAX + 1]);
+            }),
+            DecodeError::OverLimit { field: "sealed key", len: SEALED_KEY_LEN_MAX as u64 + 1, max: SEALED_KEY_LEN_MAX as u64 },
+            Status::LimitExceeded,
+        ),
+        (
+            "readaudit max over limit",
+            READ_AUDIT,
+            args(|w| {
+                w.u64(0).u16(AUDIT_RECORDS_PER_REPLY_MAX as u16 + 1);
+            }),
+            DecodeError::OverLimit {
+                field: "audit records",
+                len: AUDIT_RECORDS_PER_REPLY_MAX as u64 + 1,
+                max: AUDIT_RECORDS_PER_REPLY_MAX as u64,
+            },
+            Status::LimitExceeded,
+        ),
+        (
+            "setminprotection undefined bits",
+            SET_MIN_PROTECTION,
+            args(|w| {
+                w.u64(1).u8(0x80);
+            }),
+            DecodeError::NotCanonical("undefined protection bits"),
+            Status::BadArguments,
         ),
         ("getattr empty", GETATTR, vec![], DecodeError::Truncated, Status::BadArguments),
         ("getattr truncated", GETATTR, vec![0; 15], DecodeError::Truncated, Status::BadArguments),
@@ -814,13 +829,7 @@ fn reply_rejections() {
     attrs[52] = 1;
     let cases: Vec<(&str, u16, Vec<u8>, DecodeError, Status)> = vec![
         ("unknown opcode 0x7777", 0x7777, vec![], DecodeError::UnknownOpcode(0x7777), Status::UnknownOperation),
-        (
-            "reserved setdrivekey",
-            SET_DRIVE_KEY,
-            vec![],
-            DecodeError::UnknownOpcode(SET_DRIVE_KEY),
-            Status::UnknownOperation,
-        ),
+        ("setdrivekey done with a byte", SET_DRIVE_KEY, vec![0], DecodeError::TrailingBytes(1), Status::BadArguments),
         ("done with a byte", REMOVE, vec![0], DecodeError::TrailingBytes(1), Status::BadArguments),
         ("attrs reserved field", GETATTR, attrs, nc("reserved attribute field is not zero"), Status::BadArguments),
         ("attrs truncated", GETATTR, vec![0; ATTRIBUTES_LEN - 1], DecodeError::Truncated, Status::BadArguments),
@@ -1001,7 +1010,7 @@ fn status_codes() {
         assert_eq!(*s as u16, i as u16, "codes are dense from 0");
         assert_eq!(Status::from_code(i as u16), Some(*s));
     }
-    assert_eq!(Status::ALL.len(), 24);
+    assert_eq!(Status::ALL.len(), 41);
     assert_eq!(Status::from_code(Status::ALL.len() as u16), None);
     assert_eq!(Status::NoSuchObject.to_string(), "NO_SUCH_OBJECT (10)");
 }
@@ -1167,7 +1176,9 @@ fn arb_request() -> impl Strategy<Value = Request> {
         (u(), any::<bool>()).prop_map(|(partition, force)| Request::RemovePartition { partition, force }).boxed(),
         (u(), u()).prop_map(|(partition, quota_bytes)| Request::ResizePartition { partition, quota_bytes }).boxed(),
         u().prop_map(|partition| Request::FlushPartition { partition }).boxed(),
-        (u(), u()).prop_map(|(clock_ns, clock_skew_ns)| Request::Initialize { clock_ns, clock_skew_ns }).boxed(),
+        (u(), u(), proptest::collection::vec(any::<u8>(), 0..=SEALED_KEY_LEN_MAX))
+            .prop_map(|(clock_ns, clock_skew_ns, sealed_master_key)| Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key })
+            .boxed(),
         Just(Request::Inquiry).boxed(),
     ];
     Union::new(arms)

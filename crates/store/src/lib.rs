@@ -388,6 +388,11 @@ impl Store {
         })
     }
 
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Bytes per block.
     pub fn block_size(&self) -> u32 {
         self.block_size

@@ -194,9 +194,11 @@ impl Store {
         check_settable(mask, self.block_size, attrs)?;
         let _g = self.stripe(p, o).write().expect("object lock poisoned");
         lock(&self.meta).object(p, o)?;
+        let mut undo_reserved = None;
         if mask.contains(AttrMask::BLOCKS_ALLOCATED) {
             let mut m = lock(&self.meta);
             let obj = m.object(p, o)?;
+            undo_reserved = Some(obj.reserved);
             let old_slack = obj.slack();
             let new_slack = attrs.blocks_allocated.saturating_sub(obj.blocks.len() as u64);
             if new_slack > old_slack {
@@ -207,7 +209,20 @@ impl Store {
             part.slack_blocks = part.slack_blocks - old_slack + new_slack;
         }
         if mask.contains(AttrMask::LOGICAL_SIZE) {
-            self.set_size(p, o, attrs.logical_size)?;
+            if let Err(e) = self.set_size(p, o, attrs.logical_size) {
+                // set_size failed without changing anything: the request as a
+                // whole must not change anything either, so restore the reservation.
+                if let Some(old) = undo_reserved {
+                    let mut m = lock(&self.meta);
+                    let obj = m.object_mut(p, o)?;
+                    let cur_slack = obj.slack();
+                    obj.reserved = old;
+                    let old_slack = obj.slack();
+                    let part = m.partition_mut(p)?;
+                    part.slack_blocks = part.slack_blocks - cur_slack + old_slack;
+                }
+                return Err(e);
+            }
         }
         let now = self.now_ns();
         let mut m = lock(&self.meta);
@@ -760,6 +775,42 @@ impl Store {
     pub fn block_map(&self, p: u64, o: u64) -> Result<Vec<(u64, BlockRef)>, StoreError> {
         let m = lock(&self.meta);
         Ok(m.object(p, o)?.blocks.iter().map(|(l, b)| (*l, *b)).collect())
+    }
+
+    /// Drive-level settings whose names start with `prefix` (opaque to the
+    /// store; the drive keeps its key hierarchy and minimums here).
+    pub fn settings(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let conn = lock(&self.db);
+        let mut st = conn.prepare("SELECT key, value FROM drive WHERE key >= ?1 AND key < ?2 ORDER BY key")?;
+        let upper = format!("{prefix}\u{10FFFF}");
+        let rows = st.query_map([format!("setting.{prefix}"), format!("setting.{upper}")], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, v) = row?;
+            out.push((k["setting.".len()..].to_string(), v));
+        }
+        Ok(out)
+    }
+
+    /// Sets (Some) or deletes (None) drive-level settings in one durable
+    /// transaction; returns when they are on disk.
+    pub fn put_settings(&self, changes: &[(String, Option<Vec<u8>>)]) -> Result<(), StoreError> {
+        self.check_healthy()?;
+        let mut conn = lock(&self.db);
+        let tx = conn.transaction()?;
+        for (k, v) in changes {
+            let key = format!("setting.{k}");
+            match v {
+                Some(v) => db::put_drive_value(&tx, &key, v)?,
+                None => {
+                    tx.execute("DELETE FROM drive WHERE key = ?1", [&key])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Drive-wide figures and the partition list.

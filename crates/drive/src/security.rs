@@ -1,0 +1,561 @@
+//! The drive's side of NASD security: the key hierarchy it holds, and the
+//! checks it makes on every request before anything else happens
+//! (docs/SECURITY.md, "The drive's checks", in that order).
+
+use nasd_crypto::{
+    capability_key, ct_eq, key_context, open_key, unseal_capability, FrameKeys, Key, MacAlgorithm, KEY_LEN,
+};
+use nasd_proto::limits::NONCE_LEN;
+use nasd_proto::{
+    opcode, rights, CapabilityArgs, FrameHeader, KeyType, Protection, Region, Request, SealedCapabilityPrefix,
+    Status, ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR, CAPABILITY_FORMAT_SEALED,
+};
+use nasd_store::Store;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// Most nonces remembered (those inside the window). When full, requests are
+/// refused with BUSY rather than forgetting a nonce that could be replayed.
+pub const NONCE_CACHE_MAX: usize = 1 << 20;
+/// Most computed capability keys cached.
+pub const CAPABILITY_CACHE_MAX: usize = 4096;
+/// Protection every request needs unless an administrator lowers it.
+pub const DEFAULT_MIN_PROTECTION: Protection = Protection::INTEGRITY_ARGS;
+
+/// A refusal: the status and a message that never contains key material.
+pub type Refusal = (Status, String);
+
+fn refuse<T>(status: Status, msg: impl Into<String>) -> Result<T, Refusal> {
+    Err((status, msg.into()))
+}
+
+#[derive(Default)]
+struct PartitionKeys {
+    partition: Option<Key>,
+    current: Option<(u32, Key)>,
+    previous: Option<(u32, Key)>,
+    min: Option<Protection>,
+}
+
+#[derive(Default)]
+struct KeyRing {
+    master: Option<Key>,
+    drive: Option<Key>,
+    drive_min: Option<Protection>,
+    partitions: HashMap<u64, PartitionKeys>,
+}
+
+/// Nonces seen inside the window, ordered by time for eviction.
+#[derive(Default)]
+struct NonceCache {
+    seen: BTreeSet<(u64, u64)>,
+}
+
+/// The key that authenticated a request, and what it may do.
+pub struct Authority {
+    /// Frame keys for verifying data and protecting the reply (None: no key).
+    pub keys: Option<FrameKeys>,
+    /// The request's key type.
+    pub key_type: KeyType,
+    /// The capability, when the key type is CAPABILITY.
+    pub capability: Option<CapabilityArgs>,
+    /// For PARTITION/WORKING keys: the partition they are bound to.
+    pub partition_scope: Option<u64>,
+}
+
+impl Authority {
+    /// The capability's audit id, 0 otherwise.
+    pub fn audit_id(&self) -> u64 {
+        self.capability.as_ref().map_or(0, |c| c.audit_id)
+    }
+}
+
+/// The drive's security state.
+pub struct Security {
+    store: Arc<Store>,
+    enabled: bool,
+    boot_ns: u64,
+    keys: Mutex<KeyRing>,
+    nonces: Mutex<NonceCache>,
+    capability_keys: Mutex<HashMap<[u8; CAPABILITY_ARGS_LEN], Key>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().expect("security state mutex poisoned")
+}
+
+fn key_from(bytes: &[u8]) -> Option<Key> {
+    <[u8; KEY_LEN]>::try_from(bytes).ok().map(Key::from_bytes)
+}
+
+impl Security {
+    /// Loads the key hierarchy from the store. A drive with no master key yet
+    /// takes `master` (provisioned out of band); `enabled: false` turns every
+    /// check off (trusted networks and storage-only tests; never the default).
+    pub fn open(store: Arc<Store>, master: Option<Key>, enabled: bool) -> Result<Security, String> {
+        let mut ring = KeyRing::default();
+        for (name, value) in store.settings("").map_err(|e| e.to_string())? {
+            Self::load_setting(&mut ring, &name, &value);
+        }
+        if ring.master.is_none() {
+            if let Some(m) = master {
+                store
+                    .put_settings(&[("key.master".into(), Some(m.expose().to_vec()))])
+                    .map_err(|e| format!("cannot store the master key: {e}"))?;
+                ring.master = Some(m);
+            } else if enabled {
+                return Err("the drive has no master key: provide one (--master-key-file)".into());
+            }
+        }
+        let boot_ns = store.now_ns();
+        Ok(Security {
+            store,
+            enabled,
+            boot_ns,
+            keys: Mutex::new(ring),
+            nonces: Mutex::new(NonceCache::default()),
+            capability_keys: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn load_setting(ring: &mut KeyRing, name: &str, value: &[u8]) {
+        let part = |ring: &mut KeyRing, p: &str| -> Option<u64> {
+            let p: u64 = p.parse().ok()?;
+            ring.partitions.entry(p).or_default();
+            Some(p)
+        };
+        match name.split('.').collect::<Vec<_>>().as_slice() {
+            ["key", "master"] => ring.master = key_from(value),
+            ["key", "drive"] => ring.drive = key_from(value),
+            ["minprot", "drive"] => ring.drive_min = value.first().and_then(|b| Protection::from_bits(*b).ok()),
+            ["key", "partition", p] => {
+                if let Some(p) = part(ring, p) {
+                    ring.partitions.get_mut(&p).expect("inserted").partition = key_from(value);
+                }
+            }
+            ["key", "working", p] if value.len() == 2 * (4 + KEY_LEN) => {
+                if let Some(p) = part(ring, p) {
+                    let slot = |b: &[u8]| {
+                        let v = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+                        (v != 0).then(|| (v, key_from(&b[4..]).expect("32 bytes")))
+                    };
+                    let pk = ring.partitions.get_mut(&p).expect("inserted");
+                    pk.current = slot(&value[..4 + KEY_LEN]);
+                    pk.previous = slot(&value[4 + KEY_LEN..]);
+                }
+            }
+            ["minprot", p] => {
+                if let Some(p) = part(ring, p) {
+                    ring.partitions.get_mut(&p).expect("inserted").min =
+                        value.first().and_then(|b| Protection::from_bits(*b).ok());
+                }
+            }
+            _ => tracing::warn!(setting = name, "unknown drive setting ignored"),
+        }
+    }
+
+    /// True if checks are on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// The drive minimum and the partition minimum (if the partition has one).
+    fn minimum(&self, partition: Option<u64>) -> Protection {
+        let ring = lock(&self.keys);
+        let drive = ring.drive_min.unwrap_or(DEFAULT_MIN_PROTECTION);
+        let part = partition.and_then(|p| ring.partitions.get(&p)).and_then(|pk| pk.min).unwrap_or(Protection::NONE);
+        drive.union(part)
+    }
+
+    // ----------------------------------------------------------------- checks
+
+    /// Checks 1–8 of SECURITY.md: the key, the digest, protection levels and
+    /// the nonce. On success the caller decrypts and decodes the arguments and
+    /// then calls [`Security::authorize`].
+    pub fn authenticate(&self, header: &FrameHeader, capability: &[u8], before_digest: &[u8], digest: &[u8]) -> Result<Authority, Refusal> {
+        let protection = header.protection;
+        if !protection.is_consistent() {
+            return refuse(Status::ProtectionUnsupported, "inconsistent protection options (see SECURITY.md)");
+        }
+        if header.key_type == KeyType::None {
+            if protection != Protection::NONE || !capability.is_empty() {
+                return refuse(Status::ProtectionUnsupported, "key type NONE carries no protection and no capability");
+            }
+            return Ok(Authority { keys: None, key_type: KeyType::None, capability: None, partition_scope: None });
+        }
+        if header.key_type != KeyType::Capability && !protection.covers(Protection::INTEGRITY_ARGS) {
+            return refuse(Status::ProtectionUnsupported, "key-hierarchy keys require INTEGRITY_ARGS");
+        }
+        let (key, alg, cap, scope) = self.resolve_key(header, capability)?;
+        let keys = FrameKeys::new(alg, &key);
+        if !keys.verify_digest(protection, before_digest, digest) {
+            return refuse(Status::BadDigest, "request digest does not verify");
+        }
+        let minimum = self.minimum(cap.as_ref().map(|c| c.partition).or(scope));
+        if let Some(c) = &cap {
+            if !protection.covers(c.min_protection) {
+                return refuse(Status::ProtectionTooWeak, "request protection is below the capability's minimum");
+            }
+            if !c.min_protection.covers(minimum) {
+                return refuse(Status::CapabilityBelowMinimum, "capability minimum is below the drive or partition minimum");
+            }
+        } else if !protection.covers(minimum) {
+            return refuse(Status::ProtectionTooWeak, "request protection is below the drive or partition minimum");
+        }
+        self.check_nonce(&header.nonce)?;
+        Ok(Authority { keys: Some(keys), key_type: header.key_type, capability: cap, partition_scope: scope })
+    }
+
+    /// Finds the key a request names (check 2–3): capability key (computed
+    /// or cached), or a key of the hierarchy.
+    fn resolve_key(&self, header: &FrameHeader, capability: &[u8]) -> Result<(Key, MacAlgorithm, Option<CapabilityArgs>, Option<u64>), Refusal> {
+        let ring = lock(&self.keys);
+        let not_set = |what: &str| refuse(Status::KeyNotSet, format!("the {what} key has not been set"));
+        let selector = |len: usize| -> Result<u64, Refusal> {
+            if capability.len() != len {
+                return refuse(Status::BadCapability, format!("this key type needs a {len}-byte key selector"));
+            }
+            Ok(u64::from_le_bytes(capability[..8].try_into().expect("8 bytes")))
+        };
+        match header.key_type {
+            KeyType::Master | KeyType::Drive => {
+                if !capability.is_empty() {
+                    return refuse(Status::BadCapability, "drive-level keys take no capability");
+                }
+                let k = if header.key_type == KeyType::Master { &ring.master } else { &ring.drive };
+                match k {
+                    Some(k) => Ok((k.clone(), MacAlgorithm::Blake3, None, None)),
+                    None => not_set(if header.key_type == KeyType::Master { "master" } else { "drive" }),
+                }
+            }
+            KeyType::Partition => {
+                let p = selector(8)?;
+                match ring.partitions.get(&p).and_then(|pk| pk.partition.as_ref()) {
+                    Some(k) => Ok((k.clone(), MacAlgorithm::Blake3, None, Some(p))),
+                    None => not_set("partition"),
+                }
+            }
+            KeyType::Working => {
+                let p = selector(12)?;
+                let version = u32::from_le_bytes(capability[8..12].try_into().expect("4 bytes"));
+                match Self::working_key(&ring, p, version) {
+                    Some(k) => Ok((k, MacAlgorithm::Blake3, None, Some(p))),
+                    None => refuse(Status::KeyVersionRetired, format!("working key version {version} is not current or previous")),
+                }
+            }
+            KeyType::Capability => {
+                let args = self.open_capability(&ring, capability)?;
+                let alg = MacAlgorithm::from_id(args.algorithm).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+                let working = Self::working_key(&ring, args.partition, args.key_version).ok_or((
+                    Status::KeyVersionRetired,
+                    format!("working key version {} is not current or previous", args.key_version),
+                ))?;
+                drop(ring);
+                let key = self.cached_capability_key(&working, &args)?;
+                Ok((key, alg, Some(args), None))
+            }
+            KeyType::None => unreachable!("handled by the caller"),
+        }
+    }
+
+    fn working_key(ring: &KeyRing, partition: u64, version: u32) -> Option<Key> {
+        let pk = ring.partitions.get(&partition)?;
+        [&pk.current, &pk.previous].into_iter().flatten().find(|(v, _)| *v == version).map(|(_, k)| k.clone())
+    }
+
+    fn open_capability(&self, ring: &KeyRing, token: &[u8]) -> Result<CapabilityArgs, Refusal> {
+        match token.first() {
+            Some(&CAPABILITY_FORMAT_CLEAR) => {
+                CapabilityArgs::decode(token).map_err(|e| (Status::BadCapability, format!("malformed capability: {e}")))
+            }
+            Some(&CAPABILITY_FORMAT_SEALED) => {
+                let prefix = SealedCapabilityPrefix::decode(token)
+                    .map_err(|e| (Status::BadCapability, format!("malformed sealed capability: {e}")))?;
+                let working = Self::working_key(ring, prefix.partition, prefix.key_version).ok_or((
+                    Status::KeyVersionRetired,
+                    format!("working key version {} is not current or previous", prefix.key_version),
+                ))?;
+                unseal_capability(&working, token).ok_or((Status::BadCapability, "sealed capability does not open".into()))
+            }
+            _ => refuse(Status::BadCapability, "missing or unknown capability format"),
+        }
+    }
+
+    fn cached_capability_key(&self, working: &Key, args: &CapabilityArgs) -> Result<Key, Refusal> {
+        let id = args.encode();
+        let mut cache = lock(&self.capability_keys);
+        if let Some(k) = cache.get(&id) {
+            return Ok(k.clone());
+        }
+        let k = capability_key(working, args).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+        if cache.len() >= CAPABILITY_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(id, k.clone());
+        Ok(k)
+    }
+
+    /// Checks 7–8: the nonce is inside the window, after the drive started,
+    /// and new. Only called after the digest verified, so an attacker cannot
+    /// fill the cache.
+    fn check_nonce(&self, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
+        let time = u64::from_le_bytes(nonce[..8].try_into().expect("8 bytes"));
+        let seq = u64::from_le_bytes(nonce[8..].try_into().expect("8 bytes"));
+        let now = self.store.now_ns();
+        let skew = self.store.clock_skew_ns();
+        let floor = now.saturating_sub(skew).max(self.boot_ns);
+        if time < floor || time > now.saturating_add(skew) {
+            return refuse(Status::NonceOutsideWindow, format!("nonce time is outside the drive's window ({} ns skew)", skew));
+        }
+        let mut cache = lock(&self.nonces);
+        while let Some(&first) = cache.seen.first() {
+            if first.0 >= floor {
+                break;
+            }
+            cache.seen.pop_first();
+        }
+        if cache.seen.contains(&(time, seq)) {
+            return refuse(Status::NonceReplayed, "nonce seen before: replayed request");
+        }
+        if cache.seen.len() >= NONCE_CACHE_MAX {
+            return refuse(Status::Busy, "replay cache full; retry shortly");
+        }
+        cache.seen.insert((time, seq));
+        Ok(())
+    }
+
+    /// Checks 9–14: the decoded request against its authority.
+    pub fn authorize(&self, auth: &Authority, req: &Request) -> Result<(), Refusal> {
+        let class = class_of(req);
+        match (&class, auth.key_type) {
+            (Class::Open, _) => Ok(()),
+            (_, KeyType::None) if !self.enabled => Ok(()),
+            (Class::Master, KeyType::Master) | (Class::Drive, KeyType::Drive) => Ok(()),
+            (Class::Partition(_), KeyType::Drive) | (Class::Object { .. }, KeyType::Drive) => Ok(()),
+            (Class::Partition(p), KeyType::Partition) | (Class::Object { partition: p, .. }, KeyType::Partition | KeyType::Working) => {
+                if auth.partition_scope == Some(*p) {
+                    Ok(())
+                } else {
+                    refuse(Status::WrongObject, "the key is for another partition")
+                }
+            }
+            (Class::Object { .. }, KeyType::Capability) => {
+                self.authorize_capability(auth.capability.as_ref().expect("capability key type has a capability"), req, &class)
+            }
+            _ => refuse(Status::WrongKeyType, format!("key type {:?} may not authorize this operation", auth.key_type)),
+        }
+    }
+
+    fn authorize_capability(&self, cap: &CapabilityArgs, req: &Request, class: &Class) -> Result<(), Refusal> {
+        let Class::Object { partition, objects, right, regions } = class else { unreachable!("object class") };
+        if self.store.now_ns() > cap.expiration_ns {
+            return refuse(Status::CapabilityExpired, "capability expired");
+        }
+        if !ct_eq(&cap.drive_id, &self.store.drive_id()) {
+            return refuse(Status::WrongDrive, "capability is for another drive");
+        }
+        if cap.partition != *partition {
+            return refuse(Status::WrongObject, "capability is for another partition");
+        }
+        for &o in objects {
+            if cap.object != ANY_OBJECT && cap.object != o {
+                return refuse(Status::WrongObject, "capability is for another object");
+            }
+        }
+        if matches!(req, Request::Create { .. }) && cap.object != ANY_OBJECT {
+            return refuse(Status::WrongObject, "create needs a partition-wide capability (object 0)");
+        }
+        if cap.object != ANY_OBJECT {
+            if let Ok(attrs) = self.store.getattr(*partition, cap.object) {
+                if attrs.access_control_version != cap.access_control_version {
+                    return refuse(Status::AccessRevoked, "the object's access control version changed: capability revoked");
+                }
+            }
+        }
+        let mut needed = *right;
+        if let Request::SetAttr { mask, .. } = req {
+            if mask.contains(nasd_proto::AttrMask::ACCESS_CONTROL_VERSION) {
+                needed |= rights::SET_ACV;
+            }
+        }
+        if needed == rights::WRITE && cap.rights & rights::WRITE == 0 && cap.rights & rights::APPEND != 0 {
+            if let (Request::Write { partition, object, regions }, Ok(attrs)) = (req, self.store.getattr(*partition, objects[0])) {
+                let _ = (partition, object);
+                if regions.iter().all(|r| r.offset >= attrs.logical_size) {
+                    needed = rights::APPEND;
+                }
+            }
+        }
+        if cap.rights & needed != needed {
+            return refuse(Status::RightsInsufficient, "capability rights do not cover this operation");
+        }
+        if let Some(regions) = regions {
+            if !regions.iter().all(|r| cap.covers(r)) {
+                return refuse(Status::RegionNotInCapability, "a region lies outside the capability's region");
+            }
+        }
+        Ok(())
+    }
+
+    // --------------------------------------------------------- key management
+
+    /// Executes a key-management request (already authenticated and
+    /// authorized). Keys are opened with the key above them and stored durably.
+    pub fn manage(&self, req: &Request) -> Result<(), Refusal> {
+        let mut ring = lock(&self.keys);
+        let bad_seal = || (Status::BadSealedKey, "sealed key does not open under the authorizing key".to_string());
+        let io = |e: nasd_store::StoreError| (e.status(), e.to_string());
+        match req {
+            Request::SetDriveKey { sealed_key } => {
+                let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
+                let k = open_key(master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), sealed_key).map_err(|_| bad_seal())?;
+                self.store.put_settings(&[("key.drive".into(), Some(k.expose().to_vec()))]).map_err(io)?;
+                ring.drive = Some(k);
+            }
+            Request::SetPartitionKey { partition, sealed_key } => {
+                let drive = ring.drive.as_ref().ok_or((Status::KeyNotSet, "no drive key".into()))?;
+                let k = open_key(drive, &key_context(opcode::SET_PARTITION_KEY, *partition, 0), sealed_key).map_err(|_| bad_seal())?;
+                self.store.put_settings(&[(format!("key.partition.{partition}"), Some(k.expose().to_vec()))]).map_err(io)?;
+                ring.partitions.entry(*partition).or_default().partition = Some(k);
+            }
+            Request::SetWorkingKey { partition, key_version, sealed_key } => {
+                let pk = ring.partitions.entry(*partition).or_default();
+                let pkey = pk.partition.as_ref().ok_or((Status::KeyNotSet, "no partition key".into()))?;
+                let k = open_key(pkey, &key_context(opcode::SET_WORKING_KEY, *partition, *key_version), sealed_key)
+                    .map_err(|_| bad_seal())?;
+                let current = pk.current.as_ref().map_or(0, |(v, _)| *v);
+                if *key_version <= current {
+                    return refuse(Status::BadArguments, format!("working key version must exceed {current}"));
+                }
+                let previous = pk.current.take();
+                let mut value = Vec::with_capacity(2 * (4 + KEY_LEN));
+                value.extend_from_slice(&key_version.to_le_bytes());
+                value.extend_from_slice(k.expose());
+                match &previous {
+                    Some((v, pk)) => {
+                        value.extend_from_slice(&v.to_le_bytes());
+                        value.extend_from_slice(pk.expose());
+                    }
+                    None => value.extend_from_slice(&[0u8; 4 + KEY_LEN]),
+                }
+                self.store.put_settings(&[(format!("key.working.{partition}"), Some(value))]).map_err(io)?;
+                pk.previous = previous;
+                pk.current = Some((*key_version, k));
+                lock(&self.capability_keys).clear();
+            }
+            Request::SetMinProtection { partition, protection } => {
+                let name = if *partition == 0 { "minprot.drive".to_string() } else { format!("minprot.{partition}") };
+                self.store.put_settings(&[(name, Some(vec![protection.bits()]))]).map_err(io)?;
+                if *partition == 0 {
+                    ring.drive_min = Some(*protection);
+                } else {
+                    ring.partitions.entry(*partition).or_default().min = Some(*protection);
+                }
+            }
+            Request::Initialize { sealed_master_key, .. } => {
+                let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
+                let new_master = if sealed_master_key.is_empty() {
+                    master.clone()
+                } else {
+                    open_key(master, &key_context(opcode::INITIALIZE, 0, 0), sealed_master_key).map_err(|_| bad_seal())?
+                };
+                let mut changes: Vec<(String, Option<Vec<u8>>)> = self
+                    .store
+                    .settings("")
+                    .map_err(io)?
+                    .into_iter()
+                    .map(|(k, _)| (k, None))
+                    .collect();
+                changes.push(("key.master".into(), Some(new_master.expose().to_vec())));
+                self.store.put_settings(&changes).map_err(io)?;
+                *ring = KeyRing { master: Some(new_master), ..KeyRing::default() };
+                lock(&self.capability_keys).clear();
+            }
+            _ => unreachable!("not a key-management request"),
+        }
+        Ok(())
+    }
+
+    /// Forgets a removed partition's keys and minimum.
+    pub fn forget_partition(&self, partition: u64) -> Result<(), Refusal> {
+        let mut ring = lock(&self.keys);
+        ring.partitions.remove(&partition);
+        let changes = [
+            (format!("key.partition.{partition}"), None),
+            (format!("key.working.{partition}"), None),
+            (format!("minprot.{partition}"), None),
+        ];
+        self.store.put_settings(&changes).map_err(|e| (e.status(), e.to_string()))?;
+        lock(&self.capability_keys).clear();
+        Ok(())
+    }
+}
+
+/// What authority an operation needs.
+pub enum Class {
+    /// Anyone (HELLO, INQUIRY).
+    Open,
+    /// The master key.
+    Master,
+    /// The drive key.
+    Drive,
+    /// The partition key of this partition (or the drive key).
+    Partition(u64),
+    /// A capability (or a working, partition or drive key) for these objects.
+    Object {
+        /// The partition.
+        partition: u64,
+        /// Objects the request names (empty for create).
+        objects: Vec<u64>,
+        /// The right needed.
+        right: u32,
+        /// Regions the capability must cover.
+        regions: Option<Vec<Region>>,
+    },
+}
+
+/// The authority `req` needs.
+pub fn class_of(req: &Request) -> Class {
+    use Request::*;
+    let obj = |partition: u64, objects: Vec<u64>, right: u32, regions: Option<&Vec<Region>>| Class::Object {
+        partition,
+        objects,
+        right,
+        regions: regions.cloned(),
+    };
+    match req {
+        Hello { .. } | Inquiry => Class::Open,
+        Initialize { .. } | SetDriveKey { .. } => Class::Master,
+        CreatePartition { .. } | RemovePartition { .. } | ResizePartition { .. } | FlushPartition { .. }
+        | SetPartitionKey { .. } | ReadAudit { .. } => Class::Drive,
+        SetMinProtection { partition: 0, .. } => Class::Drive,
+        SetMinProtection { partition, .. } | SetWorkingKey { partition, .. } => Class::Partition(*partition),
+        Create { partition, .. } => obj(*partition, vec![], rights::CREATE, None),
+        Remove { partition, object } => obj(*partition, vec![*object], rights::REMOVE, None),
+        GetAttr { partition, object } => obj(*partition, vec![*object], rights::GETATTR, None),
+        SetAttr { partition, object, .. } => obj(*partition, vec![*object], rights::SETATTR, None),
+        Read { partition, object, regions } => obj(*partition, vec![*object], rights::READ, Some(regions)),
+        Write { partition, object, regions } => obj(*partition, vec![*object], rights::WRITE, Some(regions)),
+        BlocksRequired { partition, object, regions } => obj(*partition, vec![*object], rights::GETATTR, Some(regions)),
+        FastCopy { partition, source } => obj(*partition, vec![*source], rights::FASTCOPY, None),
+        Flush { partition, objects } => obj(*partition, objects.clone(), rights::FLUSH, None),
+    }
+}
+
+/// The partition, object and first region a request names, for the audit trail.
+pub fn audit_target(req: &Request) -> (u64, u64, Region) {
+    use Request::*;
+    let none = Region { offset: 0, length: 0 };
+    match req {
+        Read { partition, object, regions } | Write { partition, object, regions } | BlocksRequired { partition, object, regions } => {
+            (*partition, *object, regions.first().copied().unwrap_or(none))
+        }
+        Remove { partition, object } | GetAttr { partition, object } | SetAttr { partition, object, .. } => (*partition, *object, none),
+        FastCopy { partition, source } => (*partition, *source, none),
+        Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
+        Create { partition, .. } | CreatePartition { partition } | RemovePartition { partition, .. }
+        | ResizePartition { partition, .. } | FlushPartition { partition } | SetPartitionKey { partition, .. }
+        | SetWorkingKey { partition, .. } | SetMinProtection { partition, .. } => (*partition, 0, none),
+        Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } => (0, 0, none),
+    }
+}
