@@ -1,8 +1,1897 @@
-//! Unit tests of the store: the full suite lands with the model-based property test.
-
 use super::*;
+use nasd_proto::limits::{FS_SPECIFIC_LEN, REGIONS_MAX};
+use nasd_proto::Status;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+const BS: u64 = 4096;
+const CAP_BLOCKS: u64 = 4096;
+
+fn opts() -> StoreOptions {
+    StoreOptions {
+        block_size: BS as u32,
+        capacity_bytes: CAP_BLOCKS * BS,
+        verify_reads: true,
+        extensions: vec!["x-test".into()],
+    }
+}
+
+#[track_caller]
+fn open(dir: &Path) -> Store {
+    Store::open(dir, &opts()).expect("open store")
+}
+
+/// A new store with partition 1 holding a quota of `quota_blocks`.
+fn fresh(quota_blocks: u64) -> (TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.create_partition(1).unwrap();
+    s.resize_partition(1, quota_blocks * BS).unwrap();
+    (dir, s)
+}
+
+fn rg(offset: u64, length: u64) -> Region {
+    Region { offset, length }
+}
+
+/// Deterministic bytes, never zero (so zeroed bytes are recognisable).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5DEE_CE66_D1CE_4E5B;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x as u8) | 1
+        })
+        .collect()
+}
+
+fn write(s: &Store, p: u64, o: u64, regions: &[Region], data: &[u8]) -> Result<u64, StoreError> {
+    s.write(p, o, regions, &mut &data[..])
+}
+
+fn read(s: &Store, p: u64, o: u64, regions: &[Region]) -> Result<(Vec<u64>, Vec<u8>), StoreError> {
+    let mut sink = VecSink::default();
+    s.read(p, o, regions, &mut sink)?;
+    assert_eq!(sink.lengths.iter().sum::<u64>(), sink.data.len() as u64, "lengths disagree with the data");
+    Ok((sink.lengths, sink.data))
+}
+
+#[track_caller]
+fn read_all(s: &Store, p: u64, o: u64) -> Vec<u8> {
+    let size = s.getattr(p, o).unwrap().logical_size;
+    if size == 0 {
+        return Vec::new();
+    }
+    let (lengths, data) = read(s, p, o, &[rg(0, size)]).unwrap();
+    assert_eq!(lengths, vec![size]);
+    data
+}
+
+#[track_caller]
+fn err<T: std::fmt::Debug>(r: Result<T, StoreError>) -> Status {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.status(),
+    }
+}
+
+fn part_used(s: &Store, p: u64) -> u64 {
+    s.info().partitions.iter().find(|x| x.partition == p).expect("partition listed").used_bytes
+}
+
+fn phys_of(s: &Store, p: u64, o: u64, l: u64) -> u64 {
+    lock(&s.meta).partitions[&p].objects[&o].blocks[&l].phys
+}
+
+fn attrs_with(f: impl FnOnce(&mut Attributes)) -> Attributes {
+    let mut a = Attributes::default();
+    f(&mut a);
+    a
+}
+
+fn size_attr(size: u64) -> Attributes {
+    attrs_with(|a| a.logical_size = size)
+}
+
+fn truncate(s: &Store, p: u64, o: u64, size: u64) -> Result<Attributes, StoreError> {
+    s.setattr(p, o, AttrMask::LOGICAL_SIZE, &size_attr(size))
+}
+
+fn reserve(s: &Store, p: u64, o: u64, blocks: u64) -> Result<Attributes, StoreError> {
+    s.setattr(p, o, AttrMask::BLOCKS_ALLOCATED, &attrs_with(|a| a.blocks_allocated = blocks))
+}
+
+fn contents(s: &Store, p: u64) -> Vec<u64> {
+    let len = s.getattr(p, PARTITION_CONTENTS).unwrap().logical_size;
+    let (_, bytes) = read(s, p, PARTITION_CONTENTS, &[rg(0, len)]).unwrap();
+    assert_eq!(bytes.len() % 8, 0);
+    bytes.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Checks every in-memory invariant the store promises against the files:
+/// every stored block matches its stored digest, bytes at or past
+/// `logical_size` are zero, reference counts and per-partition charges are
+/// exact, and every allocated block is referenced or awaiting release.
+fn check_store_invariants(s: &Store) {
+    let m = lock(&s.meta);
+    let bs = s.bs();
+    let mut buf = vec![0u8; bs as usize];
+    let mut refs: HashMap<u64, u32> = HashMap::new();
+    for (&p, part) in &m.partitions {
+        let mut phys_in_part = HashSet::new();
+        let mut slack = 0;
+        for (&o, obj) in &part.objects {
+            let size = obj.attrs.logical_size;
+            slack += obj.slack();
+            for (&l, b) in &obj.blocks {
+                assert!(l * bs < size, "partition {p} object {o}: block {l} mapped at or past logical size {size}");
+                s.data.read_exact_at(&mut buf, b.phys * bs).unwrap();
+                assert!(
+                    nasd_crypto::ct_eq(&nasd_crypto::block_digest(&buf), &b.digest),
+                    "partition {p} object {o} block {l} (phys {}) does not match its stored digest",
+                    b.phys
+                );
+                let valid = (size - l * bs).min(bs) as usize;
+                assert!(
+                    buf[valid..].iter().all(|&x| x == 0),
+                    "partition {p} object {o} block {l}: stored bytes past logical size are not zero"
+                );
+                *refs.entry(b.phys).or_default() += 1;
+                phys_in_part.insert(b.phys);
+            }
+        }
+        assert_eq!(part.physical_blocks, phys_in_part.len() as u64, "partition {p} physical_blocks");
+        assert_eq!(part.slack_blocks, slack, "partition {p} slack_blocks");
+        assert_eq!(part.inflight_blocks, 0, "partition {p} inflight_blocks at rest");
+        assert!(part.physical_blocks + part.slack_blocks <= part.quota_bytes / bs, "partition {p} over quota");
+        assert!(part.next_id <= part.high_water, "partition {p} id beyond its durable high-water mark");
+    }
+    assert_eq!(refs, m.refcount, "reference counts");
+    let pending: HashSet<u64> = m.pending_free.iter().copied().collect();
+    assert_eq!(pending.len(), m.pending_free.len(), "a block is pending release twice");
+    assert!(pending.iter().all(|b| !refs.contains_key(b)), "a referenced block is pending release");
+    assert_eq!(
+        m.alloc.capacity() - m.alloc.free_blocks(),
+        (refs.len() + pending.len()) as u64,
+        "allocated blocks are exactly the referenced ones plus those awaiting release (no leak)"
+    );
+}
+
+// ------------------------------------------------------------------- create
 
 #[test]
-fn block_sizes_are_sane() {
-    assert!(BLOCK_SIZE_MIN <= BLOCK_SIZE_DEFAULT && BLOCK_SIZE_DEFAULT <= BLOCK_SIZE_MAX);
+fn create_sets_masked_attributes_and_drive_times() {
+    let (_d, s) = fresh(16);
+    let before = s.now_ns();
+    let a = attrs_with(|a| {
+        a.access_control_version = 7;
+        a.nearby_object = 4;
+        a.logical_size = 10_000;
+        a.block_size = BS as u32;
+        a.blocks_allocated = 2;
+        a.fs_data_modify_time = 11;
+        a.fs_attribute_modify_time = 12;
+        a.fs_specific = [0xAB; FS_SPECIFIC_LEN];
+        a.copied_object = 99; // not in the mask: ignored
+        a.create_time = 5; // not in the mask: ignored
+    });
+    let mask = AttrMask::ACCESS_CONTROL_VERSION
+        .union(AttrMask::NEARBY_OBJECT)
+        .union(AttrMask::LOGICAL_SIZE)
+        .union(AttrMask::BLOCK_SIZE)
+        .union(AttrMask::BLOCKS_ALLOCATED)
+        .union(AttrMask::FS_DATA_MODIFY_TIME)
+        .union(AttrMask::FS_ATTRIBUTE_MODIFY_TIME)
+        .union(AttrMask::FS_SPECIFIC);
+    let (id, got) = s.create(1, mask, &a).unwrap();
+    let after = s.now_ns();
+    assert_eq!(id, FIRST_USER_OBJECT);
+    assert_eq!(got.access_control_version, 7);
+    assert_eq!(got.nearby_object, 4);
+    assert_eq!(got.logical_size, 10_000);
+    assert_eq!(got.block_size, BS as u32);
+    assert_eq!(got.blocks_allocated, 2);
+    assert_eq!(got.blocks_used, 0);
+    assert_eq!(got.copied_object, 0);
+    assert_eq!(got.fs_data_modify_time, 11);
+    assert_eq!(got.fs_attribute_modify_time, 12);
+    assert_eq!(got.fs_specific, [0xAB; FS_SPECIFIC_LEN]);
+    assert!((before..=after).contains(&got.create_time), "create_time from the drive clock");
+    assert_eq!(got.data_modify_time, got.create_time);
+    assert_eq!(got.attribute_modify_time, got.create_time);
+    assert_eq!(s.getattr(1, id).unwrap(), got);
+    assert_eq!(part_used(&s, 1), 2 * BS, "the reservation is charged");
+    // The size was set without data: a hole that reads as zeros.
+    assert_eq!(read_all(&s, 1, id), vec![0u8; 10_000]);
+
+    // Fields outside the mask are ignored.
+    let (id2, got2) = s.create(1, AttrMask::ACCESS_CONTROL_VERSION, &a).unwrap();
+    assert_eq!(id2, id + 1);
+    assert_eq!(got2.access_control_version, 7);
+    assert_eq!((got2.nearby_object, got2.logical_size, got2.blocks_allocated), (0, 0, 0));
+    assert_eq!(got2.fs_specific, [0; FS_SPECIFIC_LEN]);
+    assert_eq!(got2.fs_data_modify_time, got2.create_time);
+    assert_eq!(got2.block_size, BS as u32, "block_size is always the drive's");
+}
+
+#[test]
+fn create_refuses_drive_maintained_and_unsupported_attributes() {
+    let (_d, s) = fresh(4);
+    let all = attrs_with(|a| {
+        a.copied_object = 1;
+        a.blocks_used = 1;
+        a.create_time = 1;
+        a.data_modify_time = 1;
+        a.attribute_modify_time = 1;
+        a.block_size = BS as u32;
+    });
+    for bit in 0..13 {
+        let m = AttrMask(1 << bit);
+        if AttrMask::DRIVE_MAINTAINED.intersects(m) {
+            assert_eq!(err(s.create(1, m, &all)), Status::AttributeNotSettable, "bit {bit}");
+            let with_settable = m.union(AttrMask::ACCESS_CONTROL_VERSION);
+            assert_eq!(err(s.create(1, with_settable, &all)), Status::AttributeNotSettable, "bit {bit}");
+        }
+    }
+    let bs8k = attrs_with(|a| a.block_size = 8192);
+    assert_eq!(err(s.create(1, AttrMask::BLOCK_SIZE, &bs8k)), Status::AttributeNotSettable);
+    assert_eq!(err(s.create(1, AttrMask::BLOCK_SIZE, &Attributes::default())), Status::AttributeNotSettable);
+    assert_eq!(err(s.create(1, AttrMask(1 << 13), &all)), Status::BadArguments);
+    let huge = size_attr(nasd_proto::limits::OBJECT_SIZE_MAX + 1);
+    assert_eq!(err(s.create(1, AttrMask::LOGICAL_SIZE, &huge)), Status::AttributeNotSettable);
+    assert_eq!(err(s.create(9, AttrMask::default(), &all)), Status::NoSuchPartition);
+    let too_much = attrs_with(|a| a.blocks_allocated = 5);
+    assert_eq!(err(s.create(1, AttrMask::BLOCKS_ALLOCATED, &too_much)), Status::QuotaExceeded);
+    assert_eq!(contents(&s, 1), vec![1, 2, 3, 4], "refused creates made nothing");
+    assert_eq!(part_used(&s, 1), 0);
+
+    let (id, a) = s.create(1, AttrMask::BLOCK_SIZE, &all).unwrap();
+    assert_eq!(id, FIRST_USER_OBJECT, "refused creates consumed no identifier");
+    assert_eq!(a.block_size, BS as u32);
+    let (id2, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert_eq!(id2, id + 1);
+    assert_eq!(contents(&s, 1), vec![1, 2, 3, 4, id, id2]);
+}
+
+// ------------------------------------------------------------------- remove
+
+#[test]
+fn remove_refuses_well_known_and_releases_blocks() {
+    let (_d, s) = fresh(64);
+    for o in 1..=FIRST_OBJECT {
+        assert_eq!(err(s.remove(1, o)), Status::ReadOnlyObject, "object {o}");
+    }
+    for o in FIRST_OBJECT + 1..FIRST_USER_OBJECT {
+        assert_eq!(err(s.remove(1, o)), Status::NoSuchObject, "object {o} is never allocated");
+    }
+    let (a, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, a, &[rg(0, 3 * BS)], &pattern(1, 3 * BS as usize)).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 3 * BS);
+    s.remove(1, a).unwrap();
+    assert_eq!(part_used(&s, 1), 0, "the partition is no longer charged");
+    assert_eq!(err(s.getattr(1, a)), Status::NoSuchObject);
+    assert_eq!(err(s.remove(1, a)), Status::NoSuchObject);
+    assert_eq!(err(read(&s, 1, a, &[rg(0, 1)])), Status::NoSuchObject);
+    assert_eq!(err(write(&s, 1, a, &[rg(0, 1)], b"x")), Status::NoSuchObject);
+    assert_eq!(err(s.fastcopy(1, a)), Status::NoSuchObject);
+    assert_eq!(contents(&s, 1), vec![1, 2, 3, 4]);
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 0, "blocks are free after the commit that forgets them");
+
+    // Blocks never committed go back at once.
+    let (b, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, b, &[rg(0, 2 * BS)], &pattern(2, 2 * BS as usize)).unwrap();
+    assert_eq!(s.info().used_bytes, 2 * BS);
+    s.remove(1, b).unwrap();
+    assert_eq!(s.info().used_bytes, 0);
+    assert_eq!(err(s.remove(2, 99)), Status::NoSuchPartition);
+    check_store_invariants(&s);
+}
+
+// ------------------------------------------------------------ control objects
+
+#[test]
+fn control_objects_publish_drive_and_partition_state() {
+    let (_d, s) = fresh(64);
+    s.create_partition(2).unwrap();
+    let (a, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let (b, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, a, &[rg(0, 10)], b"0123456789").unwrap();
+
+    let ga = s.getattr(1, DRIVE_CONTROL).unwrap();
+    let (lengths, bytes) = read(&s, 1, DRIVE_CONTROL, &[rg(0, ga.logical_size)]).unwrap();
+    assert_eq!(lengths, vec![ga.logical_size]);
+    let dc = DriveControl::decode(&bytes).expect("drive control decodes");
+    assert_eq!(dc.block_size, BS as u32);
+    assert_eq!(dc.capacity_bytes, CAP_BLOCKS * BS);
+    assert_eq!(dc.allocated_bytes, BS);
+    assert_eq!(dc.partitions, 2);
+    assert_eq!(dc.clock_skew_ns, DEFAULT_SKEW_NS);
+    assert_eq!(dc.extensions, vec!["x-test".to_string()]);
+    assert!(dc.clock_ns.abs_diff(s.now_ns()) < 10_000_000_000, "clock_ns is the drive clock");
+    // The same in every partition.
+    let (_, bytes2) = read(&s, 2, DRIVE_CONTROL, &[rg(0, 4096)]).unwrap();
+    assert_eq!(DriveControl::decode(&bytes2).unwrap().partitions, 2);
+
+    let gp = s.getattr(1, PARTITION_CONTROL).unwrap();
+    let (_, bytes) = read(&s, 1, PARTITION_CONTROL, &[rg(0, 4096)]).unwrap();
+    assert_eq!(bytes.len() as u64, gp.logical_size);
+    let pc = PartitionControl::decode(&bytes).expect("partition control decodes");
+    assert_eq!(
+        pc,
+        PartitionControl { quota_bytes: 64 * BS, used_bytes: BS, objects_in_use: 6, objects_max: OBJECTS_PER_PARTITION_MAX }
+    );
+    let (_, bytes) = read(&s, 2, PARTITION_CONTROL, &[rg(0, 4096)]).unwrap();
+    assert_eq!(PartitionControl::decode(&bytes).unwrap().objects_in_use, 4);
+
+    assert_eq!(s.getattr(1, PARTITION_CONTENTS).unwrap().logical_size, 6 * 8);
+    assert_eq!(contents(&s, 1), vec![1, 2, 3, 4, a, b]);
+    assert_eq!(contents(&s, 2), vec![1, 2, 3, 4]);
+    // Sub-ranges, several regions, and reads past the end.
+    let (lengths, bytes) = read(&s, 1, PARTITION_CONTENTS, &[rg(40, 100), rg(8, 8), rg(200, 5)]).unwrap();
+    assert_eq!(lengths, vec![8, 8, 0]);
+    assert_eq!(&bytes[..8], &b.to_le_bytes());
+    assert_eq!(&bytes[8..], &2u64.to_le_bytes());
+
+    for o in [DRIVE_CONTROL, PARTITION_CONTROL, PARTITION_CONTENTS] {
+        assert_eq!(err(write(&s, 1, o, &[rg(0, 1)], b"x")), Status::ReadOnlyObject);
+        assert_eq!(err(s.setattr(1, o, AttrMask::ACCESS_CONTROL_VERSION, &Attributes::default())), Status::ReadOnlyObject);
+        assert_eq!(err(s.remove(1, o)), Status::ReadOnlyObject);
+        assert_eq!(err(s.fastcopy(1, o)), Status::ReadOnlyObject);
+        assert_eq!(err(s.blocks_required(1, o, &[rg(0, 1)])), Status::ReadOnlyObject);
+        assert_eq!(err(s.getattr(9, o)), Status::NoSuchPartition);
+        assert_eq!(err(read(&s, 9, o, &[rg(0, 1)])), Status::NoSuchPartition);
+    }
+}
+
+// ------------------------------------------------------------------ setattr
+
+#[test]
+fn setattr_semantics_and_drive_clock() {
+    const DRIVE_CLOCK: u64 = 1_000_000_000_000_000_000; // 2001: far from the host clock
+    const MINUTE: u64 = 60_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.initialize(DRIVE_CLOCK, 1_000).unwrap();
+    assert!((DRIVE_CLOCK..DRIVE_CLOCK + MINUTE).contains(&s.now_ns()));
+    assert_eq!(s.clock_skew_ns(), 1_000);
+    s.create_partition(1).unwrap();
+    s.resize_partition(1, 16 * BS).unwrap();
+    let (o, a0) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert!((DRIVE_CLOCK..DRIVE_CLOCK + MINUTE).contains(&a0.create_time), "times come from the drive clock");
+
+    let mut fs = [0u8; FS_SPECIFIC_LEN];
+    for (i, b) in fs.iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let v = attrs_with(|a| {
+        a.access_control_version = 42;
+        a.nearby_object = 4;
+        a.fs_specific = fs;
+    });
+    let t = s.now_ns();
+    let mask = AttrMask::ACCESS_CONTROL_VERSION.union(AttrMask::FS_SPECIFIC).union(AttrMask::NEARBY_OBJECT);
+    let a1 = s.setattr(1, o, mask, &v).unwrap();
+    assert_eq!((a1.access_control_version, a1.nearby_object, a1.fs_specific), (42, 4, fs));
+    assert!((t..=s.now_ns()).contains(&a1.attribute_modify_time), "attribute_modify_time from the drive clock");
+    assert_eq!(a1.fs_attribute_modify_time, a1.attribute_modify_time, "fs_attribute_modify_time follows unless set");
+    assert_eq!(a1.create_time, a0.create_time);
+    assert_eq!(a1.data_modify_time, a0.data_modify_time, "attributes only: data time unchanged");
+    assert_eq!(a1.fs_data_modify_time, a0.fs_data_modify_time);
+    assert_eq!(s.getattr(1, o).unwrap(), a1);
+
+    let v2 = attrs_with(|a| {
+        a.fs_attribute_modify_time = 5;
+        a.fs_data_modify_time = 6;
+    });
+    let a2 = s.setattr(1, o, AttrMask::FS_ATTRIBUTE_MODIFY_TIME.union(AttrMask::FS_DATA_MODIFY_TIME), &v2).unwrap();
+    assert_eq!((a2.fs_attribute_modify_time, a2.fs_data_modify_time), (5, 6));
+    assert!(a2.attribute_modify_time >= a1.attribute_modify_time);
+    assert_eq!((a2.access_control_version, a2.fs_specific), (42, fs), "unmasked attributes unchanged");
+
+    // Refusals change nothing.
+    for bit in 0..13 {
+        let m = AttrMask(1 << bit);
+        if AttrMask::DRIVE_MAINTAINED.intersects(m) {
+            let both = m.union(AttrMask::ACCESS_CONTROL_VERSION);
+            let x = attrs_with(|a| a.access_control_version = 1);
+            assert_eq!(err(s.setattr(1, o, both, &x)), Status::AttributeNotSettable, "bit {bit}");
+        }
+    }
+    assert_eq!(err(s.setattr(1, o, AttrMask::BLOCK_SIZE, &attrs_with(|a| a.block_size = 8192))), Status::AttributeNotSettable);
+    assert_eq!(s.getattr(1, o).unwrap(), a2, "refused setattrs changed nothing");
+    assert_eq!(s.setattr(1, o, AttrMask::BLOCK_SIZE, &attrs_with(|a| a.block_size = BS as u32)).unwrap().block_size, BS as u32);
+    assert_eq!(err(s.setattr(1, 99, AttrMask::ACCESS_CONTROL_VERSION, &v)), Status::NoSuchObject);
+    assert_eq!(err(s.setattr(7, o, AttrMask::ACCESS_CONTROL_VERSION, &v)), Status::NoSuchPartition);
+
+    // A write moves both data times (the fs one too) to the drive clock.
+    let t = s.now_ns();
+    write(&s, 1, o, &[rg(0, 10)], b"abcdefghij").unwrap();
+    let a3 = s.getattr(1, o).unwrap();
+    assert!((t..=s.now_ns()).contains(&a3.data_modify_time));
+    assert_eq!(a3.fs_data_modify_time, a3.data_modify_time);
+    assert_eq!(a3.create_time, a0.create_time);
+    s.commit().unwrap();
+    drop(s);
+
+    let s = open(dir.path());
+    assert_eq!(s.getattr(1, o).unwrap(), a3, "every attribute survives reopening");
+    assert!((DRIVE_CLOCK..DRIVE_CLOCK + MINUTE).contains(&s.now_ns()), "the drive clock survives reopening");
+    assert_eq!(s.clock_skew_ns(), 1_000);
+}
+
+#[test]
+fn truncate_zeroes_the_tail_and_frees_blocks() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let data = pattern(1, 10_000);
+    write(&s, 1, o, &[rg(0, 10_000)], &data).unwrap();
+    let a = s.getattr(1, o).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used, a.blocks_allocated), (10_000, 3, 3));
+    s.commit().unwrap();
+
+    let t = s.now_ns();
+    let a = truncate(&s, 1, o, 5_000).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used, a.blocks_allocated), (5_000, 2, 2));
+    assert!(a.data_modify_time >= t);
+    assert_eq!(part_used(&s, 1), 2 * BS);
+    let (lengths, got) = read(&s, 1, o, &[rg(0, 10_000)]).unwrap();
+    assert_eq!(lengths, vec![5_000], "reads stop at the new size");
+    assert_eq!(got, &data[..5_000]);
+
+    let a = truncate(&s, 1, o, 10_000).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used), (10_000, 2), "extending adds a hole, not blocks");
+    let got = read_all(&s, 1, o);
+    assert_eq!(&got[..5_000], &data[..5_000]);
+    assert!(got[5_000..].iter().all(|&b| b == 0), "bytes past the truncation point read back as zero");
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 2 * BS, "the dropped and replaced blocks are free after commit");
+    check_store_invariants(&s);
+
+    truncate(&s, 1, o, BS).unwrap();
+    assert_eq!(read_all(&s, 1, o), &data[..BS as usize]);
+    let a = truncate(&s, 1, o, 0).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used, a.blocks_allocated), (0, 0, 0));
+    assert_eq!(part_used(&s, 1), 0);
+    truncate(&s, 1, o, 2 * BS).unwrap();
+    assert_eq!(read_all(&s, 1, o), vec![0u8; 2 * BS as usize]);
+    check_store_invariants(&s);
+}
+
+/// Truncating inside a hole must not allocate a block (it would charge the
+/// quota, and fail outright in a full partition).
+#[test]
+fn truncate_inside_a_hole_allocates_nothing() {
+    let (_d, s) = fresh(0);
+    let (o, _) = s.create(1, AttrMask::LOGICAL_SIZE, &size_attr(10_000)).unwrap();
+    let a = truncate(&s, 1, o, 5_000).expect("truncating a sparse object needs no space");
+    assert_eq!((a.logical_size, a.blocks_allocated, a.blocks_used), (5_000, 0, 0));
+    assert_eq!(read_all(&s, 1, o), vec![0u8; 5_000]);
+    assert_eq!(s.info().used_bytes, 0);
+
+    // A full partition can still truncate a partly sparse object.
+    s.resize_partition(1, BS).unwrap();
+    let (p, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, p, &[rg(0, 100)], &pattern(3, 100)).unwrap();
+    truncate(&s, 1, p, 3 * BS).unwrap();
+    let a = truncate(&s, 1, p, BS + 10).expect("tail block is a hole");
+    assert_eq!((a.blocks_used, a.logical_size), (1, BS + 10));
+    let got = read_all(&s, 1, p);
+    assert_eq!(&got[..100], &pattern(3, 100)[..]);
+    assert!(got[100..].iter().all(|&b| b == 0));
+    check_store_invariants(&s);
+}
+
+// --------------------------------------------------------------- read/write
+
+fn apply(model: &mut Vec<u8>, regions: &[Region], data: &[u8]) {
+    let mut pos = 0;
+    for r in regions {
+        let end = r.end() as usize;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[r.offset as usize..end].copy_from_slice(&data[pos..pos + r.length as usize]);
+        pos += r.length as usize;
+    }
+}
+
+fn expect_read(model: &[u8], regions: &[Region]) -> (Vec<u64>, Vec<u8>) {
+    let size = model.len() as u64;
+    let mut lengths = Vec::new();
+    let mut data = Vec::new();
+    for r in regions {
+        let n = r.end().min(size).saturating_sub(r.offset);
+        lengths.push(n);
+        if n > 0 {
+            data.extend_from_slice(&model[r.offset as usize..(r.offset + n) as usize]);
+        }
+    }
+    (lengths, data)
+}
+
+#[test]
+fn scatter_gather_write_and_read() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let mut model = Vec::new();
+    // Out of order; three regions in block 0, one crossing into block 1, a
+    // whole aligned block, one spanning three blocks, and holes between.
+    let regions = [rg(4000, 200), rg(10, 5), rg(100, 7), rg(9000, 1), rg(3 * BS, BS), rg(5 * BS + 17, 2 * BS + 3)];
+    let total: u64 = regions.iter().map(|r| r.length).sum();
+    let data = pattern(2, total as usize);
+    assert_eq!(write(&s, 1, o, &regions, &data).unwrap(), total);
+    apply(&mut model, &regions, &data);
+    let a = s.getattr(1, o).unwrap();
+    assert_eq!(a.logical_size, 7 * BS + 20);
+    assert_eq!(a.blocks_used, 7, "blocks 0,1,2,3,5,6,7; block 4 is a hole");
+    assert_eq!(read_all(&s, 1, o), model);
+    assert_eq!(s.blocks_required(1, o, &[rg(4 * BS + 1, 10)]).unwrap(), (1, 1));
+
+    let len = model.len() as u64;
+    let rr = [
+        rg(5 * BS + 20, 10),
+        rg(0, 20),
+        rg(95, 20),
+        rg(4090, 12),
+        rg(6000, 3000),
+        rg(4 * BS - 3, 6),
+        rg(4 * BS + 100, 200),
+        rg(len - 5, 100),
+        rg(len + 200, 5),
+    ];
+    let got = read(&s, 1, o, &rr).unwrap();
+    assert_eq!(got, expect_read(&model, &rr));
+    assert!(got.1[got.0[..6].iter().sum::<u64>() as usize..][..200].iter().all(|&b| b == 0), "holes read as zeros");
+    assert_eq!(got.0[7], 5, "short at the end of the object");
+    assert_eq!(got.0[8], 0, "nothing past the end");
+
+    // Overwrite bits of existing blocks, out of order, in one request.
+    let regions = [rg(102, 3), rg(4, 2), rg(2 * BS - 1, 2), rg(5 * BS + 16, 1)];
+    let data = pattern(3, 8);
+    write(&s, 1, o, &regions, &data).unwrap();
+    apply(&mut model, &regions, &data);
+    assert_eq!(read_all(&s, 1, o), model);
+    assert_eq!(s.getattr(1, o).unwrap().logical_size, len, "overwrites inside the object keep its size");
+    check_store_invariants(&s);
+}
+
+#[test]
+fn reads_past_eof_are_short_and_holes_read_zero() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert_eq!(read(&s, 1, o, &[rg(0, 100)]).unwrap(), (vec![0], vec![]), "empty object");
+    write(&s, 1, o, &[rg(3 * BS + 5, 10)], b"ABCDEFGHIJ").unwrap();
+    let a = s.getattr(1, o).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used), (3 * BS + 15, 1));
+    let (lengths, data) = read(&s, 1, o, &[rg(0, 10 * BS)]).unwrap();
+    assert_eq!(lengths, vec![3 * BS + 15]);
+    assert!(data[..3 * BS as usize + 5].iter().all(|&b| b == 0));
+    assert_eq!(&data[3 * BS as usize + 5..], b"ABCDEFGHIJ");
+    let (lengths, data) = read(&s, 1, o, &[rg(3 * BS + 10, 100), rg(BS, 3), rg(1 << 40, 1)]).unwrap();
+    assert_eq!(lengths, vec![5, 3, 0]);
+    assert_eq!(data, b"FGHIJ\0\0\0");
+}
+
+#[test]
+fn invalid_regions_and_short_data_change_nothing() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, o, &[rg(0, 100)], &pattern(1, 100)).unwrap();
+    s.commit().unwrap();
+    let before = s.getattr(1, o).unwrap();
+    let used = s.info().used_bytes;
+    let too_many: Vec<Region> = (0..REGIONS_MAX as u64 + 1).map(|i| rg(i * 2, 1)).collect();
+    let max = nasd_proto::limits::OBJECT_SIZE_MAX;
+    let cases: Vec<(Vec<Region>, Status)> = vec![
+        (vec![], Status::LimitExceeded),
+        (too_many, Status::LimitExceeded),
+        (vec![rg(0, 0)], Status::RegionOutOfRange),
+        (vec![rg(max - 1, 2)], Status::RegionOutOfRange),
+        (vec![rg(max, 1)], Status::RegionOutOfRange),
+        (vec![rg(0, 10), rg(5, 10)], Status::RegionsOverlap),
+        (vec![rg(20, 10), rg(0, 21)], Status::RegionsOverlap),
+        (vec![rg(7, 1), rg(7, 1)], Status::RegionsOverlap),
+    ];
+    for (regions, status) in &cases {
+        let n: u64 = regions.iter().map(|r| r.length.min(1 << 20)).sum();
+        let data = vec![1u8; n as usize];
+        assert_eq!(err(write(&s, 1, o, regions, &data)), *status, "write {regions:?}");
+        assert_eq!(err(read(&s, 1, o, regions)), *status, "read {regions:?}");
+        assert_eq!(err(s.blocks_required(1, o, regions)), *status, "blocksrequired {regions:?}");
+    }
+    // Data that ends early: the first block was stored, then the source failed.
+    assert_eq!(err(write(&s, 1, o, &[rg(0, 3 * BS)], &pattern(9, BS as usize + 1))), Status::DataLengthMismatch);
+    assert_eq!(s.getattr(1, o).unwrap(), before);
+    assert_eq!(read_all(&s, 1, o), pattern(1, 100));
+    assert_eq!(s.info().used_bytes, used, "the blocks of a failed write were released");
+    check_store_invariants(&s);
+}
+
+// ----------------------------------------------------------------- fastcopy
+
+#[test]
+fn fastcopy_is_copy_on_write() {
+    let (_d, s) = fresh(256);
+    let (src, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let data = pattern(3, 64 * BS as usize);
+    write(&s, 1, src, &[rg(0, 64 * BS)], &data).unwrap();
+    s.commit().unwrap();
+    let used0 = s.info().used_bytes;
+    assert_eq!(used0, 64 * BS);
+    assert_eq!(part_used(&s, 1), 64 * BS);
+
+    let (clone, ca) = s.fastcopy(1, src).unwrap();
+    assert_eq!(clone, src + 1);
+    assert_eq!(ca.copied_object, src);
+    assert_eq!(ca.logical_size, 64 * BS);
+    assert_eq!(s.info().used_bytes, used0, "a fastcopy stores no data");
+    assert_eq!(part_used(&s, 1), 64 * BS, "shared blocks are charged once");
+    let sa = s.getattr(1, src).unwrap();
+    assert_eq!((sa.blocks_used, ca.blocks_used), (32, 32), "shared blocks are split between the sharers");
+    assert_eq!(sa.blocks_used + ca.blocks_used, 64);
+    assert_eq!(sa.copied_object, 0);
+    assert_eq!(read_all(&s, 1, clone), data);
+    assert_eq!(s.blocks_required(1, clone, &[rg(0, BS)]).unwrap(), (1, 1));
+    assert_eq!(s.blocks_required(1, src, &[rg(0, BS)]).unwrap(), (1, 1));
+
+    let new_block = pattern(4, BS as usize);
+    write(&s, 1, clone, &[rg(5 * BS, BS)], &new_block).unwrap();
+    assert_eq!(s.info().used_bytes, used0 + BS, "overwriting a shared block adds one block");
+    assert_eq!(part_used(&s, 1), 65 * BS);
+    assert_eq!(read_all(&s, 1, src), data, "the source is unchanged");
+    let mut expect = data.clone();
+    expect[5 * BS as usize..6 * BS as usize].copy_from_slice(&new_block);
+    assert_eq!(read_all(&s, 1, clone), expect);
+    assert_eq!(s.blocks_required(1, src, &[rg(5 * BS, BS)]).unwrap(), (0, 0), "now exclusive");
+    assert_eq!(s.blocks_required(1, clone, &[rg(5 * BS, BS)]).unwrap(), (0, 0));
+
+    // A partial overwrite of a shared block keeps the rest of its bytes.
+    write(&s, 1, src, &[rg(7 * BS + 100, 3)], b"xyz").unwrap();
+    let mut src_expect = data.clone();
+    src_expect[7 * BS as usize + 100..7 * BS as usize + 103].copy_from_slice(b"xyz");
+    assert_eq!(read_all(&s, 1, src), src_expect);
+    assert_eq!(read_all(&s, 1, clone), expect);
+
+    // A copy of a copy; then removing the original keeps both copies intact.
+    let (clone2, c2a) = s.fastcopy(1, clone).unwrap();
+    assert_eq!(c2a.copied_object, clone);
+    s.remove(1, src).unwrap();
+    assert_eq!(read_all(&s, 1, clone), expect);
+    assert_eq!(read_all(&s, 1, clone2), expect);
+    assert_eq!(part_used(&s, 1), 64 * BS);
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 64 * BS);
+    assert_eq!(err(s.fastcopy(1, 999)), Status::NoSuchObject);
+    assert_eq!(err(s.fastcopy(2, clone)), Status::NoSuchPartition);
+    check_store_invariants(&s);
+}
+
+#[test]
+fn fastcopy_copies_settable_attributes() {
+    let (_d, s) = fresh(16);
+    let v = attrs_with(|a| {
+        a.access_control_version = 3;
+        a.nearby_object = 4;
+        a.fs_specific = [7; FS_SPECIFIC_LEN];
+        a.logical_size = 12_345;
+        a.blocks_allocated = 2;
+    });
+    let mask = AttrMask::ACCESS_CONTROL_VERSION
+        .union(AttrMask::NEARBY_OBJECT)
+        .union(AttrMask::FS_SPECIFIC)
+        .union(AttrMask::LOGICAL_SIZE)
+        .union(AttrMask::BLOCKS_ALLOCATED);
+    let (src, sa) = s.create(1, mask, &v).unwrap();
+    let (c, ca) = s.fastcopy(1, src).unwrap();
+    assert_eq!(ca.access_control_version, 3);
+    assert_eq!(ca.nearby_object, 4);
+    assert_eq!(ca.fs_specific, [7; FS_SPECIFIC_LEN]);
+    assert_eq!(ca.logical_size, 12_345);
+    assert_eq!(ca.blocks_allocated, 2, "the reservation is copied");
+    assert_eq!(ca.copied_object, src);
+    assert!(ca.create_time >= sa.create_time);
+    assert_eq!(part_used(&s, 1), 4 * BS, "both reservations are charged");
+    assert_eq!(s.getattr(1, c).unwrap(), ca);
+}
+
+#[test]
+fn blocks_required_counts_blocks_a_write_would_add() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 3 * BS)]).unwrap(), (3, 3), "holes need one block each");
+    assert_eq!(s.blocks_required(1, o, &[rg(BS - 1, 2)]).unwrap(), (2, 2), "unaligned: both blocks");
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 10), rg(20, 10)]).unwrap(), (1, 1), "same block counted once");
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 10), rg(5 * BS, 10)]).unwrap(), (2, 2));
+    write(&s, 1, o, &[rg(0, 2 * BS)], &pattern(1, 2 * BS as usize)).unwrap();
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 2 * BS)]).unwrap(), (0, 0), "exclusive overwrite adds nothing");
+    assert_eq!(s.blocks_required(1, o, &[rg(10, 1)]).unwrap(), (0, 0));
+    assert_eq!(s.blocks_required(1, o, &[rg(BS, 2 * BS)]).unwrap(), (1, 1));
+    let (c, _) = s.fastcopy(1, o).unwrap();
+    assert_eq!(s.blocks_required(1, c, &[rg(0, 2 * BS)]).unwrap(), (2, 2), "shared blocks need copies");
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 10)]).unwrap(), (1, 1));
+    write(&s, 1, c, &[rg(0, 10)], b"0123456789").unwrap();
+    assert_eq!(s.blocks_required(1, c, &[rg(0, BS)]).unwrap(), (0, 0));
+    assert_eq!(s.blocks_required(1, o, &[rg(0, BS)]).unwrap(), (0, 0), "the source's block is exclusive again");
+    assert_eq!(s.blocks_required(1, o, &[rg(BS, 1)]).unwrap(), (1, 1), "block 1 is still shared");
+    let used = part_used(&s, 1);
+    s.blocks_required(1, o, &[rg(0, 100 * BS)]).unwrap();
+    assert_eq!(part_used(&s, 1), used, "blocksrequired changes nothing");
+    assert_eq!(err(s.blocks_required(1, 999, &[rg(0, 1)])), Status::NoSuchObject);
+    assert_eq!(err(s.blocks_required(1, o, &[rg(0, 2), rg(1, 2)])), Status::RegionsOverlap);
+}
+
+// ------------------------------------------------------------------- quotas
+
+#[test]
+fn quotas_are_enforced_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.create_partition(1).unwrap();
+    assert_eq!(s.info().partitions[0].quota_bytes, 0, "a new partition has quota 0");
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert_eq!(err(write(&s, 1, o, &[rg(0, 1)], b"x")), Status::QuotaExceeded);
+    assert_eq!(s.getattr(1, o).unwrap().logical_size, 0);
+    assert_eq!(s.info().used_bytes, 0);
+
+    s.resize_partition(1, 4 * BS).unwrap();
+    let data = pattern(5, 4 * BS as usize);
+    write(&s, 1, o, &[rg(0, 4 * BS)], &data).unwrap();
+    assert_eq!(part_used(&s, 1), 4 * BS);
+    let before = s.getattr(1, o).unwrap();
+    let used = s.info().used_bytes;
+    assert_eq!(err(write(&s, 1, o, &[rg(4 * BS, 1)], b"y")), Status::QuotaExceeded);
+    // One region overwrites in place, the other needs a block: all or nothing.
+    let two = [rg(10, 5), rg(6 * BS, 5)];
+    assert_eq!(err(write(&s, 1, o, &two, b"abcdefghij")), Status::QuotaExceeded);
+    assert_eq!(s.getattr(1, o).unwrap(), before, "attributes unchanged by refused writes");
+    assert_eq!(read_all(&s, 1, o), data, "data unchanged by refused writes");
+    assert_eq!(s.info().used_bytes, used);
+    assert_eq!(part_used(&s, 1), 4 * BS);
+
+    // Overwriting exclusive blocks at full quota needs nothing.
+    write(&s, 1, o, &[rg(10, 2 * BS)], &pattern(6, 2 * BS as usize)).unwrap();
+    // A copy at full quota is free; changing it is not.
+    let (c, _) = s.fastcopy(1, o).unwrap();
+    let cbefore = s.getattr(1, c).unwrap();
+    assert_eq!(err(write(&s, 1, c, &[rg(0, 1)], b"z")), Status::QuotaExceeded);
+    assert_eq!(err(truncate(&s, 1, c, 100)), Status::QuotaExceeded, "zeroing a shared tail block needs a block");
+    assert_eq!(s.getattr(1, c).unwrap(), cbefore);
+    truncate(&s, 1, c, 2 * BS).expect("aligned truncation needs no block");
+    assert_eq!(part_used(&s, 1), 4 * BS);
+
+    assert_eq!(err(s.resize_partition(1, 4 * BS - 1)), Status::QuotaBelowUsage);
+    assert_eq!(err(s.resize_partition(1, 0)), Status::QuotaBelowUsage);
+    s.resize_partition(1, 4 * BS).unwrap();
+    // Quotas are whole blocks: a partial block of quota buys nothing.
+    s.resize_partition(1, 5 * BS - 1).unwrap();
+    assert_eq!(err(write(&s, 1, o, &[rg(4 * BS, 1)], b"y")), Status::QuotaExceeded);
+
+    s.create_partition(2).unwrap();
+    s.resize_partition(2, CAP_BLOCKS * BS - (5 * BS - 1)).unwrap();
+    assert_eq!(err(s.resize_partition(2, CAP_BLOCKS * BS - (5 * BS - 1) + 1)), Status::NoSpace);
+    assert_eq!(err(s.resize_partition(1, 5 * BS)), Status::NoSpace, "the sum of quotas may not exceed capacity");
+    assert_eq!(err(s.resize_partition(1, u64::MAX)), Status::NoSpace);
+    s.resize_partition(2, 0).unwrap();
+    s.resize_partition(1, CAP_BLOCKS * BS).unwrap();
+    assert_eq!(err(s.resize_partition(3, BS)), Status::NoSuchPartition);
+    check_store_invariants(&s);
+}
+
+#[test]
+fn reservations_count_against_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 4 * BS).unwrap();
+        let (a, aa) = s.create(1, AttrMask::BLOCKS_ALLOCATED, &attrs_with(|a| a.blocks_allocated = 3)).unwrap();
+        assert_eq!((aa.blocks_allocated, aa.blocks_used), (3, 0));
+        assert_eq!(part_used(&s, 1), 3 * BS);
+        let two = attrs_with(|a| a.blocks_allocated = 2);
+        assert_eq!(err(s.create(1, AttrMask::BLOCKS_ALLOCATED, &two)), Status::QuotaExceeded);
+        let (b, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, b, &[rg(0, BS)], &pattern(1, BS as usize)).unwrap();
+        assert_eq!(err(write(&s, 1, b, &[rg(BS, 1)], b"x")), Status::QuotaExceeded, "the rest is reserved");
+        write(&s, 1, a, &[rg(0, 3 * BS)], &pattern(2, 3 * BS as usize)).expect("writes into the reservation");
+        assert_eq!(part_used(&s, 1), 4 * BS);
+        let ga = s.getattr(1, a).unwrap();
+        assert_eq!((ga.blocks_allocated, ga.blocks_used), (3, 3));
+        assert_eq!(err(write(&s, 1, a, &[rg(3 * BS, 1)], b"x")), Status::QuotaExceeded);
+        assert_eq!(reserve(&s, 1, a, 0).unwrap().blocks_allocated, 3, "blocks_allocated covers the stored blocks");
+        assert_eq!(err(reserve(&s, 1, b, 5)), Status::QuotaExceeded);
+        assert_eq!(s.getattr(1, b).unwrap().blocks_allocated, 1, "a refused reservation changes nothing");
+        s.remove(1, a).unwrap();
+        assert_eq!(part_used(&s, 1), BS);
+        assert_eq!(reserve(&s, 1, b, 4).unwrap().blocks_allocated, 4);
+        assert_eq!(part_used(&s, 1), 4 * BS);
+        assert_eq!(err(s.resize_partition(1, 3 * BS)), Status::QuotaBelowUsage, "reservations count as usage");
+        assert_eq!(err(s.fastcopy(1, b)), Status::QuotaExceeded, "a copy reserves as much as its source");
+        assert_eq!(err(s.create(1, AttrMask::BLOCKS_ALLOCATED, &attrs_with(|a| a.blocks_allocated = 1))), Status::QuotaExceeded);
+        // Truncation returns unreserved blocks but keeps the reservation.
+        let t = truncate(&s, 1, b, 0).unwrap();
+        assert_eq!((t.blocks_allocated, t.blocks_used), (4, 0));
+        assert_eq!(part_used(&s, 1), 4 * BS);
+        write(&s, 1, b, &[rg(0, 2 * BS)], &pattern(3, 2 * BS as usize)).unwrap();
+        check_store_invariants(&s);
+        s.commit().unwrap();
+        (a, b)
+    };
+    let s = open(dir.path());
+    assert_eq!(part_used(&s, 1), 4 * BS, "reservations survive reopening");
+    assert_eq!(s.getattr(1, b).unwrap().blocks_allocated, 4);
+    assert_eq!(err(s.getattr(1, a)), Status::NoSuchObject);
+    let (c, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert_eq!(err(write(&s, 1, c, &[rg(0, 1)], b"x")), Status::QuotaExceeded);
+    check_store_invariants(&s);
+}
+
+/// Truncating away blocks that a copy still shares frees no space, but gives
+/// the object's reservation back as slack: that must not push the partition
+/// past its quota (which would refuse every later write, even in place).
+#[test]
+fn truncating_shared_blocks_keeps_the_partition_within_quota() {
+    let (_d, s) = fresh(4);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, o, &[rg(0, 3 * BS)], &pattern(1, 3 * BS as usize)).unwrap();
+    reserve(&s, 1, o, 2).unwrap();
+    let (c, _) = s.fastcopy(1, o).unwrap();
+    assert_eq!(part_used(&s, 1), 3 * BS);
+    let before = s.getattr(1, o).unwrap();
+    // Dropping all three shared blocks would leave 3 stored + 2 reserved > 4.
+    assert_eq!(err(truncate(&s, 1, o, 0)), Status::QuotaExceeded);
+    assert_eq!(s.getattr(1, o).unwrap(), before, "a refused truncation changes nothing");
+    assert!(part_used(&s, 1) <= 4 * BS);
+    // Dropping two shared blocks gives back one reserved slot: 3 stored + 1 = 4 fits.
+    let a = truncate(&s, 1, o, BS).unwrap();
+    assert_eq!((a.logical_size, a.blocks_allocated), (BS, 2));
+    assert_eq!(part_used(&s, 1), 4 * BS);
+    // In-place overwrites of exclusive blocks still work at full quota.
+    write(&s, 1, c, &[rg(2 * BS, 10)], b"0123456789").unwrap();
+    // Without the reservation the truncation frees the slot.
+    reserve(&s, 1, o, 0).unwrap();
+    truncate(&s, 1, o, 0).unwrap();
+    assert_eq!(part_used(&s, 1), 3 * BS);
+    check_store_invariants(&s);
+}
+
+/// A setattr that sets a reservation and a size is refused as a whole: the
+/// reservation must not stick when the truncation needs a block it cannot get.
+#[test]
+fn setattr_reservation_and_size_are_atomic() {
+    let (_d, s) = fresh(3);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, o, &[rg(0, 2 * BS)], &pattern(1, 2 * BS as usize)).unwrap();
+    s.fastcopy(1, o).unwrap();
+    let before = s.getattr(1, o).unwrap();
+    let used = part_used(&s, 1);
+    // Reserving 3 fits (2 stored + 1 slack = 3), but zeroing the shared tail
+    // block of a truncation to 100 bytes then needs a fourth block.
+    let v = attrs_with(|a| {
+        a.blocks_allocated = 3;
+        a.logical_size = 100;
+        a.access_control_version = 5;
+    });
+    let mask = AttrMask::BLOCKS_ALLOCATED.union(AttrMask::LOGICAL_SIZE).union(AttrMask::ACCESS_CONTROL_VERSION);
+    assert_eq!(err(s.setattr(1, o, mask, &v)), Status::QuotaExceeded);
+    assert_eq!(s.getattr(1, o).unwrap(), before, "nothing changed");
+    assert_eq!(part_used(&s, 1), used);
+    check_store_invariants(&s);
+    // Lowering a reservation while the truncation fails also changes nothing.
+    reserve(&s, 1, o, 3).unwrap();
+    let before = s.getattr(1, o).unwrap();
+    let v = attrs_with(|a| {
+        a.blocks_allocated = 2;
+        a.logical_size = 100;
+    });
+    s.resize_partition(1, 3 * BS).unwrap();
+    assert_eq!(err(s.setattr(1, o, AttrMask::BLOCKS_ALLOCATED.union(AttrMask::LOGICAL_SIZE), &v)), Status::QuotaExceeded);
+    assert_eq!(s.getattr(1, o).unwrap(), before, "nothing changed");
+    check_store_invariants(&s);
+}
+
+// --------------------------------------------------------------- partitions
+
+#[test]
+fn remove_partition_requires_force_when_it_holds_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.create_partition(1).unwrap();
+    s.resize_partition(1, 64 * BS).unwrap();
+    assert_eq!(err(s.create_partition(1)), Status::PartitionExists);
+    assert_eq!(err(s.create_partition(0)), Status::BadArguments);
+    s.create_partition(2).unwrap();
+    s.remove_partition(2, false).expect("a fresh partition holds no data");
+    assert_eq!(err(s.getattr(2, FIRST_OBJECT)), Status::NoSuchPartition);
+
+    s.create_partition(3).unwrap();
+    s.resize_partition(3, 4 * BS).unwrap();
+    write(&s, 3, FIRST_OBJECT, &[rg(0, 1)], b"x").unwrap();
+    assert_eq!(err(s.remove_partition(3, false)), Status::PartitionNotEmpty, "data in the first object counts");
+    s.remove_partition(3, true).unwrap();
+
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let data = pattern(8, 8 * BS as usize);
+    write(&s, 1, o, &[rg(0, 8 * BS)], &data).unwrap();
+    let (c, _) = s.fastcopy(1, o).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 8 * BS);
+    assert_eq!(err(s.remove_partition(1, false)), Status::PartitionNotEmpty);
+    assert_eq!(read_all(&s, 1, o), data, "a refused removal changes nothing");
+    assert_eq!(read_all(&s, 1, c), data);
+    s.remove_partition(1, true).unwrap();
+    assert_eq!(err(s.getattr(1, o)), Status::NoSuchPartition);
+    assert!(s.info().partitions.is_empty());
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 0, "forced removal frees the blocks");
+    assert_eq!(err(s.remove_partition(1, true)), Status::NoSuchPartition);
+    check_store_invariants(&s);
+    drop(s);
+
+    let s = open(dir.path());
+    assert!(s.info().partitions.is_empty());
+    assert_eq!(s.info().used_bytes, 0);
+    s.create_partition(1).unwrap();
+    assert_eq!(contents(&s, 1), vec![1, 2, 3, 4], "a recreated partition starts empty");
+}
+
+#[test]
+fn initialize_clears_every_partition_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 64 * BS).unwrap();
+        s.create_partition(2).unwrap();
+        let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, o, &[rg(0, 3 * BS)], &pattern(1, 3 * BS as usize)).unwrap();
+        s.commit().unwrap();
+        let (o2, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, o2, &[rg(0, 2 * BS)], &pattern(2, 2 * BS as usize)).unwrap();
+        s.initialize(0, DEFAULT_SKEW_NS).unwrap();
+        assert!(s.info().partitions.is_empty());
+        assert_eq!(s.info().used_bytes, 0);
+        assert_eq!(err(s.getattr(1, o)), Status::NoSuchPartition);
+        let host = system_ns() as u64;
+        assert!(s.now_ns().abs_diff(host) < 10_000_000_000, "clock 0 keeps the clock");
+        check_store_invariants(&s);
+        // No commit: initialize is durable on its own.
+    }
+    let s = open(dir.path());
+    assert!(s.info().partitions.is_empty());
+    assert_eq!(s.info().used_bytes, 0);
+    s.create_partition(1).unwrap();
+}
+
+// -------------------------------------------------------------- persistence
+
+fn snapshot(s: &Store) -> Vec<(u64, u64, Attributes, Vec<u8>)> {
+    let mut out = Vec::new();
+    for p in s.info().partitions.iter().map(|p| p.partition) {
+        for o in contents(s, p) {
+            if !is_control(o) {
+                out.push((p, o, s.getattr(p, o).unwrap(), read_all(s, p, o)));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn committed_state_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let (info, snap, a, b, c) = {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 100 * BS).unwrap();
+        s.create_partition(2).unwrap();
+        s.resize_partition(2, 10 * BS).unwrap();
+        let v = attrs_with(|a| {
+            a.access_control_version = 9;
+            a.nearby_object = 4;
+            a.fs_specific = [0x5A; FS_SPECIFIC_LEN];
+            a.blocks_allocated = 5;
+        });
+        let mask = AttrMask::ACCESS_CONTROL_VERSION
+            .union(AttrMask::NEARBY_OBJECT)
+            .union(AttrMask::FS_SPECIFIC)
+            .union(AttrMask::BLOCKS_ALLOCATED);
+        let (a, _) = s.create(1, mask, &v).unwrap();
+        write(&s, 1, a, &[rg(0, 3 * BS + 7), rg(5 * BS, 10)], &pattern(1, 3 * BS as usize + 17)).unwrap();
+        let (b, _) = s.fastcopy(1, a).unwrap();
+        write(&s, 1, b, &[rg(0, 10)], b"0123456789").unwrap();
+        let (c, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, c, &[rg(0, 1)], b"c").unwrap();
+        s.remove(1, c).unwrap();
+        truncate(&s, 1, a, 5 * BS + 5).unwrap();
+        let (d, _) = s.create(2, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 2, d, &[rg(BS, 2 * BS)], &pattern(4, 2 * BS as usize)).unwrap();
+        write(&s, 2, FIRST_OBJECT, &[rg(0, 3)], b"abc").unwrap();
+        s.commit().unwrap();
+        check_store_invariants(&s);
+        (s.info(), snapshot(&s), a, b, c)
+    };
+    let s = open(dir.path());
+    assert_eq!(s.info(), info, "drive id, quotas, usage and object counts survive");
+    assert_eq!(snapshot(&s), snap, "attributes and data survive");
+    check_store_invariants(&s);
+    // Sharing survives: the copy's untouched blocks are still shared.
+    assert_eq!(s.blocks_required(1, b, &[rg(BS, BS)]).unwrap(), (1, 1));
+    assert_eq!(s.blocks_required(1, b, &[rg(0, 1)]).unwrap(), (0, 0));
+    write(&s, 1, b, &[rg(BS, 5)], b"after").unwrap();
+    assert_eq!(&read_all(&s, 1, a)[BS as usize..BS as usize + 5], &pattern(1, 3 * BS as usize + 17)[BS as usize..BS as usize + 5]);
+    let (e, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    assert!(e > c && e > b && e > a, "identifiers are not reused ({e})");
+}
+
+#[test]
+fn identifiers_are_never_reused_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut issued: Vec<u64> = Vec::new();
+    {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 16 * BS).unwrap();
+        s.commit().unwrap();
+        issued.push(s.create(1, AttrMask::default(), &Attributes::default()).unwrap().0);
+        // Crash: no commit.
+    }
+    let mut committed = 0;
+    for round in 0..4 {
+        let s = open(dir.path());
+        assert_eq!(contents(&s, 1).len(), 4 + committed, "round {round}: only committed objects come back");
+        let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        let (c, _) = s.fastcopy(1, o).unwrap();
+        for id in [o, c] {
+            assert!(issued.iter().all(|&old| id > old), "round {round}: identifier {id} handed out again (issued {issued:?})");
+            issued.push(id);
+        }
+        if round % 2 == 1 {
+            s.remove(1, c).unwrap();
+            s.commit().unwrap();
+            committed += 1;
+        }
+        // Otherwise: crash without a commit.
+    }
+}
+
+#[test]
+fn uncommitted_changes_are_absent_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = pattern(1, 2 * BS as usize + 50);
+    let (a, r) = {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 256 * BS).unwrap();
+        let (a, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, a, &[rg(0, v1.len() as u64)], &v1).unwrap();
+        let (r, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, r, &[rg(0, 5)], b"keep!").unwrap();
+        s.commit().unwrap();
+        let old_phys: Vec<u64> = (0..3).map(|l| phys_of(&s, 1, a, l)).collect();
+
+        // After the commit: overwrite, attribute change, new objects, a removal.
+        write(&s, 1, a, &[rg(0, v1.len() as u64)], &pattern(2, v1.len())).unwrap();
+        s.setattr(1, a, AttrMask::ACCESS_CONTROL_VERSION, &attrs_with(|x| x.access_control_version = 77)).unwrap();
+        s.remove(1, r).unwrap();
+        for i in 0..20 {
+            let (n, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+            write(&s, 1, n, &[rg(0, 4 * BS)], &pattern(10 + i, 4 * BS as usize)).unwrap();
+        }
+        truncate(&s, 1, a, 10).unwrap();
+        // The committed index still points at a's old blocks: nothing may reuse them yet.
+        let m = lock(&s.meta);
+        for part in m.partitions.values() {
+            for obj in part.objects.values() {
+                for b in obj.blocks.values() {
+                    assert!(!old_phys.contains(&b.phys), "block {} reused before the commit that released it", b.phys);
+                }
+            }
+        }
+        drop(m);
+        check_store_invariants(&s);
+        (a, r)
+    };
+    let s = open(dir.path());
+    assert_eq!(read_all(&s, 1, a), v1, "the committed data, digest-verified");
+    assert_eq!(s.getattr(1, a).unwrap().access_control_version, 0);
+    assert_eq!(read_all(&s, 1, r), b"keep!");
+    assert_eq!(contents(&s, 1), vec![1, 2, 3, 4, a, r]);
+    assert_eq!(s.info().used_bytes, 4 * BS);
+    check_store_invariants(&s);
+}
+
+#[test]
+fn a_store_directory_opens_only_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    match Store::open(dir.path(), &opts()) {
+        Err(StoreError::Locked(_)) => {}
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop(s);
+    let _again = open(dir.path());
+}
+
+#[test]
+fn flush_checks_its_arguments() {
+    let (_d, s) = fresh(4);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    s.flush(1, &[o, FIRST_OBJECT, PARTITION_CONTENTS]).unwrap();
+    s.flush(1, &[]).unwrap();
+    assert_eq!(err(s.flush(1, &[o + 1])), Status::NoSuchObject);
+    assert_eq!(err(s.flush(9, &[])), Status::NoSuchPartition);
+    assert_eq!(err(s.flush(9, &[PARTITION_CONTROL])), Status::NoSuchPartition);
+    assert_eq!(err(s.flush_partition(9)), Status::NoSuchPartition);
+    s.flush_partition(1).unwrap();
+}
+
+// ----------------------------------------------------------------- digests
+
+#[test]
+fn stored_digests_match_the_stored_blocks() {
+    let (_d, s) = fresh(128);
+    let (a, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, a, &[rg(100, 5 * BS), rg(8 * BS + 3, 17)], &pattern(1, 5 * BS as usize + 17)).unwrap();
+    let (b, _) = s.fastcopy(1, a).unwrap();
+    write(&s, 1, b, &[rg(2 * BS + 1, 1), rg(7, 7)], &pattern(2, 8)).unwrap();
+    truncate(&s, 1, a, 3 * BS + 77).unwrap();
+    s.commit().unwrap();
+    truncate(&s, 1, b, 4 * BS + 1).unwrap();
+    check_store_invariants(&s);
+    // And against the digests as the database stores them.
+    let m = lock(&s.meta);
+    let mut n = 0;
+    db::load_blocks(&lock(&s.db), |p, o, l, r| {
+        let mut buf = vec![0u8; BS as usize];
+        s.data.read_exact_at(&mut buf, r.phys * BS).unwrap();
+        assert_eq!(nasd_crypto::block_digest(&buf), r.digest, "durable digest of {p}/{o}/{l}");
+        assert!(m.partitions[&p].objects.contains_key(&o));
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert!(n >= 8);
+}
+
+#[test]
+fn a_corrupted_block_fails_its_reads_and_nothing_else() {
+    let (d, s) = fresh(64);
+    let (a, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let data = pattern(1, 3 * BS as usize);
+    write(&s, 1, a, &[rg(0, 3 * BS)], &data).unwrap();
+    let (b, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, b, &[rg(0, BS)], &pattern(2, BS as usize)).unwrap();
+    s.commit().unwrap();
+
+    let phys = phys_of(&s, 1, a, 1);
+    let f = OpenOptions::new().read(true).write(true).open(d.path().join("blocks.dat")).unwrap();
+    let mut byte = [0u8; 1];
+    f.read_exact_at(&mut byte, phys * BS + 100).unwrap();
+    byte[0] ^= 0x40;
+    f.write_all_at(&byte, phys * BS + 100).unwrap();
+
+    for regions in [vec![rg(BS, 10)], vec![rg(0, 3 * BS)], vec![rg(0, 1), rg(2 * BS - 1, 1)]] {
+        match read(&s, 1, a, &regions) {
+            Err(StoreError::DataCorrupted { partition: 1, object, block: 1 }) if object == a => {}
+            other => panic!("expected DataCorrupted for {regions:?}, got {other:?}"),
+        }
+    }
+    assert_eq!(read(&s, 1, a, &[rg(0, BS), rg(2 * BS, BS)]).unwrap().1, [&data[..BS as usize], &data[2 * BS as usize..]].concat());
+    assert_eq!(read_all(&s, 1, b), pattern(2, BS as usize), "other objects read fine");
+    // A partial overwrite must merge with the block: refused, nothing changes.
+    let before = s.getattr(1, a).unwrap();
+    assert_eq!(err(write(&s, 1, a, &[rg(BS + 5, 3)], b"xyz")), Status::DataCorrupted);
+    assert_eq!(s.getattr(1, a).unwrap(), before);
+    // Replacing the whole block repairs the object.
+    write(&s, 1, a, &[rg(BS, BS)], &data[BS as usize..2 * BS as usize]).unwrap();
+    assert_eq!(read_all(&s, 1, a), data);
+}
+
+// -------------------------------------------------------------- concurrency
+
+#[test]
+fn concurrent_whole_object_writes_are_atomic() {
+    let (_d, s) = fresh(1024);
+    let s = Arc::new(s);
+    const LEN: u64 = 3 * BS + 100;
+    let (shared, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, shared, &[rg(0, LEN)], &vec![0xEE; LEN as usize]).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..6u8 {
+            let s = &s;
+            scope.spawn(move || {
+                let (mine, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+                for i in 0..15u64 {
+                    let v = t + 1;
+                    // Two regions, so a torn write would show up as a mix.
+                    write(s, 1, shared, &[rg(LEN / 2, LEN - LEN / 2), rg(0, LEN / 2)], &vec![v; LEN as usize]).unwrap();
+                    let (_, got) = read(s, 1, shared, &[rg(0, LEN)]).unwrap();
+                    assert!(got.iter().all(|&x| x == got[0]), "a read saw a mix of writes");
+                    let own = pattern(t as u64 * 100 + i, (i as usize % 3 + 1) * 1000);
+                    write(s, 1, mine, &[rg(0, own.len() as u64)], &own).unwrap();
+                    assert_eq!(&read(s, 1, mine, &[rg(0, own.len() as u64)]).unwrap().1, &own);
+                    if i % 5 == 0 {
+                        s.fastcopy(1, shared).unwrap();
+                    }
+                    if i % 7 == 0 {
+                        s.commit().unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let got = read_all(&s, 1, shared);
+    assert!((1..=6).contains(&got[0]) && got.iter().all(|&x| x == got[0]));
+    check_store_invariants(&s);
+}
+
+// ------------------------------------------------------ model-based property
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngSeed, TestRunner};
+
+    const BAD_OBJECT: u64 = 9_999;
+
+    /// How often each kind of outcome happened over all cases, so the test
+    /// proves it exercised what it claims to.
+    static COVERAGE: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+
+    fn count<T>(op: &Op, got: &Result<T, Status>) {
+        let name = format!("{op:?}");
+        let name = name.split([' ', '(']).next().unwrap_or("?").to_string();
+        let key = match got {
+            Ok(_) => format!("{name} ok"),
+            Err(s) => format!("{name} {}", s.name()),
+        };
+        *lock(&COVERAGE).entry(key).or_default() += 1;
+    }
+
+    #[derive(Clone, Debug)]
+    struct MObj {
+        data: Vec<u8>,
+        /// Logical block → a token naming the physical block (shared by copies).
+        blocks: BTreeMap<u64, u64>,
+        reserved: u64,
+        copied: u64,
+        acv: u64,
+        fs: u8,
+    }
+
+    impl MObj {
+        fn new() -> Self {
+            MObj { data: Vec::new(), blocks: BTreeMap::new(), reserved: 0, copied: 0, acv: 0, fs: 0 }
+        }
+        fn slack(&self) -> u64 {
+            self.reserved.saturating_sub(self.blocks.len() as u64)
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    struct MPart {
+        quota_blocks: u64,
+        objects: BTreeMap<u64, MObj>,
+    }
+
+    #[derive(Clone, Debug, Default)]
+    struct Model {
+        parts: BTreeMap<u64, MPart>,
+        refs: HashMap<u64, u32>,
+        next_token: u64,
+    }
+
+    fn touched(regions: &[Region]) -> BTreeSet<u64> {
+        regions.iter().flat_map(|r| r.offset / BS..=(r.end() - 1) / BS).collect()
+    }
+
+    fn overlapping(regions: &[Region]) -> bool {
+        let mut v = regions.to_vec();
+        v.sort();
+        v.windows(2).any(|w| w[0].end() > w[1].offset)
+    }
+
+    impl Model {
+        fn token(&mut self) -> u64 {
+            self.next_token += 1;
+            self.refs.insert(self.next_token, 1);
+            self.next_token
+        }
+        fn unref(&mut self, t: u64) {
+            let c = self.refs.get_mut(&t).expect("token referenced");
+            *c -= 1;
+            if *c == 0 {
+                self.refs.remove(&t);
+            }
+        }
+        fn part(&self, p: u64) -> Result<&MPart, Status> {
+            self.parts.get(&p).ok_or(Status::NoSuchPartition)
+        }
+        fn obj(&self, p: u64, o: u64) -> Result<&MObj, Status> {
+            self.part(p)?.objects.get(&o).ok_or(Status::NoSuchObject)
+        }
+        fn charged(&self, p: u64) -> u64 {
+            let part = &self.parts[&p];
+            let phys: HashSet<u64> = part.objects.values().flat_map(|o| o.blocks.values().copied()).collect();
+            phys.len() as u64 + part.objects.values().map(MObj::slack).sum::<u64>()
+        }
+        fn quota_ok(&self, p: u64, extra: u64) -> Result<(), Status> {
+            if self.charged(p) + extra > self.parts[&p].quota_blocks {
+                Err(Status::QuotaExceeded)
+            } else {
+                Ok(())
+            }
+        }
+        fn blocks_used(&self, o: &MObj) -> u64 {
+            let share: f64 = o.blocks.values().map(|t| 1.0 / self.refs[t] as f64).sum();
+            share.round() as u64
+        }
+        fn take(&mut self, p: u64, o: u64) -> MObj {
+            self.parts.get_mut(&p).unwrap().objects.remove(&o).unwrap()
+        }
+        fn put(&mut self, p: u64, o: u64, obj: MObj) {
+            self.parts.get_mut(&p).unwrap().objects.insert(o, obj);
+        }
+        /// Blocks a write of `touched` adds, and those it maps anew.
+        fn added(&self, obj: &MObj, touched: &BTreeSet<u64>) -> (u64, u64) {
+            let (mut added, mut newly) = (0, 0);
+            for l in touched {
+                match obj.blocks.get(l) {
+                    None => {
+                        added += 1;
+                        newly += 1;
+                    }
+                    Some(t) if self.refs[t] > 1 => added += 1,
+                    Some(_) => {}
+                }
+            }
+            (added, newly)
+        }
+
+        fn write(&mut self, p: u64, o: u64, regions: &[Region], data: &[u8]) -> Result<u64, Status> {
+            if overlapping(regions) {
+                return Err(Status::RegionsOverlap);
+            }
+            if is_control(o) {
+                return Err(Status::ReadOnlyObject);
+            }
+            let obj = self.obj(p, o)?;
+            let t = touched(regions);
+            let (added, newly) = self.added(obj, &t);
+            self.quota_ok(p, added - newly.min(obj.slack()))?;
+            let mut obj = self.take(p, o);
+            for l in t {
+                let new = self.token();
+                if let Some(old) = obj.blocks.insert(l, new) {
+                    self.unref(old);
+                }
+            }
+            apply(&mut obj.data, regions, data);
+            self.put(p, o, obj);
+            Ok(data.len() as u64)
+        }
+
+        fn truncate(&mut self, p: u64, o: u64, size: u64) -> Result<(), Status> {
+            if is_control(o) {
+                return Err(Status::ReadOnlyObject);
+            }
+            let obj = self.obj(p, o)?;
+            let old = obj.data.len() as u64;
+            let first_dropped = size.div_ceil(BS);
+            let zero_tail = size < old && old.min(first_dropped * BS) > size && obj.blocks.contains_key(&(size / BS));
+            let tail_charge = zero_tail && self.refs[&obj.blocks[&(size / BS)]] > 1;
+            self.quota_ok(p, tail_charge as u64)?;
+            if size < old {
+                // Dropped blocks still shared free nothing, yet the reservation
+                // they covered comes back as slack.
+                let kept = obj.blocks.range(..first_dropped).count() as u64;
+                let freed = obj.blocks.range(first_dropped..).filter(|(_, t)| self.refs[t] == 1).count() as u64;
+                let gain = obj.reserved.saturating_sub(kept) - obj.slack();
+                if gain > freed {
+                    self.quota_ok(p, tail_charge as u64 + gain - freed)?;
+                }
+            }
+            let mut obj = self.take(p, o);
+            if zero_tail {
+                let new = self.token();
+                let old = obj.blocks.insert(size / BS, new).unwrap();
+                self.unref(old);
+            }
+            if size < old {
+                for (_, t) in obj.blocks.split_off(&first_dropped) {
+                    self.unref(t);
+                }
+            }
+            obj.data.resize(size as usize, 0);
+            self.put(p, o, obj);
+            Ok(())
+        }
+
+        fn reserve(&mut self, p: u64, o: u64, blocks: u64) -> Result<(), Status> {
+            if is_control(o) {
+                return Err(Status::ReadOnlyObject);
+            }
+            let obj = self.obj(p, o)?;
+            let old = obj.slack();
+            let new = blocks.saturating_sub(obj.blocks.len() as u64);
+            if new > old {
+                self.quota_ok(p, new - old)?;
+            }
+            self.parts.get_mut(&p).unwrap().objects.get_mut(&o).unwrap().reserved = blocks;
+            Ok(())
+        }
+
+        fn fastcopy(&mut self, p: u64, o: u64, id: impl FnOnce() -> u64) -> Result<u64, Status> {
+            if is_control(o) {
+                return Err(Status::ReadOnlyObject);
+            }
+            let src = self.obj(p, o)?.clone();
+            self.quota_ok(p, src.slack())?;
+            for t in src.blocks.values() {
+                *self.refs.get_mut(t).unwrap() += 1;
+            }
+            let id = id();
+            self.put(p, id, MObj { copied: o, ..src });
+            Ok(id)
+        }
+
+        fn remove(&mut self, p: u64, o: u64) -> Result<(), Status> {
+            if o <= FIRST_OBJECT {
+                return Err(Status::ReadOnlyObject);
+            }
+            self.obj(p, o)?;
+            let obj = self.take(p, o);
+            for t in obj.blocks.values() {
+                self.unref(*t);
+            }
+            Ok(())
+        }
+
+        fn resize(&mut self, p: u64, quota: u64) -> Result<(), Status> {
+            self.part(p)?;
+            if quota < self.charged(p) * BS {
+                return Err(Status::QuotaBelowUsage);
+            }
+            let others: u64 = self.parts.iter().filter(|(&id, _)| id != p).map(|(_, q)| q.quota_blocks * BS).sum();
+            if others + quota > CAP_BLOCKS * BS {
+                return Err(Status::NoSpace);
+            }
+            self.parts.get_mut(&p).unwrap().quota_blocks = quota / BS;
+            Ok(())
+        }
+
+        /// The bytes a control object holds, if `o` is one.
+        fn control_bytes(&self, p: u64, o: u64) -> Result<Vec<u8>, Status> {
+            let part = self.part(p)?;
+            Ok(match o {
+                PARTITION_CONTROL => PartitionControl {
+                    quota_bytes: part.quota_blocks * BS,
+                    used_bytes: self.charged(p) * BS,
+                    objects_in_use: part.objects.len() as u64 + 3,
+                    objects_max: OBJECTS_PER_PARTITION_MAX,
+                }
+                .encode(),
+                PARTITION_CONTENTS => [1, 2, 3]
+                    .into_iter()
+                    .chain(part.objects.keys().copied())
+                    .flat_map(u64::to_le_bytes)
+                    .collect(),
+                _ => unreachable!(),
+            })
+        }
+
+        fn read(&self, p: u64, o: u64, regions: &[Region]) -> Result<(Vec<u64>, Vec<u8>), Status> {
+            if overlapping(regions) {
+                return Err(Status::RegionsOverlap);
+            }
+            if is_control(o) {
+                return Ok(expect_read(&self.control_bytes(p, o)?, regions));
+            }
+            Ok(expect_read(&self.obj(p, o)?.data, regions))
+        }
+
+        fn blocks_required(&self, p: u64, o: u64, regions: &[Region]) -> Result<(u64, u64), Status> {
+            if overlapping(regions) {
+                return Err(Status::RegionsOverlap);
+            }
+            if is_control(o) {
+                return Err(Status::ReadOnlyObject);
+            }
+            let (added, _) = self.added(self.obj(p, o)?, &touched(regions));
+            Ok((added, added))
+        }
+
+        #[track_caller]
+        fn check_attrs(&self, p: u64, o: u64, a: &Attributes, what: &str) {
+            let m = &self.parts[&p].objects[&o];
+            let expect = (
+                m.data.len() as u64,
+                m.reserved.max(m.blocks.len() as u64),
+                self.blocks_used(m),
+                m.copied,
+                m.acv,
+                Some(m.fs),
+                BS as u32,
+            );
+            let fs = Some(a.fs_specific[0]).filter(|&b| a.fs_specific.iter().all(|&x| x == b));
+            let got = (a.logical_size, a.blocks_allocated, a.blocks_used, a.copied_object, a.access_control_version, fs, a.block_size);
+            assert_eq!(got, expect, "{what}: attributes of {p}/{o} (size, allocated, used, copied, acv, fs, bs)");
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Create { p: u64, reserve: Option<u64> },
+        Write { p: u64, o: u8, regions: Vec<Region>, overlap: bool, seed: u64 },
+        Read { p: u64, o: u8, regions: Vec<Region> },
+        Truncate { p: u64, o: u8, size: u64 },
+        Reserve { p: u64, o: u8, blocks: u64 },
+        ReserveAndTruncate { p: u64, o: u8, blocks: u64, size: u64 },
+        SetMisc { p: u64, o: u8, acv: u64, fs: u8 },
+        FastCopy { p: u64, o: u8 },
+        Remove { p: u64, o: u8 },
+        BlocksRequired { p: u64, o: u8, regions: Vec<Region> },
+        GetAttr { p: u64, o: u8 },
+        Resize { p: u64, blocks: u64 },
+        Flush { p: u64, o: u8 },
+        Commit,
+        Reopen,
+    }
+
+    fn part() -> impl Strategy<Value = u64> {
+        prop_oneof![8 => Just(1u64), 8 => Just(2u64), 1 => Just(3u64)]
+    }
+
+    fn regions() -> impl Strategy<Value = Vec<Region>> {
+        let gap = prop_oneof![Just(0u64), 0..64u64, 0..2 * BS];
+        let len = prop_oneof![Just(BS), 1..256u64, 1..2 * BS];
+        (prop::collection::vec((gap, len), 1..=4), any::<bool>()).prop_map(|(parts, rev)| {
+            let mut pos = 0;
+            let mut v = Vec::new();
+            for (gap, length) in parts {
+                pos += gap;
+                v.push(Region { offset: pos, length });
+                pos += length;
+            }
+            if rev {
+                v.reverse();
+            }
+            v
+        })
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let o = any::<u8>;
+        prop_oneof![
+            3 => (part(), prop::option::weighted(0.2, 0..6u64)).prop_map(|(p, reserve)| Op::Create { p, reserve }),
+            8 => (part(), o(), regions(), prop::bool::weighted(0.05), any::<u64>())
+                .prop_map(|(p, o, regions, overlap, seed)| Op::Write { p, o, regions, overlap, seed }),
+            4 => (part(), o(), regions()).prop_map(|(p, o, regions)| Op::Read { p, o, regions }),
+            2 => (part(), o(), prop_oneof![0..8 * BS, (0..8u64).prop_map(|b| b * BS)])
+                .prop_map(|(p, o, size)| Op::Truncate { p, o, size }),
+            1 => (part(), o(), 0..6u64).prop_map(|(p, o, blocks)| Op::Reserve { p, o, blocks }),
+            1 => (part(), o(), 0..6u64, 0..8 * BS).prop_map(|(p, o, blocks, size)| Op::ReserveAndTruncate { p, o, blocks, size }),
+            1 => (part(), o(), any::<u64>(), any::<u8>()).prop_map(|(p, o, acv, fs)| Op::SetMisc { p, o, acv, fs }),
+            2 => (part(), o()).prop_map(|(p, o)| Op::FastCopy { p, o }),
+            1 => (part(), o()).prop_map(|(p, o)| Op::Remove { p, o }),
+            2 => (part(), o(), regions()).prop_map(|(p, o, regions)| Op::BlocksRequired { p, o, regions }),
+            1 => (part(), o()).prop_map(|(p, o)| Op::GetAttr { p, o }),
+            1 => (part(), prop_oneof![4 => 0..64u64, 1 => Just(CAP_BLOCKS)]).prop_map(|(p, blocks)| Op::Resize { p, blocks }),
+            1 => (part(), o()).prop_map(|(p, o)| Op::Flush { p, o }),
+            1 => Just(Op::Commit),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    /// Maps a selector to an object: mostly existing ones, sometimes a
+    /// control object or one that does not exist.
+    fn pick(model: &Model, p: u64, sel: u8) -> u64 {
+        match sel {
+            250 => PARTITION_CONTENTS,
+            251 => PARTITION_CONTROL,
+            252.. => BAD_OBJECT,
+            _ => match model.parts.get(&p) {
+                Some(part) => *part.objects.keys().nth(sel as usize % part.objects.len()).unwrap(),
+                None => FIRST_USER_OBJECT,
+            },
+        }
+    }
+
+    struct Ids {
+        issued: BTreeMap<u64, u64>,
+        exact: BTreeMap<u64, bool>,
+    }
+
+    impl Ids {
+        #[track_caller]
+        fn check(&mut self, p: u64, id: u64, model: &Model) -> u64 {
+            let last = self.issued.get(&p).copied().unwrap_or(FIRST_USER_OBJECT - 1);
+            assert!(id > last, "partition {p}: identifier {id} not above every identifier issued before ({last})");
+            if self.exact.get(&p).copied().unwrap_or(true) {
+                assert_eq!(id, last + 1, "partition {p}: identifiers are sequential within a session");
+            }
+            assert!(!model.parts[&p].objects.contains_key(&id));
+            self.issued.insert(p, id);
+            self.exact.insert(p, true);
+            id
+        }
+    }
+
+    fn check_all(s: &Store, model: &Model, what: &str) {
+        let info = s.info();
+        assert_eq!(info.partitions.len(), model.parts.len(), "{what}: partitions");
+        for pi in &info.partitions {
+            let p = pi.partition;
+            let mp = &model.parts[&p];
+            assert_eq!((pi.quota_bytes, pi.used_bytes), (mp.quota_blocks * BS, model.charged(p) * BS), "{what}: partition {p} quota/used");
+            assert_eq!(contents(s, p), [1, 2, 3].into_iter().chain(mp.objects.keys().copied()).collect::<Vec<_>>(), "{what}: contents");
+            for (&o, mo) in &mp.objects {
+                model.check_attrs(p, o, &s.getattr(p, o).unwrap(), what);
+                assert!(read_all(s, p, o) == mo.data, "{what}: data of {p}/{o}");
+            }
+        }
+    }
+
+    fn run(q1: u64, q2: u64, ops: &[Op]) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(dir.path());
+        let mut model = Model::default();
+        for (p, q) in [(1, q1), (2, q2)] {
+            s.create_partition(p).unwrap();
+            s.resize_partition(p, q * BS).unwrap();
+            let mut objects = BTreeMap::new();
+            objects.insert(FIRST_OBJECT, MObj::new());
+            model.parts.insert(p, MPart { quota_blocks: q, objects });
+        }
+        s.commit().unwrap();
+        let mut durable = model.clone();
+        let mut ids = Ids { issued: BTreeMap::new(), exact: BTreeMap::new() };
+        for (i, op) in ops.iter().enumerate() {
+            let what = format!("op {i} {op:?}");
+            match op.clone() {
+                Op::Create { p, reserve } => {
+                    let (mask, attrs) = match reserve {
+                        Some(n) => (AttrMask::BLOCKS_ALLOCATED, attrs_with(|a| a.blocks_allocated = n)),
+                        None => (AttrMask::default(), Attributes::default()),
+                    };
+                    let got = s.create(p, mask, &attrs);
+                    let want = model.part(p).and_then(|_| model.quota_ok(p, reserve.unwrap_or(0)));
+                    count(op, &want);
+                    match (got, want) {
+                        (Ok((id, a)), Ok(())) => {
+                            ids.check(p, id, &model);
+                            model.put(p, id, MObj { reserved: reserve.unwrap_or(0), ..MObj::new() });
+                            model.check_attrs(p, id, &a, &what);
+                        }
+                        (got, want) => assert_eq!(got.map(drop).map_err(|e| e.status()), want, "{what}"),
+                    }
+                }
+                Op::Write { p, o, mut regions, overlap, seed } => {
+                    let o = pick(&model, p, o);
+                    if overlap {
+                        let r = regions[0];
+                        regions.push(Region { offset: r.offset + r.length / 2, length: r.length });
+                    }
+                    let data = pattern(seed, regions.iter().map(|r| r.length).sum::<u64>() as usize);
+                    let got = write(&s, p, o, &regions, &data).map_err(|e| e.status());
+                    let want = model.write(p, o, &regions, &data);
+                    count(op, &want);
+                    assert_eq!(got, want, "{what}");
+                    if got.is_ok() {
+                        model.check_attrs(p, o, &s.getattr(p, o).unwrap(), &what);
+                    }
+                }
+                Op::Read { p, o, regions } => {
+                    let o = pick(&model, p, o);
+                    let got = read(&s, p, o, &regions).map_err(|e| e.status());
+                    let want = model.read(p, o, &regions);
+                    count(op, &want);
+                    assert!(got == want, "{what}: read differs (lengths {:?} vs {:?})", got.as_ref().map(|g| &g.0), want.as_ref().map(|w| &w.0));
+                }
+                Op::Truncate { p, o, size } => {
+                    let o = pick(&model, p, o);
+                    let got = truncate(&s, p, o, size);
+                    let want = model.truncate(p, o, size);
+                    count(op, &want);
+                    match (got, want) {
+                        (Ok(a), Ok(())) => model.check_attrs(p, o, &a, &what),
+                        (got, want) => assert_eq!(got.map(drop).map_err(|e| e.status()), want, "{what}"),
+                    }
+                }
+                Op::Reserve { p, o, blocks } => {
+                    let o = pick(&model, p, o);
+                    let want = model.reserve(p, o, blocks);
+                    count(op, &want);
+                    match (reserve(&s, p, o, blocks), want) {
+                        (Ok(a), Ok(())) => model.check_attrs(p, o, &a, &what),
+                        (got, want) => assert_eq!(got.map(drop).map_err(|e| e.status()), want, "{what}"),
+                    }
+                }
+                Op::ReserveAndTruncate { p, o, blocks, size } => {
+                    let o = pick(&model, p, o);
+                    let v = attrs_with(|a| {
+                        a.blocks_allocated = blocks;
+                        a.logical_size = size;
+                    });
+                    let got = s.setattr(p, o, AttrMask::BLOCKS_ALLOCATED.union(AttrMask::LOGICAL_SIZE), &v);
+                    // One request: if either part fails, nothing changes.
+                    let saved = model.clone();
+                    let want = model.reserve(p, o, blocks).and_then(|()| model.truncate(p, o, size));
+                    if want.is_err() {
+                        model = saved;
+                    }
+                    count(op, &want);
+                    match (got, want) {
+                        (Ok(a), Ok(())) => model.check_attrs(p, o, &a, &what),
+                        (got, want) => assert_eq!(got.map(drop).map_err(|e| e.status()), want, "{what}"),
+                    }
+                }
+                Op::SetMisc { p, o, acv, fs } => {
+                    let o = pick(&model, p, o);
+                    let v = attrs_with(|a| {
+                        a.access_control_version = acv;
+                        a.fs_specific = [fs; FS_SPECIFIC_LEN];
+                    });
+                    let got = s.setattr(p, o, AttrMask::ACCESS_CONTROL_VERSION.union(AttrMask::FS_SPECIFIC), &v);
+                    let want = if is_control(o) { Err(Status::ReadOnlyObject) } else { model.obj(p, o).map(drop) };
+                    count(op, &want);
+                    match (got, want) {
+                        (Ok(a), Ok(())) => {
+                            let m = model.parts.get_mut(&p).unwrap().objects.get_mut(&o).unwrap();
+                            (m.acv, m.fs) = (acv, fs);
+                            model.check_attrs(p, o, &a, &what);
+                        }
+                        (got, want) => assert_eq!(got.map(drop).map_err(|e| e.status()), want, "{what}"),
+                    }
+                }
+                Op::FastCopy { p, o } => {
+                    let o = pick(&model, p, o);
+                    let got = s.fastcopy(p, o);
+                    let id = got.as_ref().map(|g| g.0).unwrap_or(0);
+                    let before = model.clone();
+                    let want = model.fastcopy(p, o, || id);
+                    count(op, &want);
+                    match (got, want) {
+                        (Ok((id, a)), Ok(_)) => {
+                            ids.check(p, id, &before);
+                            model.check_attrs(p, id, &a, &what);
+                            model.check_attrs(p, o, &s.getattr(p, o).unwrap(), &what);
+                        }
+                        (got, want) => assert_eq!(got.map(drop).map_err(|e| e.status()), want.map(drop), "{what}"),
+                    }
+                }
+                Op::Remove { p, o } => {
+                    let o = pick(&model, p, o);
+                    let want = model.remove(p, o);
+                    count(op, &want);
+                    assert_eq!(s.remove(p, o).map_err(|e| e.status()), want, "{what}");
+                }
+                Op::BlocksRequired { p, o, regions } => {
+                    let o = pick(&model, p, o);
+                    let got = s.blocks_required(p, o, &regions).map_err(|e| e.status());
+                    let want = model.blocks_required(p, o, &regions);
+                    count(op, &want);
+                    if matches!(want, Ok((n, _)) if n > 0) {
+                        count(op, &Ok::<_, Status>("nonzero"));
+                    }
+                    assert_eq!(got, want, "{what}");
+                }
+                Op::GetAttr { p, o } => {
+                    let o = pick(&model, p, o);
+                    count(op, &if is_control(o) { model.control_bytes(p, o).map(drop) } else { model.obj(p, o).map(drop) });
+                    match (s.getattr(p, o), is_control(o)) {
+                        (Ok(a), true) => assert_eq!(Ok(a.logical_size), model.control_bytes(p, o).map(|b| b.len() as u64), "{what}"),
+                        (Ok(a), false) => model.check_attrs(p, o, &a, &what),
+                        (Err(e), true) => assert_eq!(Err(e.status()), model.control_bytes(p, o).map(drop), "{what}"),
+                        (Err(e), false) => assert_eq!(Err(e.status()), model.obj(p, o).map(drop), "{what}"),
+                    }
+                }
+                Op::Resize { p, blocks } => {
+                    let got = s.resize_partition(p, blocks * BS).map_err(|e| e.status());
+                    let want = model.resize(p, blocks * BS);
+                    count(op, &want);
+                    assert_eq!(got, want, "{what}");
+                }
+                Op::Flush { p, o } => {
+                    let o = pick(&model, p, o);
+                    let got = s.flush(p, &[o]).map_err(|e| e.status());
+                    let want = if is_control(o) { model.part(p).map(drop) } else { model.obj(p, o).map(drop) };
+                    count(op, &want);
+                    assert_eq!(got, want, "{what}");
+                    if got.is_ok() {
+                        durable = model.clone();
+                    }
+                }
+                Op::Commit => {
+                    count(op, &Ok::<_, Status>(()));
+                    s.commit().unwrap();
+                    durable = model.clone();
+                }
+                Op::Reopen => {
+                    count(op, &Ok::<_, Status>(()));
+                    check_store_invariants(&s);
+                    drop(s);
+                    s = open(dir.path());
+                    model = durable.clone();
+                    for e in ids.exact.values_mut() {
+                        *e = false;
+                    }
+                    check_all(&s, &model, &what);
+                    check_store_invariants(&s);
+                }
+            }
+            for pi in s.info().partitions {
+                let p = pi.partition;
+                assert_eq!(pi.used_bytes, model.charged(p) * BS, "{what}: partition {p} usage");
+                assert_eq!(pi.quota_bytes, model.parts[&p].quota_blocks * BS, "{what}: partition {p} quota");
+            }
+        }
+        check_all(&s, &model, "end");
+        check_store_invariants(&s);
+        s.commit().unwrap();
+        drop(s);
+        let s = open(dir.path());
+        check_all(&s, &model, "end, reopened");
+        check_store_invariants(&s);
+    }
+
+    #[test]
+    fn store_matches_model() {
+        // Deterministic by default; NASD_MODEL_CASES / NASD_MODEL_SEED explore further.
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        let config = Config {
+            cases: env("NASD_MODEL_CASES").unwrap_or(64) as u32,
+            failure_persistence: None,
+            rng_seed: RngSeed::Fixed(env("NASD_MODEL_SEED").unwrap_or(0x6e61_7364)),
+            max_shrink_iters: 2_000,
+            ..Config::default()
+        };
+        let strategy = (
+            prop_oneof![1 => Just(0u64), 6 => 4..48u64, 1 => Just(256u64)],
+            prop_oneof![1 => Just(0u64), 6 => 4..48u64],
+            prop::collection::vec(op(), 40..80),
+        );
+        let mut runner = TestRunner::new(config);
+        let result = runner.run(&strategy, |(q1, q2, ops)| {
+            run(q1, q2, &ops);
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+        let coverage = lock(&COVERAGE);
+        eprintln!("model coverage: {coverage:#?}");
+        for key in [
+            "Create ok",
+            "Create QUOTA_EXCEEDED",
+            "Create NO_SUCH_PARTITION",
+            "Write ok",
+            "Write QUOTA_EXCEEDED",
+            "Write REGIONS_OVERLAP",
+            "Write READ_ONLY_OBJECT",
+            "Write NO_SUCH_OBJECT",
+            "Read ok",
+            "Truncate ok",
+            "Reserve ok",
+            "Reserve QUOTA_EXCEEDED",
+            "ReserveAndTruncate ok",
+            "FastCopy ok",
+            "FastCopy QUOTA_EXCEEDED",
+            "Remove ok",
+            "Remove READ_ONLY_OBJECT",
+            "BlocksRequired ok",
+            "Resize ok",
+            "Resize QUOTA_BELOW_USAGE",
+            "Resize NO_SPACE",
+            "Flush ok",
+            "Commit ok",
+            "Reopen ok",
+        ] {
+            assert!(coverage.get(key).copied().unwrap_or(0) > 0, "the model test never saw {key}");
+        }
+    }
 }
