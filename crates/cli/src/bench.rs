@@ -57,7 +57,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             );
             for bs in block_size.split(',') {
                 let bs = parse_size(bs).map_err(anyhow::Error::msg)? as u32;
-                let (w, r) = drive_seq(size, request, bs, dir.as_deref(), verify_reads, chunk).await?;
+                let (w, r, small) = drive_seq(size, request, bs, dir.as_deref(), verify_reads, chunk).await?;
                 println!(
                     "| nasd write + flush | {} | {} | {} | {:.0} | {:.2} |",
                     human(size), human(request), human(bs as u64), mib_s(size, w), raw_up.as_secs_f64() / w.as_secs_f64()
@@ -66,11 +66,21 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
                     "| nasd read | {} | {} | {} | {:.0} | {:.2} |",
                     human(size), human(request), human(bs as u64), mib_s(size, r), raw_down.as_secs_f64() / r.as_secs_f64()
                 );
+                let bytes = SMALL_WRITES * SMALL_WRITE_LEN;
+                println!(
+                    "| nasd random 4 KiB overwrites + flush ({SMALL_WRITES} of them) | {} | 4.0 KiB | {} | {:.0} ({:.0} writes/s) | – |",
+                    human(bytes), human(bs as u64), mib_s(bytes, small), SMALL_WRITES as f64 / small.as_secs_f64()
+                );
             }
             Ok(())
         }
     }
 }
+
+/// Random small overwrites per block size: what large blocks cost (each
+/// partial block is read, merged, digested and written whole).
+const SMALL_WRITES: u64 = 4096;
+const SMALL_WRITE_LEN: u64 = 4096;
 
 fn mib_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / (1 << 20) as f64 / d.as_secs_f64()
@@ -151,7 +161,7 @@ async fn drive_seq(
     dir: Option<&std::path::Path>,
     verify_reads: bool,
     chunk: u32,
-) -> anyhow::Result<(Duration, Duration)> {
+) -> anyhow::Result<(Duration, Duration, Duration)> {
     let tmp;
     let dir = match dir {
         Some(d) => d.to_path_buf(),
@@ -200,9 +210,22 @@ async fn drive_seq(
         off += n;
     }
     let r = t.elapsed();
+    let small = vec![0x3cu8; SMALL_WRITE_LEN as usize];
+    let slots = size / SMALL_WRITE_LEN;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let t = Instant::now();
+    for _ in 0..SMALL_WRITES {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let off = (x % slots) * SMALL_WRITE_LEN;
+        c.write(1, obj, &[Region { offset: off, length: SMALL_WRITE_LEN }], &small).await?;
+    }
+    c.flush(1, &[obj]).await?;
+    let small_t = t.elapsed();
     drop(c);
     let _ = stop_tx.send(());
     server.await??;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok((w, r))
+    Ok((w, r, small_t))
 }

@@ -44,19 +44,19 @@ impl Audit {
 
     /// Records one request; returns its sequence number.
     pub fn record(&self, mut rec: AuditRecord) -> u64 {
-        let full = {
+        let (sequence, full) = {
             let mut st = self.state.lock().expect("audit mutex poisoned");
             rec.sequence = st.next_sequence;
             st.next_sequence += 1;
             st.pending.push(rec);
-            st.pending.len() >= AUDIT_BUFFER_MAX
+            (st.next_sequence - 1, st.pending.len() >= AUDIT_BUFFER_MAX)
         };
         if full {
             if let Err(e) = self.persist() {
                 tracing::error!(error = %e, "audit trail write failed");
             }
         }
-        self.state.lock().expect("audit mutex poisoned").next_sequence - 1
+        sequence
     }
 
     /// Writes buffered records and drops the oldest beyond the bound.
