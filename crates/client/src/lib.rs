@@ -6,28 +6,44 @@
 //! [`DriveClient::read_to`]), so a transfer of any size needs a few chunks of
 //! memory.
 //!
+//! Every request is protected with the client's [`Auth`] (docs/SECURITY.md):
+//! a [`Credential`] (a capability or a key of the hierarchy) and protection
+//! options. Every reply is checked before anything in it is believed: its
+//! digest, its data tags chunk by chunk, and that it answers this request. A
+//! reply that fails a check is [`ClientError::BadReply`] and the connection is
+//! no longer used.
+//!
 //! ```no_run
-//! # async fn demo() -> Result<(), nasd_client::ClientError> {
-//! use nasd_client::DriveClient;
-//! use nasd_proto::Region;
+//! # async fn demo(token: Vec<u8>, cap_key: nasd_crypto::Key) -> Result<(), nasd_client::ClientError> {
+//! use nasd_client::{Auth, Credential, DriveClient};
+//! use nasd_proto::{Protection, Region};
 //! let mut drive = DriveClient::connect("127.0.0.1:7400").await?;
-//! drive.create_partition(1).await?;
-//! drive.resize_partition(1, 1 << 30).await?;
-//! let (obj, _) = drive.create(1).await?;
-//! drive.write(1, obj, &[Region { offset: 0, length: 5 }], b"hello").await?;
-//! let (_, data) = drive.read(1, obj, &[Region { offset: 0, length: 5 }]).await?;
+//! let protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+//! let credential = Credential::Capability { token, key: cap_key, algorithm: nasd_crypto::MacAlgorithm::Blake3 };
+//! drive.set_auth(Auth::new(credential, protection));
+//! drive.write(1, 16, &[Region { offset: 0, length: 5 }], b"hello").await?;
+//! let (_, data) = drive.read(1, 16, &[Region { offset: 0, length: 5 }]).await?;
 //! assert_eq!(data, b"hello");
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-use nasd_proto::limits::{CHUNK_LEN_DEFAULT, DIGEST_LEN, HEADER_LEN};
+mod auth;
+#[cfg(test)]
+mod tests;
+
+pub use auth::{key_management_protection, Auth, Credential};
+pub use nasd_crypto::{Key, MacAlgorithm};
+
+use auth::Guard;
+use nasd_crypto::{key_context, seal_key};
+use nasd_proto::limits::{ARGS_LEN_MAX, CHUNK_LEN_DEFAULT, DATA_LEN_MAX, DIGEST_LEN, HEADER_LEN, NONCE_LEN};
 use nasd_proto::{
-    decode_error_message, AttrMask, Attributes, DecodeError, DriveInfo, FrameHeader, FramePrefix, Kind, Region, Reply,
+    opcode, AttrMask, Attributes, AuditRecord, DecodeError, DriveInfo, FrameHeader, Kind, Protection, Region, Reply,
     Request, Status, VERSION, VERSION_MIN,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpStream, ToSocketAddrs};
@@ -50,6 +66,18 @@ pub enum ClientError {
     /// The drive's reply broke the protocol.
     #[error("drive reply is malformed: {0}")]
     Protocol(String),
+    /// The reply failed verification: altered in flight, made with another
+    /// key or protection, or replayed from another request. The connection is
+    /// no longer used.
+    #[error("drive reply failed verification: {0}")]
+    BadReply(String),
+    /// The request was not sent: the client's [`Auth`] cannot be used safely,
+    /// or the request cannot be encoded within the protocol's limits.
+    #[error("request not sent: {0}")]
+    InvalidRequest(String),
+    /// An earlier failure left the connection in an unknown state; reconnect.
+    #[error("connection unusable after an earlier failure; reconnect")]
+    Broken,
 }
 
 impl ClientError {
@@ -68,31 +96,106 @@ impl From<DecodeError> for ClientError {
     }
 }
 
-static NONCE_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b).expect("the OS random source failed");
+    u64::from_le_bytes(b)
+}
+
+fn local_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(u64::MAX as u128) as u64)
+        .unwrap_or(0)
+}
+
+/// The drive-clock time carried in a nonce.
+fn nonce_time(nonce: &[u8; NONCE_LEN]) -> u64 {
+    u64::from_le_bytes(nonce[..8].try_into().expect("8 bytes"))
+}
 
 /// A connection to one drive.
+///
+/// Requests use the [`Auth`] set with [`set_auth`](Self::set_auth) (none
+/// until then). A call that fails with anything but a drive status or
+/// [`ClientError::InvalidRequest`] — a reply that fails verification, a
+/// broken connection, or a call cancelled mid-frame — leaves the connection
+/// in an unknown state: every later call fails with [`ClientError::Broken`].
 pub struct DriveClient {
     rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
     wr: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    /// Next request id; starts random so a reply recorded on another
+    /// connection does not answer a request of this one.
     next_id: u64,
     chunk_len: u32,
     drive_id: [u8; 16],
+    auth: Auth,
+    /// `auth`, checked and prepared (or why it cannot be used).
+    guard: Result<Arc<Guard>, String>,
+    /// Drive clock minus local clock, learnt from HELLO and every
+    /// authenticated reply.
+    clock_offset_ns: i64,
+    /// Nonce sequence number; starts random and increments per request.
+    sequence: u64,
+    /// Set while a request is in flight and left set if it failed in a way
+    /// that leaves the stream in an unknown state (or was cancelled).
+    broken: bool,
 }
 
 impl std::fmt::Debug for DriveClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DriveClient").field("next_id", &self.next_id).finish()
+        f.debug_struct("DriveClient")
+            .field("next_id", &self.next_id)
+            .field("auth", &self.auth)
+            .field("broken", &self.broken)
+            .finish()
     }
 }
 
-/// A reply's header and results, with its data still on the socket.
+/// A checked reply's header, digest and results, with its data still on the socket.
 struct ReplyHead {
     header: FrameHeader,
+    digest: [u8; DIGEST_LEN],
     reply: Reply,
 }
 
+/// Encodes a request's arguments, refusing what the wire cannot carry
+/// faithfully (counts over `u16`, arguments or data over their limits).
+fn encode_args(req: &Request, data_len: u64) -> Result<Vec<u8>, ClientError> {
+    let count = match req {
+        Request::Read { regions, .. } | Request::Write { regions, .. } | Request::BlocksRequired { regions, .. } => {
+            regions.len()
+        }
+        Request::Flush { objects, .. } => objects.len(),
+        _ => 0,
+    };
+    if count > u16::MAX as usize {
+        return Err(ClientError::InvalidRequest(format!("{count} list entries do not fit the wire's u16 count")));
+    }
+    if data_len > DATA_LEN_MAX {
+        return Err(ClientError::InvalidRequest(format!("{data_len} data bytes exceed DATA_LEN_MAX ({DATA_LEN_MAX})")));
+    }
+    let args = req.encode_args();
+    if args.len() > ARGS_LEN_MAX {
+        return Err(ClientError::InvalidRequest(format!("{} argument bytes exceed ARGS_LEN_MAX ({ARGS_LEN_MAX})", args.len())));
+    }
+    Ok(args)
+}
+
+fn unexpected(what: &str, reply: &Reply) -> ClientError {
+    ClientError::Protocol(format!("unexpected {what} reply {reply:?}"))
+}
+
+fn expect_done(what: &str, reply: Reply) -> Result<(), ClientError> {
+    match reply {
+        Reply::Done => Ok(()),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
 impl DriveClient {
-    /// Connects and negotiates the protocol version.
+    /// Connects and negotiates the protocol version (unprotected: `HELLO`
+    /// always uses no key), and learns the drive's clock from the reply.
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Self, ClientError> {
         let socket = TcpStream::connect(addr).await?;
         socket.set_nodelay(true)?;
@@ -100,17 +203,24 @@ impl DriveClient {
         let mut c = DriveClient {
             rd: BufReader::with_capacity(256 * 1024, rd),
             wr: BufWriter::with_capacity(256 * 1024, wr),
-            next_id: 1,
+            next_id: random_u64(),
             chunk_len: CHUNK_LEN_DEFAULT,
             drive_id: [0; 16],
+            auth: Auth::default(),
+            guard: Ok(Arc::new(Guard::none())),
+            clock_offset_ns: 0,
+            sequence: random_u64(),
+            broken: false,
         };
         let hello = Request::Hello { min_version: VERSION_MIN, max_version: VERSION, client: "nasd-client".into() };
-        match c.call(&hello).await? {
+        let head = c.exchange(&Guard::none(), &hello).await?;
+        c.learn_clock(&head.header.nonce);
+        match head.reply {
             Reply::Hello { drive_id, chunk_len_max, .. } => {
                 c.drive_id = drive_id;
                 c.chunk_len = c.chunk_len.min(chunk_len_max);
             }
-            other => return Err(ClientError::Protocol(format!("unexpected hello reply {other:?}"))),
+            other => return Err(unexpected("hello", &other)),
         }
         Ok(c)
     }
@@ -125,68 +235,125 @@ impl DriveClient {
         self.chunk_len = chunk_len.clamp(nasd_proto::limits::CHUNK_LEN_MIN, nasd_proto::limits::CHUNK_LEN_MAX);
     }
 
+    /// Sets the credential and protection every following request uses.
+    ///
+    /// An `auth` that cannot be used safely (inconsistent options, a key of
+    /// the hierarchy without `INTEGRITY_ARGS`, which would send the key in
+    /// the clear, protection without a key, `PRIVACY_CAPABILITY` with a clear
+    /// token) makes every following request fail with
+    /// [`ClientError::InvalidRequest`] without sending anything.
+    pub fn set_auth(&mut self, auth: Auth) {
+        self.guard = Guard::new(&auth).map(Arc::new);
+        self.auth = auth;
+    }
+
+    /// The credential and protection requests use.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    /// The client's estimate of the drive clock, in nanoseconds (for
+    /// nonces; also handy for capability expirations).
+    pub fn drive_time_ns(&self) -> u64 {
+        local_ns().saturating_add_signed(self.clock_offset_ns)
+    }
+
+    fn learn_clock(&mut self, nonce: &[u8; NONCE_LEN]) {
+        let offset = nonce_time(nonce) as i128 - local_ns() as i128;
+        self.clock_offset_ns = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    }
+
+    fn guard(&self) -> Result<Arc<Guard>, ClientError> {
+        self.guard.clone().map_err(ClientError::InvalidRequest)
+    }
+
     fn header_for(&mut self, req: &Request, data_len: u64) -> FrameHeader {
         let mut h = FrameHeader::request(req.opcode(), self.next_id);
-        self.next_id += 1;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-        h.nonce = nasd_proto::nonce(now, NONCE_SEQUENCE.fetch_add(1, Ordering::Relaxed));
+        self.next_id = self.next_id.wrapping_add(1);
+        h.nonce = nasd_proto::nonce(self.drive_time_ns(), self.sequence);
+        self.sequence = self.sequence.wrapping_add(1);
         h.data_len = data_len;
         h.chunk_len = if data_len > 0 { self.chunk_len } else { 0 };
         h
     }
 
-    async fn send_head(&mut self, h: &FrameHeader, req: &Request) -> Result<(), ClientError> {
-        let frame = FramePrefix::encode(h, &[], &req.encode_args(), &[0u8; DIGEST_LEN]);
-        self.wr.write_all(&frame).await?;
+    /// Marks the connection busy; it stays marked (unusable) unless the
+    /// exchange ends cleanly, so an error or a cancelled call mid-frame
+    /// cannot desynchronize the next request.
+    fn begin(&mut self) -> Result<(), ClientError> {
+        if self.broken {
+            return Err(ClientError::Broken);
+        }
+        self.broken = true;
         Ok(())
     }
 
-    async fn recv_head(&mut self, request: &FrameHeader) -> Result<ReplyHead, ClientError> {
-        let mut head = [0u8; HEADER_LEN];
-        self.rd.read_exact(&mut head).await?;
-        let header = FrameHeader::decode(&head)?;
-        if header.kind != Kind::Reply || header.request_id != request.request_id || header.opcode != request.opcode {
-            return Err(ClientError::Protocol("reply does not answer the request".into()));
+    fn end<T>(&mut self, r: Result<T, ClientError>) -> Result<T, ClientError> {
+        if matches!(r, Ok(_) | Err(ClientError::Status { .. })) {
+            self.broken = false;
         }
-        let mut body = vec![0u8; header.body_len()];
-        self.rd.read_exact(&mut body).await?;
-        let mut frame = head.to_vec();
-        frame.extend_from_slice(&body);
-        let prefix = FramePrefix::parse(&frame)?;
-        if header.status != 0 {
-            let status = Status::from_code(header.status)
-                .ok_or_else(|| ClientError::Protocol(format!("unknown status {}", header.status)))?;
-            let message = decode_error_message(prefix.args).unwrap_or_default();
-            self.skip_data(&header).await?;
-            return Err(ClientError::Status { status, message });
-        }
-        let reply = Reply::decode(header.opcode, prefix.args)?;
-        Ok(ReplyHead { header, reply })
+        r
     }
 
-    async fn skip_data(&mut self, header: &FrameHeader) -> Result<(), ClientError> {
-        let mut left = header.data_len + header.chunk_count() * header.protection.data_tag_len() as u64;
-        let mut buf = vec![0u8; 64 * 1024];
-        while left > 0 {
-            let n = left.min(buf.len() as u64) as usize;
-            self.rd.read_exact(&mut buf[..n]).await?;
-            left -= n as u64;
+    /// Reads a reply prefix and checks it (see [`Guard::check_reply`]); a
+    /// refusal becomes [`ClientError::Status`]. Authenticated replies update
+    /// the drive clock estimate.
+    async fn recv_head(&mut self, guard: &Guard, request: &FrameHeader) -> Result<ReplyHead, ClientError> {
+        let mut frame = vec![0u8; HEADER_LEN];
+        self.rd.read_exact(&mut frame).await?;
+        let head: &[u8; HEADER_LEN] = frame[..].try_into().expect("header length");
+        // Lengths come from a validated header: at most CAPABILITY_LEN_MAX +
+        // ARGS_LEN_MAX + DIGEST_LEN bytes.
+        let body_len = FrameHeader::decode(head)?.body_len();
+        frame.resize(HEADER_LEN + body_len, 0);
+        self.rd.read_exact(&mut frame[HEADER_LEN..]).await?;
+        let checked = guard.check_reply(request, &frame)?;
+        if checked.authenticated {
+            self.learn_clock(&checked.header.nonce);
         }
-        Ok(())
+        if checked.header.status != 0 {
+            if checked.header.data_len != 0 {
+                return Err(ClientError::Protocol("a failed reply carries data".into()));
+            }
+            checked.refusal()?;
+        }
+        let reply = Reply::decode(checked.header.opcode, &checked.args)?;
+        Ok(ReplyHead { header: checked.header, digest: checked.digest, reply })
+    }
+
+    /// Sends a request without data under `guard` and reads its reply, which
+    /// must carry no data.
+    async fn exchange(&mut self, guard: &Guard, req: &Request) -> Result<ReplyHead, ClientError> {
+        let args = encode_args(req, 0)?;
+        self.begin()?;
+        let r = self.exchange_inner(guard, req, args).await;
+        self.end(r)
+    }
+
+    async fn exchange_inner(&mut self, guard: &Guard, req: &Request, args: Vec<u8>) -> Result<ReplyHead, ClientError> {
+        let mut h = self.header_for(req, 0);
+        let (prefix, _) = guard.seal_request(&mut h, args);
+        self.wr.write_all(&prefix).await?;
+        self.wr.flush().await?;
+        let head = self.recv_head(guard, &h).await?;
+        if head.header.data_len != 0 {
+            return Err(ClientError::Protocol("unexpected data in reply".into()));
+        }
+        Ok(head)
+    }
+
+    /// Sends a request without data under `credential` and `protection`
+    /// (this call only; the client's [`Auth`] is unchanged).
+    async fn call_as(&mut self, credential: Credential, protection: Protection, req: &Request) -> Result<Reply, ClientError> {
+        let guard = Guard::new(&Auth::new(credential, protection)).map_err(ClientError::InvalidRequest)?;
+        Ok(self.exchange(&guard, req).await?.reply)
     }
 
     /// Sends a request without data and returns its results. A reply that
     /// carries data (a read) is refused: use [`read`](Self::read).
     pub async fn call(&mut self, req: &Request) -> Result<Reply, ClientError> {
-        let h = self.header_for(req, 0);
-        self.send_head(&h, req).await?;
-        self.wr.flush().await?;
-        let head = self.recv_head(&h).await?;
-        if head.header.data_len != 0 {
-            self.skip_data(&head.header).await?;
-            return Err(ClientError::Protocol("unexpected data in reply".into()));
-        }
-        Ok(head.reply)
+        let guard = self.guard()?;
+        Ok(self.exchange(&guard, req).await?.reply)
     }
 
     /// Writes `data` (the regions' bytes in order) and returns bytes written.
@@ -194,7 +361,8 @@ impl DriveClient {
         self.write_from(partition, object, regions, data.len() as u64, &mut &data[..]).await
     }
 
-    /// Writes `len` bytes streamed from `src`.
+    /// Writes `len` bytes streamed from `src`. Under `INTEGRITY_DATA` every
+    /// chunk is followed by its tag; under `PRIVACY_DATA` it is encrypted.
     pub async fn write_from(
         &mut self,
         partition: u64,
@@ -203,19 +371,42 @@ impl DriveClient {
         len: u64,
         src: &mut (impl AsyncRead + Unpin),
     ) -> Result<u64, ClientError> {
+        let guard = self.guard()?;
         let req = Request::Write { partition, object, regions: regions.to_vec() };
-        let h = self.header_for(&req, len);
-        self.send_head(&h, &req).await?;
-        let mut buf = vec![0u8; self.chunk_len as usize];
+        let args = encode_args(&req, len)?;
+        self.begin()?;
+        let r = self.write_inner(&guard, &req, args, len, src).await;
+        self.end(r)
+    }
+
+    async fn write_inner(
+        &mut self,
+        guard: &Guard,
+        req: &Request,
+        args: Vec<u8>,
+        len: u64,
+        src: &mut (impl AsyncRead + Unpin),
+    ) -> Result<u64, ClientError> {
+        let mut h = self.header_for(req, len);
+        let (prefix, digest) = guard.seal_request(&mut h, args);
+        self.wr.write_all(&prefix).await?;
+        let mut protector = guard.data(Kind::Request, &h.nonce, &digest);
+        let tag_len = guard.data_tag_len();
+        let mut buf = vec![0u8; h.chunk_len as usize];
         for index in 0..h.chunk_count() {
             let n = h.chunk_size(index) as usize;
             src.read_exact(&mut buf[..n]).await?;
+            let tag = protector.as_mut().map(|p| p.seal_chunk(&mut buf[..n])).unwrap_or_default();
+            if tag.len() != tag_len {
+                return Err(ClientError::InvalidRequest("data tag length disagrees with the protection options".into()));
+            }
             self.wr.write_all(&buf[..n]).await?;
+            self.wr.write_all(&tag).await?;
         }
         self.wr.flush().await?;
-        match self.recv_head(&h).await?.reply {
-            Reply::Written { length } => Ok(length),
-            other => Err(ClientError::Protocol(format!("unexpected write reply {other:?}"))),
+        match self.recv_head(guard, &h).await? {
+            ReplyHead { reply: Reply::Written { length }, header, .. } if header.data_len == 0 => Ok(length),
+            other => Err(unexpected("write", &other.reply)),
         }
     }
 
@@ -226,7 +417,10 @@ impl DriveClient {
         Ok((lengths, out))
     }
 
-    /// Reads `regions`, streaming the data into `dst`; returns per-region lengths.
+    /// Reads `regions`, streaming the data into `dst`; returns per-region
+    /// lengths. Each chunk's tag is checked before the chunk reaches `dst`;
+    /// a chunk that fails is [`ClientError::BadReply`], and `dst` then holds
+    /// only the chunks before it.
     pub async fn read_to(
         &mut self,
         partition: u64,
@@ -234,21 +428,47 @@ impl DriveClient {
         regions: &[Region],
         dst: &mut (impl AsyncWrite + Unpin),
     ) -> Result<Vec<u64>, ClientError> {
+        let guard = self.guard()?;
         let req = Request::Read { partition, object, regions: regions.to_vec() };
-        let h = self.header_for(&req, 0);
-        self.send_head(&h, &req).await?;
+        let args = encode_args(&req, 0)?;
+        self.begin()?;
+        let r = self.read_inner(&guard, &req, args, regions, dst).await;
+        self.end(r)
+    }
+
+    async fn read_inner(
+        &mut self,
+        guard: &Guard,
+        req: &Request,
+        args: Vec<u8>,
+        regions: &[Region],
+        dst: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<Vec<u64>, ClientError> {
+        let mut h = self.header_for(req, 0);
+        let (prefix, _) = guard.seal_request(&mut h, args);
+        self.wr.write_all(&prefix).await?;
         self.wr.flush().await?;
-        let head = self.recv_head(&h).await?;
+        let head = self.recv_head(guard, &h).await?;
         let Reply::Read { lengths } = head.reply else {
-            return Err(ClientError::Protocol("unexpected read reply".into()));
+            return Err(unexpected("read", &head.reply));
         };
-        if lengths.iter().sum::<u64>() != head.header.data_len {
+        if lengths.len() != regions.len() || lengths.iter().zip(regions).any(|(l, r)| *l > r.length) {
+            return Err(ClientError::Protocol("read lengths do not match the requested regions".into()));
+        }
+        if lengths.iter().map(|&l| l as u128).sum::<u128>() != head.header.data_len as u128 {
             return Err(ClientError::Protocol("read lengths disagree with the data length".into()));
         }
-        let mut buf = vec![0u8; head.header.chunk_len.max(1) as usize];
+        let mut protector = guard.data(Kind::Reply, &head.header.nonce, &head.digest);
+        let mut buf = vec![0u8; head.header.chunk_len as usize];
+        let mut tag = vec![0u8; head.header.protection.data_tag_len()];
         for index in 0..head.header.chunk_count() {
             let n = head.header.chunk_size(index) as usize;
             self.rd.read_exact(&mut buf[..n]).await?;
+            self.rd.read_exact(&mut tag).await?;
+            if let Some(p) = protector.as_mut() {
+                p.open_chunk(&mut buf[..n], &tag)
+                    .map_err(|_| ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight")))?;
+            }
             dst.write_all(&buf[..n]).await?;
         }
         dst.flush().await?;
@@ -264,20 +484,21 @@ impl DriveClient {
     pub async fn create_with(&mut self, partition: u64, mask: AttrMask, attrs: &Attributes) -> Result<(u64, Attributes), ClientError> {
         match self.call(&Request::Create { partition, mask, attrs: attrs.masked(mask) }).await? {
             Reply::Created { object, attrs } => Ok((object, attrs)),
-            other => Err(ClientError::Protocol(format!("unexpected create reply {other:?}"))),
+            other => Err(unexpected("create", &other)),
         }
     }
 
     /// Removes an object.
     pub async fn remove(&mut self, partition: u64, object: u64) -> Result<(), ClientError> {
-        self.call(&Request::Remove { partition, object }).await.map(drop)
+        let reply = self.call(&Request::Remove { partition, object }).await?;
+        expect_done("remove", reply)
     }
 
     /// An object's attributes.
     pub async fn getattr(&mut self, partition: u64, object: u64) -> Result<Attributes, ClientError> {
         match self.call(&Request::GetAttr { partition, object }).await? {
             Reply::Attrs(a) => Ok(a),
-            other => Err(ClientError::Protocol(format!("unexpected getattr reply {other:?}"))),
+            other => Err(unexpected("getattr", &other)),
         }
     }
 
@@ -285,7 +506,7 @@ impl DriveClient {
     pub async fn setattr(&mut self, partition: u64, object: u64, mask: AttrMask, attrs: &Attributes) -> Result<Attributes, ClientError> {
         match self.call(&Request::SetAttr { partition, object, mask, attrs: attrs.masked(mask) }).await? {
             Reply::Attrs(a) => Ok(a),
-            other => Err(ClientError::Protocol(format!("unexpected setattr reply {other:?}"))),
+            other => Err(unexpected("setattr", &other)),
         }
     }
 
@@ -293,53 +514,145 @@ impl DriveClient {
     pub async fn fastcopy(&mut self, partition: u64, source: u64) -> Result<(u64, Attributes), ClientError> {
         match self.call(&Request::FastCopy { partition, source }).await? {
             Reply::Created { object, attrs } => Ok((object, attrs)),
-            other => Err(ClientError::Protocol(format!("unexpected fastcopy reply {other:?}"))),
+            other => Err(unexpected("fastcopy", &other)),
         }
     }
 
     /// Makes objects durable.
     pub async fn flush(&mut self, partition: u64, objects: &[u64]) -> Result<(), ClientError> {
-        self.call(&Request::Flush { partition, objects: objects.to_vec() }).await.map(drop)
+        let reply = self.call(&Request::Flush { partition, objects: objects.to_vec() }).await?;
+        expect_done("flush", reply)
     }
 
     /// (estimated, maximum) blocks needed to overwrite `regions`.
     pub async fn blocks_required(&mut self, partition: u64, object: u64, regions: &[Region]) -> Result<(u64, u64), ClientError> {
         match self.call(&Request::BlocksRequired { partition, object, regions: regions.to_vec() }).await? {
             Reply::BlocksRequired { estimated, maximum } => Ok((estimated, maximum)),
-            other => Err(ClientError::Protocol(format!("unexpected blocksrequired reply {other:?}"))),
+            other => Err(unexpected("blocksrequired", &other)),
         }
     }
 
     /// Creates an empty partition.
     pub async fn create_partition(&mut self, partition: u64) -> Result<(), ClientError> {
-        self.call(&Request::CreatePartition { partition }).await.map(drop)
+        let reply = self.call(&Request::CreatePartition { partition }).await?;
+        expect_done("createpartition", reply)
     }
 
     /// Removes a partition.
     pub async fn remove_partition(&mut self, partition: u64, force: bool) -> Result<(), ClientError> {
-        self.call(&Request::RemovePartition { partition, force }).await.map(drop)
+        let reply = self.call(&Request::RemovePartition { partition, force }).await?;
+        expect_done("removepartition", reply)
     }
 
     /// Sets a partition's quota.
     pub async fn resize_partition(&mut self, partition: u64, quota_bytes: u64) -> Result<(), ClientError> {
-        self.call(&Request::ResizePartition { partition, quota_bytes }).await.map(drop)
+        let reply = self.call(&Request::ResizePartition { partition, quota_bytes }).await?;
+        expect_done("resizepartition", reply)
     }
 
     /// Makes a partition durable.
     pub async fn flush_partition(&mut self, partition: u64) -> Result<(), ClientError> {
-        self.call(&Request::FlushPartition { partition }).await.map(drop)
-    }
-
-    /// Removes every partition and sets the drive clock.
-    pub async fn initialize(&mut self, clock_ns: u64, clock_skew_ns: u64) -> Result<(), ClientError> {
-        self.call(&Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key: Vec::new() }).await.map(drop)
+        let reply = self.call(&Request::FlushPartition { partition }).await?;
+        expect_done("flushpartition", reply)
     }
 
     /// Describes the drive.
     pub async fn inquiry(&mut self) -> Result<DriveInfo, ClientError> {
         match self.call(&Request::Inquiry).await? {
             Reply::Inquiry(d) => Ok(d),
-            other => Err(ClientError::Protocol(format!("unexpected inquiry reply {other:?}"))),
+            other => Err(unexpected("inquiry", &other)),
+        }
+    }
+
+    // ------------------------------------------------------ key management
+    //
+    // Each of these is authorized by the key it names (whatever the client's
+    // Auth is, which stays as it was) under INTEGRITY_ARGS | PRIVACY_ARGS,
+    // and carries new keys sealed under the key above them, bound to the
+    // slot they are for (`nasd_crypto::key_context`).
+
+    /// Removes every partition and key, sets the drive clock (`clock_ns`; 0
+    /// keeps it) and the nonce skew, authorized by the master key. With
+    /// `new_master`, the drive's master key becomes that key (sealed under
+    /// the current one); otherwise it stays `master`.
+    pub async fn initialize(
+        &mut self,
+        master: &Key,
+        new_master: Option<&Key>,
+        clock_ns: u64,
+        clock_skew_ns: u64,
+    ) -> Result<(), ClientError> {
+        let sealed_master_key =
+            new_master.map(|k| seal_key(master, &key_context(opcode::INITIALIZE, 0, 0), k)).unwrap_or_default();
+        let req = Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key };
+        let reply = self.call_as(Credential::Master(master.clone()), key_management_protection(), &req).await?;
+        expect_done("initialize", reply)
+    }
+
+    /// [`initialize`](Self::initialize) without a key (key type `NONE`): only
+    /// a drive with security disabled accepts it.
+    pub async fn initialize_unprotected(&mut self, clock_ns: u64, clock_skew_ns: u64) -> Result<(), ClientError> {
+        let req = Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key: Vec::new() };
+        let reply = self.call_as(Credential::None, Protection::NONE, &req).await?;
+        expect_done("initialize", reply)
+    }
+
+    /// Sets the drive key (sealed under the master key), authorized by the master key.
+    pub async fn set_drive_key(&mut self, master: &Key, new_drive_key: &Key) -> Result<(), ClientError> {
+        let sealed_key = seal_key(master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), new_drive_key);
+        let reply = self
+            .call_as(Credential::Master(master.clone()), key_management_protection(), &Request::SetDriveKey { sealed_key })
+            .await?;
+        expect_done("setdrivekey", reply)
+    }
+
+    /// Sets `partition`'s key (sealed under the drive key), authorized by the drive key.
+    pub async fn set_partition_key(&mut self, drive_key: &Key, partition: u64, new_key: &Key) -> Result<(), ClientError> {
+        let sealed_key = seal_key(drive_key, &key_context(opcode::SET_PARTITION_KEY, partition, 0), new_key);
+        let req = Request::SetPartitionKey { partition, sealed_key };
+        let reply = self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await?;
+        expect_done("setpartitionkey", reply)
+    }
+
+    /// Makes `new_key` the current working key of `partition` with version
+    /// `key_version` (which must exceed the current one); the current key
+    /// becomes previous. Sealed under and authorized by the partition key.
+    pub async fn set_working_key(
+        &mut self,
+        partition_key: &Key,
+        partition: u64,
+        key_version: u32,
+        new_key: &Key,
+    ) -> Result<(), ClientError> {
+        let sealed_key = seal_key(partition_key, &key_context(opcode::SET_WORKING_KEY, partition, key_version), new_key);
+        let req = Request::SetWorkingKey { partition, key_version, sealed_key };
+        let credential = Credential::Partition { partition, key: partition_key.clone() };
+        let reply = self.call_as(credential, key_management_protection(), &req).await?;
+        expect_done("setworkingkey", reply)
+    }
+
+    /// Sets the minimum protection of the drive (`partition` 0; authorized by
+    /// the drive key) or of a partition (authorized by its partition key or
+    /// the drive key). `credential` is the authorizing key; the drive
+    /// refuses any other.
+    pub async fn set_min_protection(
+        &mut self,
+        credential: &Credential,
+        partition: u64,
+        protection: Protection,
+    ) -> Result<(), ClientError> {
+        let req = Request::SetMinProtection { partition, protection };
+        let reply = self.call_as(credential.clone(), key_management_protection(), &req).await?;
+        expect_done("setminprotection", reply)
+    }
+
+    /// Audit records with sequence numbers above `after`, at most `max`
+    /// (≤ `AUDIT_RECORDS_PER_REPLY_MAX`), oldest first; authorized by the drive key.
+    pub async fn read_audit(&mut self, drive_key: &Key, after: u64, max: u16) -> Result<Vec<AuditRecord>, ClientError> {
+        let req = Request::ReadAudit { after, max };
+        match self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await? {
+            Reply::Audit { records } => Ok(records),
+            other => Err(unexpected("readaudit", &other)),
         }
     }
 }

@@ -1,0 +1,313 @@
+//! The client half of NASD frame protection (docs/SECURITY.md): which key
+//! protects a request, how a request frame is sealed, and how a reply is
+//! checked before anything in it is believed.
+//!
+//! All cryptography is `nasd_crypto::FrameKeys`, the one implementation the
+//! drive uses too; this module only decides what goes into it.
+
+use crate::ClientError;
+use nasd_crypto::{DataProtector, FrameKeys, Key, MacAlgorithm, MacValue};
+use nasd_proto::limits::{CAPABILITY_LEN_MAX, DIGEST_LEN, NONCE_LEN};
+use nasd_proto::{decode_error_message, FrameHeader, FramePrefix, KeyType, Kind, Protection, Status, CAPABILITY_FORMAT_SEALED};
+
+/// The key a client protects its requests with (NASD Table 6), and what the
+/// drive needs to find the same key.
+#[derive(Clone)]
+pub enum Credential {
+    /// No key: requests go unprotected (key type `NONE`, protection `NONE`).
+    /// Only a drive with security disabled accepts anything but `HELLO` and
+    /// `INQUIRY` this way.
+    None,
+    /// A capability minted by a file manager: the token the drive reads (clear
+    /// or sealed; opaque to the client) and the secret capability key.
+    Capability {
+        /// The capability token sent in every frame.
+        token: Vec<u8>,
+        /// The capability key (`nasd_crypto::mint_capability`); never sent,
+        /// except as a bearer proof under protection `NONE`.
+        key: Key,
+        /// The capability's MAC algorithm (its `algorithm` argument).
+        algorithm: MacAlgorithm,
+    },
+    /// The drive's master key.
+    Master(Key),
+    /// The drive key.
+    Drive(Key),
+    /// A partition key.
+    Partition {
+        /// The partition the key belongs to.
+        partition: u64,
+        /// The key.
+        key: Key,
+    },
+    /// A partition's working key of one version.
+    Working {
+        /// The partition the key belongs to.
+        partition: u64,
+        /// Its version.
+        key_version: u32,
+        /// The key.
+        key: Key,
+    },
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Keys redact themselves; the token is public but only its size matters here.
+        match self {
+            Credential::None => f.write_str("None"),
+            Credential::Capability { token, key, algorithm } => f
+                .debug_struct("Capability")
+                .field("token_len", &token.len())
+                .field("key", key)
+                .field("algorithm", algorithm)
+                .finish(),
+            Credential::Master(k) => f.debug_tuple("Master").field(k).finish(),
+            Credential::Drive(k) => f.debug_tuple("Drive").field(k).finish(),
+            Credential::Partition { partition, key } => {
+                f.debug_struct("Partition").field("partition", partition).field("key", key).finish()
+            }
+            Credential::Working { partition, key_version, key } => f
+                .debug_struct("Working")
+                .field("partition", partition)
+                .field("key_version", key_version)
+                .field("key", key)
+                .finish(),
+        }
+    }
+}
+
+impl Credential {
+    /// The frame's `key_type` for this credential.
+    pub fn key_type(&self) -> KeyType {
+        match self {
+            Credential::None => KeyType::None,
+            Credential::Capability { .. } => KeyType::Capability,
+            Credential::Master(_) => KeyType::Master,
+            Credential::Drive(_) => KeyType::Drive,
+            Credential::Partition { .. } => KeyType::Partition,
+            Credential::Working { .. } => KeyType::Working,
+        }
+    }
+
+    fn key(&self) -> Option<&Key> {
+        match self {
+            Credential::None => None,
+            Credential::Capability { key, .. }
+            | Credential::Master(key)
+            | Credential::Drive(key)
+            | Credential::Partition { key, .. }
+            | Credential::Working { key, .. } => Some(key),
+        }
+    }
+
+    /// The frame's capability field: the token, or the key selector that
+    /// names a partition or working key.
+    fn capability_field(&self) -> Vec<u8> {
+        match self {
+            Credential::Capability { token, .. } => token.clone(),
+            Credential::Partition { partition, .. } => partition.to_le_bytes().to_vec(),
+            Credential::Working { partition, key_version, .. } => {
+                let mut s = partition.to_le_bytes().to_vec();
+                s.extend_from_slice(&key_version.to_le_bytes());
+                s
+            }
+            Credential::None | Credential::Master(_) | Credential::Drive(_) => Vec::new(),
+        }
+    }
+
+    fn algorithm(&self) -> MacAlgorithm {
+        match self {
+            Credential::Capability { algorithm, .. } => *algorithm,
+            _ => MacAlgorithm::Blake3,
+        }
+    }
+}
+
+/// What every request of a [`DriveClient`](crate::DriveClient) is protected
+/// with: a credential and the protection options (NASD Table 7).
+#[derive(Debug, Clone)]
+pub struct Auth {
+    /// The key.
+    pub credential: Credential,
+    /// The protection options.
+    pub protection: Protection,
+}
+
+impl Default for Auth {
+    /// No key, no protection (what `HELLO` always uses).
+    fn default() -> Self {
+        Auth { credential: Credential::None, protection: Protection::NONE }
+    }
+}
+
+impl Auth {
+    /// A credential with protection options.
+    pub fn new(credential: Credential, protection: Protection) -> Self {
+        Auth { credential, protection }
+    }
+}
+
+/// Protection used by key-management requests: the digest covers the frame
+/// and the arguments (which carry sealed keys and key versions) are encrypted.
+pub fn key_management_protection() -> Protection {
+    Protection::INTEGRITY_ARGS.union(Protection::PRIVACY_ARGS)
+}
+
+/// An [`Auth`] checked and ready to protect frames.
+pub(crate) struct Guard {
+    key_type: KeyType,
+    protection: Protection,
+    capability: Vec<u8>,
+    keys: Option<FrameKeys>,
+}
+
+/// A reply whose digest (if any) verified, with its arguments decrypted.
+pub(crate) struct CheckedReply {
+    pub header: FrameHeader,
+    /// Plaintext arguments (results, or the error message of a failure).
+    pub args: Vec<u8>,
+    pub digest: [u8; DIGEST_LEN],
+    /// True if a key vouches for the reply: its digest is a MAC under the
+    /// request's key that verified (not so under `NO_PROTECTION`).
+    pub authenticated: bool,
+}
+
+impl CheckedReply {
+    /// The refusal, for a reply with a status other than OK.
+    pub fn refusal(&self) -> Result<(), ClientError> {
+        if self.header.status == 0 {
+            return Ok(());
+        }
+        let status = Status::from_code(self.header.status)
+            .ok_or_else(|| ClientError::Protocol(format!("unknown status {}", self.header.status)))?;
+        let message = decode_error_message(&self.args).unwrap_or_default();
+        Err(ClientError::Status { status, message })
+    }
+}
+
+fn bad_reply(msg: impl Into<String>) -> ClientError {
+    ClientError::BadReply(msg.into())
+}
+
+impl Guard {
+    /// No key, no protection.
+    pub fn none() -> Guard {
+        Guard { key_type: KeyType::None, protection: Protection::NONE, capability: Vec::new(), keys: None }
+    }
+
+    /// Checks that `auth` can be used without harm and prepares its keys.
+    ///
+    /// Refused locally, before anything is sent: inconsistent protection
+    /// options; a key of the hierarchy without `INTEGRITY_ARGS` (the digest
+    /// would be the key itself, handed to every eavesdropper); protection
+    /// without a key; `PRIVACY_CAPABILITY` with a clear capability token (it
+    /// would expose what the caller asked to hide); an oversized token.
+    pub fn new(auth: &Auth) -> Result<Guard, String> {
+        let protection = auth.protection;
+        if !protection.is_consistent() {
+            return Err(format!("inconsistent protection options {:#04x} (see SECURITY.md)", protection.bits()));
+        }
+        let key_type = auth.credential.key_type();
+        let capability = auth.credential.capability_field();
+        let Some(key) = auth.credential.key() else {
+            if protection != Protection::NONE {
+                return Err("protection options need a key: the credential is None".into());
+            }
+            return Ok(Guard::none());
+        };
+        if key_type != KeyType::Capability && !protection.covers(Protection::INTEGRITY_ARGS) {
+            return Err(format!(
+                "key type {key_type:?} needs INTEGRITY_ARGS: without it the key itself would be sent in the clear"
+            ));
+        }
+        if let Credential::Capability { token, .. } = &auth.credential {
+            if token.is_empty() || token.len() > CAPABILITY_LEN_MAX {
+                return Err(format!("capability token of {} bytes (1..={CAPABILITY_LEN_MAX} allowed)", token.len()));
+            }
+            if protection.covers(Protection::PRIVACY_CAPABILITY) && token[0] != CAPABILITY_FORMAT_SEALED {
+                return Err("PRIVACY_CAPABILITY needs a sealed capability token; this one is clear".into());
+            }
+        }
+        Ok(Guard { key_type, protection, capability, keys: Some(FrameKeys::new(auth.credential.algorithm(), key)) })
+    }
+
+    /// Bytes of tag after each data chunk of a frame under this guard.
+    pub fn data_tag_len(&self) -> usize {
+        self.protection.data_tag_len()
+    }
+
+    /// Encodes a request frame prefix: sets the header's key type and
+    /// protection, encrypts the arguments under `PRIVACY_ARGS`, then computes
+    /// the digest over every byte before it (encrypt-then-MAC). The header's
+    /// nonce must already be set. Returns the bytes and the digest.
+    pub fn seal_request(&self, header: &mut FrameHeader, mut args: Vec<u8>) -> (Vec<u8>, [u8; DIGEST_LEN]) {
+        header.key_type = self.key_type;
+        header.protection = self.protection;
+        let zero = [0u8; DIGEST_LEN];
+        let Some(keys) = &self.keys else {
+            return (FramePrefix::encode(header, &self.capability, &args, &zero), zero);
+        };
+        if self.protection.covers(Protection::PRIVACY_ARGS) {
+            keys.crypt_args(Kind::Request, &header.nonce, &mut args);
+        }
+        let mut bytes = FramePrefix::encode(header, &self.capability, &args, &zero);
+        let split = bytes.len() - DIGEST_LEN;
+        let digest: MacValue = keys.digest(self.protection, &bytes[..split]);
+        bytes[split..].copy_from_slice(&digest);
+        (bytes, digest)
+    }
+
+    /// The protector of a data section (request data when `kind` is
+    /// `Request`, reply data when `Reply`), seeded with its frame's digest;
+    /// `None` without a key.
+    pub fn data(&self, kind: Kind, nonce: &[u8; NONCE_LEN], digest: &[u8; DIGEST_LEN]) -> Option<DataProtector> {
+        self.keys.as_ref().map(|k| k.data(kind, nonce, self.protection, digest))
+    }
+
+    /// Checks a reply prefix (`frame` = header, capability, arguments,
+    /// digest, exactly as received) against the request it must answer.
+    ///
+    /// - It must be a reply with the request's id and opcode.
+    /// - A failure may come back unprotected (key type `NONE`, protection
+    ///   `NONE`): the drive could not authenticate the request. It is
+    ///   returned unauthenticated; the caller reports its status only.
+    /// - Anything else must carry the request's key type and protection and
+    ///   a digest that verifies under the request's key; its arguments are
+    ///   then decrypted under `PRIVACY_ARGS`.
+    pub fn check_reply(&self, request: &FrameHeader, frame: &[u8]) -> Result<CheckedReply, ClientError> {
+        let prefix = FramePrefix::parse(frame)?;
+        let header = prefix.header.clone();
+        if header.kind != Kind::Reply || header.request_id != request.request_id || header.opcode != request.opcode {
+            return Err(bad_reply("the reply does not answer the request (kind, request id or opcode differ)"));
+        }
+        let unprotected = header.key_type == KeyType::None && header.protection == Protection::NONE;
+        if self.keys.is_some() && unprotected && header.status != 0 {
+            return Ok(CheckedReply { header, args: prefix.args.to_vec(), digest: prefix.digest, authenticated: false });
+        }
+        if header.key_type != self.key_type || header.protection != self.protection {
+            return Err(bad_reply(format!(
+                "reply protection ({:?}, {:#04x}) differs from the request's ({:?}, {:#04x})",
+                header.key_type,
+                header.protection.bits(),
+                self.key_type,
+                self.protection.bits()
+            )));
+        }
+        let Some(keys) = &self.keys else {
+            return Ok(CheckedReply { header, args: prefix.args.to_vec(), digest: prefix.digest, authenticated: false });
+        };
+        let split = frame.len() - DIGEST_LEN;
+        if !keys.verify_digest(self.protection, &frame[..split], &prefix.digest) {
+            return Err(bad_reply("reply digest does not verify: the reply was altered or not made with the request's key"));
+        }
+        let mut args = prefix.args.to_vec();
+        if self.protection.covers(Protection::PRIVACY_ARGS) {
+            keys.crypt_args(Kind::Reply, &header.nonce, &mut args);
+        }
+        // Under NO_PROTECTION the digest is the bearer key, which every
+        // eavesdropper of the request learnt: it proves nothing about the reply.
+        let authenticated = self.protection.covers(Protection::INTEGRITY_ARGS);
+        Ok(CheckedReply { header, args, digest: prefix.digest, authenticated })
+    }
+}
