@@ -275,7 +275,7 @@ impl Guard {
     /// - Anything else must carry the request's key type and protection and
     ///   a digest that verifies under the request's key; its arguments are
     ///   then decrypted under `PRIVACY_ARGS`.
-    pub fn check_reply(&self, request: &FrameHeader, frame: &[u8]) -> Result<CheckedReply, ClientError> {
+    pub fn check_reply(&self, request: &FrameHeader, request_digest: &[u8; DIGEST_LEN], frame: &[u8]) -> Result<CheckedReply, ClientError> {
         let prefix = FramePrefix::parse(frame)?;
         let header = prefix.header.clone();
         if header.kind != Kind::Reply || header.request_id != request.request_id || header.opcode != request.opcode {
@@ -298,15 +298,14 @@ impl Guard {
             return Ok(CheckedReply { header, args: prefix.args.to_vec(), digest: prefix.digest, authenticated: false });
         };
         let split = frame.len() - DIGEST_LEN;
-        if !keys.verify_digest(self.protection, &frame[..split], &prefix.digest) {
+        if !keys.verify_reply_digest(self.protection, request_digest, &frame[..split], &prefix.digest) {
             return Err(bad_reply("reply digest does not verify: the reply was altered or not made with the request's key"));
         }
         let mut args = prefix.args.to_vec();
         if self.protection.covers(Protection::PRIVACY_ARGS) {
             keys.crypt_args(Kind::Reply, &header.nonce, &mut args);
         }
-        // Under NO_PROTECTION the digest is the bearer key, which every
-        // eavesdropper of the request learnt: it proves nothing about the reply.
+        // Under NO_PROTECTION the reply's digest is zero: it proves nothing.
         let authenticated = self.protection.covers(Protection::INTEGRITY_ARGS);
         Ok(CheckedReply { header, args, digest: prefix.digest, authenticated })
     }

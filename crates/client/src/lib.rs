@@ -195,7 +195,7 @@ fn expect_done(what: &str, reply: Reply) -> Result<(), ClientError> {
 
 impl DriveClient {
     /// Connects and negotiates the protocol version (unprotected: `HELLO`
-    /// always uses no key), and learns the drive's clock from the reply.
+    /// always uses no key).
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Self, ClientError> {
         let socket = TcpStream::connect(addr).await?;
         socket.set_nodelay(true)?;
@@ -213,8 +213,10 @@ impl DriveClient {
             broken: false,
         };
         let hello = Request::Hello { min_version: VERSION_MIN, max_version: VERSION, client: "nasd-client".into() };
+        // The HELLO reply is unauthenticated: its time is not trusted. The
+        // client starts from its own (NTP-synchronized) clock and learns the
+        // drive's only from authenticated replies.
         let head = c.exchange(&Guard::none(), &hello).await?;
-        c.learn_clock(&head.header.nonce);
         match head.reply {
             Reply::Hello { drive_id, chunk_len_max, .. } => {
                 c.drive_id = drive_id;
@@ -298,7 +300,7 @@ impl DriveClient {
     /// Reads a reply prefix and checks it (see [`Guard::check_reply`]); a
     /// refusal becomes [`ClientError::Status`]. Authenticated replies update
     /// the drive clock estimate.
-    async fn recv_head(&mut self, guard: &Guard, request: &FrameHeader) -> Result<ReplyHead, ClientError> {
+    async fn recv_head(&mut self, guard: &Guard, request: &FrameHeader, request_digest: &[u8; DIGEST_LEN]) -> Result<ReplyHead, ClientError> {
         let mut frame = vec![0u8; HEADER_LEN];
         self.rd.read_exact(&mut frame).await?;
         let head: &[u8; HEADER_LEN] = frame[..].try_into().expect("header length");
@@ -307,7 +309,7 @@ impl DriveClient {
         let body_len = FrameHeader::decode(head)?.body_len();
         frame.resize(HEADER_LEN + body_len, 0);
         self.rd.read_exact(&mut frame[HEADER_LEN..]).await?;
-        let checked = guard.check_reply(request, &frame)?;
+        let checked = guard.check_reply(request, request_digest, &frame)?;
         if checked.authenticated {
             self.learn_clock(&checked.header.nonce);
         }
@@ -326,16 +328,22 @@ impl DriveClient {
     async fn exchange(&mut self, guard: &Guard, req: &Request) -> Result<ReplyHead, ClientError> {
         let args = encode_args(req, 0)?;
         self.begin()?;
-        let r = self.exchange_inner(guard, req, args).await;
+        let offset = self.clock_offset_ns;
+        let mut r = self.exchange_inner(guard, req, args).await;
+        if matches!(&r, Err(e) if e.status() == Some(Status::NonceOutsideWindow)) && self.clock_offset_ns != offset {
+            // The refusal was authenticated and taught us the drive's clock:
+            // a fresh nonce on that clock is worth one more try.
+            r = self.exchange_inner(guard, req, encode_args(req, 0)?).await;
+        }
         self.end(r)
     }
 
     async fn exchange_inner(&mut self, guard: &Guard, req: &Request, args: Vec<u8>) -> Result<ReplyHead, ClientError> {
         let mut h = self.header_for(req, 0);
-        let (prefix, _) = guard.seal_request(&mut h, args);
+        let (prefix, digest) = guard.seal_request(&mut h, args);
         self.wr.write_all(&prefix).await?;
         self.wr.flush().await?;
-        let head = self.recv_head(guard, &h).await?;
+        let head = self.recv_head(guard, &h, &digest).await?;
         if head.header.data_len != 0 {
             return Err(ClientError::Protocol("unexpected data in reply".into()));
         }
@@ -404,7 +412,7 @@ impl DriveClient {
             self.wr.write_all(&tag).await?;
         }
         self.wr.flush().await?;
-        match self.recv_head(guard, &h).await? {
+        match self.recv_head(guard, &h, &digest).await? {
             ReplyHead { reply: Reply::Written { length }, header, .. } if header.data_len == 0 => Ok(length),
             other => Err(unexpected("write", &other.reply)),
         }
@@ -445,10 +453,10 @@ impl DriveClient {
         dst: &mut (impl AsyncWrite + Unpin),
     ) -> Result<Vec<u64>, ClientError> {
         let mut h = self.header_for(req, 0);
-        let (prefix, _) = guard.seal_request(&mut h, args);
+        let (prefix, digest) = guard.seal_request(&mut h, args);
         self.wr.write_all(&prefix).await?;
         self.wr.flush().await?;
-        let head = self.recv_head(guard, &h).await?;
+        let head = self.recv_head(guard, &h, &digest).await?;
         let Reply::Read { lengths } = head.reply else {
             return Err(unexpected("read", &head.reply));
         };

@@ -291,6 +291,7 @@ fn debug_output_never_contains_keys() {
 /// A reply prefix built as a drive builds it (see crates/drive conn.rs).
 fn drive_reply(
     keys: Option<&FrameKeys>,
+    request_digest: &[u8; 32],
     request: &FrameHeader,
     status: Status,
     mut args: Vec<u8>,
@@ -312,7 +313,7 @@ fn drive_reply(
     }
     let mut bytes = FramePrefix::encode(&h, &[], &args, &[0; 32]);
     let split = bytes.len() - 32;
-    let digest = keys.digest(h.protection, &bytes[..split]);
+    let digest = keys.reply_digest(h.protection, request_digest, &bytes[..split]);
     bytes[split..].copy_from_slice(&digest);
     (bytes, digest)
 }
@@ -331,12 +332,12 @@ fn replies_are_verified_and_decrypted() {
             let guard = Guard::new(&Auth::new(credential.clone(), protection)).unwrap();
             let req = Request::GetAttr { partition: 7, object: 16 };
             let mut h = request_header(&req, 0, 0);
-            let _ = guard.seal_request(&mut h, req.encode_args());
+            let (_, req_digest) = guard.seal_request(&mut h, req.encode_args());
             let keys = FrameKeys::new(alg, &key);
             let results = Reply::Attrs(Attributes { logical_size: PLAIN_ARGS_MARKER, ..Attributes::default() }).encode();
             let nonce = nasd_proto::nonce(99, 1);
-            let (frame, digest) = drive_reply(Some(&keys), &h, Status::Ok, results.clone(), nonce, 0, 0);
-            let checked = guard.check_reply(&h, &frame).expect("genuine reply");
+            let (frame, digest) = drive_reply(Some(&keys), &req_digest, &h, Status::Ok, results.clone(), nonce, 0, 0);
+            let checked = guard.check_reply(&h, &req_digest, &frame).expect("genuine reply");
             let integrity = protection.covers(Protection::INTEGRITY_ARGS);
             assert_eq!(checked.authenticated, integrity);
             assert_eq!(checked.args, results);
@@ -344,50 +345,52 @@ fn replies_are_verified_and_decrypted() {
             assert_eq!(contains(&frame, &PLAIN_ARGS_MARKER.to_le_bytes()), !protection.covers(Protection::PRIVACY_ARGS));
 
             // Every flipped byte is caught (under NO_PROTECTION nothing is:
-            // the digest is the bearer key, known to every eavesdropper).
+            // the reply's digest is zero).
             for i in (0..frame.len()).filter(|_| integrity) {
                 let mut bad = frame.clone();
                 bad[i] ^= 0x10;
-                assert!(is_bad_reply(&guard.check_reply(&h, &bad)), "{credential:?} {protection:?}: flip at {i}");
+                assert!(is_bad_reply(&guard.check_reply(&h, &req_digest, &bad)), "{credential:?} {protection:?}: flip at {i}");
             }
-            // Made with another key.
+            // Made with another key (without integrity a reply proves nothing).
             let other = FrameKeys::new(alg, &Key::random());
-            let (forged, _) = drive_reply(Some(&other), &h, Status::Ok, results.clone(), nonce, 0, 0);
-            assert!(matches!(guard.check_reply(&h, &forged), Err(ClientError::BadReply(_))));
+            let (forged, _) = drive_reply(Some(&other), &req_digest, &h, Status::Ok, results.clone(), nonce, 0, 0);
+            if integrity {
+                assert!(matches!(guard.check_reply(&h, &req_digest, &forged), Err(ClientError::BadReply(_))));
+            }
             // A genuine reply to another request (replayed).
             let mut h_other = h.clone();
             h_other.request_id += 1;
-            let (replayed, _) = drive_reply(Some(&keys), &h_other, Status::Ok, results.clone(), nonce, 0, 0);
-            assert!(matches!(guard.check_reply(&h, &replayed), Err(ClientError::BadReply(_))));
+            let (replayed, _) = drive_reply(Some(&keys), &req_digest, &h_other, Status::Ok, results.clone(), nonce, 0, 0);
+            assert!(matches!(guard.check_reply(&h, &req_digest, &replayed), Err(ClientError::BadReply(_))));
             let mut h_op = h.clone();
             h_op.opcode = opcode::SETATTR;
-            let (replayed, _) = drive_reply(Some(&keys), &h_op, Status::Ok, results.clone(), nonce, 0, 0);
-            assert!(matches!(guard.check_reply(&h, &replayed), Err(ClientError::BadReply(_))));
+            let (replayed, _) = drive_reply(Some(&keys), &req_digest, &h_op, Status::Ok, results.clone(), nonce, 0, 0);
+            assert!(matches!(guard.check_reply(&h, &req_digest, &replayed), Err(ClientError::BadReply(_))));
             // An unprotected success is never believed.
-            let (naked, _) = drive_reply(None, &h, Status::Ok, results.clone(), nonce, 0, 0);
-            assert!(matches!(guard.check_reply(&h, &naked), Err(ClientError::BadReply(_))));
+            let (naked, _) = drive_reply(None, &req_digest, &h, Status::Ok, results.clone(), nonce, 0, 0);
+            assert!(matches!(guard.check_reply(&h, &req_digest, &naked), Err(ClientError::BadReply(_))));
             // A success under other protection (downgrade) is refused.
             for p in all_protections().into_iter().filter(|p| *p != protection) {
                 let mut hp = h.clone();
                 hp.protection = p;
-                let (downgraded, _) = drive_reply(Some(&keys), &hp, Status::Ok, results.clone(), nonce, 0, 0);
-                assert!(matches!(guard.check_reply(&h, &downgraded), Err(ClientError::BadReply(_))));
+                let (downgraded, _) = drive_reply(Some(&keys), &req_digest, &hp, Status::Ok, results.clone(), nonce, 0, 0);
+                assert!(matches!(guard.check_reply(&h, &req_digest, &downgraded), Err(ClientError::BadReply(_))));
             }
             // A protected refusal verifies and its message decrypts.
             let msg = encode_error_message("no such object");
-            let (refusal, _) = drive_reply(Some(&keys), &h, Status::NoSuchObject, msg.clone(), nonce, 0, 0);
-            let checked = guard.check_reply(&h, &refusal).unwrap();
+            let (refusal, _) = drive_reply(Some(&keys), &req_digest, &h, Status::NoSuchObject, msg.clone(), nonce, 0, 0);
+            let checked = guard.check_reply(&h, &req_digest, &refusal).unwrap();
             assert_eq!(checked.authenticated, integrity);
             assert!(matches!(checked.refusal(), Err(ClientError::Status { status: Status::NoSuchObject, ref message }) if message == "no such object"));
             let mut bad = refusal.clone();
             let n = bad.len();
             bad[n - 40] ^= 1;
             if integrity {
-                assert!(matches!(guard.check_reply(&h, &bad), Err(ClientError::BadReply(_))));
+                assert!(matches!(guard.check_reply(&h, &req_digest, &bad), Err(ClientError::BadReply(_))));
             }
             // An unprotected refusal is accepted as a status, unauthenticated.
-            let (naked, _) = drive_reply(None, &h, Status::BadDigest, msg, nonce, 0, 0);
-            let checked = guard.check_reply(&h, &naked).unwrap();
+            let (naked, _) = drive_reply(None, &req_digest, &h, Status::BadDigest, msg, nonce, 0, 0);
+            let checked = guard.check_reply(&h, &req_digest, &naked).unwrap();
             assert!(!checked.authenticated);
             assert_eq!(checked.refusal().unwrap_err().status(), Some(Status::BadDigest));
         }
@@ -403,13 +406,13 @@ fn unprotected_client_accepts_only_unprotected_replies() {
     assert_eq!(digest, [0; 32]);
     let p = FramePrefix::parse(&frame).unwrap();
     assert_eq!((p.header.key_type, p.header.protection, p.capability.len()), (KeyType::None, Protection::NONE, 0));
-    let (reply, _) = drive_reply(None, &h, Status::Ok, Reply::Done.encode(), [0; 16], 0, 0);
-    assert!(!guard.check_reply(&h, &reply).unwrap().authenticated);
+    let (reply, _) = drive_reply(None, &digest, &h, Status::Ok, Reply::Done.encode(), [0; 16], 0, 0);
+    assert!(!guard.check_reply(&h, &digest, &reply).unwrap().authenticated);
     let mut hp = h.clone();
     hp.key_type = KeyType::Drive;
     hp.protection = Protection::INTEGRITY_ARGS;
-    let (protected, _) = drive_reply(Some(&FrameKeys::new(MacAlgorithm::Blake3, &Key::random())), &hp, Status::Ok, vec![], [0; 16], 0, 0);
-    assert!(matches!(guard.check_reply(&h, &protected), Err(ClientError::BadReply(_))));
+    let (protected, _) = drive_reply(Some(&FrameKeys::new(MacAlgorithm::Blake3, &Key::random())), &digest, &hp, Status::Ok, vec![], [0; 16], 0, 0);
+    assert!(matches!(guard.check_reply(&h, &digest, &protected), Err(ClientError::BadReply(_))));
 }
 
 #[test]
@@ -502,7 +505,7 @@ mod mock {
             };
             if let Some(k) = &keys {
                 if !k.verify_digest(header.protection, &frame[..frame.len() - 32], &p.digest) {
-                    let (bytes, _) = drive_reply(None, &header, Status::BadDigest, encode_error_message("bad digest"), reply_nonce, 0, 0);
+                    let (bytes, _) = drive_reply(None, &p.digest, &header, Status::BadDigest, encode_error_message("bad digest"), reply_nonce, 0, 0);
                     wr.write_all(&bytes).await?;
                     continue;
                 }
@@ -591,12 +594,12 @@ mod mock {
             let read_chunk = state.lock().unwrap().read_chunk;
             let (mut bytes, digest) = match tamper {
                 Tamper::NakedRefusal => {
-                    let (b, _) = drive_reply(None, &header, Status::BadDigest, encode_error_message("refused"), reply_nonce, 0, 0);
+                    let (b, _) = drive_reply(None, &p.digest, &header, Status::BadDigest, encode_error_message("refused"), reply_nonce, 0, 0);
                     wr.write_all(&b).await?;
                     continue;
                 }
-                Tamper::NakedSuccess => drive_reply(None, &reply_header, Status::Ok, results.encode(), reply_nonce, reply_data.len() as u64, read_chunk),
-                _ => drive_reply(keys.as_ref(), &reply_header, Status::Ok, results.encode(), reply_nonce, reply_data.len() as u64, read_chunk),
+                Tamper::NakedSuccess => drive_reply(None, &p.digest, &reply_header, Status::Ok, results.encode(), reply_nonce, reply_data.len() as u64, read_chunk),
+                _ => drive_reply(keys.as_ref(), &p.digest, &reply_header, Status::Ok, results.encode(), reply_nonce, reply_data.len() as u64, read_chunk),
             };
             if tamper == Tamper::ArgsByte {
                 let n = bytes.len();
@@ -643,7 +646,7 @@ async fn protected_write_and_read_through_a_mock_drive() {
     let addr = mock::start(state.clone()).await;
     let mut c = DriveClient::connect(addr).await.unwrap();
     let offset = c.drive_time_ns() as i128 - local_ns() as i128;
-    assert!((offset - 3_600_000_000_000).abs() < 2_000_000_000, "clock offset {offset} not learnt");
+    assert!(offset.abs() < 2_000_000_000, "the unauthenticated HELLO reply's time must not be trusted ({offset})");
 
     let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     let regions = [Region { offset: 0, length: 3000 }, Region { offset: 8192, length: 2000 }];
@@ -656,6 +659,10 @@ async fn protected_write_and_read_through_a_mock_drive() {
         assert_eq!((lengths, back.len()), (vec![3000, 2000], 5000));
         assert_eq!(back, data, "{protection:?}");
         c.getattr(7, 16).await.unwrap();
+        if protection.covers(Protection::INTEGRITY_ARGS) {
+            let offset = c.drive_time_ns() as i128 - local_ns() as i128;
+            assert!((offset - 3_600_000_000_000).abs() < 2_000_000_000, "clock offset {offset} not learnt from an authenticated reply");
+        }
     }
     // Nonces: unique, consecutive sequence numbers, time on the drive clock.
     let st = state.lock().unwrap();
@@ -669,10 +676,10 @@ async fn protected_write_and_read_through_a_mock_drive() {
         let s = |n: &[u8; 16]| u64::from_le_bytes(n[8..].try_into().unwrap());
         assert_eq!(s(&w[1]), s(&w[0]).wrapping_add(1));
     }
+    // Once an authenticated reply taught the drive clock, nonces use it.
     let drive_now = local_ns() as i128 + 3_600_000_000_000;
-    for n in &nonces {
-        assert!((nonce_time(n) as i128 - drive_now).abs() < 10_000_000_000);
-    }
+    let last = nonces.last().unwrap();
+    assert!((nonce_time(last) as i128 - drive_now).abs() < 10_000_000_000);
     // Request ids increase by one per request and do not start at a fixed value.
     let ids: Vec<u64> = st.log.iter().map(|(h, _)| h.request_id).collect();
     assert!(ids.windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
@@ -761,4 +768,23 @@ async fn key_management_seals_keys_for_their_slots() {
 fn data_tag_len_matches_protocol() {
     assert_eq!(key_management_protection().data_tag_len(), 0);
     assert_eq!(Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA).data_tag_len(), DATA_TAG_LEN);
+}
+
+/// A reply answers exactly one request: a genuine reply made for another
+/// request (same id and opcode, other digest) does not verify.
+#[test]
+fn replies_are_bound_to_their_request() {
+    let key = Key::random();
+    let credential = Credential::Drive(key.clone());
+    let guard = Guard::new(&Auth::new(credential, Protection::INTEGRITY_ARGS)).unwrap();
+    let req = Request::Inquiry;
+    let mut h = request_header(&req, 0, 0);
+    let (_, digest) = guard.seal_request(&mut h, req.encode_args());
+    let keys = FrameKeys::new(MacAlgorithm::Blake3, &key);
+    let (genuine, _) = drive_reply(Some(&keys), &digest, &h, Status::Ok, Reply::Done.encode(), [3; 16], 0, 0);
+    assert!(guard.check_reply(&h, &digest, &genuine).unwrap().authenticated);
+    let mut other = digest;
+    other[0] ^= 1;
+    let (for_other, _) = drive_reply(Some(&keys), &other, &h, Status::Ok, Reply::Done.encode(), [3; 16], 0, 0);
+    assert!(matches!(guard.check_reply(&h, &digest, &for_other), Err(ClientError::BadReply(_))));
 }

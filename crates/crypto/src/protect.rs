@@ -51,6 +51,23 @@ impl FrameKeys {
         ct_eq(&self.digest(protection, before_digest), digest)
     }
 
+    /// The digest of a reply: under `INTEGRITY_ARGS`, the MAC of the request's
+    /// digest then every byte of the reply before its digest, so a reply
+    /// answers exactly one request and cannot be replayed for another. Without
+    /// integrity, zero: such a reply proves nothing, and never carries a key.
+    pub fn reply_digest(&self, protection: Protection, request_digest: &[u8], before_digest: &[u8]) -> MacValue {
+        if protection.covers(Protection::INTEGRITY_ARGS) {
+            mac(self.alg, &self.mac, &[request_digest, before_digest])
+        } else {
+            [0u8; crate::MAC_LEN]
+        }
+    }
+
+    /// Checks a reply's digest in constant time.
+    pub fn verify_reply_digest(&self, protection: Protection, request_digest: &[u8], before_digest: &[u8], digest: &[u8]) -> bool {
+        ct_eq(&self.reply_digest(protection, request_digest, before_digest), digest)
+    }
+
     /// Encrypts or decrypts arguments in place (`PRIVACY_ARGS`; encrypt, then MAC).
     pub fn crypt_args(&self, kind: Kind, nonce: &[u8; NONCE_LEN], args: &mut [u8]) {
         xor_keystream(&self.enc, &stream_nonce(kind, nonce, Section::Args), 0, args);

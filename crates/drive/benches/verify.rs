@@ -78,7 +78,10 @@ fn verify(c: &mut Criterion) {
             || frame(&f, &warm),
             |(bytes, h)| {
                 let p = FramePrefix::parse(&bytes).unwrap();
-                f.security.authenticate(&h, p.capability, &bytes[..bytes.len() - 32], &p.digest).map(|_| ()).unwrap()
+                {
+                    let a = f.security.authenticate(&h, p.capability, &bytes[..bytes.len() - 32], &p.digest).unwrap();
+                    f.security.check_fresh(&a, &h).unwrap()
+                }
             },
             BatchSize::SmallInput,
         )
@@ -89,7 +92,10 @@ fn verify(c: &mut Criterion) {
             || frame(&f, &capability(&f, audit.fetch_add(1, Ordering::Relaxed))),
             |(bytes, h)| {
                 let p = FramePrefix::parse(&bytes).unwrap();
-                f.security.authenticate(&h, p.capability, &bytes[..bytes.len() - 32], &p.digest).map(|_| ()).unwrap()
+                {
+                    let a = f.security.authenticate(&h, p.capability, &bytes[..bytes.len() - 32], &p.digest).unwrap();
+                    f.security.check_fresh(&a, &h).unwrap()
+                }
             },
             BatchSize::SmallInput,
         )

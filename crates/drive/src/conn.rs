@@ -33,17 +33,25 @@ struct ReplyGuard<'a> {
     keys: Option<&'a FrameKeys>,
     key_type: KeyType,
     protection: Protection,
+    /// The request's digest, which the reply's MAC covers.
+    request_digest: [u8; DIGEST_LEN],
 }
 
 impl ReplyGuard<'static> {
     /// For refusals of requests that did not authenticate: unprotected.
-    const NONE: ReplyGuard<'static> = ReplyGuard { keys: None, key_type: KeyType::None, protection: Protection::NONE };
+    const NONE: ReplyGuard<'static> =
+        ReplyGuard { keys: None, key_type: KeyType::None, protection: Protection::NONE, request_digest: [0; DIGEST_LEN] };
 }
 
 impl<'a> ReplyGuard<'a> {
-    fn of(auth: &'a Authority, request: &FrameHeader) -> Self {
+    fn of(auth: &'a Authority, request: &FrameHeader, request_digest: &[u8; DIGEST_LEN]) -> Self {
         match &auth.keys {
-            Some(k) => ReplyGuard { keys: Some(k), key_type: request.key_type, protection: request.protection },
+            Some(k) => ReplyGuard {
+                keys: Some(k),
+                key_type: request.key_type,
+                protection: request.protection,
+                request_digest: *request_digest,
+            },
             None => ReplyGuard::NONE,
         }
     }
@@ -151,7 +159,13 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, drive: &Arc<Drive>, conf
             return Ok(Next::Continue);
         }
     };
-    let guard = ReplyGuard::of(&auth, &header);
+    let guard = ReplyGuard::of(&auth, &header, &prefix.digest);
+    if let Err((status, msg)) = drive.security.check_fresh(&auth, &header) {
+        drain_data(rd, &header).await?;
+        ctx.audit(Some(&auth), None, status);
+        send_error(wr, store, &header, &guard, status, &msg).await?;
+        return Ok(Next::Continue);
+    }
     let mut args = prefix.args.to_vec();
     if header.protection.covers(Protection::PRIVACY_ARGS) {
         if let Some(keys) = &auth.keys {
@@ -636,7 +650,7 @@ fn protected_prefix(h: &FrameHeader, guard: &ReplyGuard<'_>, mut args: Vec<u8>) 
     }
     let mut bytes = FramePrefix::encode(h, &[], &args, &[0u8; DIGEST_LEN]);
     let split = bytes.len() - DIGEST_LEN;
-    let digest = keys.digest(guard.protection, &bytes[..split]);
+    let digest = keys.reply_digest(guard.protection, &guard.request_digest, &bytes[..split]);
     bytes[split..].copy_from_slice(&digest);
     (bytes, digest)
 }

@@ -169,9 +169,8 @@ impl Security {
 
     // ----------------------------------------------------------------- checks
 
-    /// Checks 1–8 of SECURITY.md: the key, the digest, protection levels and
-    /// the nonce. On success the caller decrypts and decodes the arguments and
-    /// then calls [`Security::authorize`].
+    /// Checks 1–4 of SECURITY.md: protection options, the key, the digest.
+    /// A refusal here goes back unprotected (the request did not prove a key).
     pub fn authenticate(&self, header: &FrameHeader, capability: &[u8], before_digest: &[u8], digest: &[u8]) -> Result<Authority, Refusal> {
         let protection = header.protection;
         if !protection.is_consistent() {
@@ -186,13 +185,26 @@ impl Security {
         if header.key_type != KeyType::Capability && !protection.covers(Protection::INTEGRITY_ARGS) {
             return refuse(Status::ProtectionUnsupported, "key-hierarchy keys require INTEGRITY_ARGS");
         }
+        if protection.covers(Protection::PRIVACY_CAPABILITY) && capability.first() != Some(&CAPABILITY_FORMAT_SEALED) {
+            return refuse(Status::BadCapability, "PRIVACY_CAPABILITY needs a sealed capability");
+        }
         let (key, alg, cap, scope) = self.resolve_key(header, capability)?;
         let keys = FrameKeys::new(alg, &key);
         if !keys.verify_digest(protection, before_digest, digest) {
             return refuse(Status::BadDigest, "request digest does not verify");
         }
-        let minimum = self.minimum(cap.as_ref().map(|c| c.partition).or(scope));
-        if let Some(c) = &cap {
+        Ok(Authority { keys: Some(keys), key_type: header.key_type, capability: cap, partition_scope: scope })
+    }
+
+    /// Checks 5–8 of SECURITY.md on an authenticated request: protection
+    /// levels and the nonce. A refusal here is protected like a reply.
+    pub fn check_fresh(&self, auth: &Authority, header: &FrameHeader) -> Result<(), Refusal> {
+        if auth.keys.is_none() {
+            return Ok(());
+        }
+        let protection = header.protection;
+        let minimum = self.minimum(auth.capability.as_ref().map(|c| c.partition).or(auth.partition_scope));
+        if let Some(c) = &auth.capability {
             if !protection.covers(c.min_protection) {
                 return refuse(Status::ProtectionTooWeak, "request protection is below the capability's minimum");
             }
@@ -202,8 +214,7 @@ impl Security {
         } else if !protection.covers(minimum) {
             return refuse(Status::ProtectionTooWeak, "request protection is below the drive or partition minimum");
         }
-        self.check_nonce(&header.nonce)?;
-        Ok(Authority { keys: Some(keys), key_type: header.key_type, capability: cap, partition_scope: scope })
+        self.check_nonce(&header.nonce)
     }
 
     /// Finds the key a request names (check 2–3): capability key (computed
@@ -304,8 +315,9 @@ impl Security {
         let now = self.store.now_ns();
         let skew = self.store.clock_skew_ns();
         let floor = now.saturating_sub(skew).max(self.boot_ns);
-        if time < floor || time > now.saturating_add(skew) {
-            return refuse(Status::NonceOutsideWindow, format!("nonce time is outside the drive's window ({} ns skew)", skew));
+        let outside = || refuse(Status::NonceOutsideWindow, format!("nonce time is outside the drive's window ({skew} ns skew)"));
+        if time < floor {
+            return outside();
         }
         let mut cache = lock(&self.nonces);
         while let Some(&first) = cache.seen.first() {
@@ -320,7 +332,12 @@ impl Security {
         if cache.seen.len() >= NONCE_CACHE_MAX {
             return refuse(Status::Busy, "replay cache full; retry shortly");
         }
+        // An authentic nonce from the future is refused now but remembered,
+        // so that the same request cannot be replayed once the clock catches up.
         cache.seen.insert((time, seq));
+        if time > now.saturating_add(skew) {
+            return outside();
+        }
         Ok(())
     }
 
