@@ -36,10 +36,24 @@ pub enum BenchCommand {
         #[arg(long, default_value = "256KiB")]
         chunk: String,
     },
+    /// Latency of small reads on a secured drive under each protection
+    /// option, measured in one run with one client and one capability.
+    Security {
+        /// Reads per protection option.
+        #[arg(long, default_value_t = 20_000)]
+        reads: u32,
+        /// Bytes per read.
+        #[arg(long, default_value = "4KiB")]
+        size: String,
+    },
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Security { reads, size } => {
+            let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            security_latency(reads, size).await
+        }
         BenchCommand::Drive { size, request, block_size, dir, verify_reads, chunk } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             let chunk = parse_size(&chunk).map_err(anyhow::Error::msg)? as u32;
@@ -228,4 +242,92 @@ async fn drive_seq(
     server.await??;
     let _ = std::fs::remove_dir_all(&dir);
     Ok((w, r, small_t))
+}
+
+/// Small-read latency under each protection option on a drive with security
+/// enforced: key hierarchy set up over the wire, one capability minted as a
+/// file manager would, then the same reads at each option.
+async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
+    use nasd_client::{Auth, Credential};
+    use nasd_crypto::{mint_capability, Key, MacAlgorithm};
+    use nasd_proto::{rights, CapabilityArgs, Protection};
+    let tmp = tempfile::tempdir()?;
+    let store = Arc::new(Store::open(tmp.path(), &StoreOptions { capacity_bytes: 1 << 30, ..Default::default() })?);
+    let master = Key::random();
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let config = nasd_drive::DriveConfig {
+        security: nasd_drive::SecurityMode::Enforced { master_key: Some(master.clone()) },
+        ..Default::default()
+    };
+    let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
+        let _ = stop_rx.await;
+    }));
+    let mut c = DriveClient::connect(addr).await?;
+    let (drive_key, part_key, working) = (Key::random(), Key::random(), Key::random());
+    c.set_drive_key(&master, &drive_key).await?;
+    c.set_auth(Auth::new(Credential::Drive(drive_key.clone()), Protection::INTEGRITY_ARGS));
+    c.create_partition(1).await?;
+    c.resize_partition(1, 64 << 20).await?;
+    c.set_partition_key(&drive_key, 1, &part_key).await?;
+    c.set_working_key(&part_key, 1, 1, &working).await?;
+    c.set_min_protection(&Credential::Drive(drive_key.clone()), 0, Protection::NONE).await?;
+    let (obj, _) = c.create(1).await?;
+    c.write(1, obj, &[Region { offset: 0, length: size }], &vec![7u8; size as usize]).await?;
+    let cap = CapabilityArgs {
+        algorithm: MacAlgorithm::Blake3 as u8,
+        min_protection: Protection::NONE,
+        key_version: 1,
+        drive_id: c.drive_id(),
+        partition: 1,
+        object: obj,
+        region: CapabilityArgs::WHOLE_OBJECT,
+        access_control_version: 0,
+        rights: rights::READ | rights::GETATTR,
+        expiration_ns: c.drive_time_ns() + 3_600_000_000_000,
+        audit_id: 1,
+    };
+    let (token, key) = mint_capability(&working, &cap, false).context("mint capability")?;
+    let options = [
+        ("NO_PROTECTION", Protection::NONE),
+        ("INTEGRITY_ARGS", Protection::INTEGRITY_ARGS),
+        ("INTEGRITY_ARGS + INTEGRITY_DATA", Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA)),
+        ("PRIVACY_ARGS (+ INTEGRITY_ARGS)", Protection::INTEGRITY_ARGS.union(Protection::PRIVACY_ARGS)),
+        (
+            "PRIVACY_DATA (+ all integrity, PRIVACY_ARGS)",
+            Protection::INTEGRITY_ARGS
+                .union(Protection::INTEGRITY_DATA)
+                .union(Protection::PRIVACY_ARGS)
+                .union(Protection::PRIVACY_DATA),
+        ),
+    ];
+    println!("| protection | reads of {} | mean µs | p50 µs | p99 µs | ratio to NO_PROTECTION (mean) |", human(size));
+    println!("|---|---|---|---|---|---|");
+    let mut base = None;
+    for (name, protection) in options {
+        c.set_auth(Auth::new(
+            Credential::Capability { token: token.clone(), key: key.clone(), algorithm: MacAlgorithm::Blake3 },
+            protection,
+        ));
+        let mut sink = tokio::io::sink();
+        for _ in 0..reads / 10 {
+            c.read_to(1, obj, &[Region { offset: 0, length: size }], &mut sink).await?;
+        }
+        let mut lat = Vec::with_capacity(reads as usize);
+        for _ in 0..reads {
+            let t = Instant::now();
+            c.read_to(1, obj, &[Region { offset: 0, length: size }], &mut sink).await?;
+            lat.push(t.elapsed().as_nanos() as u64);
+        }
+        lat.sort_unstable();
+        let mean = lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1000.0;
+        let pct = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize] as f64 / 1000.0;
+        let base_mean = *base.get_or_insert(mean);
+        println!("| {name} | {reads} | {mean:.1} | {:.1} | {:.1} | {:.2} |", pct(0.5), pct(0.99), mean / base_mean);
+    }
+    drop(c);
+    let _ = stop_tx.send(());
+    server.await??;
+    Ok(())
 }
