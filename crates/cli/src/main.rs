@@ -36,6 +36,33 @@ enum Command {
     /// Measure throughput end to end against a raw TCP baseline.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Set a drive's drive key (authorized by its master key) and save it to a file.
+    SetDriveKey {
+        /// The drive's address.
+        #[arg(long, default_value = "127.0.0.1:7400")]
+        drive: String,
+        /// File holding the drive's master key (64 hex digits).
+        #[arg(long)]
+        master_key_file: PathBuf,
+        /// Where to write the new drive key (created 0600; must not exist).
+        #[arg(long)]
+        drive_key_file: PathBuf,
+    },
+    /// Show a drive's audit trail (authorized by its drive key).
+    Audit {
+        /// The drive's address.
+        #[arg(long, default_value = "127.0.0.1:7400")]
+        drive: String,
+        /// File holding the drive key (64 hex digits).
+        #[arg(long)]
+        drive_key_file: PathBuf,
+        /// Show records after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Most records to show.
+        #[arg(long, default_value_t = 100)]
+        max: u16,
+    },
 }
 
 #[derive(clap::Args)]
@@ -69,7 +96,17 @@ struct DriveArgs {
     no_security: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "info".into()),
@@ -86,10 +123,17 @@ fn main() -> anyhow::Result<()> {
         Command::Drive(args) => rt.block_on(run_drive(args, file.drive)),
         Command::Inquiry { drive } => rt.block_on(inquiry(&drive)),
         Command::Bench(b) => rt.block_on(bench::run(b)),
+        Command::SetDriveKey { drive, master_key_file, drive_key_file } => {
+            rt.block_on(set_drive_key(&drive, &master_key_file, &drive_key_file))
+        }
+        Command::Audit { drive, drive_key_file, after, max } => rt.block_on(audit(&drive, &drive_key_file, after, max)),
     }
 }
 
 async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Result<()> {
+    // The drive's files hold its keys: everything it creates is owner-only.
+    // SAFETY: umask only changes this process's file-creation mask.
+    unsafe { libc::umask(0o077) };
     let data = args
         .data
         .or(file.data)
@@ -143,6 +187,63 @@ async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Resul
     );
     nasd_drive::serve(listener, store, config, shutdown_signal()).await?;
     eprintln!("nasd drive stopped cleanly");
+    Ok(())
+}
+
+fn read_key(path: &std::path::Path) -> anyhow::Result<nasd_drive::Key> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read key file {}", path.display()))?;
+    nasd_drive::Key::from_hex(&text).with_context(|| format!("{} does not hold a key (64 hex digits)", path.display()))
+}
+
+fn write_new_key_file(path: &std::path::Path, key: &nasd_drive::Key) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create key file {} (it must not exist yet)", path.display()))?;
+    writeln!(f, "{}", key.to_hex())?;
+    f.sync_all()?;
+    Ok(())
+}
+
+async fn connect(addr: &str) -> anyhow::Result<nasd_client::DriveClient> {
+    nasd_client::DriveClient::connect(addr)
+        .await
+        .with_context(|| format!("cannot reach a drive at {addr}: is `nasd drive` running there?"))
+}
+
+async fn set_drive_key(addr: &str, master_file: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let master = read_key(master_file)?;
+    let key = nasd_drive::Key::random();
+    // Write the file first: a key the drive holds but nobody kept would lock the admin out.
+    write_new_key_file(out, &key)?;
+    let mut c = connect(addr).await?;
+    if let Err(e) = c.set_drive_key(&master, &key).await {
+        let _ = std::fs::remove_file(out);
+        return Err(e).context("the drive refused the new drive key (is this its master key?)");
+    }
+    println!("drive key set; saved to {}", out.display());
+    Ok(())
+}
+
+async fn audit(addr: &str, drive_key_file: &std::path::Path, after: u64, max: u16) -> anyhow::Result<()> {
+    let key = read_key(drive_key_file)?;
+    let mut c = connect(addr).await?;
+    let records = c.read_audit(&key, after, max).await.context("the drive refused to show its audit trail")?;
+    println!("{:>8}  {:>20}  {:>8}  {:>6}  {:>6}  {:>22}  {:>8}  {:>10}  region", "seq", "time (ns)", "audit id", "key", "op", "status", "part", "object");
+    for r in &records {
+        let status = nasd_proto::Status::from_code(r.status).map_or_else(|| r.status.to_string(), |s| s.name().to_string());
+        println!(
+            "{:>8}  {:>20}  {:>8}  {:>6}  {:#06x}  {:>22}  {:>8}  {:>10}  {}+{}",
+            r.sequence, r.time_ns, r.audit_id, r.key_type, r.opcode, status, r.partition, r.object, r.region.offset, r.region.length
+        );
+    }
+    if records.is_empty() {
+        println!("(no records after {after})");
+    }
     Ok(())
 }
 
