@@ -320,12 +320,18 @@ async fn execute(
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
-        Request::Initialize { clock_ns, clock_skew_ns, .. } => {
-            let (s, clock, skew) = (store.clone(), *clock_ns, *clock_skew_ns);
-            match tokio::task::spawn_blocking(move || s.initialize(clock, skew)).await {
-                Ok(Ok(())) => drive.security.manage(request).map(|()| Reply::Done),
-                Ok(Err(e)) => Err((e.status(), e.to_string())),
-                Err(e) => Err((Status::Internal, format!("initialize task failed: {e}"))),
+        Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
+            // Open the new master key before erasing anything.
+            match drive.security.open_new_master(sealed_master_key) {
+                Err(refusal) => Err(refusal),
+                Ok(new_master) => {
+                    let (s, clock, skew) = (store.clone(), *clock_ns, *clock_skew_ns);
+                    match tokio::task::spawn_blocking(move || s.initialize(clock, skew)).await {
+                        Ok(Ok(())) => drive.security.reset(new_master).map(|()| Reply::Done),
+                        Ok(Err(e)) => Err((e.status(), e.to_string())),
+                        Err(e) => Err((Status::Internal, format!("initialize task failed: {e}"))),
+                    }
+                }
             }
         }
         other => {

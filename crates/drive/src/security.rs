@@ -19,6 +19,14 @@ use std::sync::{Arc, Mutex};
 pub const NONCE_CACHE_MAX: usize = 1 << 20;
 /// Most computed capability keys cached.
 pub const CAPABILITY_CACHE_MAX: usize = 4096;
+/// How far ahead of the drive clock an authentic nonce is remembered (so it
+/// cannot be replayed once the clock catches up). Farther nonces are refused
+/// without being remembered: clients take their time from authenticated
+/// replies, so only a clock wrong by more than this could produce one.
+pub const FUTURE_NONCE_HORIZON_NS: u64 = 3600 * 1_000_000_000;
+/// Most future nonces remembered, so that one key holder cannot fill the
+/// replay cache with them.
+pub const FUTURE_NONCES_MAX: usize = NONCE_CACHE_MAX / 4;
 /// Protection every request needs unless an administrator lowers it.
 pub const DEFAULT_MIN_PROTECTION: Protection = Protection::INTEGRITY_ARGS;
 
@@ -185,7 +193,10 @@ impl Security {
         if header.key_type != KeyType::Capability && !protection.covers(Protection::INTEGRITY_ARGS) {
             return refuse(Status::ProtectionUnsupported, "key-hierarchy keys require INTEGRITY_ARGS");
         }
-        if protection.covers(Protection::PRIVACY_CAPABILITY) && capability.first() != Some(&CAPABILITY_FORMAT_SEALED) {
+        if header.key_type == KeyType::Capability
+            && protection.covers(Protection::PRIVACY_CAPABILITY)
+            && capability.first() != Some(&CAPABILITY_FORMAT_SEALED)
+        {
             return refuse(Status::BadCapability, "PRIVACY_CAPABILITY needs a sealed capability");
         }
         let (key, alg, cap, scope) = self.resolve_key(header, capability)?;
@@ -329,15 +340,21 @@ impl Security {
         if cache.seen.contains(&(time, seq)) {
             return refuse(Status::NonceReplayed, "nonce seen before: replayed request");
         }
+        let ceiling = now.saturating_add(skew);
+        if time > ceiling {
+            // An authentic nonce from the future is refused now but, within a
+            // bounded horizon and number, remembered, so that the same request
+            // cannot be replayed once the clock catches up.
+            let future = cache.seen.range((ceiling.saturating_add(1), 0)..).count();
+            if time <= ceiling.saturating_add(FUTURE_NONCE_HORIZON_NS) && future < FUTURE_NONCES_MAX {
+                cache.seen.insert((time, seq));
+            }
+            return outside();
+        }
         if cache.seen.len() >= NONCE_CACHE_MAX {
             return refuse(Status::Busy, "replay cache full; retry shortly");
         }
-        // An authentic nonce from the future is refused now but remembered,
-        // so that the same request cannot be replayed once the clock catches up.
         cache.seen.insert((time, seq));
-        if time > now.saturating_add(skew) {
-            return outside();
-        }
         Ok(())
     }
 
@@ -461,6 +478,9 @@ impl Security {
                 lock(&self.capability_keys).clear();
             }
             Request::SetMinProtection { partition, protection } => {
+                if !protection.is_consistent() {
+                    return refuse(Status::BadArguments, "inconsistent protection options (see SECURITY.md)");
+                }
                 let name = if *partition == 0 { "minprot.drive".to_string() } else { format!("minprot.{partition}") };
                 self.store.put_settings(&[(name, Some(vec![protection.bits()]))]).map_err(io)?;
                 if *partition == 0 {
@@ -469,27 +489,34 @@ impl Security {
                     ring.partitions.entry(*partition).or_default().min = Some(*protection);
                 }
             }
-            Request::Initialize { sealed_master_key, .. } => {
-                let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
-                let new_master = if sealed_master_key.is_empty() {
-                    master.clone()
-                } else {
-                    open_key(master, &key_context(opcode::INITIALIZE, 0, 0), sealed_master_key).map_err(|_| bad_seal())?
-                };
-                let mut changes: Vec<(String, Option<Vec<u8>>)> = self
-                    .store
-                    .settings("")
-                    .map_err(io)?
-                    .into_iter()
-                    .map(|(k, _)| (k, None))
-                    .collect();
-                changes.push(("key.master".into(), Some(new_master.expose().to_vec())));
-                self.store.put_settings(&changes).map_err(io)?;
-                *ring = KeyRing { master: Some(new_master), ..KeyRing::default() };
-                lock(&self.capability_keys).clear();
-            }
             _ => unreachable!("not a key-management request"),
         }
+        Ok(())
+    }
+
+    /// Opens the new master key of an `initialize` (the current one if none
+    /// is given) before anything is erased, so a bad request changes nothing.
+    pub fn open_new_master(&self, sealed_master_key: &[u8]) -> Result<Key, Refusal> {
+        let ring = lock(&self.keys);
+        let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
+        if sealed_master_key.is_empty() {
+            return Ok(master.clone());
+        }
+        open_key(master, &key_context(opcode::INITIALIZE, 0, 0), sealed_master_key)
+            .map_err(|_| (Status::BadSealedKey, "sealed key does not open under the authorizing key".to_string()))
+    }
+
+    /// The key half of `initialize`: forgets every key and minimum, keeps
+    /// `new_master` as the master key.
+    pub fn reset(&self, new_master: Key) -> Result<(), Refusal> {
+        let mut ring = lock(&self.keys);
+        let io = |e: nasd_store::StoreError| (e.status(), e.to_string());
+        let mut changes: Vec<(String, Option<Vec<u8>>)> =
+            self.store.settings("").map_err(io)?.into_iter().map(|(k, _)| (k, None)).collect();
+        changes.push(("key.master".into(), Some(new_master.expose().to_vec())));
+        self.store.put_settings(&changes).map_err(io)?;
+        *ring = KeyRing { master: Some(new_master), ..KeyRing::default() };
+        lock(&self.capability_keys).clear();
         Ok(())
     }
 

@@ -741,7 +741,7 @@ impl Store {
     // ------------------------------------------------------------------ drive
 
     /// Removes every partition and sets the drive clock (`clock_ns` 0 keeps it)
-    /// and the allowed skew; durable when it returns.
+    /// and the allowed skew (0 keeps it); durable when it returns.
     pub fn initialize(&self, clock_ns: u64, clock_skew_ns: u64) -> Result<(), StoreError> {
         self.check_healthy()?;
         {
@@ -754,7 +754,9 @@ impl Store {
             if clock_ns != 0 {
                 m.clock_offset_ns = (clock_ns as i128 - system_ns()) as i64;
             }
-            m.clock_skew_ns = clock_skew_ns;
+            if clock_skew_ns != 0 {
+                m.clock_skew_ns = clock_skew_ns;
+            }
             m.dirty.drive = true;
         }
         self.commit()
