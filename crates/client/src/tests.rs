@@ -289,6 +289,7 @@ fn debug_output_never_contains_keys() {
 // ------------------------------------------------------------------ replies
 
 /// A reply prefix built as a drive builds it (see crates/drive conn.rs).
+#[allow(clippy::too_many_arguments)]
 fn drive_reply(
     keys: Option<&FrameKeys>,
     request_digest: &[u8; 32],

@@ -97,7 +97,9 @@ impl Protection {
     pub fn is_consistent(self) -> bool {
         let has = |p: Protection| self.covers(p);
         let needs_args = self.0 & !Self::INTEGRITY_ARGS.0 != 0;
-        !(needs_args && !has(Self::INTEGRITY_ARGS) || has(Self::PRIVACY_DATA) && !has(Self::INTEGRITY_DATA))
+        let args_ok = has(Self::INTEGRITY_ARGS) || !needs_args;
+        let data_ok = has(Self::INTEGRITY_DATA) || !has(Self::PRIVACY_DATA);
+        args_ok && data_ok
     }
 
     /// Bytes of tag after each data chunk under this protection.

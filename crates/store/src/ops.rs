@@ -933,7 +933,7 @@ impl Store {
     }
 }
 
-const ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 fn serve_bytes(bytes: &[u8], regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
     let len = bytes.len() as u64;
