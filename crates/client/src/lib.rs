@@ -663,4 +663,16 @@ impl DriveClient {
             other => Err(unexpected("readaudit", &other)),
         }
     }
+
+    /// Has the drive re-read every stored block and check it against its
+    /// stored digest (authorized by the drive key). Returns (blocks checked,
+    /// corrupt blocks in all, the first `max_report` of them as (partition,
+    /// object, logical block)).
+    pub async fn scrub(&mut self, drive_key: &Key, max_report: u16) -> Result<(u64, u64, Vec<(u64, u64, u64)>), ClientError> {
+        let req = Request::Scrub { max_report };
+        match self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await? {
+            Reply::Scrub { blocks_checked, corrupt_total, corrupt } => Ok((blocks_checked, corrupt_total, corrupt)),
+            other => Err(unexpected("scrub", &other)),
+        }
+    }
 }

@@ -316,6 +316,18 @@ async fn execute(
             .read(*after, *max as usize)
             .map(|records| Reply::Audit { records })
             .map_err(|e| (Status::IoError, format!("audit trail: {e}"))),
+        Request::Scrub { max_report } => {
+            let (s, max) = (store.clone(), *max_report as usize);
+            match tokio::task::spawn_blocking(move || s.scrub()).await {
+                Ok(Ok(report)) => Ok(Reply::Scrub {
+                    blocks_checked: report.blocks_checked,
+                    corrupt_total: report.corrupt.len() as u64,
+                    corrupt: report.corrupt.iter().take(max).map(|c| (c.partition, c.object, c.block)).collect(),
+                }),
+                Ok(Err(e)) => Err((e.status(), e.to_string())),
+                Err(e) => Err((Status::Internal, format!("scrub task failed: {e}"))),
+            }
+        }
         Request::SetDriveKey { .. }
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
@@ -411,7 +423,8 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. }
-        | Request::ReadAudit { .. } => unreachable!("handled by execute"),
+        | Request::ReadAudit { .. }
+        | Request::Scrub { .. } => unreachable!("handled by execute"),
     })
 }
 

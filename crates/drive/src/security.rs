@@ -571,7 +571,7 @@ pub fn class_of(req: &Request) -> Class {
         Hello { .. } | Inquiry => Class::Open,
         Initialize { .. } | SetDriveKey { .. } => Class::Master,
         CreatePartition { .. } | RemovePartition { .. } | ResizePartition { .. } | FlushPartition { .. }
-        | SetPartitionKey { .. } | ReadAudit { .. } => Class::Drive,
+        | SetPartitionKey { .. } | ReadAudit { .. } | Scrub { .. } => Class::Drive,
         SetMinProtection { partition: 0, .. } => Class::Drive,
         SetMinProtection { partition, .. } | SetWorkingKey { partition, .. } => Class::Partition(*partition),
         Create { partition, .. } => obj(*partition, vec![], rights::CREATE, None),
@@ -600,6 +600,6 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         Create { partition, .. } | CreatePartition { partition } | RemovePartition { partition, .. }
         | ResizePartition { partition, .. } | FlushPartition { partition } | SetPartitionKey { partition, .. }
         | SetWorkingKey { partition, .. } | SetMinProtection { partition, .. } => (*partition, 0, none),
-        Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } => (0, 0, none),
+        Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } | Scrub { .. } => (0, 0, none),
     }
 }

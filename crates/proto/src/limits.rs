@@ -49,7 +49,11 @@ pub const SEALED_KEY_LEN_MAX: usize = 128;
 /// Most audit records in one `readaudit` reply (61 bytes each).
 pub const AUDIT_RECORDS_PER_REPLY_MAX: usize = 512;
 
+/// Most corrupt blocks one `scrub` reply lists (24 bytes each).
+pub const SCRUB_REPORT_MAX: usize = 1024;
+
 const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
+const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
 const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
 const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
 const _: () = assert!(REGIONS_MAX * 16 + 64 <= ARGS_LEN_MAX);

@@ -51,6 +51,8 @@ pub mod opcode {
     pub const INQUIRY: u16 = 0x0303;
     /// Read the audit trail.
     pub const READ_AUDIT: u16 = 0x0304;
+    /// Re-read every stored block and check it against its stored digest.
+    pub const SCRUB: u16 = 0x0305;
 }
 
 /// Object identifiers of the well-known objects (NASD Table 4), present in
@@ -159,6 +161,9 @@ pub enum Request {
     SetMinProtection { partition: u64, protection: Protection },
     /// Audit records with sequence numbers above `after`, at most `max`.
     ReadAudit { after: u64, max: u16 },
+    /// Check every stored block against its digest; report at most
+    /// `max_report` corrupt blocks.
+    Scrub { max_report: u16 },
 }
 
 impl Request {
@@ -187,6 +192,7 @@ impl Request {
             Request::SetWorkingKey { .. } => SET_WORKING_KEY,
             Request::SetMinProtection { .. } => SET_MIN_PROTECTION,
             Request::ReadAudit { .. } => READ_AUDIT,
+            Request::Scrub { .. } => SCRUB,
         }
     }
 
@@ -251,6 +257,9 @@ impl Request {
             }
             Request::ReadAudit { after, max } => {
                 w.u64(*after).u16(*max);
+            }
+            Request::Scrub { max_report } => {
+                w.u16(*max_report);
             }
         }
         w.into_vec()
@@ -329,6 +338,17 @@ impl Request {
                     });
                 }
                 Request::ReadAudit { after, max }
+            }
+            SCRUB => {
+                let max_report = r.u16()?;
+                if max_report as usize > SCRUB_REPORT_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "scrub report",
+                        len: max_report as u64,
+                        max: SCRUB_REPORT_MAX as u64,
+                    });
+                }
+                Request::Scrub { max_report }
             }
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
@@ -417,6 +437,9 @@ pub enum Reply {
     Inquiry(DriveInfo),
     /// Audit records, oldest first.
     Audit { records: Vec<AuditRecord> },
+    /// What a scrub found: blocks checked, corrupt blocks in all, and the
+    /// first of them as (partition, object, logical block).
+    Scrub { blocks_checked: u64, corrupt_total: u64, corrupt: Vec<(u64, u64, u64)> },
     /// No results.
     Done,
 }
@@ -504,6 +527,12 @@ impl Reply {
                     rec.encode(&mut w);
                 }
             }
+            Reply::Scrub { blocks_checked, corrupt_total, corrupt } => {
+                w.u64(*blocks_checked).u64(*corrupt_total).u16(corrupt.len() as u16);
+                for (p, o, b) in corrupt {
+                    w.u64(*p).u64(*o).u64(*b);
+                }
+            }
             Reply::Done => {}
         }
         w.into_vec()
@@ -532,6 +561,13 @@ impl Reply {
             READ_AUDIT => {
                 let n = r.count(AUDIT_RECORDS_PER_REPLY_MAX, "audit records")?;
                 Reply::Audit { records: (0..n).map(|_| AuditRecord::decode(&mut r)).collect::<Result<_, _>>()? }
+            }
+            SCRUB => {
+                let blocks_checked = r.u64()?;
+                let corrupt_total = r.u64()?;
+                let n = r.count(SCRUB_REPORT_MAX, "scrub report")?;
+                let corrupt = (0..n).map(|_| Ok((r.u64()?, r.u64()?, r.u64()?))).collect::<Result<_, DecodeError>>()?;
+                Reply::Scrub { blocks_checked, corrupt_total, corrupt }
             }
             REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION
             | INITIALIZE | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION => Reply::Done,

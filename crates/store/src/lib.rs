@@ -140,6 +140,26 @@ impl DataSink for VecSink {
     }
 }
 
+/// What [`Store::scrub`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubReport {
+    /// Physical blocks read and checked.
+    pub blocks_checked: u64,
+    /// Blocks whose bytes no longer match their stored digest.
+    pub corrupt: Vec<CorruptBlock>,
+}
+
+/// A block that failed its digest (one object that maps it is named).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CorruptBlock {
+    /// Partition.
+    pub partition: u64,
+    /// Object.
+    pub object: u64,
+    /// Logical block number.
+    pub block: u64,
+}
+
 /// Drive-wide figures for `inquiry`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreInfo {
