@@ -1,6 +1,6 @@
 //! One client connection: frame in, checks, operation, protected frame out.
 
-use crate::security::{audit_target, Authority};
+use crate::security::{audit_target, Authority, Grant};
 use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
 use nasd_crypto::FrameKeys;
 use nasd_proto::limits::{CHUNK_LEN_MAX, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
@@ -188,13 +188,16 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, drive: &Arc<Drive>, conf
         send_error(wr, store, &header, &guard, status, &msg).await?;
         return Ok(Next::Continue);
     }
-    if let Err((status, msg)) = drive.security.authorize(&auth, &request) {
-        drain_data(rd, &header).await?;
-        ctx.audit(Some(&auth), Some(&request), status);
-        send_error(wr, store, &header, &guard, status, &msg).await?;
-        return Ok(Next::Continue);
-    }
-    let (status, next) = execute(rd, wr, &ctx, &auth, &guard, &prefix.digest, &request).await?;
+    let grant = match drive.security.authorize(&auth, &request) {
+        Ok(g) => g,
+        Err((status, msg)) => {
+            drain_data(rd, &header).await?;
+            ctx.audit(Some(&auth), Some(&request), status);
+            send_error(wr, store, &header, &guard, status, &msg).await?;
+            return Ok(Next::Continue);
+        }
+    };
+    let (status, next) = execute(rd, wr, &ctx, &auth, grant, &guard, &prefix.digest, &request).await?;
     ctx.audit(Some(&auth), Some(&request), status);
     Ok(next)
 }
@@ -263,11 +266,13 @@ async fn drain_data(rd: &mut Reader, header: &FrameHeader) -> std::io::Result<()
 }
 
 /// Runs an authorized request; returns the status it ended with.
+#[allow(clippy::too_many_arguments)]
 async fn execute(
     rd: &mut Reader,
     wr: &mut Writer,
     ctx: &Ctx<'_>,
     auth: &Authority,
+    grant: Grant,
     guard: &ReplyGuard<'_>,
     request_digest: &[u8; DIGEST_LEN],
     request: &Request,
@@ -276,7 +281,8 @@ async fn execute(
     let store = &drive.store;
     let result: Result<Reply, (Status, String)> = match request {
         Request::Write { partition, object, regions } => {
-            return execute_write(rd, wr, ctx, auth, guard, request_digest, *partition, *object, regions.clone()).await;
+            let target = (*partition, *object, regions.clone(), grant.append_only);
+            return execute_write(rd, wr, ctx, auth, guard, request_digest, target).await;
         }
         Request::Read { partition, object, regions } => {
             return execute_read(wr, ctx, guard, *partition, *object, regions.clone()).await;
@@ -509,16 +515,18 @@ async fn execute_write(
     auth: &Authority,
     guard: &ReplyGuard<'_>,
     request_digest: &[u8; DIGEST_LEN],
-    partition: u64,
-    object: u64,
-    regions: Vec<Region>,
+    (partition, object, regions, append_only): (u64, u64, Vec<Region>, bool),
 ) -> std::io::Result<(Status, Next)> {
     let (store, header) = (&ctx.drive.store, ctx.header);
     let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
     let s = store.clone();
     let task = tokio::task::spawn_blocking(move || {
         let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
-        s.write(partition, object, &regions, &mut source)
+        if append_only {
+            s.append(partition, object, &regions, &mut source)
+        } else {
+            s.write(partition, object, &regions, &mut source)
+        }
     });
     let mut checker = auth.keys.as_ref().map(|k| k.data(Kind::Request, &header.nonce, header.protection, request_digest));
     let tag_len = header.protection.data_tag_len();

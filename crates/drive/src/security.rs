@@ -56,7 +56,11 @@ struct KeyRing {
 /// Nonces seen inside the window, ordered by time for eviction.
 #[derive(Default)]
 struct NonceCache {
+    /// Nonces at or before the drive clock, inside the window.
     seen: BTreeSet<(u64, u64)>,
+    /// Authentic nonces from the future, refused and remembered; they move
+    /// to `seen` as the clock passes them.
+    future: BTreeSet<(u64, u64)>,
 }
 
 /// The key that authenticated a request, and what it may do.
@@ -204,6 +208,9 @@ impl Security {
         if !keys.verify_digest(protection, before_digest, digest) {
             return refuse(Status::BadDigest, "request digest does not verify");
         }
+        if let Some(c) = &cap {
+            self.remember_key(c, &key);
+        }
         Ok(Authority { keys: Some(keys), key_type: header.key_type, capability: cap, partition_scope: scope })
     }
 
@@ -303,18 +310,23 @@ impl Security {
         }
     }
 
+    /// The capability key from the cache, or computed (not cached yet: only
+    /// keys whose request digest verified are cached, see [`Self::remember_key`]).
     fn cached_capability_key(&self, working: &Key, args: &CapabilityArgs) -> Result<Key, Refusal> {
-        let id = args.encode();
-        let mut cache = lock(&self.capability_keys);
-        if let Some(k) = cache.get(&id) {
+        if let Some(k) = lock(&self.capability_keys).get(&args.encode()) {
             return Ok(k.clone());
         }
-        let k = capability_key(working, args).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+        capability_key(working, args).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))
+    }
+
+    /// Caches a capability key that just authenticated a request, so forged
+    /// requests cannot churn the cache.
+    fn remember_key(&self, args: &CapabilityArgs, key: &Key) {
+        let mut cache = lock(&self.capability_keys);
         if cache.len() >= CAPABILITY_CACHE_MAX {
             cache.clear();
         }
-        cache.insert(id, k.clone());
-        Ok(k)
+        cache.entry(args.encode()).or_insert_with(|| key.clone());
     }
 
     /// Checks 7–8: the nonce is inside the window, after the drive started,
@@ -331,23 +343,29 @@ impl Security {
             return outside();
         }
         let mut cache = lock(&self.nonces);
-        while let Some(&first) = cache.seen.first() {
-            if first.0 >= floor {
-                break;
-            }
+        while cache.future.first().is_some_and(|f| f.0 <= now) {
+            let f = cache.future.pop_first().expect("checked");
+            cache.seen.insert(f);
+        }
+        while cache.seen.first().is_some_and(|f| f.0 < floor) {
             cache.seen.pop_first();
         }
-        if cache.seen.contains(&(time, seq)) {
+        if cache.seen.contains(&(time, seq)) || cache.future.contains(&(time, seq)) {
             return refuse(Status::NonceReplayed, "nonce seen before: replayed request");
         }
-        let ceiling = now.saturating_add(skew);
+        // Never accept a nonce ahead of the drive clock: everything executed
+        // before a restart then carries a time before the next start, which
+        // `floor` refuses without stored state. (With `now + skew` here, a
+        // request stamped up to `skew` ahead could be replayed right after a
+        // restart.) A client ahead of the drive learns its clock from this
+        // authenticated refusal and retries.
+        let ceiling = now;
         if time > ceiling {
             // An authentic nonce from the future is refused now but, within a
             // bounded horizon and number, remembered, so that the same request
             // cannot be replayed once the clock catches up.
-            let future = cache.seen.range((ceiling.saturating_add(1), 0)..).count();
-            if time <= ceiling.saturating_add(FUTURE_NONCE_HORIZON_NS) && future < FUTURE_NONCES_MAX {
-                cache.seen.insert((time, seq));
+            if time <= ceiling.saturating_add(FUTURE_NONCE_HORIZON_NS) && cache.future.len() < FUTURE_NONCES_MAX {
+                cache.future.insert((time, seq));
             }
             return outside();
         }
@@ -358,17 +376,19 @@ impl Security {
         Ok(())
     }
 
-    /// Checks 9–14: the decoded request against its authority.
-    pub fn authorize(&self, auth: &Authority, req: &Request) -> Result<(), Refusal> {
+    /// Checks 9–14: the decoded request against its authority. Returns what
+    /// the execution must still enforce.
+    pub fn authorize(&self, auth: &Authority, req: &Request) -> Result<Grant, Refusal> {
+        let full = Ok(Grant::default());
         let class = class_of(req);
         match (&class, auth.key_type) {
-            (Class::Open, _) => Ok(()),
-            (_, KeyType::None) if !self.enabled => Ok(()),
-            (Class::Master, KeyType::Master) | (Class::Drive, KeyType::Drive) => Ok(()),
-            (Class::Partition(_), KeyType::Drive) | (Class::Object { .. }, KeyType::Drive) => Ok(()),
+            (Class::Open, _) => full,
+            (_, KeyType::None) if !self.enabled => full,
+            (Class::Master, KeyType::Master) | (Class::Drive, KeyType::Drive) => full,
+            (Class::Partition(_), KeyType::Drive) | (Class::Object { .. }, KeyType::Drive) => full,
             (Class::Partition(p), KeyType::Partition) | (Class::Object { partition: p, .. }, KeyType::Partition | KeyType::Working) => {
                 if auth.partition_scope == Some(*p) {
-                    Ok(())
+                    full
                 } else {
                     refuse(Status::WrongObject, "the key is for another partition")
                 }
@@ -380,7 +400,7 @@ impl Security {
         }
     }
 
-    fn authorize_capability(&self, cap: &CapabilityArgs, req: &Request, class: &Class) -> Result<(), Refusal> {
+    fn authorize_capability(&self, cap: &CapabilityArgs, req: &Request, class: &Class) -> Result<Grant, Refusal> {
         let Class::Object { partition, objects, right, regions } = class else { unreachable!("object class") };
         if self.store.now_ns() > cap.expiration_ns {
             return refuse(Status::CapabilityExpired, "capability expired");
@@ -412,13 +432,11 @@ impl Security {
                 needed |= rights::SET_ACV;
             }
         }
+        let mut grant = Grant::default();
         if needed == rights::WRITE && cap.rights & rights::WRITE == 0 && cap.rights & rights::APPEND != 0 {
-            if let (Request::Write { partition, object, regions }, Ok(attrs)) = (req, self.store.getattr(*partition, objects[0])) {
-                let _ = (partition, object);
-                if regions.iter().all(|r| r.offset >= attrs.logical_size) {
-                    needed = rights::APPEND;
-                }
-            }
+            // The store checks "at or past the end" under the object's lock.
+            needed = rights::APPEND;
+            grant.append_only = true;
         }
         if cap.rights & needed != needed {
             return refuse(Status::RightsInsufficient, "capability rights do not cover this operation");
@@ -428,7 +446,7 @@ impl Security {
                 return refuse(Status::RegionNotInCapability, "a region lies outside the capability's region");
             }
         }
-        Ok(())
+        Ok(grant)
     }
 
     // --------------------------------------------------------- key management
@@ -533,6 +551,13 @@ impl Security {
         lock(&self.capability_keys).clear();
         Ok(())
     }
+}
+
+/// What an authorized request may do beyond what its class implies.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grant {
+    /// A write allowed only at or past the object's end (`APPEND` right).
+    pub append_only: bool,
 }
 
 /// What authority an operation needs.

@@ -59,6 +59,12 @@ pub enum StoreError {
     /// Too many partitions or objects.
     #[error("too many {0}")]
     TooMany(&'static str),
+    /// An append-only write with a region starting before the object's end.
+    #[error("append-only write starts before the end of the object ({logical_size} bytes)")]
+    NotAnAppend {
+        /// The object's size when the write was checked.
+        logical_size: u64,
+    },
     /// A stored block does not match its stored digest.
     #[error("block {block} of object {object} in partition {partition} does not match its stored digest")]
     DataCorrupted {
@@ -110,6 +116,7 @@ impl StoreError {
             BadArgument(_) => Status::BadArguments,
             Regions(s) => *s,
             TooMany(_) => Status::TooMany,
+            NotAnAppend { .. } => Status::RightsInsufficient,
             DataCorrupted { .. } => Status::DataCorrupted,
             Source(_) => Status::DataLengthMismatch,
             Sink(_) | Io(_) | Db(_) | Failed | Corrupt(_) | Locked(_) => Status::IoError,

@@ -388,6 +388,23 @@ impl Store {
         self.write_locked(p, o, regions, source)
     }
 
+    /// Like [`Store::write`], but only if every region starts at or past the
+    /// object's end, checked under the object's lock so no concurrent write
+    /// can turn the append into an overwrite.
+    pub fn append(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
+        self.check_healthy()?;
+        validate_regions(regions).map_err(StoreError::Regions)?;
+        if is_control(o) {
+            return Err(StoreError::ReadOnlyObject(o));
+        }
+        let _g = self.stripe(p, o).write().expect("object lock poisoned");
+        let logical_size = lock(&self.meta).object(p, o)?.attrs.logical_size;
+        if regions.iter().any(|r| r.offset < logical_size) {
+            return Err(StoreError::NotAnAppend { logical_size });
+        }
+        self.write_locked(p, o, regions, source)
+    }
+
     fn write_locked(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
         let mut plan = self.plan_write(p, o, regions)?;
         match self.stream_write(&mut plan, regions, source) {
