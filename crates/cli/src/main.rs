@@ -273,26 +273,13 @@ async fn scrub(addr: &str, drive_key_file: &std::path::Path) -> anyhow::Result<(
 /// Reads the master key file, creating it (mode 0600) with a fresh key if it
 /// does not exist. A drive that already has a master key keeps its own.
 fn master_key(path: &std::path::Path) -> anyhow::Result<nasd_drive::Key> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::read_to_string(path) {
-        Ok(text) => nasd_drive::Key::from_hex(&text)
-            .with_context(|| format!("{} does not hold a master key (64 hex digits)", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = nasd_drive::Key::random();
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(path)
-                .with_context(|| format!("cannot create master key file {}", path.display()))?;
-            writeln!(f, "{}", key.to_hex())?;
-            f.sync_all()?;
-            eprintln!("created master key {} (keep it safe: it controls this drive)", path.display());
-            Ok(key)
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot read master key file {}", path.display())),
+    if path.exists() {
+        return read_key(path).context("cannot use the master key file");
     }
+    let key = nasd_drive::Key::random();
+    write_new_key_file(path, &key)?;
+    eprintln!("created master key {} (keep it safe: it controls this drive)", path.display());
+    Ok(key)
 }
 
 async fn shutdown_signal() {

@@ -154,20 +154,34 @@ pub async fn serve(
         }
     }
     committer.abort();
+    if commit_all(&drive, "final").await {
+        tracing::info!("final commit done");
+    }
+    Ok(())
+}
+
+/// Writes the buffered audit records, then commits the store; logs failures.
+/// Returns true on success.
+async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     let d = drive.clone();
-    match tokio::task::spawn_blocking(move || {
+    let result = tokio::task::spawn_blocking(move || {
         if let Err(e) = d.audit.persist() {
             tracing::error!(error = %e, "audit trail write failed");
         }
         d.store.commit()
     })
-    .await
-    {
-        Ok(Ok(())) => tracing::info!("final commit done"),
-        Ok(Err(e)) => tracing::error!(error = %e, "final commit failed"),
-        Err(e) => tracing::error!(error = %e, "final commit task failed"),
+    .await;
+    match result {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "{which} commit failed");
+            false
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "{which} commit task failed");
+            false
+        }
     }
-    Ok(())
 }
 
 async fn commit_loop(drive: Arc<Drive>, every: Duration) {
@@ -175,19 +189,7 @@ async fn commit_loop(drive: Arc<Drive>, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let d = drive.clone();
-        match tokio::task::spawn_blocking(move || {
-            if let Err(e) = d.audit.persist() {
-                tracing::error!(error = %e, "audit trail write failed");
-            }
-            d.store.commit()
-        })
-        .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "background commit failed"),
-            Err(e) => tracing::error!(error = %e, "background commit task failed"),
-        }
+        commit_all(&drive, "background").await;
     }
 }
 
