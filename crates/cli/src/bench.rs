@@ -36,6 +36,23 @@ pub enum BenchCommand {
         #[arg(long, default_value = "256KiB")]
         chunk: String,
     },
+    /// One write and one read of SIZE, each a single request, against a
+    /// running drive under INTEGRITY_DATA (per-chunk cumulative MACs),
+    /// reporting throughput and this client's peak resident memory.
+    Transfer {
+        /// The drive's address.
+        #[arg(long, default_value = "127.0.0.1:7400")]
+        drive: String,
+        /// File holding the drive key (64 hex digits).
+        #[arg(long)]
+        drive_key_file: std::path::PathBuf,
+        /// Bytes to write, then read back, in one request each.
+        #[arg(long, default_value = "4GiB")]
+        size: String,
+        /// Partition to use (created if missing, removed afterwards).
+        #[arg(long, default_value_t = 4242)]
+        partition: u64,
+    },
     /// Latency of small reads on a secured drive under each protection
     /// option, measured in one run with one client and one capability.
     Security {
@@ -50,6 +67,10 @@ pub enum BenchCommand {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Transfer { drive, drive_key_file, size, partition } => {
+            let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            transfer(&drive, &drive_key_file, size, partition).await
+        }
         BenchCommand::Security { reads, size } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             security_latency(reads, size).await
@@ -329,5 +350,105 @@ async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
     drop(c);
     let _ = stop_tx.send(());
     server.await??;
+    Ok(())
+}
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// A reader of `len` pseudo-random bytes that never holds more than its buffer.
+struct PatternReader {
+    left: u64,
+    state: u64,
+}
+
+impl tokio::io::AsyncRead for PatternReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let n = (buf.remaining() as u64).min(self.left) as usize;
+        let mut out = vec![0u8; n];
+        for b in out.iter_mut() {
+            self.state = self.state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *b = (self.state >> 56) as u8;
+        }
+        buf.put_slice(&out);
+        self.left -= n as u64;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// A writer that checks what it receives against the same pattern.
+struct PatternChecker {
+    state: u64,
+    seen: u64,
+    mismatches: u64,
+}
+
+impl tokio::io::AsyncWrite for PatternChecker {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        for &b in buf {
+            self.state = self.state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if b != (self.state >> 56) as u8 {
+                self.mismatches += 1;
+            }
+        }
+        self.seen += buf.len() as u64;
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// One `size`-byte write and one `size`-byte read, each a single request,
+/// under INTEGRITY_DATA with the drive key.
+async fn transfer(addr: &str, drive_key_file: &std::path::Path, size: u64, partition: u64) -> anyhow::Result<()> {
+    use nasd_client::{Auth, Credential};
+    use nasd_proto::Protection;
+    let text = std::fs::read_to_string(drive_key_file).with_context(|| format!("cannot read {}", drive_key_file.display()))?;
+    let key = nasd_crypto::Key::from_hex(&text).context("the drive key file does not hold 64 hex digits")?;
+    let mut c = DriveClient::connect(addr).await?;
+    let protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+    c.set_auth(Auth::new(Credential::Drive(key), protection));
+    match c.create_partition(partition).await {
+        Ok(()) => {}
+        Err(e) if e.status() == Some(nasd_proto::Status::PartitionExists) => {}
+        Err(e) => return Err(e.into()),
+    }
+    c.resize_partition(partition, size + (64 << 20)).await?;
+    let (obj, _) = c.create(partition).await?;
+    let rss_before = peak_rss_bytes();
+    let region = [Region { offset: 0, length: size }];
+    let t = Instant::now();
+    c.write_from(partition, obj, &region, size, &mut PatternReader { left: size, state: 7 }).await?;
+    c.flush(partition, &[obj]).await?;
+    let w = t.elapsed();
+    let mut check = PatternChecker { state: 7, seen: 0, mismatches: 0 };
+    let t = Instant::now();
+    c.read_to(partition, obj, &region, &mut check).await?;
+    let r = t.elapsed();
+    anyhow::ensure!(check.seen == size && check.mismatches == 0, "read back {} bytes with {} mismatches", check.seen, check.mismatches);
+    c.remove_partition(partition, true).await?;
+    println!("| direction | bytes | requests | protection | MiB/s | client peak RSS |");
+    println!("|---|---|---|---|---|---|");
+    println!("| write + flush | {} | 1 | INTEGRITY_ARGS + INTEGRITY_DATA | {:.0} | – |", human(size), mib_s(size, w));
+    println!("| read (verified byte for byte) | {} | 1 | INTEGRITY_ARGS + INTEGRITY_DATA | {:.0} | – |", human(size), mib_s(size, r));
+    println!("client peak RSS: {} before the transfers, {} after", human(rss_before), human(peak_rss_bytes()));
     Ok(())
 }
