@@ -53,6 +53,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 4242)]
         partition: u64,
     },
+    /// Read throughput on a secured drive at NO_PROTECTION, INTEGRITY_DATA
+    /// with a per-byte MAC, and INTEGRITY_DATA with Hash-and-MAC, in one run;
+    /// then Hash-and-MAC over unaligned sizes (the saw-tooth).
+    Integrity {
+        /// Bytes read per option.
+        #[arg(long, default_value = "1GiB")]
+        total: String,
+        /// Bytes per aligned read.
+        #[arg(long, default_value = "1MiB")]
+        request: String,
+    },
     /// Latency of small reads on a secured drive under each protection
     /// option, measured in one run with one client and one capability.
     Security {
@@ -70,6 +81,11 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Transfer { drive, drive_key_file, size, partition } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             transfer(&drive, &drive_key_file, size, partition).await
+        }
+        BenchCommand::Integrity { total, request } => {
+            let total = parse_size(&total).map_err(anyhow::Error::msg)?;
+            let request = parse_size(&request).map_err(anyhow::Error::msg)?;
+            integrity(total, request).await
         }
         BenchCommand::Security { reads, size } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
@@ -265,19 +281,29 @@ async fn drive_seq(
     Ok((w, r, small_t))
 }
 
-/// Small-read latency under each protection option on a drive with security
-/// enforced: key hierarchy set up over the wire, one capability minted as a
-/// file manager would, then the same reads at each option.
-async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
+/// A drive with security enforced, served in this process: key hierarchy set
+/// up over the wire, drive minimum protection NONE, one object of
+/// `object_len` bytes, and a read capability for it (minimum NONE).
+struct SecuredDrive {
+    _dir: tempfile::TempDir,
+    client: DriveClient,
+    object: u64,
+    token: Vec<u8>,
+    key: nasd_crypto::Key,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn secured_drive(object_len: u64) -> anyhow::Result<SecuredDrive> {
     use nasd_client::{Auth, Credential};
     use nasd_crypto::{mint_capability, Key, MacAlgorithm};
     use nasd_proto::{rights, CapabilityArgs, Protection};
     let tmp = tempfile::tempdir()?;
-    let store = Arc::new(Store::open(tmp.path(), &StoreOptions { capacity_bytes: 1 << 30, ..Default::default() })?);
+    let store = Arc::new(Store::open(tmp.path(), &StoreOptions { capacity_bytes: object_len + (1 << 30), ..Default::default() })?);
     let master = Key::random();
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = nasd_drive::DriveConfig {
         security: nasd_drive::SecurityMode::Enforced { master_key: Some(master.clone()) },
         ..Default::default()
@@ -290,19 +316,26 @@ async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
     c.set_drive_key(&master, &drive_key).await?;
     c.set_auth(Auth::new(Credential::Drive(drive_key.clone()), Protection::INTEGRITY_ARGS));
     c.create_partition(1).await?;
-    c.resize_partition(1, 64 << 20).await?;
+    c.resize_partition(1, object_len + (64 << 20)).await?;
     c.set_partition_key(&drive_key, 1, &part_key).await?;
     c.set_working_key(&part_key, 1, 1, &working).await?;
     c.set_min_protection(&Credential::Drive(drive_key.clone()), 0, Protection::NONE).await?;
-    let (obj, _) = c.create(1).await?;
-    c.write(1, obj, &[Region { offset: 0, length: size }], &vec![7u8; size as usize]).await?;
+    let (object, _) = c.create(1).await?;
+    let block = vec![7u8; 1 << 20];
+    let mut off = 0;
+    while off < object_len {
+        let n = (object_len - off).min(block.len() as u64);
+        c.write(1, object, &[Region { offset: off, length: n }], &block[..n as usize]).await?;
+        off += n;
+    }
+    c.flush(1, &[object]).await?;
     let cap = CapabilityArgs {
         algorithm: MacAlgorithm::Blake3 as u8,
         min_protection: Protection::NONE,
         key_version: 1,
         drive_id: c.drive_id(),
         partition: 1,
-        object: obj,
+        object,
         region: CapabilityArgs::WHOLE_OBJECT,
         access_control_version: 0,
         rights: rights::READ | rights::GETATTR,
@@ -310,6 +343,100 @@ async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
         audit_id: 1,
     };
     let (token, key) = mint_capability(&working, &cap, false).context("mint capability")?;
+    Ok(SecuredDrive { _dir: tmp, client: c, object, token, key, stop, server })
+}
+
+impl SecuredDrive {
+    fn use_capability(&mut self, protection: nasd_proto::Protection) {
+        use nasd_client::{Auth, Credential};
+        self.client.set_auth(Auth::new(
+            Credential::Capability { token: self.token.clone(), key: self.key.clone(), algorithm: nasd_crypto::MacAlgorithm::Blake3 },
+            protection,
+        ));
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        drop(self.client);
+        let _ = self.stop.send(());
+        self.server.await??;
+        Ok(())
+    }
+}
+
+/// Reads of `size` bytes at offsets stepping through the object until
+/// `total` bytes were read; returns the time taken.
+async fn timed_reads(d: &mut SecuredDrive, object_len: u64, size: u64, total: u64, off: &mut u64) -> anyhow::Result<Duration> {
+    let mut sink = tokio::io::sink();
+    let t = Instant::now();
+    let mut done = 0u64;
+    while done < total {
+        if *off + size > object_len {
+            *off = 0;
+        }
+        d.client.read_to(1, d.object, &[Region { offset: *off, length: size }], &mut sink).await?;
+        done += size;
+        *off += size;
+    }
+    Ok(t.elapsed())
+}
+
+/// Reads `total` bytes of `size`-byte reads under each option, interleaved
+/// in rounds so that the machine's noise falls on every option alike;
+/// returns MiB/s per option.
+async fn interleaved_rates(
+    d: &mut SecuredDrive,
+    object_len: u64,
+    size: u64,
+    total: u64,
+    options: &[nasd_proto::Protection],
+) -> anyhow::Result<Vec<f64>> {
+    const ROUNDS: u64 = 16;
+    let per_round = (total / ROUNDS).max(size);
+    let mut spent = vec![Duration::ZERO; options.len()];
+    let mut off = 0;
+    for (i, p) in options.iter().enumerate() {
+        d.use_capability(*p);
+        timed_reads(d, object_len, size, per_round, &mut off).await?; // warm-up
+        spent[i] = Duration::ZERO;
+    }
+    for _ in 0..ROUNDS {
+        for (i, p) in options.iter().enumerate() {
+            d.use_capability(*p);
+            spent[i] += timed_reads(d, object_len, size, per_round, &mut off).await?;
+        }
+    }
+    Ok(spent.iter().map(|t| mib_s(per_round * ROUNDS, *t)).collect())
+}
+
+async fn integrity(total: u64, request: u64) -> anyhow::Result<()> {
+    use nasd_proto::Protection;
+    let object_len = 256 << 20;
+    let mut d = secured_drive(object_len).await?;
+    let data = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+    let hash_and_mac = data.union(Protection::HASH_AND_MAC);
+    let names = ["NO_PROTECTION", "INTEGRITY_DATA, per-byte MAC", "INTEGRITY_DATA, Hash-and-MAC"];
+    let rates = interleaved_rates(&mut d, object_len, request, total, &[Protection::NONE, data, hash_and_mac]).await?;
+    println!("| protection | read size | MiB/s | ratio to NO_PROTECTION |");
+    println!("|---|---|---|---|");
+    for (name, rate) in names.iter().zip(&rates) {
+        println!("| {name} | {} | {rate:.0} | {:.2} |", human(request), rate / rates[0]);
+    }
+    println!();
+    println!("| read size | MiB/s, Hash-and-MAC | MiB/s, NO_PROTECTION | ratio |");
+    println!("|---|---|---|---|");
+    for size in [65536 - 1, 65536, 65536 + 1, 98304, 131072 - 1, 131072, 131072 + 1, 262144 - 1, 262144, 262144 + 1] {
+        let r = interleaved_rates(&mut d, object_len, size, total / 4, &[Protection::NONE, hash_and_mac]).await?;
+        println!("| {size} B | {:.0} | {:.0} | {:.2} |", r[1], r[0], r[1] / r[0]);
+    }
+    d.stop().await
+}
+
+/// Small-read latency under each protection option on a drive with security
+/// enforced: key hierarchy set up over the wire, one capability minted as a
+/// file manager would, then the same reads at each option.
+async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
+    use nasd_proto::Protection;
+    let mut d = secured_drive(size).await?;
     let options = [
         ("NO_PROTECTION", Protection::NONE),
         ("INTEGRITY_ARGS", Protection::INTEGRITY_ARGS),
@@ -327,18 +454,15 @@ async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|");
     let mut base = None;
     for (name, protection) in options {
-        c.set_auth(Auth::new(
-            Credential::Capability { token: token.clone(), key: key.clone(), algorithm: MacAlgorithm::Blake3 },
-            protection,
-        ));
+        d.use_capability(protection);
         let mut sink = tokio::io::sink();
         for _ in 0..reads / 10 {
-            c.read_to(1, obj, &[Region { offset: 0, length: size }], &mut sink).await?;
+            d.client.read_to(1, d.object, &[Region { offset: 0, length: size }], &mut sink).await?;
         }
         let mut lat = Vec::with_capacity(reads as usize);
         for _ in 0..reads {
             let t = Instant::now();
-            c.read_to(1, obj, &[Region { offset: 0, length: size }], &mut sink).await?;
+            d.client.read_to(1, d.object, &[Region { offset: 0, length: size }], &mut sink).await?;
             lat.push(t.elapsed().as_nanos() as u64);
         }
         lat.sort_unstable();
@@ -347,10 +471,7 @@ async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
         let base_mean = *base.get_or_insert(mean);
         println!("| {name} | {reads} | {mean:.1} | {:.1} | {:.1} | {:.2} |", pct(0.5), pct(0.99), mean / base_mean);
     }
-    drop(c);
-    let _ = stop_tx.send(());
-    server.await??;
-    Ok(())
+    d.stop().await
 }
 
 /// Peak resident set size of this process (VmHWM), in bytes.

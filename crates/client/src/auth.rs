@@ -265,6 +265,15 @@ impl Guard {
         self.keys.as_ref().map(|k| k.data(kind, nonce, self.protection, digest))
     }
 
+    /// The Hash-and-MAC checker of a read reply's data under `HASH_AND_MAC`
+    /// (seeded with the reply's digest); `None` otherwise.
+    pub fn unit_mac(&self, digest: &[u8; DIGEST_LEN], units: nasd_crypto::Units) -> Option<nasd_crypto::UnitMac> {
+        match &self.keys {
+            Some(k) if self.protection.covers(Protection::HASH_AND_MAC) => Some(k.unit_mac(digest, units)),
+            _ => None,
+        }
+    }
+
     /// Checks a reply prefix (`frame` = header, capability, arguments,
     /// digest, exactly as received) against the request it must answer.
     ///

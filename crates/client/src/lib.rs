@@ -129,6 +129,8 @@ pub struct DriveClient {
     next_id: u64,
     chunk_len: u32,
     drive_id: [u8; 16],
+    /// The drive's block size (the unit of Hash-and-MAC digests).
+    block_size: u32,
     auth: Auth,
     /// `auth`, checked and prepared (or why it cannot be used).
     guard: Result<Arc<Guard>, String>,
@@ -206,6 +208,7 @@ impl DriveClient {
             next_id: random_u64(),
             chunk_len: CHUNK_LEN_DEFAULT,
             drive_id: [0; 16],
+            block_size: 0,
             auth: Auth::default(),
             guard: Ok(Arc::new(Guard::none())),
             clock_offset_ns: 0,
@@ -218,8 +221,9 @@ impl DriveClient {
         // drive's only from authenticated replies.
         let head = c.exchange(&Guard::none(), &hello).await?;
         match head.reply {
-            Reply::Hello { drive_id, chunk_len_max, .. } => {
+            Reply::Hello { drive_id, chunk_len_max, block_size, .. } => {
                 c.drive_id = drive_id;
+                c.block_size = block_size;
                 c.chunk_len = c.chunk_len.min(chunk_len_max);
             }
             other => return Err(unexpected("hello", &other)),
@@ -466,17 +470,21 @@ impl DriveClient {
         if lengths.iter().map(|&l| l as u128).sum::<u128>() != head.header.data_len as u128 {
             return Err(ClientError::Protocol("read lengths disagree with the data length".into()));
         }
-        let mut protector = guard.data(Kind::Reply, &head.header.nonce, &head.digest);
+        let units = nasd_crypto::Units::new(regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(), self.block_size);
+        let mut unit_mac = guard.unit_mac(&head.digest, units);
+        let mut protector = if unit_mac.is_some() { None } else { guard.data(Kind::Reply, &head.header.nonce, &head.digest) };
         let mut buf = vec![0u8; head.header.chunk_len as usize];
         let mut tag = vec![0u8; head.header.protection.data_tag_len()];
         for index in 0..head.header.chunk_count() {
             let n = head.header.chunk_size(index) as usize;
             self.rd.read_exact(&mut buf[..n]).await?;
             self.rd.read_exact(&mut tag).await?;
-            if let Some(p) = protector.as_mut() {
-                p.open_chunk(&mut buf[..n], &tag)
-                    .map_err(|_| ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight")))?;
-            }
+            let checked = match (unit_mac.as_mut(), protector.as_mut()) {
+                (Some(u), _) => u.open_chunk(&buf[..n], &tag),
+                (None, Some(p)) => p.open_chunk(&mut buf[..n], &tag),
+                (None, None) => Ok(()),
+            };
+            checked.map_err(|_| ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight")))?;
             dst.write_all(&buf[..n]).await?;
         }
         dst.flush().await?;

@@ -539,7 +539,7 @@ mod mock {
                 let partition = st.keys.iter().find(|k| k.0 == KeyType::Partition).map(|k| k.2.clone());
                 match &req {
                     Request::Hello { .. } => {
-                        Reply::Hello { version: VERSION, drive_id: [5; 16], chunk_len_max: 1 << 20, regions_max: 1024 }
+                        Reply::Hello { version: VERSION, drive_id: [5; 16], chunk_len_max: 1 << 20, regions_max: 1024, block_size: 4096 }
                     }
                     Request::GetAttr { .. } => Reply::Attrs(Attributes::default()),
                     Request::Write { .. } => {

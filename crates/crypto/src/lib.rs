@@ -24,7 +24,8 @@ mod seal;
 
 pub use key::{Key, KEY_LEN};
 pub use protect::{
-    capability_key, key_context, mint_capability, unseal_capability, DataProtector, FrameKeys, TagMismatch,
+    capability_key, key_context, mint_capability, unseal_capability, DataProtector, FrameKeys, TagMismatch, UnitMac,
+    Units,
 };
 pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};
 pub use seal::{

@@ -184,3 +184,141 @@ pub fn key_context(operation: u16, partition: u64, key_version: u32) -> Vec<u8> 
     c.extend_from_slice(&key_version.to_le_bytes());
     c
 }
+
+/// The units of a Hash-and-MAC data section: each region's returned bytes cut
+/// at block boundaries of the object. A whole-block unit's digest is the
+/// block's stored digest.
+#[derive(Debug, Clone)]
+pub struct Units {
+    regions: Vec<(u64, u64)>,
+    index: usize,
+    pos: u64,
+    block_size: u64,
+}
+
+impl Units {
+    /// Units of `regions` given as (offset, returned length), in order.
+    pub fn new(regions: Vec<(u64, u64)>, block_size: u32) -> Self {
+        let pos = regions.first().map_or(0, |r| r.0);
+        Units { regions, index: 0, pos, block_size: block_size.max(1) as u64 }
+    }
+}
+
+impl Iterator for Units {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        while let Some(&(offset, len)) = self.regions.get(self.index) {
+            let end = offset + len;
+            if self.pos >= end {
+                self.index += 1;
+                self.pos = self.regions.get(self.index).map_or(0, |r| r.0);
+                continue;
+            }
+            let unit_end = end.min((self.pos / self.block_size + 1) * self.block_size);
+            let n = unit_end - self.pos;
+            self.pos = unit_end;
+            return Some(n);
+        }
+        None
+    }
+}
+
+/// "Hash and MAC" (Gobioff et al.): a cumulative MAC over the unkeyed BLAKE3
+/// digests of a data section's units, seeded with the frame digest. A drive
+/// feeds stored digests for whole units and hashes only partial ones; the
+/// receiver hashes what it receives. `tag` after each chunk covers every
+/// byte so far (a unit cut by the chunk end contributes the digest of its
+/// bytes so far).
+pub struct UnitMac {
+    mac: MacState,
+    units: Units,
+    unit_len: u64,
+    done: u64,
+    hasher: blake3::Hasher,
+}
+
+impl UnitMac {
+    fn new(alg: MacAlgorithm, key: &Key, seed: &[u8], units: Units) -> Self {
+        let mut mac = MacState::new(alg, key);
+        mac.update(seed);
+        UnitMac { mac, units, unit_len: 0, done: 0, hasher: blake3::Hasher::new() }
+    }
+
+    fn ensure_unit(&mut self) -> bool {
+        if self.unit_len == 0 {
+            match self.units.next() {
+                Some(n) => {
+                    self.unit_len = n;
+                    self.done = 0;
+                }
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn finish_unit(&mut self, digest: &[u8; 32]) {
+        self.mac.update(digest);
+        self.unit_len = 0;
+        self.done = 0;
+        self.hasher.reset();
+    }
+
+    /// True if the next bytes start a unit of exactly `len` bytes, so a stored
+    /// digest may stand for them.
+    pub fn at_whole_unit(&mut self, len: u64) -> bool {
+        self.ensure_unit() && self.done == 0 && self.unit_len == len
+    }
+
+    /// Absorbs a whole unit by its digest (the drive's stored digest). The
+    /// caller checked [`Self::at_whole_unit`].
+    pub fn absorb_digest(&mut self, len: u64, digest: &[u8; 32]) {
+        assert!(self.at_whole_unit(len), "a stored digest must stand for exactly one whole unit");
+        self.finish_unit(digest);
+    }
+
+    /// Absorbs bytes, hashing them unit by unit. Bytes past the last unit
+    /// are an error of the caller (the data length is checked first).
+    pub fn absorb(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            assert!(self.ensure_unit(), "more data than the regions' lengths");
+            let n = ((self.unit_len - self.done) as usize).min(bytes.len());
+            self.hasher.update(&bytes[..n]);
+            self.done += n as u64;
+            bytes = &bytes[n..];
+            if self.done == self.unit_len {
+                let d = *self.hasher.finalize().as_bytes();
+                self.finish_unit(&d);
+            }
+        }
+    }
+
+    /// The tag after the bytes absorbed so far.
+    pub fn tag(&self) -> MacValue {
+        if self.unit_len != 0 && self.done > 0 {
+            let mut m = self.mac.clone();
+            m.update(self.hasher.finalize().as_bytes());
+            m.finish()
+        } else {
+            self.mac.peek()
+        }
+    }
+
+    /// Receiver: absorbs `chunk` and checks its tag in constant time.
+    pub fn open_chunk(&mut self, chunk: &[u8], tag: &[u8]) -> Result<(), TagMismatch> {
+        self.absorb(chunk);
+        if ct_eq(&self.tag(), tag) {
+            Ok(())
+        } else {
+            Err(TagMismatch)
+        }
+    }
+}
+
+impl FrameKeys {
+    /// The Hash-and-MAC of a reply's data section (`HASH_AND_MAC`), seeded
+    /// with the reply's digest.
+    pub fn unit_mac(&self, digest: &[u8], units: Units) -> UnitMac {
+        UnitMac::new(self.alg, &self.mac, digest, units)
+    }
+}

@@ -2,7 +2,7 @@
 
 use crate::security::{audit_target, Authority, Grant};
 use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
-use nasd_crypto::FrameKeys;
+use nasd_crypto::{FrameKeys, UnitMac};
 use nasd_proto::limits::{CHUNK_LEN_MAX, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
 use nasd_proto::{
     encode_error_message, validate_regions, AuditRecord, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType, Kind,
@@ -294,6 +294,7 @@ async fn execute(
                     drive_id: store.drive_id(),
                     chunk_len_max: CHUNK_LEN_MAX,
                     regions_max: REGIONS_MAX as u16,
+                    block_size: store.block_size(),
                 })
             } else {
                 let msg = format!(
@@ -463,14 +464,20 @@ impl DataSource for ChannelSource {
 
 enum ReadMsg {
     Start(Vec<u64>),
-    Chunk(Vec<u8>),
+    /// A chunk, with its Hash-and-MAC tag when the sink computes tags.
+    Chunk(Vec<u8>, Option<nasd_crypto::MacValue>),
 }
 
-/// Collects a store read into frame-sized chunks and sends them on.
+/// Collects a store read into frame-sized chunks and sends them on. Under
+/// Hash-and-MAC it also computes each chunk's tag, using stored digests for
+/// whole blocks and hashing only partial ones.
 struct ChannelSink {
     tx: mpsc::Sender<ReadMsg>,
     buf: Vec<u8>,
     chunk_len: usize,
+    /// Delivers the seeded Hash-and-MAC state once the reply digest is known.
+    unit_mac_rx: Option<std::sync::mpsc::Receiver<UnitMac>>,
+    unit_mac: Option<UnitMac>,
 }
 
 impl ChannelSink {
@@ -479,10 +486,14 @@ impl ChannelSink {
             .blocking_send(msg)
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection stopped taking read data"))
     }
+    fn flush_chunk(&mut self) -> std::io::Result<()> {
+        let tag = self.unit_mac.as_ref().map(UnitMac::tag);
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk_len));
+        self.send(ReadMsg::Chunk(full, tag))
+    }
     fn finish(&mut self) -> std::io::Result<()> {
         if !self.buf.is_empty() {
-            let last = std::mem::take(&mut self.buf);
-            self.send(ReadMsg::Chunk(last))?;
+            self.flush_chunk()?;
         }
         Ok(())
     }
@@ -490,22 +501,41 @@ impl ChannelSink {
 
 impl DataSink for ChannelSink {
     fn start(&mut self, lengths: &[u64]) -> std::io::Result<()> {
-        self.send(ReadMsg::Start(lengths.to_vec()))
+        self.send(ReadMsg::Start(lengths.to_vec()))?;
+        if let Some(rx) = self.unit_mac_rx.take() {
+            let um = rx.recv().map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "reply abandoned"))?;
+            self.unit_mac = Some(um);
+        }
+        Ok(())
     }
-    fn data(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.unit(bytes, None)
+    }
+    fn unit(&mut self, mut bytes: &[u8], stored: Option<&nasd_crypto::BlockDigest>) -> std::io::Result<()> {
+        if let (Some(um), Some(d)) = (self.unit_mac.as_mut(), stored) {
+            if self.buf.len() + bytes.len() <= self.chunk_len && um.at_whole_unit(bytes.len() as u64) {
+                um.absorb_digest(bytes.len() as u64, d);
+                self.buf.extend_from_slice(bytes);
+                if self.buf.len() == self.chunk_len {
+                    self.flush_chunk()?;
+                }
+                return Ok(());
+            }
+        }
         while !bytes.is_empty() {
             let n = bytes.len().min(self.chunk_len - self.buf.len());
+            if let Some(um) = self.unit_mac.as_mut() {
+                um.absorb(&bytes[..n]);
+            }
             self.buf.extend_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
             if self.buf.len() == self.chunk_len {
-                let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk_len));
-                self.send(ReadMsg::Chunk(full))?;
+                self.flush_chunk()?;
             }
         }
         Ok(())
     }
 }
-
 
 #[allow(clippy::too_many_arguments)]
 async fn execute_write(
@@ -596,11 +626,17 @@ async fn execute_read(
 ) -> std::io::Result<(Status, Next)> {
     let (store, header) = (&ctx.drive.store, ctx.header);
     let chunk_len = ctx.config.chunk_len as usize;
+    let hash_and_mac = guard.keys.is_some() && guard.protection.covers(Protection::HASH_AND_MAC);
     let (tx, mut rx) = mpsc::channel::<ReadMsg>(TRANSFER_CHUNKS_MAX);
+    let (um_tx, um_rx) = std::sync::mpsc::channel::<UnitMac>();
     let s = store.clone();
+    let read_regions = regions.clone();
+    // Under Hash-and-MAC the client checks every block's digest itself.
+    let verify = s.verifies_reads() && !hash_and_mac;
     let task = tokio::task::spawn_blocking(move || {
-        let mut sink = ChannelSink { tx, buf: Vec::with_capacity(chunk_len), chunk_len };
-        s.read(partition, object, &regions, &mut sink)?;
+        let unit_mac_rx = hash_and_mac.then_some(um_rx);
+        let mut sink = ChannelSink { tx, buf: Vec::with_capacity(chunk_len), chunk_len, unit_mac_rx, unit_mac: None };
+        s.read_with(partition, object, &read_regions, &mut sink, verify)?;
         sink.finish().map_err(StoreError::Sink)
     });
     let failed = |task: tokio::task::JoinHandle<Result<(), StoreError>>| async move {
@@ -608,30 +644,46 @@ async fn execute_read(
     };
     let Some(ReadMsg::Start(lengths)) = rx.recv().await else {
         drop(rx);
+        drop(um_tx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read produced no lengths".into()));
         send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
         return Ok((e.status(), Next::Continue));
     };
     let total: u64 = lengths.iter().sum();
+    let mut reply = reply_header(store, header, guard, Status::Ok);
+    reply.data_len = total;
+    reply.chunk_len = if total > 0 { chunk_len as u32 } else { 0 };
+    let units = nasd_crypto::Units::new(regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(), store.block_size());
+    let (prefix, digest) = protected_prefix(&reply, guard, Reply::Read { lengths }.encode());
+    let mut protector = None;
+    if let Some(keys) = guard.keys {
+        if hash_and_mac {
+            // The reader blocks until it has the seeded MAC; a send error
+            // means it already failed, which the task result reports.
+            let _ = um_tx.send(keys.unit_mac(&digest, units));
+        } else {
+            protector = Some(keys.data(Kind::Reply, &reply.nonce, guard.protection, &digest));
+        }
+    }
+    drop(um_tx);
     // Hold the reply header until the first chunk is read and verified, so a
     // failure in the first chunk still gets its own status.
     let first = if total > 0 { rx.recv().await } else { None };
-    if total > 0 && !matches!(first, Some(ReadMsg::Chunk(_))) {
+    if total > 0 && !matches!(first, Some(ReadMsg::Chunk(..))) {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read ended early".into()));
         send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
         return Ok((e.status(), Next::Continue));
     }
-    let mut reply = reply_header(store, header, guard, Status::Ok);
-    reply.data_len = total;
-    reply.chunk_len = if total > 0 { chunk_len as u32 } else { 0 };
-    let (prefix, digest) = protected_prefix(&reply, guard, Reply::Read { lengths }.encode());
     wr.write_all(&prefix).await?;
-    let mut protector = guard.keys.map(|k| k.data(Kind::Reply, &reply.nonce, guard.protection, &digest));
     let mut sent = 0u64;
     let mut next = first;
-    while let Some(ReadMsg::Chunk(mut bytes)) = next {
-        let tag = protector.as_mut().map(|p| p.seal_chunk(&mut bytes)).unwrap_or_default();
+    while let Some(ReadMsg::Chunk(mut bytes, unit_tag)) = next {
+        let tag = match (&mut protector, unit_tag) {
+            (_, Some(t)) => t.to_vec(),
+            (Some(p), None) => p.seal_chunk(&mut bytes),
+            (None, None) => Vec::new(),
+        };
         wr.write_all(&bytes).await?;
         wr.write_all(&tag).await?;
         sent += bytes.len() as u64;

@@ -158,7 +158,7 @@ fn expect_clear_flip(d: &Drive, a: &CapabilityArgs, byte: usize, bit: usize) -> 
             }
         }
         2 => {
-            if (a.min_protection.bits() ^ (1 << bit)) & !ALL != 0 {
+            if (a.min_protection.bits() ^ (1 << bit)) & !DEFINED != 0 {
                 Status::BadCapability
             } else {
                 Status::BadDigest
@@ -689,7 +689,7 @@ fn protection_downgrades_are_refused() {
     d.attack("key type NONE reading an object", &frame(&Cred::None, NONE, &read), Status::WrongKeyType);
     d.attack("key type NONE writing an object", &frame_data(&Cred::None, NONE, &d.write_req(0, 10), &[1; 10]), Status::WrongKeyType);
     let mut f = frame(&plain, IA, &read);
-    f.bytes[17] = 0x21;
+    f.bytes[17] = 0x41;
     let mut c = Conn::open(d.addr());
     let rep = c.send(&f);
     assert_eq!(rep.status(), Status::MalformedFrame, "undefined protection bit");
@@ -907,7 +907,7 @@ fn malformed_oversized_and_sealed_capabilities() {
         ("unknown MAC algorithm", edited(&|a| a.algorithm = 3)),
         ("undefined rights bit", edited(&|a| a.rights |= 1 << 12)),
         ("capability region beyond OBJECT_SIZE_MAX", edited(&|a| a.region = rg(OBJECT_SIZE_MAX, 1))),
-        ("undefined protection bit in the capability minimum", with(&|t| t[2] |= 0x20)),
+        ("undefined protection bit in the capability minimum", with(&|t| t[2] |= 0x40)),
     ];
     for (name, t) in malformed {
         let f = build(&cap, IA, &t, read.opcode(), &read.encode_args(), &[], fresh_nonce());

@@ -441,7 +441,7 @@ async fn malformed_headers_close_the_connection() {
         ("kind 3", patch(head(g()), 5, &[3])),
         ("key_type 6", patch(head(g()), 16, &[6])),
         ("key_type 255", patch(head(g()), 16, &[255])),
-        ("protection bit 5", patch(head(g()), 17, &[0x20])),
+        ("protection bit 6", patch(head(g()), 17, &[0x40])),
         ("protection 0xff", patch(head(g()), 17, &[0xff])),
         ("request with a status", head(with(g(), |h| h.status = Status::NoSuchObject as u16))),
         ("chunk_len without data", head(with(g(), |h| h.chunk_len = CHUNK_LEN_MIN))),

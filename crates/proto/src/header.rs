@@ -70,7 +70,11 @@ impl Protection {
     pub const PRIVACY_DATA: Protection = Protection(1 << 3);
     /// The capability is encrypted under the working key.
     pub const PRIVACY_CAPABILITY: Protection = Protection(1 << 4);
-    const DEFINED: u8 = 0b1_1111;
+    /// Reply data tags are "Hash and MAC": a MAC over per-block digests
+    /// (stored ones for whole blocks) instead of over every byte. Needs
+    /// `INTEGRITY_DATA`; not with `PRIVACY_DATA`.
+    pub const HASH_AND_MAC: Protection = Protection(1 << 5);
+    const DEFINED: u8 = 0b11_1111;
 
     /// The raw bits.
     pub fn bits(self) -> u8 {
@@ -99,7 +103,8 @@ impl Protection {
         let needs_args = self.0 & !Self::INTEGRITY_ARGS.0 != 0;
         let args_ok = has(Self::INTEGRITY_ARGS) || !needs_args;
         let data_ok = has(Self::INTEGRITY_DATA) || !has(Self::PRIVACY_DATA);
-        args_ok && data_ok
+        let hash_ok = !has(Self::HASH_AND_MAC) || (has(Self::INTEGRITY_DATA) && !has(Self::PRIVACY_DATA));
+        args_ok && data_ok && hash_ok
     }
 
     /// Bytes of tag after each data chunk under this protection.

@@ -421,8 +421,9 @@ pub struct DriveInfo {
 #[allow(missing_docs)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
-    /// The version the drive chose, its name and its limits.
-    Hello { version: u8, drive_id: [u8; 16], chunk_len_max: u32, regions_max: u16 },
+    /// The version the drive chose, its name, its limits and its block size
+    /// (the unit of `HASH_AND_MAC` digests).
+    Hello { version: u8, drive_id: [u8; 16], chunk_len_max: u32, regions_max: u16, block_size: u32 },
     /// The new object's identifier and attributes (`create`, `fastcopy`).
     Created { object: u64, attrs: Attributes },
     /// Attributes (`getattr`, `setattr`).
@@ -489,8 +490,8 @@ impl Reply {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(64);
         match self {
-            Reply::Hello { version, drive_id, chunk_len_max, regions_max } => {
-                w.u8(*version).raw(drive_id).u32(*chunk_len_max).u16(*regions_max);
+            Reply::Hello { version, drive_id, chunk_len_max, regions_max, block_size } => {
+                w.u8(*version).raw(drive_id).u32(*chunk_len_max).u16(*regions_max).u32(*block_size);
             }
             Reply::Created { object, attrs } => {
                 w.u64(*object);
@@ -548,6 +549,7 @@ impl Reply {
                 drive_id: r.array()?,
                 chunk_len_max: r.u32()?,
                 regions_max: r.u16()?,
+                block_size: r.u32()?,
             },
             CREATE | FASTCOPY => Reply::Created { object: r.u64()?, attrs: Attributes::decode(&mut r)? },
             GETATTR | SETATTR => Reply::Attrs(Attributes::decode(&mut r)?),

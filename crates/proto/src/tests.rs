@@ -235,13 +235,14 @@ fn vectors() -> Vec<Vector> {
                 drive_id: std::array::from_fn(|i| i as u8),
                 chunk_len_max: CHUNK_LEN_MAX,
                 regions_max: REGIONS_MAX as u16,
+                block_size: 65536,
             }),
             data: vec![],
             hex: "\
-                4e41534401020100060000000000000000000000000000001700000000000000\
+                4e41534401020100060000000000000000000000000000001b00000000000000\
                 000000000000000000ca9a3b0000000006000000000000000100010203040506\
-                0708090a0b0c0d0e0f0000400000040000000000000000000000000000000000\
-                000000000000000000000000000000",
+                0708090a0b0c0d0e0f0000400000040000010000000000000000000000000000\
+                00000000000000000000000000000000000000",
         },
         Vector {
             name: "error reply to getattr: NO_SUCH_OBJECT",
@@ -442,8 +443,8 @@ fn header_rejections() {
         ("kind 3", header_with(0, 0, &[(5, &[3])]), nc("unknown frame kind"), Status::BadArguments),
         ("key type 6", header_with(0, 0, &[(16, &[6])]), nc("unknown key type"), Status::BadArguments),
         (
-            "protection bit 5",
-            header_with(0, 0, &[(17, &[0x20])]),
+            "protection bit 6",
+            header_with(0, 0, &[(17, &[0x40])]),
             nc("undefined protection bits"),
             Status::BadArguments,
         ),
@@ -961,7 +962,7 @@ fn control_object_rejections() {
 fn protection_bits() {
     for bits in 0..=u8::MAX {
         let p = Protection::from_bits(bits);
-        if bits < 0x20 {
+        if bits < 0x40 {
             assert_eq!(p.unwrap().bits(), bits);
         } else {
             assert_eq!(p, Err(DecodeError::NotCanonical("undefined protection bits")));
@@ -1230,9 +1231,9 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
         INITIALIZE,
     ]);
     let arms: Vec<BoxedStrategy<(u16, Reply)>> = vec![
-        (any::<u8>(), prop::array::uniform16(any::<u8>()), any::<u32>(), any::<u16>())
-            .prop_map(|(version, drive_id, chunk_len_max, regions_max)| {
-                (HELLO, Reply::Hello { version, drive_id, chunk_len_max, regions_max })
+        (any::<u8>(), prop::array::uniform16(any::<u8>()), any::<u32>(), any::<u16>(), any::<u32>())
+            .prop_map(|(version, drive_id, chunk_len_max, regions_max, block_size)| {
+                (HELLO, Reply::Hello { version, drive_id, chunk_len_max, regions_max, block_size })
             })
             .boxed(),
         (prop::sample::select(vec![CREATE, FASTCOPY]), u(), arb_attrs())
@@ -1417,4 +1418,17 @@ proptest! {
         };
         prop_assert_eq!(validate_regions(&regions), want);
     }
+}
+
+#[test]
+fn hash_and_mac_needs_data_integrity_and_no_data_privacy() {
+    let p = |b: u8| Protection::from_bits(b).unwrap();
+    assert!(p(0x23).is_consistent(), "INTEGRITY_ARGS | INTEGRITY_DATA | HASH_AND_MAC");
+    assert!(p(0x27).is_consistent(), "with PRIVACY_ARGS");
+    assert!(p(0x33).is_consistent(), "with PRIVACY_CAPABILITY");
+    assert!(!p(0x21).is_consistent(), "without INTEGRITY_DATA");
+    assert!(!p(0x20).is_consistent(), "alone");
+    assert!(!p(0x2b).is_consistent(), "with PRIVACY_DATA");
+    let consistent: Vec<u8> = (0..0x40u8).filter(|b| p(*b).is_consistent()).collect();
+    assert_eq!(consistent.len(), 13 + 4, "13 values without HASH_AND_MAC, 4 with");
 }

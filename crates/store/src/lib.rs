@@ -105,6 +105,13 @@ pub trait DataSink {
     fn start(&mut self, lengths: &[u64]) -> std::io::Result<()>;
     /// Called with the data, in order.
     fn data(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// Called instead of [`DataSink::data`] for each unit of a read (one
+    /// region's bytes within one block), with the block's stored digest when
+    /// the unit is the whole block. The default forwards to `data`.
+    fn unit(&mut self, bytes: &[u8], stored_digest: Option<&BlockDigest>) -> std::io::Result<()> {
+        let _ = stored_digest;
+        self.data(bytes)
+    }
 }
 
 /// A [`DataSource`] over a byte slice (tests and small writes).
@@ -406,6 +413,11 @@ impl Store {
             clock_offset_ns: 0,
             clock_skew_ns: DEFAULT_SKEW_NS,
         })
+    }
+
+    /// True if reads check every block against its stored digest.
+    pub fn verifies_reads(&self) -> bool {
+        self.verify_reads
     }
 
     /// The data directory.

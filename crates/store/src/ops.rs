@@ -307,8 +307,16 @@ impl Store {
     }
 
     /// Reads `regions`: the sink gets the per-region lengths (short only at the
-    /// end of the object), then the bytes in region order.
+    /// end of the object), then the bytes in region order. Blocks are checked
+    /// against their stored digests if the store verifies reads.
     pub fn read(&self, p: u64, o: u64, regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
+        self.read_with(p, o, regions, sink, self.verify_reads)
+    }
+
+    /// [`Store::read`], choosing whether to check stored digests (a reader
+    /// that checks digests itself — Hash-and-MAC — makes the drive's check
+    /// redundant).
+    pub fn read_with(&self, p: u64, o: u64, regions: &[Region], sink: &mut dyn DataSink, verify: bool) -> Result<(), StoreError> {
         validate_regions(regions).map_err(StoreError::Regions)?;
         if is_control(o) {
             let bytes = self.control_bytes(p, o)?;
@@ -332,6 +340,8 @@ impl Store {
         let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
         sink.start(&lengths).map_err(StoreError::Sink)?;
         let mut buf = vec![0u8; bs as usize];
+        let zeros = vec![0u8; bs as usize];
+        let zero_digest = nasd_crypto::zero_block_digest(bs as usize);
         let mut loaded: Option<u64> = None;
         for (r, &len) in regions.iter().zip(&lengths) {
             let mut pos = r.offset;
@@ -340,25 +350,16 @@ impl Store {
                 let l = pos / bs;
                 let in_off = (pos % bs) as usize;
                 let n = ((bs - pos % bs).min(end - pos)) as usize;
+                let whole = in_off == 0 && n == bs as usize;
                 match refs.get(&l) {
                     Some(b) => {
                         if loaded != Some(l) {
-                            self.read_block(p, o, l, b, &mut buf)?;
+                            self.read_block_with(p, o, l, b, &mut buf, verify)?;
                             loaded = Some(l);
                         }
-                        sink.data(&buf[in_off..in_off + n]).map_err(StoreError::Sink)?;
+                        sink.unit(&buf[in_off..in_off + n], whole.then_some(&b.digest)).map_err(StoreError::Sink)?;
                     }
-                    None => sink.data(&ZEROS[..n.min(ZEROS.len())]).and_then(|_| {
-                        // Holes longer than the zero buffer are sent in pieces.
-                        let mut left = n.saturating_sub(ZEROS.len());
-                        while left > 0 {
-                            let k = left.min(ZEROS.len());
-                            sink.data(&ZEROS[..k])?;
-                            left -= k;
-                        }
-                        Ok(())
-                    })
-                    .map_err(StoreError::Sink)?,
+                    None => sink.unit(&zeros[..n], whole.then_some(&zero_digest)).map_err(StoreError::Sink)?,
                 }
                 pos += n as u64;
             }
@@ -368,8 +369,12 @@ impl Store {
 
     /// Reads one stored block and checks it against its stored digest.
     fn read_block(&self, p: u64, o: u64, l: u64, b: &BlockRef, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.read_block_with(p, o, l, b, buf, self.verify_reads)
+    }
+
+    fn read_block_with(&self, p: u64, o: u64, l: u64, b: &BlockRef, buf: &mut [u8], verify: bool) -> Result<(), StoreError> {
         self.data.read_exact_at(buf, b.phys * self.bs())?;
-        if self.verify_reads && !ct_eq(&block_digest(buf), &b.digest) {
+        if verify && !ct_eq(&block_digest(buf), &b.digest) {
             tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
             return Err(StoreError::DataCorrupted { partition: p, object: o, block: l });
         }
@@ -988,7 +993,6 @@ impl Store {
     }
 }
 
-static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 fn serve_bytes(bytes: &[u8], regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
     let len = bytes.len() as u64;

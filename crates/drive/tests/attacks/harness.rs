@@ -53,7 +53,11 @@ pub const ID: u8 = 2;
 pub const PA: u8 = 4;
 pub const PD: u8 = 8;
 pub const PC: u8 = 16;
+/// `HASH_AND_MAC`.
+pub const HM: u8 = 1 << 5;
 pub const ALL: u8 = IA | ID | PA | PD | PC;
+/// Every defined protection bit.
+pub const DEFINED: u8 = ALL | HM;
 
 pub fn prot(bits: u8) -> Protection {
     Protection::from_bits(bits).expect("defined protection bits")
