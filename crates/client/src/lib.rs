@@ -154,6 +154,10 @@ impl std::fmt::Debug for DriveClient {
     }
 }
 
+/// A Hash-and-MAC chunk after its check: the MAC state, the chunk, and
+/// whether its tag matched.
+type Checked = (nasd_crypto::UnitMac, Vec<u8>, bool);
+
 /// A checked reply's header, digest and results, with its data still on the socket.
 struct ReplyHead {
     header: FrameHeader,
@@ -471,8 +475,11 @@ impl DriveClient {
             return Err(ClientError::Protocol("read lengths disagree with the data length".into()));
         }
         let units = nasd_crypto::Units::new(regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(), self.block_size);
-        let mut unit_mac = guard.unit_mac(&head.digest, units);
-        let mut protector = if unit_mac.is_some() { None } else { guard.data(Kind::Reply, &head.header.nonce, &head.digest) };
+        if let Some(unit_mac) = guard.unit_mac(&head.digest, units) {
+            return self.read_hash_and_mac(&head.header, unit_mac, dst).await.map(|()| lengths);
+        }
+        let mut unit_mac: Option<nasd_crypto::UnitMac> = None;
+        let mut protector = guard.data(Kind::Reply, &head.header.nonce, &head.digest);
         let mut buf = vec![0u8; head.header.chunk_len as usize];
         let mut tag = vec![0u8; head.header.protection.data_tag_len()];
         for index in 0..head.header.chunk_count() {
@@ -489,6 +496,62 @@ impl DriveClient {
         }
         dst.flush().await?;
         Ok(lengths)
+    }
+
+    /// Receives a Hash-and-MAC read's data: chunk i is hashed and its tag
+    /// checked on a blocking thread while chunk i+1 comes off the socket, and
+    /// only verified chunks reach `dst`, in order. Two buffers rotate.
+    async fn read_hash_and_mac(
+        &mut self,
+        header: &FrameHeader,
+        unit_mac: nasd_crypto::UnitMac,
+        dst: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<(), ClientError> {
+        let tag_len = header.protection.data_tag_len();
+        let mut state = Some(unit_mac);
+        let mut spare: Vec<u8> = Vec::new();
+        let mut pending: Option<(u64, tokio::task::JoinHandle<Checked>)> = None;
+        for index in 0..header.chunk_count() {
+            let mut chunk = std::mem::take(&mut spare);
+            chunk.resize(header.chunk_size(index) as usize, 0);
+            let mut tag = vec![0u8; tag_len];
+            self.rd.read_exact(&mut chunk).await?;
+            self.rd.read_exact(&mut tag).await?;
+            if let Some((done, task)) = pending.take() {
+                let (mac, buf) = self.deliver(done, task, dst).await?;
+                state = Some(mac);
+                spare = buf;
+            }
+            let mut unit_mac = state.take().expect("the previous chunk's check hands the MAC state back");
+            pending = Some((
+                index,
+                tokio::task::spawn_blocking(move || {
+                    let ok = unit_mac.open_chunk(&chunk, &tag).is_ok();
+                    (unit_mac, chunk, ok)
+                }),
+            ));
+        }
+        if let Some((done, task)) = pending.take() {
+            self.deliver(done, task, dst).await?;
+        }
+        dst.flush().await?;
+        Ok(())
+    }
+
+    /// Waits for a chunk's check and writes it out if it passed; returns the
+    /// MAC state and the buffer for reuse.
+    async fn deliver(
+        &mut self,
+        index: u64,
+        task: tokio::task::JoinHandle<Checked>,
+        dst: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<(nasd_crypto::UnitMac, Vec<u8>), ClientError> {
+        let (unit_mac, chunk, ok) = task.await.map_err(|e| ClientError::Protocol(format!("tag check task failed: {e}")))?;
+        if !ok {
+            return Err(ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight")));
+        }
+        dst.write_all(&chunk).await?;
+        Ok((unit_mac, chunk))
     }
 
     /// Creates an object with default attributes.
