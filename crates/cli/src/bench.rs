@@ -63,6 +63,9 @@ pub enum BenchCommand {
         /// Bytes per aligned read.
         #[arg(long, default_value = "1MiB")]
         request: String,
+        /// Data chunk length of the drive's read replies.
+        #[arg(long, default_value = "256KiB")]
+        chunk: String,
     },
     /// Latency of small reads on a secured drive under each protection
     /// option, measured in one run with one client and one capability.
@@ -82,10 +85,11 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             transfer(&drive, &drive_key_file, size, partition).await
         }
-        BenchCommand::Integrity { total, request } => {
+        BenchCommand::Integrity { total, request, chunk } => {
             let total = parse_size(&total).map_err(anyhow::Error::msg)?;
             let request = parse_size(&request).map_err(anyhow::Error::msg)?;
-            integrity(total, request).await
+            let chunk = u32::try_from(parse_size(&chunk).map_err(anyhow::Error::msg)?).context("--chunk too large")?;
+            integrity(total, request, chunk).await
         }
         BenchCommand::Security { reads, size } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
@@ -294,7 +298,7 @@ struct SecuredDrive {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-async fn secured_drive(object_len: u64) -> anyhow::Result<SecuredDrive> {
+async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<SecuredDrive> {
     use nasd_client::{Auth, Credential};
     use nasd_crypto::{mint_capability, Key, MacAlgorithm};
     use nasd_proto::{rights, CapabilityArgs, Protection};
@@ -306,6 +310,7 @@ async fn secured_drive(object_len: u64) -> anyhow::Result<SecuredDrive> {
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = nasd_drive::DriveConfig {
         security: nasd_drive::SecurityMode::Enforced { master_key: Some(master.clone()) },
+        chunk_len,
         ..Default::default()
     };
     let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
@@ -408,10 +413,10 @@ async fn interleaved_rates(
     Ok(spent.iter().map(|t| mib_s(per_round * ROUNDS, *t)).collect())
 }
 
-async fn integrity(total: u64, request: u64) -> anyhow::Result<()> {
+async fn integrity(total: u64, request: u64, chunk: u32) -> anyhow::Result<()> {
     use nasd_proto::Protection;
     let object_len = 256 << 20;
-    let mut d = secured_drive(object_len).await?;
+    let mut d = secured_drive(object_len, chunk).await?;
     let data = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
     let hash_and_mac = data.union(Protection::HASH_AND_MAC);
     let names = ["NO_PROTECTION", "INTEGRITY_DATA, per-byte MAC", "INTEGRITY_DATA, Hash-and-MAC"];
@@ -436,7 +441,7 @@ async fn integrity(total: u64, request: u64) -> anyhow::Result<()> {
 /// file manager would, then the same reads at each option.
 async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
     use nasd_proto::Protection;
-    let mut d = secured_drive(size).await?;
+    let mut d = secured_drive(size, nasd_proto::limits::CHUNK_LEN_DEFAULT).await?;
     let options = [
         ("NO_PROTECTION", Protection::NONE),
         ("INTEGRITY_ARGS", Protection::INTEGRITY_ARGS),
