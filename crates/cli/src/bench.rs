@@ -103,23 +103,44 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let (raw_up, raw_down) = raw_tcp(size, request as usize).await?;
             println!("| what | bytes | request | block | MiB/s | ratio to raw TCP |");
             println!("|---|---|---|---|---|---|");
-            println!("| raw TCP copy, client → server | {} | {} | – | {:.0} | 1.00 |", human(size), human(request), mib_s(size, raw_up));
-            println!("| raw TCP copy, server → client | {} | {} | – | {:.0} | 1.00 |", human(size), human(request), mib_s(size, raw_down));
+            println!(
+                "| raw TCP copy, client → server | {} | {} | – | {:.0} | 1.00 |",
+                human(size),
+                human(request),
+                mib_s(size, raw_up)
+            );
+            println!(
+                "| raw TCP copy, server → client | {} | {} | – | {:.0} | 1.00 |",
+                human(size),
+                human(request),
+                mib_s(size, raw_down)
+            );
             let disk = raw_disk(size, request as usize, dir.as_deref())?;
             println!(
                 "| raw file write + fdatasync (disk baseline) | {} | {} | – | {:.0} | {:.2} |",
-                human(size), human(request), mib_s(size, disk), raw_up.as_secs_f64() / disk.as_secs_f64()
+                human(size),
+                human(request),
+                mib_s(size, disk),
+                raw_up.as_secs_f64() / disk.as_secs_f64()
             );
             for bs in block_size.split(',') {
                 let bs = parse_size(bs).map_err(anyhow::Error::msg)? as u32;
                 let (w, r, small) = drive_seq(size, request, bs, dir.as_deref(), verify_reads, chunk).await?;
                 println!(
                     "| nasd write + flush | {} | {} | {} | {:.0} | {:.2} |",
-                    human(size), human(request), human(bs as u64), mib_s(size, w), raw_up.as_secs_f64() / w.as_secs_f64()
+                    human(size),
+                    human(request),
+                    human(bs as u64),
+                    mib_s(size, w),
+                    raw_up.as_secs_f64() / w.as_secs_f64()
                 );
                 println!(
                     "| nasd read | {} | {} | {} | {:.0} | {:.2} |",
-                    human(size), human(request), human(bs as u64), mib_s(size, r), raw_down.as_secs_f64() / r.as_secs_f64()
+                    human(size),
+                    human(request),
+                    human(bs as u64),
+                    mib_s(size, r),
+                    raw_down.as_secs_f64() / r.as_secs_f64()
                 );
                 let bytes = SMALL_WRITES * SMALL_WRITE_LEN;
                 println!(
@@ -303,7 +324,10 @@ async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<Secure
     use nasd_crypto::{mint_capability, Key, MacAlgorithm};
     use nasd_proto::{rights, CapabilityArgs, Protection};
     let tmp = tempfile::tempdir()?;
-    let store = Arc::new(Store::open(tmp.path(), &StoreOptions { capacity_bytes: object_len + (1 << 30), ..Default::default() })?);
+    let store = Arc::new(Store::open(
+        tmp.path(),
+        &StoreOptions { capacity_bytes: object_len + (1 << 30), ..Default::default() },
+    )?);
     let master = Key::random();
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -355,7 +379,11 @@ impl SecuredDrive {
     fn use_capability(&mut self, protection: nasd_proto::Protection) {
         use nasd_client::{Auth, Credential};
         self.client.set_auth(Auth::new(
-            Credential::Capability { token: self.token.clone(), key: self.key.clone(), algorithm: nasd_crypto::MacAlgorithm::Blake3 },
+            Credential::Capability {
+                token: self.token.clone(),
+                key: self.key.clone(),
+                algorithm: nasd_crypto::MacAlgorithm::Blake3,
+            },
             protection,
         ));
     }
@@ -370,7 +398,13 @@ impl SecuredDrive {
 
 /// Reads of `size` bytes at offsets stepping through the object until
 /// `total` bytes were read; returns the time taken.
-async fn timed_reads(d: &mut SecuredDrive, object_len: u64, size: u64, total: u64, off: &mut u64) -> anyhow::Result<Duration> {
+async fn timed_reads(
+    d: &mut SecuredDrive,
+    object_len: u64,
+    size: u64,
+    total: u64,
+    off: &mut u64,
+) -> anyhow::Result<Duration> {
     let mut sink = tokio::io::sink();
     let t = Instant::now();
     let mut done = 0u64;
@@ -534,10 +568,16 @@ impl tokio::io::AsyncWrite for PatternChecker {
         self.seen += buf.len() as u64;
         std::task::Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
-    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }
@@ -547,7 +587,8 @@ impl tokio::io::AsyncWrite for PatternChecker {
 async fn transfer(addr: &str, drive_key_file: &std::path::Path, size: u64, partition: u64) -> anyhow::Result<()> {
     use nasd_client::{Auth, Credential};
     use nasd_proto::Protection;
-    let text = std::fs::read_to_string(drive_key_file).with_context(|| format!("cannot read {}", drive_key_file.display()))?;
+    let text =
+        std::fs::read_to_string(drive_key_file).with_context(|| format!("cannot read {}", drive_key_file.display()))?;
     let key = nasd_crypto::Key::from_hex(&text).context("the drive key file does not hold 64 hex digits")?;
     let mut c = DriveClient::connect(addr).await?;
     let protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
@@ -569,12 +610,21 @@ async fn transfer(addr: &str, drive_key_file: &std::path::Path, size: u64, parti
     let t = Instant::now();
     c.read_to(partition, obj, &region, &mut check).await?;
     let r = t.elapsed();
-    anyhow::ensure!(check.seen == size && check.mismatches == 0, "read back {} bytes with {} mismatches", check.seen, check.mismatches);
+    anyhow::ensure!(
+        check.seen == size && check.mismatches == 0,
+        "read back {} bytes with {} mismatches",
+        check.seen,
+        check.mismatches
+    );
     c.remove_partition(partition, true).await?;
     println!("| direction | bytes | requests | protection | MiB/s | client peak RSS |");
     println!("|---|---|---|---|---|---|");
     println!("| write + flush | {} | 1 | INTEGRITY_ARGS + INTEGRITY_DATA | {:.0} | – |", human(size), mib_s(size, w));
-    println!("| read (verified byte for byte) | {} | 1 | INTEGRITY_ARGS + INTEGRITY_DATA | {:.0} | – |", human(size), mib_s(size, r));
+    println!(
+        "| read (verified byte for byte) | {} | 1 | INTEGRITY_ARGS + INTEGRITY_DATA | {:.0} | – |",
+        human(size),
+        mib_s(size, r)
+    );
     println!("client peak RSS: {} before the transfers, {} after", human(rss_before), human(peak_rss_bytes()));
     Ok(())
 }

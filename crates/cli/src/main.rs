@@ -118,9 +118,7 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -150,7 +148,8 @@ async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Resul
         .or(file.data)
         .context("no data directory: pass --data DIR (or set [drive] data in the config file)")?;
     let listen = args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into());
-    let listen: SocketAddr = listen.parse().with_context(|| format!("--listen '{listen}' is not an address like 127.0.0.1:7400"))?;
+    let listen: SocketAddr =
+        listen.parse().with_context(|| format!("--listen '{listen}' is not an address like 127.0.0.1:7400"))?;
     let block_size = match args.block_size.or(file.block_size) {
         Some(s) => u32::try_from(size::parse_size(&s).map_err(anyhow::Error::msg)?).context("block size too large")?,
         None => BLOCK_SIZE_DEFAULT,
@@ -244,12 +243,25 @@ async fn audit(addr: &str, drive_key_file: &std::path::Path, after: u64, max: u1
     let key = read_key(drive_key_file)?;
     let mut c = connect(addr).await?;
     let records = c.read_audit(&key, after, max).await.context("the drive refused to show its audit trail")?;
-    println!("{:>8}  {:>20}  {:>8}  {:>6}  {:>6}  {:>22}  {:>8}  {:>10}  region", "seq", "time (ns)", "audit id", "key", "op", "status", "part", "object");
+    println!(
+        "{:>8}  {:>20}  {:>8}  {:>6}  {:>6}  {:>22}  {:>8}  {:>10}  region",
+        "seq", "time (ns)", "audit id", "key", "op", "status", "part", "object"
+    );
     for r in &records {
-        let status = nasd_proto::Status::from_code(r.status).map_or_else(|| r.status.to_string(), |s| s.name().to_string());
+        let status =
+            nasd_proto::Status::from_code(r.status).map_or_else(|| r.status.to_string(), |s| s.name().to_string());
         println!(
             "{:>8}  {:>20}  {:>8}  {:>6}  {:#06x}  {:>22}  {:>8}  {:>10}  {}+{}",
-            r.sequence, r.time_ns, r.audit_id, r.key_type, r.opcode, status, r.partition, r.object, r.region.offset, r.region.length
+            r.sequence,
+            r.time_ns,
+            r.audit_id,
+            r.key_type,
+            r.opcode,
+            status,
+            r.partition,
+            r.object,
+            r.region.offset,
+            r.region.length
         );
     }
     if records.is_empty() {
@@ -314,10 +326,21 @@ async fn inquiry(addr: &str) -> anyhow::Result<()> {
     let d = c.inquiry().await?;
     println!("drive     {}", hex_id(&d.drive_id));
     println!("vendor    {} {} {}", d.vendor, d.model, d.firmware);
-    println!("capacity  {} ({} used), block size {}", size::human(d.capacity_bytes), size::human(d.used_bytes), size::human(d.block_size as u64));
+    println!(
+        "capacity  {} ({} used), block size {}",
+        size::human(d.capacity_bytes),
+        size::human(d.used_bytes),
+        size::human(d.block_size as u64)
+    );
     println!("partitions {}", d.partitions.len());
     for p in &d.partitions {
-        println!("  {:>6}  quota {:>10}  used {:>10}  objects {}", p.partition, size::human(p.quota_bytes), size::human(p.used_bytes), p.objects);
+        println!(
+            "  {:>6}  quota {:>10}  used {:>10}  objects {}",
+            p.partition,
+            size::human(p.quota_bytes),
+            size::human(p.used_bytes),
+            p.objects
+        );
     }
     Ok(())
 }

@@ -48,7 +48,14 @@ mod tests {
 
     #[test]
     fn parses_and_formats() {
-        for (s, v) in [("4096", 4096), ("64KiB", 65536), ("64k", 65536), ("1GiB", 1 << 30), ("1.5MiB", 3 << 19), ("10GB", 10_000_000_000)] {
+        for (s, v) in [
+            ("4096", 4096),
+            ("64KiB", 65536),
+            ("64k", 65536),
+            ("1GiB", 1 << 30),
+            ("1.5MiB", 3 << 19),
+            ("10GB", 10_000_000_000),
+        ] {
             assert_eq!(parse_size(s), Ok(v), "{s}");
         }
         assert!(parse_size("12 parsecs").is_err());

@@ -107,7 +107,11 @@ fn apply(state: &mut Option<Vec<u8>>, op: &Op) {
         }
         (Op::Resize(n), Some(content)) => content.resize(*n as usize, 0),
         (Op::Remove, Some(_)) => *state = None,
-        (op, state) => panic!("model bug: {} on an object that {}", describe_op(op), if state.is_some() { "exists" } else { "does not exist" }),
+        (op, state) => panic!(
+            "model bug: {} on an object that {}",
+            describe_op(op),
+            if state.is_some() { "exists" } else { "does not exist" }
+        ),
     }
 }
 
@@ -452,7 +456,11 @@ impl Drive {
                 if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                     return drive;
                 }
-                assert!(Instant::now() < deadline, "drive did not accept on {addr} within 30 s; log:\n{}", log_tail(log));
+                assert!(
+                    Instant::now() < deadline,
+                    "drive did not accept on {addr} within 30 s; log:\n{}",
+                    log_tail(log)
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -517,7 +525,10 @@ struct SeedGuard {
 impl Drop for SeedGuard {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("[{}] FAILED with seed {} (replay the schedule: NASD_CRASH_SEED={})", self.name, self.seed, self.seed);
+            eprintln!(
+                "[{}] FAILED with seed {} (replay the schedule: NASD_CRASH_SEED={})",
+                self.name, self.seed, self.seed
+            );
         }
     }
 }
@@ -526,10 +537,17 @@ impl Drop for SeedGuard {
 
 /// User objects of `PARTITION` as the drive lists them.
 async fn list_objects(c: &mut DriveClient) -> Result<BTreeSet<u64>, String> {
-    let len = c.getattr(PARTITION, PARTITION_CONTENTS).await.map_err(|e| format!("getattr(contents): {e}"))?.logical_size;
-    let (_, bytes) =
-        c.read(PARTITION, PARTITION_CONTENTS, &[Region { offset: 0, length: len }]).await.map_err(|e| format!("read(contents): {e}"))?;
-    Ok(bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).filter(|&id| id >= FIRST_USER_OBJECT).collect())
+    let len =
+        c.getattr(PARTITION, PARTITION_CONTENTS).await.map_err(|e| format!("getattr(contents): {e}"))?.logical_size;
+    let (_, bytes) = c
+        .read(PARTITION, PARTITION_CONTENTS, &[Region { offset: 0, length: len }])
+        .await
+        .map_err(|e| format!("read(contents): {e}"))?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        .filter(|&id| id >= FIRST_USER_OBJECT)
+        .collect())
 }
 
 async fn read_whole(c: &mut DriveClient, id: u64) -> Result<Vec<u8>, String> {
@@ -537,7 +555,8 @@ async fn read_whole(c: &mut DriveClient, id: u64) -> Result<Vec<u8>, String> {
     if size == 0 {
         return Ok(Vec::new());
     }
-    let (lengths, data) = c.read(PARTITION, id, &[Region { offset: 0, length: size }]).await.map_err(|e| format!("read({id}): {e}"))?;
+    let (lengths, data) =
+        c.read(PARTITION, id, &[Region { offset: 0, length: size }]).await.map_err(|e| format!("read({id}): {e}"))?;
     if lengths != [size] || data.len() as u64 != size {
         return Err(format!("read({id}) of {size} bytes returned {lengths:?} / {} bytes", data.len()));
     }
@@ -586,7 +605,8 @@ async fn check_recovery(
         }
         found.insert(id, got);
     }
-    let orphans: Vec<u64> = present.iter().copied().filter(|id| !model.contains_key(id) && !gone.contains(id)).collect();
+    let orphans: Vec<u64> =
+        present.iter().copied().filter(|id| !model.contains_key(id) && !gone.contains(id)).collect();
     if orphans.len() > orphans_max {
         failures.push(format!(
             "{} objects nobody created: {orphans:?} (only {orphans_max} creations were in flight at the kill)",
@@ -623,15 +643,23 @@ async fn check_recovery(
 /// Opens the stopped drive's directory directly and reads every object of
 /// every partition with digest verification; compares `PARTITION` with the model.
 fn check_store(data: &Path, model: &BTreeMap<u64, ObjModel>) -> Result<(u64, u64), String> {
-    let opts = StoreOptions { verify_reads: true, capacity_bytes: CAPACITY_BYTES, block_size: BLOCK_SIZE_BYTES, extensions: vec![] };
+    let opts = StoreOptions {
+        verify_reads: true,
+        capacity_bytes: CAPACITY_BYTES,
+        block_size: BLOCK_SIZE_BYTES,
+        extensions: vec![],
+    };
     let store = Store::open(data, &opts).map_err(|e| format!("Store::open after a clean stop: {e}"))?;
     let (mut objects, mut bytes) = (0u64, 0u64);
     let mut seen = BTreeSet::new();
     for part in store.info().partitions {
         let p = part.partition;
-        let len = store.getattr(p, PARTITION_CONTENTS).map_err(|e| format!("getattr({p}, contents): {e}"))?.logical_size;
+        let len =
+            store.getattr(p, PARTITION_CONTENTS).map_err(|e| format!("getattr({p}, contents): {e}"))?.logical_size;
         let mut sink = VecSink::default();
-        store.read(p, PARTITION_CONTENTS, &[Region { offset: 0, length: len }], &mut sink).map_err(|e| format!("read({p}, contents): {e}"))?;
+        store
+            .read(p, PARTITION_CONTENTS, &[Region { offset: 0, length: len }], &mut sink)
+            .map_err(|e| format!("read({p}, contents): {e}"))?;
         let ids: Vec<u64> = sink.data.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).collect();
         for id in ids.into_iter().filter(|&id| id > PARTITION_CONTENTS) {
             let size = store.getattr(p, id).map_err(|e| format!("getattr({p}, {id}): {e}"))?.logical_size;
@@ -758,23 +786,31 @@ fn run_crash_test(name: &'static str, commit_interval_ms: u64) {
             stats.removes,
             in_flight
         );
-        assert!(stats.writes > 0 && stats.flushes > 0, "[{name}] seed {seed}: the workload made no progress before the kill");
+        assert!(
+            stats.writes > 0 && stats.flushes > 0,
+            "[{name}] seed {seed}: the workload made no progress before the kill"
+        );
 
         // ---- restart and check what survived
         let mut drive = Drive::start(&data, &log, commit_interval_ms);
-        let rec = rt
-            .block_on(check_recovery(drive.addr, &mut model, &mut gone, orphans_max))
-            .unwrap_or_else(|e| panic!("[{name}] seed {seed} cycle {cycle}: after restart:\n{e}\ndrive log:\n{}", log_tail(&log)));
+        let rec = rt.block_on(check_recovery(drive.addr, &mut model, &mut gone, orphans_max)).unwrap_or_else(|e| {
+            panic!("[{name}] seed {seed} cycle {cycle}: after restart:\n{e}\ndrive log:\n{}", log_tail(&log))
+        });
         eprintln!(
             "[{name}] cycle {cycle}: restarted; checked {} objects: {} at their latest state, {} at an earlier state \
              since their last flush, {} absent (unflushed creation or removal); {} orphans of in-flight creations",
-            rec.latest + rec.rolled_back + rec.absent, rec.latest, rec.rolled_back, rec.absent, rec.orphans
+            rec.latest + rec.rolled_back + rec.absent,
+            rec.latest,
+            rec.rolled_back,
+            rec.absent,
+            rec.orphans
         );
 
         // ---- stop cleanly and check every stored block's digest directly
         drive.terminate();
-        let (objects, bytes) = check_store(&data, &model)
-            .unwrap_or_else(|e| panic!("[{name}] seed {seed} cycle {cycle}: direct store check:\n{e}\ndrive log:\n{}", log_tail(&log)));
+        let (objects, bytes) = check_store(&data, &model).unwrap_or_else(|e| {
+            panic!("[{name}] seed {seed} cycle {cycle}: direct store check:\n{e}\ndrive log:\n{}", log_tail(&log))
+        });
         eprintln!("[{name}] cycle {cycle}: store reopened directly; {objects} objects, {bytes} bytes read with every block's digest verified");
     }
     eprintln!(

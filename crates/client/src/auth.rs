@@ -8,7 +8,9 @@
 use crate::ClientError;
 use nasd_crypto::{DataProtector, FrameKeys, Key, MacAlgorithm, MacValue};
 use nasd_proto::limits::{CAPABILITY_LEN_MAX, DIGEST_LEN, NONCE_LEN};
-use nasd_proto::{decode_error_message, FrameHeader, FramePrefix, KeyType, Kind, Protection, Status, CAPABILITY_FORMAT_SEALED};
+use nasd_proto::{
+    decode_error_message, FrameHeader, FramePrefix, KeyType, Kind, Protection, Status, CAPABILITY_FORMAT_SEALED,
+};
 
 /// The key a client protects its requests with (NASD Table 6), and what the
 /// drive needs to find the same key.
@@ -284,7 +286,12 @@ impl Guard {
     /// - Anything else must carry the request's key type and protection and
     ///   a digest that verifies under the request's key; its arguments are
     ///   then decrypted under `PRIVACY_ARGS`.
-    pub fn check_reply(&self, request: &FrameHeader, request_digest: &[u8; DIGEST_LEN], frame: &[u8]) -> Result<CheckedReply, ClientError> {
+    pub fn check_reply(
+        &self,
+        request: &FrameHeader,
+        request_digest: &[u8; DIGEST_LEN],
+        frame: &[u8],
+    ) -> Result<CheckedReply, ClientError> {
         let prefix = FramePrefix::parse(frame)?;
         let header = prefix.header.clone();
         if header.kind != Kind::Reply || header.request_id != request.request_id || header.opcode != request.opcode {
@@ -292,7 +299,12 @@ impl Guard {
         }
         let unprotected = header.key_type == KeyType::None && header.protection == Protection::NONE;
         if self.keys.is_some() && unprotected && header.status != 0 {
-            return Ok(CheckedReply { header, args: prefix.args.to_vec(), digest: prefix.digest, authenticated: false });
+            return Ok(CheckedReply {
+                header,
+                args: prefix.args.to_vec(),
+                digest: prefix.digest,
+                authenticated: false,
+            });
         }
         if header.key_type != self.key_type || header.protection != self.protection {
             return Err(bad_reply(format!(
@@ -304,11 +316,18 @@ impl Guard {
             )));
         }
         let Some(keys) = &self.keys else {
-            return Ok(CheckedReply { header, args: prefix.args.to_vec(), digest: prefix.digest, authenticated: false });
+            return Ok(CheckedReply {
+                header,
+                args: prefix.args.to_vec(),
+                digest: prefix.digest,
+                authenticated: false,
+            });
         };
         let split = frame.len() - DIGEST_LEN;
         if !keys.verify_reply_digest(self.protection, request_digest, &frame[..split], &prefix.digest) {
-            return Err(bad_reply("reply digest does not verify: the reply was altered or not made with the request's key"));
+            return Err(bad_reply(
+                "reply digest does not verify: the reply was altered or not made with the request's key",
+            ));
         }
         let mut args = prefix.args.to_vec();
         if self.protection.covers(Protection::PRIVACY_ARGS) {

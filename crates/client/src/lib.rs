@@ -183,7 +183,10 @@ fn encode_args(req: &Request, data_len: u64) -> Result<Vec<u8>, ClientError> {
     }
     let args = req.encode_args();
     if args.len() > ARGS_LEN_MAX {
-        return Err(ClientError::InvalidRequest(format!("{} argument bytes exceed ARGS_LEN_MAX ({ARGS_LEN_MAX})", args.len())));
+        return Err(ClientError::InvalidRequest(format!(
+            "{} argument bytes exceed ARGS_LEN_MAX ({ARGS_LEN_MAX})",
+            args.len()
+        )));
     }
     Ok(args)
 }
@@ -308,7 +311,12 @@ impl DriveClient {
     /// Reads a reply prefix and checks it (see [`Guard::check_reply`]); a
     /// refusal becomes [`ClientError::Status`]. Authenticated replies update
     /// the drive clock estimate.
-    async fn recv_head(&mut self, guard: &Guard, request: &FrameHeader, request_digest: &[u8; DIGEST_LEN]) -> Result<ReplyHead, ClientError> {
+    async fn recv_head(
+        &mut self,
+        guard: &Guard,
+        request: &FrameHeader,
+        request_digest: &[u8; DIGEST_LEN],
+    ) -> Result<ReplyHead, ClientError> {
         let mut frame = vec![0u8; HEADER_LEN];
         self.rd.read_exact(&mut frame).await?;
         let head: &[u8; HEADER_LEN] = frame[..].try_into().expect("header length");
@@ -360,7 +368,12 @@ impl DriveClient {
 
     /// Sends a request without data under `credential` and `protection`
     /// (this call only; the client's [`Auth`] is unchanged).
-    async fn call_as(&mut self, credential: Credential, protection: Protection, req: &Request) -> Result<Reply, ClientError> {
+    async fn call_as(
+        &mut self,
+        credential: Credential,
+        protection: Protection,
+        req: &Request,
+    ) -> Result<Reply, ClientError> {
         let guard = Guard::new(&Auth::new(credential, protection)).map_err(ClientError::InvalidRequest)?;
         Ok(self.exchange(&guard, req).await?.reply)
     }
@@ -373,7 +386,13 @@ impl DriveClient {
     }
 
     /// Writes `data` (the regions' bytes in order) and returns bytes written.
-    pub async fn write(&mut self, partition: u64, object: u64, regions: &[Region], data: &[u8]) -> Result<u64, ClientError> {
+    pub async fn write(
+        &mut self,
+        partition: u64,
+        object: u64,
+        regions: &[Region],
+        data: &[u8],
+    ) -> Result<u64, ClientError> {
         self.write_from(partition, object, regions, data.len() as u64, &mut &data[..]).await
     }
 
@@ -414,7 +433,9 @@ impl DriveClient {
             src.read_exact(&mut buf[..n]).await?;
             let tag = protector.as_mut().map(|p| p.seal_chunk(&mut buf[..n])).unwrap_or_default();
             if tag.len() != tag_len {
-                return Err(ClientError::InvalidRequest("data tag length disagrees with the protection options".into()));
+                return Err(ClientError::InvalidRequest(
+                    "data tag length disagrees with the protection options".into(),
+                ));
             }
             self.wr.write_all(&buf[..n]).await?;
             self.wr.write_all(&tag).await?;
@@ -427,7 +448,12 @@ impl DriveClient {
     }
 
     /// Reads `regions` into memory: (per-region lengths, data).
-    pub async fn read(&mut self, partition: u64, object: u64, regions: &[Region]) -> Result<(Vec<u64>, Vec<u8>), ClientError> {
+    pub async fn read(
+        &mut self,
+        partition: u64,
+        object: u64,
+        regions: &[Region],
+    ) -> Result<(Vec<u64>, Vec<u8>), ClientError> {
         let mut out = Vec::new();
         let lengths = self.read_to(partition, object, regions, &mut out).await?;
         Ok((lengths, out))
@@ -474,7 +500,10 @@ impl DriveClient {
         if lengths.iter().map(|&l| l as u128).sum::<u128>() != head.header.data_len as u128 {
             return Err(ClientError::Protocol("read lengths disagree with the data length".into()));
         }
-        let units = nasd_crypto::Units::new(regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(), self.block_size);
+        let units = nasd_crypto::Units::new(
+            regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(),
+            self.block_size,
+        );
         if let Some(unit_mac) = guard.unit_mac(&head.digest, units) {
             return self.read_hash_and_mac(&head.header, unit_mac, dst).await.map(|()| lengths);
         }
@@ -491,7 +520,9 @@ impl DriveClient {
                 (None, Some(p)) => p.open_chunk(&mut buf[..n], &tag),
                 (None, None) => Ok(()),
             };
-            checked.map_err(|_| ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight")))?;
+            checked.map_err(|_| {
+                ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight"))
+            })?;
             dst.write_all(&buf[..n]).await?;
         }
         dst.flush().await?;
@@ -546,9 +577,12 @@ impl DriveClient {
         task: tokio::task::JoinHandle<Checked>,
         dst: &mut (impl AsyncWrite + Unpin),
     ) -> Result<(nasd_crypto::UnitMac, Vec<u8>), ClientError> {
-        let (unit_mac, chunk, ok) = task.await.map_err(|e| ClientError::Protocol(format!("tag check task failed: {e}")))?;
+        let (unit_mac, chunk, ok) =
+            task.await.map_err(|e| ClientError::Protocol(format!("tag check task failed: {e}")))?;
         if !ok {
-            return Err(ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight")));
+            return Err(ClientError::BadReply(format!(
+                "read data chunk {index} failed its tag: data changed in flight"
+            )));
         }
         dst.write_all(&chunk).await?;
         Ok((unit_mac, chunk))
@@ -560,7 +594,12 @@ impl DriveClient {
     }
 
     /// Creates an object, setting the attributes in `mask`.
-    pub async fn create_with(&mut self, partition: u64, mask: AttrMask, attrs: &Attributes) -> Result<(u64, Attributes), ClientError> {
+    pub async fn create_with(
+        &mut self,
+        partition: u64,
+        mask: AttrMask,
+        attrs: &Attributes,
+    ) -> Result<(u64, Attributes), ClientError> {
         match self.call(&Request::Create { partition, mask, attrs: attrs.masked(mask) }).await? {
             Reply::Created { object, attrs } => Ok((object, attrs)),
             other => Err(unexpected("create", &other)),
@@ -582,7 +621,13 @@ impl DriveClient {
     }
 
     /// Sets the attributes in `mask`; returns the new attributes.
-    pub async fn setattr(&mut self, partition: u64, object: u64, mask: AttrMask, attrs: &Attributes) -> Result<Attributes, ClientError> {
+    pub async fn setattr(
+        &mut self,
+        partition: u64,
+        object: u64,
+        mask: AttrMask,
+        attrs: &Attributes,
+    ) -> Result<Attributes, ClientError> {
         match self.call(&Request::SetAttr { partition, object, mask, attrs: attrs.masked(mask) }).await? {
             Reply::Attrs(a) => Ok(a),
             other => Err(unexpected("setattr", &other)),
@@ -604,7 +649,12 @@ impl DriveClient {
     }
 
     /// (estimated, maximum) blocks needed to overwrite `regions`.
-    pub async fn blocks_required(&mut self, partition: u64, object: u64, regions: &[Region]) -> Result<(u64, u64), ClientError> {
+    pub async fn blocks_required(
+        &mut self,
+        partition: u64,
+        object: u64,
+        regions: &[Region],
+    ) -> Result<(u64, u64), ClientError> {
         match self.call(&Request::BlocksRequired { partition, object, regions: regions.to_vec() }).await? {
             Reply::BlocksRequired { estimated, maximum } => Ok((estimated, maximum)),
             other => Err(unexpected("blocksrequired", &other)),
@@ -680,13 +730,22 @@ impl DriveClient {
     pub async fn set_drive_key(&mut self, master: &Key, new_drive_key: &Key) -> Result<(), ClientError> {
         let sealed_key = seal_key(master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), new_drive_key);
         let reply = self
-            .call_as(Credential::Master(master.clone()), key_management_protection(), &Request::SetDriveKey { sealed_key })
+            .call_as(
+                Credential::Master(master.clone()),
+                key_management_protection(),
+                &Request::SetDriveKey { sealed_key },
+            )
             .await?;
         expect_done("setdrivekey", reply)
     }
 
     /// Sets `partition`'s key (sealed under the drive key), authorized by the drive key.
-    pub async fn set_partition_key(&mut self, drive_key: &Key, partition: u64, new_key: &Key) -> Result<(), ClientError> {
+    pub async fn set_partition_key(
+        &mut self,
+        drive_key: &Key,
+        partition: u64,
+        new_key: &Key,
+    ) -> Result<(), ClientError> {
         let sealed_key = seal_key(drive_key, &key_context(opcode::SET_PARTITION_KEY, partition, 0), new_key);
         let req = Request::SetPartitionKey { partition, sealed_key };
         let reply = self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await?;
@@ -703,7 +762,8 @@ impl DriveClient {
         key_version: u32,
         new_key: &Key,
     ) -> Result<(), ClientError> {
-        let sealed_key = seal_key(partition_key, &key_context(opcode::SET_WORKING_KEY, partition, key_version), new_key);
+        let sealed_key =
+            seal_key(partition_key, &key_context(opcode::SET_WORKING_KEY, partition, key_version), new_key);
         let req = Request::SetWorkingKey { partition, key_version, sealed_key };
         let credential = Credential::Partition { partition, key: partition_key.clone() };
         let reply = self.call_as(credential, key_management_protection(), &req).await?;
@@ -739,7 +799,11 @@ impl DriveClient {
     /// stored digest (authorized by the drive key). Returns (blocks checked,
     /// corrupt blocks in all, the first `max_report` of them as (partition,
     /// object, logical block)).
-    pub async fn scrub(&mut self, drive_key: &Key, max_report: u16) -> Result<(u64, u64, Vec<(u64, u64, u64)>), ClientError> {
+    pub async fn scrub(
+        &mut self,
+        drive_key: &Key,
+        max_report: u16,
+    ) -> Result<(u64, u64, Vec<(u64, u64, u64)>), ClientError> {
         let req = Request::Scrub { max_report };
         match self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await? {
             Reply::Scrub { blocks_checked, corrupt_total, corrupt } => Ok((blocks_checked, corrupt_total, corrupt)),

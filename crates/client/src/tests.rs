@@ -35,7 +35,9 @@ fn cap_args(alg: MacAlgorithm) -> CapabilityArgs {
 fn credentials() -> Vec<(Credential, MacAlgorithm, Key)> {
     let working = Key::random();
     let mut out = Vec::new();
-    for (alg, sealed) in [(MacAlgorithm::Blake3, false), (MacAlgorithm::HmacSha256, false), (MacAlgorithm::Blake3, true)] {
+    for (alg, sealed) in
+        [(MacAlgorithm::Blake3, false), (MacAlgorithm::HmacSha256, false), (MacAlgorithm::Blake3, true)]
+    {
         let (token, key) = mint_capability(&working, &cap_args(alg), sealed).unwrap();
         out.push((Credential::Capability { token, key: key.clone(), algorithm: alg }, alg, key));
     }
@@ -104,13 +106,17 @@ fn request_frames_verify_as_a_drive_would_for_every_protection() {
     for (credential, alg, key) in credentials() {
         for protection in all_protections() {
             if !usable(&credential, protection) {
-                assert!(Guard::new(&Auth::new(credential.clone(), protection)).is_err(), "{credential:?} {protection:?}");
+                assert!(
+                    Guard::new(&Auth::new(credential.clone(), protection)).is_err(),
+                    "{credential:?} {protection:?}"
+                );
                 continue;
             }
             let guard = Guard::new(&Auth::new(credential.clone(), protection)).expect("usable auth");
             let mut h = request_header(&req, data.len() as u64, 512);
             let (frame, digest) = guard.seal_request(&mut h, req.encode_args());
-            let (header, decoded, wire_digest) = drive_verify(&frame, alg, &key).unwrap_or_else(|e| panic!("{e}: {credential:?} {protection:?}"));
+            let (header, decoded, wire_digest) =
+                drive_verify(&frame, alg, &key).unwrap_or_else(|e| panic!("{e}: {credential:?} {protection:?}"));
             assert_eq!(decoded, req);
             assert_eq!(wire_digest, digest);
             assert_eq!(header.key_type, credential.key_type());
@@ -192,7 +198,8 @@ fn data_tags_detect_a_flipped_byte_in_chunk_or_tag() {
             .collect();
         for bad_chunk in 0..3 {
             for pos in [0usize, 1, 350, 699, 700, 700 + 31] {
-                let mut opener = FrameKeys::new(MacAlgorithm::Blake3, &key).data(Kind::Request, &nonce, protection, &digest);
+                let mut opener =
+                    FrameKeys::new(MacAlgorithm::Blake3, &key).data(Kind::Request, &nonce, protection, &digest);
                 for (i, (c, t)) in sealed.iter().enumerate() {
                     let (mut c, mut t) = (c.clone(), t.clone());
                     if i == bad_chunk {
@@ -335,7 +342,8 @@ fn replies_are_verified_and_decrypted() {
             let mut h = request_header(&req, 0, 0);
             let (_, req_digest) = guard.seal_request(&mut h, req.encode_args());
             let keys = FrameKeys::new(alg, &key);
-            let results = Reply::Attrs(Attributes { logical_size: PLAIN_ARGS_MARKER, ..Attributes::default() }).encode();
+            let results =
+                Reply::Attrs(Attributes { logical_size: PLAIN_ARGS_MARKER, ..Attributes::default() }).encode();
             let nonce = nasd_proto::nonce(99, 1);
             let (frame, digest) = drive_reply(Some(&keys), &req_digest, &h, Status::Ok, results.clone(), nonce, 0, 0);
             let checked = guard.check_reply(&h, &req_digest, &frame).expect("genuine reply");
@@ -343,14 +351,20 @@ fn replies_are_verified_and_decrypted() {
             assert_eq!(checked.authenticated, integrity);
             assert_eq!(checked.args, results);
             assert_eq!(checked.digest, digest);
-            assert_eq!(contains(&frame, &PLAIN_ARGS_MARKER.to_le_bytes()), !protection.covers(Protection::PRIVACY_ARGS));
+            assert_eq!(
+                contains(&frame, &PLAIN_ARGS_MARKER.to_le_bytes()),
+                !protection.covers(Protection::PRIVACY_ARGS)
+            );
 
             // Every flipped byte is caught (under NO_PROTECTION nothing is:
             // the reply's digest is zero).
             for i in (0..frame.len()).filter(|_| integrity) {
                 let mut bad = frame.clone();
                 bad[i] ^= 0x10;
-                assert!(is_bad_reply(&guard.check_reply(&h, &req_digest, &bad)), "{credential:?} {protection:?}: flip at {i}");
+                assert!(
+                    is_bad_reply(&guard.check_reply(&h, &req_digest, &bad)),
+                    "{credential:?} {protection:?}: flip at {i}"
+                );
             }
             // Made with another key (without integrity a reply proves nothing).
             let other = FrameKeys::new(alg, &Key::random());
@@ -361,7 +375,8 @@ fn replies_are_verified_and_decrypted() {
             // A genuine reply to another request (replayed).
             let mut h_other = h.clone();
             h_other.request_id += 1;
-            let (replayed, _) = drive_reply(Some(&keys), &req_digest, &h_other, Status::Ok, results.clone(), nonce, 0, 0);
+            let (replayed, _) =
+                drive_reply(Some(&keys), &req_digest, &h_other, Status::Ok, results.clone(), nonce, 0, 0);
             assert!(matches!(guard.check_reply(&h, &req_digest, &replayed), Err(ClientError::BadReply(_))));
             let mut h_op = h.clone();
             h_op.opcode = opcode::SETATTR;
@@ -374,15 +389,19 @@ fn replies_are_verified_and_decrypted() {
             for p in all_protections().into_iter().filter(|p| *p != protection) {
                 let mut hp = h.clone();
                 hp.protection = p;
-                let (downgraded, _) = drive_reply(Some(&keys), &req_digest, &hp, Status::Ok, results.clone(), nonce, 0, 0);
+                let (downgraded, _) =
+                    drive_reply(Some(&keys), &req_digest, &hp, Status::Ok, results.clone(), nonce, 0, 0);
                 assert!(matches!(guard.check_reply(&h, &req_digest, &downgraded), Err(ClientError::BadReply(_))));
             }
             // A protected refusal verifies and its message decrypts.
             let msg = encode_error_message("no such object");
-            let (refusal, _) = drive_reply(Some(&keys), &req_digest, &h, Status::NoSuchObject, msg.clone(), nonce, 0, 0);
+            let (refusal, _) =
+                drive_reply(Some(&keys), &req_digest, &h, Status::NoSuchObject, msg.clone(), nonce, 0, 0);
             let checked = guard.check_reply(&h, &req_digest, &refusal).unwrap();
             assert_eq!(checked.authenticated, integrity);
-            assert!(matches!(checked.refusal(), Err(ClientError::Status { status: Status::NoSuchObject, ref message }) if message == "no such object"));
+            assert!(
+                matches!(checked.refusal(), Err(ClientError::Status { status: Status::NoSuchObject, ref message }) if message == "no such object")
+            );
             let mut bad = refusal.clone();
             let n = bad.len();
             bad[n - 40] ^= 1;
@@ -412,7 +431,16 @@ fn unprotected_client_accepts_only_unprotected_replies() {
     let mut hp = h.clone();
     hp.key_type = KeyType::Drive;
     hp.protection = Protection::INTEGRITY_ARGS;
-    let (protected, _) = drive_reply(Some(&FrameKeys::new(MacAlgorithm::Blake3, &Key::random())), &digest, &hp, Status::Ok, vec![], [0; 16], 0, 0);
+    let (protected, _) = drive_reply(
+        Some(&FrameKeys::new(MacAlgorithm::Blake3, &Key::random())),
+        &digest,
+        &hp,
+        Status::Ok,
+        vec![],
+        [0; 16],
+        0,
+        0,
+    );
     assert!(matches!(guard.check_reply(&h, &digest, &protected), Err(ClientError::BadReply(_))));
 }
 
@@ -424,7 +452,10 @@ fn encode_args_refuses_what_the_wire_cannot_carry() {
     let r = encode_args(&Request::GetAttr { partition: 1, object: 16 }, DATA_LEN_MAX + 1);
     assert!(matches!(r, Err(ClientError::InvalidRequest(_))));
     let regions = vec![Region { offset: 0, length: 1 }; 5000];
-    assert!(matches!(encode_args(&Request::Write { partition: 1, object: 16, regions }, 0), Err(ClientError::InvalidRequest(_))));
+    assert!(matches!(
+        encode_args(&Request::Write { partition: 1, object: 16, regions }, 0),
+        Err(ClientError::InvalidRequest(_))
+    ));
 }
 
 // --------------------------------------------------------------- mock drive
@@ -498,7 +529,13 @@ mod mock {
             let p = FramePrefix::parse(&frame).unwrap();
             seq += 1;
             let reply_nonce = nasd_proto::nonce(now(&state), seq);
-            let found = state.lock().unwrap().keys.iter().find(|(t, _, _)| *t == header.key_type).map(|(_, a, k)| (*a, k.clone()));
+            let found = state
+                .lock()
+                .unwrap()
+                .keys
+                .iter()
+                .find(|(t, _, _)| *t == header.key_type)
+                .map(|(_, a, k)| (*a, k.clone()));
             let keys = match (header.key_type, found) {
                 (KeyType::None, _) => None,
                 (_, Some((alg, key))) => Some(FrameKeys::new(alg, &key)),
@@ -506,7 +543,16 @@ mod mock {
             };
             if let Some(k) = &keys {
                 if !k.verify_digest(header.protection, &frame[..frame.len() - 32], &p.digest) {
-                    let (bytes, _) = drive_reply(None, &p.digest, &header, Status::BadDigest, encode_error_message("bad digest"), reply_nonce, 0, 0);
+                    let (bytes, _) = drive_reply(
+                        None,
+                        &p.digest,
+                        &header,
+                        Status::BadDigest,
+                        encode_error_message("bad digest"),
+                        reply_nonce,
+                        0,
+                        0,
+                    );
                     wr.write_all(&bytes).await?;
                     continue;
                 }
@@ -538,9 +584,13 @@ mod mock {
                 let drive = st.keys.iter().find(|k| k.0 == KeyType::Drive).map(|k| k.2.clone());
                 let partition = st.keys.iter().find(|k| k.0 == KeyType::Partition).map(|k| k.2.clone());
                 match &req {
-                    Request::Hello { .. } => {
-                        Reply::Hello { version: VERSION, drive_id: [5; 16], chunk_len_max: 1 << 20, regions_max: 1024, block_size: 4096 }
-                    }
+                    Request::Hello { .. } => Reply::Hello {
+                        version: VERSION,
+                        drive_id: [5; 16],
+                        chunk_len_max: 1 << 20,
+                        regions_max: 1024,
+                        block_size: 4096,
+                    },
                     Request::GetAttr { .. } => Reply::Attrs(Attributes::default()),
                     Request::Write { .. } => {
                         st.object = data.clone();
@@ -553,17 +603,24 @@ mod mock {
                     }
                     Request::Initialize { sealed_master_key, .. } => {
                         if !sealed_master_key.is_empty() {
-                            let k = open_key(&master.unwrap(), &key_context(opcode::INITIALIZE, 0, 0), sealed_master_key).unwrap();
+                            let k =
+                                open_key(&master.unwrap(), &key_context(opcode::INITIALIZE, 0, 0), sealed_master_key)
+                                    .unwrap();
                             st.opened.push(k);
                         }
                         Reply::Done
                     }
                     Request::SetDriveKey { sealed_key } => {
-                        st.opened.push(open_key(&master.unwrap(), &key_context(opcode::SET_DRIVE_KEY, 0, 0), sealed_key).unwrap());
+                        st.opened.push(
+                            open_key(&master.unwrap(), &key_context(opcode::SET_DRIVE_KEY, 0, 0), sealed_key).unwrap(),
+                        );
                         Reply::Done
                     }
                     Request::SetPartitionKey { partition: p, sealed_key } => {
-                        st.opened.push(open_key(&drive.unwrap(), &key_context(opcode::SET_PARTITION_KEY, *p, 0), sealed_key).unwrap());
+                        st.opened.push(
+                            open_key(&drive.unwrap(), &key_context(opcode::SET_PARTITION_KEY, *p, 0), sealed_key)
+                                .unwrap(),
+                        );
                         Reply::Done
                     }
                     Request::SetWorkingKey { partition: p, key_version, sealed_key } => {
@@ -595,12 +652,39 @@ mod mock {
             let read_chunk = state.lock().unwrap().read_chunk;
             let (mut bytes, digest) = match tamper {
                 Tamper::NakedRefusal => {
-                    let (b, _) = drive_reply(None, &p.digest, &header, Status::BadDigest, encode_error_message("refused"), reply_nonce, 0, 0);
+                    let (b, _) = drive_reply(
+                        None,
+                        &p.digest,
+                        &header,
+                        Status::BadDigest,
+                        encode_error_message("refused"),
+                        reply_nonce,
+                        0,
+                        0,
+                    );
                     wr.write_all(&b).await?;
                     continue;
                 }
-                Tamper::NakedSuccess => drive_reply(None, &p.digest, &reply_header, Status::Ok, results.encode(), reply_nonce, reply_data.len() as u64, read_chunk),
-                _ => drive_reply(keys.as_ref(), &p.digest, &reply_header, Status::Ok, results.encode(), reply_nonce, reply_data.len() as u64, read_chunk),
+                Tamper::NakedSuccess => drive_reply(
+                    None,
+                    &p.digest,
+                    &reply_header,
+                    Status::Ok,
+                    results.encode(),
+                    reply_nonce,
+                    reply_data.len() as u64,
+                    read_chunk,
+                ),
+                _ => drive_reply(
+                    keys.as_ref(),
+                    &p.digest,
+                    &reply_header,
+                    Status::Ok,
+                    results.encode(),
+                    reply_nonce,
+                    reply_data.len() as u64,
+                    read_chunk,
+                ),
             };
             if tamper == Tamper::ArgsByte {
                 let n = bytes.len();
@@ -652,7 +736,10 @@ async fn protected_write_and_read_through_a_mock_drive() {
     let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     let regions = [Region { offset: 0, length: 3000 }, Region { offset: 8192, length: 2000 }];
     for protection in all_protections() {
-        c.set_auth(Auth::new(Credential::Capability { token: token.clone(), key: cap_key.clone(), algorithm: alg }, protection));
+        c.set_auth(Auth::new(
+            Credential::Capability { token: token.clone(), key: cap_key.clone(), algorithm: alg },
+            protection,
+        ));
         c.set_chunk_len(1024);
         assert_eq!(c.write(7, 16, &regions, &data).await.unwrap(), 5000, "{protection:?}");
         assert_eq!(state.lock().unwrap().object, data);
@@ -662,7 +749,10 @@ async fn protected_write_and_read_through_a_mock_drive() {
         c.getattr(7, 16).await.unwrap();
         if protection.covers(Protection::INTEGRITY_ARGS) {
             let offset = c.drive_time_ns() as i128 - local_ns() as i128;
-            assert!((offset - 3_600_000_000_000).abs() < 2_000_000_000, "clock offset {offset} not learnt from an authenticated reply");
+            assert!(
+                (offset - 3_600_000_000_000).abs() < 2_000_000_000,
+                "clock offset {offset} not learnt from an authenticated reply"
+            );
         }
     }
     // Nonces: unique, consecutive sequence numbers, time on the drive clock.
@@ -737,14 +827,19 @@ async fn key_management_seals_keys_for_their_slots() {
     c.set_partition_key(&drive, 7, &k3).await.unwrap();
     c.set_working_key(&partition, 7, 2, &k4).await.unwrap();
     c.set_min_protection(&Credential::Drive(drive.clone()), 0, Protection::INTEGRITY_ARGS).await.unwrap();
-    c.set_min_protection(&Credential::Partition { partition: 7, key: partition.clone() }, 7, Protection::INTEGRITY_ARGS)
-        .await
-        .unwrap();
+    c.set_min_protection(
+        &Credential::Partition { partition: 7, key: partition.clone() },
+        7,
+        Protection::INTEGRITY_ARGS,
+    )
+    .await
+    .unwrap();
     let records = c.read_audit(&drive, 10, 5).await.unwrap();
     assert_eq!(records[0].sequence, 11);
     assert_eq!(state.lock().unwrap().opened, vec![k1, k2, k3, k4]);
     let st = state.lock().unwrap();
-    let kinds: Vec<(KeyType, Protection, u16)> = st.log.iter().map(|(h, _)| (h.key_type, h.protection, h.opcode)).collect();
+    let kinds: Vec<(KeyType, Protection, u16)> =
+        st.log.iter().map(|(h, _)| (h.key_type, h.protection, h.opcode)).collect();
     let km = key_management_protection();
     assert_eq!(
         kinds[1..],

@@ -23,11 +23,11 @@ mod protect;
 mod seal;
 
 pub use key::{Key, KEY_LEN};
+pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};
 pub use protect::{
     capability_key, key_context, mint_capability, unseal_capability, DataProtector, FrameKeys, TagMismatch, UnitMac,
     Units,
 };
-pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};
 pub use seal::{
     open, open_key, seal, seal_key, seal_with_nonce, xor_keystream, OpenError, SEALED_KEY_LEN, SEAL_NONCE_LEN,
     SEAL_TAG_LEN,
@@ -76,10 +76,7 @@ mod tests {
     #[test]
     fn digest_known_answer() {
         // BLAKE3("") from the BLAKE3 specification's test vectors.
-        assert_eq!(
-            hex::encode(block_digest(b"")),
-            "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
-        );
+        assert_eq!(hex::encode(block_digest(b"")), "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262");
     }
 
     #[test]

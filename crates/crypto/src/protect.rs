@@ -3,7 +3,9 @@
 
 use crate::{ct_eq, mac, open, seal, xor_keystream, Key, MacAlgorithm, MacState, MacValue};
 use nasd_proto::limits::NONCE_LEN;
-use nasd_proto::{CapabilityArgs, Kind, Protection, SealedCapabilityPrefix, CAPABILITY_ARGS_LEN, SEALED_CAPABILITY_PREFIX_LEN};
+use nasd_proto::{
+    CapabilityArgs, Kind, Protection, SealedCapabilityPrefix, CAPABILITY_ARGS_LEN, SEALED_CAPABILITY_PREFIX_LEN,
+};
 
 /// The keys a frame is protected with, all derived from the request key.
 pub struct FrameKeys {
@@ -32,7 +34,12 @@ fn stream_nonce(kind: Kind, nonce: &[u8; NONCE_LEN], section: Section) -> [u8; 2
 impl FrameKeys {
     /// Keys for frames protected by `key` (a capability key or a key of the hierarchy).
     pub fn new(alg: MacAlgorithm, key: &Key) -> Self {
-        FrameKeys { alg, raw: key.clone(), mac: key.derive("nasd v1 frame mac"), enc: key.derive("nasd v1 frame encryption") }
+        FrameKeys {
+            alg,
+            raw: key.clone(),
+            mac: key.derive("nasd v1 frame mac"),
+            enc: key.derive("nasd v1 frame encryption"),
+        }
     }
 
     /// The digest field a frame must carry: under `INTEGRITY_ARGS`, the MAC of
@@ -64,7 +71,13 @@ impl FrameKeys {
     }
 
     /// Checks a reply's digest in constant time.
-    pub fn verify_reply_digest(&self, protection: Protection, request_digest: &[u8], before_digest: &[u8], digest: &[u8]) -> bool {
+    pub fn verify_reply_digest(
+        &self,
+        protection: Protection,
+        request_digest: &[u8],
+        before_digest: &[u8],
+        digest: &[u8],
+    ) -> bool {
         ct_eq(&self.reply_digest(protection, request_digest, before_digest), digest)
     }
 
@@ -168,7 +181,12 @@ pub fn mint_capability(working: &Key, args: &CapabilityArgs, sealed: bool) -> Op
 /// Opens a sealed capability token with the working key its prefix names.
 pub fn unseal_capability(working: &Key, token: &[u8]) -> Option<CapabilityArgs> {
     let prefix = SealedCapabilityPrefix::decode(token).ok()?;
-    let bytes = open(&capability_seal_key(working), &token[..SEALED_CAPABILITY_PREFIX_LEN], &token[SEALED_CAPABILITY_PREFIX_LEN..]).ok()?;
+    let bytes = open(
+        &capability_seal_key(working),
+        &token[..SEALED_CAPABILITY_PREFIX_LEN],
+        &token[SEALED_CAPABILITY_PREFIX_LEN..],
+    )
+    .ok()?;
     if bytes.len() != CAPABILITY_ARGS_LEN {
         return None;
     }

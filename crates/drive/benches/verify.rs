@@ -6,9 +6,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use nasd_crypto::{key_context, mint_capability, seal_key, FrameKeys, Key, MacAlgorithm};
 use nasd_drive::Security;
-use nasd_proto::{
-    opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, KeyType, Protection, Region, Request,
-};
+use nasd_proto::{opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, KeyType, Protection, Region, Request};
 use nasd_store::{Store, StoreOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,7 +20,10 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(dir.path(), &StoreOptions { block_size: 4096, capacity_bytes: 1 << 30, ..Default::default() }).unwrap());
+    let store = Arc::new(
+        Store::open(dir.path(), &StoreOptions { block_size: 4096, capacity_bytes: 1 << 30, ..Default::default() })
+            .unwrap(),
+    );
     // A 1 s skew: the replay cache holds NONCE_CACHE_MAX nonces per window, and
     // one core verifies more than that in the default 5 s window.
     store.initialize(0, 1_000_000_000).unwrap();
@@ -32,8 +33,15 @@ fn fixture() -> Fixture {
     store.create_partition(1).unwrap();
     let manage = |r: Request| security.manage(&r).map_err(|(s, m)| format!("{s}: {m}")).unwrap();
     manage(Request::SetDriveKey { sealed_key: seal_key(&master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), &drive) });
-    manage(Request::SetPartitionKey { partition: 1, sealed_key: seal_key(&drive, &key_context(opcode::SET_PARTITION_KEY, 1, 0), &part) });
-    manage(Request::SetWorkingKey { partition: 1, key_version: 1, sealed_key: seal_key(&part, &key_context(opcode::SET_WORKING_KEY, 1, 1), &working) });
+    manage(Request::SetPartitionKey {
+        partition: 1,
+        sealed_key: seal_key(&drive, &key_context(opcode::SET_PARTITION_KEY, 1, 0), &part),
+    });
+    manage(Request::SetWorkingKey {
+        partition: 1,
+        key_version: 1,
+        sealed_key: seal_key(&part, &key_context(opcode::SET_WORKING_KEY, 1, 1), &working),
+    });
     Fixture { _dir: dir, store, security, working }
 }
 

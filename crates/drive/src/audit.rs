@@ -39,7 +39,10 @@ impl Audit {
                 partition INTEGER NOT NULL, object INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL)",
         )?;
         let last: i64 = conn.query_row("SELECT COALESCE(MAX(sequence), 0) FROM audit", [], |r| r.get(0))?;
-        Ok(Audit { db: Mutex::new(conn), state: Mutex::new(State { next_sequence: last as u64 + 1, pending: Vec::new() }) })
+        Ok(Audit {
+            db: Mutex::new(conn),
+            state: Mutex::new(State { next_sequence: last as u64 + 1, pending: Vec::new() }),
+        })
     }
 
     /// Records one request; returns its sequence number.

@@ -5,8 +5,8 @@ use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHU
 use nasd_crypto::{FrameKeys, UnitMac};
 use nasd_proto::limits::{CHUNK_LEN_MAX, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
 use nasd_proto::{
-    encode_error_message, validate_regions, AuditRecord, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType, Kind,
-    Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
+    encode_error_message, validate_regions, AuditRecord, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType,
+    Kind, Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
 };
 use nasd_store::{DataSink, DataSource, Store, StoreError};
 use std::net::SocketAddr;
@@ -39,8 +39,12 @@ struct ReplyGuard<'a> {
 
 impl ReplyGuard<'static> {
     /// For refusals of requests that did not authenticate: unprotected.
-    const NONE: ReplyGuard<'static> =
-        ReplyGuard { keys: None, key_type: KeyType::None, protection: Protection::NONE, request_digest: [0; DIGEST_LEN] };
+    const NONE: ReplyGuard<'static> = ReplyGuard {
+        keys: None,
+        key_type: KeyType::None,
+        protection: Protection::NONE,
+        request_digest: [0; DIGEST_LEN],
+    };
 }
 
 impl<'a> ReplyGuard<'a> {
@@ -101,7 +105,12 @@ fn timed_out() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::TimedOut, "peer too slow")
 }
 
-async fn handle_frame(rd: &mut Reader, wr: &mut Writer, drive: &Arc<Drive>, config: &DriveConfig) -> std::io::Result<Next> {
+async fn handle_frame(
+    rd: &mut Reader,
+    wr: &mut Writer,
+    drive: &Arc<Drive>,
+    config: &DriveConfig,
+) -> std::io::Result<Next> {
     let store = &drive.store;
     let mut head = [0u8; HEADER_LEN];
     // Idle time is allowed before a frame starts; once it has started, the
@@ -121,7 +130,9 @@ async fn handle_frame(rd: &mut Reader, wr: &mut Writer, drive: &Arc<Drive>, conf
         Ok(h) => h,
         Err(e) => {
             let msg = match &e {
-                DecodeError::Version(v) => format!("protocol version {v} unsupported; this drive speaks {VERSION_MIN}..={VERSION}"),
+                DecodeError::Version(v) => {
+                    format!("protocol version {v} unsupported; this drive speaks {VERSION_MIN}..={VERSION}")
+                }
                 other => format!("bad frame header: {other}"),
             };
             send_error(wr, store, &fallback, &ReplyGuard::NONE, header_error_status(&e), &msg).await?;
@@ -392,7 +403,9 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             Reply::Done
         }
         Request::GetAttr { partition, object } => Reply::Attrs(store.getattr(partition, object)?),
-        Request::SetAttr { partition, object, mask, attrs } => Reply::Attrs(store.setattr(partition, object, mask, &attrs)?),
+        Request::SetAttr { partition, object, mask, attrs } => {
+            Reply::Attrs(store.setattr(partition, object, mask, &attrs)?)
+        }
         Request::FastCopy { partition, source } => {
             let (object, attrs) = store.fastcopy(partition, source)?;
             Reply::Created { object, attrs }
@@ -460,7 +473,6 @@ impl DataSource for ChannelSource {
         Ok(())
     }
 }
-
 
 enum ReadMsg {
     Start(Vec<u64>),
@@ -558,7 +570,8 @@ async fn execute_write(
             s.write(partition, object, &regions, &mut source)
         }
     });
-    let mut checker = auth.keys.as_ref().map(|k| k.data(Kind::Request, &header.nonce, header.protection, request_digest));
+    let mut checker =
+        auth.keys.as_ref().map(|k| k.data(Kind::Request, &header.nonce, header.protection, request_digest));
     let tag_len = header.protection.data_tag_len();
     let mut feeding = true;
     let mut tag_failed = false;
@@ -653,7 +666,10 @@ async fn execute_read(
     let mut reply = reply_header(store, header, guard, Status::Ok);
     reply.data_len = total;
     reply.chunk_len = if total > 0 { chunk_len as u32 } else { 0 };
-    let units = nasd_crypto::Units::new(regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(), store.block_size());
+    let units = nasd_crypto::Units::new(
+        regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(),
+        store.block_size(),
+    );
     let (prefix, digest) = protected_prefix(&reply, guard, Reply::Read { lengths }.encode());
     let mut protector = None;
     if let Some(keys) = guard.keys {
@@ -734,7 +750,13 @@ fn protected_prefix(h: &FrameHeader, guard: &ReplyGuard<'_>, mut args: Vec<u8>) 
     (bytes, digest)
 }
 
-async fn send_reply(wr: &mut Writer, store: &Store, request: &FrameHeader, guard: &ReplyGuard<'_>, reply: &Reply) -> std::io::Result<()> {
+async fn send_reply(
+    wr: &mut Writer,
+    store: &Store,
+    request: &FrameHeader,
+    guard: &ReplyGuard<'_>,
+    reply: &Reply,
+) -> std::io::Result<()> {
     let h = reply_header(store, request, guard, Status::Ok);
     wr.write_all(&protected_prefix(&h, guard, reply.encode()).0).await?;
     wr.flush().await

@@ -7,8 +7,8 @@ use nasd_crypto::{
 };
 use nasd_proto::limits::NONCE_LEN;
 use nasd_proto::{
-    opcode, rights, CapabilityArgs, FrameHeader, KeyType, Protection, Region, Request, SealedCapabilityPrefix,
-    Status, ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR, CAPABILITY_FORMAT_SEALED,
+    opcode, rights, CapabilityArgs, FrameHeader, KeyType, Protection, Region, Request, SealedCapabilityPrefix, Status,
+    ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR, CAPABILITY_FORMAT_SEALED,
 };
 use nasd_store::Store;
 use std::collections::{BTreeSet, HashMap};
@@ -183,7 +183,13 @@ impl Security {
 
     /// Checks 1–4 of SECURITY.md: protection options, the key, the digest.
     /// A refusal here goes back unprotected (the request did not prove a key).
-    pub fn authenticate(&self, header: &FrameHeader, capability: &[u8], before_digest: &[u8], digest: &[u8]) -> Result<Authority, Refusal> {
+    pub fn authenticate(
+        &self,
+        header: &FrameHeader,
+        capability: &[u8],
+        before_digest: &[u8],
+        digest: &[u8],
+    ) -> Result<Authority, Refusal> {
         let protection = header.protection;
         if !protection.is_consistent() {
             return refuse(Status::ProtectionUnsupported, "inconsistent protection options (see SECURITY.md)");
@@ -227,7 +233,10 @@ impl Security {
                 return refuse(Status::ProtectionTooWeak, "request protection is below the capability's minimum");
             }
             if !c.min_protection.covers(minimum) {
-                return refuse(Status::CapabilityBelowMinimum, "capability minimum is below the drive or partition minimum");
+                return refuse(
+                    Status::CapabilityBelowMinimum,
+                    "capability minimum is below the drive or partition minimum",
+                );
             }
         } else if !protection.covers(minimum) {
             return refuse(Status::ProtectionTooWeak, "request protection is below the drive or partition minimum");
@@ -237,7 +246,11 @@ impl Security {
 
     /// Finds the key a request names (check 2–3): capability key (computed
     /// or cached), or a key of the hierarchy.
-    fn resolve_key(&self, header: &FrameHeader, capability: &[u8]) -> Result<(Key, MacAlgorithm, Option<CapabilityArgs>, Option<u64>), Refusal> {
+    fn resolve_key(
+        &self,
+        header: &FrameHeader,
+        capability: &[u8],
+    ) -> Result<(Key, MacAlgorithm, Option<CapabilityArgs>, Option<u64>), Refusal> {
         let ring = lock(&self.keys);
         let not_set = |what: &str| refuse(Status::KeyNotSet, format!("the {what} key has not been set"));
         let selector = |len: usize| -> Result<u64, Refusal> {
@@ -269,12 +282,16 @@ impl Security {
                 let version = u32::from_le_bytes(capability[8..12].try_into().expect("4 bytes"));
                 match Self::working_key(&ring, p, version) {
                     Some(k) => Ok((k, MacAlgorithm::Blake3, None, Some(p))),
-                    None => refuse(Status::KeyVersionRetired, format!("working key version {version} is not current or previous")),
+                    None => refuse(
+                        Status::KeyVersionRetired,
+                        format!("working key version {version} is not current or previous"),
+                    ),
                 }
             }
             KeyType::Capability => {
                 let args = self.open_capability(&ring, capability)?;
-                let alg = MacAlgorithm::from_id(args.algorithm).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+                let alg = MacAlgorithm::from_id(args.algorithm)
+                    .ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
                 let working = Self::working_key(&ring, args.partition, args.key_version).ok_or((
                     Status::KeyVersionRetired,
                     format!("working key version {} is not current or previous", args.key_version),
@@ -304,7 +321,8 @@ impl Security {
                     Status::KeyVersionRetired,
                     format!("working key version {} is not current or previous", prefix.key_version),
                 ))?;
-                unseal_capability(&working, token).ok_or((Status::BadCapability, "sealed capability does not open".into()))
+                unseal_capability(&working, token)
+                    .ok_or((Status::BadCapability, "sealed capability does not open".into()))
             }
             _ => refuse(Status::BadCapability, "missing or unknown capability format"),
         }
@@ -338,7 +356,8 @@ impl Security {
         let now = self.store.now_ns();
         let skew = self.store.clock_skew_ns();
         let floor = now.saturating_sub(skew).max(self.boot_ns);
-        let outside = || refuse(Status::NonceOutsideWindow, format!("nonce time is outside the drive's window ({skew} ns skew)"));
+        let outside =
+            || refuse(Status::NonceOutsideWindow, format!("nonce time is outside the drive's window ({skew} ns skew)"));
         if time < floor {
             return outside();
         }
@@ -386,16 +405,19 @@ impl Security {
             (_, KeyType::None) if !self.enabled => full,
             (Class::Master, KeyType::Master) | (Class::Drive, KeyType::Drive) => full,
             (Class::Partition(_), KeyType::Drive) | (Class::Object { .. }, KeyType::Drive) => full,
-            (Class::Partition(p), KeyType::Partition) | (Class::Object { partition: p, .. }, KeyType::Partition | KeyType::Working) => {
+            (Class::Partition(p), KeyType::Partition)
+            | (Class::Object { partition: p, .. }, KeyType::Partition | KeyType::Working) => {
                 if auth.partition_scope == Some(*p) {
                     full
                 } else {
                     refuse(Status::WrongObject, "the key is for another partition")
                 }
             }
-            (Class::Object { .. }, KeyType::Capability) => {
-                self.authorize_capability(auth.capability.as_ref().expect("capability key type has a capability"), req, &class)
-            }
+            (Class::Object { .. }, KeyType::Capability) => self.authorize_capability(
+                auth.capability.as_ref().expect("capability key type has a capability"),
+                req,
+                &class,
+            ),
             _ => refuse(Status::WrongKeyType, format!("key type {:?} may not authorize this operation", auth.key_type)),
         }
     }
@@ -422,7 +444,10 @@ impl Security {
         if cap.object != ANY_OBJECT {
             if let Ok(attrs) = self.store.getattr(*partition, cap.object) {
                 if attrs.access_control_version != cap.access_control_version {
-                    return refuse(Status::AccessRevoked, "the object's access control version changed: capability revoked");
+                    return refuse(
+                        Status::AccessRevoked,
+                        "the object's access control version changed: capability revoked",
+                    );
                 }
             }
         }
@@ -460,14 +485,18 @@ impl Security {
         match req {
             Request::SetDriveKey { sealed_key } => {
                 let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
-                let k = open_key(master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), sealed_key).map_err(|_| bad_seal())?;
+                let k =
+                    open_key(master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), sealed_key).map_err(|_| bad_seal())?;
                 self.store.put_settings(&[("key.drive".into(), Some(k.expose().to_vec()))]).map_err(io)?;
                 ring.drive = Some(k);
             }
             Request::SetPartitionKey { partition, sealed_key } => {
                 let drive = ring.drive.as_ref().ok_or((Status::KeyNotSet, "no drive key".into()))?;
-                let k = open_key(drive, &key_context(opcode::SET_PARTITION_KEY, *partition, 0), sealed_key).map_err(|_| bad_seal())?;
-                self.store.put_settings(&[(format!("key.partition.{partition}"), Some(k.expose().to_vec()))]).map_err(io)?;
+                let k = open_key(drive, &key_context(opcode::SET_PARTITION_KEY, *partition, 0), sealed_key)
+                    .map_err(|_| bad_seal())?;
+                self.store
+                    .put_settings(&[(format!("key.partition.{partition}"), Some(k.expose().to_vec()))])
+                    .map_err(io)?;
                 ring.partitions.entry(*partition).or_default().partition = Some(k);
             }
             Request::SetWorkingKey { partition, key_version, sealed_key } => {
@@ -595,8 +624,13 @@ pub fn class_of(req: &Request) -> Class {
     match req {
         Hello { .. } | Inquiry => Class::Open,
         Initialize { .. } | SetDriveKey { .. } => Class::Master,
-        CreatePartition { .. } | RemovePartition { .. } | ResizePartition { .. } | FlushPartition { .. }
-        | SetPartitionKey { .. } | ReadAudit { .. } | Scrub { .. } => Class::Drive,
+        CreatePartition { .. }
+        | RemovePartition { .. }
+        | ResizePartition { .. }
+        | FlushPartition { .. }
+        | SetPartitionKey { .. }
+        | ReadAudit { .. }
+        | Scrub { .. } => Class::Drive,
         SetMinProtection { partition: 0, .. } => Class::Drive,
         SetMinProtection { partition, .. } | SetWorkingKey { partition, .. } => Class::Partition(*partition),
         Create { partition, .. } => obj(*partition, vec![], rights::CREATE, None),
@@ -616,15 +650,26 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
     use Request::*;
     let none = Region { offset: 0, length: 0 };
     match req {
-        Read { partition, object, regions } | Write { partition, object, regions } | BlocksRequired { partition, object, regions } => {
+        Read { partition, object, regions }
+        | Write { partition, object, regions }
+        | BlocksRequired { partition, object, regions } => {
             (*partition, *object, regions.first().copied().unwrap_or(none))
         }
-        Remove { partition, object } | GetAttr { partition, object } | SetAttr { partition, object, .. } => (*partition, *object, none),
+        Remove { partition, object } | GetAttr { partition, object } | SetAttr { partition, object, .. } => {
+            (*partition, *object, none)
+        }
         FastCopy { partition, source } => (*partition, *source, none),
         Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
-        Create { partition, .. } | CreatePartition { partition } | RemovePartition { partition, .. }
-        | ResizePartition { partition, .. } | FlushPartition { partition } | SetPartitionKey { partition, .. }
-        | SetWorkingKey { partition, .. } | SetMinProtection { partition, .. } => (*partition, 0, none),
-        Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } | Scrub { .. } => (0, 0, none),
+        Create { partition, .. }
+        | CreatePartition { partition }
+        | RemovePartition { partition, .. }
+        | ResizePartition { partition, .. }
+        | FlushPartition { partition }
+        | SetPartitionKey { partition, .. }
+        | SetWorkingKey { partition, .. }
+        | SetMinProtection { partition, .. } => (*partition, 0, none),
+        Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } | Scrub { .. } => {
+            (0, 0, none)
+        }
     }
 }

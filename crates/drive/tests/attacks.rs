@@ -64,7 +64,11 @@ fn forged_and_edited_capabilities_are_refused() {
     let good = d.mint(&base, false);
     d.control("honest read with the capability (control)", &frame(&good, IA, &read));
 
-    d.attack("forged capability: random capability key", &frame(&good.with_key(Key::random()), IA, &read), Status::BadDigest);
+    d.attack(
+        "forged capability: random capability key",
+        &frame(&good.with_key(Key::random()), IA, &read),
+        Status::BadDigest,
+    );
     let other = d.cap(rights::ALL, |_| {});
     d.attack(
         "forged capability: another capability's key",
@@ -76,7 +80,11 @@ fn forged_and_edited_capabilities_are_refused() {
     d.attack("forged capability: minted without the working key", &frame(&outsider, IA, &read), Status::BadDigest);
     let (token, key) = mint_capability(&Key::random(), &base, true).unwrap();
     let outsider = Cred::Cap { token, key, alg: MacAlgorithm::Blake3, args: base.clone() };
-    d.attack("forged sealed capability: sealed without the working key", &frame(&outsider, IA | PC, &read), Status::BadCapability);
+    d.attack(
+        "forged sealed capability: sealed without the working key",
+        &frame(&outsider, IA | PC, &read),
+        Status::BadCapability,
+    );
 
     // A hostile holder edits the public arguments and MACs its request with
     // the capability key it was given: the drive derives another key.
@@ -85,25 +93,79 @@ fn forged_and_edited_capabilities_are_refused() {
     let (victim, scratch) = (d.victim, d.scratch);
     type Edit = Box<dyn Fn(&mut CapabilityArgs)>;
     let edits: Vec<(&str, Edit, Request, Status)> = vec![
-        ("edited: rights raised to ALL, then write", Box::new(|a| a.rights = rights::ALL), write.clone(), Status::BadDigest),
-        ("edited: region widened to the whole object", Box::new(|a| a.region = CapabilityArgs::WHOLE_OBJECT), d.read_req(6000, 100), Status::BadDigest),
-        ("edited: expiry pushed a year ahead", Box::new(|a| a.expiration_ns += 365 * 86_400 * SECOND), read.clone(), Status::BadDigest),
-        ("edited: object changed to another object", Box::new(move |a| a.object = scratch), Request::Read { partition: P1, object: scratch, regions: vec![rg(0, 10)] }, Status::BadDigest),
-        ("edited: partition changed to partition 2", Box::new(|a| a.partition = P2), Request::Read { partition: P2, object: victim, regions: vec![rg(0, 10)] }, Status::BadDigest),
-        ("edited: access control version changed", Box::new(|a| a.access_control_version = 7), read.clone(), Status::BadDigest),
+        (
+            "edited: rights raised to ALL, then write",
+            Box::new(|a| a.rights = rights::ALL),
+            write.clone(),
+            Status::BadDigest,
+        ),
+        (
+            "edited: region widened to the whole object",
+            Box::new(|a| a.region = CapabilityArgs::WHOLE_OBJECT),
+            d.read_req(6000, 100),
+            Status::BadDigest,
+        ),
+        (
+            "edited: expiry pushed a year ahead",
+            Box::new(|a| a.expiration_ns += 365 * 86_400 * SECOND),
+            read.clone(),
+            Status::BadDigest,
+        ),
+        (
+            "edited: object changed to another object",
+            Box::new(move |a| a.object = scratch),
+            Request::Read { partition: P1, object: scratch, regions: vec![rg(0, 10)] },
+            Status::BadDigest,
+        ),
+        (
+            "edited: partition changed to partition 2",
+            Box::new(|a| a.partition = P2),
+            Request::Read { partition: P2, object: victim, regions: vec![rg(0, 10)] },
+            Status::BadDigest,
+        ),
+        (
+            "edited: access control version changed",
+            Box::new(|a| a.access_control_version = 7),
+            read.clone(),
+            Status::BadDigest,
+        ),
         ("edited: audit id changed", Box::new(|a| a.audit_id = 1), read.clone(), Status::BadDigest),
-        ("edited: minimum protection lowered to NONE", Box::new(|a| a.min_protection = prot(NONE)), read.clone(), Status::BadDigest),
+        (
+            "edited: minimum protection lowered to NONE",
+            Box::new(|a| a.min_protection = prot(NONE)),
+            read.clone(),
+            Status::BadDigest,
+        ),
         ("edited: drive id changed", Box::new(|a| a.drive_id[0] ^= 0x80), read.clone(), Status::BadDigest),
-        ("edited: MAC algorithm switched to HMAC-SHA-256", Box::new(|a| a.algorithm = MacAlgorithm::HmacSha256 as u8), read.clone(), Status::BadDigest),
-        ("edited: key version changed to one never set", Box::new(|a| a.key_version = 2), read.clone(), Status::KeyVersionRetired),
-        ("edited: partition changed to one without keys", Box::new(|a| a.partition = P_NO_KEYS), read.clone(), Status::KeyVersionRetired),
+        (
+            "edited: MAC algorithm switched to HMAC-SHA-256",
+            Box::new(|a| a.algorithm = MacAlgorithm::HmacSha256 as u8),
+            read.clone(),
+            Status::BadDigest,
+        ),
+        (
+            "edited: key version changed to one never set",
+            Box::new(|a| a.key_version = 2),
+            read.clone(),
+            Status::KeyVersionRetired,
+        ),
+        (
+            "edited: partition changed to one without keys",
+            Box::new(|a| a.partition = P_NO_KEYS),
+            read.clone(),
+            Status::KeyVersionRetired,
+        ),
     ];
     for (name, edit, req, want) in edits {
         let mut a = base.clone();
         edit(&mut a);
         let alg = MacAlgorithm::from_id(a.algorithm).unwrap();
         let forged = Cred::Cap { token: a.encode().to_vec(), key: good.key().unwrap().clone(), alg, args: a };
-        let f = if matches!(req, Request::Write { .. }) { frame_data(&forged, IA, &req, &data) } else { frame(&forged, IA, &req) };
+        let f = if matches!(req, Request::Write { .. }) {
+            frame_data(&forged, IA, &req, &data)
+        } else {
+            frame(&forged, IA, &req)
+        };
         d.attack(name, &f, want);
     }
     d.finish("forged and edited capabilities");
@@ -184,7 +246,8 @@ fn expect_clear_flip(d: &Drive, a: &CapabilityArgs, byte: usize, bit: usize) -> 
 /// partition); any other change makes the seal fail to open (BAD_CAPABILITY).
 fn expect_sealed_flip(d: &Drive, a: &CapabilityArgs, byte: usize, bit: usize) -> Status {
     let within = |start: usize| (byte - start) * 8 + bit;
-    let opens_or_retired = |p: u64, v: u32| if d.live(p, v) { Status::BadCapability } else { Status::KeyVersionRetired };
+    let opens_or_retired =
+        |p: u64, v: u32| if d.live(p, v) { Status::BadCapability } else { Status::KeyVersionRetired };
     match byte {
         4..=7 => opens_or_retired(a.partition, a.key_version ^ (1 << within(4))),
         8..=15 => opens_or_retired(a.partition ^ (1 << within(8)), a.key_version),
@@ -221,13 +284,21 @@ fn every_capability_bit_flip_is_refused() {
             let (want, field) = if label == "clear" {
                 (expect_clear_flip(&d, &args, byte, b), cap_field(byte))
             } else {
-                (expect_sealed_flip(&d, &args, byte, b), if byte < SEALED_CAPABILITY_PREFIX_LEN { "prefix" } else { "sealed body" })
+                (
+                    expect_sealed_flip(&d, &args, byte, b),
+                    if byte < SEALED_CAPABILITY_PREFIX_LEN { "prefix" } else { "sealed body" },
+                )
             };
             // A man in the middle flips the bit in a signed request.
             let mut f = frame_data(cred, protection, &req, &data);
             f.bytes[f.cap_at + byte] ^= 1 << b;
             let rep = conn.send(&f);
-            assert_eq!(rep.status(), want, "{label} token, man in the middle, byte {byte} ({field}) bit {b}: {}", rep.message());
+            assert_eq!(
+                rep.status(),
+                want,
+                "{label} token, man in the middle, byte {byte} ({field}) bit {b}: {}",
+                rep.message()
+            );
             assert!(!rep.authenticated, "{label} byte {byte} bit {b}: refusal claims a key");
             d.record(&f, want);
             *tally.entry(format!("{label}: {}", want.name())).or_default() += 1;
@@ -237,7 +308,12 @@ fn every_capability_bit_flip_is_refused() {
                 t[byte] ^= 1 << b;
                 let f = build(cred, protection, &t, req.opcode(), &req.encode_args(), &data, fresh_nonce());
                 let rep = conn.send(&f);
-                assert_eq!(rep.status(), want, "clear token, re-signed by the holder, byte {byte} ({field}) bit {b}: {}", rep.message());
+                assert_eq!(
+                    rep.status(),
+                    want,
+                    "clear token, re-signed by the holder, byte {byte} ({field}) bit {b}: {}",
+                    rep.message()
+                );
                 d.record(&f, want);
             }
             if bit % 128 == 127 {
@@ -255,7 +331,13 @@ fn every_capability_bit_flip_is_refused() {
         d.cases.borrow_mut().push(name.into());
     }
     // Each kind of outcome happened.
-    for k in ["clear: BAD_CAPABILITY", "clear: BAD_DIGEST", "clear: KEY_VERSION_RETIRED", "sealed: BAD_CAPABILITY", "sealed: KEY_VERSION_RETIRED"] {
+    for k in [
+        "clear: BAD_CAPABILITY",
+        "clear: BAD_DIGEST",
+        "clear: KEY_VERSION_RETIRED",
+        "sealed: BAD_CAPABILITY",
+        "sealed: KEY_VERSION_RETIRED",
+    ] {
         assert!(tally.contains_key(k), "no flip gave {k}: {tally:?}");
     }
     d.finish("capability bit flips");
@@ -300,9 +382,16 @@ fn every_request_bit_flip_is_refused() {
         for b in 0..8 {
             let mut f = frame_data(&cap, IA | ID, &req, &data);
             f.bytes[at] ^= 1 << b;
-            let want = if at < f.args_at { expect_clear_flip(&d, cap.args(), at - f.cap_at, b) } else { Status::BadDigest };
+            let want =
+                if at < f.args_at { expect_clear_flip(&d, cap.args(), at - f.cap_at, b) } else { Status::BadDigest };
             let rep = conn.send(&f);
-            let section = if at < f.args_at { "capability" } else if at < f.digest_at { "arguments" } else { "digest" };
+            let section = if at < f.args_at {
+                "capability"
+            } else if at < f.digest_at {
+                "arguments"
+            } else {
+                "digest"
+            };
             assert_eq!(rep.status(), want, "{section} byte {at} bit {b}: {}", rep.message());
             d.record(&f, want);
             *tally.entry(format!("{section}: {}", want.name())).or_default() += 1;
@@ -462,13 +551,25 @@ fn replays_are_refused() {
 
     let read = read_first(&d);
     let now = now_ns();
-    d.attack("nonce older than the skew", &frame_at(&cap, IA, &read, nonce_at(now - SKEW_NS - SECOND)), Status::NonceOutsideWindow);
-    d.attack("nonce further ahead than the skew", &frame_at(&cap, IA, &read, nonce_at(now + SKEW_NS + SECOND)), Status::NonceOutsideWindow);
+    d.attack(
+        "nonce older than the skew",
+        &frame_at(&cap, IA, &read, nonce_at(now - SKEW_NS - SECOND)),
+        Status::NonceOutsideWindow,
+    );
+    d.attack(
+        "nonce further ahead than the skew",
+        &frame_at(&cap, IA, &read, nonce_at(now + SKEW_NS + SECOND)),
+        Status::NonceOutsideWindow,
+    );
     d.attack("nonce time zero", &frame_at(&cap, IA, &read, nonce_at(0)), Status::NonceOutsideWindow);
     d.attack("nonce time u64::MAX", &frame_at(&cap, IA, &read, nonce_at(u64::MAX)), Status::NonceOutsideWindow);
     let started = d.started_before();
     if now_ns() - started < SKEW_NS - SECOND {
-        d.attack("nonce from before the drive started (inside the skew)", &frame_at(&cap, IA, &read, nonce_at(started)), Status::NonceOutsideWindow);
+        d.attack(
+            "nonce from before the drive started (inside the skew)",
+            &frame_at(&cap, IA, &read, nonce_at(started)),
+            Status::NonceOutsideWindow,
+        );
     }
 
     // A request stamped ahead of the drive clock, even inside the skew, is
@@ -490,7 +591,8 @@ fn replays_are_refused() {
     d.ok_data(&d.dk(), IA | ID, &write, &b);
     d.snapshot();
     let unsent = frame_data(&cap, IA | ID, &write, &a);
-    let future = build(&cap, IA | ID, &cap.field(), write.opcode(), &write.encode_args(), &a, nonce_at(now_ns() + 3 * SECOND));
+    let future =
+        build(&cap, IA | ID, &cap.field(), write.opcode(), &write.encode_args(), &a, nonce_at(now_ns() + 3 * SECOND));
     d.attack("write stamped 3 s ahead, just before the restart", &future, Status::NonceOutsideWindow);
     let stop_time = now_ns();
     d.restart();
@@ -499,7 +601,11 @@ fn replays_are_refused() {
     d.attack("request signed before the restart, first sent after it", &unsent, Status::NonceOutsideWindow);
     d.attack("write stamped 3 s ahead, replayed right after the restart", &future, Status::NonceOutsideWindow);
     if now_ns() - stop_time < SKEW_NS - SECOND {
-        d.attack("nonce from between the stop and the restart", &frame_at(&cap, IA, &read, nonce_at(stop_time)), Status::NonceOutsideWindow);
+        d.attack(
+            "nonce from between the stop and the restart",
+            &frame_at(&cap, IA, &read, nonce_at(stop_time)),
+            Status::NonceOutsideWindow,
+        );
     }
     d.control("the capability still works after the restart (keys persisted)", &frame(&cap, IA, &read));
     d.finish("replays");
@@ -514,9 +620,21 @@ fn capability_scope_and_rights_are_enforced() {
     let d = Drive::start();
     let read = read_first(&d);
     let now = now_ns();
-    d.attack("expired capability", &frame(&d.cap(rights::READ, |a| a.expiration_ns = now - SECOND), IA, &read), Status::CapabilityExpired);
-    d.attack("capability that expired at time 0", &frame(&d.cap(rights::READ, |a| a.expiration_ns = 0), IA, &read), Status::CapabilityExpired);
-    d.attack("capability for another drive", &frame(&d.cap(rights::READ, |a| a.drive_id = [0x42; 16]), IA, &read), Status::WrongDrive);
+    d.attack(
+        "expired capability",
+        &frame(&d.cap(rights::READ, |a| a.expiration_ns = now - SECOND), IA, &read),
+        Status::CapabilityExpired,
+    );
+    d.attack(
+        "capability that expired at time 0",
+        &frame(&d.cap(rights::READ, |a| a.expiration_ns = 0), IA, &read),
+        Status::CapabilityExpired,
+    );
+    d.attack(
+        "capability for another drive",
+        &frame(&d.cap(rights::READ, |a| a.drive_id = [0x42; 16]), IA, &read),
+        Status::WrongDrive,
+    );
     d.attack(
         "capability for a drive whose id differs in one bit",
         &frame(&d.cap(rights::READ, |a| a.drive_id[15] ^= 1), IA, &read),
@@ -530,13 +648,29 @@ fn capability_scope_and_rights_are_enforced() {
     let p2_read = Request::Read { partition: P2, object: p2_object, regions: vec![rg(0, 5)] };
     d.attack("partition 1 capability used on a partition 2 object", &frame(&p1_cap, IA, &p2_read), Status::WrongObject);
     let scratch = d.scratch;
-    d.attack("capability for another object", &frame(&d.cap(rights::READ, |a| a.object = scratch), IA, &read), Status::WrongObject);
+    d.attack(
+        "capability for another object",
+        &frame(&d.cap(rights::READ, |a| a.object = scratch), IA, &read),
+        Status::WrongObject,
+    );
     let create = Request::Create { partition: P1, mask: AttrMask::default(), attrs: Attributes::default() };
-    d.attack("create with a one-object capability", &frame(&d.cap(rights::ALL, |_| {}), IA, &create), Status::WrongObject);
+    d.attack(
+        "create with a one-object capability",
+        &frame(&d.cap(rights::ALL, |_| {}), IA, &create),
+        Status::WrongObject,
+    );
     let flush = Request::Flush { partition: P1, objects: vec![d.victim, d.scratch] };
-    d.attack("flush of two objects with a one-object capability", &frame(&d.cap(rights::FLUSH, |_| {}), IA, &flush), Status::WrongObject);
+    d.attack(
+        "flush of two objects with a one-object capability",
+        &frame(&d.cap(rights::FLUSH, |_| {}), IA, &flush),
+        Status::WrongObject,
+    );
     let fastcopy = Request::FastCopy { partition: P1, source: d.scratch };
-    d.attack("fastcopy of another object", &frame(&d.cap(rights::FASTCOPY, |_| {}), IA, &fastcopy), Status::WrongObject);
+    d.attack(
+        "fastcopy of another object",
+        &frame(&d.cap(rights::FASTCOPY, |_| {}), IA, &fastcopy),
+        Status::WrongObject,
+    );
 
     // Regions: the capability covers [1000, 2000).
     let rights_rw = rights::READ | rights::WRITE | rights::GETATTR;
@@ -568,31 +702,57 @@ fn capability_scope_and_rights_are_enforced() {
         a.object = nasd_proto::ANY_OBJECT;
         a.region = rg(0, 100)
     });
-    d.attack("partition-wide capability: region still enforced", &frame(&any, IA, &d.read_req(50, 51)), Status::RegionNotInCapability);
+    d.attack(
+        "partition-wide capability: region still enforced",
+        &frame(&any, IA, &d.read_req(50, 51)),
+        Status::RegionNotInCapability,
+    );
 
     // Rights.
     let data = pattern(7, 100);
-    let acv = |mask: AttrMask| setattr(&d, mask, |a| {
-        a.access_control_version = 99;
-        a.fs_specific = [9; 256];
-    });
+    let acv = |mask: AttrMask| {
+        setattr(&d, mask, |a| {
+            a.access_control_version = 99;
+            a.fs_specific = [9; 256];
+        })
+    };
     let fs = setattr(&d, AttrMask::FS_SPECIFIC, |a| a.fs_specific = [9; 256]);
     let (victim, len) = (d.victim, VICTIM_LEN as u64);
     let rights_cases: Vec<(&str, u32, Request, usize)> = vec![
         ("write with a read capability", rights::READ | rights::GETATTR, d.write_req(0, 100), 100),
-        ("remove with a read capability", rights::READ | rights::GETATTR, Request::Remove { partition: P1, object: victim }, 0),
+        (
+            "remove with a read capability",
+            rights::READ | rights::GETATTR,
+            Request::Remove { partition: P1, object: victim },
+            0,
+        ),
         ("setattr with a read capability", rights::READ | rights::GETATTR, fs.clone(), 0),
-        ("setattr of the ACV with SETATTR but not SET_ACV", rights::SETATTR | rights::READ, acv(AttrMask::ACCESS_CONTROL_VERSION), 0),
+        (
+            "setattr of the ACV with SETATTR but not SET_ACV",
+            rights::SETATTR | rights::READ,
+            acv(AttrMask::ACCESS_CONTROL_VERSION),
+            0,
+        ),
         (
             "setattr of the ACV and fs_specific without SET_ACV",
             rights::SETATTR,
             acv(AttrMask::ACCESS_CONTROL_VERSION.union(AttrMask::FS_SPECIFIC)),
             0,
         ),
-        ("setattr of the ACV with every right but SET_ACV", rights::ALL & !rights::SET_ACV, acv(AttrMask::ACCESS_CONTROL_VERSION), 0),
+        (
+            "setattr of the ACV with every right but SET_ACV",
+            rights::ALL & !rights::SET_ACV,
+            acv(AttrMask::ACCESS_CONTROL_VERSION),
+            0,
+        ),
         ("getattr with only READ", rights::READ, getattr(&d), 0),
         ("read with only WRITE", rights::WRITE, read_first(&d), 0),
-        ("fastcopy without FASTCOPY", rights::READ | rights::GETATTR, Request::FastCopy { partition: P1, source: victim }, 0),
+        (
+            "fastcopy without FASTCOPY",
+            rights::READ | rights::GETATTR,
+            Request::FastCopy { partition: P1, source: victim },
+            0,
+        ),
         ("flush without FLUSH", rights::READ, Request::Flush { partition: P1, objects: vec![victim] }, 0),
         (
             "blocksrequired without GETATTR",
@@ -602,8 +762,18 @@ fn capability_scope_and_rights_are_enforced() {
         ),
         ("append-only capability overwriting existing bytes", rights::APPEND, d.write_req(0, 100), 100),
         ("append-only capability writing across the end", rights::APPEND, d.write_req(len - 1, 2), 2),
-        ("remove with every right but REMOVE", rights::ALL & !rights::REMOVE, Request::Remove { partition: P1, object: victim }, 0),
-        ("write with every right but WRITE and APPEND", rights::ALL & !(rights::WRITE | rights::APPEND), d.write_req(0, 100), 100),
+        (
+            "remove with every right but REMOVE",
+            rights::ALL & !rights::REMOVE,
+            Request::Remove { partition: P1, object: victim },
+            0,
+        ),
+        (
+            "write with every right but WRITE and APPEND",
+            rights::ALL & !(rights::WRITE | rights::APPEND),
+            d.write_req(0, 100),
+            100,
+        ),
     ];
     for (name, r, req, n) in rights_cases {
         let cap = d.cap(r, |_| {});
@@ -611,7 +781,11 @@ fn capability_scope_and_rights_are_enforced() {
         d.attack(name, &f, Status::RightsInsufficient);
     }
     let no_create = d.cap(rights::ALL & !rights::CREATE, |a| a.object = nasd_proto::ANY_OBJECT);
-    d.attack("create with a partition-wide capability without CREATE", &frame(&no_create, IA, &create), Status::RightsInsufficient);
+    d.attack(
+        "create with a partition-wide capability without CREATE",
+        &frame(&no_create, IA, &create),
+        Status::RightsInsufficient,
+    );
 
     // Controls: append at the end of another object; create with CREATE.
     let tail = d.create_object(P1, &pattern(8, 100));
@@ -620,7 +794,10 @@ fn capability_scope_and_rights_are_enforced() {
     let app = d.mint(&app, false);
     let append = Request::Write { partition: P1, object: tail, regions: vec![rg(100, 50)] };
     d.snapshot(); // the new object uses P1's quota
-    d.expect_ok("append-only capability appending at the end (control)", &frame_data(&app, IA, &append, &pattern(9, 50)));
+    d.expect_ok(
+        "append-only capability appending at the end (control)",
+        &frame_data(&app, IA, &append, &pattern(9, 50)),
+    );
     let creator = d.cap(rights::CREATE, |a| a.object = nasd_proto::ANY_OBJECT);
     d.expect_ok("create with a partition-wide CREATE capability (control)", &frame(&creator, IA, &create));
     d.snapshot();
@@ -654,22 +831,42 @@ fn protection_downgrades_are_refused() {
     d.attack("man in the middle strips all protection (the digest is not the key)", &f, Status::BadDigest);
 
     let weak = d.cap(rights::READ, |a| a.min_protection = prot(NONE));
-    d.attack("capability minimum NONE under the default drive minimum", &frame(&weak, IA, &read), Status::CapabilityBelowMinimum);
+    d.attack(
+        "capability minimum NONE under the default drive minimum",
+        &frame(&weak, IA, &read),
+        Status::CapabilityBelowMinimum,
+    );
 
     // The drive minimum raised to IA|ID kills IA capabilities.
     d.control("IA capability before the drive minimum is raised (control)", &frame(&plain, IA | ID, &read));
     d.expect_ok("drive minimum raised to IA|ID", &frame(&d.dk(), IA, &min(0, IA | ID)));
-    d.attack("IA capability after the drive minimum is raised", &frame(&plain, IA | ID, &read), Status::CapabilityBelowMinimum);
+    d.attack(
+        "IA capability after the drive minimum is raised",
+        &frame(&plain, IA | ID, &read),
+        Status::CapabilityBelowMinimum,
+    );
     d.attack("drive key request below the drive minimum", &frame(&d.dk(), IA, &getattr(&d)), Status::ProtectionTooWeak);
     d.control("IA|ID capability meets the raised drive minimum (control)", &frame(&strong, IA | ID, &read));
     d.expect_ok("drive minimum back to IA", &frame(&d.dk(), IA | ID, &min(0, IA)));
 
     // The manager raises its partition's minimum.
     d.expect_ok("partition minimum raised to IA|PA by the manager", &frame(&d.pk(P1), IA, &min(P1, IA | PA)));
-    d.attack("IA capability after the partition minimum is raised", &frame(&plain, IA | PA, &read), Status::CapabilityBelowMinimum);
+    d.attack(
+        "IA capability after the partition minimum is raised",
+        &frame(&plain, IA | PA, &read),
+        Status::CapabilityBelowMinimum,
+    );
     let working = Cred::Working(P1, 1, d.working_key(P1, 1).unwrap());
-    d.attack("working-key request below the partition minimum", &frame(&working, IA, &getattr(&d)), Status::ProtectionTooWeak);
-    d.attack("partition-key request below the partition minimum", &frame(&d.pk(P1), IA, &getattr(&d)), Status::ProtectionTooWeak);
+    d.attack(
+        "working-key request below the partition minimum",
+        &frame(&working, IA, &getattr(&d)),
+        Status::ProtectionTooWeak,
+    );
+    d.attack(
+        "partition-key request below the partition minimum",
+        &frame(&d.pk(P1), IA, &getattr(&d)),
+        Status::ProtectionTooWeak,
+    );
     d.control("IA|PA capability meets the partition minimum (control)", &frame(&private, IA | PA, &read));
     let p2_object = d.create_object(P2, b"p2");
     let p2_cap = d.mint(&d.cap_args(P2, p2_object, rights::READ), false);
@@ -684,10 +881,22 @@ fn protection_downgrades_are_refused() {
     d.attack("PRIVACY_DATA without INTEGRITY_DATA", &frame(&plain, IA | PD, &read), Status::ProtectionUnsupported);
     d.attack("PRIVACY_CAPABILITY without INTEGRITY_ARGS", &frame(&sealed, PC, &read), Status::ProtectionUnsupported);
     d.attack("drive key without INTEGRITY_ARGS", &frame(&d.dk(), NONE, &getattr(&d)), Status::ProtectionUnsupported);
-    d.attack("partition key without INTEGRITY_ARGS", &frame(&d.pk(P1), NONE, &min(P1, NONE)), Status::ProtectionUnsupported);
-    d.attack("key type NONE claiming INTEGRITY_ARGS", &frame(&Cred::None, IA, &getattr(&d)), Status::ProtectionUnsupported);
+    d.attack(
+        "partition key without INTEGRITY_ARGS",
+        &frame(&d.pk(P1), NONE, &min(P1, NONE)),
+        Status::ProtectionUnsupported,
+    );
+    d.attack(
+        "key type NONE claiming INTEGRITY_ARGS",
+        &frame(&Cred::None, IA, &getattr(&d)),
+        Status::ProtectionUnsupported,
+    );
     d.attack("key type NONE reading an object", &frame(&Cred::None, NONE, &read), Status::WrongKeyType);
-    d.attack("key type NONE writing an object", &frame_data(&Cred::None, NONE, &d.write_req(0, 10), &[1; 10]), Status::WrongKeyType);
+    d.attack(
+        "key type NONE writing an object",
+        &frame_data(&Cred::None, NONE, &d.write_req(0, 10), &[1; 10]),
+        Status::WrongKeyType,
+    );
     let mut f = frame(&plain, IA, &read);
     f.bytes[17] = 0x41;
     let mut c = Conn::open(d.addr());
@@ -703,19 +912,38 @@ fn protection_downgrades_are_refused() {
     d.attack("bearer under the default drive minimum", &frame(&bearer, NONE, &read), Status::CapabilityBelowMinimum);
     d.attack("bearer use of a capability whose minimum is IA", &frame(&plain, NONE, &read), Status::ProtectionTooWeak);
     d.expect_ok("drive minimum lowered to NONE", &frame(&d.dk(), IA, &min(0, NONE)));
-    let rep = d.control("bearer when capability, partition and drive minimums are NONE (control)", &frame(&bearer, NONE, &read));
+    let rep = d.control(
+        "bearer when capability, partition and drive minimums are NONE (control)",
+        &frame(&bearer, NONE, &read),
+    );
     assert!(rep.data == d.victim_content()[..100]);
     d.attack("bearer with a wrong key", &frame(&bearer.with_key(Key::random()), NONE, &read), Status::BadDigest);
-    d.attack("bearer of an IA capability with every minimum NONE", &frame(&plain, NONE, &read), Status::ProtectionTooWeak);
-    d.attack("drive key with no protection, drive minimum NONE", &frame(&d.dk(), NONE, &getattr(&d)), Status::ProtectionUnsupported);
+    d.attack(
+        "bearer of an IA capability with every minimum NONE",
+        &frame(&plain, NONE, &read),
+        Status::ProtectionTooWeak,
+    );
+    d.attack(
+        "drive key with no protection, drive minimum NONE",
+        &frame(&d.dk(), NONE, &getattr(&d)),
+        Status::ProtectionUnsupported,
+    );
     d.expect_ok("partition minimum raised to IA", &frame(&d.pk(P1), IA, &min(P1, IA)));
-    d.attack("bearer after the partition minimum is raised", &frame(&bearer, NONE, &read), Status::CapabilityBelowMinimum);
+    d.attack(
+        "bearer after the partition minimum is raised",
+        &frame(&bearer, NONE, &read),
+        Status::CapabilityBelowMinimum,
+    );
     let mut p2b = d.cap_args(P2, p2_object, rights::READ);
     p2b.min_protection = prot(NONE);
     let p2_bearer = d.mint(&p2b, false);
     d.control("bearer in a partition whose minimum is NONE (control)", &frame(&p2_bearer, NONE, &p2_read));
     d.expect_ok("drive minimum back to IA", &frame(&d.dk(), IA, &min(0, IA)));
-    d.attack("bearer after the drive minimum is raised again", &frame(&p2_bearer, NONE, &p2_read), Status::CapabilityBelowMinimum);
+    d.attack(
+        "bearer after the drive minimum is raised again",
+        &frame(&p2_bearer, NONE, &p2_read),
+        Status::CapabilityBelowMinimum,
+    );
     d.finish("protection downgrades");
 }
 
@@ -737,14 +965,26 @@ fn key_rotation_and_revocation() {
     d.control("version 2 capability", &frame(&v2, IA, &read));
     d.rotate(P1, 3);
     d.attack("version 1 capability after two rotations", &frame(&v1, IA, &read), Status::KeyVersionRetired);
-    d.attack("sealed version 1 capability after two rotations", &frame(&v1_sealed, IA | PC, &read), Status::KeyVersionRetired);
+    d.attack(
+        "sealed version 1 capability after two rotations",
+        &frame(&v1_sealed, IA | PC, &read),
+        Status::KeyVersionRetired,
+    );
     let late = d.cap(rights::READ, |a| a.key_version = 1);
-    d.attack("capability minted now with the retired version 1 key", &frame(&late, IA, &read), Status::KeyVersionRetired);
+    d.attack(
+        "capability minted now with the retired version 1 key",
+        &frame(&late, IA, &read),
+        Status::KeyVersionRetired,
+    );
     let retired = Cred::Working(P1, 1, d.working_key(P1, 1).unwrap());
     d.attack("retired working key used directly", &frame(&retired, IA, &getattr(&d)), Status::KeyVersionRetired);
     d.control("version 2 capability after two rotations (previous)", &frame(&v2, IA, &read));
     d.control("version 3 capability", &frame(&d.cap(rights::READ, |_| {}), IA, &read));
-    d.attack("capability naming a version never set", &frame(&d.cap(rights::READ, |a| a.key_version = 4), IA, &read), Status::KeyVersionRetired);
+    d.attack(
+        "capability naming a version never set",
+        &frame(&d.cap(rights::READ, |a| a.key_version = 4), IA, &read),
+        Status::KeyVersionRetired,
+    );
 
     // Revocation: the manager changes the object's ACV.
     let old = d.cap(rights::READ | rights::WRITE | rights::GETATTR, |_| {});
@@ -755,7 +995,11 @@ fn key_rotation_and_revocation() {
     d.snapshot();
     assert_eq!(d.victim_attrs().access_control_version, 1);
     d.attack("read with a capability revoked by the ACV", &frame(&old, IA, &read), Status::AccessRevoked);
-    d.attack("write with a capability revoked by the ACV", &frame_data(&old, IA, &d.write_req(0, 10), &[7; 10]), Status::AccessRevoked);
+    d.attack(
+        "write with a capability revoked by the ACV",
+        &frame_data(&old, IA, &d.write_req(0, 10), &[7; 10]),
+        Status::AccessRevoked,
+    );
     d.attack("sealed capability revoked by the ACV", &frame(&old_sealed, IA | PC, &read), Status::AccessRevoked);
     let fresh = d.cap(rights::READ, |_| {});
     d.control("capability minted with the new ACV (control)", &frame(&fresh, IA, &read));
@@ -766,7 +1010,11 @@ fn key_rotation_and_revocation() {
     d.attack("the revoking capability itself afterwards", &frame(&owner, IA, &read), Status::AccessRevoked);
     d.attack("the ACV 1 capability after the ACV became 2", &frame(&fresh, IA, &read), Status::AccessRevoked);
     let bump5 = setattr(&d, AttrMask::ACCESS_CONTROL_VERSION, |a| a.access_control_version = 5);
-    d.attack("partition 2's manager setting a partition 1 object's ACV", &frame(&d.pk(P2), IA, &bump5), Status::WrongObject);
+    d.attack(
+        "partition 2's manager setting a partition 1 object's ACV",
+        &frame(&d.pk(P2), IA, &bump5),
+        Status::WrongObject,
+    );
     d.control("capability with ACV 2 (control)", &frame(&d.cap(rights::READ, |_| {}), IA, &read));
     d.finish("key rotation and revocation");
 }
@@ -783,8 +1031,16 @@ fn key_management_with_wrong_keys_is_refused() {
     let ctx = |op: u16, p: u64, v: u32| key_context(op, p, v);
     let sealed_drive = seal_key(&d.master, &ctx(opcode::SET_DRIVE_KEY, 0, 0), &new_key);
     let set_drive = |sealed_key: Vec<u8>| Request::SetDriveKey { sealed_key };
-    d.attack("setdrivekey under a wrong master key", &frame(&Cred::Master(Key::random()), IA, &set_drive(sealed_drive.clone())), Status::BadDigest);
-    d.attack("setdrivekey with the drive key", &frame(&d.dk(), IA, &set_drive(sealed_drive.clone())), Status::WrongKeyType);
+    d.attack(
+        "setdrivekey under a wrong master key",
+        &frame(&Cred::Master(Key::random()), IA, &set_drive(sealed_drive.clone())),
+        Status::BadDigest,
+    );
+    d.attack(
+        "setdrivekey with the drive key",
+        &frame(&d.dk(), IA, &set_drive(sealed_drive.clone())),
+        Status::WrongKeyType,
+    );
     d.attack(
         "setdrivekey with a key sealed under another master",
         &frame(&master, IA, &set_drive(seal_key(&Key::random(), &ctx(opcode::SET_DRIVE_KEY, 0, 0), &new_key))),
@@ -795,36 +1051,96 @@ fn key_management_with_wrong_keys_is_refused() {
         &frame(&master, IA, &set_drive(seal_key(&d.master, &ctx(opcode::SET_PARTITION_KEY, 0, 0), &new_key))),
         Status::BadSealedKey,
     );
-    d.attack("setdrivekey with a truncated sealed key", &frame(&master, IA, &set_drive(sealed_drive[1..].to_vec())), Status::BadSealedKey);
-    d.attack("master key without INTEGRITY_ARGS", &frame(&master, NONE, &set_drive(sealed_drive.clone())), Status::ProtectionUnsupported);
+    d.attack(
+        "setdrivekey with a truncated sealed key",
+        &frame(&master, IA, &set_drive(sealed_drive[1..].to_vec())),
+        Status::BadSealedKey,
+    );
+    d.attack(
+        "master key without INTEGRITY_ARGS",
+        &frame(&master, NONE, &set_drive(sealed_drive.clone())),
+        Status::ProtectionUnsupported,
+    );
     let req = set_drive(sealed_drive.clone());
     let f = build(&master, IA, &[1; 8], req.opcode(), &req.encode_args(), &[], fresh_nonce());
     d.attack("master key with a key selector", &f, Status::BadCapability);
 
     let set_part = |partition: u64, sealed_key: Vec<u8>| Request::SetPartitionKey { partition, sealed_key };
     let for_p2 = seal_key(&d.drive_key, &ctx(opcode::SET_PARTITION_KEY, P2, 0), &new_key);
-    d.attack("setpartitionkey with a key sealed for another partition", &frame(&d.dk(), IA, &set_part(P1, for_p2.clone())), Status::BadSealedKey);
+    d.attack(
+        "setpartitionkey with a key sealed for another partition",
+        &frame(&d.dk(), IA, &set_part(P1, for_p2.clone())),
+        Status::BadSealedKey,
+    );
     let under_master = seal_key(&d.master, &ctx(opcode::SET_PARTITION_KEY, P1, 0), &new_key);
-    d.attack("setpartitionkey with a key sealed under the master key", &frame(&d.dk(), IA, &set_part(P1, under_master)), Status::BadSealedKey);
+    d.attack(
+        "setpartitionkey with a key sealed under the master key",
+        &frame(&d.dk(), IA, &set_part(P1, under_master)),
+        Status::BadSealedKey,
+    );
     let proper = seal_key(&d.drive_key, &ctx(opcode::SET_PARTITION_KEY, P1, 0), &new_key);
-    d.attack("setpartitionkey with a partition key", &frame(&d.pk(P1), IA, &set_part(P1, proper.clone())), Status::WrongKeyType);
-    d.attack("setpartitionkey with a wrong drive key", &frame(&Cred::Drive(Key::random()), IA, &set_part(P1, proper)), Status::BadDigest);
+    d.attack(
+        "setpartitionkey with a partition key",
+        &frame(&d.pk(P1), IA, &set_part(P1, proper.clone())),
+        Status::WrongKeyType,
+    );
+    d.attack(
+        "setpartitionkey with a wrong drive key",
+        &frame(&Cred::Drive(Key::random()), IA, &set_part(P1, proper)),
+        Status::BadDigest,
+    );
 
-    let set_working = |partition: u64, key_version: u32, sealed_key: Vec<u8>| Request::SetWorkingKey { partition, key_version, sealed_key };
+    let set_working = |partition: u64, key_version: u32, sealed_key: Vec<u8>| Request::SetWorkingKey {
+        partition,
+        key_version,
+        sealed_key,
+    };
     let pk1 = &d.pkeys[&P1];
     let sealed_v = |p: u64, v: u32| seal_key(pk1, &ctx(opcode::SET_WORKING_KEY, p, v), &new_key);
-    d.attack("setworkingkey with the current version", &frame(&d.pk(P1), IA, &set_working(P1, 1, sealed_v(P1, 1))), Status::BadArguments);
-    d.attack("setworkingkey with version 0", &frame(&d.pk(P1), IA, &set_working(P1, 0, sealed_v(P1, 0))), Status::BadArguments);
-    d.attack("setworkingkey sealed for version 5, sent as version 6", &frame(&d.pk(P1), IA, &set_working(P1, 6, sealed_v(P1, 5))), Status::BadSealedKey);
-    d.attack("setworkingkey sealed for partition 2, sent for partition 1", &frame(&d.pk(P1), IA, &set_working(P1, 2, sealed_v(P2, 2))), Status::BadSealedKey);
+    d.attack(
+        "setworkingkey with the current version",
+        &frame(&d.pk(P1), IA, &set_working(P1, 1, sealed_v(P1, 1))),
+        Status::BadArguments,
+    );
+    d.attack(
+        "setworkingkey with version 0",
+        &frame(&d.pk(P1), IA, &set_working(P1, 0, sealed_v(P1, 0))),
+        Status::BadArguments,
+    );
+    d.attack(
+        "setworkingkey sealed for version 5, sent as version 6",
+        &frame(&d.pk(P1), IA, &set_working(P1, 6, sealed_v(P1, 5))),
+        Status::BadSealedKey,
+    );
+    d.attack(
+        "setworkingkey sealed for partition 2, sent for partition 1",
+        &frame(&d.pk(P1), IA, &set_working(P1, 2, sealed_v(P2, 2))),
+        Status::BadSealedKey,
+    );
     let sealed_p2 = seal_key(&d.pkeys[&P2], &ctx(opcode::SET_WORKING_KEY, P1, 2), &new_key);
-    d.attack("setworkingkey for partition 1 with partition 2's key", &frame(&d.pk(P2), IA, &set_working(P1, 2, sealed_p2.clone())), Status::WrongObject);
+    d.attack(
+        "setworkingkey for partition 1 with partition 2's key",
+        &frame(&d.pk(P2), IA, &set_working(P1, 2, sealed_p2.clone())),
+        Status::WrongObject,
+    );
     let impostor = Cred::Partition(P1, d.pkeys[&P2].clone());
-    d.attack("partition 1's key selector with partition 2's key", &frame(&impostor, IA, &set_working(P1, 2, sealed_p2)), Status::BadDigest);
+    d.attack(
+        "partition 1's key selector with partition 2's key",
+        &frame(&impostor, IA, &set_working(P1, 2, sealed_p2)),
+        Status::BadDigest,
+    );
     let w1 = Cred::Working(P1, 1, d.working_key(P1, 1).unwrap());
-    d.attack("setworkingkey with a working key", &frame(&w1, IA, &set_working(P1, 2, sealed_v(P1, 2))), Status::WrongKeyType);
+    d.attack(
+        "setworkingkey with a working key",
+        &frame(&w1, IA, &set_working(P1, 2, sealed_v(P1, 2))),
+        Status::WrongKeyType,
+    );
     let all = d.cap(rights::ALL, |a| a.object = nasd_proto::ANY_OBJECT);
-    d.attack("setworkingkey with a capability", &frame(&all, IA, &set_working(P1, 2, sealed_v(P1, 2))), Status::WrongKeyType);
+    d.attack(
+        "setworkingkey with a capability",
+        &frame(&all, IA, &set_working(P1, 2, sealed_v(P1, 2))),
+        Status::WrongKeyType,
+    );
     let nokeys = Cred::Partition(P_NO_KEYS, Key::random());
     let req = Request::SetMinProtection { partition: P_NO_KEYS, protection: prot(IA) };
     d.attack("partition key of a partition that has none", &frame(&nokeys, IA, &req), Status::KeyNotSet);
@@ -834,27 +1150,71 @@ fn key_management_with_wrong_keys_is_refused() {
 
     let data = pattern(9, 10);
     d.attack("getattr with the master key", &frame(&master, IA, &getattr(&d)), Status::WrongKeyType);
-    d.attack("write with the master key", &frame_data(&master, IA | ID, &d.write_req(0, 10), &data), Status::WrongKeyType);
+    d.attack(
+        "write with the master key",
+        &frame_data(&master, IA | ID, &d.write_req(0, 10), &data),
+        Status::WrongKeyType,
+    );
     d.attack("getattr in partition 1 with partition 2's key", &frame(&d.pk(P2), IA, &getattr(&d)), Status::WrongObject);
     let w2 = Cred::Working(P2, 1, d.working_key(P2, 1).unwrap());
-    d.attack("write in partition 1 with partition 2's working key", &frame_data(&w2, IA | ID, &d.write_req(0, 10), &data), Status::WrongObject);
-    d.attack("remove in partition 1 with partition 2's key", &frame(&d.pk(P2), IA, &Request::Remove { partition: P1, object: d.victim }), Status::WrongObject);
-    d.attack("readaudit with a partition key", &frame(&d.pk(P1), IA, &Request::ReadAudit { after: 0, max: 10 }), Status::WrongKeyType);
-    d.attack("readaudit with a capability", &frame(&all, IA, &Request::ReadAudit { after: 0, max: 10 }), Status::WrongKeyType);
-    d.attack("drive minimum set with a partition key", &frame(&d.pk(P1), IA, &Request::SetMinProtection { partition: 0, protection: prot(NONE) }), Status::WrongKeyType);
-    d.attack("removepartition with the partition's own key", &frame(&d.pk(P1), IA, &Request::RemovePartition { partition: P1, force: true }), Status::WrongKeyType);
-    d.attack("removepartition with a capability with every right", &frame(&all, IA, &Request::RemovePartition { partition: P1, force: true }), Status::WrongKeyType);
+    d.attack(
+        "write in partition 1 with partition 2's working key",
+        &frame_data(&w2, IA | ID, &d.write_req(0, 10), &data),
+        Status::WrongObject,
+    );
+    d.attack(
+        "remove in partition 1 with partition 2's key",
+        &frame(&d.pk(P2), IA, &Request::Remove { partition: P1, object: d.victim }),
+        Status::WrongObject,
+    );
+    d.attack(
+        "readaudit with a partition key",
+        &frame(&d.pk(P1), IA, &Request::ReadAudit { after: 0, max: 10 }),
+        Status::WrongKeyType,
+    );
+    d.attack(
+        "readaudit with a capability",
+        &frame(&all, IA, &Request::ReadAudit { after: 0, max: 10 }),
+        Status::WrongKeyType,
+    );
+    d.attack(
+        "drive minimum set with a partition key",
+        &frame(&d.pk(P1), IA, &Request::SetMinProtection { partition: 0, protection: prot(NONE) }),
+        Status::WrongKeyType,
+    );
+    d.attack(
+        "removepartition with the partition's own key",
+        &frame(&d.pk(P1), IA, &Request::RemovePartition { partition: P1, force: true }),
+        Status::WrongKeyType,
+    );
+    d.attack(
+        "removepartition with a capability with every right",
+        &frame(&all, IA, &Request::RemovePartition { partition: P1, force: true }),
+        Status::WrongKeyType,
+    );
     let init = Request::Initialize { clock_ns: 0, clock_skew_ns: SKEW_NS, sealed_master_key: Vec::new() };
     d.attack("initialize with the drive key", &frame(&d.dk(), IA, &init), Status::WrongKeyType);
     d.attack("initialize with a partition key", &frame(&d.pk(P1), IA, &init), Status::WrongKeyType);
-    d.attack("createpartition with a partition key", &frame(&d.pk(P1), IA, &Request::CreatePartition { partition: 7 }), Status::WrongKeyType);
+    d.attack(
+        "createpartition with a partition key",
+        &frame(&d.pk(P1), IA, &Request::CreatePartition { partition: 7 }),
+        Status::WrongKeyType,
+    );
 
     // Every key is as it was.
     d.control("drive key unchanged (control)", &frame(&d.dk(), IA, &getattr(&d)));
     d.control("partition key unchanged (control)", &frame(&d.pk(P1), IA, &getattr(&d)));
     d.control("working key 1 still current (control)", &frame(&d.cap(rights::READ, |_| {}), IA, &read_first(&d)));
-    d.attack("no working key 2 was set", &frame(&d.cap(rights::READ, |a| a.key_version = 2), IA, &read_first(&d)), Status::KeyVersionRetired);
-    d.attack("no working key 6 was set", &frame(&d.cap(rights::READ, |a| a.key_version = 6), IA, &read_first(&d)), Status::KeyVersionRetired);
+    d.attack(
+        "no working key 2 was set",
+        &frame(&d.cap(rights::READ, |a| a.key_version = 2), IA, &read_first(&d)),
+        Status::KeyVersionRetired,
+    );
+    d.attack(
+        "no working key 6 was set",
+        &frame(&d.cap(rights::READ, |a| a.key_version = 6), IA, &read_first(&d)),
+        Status::KeyVersionRetired,
+    );
     d.finish("key management with wrong keys");
 }
 
@@ -868,7 +1228,9 @@ fn malformed_oversized_and_sealed_capabilities() {
     let read = read_first(&d);
     let cap = d.cap(rights::READ | rights::GETATTR, |_| {});
 
-    for (name, len) in [("capability_len one over CAPABILITY_LEN_MAX", CAPABILITY_LEN_MAX + 1), ("capability_len 65535", 65535)] {
+    for (name, len) in
+        [("capability_len one over CAPABILITY_LEN_MAX", CAPABILITY_LEN_MAX + 1), ("capability_len 65535", 65535)]
+    {
         let f = frame(&cap, IA, &read);
         let mut h = f.header.clone();
         h.capability_len = len as u16;
@@ -948,19 +1310,45 @@ fn malformed_oversized_and_sealed_capabilities() {
         ("sealed capability: ciphertext byte flipped", swith(&|t| t[16 + 24 + 5] ^= 1), Status::BadCapability),
         ("sealed capability: tag byte flipped", swith(&|t| t[n - 1] ^= 1), Status::BadCapability),
         ("sealed capability: reserved prefix byte set", swith(&|t| t[1] = 1), Status::BadCapability),
-        ("sealed capability: prefix partition changed to partition 2", swith(&|t| t[8..16].copy_from_slice(&P2.to_le_bytes())), Status::BadCapability),
-        ("sealed capability: prefix key version changed to 9", swith(&|t| t[4..8].copy_from_slice(&9u32.to_le_bytes())), Status::KeyVersionRetired),
-        ("sealed capability: one byte short", swith(&|t| { t.pop(); }), Status::BadCapability),
+        (
+            "sealed capability: prefix partition changed to partition 2",
+            swith(&|t| t[8..16].copy_from_slice(&P2.to_le_bytes())),
+            Status::BadCapability,
+        ),
+        (
+            "sealed capability: prefix key version changed to 9",
+            swith(&|t| t[4..8].copy_from_slice(&9u32.to_le_bytes())),
+            Status::KeyVersionRetired,
+        ),
+        (
+            "sealed capability: one byte short",
+            swith(&|t| {
+                t.pop();
+            }),
+            Status::BadCapability,
+        ),
         ("sealed capability: one byte long", swith(&|t| t.push(0)), Status::BadCapability),
-        ("sealed capability: sealed under partition 2's working key", sealed.with_token(under_p2, sargs.clone()), Status::BadCapability),
-        ("sealed capability: inner partition differs from the prefix", sealed.with_token(mismatched, sargs.clone()), Status::BadCapability),
+        (
+            "sealed capability: sealed under partition 2's working key",
+            sealed.with_token(under_p2, sargs.clone()),
+            Status::BadCapability,
+        ),
+        (
+            "sealed capability: inner partition differs from the prefix",
+            sealed.with_token(mismatched, sargs.clone()),
+            Status::BadCapability,
+        ),
     ];
     for (name, cred, want) in tampered {
         d.attack(name, &frame(&cred, IA | PC, &read), want);
     }
     let other = d.mint(&d.cap_args(P1, d.victim, rights::ALL), true);
     let spliced = sealed.with_token(other.token().to_vec(), other.args().clone());
-    d.attack("another capability's sealed token with this capability's key", &frame(&spliced, IA | PC, &read), Status::BadDigest);
+    d.attack(
+        "another capability's sealed token with this capability's key",
+        &frame(&spliced, IA | PC, &read),
+        Status::BadDigest,
+    );
     d.finish("malformed, oversized and sealed capabilities");
 }
 
@@ -1027,7 +1415,10 @@ fn tampered_replies_are_detected_by_the_client() {
         other => panic!("untampered refused write: {other:?}"),
     }
     let to_ok = Tamper::Xor { frame: 1, offset: 18, mask: Status::RightsInsufficient as u8 };
-    assert!(matches!(write_via(Some(to_ok)), Err(ClientError::BadReply(_))), "a refusal rewritten as success was believed");
+    assert!(
+        matches!(write_via(Some(to_ok)), Err(ClientError::BadReply(_))),
+        "a refusal rewritten as success was believed"
+    );
     d.cases.borrow_mut().push("refusal reply rewritten to OK (BadReply)".into());
     let to_refusal = Tamper::Xor { frame: 1, offset: 18, mask: Status::AccessRevoked as u8 };
     assert!(matches!(getattr_via(&cap, IA | ID, Some(to_refusal)), Err(ClientError::BadReply(_))));
@@ -1096,7 +1487,12 @@ fn every_protection_option_round_trips_and_privacy_hides_plaintext() {
     for (i, (name, bits, alg)) in options.into_iter().enumerate() {
         let object = d.create_object(P2, &[]);
         let fs: [u8; 256] = pattern(100 + i as u64, 256).try_into().unwrap();
-        let set_fs = Request::SetAttr { partition: P2, object, mask: AttrMask::FS_SPECIFIC, attrs: Attributes { fs_specific: fs, ..Attributes::default() } };
+        let set_fs = Request::SetAttr {
+            partition: P2,
+            object,
+            mask: AttrMask::FS_SPECIFIC,
+            attrs: Attributes { fs_specific: fs, ..Attributes::default() },
+        };
         d.ok(&d.dk(), IA, &set_fs);
         let mut args = d.cap_args(P2, object, rights::READ | rights::WRITE | rights::GETATTR);
         args.min_protection = prot(bits);
@@ -1116,13 +1512,23 @@ fn every_protection_option_round_trips_and_privacy_hides_plaintext() {
         assert_eq!(attrs.fs_specific, fs, "{name}: attributes did not round-trip");
         let (up, down) = proxy.captured();
         let (up16, down16) = (windows(&up, 16), windows(&down, 16));
-        let seen = |set: &std::collections::HashSet<&[u8]>, plain: &[u8]| plain.chunks_exact(16).filter(|c| set.contains(c)).count();
+        let seen = |set: &std::collections::HashSet<&[u8]>, plain: &[u8]| {
+            plain.chunks_exact(16).filter(|c| set.contains(c)).count()
+        };
         let contains = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
         let n = data.len() / 16;
         if bits & PD != 0 {
-            assert_eq!((seen(&up16, &data), seen(&down16, &data)), (0, 0), "{name}: PRIVACY_DATA leaked plaintext data on the wire");
+            assert_eq!(
+                (seen(&up16, &data), seen(&down16, &data)),
+                (0, 0),
+                "{name}: PRIVACY_DATA leaked plaintext data on the wire"
+            );
         } else {
-            assert_eq!((seen(&up16, &data), seen(&down16, &data)), (n, n), "{name}: control: clear data is on the wire");
+            assert_eq!(
+                (seen(&up16, &data), seen(&down16, &data)),
+                (n, n),
+                "{name}: control: clear data is on the wire"
+            );
         }
         let write_args = Request::Write { partition: P2, object, regions: vec![rg(0, 8192)] }.encode_args();
         assert_eq!(contains(&up, &write_args), bits & PA == 0, "{name}: write arguments on the wire");
@@ -1134,7 +1540,9 @@ fn every_protection_option_round_trips_and_privacy_hides_plaintext() {
         let clear_token = args.encode();
         assert_eq!(contains(&up, &clear_token), bits & PC == 0, "{name}: clear capability arguments on the wire");
         assert_eq!(contains(&up, &args.audit_id.to_le_bytes()), bits & PC == 0, "{name}: the audit id on the wire");
-        d.cases.borrow_mut().push(format!("{name}: write+read+getattr round trip; plaintext hidden as the options promise"));
+        d.cases
+            .borrow_mut()
+            .push(format!("{name}: write+read+getattr round trip; plaintext hidden as the options promise"));
         d.verify(name);
     }
 
@@ -1155,9 +1563,15 @@ fn every_protection_option_round_trips_and_privacy_hides_plaintext() {
     assert!(back == data, "NO_PROTECTION round trip");
     let (up, down) = proxy.captured();
     let key = cred.key().unwrap().expose();
-    assert!(up.windows(32).any(|w| w == key), "NO_PROTECTION requests carry the capability key (documented bearer proof)");
+    assert!(
+        up.windows(32).any(|w| w == key),
+        "NO_PROTECTION requests carry the capability key (documented bearer proof)"
+    );
     assert!(!down.windows(32).any(|w| w == key), "the drive echoed a capability key in a reply");
-    d.cases.borrow_mut().push("NO_PROTECTION bearer round trip (every minimum NONE); the key is in requests as documented, never in replies".into());
+    d.cases.borrow_mut().push(
+        "NO_PROTECTION bearer round trip (every minimum NONE); the key is in requests as documented, never in replies"
+            .into(),
+    );
     d.ok(&d.dk(), IA, &Request::SetMinProtection { partition: 0, protection: prot(IA) });
     d.verify("NO_PROTECTION");
     d.finish("protection options");
@@ -1175,7 +1589,11 @@ fn audit_trail_records_refusals_and_authorizations() {
     let authorized = frame(&ok_cap, IA, &d.read_req(100, 50));
     d.control("authorized read", &authorized);
     let ro = d.cap(rights::READ, |_| {});
-    d.attack("write with a read capability", &frame_data(&ro, IA | ID, &d.write_req(0, 10), &[1; 10]), Status::RightsInsufficient);
+    d.attack(
+        "write with a read capability",
+        &frame_data(&ro, IA | ID, &d.write_req(0, 10), &[1; 10]),
+        Status::RightsInsufficient,
+    );
     let expired = d.cap(rights::READ, |a| a.expiration_ns = 1);
     d.attack("expired capability", &frame(&expired, IA, &read_first(&d)), Status::CapabilityExpired);
     let forged = d.cap(rights::READ, |_| {}).with_key(Key::random());
@@ -1183,7 +1601,11 @@ fn audit_trail_records_refusals_and_authorizations() {
     d.attack("replayed request", &authorized, Status::NonceReplayed);
     let narrow = d.cap(rights::READ, |a| a.region = rg(0, 10));
     d.attack("region escape", &frame(&narrow, IA, &d.read_req(5, 10)), Status::RegionNotInCapability);
-    d.attack("readaudit with a capability", &frame(&ok_cap, IA, &Request::ReadAudit { after: 0, max: 10 }), Status::WrongKeyType);
+    d.attack(
+        "readaudit with a capability",
+        &frame(&ok_cap, IA, &Request::ReadAudit { after: 0, max: 10 }),
+        Status::WrongKeyType,
+    );
     let tagged = d.cap(rights::WRITE, |_| {});
     let mut f = frame_data(&tagged, IA | ID, &d.write_req(0, 10), &[2; 10]);
     let last = f.bytes.len() - 1;
@@ -1277,10 +1699,22 @@ fn secret_comparisons(code: &str) -> Vec<String> {
 #[test]
 fn secrets_are_compared_in_constant_time() {
     // The detector finds what it must.
-    for bad in ["if digest == expected {", "if expected != digest {", "tag == t", "if key == other", "a.expose() == b.expose()", "x == frame_key"] {
+    for bad in [
+        "if digest == expected {",
+        "if expected != digest {",
+        "tag == t",
+        "if key == other",
+        "a.expose() == b.expose()",
+        "x == frame_key",
+    ] {
         assert!(!secret_comparisons(bad).is_empty(), "detector misses {bad:?}");
     }
-    for fine in ["if header.key_type == KeyType::Master", "args.key_version == prefix.key_version", "if bytes.len() != LEN", "(v != 0).then"] {
+    for fine in [
+        "if header.key_type == KeyType::Master",
+        "args.key_version == prefix.key_version",
+        "if bytes.len() != LEN",
+        "(v != 0).then",
+    ] {
         assert!(secret_comparisons(fine).is_empty(), "detector flags {fine:?}");
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -1305,4 +1739,3 @@ fn secrets_are_compared_in_constant_time() {
         all.join("\n")
     );
 }
-

@@ -229,13 +229,20 @@ impl Drive {
         let split = 6000;
         let mut shuffled = data[split..].to_vec();
         shuffled.extend_from_slice(&data[..split]);
-        to(c.write(P, canary, &[region(split as u64, (CANARY_LEN - split) as u64), region(0, split as u64)], &shuffled))
-            .await
-            .expect("write canary");
+        to(c.write(
+            P,
+            canary,
+            &[region(split as u64, (CANARY_LEN - split) as u64), region(0, split as u64)],
+            &shuffled,
+        ))
+        .await
+        .expect("write canary");
         let mut scratch = Vec::new();
         for i in 0..SCRATCH_OBJECTS {
             let (o, _) = to(c.create(P)).await.expect("create scratch");
-            to(c.write(P, o, &[region(0, SCRATCH_LEN as u64)], &vec![i as u8; SCRATCH_LEN])).await.expect("write scratch");
+            to(c.write(P, o, &[region(0, SCRATCH_LEN as u64)], &vec![i as u8; SCRATCH_LEN]))
+                .await
+                .expect("write scratch");
             scratch.push(o);
         }
         let canary_attrs = to(c.getattr(P, canary)).await.expect("getattr canary");
@@ -317,7 +324,8 @@ impl Drive {
             .unwrap_or_else(|e| panic!("after {after}: read canary failed: {e}"));
         assert_eq!(lengths, vec![CANARY_LEN as u64], "after {after}: canary length changed");
         assert!(data == canary_bytes(), "after {after}: canary bytes changed");
-        let attrs = to(c.getattr(P, self.canary)).await.unwrap_or_else(|e| panic!("after {after}: getattr failed: {e}"));
+        let attrs =
+            to(c.getattr(P, self.canary)).await.unwrap_or_else(|e| panic!("after {after}: getattr failed: {e}"));
         assert_eq!(attrs, self.canary_attrs, "after {after}: canary attributes changed");
         // And the drive still takes writes.
         let n = self.round.fetch_add(1, Ordering::Relaxed);
@@ -516,15 +524,21 @@ async fn header_limits_are_enforced_before_reading_the_body() {
 async fn unknown_operations_keep_the_connection() {
     let d = Drive::start().await;
     d.check("opcode 0x7777", &frame(hdr(0x7777), &[], &[]), Status::UnknownOperation, Then::Continue).await;
-    d.check("opcode 0x7777 with args", &frame(hdr(0x7777), &[1, 2, 3, 4, 5], &[]), Status::UnknownOperation, Then::Continue)
-        .await;
+    d.check(
+        "opcode 0x7777 with args",
+        &frame(hdr(0x7777), &[1, 2, 3, 4, 5], &[]),
+        Status::UnknownOperation,
+        Then::Continue,
+    )
+    .await;
     // With data: the drive must read and discard all of it (2 chunks) so the
     // next frame on the connection starts where the client expects.
     let data = vec![0x5A; 5000];
     let bytes = frame(with(hdr(0x7777), |h| h.chunk_len = CHUNK_LEN_MIN), &[9; 40], &data);
     d.check("opcode 0x7777 with data", &bytes, Status::UnknownOperation, Then::Continue).await;
     for op in [0x0000, 0xffff, 0x0208, 0x0306, 0x0100, 0x010a] {
-        d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue).await;
+        d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue)
+            .await;
     }
     d.stop().await;
 }
@@ -557,7 +571,12 @@ async fn bad_arguments_keep_the_connection() {
         ("getattr truncated", opcode::GETATTR, getattr[..15].to_vec(), Status::BadArguments),
         ("getattr without args", opcode::GETATTR, vec![], Status::BadArguments),
         ("inquiry with an argument", opcode::INQUIRY, vec![0], Status::BadArguments),
-        ("remove_partition force = 2", opcode::REMOVE_PARTITION, [&7u64.to_le_bytes()[..], &[2]].concat(), Status::BadArguments),
+        (
+            "remove_partition force = 2",
+            opcode::REMOVE_PARTITION,
+            [&7u64.to_le_bytes()[..], &[2]].concat(),
+            Status::BadArguments,
+        ),
         ("setattr undefined mask bit", opcode::SETATTR, setattr(1 << 13), Status::BadArguments),
         ("setattr value outside mask", opcode::SETATTR, outside_mask, Status::BadArguments),
         ("setattr reserved attribute field", opcode::SETATTR, reserved_attr, Status::BadArguments),
@@ -603,16 +622,25 @@ async fn invalid_regions_keep_the_connection() {
     let d = Drive::start().await;
     let c = d.canary;
     let near_max = OBJECT_SIZE_MAX - 10;
-    let blocks = |regions: &[Region]| req(Request::BlocksRequired { partition: P, object: c, regions: regions.to_vec() });
+    let blocks =
+        |regions: &[Region]| req(Request::BlocksRequired { partition: P, object: c, regions: regions.to_vec() });
     let cases: Vec<(&str, Vec<u8>, Status)> = vec![
         ("write regions overlap", write(P, c, &[region(0, 100), region(50, 100)], &[1; 200]), Status::RegionsOverlap),
-        ("write regions overlap unsorted", write(P, c, &[region(500, 10), region(0, 100), region(95, 10)], &[1; 120]), Status::RegionsOverlap),
+        (
+            "write regions overlap unsorted",
+            write(P, c, &[region(500, 10), region(0, 100), region(95, 10)], &[1; 120]),
+            Status::RegionsOverlap,
+        ),
         ("write same region twice", write(P, c, &[region(10, 1), region(10, 1)], &[1; 2]), Status::RegionsOverlap),
         ("read regions overlap", read(P, c, &[region(0, 100), region(99, 2)]), Status::RegionsOverlap),
         ("read regions overlap unsorted", read(P, c, &[region(200, 10), region(0, 300)]), Status::RegionsOverlap),
         ("blocksrequired regions overlap", blocks(&[region(0, 10), region(5, 10)]), Status::RegionsOverlap),
         ("write zero-length region", write(P, c, &[region(0, 0)], &[]), Status::RegionOutOfRange),
-        ("write zero-length among others", write(P, c, &[region(0, 10), region(100, 0)], &[1; 10]), Status::RegionOutOfRange),
+        (
+            "write zero-length among others",
+            write(P, c, &[region(0, 10), region(100, 0)], &[1; 10]),
+            Status::RegionOutOfRange,
+        ),
         ("read zero-length region", read(P, c, &[region(5, 0)]), Status::RegionOutOfRange),
         ("read region past OBJECT_SIZE_MAX", read(P, c, &[region(near_max, 11)]), Status::RegionOutOfRange),
         ("read region at OBJECT_SIZE_MAX", read(P, c, &[region(OBJECT_SIZE_MAX, 1)]), Status::RegionOutOfRange),
@@ -622,12 +650,28 @@ async fn invalid_regions_keep_the_connection() {
         ("write region overflowing u64", write(P, c, &[region(u64::MAX - 1, 2)], &[1; 2]), Status::RegionOutOfRange),
         ("blocksrequired region past max", blocks(&[region(near_max, 11)]), Status::RegionOutOfRange),
         ("read without regions", read(P, c, &[]), Status::LimitExceeded),
-        ("read regions over DATA_LEN_MAX in all", read(P, c, &[region(DATA_LEN_MAX, 1), region(0, DATA_LEN_MAX)]), Status::LimitExceeded),
-        ("write regions over DATA_LEN_MAX in all", write(P, c, &[region(0, DATA_LEN_MAX), region(DATA_LEN_MAX, 1)], &[]), Status::LimitExceeded),
+        (
+            "read regions over DATA_LEN_MAX in all",
+            read(P, c, &[region(DATA_LEN_MAX, 1), region(0, DATA_LEN_MAX)]),
+            Status::LimitExceeded,
+        ),
+        (
+            "write regions over DATA_LEN_MAX in all",
+            write(P, c, &[region(0, DATA_LEN_MAX), region(DATA_LEN_MAX, 1)], &[]),
+            Status::LimitExceeded,
+        ),
         ("blocksrequired of the largest object", blocks(&[region(0, OBJECT_SIZE_MAX)]), Status::LimitExceeded),
         ("write without regions", write(P, c, &[], &[]), Status::LimitExceeded),
-        ("write with a region count over limit", frame(hdr(opcode::WRITE), &many_regions_args(P, c, REGIONS_MAX + 1), &[1; REGIONS_MAX + 1]), Status::LimitExceeded),
-        ("read with REGIONS_MAX regions is fine", frame(hdr(opcode::READ), &many_regions_args(P, c, REGIONS_MAX), &[]), Status::Ok),
+        (
+            "write with a region count over limit",
+            frame(hdr(opcode::WRITE), &many_regions_args(P, c, REGIONS_MAX + 1), &[1; REGIONS_MAX + 1]),
+            Status::LimitExceeded,
+        ),
+        (
+            "read with REGIONS_MAX regions is fine",
+            frame(hdr(opcode::READ), &many_regions_args(P, c, REGIONS_MAX), &[]),
+            Status::Ok,
+        ),
     ];
     for (name, bytes, want) in &cases {
         d.check(name, bytes, *want, Then::Continue).await;
@@ -644,9 +688,26 @@ async fn data_length_mismatch_keeps_the_connection() {
         ("write with less data than regions", write(P, c, &[region(0, 100)], &[0xEE; 50])),
         ("write with no data", write(P, c, &[region(0, 100)], &[])),
         ("write two regions, data for one", write(P, c, &[region(0, 100), region(200, 100)], &[0xEE; 100])),
-        ("write with data in many chunks", frame(with(hdr(opcode::WRITE), |h| h.chunk_len = 512), &Request::Write { partition: P, object: c, regions: vec![region(0, 1000)] }.encode_args(), &[0xEE; 9999])),
-        ("getattr with data", frame(hdr(opcode::GETATTR), &Request::GetAttr { partition: P, object: c }.encode_args(), &[0xEE; 600])),
-        ("read with data", frame(hdr(opcode::READ), &Request::Read { partition: P, object: c, regions: vec![region(0, 10)] }.encode_args(), &[0xEE; 10])),
+        (
+            "write with data in many chunks",
+            frame(
+                with(hdr(opcode::WRITE), |h| h.chunk_len = 512),
+                &Request::Write { partition: P, object: c, regions: vec![region(0, 1000)] }.encode_args(),
+                &[0xEE; 9999],
+            ),
+        ),
+        (
+            "getattr with data",
+            frame(hdr(opcode::GETATTR), &Request::GetAttr { partition: P, object: c }.encode_args(), &[0xEE; 600]),
+        ),
+        (
+            "read with data",
+            frame(
+                hdr(opcode::READ),
+                &Request::Read { partition: P, object: c, regions: vec![region(0, 10)] }.encode_args(),
+                &[0xEE; 10],
+            ),
+        ),
     ];
     for (name, bytes) in &cases {
         d.check(name, bytes, Status::DataLengthMismatch, Then::Continue).await;
@@ -681,8 +742,14 @@ async fn missing_partitions_and_objects() {
         d.check(&format!("{op} of a missing object"), &bytes, Status::NoSuchObject, Then::Continue).await;
     }
     let partition_ops = vec![
-        ("create", req(Request::Create { partition: NO_PART, mask: AttrMask::default(), attrs: Attributes::default() })),
-        ("getattr of a control object", req(Request::GetAttr { partition: NO_PART, object: well_known::PARTITION_CONTROL })),
+        (
+            "create",
+            req(Request::Create { partition: NO_PART, mask: AttrMask::default(), attrs: Attributes::default() }),
+        ),
+        (
+            "getattr of a control object",
+            req(Request::GetAttr { partition: NO_PART, object: well_known::PARTITION_CONTROL }),
+        ),
         ("read of a control object", read(NO_PART, well_known::PARTITION_CONTENTS, &r)),
         ("remove_partition", req(Request::RemovePartition { partition: NO_PART, force: true })),
         ("resize_partition", req(Request::ResizePartition { partition: NO_PART, quota_bytes: 4096 })),
@@ -706,8 +773,13 @@ async fn quota_and_read_only_objects() {
     // the 57 left. They overwrite the canary's bytes or extend it, so a
     // partial write would show.
     let over = (QUOTA as usize) + 10_000;
-    d.check("write over quota", &write(P, c, &[region(0, over as u64)], &vec![0xCC; over]), Status::QuotaExceeded, Then::Continue)
-        .await;
+    d.check(
+        "write over quota",
+        &write(P, c, &[region(0, over as u64)], &vec![0xCC; over]),
+        Status::QuotaExceeded,
+        Then::Continue,
+    )
+    .await;
     d.check(
         "write over quota extending",
         &write(P, c, &[region(5000, 100), region(CANARY_LEN as u64, over as u64)], &vec![0xCC; over + 100]),
@@ -723,10 +795,27 @@ async fn quota_and_read_only_objects() {
     )
     .await;
     for o in [well_known::DRIVE_CONTROL, well_known::PARTITION_CONTROL, well_known::PARTITION_CONTENTS] {
-        d.check(&format!("write to control object {o}"), &write(P, o, &[region(0, 8)], &[1; 8]), Status::ReadOnlyObject, Then::Continue).await;
-        let setattr = Request::SetAttr { partition: P, object: o, mask: AttrMask::NEARBY_OBJECT, attrs: Attributes { nearby_object: 4, ..Attributes::default() } };
+        d.check(
+            &format!("write to control object {o}"),
+            &write(P, o, &[region(0, 8)], &[1; 8]),
+            Status::ReadOnlyObject,
+            Then::Continue,
+        )
+        .await;
+        let setattr = Request::SetAttr {
+            partition: P,
+            object: o,
+            mask: AttrMask::NEARBY_OBJECT,
+            attrs: Attributes { nearby_object: 4, ..Attributes::default() },
+        };
         d.check(&format!("setattr of control object {o}"), &req(setattr), Status::ReadOnlyObject, Then::Continue).await;
-        d.check(&format!("remove of control object {o}"), &req(Request::Remove { partition: P, object: o }), Status::ReadOnlyObject, Then::Continue).await;
+        d.check(
+            &format!("remove of control object {o}"),
+            &req(Request::Remove { partition: P, object: o }),
+            Status::ReadOnlyObject,
+            Then::Continue,
+        )
+        .await;
     }
     let remove_first = req(Request::Remove { partition: P, object: well_known::FIRST_OBJECT });
     d.check("remove of the partition's first object", &remove_first, Status::ReadOnlyObject, Then::Continue).await;
@@ -764,15 +853,22 @@ async fn unverifiable_protected_requests_are_refused_and_keep_the_connection() {
     }
     let bytes = frame(with(g(), |h| h.protection = Protection::INTEGRITY_ARGS), &args, &[]);
     d.check("protection without a key type", &bytes, Status::ProtectionUnsupported, Then::Continue).await;
-    d.check("a capability", &frame_cap(g(), &[0x42; 100], &args, &[]), Status::ProtectionUnsupported, Then::Continue).await;
-    d.check("a maximal capability", &frame_cap(g(), &[0x42; CAPABILITY_LEN_MAX], &args, &[]), Status::ProtectionUnsupported, Then::Continue)
+    d.check("a capability", &frame_cap(g(), &[0x42; 100], &args, &[]), Status::ProtectionUnsupported, Then::Continue)
         .await;
+    d.check(
+        "a maximal capability",
+        &frame_cap(g(), &[0x42; CAPABILITY_LEN_MAX], &args, &[]),
+        Status::ProtectionUnsupported,
+        Then::Continue,
+    )
+    .await;
 
     // A protected write with data: every chunk is followed by a tag, and the
     // drive must discard data and tags exactly, then read the next frame.
     let w = Request::Write { partition: P, object: d.canary, regions: vec![region(0, 1000)] };
     let mut h = with(hdr(opcode::WRITE), |h| {
-        (h.key_type, h.protection, h.chunk_len, h.data_len) = (KeyType::Capability, Protection::INTEGRITY_DATA, 512, 1000)
+        (h.key_type, h.protection, h.chunk_len, h.data_len) =
+            (KeyType::Capability, Protection::INTEGRITY_DATA, 512, 1000)
     });
     let mut bytes = FramePrefix::encode(&h, &[], &w.encode_args(), &[0; DIGEST_LEN]);
     for chunk in [512usize, 488] {
@@ -879,7 +975,8 @@ async fn many_bad_connections_with_honest_clients() {
             while !done.load(Ordering::Acquire) || rounds < 5 {
                 let data: Vec<u8> = (0..SCRATCH_LEN).map(|i| (i as u64 * 13 + rounds + w as u64) as u8).collect();
                 to(c.write(P, o, &[region(0, SCRATCH_LEN as u64)], &data)).await.expect("honest write during attack");
-                let (_, back) = to(c.read(P, o, &[region(0, SCRATCH_LEN as u64)])).await.expect("honest read during attack");
+                let (_, back) =
+                    to(c.read(P, o, &[region(0, SCRATCH_LEN as u64)])).await.expect("honest read during attack");
                 assert!(back == data, "honest worker {w} read back other bytes");
                 let (_, canary) = to(c.read(P, d.canary, &[region(0, CANARY_LEN as u64)])).await.expect("canary read");
                 assert!(canary == canary_bytes(), "canary changed during attack");

@@ -27,7 +27,11 @@ async fn start(chunk_len: u32) -> Drive {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let config = DriveConfig { chunk_len, security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..DriveConfig::default() };
+    let config = DriveConfig {
+        chunk_len,
+        security: SecurityMode::Enforced { master_key: Some(master.clone()) },
+        ..DriveConfig::default()
+    };
     tokio::spawn(nasd_drive::serve(listener, store.clone(), config, async {
         let _ = stopped.await;
     }));
@@ -74,13 +78,18 @@ async fn reads_round_trip_aligned_unaligned_and_across_chunks() {
             vec![Region { offset: 0, length: 8 * BS }],
             vec![Region { offset: 100, length: 5000 }],
             vec![Region { offset: BS - 1, length: 2 }],
-            vec![Region { offset: 10, length: 9000 }, Region { offset: 20000, length: BS }, Region { offset: 40960, length: 8192 }],
+            vec![
+                Region { offset: 10, length: 9000 },
+                Region { offset: 20000, length: BS },
+                Region { offset: 40960, length: 8192 },
+            ],
             vec![Region { offset: 30 * BS, length: 12 * BS }],
             vec![Region { offset: 0, length: 1 << 20 }],
             vec![Region { offset: 5 * BS, length: 3 * BS + 1 }, Region { offset: 0, length: 1 }],
         ];
         for regions in cases {
-            let (lengths, back) = c.read(1, obj, &regions).await.unwrap_or_else(|e| panic!("chunk {chunk_len} {regions:?}: {e}"));
+            let (lengths, back) =
+                c.read(1, obj, &regions).await.unwrap_or_else(|e| panic!("chunk {chunk_len} {regions:?}: {e}"));
             assert_eq!(lengths.iter().sum::<u64>(), back.len() as u64);
             assert_eq!(back, expected(&data, &regions), "chunk {chunk_len} {regions:?}");
         }

@@ -81,7 +81,14 @@ fn store_opts() -> StoreOptions {
 impl Drive {
     async fn start(read_chunk: u32) -> Drive {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut d = Drive { dir, addr: "127.0.0.1:1".parse().unwrap(), shutdown: None, server: None, store: Weak::new(), read_chunk };
+        let mut d = Drive {
+            dir,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            shutdown: None,
+            server: None,
+            store: Weak::new(),
+            read_chunk,
+        };
         d.serve().await;
         d
     }
@@ -93,7 +100,11 @@ impl Drive {
         self.addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
         // No background commits: durability comes only from flush and shutdown.
-        let config = DriveConfig { commit_interval: Duration::from_secs(3600), chunk_len: self.read_chunk, ..DriveConfig::unauthenticated() };
+        let config = DriveConfig {
+            commit_interval: Duration::from_secs(3600),
+            chunk_len: self.read_chunk,
+            ..DriveConfig::unauthenticated()
+        };
         self.server = Some(tokio::spawn(nasd_drive::serve(listener, store, config, async move {
             let _ = rx.await;
         })));
@@ -464,12 +475,32 @@ impl Model {
     #[track_caller]
     fn check_attrs(&self, p: u64, o: u64, a: &Attributes, what: &str) {
         let m = &self.parts[&p].objects[&o];
-        let expect =
-            (m.data.len() as u64, m.reserved.max(m.blocks.len() as u64), self.blocks_used(m), m.copied, m.acv, m.nearby, Some(m.fs), BS as u32);
+        let expect = (
+            m.data.len() as u64,
+            m.reserved.max(m.blocks.len() as u64),
+            self.blocks_used(m),
+            m.copied,
+            m.acv,
+            m.nearby,
+            Some(m.fs),
+            BS as u32,
+        );
         let fs = Some(a.fs_specific[0]).filter(|&b| a.fs_specific.iter().all(|&x| x == b));
-        let got = (a.logical_size, a.blocks_allocated, a.blocks_used, a.copied_object, a.access_control_version, a.nearby_object, fs, a.block_size);
+        let got = (
+            a.logical_size,
+            a.blocks_allocated,
+            a.blocks_used,
+            a.copied_object,
+            a.access_control_version,
+            a.nearby_object,
+            fs,
+            a.block_size,
+        );
         assert_eq!(got, expect, "{what}: attributes of {p}/{o} (size, allocated, used, copied, acv, nearby, fs, bs)");
-        assert!(a.create_time <= a.data_modify_time && a.create_time <= a.attribute_modify_time, "{what}: times before creation");
+        assert!(
+            a.create_time <= a.data_modify_time && a.create_time <= a.attribute_modify_time,
+            "{what}: times before creation"
+        );
     }
 }
 
@@ -477,24 +508,88 @@ impl Model {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Create { p: u64, reserve: Option<u64> },
-    Write { p: u64, o: u8, regions: Vec<Region>, overlap: bool, seed: u64 },
+    Create {
+        p: u64,
+        reserve: Option<u64>,
+    },
+    Write {
+        p: u64,
+        o: u8,
+        regions: Vec<Region>,
+        overlap: bool,
+        seed: u64,
+    },
     /// A write whose frame carries the wrong number of data bytes.
-    WriteWrongLength { p: u64, o: u8, regions: Vec<Region>, delta: i8 },
-    Read { p: u64, o: u8, regions: Vec<Region>, overlap: bool },
-    Truncate { p: u64, o: u8, size: u64 },
-    ReserveAndTruncate { p: u64, o: u8, blocks: u64, size: Option<u64> },
-    SetMisc { p: u64, o: u8, acv: u64, nearby: u64, fs: u8 },
-    SetDriveMaintained { p: u64, o: u8, bit: u8 },
-    FastCopy { p: u64, o: u8 },
-    Remove { p: u64, o: u8 },
-    BlocksRequired { p: u64, o: u8, regions: Vec<Region> },
-    GetAttr { p: u64, o: u8 },
-    Flush { p: u64, objects: Vec<u8> },
-    FlushPartition { p: u64 },
-    Resize { p: u64, blocks: u64 },
-    CreatePartition { p: u64 },
-    RemovePartition { p: u64, force: bool },
+    WriteWrongLength {
+        p: u64,
+        o: u8,
+        regions: Vec<Region>,
+        delta: i8,
+    },
+    Read {
+        p: u64,
+        o: u8,
+        regions: Vec<Region>,
+        overlap: bool,
+    },
+    Truncate {
+        p: u64,
+        o: u8,
+        size: u64,
+    },
+    ReserveAndTruncate {
+        p: u64,
+        o: u8,
+        blocks: u64,
+        size: Option<u64>,
+    },
+    SetMisc {
+        p: u64,
+        o: u8,
+        acv: u64,
+        nearby: u64,
+        fs: u8,
+    },
+    SetDriveMaintained {
+        p: u64,
+        o: u8,
+        bit: u8,
+    },
+    FastCopy {
+        p: u64,
+        o: u8,
+    },
+    Remove {
+        p: u64,
+        o: u8,
+    },
+    BlocksRequired {
+        p: u64,
+        o: u8,
+        regions: Vec<Region>,
+    },
+    GetAttr {
+        p: u64,
+        o: u8,
+    },
+    Flush {
+        p: u64,
+        objects: Vec<u8>,
+    },
+    FlushPartition {
+        p: u64,
+    },
+    Resize {
+        p: u64,
+        blocks: u64,
+    },
+    CreatePartition {
+        p: u64,
+    },
+    RemovePartition {
+        p: u64,
+        force: bool,
+    },
     Inquiry,
     Restart,
 }
@@ -614,9 +709,13 @@ async fn read_all(c: &mut DriveClient, p: u64, o: u64) -> Vec<u8> {
 
 async fn check_all(c: &mut DriveClient, model: &Model, what: &str) {
     let info = to(c.inquiry()).await.expect("inquiry");
-    let listed: Vec<(u64, u64, u64, u64)> = info.partitions.iter().map(|p| (p.partition, p.quota_bytes, p.used_bytes, p.objects)).collect();
-    let expect: Vec<(u64, u64, u64, u64)> =
-        model.parts.iter().map(|(&p, mp)| (p, mp.quota_blocks * BS, model.charged(p) * BS, mp.objects.len() as u64 + 3)).collect();
+    let listed: Vec<(u64, u64, u64, u64)> =
+        info.partitions.iter().map(|p| (p.partition, p.quota_bytes, p.used_bytes, p.objects)).collect();
+    let expect: Vec<(u64, u64, u64, u64)> = model
+        .parts
+        .iter()
+        .map(|(&p, mp)| (p, mp.quota_blocks * BS, model.charged(p) * BS, mp.objects.len() as u64 + 3))
+        .collect();
     assert_eq!(listed, expect, "{what}: inquiry partitions (id, quota, used, objects)");
     assert_eq!((info.block_size, info.capacity_bytes), (BS as u32, CAP_BLOCKS * BS));
     for (&p, mp) in &model.parts {
@@ -700,7 +799,12 @@ async fn run(case: Case) {
                 let got = st(to(c.read(p, o, &regions)).await);
                 let want = model.read(p, o, &regions);
                 count(op, &want);
-                assert!(got == want, "{what}: read differs (lengths {:?}, want {:?})", got.as_ref().map(|g| &g.0), want.as_ref().map(|w| &w.0));
+                assert!(
+                    got == want,
+                    "{what}: read differs (lengths {:?}, want {:?})",
+                    got.as_ref().map(|g| &g.0),
+                    want.as_ref().map(|w| &w.0)
+                );
             }
             Op::Truncate { p, o, size } => {
                 let o = pick(&model, p, o);
@@ -768,10 +872,18 @@ async fn run(case: Case) {
                 let o = pick(&model, p, o);
                 let mask = AttrMask(1 << bit).union(AttrMask::ACCESS_CONTROL_VERSION);
                 let a = Attributes { access_control_version: 1, ..Attributes::default() };
-                let a = Attributes { copied_object: 1, blocks_used: 1, create_time: 1, data_modify_time: 1, attribute_modify_time: 1, ..a };
+                let a = Attributes {
+                    copied_object: 1,
+                    blocks_used: 1,
+                    create_time: 1,
+                    data_modify_time: 1,
+                    attribute_modify_time: 1,
+                    ..a
+                };
                 let got = st(to(c.setattr(p, o, mask, &a)).await);
                 // Refused before the object is even looked up.
-                let want: Result<(), Status> = Err(if is_control(o) { Status::ReadOnlyObject } else { Status::AttributeNotSettable });
+                let want: Result<(), Status> =
+                    Err(if is_control(o) { Status::ReadOnlyObject } else { Status::AttributeNotSettable });
                 count(op, &want);
                 assert_eq!(got.map(drop), want, "{what}");
             }
@@ -891,8 +1003,10 @@ async fn run(case: Case) {
     // And the store on disk, reopened directly, agrees.
     let s = open_store(drive.path()).await;
     let info = s.info();
-    let listed: Vec<(u64, u64, u64)> = info.partitions.iter().map(|p| (p.partition, p.quota_bytes, p.used_bytes)).collect();
-    let expect: Vec<(u64, u64, u64)> = model.parts.iter().map(|(&p, mp)| (p, mp.quota_blocks * BS, model.charged(p) * BS)).collect();
+    let listed: Vec<(u64, u64, u64)> =
+        info.partitions.iter().map(|p| (p.partition, p.quota_bytes, p.used_bytes)).collect();
+    let expect: Vec<(u64, u64, u64)> =
+        model.parts.iter().map(|(&p, mp)| (p, mp.quota_blocks * BS, model.charged(p) * BS)).collect();
     assert_eq!(listed, expect, "after the final shutdown");
 }
 

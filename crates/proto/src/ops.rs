@@ -207,8 +207,7 @@ impl Request {
                 w.u64(*partition).u16(mask.0);
                 attrs.masked(*mask).encode(&mut w);
             }
-            Request::Remove { partition, object }
-            | Request::GetAttr { partition, object } => {
+            Request::Remove { partition, object } | Request::GetAttr { partition, object } => {
                 w.u64(*partition).u64(*object);
             }
             Request::SetAttr { partition, object, mask, attrs } => {
@@ -571,8 +570,8 @@ impl Reply {
                 let corrupt = (0..n).map(|_| Ok((r.u64()?, r.u64()?, r.u64()?))).collect::<Result<_, DecodeError>>()?;
                 Reply::Scrub { blocks_checked, corrupt_total, corrupt }
             }
-            REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION
-            | INITIALIZE | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION => Reply::Done,
+            REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION | INITIALIZE
+            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION => Reply::Done,
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;

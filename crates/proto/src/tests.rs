@@ -662,7 +662,11 @@ fn request_rejections() {
             args(|w| {
                 w.bytes(&[0; SEALED_KEY_LEN_MAX + 1]);
             }),
-            DecodeError::OverLimit { field: "sealed key", len: SEALED_KEY_LEN_MAX as u64 + 1, max: SEALED_KEY_LEN_MAX as u64 },
+            DecodeError::OverLimit {
+                field: "sealed key",
+                len: SEALED_KEY_LEN_MAX as u64 + 1,
+                max: SEALED_KEY_LEN_MAX as u64,
+            },
             Status::LimitExceeded,
         ),
         (
@@ -1178,7 +1182,11 @@ fn arb_request() -> impl Strategy<Value = Request> {
         (u(), u()).prop_map(|(partition, quota_bytes)| Request::ResizePartition { partition, quota_bytes }).boxed(),
         u().prop_map(|partition| Request::FlushPartition { partition }).boxed(),
         (u(), u(), proptest::collection::vec(any::<u8>(), 0..=SEALED_KEY_LEN_MAX))
-            .prop_map(|(clock_ns, clock_skew_ns, sealed_master_key)| Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key })
+            .prop_map(|(clock_ns, clock_skew_ns, sealed_master_key)| Request::Initialize {
+                clock_ns,
+                clock_skew_ns,
+                sealed_master_key,
+            })
             .boxed(),
         Just(Request::Inquiry).boxed(),
     ];

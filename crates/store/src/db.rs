@@ -111,7 +111,12 @@ pub fn load_blocks(
         let digest: [u8; 32] =
             digest.try_into().map_err(|_| StoreError::Corrupt("block digest is not 32 bytes".into()))?;
         let phys = r.get::<_, i64>(3)? as u64;
-        f(r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64, BlockRef { phys, digest })?;
+        f(
+            r.get::<_, i64>(0)? as u64,
+            r.get::<_, i64>(1)? as u64,
+            r.get::<_, i64>(2)? as u64,
+            BlockRef { phys, digest },
+        )?;
     }
     Ok(())
 }
@@ -188,7 +193,12 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
             "INSERT OR REPLACE INTO objects (partition, id, reserved_blocks, attrs) VALUES (?1, ?2, ?3, ?4)",
         )?;
         for o in &b.objects {
-            put_obj.execute(params![o.partition as i64, o.id as i64, o.reserved_blocks as i64, encode_attrs(&o.attrs)])?;
+            put_obj.execute(params![
+                o.partition as i64,
+                o.id as i64,
+                o.reserved_blocks as i64,
+                encode_attrs(&o.attrs)
+            ])?;
         }
         let mut put_block = tx.prepare_cached(
             "INSERT OR REPLACE INTO blocks (partition, object, block, phys, digest) VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -24,7 +24,9 @@ pub enum StoreError {
     #[error("partition {0} is not empty; remove its objects or pass force")]
     PartitionNotEmpty(u64),
     /// The change would take the partition past its quota.
-    #[error("partition {partition} quota exceeded: needs {needed_blocks} more blocks, {free_blocks} free under the quota")]
+    #[error(
+        "partition {partition} quota exceeded: needs {needed_blocks} more blocks, {free_blocks} free under the quota"
+    )]
     QuotaExceeded {
         /// Partition.
         partition: u64,

@@ -292,7 +292,8 @@ impl Store {
         let mut conn = db::open(&dir.join("meta.sqlite"))?;
         let (drive_id, block_size, offset, skew) = Self::load_or_format(&mut conn, opts)?;
         let capacity_blocks = opts.capacity_bytes / block_size as u64;
-        let data = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("blocks.dat"))?;
+        let data =
+            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("blocks.dat"))?;
         // fdatasync(blocks.dat) does not make its directory entry durable: sync
         // the directory, or a power loss could lose a new blocks.dat that the
         // committed index already points into.
@@ -388,7 +389,8 @@ impl Store {
             if r.phys >= capacity_blocks {
                 return Err(StoreError::Corrupt(format!("block {} beyond capacity; was capacity lowered?", r.phys)));
             }
-            let part = partitions.get_mut(&p).ok_or_else(|| StoreError::Corrupt("block of missing partition".into()))?;
+            let part =
+                partitions.get_mut(&p).ok_or_else(|| StoreError::Corrupt("block of missing partition".into()))?;
             let obj = part.objects.get_mut(&o).ok_or_else(|| StoreError::Corrupt("block of missing object".into()))?;
             obj.blocks.insert(l, r);
             let c = refcount.entry(r.phys).or_insert(0);

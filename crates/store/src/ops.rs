@@ -270,7 +270,8 @@ impl Store {
             let obj = m.object(p, o)?;
             let first_dropped = size.div_ceil(bs);
             let kept = obj.blocks.range(..first_dropped).count() as u64;
-            let freed = obj.blocks.range(first_dropped..).filter(|(_, r)| m.refcount.get(&r.phys) == Some(&1)).count() as u64;
+            let freed =
+                obj.blocks.range(first_dropped..).filter(|(_, r)| m.refcount.get(&r.phys) == Some(&1)).count() as u64;
             let slack_gain = obj.reserved.saturating_sub(kept) - obj.slack();
             if slack_gain > freed {
                 if let Err(e) = m.quota_check(p, slack_gain - freed, bs) {
@@ -316,7 +317,14 @@ impl Store {
     /// [`Store::read`], choosing whether to check stored digests (a reader
     /// that checks digests itself — Hash-and-MAC — makes the drive's check
     /// redundant).
-    pub fn read_with(&self, p: u64, o: u64, regions: &[Region], sink: &mut dyn DataSink, verify: bool) -> Result<(), StoreError> {
+    pub fn read_with(
+        &self,
+        p: u64,
+        o: u64,
+        regions: &[Region],
+        sink: &mut dyn DataSink,
+        verify: bool,
+    ) -> Result<(), StoreError> {
         validate_regions(regions).map_err(StoreError::Regions)?;
         if is_control(o) {
             let bytes = self.control_bytes(p, o)?;
@@ -372,7 +380,15 @@ impl Store {
         self.read_block_with(p, o, l, b, buf, self.verify_reads)
     }
 
-    fn read_block_with(&self, p: u64, o: u64, l: u64, b: &BlockRef, buf: &mut [u8], verify: bool) -> Result<(), StoreError> {
+    fn read_block_with(
+        &self,
+        p: u64,
+        o: u64,
+        l: u64,
+        b: &BlockRef,
+        buf: &mut [u8],
+        verify: bool,
+    ) -> Result<(), StoreError> {
         self.data.read_exact_at(buf, b.phys * self.bs())?;
         if verify && !ct_eq(&block_digest(buf), &b.digest) {
             tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
@@ -475,7 +491,12 @@ impl Store {
         Ok(WritePlan { partition: p, object: o, reserved_inflight: charge, new: BTreeMap::new() })
     }
 
-    fn stream_write(&self, plan: &mut WritePlan, regions: &[Region], source: &mut dyn DataSource) -> Result<(), StoreError> {
+    fn stream_write(
+        &self,
+        plan: &mut WritePlan,
+        regions: &[Region],
+        source: &mut dyn DataSource,
+    ) -> Result<(), StoreError> {
         let bs = self.bs();
         let mut buf = vec![0u8; bs as usize];
         let mut current: Option<u64> = None;
@@ -863,11 +884,18 @@ impl Store {
                 continue;
             }
             let _g = self.stripe(p, o).read().expect("object lock poisoned");
-            let still_mapped = lock(&self.meta).object(p, o).ok().and_then(|obj| obj.blocks.get(&l).copied()) == Some(b);
+            let still_mapped =
+                lock(&self.meta).object(p, o).ok().and_then(|obj| obj.blocks.get(&l).copied()) == Some(b);
             if still_mapped {
                 self.data.read_exact_at(&mut buf, b.phys * self.bs())?;
                 if !ct_eq(&block_digest(&buf), &b.digest) {
-                    tracing::error!(partition = p, object = o, block = l, phys = b.phys, "scrub: stored block fails its digest");
+                    tracing::error!(
+                        partition = p,
+                        object = o,
+                        block = l,
+                        phys = b.phys,
+                        "scrub: stored block fails its digest"
+                    );
                     report.corrupt.push(CorruptBlock { partition: p, object: o, block: l });
                 }
             }
@@ -922,7 +950,10 @@ impl Store {
             .encode(),
             PARTITION_CONTENTS => {
                 let mut out = Vec::with_capacity((part.objects.len() + 3) * 8);
-                for id in [DRIVE_CONTROL, PARTITION_CONTROL, PARTITION_CONTENTS].into_iter().chain(part.objects.keys().copied()) {
+                for id in [DRIVE_CONTROL, PARTITION_CONTROL, PARTITION_CONTENTS]
+                    .into_iter()
+                    .chain(part.objects.keys().copied())
+                {
                     out.extend_from_slice(&id.to_le_bytes());
                 }
                 out
@@ -975,13 +1006,22 @@ impl Store {
         b.removed_partitions = dirty.removed_partitions.into_iter().collect();
         for p in dirty.partitions {
             if let Some(part) = m.partitions.get(&p) {
-                b.partitions.push(db::PartitionRow { id: p, quota_bytes: part.quota_bytes, id_high_water: part.high_water });
+                b.partitions.push(db::PartitionRow {
+                    id: p,
+                    quota_bytes: part.quota_bytes,
+                    id_high_water: part.high_water,
+                });
             }
         }
         b.removed_objects = dirty.removed_objects.into_iter().collect();
         for ((p, o), d) in dirty.objects {
             let Some(obj) = m.partitions.get(&p).and_then(|part| part.objects.get(&o)) else { continue };
-            b.objects.push(db::ObjectRow { partition: p, id: o, reserved_blocks: obj.reserved, attrs: obj.attrs.clone() });
+            b.objects.push(db::ObjectRow {
+                partition: p,
+                id: o,
+                reserved_blocks: obj.reserved,
+                attrs: obj.attrs.clone(),
+            });
             if d.replaced {
                 b.replaced_objects.push((p, o));
             }
@@ -992,7 +1032,6 @@ impl Store {
         b
     }
 }
-
 
 fn serve_bytes(bytes: &[u8], regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
     let len = bytes.len() as u64;

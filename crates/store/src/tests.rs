@@ -322,7 +322,12 @@ fn control_objects_publish_drive_and_partition_state() {
     let pc = PartitionControl::decode(&bytes).expect("partition control decodes");
     assert_eq!(
         pc,
-        PartitionControl { quota_bytes: 64 * BS, used_bytes: BS, objects_in_use: 6, objects_max: OBJECTS_PER_PARTITION_MAX }
+        PartitionControl {
+            quota_bytes: 64 * BS,
+            used_bytes: BS,
+            objects_in_use: 6,
+            objects_max: OBJECTS_PER_PARTITION_MAX
+        }
     );
     let (_, bytes) = read(&s, 2, PARTITION_CONTROL, &[rg(0, 4096)]).unwrap();
     assert_eq!(PartitionControl::decode(&bytes).unwrap().objects_in_use, 4);
@@ -338,7 +343,10 @@ fn control_objects_publish_drive_and_partition_state() {
 
     for o in [DRIVE_CONTROL, PARTITION_CONTROL, PARTITION_CONTENTS] {
         assert_eq!(err(write(&s, 1, o, &[rg(0, 1)], b"x")), Status::ReadOnlyObject);
-        assert_eq!(err(s.setattr(1, o, AttrMask::ACCESS_CONTROL_VERSION, &Attributes::default())), Status::ReadOnlyObject);
+        assert_eq!(
+            err(s.setattr(1, o, AttrMask::ACCESS_CONTROL_VERSION, &Attributes::default())),
+            Status::ReadOnlyObject
+        );
         assert_eq!(err(s.remove(1, o)), Status::ReadOnlyObject);
         assert_eq!(err(s.fastcopy(1, o)), Status::ReadOnlyObject);
         assert_eq!(err(s.blocks_required(1, o, &[rg(0, 1)])), Status::ReadOnlyObject);
@@ -401,9 +409,15 @@ fn setattr_semantics_and_drive_clock() {
             assert_eq!(err(s.setattr(1, o, both, &x)), Status::AttributeNotSettable, "bit {bit}");
         }
     }
-    assert_eq!(err(s.setattr(1, o, AttrMask::BLOCK_SIZE, &attrs_with(|a| a.block_size = 8192))), Status::AttributeNotSettable);
+    assert_eq!(
+        err(s.setattr(1, o, AttrMask::BLOCK_SIZE, &attrs_with(|a| a.block_size = 8192))),
+        Status::AttributeNotSettable
+    );
     assert_eq!(s.getattr(1, o).unwrap(), a2, "refused setattrs changed nothing");
-    assert_eq!(s.setattr(1, o, AttrMask::BLOCK_SIZE, &attrs_with(|a| a.block_size = BS as u32)).unwrap().block_size, BS as u32);
+    assert_eq!(
+        s.setattr(1, o, AttrMask::BLOCK_SIZE, &attrs_with(|a| a.block_size = BS as u32)).unwrap().block_size,
+        BS as u32
+    );
     assert_eq!(err(s.setattr(1, 99, AttrMask::ACCESS_CONTROL_VERSION, &v)), Status::NoSuchObject);
     assert_eq!(err(s.setattr(7, o, AttrMask::ACCESS_CONTROL_VERSION, &v)), Status::NoSuchPartition);
 
@@ -810,7 +824,10 @@ fn reservations_count_against_the_quota() {
         assert_eq!(part_used(&s, 1), 4 * BS);
         assert_eq!(err(s.resize_partition(1, 3 * BS)), Status::QuotaBelowUsage, "reservations count as usage");
         assert_eq!(err(s.fastcopy(1, b)), Status::QuotaExceeded, "a copy reserves as much as its source");
-        assert_eq!(err(s.create(1, AttrMask::BLOCKS_ALLOCATED, &attrs_with(|a| a.blocks_allocated = 1))), Status::QuotaExceeded);
+        assert_eq!(
+            err(s.create(1, AttrMask::BLOCKS_ALLOCATED, &attrs_with(|a| a.blocks_allocated = 1))),
+            Status::QuotaExceeded
+        );
         // Truncation returns unreserved blocks but keeps the reservation.
         let t = truncate(&s, 1, b, 0).unwrap();
         assert_eq!((t.blocks_allocated, t.blocks_used), (4, 0));
@@ -888,7 +905,10 @@ fn setattr_reservation_and_size_are_atomic() {
         a.logical_size = 100;
     });
     s.resize_partition(1, 3 * BS).unwrap();
-    assert_eq!(err(s.setattr(1, o, AttrMask::BLOCKS_ALLOCATED.union(AttrMask::LOGICAL_SIZE), &v)), Status::QuotaExceeded);
+    assert_eq!(
+        err(s.setattr(1, o, AttrMask::BLOCKS_ALLOCATED.union(AttrMask::LOGICAL_SIZE), &v)),
+        Status::QuotaExceeded
+    );
     assert_eq!(s.getattr(1, o).unwrap(), before, "nothing changed");
     check_store_invariants(&s);
 }
@@ -1022,7 +1042,10 @@ fn committed_state_survives_reopening() {
     assert_eq!(s.blocks_required(1, b, &[rg(BS, BS)]).unwrap(), (1, 1));
     assert_eq!(s.blocks_required(1, b, &[rg(0, 1)]).unwrap(), (0, 0));
     write(&s, 1, b, &[rg(BS, 5)], b"after").unwrap();
-    assert_eq!(&read_all(&s, 1, a)[BS as usize..BS as usize + 5], &pattern(1, 3 * BS as usize + 17)[BS as usize..BS as usize + 5]);
+    assert_eq!(
+        &read_all(&s, 1, a)[BS as usize..BS as usize + 5],
+        &pattern(1, 3 * BS as usize + 17)[BS as usize..BS as usize + 5]
+    );
     let (e, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
     assert!(e > c && e > b && e > a, "identifiers are not reused ({e})");
 }
@@ -1046,7 +1069,10 @@ fn identifiers_are_never_reused_after_a_crash() {
         let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
         let (c, _) = s.fastcopy(1, o).unwrap();
         for id in [o, c] {
-            assert!(issued.iter().all(|&old| id > old), "round {round}: identifier {id} handed out again (issued {issued:?})");
+            assert!(
+                issued.iter().all(|&old| id > old),
+                "round {round}: identifier {id} handed out again (issued {issued:?})"
+            );
             issued.push(id);
         }
         if round % 2 == 1 {
@@ -1180,7 +1206,10 @@ fn a_corrupted_block_fails_its_reads_and_nothing_else() {
             other => panic!("expected DataCorrupted for {regions:?}, got {other:?}"),
         }
     }
-    assert_eq!(read(&s, 1, a, &[rg(0, BS), rg(2 * BS, BS)]).unwrap().1, [&data[..BS as usize], &data[2 * BS as usize..]].concat());
+    assert_eq!(
+        read(&s, 1, a, &[rg(0, BS), rg(2 * BS, BS)]).unwrap().1,
+        [&data[..BS as usize], &data[2 * BS as usize..]].concat()
+    );
     assert_eq!(read_all(&s, 1, b), pattern(2, BS as usize), "other objects read fine");
     // A partial overwrite must merge with the block: refused, nothing changes.
     let before = s.getattr(1, a).unwrap();
@@ -1475,11 +1504,9 @@ mod model {
                     objects_max: OBJECTS_PER_PARTITION_MAX,
                 }
                 .encode(),
-                PARTITION_CONTENTS => [1, 2, 3]
-                    .into_iter()
-                    .chain(part.objects.keys().copied())
-                    .flat_map(u64::to_le_bytes)
-                    .collect(),
+                PARTITION_CONTENTS => {
+                    [1, 2, 3].into_iter().chain(part.objects.keys().copied()).flat_map(u64::to_le_bytes).collect()
+                }
                 _ => unreachable!(),
             })
         }
@@ -1518,7 +1545,15 @@ mod model {
                 BS as u32,
             );
             let fs = Some(a.fs_specific[0]).filter(|&b| a.fs_specific.iter().all(|&x| x == b));
-            let got = (a.logical_size, a.blocks_allocated, a.blocks_used, a.copied_object, a.access_control_version, fs, a.block_size);
+            let got = (
+                a.logical_size,
+                a.blocks_allocated,
+                a.blocks_used,
+                a.copied_object,
+                a.access_control_version,
+                fs,
+                a.block_size,
+            );
             assert_eq!(got, expect, "{what}: attributes of {p}/{o} (size, allocated, used, copied, acv, fs, bs)");
         }
     }
@@ -1627,8 +1662,16 @@ mod model {
         for pi in &info.partitions {
             let p = pi.partition;
             let mp = &model.parts[&p];
-            assert_eq!((pi.quota_bytes, pi.used_bytes), (mp.quota_blocks * BS, model.charged(p) * BS), "{what}: partition {p} quota/used");
-            assert_eq!(contents(s, p), [1, 2, 3].into_iter().chain(mp.objects.keys().copied()).collect::<Vec<_>>(), "{what}: contents");
+            assert_eq!(
+                (pi.quota_bytes, pi.used_bytes),
+                (mp.quota_blocks * BS, model.charged(p) * BS),
+                "{what}: partition {p} quota/used"
+            );
+            assert_eq!(
+                contents(s, p),
+                [1, 2, 3].into_iter().chain(mp.objects.keys().copied()).collect::<Vec<_>>(),
+                "{what}: contents"
+            );
             for (&o, mo) in &mp.objects {
                 model.check_attrs(p, o, &s.getattr(p, o).unwrap(), what);
                 assert!(read_all(s, p, o) == mo.data, "{what}: data of {p}/{o}");
@@ -1690,7 +1733,12 @@ mod model {
                     let got = read(&s, p, o, &regions).map_err(|e| e.status());
                     let want = model.read(p, o, &regions);
                     count(op, &want);
-                    assert!(got == want, "{what}: read differs (lengths {:?} vs {:?})", got.as_ref().map(|g| &g.0), want.as_ref().map(|w| &w.0));
+                    assert!(
+                        got == want,
+                        "{what}: read differs (lengths {:?} vs {:?})",
+                        got.as_ref().map(|g| &g.0),
+                        want.as_ref().map(|w| &w.0)
+                    );
                 }
                 Op::Truncate { p, o, size } => {
                     let o = pick(&model, p, o);
@@ -1782,9 +1830,14 @@ mod model {
                 }
                 Op::GetAttr { p, o } => {
                     let o = pick(&model, p, o);
-                    count(op, &if is_control(o) { model.control_bytes(p, o).map(drop) } else { model.obj(p, o).map(drop) });
+                    count(
+                        op,
+                        &if is_control(o) { model.control_bytes(p, o).map(drop) } else { model.obj(p, o).map(drop) },
+                    );
                     match (s.getattr(p, o), is_control(o)) {
-                        (Ok(a), true) => assert_eq!(Ok(a.logical_size), model.control_bytes(p, o).map(|b| b.len() as u64), "{what}"),
+                        (Ok(a), true) => {
+                            assert_eq!(Ok(a.logical_size), model.control_bytes(p, o).map(|b| b.len() as u64), "{what}")
+                        }
                         (Ok(a), false) => model.check_attrs(p, o, &a, &what),
                         (Err(e), true) => assert_eq!(Err(e.status()), model.control_bytes(p, o).map(drop), "{what}"),
                         (Err(e), false) => assert_eq!(Err(e.status()), model.obj(p, o).map(drop), "{what}"),

@@ -55,5 +55,9 @@ fn scrub_and_reads_find_rot() {
     let fresh = vec![0x42u8; BS as usize];
     s.write(1, a, &[Region { offset: 5 * BS, length: BS }], &mut &fresh[..]).unwrap();
     let report = s.scrub().unwrap();
-    assert_eq!(report.corrupt, vec![CorruptBlock { partition: 1, object: clone, block: 5 }], "the clone still maps the rotten block");
+    assert_eq!(
+        report.corrupt,
+        vec![CorruptBlock { partition: 1, object: clone, block: 5 }],
+        "the clone still maps the rotten block"
+    );
 }

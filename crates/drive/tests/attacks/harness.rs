@@ -163,9 +163,11 @@ impl Cred {
     pub fn key(&self) -> Option<&Key> {
         match self {
             Cred::None => None,
-            Cred::Cap { key, .. } | Cred::Master(key) | Cred::Drive(key) | Cred::Partition(_, key) | Cred::Working(_, _, key) => {
-                Some(key)
-            }
+            Cred::Cap { key, .. }
+            | Cred::Master(key)
+            | Cred::Drive(key)
+            | Cred::Partition(_, key)
+            | Cred::Working(_, _, key) => Some(key),
         }
     }
     pub fn alg(&self) -> MacAlgorithm {
@@ -195,7 +197,9 @@ impl Cred {
     /// The same token with another capability key (a forgery).
     pub fn with_key(&self, key: Key) -> Cred {
         match self {
-            Cred::Cap { token, alg, args, .. } => Cred::Cap { token: token.clone(), key, alg: *alg, args: args.clone() },
+            Cred::Cap { token, alg, args, .. } => {
+                Cred::Cap { token: token.clone(), key, alg: *alg, args: args.clone() }
+            }
             _ => panic!("not a capability"),
         }
     }
@@ -237,7 +241,15 @@ pub struct Frame {
 /// arguments encrypted first under PRIVACY_ARGS, then digest =
 /// FrameKeys::digest over every byte before it, then data chunks sealed by
 /// FrameKeys::data seeded with the digest, each followed by its tag.
-pub fn build(cred: &Cred, protection: u8, field: &[u8], op: u16, args: &[u8], data: &[u8], nonce: [u8; NONCE_LEN]) -> Frame {
+pub fn build(
+    cred: &Cred,
+    protection: u8,
+    field: &[u8],
+    op: u16,
+    args: &[u8],
+    data: &[u8],
+    nonce: [u8; NONCE_LEN],
+) -> Frame {
     let protection = Protection::from_bits(protection).expect("defined bits");
     let mut h = FrameHeader::request(op, REQUEST_ID.fetch_add(1, Ordering::Relaxed));
     h.key_type = cred.key_type();
@@ -266,7 +278,15 @@ pub fn build(cred: &Cred, protection: u8, field: &[u8], op: u16, args: &[u8], da
         bytes.extend_from_slice(&c);
         bytes.extend_from_slice(&tag);
     }
-    Frame { bytes, cred: cred.clone(), header: h, cap_at: HEADER_LEN, args_at: HEADER_LEN + field.len(), digest_at, data_at }
+    Frame {
+        bytes,
+        cred: cred.clone(),
+        header: h,
+        cap_at: HEADER_LEN,
+        args_at: HEADER_LEN + field.len(),
+        digest_at,
+        data_at,
+    }
 }
 
 pub fn frame(cred: &Cred, protection: u8, req: &Request) -> Frame {
@@ -294,7 +314,8 @@ pub struct Wire {
 pub fn read_wire(s: &mut TcpStream) -> std::io::Result<Wire> {
     let mut head = [0u8; HEADER_LEN];
     s.read_exact(&mut head)?;
-    let header = FrameHeader::decode(&head).unwrap_or_else(|e| panic!("drive sent an invalid header ({e}): {head:02x?}"));
+    let header =
+        FrameHeader::decode(&head).unwrap_or_else(|e| panic!("drive sent an invalid header ({e}): {head:02x?}"));
     assert_eq!(header.kind, Kind::Reply, "drive sent a non-reply frame");
     let mut prefix = head.to_vec();
     prefix.resize(HEADER_LEN + header.body_len(), 0);
@@ -384,7 +405,9 @@ pub fn open_reply(sent: &Frame, w: Wire) -> Rep {
     for i in 0..h.chunk_count() {
         let n = h.chunk_size(i) as usize;
         let mut chunk = w.data[at..at + n].to_vec();
-        protector.open_chunk(&mut chunk, &w.data[at + n..at + n + tag_len]).expect("the drive's reply data tag does not verify");
+        protector
+            .open_chunk(&mut chunk, &w.data[at + n..at + n + tag_len])
+            .expect("the drive's reply data tag does not verify");
         data.extend_from_slice(&chunk);
         at += n + tag_len;
     }
@@ -449,7 +472,8 @@ impl Server {
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let (dir, master) = (dir.to_path_buf(), master.clone());
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             rt.block_on(async move {
                 let opts = StoreOptions { block_size: BLOCK, capacity_bytes: 64 << 20, ..StoreOptions::default() };
                 let store = Arc::new(Store::open(&dir, &opts).expect("store opens"));
@@ -496,7 +520,10 @@ pub struct Expect {
 
 impl Expect {
     fn matches(&self, r: &AuditRecord) -> bool {
-        r.opcode == self.opcode && r.key_type == self.key_type && r.status == self.status as u16 && r.audit_id == self.audit_id
+        r.opcode == self.opcode
+            && r.key_type == self.key_type
+            && r.status == self.status as u16
+            && r.audit_id == self.audit_id
     }
 }
 
@@ -732,7 +759,12 @@ impl Drive {
             return;
         }
         let audit_id = if before_authentication(status) { 0 } else { f.cred.audit_id() };
-        self.expected.borrow_mut().push(Expect { opcode: f.header.opcode, key_type: f.header.key_type as u8, status, audit_id });
+        self.expected.borrow_mut().push(Expect {
+            opcode: f.header.opcode,
+            key_type: f.header.key_type as u8,
+            status,
+            audit_id,
+        });
     }
 
     /// One named attack: send `f` on a new connection, assert the exact
@@ -815,7 +847,8 @@ impl Drive {
         let (addr, scratch) = (self.addr(), self.scratch);
         let data = pattern(n ^ 0xabcd, SCRATCH_LEN);
         self.rt.block_on(async move {
-            let mut c = to(DriveClient::connect(addr)).await.unwrap_or_else(|e| panic!("after {name}: honest connect: {e}"));
+            let mut c =
+                to(DriveClient::connect(addr)).await.unwrap_or_else(|e| panic!("after {name}: honest connect: {e}"));
             c.set_auth(Auth::new(cred, prot(ALL)));
             let wrote = to(c.write(P1, scratch, &[rg(0, SCRATCH_LEN as u64)], &data))
                 .await
@@ -831,7 +864,11 @@ impl Drive {
     /// Creates an object in `p` with `content` (drive key).
     pub fn create_object(&self, p: u64, content: &[u8]) -> u64 {
         let dk = self.dk();
-        let object = match self.ok(&dk, IA, &Request::Create { partition: p, mask: AttrMask::default(), attrs: Attributes::default() }) {
+        let object = match self.ok(
+            &dk,
+            IA,
+            &Request::Create { partition: p, mask: AttrMask::default(), attrs: Attributes::default() },
+        ) {
             Reply::Created { object, .. } => object,
             other => panic!("unexpected create reply {other:?}"),
         };
@@ -872,7 +909,10 @@ impl Drive {
     /// audit trail with its status, key type, operation and audit id.
     pub fn check_audit(&self, family: &str) -> Vec<AuditRecord> {
         let trail = self.audit_trail();
-        assert!(trail.windows(2).all(|w| w[0].sequence < w[1].sequence), "{family}: audit sequence numbers not increasing");
+        assert!(
+            trail.windows(2).all(|w| w[0].sequence < w[1].sequence),
+            "{family}: audit sequence numbers not increasing"
+        );
         let mut left: Vec<&AuditRecord> = trail.iter().collect();
         let expected = self.expected.borrow();
         for e in expected.iter() {
@@ -1018,7 +1058,8 @@ pub fn reply_frame_lengths(down: &[u8]) -> Vec<usize> {
     let mut at = 0;
     while at + HEADER_LEN <= down.len() {
         let h = FrameHeader::decode(down[at..at + HEADER_LEN].try_into().unwrap()).expect("recorded reply header");
-        let len = HEADER_LEN + h.body_len() + (h.data_len + h.chunk_count() * h.protection.data_tag_len() as u64) as usize;
+        let len =
+            HEADER_LEN + h.body_len() + (h.data_len + h.chunk_count() * h.protection.data_tag_len() as u64) as usize;
         out.push(len);
         at += len;
     }
