@@ -172,7 +172,7 @@ async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Resul
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
     let store = Arc::new(store);
-    let listener = nasd_drive::bind(listen)
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}: is another drive already using it?"))?;
     let security = if args.no_security || file.no_security.unwrap_or(false) {

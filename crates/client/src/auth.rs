@@ -268,10 +268,15 @@ impl Guard {
     }
 
     /// The Hash-and-MAC checker of a read reply's data under `HASH_AND_MAC`
-    /// (seeded with the reply's digest); `None` otherwise.
-    pub fn unit_mac(&self, digest: &[u8; DIGEST_LEN], units: nasd_crypto::Units) -> Option<nasd_crypto::UnitMac> {
+    /// (seeded with the reply's digest); `None` otherwise. `units` is only
+    /// evaluated when it is needed.
+    pub fn unit_mac(
+        &self,
+        digest: &[u8; DIGEST_LEN],
+        units: impl FnOnce() -> nasd_crypto::Units,
+    ) -> Option<nasd_crypto::UnitMac> {
         match &self.keys {
-            Some(k) if self.protection.covers(Protection::HASH_AND_MAC) => Some(k.unit_mac(digest, units)),
+            Some(k) if self.protection.covers(Protection::HASH_AND_MAC) => Some(k.unit_mac(digest, units())),
             _ => None,
         }
     }

@@ -97,9 +97,7 @@ impl From<DecodeError> for ClientError {
 }
 
 fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).expect("the OS random source failed");
-    u64::from_le_bytes(b)
+    u64::from_le_bytes(nasd_crypto::random_bytes())
 }
 
 fn local_ns() -> u64 {
@@ -500,14 +498,12 @@ impl DriveClient {
         if lengths.iter().map(|&l| l as u128).sum::<u128>() != head.header.data_len as u128 {
             return Err(ClientError::Protocol("read lengths disagree with the data length".into()));
         }
-        let units = nasd_crypto::Units::new(
-            regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(),
-            self.block_size,
-        );
-        if let Some(unit_mac) = guard.unit_mac(&head.digest, units) {
+        let block_size = self.block_size;
+        if let Some(unit_mac) =
+            guard.unit_mac(&head.digest, || nasd_crypto::Units::of_read(regions, &lengths, block_size))
+        {
             return self.read_hash_and_mac(&head.header, unit_mac, dst).await.map(|()| lengths);
         }
-        let mut unit_mac: Option<nasd_crypto::UnitMac> = None;
         let mut protector = guard.data(Kind::Reply, &head.header.nonce, &head.digest);
         let mut buf = vec![0u8; head.header.chunk_len as usize];
         let mut tag = vec![0u8; head.header.protection.data_tag_len()];
@@ -515,14 +511,11 @@ impl DriveClient {
             let n = head.header.chunk_size(index) as usize;
             self.rd.read_exact(&mut buf[..n]).await?;
             self.rd.read_exact(&mut tag).await?;
-            let checked = match (unit_mac.as_mut(), protector.as_mut()) {
-                (Some(u), _) => u.open_chunk(&buf[..n], &tag),
-                (None, Some(p)) => p.open_chunk(&mut buf[..n], &tag),
-                (None, None) => Ok(()),
-            };
-            checked.map_err(|_| {
-                ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight"))
-            })?;
+            if let Some(p) = protector.as_mut() {
+                p.open_chunk(&mut buf[..n], &tag).map_err(|_| {
+                    ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight"))
+                })?;
+            }
             dst.write_all(&buf[..n]).await?;
         }
         dst.flush().await?;

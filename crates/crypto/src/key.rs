@@ -16,9 +16,7 @@ impl Key {
     }
     /// A fresh key from the operating system's random source.
     pub fn random() -> Self {
-        let mut k = [0u8; KEY_LEN];
-        getrandom::getrandom(&mut k).expect("the OS random source failed");
-        Key(k)
+        Key(crate::random_bytes())
     }
     /// The raw bytes, for MACs, ciphers and sealed storage only.
     pub fn expose(&self) -> &[u8; KEY_LEN] {

@@ -62,6 +62,13 @@ pub fn zero_block_digest(len: usize) -> BlockDigest {
     *h.finalize().as_bytes()
 }
 
+/// `N` bytes from the operating system's random source (keys, nonces, ids).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::getrandom(&mut b).expect("the OS random source failed");
+    b
+}
+
 /// Compares two byte strings in time independent of where they differ
 /// (`subtle::ConstantTimeEq`). Every digest and MAC comparison in nasd goes
 /// through this function.

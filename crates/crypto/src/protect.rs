@@ -215,6 +215,12 @@ pub struct Units {
 }
 
 impl Units {
+    /// Units of a read reply: each requested region from its offset, for the
+    /// length the reply returned for it.
+    pub fn of_read(regions: &[nasd_proto::Region], lengths: &[u64], block_size: u32) -> Self {
+        Self::new(regions.iter().zip(lengths).map(|(r, l)| (r.offset, *l)).collect(), block_size)
+    }
+
     /// Units of `regions` given as (offset, returned length), in order.
     pub fn new(regions: Vec<(u64, u64)>, block_size: u32) -> Self {
         let pos = regions.first().map_or(0, |r| r.0);

@@ -21,8 +21,7 @@ pub struct OpenError;
 /// Encrypts and authenticates `plaintext` under `key`, binding `context`
 /// (associated data); output = random nonce ‖ ciphertext ‖ tag.
 pub fn seal(key: &Key, context: &[u8], plaintext: &[u8]) -> Vec<u8> {
-    let mut nonce = [0u8; SEAL_NONCE_LEN];
-    getrandom::getrandom(&mut nonce).expect("the OS random source failed");
+    let nonce: [u8; SEAL_NONCE_LEN] = crate::random_bytes();
     seal_with_nonce(key, &nonce, context, plaintext)
 }
 

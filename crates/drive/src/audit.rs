@@ -45,21 +45,20 @@ impl Audit {
         })
     }
 
-    /// Records one request; returns its sequence number.
-    pub fn record(&self, mut rec: AuditRecord) -> u64 {
-        let (sequence, full) = {
+    /// Records one request, numbering it.
+    pub fn record(&self, mut rec: AuditRecord) {
+        let full = {
             let mut st = self.state.lock().expect("audit mutex poisoned");
             rec.sequence = st.next_sequence;
             st.next_sequence += 1;
             st.pending.push(rec);
-            (st.next_sequence - 1, st.pending.len() >= AUDIT_BUFFER_MAX)
+            st.pending.len() >= AUDIT_BUFFER_MAX
         };
         if full {
             if let Err(e) = self.persist() {
                 tracing::error!(error = %e, "audit trail write failed");
             }
         }
-        sequence
     }
 
     /// Writes buffered records and drops the oldest beyond the bound.

@@ -666,14 +666,11 @@ async fn execute_read(
     let mut reply = reply_header(store, header, guard, Status::Ok);
     reply.data_len = total;
     reply.chunk_len = if total > 0 { chunk_len as u32 } else { 0 };
-    let units = nasd_crypto::Units::new(
-        regions.iter().zip(&lengths).map(|(r, l)| (r.offset, *l)).collect(),
-        store.block_size(),
-    );
+    let units = hash_and_mac.then(|| nasd_crypto::Units::of_read(&regions, &lengths, store.block_size()));
     let (prefix, digest) = protected_prefix(&reply, guard, Reply::Read { lengths }.encode());
     let mut protector = None;
     if let Some(keys) = guard.keys {
-        if hash_and_mac {
+        if let Some(units) = units {
             // The reader blocks until it has the seeded MAC; a send error
             // means it already failed, which the task result reports.
             let _ = um_tx.send(keys.unit_mac(&digest, units));

@@ -21,7 +21,6 @@ pub use nasd_crypto::Key;
 pub use security::Security;
 
 use nasd_store::Store;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -191,9 +190,4 @@ async fn commit_loop(drive: Arc<Drive>, every: Duration) {
         tick.tick().await;
         commit_all(&drive, "background").await;
     }
-}
-
-/// Binds `addr` and serves; convenience for the CLI and tests.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
 }

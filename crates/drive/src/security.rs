@@ -442,8 +442,8 @@ impl Security {
             return refuse(Status::WrongObject, "create needs a partition-wide capability (object 0)");
         }
         if cap.object != ANY_OBJECT {
-            if let Ok(attrs) = self.store.getattr(*partition, cap.object) {
-                if attrs.access_control_version != cap.access_control_version {
+            if let Ok(acv) = self.store.access_control_version(*partition, cap.object) {
+                if acv != cap.access_control_version {
                     return refuse(
                         Status::AccessRevoked,
                         "the object's access control version changed: capability revoked",

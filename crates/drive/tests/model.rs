@@ -96,7 +96,7 @@ impl Drive {
     async fn serve(&mut self) {
         let store = Arc::new(open_store(self.dir.path()).await);
         self.store = Arc::downgrade(&store);
-        let listener = nasd_drive::bind("127.0.0.1:0".parse().unwrap()).await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         self.addr = listener.local_addr().expect("local addr");
         let (tx, rx) = oneshot::channel::<()>();
         // No background commits: durability comes only from flush and shutdown.

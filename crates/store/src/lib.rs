@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -242,8 +242,6 @@ struct Meta {
     /// Blocks no longer referenced that a durable index may still reference.
     pending_free: Vec<u64>,
     dirty: Dirty,
-    clock_offset_ns: i64,
-    clock_skew_ns: u64,
 }
 
 /// The object store of one drive. Thread-safe; every method blocks on disk I/O.
@@ -260,6 +258,12 @@ pub struct Store {
     commit_lock: Mutex<()>,
     stripes: Box<[RwLock<()>]>,
     failed: AtomicBool,
+    /// Drive clock minus system clock, ns (set by `initialize`; read on every request).
+    clock_offset_ns: AtomicI64,
+    /// Allowed nonce skew, ns.
+    clock_skew_ns: AtomicU64,
+    /// BLAKE3 of a block of zeros: the digest of a hole.
+    zero_digest: BlockDigest,
     _dir_lock: File,
 }
 
@@ -298,9 +302,7 @@ impl Store {
         // the directory, or a power loss could lose a new blocks.dat that the
         // committed index already points into.
         File::open(dir)?.sync_all()?;
-        let mut meta = Self::load_meta(&conn, block_size, capacity_blocks)?;
-        meta.clock_offset_ns = offset;
-        meta.clock_skew_ns = skew;
+        let meta = Self::load_meta(&conn, block_size, capacity_blocks)?;
         let store = Store {
             dir: dir.to_path_buf(),
             block_size,
@@ -314,6 +316,9 @@ impl Store {
             commit_lock: Mutex::new(()),
             stripes: (0..LOCK_STRIPES).map(|_| RwLock::new(())).collect(),
             failed: AtomicBool::new(false),
+            clock_offset_ns: AtomicI64::new(offset),
+            clock_skew_ns: AtomicU64::new(skew),
+            zero_digest: nasd_crypto::zero_block_digest(block_size as usize),
             _dir_lock: dir_lock,
         };
         tracing::info!(dir = %dir.display(), block_size, capacity_bytes = store.capacity_bytes, "store opened");
@@ -412,8 +417,6 @@ impl Store {
             fresh: HashSet::new(),
             pending_free: Vec::new(),
             dirty: Dirty::default(),
-            clock_offset_ns: 0,
-            clock_skew_ns: DEFAULT_SKEW_NS,
         })
     }
 
@@ -439,13 +442,13 @@ impl Store {
 
     /// The drive clock, nanoseconds since the Unix epoch.
     pub fn now_ns(&self) -> u64 {
-        let offset = lock(&self.meta).clock_offset_ns;
+        let offset = self.clock_offset_ns.load(Ordering::Relaxed);
         (system_ns() + offset as i128).clamp(0, u64::MAX as i128) as u64
     }
 
     /// Allowed clock skew for nonces, nanoseconds.
     pub fn clock_skew_ns(&self) -> u64 {
-        lock(&self.meta).clock_skew_ns
+        self.clock_skew_ns.load(Ordering::Relaxed)
     }
 
     fn check_healthy(&self) -> Result<(), StoreError> {
@@ -474,10 +477,7 @@ impl Store {
 pub const DEFAULT_SKEW_NS: u64 = 5_000_000_000;
 
 fn rand_id() -> [u8; 16] {
-    let mut id = [0u8; 16];
-    let mut f = File::open("/dev/urandom").expect("/dev/urandom");
-    std::io::Read::read_exact(&mut f, &mut id).expect("/dev/urandom");
-    id
+    nasd_crypto::random_bytes()
 }
 
 mod ops;

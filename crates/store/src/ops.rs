@@ -177,6 +177,16 @@ impl Store {
         self.attrs_of(&m, p, o)
     }
 
+    /// An object's `access_control_version` alone (no block accounting):
+    /// what a drive checks on every capability request.
+    pub fn access_control_version(&self, p: u64, o: u64) -> Result<u64, StoreError> {
+        if is_control(o) {
+            lock(&self.meta).partition(p)?;
+            return Ok(0);
+        }
+        Ok(lock(&self.meta).object(p, o)?.attrs.access_control_version)
+    }
+
     fn attrs_of(&self, m: &Meta, p: u64, o: u64) -> Result<Attributes, StoreError> {
         let obj = m.object(p, o)?;
         let mut a = obj.attrs.clone();
@@ -348,8 +358,6 @@ impl Store {
         let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
         sink.start(&lengths).map_err(StoreError::Sink)?;
         let mut buf = vec![0u8; bs as usize];
-        let zeros = vec![0u8; bs as usize];
-        let zero_digest = nasd_crypto::zero_block_digest(bs as usize);
         let mut loaded: Option<u64> = None;
         for (r, &len) in regions.iter().zip(&lengths) {
             let mut pos = r.offset;
@@ -367,7 +375,7 @@ impl Store {
                         }
                         sink.unit(&buf[in_off..in_off + n], whole.then_some(&b.digest)).map_err(StoreError::Sink)?;
                     }
-                    None => sink.unit(&zeros[..n], whole.then_some(&zero_digest)).map_err(StoreError::Sink)?,
+                    None => sink.unit(&ZEROS[..n], whole.then_some(&self.zero_digest)).map_err(StoreError::Sink)?,
                 }
                 pos += n as u64;
             }
@@ -795,10 +803,10 @@ impl Store {
                 self.drop_partition(&mut m, p);
             }
             if clock_ns != 0 {
-                m.clock_offset_ns = (clock_ns as i128 - system_ns()) as i64;
+                self.clock_offset_ns.store((clock_ns as i128 - system_ns()) as i64, Ordering::Relaxed);
             }
             if clock_skew_ns != 0 {
-                m.clock_skew_ns = clock_skew_ns;
+                self.clock_skew_ns.store(clock_skew_ns, Ordering::Relaxed);
             }
             m.dirty.drive = true;
         }
@@ -937,7 +945,7 @@ impl Store {
                 allocated_bytes: (m.alloc.capacity() - m.alloc.free_blocks()) * self.bs(),
                 partitions: m.partitions.len() as u32,
                 clock_ns: now,
-                clock_skew_ns: m.clock_skew_ns,
+                clock_skew_ns: self.clock_skew_ns(),
                 extensions: self.extensions.clone(),
             }
             .encode(),
@@ -1000,8 +1008,9 @@ impl Store {
         let dirty = std::mem::take(&mut m.dirty);
         let mut b = db::Batch::default();
         if dirty.drive {
-            b.drive_values.push(("clock_offset_ns", (m.clock_offset_ns as u64).to_le_bytes().to_vec()));
-            b.drive_values.push(("clock_skew_ns", m.clock_skew_ns.to_le_bytes().to_vec()));
+            let offset = self.clock_offset_ns.load(Ordering::Relaxed);
+            b.drive_values.push(("clock_offset_ns", (offset as u64).to_le_bytes().to_vec()));
+            b.drive_values.push(("clock_skew_ns", self.clock_skew_ns().to_le_bytes().to_vec()));
         }
         b.removed_partitions = dirty.removed_partitions.into_iter().collect();
         for p in dirty.partitions {
@@ -1032,6 +1041,9 @@ impl Store {
         b
     }
 }
+
+/// A block of zeros as large as the largest block: holes are served from it.
+static ZEROS: [u8; BLOCK_SIZE_MAX as usize] = [0; BLOCK_SIZE_MAX as usize];
 
 fn serve_bytes(bytes: &[u8], regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
     let len = bytes.len() as u64;
