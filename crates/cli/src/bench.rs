@@ -229,6 +229,32 @@ fn raw_disk(size: u64, request: usize, dir: Option<&std::path::Path>) -> anyhow:
     Ok(t.elapsed())
 }
 
+/// A drive served by this process on a loopback port until [`LocalDrive::stop`].
+struct LocalDrive {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl LocalDrive {
+    async fn start(store: Arc<Store>, config: nasd_drive::DriveConfig) -> anyhow::Result<LocalDrive> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
+            let _ = stopped.await;
+        }));
+        Ok(LocalDrive { addr, stop, server })
+    }
+
+    /// Stops serving, waits for the final commit.
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.server.await??;
+        Ok(())
+    }
+}
+
 /// Writes then reads `size` bytes through a drive served in this process.
 async fn drive_seq(
     size: u64,
@@ -255,14 +281,9 @@ async fn drive_seq(
         extensions: Vec::new(),
     };
     let store = Arc::new(Store::open(&dir, &opts).context("cannot open the bench drive's store")?);
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = nasd_drive::DriveConfig { chunk_len: chunk, ..nasd_drive::DriveConfig::unauthenticated() };
-    let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
-        let _ = stop_rx.await;
-    }));
-    let mut c = DriveClient::connect(addr).await?;
+    let drive = LocalDrive::start(store, config).await?;
+    let mut c = DriveClient::connect(drive.addr).await?;
     c.set_chunk_len(chunk);
     c.create_partition(1).await?;
     c.resize_partition(1, size * 2).await?;
@@ -300,8 +321,7 @@ async fn drive_seq(
     c.flush(1, &[obj]).await?;
     let small_t = t.elapsed();
     drop(c);
-    let _ = stop_tx.send(());
-    server.await??;
+    drive.stop().await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok((w, r, small_t))
 }
@@ -315,8 +335,7 @@ struct SecuredDrive {
     object: u64,
     token: Vec<u8>,
     key: nasd_crypto::Key,
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    drive: LocalDrive,
 }
 
 async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<SecuredDrive> {
@@ -329,18 +348,13 @@ async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<Secure
         &StoreOptions { capacity_bytes: object_len + (1 << 30), ..Default::default() },
     )?);
     let master = Key::random();
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let config = nasd_drive::DriveConfig {
         security: nasd_drive::SecurityMode::Enforced { master_key: Some(master.clone()) },
         chunk_len,
         ..Default::default()
     };
-    let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
-        let _ = stop_rx.await;
-    }));
-    let mut c = DriveClient::connect(addr).await?;
+    let drive = LocalDrive::start(store, config).await?;
+    let mut c = DriveClient::connect(drive.addr).await?;
     let (drive_key, part_key, working) = (Key::random(), Key::random(), Key::random());
     c.set_drive_key(&master, &drive_key).await?;
     c.set_auth(Auth::new(Credential::Drive(drive_key.clone()), Protection::INTEGRITY_ARGS));
@@ -372,7 +386,7 @@ async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<Secure
         audit_id: 1,
     };
     let (token, key) = mint_capability(&working, &cap, false).context("mint capability")?;
-    Ok(SecuredDrive { _dir: tmp, client: c, object, token, key, stop, server })
+    Ok(SecuredDrive { _dir: tmp, client: c, object, token, key, drive })
 }
 
 impl SecuredDrive {
@@ -390,9 +404,7 @@ impl SecuredDrive {
 
     async fn stop(self) -> anyhow::Result<()> {
         drop(self.client);
-        let _ = self.stop.send(());
-        self.server.await??;
-        Ok(())
+        self.drive.stop().await
     }
 }
 
