@@ -14,6 +14,20 @@ use tokio::net::{TcpListener, TcpStream};
 /// What to measure.
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
+    /// The whole system in one process (a TLS manager and four drives on
+    /// loopback): `nasd cp` of one file up and down beside a raw loopback TCP
+    /// copy, then create/stat/unlink of many empty files per second.
+    Fs {
+        /// Size of the file copied up and down.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Number of empty files created, stat-ed and unlinked.
+        #[arg(long, default_value_t = 10_000)]
+        files: u32,
+        /// Where the cluster keeps its files [default: a temporary directory].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// One client writes then reads SIZE sequentially in REQUEST-sized
     /// requests over loopback, beside a raw TCP copy of the same bytes.
     Drive {
@@ -66,6 +80,9 @@ pub enum BenchCommand {
         /// Data chunk length of the drive's read replies.
         #[arg(long, default_value = "256KiB")]
         chunk: String,
+        /// Also measure unaligned read sizes (the saw-tooth).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        saw_tooth: bool,
     },
     /// Latency of small reads on a secured drive under each protection
     /// option, measured in one run with one client and one capability.
@@ -81,15 +98,19 @@ pub enum BenchCommand {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Fs { size, files, dir } => {
+            let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            crate::bench_fs::fs_bench(size, files, dir.as_deref()).await
+        }
         BenchCommand::Transfer { drive, drive_key_file, size, partition } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             transfer(&drive, &drive_key_file, size, partition).await
         }
-        BenchCommand::Integrity { total, request, chunk } => {
+        BenchCommand::Integrity { total, request, chunk, saw_tooth } => {
             let total = parse_size(&total).map_err(anyhow::Error::msg)?;
             let request = parse_size(&request).map_err(anyhow::Error::msg)?;
             let chunk = u32::try_from(parse_size(&chunk).map_err(anyhow::Error::msg)?).context("--chunk too large")?;
-            integrity(total, request, chunk).await
+            integrity(total, request, chunk, saw_tooth).await
         }
         BenchCommand::Security { reads, size } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
@@ -158,12 +179,12 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
 const SMALL_WRITES: u64 = 4096;
 const SMALL_WRITE_LEN: u64 = 4096;
 
-fn mib_s(bytes: u64, d: Duration) -> f64 {
+pub(crate) fn mib_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / (1 << 20) as f64 / d.as_secs_f64()
 }
 
 /// Copies `size` bytes over loopback in `request`-sized writes, each way.
-async fn raw_tcp(size: u64, request: usize) -> anyhow::Result<(Duration, Duration)> {
+pub(crate) async fn raw_tcp(size: u64, request: usize) -> anyhow::Result<(Duration, Duration)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = tokio::spawn(async move {
@@ -459,18 +480,27 @@ async fn interleaved_rates(
     Ok(spent.iter().map(|t| mib_s(per_round * ROUNDS, *t)).collect())
 }
 
-async fn integrity(total: u64, request: u64, chunk: u32) -> anyhow::Result<()> {
+async fn integrity(total: u64, request: u64, chunk: u32, saw_tooth: bool) -> anyhow::Result<()> {
     use nasd_proto::Protection;
     let object_len = 256 << 20;
     let mut d = secured_drive(object_len, chunk).await?;
     let data = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
     let hash_and_mac = data.union(Protection::HASH_AND_MAC);
     let names = ["NO_PROTECTION", "INTEGRITY_DATA, per-byte MAC", "INTEGRITY_DATA, Hash-and-MAC"];
+    if let Ok(only) = std::env::var("NASD_ONLY_TMP") {
+        let p = [Protection::NONE, data, hash_and_mac][only.parse::<usize>().unwrap()];
+        let r = interleaved_rates(&mut d, object_len, request, total, &[p]).await?;
+        println!("only {only}: {:.0}", r[0]);
+        return d.stop().await;
+    }
     let rates = interleaved_rates(&mut d, object_len, request, total, &[Protection::NONE, data, hash_and_mac]).await?;
     println!("| protection | read size | MiB/s | ratio to NO_PROTECTION |");
     println!("|---|---|---|---|");
     for (name, rate) in names.iter().zip(&rates) {
         println!("| {name} | {} | {rate:.0} | {:.2} |", human(request), rate / rates[0]);
+    }
+    if !saw_tooth {
+        return d.stop().await;
     }
     println!();
     println!("| read size | MiB/s, Hash-and-MAC | MiB/s, NO_PROTECTION | ratio |");

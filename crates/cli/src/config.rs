@@ -1,7 +1,10 @@
 //! The one TOML configuration file, validated at startup into typed values.
+//! `nasd up` writes one for its cluster (`DATA/nasd.toml`); every command
+//! reads the file named by `--config`, `$NASD_CONFIG`, or else
+//! `./nasd-data/nasd.toml` if it exists.
 //!
 //! ```toml
-//! [drive]
+//! [drive]                        # nasd drive
 //! data = "/var/lib/nasd/drive0"
 //! listen = "0.0.0.0:7400"
 //! block_size = "64KiB"
@@ -9,22 +12,57 @@
 //! commit_interval_ms = 2000
 //! verify_reads = true
 //! master_key_file = "/etc/nasd/drive0.master.key"
+//!
+//! [manager]                      # nasd manager
+//! data = "/var/lib/nasd/manager"
+//! listen = "0.0.0.0:7300"
+//! tls_names = ["nasd.example.com"]
+//! read_capability_secs = 300
+//! write_capability_secs = 30
+//! key_rotation_secs = 3600
+//! object_pool = 128
+//!
+//! [client]                       # ls, cp, put, get, ... and admin commands
+//! manager = "nasd.example.com:7300"
+//! server_name = "nasd.example.com"
+//! ca_cert = "/etc/nasd/ca.pem"
+//! user = "alice"
+//! password_file = "/home/alice/.nasd-password"
+//! data_integrity = true
+//!
+//! [up]                           # nasd up (one machine)
+//! data = "./nasd-data"
+//! drives = 4
+//! manager_port = 7300
+//! first_drive_port = 7401
 //! ```
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+/// Where commands look for a config file when none is named.
+pub const DEFAULT_CONFIG: &str = "nasd-data/nasd.toml";
+
 /// The whole file. Unknown keys are refused so typos do not pass silently.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// Settings of `nasd drive`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "DriveSection::is_empty")]
     pub drive: DriveSection,
+    /// Settings of `nasd manager`.
+    #[serde(default)]
+    pub manager: ManagerSection,
+    /// How user and admin commands reach the manager.
+    #[serde(default)]
+    pub client: ClientSection,
+    /// Settings of `nasd up`.
+    #[serde(default)]
+    pub up: UpSection,
 }
 
 /// `[drive]`: every field optional; command-line flags override.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriveSection {
     pub data: Option<PathBuf>,
@@ -37,9 +75,94 @@ pub struct DriveSection {
     pub no_security: Option<bool>,
 }
 
+impl DriveSection {
+    fn is_empty(&self) -> bool {
+        self.data.is_none() && self.listen.is_none() && self.master_key_file.is_none()
+    }
+}
+
+/// `[manager]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManagerSection {
+    pub data: Option<PathBuf>,
+    pub listen: Option<String>,
+    /// Host names and addresses the manager's TLS certificate names.
+    pub tls_names: Option<Vec<String>>,
+    pub read_capability_secs: Option<u64>,
+    pub write_capability_secs: Option<u64>,
+    pub key_rotation_secs: Option<u64>,
+    pub object_pool: Option<usize>,
+}
+
+/// `[client]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSection {
+    pub manager: Option<String>,
+    pub server_name: Option<String>,
+    pub ca_cert: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub data_integrity: Option<bool>,
+}
+
+/// `[up]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpSection {
+    pub data: Option<PathBuf>,
+    pub drives: Option<u32>,
+    pub manager_port: Option<u16>,
+    pub first_drive_port: Option<u16>,
+    /// Capacity of each drive, e.g. "20GiB" [default: 90% of free space, shared].
+    pub drive_capacity: Option<String>,
+}
+
 /// Reads and parses the file.
 pub fn load(path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {} is invalid: {e}", path.display()))
+}
+
+/// The config file to use: the one named, else `./nasd-data/nasd.toml` if
+/// it exists, else none (defaults).
+pub fn find(named: Option<&Path>) -> anyhow::Result<(ConfigFile, Option<PathBuf>)> {
+    match named {
+        Some(p) => Ok((load(p)?, Some(p.to_path_buf()))),
+        None if Path::new(DEFAULT_CONFIG).exists() => {
+            let p = PathBuf::from(DEFAULT_CONFIG);
+            Ok((load(&p)?, Some(p)))
+        }
+        None => Ok((ConfigFile::default(), None)),
+    }
+}
+
+/// Writes `config` to `path` (replacing it atomically).
+pub fn save(path: &Path, config: &ConfigFile, header: &str) -> anyhow::Result<()> {
+    let text = format!("{header}{}", toml::to_string_pretty(config)?);
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_documented_example_parses_and_typos_are_refused() {
+        let doc = include_str!("config.rs");
+        let example: String = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start().to_string() + "\n")
+            .collect();
+        let c: super::ConfigFile = toml::from_str(&example).expect("example parses");
+        assert_eq!(c.up.drives, Some(4));
+        assert_eq!(c.client.user.as_deref(), Some("alice"));
+        assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
+    }
 }

@@ -18,11 +18,13 @@
 #![forbid(unsafe_code)]
 
 mod key;
+mod key_file;
 mod mac;
 mod protect;
 mod seal;
 
 pub use key::{Key, KEY_LEN};
+pub use key_file::{create_key_file, load_or_create_key_file, read_key_file};
 pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};
 pub use protect::{
     capability_key, key_context, mint_capability, unseal_capability, DataProtector, FrameKeys, TagMismatch, UnitMac,

@@ -22,8 +22,10 @@ mod attrs;
 mod capability;
 pub mod codec;
 mod error;
+pub mod fs;
 mod header;
 pub mod limits;
+pub mod manager;
 mod ops;
 
 pub use attrs::{AttrMask, Attributes, ATTRIBUTES_LEN};
@@ -83,5 +85,7 @@ impl<'a> FramePrefix<'a> {
     }
 }
 
+#[cfg(test)]
+mod manager_tests;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,507 @@
+//! The long-running commands: `nasd drive`, `nasd manager`, and `nasd up`
+//! (a manager and N drives in one process under one data directory).
+
+use crate::config::{self, ConfigFile};
+use crate::{drive_admin::hex_id, size};
+use anyhow::Context;
+use nasd_crypto::Key;
+use nasd_manager::{Manager, ManagerConfig};
+use nasd_store::{Store, StoreOptions, BLOCK_SIZE_DEFAULT};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Everything the daemons create holds keys or private data: owner-only.
+fn private_umask() {
+    // SAFETY: umask only changes this process's file-creation mask.
+    unsafe { libc::umask(0o077) };
+}
+
+/// Free space of the file system holding `dir`.
+fn free_space(dir: &Path) -> anyhow::Result<u64> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(dir.as_os_str().as_bytes()).context("data directory path contains a NUL byte")?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `st` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    anyhow::ensure!(rc == 0, "cannot measure free space of {}: {}", dir.display(), std::io::Error::last_os_error());
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// How to open and serve one drive.
+pub struct DriveSetup {
+    pub data: PathBuf,
+    pub listen: SocketAddr,
+    pub block_size: u32,
+    pub capacity_bytes: Option<u64>,
+    pub commit_interval: Duration,
+    pub verify_reads: bool,
+    /// `None`: security disabled.
+    pub master_key_file: Option<PathBuf>,
+}
+
+/// A drive opened and bound, ready to serve.
+pub struct OpenDrive {
+    pub store: Arc<Store>,
+    pub listener: tokio::net::TcpListener,
+    pub config: nasd_drive::DriveConfig,
+    pub master_key: Option<Key>,
+}
+
+/// Reads the master key file, creating it with a fresh key if missing.
+fn master_key(path: &Path) -> anyhow::Result<Key> {
+    let (key, created) = nasd_crypto::load_or_create_key_file(path).context("cannot use the master key file")?;
+    if created {
+        eprintln!("created master key {} (keep it safe: it controls this drive)", path.display());
+    }
+    Ok(key)
+}
+
+/// Opens a drive's storage, binds its port and loads its master key.
+pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
+    let data = setup.data;
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create data directory {}", data.display()))?;
+    let capacity_bytes = match setup.capacity_bytes {
+        Some(c) => c,
+        None => free_space(&data)? / 10 * 9,
+    };
+    let opts = StoreOptions {
+        block_size: setup.block_size,
+        capacity_bytes,
+        verify_reads: setup.verify_reads,
+        extensions: Vec::new(),
+    };
+    let store = tokio::task::spawn_blocking({
+        let data = data.clone();
+        move || Store::open(&data, &opts)
+    })
+    .await?
+    .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
+    let listener = tokio::net::TcpListener::bind(setup.listen).await.with_context(|| {
+        format!("cannot listen on {}: is another drive or `nasd up` already using it?", setup.listen)
+    })?;
+    let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
+    let security = match &master_key {
+        Some(k) => nasd_drive::SecurityMode::Enforced { master_key: Some(k.clone()) },
+        None => nasd_drive::SecurityMode::Disabled,
+    };
+    let config = nasd_drive::DriveConfig { commit_interval: setup.commit_interval, security, ..Default::default() };
+    Ok(OpenDrive { store: Arc::new(store), listener, config, master_key })
+}
+
+/// `nasd drive` flags.
+#[derive(clap::Args)]
+pub struct DriveArgs {
+    /// Directory holding the drive's blocks and metadata (created if missing).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Block size of a new drive (existing drives keep theirs), e.g. 64KiB.
+    #[arg(long)]
+    block_size: Option<String>,
+    /// Bytes of storage the drive may use, e.g. 100GiB [default: 90% of the
+    /// free space under --data].
+    #[arg(long)]
+    capacity: Option<String>,
+    /// Milliseconds between background commits of unflushed work.
+    #[arg(long)]
+    commit_interval_ms: Option<u64>,
+    /// Check every block read against its stored digest.
+    #[arg(long)]
+    verify_reads: Option<bool>,
+    /// File holding the master key (64 hex digits) for a drive that has none
+    /// yet [default: DIR/master.key, created with a fresh key if missing].
+    #[arg(long)]
+    master_key_file: Option<PathBuf>,
+    /// Accept unauthenticated requests: no keys, no capabilities. Only for a
+    /// trusted network; anyone who can reach the drive can do anything.
+    #[arg(long)]
+    no_security: bool,
+}
+
+fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
+    s.parse().with_context(|| format!("'{s}' is not an address like 127.0.0.1:7400"))
+}
+
+/// `nasd drive`.
+pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Result<()> {
+    private_umask();
+    let data = args
+        .data
+        .or(file.data)
+        .context("no data directory: pass --data DIR (or set [drive] data in the config file)")?;
+    let listen = parse_listen(&args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into()))?;
+    let block_size = match args.block_size.or(file.block_size) {
+        Some(s) => u32::try_from(size::parse_size(&s).map_err(anyhow::Error::msg)?).context("block size too large")?,
+        None => BLOCK_SIZE_DEFAULT,
+    };
+    let capacity_bytes =
+        args.capacity.or(file.capacity).map(|s| size::parse_size(&s).map_err(anyhow::Error::msg)).transpose()?;
+    let no_security = args.no_security || file.no_security.unwrap_or(false);
+    let master_key_file = (!no_security)
+        .then(|| args.master_key_file.or(file.master_key_file).unwrap_or_else(|| data.join("master.key")));
+    let drive = open_drive(DriveSetup {
+        data: data.clone(),
+        listen,
+        block_size,
+        capacity_bytes,
+        commit_interval: Duration::from_millis(args.commit_interval_ms.or(file.commit_interval_ms).unwrap_or(2000)),
+        verify_reads: args.verify_reads.or(file.verify_reads).unwrap_or(true),
+        master_key_file,
+    })
+    .await?;
+    let info = drive.store.info();
+    eprintln!(
+        "nasd drive {} serving {} on {} ({} capacity, {} blocks); Ctrl-C stops it",
+        hex_id(&info.drive_id),
+        data.display(),
+        drive.listener.local_addr()?,
+        size::human(info.capacity_bytes),
+        size::human(info.block_size as u64),
+    );
+    nasd_drive::serve(drive.listener, drive.store, drive.config, shutdown_signal()).await?;
+    eprintln!("nasd drive stopped cleanly");
+    Ok(())
+}
+
+/// `nasd manager` flags.
+#[derive(clap::Args)]
+pub struct ManagerArgs {
+    /// Directory holding the metadata database, the manager's key and its
+    /// TLS files (created if missing).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Address to listen on (TLS).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Host names or addresses clients use to reach the manager (its TLS
+    /// certificate names them); repeatable [default: localhost, 127.0.0.1].
+    #[arg(long = "tls-name")]
+    tls_names: Vec<String>,
+    /// Lifetime of read capabilities, seconds.
+    #[arg(long)]
+    read_capability_secs: Option<u64>,
+    /// Lifetime of write capabilities, seconds.
+    #[arg(long)]
+    write_capability_secs: Option<u64>,
+    /// Working-key rotation interval, seconds.
+    #[arg(long)]
+    key_rotation_secs: Option<u64>,
+}
+
+fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> ManagerConfig {
+    let d = ManagerConfig::default();
+    let secs = |a: Option<u64>, f: Option<u64>, default: Duration| a.or(f).map_or(default, Duration::from_secs);
+    ManagerConfig {
+        read_lifetime: secs(args.and_then(|a| a.read_capability_secs), file.read_capability_secs, d.read_lifetime),
+        write_lifetime: secs(args.and_then(|a| a.write_capability_secs), file.write_capability_secs, d.write_lifetime),
+        rotate_interval: secs(args.and_then(|a| a.key_rotation_secs), file.key_rotation_secs, d.rotate_interval),
+        pool_target: file.object_pool.unwrap_or(d.pool_target),
+        ..d
+    }
+}
+
+/// A manager opened, its administrator ensured, TLS ready.
+struct OpenManager {
+    manager: Arc<Manager>,
+    tls: nasd_manager::tls::TlsFiles,
+    password_file: PathBuf,
+}
+
+/// Opens the manager in `dir`; on first start creates TLS files and the
+/// `admin` user, whose password goes to `DIR/admin.password` (0600).
+async fn open_manager(dir: &Path, names: &[String], config: ManagerConfig) -> anyhow::Result<OpenManager> {
+    let manager = Manager::open(dir, config)?;
+    let tls = nasd_manager::tls::ensure_certificates(&dir.join("tls"), names)?;
+    let password_file = dir.join("admin.password");
+    if !password_file.exists() {
+        let password = nasd_crypto::Key::random().to_hex()[..24].to_string();
+        if manager.bootstrap_admin("admin", &password).await? {
+            write_private(&password_file, &format!("{password}\n"))?;
+            eprintln!("created user 'admin' (password in {})", password_file.display());
+        }
+    }
+    Ok(OpenManager { manager, tls, password_file })
+}
+
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    Ok(())
+}
+
+/// Serves the manager until `stop` turns true; returns when it has stopped.
+async fn serve_manager(m: &OpenManager, listen: SocketAddr, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}: is another manager or `nasd up` already using it?"))?;
+    let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
+    m.manager.recover().await;
+    let maintenance = m.manager.spawn_maintenance(stop.clone());
+    m.manager.clone().serve(listener, acceptor, stop).await;
+    maintenance.await?;
+    Ok(())
+}
+
+fn default_tls_names() -> Vec<String> {
+    vec!["localhost".into(), "127.0.0.1".into()]
+}
+
+/// `nasd manager`.
+pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> anyhow::Result<()> {
+    private_umask();
+    let data = args
+        .data
+        .clone()
+        .or(file.data.clone())
+        .context("no data directory: pass --data DIR (or set [manager] data in the config file)")?;
+    let listen = parse_listen(args.listen.as_deref().or(file.listen.as_deref()).unwrap_or("127.0.0.1:7300"))?;
+    let names = if args.tls_names.is_empty() {
+        file.tls_names.clone().unwrap_or_else(default_tls_names)
+    } else {
+        args.tls_names.clone()
+    };
+    let m = open_manager(&data, &names, manager_config(&file, Some(&args))).await?;
+    eprintln!(
+        "nasd manager serving {} on {listen} (TLS; clients trust {}); {} drives; Ctrl-C stops it",
+        data.display(),
+        m.tls.ca.display(),
+        m.manager.drives().len()
+    );
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = tx.send(true);
+    });
+    serve_manager(&m, listen, rx).await?;
+    eprintln!("nasd manager stopped cleanly");
+    Ok(())
+}
+
+/// `nasd up` flags.
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// Directory for everything: drives, manager, TLS files, config.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Number of drives (first start only).
+    #[arg(long)]
+    drives: Option<u32>,
+    /// Manager port; drives use the ports after --first-drive-port.
+    #[arg(long)]
+    manager_port: Option<u16>,
+    /// Port of the first drive.
+    #[arg(long)]
+    first_drive_port: Option<u16>,
+    /// Capacity of each drive, e.g. 20GiB [default: 90% of free space, shared].
+    #[arg(long)]
+    drive_capacity: Option<String>,
+}
+
+/// The resolved `[up]` settings, written to `DATA/nasd.toml` on first start.
+fn up_settings(args: &UpArgs, file: &ConfigFile) -> anyhow::Result<(PathBuf, u32, u16, u16, Option<u64>)> {
+    let data = args.data.clone().or(file.up.data.clone()).unwrap_or_else(|| PathBuf::from("nasd-data"));
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+    let data = data.canonicalize()?;
+    let drives = args.drives.or(file.up.drives).unwrap_or(4);
+    anyhow::ensure!((1..=64).contains(&drives), "--drives must be 1..=64");
+    let manager_port = args.manager_port.or(file.up.manager_port).unwrap_or(7300);
+    let first = args.first_drive_port.or(file.up.first_drive_port).unwrap_or(7401);
+    anyhow::ensure!(first as u32 + drives <= u16::MAX as u32, "drive ports run past 65535");
+    let capacity = args
+        .drive_capacity
+        .clone()
+        .or(file.up.drive_capacity.clone())
+        .map(|s| size::parse_size(&s).map_err(anyhow::Error::msg))
+        .transpose()?;
+    Ok((data, drives, manager_port, first, capacity))
+}
+
+/// `nasd up`: a whole cluster on this machine.
+pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
+    private_umask();
+    let (data, n, manager_port, first_port, capacity) = up_settings(&args, &file)?;
+    let config_path = data.join("nasd.toml");
+    let mut cluster = if config_path.exists() { config::load(&config_path)? } else { ConfigFile::default() };
+    let n = cluster.up.drives.unwrap_or(n);
+    let share = match capacity {
+        Some(c) => c,
+        None => free_space(&data)? / 10 * 9 / n as u64,
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut drive_tasks = Vec::new();
+    let mut drives = Vec::new();
+    for i in 0..n {
+        let dir = data.join(format!("drive-{i}"));
+        let listen: SocketAddr = ([127, 0, 0, 1], first_port + i as u16).into();
+        let d = open_drive(DriveSetup {
+            data: dir.clone(),
+            listen,
+            block_size: BLOCK_SIZE_DEFAULT,
+            capacity_bytes: Some(share),
+            commit_interval: Duration::from_secs(2),
+            verify_reads: true,
+            master_key_file: Some(dir.join("master.key")),
+        })
+        .await?;
+        let id = d.store.info().drive_id;
+        let master = d.master_key.clone().expect("security is on in nasd up");
+        drives.push((listen, id, master));
+        drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
+    }
+    let manager_listen: SocketAddr = ([127, 0, 0, 1], manager_port).into();
+    let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config(&cluster.manager, None)).await?;
+    for (addr, id, master) in &drives {
+        if !m.manager.drives().iter().any(|d| d.drive_id == *id) {
+            m.manager
+                .add_drive(&addr.to_string(), master)
+                .await
+                .map_err(|f| anyhow::anyhow!("cannot take drive {addr} into service: {f}"))?;
+        }
+    }
+    cluster.up = config::UpSection {
+        data: Some(data.clone()),
+        drives: Some(n),
+        manager_port: Some(manager_port),
+        first_drive_port: Some(first_port),
+        drive_capacity: capacity.map(size::human),
+    };
+    cluster.client = config::ClientSection {
+        manager: Some(manager_listen.to_string()),
+        server_name: Some("localhost".into()),
+        ca_cert: Some(m.tls.ca.clone()),
+        user: Some("admin".into()),
+        password_file: Some(m.password_file.clone()),
+        data_integrity: cluster.client.data_integrity,
+    };
+    config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
+    print_banner(&data, &config_path, manager_listen, &drives, share);
+    let server = {
+        let stop = stop_rx.clone();
+        async move { serve_manager(&m, manager_listen, stop).await }
+    };
+    let stopper = async {
+        shutdown_signal().await;
+        eprintln!("stopping: finishing requests and committing drives...");
+        let _ = stop_tx.send(true);
+    };
+    let (served, ()) = tokio::join!(server, stopper);
+    served?;
+    for t in drive_tasks {
+        t.await??;
+    }
+    eprintln!("nasd stopped cleanly; `nasd up` again resumes the same data");
+    Ok(())
+}
+
+fn print_banner(data: &Path, config: &Path, manager: SocketAddr, drives: &[(SocketAddr, [u8; 16], Key)], share: u64) {
+    let first = drives.first().map(|d| d.0.to_string()).unwrap_or_default();
+    let last = drives.last().map(|d| d.0.to_string()).unwrap_or_default();
+    eprintln!();
+    eprintln!("nasd is up");
+    eprintln!("  manager   {manager} (TLS)");
+    eprintln!("  drives    {} x {} ({first} .. {last})", drives.len(), size::human(share));
+    eprintln!("  data      {}", data.display());
+    eprintln!("  config    {}", config.display());
+    eprintln!();
+    eprintln!("From this directory, try:   nasd ls /");
+    eprintln!("From elsewhere, first:      export NASD_CONFIG={}", config.display());
+    eprintln!("Ctrl-C stops everything cleanly.");
+}
+
+/// A manager and drives served by this process on ephemeral loopback ports
+/// (benchmarks): what `nasd up` runs, in a directory of the caller's choice.
+pub struct LocalCluster {
+    /// How a client reaches and logs in to it.
+    pub client: config::ClientSection,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl LocalCluster {
+    /// Starts `drives` drives of `capacity` bytes each and a manager under `data`.
+    pub async fn start(data: &Path, drives: u32, capacity: u64) -> anyhow::Result<LocalCluster> {
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = Vec::new();
+        let mut added = Vec::new();
+        for i in 0..drives {
+            let dir = data.join(format!("drive-{i}"));
+            let d = open_drive(DriveSetup {
+                data: dir.clone(),
+                listen: ([127, 0, 0, 1], 0).into(),
+                block_size: BLOCK_SIZE_DEFAULT,
+                capacity_bytes: Some(capacity),
+                commit_interval: Duration::from_secs(2),
+                verify_reads: true,
+                master_key_file: Some(dir.join("master.key")),
+            })
+            .await?;
+            added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));
+            let rx = stop_rx.clone();
+            tasks.push(tokio::spawn(async move {
+                nasd_drive::serve(d.listener, d.store, d.config, stopped(rx)).await.map_err(anyhow::Error::from)
+            }));
+        }
+        let m = open_manager(&data.join("manager"), &default_tls_names(), ManagerConfig::default()).await?;
+        for (addr, master) in &added {
+            m.manager.add_drive(&addr.to_string(), master).await.map_err(|f| anyhow::anyhow!("{f}"))?;
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let client = config::ClientSection {
+            manager: Some(listener.local_addr()?.to_string()),
+            server_name: Some("localhost".into()),
+            ca_cert: Some(m.tls.ca.clone()),
+            user: Some("admin".into()),
+            password_file: Some(m.password_file.clone()),
+            data_integrity: Some(true),
+        };
+        let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
+        let maintenance = m.manager.spawn_maintenance(stop_rx.clone());
+        let manager = m.manager.clone();
+        tasks.push(tokio::spawn(async move {
+            manager.serve(listener, acceptor, stop_rx).await;
+            maintenance.await?;
+            Ok(())
+        }));
+        Ok(LocalCluster { client, stop, tasks })
+    }
+
+    /// Stops everything and waits for the drives' final commits.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            t.await??;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,542 @@
+//! User and administrator commands: they log in to the manager named in the
+//! `[client]` section and move file data straight to and from the drives.
+
+use crate::config::ClientSection;
+use crate::size;
+use anyhow::Context;
+use clap::Subcommand;
+use indicatif::{ProgressBar, ProgressStyle};
+use nasd_fs::{FileKind, FsClient, FsConfig, FsError, FsStatus};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// Files at least this large get a progress bar (on a terminal).
+const PROGRESS_MIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Prefix that marks a path in nasd (rather than on this machine) in `cp`.
+const REMOTE_PREFIX: &str = "nasd:";
+
+#[derive(Subcommand)]
+pub enum FsCommand {
+    /// List a directory (or describe a file).
+    Ls {
+        /// Long format: mode, links, owner, group, size, time.
+        #[arg(short, long)]
+        long: bool,
+        /// Paths in nasd [default: /].
+        paths: Vec<String>,
+    },
+    /// Create directories.
+    Mkdir {
+        /// Create missing parents too; existing directories are fine.
+        #[arg(short, long)]
+        parents: bool,
+        /// Permission bits, octal.
+        #[arg(long, default_value = "755")]
+        mode: String,
+        /// Paths in nasd.
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Copy a local file into nasd (REMOTE may be a directory).
+    Put { local: PathBuf, remote: String },
+    /// Copy a file out of nasd (LOCAL may be a directory; default: current directory).
+    Get { remote: String, local: Option<PathBuf> },
+    /// Copy files; paths in nasd start with `nasd:` (e.g. nasd cp big.iso nasd:/data/).
+    Cp { source: String, destination: String },
+    /// Print files to standard output.
+    Cat {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove files (and with -r, directories and everything under them).
+    Rm {
+        /// Remove directories and their contents.
+        #[arg(short, long)]
+        recursive: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove empty directories.
+    Rmdir {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Rename or move (atomically; replaces an existing target).
+    Mv { source: String, destination: String },
+    /// Make a link: hard by default, symbolic with -s.
+    Ln {
+        /// Symbolic link.
+        #[arg(short, long)]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
+    /// Show a file's attributes (size and times from its drive).
+    Stat { path: String },
+    /// Change permission bits (octal, e.g. 640).
+    Chmod { mode: String, path: String },
+    /// Change owner and/or group: UID, UID:GID, :GID, or user names (administrators).
+    Chown { owner: String, path: String },
+    /// Space on every drive and what the file system holds.
+    Df,
+}
+
+#[derive(Subcommand)]
+pub enum AdminCommand {
+    /// Create a user; the password is read from $NASD_NEW_PASSWORD or asked for.
+    AddUser {
+        name: String,
+        /// User id [default: next free from 1000].
+        #[arg(long, default_value_t = 0)]
+        uid: u32,
+        /// Group id [default: the uid].
+        #[arg(long, default_value_t = 0)]
+        gid: u32,
+        /// May run administrator commands.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List users.
+    Users,
+    /// Change a password (yours, or anyone's as administrator).
+    Passwd { name: Option<String> },
+    /// Take a fresh drive into service with its master key.
+    AddDrive {
+        /// The drive's address (host:port).
+        addr: String,
+        /// File with the drive's master key (64 hex digits).
+        #[arg(long)]
+        master_key_file: PathBuf,
+    },
+}
+
+/// Logs in with the `[client]` settings (overridable with `--user`).
+pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Result<FsClient> {
+    let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
+    let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
+    let ca_cert = section.ca_cert.clone().with_context(|| format!("no ca_cert configured: {hint}"))?;
+    let user =
+        user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")?;
+    let password = password_for(&user, section)?;
+    let config = FsConfig {
+        manager: manager.clone(),
+        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
+        ca_cert,
+        user: user.clone(),
+        password,
+        data_integrity: section.data_integrity.unwrap_or(true),
+        ..Default::default()
+    };
+    FsClient::connect(&config).await.map_err(|e| match e.status() {
+        Some(FsStatus::BadCredentials) => {
+            anyhow::anyhow!("login as '{user}' at {manager} failed: wrong user or password")
+        }
+        _ => anyhow::anyhow!("{e}"),
+    })
+}
+
+/// $NASD_PASSWORD, else the configured password file (only for the
+/// configured user), else a prompt.
+fn password_for(user: &str, section: &ClientSection) -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var("NASD_PASSWORD") {
+        return Ok(p);
+    }
+    if let (Some(file), Some(configured)) = (&section.password_file, &section.user) {
+        if configured == user {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read password file {}", file.display()))?;
+            return Ok(text.trim_end_matches(['\n', '\r']).to_string());
+        }
+    }
+    rpassword::prompt_password(format!("password for {user}: ")).context("cannot read a password (set NASD_PASSWORD)")
+}
+
+fn parse_mode(s: &str) -> anyhow::Result<u32> {
+    let mode = u32::from_str_radix(s, 8).with_context(|| format!("mode '{s}' is not octal, e.g. 644"))?;
+    anyhow::ensure!(mode <= 0o7777, "mode '{s}' is over 7777");
+    Ok(mode)
+}
+
+/// Makes a nasd path absolute (relative paths are taken from the root).
+fn abs(path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+fn base_name(path: &str) -> anyhow::Result<&str> {
+    path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty()).context("path has no file name")
+}
+
+fn progress(len: u64, what: &str) -> ProgressBar {
+    if len < PROGRESS_MIN_BYTES || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Runs one user command.
+pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
+    match cmd {
+        FsCommand::Ls { long, paths } => ls(fs, long, if paths.is_empty() { vec!["/".into()] } else { paths }).await,
+        FsCommand::Mkdir { parents, mode, paths } => {
+            let mode = parse_mode(&mode)?;
+            for p in paths {
+                let p = abs(&p);
+                if parents { fs.mkdir_all(&p, mode).await } else { fs.mkdir(&p, mode).await.map(|_| ()) }
+                    .with_context(|| format!("mkdir {p}"))?;
+            }
+            Ok(())
+        }
+        FsCommand::Put { local, remote } => put(fs, &local, &abs(&remote)).await,
+        FsCommand::Get { remote, local } => get(fs, &abs(&remote), local.as_deref().unwrap_or(Path::new("."))).await,
+        FsCommand::Cp { source, destination } => copy(fs, &source, &destination).await,
+        FsCommand::Cat { paths } => {
+            for p in paths {
+                let p = abs(&p);
+                let f = fs.open(&p, false).await.with_context(|| format!("cat {p}"))?;
+                let size = f.drive_attrs().await?.logical_size;
+                f.read_to(0, size, &mut tokio::io::stdout()).await.with_context(|| format!("cat {p}"))?;
+            }
+            Ok(())
+        }
+        FsCommand::Rm { recursive, paths } => {
+            for p in paths {
+                let p = abs(&p);
+                remove(fs, &p, recursive).await.with_context(|| format!("rm {p}"))?;
+            }
+            Ok(())
+        }
+        FsCommand::Rmdir { paths } => {
+            for p in paths {
+                let p = abs(&p);
+                fs.rmdir(&p).await.with_context(|| format!("rmdir {p}"))?;
+            }
+            Ok(())
+        }
+        FsCommand::Mv { source, destination } => mv(fs, &abs(&source), &abs(&destination)).await,
+        FsCommand::Ln { symbolic, target, link } => {
+            let link = abs(&link);
+            if symbolic {
+                fs.symlink(&target, &link).await.with_context(|| format!("ln -s {target} {link}"))?;
+            } else {
+                fs.link(&abs(&target), &link).await.with_context(|| format!("ln {target} {link}"))?;
+            }
+            Ok(())
+        }
+        FsCommand::Stat { path } => stat(fs, &abs(&path)).await,
+        FsCommand::Chmod { mode, path } => {
+            let path = abs(&path);
+            fs.chmod(&path, parse_mode(&mode)?).await.with_context(|| format!("chmod {path}"))?;
+            Ok(())
+        }
+        FsCommand::Chown { owner, path } => chown(fs, &owner, &abs(&path)).await,
+        FsCommand::Df => df(fs).await,
+    }
+}
+
+fn mode_string(kind: FileKind, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        FileKind::Dir => 'd',
+        FileKind::Symlink => 'l',
+        FileKind::File => '-',
+    });
+    for shift in [6, 3, 0] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+fn time_string(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (UTC).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+async fn ls(fs: &FsClient, long: bool, paths: Vec<String>) -> anyhow::Result<()> {
+    let many = paths.len() > 1;
+    for p in paths {
+        let p = abs(&p);
+        let st = fs.lstat(&p).await.with_context(|| format!("ls {p}"))?;
+        let entries = if st.attr.kind == FileKind::Dir {
+            fs.readdir(&p).await.with_context(|| format!("ls {p}"))?
+        } else {
+            vec![(base_name(&p).unwrap_or("/").to_string(), st.attr)]
+        };
+        if many {
+            println!("{p}:");
+        }
+        for (name, a) in entries {
+            if long {
+                println!(
+                    "{} {:>3} {:>6} {:>6} {:>10} {} {name}",
+                    mode_string(a.kind, a.mode),
+                    a.nlink,
+                    a.uid,
+                    a.gid,
+                    size::human(a.size),
+                    time_string(a.mtime_ns)
+                );
+            } else {
+                println!("{name}{}", if a.kind == FileKind::Dir { "/" } else { "" });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The nasd path to write a copy of `name` to: into `dest` if it is a directory.
+async fn target_path(fs: &FsClient, dest: &str, name: &str) -> anyhow::Result<String> {
+    match fs.stat(dest).await {
+        Ok(st) if st.attr.kind == FileKind::Dir => Ok(join(dest, name)),
+        Ok(_) => Ok(dest.to_string()),
+        Err(e) if e.status() == Some(FsStatus::NotFound) => Ok(dest.to_string()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn put(fs: &FsClient, local: &Path, remote: &str) -> anyhow::Result<()> {
+    let name = local.file_name().and_then(|n| n.to_str()).context("local path has no file name")?;
+    let remote = target_path(fs, remote, name).await?;
+    let src = tokio::fs::File::open(local).await.with_context(|| format!("cannot open {}", local.display()))?;
+    let len = src.metadata().await?.len();
+    let bar = progress(len, name);
+    let f = fs.create(&remote, 0o644, false, true).await.with_context(|| format!("cannot create {remote}"))?;
+    let mut src = bar.wrap_async_read(tokio::io::BufReader::with_capacity(1 << 20, src));
+    f.write_from(0, len, &mut src).await.with_context(|| format!("writing {remote}"))?;
+    f.flush().await.with_context(|| format!("flushing {remote}"))?;
+    f.close().await?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+async fn get(fs: &FsClient, remote: &str, local: &Path) -> anyhow::Result<()> {
+    let name = base_name(remote)?;
+    let local = if local.is_dir() { local.join(name) } else { local.to_path_buf() };
+    let f = fs.open(remote, false).await.with_context(|| format!("cannot open {remote}"))?;
+    let len = f.drive_attrs().await?.logical_size;
+    let bar = progress(len, name);
+    let file = tokio::fs::File::create(&local).await.with_context(|| format!("cannot create {}", local.display()))?;
+    let mut dst = bar.wrap_async_write(tokio::io::BufWriter::with_capacity(1 << 20, file.try_clone().await?));
+    let got = f.read_to(0, len, &mut dst).await.with_context(|| format!("reading {remote}"))?;
+    anyhow::ensure!(got == len, "{remote} shrank while being copied ({got} of {len} bytes)");
+    file.sync_all().await?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// `nasd cp`: paths in nasd carry the `nasd:` prefix.
+pub async fn copy(fs: &FsClient, source: &str, destination: &str) -> anyhow::Result<()> {
+    match (source.strip_prefix(REMOTE_PREFIX), destination.strip_prefix(REMOTE_PREFIX)) {
+        (None, Some(to)) => put(fs, Path::new(source), &abs(to)).await,
+        (Some(from), None) => get(fs, &abs(from), Path::new(destination)).await,
+        (Some(from), Some(to)) => {
+            let (from, name) = (abs(from), base_name(from)?.to_string());
+            let to = target_path(fs, &abs(to), &name).await?;
+            let src = fs.open(&from, false).await.with_context(|| format!("cannot open {from}"))?;
+            let len = src.drive_attrs().await?.logical_size;
+            let dst = fs.create(&to, 0o644, false, true).await.with_context(|| format!("cannot create {to}"))?;
+            let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
+            let mut at = 0;
+            while at < len {
+                let data = src.read_at(at, piece.min(len - at)).await?;
+                anyhow::ensure!(!data.is_empty(), "{from} shrank while being copied");
+                dst.write_at(at, &data).await?;
+                at += data.len() as u64;
+            }
+            dst.flush().await?;
+            dst.close().await?;
+            Ok(())
+        }
+        (None, None) => {
+            anyhow::bail!("one side of `nasd cp` must be in nasd: prefix it with `nasd:` (nasd cp a.txt nasd:/docs/)")
+        }
+    }
+}
+
+async fn remove(fs: &FsClient, path: &str, recursive: bool) -> Result<(), FsError> {
+    let st = fs.lstat(path).await?;
+    if st.attr.kind != FileKind::Dir {
+        return fs.unlink(path).await;
+    }
+    if !recursive {
+        return Err(FsError::Fs { status: FsStatus::IsDir, message: format!("{path} is a directory (use -r)") });
+    }
+    for (name, _) in fs.readdir(path).await? {
+        Box::pin(remove(fs, &join(path, &name), true)).await?;
+    }
+    fs.rmdir(path).await
+}
+
+async fn mv(fs: &FsClient, source: &str, destination: &str) -> anyhow::Result<()> {
+    let to = target_path(fs, destination, base_name(source)?).await?;
+    fs.rename(source, &to).await.with_context(|| format!("mv {source} {to}"))?;
+    Ok(())
+}
+
+async fn stat(fs: &FsClient, path: &str) -> anyhow::Result<()> {
+    let st = fs.lstat(path).await.with_context(|| format!("stat {path}"))?;
+    let a = &st.attr;
+    println!("  path    {path}");
+    println!(
+        "  kind    {:?}{}",
+        a.kind,
+        if st.target.is_empty() { String::new() } else { format!(" -> {}", st.target) }
+    );
+    println!("  size    {} ({} bytes)", size::human(a.size), a.size);
+    println!("  mode    {:04o} ({})", a.mode, mode_string(a.kind, a.mode));
+    println!("  owner   uid {} gid {}", a.uid, a.gid);
+    println!("  links   {}", a.nlink);
+    println!("  inode   {}", a.ino);
+    if let Some(o) = st.object {
+        println!("  object  drive {} partition {} object {}", o.drive, o.partition, o.object);
+    }
+    println!("  modify  {} UTC", time_string(a.mtime_ns));
+    println!("  change  {} UTC", time_string(a.ctime_ns));
+    Ok(())
+}
+
+/// A uid or gid: a number, or a user name (resolving names needs an administrator).
+async fn resolve_id(fs: &FsClient, s: &str, group: bool) -> anyhow::Result<u32> {
+    if let Ok(n) = s.parse() {
+        return Ok(n);
+    }
+    let users = fs.users().await.with_context(|| format!("cannot resolve '{s}': use a number"))?;
+    let u = users.iter().find(|u| u.name == s).with_context(|| format!("no user '{s}'"))?;
+    Ok(if group { u.gid } else { u.uid })
+}
+
+async fn chown(fs: &FsClient, owner: &str, path: &str) -> anyhow::Result<()> {
+    let (u, g) = owner.split_once(':').map_or((owner, None), |(u, g)| (u, Some(g)));
+    let uid = if u.is_empty() { None } else { Some(resolve_id(fs, u, false).await?) };
+    let gid = match g {
+        Some(g) if !g.is_empty() => Some(resolve_id(fs, g, true).await?),
+        _ => None,
+    };
+    anyhow::ensure!(uid.is_some() || gid.is_some(), "give an owner, owner:group or :group");
+    fs.chown(path, uid, gid).await.with_context(|| format!("chown {owner} {path}"))?;
+    Ok(())
+}
+
+async fn df(fs: &FsClient) -> anyhow::Result<()> {
+    let (inodes, file_bytes, drives) = fs.statfs().await?;
+    println!("{:>5}  {:<22} {:>10} {:>10} {:>10} {:>5}", "drive", "address", "size", "used", "avail", "use%");
+    let (mut total, mut used) = (0u64, 0u64);
+    for d in &drives {
+        if !d.online {
+            println!("{:>5}  {:<22} {:>10}", d.drive, d.addr, "offline");
+            continue;
+        }
+        total += d.capacity_bytes;
+        used += d.used_bytes;
+        println!(
+            "{:>5}  {:<22} {:>10} {:>10} {:>10} {:>4}%",
+            d.drive,
+            d.addr,
+            size::human(d.capacity_bytes),
+            size::human(d.used_bytes),
+            size::human(d.capacity_bytes.saturating_sub(d.used_bytes)),
+            (d.used_bytes * 100).checked_div(d.capacity_bytes).unwrap_or(0)
+        );
+    }
+    println!(
+        "{:>5}  {:<22} {:>10} {:>10} {:>10} {:>4}%",
+        "all",
+        format!("{} drives", drives.len()),
+        size::human(total),
+        size::human(used),
+        size::human(total.saturating_sub(used)),
+        (used * 100).checked_div(total).unwrap_or(0)
+    );
+    println!("{inodes} files and directories, {} in files", size::human(file_bytes));
+    Ok(())
+}
+
+/// Runs one administrator command.
+pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
+    match cmd {
+        AdminCommand::AddUser { name, uid, gid, admin } => {
+            let password = new_password(&name)?;
+            fs.add_user(&name, &password, uid, gid, admin).await.with_context(|| format!("cannot add user {name}"))?;
+            println!("user {name} added");
+        }
+        AdminCommand::Users => {
+            println!("{:<20} {:>8} {:>8}  admin", "name", "uid", "gid");
+            for u in fs.users().await? {
+                println!("{:<20} {:>8} {:>8}  {}", u.name, u.uid, u.gid, if u.admin { "yes" } else { "" });
+            }
+        }
+        AdminCommand::Passwd { name } => {
+            let name = name.unwrap_or_else(|| fs.user().to_string());
+            let password = new_password(&name)?;
+            fs.set_password(&name, &password).await.with_context(|| format!("cannot change the password of {name}"))?;
+            println!("password of {name} changed");
+        }
+        AdminCommand::AddDrive { addr, master_key_file } => {
+            let key = nasd_crypto::read_key_file(&master_key_file)?;
+            let drive = fs.add_drive(&addr, &key).await.with_context(|| format!("cannot add the drive at {addr}"))?;
+            println!("drive {addr} in service as drive {drive}");
+        }
+    }
+    Ok(())
+}
+
+/// $NASD_NEW_PASSWORD, else asked twice.
+fn new_password(name: &str) -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var("NASD_NEW_PASSWORD") {
+        return Ok(p);
+    }
+    let p = rpassword::prompt_password(format!("new password for {name}: "))?;
+    let again = rpassword::prompt_password("again: ")?;
+    anyhow::ensure!(p == again, "the passwords differ");
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_modes_print_like_ls() {
+        assert_eq!(time_string(0), "1970-01-01 00:00");
+        assert_eq!(time_string(1_700_000_000 * 1_000_000_000), "2023-11-14 22:13");
+        assert_eq!(time_string(951_782_400 * 1_000_000_000), "2000-02-29 00:00");
+        assert_eq!(mode_string(FileKind::Dir, 0o755), "drwxr-xr-x");
+        assert_eq!(mode_string(FileKind::File, 0o640), "-rw-r-----");
+        assert_eq!(parse_mode("644").unwrap(), 0o644);
+        assert!(parse_mode("9").is_err() && parse_mode("17777").is_err());
+    }
+}

@@ -1,0 +1,584 @@
+//! The nasd file-system client library.
+//!
+//! An [`FsClient`] logs in to a file manager over TLS and asks it for names,
+//! attributes and capabilities; file data then moves directly between the
+//! client and the drives (NASD §3.1), protected with the capability key.
+//! Capabilities are cached per file and refreshed transparently — before they
+//! expire, and again if a drive refuses one as expired, revoked or made with
+//! a retired key — so a transfer longer than a capability's lifetime works.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nasd_fs::FsError> {
+//! let fs = nasd_fs::FsClient::connect(&nasd_fs::FsConfig {
+//!     manager: "127.0.0.1:7300".into(),
+//!     server_name: "localhost".into(),
+//!     ca_cert: "nasd-data/tls/ca.pem".into(),
+//!     user: "alice".into(),
+//!     password: "correct horse".into(),
+//!     ..Default::default()
+//! }).await?;
+//! fs.mkdir("/docs", 0o755).await?;
+//! fs.write_file("/docs/hello.txt", b"hello").await?;
+//! assert_eq!(fs.read_file("/docs/hello.txt").await?, b"hello");
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod conn;
+mod file;
+
+pub use conn::{connector, Identity};
+pub use file::File;
+pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
+pub use nasd_proto::manager::{DriveUsage, OpenMode, UserInfo};
+
+use conn::ManagerConn;
+use nasd_client::{ClientError, DriveClient};
+use nasd_proto::manager::{set_mask, Access, Entry, ManagerReply, ManagerRequest, READDIR_ENTRIES_MAX};
+use nasd_proto::Protection;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use tokio::sync::Mutex as AsyncMutex;
+
+/// Why a file-system call failed.
+#[derive(Debug, Error)]
+pub enum FsError {
+    /// The manager refused: the status says why (POSIX `errno` via [`FsError::errno`]).
+    #[error("{message}")]
+    Fs {
+        /// The status.
+        status: FsStatus,
+        /// The manager's explanation.
+        message: String,
+    },
+    /// A drive refused or could not be reached.
+    #[error("drive: {0}")]
+    Drive(#[from] ClientError),
+    /// The connection to the manager failed.
+    #[error("connection to the manager failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// Configuration or connection set-up is wrong; the message says what to fix.
+    #[error("{0}")]
+    Setup(String),
+    /// A peer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+impl FsError {
+    /// The manager's status, if it refused.
+    pub fn status(&self) -> Option<FsStatus> {
+        match self {
+            FsError::Fs { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The POSIX `errno` this failure maps to.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Fs { status, .. } => status.errno(),
+            FsError::Drive(e) => match e.status() {
+                Some(nasd_proto::Status::NoSpace | nasd_proto::Status::QuotaExceeded) => 28,
+                Some(nasd_proto::Status::RightsInsufficient | nasd_proto::Status::AccessRevoked) => 13,
+                _ => 5,
+            },
+            FsError::Io(_) | FsError::Protocol(_) => 5,
+            FsError::Setup(_) => 22,
+        }
+    }
+
+    fn fs(status: FsStatus, message: impl Into<String>) -> Self {
+        FsError::Fs { status, message: message.into() }
+    }
+}
+
+/// How to reach and log in to a manager.
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    /// The manager's `host:port`.
+    pub manager: String,
+    /// The name the manager's TLS certificate is checked against.
+    pub server_name: String,
+    /// The cluster CA certificate (PEM) that signed the manager's certificate.
+    pub ca_cert: PathBuf,
+    /// User name.
+    pub user: String,
+    /// Password.
+    pub password: String,
+    /// Protect file data on the wire (`INTEGRITY_DATA`, with Hash-and-MAC
+    /// reads) on top of what capabilities demand. On by default: the
+    /// network is not trusted.
+    pub data_integrity: bool,
+    /// Bytes moved per drive request in large transfers; a capability is
+    /// checked (and refreshed if near expiry) before each.
+    pub transfer_piece: usize,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            manager: "127.0.0.1:7300".into(),
+            server_name: "localhost".into(),
+            ca_cert: PathBuf::new(),
+            user: String::new(),
+            password: String::new(),
+            data_integrity: true,
+            transfer_piece: TRANSFER_PIECE_DEFAULT,
+        }
+    }
+}
+
+/// Default bytes per drive request in large transfers.
+pub const TRANSFER_PIECE_DEFAULT: usize = 8 * 1024 * 1024;
+/// Largest transfer piece (the client buffers one piece per write).
+pub const TRANSFER_PIECE_MAX: usize = 64 * 1024 * 1024;
+
+/// Capability lifetime left at which the client refreshes before using it.
+fn refresh_margin(lifetime: Duration) -> Duration {
+    (lifetime / 4).max(Duration::from_millis(100))
+}
+
+/// A capability held for a file.
+#[derive(Clone)]
+pub(crate) struct Held {
+    pub(crate) access: Access,
+    pub(crate) expires: Instant,
+}
+
+impl Held {
+    fn new(access: Access) -> Self {
+        let expires = Instant::now() + Duration::from_millis(access.lifetime_ms as u64);
+        Held { access, expires }
+    }
+    fn fresh(&self) -> bool {
+        let lifetime = Duration::from_millis(self.access.lifetime_ms as u64);
+        Instant::now() + refresh_margin(lifetime) < self.expires
+    }
+}
+
+/// One connection per drive, reused by every file on it.
+pub(crate) type DriveSlot = Arc<AsyncMutex<Option<DriveClient>>>;
+
+struct Inner {
+    config: FsConfig,
+    tls: tokio_rustls::TlsConnector,
+    identity: Identity,
+    manager: AsyncMutex<ManagerConn>,
+    drives: Mutex<HashMap<String, DriveSlot>>,
+    held: Mutex<HashMap<Ino, Held>>,
+}
+
+/// A logged-in file-system client. Cheap to clone; clones share connections
+/// and the capability cache.
+#[derive(Clone)]
+pub struct FsClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsClient")
+            .field("manager", &self.inner.config.manager)
+            .field("user", &self.inner.config.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A file's status as `stat` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    /// Attributes; for regular files, size and modification time are the
+    /// drive's (authoritative) when the caller may read them.
+    pub attr: FileAttr,
+    /// Symbolic-link target (empty otherwise).
+    pub target: String,
+    /// Where a regular file's bytes live.
+    pub object: Option<ObjectRef>,
+}
+
+/// Splits an absolute path into its parent path and last name.
+pub fn split_path(path: &str) -> Result<(&str, &str), FsError> {
+    let trimmed = path.trim_end_matches('/');
+    if !path.starts_with('/') {
+        return Err(FsError::fs(FsStatus::InvalidArgument, format!("'{path}' is not an absolute path")));
+    }
+    // "/" (or "//") trims to nothing: the root, which has no parent.
+    let Some(cut) = trimmed.rfind('/') else {
+        return Err(FsError::fs(FsStatus::InvalidArgument, "the root directory has no parent"));
+    };
+    let (parent, name) = (&trimmed[..cut.max(1)], &trimmed[cut + 1..]);
+    Ok((if cut == 0 { "/" } else { parent }, name))
+}
+
+impl FsClient {
+    /// Connects to the manager over TLS and logs in.
+    pub async fn connect(config: &FsConfig) -> Result<FsClient, FsError> {
+        if config.transfer_piece == 0 || config.transfer_piece > TRANSFER_PIECE_MAX {
+            return Err(FsError::Setup(format!("transfer_piece must be 1..={TRANSFER_PIECE_MAX} bytes")));
+        }
+        let tls = connector(&config.ca_cert)?;
+        let (conn, identity) =
+            ManagerConn::open(&config.manager, &config.server_name, &tls, &config.user, &config.password).await?;
+        Ok(FsClient {
+            inner: Arc::new(Inner {
+                config: config.clone(),
+                tls,
+                identity,
+                manager: AsyncMutex::new(conn),
+                drives: Mutex::new(HashMap::new()),
+                held: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The user name this client logged in as.
+    pub fn user(&self) -> &str {
+        &self.inner.config.user
+    }
+
+    /// Who the manager says this client is.
+    pub fn identity(&self) -> Identity {
+        self.inner.identity
+    }
+
+    /// Sends one request to the manager (reconnecting first if an earlier
+    /// failure broke the connection; a failed request is never resent).
+    pub async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        let mut conn = self.inner.manager.lock().await;
+        let r = conn.call(req).await;
+        if matches!(r, Err(FsError::Io(_) | FsError::Protocol(_))) {
+            let c = &self.inner.config;
+            match ManagerConn::open(&c.manager, &c.server_name, &self.inner.tls, &c.user, &c.password).await {
+                Ok((fresh, _)) => *conn = fresh,
+                Err(e) => tracing::debug!(error = %e, "manager reconnect failed"),
+            }
+        }
+        r
+    }
+
+    async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
+        match self.call(&req).await? {
+            ManagerReply::Entry(e) => {
+                if let Some(a) = &e.access {
+                    self.hold(e.attr.ino, a.clone());
+                }
+                Ok(e)
+            }
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn done(&self, req: ManagerRequest) -> Result<(), FsError> {
+        match self.call(&req).await? {
+            ManagerReply::Done => Ok(()),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    fn hold(&self, ino: Ino, access: Access) {
+        self.inner.held.lock().expect("held lock").insert(ino, Held::new(access));
+    }
+
+    pub(crate) fn forget(&self, ino: Ino) {
+        self.inner.held.lock().expect("held lock").remove(&ino);
+    }
+
+    /// A fresh enough capability for `ino` with `rights`, from the cache or the manager.
+    pub(crate) async fn access(&self, ino: Ino, rights: u32) -> Result<Access, FsError> {
+        if let Some(h) = self.inner.held.lock().expect("held lock").get(&ino) {
+            if h.fresh() && h.access.rights & rights == rights {
+                return Ok(h.access.clone());
+            }
+        }
+        let open = if rights & nasd_proto::rights::WRITE != 0 { OpenMode::ReadWrite } else { OpenMode::Read };
+        let e = self.entry(ManagerRequest::GetAttr { ino, open }).await?;
+        match e.access {
+            Some(a) if a.rights & rights == rights => Ok(a),
+            _ => Err(FsError::fs(FsStatus::PermissionDenied, "the manager did not grant the access needed")),
+        }
+    }
+
+    pub(crate) fn drive_slot(&self, addr: &str) -> DriveSlot {
+        self.inner.drives.lock().expect("drives lock").entry(addr.to_string()).or_default().clone()
+    }
+
+    pub(crate) fn protection_for(&self, access: &Access) -> Protection {
+        let min = Protection::from_bits(access.min_protection).unwrap_or(Protection::INTEGRITY_ARGS);
+        let mut p = min.union(Protection::INTEGRITY_ARGS);
+        if self.inner.config.data_integrity {
+            p = p.union(Protection::INTEGRITY_DATA).union(Protection::HASH_AND_MAC);
+        }
+        p
+    }
+
+    pub(crate) fn transfer_piece(&self) -> usize {
+        self.inner.config.transfer_piece
+    }
+
+    // ------------------------------------------------------------ names
+
+    /// Resolves `path` (following symlinks at the end too), asking for `open`.
+    pub async fn walk(&self, path: &str, open: OpenMode) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Walk { path: path.into(), follow: true, open }).await
+    }
+
+    async fn dir_ino(&self, path: &str) -> Result<Ino, FsError> {
+        let e = self.walk(path, OpenMode::None).await?;
+        if e.attr.kind != FileKind::Dir {
+            return Err(FsError::fs(FsStatus::NotDir, format!("{path} is not a directory")));
+        }
+        Ok(e.attr.ino)
+    }
+
+    /// `stat`: follows symlinks; a regular file's size and modification
+    /// time come from its drive when the caller may read it.
+    pub async fn stat(&self, path: &str) -> Result<Stat, FsError> {
+        self.stat_entry(self.walk(path, OpenMode::Best).await?).await
+    }
+
+    /// `lstat`: like [`stat`](Self::stat) but a final symlink is described itself.
+    pub async fn lstat(&self, path: &str) -> Result<Stat, FsError> {
+        let e = self.entry(ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::Best }).await?;
+        self.stat_entry(e).await
+    }
+
+    async fn stat_entry(&self, e: Entry) -> Result<Stat, FsError> {
+        let mut attr = e.attr;
+        let object = e.access.as_ref().map(|a| a.object);
+        if e.access.as_ref().is_some_and(|a| a.rights & nasd_proto::rights::GETATTR != 0) {
+            let f = File::new(self.clone(), attr.ino, false);
+            let drive = f.drive_attrs().await?;
+            attr.size = drive.logical_size;
+            attr.mtime_ns = drive.data_modify_time as i64;
+        }
+        Ok(Stat { attr, target: e.target, object })
+    }
+
+    /// Every entry of a directory, in name order (readdir-plus).
+    pub async fn readdir(&self, path: &str) -> Result<Vec<(String, FileAttr)>, FsError> {
+        let dir = self.dir_ino(path).await?;
+        let mut out = Vec::new();
+        let mut after = String::new();
+        loop {
+            let req = ManagerRequest::ReadDir { dir, after: after.clone(), limit: READDIR_ENTRIES_MAX as u16 };
+            match self.call(&req).await? {
+                ManagerReply::Dir { entries, more } => {
+                    if let Some((last, _)) = entries.last() {
+                        after = last.clone();
+                    }
+                    out.extend(entries.into_iter().map(|(n, e)| (n, e.attr)));
+                    if !more {
+                        return Ok(out);
+                    }
+                }
+                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            }
+        }
+    }
+
+    /// Creates a directory.
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_ino(parent).await?;
+        Ok(self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await?.attr)
+    }
+
+    /// Creates a directory and any missing parents (`mkdir -p`).
+    pub async fn mkdir_all(&self, path: &str, mode: u32) -> Result<(), FsError> {
+        let mut at = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            at.push('/');
+            at.push_str(part);
+            match self.mkdir(&at, mode).await {
+                Ok(_) => {}
+                Err(e) if e.status() == Some(FsStatus::Exists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates (or, unless `exclusive`, opens and optionally truncates) a
+    /// regular file for writing.
+    pub async fn create(&self, path: &str, mode: u32, exclusive: bool, truncate: bool) -> Result<File, FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_ino(parent).await?;
+        let e = self.entry(ManagerRequest::Create { parent, name: name.into(), mode, exclusive, truncate }).await?;
+        Ok(File::new(self.clone(), e.attr.ino, true))
+    }
+
+    /// Opens an existing regular file for reading, or reading and writing.
+    pub async fn open(&self, path: &str, write: bool) -> Result<File, FsError> {
+        let open = if write { OpenMode::ReadWrite } else { OpenMode::Read };
+        let e = self.walk(path, open).await?;
+        if e.attr.kind != FileKind::File {
+            return Err(FsError::fs(FsStatus::IsDir, format!("{path} is not a regular file")));
+        }
+        Ok(File::new(self.clone(), e.attr.ino, write))
+    }
+
+    /// Removes a file or symlink name.
+    pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_ino(parent).await?;
+        self.done(ManagerRequest::Unlink { parent, name: name.into() }).await
+    }
+
+    /// Removes an empty directory.
+    pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_ino(parent).await?;
+        self.done(ManagerRequest::Rmdir { parent, name: name.into() }).await
+    }
+
+    /// Renames atomically, replacing `to` if it exists (POSIX rules).
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        let (fp, fname) = split_path(from)?;
+        let (tp, tname) = split_path(to)?;
+        let parent = self.dir_ino(fp).await?;
+        let new_parent = self.dir_ino(tp).await?;
+        self.done(ManagerRequest::Rename { parent, name: fname.into(), new_parent, new_name: tname.into() }).await
+    }
+
+    /// Creates a symbolic link at `path` pointing to `target`.
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<FileAttr, FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_ino(parent).await?;
+        Ok(self.entry(ManagerRequest::Symlink { parent, name: name.into(), target: target.into() }).await?.attr)
+    }
+
+    /// A symbolic link's target.
+    pub async fn readlink(&self, path: &str) -> Result<String, FsError> {
+        let e = self.entry(ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::None }).await?;
+        if e.attr.kind != FileKind::Symlink {
+            return Err(FsError::fs(FsStatus::InvalidArgument, format!("{path} is not a symbolic link")));
+        }
+        Ok(e.target)
+    }
+
+    /// Creates a hard link `new` to the file at `existing`.
+    pub async fn link(&self, existing: &str, new: &str) -> Result<FileAttr, FsError> {
+        let ino =
+            self.entry(ManagerRequest::Walk { path: existing.into(), follow: false, open: OpenMode::None }).await?;
+        let (parent, name) = split_path(new)?;
+        let new_parent = self.dir_ino(parent).await?;
+        let req = ManagerRequest::Link { ino: ino.attr.ino, new_parent, new_name: name.into() };
+        Ok(self.entry(req).await?.attr)
+    }
+
+    async fn setattr(&self, path: &str, mask: u8, f: impl FnOnce(&mut ManagerRequest)) -> Result<FileAttr, FsError> {
+        let ino = self.walk(path, OpenMode::None).await?.attr.ino;
+        let mut req = ManagerRequest::SetAttr { ino, mask, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 };
+        f(&mut req);
+        let attr = self.entry(req).await?.attr;
+        // Permissions may have changed: capabilities held may be revoked.
+        self.forget(ino);
+        Ok(attr)
+    }
+
+    /// Changes permission bits (owner or administrator). Outstanding
+    /// capabilities for the file are revoked before this returns.
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
+        self.setattr(path, set_mask::MODE, |r| {
+            if let ManagerRequest::SetAttr { mode: m, .. } = r {
+                *m = mode;
+            }
+        })
+        .await
+    }
+
+    /// Changes owner and/or group.
+    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<FileAttr, FsError> {
+        let mask = uid.map_or(0, |_| set_mask::UID) | gid.map_or(0, |_| set_mask::GID);
+        self.setattr(path, mask, |r| {
+            if let ManagerRequest::SetAttr { uid: u, gid: g, .. } = r {
+                *u = uid.unwrap_or(0);
+                *g = gid.unwrap_or(0);
+            }
+        })
+        .await
+    }
+
+    /// Sets a file's length.
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<FileAttr, FsError> {
+        self.setattr(path, set_mask::SIZE, |r| {
+            if let ManagerRequest::SetAttr { size: s, .. } = r {
+                *s = size;
+            }
+        })
+        .await
+    }
+
+    /// Space on every drive and what the name space holds.
+    pub async fn statfs(&self) -> Result<(u64, u64, Vec<DriveUsage>), FsError> {
+        match self.call(&ManagerRequest::StatFs).await? {
+            ManagerReply::StatFs { inodes, file_bytes, drives } => Ok((inodes, file_bytes, drives)),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    // ------------------------------------------------------- whole files
+
+    /// Writes `data` as the whole content of `path` (created 0644 if absent).
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<(), FsError> {
+        let f = self.create(path, 0o644, false, true).await?;
+        f.write_at(0, data).await?;
+        f.flush().await?;
+        f.close().await.map(|_| ())
+    }
+
+    /// Reads the whole content of `path`.
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        let f = self.open(path, false).await?;
+        let size = f.drive_attrs().await?.logical_size;
+        let mut out = Vec::with_capacity(size.min(TRANSFER_PIECE_MAX as u64) as usize);
+        f.read_to(0, size, &mut out).await?;
+        Ok(out)
+    }
+
+    // ---------------------------------------------------- administration
+
+    /// Adds a user (administrators only). `uid` 0 picks the next free one.
+    pub async fn add_user(&self, name: &str, password: &str, uid: u32, gid: u32, admin: bool) -> Result<(), FsError> {
+        self.done(ManagerRequest::AddUser { name: name.into(), password: password.into(), uid, gid, admin }).await
+    }
+
+    /// Every user (administrators only).
+    pub async fn users(&self) -> Result<Vec<UserInfo>, FsError> {
+        match self.call(&ManagerRequest::ListUsers).await? {
+            ManagerReply::Users(u) => Ok(u),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Changes a password (one's own, or anyone's as administrator).
+    pub async fn set_password(&self, name: &str, password: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetPassword { name: name.into(), password: password.into() }).await
+    }
+
+    /// Takes a fresh drive into service (administrators only); its number.
+    pub async fn add_drive(&self, addr: &str, master_key: &nasd_crypto::Key) -> Result<u32, FsError> {
+        match self.call(&ManagerRequest::AddDrive { addr: addr.into(), master_key: *master_key.expose() }).await? {
+            ManagerReply::DriveAdded { drive } => Ok(drive),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_path;
+
+    #[test]
+    fn paths_split_into_parent_and_name() {
+        assert_eq!(split_path("/a").unwrap(), ("/", "a"));
+        assert_eq!(split_path("/a/b").unwrap(), ("/a", "b"));
+        assert_eq!(split_path("/a/b/").unwrap(), ("/a", "b"));
+        assert!(split_path("/").is_err());
+        assert!(split_path("a/b").is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! A whole nasd cluster in this process, on loopback: drives with security
+//! enforced (each with its own master key, temporary directory and TCP
+//! listener), the real manager serving TLS with certificates from
+//! `nasd_manager::tls`, the drives taken into service with
+//! `Manager::add_drive`, an administrator and two users. Everything lives
+//! under one temporary directory, removed when the cluster is dropped.
+
+#![allow(dead_code)]
+
+use nasd_crypto::Key;
+use nasd_drive::{DriveConfig, SecurityMode};
+use nasd_fs::{FsClient, FsConfig};
+use nasd_manager::{Manager, ManagerConfig};
+use nasd_store::{Store, StoreOptions};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+/// Longest any single step may take before the test fails (a hang, not a
+/// timing assertion: every step normally takes a small fraction of it).
+pub const STEP: Duration = Duration::from_secs(120);
+
+pub const ADMIN: &str = "admin";
+pub const ADMIN_PW: &str = "admin password";
+pub const USER_A: &str = "alice";
+pub const PW_A: &str = "alice password";
+pub const UID_A: u32 = 1000;
+pub const USER_B: &str = "bob";
+pub const PW_B: &str = "bob password";
+pub const UID_B: u32 = 1001;
+
+/// Bytes of block storage each drive has (a sparse file).
+pub const DRIVE_CAPACITY: u64 = 1 << 30;
+
+/// Stack of the thread that drives a scenario. Unoptimized builds give a
+/// long `async fn` a poll frame with a slot for every temporary of every
+/// await (well over a megabyte for the tree scenario), more than the test
+/// harness's 2 MiB threads have.
+const SCENARIO_STACK: usize = 64 * 1024 * 1024;
+
+/// Runs a scenario on a multi-threaded runtime of its own, from a thread
+/// with a large stack; panics (fails the test) if the scenario panicked.
+pub fn run<F: Future<Output = ()> + Send + 'static>(scenario: F) {
+    std::thread::Builder::new()
+        .name("scenario".into())
+        .stack_size(SCENARIO_STACK)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(4)
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(scenario);
+        })
+        .expect("spawn the scenario thread")
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+}
+
+/// Fails the test if `f` takes longer than [`STEP`].
+pub async fn to<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(STEP, f).await.expect("step timed out: the manager, a drive or the client hung")
+}
+
+/// Deterministic bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5DEE_CE66_D1CE_4E5B;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// `NASD_LOG=debug cargo test -p nasd-fs` shows the daemons' logs.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NASD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+}
+
+/// A drive served by this process.
+pub struct TestDrive {
+    pub addr: SocketAddr,
+    pub master: Key,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestDrive {
+    async fn start(dir: PathBuf) -> TestDrive {
+        let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
+        let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
+        let master = Key::random();
+        let config =
+            DriveConfig { security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..Default::default() };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a drive listener");
+        let addr = listener.local_addr().expect("drive address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
+            let _ = stopped.await;
+        }));
+        TestDrive { addr, master, stop, server }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        to(self.server).await.expect("drive task").expect("drive stopped cleanly");
+    }
+}
+
+/// How to build a cluster.
+pub struct ClusterOptions {
+    pub config: ManagerConfig,
+    pub drives: usize,
+    /// Run `spawn_maintenance` (else tests call `Manager::maintain` themselves).
+    pub maintenance: bool,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            // A small pool keeps start-up quick; everything else is the default policy.
+            config: ManagerConfig { pool_target: 8, ..ManagerConfig::default() },
+            drives: 4,
+            maintenance: false,
+        }
+    }
+}
+
+/// A running cluster.
+pub struct Cluster {
+    pub manager: Arc<Manager>,
+    pub addr: SocketAddr,
+    pub ca: PathBuf,
+    pub drives: Vec<TestDrive>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    maintenance: Option<JoinHandle<()>>,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start(opts: ClusterOptions) -> Cluster {
+        init_logging();
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut drives = Vec::new();
+        for i in 0..opts.drives {
+            drives.push(TestDrive::start(dir.path().join(format!("drive-{i}"))).await);
+        }
+
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let files = nasd_manager::tls::ensure_certificates(&dir.path().join("tls"), &names).expect("certificates");
+        let acceptor = nasd_manager::tls::acceptor(&files).expect("TLS acceptor");
+        let manager = Manager::open(&dir.path().join("manager"), opts.config).expect("open the manager");
+        to(manager.recover()).await;
+        for d in &drives {
+            to(manager.add_drive(&d.addr.to_string(), &d.master)).await.expect("add a drive");
+        }
+        assert!(to(manager.bootstrap_admin(ADMIN, ADMIN_PW)).await.expect("bootstrap the administrator"));
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the manager listener");
+        let addr = listener.local_addr().expect("manager address");
+        let server = tokio::spawn(manager.clone().serve(listener, acceptor, shutdown_rx.clone()));
+        let maintenance = opts.maintenance.then(|| manager.spawn_maintenance(shutdown_rx));
+
+        let cluster = Cluster { manager, addr, ca: files.ca, drives, shutdown, server, maintenance, dir };
+        // Users: A over the wire as the administrator would, B straight through the manager.
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        to(admin.add_user(USER_A, PW_A, UID_A, UID_A, false)).await.expect("add user A");
+        to(cluster.manager.add_user(USER_B, PW_B, UID_B, UID_B, false)).await.expect("add user B");
+        cluster
+    }
+
+    /// A client configuration for `user`.
+    pub fn fs_config(&self, user: &str, password: &str) -> FsConfig {
+        FsConfig {
+            manager: self.addr.to_string(),
+            server_name: "localhost".into(),
+            ca_cert: self.ca.clone(),
+            user: user.into(),
+            password: password.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A logged-in client.
+    pub async fn login(&self, user: &str, password: &str) -> FsClient {
+        to(FsClient::connect(&self.fs_config(user, password))).await.expect("log in")
+    }
+
+    /// The data directory (removed on drop).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Stops the manager, its maintenance and the drives; removes the directory.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        to(self.server).await.expect("manager task");
+        if let Some(m) = self.maintenance {
+            to(m).await.expect("maintenance task");
+        }
+        for d in self.drives {
+            d.stop().await;
+        }
+        drop(self.manager);
+        drop(self.dir);
+    }
+}

@@ -1,0 +1,670 @@
+//! End to end over real daemons on loopback (issue 5, "Must show"): four
+//! drives with security enforced, the manager over TLS, and `nasd_fs`
+//! clients of two users and an administrator.
+//!
+//! - a tree is created, written, read back byte for byte, renamed (across
+//!   directories, replacing targets) and removed, and the drives keep no
+//!   object of a removed file;
+//! - user B cannot read user A's 0600 file, and after A's chmod 0600 a
+//!   capability B obtained earlier is refused by the drive (and B's open
+//!   file cannot refresh it);
+//! - the drive refuses a capability the client edited;
+//! - a 10 s transfer with 2 s capabilities (and working keys rotating every
+//!   3 s) succeeds;
+//! - wrong passwords, non-administrators adding users and chown by non-root
+//!   are refused;
+//! - a directory with more entries than one READDIR reply lists completely.
+
+mod common;
+
+use common::*;
+use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
+use nasd_crypto::Key;
+use nasd_fs::{FileKind, FsClient, FsConfig, FsError, FsStatus, ObjectRef, OpenMode};
+use nasd_manager::ManagerConfig;
+use nasd_proto::manager::Access;
+use nasd_proto::{rights, AttrMask, Attributes, CapabilityArgs, Protection, Region, Status};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: usize = 1024 * 1024;
+
+/// The manager's refusal status of a failed call.
+#[track_caller]
+fn fs_status<T: std::fmt::Debug>(r: Result<T, FsError>) -> FsStatus {
+    match r {
+        Err(e) => e.status().unwrap_or_else(|| panic!("expected a refusal from the manager, got {e:?}")),
+        Ok(v) => panic!("expected a refusal from the manager, got {v:?}"),
+    }
+}
+
+/// The drive's refusal status of a failed drive call.
+#[track_caller]
+fn drive_status<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Status {
+    match r {
+        Err(e) => e.status().unwrap_or_else(|| panic!("expected a refusal from the drive, got {e:?}")),
+        Ok(v) => panic!("expected a refusal from the drive, got {v:?}"),
+    }
+}
+
+/// A drive connection that uses `token` (a capability's clear arguments)
+/// with the capability key `key`, as a client holding them would.
+async fn capability_client(addr: &str, token: Vec<u8>, key: [u8; 32], algorithm: u8) -> DriveClient {
+    let mut c = to(DriveClient::connect(addr)).await.expect("connect to the drive");
+    let algorithm = MacAlgorithm::from_id(algorithm).expect("known algorithm");
+    let credential = Credential::Capability { token, key: Key::from_bytes(key), algorithm };
+    c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+    c
+}
+
+/// A drive connection that uses the capability in `access` unchanged.
+async fn access_client(access: &Access) -> DriveClient {
+    capability_client(&access.drive_addr, access.token.clone(), access.key, access.algorithm).await
+}
+
+/// Reads the whole object behind `access` directly from its drive.
+async fn drive_read(access: &Access, len: u64) -> Result<Vec<u8>, ClientError> {
+    let mut c = access_client(access).await;
+    let region = Region { offset: 0, length: len };
+    to(c.read(access.object.partition, access.object.object, &[region])).await.map(|(_, data)| data)
+}
+
+/// The capability `walk(path, open)` hands out.
+async fn access_of(fs: &FsClient, path: &str, open: OpenMode) -> Access {
+    let e = to(fs.walk(path, open)).await.unwrap_or_else(|e| panic!("walk {path}: {e}"));
+    e.access.unwrap_or_else(|| panic!("no capability for {path} with {open:?}"))
+}
+
+/// The administrator makes `/name` (0755) and gives it to `uid`.
+async fn make_home(admin: &FsClient, path: &str, uid: u32) {
+    to(admin.mkdir(path, 0o755)).await.expect("mkdir home");
+    let attr = to(admin.chown(path, Some(uid), Some(uid))).await.expect("chown home");
+    assert_eq!((attr.uid, attr.gid), (uid, uid));
+}
+
+/// Writes a new file with `mode` (exclusive create) and closes it.
+async fn write_new(fs: &FsClient, path: &str, mode: u32, data: &[u8]) {
+    let f = to(fs.create(path, mode, true, false)).await.unwrap_or_else(|e| panic!("create {path}: {e}"));
+    to(f.write_at(0, data)).await.unwrap_or_else(|e| panic!("write {path}: {e}"));
+    to(f.flush()).await.expect("flush");
+    let attr = to(f.close()).await.expect("close");
+    assert_eq!(attr.size, data.len() as u64, "{path}: the manager records the drive's size at close");
+    assert_eq!(attr.mode, mode);
+}
+
+/// Removes everything below `path` (not `path` itself).
+async fn remove_below(fs: &FsClient, path: &str) {
+    let mut dirs = vec![path.to_string()];
+    let mut empty_dirs = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for (name, attr) in to(fs.readdir(&dir)).await.expect("readdir") {
+            let p = format!("{dir}/{name}");
+            if attr.kind == FileKind::Dir {
+                dirs.push(p.clone());
+                empty_dirs.push(p);
+            } else {
+                to(fs.unlink(&p)).await.unwrap_or_else(|e| panic!("unlink {p}: {e}"));
+            }
+        }
+    }
+    // Deepest first.
+    for d in empty_dirs.iter().rev() {
+        to(fs.rmdir(d)).await.unwrap_or_else(|e| panic!("rmdir {d}: {e}"));
+    }
+}
+
+/// Every object on the cluster's drives, by drive number.
+async fn objects_on_drives(c: &Cluster) -> Vec<(u32, BTreeSet<u64>)> {
+    let mut out = Vec::new();
+    for d in c.manager.drives() {
+        let objects = to(d.list_objects()).await.expect("list a drive's objects");
+        out.push((d.drive, objects.into_iter().collect()));
+    }
+    out
+}
+
+fn on_drive(objects: &[(u32, BTreeSet<u64>)], o: &ObjectRef) -> bool {
+    objects.iter().any(|(d, set)| *d == o.drive && set.contains(&o.object))
+}
+
+// ---------------------------------------------------------------- the tree
+
+#[test]
+fn tree_written_read_renamed_removed_without_leaks() {
+    run(tree_written_read_renamed_removed_without_leaks_scenario());
+}
+
+async fn tree_written_read_renamed_removed_without_leaks_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    // A small transfer piece so the large file spans several.
+    let a = to(FsClient::connect(&FsConfig { transfer_piece: 4 * MIB, ..c.fs_config(USER_A, PW_A) }))
+        .await
+        .expect("A logs in");
+    assert_eq!(a.identity().uid, UID_A);
+    assert!(!a.identity().admin);
+
+    // --- create
+    to(a.mkdir_all("/alice/d1/d2/d3", 0o755)).await.expect("mkdir -p");
+    to(a.mkdir("/alice/other", 0o750)).await.expect("mkdir");
+    assert_eq!(fs_status(to(a.mkdir("/alice/other", 0o755)).await), FsStatus::Exists);
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("/alice/d1/empty", Vec::new()),
+        ("/alice/d1/one", pattern(1, 1)),
+        ("/alice/d1/d2/page", pattern(2, 4095)),
+        ("/alice/d1/d2/d3/big", pattern(3, 64 * 1024 + 1)),
+        ("/alice/huge", pattern(4, 20 * MIB + 12_345)),
+        ("/alice/other/victim", pattern(5, 777)),
+    ];
+    for (path, data) in &files {
+        if data.len() > MIB {
+            to(a.write_file(path, data)).await.expect("write_file");
+        } else {
+            write_new(&a, path, 0o640, data).await;
+        }
+    }
+    to(a.symlink("/alice/d1/d2/page", "/alice/abs-link")).await.expect("absolute symlink");
+    to(a.symlink("d1/one", "/alice/rel-link")).await.expect("relative symlink");
+    to(a.symlink("../page", "/alice/d1/d2/d3/up-link")).await.expect("symlink with ..");
+    let hard = to(a.link("/alice/d1/d2/page", "/alice/other/page-hard")).await.expect("hard link");
+    assert_eq!(hard.nlink, 2);
+
+    // --- read back, byte for byte, and stat
+    let mut objects = Vec::new();
+    let mut old_access = Vec::new();
+    for (path, data) in &files {
+        let got = to(a.read_file(path)).await.unwrap_or_else(|e| panic!("read {path}: {e}"));
+        assert!(got == *data, "{path}: {} bytes read back differ from the {} written", got.len(), data.len());
+        let st = to(a.stat(path)).await.expect("stat");
+        assert_eq!(st.attr.kind, FileKind::File);
+        assert_eq!(st.attr.size, data.len() as u64, "{path}: stat size (from the drive)");
+        let manager_view = to(a.walk(path, OpenMode::None)).await.expect("walk");
+        assert_eq!(manager_view.attr.size, data.len() as u64, "{path}: the manager's size");
+        assert!(manager_view.access.is_none(), "OpenMode::None hands out no capability");
+        objects.push((path.to_string(), st.object.expect("a readable file's object")));
+        old_access.push((path.to_string(), access_of(&a, path, OpenMode::Read).await));
+    }
+    let used: BTreeSet<u32> = objects.iter().map(|(_, o)| o.drive).collect();
+    assert!(used.len() > 1, "files are spread over the drives: {used:?}");
+    // A read across a transfer-piece boundary, and one past the end.
+    let (_, huge) = &files[4];
+    let f = to(a.open("/alice/huge", false)).await.expect("open");
+    let at = 4 * MIB as u64 - 100;
+    assert!(to(f.read_at(at, 300)).await.expect("read_at") == huge[at as usize..at as usize + 300]);
+    let tail = to(f.read_at(huge.len() as u64 - 10, 100)).await.expect("read_at the end");
+    assert!(tail == huge[huge.len() - 10..], "a read past the end stops at the end");
+    // Links.
+    let page = &files[2].1;
+    assert!(to(a.read_file("/alice/abs-link")).await.expect("through an absolute link") == *page);
+    assert!(to(a.read_file("/alice/rel-link")).await.expect("through a relative link") == files[1].1);
+    assert!(to(a.read_file("/alice/d1/d2/d3/up-link")).await.expect("through ../") == *page);
+    assert!(to(a.read_file("/alice/other/page-hard")).await.expect("through the hard link") == *page);
+    let l = to(a.lstat("/alice/abs-link")).await.expect("lstat");
+    assert_eq!(l.attr.kind, FileKind::Symlink);
+    assert_eq!(l.attr.size, "/alice/d1/d2/page".len() as u64);
+    assert_eq!(to(a.readlink("/alice/rel-link")).await.expect("readlink"), "d1/one");
+    let (p, h) = (to(a.stat("/alice/d1/d2/page")).await.unwrap(), to(a.stat("/alice/other/page-hard")).await.unwrap());
+    assert_eq!((p.attr.ino, p.attr.nlink), (h.attr.ino, 2), "a hard link is the same inode");
+    let names: Vec<String> = to(a.readdir("/alice")).await.expect("readdir").into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["abs-link", "d1", "huge", "other", "rel-link"]);
+
+    // --- truncate, extend, rewrite in place
+    let t = pattern(6, 5000);
+    write_new(&a, "/alice/d1/trunc", 0o644, &t).await;
+    assert_eq!(to(a.truncate("/alice/d1/trunc", 100)).await.expect("truncate").size, 100);
+    assert!(to(a.read_file("/alice/d1/trunc")).await.unwrap() == t[..100]);
+    to(a.truncate("/alice/d1/trunc", 300)).await.expect("extend");
+    let mut extended = t[..100].to_vec();
+    extended.resize(300, 0);
+    assert!(to(a.read_file("/alice/d1/trunc")).await.unwrap() == extended, "extending exposes zeros");
+    to(a.write_file("/alice/d1/trunc", b"abc")).await.expect("rewrite a file in place");
+    assert_eq!(to(a.read_file("/alice/d1/trunc")).await.unwrap(), b"abc");
+    assert_eq!(to(a.stat("/alice/d1/trunc")).await.unwrap().attr.size, 3);
+    objects.push(("/alice/d1/trunc".into(), to(a.stat("/alice/d1/trunc")).await.unwrap().object.unwrap()));
+    old_access.push(("/alice/d1/trunc".into(), access_of(&a, "/alice/d1/trunc", OpenMode::Read).await));
+
+    // --- rename a file across directories
+    to(a.rename("/alice/d1/one", "/alice/d1/d2/d3/one")).await.expect("rename a file across directories");
+    assert_eq!(fs_status(to(a.stat("/alice/d1/one")).await), FsStatus::NotFound);
+    assert!(to(a.read_file("/alice/d1/d2/d3/one")).await.unwrap() == files[1].1);
+    assert_eq!(fs_status(to(a.stat("/alice/rel-link")).await), FsStatus::NotFound, "the link now dangles");
+
+    // --- rename a file over an existing one (in another directory): the target's object goes
+    let victim = objects.iter().find(|(p, _)| p == "/alice/other/victim").unwrap().1;
+    let victim_access = old_access.iter().find(|(p, _)| p == "/alice/other/victim").unwrap().1.clone();
+    assert!(drive_read(&victim_access, 777).await.expect("the victim's capability works") == files[5].1);
+    to(a.rename("/alice/d1/d2/d3/big", "/alice/other/victim")).await.expect("rename over an existing file");
+    assert!(to(a.read_file("/alice/other/victim")).await.unwrap() == files[3].1);
+    assert_eq!(fs_status(to(a.stat("/alice/d1/d2/d3/big")).await), FsStatus::NotFound);
+    let gone = drive_status(drive_read(&victim_access, 777).await);
+    assert_eq!(gone, Status::NoSuchObject, "the replaced file's object is removed before rename returns");
+    assert!(!on_drive(&objects_on_drives(&c).await, &victim), "replaced object {victim:?} still on its drive");
+
+    // --- rename a directory across directories, then over an existing empty directory
+    to(a.rename("/alice/d1/d2/d3", "/alice/other/d3")).await.expect("rename a directory across directories");
+    assert!(to(a.read_file("/alice/other/d3/one")).await.unwrap() == files[1].1);
+    assert_eq!(fs_status(to(a.stat("/alice/d1/d2/d3")).await), FsStatus::NotFound);
+    assert_eq!(to(a.stat("/alice/d1/d2")).await.unwrap().attr.nlink, 2, "d2 lost its subdirectory");
+    assert_eq!(to(a.stat("/alice/other")).await.unwrap().attr.nlink, 3, "other gained one");
+    to(a.mkdir("/alice/d3-final", 0o755)).await.unwrap();
+    to(a.mkdir("/alice/full", 0o755)).await.unwrap();
+    to(a.write_file("/alice/full/x", b"x")).await.unwrap();
+    assert_eq!(fs_status(to(a.rename("/alice/other/d3", "/alice/full")).await), FsStatus::NotEmpty);
+    assert_eq!(fs_status(to(a.rename("/alice/other", "/alice/other/d3/inside")).await), FsStatus::InvalidMove);
+    to(a.rename("/alice/other/d3", "/alice/d3-final")).await.expect("rename a directory over an empty one");
+    assert!(to(a.read_file("/alice/d3-final/one")).await.unwrap() == files[1].1);
+    // The ../page link moved with its directory: it now names /alice/page, which does not exist.
+    assert_eq!(fs_status(to(a.stat("/alice/d3-final/up-link")).await), FsStatus::NotFound);
+
+    // --- unlink one name of a hard-linked file: the other still reads the data
+    let page_obj = objects.iter().find(|(p, _)| p == "/alice/d1/d2/page").unwrap().1;
+    to(a.unlink("/alice/d1/d2/page")).await.expect("unlink one of two names");
+    assert!(to(a.read_file("/alice/other/page-hard")).await.unwrap() == *page);
+    assert_eq!(to(a.stat("/alice/other/page-hard")).await.unwrap().attr.nlink, 1);
+    assert!(on_drive(&objects_on_drives(&c).await, &page_obj), "a file with a name left keeps its object");
+
+    // --- remove everything
+    remove_below(&a, "/alice").await;
+    assert!(to(a.readdir("/alice")).await.unwrap().is_empty());
+    assert_eq!(fs_status(to(a.rmdir("/alice")).await), FsStatus::PermissionDenied, "/ belongs to root");
+    to(admin.rmdir("/alice")).await.expect("the administrator removes the home");
+    assert!(to(admin.readdir("/")).await.unwrap().is_empty());
+    assert_eq!(fs_status(to(admin.rmdir("/")).await), FsStatus::InvalidArgument, "the root has no parent");
+    let (inodes, file_bytes, drives) = to(admin.statfs()).await.expect("statfs");
+    assert_eq!((inodes, file_bytes), (1, 0), "only the root directory is left");
+    assert_eq!(drives.len(), 4);
+    assert!(drives.iter().all(|d| d.online));
+
+    // --- no leaked objects: each removed file's object is gone from its drive (removed before the
+    // unlink returned), the maintenance pass leaves nothing doomed, and every object left on a drive is
+    // a pooled, empty one the manager knows.
+    to(c.manager.maintain()).await;
+    let left = objects_on_drives(&c).await;
+    for (path, o) in &objects {
+        assert!(!on_drive(&left, o), "{path}: object {o:?} leaked");
+    }
+    for (path, access) in &old_access {
+        let s = drive_status(drive_read(access, 1).await);
+        assert_eq!(s, Status::NoSuchObject, "{path}: its old capability must find no object");
+    }
+    for d in c.manager.drives() {
+        assert_eq!(to(c.manager.collect_orphans(&d)).await.expect("collect orphans"), 0, "drive {}", d.drive);
+        for (drive, set) in &left {
+            if *drive != d.drive {
+                continue;
+            }
+            for &o in set {
+                let attrs = to(d.getattr(o)).await.expect("getattr of a pooled object");
+                assert_eq!(attrs.logical_size, 0, "drive {drive} object {o}: only empty pooled objects are left");
+            }
+        }
+    }
+
+    drop((a, admin, f));
+    c.stop().await;
+}
+
+// ------------------------------------------------- users and permissions
+
+#[test]
+fn logins_administration_and_ownership_are_checked() {
+    run(logins_administration_and_ownership_are_checked_scenario());
+}
+
+async fn logins_administration_and_ownership_are_checked_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    // Wrong password, unknown user.
+    let wrong = to(FsClient::connect(&c.fs_config(USER_A, "not the password"))).await;
+    assert_eq!(fs_status(wrong), FsStatus::BadCredentials);
+    let unknown = to(FsClient::connect(&c.fs_config("mallory", PW_A))).await;
+    assert_eq!(fs_status(unknown), FsStatus::BadCredentials);
+    // The wrong CA: TLS fails before any password is sent.
+    let other_ca = nasd_manager::tls::ensure_certificates(&c.dir().join("other-ca"), &["localhost".into()]).unwrap();
+    let mut cfg = c.fs_config(USER_A, PW_A);
+    cfg.ca_cert = other_ca.ca;
+    assert!(matches!(to(FsClient::connect(&cfg)).await, Err(FsError::Setup(_))), "an unknown CA is refused");
+
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    let a = c.login(USER_A, PW_A).await;
+    let b = c.login(USER_B, PW_B).await;
+    assert!(admin.identity().admin && admin.identity().uid == 0);
+    assert_eq!(b.identity().uid, UID_B);
+
+    // Only administrators add users (or list them, or add drives).
+    assert_eq!(fs_status(to(a.add_user("carol", "carol password", 0, 0, false)).await), FsStatus::NotAdmin);
+    assert_eq!(fs_status(to(a.add_user("carol", "carol password", 0, 0, true)).await), FsStatus::NotAdmin);
+    assert_eq!(fs_status(to(a.users()).await), FsStatus::NotAdmin);
+    assert_eq!(fs_status(to(a.add_drive("127.0.0.1:1", &Key::random())).await), FsStatus::NotAdmin);
+    assert_eq!(fs_status(to(a.set_password(USER_B, "new password")).await), FsStatus::NotAdmin);
+    to(admin.add_user("carol", "carol password", 0, 0, false)).await.expect("the administrator adds a user");
+    let users = to(admin.users()).await.expect("list users");
+    let carol = users.iter().find(|u| u.name == "carol").expect("carol listed");
+    assert!(carol.uid >= 1000 && carol.uid != UID_A && carol.uid != UID_B, "uid 0 picks a free uid: {carol:?}");
+    assert_eq!(fs_status(to(admin.add_user("carol", "carol password", 0, 0, false)).await), FsStatus::Exists);
+    let carol = c.login("carol", "carol password").await;
+    assert_eq!(fs_status(to(carol.mkdir("/carol", 0o755)).await), FsStatus::PermissionDenied, "/ is root's");
+    // Changing one's own password.
+    to(a.set_password(USER_A, "alice's new password")).await.expect("own password");
+    assert_eq!(fs_status(to(FsClient::connect(&c.fs_config(USER_A, PW_A))).await), FsStatus::BadCredentials);
+    let a = c.login(USER_A, "alice's new password").await;
+
+    // chown by non-root is refused: the owner may not give a file away, nor move it to a group
+    // not their own; others may not chmod it.
+    make_home(&admin, "/alice", UID_A).await;
+    to(a.write_file("/alice/f", b"data")).await.unwrap();
+    assert_eq!(fs_status(to(a.chown("/alice/f", Some(UID_B), None)).await), FsStatus::NotPermitted);
+    assert_eq!(fs_status(to(b.chown("/alice/f", Some(UID_B), None)).await), FsStatus::NotPermitted);
+    assert_eq!(fs_status(to(b.chmod("/alice/f", 0o666)).await), FsStatus::NotPermitted, "chmod: owner only");
+    assert_eq!(fs_status(to(a.chown("/alice/f", None, Some(UID_B))).await), FsStatus::NotPermitted, "not A's group");
+    let st = to(a.stat("/alice/f")).await.unwrap();
+    assert_eq!((st.attr.uid, st.attr.gid, st.attr.mode), (UID_A, UID_A, 0o644), "nothing changed");
+    // The administrator (root) may.
+    let attr = to(admin.chown("/alice/f", Some(UID_B), Some(UID_B))).await.expect("root chowns");
+    assert_eq!((attr.uid, attr.gid), (UID_B, UID_B));
+
+    drop((a, b, admin, carol));
+    c.stop().await;
+}
+
+#[test]
+fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive() {
+    run(modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario());
+}
+
+async fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+    let b = c.login(USER_B, PW_B).await;
+    let secret = pattern(10, 10_000);
+    let shared = pattern(11, 70_000);
+    write_new(&a, "/alice/secret", 0o600, &secret).await;
+    write_new(&a, "/alice/shared", 0o644, &shared).await;
+
+    // B cannot read A's 0600 file: the manager refuses every way of asking.
+    assert_eq!(fs_status(to(b.read_file("/alice/secret")).await), FsStatus::PermissionDenied);
+    assert_eq!(fs_status(to(b.open("/alice/secret", false)).await), FsStatus::PermissionDenied);
+    assert_eq!(fs_status(to(b.walk("/alice/secret", OpenMode::Read)).await), FsStatus::PermissionDenied);
+    assert_eq!(fs_status(to(b.open("/alice/secret", true)).await), FsStatus::PermissionDenied);
+    let st = to(b.stat("/alice/secret")).await.expect("stat needs no read permission");
+    assert!(st.object.is_none(), "stat without read permission hands out no capability");
+    assert_eq!(st.attr.size, secret.len() as u64);
+    // B can read the 0644 file, but not write it or create in A's directory.
+    assert!(to(b.read_file("/alice/shared")).await.expect("B reads a 0644 file") == shared);
+    assert_eq!(fs_status(to(b.open("/alice/shared", true)).await), FsStatus::PermissionDenied);
+    assert_eq!(fs_status(to(b.create("/alice/mine", 0o644, true, false)).await), FsStatus::PermissionDenied);
+    assert_eq!(fs_status(to(b.unlink("/alice/shared")).await), FsStatus::PermissionDenied);
+    let best = to(b.walk("/alice/shared", OpenMode::Best)).await.unwrap().access.expect("read access");
+    assert_eq!(best.rights & rights::WRITE, 0, "a read-only caller gets read rights only");
+    assert_eq!(best.object, to(a.stat("/alice/shared")).await.unwrap().object.unwrap(), "for the file's object");
+
+    // B obtains a capability (and opens the file) while it is 0644...
+    let b_access = access_of(&b, "/alice/shared", OpenMode::Read).await;
+    assert!(drive_read(&b_access, shared.len() as u64).await.expect("B's capability works") == shared);
+    let b_file = to(b.open("/alice/shared", false)).await.expect("B opens the 0644 file");
+    assert!(to(b_file.read_at(0, 100)).await.unwrap() == shared[..100]);
+    let a_file = to(a.open("/alice/shared", true)).await.expect("A opens it too");
+    let a_access = access_of(&a, "/alice/shared", OpenMode::ReadWrite).await;
+
+    // ...then A makes it 0600.
+    let attr = to(a.chmod("/alice/shared", 0o600)).await.expect("chmod");
+    assert_eq!(attr.mode, 0o600);
+
+    // The drive refuses B's earlier capability: revoked before chmod returned.
+    let refused = drive_status(drive_read(&b_access, shared.len() as u64).await);
+    assert_eq!(refused, Status::AccessRevoked);
+    // B's open file cannot refresh it: the manager no longer grants B read access.
+    let e = to(b_file.read_at(0, 100)).await.expect_err("B's open file must not read after chmod 0600");
+    assert_eq!(e.status(), Some(FsStatus::PermissionDenied), "{e:?}");
+    assert_eq!(e.errno(), 13);
+    assert_eq!(fs_status(to(b.read_file("/alice/shared")).await), FsStatus::PermissionDenied);
+    // A's capability was revoked too, but A may still read and write: A's open file refreshes.
+    assert_eq!(drive_status(drive_read(&a_access, 10).await), Status::AccessRevoked);
+    assert!(to(a_file.read_at(0, 100)).await.expect("A's file refreshes its capability") == shared[..100]);
+    to(a_file.write_at(0, b"changed")).await.expect("A writes after refreshing");
+    to(a_file.close()).await.unwrap();
+    let now = to(a.read_file("/alice/shared")).await.unwrap();
+    assert_eq!(&now[..7], b"changed");
+    assert!(now[7..] == shared[7..]);
+    // The administrator (root) still reads it.
+    assert!(to(admin.read_file("/alice/shared")).await.unwrap() == now);
+
+    // chown (by root) and unlinking one of two names revoke at once as well.
+    to(a.chmod("/alice/shared", 0o644)).await.unwrap();
+    let before_chown = access_of(&b, "/alice/shared", OpenMode::Read).await;
+    assert!(drive_read(&before_chown, 10).await.is_ok());
+    to(admin.chown("/alice/shared", Some(UID_A), Some(UID_B))).await.expect("root chowns");
+    assert_eq!(drive_status(drive_read(&before_chown, 10).await), Status::AccessRevoked, "after chown");
+    to(a.link("/alice/shared", "/alice/shared-too")).await.unwrap();
+    let before_unlink = access_of(&b, "/alice/shared-too", OpenMode::Read).await;
+    assert!(drive_read(&before_unlink, 10).await.is_ok());
+    to(a.unlink("/alice/shared")).await.unwrap();
+    assert_eq!(drive_status(drive_read(&before_unlink, 10).await), Status::AccessRevoked, "after unlink");
+    assert!(to(b.read_file("/alice/shared-too")).await.expect("B reads through the other name") == now);
+
+    drop((a, b, admin, b_file));
+    c.stop().await;
+}
+
+// ----------------------------------------------------- edited capabilities
+
+#[test]
+fn the_drive_refuses_capabilities_the_client_edited() {
+    run(the_drive_refuses_capabilities_the_client_edited_scenario());
+}
+
+async fn the_drive_refuses_capabilities_the_client_edited_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+    let data = pattern(20, 8192);
+    write_new(&a, "/alice/target", 0o644, &data).await;
+
+    let read = access_of(&a, "/alice/target", OpenMode::Read).await;
+    let rw = access_of(&a, "/alice/target", OpenMode::ReadWrite).await;
+    assert_eq!(read.rights & rights::WRITE, 0);
+    assert_ne!(rw.rights & rights::WRITE, 0);
+    // Write capabilities are the short-lived ones (ManagerConfig defaults: 300 s read, 30 s write).
+    assert_eq!((read.lifetime_ms, rw.lifetime_ms), (300_000, 30_000));
+    let (partition, object) = (read.object.partition, read.object.object);
+    // Another object on the same drive (a pooled, empty one): an edit must not reach it either.
+    let neighbour = {
+        let d = c.manager.drives().into_iter().find(|d| d.drive == read.object.drive).unwrap();
+        let objects = to(d.list_objects()).await.unwrap();
+        *objects.iter().find(|&&o| o != object).expect("another object on the drive")
+    };
+
+    // The unedited capabilities work as given (the control).
+    let mut ok = access_client(&read).await;
+    assert!(to(ok.read(partition, object, &[Region { offset: 0, length: 8192 }])).await.unwrap().1 == data);
+    assert_eq!(
+        drive_status(to(ok.write(partition, object, &[Region { offset: 0, length: 4 }], b"evil")).await),
+        Status::RightsInsufficient,
+        "a read capability does not write"
+    );
+
+    let args = CapabilityArgs::decode(&read.token).expect("the token is a clear capability");
+    let rw_args = CapabilityArgs::decode(&rw.token).expect("the token is a clear capability");
+    assert_eq!((args.partition, args.object), (partition, object), "limited to the file's object");
+    assert_eq!(args.region, CapabilityArgs::WHOLE_OBJECT);
+
+    let edits: Vec<(&str, &Access, CapabilityArgs)> = vec![
+        ("read widened to write", &read, CapabilityArgs { rights: args.rights | rights::WRITE, ..args.clone() }),
+        ("read widened to every right", &read, CapabilityArgs { rights: rights::ALL, ..args.clone() }),
+        ("other object", &rw, CapabilityArgs { object: neighbour, ..rw_args.clone() }),
+        ("whole partition", &rw, CapabilityArgs { object: nasd_proto::ANY_OBJECT, ..rw_args.clone() }),
+        ("region moved", &rw, CapabilityArgs { region: Region { offset: 0, length: 4096 }, ..rw_args.clone() }),
+        (
+            "expiry extended",
+            &rw,
+            CapabilityArgs { expiration_ns: rw_args.expiration_ns + 3_600_000_000_000, ..rw_args.clone() },
+        ),
+        (
+            "older access control version",
+            &rw,
+            CapabilityArgs {
+                access_control_version: rw_args.access_control_version.wrapping_sub(1),
+                ..rw_args.clone()
+            },
+        ),
+        ("weaker minimum protection", &rw, CapabilityArgs { min_protection: Protection::NONE, ..rw_args.clone() }),
+        ("audit id changed", &rw, CapabilityArgs { audit_id: 0, ..rw_args.clone() }),
+    ];
+    for (what, original, edited) in edits {
+        assert_ne!(edited, CapabilityArgs::decode(&original.token).unwrap(), "{what}: an actual edit");
+        let token = edited.encode().to_vec();
+        let target = if edited.object == nasd_proto::ANY_OBJECT { object } else { edited.object };
+        // A write (data or attributes), and a read.
+        let mut w = capability_client(&original.drive_addr, token.clone(), original.key, original.algorithm).await;
+        let wrote = to(w.write(partition, target, &[Region { offset: 0, length: 4 }], b"evil")).await;
+        assert_eq!(drive_status(wrote), Status::BadDigest, "{what}: write");
+        let mut s = capability_client(&original.drive_addr, token.clone(), original.key, original.algorithm).await;
+        let attrs = Attributes { access_control_version: 0, ..Default::default() };
+        let set = to(s.setattr(partition, target, AttrMask::ACCESS_CONTROL_VERSION, &attrs)).await;
+        assert_eq!(drive_status(set), Status::BadDigest, "{what}: setattr");
+        let mut r = capability_client(&original.drive_addr, token, original.key, original.algorithm).await;
+        let got = to(r.read(partition, target, &[Region { offset: 0, length: 16 }])).await;
+        assert_eq!(drive_status(got), Status::BadDigest, "{what}: read");
+    }
+
+    // Nothing changed: the data, and the capabilities minted before still work (no ACV change).
+    assert!(to(a.read_file("/alice/target")).await.unwrap() == data);
+    let mut again = access_client(&rw).await;
+    assert!(to(again.read(partition, object, &[Region { offset: 0, length: 8192 }])).await.unwrap().1 == data);
+    let d = c.manager.drives().into_iter().find(|d| d.drive == read.object.drive).unwrap();
+    assert_eq!(to(d.getattr(neighbour)).await.unwrap().logical_size, 0, "the neighbour object is untouched");
+
+    drop((a, admin));
+    c.stop().await;
+}
+
+// ------------------------------------------------- a long transfer
+
+/// Bytes of the slow transfer, and its pace: 5 MiB at 512 KiB/s, 10 s each way.
+const SLOW_LEN: usize = 5 * MIB;
+const SLOW_STEP: usize = 64 * 1024;
+const SLOW_STEP_PAUSE: Duration = Duration::from_millis(125);
+
+#[test]
+fn a_10s_transfer_with_2s_capabilities_succeeds() {
+    run(a_10s_transfer_with_2s_capabilities_succeeds_scenario());
+}
+
+async fn a_10s_transfer_with_2s_capabilities_succeeds_scenario() {
+    let config = ManagerConfig {
+        read_lifetime: Duration::from_secs(2),
+        write_lifetime: Duration::from_secs(2),
+        rotate_interval: Duration::from_secs(3),
+        maintenance_interval: Duration::from_millis(200),
+        pool_target: 8,
+        ..ManagerConfig::default()
+    };
+    let c = Cluster::start(ClusterOptions { config, maintenance: true, ..Default::default() }).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = to(FsClient::connect(&FsConfig { transfer_piece: 256 * 1024, ..c.fs_config(USER_A, PW_A) }))
+        .await
+        .expect("log in");
+    let data = pattern(30, SLOW_LEN);
+
+    // Write from a source that yields 64 KiB every 125 ms.
+    let f = to(a.create("/alice/slow", 0o644, true, false)).await.expect("create");
+    let first = access_of(&a, "/alice/slow", OpenMode::ReadWrite).await;
+    assert_eq!(first.lifetime_ms, 2000);
+    let (mut tx, mut rx) = tokio::io::duplex(SLOW_STEP);
+    let source = data.clone();
+    let producer = tokio::spawn(async move {
+        for chunk in source.chunks(SLOW_STEP) {
+            tokio::time::sleep(SLOW_STEP_PAUSE).await;
+            tx.write_all(chunk).await.expect("feed the writer");
+        }
+    });
+    let wrote = to(f.write_from(0, SLOW_LEN as u64, &mut rx)).await.expect("the slow write succeeds");
+    assert_eq!(wrote, SLOW_LEN as u64);
+    producer.await.unwrap();
+    to(f.flush()).await.expect("flush");
+    assert_eq!(to(f.close()).await.expect("close").size, SLOW_LEN as u64);
+    // The capability first handed out for the file is long dead by now.
+    let dead = drive_status(drive_read(&first, 16).await);
+    assert!(matches!(dead, Status::CapabilityExpired | Status::KeyVersionRetired), "{dead:?}");
+
+    // Read into a sink that takes 64 KiB every 125 ms.
+    let f = to(a.open("/alice/slow", false)).await.expect("open");
+    let (mut tx, mut rx) = tokio::io::duplex(SLOW_STEP);
+    let consumer = tokio::spawn(async move {
+        let mut got = Vec::with_capacity(SLOW_LEN);
+        let mut buf = vec![0u8; SLOW_STEP];
+        loop {
+            tokio::time::sleep(SLOW_STEP_PAUSE).await;
+            let mut filled = 0;
+            while filled < SLOW_STEP {
+                match rx.read(&mut buf[filled..]).await.expect("read the pipe") {
+                    0 => break,
+                    n => filled += n,
+                }
+            }
+            got.extend_from_slice(&buf[..filled]);
+            if filled < SLOW_STEP {
+                return got;
+            }
+        }
+    });
+    let read = to(f.read_to(0, SLOW_LEN as u64, &mut tx)).await.expect("the slow read succeeds");
+    assert_eq!(read, SLOW_LEN as u64);
+    drop(tx);
+    let got = consumer.await.unwrap();
+    assert!(got == data, "{} bytes read back differ from the {} written", got.len(), data.len());
+
+    // Working keys rotated during the transfers (every 3 s), so capabilities were minted under
+    // several keys; the file still reads back.
+    let d = c.manager.drives().into_iter().find(|d| d.drive == first.object.drive).unwrap();
+    assert!(d.keys().current.0 >= 3, "expected at least two rotations in 20 s, have version {}", d.keys().current.0);
+    assert!(to(a.read_file("/alice/slow")).await.unwrap() == data);
+
+    drop((a, admin, f));
+    c.stop().await;
+}
+
+// ------------------------------------------------- large directories
+
+#[test]
+fn large_directories_list_completely() {
+    run(large_directories_scenario());
+}
+
+async fn large_directories_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+    to(a.mkdir("/alice/big", 0o755)).await.unwrap();
+    // More entries than one READDIR reply carries, and more files than the drives' object pools
+    // hold at first (4 drives x 8), so creates refill the pools.
+    const FILES: usize = 40;
+    const LINKS: usize = nasd_proto::manager::READDIR_ENTRIES_MAX + 10 - FILES;
+    let mut expected = Vec::new();
+    for i in 0..FILES {
+        let name = format!("f{i:04}");
+        to(a.write_file(&format!("/alice/big/{name}"), name.as_bytes())).await.expect("create a file");
+        expected.push(name);
+    }
+    for i in 0..LINKS {
+        let name = format!("l{i:04}");
+        to(a.symlink("f0000", &format!("/alice/big/{name}"))).await.expect("symlink");
+        expected.push(name);
+    }
+    expected.sort();
+    let listed: Vec<String> = to(a.readdir("/alice/big")).await.unwrap().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(listed.len(), expected.len(), "every entry is listed");
+    assert_eq!(listed, expected);
+    for i in (0..FILES).step_by(7) {
+        let name = format!("f{i:04}");
+        assert_eq!(to(a.read_file(&format!("/alice/big/{name}"))).await.unwrap(), name.as_bytes());
+    }
+    drop((a, admin));
+    c.stop().await;
+}

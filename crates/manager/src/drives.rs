@@ -1,0 +1,321 @@
+//! The manager's side of its drives: one authenticated connection per drive,
+//! the keys it holds for it, capability minting, and the few object
+//! operations the manager does itself (pre-create, remove, revoke, measure,
+//! truncate, list).
+
+use crate::keys::DriveKeys;
+use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
+use nasd_crypto::{mint_capability, Key};
+use nasd_proto::manager::Access;
+use nasd_proto::{
+    rights, well_known, AttrMask, Attributes, CapabilityArgs, DriveInfo, Protection, Region, Status, ANY_OBJECT,
+};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::Mutex as AsyncMutex;
+
+/// How long the manager waits for a drive to connect or answer.
+pub const DRIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most objects one `PARTITION_CONTENTS` read may list (8 bytes each): bounds
+/// what orphan collection reads from a drive.
+pub const PARTITION_OBJECTS_MAX: u64 = 64 * 1024 * 1024;
+
+fn local_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// A drive the manager uses.
+pub struct DriveHandle {
+    /// The manager's number for it.
+    pub drive: u32,
+    /// Its identity (capabilities name it).
+    pub drive_id: [u8; 16],
+    /// Where it listens.
+    pub addr: String,
+    /// The file system's partition on it.
+    pub partition: u64,
+    /// Protection capabilities demand and the manager's own requests use.
+    pub protection: Protection,
+    keys: Mutex<DriveKeys>,
+    conn: AsyncMutex<Option<DriveClient>>,
+    /// Drive clock minus local clock, from the last authenticated reply.
+    clock_offset_ns: AtomicI64,
+    /// The drive may not have the recorded current working key yet.
+    key_pending: AtomicBool,
+}
+
+impl std::fmt::Debug for DriveHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriveHandle").field("drive", &self.drive).field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+/// A drive call failed: the status if the drive refused, else why it could
+/// not be asked.
+#[derive(Debug)]
+pub struct DriveError(pub ClientError);
+
+impl std::fmt::Display for DriveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl DriveError {
+    /// The drive's refusal status, if it answered.
+    pub fn status(&self) -> Option<Status> {
+        self.0.status()
+    }
+}
+
+impl From<ClientError> for DriveError {
+    fn from(e: ClientError) -> Self {
+        DriveError(e)
+    }
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+    tokio::time::timeout(DRIVE_TIMEOUT, f).await.unwrap_or_else(|_| {
+        Err(ClientError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "drive did not answer in time")))
+    })
+}
+
+/// Runs one call on the drive's connection (connecting first if needed);
+/// drops the connection if the call left it unusable.
+macro_rules! on_drive {
+    ($self:ident, |$c:ident| $call:expr) => {{
+        let mut slot = $self.conn.lock().await;
+        if slot.is_none() {
+            *slot = Some($self.connect().await?);
+        }
+        let $c = slot.as_mut().expect("connected above");
+        let r = timed($call).await;
+        $self.clock_offset_ns.store($c.drive_time_ns() as i64 - local_ns(), Ordering::Relaxed);
+        if matches!(&r, Err(e) if e.status().is_none()) {
+            *slot = None;
+        }
+        r.map_err(DriveError)
+    }};
+}
+
+impl DriveHandle {
+    /// A handle for a drive set up earlier.
+    pub fn new(
+        drive: u32,
+        drive_id: [u8; 16],
+        addr: String,
+        partition: u64,
+        protection: Protection,
+        keys: DriveKeys,
+    ) -> Self {
+        DriveHandle {
+            drive,
+            drive_id,
+            addr,
+            partition,
+            protection,
+            keys: Mutex::new(keys),
+            conn: AsyncMutex::new(None),
+            clock_offset_ns: AtomicI64::new(0),
+            key_pending: AtomicBool::new(true),
+        }
+    }
+
+    /// A copy of the keys.
+    pub fn keys(&self) -> DriveKeys {
+        self.keys.lock().expect("keys lock").clone()
+    }
+
+    /// Replaces the keys (after a rotation); the drive has to be told.
+    pub fn set_keys(&self, keys: DriveKeys) {
+        *self.keys.lock().expect("keys lock") = keys;
+        self.key_pending.store(true, Ordering::SeqCst);
+    }
+
+    /// Replaces the keys with ones whose current working key the drive has
+    /// confirmed already.
+    pub fn set_keys_installed(&self, keys: DriveKeys) {
+        *self.keys.lock().expect("keys lock") = keys;
+        self.key_pending.store(false, Ordering::SeqCst);
+    }
+
+    /// True until the drive has confirmed the recorded current working key.
+    pub fn key_pending(&self) -> bool {
+        self.key_pending.load(Ordering::SeqCst)
+    }
+
+    async fn connect(&self) -> Result<DriveClient, ClientError> {
+        let mut c = timed(DriveClient::connect(self.addr.as_str())).await?;
+        if c.drive_id() != self.drive_id {
+            return Err(ClientError::Protocol(format!(
+                "the drive at {} is not drive {} (its identity changed): refusing to use it",
+                self.addr, self.drive
+            )));
+        }
+        // The drive key: the manager also flushes whole partitions, which
+        // only the drive key authorizes.
+        let credential = Credential::Drive(self.keys().drive);
+        c.set_auth(Auth::new(credential, self.protection.union(Protection::INTEGRITY_ARGS)));
+        Ok(c)
+    }
+
+    /// The manager's estimate of the drive's clock, in nanoseconds.
+    pub fn drive_now_ns(&self) -> u64 {
+        (local_ns() + self.clock_offset_ns.load(Ordering::Relaxed)).max(0) as u64
+    }
+
+    /// Mints a capability for `object` with `rights`, valid for `lifetime`.
+    pub fn mint(&self, object: u64, acv: u64, rights: u32, lifetime: Duration, audit_id: u64) -> Access {
+        let keys = self.keys();
+        let (key_version, working) = &keys.current;
+        let args = CapabilityArgs {
+            algorithm: MacAlgorithm::Blake3 as u8,
+            min_protection: self.protection,
+            key_version: *key_version,
+            drive_id: self.drive_id,
+            partition: self.partition,
+            object,
+            region: CapabilityArgs::WHOLE_OBJECT,
+            access_control_version: acv,
+            rights,
+            expiration_ns: self.drive_now_ns().saturating_add(lifetime.as_nanos() as u64),
+            audit_id,
+        };
+        let (token, key) = mint_capability(working, &args, false).expect("capability arguments are valid");
+        Access {
+            object: nasd_proto::fs::ObjectRef { drive: self.drive, partition: self.partition, object },
+            drive_addr: self.addr.clone(),
+            drive_id: self.drive_id,
+            rights,
+            lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
+            min_protection: self.protection.bits(),
+            algorithm: args.algorithm,
+            token,
+            key: *key.expose(),
+        }
+    }
+
+    /// Identity, capacity and use.
+    pub async fn inquiry(&self) -> Result<DriveInfo, DriveError> {
+        on_drive!(self, |c| c.inquiry())
+    }
+
+    /// Creates `n` empty objects and makes them durable; returns their ids.
+    pub async fn create_objects(&self, n: usize) -> Result<Vec<u64>, DriveError> {
+        let mut ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            ids.push(on_drive!(self, |c| c.create(self.partition))?.0);
+        }
+        self.flush().await?;
+        Ok(ids)
+    }
+
+    /// Removes an object; an object already gone is not an error.
+    pub async fn remove(&self, object: u64) -> Result<(), DriveError> {
+        match on_drive!(self, |c| c.remove(self.partition, object)) {
+            Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Sets an object's access control version (revoking every capability
+    /// minted with another). An object already gone is not an error.
+    pub async fn set_acv(&self, object: u64, acv: u64) -> Result<(), DriveError> {
+        let attrs = Attributes { access_control_version: acv, ..Default::default() };
+        match on_drive!(self, |c| c.setattr(self.partition, object, AttrMask::ACCESS_CONTROL_VERSION, &attrs)) {
+            Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// An object's attributes.
+    pub async fn getattr(&self, object: u64) -> Result<Attributes, DriveError> {
+        on_drive!(self, |c| c.getattr(self.partition, object))
+    }
+
+    /// Sets an object's length (truncate or extend with zeros).
+    pub async fn set_size(&self, object: u64, size: u64) -> Result<Attributes, DriveError> {
+        let attrs = Attributes { logical_size: size, ..Default::default() };
+        on_drive!(self, |c| c.setattr(self.partition, object, AttrMask::LOGICAL_SIZE, &attrs))
+    }
+
+    /// Makes everything in the partition durable.
+    pub async fn flush(&self) -> Result<(), DriveError> {
+        on_drive!(self, |c| c.flush_partition(self.partition))
+    }
+
+    /// Every ordinary object in the partition (from `PARTITION_CONTENTS`).
+    pub async fn list_objects(&self) -> Result<Vec<u64>, DriveError> {
+        let contents = well_known::PARTITION_CONTENTS;
+        let len = self.getattr(contents).await?.logical_size.min(PARTITION_OBJECTS_MAX * 8);
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let region = Region { offset: 0, length: len };
+        let (_, bytes) = on_drive!(self, |c| c.read(self.partition, contents, &[region]))?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .filter(|&id| id >= well_known::FIRST_USER_OBJECT)
+            .collect())
+    }
+
+    /// Makes `keys.current` the drive's current working key. A drive that
+    /// already has that version (the manager stopped after telling it) is fine.
+    pub async fn install_working_key(&self, keys: &DriveKeys) -> Result<(), DriveError> {
+        let (version, key) = &keys.current;
+        let r = on_drive!(self, |c| c.set_working_key(&keys.partition, self.partition, *version, key));
+        match r {
+            Ok(()) => {}
+            // The drive refuses versions not above its current one: it has this key already.
+            Err(e) if e.status() == Some(Status::BadArguments) => {}
+            Err(e) => return Err(e),
+        }
+        if self.keys().current.0 == *version {
+            self.key_pending.store(false, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Sets up a fresh drive reached by `client` (authorized by its master
+    /// key): sets the clock, a new drive key, the partition with `quota`,
+    /// its partition key, working key 1 and minimum protection.
+    pub async fn provision(
+        client: &mut DriveClient,
+        master: &Key,
+        keys: &DriveKeys,
+        partition: u64,
+        quota: u64,
+        protection: Protection,
+    ) -> Result<(), DriveError> {
+        // Clock 0 keeps the drive's own (NTP-synchronized) clock: a clock set
+        // from here would lag by the network delay, and clients stamping
+        // nonces with their own clocks would be refused as "ahead".
+        timed(client.initialize(master, None, 0, nasd_store_skew())).await?;
+        timed(client.set_drive_key(master, &keys.drive)).await?;
+        let drive = Credential::Drive(keys.drive.clone());
+        client.set_auth(Auth::new(drive.clone(), nasd_client::key_management_protection()));
+        timed(client.create_partition(partition)).await?;
+        timed(client.resize_partition(partition, quota)).await?;
+        timed(client.set_partition_key(&keys.drive, partition, &keys.partition)).await?;
+        let (version, working) = &keys.current;
+        timed(client.set_working_key(&keys.partition, partition, *version, working)).await?;
+        timed(client.set_min_protection(&drive, partition, protection)).await?;
+        Ok(())
+    }
+}
+
+/// The nonce window the manager gives drives: 5 s either side.
+fn nasd_store_skew() -> u64 {
+    5_000_000_000
+}
+
+/// Capability rights for reading a file's object.
+pub const READ_RIGHTS: u32 = rights::READ | rights::GETATTR;
+/// Capability rights for writing a file's object (no attribute changes:
+/// truncation and revocation go through the manager).
+pub const WRITE_RIGHTS: u32 = rights::WRITE | rights::FLUSH | rights::GETATTR;
+
+const _: () = assert!(ANY_OBJECT == 0);

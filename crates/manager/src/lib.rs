@@ -1,0 +1,318 @@
+//! The nasd file manager (NASD §3, Figure 1): owns the name space and
+//! policy, stays off the data path.
+//!
+//! Clients log in over TLS ([`server`]), resolve names and get capabilities
+//! for a file's object, then read and write the drive directly. The manager
+//! keeps names, layout and users in a metadata store ([`nasd_meta`]), sets
+//! drives up and holds their keys ([`drives`], [`keys`]), and finishes what a
+//! name-space change asks of drives — revocations, removals — from intention
+//! logs written in the same transaction ([`maintenance`]).
+#![deny(missing_docs)]
+
+pub mod drives;
+pub mod keys;
+mod maintenance;
+pub mod passwords;
+pub mod server;
+mod service;
+pub mod tls;
+
+use anyhow::Context;
+use drives::DriveHandle;
+use keys::DriveKeys;
+use nasd_crypto::Key;
+use nasd_meta::{Caller, DriveRecord, Namespace, Sqlite, User};
+use nasd_proto::fs::FsStatus;
+use nasd_proto::Protection;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// File name of the metadata database inside the manager's directory.
+pub const META_DB: &str = "meta.sqlite";
+/// File name of the key that seals the drive keys in the database.
+pub const KEK_FILE: &str = "manager.key";
+
+/// Policy knobs (the `[manager]` section of the config file).
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// The partition the file system uses on every drive.
+    pub partition: u64,
+    /// Lifetime of read-only capabilities.
+    pub read_lifetime: Duration,
+    /// Lifetime of capabilities that allow writing (short: NASD §3.2).
+    pub write_lifetime: Duration,
+    /// How often each drive's working key is replaced. Capabilities minted
+    /// just before a rotation stay valid one more interval (the drive keeps
+    /// the previous key), so this must be at least the longest lifetime.
+    pub rotate_interval: Duration,
+    /// Least protection drives demand with capabilities.
+    pub protection: Protection,
+    /// Empty objects kept ready on each drive for new files.
+    pub pool_target: usize,
+    /// How often intention logs and pools are looked after.
+    pub maintenance_interval: Duration,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            partition: 1,
+            read_lifetime: Duration::from_secs(300),
+            write_lifetime: Duration::from_secs(30),
+            rotate_interval: Duration::from_secs(3600),
+            protection: Protection::INTEGRITY_ARGS,
+            pool_target: 128,
+            maintenance_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ManagerConfig {
+    fn check(&self) -> anyhow::Result<()> {
+        let longest = self.read_lifetime.max(self.write_lifetime);
+        anyhow::ensure!(
+            self.rotate_interval >= longest,
+            "key rotation interval ({:?}) is shorter than the longest capability lifetime ({longest:?})",
+            self.rotate_interval
+        );
+        anyhow::ensure!(self.partition != 0, "partition 0 names the whole drive; choose another");
+        anyhow::ensure!(self.pool_target >= 1, "pool_target must be at least 1");
+        anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        anyhow::ensure!(
+            !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
+            "capability lifetimes must be positive"
+        );
+        Ok(())
+    }
+}
+
+/// Why a request failed: a status and a message for the user (never a key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The status.
+    pub status: FsStatus,
+    /// What happened and, where useful, what to do.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with a specific message.
+    pub fn new(status: FsStatus, message: impl Into<String>) -> Self {
+        Failure { status, message: message.into() }
+    }
+}
+
+impl From<FsStatus> for Failure {
+    fn from(status: FsStatus) -> Self {
+        Failure { status, message: status.describe().to_string() }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// A running file manager.
+pub struct Manager {
+    ns: Arc<Namespace<Sqlite>>,
+    kek: Key,
+    config: ManagerConfig,
+    drives: RwLock<Vec<Arc<DriveHandle>>>,
+    /// Where the next new file's placement starts (round robin over drives).
+    next_drive: AtomicUsize,
+    /// Verified for unknown user names (see [`passwords::decoy`]).
+    decoy_hash: String,
+    /// Serializes drive set-up, pool refills and key rotation.
+    drive_admin: tokio::sync::Mutex<()>,
+    /// Maintenance steps failing now, with their last error.
+    failing: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// Opens (or creates) the manager's state in `dir`: the metadata
+    /// database and the key-encryption key. Drives are not contacted until
+    /// [`recover`](Self::recover).
+    pub fn open(dir: &Path, config: ManagerConfig) -> anyhow::Result<Arc<Manager>> {
+        config.check()?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
+        let db = dir.join(META_DB);
+        let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
+        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        let manager = Manager {
+            ns: Arc::new(ns),
+            kek,
+            config,
+            drives: RwLock::new(Vec::new()),
+            next_drive: AtomicUsize::new(0),
+            decoy_hash: passwords::decoy(),
+            drive_admin: tokio::sync::Mutex::new(()),
+            failing: Default::default(),
+        };
+        for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
+            let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
+                format!(
+                    "the keys of drive {} do not open with {KEK_FILE}: wrong key file for this database?",
+                    rec.drive
+                )
+            })?;
+            manager.attach(&rec, keys);
+        }
+        Ok(Arc::new(manager))
+    }
+
+    fn attach(&self, rec: &DriveRecord, keys: DriveKeys) -> Arc<DriveHandle> {
+        let handle = Arc::new(DriveHandle::new(
+            rec.drive,
+            rec.drive_id,
+            rec.addr.clone(),
+            rec.partition,
+            self.config.protection,
+            keys,
+        ));
+        self.drives.write().expect("drives lock").push(handle.clone());
+        handle
+    }
+
+    /// The policy in force.
+    pub fn config(&self) -> &ManagerConfig {
+        &self.config
+    }
+
+    /// The drives, in drive-number order.
+    pub fn drives(&self) -> Vec<Arc<DriveHandle>> {
+        self.drives.read().expect("drives lock").clone()
+    }
+
+    fn drive(&self, drive: u32) -> Result<Arc<DriveHandle>, Failure> {
+        self.drives().into_iter().find(|d| d.drive == drive).ok_or_else(|| {
+            Failure::new(
+                FsStatus::Internal,
+                format!("drive {drive} is named by the metadata but not in the drive table"),
+            )
+        })
+    }
+
+    /// Runs `f` on the name space off the async threads (SQLite blocks).
+    async fn meta<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Namespace<Sqlite>) -> Result<R, FsStatus> + Send + 'static,
+    ) -> Result<R, Failure> {
+        let ns = self.ns.clone();
+        tokio::task::spawn_blocking(move || f(&ns))
+            .await
+            .map_err(|e| Failure::new(FsStatus::Internal, format!("metadata task failed: {e}")))?
+            .map_err(Failure::from)
+    }
+
+    /// Creates the administrator `name` (uid 0) if no user exists yet.
+    /// Returns whether it was created.
+    pub async fn bootstrap_admin(&self, name: &str, password: &str) -> Result<bool, Failure> {
+        if !self.meta(|ns| ns.users()).await?.is_empty() {
+            return Ok(false);
+        }
+        self.add_user(name, password, 0, 0, true).await?;
+        Ok(true)
+    }
+
+    /// Adds a user (uid 0 from an administrator request means "next free").
+    pub async fn add_user(&self, name: &str, password: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
+        if name.is_empty() || name.len() > nasd_proto::manager::USER_NAME_MAX || name.contains(['/', ':', '\0']) {
+            return Err(Failure::new(FsStatus::InvalidArgument, "user names are 1-64 bytes without '/', ':' or NUL"));
+        }
+        if password.len() < passwords::PASSWORD_MIN {
+            return Err(Failure::new(
+                FsStatus::InvalidArgument,
+                format!("passwords need at least {} characters", passwords::PASSWORD_MIN),
+            ));
+        }
+        let password = password.to_string();
+        let hash = tokio::task::spawn_blocking(move || passwords::hash(&password))
+            .await
+            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let user = User { name: name.to_string(), uid, gid, password_hash: hash, admin };
+        self.meta(move |ns| ns.add_user(&user)).await.map_err(|f| match f.status {
+            FsStatus::Exists => Failure::new(FsStatus::Exists, "a user with that name or uid exists"),
+            _ => f,
+        })
+    }
+
+    /// Checks a login; the caller it stands for, and whether it is an administrator.
+    async fn login(&self, name: &str, password: &str) -> Result<(Caller, bool), Failure> {
+        let name = name.to_string();
+        let user = self.meta(move |ns| ns.user(&name)).await?;
+        let (hash, who) = match &user {
+            Some(u) => (u.password_hash.clone(), Some((Caller { uid: u.uid, gid: u.gid }, u.admin))),
+            None => (self.decoy_hash.clone(), None),
+        };
+        let password = password.to_string();
+        let ok = tokio::task::spawn_blocking(move || passwords::verify(&password, &hash))
+            .await
+            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        match (ok, who) {
+            (true, Some(who)) => Ok(who),
+            _ => Err(FsStatus::BadCredentials.into()),
+        }
+    }
+
+    /// Takes a fresh drive into service: initializes it with its master
+    /// key, gives it a new drive key, creates the file system's partition
+    /// with its keys, records it, and fills its object pool.
+    pub async fn add_drive(&self, addr: &str, master: &Key) -> Result<u32, Failure> {
+        let handle = self.provision_drive(addr, master).await?;
+        if let Err(e) = self.refill_pool(&handle).await {
+            tracing::warn!(drive = handle.drive, error = %e, "could not fill the new drive's object pool yet");
+        }
+        Ok(handle.drive)
+    }
+
+    async fn provision_drive(&self, addr: &str, master: &Key) -> Result<Arc<DriveHandle>, Failure> {
+        let _admin = self.drive_admin.lock().await;
+        let unavailable = |e: nasd_client::ClientError| {
+            Failure::new(FsStatus::DriveUnavailable, format!("cannot set up the drive at {addr}: {e}"))
+        };
+        let mut client = nasd_client::DriveClient::connect(addr).await.map_err(unavailable)?;
+        let info = client.inquiry().await.map_err(unavailable)?;
+        let existing = self.drives();
+        if existing.iter().any(|d| d.drive_id == info.drive_id) {
+            return Err(Failure::new(FsStatus::Exists, format!("the drive at {addr} is already in service")));
+        }
+        if !info.partitions.is_empty() {
+            return Err(Failure::new(
+                FsStatus::InvalidArgument,
+                format!("the drive at {addr} already holds partitions; only a fresh drive can be added"),
+            ));
+        }
+        let keys = DriveKeys::generate();
+        let quota = info.capacity_bytes;
+        DriveHandle::provision(&mut client, master, &keys, self.config.partition, quota, self.config.protection)
+            .await
+            .map_err(|e| unavailable(e.0))?;
+        let drive = existing.iter().map(|d| d.drive + 1).max().unwrap_or(0);
+        let rec = DriveRecord {
+            drive,
+            drive_id: info.drive_id,
+            addr: addr.to_string(),
+            partition: self.config.partition,
+            sealed_keys: keys.seal(&self.kek, drive),
+            capacity_bytes: info.capacity_bytes,
+        };
+        let stored = rec.clone();
+        self.meta(move |ns| ns.add_drive(&stored)).await?;
+        let handle = self.attach(&rec, keys);
+        tracing::info!(drive, addr, "drive added");
+        Ok(handle)
+    }
+}

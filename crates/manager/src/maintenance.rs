@@ -1,0 +1,224 @@
+//! What the manager does for drives outside of requests: recovery after a
+//! restart (working keys, orphan collection), finishing intention logs
+//! (revocations, removals) durably, keeping object pools full, rotating
+//! working keys.
+//!
+//! Every step is idempotent, so a crash anywhere is repaired by doing the
+//! same step again.
+
+use crate::drives::{DriveError, DriveHandle};
+use crate::{Failure, Manager};
+use nasd_meta::AcvIntent;
+use nasd_proto::fs::{FsStatus, ObjectRef};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Most intention-log entries one maintenance pass finishes.
+const INTENTS_PER_PASS_MAX: usize = 4096;
+
+fn drive_failure(drive: u32, e: DriveError) -> Failure {
+    Failure::new(FsStatus::DriveUnavailable, format!("drive {drive}: {e}"))
+}
+
+impl Manager {
+    /// Brings drives back in line with the metadata after a start: makes
+    /// sure each has the current working key, removes objects no file, pool
+    /// or log knows (left by a crash between creating objects on a drive and
+    /// recording them), then finishes the intention logs and fills pools.
+    /// A drive that does not answer is reported and left for later passes.
+    pub async fn recover(&self) {
+        for d in self.drives() {
+            if let Err(e) = self.recover_drive(&d).await {
+                tracing::warn!(drive = d.drive, addr = %d.addr, error = %e, "drive not recovered yet");
+            }
+        }
+        self.maintain().await;
+    }
+
+    async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
+        self.install_key(d).await?;
+        let orphans = self.collect_orphans(d).await?;
+        if orphans > 0 {
+            tracing::info!(drive = d.drive, orphans, "removed objects no file referenced");
+        }
+        Ok(())
+    }
+
+    /// Removes every object on `d` the metadata does not know; returns how many.
+    pub async fn collect_orphans(&self, d: &DriveHandle) -> Result<usize, Failure> {
+        let _admin = self.drive_admin.lock().await;
+        let on_drive = d.list_objects().await.map_err(|e| drive_failure(d.drive, e))?;
+        let drive = d.drive;
+        let known = self.meta(move |ns| ns.known_objects(drive)).await?;
+        let orphans: Vec<u64> = on_drive.into_iter().filter(|o| !known.contains(o)).collect();
+        for &o in &orphans {
+            d.remove(o).await.map_err(|e| drive_failure(d.drive, e))?;
+        }
+        if !orphans.is_empty() {
+            d.flush().await.map_err(|e| drive_failure(d.drive, e))?;
+        }
+        Ok(orphans.len())
+    }
+
+    /// Runs [`maintain`](Self::maintain) every `maintenance_interval` until
+    /// `shutdown` turns true.
+    pub fn spawn_maintenance(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.config.maintenance_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => me.maintain().await,
+                    _ = shutdown.changed() => {}
+                }
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// One pass: finish revocations and removals durably, fill pools,
+    /// rotate working keys that are due. Failures are logged and retried on
+    /// the next pass.
+    pub async fn maintain(&self) {
+        let r = self.finish_revocations().await;
+        self.report("revocations", r);
+        let r = self.finish_removals().await;
+        self.report("removals", r);
+        for d in self.drives() {
+            let r = self.install_key(&d).await;
+            let installed = r.is_ok();
+            self.report(&format!("drive {} working key", d.drive), r);
+            if !installed {
+                continue;
+            }
+            let r = self.refill_pool(&d).await.map(|_| ());
+            self.report(&format!("drive {} object pool", d.drive), r);
+            let r = self.rotate_if_due(&d).await;
+            self.report(&format!("drive {} key rotation", d.drive), r);
+        }
+    }
+
+    /// Logs a maintenance step's failure once when it starts failing and
+    /// once when it recovers, not on every pass.
+    fn report(&self, step: &str, r: Result<(), Failure>) {
+        let mut failing = self.failing.lock().expect("failing lock");
+        match r {
+            Ok(()) => {
+                if failing.remove(step).is_some() {
+                    tracing::info!(step, "maintenance step recovered");
+                }
+            }
+            Err(f) => {
+                if failing.insert(step.to_string(), f.message.clone()).as_deref() != Some(f.message.as_str()) {
+                    tracing::warn!(step, error = %f, "maintenance step failed; retrying every pass");
+                }
+            }
+        }
+    }
+
+    /// Sets each logged access control version on its drive, flushes those
+    /// drives, then forgets the log entries.
+    async fn finish_revocations(&self) -> Result<(), Failure> {
+        let intents = self.meta(|ns| ns.acv_intents(INTENTS_PER_PASS_MAX)).await?;
+        let mut by_drive: BTreeMap<u32, Vec<AcvIntent>> = BTreeMap::new();
+        for i in intents {
+            by_drive.entry(i.object.drive).or_default().push(i);
+        }
+        for (drive, intents) in by_drive {
+            let d = self.drive(drive)?;
+            for i in &intents {
+                d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
+            }
+            d.flush().await.map_err(|e| drive_failure(drive, e))?;
+            self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes each doomed object from its drive, flushes, then forgets them.
+    async fn finish_removals(&self) -> Result<(), Failure> {
+        let doomed = self.meta(|ns| ns.doomed(INTENTS_PER_PASS_MAX)).await?;
+        let mut by_drive: BTreeMap<u32, Vec<ObjectRef>> = BTreeMap::new();
+        for o in doomed {
+            by_drive.entry(o.drive).or_default().push(o);
+        }
+        for (drive, objects) in by_drive {
+            let d = self.drive(drive)?;
+            for o in &objects {
+                d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
+            }
+            d.flush().await.map_err(|e| drive_failure(drive, e))?;
+            self.meta(move |ns| ns.forget_doomed(&objects)).await?;
+        }
+        Ok(())
+    }
+
+    /// Tops the drive's object pool up to `pool_target` when it has fallen
+    /// to half. Objects are created and flushed on the drive before they are
+    /// recorded; a crash in between leaves orphans that recovery collects.
+    pub(crate) async fn refill_pool(&self, d: &DriveHandle) -> Result<usize, Failure> {
+        let _admin = self.drive_admin.lock().await;
+        let drive = d.drive;
+        let have = self.meta(move |ns| ns.pool_len(drive)).await?;
+        let target = self.config.pool_target;
+        if have > target / 2 {
+            return Ok(0);
+        }
+        let ids = d.create_objects(target - have).await.map_err(|e| drive_failure(drive, e))?;
+        let objects: Vec<ObjectRef> =
+            ids.iter().map(|&object| ObjectRef { drive, partition: d.partition, object }).collect();
+        let n = objects.len();
+        self.meta(move |ns| ns.pool_add(&objects)).await?;
+        Ok(n)
+    }
+
+    /// Replaces the drive's working key if it is older than the rotation
+    /// interval. The new keys are recorded before the drive hears of them,
+    /// so a crash in between is repaired by [`recover`](Self::recover)
+    /// installing the recorded current key.
+    async fn rotate_if_due(&self, d: &DriveHandle) -> Result<(), Failure> {
+        if d.keys().age_s() < self.config.rotate_interval.as_secs().max(1) {
+            return Ok(());
+        }
+        self.rotate(d).await
+    }
+
+    /// Replaces the drive's working key now, keeping the current one as previous.
+    pub async fn rotate(&self, d: &DriveHandle) -> Result<(), Failure> {
+        let _admin = self.drive_admin.lock().await;
+        let drive = d.drive;
+        let next = d.keys().rotated();
+        let mut rec =
+            self.meta(move |ns| ns.drives()).await?.into_iter().find(|r| r.drive == drive).ok_or_else(|| {
+                Failure::new(FsStatus::Internal, format!("drive {drive} vanished from the drive table"))
+            })?;
+        rec.sealed_keys = next.seal(&self.kek, drive);
+        self.meta(move |ns| ns.update_drive(&rec)).await?;
+        // The drive gets the new key before anything is minted with it: until
+        // then the handle mints with the current key, which the drive keeps as
+        // its previous one. (Minting first would hand out capabilities the
+        // drive refuses as KEY_VERSION_RETIRED until the install lands.) If the
+        // drive cannot be told now, the handle takes the recorded keys with the
+        // install pending, and later passes retry it.
+        let version = next.current.0;
+        if let Err(e) = d.install_working_key(&next).await {
+            d.set_keys(next);
+            return Err(drive_failure(drive, e));
+        }
+        d.set_keys_installed(next);
+        tracing::info!(drive, version, "working key rotated");
+        Ok(())
+    }
+
+    /// Gives the drive the recorded current working key if it may lack it.
+    async fn install_key(&self, d: &DriveHandle) -> Result<(), Failure> {
+        if d.key_pending() {
+            d.install_working_key(&d.keys()).await.map_err(|e| drive_failure(d.drive, e))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! The manager's network face: TLS connections carrying length-prefixed
+//! manager-protocol messages (docs/PROTOCOL.md, "Manager protocol"). The
+//! first request must be `LOGIN`; each connection then serves one request at
+//! a time. Every input is bounded: message size, sessions, time to log in.
+
+use crate::service::Session;
+use crate::{Failure, Manager};
+use nasd_proto::fs::FsStatus;
+use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+/// Most connections served at once; more wait to be accepted.
+pub const SESSIONS_MAX: usize = 1024;
+/// Time a new connection has to finish TLS and log in.
+pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Failed logins after which a connection is closed.
+pub const LOGIN_ATTEMPTS_MAX: u32 = 3;
+/// A logged-in connection idle this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Reads one message body; `None` at a clean end of stream.
+pub async fn read_message(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MANAGER_MESSAGE_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("message of {len} bytes is over MANAGER_MESSAGE_MAX ({MANAGER_MESSAGE_MAX})"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    Ok(Some(body))
+}
+
+/// Writes one message body with its length.
+pub async fn write_message(w: &mut (impl AsyncWrite + Unpin), body: &[u8]) -> std::io::Result<()> {
+    assert!(body.len() <= MANAGER_MESSAGE_MAX, "message over MANAGER_MESSAGE_MAX");
+    w.write_all(&(body.len() as u32).to_le_bytes()).await?;
+    w.write_all(body).await?;
+    w.flush().await
+}
+
+impl Manager {
+    /// Accepts TLS connections on `listener` until `shutdown` turns true.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, mut shutdown: watch::Receiver<bool>) {
+        let sessions = Arc::new(Semaphore::new(SESSIONS_MAX));
+        loop {
+            let permit = tokio::select! {
+                p = sessions.clone().acquire_owned() => p.expect("semaphore never closed"),
+                _ = shutdown.changed() => return,
+            };
+            let (socket, peer) = tokio::select! {
+                a = listener.accept() => match a {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.changed() => return,
+            };
+            let _ = socket.set_nodelay(true);
+            let (me, tls, stop) = (self.clone(), tls.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(e) = me.session(socket, tls, stop).await {
+                    tracing::debug!(%peer, error = %e, "session ended");
+                }
+                drop(permit);
+            });
+        }
+    }
+
+    async fn session(
+        &self,
+        socket: tokio::net::TcpStream,
+        tls: TlsAcceptor,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no login in time");
+        let mut stream = tokio::time::timeout(LOGIN_TIMEOUT, tls.accept(socket)).await.map_err(|_| timed_out())??;
+        let session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream))
+            .await
+            .map_err(|_| timed_out())??
+        {
+            Some(s) => s,
+            None => return Ok(()),
+        };
+        loop {
+            let body = tokio::select! {
+                b = tokio::time::timeout(IDLE_TIMEOUT, read_message(&mut stream)) => match b {
+                    Ok(b) => b?,
+                    Err(_) => return Ok(()),
+                },
+                _ = shutdown.changed() => return Ok(()),
+            };
+            let Some(body) = body else { return Ok(()) };
+            let reply = match ManagerRequest::decode(&body) {
+                Ok((id, req)) => {
+                    let op = req.name();
+                    match self.handle(&session, req).await {
+                        Ok(r) => r.encode(id),
+                        Err(f) => {
+                            tracing::debug!(user = %session.user, op, status = ?f.status, "refused");
+                            ManagerReply::encode_error(id, f.status, &f.message)
+                        }
+                    }
+                }
+                Err(e) => ManagerReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string()),
+            };
+            write_message(&mut stream, &reply).await?;
+        }
+    }
+
+    /// Reads requests until a successful `LOGIN`; `None` if the peer gave up
+    /// or failed too often.
+    async fn login_phase(
+        &self,
+        stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    ) -> std::io::Result<Option<Session>> {
+        for _ in 0..LOGIN_ATTEMPTS_MAX {
+            let Some(body) = read_message(stream).await? else { return Ok(None) };
+            let (id, result) = match ManagerRequest::decode(&body) {
+                Ok((id, ManagerRequest::Login { version, user, password })) => {
+                    (id, self.check_login(version, &user, &password).await)
+                }
+                Ok((id, _)) => (id, Err(Failure::new(FsStatus::NotLoggedIn, "log in first"))),
+                Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
+            };
+            match result {
+                Ok(s) => {
+                    let reply = ManagerReply::LoggedIn {
+                        version: MANAGER_PROTOCOL_VERSION,
+                        uid: s.caller.uid,
+                        gid: s.caller.gid,
+                        admin: s.admin,
+                    };
+                    write_message(stream, &reply.encode(id)).await?;
+                    return Ok(Some(s));
+                }
+                Err(f) => {
+                    write_message(stream, &ManagerReply::encode_error(id, f.status, &f.message)).await?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn check_login(&self, version: u8, user: &str, password: &str) -> Result<Session, Failure> {
+        if version != MANAGER_PROTOCOL_VERSION {
+            return Err(Failure::new(
+                FsStatus::BadRequest,
+                format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
+            ));
+        }
+        let s = self.open_session(user, password).await;
+        match &s {
+            Ok(_) => tracing::info!(user, "logged in"),
+            Err(_) => tracing::warn!(user, "failed login"),
+        }
+        s
+    }
+}
+
+/// The request id of an undecodable body, if it has one (so the error reply
+/// matches the request).
+fn request_id_of(body: &[u8]) -> u64 {
+    body.get(2..10).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}

@@ -1,0 +1,341 @@
+//! One request from a logged-in caller: check it against policy in the
+//! metadata store (one transaction), do what drives must do before the reply
+//! (revoke, remove, truncate, measure), and mint the capabilities the caller
+//! may have.
+
+use crate::drives::{DriveHandle, READ_RIGHTS, WRITE_RIGHTS};
+use crate::{Failure, Manager};
+use nasd_meta::{Caller, Effects, Inode, SetAttrs};
+use nasd_proto::fs::{FileKind, FsStatus, Ino};
+use nasd_proto::manager::{
+    set_mask, DriveUsage, Entry, ManagerReply, ManagerRequest, OpenMode, UserInfo, READDIR_ENTRIES_MAX, USERS_MAX,
+};
+use std::sync::atomic::Ordering;
+
+/// Who a connection is, once logged in.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// User name.
+    pub user: String,
+    /// Credentials for permission checks.
+    pub caller: Caller,
+    /// May run administrator requests.
+    pub admin: bool,
+}
+
+fn drive_unavailable(drive: u32, e: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        FsStatus::DriveUnavailable,
+        format!("drive {drive} did not answer ({e}); the change is recorded and will be finished in the background"),
+    )
+}
+
+impl Manager {
+    /// Checks a login request; the session it opens.
+    pub async fn open_session(&self, user: &str, password: &str) -> Result<Session, Failure> {
+        let (caller, admin) = self.login(user, password).await?;
+        Ok(Session { user: user.to_string(), caller, admin })
+    }
+
+    /// Serves one request of a logged-in session.
+    pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
+        use ManagerRequest as R;
+        let c = s.caller.clone();
+        match req {
+            R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            R::Walk { path, follow, open } => {
+                let inode = self.meta(move |ns| ns.walk(&c, &path, follow)).await?;
+                self.entry(s, inode, open).await
+            }
+            R::Lookup { parent, name, open } => {
+                let inode = self.meta(move |ns| ns.lookup(&c, parent, &name)).await?;
+                self.entry(s, inode, open).await
+            }
+            R::GetAttr { ino, open } => {
+                let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+                self.entry(s, inode, open).await
+            }
+            R::ReadDir { dir, after, limit } => self.readdir(s, dir, after, limit).await,
+            R::Mkdir { parent, name, mode } => {
+                let inode = self.meta(move |ns| ns.mkdir(&c, parent, &name, mode)).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
+            R::Create { parent, name, mode, exclusive, truncate } => {
+                self.create(s, parent, name, mode, exclusive, truncate).await
+            }
+            R::Symlink { parent, name, target } => {
+                let inode = self.meta(move |ns| ns.symlink(&c, parent, &name, &target)).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
+            R::Link { ino, new_parent, new_name } => {
+                let inode = self.meta(move |ns| ns.link(&c, ino, new_parent, &new_name)).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
+            R::Unlink { parent, name } => {
+                let effects = self.meta(move |ns| ns.unlink(&c, parent, &name)).await?;
+                self.apply(effects).await.map(|()| ManagerReply::Done)
+            }
+            R::Rmdir { parent, name } => {
+                self.meta(move |ns| ns.rmdir(&c, parent, &name)).await?;
+                Ok(ManagerReply::Done)
+            }
+            R::Rename { parent, name, new_parent, new_name } => {
+                let effects = self.meta(move |ns| ns.rename(&c, parent, &name, new_parent, &new_name)).await?;
+                self.apply(effects).await.map(|()| ManagerReply::Done)
+            }
+            R::SetAttr { ino, mask, mode, uid, gid, size, atime_ns, mtime_ns } => {
+                let pick = |bit: u8| mask & bit != 0;
+                let set = SetAttrs {
+                    mode: pick(set_mask::MODE).then_some(mode),
+                    uid: pick(set_mask::UID).then_some(uid),
+                    gid: pick(set_mask::GID).then_some(gid),
+                    size: pick(set_mask::SIZE).then_some(size),
+                    atime_ns: pick(set_mask::ATIME).then_some(atime_ns),
+                    mtime_ns: pick(set_mask::MTIME).then_some(mtime_ns),
+                };
+                self.setattr(s, ino, set).await
+            }
+            R::Close { ino } => self.close(s, ino).await,
+            R::StatFs => self.statfs().await,
+            R::AddUser { name, password, uid, gid, admin } => {
+                self.require_admin(s)?;
+                self.add_user_next_free(&name, &password, uid, gid, admin).await.map(|()| ManagerReply::Done)
+            }
+            R::ListUsers => {
+                self.require_admin(s)?;
+                let users = self.meta(|ns| ns.users()).await?;
+                let users = users
+                    .into_iter()
+                    .take(USERS_MAX)
+                    .map(|u| UserInfo { name: u.name, uid: u.uid, gid: u.gid, admin: u.admin })
+                    .collect();
+                Ok(ManagerReply::Users(users))
+            }
+            R::SetPassword { name, password } => {
+                if name != s.user {
+                    self.require_admin(s)?;
+                }
+                self.set_password(&name, &password).await.map(|()| ManagerReply::Done)
+            }
+            R::AddDrive { addr, master_key } => {
+                self.require_admin(s)?;
+                let master = nasd_crypto::Key::from_bytes(master_key);
+                let drive = self.add_drive(&addr, &master).await?;
+                Ok(ManagerReply::DriveAdded { drive })
+            }
+        }
+    }
+
+    fn require_admin(&self, s: &Session) -> Result<(), Failure> {
+        if s.admin {
+            Ok(())
+        } else {
+            Err(Failure::new(FsStatus::NotAdmin, format!("user '{}' is not an administrator", s.user)))
+        }
+    }
+
+    async fn add_user_next_free(&self, name: &str, pw: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
+        let uid = if uid == 0 {
+            let users = self.meta(|ns| ns.users()).await?;
+            users.iter().map(|u| u.uid + 1).max().unwrap_or(1000).max(1000)
+        } else {
+            uid
+        };
+        let gid = if gid == 0 { uid } else { gid };
+        self.add_user(name, pw, uid, gid, admin).await
+    }
+
+    async fn set_password(&self, name: &str, password: &str) -> Result<(), Failure> {
+        if password.len() < crate::passwords::PASSWORD_MIN {
+            return Err(Failure::new(
+                FsStatus::InvalidArgument,
+                format!("passwords need at least {} characters", crate::passwords::PASSWORD_MIN),
+            ));
+        }
+        let password = password.to_string();
+        let hash = tokio::task::spawn_blocking(move || crate::passwords::hash(&password))
+            .await
+            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let name = name.to_string();
+        self.meta(move |ns| ns.set_password(&name, &hash)).await
+    }
+
+    /// The reply for an inode, with capabilities if asked for and allowed.
+    async fn entry(&self, s: &Session, inode: Inode, open: OpenMode) -> Result<ManagerReply, Failure> {
+        let access = match open {
+            OpenMode::None => None,
+            _ => self.access_for(s, &inode, open).await?,
+        };
+        Ok(ManagerReply::Entry(entry_of(inode, access)))
+    }
+
+    /// Capabilities for `inode` limited to what `s` may do: read-only
+    /// callers get read rights only, writers get short-lived write rights.
+    async fn access_for(
+        &self,
+        s: &Session,
+        inode: &Inode,
+        open: OpenMode,
+    ) -> Result<Option<nasd_proto::manager::Access>, Failure> {
+        let Some(object) = inode.object else {
+            return match (open, inode.attr.kind) {
+                (OpenMode::Best, _) => Ok(None),
+                (_, FileKind::Dir) => Err(FsStatus::IsDir.into()),
+                _ => Err(Failure::new(FsStatus::InvalidArgument, "only regular files have data to open")),
+            };
+        };
+        let may = |read: bool, write: bool| {
+            let (c, ino) = (s.caller.clone(), inode.attr.ino);
+            self.meta(move |ns| ns.check_access(&c, ino, read, write))
+        };
+        let (read, write) = match open {
+            OpenMode::None => return Ok(None),
+            OpenMode::Read => (may(true, false).await.map(|_| true)?, false),
+            OpenMode::ReadWrite => (may(true, false).await.is_ok(), may(false, true).await.map(|_| true)?),
+            OpenMode::Best => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
+        };
+        if !read && !write {
+            return Ok(None);
+        }
+        let mut rights = 0;
+        if read {
+            rights |= READ_RIGHTS;
+        }
+        if write {
+            rights |= WRITE_RIGHTS;
+        }
+        let lifetime = if write { self.config.write_lifetime } else { self.config.read_lifetime };
+        let d = self.drive(object.drive)?;
+        Ok(Some(d.mint(object.object, inode.acv, rights, lifetime, s.caller.uid as u64)))
+    }
+
+    async fn readdir(&self, s: &Session, dir: Ino, after: String, limit: u16) -> Result<ManagerReply, Failure> {
+        // One entry past the page is read to learn whether more follow, and the
+        // name space returns at most its own READDIR_ENTRIES_MAX: the page stays
+        // below that, or a full page would always report `more: false`.
+        let limit = (limit as usize).clamp(1, READDIR_ENTRIES_MAX.min(nasd_meta::READDIR_ENTRIES_MAX - 1));
+        let c = s.caller.clone();
+        let mut entries = self.meta(move |ns| ns.readdir(&c, dir, &after, limit + 1)).await?;
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        let entries = entries.into_iter().map(|e| (e.name, entry_of(e.inode, None))).collect();
+        Ok(ManagerReply::Dir { entries, more })
+    }
+
+    /// The drives in placement order for the next new file (round robin).
+    fn placement(&self) -> Vec<u32> {
+        let drives = self.drives();
+        if drives.is_empty() {
+            return Vec::new();
+        }
+        let start = self.next_drive.fetch_add(1, Ordering::Relaxed) % drives.len();
+        (0..drives.len()).map(|i| drives[(start + i) % drives.len()].drive).collect()
+    }
+
+    async fn create(
+        &self,
+        s: &Session,
+        parent: Ino,
+        name: String,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<ManagerReply, Failure> {
+        if self.drives().is_empty() {
+            return Err(Failure::new(
+                FsStatus::NoSpace,
+                "the manager has no drives: add one with `nasd admin add-drive`",
+            ));
+        }
+        let mut refilled = false;
+        let (inode, created) = loop {
+            let (c, name, order) = (s.caller.clone(), name.clone(), self.placement());
+            match self.meta(move |ns| ns.create(&c, parent, &name, mode, exclusive, truncate, &order)).await {
+                Err(f) if f.status == FsStatus::NoSpace && !refilled => {
+                    refilled = true;
+                    self.refill_all_pools().await;
+                }
+                Err(f) if f.status == FsStatus::NoSpace => {
+                    return Err(Failure::new(FsStatus::NoSpace, "no drive could provide an object for a new file"))
+                }
+                r => break r?,
+            }
+        };
+        if truncate && !created {
+            if let Some(o) = inode.object {
+                let d = self.drive(o.drive)?;
+                d.set_size(o.object, 0).await.map_err(|e| drive_unavailable(o.drive, e))?;
+            }
+        }
+        self.entry(s, inode, OpenMode::ReadWrite).await
+    }
+
+    async fn refill_all_pools(&self) {
+        for d in self.drives() {
+            if let Err(e) = self.refill_pool(&d).await {
+                tracing::warn!(drive = d.drive, error = %e, "object pool not refilled");
+            }
+        }
+    }
+
+    async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
+        let c = s.caller.clone();
+        let size = set.size;
+        let (inode, intent) = self.meta(move |ns| ns.setattr(&c, ino, &set)).await?;
+        if let (Some(size), Some(o)) = (size, inode.object) {
+            let d = self.drive(o.drive)?;
+            d.set_size(o.object, size).await.map_err(|e| drive_unavailable(o.drive, e))?;
+        }
+        self.apply(Effects { revoke: intent.into_iter().collect(), doomed: Vec::new() }).await?;
+        self.entry(s, inode, OpenMode::None).await
+    }
+
+    /// Carries out a committed change's revocations and removals on the
+    /// drives before the reply, so no capability outlives the call. The
+    /// intention logs stay until the maintenance pass has made them durable.
+    async fn apply(&self, effects: Effects) -> Result<(), Failure> {
+        for i in &effects.revoke {
+            let d = self.drive(i.object.drive)?;
+            d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_unavailable(i.object.drive, e))?;
+        }
+        for o in &effects.doomed {
+            let d = self.drive(o.drive)?;
+            d.remove(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
+        }
+        Ok(())
+    }
+
+    /// A writer is done: record the object's size and modification time as
+    /// the drive reports them (never as the client claims).
+    async fn close(&self, s: &Session, ino: Ino) -> Result<ManagerReply, Failure> {
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        let Some(o) = inode.object else {
+            return self.entry(s, inode, OpenMode::None).await;
+        };
+        let d: std::sync::Arc<DriveHandle> = self.drive(o.drive)?;
+        let attrs = d.getattr(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
+        let (size, mtime) = (attrs.logical_size, attrs.data_modify_time as i64);
+        let inode = self.meta(move |ns| ns.record_size(ino, size, mtime)).await?;
+        self.entry(s, inode, OpenMode::None).await
+    }
+
+    async fn statfs(&self) -> Result<ManagerReply, Failure> {
+        let (inodes, file_bytes) = self.meta(|ns| ns.usage()).await?;
+        let mut drives = Vec::new();
+        for d in self.drives() {
+            let info = d.inquiry().await;
+            drives.push(DriveUsage {
+                drive: d.drive,
+                addr: d.addr.clone(),
+                online: info.is_ok(),
+                capacity_bytes: info.as_ref().map_or(0, |i| i.capacity_bytes),
+                used_bytes: info.as_ref().map_or(0, |i| i.used_bytes),
+            });
+        }
+        Ok(ManagerReply::StatFs { inodes, file_bytes, drives })
+    }
+}
+
+fn entry_of(inode: Inode, access: Option<nasd_proto::manager::Access>) -> Entry {
+    Entry { attr: inode.attr, target: inode.target.unwrap_or_default(), access }
+}

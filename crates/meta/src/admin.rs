@@ -1,0 +1,220 @@
+//! Users, drives, the object pool, the intention logs and settings.
+
+use crate::backend::Backend;
+use crate::types::{AcvIntent, DriveRecord, User};
+use crate::{
+    Namespace, BATCH_MAX, DRIVE_ADDR_MAX, PASSWORD_HASH_MAX, SEALED_KEYS_MAX, SETTING_KEY_MAX, SETTING_VALUE_MAX,
+    USER_NAME_MAX,
+};
+use nasd_proto::fs::{FsStatus, ObjectRef};
+use std::collections::BTreeSet;
+
+fn check_user(user: &User) -> Result<(), FsStatus> {
+    let name_ok = !user.name.is_empty() && user.name.len() <= USER_NAME_MAX;
+    if !name_ok || user.password_hash.len() > PASSWORD_HASH_MAX {
+        return Err(FsStatus::InvalidArgument);
+    }
+    Ok(())
+}
+
+fn check_drive(rec: &DriveRecord) -> Result<(), FsStatus> {
+    if rec.addr.len() > DRIVE_ADDR_MAX || rec.sealed_keys.len() > SEALED_KEYS_MAX {
+        return Err(FsStatus::InvalidArgument);
+    }
+    Ok(())
+}
+
+fn check_batch<T>(items: &[T]) -> Result<(), FsStatus> {
+    if items.len() > BATCH_MAX {
+        return Err(FsStatus::InvalidArgument);
+    }
+    Ok(())
+}
+
+impl<B: Backend> Namespace<B> {
+    /// Adds a user.
+    ///
+    /// # Errors
+    /// `Exists` if the name or the uid is taken; `InvalidArgument` if the
+    /// name is empty or longer than [`USER_NAME_MAX`], or the hash longer
+    /// than [`PASSWORD_HASH_MAX`].
+    pub fn add_user(&self, user: &User) -> Result<(), FsStatus> {
+        check_user(user)?;
+        self.backend.transact(|t| {
+            if t.get_user(&user.name)?.is_some() || t.uid_taken(user.uid)? {
+                return Err(FsStatus::Exists);
+            }
+            t.put_user(user)
+        })
+    }
+
+    /// Reads a user by name.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn user(&self, name: &str) -> Result<Option<User>, FsStatus> {
+        self.backend.read(|t| t.get_user(name))
+    }
+
+    /// Every user, ordered by name.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn users(&self) -> Result<Vec<User>, FsStatus> {
+        self.backend.read(|t| t.list_users())
+    }
+
+    /// Replaces a user's password hash.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidArgument` if the hash is longer than [`PASSWORD_HASH_MAX`].
+    pub fn set_password(&self, name: &str, password_hash: &str) -> Result<(), FsStatus> {
+        if password_hash.len() > PASSWORD_HASH_MAX {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| {
+            let mut user = t.get_user(name)?.ok_or(FsStatus::NotFound)?;
+            user.password_hash = password_hash.to_owned();
+            t.put_user(&user)
+        })
+    }
+
+    /// Adds a drive to the table.
+    ///
+    /// # Errors
+    /// `Exists` if the drive number or the drive id is taken;
+    /// `InvalidArgument` if the address or keys are too long.
+    pub fn add_drive(&self, rec: &DriveRecord) -> Result<(), FsStatus> {
+        check_drive(rec)?;
+        self.backend.transact(|t| {
+            if t.get_drive(rec.drive)?.is_some() || t.drive_with_id(&rec.drive_id)?.is_some() {
+                return Err(FsStatus::Exists);
+            }
+            t.put_drive(rec)
+        })
+    }
+
+    /// Replaces a drive's record (e.g. after key rotation), by drive number.
+    ///
+    /// # Errors
+    /// `NotFound`; `Exists` if the new drive id belongs to another drive;
+    /// `InvalidArgument` as [`Namespace::add_drive`].
+    pub fn update_drive(&self, rec: &DriveRecord) -> Result<(), FsStatus> {
+        check_drive(rec)?;
+        self.backend.transact(|t| {
+            t.get_drive(rec.drive)?.ok_or(FsStatus::NotFound)?;
+            if t.drive_with_id(&rec.drive_id)?.is_some_and(|d| d != rec.drive) {
+                return Err(FsStatus::Exists);
+            }
+            t.put_drive(rec)
+        })
+    }
+
+    /// Every drive, ordered by drive number.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn drives(&self) -> Result<Vec<DriveRecord>, FsStatus> {
+        self.backend.read(|t| t.list_drives())
+    }
+
+    /// Adds objects (pre-created empty on their drives) to the pool.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if more than [`BATCH_MAX`] objects are given or a
+    /// drive is not in the table; `Exists` if an object is already held by a
+    /// file, pooled or doomed. Nothing is added on error.
+    pub fn pool_add(&self, objects: &[ObjectRef]) -> Result<(), FsStatus> {
+        check_batch(objects)?;
+        self.backend.transact(|t| {
+            for object in objects {
+                t.get_drive(object.drive)?.ok_or(FsStatus::InvalidArgument)?;
+                if t.object_known(object)? {
+                    return Err(FsStatus::Exists);
+                }
+                t.pool_insert(object)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Number of pooled objects of a drive.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn pool_len(&self, drive: u32) -> Result<usize, FsStatus> {
+        let n = self.backend.read(|t| t.pool_count(drive))?;
+        usize::try_from(n).map_err(|_| FsStatus::Internal)
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) doomed objects: no longer named,
+    /// to be removed from their drives.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn doomed(&self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        self.backend.read(|t| t.list_doomed(limit.min(BATCH_MAX)))
+    }
+
+    /// Forgets doomed objects the manager removed from their drives.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if more than [`BATCH_MAX`] objects are given.
+    pub fn forget_doomed(&self, objects: &[ObjectRef]) -> Result<(), FsStatus> {
+        check_batch(objects)?;
+        self.backend.transact(|t| objects.iter().try_for_each(|o| t.forget_doomed(o)))
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) pending ACV intents (at most one
+    /// per object, the newest).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn acv_intents(&self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        self.backend.read(|t| t.list_acv_intents(limit.min(BATCH_MAX)))
+    }
+
+    /// Forgets an ACV intent the manager carried out; a newer intent for the
+    /// same object (another acv) stays.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn forget_acv_intent(&self, intent: &AcvIntent) -> Result<(), FsStatus> {
+        self.backend.transact(|t| t.delete_acv_intent(&intent.object, Some(intent.acv)))
+    }
+
+    /// Every object this manager knows on a drive: files' objects, pooled and
+    /// doomed ones. Anything else on the drive's partition is an orphan.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn known_objects(&self, drive: u32) -> Result<BTreeSet<u64>, FsStatus> {
+        self.backend.read(|t| {
+            let mut known = BTreeSet::new();
+            for list in [t.file_objects(drive)?, t.pool_objects(drive)?, t.doomed_objects(drive)?] {
+                known.extend(list.iter().map(|o| o.object));
+            }
+            Ok(known)
+        })
+    }
+
+    /// Reads a setting.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn setting(&self, key: &str) -> Result<Option<Vec<u8>>, FsStatus> {
+        self.backend.read(|t| t.get_setting(key))
+    }
+
+    /// Writes a setting.
+    ///
+    /// # Errors
+    /// `InvalidArgument` if the key is empty or longer than
+    /// [`SETTING_KEY_MAX`], or the value larger than [`SETTING_VALUE_MAX`].
+    pub fn set_setting(&self, key: &str, value: &[u8]) -> Result<(), FsStatus> {
+        if key.is_empty() || key.len() > SETTING_KEY_MAX || value.len() > SETTING_VALUE_MAX {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| t.put_setting(key, value))
+    }
+}

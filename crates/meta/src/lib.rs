@@ -1,0 +1,74 @@
+//! The file manager's metadata: a POSIX name space (directories, regular
+//! files, symbolic links, hard links, owners, modes, times), users, the drive
+//! table, the object pool and the intention logs.
+//!
+//! # Design
+//!
+//! - **Backends are a trait.** [`Backend`] runs a closure in one transaction
+//!   over row operations ([`Txn`]); [`Sqlite`] (embedded, WAL,
+//!   `synchronous=FULL`) is the default, and a PostgreSQL backend can be added
+//!   without touching the semantics.
+//! - **Semantics are written once.** [`Namespace`] implements permission
+//!   checks, rename rules, link counts and object bookkeeping generically over
+//!   [`Backend`]; every public method is exactly one transaction, so a failed
+//!   operation changes nothing. The conformance suite (`testing::conformance`,
+//!   behind the `testing` feature) runs the same checks against every backend.
+//! - **Drives are finished after commit.** Operations that drop or re-protect
+//!   drive objects record what must happen in the same transaction (the
+//!   `doomed` table and the ACV intents) and report it in [`Effects`]; the
+//!   manager carries it out on the drives and then forgets the records.
+//!
+//! # Example
+//!
+//! ```
+//! use nasd_meta::{Caller, Namespace, Sqlite, ROOT_INO};
+//!
+//! let ns = Namespace::new(Sqlite::open_in_memory()?)?;
+//! let dir = ns.mkdir(&Caller::ROOT, ROOT_INO, "home", 0o755)?;
+//! assert_eq!(ns.walk(&Caller::ROOT, "/home", true)?.attr.ino, dir.attr.ino);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod admin;
+mod backend;
+mod error;
+mod namespace;
+mod perm;
+mod sqlite;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+mod types;
+mod walk;
+
+pub use backend::{Backend, Txn};
+pub use error::MetaError;
+pub use namespace::Namespace;
+pub use nasd_proto::fs::*;
+pub use sqlite::{Sqlite, SCHEMA_VERSION};
+pub use types::{AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, SetAttrs, User};
+
+/// Most entries one `readdir` returns; a larger `limit` is capped to it.
+/// Costs one row read (and one inode) per entry per call.
+pub const READDIR_ENTRIES_MAX: usize = 1024;
+/// Most doomed objects or ACV intents one listing returns, and most objects
+/// one `pool_add` or `forget_doomed` call takes (one transaction each).
+pub const BATCH_MAX: usize = 1024;
+/// Longest user name, in bytes.
+pub const USER_NAME_MAX: usize = 255;
+/// Longest password hash string, in bytes.
+pub const PASSWORD_HASH_MAX: usize = 1024;
+/// Longest drive address (`host:port`), in bytes.
+pub const DRIVE_ADDR_MAX: usize = 1024;
+/// Largest sealed key blob of a drive record, in bytes.
+pub const SEALED_KEYS_MAX: usize = 64 * 1024;
+/// Longest settings key, in bytes.
+pub const SETTING_KEY_MAX: usize = 255;
+/// Largest settings value, in bytes.
+pub const SETTING_VALUE_MAX: usize = 1024 * 1024;
+/// Deepest directory nesting a parent-pointer chain may have before it is
+/// taken for a cycle (a broken invariant).
+pub const DIR_DEPTH_MAX: usize = 1 << 20;
+
+const _: () = assert!(READDIR_ENTRIES_MAX > 0 && BATCH_MAX > 0);

@@ -1,0 +1,675 @@
+//! The POSIX name space, written once over [`Backend`].
+//!
+//! Every public method is exactly one transaction: it checks everything it
+//! needs inside the transaction and any error rolls the whole operation back.
+//! Checks follow Linux's order (lookup needs search permission; then
+//! existence; then write permission, the sticky bit and the kinds), so a
+//! caller sees the same error a local file system would give.
+
+use crate::backend::{Backend, Txn};
+use crate::perm::{self, check, check_sticky, owns, strip_sgid, R, S_ISGID, S_ISUID, W, X};
+use crate::types::{AcvIntent, Caller, DirEntry, Effects, Inode, SetAttrs};
+use crate::{DIR_DEPTH_MAX, READDIR_ENTRIES_MAX};
+use nasd_proto::fs::*;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The name space: POSIX semantics generic over the backend. Every method is
+/// one transaction.
+pub struct Namespace<B: Backend> {
+    pub(crate) backend: B,
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub(crate) fn now_ns() -> i64 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
+/// Reads an inode that must exist.
+pub(crate) fn get(t: &mut dyn Txn, ino: Ino) -> Result<Inode, FsStatus> {
+    t.get_inode(ino)?.ok_or(FsStatus::NotFound)
+}
+
+/// Reads an inode that must be a directory.
+pub(crate) fn get_dir(t: &mut dyn Txn, ino: Ino) -> Result<Inode, FsStatus> {
+    let dir = get(t, ino)?;
+    if dir.attr.kind != FileKind::Dir {
+        return Err(FsStatus::NotDir);
+    }
+    Ok(dir)
+}
+
+/// Reads a directory the caller may search.
+fn searchable(t: &mut dyn Txn, caller: &Caller, ino: Ino) -> Result<Inode, FsStatus> {
+    let dir = get_dir(t, ino)?;
+    check(caller, &dir, X)?;
+    Ok(dir)
+}
+
+/// The inode a name in `dir` refers to, if any.
+pub(crate) fn child(t: &mut dyn Txn, dir: Ino, name: &str) -> Result<Option<Inode>, FsStatus> {
+    match t.get_dirent(dir, name)? {
+        None => Ok(None),
+        Some(ino) => {
+            let inode = t.get_inode(ino)?;
+            assert!(inode.is_some(), "directory entry {dir}/{name} names missing inode {ino}");
+            Ok(inode)
+        }
+    }
+}
+
+/// Adjusts a directory after an entry was added (+1) or removed (-1):
+/// entry count, link count (subdirectories), mtime and ctime.
+fn touch_dir(t: &mut dyn Txn, dir: Ino, dsize: i64, dnlink: i32, now: i64) -> Result<(), FsStatus> {
+    let mut d = get_dir(t, dir)?;
+    if dnlink > 0 && d.attr.nlink >= LINK_COUNT_MAX {
+        return Err(FsStatus::TooManyLinks);
+    }
+    d.attr.size = d.attr.size.checked_add_signed(dsize).expect("directory entry count underflow");
+    d.attr.nlink = d.attr.nlink.checked_add_signed(dnlink).expect("directory link count underflow");
+    d.attr.mtime_ns = now;
+    d.attr.ctime_ns = now;
+    t.put_inode(&d)
+}
+
+/// Bumps a regular file's ACV and records the intent (the caller writes the inode).
+fn revoke(t: &mut dyn Txn, inode: &mut Inode) -> Result<Option<AcvIntent>, FsStatus> {
+    let Some(object) = inode.object else { return Ok(None) };
+    inode.acv = inode.acv.checked_add(1).expect("access control version overflow");
+    let intent = AcvIntent { object, acv: inode.acv };
+    t.put_acv_intent(&intent)?;
+    Ok(Some(intent))
+}
+
+/// A fresh inode made by `caller` in directory `parent` (not yet stored).
+fn fresh(
+    t: &mut dyn Txn,
+    caller: &Caller,
+    parent: &Inode,
+    kind: FileKind,
+    mode: u32,
+    now: i64,
+) -> Result<Inode, FsStatus> {
+    let inherit = parent.attr.mode & S_ISGID != 0;
+    let gid = if inherit { parent.attr.gid } else { caller.gid };
+    let mut mode = mode & MODE_MASK;
+    match kind {
+        FileKind::Dir if inherit => mode |= S_ISGID,
+        FileKind::File => mode = strip_sgid(caller, mode, gid),
+        _ => {}
+    }
+    let nlink = if kind == FileKind::Dir { 2 } else { 1 };
+    let attr = FileAttr {
+        ino: t.alloc_ino()?,
+        kind,
+        mode,
+        nlink,
+        uid: caller.uid,
+        gid,
+        size: 0,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+    };
+    Ok(Inode { attr, target: None, object: None, acv: 0 })
+}
+
+/// Stores a new inode and names it `name` in `parent`.
+fn add_new(t: &mut dyn Txn, parent: Ino, name: &str, inode: &Inode, now: i64) -> Result<(), FsStatus> {
+    t.put_inode(inode)?;
+    let is_dir = inode.attr.kind == FileKind::Dir;
+    if is_dir {
+        t.set_dir_parent(inode.attr.ino, parent)?;
+    }
+    t.insert_dirent(parent, name, inode.attr.ino)?;
+    touch_dir(t, parent, 1, i32::from(is_dir), now)
+}
+
+/// Drops one link of a non-directory: dooms its object at the last link,
+/// otherwise revokes outstanding capabilities.
+fn drop_link(t: &mut dyn Txn, mut inode: Inode, now: i64, fx: &mut Effects) -> Result<(), FsStatus> {
+    assert!(inode.attr.nlink > 0, "inode {} has no links to drop", inode.attr.ino);
+    inode.attr.nlink -= 1;
+    if inode.attr.nlink == 0 {
+        t.delete_inode(inode.attr.ino)?;
+        if let Some(object) = inode.object {
+            t.delete_acv_intent(&object, None)?;
+            t.doom(&object)?;
+            fx.doomed.push(object);
+        }
+        return Ok(());
+    }
+    inode.attr.ctime_ns = now;
+    fx.revoke.extend(revoke(t, &mut inode)?);
+    t.put_inode(&inode)
+}
+
+/// Removes the name `dir/name` of `victim` (an empty directory or any other
+/// inode) and what hangs on it.
+fn drop_name(t: &mut dyn Txn, dir: Ino, name: &str, victim: Inode, now: i64, fx: &mut Effects) -> Result<(), FsStatus> {
+    t.delete_dirent(dir, name)?;
+    let is_dir = victim.attr.kind == FileKind::Dir;
+    touch_dir(t, dir, -1, -i32::from(is_dir), now)?;
+    if is_dir {
+        t.delete_inode(victim.attr.ino)
+    } else {
+        drop_link(t, victim, now, fx)
+    }
+}
+
+/// Fails with `InvalidMove` if `dir` is `ancestor` or lies below it.
+fn check_not_below(t: &mut dyn Txn, dir: Ino, ancestor: Ino) -> Result<(), FsStatus> {
+    let mut cur = dir;
+    for _ in 0..DIR_DEPTH_MAX {
+        if cur == ancestor {
+            return Err(FsStatus::InvalidMove);
+        }
+        if cur == ROOT_INO {
+            return Ok(());
+        }
+        cur = t.dir_parent(cur)?.expect("directory without a parent pointer");
+    }
+    panic!("parent pointers of directory {dir} form a cycle or exceed DIR_DEPTH_MAX");
+}
+
+/// The kind rules for replacing `old` by `src`.
+fn check_replace(t: &mut dyn Txn, src: &Inode, old: &Inode) -> Result<(), FsStatus> {
+    match (src.attr.kind == FileKind::Dir, old.attr.kind == FileKind::Dir) {
+        (true, false) => Err(FsStatus::NotDir),
+        (false, true) => Err(FsStatus::IsDir),
+        (true, true) if !t.dir_is_empty(old.attr.ino)? => Err(FsStatus::NotEmpty),
+        _ => Ok(()),
+    }
+}
+
+/// The request of one rename, for helpers.
+struct Move<'a> {
+    parent: Ino,
+    name: &'a str,
+    new_parent: Ino,
+    new_name: &'a str,
+}
+
+impl<B: Backend> Namespace<B> {
+    /// Opens the name space on `backend`, creating the root directory
+    /// (ino 1, mode 0o755, uid 0, gid 0) if absent.
+    ///
+    /// # Errors
+    /// `Internal` if the backend fails.
+    pub fn new(backend: B) -> Result<Self, FsStatus> {
+        backend.transact(|t| {
+            if t.get_inode(ROOT_INO)?.is_some() {
+                return Ok(());
+            }
+            let now = now_ns();
+            let attr = FileAttr {
+                ino: ROOT_INO,
+                kind: FileKind::Dir,
+                mode: 0o755,
+                nlink: 2,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+            };
+            t.put_inode(&Inode { attr, target: None, object: None, acv: 0 })?;
+            t.set_dir_parent(ROOT_INO, ROOT_INO)
+        })?;
+        Ok(Namespace { backend })
+    }
+
+    /// The backend (for maintenance and tests).
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Reads an inode. No permission is needed (the caller reached it by name).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    pub fn getattr(&self, ino: Ino) -> Result<Inode, FsStatus> {
+        self.backend.read(|t| get(t, ino))
+    }
+
+    /// Looks a name up in a directory; needs search (x) permission on it.
+    /// `.` is the directory itself and `..` its parent (the root's is the root).
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDir`, `PermissionDenied`, `InvalidName`, `NameTooLong`.
+    pub fn lookup(&self, caller: &Caller, parent: Ino, name: &str) -> Result<Inode, FsStatus> {
+        self.backend.read(|t| {
+            let dir = searchable(t, caller, parent)?;
+            match name {
+                "." => Ok(dir),
+                ".." => {
+                    let up = t.dir_parent(parent)?.expect("directory without a parent pointer");
+                    get(t, up)
+                }
+                _ => {
+                    validate_name(name)?;
+                    child(t, parent, name)?.ok_or(FsStatus::NotFound)
+                }
+            }
+        })
+    }
+
+    /// Up to `limit` (at most [`READDIR_ENTRIES_MAX`]) entries of `dir` whose
+    /// names sort after `after` (byte order), with their inodes. `.` and `..`
+    /// are not listed. Needs read permission.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDir`, `PermissionDenied`.
+    pub fn readdir(&self, caller: &Caller, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus> {
+        self.backend.read(|t| {
+            let d = get_dir(t, dir)?;
+            check(caller, &d, R)?;
+            t.list_dir(dir, after, limit.min(READDIR_ENTRIES_MAX))
+        })
+    }
+
+    /// Makes a directory `name` in `parent` with permission bits `mode`.
+    ///
+    /// # Errors
+    /// `NotFound`, `NotDir`, `PermissionDenied`, `Exists`, `TooManyLinks`,
+    /// `InvalidName`, `NameTooLong`.
+    pub fn mkdir(&self, caller: &Caller, parent: Ino, name: &str, mode: u32) -> Result<Inode, FsStatus> {
+        validate_name(name)?;
+        self.backend.transact(|t| {
+            let p = self.creatable(t, caller, parent, name)?;
+            let now = now_ns();
+            let inode = fresh(t, caller, &p, FileKind::Dir, mode, now)?;
+            add_new(t, parent, name, &inode, now)?;
+            Ok(inode)
+        })
+    }
+
+    /// Checks that `caller` may add `name` to directory `parent` and that the
+    /// name is free; returns the directory.
+    fn creatable(&self, t: &mut dyn Txn, caller: &Caller, parent: Ino, name: &str) -> Result<Inode, FsStatus> {
+        let p = searchable(t, caller, parent)?;
+        if t.get_dirent(parent, name)?.is_some() {
+            return Err(FsStatus::Exists);
+        }
+        check(caller, &p, W | X)?;
+        Ok(p)
+    }
+
+    /// Creates a regular file whose object is taken from the pool of the
+    /// first drive in `drives` (in order) that has a pooled object. If the
+    /// name exists: `exclusive` → `Exists`; a regular file is returned after
+    /// checking write permission, with size set to 0 if `truncate` (the
+    /// manager truncates the object). Returns (inode, created).
+    ///
+    /// # Errors
+    /// `NoSpace` if no listed drive has a pooled object (refill and retry);
+    /// `Exists` (also for an existing symlink: resolve it first), `IsDir`,
+    /// `NotFound`, `NotDir`, `PermissionDenied`, `InvalidName`, `NameTooLong`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+        drives: &[u32],
+    ) -> Result<(Inode, bool), FsStatus> {
+        validate_name(name)?;
+        self.backend.transact(|t| {
+            let p = searchable(t, caller, parent)?;
+            if let Some(existing) = child(t, parent, name)? {
+                return open_existing(t, caller, existing, exclusive, truncate).map(|n| (n, false));
+            }
+            check(caller, &p, W | X)?;
+            let now = now_ns();
+            let mut inode = fresh(t, caller, &p, FileKind::File, mode, now)?;
+            inode.object = Some(take_object(t, drives)?);
+            add_new(t, parent, name, &inode, now)?;
+            Ok((inode, true))
+        })
+    }
+
+    /// Makes a symbolic link `name` in `parent` pointing at `target`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (empty target or NUL in it), `NameTooLong` (target
+    /// longer than [`SYMLINK_TARGET_MAX`]), and as [`Namespace::mkdir`].
+    pub fn symlink(&self, caller: &Caller, parent: Ino, name: &str, target: &str) -> Result<Inode, FsStatus> {
+        validate_name(name)?;
+        if target.is_empty() || target.contains('\0') {
+            return Err(FsStatus::InvalidArgument);
+        }
+        if target.len() > SYMLINK_TARGET_MAX {
+            return Err(FsStatus::NameTooLong);
+        }
+        self.backend.transact(|t| {
+            let p = self.creatable(t, caller, parent, name)?;
+            let now = now_ns();
+            let mut inode = fresh(t, caller, &p, FileKind::Symlink, 0o777, now)?;
+            inode.attr.size = target.len() as u64;
+            inode.target = Some(target.to_owned());
+            add_new(t, parent, name, &inode, now)?;
+            Ok(inode)
+        })
+    }
+
+    /// Adds the name `new_parent/new_name` for inode `ino` (a hard link).
+    ///
+    /// # Errors
+    /// `NotPermitted` for directories, `TooManyLinks`, and as [`Namespace::mkdir`].
+    pub fn link(&self, caller: &Caller, ino: Ino, new_parent: Ino, new_name: &str) -> Result<Inode, FsStatus> {
+        validate_name(new_name)?;
+        self.backend.transact(|t| {
+            let mut inode = get(t, ino)?;
+            if inode.attr.kind == FileKind::Dir {
+                return Err(FsStatus::NotPermitted);
+            }
+            self.creatable(t, caller, new_parent, new_name)?;
+            if inode.attr.nlink >= LINK_COUNT_MAX {
+                return Err(FsStatus::TooManyLinks);
+            }
+            let now = now_ns();
+            inode.attr.nlink += 1;
+            inode.attr.ctime_ns = now;
+            t.put_inode(&inode)?;
+            t.insert_dirent(new_parent, new_name, ino)?;
+            touch_dir(t, new_parent, 1, 0, now)?;
+            Ok(inode)
+        })
+    }
+
+    /// Checks that `caller` may remove the entry `dir/name`; returns it.
+    fn removable(&self, t: &mut dyn Txn, caller: &Caller, dir: Ino, name: &str) -> Result<Inode, FsStatus> {
+        let d = searchable(t, caller, dir)?;
+        let victim = child(t, dir, name)?.ok_or(FsStatus::NotFound)?;
+        check(caller, &d, W | X)?;
+        check_sticky(caller, &d, &victim)?;
+        Ok(victim)
+    }
+
+    /// Removes a non-directory name. A regular file's capabilities are
+    /// revoked (an ACV intent) or, at its last link, its object is doomed.
+    ///
+    /// # Errors
+    /// `IsDir`, `NotFound`, `NotDir`, `PermissionDenied`, `NotPermitted`
+    /// (sticky directory), `InvalidName`, `NameTooLong`.
+    pub fn unlink(&self, caller: &Caller, parent: Ino, name: &str) -> Result<Effects, FsStatus> {
+        validate_name(name)?;
+        self.backend.transact(|t| {
+            let victim = self.removable(t, caller, parent, name)?;
+            if victim.attr.kind == FileKind::Dir {
+                return Err(FsStatus::IsDir);
+            }
+            let mut fx = Effects::default();
+            drop_name(t, parent, name, victim, now_ns(), &mut fx)?;
+            Ok(fx)
+        })
+    }
+
+    /// Removes an empty directory.
+    ///
+    /// # Errors
+    /// `NotDir` (also when the name is not a directory), `NotEmpty`, and as
+    /// [`Namespace::unlink`].
+    pub fn rmdir(&self, caller: &Caller, parent: Ino, name: &str) -> Result<(), FsStatus> {
+        validate_name(name)?;
+        self.backend.transact(|t| {
+            let victim = self.removable(t, caller, parent, name)?;
+            if victim.attr.kind != FileKind::Dir {
+                return Err(FsStatus::NotDir);
+            }
+            if !t.dir_is_empty(victim.attr.ino)? {
+                return Err(FsStatus::NotEmpty);
+            }
+            drop_name(t, parent, name, victim, now_ns(), &mut Effects::default())
+        })
+    }
+
+    /// Renames `parent/name` to `new_parent/new_name` atomically, replacing
+    /// an existing target by POSIX rules (file over file, directory over
+    /// empty directory). Renaming onto the same inode does nothing. A moved
+    /// directory's `..` and both parents' link counts follow it.
+    ///
+    /// # Errors
+    /// `InvalidMove` (directory into its own subtree), `NotDir` (directory
+    /// over non-directory), `IsDir` (non-directory over directory),
+    /// `NotEmpty`, `NotPermitted` (sticky directories), `TooManyLinks`,
+    /// `NotFound`, `PermissionDenied`, `InvalidName`, `NameTooLong`.
+    pub fn rename(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &str,
+        new_parent: Ino,
+        new_name: &str,
+    ) -> Result<Effects, FsStatus> {
+        validate_name(name)?;
+        validate_name(new_name)?;
+        let mv = Move { parent, name, new_parent, new_name };
+        self.backend.transact(|t| rename_in(t, caller, &mv))
+    }
+
+    /// Changes mode (owner or root; a non-root caller outside the file's
+    /// group loses set-group-id), owner (root only), group (owner to their
+    /// own gid, or root), size (needs write; not for directories) and times
+    /// (owner or root). ctime is updated. Changing mode, owner or group of a
+    /// regular file bumps its ACV and returns the recorded intent. Changing
+    /// owner or group of a non-directory without setting the mode in the same
+    /// call clears set-user-id and set-group-id.
+    ///
+    /// # Errors
+    /// `NotPermitted`, `PermissionDenied` (size), `IsDir` (size of a
+    /// directory), `InvalidArgument` (mode bits outside [`MODE_MASK`], size
+    /// of a symlink), `NotFound`.
+    pub fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<(Inode, Option<AcvIntent>), FsStatus> {
+        if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| {
+            let mut n = get(t, ino)?;
+            if *set == SetAttrs::default() {
+                return Ok((n, None));
+            }
+            let now = now_ns();
+            apply_mode_owner(caller, &mut n, set)?;
+            apply_size_times(caller, &mut n, set, now)?;
+            n.attr.ctime_ns = now;
+            let intent = if set.changes_access() { revoke(t, &mut n)? } else { None };
+            t.put_inode(&n)?;
+            Ok((n, intent))
+        })
+    }
+
+    /// Permission check for open: read and/or write against the mode (root
+    /// bypasses). Returns the inode.
+    ///
+    /// # Errors
+    /// `IsDir` (a directory opened for writing), `PermissionDenied`, `NotFound`.
+    pub fn check_access(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        want_read: bool,
+        want_write: bool,
+    ) -> Result<Inode, FsStatus> {
+        self.backend.read(|t| {
+            let n = get(t, ino)?;
+            if want_write && n.attr.kind == FileKind::Dir {
+                return Err(FsStatus::IsDir);
+            }
+            let want = if want_read { R } else { 0 } | if want_write { W } else { 0 };
+            check(caller, &n, want)?;
+            Ok(n)
+        })
+    }
+
+    /// Records a regular file's size and mtime as measured on its drive
+    /// after a writer closed (ctime becomes now).
+    ///
+    /// # Errors
+    /// `IsDir`, `InvalidArgument` (a symlink), `NotFound`.
+    pub fn record_size(&self, ino: Ino, size: u64, mtime_ns: i64) -> Result<Inode, FsStatus> {
+        self.backend.transact(|t| {
+            let mut n = get(t, ino)?;
+            check_sizable(&n)?;
+            n.attr.size = size;
+            n.attr.mtime_ns = mtime_ns;
+            n.attr.ctime_ns = now_ns();
+            t.put_inode(&n)?;
+            Ok(n)
+        })
+    }
+
+    /// Bumps a regular file's ACV and records the intent (for revocations
+    /// the manager decides on).
+    ///
+    /// # Errors
+    /// `InvalidArgument` (no object: not a regular file), `NotFound`.
+    pub fn bump_acv(&self, ino: Ino) -> Result<AcvIntent, FsStatus> {
+        self.backend.transact(|t| {
+            let mut n = get(t, ino)?;
+            let intent = revoke(t, &mut n)?.ok_or(FsStatus::InvalidArgument)?;
+            t.put_inode(&n)?;
+            Ok(intent)
+        })
+    }
+
+    /// Totals for df: (number of inodes, total bytes of regular files as the
+    /// manager knows them).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn usage(&self) -> Result<(u64, u64), FsStatus> {
+        self.backend.read(|t| t.usage())
+    }
+}
+
+/// `create` on an existing name.
+fn open_existing(
+    t: &mut dyn Txn,
+    caller: &Caller,
+    mut n: Inode,
+    exclusive: bool,
+    truncate: bool,
+) -> Result<Inode, FsStatus> {
+    if exclusive || n.attr.kind == FileKind::Symlink {
+        return Err(FsStatus::Exists);
+    }
+    if n.attr.kind == FileKind::Dir {
+        return Err(FsStatus::IsDir);
+    }
+    check(caller, &n, W)?;
+    if truncate {
+        let now = now_ns();
+        n.attr.size = 0;
+        n.attr.mtime_ns = now;
+        n.attr.ctime_ns = now;
+        t.put_inode(&n)?;
+    }
+    Ok(n)
+}
+
+/// Takes a pooled object from the first of `drives` that has one.
+fn take_object(t: &mut dyn Txn, drives: &[u32]) -> Result<ObjectRef, FsStatus> {
+    for &drive in drives {
+        if let Some(object) = t.pool_take(drive)? {
+            return Ok(object);
+        }
+    }
+    Err(FsStatus::NoSpace)
+}
+
+fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>) -> Result<Effects, FsStatus> {
+    let sp = searchable(t, caller, mv.parent)?;
+    let dp = searchable(t, caller, mv.new_parent)?;
+    let src = child(t, mv.parent, mv.name)?.ok_or(FsStatus::NotFound)?;
+    let is_dir = src.attr.kind == FileKind::Dir;
+    if is_dir {
+        check_not_below(t, mv.new_parent, src.attr.ino)?;
+    }
+    let old = child(t, mv.new_parent, mv.new_name)?;
+    if old.as_ref().is_some_and(|o| o.attr.ino == src.attr.ino) {
+        return Ok(Effects::default());
+    }
+    check(caller, &sp, W | X)?;
+    check_sticky(caller, &sp, &src)?;
+    check(caller, &dp, W | X)?;
+    if let Some(old) = &old {
+        check_sticky(caller, &dp, old)?;
+        check_replace(t, &src, old)?;
+    }
+    let crosses = mv.parent != mv.new_parent;
+    if is_dir && crosses {
+        check(caller, &src, W)?;
+    }
+    let now = now_ns();
+    let mut fx = Effects::default();
+    if let Some(old) = old {
+        drop_name(t, mv.new_parent, mv.new_name, old, now, &mut fx)?;
+    }
+    move_name(t, mv, src, now)?;
+    Ok(fx)
+}
+
+/// Moves the (checked) entry; the target name is free.
+fn move_name(t: &mut dyn Txn, mv: &Move<'_>, mut src: Inode, now: i64) -> Result<(), FsStatus> {
+    let dir_moves = src.attr.kind == FileKind::Dir && mv.parent != mv.new_parent;
+    t.delete_dirent(mv.parent, mv.name)?;
+    t.insert_dirent(mv.new_parent, mv.new_name, src.attr.ino)?;
+    touch_dir(t, mv.parent, -1, -i32::from(dir_moves), now)?;
+    touch_dir(t, mv.new_parent, 1, i32::from(dir_moves), now)?;
+    if dir_moves {
+        t.set_dir_parent(src.attr.ino, mv.new_parent)?;
+    }
+    src.attr.ctime_ns = now;
+    t.put_inode(&src)
+}
+
+/// chmod and chown. Set-group-id is judged against the new group.
+fn apply_mode_owner(caller: &Caller, n: &mut Inode, set: &SetAttrs) -> Result<(), FsStatus> {
+    let uid_ok = |u: u32| caller.is_root() || (owns(caller, n) && u == n.attr.uid);
+    let gid_ok = |g: u32| caller.is_root() || (owns(caller, n) && (g == caller.gid || g == n.attr.gid));
+    let mode_ok = set.mode.is_none() || owns(caller, n);
+    if set.uid.is_some_and(|u| !uid_ok(u)) || set.gid.is_some_and(|g| !gid_ok(g)) || !mode_ok {
+        return Err(FsStatus::NotPermitted);
+    }
+    let chown = set.uid.is_some() || set.gid.is_some();
+    n.attr.uid = set.uid.unwrap_or(n.attr.uid);
+    n.attr.gid = set.gid.unwrap_or(n.attr.gid);
+    match set.mode {
+        Some(mode) => n.attr.mode = strip_sgid(caller, mode, n.attr.gid),
+        None if chown && n.attr.kind != FileKind::Dir => n.attr.mode &= !(S_ISUID | S_ISGID),
+        None => {}
+    }
+    Ok(())
+}
+
+fn check_sizable(n: &Inode) -> Result<(), FsStatus> {
+    match n.attr.kind {
+        FileKind::File => Ok(()),
+        FileKind::Dir => Err(FsStatus::IsDir),
+        FileKind::Symlink => Err(FsStatus::InvalidArgument),
+    }
+}
+
+fn apply_size_times(caller: &Caller, n: &mut Inode, set: &SetAttrs, now: i64) -> Result<(), FsStatus> {
+    if let Some(size) = set.size {
+        check_sizable(n)?;
+        check(caller, n, perm::W)?;
+        n.attr.size = size;
+        n.attr.mtime_ns = now;
+    }
+    if set.atime_ns.is_some() || set.mtime_ns.is_some() {
+        if !owns(caller, n) {
+            return Err(FsStatus::NotPermitted);
+        }
+        n.attr.atime_ns = set.atime_ns.unwrap_or(n.attr.atime_ns);
+        n.attr.mtime_ns = set.mtime_ns.unwrap_or(n.attr.mtime_ns);
+    }
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! A backend wrapper that fails the n-th row operation.
+
+use crate::backend::{Backend, Txn};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, User};
+use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Wraps a backend; once armed with [`Failing::fail_after`], the row
+/// operation (in a read-write transaction) after the given number of
+/// successful ones returns [`FsStatus::Internal`] (then the wrapper
+/// disarms). Read-only transactions are not affected. Used to show that an
+/// operation failing part-way changes nothing.
+pub struct Failing<B> {
+    inner: B,
+    left: AtomicUsize,
+}
+
+const DISARMED: usize = usize::MAX;
+
+impl<B: Backend> Failing<B> {
+    /// Wraps `inner`, disarmed.
+    pub fn new(inner: B) -> Self {
+        Failing { inner, left: AtomicUsize::new(DISARMED) }
+    }
+
+    /// Lets `ops` row operations succeed, then fails the next one.
+    pub fn fail_after(&self, ops: usize) {
+        assert!(ops < DISARMED);
+        self.left.store(ops, Ordering::SeqCst);
+    }
+
+    /// Whether an armed failure has not fired yet; disarms.
+    pub fn disarm(&self) -> bool {
+        self.left.swap(DISARMED, Ordering::SeqCst) != DISARMED
+    }
+}
+
+struct FailingTxn<'a> {
+    inner: &'a mut dyn Txn,
+    left: &'a AtomicUsize,
+}
+
+impl FailingTxn<'_> {
+    fn tick(&self) -> Result<(), FsStatus> {
+        match self.left.load(Ordering::SeqCst) {
+            DISARMED => Ok(()),
+            0 => {
+                self.left.store(DISARMED, Ordering::SeqCst);
+                Err(FsStatus::Internal)
+            }
+            n => {
+                self.left.store(n - 1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<B: Backend> Backend for Failing<B> {
+    fn transact<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
+        self.inner.transact(|t| f(&mut FailingTxn { inner: t, left: &self.left }))
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
+        self.inner.read(f)
+    }
+}
+
+macro_rules! delegate {
+    ($(fn $name:ident(&mut self $(, $arg:ident: $ty:ty)*) -> $ret:ty;)*) => {
+        impl Txn for FailingTxn<'_> {
+            $(fn $name(&mut self $(, $arg: $ty)*) -> Result<$ret, FsStatus> {
+                self.tick()?;
+                self.inner.$name($($arg),*)
+            })*
+        }
+    };
+}
+
+delegate! {
+    fn get_inode(&mut self, ino: Ino) -> Option<Inode>;
+    fn put_inode(&mut self, inode: &Inode) -> ();
+    fn delete_inode(&mut self, ino: Ino) -> ();
+    fn alloc_ino(&mut self) -> Ino;
+    fn dir_parent(&mut self, dir: Ino) -> Option<Ino>;
+    fn set_dir_parent(&mut self, dir: Ino, parent: Ino) -> ();
+    fn get_dirent(&mut self, dir: Ino, name: &str) -> Option<Ino>;
+    fn insert_dirent(&mut self, dir: Ino, name: &str, child: Ino) -> ();
+    fn delete_dirent(&mut self, dir: Ino, name: &str) -> ();
+    fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Vec<DirEntry>;
+    fn dir_is_empty(&mut self, dir: Ino) -> bool;
+    fn usage(&mut self) -> (u64, u64);
+    fn get_user(&mut self, name: &str) -> Option<User>;
+    fn uid_taken(&mut self, uid: u32) -> bool;
+    fn put_user(&mut self, user: &User) -> ();
+    fn list_users(&mut self) -> Vec<User>;
+    fn get_drive(&mut self, drive: u32) -> Option<DriveRecord>;
+    fn drive_with_id(&mut self, drive_id: &[u8; 16]) -> Option<u32>;
+    fn put_drive(&mut self, rec: &DriveRecord) -> ();
+    fn list_drives(&mut self) -> Vec<DriveRecord>;
+    fn pool_insert(&mut self, object: &ObjectRef) -> ();
+    fn pool_take(&mut self, drive: u32) -> Option<ObjectRef>;
+    fn pool_count(&mut self, drive: u32) -> u64;
+    fn pool_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
+    fn file_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
+    fn object_known(&mut self, object: &ObjectRef) -> bool;
+    fn doom(&mut self, object: &ObjectRef) -> ();
+    fn list_doomed(&mut self, limit: usize) -> Vec<ObjectRef>;
+    fn doomed_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
+    fn forget_doomed(&mut self, object: &ObjectRef) -> ();
+    fn put_acv_intent(&mut self, intent: &AcvIntent) -> ();
+    fn list_acv_intents(&mut self, limit: usize) -> Vec<AcvIntent>;
+    fn delete_acv_intent(&mut self, object: &ObjectRef, only_acv: Option<u64>) -> ();
+    fn get_setting(&mut self, key: &str) -> Option<Vec<u8>>;
+    fn put_setting(&mut self, key: &str, value: &[u8]) -> ();
+}

@@ -1,0 +1,700 @@
+//! The manager protocol: what clients and administrators say to a file
+//! manager over TLS (docs/PROTOCOL.md, "Manager protocol").
+//!
+//! A message is a `u32` length, then a body: a request is `opcode u16,
+//! request_id u64, arguments`; a reply is `status u16, request_id u64`, then
+//! the result (status OK) or an error message. Arguments and results use the
+//! canonical encoding of [`crate::codec`]. TLS protects the channel, so
+//! nothing here is MACed; capability keys travel only inside it.
+
+use crate::codec::{Reader, Writer};
+use crate::fs::{FileAttr, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, MODE_MASK, PATH_MAX, SYMLINK_TARGET_MAX};
+use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
+use crate::DecodeError;
+
+/// Version of the manager protocol this crate speaks (sent in `LOGIN`).
+pub const MANAGER_PROTOCOL_VERSION: u8 = 1;
+/// Largest message body, in bytes. A `READDIR` reply of
+/// [`READDIR_ENTRIES_MAX`] longest names fits.
+pub const MANAGER_MESSAGE_MAX: usize = 1024 * 1024;
+/// Most entries one `READDIR` reply carries.
+pub const READDIR_ENTRIES_MAX: usize = 1024;
+/// Longest user name, in bytes.
+pub const USER_NAME_MAX: usize = 64;
+/// Longest password, in bytes.
+pub const PASSWORD_MAX: usize = 1024;
+/// Longest drive address (`host:port`), in bytes.
+pub const DRIVE_ADDR_MAX: usize = 256;
+/// Most drives a manager lists in `STATFS`.
+pub const DRIVES_MAX: usize = 4096;
+/// Most users one `LIST_USERS` reply carries.
+pub const USERS_MAX: usize = 4096;
+
+const _: () = assert!(READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MAX);
+
+/// Operation codes of the manager protocol.
+#[allow(missing_docs)]
+pub mod manager_opcode {
+    pub const LOGIN: u16 = 0x0001;
+    pub const WALK: u16 = 0x0002;
+    pub const LOOKUP: u16 = 0x0003;
+    pub const GETATTR: u16 = 0x0004;
+    pub const READDIR: u16 = 0x0005;
+    pub const MKDIR: u16 = 0x0006;
+    pub const CREATE: u16 = 0x0007;
+    pub const SYMLINK: u16 = 0x0008;
+    pub const LINK: u16 = 0x0009;
+    pub const UNLINK: u16 = 0x000A;
+    pub const RMDIR: u16 = 0x000B;
+    pub const RENAME: u16 = 0x000C;
+    pub const SETATTR: u16 = 0x000D;
+    pub const CLOSE: u16 = 0x000E;
+    pub const STATFS: u16 = 0x000F;
+    pub const ADD_USER: u16 = 0x0101;
+    pub const LIST_USERS: u16 = 0x0102;
+    pub const SET_PASSWORD: u16 = 0x0103;
+    pub const ADD_DRIVE: u16 = 0x0104;
+}
+
+/// What access a caller asks capabilities for with a name lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum OpenMode {
+    /// No capability: attributes only.
+    #[default]
+    None = 0,
+    /// A read capability (if the mode allows).
+    Read = 1,
+    /// A read-write capability (if the mode allows both).
+    ReadWrite = 2,
+    /// The best the mode allows: read-write, read-only, or none.
+    Best = 3,
+}
+
+impl OpenMode {
+    fn decode(code: u8) -> Result<Self, DecodeError> {
+        match code {
+            0 => Ok(OpenMode::None),
+            1 => Ok(OpenMode::Read),
+            2 => Ok(OpenMode::ReadWrite),
+            3 => Ok(OpenMode::Best),
+            _ => Err(DecodeError::NotCanonical("unknown open mode")),
+        }
+    }
+}
+
+/// Which fields a `SETATTR` changes, as bits.
+pub mod set_mask {
+    /// Permission bits.
+    pub const MODE: u8 = 1 << 0;
+    /// Owner.
+    pub const UID: u8 = 1 << 1;
+    /// Group.
+    pub const GID: u8 = 1 << 2;
+    /// Length (truncate or extend).
+    pub const SIZE: u8 = 1 << 3;
+    /// Access time.
+    pub const ATIME: u8 = 1 << 4;
+    /// Modification time.
+    pub const MTIME: u8 = 1 << 5;
+    /// Every defined bit.
+    pub const ALL: u8 = (1 << 6) - 1;
+}
+
+/// A request to the manager.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManagerRequest {
+    /// Authenticate the connection. Must be the first request.
+    Login {
+        version: u8,
+        user: String,
+        password: String,
+    },
+    /// Resolve an absolute path.
+    Walk {
+        path: String,
+        follow: bool,
+        open: OpenMode,
+    },
+    /// Resolve one name in a directory.
+    Lookup {
+        parent: Ino,
+        name: String,
+        open: OpenMode,
+    },
+    /// Attributes by inode number (and fresh capabilities, if `open`).
+    GetAttr {
+        ino: Ino,
+        open: OpenMode,
+    },
+    /// Directory entries with names after `after`, at most `limit`.
+    ReadDir {
+        dir: Ino,
+        after: String,
+        limit: u16,
+    },
+    Mkdir {
+        parent: Ino,
+        name: String,
+        mode: u32,
+    },
+    /// Create a regular file (or open an existing one unless `exclusive`),
+    /// returning read-write capabilities if the mode allows.
+    Create {
+        parent: Ino,
+        name: String,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+    },
+    Symlink {
+        parent: Ino,
+        name: String,
+        target: String,
+    },
+    Link {
+        ino: Ino,
+        new_parent: Ino,
+        new_name: String,
+    },
+    Unlink {
+        parent: Ino,
+        name: String,
+    },
+    Rmdir {
+        parent: Ino,
+        name: String,
+    },
+    Rename {
+        parent: Ino,
+        name: String,
+        new_parent: Ino,
+        new_name: String,
+    },
+    /// Change the fields in `mask` ([`set_mask`]).
+    SetAttr {
+        ino: Ino,
+        mask: u8,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        size: u64,
+        atime_ns: i64,
+        mtime_ns: i64,
+    },
+    /// A writer is done: the manager reads the object's size from the drive.
+    Close {
+        ino: Ino,
+    },
+    /// Space and drives.
+    StatFs,
+    /// Administrator: add a user.
+    AddUser {
+        name: String,
+        password: String,
+        uid: u32,
+        gid: u32,
+        admin: bool,
+    },
+    /// Administrator: list users.
+    ListUsers,
+    /// Change a password (one's own, or anyone's as administrator).
+    SetPassword {
+        name: String,
+        password: String,
+    },
+    /// Administrator: take a drive into service. The master key is the
+    /// drive's, provisioned out of band; the manager replaces the drive key.
+    AddDrive {
+        addr: String,
+        master_key: [u8; 32],
+    },
+}
+
+impl std::fmt::Display for ManagerRequest {
+    /// The operation's name, never its arguments (passwords and keys).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A capability for one file's object, as the manager hands it out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Access {
+    /// The object.
+    pub object: ObjectRef,
+    /// The drive's address (`host:port`).
+    pub drive_addr: String,
+    /// The drive's identity (checked against its `HELLO`).
+    pub drive_id: [u8; 16],
+    /// `rights` bits of the capability.
+    pub rights: u32,
+    /// How long it is valid, in milliseconds from when the manager sent it.
+    pub lifetime_ms: u32,
+    /// Least protection the drive accepts with it (`Protection` bits).
+    pub min_protection: u8,
+    /// MAC algorithm id of the capability.
+    pub algorithm: u8,
+    /// The capability token (opaque to the client).
+    pub token: Vec<u8>,
+    /// The capability key.
+    pub key: [u8; 32],
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("object", &self.object)
+            .field("drive_addr", &self.drive_addr)
+            .field("rights", &self.rights)
+            .field("lifetime_ms", &self.lifetime_ms)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// An inode as a reply carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Attributes.
+    pub attr: FileAttr,
+    /// Symbolic-link target (empty for other kinds).
+    pub target: String,
+    /// Capabilities, when asked for and allowed (regular files only).
+    pub access: Option<Access>,
+}
+
+/// One drive in a `STATFS` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveUsage {
+    /// The manager's number for it.
+    pub drive: u32,
+    /// Its address.
+    pub addr: String,
+    /// Whether it answered just now.
+    pub online: bool,
+    /// Capacity in bytes (0 if offline).
+    pub capacity_bytes: u64,
+    /// Bytes in use (0 if offline).
+    pub used_bytes: u64,
+}
+
+/// A user in a `LIST_USERS` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// Login name.
+    pub name: String,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// May run administrator requests.
+    pub admin: bool,
+}
+
+/// The result of a successful request.
+#[allow(missing_docs)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManagerReply {
+    /// `LOGIN`: who the connection is.
+    LoggedIn { version: u8, uid: u32, gid: u32, admin: bool },
+    /// `WALK`, `LOOKUP`, `GETATTR`, `MKDIR`, `CREATE`, `SYMLINK`, `LINK`, `SETATTR`, `CLOSE`.
+    Entry(Entry),
+    /// `READDIR`: entries in name order; `more` if the directory has more after them.
+    Dir { entries: Vec<(String, Entry)>, more: bool },
+    /// `UNLINK`, `RMDIR`, `RENAME`, `ADD_USER`, `SET_PASSWORD`.
+    Done,
+    /// `STATFS`.
+    StatFs { inodes: u64, file_bytes: u64, drives: Vec<DriveUsage> },
+    /// `LIST_USERS`.
+    Users(Vec<UserInfo>),
+    /// `ADD_DRIVE`: the number the manager gave it.
+    DriveAdded { drive: u32 },
+}
+
+fn name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    r.str(FILE_NAME_MAX, "name")
+}
+
+impl ManagerRequest {
+    /// The operation code.
+    pub fn opcode(&self) -> u16 {
+        use manager_opcode::*;
+        match self {
+            ManagerRequest::Login { .. } => LOGIN,
+            ManagerRequest::Walk { .. } => WALK,
+            ManagerRequest::Lookup { .. } => LOOKUP,
+            ManagerRequest::GetAttr { .. } => GETATTR,
+            ManagerRequest::ReadDir { .. } => READDIR,
+            ManagerRequest::Mkdir { .. } => MKDIR,
+            ManagerRequest::Create { .. } => CREATE,
+            ManagerRequest::Symlink { .. } => SYMLINK,
+            ManagerRequest::Link { .. } => LINK,
+            ManagerRequest::Unlink { .. } => UNLINK,
+            ManagerRequest::Rmdir { .. } => RMDIR,
+            ManagerRequest::Rename { .. } => RENAME,
+            ManagerRequest::SetAttr { .. } => SETATTR,
+            ManagerRequest::Close { .. } => CLOSE,
+            ManagerRequest::StatFs => STATFS,
+            ManagerRequest::AddUser { .. } => ADD_USER,
+            ManagerRequest::ListUsers => LIST_USERS,
+            ManagerRequest::SetPassword { .. } => SET_PASSWORD,
+            ManagerRequest::AddDrive { .. } => ADD_DRIVE,
+        }
+    }
+
+    /// The operation's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ManagerRequest::Login { .. } => "login",
+            ManagerRequest::Walk { .. } => "walk",
+            ManagerRequest::Lookup { .. } => "lookup",
+            ManagerRequest::GetAttr { .. } => "getattr",
+            ManagerRequest::ReadDir { .. } => "readdir",
+            ManagerRequest::Mkdir { .. } => "mkdir",
+            ManagerRequest::Create { .. } => "create",
+            ManagerRequest::Symlink { .. } => "symlink",
+            ManagerRequest::Link { .. } => "link",
+            ManagerRequest::Unlink { .. } => "unlink",
+            ManagerRequest::Rmdir { .. } => "rmdir",
+            ManagerRequest::Rename { .. } => "rename",
+            ManagerRequest::SetAttr { .. } => "setattr",
+            ManagerRequest::Close { .. } => "close",
+            ManagerRequest::StatFs => "statfs",
+            ManagerRequest::AddUser { .. } => "add-user",
+            ManagerRequest::ListUsers => "list-users",
+            ManagerRequest::SetPassword { .. } => "set-password",
+            ManagerRequest::AddDrive { .. } => "add-drive",
+        }
+    }
+
+    /// The message body: opcode, request id, arguments.
+    pub fn encode(&self, request_id: u64) -> Vec<u8> {
+        let mut w = Writer::with_capacity(64);
+        w.u16(self.opcode()).u64(request_id);
+        match self {
+            ManagerRequest::Login { version, user, password } => {
+                w.u8(*version).str(user).str(password);
+            }
+            ManagerRequest::Walk { path, follow, open } => {
+                w.str(path).bool(*follow).u8(*open as u8);
+            }
+            ManagerRequest::Lookup { parent, name, open } => {
+                w.u64(*parent).str(name).u8(*open as u8);
+            }
+            ManagerRequest::GetAttr { ino, open } => {
+                w.u64(*ino).u8(*open as u8);
+            }
+            ManagerRequest::ReadDir { dir, after, limit } => {
+                w.u64(*dir).str(after).u16(*limit);
+            }
+            ManagerRequest::Mkdir { parent, name, mode } => {
+                w.u64(*parent).str(name).u32(*mode);
+            }
+            ManagerRequest::Create { parent, name, mode, exclusive, truncate } => {
+                w.u64(*parent).str(name).u32(*mode).bool(*exclusive).bool(*truncate);
+            }
+            ManagerRequest::Symlink { parent, name, target } => {
+                w.u64(*parent).str(name).str(target);
+            }
+            ManagerRequest::Link { ino, new_parent, new_name } => {
+                w.u64(*ino).u64(*new_parent).str(new_name);
+            }
+            ManagerRequest::Unlink { parent, name } | ManagerRequest::Rmdir { parent, name } => {
+                w.u64(*parent).str(name);
+            }
+            ManagerRequest::Rename { parent, name, new_parent, new_name } => {
+                w.u64(*parent).str(name).u64(*new_parent).str(new_name);
+            }
+            ManagerRequest::SetAttr { ino, mask, mode, uid, gid, size, atime_ns, mtime_ns } => {
+                w.u64(*ino).u8(*mask).u32(*mode).u32(*uid).u32(*gid).u64(*size);
+                w.u64(*atime_ns as u64).u64(*mtime_ns as u64);
+            }
+            ManagerRequest::Close { ino } => {
+                w.u64(*ino);
+            }
+            ManagerRequest::StatFs | ManagerRequest::ListUsers => {}
+            ManagerRequest::AddUser { name, password, uid, gid, admin } => {
+                w.str(name).str(password).u32(*uid).u32(*gid).bool(*admin);
+            }
+            ManagerRequest::SetPassword { name, password } => {
+                w.str(name).str(password);
+            }
+            ManagerRequest::AddDrive { addr, master_key } => {
+                w.str(addr).raw(master_key);
+            }
+        }
+        w.into_vec()
+    }
+
+    /// Parses a message body into the request id and the request.
+    pub fn decode(body: &[u8]) -> Result<(u64, Self), DecodeError> {
+        use manager_opcode::*;
+        let mut r = Reader::new(body);
+        let opcode = r.u16()?;
+        let id = r.u64()?;
+        let req = match opcode {
+            LOGIN => ManagerRequest::Login {
+                version: r.u8()?,
+                user: r.str(USER_NAME_MAX, "user")?,
+                password: r.str(PASSWORD_MAX, "password")?,
+            },
+            WALK => ManagerRequest::Walk {
+                path: r.str(PATH_MAX, "path")?,
+                follow: r.bool()?,
+                open: OpenMode::decode(r.u8()?)?,
+            },
+            LOOKUP => {
+                ManagerRequest::Lookup { parent: r.u64()?, name: name(&mut r)?, open: OpenMode::decode(r.u8()?)? }
+            }
+            GETATTR => ManagerRequest::GetAttr { ino: r.u64()?, open: OpenMode::decode(r.u8()?)? },
+            READDIR => ManagerRequest::ReadDir { dir: r.u64()?, after: name(&mut r)?, limit: r.u16()? },
+            MKDIR => ManagerRequest::Mkdir { parent: r.u64()?, name: name(&mut r)?, mode: mode(&mut r)? },
+            CREATE => ManagerRequest::Create {
+                parent: r.u64()?,
+                name: name(&mut r)?,
+                mode: mode(&mut r)?,
+                exclusive: r.bool()?,
+                truncate: r.bool()?,
+            },
+            SYMLINK => ManagerRequest::Symlink {
+                parent: r.u64()?,
+                name: name(&mut r)?,
+                target: r.str(SYMLINK_TARGET_MAX, "target")?,
+            },
+            LINK => ManagerRequest::Link { ino: r.u64()?, new_parent: r.u64()?, new_name: name(&mut r)? },
+            UNLINK => ManagerRequest::Unlink { parent: r.u64()?, name: name(&mut r)? },
+            RMDIR => ManagerRequest::Rmdir { parent: r.u64()?, name: name(&mut r)? },
+            RENAME => ManagerRequest::Rename {
+                parent: r.u64()?,
+                name: name(&mut r)?,
+                new_parent: r.u64()?,
+                new_name: name(&mut r)?,
+            },
+            SETATTR => {
+                let ino = r.u64()?;
+                let mask = r.u8()?;
+                if mask & !set_mask::ALL != 0 {
+                    return Err(DecodeError::NotCanonical("undefined setattr mask bits"));
+                }
+                ManagerRequest::SetAttr {
+                    ino,
+                    mask,
+                    mode: r.u32()?,
+                    uid: r.u32()?,
+                    gid: r.u32()?,
+                    size: r.u64()?,
+                    atime_ns: r.u64()? as i64,
+                    mtime_ns: r.u64()? as i64,
+                }
+            }
+            CLOSE => ManagerRequest::Close { ino: r.u64()? },
+            STATFS => ManagerRequest::StatFs,
+            ADD_USER => ManagerRequest::AddUser {
+                name: r.str(USER_NAME_MAX, "user")?,
+                password: r.str(PASSWORD_MAX, "password")?,
+                uid: r.u32()?,
+                gid: r.u32()?,
+                admin: r.bool()?,
+            },
+            LIST_USERS => ManagerRequest::ListUsers,
+            SET_PASSWORD => ManagerRequest::SetPassword {
+                name: r.str(USER_NAME_MAX, "user")?,
+                password: r.str(PASSWORD_MAX, "password")?,
+            },
+            ADD_DRIVE => {
+                ManagerRequest::AddDrive { addr: r.str(DRIVE_ADDR_MAX, "drive address")?, master_key: r.array()? }
+            }
+            _ => return Err(DecodeError::UnknownOpcode(opcode)),
+        };
+        r.finish()?;
+        Ok((id, req))
+    }
+}
+
+fn mode(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
+    let mode = r.u32()?;
+    if mode & !MODE_MASK != 0 {
+        return Err(DecodeError::NotCanonical("mode has bits outside 0o7777"));
+    }
+    Ok(mode)
+}
+
+impl Access {
+    fn encode(&self, w: &mut Writer) {
+        self.object.encode(w);
+        w.str(&self.drive_addr).raw(&self.drive_id).u32(self.rights).u32(self.lifetime_ms);
+        w.u8(self.min_protection).u8(self.algorithm).bytes(&self.token).raw(&self.key);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Access {
+            object: ObjectRef::decode(r)?,
+            drive_addr: r.str(DRIVE_ADDR_MAX, "drive address")?,
+            drive_id: r.array()?,
+            rights: r.u32()?,
+            lifetime_ms: r.u32()?,
+            min_protection: r.u8()?,
+            algorithm: r.u8()?,
+            token: r.bytes(CAPABILITY_LEN_MAX, "capability")?.to_vec(),
+            key: r.array()?,
+        })
+    }
+}
+
+impl Entry {
+    fn encode(&self, w: &mut Writer) {
+        self.attr.encode(w);
+        w.str(&self.target);
+        match &self.access {
+            None => {
+                w.bool(false);
+            }
+            Some(a) => {
+                w.bool(true);
+                a.encode(w);
+            }
+        }
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let attr = FileAttr::decode(r)?;
+        let target = r.str(SYMLINK_TARGET_MAX, "target")?;
+        let access = if r.bool()? { Some(Access::decode(r)?) } else { None };
+        Ok(Entry { attr, target, access })
+    }
+}
+
+/// Reply result codes: which [`ManagerReply`] variant follows.
+mod reply_kind {
+    pub const LOGGED_IN: u8 = 1;
+    pub const ENTRY: u8 = 2;
+    pub const DIR: u8 = 3;
+    pub const DONE: u8 = 4;
+    pub const STATFS: u8 = 5;
+    pub const USERS: u8 = 6;
+    pub const DRIVE_ADDED: u8 = 7;
+}
+
+impl ManagerReply {
+    /// The body of a successful reply: status OK, request id, kind, result.
+    pub fn encode(&self, request_id: u64) -> Vec<u8> {
+        use reply_kind::*;
+        let mut w = Writer::with_capacity(128);
+        w.u16(FsStatus::Ok.code()).u64(request_id);
+        match self {
+            ManagerReply::LoggedIn { version, uid, gid, admin } => {
+                w.u8(LOGGED_IN).u8(*version).u32(*uid).u32(*gid).bool(*admin);
+            }
+            ManagerReply::Entry(e) => {
+                w.u8(ENTRY);
+                e.encode(&mut w);
+            }
+            ManagerReply::Dir { entries, more } => {
+                assert!(entries.len() <= READDIR_ENTRIES_MAX, "readdir reply over READDIR_ENTRIES_MAX");
+                w.u8(DIR).u16(entries.len() as u16);
+                for (n, e) in entries {
+                    w.str(n);
+                    e.encode(&mut w);
+                }
+                w.bool(*more);
+            }
+            ManagerReply::Done => {
+                w.u8(DONE);
+            }
+            ManagerReply::StatFs { inodes, file_bytes, drives } => {
+                assert!(drives.len() <= DRIVES_MAX, "statfs reply over DRIVES_MAX");
+                w.u8(STATFS).u64(*inodes).u64(*file_bytes).u16(drives.len() as u16);
+                for d in drives {
+                    w.u32(d.drive).str(&d.addr).bool(d.online).u64(d.capacity_bytes).u64(d.used_bytes);
+                }
+            }
+            ManagerReply::Users(users) => {
+                assert!(users.len() <= USERS_MAX, "users reply over USERS_MAX");
+                w.u8(USERS).u16(users.len() as u16);
+                for u in users {
+                    w.str(&u.name).u32(u.uid).u32(u.gid).bool(u.admin);
+                }
+            }
+            ManagerReply::DriveAdded { drive } => {
+                w.u8(DRIVE_ADDED).u32(*drive);
+            }
+        }
+        w.into_vec()
+    }
+
+    /// The body of a failed reply: status, request id, message.
+    pub fn encode_error(request_id: u64, status: FsStatus, message: &str) -> Vec<u8> {
+        assert!(status != FsStatus::Ok, "an error reply needs an error status");
+        let mut end = message.len().min(ERROR_MESSAGE_LEN_MAX);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut w = Writer::with_capacity(16 + end);
+        w.u16(status.code()).u64(request_id).str(&message[..end]);
+        w.into_vec()
+    }
+
+    /// Parses a reply body: the request id, then the result or the error
+    /// status and message.
+    pub fn decode(body: &[u8]) -> Result<(u64, Result<Self, (FsStatus, String)>), DecodeError> {
+        let mut r = Reader::new(body);
+        let status = FsStatus::from_code(r.u16()?)?;
+        let id = r.u64()?;
+        if status != FsStatus::Ok {
+            let message = r.str(ERROR_MESSAGE_LEN_MAX, "error message")?;
+            r.finish()?;
+            return Ok((id, Err((status, message))));
+        }
+        let reply = Self::decode_result(&mut r)?;
+        r.finish()?;
+        Ok((id, Ok(reply)))
+    }
+
+    fn decode_result(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        use reply_kind::*;
+        Ok(match r.u8()? {
+            LOGGED_IN => ManagerReply::LoggedIn { version: r.u8()?, uid: r.u32()?, gid: r.u32()?, admin: r.bool()? },
+            ENTRY => ManagerReply::Entry(Entry::decode(r)?),
+            DIR => {
+                let n = r.count(READDIR_ENTRIES_MAX, "directory entries")?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    entries.push((name(r)?, Entry::decode(r)?));
+                }
+                ManagerReply::Dir { entries, more: r.bool()? }
+            }
+            DONE => ManagerReply::Done,
+            STATFS => {
+                let (inodes, file_bytes) = (r.u64()?, r.u64()?);
+                let n = r.count(DRIVES_MAX, "drives")?;
+                let mut drives = Vec::with_capacity(n);
+                for _ in 0..n {
+                    drives.push(DriveUsage {
+                        drive: r.u32()?,
+                        addr: r.str(DRIVE_ADDR_MAX, "drive address")?,
+                        online: r.bool()?,
+                        capacity_bytes: r.u64()?,
+                        used_bytes: r.u64()?,
+                    });
+                }
+                ManagerReply::StatFs { inodes, file_bytes, drives }
+            }
+            USERS => {
+                let n = r.count(USERS_MAX, "users")?;
+                let mut users = Vec::with_capacity(n);
+                for _ in 0..n {
+                    users.push(UserInfo {
+                        name: r.str(USER_NAME_MAX, "user")?,
+                        uid: r.u32()?,
+                        gid: r.u32()?,
+                        admin: r.bool()?,
+                    });
+                }
+                ManagerReply::Users(users)
+            }
+            DRIVE_ADDED => ManagerReply::DriveAdded { drive: r.u32()? },
+            _ => return Err(DecodeError::NotCanonical("unknown manager reply kind")),
+        })
+    }
+}
