@@ -44,6 +44,10 @@ pub struct DriveHandle {
     clock_offset_ns: AtomicI64,
     /// The drive may not have the recorded current working key yet.
     key_pending: AtomicBool,
+    /// Orphan collection has run against the drive since the manager started.
+    recovered: AtomicBool,
+    /// Serializes [`set_acv`](Self::set_acv)'s read-compare-write.
+    acv_order: AsyncMutex<()>,
 }
 
 impl std::fmt::Debug for DriveHandle {
@@ -120,6 +124,8 @@ impl DriveHandle {
             conn: AsyncMutex::new(None),
             clock_offset_ns: AtomicI64::new(0),
             key_pending: AtomicBool::new(true),
+            recovered: AtomicBool::new(false),
+            acv_order: AsyncMutex::new(()),
         }
     }
 
@@ -144,6 +150,16 @@ impl DriveHandle {
     /// True until the drive has confirmed the recorded current working key.
     pub fn key_pending(&self) -> bool {
         self.key_pending.load(Ordering::SeqCst)
+    }
+
+    /// True once recovery (orphan collection) has run against the drive.
+    pub fn recovered(&self) -> bool {
+        self.recovered.load(Ordering::SeqCst)
+    }
+
+    /// Records that recovery has run (or was not needed: a fresh drive).
+    pub fn set_recovered(&self) {
+        self.recovered.store(true, Ordering::SeqCst);
     }
 
     async fn connect(&self) -> Result<DriveClient, ClientError> {
@@ -220,9 +236,22 @@ impl DriveHandle {
         }
     }
 
-    /// Sets an object's access control version (revoking every capability
-    /// minted with another). An object already gone is not an error.
+    /// Raises an object's access control version to `acv` (revoking every
+    /// capability minted with a lower one); a drive already at `acv` or above
+    /// is left alone. Access control versions only grow, and the same object
+    /// can be revoked by a request and by the maintenance pass finishing an
+    /// older intent at once: setting blindly could let the older value land
+    /// last, bringing revoked capabilities back and refusing current ones.
+    /// An object already gone is not an error.
     pub async fn set_acv(&self, object: u64, acv: u64) -> Result<(), DriveError> {
+        let _order = self.acv_order.lock().await;
+        let current = match self.getattr(object).await {
+            Err(e) if e.status() == Some(Status::NoSuchObject) => return Ok(()),
+            r => r?.access_control_version,
+        };
+        if current >= acv {
+            return Ok(());
+        }
         let attrs = Attributes { access_control_version: acv, ..Default::default() };
         match on_drive!(self, |c| c.setattr(self.partition, object, AttrMask::ACCESS_CONTROL_VERSION, &attrs)) {
             Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(()),

@@ -312,6 +312,7 @@ impl Manager {
         let stored = rec.clone();
         self.meta(move |ns| ns.add_drive(&stored)).await?;
         let handle = self.attach(&rec, keys);
+        handle.set_recovered();
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
     }

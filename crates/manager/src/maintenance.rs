@@ -26,13 +26,9 @@ impl Manager {
     /// sure each has the current working key, removes objects no file, pool
     /// or log knows (left by a crash between creating objects on a drive and
     /// recording them), then finishes the intention logs and fills pools.
-    /// A drive that does not answer is reported and left for later passes.
+    /// A drive that does not answer is reported, and every maintenance pass
+    /// tries again until it has been recovered.
     pub async fn recover(&self) {
-        for d in self.drives() {
-            if let Err(e) = self.recover_drive(&d).await {
-                tracing::warn!(drive = d.drive, addr = %d.addr, error = %e, "drive not recovered yet");
-            }
-        }
         self.maintain().await;
     }
 
@@ -42,6 +38,7 @@ impl Manager {
         if orphans > 0 {
             tracing::info!(drive = d.drive, orphans, "removed objects no file referenced");
         }
+        d.set_recovered();
         Ok(())
     }
 
@@ -89,10 +86,10 @@ impl Manager {
         let r = self.finish_removals().await;
         self.report("removals", r);
         for d in self.drives() {
-            let r = self.install_key(&d).await;
-            let installed = r.is_ok();
-            self.report(&format!("drive {} working key", d.drive), r);
-            if !installed {
+            let r = if d.recovered() { self.install_key(&d).await } else { self.recover_drive(&d).await };
+            let ready = r.is_ok();
+            self.report(&format!("drive {} recovery and working key", d.drive), r);
+            if !ready {
                 continue;
             }
             let r = self.refill_pool(&d).await.map(|_| ());
@@ -128,15 +125,21 @@ impl Manager {
         for i in intents {
             by_drive.entry(i.object.drive).or_default().push(i);
         }
+        let mut outcome = Ok(());
         for (drive, intents) in by_drive {
-            let d = self.drive(drive)?;
-            for i in &intents {
-                d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
+            // One drive that does not answer must not hold up the others.
+            let r = async {
+                let d = self.drive(drive)?;
+                for i in &intents {
+                    d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
+                }
+                d.flush().await.map_err(|e| drive_failure(drive, e))?;
+                self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await
             }
-            d.flush().await.map_err(|e| drive_failure(drive, e))?;
-            self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await?;
+            .await;
+            outcome = outcome.and(r);
         }
-        Ok(())
+        outcome
     }
 
     /// Removes each doomed object from its drive, flushes, then forgets them.
@@ -146,15 +149,20 @@ impl Manager {
         for o in doomed {
             by_drive.entry(o.drive).or_default().push(o);
         }
+        let mut outcome = Ok(());
         for (drive, objects) in by_drive {
-            let d = self.drive(drive)?;
-            for o in &objects {
-                d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
+            let r = async {
+                let d = self.drive(drive)?;
+                for o in &objects {
+                    d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
+                }
+                d.flush().await.map_err(|e| drive_failure(drive, e))?;
+                self.meta(move |ns| ns.forget_doomed(&objects)).await
             }
-            d.flush().await.map_err(|e| drive_failure(drive, e))?;
-            self.meta(move |ns| ns.forget_doomed(&objects)).await?;
+            .await;
+            outcome = outcome.and(r);
         }
-        Ok(())
+        outcome
     }
 
     /// Tops the drive's object pool up to `pool_target` when it has fallen
