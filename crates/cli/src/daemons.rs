@@ -309,7 +309,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
 }
 
 /// `nasd up` flags.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct UpArgs {
     /// Directory for everything: drives, manager, TLS files, config.
     #[arg(long)]
@@ -353,7 +353,23 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let (data, n, manager_port, first_port, capacity) = up_settings(&args, &file)?;
     let config_path = data.join("nasd.toml");
     let mut cluster = if config_path.exists() { config::load(&config_path)? } else { ConfigFile::default() };
+    // The number of drives and their ports are fixed at the first start: the manager's drive
+    // table names each drive by its address.
     let n = cluster.up.drives.unwrap_or(n);
+    let first_port = match cluster.up.first_drive_port {
+        Some(recorded) => {
+            anyhow::ensure!(
+                args.first_drive_port.unwrap_or(recorded) == recorded,
+                "the drives of {} listen on ports from {recorded} (recorded in {}); run without --first-drive-port",
+                data.display(),
+                config_path.display()
+            );
+            recorded
+        }
+        None => first_port,
+    };
+    anyhow::ensure!(first_port as u32 + n <= u16::MAX as u32, "drive ports run past 65535");
+    let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
     let share = match capacity {
         Some(c) => c,
         None => free_space(&data)? / 10 * 9 / n as u64,
@@ -406,20 +422,23 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
     print_banner(&data, &config_path, manager_listen, &drives, share);
-    let server = {
-        let stop = stop_rx.clone();
-        async move { serve_manager(&m, manager_listen, stop).await }
+    let server = serve_manager(&m, manager_listen, stop_rx.clone());
+    tokio::pin!(server);
+    // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
+    // drives are stopped too and the error reported, rather than waiting for a Ctrl-C.
+    let served = tokio::select! {
+        r = &mut server => r,
+        () = shutdown_signal() => {
+            eprintln!("stopping: finishing requests and committing drives...");
+            let _ = stop_tx.send(true);
+            server.await
+        }
     };
-    let stopper = async {
-        shutdown_signal().await;
-        eprintln!("stopping: finishing requests and committing drives...");
-        let _ = stop_tx.send(true);
-    };
-    let (served, ()) = tokio::join!(server, stopper);
-    served?;
+    let _ = stop_tx.send(true);
     for t in drive_tasks {
         t.await??;
     }
+    served?;
     eprintln!("nasd stopped cleanly; `nasd up` again resumes the same data");
     Ok(())
 }
@@ -434,8 +453,15 @@ fn print_banner(data: &Path, config: &Path, manager: SocketAddr, drives: &[(Sock
     eprintln!("  data      {}", data.display());
     eprintln!("  config    {}", config.display());
     eprintln!();
-    eprintln!("From this directory, try:   nasd ls /");
-    eprintln!("From elsewhere, first:      export NASD_CONFIG={}", config.display());
+    // Commands find the config by themselves only at ./nasd-data/nasd.toml.
+    let found_here = Path::new(config::DEFAULT_CONFIG).canonicalize().is_ok_and(|c| c == config);
+    if found_here {
+        eprintln!("From this directory, try:   nasd ls /");
+        eprintln!("From elsewhere, first:      export NASD_CONFIG={}", config.display());
+    } else {
+        eprintln!("First:   export NASD_CONFIG={}", config.display());
+        eprintln!("Then:    nasd ls /");
+    }
     eprintln!("Ctrl-C stops everything cleanly.");
 }
 
@@ -503,5 +529,63 @@ impl LocalCluster {
             t.await??;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// `nasd up` whose manager cannot listen: it must stop its drives and say why, not wait for a
+    /// Ctrl-C; a restart keeps the drive ports recorded at the first start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn up_reports_a_taken_manager_port_and_keeps_drive_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let manager_port = taken.local_addr().unwrap().port();
+        let first = free_port();
+        let args = |first_drive_port| UpArgs {
+            data: Some(dir.path().to_path_buf()),
+            drives: Some(1),
+            manager_port: Some(manager_port),
+            first_drive_port,
+            drive_capacity: Some("64MiB".into()),
+        };
+        let up_once = |first_drive_port| {
+            let args = args(first_drive_port);
+            async move {
+                // In one process the drives' stores stay locked until their last connection
+                // (the manager's) has wound down.
+                for _ in 0..100 {
+                    let r = tokio::time::timeout(Duration::from_secs(60), up(args.clone(), ConfigFile::default()))
+                        .await
+                        .expect("nasd up waited for a Ctrl-C instead of reporting the failure");
+                    match r {
+                        Err(e) if format!("{e:#}").contains("in use by another process") => {
+                            tokio::time::sleep(Duration::from_millis(50)).await
+                        }
+                        r => return r,
+                    }
+                }
+                panic!("the drives' stores stayed locked")
+            }
+        };
+        let e = up_once(Some(first)).await.expect_err("the manager's port is taken");
+        assert!(format!("{e:#}").contains("cannot listen"), "{e:#}");
+
+        // Again without --first-drive-port (and no config file naming it): the recorded ports.
+        let e = up_once(None).await.expect_err("the manager's port is still taken");
+        assert!(format!("{e:#}").contains("cannot listen"), "{e:#}");
+        let recorded = config::load(&dir.path().canonicalize().unwrap().join("nasd.toml")).unwrap();
+        assert_eq!(recorded.up.first_drive_port, Some(first));
+
+        // Moving them is refused: the manager knows the drives by address.
+        let e = up_once(Some(first.wrapping_add(1))).await.expect_err("drive ports cannot move");
+        assert!(format!("{e:#}").contains("run without --first-drive-port"), "{e:#}");
+        drop(taken);
     }
 }

@@ -217,6 +217,7 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
         FsCommand::Rm { recursive, paths } => {
             for p in paths {
                 let p = abs(&p);
+                anyhow::ensure!(p.trim_end_matches('/') != "", "refusing to remove the root directory");
                 remove(fs, &p, recursive).await.with_context(|| format!("rm {p}"))?;
             }
             Ok(())
@@ -367,6 +368,11 @@ pub async fn copy(fs: &FsClient, source: &str, destination: &str) -> anyhow::Res
             let (from, name) = (abs(from), base_name(from)?.to_string());
             let to = target_path(fs, &abs(to), &name).await?;
             let src = fs.open(&from, false).await.with_context(|| format!("cannot open {from}"))?;
+            // Creating the destination truncates it: if it is the source, the data would be lost.
+            match fs.walk(&to, nasd_fs::OpenMode::None).await {
+                Ok(e) if e.attr.ino == src.ino() => anyhow::bail!("{from} and {to} are the same file"),
+                _ => {}
+            }
             let len = src.drive_attrs().await?.logical_size;
             let dst = fs.create(&to, 0o644, false, true).await.with_context(|| format!("cannot create {to}"))?;
             let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
@@ -528,6 +534,25 @@ fn new_password(name: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cp_refuses_to_copy_a_file_onto_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = crate::daemons::LocalCluster::start(dir.path(), 1, 64 << 20).await.unwrap();
+        let fs = login(&cluster.client, None).await.unwrap();
+        fs.mkdir("/d", 0o755).await.unwrap();
+        fs.write_file("/d/a", b"precious").await.unwrap();
+        fs.link("/d/a", "/d/hard").await.unwrap();
+        for to in ["nasd:/d/a", "nasd:/d", "nasd:/d/", "nasd:/d/hard"] {
+            let e = copy(&fs, "nasd:/d/a", to).await.expect_err(to);
+            assert!(e.to_string().contains("are the same file"), "{to}: {e:#}");
+            assert_eq!(fs.read_file("/d/a").await.unwrap(), b"precious", "cp nasd:/d/a {to} kept the data");
+        }
+        copy(&fs, "nasd:/d/a", "nasd:/d/b").await.expect("a copy to another file");
+        assert_eq!(fs.read_file("/d/b").await.unwrap(), b"precious");
+        drop(fs);
+        cluster.stop().await.unwrap();
+    }
 
     #[test]
     fn dates_and_modes_print_like_ls() {

@@ -2,7 +2,9 @@
 //! request at a time.
 
 use crate::FsError;
+use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
+use nasd_proto::DecodeError;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -81,6 +83,14 @@ impl ManagerConn {
     pub(crate) async fn call(&mut self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         if self.broken {
             return Err(FsError::Protocol("manager connection unusable after an earlier failure".into()));
+        }
+        // The manager would refuse it, and a string over u16::MAX bytes cannot be encoded at all.
+        if let Err(e) = req.check_limits() {
+            let status = match e {
+                DecodeError::OverLimit { field: "path" | "name" | "target", .. } => FsStatus::NameTooLong,
+                _ => FsStatus::InvalidArgument,
+            };
+            return Err(FsError::Fs { status, message: format!("{}: {e}", req.name()) });
         }
         self.broken = true;
         let id = self.next_id;

@@ -96,8 +96,8 @@ impl FsError {
     }
 }
 
-/// How to reach and log in to a manager.
-#[derive(Debug, Clone)]
+/// How to reach and log in to a manager. `Debug` redacts the password.
+#[derive(Clone)]
 pub struct FsConfig {
     /// The manager's `host:port`.
     pub manager: String,
@@ -116,6 +116,20 @@ pub struct FsConfig {
     /// Bytes moved per drive request in large transfers; a capability is
     /// checked (and refreshed if near expiry) before each.
     pub transfer_piece: usize,
+}
+
+impl std::fmt::Debug for FsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsConfig")
+            .field("manager", &self.manager)
+            .field("server_name", &self.server_name)
+            .field("ca_cert", &self.ca_cert)
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("data_integrity", &self.data_integrity)
+            .field("transfer_piece", &self.transfer_piece)
+            .finish()
+    }
 }
 
 impl Default for FsConfig {
@@ -294,7 +308,14 @@ impl FsClient {
                 return Ok(h.access.clone());
             }
         }
-        let open = if rights & nasd_proto::rights::WRITE != 0 { OpenMode::ReadWrite } else { OpenMode::Read };
+        // FLUSH comes only with write rights, GETATTR with either.
+        let open = if rights & (nasd_proto::rights::WRITE | nasd_proto::rights::FLUSH) != 0 {
+            OpenMode::ReadWrite
+        } else if rights & nasd_proto::rights::READ != 0 {
+            OpenMode::Read
+        } else {
+            OpenMode::Best
+        };
         let e = self.entry(ManagerRequest::GetAttr { ino, open }).await?;
         match e.access {
             Some(a) if a.rights & rights == rights => Ok(a),
@@ -572,6 +593,13 @@ impl FsClient {
 #[cfg(test)]
 mod tests {
     use super::split_path;
+
+    #[test]
+    fn config_debug_redacts_the_password() {
+        let c = super::FsConfig { user: "alice".into(), password: "hunter22-secret".into(), ..Default::default() };
+        let debug = format!("{c:?}");
+        assert!(debug.contains("alice") && !debug.contains("hunter22-secret"), "{debug}");
+    }
 
     #[test]
     fn paths_split_into_parent_and_name() {

@@ -13,7 +13,10 @@
 //!   3 s) succeeds;
 //! - wrong passwords, non-administrators adding users and chown by non-root
 //!   are refused;
-//! - a directory with more entries than one READDIR reply lists completely.
+//! - a directory with more entries than one READDIR reply lists completely,
+//!   also when long symlink targets make a page larger than one message;
+//! - flush and getattr after a capability expired refresh it with the rights
+//!   they need; over-long arguments are refused by the client library.
 
 mod common;
 
@@ -665,6 +668,64 @@ async fn large_directories_scenario() {
         let name = format!("f{i:04}");
         assert_eq!(to(a.read_file(&format!("/alice/big/{name}"))).await.unwrap(), name.as_bytes());
     }
+
+    // Symlinks with the longest targets: far fewer entries than a page, but more bytes than one
+    // message holds. The manager pages by size too (it used to panic the session), and the
+    // listing still completes.
+    to(a.mkdir("/alice/long", 0o755)).await.unwrap();
+    const LONG_LINKS: usize = 260;
+    let target = "t".repeat(nasd_proto::fs::SYMLINK_TARGET_MAX);
+    for i in 0..LONG_LINKS {
+        to(a.symlink(&target, &format!("/alice/long/l{i:04}"))).await.expect("symlink with a long target");
+    }
+    let listed: Vec<String> = to(a.readdir("/alice/long")).await.expect("list").into_iter().map(|(n, _)| n).collect();
+    assert_eq!(listed, (0..LONG_LINKS).map(|i| format!("l{i:04}")).collect::<Vec<_>>());
+    assert_eq!(to(a.readlink("/alice/long/l0007")).await.unwrap(), target);
     drop((a, admin));
+    c.stop().await;
+}
+
+// ------------------------------------------- capabilities after they expire
+
+#[test]
+fn flush_and_getattr_refresh_expired_capabilities() {
+    run(flush_and_getattr_refresh_expired_capabilities_scenario());
+}
+
+async fn flush_and_getattr_refresh_expired_capabilities_scenario() {
+    let config = ManagerConfig {
+        read_lifetime: Duration::from_secs(1),
+        write_lifetime: Duration::from_secs(1),
+        pool_target: 8,
+        ..ManagerConfig::default()
+    };
+    let c = Cluster::start(ClusterOptions { config, ..Default::default() }).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+
+    // A writer that pauses longer than its capability lives before flushing: the refresh must
+    // ask for write rights again (FLUSH comes only with them).
+    let f = to(a.create("/alice/paused", 0o644, true, false)).await.unwrap();
+    to(f.write_at(0, b"written before the pause")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    to(f.flush()).await.expect("flush after the write capability expired");
+    assert_eq!(to(f.close()).await.unwrap().size, 24);
+
+    // A write-only file: its attributes come from the drive under whatever capability the mode
+    // allows (here write), also once the first one expired.
+    let f = to(a.create("/alice/drop-box", 0o200, true, false)).await.unwrap();
+    to(f.write_at(0, b"in")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(to(f.drive_attrs()).await.expect("getattr of a write-only file").logical_size, 2);
+    to(f.flush()).await.unwrap();
+
+    // Over-long arguments are refused by the client library, not a panic in the encoder.
+    let long = format!("/{}", "x".repeat(70_000));
+    assert_eq!(fs_status(to(a.stat(&long)).await), FsStatus::NameTooLong);
+    assert_eq!(fs_status(to(a.symlink(&long, "/alice/l")).await), FsStatus::NameTooLong);
+    to(a.write_file("/alice/still-usable", b"ok")).await.expect("the connection still works");
+
+    drop((a, admin, f));
     c.stop().await;
 }

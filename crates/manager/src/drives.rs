@@ -96,7 +96,8 @@ macro_rules! on_drive {
         }
         let $c = slot.as_mut().expect("connected above");
         let r = timed($call).await;
-        $self.clock_offset_ns.store($c.drive_time_ns() as i64 - local_ns(), Ordering::Relaxed);
+        let offset = ($c.drive_time_ns() as i128 - local_ns() as i128).clamp(i64::MIN as i128, i64::MAX as i128);
+        $self.clock_offset_ns.store(offset as i64, Ordering::Relaxed);
         if matches!(&r, Err(e) if e.status().is_none()) {
             *slot = None;
         }

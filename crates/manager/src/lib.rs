@@ -15,6 +15,8 @@ mod maintenance;
 pub mod passwords;
 pub mod server;
 mod service;
+#[cfg(test)]
+mod tests;
 pub mod tls;
 
 use anyhow::Context;
@@ -33,6 +35,12 @@ use std::time::Duration;
 pub const META_DB: &str = "meta.sqlite";
 /// File name of the key that seals the drive keys in the database.
 pub const KEK_FILE: &str = "manager.key";
+/// Objects a partition holds when new: the three control objects and the
+/// first ordinary object (`well_known`).
+const FRESH_PARTITION_OBJECTS: u64 = 4;
+/// Most password hashes computed at once (logins, new users, new
+/// passwords); more wait their turn.
+pub const ARGON2_CONCURRENT_MAX: usize = 4;
 
 /// Policy knobs (the `[manager]` section of the config file).
 #[derive(Debug, Clone)]
@@ -78,7 +86,14 @@ impl ManagerConfig {
             self.rotate_interval
         );
         anyhow::ensure!(self.partition != 0, "partition 0 names the whole drive; choose another");
-        anyhow::ensure!(self.pool_target >= 1, "pool_target must be at least 1");
+        // A refill records its objects in one batch; a larger one would fail after creating them on
+        // the drive, leaking them on every maintenance pass.
+        anyhow::ensure!(
+            (1..=nasd_meta::BATCH_MAX).contains(&self.pool_target),
+            "object pool size ([manager] object_pool) {} must be 1..={}",
+            self.pool_target,
+            nasd_meta::BATCH_MAX
+        );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
         anyhow::ensure!(
             !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
@@ -132,6 +147,9 @@ pub struct Manager {
     drive_admin: tokio::sync::Mutex<()>,
     /// Maintenance steps failing now, with their last error.
     failing: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Bounds the argon2 computations running at once: each takes ~19 MiB, and
+    /// logins come from unauthenticated peers.
+    argon2_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -160,6 +178,7 @@ impl Manager {
             decoy_hash: passwords::decoy(),
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
+            argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
@@ -217,6 +236,21 @@ impl Manager {
             .map_err(Failure::from)
     }
 
+    /// Runs one argon2 hash or verification off the async threads, at most
+    /// [`ARGON2_CONCURRENT_MAX`] at once.
+    pub(crate) async fn argon2<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Result<R, Failure> {
+        let slot = self.argon2_slots.clone().acquire_owned().await.expect("semaphore never closed");
+        // The slot moves into the task: a caller that gives up (a login timing out) does not free
+        // it while the hash is still being computed.
+        tokio::task::spawn_blocking(move || {
+            let r = f();
+            drop(slot);
+            r
+        })
+        .await
+        .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))
+    }
+
     /// Creates the administrator `name` (uid 0) if no user exists yet.
     /// Returns whether it was created.
     pub async fn bootstrap_admin(&self, name: &str, password: &str) -> Result<bool, Failure> {
@@ -239,9 +273,7 @@ impl Manager {
             ));
         }
         let password = password.to_string();
-        let hash = tokio::task::spawn_blocking(move || passwords::hash(&password))
-            .await
-            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let hash = self.argon2(move || passwords::hash(&password)).await?;
         let user = User { name: name.to_string(), uid, gid, password_hash: hash, admin };
         self.meta(move |ns| ns.add_user(&user)).await.map_err(|f| match f.status {
             FsStatus::Exists => Failure::new(FsStatus::Exists, "a user with that name or uid exists"),
@@ -258,9 +290,7 @@ impl Manager {
             None => (self.decoy_hash.clone(), None),
         };
         let password = password.to_string();
-        let ok = tokio::task::spawn_blocking(move || passwords::verify(&password, &hash))
-            .await
-            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let ok = self.argon2(move || passwords::verify(&password, &hash)).await?;
         match (ok, who) {
             (true, Some(who)) => Ok(who),
             _ => Err(FsStatus::BadCredentials.into()),
@@ -289,7 +319,12 @@ impl Manager {
         if existing.iter().any(|d| d.drive_id == info.drive_id) {
             return Err(Failure::new(FsStatus::Exists, format!("the drive at {addr} is already in service")));
         }
-        if !info.partitions.is_empty() {
+        // A drive holding only this file system's partition, still empty, was
+        // being set up when a manager stopped before recording it: set it up
+        // again. Anything else may be someone's data.
+        let half_provisioned = matches!(&info.partitions[..], [p]
+            if p.partition == self.config.partition && p.objects <= FRESH_PARTITION_OBJECTS);
+        if !info.partitions.is_empty() && !half_provisioned {
             return Err(Failure::new(
                 FsStatus::InvalidArgument,
                 format!("the drive at {addr} already holds partitions; only a fresh drive can be added"),

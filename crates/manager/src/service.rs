@@ -8,7 +8,8 @@ use crate::{Failure, Manager};
 use nasd_meta::{Caller, Effects, Inode, SetAttrs};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
 use nasd_proto::manager::{
-    set_mask, DriveUsage, Entry, ManagerReply, ManagerRequest, OpenMode, UserInfo, READDIR_ENTRIES_MAX, USERS_MAX,
+    set_mask, DriveUsage, Entry, ManagerReply, ManagerRequest, OpenMode, UserInfo, MANAGER_MESSAGE_MAX,
+    READDIR_ENTRIES_MAX, USERS_MAX,
 };
 use std::sync::atomic::Ordering;
 
@@ -21,6 +22,15 @@ pub struct Session {
     pub caller: Caller,
     /// May run administrator requests.
     pub admin: bool,
+}
+
+/// A drive did not carry out a size change. Unlike revocations and removals,
+/// size changes are not in an intention log: the drive keeps its old length.
+fn size_not_changed(drive: u32, e: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        FsStatus::DriveUnavailable,
+        format!("drive {drive} did not answer ({e}); the file's length on the drive is unchanged: try again"),
+    )
 }
 
 fn drive_unavailable(drive: u32, e: impl std::fmt::Display) -> Failure {
@@ -68,6 +78,14 @@ impl Manager {
                 self.entry(s, inode, OpenMode::None).await
             }
             R::Link { ino, new_parent, new_name } => {
+                // By inode number, so no path search was checked: like Linux's
+                // protected_hardlinks, only the owner or someone who may read
+                // and write the file may link it.
+                let target = self.meta(move |ns| ns.getattr(ino)).await?;
+                if c.uid != 0 && c.uid != target.attr.uid {
+                    let c2 = c.clone();
+                    self.meta(move |ns| ns.check_access(&c2, ino, true, true)).await?;
+                }
                 let inode = self.meta(move |ns| ns.link(&c, ino, new_parent, &new_name)).await?;
                 self.entry(s, inode, OpenMode::None).await
             }
@@ -137,7 +155,16 @@ impl Manager {
     async fn add_user_next_free(&self, name: &str, pw: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
         let uid = if uid == 0 {
             let users = self.meta(|ns| ns.users()).await?;
-            users.iter().map(|u| u.uid + 1).max().unwrap_or(1000).max(1000)
+            let highest = users.iter().map(|u| u.uid).max().unwrap_or(0);
+            highest
+                .checked_add(1)
+                .ok_or_else(|| {
+                    Failure::new(
+                        FsStatus::InvalidArgument,
+                        format!("no uid above {highest} is free: give one explicitly"),
+                    )
+                })?
+                .max(1000)
         } else {
             uid
         };
@@ -153,9 +180,7 @@ impl Manager {
             ));
         }
         let password = password.to_string();
-        let hash = tokio::task::spawn_blocking(move || crate::passwords::hash(&password))
-            .await
-            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let hash = self.argon2(move || crate::passwords::hash(&password)).await?;
         let name = name.to_string();
         self.meta(move |ns| ns.set_password(&name, &hash)).await
     }
@@ -177,7 +202,7 @@ impl Manager {
         inode: &Inode,
         open: OpenMode,
     ) -> Result<Option<nasd_proto::manager::Access>, Failure> {
-        let Some(object) = inode.object else {
+        if inode.object.is_none() {
             return match (open, inode.attr.kind) {
                 (OpenMode::Best, _) => Ok(None),
                 (_, FileKind::Dir) => Err(FsStatus::IsDir.into()),
@@ -194,6 +219,19 @@ impl Manager {
             OpenMode::ReadWrite => (may(true, false).await.is_ok(), may(false, true).await.map(|_| true)?),
             OpenMode::Best => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
         };
+        self.mint_for(s, inode, read, write)
+    }
+
+    /// A capability for `inode`'s object with read and/or write rights
+    /// (none if neither): write capabilities get the short lifetime.
+    fn mint_for(
+        &self,
+        s: &Session,
+        inode: &Inode,
+        read: bool,
+        write: bool,
+    ) -> Result<Option<nasd_proto::manager::Access>, Failure> {
+        let Some(object) = inode.object else { return Ok(None) };
         if !read && !write {
             return Ok(None);
         }
@@ -209,16 +247,34 @@ impl Manager {
         Ok(Some(d.mint(object.object, inode.acv, rights, lifetime, s.caller.uid as u64)))
     }
 
+    /// Fails unless `s` may write `ino` (POSIX `w`; the superuser may).
+    async fn require_write(&self, s: &Session, ino: Ino) -> Result<Inode, Failure> {
+        let c = s.caller.clone();
+        self.meta(move |ns| ns.check_access(&c, ino, false, true)).await
+    }
+
     async fn readdir(&self, s: &Session, dir: Ino, after: String, limit: u16) -> Result<ManagerReply, Failure> {
         // One entry past the page is read to learn whether more follow, and the
         // name space returns at most its own READDIR_ENTRIES_MAX: the page stays
         // below that, or a full page would always report `more: false`.
         let limit = (limit as usize).clamp(1, READDIR_ENTRIES_MAX.min(nasd_meta::READDIR_ENTRIES_MAX - 1));
         let c = s.caller.clone();
-        let mut entries = self.meta(move |ns| ns.readdir(&c, dir, &after, limit + 1)).await?;
-        let more = entries.len() > limit;
-        entries.truncate(limit);
-        let entries = entries.into_iter().map(|e| (e.name, entry_of(e.inode, None))).collect();
+        let found = self.meta(move |ns| ns.readdir(&c, dir, &after, limit + 1)).await?;
+        let mut more = found.len() > limit;
+        // The reply must also fit in one message: a page of symlinks with long
+        // targets would not. Stop early and say there is more.
+        let mut room = MANAGER_MESSAGE_MAX - ManagerReply::DIR_OVERHEAD;
+        let mut entries = Vec::with_capacity(found.len().min(limit));
+        for e in found.into_iter().take(limit) {
+            let entry = entry_of(e.inode, None);
+            let len = 2 + e.name.len() + entry.encoded_len();
+            if len > room {
+                more = true;
+                break;
+            }
+            room -= len;
+            entries.push((e.name, entry));
+        }
         Ok(ManagerReply::Dir { entries, more })
     }
 
@@ -247,6 +303,9 @@ impl Manager {
                 "the manager has no drives: add one with `nasd admin add-drive`",
             ));
         }
+        if truncate && !exclusive {
+            self.truncate_existing(s, parent, &name).await?;
+        }
         let mut refilled = false;
         let (inode, created) = loop {
             let (c, name, order) = (s.caller.clone(), name.clone(), self.placement());
@@ -261,13 +320,28 @@ impl Manager {
                 r => break r?,
             }
         };
-        if truncate && !created {
-            if let Some(o) = inode.object {
-                let d = self.drive(o.drive)?;
-                d.set_size(o.object, 0).await.map_err(|e| drive_unavailable(o.drive, e))?;
-            }
+        if created {
+            // POSIX: the creator's open succeeds whatever mode it gave the new file.
+            let access = self.mint_for(s, &inode, true, true)?;
+            return Ok(ManagerReply::Entry(entry_of(inode, access)));
         }
         self.entry(s, inode, OpenMode::ReadWrite).await
+    }
+
+    /// Before `CREATE` with truncate commits size 0, empties an existing
+    /// file's object on its drive (if the caller may write it), so a crash in
+    /// between can only leave the metadata's cached size stale, never old
+    /// bytes under a committed truncation.
+    async fn truncate_existing(&self, s: &Session, parent: Ino, name: &str) -> Result<(), Failure> {
+        let (c, n) = (s.caller.clone(), name.to_string());
+        let Ok(existing) = self.meta(move |ns| ns.lookup(&c, parent, &n)).await else {
+            return Ok(()); // absent (or not visible): create reports what applies
+        };
+        let Some(o) = existing.object else { return Ok(()) };
+        self.require_write(s, existing.attr.ino).await?;
+        let d = self.drive(o.drive)?;
+        d.set_size(o.object, 0).await.map_err(|e| size_not_changed(o.drive, e))?;
+        Ok(())
     }
 
     async fn refill_all_pools(&self) {
@@ -279,13 +353,16 @@ impl Manager {
     }
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
-        let c = s.caller.clone();
-        let size = set.size;
-        let (inode, intent) = self.meta(move |ns| ns.setattr(&c, ino, &set)).await?;
-        if let (Some(size), Some(o)) = (size, inode.object) {
-            let d = self.drive(o.drive)?;
-            d.set_size(o.object, size).await.map_err(|e| drive_unavailable(o.drive, e))?;
+        if let Some(size) = set.size {
+            // The drive first (after the permission check), as for CREATE with truncate.
+            let inode = self.require_write(s, ino).await?;
+            if let Some(o) = inode.object {
+                let d = self.drive(o.drive)?;
+                d.set_size(o.object, size).await.map_err(|e| size_not_changed(o.drive, e))?;
+            }
         }
+        let c = s.caller.clone();
+        let (inode, intent) = self.meta(move |ns| ns.setattr(&c, ino, &set)).await?;
         self.apply(Effects { revoke: intent.into_iter().collect(), doomed: Vec::new() }).await?;
         self.entry(s, inode, OpenMode::None).await
     }
@@ -309,6 +386,10 @@ impl Manager {
     /// the drive reports them (never as the client claims).
     async fn close(&self, s: &Session, ino: Ino) -> Result<ManagerReply, Failure> {
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        if s.caller.uid != 0 && s.caller.uid != inode.attr.uid {
+            // The owner (who may have created it read-only) or a writer only.
+            self.require_write(s, ino).await?;
+        }
         let Some(o) = inode.object else {
             return self.entry(s, inode, OpenMode::None).await;
         };

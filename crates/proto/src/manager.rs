@@ -102,9 +102,10 @@ pub mod set_mask {
     pub const ALL: u8 = (1 << 6) - 1;
 }
 
-/// A request to the manager.
+/// A request to the manager. `Debug` shows every argument except passwords
+/// and keys (redacted), so a request may be logged with `{:?}`.
 #[allow(missing_docs)]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum ManagerRequest {
     /// Authenticate the connection. Must be the first request.
     Login {
@@ -217,6 +218,88 @@ impl std::fmt::Display for ManagerRequest {
     /// The operation's name, never its arguments (passwords and keys).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl std::fmt::Debug for ManagerRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const REDACTED: &str = "<redacted>";
+        use ManagerRequest as R;
+        match self {
+            R::Login { version, user, password: _ } => f
+                .debug_struct("Login")
+                .field("version", version)
+                .field("user", user)
+                .field("password", &REDACTED)
+                .finish(),
+            R::Walk { path, follow, open } => {
+                f.debug_struct("Walk").field("path", path).field("follow", follow).field("open", open).finish()
+            }
+            R::Lookup { parent, name, open } => {
+                f.debug_struct("Lookup").field("parent", parent).field("name", name).field("open", open).finish()
+            }
+            R::GetAttr { ino, open } => f.debug_struct("GetAttr").field("ino", ino).field("open", open).finish(),
+            R::ReadDir { dir, after, limit } => {
+                f.debug_struct("ReadDir").field("dir", dir).field("after", after).field("limit", limit).finish()
+            }
+            R::Mkdir { parent, name, mode } => {
+                f.debug_struct("Mkdir").field("parent", parent).field("name", name).field("mode", mode).finish()
+            }
+            R::Create { parent, name, mode, exclusive, truncate } => f
+                .debug_struct("Create")
+                .field("parent", parent)
+                .field("name", name)
+                .field("mode", mode)
+                .field("exclusive", exclusive)
+                .field("truncate", truncate)
+                .finish(),
+            R::Symlink { parent, name, target } => {
+                f.debug_struct("Symlink").field("parent", parent).field("name", name).field("target", target).finish()
+            }
+            R::Link { ino, new_parent, new_name } => f
+                .debug_struct("Link")
+                .field("ino", ino)
+                .field("new_parent", new_parent)
+                .field("new_name", new_name)
+                .finish(),
+            R::Unlink { parent, name } => f.debug_struct("Unlink").field("parent", parent).field("name", name).finish(),
+            R::Rmdir { parent, name } => f.debug_struct("Rmdir").field("parent", parent).field("name", name).finish(),
+            R::Rename { parent, name, new_parent, new_name } => f
+                .debug_struct("Rename")
+                .field("parent", parent)
+                .field("name", name)
+                .field("new_parent", new_parent)
+                .field("new_name", new_name)
+                .finish(),
+            R::SetAttr { ino, mask, mode, uid, gid, size, atime_ns, mtime_ns } => f
+                .debug_struct("SetAttr")
+                .field("ino", ino)
+                .field("mask", mask)
+                .field("mode", mode)
+                .field("uid", uid)
+                .field("gid", gid)
+                .field("size", size)
+                .field("atime_ns", atime_ns)
+                .field("mtime_ns", mtime_ns)
+                .finish(),
+            R::Close { ino } => f.debug_struct("Close").field("ino", ino).finish(),
+            R::StatFs => f.write_str("StatFs"),
+            R::AddUser { name, password: _, uid, gid, admin } => f
+                .debug_struct("AddUser")
+                .field("name", name)
+                .field("password", &REDACTED)
+                .field("uid", uid)
+                .field("gid", gid)
+                .field("admin", admin)
+                .finish(),
+            R::ListUsers => f.write_str("ListUsers"),
+            R::SetPassword { name, password: _ } => {
+                f.debug_struct("SetPassword").field("name", name).field("password", &REDACTED).finish()
+            }
+            R::AddDrive { addr, master_key: _ } => {
+                f.debug_struct("AddDrive").field("addr", addr).field("master_key", &REDACTED).finish()
+            }
+        }
     }
 }
 
@@ -370,7 +453,53 @@ impl ManagerRequest {
         }
     }
 
+    /// Checks every string against the limit [`decode`](Self::decode)
+    /// enforces, so a sender can refuse what the manager would (and what
+    /// [`encode`](Self::encode) cannot length-prefix) before sending it.
+    pub fn check_limits(&self) -> Result<(), DecodeError> {
+        use ManagerRequest as R;
+        let within = |field: &'static str, s: &str, max: usize| {
+            if s.len() > max {
+                Err(DecodeError::OverLimit { field, len: s.len() as u64, max: max as u64 })
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            R::Login { user, password, .. } | R::AddUser { name: user, password, .. } => {
+                within("user", user, USER_NAME_MAX)?;
+                within("password", password, PASSWORD_MAX)
+            }
+            R::SetPassword { name, password } => {
+                within("user", name, USER_NAME_MAX)?;
+                within("password", password, PASSWORD_MAX)
+            }
+            R::Walk { path, .. } => within("path", path, PATH_MAX),
+            R::ReadDir { after: name, .. }
+            | R::Lookup { name, .. }
+            | R::Mkdir { name, .. }
+            | R::Create { name, .. }
+            | R::Unlink { name, .. }
+            | R::Rmdir { name, .. }
+            | R::Link { new_name: name, .. } => within("name", name, FILE_NAME_MAX),
+            R::Symlink { name, target, .. } => {
+                within("name", name, FILE_NAME_MAX)?;
+                within("target", target, SYMLINK_TARGET_MAX)
+            }
+            R::Rename { name, new_name, .. } => {
+                within("name", name, FILE_NAME_MAX)?;
+                within("name", new_name, FILE_NAME_MAX)
+            }
+            R::AddDrive { addr, .. } => within("drive address", addr, DRIVE_ADDR_MAX),
+            R::GetAttr { .. } | R::SetAttr { .. } | R::Close { .. } | R::StatFs | R::ListUsers => Ok(()),
+        }
+    }
+
     /// The message body: opcode, request id, arguments.
+    ///
+    /// # Panics
+    /// If a string is longer than `u16::MAX` bytes; call
+    /// [`check_limits`](Self::check_limits) first on untrusted input.
     pub fn encode(&self, request_id: u64) -> Vec<u8> {
         let mut w = Writer::with_capacity(64);
         w.u16(self.opcode()).u64(request_id);
@@ -544,6 +673,14 @@ impl Access {
 }
 
 impl Entry {
+    /// Bytes of the canonical encoding (how much of a reply it takes).
+    pub fn encoded_len(&self) -> usize {
+        let access = self.access.as_ref().map_or(0, |a| {
+            ObjectRef::LEN + 2 + a.drive_addr.len() + a.drive_id.len() + 4 + 4 + 1 + 1 + 2 + a.token.len() + a.key.len()
+        });
+        FileAttr::LEN + 2 + self.target.len() + 1 + access
+    }
+
     fn encode(&self, w: &mut Writer) {
         self.attr.encode(w);
         w.str(&self.target);
@@ -577,6 +714,11 @@ mod reply_kind {
 }
 
 impl ManagerReply {
+    /// Bytes of a `Dir` reply besides its entries (status, request id,
+    /// kind, count, `more`); each entry adds `2 + name.len() +`
+    /// [`Entry::encoded_len`].
+    pub const DIR_OVERHEAD: usize = 2 + 8 + 1 + 2 + 1;
+
     /// The body of a successful reply: status OK, request id, kind, result.
     pub fn encode(&self, request_id: u64) -> Vec<u8> {
         use reply_kind::*;

@@ -210,6 +210,20 @@ proptest! {
     }
 
     #[test]
+    fn requests_that_decode_pass_check_limits(req in arb_request()) {
+        prop_assert_eq!(req.check_limits(), Ok(()));
+    }
+
+    #[test]
+    fn entry_encoded_len_is_exact(entry in arb_entry()) {
+        let bare = ManagerReply::Dir { entries: Vec::new(), more: false }.encode(1);
+        prop_assert_eq!(bare.len(), ManagerReply::DIR_OVERHEAD);
+        let name = "n".repeat(7);
+        let one = ManagerReply::Dir { entries: vec![(name.clone(), entry.clone())], more: false }.encode(1);
+        prop_assert_eq!(one.len(), ManagerReply::DIR_OVERHEAD + 2 + name.len() + entry.encoded_len());
+    }
+
+    #[test]
     fn truncations_never_decode(req in arb_request(), cut in any::<prop::sample::Index>()) {
         let body = req.encode(1);
         let at = cut.index(body.len());
@@ -255,5 +269,43 @@ fn request_display_never_shows_secrets() {
     assert_eq!(req.to_string(), "login");
     let add = ManagerRequest::AddDrive { addr: "a".into(), master_key: [7; 32] };
     assert_eq!(add.to_string(), "add-drive");
-    assert!(!format!("{:?}", access()).contains("4b4b"), "Access debug redacts the key");
+    assert!(!format!("{:?}", access()).contains("75, 75"), "Access debug redacts the key");
+}
+
+#[test]
+fn request_debug_never_shows_secrets() {
+    let secret = "hunter22-secret";
+    let requests = [
+        ManagerRequest::Login { version: 1, user: "u".into(), password: secret.into() },
+        ManagerRequest::AddUser { name: "u".into(), password: secret.into(), uid: 1, gid: 1, admin: false },
+        ManagerRequest::SetPassword { name: "u".into(), password: secret.into() },
+    ];
+    for req in requests {
+        let debug = format!("{req:?}");
+        assert!(!debug.contains(secret) && debug.contains("<redacted>"), "{debug}");
+    }
+    let debug = format!("{:?}", ManagerRequest::AddDrive { addr: "a:1".into(), master_key: [7; 32] });
+    assert!(!debug.contains("7, 7") && debug.contains("a:1"), "{debug}");
+    let debug = format!("{:?}", ManagerRequest::Walk { path: "/a".into(), follow: true, open: OpenMode::Read });
+    assert_eq!(debug, r#"Walk { path: "/a", follow: true, open: Read }"#);
+}
+
+#[test]
+fn check_limits_refuses_what_decode_would_and_encode_cannot() {
+    let long = "x".repeat(70_000);
+    let over = |req: ManagerRequest, field: &str| match req.check_limits() {
+        Err(DecodeError::OverLimit { field: f, .. }) => assert_eq!(f, field, "{req:?}"),
+        other => panic!("{req:?}: {other:?}"),
+    };
+    over(ManagerRequest::Walk { path: long.clone(), follow: true, open: OpenMode::None }, "path");
+    over(ManagerRequest::Walk { path: "/".repeat(PATH_MAX + 1), follow: true, open: OpenMode::None }, "path");
+    over(ManagerRequest::Unlink { parent: 1, name: "n".repeat(FILE_NAME_MAX + 1) }, "name");
+    over(ManagerRequest::Symlink { parent: 1, name: "l".into(), target: long.clone() }, "target");
+    over(ManagerRequest::Rename { parent: 1, name: "a".into(), new_parent: 1, new_name: long.clone() }, "name");
+    over(ManagerRequest::Login { version: 1, user: "u".into(), password: long.clone() }, "password");
+    over(ManagerRequest::SetPassword { name: long.clone(), password: "p".into() }, "user");
+    over(ManagerRequest::AddDrive { addr: long, master_key: [0; 32] }, "drive address");
+    let at_limit = ManagerRequest::Walk { path: "/".repeat(PATH_MAX), follow: false, open: OpenMode::None };
+    assert_eq!(at_limit.check_limits(), Ok(()));
+    assert!(ManagerRequest::decode(&at_limit.encode(1)).is_ok());
 }

@@ -97,7 +97,7 @@ pub struct TestDrive {
 }
 
 impl TestDrive {
-    async fn start(dir: PathBuf) -> TestDrive {
+    pub async fn start(dir: PathBuf) -> TestDrive {
         let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
         let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
         let master = Key::random();
@@ -112,7 +112,7 @@ impl TestDrive {
         TestDrive { addr, master, stop, server }
     }
 
-    async fn stop(self) {
+    pub async fn stop(self) {
         let _ = self.stop.send(());
         to(self.server).await.expect("drive task").expect("drive stopped cleanly");
     }
