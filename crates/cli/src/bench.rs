@@ -69,7 +69,9 @@ pub enum BenchCommand {
     },
     /// Read throughput on a secured drive at NO_PROTECTION, INTEGRITY_DATA
     /// with a per-byte MAC, and INTEGRITY_DATA with Hash-and-MAC, in one run;
-    /// then Hash-and-MAC over unaligned sizes (the saw-tooth).
+    /// then Hash-and-MAC over unaligned sizes (the saw-tooth). The drive runs
+    /// on a runtime of its own and the client on a thread of its own, as two
+    /// processes would.
     Integrity {
         /// Bytes read per option.
         #[arg(long, default_value = "1GiB")]
@@ -83,6 +85,20 @@ pub enum BenchCommand {
         /// Also measure unaligned read sizes (the saw-tooth).
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         saw_tooth: bool,
+        /// Give client and drive a core each: the client's thread on CPU 0,
+        /// every drive thread on CPU 1 (for all options alike).
+        #[arg(long)]
+        pin: bool,
+        /// The drive checks stored digests on reads (its default). Under
+        /// Hash-and-MAC it checks only blocks it sends in part: the client
+        /// checks the stored digests of whole blocks end to end.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        verify_reads: bool,
+        /// Run the drive on this command's runtime and the client on its main
+        /// thread, as this bench first did (for comparison): the client's
+        /// socket events are then polled by the drive's busy threads.
+        #[arg(long, conflicts_with = "pin")]
+        shared_runtime: bool,
     },
     /// Latency of small reads on a secured drive under each protection
     /// option, measured in one run with one client and one capability.
@@ -106,11 +122,12 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             transfer(&drive, &drive_key_file, size, partition).await
         }
-        BenchCommand::Integrity { total, request, chunk, saw_tooth } => {
+        BenchCommand::Integrity { total, request, chunk, saw_tooth, pin, verify_reads, shared_runtime } => {
             let total = parse_size(&total).map_err(anyhow::Error::msg)?;
             let request = parse_size(&request).map_err(anyhow::Error::msg)?;
             let chunk = u32::try_from(parse_size(&chunk).map_err(anyhow::Error::msg)?).context("--chunk too large")?;
-            integrity(total, request, chunk, saw_tooth).await
+            let setup = IntegritySetup { total, request, chunk, saw_tooth, pin, verify_reads, shared_runtime };
+            integrity(setup).await
         }
         BenchCommand::Security { reads, size } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
@@ -255,6 +272,20 @@ struct LocalDrive {
     addr: std::net::SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// The drive's own runtime, when it has one ([`LocalDrive::start_apart`]).
+    _runtime: Option<OwnRuntime>,
+}
+
+/// A runtime owned by a bench drive, shut down without waiting when dropped
+/// (dropping a runtime inside another one's task would panic).
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl LocalDrive {
@@ -265,7 +296,40 @@ impl LocalDrive {
         let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
             let _ = stopped.await;
         }));
-        Ok(LocalDrive { addr, stop, server })
+        Ok(LocalDrive { addr, stop, server, _runtime: None })
+    }
+
+    /// Like [`LocalDrive::start`], but on a multi-threaded runtime of its own
+    /// (worker and blocking threads apart from the caller's), as a drive
+    /// process has; with `cpu`, every thread of it runs on that CPU only.
+    fn start_apart(
+        store: Arc<Store>,
+        config: nasd_drive::DriveConfig,
+        cpu: Option<usize>,
+    ) -> anyhow::Result<LocalDrive> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("nasd-bench-drive")
+            .on_thread_start(move || {
+                if let Some(cpu) = cpu {
+                    if let Err(e) = pin_to_cpu(cpu) {
+                        tracing::warn!(cpu, error = %e, "cannot pin a drive thread");
+                    }
+                }
+            })
+            .enable_all()
+            .build()?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = runtime.spawn(async move {
+            let listener = TcpListener::from_std(listener)?;
+            nasd_drive::serve(listener, store, config, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Ok(LocalDrive { addr, stop, server, _runtime: Some(OwnRuntime(Some(runtime))) })
     }
 
     /// Stops serving, waits for the final commit.
@@ -359,14 +423,27 @@ struct SecuredDrive {
     drive: LocalDrive,
 }
 
-async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<SecuredDrive> {
+/// Where a bench drive runs: on the caller's runtime, or on one of its own
+/// (see [`LocalDrive::start_apart`]).
+#[derive(Clone, Copy)]
+enum DriveRuntime {
+    Shared,
+    Apart { cpu: Option<usize> },
+}
+
+async fn secured_drive(
+    object_len: u64,
+    chunk_len: u32,
+    runtime: DriveRuntime,
+    verify_reads: bool,
+) -> anyhow::Result<SecuredDrive> {
     use nasd_client::{Auth, Credential};
     use nasd_crypto::{mint_capability, Key, MacAlgorithm};
     use nasd_proto::{rights, CapabilityArgs, Protection};
     let tmp = tempfile::tempdir()?;
     let store = Arc::new(Store::open(
         tmp.path(),
-        &StoreOptions { capacity_bytes: object_len + (1 << 30), ..Default::default() },
+        &StoreOptions { capacity_bytes: object_len + (1 << 30), verify_reads, ..Default::default() },
     )?);
     let master = Key::random();
     let config = nasd_drive::DriveConfig {
@@ -374,7 +451,10 @@ async fn secured_drive(object_len: u64, chunk_len: u32) -> anyhow::Result<Secure
         chunk_len,
         ..Default::default()
     };
-    let drive = LocalDrive::start(store, config).await?;
+    let drive = match runtime {
+        DriveRuntime::Shared => LocalDrive::start(store, config).await?,
+        DriveRuntime::Apart { cpu } => LocalDrive::start_apart(store, config, cpu)?,
+    };
     let mut c = DriveClient::connect(drive.addr).await?;
     let (drive_key, part_key, working) = (Key::random(), Key::random(), Key::random());
     c.set_drive_key(&master, &drive_key).await?;
@@ -480,19 +560,68 @@ async fn interleaved_rates(
     Ok(spent.iter().map(|t| mib_s(per_round * ROUNDS, *t)).collect())
 }
 
-async fn integrity(total: u64, request: u64, chunk: u32, saw_tooth: bool) -> anyhow::Result<()> {
+/// What `nasd bench integrity` measures, and how.
+#[derive(Clone, Copy)]
+struct IntegritySetup {
+    total: u64,
+    request: u64,
+    chunk: u32,
+    saw_tooth: bool,
+    pin: bool,
+    verify_reads: bool,
+    shared_runtime: bool,
+}
+
+/// Pins the calling thread to one CPU.
+fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data, zeroed is its empty set, and CPU_SET
+    // and sched_setaffinity get a valid pointer and its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Runs the integrity bench as one client process and one drive process
+/// would: the drive on a runtime of its own ([`LocalDrive::start_apart`]),
+/// the client on a thread of its own with a single-threaded runtime, so that
+/// neither one's socket events wait on a thread the other keeps busy. With
+/// `pin`, the client's thread runs on CPU 0 and every drive thread on CPU 1.
+async fn integrity(setup: IntegritySetup) -> anyhow::Result<()> {
+    if setup.shared_runtime {
+        return integrity_client(setup).await;
+    }
+    if setup.pin {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        anyhow::ensure!(cpus >= 2, "--pin needs two CPUs; this machine offers {cpus}");
+    }
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("nasd-bench-client".into()).spawn(move || {
+        let run = || -> anyhow::Result<()> {
+            if setup.pin {
+                pin_to_cpu(0).context("cannot pin the client thread to CPU 0")?;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(integrity_client(setup))
+        };
+        let _ = done.send(run());
+    })?;
+    result.await.context("the bench client thread died")?
+}
+
+async fn integrity_client(setup: IntegritySetup) -> anyhow::Result<()> {
     use nasd_proto::Protection;
+    let IntegritySetup { total, request, chunk, saw_tooth, pin, verify_reads, shared_runtime } = setup;
     let object_len = 256 << 20;
-    let mut d = secured_drive(object_len, chunk).await?;
+    let placement = if shared_runtime { DriveRuntime::Shared } else { DriveRuntime::Apart { cpu: pin.then_some(1) } };
+    let mut d = secured_drive(object_len, chunk, placement, verify_reads).await?;
     let data = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
     let hash_and_mac = data.union(Protection::HASH_AND_MAC);
     let names = ["NO_PROTECTION", "INTEGRITY_DATA, per-byte MAC", "INTEGRITY_DATA, Hash-and-MAC"];
-    if let Ok(only) = std::env::var("NASD_ONLY_TMP") {
-        let p = [Protection::NONE, data, hash_and_mac][only.parse::<usize>().unwrap()];
-        let r = interleaved_rates(&mut d, object_len, request, total, &[p]).await?;
-        println!("only {only}: {:.0}", r[0]);
-        return d.stop().await;
-    }
     let rates = interleaved_rates(&mut d, object_len, request, total, &[Protection::NONE, data, hash_and_mac]).await?;
     println!("| protection | read size | MiB/s | ratio to NO_PROTECTION |");
     println!("|---|---|---|---|");
@@ -517,7 +646,7 @@ async fn integrity(total: u64, request: u64, chunk: u32, saw_tooth: bool) -> any
 /// file manager would, then the same reads at each option.
 async fn security_latency(reads: u32, size: u64) -> anyhow::Result<()> {
     use nasd_proto::Protection;
-    let mut d = secured_drive(size, nasd_proto::limits::CHUNK_LEN_DEFAULT).await?;
+    let mut d = secured_drive(size, nasd_proto::limits::CHUNK_LEN_DEFAULT, DriveRuntime::Shared, true).await?;
     let options = [
         ("NO_PROTECTION", Protection::NONE),
         ("INTEGRITY_ARGS", Protection::INTEGRITY_ARGS),

@@ -8,6 +8,7 @@ use nasd_proto::{
 };
 
 /// The keys a frame is protected with, all derived from the request key.
+#[derive(Clone)]
 pub struct FrameKeys {
     alg: MacAlgorithm,
     raw: Key,
@@ -331,6 +332,12 @@ impl UnitMac {
     /// Receiver: absorbs `chunk` and checks its tag in constant time.
     pub fn open_chunk(&mut self, chunk: &[u8], tag: &[u8]) -> Result<(), TagMismatch> {
         self.absorb(chunk);
+        self.check_tag(tag)
+    }
+
+    /// Receiver: checks `tag` against the bytes absorbed so far, in constant
+    /// time (for a receiver that absorbs a chunk piece by piece as it arrives).
+    pub fn check_tag(&self, tag: &[u8]) -> Result<(), TagMismatch> {
         if ct_eq(&self.tag(), tag) {
             Ok(())
         } else {

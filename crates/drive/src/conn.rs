@@ -3,7 +3,7 @@
 use crate::security::{audit_target, Authority, Grant};
 use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
 use nasd_crypto::{FrameKeys, UnitMac};
-use nasd_proto::limits::{CHUNK_LEN_MAX, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
+use nasd_proto::limits::{CHUNK_LEN_MAX, DATA_TAG_LEN, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
 use nasd_proto::{
     encode_error_message, validate_regions, AuditRecord, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType,
     Kind, Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
@@ -474,10 +474,31 @@ impl DataSource for ChannelSource {
     }
 }
 
+/// An empty read chunk with room for the chunk and its tag, so that both go
+/// out in one write.
+fn chunk_buffer(chunk_len: usize) -> Vec<u8> {
+    Vec::with_capacity(chunk_len + DATA_TAG_LEN)
+}
+
 enum ReadMsg {
-    Start(Vec<u64>),
+    /// The per-region lengths, the protected reply prefix, and the per-byte
+    /// data protector (when the sink does not compute Hash-and-MAC tags).
+    Start(Vec<u64>, Vec<u8>, Option<nasd_crypto::DataProtector>),
     /// A chunk, with its Hash-and-MAC tag when the sink computes tags.
     Chunk(Vec<u8>, Option<nasd_crypto::MacValue>),
+}
+
+/// What the reader needs to build a read's reply prefix as soon as the
+/// lengths are known, without a round trip to the connection task.
+struct ReplyPlan {
+    /// The reply header; data and chunk lengths are filled in at start.
+    header: FrameHeader,
+    keys: Option<FrameKeys>,
+    key_type: KeyType,
+    protection: Protection,
+    request_digest: [u8; DIGEST_LEN],
+    regions: Vec<Region>,
+    block_size: u32,
 }
 
 /// Collects a store read into frame-sized chunks and sends them on. Under
@@ -487,8 +508,7 @@ struct ChannelSink {
     tx: mpsc::Sender<ReadMsg>,
     buf: Vec<u8>,
     chunk_len: usize,
-    /// Delivers the seeded Hash-and-MAC state once the reply digest is known.
-    unit_mac_rx: Option<std::sync::mpsc::Receiver<UnitMac>>,
+    plan: ReplyPlan,
     unit_mac: Option<UnitMac>,
 }
 
@@ -500,7 +520,7 @@ impl ChannelSink {
     }
     fn flush_chunk(&mut self) -> std::io::Result<()> {
         let tag = self.unit_mac.as_ref().map(UnitMac::tag);
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk_len));
+        let full = std::mem::replace(&mut self.buf, chunk_buffer(self.chunk_len));
         self.send(ReadMsg::Chunk(full, tag))
     }
     fn finish(&mut self) -> std::io::Result<()> {
@@ -513,12 +533,28 @@ impl ChannelSink {
 
 impl DataSink for ChannelSink {
     fn start(&mut self, lengths: &[u64]) -> std::io::Result<()> {
-        self.send(ReadMsg::Start(lengths.to_vec()))?;
-        if let Some(rx) = self.unit_mac_rx.take() {
-            let um = rx.recv().map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "reply abandoned"))?;
-            self.unit_mac = Some(um);
+        let plan = &mut self.plan;
+        let total: u64 = lengths.iter().sum();
+        plan.header.data_len = total;
+        plan.header.chunk_len = if total > 0 { self.chunk_len as u32 } else { 0 };
+        let guard = ReplyGuard {
+            keys: plan.keys.as_ref(),
+            key_type: plan.key_type,
+            protection: plan.protection,
+            request_digest: plan.request_digest,
+        };
+        let (prefix, digest) =
+            protected_prefix(&plan.header, &guard, Reply::Read { lengths: lengths.to_vec() }.encode());
+        let mut protector = None;
+        if let Some(keys) = &plan.keys {
+            if plan.protection.covers(Protection::HASH_AND_MAC) {
+                let units = nasd_crypto::Units::of_read(&plan.regions, lengths, plan.block_size);
+                self.unit_mac = Some(keys.unit_mac(&digest, units));
+            } else {
+                protector = Some(keys.data(Kind::Reply, &plan.header.nonce, plan.protection, &digest));
+            }
         }
-        Ok(())
+        self.send(ReadMsg::Start(lengths.to_vec(), prefix, protector))
     }
     fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.unit(bytes, None)
@@ -641,44 +677,33 @@ async fn execute_read(
     let chunk_len = ctx.config.chunk_len as usize;
     let hash_and_mac = guard.keys.is_some() && guard.protection.covers(Protection::HASH_AND_MAC);
     let (tx, mut rx) = mpsc::channel::<ReadMsg>(TRANSFER_CHUNKS_MAX);
-    let (um_tx, um_rx) = std::sync::mpsc::channel::<UnitMac>();
     let s = store.clone();
-    let read_regions = regions.clone();
+    let plan = ReplyPlan {
+        header: reply_header(store, header, guard, Status::Ok),
+        keys: guard.keys.cloned(),
+        key_type: guard.key_type,
+        protection: guard.protection,
+        request_digest: guard.request_digest,
+        regions: regions.clone(),
+        block_size: store.block_size(),
+    };
     // Under Hash-and-MAC the client checks every block's digest itself.
     let verify = s.verifies_reads() && !hash_and_mac;
     let task = tokio::task::spawn_blocking(move || {
-        let unit_mac_rx = hash_and_mac.then_some(um_rx);
-        let mut sink = ChannelSink { tx, buf: Vec::with_capacity(chunk_len), chunk_len, unit_mac_rx, unit_mac: None };
-        s.read_with(partition, object, &read_regions, &mut sink, verify)?;
+        let mut sink = ChannelSink { tx, buf: chunk_buffer(chunk_len), chunk_len, plan, unit_mac: None };
+        s.read_with(partition, object, &regions, &mut sink, verify)?;
         sink.finish().map_err(StoreError::Sink)
     });
     let failed = |task: tokio::task::JoinHandle<Result<(), StoreError>>| async move {
         task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("read task failed: {e}"))))
     };
-    let Some(ReadMsg::Start(lengths)) = rx.recv().await else {
+    let Some(ReadMsg::Start(lengths, prefix, mut protector)) = rx.recv().await else {
         drop(rx);
-        drop(um_tx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read produced no lengths".into()));
         send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
         return Ok((e.status(), Next::Continue));
     };
     let total: u64 = lengths.iter().sum();
-    let mut reply = reply_header(store, header, guard, Status::Ok);
-    reply.data_len = total;
-    reply.chunk_len = if total > 0 { chunk_len as u32 } else { 0 };
-    let units = hash_and_mac.then(|| nasd_crypto::Units::of_read(&regions, &lengths, store.block_size()));
-    let (prefix, digest) = protected_prefix(&reply, guard, Reply::Read { lengths }.encode());
-    let mut protector = None;
-    if let Some(keys) = guard.keys {
-        if let Some(units) = units {
-            // The reader blocks until it has the seeded MAC; a send error
-            // means it already failed, which the task result reports.
-            let _ = um_tx.send(keys.unit_mac(&digest, units));
-        } else {
-            protector = Some(keys.data(Kind::Reply, &reply.nonce, guard.protection, &digest));
-        }
-    }
-    drop(um_tx);
     // Hold the reply header until the first chunk is read and verified, so a
     // failure in the first chunk still gets its own status.
     let first = if total > 0 { rx.recv().await } else { None };
@@ -692,14 +717,18 @@ async fn execute_read(
     let mut sent = 0u64;
     let mut next = first;
     while let Some(ReadMsg::Chunk(mut bytes, unit_tag)) = next {
-        let tag = match (&mut protector, unit_tag) {
-            (_, Some(t)) => t.to_vec(),
-            (Some(p), None) => p.seal_chunk(&mut bytes),
-            (None, None) => Vec::new(),
-        };
+        let n = bytes.len();
+        // The tag goes out in the same write as its chunk.
+        match (&mut protector, unit_tag) {
+            (_, Some(t)) => bytes.extend_from_slice(&t),
+            (Some(p), None) => {
+                let tag = p.seal_chunk(&mut bytes);
+                bytes.extend_from_slice(&tag);
+            }
+            (None, None) => {}
+        }
         wr.write_all(&bytes).await?;
-        wr.write_all(&tag).await?;
-        sent += bytes.len() as u64;
+        sent += n as u64;
         next = if sent < total { rx.recv().await } else { None };
     }
     wr.flush().await?;

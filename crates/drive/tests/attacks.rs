@@ -1378,6 +1378,20 @@ fn tampered_replies_are_detected_by_the_client() {
             Ok(to(c.read(P1, victim, &[rg(0, VICTIM_LEN as u64)])).await?.1)
         })
     };
+    // The same read streamed to a buffer: (result, what reached the buffer).
+    let read_to_via = |cred: &Cred, protection: u8, t: Option<Tamper>| -> (Result<(), ClientError>, Vec<u8>) {
+        proxy.set(t);
+        let (addr, cred) = (proxy.addr, cred.client());
+        d.rt.block_on(async move {
+            let mut out = Vec::new();
+            let r = async {
+                let mut c = client_as(addr, cred, protection).await?;
+                to(c.read_to(P1, victim, &[rg(0, VICTIM_LEN as u64)], &mut out)).await.map(drop)
+            }
+            .await;
+            (r, out)
+        })
+    };
 
     // Baseline through the proxy, then every byte of a getattr reply flipped.
     proxy.clear();
@@ -1425,7 +1439,11 @@ fn tampered_replies_are_detected_by_the_client() {
     d.cases.borrow_mut().push("success reply rewritten to an authenticated-looking refusal (BadReply)".into());
 
     // Read replies: data, tags and results.
-    for (label, protection) in [("INTEGRITY_DATA", IA | ID), ("PRIVACY_ARGS+PRIVACY_DATA", IA | ID | PA | PD)] {
+    for (label, protection) in [
+        ("INTEGRITY_DATA", IA | ID),
+        ("INTEGRITY_DATA+HASH_AND_MAC", IA | ID | HM),
+        ("PRIVACY_ARGS+PRIVACY_DATA", IA | ID | PA | PD),
+    ] {
         let c = d.cap(rights::READ, |a| a.min_protection = prot(protection));
         proxy.clear();
         assert!(read_via(&c, protection, None).expect("untampered read") == d.victim_content());
@@ -1441,11 +1459,24 @@ fn tampered_replies_are_detected_by_the_client() {
             ("last data byte", len - tag - 1),
             ("last tag byte", len - 1),
         ] {
-            match read_via(&c, protection, Some(Tamper::Xor { frame: 1, offset, mask: 0x04 })) {
+            let flip = Tamper::Xor { frame: 1, offset, mask: 0x04 };
+            match read_via(&c, protection, Some(flip)) {
                 Err(ClientError::BadReply(_)) => {}
                 other => panic!("{label} read reply, {what} flipped: {:?}", other.map(|v| v.len())),
             }
-            d.cases.borrow_mut().push(format!("{label} read reply: {what} flipped (BadReply)"));
+            // Streamed, the reader gets exactly the chunks before the flipped
+            // one, unaltered: nothing unverified is handed over.
+            let (r, got) = read_to_via(&c, protection, Some(flip));
+            assert!(matches!(r, Err(ClientError::BadReply(_))), "{label} read_to, {what} flipped: {r:?}");
+            let verified = if offset < data_at { 0 } else { (offset - data_at) / (chunk + tag) * chunk };
+            assert!(
+                got == d.victim_content()[..verified],
+                "{label} read_to, {what} flipped: {} bytes handed over",
+                got.len()
+            );
+            d.cases.borrow_mut().push(format!(
+                "{label} read reply: {what} flipped (BadReply; only the {verified} bytes of earlier chunks handed over)"
+            ));
         }
     }
 

@@ -324,9 +324,12 @@ impl Store {
         self.read_with(p, o, regions, sink, self.verify_reads)
     }
 
-    /// [`Store::read`], choosing whether to check stored digests (a reader
-    /// that checks digests itself — Hash-and-MAC — makes the drive's check
-    /// redundant).
+    /// [`Store::read`], choosing whether to check blocks served whole against
+    /// their stored digests (`verify`): a reader that is sent the stored digest
+    /// of each whole block and checks it itself — Hash-and-MAC — makes the
+    /// store's check redundant. A block served only in part is checked
+    /// whenever the store verifies reads, whatever `verify` says: its stored
+    /// digest does not travel, so no one else can check it.
     pub fn read_with(
         &self,
         p: u64,
@@ -358,7 +361,8 @@ impl Store {
         let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
         sink.start(&lengths).map_err(StoreError::Sink)?;
         let mut buf = vec![0u8; bs as usize];
-        let mut loaded: Option<u64> = None;
+        // The block in `buf`, and whether it was checked against its digest.
+        let mut loaded: Option<(u64, bool)> = None;
         for (r, &len) in regions.iter().zip(&lengths) {
             let mut pos = r.offset;
             let end = r.offset + len;
@@ -369,9 +373,18 @@ impl Store {
                 let whole = in_off == 0 && n == bs as usize;
                 match refs.get(&l) {
                     Some(b) => {
-                        if loaded != Some(l) {
-                            self.read_block_with(p, o, l, b, &mut buf, verify)?;
-                            loaded = Some(l);
+                        let check = verify || (!whole && self.verify_reads);
+                        match loaded {
+                            Some((at, checked)) if at == l => {
+                                if check && !checked {
+                                    self.check_block(p, o, l, b, &buf)?;
+                                    loaded = Some((l, true));
+                                }
+                            }
+                            _ => {
+                                self.read_block_with(p, o, l, b, &mut buf, check)?;
+                                loaded = Some((l, check));
+                            }
                         }
                         sink.unit(&buf[in_off..in_off + n], whole.then_some(&b.digest)).map_err(StoreError::Sink)?;
                     }
@@ -398,7 +411,15 @@ impl Store {
         verify: bool,
     ) -> Result<(), StoreError> {
         self.data.read_exact_at(buf, b.phys * self.bs())?;
-        if verify && !ct_eq(&block_digest(buf), &b.digest) {
+        if verify {
+            self.check_block(p, o, l, b, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Checks a block read into `buf` against its stored digest.
+    fn check_block(&self, p: u64, o: u64, l: u64, b: &BlockRef, buf: &[u8]) -> Result<(), StoreError> {
+        if !ct_eq(&block_digest(buf), &b.digest) {
             tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
             return Err(StoreError::DataCorrupted { partition: p, object: o, block: l });
         }
