@@ -251,7 +251,7 @@ pub(crate) async fn raw_tcp(size: u64, request: usize) -> anyhow::Result<(Durati
 
 /// Writes `size` bytes to a plain file in `request`-sized writes and fdatasyncs it:
 /// what the disk under the drive can do.
-fn raw_disk(size: u64, request: usize, dir: Option<&std::path::Path>) -> anyhow::Result<Duration> {
+pub(crate) fn raw_disk(size: u64, request: usize, dir: Option<&std::path::Path>) -> anyhow::Result<Duration> {
     use std::io::Write;
     let tmp = tempfile::NamedTempFile::new_in(dir.map(|d| d.to_path_buf()).unwrap_or_else(std::env::temp_dir))?;
     let mut f = tmp.as_file();
