@@ -163,6 +163,12 @@ impl DriveHandle {
         self.recovered.store(true, Ordering::SeqCst);
     }
 
+    /// Asks for recovery (orphan collection) on the next maintenance pass:
+    /// something may have left unrecorded objects on the drive.
+    pub fn set_unrecovered(&self) {
+        self.recovered.store(false, Ordering::SeqCst);
+    }
+
     async fn connect(&self) -> Result<DriveClient, ClientError> {
         let mut c = timed(DriveClient::connect(self.addr.as_str())).await?;
         if c.drive_id() != self.drive_id {

@@ -176,11 +176,16 @@ impl Manager {
         if have > target / 2 {
             return Ok(0);
         }
-        let ids = d.create_objects(target - have).await.map_err(|e| drive_failure(drive, e))?;
+        let ids = d.create_objects(target - have).await.map_err(|e| {
+            // Objects created before the failure are on the drive but nowhere
+            // in the metadata: collect them on a later pass.
+            d.set_unrecovered();
+            drive_failure(drive, e)
+        })?;
         let objects: Vec<ObjectRef> =
             ids.iter().map(|&object| ObjectRef { drive, partition: d.partition, object }).collect();
         let n = objects.len();
-        self.meta(move |ns| ns.pool_add(&objects)).await?;
+        self.meta(move |ns| ns.pool_add(&objects)).await.inspect_err(|_| d.set_unrecovered())?;
         Ok(n)
     }
 
