@@ -21,6 +21,16 @@
 //!    partition in full, so every stored block is checked against its stored
 //!    digest, and compares the contents with the model again.
 //!
+//! The drive enforces security (its master key file in the data directory;
+//! the test sets a drive key once). The workload's requests carry
+//! `INTEGRITY_ARGS | INTEGRITY_DATA` (every write's data under incremental
+//! MACs), and after each restart every object is read in full twice, under
+//! the per-byte MAC and under Hash-and-MAC (whose tags are built from the
+//! digests the drive stored before the kill), plus once from an unaligned
+//! offset under Hash-and-MAC: any stale digest would show as a MAC failure
+//! there, and any MAC failure fails the test ("zero stale digests, zero
+//! false MAC failures").
+//!
 //! The model only has to be a lower bound: the content when a flush was sent
 //! is all the flush guarantees, and every operation is atomic with respect to
 //! commits, so what a crash leaves is one of the states in between.
@@ -29,9 +39,10 @@
 //! at the start and on failure; `NASD_CRASH_SEED=N` replays it (thread timing
 //! still varies from run to run).
 
-use nasd_client::DriveClient;
+use nasd_client::{Auth, Credential, DriveClient};
+use nasd_crypto::Key;
 use nasd_proto::well_known::{FIRST_USER_OBJECT, PARTITION_CONTENTS};
-use nasd_proto::{AttrMask, Attributes, Region};
+use nasd_proto::{AttrMask, Attributes, Protection, Region};
 use nasd_store::{Store, StoreOptions, VecSink};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -66,6 +77,28 @@ const WRITE_BYTES_MAX: u64 = 300 << 10;
 const OPS_BEFORE_FLUSH: usize = 8;
 /// Kill delay range after the workload starts, milliseconds.
 const KILL_AFTER_MS: std::ops::RangeInclusive<u64> = 500..=2500;
+/// How the workload's requests are protected: every write's data carries
+/// incremental MACs the drive checks before it stores a chunk.
+const WORKLOAD_PROTECTION: Protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+/// Each object is read back under each of these after a restart.
+const CHECK_PROTECTIONS: [Protection; 2] = [WORKLOAD_PROTECTION, WORKLOAD_PROTECTION.union(Protection::HASH_AND_MAC)];
+
+/// A client of the test's drive, authorized by its drive key.
+async fn connect(addr: SocketAddr, drive_key: &Key, protection: Protection) -> Result<DriveClient, String> {
+    let mut c = DriveClient::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    c.set_auth(Auth::new(Credential::Drive(drive_key.clone()), protection));
+    Ok(c)
+}
+
+/// Sets a fresh drive key on a new drive (authorized by the master key file
+/// the drive created in its data directory).
+async fn set_up_keys(addr: SocketAddr, data: &Path) -> Result<Key, String> {
+    let master = nasd_crypto::read_key_file(&data.join("master.key")).map_err(|e| e.to_string())?;
+    let drive_key = Key::random();
+    let mut c = DriveClient::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    c.set_drive_key(&master, &drive_key).await.map_err(|e| format!("set_drive_key: {e}"))?;
+    Ok(drive_key)
+}
 
 #[test]
 fn crash_with_short_commit_interval() {
@@ -293,7 +326,13 @@ fn random_write(rng: &mut StdRng, cur_len: u64) -> (Vec<Region>, Vec<u8>, Op) {
 }
 
 /// Runs operations until the drive dies under it.
-async fn worker(addr: SocketAddr, objects: BTreeMap<u64, ObjModel>, seed: u64, killed: Arc<AtomicBool>) -> WorkerOut {
+async fn worker(
+    addr: SocketAddr,
+    drive_key: Key,
+    objects: BTreeMap<u64, ObjModel>,
+    seed: u64,
+    killed: Arc<AtomicBool>,
+) -> WorkerOut {
     let mut out = WorkerOut {
         objects,
         gone: BTreeSet::new(),
@@ -302,7 +341,7 @@ async fn worker(addr: SocketAddr, objects: BTreeMap<u64, ObjModel>, seed: u64, k
         creation_in_flight: false,
         error: None,
     };
-    let result = worker_loop(addr, &mut out, seed).await;
+    let result = worker_loop(addr, &drive_key, &mut out, seed).await;
     if let Err(e) = result {
         if !killed.load(Ordering::SeqCst) {
             out.error = Some(format!("{} failed before the kill: {e}", out.in_flight.unwrap_or("connect")));
@@ -311,9 +350,9 @@ async fn worker(addr: SocketAddr, objects: BTreeMap<u64, ObjModel>, seed: u64, k
     out
 }
 
-async fn worker_loop(addr: SocketAddr, out: &mut WorkerOut, seed: u64) -> Result<(), String> {
+async fn worker_loop(addr: SocketAddr, drive_key: &Key, out: &mut WorkerOut, seed: u64) -> Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut c = DriveClient::connect(addr).await.map_err(|e| e.to_string())?;
+    let mut c = connect(addr, drive_key, WORKLOAD_PROTECTION).await?;
     // Live objects with operations since the last acknowledged flush of them.
     let mut touched: BTreeSet<u64> = BTreeSet::new();
     loop {
@@ -433,7 +472,7 @@ impl Drive {
                 .arg("--data")
                 .arg(data)
                 .args(["--listen", &addr.to_string()])
-                .args(["--capacity", CAPACITY, "--block-size", BLOCK_SIZE, "--no-security"])
+                .args(["--capacity", CAPACITY, "--block-size", BLOCK_SIZE])
                 .args(["--commit-interval-ms", &commit_interval_ms.to_string()])
                 .env("NASD_LOG", "warn")
                 .env_remove("NASD_CONFIG")
@@ -552,15 +591,44 @@ async fn list_objects(c: &mut DriveClient) -> Result<BTreeSet<u64>, String> {
 
 async fn read_whole(c: &mut DriveClient, id: u64) -> Result<Vec<u8>, String> {
     let size = c.getattr(PARTITION, id).await.map_err(|e| format!("getattr({id}): {e}"))?.logical_size;
-    if size == 0 {
+    read_from(c, id, 0, size).await
+}
+
+/// Reads bytes `offset..size` of object `id`, which must all be there.
+async fn read_from(c: &mut DriveClient, id: u64, offset: u64, size: u64) -> Result<Vec<u8>, String> {
+    if offset >= size {
         return Ok(Vec::new());
     }
-    let (lengths, data) =
-        c.read(PARTITION, id, &[Region { offset: 0, length: size }]).await.map_err(|e| format!("read({id}): {e}"))?;
-    if lengths != [size] || data.len() as u64 != size {
-        return Err(format!("read({id}) of {size} bytes returned {lengths:?} / {} bytes", data.len()));
+    let length = size - offset;
+    let protection = c.auth().protection;
+    let (lengths, data) = c
+        .read(PARTITION, id, &[Region { offset, length }])
+        .await
+        .map_err(|e| format!("read({id}, {offset}+{length}) under {protection:?}: {e}"))?;
+    if lengths != [length] || data.len() as u64 != length {
+        return Err(format!("read({id}) of {length} bytes returned {lengths:?} / {} bytes", data.len()));
     }
     Ok(data)
+}
+
+/// Reads object `id` in full under every protection of [`CHECK_PROTECTIONS`]
+/// (one client each) and from an unaligned offset under Hash-and-MAC; every
+/// read must verify and agree.
+async fn read_checked(clients: &mut [DriveClient], id: u64) -> Result<Vec<u8>, String> {
+    let first = read_whole(&mut clients[0], id).await?;
+    for c in clients.iter_mut().skip(1) {
+        let again = read_whole(c, id).await?;
+        if again != first {
+            return Err(format!("object {id} reads differently under {:?}", c.auth().protection));
+        }
+    }
+    let hash_and_mac = clients.last_mut().expect("clients");
+    let offset = (first.len() as u64 / 3) | 1;
+    let tail = read_from(hash_and_mac, id, offset, first.len() as u64).await?;
+    if first.get(offset as usize..).is_some_and(|t| t != tail.as_slice()) {
+        return Err(format!("object {id}: unaligned Hash-and-MAC read from {offset} differs"));
+    }
+    Ok(first)
 }
 
 #[derive(Debug, Default)]
@@ -579,11 +647,16 @@ struct Recovery {
 /// was recovered (durable now: the drive loaded it from its durable state).
 async fn check_recovery(
     addr: SocketAddr,
+    drive_key: &Key,
     model: &mut BTreeMap<u64, ObjModel>,
     gone: &mut BTreeSet<u64>,
     orphans_max: usize,
 ) -> Result<Recovery, String> {
-    let mut c = DriveClient::connect(addr).await.map_err(|e| format!("connect after restart: {e}"))?;
+    let mut readers = Vec::new();
+    for protection in CHECK_PROTECTIONS {
+        readers.push(connect(addr, drive_key, protection).await.map_err(|e| format!("after restart: {e}"))?);
+    }
+    let mut c = connect(addr, drive_key, WORKLOAD_PROTECTION).await.map_err(|e| format!("after restart: {e}"))?;
     let present = list_objects(&mut c).await?;
     let mut rec = Recovery::default();
     let mut failures = Vec::new();
@@ -593,7 +666,7 @@ async fn check_recovery(
     }
     let mut found = BTreeMap::new();
     for (&id, obj) in model.iter() {
-        let got = if present.contains(&id) { Some(read_whole(&mut c, id).await?) } else { None };
+        let got = if present.contains(&id) { Some(read_checked(&mut readers, id).await?) } else { None };
         match obj.match_state(got.as_deref()) {
             Some(_) if got.is_none() => rec.absent += 1,
             Some(k) if k == obj.ops.len() => rec.latest += 1,
@@ -631,7 +704,7 @@ async fn check_recovery(
     for &id in &orphans {
         // Readable (a create leaves an empty object, a fastcopy a copy of some
         // state of its source); then removed.
-        read_whole(&mut c, id).await?;
+        read_checked(&mut readers, id).await?;
         c.remove(PARTITION, id).await.map_err(|e| format!("remove({id}): {e}"))?;
         gone.insert(id);
     }
@@ -718,20 +791,26 @@ fn run_crash_test(name: &'static str, commit_interval_ms: u64) {
     // Objects whose absence is durable (removal flushed, or absent at a restart).
     let mut gone: BTreeSet<u64> = BTreeSet::new();
     let mut total = Stats::default();
+    let mut drive_key: Option<Key> = None;
 
     for cycle in 1..=CYCLES {
         // ---- run the workload and kill the drive in the middle of it
         let mut drive = Drive::start(&data, &log, commit_interval_ms);
         let addr = drive.addr;
         if cycle == 1 {
-            rt.block_on(async {
-                let mut c = DriveClient::connect(addr).await?;
-                c.create_partition(PARTITION).await?;
-                c.resize_partition(PARTITION, QUOTA_BYTES).await?;
-                c.flush_partition(PARTITION).await
-            })
-            .unwrap_or_else(|e| panic!("[{name}] seed {seed}: partition setup: {e}"));
+            let key = rt
+                .block_on(async {
+                    let key = set_up_keys(addr, &data).await?;
+                    let mut c = connect(addr, &key, WORKLOAD_PROTECTION).await?;
+                    c.create_partition(PARTITION).await.map_err(|e| e.to_string())?;
+                    c.resize_partition(PARTITION, QUOTA_BYTES).await.map_err(|e| e.to_string())?;
+                    c.flush_partition(PARTITION).await.map_err(|e| e.to_string())?;
+                    Ok::<_, String>(key)
+                })
+                .unwrap_or_else(|e| panic!("[{name}] seed {seed}: key and partition setup: {e}"));
+            drive_key = Some(key);
         }
+        let drive_key = drive_key.clone().expect("set up in cycle 1");
         let mut shares: Vec<BTreeMap<u64, ObjModel>> = vec![BTreeMap::new(); WORKERS];
         for (i, (id, obj)) in std::mem::take(&mut model).into_iter().enumerate() {
             shares[i % WORKERS].insert(id, obj);
@@ -743,7 +822,7 @@ fn run_crash_test(name: &'static str, commit_interval_ms: u64) {
             let handles: Vec<_> = shares
                 .into_iter()
                 .zip(&seeds)
-                .map(|(objs, &s)| tokio::spawn(worker(addr, objs, s, killed.clone())))
+                .map(|(objs, &s)| tokio::spawn(worker(addr, drive_key.clone(), objs, s, killed.clone())))
                 .collect();
             tokio::time::sleep(delay).await;
             killed.store(true, Ordering::SeqCst);
@@ -793,11 +872,12 @@ fn run_crash_test(name: &'static str, commit_interval_ms: u64) {
 
         // ---- restart and check what survived
         let mut drive = Drive::start(&data, &log, commit_interval_ms);
-        let rec = rt.block_on(check_recovery(drive.addr, &mut model, &mut gone, orphans_max)).unwrap_or_else(|e| {
-            panic!("[{name}] seed {seed} cycle {cycle}: after restart:\n{e}\ndrive log:\n{}", log_tail(&log))
-        });
+        let rec =
+            rt.block_on(check_recovery(drive.addr, &drive_key, &mut model, &mut gone, orphans_max)).unwrap_or_else(
+                |e| panic!("[{name}] seed {seed} cycle {cycle}: after restart:\n{e}\ndrive log:\n{}", log_tail(&log)),
+            );
         eprintln!(
-            "[{name}] cycle {cycle}: restarted; checked {} objects: {} at their latest state, {} at an earlier state \
+            "[{name}] cycle {cycle}: restarted; checked {} objects (each read under the per-byte MAC and Hash-and-MAC): {} at their latest state, {} at an earlier state \
              since their last flush, {} absent (unflushed creation or removal); {} orphans of in-flight creations",
             rec.latest + rec.rolled_back + rec.absent,
             rec.latest,

@@ -92,7 +92,7 @@ impl Protection {
         self.0 & min.0 == min.0
     }
     /// The union of two sets of options.
-    pub fn union(self, other: Protection) -> Protection {
+    pub const fn union(self, other: Protection) -> Protection {
         Protection(self.0 | other.0)
     }
     /// True if the options respect their implications: every privacy option
