@@ -292,17 +292,17 @@ async fn ls(fs: &FsClient, long: bool, paths: Vec<String>) -> anyhow::Result<()>
     for p in paths {
         let p = abs(&p);
         let st = fs.lstat(&p).await.with_context(|| format!("ls {p}"))?;
-        let entries = if st.attr.kind == FileKind::Dir {
-            fs.readdir(&p).await.with_context(|| format!("ls {p}"))?
+        let entries: Vec<(String, FileKind, Option<nasd_fs::FileAttr>)> = if st.attr.kind == FileKind::Dir {
+            list_dir(fs, &p).await.with_context(|| format!("ls {p}"))?
         } else {
-            vec![(base_name(&p).unwrap_or("/").to_string(), st.attr)]
+            vec![(base_name(&p).unwrap_or("/").to_string(), st.attr.kind, Some(st.attr))]
         };
         if many {
             println!("{p}:");
         }
-        for (name, a) in entries {
-            if long {
-                println!(
+        for (name, kind, attr) in entries {
+            match attr {
+                Some(a) if long => println!(
                     "{} {:>3} {:>6} {:>6} {:>10} {} {name}",
                     mode_string(a.kind, a.mode),
                     a.nlink,
@@ -310,13 +310,26 @@ async fn ls(fs: &FsClient, long: bool, paths: Vec<String>) -> anyhow::Result<()>
                     a.gid,
                     size::human(a.size),
                     time_string(a.mtime_ns)
-                );
-            } else {
-                println!("{name}{}", if a.kind == FileKind::Dir { "/" } else { "" });
+                ),
+                // Without search permission on the directory only names and kinds are known.
+                None if long => println!("?????????? ? ? ? ? ? {name}{}", if kind == FileKind::Dir { "/" } else { "" }),
+                _ => println!("{name}{}", if kind == FileKind::Dir { "/" } else { "" }),
             }
         }
     }
     Ok(())
+}
+
+/// A directory's entries with their attributes, or (with read but no
+/// search permission, as POSIX `ls` shows them) names and kinds only.
+async fn list_dir(fs: &FsClient, path: &str) -> Result<Vec<(String, FileKind, Option<nasd_fs::FileAttr>)>, FsError> {
+    match fs.readdir(path).await {
+        Ok(entries) => Ok(entries.into_iter().map(|(n, a)| (n, a.kind, Some(a))).collect()),
+        Err(e) if e.status() == Some(FsStatus::PermissionDenied) => {
+            Ok(fs.names(path).await?.into_iter().map(|(n, kind)| (n, kind, None)).collect())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The nasd path to write a copy of `name` to: into `dest` if it is a directory.

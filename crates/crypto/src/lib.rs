@@ -9,6 +9,7 @@
 //! - [`seal`], [`open`], [`seal_key`], [`open_key`]: XChaCha20-Poly1305 for keys
 //!   in transit and sealed capabilities; [`xor_keystream`]: XChaCha20 for
 //!   argument and data privacy.
+//! - [`FileHandleKey`]: the file manager's MACs over inode numbers (file handles).
 //!
 //! ```
 //! let d = nasd_crypto::block_digest(b"hello");
@@ -17,12 +18,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod handle;
 mod key;
 mod key_file;
 mod mac;
 mod protect;
 mod seal;
 
+pub use handle::{FileHandleKey, FILE_HANDLE_DOMAIN, FILE_HANDLE_KEY_CONTEXT, FILE_SYSTEM_ID_LEN};
 pub use key::{Key, KEY_LEN};
 pub use key_file::{create_key_file, load_or_create_key_file, read_key_file};
 pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};

@@ -12,13 +12,16 @@
 //!   sequence = request id); the reply's drive nonce (1 000 000 500 ns, 77);
 //! - seal nonces 24 × 0x44 (capability) and 24 × 0x55 (drive key).
 //!
-//! Vectors (a)–(g) are PROTOCOL.md's S1–S7.
+//! - manager key 32 × 0x66 and file system id 16 × 0x77 (file handle).
+//!
+//! Vectors (a)–(g) are PROTOCOL.md's S1–S7; (h) is S8.
 
 use chacha20::cipher::{KeyIvInit, StreamCipher};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use hmac::Mac as _;
 use nasd_crypto::{
-    capability_key, key_context, open_key, seal_with_nonce, unseal_capability, FrameKeys, Key, MacAlgorithm,
+    capability_key, key_context, open_key, seal_with_nonce, unseal_capability, FileHandleKey, FrameKeys, Key,
+    MacAlgorithm,
 };
 use nasd_proto::{
     nonce, opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, KeyType, Kind, Protection, Region, Request,
@@ -389,4 +392,34 @@ fn g_protected_reply() {
     assert!(!keys.verify_reply_digest(protection, &[0u8; 32], &frame[..split], &digest));
     // Without INTEGRITY_ARGS a reply's digest is zero: it never echoes the key.
     assert_eq!(keys.reply_digest(Protection::NONE, &request_digest, &frame[..split]), [0u8; 32]);
+}
+
+#[test]
+fn h_file_handle() {
+    // The manager's handle for inode 42 given to uid 1000, under manager key 32 × 0x66 and file
+    // system id 16 × 0x77.
+    const MANAGER_KEY: [u8; 32] = [0x66; 32];
+    const FS_ID: [u8; 16] = [0x77; 16];
+    let handles = FileHandleKey::new(&Key::from_bytes(MANAGER_KEY), FS_ID);
+    let tag = handles.mac(1000, 42);
+    let handle = nasd_proto::manager::Handle { ino: 42, mac: tag };
+    let mut w = nasd_proto::codec::Writer::with_capacity(40);
+    handle.encode(&mut w);
+    let bytes = w.into_vec();
+
+    check("H_MAC", &tag, "67992134fbaab148c0fc2cefe3f87746280640f127dec1dc3eb4013a10ce7d24");
+    check(
+        "H_HANDLE",
+        &bytes,
+        concat!("2a00000000000000", "67992134fbaab148c0fc2cefe3f87746280640f127dec1dc3eb4013a10ce7d24"),
+    );
+
+    // key = derive_key("nasd v1 manager file handle key", manager key);
+    // MAC = keyed BLAKE3(key, "nasd v1 file handle" ‖ fs id ‖ uid u32 LE ‖ ino u64 LE).
+    let key = derive("nasd v1 manager file handle key", &MANAGER_KEY);
+    let want = keyed_blake3(&key, &[b"nasd v1 file handle", &FS_ID, &1000u32.to_le_bytes(), &42u64.to_le_bytes()]);
+    assert_eq!(tag, want);
+    assert!(handles.verify(1000, 42, &tag));
+    assert!(!handles.verify(1001, 42, &tag), "bound to the user");
+    assert!(!handles.verify(1000, 43, &tag), "bound to the inode");
 }

@@ -5,7 +5,7 @@ use crate::{Access, FsClient, FsError};
 use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
 use nasd_crypto::Key;
 use nasd_proto::fs::{FileAttr, Ino};
-use nasd_proto::manager::{ManagerReply, ManagerRequest};
+use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest};
 use nasd_proto::{rights, Attributes, Region, Status};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -41,7 +41,7 @@ macro_rules! on_drive {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let $a = $file.fs.access($file.ino, $rights).await?;
+            let $a = $file.fs.access($file.handle, $rights, $file.writable).await?;
             let slot = $file.fs.drive_slot(&$a.drive_addr);
             let mut guard = slot.lock().await;
             let r = match $file.ready(&mut guard, &$a).await {
@@ -56,7 +56,7 @@ macro_rules! on_drive {
                     if broken_connection(&e) {
                         *guard = None;
                     }
-                    $file.fs.forget($file.ino);
+                    $file.fs.forget($file.handle.ino);
                 }
                 Err(e) => {
                     if broken_connection(&e) {
@@ -74,19 +74,24 @@ macro_rules! on_drive {
 #[derive(Debug)]
 pub struct File {
     fs: FsClient,
-    ino: Ino,
+    handle: Handle,
     writable: bool,
     wrote: AtomicBool,
 }
 
 impl File {
-    pub(crate) fn new(fs: FsClient, ino: Ino, writable: bool) -> Self {
-        File { fs, ino, writable, wrote: AtomicBool::new(false) }
+    pub(crate) fn new(fs: FsClient, handle: Handle, writable: bool) -> Self {
+        File { fs, handle, writable, wrote: AtomicBool::new(false) }
     }
 
     /// The file's inode number.
     pub fn ino(&self) -> Ino {
-        self.ino
+        self.handle.ino
+    }
+
+    /// The file's handle (opaque; valid for this client's user only).
+    pub fn handle(&self) -> Handle {
+        self.handle
     }
 
     /// The drive connection in `slot`, connected and set to use `access`.
@@ -207,7 +212,7 @@ impl File {
         if !self.wrote.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let objects = [self.fs.access(self.ino, rights::FLUSH).await?.object.object];
+        let objects = [self.fs.access(self.handle, rights::FLUSH, self.writable).await?.object.object];
         on_drive!(self, rights::FLUSH, true, |c, a| c.flush(a.object.partition, &objects))
     }
 
@@ -215,9 +220,9 @@ impl File {
     /// drive reports. Returns the attributes.
     pub async fn close(self) -> Result<FileAttr, FsError> {
         let req = if self.wrote.load(Ordering::Relaxed) {
-            ManagerRequest::Close { ino: self.ino }
+            ManagerRequest::Close { handle: self.handle }
         } else {
-            ManagerRequest::GetAttr { ino: self.ino, open: nasd_proto::manager::OpenMode::None }
+            ManagerRequest::GetAttr { handle: self.handle, open: nasd_proto::manager::OpenMode::None }
         };
         match self.fs.call(&req).await? {
             ManagerReply::Entry(e) => Ok(e.attr),

@@ -30,7 +30,7 @@ mod file;
 pub use conn::{connector, Identity};
 pub use file::File;
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
-pub use nasd_proto::manager::{DriveUsage, OpenMode, UserInfo};
+pub use nasd_proto::manager::{DriveUsage, Handle, OpenMode, UserInfo};
 
 use conn::ManagerConn;
 use nasd_client::{ClientError, DriveClient};
@@ -297,26 +297,37 @@ impl FsClient {
         self.inner.held.lock().expect("held lock").insert(ino, Held::new(access));
     }
 
+    /// The rights of the capability this client holds for inode `ino`, if
+    /// any (what its last request for the file was granted).
+    pub fn held_rights(&self, ino: Ino) -> Option<u32> {
+        self.inner.held.lock().expect("held lock").get(&ino).map(|h| h.access.rights)
+    }
+
     pub(crate) fn forget(&self, ino: Ino) {
         self.inner.held.lock().expect("held lock").remove(&ino);
     }
 
-    /// A fresh enough capability for `ino` with `rights`, from the cache or the manager.
-    pub(crate) async fn access(&self, ino: Ino, rights: u32) -> Result<Access, FsError> {
-        if let Some(h) = self.inner.held.lock().expect("held lock").get(&ino) {
+    /// A fresh enough capability for the file `handle` names with `rights`,
+    /// from the cache or the manager. `writing`: the file is open for writing.
+    pub(crate) async fn access(&self, handle: Handle, rights: u32, writing: bool) -> Result<Access, FsError> {
+        if let Some(h) = self.inner.held.lock().expect("held lock").get(&handle.ino) {
             if h.fresh() && h.access.rights & rights == rights {
                 return Ok(h.access.clone());
             }
         }
-        // FLUSH comes only with write rights, GETATTR with either.
-        let open = if rights & (nasd_proto::rights::WRITE | nasd_proto::rights::FLUSH) != 0 {
+        // A file open for writing asks with the owner override, so a file its owner created
+        // read-only stays writable (and readable) while open. Otherwise: FLUSH comes only with
+        // write rights, GETATTR with either.
+        let open = if writing {
+            OpenMode::RefreshWrite
+        } else if rights & (nasd_proto::rights::WRITE | nasd_proto::rights::FLUSH) != 0 {
             OpenMode::ReadWrite
         } else if rights & nasd_proto::rights::READ != 0 {
             OpenMode::Read
         } else {
-            OpenMode::Best
+            OpenMode::ReadIfAllowed
         };
-        let e = self.entry(ManagerRequest::GetAttr { ino, open }).await?;
+        let e = self.entry(ManagerRequest::GetAttr { handle, open }).await?;
         match e.access {
             Some(a) if a.rights & rights == rights => Ok(a),
             _ => Err(FsError::fs(FsStatus::PermissionDenied, "the manager did not grant the access needed")),
@@ -347,31 +358,32 @@ impl FsClient {
         self.entry(ManagerRequest::Walk { path: path.into(), follow: true, open }).await
     }
 
-    async fn dir_ino(&self, path: &str) -> Result<Ino, FsError> {
+    async fn dir_handle(&self, path: &str) -> Result<Handle, FsError> {
         let e = self.walk(path, OpenMode::None).await?;
         if e.attr.kind != FileKind::Dir {
             return Err(FsError::fs(FsStatus::NotDir, format!("{path} is not a directory")));
         }
-        Ok(e.attr.ino)
+        Ok(e.handle)
     }
 
     /// `stat`: follows symlinks; a regular file's size and modification
-    /// time come from its drive when the caller may read it.
+    /// time come from its drive when the caller may read it (under a read
+    /// capability: stat never asks for write rights).
     pub async fn stat(&self, path: &str) -> Result<Stat, FsError> {
-        self.stat_entry(self.walk(path, OpenMode::Best).await?).await
+        self.stat_entry(self.walk(path, OpenMode::ReadIfAllowed).await?).await
     }
 
     /// `lstat`: like [`stat`](Self::stat) but a final symlink is described itself.
     pub async fn lstat(&self, path: &str) -> Result<Stat, FsError> {
-        let e = self.entry(ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::Best }).await?;
-        self.stat_entry(e).await
+        let req = ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::ReadIfAllowed };
+        self.stat_entry(self.entry(req).await?).await
     }
 
     async fn stat_entry(&self, e: Entry) -> Result<Stat, FsError> {
         let mut attr = e.attr;
         let object = e.access.as_ref().map(|a| a.object);
         if e.access.as_ref().is_some_and(|a| a.rights & nasd_proto::rights::GETATTR != 0) {
-            let f = File::new(self.clone(), attr.ino, false);
+            let f = File::new(self.clone(), e.handle, false);
             let drive = f.drive_attrs().await?;
             attr.size = drive.logical_size;
             attr.mtime_ns = drive.data_modify_time as i64;
@@ -379,24 +391,60 @@ impl FsClient {
         Ok(Stat { attr, target: e.target, object })
     }
 
-    /// Every entry of a directory, in name order (readdir-plus).
+    /// Every entry of a directory with its attributes, in name order
+    /// (readdir-plus). Needs read and search permission on the directory;
+    /// with read permission alone, use [`names`](Self::names).
     pub async fn readdir(&self, path: &str) -> Result<Vec<(String, FileAttr)>, FsError> {
-        let dir = self.dir_ino(path).await?;
         let mut out = Vec::new();
+        self.list(path, |page| match page {
+            ManagerReply::Dir { entries, .. } => {
+                out.extend(entries.into_iter().map(|(n, e)| (n, e.attr)));
+                Ok(())
+            }
+            _ => Err(FsError::fs(
+                FsStatus::PermissionDenied,
+                format!("no search permission on {path}: only its names can be listed"),
+            )),
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// The names and kinds of a directory's entries, in name order. Needs
+    /// read permission only (POSIX `readdir` without search permission).
+    pub async fn names(&self, path: &str) -> Result<Vec<(String, FileKind)>, FsError> {
+        let mut out = Vec::new();
+        self.list(path, |page| {
+            match page {
+                ManagerReply::Dir { entries, .. } => out.extend(entries.into_iter().map(|(n, e)| (n, e.attr.kind))),
+                ManagerReply::Names { names, .. } => out.extend(names),
+                _ => unreachable!("list passes directory pages only"),
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Reads a directory page by page, handing each `Dir` or `Names` reply to `take`.
+    async fn list(&self, path: &str, mut take: impl FnMut(ManagerReply) -> Result<(), FsError>) -> Result<(), FsError> {
+        let dir = self.dir_handle(path).await?;
         let mut after = String::new();
         loop {
             let req = ManagerRequest::ReadDir { dir, after: after.clone(), limit: READDIR_ENTRIES_MAX as u16 };
-            match self.call(&req).await? {
-                ManagerReply::Dir { entries, more } => {
-                    if let Some((last, _)) = entries.last() {
-                        after = last.clone();
-                    }
-                    out.extend(entries.into_iter().map(|(n, e)| (n, e.attr)));
-                    if !more {
-                        return Ok(out);
-                    }
-                }
+            let reply = self.call(&req).await?;
+            let (last, more) = match &reply {
+                ManagerReply::Dir { entries, more } => (entries.last().map(|(n, _)| n.clone()), *more),
+                ManagerReply::Names { names, more } => (names.last().map(|(n, _)| n.clone()), *more),
                 other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            };
+            if more && last.is_none() {
+                return Err(FsError::Protocol("an empty directory page that says more follow".into()));
+            }
+            take(reply)?;
+            match last {
+                Some(last) if more => after = last,
+                _ => return Ok(()),
             }
         }
     }
@@ -404,7 +452,7 @@ impl FsClient {
     /// Creates a directory.
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
         let (parent, name) = split_path(path)?;
-        let parent = self.dir_ino(parent).await?;
+        let parent = self.dir_handle(parent).await?;
         Ok(self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await?.attr)
     }
 
@@ -427,9 +475,9 @@ impl FsClient {
     /// regular file for writing.
     pub async fn create(&self, path: &str, mode: u32, exclusive: bool, truncate: bool) -> Result<File, FsError> {
         let (parent, name) = split_path(path)?;
-        let parent = self.dir_ino(parent).await?;
+        let parent = self.dir_handle(parent).await?;
         let e = self.entry(ManagerRequest::Create { parent, name: name.into(), mode, exclusive, truncate }).await?;
-        Ok(File::new(self.clone(), e.attr.ino, true))
+        Ok(File::new(self.clone(), e.handle, true))
     }
 
     /// Opens an existing regular file for reading, or reading and writing.
@@ -439,20 +487,20 @@ impl FsClient {
         if e.attr.kind != FileKind::File {
             return Err(FsError::fs(FsStatus::IsDir, format!("{path} is not a regular file")));
         }
-        Ok(File::new(self.clone(), e.attr.ino, write))
+        Ok(File::new(self.clone(), e.handle, write))
     }
 
     /// Removes a file or symlink name.
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
         let (parent, name) = split_path(path)?;
-        let parent = self.dir_ino(parent).await?;
+        let parent = self.dir_handle(parent).await?;
         self.done(ManagerRequest::Unlink { parent, name: name.into() }).await
     }
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
         let (parent, name) = split_path(path)?;
-        let parent = self.dir_ino(parent).await?;
+        let parent = self.dir_handle(parent).await?;
         self.done(ManagerRequest::Rmdir { parent, name: name.into() }).await
     }
 
@@ -460,15 +508,15 @@ impl FsClient {
     pub async fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
         let (fp, fname) = split_path(from)?;
         let (tp, tname) = split_path(to)?;
-        let parent = self.dir_ino(fp).await?;
-        let new_parent = self.dir_ino(tp).await?;
+        let parent = self.dir_handle(fp).await?;
+        let new_parent = self.dir_handle(tp).await?;
         self.done(ManagerRequest::Rename { parent, name: fname.into(), new_parent, new_name: tname.into() }).await
     }
 
     /// Creates a symbolic link at `path` pointing to `target`.
     pub async fn symlink(&self, target: &str, path: &str) -> Result<FileAttr, FsError> {
         let (parent, name) = split_path(path)?;
-        let parent = self.dir_ino(parent).await?;
+        let parent = self.dir_handle(parent).await?;
         Ok(self.entry(ManagerRequest::Symlink { parent, name: name.into(), target: target.into() }).await?.attr)
     }
 
@@ -483,21 +531,22 @@ impl FsClient {
 
     /// Creates a hard link `new` to the file at `existing`.
     pub async fn link(&self, existing: &str, new: &str) -> Result<FileAttr, FsError> {
-        let ino =
+        let target =
             self.entry(ManagerRequest::Walk { path: existing.into(), follow: false, open: OpenMode::None }).await?;
         let (parent, name) = split_path(new)?;
-        let new_parent = self.dir_ino(parent).await?;
-        let req = ManagerRequest::Link { ino: ino.attr.ino, new_parent, new_name: name.into() };
+        let new_parent = self.dir_handle(parent).await?;
+        let req = ManagerRequest::Link { handle: target.handle, new_parent, new_name: name.into() };
         Ok(self.entry(req).await?.attr)
     }
 
     async fn setattr(&self, path: &str, mask: u8, f: impl FnOnce(&mut ManagerRequest)) -> Result<FileAttr, FsError> {
-        let ino = self.walk(path, OpenMode::None).await?.attr.ino;
-        let mut req = ManagerRequest::SetAttr { ino, mask, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 };
+        let handle = self.walk(path, OpenMode::None).await?.handle;
+        let mut req =
+            ManagerRequest::SetAttr { handle, mask, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 };
         f(&mut req);
         let attr = self.entry(req).await?.attr;
         // Permissions may have changed: capabilities held may be revoked.
-        self.forget(ino);
+        self.forget(handle.ino);
         Ok(attr)
     }
 

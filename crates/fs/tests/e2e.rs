@@ -25,7 +25,7 @@ use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
 use nasd_crypto::Key;
 use nasd_fs::{FileKind, FsClient, FsConfig, FsError, FsStatus, ObjectRef, OpenMode};
 use nasd_manager::ManagerConfig;
-use nasd_proto::manager::Access;
+use nasd_proto::manager::{set_mask, Access, Entry, Handle, ManagerReply, ManagerRequest};
 use nasd_proto::{rights, AttrMask, Attributes, CapabilityArgs, Protection, Region, Status};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -720,12 +720,216 @@ async fn flush_and_getattr_refresh_expired_capabilities_scenario() {
     assert_eq!(to(f.drive_attrs()).await.expect("getattr of a write-only file").logical_size, 2);
     to(f.flush()).await.unwrap();
 
+    // A file created read-only by its writer: the creator may write it while it is open (POSIX
+    // open with O_CREAT), also after the first write capability expired — the refresh asks with
+    // the owner override, and the manager grants the owner write rights whatever the mode.
+    let ro = to(a.create("/alice/read-only", 0o444, true, false)).await.unwrap();
+    to(ro.write_at(0, b"first")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    to(ro.write_at(5, b" second")).await.expect("a write after the capability expired refreshes it");
+    assert_ne!(a.held_rights(ro.ino()).unwrap() & rights::WRITE, 0, "the refreshed capability writes");
+    to(ro.flush()).await.unwrap();
+    assert_eq!(to(ro.close()).await.unwrap().size, 12);
+    assert_eq!(to(a.read_file("/alice/read-only")).await.unwrap(), b"first second");
+    assert_eq!(fs_status(to(a.open("/alice/read-only", true)).await), FsStatus::PermissionDenied, "a new open");
+    // The override is the owner's only: B claiming to refresh a writer gets what the mode allows.
+    let b = c.login(USER_B, PW_B).await;
+    let handle = to(b.walk("/alice/read-only", OpenMode::None)).await.unwrap().handle;
+    let req = ManagerRequest::GetAttr { handle, open: OpenMode::RefreshWrite };
+    let Ok(ManagerReply::Entry(e)) = to(b.call(&req)).await else { panic!("getattr") };
+    assert_eq!(e.access.expect("B may read it").rights & rights::WRITE, 0, "no write rights for B");
+
     // Over-long arguments are refused by the client library, not a panic in the encoder.
     let long = format!("/{}", "x".repeat(70_000));
     assert_eq!(fs_status(to(a.stat(&long)).await), FsStatus::NameTooLong);
     assert_eq!(fs_status(to(a.symlink(&long, "/alice/l")).await), FsStatus::NameTooLong);
     to(a.write_file("/alice/still-usable", b"ok")).await.expect("the connection still works");
 
-    drop((a, admin, f));
+    drop((a, b, admin, f));
+    c.stop().await;
+}
+
+// ------------------------------------------------------------ file handles
+
+/// The reply of one raw manager request.
+async fn raw(fs: &FsClient, req: ManagerRequest) -> Result<ManagerReply, FsError> {
+    to(fs.call(&req)).await
+}
+
+/// The entry of a raw manager request that must succeed.
+async fn raw_entry(fs: &FsClient, req: ManagerRequest) -> Entry {
+    match raw(fs, req.clone()).await {
+        Ok(ManagerReply::Entry(e)) => e,
+        other => panic!("{req:?}: {other:?}"),
+    }
+}
+
+fn set_mode(handle: Handle, mode: u32) -> ManagerRequest {
+    ManagerRequest::SetAttr { handle, mask: set_mask::MODE, mode, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 }
+}
+
+fn set_size(handle: Handle, size: u64) -> ManagerRequest {
+    ManagerRequest::SetAttr { handle, mask: set_mask::SIZE, mode: 0, uid: 0, gid: 0, size, atime_ns: 0, mtime_ns: 0 }
+}
+
+#[test]
+fn inode_numbers_without_a_valid_handle_reach_nothing() {
+    run(inode_numbers_without_a_valid_handle_reach_nothing_scenario());
+}
+
+async fn inode_numbers_without_a_valid_handle_reach_nothing_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    make_home(&admin, "/bob", UID_B).await;
+    let a = c.login(USER_A, PW_A).await;
+    let b = c.login(USER_B, PW_B).await;
+    // A's world-readable file inside A's 0700 directory: only a path walk through that directory
+    // could reach it, and B may not search it.
+    let secret = pattern(40, 3000);
+    to(a.mkdir("/alice/private", 0o700)).await.unwrap();
+    write_new(&a, "/alice/private/secret", 0o644, &secret).await;
+    to(a.mkdir("/alice/pub", 0o755)).await.unwrap();
+    write_new(&a, "/alice/pub/open", 0o644, b"open").await;
+    assert_eq!(fs_status(to(b.walk("/alice/private/secret", OpenMode::None)).await), FsStatus::PermissionDenied);
+
+    let a_secret = raw_entry(&a, walk_req("/alice/private/secret")).await.handle;
+    let a_private = raw_entry(&a, walk_req("/alice/private")).await.handle;
+    let b_home = raw_entry(&b, walk_req("/bob")).await.handle;
+    let b_open = raw_entry(&b, walk_req("/alice/pub/open")).await.handle;
+    let ino = a_secret.ino;
+    assert_ne!(a_secret.mac, [0; 32]);
+    // Every way B could name A's file without having reached it by name.
+    let candidates = [
+        ("a guessed inode number", Handle { ino, mac: [0; 32] }),
+        ("A's own handle, leaked to B", a_secret),
+        ("B's handle of another file with the inode number changed", Handle { ino, mac: b_open.mac }),
+        (
+            "A's handle with one bit flipped",
+            Handle {
+                ino,
+                mac: {
+                    let mut m = a_secret.mac;
+                    m[31] ^= 1;
+                    m
+                },
+            },
+        ),
+    ];
+    for (what, h) in candidates {
+        let requests = vec![
+            ManagerRequest::GetAttr { handle: h, open: OpenMode::None },
+            ManagerRequest::GetAttr { handle: h, open: OpenMode::Read },
+            ManagerRequest::GetAttr { handle: h, open: OpenMode::ReadWrite },
+            ManagerRequest::GetAttr { handle: h, open: OpenMode::Best },
+            ManagerRequest::GetAttr { handle: h, open: OpenMode::RefreshWrite },
+            set_mode(h, 0o666),
+            set_size(h, 0),
+            ManagerRequest::Link { handle: h, new_parent: b_home, new_name: "stolen".into() },
+            ManagerRequest::Close { handle: h },
+        ];
+        for req in requests {
+            let e = raw(&b, req.clone()).await.expect_err("B must be refused");
+            assert_eq!(e.status(), Some(FsStatus::BadHandle), "{what}: {req:?}: {e:?}");
+            assert_eq!(e.errno(), 116, "ESTALE");
+        }
+    }
+    // A's directory handle does not work for B either (lookup, listing, creating in it).
+    for req in [
+        ManagerRequest::Lookup { parent: a_private, name: "secret".into(), open: OpenMode::Read },
+        ManagerRequest::ReadDir { dir: a_private, after: String::new(), limit: 10 },
+        ManagerRequest::Create { parent: a_private, name: "x".into(), mode: 0o644, exclusive: true, truncate: false },
+    ] {
+        assert_eq!(raw(&b, req.clone()).await.err().and_then(|e| e.status()), Some(FsStatus::BadHandle), "{req:?}");
+    }
+    // Nothing changed.
+    assert!(to(a.read_file("/alice/private/secret")).await.unwrap() == secret);
+    let st = to(a.stat("/alice/private/secret")).await.unwrap();
+    assert_eq!((st.attr.mode, st.attr.size, st.attr.nlink), (0o644, 3000, 1));
+    assert_eq!(fs_status(to(b.stat("/bob/stolen")).await), FsStatus::NotFound);
+
+    // The legitimate path: A's own handles work for every request B was refused.
+    let e = raw_entry(&a, ManagerRequest::GetAttr { handle: a_secret, open: OpenMode::Read }).await;
+    assert_eq!((e.attr.ino, e.handle), (ino, a_secret));
+    assert!(drive_read(&e.access.expect("A may read"), 3000).await.unwrap() == secret);
+    let a_home = raw_entry(&a, walk_req("/alice")).await.handle;
+    let linked = raw_entry(&a, ManagerRequest::Link { handle: a_secret, new_parent: a_home, new_name: "s2".into() });
+    assert_eq!(linked.await.attr.nlink, 2);
+    assert_eq!(raw_entry(&a, set_mode(a_secret, 0o640)).await.attr.mode, 0o640);
+    assert_eq!(raw_entry(&a, ManagerRequest::Close { handle: a_secret }).await.attr.size, 3000);
+    let listed = raw(&a, ManagerRequest::ReadDir { dir: a_private, after: String::new(), limit: 10 }).await;
+    let Ok(ManagerReply::Dir { entries, .. }) = listed else { panic!("{listed:?}") };
+    assert_eq!(entries[0].1.handle, a_secret, "READDIR hands out the same handles");
+
+    // B's legitimately obtained handle is like an open descriptor: it keeps working after A makes
+    // the directory unsearchable, but the file's own mode still decides what B may do with it.
+    let before = raw_entry(&b, ManagerRequest::GetAttr { handle: b_open, open: OpenMode::Read }).await;
+    assert!(before.access.is_some());
+    to(a.chmod("/alice/pub", 0o700)).await.unwrap();
+    assert_eq!(fs_status(to(b.walk("/alice/pub/open", OpenMode::None)).await), FsStatus::PermissionDenied);
+    let after = raw_entry(&b, ManagerRequest::GetAttr { handle: b_open, open: OpenMode::Read }).await;
+    assert!(drive_read(&after.access.expect("still readable by mode"), 4).await.unwrap() == b"open");
+    to(a.chmod("/alice/pub/open", 0o600)).await.unwrap();
+    let refused = raw(&b, ManagerRequest::GetAttr { handle: b_open, open: OpenMode::Read }).await;
+    assert_eq!(refused.err().and_then(|e| e.status()), Some(FsStatus::PermissionDenied));
+
+    drop((a, b, admin));
+    c.stop().await;
+}
+
+fn walk_req(path: &str) -> ManagerRequest {
+    ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::None }
+}
+
+#[test]
+fn listing_without_search_permission_shows_names_only_and_stat_asks_for_read_only() {
+    run(listing_without_search_permission_scenario());
+}
+
+async fn listing_without_search_permission_scenario() {
+    let c = Cluster::start(ClusterOptions::default()).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+    let b = c.login(USER_B, PW_B).await;
+    to(a.mkdir("/alice/listable", 0o744)).await.unwrap();
+    write_new(&a, "/alice/listable/f", 0o600, b"private").await;
+    to(a.symlink("/a/secret/target", "/alice/listable/l")).await.unwrap();
+
+    // r without x: names and kinds, no attributes, targets or handles.
+    let dir = raw_entry(&b, walk_req("/alice/listable")).await.handle;
+    let page = raw(&b, ManagerRequest::ReadDir { dir, after: String::new(), limit: 10 }).await.unwrap();
+    let want = vec![("f".to_string(), FileKind::File), ("l".to_string(), FileKind::Symlink)];
+    assert_eq!(page, ManagerReply::Names { names: want.clone(), more: false });
+    assert_eq!(to(b.names("/alice/listable")).await.unwrap(), want);
+    assert_eq!(fs_status(to(b.readdir("/alice/listable")).await), FsStatus::PermissionDenied);
+    assert_eq!(fs_status(to(b.stat("/alice/listable/f")).await), FsStatus::PermissionDenied);
+    // The owner (rwx) gets everything.
+    let full = to(a.readdir("/alice/listable")).await.unwrap();
+    assert_eq!((full[0].1.mode, full[1].1.kind), (0o600, FileKind::Symlink));
+
+    // r and x: full entries, with handles B may use.
+    to(a.chmod("/alice/listable", 0o755)).await.unwrap();
+    let page = raw(&b, ManagerRequest::ReadDir { dir, after: String::new(), limit: 10 }).await.unwrap();
+    let ManagerReply::Dir { entries, more: false } = page else { panic!("{page:?}") };
+    assert_eq!(entries[1].1.target, "/a/secret/target");
+    let f = raw_entry(&b, ManagerRequest::GetAttr { handle: entries[0].1.handle, open: OpenMode::None }).await;
+    assert_eq!((f.attr.mode, f.attr.size), (0o600, 7));
+    assert_eq!(to(b.readdir("/alice/listable")).await.unwrap().len(), 2);
+    assert_eq!(to(b.names("/alice/listable")).await.unwrap(), want);
+
+    // stat and lstat ask for read rights only, even from someone who may write the file.
+    write_new(&a, "/alice/mine", 0o644, b"mine").await;
+    let st = to(a.stat("/alice/mine")).await.unwrap();
+    assert_eq!(st.attr.size, 4, "the size comes from the drive");
+    let rights_held = a.held_rights(st.attr.ino).expect("stat used a capability");
+    assert_ne!(rights_held & rights::READ, 0);
+    assert_eq!(rights_held & rights::WRITE, 0, "stat must not mint write capabilities");
+    to(a.lstat("/alice/mine")).await.unwrap();
+    assert_eq!(a.held_rights(st.attr.ino).unwrap() & rights::WRITE, 0, "nor lstat");
+    let granted = to(a.walk("/alice/mine", OpenMode::ReadIfAllowed)).await.unwrap().access.unwrap();
+    assert_eq!((granted.rights & rights::WRITE, granted.lifetime_ms), (0, 300_000), "a read capability");
+
+    drop((a, b, admin));
     c.stop().await;
 }

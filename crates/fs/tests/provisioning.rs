@@ -11,8 +11,8 @@ use nasd_client::DriveClient;
 use nasd_manager::drives::DriveHandle;
 use nasd_manager::keys::DriveKeys;
 use nasd_manager::{Manager, ManagerConfig};
-use nasd_proto::fs::{FsStatus, ROOT_INO};
-use nasd_proto::manager::{ManagerReply, ManagerRequest};
+use nasd_proto::fs::FsStatus;
+use nasd_proto::manager::{Entry, ManagerReply, ManagerRequest, OpenMode};
 use nasd_proto::{rights, Protection};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,36 +49,34 @@ async fn half_provisioned_drives_are_set_up_again_and_foreign_ones_refused() {
     m.bootstrap_admin("admin", "admin-password").await.unwrap();
     m.add_user("alice", "alice-password", 1000, 1000, false).await.unwrap();
     let alice = m.open_session("alice", "alice-password").await.unwrap();
-    let dir = ManagerRequest::Mkdir { parent: ROOT_INO, name: "shared".into(), mode: 0o1777 };
     let admin = m.open_session("admin", "admin-password").await.unwrap();
-    let ManagerReply::Entry(shared) = m.handle(&admin, dir).await.unwrap() else { panic!("mkdir") };
-    let create = ManagerRequest::Create {
-        parent: shared.attr.ino,
-        name: "ro".into(),
-        mode: 0o444,
-        exclusive: true,
-        truncate: false,
+    let walk = |path: &str| ManagerRequest::Walk { path: path.into(), follow: true, open: OpenMode::None };
+    let entry = |r: Result<ManagerReply, nasd_manager::Failure>| -> Entry {
+        let Ok(ManagerReply::Entry(e)) = r else { panic!("{r:?}") };
+        e
     };
+    let root = entry(m.handle(&admin, walk("/")).await).handle;
+    let dir = ManagerRequest::Mkdir { parent: root, name: "shared".into(), mode: 0o1777 };
+    entry(m.handle(&admin, dir).await);
+    let shared = entry(m.handle(&alice, walk("/shared")).await).handle;
+    let create =
+        ManagerRequest::Create { parent: shared, name: "ro".into(), mode: 0o444, exclusive: true, truncate: false };
     let ManagerReply::Entry(e) = m.handle(&alice, create).await.unwrap() else { panic!("create") };
     let access = e.access.expect("the creator gets a capability");
     assert_ne!(access.rights & rights::WRITE, 0, "the creator may write what it just created");
-    let ino = e.attr.ino;
-    m.handle(&alice, ManagerRequest::Close { ino }).await.expect("the owner may close");
+    m.handle(&alice, ManagerRequest::Close { handle: e.handle }).await.expect("the owner may close");
 
     m.add_user("bob", "bob-password", 1001, 1001, false).await.unwrap();
     let bob = m.open_session("bob", "bob-password").await.unwrap();
-    let close = m.handle(&bob, ManagerRequest::Close { ino }).await.expect_err("not bob's, not writable");
+    let (ro, shared) =
+        (entry(m.handle(&bob, walk("/shared/ro")).await).handle, entry(m.handle(&bob, walk("/shared")).await).handle);
+    let close = m.handle(&bob, ManagerRequest::Close { handle: ro }).await.expect_err("not bob's, not writable");
     assert_eq!(close.status, FsStatus::PermissionDenied);
-    let link = ManagerRequest::Link { ino, new_parent: shared.attr.ino, new_name: "mine".into() };
+    let link = ManagerRequest::Link { handle: ro, new_parent: shared, new_name: "mine".into() };
     let link = m.handle(&bob, link).await.expect_err("bob may not hard-link alice's read-only file");
     assert_eq!(link.status, FsStatus::PermissionDenied);
-    let reopen = ManagerRequest::Create {
-        parent: shared.attr.ino,
-        name: "ro".into(),
-        mode: 0o644,
-        exclusive: false,
-        truncate: true,
-    };
+    let reopen =
+        ManagerRequest::Create { parent: shared, name: "ro".into(), mode: 0o644, exclusive: false, truncate: true };
     let trunc = m.handle(&bob, reopen).await.expect_err("bob may not truncate it");
     assert_eq!(trunc.status, FsStatus::PermissionDenied);
 

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod drives;
+pub mod handles;
 pub mod keys;
 mod maintenance;
 pub mod passwords;
@@ -137,6 +138,8 @@ impl std::error::Error for Failure {}
 pub struct Manager {
     ns: Arc<Namespace<Sqlite>>,
     kek: Key,
+    /// Makes and checks file handles ([`handles`]).
+    handles: nasd_crypto::FileHandleKey,
     config: ManagerConfig,
     drives: RwLock<Vec<Arc<DriveHandle>>>,
     /// Where the next new file's placement starts (round robin over drives).
@@ -169,9 +172,11 @@ impl Manager {
         let db = dir.join(META_DB);
         let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
         let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        let handles = handles::load_handle_key(&ns, &kek)?;
         let manager = Manager {
             ns: Arc::new(ns),
             kek,
+            handles,
             config,
             drives: RwLock::new(Vec::new()),
             next_drive: AtomicUsize::new(0),

@@ -8,7 +8,7 @@ use crate::{Failure, Manager};
 use nasd_meta::{Caller, Effects, Inode, SetAttrs};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
 use nasd_proto::manager::{
-    set_mask, DriveUsage, Entry, ManagerReply, ManagerRequest, OpenMode, UserInfo, MANAGER_MESSAGE_MAX,
+    set_mask, DriveUsage, Entry, Handle, ManagerReply, ManagerRequest, OpenMode, UserInfo, MANAGER_MESSAGE_MAX,
     READDIR_ENTRIES_MAX, USERS_MAX,
 };
 use std::sync::atomic::Ordering;
@@ -47,9 +47,11 @@ impl Manager {
         Ok(Session { user: user.to_string(), caller, admin })
     }
 
-    /// Serves one request of a logged-in session.
+    /// Serves one request of a logged-in session. Every file handle it names
+    /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
         use ManagerRequest as R;
+        self.check_handles(s, &req)?;
         let c = s.caller.clone();
         match req {
             R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
@@ -58,50 +60,52 @@ impl Manager {
                 self.entry(s, inode, open).await
             }
             R::Lookup { parent, name, open } => {
-                let inode = self.meta(move |ns| ns.lookup(&c, parent, &name)).await?;
+                let inode = self.meta(move |ns| ns.lookup(&c, parent.ino, &name)).await?;
                 self.entry(s, inode, open).await
             }
-            R::GetAttr { ino, open } => {
-                let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            R::GetAttr { handle, open } => {
+                // Like fstat on an open descriptor: the handle proves the inode was reached by name.
+                let inode = self.meta(move |ns| ns.getattr(handle.ino)).await?;
                 self.entry(s, inode, open).await
             }
-            R::ReadDir { dir, after, limit } => self.readdir(s, dir, after, limit).await,
+            R::ReadDir { dir, after, limit } => self.readdir(s, dir.ino, after, limit).await,
             R::Mkdir { parent, name, mode } => {
-                let inode = self.meta(move |ns| ns.mkdir(&c, parent, &name, mode)).await?;
+                let inode = self.meta(move |ns| ns.mkdir(&c, parent.ino, &name, mode)).await?;
                 self.entry(s, inode, OpenMode::None).await
             }
             R::Create { parent, name, mode, exclusive, truncate } => {
-                self.create(s, parent, name, mode, exclusive, truncate).await
+                self.create(s, parent.ino, name, mode, exclusive, truncate).await
             }
             R::Symlink { parent, name, target } => {
-                let inode = self.meta(move |ns| ns.symlink(&c, parent, &name, &target)).await?;
+                let inode = self.meta(move |ns| ns.symlink(&c, parent.ino, &name, &target)).await?;
                 self.entry(s, inode, OpenMode::None).await
             }
-            R::Link { ino, new_parent, new_name } => {
-                // By inode number, so no path search was checked: like Linux's
-                // protected_hardlinks, only the owner or someone who may read
-                // and write the file may link it.
+            R::Link { handle, new_parent, new_name } => {
+                // Like Linux's protected_hardlinks, only the owner or someone
+                // who may read and write the file may link it.
+                let ino = handle.ino;
                 let target = self.meta(move |ns| ns.getattr(ino)).await?;
                 if c.uid != 0 && c.uid != target.attr.uid {
                     let c2 = c.clone();
                     self.meta(move |ns| ns.check_access(&c2, ino, true, true)).await?;
                 }
-                let inode = self.meta(move |ns| ns.link(&c, ino, new_parent, &new_name)).await?;
+                let inode = self.meta(move |ns| ns.link(&c, ino, new_parent.ino, &new_name)).await?;
                 self.entry(s, inode, OpenMode::None).await
             }
             R::Unlink { parent, name } => {
-                let effects = self.meta(move |ns| ns.unlink(&c, parent, &name)).await?;
+                let effects = self.meta(move |ns| ns.unlink(&c, parent.ino, &name)).await?;
                 self.apply(effects).await.map(|()| ManagerReply::Done)
             }
             R::Rmdir { parent, name } => {
-                self.meta(move |ns| ns.rmdir(&c, parent, &name)).await?;
+                self.meta(move |ns| ns.rmdir(&c, parent.ino, &name)).await?;
                 Ok(ManagerReply::Done)
             }
             R::Rename { parent, name, new_parent, new_name } => {
-                let effects = self.meta(move |ns| ns.rename(&c, parent, &name, new_parent, &new_name)).await?;
+                let (from, to) = (parent.ino, new_parent.ino);
+                let effects = self.meta(move |ns| ns.rename(&c, from, &name, to, &new_name)).await?;
                 self.apply(effects).await.map(|()| ManagerReply::Done)
             }
-            R::SetAttr { ino, mask, mode, uid, gid, size, atime_ns, mtime_ns } => {
+            R::SetAttr { handle, mask, mode, uid, gid, size, atime_ns, mtime_ns } => {
                 let pick = |bit: u8| mask & bit != 0;
                 let set = SetAttrs {
                     mode: pick(set_mask::MODE).then_some(mode),
@@ -111,9 +115,9 @@ impl Manager {
                     atime_ns: pick(set_mask::ATIME).then_some(atime_ns),
                     mtime_ns: pick(set_mask::MTIME).then_some(mtime_ns),
                 };
-                self.setattr(s, ino, set).await
+                self.setattr(s, handle.ino, set).await
             }
-            R::Close { ino } => self.close(s, ino).await,
+            R::Close { handle } => self.close(s, handle.ino).await,
             R::StatFs => self.statfs().await,
             R::AddUser { name, password, uid, gid, admin } => {
                 self.require_admin(s)?;
@@ -191,11 +195,19 @@ impl Manager {
             OpenMode::None => None,
             _ => self.access_for(s, &inode, open).await?,
         };
-        Ok(ManagerReply::Entry(entry_of(inode, access)))
+        Ok(ManagerReply::Entry(self.entry_of(s, inode, access)))
+    }
+
+    /// The reply form of `inode` for `s`, with its handle for `s`.
+    fn entry_of(&self, s: &Session, inode: Inode, access: Option<nasd_proto::manager::Access>) -> Entry {
+        let handle: Handle = self.handle_for(s, inode.attr.ino);
+        Entry { attr: inode.attr, handle, target: inode.target.unwrap_or_default(), access }
     }
 
     /// Capabilities for `inode` limited to what `s` may do: read-only
     /// callers get read rights only, writers get short-lived write rights.
+    /// `ReadWrite` of a file the mode lets the caller write but not read
+    /// gives write rights only (POSIX `O_WRONLY`).
     async fn access_for(
         &self,
         s: &Session,
@@ -204,7 +216,7 @@ impl Manager {
     ) -> Result<Option<nasd_proto::manager::Access>, Failure> {
         if inode.object.is_none() {
             return match (open, inode.attr.kind) {
-                (OpenMode::Best, _) => Ok(None),
+                (OpenMode::Best | OpenMode::ReadIfAllowed | OpenMode::RefreshWrite, _) => Ok(None),
                 (_, FileKind::Dir) => Err(FsStatus::IsDir.into()),
                 _ => Err(Failure::new(FsStatus::InvalidArgument, "only regular files have data to open")),
             };
@@ -213,11 +225,19 @@ impl Manager {
             let (c, ino) = (s.caller.clone(), inode.attr.ino);
             self.meta(move |ns| ns.check_access(&c, ino, read, write))
         };
+        // knfsd's owner override: a writer refreshing its capability keeps
+        // read and write while it owns the file, whatever the mode says (the
+        // owner could chmod it anyway), so a file created read-only stays
+        // writable for its creator, as an open descriptor would.
+        let owner_override = open == OpenMode::RefreshWrite && s.caller.uid == inode.attr.uid;
         let (read, write) = match open {
             OpenMode::None => return Ok(None),
             OpenMode::Read => (may(true, false).await.map(|_| true)?, false),
             OpenMode::ReadWrite => (may(true, false).await.is_ok(), may(false, true).await.map(|_| true)?),
             OpenMode::Best => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
+            OpenMode::ReadIfAllowed => (may(true, false).await.is_ok(), false),
+            OpenMode::RefreshWrite if owner_override => (true, true),
+            OpenMode::RefreshWrite => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
         };
         self.mint_for(s, inode, read, write)
     }
@@ -259,14 +279,20 @@ impl Manager {
         // below that, or a full page would always report `more: false`.
         let limit = (limit as usize).clamp(1, READDIR_ENTRIES_MAX.min(nasd_meta::READDIR_ENTRIES_MAX - 1));
         let c = s.caller.clone();
-        let found = self.meta(move |ns| ns.readdir(&c, dir, &after, limit + 1)).await?;
+        let (found, searchable) = self.meta(move |ns| ns.readdir_searchable(&c, dir, &after, limit + 1)).await?;
         let mut more = found.len() > limit;
+        if !searchable {
+            // Read without search permission: names and kinds only, no
+            // attributes and no handles (a handle proves a name was looked up).
+            let names = found.into_iter().take(limit).map(|e| (e.name, e.inode.attr.kind)).collect();
+            return Ok(ManagerReply::Names { names, more });
+        }
         // The reply must also fit in one message: a page of symlinks with long
         // targets would not. Stop early and say there is more.
         let mut room = MANAGER_MESSAGE_MAX - ManagerReply::DIR_OVERHEAD;
         let mut entries = Vec::with_capacity(found.len().min(limit));
         for e in found.into_iter().take(limit) {
-            let entry = entry_of(e.inode, None);
+            let entry = self.entry_of(s, e.inode, None);
             let len = 2 + e.name.len() + entry.encoded_len();
             if len > room {
                 more = true;
@@ -323,7 +349,7 @@ impl Manager {
         if created {
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
-            return Ok(ManagerReply::Entry(entry_of(inode, access)));
+            return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
         }
         self.entry(s, inode, OpenMode::ReadWrite).await
     }
@@ -415,8 +441,4 @@ impl Manager {
         }
         Ok(ManagerReply::StatFs { inodes, file_bytes, drives })
     }
-}
-
-fn entry_of(inode: Inode, access: Option<nasd_proto::manager::Access>) -> Entry {
-    Entry { attr: inode.attr, target: inode.target.unwrap_or_default(), access }
 }

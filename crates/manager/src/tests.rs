@@ -4,14 +4,63 @@
 use crate::service::Session;
 use crate::{Manager, ManagerConfig, ARGON2_CONCURRENT_MAX};
 use nasd_meta::Caller;
-use nasd_proto::fs::{FsStatus, ROOT_INO, SYMLINK_TARGET_MAX};
-use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX};
+use nasd_proto::fs::{FsStatus, SYMLINK_TARGET_MAX};
+use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest, OpenMode, MANAGER_MESSAGE_MAX};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 fn root() -> Session {
     Session { user: "root".into(), caller: Caller::ROOT, admin: true }
+}
+
+/// The handle `s` gets for `path` by walking to it.
+async fn walk(m: &Manager, s: &Session, path: &str) -> Handle {
+    match m.handle(s, ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::None }).await {
+        Ok(ManagerReply::Entry(e)) => e.handle,
+        other => panic!("walk {path}: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_are_checked_before_anything_else_and_bound_to_the_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    let s = root();
+    let alice = Session { user: "alice".into(), caller: Caller { uid: 1000, gid: 1000 }, admin: false };
+    let root_dir = walk(&m, &s, "/").await;
+    let mkdir = |parent: Handle| ManagerRequest::Mkdir { parent, name: "d".into(), mode: 0o755 };
+    // A forged MAC, root's handle used by alice, and a handle of another inode with the MAC moved over.
+    let forged = Handle { mac: [0; 32], ..root_dir };
+    let other = walk(&m, &alice, "/").await;
+    assert_eq!(other.ino, root_dir.ino);
+    assert_ne!(other.mac, root_dir.mac, "the same inode has another handle for another user");
+    for (what, who, h) in [("forged", &s, forged), ("root's, used by alice", &alice, root_dir)] {
+        let e = m.handle(who, mkdir(h)).await.expect_err(what);
+        assert_eq!(e.status, FsStatus::BadHandle, "{what}: {e}");
+        let e = m.handle(who, ManagerRequest::GetAttr { handle: h, open: OpenMode::None }).await.expect_err(what);
+        assert_eq!(e.status, FsStatus::BadHandle, "{what}: {e}");
+    }
+    let made = match m.handle(&s, mkdir(root_dir)).await {
+        Ok(ManagerReply::Entry(e)) => e.handle,
+        other => panic!("{other:?}"),
+    };
+    let moved = Handle { ino: made.ino, mac: root_dir.mac };
+    let e = m.handle(&s, ManagerRequest::GetAttr { handle: moved, open: OpenMode::None }).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::BadHandle, "a MAC names exactly one inode");
+    // Handles outlive the manager (same manager.key and database).
+    drop(m);
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    assert!(m.handle(&s, ManagerRequest::GetAttr { handle: made, open: OpenMode::None }).await.is_ok());
+    // A new database under the same manager.key honours no old handle.
+    drop(m);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("{}{suffix}", crate::META_DB)));
+    }
+    assert!(!dir.path().join(crate::META_DB).exists());
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    let e = m.handle(&s, ManagerRequest::GetAttr { handle: root_dir, open: OpenMode::None }).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::BadHandle, "another file system");
 }
 
 #[test]
@@ -29,8 +78,9 @@ async fn readdir_replies_fit_in_one_message_with_long_symlink_targets() {
     let dir = tempfile::tempdir().unwrap();
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
     let s = root();
-    let d = match m.handle(&s, ManagerRequest::Mkdir { parent: ROOT_INO, name: "d".into(), mode: 0o755 }).await {
-        Ok(ManagerReply::Entry(e)) => e.attr.ino,
+    let parent = walk(&m, &s, "/").await;
+    let d = match m.handle(&s, ManagerRequest::Mkdir { parent, name: "d".into(), mode: 0o755 }).await {
+        Ok(ManagerReply::Entry(e)) => e.handle,
         other => panic!("{other:?}"),
     };
     // 300 entries of ~4.4 KB: more than one message holds, fewer than one page.

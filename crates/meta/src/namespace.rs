@@ -227,7 +227,9 @@ impl<B: Backend> Namespace<B> {
         &self.backend
     }
 
-    /// Reads an inode. No permission is needed (the caller reached it by name).
+    /// Reads an inode. No permission is checked: the caller proves it reached
+    /// the inode by name some other way (the manager: a file handle it made
+    /// when a walk or lookup found the inode).
     ///
     /// # Errors
     /// `NotFound`.
@@ -264,10 +266,28 @@ impl<B: Backend> Namespace<B> {
     /// # Errors
     /// `NotFound`, `NotDir`, `PermissionDenied`.
     pub fn readdir(&self, caller: &Caller, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus> {
+        self.readdir_searchable(caller, dir, after, limit).map(|(entries, _)| entries)
+    }
+
+    /// As [`Namespace::readdir`], and (in the same transaction) whether the
+    /// caller may also search `dir`: POSIX needs search (x) permission to
+    /// look an entry up or stat it, so without it a caller may be shown the
+    /// names and kinds only.
+    ///
+    /// # Errors
+    /// As [`Namespace::readdir`].
+    pub fn readdir_searchable(
+        &self,
+        caller: &Caller,
+        dir: Ino,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool), FsStatus> {
         self.backend.read(|t| {
             let d = get_dir(t, dir)?;
             check(caller, &d, R)?;
-            t.list_dir(dir, after, limit.min(READDIR_ENTRIES_MAX))
+            let searchable = check(caller, &d, X).is_ok();
+            Ok((t.list_dir(dir, after, limit.min(READDIR_ENTRIES_MAX))?, searchable))
         })
     }
 

@@ -5,7 +5,8 @@
 use crate::codec::{Reader, Writer};
 use crate::DecodeError;
 
-/// An inode number. Never reused within a file system.
+/// An inode number. Never reused within a file system (one metadata
+/// database): the counter that hands them out commits with the inode.
 pub type Ino = u64;
 
 /// The root directory's inode number.
@@ -205,11 +206,14 @@ pub enum FsStatus {
     Busy = 20,
     /// The metadata store failed.
     Internal = 21,
+    /// A file handle's MAC does not check: forged, altered, handed to
+    /// another user, or from another file system.
+    BadHandle = 22,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 22] = [
+    pub const ALL: [FsStatus; 23] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -232,6 +236,7 @@ impl FsStatus {
         FsStatus::BadRequest,
         FsStatus::Busy,
         FsStatus::Internal,
+        FsStatus::BadHandle,
     ];
 
     /// The wire code.
@@ -262,6 +267,7 @@ impl FsStatus {
             FsStatus::NoSpace => 28,
             FsStatus::DriveUnavailable | FsStatus::Internal => 5,
             FsStatus::Busy => 11,
+            FsStatus::BadHandle => 116,
         }
     }
 
@@ -290,6 +296,7 @@ impl FsStatus {
             FsStatus::BadRequest => "malformed request",
             FsStatus::Busy => "manager busy; retry",
             FsStatus::Internal => "manager metadata store failed",
+            FsStatus::BadHandle => "file handle not valid for this user",
         }
     }
 }

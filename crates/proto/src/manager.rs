@@ -5,10 +5,11 @@
 //! request_id u64, arguments`; a reply is `status u16, request_id u64`, then
 //! the result (status OK) or an error message. Arguments and results use the
 //! canonical encoding of [`crate::codec`]. TLS protects the channel, so
-//! nothing here is MACed; capability keys travel only inside it.
+//! nothing here is MACed for transport (file handles carry the manager's MAC for
+//! itself, [`Handle`]); capability keys travel only inside it.
 
 use crate::codec::{Reader, Writer};
-use crate::fs::{FileAttr, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, MODE_MASK, PATH_MAX, SYMLINK_TARGET_MAX};
+use crate::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, MODE_MASK, PATH_MAX, SYMLINK_TARGET_MAX};
 use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
 use crate::DecodeError;
 
@@ -30,7 +31,12 @@ pub const DRIVES_MAX: usize = 4096;
 /// Most users one `LIST_USERS` reply carries.
 pub const USERS_MAX: usize = 4096;
 
-const _: () = assert!(READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX);
+/// Length of a file handle's MAC, in bytes.
+pub const HANDLE_MAC_LEN: usize = 32;
+
+const _: () = assert!(
+    READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + Handle::LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX
+);
 const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MAX);
 
 /// Operation codes of the manager protocol.
@@ -64,12 +70,23 @@ pub enum OpenMode {
     /// No capability: attributes only.
     #[default]
     None = 0,
-    /// A read capability (if the mode allows).
+    /// Read rights; `PERMISSION_DENIED` unless the mode allows reading.
     Read = 1,
-    /// A read-write capability (if the mode allows both).
+    /// Write rights, plus read rights if the mode allows reading (a `-w-`
+    /// file opens write-only, as POSIX `O_WRONLY` would); `PERMISSION_DENIED`
+    /// unless the mode allows writing.
     ReadWrite = 2,
-    /// The best the mode allows: read-write, read-only, or none.
+    /// The best the mode allows: read-write, read-only, write-only or none.
     Best = 3,
+    /// Read rights if the mode allows reading, else none (never write
+    /// rights): for `stat`, which only wants the drive's size.
+    ReadIfAllowed = 4,
+    /// A client refreshing the capability of a file it has open for
+    /// writing: as [`OpenMode::Best`], but the file's owner gets read and
+    /// write rights whatever the mode (the "owner override" of Linux's NFS
+    /// server: the owner could chmod the file anyway), so a file created
+    /// read-only stays writable for its creator while it is open.
+    RefreshWrite = 5,
 }
 
 impl OpenMode {
@@ -79,8 +96,44 @@ impl OpenMode {
             1 => Ok(OpenMode::Read),
             2 => Ok(OpenMode::ReadWrite),
             3 => Ok(OpenMode::Best),
+            4 => Ok(OpenMode::ReadIfAllowed),
+            5 => Ok(OpenMode::RefreshWrite),
             _ => Err(DecodeError::NotCanonical("unknown open mode")),
         }
+    }
+}
+
+/// A file handle: an inode number and the manager's MAC over it, bound to
+/// the user it was handed to (docs/SECURITY.md, "File handles"). Every
+/// reply that names an inode carries one; every request that names an
+/// inode takes one, and the manager checks its MAC before anything else
+/// (`BAD_HANDLE`). Opaque to clients. `Debug` shows the inode number only.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handle {
+    /// The inode it names.
+    pub ino: Ino,
+    /// The manager's MAC (`nasd_crypto::FileHandleKey`).
+    pub mac: [u8; HANDLE_MAC_LEN],
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handle(ino {})", self.ino)
+    }
+}
+
+impl Handle {
+    /// Encoded length.
+    pub const LEN: usize = 8 + HANDLE_MAC_LEN;
+
+    /// Appends the canonical encoding: `ino u64`, `mac [32]`.
+    pub fn encode(&self, w: &mut Writer) {
+        w.u64(self.ino).raw(&self.mac);
+    }
+
+    /// Reads the canonical encoding.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Handle { ino: r.u64()?, mac: r.array()? })
     }
 }
 
@@ -121,62 +174,64 @@ pub enum ManagerRequest {
     },
     /// Resolve one name in a directory.
     Lookup {
-        parent: Ino,
+        parent: Handle,
         name: String,
         open: OpenMode,
     },
-    /// Attributes by inode number (and fresh capabilities, if `open`).
+    /// Attributes by handle (and fresh capabilities, if `open`).
     GetAttr {
-        ino: Ino,
+        handle: Handle,
         open: OpenMode,
     },
     /// Directory entries with names after `after`, at most `limit`.
     ReadDir {
-        dir: Ino,
+        dir: Handle,
         after: String,
         limit: u16,
     },
     Mkdir {
-        parent: Ino,
+        parent: Handle,
         name: String,
         mode: u32,
     },
     /// Create a regular file (or open an existing one unless `exclusive`),
-    /// returning read-write capabilities if the mode allows.
+    /// returning capabilities: read-write for a new file whatever its mode
+    /// (POSIX `open` with `O_CREAT`), as [`OpenMode::ReadWrite`] for an
+    /// existing one.
     Create {
-        parent: Ino,
+        parent: Handle,
         name: String,
         mode: u32,
         exclusive: bool,
         truncate: bool,
     },
     Symlink {
-        parent: Ino,
+        parent: Handle,
         name: String,
         target: String,
     },
     Link {
-        ino: Ino,
-        new_parent: Ino,
+        handle: Handle,
+        new_parent: Handle,
         new_name: String,
     },
     Unlink {
-        parent: Ino,
+        parent: Handle,
         name: String,
     },
     Rmdir {
-        parent: Ino,
+        parent: Handle,
         name: String,
     },
     Rename {
-        parent: Ino,
+        parent: Handle,
         name: String,
-        new_parent: Ino,
+        new_parent: Handle,
         new_name: String,
     },
     /// Change the fields in `mask` ([`set_mask`]).
     SetAttr {
-        ino: Ino,
+        handle: Handle,
         mask: u8,
         mode: u32,
         uid: u32,
@@ -187,7 +242,7 @@ pub enum ManagerRequest {
     },
     /// A writer is done: the manager reads the object's size from the drive.
     Close {
-        ino: Ino,
+        handle: Handle,
     },
     /// Space and drives.
     StatFs,
@@ -238,7 +293,9 @@ impl std::fmt::Debug for ManagerRequest {
             R::Lookup { parent, name, open } => {
                 f.debug_struct("Lookup").field("parent", parent).field("name", name).field("open", open).finish()
             }
-            R::GetAttr { ino, open } => f.debug_struct("GetAttr").field("ino", ino).field("open", open).finish(),
+            R::GetAttr { handle, open } => {
+                f.debug_struct("GetAttr").field("handle", handle).field("open", open).finish()
+            }
             R::ReadDir { dir, after, limit } => {
                 f.debug_struct("ReadDir").field("dir", dir).field("after", after).field("limit", limit).finish()
             }
@@ -256,9 +313,9 @@ impl std::fmt::Debug for ManagerRequest {
             R::Symlink { parent, name, target } => {
                 f.debug_struct("Symlink").field("parent", parent).field("name", name).field("target", target).finish()
             }
-            R::Link { ino, new_parent, new_name } => f
+            R::Link { handle, new_parent, new_name } => f
                 .debug_struct("Link")
-                .field("ino", ino)
+                .field("handle", handle)
                 .field("new_parent", new_parent)
                 .field("new_name", new_name)
                 .finish(),
@@ -271,9 +328,9 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("new_parent", new_parent)
                 .field("new_name", new_name)
                 .finish(),
-            R::SetAttr { ino, mask, mode, uid, gid, size, atime_ns, mtime_ns } => f
+            R::SetAttr { handle, mask, mode, uid, gid, size, atime_ns, mtime_ns } => f
                 .debug_struct("SetAttr")
-                .field("ino", ino)
+                .field("handle", handle)
                 .field("mask", mask)
                 .field("mode", mode)
                 .field("uid", uid)
@@ -282,7 +339,7 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("atime_ns", atime_ns)
                 .field("mtime_ns", mtime_ns)
                 .finish(),
-            R::Close { ino } => f.debug_struct("Close").field("ino", ino).finish(),
+            R::Close { handle } => f.debug_struct("Close").field("handle", handle).finish(),
             R::StatFs => f.write_str("StatFs"),
             R::AddUser { name, password: _, uid, gid, admin } => f
                 .debug_struct("AddUser")
@@ -343,6 +400,8 @@ impl std::fmt::Debug for Access {
 pub struct Entry {
     /// Attributes.
     pub attr: FileAttr,
+    /// The handle that names it in later requests (its `ino` is `attr.ino`).
+    pub handle: Handle,
     /// Symbolic-link target (empty for other kinds).
     pub target: String,
     /// Capabilities, when asked for and allowed (regular files only).
@@ -379,14 +438,21 @@ pub struct UserInfo {
 
 /// The result of a successful request.
 #[allow(missing_docs)]
+// One reply exists per request and is encoded at once: an `Entry` inline costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ManagerReply {
     /// `LOGIN`: who the connection is.
     LoggedIn { version: u8, uid: u32, gid: u32, admin: bool },
-    /// `WALK`, `LOOKUP`, `GETATTR`, `MKDIR`, `CREATE`, `SYMLINK`, `LINK`, `SETATTR`, `CLOSE`.
+    /// `WALK`, `LOOKUP`, `GETATTR`, `MKDIR`, `CREATE`, `SYMLINK`, `LINK`, `SETATTR`, `CLOSE`: the entry
+    /// carries the handle of the inode for the caller.
     Entry(Entry),
-    /// `READDIR`: entries in name order; `more` if the directory has more after them.
+    /// `READDIR` of a directory the caller may read and search: entries in
+    /// name order; `more` if the directory has more after them.
     Dir { entries: Vec<(String, Entry)>, more: bool },
+    /// `READDIR` of a directory the caller may read but not search: names
+    /// and kinds only (POSIX needs search permission to stat an entry).
+    Names { names: Vec<(String, FileKind)>, more: bool },
     /// `UNLINK`, `RMDIR`, `RENAME`, `ADD_USER`, `SET_PASSWORD`.
     Done,
     /// `STATFS`.
@@ -425,6 +491,31 @@ impl ManagerRequest {
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
             ManagerRequest::AddDrive { .. } => ADD_DRIVE,
+        }
+    }
+
+    /// Every file handle the request names (the manager checks them all
+    /// before anything else).
+    pub fn handles(&self) -> Vec<Handle> {
+        use ManagerRequest as R;
+        match self {
+            R::Lookup { parent, .. }
+            | R::Mkdir { parent, .. }
+            | R::Create { parent, .. }
+            | R::Symlink { parent, .. }
+            | R::Unlink { parent, .. }
+            | R::Rmdir { parent, .. } => vec![*parent],
+            R::ReadDir { dir, .. } => vec![*dir],
+            R::GetAttr { handle, .. } | R::SetAttr { handle, .. } | R::Close { handle } => vec![*handle],
+            R::Link { handle, new_parent, .. } => vec![*handle, *new_parent],
+            R::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
+            R::Login { .. }
+            | R::Walk { .. }
+            | R::StatFs
+            | R::AddUser { .. }
+            | R::ListUsers
+            | R::SetPassword { .. }
+            | R::AddDrive { .. } => Vec::new(),
         }
     }
 
@@ -511,38 +602,51 @@ impl ManagerRequest {
                 w.str(path).bool(*follow).u8(*open as u8);
             }
             ManagerRequest::Lookup { parent, name, open } => {
-                w.u64(*parent).str(name).u8(*open as u8);
+                parent.encode(&mut w);
+                w.str(name).u8(*open as u8);
             }
-            ManagerRequest::GetAttr { ino, open } => {
-                w.u64(*ino).u8(*open as u8);
+            ManagerRequest::GetAttr { handle, open } => {
+                handle.encode(&mut w);
+                w.u8(*open as u8);
             }
             ManagerRequest::ReadDir { dir, after, limit } => {
-                w.u64(*dir).str(after).u16(*limit);
+                dir.encode(&mut w);
+                w.str(after).u16(*limit);
             }
             ManagerRequest::Mkdir { parent, name, mode } => {
-                w.u64(*parent).str(name).u32(*mode);
+                parent.encode(&mut w);
+                w.str(name).u32(*mode);
             }
             ManagerRequest::Create { parent, name, mode, exclusive, truncate } => {
-                w.u64(*parent).str(name).u32(*mode).bool(*exclusive).bool(*truncate);
+                parent.encode(&mut w);
+                w.str(name).u32(*mode).bool(*exclusive).bool(*truncate);
             }
             ManagerRequest::Symlink { parent, name, target } => {
-                w.u64(*parent).str(name).str(target);
+                parent.encode(&mut w);
+                w.str(name).str(target);
             }
-            ManagerRequest::Link { ino, new_parent, new_name } => {
-                w.u64(*ino).u64(*new_parent).str(new_name);
+            ManagerRequest::Link { handle, new_parent, new_name } => {
+                handle.encode(&mut w);
+                new_parent.encode(&mut w);
+                w.str(new_name);
             }
             ManagerRequest::Unlink { parent, name } | ManagerRequest::Rmdir { parent, name } => {
-                w.u64(*parent).str(name);
+                parent.encode(&mut w);
+                w.str(name);
             }
             ManagerRequest::Rename { parent, name, new_parent, new_name } => {
-                w.u64(*parent).str(name).u64(*new_parent).str(new_name);
+                parent.encode(&mut w);
+                w.str(name);
+                new_parent.encode(&mut w);
+                w.str(new_name);
             }
-            ManagerRequest::SetAttr { ino, mask, mode, uid, gid, size, atime_ns, mtime_ns } => {
-                w.u64(*ino).u8(*mask).u32(*mode).u32(*uid).u32(*gid).u64(*size);
+            ManagerRequest::SetAttr { handle, mask, mode, uid, gid, size, atime_ns, mtime_ns } => {
+                handle.encode(&mut w);
+                w.u8(*mask).u32(*mode).u32(*uid).u32(*gid).u64(*size);
                 w.u64(*atime_ns as u64).u64(*mtime_ns as u64);
             }
-            ManagerRequest::Close { ino } => {
-                w.u64(*ino);
+            ManagerRequest::Close { handle } => {
+                handle.encode(&mut w);
             }
             ManagerRequest::StatFs | ManagerRequest::ListUsers => {}
             ManagerRequest::AddUser { name, password, uid, gid, admin } => {
@@ -575,41 +679,49 @@ impl ManagerRequest {
                 follow: r.bool()?,
                 open: OpenMode::decode(r.u8()?)?,
             },
-            LOOKUP => {
-                ManagerRequest::Lookup { parent: r.u64()?, name: name(&mut r)?, open: OpenMode::decode(r.u8()?)? }
+            LOOKUP => ManagerRequest::Lookup {
+                parent: Handle::decode(&mut r)?,
+                name: name(&mut r)?,
+                open: OpenMode::decode(r.u8()?)?,
+            },
+            GETATTR => ManagerRequest::GetAttr { handle: Handle::decode(&mut r)?, open: OpenMode::decode(r.u8()?)? },
+            READDIR => ManagerRequest::ReadDir { dir: Handle::decode(&mut r)?, after: name(&mut r)?, limit: r.u16()? },
+            MKDIR => {
+                ManagerRequest::Mkdir { parent: Handle::decode(&mut r)?, name: name(&mut r)?, mode: mode(&mut r)? }
             }
-            GETATTR => ManagerRequest::GetAttr { ino: r.u64()?, open: OpenMode::decode(r.u8()?)? },
-            READDIR => ManagerRequest::ReadDir { dir: r.u64()?, after: name(&mut r)?, limit: r.u16()? },
-            MKDIR => ManagerRequest::Mkdir { parent: r.u64()?, name: name(&mut r)?, mode: mode(&mut r)? },
             CREATE => ManagerRequest::Create {
-                parent: r.u64()?,
+                parent: Handle::decode(&mut r)?,
                 name: name(&mut r)?,
                 mode: mode(&mut r)?,
                 exclusive: r.bool()?,
                 truncate: r.bool()?,
             },
             SYMLINK => ManagerRequest::Symlink {
-                parent: r.u64()?,
+                parent: Handle::decode(&mut r)?,
                 name: name(&mut r)?,
                 target: r.str(SYMLINK_TARGET_MAX, "target")?,
             },
-            LINK => ManagerRequest::Link { ino: r.u64()?, new_parent: r.u64()?, new_name: name(&mut r)? },
-            UNLINK => ManagerRequest::Unlink { parent: r.u64()?, name: name(&mut r)? },
-            RMDIR => ManagerRequest::Rmdir { parent: r.u64()?, name: name(&mut r)? },
+            LINK => ManagerRequest::Link {
+                handle: Handle::decode(&mut r)?,
+                new_parent: Handle::decode(&mut r)?,
+                new_name: name(&mut r)?,
+            },
+            UNLINK => ManagerRequest::Unlink { parent: Handle::decode(&mut r)?, name: name(&mut r)? },
+            RMDIR => ManagerRequest::Rmdir { parent: Handle::decode(&mut r)?, name: name(&mut r)? },
             RENAME => ManagerRequest::Rename {
-                parent: r.u64()?,
+                parent: Handle::decode(&mut r)?,
                 name: name(&mut r)?,
-                new_parent: r.u64()?,
+                new_parent: Handle::decode(&mut r)?,
                 new_name: name(&mut r)?,
             },
             SETATTR => {
-                let ino = r.u64()?;
+                let handle = Handle::decode(&mut r)?;
                 let mask = r.u8()?;
                 if mask & !set_mask::ALL != 0 {
                     return Err(DecodeError::NotCanonical("undefined setattr mask bits"));
                 }
                 ManagerRequest::SetAttr {
-                    ino,
+                    handle,
                     mask,
                     mode: r.u32()?,
                     uid: r.u32()?,
@@ -619,7 +731,7 @@ impl ManagerRequest {
                     mtime_ns: r.u64()? as i64,
                 }
             }
-            CLOSE => ManagerRequest::Close { ino: r.u64()? },
+            CLOSE => ManagerRequest::Close { handle: Handle::decode(&mut r)? },
             STATFS => ManagerRequest::StatFs,
             ADD_USER => ManagerRequest::AddUser {
                 name: r.str(USER_NAME_MAX, "user")?,
@@ -678,11 +790,13 @@ impl Entry {
         let access = self.access.as_ref().map_or(0, |a| {
             ObjectRef::LEN + 2 + a.drive_addr.len() + a.drive_id.len() + 4 + 4 + 1 + 1 + 2 + a.token.len() + a.key.len()
         });
-        FileAttr::LEN + 2 + self.target.len() + 1 + access
+        FileAttr::LEN + Handle::LEN + 2 + self.target.len() + 1 + access
     }
 
     fn encode(&self, w: &mut Writer) {
+        assert_eq!(self.handle.ino, self.attr.ino, "an entry's handle names another inode");
         self.attr.encode(w);
+        self.handle.encode(w);
         w.str(&self.target);
         match &self.access {
             None => {
@@ -696,9 +810,13 @@ impl Entry {
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let attr = FileAttr::decode(r)?;
+        let handle = Handle::decode(r)?;
+        if handle.ino != attr.ino {
+            return Err(DecodeError::NotCanonical("an entry's handle names another inode"));
+        }
         let target = r.str(SYMLINK_TARGET_MAX, "target")?;
         let access = if r.bool()? { Some(Access::decode(r)?) } else { None };
-        Ok(Entry { attr, target, access })
+        Ok(Entry { attr, handle, target, access })
     }
 }
 
@@ -711,6 +829,7 @@ mod reply_kind {
     pub const STATFS: u8 = 5;
     pub const USERS: u8 = 6;
     pub const DRIVE_ADDED: u8 = 7;
+    pub const NAMES: u8 = 8;
 }
 
 impl ManagerReply {
@@ -738,6 +857,14 @@ impl ManagerReply {
                 for (n, e) in entries {
                     w.str(n);
                     e.encode(&mut w);
+                }
+                w.bool(*more);
+            }
+            ManagerReply::Names { names, more } => {
+                assert!(names.len() <= READDIR_ENTRIES_MAX, "readdir reply over READDIR_ENTRIES_MAX");
+                w.u8(NAMES).u16(names.len() as u16);
+                for (n, kind) in names {
+                    w.str(n).u8(kind.code());
                 }
                 w.bool(*more);
             }
@@ -805,6 +932,14 @@ impl ManagerReply {
                     entries.push((name(r)?, Entry::decode(r)?));
                 }
                 ManagerReply::Dir { entries, more: r.bool()? }
+            }
+            NAMES => {
+                let n = r.count(READDIR_ENTRIES_MAX, "directory entries")?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push((name(r)?, FileKind::from_code(r.u8()?)?));
+                }
+                ManagerReply::Names { names, more: r.bool()? }
             }
             DONE => ManagerReply::Done,
             STATFS => {

@@ -22,6 +22,14 @@ fn attr() -> FileAttr {
     }
 }
 
+fn handle(ino: Ino) -> Handle {
+    Handle { ino, mac: [0x68; HANDLE_MAC_LEN] }
+}
+
+fn arb_handle() -> impl Strategy<Value = Handle> {
+    (any::<u64>(), any::<[u8; HANDLE_MAC_LEN]>()).prop_map(|(ino, mac)| Handle { ino, mac })
+}
+
 fn access() -> Access {
     Access {
         object: ObjectRef { drive: 1, partition: 1, object: 16 },
@@ -43,7 +51,19 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("WALK /a read", ManagerRequest::Walk { path: "/a".into(), follow: true, open: OpenMode::Read }.encode(8)),
         (
             "ENTRY with access",
-            ManagerReply::Entry(Entry { attr: attr(), target: String::new(), access: Some(access()) }).encode(8),
+            ManagerReply::Entry(Entry {
+                attr: attr(),
+                handle: handle(42),
+                target: String::new(),
+                access: Some(access()),
+            })
+            .encode(8),
+        ),
+        ("GETATTR read", ManagerRequest::GetAttr { handle: handle(42), open: OpenMode::Read }.encode(10)),
+        (
+            "NAMES reply",
+            ManagerReply::Names { names: vec![("d".into(), FileKind::Dir), ("f".into(), FileKind::File)], more: false }
+                .encode(11),
         ),
         ("ERROR NotFound", ManagerReply::encode_error(9, FsStatus::NotFound, "no")),
     ]
@@ -54,10 +74,13 @@ const VECTORS_HEX: &[&str] = &[
     "0200080000000000000002002f610101",
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
-        "0200000000000000030000000000000000000101000000010000000000000010000000000000000e003132372e302e302e313a37",
-        "343031d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d00b0000003075000001010400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
-        "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b"
+        "020000000000000003000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868",
+        "6868686800000101000000010000000000000010000000000000000e003132372e302e302e313a37343031d0d0d0d0d0d0d0d0d0",
+        "d0d0d0d0d0d0d00b0000003075000001010400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b",
     ),
+    "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
+    "00000b00000000000000080200010064020100660100",
     "0100090000000000000002006e6f",
 ];
 
@@ -87,7 +110,14 @@ fn arb_name() -> impl Strategy<Value = String> {
 }
 
 fn arb_open() -> impl Strategy<Value = OpenMode> {
-    prop_oneof![Just(OpenMode::None), Just(OpenMode::Read), Just(OpenMode::ReadWrite), Just(OpenMode::Best)]
+    prop_oneof![
+        Just(OpenMode::None),
+        Just(OpenMode::Read),
+        Just(OpenMode::ReadWrite),
+        Just(OpenMode::Best),
+        Just(OpenMode::ReadIfAllowed),
+        Just(OpenMode::RefreshWrite),
+    ]
 }
 
 fn arb_request() -> impl Strategy<Value = ManagerRequest> {
@@ -95,26 +125,26 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
     prop_oneof![
         (any::<u8>(), arb_name(), ".{0,64}").prop_map(|(version, user, password)| R::Login { version, user, password }),
         ("/[a-z/]{0,100}", any::<bool>(), arb_open()).prop_map(|(path, follow, open)| R::Walk { path, follow, open }),
-        (any::<u64>(), arb_name(), arb_open()).prop_map(|(parent, name, open)| R::Lookup { parent, name, open }),
-        (any::<u64>(), arb_open()).prop_map(|(ino, open)| R::GetAttr { ino, open }),
-        (any::<u64>(), arb_name(), any::<u16>()).prop_map(|(dir, after, limit)| R::ReadDir { dir, after, limit }),
-        (any::<u64>(), arb_name(), 0..=MODE_MASK).prop_map(|(parent, name, mode)| R::Mkdir { parent, name, mode }),
-        (any::<u64>(), arb_name(), 0..=MODE_MASK, any::<bool>(), any::<bool>()).prop_map(
+        (arb_handle(), arb_name(), arb_open()).prop_map(|(parent, name, open)| R::Lookup { parent, name, open }),
+        (arb_handle(), arb_open()).prop_map(|(handle, open)| R::GetAttr { handle, open }),
+        (arb_handle(), arb_name(), any::<u16>()).prop_map(|(dir, after, limit)| R::ReadDir { dir, after, limit }),
+        (arb_handle(), arb_name(), 0..=MODE_MASK).prop_map(|(parent, name, mode)| R::Mkdir { parent, name, mode }),
+        (arb_handle(), arb_name(), 0..=MODE_MASK, any::<bool>(), any::<bool>()).prop_map(
             |(parent, name, mode, exclusive, truncate)| R::Create { parent, name, mode, exclusive, truncate }
         ),
-        (any::<u64>(), arb_name(), ".{1,200}").prop_map(|(parent, name, target)| R::Symlink { parent, name, target }),
-        (any::<u64>(), any::<u64>(), arb_name()).prop_map(|(ino, new_parent, new_name)| R::Link {
-            ino,
+        (arb_handle(), arb_name(), ".{1,200}").prop_map(|(parent, name, target)| R::Symlink { parent, name, target }),
+        (arb_handle(), arb_handle(), arb_name()).prop_map(|(handle, new_parent, new_name)| R::Link {
+            handle,
             new_parent,
             new_name
         }),
-        (any::<u64>(), arb_name()).prop_map(|(parent, name)| R::Unlink { parent, name }),
-        (any::<u64>(), arb_name()).prop_map(|(parent, name)| R::Rmdir { parent, name }),
-        (any::<u64>(), arb_name(), any::<u64>(), arb_name())
+        (arb_handle(), arb_name()).prop_map(|(parent, name)| R::Unlink { parent, name }),
+        (arb_handle(), arb_name()).prop_map(|(parent, name)| R::Rmdir { parent, name }),
+        (arb_handle(), arb_name(), arb_handle(), arb_name())
             .prop_map(|(parent, name, new_parent, new_name)| { R::Rename { parent, name, new_parent, new_name } }),
-        (any::<u64>(), 0..=set_mask::ALL, any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<i64>())
-            .prop_map(|(ino, mask, mode, uid, gid, size, t)| R::SetAttr {
-                ino,
+        (arb_handle(), 0..=set_mask::ALL, any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<i64>())
+            .prop_map(|(handle, mask, mode, uid, gid, size, t)| R::SetAttr {
+                handle,
                 mask,
                 mode,
                 uid,
@@ -123,7 +153,7 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
                 atime_ns: t,
                 mtime_ns: t / 2
             }),
-        any::<u64>().prop_map(|ino| R::Close { ino }),
+        arb_handle().prop_map(|handle| R::Close { handle }),
         Just(R::StatFs),
         (arb_name(), ".{0,64}", any::<u32>(), any::<u32>(), any::<bool>())
             .prop_map(|(name, password, uid, gid, admin)| R::AddUser { name, password, uid, gid, admin }),
@@ -151,9 +181,19 @@ fn arb_attr() -> impl Strategy<Value = FileAttr> {
 }
 
 fn arb_entry() -> impl Strategy<Value = Entry> {
-    (arb_attr(), "[a-z/]{0,50}", any::<bool>(), proptest::collection::vec(any::<u8>(), 0..200)).prop_map(
-        |(attr, target, with, token)| Entry { attr, target, access: with.then(|| Access { token, ..access() }) },
+    (
+        arb_attr(),
+        any::<[u8; HANDLE_MAC_LEN]>(),
+        "[a-z/]{0,50}",
+        any::<bool>(),
+        proptest::collection::vec(any::<u8>(), 0..200),
     )
+        .prop_map(|(attr, mac, target, with, token)| Entry {
+            handle: Handle { ino: attr.ino, mac },
+            attr,
+            target,
+            access: with.then(|| Access { token, ..access() }),
+        })
 }
 
 fn arb_reply() -> impl Strategy<Value = ManagerReply> {
@@ -168,6 +208,10 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
         arb_entry().prop_map(R::Entry),
         (proptest::collection::vec((arb_name(), arb_entry()), 0..20), any::<bool>())
             .prop_map(|(entries, more)| R::Dir { entries, more }),
+        (proptest::collection::vec((arb_name(), 1u8..=3), 0..20), any::<bool>()).prop_map(|(names, more)| R::Names {
+            names: names.into_iter().map(|(n, k)| (n, FileKind::from_code(k).unwrap())).collect(),
+            more
+        }),
         Just(R::Done),
         (any::<u64>(), any::<u64>(), proptest::collection::vec((any::<u32>(), "[0-9.:]{1,21}", any::<bool>()), 0..5))
             .prop_map(|(inodes, file_bytes, d)| R::StatFs {
@@ -239,13 +283,15 @@ proptest! {
 
 #[test]
 fn rejections_are_specific() {
-    let mut body = ManagerRequest::Mkdir { parent: 1, name: "d".into(), mode: 0o755 }.encode(1);
+    let mut body = ManagerRequest::Mkdir { parent: handle(1), name: "d".into(), mode: 0o755 }.encode(1);
     let len = body.len();
     body[len - 4..].copy_from_slice(&0o10000u32.to_le_bytes());
     assert_eq!(ManagerRequest::decode(&body), Err(DecodeError::NotCanonical("mode has bits outside 0o7777")));
 
     let mut w = Writer::with_capacity(300);
-    w.u16(manager_opcode::UNLINK).u64(1).u64(1).str(&"n".repeat(FILE_NAME_MAX + 1));
+    w.u16(manager_opcode::UNLINK).u64(1);
+    handle(1).encode(&mut w);
+    w.str(&"n".repeat(FILE_NAME_MAX + 1));
     assert!(matches!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::OverLimit { field: "name", .. })));
 
     let mut body = ManagerRequest::StatFs.encode(1);
@@ -256,10 +302,18 @@ fn rejections_are_specific() {
     w.u16(0x7777).u64(1);
     assert_eq!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::UnknownOpcode(0x7777)));
 
-    let mut body =
-        ManagerRequest::SetAttr { ino: 1, mask: 0, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 }
-            .encode(1);
-    body[18] = 0x80;
+    let mut body = ManagerRequest::SetAttr {
+        handle: handle(1),
+        mask: 0,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+    }
+    .encode(1);
+    body[2 + 8 + Handle::LEN] = 0x80;
     assert_eq!(ManagerRequest::decode(&body), Err(DecodeError::NotCanonical("undefined setattr mask bits")));
 }
 
@@ -299,13 +353,37 @@ fn check_limits_refuses_what_decode_would_and_encode_cannot() {
     };
     over(ManagerRequest::Walk { path: long.clone(), follow: true, open: OpenMode::None }, "path");
     over(ManagerRequest::Walk { path: "/".repeat(PATH_MAX + 1), follow: true, open: OpenMode::None }, "path");
-    over(ManagerRequest::Unlink { parent: 1, name: "n".repeat(FILE_NAME_MAX + 1) }, "name");
-    over(ManagerRequest::Symlink { parent: 1, name: "l".into(), target: long.clone() }, "target");
-    over(ManagerRequest::Rename { parent: 1, name: "a".into(), new_parent: 1, new_name: long.clone() }, "name");
+    over(ManagerRequest::Unlink { parent: handle(1), name: "n".repeat(FILE_NAME_MAX + 1) }, "name");
+    over(ManagerRequest::Symlink { parent: handle(1), name: "l".into(), target: long.clone() }, "target");
+    let rename =
+        ManagerRequest::Rename { parent: handle(1), name: "a".into(), new_parent: handle(1), new_name: long.clone() };
+    over(rename, "name");
     over(ManagerRequest::Login { version: 1, user: "u".into(), password: long.clone() }, "password");
     over(ManagerRequest::SetPassword { name: long.clone(), password: "p".into() }, "user");
     over(ManagerRequest::AddDrive { addr: long, master_key: [0; 32] }, "drive address");
     let at_limit = ManagerRequest::Walk { path: "/".repeat(PATH_MAX), follow: false, open: OpenMode::None };
     assert_eq!(at_limit.check_limits(), Ok(()));
     assert!(ManagerRequest::decode(&at_limit.encode(1)).is_ok());
+}
+
+#[test]
+fn an_entry_whose_handle_names_another_inode_is_refused() {
+    let entry = Entry { attr: attr(), handle: handle(42), target: String::new(), access: None };
+    let mut body = ManagerReply::Entry(entry).encode(1);
+    // status, request id, kind, then the attributes and the handle's inode number.
+    let at = 2 + 8 + 1 + FileAttr::LEN;
+    body[at] ^= 1;
+    assert_eq!(ManagerReply::decode(&body), Err(DecodeError::NotCanonical("an entry's handle names another inode")));
+}
+
+#[test]
+fn request_handles_are_listed_for_checking() {
+    let (a, b) = (handle(5), handle(6));
+    let link = ManagerRequest::Link { handle: a, new_parent: b, new_name: "n".into() };
+    assert_eq!(link.handles(), vec![a, b]);
+    let rename = ManagerRequest::Rename { parent: a, name: "x".into(), new_parent: b, new_name: "y".into() };
+    assert_eq!(rename.handles(), vec![a, b]);
+    assert_eq!(ManagerRequest::Close { handle: a }.handles(), vec![a]);
+    assert!(ManagerRequest::Walk { path: "/".into(), follow: true, open: OpenMode::None }.handles().is_empty());
+    assert_eq!(format!("{a:?}"), "Handle(ino 5)", "Debug shows no MAC");
 }

@@ -308,6 +308,12 @@ fn readdir_case<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(e.inode, at(ns, "/d/c").unwrap());
     let f = create(ns, &ROOT, "/f", 0o644).unwrap().attr.ino;
     assert_eq!(ns.readdir(&ROOT, f, "", 10).err(), Some(FsStatus::NotDir));
+    let searchable = |who: &Caller| ns.readdir_searchable(who, d, "", 1).map(|(_, x)| x);
+    assert_eq!(searchable(&ALICE), Ok(true));
+    own(ns, "/d", &ALICE, 0o744);
+    assert_eq!(searchable(&ALICE), Ok(true), "the owner has rwx");
+    assert_eq!(searchable(&CAROL), Ok(false), "others may read the names but not search");
+    assert_eq!(searchable(&ROOT), Ok(true));
     own(ns, "/d", &ALICE, 0o311);
     assert_eq!(ns.readdir(&ALICE, d, "", 10).err(), Some(FsStatus::PermissionDenied));
     assert_eq!(ns.readdir(&CAROL, d, "", 10).err(), Some(FsStatus::PermissionDenied));
