@@ -20,6 +20,7 @@ pub use audit::{Audit, AUDIT_RECORDS_MAX};
 pub use nasd_crypto::Key;
 pub use security::Security;
 
+use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN};
 use nasd_store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,8 +44,14 @@ pub struct DriveConfig {
     pub commit_interval: Duration,
     /// Most concurrent connections.
     pub max_connections: usize,
-    /// Data chunk length of read replies.
-    pub chunk_len: u32,
+    /// Data chunk length of read replies. `None`: the larger of
+    /// `CHUNK_LEN_DEFAULT` and the block size, so that every chunk holds
+    /// whole blocks (Hash-and-MAC then MACs stored digests for aligned
+    /// reads). A given length must be within `CHUNK_LEN_MIN..=CHUNK_LEN_MAX`
+    /// ([`serve`] refuses to start otherwise); one that is not a multiple of
+    /// the block size is allowed, with a warning: blocks straddling chunks
+    /// are then hashed on the fly.
+    pub chunk_len: Option<u32>,
     /// Whether the drive checks keys and capabilities.
     pub security: SecurityMode,
 }
@@ -69,7 +76,7 @@ impl Default for DriveConfig {
         DriveConfig {
             commit_interval: Duration::from_secs(2),
             max_connections: CONNECTIONS_MAX,
-            chunk_len: nasd_proto::limits::CHUNK_LEN_DEFAULT,
+            chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
         }
     }
@@ -79,6 +86,31 @@ impl DriveConfig {
     /// The default configuration with security disabled (storage tests).
     pub fn unauthenticated() -> Self {
         DriveConfig { security: SecurityMode::Disabled, ..DriveConfig::default() }
+    }
+
+    /// The chunk length of read replies on a drive with `block_size`-byte
+    /// blocks (see [`DriveConfig::chunk_len`]).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a chunk length outside `CHUNK_LEN_MIN..=CHUNK_LEN_MAX`:
+    /// 0 would never fill a chunk, and clients refuse replies with chunks
+    /// over `CHUNK_LEN_MAX`.
+    pub fn reply_chunk_len(&self, block_size: u32) -> std::io::Result<u32> {
+        let chunk = self.chunk_len.unwrap_or(CHUNK_LEN_DEFAULT.max(block_size));
+        if !(CHUNK_LEN_MIN..=CHUNK_LEN_MAX).contains(&chunk) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("reply chunk length {chunk} is outside {CHUNK_LEN_MIN}..={CHUNK_LEN_MAX}"),
+            ));
+        }
+        if chunk % block_size != 0 {
+            tracing::warn!(
+                chunk,
+                block_size,
+                "reply chunk length is not a multiple of the block size: Hash-and-MAC hashes blocks that straddle chunks"
+            );
+        }
+        Ok(chunk)
     }
 }
 
@@ -111,12 +143,19 @@ pub const VENDOR: &str = "nasd";
 pub const MODEL: &str = "nasd-object-drive";
 
 /// Serves `store` on `listener` until `shutdown` completes; then commits and returns.
+///
+/// # Errors
+/// A configuration that cannot be served (a reply chunk length outside the
+/// protocol's limits: [`DriveConfig::reply_chunk_len`]) is refused before
+/// anything is served; so is a store whose security state or audit trail
+/// does not open.
 pub async fn serve(
     listener: TcpListener,
     store: Arc<Store>,
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let config = DriveConfig { chunk_len: Some(config.reply_chunk_len(store.block_size())?), ..config };
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
         Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)

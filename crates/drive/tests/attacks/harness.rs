@@ -479,7 +479,7 @@ impl Server {
                 let store = Arc::new(Store::open(&dir, &opts).expect("store opens"));
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
                 let config = DriveConfig {
-                    chunk_len: REPLY_CHUNK,
+                    chunk_len: Some(REPLY_CHUNK),
                     security: SecurityMode::Enforced { master_key: Some(master) },
                     ..DriveConfig::default()
                 };
