@@ -230,3 +230,51 @@ async fn commit_loop(drive: Arc<Drive>, every: Duration) {
         commit_all(&drive, "background").await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nasd_store::{StoreOptions, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
+
+    #[test]
+    fn reply_chunks_default_to_whole_blocks_and_stay_within_the_limits() {
+        let auto = DriveConfig::default();
+        for (block, chunk) in [
+            (BLOCK_SIZE_MIN, CHUNK_LEN_DEFAULT),
+            (64 * 1024, CHUNK_LEN_DEFAULT),
+            (512 * 1024, 512 * 1024),
+            (BLOCK_SIZE_MAX, BLOCK_SIZE_MAX),
+        ] {
+            let got = auto.reply_chunk_len(block).unwrap();
+            assert_eq!(got, chunk, "block {block}");
+            assert_eq!(got % block, 0, "the default chunk holds whole blocks");
+        }
+        for bad in [0, 1, CHUNK_LEN_MIN - 1, CHUNK_LEN_MAX + 1, u32::MAX] {
+            let c = DriveConfig { chunk_len: Some(bad), ..DriveConfig::default() };
+            let e = c.reply_chunk_len(4096).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad}");
+        }
+        for ok in [CHUNK_LEN_MIN, 1000, 4096, CHUNK_LEN_MAX] {
+            let c = DriveConfig { chunk_len: Some(ok), ..DriveConfig::default() };
+            assert_eq!(c.reply_chunk_len(4096).unwrap(), ok);
+        }
+    }
+
+    /// A chunk length of 0 once made every read loop forever; now the drive
+    /// refuses to start with it.
+    #[tokio::test]
+    async fn serve_refuses_an_invalid_reply_chunk_length() {
+        for bad in [0, CHUNK_LEN_MAX + 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = StoreOptions { block_size: 4096, capacity_bytes: 16 << 20, ..StoreOptions::default() };
+            let store = Arc::new(Store::open(dir.path(), &opts).unwrap());
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let config = DriveConfig { chunk_len: Some(bad), ..DriveConfig::unauthenticated() };
+            let served =
+                tokio::time::timeout(Duration::from_secs(20), serve(listener, store, config, std::future::pending()))
+                    .await
+                    .expect("serve returns at once");
+            assert_eq!(served.unwrap_err().kind(), std::io::ErrorKind::InvalidInput, "chunk {bad}");
+        }
+    }
+}

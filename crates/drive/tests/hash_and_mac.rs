@@ -230,3 +230,50 @@ async fn rot_in_blocks_straddling_chunks_never_reaches_the_client() {
     }
     assert!(refused_before_reply > 0, "rot in the first chunk's blocks is refused with DATA_CORRUPTED");
 }
+
+/// SCRUB over the network (`DriveClient::scrub` under the drive key against
+/// a running drive): rot injected into blocks.dat is reported by partition,
+/// object and logical block, each physical block is checked once however
+/// many clones map it, `max_report` bounds the list but not the total, and
+/// reads of a rotten block fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrub_over_the_network_reports_rot() {
+    let mut d = start(256 * 1024).await;
+    let c = &mut d.client;
+    let (a, _) = c.create(1).await.unwrap();
+    let data: Vec<u8> = (0..10 * BS).map(|i| (i % 241) as u8).collect();
+    c.write(1, a, &[Region { offset: 0, length: 10 * BS }], &data).await.unwrap();
+    let (clone, _) = c.fastcopy(1, a).await.unwrap();
+    let (b, _) = c.create(1).await.unwrap();
+    c.write(1, b, &[Region { offset: 0, length: 5 * BS }], &data[..(5 * BS) as usize]).await.unwrap();
+    c.flush(1, &[a, clone, b]).await.unwrap();
+    let key = d.drive_key.clone();
+    assert_eq!(c.scrub(&key, 16).await.unwrap(), (15, 0, vec![]), "clean: 15 physical blocks, shared ones once");
+
+    d.rot(a, 3, 100, 0x01);
+    d.rot(b, 1, 0, 0x80);
+    d.rot(b, 4, BS - 1, 0x10);
+    let (checked, total, mut listed) = d.client.scrub(&key, 16).await.unwrap();
+    assert_eq!((checked, total), (15, 3));
+    listed.sort();
+    let a_or_clone = listed.iter().find(|r| r.2 == 3).expect("block 3 of a (or its clone) listed").1;
+    assert!(a_or_clone == a || a_or_clone == clone);
+    assert!(listed.contains(&(1, b, 1)) && listed.contains(&(1, b, 4)) && listed.len() == 3, "{listed:?}");
+    let (_, total, listed) = d.client.scrub(&key, 1).await.unwrap();
+    assert_eq!((total, listed.len()), (3, 1), "max_report bounds the list, not the count");
+    let err = d.client.scrub(&key, nasd_proto::limits::SCRUB_REPORT_MAX as u16 + 1).await.unwrap_err();
+    assert_eq!(err.status(), Some(Status::LimitExceeded));
+
+    // Reads of a rotten block fail: the drive refuses under per-byte MACs;
+    // under Hash-and-MAC the client's check of the stored digest fails.
+    let mut c = d.connect(Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA)).await;
+    for object in [a, clone] {
+        let err = c.read(1, object, &[Region { offset: 3 * BS, length: BS }]).await.unwrap_err();
+        assert_eq!(err.status(), Some(Status::DataCorrupted), "{err}");
+    }
+    let (_, back) = c.read(1, clone, &[Region { offset: 4 * BS, length: 6 * BS }]).await.unwrap();
+    assert!(back == data[(4 * BS) as usize..], "blocks without rot still read");
+    let mut c = d.connect(hash_and_mac()).await;
+    let err = c.read(1, b, &[Region { offset: 0, length: 5 * BS }]).await.unwrap_err();
+    assert!(matches!(err, ClientError::HashAndMacMismatch(_)), "{err}");
+}
