@@ -103,7 +103,7 @@ impl DriveConfig {
                 format!("reply chunk length {chunk} is outside {CHUNK_LEN_MIN}..={CHUNK_LEN_MAX}"),
             ));
         }
-        if chunk % block_size != 0 {
+        if chunk.checked_rem(block_size) != Some(0) {
             tracing::warn!(
                 chunk,
                 block_size,

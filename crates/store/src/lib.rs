@@ -112,6 +112,11 @@ pub trait DataSink {
     /// Called instead of [`DataSink::data`] for each unit of a read (one
     /// region's bytes within one block), with the block's stored digest when
     /// the unit is the whole block. The default forwards to `data`.
+    ///
+    /// A sink that hashes a whole block itself and finds that its bytes do
+    /// not match `stored_digest` returns an error wrapping
+    /// [`nasd_crypto::StoredDigestMismatch`]: the store then fails the read
+    /// with [`StoreError::DataCorrupted`] for that block (and logs it).
     fn unit(&mut self, bytes: &[u8], stored_digest: Option<&BlockDigest>) -> std::io::Result<()> {
         let _ = stored_digest;
         self.data(bytes)
