@@ -366,7 +366,7 @@ async fn drive_seq(
         extensions: Vec::new(),
     };
     let store = Arc::new(Store::open(&dir, &opts).context("cannot open the bench drive's store")?);
-    let config = nasd_drive::DriveConfig { chunk_len: chunk, ..nasd_drive::DriveConfig::unauthenticated() };
+    let config = nasd_drive::DriveConfig { chunk_len: Some(chunk), ..nasd_drive::DriveConfig::unauthenticated() };
     let drive = LocalDrive::start(store, config).await?;
     let mut c = DriveClient::connect(drive.addr).await?;
     c.set_chunk_len(chunk);
@@ -448,7 +448,7 @@ async fn secured_drive(
     let master = Key::random();
     let config = nasd_drive::DriveConfig {
         security: nasd_drive::SecurityMode::Enforced { master_key: Some(master.clone()) },
-        chunk_len,
+        chunk_len: Some(chunk_len),
         ..Default::default()
     };
     let drive = match runtime {

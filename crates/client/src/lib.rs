@@ -10,8 +10,9 @@
 //! a [`Credential`] (a capability or a key of the hierarchy) and protection
 //! options. Every reply is checked before anything in it is believed: its
 //! digest, its data tags chunk by chunk, and that it answers this request. A
-//! reply that fails a check is [`ClientError::BadReply`] and the connection is
-//! no longer used.
+//! reply that fails a check is [`ClientError::BadReply`] (or, for a data tag
+//! of a Hash-and-MAC read, [`ClientError::HashAndMacMismatch`], which may
+//! also mean rot on the drive) and the connection is no longer used.
 //!
 //! ```no_run
 //! # async fn demo(token: Vec<u8>, cap_key: nasd_crypto::Key) -> Result<(), nasd_client::ClientError> {
@@ -39,7 +40,8 @@ pub use nasd_crypto::{Key, MacAlgorithm};
 use auth::Guard;
 use nasd_crypto::{key_context, seal_key};
 use nasd_proto::limits::{
-    ARGS_LEN_MAX, CHUNK_LEN_DEFAULT, DATA_LEN_MAX, DATA_TAG_LEN, DIGEST_LEN, HEADER_LEN, NONCE_LEN,
+    ARGS_LEN_MAX, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, CHUNK_LEN_DEFAULT, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN,
+    DIGEST_LEN, HEADER_LEN, NONCE_LEN,
 };
 use nasd_proto::{
     opcode, AttrMask, Attributes, AuditRecord, DecodeError, DriveInfo, FrameHeader, Kind, Protection, Region, Reply,
@@ -73,6 +75,19 @@ pub enum ClientError {
     /// no longer used.
     #[error("drive reply failed verification: {0}")]
     BadReply(String),
+    /// A Hash-and-MAC read (`HASH_AND_MAC`) failed a data tag. Either the
+    /// reply changed in flight or a whole block rotted on the drive: under
+    /// Hash-and-MAC the drive sends the digest it stored for a block that
+    /// fits in a chunk without re-reading it against the block, so the
+    /// client's check is what catches such rot — and a client cannot tell
+    /// the two apart. No byte of the failed chunk reached the caller; the
+    /// connection is no longer used. To tell which (Gobioff et al. §4.2),
+    /// re-read the regions on a new connection without `HASH_AND_MAC`: the
+    /// drive then checks every block against its stored digest and refuses
+    /// a rotten one with `DATA_CORRUPTED`; if that read succeeds, the first
+    /// reply was tampered with. The client does not re-read by itself.
+    #[error("hash-and-MAC read data failed its tag (changed in flight, or a block rotted on the drive; re-read without HASH_AND_MAC to tell which): {0}")]
+    HashAndMacMismatch(String),
     /// The request was not sent: the client's [`Auth`] cannot be used safely,
     /// or the request cannot be encoded within the protocol's limits.
     #[error("request not sent: {0}")]
@@ -213,6 +228,26 @@ fn encode_args(req: &Request, data_len: u64) -> Result<Vec<u8>, ClientError> {
     Ok(args)
 }
 
+/// Checks the unauthenticated `HELLO` reply's sizes against the protocol's
+/// limits. A man in the middle who changes them within the limits can only
+/// make calls fail: `chunk_len_max` only ever lowers the chunk length of
+/// requests (which the drive accepts at any valid length), and a wrong
+/// `block_size` cuts Hash-and-MAC units where the drive does not, so those
+/// reads fail their tags ([`ClientError::HashAndMacMismatch`]).
+fn check_hello(chunk_len_max: u32, block_size: u32) -> Result<(), ClientError> {
+    if chunk_len_max < CHUNK_LEN_MIN {
+        return Err(ClientError::Protocol(format!(
+            "HELLO offers chunk_len_max {chunk_len_max}, below CHUNK_LEN_MIN ({CHUNK_LEN_MIN})"
+        )));
+    }
+    if !block_size.is_power_of_two() || !(BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX).contains(&block_size) {
+        return Err(ClientError::Protocol(format!(
+            "HELLO names block size {block_size}: not a power of two in {BLOCK_SIZE_MIN}..={BLOCK_SIZE_MAX}"
+        )));
+    }
+    Ok(())
+}
+
 fn unexpected(what: &str, reply: &Reply) -> ClientError {
     ClientError::Protocol(format!("unexpected {what} reply {reply:?}"))
 }
@@ -252,6 +287,7 @@ impl DriveClient {
         let head = c.exchange(&Guard::none(), &hello).await?;
         match head.reply {
             Reply::Hello { drive_id, chunk_len_max, block_size, .. } => {
+                check_hello(chunk_len_max, block_size)?;
                 c.drive_id = drive_id;
                 c.block_size = block_size;
                 c.chunk_len = c.chunk_len.min(chunk_len_max);
@@ -484,8 +520,15 @@ impl DriveClient {
 
     /// Reads `regions`, streaming the data into `dst`; returns per-region
     /// lengths. Each chunk's tag is checked before the chunk reaches `dst`;
-    /// a chunk that fails is [`ClientError::BadReply`], and `dst` then holds
-    /// only the chunks before it.
+    /// a chunk that fails is [`ClientError::BadReply`] (under `HASH_AND_MAC`,
+    /// [`ClientError::HashAndMacMismatch`]), and `dst` then holds only the
+    /// chunks before it.
+    ///
+    /// A block that fails its stored digest on the drive is refused with
+    /// status `DATA_CORRUPTED` if the drive finds it before the reply's
+    /// first chunk; found later, the drive ends the connection after the
+    /// chunks before it (each verified) and the call fails with
+    /// [`ClientError::Io`] (`UnexpectedEof`), `dst` holding those chunks.
     pub async fn read_to(
         &mut self,
         partition: u64,
@@ -578,9 +621,9 @@ impl DriveClient {
                 unit_mac.absorb(piece);
             }
             read_direct(&mut self.rd, tag).await?;
-            unit_mac.check_tag(tag).map_err(|_| {
-                ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight"))
-            })?;
+            unit_mac
+                .check_tag(tag)
+                .map_err(|_| ClientError::HashAndMacMismatch(format!("read data chunk {index} failed its tag")))?;
             dst.write_all(chunk).await?;
         }
         dst.flush().await?;

@@ -6,7 +6,7 @@
 use super::auth::Guard;
 use super::*;
 use nasd_crypto::{key_context, mint_capability, open_key, FrameKeys, MacAlgorithm};
-use nasd_proto::limits::{DATA_TAG_LEN, NONCE_LEN};
+use nasd_proto::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, CHUNK_LEN_MIN, DATA_TAG_LEN, NONCE_LEN};
 use nasd_proto::{encode_error_message, rights, CapabilityArgs, FramePrefix, KeyType};
 
 const PLAIN_ARGS_MARKER: u64 = 0x5eed_cafe_f00d_beef;
@@ -493,6 +493,8 @@ mod mock {
         pub opened: Vec<Key>,
         pub object: Vec<u8>,
         pub read_chunk: u32,
+        /// (chunk_len_max, block_size) the mock's HELLO reply names.
+        pub hello_sizes: (u32, u32),
     }
 
     pub type Shared = std::sync::Arc<Mutex<State>>;
@@ -587,9 +589,9 @@ mod mock {
                     Request::Hello { .. } => Reply::Hello {
                         version: VERSION,
                         drive_id: [5; 16],
-                        chunk_len_max: 1 << 20,
+                        chunk_len_max: st.hello_sizes.0,
                         regions_max: 1024,
-                        block_size: 4096,
+                        block_size: st.hello_sizes.1,
                     },
                     Request::GetAttr { .. } => Reply::Attrs(Attributes::default()),
                     Request::Write { .. } => {
@@ -719,7 +721,40 @@ fn mock_state(keys: Vec<(KeyType, MacAlgorithm, Key)>) -> mock::Shared {
         opened: Vec::new(),
         object: Vec::new(),
         read_chunk: 512,
+        hello_sizes: (1 << 20, 4096),
     }))
+}
+
+/// The HELLO reply is unauthenticated: a block size that is not a power of
+/// two within the protocol's limits, or a chunk limit below CHUNK_LEN_MIN
+/// (which would make every write's chunk count divide by zero), is refused
+/// at connect with a protocol error, never used.
+#[tokio::test]
+async fn hello_sizes_outside_the_protocol_limits_are_refused() {
+    let state = mock_state(Vec::new());
+    let addr = mock::start(state.clone()).await;
+    let bad = [
+        (1 << 20, 0),
+        (1 << 20, 4097),
+        (1 << 20, 2048),
+        (1 << 20, 3 << 12),
+        (1 << 20, 2 << 20),
+        (1 << 20, u32::MAX),
+        (0, 4096),
+        (CHUNK_LEN_MIN - 1, 4096),
+    ];
+    for sizes in bad {
+        state.lock().unwrap().hello_sizes = sizes;
+        match DriveClient::connect(addr).await {
+            Err(ClientError::Protocol(m)) => assert!(m.contains("HELLO"), "{sizes:?}: {m}"),
+            other => panic!("{sizes:?}: {other:?}"),
+        }
+    }
+    for sizes in [(CHUNK_LEN_MIN, BLOCK_SIZE_MIN), (1 << 20, BLOCK_SIZE_MAX), (4 << 20, 65536)] {
+        state.lock().unwrap().hello_sizes = sizes;
+        let c = DriveClient::connect(addr).await.unwrap_or_else(|e| panic!("{sizes:?}: {e}"));
+        assert_eq!((c.block_size, c.chunk_len), (sizes.1, CHUNK_LEN_DEFAULT.min(sizes.0)));
+    }
 }
 
 #[tokio::test]

@@ -152,6 +152,12 @@ impl DataProtector {
     }
 }
 
+/// A unit's bytes do not hash to the digest stored for them (the block
+/// rotted on the media).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("block bytes do not match their stored digest")]
+pub struct StoredDigestMismatch;
+
 /// The capability key: MAC(working key, capability arguments). The arguments
 /// include the object's access control version, so changing it revokes.
 pub fn capability_key(working: &Key, args: &CapabilityArgs) -> Option<Key> {
@@ -302,6 +308,28 @@ impl UnitMac {
         self.finish_unit(digest);
     }
 
+    /// Absorbs the last `bytes` of the current unit, which must complete it,
+    /// and checks the unit's digest against `stored` in constant time: for a
+    /// sender that hashes a unit with a stored digest on the fly (a whole
+    /// block that straddles chunks) and must not vouch for bytes that no
+    /// longer match it. Either way the unit enters the MAC as `stored` (the
+    /// same digest when they match), so after a mismatch no tag covers the
+    /// bytes actually read.
+    pub fn absorb_unit_end_checked(&mut self, bytes: &[u8], stored: &[u8; 32]) -> Result<(), StoredDigestMismatch> {
+        assert!(
+            self.ensure_unit() && self.unit_len - self.done == bytes.len() as u64,
+            "the bytes must complete the current unit"
+        );
+        self.hasher.update(bytes);
+        let matches = ct_eq(self.hasher.finalize().as_bytes(), stored);
+        self.finish_unit(stored);
+        if matches {
+            Ok(())
+        } else {
+            Err(StoredDigestMismatch)
+        }
+    }
+
     /// Absorbs bytes, hashing them unit by unit. Bytes past the last unit
     /// are an error of the caller (the data length is checked first).
     pub fn absorb(&mut self, mut bytes: &[u8]) {
@@ -351,5 +379,53 @@ impl FrameKeys {
     /// with the reply's digest.
     pub fn unit_mac(&self, digest: &[u8], units: Units) -> UnitMac {
         UnitMac::new(self.alg, &self.mac, digest, units)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit_mac(key: &Key, units: &[(u64, u64)]) -> UnitMac {
+        FrameKeys::new(MacAlgorithm::Blake3, key).unit_mac(b"seed", Units::new(units.to_vec(), 4096))
+    }
+
+    /// A unit hashed on the fly and checked against its stored digest gives
+    /// the tags plain hashing gives when the digest matches; when it does
+    /// not, the mismatch is reported and the MAC takes the stored digest, so
+    /// no later tag vouches for the bytes actually read.
+    #[test]
+    fn unit_end_checked_against_the_stored_digest() {
+        let key = Key::random();
+        let block: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+        let stored = crate::block_digest(&block);
+        let mut plain = unit_mac(&key, &[(0, 8192)]);
+        let mut checked = unit_mac(&key, &[(0, 8192)]);
+        plain.absorb(&block[..1000]);
+        checked.absorb(&block[..1000]);
+        assert_eq!(plain.tag(), checked.tag(), "a cut inside the unit tags the prefix's digest");
+        plain.absorb(&block[1000..]);
+        checked.absorb_unit_end_checked(&block[1000..], &stored).expect("matching bytes");
+        assert_eq!(plain.tag(), checked.tag());
+
+        let mut rotten = block.clone();
+        rotten[3000] ^= 1;
+        let mut honest = unit_mac(&key, &[(0, 8192)]);
+        assert!(honest.at_whole_unit(4096));
+        honest.absorb_digest(4096, &stored);
+        let mut reader = unit_mac(&key, &[(0, 8192)]);
+        reader.absorb(&rotten);
+        let mut drive = unit_mac(&key, &[(0, 8192)]);
+        drive.absorb(&rotten[..1000]);
+        assert_eq!(drive.absorb_unit_end_checked(&rotten[1000..], &stored), Err(StoredDigestMismatch));
+        assert_eq!(drive.tag(), honest.tag(), "the unit entered the MAC as its stored digest");
+        assert!(reader.check_tag(&drive.tag()).is_err(), "a reader of the rotten bytes cannot accept the tag");
+    }
+
+    #[test]
+    #[should_panic(expected = "complete the current unit")]
+    fn unit_end_checked_must_complete_the_unit() {
+        let mut m = unit_mac(&Key::random(), &[(0, 4096)]);
+        let _ = m.absorb_unit_end_checked(&[0u8; 100], &[0; 32]);
     }
 }

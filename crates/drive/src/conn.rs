@@ -503,13 +503,20 @@ struct ReplyPlan {
 
 /// Collects a store read into frame-sized chunks and sends them on. Under
 /// Hash-and-MAC it also computes each chunk's tag, using stored digests for
-/// whole blocks and hashing only partial ones.
+/// whole blocks that fit in the chunk and hashing the other units. A whole
+/// block that straddles chunks is hashed and checked against its stored
+/// digest before any chunk holding its bytes is sent: the store does not
+/// check whole blocks under Hash-and-MAC (their digests travel), but this
+/// one's does not, so the drive is the last place its rot can be caught.
 struct ChannelSink {
     tx: mpsc::Sender<ReadMsg>,
     buf: Vec<u8>,
     chunk_len: usize,
     plan: ReplyPlan,
     unit_mac: Option<UnitMac>,
+    /// Tags of the chunks that end inside a straddling block, held until the
+    /// block checks (at most BLOCK_SIZE_MAX / CHUNK_LEN_MIN + 1).
+    cuts: Vec<(usize, nasd_crypto::MacValue)>,
 }
 
 impl ChannelSink {
@@ -520,8 +527,59 @@ impl ChannelSink {
     }
     fn flush_chunk(&mut self) -> std::io::Result<()> {
         let tag = self.unit_mac.as_ref().map(UnitMac::tag);
+        self.send_chunk(tag)
+    }
+    fn send_chunk(&mut self, tag: Option<nasd_crypto::MacValue>) -> std::io::Result<()> {
         let full = std::mem::replace(&mut self.buf, chunk_buffer(self.chunk_len));
         self.send(ReadMsg::Chunk(full, tag))
+    }
+    /// Appends bytes whose units are hashed (partial blocks, or no Hash-and-MAC).
+    fn hashed(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let n = bytes.len().min(self.chunk_len - self.buf.len());
+            if let Some(um) = self.unit_mac.as_mut() {
+                um.absorb(&bytes[..n]);
+            }
+            self.buf.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.buf.len() == self.chunk_len {
+                self.flush_chunk()?;
+            }
+        }
+        Ok(())
+    }
+    /// A whole block (one unit) whose stored digest is `stored` and which
+    /// does not fit in the current chunk: hashed in one pass, taking the tag
+    /// at each chunk end inside it, then checked against `stored` in
+    /// constant time; only if it matches do its chunks go out. A block that
+    /// does not match is never vouched for: the read ends with
+    /// [`nasd_crypto::StoredDigestMismatch`], which the store reports as
+    /// `DATA_CORRUPTED` (logged, audited), and nothing of the block is sent.
+    fn straddling_block(&mut self, bytes: &[u8], stored: &nasd_crypto::BlockDigest) -> std::io::Result<()> {
+        let um = self.unit_mac.as_mut().expect("only under Hash-and-MAC");
+        self.cuts.clear();
+        let (mut pos, mut room) = (0, self.chunk_len - self.buf.len());
+        while bytes.len() - pos > room {
+            um.absorb(&bytes[pos..pos + room]);
+            pos += room;
+            self.cuts.push((pos, um.tag()));
+            room = self.chunk_len;
+        }
+        if let Err(mismatch) = um.absorb_unit_end_checked(&bytes[pos..], stored) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, mismatch));
+        }
+        let mut start = 0;
+        for i in 0..self.cuts.len() {
+            let (end, tag) = self.cuts[i];
+            self.buf.extend_from_slice(&bytes[start..end]);
+            self.send_chunk(Some(tag))?;
+            start = end;
+        }
+        self.buf.extend_from_slice(&bytes[start..]);
+        if self.buf.len() == self.chunk_len {
+            self.flush_chunk()?;
+        }
+        Ok(())
     }
     fn finish(&mut self) -> std::io::Result<()> {
         if !self.buf.is_empty() {
@@ -559,27 +617,18 @@ impl DataSink for ChannelSink {
     fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.unit(bytes, None)
     }
-    fn unit(&mut self, mut bytes: &[u8], stored: Option<&nasd_crypto::BlockDigest>) -> std::io::Result<()> {
-        if let (Some(um), Some(d)) = (self.unit_mac.as_mut(), stored) {
-            if self.buf.len() + bytes.len() <= self.chunk_len && um.at_whole_unit(bytes.len() as u64) {
-                um.absorb_digest(bytes.len() as u64, d);
-                self.buf.extend_from_slice(bytes);
-                if self.buf.len() == self.chunk_len {
-                    self.flush_chunk()?;
-                }
-                return Ok(());
-            }
+    fn unit(&mut self, bytes: &[u8], stored: Option<&nasd_crypto::BlockDigest>) -> std::io::Result<()> {
+        let (Some(um), Some(d)) = (self.unit_mac.as_mut(), stored) else {
+            return self.hashed(bytes);
+        };
+        assert!(um.at_whole_unit(bytes.len() as u64), "a block with a stored digest is one whole unit");
+        if self.buf.len() + bytes.len() > self.chunk_len {
+            return self.straddling_block(bytes, d);
         }
-        while !bytes.is_empty() {
-            let n = bytes.len().min(self.chunk_len - self.buf.len());
-            if let Some(um) = self.unit_mac.as_mut() {
-                um.absorb(&bytes[..n]);
-            }
-            self.buf.extend_from_slice(&bytes[..n]);
-            bytes = &bytes[n..];
-            if self.buf.len() == self.chunk_len {
-                self.flush_chunk()?;
-            }
+        um.absorb_digest(bytes.len() as u64, d);
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() == self.chunk_len {
+            self.flush_chunk()?;
         }
         Ok(())
     }
@@ -674,7 +723,7 @@ async fn execute_read(
     regions: Vec<Region>,
 ) -> std::io::Result<(Status, Next)> {
     let (store, header) = (&ctx.drive.store, ctx.header);
-    let chunk_len = ctx.config.chunk_len as usize;
+    let chunk_len = ctx.config.chunk_len.expect("serve sets the reply chunk length") as usize;
     let hash_and_mac = guard.keys.is_some() && guard.protection.covers(Protection::HASH_AND_MAC);
     let (tx, mut rx) = mpsc::channel::<ReadMsg>(TRANSFER_CHUNKS_MAX);
     let s = store.clone();
@@ -690,7 +739,8 @@ async fn execute_read(
     // Under Hash-and-MAC the client checks every block's digest itself.
     let verify = s.verifies_reads() && !hash_and_mac;
     let task = tokio::task::spawn_blocking(move || {
-        let mut sink = ChannelSink { tx, buf: chunk_buffer(chunk_len), chunk_len, plan, unit_mac: None };
+        let mut sink =
+            ChannelSink { tx, buf: chunk_buffer(chunk_len), chunk_len, plan, unit_mac: None, cuts: Vec::new() };
         s.read_with(partition, object, &regions, &mut sink, verify)?;
         sink.finish().map_err(StoreError::Sink)
     });

@@ -20,6 +20,7 @@ pub use audit::{Audit, AUDIT_RECORDS_MAX};
 pub use nasd_crypto::Key;
 pub use security::Security;
 
+use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN};
 use nasd_store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,8 +44,14 @@ pub struct DriveConfig {
     pub commit_interval: Duration,
     /// Most concurrent connections.
     pub max_connections: usize,
-    /// Data chunk length of read replies.
-    pub chunk_len: u32,
+    /// Data chunk length of read replies. `None`: the larger of
+    /// `CHUNK_LEN_DEFAULT` and the block size, so that every chunk holds
+    /// whole blocks (Hash-and-MAC then MACs stored digests for aligned
+    /// reads). A given length must be within `CHUNK_LEN_MIN..=CHUNK_LEN_MAX`
+    /// ([`serve`] refuses to start otherwise); one that is not a multiple of
+    /// the block size is allowed, with a warning: blocks straddling chunks
+    /// are then hashed on the fly.
+    pub chunk_len: Option<u32>,
     /// Whether the drive checks keys and capabilities.
     pub security: SecurityMode,
 }
@@ -69,7 +76,7 @@ impl Default for DriveConfig {
         DriveConfig {
             commit_interval: Duration::from_secs(2),
             max_connections: CONNECTIONS_MAX,
-            chunk_len: nasd_proto::limits::CHUNK_LEN_DEFAULT,
+            chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
         }
     }
@@ -79,6 +86,31 @@ impl DriveConfig {
     /// The default configuration with security disabled (storage tests).
     pub fn unauthenticated() -> Self {
         DriveConfig { security: SecurityMode::Disabled, ..DriveConfig::default() }
+    }
+
+    /// The chunk length of read replies on a drive with `block_size`-byte
+    /// blocks (see [`DriveConfig::chunk_len`]).
+    ///
+    /// # Errors
+    /// `InvalidInput` for a chunk length outside `CHUNK_LEN_MIN..=CHUNK_LEN_MAX`:
+    /// 0 would never fill a chunk, and clients refuse replies with chunks
+    /// over `CHUNK_LEN_MAX`.
+    pub fn reply_chunk_len(&self, block_size: u32) -> std::io::Result<u32> {
+        let chunk = self.chunk_len.unwrap_or(CHUNK_LEN_DEFAULT.max(block_size));
+        if !(CHUNK_LEN_MIN..=CHUNK_LEN_MAX).contains(&chunk) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("reply chunk length {chunk} is outside {CHUNK_LEN_MIN}..={CHUNK_LEN_MAX}"),
+            ));
+        }
+        if chunk.checked_rem(block_size) != Some(0) {
+            tracing::warn!(
+                chunk,
+                block_size,
+                "reply chunk length is not a multiple of the block size: Hash-and-MAC hashes blocks that straddle chunks"
+            );
+        }
+        Ok(chunk)
     }
 }
 
@@ -111,12 +143,19 @@ pub const VENDOR: &str = "nasd";
 pub const MODEL: &str = "nasd-object-drive";
 
 /// Serves `store` on `listener` until `shutdown` completes; then commits and returns.
+///
+/// # Errors
+/// A configuration that cannot be served (a reply chunk length outside the
+/// protocol's limits: [`DriveConfig::reply_chunk_len`]) is refused before
+/// anything is served; so is a store whose security state or audit trail
+/// does not open.
 pub async fn serve(
     listener: TcpListener,
     store: Arc<Store>,
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let config = DriveConfig { chunk_len: Some(config.reply_chunk_len(store.block_size())?), ..config };
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
         Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
@@ -189,5 +228,53 @@ async fn commit_loop(drive: Arc<Drive>, every: Duration) {
     loop {
         tick.tick().await;
         commit_all(&drive, "background").await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nasd_store::{StoreOptions, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
+
+    #[test]
+    fn reply_chunks_default_to_whole_blocks_and_stay_within_the_limits() {
+        let auto = DriveConfig::default();
+        for (block, chunk) in [
+            (BLOCK_SIZE_MIN, CHUNK_LEN_DEFAULT),
+            (64 * 1024, CHUNK_LEN_DEFAULT),
+            (512 * 1024, 512 * 1024),
+            (BLOCK_SIZE_MAX, BLOCK_SIZE_MAX),
+        ] {
+            let got = auto.reply_chunk_len(block).unwrap();
+            assert_eq!(got, chunk, "block {block}");
+            assert_eq!(got % block, 0, "the default chunk holds whole blocks");
+        }
+        for bad in [0, 1, CHUNK_LEN_MIN - 1, CHUNK_LEN_MAX + 1, u32::MAX] {
+            let c = DriveConfig { chunk_len: Some(bad), ..DriveConfig::default() };
+            let e = c.reply_chunk_len(4096).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad}");
+        }
+        for ok in [CHUNK_LEN_MIN, 1000, 4096, CHUNK_LEN_MAX] {
+            let c = DriveConfig { chunk_len: Some(ok), ..DriveConfig::default() };
+            assert_eq!(c.reply_chunk_len(4096).unwrap(), ok);
+        }
+    }
+
+    /// A chunk length of 0 once made every read loop forever; now the drive
+    /// refuses to start with it.
+    #[tokio::test]
+    async fn serve_refuses_an_invalid_reply_chunk_length() {
+        for bad in [0, CHUNK_LEN_MAX + 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = StoreOptions { block_size: 4096, capacity_bytes: 16 << 20, ..StoreOptions::default() };
+            let store = Arc::new(Store::open(dir.path(), &opts).unwrap());
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let config = DriveConfig { chunk_len: Some(bad), ..DriveConfig::unauthenticated() };
+            let served =
+                tokio::time::timeout(Duration::from_secs(20), serve(listener, store, config, std::future::pending()))
+                    .await
+                    .expect("serve returns at once");
+            assert_eq!(served.unwrap_err().kind(), std::io::ErrorKind::InvalidInput, "chunk {bad}");
+        }
     }
 }

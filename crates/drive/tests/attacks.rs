@@ -26,10 +26,10 @@ mod harness;
 use harness::*;
 use nasd_client::ClientError;
 use nasd_crypto::{key_context, mint_capability, seal, seal_key, Key, MacAlgorithm};
-use nasd_proto::limits::{CAPABILITY_LEN_MAX, HEADER_LEN, OBJECT_SIZE_MAX};
+use nasd_proto::limits::{CAPABILITY_LEN_MAX, DIGEST_LEN, HEADER_LEN, OBJECT_SIZE_MAX};
 use nasd_proto::{
-    opcode, rights, AttrMask, Attributes, CapabilityArgs, Reply, Request, SealedCapabilityPrefix, Status,
-    SEALED_CAPABILITY_PREFIX_LEN,
+    opcode, rights, AttrMask, Attributes, CapabilityArgs, Region, Reply, Request, SealedCapabilityPrefix, Status,
+    CAPABILITY_ARGS_LEN, SEALED_CAPABILITY_PREFIX_LEN,
 };
 use std::collections::BTreeMap;
 
@@ -1460,14 +1460,19 @@ fn tampered_replies_are_detected_by_the_client() {
             ("last tag byte", len - 1),
         ] {
             let flip = Tamper::Xor { frame: 1, offset, mask: 0x04 };
-            match read_via(&c, protection, Some(flip)) {
-                Err(ClientError::BadReply(_)) => {}
-                other => panic!("{label} read reply, {what} flipped: {:?}", other.map(|v| v.len())),
-            }
+            // A data tag of a Hash-and-MAC read fails as HashAndMacMismatch
+            // (it could also be rot on the drive); everything else as BadReply.
+            let expected = |e: Option<&ClientError>| match e {
+                Some(ClientError::HashAndMacMismatch(_)) => protection & HM != 0 && offset >= data_at,
+                Some(ClientError::BadReply(_)) => protection & HM == 0 || offset < data_at,
+                _ => false,
+            };
+            let r = read_via(&c, protection, Some(flip));
+            assert!(expected(r.as_ref().err()), "{label} read reply, {what} flipped: {:?}", r.map(|v| v.len()));
             // Streamed, the reader gets exactly the chunks before the flipped
             // one, unaltered: nothing unverified is handed over.
             let (r, got) = read_to_via(&c, protection, Some(flip));
-            assert!(matches!(r, Err(ClientError::BadReply(_))), "{label} read_to, {what} flipped: {r:?}");
+            assert!(expected(r.as_ref().err()), "{label} read_to, {what} flipped: {r:?}");
             let verified = if offset < data_at { 0 } else { (offset - data_at) / (chunk + tag) * chunk };
             assert!(
                 got == d.victim_content()[..verified],
@@ -1475,7 +1480,7 @@ fn tampered_replies_are_detected_by_the_client() {
                 got.len()
             );
             d.cases.borrow_mut().push(format!(
-                "{label} read reply: {what} flipped (BadReply; only the {verified} bytes of earlier chunks handed over)"
+                "{label} read reply: {what} flipped (refused; only the {verified} bytes of earlier chunks handed over)"
             ));
         }
     }
@@ -1492,6 +1497,59 @@ fn tampered_replies_are_detected_by_the_client() {
     d.cases.borrow_mut().push("earlier reply replayed for a later request (BadReply)".into());
     d.verify("tampered replies");
     d.finish("tampered replies");
+}
+
+/// The HELLO reply is unauthenticated (no key is known yet). A man in the
+/// middle who changes its sizes can only make calls fail: a block size or
+/// chunk limit outside the protocol's limits is refused at connect (once, a
+/// chunk limit of 0 made the client divide by zero on its first write); a
+/// wrong but valid block size cuts Hash-and-MAC units where the drive does
+/// not, so those reads fail their tags, and nothing else depends on it.
+#[test]
+fn hello_sizes_changed_in_flight_only_cause_failures() {
+    let d = Drive::start();
+    let proxy = Proxy::start(d.addr());
+    let victim = d.victim;
+    // HELLO reply arguments: version (0), drive id (1), chunk_len_max (17), regions_max (21), block_size (23).
+    let (chunk_len_max_at, block_size_at) = (HEADER_LEN + 17, HEADER_LEN + 23);
+    let connect = |t: Tamper| {
+        proxy.set(Some(t));
+        let addr = proxy.addr;
+        d.rt.block_on(async move { to(nasd_client::DriveClient::connect(addr)).await })
+    };
+    for (what, t) in [
+        ("block size 4097", Tamper::XorAndGoOn { frame: 0, offset: block_size_at, mask: 0x01 }),
+        ("block size 2 MiB + 4 KiB", Tamper::XorAndGoOn { frame: 0, offset: block_size_at + 2, mask: 0x20 }),
+        ("chunk limit 0", Tamper::XorAndGoOn { frame: 0, offset: chunk_len_max_at + 2, mask: 0x40 }),
+    ] {
+        match connect(t) {
+            Err(ClientError::Protocol(m)) => assert!(m.contains("HELLO"), "{what}: {m}"),
+            other => panic!("{what}: {other:?}"),
+        }
+        d.cases.borrow_mut().push(format!("HELLO reply changed in flight to {what}: refused at connect (Protocol)"));
+    }
+    // 4096 → 8192: a valid block size, but not the drive's.
+    let to_8k = Tamper::XorAndGoOn { frame: 0, offset: block_size_at + 1, mask: 0x30 };
+    for (label, bits) in [("INTEGRITY_DATA", IA | ID), ("INTEGRITY_DATA+HASH_AND_MAC", IA | ID | HM)] {
+        let cred = d.cap(rights::READ, |a| a.min_protection = prot(bits)).client();
+        proxy.set(Some(to_8k));
+        let addr = proxy.addr;
+        let r = d.rt.block_on(async move {
+            let mut c = client_as(addr, cred, bits).await?;
+            Ok::<_, ClientError>(to(c.read(P1, victim, &[rg(100, VICTIM_LEN as u64 - 100)])).await?.1)
+        });
+        if bits & HM != 0 {
+            assert!(matches!(r, Err(ClientError::HashAndMacMismatch(_))), "{label}: {:?}", r.map(|v| v.len()));
+        } else {
+            assert!(r.expect("the block size plays no part in per-byte MACs") == d.victim_content()[100..]);
+        }
+        d.cases.borrow_mut().push(format!(
+            "HELLO block size 4096 changed to 8192 in flight: {label} read {}",
+            if bits & HM != 0 { "fails its tags (HashAndMacMismatch)" } else { "unaffected" }
+        ));
+    }
+    d.verify("HELLO sizes changed in flight");
+    d.finish("HELLO sizes changed in flight");
 }
 
 // ====================================================================
@@ -1769,4 +1827,250 @@ fn secrets_are_compared_in_constant_time() {
         "digests, MACs, tags and keys must be compared with nasd_crypto::ct_eq (constant time), not ==/!=:\n{}",
         all.join("\n")
     );
+}
+
+// ====================================================================
+// 11b. Every byte of read replies and write data flipped, one per request.
+// ====================================================================
+
+/// Parallel workers of the exhaustive flip tests (each its own proxy,
+/// connection and runtime): the flips are independent requests.
+const FLIP_WORKERS: usize = 4;
+
+/// The read and write of the exhaustive flip tests: a partial first unit,
+/// two whole blocks, a partial last unit.
+fn flip_region() -> Region {
+    rg(BLOCK as u64 - 150, 150 + 2 * BLOCK as u64 + 100)
+}
+
+/// Runs `flip(worker proxy, runtime, offset)` for every offset in `offsets`,
+/// spread over FLIP_WORKERS threads, and sums the tallies they return.
+fn flip_in_parallel(
+    drive: std::net::SocketAddr,
+    offsets: std::ops::Range<usize>,
+    flip: impl Fn(&Proxy, &tokio::runtime::Runtime, usize) -> String + Sync,
+) -> BTreeMap<String, usize> {
+    let tallies: Vec<BTreeMap<String, usize>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..FLIP_WORKERS)
+            .map(|w| {
+                let (flip, offsets) = (&flip, offsets.clone());
+                scope.spawn(move || {
+                    let proxy = Proxy::start(drive);
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                    let mut tally = BTreeMap::new();
+                    for offset in offsets.skip(w).step_by(FLIP_WORKERS) {
+                        *tally.entry(flip(&proxy, &rt, offset)).or_default() += 1;
+                    }
+                    tally
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("flip worker")).collect()
+    });
+    let mut sum = BTreeMap::new();
+    for t in tallies {
+        for (k, v) in t {
+            *sum.entry(k).or_default() += v;
+        }
+    }
+    sum
+}
+
+/// The error class a flip test tallies.
+fn class(e: &ClientError) -> String {
+    match e {
+        ClientError::Status { status, .. } => status.name().to_string(),
+        other => format!("{other}").split(':').next().unwrap_or_default().to_string(),
+    }
+}
+
+/// Every byte of a read reply — header, results, digest, every data byte and
+/// every tag byte — flipped, one flip per request (a new connection each,
+/// since a client that saw a bad reply is done), under INTEGRITY_DATA with
+/// per-byte MACs and with Hash-and-MAC, with reply chunks of two blocks
+/// (whole blocks that fit in a chunk travel by stored digest, one straddles)
+/// and of a quarter block (every block straddles). The read has a partial
+/// first and last unit. Every flip is refused; no read returns bytes; a flip
+/// in the data section is a data-tag failure of the kind the protection
+/// implies (BadReply, or HashAndMacMismatch under Hash-and-MAC).
+#[test]
+fn every_read_reply_byte_flipped_is_detected() {
+    for reply_chunk in [2 * BLOCK, REPLY_CHUNK] {
+        let d = Drive::start_with_reply_chunk(reply_chunk);
+        let content = pattern(0xf11b, 4 * BLOCK as usize);
+        let object = d.create_object(P2, &content);
+        let region = flip_region();
+        let truth = &content[region.offset as usize..region.end() as usize];
+        for (label, bits) in [("INTEGRITY_DATA", IA | ID), ("INTEGRITY_DATA+HASH_AND_MAC", IA | ID | HM)] {
+            let mut args = d.cap_args(P2, object, rights::READ);
+            args.min_protection = prot(bits);
+            let cred = d.mint(&args, false).client();
+            let read = |addr, rt: &tokio::runtime::Runtime| {
+                let cred = cred.clone();
+                rt.block_on(async move {
+                    let mut c = client_as(addr, cred, bits).await?;
+                    Ok::<_, ClientError>(to(c.read(P2, object, &[region])).await?.1)
+                })
+            };
+            let proxy = Proxy::start(d.addr());
+            assert!(read(proxy.addr, &d.rt).expect("untampered read") == truth, "{label}");
+            let len = reply_frame_lengths(&proxy.captured().1)[1];
+            let data_at = HEADER_LEN + 2 + 8 + 32;
+            let chunks = truth.len().div_ceil(reply_chunk as usize);
+            assert_eq!(len, data_at + truth.len() + chunks * 32, "{label}: one tag per chunk");
+            let tally = flip_in_parallel(d.addr(), 0..len, |proxy, rt, offset| {
+                proxy.set(Some(Tamper::Xor { frame: 1, offset, mask: 1 << (offset % 8) }));
+                let e = match read(proxy.addr, rt) {
+                    Ok(v) => {
+                        panic!("{label}, chunk {reply_chunk}: reply byte {offset} flipped, {} bytes accepted", v.len())
+                    }
+                    Err(e) => e,
+                };
+                if offset >= data_at {
+                    let data_tag_failure = if bits & HM != 0 {
+                        matches!(e, ClientError::HashAndMacMismatch(_))
+                    } else {
+                        matches!(e, ClientError::BadReply(_))
+                    };
+                    assert!(data_tag_failure, "{label}, chunk {reply_chunk}: data byte {offset} flipped: {e}");
+                }
+                class(&e)
+            });
+            eprintln!("{label}, reply chunk {reply_chunk}: {len} reply bytes flipped: {tally:?}");
+            d.cases.borrow_mut().push(format!(
+                "{label} read reply, chunk {reply_chunk}: each of its {len} bytes flipped ({chunks} chunks; never accepted)"
+            ));
+        }
+        d.verify("read reply byte flips");
+        d.finish("read reply byte flips");
+    }
+}
+
+/// Partition P2's and the drive's bytes in use, after a flush (so blocks
+/// awaiting release are released).
+fn usage(d: &Drive) -> (u64, u64) {
+    let dk = d.dk();
+    d.ok(&dk, IA, &Request::FlushPartition { partition: P2 });
+    match d.ok(&dk, IA, &Request::Inquiry) {
+        Reply::Inquiry(info) => {
+            let p2 = info.partitions.iter().find(|p| p.partition == P2).expect("P2 listed").used_bytes;
+            (info.used_bytes, p2)
+        }
+        other => panic!("unexpected inquiry reply {other:?}"),
+    }
+}
+
+/// Reads an object of P2 whole, with the drive key.
+fn content_of(d: &Drive, object: u64) -> Vec<u8> {
+    let req = Request::Read { partition: P2, object, regions: vec![rg(0, 1 << 20)] };
+    d.ok_data(&d.dk(), IA | ID, &req, &[]).data
+}
+
+/// Every byte of a write's data section — every data byte and every tag
+/// byte — flipped, one flip per request (many requests per connection: a
+/// refusal leaves the connection usable), under INTEGRITY_DATA and with
+/// HASH_AND_MAC set on the request too (request data keeps per-byte tags).
+/// The write has a partial first and last block and seventeen 512-byte
+/// chunks, so flips in later chunks come after earlier chunks verified and
+/// went into new blocks. Every write is refused with BAD_DATA_TAG; the object reads back
+/// unchanged and no block is leaked. Then the explicit case: a long write
+/// whose last chunk is tampered after blocks of it were already stored.
+#[test]
+fn every_write_data_byte_flipped_is_refused() {
+    let d = Drive::start();
+    let content = pattern(0xc0de, 4 * BLOCK as usize);
+    let object = d.create_object(P2, &content);
+    let before = usage(&d);
+    let region = flip_region();
+    let new_data = pattern(0xbad, region.length as usize);
+    let chunks = new_data.len().div_ceil(CHUNK as usize);
+    for (label, bits) in [("INTEGRITY_DATA", IA | ID), ("INTEGRITY_DATA+HASH_AND_MAC", IA | ID | HM)] {
+        let mut args = d.cap_args(P2, object, rights::WRITE);
+        args.min_protection = prot(bits);
+        let cred = d.mint(&args, false).client();
+        // The request's length, from the same write to another object.
+        let other = d.create_object(P2, &[]);
+        let mut other_args = d.cap_args(P2, other, rights::WRITE);
+        other_args.min_protection = prot(bits);
+        let other_cred = d.mint(&other_args, false).client();
+        let proxy = Proxy::start(d.addr());
+        let (addr, data) = (proxy.addr, new_data.clone());
+        d.rt.block_on(async move {
+            let mut c = client_as(addr, other_cred, bits).await.expect("connect");
+            c.set_chunk_len(CHUNK);
+            to(c.write(P2, other, &[region], &data)).await.expect("untampered write");
+        });
+        d.ok(&d.dk(), IA, &Request::Remove { partition: P2, object: other });
+        let (up, _) = proxy.captured();
+        let lengths = reply_frame_lengths(&up);
+        let len = lengths[1];
+        let data_at = len - new_data.len() - chunks * 32;
+        let per_worker = (len - data_at).div_ceil(FLIP_WORKERS);
+        let tally = flip_in_parallel(d.addr(), 0..FLIP_WORKERS, |proxy, rt, w| {
+            let first_offset = data_at + w;
+            let count = (len - first_offset).div_ceil(FLIP_WORKERS);
+            assert!(count <= per_worker);
+            proxy.set(Some(Tamper::XorRequests { first_frame: 1, first_offset, stride: FLIP_WORKERS, mask: 0x10 }));
+            let (addr, cred, data) = (proxy.addr, cred.clone(), new_data.clone());
+            rt.block_on(async move {
+                let mut c = client_as(addr, cred, bits).await.expect("connect");
+                c.set_chunk_len(CHUNK);
+                for i in 0..count {
+                    match to(c.write(P2, object, &[region], &data)).await {
+                        Err(ClientError::Status { status: Status::BadDataTag, .. }) => {}
+                        other => panic!("{label}: write byte {} flipped: {other:?}", first_offset + i * FLIP_WORKERS),
+                    }
+                }
+            });
+            format!("{count} writes refused with BAD_DATA_TAG")
+        });
+        assert!(content_of(&d, object) == content, "{label}: a refused write changed the object");
+        assert_eq!(usage(&d), before, "{label}: refused writes leaked blocks");
+        eprintln!("{label} write: {} data and tag bytes flipped: {tally:?}", len - data_at);
+        d.cases.borrow_mut().push(format!(
+            "{label} write request: each of its {} data and tag bytes flipped ({chunks} chunks; all refused, nothing changed)",
+            len - data_at
+        ));
+    }
+
+    // A long write (a partial block, six whole ones and a partial one: 49
+    // chunks of 512 bytes) whose last chunk is tampered. The drive hands each
+    // verified chunk to the store at once and buffers at most
+    // TRANSFER_CHUNKS_MAX of them, so when the last chunk fails the store has
+    // taken chunks 0..=43 and stored logical blocks 0..=5 in new blocks:
+    // the abort must release them all.
+    let long = rg(BLOCK as u64 - 150, 150 + 6 * BLOCK as u64 + 100);
+    let mut big = content.clone();
+    big.resize(8 * BLOCK as usize, 0x77);
+    let req = Request::Write { partition: P2, object, regions: vec![rg(0, big.len() as u64)] };
+    d.ok_data(&d.dk(), IA | ID, &req, &big);
+    let before = usage(&d);
+    let data = pattern(0x1a7e, long.length as usize);
+    let mut args = d.cap_args(P2, object, rights::WRITE);
+    args.min_protection = prot(IA | ID | HM);
+    let cred = d.mint(&args, false).client();
+    let proxy = Proxy::start(d.addr());
+    let chunks = data.len().div_ceil(CHUNK as usize);
+    let write_args = Request::Write { partition: P2, object, regions: vec![long] }.encode_args().len();
+    let data_at = HEADER_LEN + CAPABILITY_ARGS_LEN + write_args + DIGEST_LEN;
+    let last_data_byte = data_at + data.len() + (chunks - 1) * 32 - 1;
+    proxy.set(Some(Tamper::XorRequest { frame: 1, offset: last_data_byte, mask: 0x01 }));
+    let (addr, sent) = (proxy.addr, data.clone());
+    let r = d.rt.block_on(async move {
+        let mut c = client_as(addr, cred, IA | ID | HM).await.expect("connect");
+        c.set_chunk_len(CHUNK);
+        to(c.write(P2, object, &[long], &sent)).await
+    });
+    assert!(matches!(r, Err(ClientError::Status { status: Status::BadDataTag, .. })), "{r:?}");
+    let (up, _) = proxy.captured();
+    assert_eq!(reply_frame_lengths(&up)[1], last_data_byte + 1 + 32, "the flip hit the last data byte");
+    let surely_taken = (chunks - 1 - nasd_drive::TRANSFER_CHUNKS_MAX) * CHUNK as usize;
+    assert!(surely_taken > 150 + 5 * BLOCK as usize, "blocks 0..=5 were stored before the failing chunk");
+    assert!(content_of(&d, object) == big, "a write refused in its last chunk left bytes behind");
+    assert_eq!(usage(&d), before, "a write refused in its last chunk leaked blocks");
+    d.cases.borrow_mut().push(format!(
+        "write of {chunks} chunks tampered in its last chunk after blocks were stored (refused, nothing visible, no block leaked)"
+    ));
+    d.verify("write data byte flips");
+    d.finish("write data byte flips");
 }

@@ -102,7 +102,7 @@ impl Drive {
         // No background commits: durability comes only from flush and shutdown.
         let config = DriveConfig {
             commit_interval: Duration::from_secs(3600),
-            chunk_len: self.read_chunk,
+            chunk_len: Some(self.read_chunk),
             ..DriveConfig::unauthenticated()
         };
         self.server = Some(tokio::spawn(nasd_drive::serve(listener, store, config, async move {

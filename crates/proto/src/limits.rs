@@ -26,6 +26,13 @@ pub const CHUNK_LEN_MIN: u32 = 512;
 pub const CHUNK_LEN_MAX: u32 = 4 * 1024 * 1024;
 /// Default data chunk length used by nasd's own senders.
 pub const CHUNK_LEN_DEFAULT: u32 = 256 * 1024;
+/// Smallest block size a drive may have (a power of two). A client refuses a
+/// `HELLO` that names a block size outside `BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX`
+/// or not a power of two.
+pub const BLOCK_SIZE_MIN: u32 = 4096;
+/// Largest block size a drive may have (a power of two). Bounds the buffer a
+/// drive reads a block into, and the stored-digest unit of Hash-and-MAC.
+pub const BLOCK_SIZE_MAX: u32 = 1024 * 1024;
 /// Most scatter-gather regions in one read, write or blocksrequired.
 pub const REGIONS_MAX: usize = 1024;
 /// Most object identifiers in one flush.
@@ -56,6 +63,10 @@ const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
 const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
 const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
+const _: () = assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
+const _: () = assert!(BLOCK_SIZE_MIN <= BLOCK_SIZE_MAX);
+// A drive's reply chunk can always hold a whole block (see the drive's default chunk length).
+const _: () = assert!(BLOCK_SIZE_MAX <= CHUNK_LEN_MAX);
 const _: () = assert!(REGIONS_MAX * 16 + 64 <= ARGS_LEN_MAX);
 const _: () = assert!(FLUSH_OBJECTS_MAX * 8 + 64 <= ARGS_LEN_MAX);
 const _: () = assert!(DATA_LEN_MAX < OBJECT_SIZE_MAX);

@@ -44,20 +44,24 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Smallest supported block size.
-pub const BLOCK_SIZE_MIN: u32 = 4096;
-/// Largest supported block size.
-pub const BLOCK_SIZE_MAX: u32 = 1024 * 1024;
+/// Smallest and largest supported block sizes (protocol limits).
+pub use nasd_proto::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
 /// Default block size (chosen by measurement, see docs/BENCHMARKS.md).
 pub const BLOCK_SIZE_DEFAULT: u32 = 64 * 1024;
 /// Most objects one partition may hold (bounds the in-memory index).
 pub const OBJECTS_PER_PARTITION_MAX: u64 = 1 << 24;
+/// Block references a read takes from an object's block map at a time (one
+/// metadata-lock hold, 48 bytes each): a read's metadata memory is this
+/// many references whatever its size (up to `DATA_LEN_MAX`).
+pub const READ_BATCH_BLOCKS: usize = 1024;
+/// Block references, and objects, `scrub` visits per metadata-lock hold (64
+/// bytes each).
+pub const SCRUB_BATCH_BLOCKS: usize = 1024;
 /// Object identifiers reserved durably at a time; a crash skips at most this many.
 const ID_RESERVE_BATCH: u64 = 1024;
 /// Number of object lock stripes.
 const LOCK_STRIPES: usize = 1024;
 
-const _: () = assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
 const _: () = assert!(BLOCK_SIZE_MIN <= BLOCK_SIZE_DEFAULT && BLOCK_SIZE_DEFAULT <= BLOCK_SIZE_MAX);
 
 /// Where a logical block is stored and the digest of its bytes.
@@ -108,6 +112,11 @@ pub trait DataSink {
     /// Called instead of [`DataSink::data`] for each unit of a read (one
     /// region's bytes within one block), with the block's stored digest when
     /// the unit is the whole block. The default forwards to `data`.
+    ///
+    /// A sink that hashes a whole block itself and finds that its bytes do
+    /// not match `stored_digest` returns an error wrapping
+    /// [`nasd_crypto::StoredDigestMismatch`]: the store then fails the read
+    /// with [`StoreError::DataCorrupted`] for that block (and logs it).
     fn unit(&mut self, bytes: &[u8], stored_digest: Option<&BlockDigest>) -> std::io::Result<()> {
         let _ = stored_digest;
         self.data(bytes)

@@ -82,6 +82,35 @@ fn check_settable(mask: AttrMask, block_size: u32, attrs: &Attributes) -> Result
 }
 
 /// A write's bookkeeping while its data streams to new blocks.
+/// The part of an object's block map a read holds: the mapped blocks among
+/// the logical blocks of `span`, in order (at most [`READ_BATCH_BLOCKS`]).
+#[derive(Default)]
+struct ReadBatch {
+    /// The logical blocks (first, last) the batch covers; None before the first batch.
+    span: Option<(u64, u64)>,
+    refs: Vec<(u64, BlockRef)>,
+}
+
+impl ReadBatch {
+    /// Where logical block `l` is stored (None: a hole), taking the next
+    /// batch of the map, from `l` towards `region_last`, when `l` is outside
+    /// the one held.
+    fn get(&mut self, s: &Store, p: u64, o: u64, l: u64, region_last: u64) -> Result<Option<BlockRef>, StoreError> {
+        if !self.span.is_some_and(|(first, last)| (first..=last).contains(&l)) {
+            let m = lock(&s.meta);
+            let blocks = &m.object(p, o)?.blocks;
+            self.refs.clear();
+            self.refs.extend(blocks.range(l..=region_last).take(READ_BATCH_BLOCKS).map(|(l, b)| (*l, *b)));
+            let last = match self.refs.last() {
+                Some((at, _)) if self.refs.len() == READ_BATCH_BLOCKS => *at,
+                _ => region_last,
+            };
+            self.span = Some((l, last));
+        }
+        Ok(self.refs.binary_search_by_key(&l, |(at, _)| *at).ok().map(|i| self.refs[i].1))
+    }
+}
+
 struct WritePlan {
     partition: u64,
     object: u64,
@@ -343,23 +372,14 @@ impl Store {
             let bytes = self.control_bytes(p, o)?;
             return serve_bytes(&bytes, regions, sink);
         }
+        // Held to the end: the object's size and block map cannot change
+        // under the read, so taking the map batch by batch is consistent.
         let _g = self.stripe(p, o).read().expect("object lock poisoned");
         let bs = self.bs();
-        let (size, refs) = {
-            let m = lock(&self.meta);
-            let obj = m.object(p, o)?;
-            let size = obj.attrs.logical_size;
-            let mut refs = BTreeMap::new();
-            for r in regions {
-                let end = r.end().min(size);
-                if r.offset < end {
-                    refs.extend(obj.blocks.range(r.offset / bs..=(end - 1) / bs).map(|(l, b)| (*l, *b)));
-                }
-            }
-            (size, refs)
-        };
+        let size = lock(&self.meta).object(p, o)?.attrs.logical_size;
         let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
         sink.start(&lengths).map_err(StoreError::Sink)?;
+        let mut batch = ReadBatch::default();
         let mut buf = vec![0u8; bs as usize];
         // The block in `buf`, and whether it was checked against its digest.
         let mut loaded: Option<(u64, bool)> = None;
@@ -371,22 +391,23 @@ impl Store {
                 let in_off = (pos % bs) as usize;
                 let n = ((bs - pos % bs).min(end - pos)) as usize;
                 let whole = in_off == 0 && n == bs as usize;
-                match refs.get(&l) {
+                match batch.get(self, p, o, l, (end - 1) / bs)? {
                     Some(b) => {
                         let check = verify || (!whole && self.verify_reads);
                         match loaded {
                             Some((at, checked)) if at == l => {
                                 if check && !checked {
-                                    self.check_block(p, o, l, b, &buf)?;
+                                    self.check_block(p, o, l, &b, &buf)?;
                                     loaded = Some((l, true));
                                 }
                             }
                             _ => {
-                                self.read_block_with(p, o, l, b, &mut buf, check)?;
+                                self.read_block_with(p, o, l, &b, &mut buf, check)?;
                                 loaded = Some((l, check));
                             }
                         }
-                        sink.unit(&buf[in_off..in_off + n], whole.then_some(&b.digest)).map_err(StoreError::Sink)?;
+                        sink.unit(&buf[in_off..in_off + n], whole.then_some(&b.digest))
+                            .map_err(|e| self.sink_error(e, p, o, l, &b))?;
                     }
                     None => sink.unit(&ZEROS[..n], whole.then_some(&self.zero_digest)).map_err(StoreError::Sink)?,
                 }
@@ -394,6 +415,17 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// A sink's error, as the store reports it: a sink that found a whole
+    /// block's bytes do not match the stored digest it was given
+    /// ([`nasd_crypto::StoredDigestMismatch`]) reports the block corrupt.
+    fn sink_error(&self, e: std::io::Error, p: u64, o: u64, l: u64, b: &BlockRef) -> StoreError {
+        if e.get_ref().is_some_and(|inner| inner.is::<nasd_crypto::StoredDigestMismatch>()) {
+            tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
+            return StoreError::DataCorrupted { partition: p, object: o, block: l };
+        }
+        StoreError::Sink(e)
     }
 
     /// Reads one stored block and checks it against its stored digest.
@@ -892,44 +924,96 @@ impl Store {
     /// that fails is reported only if the object still maps it after the
     /// check, so concurrent writes cause no false alarms. Holds no lock
     /// while reading.
+    ///
+    /// Memory: one bit per block of capacity (which blocks were checked)
+    /// and one batch of [`SCRUB_BATCH_BLOCKS`] references: the index is
+    /// walked batch by batch, never copied whole. A block written while the
+    /// scrub runs may go unchecked (it was digested as it was written).
     pub fn scrub(&self) -> Result<ScrubReport, StoreError> {
-        let mut refs: Vec<(u64, u64, u64, BlockRef)> = {
-            let m = lock(&self.meta);
-            m.partitions
-                .iter()
-                .flat_map(|(&p, part)| {
-                    part.objects.iter().flat_map(move |(&o, obj)| obj.blocks.iter().map(move |(&l, &b)| (p, o, l, b)))
-                })
-                .collect()
-        };
-        refs.sort_unstable_by_key(|r| r.3.phys);
-        refs.dedup_by_key(|r| r.3.phys);
+        let capacity_blocks = self.capacity_bytes / self.bs();
+        let mut checked = vec![0u64; capacity_blocks.div_ceil(64) as usize];
         let mut report = ScrubReport::default();
         let mut buf = vec![0u8; self.block_size as usize];
-        for (p, o, l, b) in refs {
-            self.data.read_exact_at(&mut buf, b.phys * self.bs())?;
-            report.blocks_checked += 1;
-            if ct_eq(&block_digest(&buf), &b.digest) {
-                continue;
-            }
-            let _g = self.stripe(p, o).read().expect("object lock poisoned");
-            let still_mapped =
-                lock(&self.meta).object(p, o).ok().and_then(|obj| obj.blocks.get(&l).copied()) == Some(b);
-            if still_mapped {
-                self.data.read_exact_at(&mut buf, b.phys * self.bs())?;
-                if !ct_eq(&block_digest(&buf), &b.digest) {
-                    tracing::error!(
-                        partition = p,
-                        object = o,
-                        block = l,
-                        phys = b.phys,
-                        "scrub: stored block fails its digest"
-                    );
-                    report.corrupt.push(CorruptBlock { partition: p, object: o, block: l });
-                }
+        let mut from = Some((0, 0, 0));
+        while let Some(start) = from {
+            let (mut refs, next) = self.scrub_batch(start);
+            from = next;
+            refs.retain(|r| {
+                let (word, bit) = ((r.3.phys / 64) as usize, r.3.phys % 64);
+                let seen = checked[word] & (1 << bit) != 0;
+                checked[word] |= 1 << bit;
+                !seen
+            });
+            refs.sort_unstable_by_key(|r| r.3.phys);
+            for (p, o, l, b) in refs {
+                self.scrub_block(p, o, l, &b, &mut buf, &mut report)?;
             }
         }
         Ok(report)
+    }
+
+    /// Up to [`SCRUB_BATCH_BLOCKS`] (partition, object, logical block, ref)
+    /// in index order from `start` (inclusive), and where the next batch
+    /// starts (None: the index is done). Objects count towards the batch
+    /// too, so a run of empty objects cannot hold the lock long.
+    #[allow(clippy::type_complexity)]
+    fn scrub_batch(&self, start: (u64, u64, u64)) -> (Vec<(u64, u64, u64, BlockRef)>, Option<(u64, u64, u64)>) {
+        let m = lock(&self.meta);
+        let (p0, o0, l0) = start;
+        let mut out = Vec::with_capacity(SCRUB_BATCH_BLOCKS);
+        let mut budget = SCRUB_BATCH_BLOCKS;
+        for (&p, part) in m.partitions.range(p0..) {
+            for (&o, obj) in part.objects.range(if p == p0 { o0 } else { 0 }..) {
+                for (&l, &b) in obj.blocks.range(if (p, o) == (p0, o0) { l0 } else { 0 }..) {
+                    if budget == 0 {
+                        return (out, Some((p, o, l)));
+                    }
+                    out.push((p, o, l, b));
+                    budget -= 1;
+                }
+                if budget == 0 {
+                    // Logical block numbers stay below 2^48 / BLOCK_SIZE_MIN:
+                    // u64::MAX starts after every block of `o`.
+                    return (out, Some((p, o, u64::MAX)));
+                }
+                budget -= 1;
+            }
+        }
+        (out, None)
+    }
+
+    /// Checks one block for `scrub`; reports it if it fails its digest and
+    /// the object still maps it.
+    fn scrub_block(
+        &self,
+        p: u64,
+        o: u64,
+        l: u64,
+        b: &BlockRef,
+        buf: &mut [u8],
+        report: &mut ScrubReport,
+    ) -> Result<(), StoreError> {
+        self.data.read_exact_at(buf, b.phys * self.bs())?;
+        report.blocks_checked += 1;
+        if ct_eq(&block_digest(buf), &b.digest) {
+            return Ok(());
+        }
+        let _g = self.stripe(p, o).read().expect("object lock poisoned");
+        let still_mapped = lock(&self.meta).object(p, o).ok().and_then(|obj| obj.blocks.get(&l).copied()) == Some(*b);
+        if still_mapped {
+            self.data.read_exact_at(buf, b.phys * self.bs())?;
+            if !ct_eq(&block_digest(buf), &b.digest) {
+                tracing::error!(
+                    partition = p,
+                    object = o,
+                    block = l,
+                    phys = b.phys,
+                    "scrub: stored block fails its digest"
+                );
+                report.corrupt.push(CorruptBlock { partition: p, object: o, block: l });
+            }
+        }
+        Ok(())
     }
 
     /// Drive-wide figures and the partition list.

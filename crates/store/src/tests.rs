@@ -573,6 +573,38 @@ fn scatter_gather_write_and_read() {
     check_store_invariants(&s);
 }
 
+/// Reads take the block map in batches of READ_BATCH_BLOCKS references:
+/// reads spanning several batches, with holes inside and across batch
+/// boundaries, regions going backwards and regions sharing blocks, return
+/// exactly what a model holds.
+#[test]
+fn reads_spanning_many_block_map_batches_match_the_model() {
+    let batch = READ_BATCH_BLOCKS as u64;
+    let (_d, s) = fresh(CAP_BLOCKS);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let mut model = Vec::new();
+    // Mapped runs with holes between them: one hole straddles the end of the
+    // first batch, single-block holes fall inside later batches.
+    let runs = [(0, batch - 3), (batch + 200, 300), (batch + 501, batch), (2 * batch + 503, 2), (2 * batch + 506, 700)];
+    for (i, &(first, blocks)) in runs.iter().enumerate() {
+        let region = [rg(first * BS, blocks * BS)];
+        let data = pattern(40 + i as u64, (blocks * BS) as usize);
+        write(&s, 1, o, &region, &data).unwrap();
+        apply(&mut model, &region, &data);
+    }
+    let len = model.len() as u64;
+    assert_eq!(read_all(&s, 1, o), model);
+    let cases: [&[Region]; 4] = [
+        &[rg(17, len - 40)],
+        &[rg((2 * batch + 100) * BS + 5, 3 * batch * BS), rg(3, (batch + 10) * BS), rg((batch + 20) * BS - 1, 2)],
+        &[rg((batch - 1) * BS, 7), rg((batch - 1) * BS + 7, BS), rg(batch * BS + 7, 2 * batch * BS)],
+        &[rg(len - 10, 100), rg(0, 1), rg((batch + 200) * BS, 1)],
+    ];
+    for regions in cases {
+        assert_eq!(read(&s, 1, o, regions).unwrap(), expect_read(&model, regions), "{regions:?}");
+    }
+}
+
 #[test]
 fn reads_past_eof_are_short_and_holes_read_zero() {
     let (_d, s) = fresh(64);

@@ -462,9 +462,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts serving `dir`; returns the server, its address, and a time
-    /// taken before the drive started (so before its boot time).
-    pub fn start(dir: &Path, master: &Key) -> (Server, SocketAddr, u64) {
+    /// Starts serving `dir` with read replies in `reply_chunk`-byte chunks;
+    /// returns the server, its address, and a time taken before the drive
+    /// started (so before its boot time).
+    pub fn start(dir: &Path, master: &Key, reply_chunk: u32) -> (Server, SocketAddr, u64) {
         let before = now_ns();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).unwrap();
@@ -479,7 +480,7 @@ impl Server {
                 let store = Arc::new(Store::open(&dir, &opts).expect("store opens"));
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
                 let config = DriveConfig {
-                    chunk_len: REPLY_CHUNK,
+                    chunk_len: Some(reply_chunk),
                     security: SecurityMode::Enforced { master_key: Some(master) },
                     ..DriveConfig::default()
                 };
@@ -530,6 +531,8 @@ impl Expect {
 /// A drive with keys and objects, and everything the attacks need.
 pub struct Drive {
     dir: tempfile::TempDir,
+    /// Chunk length of the drive's read replies.
+    pub reply_chunk: u32,
     pub master: Key,
     pub drive_key: Key,
     pub pkeys: HashMap<u64, Key>,
@@ -564,12 +567,18 @@ impl Drive {
     /// victim object in P1 with content; and a scratch object honest
     /// clients write. All set up with protected requests built here.
     pub fn start() -> Drive {
+        Drive::start_with_reply_chunk(REPLY_CHUNK)
+    }
+
+    /// [`Drive::start`], the drive sending read replies in `reply_chunk`-byte chunks.
+    pub fn start_with_reply_chunk(reply_chunk: u32) -> Drive {
         let dir = tempfile::tempdir().expect("tempdir");
         let master = Key::random();
-        let (server, addr, before) = Server::start(dir.path(), &master);
+        let (server, addr, before) = Server::start(dir.path(), &master, reply_chunk);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("client runtime");
         let mut d = Drive {
             dir,
+            reply_chunk,
             master,
             drive_key: Key::random(),
             pkeys: [(P1, Key::random()), (P2, Key::random())].into_iter().collect(),
@@ -629,7 +638,7 @@ impl Drive {
     /// Stops the drive (final commit) and serves the same store again.
     pub fn restart(&self) {
         self.server.borrow_mut().take().expect("drive running").stop();
-        let (server, addr, before) = Server::start(self.dir.path(), &self.master);
+        let (server, addr, before) = Server::start(self.dir.path(), &self.master, self.reply_chunk);
         *self.server.borrow_mut() = Some(server);
         self.addr.set(addr);
         self.started_before.set(before);
@@ -945,6 +954,28 @@ pub enum Tamper {
     Xor { frame: usize, offset: usize, mask: u8 },
     /// Send reply `frame - 1` again in place of reply `frame`.
     ReplayPrevious { frame: usize },
+    /// Like `Xor`, but the connection goes on after the tampered frame.
+    XorAndGoOn { frame: usize, offset: usize, mask: u8 },
+    /// XOR `mask` into byte `offset` of request frame `frame` (0 = HELLO),
+    /// on its way to the drive.
+    XorRequest { frame: usize, offset: usize, mask: u8 },
+    /// One flip per request, many requests on one connection: XOR `mask`
+    /// into request frames `first_frame`, `first_frame + 1`, …, the i-th of
+    /// them at byte `first_offset + i * stride`.
+    XorRequests { first_frame: usize, first_offset: usize, stride: usize, mask: u8 },
+}
+
+impl Tamper {
+    /// The byte of request frame `index` this tampering flips, and the mask.
+    fn request_flip(&self, index: usize) -> Option<(usize, u8)> {
+        match *self {
+            Tamper::XorRequest { frame, offset, mask } => (index == frame).then_some((offset, mask)),
+            Tamper::XorRequests { first_frame, first_offset, stride, mask } => {
+                (index >= first_frame).then(|| (first_offset + (index - first_frame) * stride, mask))
+            }
+            Tamper::Xor { .. } | Tamper::XorAndGoOn { .. } | Tamper::ReplayPrevious { .. } => None,
+        }
+    }
 }
 
 /// A TCP proxy between client and drive that records both directions and
@@ -976,7 +1007,7 @@ impl Proxy {
                 let tamper = *t.lock().unwrap();
                 let (c_rd, d_wr) = (client.try_clone().unwrap(), drive.try_clone().unwrap());
                 let u = u.clone();
-                std::thread::spawn(move || pump_requests(c_rd, d_wr, u));
+                std::thread::spawn(move || pump_requests(c_rd, d_wr, u, tamper));
                 let d = d.clone();
                 std::thread::spawn(move || pump_replies(drive, client, tamper, d));
             }
@@ -1000,7 +1031,12 @@ impl Proxy {
     }
 }
 
-fn pump_requests(mut from: TcpStream, mut to: TcpStream, capture: Capture) {
+fn pump_requests(mut from: TcpStream, mut to: TcpStream, capture: Capture, tamper: Option<Tamper>) {
+    if let Some(t @ (Tamper::XorRequest { .. } | Tamper::XorRequests { .. })) = tamper {
+        tamper_requests(&mut from, &mut to, &capture, t);
+        let _ = to.shutdown(Shutdown::Write);
+        return;
+    }
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match from.read(&mut buf) {
@@ -1014,6 +1050,30 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, capture: Capture) {
         }
     }
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Forwards request frames one by one, flipping the bytes `tamper` names.
+fn tamper_requests(from: &mut TcpStream, to: &mut TcpStream, capture: &Capture, tamper: Tamper) {
+    for index in 0.. {
+        let mut frame = vec![0u8; HEADER_LEN];
+        if from.read_exact(&mut frame).is_err() {
+            break;
+        }
+        let Ok(h) = FrameHeader::decode(frame[..].try_into().unwrap()) else { break };
+        let rest = h.body_len() + (h.data_len + h.chunk_count() * h.protection.data_tag_len() as u64) as usize;
+        frame.resize(HEADER_LEN + rest, 0);
+        if from.read_exact(&mut frame[HEADER_LEN..]).is_err() {
+            break;
+        }
+        if let Some((offset, mask)) = tamper.request_flip(index) {
+            assert!(offset < frame.len(), "tamper offset {offset} beyond a {}-byte request", frame.len());
+            frame[offset] ^= mask;
+        }
+        capture.lock().unwrap().extend_from_slice(&frame);
+        if to.write_all(&frame).is_err() {
+            break;
+        }
+    }
 }
 
 fn pump_replies(mut from: TcpStream, mut to: TcpStream, tamper: Option<Tamper>, capture: Capture) {
@@ -1036,6 +1096,10 @@ fn pump_replies(mut from: TcpStream, mut to: TcpStream, tamper: Option<Tamper>, 
                 assert!(offset < out.len(), "tamper offset {offset} beyond a {}-byte reply", out.len());
                 out[offset] ^= mask;
                 last = true;
+            }
+            Some(Tamper::XorAndGoOn { frame: f, offset, mask }) if f == index => {
+                assert!(offset < out.len(), "tamper offset {offset} beyond a {}-byte reply", out.len());
+                out[offset] ^= mask;
             }
             Some(Tamper::ReplayPrevious { frame: f }) if f == index => {
                 out = previous.clone().expect("a previous reply to replay");
