@@ -272,6 +272,11 @@ impl Manager {
         Ok(true)
     }
 
+    /// The names of every user, in name order.
+    pub async fn user_names(&self) -> Result<Vec<String>, Failure> {
+        Ok(self.meta(|ns| ns.users()).await?.into_iter().map(|u| u.name).collect())
+    }
+
     /// Adds a user (uid 0 from an administrator request means "next free").
     pub async fn add_user(&self, name: &str, password: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
         if name.is_empty() || name.len() > nasd_proto::manager::USER_NAME_MAX || name.contains(['/', ':', '\0']) {
@@ -390,5 +395,36 @@ impl Manager {
         handle.set_recovered();
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
+    }
+}
+
+/// Sets `name`'s password directly in the metadata of the manager whose
+/// directory is `dir`, without logging in: the way back when no
+/// administrator can log in (`nasd admin reset-password`). Meant for a
+/// stopped manager; SQLite's locking keeps it safe beside a running one,
+/// whose sessions already logged in go on.
+///
+/// # Errors
+/// `dir` holds no metadata database, no such user, a password shorter
+/// than [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry.
+pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
+    let db = dir.join(META_DB);
+    anyhow::ensure!(
+        db.exists(),
+        "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, DATA/manager)",
+        dir.display()
+    );
+    anyhow::ensure!(
+        (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
+        "passwords need {} to {} bytes",
+        passwords::PASSWORD_MIN,
+        nasd_proto::manager::PASSWORD_MAX
+    );
+    let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
+    let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+    match ns.set_password(name, &passwords::hash(password)) {
+        Ok(()) => Ok(()),
+        Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", db.display()),
+        Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
     }
 }
