@@ -40,7 +40,7 @@ pub(crate) struct Backoff {
 impl Backoff {
     /// Whether the upkeep may run at `now`.
     pub(crate) fn ready(&self, now: Instant) -> bool {
-        self.not_before.map_or(true, |t| now >= t)
+        !matches!(self.not_before, Some(t) if now < t)
     }
 
     /// Failures in a row so far.
