@@ -230,20 +230,66 @@ struct OpenManager {
     password_file: PathBuf,
 }
 
+/// The administrator `nasd up` and `nasd manager` create on first start.
+const ADMIN_USER: &str = "admin";
+/// Where that administrator's password is kept, inside the manager's directory.
+const ADMIN_PASSWORD_FILE: &str = "admin.password";
+
 /// Opens the manager in `dir`; on first start creates TLS files and the
 /// `admin` user, whose password goes to `DIR/admin.password` (0600).
 async fn open_manager(dir: &Path, names: &[String], config: ManagerConfig) -> anyhow::Result<OpenManager> {
     let manager = Manager::open(dir, config)?;
     let tls = nasd_manager::tls::ensure_certificates(&dir.join("tls"), names)?;
-    let password_file = dir.join("admin.password");
-    if !password_file.exists() {
-        let password = nasd_crypto::Key::random().to_hex()[..24].to_string();
-        if manager.bootstrap_admin("admin", &password).await? {
-            write_private(&password_file, &format!("{password}\n"))?;
-            eprintln!("created user 'admin' (password in {})", password_file.display());
-        }
-    }
+    warn_missing_names(&tls, names);
+    let password_file = dir.join(ADMIN_PASSWORD_FILE);
+    ensure_admin(&manager, &password_file, dir).await?;
     Ok(OpenManager { manager, tls, password_file })
+}
+
+/// Warns if the manager's certificate lacks names it is configured with.
+fn warn_missing_names(tls: &nasd_manager::tls::TlsFiles, names: &[String]) {
+    match nasd_manager::tls::names_missing(tls, names) {
+        Ok(missing) if missing.is_empty() => {}
+        Ok(missing) => eprintln!(
+            "warning: the manager certificate {} is not valid for {} (configured in tls_names / --tls-name): \
+             clients that connect by {} will fail TLS. To add them, stop the manager, delete {} and {}, and \
+             start it again: the same CA issues a new certificate, so clients keep trusting {}.",
+            tls.cert.display(),
+            missing.join(", "),
+            if missing.len() == 1 { "that name" } else { "those names" },
+            tls.cert.display(),
+            tls.key.display(),
+            tls.ca.display()
+        ),
+        Err(e) => eprintln!("warning: cannot check the names of the manager certificate: {e:#}"),
+    }
+}
+
+/// On first start (no users yet) creates the administrator. Its password is
+/// written durably to `password_file` *before* the user is committed, so a
+/// crash in between cannot leave an administrator whose password nobody
+/// has (the next start, still without users, writes a new one). If the
+/// administrator exists and the file does not, says how to get back in.
+async fn ensure_admin(manager: &Manager, password_file: &Path, dir: &Path) -> anyhow::Result<()> {
+    let users = manager.user_names().await?;
+    if !users.is_empty() {
+        if users.iter().any(|u| u == ADMIN_USER) && !password_file.exists() {
+            eprintln!(
+                "warning: user '{ADMIN_USER}' exists but its password file {} does not. If the password is lost, \
+                 stop the manager and run `nasd admin reset-password {ADMIN_USER} --data {}`: it writes a new \
+                 password to that file.",
+                password_file.display(),
+                dir.display()
+            );
+        }
+        return Ok(());
+    }
+    let password = nasd_crypto::Key::random().to_hex()[..24].to_string();
+    write_secret_file(password_file, &format!("{password}\n"))?;
+    if manager.bootstrap_admin(ADMIN_USER, &password).await? {
+        eprintln!("created user '{ADMIN_USER}' (password in {})", password_file.display());
+    }
+    Ok(())
 }
 
 fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -257,6 +303,57 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", path.display()))?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
+    Ok(())
+}
+
+/// Writes `text` to `path` (0600) durably, replacing it atomically: a new
+/// temporary file (`create_new`), synced, renamed over `path`, and the
+/// directory synced.
+fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
+    let tmp = path.with_file_name(format!("{}.tmp", name.to_string_lossy()));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("cannot remove {}", tmp.display()))
+        }
+        _ => {}
+    }
+    write_private(&tmp, text)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot sync {}", dir.display()))
+}
+
+/// `nasd admin reset-password`: a new password for `user`, set directly in
+/// the metadata in `data` (no login needed). The password is
+/// `$NASD_NEW_PASSWORD` or, if unset, a random one; it is written to
+/// `password_file` (default `DATA/USER.password`, which for `admin` is the
+/// file `nasd up` and `nasd manager` use) before the change is committed.
+pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<PathBuf>) -> anyhow::Result<()> {
+    private_umask();
+    let data = data.context(
+        "no data directory: pass --data DIR, the manager's directory (for `nasd up`, DATA/manager), \
+         or set [manager] data in the config file",
+    )?;
+    anyhow::ensure!(!user.is_empty() && !user.contains(['/', '\0']), "'{user}' is not a user name");
+    let (password, file) = match std::env::var("NASD_NEW_PASSWORD") {
+        Ok(p) => (p, password_file),
+        Err(_) => (
+            nasd_crypto::Key::random().to_hex()[..24].to_string(),
+            Some(password_file.unwrap_or_else(|| data.join(format!("{user}.password")))),
+        ),
+    };
+    if let Some(file) = &file {
+        write_secret_file(file, &format!("{password}\n"))?;
+    }
+    nasd_manager::reset_password(&data, user, &password)?;
+    match file {
+        Some(f) => println!("password of {user} reset; the new password is in {}", f.display()),
+        None => println!("password of {user} reset"),
+    }
     Ok(())
 }
 
@@ -298,6 +395,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
         m.tls.ca.display(),
         m.manager.drives().len()
     );
+    print_client_section(&m, listen, &names)?;
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -305,6 +403,40 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     });
     serve_manager(&m, listen, rx).await?;
     eprintln!("nasd manager stopped cleanly");
+    Ok(())
+}
+
+/// How clients reach a standalone manager: a ready `[client]` section.
+fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -> anyhow::Result<()> {
+    // The first configured name the certificate is valid for.
+    let missing = nasd_manager::tls::names_missing(&m.tls, names).unwrap_or_default();
+    let server_name =
+        names.iter().find(|n| !missing.contains(n)).or(names.first()).cloned().unwrap_or_else(|| "localhost".into());
+    // A wildcard address is no address to connect to: the certificate's first name is.
+    let manager =
+        if listen.ip().is_unspecified() { format!("{server_name}:{}", listen.port()) } else { listen.to_string() };
+    let absolute = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    #[derive(serde::Serialize)]
+    struct OnlyClient {
+        client: config::ClientSection,
+    }
+    let client = config::ClientSection {
+        manager: Some(manager),
+        server_name: Some(server_name),
+        ca_cert: Some(absolute(&m.tls.ca)),
+        user: Some(ADMIN_USER.into()),
+        password_file: m.password_file.exists().then(|| absolute(&m.password_file)),
+        data_integrity: None,
+    };
+    let section = toml::to_string_pretty(&OnlyClient { client })?;
+    let section = section.trim();
+    eprintln!();
+    eprintln!("Clients connect with this section in their config file (--config FILE or $NASD_CONFIG):");
+    eprintln!();
+    eprintln!("{section}");
+    eprintln!();
+    eprintln!("Other users put their own user (and password_file, or $NASD_PASSWORD) in it.");
+    eprintln!("Add drives with: nasd admin add-drive HOST:PORT --master-key-file FILE");
     Ok(())
 }
 
@@ -416,7 +548,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         manager: Some(manager_listen.to_string()),
         server_name: Some("localhost".into()),
         ca_cert: Some(m.tls.ca.clone()),
-        user: Some("admin".into()),
+        user: Some(ADMIN_USER.into()),
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
     };

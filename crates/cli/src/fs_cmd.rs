@@ -101,6 +101,22 @@ pub enum AdminCommand {
     Users,
     /// Change a password (yours, or anyone's as administrator).
     Passwd { name: Option<String> },
+    /// Set a user's password directly in the manager's metadata, without
+    /// logging in (when no administrator can: the admin password was lost).
+    /// Run it where the manager's data is, with the manager stopped. The new
+    /// password is $NASD_NEW_PASSWORD, or else a random one written to
+    /// --password-file.
+    ResetPassword {
+        name: String,
+        /// The manager's data directory (for `nasd up`, DATA/manager)
+        /// [default: [manager] data from the config file].
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Where to write the new password (0600) [default: DATA/NAME.password,
+        /// for admin the file `nasd up` and `nasd manager` use].
+        #[arg(long)]
+        password_file: Option<PathBuf>,
+    },
     /// Take a fresh drive into service with its master key.
     AddDrive {
         /// The drive's address (host:port).
@@ -287,8 +303,62 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// User and group names for the ids `ls -l` shows, as far as this caller
+/// may learn them: every user for an administrator (`LIST_USERS`), else
+/// only the caller itself (the manager protocol lists users to
+/// administrators only). A group is named after the user whose private
+/// group it is (gid = uid, the default `add-user` gives). Other ids stay
+/// numbers.
+#[derive(Debug, Default)]
+struct IdNames {
+    users: std::collections::HashMap<u32, String>,
+    groups: std::collections::HashMap<u32, String>,
+}
+
+impl IdNames {
+    async fn of(fs: &FsClient) -> IdNames {
+        let me = fs.identity();
+        let mut known = Vec::new();
+        if me.admin {
+            // Best effort: numbers if the list cannot be had.
+            known = fs.users().await.unwrap_or_default().into_iter().map(|u| (u.name, u.uid, u.gid)).collect();
+        }
+        known.push((fs.user().to_string(), me.uid, me.gid));
+        let mut names = IdNames::default();
+        for (name, uid, gid) in known {
+            if gid == uid {
+                names.groups.insert(gid, name.clone());
+            }
+            names.users.insert(uid, name);
+        }
+        names
+    }
+
+    fn user(&self, uid: u32) -> String {
+        self.users.get(&uid).cloned().unwrap_or_else(|| uid.to_string())
+    }
+
+    fn group(&self, gid: u32) -> String {
+        self.groups.get(&gid).cloned().unwrap_or_else(|| gid.to_string())
+    }
+}
+
+/// One `ls -l` line.
+fn long_line(name: &str, a: &nasd_fs::FileAttr, names: &IdNames) -> String {
+    format!(
+        "{} {:>3} {:>8} {:>8} {:>10} {} {name}",
+        mode_string(a.kind, a.mode),
+        a.nlink,
+        names.user(a.uid),
+        names.group(a.gid),
+        size::human(a.size),
+        time_string(a.mtime_ns)
+    )
+}
+
 async fn ls(fs: &FsClient, long: bool, paths: Vec<String>) -> anyhow::Result<()> {
     let many = paths.len() > 1;
+    let names = if long { IdNames::of(fs).await } else { IdNames::default() };
     for p in paths {
         let p = abs(&p);
         let st = fs.lstat(&p).await.with_context(|| format!("ls {p}"))?;
@@ -301,19 +371,12 @@ async fn ls(fs: &FsClient, long: bool, paths: Vec<String>) -> anyhow::Result<()>
             println!("{p}:");
         }
         for (name, kind, attr) in entries {
+            let slash = if kind == FileKind::Dir { "/" } else { "" };
             match attr {
-                Some(a) if long => println!(
-                    "{} {:>3} {:>6} {:>6} {:>10} {} {name}",
-                    mode_string(a.kind, a.mode),
-                    a.nlink,
-                    a.uid,
-                    a.gid,
-                    size::human(a.size),
-                    time_string(a.mtime_ns)
-                ),
+                Some(a) if long => println!("{}", long_line(&name, &a, &names)),
                 // Without search permission on the directory only names and kinds are known.
-                None if long => println!("?????????? ? ? ? ? ? {name}{}", if kind == FileKind::Dir { "/" } else { "" }),
-                _ => println!("{name}{}", if kind == FileKind::Dir { "/" } else { "" }),
+                None if long => println!("?????????? ? ? ? ? ? {name}{slash}"),
+                _ => println!("{name}{slash}"),
             }
         }
     }
@@ -377,33 +440,45 @@ pub async fn copy(fs: &FsClient, source: &str, destination: &str) -> anyhow::Res
     match (source.strip_prefix(REMOTE_PREFIX), destination.strip_prefix(REMOTE_PREFIX)) {
         (None, Some(to)) => put(fs, Path::new(source), &abs(to)).await,
         (Some(from), None) => get(fs, &abs(from), Path::new(destination)).await,
-        (Some(from), Some(to)) => {
-            let (from, name) = (abs(from), base_name(from)?.to_string());
-            let to = target_path(fs, &abs(to), &name).await?;
-            let src = fs.open(&from, false).await.with_context(|| format!("cannot open {from}"))?;
-            // Creating the destination truncates it: if it is the source, the data would be lost.
-            match fs.walk(&to, nasd_fs::OpenMode::None).await {
-                Ok(e) if e.attr.ino == src.ino() => anyhow::bail!("{from} and {to} are the same file"),
-                _ => {}
-            }
-            let len = src.drive_attrs().await?.logical_size;
-            let dst = fs.create(&to, 0o644, false, true).await.with_context(|| format!("cannot create {to}"))?;
-            let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
-            let mut at = 0;
-            while at < len {
-                let data = src.read_at(at, piece.min(len - at)).await?;
-                anyhow::ensure!(!data.is_empty(), "{from} shrank while being copied");
-                dst.write_at(at, &data).await?;
-                at += data.len() as u64;
-            }
-            dst.flush().await?;
-            dst.close().await?;
-            Ok(())
-        }
+        (Some(from), Some(to)) => copy_within(fs, from, to, progress).await,
         (None, None) => {
             anyhow::bail!("one side of `nasd cp` must be in nasd: prefix it with `nasd:` (nasd cp a.txt nasd:/docs/)")
         }
     }
+}
+
+/// `nasd cp nasd:FROM nasd:TO`, piece by piece, with the progress bar
+/// `bar_for(length, name)` (as put and get have).
+async fn copy_within(
+    fs: &FsClient,
+    from: &str,
+    to: &str,
+    bar_for: impl FnOnce(u64, &str) -> ProgressBar,
+) -> anyhow::Result<()> {
+    let (from, name) = (abs(from), base_name(from)?.to_string());
+    let to = target_path(fs, &abs(to), &name).await?;
+    let src = fs.open(&from, false).await.with_context(|| format!("cannot open {from}"))?;
+    // Creating the destination truncates it: if it is the source, the data would be lost.
+    match fs.walk(&to, nasd_fs::OpenMode::None).await {
+        Ok(e) if e.attr.ino == src.ino() => anyhow::bail!("{from} and {to} are the same file"),
+        _ => {}
+    }
+    let len = src.drive_attrs().await?.logical_size;
+    let bar = bar_for(len, &name);
+    let dst = fs.create(&to, 0o644, false, true).await.with_context(|| format!("cannot create {to}"))?;
+    let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
+    let mut at = 0;
+    while at < len {
+        let data = src.read_at(at, piece.min(len - at)).await?;
+        anyhow::ensure!(!data.is_empty(), "{from} shrank while being copied");
+        dst.write_at(at, &data).await?;
+        at += data.len() as u64;
+        bar.inc(data.len() as u64);
+    }
+    dst.flush().await?;
+    dst.close().await?;
+    bar.finish_and_clear();
+    Ok(())
 }
 
 async fn remove(fs: &FsClient, path: &str, recursive: bool) -> Result<(), FsError> {
@@ -524,6 +599,9 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
             fs.set_password(&name, &password).await.with_context(|| format!("cannot change the password of {name}"))?;
             println!("password of {name} changed");
         }
+        AdminCommand::ResetPassword { .. } => {
+            anyhow::bail!("reset-password works on the manager's data directly, without logging in")
+        }
         AdminCommand::AddDrive { addr, master_key_file } => {
             let key = nasd_crypto::read_key_file(&master_key_file)?;
             let drive = fs.add_drive(&addr, &key).await.with_context(|| format!("cannot add the drive at {addr}"))?;
@@ -563,7 +641,66 @@ mod tests {
         }
         copy(&fs, "nasd:/d/a", "nasd:/d/b").await.expect("a copy to another file");
         assert_eq!(fs.read_file("/d/b").await.unwrap(), b"precious");
+
+        // Within nasd, cp shows progress like put and get: the bar counts every byte.
+        let big = vec![7u8; 3 * nasd_fs::TRANSFER_PIECE_DEFAULT / 2];
+        fs.write_file("/d/big", &big).await.unwrap();
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let keep = shown.clone();
+        copy_within(&fs, "/d/big", "/d/big2", move |len, name| {
+            let bar = ProgressBar::with_draw_target(Some(len), indicatif::ProgressDrawTarget::hidden());
+            bar.set_message(name.to_string());
+            *keep.lock().unwrap() = Some(bar.clone());
+            bar
+        })
+        .await
+        .unwrap();
+        let bar = shown.lock().unwrap().take().expect("cp made a progress bar");
+        assert_eq!((bar.position(), bar.length()), (big.len() as u64, Some(big.len() as u64)));
+        assert_eq!(bar.message(), "big");
+        assert!(fs.read_file("/d/big2").await.unwrap() == big);
         drop(fs);
+        cluster.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ls_long_shows_the_user_names_the_caller_may_know() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = crate::daemons::LocalCluster::start(dir.path(), 1, 64 << 20).await.unwrap();
+        let admin = login(&cluster.client, None).await.unwrap();
+        admin.add_user("alice", "alice password", 1000, 0, false).await.unwrap();
+        admin.add_user("bob", "bob password", 1001, 500, false).await.unwrap();
+        admin.write_file("/a", b"x").await.unwrap();
+        admin.chown("/a", Some(1000), Some(1000)).await.unwrap();
+        admin.write_file("/b", b"x").await.unwrap();
+        admin.chown("/b", Some(1001), Some(500)).await.unwrap();
+        admin.write_file("/r", b"x").await.unwrap();
+        let attr = |path: &'static str| {
+            let fs = admin.clone();
+            async move { fs.lstat(path).await.unwrap().attr }
+        };
+        let (a, b, r) = (attr("/a").await, attr("/b").await, attr("/r").await);
+
+        // An administrator knows every user; a group is named when it is a user's own.
+        let names = IdNames::of(&admin).await;
+        assert!(long_line("a", &a, &names).contains(" alice    alice "), "{}", long_line("a", &a, &names));
+        assert!(long_line("b", &b, &names).contains(" bob      500 "), "{}", long_line("b", &b, &names));
+        assert!(long_line("r", &r, &names).contains(" admin "), "{}", long_line("r", &r, &names));
+
+        // Another user knows only itself (LIST_USERS is for administrators).
+        let config = nasd_fs::FsConfig {
+            manager: cluster.client.manager.clone().unwrap(),
+            ca_cert: cluster.client.ca_cert.clone().unwrap(),
+            user: "alice".into(),
+            password: "alice password".into(),
+            ..Default::default()
+        };
+        let alice = FsClient::connect(&config).await.unwrap();
+        let names = IdNames::of(&alice).await;
+        assert!(long_line("a", &a, &names).contains(" alice    alice "), "{}", long_line("a", &a, &names));
+        assert!(long_line("b", &b, &names).contains(" 1001      500 "), "{}", long_line("b", &b, &names));
+        assert!(long_line("r", &r, &names).contains("        0        0 "), "{}", long_line("r", &r, &names));
+        drop((admin, alice));
         cluster.stop().await.unwrap();
     }
 

@@ -40,7 +40,8 @@ enum Command {
     Drive(daemons::DriveArgs),
     #[command(flatten)]
     Fs(fs_cmd::FsCommand),
-    /// Administrator commands: users and drives.
+    /// Administrator commands: users and drives (all but reset-password log in
+    /// to the manager).
     #[command(subcommand)]
     Admin(fs_cmd::AdminCommand),
     /// Ask a drive for its identity, capacity and partitions.
@@ -117,6 +118,9 @@ fn run() -> anyhow::Result<()> {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
             fs_cmd::run(&fs, cmd).await
         }),
+        Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, password_file }) => {
+            daemons::reset_password(&name, data.or(file.manager.data), password_file)
+        }
         Command::Admin(cmd) => rt.block_on(async {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
             fs_cmd::run_admin(&fs, cmd).await

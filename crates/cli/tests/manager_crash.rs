@@ -318,9 +318,11 @@ impl Op {
 
     /// The states the subtree can be left in by this operation, in order:
     /// after each of its requests (the last: completed). An operation of one
-    /// request has one. `Overwrite` also lists the state between its
-    /// metadata commit (recorded size 0) and the drive truncation the manager
-    /// does before replying: a kill in between leaves it.
+    /// request has one. `Overwrite` also lists the state between the drive
+    /// truncation the manager does first and its metadata commit (recorded
+    /// size 0): a kill in between leaves the object empty under the old
+    /// recorded size (a stale cached size, never old bytes under a committed
+    /// truncation).
     fn outcomes(&self, m: &Model) -> Vec<Model> {
         let mut after = m.clone();
         match self {
@@ -340,7 +342,7 @@ impl Op {
             }
             Op::Overwrite(p, data) => {
                 let MNode::File(fid) = after.nodes[p] else { panic!("overwrite of a non-file") };
-                after.files.get_mut(&fid).expect("file state").recorded = 0;
+                after.files.get_mut(&fid).expect("file state").content = Vec::new();
                 let mut truncated = after.clone();
                 truncated.files.insert(fid, FileState { content: Vec::new(), recorded: 0 });
                 if data.is_empty() {

@@ -24,9 +24,11 @@
 //! ```
 #![deny(missing_docs)]
 
+mod cache;
 mod conn;
 mod file;
 
+pub use cache::HELD_CAPABILITIES_MAX;
 pub use conn::{connector, Identity};
 pub use file::File;
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
@@ -294,7 +296,7 @@ impl FsClient {
     }
 
     fn hold(&self, ino: Ino, access: Access) {
-        self.inner.held.lock().expect("held lock").insert(ino, Held::new(access));
+        cache::hold(&mut self.inner.held.lock().expect("held lock"), ino, Held::new(access), Instant::now());
     }
 
     /// The rights of the capability this client holds for inode `ino`, if

@@ -80,7 +80,10 @@ impl From<ClientError> for DriveError {
     }
 }
 
-async fn timed<T>(f: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+/// `f`, failing with a time-out after [`DRIVE_TIMEOUT`]: every manager call to
+/// a drive goes through it, so a drive that accepts and never answers cannot
+/// hold up the manager (or the `drive_admin` lock) for longer.
+pub(crate) async fn timed<T>(f: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
     tokio::time::timeout(DRIVE_TIMEOUT, f).await.unwrap_or_else(|_| {
         Err(ClientError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "drive did not answer in time")))
     })
@@ -280,6 +283,15 @@ impl DriveHandle {
     /// Makes everything in the partition durable.
     pub async fn flush(&self) -> Result<(), DriveError> {
         on_drive!(self, |c| c.flush_partition(self.partition))
+    }
+
+    /// Makes `objects` durable. If one is gone already, flushes the whole
+    /// partition instead, which makes its removal durable too.
+    pub async fn flush_objects(&self, objects: &[u64]) -> Result<(), DriveError> {
+        match on_drive!(self, |c| c.flush(self.partition, objects)) {
+            Err(e) if e.status() == Some(Status::NoSuchObject) => self.flush().await,
+            r => r,
+        }
     }
 
     /// Every ordinary object in the partition (from `PARTITION_CONTENTS`).

@@ -26,6 +26,7 @@ use keys::DriveKeys;
 use nasd_crypto::Key;
 use nasd_meta::{Caller, DriveRecord, Namespace, Sqlite, User};
 use nasd_proto::fs::FsStatus;
+use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
@@ -150,6 +151,8 @@ pub struct Manager {
     drive_admin: tokio::sync::Mutex<()>,
     /// Maintenance steps failing now, with their last error.
     failing: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Drives whose upkeep is failing: when to try again.
+    drive_backoff: std::sync::Mutex<std::collections::HashMap<u32, maintenance::Backoff>>,
     /// Bounds the argon2 computations running at once: each takes ~19 MiB, and
     /// logins come from unauthenticated peers.
     argon2_slots: Arc<tokio::sync::Semaphore>,
@@ -183,6 +186,7 @@ impl Manager {
             decoy_hash: passwords::decoy(),
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
+            drive_backoff: Default::default(),
             argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
@@ -235,10 +239,17 @@ impl Manager {
         f: impl FnOnce(&Namespace<Sqlite>) -> Result<R, FsStatus> + Send + 'static,
     ) -> Result<R, Failure> {
         let ns = self.ns.clone();
-        tokio::task::spawn_blocking(move || f(&ns))
-            .await
-            .map_err(|e| Failure::new(FsStatus::Internal, format!("metadata task failed: {e}")))?
-            .map_err(Failure::from)
+        match tokio::task::spawn_blocking(move || f(&ns)).await {
+            Ok(r) => r.map_err(Failure::from),
+            // A panic in the metadata is a broken invariant: fail-stop (STYLE.md).
+            // The interrupted transaction was not committed; a restart recovers.
+            Err(e) if e.is_panic() => {
+                tracing::error!(error = %e, "a metadata task panicked: stopping the manager");
+                eprintln!("fatal: a metadata task panicked ({e}); stopping (a restart recovers)");
+                std::process::abort()
+            }
+            Err(e) => Err(Failure::new(FsStatus::Internal, format!("metadata task failed: {e}"))),
+        }
     }
 
     /// Runs one argon2 hash or verification off the async threads, at most
@@ -264,6 +275,11 @@ impl Manager {
         }
         self.add_user(name, password, 0, 0, true).await?;
         Ok(true)
+    }
+
+    /// The names of every user, in name order.
+    pub async fn user_names(&self) -> Result<Vec<String>, Failure> {
+        Ok(self.meta(|ns| ns.users()).await?.into_iter().map(|u| u.name).collect())
     }
 
     /// Adds a user (uid 0 from an administrator request means "next free").
@@ -305,6 +321,17 @@ impl Manager {
     /// Takes a fresh drive into service: initializes it with its master
     /// key, gives it a new drive key, creates the file system's partition
     /// with its keys, records it, and fills its object pool.
+    ///
+    /// "Fresh" means no partitions, or exactly one: the file system's
+    /// partition holding no more objects than a new partition has
+    /// (`FRESH_PARTITION_OBJECTS`), which is what an add-drive interrupted
+    /// before it recorded the drive leaves; such a drive is set up again.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (a drive holding other partitions or objects, an
+    /// address over `DRIVE_ADDR_MAX`), `Exists` (in service already),
+    /// `NoSpace` (`DRIVES_MAX` drives already), `DriveUnavailable` (the
+    /// drive did not answer within `DRIVE_TIMEOUT`, or refused).
     pub async fn add_drive(&self, addr: &str, master: &Key) -> Result<u32, Failure> {
         let handle = self.provision_drive(addr, master).await?;
         if let Err(e) = self.refill_pool(&handle).await {
@@ -314,12 +341,26 @@ impl Manager {
     }
 
     async fn provision_drive(&self, addr: &str, master: &Key) -> Result<Arc<DriveHandle>, Failure> {
+        if addr.len() > DRIVE_ADDR_MAX {
+            return Err(Failure::new(
+                FsStatus::InvalidArgument,
+                format!("drive addresses are at most {DRIVE_ADDR_MAX} bytes (DRIVE_ADDR_MAX)"),
+            ));
+        }
         let _admin = self.drive_admin.lock().await;
+        if self.drives().len() >= DRIVES_MAX {
+            return Err(Failure::new(
+                FsStatus::NoSpace,
+                format!("the manager has {DRIVES_MAX} drives, the most it serves (DRIVES_MAX)"),
+            ));
+        }
         let unavailable = |e: nasd_client::ClientError| {
             Failure::new(FsStatus::DriveUnavailable, format!("cannot set up the drive at {addr}: {e}"))
         };
-        let mut client = nasd_client::DriveClient::connect(addr).await.map_err(unavailable)?;
-        let info = client.inquiry().await.map_err(unavailable)?;
+        // Timed: the drive-admin lock is held, and pool refills, key rotation
+        // and orphan collection wait for it.
+        let mut client = drives::timed(nasd_client::DriveClient::connect(addr)).await.map_err(unavailable)?;
+        let info = drives::timed(client.inquiry()).await.map_err(unavailable)?;
         let existing = self.drives();
         if existing.iter().any(|d| d.drive_id == info.drive_id) {
             return Err(Failure::new(FsStatus::Exists, format!("the drive at {addr} is already in service")));
@@ -332,7 +373,11 @@ impl Manager {
         if !info.partitions.is_empty() && !half_provisioned {
             return Err(Failure::new(
                 FsStatus::InvalidArgument,
-                format!("the drive at {addr} already holds partitions; only a fresh drive can be added"),
+                format!(
+                    "the drive at {addr} already holds partitions; only a fresh drive (or one holding just an \
+                     empty partition {}, left by an interrupted add-drive) can be added",
+                    self.config.partition
+                ),
             ));
         }
         let keys = DriveKeys::generate();
@@ -355,5 +400,36 @@ impl Manager {
         handle.set_recovered();
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
+    }
+}
+
+/// Sets `name`'s password directly in the metadata of the manager whose
+/// directory is `dir`, without logging in: the way back when no
+/// administrator can log in (`nasd admin reset-password`). Meant for a
+/// stopped manager; SQLite's locking keeps it safe beside a running one,
+/// whose sessions already logged in go on.
+///
+/// # Errors
+/// `dir` holds no metadata database, no such user, a password shorter
+/// than [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry.
+pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
+    let db = dir.join(META_DB);
+    anyhow::ensure!(
+        db.exists(),
+        "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, DATA/manager)",
+        dir.display()
+    );
+    anyhow::ensure!(
+        (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
+        "passwords need {} to {} bytes",
+        passwords::PASSWORD_MIN,
+        nasd_proto::manager::PASSWORD_MAX
+    );
+    let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
+    let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+    match ns.set_password(name, &passwords::hash(password)) {
+        Ok(()) => Ok(()),
+        Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", db.display()),
+        Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
     }
 }

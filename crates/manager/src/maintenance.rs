@@ -12,10 +12,52 @@ use nasd_meta::AcvIntent;
 use nasd_proto::fs::{FsStatus, ObjectRef};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Most intention-log entries one maintenance pass finishes.
 const INTENTS_PER_PASS_MAX: usize = 4096;
+/// Wait before retrying a drive's upkeep (recovery, pool refill, key
+/// rotation) after it first fails; each further failure doubles it.
+pub const DRIVE_RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest wait between retries of a failing drive's upkeep. Recovery of a
+/// drive reads its whole `PARTITION_CONTENTS` (up to 512 MiB at
+/// `PARTITION_OBJECTS_MAX`), so a drive that keeps failing must not cost that
+/// every pass; it is retried at least this often.
+pub const DRIVE_RETRY_MAX: Duration = Duration::from_secs(60);
+
+const _: () = assert!(DRIVE_RETRY_MIN.as_nanos() > 0 && DRIVE_RETRY_MIN.as_nanos() <= DRIVE_RETRY_MAX.as_nanos());
+
+/// Bounded exponential backoff of one drive's upkeep.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    /// Failures in a row.
+    failures: u32,
+    /// No retry before this.
+    not_before: Option<Instant>,
+}
+
+impl Backoff {
+    /// Whether the upkeep may run at `now`.
+    pub(crate) fn ready(&self, now: Instant) -> bool {
+        !matches!(self.not_before, Some(t) if now < t)
+    }
+
+    /// Failures in a row so far.
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Records a failure at `now`; returns the wait before the next try.
+    pub(crate) fn failed(&mut self, now: Instant) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        // 2^16 × DRIVE_RETRY_MIN is past DRIVE_RETRY_MAX already; the cap keeps the shift in range.
+        let doublings = (self.failures - 1).min(16);
+        let wait = DRIVE_RETRY_MIN.saturating_mul(1 << doublings).min(DRIVE_RETRY_MAX);
+        self.not_before = Some(now + wait);
+        wait
+    }
+}
 
 fn drive_failure(drive: u32, e: DriveError) -> Failure {
     Failure::new(FsStatus::DriveUnavailable, format!("drive {drive}: {e}"))
@@ -86,17 +128,42 @@ impl Manager {
         let r = self.finish_removals().await;
         self.report("removals", r);
         for d in self.drives() {
-            let r = if d.recovered() { self.install_key(&d).await } else { self.recover_drive(&d).await };
-            let ready = r.is_ok();
-            self.report(&format!("drive {} recovery and working key", d.drive), r);
-            if !ready {
+            if !self.backoff(d.drive).ready(Instant::now()) {
                 continue;
             }
-            let r = self.refill_pool(&d).await.map(|_| ());
-            self.report(&format!("drive {} object pool", d.drive), r);
-            let r = self.rotate_if_due(&d).await;
-            self.report(&format!("drive {} key rotation", d.drive), r);
+            let ok = self.upkeep(&d).await;
+            let mut backoff = self.drive_backoff.lock().expect("backoff lock");
+            if ok {
+                backoff.remove(&d.drive);
+            } else {
+                let b = backoff.entry(d.drive).or_default();
+                let wait = b.failed(Instant::now());
+                tracing::debug!(drive = d.drive, failures = b.failures(), ?wait, "drive upkeep failed; backing off");
+            }
         }
+    }
+
+    /// The backoff state of `drive`'s upkeep.
+    pub(crate) fn backoff(&self, drive: u32) -> Backoff {
+        self.drive_backoff.lock().expect("backoff lock").get(&drive).cloned().unwrap_or_default()
+    }
+
+    /// One drive's share of a pass: recovery (or the pending working key),
+    /// pool refill, key rotation. Whether all of it succeeded.
+    async fn upkeep(&self, d: &Arc<DriveHandle>) -> bool {
+        let r = if d.recovered() { self.install_key(d).await } else { self.recover_drive(d).await };
+        let ready = r.is_ok();
+        self.report(&format!("drive {} recovery and working key", d.drive), r);
+        if !ready {
+            return false;
+        }
+        let r = self.refill_pool(d).await.map(|_| ());
+        let refilled = r.is_ok();
+        self.report(&format!("drive {} object pool", d.drive), r);
+        let r = self.rotate_if_due(d).await;
+        let rotated = r.is_ok();
+        self.report(&format!("drive {} key rotation", d.drive), r);
+        refilled && rotated
     }
 
     /// Logs a maintenance step's failure once when it starts failing and
@@ -111,7 +178,7 @@ impl Manager {
             }
             Err(f) => {
                 if failing.insert(step.to_string(), f.message.clone()).as_deref() != Some(f.message.as_str()) {
-                    tracing::warn!(step, error = %f, "maintenance step failed; retrying every pass");
+                    tracing::warn!(step, error = %f, "maintenance step failed; will retry");
                 }
             }
         }
@@ -233,5 +300,36 @@ impl Manager {
             d.install_working_key(&d.keys()).await.map_err(|e| drive_failure(d.drive, e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_bound_and_gates_retries() {
+        let t0 = Instant::now();
+        let mut b = Backoff::default();
+        assert!(b.ready(t0), "a drive that never failed is looked after at once");
+        let mut waits = Vec::new();
+        let mut now = t0;
+        for _ in 0..40 {
+            let wait = b.failed(now);
+            assert!(!b.ready(now), "no retry right after a failure");
+            assert!(!b.ready(now + wait - Duration::from_millis(1)));
+            assert!(b.ready(now + wait));
+            waits.push(wait);
+            now += wait;
+        }
+        assert_eq!(waits[0], DRIVE_RETRY_MIN);
+        assert_eq!(waits[1], DRIVE_RETRY_MIN * 2);
+        assert_eq!(waits[2], DRIVE_RETRY_MIN * 4);
+        assert!(waits.windows(2).all(|w| w[1] >= w[0]), "{waits:?}");
+        assert!(waits.iter().all(|&w| w <= DRIVE_RETRY_MAX), "{waits:?}");
+        assert_eq!(*waits.last().unwrap(), DRIVE_RETRY_MAX, "bounded, not growing forever");
+        // u32::MAX failures in a row do not overflow.
+        let mut b = Backoff { failures: u32::MAX, not_before: None };
+        assert_eq!(b.failed(t0), DRIVE_RETRY_MAX);
     }
 }

@@ -1,12 +1,15 @@
 //! The manager's network face: TLS connections carrying length-prefixed
 //! manager-protocol messages (docs/PROTOCOL.md, "Manager protocol"). The
 //! first request must be `LOGIN`; each connection then serves one request at
-//! a time. Every input is bounded: message size, sessions, time to log in.
+//! a time. Every input is bounded: message size (smaller before login),
+//! sessions, time to log in.
 
 use crate::service::Session;
 use crate::{Failure, Manager};
 use nasd_proto::fs::FsStatus;
-use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
+use nasd_proto::manager::{
+    ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -25,22 +28,47 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Reads one message body; `None` at a clean end of stream.
 pub async fn read_message(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_le_bytes(len) as usize;
+    let Some(len) = read_length(r).await? else { return Ok(None) };
     if len > MANAGER_MESSAGE_MAX {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("message of {len} bytes is over MANAGER_MESSAGE_MAX ({MANAGER_MESSAGE_MAX})"),
         ));
     }
+    read_body(r, len).await.map(Some)
+}
+
+/// Reads a message's length prefix; `None` at a clean end of stream.
+async fn read_length(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Option<usize>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => Ok(Some(u32::from_le_bytes(len) as usize)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a body of `len` bytes (already checked against its limit).
+async fn read_body(r: &mut (impl AsyncRead + Unpin), len: usize) -> std::io::Result<Vec<u8>> {
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).await?;
-    Ok(Some(body))
+    Ok(body)
+}
+
+/// Reads one message before login: anything over [`LOGIN_MESSAGE_MAX`] is
+/// answered `BAD_REQUEST` and the connection closed, without reading (or
+/// allocating) the body. `None` at a clean end of stream.
+async fn read_login_message(stream: &mut (impl AsyncRead + AsyncWrite + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
+    let Some(len) = read_length(stream).await? else { return Ok(None) };
+    if len > LOGIN_MESSAGE_MAX {
+        let message = format!(
+            "a message of {len} bytes before login is over LOGIN_MESSAGE_MAX ({LOGIN_MESSAGE_MAX}): log in first"
+        );
+        // The body was not read, so its request id is unknown: 0.
+        write_message(stream, &ManagerReply::encode_error(0, FsStatus::BadRequest, &message)).await?;
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
+    }
+    read_body(stream, len).await.map(Some)
 }
 
 /// Writes one message body with its length.
@@ -130,7 +158,7 @@ impl Manager {
         stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
     ) -> std::io::Result<Option<Session>> {
         for _ in 0..LOGIN_ATTEMPTS_MAX {
-            let Some(body) = read_message(stream).await? else { return Ok(None) };
+            let Some(body) = read_login_message(stream).await? else { return Ok(None) };
             let (id, result) = match ManagerRequest::decode(&body) {
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
                     (id, self.check_login(version, &user, &password).await)

@@ -8,8 +8,8 @@ use crate::{Failure, Manager};
 use nasd_meta::{Caller, Effects, Inode, SetAttrs};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
 use nasd_proto::manager::{
-    set_mask, DriveUsage, Entry, Handle, ManagerReply, ManagerRequest, OpenMode, UserInfo, MANAGER_MESSAGE_MAX,
-    READDIR_ENTRIES_MAX, USERS_MAX,
+    set_mask, DriveUsage, Entry, Handle, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
+    MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
 };
 use std::sync::atomic::Ordering;
 
@@ -380,8 +380,11 @@ impl Manager {
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
         if let Some(size) = set.size {
-            // The drive first (after the permission check), as for CREATE with truncate.
-            let inode = self.require_write(s, ino).await?;
+            // The drive first, as for CREATE with truncate, but only once every
+            // part of the request has passed its permission check: a request
+            // refused for its mode, owner or times must not have cut the data.
+            let (c, checked) = (s.caller.clone(), set.clone());
+            let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
             if let Some(o) = inode.object {
                 let d = self.drive(o.drive)?;
                 d.set_size(o.object, size).await.map_err(|e| size_not_changed(o.drive, e))?;
@@ -394,16 +397,25 @@ impl Manager {
     }
 
     /// Carries out a committed change's revocations and removals on the
-    /// drives before the reply, so no capability outlives the call. The
-    /// intention logs stay until the maintenance pass has made them durable.
+    /// drives, durably, before the reply: no capability outlives the call,
+    /// and a drive that crashes afterwards cannot bring an old access control
+    /// version (or a removed object) back. The intention logs stay until the
+    /// maintenance pass forgets them.
     async fn apply(&self, effects: Effects) -> Result<(), Failure> {
         for i in &effects.revoke {
             let d = self.drive(i.object.drive)?;
-            d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_unavailable(i.object.drive, e))?;
+            let unavailable = |e| drive_unavailable(i.object.drive, e);
+            d.set_acv(i.object.object, i.acv).await.map_err(unavailable)?;
+            d.flush_objects(&[i.object.object]).await.map_err(unavailable)?;
         }
+        let mut flush = std::collections::BTreeSet::new();
         for o in &effects.doomed {
             let d = self.drive(o.drive)?;
             d.remove(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
+            flush.insert(o.drive);
+        }
+        for drive in flush {
+            self.drive(drive)?.flush().await.map_err(|e| drive_unavailable(drive, e))?;
         }
         Ok(())
     }
@@ -429,7 +441,8 @@ impl Manager {
     async fn statfs(&self) -> Result<ManagerReply, Failure> {
         let (inodes, file_bytes) = self.meta(|ns| ns.usage()).await?;
         let mut drives = Vec::new();
-        for d in self.drives() {
+        // ADD_DRIVE keeps the table within DRIVES_MAX; a reply over it could not be encoded.
+        for d in self.drives().into_iter().take(DRIVES_MAX) {
             let info = d.inquiry().await;
             drives.push(DriveUsage {
                 drive: d.drive,

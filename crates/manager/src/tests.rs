@@ -152,3 +152,106 @@ async fn next_free_uid_does_not_overflow() {
     let e = m.handle(&root(), req).await.expect_err("no uid above u32::MAX");
     assert_eq!(e.status, FsStatus::InvalidArgument, "{e}");
 }
+
+#[test]
+fn the_longest_login_is_exactly_login_message_max() {
+    use nasd_proto::manager::{LOGIN_MESSAGE_MAX, PASSWORD_MAX, USER_NAME_MAX};
+    let login = ManagerRequest::Login {
+        version: nasd_proto::manager::MANAGER_PROTOCOL_VERSION,
+        user: "u".repeat(USER_NAME_MAX),
+        password: "p".repeat(PASSWORD_MAX),
+    };
+    login.check_limits().expect("within the limits");
+    assert_eq!(login.encode(u64::MAX).len(), LOGIN_MESSAGE_MAX);
+}
+
+/// A drive the manager knows (in memory only) at `addr`, with fresh keys.
+fn attach_drive(m: &Manager, drive: u32, addr: String) -> Arc<crate::drives::DriveHandle> {
+    let keys = crate::keys::DriveKeys::generate();
+    let mut drive_id = [0u8; 16];
+    drive_id[..4].copy_from_slice(&drive.to_le_bytes());
+    let rec = nasd_meta::DriveRecord {
+        drive,
+        drive_id,
+        addr,
+        partition: m.config.partition,
+        sealed_keys: keys.seal(&m.kek, drive),
+        capacity_bytes: 1 << 30,
+    };
+    m.attach(&rec, keys)
+}
+
+/// A listener that accepts connections, counts them and closes them at
+/// once: a drive whose every call fails.
+async fn closing_listener() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_drive_is_retried_with_backoff_not_every_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    let (addr, accepted) = closing_listener().await;
+    let d = attach_drive(&m, 0, addr);
+    assert!(!d.recovered());
+
+    // The first pass tries the drive, fails, and backs off.
+    let before = std::time::Instant::now();
+    m.maintain().await;
+    let tried = accepted.load(Ordering::SeqCst);
+    assert!(tried >= 1, "the first pass tried the drive");
+    let b = m.backoff(0);
+    assert!(!b.ready(before), "a failed drive is not retried at once: {b:?}");
+    assert!(b.ready(before + crate::maintenance::DRIVE_RETRY_MAX + Duration::from_secs(1)), "bounded: {b:?}");
+
+    // While it backs off, passes leave it alone (no connection at all).
+    m.drive_backoff.lock().unwrap().get_mut(&0).unwrap().failed(std::time::Instant::now() + Duration::from_secs(3600));
+    for _ in 0..3 {
+        m.maintain().await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), tried, "passes during the backoff did not touch the drive");
+
+    assert_eq!(m.backoff(0).failures(), 2);
+
+    // Once due, it is tried again.
+    m.drive_backoff.lock().unwrap().insert(0, Default::default());
+    m.maintain().await;
+    assert!(accepted.load(Ordering::SeqCst) > tried, "tried again once due");
+    assert_eq!(m.backoff(0).failures(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_drive_refuses_more_than_drives_max_and_statfs_still_encodes() {
+    use nasd_proto::manager::DRIVES_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    // Nothing listens on port 1: every drive is offline and answers at once.
+    for drive in 0..DRIVES_MAX as u32 {
+        attach_drive(&m, drive, "127.0.0.1:1".into());
+    }
+    let (addr, accepted) = closing_listener().await;
+    let e = m.add_drive(&addr, &nasd_crypto::Key::random()).await.expect_err("one drive too many");
+    assert_eq!(e.status, FsStatus::NoSpace, "{e}");
+    assert!(e.message.contains("DRIVES_MAX"), "{e}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "refused before contacting the drive");
+
+    let reply = m.handle(&root(), ManagerRequest::StatFs).await.expect("statfs");
+    let ManagerReply::StatFs { drives, .. } = &reply else { panic!("{reply:?}") };
+    assert_eq!(drives.len(), DRIVES_MAX);
+    assert!(drives.iter().all(|d| !d.online));
+    assert!(reply.encode(1).len() <= MANAGER_MESSAGE_MAX);
+
+    let long = "a".repeat(nasd_proto::manager::DRIVE_ADDR_MAX + 1);
+    let e = m.add_drive(&long, &nasd_crypto::Key::random()).await.expect_err("address too long");
+    assert_eq!(e.status, FsStatus::InvalidArgument, "{e}");
+}

@@ -1,8 +1,17 @@
-//! TLS for the manager channel: a private certificate authority made by
-//! `nasd up` (or `nasd manager --init-tls`), the manager's certificate signed
-//! by it, and the acceptor that serves with them. Clients trust the CA file.
+//! TLS for the manager channel: a private certificate authority made when
+//! a manager first starts (`nasd up` or `nasd manager`), the manager's
+//! certificate signed by it, and the acceptor that serves with them. Clients
+//! trust the CA file.
+//!
+//! Crash safety: a new set of files is written into a temporary directory,
+//! each file and the directory synced, and then renamed into place in one
+//! step, so the TLS directory holds either nothing or a whole set. A new
+//! manager certificate for an existing CA (after the old one was removed) is
+//! written to temporary files and renamed key first, certificate last, so a
+//! crash in between leaves no certificate and the next start issues again.
 
 use anyhow::Context;
+use rustls::client::danger::ServerCertVerifier;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
@@ -15,6 +24,8 @@ pub const CA_KEY: &str = "ca.key";
 pub const MANAGER_CERT: &str = "manager.pem";
 /// The manager's private key (0600).
 pub const MANAGER_KEY: &str = "manager.key";
+/// Distinguished name (common name) of the cluster CA.
+const CA_NAME: &str = "nasd cluster CA";
 
 /// Paths of the files a manager serves with.
 #[derive(Debug, Clone)]
@@ -34,48 +45,214 @@ impl TlsFiles {
     }
 }
 
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+/// Creates `path` (which must not exist) with `text`, mode `mode`, synced.
+fn write_new(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(mode)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
+    f.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+    f.sync_all().with_context(|| format!("cannot sync {}", path.display()))?;
     Ok(())
+}
+
+/// Makes a directory's entries (new and renamed files) durable.
+fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync directory {}", dir.display()))
+}
+
+fn ca_params() -> anyhow::Result<rcgen::CertificateParams> {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, CA_NAME);
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    Ok(ca_params)
+}
+
+/// A manager certificate for `names` signed by the CA; its key.
+fn manager_cert(
+    names: &[String],
+    ca: &rcgen::Certificate,
+    ca_key: &rcgen::KeyPair,
+) -> anyhow::Result<(rcgen::Certificate, rcgen::KeyPair)> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(names.to_vec()).context("invalid manager host name")?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, "nasd manager");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, ca, ca_key)?;
+    Ok((cert, key))
 }
 
 /// Creates a CA and a manager certificate valid for `names` (DNS names or
 /// IP addresses) in `dir`, unless the manager certificate already exists.
 /// Returns the files either way.
+///
+/// Repairs what an interrupted start left: with the CA certificate present
+/// (clients may trust it) but no manager certificate, a new one is issued
+/// by the same CA; without a CA certificate, nothing was ever served from
+/// `dir`, so whatever is there is moved aside (`DIR.partial-SECONDS`, with a
+/// warning) and a whole new set is made.
+///
+/// # Errors
+/// The CA certificate is there but its key is not (a new manager
+/// certificate cannot be issued: the message says what to do); files cannot
+/// be written.
 pub fn ensure_certificates(dir: &Path, names: &[String]) -> anyhow::Result<TlsFiles> {
     let files = TlsFiles::in_dir(dir);
     if files.cert.exists() && files.key.exists() && files.ca.exists() {
         return Ok(files);
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let ca_key = rcgen::KeyPair::generate()?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "nasd cluster CA");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-    let ca = ca_params.self_signed(&ca_key)?;
-
-    let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::new(names.to_vec()).context("invalid manager host name")?;
-    params.distinguished_name.push(rcgen::DnType::CommonName, "nasd manager");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca, &ca_key)?;
-
-    write_private(&dir.join(CA_KEY), &ca_key.serialize_pem())?;
-    write_private(&files.key, &key.serialize_pem())?;
-    std::fs::write(&files.ca, ca.pem()).with_context(|| format!("cannot write {}", files.ca.display()))?;
-    std::fs::write(&files.cert, cert.pem() + &ca.pem())
-        .with_context(|| format!("cannot write {}", files.cert.display()))?;
+    if files.ca.exists() {
+        reissue(dir, &files, names)?;
+        tracing::warn!(cert = %files.cert.display(), "issued a new manager certificate from the existing CA");
+        return Ok(files);
+    }
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let aside = sibling(dir, &format!("partial-{secs}"));
+        std::fs::rename(dir, &aside)
+            .with_context(|| format!("cannot move the incomplete TLS files in {} aside", dir.display()))?;
+        tracing::warn!(
+            dir = %dir.display(),
+            moved_to = %aside.display(),
+            "the TLS directory held an incomplete set of files (no {CA_CERT}: an interrupted first start); \
+             moved it aside and making a new CA"
+        );
+    }
+    generate(dir, names)?;
     Ok(files)
+}
+
+/// `dir` with `.suffix` appended to its last component.
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let name = dir.file_name().map_or_else(|| "tls".into(), |n| n.to_string_lossy().into_owned());
+    dir.with_file_name(format!("{name}.{suffix}"))
+}
+
+/// Writes a new CA and manager certificate into a temporary directory,
+/// syncs it, and renames it to `dir` (which must be absent or empty).
+fn generate(dir: &Path, names: &[String]) -> anyhow::Result<()> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let tmp = sibling(dir, "tmp");
+    if tmp.exists() {
+        // Left by an interrupted generation: never renamed into place, never served.
+        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove {}", tmp.display()))?;
+    }
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+    }
+    let ca_key = rcgen::KeyPair::generate()?;
+    let ca = ca_params()?.self_signed(&ca_key)?;
+    let (cert, key) = manager_cert(names, &ca, &ca_key)?;
+    write_new(&tmp.join(CA_KEY), &ca_key.serialize_pem(), 0o600)?;
+    write_new(&tmp.join(MANAGER_KEY), &key.serialize_pem(), 0o600)?;
+    write_new(&tmp.join(CA_CERT), &ca.pem(), 0o644)?;
+    write_new(&tmp.join(MANAGER_CERT), &(cert.pem() + &ca.pem()), 0o644)?;
+    sync_dir(&tmp)?;
+    if dir.exists() {
+        std::fs::remove_dir(dir).with_context(|| format!("cannot replace the empty directory {}", dir.display()))?;
+    }
+    std::fs::rename(&tmp, dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
+    sync_dir(&parent)
+}
+
+/// Issues a new manager certificate for `names` from the CA in `dir`.
+fn reissue(dir: &Path, files: &TlsFiles, names: &[String]) -> anyhow::Result<()> {
+    let ca_key_path = dir.join(CA_KEY);
+    let ca_pem = std::fs::read_to_string(&files.ca).with_context(|| format!("cannot read {}", files.ca.display()))?;
+    let ca_key = match std::fs::read_to_string(&ca_key_path) {
+        Ok(pem) => {
+            rcgen::KeyPair::from_pem(&pem).with_context(|| format!("{} is not a PEM key", ca_key_path.display()))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "{} has no manager certificate ({MANAGER_CERT}) and no CA key ({CA_KEY}) to issue one: restore {}, or \
+             move {} aside to make a new CA (clients must then trust the new {CA_CERT})",
+            dir.display(),
+            ca_key_path.display(),
+            dir.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", ca_key_path.display())),
+    };
+    // The same name and key as the CA in ca.pem: what it signs verifies against ca.pem.
+    let ca = ca_params()?.self_signed(&ca_key)?;
+    let (cert, key) = manager_cert(names, &ca, &ca_key)?;
+    let (key_tmp, cert_tmp) = (dir.join(format!("{MANAGER_KEY}.tmp")), dir.join(format!("{MANAGER_CERT}.tmp")));
+    for stale in [&key_tmp, &cert_tmp] {
+        if stale.exists() {
+            std::fs::remove_file(stale).with_context(|| format!("cannot remove {}", stale.display()))?;
+        }
+    }
+    write_new(&key_tmp, &key.serialize_pem(), 0o600)?;
+    write_new(&cert_tmp, &(cert.pem() + &ca_pem), 0o644)?;
+    // Key first: without the certificate, the next start issues again.
+    std::fs::rename(&key_tmp, &files.key).with_context(|| format!("cannot write {}", files.key.display()))?;
+    std::fs::rename(&cert_tmp, &files.cert).with_context(|| format!("cannot write {}", files.cert.display()))?;
+    sync_dir(dir)?;
+    let missing = names_missing(files, names)?;
+    anyhow::ensure!(missing.is_empty(), "the new manager certificate does not verify for {missing:?}");
+    Ok(())
+}
+
+/// The names among `names` that the manager certificate in `files` is not
+/// valid for, checked as a client checks it (against the CA in `files.ca`).
+/// A manager started with names its certificate lacks serves clients that
+/// use them a TLS failure.
+///
+/// # Errors
+/// The files cannot be read, or the certificate does not verify against
+/// the CA for another reason (the message says which).
+pub fn names_missing(files: &TlsFiles, names: &[String]) -> anyhow::Result<Vec<String>> {
+    let read_certs = |path: &Path| -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+        let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        rustls_pemfile::certs(&mut &pem[..])
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("{} is not a PEM certificate file", path.display()))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in read_certs(&files.ca)? {
+        roots.add(ca).with_context(|| format!("{} holds an unusable CA certificate", files.ca.display()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .with_context(|| format!("cannot check certificates against {}", files.ca.display()))?;
+    let chain = read_certs(&files.cert)?;
+    let (end_entity, intermediates) =
+        chain.split_first().with_context(|| format!("{} holds no certificate", files.cert.display()))?;
+    let now = rustls::pki_types::UnixTime::now();
+    let mut missing = Vec::new();
+    for name in names {
+        let Ok(server_name) = rustls::pki_types::ServerName::try_from(name.as_str()) else {
+            missing.push(name.clone());
+            continue;
+        };
+        match verifier.verify_server_cert(end_entity, intermediates, &server_name, &[], now) {
+            Ok(_) => {}
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. },
+            )) => missing.push(name.clone()),
+            Err(e) => anyhow::bail!(
+                "the manager certificate {} does not verify against {}: {e}",
+                files.cert.display(),
+                files.ca.display()
+            ),
+        }
+    }
+    Ok(missing)
 }
 
 /// A TLS acceptor serving the certificate chain and key in `files`.
@@ -98,4 +275,84 @@ pub fn acceptor(files: &TlsFiles) -> anyhow::Result<TlsAcceptor> {
         .with_single_cert(certs, key)
         .context("the manager certificate and key do not match")?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_new_set_is_complete_valid_and_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tls");
+        let files = ensure_certificates(&dir, &names(&["localhost", "127.0.0.1"])).unwrap();
+        assert_eq!(entries(&dir), [CA_KEY, CA_CERT, MANAGER_KEY, MANAGER_CERT]);
+        assert_eq!(entries(tmp.path()), ["tls"], "no temporary directory left behind");
+        assert!(names_missing(&files, &names(&["localhost", "127.0.0.1"])).unwrap().is_empty());
+        acceptor(&files).unwrap();
+        let ca = std::fs::read(&files.ca).unwrap();
+        ensure_certificates(&dir, &names(&["localhost"])).unwrap();
+        assert_eq!(std::fs::read(&files.ca).unwrap(), ca, "an existing set is kept");
+    }
+
+    /// What the old one-file-at-a-time generation left when it crashed, and
+    /// what a crash inside the temporary directory leaves: the next start
+    /// makes a whole new set (create_new used to fail on every start).
+    #[test]
+    fn an_interrupted_first_start_is_repaired() {
+        for left in [&[CA_KEY][..], &[CA_KEY, MANAGER_KEY][..]] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("tls");
+            std::fs::create_dir(&dir).unwrap();
+            for f in left {
+                std::fs::write(dir.join(f), "half").unwrap();
+            }
+            std::fs::create_dir(tmp.path().join("tls.tmp")).unwrap();
+            std::fs::write(tmp.path().join("tls.tmp").join(CA_KEY), "half").unwrap();
+            let files = ensure_certificates(&dir, &names(&["localhost"])).expect("repaired");
+            assert!(names_missing(&files, &names(&["localhost"])).unwrap().is_empty());
+            acceptor(&files).unwrap();
+            let all = entries(tmp.path());
+            assert_eq!(all.len(), 2, "{all:?}");
+            assert!(all[1].starts_with("tls.partial-"), "the remains were moved aside: {all:?}");
+            assert_eq!(entries(&tmp.path().join(&all[1])), left);
+        }
+    }
+
+    #[test]
+    fn names_the_certificate_lacks_are_found_and_a_reissue_keeps_the_ca() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tls");
+        let files = ensure_certificates(&dir, &names(&["localhost"])).unwrap();
+        let wanted = names(&["localhost", "nasd.example.com", "10.1.2.3"]);
+        assert_eq!(names_missing(&files, &wanted).unwrap(), names(&["nasd.example.com", "10.1.2.3"]));
+
+        // What the warning tells the operator to do: remove the manager's
+        // certificate and key, start again.
+        let ca = std::fs::read(&files.ca).unwrap();
+        std::fs::remove_file(&files.cert).unwrap();
+        std::fs::remove_file(&files.key).unwrap();
+        ensure_certificates(&dir, &wanted).unwrap();
+        assert_eq!(std::fs::read(&files.ca).unwrap(), ca, "clients keep trusting the same CA");
+        assert!(names_missing(&files, &wanted).unwrap().is_empty());
+        acceptor(&files).unwrap();
+        assert_eq!(entries(&dir), [CA_KEY, CA_CERT, MANAGER_KEY, MANAGER_CERT]);
+
+        // Without the CA key a certificate cannot be issued: say what to do.
+        std::fs::remove_file(&files.cert).unwrap();
+        std::fs::remove_file(dir.join(CA_KEY)).unwrap();
+        let e = ensure_certificates(&dir, &wanted).expect_err("no CA key").to_string();
+        assert!(e.contains("no CA key") && e.contains("aside"), "{e}");
+    }
 }

@@ -505,6 +505,27 @@ impl<B: Backend> Namespace<B> {
         })
     }
 
+    /// Checks that [`setattr`](Self::setattr) with these arguments would be
+    /// allowed now, changing nothing: every rule it applies, in its order.
+    /// The manager calls it before changing a file's length on its drive, so
+    /// a refused request does not cut the data first. Returns the inode as
+    /// it is.
+    ///
+    /// # Errors
+    /// As [`setattr`](Self::setattr).
+    pub fn check_setattr(&self, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<Inode, FsStatus> {
+        if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.read(|t| {
+            let n = get(t, ino)?;
+            let mut changed = n.clone();
+            apply_mode_owner(caller, &mut changed, set)?;
+            apply_size_times(caller, &mut changed, set, now_ns())?;
+            Ok(n)
+        })
+    }
+
     /// Permission check for open: read and/or write against the mode (root
     /// bypasses). Returns the inode.
     ///

@@ -108,11 +108,20 @@ impl Sqlite {
         Ok(Sqlite { conn: Mutex::new(conn) })
     }
 
+    /// The connection. A poisoned lock means a panic (a broken invariant)
+    /// interrupted a transaction: managers fail-stop (STYLE.md), so the
+    /// process aborts rather than serve every later request `Internal`; a
+    /// restart recovers from the durable state (the interrupted transaction
+    /// was never committed).
     fn lock(&self) -> Result<MutexGuard<'_, Connection>, FsStatus> {
-        self.conn.lock().map_err(|_| {
-            tracing::error!("metadata connection poisoned by an earlier panic");
-            FsStatus::Internal
-        })
+        match self.conn.lock() {
+            Ok(guard) => Ok(guard),
+            Err(_) => {
+                tracing::error!("metadata connection poisoned by a panic inside a transaction: stopping the process");
+                eprintln!("fatal: a panic interrupted a metadata transaction; stopping (a restart recovers)");
+                std::process::abort()
+            }
+        }
     }
 }
 
@@ -562,6 +571,40 @@ mod tests {
         assert_eq!(db.transact(|t| t.get_setting("k")).unwrap(), None);
         db.transact(|t| t.put_setting("k", b"v")).unwrap();
         assert_eq!(db.read(|t| t.get_setting("k")).unwrap(), Some(b"v".to_vec()));
+    }
+
+    /// Set in the child process of `a_panic_inside_a_transaction_stops_the_process`.
+    const POISON_CHILD_ENV: &str = "NASD_META_POISON_CHILD";
+
+    /// Fail-stop: after a panic inside a transaction (a broken invariant) the
+    /// next use of the database aborts the process, instead of the manager
+    /// answering `Internal` to every request until someone restarts it. Runs
+    /// itself again as a child process, which must die of SIGABRT.
+    #[test]
+    fn a_panic_inside_a_transaction_stops_the_process() {
+        if std::env::var_os(POISON_CHILD_ENV).is_some() {
+            let db = Sqlite::open_in_memory().unwrap();
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = db.transact(|_| -> Result<(), FsStatus> { panic!("a broken invariant") });
+            }));
+            assert!(panicked.is_err());
+            let after = db.read(|t| t.get_setting("k"));
+            // Not reached with fail-stop: the read above aborts.
+            println!("SURVIVED: {after:?}");
+            std::process::exit(0);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "sqlite::tests::a_panic_inside_a_transaction_stops_the_process", "--nocapture"])
+            .env(POISON_CHILD_ENV, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stdout.contains("SURVIVED"), "the process went on after the panic: {stdout}");
+        use std::os::unix::process::ExitStatusExt;
+        const SIGABRT: i32 = 6;
+        assert_eq!(out.status.signal(), Some(SIGABRT), "{}\n{stdout}\n{stderr}", out.status);
+        assert!(stderr.contains("panic interrupted a metadata transaction"), "{stderr}");
     }
 
     #[test]

@@ -24,10 +24,17 @@ pub const READDIR_ENTRIES_MAX: usize = 1024;
 pub const USER_NAME_MAX: usize = 64;
 /// Longest password, in bytes.
 pub const PASSWORD_MAX: usize = 1024;
+/// Largest message body the manager reads before a connection has logged in:
+/// a `LOGIN` with the longest user name and password (opcode, request id,
+/// version, two length-prefixed strings). This, not [`MANAGER_MESSAGE_MAX`],
+/// is what an unauthenticated peer can make the manager allocate.
+pub const LOGIN_MESSAGE_MAX: usize = 2 + 8 + 1 + (2 + USER_NAME_MAX) + (2 + PASSWORD_MAX);
 /// Longest drive address (`host:port`), in bytes.
 pub const DRIVE_ADDR_MAX: usize = 256;
-/// Most drives a manager lists in `STATFS`.
-pub const DRIVES_MAX: usize = 4096;
+/// Most drives a manager serves (`ADD_DRIVE` refuses more) and lists in
+/// `STATFS`; a `STATFS` reply of that many drives with the longest
+/// addresses fits in one message.
+pub const DRIVES_MAX: usize = 1024;
 /// Most users one `LIST_USERS` reply carries.
 pub const USERS_MAX: usize = 4096;
 
@@ -38,6 +45,9 @@ const _: () = assert!(
     READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + Handle::LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX
 );
 const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(DRIVES_MAX * (4 + 2 + DRIVE_ADDR_MAX + 1 + 8 + 8) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(USERS_MAX * (2 + USER_NAME_MAX + 4 + 4 + 1) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(LOGIN_MESSAGE_MAX == 1103 && LOGIN_MESSAGE_MAX <= MANAGER_MESSAGE_MAX);
 
 /// Operation codes of the manager protocol.
 #[allow(missing_docs)]

@@ -1,0 +1,291 @@
+//! The real `nasd` binary: how a standalone manager tells clients to connect,
+//! the administrator's password across an interrupted first start and its
+//! offline reset, and revocations that survive a drive crash.
+
+use nasd_client::{Auth, Credential, DriveClient, MacAlgorithm};
+use nasd_fs::{FsClient, FsConfig};
+use nasd_manager::{Manager, ManagerConfig};
+use nasd_proto::manager::{set_mask, ManagerReply, ManagerRequest, OpenMode};
+use nasd_proto::{Protection, Status};
+use std::ffi::OsString;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest any single step may take (a hang, not a timing assertion).
+const STEP: Duration = Duration::from_secs(120);
+
+/// A `nasd` daemon running as a child process, its output in a log file.
+struct Daemon {
+    child: Option<Child>,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+impl Daemon {
+    /// Starts `nasd ARGS` (which make it listen on `addr`) and waits until it accepts.
+    fn start(log: &Path, addr: SocketAddr, args: &[OsString]) -> Daemon {
+        let logf = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_nasd"))
+            .args(args)
+            .env("NASD_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_NEW_PASSWORD")
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .spawn()
+            .expect("cannot start the nasd binary");
+        let mut d = Daemon { child: Some(child), addr, log: log.to_path_buf() };
+        let deadline = Instant::now() + STEP;
+        loop {
+            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                d.child = None;
+                panic!("nasd {args:?} exited at startup ({status}); log:\n{}", d.output());
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "nasd {args:?} did not listen in time; log:\n{}", d.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, and reap.
+    fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    fn stop(&mut self) {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + STEP;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "did not stop cleanly ({status}); log:\n{}", self.output());
+                return;
+            }
+            assert!(Instant::now() < deadline, "ignored SIGTERM; log:\n{}", self.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn manager(data: &Path, log: &Path) -> Daemon {
+    let addr = free_addr();
+    let args: Vec<OsString> =
+        vec!["manager".into(), "--data".into(), data.into(), "--listen".into(), addr.to_string().into()];
+    Daemon::start(log, addr, &args)
+}
+
+/// Runs `nasd ARGS` to completion.
+fn nasd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_NEW_PASSWORD")
+        .env_remove("NASD_PASSWORD")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nasd")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+async fn login(addr: SocketAddr, ca: &Path, user: &str, password: &str) -> Result<FsClient, nasd_fs::FsError> {
+    let config = FsConfig {
+        manager: addr.to_string(),
+        server_name: "localhost".into(),
+        ca_cert: ca.to_path_buf(),
+        user: user.into(),
+        password: password.into(),
+        ..Default::default()
+    };
+    tokio::time::timeout(STEP, FsClient::connect(&config)).await.expect("login hung")
+}
+
+fn password_in(file: &Path) -> String {
+    std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display())).trim().to_string()
+}
+
+#[test]
+fn standalone_manager_prints_a_client_section_that_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("manager");
+    let mut m = manager(&data, &tmp.path().join("manager.log"));
+    let out = m.output();
+    let section: String = out
+        .lines()
+        .skip_while(|l| l.trim() != "[client]")
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(section.contains("manager = ") && section.contains("ca_cert = "), "no [client] section in:\n{out}");
+    let config = tmp.path().join("client.toml");
+    std::fs::write(&config, &section).unwrap();
+    // The section as printed is all a client needs.
+    let ls = nasd(&["--config", config.to_str().unwrap(), "ls", "-l", "/"]);
+    assert!(
+        ls.status.success(),
+        "nasd ls with the printed section failed:\n{section}\n{}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+    m.stop();
+}
+
+#[test]
+fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("manager");
+    let password_file = data.join("admin.password");
+    let ca = data.join("tls").join("ca.pem");
+    let rt = runtime();
+
+    // A first start that wrote the password file and stopped before the user
+    // existed: the next start must still create an administrator whose
+    // password is in the file.
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(&password_file, "from-a-start-that-crashed\n").unwrap();
+    let mut m = manager(&data, &tmp.path().join("m1.log"));
+    let password = password_in(&password_file);
+    rt.block_on(login(m.addr, &ca, "admin", &password)).expect("the password in admin.password logs in");
+    m.stop();
+
+    // The file is lost: the manager says so and how to recover.
+    std::fs::remove_file(&password_file).unwrap();
+    let mut m = manager(&data, &tmp.path().join("m2.log"));
+    let out = m.output();
+    assert!(out.contains("admin.password does not") && out.contains("nasd admin reset-password admin --data"), "{out}");
+    m.stop();
+
+    // The offline reset writes a new password, durably, before setting it.
+    let reset = nasd(&["admin", "reset-password", "admin", "--data", data.to_str().unwrap()]);
+    assert!(reset.status.success(), "{}", String::from_utf8_lossy(&reset.stderr));
+    assert!(String::from_utf8_lossy(&reset.stdout).contains("admin.password"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&password_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let new_password = password_in(&password_file);
+    assert_ne!(new_password, password);
+    let mut m = manager(&data, &tmp.path().join("m3.log"));
+    rt.block_on(login(m.addr, &ca, "admin", &new_password)).expect("the reset password logs in");
+    let old = rt.block_on(login(m.addr, &ca, "admin", &password)).expect_err("the old password is gone");
+    assert_eq!(old.status(), Some(nasd_fs::FsStatus::BadCredentials));
+    m.stop();
+
+    let unknown = nasd(&["admin", "reset-password", "nobody", "--data", data.to_str().unwrap()]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no user 'nobody'"));
+    let wrong = nasd(&["admin", "reset-password", "admin", "--data", tmp.path().to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("holds no manager metadata"));
+}
+
+/// A drive process serving `data` on `addr`, committing only every hour: a
+/// SIGKILL loses everything not explicitly flushed.
+fn lazy_drive(data: &Path, addr: SocketAddr, log: &Path) -> Daemon {
+    let args: Vec<OsString> = vec![
+        "drive".into(),
+        "--data".into(),
+        data.into(),
+        "--listen".into(),
+        addr.to_string().into(),
+        "--capacity".into(),
+        "256MiB".into(),
+        "--commit-interval-ms".into(),
+        "3600000".into(),
+    ];
+    Daemon::start(log, addr, &args)
+}
+
+#[test]
+fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let drive_dir = tmp.path().join("drive");
+    let addr = free_addr();
+    let mut drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
+    // The drive writes its master key as it starts listening: wait for a whole one.
+    let deadline = Instant::now() + STEP;
+    let master = loop {
+        match nasd_crypto::read_key_file(&drive_dir.join("master.key")) {
+            Ok(k) => break k,
+            Err(e) => assert!(Instant::now() < deadline, "no master key: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    runtime().block_on(async {
+        // No maintenance task: nothing but the request itself may make the revocation durable.
+        let m =
+            Manager::open(&tmp.path().join("manager"), ManagerConfig { pool_target: 4, ..Default::default() }).unwrap();
+        m.add_drive(&addr.to_string(), &master).await.expect("add the drive");
+        m.bootstrap_admin("admin", "admin password").await.unwrap();
+        let admin = m.open_session("admin", "admin password").await.unwrap();
+        let walk_root = ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None };
+        let ManagerReply::Entry(root) = m.handle(&admin, walk_root).await.unwrap() else { panic!("walk /") };
+        let create = ManagerRequest::Create {
+            parent: root.handle,
+            name: "f".into(),
+            mode: 0o644,
+            exclusive: true,
+            truncate: false,
+        };
+        let ManagerReply::Entry(e) = m.handle(&admin, create).await.unwrap() else { panic!("create") };
+        let access = e.access.expect("a capability");
+        let use_it = || async {
+            let mut c = DriveClient::connect(addr).await.expect("connect");
+            let credential = Credential::Capability {
+                token: access.token.clone(),
+                key: nasd_crypto::Key::from_bytes(access.key),
+                algorithm: MacAlgorithm::from_id(access.algorithm).unwrap(),
+            };
+            c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+            c.getattr(access.object.partition, access.object.object).await
+        };
+        use_it().await.expect("the capability works");
+
+        // chmod revokes it before the reply...
+        let chmod = ManagerRequest::SetAttr {
+            handle: e.handle,
+            mask: set_mask::MODE,
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+        };
+        m.handle(&admin, chmod).await.expect("chmod");
+        assert_eq!(use_it().await.expect_err("revoked").status(), Some(Status::AccessRevoked));
+
+        // ...and the drive dies right after, well inside its commit interval.
+        drive.kill();
+        drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
+        let after = use_it().await.expect_err("a crashed drive must not bring the old access control version back");
+        assert_eq!(after.status(), Some(Status::AccessRevoked));
+    });
+    drive.stop();
+}

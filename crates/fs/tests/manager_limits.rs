@@ -1,0 +1,180 @@
+//! The manager against peers that misbehave or are refused: an oversized
+//! message before login, a drive address that accepts and never answers, a
+//! SETATTR refused after part of it would have been allowed. Real drives and
+//! a real TLS manager on loopback (`common`).
+
+mod common;
+
+use common::*;
+use nasd_fs::FsStatus;
+use nasd_proto::manager::{
+    set_mask, ManagerReply, ManagerRequest, OpenMode, LOGIN_MESSAGE_MAX, PASSWORD_MAX, USER_NAME_MAX,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A TLS connection to the cluster's manager, not logged in.
+async fn raw_tls(c: &Cluster) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let tls = nasd_fs::connector(&c.ca).expect("connector");
+    let socket = to(tokio::net::TcpStream::connect(c.addr)).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    to(tls.connect(name, socket)).await.expect("TLS")
+}
+
+/// Reads one reply (`None` if the manager closed the connection instead).
+async fn read_reply(s: &mut (impl AsyncReadExt + Unpin)) -> Option<(u64, Result<ManagerReply, (FsStatus, String)>)> {
+    let mut len = [0u8; 4];
+    to(s.read_exact(&mut len)).await.ok()?;
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    to(s.read_exact(&mut body)).await.expect("reply body");
+    Some(ManagerReply::decode(&body).expect("a well-formed reply"))
+}
+
+#[test]
+fn an_oversized_message_before_login_is_refused_unread() {
+    run(an_oversized_message_before_login_is_refused_unread_scenario());
+}
+
+async fn an_oversized_message_before_login_is_refused_unread_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+
+    // Only a length prefix, one byte over the limit, and no body: the
+    // manager answers at once instead of waiting to read (and allocating)
+    // the announced bytes.
+    let mut s = raw_tls(&c).await;
+    to(s.write_all(&(LOGIN_MESSAGE_MAX as u32 + 1).to_le_bytes())).await.unwrap();
+    to(s.flush()).await.unwrap();
+    let (id, r) = read_reply(&mut s).await.expect("an error reply, not a silent wait for the body");
+    assert_eq!(id, 0, "the body was not read, so no request id");
+    let (status, message) = r.expect_err("refused");
+    assert_eq!(status, FsStatus::BadRequest, "{message}");
+    assert!(message.contains("LOGIN_MESSAGE_MAX"), "{message}");
+    let mut rest = Vec::new();
+    let _ = to(s.read_to_end(&mut rest)).await;
+    assert!(rest.is_empty(), "the connection is closed after the refusal");
+
+    // The largest valid LOGIN is exactly LOGIN_MESSAGE_MAX and is still
+    // checked (wrong password), then a real login works on the same connection.
+    let mut s = raw_tls(&c).await;
+    let longest =
+        ManagerRequest::Login { version: 1, user: "u".repeat(USER_NAME_MAX), password: "p".repeat(PASSWORD_MAX) };
+    let body = longest.encode(5);
+    assert_eq!(body.len(), LOGIN_MESSAGE_MAX);
+    to(s.write_all(&(body.len() as u32).to_le_bytes())).await.unwrap();
+    to(s.write_all(&body)).await.unwrap();
+    let (id, r) = read_reply(&mut s).await.expect("a reply");
+    assert_eq!((id, r.expect_err("unknown user").0), (5, FsStatus::BadCredentials));
+    let login = ManagerRequest::Login { version: 1, user: ADMIN.into(), password: ADMIN_PW.into() }.encode(6);
+    to(s.write_all(&(login.len() as u32).to_le_bytes())).await.unwrap();
+    to(s.write_all(&login)).await.unwrap();
+    let (id, r) = read_reply(&mut s).await.expect("a reply");
+    assert_eq!(id, 6);
+    assert!(matches!(r, Ok(ManagerReply::LoggedIn { admin: true, .. })), "{r:?}");
+    // After login, messages up to MANAGER_MESSAGE_MAX are read as before.
+    let walk = ManagerRequest::Walk { path: format!("/{}", "x".repeat(2000)), follow: true, open: Default::default() };
+    let walk = walk.encode(7);
+    assert!(walk.len() > LOGIN_MESSAGE_MAX);
+    to(s.write_all(&(walk.len() as u32).to_le_bytes())).await.unwrap();
+    to(s.write_all(&walk)).await.unwrap();
+    let (id, r) = read_reply(&mut s).await.expect("a reply");
+    assert_eq!(id, 7);
+    assert!(r.is_err_and(|(status, _)| status != FsStatus::BadRequest), "decoded and served");
+
+    drop(s);
+    c.stop().await;
+}
+
+#[test]
+fn add_drive_of_a_silent_address_times_out_and_creates_go_on() {
+    run(add_drive_of_a_silent_address_times_out_and_creates_go_on_scenario());
+}
+
+async fn add_drive_of_a_silent_address_times_out_and_creates_go_on_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    // Accepts connections and never answers (nor closes them).
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+
+    let adder = c.login(ADMIN, ADMIN_PW).await;
+    let add = tokio::spawn(async move { adder.add_drive(&silent_addr, &nasd_crypto::Key::random()).await });
+    // Once the silent address has a connection, add-drive holds the drive-admin lock.
+    to(async {
+        while accepted.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    // More files than the pool holds: creating them needs refills, which wait
+    // for the drive-admin lock.
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    let files = ClusterOptions::default().config.pool_target * 3;
+    for i in 0..files {
+        to(admin.write_file(&format!("/f{i}"), b"data")).await.unwrap_or_else(|e| panic!("create /f{i}: {e}"));
+    }
+
+    let e = to(add).await.unwrap().expect_err("a drive that never answers cannot be added");
+    assert_eq!(e.status(), Some(FsStatus::DriveUnavailable), "{e}");
+    assert!(e.to_string().contains("did not answer in time"), "{e}");
+    assert_eq!(to(admin.statfs()).await.unwrap().2.len(), 1, "the silent address was not recorded");
+    to(admin.write_file("/after", b"still works")).await.expect("creates work after the failed add-drive");
+
+    holder.abort();
+    drop(admin);
+    c.stop().await;
+}
+
+#[test]
+fn a_refused_setattr_does_not_truncate_first() {
+    run(a_refused_setattr_does_not_truncate_first_scenario());
+}
+
+async fn a_refused_setattr_does_not_truncate_first_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    to(admin.mkdir("/shared", 0o1777)).await.unwrap();
+    let a = c.login(USER_A, PW_A).await;
+    let b = c.login(USER_B, PW_B).await;
+    let data = pattern(3, 50_000);
+    let f = to(a.create("/shared/f", 0o666, true, false)).await.unwrap();
+    to(f.write_at(0, &data)).await.unwrap();
+    to(f.flush()).await.unwrap();
+    to(f.close()).await.unwrap();
+    // B's own handle for the file (a handle names a file only for the user it was made for).
+    let handle = to(b.walk("/shared/f", OpenMode::None)).await.unwrap().handle;
+
+    // B may write A's 0666 file but does not own it: a SETATTR that also
+    // changes mode, owner, group or times is refused as a whole...
+    let size = |mask: u8| ManagerRequest::SetAttr {
+        handle,
+        mask: set_mask::SIZE | mask,
+        mode: 0o777,
+        uid: UID_B,
+        gid: UID_B,
+        size: 0,
+        atime_ns: 1,
+        mtime_ns: 1,
+    };
+    for mask in [set_mask::MODE, set_mask::UID, set_mask::GID, set_mask::MTIME, set_mask::ATIME] {
+        let e = to(b.call(&size(mask))).await.expect_err("not the owner");
+        assert_eq!(e.status(), Some(FsStatus::NotPermitted), "mask {mask:#x}: {e}");
+        // ...and the data on the drive is untouched.
+        assert!(to(a.read_file("/shared/f")).await.unwrap() == data, "mask {mask:#x} cut the data");
+    }
+    // The size alone is B's to change (write permission).
+    to(b.call(&size(0))).await.expect("a writer may truncate");
+    assert!(to(a.read_file("/shared/f")).await.unwrap().is_empty());
+
+    drop((a, b, admin));
+    c.stop().await;
+}
