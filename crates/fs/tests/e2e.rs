@@ -933,3 +933,43 @@ async fn listing_without_search_permission_scenario() {
     drop((a, b, admin));
     c.stop().await;
 }
+
+#[test]
+fn stat_of_a_file_the_caller_may_not_read_asks_the_drive() {
+    run(stat_unreadable_scenario());
+}
+
+async fn stat_unreadable_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+    write_new(&a, "/alice/wo", 0o200, b"12345").await;
+
+    // Alice writes more to her write-only (-w-) file and has not closed it:
+    // the manager still records 5 bytes, the drive has 9.
+    let f = to(a.open("/alice/wo", true)).await.unwrap();
+    to(f.write_at(5, b"6789")).await.unwrap();
+    to(f.flush()).await.unwrap();
+    let recorded = raw_entry(&a, walk_req("/alice/wo")).await.attr.size;
+    assert_eq!(recorded, 5);
+
+    // stat shows the drive's size, under a capability that allows nothing but GETATTR.
+    let st = to(a.stat("/alice/wo")).await.unwrap();
+    assert_eq!(st.attr.size, 9, "the size comes from the drive");
+    assert_eq!(a.held_rights(st.attr.ino), Some(rights::GETATTR));
+    let granted =
+        to(a.walk("/alice/wo", OpenMode::ReadIfAllowed)).await.unwrap().access.expect("an attribute capability");
+    assert_eq!(granted.rights, rights::GETATTR);
+    let mut d = access_client(&granted).await;
+    let (p, o) = (granted.object.partition, granted.object.object);
+    assert_eq!(to(d.getattr(p, o)).await.unwrap().logical_size, 9);
+    let denied = to(d.read(p, o, &[Region { offset: 0, length: 9 }])).await.map(|_| ());
+    assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under it");
+    // The writer goes on (its write capability comes back when it needs one).
+    to(f.write_at(9, b"0")).await.unwrap();
+    assert_eq!(to(f.close()).await.unwrap().size, 10);
+
+    drop((a, admin));
+    c.stop().await;
+}

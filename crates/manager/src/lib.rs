@@ -25,7 +25,7 @@ use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
 use nasd_meta::{Caller, DriveRecord, Namespace, Sqlite, User};
-use nasd_proto::fs::FsStatus;
+use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
 use std::path::Path;
@@ -43,6 +43,11 @@ const FRESH_PARTITION_OBJECTS: u64 = 4;
 /// Most password hashes computed at once (logins, new users, new
 /// passwords); more wait their turn.
 pub const ARGON2_CONCURRENT_MAX: usize = 4;
+/// Locks that serialize the requests which check permissions and then
+/// change a file's data on its drive before committing (size changes) with
+/// those that change the permissions (chmod, chown): one per inode number
+/// modulo this. Two inodes may share one; a request holds only one.
+const INODE_LOCK_STRIPES: usize = 64;
 
 /// Policy knobs (the `[manager]` section of the config file).
 #[derive(Debug, Clone)]
@@ -156,6 +161,8 @@ pub struct Manager {
     /// Bounds the argon2 computations running at once: each takes ~19 MiB, and
     /// logins come from unauthenticated peers.
     argon2_slots: Arc<tokio::sync::Semaphore>,
+    /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
+    inode_locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -188,6 +195,7 @@ impl Manager {
             failing: Default::default(),
             drive_backoff: Default::default(),
             argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
+            inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
@@ -231,6 +239,14 @@ impl Manager {
                 format!("drive {drive} is named by the metadata but not in the drive table"),
             )
         })
+    }
+
+    /// Waits for the lock of inode `ino` (one of [`INODE_LOCK_STRIPES`]).
+    /// `SETATTR` holds it from its permission check through the drive's size
+    /// change to its commit, and a truncating `CREATE` likewise, so no chmod
+    /// or chown of the inode lands in between.
+    pub(crate) async fn inode_lock(&self, ino: Ino) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inode_locks[(ino % INODE_LOCK_STRIPES as u64) as usize].lock().await
     }
 
     /// Runs `f` on the name space off the async threads (SQLite blocks).
@@ -398,6 +414,8 @@ impl Manager {
         self.meta(move |ns| ns.add_drive(&stored)).await?;
         let handle = self.attach(&rec, keys);
         handle.set_recovered();
+        // Provisioning installed working key 1: nothing is pending.
+        handle.set_keys_installed(handle.keys());
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
     }

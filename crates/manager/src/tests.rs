@@ -214,8 +214,17 @@ async fn a_failing_drive_is_retried_with_backoff_not_every_pass() {
     assert!(!b.ready(before), "a failed drive is not retried at once: {b:?}");
     assert!(b.ready(before + crate::maintenance::DRIVE_RETRY_MAX + Duration::from_secs(1)), "bounded: {b:?}");
 
-    // While it backs off, passes leave it alone (no connection at all).
+    // While it backs off, passes still try to give it its pending working key
+    // (capabilities are minted with the previous key until it lands)...
     m.drive_backoff.lock().unwrap().get_mut(&0).unwrap().failed(std::time::Instant::now() + Duration::from_secs(3600));
+    assert!(d.key_pending());
+    m.maintain().await;
+    let tried_key = accepted.load(Ordering::SeqCst);
+    assert!(tried_key > tried, "a pending working key is retried every pass, whatever the backoff");
+    let tried = tried_key;
+
+    // ...and leave it alone otherwise (no connection at all).
+    d.set_keys_installed(d.keys());
     for _ in 0..3 {
         m.maintain().await;
     }
