@@ -425,29 +425,74 @@ impl Manager {
 /// directory is `dir`, without logging in: the way back when no
 /// administrator can log in (`nasd admin reset-password`). Meant for a
 /// stopped manager; SQLite's locking keeps it safe beside a running one,
-/// whose sessions already logged in go on.
+/// whose sessions already logged in go on. [`PasswordReset::prepare`] then
+/// [`PasswordReset::commit`].
 ///
 /// # Errors
-/// `dir` holds no metadata database, no such user, a password shorter
-/// than [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry.
+/// As those two.
 pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
-    let db = dir.join(META_DB);
-    anyhow::ensure!(
-        db.exists(),
-        "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, DATA/manager)",
-        dir.display()
-    );
-    anyhow::ensure!(
-        (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
-        "passwords need {} to {} bytes",
-        passwords::PASSWORD_MIN,
-        nasd_proto::manager::PASSWORD_MAX
-    );
-    let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-    let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
-    match ns.set_password(name, &passwords::hash(password)) {
-        Ok(()) => Ok(()),
-        Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", db.display()),
-        Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
+    PasswordReset::prepare(dir, name, password)?.commit()
+}
+
+/// An offline password reset, checked and ready to commit: the caller can
+/// store the new password somewhere durable between the checks and the
+/// change, and keep the old one if either fails.
+pub struct PasswordReset {
+    ns: Namespace<Sqlite>,
+    db: std::path::PathBuf,
+    name: String,
+    hash: String,
+}
+
+impl std::fmt::Debug for PasswordReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PasswordReset").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl PasswordReset {
+    /// Opens the metadata in `dir`, checks the password's length and that
+    /// user `name` exists, and hashes the password. Changes nothing.
+    ///
+    /// # Errors
+    /// `dir` holds no metadata database, a password shorter than
+    /// [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry, no
+    /// such user, the database cannot be read.
+    pub fn prepare(dir: &Path, name: &str, password: &str) -> anyhow::Result<Self> {
+        let db = dir.join(META_DB);
+        anyhow::ensure!(
+            db.exists(),
+            "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, \
+             DATA/manager)",
+            dir.display()
+        );
+        anyhow::ensure!(
+            (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
+            "passwords need {} to {} bytes",
+            passwords::PASSWORD_MIN,
+            nasd_proto::manager::PASSWORD_MAX
+        );
+        let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
+        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        match ns.user(name) {
+            Ok(Some(_)) => {}
+            Ok(None) => anyhow::bail!("no user '{name}' in {}", db.display()),
+            Err(e) => anyhow::bail!("cannot read the user '{name}': {}", e.describe()),
+        }
+        Ok(PasswordReset { ns, db, name: name.to_string(), hash: passwords::hash(password) })
+    }
+
+    /// Sets the password, in one transaction.
+    ///
+    /// # Errors
+    /// The user is gone, or the database cannot be written (busy beside a
+    /// running manager, read-only, full); nothing changed.
+    pub fn commit(self) -> anyhow::Result<()> {
+        let name = &self.name;
+        match self.ns.set_password(name, &self.hash) {
+            Ok(()) => Ok(()),
+            Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", self.db.display()),
+            Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
+        }
     }
 }
