@@ -393,8 +393,11 @@ async fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario
     assert_eq!(fs_status(to(b.walk("/alice/secret", OpenMode::Read)).await), FsStatus::PermissionDenied);
     assert_eq!(fs_status(to(b.open("/alice/secret", true)).await), FsStatus::PermissionDenied);
     let st = to(b.stat("/alice/secret")).await.expect("stat needs no read permission");
-    assert!(st.object.is_none(), "stat without read permission hands out no capability");
     assert_eq!(st.attr.size, secret.len() as u64);
+    assert_eq!(b.held_rights(st.attr.ino), Some(rights::GETATTR), "stat without read permission: attributes only");
+    let attr_only = access_of(&b, "/alice/secret", OpenMode::ReadIfAllowed).await;
+    let denied = drive_read(&attr_only, secret.len() as u64).await;
+    assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under a stat capability");
     // B can read the 0644 file, but not write it or create in A's directory.
     assert!(to(b.read_file("/alice/shared")).await.expect("B reads a 0644 file") == shared);
     assert_eq!(fs_status(to(b.open("/alice/shared", true)).await), FsStatus::PermissionDenied);
