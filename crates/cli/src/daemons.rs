@@ -310,16 +310,32 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
 /// temporary file (`create_new`), synced, renamed over `path`, and the
 /// directory synced.
 fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = suffixed(path, "tmp")?;
+    write_staged(&tmp, text)?;
+    install_staged(&tmp, path)
+}
+
+/// `path` with `.suffix` appended to its file name.
+fn suffixed(path: &Path, suffix: &str) -> anyhow::Result<PathBuf> {
     let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
-    let tmp = path.with_file_name(format!("{}.tmp", name.to_string_lossy()));
-    match std::fs::remove_file(&tmp) {
+    Ok(path.with_file_name(format!("{}.{suffix}", name.to_string_lossy())))
+}
+
+/// Creates `tmp` afresh (0600) holding `text`, synced; one left by an
+/// earlier run is removed first.
+fn write_staged(tmp: &Path, text: &str) -> anyhow::Result<()> {
+    match std::fs::remove_file(tmp) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             return Err(e).with_context(|| format!("cannot remove {}", tmp.display()))
         }
         _ => {}
     }
-    write_private(&tmp, text)?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    write_private(tmp, text)
+}
+
+/// Renames `tmp` over `path` and syncs the directory, making the rename durable.
+fn install_staged(tmp: &Path, path: &Path) -> anyhow::Result<()> {
+    std::fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -329,9 +345,13 @@ fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// `nasd admin reset-password`: a new password for `user`, set directly in
 /// the metadata in `data` (no login needed). The password is
-/// `$NASD_NEW_PASSWORD` or, if unset, a random one; it is written to
+/// `$NASD_NEW_PASSWORD` or, if unset, a random one, written to
 /// `password_file` (default `DATA/USER.password`, which for `admin` is the
-/// file `nasd up` and `nasd manager` use) before the change is committed.
+/// file `nasd up` and `nasd manager` use). The length and the user are
+/// checked first; the password goes to `FILE.new` (synced) before the change
+/// is committed and replaces `FILE` only after: a reset that fails leaves
+/// `FILE` as it was, and one interrupted after the commit leaves the new
+/// password in `FILE.new`.
 pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<PathBuf>) -> anyhow::Result<()> {
     private_umask();
     let data = data.context(
@@ -346,10 +366,21 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
             Some(password_file.unwrap_or_else(|| data.join(format!("{user}.password")))),
         ),
     };
-    if let Some(file) = &file {
-        write_secret_file(file, &format!("{password}\n"))?;
+    let reset = nasd_manager::PasswordReset::prepare(&data, user, &password)?;
+    match &file {
+        Some(file) => {
+            let staged = suffixed(file, "new")?;
+            write_staged(&staged, &format!("{password}\n"))?;
+            if let Err(e) = reset.commit() {
+                let _ = std::fs::remove_file(&staged);
+                return Err(e);
+            }
+            install_staged(&staged, file).with_context(|| {
+                format!("the password of {user} was reset, and the new password is in {}", staged.display())
+            })?;
+        }
+        None => reset.commit()?,
     }
-    nasd_manager::reset_password(&data, user, &password)?;
     match file {
         Some(f) => println!("password of {user} reset; the new password is in {}", f.display()),
         None => println!("password of {user} reset"),

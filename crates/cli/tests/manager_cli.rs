@@ -1,6 +1,7 @@
 //! The real `nasd` binary: how a standalone manager tells clients to connect,
 //! the administrator's password across an interrupted first start and its
-//! offline reset, and revocations that survive a drive crash.
+//! offline reset, and revocations and truncations that survive a drive
+//! crash.
 
 use nasd_client::{Auth, Credential, DriveClient, MacAlgorithm};
 use nasd_fs::{FsClient, FsConfig};
@@ -201,6 +202,30 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     let unknown = nasd(&["admin", "reset-password", "nobody", "--data", data.to_str().unwrap()]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no user 'nobody'"));
+    assert!(
+        !data.join("nobody.password").exists() && !data.join("nobody.password.new").exists(),
+        "a reset refused for an unknown user writes no password file"
+    );
+
+    // A reset that fails leaves the password file as it was (here: a
+    // password too short, given with an explicit file).
+    let before = std::fs::read(&password_file).unwrap();
+    let short = Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .args(["admin", "reset-password", "admin", "--data", data.to_str().unwrap(), "--password-file"])
+        .arg(&password_file)
+        .env("NO_COLOR", "1")
+        .env_remove("NASD_CONFIG")
+        .env("NASD_NEW_PASSWORD", "short")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nasd");
+    assert!(!short.status.success());
+    assert!(String::from_utf8_lossy(&short.stderr).contains("passwords need"), "{short:?}");
+    assert_eq!(std::fs::read(&password_file).unwrap(), before, "admin.password still holds the working password");
+    assert!(!data.join("admin.password.new").exists());
+    let mut m = manager(&data, &tmp.path().join("m4.log"));
+    rt.block_on(login(m.addr, &ca, "admin", &new_password)).expect("the password in the file still logs in");
+    m.stop();
     let wrong = nasd(&["admin", "reset-password", "admin", "--data", tmp.path().to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("holds no manager metadata"));
 }
@@ -222,21 +247,105 @@ fn lazy_drive(data: &Path, addr: SocketAddr, log: &Path) -> Daemon {
     Daemon::start(log, addr, &args)
 }
 
+/// The master key a drive serving `drive_dir` wrote as it started listening.
+fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
+    // Written as the drive starts listening: wait for a whole one.
+    let deadline = Instant::now() + STEP;
+    loop {
+        match nasd_crypto::read_key_file(&drive_dir.join("master.key")) {
+            Ok(k) => return k,
+            Err(e) => assert!(Instant::now() < deadline, "no master key: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A drive connection using the capability in `access`.
+async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::Access) -> DriveClient {
+    let mut c = DriveClient::connect(addr).await.expect("connect");
+    let credential = Credential::Capability {
+        token: access.token.clone(),
+        key: nasd_crypto::Key::from_bytes(access.key),
+        algorithm: MacAlgorithm::from_id(access.algorithm).unwrap(),
+    };
+    c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+    c
+}
+
+#[test]
+fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
+    let tmp = tempfile::tempdir().unwrap();
+    let drive_dir = tmp.path().join("drive");
+    let addr = free_addr();
+    let mut drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
+    let master = master_key(&drive_dir);
+    runtime().block_on(async {
+        let m =
+            Manager::open(&tmp.path().join("manager"), ManagerConfig { pool_target: 4, ..Default::default() }).unwrap();
+        m.add_drive(&addr.to_string(), &master).await.expect("add the drive");
+        m.bootstrap_admin("admin", "admin password").await.unwrap();
+        let admin = m.open_session("admin", "admin password").await.unwrap();
+        let walk_root = ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None };
+        let ManagerReply::Entry(root) = m.handle(&admin, walk_root).await.unwrap() else { panic!("walk /") };
+        // Two files of 4 KiB each, durable on the drive.
+        let mut files = Vec::new();
+        for name in ["by-setattr", "by-create"] {
+            let create = ManagerRequest::Create {
+                parent: root.handle,
+                name: name.into(),
+                mode: 0o644,
+                exclusive: true,
+                truncate: false,
+            };
+            let ManagerReply::Entry(e) = m.handle(&admin, create).await.unwrap() else { panic!("create") };
+            let access = e.access.clone().expect("a capability");
+            let mut c = capability_client(addr, &access).await;
+            let (p, o) = (access.object.partition, access.object.object);
+            c.write(p, o, &[nasd_proto::Region { offset: 0, length: 4096 }], &[7u8; 4096]).await.expect("write");
+            c.flush(p, &[o]).await.expect("flush");
+            files.push((e, access));
+        }
+
+        // Cut one by SETATTR of its size, the other by CREATE with truncate...
+        let truncate = ManagerRequest::SetAttr {
+            handle: files[0].0.handle,
+            mask: set_mask::SIZE,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 100,
+            atime_ns: 0,
+            mtime_ns: 0,
+        };
+        m.handle(&admin, truncate).await.expect("truncate");
+        let recreate = ManagerRequest::Create {
+            parent: root.handle,
+            name: "by-create".into(),
+            mode: 0o644,
+            exclusive: false,
+            truncate: true,
+        };
+        m.handle(&admin, recreate).await.expect("create with truncate");
+
+        // ...and the drive dies right after, well inside its commit interval.
+        drive.kill();
+        drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
+        for ((_, access), want) in files.iter().zip([100, 0]) {
+            let mut c = capability_client(addr, access).await;
+            let size = c.getattr(access.object.partition, access.object.object).await.expect("getattr").logical_size;
+            assert_eq!(size, want, "a crashed drive must not bring truncated bytes back under the recorded size");
+        }
+    });
+    drive.stop();
+}
+
 #[test]
 fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
     let tmp = tempfile::tempdir().unwrap();
     let drive_dir = tmp.path().join("drive");
     let addr = free_addr();
     let mut drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
-    // The drive writes its master key as it starts listening: wait for a whole one.
-    let deadline = Instant::now() + STEP;
-    let master = loop {
-        match nasd_crypto::read_key_file(&drive_dir.join("master.key")) {
-            Ok(k) => break k,
-            Err(e) => assert!(Instant::now() < deadline, "no master key: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let master = master_key(&drive_dir);
     runtime().block_on(async {
         // No maintenance task: nothing but the request itself may make the revocation durable.
         let m =
@@ -256,13 +365,7 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         let ManagerReply::Entry(e) = m.handle(&admin, create).await.unwrap() else { panic!("create") };
         let access = e.access.expect("a capability");
         let use_it = || async {
-            let mut c = DriveClient::connect(addr).await.expect("connect");
-            let credential = Credential::Capability {
-                token: access.token.clone(),
-                key: nasd_crypto::Key::from_bytes(access.key),
-                algorithm: MacAlgorithm::from_id(access.algorithm).unwrap(),
-            };
-            c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+            let mut c = capability_client(addr, &access).await;
             c.getattr(access.object.partition, access.object.object).await
         };
         use_it().await.expect("the capability works");

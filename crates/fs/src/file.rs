@@ -27,9 +27,19 @@ fn stale_capability(e: &ClientError) -> bool {
     )
 }
 
-/// A failure after which the connection is dropped and made anew.
+/// A failure of the connection itself, which a repeatable request may be
+/// tried again for on a new one.
 fn broken_connection(e: &ClientError) -> bool {
     matches!(e, ClientError::Io(_) | ClientError::Broken | ClientError::Protocol(_))
+}
+
+/// A failure after which the connection is dropped and made anew on next
+/// use: every one but a drive's refusal and a request refused before it was
+/// sent. The client marks the connection broken after any other (a reply
+/// that failed verification, a Hash-and-MAC tag that did not check, a
+/// broken stream), and keeping it would fail the next call with `Broken`.
+fn unusable_connection(e: &ClientError) -> bool {
+    !matches!(e, ClientError::Status { .. } | ClientError::InvalidRequest(_))
 }
 
 /// Runs one request on the file's drive under a capability with `$rights`,
@@ -53,13 +63,13 @@ macro_rules! on_drive {
                     if attempt < DRIVE_ATTEMPTS_MAX
                         && (stale_capability(&e) || ($repeatable && broken_connection(&e))) =>
                 {
-                    if broken_connection(&e) {
+                    if unusable_connection(&e) {
                         *guard = None;
                     }
                     $file.fs.forget($file.handle.ino);
                 }
                 Err(e) => {
-                    if broken_connection(&e) {
+                    if unusable_connection(&e) {
                         *guard = None;
                     }
                     break Err(FsError::Drive(e));

@@ -208,7 +208,8 @@ impl std::fmt::Debug for FsClient {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stat {
     /// Attributes; for regular files, size and modification time are the
-    /// drive's (authoritative) when the caller may read them.
+    /// drive's (authoritative), read under a read capability or, for a file
+    /// the caller may not read, one allowing `GETATTR` only.
     pub attr: FileAttr,
     /// Symbolic-link target (empty otherwise).
     pub target: String,
@@ -369,8 +370,9 @@ impl FsClient {
     }
 
     /// `stat`: follows symlinks; a regular file's size and modification
-    /// time come from its drive when the caller may read it (under a read
-    /// capability: stat never asks for write rights).
+    /// time come from its drive (under a read capability, or one that allows
+    /// only `GETATTR` when the caller may not read the file: stat never asks
+    /// for write rights).
     pub async fn stat(&self, path: &str) -> Result<Stat, FsError> {
         self.stat_entry(self.walk(path, OpenMode::ReadIfAllowed).await?).await
     }

@@ -393,8 +393,11 @@ async fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario
     assert_eq!(fs_status(to(b.walk("/alice/secret", OpenMode::Read)).await), FsStatus::PermissionDenied);
     assert_eq!(fs_status(to(b.open("/alice/secret", true)).await), FsStatus::PermissionDenied);
     let st = to(b.stat("/alice/secret")).await.expect("stat needs no read permission");
-    assert!(st.object.is_none(), "stat without read permission hands out no capability");
     assert_eq!(st.attr.size, secret.len() as u64);
+    assert_eq!(b.held_rights(st.attr.ino), Some(rights::GETATTR), "stat without read permission: attributes only");
+    let attr_only = access_of(&b, "/alice/secret", OpenMode::ReadIfAllowed).await;
+    let denied = drive_read(&attr_only, secret.len() as u64).await;
+    assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under a stat capability");
     // B can read the 0644 file, but not write it or create in A's directory.
     assert!(to(b.read_file("/alice/shared")).await.expect("B reads a 0644 file") == shared);
     assert_eq!(fs_status(to(b.open("/alice/shared", true)).await), FsStatus::PermissionDenied);
@@ -931,5 +934,45 @@ async fn listing_without_search_permission_scenario() {
     assert_eq!((granted.rights & rights::WRITE, granted.lifetime_ms), (0, 300_000), "a read capability");
 
     drop((a, b, admin));
+    c.stop().await;
+}
+
+#[test]
+fn stat_of_a_file_the_caller_may_not_read_asks_the_drive() {
+    run(stat_unreadable_scenario());
+}
+
+async fn stat_unreadable_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    make_home(&admin, "/alice", UID_A).await;
+    let a = c.login(USER_A, PW_A).await;
+    write_new(&a, "/alice/wo", 0o200, b"12345").await;
+
+    // Alice writes more to her write-only (-w-) file and has not closed it:
+    // the manager still records 5 bytes, the drive has 9.
+    let f = to(a.open("/alice/wo", true)).await.unwrap();
+    to(f.write_at(5, b"6789")).await.unwrap();
+    to(f.flush()).await.unwrap();
+    let recorded = raw_entry(&a, walk_req("/alice/wo")).await.attr.size;
+    assert_eq!(recorded, 5);
+
+    // stat shows the drive's size, under a capability that allows nothing but GETATTR.
+    let st = to(a.stat("/alice/wo")).await.unwrap();
+    assert_eq!(st.attr.size, 9, "the size comes from the drive");
+    assert_eq!(a.held_rights(st.attr.ino), Some(rights::GETATTR));
+    let granted =
+        to(a.walk("/alice/wo", OpenMode::ReadIfAllowed)).await.unwrap().access.expect("an attribute capability");
+    assert_eq!(granted.rights, rights::GETATTR);
+    let mut d = access_client(&granted).await;
+    let (p, o) = (granted.object.partition, granted.object.object);
+    assert_eq!(to(d.getattr(p, o)).await.unwrap().logical_size, 9);
+    let denied = to(d.read(p, o, &[Region { offset: 0, length: 9 }])).await.map(|_| ());
+    assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under it");
+    // The writer goes on (its write capability comes back when it needs one).
+    to(f.write_at(9, b"0")).await.unwrap();
+    assert_eq!(to(f.close()).await.unwrap().size, 10);
+
+    drop((a, admin));
     c.stop().await;
 }

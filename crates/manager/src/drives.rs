@@ -38,16 +38,25 @@ pub struct DriveHandle {
     pub partition: u64,
     /// Protection capabilities demand and the manager's own requests use.
     pub protection: Protection,
-    keys: Mutex<DriveKeys>,
+    /// The keys, and whether the drive may lack their current working key:
+    /// one lock, so minting never pairs a key with a stale flag.
+    keys: Mutex<KeyState>,
     conn: AsyncMutex<Option<DriveClient>>,
     /// Drive clock minus local clock, from the last authenticated reply.
     clock_offset_ns: AtomicI64,
-    /// The drive may not have the recorded current working key yet.
-    key_pending: AtomicBool,
     /// Orphan collection has run against the drive since the manager started.
     recovered: AtomicBool,
     /// Serializes [`set_acv`](Self::set_acv)'s read-compare-write.
     acv_order: AsyncMutex<()>,
+}
+
+/// A drive's keys as the manager holds them.
+struct KeyState {
+    keys: DriveKeys,
+    /// The drive may not have `keys.current` yet (a rotation it did not hear
+    /// of, or a start before the first install): it does have
+    /// `keys.previous`, as its current or previous working key.
+    pending: bool,
 }
 
 impl std::fmt::Debug for DriveHandle {
@@ -124,10 +133,9 @@ impl DriveHandle {
             addr,
             partition,
             protection,
-            keys: Mutex::new(keys),
+            keys: Mutex::new(KeyState { keys, pending: true }),
             conn: AsyncMutex::new(None),
             clock_offset_ns: AtomicI64::new(0),
-            key_pending: AtomicBool::new(true),
             recovered: AtomicBool::new(false),
             acv_order: AsyncMutex::new(()),
         }
@@ -135,25 +143,40 @@ impl DriveHandle {
 
     /// A copy of the keys.
     pub fn keys(&self) -> DriveKeys {
-        self.keys.lock().expect("keys lock").clone()
+        self.keys.lock().expect("keys lock").keys.clone()
     }
 
     /// Replaces the keys (after a rotation); the drive has to be told.
     pub fn set_keys(&self, keys: DriveKeys) {
-        *self.keys.lock().expect("keys lock") = keys;
-        self.key_pending.store(true, Ordering::SeqCst);
+        *self.keys.lock().expect("keys lock") = KeyState { keys, pending: true };
     }
 
     /// Replaces the keys with ones whose current working key the drive has
     /// confirmed already.
     pub fn set_keys_installed(&self, keys: DriveKeys) {
-        *self.keys.lock().expect("keys lock") = keys;
-        self.key_pending.store(false, Ordering::SeqCst);
+        *self.keys.lock().expect("keys lock") = KeyState { keys, pending: false };
     }
 
     /// True until the drive has confirmed the recorded current working key.
     pub fn key_pending(&self) -> bool {
-        self.key_pending.load(Ordering::SeqCst)
+        self.keys.lock().expect("keys lock").pending
+    }
+
+    /// The working key capabilities are minted with, and its version: the
+    /// current one once the drive has confirmed it; until then the previous
+    /// one, which the drive holds either way (as its current key if it
+    /// never heard of the rotation, as its previous key if it did), so a
+    /// capability works whether or not the install has landed. Before the
+    /// first rotation there is no previous key and the current one is the
+    /// one the drive was set up with.
+    pub fn minting_key(&self) -> (u32, Key) {
+        let state = self.keys.lock().expect("keys lock");
+        let k = &state.keys;
+        if state.pending && k.previous.0 != 0 {
+            k.previous.clone()
+        } else {
+            k.current.clone()
+        }
     }
 
     /// True once recovery (orphan collection) has run against the drive.
@@ -194,12 +217,11 @@ impl DriveHandle {
 
     /// Mints a capability for `object` with `rights`, valid for `lifetime`.
     pub fn mint(&self, object: u64, acv: u64, rights: u32, lifetime: Duration, audit_id: u64) -> Access {
-        let keys = self.keys();
-        let (key_version, working) = &keys.current;
+        let (key_version, working) = self.minting_key();
         let args = CapabilityArgs {
             algorithm: MacAlgorithm::Blake3 as u8,
             min_protection: self.protection,
-            key_version: *key_version,
+            key_version,
             drive_id: self.drive_id,
             partition: self.partition,
             object,
@@ -209,7 +231,7 @@ impl DriveHandle {
             expiration_ns: self.drive_now_ns().saturating_add(lifetime.as_nanos() as u64),
             audit_id,
         };
-        let (token, key) = mint_capability(working, &args, false).expect("capability arguments are valid");
+        let (token, key) = mint_capability(&working, &args, false).expect("capability arguments are valid");
         Access {
             object: nasd_proto::fs::ObjectRef { drive: self.drive, partition: self.partition, object },
             drive_addr: self.addr.clone(),
@@ -321,8 +343,9 @@ impl DriveHandle {
             Err(e) if e.status() == Some(Status::BadArguments) => {}
             Err(e) => return Err(e),
         }
-        if self.keys().current.0 == *version {
-            self.key_pending.store(false, Ordering::SeqCst);
+        let mut state = self.keys.lock().expect("keys lock");
+        if state.keys.current.0 == *version {
+            state.pending = false;
         }
         Ok(())
     }
@@ -365,5 +388,9 @@ pub const READ_RIGHTS: u32 = rights::READ | rights::GETATTR;
 /// Capability rights for writing a file's object (no attribute changes:
 /// truncation and revocation go through the manager).
 pub const WRITE_RIGHTS: u32 = rights::WRITE | rights::FLUSH | rights::GETATTR;
+
+/// Capability rights for reading a file's attributes only (`stat` of a file
+/// the caller may not read).
+pub const ATTR_RIGHTS: u32 = rights::GETATTR;
 
 const _: () = assert!(ANY_OBJECT == 0);

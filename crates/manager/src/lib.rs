@@ -25,7 +25,7 @@ use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
 use nasd_meta::{Caller, DriveRecord, Namespace, Sqlite, User};
-use nasd_proto::fs::FsStatus;
+use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
 use std::path::Path;
@@ -43,6 +43,11 @@ const FRESH_PARTITION_OBJECTS: u64 = 4;
 /// Most password hashes computed at once (logins, new users, new
 /// passwords); more wait their turn.
 pub const ARGON2_CONCURRENT_MAX: usize = 4;
+/// Locks that serialize the requests which check permissions and then
+/// change a file's data on its drive before committing (size changes) with
+/// those that change the permissions (chmod, chown): one per inode number
+/// modulo this. Two inodes may share one; a request holds only one.
+const INODE_LOCK_STRIPES: usize = 64;
 
 /// Policy knobs (the `[manager]` section of the config file).
 #[derive(Debug, Clone)]
@@ -156,6 +161,8 @@ pub struct Manager {
     /// Bounds the argon2 computations running at once: each takes ~19 MiB, and
     /// logins come from unauthenticated peers.
     argon2_slots: Arc<tokio::sync::Semaphore>,
+    /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
+    inode_locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -188,6 +195,7 @@ impl Manager {
             failing: Default::default(),
             drive_backoff: Default::default(),
             argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
+            inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
@@ -231,6 +239,14 @@ impl Manager {
                 format!("drive {drive} is named by the metadata but not in the drive table"),
             )
         })
+    }
+
+    /// Waits for the lock of inode `ino` (one of [`INODE_LOCK_STRIPES`]).
+    /// `SETATTR` holds it from its permission check through the drive's size
+    /// change to its commit, and a truncating `CREATE` likewise, so no chmod
+    /// or chown of the inode lands in between.
+    pub(crate) async fn inode_lock(&self, ino: Ino) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inode_locks[(ino % INODE_LOCK_STRIPES as u64) as usize].lock().await
     }
 
     /// Runs `f` on the name space off the async threads (SQLite blocks).
@@ -398,6 +414,8 @@ impl Manager {
         self.meta(move |ns| ns.add_drive(&stored)).await?;
         let handle = self.attach(&rec, keys);
         handle.set_recovered();
+        // Provisioning installed working key 1: nothing is pending.
+        handle.set_keys_installed(handle.keys());
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
     }
@@ -407,29 +425,74 @@ impl Manager {
 /// directory is `dir`, without logging in: the way back when no
 /// administrator can log in (`nasd admin reset-password`). Meant for a
 /// stopped manager; SQLite's locking keeps it safe beside a running one,
-/// whose sessions already logged in go on.
+/// whose sessions already logged in go on. [`PasswordReset::prepare`] then
+/// [`PasswordReset::commit`].
 ///
 /// # Errors
-/// `dir` holds no metadata database, no such user, a password shorter
-/// than [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry.
+/// As those two.
 pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
-    let db = dir.join(META_DB);
-    anyhow::ensure!(
-        db.exists(),
-        "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, DATA/manager)",
-        dir.display()
-    );
-    anyhow::ensure!(
-        (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
-        "passwords need {} to {} bytes",
-        passwords::PASSWORD_MIN,
-        nasd_proto::manager::PASSWORD_MAX
-    );
-    let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-    let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
-    match ns.set_password(name, &passwords::hash(password)) {
-        Ok(()) => Ok(()),
-        Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", db.display()),
-        Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
+    PasswordReset::prepare(dir, name, password)?.commit()
+}
+
+/// An offline password reset, checked and ready to commit: the caller can
+/// store the new password somewhere durable between the checks and the
+/// change, and keep the old one if either fails.
+pub struct PasswordReset {
+    ns: Namespace<Sqlite>,
+    db: std::path::PathBuf,
+    name: String,
+    hash: String,
+}
+
+impl std::fmt::Debug for PasswordReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PasswordReset").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl PasswordReset {
+    /// Opens the metadata in `dir`, checks the password's length and that
+    /// user `name` exists, and hashes the password. Changes nothing.
+    ///
+    /// # Errors
+    /// `dir` holds no metadata database, a password shorter than
+    /// [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry, no
+    /// such user, the database cannot be read.
+    pub fn prepare(dir: &Path, name: &str, password: &str) -> anyhow::Result<Self> {
+        let db = dir.join(META_DB);
+        anyhow::ensure!(
+            db.exists(),
+            "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, \
+             DATA/manager)",
+            dir.display()
+        );
+        anyhow::ensure!(
+            (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
+            "passwords need {} to {} bytes",
+            passwords::PASSWORD_MIN,
+            nasd_proto::manager::PASSWORD_MAX
+        );
+        let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
+        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        match ns.user(name) {
+            Ok(Some(_)) => {}
+            Ok(None) => anyhow::bail!("no user '{name}' in {}", db.display()),
+            Err(e) => anyhow::bail!("cannot read the user '{name}': {}", e.describe()),
+        }
+        Ok(PasswordReset { ns, db, name: name.to_string(), hash: passwords::hash(password) })
+    }
+
+    /// Sets the password, in one transaction.
+    ///
+    /// # Errors
+    /// The user is gone, or the database cannot be written (busy beside a
+    /// running manager, read-only, full); nothing changed.
+    pub fn commit(self) -> anyhow::Result<()> {
+        let name = &self.name;
+        match self.ns.set_password(name, &self.hash) {
+            Ok(()) => Ok(()),
+            Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", self.db.display()),
+            Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
+        }
     }
 }

@@ -119,19 +119,27 @@ impl Manager {
         })
     }
 
-    /// One pass: finish revocations and removals durably, fill pools,
-    /// rotate working keys that are due. Failures are logged and retried on
-    /// the next pass.
+    /// One pass: finish revocations and removals durably, give drives
+    /// their pending working keys, fill pools, rotate working keys that are
+    /// due. Failures are logged and retried: a pending working key on every
+    /// pass (one cheap request), the rest of a failing drive's upkeep after
+    /// its backoff.
     pub async fn maintain(&self) {
         let r = self.finish_revocations().await;
         self.report("revocations", r);
         let r = self.finish_removals().await;
         self.report("removals", r);
         for d in self.drives() {
+            // Not behind the backoff: until the drive has its current working
+            // key, capabilities are minted with the previous one, which the
+            // next rotation retires — and rotation waits for the install.
+            let r = self.install_key(&d).await;
+            let key_ok = r.is_ok();
+            self.report(&format!("drive {} working key", d.drive), r);
             if !self.backoff(d.drive).ready(Instant::now()) {
                 continue;
             }
-            let ok = self.upkeep(&d).await;
+            let ok = key_ok && self.upkeep(&d).await;
             let mut backoff = self.drive_backoff.lock().expect("backoff lock");
             if ok {
                 backoff.remove(&d.drive);
@@ -148,12 +156,13 @@ impl Manager {
         self.drive_backoff.lock().expect("backoff lock").get(&drive).cloned().unwrap_or_default()
     }
 
-    /// One drive's share of a pass: recovery (or the pending working key),
-    /// pool refill, key rotation. Whether all of it succeeded.
+    /// One drive's share of a pass once its working key is in place:
+    /// recovery (if not done yet), pool refill, key rotation. Whether all of
+    /// it succeeded.
     async fn upkeep(&self, d: &Arc<DriveHandle>) -> bool {
-        let r = if d.recovered() { self.install_key(d).await } else { self.recover_drive(d).await };
+        let r = if d.recovered() { Ok(()) } else { self.recover_drive(d).await };
         let ready = r.is_ok();
-        self.report(&format!("drive {} recovery and working key", d.drive), r);
+        self.report(&format!("drive {} recovery", d.drive), r);
         if !ready {
             return false;
         }
@@ -267,8 +276,13 @@ impl Manager {
         self.rotate(d).await
     }
 
-    /// Replaces the drive's working key now, keeping the current one as previous.
+    /// Replaces the drive's working key now, keeping the current one as
+    /// previous. A rotation still pending on the drive is installed first
+    /// (and this fails if it cannot be): rotating past it would retire the
+    /// key the drive still uses as current, which capabilities are minted
+    /// with until the install lands.
     pub async fn rotate(&self, d: &DriveHandle) -> Result<(), Failure> {
+        self.install_key(d).await?;
         let _admin = self.drive_admin.lock().await;
         let drive = d.drive;
         let next = d.keys().rotated();
@@ -283,7 +297,8 @@ impl Manager {
         // its previous one. (Minting first would hand out capabilities the
         // drive refuses as KEY_VERSION_RETIRED until the install lands.) If the
         // drive cannot be told now, the handle takes the recorded keys with the
-        // install pending, and later passes retry it.
+        // install pending — it mints with their previous key, the drive's
+        // current one — and every later pass retries the install.
         let version = next.current.0;
         if let Err(e) = d.install_working_key(&next).await {
             d.set_keys(next);

@@ -3,10 +3,10 @@
 //! (revoke, remove, truncate, measure), and mint the capabilities the caller
 //! may have.
 
-use crate::drives::{DriveHandle, READ_RIGHTS, WRITE_RIGHTS};
+use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
 use nasd_meta::{Caller, Effects, Inode, SetAttrs};
-use nasd_proto::fs::{FileKind, FsStatus, Ino};
+use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::manager::{
     set_mask, DriveUsage, Entry, Handle, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
     MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
@@ -30,6 +30,15 @@ fn size_not_changed(drive: u32, e: impl std::fmt::Display) -> Failure {
     Failure::new(
         FsStatus::DriveUnavailable,
         format!("drive {drive} did not answer ({e}); the file's length on the drive is unchanged: try again"),
+    )
+}
+
+/// A drive changed a file's length but did not make the change durable.
+/// Nothing is recorded, and the drive may come back with either length.
+fn size_not_durable(drive: u32, e: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        FsStatus::DriveUnavailable,
+        format!("drive {drive} did not make the file's new length durable ({e}); nothing is recorded: try again"),
     )
 }
 
@@ -207,7 +216,10 @@ impl Manager {
     /// Capabilities for `inode` limited to what `s` may do: read-only
     /// callers get read rights only, writers get short-lived write rights.
     /// `ReadWrite` of a file the mode lets the caller write but not read
-    /// gives write rights only (POSIX `O_WRONLY`).
+    /// gives write rights only (POSIX `O_WRONLY`). `ReadIfAllowed` of a file
+    /// the caller may not read gives attribute rights only: `stat` asks the
+    /// drive for the size and times it shows anyway (POSIX `stat` needs no
+    /// permission on the file itself; the handle proves the lookup).
     async fn access_for(
         &self,
         s: &Session,
@@ -235,7 +247,8 @@ impl Manager {
             OpenMode::Read => (may(true, false).await.map(|_| true)?, false),
             OpenMode::ReadWrite => (may(true, false).await.is_ok(), may(false, true).await.map(|_| true)?),
             OpenMode::Best => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
-            OpenMode::ReadIfAllowed => (may(true, false).await.is_ok(), false),
+            OpenMode::ReadIfAllowed if may(true, false).await.is_ok() => (true, false),
+            OpenMode::ReadIfAllowed => return self.mint_attr_only(s, inode),
             OpenMode::RefreshWrite if owner_override => (true, true),
             OpenMode::RefreshWrite => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
         };
@@ -265,6 +278,15 @@ impl Manager {
         let lifetime = if write { self.config.write_lifetime } else { self.config.read_lifetime };
         let d = self.drive(object.drive)?;
         Ok(Some(d.mint(object.object, inode.acv, rights, lifetime, s.caller.uid as u64)))
+    }
+
+    /// A capability for `inode`'s object that allows reading its attributes
+    /// and nothing else, with the read-only lifetime.
+    fn mint_attr_only(&self, s: &Session, inode: &Inode) -> Result<Option<nasd_proto::manager::Access>, Failure> {
+        let Some(object) = inode.object else { return Ok(None) };
+        let d = self.drive(object.drive)?;
+        let lifetime = self.config.read_lifetime;
+        Ok(Some(d.mint(object.object, inode.acv, ATTR_RIGHTS, lifetime, s.caller.uid as u64)))
     }
 
     /// Fails unless `s` may write `ino` (POSIX `w`; the superuser may).
@@ -329,9 +351,8 @@ impl Manager {
                 "the manager has no drives: add one with `nasd admin add-drive`",
             ));
         }
-        if truncate && !exclusive {
-            self.truncate_existing(s, parent, &name).await?;
-        }
+        // Held until the truncation is committed (see `truncate_existing`).
+        let _serial = if truncate && !exclusive { self.truncate_existing(s, parent, &name).await? } else { None };
         let mut refilled = false;
         let (inode, created) = loop {
             let (c, name, order) = (s.caller.clone(), name.clone(), self.placement());
@@ -355,19 +376,36 @@ impl Manager {
     }
 
     /// Before `CREATE` with truncate commits size 0, empties an existing
-    /// file's object on its drive (if the caller may write it), so a crash in
-    /// between can only leave the metadata's cached size stale, never old
-    /// bytes under a committed truncation.
-    async fn truncate_existing(&self, s: &Session, parent: Ino, name: &str) -> Result<(), Failure> {
+    /// file's object on its drive, durably (if the caller may write it), so
+    /// a crash in between can only leave the metadata's cached size stale,
+    /// never old bytes under a committed truncation. Returns the file's
+    /// inode lock, which the caller holds until it has committed: no chmod
+    /// or chown of the file can come between the write check here and the
+    /// commit (which checks again), so a refused request has not cut data.
+    async fn truncate_existing(
+        &self,
+        s: &Session,
+        parent: Ino,
+        name: &str,
+    ) -> Result<Option<tokio::sync::MutexGuard<'_, ()>>, Failure> {
         let (c, n) = (s.caller.clone(), name.to_string());
         let Ok(existing) = self.meta(move |ns| ns.lookup(&c, parent, &n)).await else {
-            return Ok(()); // absent (or not visible): create reports what applies
+            return Ok(None); // absent (or not visible): create reports what applies
         };
-        let Some(o) = existing.object else { return Ok(()) };
+        let Some(o) = existing.object else { return Ok(None) };
+        let serial = self.inode_lock(existing.attr.ino).await;
         self.require_write(s, existing.attr.ino).await?;
+        self.resize_object(o, 0).await?;
+        Ok(Some(serial))
+    }
+
+    /// Sets an object's length on its drive and makes it durable there, so
+    /// a drive crash after the metadata records the new size cannot bring
+    /// cut bytes back under it (or lose an extension).
+    async fn resize_object(&self, o: ObjectRef, size: u64) -> Result<(), Failure> {
         let d = self.drive(o.drive)?;
-        d.set_size(o.object, 0).await.map_err(|e| size_not_changed(o.drive, e))?;
-        Ok(())
+        d.set_size(o.object, size).await.map_err(|e| size_not_changed(o.drive, e))?;
+        d.flush_objects(&[o.object]).await.map_err(|e| size_not_durable(o.drive, e))
     }
 
     async fn refill_all_pools(&self) {
@@ -379,19 +417,24 @@ impl Manager {
     }
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
-        if let Some(size) = set.size {
-            // The drive first, as for CREATE with truncate, but only once every
-            // part of the request has passed its permission check: a request
-            // refused for its mode, owner or times must not have cut the data.
-            let (c, checked) = (s.caller.clone(), set.clone());
-            let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
-            if let Some(o) = inode.object {
-                let d = self.drive(o.drive)?;
-                d.set_size(o.object, size).await.map_err(|e| size_not_changed(o.drive, e))?;
+        let (inode, intent) = {
+            // One SETATTR (or truncating CREATE) of an inode at a time, from the
+            // check to the commit: a chmod or chown cannot slip in between and
+            // make the commit refuse a size change the drive has carried out.
+            let _serial = self.inode_lock(ino).await;
+            if let Some(size) = set.size {
+                // The drive first, as for CREATE with truncate, but only once every
+                // part of the request has passed its permission check: a request
+                // refused for its mode, owner or times must not have cut the data.
+                let (c, checked) = (s.caller.clone(), set.clone());
+                let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
+                if let Some(o) = inode.object {
+                    self.resize_object(o, size).await?;
+                }
             }
-        }
-        let c = s.caller.clone();
-        let (inode, intent) = self.meta(move |ns| ns.setattr(&c, ino, &set)).await?;
+            let c = s.caller.clone();
+            self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
+        };
         self.apply(Effects { revoke: intent.into_iter().collect(), doomed: Vec::new() }).await?;
         self.entry(s, inode, OpenMode::None).await
     }

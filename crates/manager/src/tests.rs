@@ -214,8 +214,17 @@ async fn a_failing_drive_is_retried_with_backoff_not_every_pass() {
     assert!(!b.ready(before), "a failed drive is not retried at once: {b:?}");
     assert!(b.ready(before + crate::maintenance::DRIVE_RETRY_MAX + Duration::from_secs(1)), "bounded: {b:?}");
 
-    // While it backs off, passes leave it alone (no connection at all).
+    // While it backs off, passes still try to give it its pending working key
+    // (capabilities are minted with the previous key until it lands)...
     m.drive_backoff.lock().unwrap().get_mut(&0).unwrap().failed(std::time::Instant::now() + Duration::from_secs(3600));
+    assert!(d.key_pending());
+    m.maintain().await;
+    let tried_key = accepted.load(Ordering::SeqCst);
+    assert!(tried_key > tried, "a pending working key is retried every pass, whatever the backoff");
+    let tried = tried_key;
+
+    // ...and leave it alone otherwise (no connection at all).
+    d.set_keys_installed(d.keys());
     for _ in 0..3 {
         m.maintain().await;
     }
@@ -254,4 +263,28 @@ async fn add_drive_refuses_more_than_drives_max_and_statfs_still_encodes() {
     let long = "a".repeat(nasd_proto::manager::DRIVE_ADDR_MAX + 1);
     let e = m.add_drive(&long, &nasd_crypto::Key::random()).await.expect_err("address too long");
     assert_eq!(e.status, FsStatus::InvalidArgument, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_are_minted_with_a_key_the_drive_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    let d = attach_drive(&m, 0, "127.0.0.1:1".into());
+    // Before the first rotation there is only the key the drive was set up with.
+    assert!(d.key_pending());
+    assert_eq!(d.minting_key().0, 1);
+    // A rotation the drive has not confirmed: the previous key, which it holds
+    // as current (never told) or previous (told, unconfirmed).
+    let next = d.keys().rotated();
+    d.set_keys(next.clone());
+    assert_eq!(d.minting_key().0, 1);
+    assert_eq!(d.minting_key().1.expose(), next.previous.1.expose());
+    d.set_keys_installed(next.clone());
+    assert_eq!(d.minting_key().0, 2);
+    assert_eq!(d.minting_key().1.expose(), next.current.1.expose());
+    // rotate() will not go past a key still pending: it would retire the one minted with.
+    d.set_keys(next.rotated());
+    let e = m.rotate(&d).await.expect_err("the pending key cannot be installed on an absent drive");
+    assert_eq!(e.status, FsStatus::DriveUnavailable, "{e}");
+    assert_eq!(d.keys().current.0, 3, "no further rotation recorded");
 }

@@ -7,8 +7,11 @@
 //! each file and the directory synced, and then renamed into place in one
 //! step, so the TLS directory holds either nothing or a whole set. A new
 //! manager certificate for an existing CA (after the old one was removed) is
-//! written to temporary files and renamed key first, certificate last, so a
-//! crash in between leaves no certificate and the next start issues again.
+//! written to temporary files; an old certificate still there is removed
+//! first, then the key and last the certificate are renamed in, so a crash
+//! in between leaves no certificate and the next start issues again. A
+//! certificate whose key does not match (what a crash between the renames
+//! of an older version left) is found at start and issued again too.
 
 use anyhow::Context;
 use rustls::client::danger::ServerCertVerifier;
@@ -94,8 +97,9 @@ fn manager_cert(
 /// Returns the files either way.
 ///
 /// Repairs what an interrupted start left: with the CA certificate present
-/// (clients may trust it) but no manager certificate, a new one is issued
-/// by the same CA; without a CA certificate, nothing was ever served from
+/// (clients may trust it) but no manager certificate or key, or a manager
+/// certificate that does not match its key, a new one is issued by the same
+/// CA; without a CA certificate, nothing was ever served from
 /// `dir`, so whatever is there is moved aside (`DIR.partial-SECONDS`, with a
 /// warning) and a whole new set is made.
 ///
@@ -106,6 +110,14 @@ fn manager_cert(
 pub fn ensure_certificates(dir: &Path, names: &[String]) -> anyhow::Result<TlsFiles> {
     let files = TlsFiles::in_dir(dir);
     if files.cert.exists() && files.key.exists() && files.ca.exists() {
+        if !key_mismatch(&files)? {
+            return Ok(files);
+        }
+        reissue(dir, &files, names)?;
+        tracing::warn!(
+            cert = %files.cert.display(),
+            "the manager certificate did not match its key (an interrupted reissue); issued a new one from the CA"
+        );
         return Ok(files);
     }
     if files.ca.exists() {
@@ -198,7 +210,13 @@ fn reissue(dir: &Path, files: &TlsFiles, names: &[String]) -> anyhow::Result<()>
     }
     write_new(&key_tmp, &key.serialize_pem(), 0o600)?;
     write_new(&cert_tmp, &(cert.pem() + &ca_pem), 0o644)?;
-    // Key first: without the certificate, the next start issues again.
+    // An old certificate goes first (durably), then the key, the certificate
+    // last: a crash at any point leaves no certificate beside a key it does
+    // not match, and the next start issues again.
+    if files.cert.exists() {
+        std::fs::remove_file(&files.cert).with_context(|| format!("cannot remove {}", files.cert.display()))?;
+        sync_dir(dir)?;
+    }
     std::fs::rename(&key_tmp, &files.key).with_context(|| format!("cannot write {}", files.key.display()))?;
     std::fs::rename(&cert_tmp, &files.cert).with_context(|| format!("cannot write {}", files.cert.display()))?;
     sync_dir(dir)?;
@@ -255,8 +273,22 @@ pub fn names_missing(files: &TlsFiles, names: &[String]) -> anyhow::Result<Vec<S
     Ok(missing)
 }
 
-/// A TLS acceptor serving the certificate chain and key in `files`.
-pub fn acceptor(files: &TlsFiles) -> anyhow::Result<TlsAcceptor> {
+/// Whether the manager certificate in `files` is for another key than the
+/// one in `files.key`. Files that cannot be read or parsed are not judged
+/// here ([`acceptor`] reports them).
+fn key_mismatch(files: &TlsFiles) -> anyhow::Result<bool> {
+    let Ok((certs, key)) = chain_and_key(files) else { return Ok(false) };
+    let provider = rustls::crypto::ring::default_provider();
+    Ok(matches!(
+        rustls::sign::CertifiedKey::from_der(certs, key, &provider),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch))
+    ))
+}
+
+/// The certificate chain and private key in `files`.
+fn chain_and_key(
+    files: &TlsFiles,
+) -> anyhow::Result<(Vec<rustls::pki_types::CertificateDer<'static>>, rustls::pki_types::PrivateKeyDer<'static>)> {
     let certs = rustls_pemfile::certs(
         &mut &std::fs::read(&files.cert)
             .with_context(|| format!("cannot read the manager certificate {}", files.cert.display()))?[..],
@@ -269,6 +301,12 @@ pub fn acceptor(files: &TlsFiles) -> anyhow::Result<TlsAcceptor> {
     )
     .with_context(|| format!("{} is not a PEM private key", files.key.display()))?
     .with_context(|| format!("{} holds no private key", files.key.display()))?;
+    Ok((certs, key))
+}
+
+/// A TLS acceptor serving the certificate chain and key in `files`.
+pub fn acceptor(files: &TlsFiles) -> anyhow::Result<TlsAcceptor> {
+    let (certs, key) = chain_and_key(files)?;
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
@@ -328,6 +366,29 @@ mod tests {
             assert!(all[1].starts_with("tls.partial-"), "the remains were moved aside: {all:?}");
             assert_eq!(entries(&tmp.path().join(&all[1])), left);
         }
+    }
+
+    /// What a crash inside a reissue used to leave when only the key was
+    /// missing: the new key renamed in beside the old certificate. Every
+    /// start then failed in `acceptor`; now the next start issues again.
+    #[test]
+    fn a_certificate_that_does_not_match_its_key_is_issued_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tls");
+        let files = ensure_certificates(&dir, &names(&["localhost"])).unwrap();
+        let ca = std::fs::read(&files.ca).unwrap();
+        let old_cert = std::fs::read(&files.cert).unwrap();
+        std::fs::remove_file(&files.key).unwrap();
+        std::fs::write(&files.key, rcgen::KeyPair::generate().unwrap().serialize_pem()).unwrap();
+        let e = acceptor(&files).err().expect("a mismatched pair cannot serve").to_string();
+        assert!(e.contains("do not match"), "{e}");
+
+        ensure_certificates(&dir, &names(&["localhost"])).expect("repaired");
+        acceptor(&files).expect("the pair matches again");
+        assert_ne!(std::fs::read(&files.cert).unwrap(), old_cert, "a new certificate");
+        assert_eq!(std::fs::read(&files.ca).unwrap(), ca, "from the same CA");
+        assert!(names_missing(&files, &names(&["localhost"])).unwrap().is_empty());
+        assert_eq!(entries(&dir), [CA_KEY, CA_CERT, MANAGER_KEY, MANAGER_CERT], "no temporary files left");
     }
 
     #[test]

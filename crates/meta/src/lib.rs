@@ -67,8 +67,12 @@ pub const SEALED_KEYS_MAX: usize = 64 * 1024;
 pub const SETTING_KEY_MAX: usize = 255;
 /// Largest settings value, in bytes.
 pub const SETTING_VALUE_MAX: usize = 1024 * 1024;
-/// Deepest directory nesting a parent-pointer chain may have before it is
-/// taken for a cycle (a broken invariant).
-pub const DIR_DEPTH_MAX: usize = 1 << 20;
+/// Deepest a directory may be made or moved below the root (the root is at
+/// depth 0): `mkdir` and a `rename` that moves a directory to another parent
+/// refuse to put one deeper, with `TooDeep`. A path naming a deeper
+/// directory would be over [`PATH_MAX`] (each level costs at least two
+/// bytes), and it bounds the walk up the parent pointers that those two
+/// operations make (one indexed row read per level).
+pub const DIR_DEPTH_MAX: usize = PATH_MAX / 2;
 
-const _: () = assert!(READDIR_ENTRIES_MAX > 0 && BATCH_MAX > 0);
+const _: () = assert!(READDIR_ENTRIES_MAX > 0 && BATCH_MAX > 0 && DIR_DEPTH_MAX > 0);

@@ -17,6 +17,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// one transaction.
 pub struct Namespace<B: Backend> {
     pub(crate) backend: B,
+    /// [`DIR_DEPTH_MAX`], smaller in tests.
+    dir_depth_max: usize,
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -159,19 +161,23 @@ fn drop_name(t: &mut dyn Txn, dir: Ino, name: &str, victim: Inode, now: i64, fx:
     }
 }
 
-/// Fails with `InvalidMove` if `dir` is `ancestor` or lies below it.
-fn check_not_below(t: &mut dyn Txn, dir: Ino, ancestor: Ino) -> Result<(), FsStatus> {
+/// How deep directory `dir` lies below the root (the root: 0), found by
+/// walking up its parent pointers at most `limit` steps: `TooDeep` if it lies
+/// deeper than `limit` (or the pointers form a cycle, a broken invariant that
+/// must not stop the manager either); `InvalidMove` if `avoid` is `dir` or
+/// one of its ancestors.
+fn depth_avoiding(t: &mut dyn Txn, dir: Ino, avoid: Option<Ino>, limit: usize) -> Result<usize, FsStatus> {
     let mut cur = dir;
-    for _ in 0..DIR_DEPTH_MAX {
-        if cur == ancestor {
+    for depth in 0..=limit {
+        if Some(cur) == avoid {
             return Err(FsStatus::InvalidMove);
         }
         if cur == ROOT_INO {
-            return Ok(());
+            return Ok(depth);
         }
         cur = t.dir_parent(cur)?.expect("directory without a parent pointer");
     }
-    panic!("parent pointers of directory {dir} form a cycle or exceed DIR_DEPTH_MAX");
+    Err(FsStatus::TooDeep)
 }
 
 /// The kind rules for replacing `old` by `src`.
@@ -219,7 +225,20 @@ impl<B: Backend> Namespace<B> {
             t.put_inode(&Inode { attr, target: None, object: None, acv: 0 })?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
         })?;
-        Ok(Namespace { backend })
+        Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX })
+    }
+
+    /// The same name space with a smaller [`DIR_DEPTH_MAX`] (tests).
+    #[cfg(test)]
+    pub(crate) fn with_dir_depth_max(self, dir_depth_max: usize) -> Self {
+        assert!(dir_depth_max > 0 && dir_depth_max <= DIR_DEPTH_MAX);
+        Namespace { dir_depth_max, ..self }
+    }
+
+    /// Fails with `TooDeep` unless a new directory may be put in directory
+    /// `parent`: it would lie at most [`DIR_DEPTH_MAX`] below the root.
+    fn check_room_below(&self, t: &mut dyn Txn, parent: Ino) -> Result<(), FsStatus> {
+        depth_avoiding(t, parent, None, self.dir_depth_max - 1).map(|_| ())
     }
 
     /// The backend (for maintenance and tests).
@@ -295,11 +314,13 @@ impl<B: Backend> Namespace<B> {
     ///
     /// # Errors
     /// `NotFound`, `NotDir`, `PermissionDenied`, `Exists`, `TooManyLinks`,
-    /// `InvalidName`, `NameTooLong`.
+    /// `InvalidName`, `NameTooLong`, `TooDeep` (`parent` is
+    /// [`DIR_DEPTH_MAX`] below the root already).
     pub fn mkdir(&self, caller: &Caller, parent: Ino, name: &str, mode: u32) -> Result<Inode, FsStatus> {
         validate_name(name)?;
         self.backend.transact(|t| {
             let p = self.creatable(t, caller, parent, name)?;
+            self.check_room_below(t, parent)?;
             let now = now_ns();
             let inode = fresh(t, caller, &p, FileKind::Dir, mode, now)?;
             add_new(t, parent, name, &inode, now)?;
@@ -459,7 +480,9 @@ impl<B: Backend> Namespace<B> {
     /// `InvalidMove` (directory into its own subtree), `NotDir` (directory
     /// over non-directory), `IsDir` (non-directory over directory),
     /// `NotEmpty`, `NotPermitted` (sticky directories), `TooManyLinks`,
-    /// `NotFound`, `PermissionDenied`, `InvalidName`, `NameTooLong`.
+    /// `NotFound`, `PermissionDenied`, `InvalidName`, `NameTooLong`,
+    /// `TooDeep` (a directory moved to a parent [`DIR_DEPTH_MAX`] below the
+    /// root).
     pub fn rename(
         &self,
         caller: &Caller,
@@ -471,7 +494,7 @@ impl<B: Backend> Namespace<B> {
         validate_name(name)?;
         validate_name(new_name)?;
         let mv = Move { parent, name, new_parent, new_name };
-        self.backend.transact(|t| rename_in(t, caller, &mv))
+        self.backend.transact(|t| rename_in(t, caller, &mv, self.dir_depth_max))
     }
 
     /// Changes mode (owner or root; a non-root caller outside the file's
@@ -625,13 +648,16 @@ fn take_object(t: &mut dyn Txn, drives: &[u32]) -> Result<ObjectRef, FsStatus> {
     Err(FsStatus::NoSpace)
 }
 
-fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>) -> Result<Effects, FsStatus> {
+/// `rename` inside its transaction; `dir_depth_max`: [`DIR_DEPTH_MAX`] or a test's.
+fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>, dir_depth_max: usize) -> Result<Effects, FsStatus> {
     let sp = searchable(t, caller, mv.parent)?;
     let dp = searchable(t, caller, mv.new_parent)?;
     let src = child(t, mv.parent, mv.name)?.ok_or(FsStatus::NotFound)?;
     let is_dir = src.attr.kind == FileKind::Dir;
-    if is_dir {
-        check_not_below(t, mv.new_parent, src.attr.ino)?;
+    let crosses = mv.parent != mv.new_parent;
+    // Within one parent a directory stays as deep as it is, and its parent cannot lie below it.
+    if is_dir && crosses {
+        depth_avoiding(t, mv.new_parent, Some(src.attr.ino), dir_depth_max - 1)?;
     }
     let old = child(t, mv.new_parent, mv.new_name)?;
     if old.as_ref().is_some_and(|o| o.attr.ino == src.attr.ino) {
@@ -644,7 +670,6 @@ fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>) -> Result<Effects,
         check_sticky(caller, &dp, old)?;
         check_replace(t, &src, old)?;
     }
-    let crosses = mv.parent != mv.new_parent;
     if is_dir && crosses {
         check(caller, &src, W)?;
     }
@@ -713,4 +738,60 @@ fn apply_size_times(caller: &Caller, n: &mut Inode, set: &SetAttrs, now: i64) ->
         n.attr.mtime_ns = set.mtime_ns.unwrap_or(n.attr.mtime_ns);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Sqlite;
+
+    const ROOT: Caller = Caller::ROOT;
+
+    fn mkdir(ns: &Namespace<Sqlite>, parent: Ino, name: &str) -> Result<Ino, FsStatus> {
+        ns.mkdir(&ROOT, parent, name, 0o755).map(|n| n.attr.ino)
+    }
+
+    #[test]
+    fn directories_are_made_and_moved_at_most_dir_depth_max_deep() {
+        let ns = Namespace::new(Sqlite::open_in_memory().unwrap()).unwrap().with_dir_depth_max(4);
+        // /d1/d2/d3/d4: d4 lies at the limit.
+        let mut d = vec![ROOT_INO];
+        for i in 1..=4 {
+            d.push(mkdir(&ns, d[i - 1], &format!("d{i}")).unwrap());
+        }
+        assert_eq!(mkdir(&ns, d[4], "d5"), Err(FsStatus::TooDeep));
+        assert!(ns.create(&ROOT, d[4], "f", 0o644, true, false, &[]).is_err_and(|e| e != FsStatus::TooDeep));
+
+        // A move to another parent is judged by where the directory lands.
+        mkdir(&ns, ROOT_INO, "x").unwrap();
+        assert_eq!(ns.rename(&ROOT, ROOT_INO, "x", d[4], "x").err(), Some(FsStatus::TooDeep));
+        ns.rename(&ROOT, ROOT_INO, "x", d[3], "x").unwrap();
+        assert_eq!(ns.rename(&ROOT, d[1], "d2", d[3], "d2").err(), Some(FsStatus::InvalidMove), "still checked");
+
+        // A subtree moved whole can leave directories below the limit: they
+        // take no new subdirectories and receive no moved ones, and a rename
+        // inside one parent still works there.
+        let y = mkdir(&ns, ROOT_INO, "y").unwrap();
+        let z = mkdir(&ns, y, "z").unwrap();
+        ns.rename(&ROOT, ROOT_INO, "y", d[3], "y").unwrap();
+        assert_eq!(mkdir(&ns, z, "w"), Err(FsStatus::TooDeep), "z lies at depth 5");
+        mkdir(&ns, ROOT_INO, "v").unwrap();
+        assert_eq!(ns.rename(&ROOT, ROOT_INO, "v", z, "v").err(), Some(FsStatus::TooDeep));
+        ns.rename(&ROOT, y, "z", y, "z2").unwrap();
+        ns.rename(&ROOT, y, "z2", ROOT_INO, "z").unwrap();
+        mkdir(&ns, z, "w").unwrap();
+    }
+
+    /// Parent pointers that loop (a broken invariant) must not take the
+    /// manager down: the walk is bounded and ends in an error.
+    #[test]
+    fn a_parent_pointer_cycle_is_an_error_not_a_panic() {
+        let ns = Namespace::new(Sqlite::open_in_memory().unwrap()).unwrap();
+        let a = mkdir(&ns, ROOT_INO, "a").unwrap();
+        let b = mkdir(&ns, a, "b").unwrap();
+        ns.backend.transact(|t| t.set_dir_parent(a, b)).unwrap();
+        assert_eq!(mkdir(&ns, b, "c"), Err(FsStatus::TooDeep));
+        mkdir(&ns, ROOT_INO, "m").unwrap();
+        assert_eq!(ns.rename(&ROOT, ROOT_INO, "m", b, "m").err(), Some(FsStatus::TooDeep));
+    }
 }

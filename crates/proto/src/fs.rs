@@ -209,11 +209,14 @@ pub enum FsStatus {
     /// A file handle's MAC does not check: forged, altered, handed to
     /// another user, or from another file system.
     BadHandle = 22,
+    /// A directory would lie deeper below the root than the manager's
+    /// limit (`DIR_DEPTH_MAX`), deeper than any path could name.
+    TooDeep = 23,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 23] = [
+    pub const ALL: [FsStatus; 24] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -237,6 +240,7 @@ impl FsStatus {
         FsStatus::Busy,
         FsStatus::Internal,
         FsStatus::BadHandle,
+        FsStatus::TooDeep,
     ];
 
     /// The wire code.
@@ -261,7 +265,7 @@ impl FsStatus {
             FsStatus::PermissionDenied | FsStatus::BadCredentials | FsStatus::NotLoggedIn => 13,
             FsStatus::NotPermitted | FsStatus::NotAdmin => 1,
             FsStatus::InvalidName | FsStatus::InvalidMove | FsStatus::InvalidArgument | FsStatus::BadRequest => 22,
-            FsStatus::NameTooLong => 36,
+            FsStatus::NameTooLong | FsStatus::TooDeep => 36,
             FsStatus::SymlinkLoop => 40,
             FsStatus::TooManyLinks => 31,
             FsStatus::NoSpace => 28,
@@ -297,6 +301,7 @@ impl FsStatus {
             FsStatus::Busy => "manager busy; retry",
             FsStatus::Internal => "manager metadata store failed",
             FsStatus::BadHandle => "file handle not valid for this user",
+            FsStatus::TooDeep => "directories nested too deep (DIR_DEPTH_MAX)",
         }
     }
 }

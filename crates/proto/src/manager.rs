@@ -88,8 +88,9 @@ pub enum OpenMode {
     ReadWrite = 2,
     /// The best the mode allows: read-write, read-only, write-only or none.
     Best = 3,
-    /// Read rights if the mode allows reading, else none (never write
-    /// rights): for `stat`, which only wants the drive's size.
+    /// Read rights if the mode allows reading, else rights to read the
+    /// object's attributes only (`GETATTR`); never write rights. For `stat`,
+    /// which only wants the drive's size and times.
     ReadIfAllowed = 4,
     /// A client refreshing the capability of a file it has open for
     /// writing: as [`OpenMode::Best`], but the file's owner gets read and

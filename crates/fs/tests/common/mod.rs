@@ -218,3 +218,161 @@ impl Cluster {
         drop(self.dir);
     }
 }
+
+/// A TCP relay in front of a drive, for faults the drive itself never
+/// makes: cutting every connection, holding requests back, altering one
+/// byte of a reply. Take the drive into service at [`Proxy::addr`] and the
+/// manager and every client reach it through the relay.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    state: Arc<ProxyState>,
+    accept: JoinHandle<()>,
+}
+
+struct ProxyState {
+    target: SocketAddr,
+    /// While set, connections are closed as soon as they are accepted.
+    cut: std::sync::atomic::AtomicBool,
+    /// Bumped to end every live connection.
+    kill: watch::Sender<u64>,
+    /// While true, bytes towards the drive are held back.
+    paused: watch::Sender<bool>,
+    /// Bytes towards the drive read while paused and not yet passed on.
+    held: std::sync::atomic::AtomicUsize,
+    /// Bytes of drive replies (all connections together) still to pass
+    /// before the one to flip; `None`: nothing to alter.
+    tamper: std::sync::Mutex<Option<usize>>,
+}
+
+impl Proxy {
+    pub async fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a proxy listener");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = Arc::new(ProxyState {
+            target,
+            cut: Default::default(),
+            kill: watch::channel(0).0,
+            paused: watch::channel(false).0,
+            held: Default::default(),
+            tamper: Default::default(),
+        });
+        let s = state.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if s.cut.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let Ok(drive) = tokio::net::TcpStream::connect(s.target).await else { return };
+                    let _ = client.set_nodelay(true);
+                    let _ = drive.set_nodelay(true);
+                    let (client_rd, client_wr) = client.into_split();
+                    let (drive_rd, drive_wr) = drive.into_split();
+                    let mut kill = s.kill.subscribe();
+                    tokio::select! {
+                        _ = Self::upstream(&s, client_rd, drive_wr) => {}
+                        _ = Self::downstream(&s, drive_rd, client_wr) => {}
+                        _ = kill.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, state, accept }
+    }
+
+    /// Client to drive, held back while paused.
+    async fn upstream(
+        s: &ProxyState,
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut paused = s.paused.subscribe();
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if *paused.borrow_and_update() {
+                s.held.fetch_add(n, SeqCst);
+                while *paused.borrow_and_update() {
+                    if paused.changed().await.is_err() {
+                        return;
+                    }
+                }
+                s.held.fetch_sub(n, SeqCst);
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Drive to client, with at most one byte flipped when armed.
+    async fn downstream(
+        s: &ProxyState,
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            {
+                let mut tamper = s.tamper.lock().unwrap();
+                match *tamper {
+                    Some(at) if at < n => {
+                        buf[at] ^= 0x01;
+                        *tamper = None;
+                    }
+                    Some(at) => *tamper = Some(at - n),
+                    None => {}
+                }
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Cuts the drive off: ends every connection and closes new ones at
+    /// once until [`Proxy::reconnect`].
+    pub fn cut(&self) {
+        self.state.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.state.kill.send_modify(|g| *g += 1);
+    }
+
+    /// Lets connections through again.
+    pub fn reconnect(&self) {
+        self.state.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Holds back (`true`) or releases (`false`) everything sent to the drive.
+    pub fn pause(&self, paused: bool) {
+        self.state.paused.send_replace(paused);
+    }
+
+    /// Bytes sent towards the drive and held back by [`Proxy::pause`].
+    pub fn held(&self) -> usize {
+        self.state.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Flips one bit of the byte `at` bytes into the drive's replies from
+    /// now on (counting every connection).
+    pub fn tamper_at(&self, at: usize) {
+        *self.state.tamper.lock().unwrap() = Some(at);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.state.kill.send_modify(|g| *g += 1);
+    }
+}
