@@ -233,7 +233,7 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
         FsCommand::Rm { recursive, paths } => {
             for p in paths {
                 let p = abs(&p);
-                anyhow::ensure!(p.trim_end_matches('/') != "", "refusing to remove the root directory");
+                anyhow::ensure!(!p.trim_end_matches('/').is_empty(), "refusing to remove the root directory");
                 remove(fs, &p, recursive).await.with_context(|| format!("rm {p}"))?;
             }
             Ok(())

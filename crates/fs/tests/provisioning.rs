@@ -3,7 +3,6 @@
 //! refused. And POSIX create: the creator may write a file it creates
 //! read-only, and close it.
 
-#[allow(dead_code)]
 mod common;
 
 use common::TestDrive;

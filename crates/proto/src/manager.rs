@@ -843,6 +843,9 @@ mod reply_kind {
     pub const NAMES: u8 = 8;
 }
 
+/// A decoded reply: the result, or the manager's refusal (status and message).
+pub type ReplyOutcome = Result<ManagerReply, (FsStatus, String)>;
+
 impl ManagerReply {
     /// Bytes of a `Dir` reply besides its entries (status, request id,
     /// kind, count, `more`); each entry adds `2 + name.len() +`
@@ -917,7 +920,7 @@ impl ManagerReply {
 
     /// Parses a reply body: the request id, then the result or the error
     /// status and message.
-    pub fn decode(body: &[u8]) -> Result<(u64, Result<Self, (FsStatus, String)>), DecodeError> {
+    pub fn decode(body: &[u8]) -> Result<(u64, ReplyOutcome), DecodeError> {
         let mut r = Reader::new(body);
         let status = FsStatus::from_code(r.u16()?)?;
         let id = r.u64()?;
