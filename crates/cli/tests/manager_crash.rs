@@ -493,7 +493,10 @@ async fn worker(cfg: FsConfig, root: String, model: Model, counter: u64, seed: u
     let fs = match FsClient::connect(&cfg).await {
         Ok(fs) => fs,
         Err(e) => {
-            out.error = Some(format!("{root}: log in: {e}"));
+            // A login the kill cut short did nothing; one that failed without a kill is a failure.
+            if !killed.load(Ordering::SeqCst) {
+                out.error = Some(format!("{root}: log in failed with no kill to explain it: {e}"));
+            }
             return out;
         }
     };
