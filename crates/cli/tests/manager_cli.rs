@@ -5,8 +5,8 @@
 
 use nasd_client::{Auth, Credential, DriveClient, MacAlgorithm};
 use nasd_fs::{FsClient, FsConfig};
-use nasd_manager::{Manager, ManagerConfig};
-use nasd_proto::manager::{set_mask, ManagerReply, ManagerRequest, OpenMode};
+use nasd_manager::{Manager, ManagerConfig, Session};
+use nasd_proto::manager::{set_mask, Entry, ManagerReply, ManagerRequest, OpenMode};
 use nasd_proto::{Protection, Status};
 use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -272,6 +272,23 @@ async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::Acces
     c
 }
 
+/// A manager (no maintenance task: nothing but a request itself may make its
+/// effects durable) on the drive at `addr`, logged in as `admin`, and the
+/// root directory's entry for that session.
+async fn manager_with_admin(
+    dir: &Path,
+    addr: SocketAddr,
+    master: &nasd_crypto::Key,
+) -> (std::sync::Arc<Manager>, Session, Entry) {
+    let m = Manager::open(dir, ManagerConfig { pool_target: 4, ..Default::default() }).unwrap();
+    m.add_drive(&addr.to_string(), master).await.expect("add the drive");
+    m.bootstrap_admin("admin", "admin password").await.unwrap();
+    let admin = m.open_session("admin", "admin password").await.unwrap();
+    let walk_root = ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None };
+    let ManagerReply::Entry(root) = m.handle(&admin, walk_root).await.unwrap() else { panic!("walk /") };
+    (m, admin, root)
+}
+
 #[test]
 fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
     let tmp = tempfile::tempdir().unwrap();
@@ -280,13 +297,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
     let mut drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
     let master = master_key(&drive_dir);
     runtime().block_on(async {
-        let m =
-            Manager::open(&tmp.path().join("manager"), ManagerConfig { pool_target: 4, ..Default::default() }).unwrap();
-        m.add_drive(&addr.to_string(), &master).await.expect("add the drive");
-        m.bootstrap_admin("admin", "admin password").await.unwrap();
-        let admin = m.open_session("admin", "admin password").await.unwrap();
-        let walk_root = ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None };
-        let ManagerReply::Entry(root) = m.handle(&admin, walk_root).await.unwrap() else { panic!("walk /") };
+        let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &master).await;
         // Two files of 4 KiB each, durable on the drive.
         let mut files = Vec::new();
         for name in ["by-setattr", "by-create"] {
@@ -348,13 +359,7 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
     let master = master_key(&drive_dir);
     runtime().block_on(async {
         // No maintenance task: nothing but the request itself may make the revocation durable.
-        let m =
-            Manager::open(&tmp.path().join("manager"), ManagerConfig { pool_target: 4, ..Default::default() }).unwrap();
-        m.add_drive(&addr.to_string(), &master).await.expect("add the drive");
-        m.bootstrap_admin("admin", "admin password").await.unwrap();
-        let admin = m.open_session("admin", "admin password").await.unwrap();
-        let walk_root = ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None };
-        let ManagerReply::Entry(root) = m.handle(&admin, walk_root).await.unwrap() else { panic!("walk /") };
+        let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &master).await;
         let create = ManagerRequest::Create {
             parent: root.handle,
             name: "f".into(),

@@ -16,6 +16,7 @@ mod maintenance;
 pub mod passwords;
 pub mod server;
 mod service;
+pub use service::Session;
 #[cfg(test)]
 mod tests;
 pub mod tls;
