@@ -5,7 +5,7 @@ use crate::config::{self, ConfigFile};
 use crate::{drive_admin::hex_id, size};
 use anyhow::Context;
 use nasd_crypto::Key;
-use nasd_manager::{Manager, ManagerConfig};
+use nasd_manager::{files, Manager, ManagerConfig};
 use nasd_store::{Store, StoreOptions, BLOCK_SIZE_DEFAULT};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -292,55 +292,12 @@ async fn ensure_admin(manager: &Manager, password_file: &Path, dir: &Path) -> an
     Ok(())
 }
 
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    Ok(())
-}
-
 /// Writes `text` to `path` (0600) durably, replacing it atomically: a new
-/// temporary file (`create_new`), synced, renamed over `path`, and the
-/// directory synced.
+/// staging file, synced, renamed over `path`, and the directory synced.
 fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = suffixed(path, "tmp")?;
-    write_staged(&tmp, text)?;
-    install_staged(&tmp, path)
-}
-
-/// `path` with `.suffix` appended to its file name.
-fn suffixed(path: &Path, suffix: &str) -> anyhow::Result<PathBuf> {
-    let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
-    Ok(path.with_file_name(format!("{}.{suffix}", name.to_string_lossy())))
-}
-
-/// Creates `tmp` afresh (0600) holding `text`, synced; one left by an
-/// earlier run is removed first.
-fn write_staged(tmp: &Path, text: &str) -> anyhow::Result<()> {
-    match std::fs::remove_file(tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("cannot remove {}", tmp.display()))
-        }
-        _ => {}
-    }
-    write_private(tmp, text)
-}
-
-/// Renames `tmp` over `path` and syncs the directory, making the rename durable.
-fn install_staged(tmp: &Path, path: &Path) -> anyhow::Result<()> {
-    std::fs::rename(tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot sync {}", dir.display()))
+    let staged = files::with_suffix(path, "tmp")?;
+    files::write_staged(&staged, text, 0o600)?;
+    files::install(&staged, path)
 }
 
 /// `nasd admin reset-password`: a new password for `user`, set directly in
@@ -369,13 +326,13 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
     let reset = nasd_manager::PasswordReset::prepare(&data, user, &password)?;
     match &file {
         Some(file) => {
-            let staged = suffixed(file, "new")?;
-            write_staged(&staged, &format!("{password}\n"))?;
+            let staged = files::with_suffix(file, "new")?;
+            files::write_staged(&staged, &format!("{password}\n"), 0o600)?;
             if let Err(e) = reset.commit() {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);
             }
-            install_staged(&staged, file).with_context(|| {
+            files::install(&staged, file).with_context(|| {
                 format!("the password of {user} was reset, and the new password is in {}", staged.display())
             })?;
         }

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 pub mod drives;
+pub mod files;
 pub mod handles;
 pub mod keys;
 mod maintenance;
@@ -422,22 +423,14 @@ impl Manager {
     }
 }
 
-/// Sets `name`'s password directly in the metadata of the manager whose
-/// directory is `dir`, without logging in: the way back when no
-/// administrator can log in (`nasd admin reset-password`). Meant for a
-/// stopped manager; SQLite's locking keeps it safe beside a running one,
-/// whose sessions already logged in go on. [`PasswordReset::prepare`] then
-/// [`PasswordReset::commit`].
-///
-/// # Errors
-/// As those two.
-pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
-    PasswordReset::prepare(dir, name, password)?.commit()
-}
-
-/// An offline password reset, checked and ready to commit: the caller can
-/// store the new password somewhere durable between the checks and the
-/// change, and keep the old one if either fails.
+/// An offline password reset: sets a user's password directly in the
+/// metadata of the manager whose directory is given, without logging in —
+/// the way back when no administrator can log in (`nasd admin
+/// reset-password`). Meant for a stopped manager; SQLite's locking keeps it
+/// safe beside a running one, whose sessions already logged in go on.
+/// [`PasswordReset::prepare`] checks and hashes, [`PasswordReset::commit`]
+/// changes: the caller can store the new password somewhere durable in
+/// between, and keep the old one if either fails.
 pub struct PasswordReset {
     ns: Namespace<Sqlite>,
     db: std::path::PathBuf,

@@ -13,6 +13,7 @@
 //! certificate whose key does not match (what a crash between the renames
 //! of an older version left) is found at start and issued again too.
 
+use crate::files::{install, parent_dir, sync_dir, with_suffix, write_new, write_staged};
 use anyhow::Context;
 use rustls::client::danger::ServerCertVerifier;
 use std::path::{Path, PathBuf};
@@ -46,28 +47,6 @@ impl TlsFiles {
     pub fn in_dir(dir: &Path) -> Self {
         TlsFiles { cert: dir.join(MANAGER_CERT), key: dir.join(MANAGER_KEY), ca: dir.join(CA_CERT) }
     }
-}
-
-/// Creates `path` (which must not exist) with `text`, mode `mode`, synced.
-fn write_new(path: &Path, text: &str, mode: u32) -> anyhow::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
-    f.sync_all().with_context(|| format!("cannot sync {}", path.display()))?;
-    Ok(())
-}
-
-/// Makes a directory's entries (new and renamed files) durable.
-fn sync_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot sync directory {}", dir.display()))
 }
 
 fn ca_params() -> anyhow::Result<rcgen::CertificateParams> {
@@ -127,7 +106,7 @@ pub fn ensure_certificates(dir: &Path, names: &[String]) -> anyhow::Result<TlsFi
     }
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let aside = sibling(dir, &format!("partial-{secs}"));
+        let aside = with_suffix(dir, &format!("partial-{secs}"))?;
         std::fs::rename(dir, &aside)
             .with_context(|| format!("cannot move the incomplete TLS files in {} aside", dir.display()))?;
         tracing::warn!(
@@ -141,21 +120,12 @@ pub fn ensure_certificates(dir: &Path, names: &[String]) -> anyhow::Result<TlsFi
     Ok(files)
 }
 
-/// `dir` with `.suffix` appended to its last component.
-fn sibling(dir: &Path, suffix: &str) -> PathBuf {
-    let name = dir.file_name().map_or_else(|| "tls".into(), |n| n.to_string_lossy().into_owned());
-    dir.with_file_name(format!("{name}.{suffix}"))
-}
-
 /// Writes a new CA and manager certificate into a temporary directory,
 /// syncs it, and renames it to `dir` (which must be absent or empty).
 fn generate(dir: &Path, names: &[String]) -> anyhow::Result<()> {
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let parent = parent_dir(dir);
     std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let tmp = sibling(dir, "tmp");
+    let tmp = with_suffix(dir, "tmp")?;
     if tmp.exists() {
         // Left by an interrupted generation: never renamed into place, never served.
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove {}", tmp.display()))?;
@@ -178,8 +148,7 @@ fn generate(dir: &Path, names: &[String]) -> anyhow::Result<()> {
     if dir.exists() {
         std::fs::remove_dir(dir).with_context(|| format!("cannot replace the empty directory {}", dir.display()))?;
     }
-    std::fs::rename(&tmp, dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()))?;
-    sync_dir(&parent)
+    install(&tmp, dir)
 }
 
 /// Issues a new manager certificate for `names` from the CA in `dir`.
@@ -202,14 +171,9 @@ fn reissue(dir: &Path, files: &TlsFiles, names: &[String]) -> anyhow::Result<()>
     // The same name and key as the CA in ca.pem: what it signs verifies against ca.pem.
     let ca = ca_params()?.self_signed(&ca_key)?;
     let (cert, key) = manager_cert(names, &ca, &ca_key)?;
-    let (key_tmp, cert_tmp) = (dir.join(format!("{MANAGER_KEY}.tmp")), dir.join(format!("{MANAGER_CERT}.tmp")));
-    for stale in [&key_tmp, &cert_tmp] {
-        if stale.exists() {
-            std::fs::remove_file(stale).with_context(|| format!("cannot remove {}", stale.display()))?;
-        }
-    }
-    write_new(&key_tmp, &key.serialize_pem(), 0o600)?;
-    write_new(&cert_tmp, &(cert.pem() + &ca_pem), 0o644)?;
+    let (key_tmp, cert_tmp) = (with_suffix(&files.key, "tmp")?, with_suffix(&files.cert, "tmp")?);
+    write_staged(&key_tmp, &key.serialize_pem(), 0o600)?;
+    write_staged(&cert_tmp, &(cert.pem() + &ca_pem), 0o644)?;
     // An old certificate goes first (durably), then the key, the certificate
     // last: a crash at any point leaves no certificate beside a key it does
     // not match, and the next start issues again.
@@ -217,9 +181,8 @@ fn reissue(dir: &Path, files: &TlsFiles, names: &[String]) -> anyhow::Result<()>
         std::fs::remove_file(&files.cert).with_context(|| format!("cannot remove {}", files.cert.display()))?;
         sync_dir(dir)?;
     }
-    std::fs::rename(&key_tmp, &files.key).with_context(|| format!("cannot write {}", files.key.display()))?;
-    std::fs::rename(&cert_tmp, &files.cert).with_context(|| format!("cannot write {}", files.cert.display()))?;
-    sync_dir(dir)?;
+    install(&key_tmp, &files.key)?;
+    install(&cert_tmp, &files.cert)?;
     let missing = names_missing(files, names)?;
     anyhow::ensure!(missing.is_empty(), "the new manager certificate does not verify for {missing:?}");
     Ok(())
