@@ -723,7 +723,7 @@ async fn execute_read(
     regions: Vec<Region>,
 ) -> std::io::Result<(Status, Next)> {
     let (store, header) = (&ctx.drive.store, ctx.header);
-    let chunk_len = ctx.config.chunk_len.expect("serve sets the reply chunk length") as usize;
+    let chunk_len = ctx.config.reply_chunk_len(store.block_size()) as usize;
     let hash_and_mac = guard.keys.is_some() && guard.protection.covers(Protection::HASH_AND_MAC);
     let (tx, mut rx) = mpsc::channel::<ReadMsg>(TRANSFER_CHUNKS_MAX);
     let s = store.clone();

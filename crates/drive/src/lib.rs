@@ -90,13 +90,20 @@ impl DriveConfig {
 
     /// The chunk length of read replies on a drive with `block_size`-byte
     /// blocks (see [`DriveConfig::chunk_len`]).
+    pub fn reply_chunk_len(&self, block_size: u32) -> u32 {
+        self.chunk_len.unwrap_or(CHUNK_LEN_DEFAULT.max(block_size))
+    }
+
+    /// Checks the reply chunk length once, before a drive with
+    /// `block_size`-byte blocks serves (warning if it is not a multiple of the
+    /// block size).
     ///
     /// # Errors
     /// `InvalidInput` for a chunk length outside `CHUNK_LEN_MIN..=CHUNK_LEN_MAX`:
     /// 0 would never fill a chunk, and clients refuse replies with chunks
     /// over `CHUNK_LEN_MAX`.
-    pub fn reply_chunk_len(&self, block_size: u32) -> std::io::Result<u32> {
-        let chunk = self.chunk_len.unwrap_or(CHUNK_LEN_DEFAULT.max(block_size));
+    pub fn check_reply_chunk_len(&self, block_size: u32) -> std::io::Result<()> {
+        let chunk = self.reply_chunk_len(block_size);
         if !(CHUNK_LEN_MIN..=CHUNK_LEN_MAX).contains(&chunk) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -110,7 +117,7 @@ impl DriveConfig {
                 "reply chunk length is not a multiple of the block size: Hash-and-MAC hashes blocks that straddle chunks"
             );
         }
-        Ok(chunk)
+        Ok(())
     }
 }
 
@@ -146,7 +153,7 @@ pub const MODEL: &str = "nasd-object-drive";
 ///
 /// # Errors
 /// A configuration that cannot be served (a reply chunk length outside the
-/// protocol's limits: [`DriveConfig::reply_chunk_len`]) is refused before
+/// protocol's limits: [`DriveConfig::check_reply_chunk_len`]) is refused before
 /// anything is served; so is a store whose security state or audit trail
 /// does not open.
 pub async fn serve(
@@ -155,7 +162,7 @@ pub async fn serve(
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let config = DriveConfig { chunk_len: Some(config.reply_chunk_len(store.block_size())?), ..config };
+    config.check_reply_chunk_len(store.block_size())?;
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
         Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
@@ -245,18 +252,20 @@ mod tests {
             (512 * 1024, 512 * 1024),
             (BLOCK_SIZE_MAX, BLOCK_SIZE_MAX),
         ] {
-            let got = auto.reply_chunk_len(block).unwrap();
+            auto.check_reply_chunk_len(block).unwrap();
+            let got = auto.reply_chunk_len(block);
             assert_eq!(got, chunk, "block {block}");
             assert_eq!(got % block, 0, "the default chunk holds whole blocks");
         }
         for bad in [0, 1, CHUNK_LEN_MIN - 1, CHUNK_LEN_MAX + 1, u32::MAX] {
             let c = DriveConfig { chunk_len: Some(bad), ..DriveConfig::default() };
-            let e = c.reply_chunk_len(4096).unwrap_err();
+            let e = c.check_reply_chunk_len(4096).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad}");
         }
         for ok in [CHUNK_LEN_MIN, 1000, 4096, CHUNK_LEN_MAX] {
             let c = DriveConfig { chunk_len: Some(ok), ..DriveConfig::default() };
-            assert_eq!(c.reply_chunk_len(4096).unwrap(), ok);
+            c.check_reply_chunk_len(4096).unwrap();
+            assert_eq!(c.reply_chunk_len(4096), ok);
         }
     }
 
