@@ -81,7 +81,6 @@ fn check_settable(mask: AttrMask, block_size: u32, attrs: &Attributes) -> Result
     Ok(())
 }
 
-/// A write's bookkeeping while its data streams to new blocks.
 /// The part of an object's block map a read holds: the mapped blocks among
 /// the logical blocks of `span`, in order (at most [`READ_BATCH_BLOCKS`]).
 #[derive(Default)]
@@ -111,6 +110,18 @@ impl ReadBatch {
     }
 }
 
+/// Logical block `l` of object `o` in partition `p`, stored at `b`, fails
+/// its digest: logged (no data), and the error a read reports.
+fn corrupt(p: u64, o: u64, l: u64, b: &BlockRef) -> StoreError {
+    tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
+    StoreError::DataCorrupted { partition: p, object: o, block: l }
+}
+
+/// A block reference with where it belongs: (partition, object, logical
+/// block, reference).
+type BlockAt = (u64, u64, u64, BlockRef);
+
+/// A write's bookkeeping while its data streams to new blocks.
 struct WritePlan {
     partition: u64,
     object: u64,
@@ -422,8 +433,7 @@ impl Store {
     /// ([`nasd_crypto::StoredDigestMismatch`]) reports the block corrupt.
     fn sink_error(&self, e: std::io::Error, p: u64, o: u64, l: u64, b: &BlockRef) -> StoreError {
         if e.get_ref().is_some_and(|inner| inner.is::<nasd_crypto::StoredDigestMismatch>()) {
-            tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
-            return StoreError::DataCorrupted { partition: p, object: o, block: l };
+            return corrupt(p, o, l, b);
         }
         StoreError::Sink(e)
     }
@@ -452,8 +462,7 @@ impl Store {
     /// Checks a block read into `buf` against its stored digest.
     fn check_block(&self, p: u64, o: u64, l: u64, b: &BlockRef, buf: &[u8]) -> Result<(), StoreError> {
         if !ct_eq(&block_digest(buf), &b.digest) {
-            tracing::error!(partition = p, object = o, block = l, phys = b.phys, "stored block fails its digest");
-            return Err(StoreError::DataCorrupted { partition: p, object: o, block: l });
+            return Err(corrupt(p, o, l, b));
         }
         Ok(())
     }
@@ -956,8 +965,7 @@ impl Store {
     /// in index order from `start` (inclusive), and where the next batch
     /// starts (None: the index is done). Objects count towards the batch
     /// too, so a run of empty objects cannot hold the lock long.
-    #[allow(clippy::type_complexity)]
-    fn scrub_batch(&self, start: (u64, u64, u64)) -> (Vec<(u64, u64, u64, BlockRef)>, Option<(u64, u64, u64)>) {
+    fn scrub_batch(&self, start: (u64, u64, u64)) -> (Vec<BlockAt>, Option<(u64, u64, u64)>) {
         let m = lock(&self.meta);
         let (p0, o0, l0) = start;
         let mut out = Vec::with_capacity(SCRUB_BATCH_BLOCKS);
