@@ -110,7 +110,7 @@ fn files_equal(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result<bool>
 /// request at a time, reporting each phase's rate.
 async fn name_space_rates(fs: &FsClient, files: u32) -> anyhow::Result<()> {
     fs.mkdir("/many", 0o755).await?;
-    let dir = fs.walk("/many", nasd_fs::OpenMode::None).await?.handle;
+    let dir = fs.walk("/many", nasd_fs::OpenMode::None).await?.handle();
     let name = |i: u32| format!("f{i:06}");
     let t = Instant::now();
     for i in 0..files {

@@ -302,7 +302,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
         let mut files = Vec::new();
         for name in ["by-setattr", "by-create"] {
             let create = ManagerRequest::Create {
-                parent: root.handle,
+                parent: root.handle(),
                 name: name.into(),
                 mode: 0o644,
                 exclusive: true,
@@ -319,7 +319,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
 
         // Cut one by SETATTR of its size, the other by CREATE with truncate...
         let truncate = ManagerRequest::SetAttr {
-            handle: files[0].0.handle,
+            handle: files[0].0.handle(),
             mask: set_mask::SIZE,
             mode: 0,
             uid: 0,
@@ -330,7 +330,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
         };
         m.handle(&admin, truncate).await.expect("truncate");
         let recreate = ManagerRequest::Create {
-            parent: root.handle,
+            parent: root.handle(),
             name: "by-create".into(),
             mode: 0o644,
             exclusive: false,
@@ -361,14 +361,14 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         // No maintenance task: nothing but the request itself may make the revocation durable.
         let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &master).await;
         let create = ManagerRequest::Create {
-            parent: root.handle,
+            parent: root.handle(),
             name: "f".into(),
             mode: 0o644,
             exclusive: true,
             truncate: false,
         };
         let ManagerReply::Entry(e) = m.handle(&admin, create).await.unwrap() else { panic!("create") };
-        let access = e.access.expect("a capability");
+        let access = e.access.clone().expect("a capability");
         let use_it = || async {
             let mut c = capability_client(addr, &access).await;
             c.getattr(access.object.partition, access.object.object).await
@@ -377,7 +377,7 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
 
         // chmod revokes it before the reply...
         let chmod = ManagerRequest::SetAttr {
-            handle: e.handle,
+            handle: e.handle(),
             mask: set_mask::MODE,
             mode: 0o600,
             uid: 0,

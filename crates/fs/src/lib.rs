@@ -366,7 +366,7 @@ impl FsClient {
         if e.attr.kind != FileKind::Dir {
             return Err(FsError::fs(FsStatus::NotDir, format!("{path} is not a directory")));
         }
-        Ok(e.handle)
+        Ok(e.handle())
     }
 
     /// `stat`: follows symlinks; a regular file's size and modification
@@ -384,10 +384,11 @@ impl FsClient {
     }
 
     async fn stat_entry(&self, e: Entry) -> Result<Stat, FsError> {
+        let handle = e.handle();
         let mut attr = e.attr;
         let object = e.access.as_ref().map(|a| a.object);
         if e.access.as_ref().is_some_and(|a| a.rights & nasd_proto::rights::GETATTR != 0) {
-            let f = File::new(self.clone(), e.handle, false);
+            let f = File::new(self.clone(), handle, false);
             let drive = f.drive_attrs().await?;
             attr.size = drive.logical_size;
             attr.mtime_ns = drive.data_modify_time as i64;
@@ -481,7 +482,7 @@ impl FsClient {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
         let e = self.entry(ManagerRequest::Create { parent, name: name.into(), mode, exclusive, truncate }).await?;
-        Ok(File::new(self.clone(), e.handle, true))
+        Ok(File::new(self.clone(), e.handle(), true))
     }
 
     /// Opens an existing regular file for reading, or reading and writing.
@@ -491,7 +492,7 @@ impl FsClient {
         if e.attr.kind != FileKind::File {
             return Err(FsError::fs(FsStatus::IsDir, format!("{path} is not a regular file")));
         }
-        Ok(File::new(self.clone(), e.handle, write))
+        Ok(File::new(self.clone(), e.handle(), write))
     }
 
     /// Removes a file or symlink name.
@@ -539,12 +540,12 @@ impl FsClient {
             self.entry(ManagerRequest::Walk { path: existing.into(), follow: false, open: OpenMode::None }).await?;
         let (parent, name) = split_path(new)?;
         let new_parent = self.dir_handle(parent).await?;
-        let req = ManagerRequest::Link { handle: target.handle, new_parent, new_name: name.into() };
+        let req = ManagerRequest::Link { handle: target.handle(), new_parent, new_name: name.into() };
         Ok(self.entry(req).await?.attr)
     }
 
     async fn setattr(&self, path: &str, mask: u8, f: impl FnOnce(&mut ManagerRequest)) -> Result<FileAttr, FsError> {
-        let handle = self.walk(path, OpenMode::None).await?.handle;
+        let handle = self.walk(path, OpenMode::None).await?.handle();
         let mut req =
             ManagerRequest::SetAttr { handle, mask, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 };
         f(&mut req);

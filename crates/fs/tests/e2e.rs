@@ -737,7 +737,7 @@ async fn flush_and_getattr_refresh_expired_capabilities_scenario() {
     assert_eq!(fs_status(to(a.open("/alice/read-only", true)).await), FsStatus::PermissionDenied, "a new open");
     // The override is the owner's only: B claiming to refresh a writer gets what the mode allows.
     let b = c.login(USER_B, PW_B).await;
-    let handle = to(b.walk("/alice/read-only", OpenMode::None)).await.unwrap().handle;
+    let handle = to(b.walk("/alice/read-only", OpenMode::None)).await.unwrap().handle();
     let req = ManagerRequest::GetAttr { handle, open: OpenMode::RefreshWrite };
     let Ok(ManagerReply::Entry(e)) = to(b.call(&req)).await else { panic!("getattr") };
     assert_eq!(e.access.expect("B may read it").rights & rights::WRITE, 0, "no write rights for B");
@@ -796,10 +796,10 @@ async fn inode_numbers_without_a_valid_handle_reach_nothing_scenario() {
     write_new(&a, "/alice/pub/open", 0o644, b"open").await;
     assert_eq!(fs_status(to(b.walk("/alice/private/secret", OpenMode::None)).await), FsStatus::PermissionDenied);
 
-    let a_secret = raw_entry(&a, walk_req("/alice/private/secret")).await.handle;
-    let a_private = raw_entry(&a, walk_req("/alice/private")).await.handle;
-    let b_home = raw_entry(&b, walk_req("/bob")).await.handle;
-    let b_open = raw_entry(&b, walk_req("/alice/pub/open")).await.handle;
+    let a_secret = raw_entry(&a, walk_req("/alice/private/secret")).await.handle();
+    let a_private = raw_entry(&a, walk_req("/alice/private")).await.handle();
+    let b_home = raw_entry(&b, walk_req("/bob")).await.handle();
+    let b_open = raw_entry(&b, walk_req("/alice/pub/open")).await.handle();
     let ino = a_secret.ino;
     assert_ne!(a_secret.mac, [0; 32]);
     // Every way B could name A's file without having reached it by name.
@@ -853,16 +853,16 @@ async fn inode_numbers_without_a_valid_handle_reach_nothing_scenario() {
 
     // The legitimate path: A's own handles work for every request B was refused.
     let e = raw_entry(&a, ManagerRequest::GetAttr { handle: a_secret, open: OpenMode::Read }).await;
-    assert_eq!((e.attr.ino, e.handle), (ino, a_secret));
+    assert_eq!((e.attr.ino, e.handle()), (ino, a_secret));
     assert!(drive_read(&e.access.expect("A may read"), 3000).await.unwrap() == secret);
-    let a_home = raw_entry(&a, walk_req("/alice")).await.handle;
+    let a_home = raw_entry(&a, walk_req("/alice")).await.handle();
     let linked = raw_entry(&a, ManagerRequest::Link { handle: a_secret, new_parent: a_home, new_name: "s2".into() });
     assert_eq!(linked.await.attr.nlink, 2);
     assert_eq!(raw_entry(&a, set_mode(a_secret, 0o640)).await.attr.mode, 0o640);
     assert_eq!(raw_entry(&a, ManagerRequest::Close { handle: a_secret }).await.attr.size, 3000);
     let listed = raw(&a, ManagerRequest::ReadDir { dir: a_private, after: String::new(), limit: 10 }).await;
     let Ok(ManagerReply::Dir { entries, .. }) = listed else { panic!("{listed:?}") };
-    assert_eq!(entries[0].1.handle, a_secret, "READDIR hands out the same handles");
+    assert_eq!(entries[0].1.handle(), a_secret, "READDIR hands out the same handles");
 
     // B's legitimately obtained handle is like an open descriptor: it keeps working after A makes
     // the directory unsearchable, but the file's own mode still decides what B may do with it.
@@ -900,7 +900,7 @@ async fn listing_without_search_permission_scenario() {
     to(a.symlink("/a/secret/target", "/alice/listable/l")).await.unwrap();
 
     // r without x: names and kinds, no attributes, targets or handles.
-    let dir = raw_entry(&b, walk_req("/alice/listable")).await.handle;
+    let dir = raw_entry(&b, walk_req("/alice/listable")).await.handle();
     let page = raw(&b, ManagerRequest::ReadDir { dir, after: String::new(), limit: 10 }).await.unwrap();
     let want = vec![("f".to_string(), FileKind::File), ("l".to_string(), FileKind::Symlink)];
     assert_eq!(page, ManagerReply::Names { names: want.clone(), more: false });
@@ -916,7 +916,7 @@ async fn listing_without_search_permission_scenario() {
     let page = raw(&b, ManagerRequest::ReadDir { dir, after: String::new(), limit: 10 }).await.unwrap();
     let ManagerReply::Dir { entries, more: false } = page else { panic!("{page:?}") };
     assert_eq!(entries[1].1.target, "/a/secret/target");
-    let f = raw_entry(&b, ManagerRequest::GetAttr { handle: entries[0].1.handle, open: OpenMode::None }).await;
+    let f = raw_entry(&b, ManagerRequest::GetAttr { handle: entries[0].1.handle(), open: OpenMode::None }).await;
     assert_eq!((f.attr.mode, f.attr.size), (0o600, 7));
     assert_eq!(to(b.readdir("/alice/listable")).await.unwrap().len(), 2);
     assert_eq!(to(b.names("/alice/listable")).await.unwrap(), want);

@@ -117,7 +117,7 @@ async fn truncate_against_chmod_scenario() {
     let bob = to(m.open_session(USER_B, PW_B)).await.unwrap();
     let walk = ManagerRequest::Walk { path: "/shared/f".into(), follow: true, open: OpenMode::None };
     let handle_for = |reply| match reply {
-        Ok(ManagerReply::Entry(e)) => e.handle,
+        Ok(ManagerReply::Entry(e)) => e.handle(),
         other => panic!("walk: {other:?}"),
     };
     let hb = handle_for(to(m.handle(&bob, walk.clone())).await);

@@ -151,7 +151,7 @@ async fn a_refused_setattr_does_not_truncate_first_scenario() {
     to(f.flush()).await.unwrap();
     to(f.close()).await.unwrap();
     // B's own handle for the file (a handle names a file only for the user it was made for).
-    let handle = to(b.walk("/shared/f", OpenMode::None)).await.unwrap().handle;
+    let handle = to(b.walk("/shared/f", OpenMode::None)).await.unwrap().handle();
 
     // B may write A's 0666 file but does not own it: a SETATTR that also
     // changes mode, owner, group or times is refused as a whole...

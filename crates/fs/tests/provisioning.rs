@@ -54,21 +54,23 @@ async fn half_provisioned_drives_are_set_up_again_and_foreign_ones_refused() {
         let Ok(ManagerReply::Entry(e)) = r else { panic!("{r:?}") };
         e
     };
-    let root = entry(m.handle(&admin, walk("/")).await).handle;
+    let root = entry(m.handle(&admin, walk("/")).await).handle();
     let dir = ManagerRequest::Mkdir { parent: root, name: "shared".into(), mode: 0o1777 };
     entry(m.handle(&admin, dir).await);
-    let shared = entry(m.handle(&alice, walk("/shared")).await).handle;
+    let shared = entry(m.handle(&alice, walk("/shared")).await).handle();
     let create =
         ManagerRequest::Create { parent: shared, name: "ro".into(), mode: 0o444, exclusive: true, truncate: false };
     let ManagerReply::Entry(e) = m.handle(&alice, create).await.unwrap() else { panic!("create") };
-    let access = e.access.expect("the creator gets a capability");
+    let access = e.access.clone().expect("the creator gets a capability");
     assert_ne!(access.rights & rights::WRITE, 0, "the creator may write what it just created");
-    m.handle(&alice, ManagerRequest::Close { handle: e.handle }).await.expect("the owner may close");
+    m.handle(&alice, ManagerRequest::Close { handle: e.handle() }).await.expect("the owner may close");
 
     m.add_user("bob", "bob-password", 1001, 1001, false).await.unwrap();
     let bob = m.open_session("bob", "bob-password").await.unwrap();
-    let (ro, shared) =
-        (entry(m.handle(&bob, walk("/shared/ro")).await).handle, entry(m.handle(&bob, walk("/shared")).await).handle);
+    let (ro, shared) = (
+        entry(m.handle(&bob, walk("/shared/ro")).await).handle(),
+        entry(m.handle(&bob, walk("/shared")).await).handle(),
+    );
     let close = m.handle(&bob, ManagerRequest::Close { handle: ro }).await.expect_err("not bob's, not writable");
     assert_eq!(close.status, FsStatus::PermissionDenied);
     let link = ManagerRequest::Link { handle: ro, new_parent: shared, new_name: "mine".into() };

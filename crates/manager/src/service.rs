@@ -8,8 +8,8 @@ use crate::{Failure, Manager};
 use nasd_meta::{Caller, Effects, Inode, SetAttrs};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::manager::{
-    set_mask, DriveUsage, Entry, Handle, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
-    MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
+    set_mask, DriveUsage, Entry, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX, MANAGER_MESSAGE_MAX,
+    READDIR_ENTRIES_MAX, USERS_MAX,
 };
 use std::sync::atomic::Ordering;
 
@@ -209,8 +209,8 @@ impl Manager {
 
     /// The reply form of `inode` for `s`, with its handle for `s`.
     fn entry_of(&self, s: &Session, inode: Inode, access: Option<nasd_proto::manager::Access>) -> Entry {
-        let handle: Handle = self.handle_for(s, inode.attr.ino);
-        Entry { attr: inode.attr, handle, target: inode.target.unwrap_or_default(), access }
+        let handle_mac = self.handle_for(s, inode.attr.ino).mac;
+        Entry { attr: inode.attr, handle_mac, target: inode.target.unwrap_or_default(), access }
     }
 
     /// Capabilities for `inode` limited to what `s` may do: read-only

@@ -17,7 +17,7 @@ fn root() -> Session {
 /// The handle `s` gets for `path` by walking to it.
 async fn walk(m: &Manager, s: &Session, path: &str) -> Handle {
     match m.handle(s, ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::None }).await {
-        Ok(ManagerReply::Entry(e)) => e.handle,
+        Ok(ManagerReply::Entry(e)) => e.handle(),
         other => panic!("walk {path}: {other:?}"),
     }
 }
@@ -42,7 +42,7 @@ async fn handles_are_checked_before_anything_else_and_bound_to_the_user() {
         assert_eq!(e.status, FsStatus::BadHandle, "{what}: {e}");
     }
     let made = match m.handle(&s, mkdir(root_dir)).await {
-        Ok(ManagerReply::Entry(e)) => e.handle,
+        Ok(ManagerReply::Entry(e)) => e.handle(),
         other => panic!("{other:?}"),
     };
     let moved = Handle { ino: made.ino, mac: root_dir.mac };
@@ -80,7 +80,7 @@ async fn readdir_replies_fit_in_one_message_with_long_symlink_targets() {
     let s = root();
     let parent = walk(&m, &s, "/").await;
     let d = match m.handle(&s, ManagerRequest::Mkdir { parent, name: "d".into(), mode: 0o755 }).await {
-        Ok(ManagerReply::Entry(e)) => e.handle,
+        Ok(ManagerReply::Entry(e)) => e.handle(),
         other => panic!("{other:?}"),
     };
     // 300 entries of ~4.4 KB: more than one message holds, fewer than one page.

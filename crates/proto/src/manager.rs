@@ -42,7 +42,7 @@ pub const USERS_MAX: usize = 4096;
 pub const HANDLE_MAC_LEN: usize = 32;
 
 const _: () = assert!(
-    READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + Handle::LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX
+    READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + HANDLE_MAC_LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX
 );
 const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(DRIVES_MAX * (4 + 2 + DRIVE_ADDR_MAX + 1 + 8 + 8) + 64 <= MANAGER_MESSAGE_MAX);
@@ -411,8 +411,9 @@ impl std::fmt::Debug for Access {
 pub struct Entry {
     /// Attributes.
     pub attr: FileAttr,
-    /// The handle that names it in later requests (its `ino` is `attr.ino`).
-    pub handle: Handle,
+    /// The MAC of the handle that names it in later requests ([`Entry::handle`];
+    /// the inode is `attr.ino`).
+    pub handle_mac: [u8; HANDLE_MAC_LEN],
     /// Symbolic-link target (empty for other kinds).
     pub target: String,
     /// Capabilities, when asked for and allowed (regular files only).
@@ -456,7 +457,7 @@ pub enum ManagerReply {
     /// `LOGIN`: who the connection is.
     LoggedIn { version: u8, uid: u32, gid: u32, admin: bool },
     /// `WALK`, `LOOKUP`, `GETATTR`, `MKDIR`, `CREATE`, `SYMLINK`, `LINK`, `SETATTR`, `CLOSE`: the entry
-    /// carries the handle of the inode for the caller.
+    /// carries the MAC of the inode's handle for the caller ([`Entry::handle`]).
     Entry(Entry),
     /// `READDIR` of a directory the caller may read and search: entries in
     /// name order; `more` if the directory has more after them.
@@ -801,13 +802,17 @@ impl Entry {
         let access = self.access.as_ref().map_or(0, |a| {
             ObjectRef::LEN + 2 + a.drive_addr.len() + a.drive_id.len() + 4 + 4 + 1 + 1 + 2 + a.token.len() + a.key.len()
         });
-        FileAttr::LEN + Handle::LEN + 2 + self.target.len() + 1 + access
+        FileAttr::LEN + HANDLE_MAC_LEN + 2 + self.target.len() + 1 + access
+    }
+
+    /// The handle that names this entry's inode in later requests.
+    pub fn handle(&self) -> Handle {
+        Handle { ino: self.attr.ino, mac: self.handle_mac }
     }
 
     fn encode(&self, w: &mut Writer) {
-        assert_eq!(self.handle.ino, self.attr.ino, "an entry's handle names another inode");
         self.attr.encode(w);
-        self.handle.encode(w);
+        w.raw(&self.handle_mac);
         w.str(&self.target);
         match &self.access {
             None => {
@@ -821,13 +826,10 @@ impl Entry {
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let attr = FileAttr::decode(r)?;
-        let handle = Handle::decode(r)?;
-        if handle.ino != attr.ino {
-            return Err(DecodeError::NotCanonical("an entry's handle names another inode"));
-        }
+        let handle_mac = r.array()?;
         let target = r.str(SYMLINK_TARGET_MAX, "target")?;
         let access = if r.bool()? { Some(Access::decode(r)?) } else { None };
-        Ok(Entry { attr, handle, target, access })
+        Ok(Entry { attr, handle_mac, target, access })
     }
 }
 

@@ -53,7 +53,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             "ENTRY with access",
             ManagerReply::Entry(Entry {
                 attr: attr(),
-                handle: handle(42),
+                handle_mac: handle(42).mac,
                 target: String::new(),
                 access: Some(access()),
             })
@@ -74,10 +74,9 @@ const VECTORS_HEX: &[&str] = &[
     "0200080000000000000002002f610101",
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
-        "020000000000000003000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868",
-        "6868686800000101000000010000000000000010000000000000000e003132372e302e302e313a37343031d0d0d0d0d0d0d0d0d0",
-        "d0d0d0d0d0d0d00b0000003075000001010400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
-        "4b4b4b",
+        "02000000000000000300000000000000686868686868686868686868686868686868686868686868686868686868686800000101",
+        "000000010000000000000010000000000000000e003132372e302e302e313a37343031d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d00b",
+        "0000003075000001010400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
     ),
     "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
     "00000b00000000000000080200010064020100660100",
@@ -188,8 +187,8 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
         any::<bool>(),
         proptest::collection::vec(any::<u8>(), 0..200),
     )
-        .prop_map(|(attr, mac, target, with, token)| Entry {
-            handle: Handle { ino: attr.ino, mac },
+        .prop_map(|(attr, handle_mac, target, with, token)| Entry {
+            handle_mac,
             attr,
             target,
             access: with.then(|| Access { token, ..access() }),
@@ -367,13 +366,13 @@ fn check_limits_refuses_what_decode_would_and_encode_cannot() {
 }
 
 #[test]
-fn an_entry_whose_handle_names_another_inode_is_refused() {
-    let entry = Entry { attr: attr(), handle: handle(42), target: String::new(), access: None };
-    let mut body = ManagerReply::Entry(entry).encode(1);
-    // status, request id, kind, then the attributes and the handle's inode number.
-    let at = 2 + 8 + 1 + FileAttr::LEN;
-    body[at] ^= 1;
-    assert_eq!(ManagerReply::decode(&body), Err(DecodeError::NotCanonical("an entry's handle names another inode")));
+fn an_entry_carries_the_mac_of_its_inodes_handle() {
+    let entry = Entry { attr: attr(), handle_mac: handle(42).mac, target: String::new(), access: None };
+    let body = ManagerReply::Entry(entry).encode(1);
+    // status, request id, kind, the attributes, then the handle's MAC: no second inode number.
+    assert_eq!(&body[2 + 8 + 1 + FileAttr::LEN..][..HANDLE_MAC_LEN], &handle(42).mac);
+    let Ok((1, Ok(ManagerReply::Entry(back)))) = ManagerReply::decode(&body) else { panic!("decodes") };
+    assert_eq!(back.handle(), handle(42));
 }
 
 #[test]
