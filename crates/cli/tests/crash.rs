@@ -39,6 +39,9 @@
 //! at the start and on failure; `NASD_CRASH_SEED=N` replays it (thread timing
 //! still varies from run to run).
 
+mod common;
+
+use common::{log_tail, Daemon};
 use nasd_client::{Auth, Credential, DriveClient};
 use nasd_crypto::Key;
 use nasd_proto::well_known::{FIRST_USER_OBJECT, PARTITION_CONTENTS};
@@ -47,10 +50,9 @@ use nasd_store::{Store, StoreOptions, VecSink};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::OpenOptions;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -453,106 +455,17 @@ async fn worker_loop(addr: SocketAddr, drive_key: &Key, out: &mut WorkerOut, see
 
 // ------------------------------------------------------------------- drive
 
-/// The drive binary running as a child process.
-struct Drive {
-    child: Option<Child>,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Drive {
-    /// Starts the drive on a free loopback port and waits until it accepts.
-    fn start(data: &Path, log: &Path, commit_interval_ms: u64) -> Drive {
-        for attempt in 1..=5 {
-            let port = TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().unwrap().port();
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let logf = OpenOptions::new().create(true).append(true).open(log).expect("drive log");
-            let child = Command::new(env!("CARGO_BIN_EXE_nasd"))
-                .arg("drive")
-                .arg("--data")
-                .arg(data)
-                .args(["--listen", &addr.to_string()])
-                .args(["--capacity", CAPACITY, "--block-size", BLOCK_SIZE])
-                .args(["--commit-interval-ms", &commit_interval_ms.to_string()])
-                .env("NASD_LOG", "warn")
-                .env_remove("NASD_CONFIG")
-                .stdin(Stdio::null())
-                .stdout(logf.try_clone().expect("drive log"))
-                .stderr(logf)
-                .spawn()
-                .expect("cannot start the nasd binary");
-            let mut drive = Drive { child: Some(child), addr, log: log.to_path_buf() };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                if let Some(status) = drive.child.as_mut().unwrap().try_wait().expect("try_wait") {
-                    drive.child = None;
-                    let tail = log_tail(log);
-                    if tail.contains("cannot listen") && attempt < 5 {
-                        break; // someone took the port in between: pick another
-                    }
-                    panic!("drive exited at startup ({status}); log:\n{tail}");
-                }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                    return drive;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "drive did not accept on {addr} within 30 s; log:\n{}",
-                    log_tail(log)
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        unreachable!("every attempt returns or panics")
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("drive running").id()
-    }
-
-    /// SIGKILL, and reap.
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("drive running");
-        child.kill().expect("SIGKILL the drive");
-        child.wait().expect("reap the drive");
-    }
-
-    /// SIGTERM, and wait (bounded) for a clean exit.
-    fn terminate(&mut self) {
-        let pid = self.pid();
-        // SAFETY: plain kill(2) on our own child, which has not been reaped.
-        let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(rc, 0, "SIGTERM: {}", std::io::Error::last_os_error());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut child = self.child.take().expect("drive running");
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                assert!(status.success(), "drive did not stop cleanly ({status}); log:\n{}", log_tail(&self.log));
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("drive ignored SIGTERM for 30 s; log:\n{}", log_tail(&self.log));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Drive {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+/// The drive binary on `data` as a child process, committing every
+/// `commit_interval_ms`, on a free loopback port.
+fn start_drive(data: &Path, log: &Path, commit_interval_ms: u64) -> Daemon {
+    let data = data.to_path_buf();
+    Daemon::start("drive", &nasd_manager::files::parent_dir(log), log, None, move |addr| {
+        let mut args: Vec<OsString> = vec!["drive".into(), "--data".into(), data.clone().into()];
+        args.extend(["--listen".into(), addr.to_string().into()]);
+        args.extend(["--capacity", CAPACITY, "--block-size", BLOCK_SIZE].map(OsString::from));
+        args.extend(["--commit-interval-ms".into(), commit_interval_ms.to_string().into()]);
+        args
+    })
 }
 
 /// Prints the seed if the test panics.
@@ -795,7 +708,7 @@ fn run_crash_test(name: &'static str, commit_interval_ms: u64) {
 
     for cycle in 1..=CYCLES {
         // ---- run the workload and kill the drive in the middle of it
-        let mut drive = Drive::start(&data, &log, commit_interval_ms);
+        let mut drive = start_drive(&data, &log, commit_interval_ms);
         let addr = drive.addr;
         if cycle == 1 {
             let key = rt
@@ -871,7 +784,7 @@ fn run_crash_test(name: &'static str, commit_interval_ms: u64) {
         );
 
         // ---- restart and check what survived
-        let mut drive = Drive::start(&data, &log, commit_interval_ms);
+        let mut drive = start_drive(&data, &log, commit_interval_ms);
         let rec =
             rt.block_on(check_recovery(drive.addr, &drive_key, &mut model, &mut gone, orphans_max)).unwrap_or_else(
                 |e| panic!("[{name}] seed {seed} cycle {cycle}: after restart:\n{e}\ndrive log:\n{}", log_tail(&log)),

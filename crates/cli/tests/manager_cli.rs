@@ -8,98 +8,22 @@ use nasd_fs::{FsClient, FsConfig};
 use nasd_manager::{Manager, ManagerConfig, Session};
 use nasd_proto::manager::{set_mask, Entry, ManagerReply, ManagerRequest, OpenMode};
 use nasd_proto::{Protection, Status};
-use std::ffi::OsString;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Longest any single step may take (a hang, not a timing assertion).
-const STEP: Duration = Duration::from_secs(120);
+mod common;
 
-/// A `nasd` daemon running as a child process, its output in a log file.
-struct Daemon {
-    child: Option<Child>,
-    addr: SocketAddr,
-    log: PathBuf,
-}
+use common::{free_addr, Daemon, DAEMON_WAIT_MAX};
+use nasd_manager::files;
 
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-impl Daemon {
-    /// Starts `nasd ARGS` (which make it listen on `addr`) and waits until it accepts.
-    fn start(log: &Path, addr: SocketAddr, args: &[OsString]) -> Daemon {
-        let logf = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_nasd"))
-            .args(args)
-            .env("NASD_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env_remove("NASD_CONFIG")
-            .env_remove("NASD_NEW_PASSWORD")
-            .stdin(Stdio::null())
-            .stdout(logf.try_clone().unwrap())
-            .stderr(logf)
-            .spawn()
-            .expect("cannot start the nasd binary");
-        let mut d = Daemon { child: Some(child), addr, log: log.to_path_buf() };
-        let deadline = Instant::now() + STEP;
-        loop {
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                d.child = None;
-                panic!("nasd {args:?} exited at startup ({status}); log:\n{}", d.output());
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return d;
-            }
-            assert!(Instant::now() < deadline, "nasd {args:?} did not listen in time; log:\n{}", d.output());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL, and reap.
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    /// SIGTERM, and wait for a clean exit.
-    fn stop(&mut self) {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
-        let deadline = Instant::now() + STEP;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "did not stop cleanly ({status}); log:\n{}", self.output());
-                return;
-            }
-            assert!(Instant::now() < deadline, "ignored SIGTERM; log:\n{}", self.output());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
+/// A standalone manager on `data`, its output in `log` (run in `log`'s directory).
 fn manager(data: &Path, log: &Path) -> Daemon {
-    let addr = free_addr();
-    let args: Vec<OsString> =
-        vec!["manager".into(), "--data".into(), data.into(), "--listen".into(), addr.to_string().into()];
-    Daemon::start(log, addr, &args)
+    let data = data.to_path_buf();
+    Daemon::start("manager", &files::parent_dir(log), log, None, move |addr| {
+        vec!["manager".into(), "--data".into(), data.clone().into(), "--listen".into(), addr.to_string().into()]
+    })
 }
 
 /// Runs `nasd ARGS` to completion.
@@ -128,7 +52,7 @@ async fn login(addr: SocketAddr, ca: &Path, user: &str, password: &str) -> Resul
         password: password.into(),
         ..Default::default()
     };
-    tokio::time::timeout(STEP, FsClient::connect(&config)).await.expect("login hung")
+    tokio::time::timeout(DAEMON_WAIT_MAX, FsClient::connect(&config)).await.expect("login hung")
 }
 
 fn password_in(file: &Path) -> String {
@@ -157,7 +81,7 @@ fn standalone_manager_prints_a_client_section_that_works() {
         "nasd ls with the printed section failed:\n{section}\n{}",
         String::from_utf8_lossy(&ls.stderr)
     );
-    m.stop();
+    m.terminate();
 }
 
 #[test]
@@ -176,14 +100,14 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     let mut m = manager(&data, &tmp.path().join("m1.log"));
     let password = password_in(&password_file);
     rt.block_on(login(m.addr, &ca, "admin", &password)).expect("the password in admin.password logs in");
-    m.stop();
+    m.terminate();
 
     // The file is lost: the manager says so and how to recover.
     std::fs::remove_file(&password_file).unwrap();
     let mut m = manager(&data, &tmp.path().join("m2.log"));
     let out = m.output();
     assert!(out.contains("admin.password does not") && out.contains("nasd admin reset-password admin --data"), "{out}");
-    m.stop();
+    m.terminate();
 
     // The offline reset writes a new password, durably, before setting it.
     let reset = nasd(&["admin", "reset-password", "admin", "--data", data.to_str().unwrap()]);
@@ -197,7 +121,7 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     rt.block_on(login(m.addr, &ca, "admin", &new_password)).expect("the reset password logs in");
     let old = rt.block_on(login(m.addr, &ca, "admin", &password)).expect_err("the old password is gone");
     assert_eq!(old.status(), Some(nasd_fs::FsStatus::BadCredentials));
-    m.stop();
+    m.terminate();
 
     let unknown = nasd(&["admin", "reset-password", "nobody", "--data", data.to_str().unwrap()]);
     assert!(!unknown.status.success());
@@ -225,7 +149,7 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     assert!(!data.join("admin.password.new").exists());
     let mut m = manager(&data, &tmp.path().join("m4.log"));
     rt.block_on(login(m.addr, &ca, "admin", &new_password)).expect("the password in the file still logs in");
-    m.stop();
+    m.terminate();
     let wrong = nasd(&["admin", "reset-password", "admin", "--data", tmp.path().to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("holds no manager metadata"));
 }
@@ -233,24 +157,29 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
 /// A drive process serving `data` on `addr`, committing only every hour: a
 /// SIGKILL loses everything not explicitly flushed.
 fn lazy_drive(data: &Path, addr: SocketAddr, log: &Path) -> Daemon {
-    let args: Vec<OsString> = vec![
-        "drive".into(),
-        "--data".into(),
-        data.into(),
-        "--listen".into(),
-        addr.to_string().into(),
-        "--capacity".into(),
-        "256MiB".into(),
-        "--commit-interval-ms".into(),
-        "3600000".into(),
-    ];
-    Daemon::start(log, addr, &args)
+    let data = data.to_path_buf();
+    let d = Daemon::start("drive", &files::parent_dir(log), log, Some(addr), move |addr| {
+        vec![
+            "drive".into(),
+            "--data".into(),
+            data.clone().into(),
+            "--listen".into(),
+            addr.to_string().into(),
+            "--capacity".into(),
+            "256MiB".into(),
+            "--commit-interval-ms".into(),
+            "3600000".into(),
+        ]
+    });
+    // The manager knows the drive by its address: a restarted drive must keep it.
+    assert_eq!(d.addr, addr, "the drive could not listen on its address again");
+    d
 }
 
 /// The master key a drive serving `drive_dir` wrote as it started listening.
 fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
     // Written as the drive starts listening: wait for a whole one.
-    let deadline = Instant::now() + STEP;
+    let deadline = Instant::now() + DAEMON_WAIT_MAX;
     loop {
         match nasd_crypto::read_key_file(&drive_dir.join("master.key")) {
             Ok(k) => return k,
@@ -347,7 +276,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
             assert_eq!(size, want, "a crashed drive must not bring truncated bytes back under the recorded size");
         }
     });
-    drive.stop();
+    drive.terminate();
 }
 
 #[test]
@@ -395,5 +324,5 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         let after = use_it().await.expect_err("a crashed drive must not bring the old access control version back");
         assert_eq!(after.status(), Some(Status::AccessRevoked));
     });
-    drive.stop();
+    drive.terminate();
 }

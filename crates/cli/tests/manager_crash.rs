@@ -48,6 +48,9 @@
 //! start and on failure; `NASD_CRASH_SEED=N` replays it (thread timing still
 //! varies from run to run).
 
+mod common;
+
+use common::{log_tail, Daemon};
 use nasd_client::{Auth, Credential, DriveClient};
 use nasd_fs::{FileAttr, FileKind, FsClient, FsConfig, FsError};
 use nasd_manager::keys::DriveKeys;
@@ -58,11 +61,8 @@ use nasd_store::{Store, StoreOptions, VecSink};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
-use std::fs::OpenOptions;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -682,108 +682,6 @@ async fn check_subtree(
 
 // ----------------------------------------------------------------- daemons
 
-/// A `nasd` daemon running as a child process.
-struct Daemon {
-    name: &'static str,
-    child: Option<Child>,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `nasd <args(addr)>` listening on `prefer` (or, if that is
-    /// taken, a free loopback port) and waits until it accepts connections.
-    fn start(
-        name: &'static str,
-        cwd: &Path,
-        log: &Path,
-        prefer: Option<SocketAddr>,
-        args: impl Fn(SocketAddr) -> Vec<OsString>,
-    ) -> Daemon {
-        for attempt in 1..=5 {
-            let addr = match prefer {
-                Some(a) if attempt == 1 => a,
-                _ => SocketAddr::from((
-                    [127, 0, 0, 1],
-                    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().unwrap().port(),
-                )),
-            };
-            let logf = OpenOptions::new().create(true).append(true).open(log).expect("daemon log");
-            let child = Command::new(env!("CARGO_BIN_EXE_nasd"))
-                .args(args(addr))
-                .current_dir(cwd)
-                .env("NASD_LOG", "info")
-                .env("NO_COLOR", "1")
-                .env_remove("NASD_CONFIG")
-                .stdin(Stdio::null())
-                .stdout(logf.try_clone().expect("daemon log"))
-                .stderr(logf)
-                .spawn()
-                .expect("cannot start the nasd binary");
-            let mut d = Daemon { name, child: Some(child), addr, log: log.to_path_buf() };
-            let deadline = Instant::now() + STEP;
-            loop {
-                if let Some(status) = d.child.as_mut().unwrap().try_wait().expect("try_wait") {
-                    d.child = None;
-                    let tail = log_tail(log);
-                    if tail.contains("cannot listen") && attempt < 5 {
-                        break; // someone took the port in between: pick another
-                    }
-                    panic!("{name} exited at startup ({status}); log:\n{tail}");
-                }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                    return d;
-                }
-                assert!(Instant::now() < deadline, "{name} did not accept on {addr} in time; log:\n{}", log_tail(log));
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        unreachable!("every attempt returns or panics")
-    }
-
-    /// SIGKILL, and reap.
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("daemon running");
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-    }
-
-    /// SIGTERM, and wait (bounded) for a clean exit.
-    fn terminate(&mut self) {
-        let mut child = self.child.take().expect("daemon running");
-        // SAFETY: plain kill(2) on our own child, which has not been reaped.
-        let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(rc, 0, "SIGTERM: {}", std::io::Error::last_os_error());
-        let deadline = Instant::now() + STEP;
-        loop {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                assert!(
-                    status.success(),
-                    "{} did not stop cleanly ({status}); log:\n{}",
-                    self.name,
-                    log_tail(&self.log)
-                );
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{} ignored SIGTERM; log:\n{}", self.name, log_tail(&self.log));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// `text` without terminal escape sequences (`ESC [ ... letter`).
 fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -800,12 +698,6 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
-}
-
-fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 fn start_manager(dir: &Path, data: &Path, config: &Path, prefer: Option<SocketAddr>) -> Daemon {

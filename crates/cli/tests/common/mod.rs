@@ -1,0 +1,136 @@
+//! The `nasd` binary as a child process, for the tests that start real
+//! daemons: start on a loopback port and wait until it accepts, SIGKILL,
+//! SIGTERM with a bounded wait for a clean exit, and the daemon's log.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest a daemon may take to start listening or to stop after SIGTERM
+/// (a hang, not a timing assertion).
+pub const DAEMON_WAIT_MAX: Duration = Duration::from_secs(120);
+/// Ports tried before giving up when the chosen one is taken meanwhile.
+const PORT_ATTEMPTS: usize = 5;
+
+/// A free loopback address (free now; a daemon may still lose it to another).
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().unwrap()
+}
+
+/// A `nasd` daemon running as a child process, its output in a log file.
+pub struct Daemon {
+    pub name: &'static str,
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `nasd <args(addr)>` in `cwd`, listening on `prefer` (or, if
+    /// that is taken, a free loopback port), and waits until it accepts
+    /// connections. Its output is appended to `log`.
+    pub fn start(
+        name: &'static str,
+        cwd: &Path,
+        log: &Path,
+        prefer: Option<SocketAddr>,
+        args: impl Fn(SocketAddr) -> Vec<OsString>,
+    ) -> Daemon {
+        for attempt in 1..=PORT_ATTEMPTS {
+            let addr = match prefer {
+                Some(a) if attempt == 1 => a,
+                _ => free_addr(),
+            };
+            let logf = OpenOptions::new().create(true).append(true).open(log).expect("daemon log");
+            let child = Command::new(env!("CARGO_BIN_EXE_nasd"))
+                .args(args(addr))
+                .current_dir(cwd)
+                .env("NASD_LOG", "info")
+                .env("NO_COLOR", "1")
+                .env_remove("NASD_CONFIG")
+                .env_remove("NASD_NEW_PASSWORD")
+                .env_remove("NASD_PASSWORD")
+                .stdin(Stdio::null())
+                .stdout(logf.try_clone().expect("daemon log"))
+                .stderr(logf)
+                .spawn()
+                .expect("cannot start the nasd binary");
+            let mut d = Daemon { name, child: Some(child), addr, log: log.to_path_buf() };
+            let deadline = Instant::now() + DAEMON_WAIT_MAX;
+            loop {
+                if let Some(status) = d.child.as_mut().unwrap().try_wait().expect("try_wait") {
+                    d.child = None;
+                    let tail = log_tail(log);
+                    if tail.contains("cannot listen") && attempt < PORT_ATTEMPTS {
+                        break; // someone took the port in between: pick another
+                    }
+                    panic!("{name} exited at startup ({status}); log:\n{tail}");
+                }
+                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                    return d;
+                }
+                assert!(Instant::now() < deadline, "{name} did not accept on {addr} in time; log:\n{}", log_tail(log));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        unreachable!("every attempt returns or panics")
+    }
+
+    /// Everything the daemon wrote so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The end of the daemon's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+
+    /// SIGTERM, and wait (bounded) for a clean exit.
+    pub fn terminate(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        // SAFETY: plain kill(2) on our own child, which has not been reaped.
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM: {}", std::io::Error::last_os_error());
+        let deadline = Instant::now() + DAEMON_WAIT_MAX;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                assert!(status.success(), "{} did not stop cleanly ({status}); log:\n{}", self.name, self.log_tail());
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} ignored SIGTERM; log:\n{}", self.name, self.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The last 40 lines of `log`.
+pub fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
