@@ -123,9 +123,7 @@ async fn rot_on_disk_is_caught_by_the_client() {
     let data = vec![0x5au8; (16 * BS) as usize];
     d.client.write(1, obj, &[Region { offset: 0, length: data.len() as u64 }], &data).await.unwrap();
     d.client.flush(1, &[obj]).await.unwrap();
-    let phys = d.store.block_map(1, obj).unwrap()[3].1.phys;
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(d.store.dir().join("blocks.dat")).unwrap();
-    f.write_all_at(&[0xa5], phys * BS + 17).unwrap();
+    d.rot(obj, 3, 17, 0x5a ^ 0xa5);
 
     // Plain INTEGRITY_DATA: the drive checks the stored digest and refuses.
     let auth = d.client.auth().clone();

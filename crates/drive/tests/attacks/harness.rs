@@ -1052,19 +1052,22 @@ fn pump_requests(mut from: TcpStream, mut to: TcpStream, capture: Capture, tampe
     let _ = to.shutdown(Shutdown::Write);
 }
 
+/// Reads one whole frame (header, body, data and tags) from `from`; None at
+/// the end of the stream or on a header that does not decode.
+fn read_frame(from: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut frame = vec![0u8; HEADER_LEN];
+    from.read_exact(&mut frame).ok()?;
+    let h = FrameHeader::decode(frame[..].try_into().unwrap()).ok()?;
+    let rest = h.body_len() + (h.data_len + h.chunk_count() * h.protection.data_tag_len() as u64) as usize;
+    frame.resize(HEADER_LEN + rest, 0);
+    from.read_exact(&mut frame[HEADER_LEN..]).ok()?;
+    Some(frame)
+}
+
 /// Forwards request frames one by one, flipping the bytes `tamper` names.
 fn tamper_requests(from: &mut TcpStream, to: &mut TcpStream, capture: &Capture, tamper: Tamper) {
     for index in 0.. {
-        let mut frame = vec![0u8; HEADER_LEN];
-        if from.read_exact(&mut frame).is_err() {
-            break;
-        }
-        let Ok(h) = FrameHeader::decode(frame[..].try_into().unwrap()) else { break };
-        let rest = h.body_len() + (h.data_len + h.chunk_count() * h.protection.data_tag_len() as u64) as usize;
-        frame.resize(HEADER_LEN + rest, 0);
-        if from.read_exact(&mut frame[HEADER_LEN..]).is_err() {
-            break;
-        }
+        let Some(mut frame) = read_frame(from) else { break };
         if let Some((offset, mask)) = tamper.request_flip(index) {
             assert!(offset < frame.len(), "tamper offset {offset} beyond a {}-byte request", frame.len());
             frame[offset] ^= mask;
@@ -1079,16 +1082,7 @@ fn tamper_requests(from: &mut TcpStream, to: &mut TcpStream, capture: &Capture, 
 fn pump_replies(mut from: TcpStream, mut to: TcpStream, tamper: Option<Tamper>, capture: Capture) {
     let mut previous: Option<Vec<u8>> = None;
     for index in 0.. {
-        let mut frame = vec![0u8; HEADER_LEN];
-        if from.read_exact(&mut frame).is_err() {
-            break;
-        }
-        let Ok(h) = FrameHeader::decode(frame[..].try_into().unwrap()) else { break };
-        let rest = h.body_len() + (h.data_len + h.chunk_count() * h.protection.data_tag_len() as u64) as usize;
-        frame.resize(HEADER_LEN + rest, 0);
-        if from.read_exact(&mut frame[HEADER_LEN..]).is_err() {
-            break;
-        }
+        let Some(frame) = read_frame(&mut from) else { break };
         let mut out = frame.clone();
         let mut last = false;
         match tamper {
