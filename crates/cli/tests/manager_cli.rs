@@ -9,7 +9,7 @@ use nasd_manager::{Manager, ManagerConfig, Session};
 use nasd_proto::manager::{set_mask, Entry, ManagerReply, ManagerRequest, OpenMode};
 use nasd_proto::{Protection, Status};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -154,8 +154,32 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("holds no manager metadata"));
 }
 
-/// A drive process serving `data` on `addr`, committing only every hour: a
-/// SIGKILL loses everything not explicitly flushed.
+/// A drive process in `dir`/drive on a fixed loopback address, committing
+/// only every hour: a SIGKILL loses everything not explicitly flushed.
+struct LazyDrive {
+    data: PathBuf,
+    log: PathBuf,
+    addr: SocketAddr,
+    daemon: Daemon,
+    /// The master key the drive made as it first started.
+    master: nasd_crypto::Key,
+}
+
+impl LazyDrive {
+    fn start(dir: &Path) -> LazyDrive {
+        let (data, log, addr) = (dir.join("drive"), dir.join("drive.log"), free_addr());
+        let daemon = lazy_drive(&data, addr, &log);
+        let master = master_key(&data);
+        LazyDrive { data, log, addr, daemon, master }
+    }
+
+    /// SIGKILL, and start again on the same data and address.
+    fn crash_and_restart(&mut self) {
+        self.daemon.kill();
+        self.daemon = lazy_drive(&self.data, self.addr, &self.log);
+    }
+}
+
 fn lazy_drive(data: &Path, addr: SocketAddr, log: &Path) -> Daemon {
     let data = data.to_path_buf();
     let d = Daemon::start("drive", &files::parent_dir(log), log, Some(addr), move |addr| {
@@ -189,7 +213,6 @@ fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
     }
 }
 
-/// A drive connection using the capability in `access`.
 async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::Access) -> DriveClient {
     let mut c = DriveClient::connect(addr).await.expect("connect");
     let credential = Credential::Capability {
@@ -221,12 +244,10 @@ async fn manager_with_admin(
 #[test]
 fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
     let tmp = tempfile::tempdir().unwrap();
-    let drive_dir = tmp.path().join("drive");
-    let addr = free_addr();
-    let mut drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
-    let master = master_key(&drive_dir);
+    let mut drive = LazyDrive::start(tmp.path());
+    let addr = drive.addr;
     runtime().block_on(async {
-        let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &master).await;
+        let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &drive.master).await;
         // Two files of 4 KiB each, durable on the drive.
         let mut files = Vec::new();
         for name in ["by-setattr", "by-create"] {
@@ -268,27 +289,24 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
         m.handle(&admin, recreate).await.expect("create with truncate");
 
         // ...and the drive dies right after, well inside its commit interval.
-        drive.kill();
-        drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
+        drive.crash_and_restart();
         for ((_, access), want) in files.iter().zip([100, 0]) {
             let mut c = capability_client(addr, access).await;
             let size = c.getattr(access.object.partition, access.object.object).await.expect("getattr").logical_size;
             assert_eq!(size, want, "a crashed drive must not bring truncated bytes back under the recorded size");
         }
     });
-    drive.terminate();
+    drive.daemon.terminate();
 }
 
 #[test]
 fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
     let tmp = tempfile::tempdir().unwrap();
-    let drive_dir = tmp.path().join("drive");
-    let addr = free_addr();
-    let mut drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
-    let master = master_key(&drive_dir);
+    let mut drive = LazyDrive::start(tmp.path());
+    let addr = drive.addr;
     runtime().block_on(async {
         // No maintenance task: nothing but the request itself may make the revocation durable.
-        let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &master).await;
+        let (m, admin, root) = manager_with_admin(&tmp.path().join("manager"), addr, &drive.master).await;
         let create = ManagerRequest::Create {
             parent: root.handle(),
             name: "f".into(),
@@ -319,10 +337,9 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         assert_eq!(use_it().await.expect_err("revoked").status(), Some(Status::AccessRevoked));
 
         // ...and the drive dies right after, well inside its commit interval.
-        drive.kill();
-        drive = lazy_drive(&drive_dir, addr, &tmp.path().join("drive.log"));
+        drive.crash_and_restart();
         let after = use_it().await.expect_err("a crashed drive must not bring the old access control version back");
         assert_eq!(after.status(), Some(Status::AccessRevoked));
     });
-    drive.terminate();
+    drive.daemon.terminate();
 }
