@@ -24,6 +24,7 @@ pub mod codec;
 mod error;
 pub mod fs;
 mod header;
+pub mod layout;
 pub mod limits;
 pub mod manager;
 mod ops;

@@ -10,6 +10,8 @@
 
 use crate::codec::{Reader, Writer};
 use crate::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, MODE_MASK, PATH_MAX, SYMLINK_TARGET_MAX};
+use crate::layout::{Component, ComponentState, Layout, COMPONENTS_MAX};
+use crate::limits::NAME_LEN_MAX;
 use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
 use crate::DecodeError;
 
@@ -40,6 +42,14 @@ pub const USERS_MAX: usize = 4096;
 
 /// Length of a file handle's MAC, in bytes.
 pub const HANDLE_MAC_LEN: usize = 32;
+/// Most dirty file ranges one `COMMIT` reports (a writer that touched more
+/// reports ranges covering them).
+pub const DIRTY_RANGES_MAX: usize = 64;
+/// Encoded length of a [`ComponentAccess`] at most: object, state, the
+/// longest address, identity, the longest token, key.
+pub const COMPONENT_ACCESS_LEN_MAX: usize = ObjectRef::LEN + 1 + 2 + DRIVE_ADDR_MAX + 16 + 2 + CAPABILITY_LEN_MAX + 32;
+/// Encoded length of a [`FileAccess`] at most.
+pub const FILE_ACCESS_LEN_MAX: usize = Layout::LEN + 4 + 4 + 4 + 1 + 1 + 2 + COMPONENTS_MAX * COMPONENT_ACCESS_LEN_MAX;
 
 const _: () = assert!(
     READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + HANDLE_MAC_LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX
@@ -48,6 +58,9 @@ const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MA
 const _: () = assert!(DRIVES_MAX * (4 + 2 + DRIVE_ADDR_MAX + 1 + 8 + 8) + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(USERS_MAX * (2 + USER_NAME_MAX + 4 + 4 + 1) + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(LOGIN_MESSAGE_MAX == 1103 && LOGIN_MESSAGE_MAX <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(FileAttr::LEN + HANDLE_MAC_LEN + 2 + SYMLINK_TARGET_MAX + 1 + FILE_ACCESS_LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(DRIVES_MAX * DriveStatus::LEN_MAX + 256 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(COMPONENTS_MAX * (Component::LEN + 2 + DRIVE_ADDR_MAX) + 64 <= MANAGER_MESSAGE_MAX);
 
 /// Operation codes of the manager protocol.
 #[allow(missing_docs)]
@@ -65,12 +78,18 @@ pub mod manager_opcode {
     pub const RMDIR: u16 = 0x000B;
     pub const RENAME: u16 = 0x000C;
     pub const SETATTR: u16 = 0x000D;
-    pub const CLOSE: u16 = 0x000E;
+    pub const COMMIT: u16 = 0x000E;
     pub const STATFS: u16 = 0x000F;
+    pub const BEGIN_WRITE: u16 = 0x0010;
+    pub const GET_LAYOUT: u16 = 0x0011;
+    pub const SET_LAYOUT: u16 = 0x0012;
+    pub const CLUSTER_STATUS: u16 = 0x0013;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
     pub const ADD_DRIVE: u16 = 0x0104;
+    pub const SET_DRIVE_STATE: u16 = 0x0105;
+    pub const REPAIR: u16 = 0x0106;
 }
 
 /// What access a caller asks capabilities for with a name lookup.
@@ -166,6 +185,52 @@ pub mod set_mask {
     pub const ALL: u8 = (1 << 6) - 1;
 }
 
+/// Whether a drive is in service (`SET_DRIVE_STATE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DriveState {
+    /// In service: new components are placed on it.
+    In = 0,
+    /// Out of service: nothing new is placed on it, and its components are
+    /// rebuilt on other drives (to replace or retire it).
+    Out = 1,
+}
+
+impl DriveState {
+    fn decode(code: u8) -> Result<Self, DecodeError> {
+        match code {
+            0 => Ok(DriveState::In),
+            1 => Ok(DriveState::Out),
+            _ => Err(DecodeError::NotCanonical("unknown drive state")),
+        }
+    }
+}
+
+/// What `REPAIR` starts. Each runs in the background; `CLUSTER_STATUS`
+/// shows its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RepairAction {
+    /// Rebuild every stale or lost component now (without waiting for the
+    /// rebuild delay after a drive went down).
+    Rebuild = 1,
+    /// Scrub every drive and heal the rotten blocks found from redundancy.
+    Scrub = 2,
+    /// Move components so every drive holds its share (after adding drives).
+    Rebalance = 3,
+}
+
+impl RepairAction {
+    fn decode(code: u8) -> Result<Self, DecodeError> {
+        match code {
+            1 => Ok(RepairAction::Rebuild),
+            2 => Ok(RepairAction::Scrub),
+            3 => Ok(RepairAction::Rebalance),
+            _ => Err(DecodeError::NotCanonical("unknown repair action")),
+        }
+    }
+}
+
 /// A request to the manager. `Debug` shows every argument except passwords
 /// and keys (redacted), so a request may be logged with `{:?}`.
 #[allow(missing_docs)]
@@ -251,12 +316,35 @@ pub enum ManagerRequest {
         atime_ns: i64,
         mtime_ns: i64,
     },
-    /// A writer is done: the manager reads the object's size from the drive.
-    Close {
+    /// A writer checkpoints or is done: the manager commits write
+    /// transaction `txn` (0: none open), records the file's size as at
+    /// least `written_end` and at least what its data components hold, and
+    /// marks the `missed` components stale over the `dirty` file ranges.
+    Commit {
         handle: Handle,
+        txn: u64,
+        written_end: u64,
+        missed: Vec<u8>,
+        dirty: Vec<(u64, u64)>,
     },
     /// Space and drives.
     StatFs,
+    /// Open a write transaction on a file before writing it.
+    BeginWrite {
+        handle: Handle,
+    },
+    /// A file's or directory's layout (a directory's: what new files in it get).
+    GetLayout {
+        handle: Handle,
+    },
+    /// Set a directory's layout for new files (`None`: inherit from the
+    /// parent again), or re-place an empty file with `layout`.
+    SetLayout {
+        handle: Handle,
+        layout: Option<Layout>,
+    },
+    /// The cluster map, drive health and repair progress.
+    ClusterStatus,
     /// Administrator: add a user.
     AddUser {
         name: String,
@@ -277,6 +365,16 @@ pub enum ManagerRequest {
     AddDrive {
         addr: String,
         master_key: [u8; 32],
+    },
+    /// Administrator: take a drive out of service (its components are
+    /// rebuilt elsewhere) or back in.
+    SetDriveState {
+        drive: u32,
+        state: DriveState,
+    },
+    /// Administrator: start a repair task now.
+    Repair {
+        action: RepairAction,
     },
 }
 
@@ -350,8 +448,25 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("atime_ns", atime_ns)
                 .field("mtime_ns", mtime_ns)
                 .finish(),
-            R::Close { handle } => f.debug_struct("Close").field("handle", handle).finish(),
+            R::Commit { handle, txn, written_end, missed, dirty } => f
+                .debug_struct("Commit")
+                .field("handle", handle)
+                .field("txn", txn)
+                .field("written_end", written_end)
+                .field("missed", missed)
+                .field("dirty", dirty)
+                .finish(),
             R::StatFs => f.write_str("StatFs"),
+            R::BeginWrite { handle } => f.debug_struct("BeginWrite").field("handle", handle).finish(),
+            R::GetLayout { handle } => f.debug_struct("GetLayout").field("handle", handle).finish(),
+            R::SetLayout { handle, layout } => {
+                f.debug_struct("SetLayout").field("handle", handle).field("layout", layout).finish()
+            }
+            R::ClusterStatus => f.write_str("ClusterStatus"),
+            R::SetDriveState { drive, state } => {
+                f.debug_struct("SetDriveState").field("drive", drive).field("state", state).finish()
+            }
+            R::Repair { action } => f.debug_struct("Repair").field("action", action).finish(),
             R::AddUser { name, password: _, uid, gid, admin } => f
                 .debug_struct("AddUser")
                 .field("name", name)
@@ -371,39 +486,145 @@ impl std::fmt::Debug for ManagerRequest {
     }
 }
 
-/// A capability for one file's object, as the manager hands it out.
+/// Capabilities for every component object of a file, as the manager hands
+/// them out with a lookup (one round trip): the layout, and per component
+/// its binding (drive address and identity) and capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAccess {
+    /// How the file's bytes map onto the components.
+    pub layout: Layout,
+    /// The cluster map epoch the capabilities were minted under; a drive
+    /// whose map moved past it answers `MAP_EPOCH_MOVED`.
+    pub map_epoch: u32,
+    /// `rights` bits of every capability.
+    pub rights: u32,
+    /// How long they are valid, in milliseconds from when the manager sent them.
+    pub lifetime_ms: u32,
+    /// Least protection the drives accept with them (`Protection` bits).
+    pub min_protection: u8,
+    /// MAC algorithm id of the capabilities.
+    pub algorithm: u8,
+    /// One per component, in component order (`layout.components()` of them).
+    pub components: Vec<ComponentAccess>,
+}
+
+/// One component's binding and capability.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Access {
+pub struct ComponentAccess {
     /// The object.
     pub object: ObjectRef,
+    /// Whether it may be read (or used at all).
+    pub state: ComponentState,
     /// The drive's address (`host:port`).
     pub drive_addr: String,
     /// The drive's identity (checked against its `HELLO`).
     pub drive_id: [u8; 16],
-    /// `rights` bits of the capability.
-    pub rights: u32,
-    /// How long it is valid, in milliseconds from when the manager sent it.
-    pub lifetime_ms: u32,
-    /// Least protection the drive accepts with it (`Protection` bits).
-    pub min_protection: u8,
-    /// MAC algorithm id of the capability.
-    pub algorithm: u8,
     /// The capability token (opaque to the client).
     pub token: Vec<u8>,
     /// The capability key.
     pub key: [u8; 32],
 }
 
-impl std::fmt::Debug for Access {
+impl std::fmt::Debug for ComponentAccess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Access")
+        f.debug_struct("ComponentAccess")
             .field("object", &self.object)
+            .field("state", &self.state)
             .field("drive_addr", &self.drive_addr)
-            .field("rights", &self.rights)
-            .field("lifetime_ms", &self.lifetime_ms)
             .field("key", &"<redacted>")
             .finish()
     }
+}
+
+/// A drive in a `CLUSTER_STATUS` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveStatus {
+    /// The manager's number for it.
+    pub drive: u32,
+    /// Its address.
+    pub addr: String,
+    /// Its failure domain (drives sharing one fail together; empty: its own).
+    pub failure_domain: String,
+    /// In or out of service.
+    pub state: DriveState,
+    /// Whether it answers heartbeats.
+    pub up: bool,
+    /// Capacity in bytes (as last reported).
+    pub capacity_bytes: u64,
+    /// Bytes in use (as last reported).
+    pub used_bytes: u64,
+    /// Component objects of files it holds.
+    pub components: u64,
+}
+
+impl DriveStatus {
+    /// Longest encoding.
+    pub const LEN_MAX: usize = 4 + 2 + DRIVE_ADDR_MAX + 2 + NAME_LEN_MAX + 1 + 1 + 8 + 8 + 8;
+}
+
+/// Progress of a background task: 0 of 0 when idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Progress {
+    /// Files done.
+    pub files_done: u64,
+    /// Files to do in all.
+    pub files_total: u64,
+    /// Bytes done.
+    pub bytes_done: u64,
+    /// Bytes to do in all.
+    pub bytes_total: u64,
+}
+
+impl Progress {
+    fn encode(&self, w: &mut Writer) {
+        w.u64(self.files_done).u64(self.files_total).u64(self.bytes_done).u64(self.bytes_total);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(Progress { files_done: r.u64()?, files_total: r.u64()?, bytes_done: r.u64()?, bytes_total: r.u64()? })
+    }
+}
+
+/// What the last scrub found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScrubSummary {
+    /// Blocks read and checked on every drive.
+    pub blocks_checked: u64,
+    /// Blocks that failed their stored digest.
+    pub corrupt: u64,
+    /// Of those, rewritten from redundancy.
+    pub healed: u64,
+    /// Of those, in files without redundancy left to heal them from.
+    pub unrecoverable: u64,
+}
+
+/// The cluster as the manager sees it (`CLUSTER_STATUS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The cluster map epoch (changes with every change of drives or health).
+    pub map_epoch: u32,
+    /// Every drive.
+    pub drives: Vec<DriveStatus>,
+    /// Files with a component that is stale or on a drive that is down.
+    pub files_degraded: u64,
+    /// Rebuilding of stale and lost components.
+    pub rebuild: Progress,
+    /// Moving components onto new drives.
+    pub rebalance: Progress,
+    /// Scrubbing: blocks as `bytes`, drives as `files`.
+    pub scrub: Progress,
+    /// The last finished scrub.
+    pub last_scrub: ScrubSummary,
+}
+
+/// A file's or directory's layout (`GET_LAYOUT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutInfo {
+    /// The layout (a directory's: what new files in it get).
+    pub layout: Layout,
+    /// Set on this inode itself (a directory's may be inherited).
+    pub explicit: bool,
+    /// A file's components with their drive addresses (none for directories).
+    pub components: Vec<(Component, String)>,
 }
 
 /// An inode as a reply carries it.
@@ -417,7 +638,7 @@ pub struct Entry {
     /// Symbolic-link target (empty for other kinds).
     pub target: String,
     /// Capabilities, when asked for and allowed (regular files only).
-    pub access: Option<Access>,
+    pub access: Option<FileAccess>,
 }
 
 /// One drive in a `STATFS` reply.
@@ -473,6 +694,13 @@ pub enum ManagerReply {
     Users(Vec<UserInfo>),
     /// `ADD_DRIVE`: the number the manager gave it.
     DriveAdded { drive: u32 },
+    /// `BEGIN_WRITE`: the transaction to write under, and how long it may
+    /// stay open (a writer commits before then; the manager aborts it after).
+    Began { txn: u64, lease_ms: u32 },
+    /// `GET_LAYOUT`.
+    Layout(LayoutInfo),
+    /// `CLUSTER_STATUS`.
+    Status(ClusterStatus),
 }
 
 fn name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
@@ -497,8 +725,14 @@ impl ManagerRequest {
             ManagerRequest::Rmdir { .. } => RMDIR,
             ManagerRequest::Rename { .. } => RENAME,
             ManagerRequest::SetAttr { .. } => SETATTR,
-            ManagerRequest::Close { .. } => CLOSE,
+            ManagerRequest::Commit { .. } => COMMIT,
             ManagerRequest::StatFs => STATFS,
+            ManagerRequest::BeginWrite { .. } => BEGIN_WRITE,
+            ManagerRequest::GetLayout { .. } => GET_LAYOUT,
+            ManagerRequest::SetLayout { .. } => SET_LAYOUT,
+            ManagerRequest::ClusterStatus => CLUSTER_STATUS,
+            ManagerRequest::SetDriveState { .. } => SET_DRIVE_STATE,
+            ManagerRequest::Repair { .. } => REPAIR,
             ManagerRequest::AddUser { .. } => ADD_USER,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
@@ -518,7 +752,12 @@ impl ManagerRequest {
             | R::Unlink { parent, .. }
             | R::Rmdir { parent, .. } => vec![*parent],
             R::ReadDir { dir, .. } => vec![*dir],
-            R::GetAttr { handle, .. } | R::SetAttr { handle, .. } | R::Close { handle } => vec![*handle],
+            R::GetAttr { handle, .. }
+            | R::SetAttr { handle, .. }
+            | R::Commit { handle, .. }
+            | R::BeginWrite { handle }
+            | R::GetLayout { handle }
+            | R::SetLayout { handle, .. } => vec![*handle],
             R::Link { handle, new_parent, .. } => vec![*handle, *new_parent],
             R::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
             R::Login { .. }
@@ -527,7 +766,10 @@ impl ManagerRequest {
             | R::AddUser { .. }
             | R::ListUsers
             | R::SetPassword { .. }
-            | R::AddDrive { .. } => Vec::new(),
+            | R::AddDrive { .. }
+            | R::ClusterStatus
+            | R::SetDriveState { .. }
+            | R::Repair { .. } => Vec::new(),
         }
     }
 
@@ -547,8 +789,14 @@ impl ManagerRequest {
             ManagerRequest::Rmdir { .. } => "rmdir",
             ManagerRequest::Rename { .. } => "rename",
             ManagerRequest::SetAttr { .. } => "setattr",
-            ManagerRequest::Close { .. } => "close",
+            ManagerRequest::Commit { .. } => "commit",
             ManagerRequest::StatFs => "statfs",
+            ManagerRequest::BeginWrite { .. } => "begin-write",
+            ManagerRequest::GetLayout { .. } => "get-layout",
+            ManagerRequest::SetLayout { .. } => "set-layout",
+            ManagerRequest::ClusterStatus => "cluster-status",
+            ManagerRequest::SetDriveState { .. } => "set-drive-state",
+            ManagerRequest::Repair { .. } => "repair",
             ManagerRequest::AddUser { .. } => "add-user",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
@@ -594,7 +842,33 @@ impl ManagerRequest {
                 within("name", new_name, FILE_NAME_MAX)
             }
             R::AddDrive { addr, .. } => within("drive address", addr, DRIVE_ADDR_MAX),
-            R::GetAttr { .. } | R::SetAttr { .. } | R::Close { .. } | R::StatFs | R::ListUsers => Ok(()),
+            R::Commit { missed, dirty, .. } => {
+                if missed.len() > COMPONENTS_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "missed components",
+                        len: missed.len() as u64,
+                        max: COMPONENTS_MAX as u64,
+                    });
+                }
+                if dirty.len() > DIRTY_RANGES_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "dirty ranges",
+                        len: dirty.len() as u64,
+                        max: DIRTY_RANGES_MAX as u64,
+                    });
+                }
+                Ok(())
+            }
+            R::GetAttr { .. }
+            | R::SetAttr { .. }
+            | R::StatFs
+            | R::ListUsers
+            | R::BeginWrite { .. }
+            | R::GetLayout { .. }
+            | R::SetLayout { .. }
+            | R::ClusterStatus
+            | R::SetDriveState { .. }
+            | R::Repair { .. } => Ok(()),
         }
     }
 
@@ -657,10 +931,34 @@ impl ManagerRequest {
                 w.u8(*mask).u32(*mode).u32(*uid).u32(*gid).u64(*size);
                 w.u64(*atime_ns as u64).u64(*mtime_ns as u64);
             }
-            ManagerRequest::Close { handle } => {
+            ManagerRequest::Commit { handle, txn, written_end, missed, dirty } => {
+                handle.encode(&mut w);
+                w.u64(*txn).u64(*written_end).u16(missed.len() as u16);
+                for m in missed {
+                    w.u8(*m);
+                }
+                w.u16(dirty.len() as u16);
+                for (offset, length) in dirty {
+                    w.u64(*offset).u64(*length);
+                }
+            }
+            ManagerRequest::BeginWrite { handle } | ManagerRequest::GetLayout { handle } => {
                 handle.encode(&mut w);
             }
-            ManagerRequest::StatFs | ManagerRequest::ListUsers => {}
+            ManagerRequest::SetLayout { handle, layout } => {
+                handle.encode(&mut w);
+                w.bool(layout.is_some());
+                if let Some(l) = layout {
+                    l.encode(&mut w);
+                }
+            }
+            ManagerRequest::SetDriveState { drive, state } => {
+                w.u32(*drive).u8(*state as u8);
+            }
+            ManagerRequest::Repair { action } => {
+                w.u8(*action as u8);
+            }
+            ManagerRequest::StatFs | ManagerRequest::ListUsers | ManagerRequest::ClusterStatus => {}
             ManagerRequest::AddUser { name, password, uid, gid, admin } => {
                 w.str(name).str(password).u32(*uid).u32(*gid).bool(*admin);
             }
@@ -743,8 +1041,20 @@ impl ManagerRequest {
                     mtime_ns: r.u64()? as i64,
                 }
             }
-            CLOSE => ManagerRequest::Close { handle: Handle::decode(&mut r)? },
+            COMMIT => decode_commit(&mut r)?,
             STATFS => ManagerRequest::StatFs,
+            BEGIN_WRITE => ManagerRequest::BeginWrite { handle: Handle::decode(&mut r)? },
+            GET_LAYOUT => ManagerRequest::GetLayout { handle: Handle::decode(&mut r)? },
+            SET_LAYOUT => {
+                let handle = Handle::decode(&mut r)?;
+                let layout = if r.bool()? { Some(Layout::decode(&mut r)?) } else { None };
+                ManagerRequest::SetLayout { handle, layout }
+            }
+            CLUSTER_STATUS => ManagerRequest::ClusterStatus,
+            SET_DRIVE_STATE => {
+                ManagerRequest::SetDriveState { drive: r.u32()?, state: DriveState::decode(r.u8()?)? }
+            }
+            REPAIR => ManagerRequest::Repair { action: RepairAction::decode(r.u8()?)? },
             ADD_USER => ManagerRequest::AddUser {
                 name: r.str(USER_NAME_MAX, "user")?,
                 password: r.str(PASSWORD_MAX, "password")?,
@@ -767,6 +1077,30 @@ impl ManagerRequest {
     }
 }
 
+fn decode_commit(r: &mut Reader<'_>) -> Result<ManagerRequest, DecodeError> {
+    let handle = Handle::decode(r)?;
+    let (txn, written_end) = (r.u64()?, r.u64()?);
+    let n = r.count(COMPONENTS_MAX, "missed components")?;
+    let mut missed = Vec::with_capacity(n);
+    for _ in 0..n {
+        let m = r.u8()?;
+        if m as usize >= COMPONENTS_MAX || missed.last().is_some_and(|&prev| prev >= m) {
+            return Err(DecodeError::NotCanonical("missed components must be ascending component indexes"));
+        }
+        missed.push(m);
+    }
+    let n = r.count(DIRTY_RANGES_MAX, "dirty ranges")?;
+    let mut dirty = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (offset, length) = (r.u64()?, r.u64()?);
+        if length == 0 || offset.checked_add(length).is_none_or(|end| end > crate::limits::OBJECT_SIZE_MAX) {
+            return Err(DecodeError::NotCanonical("dirty range empty or past OBJECT_SIZE_MAX"));
+        }
+        dirty.push((offset, length));
+    }
+    Ok(ManagerRequest::Commit { handle, txn, written_end, missed, dirty })
+}
+
 fn mode(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
     let mode = r.u32()?;
     if mode & !MODE_MASK != 0 {
@@ -775,33 +1109,134 @@ fn mode(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
     Ok(mode)
 }
 
-impl Access {
+impl ComponentAccess {
+    /// Bytes of the canonical encoding.
+    pub fn encoded_len(&self) -> usize {
+        Component::LEN + 2 + self.drive_addr.len() + 16 + 2 + self.token.len() + 32
+    }
     fn encode(&self, w: &mut Writer) {
-        self.object.encode(w);
-        w.str(&self.drive_addr).raw(&self.drive_id).u32(self.rights).u32(self.lifetime_ms);
-        w.u8(self.min_protection).u8(self.algorithm).bytes(&self.token).raw(&self.key);
+        Component { object: self.object, state: self.state }.encode(w);
+        w.str(&self.drive_addr).raw(&self.drive_id).bytes(&self.token).raw(&self.key);
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Access {
-            object: ObjectRef::decode(r)?,
+        let c = Component::decode(r)?;
+        Ok(ComponentAccess {
+            object: c.object,
+            state: c.state,
             drive_addr: r.str(DRIVE_ADDR_MAX, "drive address")?,
             drive_id: r.array()?,
-            rights: r.u32()?,
-            lifetime_ms: r.u32()?,
-            min_protection: r.u8()?,
-            algorithm: r.u8()?,
             token: r.bytes(CAPABILITY_LEN_MAX, "capability")?.to_vec(),
             key: r.array()?,
         })
     }
 }
 
+impl FileAccess {
+    /// Bytes of the canonical encoding.
+    pub fn encoded_len(&self) -> usize {
+        Layout::LEN + 4 + 4 + 4 + 1 + 1 + 2 + self.components.iter().map(ComponentAccess::encoded_len).sum::<usize>()
+    }
+    fn encode(&self, w: &mut Writer) {
+        assert_eq!(self.components.len(), self.layout.components(), "one access per component");
+        self.layout.encode(w);
+        w.u32(self.map_epoch).u32(self.rights).u32(self.lifetime_ms).u8(self.min_protection).u8(self.algorithm);
+        w.u16(self.components.len() as u16);
+        for c in &self.components {
+            c.encode(w);
+        }
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let layout = Layout::decode(r)?;
+        let (map_epoch, rights, lifetime_ms) = (r.u32()?, r.u32()?, r.u32()?);
+        let (min_protection, algorithm) = (r.u8()?, r.u8()?);
+        let n = r.count(COMPONENTS_MAX, "components")?;
+        if n != layout.components() {
+            return Err(DecodeError::NotCanonical("component count differs from the layout's"));
+        }
+        let components = (0..n).map(|_| ComponentAccess::decode(r)).collect::<Result<_, _>>()?;
+        Ok(FileAccess { layout, map_epoch, rights, lifetime_ms, min_protection, algorithm, components })
+    }
+}
+
+impl DriveStatus {
+    fn encode(&self, w: &mut Writer) {
+        w.u32(self.drive).str(&self.addr).str(&self.failure_domain).u8(self.state as u8).bool(self.up);
+        w.u64(self.capacity_bytes).u64(self.used_bytes).u64(self.components);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(DriveStatus {
+            drive: r.u32()?,
+            addr: r.str(DRIVE_ADDR_MAX, "drive address")?,
+            failure_domain: r.str(NAME_LEN_MAX, "failure domain")?,
+            state: DriveState::decode(r.u8()?)?,
+            up: r.bool()?,
+            capacity_bytes: r.u64()?,
+            used_bytes: r.u64()?,
+            components: r.u64()?,
+        })
+    }
+}
+
+impl ClusterStatus {
+    fn encode(&self, w: &mut Writer) {
+        assert!(self.drives.len() <= DRIVES_MAX, "status reply over DRIVES_MAX");
+        w.u32(self.map_epoch).u16(self.drives.len() as u16);
+        for d in &self.drives {
+            d.encode(w);
+        }
+        w.u64(self.files_degraded);
+        self.rebuild.encode(w);
+        self.rebalance.encode(w);
+        self.scrub.encode(w);
+        let s = &self.last_scrub;
+        w.u64(s.blocks_checked).u64(s.corrupt).u64(s.healed).u64(s.unrecoverable);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let map_epoch = r.u32()?;
+        let n = r.count(DRIVES_MAX, "drives")?;
+        let drives = (0..n).map(|_| DriveStatus::decode(r)).collect::<Result<_, _>>()?;
+        Ok(ClusterStatus {
+            map_epoch,
+            drives,
+            files_degraded: r.u64()?,
+            rebuild: Progress::decode(r)?,
+            rebalance: Progress::decode(r)?,
+            scrub: Progress::decode(r)?,
+            last_scrub: ScrubSummary {
+                blocks_checked: r.u64()?,
+                corrupt: r.u64()?,
+                healed: r.u64()?,
+                unrecoverable: r.u64()?,
+            },
+        })
+    }
+}
+
+impl LayoutInfo {
+    fn encode(&self, w: &mut Writer) {
+        assert!(self.components.len() <= COMPONENTS_MAX, "layout reply over COMPONENTS_MAX");
+        self.layout.encode(w);
+        w.bool(self.explicit).u16(self.components.len() as u16);
+        for (c, addr) in &self.components {
+            c.encode(w);
+            w.str(addr);
+        }
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let layout = Layout::decode(r)?;
+        let explicit = r.bool()?;
+        let n = r.count(COMPONENTS_MAX, "components")?;
+        let components = (0..n)
+            .map(|_| Ok((Component::decode(r)?, r.str(DRIVE_ADDR_MAX, "drive address")?)))
+            .collect::<Result<_, DecodeError>>()?;
+        Ok(LayoutInfo { layout, explicit, components })
+    }
+}
+
 impl Entry {
     /// Bytes of the canonical encoding (how much of a reply it takes).
     pub fn encoded_len(&self) -> usize {
-        let access = self.access.as_ref().map_or(0, |a| {
-            ObjectRef::LEN + 2 + a.drive_addr.len() + a.drive_id.len() + 4 + 4 + 1 + 1 + 2 + a.token.len() + a.key.len()
-        });
+        let access = self.access.as_ref().map_or(0, FileAccess::encoded_len);
         FileAttr::LEN + HANDLE_MAC_LEN + 2 + self.target.len() + 1 + access
     }
 
@@ -828,7 +1263,7 @@ impl Entry {
         let attr = FileAttr::decode(r)?;
         let handle_mac = r.array()?;
         let target = r.str(SYMLINK_TARGET_MAX, "target")?;
-        let access = if r.bool()? { Some(Access::decode(r)?) } else { None };
+        let access = if r.bool()? { Some(FileAccess::decode(r)?) } else { None };
         Ok(Entry { attr, handle_mac, target, access })
     }
 }
@@ -843,6 +1278,9 @@ mod reply_kind {
     pub const USERS: u8 = 6;
     pub const DRIVE_ADDED: u8 = 7;
     pub const NAMES: u8 = 8;
+    pub const BEGAN: u8 = 9;
+    pub const LAYOUT: u8 = 10;
+    pub const STATUS: u8 = 11;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -903,6 +1341,17 @@ impl ManagerReply {
             }
             ManagerReply::DriveAdded { drive } => {
                 w.u8(DRIVE_ADDED).u32(*drive);
+            }
+            ManagerReply::Began { txn, lease_ms } => {
+                w.u8(BEGAN).u64(*txn).u32(*lease_ms);
+            }
+            ManagerReply::Layout(info) => {
+                w.u8(LAYOUT);
+                info.encode(&mut w);
+            }
+            ManagerReply::Status(status) => {
+                w.u8(STATUS);
+                status.encode(&mut w);
             }
         }
         w.into_vec()
@@ -987,6 +1436,9 @@ impl ManagerReply {
                 ManagerReply::Users(users)
             }
             DRIVE_ADDED => ManagerReply::DriveAdded { drive: r.u32()? },
+            BEGAN => ManagerReply::Began { txn: r.u64()?, lease_ms: r.u32()? },
+            LAYOUT => ManagerReply::Layout(LayoutInfo::decode(r)?),
+            STATUS => ManagerReply::Status(ClusterStatus::decode(r)?),
             _ => return Err(DecodeError::NotCanonical("unknown manager reply kind")),
         })
     }

@@ -3,6 +3,7 @@
 
 use crate::codec::Writer;
 use crate::fs::*;
+use crate::layout::*;
 use crate::manager::*;
 use crate::DecodeError;
 use proptest::prelude::*;
@@ -30,18 +31,55 @@ fn arb_handle() -> impl Strategy<Value = Handle> {
     (any::<u64>(), any::<[u8; HANDLE_MAC_LEN]>()).prop_map(|(ino, mac)| Handle { ino, mac })
 }
 
-fn access() -> Access {
-    Access {
-        object: ObjectRef { drive: 1, partition: 1, object: 16 },
-        drive_addr: "127.0.0.1:7401".into(),
-        drive_id: [0xd0; 16],
+fn component(drive: u32, object: u64, token: Vec<u8>) -> ComponentAccess {
+    ComponentAccess {
+        object: ObjectRef { drive, partition: 1, object },
+        state: ComponentState::Ok,
+        drive_addr: format!("127.0.0.1:740{drive}"),
+        drive_id: [0xd0 + drive as u8; 16],
+        token,
+        key: [0x4b; 32],
+    }
+}
+
+/// rs:2+1 with 64 KiB units over drives 1, 2 and 3 (the third stale).
+fn access() -> FileAccess {
+    let mut components: Vec<_> = (1..=3).map(|d| component(d, 15 + d as u64, vec![0xca; 4])).collect();
+    components[2].state = ComponentState::Stale;
+    FileAccess {
+        layout: Layout::parse("rs:2+1@64K").unwrap(),
+        map_epoch: 7,
         rights: 0x0b,
         lifetime_ms: 30_000,
         min_protection: 1,
         algorithm: 1,
-        token: vec![0xca; 4],
-        key: [0x4b; 32],
+        components,
     }
+}
+
+fn arb_layout() -> impl Strategy<Value = Layout> {
+    prop_oneof![
+        (1u8..=8).prop_map(|width| Scheme::Stripe { width }),
+        (1u8..=4, 2u8..=3).prop_map(|(width, copies)| Scheme::Mirror { width, copies }),
+        (1u8..=6, 1u8..=3).prop_map(|(data, parity)| Scheme::ReedSolomon { data, parity }),
+    ]
+    .prop_flat_map(|scheme| (12u32..=24).prop_map(move |shift| Layout { stripe_unit: 1 << shift, scheme }))
+}
+
+fn arb_access() -> impl Strategy<Value = FileAccess> {
+    (arb_layout(), any::<u32>(), proptest::collection::vec(any::<u8>(), 0..100), 0u8..3).prop_map(
+        |(layout, map_epoch, token, state)| FileAccess {
+            layout,
+            map_epoch,
+            components: (0..layout.components())
+                .map(|i| ComponentAccess {
+                    state: ComponentState::from_code((state + i as u8) % 3).unwrap(),
+                    ..component(i as u32, i as u64 * 7, token.clone())
+                })
+                .collect(),
+            ..access()
+        },
+    )
 }
 
 /// Known-answer vectors: (name, encoded body).
@@ -66,6 +104,24 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
                 .encode(11),
         ),
         ("ERROR NotFound", ManagerReply::encode_error(9, FsStatus::NotFound, "no")),
+        ("BEGIN_WRITE", ManagerRequest::BeginWrite { handle: handle(42) }.encode(12)),
+        ("BEGAN reply", ManagerReply::Began { txn: 0x1122, lease_ms: 60_000 }.encode(12)),
+        (
+            "COMMIT",
+            ManagerRequest::Commit {
+                handle: handle(42),
+                txn: 0x1122,
+                written_end: 100_000,
+                missed: vec![2],
+                dirty: vec![(0, 100_000)],
+            }
+            .encode(13),
+        ),
+        (
+            "SET_LAYOUT mirror:2x2@256K",
+            ManagerRequest::SetLayout { handle: handle(1), layout: Some(Layout::parse("mirror:2x2@256K").unwrap()) }
+                .encode(14),
+        ),
     ]
 }
 
@@ -74,13 +130,29 @@ const VECTORS_HEX: &[&str] = &[
     "0200080000000000000002002f610101",
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
-        "02000000000000000300000000000000686868686868686868686868686868686868686868686868686868686868686800000101",
-        "000000010000000000000010000000000000000e003132372e302e302e313a37343031d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d00b",
-        "0000003075000001010400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "02000000000000000300000000000000686868686868686868686868686868686868686868686868686868686868686800000100",
+        "000100030201070000000b00000030750000010103000100000001000000000000001000000000000000000e003132372e302e30",
+        "2e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a37343032d2d2d2d2d2d2",
+        "d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b03000000",
+        "01000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d30400ca",
+        "cacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
     ),
-    "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
+    concat!(
+        "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
+    ),
     "00000b00000000000000080200010064020100660100",
     "0100090000000000000002006e6f",
+    "10000c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
+    "00000c0000000000000009221100000000000060ea0000",
+    concat!(
+        "0e000d000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868682211",
+        "000000000000a08601000000000001000201000000000000000000a086010000000000",
+    ),
+    concat!(
+        "12000e00000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
+        "000400020202",
+    ),
 ];
 
 #[test]
@@ -152,8 +224,31 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
                 atime_ns: t,
                 mtime_ns: t / 2
             }),
-        arb_handle().prop_map(|handle| R::Close { handle }),
+        (
+            arb_handle(),
+            any::<u64>(),
+            any::<u64>(),
+            proptest::collection::btree_set(0u8..COMPONENTS_MAX as u8, 0..5),
+            proptest::collection::vec((0u64..1 << 40, 1u64..1 << 30), 0..5)
+        )
+            .prop_map(|(handle, txn, written_end, missed, dirty)| R::Commit {
+                handle,
+                txn,
+                written_end,
+                missed: missed.into_iter().collect(),
+                dirty
+            }),
         Just(R::StatFs),
+        arb_handle().prop_map(|handle| R::BeginWrite { handle }),
+        arb_handle().prop_map(|handle| R::GetLayout { handle }),
+        (arb_handle(), proptest::option::of(arb_layout())).prop_map(|(handle, layout)| R::SetLayout { handle, layout }),
+        Just(R::ClusterStatus),
+        (any::<u32>(), any::<bool>()).prop_map(|(drive, out)| R::SetDriveState {
+            drive,
+            state: if out { DriveState::Out } else { DriveState::In }
+        }),
+        prop_oneof![Just(RepairAction::Rebuild), Just(RepairAction::Scrub), Just(RepairAction::Rebalance)]
+            .prop_map(|action| R::Repair { action }),
         (arb_name(), ".{0,64}", any::<u32>(), any::<u32>(), any::<bool>())
             .prop_map(|(name, password, uid, gid, admin)| R::AddUser { name, password, uid, gid, admin }),
         Just(R::ListUsers),
@@ -191,7 +286,10 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
             handle_mac,
             attr,
             target,
-            access: with.then(|| Access { token, ..access() }),
+            access: with.then(|| FileAccess {
+                components: access().components.into_iter().map(|c| ComponentAccess { token: token.clone(), ..c }).collect(),
+                ..access()
+            }),
         })
 }
 
@@ -231,6 +329,39 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
             u.into_iter().map(|(name, uid, admin)| UserInfo { name, uid, gid: uid, admin }).collect()
         )),
         any::<u32>().prop_map(|drive| R::DriveAdded { drive }),
+        (any::<u64>(), any::<u32>()).prop_map(|(txn, lease_ms)| R::Began { txn, lease_ms }),
+        (arb_access(), any::<bool>()).prop_map(|(a, explicit)| R::Layout(LayoutInfo {
+            layout: a.layout,
+            explicit,
+            components: a
+                .components
+                .into_iter()
+                .map(|c| (Component { object: c.object, state: c.state }, c.drive_addr))
+                .collect()
+        })),
+        (any::<u32>(), proptest::collection::vec((any::<u32>(), "[0-9.:]{1,21}", "[a-z]{0,10}", any::<bool>()), 0..5))
+            .prop_map(|(map_epoch, d)| R::Status(ClusterStatus {
+                map_epoch,
+                drives: d
+                    .into_iter()
+                    .map(|(drive, addr, failure_domain, up)| DriveStatus {
+                        drive,
+                        addr,
+                        failure_domain,
+                        state: if up { DriveState::In } else { DriveState::Out },
+                        up,
+                        capacity_bytes: 1 << 30,
+                        used_bytes: drive as u64,
+                        components: 3
+                    })
+                    .collect(),
+                files_degraded: map_epoch as u64,
+                rebuild: Progress { files_done: 1, files_total: 2, bytes_done: 3, bytes_total: 4 },
+                rebalance: Progress::default(),
+                scrub: Progress { files_done: 5, ..Progress::default() },
+                last_scrub: ScrubSummary { blocks_checked: 9, corrupt: 2, healed: 1, unrecoverable: 1 },
+            })),
+        arb_access().prop_map(|a| R::Entry(Entry { attr: attr(), handle_mac: [1; 32], target: String::new(), access: Some(a) })),
     ]
 }
 
@@ -322,7 +453,7 @@ fn request_display_never_shows_secrets() {
     assert_eq!(req.to_string(), "login");
     let add = ManagerRequest::AddDrive { addr: "a".into(), master_key: [7; 32] };
     assert_eq!(add.to_string(), "add-drive");
-    assert!(!format!("{:?}", access()).contains("75, 75"), "Access debug redacts the key");
+    assert!(!format!("{:?}", access()).contains("75, 75"), "FileAccess debug redacts the keys");
 }
 
 #[test]
@@ -382,7 +513,47 @@ fn request_handles_are_listed_for_checking() {
     assert_eq!(link.handles(), vec![a, b]);
     let rename = ManagerRequest::Rename { parent: a, name: "x".into(), new_parent: b, new_name: "y".into() };
     assert_eq!(rename.handles(), vec![a, b]);
-    assert_eq!(ManagerRequest::Close { handle: a }.handles(), vec![a]);
+    let commit = ManagerRequest::Commit { handle: a, txn: 1, written_end: 0, missed: vec![], dirty: vec![] };
+    assert_eq!(commit.handles(), vec![a]);
+    assert_eq!(ManagerRequest::BeginWrite { handle: b }.handles(), vec![b]);
     assert!(ManagerRequest::Walk { path: "/".into(), follow: true, open: OpenMode::None }.handles().is_empty());
     assert_eq!(format!("{a:?}"), "Handle(ino 5)", "Debug shows no MAC");
+}
+
+#[test]
+fn commit_and_access_rejections_are_specific() {
+    let commit = |missed: Vec<u8>, dirty: Vec<(u64, u64)>| {
+        ManagerRequest::Commit { handle: handle(1), txn: 1, written_end: 0, missed, dirty }.encode(1)
+    };
+    let not_canonical = |body: Vec<u8>| matches!(ManagerRequest::decode(&body), Err(DecodeError::NotCanonical(_)));
+    assert!(not_canonical(commit(vec![2, 1], vec![])), "missed not ascending");
+    assert!(not_canonical(commit(vec![1, 1], vec![])), "missed repeated");
+    assert!(not_canonical(commit(vec![COMPONENTS_MAX as u8], vec![])), "missed beyond COMPONENTS_MAX");
+    assert!(not_canonical(commit(vec![], vec![(5, 0)])), "empty dirty range");
+    assert!(not_canonical(commit(vec![], vec![(u64::MAX, 2)])), "dirty range overflows");
+    let too_many = ManagerRequest::Commit {
+        handle: handle(1),
+        txn: 1,
+        written_end: 0,
+        missed: vec![],
+        dirty: vec![(0, 1); DIRTY_RANGES_MAX + 1],
+    };
+    assert!(matches!(too_many.check_limits(), Err(DecodeError::OverLimit { field: "dirty ranges", .. })));
+    assert!(matches!(
+        ManagerRequest::decode(&too_many.encode(1)),
+        Err(DecodeError::OverLimit { field: "dirty ranges", .. })
+    ));
+
+    // An access whose component count differs from its layout's does not decode.
+    let mut short = access();
+    short.layout = Layout::parse("rs:2+2@64K").unwrap();
+    let entry = Entry { attr: attr(), handle_mac: [1; 32], target: String::new(), access: Some(access()) };
+    let mut body = ManagerReply::Entry(entry).encode(1);
+    let layout_at = 2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN + 2 + 1;
+    assert_eq!(&body[layout_at..layout_at + 7], &[0, 0, 1, 0, 3, 2, 1], "rs:2+1@64K");
+    body[layout_at + 6] = 2;
+    assert_eq!(
+        ManagerReply::decode(&body),
+        Err(DecodeError::NotCanonical("component count differs from the layout's"))
+    );
 }
