@@ -213,11 +213,11 @@ fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
     }
 }
 
-async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::Access) -> DriveClient {
+async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::FileAccess) -> DriveClient {
     let mut c = DriveClient::connect(addr).await.expect("connect");
     let credential = Credential::Capability {
-        token: access.token.clone(),
-        key: nasd_crypto::Key::from_bytes(access.key),
+        token: access.components[0].token.clone(),
+        key: nasd_crypto::Key::from_bytes(access.components[0].key),
         algorithm: MacAlgorithm::from_id(access.algorithm).unwrap(),
     };
     c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
@@ -261,7 +261,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
             let ManagerReply::Entry(e) = m.handle(&admin, create).await.unwrap() else { panic!("create") };
             let access = e.access.clone().expect("a capability");
             let mut c = capability_client(addr, &access).await;
-            let (p, o) = (access.object.partition, access.object.object);
+            let (p, o) = (access.components[0].object.partition, access.components[0].object.object);
             c.write(p, o, &[nasd_proto::Region { offset: 0, length: 4096 }], &[7u8; 4096]).await.expect("write");
             c.flush(p, &[o]).await.expect("flush");
             files.push((e, access));
@@ -292,7 +292,11 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
         drive.crash_and_restart();
         for ((_, access), want) in files.iter().zip([100, 0]) {
             let mut c = capability_client(addr, access).await;
-            let size = c.getattr(access.object.partition, access.object.object).await.expect("getattr").logical_size;
+            let size = c
+                .getattr(access.components[0].object.partition, access.components[0].object.object)
+                .await
+                .expect("getattr")
+                .logical_size;
             assert_eq!(size, want, "a crashed drive must not bring truncated bytes back under the recorded size");
         }
     });
@@ -318,7 +322,7 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         let access = e.access.clone().expect("a capability");
         let use_it = || async {
             let mut c = capability_client(addr, &access).await;
-            c.getattr(access.object.partition, access.object.object).await
+            c.getattr(access.components[0].object.partition, access.components[0].object.object).await
         };
         use_it().await.expect("the capability works");
 

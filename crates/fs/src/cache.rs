@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Most capabilities a client keeps cached (one per file). An entry is an
-/// `Access` (~200 bytes with its token), so the cache stays under ~1 MiB.
+/// `FileAccess` (~200 bytes per component with its token), so the cache stays under ~1 MiB.
 /// When it is full, expired capabilities are dropped first, then the one
 /// obtained longest ago; a file whose capability was dropped asks the
 /// manager again when next used.
@@ -42,19 +42,26 @@ pub(crate) fn hold(held: &mut HashMap<Ino, Held>, ino: Ino, h: Held, now: Instan
 mod tests {
     use super::*;
     use nasd_proto::fs::ObjectRef;
-    use nasd_proto::manager::Access;
+    use nasd_proto::layout::{ComponentState, Layout};
+    use nasd_proto::manager::{ComponentAccess, FileAccess};
 
     fn held(obtained: Instant, lifetime_ms: u32) -> Held {
-        let access = Access {
+        let component = ComponentAccess {
             object: ObjectRef { drive: 0, partition: 1, object: 16 },
+            state: ComponentState::Ok,
             drive_addr: "127.0.0.1:7401".into(),
             drive_id: [0; 16],
+            token: vec![0; 88],
+            key: [0; 32],
+        };
+        let access = FileAccess {
+            layout: Layout::SINGLE,
+            map_epoch: 0,
             rights: 0,
             lifetime_ms,
             min_protection: 0,
             algorithm: 1,
-            token: vec![0; 88],
-            key: [0; 32],
+            components: vec![component],
         };
         Held { access, expires: obtained + Duration::from_millis(lifetime_ms as u64) }
     }

@@ -52,7 +52,7 @@ macro_rules! on_drive {
         loop {
             attempt += 1;
             let $a = $file.fs.access($file.handle, $rights, $file.writable).await?;
-            let slot = $file.fs.drive_slot(&$a.drive_addr);
+            let slot = $file.fs.drive_slot(&$a.components[0].drive_addr);
             let mut guard = slot.lock().await;
             let r = match $file.ready(&mut guard, &$a).await {
                 Ok($c) => $call.await,
@@ -108,8 +108,9 @@ impl File {
     async fn ready<'s>(
         &self,
         slot: &'s mut Option<DriveClient>,
-        access: &Access,
+        file_access: &Access,
     ) -> Result<&'s mut DriveClient, ClientError> {
+        let access = &file_access.components[0];
         if slot.is_none() {
             let c = DriveClient::connect(access.drive_addr.as_str()).await?;
             if c.drive_id() != access.drive_id {
@@ -123,17 +124,17 @@ impl File {
         let c = slot.as_mut().expect("connected above");
         let same = matches!(&c.auth().credential, Credential::Capability { token, .. } if *token == access.token);
         if !same {
-            let algorithm = MacAlgorithm::from_id(access.algorithm)
+            let algorithm = MacAlgorithm::from_id(file_access.algorithm)
                 .ok_or_else(|| ClientError::Protocol("unknown capability algorithm".into()))?;
             let credential =
                 Credential::Capability { token: access.token.clone(), key: Key::from_bytes(access.key), algorithm };
-            c.set_auth(Auth::new(credential, self.fs.protection_for(access)));
+            c.set_auth(Auth::new(credential, self.fs.protection_for(file_access)));
         }
         Ok(c)
     }
 
     fn object(a: &Access) -> (u64, u64) {
-        (a.object.partition, a.object.object)
+        (a.components[0].object.partition, a.components[0].object.object)
     }
 
     /// The object's attributes, straight from the drive (size, times).
@@ -222,15 +223,21 @@ impl File {
         if !self.wrote.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let objects = [self.fs.access(self.handle, rights::FLUSH, self.writable).await?.object.object];
-        on_drive!(self, rights::FLUSH, true, |c, a| c.flush(a.object.partition, &objects))
+        let objects = [Self::object(&self.fs.access(self.handle, rights::FLUSH, self.writable).await?).1];
+        on_drive!(self, rights::FLUSH, true, |c, a| c.flush(Self::object(&a).0, &objects))
     }
 
     /// Closes the file; after writes, the manager records the size the
     /// drive reports. Returns the attributes.
     pub async fn close(self) -> Result<FileAttr, FsError> {
         let req = if self.wrote.load(Ordering::Relaxed) {
-            ManagerRequest::Close { handle: self.handle }
+            ManagerRequest::Commit {
+                handle: self.handle,
+                txn: 0,
+                written_end: 0,
+                missed: Vec::new(),
+                dirty: Vec::new(),
+            }
         } else {
             ManagerRequest::GetAttr { handle: self.handle, open: nasd_proto::manager::OpenMode::None }
         };

@@ -36,7 +36,7 @@ pub use nasd_proto::manager::{DriveUsage, Handle, OpenMode, UserInfo};
 
 use conn::ManagerConn;
 use nasd_client::{ClientError, DriveClient};
-use nasd_proto::manager::{set_mask, Access, Entry, ManagerReply, ManagerRequest, READDIR_ENTRIES_MAX};
+use nasd_proto::manager::{set_mask, Entry, FileAccess as Access, ManagerReply, ManagerRequest, READDIR_ENTRIES_MAX};
 use nasd_proto::Protection;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -386,7 +386,7 @@ impl FsClient {
     async fn stat_entry(&self, e: Entry) -> Result<Stat, FsError> {
         let handle = e.handle();
         let mut attr = e.attr;
-        let object = e.access.as_ref().map(|a| a.object);
+        let object = e.access.as_ref().and_then(|a| a.components.first()).map(|c| c.object);
         if e.access.as_ref().is_some_and(|a| a.rights & nasd_proto::rights::GETATTR != 0) {
             let f = File::new(self.clone(), handle, false);
             let drive = f.drive_attrs().await?;

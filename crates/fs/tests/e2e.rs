@@ -25,7 +25,7 @@ use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
 use nasd_crypto::Key;
 use nasd_fs::{FileKind, FsClient, FsConfig, FsError, FsStatus, ObjectRef, OpenMode};
 use nasd_manager::ManagerConfig;
-use nasd_proto::manager::{set_mask, Access, Entry, Handle, ManagerReply, ManagerRequest};
+use nasd_proto::manager::{set_mask, Entry, FileAccess as Access, Handle, ManagerReply, ManagerRequest};
 use nasd_proto::{rights, AttrMask, Attributes, CapabilityArgs, Protection, Region, Status};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -63,14 +63,17 @@ async fn capability_client(addr: &str, token: Vec<u8>, key: [u8; 32], algorithm:
 
 /// A drive connection that uses the capability in `access` unchanged.
 async fn access_client(access: &Access) -> DriveClient {
-    capability_client(&access.drive_addr, access.token.clone(), access.key, access.algorithm).await
+    let c = &access.components[0];
+    capability_client(&c.drive_addr, c.token.clone(), c.key, access.algorithm).await
 }
 
 /// Reads the whole object behind `access` directly from its drive.
 async fn drive_read(access: &Access, len: u64) -> Result<Vec<u8>, ClientError> {
     let mut c = access_client(access).await;
     let region = Region { offset: 0, length: len };
-    to(c.read(access.object.partition, access.object.object, &[region])).await.map(|(_, data)| data)
+    to(c.read(access.components[0].object.partition, access.components[0].object.object, &[region]))
+        .await
+        .map(|(_, data)| data)
 }
 
 /// The capability `walk(path, open)` hands out.
@@ -405,7 +408,11 @@ async fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario
     assert_eq!(fs_status(to(b.unlink("/alice/shared")).await), FsStatus::PermissionDenied);
     let best = to(b.walk("/alice/shared", OpenMode::Best)).await.unwrap().access.expect("read access");
     assert_eq!(best.rights & rights::WRITE, 0, "a read-only caller gets read rights only");
-    assert_eq!(best.object, to(a.stat("/alice/shared")).await.unwrap().object.unwrap(), "for the file's object");
+    assert_eq!(
+        best.components[0].object,
+        to(a.stat("/alice/shared")).await.unwrap().object.unwrap(),
+        "for the file's object"
+    );
 
     // B obtains a capability (and opens the file) while it is 0644...
     let b_access = access_of(&b, "/alice/shared", OpenMode::Read).await;
@@ -476,10 +483,10 @@ async fn the_drive_refuses_capabilities_the_client_edited_scenario() {
     assert_ne!(rw.rights & rights::WRITE, 0);
     // Write capabilities are the short-lived ones (ManagerConfig defaults: 300 s read, 30 s write).
     assert_eq!((read.lifetime_ms, rw.lifetime_ms), (300_000, 30_000));
-    let (partition, object) = (read.object.partition, read.object.object);
+    let (partition, object) = (read.components[0].object.partition, read.components[0].object.object);
     // Another object on the same drive (a pooled, empty one): an edit must not reach it either.
     let neighbour = {
-        let d = c.manager.drives().into_iter().find(|d| d.drive == read.object.drive).unwrap();
+        let d = c.manager.drives().into_iter().find(|d| d.drive == read.components[0].object.drive).unwrap();
         let objects = to(d.list_objects()).await.unwrap();
         *objects.iter().find(|&&o| o != object).expect("another object on the drive")
     };
@@ -493,8 +500,8 @@ async fn the_drive_refuses_capabilities_the_client_edited_scenario() {
         "a read capability does not write"
     );
 
-    let args = CapabilityArgs::decode(&read.token).expect("the token is a clear capability");
-    let rw_args = CapabilityArgs::decode(&rw.token).expect("the token is a clear capability");
+    let args = CapabilityArgs::decode(&read.components[0].token).expect("the token is a clear capability");
+    let rw_args = CapabilityArgs::decode(&rw.components[0].token).expect("the token is a clear capability");
     assert_eq!((args.partition, args.object), (partition, object), "limited to the file's object");
     assert_eq!(args.region, CapabilityArgs::WHOLE_OBJECT);
 
@@ -521,18 +528,36 @@ async fn the_drive_refuses_capabilities_the_client_edited_scenario() {
         ("audit id changed", &rw, CapabilityArgs { audit_id: 0, ..rw_args.clone() }),
     ];
     for (what, original, edited) in edits {
-        assert_ne!(edited, CapabilityArgs::decode(&original.token).unwrap(), "{what}: an actual edit");
+        assert_ne!(edited, CapabilityArgs::decode(&original.components[0].token).unwrap(), "{what}: an actual edit");
         let token = edited.encode().to_vec();
         let target = if edited.object == nasd_proto::ANY_OBJECT { object } else { edited.object };
         // A write (data or attributes), and a read.
-        let mut w = capability_client(&original.drive_addr, token.clone(), original.key, original.algorithm).await;
+        let mut w = capability_client(
+            &original.components[0].drive_addr,
+            token.clone(),
+            original.components[0].key,
+            original.algorithm,
+        )
+        .await;
         let wrote = to(w.write(partition, target, &[Region { offset: 0, length: 4 }], b"evil")).await;
         assert_eq!(drive_status(wrote), Status::BadDigest, "{what}: write");
-        let mut s = capability_client(&original.drive_addr, token.clone(), original.key, original.algorithm).await;
+        let mut s = capability_client(
+            &original.components[0].drive_addr,
+            token.clone(),
+            original.components[0].key,
+            original.algorithm,
+        )
+        .await;
         let attrs = Attributes { access_control_version: 0, ..Default::default() };
         let set = to(s.setattr(partition, target, AttrMask::ACCESS_CONTROL_VERSION, &attrs)).await;
         assert_eq!(drive_status(set), Status::BadDigest, "{what}: setattr");
-        let mut r = capability_client(&original.drive_addr, token, original.key, original.algorithm).await;
+        let mut r = capability_client(
+            &original.components[0].drive_addr,
+            token,
+            original.components[0].key,
+            original.algorithm,
+        )
+        .await;
         let got = to(r.read(partition, target, &[Region { offset: 0, length: 16 }])).await;
         assert_eq!(drive_status(got), Status::BadDigest, "{what}: read");
     }
@@ -541,7 +566,7 @@ async fn the_drive_refuses_capabilities_the_client_edited_scenario() {
     assert!(to(a.read_file("/alice/target")).await.unwrap() == data);
     let mut again = access_client(&rw).await;
     assert!(to(again.read(partition, object, &[Region { offset: 0, length: 8192 }])).await.unwrap().1 == data);
-    let d = c.manager.drives().into_iter().find(|d| d.drive == read.object.drive).unwrap();
+    let d = c.manager.drives().into_iter().find(|d| d.drive == read.components[0].object.drive).unwrap();
     assert_eq!(to(d.getattr(neighbour)).await.unwrap().logical_size, 0, "the neighbour object is untouched");
 
     drop((a, admin));
@@ -627,7 +652,7 @@ async fn a_10s_transfer_with_2s_capabilities_succeeds_scenario() {
 
     // Working keys rotated during the transfers (every 3 s), so capabilities were minted under
     // several keys; the file still reads back.
-    let d = c.manager.drives().into_iter().find(|d| d.drive == first.object.drive).unwrap();
+    let d = c.manager.drives().into_iter().find(|d| d.drive == first.components[0].object.drive).unwrap();
     assert!(d.keys().current.0 >= 3, "expected at least two rotations in 20 s, have version {}", d.keys().current.0);
     assert!(to(a.read_file("/alice/slow")).await.unwrap() == data);
 
@@ -829,7 +854,7 @@ async fn inode_numbers_without_a_valid_handle_reach_nothing_scenario() {
             set_mode(h, 0o666),
             set_size(h, 0),
             ManagerRequest::Link { handle: h, new_parent: b_home, new_name: "stolen".into() },
-            ManagerRequest::Close { handle: h },
+            ManagerRequest::Commit { handle: h, txn: 0, written_end: 0, missed: vec![], dirty: vec![] },
         ];
         for req in requests {
             let e = raw(&b, req.clone()).await.expect_err("B must be refused");
@@ -859,7 +884,16 @@ async fn inode_numbers_without_a_valid_handle_reach_nothing_scenario() {
     let linked = raw_entry(&a, ManagerRequest::Link { handle: a_secret, new_parent: a_home, new_name: "s2".into() });
     assert_eq!(linked.await.attr.nlink, 2);
     assert_eq!(raw_entry(&a, set_mode(a_secret, 0o640)).await.attr.mode, 0o640);
-    assert_eq!(raw_entry(&a, ManagerRequest::Close { handle: a_secret }).await.attr.size, 3000);
+    assert_eq!(
+        raw_entry(
+            &a,
+            ManagerRequest::Commit { handle: a_secret, txn: 0, written_end: 0, missed: vec![], dirty: vec![] }
+        )
+        .await
+        .attr
+        .size,
+        3000
+    );
     let listed = raw(&a, ManagerRequest::ReadDir { dir: a_private, after: String::new(), limit: 10 }).await;
     let Ok(ManagerReply::Dir { entries, .. }) = listed else { panic!("{listed:?}") };
     assert_eq!(entries[0].1.handle(), a_secret, "READDIR hands out the same handles");
@@ -965,7 +999,7 @@ async fn stat_unreadable_scenario() {
         to(a.walk("/alice/wo", OpenMode::ReadIfAllowed)).await.unwrap().access.expect("an attribute capability");
     assert_eq!(granted.rights, rights::GETATTR);
     let mut d = access_client(&granted).await;
-    let (p, o) = (granted.object.partition, granted.object.object);
+    let (p, o) = (granted.components[0].object.partition, granted.components[0].object.object);
     assert_eq!(to(d.getattr(p, o)).await.unwrap().logical_size, 9);
     let denied = to(d.read(p, o, &[Region { offset: 0, length: 9 }])).await.map(|_| ());
     assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under it");

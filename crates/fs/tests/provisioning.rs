@@ -63,7 +63,12 @@ async fn half_provisioned_drives_are_set_up_again_and_foreign_ones_refused() {
     let ManagerReply::Entry(e) = m.handle(&alice, create).await.unwrap() else { panic!("create") };
     let access = e.access.clone().expect("the creator gets a capability");
     assert_ne!(access.rights & rights::WRITE, 0, "the creator may write what it just created");
-    m.handle(&alice, ManagerRequest::Close { handle: e.handle() }).await.expect("the owner may close");
+    m.handle(
+        &alice,
+        ManagerRequest::Commit { handle: e.handle(), txn: 0, written_end: 0, missed: vec![], dirty: vec![] },
+    )
+    .await
+    .expect("the owner may close");
 
     m.add_user("bob", "bob-password", 1001, 1001, false).await.unwrap();
     let bob = m.open_session("bob", "bob-password").await.unwrap();
@@ -71,7 +76,10 @@ async fn half_provisioned_drives_are_set_up_again_and_foreign_ones_refused() {
         entry(m.handle(&bob, walk("/shared/ro")).await).handle(),
         entry(m.handle(&bob, walk("/shared")).await).handle(),
     );
-    let close = m.handle(&bob, ManagerRequest::Close { handle: ro }).await.expect_err("not bob's, not writable");
+    let close = m
+        .handle(&bob, ManagerRequest::Commit { handle: ro, txn: 0, written_end: 0, missed: vec![], dirty: vec![] })
+        .await
+        .expect_err("not bob's, not writable");
     assert_eq!(close.status, FsStatus::PermissionDenied);
     let link = ManagerRequest::Link { handle: ro, new_parent: shared, new_name: "mine".into() };
     let link = m.handle(&bob, link).await.expect_err("bob may not hard-link alice's read-only file");

@@ -6,7 +6,8 @@
 use crate::keys::DriveKeys;
 use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
 use nasd_crypto::{mint_capability, Key};
-use nasd_proto::manager::Access;
+use nasd_proto::layout::ComponentState;
+use nasd_proto::manager::ComponentAccess;
 use nasd_proto::{
     rights, well_known, AttrMask, Attributes, CapabilityArgs, DriveInfo, Protection, Region, Status, ANY_OBJECT,
 };
@@ -215,8 +216,9 @@ impl DriveHandle {
         (local_ns() + self.clock_offset_ns.load(Ordering::Relaxed)).max(0) as u64
     }
 
-    /// Mints a capability for `object` with `rights`, valid for `lifetime`.
-    pub fn mint(&self, object: u64, acv: u64, rights: u32, lifetime: Duration, audit_id: u64) -> Access {
+    /// Mints a capability for `object` with `rights`, valid for `lifetime`,
+    /// as one component's access (the caller sets the component's state).
+    pub fn mint(&self, object: u64, acv: u64, rights: u32, lifetime: Duration, audit_id: u64) -> ComponentAccess {
         let (key_version, working) = self.minting_key();
         let args = CapabilityArgs {
             algorithm: MacAlgorithm::Blake3 as u8,
@@ -232,14 +234,11 @@ impl DriveHandle {
             audit_id,
         };
         let (token, key) = mint_capability(&working, &args, false).expect("capability arguments are valid");
-        Access {
+        ComponentAccess {
             object: nasd_proto::fs::ObjectRef { drive: self.drive, partition: self.partition, object },
+            state: ComponentState::Ok,
             drive_addr: self.addr.clone(),
             drive_id: self.drive_id,
-            rights,
-            lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
-            min_protection: self.protection.bits(),
-            algorithm: args.algorithm,
             token,
             key: *key.expose(),
         }

@@ -7,9 +7,10 @@ use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
 use nasd_meta::{Caller, Effects, Inode, SetAttrs};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::Layout;
 use nasd_proto::manager::{
-    set_mask, DriveUsage, Entry, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX, MANAGER_MESSAGE_MAX,
-    READDIR_ENTRIES_MAX, USERS_MAX,
+    set_mask, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
+    MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
 };
 use std::sync::atomic::Ordering;
 
@@ -62,6 +63,7 @@ impl Manager {
         use ManagerRequest as R;
         self.check_handles(s, &req)?;
         let c = s.caller.clone();
+        let req_name = req.name();
         match req {
             R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
             R::Walk { path, follow, open } => {
@@ -126,7 +128,16 @@ impl Manager {
                 };
                 self.setattr(s, handle.ino, set).await
             }
-            R::Close { handle } => self.close(s, handle.ino).await,
+            R::Commit { handle, txn: 0, .. } => self.close(s, handle.ino).await,
+            R::Commit { .. }
+            | R::BeginWrite { .. }
+            | R::GetLayout { .. }
+            | R::SetLayout { .. }
+            | R::ClusterStatus
+            | R::SetDriveState { .. }
+            | R::Repair { .. } => {
+                Err(Failure::new(FsStatus::InvalidArgument, format!("{} is not served by this manager yet", req_name)))
+            }
             R::StatFs => self.statfs().await,
             R::AddUser { name, password, uid, gid, admin } => {
                 self.require_admin(s)?;
@@ -208,7 +219,7 @@ impl Manager {
     }
 
     /// The reply form of `inode` for `s`, with its handle for `s`.
-    fn entry_of(&self, s: &Session, inode: Inode, access: Option<nasd_proto::manager::Access>) -> Entry {
+    fn entry_of(&self, s: &Session, inode: Inode, access: Option<FileAccess>) -> Entry {
         let handle_mac = self.handle_for(s, inode.attr.ino).mac;
         Entry { attr: inode.attr, handle_mac, target: inode.target.unwrap_or_default(), access }
     }
@@ -220,12 +231,7 @@ impl Manager {
     /// the caller may not read gives attribute rights only: `stat` asks the
     /// drive for the size and times it shows anyway (POSIX `stat` needs no
     /// permission on the file itself; the handle proves the lookup).
-    async fn access_for(
-        &self,
-        s: &Session,
-        inode: &Inode,
-        open: OpenMode,
-    ) -> Result<Option<nasd_proto::manager::Access>, Failure> {
+    async fn access_for(&self, s: &Session, inode: &Inode, open: OpenMode) -> Result<Option<FileAccess>, Failure> {
         if inode.object.is_none() {
             return match (open, inode.attr.kind) {
                 (OpenMode::Best | OpenMode::ReadIfAllowed | OpenMode::RefreshWrite, _) => Ok(None),
@@ -257,13 +263,7 @@ impl Manager {
 
     /// A capability for `inode`'s object with read and/or write rights
     /// (none if neither): write capabilities get the short lifetime.
-    fn mint_for(
-        &self,
-        s: &Session,
-        inode: &Inode,
-        read: bool,
-        write: bool,
-    ) -> Result<Option<nasd_proto::manager::Access>, Failure> {
+    fn mint_for(&self, s: &Session, inode: &Inode, read: bool, write: bool) -> Result<Option<FileAccess>, Failure> {
         let Some(object) = inode.object else { return Ok(None) };
         if !read && !write {
             return Ok(None);
@@ -277,16 +277,36 @@ impl Manager {
         }
         let lifetime = if write { self.config.write_lifetime } else { self.config.read_lifetime };
         let d = self.drive(object.drive)?;
-        Ok(Some(d.mint(object.object, inode.acv, rights, lifetime, s.caller.uid as u64)))
+        let component = d.mint(object.object, inode.acv, rights, lifetime, s.caller.uid as u64);
+        Ok(Some(self.file_access(rights, lifetime, vec![component])))
+    }
+
+    /// The access for a file's components, all minted with `rights` and `lifetime`.
+    fn file_access(
+        &self,
+        rights: u32,
+        lifetime: std::time::Duration,
+        components: Vec<nasd_proto::manager::ComponentAccess>,
+    ) -> FileAccess {
+        FileAccess {
+            layout: Layout::SINGLE,
+            map_epoch: 0,
+            rights,
+            lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
+            min_protection: self.config.protection.bits(),
+            algorithm: nasd_client::MacAlgorithm::Blake3 as u8,
+            components,
+        }
     }
 
     /// A capability for `inode`'s object that allows reading its attributes
     /// and nothing else, with the read-only lifetime.
-    fn mint_attr_only(&self, s: &Session, inode: &Inode) -> Result<Option<nasd_proto::manager::Access>, Failure> {
+    fn mint_attr_only(&self, s: &Session, inode: &Inode) -> Result<Option<FileAccess>, Failure> {
         let Some(object) = inode.object else { return Ok(None) };
         let d = self.drive(object.drive)?;
         let lifetime = self.config.read_lifetime;
-        Ok(Some(d.mint(object.object, inode.acv, ATTR_RIGHTS, lifetime, s.caller.uid as u64)))
+        let component = d.mint(object.object, inode.acv, ATTR_RIGHTS, lifetime, s.caller.uid as u64);
+        Ok(Some(self.file_access(ATTR_RIGHTS, lifetime, vec![component])))
     }
 
     /// Fails unless `s` may write `ino` (POSIX `w`; the superuser may).

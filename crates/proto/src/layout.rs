@@ -49,7 +49,7 @@ pub const RS_SHARD_ALIGN: u32 = 64;
 
 const _: () = assert!(STRIPE_UNIT_MIN.is_power_of_two() && STRIPE_UNIT_MAX.is_power_of_two());
 const _: () = assert!(STRIPE_UNIT_MIN <= STRIPE_UNIT_DEFAULT && STRIPE_UNIT_DEFAULT <= STRIPE_UNIT_MAX);
-const _: () = assert!(STRIPE_UNIT_MIN % RS_SHARD_ALIGN == 0);
+const _: () = assert!(STRIPE_UNIT_MIN.is_multiple_of(RS_SHARD_ALIGN));
 const _: () = assert!(DATA_COLUMNS_MAX as usize * MIRROR_COPIES_MAX as usize <= 128);
 
 /// The redundancy scheme of a layout.
@@ -265,9 +265,9 @@ impl std::fmt::Display for Layout {
             Scheme::ReedSolomon { data, parity } => write!(f, "rs:{data}+{parity}")?,
         }
         let u = self.stripe_unit;
-        if u % (1024 * 1024) == 0 {
+        if u.is_multiple_of(1024 * 1024) {
             write!(f, "@{}M", u / (1024 * 1024))
-        } else if u % 1024 == 0 {
+        } else if u.is_multiple_of(1024) {
             write!(f, "@{}K", u / 1024)
         } else {
             write!(f, "@{u}")

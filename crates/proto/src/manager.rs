@@ -58,7 +58,9 @@ const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MA
 const _: () = assert!(DRIVES_MAX * (4 + 2 + DRIVE_ADDR_MAX + 1 + 8 + 8) + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(USERS_MAX * (2 + USER_NAME_MAX + 4 + 4 + 1) + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(LOGIN_MESSAGE_MAX == 1103 && LOGIN_MESSAGE_MAX <= MANAGER_MESSAGE_MAX);
-const _: () = assert!(FileAttr::LEN + HANDLE_MAC_LEN + 2 + SYMLINK_TARGET_MAX + 1 + FILE_ACCESS_LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(
+    FileAttr::LEN + HANDLE_MAC_LEN + 2 + SYMLINK_TARGET_MAX + 1 + FILE_ACCESS_LEN_MAX + 64 <= MANAGER_MESSAGE_MAX
+);
 const _: () = assert!(DRIVES_MAX * DriveStatus::LEN_MAX + 256 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(COMPONENTS_MAX * (Component::LEN + 2 + DRIVE_ADDR_MAX) + 64 <= MANAGER_MESSAGE_MAX);
 
@@ -1051,9 +1053,7 @@ impl ManagerRequest {
                 ManagerRequest::SetLayout { handle, layout }
             }
             CLUSTER_STATUS => ManagerRequest::ClusterStatus,
-            SET_DRIVE_STATE => {
-                ManagerRequest::SetDriveState { drive: r.u32()?, state: DriveState::decode(r.u8()?)? }
-            }
+            SET_DRIVE_STATE => ManagerRequest::SetDriveState { drive: r.u32()?, state: DriveState::decode(r.u8()?)? },
             REPAIR => ManagerRequest::Repair { action: RepairAction::decode(r.u8()?)? },
             ADD_USER => ManagerRequest::AddUser {
                 name: r.str(USER_NAME_MAX, "user")?,

@@ -138,9 +138,7 @@ const VECTORS_HEX: &[&str] = &[
         "01000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d30400ca",
         "cacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
     ),
-    concat!(
-        "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
-    ),
+    "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
     "00000b00000000000000080200010064020100660100",
     "0100090000000000000002006e6f",
     "10000c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
@@ -287,7 +285,11 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
             attr,
             target,
             access: with.then(|| FileAccess {
-                components: access().components.into_iter().map(|c| ComponentAccess { token: token.clone(), ..c }).collect(),
+                components: access()
+                    .components
+                    .into_iter()
+                    .map(|c| ComponentAccess { token: token.clone(), ..c })
+                    .collect(),
                 ..access()
             }),
         })
@@ -361,7 +363,12 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                 scrub: Progress { files_done: 5, ..Progress::default() },
                 last_scrub: ScrubSummary { blocks_checked: 9, corrupt: 2, healed: 1, unrecoverable: 1 },
             })),
-        arb_access().prop_map(|a| R::Entry(Entry { attr: attr(), handle_mac: [1; 32], target: String::new(), access: Some(a) })),
+        arb_access().prop_map(|a| R::Entry(Entry {
+            attr: attr(),
+            handle_mac: [1; 32],
+            target: String::new(),
+            access: Some(a)
+        })),
     ]
 }
 
