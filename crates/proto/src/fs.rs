@@ -212,11 +212,15 @@ pub enum FsStatus {
     /// A directory would lie deeper below the root than the manager's
     /// limit (`DIR_DEPTH_MAX`), deeper than any path could name.
     TooDeep = 23,
+    /// The write transaction was aborted (its lease ran out, or the file
+    /// was removed): the writes made under it since the last commit are
+    /// rolled back on every drive.
+    Aborted = 24,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 24] = [
+    pub const ALL: [FsStatus; 25] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -241,6 +245,7 @@ impl FsStatus {
         FsStatus::Internal,
         FsStatus::BadHandle,
         FsStatus::TooDeep,
+        FsStatus::Aborted,
     ];
 
     /// The wire code.
@@ -269,7 +274,7 @@ impl FsStatus {
             FsStatus::SymlinkLoop => 40,
             FsStatus::TooManyLinks => 31,
             FsStatus::NoSpace => 28,
-            FsStatus::DriveUnavailable | FsStatus::Internal => 5,
+            FsStatus::DriveUnavailable | FsStatus::Internal | FsStatus::Aborted => 5,
             FsStatus::Busy => 11,
             FsStatus::BadHandle => 116,
         }
@@ -302,6 +307,7 @@ impl FsStatus {
             FsStatus::Internal => "manager metadata store failed",
             FsStatus::BadHandle => "file handle not valid for this user",
             FsStatus::TooDeep => "directories nested too deep (DIR_DEPTH_MAX)",
+            FsStatus::Aborted => "the write transaction was aborted; writes since the last commit are rolled back",
         }
     }
 }
