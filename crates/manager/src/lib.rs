@@ -15,6 +15,7 @@ pub mod handles;
 pub mod keys;
 mod maintenance;
 pub mod passwords;
+mod placement;
 pub mod server;
 mod service;
 pub use service::Session;
