@@ -117,6 +117,17 @@ pub enum AdminCommand {
         #[arg(long)]
         password_file: Option<PathBuf>,
     },
+    /// Take a drive out of service: nothing new goes to it and its
+    /// components are rebuilt on other drives (to replace or retire it).
+    DriveOut {
+        /// The drive's number (see `nasd status`).
+        drive: u32,
+    },
+    /// Put a drive taken out back into service.
+    DriveIn {
+        /// The drive's number (see `nasd status`).
+        drive: u32,
+    },
     /// Take a fresh drive into service with its master key.
     AddDrive {
         /// The drive's address (host:port).
@@ -601,6 +612,12 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
         }
         AdminCommand::ResetPassword { .. } => {
             anyhow::bail!("reset-password works on the manager's data directly, without logging in")
+        }
+        AdminCommand::DriveOut { drive } => {
+            crate::cluster_cmd::drive_state(fs, drive, nasd_fs::DriveState::Out).await?;
+        }
+        AdminCommand::DriveIn { drive } => {
+            crate::cluster_cmd::drive_state(fs, drive, nasd_fs::DriveState::In).await?;
         }
         AdminCommand::AddDrive { addr, master_key_file } => {
             let key = nasd_crypto::read_key_file(&master_key_file)?;

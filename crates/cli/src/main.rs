@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_fs;
+mod cluster_cmd;
 mod config;
 mod daemons;
 mod drive_admin;
@@ -40,6 +41,15 @@ enum Command {
     Drive(daemons::DriveArgs),
     #[command(flatten)]
     Fs(fs_cmd::FsCommand),
+    /// How files are spread over drives: show or set a layout (striping,
+    /// mirroring, Reed-Solomon).
+    #[command(subcommand)]
+    Layout(cluster_cmd::LayoutCommand),
+    /// Drives (up, down, out of service), degraded files and repair progress.
+    Status,
+    /// Rebuild lost redundancy, scrub and heal rot, or rebalance onto new
+    /// drives, and follow it (administrators).
+    Repair(cluster_cmd::RepairArgs),
     /// Administrator commands: users and drives (all but reset-password log in
     /// to the manager).
     #[command(subcommand)]
@@ -117,6 +127,18 @@ fn run() -> anyhow::Result<()> {
         Command::Fs(cmd) => rt.block_on(async {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
             fs_cmd::run(&fs, cmd).await
+        }),
+        Command::Layout(cmd) => rt.block_on(async {
+            let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
+            cluster_cmd::layout(&fs, cmd).await
+        }),
+        Command::Status => rt.block_on(async {
+            let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
+            cluster_cmd::status(&fs).await
+        }),
+        Command::Repair(args) => rt.block_on(async {
+            let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
+            cluster_cmd::repair(&fs, args).await
         }),
         Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, password_file }) => {
             daemons::reset_password(&name, data.or(file.manager.data), password_file)

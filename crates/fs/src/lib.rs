@@ -32,7 +32,11 @@ pub use cache::HELD_CAPABILITIES_MAX;
 pub use conn::{connector, Identity};
 pub use file::File;
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
-pub use nasd_proto::manager::{DriveUsage, Handle, OpenMode, UserInfo};
+pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
+pub use nasd_proto::manager::{
+    ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
+    ScrubSummary, UserInfo,
+};
 
 use conn::ManagerConn;
 use nasd_client::{ClientError, DriveClient};
@@ -633,6 +637,43 @@ impl FsClient {
     /// Changes a password (one's own, or anyone's as administrator).
     pub async fn set_password(&self, name: &str, password: &str) -> Result<(), FsError> {
         self.done(ManagerRequest::SetPassword { name: name.into(), password: password.into() }).await
+    }
+
+    /// The layout of a file, or the one new files in a directory get.
+    pub async fn get_layout(&self, path: &str) -> Result<LayoutInfo, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        match self.call(&ManagerRequest::GetLayout { handle }).await? {
+            ManagerReply::Layout(info) => Ok(info),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sets the layout new files in directory `path` get (`None`: inherit
+    /// the parent's again), or re-places an empty file with `layout`.
+    pub async fn set_layout(&self, path: &str, layout: Option<Layout>) -> Result<(), FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        self.forget(handle.ino);
+        self.done(ManagerRequest::SetLayout { handle, layout }).await
+    }
+
+    /// The cluster map, drive health, degraded files and repair progress.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, FsError> {
+        match self.call(&ManagerRequest::ClusterStatus).await? {
+            ManagerReply::Status(status) => Ok(status),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Takes a drive out of service (its components are rebuilt elsewhere)
+    /// or back in (administrators only).
+    pub async fn set_drive_state(&self, drive: u32, state: DriveState) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetDriveState { drive, state }).await
+    }
+
+    /// Starts a repair task (administrators only); follow it with
+    /// [`cluster_status`](Self::cluster_status).
+    pub async fn repair(&self, action: RepairAction) -> Result<(), FsError> {
+        self.done(ManagerRequest::Repair { action }).await
     }
 
     /// Takes a fresh drive into service (administrators only); its number.
