@@ -965,11 +965,16 @@ impl Op {
         if let Some(old) = &old {
             for c in 0..k {
                 let mut at = 0usize;
+                // A want may span stripes (merged with its neighbour): copy unit by unit.
                 for w in &wants[c] {
-                    let (i, lo) = ((w.start / u - s0) as usize, (w.start % u) as usize);
-                    let len = (w.end - w.start) as usize;
-                    stripes[i][c][lo..lo + len].copy_from_slice(&old[c][at..at + len]);
-                    at += len;
+                    let mut x = w.start;
+                    while x < w.end {
+                        let (i, lo) = ((x / u - s0) as usize, (x % u) as usize);
+                        let len = ((u - x % u).min(w.end - x)) as usize;
+                        stripes[i][c][lo..lo + len].copy_from_slice(&old[c][at..at + len]);
+                        at += len;
+                        x += len as u64;
+                    }
                 }
             }
         }
