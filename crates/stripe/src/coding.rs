@@ -18,6 +18,7 @@ use thiserror::Error;
 /// be even; shards that are multiples of 64 code piece by piece, which is
 /// what makes zero extension preserve parity).
 const CODER_PIECE_LEN: u32 = 64;
+#[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than the workspace's rust-version
 const _: () = assert!(RS_SHARD_ALIGN % CODER_PIECE_LEN == 0);
 
 /// Why coding failed.
@@ -69,6 +70,7 @@ impl Coder {
     }
 
     fn check_len(shard_len: usize) -> Result<(), CodingError> {
+        #[allow(clippy::manual_is_multiple_of)] // newer than the workspace's rust-version
         if shard_len % RS_SHARD_ALIGN as usize != 0 {
             return Err(CodingError::Shape(format!("shard length {shard_len} is not a multiple of {RS_SHARD_ALIGN}")));
         }

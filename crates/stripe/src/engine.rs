@@ -181,6 +181,10 @@ struct WriteBatch {
     check: BatchCheck,
 }
 
+/// One stripe of a Reed-Solomon write: the components written in it (and
+/// whether with their whole chunk), and the data columns it did not touch.
+type StripeWrites = (Vec<(usize, bool)>, Vec<usize>);
+
 enum BatchCheck {
     /// Nothing (the caller checks).
     Nothing,
@@ -191,7 +195,7 @@ enum BatchCheck {
     /// Per stripe: the components written in it (and whether with its
     /// whole chunk), and the data columns it did not touch (which still
     /// hold its bytes); `k` of them must hold it.
-    Stripes(Vec<(Vec<(usize, bool)>, Vec<usize>)>),
+    Stripes(Vec<StripeWrites>),
 }
 
 fn region(r: &Range<u64>) -> Region {
@@ -502,7 +506,7 @@ impl Striper {
             return Err(StripeError::BadTarget(format!("no component {component}")));
         }
         let max = nasd_proto::limits::OBJECT_SIZE_MAX;
-        if comp_offset.checked_add(data.len() as u64).map_or(true, |e| e > max) {
+        if comp_offset.checked_add(data.len() as u64).is_none_or(|e| e > max) {
             return Err(StripeError::OutOfRange { offset: comp_offset, len: data.len() as u64, max });
         }
         let piece = self.batch_bytes as usize;
@@ -530,7 +534,7 @@ impl Op {
     /// Refuses a write range past what the layout holds.
     fn check_range(&self, offset: u64, len: u64) -> Result<(), StripeError> {
         let max = self.g.file_size_max();
-        if offset.checked_add(len).map_or(true, |end| end > max) {
+        if offset.checked_add(len).is_none_or(|end| end > max) {
             return Err(StripeError::OutOfRange { offset, len, max });
         }
         Ok(())
@@ -864,7 +868,8 @@ impl Op {
     ) -> Result<(), StripeError> {
         let (k, u) = (self.g.data_columns(), self.g.unit());
         let (s0, s1) = (range.start / u, (range.end - 1) / u + 1);
-        let wants: Wants = (0..k).map(|_| vec![s0 * u..s1 * u]).collect();
+        let stripes = s0 * u..s1 * u;
+        let wants: Wants = (0..k).map(|_| vec![stripes.clone()]).collect();
         let fetch = self.issue_fetch(size, wants);
         let columns = self.complete_fetch(fetch).await?;
         let coder = self.coder.expect("parity components are Reed-Solomon's");
