@@ -181,6 +181,9 @@ struct WriteBatch {
     check: BatchCheck,
 }
 
+/// A stripe's `k + m` shards, `None` where missing.
+type Shards = Vec<Option<Vec<u8>>>;
+
 /// One stripe of a Reed-Solomon write: the components written in it (and
 /// whether with their whole chunk), and the data columns it did not touch.
 type StripeWrites = (Vec<(usize, bool)>, Vec<usize>);
@@ -618,18 +621,24 @@ impl Op {
         Fetch { size, wants, tasks }
     }
 
-    /// `data` (the bytes of `clamped`) laid out as `wants`, zeros elsewhere.
-    fn lay_out(wants: &[Range<u64>], clamped: &[Range<u64>], data: &[u8]) -> Vec<u8> {
-        let mut out = vec![0u8; total(wants)];
-        let fetched = Fetched { regions: clamped.to_vec(), data: data.to_vec() };
-        let mut at = 0usize;
-        for w in wants {
-            for c in clamped.iter().filter(|c| c.start >= w.start && c.end <= w.end) {
-                let from = at + (c.start - w.start) as usize;
-                out[from..from + (c.end - c.start) as usize].copy_from_slice(fetched.slice(c.clone()));
-            }
-            at += (w.end - w.start) as usize;
+    /// `data` (the bytes of `clamped`, each clamped range within the want
+    /// at its position) laid out as `wants`, zeros elsewhere.
+    fn lay_out(wants: &[Range<u64>], clamped: &[Range<u64>], data: Vec<u8>) -> Vec<u8> {
+        if wants == clamped {
+            return data;
         }
+        let mut out = vec![0u8; total(wants)];
+        let (mut at_out, mut at_in, mut next) = (0usize, 0usize, 0usize);
+        for w in wants {
+            while let Some(c) = clamped.get(next).filter(|c| c.start >= w.start && c.end <= w.end) {
+                let (from, len) = (at_out + (c.start - w.start) as usize, (c.end - c.start) as usize);
+                out[from..from + len].copy_from_slice(&data[at_in..at_in + len]);
+                at_in += len;
+                next += 1;
+            }
+            at_out += (w.end - w.start) as usize;
+        }
+        assert_eq!(at_in, data.len(), "every fetched byte is laid out");
         out
     }
 
@@ -647,7 +656,7 @@ impl Op {
             }
             let Some((comp, task)) = task else { continue };
             if let Some(data) = self.join_read(comp, &clamped, task).await? {
-                out[c] = Some(Self::lay_out(&wants[c], &clamped, &data));
+                out[c] = Some(Self::lay_out(&wants[c], &clamped, data));
             }
         }
         match self.target.layout.scheme {
@@ -713,7 +722,7 @@ impl Op {
             }
             for (c, comp, clamped, task) in tasks {
                 if let Some(data) = self.join_read(comp, &clamped, task).await? {
-                    out[c] = Some(Self::lay_out(&wants[c], &clamped, &data));
+                    out[c] = Some(Self::lay_out(&wants[c], &clamped, data));
                 }
             }
         }
@@ -821,18 +830,29 @@ impl Op {
         }
         let runs = self.stripe_runs(size, wants, &missing);
         let have = self.fetch_k_chunks(size, &runs).await?;
+        let mut stripes: Vec<(u64, usize, Shards)> = runs
+            .iter()
+            .flat_map(|r| r.clone())
+            .map(|s| (s, self.g.parity_chunk_len(size, s) as usize))
+            .filter(|&(_, p)| p > 0)
+            .map(|(s, p)| (s, p, self.shards_of(size, s, &have)))
+            .collect();
+        drop(have);
+        // Decoding a batch takes milliseconds: off the async workers.
         let coder = self.coder.expect("Reed-Solomon has a coder");
+        let (stripes, decoded) = tokio::task::spawn_blocking(move || {
+            let decoded = stripes.iter_mut().try_for_each(|(_, p, shards)| coder.reconstruct(shards, *p, false));
+            (stripes, decoded)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        decoded.map_err(|e| self.coding_failed(e))?;
         let u = self.g.unit();
         for &c in &missing {
             out[c] = Some(vec![0u8; total(&wants[c])]);
         }
-        for s in runs.iter().flat_map(|r| r.clone()) {
-            let p = self.g.parity_chunk_len(size, s) as usize;
-            if p == 0 {
-                continue;
-            }
-            let mut shards = self.shards_of(size, s, &have);
-            coder.reconstruct(&mut shards, p, false).map_err(|e| self.coding_failed(e))?;
+        for (s, _, shards) in &stripes {
+            let s = *s;
             for &c in &missing {
                 let shard = shards[c].as_ref().expect("reconstructed");
                 let chunk = s * u..s * u + self.g.chunk_len(size, s, c);
