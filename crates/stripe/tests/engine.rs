@@ -483,3 +483,31 @@ fn flush_reaches_every_component_and_counts_the_missing() {
         assert!(matches!(to(s.flush(&outcome.written)).await, Err(StripeError::Unavailable { .. })));
     });
 }
+
+#[test]
+fn stale_components_are_written_not_read_and_a_wrong_drive_is_refused() {
+    run(async {
+        let c = Cluster::start(3).await;
+        let target = c.target("mirror:3@4K", 0, Cred::DriveKey).await;
+        let mut stale = target.clone();
+        stale.components[0].state = ComponentState::Stale;
+        // Copy 1 is bound to drive 2's address with drive 1's identity.
+        stale.components[1].drive_id = c.drives[0].drive_id;
+        stale.components[1].addr = c.drives[2].addr.to_string();
+        let s = c.striper(stale, Options::default());
+        let data = pattern(12, 50_000);
+        let outcome = to(s.write(0, &data, 0)).await.unwrap();
+        assert!(outcome.written.contains(&0), "a stale component is written: {outcome:?}");
+        assert_eq!(outcome.missed, BTreeSet::from([1]));
+        let f = &outcome.failed[0];
+        assert!(matches!(f.cause, FailureCause::WrongDrive { .. }), "{f}");
+        for _ in 0..3 {
+            let (back, report) = to(s.read(0, data.len() as u64, data.len() as u64)).await.unwrap();
+            assert!(back == data);
+            assert!(report.failed.iter().all(|f| f.component == 1), "the stale copy is never read: {report:?}");
+        }
+        // What the stale copy took is there all the same.
+        let b = &target.components[0];
+        assert!(c.drives[c.drive_of(b)].raw(b.object, 0, data.len() as u64).await == data);
+    });
+}
