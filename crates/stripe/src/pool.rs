@@ -1,0 +1,166 @@
+//! Connections to drives, shared by every striped object of a client.
+//!
+//! Per drive address the pool keeps at most [`DRIVE_INFLIGHT_MAX`]
+//! connections busy at once (so requests to one drive pipeline: while one
+//! connection waits for a reply, the next request is already on another)
+//! and at most [`DRIVE_IDLE_MAX`] idle ones for reuse. A connection that
+//! failed other than by a drive's refusal is never returned (the client
+//! marks it broken; a new one is made on next use).
+
+use crate::error::FailureCause;
+use crate::target::Binding;
+use nasd_client::{ClientError, DriveClient};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Requests one drive has in flight from this pool at once (each on its own
+/// connection). More lets one drive serve a striped read and a prefetch
+/// with no idle round trip between them; each costs a connection and, on
+/// the drive, a connection's transfer buffers.
+pub const DRIVE_INFLIGHT_MAX: usize = 4;
+/// Idle connections kept per drive for reuse (each an open socket and a
+/// read chunk buffer of up to 4 MiB, `CHUNK_LEN_MAX`).
+pub const DRIVE_IDLE_MAX: usize = 4;
+/// Drive addresses the pool tracks at once (one entry each: a semaphore and
+/// the idle list). Past it, entries with nothing busy are dropped, with
+/// their idle connections.
+pub const POOL_DRIVES_MAX: usize = nasd_proto::manager::DRIVES_MAX;
+
+const _: () = assert!(DRIVE_IDLE_MAX <= DRIVE_INFLIGHT_MAX);
+
+struct Slot {
+    permits: Arc<Semaphore>,
+    idle: Mutex<Vec<DriveClient>>,
+}
+
+/// Connections per drive address, reused across striped objects.
+pub struct DrivePool {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+impl std::fmt::Debug for DrivePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DrivePool").field("drives", &lock(&self.slots).len()).finish()
+    }
+}
+
+impl Default for DrivePool {
+    fn default() -> Self {
+        DrivePool::new()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A connection (or the right to make one) to one drive, holding one of
+/// its in-flight permits until dropped. Dropped without
+/// [`release`](Lease::release), its connection is closed.
+pub(crate) struct Lease {
+    slot: Arc<Slot>,
+    client: Option<DriveClient>,
+    /// Whether the connection came from the idle list (it may have gone
+    /// stale while idle: a failure on it is worth one try on a new one).
+    pub(crate) reused: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    /// The connection, connecting first if there is none; checks the drive's
+    /// identity against the binding's.
+    pub(crate) async fn client(
+        &mut self,
+        binding: &Binding,
+        connect_deadline: Duration,
+    ) -> Result<&mut DriveClient, FailureCause> {
+        if self.client.is_none() {
+            let c = match tokio::time::timeout(connect_deadline, DriveClient::connect(binding.addr.as_str())).await {
+                Err(_) => return Err(FailureCause::Deadline),
+                Ok(Err(e)) => return Err(FailureCause::Drive(Arc::new(e))),
+                Ok(Ok(c)) => c,
+            };
+            if c.drive_id() != binding.drive_id {
+                return Err(FailureCause::WrongDrive { addr: binding.addr.clone() });
+            }
+            self.client = Some(c);
+        }
+        let c = self.client.as_mut().expect("connected above");
+        c.set_auth(binding.auth.clone());
+        Ok(c)
+    }
+
+    /// Returns the connection to the idle list (if there is room).
+    pub(crate) fn release(mut self) {
+        if let Some(c) = self.client.take() {
+            let mut idle = lock(&self.slot.idle);
+            if idle.len() < DRIVE_IDLE_MAX {
+                idle.push(c);
+            }
+        }
+    }
+
+    /// Drops the connection (it failed in a way that leaves it unusable).
+    pub(crate) fn discard(mut self) {
+        self.client = None;
+    }
+}
+
+/// Whether a failed call leaves its connection unusable: every failure but
+/// a drive's refusal and a request refused before it was sent.
+pub(crate) fn unusable_connection(e: &ClientError) -> bool {
+    !matches!(e, ClientError::Status { .. } | ClientError::InvalidRequest(_))
+}
+
+impl DrivePool {
+    /// An empty pool.
+    pub fn new() -> DrivePool {
+        DrivePool { slots: Mutex::new(HashMap::new()) }
+    }
+
+    fn slot(&self, addr: &str) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        if let Some(s) = slots.get(addr) {
+            return s.clone();
+        }
+        if slots.len() >= POOL_DRIVES_MAX {
+            // Only this map holds an entry that nothing is using.
+            slots.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        let s = Arc::new(Slot { permits: Arc::new(Semaphore::new(DRIVE_INFLIGHT_MAX)), idle: Mutex::new(Vec::new()) });
+        slots.insert(addr.to_string(), s.clone());
+        s
+    }
+
+    /// Waits for one of the drive's in-flight permits and takes an idle
+    /// connection to the binding's drive if there is one.
+    ///
+    /// # Cancel safety
+    /// Cancelling drops the permit and the connection, nothing else.
+    pub(crate) async fn lease(&self, binding: &Binding) -> Lease {
+        let slot = self.slot(&binding.addr);
+        let permit = slot.permits.clone().acquire_owned().await.expect("the pool never closes its semaphores");
+        let client = {
+            let mut idle = lock(&slot.idle);
+            // A connection to another drive at this address (the drive was
+            // replaced) is dropped.
+            idle.retain(|c| c.drive_id() == binding.drive_id);
+            idle.pop()
+        };
+        Lease { reused: client.is_some(), slot, client, _permit: permit }
+    }
+
+    /// Idle connections to `addr` (for tests and diagnostics).
+    pub fn idle_connections(&self, addr: &str) -> usize {
+        lock(&self.slots).get(addr).map_or(0, |s| lock(&s.idle).len())
+    }
+
+    /// Drops every idle connection (e.g. after a drive was replaced).
+    pub fn clear_idle(&self) {
+        for s in lock(&self.slots).values() {
+            lock(&s.idle).clear();
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! One request to one component: lease a connection, send, and — for a
+//! refusal a fresh binding may cure, or a reused connection that broke —
+//! try once more. Runs as its own task so the engine can keep requests to
+//! every component in flight at once.
+
+use crate::error::{FailureCause, StripeError};
+use crate::pool::{unusable_connection, DrivePool};
+use crate::target::{Binder, Binding, Target};
+use nasd_client::ClientError;
+use nasd_proto::layout::Layout;
+use nasd_proto::{Region, Status};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// Binding refreshes one component request may trigger: a request the drive
+/// refused as stale is tried again once with a fresh target.
+const REFRESHES_PER_REQUEST_MAX: usize = 1;
+/// New connections one component request may try after a reused (idle)
+/// connection broke: the drive may have closed it while it sat idle.
+const RECONNECTS_PER_REQUEST_MAX: usize = 1;
+
+/// Refusals a fresh binding may cure: a capability that expired, was
+/// revoked, or was made with a retired working key; a nonce the drive's
+/// clock put outside its window (the refusal taught the client the clock);
+/// an object that does not exist (the component may have moved to another
+/// object or drive); and a cluster map that moved past the capabilities'
+/// epoch (`MAP_EPOCH_MOVED`).
+///
+/// `MAP_EPOCH_MOVED` is matched by its wire name rather than by variant, so
+/// this compiles against a `nasd_proto::Status` that has it and one that
+/// does not yet. Every other refusal is final for the request. This is the
+/// one list; extend it here.
+pub fn refreshable(status: Status) -> bool {
+    matches!(
+        status,
+        Status::CapabilityExpired
+            | Status::AccessRevoked
+            | Status::KeyVersionRetired
+            | Status::NonceOutsideWindow
+            | Status::NoSuchObject
+    ) || status.name() == "MAP_EPOCH_MOVED"
+}
+
+/// A failure of the connection itself (not a refusal).
+fn broken_connection(cause: &FailureCause) -> bool {
+    matches!(cause, FailureCause::Drive(e) if matches!(**e, ClientError::Io(_) | ClientError::Broken))
+}
+
+/// What one component request does.
+#[derive(Debug)]
+pub(crate) enum Req {
+    /// Read these regions; the reply is their bytes, each zero-padded to its
+    /// region's length (bytes past the object's end read as zeros).
+    Read(Vec<Region>),
+    /// Write these bytes (the regions' bytes in order).
+    Write(Vec<Region>, Arc<Vec<u8>>),
+    /// Make the object durable.
+    Flush,
+}
+
+/// Why a component request did not succeed.
+#[derive(Debug)]
+pub(crate) enum TaskError {
+    /// The component failed; the operation may go on without it.
+    Component(FailureCause),
+    /// The operation cannot go on (the layout changed, the target is bad).
+    Fatal(StripeError),
+}
+
+/// The shared state component requests need.
+pub(crate) struct Shared {
+    pub(crate) pool: Arc<DrivePool>,
+    pub(crate) binder: Arc<dyn Binder>,
+    /// Serializes refreshes, so requests that failed together refresh once.
+    pub(crate) refresh_lock: tokio::sync::Mutex<()>,
+    pub(crate) request_deadline: Duration,
+    pub(crate) connect_deadline: Duration,
+}
+
+/// A spawned component request, aborted if dropped before it finished (so a
+/// cancelled operation leaves no request running; an aborted request's
+/// connection is closed, and a write cut short is discarded by the drive).
+pub(crate) struct Task {
+    handle: JoinHandle<Result<Option<Vec<u8>>, TaskError>>,
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.handle.abort();
+    }
+}
+
+impl Task {
+    pub(crate) fn spawn(shared: &Arc<Shared>, layout: Layout, component: usize, req: Req) -> Task {
+        let shared = shared.clone();
+        Task { handle: tokio::spawn(async move { shared.request(layout, component, &req).await }) }
+    }
+
+    /// The request's result: `Some(bytes)` for a read.
+    pub(crate) async fn join(mut self) -> Result<Option<Vec<u8>>, TaskError> {
+        match (&mut self.handle).await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(TaskError::Fatal(StripeError::Bind(format!("component request task ended: {e}")))),
+        }
+    }
+}
+
+impl Shared {
+    async fn request(&self, layout: Layout, component: usize, req: &Req) -> Result<Option<Vec<u8>>, TaskError> {
+        let mut target = self.binder.current();
+        let (mut refreshes, mut reconnects) = (0, 0);
+        loop {
+            if target.layout != layout {
+                return Err(TaskError::Fatal(StripeError::LayoutChanged { before: layout, after: target.layout }));
+            }
+            let Some(binding) = target.components.get(component) else {
+                return Err(TaskError::Fatal(StripeError::BadTarget(format!("no binding for component {component}"))));
+            };
+            let cause = match self.attempt(binding, req).await {
+                Ok(v) => return Ok(v),
+                Err((cause, reused)) => {
+                    if reconnects < RECONNECTS_PER_REQUEST_MAX && reused && broken_connection(&cause) {
+                        reconnects += 1;
+                        continue;
+                    }
+                    cause
+                }
+            };
+            if refreshes < REFRESHES_PER_REQUEST_MAX && cause.status().is_some_and(refreshable) {
+                refreshes += 1;
+                if let Some(t) = self.refresh(&target).await.map_err(TaskError::Fatal)? {
+                    target = t;
+                    continue;
+                }
+            }
+            return Err(TaskError::Component(cause));
+        }
+    }
+
+    /// One try: returns the failure and whether it was on a reused connection.
+    async fn attempt(&self, binding: &Binding, req: &Req) -> Result<Option<Vec<u8>>, (FailureCause, bool)> {
+        let mut lease = self.pool.lease(binding).await;
+        let reused = lease.reused;
+        let r = tokio::time::timeout(self.request_deadline, async {
+            let c = lease.client(binding, self.connect_deadline).await?;
+            send(c, binding, req).await.map_err(|e| FailureCause::Drive(Arc::new(e)))
+        })
+        .await;
+        match r {
+            Ok(Ok(v)) => {
+                lease.release();
+                Ok(v)
+            }
+            Ok(Err(cause)) => {
+                match &cause {
+                    FailureCause::Drive(e) if unusable_connection(e) => lease.discard(),
+                    FailureCause::WrongDrive { .. } => lease.discard(),
+                    _ => lease.release(),
+                }
+                Err((cause, reused))
+            }
+            // Cut off mid-request: the connection's state is unknown.
+            Err(_) => {
+                lease.discard();
+                Err((FailureCause::Deadline, reused))
+            }
+        }
+    }
+
+    /// A fresh target, unless another request refreshed since `stale` was
+    /// current; `None` if the binder could not refresh (the request then
+    /// fails with its own cause).
+    async fn refresh(&self, stale: &Arc<Target>) -> Result<Option<Arc<Target>>, StripeError> {
+        let _one_at_a_time = self.refresh_lock.lock().await;
+        let current = self.binder.current();
+        if !Arc::ptr_eq(&current, stale) {
+            return Ok(Some(current));
+        }
+        match self.binder.refresh().await {
+            Ok(fresh) => {
+                fresh.check()?;
+                Ok(Some(fresh))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "refreshing a striped object's bindings failed");
+                Ok(None)
+            }
+        }
+    }
+}
+
+async fn send(c: &mut nasd_client::DriveClient, b: &Binding, req: &Req) -> Result<Option<Vec<u8>>, ClientError> {
+    match req {
+        Req::Read(regions) => {
+            let (lengths, data) = c.read(b.partition, b.object, regions).await?;
+            Ok(Some(pad(regions, &lengths, data)))
+        }
+        Req::Write(regions, data) => {
+            let n = c.write(b.partition, b.object, regions, data).await?;
+            if n != data.len() as u64 {
+                return Err(ClientError::Protocol(format!("drive wrote {n} of {} bytes", data.len())));
+            }
+            Ok(None)
+        }
+        Req::Flush => c.flush(b.partition, &[b.object]).await.map(|()| None),
+    }
+}
+
+/// The regions' bytes, each zero-padded to its region's length. The client
+/// checked that no length exceeds its region and that they sum to the data.
+fn pad(regions: &[Region], lengths: &[u64], data: Vec<u8>) -> Vec<u8> {
+    if regions.iter().zip(lengths).all(|(r, l)| r.length == *l) {
+        return data;
+    }
+    let total: u64 = regions.iter().map(|r| r.length).sum();
+    let mut out = vec![0u8; total as usize];
+    let (mut at_out, mut at_in) = (0usize, 0usize);
+    for (r, &l) in regions.iter().zip(lengths) {
+        out[at_out..at_out + l as usize].copy_from_slice(&data[at_in..at_in + l as usize]);
+        at_out += r.length as usize;
+        at_in += l as usize;
+    }
+    out
+}

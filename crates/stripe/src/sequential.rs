@@ -1,0 +1,385 @@
+//! Helpers for sequential access through a [`Striper`]: a read-ahead window
+//! ([`ReadAhead`]) and a write-behind buffer ([`WriteBehind`]). Both wrap
+//! a `Striper` the caller may also use directly; a caller that never uses
+//! them is unaffected.
+
+use crate::engine::{Report, Striper, WriteOutcome};
+use crate::error::StripeError;
+use std::collections::VecDeque;
+use std::ops::Range;
+use tokio::task::JoinHandle;
+
+/// Bytes a [`ReadAhead`] fetches ahead of a sequential reader. It holds at
+/// most two windows (one ready, one being fetched), so this costs up to
+/// twice as much memory per file read sequentially, plus the engine's
+/// batches of the fetch in flight.
+pub const READ_AHEAD_BYTES_MAX: u64 = 8 * 1024 * 1024;
+/// Bytes a [`WriteBehind`] holds buffered or in flight at once, per file
+/// written through it; a write that would exceed it waits for the oldest
+/// background write. Costs that much memory, plus the engine's batches.
+pub const WRITE_BEHIND_BYTES_MAX: u64 = 32 * 1024 * 1024;
+
+/// A background task, aborted when dropped.
+struct Background<T: Send + 'static>(JoinHandle<T>);
+
+impl<T: Send + 'static> Drop for Background<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T: Send + 'static> Background<T> {
+    fn spawn(f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
+        Background(tokio::spawn(f))
+    }
+
+    async fn join(mut self) -> T {
+        match (&mut self.0).await {
+            Ok(v) => v,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => unreachable!("a background task is aborted only when dropped: {e}"),
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+type Prefetched = Result<(Vec<u8>, Report), StripeError>;
+
+/// Sequential read-ahead over a [`Striper`]: after two reads in a row where
+/// each starts where the previous ended (or a first read at offset 0), the
+/// next [`READ_AHEAD_BYTES_MAX`] bytes are fetched in the background; a
+/// read elsewhere (a seek) cancels the fetch and drops what was fetched.
+/// A prefetch that failed is forgotten and its range read again directly,
+/// so errors surface at the read that needs the bytes.
+///
+/// The window is not told about writes: after writing or truncating the
+/// object, call [`invalidate`](Self::invalidate).
+pub struct ReadAhead {
+    striper: Striper,
+    window: u64,
+    last_end: Option<u64>,
+    /// Fetched bytes `[ready_start, ready_start + ready.len())`, consumed up
+    /// to `ready_at`.
+    ready_start: u64,
+    ready: Vec<u8>,
+    ready_report: Report,
+    pending: Option<(u64, Background<Prefetched>)>,
+}
+
+impl std::fmt::Debug for ReadAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAhead")
+            .field("last_end", &self.last_end)
+            .field("ready", &(self.ready_start..self.ready_start + self.ready.len() as u64))
+            .field("pending", &self.pending.as_ref().map(|p| p.0))
+            .finish()
+    }
+}
+
+impl ReadAhead {
+    /// A read-ahead window of [`READ_AHEAD_BYTES_MAX`] over `striper`.
+    pub fn new(striper: Striper) -> ReadAhead {
+        ReadAhead::with_window(striper, READ_AHEAD_BYTES_MAX)
+    }
+
+    /// A read-ahead window of `window` bytes (at most [`READ_AHEAD_BYTES_MAX`]).
+    pub fn with_window(striper: Striper, window: u64) -> ReadAhead {
+        ReadAhead {
+            striper,
+            window: window.clamp(1, READ_AHEAD_BYTES_MAX),
+            last_end: None,
+            ready_start: 0,
+            ready: Vec::new(),
+            ready_report: Report::default(),
+            pending: None,
+        }
+    }
+
+    /// Drops what was fetched and cancels the fetch in progress.
+    pub fn invalidate(&mut self) {
+        self.pending = None;
+        self.ready = Vec::new();
+        self.ready_report = Report::default();
+        self.last_end = None;
+    }
+
+    /// As [`Striper::read`], served from the window where it can be.
+    ///
+    /// # Errors
+    /// As [`Striper::read`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may drop bytes fetched ahead (they are fetched
+    /// again on demand); nothing else.
+    pub async fn read(&mut self, offset: u64, len: u64, size: u64) -> Result<(Vec<u8>, Report), StripeError> {
+        let end = offset.saturating_add(len).min(size);
+        let sequential = self.last_end == Some(offset) || (self.last_end.is_none() && offset == 0);
+        if self.last_end != Some(offset) {
+            self.invalidate();
+        }
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        let mut report = Report::default();
+        let mut at = offset;
+        while at < end {
+            if let Some(bytes) = self.take_ready(at, end) {
+                at += bytes.len() as u64;
+                out.extend_from_slice(&bytes);
+                continue;
+            }
+            match self.pending.take() {
+                Some((start, task)) if start == at => match task.join().await {
+                    Ok((data, r)) if !data.is_empty() => {
+                        self.ready_start = start;
+                        self.ready = data;
+                        self.ready_report = r;
+                        continue;
+                    }
+                    // Failed (or nothing there): read directly below.
+                    _ => {}
+                },
+                _ => {}
+            }
+            let (bytes, r) = self.striper.read(at, end - at, size).await?;
+            report.merge(r);
+            let got = bytes.len() as u64;
+            out.extend_from_slice(&bytes);
+            at += got;
+            if got == 0 {
+                break;
+            }
+        }
+        report.merge(std::mem::take(&mut self.ready_report));
+        self.last_end = Some(at);
+        if sequential && self.pending.is_none() {
+            let ahead = self.ready_start + self.ready.len() as u64;
+            let start = if self.ready.is_empty() { at } else { ahead };
+            if start < size {
+                let (striper, len) = (self.striper.clone(), self.window.min(size - start));
+                self.pending = Some((start, Background::spawn(async move { striper.read(start, len, size).await })));
+            }
+        }
+        Ok((out, report))
+    }
+
+    /// Up to `end - at` ready bytes at `at`, consumed.
+    fn take_ready(&mut self, at: u64, end: u64) -> Option<Vec<u8>> {
+        let ready_end = self.ready_start + self.ready.len() as u64;
+        if at < self.ready_start || at >= ready_end {
+            return None;
+        }
+        let from = (at - self.ready_start) as usize;
+        let to = (end.min(ready_end) - self.ready_start) as usize;
+        let bytes = self.ready[from..to].to_vec();
+        if to == self.ready.len() {
+            self.ready = Vec::new();
+        }
+        Some(bytes)
+    }
+}
+
+/// A background write and the stripes it touches.
+struct InFlight {
+    stripes: Range<u64>,
+    bytes: u64,
+    task: Background<Result<WriteOutcome, StripeError>>,
+}
+
+/// Write-behind over a [`Striper`]: writes are gathered into whole stripes
+/// and issued in the background, at most [`WRITE_BEHIND_BYTES_MAX`] bytes
+/// buffered and in flight. Writes that share a stripe are issued one after
+/// the other (never concurrently, which would race their parity), each
+/// with the size the object has after the writes before it.
+///
+/// A background write's error is returned by the next [`write`](Self::write),
+/// [`wait`](Self::wait) or [`flush`](Self::flush) — never lost; after it,
+/// every call fails with [`StripeError::WriteBehindBroken`].
+///
+/// Dropping a `WriteBehind` without [`wait`](Self::wait) discards what is
+/// buffered and aborts what is in flight.
+pub struct WriteBehind {
+    striper: Striper,
+    stripe_bytes: u64,
+    /// Bytes gathered per issued write (whole stripes, at least one).
+    issue_bytes: u64,
+    /// The size after every write issued so far.
+    issued_size: u64,
+    buf_start: u64,
+    buf: Vec<u8>,
+    inflight: VecDeque<InFlight>,
+    inflight_bytes: u64,
+    outcome: WriteOutcome,
+    error: Option<StripeError>,
+    broken: bool,
+}
+
+impl std::fmt::Debug for WriteBehind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteBehind")
+            .field("size", &self.size())
+            .field("buffered", &self.buf.len())
+            .field("inflight_bytes", &self.inflight_bytes)
+            .finish()
+    }
+}
+
+impl WriteBehind {
+    /// A write-behind buffer for an object of `size` bytes.
+    ///
+    /// # Errors
+    /// [`StripeError::BadTarget`] if the striper's target is not valid.
+    pub fn new(striper: Striper, size: u64) -> Result<WriteBehind, StripeError> {
+        let target = striper.target();
+        target.check()?;
+        let g = crate::geometry::Geometry::new(target.layout).map_err(|e| StripeError::BadTarget(e.to_string()))?;
+        let sb = g.stripe_bytes();
+        let issue_bytes = (striper.batch_stripes(&g) * sb).clamp(sb, (WRITE_BEHIND_BYTES_MAX / 2).max(sb));
+        Ok(WriteBehind {
+            striper,
+            stripe_bytes: sb,
+            issue_bytes,
+            issued_size: size,
+            buf_start: 0,
+            buf: Vec::new(),
+            inflight: VecDeque::new(),
+            inflight_bytes: 0,
+            outcome: WriteOutcome::default(),
+            error: None,
+            broken: false,
+        })
+    }
+
+    /// The object's size with every accepted write (buffered or not).
+    pub fn size(&self) -> u64 {
+        self.issued_size.max(self.buf_start + self.buf.len() as u64)
+    }
+
+    /// Accepts `data` at `offset`; returns once it is buffered or issued.
+    ///
+    /// # Errors
+    /// An earlier background write's error ([`StripeError::WriteBehind`]),
+    /// then [`StripeError::WriteBehindBroken`]; [`StripeError::OutOfRange`].
+    pub async fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), StripeError> {
+        self.reap().await?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        if offset.checked_add(data.len() as u64).is_none() {
+            return Err(StripeError::OutOfRange { offset, len: data.len() as u64, max: u64::MAX });
+        }
+        if !self.buf.is_empty() && offset != self.buf_start + self.buf.len() as u64 {
+            self.issue_all().await?;
+        }
+        if self.buf.is_empty() {
+            self.buf_start = offset;
+        }
+        for piece in data.chunks(self.issue_bytes as usize) {
+            self.buf.extend_from_slice(piece);
+            let buf_end = self.buf_start + self.buf.len() as u64;
+            let whole = buf_end / self.stripe_bytes * self.stripe_bytes;
+            if whole > self.buf_start && whole - self.buf_start >= self.issue_bytes {
+                let rest = self.buf.split_off((whole - self.buf_start) as usize);
+                let head = std::mem::replace(&mut self.buf, rest);
+                let start = std::mem::replace(&mut self.buf_start, whole);
+                self.issue(start, head).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Issues everything buffered and waits for every background write;
+    /// returns what they did together since the last `wait` (components
+    /// missed and written).
+    ///
+    /// # Errors
+    /// A background write's error, as for [`write`](Self::write).
+    pub async fn wait(&mut self) -> Result<WriteOutcome, StripeError> {
+        self.reap().await?;
+        self.issue_all().await?;
+        while let Some(f) = self.inflight.pop_front() {
+            self.finish(f).await;
+        }
+        self.reap().await?;
+        Ok(std::mem::take(&mut self.outcome))
+    }
+
+    /// [`wait`](Self::wait), then makes every component written durable
+    /// ([`Striper::flush`]).
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait) and [`Striper::flush`].
+    pub async fn flush(&mut self) -> Result<WriteOutcome, StripeError> {
+        let mut outcome = self.wait().await?;
+        let flushed = self.striper.flush(&outcome.written).await?;
+        outcome.missed.extend(flushed.missed);
+        for f in flushed.failed {
+            if !outcome.failed.iter().any(|g| g.component == f.component) {
+                outcome.failed.push(f);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Takes finished background writes; returns a failure not yet reported.
+    async fn reap(&mut self) -> Result<(), StripeError> {
+        while self.inflight.front().is_some_and(|f| f.task.is_finished()) {
+            let f = self.inflight.pop_front().expect("checked above");
+            self.finish(f).await;
+        }
+        if let Some(e) = self.error.take() {
+            self.broken = true;
+            self.buf = Vec::new();
+            self.inflight.clear();
+            return Err(StripeError::WriteBehind(Box::new(e)));
+        }
+        if self.broken {
+            return Err(StripeError::WriteBehindBroken);
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self, f: InFlight) {
+        self.inflight_bytes -= f.bytes;
+        match f.task.join().await {
+            Ok(o) => self.outcome.merge(o),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
+    async fn issue_all(&mut self) -> Result<(), StripeError> {
+        if !self.buf.is_empty() {
+            let (start, buf) = (self.buf_start, std::mem::take(&mut self.buf));
+            self.issue(start, buf).await?;
+        }
+        Ok(())
+    }
+
+    /// Starts writing `data` at `start` once no write in flight shares a
+    /// stripe with it and the in-flight bytes leave room.
+    async fn issue(&mut self, start: u64, data: Vec<u8>) -> Result<(), StripeError> {
+        let end = start + data.len() as u64;
+        let stripes = start / self.stripe_bytes..(end - 1) / self.stripe_bytes + 1;
+        loop {
+            let overlaps = self.inflight.iter().any(|f| f.stripes.start < stripes.end && stripes.start < f.stripes.end);
+            let full = self.inflight_bytes + data.len() as u64 > WRITE_BEHIND_BYTES_MAX;
+            if !(overlaps || full && !self.inflight.is_empty()) {
+                break;
+            }
+            let f = self.inflight.pop_front().expect("something in flight");
+            self.finish(f).await;
+        }
+        self.reap().await?;
+        let size_before = self.issued_size;
+        self.issued_size = self.issued_size.max(end);
+        let striper = self.striper.clone();
+        let bytes = data.len() as u64;
+        let task = Background::spawn(async move { striper.write(start, &data, size_before).await });
+        self.inflight_bytes += bytes;
+        self.inflight.push_back(InFlight { stripes, bytes, task });
+        Ok(())
+    }
+}
