@@ -236,8 +236,7 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
             for p in paths {
                 let p = abs(&p);
                 let f = fs.open(&p, false).await.with_context(|| format!("cat {p}"))?;
-                let size = f.drive_attrs().await?.logical_size;
-                f.read_to(0, size, &mut tokio::io::stdout()).await.with_context(|| format!("cat {p}"))?;
+                f.read_to(0, f.size(), &mut tokio::io::stdout()).await.with_context(|| format!("cat {p}"))?;
             }
             Ok(())
         }
@@ -435,7 +434,7 @@ async fn get(fs: &FsClient, remote: &str, local: &Path) -> anyhow::Result<()> {
     let name = base_name(remote)?;
     let local = if local.is_dir() { local.join(name) } else { local.to_path_buf() };
     let f = fs.open(remote, false).await.with_context(|| format!("cannot open {remote}"))?;
-    let len = f.drive_attrs().await?.logical_size;
+    let len = f.size();
     let bar = progress(len, name);
     let file = tokio::fs::File::create(&local).await.with_context(|| format!("cannot create {}", local.display()))?;
     let mut dst = bar.wrap_async_write(tokio::io::BufWriter::with_capacity(1 << 20, file.try_clone().await?));
@@ -474,7 +473,7 @@ async fn copy_within(
         Ok(e) if e.attr.ino == src.ino() => anyhow::bail!("{from} and {to} are the same file"),
         _ => {}
     }
-    let len = src.drive_attrs().await?.logical_size;
+    let len = src.size();
     let bar = bar_for(len, &name);
     let dst = fs.create(&to, 0o644, false, true).await.with_context(|| format!("cannot create {to}"))?;
     let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
@@ -526,9 +525,6 @@ async fn stat(fs: &FsClient, path: &str) -> anyhow::Result<()> {
     println!("  owner   uid {} gid {}", a.uid, a.gid);
     println!("  links   {}", a.nlink);
     println!("  inode   {}", a.ino);
-    if let Some(o) = st.object {
-        println!("  object  drive {} partition {} object {}", o.drive, o.partition, o.object);
-    }
     println!("  modify  {} UTC", time_string(a.mtime_ns));
     println!("  change  {} UTC", time_string(a.ctime_ns));
     Ok(())

@@ -1,16 +1,35 @@
-//! The client's TLS connection to its file manager: log in once, then one
-//! request at a time.
+//! The client's TLS connections to its file manager: each logs in once,
+//! then carries one request at a time; a [`ManagerPool`] keeps up to
+//! [`MANAGER_CONNECTIONS_MAX`] of them so concurrent requests do not queue
+//! behind one another.
 
 use crate::FsError;
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
 use nasd_proto::DecodeError;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
+
+/// Connections to the manager one client keeps at once. The manager protocol
+/// serves one request at a time per connection, so this is how many requests
+/// of one client (concurrent files, tasks sharing an [`crate::FsClient`]) are in
+/// flight together; more wait for a free connection. Each costs a TLS session,
+/// a login (an argon2id hash on the manager, ~19 MiB and tens of milliseconds
+/// there, paid once per connection), and one of the manager's
+/// `SESSIONS_MAX` sessions. Connections are opened only when requests overlap.
+pub const MANAGER_CONNECTIONS_MAX: usize = 4;
+/// Longest a connection may sit idle and still be reused. The manager closes
+/// a connection after 600 s without a request (`IDLE_TIMEOUT`); a request
+/// sent on a connection it just closed fails, and is never resent (it may not
+/// be idempotent), so older idle connections are closed and replaced instead.
+pub const MANAGER_IDLE_REUSE_MAX: Duration = Duration::from_secs(300);
+
+const _: () = assert!(MANAGER_CONNECTIONS_MAX > 0);
 
 /// Who the manager says the connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,5 +136,91 @@ impl ManagerConn {
         }
         self.broken = false;
         result.map_err(|(status, message)| FsError::Fs { status, message })
+    }
+}
+
+/// Where and as whom a [`ManagerPool`] connects.
+struct Login {
+    addr: String,
+    server_name: String,
+    tls: TlsConnector,
+    user: String,
+    password: String,
+}
+
+/// Up to [`MANAGER_CONNECTIONS_MAX`] logged-in connections to one manager,
+/// as one user: a request takes an idle connection (or opens one while fewer
+/// than the bound exist), and gives it back when its reply arrived. A
+/// connection whose request failed in transport or protocol is closed, never
+/// reused; the request is not resent.
+pub(crate) struct ManagerPool {
+    login: Login,
+    permits: tokio::sync::Semaphore,
+    /// Idle connections and when each was last used.
+    idle: Mutex<Vec<(ManagerConn, Instant)>>,
+}
+
+impl ManagerPool {
+    /// Connects and logs in once (so a wrong password or an unreachable
+    /// manager fails here), keeping that connection as the first idle one.
+    pub(crate) async fn open(
+        addr: &str,
+        server_name: &str,
+        tls: &TlsConnector,
+        user: &str,
+        password: &str,
+    ) -> Result<(ManagerPool, Identity), FsError> {
+        let login = Login {
+            addr: addr.into(),
+            server_name: server_name.into(),
+            tls: tls.clone(),
+            user: user.into(),
+            password: password.into(),
+        };
+        let (conn, identity) = ManagerConn::open(addr, server_name, tls, user, password).await?;
+        let pool = ManagerPool {
+            login,
+            permits: tokio::sync::Semaphore::new(MANAGER_CONNECTIONS_MAX),
+            idle: Mutex::new(vec![(conn, Instant::now())]),
+        };
+        Ok((pool, identity))
+    }
+
+    fn take_idle(&self) -> Option<ManagerConn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((conn, used)) = idle.pop() {
+            if used.elapsed() <= MANAGER_IDLE_REUSE_MAX {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Sends one request on a free connection and waits for its reply.
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes the connection it was using (its request
+    /// may or may not have reached the manager); the pool opens another when
+    /// needed.
+    pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        let _permit = self.permits.acquire().await.expect("the pool never closes its semaphore");
+        let mut conn = match self.take_idle() {
+            Some(c) => c,
+            None => {
+                let l = &self.login;
+                ManagerConn::open(&l.addr, &l.server_name, &l.tls, &l.user, &l.password).await?.0
+            }
+        };
+        let r = conn.call(req).await;
+        if !conn.broken {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.push((conn, Instant::now()));
+        }
+        r
+    }
+
+    /// Idle connections held (for tests and diagnostics).
+    pub(crate) fn idle_connections(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }

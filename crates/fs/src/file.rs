@@ -1,97 +1,112 @@
-//! An open regular file: data moves between the client and the file's
-//! drive directly, under a capability the manager minted.
+//! An open regular file: its bytes move between the client and the drives
+//! of its component objects through the striping engine ([`Striper`]),
+//! under the capabilities the manager minted, inside write transactions.
+//!
+//! - **Reads** are clamped to the size the client knows (the manager's, or
+//!   larger where this file wrote further) and go through the engine piece by
+//!   piece; sequential pieces through a read-ahead window ([`ReadAhead`]).
+//!   A component that fails is read around while the layout's redundancy
+//!   allows; beyond it the read fails with [`FsError::Unavailable`].
+//! - **Writes** open a write transaction first (`BEGIN_WRITE`), go through
+//!   write-behind ([`WriteBehind`]: errors surface at the next write or at
+//!   flush), and are committed by [`File::flush`]: drain, `FLUSH` every
+//!   component written, `COMMIT` with the end written, the ranges written
+//!   and the components that missed writes. A transaction older than a
+//!   quarter of its lease or larger than [`TXN_BYTES_MAX`](crate::TXN_BYTES_MAX)
+//!   is committed at the next write, and the next one begun.
 
-use crate::{Access, FsClient, FsError};
-use nasd_client::{Auth, ClientError, Credential, DriveClient, MacAlgorithm};
-use nasd_crypto::Key;
-use nasd_proto::fs::{FileAttr, Ino};
-use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest};
-use nasd_proto::{rights, Attributes, Region, Status};
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::binder::FileBinder;
+use crate::txn::Txn;
+use crate::{FsClient, FsError};
+use nasd_proto::fs::{FileAttr, FsStatus, Ino};
+use nasd_proto::layout::{Layout, Scheme};
+use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode};
+use nasd_proto::rights;
+use nasd_stripe::geometry::Geometry;
+use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Tries of one drive request: a refusal that a fresh capability may cure
-/// (expired, revoked, retired key) or a broken connection gets one more.
-const DRIVE_ATTEMPTS_MAX: usize = 2;
-
-/// A refusal (made before any data moved) that trying again may cure: a
-/// fresh capability from the manager for an expired, revoked or retired
-/// one; a fresh nonce once the authenticated refusal taught the client the
-/// drive's clock.
-fn stale_capability(e: &ClientError) -> bool {
-    matches!(
-        e.status(),
-        Some(
-            Status::CapabilityExpired | Status::AccessRevoked | Status::KeyVersionRetired | Status::NonceOutsideWindow
-        )
-    )
+/// What one open file does with its data, behind one lock: reads and
+/// writes of one file are ordered (a read sees the file's earlier writes,
+/// and the engine is never asked to write and read one stripe at once).
+struct Io {
+    read_ahead: ReadAhead,
+    /// Where the last read ended: a read starting there is sequential.
+    last_read_end: Option<u64>,
+    /// The open write transaction, if anything was written since the last commit.
+    txn: Option<Txn>,
+    /// Whether anything was ever written through this file.
+    wrote: bool,
+    /// Set when a write, flush or commit failed: the writes since the last
+    /// commit are lost (rolled back), and the file takes no more writes.
+    poisoned: Option<String>,
 }
 
-/// A failure of the connection itself, which a repeatable request may be
-/// tried again for on a new one.
-fn broken_connection(e: &ClientError) -> bool {
-    matches!(e, ClientError::Io(_) | ClientError::Broken | ClientError::Protocol(_))
-}
-
-/// A failure after which the connection is dropped and made anew on next
-/// use: every one but a drive's refusal and a request refused before it was
-/// sent. The client marks the connection broken after any other (a reply
-/// that failed verification, a Hash-and-MAC tag that did not check, a
-/// broken stream), and keeping it would fail the next call with `Broken`.
-fn unusable_connection(e: &ClientError) -> bool {
-    !matches!(e, ClientError::Status { .. } | ClientError::InvalidRequest(_))
-}
-
-/// Runs one request on the file's drive under a capability with `$rights`,
-/// refreshing the capability once if the drive refused it as stale, and —
-/// for requests safe to repeat (`$repeatable`: nothing was handed to the
-/// caller yet) — the connection once if it broke.
-macro_rules! on_drive {
-    ($file:expr, $rights:expr, $repeatable:expr, |$c:ident, $a:ident| $call:expr) => {{
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let $a = $file.fs.access($file.handle, $rights, $file.writable).await?;
-            let slot = $file.fs.drive_slot(&$a.components[0].drive_addr);
-            let mut guard = slot.lock().await;
-            let r = match $file.ready(&mut guard, &$a).await {
-                Ok($c) => $call.await,
-                Err(e) => Err(e),
-            };
-            match r {
-                Err(e)
-                    if attempt < DRIVE_ATTEMPTS_MAX
-                        && (stale_capability(&e) || ($repeatable && broken_connection(&e))) =>
-                {
-                    if unusable_connection(&e) {
-                        *guard = None;
-                    }
-                    $file.fs.forget($file.handle.ino);
-                }
-                Err(e) => {
-                    if unusable_connection(&e) {
-                        *guard = None;
-                    }
-                    break Err(FsError::Drive(e));
-                }
-                Ok(v) => break Ok(v),
-            }
-        }
-    }};
-}
-
-/// An open regular file.
-#[derive(Debug)]
+/// An open regular file. Its methods take `&self` and may be called from
+/// several tasks: they run one at a time, in the order they take the file's
+/// lock.
+///
+/// Dropping a `File` with writes not yet flushed discards them: the manager
+/// rolls their transaction back when its lease runs out.
 pub struct File {
     fs: FsClient,
     handle: Handle,
+    path: String,
     writable: bool,
-    wrote: AtomicBool,
+    binder: Arc<FileBinder>,
+    striper: Striper,
+    geometry: Geometry,
+    /// One past the last byte this file wrote (0: nothing).
+    written_end: AtomicU64,
+    io: tokio::sync::Mutex<Io>,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("path", &self.path)
+            .field("ino", &self.handle.ino)
+            .field("layout", &self.geometry.layout())
+            .field("writable", &self.writable)
+            .finish_non_exhaustive()
+    }
 }
 
 impl File {
-    pub(crate) fn new(fs: FsClient, handle: Handle, writable: bool) -> Self {
-        File { fs, handle, writable, wrote: AtomicBool::new(false) }
+    /// The file an `Entry` with capabilities names (`path` for messages).
+    pub(crate) fn new(fs: FsClient, entry: Entry, path: &str, writable: bool) -> Result<File, FsError> {
+        let handle = entry.handle();
+        let Some(access) = entry.access else {
+            return Err(FsError::Fs {
+                status: FsStatus::PermissionDenied,
+                message: format!("{path}: the manager granted no access to its data"),
+            });
+        };
+        let open = if writable { OpenMode::RefreshWrite } else { OpenMode::Read };
+        let binder = Arc::new(FileBinder::new(fs.clone(), handle, open, entry.attr, access)?);
+        let geometry = Geometry::new(binder.layout()).map_err(|e| FsError::Protocol(format!("{path}: {e}")))?;
+        let striper = Striper::new(fs.drive_pool(), binder.clone());
+        let read_ahead = ReadAhead::new(striper.clone());
+        Ok(File {
+            fs,
+            handle,
+            path: path.to_string(),
+            writable,
+            binder,
+            striper,
+            geometry,
+            written_end: AtomicU64::new(0),
+            io: tokio::sync::Mutex::new(Io {
+                read_ahead,
+                last_read_end: None,
+                txn: None,
+                wrote: false,
+                poisoned: None,
+            }),
+        })
     }
 
     /// The file's inode number.
@@ -104,146 +119,364 @@ impl File {
         self.handle
     }
 
-    /// The drive connection in `slot`, connected and set to use `access`.
-    async fn ready<'s>(
-        &self,
-        slot: &'s mut Option<DriveClient>,
-        file_access: &Access,
-    ) -> Result<&'s mut DriveClient, ClientError> {
-        let access = &file_access.components[0];
-        if slot.is_none() {
-            let c = DriveClient::connect(access.drive_addr.as_str()).await?;
-            if c.drive_id() != access.drive_id {
-                return Err(ClientError::Protocol(format!(
-                    "the drive at {} is not the drive the manager named",
-                    access.drive_addr
-                )));
-            }
-            *slot = Some(c);
-        }
-        let c = slot.as_mut().expect("connected above");
-        let same = matches!(&c.auth().credential, Credential::Capability { token, .. } if *token == access.token);
-        if !same {
-            let algorithm = MacAlgorithm::from_id(file_access.algorithm)
-                .ok_or_else(|| ClientError::Protocol("unknown capability algorithm".into()))?;
-            let credential =
-                Credential::Capability { token: access.token.clone(), key: Key::from_bytes(access.key), algorithm };
-            c.set_auth(Auth::new(credential, self.fs.protection_for(file_access)));
-        }
-        Ok(c)
+    /// How the file's bytes are spread over its component objects.
+    pub fn layout(&self) -> Layout {
+        self.geometry.layout()
     }
 
-    fn object(a: &Access) -> (u64, u64) {
-        (a.components[0].object.partition, a.components[0].object.object)
+    /// The file's size as this client knows it: the manager's (from the open,
+    /// the last capability refresh or commit), or larger where this file has
+    /// written further. Reads stop there. Another client's writes show after
+    /// it flushed or closed and this file refreshed or was opened again
+    /// (close-to-open consistency).
+    pub fn size(&self) -> u64 {
+        self.binder.attr().size.max(self.written_end.load(Ordering::Relaxed))
     }
 
-    /// The object's attributes, straight from the drive (size, times).
-    pub async fn drive_attrs(&self) -> Result<Attributes, FsError> {
-        on_drive!(self, rights::GETATTR, true, |c, a| {
-            let (p, o) = Self::object(&a);
-            c.getattr(p, o)
-        })
+    /// The file's attributes as the manager last reported them, with the
+    /// size as [`size`](Self::size) knows it.
+    pub fn attr(&self) -> FileAttr {
+        FileAttr { size: self.size(), ..self.binder.attr() }
     }
 
-    /// Reads up to `len` bytes at `offset` into `dst`, stopping at the end
-    /// of the file; returns the bytes read. Every byte is verified before it
-    /// reaches `dst`.
+    // ------------------------------------------------------------ reads
+
+    /// Reads up to `len` bytes at `offset` into `dst`, stopping at the end of
+    /// the file as [`size`](Self::size) knows it; returns the bytes read.
+    /// Every byte is verified before it reaches `dst`; a component that fails
+    /// is read around while the layout allows.
+    ///
+    /// # Errors
+    /// [`FsError::Unavailable`] if more components fail than the layout
+    /// tolerates (`dst` then holds whole, correct pieces before the one that
+    /// failed, never wrong bytes); the manager's refusal if a capability
+    /// could not be refreshed (`PERMISSION_DENIED` after a chmod);
+    /// [`FsError::Local`] if `dst` fails.
     pub async fn read_to(&self, offset: u64, len: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<u64, FsError> {
+        let mut io = self.io.lock().await;
+        self.binder.clear_error();
+        self.settle(&mut io).await?;
+        let size = self.size();
+        let end = offset.saturating_add(len).min(size);
         let piece = self.fs.transfer_piece() as u64;
-        let mut done = 0;
-        while done < len {
-            let want = piece.min(len - done);
-            let region = Region { offset: offset + done, length: want };
-            let lengths = on_drive!(self, rights::READ, false, |c, a| {
-                let (p, o) = Self::object(&a);
-                c.read_to(p, o, std::slice::from_ref(&region), &mut *dst)
-            })?;
-            let got = lengths.first().copied().unwrap_or(0);
-            done += got;
-            if got < want {
+        let mut at = offset;
+        while at < end {
+            self.binder.ensure(rights::READ).await?;
+            let n = piece.min(end - at);
+            let sequential = io.last_read_end == Some(at) || (io.last_read_end.is_none() && at == 0);
+            let (got, report) = if sequential {
+                let (bytes, report) = io.read_ahead.read(at, n, size).await.map_err(|e| self.failed("reading", e))?;
+                dst.write_all(&bytes).await.map_err(FsError::Local)?;
+                (bytes.len() as u64, report)
+            } else {
+                io.read_ahead.invalidate();
+                self.striper.read_to(at, n, size, dst).await.map_err(|e| self.failed("reading", e))?
+            };
+            self.note_report(&report);
+            at += got;
+            io.last_read_end = Some(at);
+            if got < n {
                 break;
             }
         }
-        dst.flush().await?;
-        Ok(done)
+        dst.flush().await.map_err(FsError::Local)?;
+        Ok(at.saturating_sub(offset))
     }
 
     /// Reads up to `len` bytes at `offset`.
+    ///
+    /// # Errors
+    /// As [`read_to`](Self::read_to).
     pub async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(len.min(self.size().saturating_sub(offset)) as usize);
         self.read_to(offset, len, &mut out).await?;
         Ok(out)
     }
 
-    /// Writes `data` at `offset`.
+    fn note_report(&self, report: &Report) {
+        for f in &report.failed {
+            tracing::warn!(path = %self.path, failure = %f, "a component failed; read around it");
+        }
+    }
+
+    // ------------------------------------------------------------ writes
+
+    /// Writes `data` at `offset`. The bytes are accepted into write-behind and
+    /// written in the background; [`flush`](Self::flush) makes them durable
+    /// and visible to others.
+    ///
+    /// # Errors
+    /// `PERMISSION_DENIED` if the file was not opened for writing; the
+    /// manager's refusal to begin a write transaction (`BUSY` while another
+    /// writer's is open past `BEGIN_WAIT`); an earlier background write's
+    /// failure ([`FsError::Unavailable`] if too many components failed) —
+    /// after which the writes since the last flush are lost and the file takes
+    /// no more writes.
     pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let mut io = self.io.lock().await;
         let piece = self.fs.transfer_piece();
         for (i, chunk) in data.chunks(piece).enumerate() {
-            self.write_piece(offset + (i * piece) as u64, chunk).await?;
+            self.write_piece(&mut io, offset + (i * piece) as u64, chunk).await?;
         }
         Ok(())
     }
 
     /// Writes `len` bytes read from `src` starting at `offset`, one transfer
-    /// piece at a time (memory stays at one piece); returns bytes written.
+    /// piece at a time (memory stays at one piece plus write-behind); returns
+    /// the bytes written.
+    ///
+    /// # Errors
+    /// As [`write_at`](Self::write_at); [`FsError::Local`] if `src` fails or
+    /// ends early.
     pub async fn write_from(&self, offset: u64, len: u64, src: &mut (impl AsyncRead + Unpin)) -> Result<u64, FsError> {
+        let mut io = self.io.lock().await;
         let piece = self.fs.transfer_piece();
         let mut buf = vec![0u8; piece.min(len as usize)];
         let mut done = 0u64;
         while done < len {
             let n = (piece as u64).min(len - done) as usize;
-            src.read_exact(&mut buf[..n]).await?;
-            self.write_piece(offset + done, &buf[..n]).await?;
+            src.read_exact(&mut buf[..n]).await.map_err(FsError::Local)?;
+            self.write_piece(&mut io, offset + done, &buf[..n]).await?;
             done += n as u64;
         }
         Ok(done)
     }
 
-    async fn write_piece(&self, offset: u64, data: &[u8]) -> Result<(), FsError> {
+    async fn write_piece(&self, io: &mut Io, offset: u64, data: &[u8]) -> Result<(), FsError> {
         if data.is_empty() {
             return Ok(());
         }
         if !self.writable {
             return Err(FsError::Fs {
-                status: nasd_proto::fs::FsStatus::PermissionDenied,
-                message: "file not opened for writing".into(),
+                status: FsStatus::PermissionDenied,
+                message: format!("{}: not opened for writing", self.path),
             });
         }
-        self.wrote.store(true, Ordering::Relaxed);
-        let region = Region { offset, length: data.len() as u64 };
-        on_drive!(self, rights::WRITE, true, |c, a| {
-            let (p, o) = Self::object(&a);
-            c.write(p, o, std::slice::from_ref(&region), data)
-        })?;
+        poisoned(io)?;
+        let len = data.len() as u64;
+        let max = self.geometry.file_size_max();
+        if offset.checked_add(len).is_none_or(|end| end > max) {
+            return Err(FsError::Stripe(StripeError::OutOfRange { offset, len, max }));
+        }
+        self.binder.clear_error();
+        self.binder.ensure(rights::WRITE).await?;
+        if io.txn.as_ref().is_some_and(Txn::due) {
+            self.commit(io).await?;
+        }
+        if io.txn.is_none() {
+            io.txn = Some(self.begin().await?);
+        }
+        let txn = io.txn.as_mut().expect("begun above");
+        if let Err(e) = txn.behind.write(offset, data).await {
+            return Err(self.poison(io, "writing", e));
+        }
+        txn.note(offset, len);
+        self.written_end.fetch_max(offset + len, Ordering::Relaxed);
+        io.wrote = true;
+        io.read_ahead.invalidate();
+        if txn.due() {
+            self.commit(io).await?;
+        }
         Ok(())
     }
 
-    /// Makes everything written so far durable on the drive (`fsync`).
-    pub async fn flush(&self) -> Result<(), FsError> {
-        if !self.wrote.load(Ordering::Relaxed) {
-            return Ok(());
+    /// Opens a write transaction: `BEGIN_WRITE`, then (for Reed-Solomon,
+    /// whose parity is computed from the bytes below the size) the file's
+    /// size under the transaction, which no other writer can change now.
+    async fn begin(&self) -> Result<Txn, FsError> {
+        let (id, lease) = if self.fs.begin_write_unserved() {
+            (0, None)
+        } else {
+            match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await {
+                Ok(ManagerReply::Began { txn, lease_ms }) => (txn, Some(Duration::from_millis(lease_ms as u64))),
+                Ok(other) => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+                // A manager that does not serve write transactions yet: a
+                // single-component file is written as before them and
+                // committed with txn 0 (the manager measures its object).
+                Err(FsError::Fs { status: FsStatus::InvalidArgument, message })
+                    if self.geometry.components() == 1 && message.contains("not served") =>
+                {
+                    self.fs.set_begin_write_unserved();
+                    (0, None)
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if matches!(self.geometry.layout().scheme, Scheme::ReedSolomon { .. }) {
+            self.binder.fetch().await?;
         }
-        let objects = [Self::object(&self.fs.access(self.handle, rights::FLUSH, self.writable).await?).1];
-        on_drive!(self, rights::FLUSH, true, |c, a| c.flush(Self::object(&a).0, &objects))
+        let behind = WriteBehind::new(self.striper.clone(), self.size()).map_err(|e| self.failed("writing", e))?;
+        Ok(Txn::new(id, lease, behind))
     }
 
-    /// Closes the file; after writes, the manager records the size the
-    /// drive reports. Returns the attributes.
-    pub async fn close(self) -> Result<FileAttr, FsError> {
-        let req = if self.wrote.load(Ordering::Relaxed) {
-            ManagerRequest::Commit {
-                handle: self.handle,
-                txn: 0,
-                written_end: 0,
-                missed: Vec::new(),
-                dirty: Vec::new(),
+    /// Waits for the transaction's background writes, recording what they
+    /// did (so reads see them, and skip components they missed).
+    async fn settle(&self, io: &mut Io) -> Result<(), FsError> {
+        let Some(txn) = io.txn.as_mut() else { return Ok(()) };
+        match txn.behind.wait().await {
+            Ok(outcome) => {
+                self.binder.mark_missed(&outcome.missed);
+                txn.outcome.merge(outcome);
+                Ok(())
             }
-        } else {
-            ManagerRequest::GetAttr { handle: self.handle, open: nasd_proto::manager::OpenMode::None }
-        };
-        match self.fs.call(&req).await? {
-            ManagerReply::Entry(e) => Ok(e.attr),
-            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            Err(e) => Err(self.poison(io, "writing", e)),
         }
+    }
+
+    /// Makes everything written so far durable and visible (`fsync`):
+    /// drains write-behind, flushes every component written, and commits the
+    /// write transaction at the manager, which records the new size and marks
+    /// components that missed writes stale. Does nothing if nothing was
+    /// written since the last flush.
+    ///
+    /// # Errors
+    /// `ABORTED` if the manager rolled the transaction back (its lease ran
+    /// out): the writes since the last flush are lost. [`FsError::Unavailable`]
+    /// if too many components failed; the transaction is then left to roll back.
+    /// After either the file takes no more writes.
+    pub async fn flush(&self) -> Result<(), FsError> {
+        let mut io = self.io.lock().await;
+        poisoned(&io)?;
+        self.commit(&mut io).await.map(|_| ())
+    }
+
+    /// Commits the open transaction, if any; returns the attributes the
+    /// manager recorded.
+    async fn commit(&self, io: &mut Io) -> Result<Option<FileAttr>, FsError> {
+        if io.txn.is_none() {
+            return Ok(None);
+        }
+        self.binder.clear_error();
+        // Buffered writes go out now, and every component is flushed: with
+        // capabilities fresh enough to outlast both (a refusal would refresh
+        // anyway, a request later).
+        self.binder.ensure(rights::WRITE | rights::FLUSH).await?;
+        let Some(mut txn) = io.txn.take() else { return Ok(None) };
+        let drained: Result<WriteOutcome, StripeError> = async {
+            let waited = txn.behind.wait().await?;
+            txn.outcome.merge(waited);
+            self.striper.flush(&txn.outcome.written).await
+        }
+        .await;
+        match drained {
+            Ok(flushed) => txn.outcome.merge(flushed),
+            Err(e) => return Err(self.poison(io, "flushing", e)),
+        }
+        self.binder.mark_missed(&txn.outcome.missed);
+        for f in &txn.outcome.failed {
+            tracing::warn!(path = %self.path, failure = %f, "a component missed writes; the manager marks it stale");
+        }
+        let req = ManagerRequest::Commit {
+            handle: self.handle,
+            txn: txn.id,
+            written_end: txn.written_end,
+            missed: txn.missed(),
+            dirty: txn.dirty.to_wire(),
+        };
+        match self.fs.call(&req).await {
+            Ok(ManagerReply::Entry(e)) => {
+                self.binder.set_attr(e.attr);
+                Ok(Some(self.attr()))
+            }
+            Ok(other) => {
+                io.poisoned = Some("the manager's answer to COMMIT made no sense".into());
+                Err(FsError::Protocol(format!("unexpected reply {other:?}")))
+            }
+            Err(FsError::Fs { status: FsStatus::Aborted, message }) => {
+                let message = format!(
+                    "{}: the writes since the last flush were rolled back: {message} (write them again)",
+                    self.path
+                );
+                io.poisoned = Some(message.clone());
+                Err(FsError::Fs { status: FsStatus::Aborted, message })
+            }
+            Err(e) => {
+                io.poisoned = Some(format!("committing the writes failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the file: flushes if anything was written since the last flush
+    /// (committing it), else asks the manager for the attributes. Returns the
+    /// attributes.
+    ///
+    /// # Errors
+    /// As [`flush`](Self::flush), also when an earlier write or flush failed.
+    pub async fn close(self) -> Result<FileAttr, FsError> {
+        let mut io = self.io.lock().await;
+        poisoned(&io)?;
+        if let Some(attr) = self.commit(&mut io).await? {
+            return Ok(attr);
+        }
+        let e = self.fs.entry(ManagerRequest::GetAttr { handle: self.handle, open: OpenMode::None }).await?;
+        Ok(FileAttr { size: e.attr.size.max(self.written_end.load(Ordering::Relaxed)), ..e.attr })
+    }
+
+    // ------------------------------------------------------------ errors
+
+    /// Records a failed write or flush: the transaction cannot be committed
+    /// (it rolls back when its lease runs out), and the file takes no more writes.
+    fn poison(&self, io: &mut Io, doing: &str, e: StripeError) -> FsError {
+        io.txn = None;
+        io.read_ahead.invalidate();
+        let e = self.failed(doing, e);
+        io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
+        e
+    }
+
+    /// The error for a failed engine operation.
+    fn failed(&self, doing: &str, e: StripeError) -> FsError {
+        // The manager's refusal to refresh a capability explains the drive's
+        // refusal that made the engine ask.
+        if matches!(e, StripeError::Unavailable { .. } | StripeError::Bind(_)) {
+            if let Some(refusal) = self.binder.take_error() {
+                return refusal;
+            }
+        }
+        match e {
+            StripeError::Unavailable { missing_drives, missing, tolerates, failures } => {
+                let target = nasd_stripe::Binder::current(&*self.binder);
+                let drives: Vec<String> = missing_drives
+                    .iter()
+                    .map(|d| match target.components.iter().find(|b| b.drive == *d) {
+                        Some(b) => format!("drive {d} ({})", b.addr),
+                        None => format!("drive {d}"),
+                    })
+                    .collect();
+                let advice = if doing == "reading" {
+                    "no data was returned"
+                } else {
+                    "the writes since the last flush will be rolled back"
+                };
+                let message = format!(
+                    "{doing} {}: {} of its {} components are unavailable, on {}, and its layout {} tolerates {tolerates}; \
+                     {advice}. Bring the drives back (`nasd status` shows which are down) and try again. ({})",
+                    self.path,
+                    missing.len(),
+                    self.geometry.components(),
+                    drives.join(", "),
+                    self.geometry.layout(),
+                    failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+                );
+                FsError::Unavailable { missing_drives, tolerates, failures, message }
+            }
+            StripeError::WriteBehind(inner) => self.failed(doing, *inner),
+            StripeError::Io(e) => FsError::Local(e),
+            other => FsError::Stripe(other),
+        }
+    }
+}
+
+/// The error a poisoned file answers writes with.
+fn poisoned(io: &Io) -> Result<(), FsError> {
+    match &io.poisoned {
+        Some(why) => Err(FsError::Fs {
+            status: FsStatus::Aborted,
+            message: format!(
+                "an earlier write or flush of this file failed, so it takes no more writes ({why}); reopen it"
+            ),
+        }),
+        None => Ok(()),
     }
 }

@@ -2,10 +2,16 @@
 //!
 //! An [`FsClient`] logs in to a file manager over TLS and asks it for names,
 //! attributes and capabilities; file data then moves directly between the
-//! client and the drives (NASD §3.1), protected with the capability key.
-//! Capabilities are cached per file and refreshed transparently — before they
-//! expire, and again if a drive refuses one as expired, revoked or made with
-//! a retired key — so a transfer longer than a capability's lifetime works.
+//! client and the drives (NASD §3.1), protected with the capability keys. A
+//! regular file is spread over component objects on several drives by its
+//! layout (stripe, mirror, Reed-Solomon); a [`File`] reads and writes them all
+//! at once through the striping engine (`nasd_stripe`), reading around failed
+//! components while the layout's redundancy allows, and writes inside write
+//! transactions the manager coordinates (`BEGIN_WRITE`, `COMMIT`), so a crash
+//! leaves every stripe old or new. Capabilities are cached per file and
+//! refreshed transparently — before they expire, and again if a drive refuses
+//! one as expired, revoked or made with a retired key — so a transfer longer
+//! than a capability's lifetime works.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), nasd_fs::FsError> {
@@ -24,12 +30,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod binder;
 mod cache;
 mod conn;
 mod file;
+mod txn;
 
 pub use cache::HELD_CAPABILITIES_MAX;
-pub use conn::{connector, Identity};
+pub use conn::{connector, Identity, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
 pub use file::File;
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
@@ -37,20 +45,25 @@ pub use nasd_proto::manager::{
     ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
     ScrubSummary, UserInfo,
 };
+pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
+pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 
-use conn::ManagerConn;
-use nasd_client::{ClientError, DriveClient};
+use cache::Held;
+use conn::ManagerPool;
+use nasd_client::ClientError;
 use nasd_proto::manager::{set_mask, Entry, FileAccess as Access, ManagerReply, ManagerRequest, READDIR_ENTRIES_MAX};
 use nasd_proto::Protection;
-use std::collections::HashMap;
+use nasd_stripe::{DrivePool, Target};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use thiserror::Error;
-use tokio::sync::Mutex as AsyncMutex;
 
 /// Why a file-system call failed.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum FsError {
     /// The manager refused: the status says why (POSIX `errno` via [`FsError::errno`]).
     #[error("{message}")]
@@ -60,18 +73,55 @@ pub enum FsError {
         /// The manager's explanation.
         message: String,
     },
+    /// More of a file's component objects failed (or are down or stale) than
+    /// its layout tolerates: the bytes cannot be read, or a write could not
+    /// reach enough components. No partial or wrong data was returned. The
+    /// message names the drives and says what to do.
+    #[error("{message}")]
+    Unavailable {
+        /// The manager's numbers of the drives of the unavailable components.
+        missing_drives: Vec<u32>,
+        /// How many unavailable components the file's layout tolerates.
+        tolerates: usize,
+        /// Each unavailable component and why.
+        failures: Vec<ComponentFailure>,
+        /// What happened and what to do.
+        message: String,
+    },
+    /// The striping engine refused the operation otherwise (a range past
+    /// what the layout holds, the layout changed while the file was open, a
+    /// bad binding from the manager).
+    #[error("{0}")]
+    Stripe(StripeError),
     /// A drive refused or could not be reached.
     #[error("drive: {0}")]
     Drive(#[from] ClientError),
     /// The connection to the manager failed.
     #[error("connection to the manager failed: {0}")]
     Io(#[from] std::io::Error),
+    /// Reading the caller's source or writing its destination failed.
+    #[error("local I/O failed: {0}")]
+    Local(std::io::Error),
     /// Configuration or connection set-up is wrong; the message says what to fix.
     #[error("{0}")]
     Setup(String),
     /// A peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+}
+
+/// `errno` values [`FsError::errno`] uses beyond the manager's statuses.
+mod errno {
+    pub const EIO: i32 = 5;
+    pub const EACCES: i32 = 13;
+    pub const EINVAL: i32 = 22;
+    pub const EFBIG: i32 = 27;
+    pub const ENOSPC: i32 = 28;
+}
+
+/// Whether a drive's status means it is out of space.
+fn no_space(status: Option<nasd_proto::Status>) -> bool {
+    matches!(status, Some(nasd_proto::Status::NoSpace | nasd_proto::Status::QuotaExceeded))
 }
 
 impl FsError {
@@ -87,13 +137,22 @@ impl FsError {
     pub fn errno(&self) -> i32 {
         match self {
             FsError::Fs { status, .. } => status.errno(),
+            FsError::Unavailable { failures, .. } => {
+                if !failures.is_empty() && failures.iter().all(|f| no_space(f.cause.status())) {
+                    errno::ENOSPC
+                } else {
+                    errno::EIO
+                }
+            }
+            FsError::Stripe(StripeError::OutOfRange { .. }) => errno::EFBIG,
+            FsError::Stripe(_) => errno::EIO,
             FsError::Drive(e) => match e.status() {
-                Some(nasd_proto::Status::NoSpace | nasd_proto::Status::QuotaExceeded) => 28,
-                Some(nasd_proto::Status::RightsInsufficient | nasd_proto::Status::AccessRevoked) => 13,
-                _ => 5,
+                s if no_space(s) => errno::ENOSPC,
+                Some(nasd_proto::Status::RightsInsufficient | nasd_proto::Status::AccessRevoked) => errno::EACCES,
+                _ => errno::EIO,
             },
-            FsError::Io(_) | FsError::Protocol(_) => 5,
-            FsError::Setup(_) => 22,
+            FsError::Io(_) | FsError::Local(_) | FsError::Protocol(_) => errno::EIO,
+            FsError::Setup(_) => errno::EINVAL,
         }
     }
 
@@ -119,8 +178,10 @@ pub struct FsConfig {
     /// reads) on top of what capabilities demand. On by default: the
     /// network is not trusted.
     pub data_integrity: bool,
-    /// Bytes moved per drive request in large transfers; a capability is
-    /// checked (and refreshed if near expiry) before each.
+    /// Bytes a [`File`] moves per striping-engine operation in large
+    /// transfers (capabilities are checked, and refreshed if near expiry,
+    /// before each; sequential pieces are read through the read-ahead
+    /// window). The client holds one piece per transfer in memory.
     pub transfer_piece: usize,
 }
 
@@ -152,48 +213,26 @@ impl Default for FsConfig {
     }
 }
 
-/// Default bytes per drive request in large transfers.
+/// Default bytes per engine operation in large transfers.
 pub const TRANSFER_PIECE_DEFAULT: usize = 8 * 1024 * 1024;
-/// Largest transfer piece (the client buffers one piece per write).
+/// Largest transfer piece (the client buffers one piece per transfer).
 pub const TRANSFER_PIECE_MAX: usize = 64 * 1024 * 1024;
-
-/// Capability lifetime left at which the client refreshes before using it.
-fn refresh_margin(lifetime: Duration) -> Duration {
-    (lifetime / 4).max(Duration::from_millis(100))
-}
-
-/// A capability held for a file.
-#[derive(Clone)]
-pub(crate) struct Held {
-    pub(crate) access: Access,
-    pub(crate) expires: Instant,
-}
-
-impl Held {
-    fn new(access: Access) -> Self {
-        let expires = Instant::now() + Duration::from_millis(access.lifetime_ms as u64);
-        Held { access, expires }
-    }
-    fn fresh(&self) -> bool {
-        let lifetime = Duration::from_millis(self.access.lifetime_ms as u64);
-        Instant::now() + refresh_margin(lifetime) < self.expires
-    }
-}
-
-/// One connection per drive, reused by every file on it.
-pub(crate) type DriveSlot = Arc<AsyncMutex<Option<DriveClient>>>;
 
 struct Inner {
     config: FsConfig,
-    tls: tokio_rustls::TlsConnector,
     identity: Identity,
-    manager: AsyncMutex<ManagerConn>,
-    drives: Mutex<HashMap<String, DriveSlot>>,
+    manager: ManagerPool,
+    /// Connections to drives, shared by every file.
+    drives: Arc<DrivePool>,
     held: Mutex<HashMap<Ino, Held>>,
+    /// The manager answered `BEGIN_WRITE` with "not served": it predates
+    /// write transactions (see `File::begin`).
+    begin_write_unserved: AtomicBool,
 }
 
 /// A logged-in file-system client. Cheap to clone; clones share connections
-/// and the capability cache.
+/// (up to [`MANAGER_CONNECTIONS_MAX`] to the manager, a pool per drive) and
+/// the capability cache, and may be used from many tasks at once.
 #[derive(Clone)]
 pub struct FsClient {
     inner: Arc<Inner>,
@@ -211,14 +250,11 @@ impl std::fmt::Debug for FsClient {
 /// A file's status as `stat` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stat {
-    /// Attributes; for regular files, size and modification time are the
-    /// drive's (authoritative), read under a read capability or, for a file
-    /// the caller may not read, one allowing `GETATTR` only.
+    /// Attributes, as the manager records them: a regular file's size and
+    /// modification time are what its writers' last `COMMIT` made them.
     pub attr: FileAttr,
     /// Symbolic-link target (empty otherwise).
     pub target: String,
-    /// Where a regular file's bytes live.
-    pub object: Option<ObjectRef>,
 }
 
 /// Splits an absolute path into its parent path and last name.
@@ -242,16 +278,16 @@ impl FsClient {
             return Err(FsError::Setup(format!("transfer_piece must be 1..={TRANSFER_PIECE_MAX} bytes")));
         }
         let tls = connector(&config.ca_cert)?;
-        let (conn, identity) =
-            ManagerConn::open(&config.manager, &config.server_name, &tls, &config.user, &config.password).await?;
+        let (manager, identity) =
+            ManagerPool::open(&config.manager, &config.server_name, &tls, &config.user, &config.password).await?;
         Ok(FsClient {
             inner: Arc::new(Inner {
                 config: config.clone(),
-                tls,
                 identity,
-                manager: AsyncMutex::new(conn),
-                drives: Mutex::new(HashMap::new()),
+                manager,
+                drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
+                begin_write_unserved: AtomicBool::new(false),
             }),
         })
     }
@@ -266,22 +302,23 @@ impl FsClient {
         self.inner.identity
     }
 
-    /// Sends one request to the manager (reconnecting first if an earlier
-    /// failure broke the connection; a failed request is never resent).
+    /// Sends one request to the manager on a free connection (opening one,
+    /// up to [`MANAGER_CONNECTIONS_MAX`], if none is idle). A request that
+    /// failed is never resent; the connection it failed on is closed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future closes its connection; the request may or may not
+    /// have reached the manager.
     pub async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
-        let mut conn = self.inner.manager.lock().await;
-        let r = conn.call(req).await;
-        if matches!(r, Err(FsError::Io(_) | FsError::Protocol(_))) {
-            let c = &self.inner.config;
-            match ManagerConn::open(&c.manager, &c.server_name, &self.inner.tls, &c.user, &c.password).await {
-                Ok((fresh, _)) => *conn = fresh,
-                Err(e) => tracing::debug!(error = %e, "manager reconnect failed"),
-            }
-        }
-        r
+        self.inner.manager.call(req).await
     }
 
-    async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
+    /// Idle connections to the manager (for tests and diagnostics).
+    pub fn idle_manager_connections(&self) -> usize {
+        self.inner.manager.idle_connections()
+    }
+
+    pub(crate) async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
         match self.call(&req).await? {
             ManagerReply::Entry(e) => {
                 if let Some(a) = &e.access {
@@ -300,51 +337,45 @@ impl FsClient {
         }
     }
 
-    fn hold(&self, ino: Ino, access: Access) {
-        cache::hold(&mut self.inner.held.lock().expect("held lock"), ino, Held::new(access), Instant::now());
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, Held>> {
+        self.inner.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The rights of the capability this client holds for inode `ino`, if
+    fn hold(&self, ino: Ino, access: Access) {
+        cache::hold(&mut self.held(), ino, Held::new(access), Instant::now());
+    }
+
+    /// The capabilities cached for `ino`.
+    pub(crate) fn cached(&self, ino: Ino) -> Option<Held> {
+        self.held().get(&ino).cloned()
+    }
+
+    /// The rights of the capabilities this client holds for inode `ino`, if
     /// any (what its last request for the file was granted).
     pub fn held_rights(&self, ino: Ino) -> Option<u32> {
-        self.inner.held.lock().expect("held lock").get(&ino).map(|h| h.access.rights)
+        self.held().get(&ino).map(|h| h.access.rights)
     }
 
     pub(crate) fn forget(&self, ino: Ino) {
-        self.inner.held.lock().expect("held lock").remove(&ino);
+        self.held().remove(&ino);
     }
 
-    /// A fresh enough capability for the file `handle` names with `rights`,
-    /// from the cache or the manager. `writing`: the file is open for writing.
-    pub(crate) async fn access(&self, handle: Handle, rights: u32, writing: bool) -> Result<Access, FsError> {
-        if let Some(h) = self.inner.held.lock().expect("held lock").get(&handle.ino) {
-            if h.fresh() && h.access.rights & rights == rights {
-                return Ok(h.access.clone());
-            }
-        }
-        // A file open for writing asks with the owner override, so a file its owner created
-        // read-only stays writable (and readable) while open. Otherwise: FLUSH comes only with
-        // write rights, GETATTR with either.
-        let open = if writing {
-            OpenMode::RefreshWrite
-        } else if rights & (nasd_proto::rights::WRITE | nasd_proto::rights::FLUSH) != 0 {
-            OpenMode::ReadWrite
-        } else if rights & nasd_proto::rights::READ != 0 {
-            OpenMode::Read
-        } else {
-            OpenMode::ReadIfAllowed
-        };
-        let e = self.entry(ManagerRequest::GetAttr { handle, open }).await?;
-        match e.access {
-            Some(a) if a.rights & rights == rights => Ok(a),
-            _ => Err(FsError::fs(FsStatus::PermissionDenied, "the manager did not grant the access needed")),
-        }
+    pub(crate) fn drive_pool(&self) -> Arc<DrivePool> {
+        self.inner.drives.clone()
     }
 
-    pub(crate) fn drive_slot(&self, addr: &str) -> DriveSlot {
-        self.inner.drives.lock().expect("drives lock").entry(addr.to_string()).or_default().clone()
+    /// The engine's target for `access` under this client's protection
+    /// policy, with the components in `missed` marked stale.
+    pub(crate) fn target_for(&self, access: &Access, missed: &BTreeSet<usize>) -> Result<Target, FsError> {
+        let mut target = Target::from_access(access, self.protection_for(access))
+            .map_err(|e| FsError::Protocol(format!("the manager's capabilities are unusable: {e}")))?;
+        binder::overlay(&mut target, missed);
+        Ok(target)
     }
 
+    /// How requests under `access` are protected: at least its minimum and
+    /// `INTEGRITY_ARGS`, plus `INTEGRITY_DATA` with Hash-and-MAC reads when
+    /// the configuration asks for data integrity.
     pub(crate) fn protection_for(&self, access: &Access) -> Protection {
         let min = Protection::from_bits(access.min_protection).unwrap_or(Protection::INTEGRITY_ARGS);
         let mut p = min.union(Protection::INTEGRITY_ARGS);
@@ -356,6 +387,14 @@ impl FsClient {
 
     pub(crate) fn transfer_piece(&self) -> usize {
         self.inner.config.transfer_piece
+    }
+
+    pub(crate) fn begin_write_unserved(&self) -> bool {
+        self.inner.begin_write_unserved.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_begin_write_unserved(&self) {
+        self.inner.begin_write_unserved.store(true, Ordering::Relaxed);
     }
 
     // ------------------------------------------------------------ names
@@ -373,31 +412,21 @@ impl FsClient {
         Ok(e.handle())
     }
 
-    /// `stat`: follows symlinks; a regular file's size and modification
-    /// time come from its drive (under a read capability, or one that allows
-    /// only `GETATTR` when the caller may not read the file: stat never asks
-    /// for write rights).
+    /// `stat`: follows symlinks. Attributes come from the manager alone (a
+    /// regular file's size and times are what its writers' commits recorded);
+    /// no capability is asked for.
     pub async fn stat(&self, path: &str) -> Result<Stat, FsError> {
-        self.stat_entry(self.walk(path, OpenMode::ReadIfAllowed).await?).await
+        Ok(Self::stat_of(self.walk(path, OpenMode::None).await?))
     }
 
     /// `lstat`: like [`stat`](Self::stat) but a final symlink is described itself.
     pub async fn lstat(&self, path: &str) -> Result<Stat, FsError> {
-        let req = ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::ReadIfAllowed };
-        self.stat_entry(self.entry(req).await?).await
+        let req = ManagerRequest::Walk { path: path.into(), follow: false, open: OpenMode::None };
+        Ok(Self::stat_of(self.entry(req).await?))
     }
 
-    async fn stat_entry(&self, e: Entry) -> Result<Stat, FsError> {
-        let handle = e.handle();
-        let mut attr = e.attr;
-        let object = e.access.as_ref().and_then(|a| a.components.first()).map(|c| c.object);
-        if e.access.as_ref().is_some_and(|a| a.rights & nasd_proto::rights::GETATTR != 0) {
-            let f = File::new(self.clone(), handle, false);
-            let drive = f.drive_attrs().await?;
-            attr.size = drive.logical_size;
-            attr.mtime_ns = drive.data_modify_time as i64;
-        }
-        Ok(Stat { attr, target: e.target, object })
+    fn stat_of(e: Entry) -> Stat {
+        Stat { attr: e.attr, target: e.target }
     }
 
     /// Every entry of a directory with its attributes, in name order
@@ -486,17 +515,18 @@ impl FsClient {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
         let e = self.entry(ManagerRequest::Create { parent, name: name.into(), mode, exclusive, truncate }).await?;
-        Ok(File::new(self.clone(), e.handle(), true))
+        File::new(self.clone(), e, path, true)
     }
 
-    /// Opens an existing regular file for reading, or reading and writing.
+    /// Opens an existing regular file for reading, or reading and writing (a
+    /// file the caller may write but not read opens write-only).
     pub async fn open(&self, path: &str, write: bool) -> Result<File, FsError> {
         let open = if write { OpenMode::ReadWrite } else { OpenMode::Read };
         let e = self.walk(path, open).await?;
         if e.attr.kind != FileKind::File {
             return Err(FsError::fs(FsStatus::IsDir, format!("{path} is not a regular file")));
         }
-        Ok(File::new(self.clone(), e.handle(), write))
+        File::new(self.clone(), e, path, write)
     }
 
     /// Removes a file or symlink name.
@@ -613,7 +643,7 @@ impl FsClient {
     /// Reads the whole content of `path`.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, FsError> {
         let f = self.open(path, false).await?;
-        let size = f.drive_attrs().await?.logical_size;
+        let size = f.size();
         let mut out = Vec::with_capacity(size.min(TRANSFER_PIECE_MAX as u64) as usize);
         f.read_to(0, size, &mut out).await?;
         Ok(out)

@@ -15,8 +15,10 @@
 //!   are refused;
 //! - a directory with more entries than one READDIR reply lists completely,
 //!   also when long symlink targets make a page larger than one message;
-//! - flush and getattr after a capability expired refresh it with the rights
-//!   they need; over-long arguments are refused by the client library.
+//! - writes and flushes after a capability expired refresh it with the
+//!   rights they need; over-long arguments are refused by the client library;
+//! - stat takes sizes from the manager (what writers' commits recorded) and
+//!   mints no capability.
 
 mod common;
 
@@ -95,7 +97,7 @@ async fn write_new(fs: &FsClient, path: &str, mode: u32, data: &[u8]) {
     to(f.write_at(0, data)).await.unwrap_or_else(|e| panic!("write {path}: {e}"));
     to(f.flush()).await.expect("flush");
     let attr = to(f.close()).await.expect("close");
-    assert_eq!(attr.size, data.len() as u64, "{path}: the manager records the drive's size at close");
+    assert_eq!(attr.size, data.len() as u64, "{path}: the manager records the size at commit");
     assert_eq!(attr.mode, mode);
 }
 
@@ -185,12 +187,13 @@ async fn tree_written_read_renamed_removed_without_leaks_scenario() {
         assert!(got == *data, "{path}: {} bytes read back differ from the {} written", got.len(), data.len());
         let st = to(a.stat(path)).await.expect("stat");
         assert_eq!(st.attr.kind, FileKind::File);
-        assert_eq!(st.attr.size, data.len() as u64, "{path}: stat size (from the drive)");
+        assert_eq!(st.attr.size, data.len() as u64, "{path}: stat size (the manager's, recorded at commit)");
         let manager_view = to(a.walk(path, OpenMode::None)).await.expect("walk");
         assert_eq!(manager_view.attr.size, data.len() as u64, "{path}: the manager's size");
         assert!(manager_view.access.is_none(), "OpenMode::None hands out no capability");
-        objects.push((path.to_string(), st.object.expect("a readable file's object")));
-        old_access.push((path.to_string(), access_of(&a, path, OpenMode::Read).await));
+        let access = access_of(&a, path, OpenMode::Read).await;
+        objects.extend(access.components.iter().map(|comp| (path.to_string(), comp.object)));
+        old_access.push((path.to_string(), access));
     }
     let used: BTreeSet<u32> = objects.iter().map(|(_, o)| o.drive).collect();
     assert!(used.len() > 1, "files are spread over the drives: {used:?}");
@@ -228,8 +231,9 @@ async fn tree_written_read_renamed_removed_without_leaks_scenario() {
     to(a.write_file("/alice/d1/trunc", b"abc")).await.expect("rewrite a file in place");
     assert_eq!(to(a.read_file("/alice/d1/trunc")).await.unwrap(), b"abc");
     assert_eq!(to(a.stat("/alice/d1/trunc")).await.unwrap().attr.size, 3);
-    objects.push(("/alice/d1/trunc".into(), to(a.stat("/alice/d1/trunc")).await.unwrap().object.unwrap()));
-    old_access.push(("/alice/d1/trunc".into(), access_of(&a, "/alice/d1/trunc", OpenMode::Read).await));
+    let access = access_of(&a, "/alice/d1/trunc", OpenMode::Read).await;
+    objects.extend(access.components.iter().map(|comp| ("/alice/d1/trunc".to_string(), comp.object)));
+    old_access.push(("/alice/d1/trunc".into(), access));
 
     // --- rename a file across directories
     to(a.rename("/alice/d1/one", "/alice/d1/d2/d3/one")).await.expect("rename a file across directories");
@@ -397,7 +401,7 @@ async fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario
     assert_eq!(fs_status(to(b.open("/alice/secret", true)).await), FsStatus::PermissionDenied);
     let st = to(b.stat("/alice/secret")).await.expect("stat needs no read permission");
     assert_eq!(st.attr.size, secret.len() as u64);
-    assert_eq!(b.held_rights(st.attr.ino), Some(rights::GETATTR), "stat without read permission: attributes only");
+    assert_eq!(b.held_rights(st.attr.ino), None, "stat mints no capability");
     let attr_only = access_of(&b, "/alice/secret", OpenMode::ReadIfAllowed).await;
     let denied = drive_read(&attr_only, secret.len() as u64).await;
     assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under a stat capability");
@@ -410,7 +414,7 @@ async fn modes_are_enforced_and_chmod_revokes_capabilities_at_the_drive_scenario
     assert_eq!(best.rights & rights::WRITE, 0, "a read-only caller gets read rights only");
     assert_eq!(
         best.components[0].object,
-        to(a.stat("/alice/shared")).await.unwrap().object.unwrap(),
+        access_of(&a, "/alice/shared", OpenMode::Read).await.components[0].object,
         "for the file's object"
     );
 
@@ -716,11 +720,11 @@ async fn large_directories_scenario() {
 // ------------------------------------------- capabilities after they expire
 
 #[test]
-fn flush_and_getattr_refresh_expired_capabilities() {
-    run(flush_and_getattr_refresh_expired_capabilities_scenario());
+fn writes_and_flushes_refresh_expired_capabilities() {
+    run(writes_and_flushes_refresh_expired_capabilities_scenario());
 }
 
-async fn flush_and_getattr_refresh_expired_capabilities_scenario() {
+async fn writes_and_flushes_refresh_expired_capabilities_scenario() {
     let config = ManagerConfig {
         read_lifetime: Duration::from_secs(1),
         write_lifetime: Duration::from_secs(1),
@@ -740,13 +744,14 @@ async fn flush_and_getattr_refresh_expired_capabilities_scenario() {
     to(f.flush()).await.expect("flush after the write capability expired");
     assert_eq!(to(f.close()).await.unwrap().size, 24);
 
-    // A write-only file: its attributes come from the drive under whatever capability the mode
-    // allows (here write), also once the first one expired.
+    // A write-only file: its writer commits it after the first write capability expired, and
+    // its size is then the manager's record of the commit.
     let f = to(a.create("/alice/drop-box", 0o200, true, false)).await.unwrap();
     to(f.write_at(0, b"in")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(to(f.drive_attrs()).await.expect("getattr of a write-only file").logical_size, 2);
-    to(f.flush()).await.unwrap();
+    to(f.flush()).await.expect("flush of a write-only file after its capability expired");
+    assert_eq!(f.size(), 2);
+    assert_eq!(to(a.stat("/alice/drop-box")).await.unwrap().attr.size, 2, "the manager recorded the commit");
 
     // A file created read-only by its writer: the creator may write it while it is open (POSIX
     // open with O_CREAT), also after the first write capability expired — the refresh asks with
@@ -919,7 +924,7 @@ fn walk_req(path: &str) -> ManagerRequest {
 }
 
 #[test]
-fn listing_without_search_permission_shows_names_only_and_stat_asks_for_read_only() {
+fn listing_without_search_permission_shows_names_only_and_stat_mints_no_capability() {
     run(listing_without_search_permission_scenario());
 }
 
@@ -955,24 +960,25 @@ async fn listing_without_search_permission_scenario() {
     assert_eq!(to(b.readdir("/alice/listable")).await.unwrap().len(), 2);
     assert_eq!(to(b.names("/alice/listable")).await.unwrap(), want);
 
-    // stat and lstat ask for read rights only, even from someone who may write the file.
+    // stat and lstat mint no capabilities, even for someone who may write the file: the size and
+    // times are the manager's.
     write_new(&a, "/alice/mine", 0o644, b"mine").await;
-    let st = to(a.stat("/alice/mine")).await.unwrap();
-    assert_eq!(st.attr.size, 4, "the size comes from the drive");
-    let rights_held = a.held_rights(st.attr.ino).expect("stat used a capability");
-    assert_ne!(rights_held & rights::READ, 0);
-    assert_eq!(rights_held & rights::WRITE, 0, "stat must not mint write capabilities");
-    to(a.lstat("/alice/mine")).await.unwrap();
-    assert_eq!(a.held_rights(st.attr.ino).unwrap() & rights::WRITE, 0, "nor lstat");
+    let fresh = c.login(USER_A, PW_A).await;
+    let st = to(fresh.stat("/alice/mine")).await.unwrap();
+    assert_eq!(st.attr.size, 4, "the size the writer's commit recorded");
+    assert_eq!(fresh.held_rights(st.attr.ino), None, "stat mints no capability");
+    to(fresh.lstat("/alice/mine")).await.unwrap();
+    assert_eq!(fresh.held_rights(st.attr.ino), None, "nor lstat");
+    // OpenMode::ReadIfAllowed still works on the wire: read rights, never write.
     let granted = to(a.walk("/alice/mine", OpenMode::ReadIfAllowed)).await.unwrap().access.unwrap();
     assert_eq!((granted.rights & rights::WRITE, granted.lifetime_ms), (0, 300_000), "a read capability");
 
-    drop((a, b, admin));
+    drop((a, b, admin, fresh));
     c.stop().await;
 }
 
 #[test]
-fn stat_of_a_file_the_caller_may_not_read_asks_the_drive() {
+fn stat_of_a_file_the_caller_may_not_read_shows_the_managers_size() {
     run(stat_unreadable_scenario());
 }
 
@@ -983,18 +989,21 @@ async fn stat_unreadable_scenario() {
     let a = c.login(USER_A, PW_A).await;
     write_new(&a, "/alice/wo", 0o200, b"12345").await;
 
-    // Alice writes more to her write-only (-w-) file and has not closed it:
-    // the manager still records 5 bytes, the drive has 9.
+    // Alice writes more to her write-only (-w-) file and has not flushed it: the manager still
+    // records 5 bytes, and stat shows that; the writer knows of 9.
     let f = to(a.open("/alice/wo", true)).await.unwrap();
     to(f.write_at(5, b"6789")).await.unwrap();
+    assert_eq!(f.size(), 9, "the writer knows what it wrote");
+    assert_eq!(raw_entry(&a, walk_req("/alice/wo")).await.attr.size, 5);
+    assert_eq!(to(a.stat("/alice/wo")).await.unwrap().attr.size, 5, "unflushed writes are not the file's yet");
+    // The flush commits: from now on stat shows 9, to anyone who reached the file, without a capability.
     to(f.flush()).await.unwrap();
-    let recorded = raw_entry(&a, walk_req("/alice/wo")).await.attr.size;
-    assert_eq!(recorded, 5);
+    let fresh = c.login(USER_A, PW_A).await;
+    let st = to(fresh.stat("/alice/wo")).await.unwrap();
+    assert_eq!(st.attr.size, 9, "the size the commit recorded");
+    assert_eq!(fresh.held_rights(st.attr.ino), None, "stat mints no capability");
 
-    // stat shows the drive's size, under a capability that allows nothing but GETATTR.
-    let st = to(a.stat("/alice/wo")).await.unwrap();
-    assert_eq!(st.attr.size, 9, "the size comes from the drive");
-    assert_eq!(a.held_rights(st.attr.ino), Some(rights::GETATTR));
+    // OpenMode::ReadIfAllowed still works on the wire: a capability that allows nothing but GETATTR.
     let granted =
         to(a.walk("/alice/wo", OpenMode::ReadIfAllowed)).await.unwrap().access.expect("an attribute capability");
     assert_eq!(granted.rights, rights::GETATTR);
@@ -1003,10 +1012,11 @@ async fn stat_unreadable_scenario() {
     assert_eq!(to(d.getattr(p, o)).await.unwrap().logical_size, 9);
     let denied = to(d.read(p, o, &[Region { offset: 0, length: 9 }])).await.map(|_| ());
     assert_eq!(drive_status(denied), Status::RightsInsufficient, "no data under it");
-    // The writer goes on (its write capability comes back when it needs one).
+    // The writer goes on (a new write transaction).
     to(f.write_at(9, b"0")).await.unwrap();
     assert_eq!(to(f.close()).await.unwrap().size, 10);
+    assert_eq!(to(fresh.stat("/alice/wo")).await.unwrap().attr.size, 10);
 
-    drop((a, admin));
+    drop((a, admin, fresh));
     c.stop().await;
 }

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use nasd_client::ClientError;
-use nasd_fs::FsError;
+use nasd_fs::{FailureCause, FsError, OpenMode as Open};
 use nasd_proto::manager::{set_mask, Handle, ManagerReply, ManagerRequest, OpenMode};
 use std::time::{Duration, Instant};
 
@@ -79,13 +79,21 @@ async fn altered_reply_scenario() {
     let data = pattern(2, 256 * 1024);
     to(admin.write_file("/f", &data)).await.unwrap();
     let f = to(admin.open("/f", false)).await.unwrap();
-    to(f.drive_attrs()).await.expect("connected, with a capability");
+    // Connected, with a capability (a read away from the start: no read-ahead follows it).
+    assert_eq!(to(f.read_at(1, 1)).await.expect("a first read"), data[1..2]);
 
-    // One bit of the read's data flips on the way: the tag catches it, and
-    // the client library marks the connection unusable.
+    // One bit of the read's data flips on the way: the tag catches it, the
+    // client library marks the connection unusable, and the file (one
+    // component, no redundancy) has nothing to read around it with.
     proxy.tamper_at(64 * 1024);
     let e = to(f.read_at(0, data.len() as u64)).await.expect_err("altered data is refused");
-    assert!(matches!(e, FsError::Drive(ClientError::HashAndMacMismatch(_) | ClientError::BadReply(_))), "{e:?}");
+    let FsError::Unavailable { failures, missing_drives, tolerates: 0, .. } = &e else { panic!("{e:?}") };
+    assert_eq!(missing_drives.len(), 1, "{e}");
+    assert!(
+        matches!(&failures[0].cause, FailureCause::Drive(c) if matches!(**c, ClientError::HashAndMacMismatch(_) | ClientError::BadReply(_))),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), 5, "EIO");
     // A read is not repeated by itself; the next one runs on a new connection.
     let again = to(f.read_at(0, data.len() as u64)).await.expect("the next read reconnects");
     assert_eq!(again, data);
@@ -160,7 +168,9 @@ async fn truncate_against_chmod_scenario() {
 
     // Never a refused request after the drive cut the data: the truncate
     // was checked and committed as one, before the chmod.
-    let on_drive = to(admin.stat("/shared/f")).await.unwrap().attr.size;
+    let object = to(admin.walk("/shared/f", Open::Read)).await.unwrap().access.unwrap().components[0].object;
+    let on_drive = to(c.manager.drives()[0].getattr(object.object)).await.expect("getattr").logical_size;
+    assert_eq!(to(admin.stat("/shared/f")).await.unwrap().attr.size, on_drive, "the manager's record");
     match truncated {
         Ok(ManagerReply::Entry(e)) => {
             assert_eq!((e.attr.size, on_drive), (10, 10));
