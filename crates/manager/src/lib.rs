@@ -27,12 +27,13 @@ use anyhow::Context;
 use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
-use nasd_meta::{Caller, DriveRecord, Namespace, Sqlite, User};
+use nasd_meta::{Caller, DriveRecord, DriveState, Namespace, Sqlite, User};
 use nasd_proto::fs::{FsStatus, Ino};
+use nasd_proto::layout::Layout;
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -71,6 +72,10 @@ pub struct ManagerConfig {
     pub pool_target: usize,
     /// How often intention logs and pools are looked after.
     pub maintenance_interval: Duration,
+    /// The file system's default layout: the root directory's, which every
+    /// new file takes unless a directory above it has its own. Only a new
+    /// file system takes it: an existing root keeps the layout it has.
+    pub default_layout: Layout,
 }
 
 impl Default for ManagerConfig {
@@ -83,6 +88,7 @@ impl Default for ManagerConfig {
             protection: Protection::INTEGRITY_ARGS,
             pool_target: 128,
             maintenance_interval: Duration::from_secs(1),
+            default_layout: Layout::SINGLE,
         }
     }
 }
@@ -105,6 +111,7 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        self.default_layout.validate().map_err(|e| anyhow::anyhow!("default layout {}: {e}", self.default_layout))?;
         anyhow::ensure!(
             !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
             "capability lifetimes must be positive"
@@ -153,6 +160,10 @@ pub struct Manager {
     drives: RwLock<Vec<Arc<DriveHandle>>>,
     /// Where the next new file's placement starts (round robin over drives).
     next_drive: AtomicUsize,
+    /// The cluster map epoch capabilities are minted under, as the metadata
+    /// held it at open. Whatever moves the epoch on (`Namespace::bump_map_epoch`,
+    /// `Namespace::set_drive_state`) must store the new value here too.
+    map_epoch: AtomicU32,
     /// Verified for unknown user names (see [`passwords::decoy`]).
     decoy_hash: String,
     /// Serializes drive set-up, pool refills and key rotation.
@@ -184,8 +195,10 @@ impl Manager {
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
         let db = dir.join(META_DB);
         let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        let ns = Namespace::new(backend, config.default_layout)
+            .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
+        let map_epoch = ns.map_epoch().map_err(|e| anyhow::anyhow!("cannot read the cluster map epoch: {e}"))?;
         let manager = Manager {
             ns: Arc::new(ns),
             kek,
@@ -193,6 +206,7 @@ impl Manager {
             config,
             drives: RwLock::new(Vec::new()),
             next_drive: AtomicUsize::new(0),
+            map_epoch: AtomicU32::new(map_epoch),
             decoy_hash: passwords::decoy(),
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
@@ -412,6 +426,8 @@ impl Manager {
             partition: self.config.partition,
             sealed_keys: keys.seal(&self.kek, drive),
             capacity_bytes: info.capacity_bytes,
+            failure_domain: String::new(),
+            state: DriveState::In,
         };
         let stored = rec.clone();
         self.meta(move |ns| ns.add_drive(&stored)).await?;
@@ -468,7 +484,9 @@ impl PasswordReset {
             nasd_proto::manager::PASSWORD_MAX
         );
         let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        // The database exists, so its root has a layout already and keeps it.
+        let ns =
+            Namespace::new(backend, Layout::SINGLE).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         match ns.user(name) {
             Ok(Some(_)) => {}
             Ok(None) => anyhow::bail!("no user '{name}' in {}", db.display()),
