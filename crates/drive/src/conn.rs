@@ -434,6 +434,16 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             store.flush_partition(partition)?;
             Reply::Done
         }
+        Request::TxnBegin { partition, object, txn } => {
+            store.txn_begin(partition, object, txn)?;
+            Reply::Done
+        }
+        Request::TxnEnd { partition, object, txn, commit } => {
+            Reply::TxnEnded { was_open: store.txn_end(partition, object, txn, commit)? }
+        }
+        Request::TxnList { partition, after_object, max } => {
+            Reply::Txns { txns: store.txn_list(partition, after_object, max as usize)? }
+        }
         Request::Hello { .. }
         | Request::Inquiry
         | Request::Read { .. }

@@ -632,7 +632,11 @@ pub fn class_of(req: &Request) -> Class {
         | ReadAudit { .. }
         | Scrub { .. } => Class::Drive,
         SetMinProtection { partition: 0, .. } => Class::Drive,
-        SetMinProtection { partition, .. } | SetWorkingKey { partition, .. } => Class::Partition(*partition),
+        SetMinProtection { partition, .. }
+        | SetWorkingKey { partition, .. }
+        | TxnBegin { partition, .. }
+        | TxnEnd { partition, .. }
+        | TxnList { partition, .. } => Class::Partition(*partition),
         Create { partition, .. } => obj(*partition, vec![], rights::CREATE, None),
         Remove { partition, object } => obj(*partition, vec![*object], rights::REMOVE, None),
         GetAttr { partition, object } => obj(*partition, vec![*object], rights::GETATTR, None),
@@ -655,9 +659,11 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | BlocksRequired { partition, object, regions } => {
             (*partition, *object, regions.first().copied().unwrap_or(none))
         }
-        Remove { partition, object } | GetAttr { partition, object } | SetAttr { partition, object, .. } => {
-            (*partition, *object, none)
-        }
+        Remove { partition, object }
+        | GetAttr { partition, object }
+        | SetAttr { partition, object, .. }
+        | TxnBegin { partition, object, .. }
+        | TxnEnd { partition, object, .. } => (*partition, *object, none),
         FastCopy { partition, source } => (*partition, *source, none),
         Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
         Create { partition, .. }
@@ -667,7 +673,8 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | FlushPartition { partition }
         | SetPartitionKey { partition, .. }
         | SetWorkingKey { partition, .. }
-        | SetMinProtection { partition, .. } => (*partition, 0, none),
+        | SetMinProtection { partition, .. }
+        | TxnList { partition, .. } => (*partition, 0, none),
         Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } | Scrub { .. } => {
             (0, 0, none)
         }

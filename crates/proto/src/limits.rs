@@ -59,8 +59,12 @@ pub const AUDIT_RECORDS_PER_REPLY_MAX: usize = 512;
 /// Most corrupt blocks one `scrub` reply lists (24 bytes each).
 pub const SCRUB_REPORT_MAX: usize = 1024;
 
+/// Most open transactions one `txn_list` reply lists (24 bytes each).
+pub const TXN_LIST_MAX: usize = 1024;
+
 const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
+const _: () = assert!(TXN_LIST_MAX * 24 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
 const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
 const _: () = assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
