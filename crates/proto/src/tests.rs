@@ -448,6 +448,29 @@ fn known_answer_vectors() {
     }
 }
 
+/// Every vector is published in docs/PROTOCOL.md, byte for byte (a code
+/// block of hex lines, joined).
+#[test]
+fn vectors_are_published_in_protocol_md() {
+    let doc = include_str!("../../../docs/PROTOCOL.md");
+    let mut published = Vec::new();
+    let mut block: Option<String> = None;
+    for line in doc.lines() {
+        match (&mut block, line.trim()) {
+            (None, "```") => block = Some(String::new()),
+            (Some(b), "```") => {
+                published.push(std::mem::take(b));
+                block = None;
+            }
+            (Some(b), l) => b.push_str(l),
+            (None, _) => {}
+        }
+    }
+    for v in vectors() {
+        assert!(published.iter().any(|b| *b == v.hex), "{}: not published in PROTOCOL.md as it is encoded", v.name);
+    }
+}
+
 /// A header pinned field by field, as a cross-check of the offsets table in
 /// PROTOCOL.md.
 #[test]

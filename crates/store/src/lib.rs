@@ -57,6 +57,11 @@ pub const READ_BATCH_BLOCKS: usize = 1024;
 /// Block references, and objects, `scrub` visits per metadata-lock hold (64
 /// bytes each).
 pub const SCRUB_BATCH_BLOCKS: usize = 1024;
+/// Memory an open write transaction holds per logical block it changed, at
+/// most: its undo entry (a B-tree entry of a block number and an optional
+/// 40-byte block reference) and the reference count of the block it keeps.
+/// Measured in `tests/txn_memory.rs`; ARCHITECTURE.md, "Write transactions".
+pub const TXN_UNDO_BYTES_PER_BLOCK: usize = 160;
 /// Object identifiers reserved durably at a time; a crash skips at most this many.
 const ID_RESERVE_BATCH: u64 = 1024;
 /// Number of object lock stripes.
