@@ -762,6 +762,16 @@ impl DriveClient {
         }
     }
 
+    /// Raises `partition`'s minimum cluster map epoch to `epoch`: from then
+    /// on the drive refuses every capability minted under an older epoch
+    /// with `MAP_EPOCH_MOVED`. The epoch only grows (a lower one is
+    /// `BAD_ARGUMENTS`; the same one is fine). Authorized by the drive key or
+    /// the partition's key (the client's [`Auth`]); durable when it returns.
+    pub async fn set_map_epoch(&mut self, partition: u64, epoch: u32) -> Result<(), ClientError> {
+        let reply = self.call(&Request::SetMapEpoch { partition, epoch }).await?;
+        expect_done("set_map_epoch", reply)
+    }
+
     /// Describes the drive.
     pub async fn inquiry(&mut self) -> Result<DriveInfo, ClientError> {
         match self.call(&Request::Inquiry).await? {

@@ -350,6 +350,13 @@ async fn execute(
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
+        Request::SetMapEpoch { partition, epoch } => {
+            let (d, p, e) = (drive.clone(), *partition, *epoch);
+            match tokio::task::spawn_blocking(move || d.security.set_map_epoch(p, e)).await {
+                Ok(r) => r.map(|()| Reply::Done),
+                Err(e) => Err((Status::Internal, format!("set_map_epoch task failed: {e}"))),
+            }
+        }
         Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
             // Open the new master key before erasing anything.
             match drive.security.open_new_master(sealed_master_key) {
@@ -453,6 +460,7 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. }
+        | Request::SetMapEpoch { .. }
         | Request::ReadAudit { .. }
         | Request::Scrub { .. } => unreachable!("handled by execute"),
     })

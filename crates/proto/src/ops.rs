@@ -49,6 +49,8 @@ pub mod opcode {
     pub const SET_MIN_PROTECTION: u16 = 0x0207;
     /// List a partition's open write transactions.
     pub const TXN_LIST: u16 = 0x0208;
+    /// Raise a partition's minimum cluster map epoch.
+    pub const SET_MAP_EPOCH: u16 = 0x0209;
     /// Reset the drive: clock, and (with security) the master key.
     pub const INITIALIZE: u16 = 0x0301;
     /// Set the drive key (sealed under the master key).
@@ -179,6 +181,9 @@ pub enum Request {
     /// Open transactions of a partition on objects above `after_object`,
     /// ascending, at most `max` (≤ `TXN_LIST_MAX`).
     TxnList { partition: u64, after_object: u64, max: u16 },
+    /// Raise the partition's minimum cluster map epoch to `epoch`: every
+    /// capability minted under an older map is refused from then on.
+    SetMapEpoch { partition: u64, epoch: u32 },
 }
 
 impl Request {
@@ -211,6 +216,7 @@ impl Request {
             Request::TxnBegin { .. } => TXN_BEGIN,
             Request::TxnEnd { .. } => TXN_END,
             Request::TxnList { .. } => TXN_LIST,
+            Request::SetMapEpoch { .. } => SET_MAP_EPOCH,
         }
     }
 
@@ -286,6 +292,9 @@ impl Request {
             }
             Request::TxnList { partition, after_object, max } => {
                 w.u64(*partition).u64(*after_object).u16(*max);
+            }
+            Request::SetMapEpoch { partition, epoch } => {
+                w.u64(*partition).u32(*epoch);
             }
         }
         w.into_vec()
@@ -389,6 +398,7 @@ impl Request {
                 }
                 Request::TxnList { partition, after_object, max }
             }
+            SET_MAP_EPOCH => Request::SetMapEpoch { partition: r.u64()?, epoch: r.u32()? },
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -643,7 +653,9 @@ impl Reply {
                 Reply::Txns { txns }
             }
             REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION | INITIALIZE
-            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION | TXN_BEGIN => Reply::Done,
+            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION | TXN_BEGIN | SET_MAP_EPOCH => {
+                Reply::Done
+            }
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;

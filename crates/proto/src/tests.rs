@@ -43,6 +43,7 @@ const OPCODES: &[u16] = &[
     opcode::TXN_BEGIN,
     opcode::TXN_END,
     opcode::TXN_LIST,
+    opcode::SET_MAP_EPOCH,
 ];
 
 // ---------------------------------------------------------------------------
@@ -307,6 +308,17 @@ fn vectors() -> Vec<Vector> {
                 0000000000000000000000",
         },
         Vector {
+            name: "set_map_epoch request",
+            header: request_header(opcode::SET_MAP_EPOCH, 13),
+            body: Body::Request(Request::SetMapEpoch { partition: 7, epoch: 4 }),
+            data: vec![],
+            hex: "\
+                4e415344010109020d0000000000000000000000000000000c00000000000000\
+                000000000000000000ca9a3b000000000d000000000000000700000000000000\
+                0400000000000000000000000000000000000000000000000000000000000000\
+                00000000",
+        },
+        Vector {
             name: "txn_begin request",
             header: request_header(opcode::TXN_BEGIN, 10),
             body: Body::Request(Request::TxnBegin { partition: 7, object: 16, txn: 0x0102_0304_0506_0708 }),
@@ -445,6 +457,35 @@ fn known_answer_vectors() {
         assert_eq!(header, want, "{}: header", v.name);
         assert_eq!(body, v.body, "{}: body", v.name);
         assert_eq!(data, v.data, "{}: data", v.name);
+    }
+}
+
+/// The capability's `map_epoch` is the `u32` at offset 68 (once a reserved
+/// zero field): any value decodes and re-encodes to the same bytes.
+#[test]
+fn capability_map_epoch_is_bytes_68_to_72() {
+    let args = CapabilityArgs {
+        algorithm: 1,
+        min_protection: Protection::INTEGRITY_ARGS,
+        key_version: 1,
+        drive_id: [0; 16],
+        partition: 7,
+        object: 16,
+        region: Region { offset: 0, length: 4096 },
+        access_control_version: 1,
+        rights: rights::READ,
+        map_epoch: 0x0a0b_0c0d,
+        expiration_ns: 5,
+        audit_id: 6,
+    };
+    let bytes = args.encode();
+    assert_eq!(&bytes[64..68], &rights::READ.to_le_bytes());
+    assert_eq!(&bytes[68..72], &[0x0d, 0x0c, 0x0b, 0x0a]);
+    assert_eq!(&bytes[72..80], &5u64.to_le_bytes());
+    assert_eq!(CapabilityArgs::decode(&bytes), Ok(args.clone()));
+    for epoch in [0, 1, u32::MAX] {
+        let a = CapabilityArgs { map_epoch: epoch, ..args.clone() };
+        assert_eq!(CapabilityArgs::decode(&a.encode()), Ok(a));
     }
 }
 
@@ -816,6 +857,8 @@ fn request_rejections() {
             Status::BadArguments,
         ),
         ("txnbegin truncated", TXN_BEGIN, vec![0; 23], DecodeError::Truncated, Status::BadArguments),
+        ("setmapepoch truncated", SET_MAP_EPOCH, vec![0; 11], DecodeError::Truncated, Status::BadArguments),
+        ("setmapepoch trailing byte", SET_MAP_EPOCH, vec![0; 13], DecodeError::TrailingBytes(1), Status::BadArguments),
         ("getattr empty", GETATTR, vec![], DecodeError::Truncated, Status::BadArguments),
         ("getattr truncated", GETATTR, vec![0; 15], DecodeError::Truncated, Status::BadArguments),
         ("getattr trailing byte", GETATTR, getattr_trailing, DecodeError::TrailingBytes(1), Status::BadArguments),
@@ -1351,6 +1394,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
         (u(), u(), 0..=TXN_LIST_MAX as u16)
             .prop_map(|(partition, after_object, max)| Request::TxnList { partition, after_object, max })
             .boxed(),
+        (u(), any::<u32>()).prop_map(|(partition, epoch)| Request::SetMapEpoch { partition, epoch }).boxed(),
     ];
     Union::new(arms)
 }
@@ -1400,6 +1444,7 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
         FLUSH_PARTITION,
         INITIALIZE,
         TXN_BEGIN,
+        SET_MAP_EPOCH,
     ]);
     let arms: Vec<BoxedStrategy<(u16, Reply)>> = vec![
         (any::<u8>(), prop::array::uniform16(any::<u8>()), any::<u32>(), any::<u16>(), any::<u32>())
