@@ -327,6 +327,7 @@ async fn execute(
                 used_bytes: info.used_bytes,
                 partitions: info.partitions,
                 extensions: Vec::new(),
+                failure_domain: ctx.config.failure_domain.clone(),
             }))
         }
         Request::ReadAudit { after, max } => drive

@@ -74,4 +74,7 @@ const _: () = assert!(BLOCK_SIZE_MAX <= CHUNK_LEN_MAX);
 const _: () = assert!(REGIONS_MAX * 16 + 64 <= ARGS_LEN_MAX);
 const _: () = assert!(FLUSH_OBJECTS_MAX * 8 + 64 <= ARGS_LEN_MAX);
 const _: () = assert!(DATA_LEN_MAX < OBJECT_SIZE_MAX);
+// An inquiry reply: partitions, extensions, and at most 1024 bytes for its
+// four strings (vendor, model, firmware, failure domain) and fixed fields.
+const _: () = assert!(4 * (NAME_LEN_MAX + 2) + 16 + 4 + 8 + 8 + 2 + 2 <= 1024);
 const _: () = assert!(PARTITIONS_MAX * 32 + EXTENSIONS_MAX * (NAME_LEN_MAX + 2) + 1024 <= ARGS_LEN_MAX);

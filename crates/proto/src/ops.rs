@@ -464,6 +464,11 @@ pub struct DriveInfo {
     pub partitions: Vec<PartitionInfo>,
     /// Names of supported extensions.
     pub extensions: Vec<String>,
+    /// The drive's failure domain (≤ `NAME_LEN_MAX` bytes): drives that
+    /// share one can fail together (a host, a rack, a power feed), so a
+    /// manager places copies of one stripe in different ones. Empty: the
+    /// drive alone.
+    pub failure_domain: String,
 }
 
 /// A successful reply's results. Failed replies carry only an error message.
@@ -585,6 +590,7 @@ impl Reply {
                 for e in &d.extensions {
                     w.str(e);
                 }
+                w.str(&d.failure_domain);
             }
             Reply::Audit { records } => {
                 w.u16(records.len() as u16);
@@ -679,7 +685,19 @@ fn decode_drive_info(r: &mut Reader<'_>) -> Result<DriveInfo, DecodeError> {
         .collect::<Result<_, DecodeError>>()?;
     let n = r.count(EXTENSIONS_MAX, "extensions")?;
     let extensions = (0..n).map(|_| r.str(NAME_LEN_MAX, "extension")).collect::<Result<_, _>>()?;
-    Ok(DriveInfo { vendor, model, firmware, drive_id, block_size, capacity_bytes, used_bytes, partitions, extensions })
+    let failure_domain = r.str(NAME_LEN_MAX, "failure domain")?;
+    Ok(DriveInfo {
+        vendor,
+        model,
+        firmware,
+        drive_id,
+        block_size,
+        capacity_bytes,
+        used_bytes,
+        partitions,
+        extensions,
+        failure_domain,
+    })
 }
 
 /// Encodes a failed reply's arguments: the human-readable message, truncated

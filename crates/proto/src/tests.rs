@@ -296,16 +296,17 @@ fn vectors() -> Vec<Vector> {
                 used_bytes: 8192,
                 partitions: vec![PartitionInfo { partition: 7, quota_bytes: 1 << 20, used_bytes: 8192, objects: 5 }],
                 extensions: vec!["x-example".into()],
+                failure_domain: "rack-1".into(),
             })),
             data: vec![],
             hex: "\
-                4e41534401020303090000000000000000000000000000007300000000000000\
+                4e41534401020303090000000000000000000000000000007b00000000000000\
                 000000000000000000ca9a3b00000000090000000000000004006e6173641100\
                 6e6173642d6f626a6563742d64726976650500302e312e30a0a1a2a3a4a5a6a7\
                 a8a9aaabacadaeaf001000000000004000000000002000000000000001000700\
                 0000000000000000100000000000002000000000000005000000000000000100\
-                0900782d6578616d706c65000000000000000000000000000000000000000000\
-                0000000000000000000000",
+                0900782d6578616d706c6506007261636b2d3100000000000000000000000000\
+                00000000000000000000000000000000000000",
         },
         Vector {
             name: "set_map_epoch request",
@@ -1069,6 +1070,25 @@ fn reply_rejections() {
             over("extensions", EXTENSIONS_MAX as u64 + 1, EXTENSIONS_MAX as u64),
             Status::LimitExceeded,
         ),
+        (
+            "inquiry failure domain over max",
+            INQUIRY,
+            args(|w| {
+                w.str("").str("").str("").raw(&[0; 16]).u32(0).u64(0).u64(0).u16(0).u16(0);
+                w.str(&"f".repeat(NAME_LEN_MAX + 1));
+            }),
+            over("failure domain", NAME_LEN_MAX as u64 + 1, NAME_LEN_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "inquiry without a failure domain",
+            INQUIRY,
+            args(|w| {
+                w.str("").str("").str("").raw(&[0; 16]).u32(0).u64(0).u64(0).u16(0).u16(0);
+            }),
+            DecodeError::Truncated,
+            Status::BadArguments,
+        ),
     ];
     for (case, op, bytes, want, status) in cases {
         check(case, Reply::decode(op, &bytes), want, status);
@@ -1408,6 +1428,7 @@ fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
         (any::<u32>(), any::<u64>(), any::<u64>()),
         prop::collection::vec(partition, 0..=8),
         prop::collection::vec(arb_name(), 0..=EXTENSIONS_MAX),
+        arb_name(),
     )
         .prop_map(
             |(
@@ -1415,6 +1436,7 @@ fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
                 (block_size, capacity_bytes, used_bytes),
                 partitions,
                 extensions,
+                failure_domain,
             )| {
                 DriveInfo {
                     vendor,
@@ -1426,6 +1448,7 @@ fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
                     used_bytes,
                     partitions,
                     extensions,
+                    failure_domain,
                 }
             },
         )
