@@ -327,6 +327,7 @@ async fn execute(
                 used_bytes: info.used_bytes,
                 partitions: info.partitions,
                 extensions: Vec::new(),
+                failure_domain: ctx.config.failure_domain.clone(),
             }))
         }
         Request::ReadAudit { after, max } => drive
@@ -350,6 +351,13 @@ async fn execute(
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
+        Request::SetMapEpoch { partition, epoch } => {
+            let (d, p, e) = (drive.clone(), *partition, *epoch);
+            match tokio::task::spawn_blocking(move || d.security.set_map_epoch(p, e)).await {
+                Ok(r) => r.map(|()| Reply::Done),
+                Err(e) => Err((Status::Internal, format!("set_map_epoch task failed: {e}"))),
+            }
+        }
         Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
             // Open the new master key before erasing anything.
             match drive.security.open_new_master(sealed_master_key) {
@@ -434,6 +442,16 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             store.flush_partition(partition)?;
             Reply::Done
         }
+        Request::TxnBegin { partition, object, txn } => {
+            store.txn_begin(partition, object, txn)?;
+            Reply::Done
+        }
+        Request::TxnEnd { partition, object, txn, commit } => {
+            Reply::TxnEnded { was_open: store.txn_end(partition, object, txn, commit)? }
+        }
+        Request::TxnList { partition, after_object, max } => {
+            Reply::Txns { txns: store.txn_list(partition, after_object, max as usize)? }
+        }
         Request::Hello { .. }
         | Request::Inquiry
         | Request::Read { .. }
@@ -443,6 +461,7 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. }
+        | Request::SetMapEpoch { .. }
         | Request::ReadAudit { .. }
         | Request::Scrub { .. } => unreachable!("handled by execute"),
     })

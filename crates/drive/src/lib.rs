@@ -20,7 +20,7 @@ pub use audit::{Audit, AUDIT_RECORDS_MAX};
 pub use nasd_crypto::Key;
 pub use security::Security;
 
-use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN};
+use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN, NAME_LEN_MAX};
 use nasd_store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +54,10 @@ pub struct DriveConfig {
     pub chunk_len: Option<u32>,
     /// Whether the drive checks keys and capabilities.
     pub security: SecurityMode,
+    /// The failure domain `INQUIRY` reports (a host, rack or power feed
+    /// this drive shares with others; at most `NAME_LEN_MAX` bytes, checked
+    /// by [`DriveConfig::check`]). Empty (the default): this drive alone.
+    pub failure_domain: String,
 }
 
 /// Whether a drive enforces NASD security.
@@ -78,6 +82,7 @@ impl Default for DriveConfig {
             max_connections: CONNECTIONS_MAX,
             chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
+            failure_domain: String::new(),
         }
     }
 }
@@ -92,6 +97,26 @@ impl DriveConfig {
     /// blocks (see [`DriveConfig::chunk_len`]).
     pub fn reply_chunk_len(&self, block_size: u32) -> u32 {
         self.chunk_len.unwrap_or(CHUNK_LEN_DEFAULT.max(block_size))
+    }
+
+    /// Checks the configuration once, before a drive with `block_size`-byte
+    /// blocks serves: the reply chunk length ([`Self::check_reply_chunk_len`])
+    /// and the failure domain's length.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the setting that is out of bounds.
+    pub fn check(&self, block_size: u32) -> std::io::Result<()> {
+        self.check_reply_chunk_len(block_size)?;
+        if self.failure_domain.len() > NAME_LEN_MAX {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "failure domain is {} bytes; at most {NAME_LEN_MAX} fit in an INQUIRY reply",
+                    self.failure_domain.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks the reply chunk length once, before a drive with
@@ -153,7 +178,7 @@ pub const MODEL: &str = "nasd-object-drive";
 ///
 /// # Errors
 /// A configuration that cannot be served (a reply chunk length outside the
-/// protocol's limits: [`DriveConfig::check_reply_chunk_len`]) is refused before
+/// protocol's limits, a failure domain too long: [`DriveConfig::check`]) is refused before
 /// anything is served; so is a store whose security state or audit trail
 /// does not open.
 pub async fn serve(
@@ -162,7 +187,7 @@ pub async fn serve(
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    config.check_reply_chunk_len(store.block_size())?;
+    config.check(store.block_size())?;
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
         Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
@@ -285,5 +310,47 @@ mod tests {
                     .expect("serve returns at once");
             assert_eq!(served.unwrap_err().kind(), std::io::ErrorKind::InvalidInput, "chunk {bad}");
         }
+    }
+
+    fn small_store(dir: &std::path::Path) -> Arc<Store> {
+        let opts = StoreOptions { block_size: 4096, capacity_bytes: 16 << 20, ..StoreOptions::default() };
+        Arc::new(Store::open(dir, &opts).unwrap())
+    }
+
+    /// INQUIRY reports the configured failure domain; one longer than an
+    /// INQUIRY reply can carry stops the drive from starting.
+    #[tokio::test]
+    async fn inquiry_reports_the_failure_domain_and_serve_checks_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let domain = "rack-7/pdu-b".to_string();
+        let config = DriveConfig { failure_domain: domain.clone(), ..DriveConfig::unauthenticated() };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, small_store(dir.path()), config, async {
+            let _ = stopped.await;
+        }));
+        let mut c = nasd_client::DriveClient::connect(addr).await.unwrap();
+        assert_eq!(c.inquiry().await.unwrap().failure_domain, domain);
+        drop(c);
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+
+        let default = DriveConfig::default();
+        assert_eq!(default.failure_domain, "", "default: the drive alone");
+        let longest = DriveConfig { failure_domain: "d".repeat(NAME_LEN_MAX), ..DriveConfig::default() };
+        longest.check(4096).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = DriveConfig { failure_domain: "d".repeat(NAME_LEN_MAX + 1), ..DriveConfig::unauthenticated() };
+        let served = tokio::time::timeout(
+            Duration::from_secs(20),
+            serve(listener, small_store(dir.path()), config, std::future::pending()),
+        )
+        .await
+        .expect("serve returns at once");
+        let e = served.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("failure domain"), "{e}");
     }
 }

@@ -230,6 +230,7 @@ impl DriveHandle {
             region: CapabilityArgs::WHOLE_OBJECT,
             access_control_version: acv,
             rights,
+            map_epoch: 0,
             expiration_ns: self.drive_now_ns().saturating_add(lifetime.as_nanos() as u64),
             audit_id,
         };
