@@ -7,12 +7,11 @@ use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
 use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Sqlite, Txn};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
-use nasd_proto::layout::Layout;
+use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::{
     set_mask, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
     MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
 };
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Who a connection is, once logged in.
@@ -24,24 +23,6 @@ pub struct Session {
     pub caller: Caller,
     /// May run administrator requests.
     pub admin: bool,
-}
-
-/// A drive did not carry out a size change. Unlike revocations and removals,
-/// size changes are not in an intention log: the drive keeps its old length.
-fn size_not_changed(drive: u32, e: impl std::fmt::Display) -> Failure {
-    Failure::new(
-        FsStatus::DriveUnavailable,
-        format!("drive {drive} did not answer ({e}); the file's length on the drive is unchanged: try again"),
-    )
-}
-
-/// A drive changed a file's length but did not make the change durable.
-/// Nothing is recorded, and the drive may come back with either length.
-fn size_not_durable(drive: u32, e: impl std::fmt::Display) -> Failure {
-    Failure::new(
-        FsStatus::DriveUnavailable,
-        format!("drive {drive} did not make the file's new length durable ({e}); nothing is recorded: try again"),
-    )
 }
 
 /// A placement the cluster cannot make however full the pools: the layout,
@@ -103,7 +84,6 @@ impl Manager {
         use ManagerRequest as R;
         self.check_handles(s, &req)?;
         let c = s.caller.clone();
-        let req_name = req.name();
         match req {
             R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
             R::Walk { path, follow, open } => {
@@ -169,14 +149,22 @@ impl Manager {
                 self.setattr(s, handle.ino, set).await
             }
             R::Commit { handle, txn: 0, .. } => self.close(s, handle.ino).await,
-            R::Commit { .. }
-            | R::BeginWrite { .. }
-            | R::GetLayout { .. }
-            | R::SetLayout { .. }
-            | R::ClusterStatus
-            | R::SetDriveState { .. }
-            | R::Repair { .. } => {
-                Err(Failure::new(FsStatus::InvalidArgument, format!("{} is not served by this manager yet", req_name)))
+            R::Commit { handle, txn, written_end, missed, dirty } => {
+                let inode = self.commit_write(s, handle.ino, txn, written_end, missed, dirty).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
+            R::BeginWrite { handle } => self.begin_write(s, handle.ino).await,
+            R::GetLayout { handle } => self.get_layout(handle.ino).await,
+            R::SetLayout { handle, layout } => self.set_layout(s, handle.ino, layout).await,
+            R::ClusterStatus => Ok(ManagerReply::Status(self.cluster_status().await?)),
+            R::SetDriveState { drive, state } => {
+                self.require_admin(s)?;
+                self.set_drive_state(drive, state).await.map(|()| ManagerReply::Done)
+            }
+            R::Repair { action } => {
+                self.require_admin(s)?;
+                self.request_repair(action);
+                Ok(ManagerReply::Done)
             }
             R::StatFs => self.statfs().await,
             R::AddUser { name, password, uid, gid, admin } => {
@@ -334,16 +322,17 @@ impl Manager {
                 format!("inode {} has components but no layout", inode.attr.ino),
             ));
         };
+        let epoch = self.epoch();
         let mut components = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             let d = self.drive(c.object.drive)?;
-            let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64);
-            access.state = c.state;
+            let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
+            access.state = if self.is_up(d.drive) { c.state } else { ComponentState::Down };
             components.push(access);
         }
         Ok(FileAccess {
             layout,
-            map_epoch: self.map_epoch.load(Ordering::Relaxed),
+            map_epoch: epoch,
             rights,
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
             min_protection: self.config.protection.bits(),
@@ -399,13 +388,46 @@ impl Manager {
     }
 
     /// The drives in placement order for the next new file (round robin).
+    /// The order in which a new file's drives are tried: every drive that
+    /// may take a component, drawn by the placement policy (weighted by free
+    /// space and recent placements, spread over failure domains); the
+    /// placer takes the first ones that have pooled objects.
     fn placement(&self) -> Vec<u32> {
-        let drives = self.drives();
-        if drives.is_empty() {
-            return Vec::new();
+        let candidates = self.candidates();
+        crate::placement::choose(candidates.len(), &candidates, &mut rand::thread_rng())
+            .expect("choosing all candidates always succeeds")
+    }
+
+    /// `GET_LAYOUT`.
+    pub(crate) async fn get_layout(&self, ino: Ino) -> Result<ManagerReply, Failure> {
+        let (layout, explicit) = self.meta(move |ns| ns.effective_layout(ino)).await?;
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        let mut components = Vec::with_capacity(inode.components.len());
+        for c in &inode.components {
+            let addr = self.drive(c.object.drive)?.addr.clone();
+            let state = if self.is_up(c.object.drive) { c.state } else { ComponentState::Down };
+            components.push((nasd_proto::layout::Component { object: c.object, state }, addr));
         }
-        let start = self.next_drive.fetch_add(1, Ordering::Relaxed) % drives.len();
-        (0..drives.len()).map(|i| drives[(start + i) % drives.len()].drive).collect()
+        Ok(ManagerReply::Layout(nasd_proto::manager::LayoutInfo { layout, explicit, components }))
+    }
+
+    /// `SET_LAYOUT`: a directory's layout for new files, or an empty file
+    /// re-placed.
+    pub(crate) async fn set_layout(&self, s: &Session, ino: Ino, layout: Option<Layout>) -> Result<ManagerReply, Failure> {
+        if let Some(l) = layout {
+            l.validate().map_err(|e| Failure::new(FsStatus::InvalidArgument, format!("layout {l}: {e}")))?;
+            let usable = self.candidates().len();
+            if l.components() > usable {
+                return Err(Failure::new(
+                    FsStatus::NoSpace,
+                    format!("layout {l} needs {} drives; {usable} are in service and up", l.components()),
+                ));
+            }
+        }
+        let c = s.caller.clone();
+        let effects = self.placed(move |ns, place| ns.set_layout(&c, ino, layout, place)).await?;
+        self.apply(effects).await?;
+        Ok(ManagerReply::Done)
     }
 
     async fn create(
@@ -429,6 +451,8 @@ impl Manager {
         let (inode, created) =
             self.placed(move |ns, place| ns.create(&c, parent, &name, mode, exclusive, truncate, place)).await?;
         if created {
+            let drives: Vec<u32> = inode.components.iter().map(|c| c.object.drive).collect();
+            self.recent.lock().expect("recent lock").record(&drives, std::time::Instant::now());
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
@@ -458,21 +482,12 @@ impl Manager {
             return Ok(None);
         }
         let serial = self.inode_lock(existing.attr.ino).await;
-        self.require_write(s, existing.attr.ino).await?;
-        // Empty under every layout: every component object holds 0 bytes.
-        for c in &existing.components {
-            self.resize_object(c.object, 0).await?;
-        }
+        let ino = existing.attr.ino;
+        let set = SetAttrs { size: Some(0), ..SetAttrs::default() };
+        let (c, checked) = (s.caller.clone(), set.clone());
+        self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
+        self.resize_file(s, ino, set).await?;
         Ok(Some(serial))
-    }
-
-    /// Sets an object's length on its drive and makes it durable there, so
-    /// a drive crash after the metadata records the new size cannot bring
-    /// cut bytes back under it (or lose an extension).
-    async fn resize_object(&self, o: ObjectRef, size: u64) -> Result<(), Failure> {
-        let d = self.drive(o.drive)?;
-        d.set_size(o.object, size).await.map_err(|e| size_not_changed(o.drive, e))?;
-        d.flush_objects(&[o.object]).await.map_err(|e| size_not_durable(o.drive, e))
     }
 
     /// Runs `op`, a name-space call that may place components
@@ -529,25 +544,17 @@ impl Manager {
             // check to the commit: a chmod or chown cannot slip in between and
             // make the commit refuse a size change the drive has carried out.
             let _serial = self.inode_lock(ino).await;
-            if let Some(size) = set.size {
-                // The drive first, as for CREATE with truncate, but only once every
-                // part of the request has passed its permission check: a request
-                // refused for its mode, owner or times must not have cut the data.
-                let (c, checked) = (s.caller.clone(), set.clone());
-                let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
-                match &inode.components[..] {
-                    [] => {}
-                    [only] => self.resize_object(only.object, size).await?,
-                    _ => {
-                        return Err(Failure::new(
-                            FsStatus::InvalidArgument,
-                            "changing the size of a file of several components is not supported yet",
-                        ))
-                    }
-                }
+            // Every part of the request passes its permission check before any
+            // data is cut: a request refused for its mode, owner or times must
+            // not have changed the file.
+            let (c, checked) = (s.caller.clone(), set.clone());
+            let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
+            if set.size.is_some() && !inode.components.is_empty() {
+                self.resize_file(s, ino, set).await?
+            } else {
+                let c = s.caller.clone();
+                self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
             }
-            let c = s.caller.clone();
-            self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
         };
         self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
         self.entry(s, inode, OpenMode::None).await
@@ -558,7 +565,7 @@ impl Manager {
     /// and a drive that crashes afterwards cannot bring an old access control
     /// version (or a removed object) back. The intention logs stay until the
     /// maintenance pass forgets them.
-    async fn apply(&self, effects: Effects) -> Result<(), Failure> {
+    pub(crate) async fn apply(&self, effects: Effects) -> Result<(), Failure> {
         for i in &effects.revoke {
             let d = self.drive(i.object.drive)?;
             let unavailable = |e| drive_unavailable(i.object.drive, e);

@@ -554,18 +554,36 @@ impl<B: Backend> Namespace<B> {
         if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
             return Err(FsStatus::InvalidArgument);
         }
+        self.backend.transact(|t| setattr_in(t, caller, ino, set))
+    }
+
+    /// [`setattr`](Self::setattr) and the commit of write transaction `txn`
+    /// on the same file, in one transaction: how the manager records a size
+    /// change it made on the components under its own write transaction, so
+    /// the new size is recorded exactly when the transaction counts as
+    /// committed (never one without the other after a crash).
+    ///
+    /// # Errors
+    /// As [`setattr`](Self::setattr); `InvalidArgument` if `txn` is not an
+    /// Open intent on `ino`.
+    pub fn setattr_committing(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        set: &SetAttrs,
+        txn: u64,
+    ) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
+        if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
+            return Err(FsStatus::InvalidArgument);
+        }
         self.backend.transact(|t| {
-            let mut n = get(t, ino)?;
-            if *set == SetAttrs::default() {
-                return Ok((n, Vec::new()));
+            let mut intent = t.get_intent(txn)?.filter(|i| i.ino == ino).ok_or(FsStatus::InvalidArgument)?;
+            if intent.state != crate::types::IntentState::Open {
+                return Err(FsStatus::InvalidArgument);
             }
-            let now = now_ns();
-            apply_mode_owner(caller, &mut n, set)?;
-            apply_size_times(caller, &mut n, set, now)?;
-            n.attr.ctime_ns = now;
-            let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
-            t.put_inode(&n)?;
-            Ok((n, intents))
+            intent.state = crate::types::IntentState::Committed;
+            t.put_intent(&intent)?;
+            setattr_in(t, caller, ino, set)
         })
     }
 
@@ -657,6 +675,21 @@ impl<B: Backend> Namespace<B> {
     pub fn usage(&self) -> Result<(u64, u64), FsStatus> {
         self.backend.read(|t| t.usage())
     }
+}
+
+/// `setattr` inside its transaction.
+fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
+    let mut n = get(t, ino)?;
+    if *set == SetAttrs::default() {
+        return Ok((n, Vec::new()));
+    }
+    let now = now_ns();
+    apply_mode_owner(caller, &mut n, set)?;
+    apply_size_times(caller, &mut n, set, now)?;
+    n.attr.ctime_ns = now;
+    let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
+    t.put_inode(&n)?;
+    Ok((n, intents))
 }
 
 /// `create` on an existing name.
