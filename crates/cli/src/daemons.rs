@@ -60,6 +60,8 @@ pub struct DriveSetup {
     pub master_key_file: Option<PathBuf>,
     /// Reported by INQUIRY; empty: the drive alone.
     pub failure_domain: String,
+    /// Emulated slow media (a test aid): data bytes per second; `None`: no pacing.
+    pub throttle_bytes_per_sec: Option<u64>,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -111,6 +113,7 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         commit_interval: setup.commit_interval,
         security,
         failure_domain: setup.failure_domain,
+        throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
         ..Default::default()
     };
     // Refuse a configuration the drive cannot serve now, not after binding and announcing it.
@@ -153,10 +156,25 @@ pub struct DriveArgs {
     /// most 64 bytes [default: none, the drive alone].
     #[arg(long)]
     failure_domain: Option<String>,
+    /// Test aid for benchmarks, emulated slow media: pace the data the drive
+    /// reads from and writes to its store to this many MiB/s, all
+    /// connections together [default: no pacing].
+    #[arg(long)]
+    throttle_mib_per_sec: Option<u64>,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
     s.parse().with_context(|| format!("'{s}' is not an address like 127.0.0.1:7400"))
+}
+
+/// `throttle_mib_per_sec` in bytes per second, refusing 0 and overflow.
+fn throttle_bytes(mib_per_sec: Option<u64>) -> anyhow::Result<Option<u64>> {
+    mib_per_sec
+        .map(|m| {
+            anyhow::ensure!(m > 0, "throttle_mib_per_sec must be at least 1 (leave it out for no pacing)");
+            m.checked_mul(1 << 20).context("throttle_mib_per_sec is too large")
+        })
+        .transpose()
 }
 
 /// `nasd drive`.
@@ -185,6 +203,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         verify_reads: args.verify_reads.or(file.verify_reads).unwrap_or(true),
         master_key_file,
         failure_domain: args.failure_domain.or(file.failure_domain).unwrap_or_default(),
+        throttle_bytes_per_sec: throttle_bytes(args.throttle_mib_per_sec.or(file.throttle_mib_per_sec))?,
     })
     .await?;
     let info = drive.store.info();
@@ -526,6 +545,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             // One machine: every drive could fail with it, but a local
             // cluster is for trying nasd, so each counts as its own domain.
             failure_domain: String::new(),
+            throttle_bytes_per_sec: None,
         })
         .await?;
         let id = d.store.info().drive_id;
@@ -629,6 +649,7 @@ impl LocalCluster {
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
                 failure_domain: String::new(),
+                throttle_bytes_per_sec: None,
             })
             .await?;
             added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));

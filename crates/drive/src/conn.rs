@@ -705,6 +705,9 @@ async fn execute_write(
                 feeding = false;
             }
         }
+        if feeding {
+            pace(ctx, chunk.len()).await;
+        }
         if feeding && tx.send(chunk).await.is_err() {
             feeding = false; // the store stopped early (e.g. quota); keep draining the socket
         }
@@ -787,6 +790,7 @@ async fn execute_read(
     let mut next = first;
     while let Some(ReadMsg::Chunk(mut bytes, unit_tag)) = next {
         let n = bytes.len();
+        pace(ctx, n).await;
         // The tag goes out in the same write as its chunk.
         match (&mut protector, unit_tag) {
             (_, Some(t)) => bytes.extend_from_slice(&t),
@@ -814,6 +818,14 @@ async fn execute_read(
         tracing::error!(error = %e, "read task failed after all data was sent");
     }
     Ok((Status::Ok, Next::Continue))
+}
+
+/// Waits until the drive's throttle (emulated slow media) lets `bytes` more
+/// data bytes move between the store and the network; at once without one.
+async fn pace(ctx: &Ctx<'_>, bytes: usize) {
+    if let Some(t) = &ctx.drive.throttle {
+        t.pace(bytes as u64).await;
+    }
 }
 
 fn reply_nonce(store: &Store) -> [u8; NONCE_LEN] {

@@ -15,6 +15,7 @@
 mod audit;
 mod conn;
 pub mod security;
+pub mod throttle;
 
 pub use audit::{Audit, AUDIT_RECORDS_MAX};
 pub use nasd_crypto::Key;
@@ -58,6 +59,13 @@ pub struct DriveConfig {
     /// this drive shares with others; at most `NAME_LEN_MAX` bytes, checked
     /// by [`DriveConfig::check`]). Empty (the default): this drive alone.
     pub failure_domain: String,
+    /// Emulated slow media, a test aid for benchmarks: when set, the data
+    /// bytes every connection reads from and writes to the store are paced
+    /// by one token bucket ([`throttle::Throttle`], bursts of
+    /// [`throttle::THROTTLE_BURST`]), so the drive's aggregate data
+    /// throughput stays at this many bytes per second. `Some(0)` is refused
+    /// by [`DriveConfig::check`]. `None` (the default): no pacing.
+    pub throttle_bytes_per_sec: Option<u64>,
 }
 
 /// Whether a drive enforces NASD security.
@@ -83,6 +91,7 @@ impl Default for DriveConfig {
             chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
             failure_domain: String::new(),
+            throttle_bytes_per_sec: None,
         }
     }
 }
@@ -101,7 +110,7 @@ impl DriveConfig {
 
     /// Checks the configuration once, before a drive with `block_size`-byte
     /// blocks serves: the reply chunk length ([`Self::check_reply_chunk_len`])
-    /// and the failure domain's length.
+    /// the failure domain's length and the throttle rate.
     ///
     /// # Errors
     /// `InvalidInput` naming the setting that is out of bounds.
@@ -114,6 +123,12 @@ impl DriveConfig {
                     "failure domain is {} bytes; at most {NAME_LEN_MAX} fit in an INQUIRY reply",
                     self.failure_domain.len()
                 ),
+            ));
+        }
+        if self.throttle_bytes_per_sec == Some(0) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a throttle of 0 bytes per second would never move data",
             ));
         }
         Ok(())
@@ -154,6 +169,8 @@ pub struct Drive {
     pub security: Security,
     /// Every request, authorized or refused.
     pub audit: Audit,
+    /// Paces data bytes (emulated slow media), if configured.
+    pub throttle: Option<throttle::Throttle>,
 }
 
 impl Drive {
@@ -165,7 +182,7 @@ impl Drive {
         };
         let security = Security::open(store.clone(), master, enabled).map_err(std::io::Error::other)?;
         let audit = Audit::open(store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
-        Ok(Drive { store, security, audit })
+        Ok(Drive { store, security, audit, throttle: None })
     }
 }
 
@@ -190,8 +207,14 @@ pub async fn serve(
     config.check(store.block_size())?;
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
-        Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
+        let mut d =
+            tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??;
+        d.throttle = config.throttle_bytes_per_sec.map(throttle::Throttle::new);
+        Arc::new(d)
     };
+    if let Some(rate) = config.throttle_bytes_per_sec {
+        tracing::warn!(bytes_per_sec = rate, "data is THROTTLED (emulated slow media, a test aid)");
+    }
     if !drive.security.enabled() {
         tracing::warn!("security is DISABLED: any client may do anything on this drive");
     }
