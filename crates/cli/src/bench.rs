@@ -484,6 +484,7 @@ async fn secured_drive(
         region: CapabilityArgs::WHOLE_OBJECT,
         access_control_version: 0,
         rights: rights::READ | rights::GETATTR,
+        map_epoch: 0,
         expiration_ns: c.drive_time_ns() + 3_600_000_000_000,
         audit_id: 1,
     };

@@ -12,6 +12,8 @@
 //! commit_interval_ms = 2000
 //! verify_reads = true
 //! master_key_file = "/etc/nasd/drive0.master.key"
+//! failure_domain = "rack-3"      # drives sharing it can fail together [default: "", the drive alone]
+//! throttle_mib_per_sec = 200     # test aid for benchmarks: emulated slow media [default: none]
 //!
 //! [manager]                      # nasd manager
 //! data = "/var/lib/nasd/manager"
@@ -73,6 +75,13 @@ pub struct DriveSection {
     pub verify_reads: Option<bool>,
     pub master_key_file: Option<PathBuf>,
     pub no_security: Option<bool>,
+    /// What this drive can fail together with (host, rack, power feed), as
+    /// INQUIRY reports it; at most 64 bytes [default: "", the drive alone].
+    pub failure_domain: Option<String>,
+    /// A test aid for benchmarks, "emulated slow media": the drive paces the
+    /// data bytes it moves to and from its store to this many MiB/s in all
+    /// [default: no pacing].
+    pub throttle_mib_per_sec: Option<u64>,
 }
 
 impl DriveSection {
@@ -163,6 +172,8 @@ mod tests {
         let c: super::ConfigFile = toml::from_str(&example).expect("example parses");
         assert_eq!(c.up.drives, Some(4));
         assert_eq!(c.client.user.as_deref(), Some("alice"));
+        assert_eq!(c.drive.failure_domain.as_deref(), Some("rack-3"));
+        assert_eq!(c.drive.throttle_mib_per_sec, Some(200));
         assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
     }
 }

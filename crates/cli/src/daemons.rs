@@ -58,6 +58,10 @@ pub struct DriveSetup {
     pub verify_reads: bool,
     /// `None`: security disabled.
     pub master_key_file: Option<PathBuf>,
+    /// Reported by INQUIRY; empty: the drive alone.
+    pub failure_domain: String,
+    /// Emulated slow media (a test aid): data bytes per second; `None`: no pacing.
+    pub throttle_bytes_per_sec: Option<u64>,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -105,7 +109,15 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         Some(k) => nasd_drive::SecurityMode::Enforced { master_key: Some(k.clone()) },
         None => nasd_drive::SecurityMode::Disabled,
     };
-    let config = nasd_drive::DriveConfig { commit_interval: setup.commit_interval, security, ..Default::default() };
+    let config = nasd_drive::DriveConfig {
+        commit_interval: setup.commit_interval,
+        security,
+        failure_domain: setup.failure_domain,
+        throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
+        ..Default::default()
+    };
+    // Refuse a configuration the drive cannot serve now, not after binding and announcing it.
+    config.check(store.block_size())?;
     Ok(OpenDrive { store: Arc::new(store), listener, config, master_key })
 }
 
@@ -139,10 +151,30 @@ pub struct DriveArgs {
     /// trusted network; anyone who can reach the drive can do anything.
     #[arg(long)]
     no_security: bool,
+    /// What this drive can fail together with (a host, rack or power feed),
+    /// reported by INQUIRY so copies of a stripe land in different ones; at
+    /// most 64 bytes [default: none, the drive alone].
+    #[arg(long)]
+    failure_domain: Option<String>,
+    /// Test aid for benchmarks, emulated slow media: pace the data the drive
+    /// reads from and writes to its store to this many MiB/s, all
+    /// connections together [default: no pacing].
+    #[arg(long)]
+    throttle_mib_per_sec: Option<u64>,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
     s.parse().with_context(|| format!("'{s}' is not an address like 127.0.0.1:7400"))
+}
+
+/// `throttle_mib_per_sec` in bytes per second, refusing 0 and overflow.
+fn throttle_bytes(mib_per_sec: Option<u64>) -> anyhow::Result<Option<u64>> {
+    mib_per_sec
+        .map(|m| {
+            anyhow::ensure!(m > 0, "throttle_mib_per_sec must be at least 1 (leave it out for no pacing)");
+            m.checked_mul(1 << 20).context("throttle_mib_per_sec is too large")
+        })
+        .transpose()
 }
 
 /// `nasd drive`.
@@ -170,6 +202,8 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         commit_interval: Duration::from_millis(args.commit_interval_ms.or(file.commit_interval_ms).unwrap_or(2000)),
         verify_reads: args.verify_reads.or(file.verify_reads).unwrap_or(true),
         master_key_file,
+        failure_domain: args.failure_domain.or(file.failure_domain).unwrap_or_default(),
+        throttle_bytes_per_sec: throttle_bytes(args.throttle_mib_per_sec.or(file.throttle_mib_per_sec))?,
     })
     .await?;
     let info = drive.store.info();
@@ -508,6 +542,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
+            // One machine: every drive could fail with it, but a local
+            // cluster is for trying nasd, so each counts as its own domain.
+            failure_domain: String::new(),
+            throttle_bytes_per_sec: None,
         })
         .await?;
         let id = d.store.info().drive_id;
@@ -610,6 +648,8 @@ impl LocalCluster {
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
+                failure_domain: String::new(),
+                throttle_bytes_per_sec: None,
             })
             .await?;
             added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));

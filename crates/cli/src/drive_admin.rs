@@ -85,6 +85,9 @@ pub async fn inquiry(addr: &str) -> anyhow::Result<()> {
     let d = c.inquiry().await?;
     println!("drive     {}", hex_id(&d.drive_id));
     println!("vendor    {} {} {}", d.vendor, d.model, d.firmware);
+    if !d.failure_domain.is_empty() {
+        println!("failure domain {}", d.failure_domain);
+    }
     println!(
         "capacity  {} ({} used), block size {}",
         size::human(d.capacity_bytes),

@@ -54,7 +54,7 @@ use common::{log_tail, Daemon};
 use nasd_client::{Auth, Credential, DriveClient};
 use nasd_fs::{FileAttr, FileKind, FsClient, FsConfig, FsError};
 use nasd_manager::keys::DriveKeys;
-use nasd_meta::{AcvIntent, Caller, Inode, Namespace, ObjectRef, Sqlite, ROOT_INO};
+use nasd_meta::{AcvIntent, Caller, Inode, Layout, Namespace, ObjectRef, Sqlite, ROOT_INO};
 use nasd_proto::well_known::{FIRST_USER_OBJECT, PARTITION_CONTENTS};
 use nasd_proto::{AttrMask, Attributes, Protection, Region, Status};
 use nasd_store::{Store, StoreOptions, VecSink};
@@ -758,7 +758,8 @@ struct DriveAccess {
 /// Reads the drive keys out of a stopped manager's state.
 fn drive_access(manager_dir: &Path) -> Vec<DriveAccess> {
     let kek = nasd_crypto::read_key_file(&manager_dir.join("manager.key")).expect("manager.key");
-    let ns = Namespace::new(Sqlite::open(&manager_dir.join("meta.sqlite")).expect("open meta.sqlite")).expect("ns");
+    let ns = Namespace::new(Sqlite::open(&manager_dir.join("meta.sqlite")).expect("open meta.sqlite"), Layout::SINGLE)
+        .expect("ns");
     ns.drives()
         .expect("drive table")
         .into_iter()
@@ -862,7 +863,8 @@ struct Stopped {
 }
 
 fn open_stopped(dir: &Path, manager_dir: &Path) -> Stopped {
-    let ns = Namespace::new(Sqlite::open(&manager_dir.join("meta.sqlite")).expect("open meta.sqlite")).expect("ns");
+    let ns = Namespace::new(Sqlite::open(&manager_dir.join("meta.sqlite")).expect("open meta.sqlite"), Layout::SINGLE)
+        .expect("ns");
     let opts =
         StoreOptions { capacity_bytes: DRIVE_CAPACITY_BYTES, block_size: 4096, verify_reads: true, extensions: vec![] };
     let recs = ns.drives().expect("drive table");
@@ -899,7 +901,11 @@ fn check_stopped_tree(
     let mut seen_ino = BTreeSet::new();
     // A file's object: its content, checked to carry the manager's ACV.
     let mut object_content = |path: &str, inode: &Inode, problems: &mut Vec<String>| -> Vec<u8> {
-        let obj = inode.object.expect("a regular file has an object");
+        // The cluster runs the default layout: one component object per file.
+        let obj = match &inode.components[..] {
+            [only] => only.object,
+            other => panic!("{path}: one component expected under the default layout, found {other:?}"),
+        };
         if seen_ino.insert(inode.attr.ino) {
             files.push((path.to_string(), obj));
         }

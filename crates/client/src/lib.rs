@@ -44,8 +44,8 @@ use nasd_proto::limits::{
     DIGEST_LEN, HEADER_LEN, NONCE_LEN,
 };
 use nasd_proto::{
-    opcode, AttrMask, Attributes, AuditRecord, DecodeError, DriveInfo, FrameHeader, Kind, Protection, Region, Reply,
-    Request, Status, VERSION, VERSION_MIN,
+    opcode, AttrMask, Attributes, AuditRecord, DecodeError, DriveInfo, FrameHeader, Kind, OpenTxn, Protection, Region,
+    Reply, Request, Status, VERSION, VERSION_MIN,
 };
 use std::sync::Arc;
 use thiserror::Error;
@@ -726,6 +726,50 @@ impl DriveClient {
     pub async fn flush_partition(&mut self, partition: u64) -> Result<(), ClientError> {
         let reply = self.call(&Request::FlushPartition { partition }).await?;
         expect_done("flushpartition", reply)
+    }
+
+    /// Opens write transaction `txn` (≠ 0) on an object: from now until it
+    /// ends, the drive keeps what every block the object's writes, truncations
+    /// and extensions change held before, so that [`txn_end`](Self::txn_end)
+    /// can undo them. Beginning the transaction already open is fine; another
+    /// one open on the object is `TXN_CONFLICT`. Authorized by the drive key
+    /// or the partition's key (the client's [`Auth`]).
+    pub async fn txn_begin(&mut self, partition: u64, object: u64, txn: u64) -> Result<(), ClientError> {
+        let reply = self.call(&Request::TxnBegin { partition, object, txn }).await?;
+        expect_done("txn_begin", reply)
+    }
+
+    /// Ends write transaction `txn` on an object: `commit` keeps its changes,
+    /// otherwise the object's data and length return to what they were when
+    /// it began. Returns whether the transaction was open (ending one that is
+    /// not is not an error); another transaction open on the object is
+    /// `TXN_CONFLICT`.
+    pub async fn txn_end(&mut self, partition: u64, object: u64, txn: u64, commit: bool) -> Result<bool, ClientError> {
+        match self.call(&Request::TxnEnd { partition, object, txn, commit }).await? {
+            Reply::TxnEnded { was_open } => Ok(was_open),
+            other => Err(unexpected("txn_end", &other)),
+        }
+    }
+
+    /// The open write transactions of a partition on objects above
+    /// `after_object`, ascending by object, at most `max` (≤ `TXN_LIST_MAX`):
+    /// to list them all, call again after the last object returned until a
+    /// reply is shorter than `max`.
+    pub async fn txn_list(&mut self, partition: u64, after_object: u64, max: u16) -> Result<Vec<OpenTxn>, ClientError> {
+        match self.call(&Request::TxnList { partition, after_object, max }).await? {
+            Reply::Txns { txns } => Ok(txns),
+            other => Err(unexpected("txn_list", &other)),
+        }
+    }
+
+    /// Raises `partition`'s minimum cluster map epoch to `epoch`: from then
+    /// on the drive refuses every capability minted under an older epoch
+    /// with `MAP_EPOCH_MOVED`. The epoch only grows (a lower one is
+    /// `BAD_ARGUMENTS`; the same one is fine). Authorized by the drive key or
+    /// the partition's key (the client's [`Auth`]); durable when it returns.
+    pub async fn set_map_epoch(&mut self, partition: u64, epoch: u32) -> Result<(), ClientError> {
+        let reply = self.call(&Request::SetMapEpoch { partition, epoch }).await?;
+        expect_done("set_map_epoch", reply)
     }
 
     /// Describes the drive.

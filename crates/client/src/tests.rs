@@ -26,6 +26,7 @@ fn cap_args(alg: MacAlgorithm) -> CapabilityArgs {
         region: CapabilityArgs::WHOLE_OBJECT,
         access_control_version: 1,
         rights: rights::READ | rights::WRITE,
+        map_epoch: 0,
         expiration_ns: u64::MAX,
         audit_id: 42,
     }

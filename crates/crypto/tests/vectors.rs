@@ -51,6 +51,7 @@ fn args(algorithm: u8) -> CapabilityArgs {
         region: Region { offset: 0, length: 4096 },
         access_control_version: 1,
         rights: rights::READ | rights::WRITE | rights::GETATTR,
+        map_epoch: 0,
         expiration_ns: 2_000_000_000_000_000_000,
         audit_id: 42,
     }
@@ -131,6 +132,13 @@ const CLEAR_TOKEN: &str = concat!(
     "0b000000000000000000c84e676dc11b2a00000000000000",
 );
 
+/// [`CLEAR_TOKEN`] with `map_epoch` 3.
+const CLEAR_TOKEN_EPOCH3: &str = concat!(
+    "0101010001000000000102030405060708090a0b0c0d0e0f0700000000000000",
+    "1000000000000000000000000000000000100000000000000100000000000000",
+    "0b000000030000000000c84e676dc11b2a00000000000000",
+);
+
 #[test]
 fn a_capability_keys() {
     let w = working();
@@ -147,6 +155,13 @@ fn a_capability_keys() {
     assert_eq!(hmac.expose().as_slice(), m.finalize().into_bytes().as_slice());
 
     assert!(capability_key(&w, &CapabilityArgs { algorithm: 3, ..args(1) }).is_none());
+
+    // The same capability minted under cluster map epoch 3 (bytes 68–71).
+    let epoch3 = CapabilityArgs { map_epoch: 3, ..args(1) };
+    check("A_TOKEN_EPOCH3", &epoch3.encode(), CLEAR_TOKEN_EPOCH3);
+    let key3 = capability_key(&w, &epoch3).unwrap();
+    check("A3", key3.expose(), "36eb7f647e32033181e3f796cafb62a63c83b44907e1b92cde578f6ff96d826f");
+    assert_eq!(*key3.expose(), keyed_blake3(&WORKING, &[&epoch3.encode()]));
 }
 
 #[test]

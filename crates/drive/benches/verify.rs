@@ -56,6 +56,7 @@ fn capability(f: &Fixture, audit_id: u64) -> CapabilityArgs {
         region: Region { offset: 0, length: 1 << 20 },
         access_control_version: 0,
         rights: rights::READ | rights::GETATTR,
+        map_epoch: 0,
         expiration_ns: u64::MAX,
         audit_id,
     }

@@ -327,6 +327,7 @@ async fn execute(
                 used_bytes: info.used_bytes,
                 partitions: info.partitions,
                 extensions: Vec::new(),
+                failure_domain: ctx.config.failure_domain.clone(),
             }))
         }
         Request::ReadAudit { after, max } => drive
@@ -350,6 +351,13 @@ async fn execute(
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
+        Request::SetMapEpoch { partition, epoch } => {
+            let (d, p, e) = (drive.clone(), *partition, *epoch);
+            match tokio::task::spawn_blocking(move || d.security.set_map_epoch(p, e)).await {
+                Ok(r) => r.map(|()| Reply::Done),
+                Err(e) => Err((Status::Internal, format!("set_map_epoch task failed: {e}"))),
+            }
+        }
         Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
             // Open the new master key before erasing anything.
             match drive.security.open_new_master(sealed_master_key) {
@@ -434,6 +442,16 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             store.flush_partition(partition)?;
             Reply::Done
         }
+        Request::TxnBegin { partition, object, txn } => {
+            store.txn_begin(partition, object, txn)?;
+            Reply::Done
+        }
+        Request::TxnEnd { partition, object, txn, commit } => {
+            Reply::TxnEnded { was_open: store.txn_end(partition, object, txn, commit)? }
+        }
+        Request::TxnList { partition, after_object, max } => {
+            Reply::Txns { txns: store.txn_list(partition, after_object, max as usize)? }
+        }
         Request::Hello { .. }
         | Request::Inquiry
         | Request::Read { .. }
@@ -443,6 +461,7 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
         | Request::SetMinProtection { .. }
+        | Request::SetMapEpoch { .. }
         | Request::ReadAudit { .. }
         | Request::Scrub { .. } => unreachable!("handled by execute"),
     })
@@ -686,6 +705,9 @@ async fn execute_write(
                 feeding = false;
             }
         }
+        if feeding {
+            pace(ctx, chunk.len()).await;
+        }
         if feeding && tx.send(chunk).await.is_err() {
             feeding = false; // the store stopped early (e.g. quota); keep draining the socket
         }
@@ -768,6 +790,7 @@ async fn execute_read(
     let mut next = first;
     while let Some(ReadMsg::Chunk(mut bytes, unit_tag)) = next {
         let n = bytes.len();
+        pace(ctx, n).await;
         // The tag goes out in the same write as its chunk.
         match (&mut protector, unit_tag) {
             (_, Some(t)) => bytes.extend_from_slice(&t),
@@ -795,6 +818,14 @@ async fn execute_read(
         tracing::error!(error = %e, "read task failed after all data was sent");
     }
     Ok((Status::Ok, Next::Continue))
+}
+
+/// Waits until the drive's throttle (emulated slow media) lets `bytes` more
+/// data bytes move between the store and the network; at once without one.
+async fn pace(ctx: &Ctx<'_>, bytes: usize) {
+    if let Some(t) = &ctx.drive.throttle {
+        t.pace(bytes as u64).await;
+    }
 }
 
 fn reply_nonce(store: &Store) -> [u8; NONCE_LEN] {

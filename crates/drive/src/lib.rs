@@ -15,12 +15,13 @@
 mod audit;
 mod conn;
 pub mod security;
+pub mod throttle;
 
 pub use audit::{Audit, AUDIT_RECORDS_MAX};
 pub use nasd_crypto::Key;
 pub use security::Security;
 
-use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN};
+use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN, NAME_LEN_MAX};
 use nasd_store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,17 @@ pub struct DriveConfig {
     pub chunk_len: Option<u32>,
     /// Whether the drive checks keys and capabilities.
     pub security: SecurityMode,
+    /// The failure domain `INQUIRY` reports (a host, rack or power feed
+    /// this drive shares with others; at most `NAME_LEN_MAX` bytes, checked
+    /// by [`DriveConfig::check`]). Empty (the default): this drive alone.
+    pub failure_domain: String,
+    /// Emulated slow media, a test aid for benchmarks: when set, the data
+    /// bytes every connection reads from and writes to the store are paced
+    /// by one token bucket ([`throttle::Throttle`], bursts of
+    /// [`throttle::THROTTLE_BURST`]), so the drive's aggregate data
+    /// throughput stays at this many bytes per second. `Some(0)` is refused
+    /// by [`DriveConfig::check`]. `None` (the default): no pacing.
+    pub throttle_bytes_per_sec: Option<u64>,
 }
 
 /// Whether a drive enforces NASD security.
@@ -78,6 +90,8 @@ impl Default for DriveConfig {
             max_connections: CONNECTIONS_MAX,
             chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
+            failure_domain: String::new(),
+            throttle_bytes_per_sec: None,
         }
     }
 }
@@ -92,6 +106,32 @@ impl DriveConfig {
     /// blocks (see [`DriveConfig::chunk_len`]).
     pub fn reply_chunk_len(&self, block_size: u32) -> u32 {
         self.chunk_len.unwrap_or(CHUNK_LEN_DEFAULT.max(block_size))
+    }
+
+    /// Checks the configuration once, before a drive with `block_size`-byte
+    /// blocks serves: the reply chunk length ([`Self::check_reply_chunk_len`])
+    /// the failure domain's length and the throttle rate.
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the setting that is out of bounds.
+    pub fn check(&self, block_size: u32) -> std::io::Result<()> {
+        self.check_reply_chunk_len(block_size)?;
+        if self.failure_domain.len() > NAME_LEN_MAX {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "failure domain is {} bytes; at most {NAME_LEN_MAX} fit in an INQUIRY reply",
+                    self.failure_domain.len()
+                ),
+            ));
+        }
+        if self.throttle_bytes_per_sec == Some(0) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a throttle of 0 bytes per second would never move data",
+            ));
+        }
+        Ok(())
     }
 
     /// Checks the reply chunk length once, before a drive with
@@ -129,6 +169,8 @@ pub struct Drive {
     pub security: Security,
     /// Every request, authorized or refused.
     pub audit: Audit,
+    /// Paces data bytes (emulated slow media), if configured.
+    pub throttle: Option<throttle::Throttle>,
 }
 
 impl Drive {
@@ -140,7 +182,7 @@ impl Drive {
         };
         let security = Security::open(store.clone(), master, enabled).map_err(std::io::Error::other)?;
         let audit = Audit::open(store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
-        Ok(Drive { store, security, audit })
+        Ok(Drive { store, security, audit, throttle: None })
     }
 }
 
@@ -153,7 +195,7 @@ pub const MODEL: &str = "nasd-object-drive";
 ///
 /// # Errors
 /// A configuration that cannot be served (a reply chunk length outside the
-/// protocol's limits: [`DriveConfig::check_reply_chunk_len`]) is refused before
+/// protocol's limits, a failure domain too long: [`DriveConfig::check`]) is refused before
 /// anything is served; so is a store whose security state or audit trail
 /// does not open.
 pub async fn serve(
@@ -162,11 +204,17 @@ pub async fn serve(
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    config.check_reply_chunk_len(store.block_size())?;
+    config.check(store.block_size())?;
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
-        Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
+        let mut d =
+            tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??;
+        d.throttle = config.throttle_bytes_per_sec.map(throttle::Throttle::new);
+        Arc::new(d)
     };
+    if let Some(rate) = config.throttle_bytes_per_sec {
+        tracing::warn!(bytes_per_sec = rate, "data is THROTTLED (emulated slow media, a test aid)");
+    }
     if !drive.security.enabled() {
         tracing::warn!("security is DISABLED: any client may do anything on this drive");
     }
@@ -285,5 +333,47 @@ mod tests {
                     .expect("serve returns at once");
             assert_eq!(served.unwrap_err().kind(), std::io::ErrorKind::InvalidInput, "chunk {bad}");
         }
+    }
+
+    fn small_store(dir: &std::path::Path) -> Arc<Store> {
+        let opts = StoreOptions { block_size: 4096, capacity_bytes: 16 << 20, ..StoreOptions::default() };
+        Arc::new(Store::open(dir, &opts).unwrap())
+    }
+
+    /// INQUIRY reports the configured failure domain; one longer than an
+    /// INQUIRY reply can carry stops the drive from starting.
+    #[tokio::test]
+    async fn inquiry_reports_the_failure_domain_and_serve_checks_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let domain = "rack-7/pdu-b".to_string();
+        let config = DriveConfig { failure_domain: domain.clone(), ..DriveConfig::unauthenticated() };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, small_store(dir.path()), config, async {
+            let _ = stopped.await;
+        }));
+        let mut c = nasd_client::DriveClient::connect(addr).await.unwrap();
+        assert_eq!(c.inquiry().await.unwrap().failure_domain, domain);
+        drop(c);
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+
+        let default = DriveConfig::default();
+        assert_eq!(default.failure_domain, "", "default: the drive alone");
+        let longest = DriveConfig { failure_domain: "d".repeat(NAME_LEN_MAX), ..DriveConfig::default() };
+        longest.check(4096).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = DriveConfig { failure_domain: "d".repeat(NAME_LEN_MAX + 1), ..DriveConfig::unauthenticated() };
+        let served = tokio::time::timeout(
+            Duration::from_secs(20),
+            serve(listener, small_store(dir.path()), config, std::future::pending()),
+        )
+        .await
+        .expect("serve returns at once");
+        let e = served.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("failure domain"), "{e}");
     }
 }

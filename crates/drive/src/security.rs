@@ -30,6 +30,9 @@ pub const FUTURE_NONCES_MAX: usize = NONCE_CACHE_MAX / 4;
 /// Protection every request needs unless an administrator lowers it.
 pub const DEFAULT_MIN_PROTECTION: Protection = Protection::INTEGRITY_ARGS;
 
+/// Prefix of the drive settings holding the partitions' minimum map epochs.
+const MAP_EPOCH_SETTING: &str = "mapepoch.";
+
 /// A refusal: the status and a message that never contains key material.
 pub type Refusal = (Status, String);
 
@@ -90,6 +93,9 @@ pub struct Security {
     keys: Mutex<KeyRing>,
     nonces: Mutex<NonceCache>,
     capability_keys: Mutex<HashMap<[u8; CAPABILITY_ARGS_LEN], Key>>,
+    /// Each partition's minimum cluster map epoch (absent: 0), persisted as
+    /// the setting `mapepoch.<partition>` (u32, little-endian).
+    map_epochs: Mutex<HashMap<u64, u32>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -119,6 +125,16 @@ impl Security {
                 return Err("the drive has no master key: provide one (--master-key-file)".into());
             }
         }
+        let mut map_epochs = HashMap::new();
+        for (name, value) in store.settings(MAP_EPOCH_SETTING).map_err(|e| e.to_string())? {
+            let partition = name[MAP_EPOCH_SETTING.len()..].parse::<u64>();
+            match (partition, <[u8; 4]>::try_from(value.as_slice())) {
+                (Ok(p), Ok(v)) => {
+                    map_epochs.insert(p, u32::from_le_bytes(v));
+                }
+                _ => return Err(format!("drive setting {name} is not a partition's map epoch")),
+            }
+        }
         let boot_ns = store.now_ns();
         Ok(Security {
             store,
@@ -127,6 +143,7 @@ impl Security {
             keys: Mutex::new(ring),
             nonces: Mutex::new(NonceCache::default()),
             capability_keys: Mutex::new(HashMap::new()),
+            map_epochs: Mutex::new(map_epochs),
         })
     }
 
@@ -162,6 +179,7 @@ impl Security {
                         value.first().and_then(|b| Protection::from_bits(*b).ok());
                 }
             }
+            ["mapepoch", _] => {} // Security::open loads them into `map_epochs`
             _ => tracing::warn!(setting = name, "unknown drive setting ignored"),
         }
     }
@@ -441,6 +459,16 @@ impl Security {
         if matches!(req, Request::Create { .. }) && cap.object != ANY_OBJECT {
             return refuse(Status::WrongObject, "create needs a partition-wide capability (object 0)");
         }
+        let min_epoch = self.min_map_epoch(*partition);
+        if cap.map_epoch < min_epoch {
+            return refuse(
+                Status::MapEpochMoved,
+                format!(
+                    "the cluster map moved (capability epoch {}, partition minimum {min_epoch}): fetch new bindings from the manager",
+                    cap.map_epoch
+                ),
+            );
+        }
         if cap.object != ANY_OBJECT {
             if let Ok(acv) = self.store.access_control_version(*partition, cap.object) {
                 if acv != cap.access_control_version {
@@ -541,6 +569,40 @@ impl Security {
         Ok(())
     }
 
+    /// A partition's minimum cluster map epoch (0 until raised).
+    pub fn min_map_epoch(&self, partition: u64) -> u32 {
+        lock(&self.map_epochs).get(&partition).copied().unwrap_or(0)
+    }
+
+    /// `SET_MAP_EPOCH`: raises a partition's minimum cluster map epoch,
+    /// durably before it applies. It only grows: a lower epoch is
+    /// `BAD_ARGUMENTS`, the same one changes nothing. Partition 0 names no
+    /// partition (`BAD_ARGUMENTS`); like the keys and minimum protections,
+    /// the partition need not exist yet.
+    pub fn set_map_epoch(&self, partition: u64, epoch: u32) -> Result<(), Refusal> {
+        if partition == 0 {
+            return refuse(Status::BadArguments, "partition 0 has no map epoch");
+        }
+        // Held across the durable write: concurrent setters are ordered.
+        let mut epochs = lock(&self.map_epochs);
+        let current = epochs.get(&partition).copied().unwrap_or(0);
+        if epoch < current {
+            return refuse(
+                Status::BadArguments,
+                format!("the map epoch only grows: partition {partition} is at {current}, not {epoch}"),
+            );
+        }
+        if epoch == current {
+            return Ok(());
+        }
+        let name = format!("{MAP_EPOCH_SETTING}{partition}");
+        self.store
+            .put_settings(&[(name, Some(epoch.to_le_bytes().to_vec()))])
+            .map_err(|e| (e.status(), e.to_string()))?;
+        epochs.insert(partition, epoch);
+        Ok(())
+    }
+
     /// Opens the new master key of an `initialize` (the current one if none
     /// is given) before anything is erased, so a bad request changes nothing.
     pub fn open_new_master(&self, sealed_master_key: &[u8]) -> Result<Key, Refusal> {
@@ -564,6 +626,7 @@ impl Security {
         self.store.put_settings(&changes).map_err(io)?;
         *ring = KeyRing { master: Some(new_master), ..KeyRing::default() };
         lock(&self.capability_keys).clear();
+        lock(&self.map_epochs).clear();
         Ok(())
     }
 
@@ -575,9 +638,11 @@ impl Security {
             (format!("key.partition.{partition}"), None),
             (format!("key.working.{partition}"), None),
             (format!("minprot.{partition}"), None),
+            (format!("{MAP_EPOCH_SETTING}{partition}"), None),
         ];
         self.store.put_settings(&changes).map_err(|e| (e.status(), e.to_string()))?;
         lock(&self.capability_keys).clear();
+        lock(&self.map_epochs).remove(&partition);
         Ok(())
     }
 }
@@ -632,7 +697,12 @@ pub fn class_of(req: &Request) -> Class {
         | ReadAudit { .. }
         | Scrub { .. } => Class::Drive,
         SetMinProtection { partition: 0, .. } => Class::Drive,
-        SetMinProtection { partition, .. } | SetWorkingKey { partition, .. } => Class::Partition(*partition),
+        SetMinProtection { partition, .. }
+        | SetWorkingKey { partition, .. }
+        | TxnBegin { partition, .. }
+        | TxnEnd { partition, .. }
+        | TxnList { partition, .. }
+        | SetMapEpoch { partition, .. } => Class::Partition(*partition),
         Create { partition, .. } => obj(*partition, vec![], rights::CREATE, None),
         Remove { partition, object } => obj(*partition, vec![*object], rights::REMOVE, None),
         GetAttr { partition, object } => obj(*partition, vec![*object], rights::GETATTR, None),
@@ -655,9 +725,11 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | BlocksRequired { partition, object, regions } => {
             (*partition, *object, regions.first().copied().unwrap_or(none))
         }
-        Remove { partition, object } | GetAttr { partition, object } | SetAttr { partition, object, .. } => {
-            (*partition, *object, none)
-        }
+        Remove { partition, object }
+        | GetAttr { partition, object }
+        | SetAttr { partition, object, .. }
+        | TxnBegin { partition, object, .. }
+        | TxnEnd { partition, object, .. } => (*partition, *object, none),
         FastCopy { partition, source } => (*partition, *source, none),
         Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
         Create { partition, .. }
@@ -667,7 +739,9 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | FlushPartition { partition }
         | SetPartitionKey { partition, .. }
         | SetWorkingKey { partition, .. }
-        | SetMinProtection { partition, .. } => (*partition, 0, none),
+        | SetMinProtection { partition, .. }
+        | TxnList { partition, .. }
+        | SetMapEpoch { partition, .. } => (*partition, 0, none),
         Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } | Scrub { .. } => {
             (0, 0, none)
         }

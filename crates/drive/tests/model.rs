@@ -4,7 +4,7 @@
 //! 127.0.0.1:0, drives it with a `nasd_client::DriveClient`, and runs random
 //! operation sequences (multi-region reads and writes with odd chunk sizes,
 //! fastcopy, setattr, flush, getattr, remove, blocksrequired, partition
-//! operations, graceful restarts) against an in-memory model of what every
+//! operations, write transactions, graceful restarts) against an in-memory model of what every
 //! reply must be: statuses, attributes the model can predict, and every byte
 //! read. `concurrent_clients_*` checks that writes from many connections are
 //! atomic and ordered.
@@ -171,11 +171,25 @@ struct MObj {
     acv: u64,
     nearby: u64,
     fs: u8,
+    txn: Option<MTxn>,
+}
+
+/// An open write transaction: the bytes an abort brings back (kept whole,
+/// independently of the undo) and the tokens it holds.
+#[derive(Clone, Debug)]
+struct MTxn {
+    id: u64,
+    old_data: Vec<u8>,
+    undo: BTreeMap<u64, Option<u64>>,
 }
 
 impl MObj {
     fn new() -> Self {
-        MObj { data: Vec::new(), blocks: BTreeMap::new(), reserved: 0, copied: 0, acv: 0, nearby: 0, fs: 0 }
+        MObj { data: Vec::new(), blocks: BTreeMap::new(), reserved: 0, copied: 0, acv: 0, nearby: 0, fs: 0, txn: None }
+    }
+    /// Tokens the object references: its blocks and those its transaction holds.
+    fn tokens(&self) -> impl Iterator<Item = u64> + '_ {
+        self.blocks.values().copied().chain(self.txn.iter().flat_map(|t| t.undo.values().flatten().copied()))
     }
     fn slack(&self) -> u64 {
         self.reserved.saturating_sub(self.blocks.len() as u64)
@@ -263,7 +277,7 @@ impl Model {
     }
     fn charged(&self, p: u64) -> u64 {
         let part = &self.parts[&p];
-        let phys: HashSet<u64> = part.objects.values().flat_map(|o| o.blocks.values().copied()).collect();
+        let phys: HashSet<u64> = part.objects.values().flat_map(MObj::tokens).collect();
         phys.len() as u64 + part.objects.values().map(MObj::slack).sum::<u64>()
     }
     fn quota_ok(&self, p: u64, extra: u64) -> Result<(), Status> {
@@ -274,7 +288,7 @@ impl Model {
         }
     }
     fn blocks_used(&self, o: &MObj) -> u64 {
-        let share: f64 = o.blocks.values().map(|t| 1.0 / self.refs[t] as f64).sum();
+        let share: f64 = o.tokens().map(|t| 1.0 / self.refs[&t] as f64).sum();
         share.round() as u64
     }
     fn take(&mut self, p: u64, o: u64) -> MObj {
@@ -292,6 +306,8 @@ impl Model {
                     newly += 1;
                 }
                 Some(t) if self.refs[t] > 1 => added += 1,
+                // Held by the transaction, so not replaced one for one.
+                Some(_) if obj.txn.as_ref().is_some_and(|x| !x.undo.contains_key(l)) => added += 1,
                 Some(_) => {}
             }
         }
@@ -317,9 +333,7 @@ impl Model {
         let mut obj = self.take(p, o);
         for l in t {
             let new = self.token();
-            if let Some(old) = obj.blocks.insert(l, new) {
-                self.unref(old);
-            }
+            self.remap(&mut obj, l, Some(new));
         }
         apply(&mut obj.data, regions, data);
         self.put(p, o, obj);
@@ -332,11 +346,11 @@ impl Model {
         let first_dropped = size.div_ceil(BS);
         // A mapped tail block is rewritten with zeros past the new end.
         let zero_tail = size < old && old.min(first_dropped * BS) > size && obj.blocks.contains_key(&(size / BS));
-        let tail_charge = zero_tail && self.refs[&obj.blocks[&(size / BS)]] > 1;
+        let tail_charge = zero_tail && !self.frees(obj, size / BS);
         self.quota_ok(p, tail_charge as u64)?;
         if size < old {
             let kept = obj.blocks.range(..first_dropped).count() as u64;
-            let freed = obj.blocks.range(first_dropped..).filter(|(_, t)| self.refs[t] == 1).count() as u64;
+            let freed = obj.blocks.range(first_dropped..).filter(|(l, _)| self.frees(obj, **l)).count() as u64;
             let gain = obj.reserved.saturating_sub(kept) - obj.slack();
             if gain > freed {
                 self.quota_ok(p, tail_charge as u64 + gain - freed)?;
@@ -345,12 +359,12 @@ impl Model {
         let mut obj = self.take(p, o);
         if zero_tail {
             let new = self.token();
-            let old = obj.blocks.insert(size / BS, new).unwrap();
-            self.unref(old);
+            self.remap(&mut obj, size / BS, Some(new));
         }
         if size < old {
-            for (_, t) in obj.blocks.split_off(&first_dropped) {
-                self.unref(t);
+            let dropped: Vec<u64> = obj.blocks.range(first_dropped..).map(|(l, _)| *l).collect();
+            for l in dropped {
+                self.remap(&mut obj, l, None);
             }
         }
         obj.data.resize(size as usize, 0);
@@ -374,6 +388,9 @@ impl Model {
             return Err(Status::ReadOnlyObject);
         }
         let src = self.obj(p, o)?.clone();
+        if src.txn.is_some() {
+            return Err(Status::TxnConflict);
+        }
         self.quota_ok(p, src.slack())?;
         Ok(src)
     }
@@ -391,10 +408,101 @@ impl Model {
         }
         self.obj(p, o)?;
         let obj = self.take(p, o);
-        for t in obj.blocks.values() {
-            self.unref(*t);
+        for t in obj.tokens() {
+            self.unref(t);
         }
         Ok(())
+    }
+
+    /// Whether replacing or dropping block `l` of `obj` frees its token.
+    fn frees(&self, obj: &MObj, l: u64) -> bool {
+        self.refs[&obj.blocks[&l]] == 1 && obj.txn.as_ref().is_none_or(|t| t.undo.contains_key(&l))
+    }
+
+    /// Maps block `l` to `new`; the first change under a transaction hands
+    /// the old token to the undo instead of dropping it.
+    fn remap(&mut self, obj: &mut MObj, l: u64, new: Option<u64>) {
+        let old = match new {
+            Some(t) => obj.blocks.insert(l, t),
+            None => obj.blocks.remove(&l),
+        };
+        if let Some(txn) = obj.txn.as_mut() {
+            match txn.undo.get(&l) {
+                None => {
+                    txn.undo.insert(l, old);
+                    return;
+                }
+                Some(None) if new.is_none() => {
+                    txn.undo.remove(&l);
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(t) = old {
+            self.unref(t);
+        }
+    }
+
+    fn txn_target(&self, p: u64, o: u64, id: u64) -> Result<&MObj, Status> {
+        if id == 0 {
+            return Err(Status::BadArguments);
+        }
+        if is_control(o) {
+            return Err(Status::ReadOnlyObject);
+        }
+        self.obj(p, o)
+    }
+
+    fn txn_begin(&mut self, p: u64, o: u64, id: u64) -> Result<(), Status> {
+        match &self.txn_target(p, o, id)?.txn {
+            Some(t) if t.id == id => return Ok(()),
+            Some(_) => return Err(Status::TxnConflict),
+            None => {}
+        }
+        let obj = self.obj_mut(p, o);
+        obj.txn = Some(MTxn { id, old_data: obj.data.clone(), undo: BTreeMap::new() });
+        Ok(())
+    }
+
+    fn txn_end(&mut self, p: u64, o: u64, id: u64, commit: bool) -> Result<bool, Status> {
+        match &self.txn_target(p, o, id)?.txn {
+            None => return Ok(false),
+            Some(t) if t.id != id => return Err(Status::TxnConflict),
+            Some(_) => {}
+        }
+        let mut obj = self.take(p, o);
+        let t = obj.txn.take().unwrap();
+        for (l, prev) in t.undo {
+            if commit {
+                if let Some(held) = prev {
+                    self.unref(held);
+                }
+                continue;
+            }
+            let cur = match prev {
+                Some(held) => obj.blocks.insert(l, held),
+                None => obj.blocks.remove(&l),
+            };
+            if let Some(c) = cur {
+                self.unref(c);
+            }
+        }
+        if !commit {
+            obj.data = t.old_data;
+        }
+        self.put(p, o, obj);
+        Ok(true)
+    }
+
+    /// Open transactions of `p` above `after`, at most `max`: (object, id).
+    fn txn_list(&self, p: u64, after: u64, max: u16) -> Result<Vec<(u64, u64)>, Status> {
+        let part = self.part(p)?;
+        Ok(part
+            .objects
+            .range(after.saturating_add(1)..)
+            .filter_map(|(&o, mo)| mo.txn.as_ref().map(|t| (o, t.id)))
+            .take(max as usize)
+            .collect())
     }
 
     fn resize(&mut self, p: u64, quota: u64) -> Result<(), Status> {
@@ -428,8 +536,8 @@ impl Model {
             return Err(Status::PartitionNotEmpty);
         }
         let part = self.parts.remove(&p).unwrap();
-        for t in part.objects.values().flat_map(|o| o.blocks.values()) {
-            self.unref(*t);
+        for t in part.objects.values().flat_map(MObj::tokens) {
+            self.unref(t);
         }
         Ok(())
     }
@@ -590,6 +698,24 @@ enum Op {
         p: u64,
         force: bool,
     },
+    TxnBegin {
+        p: u64,
+        o: u8,
+        id: u64,
+    },
+    /// `open`: end a transaction that is open, under its own id.
+    TxnEnd {
+        p: u64,
+        o: u8,
+        id: u64,
+        commit: bool,
+        open: bool,
+    },
+    TxnList {
+        p: u64,
+        after: u8,
+        max: u16,
+    },
     Inquiry,
     Restart,
 }
@@ -640,9 +766,19 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (part(), prop_oneof![4 => 0..64u64, 1 => Just(CAP_BLOCKS)]).prop_map(|(p, blocks)| Op::Resize { p, blocks }),
         1 => part().prop_map(|p| Op::CreatePartition { p }),
         1 => (part(), prop::bool::weighted(0.15)).prop_map(|(p, force)| Op::RemovePartition { p, force }),
+        2 => (part(), o(), txn_id()).prop_map(|(p, o, id)| Op::TxnBegin { p, o, id }),
+        2 => (part(), o(), txn_id(), any::<bool>(), prop::bool::weighted(0.7))
+            .prop_map(|(p, o, id, commit, open)| Op::TxnEnd { p, o, id, commit, open }),
+        1 => (part(), o(), 0..4u16).prop_map(|(p, after, max)| Op::TxnList { p, after, max }),
         1 => Just(Op::Inquiry),
         1 => Just(Op::Restart),
     ]
+}
+
+/// Transaction identifiers: a few, so that ends find what began and
+/// conflicts happen; 0 (invalid) now and then.
+fn txn_id() -> impl Strategy<Value = u64> {
+    prop_oneof![1 => Just(0u64), 12 => 1..4u64]
 }
 
 /// Maps a selector to an object: mostly existing ones, sometimes a control
@@ -724,6 +860,9 @@ async fn check_all(c: &mut DriveClient, model: &Model, what: &str) {
             model.check_attrs(p, o, &a, what);
             assert!(read_all(c, p, o).await == mo.data, "{what}: data of {p}/{o}");
         }
+        let got = to(c.txn_list(p, 0, 1024)).await.expect("txn_list");
+        let got: Vec<(u64, u64)> = got.iter().map(|t| (t.object, t.txn)).collect();
+        assert_eq!(got, model.txn_list(p, 0, 1024).unwrap(), "{what}: open transactions of partition {p}");
     }
 }
 
@@ -968,6 +1107,42 @@ async fn run(case: Case) {
                 count(op, &want);
                 assert_eq!(got, want, "{what}");
             }
+            Op::TxnBegin { p, o, id } => {
+                let o = pick(&model, p, o);
+                let got = st(to(c.txn_begin(p, o, id)).await);
+                let want = model.txn_begin(p, o, id);
+                count(op, &want);
+                assert_eq!(got, want, "{what}");
+            }
+            Op::TxnEnd { p, o: sel, mut id, commit, open } => {
+                let mut o = pick(&model, p, sel);
+                let open_txns = model.txn_list(p, 0, u16::MAX).unwrap_or_default();
+                if open && !open_txns.is_empty() {
+                    (o, id) = open_txns[sel as usize % open_txns.len()];
+                }
+                let got = st(to(c.txn_end(p, o, id, commit)).await);
+                let want = model.txn_end(p, o, id, commit);
+                count(op, &want);
+                if want == Ok(true) {
+                    let key = if commit { "TxnEnd committed" } else { "TxnEnd aborted" };
+                    *COVERAGE.lock().unwrap().entry(key.into()).or_default() += 1;
+                }
+                assert_eq!(got, want, "{what}");
+                if got.is_ok() {
+                    model.check_attrs(p, o, &to(c.getattr(p, o)).await.unwrap(), &what);
+                    assert!(
+                        read_all(&mut c, p, o).await == model.obj(p, o).unwrap().data,
+                        "{what}: data after the end"
+                    );
+                }
+            }
+            Op::TxnList { p, after, max } => {
+                let after = pick(&model, p, after);
+                let got = st(to(c.txn_list(p, after, max)).await);
+                let want = model.txn_list(p, after, max);
+                count(op, &want);
+                assert_eq!(got.map(|v| v.iter().map(|t| (t.object, t.txn)).collect::<Vec<_>>()), want, "{what}");
+            }
             Op::Inquiry => {
                 count(op, &Ok::<_, Status>(()));
                 let info = to(c.inquiry()).await.expect("inquiry");
@@ -1074,6 +1249,15 @@ fn drive_matches_model() {
         "CreatePartition BAD_ARGUMENTS",
         "RemovePartition ok",
         "RemovePartition PARTITION_NOT_EMPTY",
+        "FastCopy TXN_CONFLICT",
+        "TxnBegin ok",
+        "TxnBegin TXN_CONFLICT",
+        "TxnBegin BAD_ARGUMENTS",
+        "TxnEnd ok",
+        "TxnEnd TXN_CONFLICT",
+        "TxnEnd committed",
+        "TxnEnd aborted",
+        "TxnList ok",
         "Restart ok",
     ] {
         assert!(coverage.get(key).copied().unwrap_or(0) > 0, "the drive model test never saw {key}");

@@ -19,6 +19,9 @@ use tokio::sync::Mutex as AsyncMutex;
 /// How long the manager waits for a drive to connect or answer.
 pub const DRIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest a drive's scrub may take (it reads every stored block).
+pub const SCRUB_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+
 /// Most objects one `PARTITION_CONTENTS` read may list (8 bytes each): bounds
 /// what orphan collection reads from a drive.
 pub const PARTITION_OBJECTS_MAX: u64 = 64 * 1024 * 1024;
@@ -218,7 +221,15 @@ impl DriveHandle {
 
     /// Mints a capability for `object` with `rights`, valid for `lifetime`,
     /// as one component's access (the caller sets the component's state).
-    pub fn mint(&self, object: u64, acv: u64, rights: u32, lifetime: Duration, audit_id: u64) -> ComponentAccess {
+    pub fn mint(
+        &self,
+        object: u64,
+        acv: u64,
+        rights: u32,
+        lifetime: Duration,
+        audit_id: u64,
+        map_epoch: u32,
+    ) -> ComponentAccess {
         let (key_version, working) = self.minting_key();
         let args = CapabilityArgs {
             algorithm: MacAlgorithm::Blake3 as u8,
@@ -230,6 +241,7 @@ impl DriveHandle {
             region: CapabilityArgs::WHOLE_OBJECT,
             access_control_version: acv,
             rights,
+            map_epoch,
             expiration_ns: self.drive_now_ns().saturating_add(lifetime.as_nanos() as u64),
             audit_id,
         };
@@ -329,6 +341,70 @@ impl DriveHandle {
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .filter(|&id| id >= well_known::FIRST_USER_OBJECT)
             .collect())
+    }
+
+    /// Opens write transaction `txn` on `object` (see the coordinator).
+    pub async fn txn_begin(&self, object: u64, txn: u64) -> Result<(), DriveError> {
+        on_drive!(self, |c| c.txn_begin(self.partition, object, txn))
+    }
+
+    /// Ends write transaction `txn` on `object`, committing or rolling back;
+    /// whether it was open. An object already gone is not an error.
+    pub async fn txn_end(&self, object: u64, txn: u64, commit: bool) -> Result<bool, DriveError> {
+        match on_drive!(self, |c| c.txn_end(self.partition, object, txn, commit)) {
+            Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(false),
+            r => r,
+        }
+    }
+
+    /// Open write transactions on objects above `after`, ascending by
+    /// object, at most `max`: (object, txn, begun).
+    pub async fn txn_list(&self, after: u64, max: u16) -> Result<Vec<(u64, u64, u64)>, DriveError> {
+        let txns = on_drive!(self, |c| c.txn_list(self.partition, after, max))?;
+        Ok(txns.into_iter().map(|t| (t.object, t.txn, t.begun_ns)).collect())
+    }
+
+    /// Raises the partition's minimum cluster map epoch: capabilities minted
+    /// under an older one are refused with `MAP_EPOCH_MOVED`.
+    pub async fn set_map_epoch(&self, epoch: u32) -> Result<(), DriveError> {
+        on_drive!(self, |c| c.set_map_epoch(self.partition, epoch))
+    }
+
+    /// `len` bytes of `object` at `offset` (fewer past its end).
+    pub async fn read(&self, object: u64, offset: u64, len: u64) -> Result<Vec<u8>, DriveError> {
+        let region = Region { offset, length: len };
+        Ok(on_drive!(self, |c| c.read(self.partition, object, &[region]))?.1)
+    }
+
+    /// Writes `data` at `offset` of `object`.
+    pub async fn write(&self, object: u64, offset: u64, data: &[u8]) -> Result<(), DriveError> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let region = Region { offset, length: data.len() as u64 };
+        on_drive!(self, |c| c.write(self.partition, object, &[region], data)).map(|_| ())
+    }
+
+    /// Checks every stored block against its digest: (blocks checked,
+    /// corrupt blocks of the partition as (partition, object, block), at
+    /// most `max_report`). On a connection of its own, bounded by
+    /// [`SCRUB_TIMEOUT`]: a scrub reads the whole drive, and the manager's
+    /// working connection must stay free meanwhile.
+    pub async fn scrub(&self, max_report: u16) -> Result<(u64, Vec<(u64, u64, u64)>), DriveError> {
+        let drive_key = self.keys().drive;
+        let scrub = async {
+            let mut c = self.connect().await?;
+            c.scrub(&drive_key, max_report).await
+        };
+        let (checked, _, corrupt) = tokio::time::timeout(SCRUB_TIMEOUT, scrub).await.unwrap_or_else(|_| {
+            Err(ClientError::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "scrub did not finish in time")))
+        })?;
+        Ok((checked, corrupt.into_iter().filter(|(p, _, _)| *p == self.partition).collect()))
+    }
+
+    /// The drive's block size.
+    pub async fn block_size(&self) -> Result<u32, DriveError> {
+        Ok(self.inquiry().await?.block_size)
     }
 
     /// Makes `keys.current` the drive's current working key. A drive that

@@ -9,13 +9,18 @@
 //! logs written in the same transaction ([`maintenance`]).
 #![deny(missing_docs)]
 
+mod cluster;
+mod coordinator;
 pub mod drives;
 pub mod files;
 pub mod handles;
+pub mod health;
 pub mod keys;
 mod maintenance;
 pub mod passwords;
 mod placement;
+mod repair;
+mod resize;
 pub mod server;
 mod service;
 pub use service::Session;
@@ -27,12 +32,13 @@ use anyhow::Context;
 use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
-use nasd_meta::{Caller, DriveRecord, Namespace, Sqlite, User};
+use nasd_meta::{Caller, DriveRecord, DriveState, Namespace, Sqlite, User};
 use nasd_proto::fs::{FsStatus, Ino};
+use nasd_proto::layout::Layout;
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -71,6 +77,17 @@ pub struct ManagerConfig {
     pub pool_target: usize,
     /// How often intention logs and pools are looked after.
     pub maintenance_interval: Duration,
+    /// The file system's default layout: the root directory's, which every
+    /// new file takes unless a directory above it has its own. Only a new
+    /// file system takes it: an existing root keeps the layout it has.
+    pub default_layout: Layout,
+    /// How long a write transaction may stay open: a writer commits within
+    /// it, and one that does not (it died) is rolled back after it.
+    pub write_lease: Duration,
+    /// How long a drive may be down before its components are rebuilt on
+    /// other drives (until then, writes miss it and it is resynced when it
+    /// comes back, which costs far less than a rebuild).
+    pub rebuild_delay: Duration,
 }
 
 impl Default for ManagerConfig {
@@ -83,6 +100,9 @@ impl Default for ManagerConfig {
             protection: Protection::INTEGRITY_ARGS,
             pool_target: 128,
             maintenance_interval: Duration::from_secs(1),
+            default_layout: Layout::SINGLE,
+            write_lease: Duration::from_secs(60),
+            rebuild_delay: Duration::from_secs(600),
         }
     }
 }
@@ -105,9 +125,14 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        self.default_layout.validate().map_err(|e| anyhow::anyhow!("default layout {}: {e}", self.default_layout))?;
         anyhow::ensure!(
             !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
             "capability lifetimes must be positive"
+        );
+        anyhow::ensure!(
+            self.write_lease >= Duration::from_secs(1) && self.write_lease.as_millis() <= u32::MAX as u128,
+            "the write lease must be from 1 s to 49 days"
         );
         Ok(())
     }
@@ -151,8 +176,10 @@ pub struct Manager {
     handles: nasd_crypto::FileHandleKey,
     config: ManagerConfig,
     drives: RwLock<Vec<Arc<DriveHandle>>>,
-    /// Where the next new file's placement starts (round robin over drives).
-    next_drive: AtomicUsize,
+    /// The cluster map epoch capabilities are minted under, as the metadata
+    /// held it at open. Whatever moves the epoch on (`Namespace::bump_map_epoch`,
+    /// `Namespace::set_drive_state`) must store the new value here too.
+    map_epoch: AtomicU32,
     /// Verified for unknown user names (see [`passwords::decoy`]).
     decoy_hash: String,
     /// Serializes drive set-up, pool refills and key rotation.
@@ -166,6 +193,21 @@ pub struct Manager {
     argon2_slots: Arc<tokio::sync::Semaphore>,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
     inode_locks: Box<[tokio::sync::Mutex<()>]>,
+    /// Each drive's health from heartbeats ([`health`]).
+    health: std::sync::Mutex<std::collections::HashMap<u32, health::DriveHealth>>,
+    /// Recent placements, which placement spreads away from.
+    recent: std::sync::Mutex<placement::Recent>,
+    /// Connections the manager's own data movements (repair) use.
+    data_pool: Arc<nasd_stripe::DrivePool>,
+    /// Progress and requests of the repair task ([`repair`]).
+    repair: std::sync::Mutex<repair::RepairState>,
+    /// Wakes the repair task early.
+    repair_kick: tokio::sync::Notify,
+    /// Drives out of service (a cache of the drive table's state).
+    out_of_service: std::sync::Mutex<std::collections::HashSet<u32>>,
+    /// Objects taken from pools for repairs in progress: orphan collection
+    /// leaves them alone ([`repair`]).
+    reserved: std::sync::Mutex<std::collections::HashSet<nasd_proto::fs::ObjectRef>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -184,21 +226,30 @@ impl Manager {
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
         let db = dir.join(META_DB);
         let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        let ns = Namespace::new(backend, config.default_layout)
+            .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
+        let map_epoch = ns.map_epoch().map_err(|e| anyhow::anyhow!("cannot read the cluster map epoch: {e}"))?;
         let manager = Manager {
             ns: Arc::new(ns),
             kek,
             handles,
             config,
             drives: RwLock::new(Vec::new()),
-            next_drive: AtomicUsize::new(0),
+            map_epoch: AtomicU32::new(map_epoch),
             decoy_hash: passwords::decoy(),
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
             drive_backoff: Default::default(),
             argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            health: Default::default(),
+            recent: Default::default(),
+            data_pool: Arc::new(nasd_stripe::DrivePool::new()),
+            repair: Default::default(),
+            repair_kick: tokio::sync::Notify::new(),
+            out_of_service: Default::default(),
+            reserved: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
@@ -207,6 +258,9 @@ impl Manager {
                     rec.drive
                 )
             })?;
+            if rec.state == DriveState::Out {
+                manager.out_of_service.lock().expect("out lock").insert(rec.drive);
+            }
             manager.attach(&rec, keys);
         }
         Ok(Arc::new(manager))
@@ -412,6 +466,8 @@ impl Manager {
             partition: self.config.partition,
             sealed_keys: keys.seal(&self.kek, drive),
             capacity_bytes: info.capacity_bytes,
+            failure_domain: String::new(),
+            state: DriveState::In,
         };
         let stored = rec.clone();
         self.meta(move |ns| ns.add_drive(&stored)).await?;
@@ -468,7 +524,9 @@ impl PasswordReset {
             nasd_proto::manager::PASSWORD_MAX
         );
         let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-        let ns = Namespace::new(backend).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
+        // The database exists, so its root has a layout already and keeps it.
+        let ns =
+            Namespace::new(backend, Layout::SINGLE).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         match ns.user(name) {
             Ok(Some(_)) => {}
             Ok(None) => anyhow::bail!("no user '{name}' in {}", db.display()),

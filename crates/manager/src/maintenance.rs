@@ -76,6 +76,7 @@ impl Manager {
 
     async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
         self.install_key(d).await?;
+        self.resolve_drive_txns(d).await?;
         let orphans = self.collect_orphans(d).await?;
         if orphans > 0 {
             tracing::info!(drive = d.drive, orphans, "removed objects no file referenced");
@@ -90,7 +91,11 @@ impl Manager {
         let on_drive = d.list_objects().await.map_err(|e| drive_failure(d.drive, e))?;
         let drive = d.drive;
         let known = self.meta(move |ns| ns.known_objects(drive)).await?;
-        let orphans: Vec<u64> = on_drive.into_iter().filter(|o| !known.contains(o)).collect();
+        let reserved: std::collections::HashSet<u64> = {
+            let r = self.reserved.lock().expect("reserved lock");
+            r.iter().filter(|o| o.drive == drive).map(|o| o.object).collect()
+        };
+        let orphans: Vec<u64> = on_drive.into_iter().filter(|o| !known.contains(o) && !reserved.contains(o)).collect();
         for &o in &orphans {
             d.remove(o).await.map_err(|e| drive_failure(d.drive, e))?;
         }
@@ -100,23 +105,39 @@ impl Manager {
         Ok(orphans.len())
     }
 
-    /// Runs [`maintain`](Self::maintain) every `maintenance_interval` until
-    /// `shutdown` turns true.
-    pub fn spawn_maintenance(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    /// Runs the manager's background work until `shutdown` turns true:
+    /// [`maintain`](Self::maintain) every `maintenance_interval`, heartbeats
+    /// to every drive (`crate::cluster`), and the repair loop (`crate::repair`),
+    /// each in its own loop so a long repair delays neither heartbeats nor
+    /// the intention logs.
+    pub fn spawn_maintenance(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(me.config.maintenance_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => me.maintain().await,
-                    _ = shutdown.changed() => {}
-                }
-                if *shutdown.borrow() {
-                    return;
-                }
-            }
+            let maintenance = me.every(me.config.maintenance_interval, shutdown.clone(), || me.maintain());
+            let heartbeats = me.heartbeat_loop(shutdown.clone());
+            let repair = me.repair_loop(shutdown);
+            tokio::join!(maintenance, heartbeats, repair);
         })
+    }
+
+    /// Runs `pass` every `interval` until `shutdown` turns true.
+    pub(crate) async fn every<F: std::future::Future<Output = ()>>(
+        &self,
+        interval: Duration,
+        mut shutdown: watch::Receiver<bool>,
+        mut pass: impl FnMut() -> F,
+    ) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => pass().await,
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
     }
 
     /// One pass: finish revocations and removals durably, give drives
@@ -125,6 +146,7 @@ impl Manager {
     /// pass (one cheap request), the rest of a failing drive's upkeep after
     /// its backoff.
     pub async fn maintain(&self) {
+        self.abort_expired().await;
         let r = self.finish_revocations().await;
         self.report("revocations", r);
         let r = self.finish_removals().await;

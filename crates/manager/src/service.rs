@@ -5,14 +5,14 @@
 
 use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
-use nasd_meta::{Caller, Effects, Inode, SetAttrs};
+use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Sqlite, Txn};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
-use nasd_proto::layout::Layout;
+use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::{
     set_mask, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
     MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
 };
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Who a connection is, once logged in.
 #[derive(Debug, Clone)]
@@ -25,22 +25,43 @@ pub struct Session {
     pub admin: bool,
 }
 
-/// A drive did not carry out a size change. Unlike revocations and removals,
-/// size changes are not in an intention log: the drive keeps its old length.
-fn size_not_changed(drive: u32, e: impl std::fmt::Display) -> Failure {
-    Failure::new(
-        FsStatus::DriveUnavailable,
-        format!("drive {drive} did not answer ({e}); the file's length on the drive is unchanged: try again"),
-    )
-}
+/// A placement the cluster cannot make however full the pools: the layout,
+/// and how many drives are in service.
+type Shortage = Option<(Layout, usize)>;
 
-/// A drive changed a file's length but did not make the change durable.
-/// Nothing is recorded, and the drive may come back with either length.
-fn size_not_durable(drive: u32, e: impl std::fmt::Display) -> Failure {
-    Failure::new(
-        FsStatus::DriveUnavailable,
-        format!("drive {drive} did not make the file's new length durable ({e}); nothing is recorded: try again"),
-    )
+/// The placement policy: `layout.components()` distinct drives in service,
+/// taken in `order` (round robin from the manager's next drive), skipping
+/// drives whose pool is empty, one pooled object from each. `NoSpace` if
+/// too few drives have pooled objects; also if too few are in service at
+/// all, which it records in `short` (refilling pools cannot help then).
+fn placer<'a>(
+    order: &'a [u32],
+    short: &'a mut Shortage,
+) -> impl FnMut(&Layout, &mut dyn Txn) -> Result<Vec<ObjectRef>, FsStatus> + 'a {
+    move |layout, t| {
+        let want = layout.components();
+        let mut in_service = Vec::with_capacity(order.len());
+        for &drive in order {
+            if t.get_drive(drive)?.is_some_and(|rec| rec.state == DriveState::In) {
+                in_service.push(drive);
+            }
+        }
+        if in_service.len() < want {
+            *short = Some((*layout, in_service.len()));
+            return Err(FsStatus::NoSpace);
+        }
+        let mut placed = Vec::with_capacity(want);
+        for drive in in_service {
+            if placed.len() == want {
+                break;
+            }
+            placed.extend(take_pooled(t, drive)?);
+        }
+        if placed.len() < want {
+            return Err(FsStatus::NoSpace);
+        }
+        Ok(placed)
+    }
 }
 
 fn drive_unavailable(drive: u32, e: impl std::fmt::Display) -> Failure {
@@ -63,7 +84,6 @@ impl Manager {
         use ManagerRequest as R;
         self.check_handles(s, &req)?;
         let c = s.caller.clone();
-        let req_name = req.name();
         match req {
             R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
             R::Walk { path, follow, open } => {
@@ -129,14 +149,22 @@ impl Manager {
                 self.setattr(s, handle.ino, set).await
             }
             R::Commit { handle, txn: 0, .. } => self.close(s, handle.ino).await,
-            R::Commit { .. }
-            | R::BeginWrite { .. }
-            | R::GetLayout { .. }
-            | R::SetLayout { .. }
-            | R::ClusterStatus
-            | R::SetDriveState { .. }
-            | R::Repair { .. } => {
-                Err(Failure::new(FsStatus::InvalidArgument, format!("{} is not served by this manager yet", req_name)))
+            R::Commit { handle, txn, written_end, missed, dirty } => {
+                let inode = self.commit_write(s, handle.ino, txn, written_end, missed, dirty).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
+            R::BeginWrite { handle } => self.begin_write(s, handle.ino).await,
+            R::GetLayout { handle } => self.get_layout(handle.ino).await,
+            R::SetLayout { handle, layout } => self.set_layout(s, handle.ino, layout).await,
+            R::ClusterStatus => Ok(ManagerReply::Status(self.cluster_status().await?)),
+            R::SetDriveState { drive, state } => {
+                self.require_admin(s)?;
+                self.set_drive_state(drive, state).await.map(|()| ManagerReply::Done)
+            }
+            R::Repair { action } => {
+                self.require_admin(s)?;
+                self.request_repair(action);
+                Ok(ManagerReply::Done)
             }
             R::StatFs => self.statfs().await,
             R::AddUser { name, password, uid, gid, admin } => {
@@ -232,7 +260,7 @@ impl Manager {
     /// drive for the size and times it shows anyway (POSIX `stat` needs no
     /// permission on the file itself; the handle proves the lookup).
     async fn access_for(&self, s: &Session, inode: &Inode, open: OpenMode) -> Result<Option<FileAccess>, Failure> {
-        if inode.object.is_none() {
+        if inode.components.is_empty() {
             return match (open, inode.attr.kind) {
                 (OpenMode::Best | OpenMode::ReadIfAllowed | OpenMode::RefreshWrite, _) => Ok(None),
                 (_, FileKind::Dir) => Err(FsStatus::IsDir.into()),
@@ -261,11 +289,10 @@ impl Manager {
         self.mint_for(s, inode, read, write)
     }
 
-    /// A capability for `inode`'s object with read and/or write rights
-    /// (none if neither): write capabilities get the short lifetime.
+    /// Capabilities for every component of `inode` with read and/or write
+    /// rights (none if neither): write capabilities get the short lifetime.
     fn mint_for(&self, s: &Session, inode: &Inode, read: bool, write: bool) -> Result<Option<FileAccess>, Failure> {
-        let Some(object) = inode.object else { return Ok(None) };
-        if !read && !write {
+        if inode.components.is_empty() || (!read && !write) {
             return Ok(None);
         }
         let mut rights = 0;
@@ -276,37 +303,51 @@ impl Manager {
             rights |= WRITE_RIGHTS;
         }
         let lifetime = if write { self.config.write_lifetime } else { self.config.read_lifetime };
-        let d = self.drive(object.drive)?;
-        let component = d.mint(object.object, inode.acv, rights, lifetime, s.caller.uid as u64);
-        Ok(Some(self.file_access(rights, lifetime, vec![component])))
+        self.file_access(s, inode, rights, lifetime).map(Some)
     }
 
-    /// The access for a file's components, all minted with `rights` and `lifetime`.
+    /// The access for every component of a regular file (in component
+    /// order, each with its stored state), all minted with `rights` and
+    /// `lifetime` under the file's layout and acv.
     fn file_access(
         &self,
+        s: &Session,
+        inode: &Inode,
         rights: u32,
         lifetime: std::time::Duration,
-        components: Vec<nasd_proto::manager::ComponentAccess>,
-    ) -> FileAccess {
-        FileAccess {
-            layout: Layout::SINGLE,
-            map_epoch: 0,
+    ) -> Result<FileAccess, Failure> {
+        let Some(layout) = inode.layout else {
+            return Err(Failure::new(
+                FsStatus::Internal,
+                format!("inode {} has components but no layout", inode.attr.ino),
+            ));
+        };
+        let epoch = self.epoch();
+        let mut components = Vec::with_capacity(inode.components.len());
+        for c in &inode.components {
+            let d = self.drive(c.object.drive)?;
+            let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
+            access.state = if self.is_up(d.drive) { c.state } else { ComponentState::Down };
+            components.push(access);
+        }
+        Ok(FileAccess {
+            layout,
+            map_epoch: epoch,
             rights,
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
             min_protection: self.config.protection.bits(),
             algorithm: nasd_client::MacAlgorithm::Blake3 as u8,
             components,
-        }
+        })
     }
 
-    /// A capability for `inode`'s object that allows reading its attributes
-    /// and nothing else, with the read-only lifetime.
+    /// Capabilities for `inode`'s components that allow reading their
+    /// attributes and nothing else, with the read-only lifetime.
     fn mint_attr_only(&self, s: &Session, inode: &Inode) -> Result<Option<FileAccess>, Failure> {
-        let Some(object) = inode.object else { return Ok(None) };
-        let d = self.drive(object.drive)?;
-        let lifetime = self.config.read_lifetime;
-        let component = d.mint(object.object, inode.acv, ATTR_RIGHTS, lifetime, s.caller.uid as u64);
-        Ok(Some(self.file_access(ATTR_RIGHTS, lifetime, vec![component])))
+        if inode.components.is_empty() {
+            return Ok(None);
+        }
+        self.file_access(s, inode, ATTR_RIGHTS, self.config.read_lifetime).map(Some)
     }
 
     /// Fails unless `s` may write `ino` (POSIX `w`; the superuser may).
@@ -347,13 +388,46 @@ impl Manager {
     }
 
     /// The drives in placement order for the next new file (round robin).
+    /// The order in which a new file's drives are tried: every drive that
+    /// may take a component, drawn by the placement policy (weighted by free
+    /// space and recent placements, spread over failure domains); the
+    /// placer takes the first ones that have pooled objects.
     fn placement(&self) -> Vec<u32> {
-        let drives = self.drives();
-        if drives.is_empty() {
-            return Vec::new();
+        let candidates = self.candidates();
+        crate::placement::choose(candidates.len(), &candidates, &mut rand::thread_rng())
+            .expect("choosing all candidates always succeeds")
+    }
+
+    /// `GET_LAYOUT`.
+    pub(crate) async fn get_layout(&self, ino: Ino) -> Result<ManagerReply, Failure> {
+        let (layout, explicit) = self.meta(move |ns| ns.effective_layout(ino)).await?;
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        let mut components = Vec::with_capacity(inode.components.len());
+        for c in &inode.components {
+            let addr = self.drive(c.object.drive)?.addr.clone();
+            let state = if self.is_up(c.object.drive) { c.state } else { ComponentState::Down };
+            components.push((nasd_proto::layout::Component { object: c.object, state }, addr));
         }
-        let start = self.next_drive.fetch_add(1, Ordering::Relaxed) % drives.len();
-        (0..drives.len()).map(|i| drives[(start + i) % drives.len()].drive).collect()
+        Ok(ManagerReply::Layout(nasd_proto::manager::LayoutInfo { layout, explicit, components }))
+    }
+
+    /// `SET_LAYOUT`: a directory's layout for new files, or an empty file
+    /// re-placed.
+    pub(crate) async fn set_layout(&self, s: &Session, ino: Ino, layout: Option<Layout>) -> Result<ManagerReply, Failure> {
+        if let Some(l) = layout {
+            l.validate().map_err(|e| Failure::new(FsStatus::InvalidArgument, format!("layout {l}: {e}")))?;
+            let usable = self.candidates().len();
+            if l.components() > usable {
+                return Err(Failure::new(
+                    FsStatus::NoSpace,
+                    format!("layout {l} needs {} drives; {usable} are in service and up", l.components()),
+                ));
+            }
+        }
+        let c = s.caller.clone();
+        let effects = self.placed(move |ns, place| ns.set_layout(&c, ino, layout, place)).await?;
+        self.apply(effects).await?;
+        Ok(ManagerReply::Done)
     }
 
     async fn create(
@@ -373,21 +447,12 @@ impl Manager {
         }
         // Held until the truncation is committed (see `truncate_existing`).
         let _serial = if truncate && !exclusive { self.truncate_existing(s, parent, &name).await? } else { None };
-        let mut refilled = false;
-        let (inode, created) = loop {
-            let (c, name, order) = (s.caller.clone(), name.clone(), self.placement());
-            match self.meta(move |ns| ns.create(&c, parent, &name, mode, exclusive, truncate, &order)).await {
-                Err(f) if f.status == FsStatus::NoSpace && !refilled => {
-                    refilled = true;
-                    self.refill_all_pools().await;
-                }
-                Err(f) if f.status == FsStatus::NoSpace => {
-                    return Err(Failure::new(FsStatus::NoSpace, "no drive could provide an object for a new file"))
-                }
-                r => break r?,
-            }
-        };
+        let c = s.caller.clone();
+        let (inode, created) =
+            self.placed(move |ns, place| ns.create(&c, parent, &name, mode, exclusive, truncate, place)).await?;
         if created {
+            let drives: Vec<u32> = inode.components.iter().map(|c| c.object.drive).collect();
+            self.recent.lock().expect("recent lock").record(&drives, std::time::Instant::now());
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
@@ -396,7 +461,8 @@ impl Manager {
     }
 
     /// Before `CREATE` with truncate commits size 0, empties an existing
-    /// file's object on its drive, durably (if the caller may write it), so
+    /// file's component objects on their drives, durably (if the caller may
+    /// write it), so
     /// a crash in between can only leave the metadata's cached size stale,
     /// never old bytes under a committed truncation. Returns the file's
     /// inode lock, which the caller holds until it has committed: no chmod
@@ -412,20 +478,56 @@ impl Manager {
         let Ok(existing) = self.meta(move |ns| ns.lookup(&c, parent, &n)).await else {
             return Ok(None); // absent (or not visible): create reports what applies
         };
-        let Some(o) = existing.object else { return Ok(None) };
+        if existing.components.is_empty() {
+            return Ok(None);
+        }
         let serial = self.inode_lock(existing.attr.ino).await;
-        self.require_write(s, existing.attr.ino).await?;
-        self.resize_object(o, 0).await?;
+        let ino = existing.attr.ino;
+        let set = SetAttrs { size: Some(0), ..SetAttrs::default() };
+        let (c, checked) = (s.caller.clone(), set.clone());
+        self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
+        self.resize_file(s, ino, set).await?;
         Ok(Some(serial))
     }
 
-    /// Sets an object's length on its drive and makes it durable there, so
-    /// a drive crash after the metadata records the new size cannot bring
-    /// cut bytes back under it (or lose an extension).
-    async fn resize_object(&self, o: ObjectRef, size: u64) -> Result<(), Failure> {
-        let d = self.drive(o.drive)?;
-        d.set_size(o.object, size).await.map_err(|e| size_not_changed(o.drive, e))?;
-        d.flush_objects(&[o.object]).await.map_err(|e| size_not_durable(o.drive, e))
+    /// Runs `op`, a name-space call that may place components
+    /// ([`Namespace::create`], [`Namespace::set_layout`]), with the
+    /// placement policy ([`placer`]). Short of pooled objects, it refills
+    /// every drive's pool and tries once more; short of drives in service,
+    /// it says how many the layout needs.
+    pub(crate) async fn placed<R: Send + 'static>(
+        &self,
+        op: impl Fn(&Namespace<Sqlite>, &mut Placer<'_>) -> Result<R, FsStatus> + Send + Sync + 'static,
+    ) -> Result<R, Failure> {
+        let op = Arc::new(op);
+        let mut refilled = false;
+        loop {
+            let (op, order) = (op.clone(), self.placement());
+            let (r, short) = self
+                .meta(move |ns| {
+                    let mut short = None;
+                    let r = op(ns, &mut placer(&order, &mut short));
+                    Ok((r, short))
+                })
+                .await?;
+            match (r, short) {
+                (Err(FsStatus::NoSpace), Some((layout, drives))) => {
+                    let n = layout.components();
+                    return Err(Failure::new(
+                        FsStatus::NoSpace,
+                        format!("layout {layout} needs {n} drives; the cluster has {drives} in service"),
+                    ));
+                }
+                (Err(FsStatus::NoSpace), None) if !refilled => {
+                    refilled = true;
+                    self.refill_all_pools().await;
+                }
+                (Err(FsStatus::NoSpace), None) => {
+                    return Err(Failure::new(FsStatus::NoSpace, "too few drives could provide objects for the file"))
+                }
+                (r, _) => return r.map_err(Failure::from),
+            }
+        }
     }
 
     async fn refill_all_pools(&self) {
@@ -437,25 +539,24 @@ impl Manager {
     }
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
-        let (inode, intent) = {
+        let (inode, intents) = {
             // One SETATTR (or truncating CREATE) of an inode at a time, from the
             // check to the commit: a chmod or chown cannot slip in between and
             // make the commit refuse a size change the drive has carried out.
             let _serial = self.inode_lock(ino).await;
-            if let Some(size) = set.size {
-                // The drive first, as for CREATE with truncate, but only once every
-                // part of the request has passed its permission check: a request
-                // refused for its mode, owner or times must not have cut the data.
-                let (c, checked) = (s.caller.clone(), set.clone());
-                let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
-                if let Some(o) = inode.object {
-                    self.resize_object(o, size).await?;
-                }
+            // Every part of the request passes its permission check before any
+            // data is cut: a request refused for its mode, owner or times must
+            // not have changed the file.
+            let (c, checked) = (s.caller.clone(), set.clone());
+            let inode = self.meta(move |ns| ns.check_setattr(&c, ino, &checked)).await?;
+            if set.size.is_some() && !inode.components.is_empty() {
+                self.resize_file(s, ino, set).await?
+            } else {
+                let c = s.caller.clone();
+                self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
             }
-            let c = s.caller.clone();
-            self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
         };
-        self.apply(Effects { revoke: intent.into_iter().collect(), doomed: Vec::new() }).await?;
+        self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
         self.entry(s, inode, OpenMode::None).await
     }
 
@@ -464,7 +565,7 @@ impl Manager {
     /// and a drive that crashes afterwards cannot bring an old access control
     /// version (or a removed object) back. The intention logs stay until the
     /// maintenance pass forgets them.
-    async fn apply(&self, effects: Effects) -> Result<(), Failure> {
+    pub(crate) async fn apply(&self, effects: Effects) -> Result<(), Failure> {
         for i in &effects.revoke {
             let d = self.drive(i.object.drive)?;
             let unavailable = |e| drive_unavailable(i.object.drive, e);
@@ -483,16 +584,25 @@ impl Manager {
         Ok(())
     }
 
-    /// A writer is done: record the object's size and modification time as
-    /// the drive reports them (never as the client claims).
+    /// A writer is done (`COMMIT` with txn 0): record a single-component
+    /// file's size and modification time as its drive reports them (never
+    /// as the client claims). Files of several components are committed
+    /// under a write transaction instead.
     async fn close(&self, s: &Session, ino: Ino) -> Result<ManagerReply, Failure> {
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
         if s.caller.uid != 0 && s.caller.uid != inode.attr.uid {
             // The owner (who may have created it read-only) or a writer only.
             self.require_write(s, ino).await?;
         }
-        let Some(o) = inode.object else {
-            return self.entry(s, inode, OpenMode::None).await;
+        let o = match &inode.components[..] {
+            [] => return self.entry(s, inode, OpenMode::None).await,
+            [only] => only.object,
+            _ => {
+                return Err(Failure::new(
+                    FsStatus::InvalidArgument,
+                    "a file of several components is committed under its write transaction, not with txn 0",
+                ))
+            }
         };
         let d: std::sync::Arc<DriveHandle> = self.drive(o.drive)?;
         let attrs = d.getattr(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
@@ -516,5 +626,66 @@ impl Manager {
             });
         }
         Ok(ManagerReply::StatFs { inodes, file_bytes, drives })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nasd_meta::{Backend, DriveRecord};
+
+    fn obj(drive: u32, object: u64) -> ObjectRef {
+        ObjectRef { drive, partition: 1, object }
+    }
+
+    /// Drives 0..4, objects pooled on all but drive 1.
+    fn cluster() -> Namespace<Sqlite> {
+        let ns = Namespace::new(nasd_meta::Sqlite::open_in_memory().unwrap(), Layout::SINGLE).unwrap();
+        for d in 0..4u32 {
+            let rec = DriveRecord {
+                drive: d,
+                drive_id: [d as u8; 16],
+                addr: format!("127.0.0.1:{}", 7000 + d),
+                partition: 1,
+                sealed_keys: vec![],
+                capacity_bytes: 1 << 30,
+                failure_domain: String::new(),
+                state: DriveState::In,
+            };
+            ns.add_drive(&rec).unwrap();
+            if d != 1 {
+                ns.pool_add(&[obj(d, 10), obj(d, 11)]).unwrap();
+            }
+        }
+        ns
+    }
+
+    fn place(ns: &Namespace<Sqlite>, order: &[u32], layout: &str) -> (Result<Vec<u32>, FsStatus>, Shortage) {
+        let layout = Layout::parse(layout).unwrap();
+        let (mut short, mut placed) = (None, None);
+        // Rolled back, so every call sees the same pools.
+        let _ = ns.backend().transact(|t| -> Result<(), FsStatus> {
+            placed = Some(placer(order, &mut short)(&layout, t));
+            Err(FsStatus::Busy)
+        });
+        (placed.unwrap().map(|objects| objects.iter().map(|o| o.drive).collect()), short)
+    }
+
+    #[test]
+    fn placement_takes_distinct_drives_in_order_past_empty_pools_and_drives_out_of_service() {
+        let ns = cluster();
+        assert_eq!(place(&ns, &[2, 3, 0, 1], "rs:2+1"), (Ok(vec![2, 3, 0]), None), "the order given");
+        assert_eq!(place(&ns, &[1, 2, 3, 0], "rs:2+1"), (Ok(vec![2, 3, 0]), None), "drive 1's pool is empty");
+        assert_eq!(place(&ns, &[3, 0], "stripe:1"), (Ok(vec![3]), None));
+        ns.set_drive_state(3, nasd_meta::DriveState::Out).unwrap();
+        let stripe2 = Layout::parse("stripe:2").unwrap();
+        assert_eq!(place(&ns, &[3, 1, 0, 2], "stripe:2"), (Ok(vec![0, 2]), None), "drive 3 is out of service");
+        assert_eq!(place(&ns, &[0, 1, 2, 3], "rs:2+1"), (Err(FsStatus::NoSpace), None), "pools short: refill helps");
+        let (r, short) = place(&ns, &[0, 1, 2, 3], "stripe:4");
+        assert_eq!(
+            (r, short),
+            (Err(FsStatus::NoSpace), Some((Layout { scheme: nasd_meta::Scheme::Stripe { width: 4 }, ..stripe2 }, 3))),
+            "too few drives in service: refilling cannot help"
+        );
     }
 }

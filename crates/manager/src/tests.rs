@@ -177,6 +177,8 @@ fn attach_drive(m: &Manager, drive: u32, addr: String) -> Arc<crate::drives::Dri
         partition: m.config.partition,
         sealed_keys: keys.seal(&m.kek, drive),
         capacity_bytes: 1 << 30,
+        failure_domain: String::new(),
+        state: nasd_meta::DriveState::In,
     };
     m.attach(&rec, keys)
 }

@@ -1,13 +1,40 @@
 //! Users, drives, the object pool, the intention logs and settings.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Txn};
 use crate::types::{AcvIntent, DriveRecord, User};
 use crate::{
     Namespace, BATCH_MAX, DRIVE_ADDR_MAX, PASSWORD_HASH_MAX, SEALED_KEYS_MAX, SETTING_KEY_MAX, SETTING_VALUE_MAX,
     USER_NAME_MAX,
 };
 use nasd_proto::fs::{FsStatus, ObjectRef};
+use nasd_proto::limits::NAME_LEN_MAX;
+use nasd_proto::manager::DriveState;
 use std::collections::BTreeSet;
+
+/// The setting holding the cluster map epoch (a `u32`, 4 bytes little-endian).
+const MAP_EPOCH_KEY: &str = "map_epoch";
+
+fn map_epoch_in(t: &mut dyn Txn) -> Result<u32, FsStatus> {
+    match t.get_setting(MAP_EPOCH_KEY)? {
+        None => Ok(0),
+        Some(v) => match <[u8; 4]>::try_from(v.as_slice()) {
+            Ok(b) => Ok(u32::from_le_bytes(b)),
+            Err(_) => {
+                tracing::error!(len = v.len(), "the map_epoch setting is not 4 bytes");
+                Err(FsStatus::Internal)
+            }
+        },
+    }
+}
+
+fn bump_map_epoch_in(t: &mut dyn Txn) -> Result<u32, FsStatus> {
+    let Some(epoch) = map_epoch_in(t)?.checked_add(1) else {
+        tracing::error!("the cluster map epoch is at u32::MAX and cannot move on");
+        return Err(FsStatus::Internal);
+    };
+    t.put_setting(MAP_EPOCH_KEY, &epoch.to_le_bytes())?;
+    Ok(epoch)
+}
 
 fn check_user(user: &User) -> Result<(), FsStatus> {
     let name_ok = !user.name.is_empty() && user.name.len() <= USER_NAME_MAX;
@@ -18,7 +45,10 @@ fn check_user(user: &User) -> Result<(), FsStatus> {
 }
 
 fn check_drive(rec: &DriveRecord) -> Result<(), FsStatus> {
-    if rec.addr.len() > DRIVE_ADDR_MAX || rec.sealed_keys.len() > SEALED_KEYS_MAX {
+    if rec.addr.len() > DRIVE_ADDR_MAX
+        || rec.sealed_keys.len() > SEALED_KEYS_MAX
+        || rec.failure_domain.len() > NAME_LEN_MAX
+    {
         return Err(FsStatus::InvalidArgument);
     }
     Ok(())
@@ -83,7 +113,7 @@ impl<B: Backend> Namespace<B> {
     ///
     /// # Errors
     /// `Exists` if the drive number or the drive id is taken;
-    /// `InvalidArgument` if the address or keys are too long.
+    /// `InvalidArgument` if the address, keys or failure domain are too long.
     pub fn add_drive(&self, rec: &DriveRecord) -> Result<(), FsStatus> {
         check_drive(rec)?;
         self.backend.transact(|t| {
@@ -116,6 +146,60 @@ impl<B: Backend> Namespace<B> {
     /// `Internal`.
     pub fn drives(&self) -> Result<Vec<DriveRecord>, FsStatus> {
         self.backend.read(|t| t.list_drives())
+    }
+
+    /// Takes a drive into service or out of it. A change moves the cluster
+    /// map epoch on in the same transaction (a drive taken out is about to
+    /// lose its components to rebuilds, so capabilities minted under the
+    /// old map must be refreshed); setting the state it has changes
+    /// nothing. Returns the map epoch after the call.
+    ///
+    /// # Errors
+    /// `NotFound` (no such drive); `Internal` (the epoch cannot move past
+    /// `u32::MAX`).
+    pub fn set_drive_state(&self, drive: u32, state: DriveState) -> Result<u32, FsStatus> {
+        self.backend.transact(|t| {
+            let mut rec = t.get_drive(drive)?.ok_or(FsStatus::NotFound)?;
+            if rec.state == state {
+                return map_epoch_in(t);
+            }
+            rec.state = state;
+            t.put_drive(&rec)?;
+            bump_map_epoch_in(t)
+        })
+    }
+
+    /// Sets the failure domain of a drive (empty: its own). It steers only
+    /// where new components go, so the map epoch stays.
+    ///
+    /// # Errors
+    /// `NotFound` (no such drive); `InvalidArgument` (longer than
+    /// [`NAME_LEN_MAX`] bytes).
+    pub fn set_drive_failure_domain(&self, drive: u32, domain: &str) -> Result<(), FsStatus> {
+        if domain.len() > NAME_LEN_MAX {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| {
+            let mut rec = t.get_drive(drive)?.ok_or(FsStatus::NotFound)?;
+            rec.failure_domain = domain.to_owned();
+            t.put_drive(&rec)
+        })
+    }
+
+    /// The cluster map epoch (0 until first moved on).
+    ///
+    /// # Errors
+    /// `Internal` (also if the stored value is malformed, logged).
+    pub fn map_epoch(&self) -> Result<u32, FsStatus> {
+        self.backend.read(map_epoch_in)
+    }
+
+    /// Moves the cluster map epoch on by one; returns the new epoch.
+    ///
+    /// # Errors
+    /// `Internal` (also at `u32::MAX`, logged).
+    pub fn bump_map_epoch(&self) -> Result<u32, FsStatus> {
+        self.backend.transact(bump_map_epoch_in)
     }
 
     /// Adds objects (pre-created empty on their drives) to the pool.
@@ -183,8 +267,9 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| t.delete_acv_intent(&intent.object, Some(intent.acv)))
     }
 
-    /// Every object this manager knows on a drive: files' objects, pooled and
-    /// doomed ones. Anything else on the drive's partition is an orphan.
+    /// Every object this manager knows on a drive: files' component objects,
+    /// pooled and doomed ones. Anything else on the drive's partition is an
+    /// orphan.
     ///
     /// # Errors
     /// `Internal`.

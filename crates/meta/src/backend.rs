@@ -4,8 +4,9 @@
 //! Every rule (permissions, link counts, rename, object bookkeeping) lives in
 //! [`crate::Namespace`], written once over these traits.
 
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::Component;
 
 /// Row-level access inside one transaction. Backends implement this.
 ///
@@ -16,11 +17,14 @@ use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 /// Integers are stored bit-for-bit (a `u64` may be kept as a signed 64-bit
 /// column).
 pub trait Txn {
-    /// Reads an inode.
+    /// Reads an inode with its components (in component order).
     fn get_inode(&mut self, ino: Ino) -> Result<Option<Inode>, FsStatus>;
-    /// Inserts or replaces an inode (keyed by `attr.ino`).
+    /// Inserts or replaces an inode's row (keyed by `attr.ino`): attributes,
+    /// target, layout and acv. `inode.components` is **not** written here:
+    /// components are rows of their own ([`Txn::put_component`]).
     fn put_inode(&mut self, inode: &Inode) -> Result<(), FsStatus>;
-    /// Deletes an inode and its parent pointer. No entry may still name it.
+    /// Deletes an inode and its parent pointer. No entry, component, stale
+    /// range or write intent may still name it.
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus>;
     /// Hands out the next inode number (never reused, never [`crate::ROOT_INO`]).
     fn alloc_ino(&mut self) -> Result<Ino, FsStatus>;
@@ -69,10 +73,57 @@ pub trait Txn {
     fn pool_count(&mut self, drive: u32) -> Result<u64, FsStatus>;
     /// Every pooled object of a drive.
     fn pool_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus>;
-    /// Every object of a drive held by a regular file.
+    /// Every object of a drive that is a component of a file.
     fn file_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus>;
-    /// Whether an object is held by a file, pooled or doomed.
+    /// Whether an object is a component of a file, pooled or doomed.
     fn object_known(&mut self, object: &ObjectRef) -> Result<bool, FsStatus>;
+
+    /// Inserts or replaces component `idx` of inode `ino` (the inode exists;
+    /// no other component anywhere holds the object).
+    fn put_component(&mut self, ino: Ino, idx: usize, component: &Component) -> Result<(), FsStatus>;
+    /// Deletes every component of an inode (its stale ranges must be gone).
+    fn delete_components(&mut self, ino: Ino) -> Result<(), FsStatus>;
+    /// The file and component index holding an object, if any.
+    fn component_of(&mut self, object: &ObjectRef) -> Result<Option<(Ino, usize)>, FsStatus>;
+    /// Up to `limit` components in state `Stale`, as (inode, index), in
+    /// ascending order strictly after `after`.
+    fn list_stale_components(&mut self, after: (Ino, usize), limit: usize) -> Result<Vec<(Ino, usize)>, FsStatus>;
+    /// Up to `limit` components whose object lies on `drive`, as (inode,
+    /// index, object), in ascending (inode, index) order strictly after `after`.
+    fn list_components_on_drive(
+        &mut self,
+        drive: u32,
+        after: (Ino, usize),
+        limit: usize,
+    ) -> Result<Vec<(Ino, usize, ObjectRef)>, FsStatus>;
+    /// Every drive of the drive table with the number of components on it,
+    /// ordered by drive number.
+    fn component_counts(&mut self) -> Result<Vec<(u32, u64)>, FsStatus>;
+    /// Number of inodes with at least one component in state `Stale`.
+    fn count_degraded(&mut self) -> Result<u64, FsStatus>;
+
+    /// The stale ranges recorded for component `idx` of `ino`, ascending by offset.
+    fn get_stale_ranges(&mut self, ino: Ino, idx: usize) -> Result<Vec<StaleRange>, FsStatus>;
+    /// Records a stale range of a component (the component exists; no
+    /// recorded range of it starts at the same offset).
+    fn put_stale_range(&mut self, ino: Ino, idx: usize, range: &StaleRange) -> Result<(), FsStatus>;
+    /// Deletes the stale ranges of component `idx` of `ino`, or of every
+    /// component of `ino` if `idx` is `None`.
+    fn delete_stale_ranges(&mut self, ino: Ino, idx: Option<usize>) -> Result<(), FsStatus>;
+
+    /// Hands out the next write transaction id (never reused, never 0).
+    fn alloc_txn(&mut self) -> Result<u64, FsStatus>;
+    /// Inserts or replaces a write intent (keyed by `txn`). A backend refuses
+    /// a second intent for one inode (`Internal`).
+    fn put_intent(&mut self, intent: &Intent) -> Result<(), FsStatus>;
+    /// Reads a write intent by transaction id.
+    fn get_intent(&mut self, txn: u64) -> Result<Option<Intent>, FsStatus>;
+    /// The write intent of an inode, if any.
+    fn intent_of_inode(&mut self, ino: Ino) -> Result<Option<Intent>, FsStatus>;
+    /// Up to `limit` write intents with ids greater than `after`, ascending.
+    fn list_intents(&mut self, after: u64, limit: usize) -> Result<Vec<Intent>, FsStatus>;
+    /// Deletes a write intent (no-op if absent).
+    fn delete_intent(&mut self, txn: u64) -> Result<(), FsStatus>;
 
     /// Records an object to be removed from its drive.
     fn doom(&mut self, object: &ObjectRef) -> Result<(), FsStatus>;

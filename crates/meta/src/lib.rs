@@ -1,6 +1,8 @@
 //! The file manager's metadata: a POSIX name space (directories, regular
-//! files, symbolic links, hard links, owners, modes, times), users, the drive
-//! table, the object pool and the intention logs.
+//! files, symbolic links, hard links, owners, modes, times), file layouts
+//! and their component objects, users, the drive table, the object pool and
+//! the intention logs (objects to remove, access-control versions to set,
+//! write intents).
 //!
 //! # Design
 //!
@@ -17,13 +19,21 @@
 //!   drive objects record what must happen in the same transaction (the
 //!   `doomed` table and the ACV intents) and report it in [`Effects`]; the
 //!   manager carries it out on the drives and then forgets the records.
+//! - **Files are layouts of components.** A regular file has a [`Layout`]
+//!   and `layout.components()` component objects on distinct drives, placed
+//!   by the manager's policy (a [`Placer`]) inside the creating transaction.
+//!   Directories may carry a layout that new files below them inherit
+//!   (dynamically: the nearest ancestor's at creation); the root always has
+//!   one. Writes run under write intents (Slice's intention log): a
+//!   component that missed writes is marked Stale with the ranges it missed,
+//!   for repair to rebuild.
 //!
 //! # Example
 //!
 //! ```
-//! use nasd_meta::{Caller, Namespace, Sqlite, ROOT_INO};
+//! use nasd_meta::{Caller, Layout, Namespace, Sqlite, ROOT_INO};
 //!
-//! let ns = Namespace::new(Sqlite::open_in_memory()?)?;
+//! let ns = Namespace::new(Sqlite::open_in_memory()?, Layout::SINGLE)?;
 //! let dir = ns.mkdir(&Caller::ROOT, ROOT_INO, "home", 0o755)?;
 //! assert_eq!(ns.walk(&Caller::ROOT, "/home", true)?.attr.ino, dir.attr.ino);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -33,7 +43,10 @@
 
 mod admin;
 mod backend;
+mod components;
 mod error;
+mod intents;
+mod layouts;
 mod namespace;
 mod perm;
 mod sqlite;
@@ -44,10 +57,15 @@ mod walk;
 
 pub use backend::{Backend, Txn};
 pub use error::MetaError;
+pub use layouts::{take_pooled, Placer};
 pub use namespace::Namespace;
 pub use nasd_proto::fs::*;
+pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};
+pub use nasd_proto::manager::DriveState;
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
-pub use types::{AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, SetAttrs, User};
+pub use types::{
+    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, SetAttrs, StaleRange, User,
+};
 
 /// Most entries one `readdir` returns; a larger `limit` is capped to it.
 /// Costs one row read (and one inode) per entry per call.
@@ -75,4 +93,16 @@ pub const SETTING_VALUE_MAX: usize = 1024 * 1024;
 /// operations make (one indexed row read per level).
 pub const DIR_DEPTH_MAX: usize = PATH_MAX / 2;
 
+/// Most stale ranges recorded per component. Past it the closest ranges are
+/// joined (the bytes between them count as missed too: repair rebuilds a
+/// little more than needed, never less). Bounds what marking a component
+/// stale reads and writes (one row per range).
+pub const STALE_RANGES_MAX: usize = 256;
+/// Most (component, range) entries one `commit_write` takes, and most ranges
+/// one `mark_stale` takes: a `COMMIT` names at most
+/// `nasd_proto::manager::DIRTY_RANGES_MAX` file ranges, each one range in
+/// each of at most [`COMPONENTS_MAX`] components.
+pub const COMMIT_STALE_MAX: usize = COMPONENTS_MAX * nasd_proto::manager::DIRTY_RANGES_MAX;
+
 const _: () = assert!(READDIR_ENTRIES_MAX > 0 && BATCH_MAX > 0 && DIR_DEPTH_MAX > 0);
+const _: () = assert!(STALE_RANGES_MAX > 0 && COMMIT_STALE_MAX > 0);

@@ -7,10 +7,12 @@
 //! caller sees the same error a local file system would give.
 
 use crate::backend::{Backend, Txn};
+use crate::layouts::{nearest_layout, place_components, Placer};
 use crate::perm::{self, check, check_sticky, owns, strip_sgid, R, S_ISGID, S_ISUID, W, X};
 use crate::types::{AcvIntent, Caller, DirEntry, Effects, Inode, SetAttrs};
 use crate::{DIR_DEPTH_MAX, READDIR_ENTRIES_MAX};
 use nasd_proto::fs::*;
+use nasd_proto::layout::Layout;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The name space: POSIX semantics generic over the backend. Every method is
@@ -18,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct Namespace<B: Backend> {
     pub(crate) backend: B,
     /// [`DIR_DEPTH_MAX`], smaller in tests.
-    dir_depth_max: usize,
+    pub(crate) dir_depth_max: usize,
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -76,13 +78,37 @@ fn touch_dir(t: &mut dyn Txn, dir: Ino, dsize: i64, dnlink: i32, now: i64) -> Re
     t.put_inode(&d)
 }
 
-/// Bumps a regular file's ACV and records the intent (the caller writes the inode).
-fn revoke(t: &mut dyn Txn, inode: &mut Inode) -> Result<Option<AcvIntent>, FsStatus> {
-    let Some(object) = inode.object else { return Ok(None) };
+/// Bumps a regular file's ACV and records an intent for every component
+/// object (the caller writes the inode). Nothing for inodes without
+/// components.
+pub(crate) fn revoke(t: &mut dyn Txn, inode: &mut Inode) -> Result<Vec<AcvIntent>, FsStatus> {
+    if inode.components.is_empty() {
+        return Ok(Vec::new());
+    }
     inode.acv = inode.acv.checked_add(1).expect("access control version overflow");
-    let intent = AcvIntent { object, acv: inode.acv };
-    t.put_acv_intent(&intent)?;
-    Ok(Some(intent))
+    let intents: Vec<AcvIntent> = inode.objects().map(|object| AcvIntent { object, acv: inode.acv }).collect();
+    for intent in &intents {
+        t.put_acv_intent(intent)?;
+    }
+    Ok(intents)
+}
+
+/// Drops every component of a file whose last name is gone: its write
+/// intent and stale ranges are forgotten, each object's pending ACV intent
+/// too, and each object is doomed.
+fn drop_components(t: &mut dyn Txn, inode: &Inode, fx: &mut Effects) -> Result<(), FsStatus> {
+    let ino = inode.attr.ino;
+    if let Some(intent) = t.intent_of_inode(ino)? {
+        t.delete_intent(intent.txn)?;
+    }
+    t.delete_stale_ranges(ino, None)?;
+    t.delete_components(ino)?;
+    for object in inode.objects() {
+        t.delete_acv_intent(&object, None)?;
+        t.doom(&object)?;
+        fx.doomed.push(object);
+    }
+    Ok(())
 }
 
 /// A fresh inode made by `caller` in directory `parent` (not yet stored).
@@ -115,7 +141,7 @@ fn fresh(
         mtime_ns: now,
         ctime_ns: now,
     };
-    Ok(Inode { attr, target: None, object: None, acv: 0 })
+    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0 })
 }
 
 /// Stores a new inode and names it `name` in `parent`.
@@ -135,13 +161,8 @@ fn drop_link(t: &mut dyn Txn, mut inode: Inode, now: i64, fx: &mut Effects) -> R
     assert!(inode.attr.nlink > 0, "inode {} has no links to drop", inode.attr.ino);
     inode.attr.nlink -= 1;
     if inode.attr.nlink == 0 {
-        t.delete_inode(inode.attr.ino)?;
-        if let Some(object) = inode.object {
-            t.delete_acv_intent(&object, None)?;
-            t.doom(&object)?;
-            fx.doomed.push(object);
-        }
-        return Ok(());
+        drop_components(t, &inode, fx)?;
+        return t.delete_inode(inode.attr.ino);
     }
     inode.attr.ctime_ns = now;
     fx.revoke.extend(revoke(t, &mut inode)?);
@@ -200,11 +221,17 @@ struct Move<'a> {
 
 impl<B: Backend> Namespace<B> {
     /// Opens the name space on `backend`, creating the root directory
-    /// (ino 1, mode 0o755, uid 0, gid 0) if absent.
+    /// (ino 1, mode 0o755, uid 0, gid 0, layout `default_layout`: the file
+    /// system's default) if absent. An existing root keeps its own layout.
     ///
     /// # Errors
-    /// `Internal` if the backend fails.
-    pub fn new(backend: B) -> Result<Self, FsStatus> {
+    /// `InvalidArgument` if `default_layout` breaks a bound
+    /// ([`Layout::validate`]); `Internal` if the backend fails.
+    pub fn new(backend: B, default_layout: Layout) -> Result<Self, FsStatus> {
+        if let Err(e) = default_layout.validate() {
+            tracing::error!(error = %e, "the default layout is out of bounds");
+            return Err(FsStatus::InvalidArgument);
+        }
         backend.transact(|t| {
             if t.get_inode(ROOT_INO)?.is_some() {
                 return Ok(());
@@ -222,7 +249,7 @@ impl<B: Backend> Namespace<B> {
                 mtime_ns: now,
                 ctime_ns: now,
             };
-            t.put_inode(&Inode { attr, target: None, object: None, acv: 0 })?;
+            t.put_inode(&Inode { attr, target: None, layout: Some(default_layout), components: Vec::new(), acv: 0 })?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
         })?;
         Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX })
@@ -339,16 +366,26 @@ impl<B: Backend> Namespace<B> {
         Ok(p)
     }
 
-    /// Creates a regular file whose object is taken from the pool of the
-    /// first drive in `drives` (in order) that has a pooled object. If the
-    /// name exists: `exclusive` → `Exists`; a regular file is returned after
+    /// Creates a regular file. Its layout is `parent`'s effective layout
+    /// ([`effective_layout`](Self::effective_layout)); `place` (the
+    /// manager's placement policy) is called inside the transaction with
+    /// that layout and must return `layout.components()` objects on distinct
+    /// drives, taken from pools with [`take_pooled`](crate::take_pooled);
+    /// they become the file's components, in order, state Ok. If the name
+    /// exists: `exclusive` → `Exists`; a regular file is returned after
     /// checking write permission, with size set to 0 if `truncate` (the
-    /// manager truncates the object). Returns (inode, created).
+    /// manager truncates the objects), and `place` is not called. Returns
+    /// (inode, created).
     ///
     /// # Errors
-    /// `NoSpace` if no listed drive has a pooled object (refill and retry);
-    /// `Exists` (also for an existing symlink: resolve it first), `IsDir`,
-    /// `NotFound`, `NotDir`, `PermissionDenied`, `InvalidName`, `NameTooLong`.
+    /// Whatever `place` fails with (the manager's placer: `NoSpace` when
+    /// pools are empty or the cluster has too few drives; everything it took
+    /// goes back with the rollback); `Internal` if `place` broke its contract
+    /// (a wrong count, two objects on one drive, an object some file, pool
+    /// or log holds), logged; `TooDeep` if the nearest ancestor with a
+    /// layout is more than [`DIR_DEPTH_MAX`] levels up; `Exists` (also for an
+    /// existing symlink: resolve it first), `IsDir`, `NotFound`, `NotDir`,
+    /// `PermissionDenied`, `InvalidName`, `NameTooLong`.
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
@@ -358,7 +395,7 @@ impl<B: Backend> Namespace<B> {
         mode: u32,
         exclusive: bool,
         truncate: bool,
-        drives: &[u32],
+        place: &mut Placer<'_>,
     ) -> Result<(Inode, bool), FsStatus> {
         validate_name(name)?;
         self.backend.transact(|t| {
@@ -367,10 +404,13 @@ impl<B: Backend> Namespace<B> {
                 return open_existing(t, caller, existing, exclusive, truncate).map(|n| (n, false));
             }
             check(caller, &p, W | X)?;
+            let layout = nearest_layout(t, &p, self.dir_depth_max)?;
             let now = now_ns();
             let mut inode = fresh(t, caller, &p, FileKind::File, mode, now)?;
-            inode.object = Some(take_object(t, drives)?);
+            inode.layout = Some(layout);
+            inode.components = place_components(t, &layout, place)?;
             add_new(t, parent, name, &inode, now)?;
+            crate::layouts::put_components(t, &inode)?;
             Ok((inode, true))
         })
     }
@@ -501,7 +541,8 @@ impl<B: Backend> Namespace<B> {
     /// group loses set-group-id), owner (root only), group (owner to their
     /// own gid, or root), size (needs write; not for directories) and times
     /// (owner or root). ctime is updated. Changing mode, owner or group of a
-    /// regular file bumps its ACV and returns the recorded intent. Changing
+    /// regular file bumps its ACV and returns the recorded intents, one per
+    /// component object. Changing
     /// owner or group of a non-directory without setting the mode in the same
     /// call clears set-user-id and set-group-id.
     ///
@@ -509,22 +550,40 @@ impl<B: Backend> Namespace<B> {
     /// `NotPermitted`, `PermissionDenied` (size), `IsDir` (size of a
     /// directory), `InvalidArgument` (mode bits outside [`MODE_MASK`], size
     /// of a symlink), `NotFound`.
-    pub fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<(Inode, Option<AcvIntent>), FsStatus> {
+    pub fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
+        if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| setattr_in(t, caller, ino, set))
+    }
+
+    /// [`setattr`](Self::setattr) and the commit of write transaction `txn`
+    /// on the same file, in one transaction: how the manager records a size
+    /// change it made on the components under its own write transaction, so
+    /// the new size is recorded exactly when the transaction counts as
+    /// committed (never one without the other after a crash).
+    ///
+    /// # Errors
+    /// As [`setattr`](Self::setattr); `InvalidArgument` if `txn` is not an
+    /// Open intent on `ino`.
+    pub fn setattr_committing(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        set: &SetAttrs,
+        txn: u64,
+    ) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
         if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
             return Err(FsStatus::InvalidArgument);
         }
         self.backend.transact(|t| {
-            let mut n = get(t, ino)?;
-            if *set == SetAttrs::default() {
-                return Ok((n, None));
+            let mut intent = t.get_intent(txn)?.filter(|i| i.ino == ino).ok_or(FsStatus::InvalidArgument)?;
+            if intent.state != crate::types::IntentState::Open {
+                return Err(FsStatus::InvalidArgument);
             }
-            let now = now_ns();
-            apply_mode_owner(caller, &mut n, set)?;
-            apply_size_times(caller, &mut n, set, now)?;
-            n.attr.ctime_ns = now;
-            let intent = if set.changes_access() { revoke(t, &mut n)? } else { None };
-            t.put_inode(&n)?;
-            Ok((n, intent))
+            intent.state = crate::types::IntentState::Committed;
+            t.put_intent(&intent)?;
+            setattr_in(t, caller, ino, set)
         })
     }
 
@@ -573,7 +632,8 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Records a regular file's size and mtime as measured on its drive
-    /// after a writer closed (ctime becomes now).
+    /// after a writer closed (ctime becomes now): the manager's `COMMIT`
+    /// with txn 0, which measures component 0 of a single-component file.
     ///
     /// # Errors
     /// `IsDir`, `InvalidArgument` (a symlink), `NotFound`.
@@ -589,17 +649,21 @@ impl<B: Backend> Namespace<B> {
         })
     }
 
-    /// Bumps a regular file's ACV and records the intent (for revocations
-    /// the manager decides on).
+    /// Bumps a regular file's ACV and records an intent for every component
+    /// object (for revocations the manager decides on); returns them, in
+    /// component order.
     ///
     /// # Errors
-    /// `InvalidArgument` (no object: not a regular file), `NotFound`.
-    pub fn bump_acv(&self, ino: Ino) -> Result<AcvIntent, FsStatus> {
+    /// `InvalidArgument` (no components: not a regular file), `NotFound`.
+    pub fn bump_acv(&self, ino: Ino) -> Result<Vec<AcvIntent>, FsStatus> {
         self.backend.transact(|t| {
             let mut n = get(t, ino)?;
-            let intent = revoke(t, &mut n)?.ok_or(FsStatus::InvalidArgument)?;
+            let intents = revoke(t, &mut n)?;
+            if intents.is_empty() {
+                return Err(FsStatus::InvalidArgument);
+            }
             t.put_inode(&n)?;
-            Ok(intent)
+            Ok(intents)
         })
     }
 
@@ -611,6 +675,21 @@ impl<B: Backend> Namespace<B> {
     pub fn usage(&self) -> Result<(u64, u64), FsStatus> {
         self.backend.read(|t| t.usage())
     }
+}
+
+/// `setattr` inside its transaction.
+fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
+    let mut n = get(t, ino)?;
+    if *set == SetAttrs::default() {
+        return Ok((n, Vec::new()));
+    }
+    let now = now_ns();
+    apply_mode_owner(caller, &mut n, set)?;
+    apply_size_times(caller, &mut n, set, now)?;
+    n.attr.ctime_ns = now;
+    let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
+    t.put_inode(&n)?;
+    Ok((n, intents))
 }
 
 /// `create` on an existing name.
@@ -636,16 +715,6 @@ fn open_existing(
         t.put_inode(&n)?;
     }
     Ok(n)
-}
-
-/// Takes a pooled object from the first of `drives` that has one.
-fn take_object(t: &mut dyn Txn, drives: &[u32]) -> Result<ObjectRef, FsStatus> {
-    for &drive in drives {
-        if let Some(object) = t.pool_take(drive)? {
-            return Ok(object);
-        }
-    }
-    Err(FsStatus::NoSpace)
 }
 
 /// `rename` inside its transaction; `dir_depth_max`: [`DIR_DEPTH_MAX`] or a test's.
@@ -715,7 +784,7 @@ fn apply_mode_owner(caller: &Caller, n: &mut Inode, set: &SetAttrs) -> Result<()
     Ok(())
 }
 
-fn check_sizable(n: &Inode) -> Result<(), FsStatus> {
+pub(crate) fn check_sizable(n: &Inode) -> Result<(), FsStatus> {
     match n.attr.kind {
         FileKind::File => Ok(()),
         FileKind::Dir => Err(FsStatus::IsDir),
@@ -753,14 +822,16 @@ mod tests {
 
     #[test]
     fn directories_are_made_and_moved_at_most_dir_depth_max_deep() {
-        let ns = Namespace::new(Sqlite::open_in_memory().unwrap()).unwrap().with_dir_depth_max(4);
+        let ns = Namespace::new(Sqlite::open_in_memory().unwrap(), Layout::SINGLE).unwrap().with_dir_depth_max(4);
         // /d1/d2/d3/d4: d4 lies at the limit.
         let mut d = vec![ROOT_INO];
         for i in 1..=4 {
             d.push(mkdir(&ns, d[i - 1], &format!("d{i}")).unwrap());
         }
         assert_eq!(mkdir(&ns, d[4], "d5"), Err(FsStatus::TooDeep));
-        assert!(ns.create(&ROOT, d[4], "f", 0o644, true, false, &[]).is_err_and(|e| e != FsStatus::TooDeep));
+        assert!(ns
+            .create(&ROOT, d[4], "f", 0o644, true, false, &mut |_, _| Err(FsStatus::NoSpace))
+            .is_err_and(|e| e != FsStatus::TooDeep));
 
         // A move to another parent is judged by where the directory lands.
         mkdir(&ns, ROOT_INO, "x").unwrap();
@@ -786,7 +857,7 @@ mod tests {
     /// manager down: the walk is bounded and ends in an error.
     #[test]
     fn a_parent_pointer_cycle_is_an_error_not_a_panic() {
-        let ns = Namespace::new(Sqlite::open_in_memory().unwrap()).unwrap();
+        let ns = Namespace::new(Sqlite::open_in_memory().unwrap(), Layout::SINGLE).unwrap();
         let a = mkdir(&ns, ROOT_INO, "a").unwrap();
         let b = mkdir(&ns, a, "b").unwrap();
         ns.backend.transact(|t| t.set_dir_parent(a, b)).unwrap();

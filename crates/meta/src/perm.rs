@@ -75,7 +75,7 @@ mod tests {
     fn inode(kind: FileKind, mode: u32) -> Inode {
         let attr =
             FileAttr { ino: 2, kind, mode, nlink: 1, uid: 10, gid: 20, size: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0 };
-        Inode { attr, target: None, object: None, acv: 0 }
+        Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0 }
     }
 
     #[test]

@@ -1,27 +1,56 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 1, kept in `PRAGMA user_version`):
+//! Layout (schema version 2, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
-//!   ctime_ns, target, obj_drive, obj_partition, obj_object, acv)`; a unique
-//!   index on the object columns makes two inodes sharing an object impossible.
+//!   ctime_ns, target, acv, layout)`: `layout` is the 7-byte canonical
+//!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
+//!   none: symlinks, directories that inherit).
+//! - `components(ino, idx, drive, partition, object, state)`, primary key
+//!   (ino, idx): a file's component objects; `state` is the
+//!   `ComponentState` code (0 Ok, 1 Stale). A unique index on (drive,
+//!   partition, object) makes two components sharing an object impossible;
+//!   `components_drive` (drive, ino, idx) serves per-drive listings and
+//!   counts, the partial index `components_stale` the stale listing.
+//! - `stale_ranges(ino, idx, offset, length)`, primary key (ino, idx,
+//!   offset), referencing the component: byte ranges a stale component
+//!   missed (disjoint, merged by the name space).
+//! - `intents(txn, ino, state, uid, deadline_ns)`: write intents, `txn`
+//!   the primary key, `ino` unique (at most one intent per file).
 //! - `dir_parents(dir, parent)`: each directory's `..`.
 //! - `dirents(dir, name, child)`: names, ordered by (dir, name bytes).
-//! - `counters(name, value)`: `next_ino`, the next inode number to hand out.
-//! - `users`, `drives`, `pool`, `doomed`, `acv_intents`, `settings`.
+//! - `counters(name, value)`: `next_ino`, the next inode number to hand
+//!   out; `next_txn`, the next write transaction id (starts at 1).
+//! - `drives(drive, drive_id, addr, partition, sealed_keys, capacity_bytes,
+//!   failure_domain, state)`: `state` is the `DriveState` code (0 In, 1 Out).
+//! - `users`, `pool`, `doomed`, `acv_intents`, `settings` (among them
+//!   `map_epoch`: a `u32`, 4 bytes little-endian).
 //!
 //! Every reference between rows is a foreign key (enforced), so a dangling
-//! entry or parent pointer cannot be committed. `u64` values are stored
-//! bit-for-bit as SQLite's signed 64-bit integers. The database runs in WAL
-//! mode with `synchronous=FULL`: a committed transaction survives power loss.
+//! entry, parent pointer, component, stale range or intent cannot be
+//! committed. `u64` values are stored bit-for-bit as SQLite's signed 64-bit
+//! integers. The database runs in WAL mode with `synchronous=FULL`: a
+//! committed transaction survives power loss.
 //!
 //! Migrations: `MIGRATIONS[i]` takes version `i` to `i + 1`, each in its own
 //! transaction together with the new `user_version`; a database newer than
 //! [`SCHEMA_VERSION`] is refused.
+//! - 0 → 1 (`V1`): the first schema: one object per regular file, in the
+//!   `inodes` columns `obj_drive, obj_partition, obj_object`.
+//! - 1 → 2 (`V2`): layouts and components. Every v1 file gets layout
+//!   `Layout::SINGLE` with its old object as component 0 (state Ok), and the
+//!   root gets `Layout::SINGLE` (a cluster keeps placing one object per
+//!   file until its administrator sets another layout); the object columns
+//!   and their index are dropped. Adds `stale_ranges`, `intents`, the
+//!   `next_txn` counter, the drives' `failure_domain` and `state`, and the
+//!   `map_epoch` setting (0).
 
 use crate::backend::{Backend, Txn};
 use crate::error::{internal, MetaError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, StaleRange, User};
+use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::{Component, ComponentState, Layout};
+use nasd_proto::manager::DriveState;
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use std::path::Path;
@@ -65,8 +94,40 @@ CREATE TABLE acv_intents (
 CREATE TABLE settings (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 ";
 
+/// Layouts and components (see the module documentation). The literal
+/// `X'00001000010100'` is `Layout::SINGLE`'s canonical encoding (checked by
+/// a test).
+const V2: &str = "
+ALTER TABLE inodes ADD COLUMN layout BLOB;
+CREATE TABLE components (
+    ino INTEGER NOT NULL REFERENCES inodes (ino), idx INTEGER NOT NULL,
+    drive INTEGER NOT NULL, partition INTEGER NOT NULL, object INTEGER NOT NULL,
+    state INTEGER NOT NULL, PRIMARY KEY (ino, idx)) WITHOUT ROWID;
+CREATE UNIQUE INDEX components_object ON components (drive, partition, object);
+CREATE INDEX components_drive ON components (drive, ino, idx);
+CREATE INDEX components_stale ON components (ino, idx) WHERE state = 1;
+INSERT INTO components (ino, idx, drive, partition, object, state)
+    SELECT ino, 0, obj_drive, obj_partition, obj_object, 0 FROM inodes WHERE obj_drive IS NOT NULL;
+UPDATE inodes SET layout = X'00001000010100' WHERE kind = 1 OR ino = 1;
+DROP INDEX inodes_object;
+ALTER TABLE inodes DROP COLUMN obj_drive;
+ALTER TABLE inodes DROP COLUMN obj_partition;
+ALTER TABLE inodes DROP COLUMN obj_object;
+CREATE TABLE stale_ranges (
+    ino INTEGER NOT NULL, idx INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, length INTEGER NOT NULL,
+    PRIMARY KEY (ino, idx, \"offset\"),
+    FOREIGN KEY (ino, idx) REFERENCES components (ino, idx)) WITHOUT ROWID;
+CREATE TABLE intents (
+    txn INTEGER PRIMARY KEY, ino INTEGER NOT NULL UNIQUE REFERENCES inodes (ino),
+    state INTEGER NOT NULL, uid INTEGER NOT NULL, deadline_ns INTEGER NOT NULL);
+INSERT INTO counters (name, value) VALUES ('next_txn', 1);
+ALTER TABLE drives ADD COLUMN failure_domain TEXT NOT NULL DEFAULT '';
+ALTER TABLE drives ADD COLUMN state INTEGER NOT NULL DEFAULT 0;
+INSERT OR IGNORE INTO settings (key, value) VALUES ('map_epoch', X'00000000');
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -177,7 +238,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.obj_drive, i.obj_partition, i.obj_object, i.acv"
+         i.ctime_ns, i.target, i.layout, i.acv"
     };
 }
 
@@ -193,7 +254,31 @@ fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     Ok(r.get::<_, i64>(idx)? as u64)
 }
 
-/// Reads an inode from the `inode_cols!` columns starting at column `at`.
+fn usize_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<usize> {
+    usize::try_from(r.get::<_, i64>(idx)?).map_err(|_| bad_column(idx, "not an index"))
+}
+
+fn u8_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u8> {
+    u8::try_from(r.get::<_, i64>(idx)?).map_err(|_| bad_column(idx, "not a u8"))
+}
+
+/// A layout's canonical encoding, as stored in `inodes.layout`.
+fn layout_bytes(layout: &Layout) -> Vec<u8> {
+    let mut w = Writer::with_capacity(Layout::LEN);
+    layout.encode(&mut w);
+    w.into_vec()
+}
+
+/// Reads a stored layout: exactly its canonical encoding, within bounds.
+fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
+    let mut r = Reader::new(bytes);
+    let layout = Layout::decode(&mut r).ok()?;
+    r.finish().ok()?;
+    Some(layout)
+}
+
+/// Reads an inode (without its components) from the `inode_cols!` columns
+/// starting at column `at`.
 fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
     let kind = u8::try_from(r.get::<_, i64>(at + 1)?).ok().and_then(|k| FileKind::from_code(k).ok());
     let attr = FileAttr {
@@ -208,23 +293,35 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         mtime_ns: r.get(at + 8)?,
         ctime_ns: r.get(at + 9)?,
     };
-    let object = match r.get::<_, Option<i64>>(at + 11)? {
+    let layout = match r.get::<_, Option<Vec<u8>>>(at + 11)? {
         None => None,
-        Some(_) => Some(ObjectRef {
-            drive: u32_col(r, at + 11)?,
-            partition: u64_col(r, at + 12)?,
-            object: u64_col(r, at + 13)?,
-        }),
+        Some(bytes) => Some(layout_from_bytes(&bytes).ok_or_else(|| bad_column(at + 11, "not a canonical layout"))?),
     };
-    Ok(Inode { attr, target: r.get(at + 10)?, object, acv: u64_col(r, at + 14)? })
+    Ok(Inode { attr, target: r.get(at + 10)?, layout, components: Vec::new(), acv: u64_col(r, at + 12)? })
 }
 
 fn object_from_row(r: &Row<'_>) -> rusqlite::Result<ObjectRef> {
     Ok(ObjectRef { drive: u32_col(r, 0)?, partition: u64_col(r, 1)?, object: u64_col(r, 2)? })
 }
 
+/// A stored component state: Ok or Stale (Down is never stored).
+fn component_state(code: u8) -> Option<ComponentState> {
+    match ComponentState::from_code(code) {
+        Ok(s @ (ComponentState::Ok | ComponentState::Stale)) => Some(s),
+        _ => None,
+    }
+}
+
 fn user_from_row(r: &Row<'_>) -> rusqlite::Result<User> {
     Ok(User { name: r.get(0)?, uid: u32_col(r, 1)?, gid: u32_col(r, 2)?, password_hash: r.get(3)?, admin: r.get(4)? })
+}
+
+fn drive_state(code: u8) -> Option<DriveState> {
+    match code {
+        0 => Some(DriveState::In),
+        1 => Some(DriveState::Out),
+        _ => None,
+    }
 }
 
 fn drive_from_row(r: &Row<'_>) -> rusqlite::Result<DriveRecord> {
@@ -236,13 +333,35 @@ fn drive_from_row(r: &Row<'_>) -> rusqlite::Result<DriveRecord> {
         partition: u64_col(r, 3)?,
         sealed_keys: r.get(4)?,
         capacity_bytes: u64_col(r, 5)?,
+        failure_domain: r.get(6)?,
+        state: drive_state(u8_col(r, 7)?).ok_or_else(|| bad_column(7, "unknown drive state"))?,
     })
 }
 
 macro_rules! drive_cols {
     () => {
-        "drive, drive_id, addr, partition, sealed_keys, capacity_bytes"
+        "drive, drive_id, addr, partition, sealed_keys, capacity_bytes, failure_domain, state"
     };
+}
+
+macro_rules! intent_cols {
+    () => {
+        "txn, ino, state, uid, deadline_ns"
+    };
+}
+
+fn intent_from_row(r: &Row<'_>) -> rusqlite::Result<Intent> {
+    Ok(Intent {
+        txn: u64_col(r, 0)?,
+        ino: u64_col(r, 1)?,
+        state: IntentState::from_code(u8_col(r, 2)?).ok_or_else(|| bad_column(2, "unknown intent state"))?,
+        uid: u32_col(r, 3)?,
+        deadline_ns: r.get(4)?,
+    })
+}
+
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 impl SqliteTxn<'_> {
@@ -255,6 +374,24 @@ impl SqliteTxn<'_> {
     fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, FsStatus> {
         self.c.prepare_cached(sql).and_then(|mut st| st.execute(params)).map_err(internal)
     }
+
+    /// Fills in an inode's components, checking their indexes run 0, 1, ….
+    fn with_components(&self, mut inode: Inode) -> rusqlite::Result<Inode> {
+        let sql = "SELECT drive, partition, object, state, idx FROM components WHERE ino = ?1 ORDER BY idx";
+        let mut st = self.c.prepare_cached(sql)?;
+        let rows = st.query_map([inode.attr.ino as i64], |r| {
+            let state = component_state(u8_col(r, 3)?).ok_or_else(|| bad_column(3, "unknown component state"))?;
+            Ok((usize_col(r, 4)?, Component { object: object_from_row(r)?, state }))
+        })?;
+        for (n, row) in rows.enumerate() {
+            let (idx, component) = row?;
+            if idx != n {
+                return Err(bad_column(4, "component indexes are not 0, 1, 2, …"));
+            }
+            inode.components.push(component);
+        }
+        Ok(inode)
+    }
 }
 
 fn obj_params(o: &ObjectRef) -> (i64, i64, i64) {
@@ -265,21 +402,22 @@ impl Txn for SqliteTxn<'_> {
     fn get_inode(&mut self, ino: Ino) -> Result<Option<Inode>, FsStatus> {
         let sql = concat!("SELECT ", inode_cols!(), " FROM inodes i WHERE i.ino = ?1");
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        st.query_row([ino as i64], |r| inode_from_row(r, 0)).optional().map_err(internal)
+        let Some(inode) = st.query_row([ino as i64], |r| inode_from_row(r, 0)).optional().map_err(internal)? else {
+            return Ok(None);
+        };
+        self.with_components(inode).map(Some).map_err(internal)
     }
 
     fn put_inode(&mut self, n: &Inode) -> Result<(), FsStatus> {
         let a = &n.attr;
-        let o = n.object.as_ref().map(obj_params);
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, obj_drive, obj_partition, obj_object, acv) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+             ctime_ns, target, layout, acv) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
-             target = excluded.target, obj_drive = excluded.obj_drive, \
-             obj_partition = excluded.obj_partition, obj_object = excluded.obj_object, acv = excluded.acv",
+             target = excluded.target, layout = excluded.layout, acv = excluded.acv",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -292,9 +430,7 @@ impl Txn for SqliteTxn<'_> {
                 a.mtime_ns,
                 a.ctime_ns,
                 n.target,
-                o.map(|o| o.0),
-                o.map(|o| o.1),
-                o.map(|o| o.2),
+                n.layout.as_ref().map(layout_bytes),
                 n.acv as i64
             ],
         )?;
@@ -355,13 +491,16 @@ impl Txn for SqliteTxn<'_> {
              WHERE d.dir = ?1 AND d.name > ?2 ORDER BY d.name LIMIT ?3"
         );
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = st
-            .query_map(params![dir as i64, after, limit], |r| {
+            .query_map(params![dir as i64, after, limit_param(limit)], |r| {
                 Ok(DirEntry { name: r.get(0)?, inode: inode_from_row(r, 1)? })
             })
             .map_err(internal)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+        let entries = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        entries
+            .into_iter()
+            .map(|e| Ok(DirEntry { name: e.name, inode: self.with_components(e.inode).map_err(internal)? }))
+            .collect()
     }
 
     fn dir_is_empty(&mut self, dir: Ino) -> Result<bool, FsStatus> {
@@ -417,11 +556,21 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_drive(&mut self, d: &DriveRecord) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO drives (drive, drive_id, addr, partition, sealed_keys, capacity_bytes) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (drive) DO UPDATE SET \
+            "INSERT INTO drives (drive, drive_id, addr, partition, sealed_keys, capacity_bytes, failure_domain, state) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (drive) DO UPDATE SET \
              drive_id = excluded.drive_id, addr = excluded.addr, partition = excluded.partition, \
-             sealed_keys = excluded.sealed_keys, capacity_bytes = excluded.capacity_bytes",
-            params![d.drive, &d.drive_id[..], d.addr, d.partition as i64, d.sealed_keys, d.capacity_bytes as i64],
+             sealed_keys = excluded.sealed_keys, capacity_bytes = excluded.capacity_bytes, \
+             failure_domain = excluded.failure_domain, state = excluded.state",
+            params![
+                d.drive,
+                &d.drive_id[..],
+                d.addr,
+                d.partition as i64,
+                d.sealed_keys,
+                d.capacity_bytes as i64,
+                d.failure_domain,
+                d.state as u8
+            ],
         )?;
         Ok(())
     }
@@ -458,16 +607,148 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn file_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus> {
-        self.objects("SELECT obj_drive, obj_partition, obj_object FROM inodes WHERE obj_drive = ?1", drive)
+        self.objects("SELECT drive, partition, object FROM components WHERE drive = ?1", drive)
     }
 
     fn object_known(&mut self, o: &ObjectRef) -> Result<bool, FsStatus> {
-        let sql =
-            "SELECT EXISTS (SELECT 1 FROM inodes WHERE obj_drive = ?1 AND obj_partition = ?2 AND obj_object = ?3) \
+        let sql = "SELECT EXISTS (SELECT 1 FROM components WHERE drive = ?1 AND partition = ?2 AND object = ?3) \
                    OR EXISTS (SELECT 1 FROM pool WHERE drive = ?1 AND partition = ?2 AND object = ?3) \
                    OR EXISTS (SELECT 1 FROM doomed WHERE drive = ?1 AND partition = ?2 AND object = ?3)";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         st.query_row(obj_params(o), |r| r.get(0)).map_err(internal)
+    }
+
+    fn put_component(&mut self, ino: Ino, idx: usize, c: &Component) -> Result<(), FsStatus> {
+        let (d, p, o) = obj_params(&c.object);
+        self.exec(
+            "INSERT INTO components (ino, idx, drive, partition, object, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (ino, idx) DO UPDATE SET drive = excluded.drive, partition = excluded.partition, \
+             object = excluded.object, state = excluded.state",
+            params![ino as i64, limit_param(idx), d, p, o, c.state.code()],
+        )?;
+        Ok(())
+    }
+
+    fn delete_components(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM components WHERE ino = ?1", [ino as i64])?;
+        Ok(())
+    }
+
+    fn component_of(&mut self, o: &ObjectRef) -> Result<Option<(Ino, usize)>, FsStatus> {
+        let sql = "SELECT ino, idx FROM components WHERE drive = ?1 AND partition = ?2 AND object = ?3";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row(obj_params(o), |r| Ok((u64_col(r, 0)?, usize_col(r, 1)?))).optional().map_err(internal)
+    }
+
+    fn list_stale_components(&mut self, after: (Ino, usize), limit: usize) -> Result<Vec<(Ino, usize)>, FsStatus> {
+        let sql = "SELECT ino, idx FROM components WHERE state = 1 AND (ino, idx) > (?1, ?2) \
+                   ORDER BY ino, idx LIMIT ?3";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map(params![after.0 as i64, limit_param(after.1), limit_param(limit)], |r| {
+                Ok((u64_col(r, 0)?, usize_col(r, 1)?))
+            })
+            .map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn list_components_on_drive(
+        &mut self,
+        drive: u32,
+        after: (Ino, usize),
+        limit: usize,
+    ) -> Result<Vec<(Ino, usize, ObjectRef)>, FsStatus> {
+        let sql = "SELECT drive, partition, object, ino, idx FROM components \
+                   WHERE drive = ?1 AND (ino, idx) > (?2, ?3) ORDER BY ino, idx LIMIT ?4";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map(params![drive, after.0 as i64, limit_param(after.1), limit_param(limit)], |r| {
+                Ok((u64_col(r, 3)?, usize_col(r, 4)?, object_from_row(r)?))
+            })
+            .map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn component_counts(&mut self) -> Result<Vec<(u32, u64)>, FsStatus> {
+        let sql = "SELECT d.drive, (SELECT COUNT(*) FROM components c WHERE c.drive = d.drive) \
+                   FROM drives d ORDER BY d.drive";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map([], |r| Ok((u32_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn count_degraded(&mut self) -> Result<u64, FsStatus> {
+        let sql = "SELECT COUNT(DISTINCT ino) FROM components WHERE state = 1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([], |r| u64_col(r, 0)).map_err(internal)
+    }
+
+    fn get_stale_ranges(&mut self, ino: Ino, idx: usize) -> Result<Vec<StaleRange>, FsStatus> {
+        let sql = "SELECT \"offset\", length FROM stale_ranges WHERE ino = ?1 AND idx = ?2 ORDER BY \"offset\"";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map(params![ino as i64, limit_param(idx)], |r| {
+                Ok(StaleRange { offset: u64_col(r, 0)?, length: u64_col(r, 1)? })
+            })
+            .map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn put_stale_range(&mut self, ino: Ino, idx: usize, range: &StaleRange) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO stale_ranges (ino, idx, \"offset\", length) VALUES (?1, ?2, ?3, ?4)",
+            params![ino as i64, limit_param(idx), range.offset as i64, range.length as i64],
+        )?;
+        Ok(())
+    }
+
+    fn delete_stale_ranges(&mut self, ino: Ino, idx: Option<usize>) -> Result<(), FsStatus> {
+        self.exec(
+            "DELETE FROM stale_ranges WHERE ino = ?1 AND (?2 IS NULL OR idx = ?2)",
+            params![ino as i64, idx.map(limit_param)],
+        )?;
+        Ok(())
+    }
+
+    fn alloc_txn(&mut self) -> Result<u64, FsStatus> {
+        let sql = "UPDATE counters SET value = value + 1 WHERE name = 'next_txn' RETURNING value - 1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let txn: i64 = st.query_row([], |r| r.get(0)).map_err(internal)?;
+        Ok(txn as u64)
+    }
+
+    fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns) VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
+             deadline_ns = excluded.deadline_ns",
+            params![i.txn as i64, i.ino as i64, i.state.code(), i.uid, i.deadline_ns],
+        )?;
+        Ok(())
+    }
+
+    fn get_intent(&mut self, txn: u64) -> Result<Option<Intent>, FsStatus> {
+        let sql = concat!("SELECT ", intent_cols!(), " FROM intents WHERE txn = ?1");
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([txn as i64], intent_from_row).optional().map_err(internal)
+    }
+
+    fn intent_of_inode(&mut self, ino: Ino) -> Result<Option<Intent>, FsStatus> {
+        let sql = concat!("SELECT ", intent_cols!(), " FROM intents WHERE ino = ?1");
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([ino as i64], intent_from_row).optional().map_err(internal)
+    }
+
+    fn list_intents(&mut self, after: u64, limit: usize) -> Result<Vec<Intent>, FsStatus> {
+        let sql = concat!("SELECT ", intent_cols!(), " FROM intents WHERE txn > ?1 ORDER BY txn LIMIT ?2");
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map(params![after as i64, limit_param(limit)], intent_from_row).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn delete_intent(&mut self, txn: u64) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM intents WHERE txn = ?1", [txn as i64])?;
+        Ok(())
     }
 
     fn doom(&mut self, o: &ObjectRef) -> Result<(), FsStatus> {
@@ -478,7 +759,7 @@ impl Txn for SqliteTxn<'_> {
     fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
         let sql = "SELECT drive, partition, object FROM doomed ORDER BY drive, partition, object LIMIT ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        let rows = st.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], object_from_row).map_err(internal)?;
+        let rows = st.query_map([limit_param(limit)], object_from_row).map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
 
@@ -505,9 +786,7 @@ impl Txn for SqliteTxn<'_> {
         let sql = "SELECT drive, partition, object, acv FROM acv_intents ORDER BY drive, partition, object LIMIT ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st
-            .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
-                Ok(AcvIntent { object: object_from_row(r)?, acv: u64_col(r, 3)? })
-            })
+            .query_map([limit_param(limit)], |r| Ok(AcvIntent { object: object_from_row(r)?, acv: u64_col(r, 3)? }))
             .map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
@@ -552,16 +831,132 @@ mod tests {
     }
 
     #[test]
-    fn reopen_keeps_version_and_counter() {
+    fn reopen_keeps_version_and_counters() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.sqlite");
         let db = Sqlite::open(&path).unwrap();
         assert_eq!(db.transact(|t| t.alloc_ino()).unwrap(), 2);
+        assert_eq!(db.transact(|t| t.alloc_txn()).unwrap(), 1, "txn 0 means none");
+        assert_eq!(db.transact(|t| t.alloc_txn()).unwrap(), 2);
         drop(db);
         let db = Sqlite::open(&path).unwrap();
         assert_eq!(db.transact(|t| t.alloc_ino()).unwrap(), 3);
+        assert_eq!(db.transact(|t| t.alloc_txn()).unwrap(), 3, "txn ids are never reused across a reopen");
         let v: i64 = db.lock().unwrap().pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
         assert_eq!(v, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn the_migration_literal_is_the_single_layout() {
+        assert_eq!(layout_bytes(&Layout::SINGLE), [0x00, 0x00, 0x10, 0x00, 0x01, 0x01, 0x00]);
+        assert!(V2.contains("X'00001000010100'"));
+        assert_eq!(layout_from_bytes(&layout_bytes(&Layout::SINGLE)), Some(Layout::SINGLE));
+        assert_eq!(layout_from_bytes(&[0, 0, 16, 0, 1, 1, 0, 0]), None, "trailing bytes");
+        assert_eq!(layout_from_bytes(&[0, 0, 16, 0, 1, 0, 0]), None, "out of bounds");
+    }
+
+    /// A v1 database (one object per file) as the previous build wrote it:
+    /// the root, a directory, three files (one with two links, one with an
+    /// ACV intent pending), a symlink, pooled and doomed objects, a drive.
+    fn write_v1(path: &Path) {
+        let mut conn = Connection::open(path).unwrap();
+        let tx = conn.transaction().unwrap();
+        tx.execute_batch(V1).unwrap();
+        tx.pragma_update(None, "user_version", 1).unwrap();
+        let inode = "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, ctime_ns, \
+                     target, obj_drive, obj_partition, obj_object, acv) \
+                     VALUES (?1, ?2, ?3, ?4, 1000, 100, ?5, 1, 2, 3, ?6, ?7, ?8, ?9, ?10)";
+        type Row = (i64, u8, u32, u32, i64, Option<&'static str>, Option<i64>, Option<i64>, Option<i64>, i64);
+        let rows: [Row; 6] = [
+            (1, 2, 0o755, 3, 4, None, None, None, None, 0),
+            (2, 2, 0o755, 2, 2, None, None, None, None, 0),
+            (3, 1, 0o644, 2, 4096, None, Some(0), Some(1), Some(16), 2),
+            (4, 1, 0o600, 1, 0, None, Some(1), Some(1), Some(16), 0),
+            (5, 1, 0o644, 1, 7, None, Some(0), Some(1), Some(17), 1),
+            (6, 3, 0o777, 1, 4, Some("/d/a"), None, None, None, 0),
+        ];
+        for r in rows {
+            tx.execute(inode, params![r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9]).unwrap();
+        }
+        tx.execute_batch(
+            "INSERT INTO dir_parents (dir, parent) VALUES (1, 1), (2, 1);
+             INSERT INTO dirents (dir, name, child) VALUES (1, 'd', 2), (1, 'a', 3), (2, 'a', 3), (2, 'b', 4),
+                 (1, 'c', 5), (1, 'l', 6);
+             UPDATE counters SET value = 7 WHERE name = 'next_ino';
+             INSERT INTO drives (drive, drive_id, addr, partition, sealed_keys, capacity_bytes)
+                 VALUES (0, X'00000000000000000000000000000000', '127.0.0.1:1', 1, X'01', 100),
+                        (1, X'01010101010101010101010101010101', '127.0.0.1:2', 1, X'02', 100);
+             INSERT INTO pool (drive, partition, object) VALUES (0, 1, 20), (1, 1, 20);
+             INSERT INTO doomed (drive, partition, object) VALUES (0, 1, 30);
+             INSERT INTO acv_intents (drive, partition, object, acv) VALUES (0, 1, 17, 1);
+             INSERT INTO settings (key, value) VALUES ('file_system_id', X'0102');",
+        )
+        .unwrap();
+        tx.commit().unwrap();
+    }
+
+    /// Opening a v1 database migrates it: every file keeps its object as
+    /// component 0 of layout `Layout::SINGLE` (state Ok), the root gets
+    /// `Layout::SINGLE`, other directories none; everything else stays.
+    #[test]
+    fn a_v1_database_migrates_to_components() {
+        use crate::testing::{check_invariants, snapshot};
+        use crate::{Caller, Namespace};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.sqlite");
+        write_v1(&path);
+        let ns = Namespace::new(Sqlite::open(&path).unwrap(), Layout::parse("rs:2+1").unwrap()).unwrap();
+        let v: i64 = ns.backend().lock().unwrap().pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        check_invariants(&ns);
+        let o = |drive: u32, object: u64| ObjectRef { drive, partition: 1, object };
+        let file = |path: &str| ns.walk(&Caller::ROOT, path, false).unwrap();
+        for (path, object, size, acv) in [("/a", o(0, 16), 4096, 2), ("/d/b", o(1, 16), 0, 0), ("/c", o(0, 17), 7, 1)] {
+            let n = file(path);
+            assert_eq!(n.layout, Some(Layout::SINGLE), "{path}");
+            assert_eq!(n.components, vec![Component { object, state: ComponentState::Ok }], "{path}");
+            assert_eq!((n.attr.size, n.acv, n.attr.uid, n.attr.mtime_ns), (size, acv, 1000, 2), "{path}");
+        }
+        assert_eq!(file("/d/a"), file("/a"), "hard links");
+        assert_eq!(file("/d/a").attr.nlink, 2);
+        assert_eq!(
+            ns.effective_layout(nasd_proto::fs::ROOT_INO).unwrap(),
+            (Layout::SINGLE, true),
+            "the root keeps v1 placement"
+        );
+        assert_eq!(file("/d").layout, None);
+        assert_eq!(ns.effective_layout(2).unwrap(), (Layout::SINGLE, false));
+        let l = file("/l");
+        assert_eq!((l.layout, l.components.len(), l.target.as_deref()), (None, 0, Some("/d/a")));
+        let snap = snapshot(&ns);
+        assert_eq!(snap.pool, [o(0, 20), o(1, 20)].into_iter().collect());
+        assert_eq!(snap.doomed, vec![o(0, 30)]);
+        assert_eq!(snap.intents, vec![AcvIntent { object: o(0, 17), acv: 1 }]);
+        assert_eq!(snap.write_intents, vec![]);
+        assert_eq!(snap.map_epoch, Some(vec![0, 0, 0, 0]));
+        assert!(snap.drives.iter().all(|d| d.failure_domain.is_empty() && d.state == DriveState::In));
+        assert_eq!(ns.known_objects(0).unwrap(), [16, 17, 20, 30].into_iter().collect());
+        assert_eq!(ns.component_of(&o(1, 16)).unwrap(), Some((4, 0)));
+        assert_eq!(ns.setting("file_system_id").unwrap(), Some(vec![1, 2]));
+        assert_eq!(ns.component_counts().unwrap(), vec![(0, 2), (1, 1)]);
+        // The migrated database works on: new inode numbers and txn ids, new files.
+        let txn = ns.begin_write(&Caller::ROOT, 3, 0).unwrap();
+        assert_eq!(txn, 1);
+        let (f, _) =
+            ns.create(&Caller::ROOT, 1, "new", 0o644, true, false, &mut crate::testing::pool_placer(&[0])).unwrap();
+        assert_eq!((f.attr.ino, f.components[0].object), (7, o(0, 20)));
+        // The old object columns are gone, and two files still cannot share an object.
+        let conn = ns.backend().lock().unwrap();
+        let cols: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('inodes')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(!cols.iter().any(|c| c.starts_with("obj_")), "{cols:?}");
+        assert!(conn.execute("INSERT INTO components VALUES (5, 1, 0, 1, 16, 0)", []).is_err(), "unique object");
+        assert!(conn.execute("INSERT INTO intents VALUES (99, 3, 0, 0, 0)", []).is_err(), "one intent per file");
     }
 
     #[test]

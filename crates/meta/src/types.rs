@@ -1,6 +1,8 @@
 //! The records the name space hands out and takes in.
 
-use nasd_proto::fs::{FileAttr, ObjectRef};
+use nasd_proto::fs::{FileAttr, Ino, ObjectRef};
+use nasd_proto::layout::{Component, Layout};
+use nasd_proto::manager::DriveState;
 
 /// Who is asking. uid 0 is the superuser (bypasses permission checks, may chown).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,17 +24,105 @@ impl Caller {
 }
 
 /// An inode with what the manager needs beyond stat.
+///
+/// Shapes by kind (checked by `testing::check_invariants`):
+/// - regular file: `layout` is `Some`, `components` holds exactly
+///   `layout.components()` entries in component order, each on its own drive;
+/// - directory: `layout` is `Some` only if set on this directory (new files
+///   below take the nearest ancestor's, [`crate::Namespace::effective_layout`];
+///   the root always has one), `components` is empty;
+/// - symbolic link: no layout, no components, `target` is `Some`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
     /// The POSIX attributes.
     pub attr: FileAttr,
     /// Symlink target (kind Symlink only).
     pub target: Option<String>,
-    /// Regular files: where the bytes live.
-    pub object: Option<ObjectRef>,
-    /// The drive object's access control version the manager last set;
-    /// capabilities are minted with it. Starts at 0 for a fresh pool object.
+    /// How a file's bytes spread over its components; for a directory, the
+    /// layout set on it for new files below (if any).
+    pub layout: Option<Layout>,
+    /// A regular file's component objects, in component order, with their
+    /// stored states ([`ComponentState::Ok`](nasd_proto::layout::ComponentState::Ok) or
+    /// [`Stale`](nasd_proto::layout::ComponentState::Stale); `Down` is the
+    /// manager's soft state and never stored). Empty for other kinds.
+    pub components: Vec<Component>,
+    /// The access control version the manager last set on every component
+    /// object; capabilities are minted with it. Starts at 0 for fresh pool
+    /// objects.
     pub acv: u64,
+}
+
+impl Inode {
+    /// The component objects, in component order.
+    pub fn objects(&self) -> impl Iterator<Item = ObjectRef> + '_ {
+        self.components.iter().map(|c| c.object)
+    }
+}
+
+/// The state of a write intent (Slice's coordinator intention log, §3.3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum IntentState {
+    /// A client is writing under it.
+    Open = 0,
+    /// The writer committed: size and stale components are recorded; the
+    /// manager finishes it (drive work, if any) and then forgets it.
+    Committed = 1,
+    /// The writer died or gave up (its deadline passed): the manager probes
+    /// the components, marks what may have missed writes stale, and then
+    /// forgets it.
+    Aborting = 2,
+}
+
+impl IntentState {
+    /// The stored code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// Parses a stored code.
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(IntentState::Open),
+            1 => Some(IntentState::Committed),
+            2 => Some(IntentState::Aborting),
+            _ => None,
+        }
+    }
+}
+
+/// A write intent: the manager's record that a client may be writing a file
+/// (at most one per file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intent {
+    /// The transaction id (from the `next_txn` counter: never 0, never reused).
+    pub txn: u64,
+    /// The file written.
+    pub ino: Ino,
+    /// Where it stands.
+    pub state: IntentState,
+    /// Who began it (only they, or root, may commit it).
+    pub uid: u32,
+    /// When the manager stops waiting for the writer (ns since the epoch).
+    pub deadline_ns: i64,
+}
+
+/// A byte range of one component object (in component space) that the
+/// component missed: it must be rebuilt from the other components before it
+/// can be read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StaleRange {
+    /// First byte.
+    pub offset: u64,
+    /// Bytes (more than 0; `offset + length` does not overflow).
+    pub length: u64,
+}
+
+impl StaleRange {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(self.length)
+    }
 }
 
 /// A directory entry with its inode (readdir-plus).
@@ -54,15 +144,18 @@ pub struct AcvIntent {
     pub acv: u64,
 }
 
-/// What an unlink/rmdir/rename did to objects, for the manager to finish on
-/// drives after commit.
+/// What an operation asks of drives, for the manager to finish after commit
+/// (both lists are also recorded in the intention logs in the same
+/// transaction, so the maintenance pass finishes them after a crash).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
-    /// Objects whose capabilities must be revoked now (recorded as intents in
-    /// the same transaction).
+    /// Access control versions to set: one per component object of every
+    /// file whose capabilities are revoked, and one per object that newly
+    /// joined a file (to give it the file's current version).
     pub revoke: Vec<AcvIntent>,
-    /// Objects no longer referenced by any name: recorded in the doomed table
-    /// in the same transaction; the manager removes them from drives.
+    /// Objects no longer held by any file (every component of a file whose
+    /// last name went, or replaced components): recorded in the doomed table;
+    /// the manager removes them from drives.
     pub doomed: Vec<ObjectRef>,
 }
 
@@ -132,6 +225,12 @@ pub struct DriveRecord {
     pub sealed_keys: Vec<u8>,
     /// Capacity the manager may use, in bytes.
     pub capacity_bytes: u64,
+    /// Drives sharing a failure domain fail together (a host, a rack);
+    /// empty: the drive is its own domain. At most
+    /// [`NAME_LEN_MAX`](nasd_proto::limits::NAME_LEN_MAX) bytes.
+    pub failure_domain: String,
+    /// In service (new components are placed on it) or out.
+    pub state: DriveState,
 }
 
 impl std::fmt::Debug for DriveRecord {
@@ -143,6 +242,8 @@ impl std::fmt::Debug for DriveRecord {
             .field("partition", &self.partition)
             .field("sealed_keys", &format_args!("<{} bytes>", self.sealed_keys.len()))
             .field("capacity_bytes", &self.capacity_bytes)
+            .field("failure_domain", &self.failure_domain)
+            .field("state", &self.state)
             .finish()
     }
 }

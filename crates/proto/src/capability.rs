@@ -66,6 +66,11 @@ pub struct CapabilityArgs {
     pub access_control_version: u64,
     /// [`rights`] bits.
     pub rights: u32,
+    /// The cluster map epoch the capability was minted under: a drive
+    /// refuses it (`MAP_EPOCH_MOVED`) once the partition's minimum epoch is
+    /// above it. 0 is allowed (and always current on a partition whose
+    /// minimum was never raised).
+    pub map_epoch: u32,
     /// Drive-clock nanoseconds after which it is refused.
     pub expiration_ns: u64,
     /// Recorded in the drive's audit trail with every use.
@@ -82,7 +87,7 @@ impl CapabilityArgs {
         w.u8(CAPABILITY_FORMAT_CLEAR).u8(self.algorithm).u8(self.min_protection.bits()).u8(0);
         w.u32(self.key_version).raw(&self.drive_id).u64(self.partition).u64(self.object);
         w.u64(self.region.offset).u64(self.region.length).u64(self.access_control_version);
-        w.u32(self.rights).u32(0).u64(self.expiration_ns).u64(self.audit_id);
+        w.u32(self.rights).u32(self.map_epoch).u64(self.expiration_ns).u64(self.audit_id);
         let v = w.into_vec();
         let mut out = [0u8; CAPABILITY_ARGS_LEN];
         out.copy_from_slice(&v);
@@ -107,9 +112,7 @@ impl CapabilityArgs {
         let region = Region { offset: r.u64()?, length: r.u64()? };
         let access_control_version = r.u64()?;
         let rights = r.u32()?;
-        if r.u32()? != 0 {
-            return Err(DecodeError::NotCanonical("reserved capability field is not zero"));
-        }
+        let map_epoch = r.u32()?;
         let expiration_ns = r.u64()?;
         let audit_id = r.u64()?;
         r.finish()?;
@@ -132,6 +135,7 @@ impl CapabilityArgs {
             region,
             access_control_version,
             rights,
+            map_epoch,
             expiration_ns,
             audit_id,
         })

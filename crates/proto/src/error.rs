@@ -119,6 +119,12 @@ status_codes! {
     BadSealedKey = 39 => "BAD_SEALED_KEY",
     /// A data chunk's tag does not match: data changed in flight.
     BadDataTag = 40 => "BAD_DATA_TAG",
+    /// The capability was minted under a cluster map epoch older than the
+    /// partition's minimum: fetch new bindings from the manager.
+    MapEpochMoved = 41 => "MAP_EPOCH_MOVED",
+    /// Another write transaction is open on the object (or, for `txn_end`,
+    /// the one open is not the one named).
+    TxnConflict = 42 => "TXN_CONFLICT",
 }
 
 impl std::fmt::Display for Status {

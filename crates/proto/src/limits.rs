@@ -59,8 +59,12 @@ pub const AUDIT_RECORDS_PER_REPLY_MAX: usize = 512;
 /// Most corrupt blocks one `scrub` reply lists (24 bytes each).
 pub const SCRUB_REPORT_MAX: usize = 1024;
 
+/// Most open transactions one `txn_list` reply lists (24 bytes each).
+pub const TXN_LIST_MAX: usize = 1024;
+
 const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
+const _: () = assert!(TXN_LIST_MAX * 24 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
 const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
 const _: () = assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());
@@ -70,4 +74,7 @@ const _: () = assert!(BLOCK_SIZE_MAX <= CHUNK_LEN_MAX);
 const _: () = assert!(REGIONS_MAX * 16 + 64 <= ARGS_LEN_MAX);
 const _: () = assert!(FLUSH_OBJECTS_MAX * 8 + 64 <= ARGS_LEN_MAX);
 const _: () = assert!(DATA_LEN_MAX < OBJECT_SIZE_MAX);
+// An inquiry reply: partitions, extensions, and at most 1024 bytes for its
+// four strings (vendor, model, firmware, failure domain) and fixed fields.
+const _: () = assert!(4 * (NAME_LEN_MAX + 2) + 16 + 4 + 8 + 8 + 2 + 2 <= 1024);
 const _: () = assert!(PARTITIONS_MAX * 32 + EXTENSIONS_MAX * (NAME_LEN_MAX + 2) + 1024 <= ARGS_LEN_MAX);

@@ -29,6 +29,10 @@ pub mod opcode {
     pub const FLUSH: u16 = 0x0108;
     /// Blocks needed to overwrite regions.
     pub const BLOCKS_REQUIRED: u16 = 0x0109;
+    /// Open a write transaction on an object.
+    pub const TXN_BEGIN: u16 = 0x010A;
+    /// End (commit or abort) an object's write transaction.
+    pub const TXN_END: u16 = 0x010B;
     /// Create an empty partition.
     pub const CREATE_PARTITION: u16 = 0x0201;
     /// Remove a partition.
@@ -43,6 +47,10 @@ pub mod opcode {
     pub const SET_WORKING_KEY: u16 = 0x0206;
     /// Set the drive's (partition 0) or a partition's minimum protection.
     pub const SET_MIN_PROTECTION: u16 = 0x0207;
+    /// List a partition's open write transactions.
+    pub const TXN_LIST: u16 = 0x0208;
+    /// Raise a partition's minimum cluster map epoch.
+    pub const SET_MAP_EPOCH: u16 = 0x0209;
     /// Reset the drive: clock, and (with security) the master key.
     pub const INITIALIZE: u16 = 0x0301;
     /// Set the drive key (sealed under the master key).
@@ -164,6 +172,18 @@ pub enum Request {
     /// Check every stored block against its digest; report at most
     /// `max_report` corrupt blocks.
     Scrub { max_report: u16 },
+    /// Open write transaction `txn` (≠ 0) on an object, remembering its size
+    /// and, from then on, the previous mapping of every block it changes.
+    TxnBegin { partition: u64, object: u64, txn: u64 },
+    /// End transaction `txn` on an object: `commit` keeps its changes, else
+    /// they are rolled back.
+    TxnEnd { partition: u64, object: u64, txn: u64, commit: bool },
+    /// Open transactions of a partition on objects above `after_object`,
+    /// ascending, at most `max` (≤ `TXN_LIST_MAX`).
+    TxnList { partition: u64, after_object: u64, max: u16 },
+    /// Raise the partition's minimum cluster map epoch to `epoch`: every
+    /// capability minted under an older map is refused from then on.
+    SetMapEpoch { partition: u64, epoch: u32 },
 }
 
 impl Request {
@@ -193,6 +213,10 @@ impl Request {
             Request::SetMinProtection { .. } => SET_MIN_PROTECTION,
             Request::ReadAudit { .. } => READ_AUDIT,
             Request::Scrub { .. } => SCRUB,
+            Request::TxnBegin { .. } => TXN_BEGIN,
+            Request::TxnEnd { .. } => TXN_END,
+            Request::TxnList { .. } => TXN_LIST,
+            Request::SetMapEpoch { .. } => SET_MAP_EPOCH,
         }
     }
 
@@ -259,6 +283,18 @@ impl Request {
             }
             Request::Scrub { max_report } => {
                 w.u16(*max_report);
+            }
+            Request::TxnBegin { partition, object, txn } => {
+                w.u64(*partition).u64(*object).u64(*txn);
+            }
+            Request::TxnEnd { partition, object, txn, commit } => {
+                w.u64(*partition).u64(*object).u64(*txn).bool(*commit);
+            }
+            Request::TxnList { partition, after_object, max } => {
+                w.u64(*partition).u64(*after_object).u16(*max);
+            }
+            Request::SetMapEpoch { partition, epoch } => {
+                w.u64(*partition).u32(*epoch);
             }
         }
         w.into_vec()
@@ -349,6 +385,20 @@ impl Request {
                 }
                 Request::Scrub { max_report }
             }
+            TXN_BEGIN => Request::TxnBegin { partition: r.u64()?, object: r.u64()?, txn: r.u64()? },
+            TXN_END => Request::TxnEnd { partition: r.u64()?, object: r.u64()?, txn: r.u64()?, commit: r.bool()? },
+            TXN_LIST => {
+                let (partition, after_object, max) = (r.u64()?, r.u64()?, r.u16()?);
+                if max as usize > TXN_LIST_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "transactions",
+                        len: max as u64,
+                        max: TXN_LIST_MAX as u64,
+                    });
+                }
+                Request::TxnList { partition, after_object, max }
+            }
+            SET_MAP_EPOCH => Request::SetMapEpoch { partition: r.u64()?, epoch: r.u32()? },
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -414,6 +464,11 @@ pub struct DriveInfo {
     pub partitions: Vec<PartitionInfo>,
     /// Names of supported extensions.
     pub extensions: Vec<String>,
+    /// The drive's failure domain (≤ `NAME_LEN_MAX` bytes): drives that
+    /// share one can fail together (a host, a rack, a power feed), so a
+    /// manager places copies of one stripe in different ones. Empty: the
+    /// drive alone.
+    pub failure_domain: String,
 }
 
 /// A successful reply's results. Failed replies carry only an error message.
@@ -440,8 +495,23 @@ pub enum Reply {
     /// What a scrub found: blocks checked, corrupt blocks in all, and the
     /// first of them as (partition, object, logical block).
     Scrub { blocks_checked: u64, corrupt_total: u64, corrupt: Vec<(u64, u64, u64)> },
+    /// Whether the transaction `txn_end` named was open.
+    TxnEnded { was_open: bool },
+    /// Open transactions, ascending by object (`txn_list`).
+    Txns { txns: Vec<OpenTxn> },
     /// No results.
     Done,
+}
+
+/// One open write transaction as `txn_list` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenTxn {
+    /// The object it is open on.
+    pub object: u64,
+    /// The transaction identifier `txn_begin` named.
+    pub txn: u64,
+    /// The drive clock when it began, nanoseconds.
+    pub begun_ns: u64,
 }
 
 /// One entry of a drive's audit trail.
@@ -520,6 +590,7 @@ impl Reply {
                 for e in &d.extensions {
                     w.str(e);
                 }
+                w.str(&d.failure_domain);
             }
             Reply::Audit { records } => {
                 w.u16(records.len() as u16);
@@ -531,6 +602,15 @@ impl Reply {
                 w.u64(*blocks_checked).u64(*corrupt_total).u16(corrupt.len() as u16);
                 for (p, o, b) in corrupt {
                     w.u64(*p).u64(*o).u64(*b);
+                }
+            }
+            Reply::TxnEnded { was_open } => {
+                w.bool(*was_open);
+            }
+            Reply::Txns { txns } => {
+                w.u16(txns.len() as u16);
+                for t in txns {
+                    w.u64(t.object).u64(t.txn).u64(t.begun_ns);
                 }
             }
             Reply::Done => {}
@@ -570,8 +650,18 @@ impl Reply {
                 let corrupt = (0..n).map(|_| Ok((r.u64()?, r.u64()?, r.u64()?))).collect::<Result<_, DecodeError>>()?;
                 Reply::Scrub { blocks_checked, corrupt_total, corrupt }
             }
+            TXN_END => Reply::TxnEnded { was_open: r.bool()? },
+            TXN_LIST => {
+                let n = r.count(TXN_LIST_MAX, "transactions")?;
+                let txns = (0..n)
+                    .map(|_| Ok(OpenTxn { object: r.u64()?, txn: r.u64()?, begun_ns: r.u64()? }))
+                    .collect::<Result<_, DecodeError>>()?;
+                Reply::Txns { txns }
+            }
             REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION | INITIALIZE
-            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION => Reply::Done,
+            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION | TXN_BEGIN | SET_MAP_EPOCH => {
+                Reply::Done
+            }
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -595,7 +685,19 @@ fn decode_drive_info(r: &mut Reader<'_>) -> Result<DriveInfo, DecodeError> {
         .collect::<Result<_, DecodeError>>()?;
     let n = r.count(EXTENSIONS_MAX, "extensions")?;
     let extensions = (0..n).map(|_| r.str(NAME_LEN_MAX, "extension")).collect::<Result<_, _>>()?;
-    Ok(DriveInfo { vendor, model, firmware, drive_id, block_size, capacity_bytes, used_bytes, partitions, extensions })
+    let failure_domain = r.str(NAME_LEN_MAX, "failure domain")?;
+    Ok(DriveInfo {
+        vendor,
+        model,
+        firmware,
+        drive_id,
+        block_size,
+        capacity_bytes,
+        used_bytes,
+        partitions,
+        extensions,
+        failure_domain,
+    })
 }
 
 /// Encodes a failed reply's arguments: the human-readable message, truncated

@@ -39,6 +39,11 @@ const OPCODES: &[u16] = &[
     opcode::INQUIRY,
     opcode::SET_MIN_PROTECTION,
     opcode::READ_AUDIT,
+    opcode::SCRUB,
+    opcode::TXN_BEGIN,
+    opcode::TXN_END,
+    opcode::TXN_LIST,
+    opcode::SET_MAP_EPOCH,
 ];
 
 // ---------------------------------------------------------------------------
@@ -115,6 +120,8 @@ fn vectors() -> Vec<Vector> {
     let getattr = request_header(opcode::GETATTR, 1);
     let hello = request_header(opcode::HELLO, 6);
     let inquiry = request_header(opcode::INQUIRY, 9);
+    let txn_end = request_header(opcode::TXN_END, 11);
+    let txn_list = request_header(opcode::TXN_LIST, 12);
     let mut write = request_header(opcode::WRITE, 2);
     write.data_len = 8;
     write.chunk_len = CHUNK_LEN_MIN;
@@ -289,16 +296,105 @@ fn vectors() -> Vec<Vector> {
                 used_bytes: 8192,
                 partitions: vec![PartitionInfo { partition: 7, quota_bytes: 1 << 20, used_bytes: 8192, objects: 5 }],
                 extensions: vec!["x-example".into()],
+                failure_domain: "rack-1".into(),
             })),
             data: vec![],
             hex: "\
-                4e41534401020303090000000000000000000000000000007300000000000000\
+                4e41534401020303090000000000000000000000000000007b00000000000000\
                 000000000000000000ca9a3b00000000090000000000000004006e6173641100\
                 6e6173642d6f626a6563742d64726976650500302e312e30a0a1a2a3a4a5a6a7\
                 a8a9aaabacadaeaf001000000000004000000000002000000000000001000700\
                 0000000000000000100000000000002000000000000005000000000000000100\
-                0900782d6578616d706c65000000000000000000000000000000000000000000\
-                0000000000000000000000",
+                0900782d6578616d706c6506007261636b2d3100000000000000000000000000\
+                00000000000000000000000000000000000000",
+        },
+        Vector {
+            name: "set_map_epoch request",
+            header: request_header(opcode::SET_MAP_EPOCH, 13),
+            body: Body::Request(Request::SetMapEpoch { partition: 7, epoch: 4 }),
+            data: vec![],
+            hex: "\
+                4e415344010109020d0000000000000000000000000000000c00000000000000\
+                000000000000000000ca9a3b000000000d000000000000000700000000000000\
+                0400000000000000000000000000000000000000000000000000000000000000\
+                00000000",
+        },
+        Vector {
+            name: "txn_begin request",
+            header: request_header(opcode::TXN_BEGIN, 10),
+            body: Body::Request(Request::TxnBegin { partition: 7, object: 16, txn: 0x0102_0304_0506_0708 }),
+            data: vec![],
+            hex: "\
+                4e41534401010a010a0000000000000000000000000000001800000000000000\
+                000000000000000000ca9a3b000000000a000000000000000700000000000000\
+                1000000000000000080706050403020100000000000000000000000000000000\
+                00000000000000000000000000000000",
+        },
+        Vector {
+            name: "txn_end request, abort",
+            header: txn_end.clone(),
+            body: Body::Request(Request::TxnEnd {
+                partition: 7,
+                object: 16,
+                txn: 0x0102_0304_0506_0708,
+                commit: false,
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401010b010b0000000000000000000000000000001900000000000000\
+                000000000000000000ca9a3b000000000b000000000000000700000000000000\
+                1000000000000000080706050403020100000000000000000000000000000000\
+                0000000000000000000000000000000000",
+        },
+        Vector {
+            name: "txn_end reply, was open",
+            header: FrameHeader::reply_to(&txn_end, Status::Ok),
+            body: Body::Reply(Reply::TxnEnded { was_open: true }),
+            data: vec![],
+            hex: "\
+                4e41534401020b010b0000000000000000000000000000000100000000000000\
+                000000000000000000ca9a3b000000000b000000000000000100000000000000\
+                00000000000000000000000000000000000000000000000000",
+        },
+        Vector {
+            name: "error reply to txn_end: TXN_CONFLICT",
+            header: FrameHeader::reply_to(&txn_end, Status::TxnConflict),
+            body: Body::Error(Status::TxnConflict, "object 16 in partition 7 has transaction 9 open".into()),
+            data: vec![],
+            hex: "\
+                4e41534401020b010b0000000000000000002a00000000003100000000000000\
+                000000000000000000ca9a3b000000000b000000000000002f006f626a656374\
+                20313620696e20706172746974696f6e203720686173207472616e7361637469\
+                6f6e2039206f70656e0000000000000000000000000000000000000000000000\
+                000000000000000000",
+        },
+        Vector {
+            name: "txn_list request",
+            header: txn_list.clone(),
+            body: Body::Request(Request::TxnList { partition: 7, after_object: 16, max: 1024 }),
+            data: vec![],
+            hex: "\
+                4e415344010108020c0000000000000000000000000000001200000000000000\
+                000000000000000000ca9a3b000000000c000000000000000700000000000000\
+                1000000000000000000400000000000000000000000000000000000000000000\
+                00000000000000000000",
+        },
+        Vector {
+            name: "txn_list reply, 2 transactions",
+            header: FrameHeader::reply_to(&txn_list, Status::Ok),
+            body: Body::Reply(Reply::Txns {
+                txns: vec![
+                    OpenTxn { object: 17, txn: 5, begun_ns: 1_700_000_000_000_000_000 },
+                    OpenTxn { object: 20, txn: 6, begun_ns: 1_700_000_001_000_000_000 },
+                ],
+            }),
+            data: vec![],
+            hex: "\
+                4e415344010208020c0000000000000000000000000000003200000000000000\
+                000000000000000000ca9a3b000000000c000000000000000200110000000000\
+                0000050000000000000000002a36fe9c97171400000000000000060000000000\
+                000000cac471fe9c971700000000000000000000000000000000000000000000\
+                00000000000000000000",
         },
     ]
 }
@@ -362,6 +458,58 @@ fn known_answer_vectors() {
         assert_eq!(header, want, "{}: header", v.name);
         assert_eq!(body, v.body, "{}: body", v.name);
         assert_eq!(data, v.data, "{}: data", v.name);
+    }
+}
+
+/// The capability's `map_epoch` is the `u32` at offset 68 (once a reserved
+/// zero field): any value decodes and re-encodes to the same bytes.
+#[test]
+fn capability_map_epoch_is_bytes_68_to_72() {
+    let args = CapabilityArgs {
+        algorithm: 1,
+        min_protection: Protection::INTEGRITY_ARGS,
+        key_version: 1,
+        drive_id: [0; 16],
+        partition: 7,
+        object: 16,
+        region: Region { offset: 0, length: 4096 },
+        access_control_version: 1,
+        rights: rights::READ,
+        map_epoch: 0x0a0b_0c0d,
+        expiration_ns: 5,
+        audit_id: 6,
+    };
+    let bytes = args.encode();
+    assert_eq!(&bytes[64..68], &rights::READ.to_le_bytes());
+    assert_eq!(&bytes[68..72], &[0x0d, 0x0c, 0x0b, 0x0a]);
+    assert_eq!(&bytes[72..80], &5u64.to_le_bytes());
+    assert_eq!(CapabilityArgs::decode(&bytes), Ok(args.clone()));
+    for epoch in [0, 1, u32::MAX] {
+        let a = CapabilityArgs { map_epoch: epoch, ..args.clone() };
+        assert_eq!(CapabilityArgs::decode(&a.encode()), Ok(a));
+    }
+}
+
+/// Every vector is published in docs/PROTOCOL.md, byte for byte (a code
+/// block of hex lines, joined).
+#[test]
+fn vectors_are_published_in_protocol_md() {
+    let doc = include_str!("../../../docs/PROTOCOL.md");
+    let mut published = Vec::new();
+    let mut block: Option<String> = None;
+    for line in doc.lines() {
+        match (&mut block, line.trim()) {
+            (None, "```") => block = Some(String::new()),
+            (Some(b), "```") => {
+                published.push(std::mem::take(b));
+                block = None;
+            }
+            (Some(b), l) => b.push_str(l),
+            (None, _) => {}
+        }
+    }
+    for v in vectors() {
+        assert!(published.iter().any(|b| *b == v.hex), "{}: not published in PROTOCOL.md as it is encoded", v.name);
     }
 }
 
@@ -691,6 +839,27 @@ fn request_rejections() {
             DecodeError::NotCanonical("undefined protection bits"),
             Status::BadArguments,
         ),
+        (
+            "txnlist max over limit",
+            TXN_LIST,
+            args(|w| {
+                w.u64(7).u64(0).u16(TXN_LIST_MAX as u16 + 1);
+            }),
+            over("transactions", TXN_LIST_MAX as u64 + 1, TXN_LIST_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "txnend commit 2",
+            TXN_END,
+            args(|w| {
+                w.u64(7).u64(16).u64(1).u8(2);
+            }),
+            nc("boolean other than 0 or 1"),
+            Status::BadArguments,
+        ),
+        ("txnbegin truncated", TXN_BEGIN, vec![0; 23], DecodeError::Truncated, Status::BadArguments),
+        ("setmapepoch truncated", SET_MAP_EPOCH, vec![0; 11], DecodeError::Truncated, Status::BadArguments),
+        ("setmapepoch trailing byte", SET_MAP_EPOCH, vec![0; 13], DecodeError::TrailingBytes(1), Status::BadArguments),
         ("getattr empty", GETATTR, vec![], DecodeError::Truncated, Status::BadArguments),
         ("getattr truncated", GETATTR, vec![0; 15], DecodeError::Truncated, Status::BadArguments),
         ("getattr trailing byte", GETATTR, getattr_trailing, DecodeError::TrailingBytes(1), Status::BadArguments),
@@ -821,6 +990,13 @@ fn request_rejections() {
         check(case, Request::decode(op, &bytes), want, status);
     }
     // Counts at their limit are accepted.
+    let list = args(|w| {
+        w.u64(7).u64(0).u16(TXN_LIST_MAX as u16);
+    });
+    assert_eq!(
+        Request::decode(TXN_LIST, &list),
+        Ok(Request::TxnList { partition: 7, after_object: 0, max: TXN_LIST_MAX as u16 })
+    );
     assert!(
         matches!(Request::decode(READ, &regions(REGIONS_MAX as u16)), Ok(Request::Read { regions, .. }) if regions.len() == REGIONS_MAX)
     );
@@ -836,6 +1012,26 @@ fn reply_rejections() {
         ("unknown opcode 0x7777", 0x7777, vec![], DecodeError::UnknownOpcode(0x7777), Status::UnknownOperation),
         ("setdrivekey done with a byte", SET_DRIVE_KEY, vec![0], DecodeError::TrailingBytes(1), Status::BadArguments),
         ("done with a byte", REMOVE, vec![0], DecodeError::TrailingBytes(1), Status::BadArguments),
+        ("txnbegin done with a byte", TXN_BEGIN, vec![0], DecodeError::TrailingBytes(1), Status::BadArguments),
+        ("txnend was_open 2", TXN_END, vec![2], nc("boolean other than 0 or 1"), Status::BadArguments),
+        (
+            "txnlist count over max",
+            TXN_LIST,
+            args(|w| {
+                w.u16(TXN_LIST_MAX as u16 + 1);
+            }),
+            over("transactions", TXN_LIST_MAX as u64 + 1, TXN_LIST_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "txnlist count says 1, has none",
+            TXN_LIST,
+            args(|w| {
+                w.u16(1);
+            }),
+            DecodeError::Truncated,
+            Status::BadArguments,
+        ),
         ("attrs reserved field", GETATTR, attrs, nc("reserved attribute field is not zero"), Status::BadArguments),
         ("attrs truncated", GETATTR, vec![0; ATTRIBUTES_LEN - 1], DecodeError::Truncated, Status::BadArguments),
         (
@@ -873,6 +1069,25 @@ fn reply_rejections() {
             }),
             over("extensions", EXTENSIONS_MAX as u64 + 1, EXTENSIONS_MAX as u64),
             Status::LimitExceeded,
+        ),
+        (
+            "inquiry failure domain over max",
+            INQUIRY,
+            args(|w| {
+                w.str("").str("").str("").raw(&[0; 16]).u32(0).u64(0).u64(0).u16(0).u16(0);
+                w.str(&"f".repeat(NAME_LEN_MAX + 1));
+            }),
+            over("failure domain", NAME_LEN_MAX as u64 + 1, NAME_LEN_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "inquiry without a failure domain",
+            INQUIRY,
+            args(|w| {
+                w.str("").str("").str("").raw(&[0; 16]).u32(0).u64(0).u64(0).u16(0).u16(0);
+            }),
+            DecodeError::Truncated,
+            Status::BadArguments,
         ),
     ];
     for (case, op, bytes, want, status) in cases {
@@ -1015,7 +1230,10 @@ fn status_codes() {
         assert_eq!(*s as u16, i as u16, "codes are dense from 0");
         assert_eq!(Status::from_code(i as u16), Some(*s));
     }
-    assert_eq!(Status::ALL.len(), 41);
+    assert_eq!(Status::ALL.len(), 43);
+    assert_eq!(Status::MapEpochMoved as u16, 41);
+    assert_eq!(Status::TxnConflict as u16, 42);
+    assert_eq!(Status::TxnConflict.name(), "TXN_CONFLICT");
     assert_eq!(Status::from_code(Status::ALL.len() as u16), None);
     assert_eq!(Status::NoSuchObject.to_string(), "NO_SUCH_OBJECT (10)");
 }
@@ -1189,6 +1407,14 @@ fn arb_request() -> impl Strategy<Value = Request> {
             })
             .boxed(),
         Just(Request::Inquiry).boxed(),
+        (u(), u(), u()).prop_map(|(partition, object, txn)| Request::TxnBegin { partition, object, txn }).boxed(),
+        (u(), u(), u(), any::<bool>())
+            .prop_map(|(partition, object, txn, commit)| Request::TxnEnd { partition, object, txn, commit })
+            .boxed(),
+        (u(), u(), 0..=TXN_LIST_MAX as u16)
+            .prop_map(|(partition, after_object, max)| Request::TxnList { partition, after_object, max })
+            .boxed(),
+        (u(), any::<u32>()).prop_map(|(partition, epoch)| Request::SetMapEpoch { partition, epoch }).boxed(),
     ];
     Union::new(arms)
 }
@@ -1202,6 +1428,7 @@ fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
         (any::<u32>(), any::<u64>(), any::<u64>()),
         prop::collection::vec(partition, 0..=8),
         prop::collection::vec(arb_name(), 0..=EXTENSIONS_MAX),
+        arb_name(),
     )
         .prop_map(
             |(
@@ -1209,6 +1436,7 @@ fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
                 (block_size, capacity_bytes, used_bytes),
                 partitions,
                 extensions,
+                failure_domain,
             )| {
                 DriveInfo {
                     vendor,
@@ -1220,6 +1448,7 @@ fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
                     used_bytes,
                     partitions,
                     extensions,
+                    failure_domain,
                 }
             },
         )
@@ -1237,6 +1466,8 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
         RESIZE_PARTITION,
         FLUSH_PARTITION,
         INITIALIZE,
+        TXN_BEGIN,
+        SET_MAP_EPOCH,
     ]);
     let arms: Vec<BoxedStrategy<(u16, Reply)>> = vec![
         (any::<u8>(), prop::array::uniform16(any::<u8>()), any::<u32>(), any::<u16>(), any::<u32>())
@@ -1255,6 +1486,13 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
             .boxed(),
         arb_drive_info().prop_map(|d| (INQUIRY, Reply::Inquiry(d))).boxed(),
         done_ops.prop_map(|op| (op, Reply::Done)).boxed(),
+        any::<bool>().prop_map(|was_open| (TXN_END, Reply::TxnEnded { was_open })).boxed(),
+        prop::collection::vec((u(), u(), u()), 0..=40)
+            .prop_map(|v| {
+                let txns = v.into_iter().map(|(object, txn, begun_ns)| OpenTxn { object, txn, begun_ns }).collect();
+                (TXN_LIST, Reply::Txns { txns })
+            })
+            .boxed(),
     ];
     Union::new(arms)
 }

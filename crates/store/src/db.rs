@@ -1,12 +1,21 @@
 //! The durable block index and metadata, in SQLite.
 //!
-//! Layout (format version 1):
+//! Layout (format version 2):
 //! - `drive(key, value)`: `format_version`, `drive_id`, `block_size`,
-//!   `clock_offset_ns`, `clock_skew_ns`.
+//!   `clock_offset_ns`, `clock_skew_ns`, and the drive's settings
+//!   (`setting.*`).
 //! - `partitions(id, quota_bytes, id_high_water)`.
 //! - `objects(partition, id, reserved_blocks, attrs)`: attrs is the wire
 //!   encoding of `Attributes` (352 bytes).
 //! - `blocks(partition, object, block, phys, digest)`: one row per stored block.
+//! - `txns(partition, object, txn, begun_ns, old_size)`: one row per open
+//!   write transaction (version 2).
+//! - `undo(partition, object, block, phys, digest)`: a block's mapping before
+//!   the object's open transaction first changed it; `phys` and `digest`
+//!   NULL for a hole (version 2).
+//!
+//! Versions: 1 had no transactions; [`migrate`] takes a store from any older
+//! version to [`FORMAT_VERSION`] in one transaction when it opens.
 //!
 //! u64 identifiers are stored bit-for-bit as SQLite's i64. The database runs in
 //! WAL mode with `synchronous=FULL`, so a committed transaction survives power
@@ -19,7 +28,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 
 /// Version of the on-disk layout; a drive refuses a newer one.
-pub const FORMAT_VERSION: i64 = 1;
+pub const FORMAT_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS drive (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -32,7 +41,35 @@ CREATE TABLE IF NOT EXISTS blocks (
     partition INTEGER NOT NULL, object INTEGER NOT NULL, block INTEGER NOT NULL,
     phys INTEGER NOT NULL, digest BLOB NOT NULL,
     PRIMARY KEY (partition, object, block)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS txns (
+    partition INTEGER NOT NULL, object INTEGER NOT NULL, txn INTEGER NOT NULL,
+    begun_ns INTEGER NOT NULL, old_size INTEGER NOT NULL,
+    PRIMARY KEY (partition, object)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS undo (
+    partition INTEGER NOT NULL, object INTEGER NOT NULL, block INTEGER NOT NULL,
+    phys INTEGER, digest BLOB,
+    PRIMARY KEY (partition, object, block)) WITHOUT ROWID;
 ";
+
+/// Takes a store of format version `from` (older than [`FORMAT_VERSION`]) to
+/// the current version, one step at a time, in one transaction: a crash
+/// leaves it at `from` or at the current version.
+pub fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    let mut version = from;
+    while version < FORMAT_VERSION {
+        match version {
+            // 1 → 2: the `txns` and `undo` tables, which `open` creates
+            // empty; a version-1 store has no transactions.
+            1 => {}
+            v => return Err(StoreError::Corrupt(format!("no migration from format version {v}"))),
+        }
+        version += 1;
+    }
+    put_drive_value(&tx, "format_version", &(FORMAT_VERSION as u64).to_le_bytes())?;
+    tx.commit()?;
+    Ok(())
+}
 
 /// Opens (creating if needed) the metadata database.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -121,6 +158,53 @@ pub fn load_blocks(
     Ok(())
 }
 
+/// A persisted open transaction.
+pub struct TxnRow {
+    pub partition: u64,
+    pub object: u64,
+    pub txn: u64,
+    pub begun_ns: u64,
+    pub old_size: u64,
+}
+
+/// Loads every open transaction.
+pub fn load_txns(conn: &Connection) -> Result<Vec<TxnRow>, StoreError> {
+    let mut st = conn.prepare("SELECT partition, object, txn, begun_ns, old_size FROM txns")?;
+    let rows = st.query_map([], |r| {
+        Ok(TxnRow {
+            partition: r.get::<_, i64>(0)? as u64,
+            object: r.get::<_, i64>(1)? as u64,
+            txn: r.get::<_, i64>(2)? as u64,
+            begun_ns: r.get::<_, i64>(3)? as u64,
+            old_size: r.get::<_, i64>(4)? as u64,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Calls `f(partition, object, block, previous mapping)` for every undo row.
+pub fn load_undo(
+    conn: &Connection,
+    mut f: impl FnMut(u64, u64, u64, Option<BlockRef>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let mut st = conn.prepare("SELECT partition, object, block, phys, digest FROM undo")?;
+    let mut rows = st.query([])?;
+    while let Some(r) = rows.next()? {
+        let phys: Option<i64> = r.get(3)?;
+        let digest: Option<Vec<u8>> = r.get(4)?;
+        let prev = match (phys, digest) {
+            (None, None) => None,
+            (Some(phys), Some(d)) => Some(BlockRef {
+                phys: phys as u64,
+                digest: d.try_into().map_err(|_| StoreError::Corrupt("undo digest is not 32 bytes".into()))?,
+            }),
+            _ => return Err(StoreError::Corrupt("undo row with a block but no digest, or the reverse".into())),
+        };
+        f(r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64, prev)?;
+    }
+    Ok(())
+}
+
 /// The attribute blob.
 pub fn encode_attrs(a: &Attributes) -> Vec<u8> {
     let mut w = Writer::with_capacity(nasd_proto::ATTRIBUTES_LEN);
@@ -147,6 +231,13 @@ pub struct Batch {
     pub blocks: Vec<(u64, u64, u64, Option<BlockRef>)>,
     /// Objects whose every block row is rewritten (new, cloned): delete first.
     pub replaced_objects: Vec<(u64, u64)>,
+    /// Objects whose transaction began or ended: their transaction row and
+    /// every undo row are deleted first.
+    pub txn_reset: Vec<(u64, u64)>,
+    /// Open transactions to store.
+    pub txns: Vec<TxnRow>,
+    /// (partition, object, block, Some(previous mapping) to store or None to delete).
+    pub undo: Vec<(u64, u64, u64, Option<Option<BlockRef>>)>,
 }
 
 impl Batch {
@@ -158,6 +249,9 @@ impl Batch {
             && self.removed_objects.is_empty()
             && self.objects.is_empty()
             && self.blocks.is_empty()
+            && self.txn_reset.is_empty()
+            && self.txns.is_empty()
+            && self.undo.is_empty()
     }
 }
 
@@ -168,6 +262,8 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
         put_drive_value(&tx, k, v)?;
     }
     for &p in &b.removed_partitions {
+        tx.execute("DELETE FROM undo WHERE partition = ?1", [p as i64])?;
+        tx.execute("DELETE FROM txns WHERE partition = ?1", [p as i64])?;
         tx.execute("DELETE FROM blocks WHERE partition = ?1", [p as i64])?;
         tx.execute("DELETE FROM objects WHERE partition = ?1", [p as i64])?;
         tx.execute("DELETE FROM partitions WHERE id = ?1", [p as i64])?;
@@ -182,9 +278,17 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
     {
         let mut del_blocks = tx.prepare_cached("DELETE FROM blocks WHERE partition = ?1 AND object = ?2")?;
         let mut del_obj = tx.prepare_cached("DELETE FROM objects WHERE partition = ?1 AND id = ?2")?;
+        let mut del_txn = tx.prepare_cached("DELETE FROM txns WHERE partition = ?1 AND object = ?2")?;
+        let mut del_undo = tx.prepare_cached("DELETE FROM undo WHERE partition = ?1 AND object = ?2")?;
         for &(p, o) in &b.removed_objects {
             del_blocks.execute([p as i64, o as i64])?;
             del_obj.execute([p as i64, o as i64])?;
+            del_txn.execute([p as i64, o as i64])?;
+            del_undo.execute([p as i64, o as i64])?;
+        }
+        for &(p, o) in &b.txn_reset {
+            del_txn.execute([p as i64, o as i64])?;
+            del_undo.execute([p as i64, o as i64])?;
         }
         for &(p, o) in &b.replaced_objects {
             del_blocks.execute([p as i64, o as i64])?;
@@ -209,6 +313,31 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
             match r {
                 Some(r) => put_block.execute(params![*p as i64, *o as i64, *l as i64, r.phys as i64, &r.digest[..]])?,
                 None => del_block.execute(params![*p as i64, *o as i64, *l as i64])?,
+            };
+        }
+        let mut put_txn = tx.prepare_cached(
+            "INSERT OR REPLACE INTO txns (partition, object, txn, begun_ns, old_size) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for t in &b.txns {
+            put_txn.execute(params![
+                t.partition as i64,
+                t.object as i64,
+                t.txn as i64,
+                t.begun_ns as i64,
+                t.old_size as i64
+            ])?;
+        }
+        let mut put_undo = tx.prepare_cached(
+            "INSERT OR REPLACE INTO undo (partition, object, block, phys, digest) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        let mut del_undo_block =
+            tx.prepare_cached("DELETE FROM undo WHERE partition = ?1 AND object = ?2 AND block = ?3")?;
+        for (p, o, l, entry) in &b.undo {
+            let (p, o, l) = (*p as i64, *o as i64, *l as i64);
+            match entry {
+                Some(Some(r)) => put_undo.execute(params![p, o, l, r.phys as i64, &r.digest[..]])?,
+                Some(None) => put_undo.execute(params![p, o, l, None::<i64>, None::<Vec<u8>>])?,
+                None => del_undo_block.execute(params![p, o, l])?,
             };
         }
     }

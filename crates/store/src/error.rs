@@ -67,6 +67,17 @@ pub enum StoreError {
         /// The object's size when the write was checked.
         logical_size: u64,
     },
+    /// Another write transaction is open on the object (or a transaction
+    /// was ended with an identifier other than the open one's).
+    #[error("object {object} in partition {partition} has transaction {open} open")]
+    TxnConflict {
+        /// Partition.
+        partition: u64,
+        /// Object.
+        object: u64,
+        /// The transaction open on it.
+        open: u64,
+    },
     /// A stored block does not match its stored digest.
     #[error("block {block} of object {object} in partition {partition} does not match its stored digest")]
     DataCorrupted {
@@ -119,6 +130,7 @@ impl StoreError {
             Regions(s) => *s,
             TooMany(_) => Status::TooMany,
             NotAnAppend { .. } => Status::RightsInsufficient,
+            TxnConflict { .. } => Status::TxnConflict,
             DataCorrupted { .. } => Status::DataCorrupted,
             Source(_) => Status::DataLengthMismatch,
             Sink(_) | Io(_) | Db(_) | Failed | Corrupt(_) | Locked(_) => Status::IoError,

@@ -57,6 +57,11 @@ pub const READ_BATCH_BLOCKS: usize = 1024;
 /// Block references, and objects, `scrub` visits per metadata-lock hold (64
 /// bytes each).
 pub const SCRUB_BATCH_BLOCKS: usize = 1024;
+/// Memory an open write transaction holds per logical block it changed, at
+/// most: its undo entry (a B-tree entry of a block number and an optional
+/// 40-byte block reference) and the reference count of the block it keeps.
+/// Measured in `tests/txn_memory.rs`; ARCHITECTURE.md, "Write transactions".
+pub const TXN_UNDO_BYTES_PER_BLOCK: usize = 160;
 /// Object identifiers reserved durably at a time; a crash skips at most this many.
 const ID_RESERVE_BATCH: u64 = 1024;
 /// Number of object lock stripes.
@@ -197,6 +202,28 @@ struct Object {
     /// Blocks reserved by `setattr(blocks_allocated)`.
     reserved: u64,
     blocks: BTreeMap<u64, BlockRef>,
+    /// The write transaction open on the object, if any.
+    txn: Option<Box<Txn>>,
+}
+
+/// An open write transaction on one object (ARCHITECTURE.md, "Write
+/// transactions"): enough to put the object's data and length back as they
+/// were when it began.
+#[derive(Debug)]
+struct Txn {
+    /// The identifier `txn_begin` named (never 0).
+    id: u64,
+    /// Drive clock when it began.
+    begun_ns: u64,
+    /// The object's `logical_size` when it began.
+    old_size: u64,
+    /// Logical block → its mapping before the transaction first changed it
+    /// (None: a hole). Each held block keeps the reference the index had
+    /// (it stays counted in `refcount`, so it is neither released nor
+    /// reused) until the transaction ends. An entry `None` whose block is a
+    /// hole again is dropped: every entry holds a charged block, here or in
+    /// the index, so undo is bounded by the quota.
+    undo: BTreeMap<u64, Option<BlockRef>>,
 }
 
 impl Object {
@@ -217,6 +244,8 @@ struct Partition {
     slack_blocks: u64,
     /// Blocks promised to writes in progress.
     inflight_blocks: u64,
+    /// Objects with an open write transaction (for `txn_list`).
+    txn_objects: BTreeSet<u64>,
 }
 
 impl Partition {
@@ -230,6 +259,10 @@ struct DirtyObject {
     /// Every block row is rewritten (new or cloned object).
     replaced: bool,
     blocks: BTreeSet<u64>,
+    /// The transaction began or ended: its row and every undo row are rewritten.
+    txn: bool,
+    /// Undo entries added or dropped.
+    undo: BTreeSet<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -348,6 +381,10 @@ impl Store {
         };
         match get_u64(conn, "format_version")? {
             Some(v) if v as i64 == db::FORMAT_VERSION => {}
+            Some(v) if v >= 1 && (v as i64) < db::FORMAT_VERSION => {
+                tracing::info!(from = v, to = db::FORMAT_VERSION, "migrating the store's format");
+                db::migrate(conn, v as i64)?;
+            }
             Some(v) => return Err(StoreError::Corrupt(format!("format version {v} is not supported"))),
             None => {
                 let bs = opts.block_size;
@@ -387,6 +424,7 @@ impl Store {
                     physical_blocks: 0,
                     slack_blocks: 0,
                     inflight_blocks: 0,
+                    txn_objects: BTreeSet::new(),
                 },
             );
         }
@@ -396,22 +434,44 @@ impl Store {
                 .ok_or_else(|| StoreError::Corrupt(format!("object {} in missing partition {}", o.id, o.partition)))?;
             let mut attrs = o.attrs;
             attrs.block_size = block_size;
-            part.objects.insert(o.id, Object { attrs, reserved: o.reserved_blocks, blocks: BTreeMap::new() });
+            let obj = Object { attrs, reserved: o.reserved_blocks, blocks: BTreeMap::new(), txn: None };
+            part.objects.insert(o.id, obj);
         }
         let mut refcount: HashMap<u64, u32> = HashMap::new();
-        db::load_blocks(conn, |p, o, l, r| {
+        // Every reference counts, the index's and the undo's alike: a block
+        // either holds is in use (and charged), whatever crashed.
+        let mut reference = |part: &mut Partition, r: &BlockRef| -> Result<(), StoreError> {
             if r.phys >= capacity_blocks {
                 return Err(StoreError::Corrupt(format!("block {} beyond capacity; was capacity lowered?", r.phys)));
             }
-            let part =
-                partitions.get_mut(&p).ok_or_else(|| StoreError::Corrupt("block of missing partition".into()))?;
-            let obj = part.objects.get_mut(&o).ok_or_else(|| StoreError::Corrupt("block of missing object".into()))?;
-            obj.blocks.insert(l, r);
             let c = refcount.entry(r.phys).or_insert(0);
             if *c == 0 {
                 part.physical_blocks += 1;
             }
             *c += 1;
+            Ok(())
+        };
+        let missing = |what: &str| StoreError::Corrupt(what.into());
+        db::load_blocks(conn, |p, o, l, r| {
+            let part = partitions.get_mut(&p).ok_or_else(|| missing("block of missing partition"))?;
+            reference(part, &r)?;
+            part.objects.get_mut(&o).ok_or_else(|| missing("block of missing object"))?.blocks.insert(l, r);
+            Ok(())
+        })?;
+        for t in db::load_txns(conn)? {
+            let part = partitions.get_mut(&t.partition).ok_or_else(|| missing("transaction of missing partition"))?;
+            let obj = part.objects.get_mut(&t.object).ok_or_else(|| missing("transaction of missing object"))?;
+            obj.txn =
+                Some(Box::new(Txn { id: t.txn, begun_ns: t.begun_ns, old_size: t.old_size, undo: BTreeMap::new() }));
+            part.txn_objects.insert(t.object);
+        }
+        db::load_undo(conn, |p, o, l, r| {
+            let part = partitions.get_mut(&p).ok_or_else(|| missing("undo of missing partition"))?;
+            if let Some(r) = &r {
+                reference(part, r)?;
+            }
+            let obj = part.objects.get_mut(&o).ok_or_else(|| missing("undo of missing object"))?;
+            obj.txn.as_mut().ok_or_else(|| missing("undo of an object without a transaction"))?.undo.insert(l, r);
             Ok(())
         })?;
         for part in partitions.values_mut() {
@@ -492,3 +552,4 @@ fn rand_id() -> [u8; 16] {
 mod ops;
 #[cfg(test)]
 mod tests;
+mod txn;

@@ -3,21 +3,21 @@
 use super::*;
 
 impl Meta {
-    fn partition(&self, p: u64) -> Result<&Partition, StoreError> {
+    pub(crate) fn partition(&self, p: u64) -> Result<&Partition, StoreError> {
         self.partitions.get(&p).ok_or(StoreError::NoSuchPartition(p))
     }
-    fn partition_mut(&mut self, p: u64) -> Result<&mut Partition, StoreError> {
+    pub(crate) fn partition_mut(&mut self, p: u64) -> Result<&mut Partition, StoreError> {
         self.partitions.get_mut(&p).ok_or(StoreError::NoSuchPartition(p))
     }
-    fn object(&self, p: u64, o: u64) -> Result<&Object, StoreError> {
+    pub(crate) fn object(&self, p: u64, o: u64) -> Result<&Object, StoreError> {
         self.partition(p)?.objects.get(&o).ok_or(StoreError::NoSuchObject { partition: p, object: o })
     }
-    fn object_mut(&mut self, p: u64, o: u64) -> Result<&mut Object, StoreError> {
+    pub(crate) fn object_mut(&mut self, p: u64, o: u64) -> Result<&mut Object, StoreError> {
         self.partition_mut(p)?.objects.get_mut(&o).ok_or(StoreError::NoSuchObject { partition: p, object: o })
     }
 
     /// Drops one reference to a physical block of partition `p`.
-    fn deref_block(&mut self, p: u64, phys: u64) {
+    pub(crate) fn deref_block(&mut self, p: u64, phys: u64) {
         let c = self.refcount.get_mut(&phys).expect("reference to an unreferenced block");
         *c -= 1;
         if *c == 0 {
@@ -37,8 +37,74 @@ impl Meta {
         }
     }
 
-    fn dirty_object(&mut self, p: u64, o: u64) -> &mut DirtyObject {
+    pub(crate) fn dirty_object(&mut self, p: u64, o: u64) -> &mut DirtyObject {
         self.dirty.objects.entry((p, o)).or_default()
+    }
+
+    /// Maps logical block `l` of object `o` to `new` (None: a hole). The
+    /// block it replaces is dereferenced, unless the object's open
+    /// transaction first changes `l` now: then the transaction's undo takes
+    /// over its reference (or records the hole), so the block stays in use
+    /// until the transaction ends. Every change of an object's block map goes
+    /// through here or [`Store::roll_back`].
+    fn set_block(&mut self, p: u64, o: u64, l: u64, new: Option<BlockRef>) {
+        let obj = self.object_mut(p, o).expect("object of a block being mapped");
+        let old = match new {
+            Some(b) => obj.blocks.insert(l, b),
+            None => obj.blocks.remove(&l),
+        };
+        let mut release = old;
+        let mut undo_changed = false;
+        let mut written_in_txn = false;
+        if let Some(txn) = obj.txn.as_mut() {
+            match txn.undo.entry(l) {
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    if old.is_some() || new.is_some() {
+                        e.insert(old);
+                        release = None;
+                        undo_changed = true;
+                    }
+                }
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    written_in_txn = true;
+                    if e.get().is_none() && new.is_none() {
+                        // A hole before and a hole again: nothing to undo.
+                        e.remove();
+                        undo_changed = true;
+                    }
+                }
+            }
+        }
+        if let Some(b) = release {
+            // A block written under the transaction is the object's alone
+            // (FASTCOPY of an object in a transaction is refused), so an
+            // abort can free it.
+            assert!(
+                !written_in_txn || self.refcount.get(&b.phys) == Some(&1),
+                "block {} written in a transaction is shared",
+                b.phys
+            );
+            self.deref_block(p, b.phys);
+        }
+        let d = self.dirty_object(p, o);
+        d.blocks.insert(l);
+        if undo_changed {
+            d.undo.insert(l);
+        }
+    }
+
+    /// Whether replacing or dropping block `l` (stored at `r`) of `obj` frees
+    /// `r`: it is referenced once, and no open transaction will hold it.
+    fn frees(&self, obj: &Object, l: u64, r: &BlockRef) -> bool {
+        self.refcount.get(&r.phys) == Some(&1) && obj.txn.as_ref().is_none_or(|t| t.undo.contains_key(&l))
+    }
+
+    /// Drops every reference `obj` holds: its index and its transaction's undo.
+    fn release_object(&mut self, p: u64, obj: &Object) {
+        let held = obj.txn.iter().flat_map(|t| t.undo.values().flatten());
+        for r in obj.blocks.values().chain(held) {
+            self.deref_block(p, r.phys);
+        }
     }
 
     fn quota_check(&self, p: u64, extra_blocks: u64, block_size: u64) -> Result<(), StoreError> {
@@ -57,8 +123,11 @@ impl Meta {
 
     /// Sum over `blocks` of 1/refcount: a shared block is split between the
     /// objects sharing it, so blocks_used summed over objects is honest.
+    /// Blocks an open transaction holds to undo its changes count too.
     fn blocks_used(&self, obj: &Object) -> u64 {
-        let share: f64 = obj.blocks.values().map(|r| 1.0 / *self.refcount.get(&r.phys).unwrap_or(&1) as f64).sum();
+        let held = obj.txn.iter().flat_map(|t| t.undo.values().flatten());
+        let share: f64 =
+            obj.blocks.values().chain(held).map(|r| 1.0 / *self.refcount.get(&r.phys).unwrap_or(&1) as f64).sum();
         share.round() as u64
     }
 }
@@ -148,7 +217,7 @@ impl Store {
         let id = self.next_object_id(&mut m, p)?;
         let mut a = self.fresh_attrs(now);
         a.apply(mask, attrs);
-        let obj = Object { attrs: a, reserved, blocks: BTreeMap::new() };
+        let obj = Object { attrs: a, reserved, blocks: BTreeMap::new(), txn: None };
         let part = m.partition_mut(p)?;
         part.slack_blocks += obj.slack();
         part.objects.insert(id, obj);
@@ -195,10 +264,10 @@ impl Store {
         let mut m = lock(&self.meta);
         m.object(p, o)?;
         let obj = m.partition_mut(p)?.objects.remove(&o).expect("checked above");
-        m.partition_mut(p)?.slack_blocks -= obj.slack();
-        for r in obj.blocks.values() {
-            m.deref_block(p, r.phys);
-        }
+        let part = m.partition_mut(p)?;
+        part.slack_blocks -= obj.slack();
+        part.txn_objects.remove(&o);
+        m.release_object(p, &obj);
         m.dirty.objects.remove(&(p, o));
         m.dirty.removed_objects.insert((p, o));
         Ok(())
@@ -320,8 +389,7 @@ impl Store {
             let obj = m.object(p, o)?;
             let first_dropped = size.div_ceil(bs);
             let kept = obj.blocks.range(..first_dropped).count() as u64;
-            let freed =
-                obj.blocks.range(first_dropped..).filter(|(_, r)| m.refcount.get(&r.phys) == Some(&1)).count() as u64;
+            let freed = obj.blocks.range(first_dropped..).filter(|(l, r)| m.frees(obj, **l, r)).count() as u64;
             let slack_gain = obj.reserved.saturating_sub(kept) - obj.slack();
             if slack_gain > freed {
                 if let Err(e) = m.quota_check(p, slack_gain - freed, bs) {
@@ -338,16 +406,15 @@ impl Store {
         }
         if size < old {
             let first_dropped = size.div_ceil(bs);
-            let obj = m.object_mut(p, o)?;
+            let obj = m.object(p, o)?;
             let old_slack = obj.slack();
-            let dropped: Vec<(u64, BlockRef)> = obj.blocks.split_off(&first_dropped).into_iter().collect();
-            let new_slack = obj.slack();
+            let dropped: Vec<u64> = obj.blocks.range(first_dropped..).map(|(l, _)| *l).collect();
+            for l in dropped {
+                m.set_block(p, o, l, None);
+            }
+            let new_slack = m.object(p, o)?.slack();
             let part = m.partition_mut(p)?;
             part.slack_blocks = part.slack_blocks - old_slack + new_slack;
-            for (l, r) in &dropped {
-                m.deref_block(p, r.phys);
-                m.dirty_object(p, o).blocks.insert(*l);
-            }
         }
         let obj = m.object_mut(p, o)?;
         obj.attrs.logical_size = size;
@@ -528,14 +595,15 @@ impl Store {
 
     /// Blocks a write of `ranges` needs: (new blocks, charge against the
     /// quota). Holes and shared blocks need new blocks; a block owned by this
-    /// object alone is replaced one for one. Costs O(mapped blocks in range).
+    /// object alone is replaced one for one — unless an open transaction
+    /// will hold it to undo the write. Costs O(mapped blocks in range).
     fn added_blocks(m: &Meta, obj: &Object, ranges: &[(u64, u64)]) -> (u64, u64) {
         let total: u64 = ranges.iter().map(|(f, l)| l - f + 1).sum();
         let (mut mapped, mut exclusive) = (0u64, 0u64);
         for &(first, last) in ranges {
-            for (_, r) in obj.blocks.range(first..=last) {
+            for (l, r) in obj.blocks.range(first..=last) {
                 mapped += 1;
-                if m.refcount.get(&r.phys).copied().unwrap_or(0) == 1 {
+                if m.frees(obj, *l, r) {
                     exclusive += 1;
                 }
             }
@@ -667,11 +735,7 @@ impl Store {
             let prev = m.refcount.insert(new.phys, 1);
             assert!(prev.is_none(), "new block {} already referenced", new.phys);
             m.partitions.get_mut(&p).expect("partition").physical_blocks += 1;
-            let old = m.object_mut(p, o).expect("object").blocks.insert(*l, *new);
-            if let Some(old) = old {
-                m.deref_block(p, old.phys);
-            }
-            m.dirty_object(p, o).blocks.insert(*l);
+            m.set_block(p, o, *l, Some(*new));
         }
         let end = regions.iter().map(Region::end).max().unwrap_or(0);
         let obj = m.object_mut(p, o).expect("object");
@@ -712,6 +776,11 @@ impl Store {
         let now = self.now_ns();
         let mut m = lock(&self.meta);
         let src = m.object(p, source)?;
+        if let Some(t) = &src.txn {
+            // A copy would share blocks written under the transaction, which
+            // an abort must be able to free.
+            return Err(StoreError::TxnConflict { partition: p, object: source, open: t.id });
+        }
         if m.partition(p)?.objects.len() as u64 >= OBJECTS_PER_PARTITION_MAX {
             return Err(StoreError::TooMany("objects in this partition"));
         }
@@ -729,7 +798,7 @@ impl Store {
         }
         let part = m.partition_mut(p)?;
         part.slack_blocks += slack;
-        part.objects.insert(id, Object { attrs, reserved, blocks: blocks.clone() });
+        part.objects.insert(id, Object { attrs, reserved, blocks: blocks.clone(), txn: None });
         let d = m.dirty_object(p, id);
         d.replaced = true;
         d.blocks.extend(blocks.keys());
@@ -781,7 +850,8 @@ impl Store {
             return Err(StoreError::TooMany("partitions"));
         }
         let mut objects = BTreeMap::new();
-        objects.insert(FIRST_OBJECT, Object { attrs: self.fresh_attrs(now), reserved: 0, blocks: BTreeMap::new() });
+        let first = Object { attrs: self.fresh_attrs(now), reserved: 0, blocks: BTreeMap::new(), txn: None };
+        objects.insert(FIRST_OBJECT, first);
         m.partitions.insert(
             p,
             Partition {
@@ -792,6 +862,7 @@ impl Store {
                 physical_blocks: 0,
                 slack_blocks: 0,
                 inflight_blocks: 0,
+                txn_objects: BTreeSet::new(),
             },
         );
         m.dirty.partitions.insert(p);
@@ -876,11 +947,11 @@ impl Store {
     }
 
     fn release_partition_blocks(&self, m: &mut Meta, p: u64) {
-        let objects = std::mem::take(&mut m.partitions.get_mut(&p).expect("partition").objects);
+        let part = m.partitions.get_mut(&p).expect("partition");
+        let objects = std::mem::take(&mut part.objects);
+        part.txn_objects.clear();
         for obj in objects.values() {
-            for b in obj.blocks.values() {
-                m.deref_block(p, b.phys);
-            }
+            m.release_object(p, obj);
         }
         m.partitions.get_mut(&p).expect("partition").slack_blocks = 0;
     }
@@ -1149,6 +1220,19 @@ impl Store {
             }
             for l in d.blocks {
                 b.blocks.push((p, o, l, obj.blocks.get(&l).copied()));
+            }
+            if d.txn {
+                b.txn_reset.push((p, o));
+            }
+            if let Some(t) = &obj.txn {
+                if d.txn {
+                    let row =
+                        db::TxnRow { partition: p, object: o, txn: t.id, begun_ns: t.begun_ns, old_size: t.old_size };
+                    b.txns.push(row);
+                }
+                for l in d.undo {
+                    b.undo.push((p, o, l, t.undo.get(&l).copied()));
+                }
             }
         }
         b

@@ -141,7 +141,40 @@ fn check_store_invariants(s: &Store) {
                 *refs.entry(b.phys).or_default() += 1;
                 phys_in_part.insert(b.phys);
             }
+            let Some(t) = &obj.txn else {
+                assert!(!part.txn_objects.contains(&o), "partition {p} lists object {o} as in a transaction");
+                continue;
+            };
+            assert!(part.txn_objects.contains(&o), "partition {p} does not list object {o}'s transaction");
+            assert!(t.id != 0, "transaction 0 on {p}/{o}");
+            for (&l, prev) in &t.undo {
+                if let Some(w) = obj.blocks.get(&l) {
+                    assert_eq!(
+                        m.refcount.get(&w.phys),
+                        Some(&1),
+                        "{p}/{o} block {l} written in a transaction is shared"
+                    );
+                }
+                let Some(b) = prev else {
+                    assert!(obj.blocks.contains_key(&l), "{p}/{o}: undo of hole {l} whose block is a hole again");
+                    continue;
+                };
+                assert!(l * bs < t.old_size, "{p}/{o}: undo holds block {l} past the old size {}", t.old_size);
+                s.data.read_exact_at(&mut buf, b.phys * bs).unwrap();
+                assert!(
+                    nasd_crypto::ct_eq(&nasd_crypto::block_digest(&buf), &b.digest),
+                    "{p}/{o}: undo block {l} (phys {}) does not match its stored digest",
+                    b.phys
+                );
+                *refs.entry(b.phys).or_default() += 1;
+                phys_in_part.insert(b.phys);
+            }
         }
+        assert_eq!(
+            part.txn_objects.len(),
+            part.objects.values().filter(|o| o.txn.is_some()).count(),
+            "partition {p} transaction list"
+        );
         assert_eq!(part.physical_blocks, phys_in_part.len() as u64, "partition {p} physical_blocks");
         assert_eq!(part.slack_blocks, slack, "partition {p} slack_blocks");
         assert_eq!(part.inflight_blocks, 0, "partition {p} inflight_blocks at rest");
@@ -1290,6 +1323,318 @@ fn concurrent_whole_object_writes_are_atomic() {
     check_store_invariants(&s);
 }
 
+// ------------------------------------------------------------- transactions
+
+/// A model of an object's bytes under one write transaction: what reads
+/// must show now, and what an abort must bring back.
+struct TxnCase {
+    now: Vec<u8>,
+    before: Vec<u8>,
+}
+
+impl TxnCase {
+    #[track_caller]
+    fn write(&mut self, s: &Store, o: u64, regions: &[Region], seed: u64) {
+        let data = pattern(seed, regions.iter().map(|r| r.length).sum::<u64>() as usize);
+        write(s, 1, o, regions, &data).unwrap();
+        apply(&mut self.now, regions, &data);
+        assert_eq!(read_all(s, 1, o), self.now, "reads see the transaction's writes at once");
+        check_store_invariants(s);
+    }
+    #[track_caller]
+    fn resize(&mut self, s: &Store, o: u64, size: u64) {
+        truncate(s, 1, o, size).unwrap();
+        self.now.resize(size as usize, 0);
+        assert_eq!(read_all(s, 1, o), self.now);
+        check_store_invariants(s);
+    }
+}
+
+/// An object with 2.5 blocks of data, a hole at block 3 and a block at 4.
+fn txn_object(s: &Store) -> (u64, Vec<u8>) {
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let mut v = Vec::new();
+    let regions = [rg(0, 2 * BS + BS / 2), rg(4 * BS, 100)];
+    let data = pattern(1, 2 * BS as usize + BS as usize / 2 + 100);
+    write(s, 1, o, &regions, &data).unwrap();
+    apply(&mut v, &regions, &data);
+    (o, v)
+}
+
+#[test]
+fn txn_abort_restores_every_byte_and_the_size() {
+    let (_d, s) = fresh(64);
+    let (o, v) = txn_object(&s);
+    s.commit().unwrap();
+    let (used, drive_used) = (part_used(&s, 1), s.info().used_bytes);
+    assert_eq!(used, 4 * BS);
+    let t0 = s.now_ns();
+    s.txn_begin(1, o, 7).unwrap();
+    let mut c = TxnCase { now: v.clone(), before: v };
+    c.write(&s, o, &[rg(10, 20)], 2); // partial overwrite of block 0
+    c.write(&s, o, &[rg(BS, BS)], 3); // whole block 1
+    c.write(&s, o, &[rg(3 * BS + 5, 7)], 4); // into the hole
+    c.write(&s, o, &[rg(8 * BS, 10), rg(10, 5)], 5); // extend, and block 0 again
+    assert_eq!(part_used(&s, 1), 8 * BS, "old blocks 0 and 1 stay held beside new 0, 1, 3 and 8");
+    c.resize(&s, o, 2 * BS + 5); // drops 4 and 8, zeroes block 2's tail
+    c.write(&s, o, &[rg(6 * BS, 3)], 6); // past the end again
+    c.resize(&s, o, 20 * BS); // extend with a hole
+    c.resize(&s, o, 0); // everything goes
+    c.write(&s, o, &[rg(BS + 1, 2)], 7);
+    assert!(s.getattr(1, o).unwrap().blocks_used >= 4, "blocks_used counts the blocks the transaction holds");
+    assert!(s.txn_end(1, o, 7, false).unwrap());
+    let a = s.getattr(1, o).unwrap();
+    assert_eq!(a.logical_size, c.before.len() as u64, "the old size is back");
+    assert_eq!(read_all(&s, 1, o), c.before, "every old byte is back");
+    assert!(a.data_modify_time >= t0 && a.fs_data_modify_time == a.data_modify_time);
+    assert_eq!((a.blocks_used, a.blocks_allocated), (4, 4));
+    assert_eq!(part_used(&s, 1), used, "the blocks the transaction wrote are no longer charged");
+    check_store_invariants(&s);
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, drive_used, "and free after the next commit");
+    assert_eq!(s.txn_list(1, 0, 10).unwrap(), vec![]);
+    drop(s);
+    let s = open(_d.path());
+    assert_eq!(read_all(&s, 1, o), c.before, "the rollback is durable");
+    check_store_invariants(&s);
+}
+
+#[test]
+fn txn_commit_keeps_the_changes_and_releases_the_old_blocks() {
+    let (_d, s) = fresh(64);
+    let (o, v) = txn_object(&s);
+    s.commit().unwrap();
+    let old: Vec<u64> = [0, 1, 2, 4].iter().map(|&l| phys_of(&s, 1, o, l)).collect();
+    s.txn_begin(1, o, 9).unwrap();
+    let mut c = TxnCase { now: v.clone(), before: v };
+    c.write(&s, o, &[rg(0, 3 * BS)], 2);
+    c.resize(&s, o, 3 * BS);
+    assert_eq!(part_used(&s, 1), 7 * BS, "three new blocks, four held");
+    assert!(s.txn_end(1, o, 9, true).unwrap());
+    assert_eq!(read_all(&s, 1, o), c.now);
+    assert_eq!(part_used(&s, 1), 3 * BS);
+    check_store_invariants(&s);
+    {
+        let m = lock(&s.meta);
+        assert!(old.iter().all(|b| m.pending_free.contains(b)), "old blocks wait for the commit that forgets them");
+    }
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 3 * BS);
+    assert!(!s.txn_end(1, o, 9, false).unwrap(), "a second end is a no-op: the commit stands");
+    assert_eq!(read_all(&s, 1, o), c.now);
+}
+
+#[test]
+fn txn_begin_and_end_are_idempotent_and_refuse_conflicts() {
+    let (_d, s) = fresh(64);
+    let (o, _) = txn_object(&s);
+    let (o2, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let t = s.now_ns();
+    s.txn_begin(1, o, 5).unwrap();
+    write(&s, 1, o, &[rg(0, 3)], b"new").unwrap();
+    s.txn_begin(1, o, 5).unwrap();
+    let e = s.txn_begin(1, o, 6).unwrap_err();
+    assert_eq!(e.status(), Status::TxnConflict);
+    assert!(e.to_string().contains("transaction 5"), "the error names the open transaction: {e}");
+    assert_eq!(err(s.txn_end(1, o, 6, true)), Status::TxnConflict);
+    assert_eq!(err(s.fastcopy(1, o)), Status::TxnConflict, "a copy would share the transaction's blocks");
+    assert_eq!(err(s.txn_begin(1, o2, 0)), Status::BadArguments);
+    assert_eq!(err(s.txn_end(1, o2, 0, true)), Status::BadArguments);
+    assert_eq!(err(s.txn_begin(1, PARTITION_CONTROL, 1)), Status::ReadOnlyObject);
+    assert_eq!(err(s.txn_begin(1, 999, 1)), Status::NoSuchObject);
+    assert_eq!(err(s.txn_begin(2, o, 1)), Status::NoSuchPartition);
+    assert_eq!(err(s.txn_end(1, 999, 1, false)), Status::NoSuchObject);
+    assert_eq!(err(s.txn_list(2, 0, 1)), Status::NoSuchPartition);
+    s.txn_begin(1, o2, 6).unwrap();
+    s.txn_begin(1, FIRST_OBJECT, 8).unwrap();
+    let list = s.txn_list(1, 0, 10).unwrap();
+    assert_eq!(list.iter().map(|x| (x.object, x.txn)).collect::<Vec<_>>(), vec![(FIRST_OBJECT, 8), (o, 5), (o2, 6)]);
+    assert!(list.iter().all(|x| (t..=s.now_ns()).contains(&x.begun_ns)));
+    assert_eq!(s.txn_list(1, FIRST_OBJECT, 1).unwrap().iter().map(|x| x.object).collect::<Vec<_>>(), vec![o]);
+    assert_eq!(s.txn_list(1, o2, 10).unwrap(), vec![]);
+    assert_eq!(s.txn_list(1, u64::MAX, 10).unwrap(), vec![]);
+    assert_eq!(s.txn_list(1, 0, 0).unwrap(), vec![]);
+    assert!(!s.txn_end(1, o2, 7, true).is_ok_and(|x| x), "another id on an open transaction is refused");
+    assert!(s.txn_end(1, o, 5, false).unwrap());
+    assert!(!s.txn_end(1, o, 5, false).unwrap(), "ending twice: was not open");
+    assert!(!s.txn_end(1, o, 77, true).unwrap(), "any id ends nothing when none is open");
+    assert_eq!(&read_all(&s, 1, o)[..3], &pattern(1, 3)[..]);
+    s.fastcopy(1, o).unwrap();
+    s.txn_begin(1, o, 6).unwrap();
+    check_store_invariants(&s);
+}
+
+#[test]
+fn txn_quota_charges_the_blocks_it_holds() {
+    let (_d, s) = fresh(4);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, o, &[rg(0, 2 * BS)], &pattern(1, 2 * BS as usize)).unwrap();
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 2 * BS)]).unwrap(), (0, 0));
+    s.txn_begin(1, o, 1).unwrap();
+    assert_eq!(
+        s.blocks_required(1, o, &[rg(0, 2 * BS)]).unwrap(),
+        (2, 2),
+        "under a transaction an overwrite keeps the old blocks"
+    );
+    write(&s, 1, o, &[rg(0, 2 * BS)], &pattern(2, 2 * BS as usize)).unwrap();
+    assert_eq!(part_used(&s, 1), 4 * BS);
+    assert_eq!(s.blocks_required(1, o, &[rg(0, 2 * BS)]).unwrap(), (0, 0), "blocks it wrote are replaced 1:1");
+    write(&s, 1, o, &[rg(0, 2 * BS)], &pattern(3, 2 * BS as usize)).unwrap();
+    assert_eq!(err(write(&s, 1, o, &[rg(2 * BS, 1)], b"x")), Status::QuotaExceeded);
+    assert_eq!(err(s.resize_partition(1, 3 * BS)), Status::QuotaBelowUsage, "held blocks are usage");
+    truncate(&s, 1, o, BS).unwrap();
+    assert_eq!(part_used(&s, 1), 3 * BS, "dropping a block the transaction wrote frees it; the held one stays");
+    assert!(s.txn_end(1, o, 1, false).unwrap());
+    assert_eq!(part_used(&s, 1), 2 * BS);
+    assert_eq!(read_all(&s, 1, o), pattern(1, 2 * BS as usize));
+    check_store_invariants(&s);
+}
+
+#[test]
+fn removing_an_object_or_partition_drops_its_transaction() {
+    let (d, s) = fresh(64);
+    let (o, _) = txn_object(&s);
+    let (k, _) = txn_object(&s);
+    s.txn_begin(1, o, 3).unwrap();
+    write(&s, 1, o, &[rg(0, 3 * BS)], &pattern(9, 3 * BS as usize)).unwrap();
+    s.txn_begin(1, k, 4).unwrap();
+    s.commit().unwrap();
+    s.remove(1, o).unwrap();
+    assert_eq!(s.txn_list(1, 0, 10).unwrap().len(), 1);
+    assert_eq!(part_used(&s, 1), 4 * BS, "the removed object's blocks and held blocks are gone");
+    check_store_invariants(&s);
+    s.commit().unwrap();
+    drop(s);
+    let s = open(d.path());
+    assert_eq!(s.txn_list(1, 0, 10).unwrap().iter().map(|t| t.object).collect::<Vec<_>>(), vec![k]);
+    assert_eq!(s.info().used_bytes, 4 * BS);
+    check_store_invariants(&s);
+    write(&s, 1, k, &[rg(0, BS)], &pattern(8, BS as usize)).unwrap();
+    s.remove_partition(1, true).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 0);
+    drop(s);
+    let s = open(d.path());
+    s.create_partition(1).unwrap();
+    assert_eq!(s.txn_list(1, 0, 10).unwrap(), vec![], "nothing of the old partition's transactions is left");
+    check_store_invariants(&s);
+}
+
+/// A crash (the store dropped without a commit) leaves every object with the
+/// durable index and durable undo of the last commit: an abort afterwards
+/// restores the state before the transaction whatever had been flushed, and
+/// a commit keeps what had.
+#[test]
+fn txn_survives_a_crash_and_ends_either_way_after_it() {
+    for commit in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 64 * BS).unwrap();
+        let (o, v) = txn_object(&s);
+        let (n, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        s.commit().unwrap();
+        s.txn_begin(1, o, 11).unwrap();
+        s.txn_begin(1, n, 12).unwrap();
+        let mut c = TxnCase { now: v.clone(), before: v };
+        c.write(&s, o, &[rg(0, BS + 3), rg(3 * BS, 10)], 2);
+        c.resize(&s, o, 3 * BS + 10);
+        write(&s, 1, n, &[rg(0, 10)], &pattern(3, 10)).unwrap();
+        s.flush(1, &[o, n]).unwrap(); // the client's FLUSH before COMMIT
+        let flushed = c.now.clone();
+        // Not durable: more writes, and a begin on a third object.
+        c.write(&s, o, &[rg(0, 2 * BS)], 4);
+        let (late, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        let _ = late;
+        check_store_invariants(&s);
+        drop(s); // crash
+        let s = open(dir.path());
+        check_store_invariants(&s);
+        assert_eq!(
+            s.txn_list(1, 0, 10).unwrap().iter().map(|t| (t.object, t.txn)).collect::<Vec<_>>(),
+            vec![(o, 11), (n, 12)]
+        );
+        assert_eq!(read_all(&s, 1, o), flushed, "the flushed state of the transaction is what survived");
+        // The held blocks are in use: writes after the restart never reuse them.
+        for i in 0..20 {
+            let (x, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+            write(&s, 1, x, &[rg(0, BS)], &pattern(100 + i, BS as usize)).unwrap();
+        }
+        check_store_invariants(&s);
+        assert!(s.txn_end(1, o, 11, commit).unwrap());
+        assert!(s.txn_end(1, n, 12, commit).unwrap());
+        if commit {
+            assert_eq!(read_all(&s, 1, o), flushed);
+            assert_eq!(read_all(&s, 1, n), pattern(3, 10));
+        } else {
+            assert_eq!(read_all(&s, 1, o), c.before, "abort after a crash restores the old bytes exactly");
+            assert_eq!(s.getattr(1, n).unwrap().logical_size, 0);
+        }
+        check_store_invariants(&s);
+        s.commit().unwrap();
+        check_store_invariants(&s);
+    }
+}
+
+/// A transaction that began after the last commit is gone after a crash,
+/// and so is everything it wrote; ending it then reports it was not open.
+#[test]
+fn an_uncommitted_txn_vanishes_with_its_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    s.create_partition(1).unwrap();
+    s.resize_partition(1, 64 * BS).unwrap();
+    let (o, v) = txn_object(&s);
+    s.commit().unwrap();
+    s.txn_begin(1, o, 1).unwrap();
+    write(&s, 1, o, &[rg(0, BS)], &pattern(5, BS as usize)).unwrap();
+    drop(s);
+    let s = open(dir.path());
+    assert_eq!(s.txn_list(1, 0, 10).unwrap(), vec![]);
+    assert!(!s.txn_end(1, o, 1, false).unwrap());
+    assert_eq!(read_all(&s, 1, o), v);
+    check_store_invariants(&s);
+}
+
+/// A store of format version 1 (no transaction tables) opens, is migrated
+/// to the current version, and takes transactions.
+#[test]
+fn a_version_1_store_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 64 * BS).unwrap();
+        let (o, v) = txn_object(&s);
+        assert_eq!(o, FIRST_USER_OBJECT);
+        s.commit().unwrap();
+        v
+    };
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("meta.sqlite")).unwrap();
+        conn.execute_batch("DROP TABLE txns; DROP TABLE undo;").unwrap();
+        db::put_drive_value(&conn, "format_version", &1u64.to_le_bytes()).unwrap();
+    }
+    let o = FIRST_USER_OBJECT;
+    let s = open(dir.path());
+    let version = db::get_drive_value(&lock(&s.db), "format_version").unwrap().unwrap();
+    assert_eq!(version, (db::FORMAT_VERSION as u64).to_le_bytes());
+    assert_eq!(read_all(&s, 1, o), v);
+    s.txn_begin(1, o, 1).unwrap();
+    write(&s, 1, o, &[rg(0, 4)], b"abcd").unwrap();
+    s.commit().unwrap();
+    drop(s);
+    let s = open(dir.path());
+    assert!(s.txn_end(1, o, 1, false).unwrap());
+    assert_eq!(read_all(&s, 1, o), v);
+    drop(s);
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("meta.sqlite")).unwrap();
+        db::put_drive_value(&conn, "format_version", &(db::FORMAT_VERSION as u64 + 1).to_le_bytes()).unwrap();
+    }
+    assert!(matches!(Store::open(dir.path(), &opts()), Err(StoreError::Corrupt(_))), "a newer format is refused");
+}
+
 // ------------------------------------------------------ model-based property
 
 mod model {
@@ -1322,11 +1667,26 @@ mod model {
         copied: u64,
         acv: u64,
         fs: u8,
+        txn: Option<MTxn>,
+    }
+
+    /// An open transaction as the model keeps it: the bytes an abort must
+    /// bring back (kept whole, independently of the undo), and the tokens
+    /// it holds.
+    #[derive(Clone, Debug)]
+    struct MTxn {
+        id: u64,
+        old_data: Vec<u8>,
+        undo: BTreeMap<u64, Option<u64>>,
     }
 
     impl MObj {
         fn new() -> Self {
-            MObj { data: Vec::new(), blocks: BTreeMap::new(), reserved: 0, copied: 0, acv: 0, fs: 0 }
+            MObj { data: Vec::new(), blocks: BTreeMap::new(), reserved: 0, copied: 0, acv: 0, fs: 0, txn: None }
+        }
+        /// Tokens the object references: its blocks and those its transaction holds.
+        fn tokens(&self) -> impl Iterator<Item = u64> + '_ {
+            self.blocks.values().copied().chain(self.txn.iter().flat_map(|t| t.undo.values().flatten().copied()))
         }
         fn slack(&self) -> u64 {
             self.reserved.saturating_sub(self.blocks.len() as u64)
@@ -1377,7 +1737,7 @@ mod model {
         }
         fn charged(&self, p: u64) -> u64 {
             let part = &self.parts[&p];
-            let phys: HashSet<u64> = part.objects.values().flat_map(|o| o.blocks.values().copied()).collect();
+            let phys: HashSet<u64> = part.objects.values().flat_map(MObj::tokens).collect();
             phys.len() as u64 + part.objects.values().map(MObj::slack).sum::<u64>()
         }
         fn quota_ok(&self, p: u64, extra: u64) -> Result<(), Status> {
@@ -1388,7 +1748,7 @@ mod model {
             }
         }
         fn blocks_used(&self, o: &MObj) -> u64 {
-            let share: f64 = o.blocks.values().map(|t| 1.0 / self.refs[t] as f64).sum();
+            let share: f64 = o.tokens().map(|t| 1.0 / self.refs[&t] as f64).sum();
             share.round() as u64
         }
         fn take(&mut self, p: u64, o: u64) -> MObj {
@@ -1407,6 +1767,8 @@ mod model {
                         newly += 1;
                     }
                     Some(t) if self.refs[t] > 1 => added += 1,
+                    // Held by the transaction, so not replaced one for one.
+                    Some(_) if obj.txn.as_ref().is_some_and(|x| !x.undo.contains_key(l)) => added += 1,
                     Some(_) => {}
                 }
             }
@@ -1427,9 +1789,7 @@ mod model {
             let mut obj = self.take(p, o);
             for l in t {
                 let new = self.token();
-                if let Some(old) = obj.blocks.insert(l, new) {
-                    self.unref(old);
-                }
+                self.remap(&mut obj, l, Some(new));
             }
             apply(&mut obj.data, regions, data);
             self.put(p, o, obj);
@@ -1444,13 +1804,13 @@ mod model {
             let old = obj.data.len() as u64;
             let first_dropped = size.div_ceil(BS);
             let zero_tail = size < old && old.min(first_dropped * BS) > size && obj.blocks.contains_key(&(size / BS));
-            let tail_charge = zero_tail && self.refs[&obj.blocks[&(size / BS)]] > 1;
+            let tail_charge = zero_tail && !self.frees(obj, size / BS);
             self.quota_ok(p, tail_charge as u64)?;
             if size < old {
                 // Dropped blocks still shared free nothing, yet the reservation
                 // they covered comes back as slack.
                 let kept = obj.blocks.range(..first_dropped).count() as u64;
-                let freed = obj.blocks.range(first_dropped..).filter(|(_, t)| self.refs[t] == 1).count() as u64;
+                let freed = obj.blocks.range(first_dropped..).filter(|(l, _)| self.frees(obj, **l)).count() as u64;
                 let gain = obj.reserved.saturating_sub(kept) - obj.slack();
                 if gain > freed {
                     self.quota_ok(p, tail_charge as u64 + gain - freed)?;
@@ -1459,12 +1819,12 @@ mod model {
             let mut obj = self.take(p, o);
             if zero_tail {
                 let new = self.token();
-                let old = obj.blocks.insert(size / BS, new).unwrap();
-                self.unref(old);
+                self.remap(&mut obj, size / BS, Some(new));
             }
             if size < old {
-                for (_, t) in obj.blocks.split_off(&first_dropped) {
-                    self.unref(t);
+                let dropped: Vec<u64> = obj.blocks.range(first_dropped..).map(|(l, _)| *l).collect();
+                for l in dropped {
+                    self.remap(&mut obj, l, None);
                 }
             }
             obj.data.resize(size as usize, 0);
@@ -1491,6 +1851,9 @@ mod model {
                 return Err(Status::ReadOnlyObject);
             }
             let src = self.obj(p, o)?.clone();
+            if src.txn.is_some() {
+                return Err(Status::TxnConflict);
+            }
             self.quota_ok(p, src.slack())?;
             for t in src.blocks.values() {
                 *self.refs.get_mut(t).unwrap() += 1;
@@ -1506,10 +1869,90 @@ mod model {
             }
             self.obj(p, o)?;
             let obj = self.take(p, o);
-            for t in obj.blocks.values() {
-                self.unref(*t);
+            for t in obj.tokens() {
+                self.unref(t);
             }
             Ok(())
+        }
+
+        /// Whether replacing or dropping block `l` of `obj` frees its token.
+        fn frees(&self, obj: &MObj, l: u64) -> bool {
+            self.refs[&obj.blocks[&l]] == 1 && obj.txn.as_ref().is_none_or(|t| t.undo.contains_key(&l))
+        }
+
+        /// Maps block `l` to `new`; the first change under a transaction
+        /// hands the old token to the undo instead of dropping it.
+        fn remap(&mut self, obj: &mut MObj, l: u64, new: Option<u64>) {
+            let old = match new {
+                Some(t) => obj.blocks.insert(l, t),
+                None => obj.blocks.remove(&l),
+            };
+            if let Some(txn) = obj.txn.as_mut() {
+                match txn.undo.get(&l) {
+                    None => {
+                        txn.undo.insert(l, old);
+                        return;
+                    }
+                    Some(None) if new.is_none() => {
+                        txn.undo.remove(&l);
+                    }
+                    Some(_) => {}
+                }
+            }
+            if let Some(t) = old {
+                self.unref(t);
+            }
+        }
+
+        fn txn_target(&self, p: u64, o: u64, id: u64) -> Result<&MObj, Status> {
+            if id == 0 {
+                return Err(Status::BadArguments);
+            }
+            if is_control(o) {
+                return Err(Status::ReadOnlyObject);
+            }
+            self.obj(p, o)
+        }
+
+        fn txn_begin(&mut self, p: u64, o: u64, id: u64) -> Result<(), Status> {
+            match &self.txn_target(p, o, id)?.txn {
+                Some(t) if t.id == id => return Ok(()),
+                Some(_) => return Err(Status::TxnConflict),
+                None => {}
+            }
+            let obj = self.parts.get_mut(&p).unwrap().objects.get_mut(&o).unwrap();
+            obj.txn = Some(MTxn { id, old_data: obj.data.clone(), undo: BTreeMap::new() });
+            Ok(())
+        }
+
+        fn txn_end(&mut self, p: u64, o: u64, id: u64, commit: bool) -> Result<bool, Status> {
+            match &self.txn_target(p, o, id)?.txn {
+                None => return Ok(false),
+                Some(t) if t.id != id => return Err(Status::TxnConflict),
+                Some(_) => {}
+            }
+            let mut obj = self.take(p, o);
+            let t = obj.txn.take().unwrap();
+            for (l, prev) in t.undo {
+                if commit {
+                    if let Some(held) = prev {
+                        self.unref(held);
+                    }
+                    continue;
+                }
+                let cur = match prev {
+                    Some(held) => obj.blocks.insert(l, held),
+                    None => obj.blocks.remove(&l),
+                };
+                if let Some(c) = cur {
+                    self.unref(c);
+                }
+            }
+            if !commit {
+                obj.data = t.old_data;
+            }
+            self.put(p, o, obj);
+            Ok(true)
         }
 
         fn resize(&mut self, p: u64, quota: u64) -> Result<(), Status> {
@@ -1592,19 +2035,82 @@ mod model {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Create { p: u64, reserve: Option<u64> },
-        Write { p: u64, o: u8, regions: Vec<Region>, overlap: bool, seed: u64 },
-        Read { p: u64, o: u8, regions: Vec<Region> },
-        Truncate { p: u64, o: u8, size: u64 },
-        Reserve { p: u64, o: u8, blocks: u64 },
-        ReserveAndTruncate { p: u64, o: u8, blocks: u64, size: u64 },
-        SetMisc { p: u64, o: u8, acv: u64, fs: u8 },
-        FastCopy { p: u64, o: u8 },
-        Remove { p: u64, o: u8 },
-        BlocksRequired { p: u64, o: u8, regions: Vec<Region> },
-        GetAttr { p: u64, o: u8 },
-        Resize { p: u64, blocks: u64 },
-        Flush { p: u64, o: u8 },
+        Create {
+            p: u64,
+            reserve: Option<u64>,
+        },
+        Write {
+            p: u64,
+            o: u8,
+            regions: Vec<Region>,
+            overlap: bool,
+            seed: u64,
+        },
+        Read {
+            p: u64,
+            o: u8,
+            regions: Vec<Region>,
+        },
+        Truncate {
+            p: u64,
+            o: u8,
+            size: u64,
+        },
+        Reserve {
+            p: u64,
+            o: u8,
+            blocks: u64,
+        },
+        ReserveAndTruncate {
+            p: u64,
+            o: u8,
+            blocks: u64,
+            size: u64,
+        },
+        SetMisc {
+            p: u64,
+            o: u8,
+            acv: u64,
+            fs: u8,
+        },
+        FastCopy {
+            p: u64,
+            o: u8,
+        },
+        Remove {
+            p: u64,
+            o: u8,
+        },
+        BlocksRequired {
+            p: u64,
+            o: u8,
+            regions: Vec<Region>,
+        },
+        GetAttr {
+            p: u64,
+            o: u8,
+        },
+        Resize {
+            p: u64,
+            blocks: u64,
+        },
+        Flush {
+            p: u64,
+            o: u8,
+        },
+        TxnBegin {
+            p: u64,
+            o: u8,
+            id: u64,
+        },
+        /// `open`: end a transaction that is open, under its own id.
+        TxnEnd {
+            p: u64,
+            o: u8,
+            id: u64,
+            commit: bool,
+            open: bool,
+        },
         Commit,
         Reopen,
     }
@@ -1649,9 +2155,18 @@ mod model {
             1 => (part(), o()).prop_map(|(p, o)| Op::GetAttr { p, o }),
             1 => (part(), prop_oneof![4 => 0..64u64, 1 => Just(CAP_BLOCKS)]).prop_map(|(p, blocks)| Op::Resize { p, blocks }),
             1 => (part(), o()).prop_map(|(p, o)| Op::Flush { p, o }),
+            3 => (part(), o(), txn_id()).prop_map(|(p, o, id)| Op::TxnBegin { p, o, id }),
+            3 => (part(), o(), txn_id(), any::<bool>(), prop::bool::weighted(0.7))
+                .prop_map(|(p, o, id, commit, open)| Op::TxnEnd { p, o, id, commit, open }),
             1 => Just(Op::Commit),
             1 => Just(Op::Reopen),
         ]
+    }
+
+    /// Transaction identifiers: a few, so that ends find what began and
+    /// conflicts happen; 0 (invalid) now and then.
+    fn txn_id() -> impl Strategy<Value = u64> {
+        prop_oneof![1 => Just(0u64), 12 => 1..4u64]
     }
 
     /// Maps a selector to an object: mostly existing ones, sometimes a
@@ -1708,6 +2223,10 @@ mod model {
                 model.check_attrs(p, o, &s.getattr(p, o).unwrap(), what);
                 assert!(read_all(s, p, o) == mo.data, "{what}: data of {p}/{o}");
             }
+            let txns: Vec<(u64, u64)> = s.txn_list(p, 0, 1024).unwrap().iter().map(|t| (t.object, t.txn)).collect();
+            let want: Vec<(u64, u64)> =
+                mp.objects.iter().filter_map(|(&o, mo)| mo.txn.as_ref().map(|t| (o, t.id))).collect();
+            assert_eq!(txns, want, "{what}: open transactions of partition {p}");
         }
     }
 
@@ -1891,6 +2410,34 @@ mod model {
                         durable = model.clone();
                     }
                 }
+                Op::TxnBegin { p, o, id } => {
+                    let o = pick(&model, p, o);
+                    let got = s.txn_begin(p, o, id).map_err(|e| e.status());
+                    let want = model.txn_begin(p, o, id);
+                    count(op, &want);
+                    assert_eq!(got, want, "{what}");
+                }
+                Op::TxnEnd { p, o: sel, mut id, commit, open } => {
+                    let mut o = pick(&model, p, sel);
+                    let open_txns: Vec<(u64, u64)> = model.parts.get(&p).map_or(vec![], |mp| {
+                        mp.objects.iter().filter_map(|(&o, mo)| mo.txn.as_ref().map(|t| (o, t.id))).collect()
+                    });
+                    if open && !open_txns.is_empty() {
+                        (o, id) = open_txns[sel as usize % open_txns.len()];
+                    }
+                    let got = s.txn_end(p, o, id, commit).map_err(|e| e.status());
+                    let want = model.txn_end(p, o, id, commit);
+                    count(op, &want);
+                    if want == Ok(true) {
+                        let key = if commit { "TxnEnd committed" } else { "TxnEnd aborted" };
+                        *lock(&COVERAGE).entry(key.into()).or_default() += 1;
+                    }
+                    assert_eq!(got, want, "{what}");
+                    if got.is_ok() {
+                        model.check_attrs(p, o, &s.getattr(p, o).unwrap(), &what);
+                        assert!(read_all(&s, p, o) == model.obj(p, o).unwrap().data, "{what}: data after the end");
+                    }
+                }
                 Op::Commit => {
                     count(op, &Ok::<_, Status>(()));
                     s.commit().unwrap();
@@ -1973,6 +2520,14 @@ mod model {
             "Resize QUOTA_BELOW_USAGE",
             "Resize NO_SPACE",
             "Flush ok",
+            "FastCopy TXN_CONFLICT",
+            "TxnBegin ok",
+            "TxnBegin TXN_CONFLICT",
+            "TxnBegin BAD_ARGUMENTS",
+            "TxnEnd ok",
+            "TxnEnd TXN_CONFLICT",
+            "TxnEnd committed",
+            "TxnEnd aborted",
             "Commit ok",
             "Reopen ok",
         ] {

@@ -691,6 +691,7 @@ impl Drive {
             region: CapabilityArgs::WHOLE_OBJECT,
             access_control_version: acv,
             rights,
+            map_epoch: 0,
             expiration_ns: now_ns() + 3600 * 1_000_000_000,
             audit_id: self.next_audit_id(),
         }

@@ -1,21 +1,29 @@
 //! The conformance suite: the name space's semantics, run against any backend.
 
+use super::conformance_files as files;
 use super::{check_invariants, snapshot, Failing};
-use crate::backend::Backend;
-use crate::types::{AcvIntent, Caller, DriveRecord, Effects, Inode, SetAttrs, User};
-use crate::{Namespace, BATCH_MAX, READDIR_ENTRIES_MAX};
+use crate::backend::{Backend, Txn};
+use crate::types::{AcvIntent, Caller, DriveRecord, Effects, Inode, SetAttrs, StaleRange, User};
+use crate::{take_pooled, Namespace, BATCH_MAX, READDIR_ENTRIES_MAX};
 use nasd_proto::fs::*;
+use nasd_proto::layout::{ComponentState, Layout};
+use nasd_proto::manager::DriveState;
 use std::collections::BTreeSet;
 
-const ALICE: Caller = Caller { uid: 1000, gid: 100 };
+pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100 };
 /// In ALICE's group.
-const BOB: Caller = Caller { uid: 1001, gid: 100 };
+pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100 };
 /// In neither.
-const CAROL: Caller = Caller { uid: 1002, gid: 200 };
-const ROOT: Caller = Caller::ROOT;
-const PARTITION: u64 = 7;
+pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200 };
+pub(super) const ROOT: Caller = Caller::ROOT;
+pub(super) const PARTITION: u64 = 7;
 /// Objects pooled on drive 1 by [`setup`].
-const POOLED: u64 = 32;
+pub(super) const POOLED: u64 = 32;
+/// Drives [`setup`] adds with [`WIDE_POOLED`] objects pooled on each, for
+/// layouts of several components.
+pub(super) const WIDE: [u32; 4] = [3, 4, 5, 6];
+/// Objects pooled on each of [`WIDE`] (ids 500..).
+pub(super) const WIDE_POOLED: u64 = 16;
 
 type Case<B> = (&'static str, fn(&Namespace<B>));
 
@@ -25,13 +33,15 @@ type Case<B> = (&'static str, fn(&Namespace<B>));
 pub fn conformance<B: Backend>(make: impl Fn() -> B) {
     for (name, case) in cases::<B>() {
         eprintln!("conformance case: {name}");
-        let ns = Namespace::new(make()).expect("open name space");
+        let ns = Namespace::new(make(), Layout::SINGLE).expect("open name space");
         setup(&ns);
         case(&ns);
         check_invariants(&ns);
     }
+    eprintln!("conformance case: reopen");
+    files::reopen(&make);
     eprintln!("conformance case: rollback");
-    rollback(Namespace::new(Failing::new(make())).expect("open name space"));
+    rollback(Namespace::new(Failing::new(make()), Layout::SINGLE).expect("open name space"));
 }
 
 fn cases<B: Backend>() -> Vec<Case<B>> {
@@ -71,16 +81,30 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("settings", settings),
         ("inode_numbers", inode_numbers),
         ("concurrency", concurrency),
+        ("layout_inheritance", files::layout_inheritance),
+        ("set_layout_directories", files::set_layout_directories),
+        ("set_layout_files", files::set_layout_files),
+        ("placement", files::placement),
+        ("placement_refusals", files::placement_refusals),
+        ("write_intents", files::write_intents),
+        ("write_intent_permissions", files::write_intent_permissions),
+        ("commit_rules", files::commit_rules),
+        ("stale_marking", files::stale_marking),
+        ("replace_component", files::replace_component),
+        ("component_queries", files::component_queries),
+        ("multi_component_revocation", files::multi_component_revocation),
+        ("multi_component_removal", files::multi_component_removal),
+        ("drive_state_and_epoch", files::drive_state_and_epoch),
     ]
 }
 
 // ---- helpers ----
 
-fn obj(drive: u32, object: u64) -> ObjectRef {
+pub(super) fn obj(drive: u32, object: u64) -> ObjectRef {
     ObjectRef { drive, partition: PARTITION, object }
 }
 
-fn drive_rec(drive: u32) -> DriveRecord {
+pub(super) fn drive_rec(drive: u32) -> DriveRecord {
     DriveRecord {
         drive,
         drive_id: [drive as u8; 16],
@@ -88,87 +112,123 @@ fn drive_rec(drive: u32) -> DriveRecord {
         partition: PARTITION,
         sealed_keys: vec![drive as u8; 48],
         capacity_bytes: 1 << 30,
+        failure_domain: String::new(),
+        state: DriveState::In,
     }
 }
 
-/// Drives 1 and 2; [`POOLED`] objects pooled on drive 1 (ids 100..).
-fn setup<B: Backend>(ns: &Namespace<B>) {
+/// Drives 1 and 2 and [`WIDE`]; [`POOLED`] objects pooled on drive 1 (ids
+/// 100..), [`WIDE_POOLED`] on each of [`WIDE`] (ids 500..), none on drive 2.
+pub(super) fn setup<B: Backend>(ns: &Namespace<B>) {
     ns.add_drive(&drive_rec(1)).unwrap();
     ns.add_drive(&drive_rec(2)).unwrap();
     let objects: Vec<ObjectRef> = (100..100 + POOLED).map(|o| obj(1, o)).collect();
     ns.pool_add(&objects).unwrap();
+    for d in WIDE {
+        ns.add_drive(&drive_rec(d)).unwrap();
+        let objects: Vec<ObjectRef> = (500..500 + WIDE_POOLED).map(|o| obj(d, o)).collect();
+        ns.pool_add(&objects).unwrap();
+    }
 }
 
-fn split(path: &str) -> (&str, &str) {
+/// A placement policy for tests: one pooled object from each of the first
+/// `layout.components()` drives of `drives` (in that order) whose pool has
+/// one; `NoSpace` if fewer have. With [`Layout::SINGLE`]: the first drive
+/// with a pooled object.
+pub fn pool_placer(drives: &[u32]) -> impl FnMut(&Layout, &mut dyn Txn) -> Result<Vec<ObjectRef>, FsStatus> {
+    let drives = drives.to_vec();
+    move |layout, t| {
+        let mut placed = Vec::with_capacity(layout.components());
+        for &d in &drives {
+            if placed.len() == layout.components() {
+                break;
+            }
+            placed.extend(take_pooled(t, d)?);
+        }
+        if placed.len() < layout.components() {
+            return Err(FsStatus::NoSpace);
+        }
+        Ok(placed)
+    }
+}
+
+/// The one component object of a single-component file.
+pub(super) fn single(n: &Inode) -> ObjectRef {
+    assert_eq!(n.layout, Some(Layout::SINGLE), "{n:?}");
+    assert_eq!(n.components.len(), 1, "{n:?}");
+    n.components[0].object
+}
+
+pub(super) fn split(path: &str) -> (&str, &str) {
     let i = path.rfind('/').expect("absolute path");
     (if i == 0 { "/" } else { &path[..i] }, &path[i + 1..])
 }
 
 /// Resolves `path` as root without following a final link.
-fn at<B: Backend>(ns: &Namespace<B>, path: &str) -> Result<Inode, FsStatus> {
+pub(super) fn at<B: Backend>(ns: &Namespace<B>, path: &str) -> Result<Inode, FsStatus> {
     ns.walk(&ROOT, path, false)
 }
 
-fn ino<B: Backend>(ns: &Namespace<B>, path: &str) -> Ino {
+pub(super) fn ino<B: Backend>(ns: &Namespace<B>, path: &str) -> Ino {
     at(ns, path).unwrap_or_else(|e| panic!("{path}: {e:?}")).attr.ino
 }
 
-fn parent<B: Backend>(ns: &Namespace<B>, path: &str) -> (Ino, String) {
+pub(super) fn parent<B: Backend>(ns: &Namespace<B>, path: &str) -> (Ino, String) {
     let (dir, name) = split(path);
     (ino(ns, dir), name.to_owned())
 }
 
-fn mkdir<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str, mode: u32) -> Result<Inode, FsStatus> {
+pub(super) fn mkdir<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str, mode: u32) -> Result<Inode, FsStatus> {
     let (p, name) = parent(ns, path);
     ns.mkdir(who, p, &name, mode)
 }
 
-fn create<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str, mode: u32) -> Result<Inode, FsStatus> {
+pub(super) fn create<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str, mode: u32) -> Result<Inode, FsStatus> {
     let (p, name) = parent(ns, path);
-    ns.create(who, p, &name, mode, true, false, &[1]).map(|(n, created)| {
+    ns.create(who, p, &name, mode, true, false, &mut pool_placer(&[1])).map(|(n, created)| {
         assert!(created);
         n
     })
 }
 
-fn symlink<B: Backend>(ns: &Namespace<B>, path: &str, target: &str) -> Result<Inode, FsStatus> {
+pub(super) fn symlink<B: Backend>(ns: &Namespace<B>, path: &str, target: &str) -> Result<Inode, FsStatus> {
     let (p, name) = parent(ns, path);
     ns.symlink(&ROOT, p, &name, target)
 }
 
-fn unlink<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str) -> Result<Effects, FsStatus> {
+pub(super) fn unlink<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str) -> Result<Effects, FsStatus> {
     let (p, name) = parent(ns, path);
     ns.unlink(who, p, &name)
 }
 
-fn rmdir<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str) -> Result<(), FsStatus> {
+pub(super) fn rmdir<B: Backend>(ns: &Namespace<B>, who: &Caller, path: &str) -> Result<(), FsStatus> {
     let (p, name) = parent(ns, path);
     ns.rmdir(who, p, &name)
 }
 
-fn rename<B: Backend>(ns: &Namespace<B>, who: &Caller, from: &str, to: &str) -> Result<Effects, FsStatus> {
+pub(super) fn rename<B: Backend>(ns: &Namespace<B>, who: &Caller, from: &str, to: &str) -> Result<Effects, FsStatus> {
     let (p, name) = parent(ns, from);
     let (np, new_name) = parent(ns, to);
     ns.rename(who, p, &name, np, &new_name)
 }
 
-fn link<B: Backend>(ns: &Namespace<B>, from: &str, to: &str) -> Result<Inode, FsStatus> {
+pub(super) fn link<B: Backend>(ns: &Namespace<B>, from: &str, to: &str) -> Result<Inode, FsStatus> {
     let (np, new_name) = parent(ns, to);
     ns.link(&ROOT, ino(ns, from), np, &new_name)
 }
 
 /// Gives `path` to `who` with `mode`.
-fn own<B: Backend>(ns: &Namespace<B>, path: &str, who: &Caller, mode: u32) {
+pub(super) fn own<B: Backend>(ns: &Namespace<B>, path: &str, who: &Caller, mode: u32) {
     let set = SetAttrs { mode: Some(mode), uid: Some(who.uid), gid: Some(who.gid), ..SetAttrs::default() };
     ns.setattr(&ROOT, ino(ns, path), &set).unwrap();
 }
 
-fn set_times<B: Backend>(ns: &Namespace<B>, path: &str, t: i64) {
+pub(super) fn set_times<B: Backend>(ns: &Namespace<B>, path: &str, t: i64) {
     let set = SetAttrs { atime_ns: Some(t), mtime_ns: Some(t), ..SetAttrs::default() };
     ns.setattr(&ROOT, ino(ns, path), &set).unwrap();
 }
 
-fn missing<B: Backend>(ns: &Namespace<B>, path: &str) {
+pub(super) fn missing<B: Backend>(ns: &Namespace<B>, path: &str) {
     assert_eq!(at(ns, path).err(), Some(FsStatus::NotFound), "{path} should be gone");
 }
 
@@ -216,11 +276,11 @@ fn mkdir_case<B: Backend>(ns: &Namespace<B>) {
 fn create_case<B: Backend>(ns: &Namespace<B>) {
     mkdir(ns, &ROOT, "/home", 0o777).unwrap();
     let home = ino(ns, "/home");
-    let (f, created) = ns.create(&ALICE, home, "f", 0o640, false, false, &[2, 1]).unwrap();
+    let (f, created) = ns.create(&ALICE, home, "f", 0o640, false, false, &mut pool_placer(&[2, 1])).unwrap();
     assert!(created);
     let a = &f.attr;
     assert_eq!((a.kind, a.mode, a.nlink, a.uid, a.gid, a.size), (FileKind::File, 0o640, 1, 1000, 100, 0));
-    let object = f.object.expect("file without object");
+    let object = single(&f);
     assert_eq!((object.drive, object.partition), (1, PARTITION), "object from the first drive with a pool");
     assert!((100..100 + POOLED).contains(&object.object));
     assert_eq!(f.acv, 0);
@@ -230,9 +290,9 @@ fn create_case<B: Backend>(ns: &Namespace<B>) {
     let h = ns.getattr(home).unwrap();
     assert_eq!((h.attr.size, h.attr.nlink), (1, 2));
     // Mode bits outside the mask are dropped.
-    let (g, _) = ns.create(&ALICE, home, "g", 0o100_644, false, false, &[1]).unwrap();
+    let (g, _) = ns.create(&ALICE, home, "g", 0o100_644, false, false, &mut pool_placer(&[1])).unwrap();
     assert_eq!(g.attr.mode, 0o644);
-    assert_ne!(g.object, f.object);
+    assert_ne!(single(&g), single(&f));
 }
 
 fn create_existing<B: Backend>(ns: &Namespace<B>) {
@@ -240,22 +300,34 @@ fn create_existing<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(f.err(), Some(FsStatus::PermissionDenied), "root dir is 0755 root");
     let f = create(ns, &ROOT, "/f", 0o666).unwrap();
     ns.record_size(f.attr.ino, 10, 77).unwrap();
-    let (again, created) = ns.create(&ROOT, ROOT_INO, "f", 0o600, false, false, &[1]).unwrap();
+    let (again, created) = ns.create(&ROOT, ROOT_INO, "f", 0o600, false, false, &mut pool_placer(&[1])).unwrap();
     assert!(!created);
     assert_eq!((again.attr.ino, again.attr.size, again.attr.mode), (f.attr.ino, 10, 0o666));
-    assert_eq!(ns.create(&ROOT, ROOT_INO, "f", 0o600, true, false, &[1]).err(), Some(FsStatus::Exists));
+    assert_eq!(
+        ns.create(&ROOT, ROOT_INO, "f", 0o600, true, false, &mut pool_placer(&[1])).err(),
+        Some(FsStatus::Exists)
+    );
     let pooled = ns.pool_len(1).unwrap();
     // Opening an existing file takes nothing from the pool, even without a drive list.
-    let (t, created) = ns.create(&ALICE, ROOT_INO, "f", 0o600, false, true, &[]).unwrap();
+    let (t, created) = ns.create(&ALICE, ROOT_INO, "f", 0o600, false, true, &mut pool_placer(&[])).unwrap();
     assert!(!created);
     assert_eq!(t.attr.size, 0, "truncate");
     assert_eq!(ns.pool_len(1).unwrap(), pooled);
     own(ns, "/f", &ALICE, 0o644);
-    assert_eq!(ns.create(&BOB, ROOT_INO, "f", 0o600, false, false, &[1]).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(
+        ns.create(&BOB, ROOT_INO, "f", 0o600, false, false, &mut pool_placer(&[1])).err(),
+        Some(FsStatus::PermissionDenied)
+    );
     mkdir(ns, &ROOT, "/d", 0o755).unwrap();
-    assert_eq!(ns.create(&ROOT, ROOT_INO, "d", 0o600, false, false, &[1]).err(), Some(FsStatus::IsDir));
+    assert_eq!(
+        ns.create(&ROOT, ROOT_INO, "d", 0o600, false, false, &mut pool_placer(&[1])).err(),
+        Some(FsStatus::IsDir)
+    );
     symlink(ns, "/l", "/f").unwrap();
-    assert_eq!(ns.create(&ROOT, ROOT_INO, "l", 0o600, false, false, &[1]).err(), Some(FsStatus::Exists));
+    assert_eq!(
+        ns.create(&ROOT, ROOT_INO, "l", 0o600, false, false, &mut pool_placer(&[1])).err(),
+        Some(FsStatus::Exists)
+    );
 }
 
 fn pool_exhaustion<B: Backend>(ns: &Namespace<B>) {
@@ -265,19 +337,22 @@ fn pool_exhaustion<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.pool_len(1).unwrap(), 0);
     let before = snapshot(ns);
     assert_eq!(create(ns, &ROOT, "/more", 0o644).err(), Some(FsStatus::NoSpace));
-    assert_eq!(ns.create(&ROOT, ROOT_INO, "more", 0o644, true, false, &[1, 2, 3]).err(), Some(FsStatus::NoSpace));
+    assert_eq!(
+        ns.create(&ROOT, ROOT_INO, "more", 0o644, true, false, &mut pool_placer(&[1, 2, 9])).err(),
+        Some(FsStatus::NoSpace)
+    );
     assert_eq!(snapshot(ns), before, "a failed create left something behind");
     missing(ns, "/more");
     ns.pool_add(&[obj(2, 5)]).unwrap();
-    let (m, _) = ns.create(&ROOT, ROOT_INO, "more", 0o644, true, false, &[1, 2]).unwrap();
-    assert_eq!(m.object, Some(obj(2, 5)));
+    let (m, _) = ns.create(&ROOT, ROOT_INO, "more", 0o644, true, false, &mut pool_placer(&[1, 2])).unwrap();
+    assert_eq!(single(&m), obj(2, 5));
 }
 
 fn symlink_case<B: Backend>(ns: &Namespace<B>) {
     let l = symlink(ns, "/l", "some/where").unwrap();
     assert_eq!((l.attr.kind, l.attr.mode, l.attr.size, l.attr.nlink), (FileKind::Symlink, 0o777, 10, 1));
     assert_eq!(l.target.as_deref(), Some("some/where"));
-    assert_eq!(l.object, None);
+    assert_eq!((l.layout, l.components.len()), (None, 0));
     assert_eq!(ns.getattr(l.attr.ino).unwrap(), l);
     assert_eq!(symlink(ns, "/l", "x").err(), Some(FsStatus::Exists));
     assert_eq!(symlink(ns, "/e", "").err(), Some(FsStatus::InvalidArgument));
@@ -410,7 +485,7 @@ fn setgid_inheritance<B: Backend>(ns: &Namespace<B>) {
 fn hard_links<B: Backend>(ns: &Namespace<B>) {
     mkdir(ns, &ROOT, "/d", 0o755).unwrap();
     let f = create(ns, &ROOT, "/f", 0o644).unwrap();
-    let object = f.object.unwrap();
+    let object = single(&f);
     set_times(ns, "/d", 5);
     let l = link(ns, "/f", "/d/g").unwrap();
     assert_eq!((l.attr.ino, l.attr.nlink), (f.attr.ino, 2));
@@ -470,7 +545,7 @@ fn rename_same_dir<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(rename(ns, &ROOT, "/a", "/b").unwrap(), Effects::default());
     missing(ns, "/a");
     let b = at(ns, "/b").unwrap();
-    assert_eq!((b.attr.ino, b.object, b.acv), (f.attr.ino, f.object, 0));
+    assert_eq!((b.attr.ino, &b.components, b.acv), (f.attr.ino, &f.components, 0));
     assert!(b.attr.ctime_ns >= f.attr.ctime_ns);
     let r = ns.getattr(ROOT_INO).unwrap();
     assert_eq!(r.attr.size, 1);
@@ -483,7 +558,7 @@ fn rename_replace<B: Backend>(ns: &Namespace<B>) {
     let a = create(ns, &ROOT, "/a", 0o644).unwrap();
     let b = create(ns, &ROOT, "/b", 0o644).unwrap();
     let fx = rename(ns, &ROOT, "/a", "/b").unwrap();
-    assert_eq!(fx, Effects { revoke: vec![], doomed: vec![b.object.unwrap()] });
+    assert_eq!(fx, Effects { revoke: vec![], doomed: vec![single(&b)] });
     assert_eq!(ino(ns, "/b"), a.attr.ino);
     missing(ns, "/a");
     assert_eq!(ns.getattr(b.attr.ino).err(), Some(FsStatus::NotFound));
@@ -491,7 +566,7 @@ fn rename_replace<B: Backend>(ns: &Namespace<B>) {
     let c = create(ns, &ROOT, "/c", 0o644).unwrap();
     link(ns, "/c", "/c2").unwrap();
     let fx = rename(ns, &ROOT, "/b", "/c").unwrap();
-    assert_eq!(fx, Effects { revoke: vec![AcvIntent { object: c.object.unwrap(), acv: 1 }], doomed: vec![] });
+    assert_eq!(fx, Effects { revoke: vec![AcvIntent { object: single(&c), acv: 1 }], doomed: vec![] });
     let c2 = at(ns, "/c2").unwrap();
     assert_eq!((c2.attr.nlink, c2.acv), (1, 1));
     assert_eq!(ino(ns, "/c"), a.attr.ino);
@@ -733,14 +808,14 @@ fn symlink_loops<B: Backend>(ns: &Namespace<B>) {
 fn chmod_chown<B: Backend>(ns: &Namespace<B>) {
     let f = create(ns, &ROOT, "/f", 0o644).unwrap();
     own(ns, "/f", &ALICE, 0o644);
-    let (i, object) = (f.attr.ino, f.object.unwrap());
+    let (i, object) = (f.attr.ino, single(&f));
     let chmod = |who: &Caller, mode: u32| ns.setattr(who, i, &SetAttrs { mode: Some(mode), ..SetAttrs::default() });
     let acv = ns.getattr(i).unwrap().acv;
     let (n, intent) = chmod(&ALICE, 0o600).unwrap();
     assert_eq!(n.attr.mode, 0o600);
-    assert_eq!(intent, Some(AcvIntent { object, acv: acv + 1 }));
+    assert_eq!(intent, vec![AcvIntent { object, acv: acv + 1 }]);
     assert_eq!(n.acv, acv + 1);
-    assert_eq!(ns.acv_intents(10).unwrap(), vec![intent.unwrap()]);
+    assert_eq!(ns.acv_intents(10).unwrap(), intent);
     assert_eq!(chmod(&BOB, 0o666).err(), Some(FsStatus::NotPermitted));
     assert_eq!(chmod(&ALICE, 0o10_000).err(), Some(FsStatus::InvalidArgument));
     assert_eq!(chmod(&ROOT, 0o4755).unwrap().0.attr.mode, 0o4755);
@@ -767,10 +842,10 @@ fn chmod_chown<B: Backend>(ns: &Namespace<B>) {
     // Directories: allowed, no intent; ctime moves.
     let d = mkdir(ns, &ROOT, "/d", 0o755).unwrap();
     let (n, intent) = ns.setattr(&ROOT, d.attr.ino, &SetAttrs { mode: Some(0o700), ..SetAttrs::default() }).unwrap();
-    assert_eq!((n.attr.mode, intent, n.acv), (0o700, None, 0));
+    assert_eq!((n.attr.mode, intent, n.acv), (0o700, vec![], 0));
     assert!(n.attr.ctime_ns >= d.attr.ctime_ns);
     let (same, intent) = ns.setattr(&CAROL, i, &SetAttrs::default()).unwrap();
-    assert_eq!((same, intent), (last, None), "an empty setattr changes nothing");
+    assert_eq!((same, intent), (last, vec![]), "an empty setattr changes nothing");
     assert_eq!(ns.setattr(&ROOT, 9999, &uid(1)).err(), Some(FsStatus::NotFound));
 }
 
@@ -782,7 +857,7 @@ fn truncate_utimes<B: Backend>(ns: &Namespace<B>) {
     let times = SetAttrs { atime_ns: Some(11), mtime_ns: Some(22), ..SetAttrs::default() };
     ns.setattr(&ALICE, i, &times).unwrap();
     let (n, intent) = ns.setattr(&BOB, i, &size(100)).unwrap();
-    assert_eq!((n.attr.size, intent, n.acv), (100, None, 1), "truncate does not revoke (acv 1 from own)");
+    assert_eq!((n.attr.size, intent, n.acv), (100, vec![], 1), "truncate does not revoke (acv 1 from own)");
     assert!(n.attr.mtime_ns > 22 && n.attr.ctime_ns > 22);
     assert_eq!(ns.setattr(&CAROL, i, &size(0)).err(), Some(FsStatus::PermissionDenied));
     assert_eq!(ns.setattr(&ROOT, i, &size(0)).unwrap().0.attr.size, 0);
@@ -802,10 +877,10 @@ fn truncate_utimes<B: Backend>(ns: &Namespace<B>) {
 fn acv_intents<B: Backend>(ns: &Namespace<B>) {
     let f = create(ns, &ROOT, "/f", 0o644).unwrap();
     let g = create(ns, &ROOT, "/g", 0o644).unwrap();
-    let (fo, go) = (f.object.unwrap(), g.object.unwrap());
-    assert_eq!(ns.bump_acv(f.attr.ino).unwrap(), AcvIntent { object: fo, acv: 1 });
-    assert_eq!(ns.bump_acv(f.attr.ino).unwrap(), AcvIntent { object: fo, acv: 2 });
-    assert_eq!(ns.bump_acv(g.attr.ino).unwrap(), AcvIntent { object: go, acv: 1 });
+    let (fo, go) = (single(&f), single(&g));
+    assert_eq!(ns.bump_acv(f.attr.ino).unwrap(), vec![AcvIntent { object: fo, acv: 1 }]);
+    assert_eq!(ns.bump_acv(f.attr.ino).unwrap(), vec![AcvIntent { object: fo, acv: 2 }]);
+    assert_eq!(ns.bump_acv(g.attr.ino).unwrap(), vec![AcvIntent { object: go, acv: 1 }]);
     assert_eq!(ns.getattr(f.attr.ino).unwrap().acv, 2);
     let mut all = ns.acv_intents(10).unwrap();
     all.sort_by_key(|i| i.object);
@@ -848,9 +923,9 @@ fn record_size_usage<B: Backend>(ns: &Namespace<B>) {
 fn pool_and_known_objects<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.pool_len(1).unwrap(), POOLED as usize);
     assert_eq!(ns.pool_len(2).unwrap(), 0);
-    assert_eq!(ns.pool_len(3).unwrap(), 0);
+    assert_eq!(ns.pool_len(9).unwrap(), 0);
     let before = snapshot(ns);
-    assert_eq!(ns.pool_add(&[obj(2, 1), obj(3, 1)]).err(), Some(FsStatus::InvalidArgument), "unknown drive");
+    assert_eq!(ns.pool_add(&[obj(2, 1), obj(9, 1)]).err(), Some(FsStatus::InvalidArgument), "unknown drive");
     assert_eq!(ns.pool_add(&[obj(2, 1), obj(1, 100)]).err(), Some(FsStatus::Exists), "already pooled");
     assert_eq!(ns.pool_add(&[obj(2, 1), obj(2, 1)]).err(), Some(FsStatus::Exists), "duplicate in batch");
     let many: Vec<ObjectRef> = (0..BATCH_MAX as u64 + 1).map(|o| obj(2, 1000 + o)).collect();
@@ -858,15 +933,15 @@ fn pool_and_known_objects<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(snapshot(ns), before, "a failed pool_add adds nothing");
     ns.pool_add(&[obj(2, 1), obj(2, 2)]).unwrap();
     assert_eq!(ns.pool_len(2).unwrap(), 2);
-    let f = create(ns, &ROOT, "/f", 0o644).unwrap().object.unwrap();
-    let g = create(ns, &ROOT, "/g", 0o644).unwrap().object.unwrap();
+    let f = single(&create(ns, &ROOT, "/f", 0o644).unwrap());
+    let g = single(&create(ns, &ROOT, "/g", 0o644).unwrap());
     unlink(ns, &ROOT, "/g").unwrap();
     assert_eq!(ns.pool_add(&[f]).err(), Some(FsStatus::Exists), "held by a file");
     assert_eq!(ns.pool_add(&[g]).err(), Some(FsStatus::Exists), "doomed");
     let want: BTreeSet<u64> = (100..100 + POOLED).collect();
     assert_eq!(ns.known_objects(1).unwrap(), want, "files + pool + doomed");
     assert_eq!(ns.known_objects(2).unwrap(), BTreeSet::from([1, 2]));
-    assert!(ns.known_objects(3).unwrap().is_empty());
+    assert!(ns.known_objects(9).unwrap().is_empty());
     ns.forget_doomed(&[g]).unwrap();
     assert!(!ns.known_objects(1).unwrap().contains(&g.object));
 }
@@ -880,7 +955,7 @@ fn doomed_log<B: Backend>(ns: &Namespace<B>) {
     mkdir(ns, &ROOT, "/d", 0o755).unwrap();
     let d = ino(ns, "/d");
     for i in 0..n {
-        ns.create(&ROOT, d, &format!("f{i}"), 0o644, true, false, &[2]).unwrap();
+        ns.create(&ROOT, d, &format!("f{i}"), 0o644, true, false, &mut pool_placer(&[2])).unwrap();
     }
     for i in 0..n {
         ns.unlink(&ROOT, d, &format!("f{i}")).unwrap();
@@ -925,9 +1000,10 @@ fn users<B: Backend>(ns: &Namespace<B>) {
 }
 
 fn drives<B: Backend>(ns: &Namespace<B>) {
-    assert_eq!(ns.drives().unwrap(), vec![drive_rec(1), drive_rec(2)]);
+    let wide = || WIDE.iter().map(|&d| drive_rec(d));
+    assert_eq!(ns.drives().unwrap(), [drive_rec(1), drive_rec(2)].into_iter().chain(wide()).collect::<Vec<_>>());
     assert_eq!(ns.add_drive(&drive_rec(1)).err(), Some(FsStatus::Exists));
-    let mut same_id = drive_rec(5);
+    let mut same_id = drive_rec(8);
     same_id.drive_id = drive_rec(2).drive_id;
     assert_eq!(ns.add_drive(&same_id).err(), Some(FsStatus::Exists));
     ns.add_drive(&drive_rec(0)).unwrap();
@@ -935,13 +1011,19 @@ fn drives<B: Backend>(ns: &Namespace<B>) {
     d2.sealed_keys = vec![9; 64];
     d2.addr = "10.0.0.2:7000".into();
     ns.update_drive(&d2).unwrap();
-    assert_eq!(ns.drives().unwrap(), vec![drive_rec(0), drive_rec(1), d2.clone()]);
+    let want: Vec<DriveRecord> = [drive_rec(0), drive_rec(1), d2.clone()].into_iter().chain(wide()).collect();
+    assert_eq!(ns.drives().unwrap(), want);
     assert_eq!(ns.update_drive(&drive_rec(9)).err(), Some(FsStatus::NotFound));
     d2.drive_id = drive_rec(1).drive_id;
     assert_eq!(ns.update_drive(&d2).err(), Some(FsStatus::Exists));
     let mut big = drive_rec(7);
     big.sealed_keys = vec![0; crate::SEALED_KEYS_MAX + 1];
     assert_eq!(ns.add_drive(&big).err(), Some(FsStatus::InvalidArgument));
+    let mut far = drive_rec(7);
+    far.failure_domain = "r".repeat(nasd_proto::limits::NAME_LEN_MAX + 1);
+    assert_eq!(ns.add_drive(&far).err(), Some(FsStatus::InvalidArgument), "failure domain too long");
+    far.failure_domain.pop();
+    ns.add_drive(&far).unwrap();
     assert!(!format!("{:?}", drive_rec(1)).contains("[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1"));
 }
 
@@ -978,7 +1060,7 @@ fn concurrency<B: Backend>(ns: &Namespace<B>) {
             scope.spawn(move || {
                 for i in 0..EACH {
                     ns.mkdir(&ROOT, ROOT_INO, &format!("t{th}-{i}"), 0o755).unwrap();
-                    ns.create(&ROOT, ROOT_INO, "shared", 0o644, false, false, &[1]).unwrap();
+                    ns.create(&ROOT, ROOT_INO, "shared", 0o644, false, false, &mut pool_placer(&[1])).unwrap();
                 }
             });
         }
@@ -1014,6 +1096,40 @@ fn rollback<B: Backend>(ns: Namespace<Failing<B>>) {
         ("pool_add", |ns| ns.pool_add(&[obj(2, 1), obj(2, 2), obj(2, 3)])),
         ("forget_doomed", |ns| ns.forget_doomed(&ns.doomed(10)?)),
         ("add_user", |ns| ns.add_user(&user("u", 7))),
+        ("mkdir w", |ns| mkdir(ns, &ROOT, "/w", 0o755).map(drop)),
+        ("set_layout dir", |ns| {
+            let rs = Layout::parse("rs:2+1").expect("layout");
+            ns.set_layout(&ROOT, ino(ns, "/w"), Some(rs), &mut pool_placer(&[])).map(drop)
+        }),
+        ("create of three components", |ns| {
+            let w = ino(ns, "/w");
+            ns.create(&ROOT, w, "f", 0o644, true, false, &mut pool_placer(&[1, 3, 4, 5])).map(drop)
+        }),
+        ("set_layout file", |ns| {
+            let s2 = Layout::parse("stripe:2").expect("layout");
+            ns.set_layout(&ROOT, ino(ns, "/w/f"), Some(s2), &mut pool_placer(&[5, 6])).map(drop)
+        }),
+        ("chmod of two components", |ns| {
+            ns.setattr(&ROOT, ino(ns, "/w/f"), &SetAttrs { mode: Some(0o600), ..Default::default() }).map(drop)
+        }),
+        ("begin_write", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
+        ("commit_write with stale ranges", |ns| {
+            let f = ino(ns, "/w/f");
+            let txn = ns.intent_of(f)?.expect("an open intent").txn;
+            let stale = [(0, StaleRange { offset: 0, length: 10 }), (1, StaleRange { offset: 5, length: 10 })];
+            ns.commit_write(&ROOT, f, txn, 100, &stale, 7).map(drop)
+        }),
+        ("finish_intent", |ns| ns.finish_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn)),
+        ("begin_write again", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
+        ("abort_intent", |ns| ns.abort_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn).map(drop)),
+        ("mark_stale", |ns| ns.mark_stale(ino(ns, "/w/f"), 0, &[StaleRange { offset: 100, length: 5 }])),
+        ("clear_stale", |ns| ns.clear_stale(ino(ns, "/w/f"), 1)),
+        ("replace_component", |ns| {
+            ns.replace_component(ino(ns, "/w/f"), 0, obj(3, 9000), ComponentState::Ok).map(drop)
+        }),
+        ("set_drive_state", |ns| ns.set_drive_state(4, DriveState::Out).map(drop)),
+        ("bump_map_epoch", |ns| ns.bump_map_epoch().map(drop)),
+        ("unlink of two components with intent and stale ranges", |ns| unlink(ns, &ROOT, "/w/f").map(drop)),
     ];
     for (name, step) in steps {
         let mut fail_at = 0;

@@ -1,8 +1,9 @@
 //! A backend wrapper that fails the n-th row operation.
 
 use crate::backend::{Backend, Txn};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::Component;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Wraps a backend; once armed with [`Failing::fail_after`], the row
@@ -104,6 +105,22 @@ delegate! {
     fn pool_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
     fn file_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
     fn object_known(&mut self, object: &ObjectRef) -> bool;
+    fn put_component(&mut self, ino: Ino, idx: usize, component: &Component) -> ();
+    fn delete_components(&mut self, ino: Ino) -> ();
+    fn component_of(&mut self, object: &ObjectRef) -> Option<(Ino, usize)>;
+    fn list_stale_components(&mut self, after: (Ino, usize), limit: usize) -> Vec<(Ino, usize)>;
+    fn list_components_on_drive(&mut self, drive: u32, after: (Ino, usize), limit: usize) -> Vec<(Ino, usize, ObjectRef)>;
+    fn component_counts(&mut self) -> Vec<(u32, u64)>;
+    fn count_degraded(&mut self) -> u64;
+    fn get_stale_ranges(&mut self, ino: Ino, idx: usize) -> Vec<StaleRange>;
+    fn put_stale_range(&mut self, ino: Ino, idx: usize, range: &StaleRange) -> ();
+    fn delete_stale_ranges(&mut self, ino: Ino, idx: Option<usize>) -> ();
+    fn alloc_txn(&mut self) -> u64;
+    fn put_intent(&mut self, intent: &Intent) -> ();
+    fn get_intent(&mut self, txn: u64) -> Option<Intent>;
+    fn intent_of_inode(&mut self, ino: Ino) -> Option<Intent>;
+    fn list_intents(&mut self, after: u64, limit: usize) -> Vec<Intent>;
+    fn delete_intent(&mut self, txn: u64) -> ();
     fn doom(&mut self, object: &ObjectRef) -> ();
     fn list_doomed(&mut self, limit: usize) -> Vec<ObjectRef>;
     fn doomed_objects(&mut self, drive: u32) -> Vec<ObjectRef>;

@@ -6,15 +6,17 @@
 //! Everything here panics on a failed check; it is for tests only.
 
 mod conformance;
+mod conformance_files;
 mod failing;
 
-pub use conformance::conformance;
+pub use conformance::{conformance, pool_placer};
 pub use failing::Failing;
 
 use crate::backend::{Backend, Txn};
-use crate::types::{AcvIntent, DirEntry, Inode};
-use crate::{Namespace, BATCH_MAX, READDIR_ENTRIES_MAX};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange};
+use crate::{Namespace, BATCH_MAX, READDIR_ENTRIES_MAX, STALE_RANGES_MAX};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
+use nasd_proto::layout::ComponentState;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Most inodes the test walkers visit (they are for small test trees).
@@ -65,8 +67,44 @@ pub struct Snapshot {
     pub doomed: Vec<ObjectRef>,
     /// Pending ACV intents.
     pub intents: Vec<AcvIntent>,
+    /// Write intents.
+    pub write_intents: Vec<Intent>,
+    /// Every stale component with its recorded ranges.
+    pub stale: Vec<((Ino, usize), Vec<StaleRange>)>,
+    /// The drive table.
+    pub drives: Vec<DriveRecord>,
+    /// The cluster map epoch setting.
+    pub map_epoch: Option<Vec<u8>>,
     /// (inodes, file bytes).
     pub usage: (u64, u64),
+}
+
+/// Every write intent, paging through [`Txn::list_intents`].
+pub fn all_intents(t: &mut dyn Txn) -> Result<Vec<Intent>, FsStatus> {
+    let mut all: Vec<Intent> = Vec::new();
+    loop {
+        let page = t.list_intents(all.last().map_or(0, |i| i.txn), BATCH_MAX)?;
+        let done = page.len() < BATCH_MAX;
+        all.extend(page);
+        assert!(all.len() <= TEST_TREE_INODES_MAX, "too many intents for a test");
+        if done {
+            return Ok(all);
+        }
+    }
+}
+
+/// Every stale component, paging through [`Txn::list_stale_components`].
+pub fn all_stale(t: &mut dyn Txn) -> Result<Vec<(Ino, usize)>, FsStatus> {
+    let mut all: Vec<(Ino, usize)> = Vec::new();
+    loop {
+        let page = t.list_stale_components(all.last().copied().unwrap_or((0, 0)), BATCH_MAX)?;
+        let done = page.len() < BATCH_MAX;
+        all.extend(page);
+        assert!(all.len() <= TEST_TREE_INODES_MAX, "too many stale components for a test");
+        if done {
+            return Ok(all);
+        }
+    }
 }
 
 /// Takes a [`Snapshot`] in one read transaction.
@@ -77,11 +115,19 @@ pub fn snapshot<B: Backend>(ns: &Namespace<B>) -> Snapshot {
             for d in t.list_drives()? {
                 pool.extend(t.pool_objects(d.drive)?);
             }
+            let mut stale = Vec::new();
+            for (ino, idx) in all_stale(t)? {
+                stale.push(((ino, idx), t.get_stale_ranges(ino, idx)?));
+            }
             Ok(Snapshot {
                 tree: tree(t)?,
                 pool,
                 doomed: t.list_doomed(BATCH_MAX)?,
                 intents: t.list_acv_intents(BATCH_MAX)?,
+                write_intents: all_intents(t)?,
+                stale,
+                drives: t.list_drives()?,
+                map_epoch: t.get_setting("map_epoch")?,
                 usage: t.usage()?,
             })
         })
@@ -93,8 +139,12 @@ pub fn snapshot<B: Backend>(ns: &Namespace<B>) -> Snapshot {
 /// directory's parent pointer names the directory holding it; every other
 /// inode's link count equals the number of names it has; every inode is
 /// reachable (the inode count matches); symlinks' sizes are their target
-/// lengths; only regular files have objects; no object is held twice
-/// across files, the pool and the doomed table.
+/// lengths; only regular files have components, exactly as many as their
+/// layout names, on distinct drives; the root has a layout, symlinks none;
+/// only Stale components have stale ranges (disjoint, ascending, non-empty,
+/// at most [`STALE_RANGES_MAX`]); every write intent names a reachable
+/// regular file, at most one each; no object is held twice across files'
+/// components, the pool and the doomed table.
 pub fn check_invariants<B: Backend>(ns: &Namespace<B>) {
     ns.backend().read(check_invariants_in).expect("invariant check failed to read");
 }
@@ -113,12 +163,55 @@ fn check_invariants_in(t: &mut dyn Txn) -> Result<(), FsStatus> {
     }
     let file_bytes = links.values().filter(|(_, n)| n.attr.kind == FileKind::File).map(|(_, n)| n.attr.size).sum();
     assert_eq!(t.usage()?, (links.len() as u64, file_bytes), "unreachable inodes exist (or usage is wrong)");
-    check_objects(t, links.values().filter_map(|(_, n)| n.object))
+    assert!(links[&ROOT_INO].1.layout.is_some(), "the root has no layout");
+    check_stale(t, &links)?;
+    let mut intent_inos = BTreeSet::new();
+    for i in all_intents(t)? {
+        assert!(intent_inos.insert(i.ino), "two write intents for inode {}", i.ino);
+        let kind = links.get(&i.ino).map(|(_, n)| n.attr.kind);
+        assert_eq!(kind, Some(FileKind::File), "write intent {i:?} names no reachable regular file");
+    }
+    check_objects(t, links.values().flat_map(|(_, n)| n.objects()))
+}
+
+/// Stale ranges exist only for Stale components and are well formed; the
+/// stale listing matches the inodes.
+fn check_stale(t: &mut dyn Txn, links: &BTreeMap<Ino, (u32, Inode)>) -> Result<(), FsStatus> {
+    let mut stale = Vec::new();
+    for (ino, (_, n)) in links {
+        for (idx, c) in n.components.iter().enumerate() {
+            let ranges = t.get_stale_ranges(*ino, idx)?;
+            if c.state == ComponentState::Stale {
+                stale.push((*ino, idx));
+            } else {
+                assert!(ranges.is_empty(), "inode {ino} component {idx} is {:?} with stale ranges", c.state);
+            }
+            assert!(ranges.len() <= STALE_RANGES_MAX, "inode {ino} component {idx}: too many ranges");
+            assert!(ranges.iter().all(|r| r.length > 0), "inode {ino} component {idx}: an empty range");
+            assert!(ranges.windows(2).all(|w| w[0].end() < w[1].offset), "inode {ino}/{idx}: ranges not disjoint");
+        }
+    }
+    assert_eq!(all_stale(t)?, stale, "stale component listing");
+    let degraded = links.values().filter(|(_, n)| n.components.iter().any(|c| c.state != ComponentState::Ok)).count();
+    assert_eq!(t.count_degraded()?, degraded as u64, "degraded file count");
+    Ok(())
 }
 
 fn check_inode_shape(t: &mut dyn Txn, path: &str, inode: &Inode) -> Result<(), FsStatus> {
     let a = &inode.attr;
-    assert_eq!(inode.object.is_some(), a.kind == FileKind::File, "{path}: object iff regular file");
+    match (a.kind, &inode.layout) {
+        (FileKind::File, Some(layout)) => {
+            assert_eq!(inode.components.len(), layout.components(), "{path}: components of layout {layout}");
+            let drives: BTreeSet<u32> = inode.objects().map(|o| o.drive).collect();
+            assert_eq!(drives.len(), inode.components.len(), "{path}: two components on one drive");
+            for c in &inode.components {
+                assert_ne!(c.state, ComponentState::Down, "{path}: Down is never stored");
+            }
+        }
+        (FileKind::File, None) => panic!("{path}: a regular file without a layout"),
+        (FileKind::Symlink, Some(_)) => panic!("{path}: a symlink with a layout"),
+        _ => assert!(inode.components.is_empty(), "{path}: components of a non-file"),
+    }
     assert_eq!(inode.target.is_some(), a.kind == FileKind::Symlink, "{path}: target iff symlink");
     if let Some(target) = &inode.target {
         assert_eq!(a.size, target.len() as u64, "{path}: symlink size");

@@ -1,0 +1,195 @@
+//! The manager's cluster map: the drive table with each drive's service
+//! state (in/out) and health (up/down, from [`crate::health`]), the map
+//! epoch, the heartbeat loop that keeps health current, and what placement,
+//! repair and `CLUSTER_STATUS` read from it.
+
+use crate::health::{self, Transition};
+use crate::placement::Candidate;
+use crate::{Failure, Manager};
+use nasd_proto::fs::FsStatus;
+use nasd_proto::manager::{ClusterStatus, DriveState, DriveStatus, DRIVES_MAX};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl Manager {
+    /// Whether drive `drive` answers heartbeats (as the manager last saw;
+    /// a drive not probed yet counts as up).
+    pub(crate) fn is_up(&self, drive: u32) -> bool {
+        self.health.lock().expect("health lock").get(&drive).is_none_or(|h| h.is_up())
+    }
+
+    /// How long drive `drive` has been down, if it is.
+    pub(crate) fn down_for(&self, drive: u32, now: Instant) -> Option<Duration> {
+        self.health.lock().expect("health lock").get(&drive).and_then(|h| h.down_for(now))
+    }
+
+    /// Whether drive `drive` is out of service.
+    pub(crate) fn is_out(&self, drive: u32) -> bool {
+        self.out_of_service.lock().expect("out lock").contains(&drive)
+    }
+
+    /// The current cluster map epoch.
+    pub(crate) fn epoch(&self) -> u32 {
+        self.map_epoch.load(Ordering::SeqCst)
+    }
+
+    /// Moves the map epoch on (a drive changed health, a component moved).
+    pub(crate) async fn bump_epoch(&self) -> Result<u32, Failure> {
+        let epoch = self.meta(|ns| ns.bump_map_epoch()).await?;
+        self.map_epoch.fetch_max(epoch, Ordering::SeqCst);
+        Ok(epoch)
+    }
+
+    /// Drives that may take a new component: in service and up, with what
+    /// placement weighs them by.
+    pub(crate) fn candidates(&self) -> Vec<Candidate> {
+        let now = Instant::now();
+        let health = self.health.lock().expect("health lock").clone();
+        let mut recent = self.recent.lock().expect("recent lock");
+        self.drives()
+            .into_iter()
+            .filter(|d| !self.is_out(d.drive) && health.get(&d.drive).is_none_or(|h| h.is_up()))
+            .map(|d| {
+                let reported = health.get(&d.drive).and_then(|h| h.reported.clone()).unwrap_or_default();
+                Candidate {
+                    drive: d.drive,
+                    failure_domain: reported.failure_domain.clone(),
+                    free_bytes: reported.free_bytes(),
+                    recent: recent.of(d.drive, now),
+                }
+            })
+            .collect()
+    }
+
+    /// Bytes in use on every drive in service that is up, as last reported.
+    pub(crate) fn used_by_drive(&self) -> Vec<(u32, u64)> {
+        let health = self.health.lock().expect("health lock").clone();
+        self.drives()
+            .into_iter()
+            .filter(|d| !self.is_out(d.drive))
+            .filter_map(|d| {
+                let h = health.get(&d.drive)?;
+                Some((d.drive, h.reported.as_ref().filter(|_| h.is_up())?.used_bytes))
+            })
+            .collect()
+    }
+
+    /// One round of heartbeats to every drive, in parallel; acts on changes
+    /// of health: a new map epoch, and for a drive that came back, its open
+    /// transactions resolved and repair woken.
+    pub(crate) async fn heartbeat(&self, conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>) {
+        let drives = self.drives();
+        let mut conns = conns.lock().await;
+        let probes = drives.iter().map(|d| {
+            let mut conn = conns.remove(&d.drive).flatten();
+            let (addr, id, drive) = (d.addr.clone(), d.drive_id, d.drive);
+            async move {
+                let answer = health::probe(&mut conn, &addr, id).await;
+                (drive, conn, answer)
+            }
+        });
+        let answers = futures::future::join_all(probes).await;
+        let now = Instant::now();
+        let mut changed = Vec::new();
+        {
+            let mut health = self.health.lock().expect("health lock");
+            for (drive, conn, answer) in answers {
+                conns.insert(drive, conn);
+                let t = health.entry(drive).or_default().observe(now, answer);
+                if t != Transition::None {
+                    changed.push((drive, t));
+                }
+            }
+        }
+        drop(conns);
+        for (drive, t) in changed {
+            self.on_health_change(drive, t).await;
+        }
+    }
+
+    async fn on_health_change(&self, drive: u32, t: Transition) {
+        match t {
+            Transition::WentDown => tracing::warn!(drive, "drive is down: reads go around it, writes miss it"),
+            Transition::CameUp => tracing::info!(drive, "drive is up again"),
+            Transition::None => return,
+        }
+        if let Err(e) = self.bump_epoch().await {
+            tracing::warn!(error = %e, "cannot move the map epoch");
+        }
+        if t == Transition::CameUp {
+            if let Ok(d) = self.drive(drive) {
+                if let Err(e) = self.resolve_drive_txns(&d).await {
+                    tracing::info!(drive, error = %e, "open transactions resolved later");
+                }
+                // What happened while it was down (revocations, removals) is finished by maintenance.
+                d.set_unrecovered();
+            }
+            self.repair_kick.notify_one();
+        }
+    }
+
+    /// The heartbeat loop: a round every [`health::HEARTBEAT_INTERVAL`] until shutdown.
+    pub(crate) async fn heartbeat_loop(&self, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let conns = tokio::sync::Mutex::new(HashMap::new());
+        self.every(health::HEARTBEAT_INTERVAL, shutdown, || self.heartbeat(&conns)).await;
+    }
+
+    /// `SET_DRIVE_STATE`: takes a drive out of service or back in.
+    pub(crate) async fn set_drive_state(&self, drive: u32, state: DriveState) -> Result<(), Failure> {
+        self.drive(drive).map_err(|_| Failure::new(FsStatus::NotFound, format!("there is no drive {drive}")))?;
+        let epoch = self.meta(move |ns| ns.set_drive_state(drive, state)).await?;
+        self.map_epoch.fetch_max(epoch, Ordering::SeqCst);
+        let mut out = self.out_of_service.lock().expect("out lock");
+        match state {
+            DriveState::Out => out.insert(drive),
+            DriveState::In => out.remove(&drive),
+        };
+        drop(out);
+        self.repair_kick.notify_one();
+        Ok(())
+    }
+
+    /// `CLUSTER_STATUS`.
+    pub(crate) async fn cluster_status(&self) -> Result<ClusterStatus, Failure> {
+        let counts: HashMap<u32, u64> = self.meta(|ns| ns.component_counts()).await?.into_iter().collect();
+        let records = self.meta(|ns| ns.drives()).await?;
+        let stale_files = self.meta(|ns| ns.degraded_files()).await?;
+        let health = self.health.lock().expect("health lock").clone();
+        let mut drives = Vec::new();
+        let mut on_down_drives = 0;
+        for rec in records.into_iter().take(DRIVES_MAX) {
+            let h = health.get(&rec.drive).cloned().unwrap_or_default();
+            let reported = h.reported.clone().unwrap_or_default();
+            let components = counts.get(&rec.drive).copied().unwrap_or(0);
+            if !h.is_up() {
+                on_down_drives += components;
+            }
+            drives.push(DriveStatus {
+                drive: rec.drive,
+                addr: rec.addr,
+                failure_domain: if reported.failure_domain.is_empty() {
+                    rec.failure_domain
+                } else {
+                    reported.failure_domain
+                },
+                state: rec.state,
+                up: h.is_up(),
+                capacity_bytes: if reported.capacity_bytes > 0 { reported.capacity_bytes } else { rec.capacity_bytes },
+                used_bytes: reported.used_bytes,
+                components,
+            });
+        }
+        let r = self.repair.lock().expect("repair lock").clone();
+        Ok(ClusterStatus {
+            map_epoch: self.epoch(),
+            drives,
+            // Files with a stale component, plus (an upper bound) those with one on a down drive.
+            files_degraded: stale_files + on_down_drives,
+            rebuild: r.rebuild,
+            rebalance: r.rebalance,
+            scrub: r.scrub,
+            last_scrub: r.last_scrub,
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! The manager as coordinator of write transactions (Slice §3.3.2; design in
+//! docs/ARCHITECTURE.md, "Atomic multi-drive updates"): `BEGIN_WRITE` logs an
+//! intent and opens the transaction on every component's drive; `COMMIT`
+//! records the outcome and ends it on the drives; a writer that disappears
+//! is rolled back when its lease runs out; after a restart, or when a drive
+//! comes back, each drive's open transactions are resolved against the
+//! intents (an open transaction without an intent was committed).
+
+use crate::drives::DriveHandle;
+use crate::service::Session;
+use crate::{Failure, Manager};
+use nasd_meta::{Inode, Intent, IntentState, StaleRange};
+use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
+use nasd_proto::manager::{ManagerReply, DIRTY_RANGES_MAX};
+use nasd_proto::Status;
+use nasd_stripe::geometry::Geometry;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `BEGIN_WRITE` waits for another writer's transaction on the
+/// same file to end before answering `BUSY`.
+pub const BEGIN_WAIT: Duration = Duration::from_secs(10);
+/// How often a waiting `BEGIN_WRITE` looks again.
+const BEGIN_POLL: Duration = Duration::from_millis(20);
+/// Open transactions listed per `TXN_LIST` request during recovery.
+const TXN_LIST_PAGE: u16 = 1024;
+/// Most stale ranges recorded per component per commit; more are merged
+/// into ranges covering them.
+const STALE_RANGES_PER_COMMIT_MAX: usize = DIRTY_RANGES_MAX;
+
+/// Nanoseconds since the Unix epoch, now.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+        .unwrap_or(0)
+}
+
+/// The component ranges that the file ranges `dirty` touch in component `idx`
+/// of a file laid out by `g`, merged and at most
+/// [`STALE_RANGES_PER_COMMIT_MAX`] of them (neighbours merged first).
+pub(crate) fn component_ranges(g: &Geometry, idx: usize, dirty: &[(u64, u64)]) -> Vec<StaleRange> {
+    let unit = g.unit();
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let role = g.role(idx);
+    for &(offset, length) in dirty {
+        match role {
+            nasd_stripe::geometry::Role::Data { column, .. } => {
+                for e in g.extents(offset, length) {
+                    if e.column == column {
+                        ranges.push((e.comp_offset, e.comp_offset + e.len));
+                    }
+                }
+            }
+            nasd_stripe::geometry::Role::Parity { .. } => {
+                let first = g.locate(offset).stripe;
+                let last = g.locate(offset + length - 1).stripe;
+                ranges.push((first * unit, (last + 1) * unit));
+            }
+        }
+    }
+    merge_ranges(ranges, STALE_RANGES_PER_COMMIT_MAX)
+}
+
+/// Sorts and merges overlapping or touching ranges, then merges the
+/// closest neighbours until at most `max` remain.
+fn merge_ranges(mut ranges: Vec<(u64, u64)>, max: usize) -> Vec<StaleRange> {
+    assert!(max > 0);
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    while merged.len() > max {
+        let i = (0..merged.len() - 1).min_by_key(|&i| merged[i + 1].0 - merged[i].1).expect("two ranges or more");
+        merged[i].1 = merged[i + 1].1;
+        merged.remove(i + 1);
+    }
+    merged.into_iter().map(|(a, b)| StaleRange { offset: a, length: b - a }).collect()
+}
+
+impl Manager {
+    /// `BEGIN_WRITE`: opens a write transaction on `ino` for `s`, waiting up
+    /// to [`BEGIN_WAIT`] for another writer's to end, rolling back one whose
+    /// lease ran out.
+    pub(crate) async fn begin_write(&self, s: &Session, ino: Ino) -> Result<ManagerReply, Failure> {
+        let lease = self.config.write_lease;
+        let waited_since = tokio::time::Instant::now();
+        let txn = loop {
+            let (c, deadline) = (s.caller.clone(), now_ns().saturating_add(lease.as_nanos() as i64));
+            match self.meta(move |ns| ns.begin_write(&c, ino, deadline)).await {
+                Ok(txn) => break txn,
+                Err(f) if f.status == FsStatus::Busy => {
+                    let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
+                    if let Some(intent) = blocker {
+                        if !self.clear_intent(&intent).await && waited_since.elapsed() >= BEGIN_WAIT {
+                            return Err(Failure::new(
+                                FsStatus::Busy,
+                                "another writer has the file open for writing: try again",
+                            ));
+                        }
+                    }
+                    tokio::time::sleep(BEGIN_POLL).await;
+                }
+                Err(f) => return Err(f),
+            }
+        };
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        self.open_on_drives(&inode, txn).await;
+        Ok(ManagerReply::Began { txn, lease_ms: lease.as_millis().min(u32::MAX as u128) as u32 })
+    }
+
+    /// Ends `intent` if it no longer holds the file: rolls it back if its
+    /// lease ran out, finishes an abort. Returns whether it is gone.
+    async fn clear_intent(&self, intent: &Intent) -> bool {
+        match intent.state {
+            IntentState::Open if intent.deadline_ns >= now_ns() => false,
+            IntentState::Open | IntentState::Aborting => self.abort(intent.txn).await,
+            // A committed intent is finished by whoever committed it; it is about to go.
+            IntentState::Committed => {
+                let txn = intent.txn;
+                self.meta(move |ns| ns.finish_intent(txn)).await.is_ok()
+            }
+        }
+    }
+
+    /// Opens `txn` on every component of `inode` whose drive is up. A drive
+    /// that does not answer leaves its component out: the writer will miss
+    /// it and report it at `COMMIT`. A drive still holding an older
+    /// transaction on the object (its end was lost) has it resolved first.
+    async fn open_on_drives(&self, inode: &Inode, txn: u64) {
+        let opens = inode.components.iter().map(|c| self.open_component(c.object, txn));
+        futures::future::join_all(opens).await;
+    }
+
+    async fn open_component(&self, object: ObjectRef, txn: u64) {
+        let Ok(d) = self.drive(object.drive) else { return };
+        if !self.is_up(d.drive) {
+            return;
+        }
+        for _ in 0..2 {
+            match d.txn_begin(object.object, txn).await {
+                Ok(()) => return,
+                Err(e) if e.status() == Some(Status::TxnConflict) => {
+                    if let Err(e) = self.resolve_object_txns(&d, object.object).await {
+                        tracing::warn!(drive = d.drive, object = object.object, error = %e, "cannot resolve an old transaction");
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(drive = d.drive, object = object.object, txn, error = %e, "transaction not opened on a drive");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `COMMIT`: records the outcome of `s`'s transaction `txn` on `ino`.
+    pub(crate) async fn commit_write(
+        &self,
+        s: &Session,
+        ino: Ino,
+        txn: u64,
+        written_end: u64,
+        missed: Vec<u8>,
+        dirty: Vec<(u64, u64)>,
+    ) -> Result<Inode, Failure> {
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
+        let g = Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let mut stale = Vec::new();
+        for m in missed {
+            let idx = m as usize;
+            if idx >= inode.components.len() {
+                return Err(Failure::new(FsStatus::InvalidArgument, format!("the file has no component {idx}")));
+            }
+            stale.extend(component_ranges(&g, idx, &dirty).into_iter().map(|r| (idx, r)));
+        }
+        let c = s.caller.clone();
+        let now = now_ns();
+        let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, &stale, now)).await;
+        let inode = match committed {
+            Ok(inode) => inode,
+            Err(f) if f.status == FsStatus::Aborted => return Err(f),
+            Err(f) => return Err(f),
+        };
+        self.meta(move |ns| ns.finish_intent(txn)).await?;
+        self.end_in_background(&inode, txn, true);
+        Ok(inode)
+    }
+
+    /// Ends `txn` on every component's drive in the background (after a
+    /// commit: if one is lost, recovery commits the unknown transaction).
+    pub(crate) fn end_in_background(&self, inode: &Inode, txn: u64, commit: bool) {
+        let ends: Vec<(Arc<DriveHandle>, u64)> =
+            inode.components.iter().filter_map(|c| Some((self.drive(c.object.drive).ok()?, c.object.object))).collect();
+        tokio::spawn(async move {
+            for (d, object) in ends {
+                if let Err(e) = d.txn_end(object, txn, commit).await {
+                    tracing::debug!(drive = d.drive, object, txn, error = %e, "transaction end left to recovery");
+                }
+            }
+        });
+    }
+
+    /// Rolls transaction `txn` back on every component and forgets its
+    /// intent once every drive made the rollback durable. Returns whether
+    /// the intent is gone (false: a drive is down; the next pass tries again).
+    pub(crate) async fn abort(&self, txn: u64) -> bool {
+        let intent = match self.meta(move |ns| ns.abort_intent(txn)).await {
+            Ok(i) => i,
+            Err(f) if f.status == FsStatus::NotFound => return true,
+            Err(f) => {
+                tracing::warn!(txn, error = %f, "cannot record an abort");
+                return false;
+            }
+        };
+        let ino = intent.ino;
+        let components = match self.meta(move |ns| ns.getattr(ino)).await {
+            Ok(inode) => inode.components,
+            // The file is gone: its objects are doomed and their transactions go with them.
+            Err(_) => Vec::new(),
+        };
+        let mut all = true;
+        for c in &components {
+            let Ok(d) = self.drive(c.object.drive) else { continue };
+            let ended = async {
+                d.txn_end(c.object.object, txn, false).await?;
+                d.flush_objects(&[c.object.object]).await
+            };
+            if let Err(e) = ended.await {
+                if e.status() != Some(Status::NoSuchObject) {
+                    tracing::info!(drive = d.drive, txn, error = %e, "rollback waits for the drive");
+                    all = false;
+                }
+            }
+        }
+        if all {
+            tracing::info!(txn, ino, "write transaction rolled back");
+            self.meta(move |ns| ns.finish_intent(txn)).await.is_ok()
+        } else {
+            false
+        }
+    }
+
+    /// Rolls back every transaction whose lease ran out, and finishes
+    /// aborts a drive held up (maintenance).
+    pub(crate) async fn abort_expired(&self) {
+        let mut after = 0;
+        loop {
+            let Ok(page) = self.meta(move |ns| ns.intents(after, nasd_meta::BATCH_MAX)).await else { return };
+            let Some(last) = page.last() else { return };
+            after = last.txn;
+            let now = now_ns();
+            for intent in &page {
+                let expired = intent.state == IntentState::Open && intent.deadline_ns < now;
+                if expired || intent.state == IntentState::Aborting {
+                    self.abort(intent.txn).await;
+                }
+            }
+            if page.len() < nasd_meta::BATCH_MAX {
+                return;
+            }
+        }
+    }
+
+    /// Resolves every open transaction on drive `d` against the intents:
+    /// `Aborting` → rolled back, none → committed, `Open` → left to its
+    /// writer or its lease (recovery, and when a drive comes back).
+    pub(crate) async fn resolve_drive_txns(&self, d: &DriveHandle) -> Result<(), Failure> {
+        let mut after = 0;
+        loop {
+            let page = d
+                .txn_list(after, TXN_LIST_PAGE)
+                .await
+                .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive)))?;
+            for &(object, txn, _) in &page {
+                self.resolve_one(d, object, txn).await?;
+            }
+            match page.last() {
+                Some(&(object, _, _)) if page.len() == TXN_LIST_PAGE as usize => after = object,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Resolves the open transaction(s) of one object on `d`.
+    async fn resolve_object_txns(&self, d: &DriveHandle, object: u64) -> Result<(), Failure> {
+        let page = d
+            .txn_list(object.saturating_sub(1), 1)
+            .await
+            .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive)))?;
+        for &(o, txn, _) in page.iter().filter(|(o, _, _)| *o == object) {
+            self.resolve_one(d, o, txn).await?;
+        }
+        Ok(())
+    }
+
+    async fn resolve_one(&self, d: &DriveHandle, object: u64, txn: u64) -> Result<(), Failure> {
+        let state = self.meta(move |ns| ns.intent(txn)).await?.map(|i| i.state);
+        let commit = match state {
+            Some(IntentState::Open) => return Ok(()),
+            Some(IntentState::Aborting) => false,
+            // No intent: the transaction was committed (an aborted intent stays until every drive
+            // made its rollback durable). A committed one is as good as gone.
+            None | Some(IntentState::Committed) => true,
+        };
+        let unavailable = |e: crate::drives::DriveError| {
+            Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive))
+        };
+        d.txn_end(object, txn, commit).await.map_err(unavailable)?;
+        tracing::info!(drive = d.drive, object, txn, commit, "resolved a transaction left open on a drive");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nasd_proto::layout::Layout;
+
+    fn g(text: &str) -> Geometry {
+        Geometry::new(Layout::parse(text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn dirty_file_ranges_map_to_component_ranges() {
+        // stripe:2 with 4 KiB units: bytes 0..10000 are unit 0 (comp 0), 1 (comp 1), 2 (comp 0 at 4096).
+        let s = g("stripe:2@4K");
+        let r = |idx| component_ranges(&s, idx, &[(0, 10_000)]);
+        assert_eq!(r(0), vec![StaleRange { offset: 0, length: 4096 + (10_000 - 8192) }]);
+        assert_eq!(r(1), vec![StaleRange { offset: 0, length: 4096 }]);
+        // rs:2+1: parity (component 2) misses whole stripes.
+        let rs = g("rs:2+1@4K");
+        assert_eq!(component_ranges(&rs, 2, &[(100, 10), (9000, 10)]), vec![StaleRange { offset: 0, length: 8192 }]);
+        // mirror:2: copy 1 (component 1) is column 0 again.
+        let m = g("mirror:2@4K");
+        assert_eq!(component_ranges(&m, 1, &[(5, 5)]), vec![StaleRange { offset: 5, length: 5 }]);
+    }
+
+    #[test]
+    fn ranges_merge_down_to_the_limit() {
+        let many: Vec<(u64, u64)> = (0..200).map(|i| (i * 100, i * 100 + 10)).collect();
+        let merged = merge_ranges(many, 8);
+        assert_eq!(merged.len(), 8);
+        assert_eq!(merged.first().unwrap().offset, 0);
+        assert_eq!(merged.last().map(StaleRange::end), Some(199 * 100 + 10));
+        let total: u64 = merged.iter().map(|r| r.length).sum();
+        assert!(total >= 200 * 10, "every byte still covered");
+    }
+}

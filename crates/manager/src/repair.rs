@@ -1,0 +1,577 @@
+//! Background repair (docs/ARCHITECTURE.md, "Repair" and "Growth"): resync
+//! stale components, rebuild components of drives that stay down or were
+//! taken out of service, heal rot found by scrub, and rebalance onto new
+//! drives. Every repair of a file runs as a write transaction of the manager
+//! on it (so it is atomic, and client writes to that file wait for it);
+//! reads go on.
+//!
+//! The manager moves file data here, and only here: it reconstructs
+//! components from redundancy (`nasd_stripe::Striper::read_component`) and
+//! copies components; clients never route data through it.
+
+use crate::drives::DriveHandle;
+use crate::placement::{self, Candidate};
+use crate::{Failure, Manager};
+use nasd_client::{Auth, Credential};
+use nasd_meta::{Caller, Inode};
+use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::ComponentState;
+use nasd_proto::manager::{Progress, ScrubSummary};
+use nasd_proto::Protection;
+use nasd_stripe::geometry::Geometry;
+use nasd_stripe::{Binding, StaticBinder, Striper, Target};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Component bytes copied per step of a repair (one read, one write).
+pub const REPAIR_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+/// Files looked at per metadata query of the repair loop.
+const REPAIR_PAGE: usize = 256;
+/// Corrupt blocks one drive's scrub reports at most per pass.
+const SCRUB_REPORT_PER_PASS: u16 = nasd_proto::limits::SCRUB_REPORT_MAX as u16;
+/// A drive counts as holding its share when within this fraction of the average.
+const REBALANCE_TOLERANCE: f64 = 0.05;
+
+/// What the repair task has done and is doing, for `CLUSTER_STATUS`.
+#[derive(Debug, Default, Clone)]
+pub struct RepairState {
+    /// Rebuilds and resyncs of the current round.
+    pub rebuild: Progress,
+    /// Moves of the current rebalance.
+    pub rebalance: Progress,
+    /// Drives scrubbed of the current scrub (as files).
+    pub scrub: Progress,
+    /// The last finished scrub.
+    pub last_scrub: ScrubSummary,
+    /// A rebalance was asked for.
+    pub rebalance_requested: bool,
+    /// A scrub was asked for.
+    pub scrub_requested: bool,
+    /// Rebuild now, not after `rebuild_delay`.
+    pub rebuild_now: bool,
+}
+
+/// The manager acting as a writer of its own.
+const MANAGER: Caller = Caller::ROOT;
+
+impl Manager {
+    /// `REPAIR`: asks the repair task to start `action` at once.
+    pub(crate) fn request_repair(&self, action: nasd_proto::manager::RepairAction) {
+        use nasd_proto::manager::RepairAction;
+        {
+            let mut r = self.repair.lock().expect("repair lock");
+            match action {
+                RepairAction::Rebuild => r.rebuild_now = true,
+                RepairAction::Scrub => r.scrub_requested = true,
+                RepairAction::Rebalance => r.rebalance_requested = true,
+            }
+        }
+        self.repair_kick.notify_one();
+    }
+
+    /// One pass of the repair loop: resync, rebuild, scrub, rebalance.
+    pub(crate) async fn repair_pass(&self) {
+        self.resync_stale().await;
+        self.rebuild_lost().await;
+        if std::mem::take(&mut self.repair.lock().expect("repair lock").scrub_requested) {
+            self.scrub_all().await;
+        }
+        if std::mem::take(&mut self.repair.lock().expect("repair lock").rebalance_requested) {
+            self.rebalance().await;
+        }
+    }
+
+    /// The repair loop: a pass every maintenance interval, or at once when
+    /// woken (a drive came back, `REPAIR`), until shutdown.
+    pub(crate) async fn repair_loop(&self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.config.maintenance_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.repair_pass().await,
+                _ = self.repair_kick.notified() => self.repair_pass().await,
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ engine
+
+    /// A striper over `inode`'s components with the manager's drive-key
+    /// credentials; `unreadable` components are not read (their state is
+    /// taken as stale).
+    pub(crate) fn striper_for(&self, inode: &Inode, unreadable: &BTreeSet<usize>) -> Result<Striper, Failure> {
+        let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
+        let mut components = Vec::with_capacity(inode.components.len());
+        for (i, c) in inode.components.iter().enumerate() {
+            let d = self.drive(c.object.drive)?;
+            let state = if unreadable.contains(&i) || !self.is_up(d.drive) {
+                ComponentState::Stale
+            } else {
+                c.state
+            };
+            components.push(self.binding(&d, c.object.object, state));
+        }
+        self.striper(Target { layout, components })
+    }
+
+    fn binding(&self, d: &DriveHandle, object: u64, state: ComponentState) -> Binding {
+        let protection = d.protection.union(Protection::INTEGRITY_ARGS).union(Protection::INTEGRITY_DATA);
+        Binding {
+            drive: d.drive,
+            addr: d.addr.clone(),
+            drive_id: d.drive_id,
+            partition: d.partition,
+            object,
+            auth: Auth::new(Credential::Drive(d.keys().drive), protection.union(Protection::HASH_AND_MAC)),
+            state,
+        }
+    }
+
+    fn striper(&self, target: Target) -> Result<Striper, Failure> {
+        let binder = StaticBinder::new(target).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        Ok(Striper::new(self.data_pool.clone(), Arc::new(binder)))
+    }
+
+    /// Runs `work` as a write transaction of the manager on `ino`: begins
+    /// (waiting for a client's to end), opens it on the drives, and commits
+    /// on success or rolls back on failure.
+    async fn as_writer<T>(
+        &self,
+        ino: Ino,
+        work: impl std::future::Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        let session = crate::service::Session { user: "(repair)".into(), caller: MANAGER, admin: true };
+        let nasd_proto::manager::ManagerReply::Began { txn, .. } = self.begin_write(&session, ino).await? else {
+            unreachable!("begin_write answers Began")
+        };
+        match work.await {
+            Ok(v) => {
+                self.commit_write(&session, ino, txn, 0, Vec::new(), Vec::new()).await?;
+                Ok(v)
+            }
+            Err(e) => {
+                self.abort(txn).await;
+                Err(e)
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ resync
+
+    /// Rewrites the missed ranges of every stale component whose drive is up.
+    async fn resync_stale(&self) {
+        let mut after = (0, 0);
+        loop {
+            let Ok(page) = self.meta(move |ns| ns.stale_components(after, REPAIR_PAGE)).await else { return };
+            let Some(&last) = page.last() else { return };
+            after = last;
+            for (ino, idx) in page.iter().copied() {
+                if let Err(e) = self.resync(ino, idx).await {
+                    tracing::info!(ino, idx, error = %e, "resync of a stale component deferred");
+                }
+            }
+            if page.len() < REPAIR_PAGE {
+                return;
+            }
+        }
+    }
+
+    async fn resync(&self, ino: Ino, idx: usize) -> Result<(), Failure> {
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        let Some(c) = inode.components.get(idx).copied() else { return Ok(()) };
+        if c.state != ComponentState::Stale || !self.is_up(c.object.drive) || self.is_out(c.object.drive) {
+            return Ok(());
+        }
+        let ranges = self.meta(move |ns| ns.stale_ranges(ino, idx)).await?;
+        self.as_writer(ino, async {
+            // Read the file afresh under the transaction: no writer changes it now.
+            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
+            let g = geometry(&inode)?;
+            let len = g.component_len(inode.attr.size, idx);
+            let bytes = ranges.iter().map(|r| r.length).sum::<u64>();
+            self.progress_rebuild(0, bytes, false);
+            for r in &ranges {
+                let end = r.offset.saturating_add(r.length).min(len);
+                self.copy_reconstructed(&striper, &striper, idx, r.offset, end, inode.attr.size).await?;
+            }
+            let d = self.drive(c.object.drive)?;
+            let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive));
+            d.set_size(c.object.object, len).await.map_err(drive_err)?;
+            d.flush_objects(&[c.object.object]).await.map_err(drive_err)?;
+            self.meta(move |ns| ns.clear_stale(ino, idx)).await?;
+            self.progress_rebuild(1, 0, true);
+            tracing::info!(ino, idx, "stale component resynced");
+            Ok(())
+        })
+        .await
+    }
+
+    /// Rebuilds `[from, to)` of component `idx` from the others (read
+    /// through `source`) and writes it through `dest`, in chunks.
+    async fn copy_reconstructed(
+        &self,
+        source: &Striper,
+        dest: &Striper,
+        idx: usize,
+        from: u64,
+        to: u64,
+        size: u64,
+    ) -> Result<(), Failure> {
+        let mut at = from;
+        while at < to {
+            let n = REPAIR_CHUNK_BYTES.min(to - at);
+            let (bytes, _) = source.read_component(idx, at, n, size).await.map_err(stripe_failure)?;
+            dest.write_component(idx, at, &bytes).await.map_err(stripe_failure)?;
+            self.progress_rebuild(0, 0, false);
+            self.add_rebuild_bytes(bytes.len() as u64);
+            at += n;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ rebuild
+
+    /// Rebuilds elsewhere every component of drives that are out of service
+    /// or have been down longer than `rebuild_delay` (or at all, after
+    /// `REPAIR rebuild`).
+    async fn rebuild_lost(&self) {
+        let now = Instant::now();
+        let rebuild_now = std::mem::take(&mut self.repair.lock().expect("repair lock").rebuild_now);
+        for d in self.drives() {
+            let down_for = self.down_for(d.drive, now);
+            let lost = self.is_out(d.drive)
+                || down_for.is_some_and(|t| rebuild_now || t >= self.config.rebuild_delay);
+            if lost {
+                self.rebuild_drive(&d).await;
+            }
+        }
+    }
+
+    async fn rebuild_drive(&self, d: &Arc<DriveHandle>) {
+        let drive = d.drive;
+        loop {
+            let Ok(page) = self.meta(move |ns| ns.components_on_drive(drive, (0, 0), REPAIR_PAGE)).await else {
+                return;
+            };
+            if page.is_empty() {
+                return;
+            }
+            self.progress_files_total(page.len() as u64);
+            let mut moved = 0;
+            for &(ino, idx, _) in &page {
+                match self.relocate(ino, idx, Relocation::Rebuild).await {
+                    Ok(()) => moved += 1,
+                    Err(e) => tracing::warn!(ino, idx, drive, error = %e, "component not rebuilt yet"),
+                }
+            }
+            if moved == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Places component `idx` of `ino` on a new drive: reconstructed from
+    /// the others (rebuild) or copied (move), then swapped in.
+    async fn relocate(&self, ino: Ino, idx: usize, how: Relocation) -> Result<(), Failure> {
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        let Some(old) = inode.components.get(idx).map(|c| c.object) else { return Ok(()) };
+        let target = match how {
+            Relocation::Move { to } => to,
+            Relocation::Rebuild => self.replacement_drive(&inode)?,
+        };
+        let d = self.drive(target)?;
+        let new = self.reserve_object(target).await?;
+        let result = self
+            .as_writer(ino, async {
+                let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+                if inode.components.get(idx).map(|c| c.object) != Some(old) {
+                    return Ok(false); // moved meanwhile
+                }
+                let g = geometry(&inode)?;
+                let len = g.component_len(inode.attr.size, idx);
+                self.progress_rebuild(0, len, false);
+                match how {
+                    Relocation::Rebuild => {
+                        let source = self.striper_for(&inode, &BTreeSet::from([idx]))?;
+                        let mut dest_target = target_of(&source);
+                        dest_target.components[idx] = self.binding(&d, new.object, ComponentState::Ok);
+                        let dest = self.striper(dest_target)?;
+                        self.copy_reconstructed(&source, &dest, idx, 0, len, inode.attr.size).await?;
+                    }
+                    Relocation::Move { .. } => self.copy_component(old, new, len).await?,
+                }
+                let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {target}: {e}"));
+                d.set_acv(new.object, inode.acv).await.map_err(drive_err)?;
+                d.flush_objects(&[new.object]).await.map_err(drive_err)?;
+                let effects = self.meta(move |ns| ns.replace_component(ino, idx, new, ComponentState::Ok)).await?;
+                self.reserved.lock().expect("reserved lock").remove(&new);
+                if let Err(e) = self.apply(effects).await {
+                    tracing::info!(ino, idx, error = %e, "the old component is removed in the background");
+                }
+                Ok(true)
+            })
+            .await;
+        match result {
+            Ok(true) => {
+                self.map_moved(old.drive).await;
+                self.progress_rebuild(1, 0, true);
+                tracing::info!(ino, idx, from = old.drive, to = target, "component relocated");
+                Ok(())
+            }
+            Ok(false) => {
+                self.release_object(new).await;
+                Ok(())
+            }
+            Err(e) => {
+                self.release_object(new).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Copies `len` bytes of component object `from` to object `to` (a move).
+    async fn copy_component(&self, from: ObjectRef, to: ObjectRef, len: u64) -> Result<(), Failure> {
+        let (src, dst) = (self.drive(from.drive)?, self.drive(to.drive)?);
+        let mut at = 0;
+        while at < len {
+            let n = REPAIR_CHUNK_BYTES.min(len - at);
+            let bytes = src
+                .read(from.object, at, n)
+                .await
+                .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", src.drive)))?;
+            dst.write(to.object, at, &bytes)
+                .await
+                .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", dst.drive)))?;
+            self.add_rebuild_bytes(bytes.len() as u64);
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// A drive for a new copy of one of `inode`'s components: up, in
+    /// service, not holding another component of the file, by placement.
+    fn replacement_drive(&self, inode: &Inode) -> Result<u32, Failure> {
+        let used: BTreeSet<u32> = inode.components.iter().map(|c| c.object.drive).collect();
+        let candidates: Vec<Candidate> = self.candidates().into_iter().filter(|c| !used.contains(&c.drive)).collect();
+        let mut rng = rand::thread_rng();
+        placement::choose(1, &candidates, &mut rng)
+            .map(|p| p[0])
+            .map_err(|e| Failure::new(FsStatus::NoSpace, format!("no drive can take a rebuilt component: {e}")))
+    }
+
+    /// After a component moved off `drive`: a new map epoch, which `drive`
+    /// enforces, so clients bound to the old place rebind.
+    async fn map_moved(&self, drive: u32) {
+        let epoch = match self.bump_epoch().await {
+            Ok(e) => e,
+            Err(e) => return tracing::warn!(error = %e, "cannot move the map epoch"),
+        };
+        if let Ok(d) = self.drive(drive) {
+            if self.is_up(drive) {
+                if let Err(e) = d.set_map_epoch(epoch).await {
+                    tracing::info!(drive, error = %e, "the drive learns the new map epoch later");
+                }
+            }
+        }
+    }
+
+    /// Takes an object from `drive`'s pool for a component being rebuilt
+    /// or moved there. Until the component is swapped in it belongs to no
+    /// table: the manager remembers it in memory (`reserved`), which orphan
+    /// collection respects, so a crash of the manager mid-repair leaves an
+    /// orphan that the next recovery removes — never a half-written object
+    /// that anything refers to.
+    async fn reserve_object(&self, drive: u32) -> Result<ObjectRef, Failure> {
+        let taken = self.meta(move |ns| ns.take_pooled_object(drive)).await?;
+        let object =
+            taken.ok_or_else(|| Failure::new(FsStatus::NoSpace, format!("drive {drive} has no pooled object now")))?;
+        self.reserved.lock().expect("reserved lock").insert(object);
+        Ok(object)
+    }
+
+    /// Gives up an object taken for a repair that did not happen: removes it
+    /// from its drive (it may hold partial data); if that fails, the next
+    /// orphan collection does.
+    async fn release_object(&self, object: ObjectRef) {
+        self.reserved.lock().expect("reserved lock").remove(&object);
+        if let Ok(d) = self.drive(object.drive) {
+            if d.remove(object.object).await.is_err() {
+                d.set_unrecovered();
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ scrub
+
+    async fn scrub_all(&self) {
+        let drives: Vec<_> = self.drives().into_iter().filter(|d| self.is_up(d.drive)).collect();
+        {
+            let mut r = self.repair.lock().expect("repair lock");
+            r.scrub = Progress { files_done: 0, files_total: drives.len() as u64, ..Progress::default() };
+        }
+        let mut summary = ScrubSummary::default();
+        for d in drives {
+            match d.scrub(SCRUB_REPORT_PER_PASS).await {
+                Ok((checked, corrupt)) => {
+                    summary.blocks_checked += checked;
+                    summary.corrupt += corrupt.len() as u64;
+                    for (_, object, block) in corrupt {
+                        match self.heal(&d, object, block).await {
+                            Ok(true) => summary.healed += 1,
+                            Ok(false) => summary.unrecoverable += 1,
+                            Err(e) => {
+                                tracing::warn!(drive = d.drive, object, block, error = %e, "rot not healed yet");
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(drive = d.drive, error = %e, "scrub failed"),
+            }
+            self.repair.lock().expect("repair lock").scrub.files_done += 1;
+        }
+        let mut r = self.repair.lock().expect("repair lock");
+        r.last_scrub = summary;
+        r.scrub = Progress::default();
+        tracing::info!(?summary, "scrub finished");
+    }
+
+    /// Rewrites rotten block `block` of `object` on `d` from the file's
+    /// redundancy. Ok(false): the file has none (or the object is no file's).
+    async fn heal(&self, d: &DriveHandle, object: u64, block: u64) -> Result<bool, Failure> {
+        let oref = ObjectRef { drive: d.drive, partition: d.partition, object };
+        let Some((ino, idx)) = self.meta(move |ns| ns.component_of(&oref)).await? else { return Ok(false) };
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        if !inode.layout.is_some_and(|l| l.is_redundant()) {
+            return Ok(false);
+        }
+        let bs = d.block_size().await.map_err(|e| Failure::new(FsStatus::DriveUnavailable, e.to_string()))? as u64;
+        self.as_writer(ino, async {
+            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            let g = geometry(&inode)?;
+            let len = g.component_len(inode.attr.size, idx);
+            let (from, to) = (block * bs, ((block + 1) * bs).min(len));
+            if from < to {
+                let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
+                self.copy_reconstructed(&striper, &striper, idx, from, to, inode.attr.size).await?;
+            }
+            d.flush_objects(&[object])
+                .await
+                .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive)))?;
+            tracing::info!(ino, idx, drive = d.drive, block, "rotten block healed from redundancy");
+            Ok(true)
+        })
+        .await
+    }
+
+    // ------------------------------------------------------------ rebalance
+
+    /// Moves components from drives above the average use to drives below
+    /// it until every drive in service is within [`REBALANCE_TOLERANCE`]
+    /// of its share.
+    async fn rebalance(&self) {
+        let mut used = self.used_by_drive();
+        if used.len() < 2 {
+            return;
+        }
+        let average = used.iter().map(|(_, u)| *u as f64).sum::<f64>() / used.len() as f64;
+        let to_move: u64 =
+            used.iter().filter(|(_, u)| (*u as f64) < average).map(|(_, u)| (average - *u as f64) as u64).sum();
+        {
+            let mut r = self.repair.lock().expect("repair lock");
+            r.rebalance = Progress { files_done: 0, files_total: 0, bytes_done: 0, bytes_total: to_move };
+        }
+        loop {
+            used.sort_by_key(|(_, u)| *u);
+            let (low, low_used) = used[0];
+            let (high, high_used) = used[used.len() - 1];
+            if (low_used as f64) >= average * (1.0 - REBALANCE_TOLERANCE) || high == low {
+                break;
+            }
+            match self.move_one(high, low).await {
+                Ok(Some(bytes)) => {
+                    used[0].1 += bytes;
+                    let last = used.len() - 1;
+                    used[last].1 = high_used.saturating_sub(bytes);
+                    let mut r = self.repair.lock().expect("repair lock");
+                    r.rebalance.files_done += 1;
+                    r.rebalance.files_total = r.rebalance.files_total.max(r.rebalance.files_done);
+                    r.rebalance.bytes_done += bytes;
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        self.repair.lock().expect("repair lock").rebalance = Progress::default();
+    }
+
+    /// Moves one component from drive `from` to drive `to` (one whose file
+    /// has none on `to` yet). Its bytes, or None if no component can move.
+    async fn move_one(&self, from: u32, to: u32) -> Result<Option<u64>, Failure> {
+        let mut after = (0, 0);
+        loop {
+            let page = self.meta(move |ns| ns.components_on_drive(from, after, REPAIR_PAGE)).await?;
+            let Some(&(ino, idx, _)) = page.last() else { return Ok(None) };
+            after = (ino, idx);
+            for &(ino, idx, _) in &page {
+                let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+                if inode.components.iter().any(|c| c.object.drive == to) {
+                    continue;
+                }
+                let bytes = geometry(&inode)?.component_len(inode.attr.size, idx);
+                self.relocate(ino, idx, Relocation::Move { to }).await?;
+                return Ok(Some(bytes));
+            }
+            if page.len() < REPAIR_PAGE {
+                return Ok(None);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ progress
+
+    fn progress_rebuild(&self, files_done: u64, bytes_total: u64, _finished: bool) {
+        let mut r = self.repair.lock().expect("repair lock");
+        r.rebuild.files_done += files_done;
+        r.rebuild.bytes_total += bytes_total;
+        if r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total {
+            r.rebuild = Progress::default();
+        }
+    }
+
+    fn add_rebuild_bytes(&self, n: u64) {
+        self.repair.lock().expect("repair lock").rebuild.bytes_done += n;
+    }
+
+    fn progress_files_total(&self, n: u64) {
+        let mut r = self.repair.lock().expect("repair lock");
+        r.rebuild.files_total = r.rebuild.files_done + n;
+    }
+}
+
+/// How a component gets its new place.
+#[derive(Debug, Clone, Copy)]
+enum Relocation {
+    /// Reconstructed from the file's other components onto a drive placement picks.
+    Rebuild,
+    /// Copied as it is onto drive `to`.
+    Move { to: u32 },
+}
+
+fn geometry(inode: &Inode) -> Result<Geometry, Failure> {
+    let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
+    Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))
+}
+
+fn target_of(s: &Striper) -> Target {
+    (*s.target()).clone()
+}
+
+fn stripe_failure(e: nasd_stripe::StripeError) -> Failure {
+    Failure::new(FsStatus::DriveUnavailable, e.to_string())
+}
+

@@ -1,0 +1,183 @@
+//! Write intents: Slice's coordinator intention log (§3.3.2) for writes
+//! that span several component objects.
+//!
+//! Before a client writes a file the manager logs an intent (a transaction
+//! id) in state Open; when the client commits, the manager records the new
+//! size and the components that missed writes (Stale, with the ranges they
+//! missed) and sets the intent Committed; if the client dies (its deadline
+//! passes), the manager sets it Aborting, probes the components and marks
+//! what may have missed writes stale. Either way the manager then forgets
+//! the intent ([`Namespace::finish_intent`]). A file has at most one intent,
+//! so one writer at a time; the log survives a manager crash, and a
+//! restarted manager finds every write that may be half done in it.
+
+use crate::backend::Backend;
+use crate::components::{check_ranges, mark_stale_in};
+use crate::namespace::get;
+use crate::perm::{check, owns, W};
+use crate::types::{Caller, Inode, Intent, IntentState, StaleRange};
+use crate::{Namespace, BATCH_MAX, COMMIT_STALE_MAX};
+use nasd_proto::fs::{FileKind, FsStatus, Ino};
+use std::collections::BTreeMap;
+
+impl<B: Backend> Namespace<B> {
+    /// Opens a write transaction on regular file `ino` for `caller`: records
+    /// an Open intent with a new transaction id (from the `next_txn`
+    /// counter: ascending, never reused, never 0) and the deadline the
+    /// manager waits for the writer until. The caller must be allowed to
+    /// write the file or own it (the owner override of
+    /// `OpenMode::RefreshWrite`: a file created read-only stays writable for
+    /// its owner).
+    ///
+    /// # Errors
+    /// `IsDir`; `InvalidArgument` (a symbolic link); `PermissionDenied`;
+    /// `Busy` (the file has an intent already, in any state: one writer at a
+    /// time, and a finished write must be finished first); `NotFound`.
+    pub fn begin_write(&self, caller: &Caller, ino: Ino, deadline_ns: i64) -> Result<u64, FsStatus> {
+        self.backend.transact(|t| {
+            let n = get(t, ino)?;
+            match n.attr.kind {
+                FileKind::File => {}
+                FileKind::Dir => return Err(FsStatus::IsDir),
+                FileKind::Symlink => return Err(FsStatus::InvalidArgument),
+            }
+            if check(caller, &n, W).is_err() && !owns(caller, &n) {
+                return Err(FsStatus::PermissionDenied);
+            }
+            if t.intent_of_inode(ino)?.is_some() {
+                return Err(FsStatus::Busy);
+            }
+            let txn = t.alloc_txn()?;
+            t.put_intent(&Intent { txn, ino, state: IntentState::Open, uid: caller.uid, deadline_ns })?;
+            Ok(txn)
+        })
+    }
+
+    /// The write intent of a file, if any.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn intent_of(&self, ino: Ino) -> Result<Option<Intent>, FsStatus> {
+        self.backend.read(|t| t.intent_of_inode(ino))
+    }
+
+    /// A write intent by transaction id, if it is still recorded.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn intent(&self, txn: u64) -> Result<Option<Intent>, FsStatus> {
+        self.backend.read(|t| t.get_intent(txn))
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) write intents with transaction
+    /// ids above `after_txn`, ascending (start with 0).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn intents(&self, after_txn: u64, limit: usize) -> Result<Vec<Intent>, FsStatus> {
+        self.backend.read(|t| t.list_intents(after_txn, limit.min(BATCH_MAX)))
+    }
+
+    /// Commits write transaction `txn` of file `ino`: the intent becomes
+    /// Committed; the size becomes `max(size, written_end)`; if anything was
+    /// written (`written_end > 0` or stale ranges are reported) mtime and
+    /// ctime become `now_ns`; every component listed in `stale` becomes
+    /// Stale with its listed ranges (component-space bytes it missed) added
+    /// to those recorded, merged as [`mark_stale`](Self::mark_stale) does.
+    /// Returns the inode as committed.
+    ///
+    /// # Errors
+    /// `InvalidArgument`: no intent `txn`, or it is for another file, or it
+    /// is not Open (committed already, or aborted: the write may be lost —
+    /// begin again); a component index the file lacks; an empty range or
+    /// one past `u64::MAX`; more than [`COMMIT_STALE_MAX`] stale entries.
+    /// `NotPermitted`: the intent is another user's (only its writer, or
+    /// root, commits it). `NotFound`.
+    pub fn commit_write(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        txn: u64,
+        written_end: u64,
+        stale: &[(usize, StaleRange)],
+        now_ns: i64,
+    ) -> Result<Inode, FsStatus> {
+        if stale.len() > COMMIT_STALE_MAX {
+            return Err(FsStatus::InvalidArgument);
+        }
+        check_ranges(stale.iter().map(|(_, r)| r))?;
+        let mut by_component: BTreeMap<usize, Vec<StaleRange>> = BTreeMap::new();
+        for &(idx, range) in stale {
+            by_component.entry(idx).or_default().push(range);
+        }
+        self.backend.transact(|t| {
+            let mut n = get(t, ino)?;
+            let mut intent = t.get_intent(txn)?.filter(|i| i.ino == ino).ok_or(FsStatus::InvalidArgument)?;
+            if intent.uid != caller.uid && !caller.is_root() {
+                return Err(FsStatus::NotPermitted);
+            }
+            if intent.state != IntentState::Open || by_component.keys().any(|&idx| idx >= n.components.len()) {
+                return Err(FsStatus::InvalidArgument);
+            }
+            intent.state = IntentState::Committed;
+            t.put_intent(&intent)?;
+            n.attr.size = n.attr.size.max(written_end);
+            if written_end > 0 || !stale.is_empty() {
+                n.attr.mtime_ns = now_ns;
+                n.attr.ctime_ns = now_ns;
+            }
+            for (&idx, ranges) in &by_component {
+                mark_stale_in(t, &mut n, idx, ranges)?;
+            }
+            t.put_inode(&n)?;
+            Ok(n)
+        })
+    }
+
+    /// Gives up on write transaction `txn` (its writer died or its deadline
+    /// passed): Open becomes Aborting, for the manager to probe the
+    /// components and then [`finish_intent`](Self::finish_intent). An
+    /// Aborting intent is returned as is (aborting twice is harmless).
+    /// Returns the intent as recorded now.
+    ///
+    /// # Errors
+    /// `NotFound` (no such intent); `InvalidArgument` (it is Committed).
+    pub fn abort_intent(&self, txn: u64) -> Result<Intent, FsStatus> {
+        self.backend.transact(|t| {
+            let mut intent = t.get_intent(txn)?.ok_or(FsStatus::NotFound)?;
+            match intent.state {
+                IntentState::Committed => return Err(FsStatus::InvalidArgument),
+                IntentState::Aborting => return Ok(intent),
+                IntentState::Open => intent.state = IntentState::Aborting,
+            }
+            t.put_intent(&intent)?;
+            Ok(intent)
+        })
+    }
+
+    /// Forgets write intent `txn` (the manager finished what it asked for);
+    /// nothing if it is gone already. The file may be written again.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn finish_intent(&self, txn: u64) -> Result<(), FsStatus> {
+        self.backend.transact(|t| t.delete_intent(txn))
+    }
+
+    /// Moves the deadline of Open write intent `txn` (a writer that is
+    /// still alive); returns the intent as recorded now.
+    ///
+    /// # Errors
+    /// `NotFound` (no such intent); `InvalidArgument` (not Open).
+    pub fn extend_intent(&self, txn: u64, deadline_ns: i64) -> Result<Intent, FsStatus> {
+        self.backend.transact(|t| {
+            let mut intent = t.get_intent(txn)?.ok_or(FsStatus::NotFound)?;
+            if intent.state != IntentState::Open {
+                return Err(FsStatus::InvalidArgument);
+            }
+            intent.deadline_ns = deadline_ns;
+            t.put_intent(&intent)?;
+            Ok(intent)
+        })
+    }
+}
