@@ -11,12 +11,13 @@
 //!   write-behind ([`WriteBehind`]: errors surface at the next write or at
 //!   flush), and are committed by [`File::flush`]: drain, `FLUSH` every
 //!   component written, `COMMIT` with the end written, the ranges written
-//!   and the components that missed writes. A transaction older than a
-//!   quarter of its lease or larger than [`TXN_BYTES_MAX`](crate::TXN_BYTES_MAX)
-//!   is committed at the next write, and the next one begun.
+//!   and the components that missed writes. A transaction is committed a
+//!   quarter into its lease (by a timer, so also when the writer pauses) or
+//!   once larger than [`TXN_BYTES_MAX`](crate::TXN_BYTES_MAX); the next write
+//!   begins the next one.
 
 use crate::binder::FileBinder;
-use crate::txn::Txn;
+use crate::txn::{Timer, Txn, TXN_LEASE_FRACTION};
 use crate::{FsClient, FsError};
 use nasd_proto::fs::{FileAttr, FsStatus, Ino};
 use nasd_proto::layout::{Layout, Scheme};
@@ -26,7 +27,7 @@ use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// What one open file does with its data, behind one lock: reads and
@@ -38,8 +39,6 @@ struct Io {
     last_read_end: Option<u64>,
     /// The open write transaction, if anything was written since the last commit.
     txn: Option<Txn>,
-    /// Whether anything was ever written through this file.
-    wrote: bool,
     /// Set when a write, flush or commit failed: the writes since the last
     /// commit are lost (rolled back), and the file takes no more writes.
     poisoned: Option<String>,
@@ -52,6 +51,11 @@ struct Io {
 /// Dropping a `File` with writes not yet flushed discards them: the manager
 /// rolls their transaction back when its lease runs out.
 pub struct File {
+    inner: Arc<Inner>,
+}
+
+/// The open file, shared with the timer that commits its transaction.
+struct Inner {
     fs: FsClient,
     handle: Handle,
     path: String,
@@ -66,93 +70,40 @@ pub struct File {
 
 impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inner;
         f.debug_struct("File")
-            .field("path", &self.path)
-            .field("ino", &self.handle.ino)
-            .field("layout", &self.geometry.layout())
-            .field("writable", &self.writable)
+            .field("path", &i.path)
+            .field("ino", &i.handle.ino)
+            .field("layout", &i.geometry.layout())
+            .field("writable", &i.writable)
             .finish_non_exhaustive()
     }
 }
 
-impl File {
-    /// The file an `Entry` with capabilities names (`path` for messages).
-    pub(crate) fn new(fs: FsClient, entry: Entry, path: &str, writable: bool) -> Result<File, FsError> {
-        let handle = entry.handle();
-        let Some(access) = entry.access else {
-            return Err(FsError::Fs {
-                status: FsStatus::PermissionDenied,
-                message: format!("{path}: the manager granted no access to its data"),
-            });
-        };
-        let open = if writable { OpenMode::RefreshWrite } else { OpenMode::Read };
-        let binder = Arc::new(FileBinder::new(fs.clone(), handle, open, entry.attr, access)?);
-        let geometry = Geometry::new(binder.layout()).map_err(|e| FsError::Protocol(format!("{path}: {e}")))?;
-        let striper = Striper::new(fs.drive_pool(), binder.clone());
-        let read_ahead = ReadAhead::new(striper.clone());
-        Ok(File {
-            fs,
-            handle,
-            path: path.to_string(),
-            writable,
-            binder,
-            striper,
-            geometry,
-            written_end: AtomicU64::new(0),
-            io: tokio::sync::Mutex::new(Io {
-                read_ahead,
-                last_read_end: None,
-                txn: None,
-                wrote: false,
-                poisoned: None,
-            }),
-        })
-    }
-
-    /// The file's inode number.
-    pub fn ino(&self) -> Ino {
+impl Inner {
+    fn ino(&self) -> Ino {
         self.handle.ino
     }
 
-    /// The file's handle (opaque; valid for this client's user only).
-    pub fn handle(&self) -> Handle {
+    fn handle(&self) -> Handle {
         self.handle
     }
 
-    /// How the file's bytes are spread over its component objects.
-    pub fn layout(&self) -> Layout {
+    fn layout(&self) -> Layout {
         self.geometry.layout()
     }
 
-    /// The file's size as this client knows it: the manager's (from the open,
-    /// the last capability refresh or commit), or larger where this file has
-    /// written further. Reads stop there. Another client's writes show after
-    /// it flushed or closed and this file refreshed or was opened again
-    /// (close-to-open consistency).
-    pub fn size(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.binder.attr().size.max(self.written_end.load(Ordering::Relaxed))
     }
 
-    /// The file's attributes as the manager last reported them, with the
-    /// size as [`size`](Self::size) knows it.
-    pub fn attr(&self) -> FileAttr {
+    fn attr(&self) -> FileAttr {
         FileAttr { size: self.size(), ..self.binder.attr() }
     }
 
     // ------------------------------------------------------------ reads
 
-    /// Reads up to `len` bytes at `offset` into `dst`, stopping at the end of
-    /// the file as [`size`](Self::size) knows it; returns the bytes read.
-    /// Every byte is verified before it reaches `dst`; a component that fails
-    /// is read around while the layout allows.
-    ///
-    /// # Errors
-    /// [`FsError::Unavailable`] if more components fail than the layout
-    /// tolerates (`dst` then holds whole, correct pieces before the one that
-    /// failed, never wrong bytes); the manager's refusal if a capability
-    /// could not be refreshed (`PERMISSION_DENIED` after a chmod);
-    /// [`FsError::Local`] if `dst` fails.
-    pub async fn read_to(&self, offset: u64, len: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<u64, FsError> {
+    async fn read_to(&self, offset: u64, len: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<u64, FsError> {
         let mut io = self.io.lock().await;
         self.binder.clear_error();
         self.settle(&mut io).await?;
@@ -183,11 +134,7 @@ impl File {
         Ok(at.saturating_sub(offset))
     }
 
-    /// Reads up to `len` bytes at `offset`.
-    ///
-    /// # Errors
-    /// As [`read_to`](Self::read_to).
-    pub async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
+    async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
         let mut out = Vec::with_capacity(len.min(self.size().saturating_sub(offset)) as usize);
         self.read_to(offset, len, &mut out).await?;
         Ok(out)
@@ -201,18 +148,7 @@ impl File {
 
     // ------------------------------------------------------------ writes
 
-    /// Writes `data` at `offset`. The bytes are accepted into write-behind and
-    /// written in the background; [`flush`](Self::flush) makes them durable
-    /// and visible to others.
-    ///
-    /// # Errors
-    /// `PERMISSION_DENIED` if the file was not opened for writing; the
-    /// manager's refusal to begin a write transaction (`BUSY` while another
-    /// writer's is open past `BEGIN_WAIT`); an earlier background write's
-    /// failure ([`FsError::Unavailable`] if too many components failed) —
-    /// after which the writes since the last flush are lost and the file takes
-    /// no more writes.
-    pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), FsError> {
+    async fn write_at(self: &Arc<Self>, offset: u64, data: &[u8]) -> Result<(), FsError> {
         let mut io = self.io.lock().await;
         let piece = self.fs.transfer_piece();
         for (i, chunk) in data.chunks(piece).enumerate() {
@@ -221,14 +157,12 @@ impl File {
         Ok(())
     }
 
-    /// Writes `len` bytes read from `src` starting at `offset`, one transfer
-    /// piece at a time (memory stays at one piece plus write-behind); returns
-    /// the bytes written.
-    ///
-    /// # Errors
-    /// As [`write_at`](Self::write_at); [`FsError::Local`] if `src` fails or
-    /// ends early.
-    pub async fn write_from(&self, offset: u64, len: u64, src: &mut (impl AsyncRead + Unpin)) -> Result<u64, FsError> {
+    async fn write_from(
+        self: &Arc<Self>,
+        offset: u64,
+        len: u64,
+        src: &mut (impl AsyncRead + Unpin),
+    ) -> Result<u64, FsError> {
         let mut io = self.io.lock().await;
         let piece = self.fs.transfer_piece();
         let mut buf = vec![0u8; piece.min(len as usize)];
@@ -242,7 +176,7 @@ impl File {
         Ok(done)
     }
 
-    async fn write_piece(&self, io: &mut Io, offset: u64, data: &[u8]) -> Result<(), FsError> {
+    async fn write_piece(self: &Arc<Self>, io: &mut Io, offset: u64, data: &[u8]) -> Result<(), FsError> {
         if data.is_empty() {
             return Ok(());
         }
@@ -272,7 +206,6 @@ impl File {
         }
         txn.note(offset, len);
         self.written_end.fetch_max(offset + len, Ordering::Relaxed);
-        io.wrote = true;
         io.read_ahead.invalidate();
         if txn.due() {
             self.commit(io).await?;
@@ -283,30 +216,43 @@ impl File {
     /// Opens a write transaction: `BEGIN_WRITE`, then (for Reed-Solomon,
     /// whose parity is computed from the bytes below the size) the file's
     /// size under the transaction, which no other writer can change now.
-    async fn begin(&self) -> Result<Txn, FsError> {
-        let (id, lease) = if self.fs.begin_write_unserved() {
-            (0, None)
-        } else {
-            match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await {
-                Ok(ManagerReply::Began { txn, lease_ms }) => (txn, Some(Duration::from_millis(lease_ms as u64))),
-                Ok(other) => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
-                // A manager that does not serve write transactions yet: a
-                // single-component file is written as before them and
-                // committed with txn 0 (the manager measures its object).
-                Err(FsError::Fs { status: FsStatus::InvalidArgument, message })
-                    if self.geometry.components() == 1 && message.contains("not served") =>
-                {
-                    self.fs.set_begin_write_unserved();
-                    (0, None)
-                }
-                Err(e) => return Err(e),
-            }
+    async fn begin(self: &Arc<Self>) -> Result<Txn, FsError> {
+        let began = Instant::now();
+        let (id, lease) = match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await? {
+            ManagerReply::Began { txn, lease_ms } => (txn, Duration::from_millis(lease_ms as u64)),
+            other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         };
+        if id == 0 {
+            return Err(FsError::Protocol("BEGIN_WRITE answered transaction 0, which means none".into()));
+        }
         if matches!(self.geometry.layout().scheme, Scheme::ReedSolomon { .. }) {
             self.binder.fetch().await?;
         }
         let behind = WriteBehind::new(self.striper.clone(), self.size()).map_err(|e| self.failed("writing", e))?;
-        Ok(Txn::new(id, lease, behind))
+        let mut txn = Txn::new(id, lease, began, behind);
+        txn.timer = Some(self.arm(id, began + lease / TXN_LEASE_FRACTION));
+        Ok(txn)
+    }
+
+    /// A task that commits transaction `txn` at `at` if it is still open
+    /// then (a writer that stops writing without flushing must not keep it
+    /// open until its lease runs out). A failure is kept for the file's next
+    /// call, as a background write's would be.
+    fn arm(self: &Arc<Self>, txn: u64, at: Instant) -> Timer {
+        let file = Arc::downgrade(self);
+        Timer::new(tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
+            let Some(file) = file.upgrade() else { return };
+            let mut io = file.io.lock().await;
+            match io.txn.as_mut() {
+                // Its own commit must not abort it.
+                Some(t) if t.id == txn => t.timer.take().map(Timer::disarm),
+                _ => return,
+            };
+            if let Err(e) = file.commit(&mut io).await {
+                tracing::warn!(path = %file.path, error = %e, "committing a write transaction on time failed");
+            }
+        }))
     }
 
     /// Waits for the transaction's background writes, recording what they
@@ -323,18 +269,7 @@ impl File {
         }
     }
 
-    /// Makes everything written so far durable and visible (`fsync`):
-    /// drains write-behind, flushes every component written, and commits the
-    /// write transaction at the manager, which records the new size and marks
-    /// components that missed writes stale. Does nothing if nothing was
-    /// written since the last flush.
-    ///
-    /// # Errors
-    /// `ABORTED` if the manager rolled the transaction back (its lease ran
-    /// out): the writes since the last flush are lost. [`FsError::Unavailable`]
-    /// if too many components failed; the transaction is then left to roll back.
-    /// After either the file takes no more writes.
-    pub async fn flush(&self) -> Result<(), FsError> {
+    async fn flush(&self) -> Result<(), FsError> {
         let mut io = self.io.lock().await;
         poisoned(&io)?;
         self.commit(&mut io).await.map(|_| ())
@@ -352,6 +287,18 @@ impl File {
         // anyway, a request later).
         self.binder.ensure(rights::WRITE | rights::FLUSH).await?;
         let Some(mut txn) = io.txn.take() else { return Ok(None) };
+        if !txn.writable() {
+            // Dropping it discards what is buffered and aborts what is in flight.
+            drop(txn);
+            io.read_ahead.invalidate();
+            let message = format!(
+                "{}: the writes since the last flush were rolled back: their write transaction's lease \
+                 ran out before they could be flushed; write them again",
+                self.path
+            );
+            io.poisoned = Some(message.clone());
+            return Err(FsError::Fs { status: FsStatus::Aborted, message });
+        }
         let drained: Result<WriteOutcome, StripeError> = async {
             let waited = txn.behind.wait().await?;
             txn.outcome.merge(waited);
@@ -397,13 +344,7 @@ impl File {
         }
     }
 
-    /// Closes the file: flushes if anything was written since the last flush
-    /// (committing it), else asks the manager for the attributes. Returns the
-    /// attributes.
-    ///
-    /// # Errors
-    /// As [`flush`](Self::flush), also when an earlier write or flush failed.
-    pub async fn close(self) -> Result<FileAttr, FsError> {
+    async fn close(&self) -> Result<FileAttr, FsError> {
         let mut io = self.io.lock().await;
         poisoned(&io)?;
         if let Some(attr) = self.commit(&mut io).await? {
@@ -465,6 +406,141 @@ impl File {
             StripeError::Io(e) => FsError::Local(e),
             other => FsError::Stripe(other),
         }
+    }
+}
+
+impl File {
+    /// The file an `Entry` with capabilities names (`path` for messages).
+    pub(crate) fn new(fs: FsClient, entry: Entry, path: &str, writable: bool) -> Result<File, FsError> {
+        let handle = entry.handle();
+        let Some(access) = entry.access else {
+            return Err(FsError::Fs {
+                status: FsStatus::PermissionDenied,
+                message: format!("{path}: the manager granted no access to its data"),
+            });
+        };
+        let open = if writable { OpenMode::RefreshWrite } else { OpenMode::Read };
+        let binder = Arc::new(FileBinder::new(fs.clone(), handle, open, entry.attr, access)?);
+        let geometry = Geometry::new(binder.layout()).map_err(|e| FsError::Protocol(format!("{path}: {e}")))?;
+        let striper = Striper::new(fs.drive_pool(), binder.clone());
+        let read_ahead = ReadAhead::new(striper.clone());
+        Ok(File {
+            inner: Arc::new(Inner {
+                fs,
+                handle,
+                path: path.to_string(),
+                writable,
+                binder,
+                striper,
+                geometry,
+                written_end: AtomicU64::new(0),
+                io: tokio::sync::Mutex::new(Io { read_ahead, last_read_end: None, txn: None, poisoned: None }),
+            }),
+        })
+    }
+
+    /// The file's inode number.
+    pub fn ino(&self) -> Ino {
+        self.inner.ino()
+    }
+
+    /// The file's handle (opaque; valid for this client's user only).
+    pub fn handle(&self) -> Handle {
+        self.inner.handle()
+    }
+
+    /// How the file's bytes are spread over its component objects.
+    pub fn layout(&self) -> Layout {
+        self.inner.layout()
+    }
+
+    /// The file's size as this client knows it: the manager's (from the open,
+    /// the last capability refresh or commit), or larger where this file has
+    /// written further. Reads stop there. Another client's writes show after
+    /// it flushed or closed and this file refreshed or was opened again
+    /// (close-to-open consistency).
+    pub fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    /// The file's attributes as the manager last reported them, with the
+    /// size as [`size`](Self::size) knows it.
+    pub fn attr(&self) -> FileAttr {
+        self.inner.attr()
+    }
+
+    /// Reads up to `len` bytes at `offset` into `dst`, stopping at the end of
+    /// the file as [`size`](Self::size) knows it; returns the bytes read.
+    /// Every byte is verified before it reaches `dst`; a component that fails
+    /// is read around while the layout allows.
+    ///
+    /// # Errors
+    /// [`FsError::Unavailable`] if more components fail than the layout
+    /// tolerates (`dst` then holds whole, correct pieces before the one that
+    /// failed, never wrong bytes); the manager's refusal if a capability
+    /// could not be refreshed (`PERMISSION_DENIED` after a chmod);
+    /// [`FsError::Local`] if `dst` fails.
+    pub async fn read_to(&self, offset: u64, len: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<u64, FsError> {
+        self.inner.read_to(offset, len, dst).await
+    }
+
+    /// Reads up to `len` bytes at `offset`.
+    ///
+    /// # Errors
+    /// As [`read_to`](Self::read_to).
+    pub async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        self.inner.read_at(offset, len).await
+    }
+
+    /// Writes `data` at `offset`. The bytes are accepted into write-behind and
+    /// written in the background; [`flush`](Self::flush) makes them durable
+    /// and visible to others.
+    ///
+    /// # Errors
+    /// `PERMISSION_DENIED` if the file was not opened for writing; the
+    /// manager's refusal to begin a write transaction (`BUSY` while another
+    /// writer's is open past `BEGIN_WAIT`); an earlier background write's
+    /// failure ([`FsError::Unavailable`] if too many components failed) —
+    /// after which the writes since the last flush are lost and the file takes
+    /// no more writes.
+    pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        self.inner.write_at(offset, data).await
+    }
+
+    /// Writes `len` bytes read from `src` starting at `offset`, one transfer
+    /// piece at a time (memory stays at one piece plus write-behind); returns
+    /// the bytes written.
+    ///
+    /// # Errors
+    /// As [`write_at`](Self::write_at); [`FsError::Local`] if `src` fails or
+    /// ends early.
+    pub async fn write_from(&self, offset: u64, len: u64, src: &mut (impl AsyncRead + Unpin)) -> Result<u64, FsError> {
+        self.inner.write_from(offset, len, src).await
+    }
+
+    /// Makes everything written so far durable and visible (`fsync`):
+    /// drains write-behind, flushes every component written, and commits the
+    /// write transaction at the manager, which records the new size and marks
+    /// components that missed writes stale. Does nothing if nothing was
+    /// written since the last flush.
+    ///
+    /// # Errors
+    /// `ABORTED` if the manager rolled the transaction back (its lease ran
+    /// out): the writes since the last flush are lost. [`FsError::Unavailable`]
+    /// if too many components failed; the transaction is then left to roll back.
+    /// After either the file takes no more writes.
+    pub async fn flush(&self) -> Result<(), FsError> {
+        self.inner.flush().await
+    }
+
+    /// Closes the file: flushes if anything was written since the last flush
+    /// (committing it), else asks the manager for the attributes. Returns the
+    /// attributes.
+    ///
+    /// # Errors
+    /// As [`flush`](Self::flush), also when an earlier write or flush failed.
+    pub async fn close(self) -> Result<FileAttr, FsError> {
+        self.inner.close().await
     }
 }
 

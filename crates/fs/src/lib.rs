@@ -56,7 +56,6 @@ use nasd_proto::Protection;
 use nasd_stripe::{DrivePool, Target};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use thiserror::Error;
@@ -225,9 +224,6 @@ struct Inner {
     /// Connections to drives, shared by every file.
     drives: Arc<DrivePool>,
     held: Mutex<HashMap<Ino, Held>>,
-    /// The manager answered `BEGIN_WRITE` with "not served": it predates
-    /// write transactions (see `File::begin`).
-    begin_write_unserved: AtomicBool,
 }
 
 /// A logged-in file-system client. Cheap to clone; clones share connections
@@ -287,7 +283,6 @@ impl FsClient {
                 manager,
                 drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
-                begin_write_unserved: AtomicBool::new(false),
             }),
         })
     }
@@ -387,14 +382,6 @@ impl FsClient {
 
     pub(crate) fn transfer_piece(&self) -> usize {
         self.inner.config.transfer_piece
-    }
-
-    pub(crate) fn begin_write_unserved(&self) -> bool {
-        self.inner.begin_write_unserved.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn set_begin_write_unserved(&self) {
-        self.inner.begin_write_unserved.store(true, Ordering::Relaxed);
     }
 
     // ------------------------------------------------------------ names

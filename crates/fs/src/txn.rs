@@ -18,7 +18,11 @@ pub const TXN_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// The fraction of its lease after which a transaction is committed (and the
 /// next begun) at the next write: `lease / TXN_LEASE_FRACTION`. A quarter
 /// leaves the commit three quarters of the lease to drain write-behind, flush
-/// every component and reach the manager.
+/// every component and reach the manager. It is also the margin kept at the
+/// end: writes go out only in the first `lease − lease / TXN_LEASE_FRACTION`
+/// (counted from before `BEGIN_WRITE` was sent, so from before the manager
+/// started the lease), because a write that reached a drive after the
+/// manager rolled the transaction back would land outside it.
 pub const TXN_LEASE_FRACTION: u32 = 4;
 
 const _: () = assert!(TXN_LEASE_FRACTION >= 2);
@@ -69,12 +73,11 @@ impl DirtyRanges {
 
 /// An open write transaction of one [`crate::File`].
 pub(crate) struct Txn {
-    /// The manager's transaction id; 0 while the manager does not serve
-    /// `BEGIN_WRITE` (a single-component file written outside a transaction,
-    /// committed with `txn` 0, which makes the manager measure it).
+    /// The manager's transaction id (never 0).
     pub(crate) id: u64,
-    /// How long the manager keeps it open; `None` without a transaction.
-    pub(crate) lease: Option<Duration>,
+    /// How long the manager keeps it open.
+    pub(crate) lease: Duration,
+    /// When `BEGIN_WRITE` was sent (before the manager started the lease).
     pub(crate) began: Instant,
     /// Bytes written under it.
     pub(crate) bytes: u64,
@@ -85,19 +88,45 @@ pub(crate) struct Txn {
     pub(crate) outcome: WriteOutcome,
     /// Its writes in flight or buffered.
     pub(crate) behind: WriteBehind,
+    /// The task that commits it a quarter into its lease.
+    pub(crate) timer: Option<Timer>,
+}
+
+/// A background task, aborted when dropped unless disarmed.
+pub(crate) struct Timer(Option<tokio::task::JoinHandle<()>>);
+
+impl Timer {
+    pub(crate) fn new(task: tokio::task::JoinHandle<()>) -> Timer {
+        Timer(Some(task))
+    }
+
+    /// Lets the task run on (it is the one ending the transaction).
+    pub(crate) fn disarm(mut self) {
+        // Dropping a join handle detaches the task.
+        self.0.take();
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
 }
 
 impl Txn {
-    pub(crate) fn new(id: u64, lease: Option<Duration>, behind: WriteBehind) -> Txn {
+    pub(crate) fn new(id: u64, lease: Duration, began: Instant, behind: WriteBehind) -> Txn {
         Txn {
             id,
             lease,
-            began: Instant::now(),
+            began,
             bytes: 0,
             written_end: 0,
             dirty: DirtyRanges::default(),
             outcome: WriteOutcome::default(),
             behind,
+            timer: None,
         }
     }
 
@@ -111,7 +140,13 @@ impl Txn {
     /// Whether it should be committed before more is written: older than its
     /// share of the lease, or larger than [`TXN_BYTES_MAX`].
     pub(crate) fn due(&self) -> bool {
-        self.bytes >= TXN_BYTES_MAX || self.lease.is_some_and(|l| self.began.elapsed() >= l / TXN_LEASE_FRACTION)
+        self.bytes >= TXN_BYTES_MAX || self.began.elapsed() >= self.lease / TXN_LEASE_FRACTION
+    }
+
+    /// Whether writes may still go out under it: it is younger than its lease
+    /// less the margin (see [`TXN_LEASE_FRACTION`]).
+    pub(crate) fn writable(&self) -> bool {
+        self.began.elapsed() < self.lease - self.lease / TXN_LEASE_FRACTION
     }
 
     /// The components that missed writes, as `COMMIT` lists them.

@@ -308,9 +308,8 @@ impl Manager {
             // made its rollback durable). A committed one is as good as gone.
             None | Some(IntentState::Committed) => true,
         };
-        let unavailable = |e: crate::drives::DriveError| {
-            Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive))
-        };
+        let unavailable =
+            |e: crate::drives::DriveError| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive));
         d.txn_end(object, txn, commit).await.map_err(unavailable)?;
         tracing::info!(drive = d.drive, object, txn, commit, "resolved a transaction left open on a drive");
         Ok(())

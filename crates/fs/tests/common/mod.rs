@@ -1,15 +1,18 @@
 //! A whole nasd cluster in this process, on loopback: drives with security
-//! enforced (each with its own master key, temporary directory and TCP
-//! listener), the real manager serving TLS with certificates from
-//! `nasd_manager::tls`, the drives taken into service with
-//! `Manager::add_drive`, an administrator and two users. Everything lives
-//! under one temporary directory, removed when the cluster is dropped.
+//! enforced (each with its own master key, temporary directory, TCP
+//! listener and tokio runtime — so killing one drops its listener and every
+//! connection at once, as a crashed drive would), the real manager serving
+//! TLS with certificates from `nasd_manager::tls`, the drives taken into
+//! service with `Manager::add_drive`, an administrator and two users, and
+//! optionally a layout on the root directory (set with `SET_LAYOUT`).
+//! Everything lives under one temporary directory, removed when the cluster
+//! is dropped.
 
 #![allow(dead_code)]
 
 use nasd_crypto::Key;
 use nasd_drive::{DriveConfig, SecurityMode};
-use nasd_fs::{FsClient, FsConfig};
+use nasd_fs::{FsClient, FsConfig, Layout};
 use nasd_manager::{Manager, ManagerConfig};
 use nasd_store::{Store, StoreOptions};
 use std::future::Future;
@@ -88,12 +91,13 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
-/// A drive served by this process.
+/// A drive served by this process, on a tokio runtime of its own.
 pub struct TestDrive {
     pub addr: SocketAddr,
     pub master: Key,
-    stop: oneshot::Sender<()>,
-    server: JoinHandle<std::io::Result<()>>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+    rt: Option<tokio::runtime::Runtime>,
 }
 
 impl TestDrive {
@@ -103,18 +107,56 @@ impl TestDrive {
         let master = Key::random();
         let config =
             DriveConfig { security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..Default::default() };
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a drive listener");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
+        listener.set_nonblocking(true).expect("non-blocking listener");
         let addr = listener.local_addr().expect("drive address");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("drive")
+            .enable_all()
+            .build()
+            .expect("a drive runtime");
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(nasd_drive::serve(listener, store, config, async {
-            let _ = stopped.await;
-        }));
-        TestDrive { addr, master, stop, server }
+        let server = rt.spawn(async move {
+            let listener = TcpListener::from_std(listener)?;
+            nasd_drive::serve(listener, store, config, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        TestDrive { addr, master, stop: Some(stop), server: Some(server), rt: Some(rt) }
     }
 
-    pub async fn stop(self) {
-        let _ = self.stop.send(());
-        to(self.server).await.expect("drive task").expect("drive stopped cleanly");
+    /// Stops the drive cleanly (its final commit included).
+    pub async fn stop(mut self) {
+        if let (Some(stop), Some(server)) = (self.stop.take(), self.server.take()) {
+            let _ = stop.send(());
+            to(server).await.expect("drive task").expect("drive stopped cleanly");
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Stops the drive at once, as a crash would: its listener and every
+    /// connection close, nothing more is committed.
+    pub fn kill(&mut self) {
+        self.stop = None;
+        self.server = None;
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Whether the drive runs (was not killed).
+    pub fn running(&self) -> bool {
+        self.rt.is_some()
+    }
+}
+
+impl Drop for TestDrive {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -124,6 +166,9 @@ pub struct ClusterOptions {
     pub drives: usize,
     /// Run `spawn_maintenance` (else tests call `Manager::maintain` themselves).
     pub maintenance: bool,
+    /// The root directory's layout (set with `SET_LAYOUT` by the
+    /// administrator once the cluster runs), which new files take.
+    pub root_layout: Option<Layout>,
 }
 
 impl Default for ClusterOptions {
@@ -133,6 +178,7 @@ impl Default for ClusterOptions {
             config: ManagerConfig { pool_target: 8, ..ManagerConfig::default() },
             drives: 4,
             maintenance: false,
+            root_layout: None,
         }
     }
 }
@@ -179,6 +225,9 @@ impl Cluster {
         let admin = cluster.login(ADMIN, ADMIN_PW).await;
         to(admin.add_user(USER_A, PW_A, UID_A, UID_A, false)).await.expect("add user A");
         to(cluster.manager.add_user(USER_B, PW_B, UID_B, UID_B, false)).await.expect("add user B");
+        if let Some(layout) = opts.root_layout {
+            to(admin.set_layout("/", Some(layout))).await.expect("set the root directory's layout");
+        }
         cluster
     }
 
@@ -212,17 +261,20 @@ impl Cluster {
             to(m).await.expect("maintenance task");
         }
         for d in self.drives {
-            d.stop().await;
+            if d.running() {
+                d.stop().await;
+            }
         }
         drop(self.manager);
         drop(self.dir);
     }
 }
 
-/// A TCP relay in front of a drive, for faults the drive itself never
-/// makes: cutting every connection, holding requests back, altering one
-/// byte of a reply. Take the drive into service at [`Proxy::addr`] and the
-/// manager and every client reach it through the relay.
+/// A TCP relay in front of a drive (or the manager), for faults the daemon
+/// itself never makes: cutting every connection, holding requests back (on
+/// every connection, or on one), altering one byte of a reply. Take the drive
+/// into service at [`Proxy::addr`] and the manager and every client reach it
+/// through the relay.
 pub struct Proxy {
     pub addr: SocketAddr,
     state: Arc<ProxyState>,
@@ -235,13 +287,29 @@ struct ProxyState {
     cut: std::sync::atomic::AtomicBool,
     /// Bumped to end every live connection.
     kill: watch::Sender<u64>,
-    /// While true, bytes towards the drive are held back.
-    paused: watch::Sender<bool>,
+    /// Which connections' bytes towards the daemon are held back.
+    paused: watch::Sender<Hold>,
+    /// Connections accepted so far (each numbered in order from 0).
+    accepted: std::sync::atomic::AtomicUsize,
     /// Bytes towards the drive read while paused and not yet passed on.
     held: std::sync::atomic::AtomicUsize,
     /// Bytes of drive replies (all connections together) still to pass
     /// before the one to flip; `None`: nothing to alter.
     tamper: std::sync::Mutex<Option<usize>>,
+}
+
+/// What a [`Proxy`] holds back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Hold {
+    all: bool,
+    /// One connection, by the order it was accepted in.
+    conn: Option<usize>,
+}
+
+impl Hold {
+    fn holds(&self, conn: usize) -> bool {
+        self.all || self.conn == Some(conn)
+    }
 }
 
 impl Proxy {
@@ -252,7 +320,8 @@ impl Proxy {
             target,
             cut: Default::default(),
             kill: watch::channel(0).0,
-            paused: watch::channel(false).0,
+            paused: watch::channel(Hold::default()).0,
+            accepted: Default::default(),
             held: Default::default(),
             tamper: Default::default(),
         });
@@ -262,6 +331,7 @@ impl Proxy {
                 if s.cut.load(std::sync::atomic::Ordering::SeqCst) {
                     continue; // dropped: closed at once
                 }
+                let index = s.accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let s = s.clone();
                 tokio::spawn(async move {
                     let Ok(drive) = tokio::net::TcpStream::connect(s.target).await else { return };
@@ -271,7 +341,7 @@ impl Proxy {
                     let (drive_rd, drive_wr) = drive.into_split();
                     let mut kill = s.kill.subscribe();
                     tokio::select! {
-                        _ = Self::upstream(&s, client_rd, drive_wr) => {}
+                        _ = Self::upstream(&s, index, client_rd, drive_wr) => {}
                         _ = Self::downstream(&s, drive_rd, client_wr) => {}
                         _ = kill.changed() => {}
                     }
@@ -281,9 +351,10 @@ impl Proxy {
         Proxy { addr, state, accept }
     }
 
-    /// Client to drive, held back while paused.
+    /// Client to daemon, held back while paused.
     async fn upstream(
         s: &ProxyState,
+        index: usize,
         mut from: tokio::net::tcp::OwnedReadHalf,
         mut to: tokio::net::tcp::OwnedWriteHalf,
     ) {
@@ -296,9 +367,9 @@ impl Proxy {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if *paused.borrow_and_update() {
+            if paused.borrow_and_update().holds(index) {
                 s.held.fetch_add(n, SeqCst);
-                while *paused.borrow_and_update() {
+                while paused.borrow_and_update().holds(index) {
                     if paused.changed().await.is_err() {
                         return;
                     }
@@ -355,7 +426,18 @@ impl Proxy {
 
     /// Holds back (`true`) or releases (`false`) everything sent to the drive.
     pub fn pause(&self, paused: bool) {
-        self.state.paused.send_replace(paused);
+        self.state.paused.send_modify(|h| h.all = paused);
+    }
+
+    /// Holds back what is sent on connection `index` only (in the order
+    /// connections were accepted, from 0), or on none.
+    pub fn pause_connection(&self, index: Option<usize>) {
+        self.state.paused.send_modify(|h| h.conn = index);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Bytes sent towards the drive and held back by [`Proxy::pause`].
