@@ -109,11 +109,7 @@ impl Manager {
         let mut components = Vec::with_capacity(inode.components.len());
         for (i, c) in inode.components.iter().enumerate() {
             let d = self.drive(c.object.drive)?;
-            let state = if unreadable.contains(&i) || !self.is_up(d.drive) {
-                ComponentState::Stale
-            } else {
-                c.state
-            };
+            let state = if unreadable.contains(&i) || !self.is_up(d.drive) { ComponentState::Stale } else { c.state };
             components.push(self.binding(&d, c.object.object, state));
         }
         self.striper(Target { layout, components })
@@ -245,8 +241,7 @@ impl Manager {
         let rebuild_now = std::mem::take(&mut self.repair.lock().expect("repair lock").rebuild_now);
         for d in self.drives() {
             let down_for = self.down_for(d.drive, now);
-            let lost = self.is_out(d.drive)
-                || down_for.is_some_and(|t| rebuild_now || t >= self.config.rebuild_delay);
+            let lost = self.is_out(d.drive) || down_for.is_some_and(|t| rebuild_now || t >= self.config.rebuild_delay);
             if lost {
                 self.rebuild_drive(&d).await;
             }
@@ -574,4 +569,3 @@ fn target_of(s: &Striper) -> Target {
 fn stripe_failure(e: nasd_stripe::StripeError) -> Failure {
     Failure::new(FsStatus::DriveUnavailable, e.to_string())
 }
-

@@ -413,7 +413,12 @@ impl Manager {
 
     /// `SET_LAYOUT`: a directory's layout for new files, or an empty file
     /// re-placed.
-    pub(crate) async fn set_layout(&self, s: &Session, ino: Ino, layout: Option<Layout>) -> Result<ManagerReply, Failure> {
+    pub(crate) async fn set_layout(
+        &self,
+        s: &Session,
+        ino: Ino,
+        layout: Option<Layout>,
+    ) -> Result<ManagerReply, Failure> {
         if let Some(l) = layout {
             l.validate().map_err(|e| Failure::new(FsStatus::InvalidArgument, format!("layout {l}: {e}")))?;
             let usable = self.candidates().len();
