@@ -102,6 +102,16 @@ pub struct ManagerSection {
     pub write_capability_secs: Option<u64>,
     pub key_rotation_secs: Option<u64>,
     pub object_pool: Option<usize>,
+    /// Layout of a new file system's root, which new files inherit, e.g.
+    /// "rs:2+1", "mirror:2", "stripe:4@256K" (see `nasd layout --help`).
+    /// An existing file system keeps its own: change it with `nasd layout set /`.
+    pub default_layout: Option<String>,
+    /// How long a writer may keep a write transaction open before the
+    /// manager rolls it back (a writer that died) [default: 60].
+    pub write_lease_secs: Option<u64>,
+    /// How long a drive may be down before its components are rebuilt on
+    /// other drives [default: 600].
+    pub rebuild_delay_secs: Option<u64>,
 }
 
 /// `[client]`.

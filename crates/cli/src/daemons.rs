@@ -245,15 +245,33 @@ pub struct ManagerArgs {
     key_rotation_secs: Option<u64>,
 }
 
-fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> ManagerConfig {
+fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> anyhow::Result<ManagerConfig> {
     let d = ManagerConfig::default();
     let secs = |a: Option<u64>, f: Option<u64>, default: Duration| a.or(f).map_or(default, Duration::from_secs);
-    ManagerConfig {
+    let default_layout = match &file.default_layout {
+        Some(text) => nasd_proto::layout::Layout::parse(text)
+            .map_err(|e| anyhow::anyhow!("[manager] default_layout = \"{text}\": {e}"))?,
+        None => d.default_layout,
+    };
+    Ok(ManagerConfig {
         read_lifetime: secs(args.and_then(|a| a.read_capability_secs), file.read_capability_secs, d.read_lifetime),
         write_lifetime: secs(args.and_then(|a| a.write_capability_secs), file.write_capability_secs, d.write_lifetime),
         rotate_interval: secs(args.and_then(|a| a.key_rotation_secs), file.key_rotation_secs, d.rotate_interval),
         pool_target: file.object_pool.unwrap_or(d.pool_target),
+        default_layout,
+        write_lease: secs(None, file.write_lease_secs, d.write_lease),
+        rebuild_delay: secs(None, file.rebuild_delay_secs, d.rebuild_delay),
         ..d
+    })
+}
+
+/// The layout a new `nasd up` file system gets on `drives` drives: one that
+/// survives a drive down where there are enough drives for it.
+fn up_default_layout(drives: u32) -> &'static str {
+    match drives {
+        1 => "stripe:1",
+        2 => "mirror:2",
+        _ => "rs:2+1",
     }
 }
 
@@ -410,7 +428,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     } else {
         args.tls_names.clone()
     };
-    let m = open_manager(&data, &names, manager_config(&file, Some(&args))).await?;
+    let m = open_manager(&data, &names, manager_config(&file, Some(&args))?).await?;
     eprintln!(
         "nasd manager serving {} on {listen} (TLS; clients trust {}); {} drives; Ctrl-C stops it",
         data.display(),
@@ -554,7 +572,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
     }
     let manager_listen: SocketAddr = ([127, 0, 0, 1], manager_port).into();
-    let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config(&cluster.manager, None)).await?;
+    if cluster.manager.default_layout.is_none() {
+        cluster.manager.default_layout = Some(up_default_layout(n).to_string());
+    }
+    let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config(&cluster.manager, None)?).await?;
     for (addr, id, master) in &drives {
         if !m.manager.drives().iter().any(|d| d.drive_id == *id) {
             m.manager

@@ -96,11 +96,13 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
         assert_eq!(drives.len(), 3, "one component per drive: {access:?}");
         assert!(access.components.iter().all(|c| c.state == ComponentState::Ok));
         assert_eq!(access.map_epoch, 0);
-        let (_, second) = create(&admin, "g", false).await.expect("create another");
-        assert_ne!(
-            second.components[0].object.drive, access.components[0].object.drive,
-            "placement goes round robin over the drives"
-        );
+        // Placement is declustered: over a few files, every drive holds components.
+        let mut used = drives.clone();
+        for i in 0..12 {
+            let (_, more) = create(&admin, &format!("g{i}"), false).await.expect("create another");
+            used.extend(more.components.iter().map(|c| c.object.drive));
+        }
+        assert_eq!(used.len(), 4, "every drive holds components of some file: {used:?}");
 
         // Each capability works on its own component's drive and object, and no other.
         for (k, comp) in access.components.iter().enumerate() {
@@ -118,7 +120,8 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
         let walked = to(admin.walk("/f", OpenMode::Read)).await.expect("walk").access.expect("access");
         assert_eq!((walked.layout, objects_of(&walked)), (rs21(), objects_of(&access)));
 
-        // Not served yet for several components: size changes and COMMIT with txn 0.
+        // A size change gives every component its length for the new size (rs:2+1 with 1 MiB
+        // units: 10 bytes are column 0's; the parity chunk is 10 rounded up to 64).
         let size = ManagerRequest::SetAttr {
             handle: h,
             mask: set_mask::SIZE,
@@ -129,9 +132,14 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
             atime_ns: 0,
             mtime_ns: 0,
         };
-        let (status, message) = refusal(to(admin.call(&size)).await);
-        assert_eq!(status, FsStatus::InvalidArgument);
-        assert!(message.contains("not supported yet"), "{message}");
+        let ManagerReply::Entry(e) = to(admin.call(&size)).await.expect("truncate") else { panic!("an entry") };
+        assert_eq!(e.attr.size, 10);
+        for (comp, want) in access.components.iter().zip([10, 0, 64]) {
+            let mut d = component_client(comp, access.algorithm).await;
+            let attrs = to(d.getattr(comp.object.partition, comp.object.object)).await.expect("getattr");
+            assert_eq!(attrs.logical_size, want, "component {:?}", comp.object);
+        }
+        // COMMIT with txn 0 measures single-object files only.
         let commit = ManagerRequest::Commit { handle: h, txn: 0, written_end: 0, missed: vec![], dirty: vec![] };
         assert_eq!(refusal(to(admin.call(&commit)).await).0, FsStatus::InvalidArgument);
 

@@ -109,7 +109,20 @@ impl Manager {
             }
         };
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
-        self.open_on_drives(&inode, txn).await;
+        let unopened = self.open_on_drives(&inode, txn).await;
+        if !unopened.is_empty() {
+            // A component without the transaction has no undo: were the transaction rolled back, it
+            // would keep what the writer wrote while the others went back. Stale (whole) keeps it
+            // out of reads until a resync rewrites it from the others.
+            let whole: Vec<(usize, StaleRange)> = unopened.iter().map(|&i| (i, crate::resize::WHOLE)).collect();
+            self.meta(move |ns| {
+                for (idx, r) in &whole {
+                    ns.mark_stale(ino, *idx, std::slice::from_ref(r))?;
+                }
+                Ok(())
+            })
+            .await?;
+        }
         Ok(ManagerReply::Began { txn, lease_ms: lease.as_millis().min(u32::MAX as u128) as u32 })
     }
 
@@ -127,35 +140,37 @@ impl Manager {
         }
     }
 
-    /// Opens `txn` on every component of `inode` whose drive is up. A drive
-    /// that does not answer leaves its component out: the writer will miss
-    /// it and report it at `COMMIT`. A drive still holding an older
-    /// transaction on the object (its end was lost) has it resolved first.
-    async fn open_on_drives(&self, inode: &Inode, txn: u64) {
+    /// Opens `txn` on every component of `inode`; returns the components it
+    /// could not open it on (their drive is down or failed). A drive still
+    /// holding an older transaction on the object (its end was lost) has it
+    /// resolved first.
+    async fn open_on_drives(&self, inode: &Inode, txn: u64) -> Vec<usize> {
         let opens = inode.components.iter().map(|c| self.open_component(c.object, txn));
-        futures::future::join_all(opens).await;
+        let opened = futures::future::join_all(opens).await;
+        opened.iter().enumerate().filter(|(_, ok)| !**ok).map(|(i, _)| i).collect()
     }
 
-    async fn open_component(&self, object: ObjectRef, txn: u64) {
-        let Ok(d) = self.drive(object.drive) else { return };
+    async fn open_component(&self, object: ObjectRef, txn: u64) -> bool {
+        let Ok(d) = self.drive(object.drive) else { return false };
         if !self.is_up(d.drive) {
-            return;
+            return false;
         }
         for _ in 0..2 {
             match d.txn_begin(object.object, txn).await {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(e) if e.status() == Some(Status::TxnConflict) => {
                     if let Err(e) = self.resolve_object_txns(&d, object.object).await {
                         tracing::warn!(drive = d.drive, object = object.object, error = %e, "cannot resolve an old transaction");
-                        return;
+                        return false;
                     }
                 }
                 Err(e) => {
                     tracing::info!(drive = d.drive, object = object.object, txn, error = %e, "transaction not opened on a drive");
-                    return;
+                    return false;
                 }
             }
         }
+        false
     }
 
     /// `COMMIT`: records the outcome of `s`'s transaction `txn` on `ino`.
@@ -225,8 +240,13 @@ impl Manager {
             Err(_) => Vec::new(),
         };
         let mut all = true;
-        for c in &components {
+        let mut unreachable = Vec::new();
+        for (idx, c) in components.iter().enumerate() {
             let Ok(d) = self.drive(c.object.drive) else { continue };
+            if !self.is_up(d.drive) {
+                unreachable.push((idx, crate::resize::WHOLE));
+                continue;
+            }
             let ended = async {
                 d.txn_end(c.object.object, txn, false).await?;
                 d.flush_objects(&[c.object.object]).await
@@ -238,12 +258,22 @@ impl Manager {
                 }
             }
         }
-        if all {
-            tracing::info!(txn, ino, "write transaction rolled back");
-            self.meta(move |ns| ns.finish_intent(txn)).await.is_ok()
-        } else {
-            false
+        if !all {
+            return false;
         }
+        // A component whose drive is down keeps what it has until it is back: whatever the
+        // transaction left there (its end, when the drive resolves it, commits an intent no
+        // longer known), a whole resync replaces it with the rolled-back content.
+        let finished = self
+            .meta(move |ns| {
+                for (idx, r) in &unreachable {
+                    ns.mark_stale(ino, *idx, std::slice::from_ref(r))?;
+                }
+                ns.finish_intent(txn)
+            })
+            .await;
+        tracing::info!(txn, ino, "write transaction rolled back");
+        finished.is_ok()
     }
 
     /// Rolls back every transaction whose lease ran out, and finishes
@@ -259,6 +289,11 @@ impl Manager {
                 let expired = intent.state == IntentState::Open && intent.deadline_ns < now;
                 if expired || intent.state == IntentState::Aborting {
                     self.abort(intent.txn).await;
+                } else if intent.state == IntentState::Committed {
+                    // Committed, and the manager stopped before forgetting it: drives that did not
+                    // hear the end commit it when resolved (a transaction without an intent).
+                    let txn = intent.txn;
+                    let _ = self.meta(move |ns| ns.finish_intent(txn)).await;
                 }
             }
             if page.len() < nasd_meta::BATCH_MAX {

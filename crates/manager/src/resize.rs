@@ -69,7 +69,7 @@ impl Manager {
             let len = g.component_len(size, idx);
             d.set_size(c.object.object, len).await.map_err(|e| drive_failure(d.drive, e))?;
         }
-        let shrinks_mid_stripe = size < inode.attr.size && size % g.stripe_bytes() != 0;
+        let shrinks_mid_stripe = size < inode.attr.size && !size.is_multiple_of(g.stripe_bytes());
         if g.parity() > 0 && shrinks_mid_stripe {
             self.reencode_last_stripe(inode, &g, size, &missed).await?;
         }

@@ -144,6 +144,7 @@ impl Drive {
             rights,
             expiration_ns,
             audit_id: 7,
+            map_epoch: 0,
         };
         let (token, key) = nasd_crypto::mint_capability(&self.working, &args, false).unwrap();
         Credential::Capability { token, key, algorithm: MacAlgorithm::Blake3 }

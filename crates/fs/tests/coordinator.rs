@@ -1,0 +1,198 @@
+//! The manager as coordinator of write transactions, over real drives and
+//! the real TLS manager, driven with raw manager requests and the striping
+//! engine (as a client would): `BEGIN_WRITE` opens the transaction on every
+//! component's drive, `COMMIT` records the size and ends it, a writer that
+//! lets its lease run out is rolled back on every component (every stripe
+//! reads as before, through any subset of components), a second writer
+//! waits, and a transaction a drive kept open without the manager knowing
+//! it is taken as committed.
+
+mod common;
+
+use common::*;
+use nasd_fs::{FsClient, FsStatus, OpenMode};
+use nasd_manager::ManagerConfig;
+use nasd_proto::layout::{ComponentState, Layout};
+use nasd_proto::manager::{FileAccess, Handle, ManagerReply, ManagerRequest};
+use nasd_proto::Protection;
+use nasd_stripe::{DrivePool, StaticBinder, Striper, Target};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn layout() -> Layout {
+    Layout::parse("rs:2+1@64K").expect("layout")
+}
+
+fn config() -> ManagerConfig {
+    ManagerConfig {
+        pool_target: 8,
+        default_layout: layout(),
+        write_lease: Duration::from_secs(1),
+        ..ManagerConfig::default()
+    }
+}
+
+async fn create(fs: &FsClient, name: &str) -> (Handle, FileAccess) {
+    let parent = to(fs.walk("/", OpenMode::None)).await.expect("walk /").handle();
+    let req = ManagerRequest::Create { parent, name: name.into(), mode: 0o644, exclusive: true, truncate: false };
+    match to(fs.call(&req)).await.expect("create") {
+        ManagerReply::Entry(e) => (e.handle(), e.access.expect("capabilities for a new file")),
+        other => panic!("create: {other:?}"),
+    }
+}
+
+async fn begin(fs: &FsClient, handle: Handle) -> Result<u64, nasd_fs::FsError> {
+    match to(fs.call(&ManagerRequest::BeginWrite { handle })).await? {
+        ManagerReply::Began { txn, lease_ms } => {
+            assert_eq!(lease_ms, 1000);
+            Ok(txn)
+        }
+        other => panic!("begin: {other:?}"),
+    }
+}
+
+async fn commit(fs: &FsClient, handle: Handle, txn: u64, end: u64) -> Result<u64, nasd_fs::FsError> {
+    let req = ManagerRequest::Commit { handle, txn, written_end: end, missed: vec![], dirty: vec![(0, end.max(1))] };
+    match to(fs.call(&req)).await? {
+        ManagerReply::Entry(e) => Ok(e.attr.size),
+        other => panic!("commit: {other:?}"),
+    }
+}
+
+/// A striper over `access` with the components listed in `unreadable` taken as stale.
+fn striper(pool: &Arc<DrivePool>, access: &FileAccess, unreadable: &[usize]) -> Striper {
+    let mut target = Target::from_access(access, Protection::INTEGRITY_ARGS).expect("target");
+    for &i in unreadable {
+        target.components[i].state = ComponentState::Stale;
+    }
+    Striper::new(pool.clone(), Arc::new(StaticBinder::new(target).expect("binder")))
+}
+
+/// Open transactions on the drives, per component object.
+async fn open_txns(c: &Cluster, access: &FileAccess) -> Vec<Option<u64>> {
+    let mut out = Vec::new();
+    for comp in &access.components {
+        let d = c.manager.drives().into_iter().find(|d| d.drive == comp.object.drive).expect("drive");
+        let txns = to(d.txn_list(comp.object.object - 1, 1)).await.expect("txn list");
+        out.push(txns.iter().find(|t| t.0 == comp.object.object).map(|t| t.1));
+    }
+    out
+}
+
+#[test]
+fn a_committed_transaction_records_the_size_and_ends_on_every_drive() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let (h, access) = create(&admin, "f").await;
+        let txn = begin(&admin, h).await.expect("begin");
+        assert_eq!(open_txns(&c, &access).await, vec![Some(txn); 3], "open on every component");
+
+        let data = pattern(1, 300_000);
+        let s = striper(&pool, &access, &[]);
+        let written = to(s.write(0, &data, 0)).await.expect("write");
+        assert!(written.missed.is_empty());
+        to(s.flush(&written.written)).await.expect("flush");
+        assert_eq!(commit(&admin, h, txn, data.len() as u64).await.expect("commit"), data.len() as u64);
+
+        // The ends go out in the background; every drive hears them soon.
+        let mut left = open_txns(&c, &access).await;
+        for _ in 0..200 {
+            if left.iter().all(Option::is_none) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            left = open_txns(&c, &access).await;
+        }
+        assert_eq!(left, vec![None; 3], "the transaction ended on every drive");
+        let (back, _) = to(s.read(0, data.len() as u64, data.len() as u64)).await.expect("read");
+        assert!(back == data);
+
+        // A second commit of the same transaction is refused: it is over.
+        assert_eq!(commit(&admin, h, txn, 1).await.unwrap_err().status(), Some(FsStatus::InvalidArgument));
+        c.stop().await;
+    });
+}
+
+#[test]
+fn a_writer_whose_lease_ran_out_is_rolled_back_on_every_component() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let (h, access) = create(&admin, "f").await;
+        let old = pattern(2, 200_000);
+        let txn = begin(&admin, h).await.expect("begin");
+        let s = striper(&pool, &access, &[]);
+        let w = to(s.write(0, &old, 0)).await.expect("write");
+        to(s.flush(&w.written)).await.expect("flush");
+        commit(&admin, h, txn, old.len() as u64).await.expect("commit");
+
+        // A writer overwrites part of one stripe and grows the file, flushes, and dies.
+        let txn = begin(&admin, h).await.expect("begin again");
+        let new = pattern(3, 150_000);
+        let w = to(s.write(100_000, &new, old.len() as u64)).await.expect("overwrite");
+        to(s.flush(&w.written)).await.expect("flush");
+        tokio::time::sleep(Duration::from_millis(1200)).await; // past the 1 s lease
+        to(c.manager.maintain()).await;
+
+        // Every stripe reads as before, whichever component is missing.
+        for missing in [None, Some(0), Some(1), Some(2)] {
+            let unreadable: Vec<usize> = missing.into_iter().collect();
+            let s = striper(&pool, &access, &unreadable);
+            let (back, _) = to(s.read(0, 250_000, 250_000)).await.expect("read");
+            assert!(back[..old.len()] == old[..], "rolled back (component {missing:?} left out)");
+            assert!(back[old.len()..].iter().all(|&b| b == 0), "the extension is gone too");
+        }
+        assert_eq!(open_txns(&c, &access).await, vec![None; 3], "ended on every drive");
+        let late = commit(&admin, h, txn, 250_000).await.unwrap_err();
+        assert_eq!(late.status(), Some(FsStatus::InvalidArgument), "the rolled-back transaction is gone: {late}");
+        let size = to(admin.walk("/f", OpenMode::None)).await.expect("walk").attr.size;
+        assert_eq!(size, old.len() as u64, "the size is the committed one");
+        c.stop().await;
+    });
+}
+
+#[test]
+fn one_writer_at_a_time_and_a_dead_ones_transaction_does_not_block_the_next() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let (h, _) = create(&admin, "f").await;
+        let first = begin(&admin, h).await.expect("begin");
+        // A second writer waits for the first; its lease runs out after 1 s, and the waiting
+        // BEGIN_WRITE rolls it back and goes ahead.
+        let second = begin(&admin, h).await.expect("the second writer gets the file after the first's lease");
+        assert!(second > first, "transaction ids grow");
+        // The first writer's commit now fails: its transaction is gone.
+        assert!(commit(&admin, h, first, 10).await.is_err());
+        commit(&admin, h, second, 0).await.expect("the second commits");
+        c.stop().await;
+    });
+}
+
+#[test]
+fn a_transaction_a_drive_kept_open_without_an_intent_is_taken_as_committed() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let (h, access) = create(&admin, "f").await;
+        // As if the end of a committed transaction 999 never reached the first component's drive.
+        let comp = &access.components[0];
+        let d = c.manager.drives().into_iter().find(|d| d.drive == comp.object.drive).expect("drive");
+        to(d.txn_begin(comp.object.object, 999_999)).await.expect("an old transaction");
+        let txn = begin(&admin, h).await.expect("begin resolves the old transaction");
+        let open = open_txns(&c, &access).await;
+        assert_eq!(open, vec![Some(txn); 3], "the new transaction is open everywhere");
+        // And recovery does the same for every drive: commit the unknown, keep the open.
+        to(d.txn_end(comp.object.object, txn, true)).await.expect("end");
+        to(d.txn_begin(comp.object.object, 999_998)).await.expect("another old one");
+        d.set_unrecovered();
+        to(c.manager.recover()).await;
+        let open: BTreeSet<Option<u64>> = open_txns(&c, &access).await.into_iter().collect();
+        assert!(!open.contains(&Some(999_998)), "recovery committed the unknown transaction: {open:?}");
+        c.stop().await;
+    });
+}
