@@ -337,8 +337,19 @@ impl Inner {
                 io.poisoned = Some(message.clone());
                 Err(FsError::Fs { status: FsStatus::Aborted, message })
             }
+            // Refused: nothing was committed, and the manager rolls the transaction back.
+            Err(FsError::Fs { status, message }) => {
+                let message = format!(
+                    "{}: the manager refused to commit the writes since the last flush ({message}); they are \
+                     not part of the file and will be rolled back",
+                    self.path
+                );
+                io.poisoned = Some(message.clone());
+                Err(FsError::Fs { status, message })
+            }
+            // The answer was lost: the commit may or may not have happened.
             Err(e) => {
-                io.poisoned = Some(format!("committing the writes failed: {e}"));
+                io.poisoned = Some(format!("committing the writes failed, they may or may not be committed: {e}"));
                 Err(e)
             }
         }
