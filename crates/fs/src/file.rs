@@ -201,11 +201,13 @@ impl Inner {
             io.txn = Some(self.begin().await?);
         }
         let txn = io.txn.as_mut().expect("begun above");
+        // Noted before write-behind takes the bytes: if this future is dropped
+        // after it took some, they are still reported at COMMIT.
+        txn.note(offset, len);
+        self.written_end.fetch_max(offset + len, Ordering::Relaxed);
         if let Err(e) = txn.behind.write(offset, data).await {
             return Err(self.poison(io, "writing", e));
         }
-        txn.note(offset, len);
-        self.written_end.fetch_max(offset + len, Ordering::Relaxed);
         io.read_ahead.invalidate();
         if txn.due() {
             self.commit(io).await?;
@@ -299,6 +301,9 @@ impl Inner {
             io.poisoned = Some(message.clone());
             return Err(FsError::Fs { status: FsStatus::Aborted, message });
         }
+        // Until the commit's outcome is known: a flush dropped half-way leaves
+        // the file refusing writes, not silently missing these.
+        io.poisoned = Some("a flush was cancelled before the manager answered its commit".into());
         let drained: Result<WriteOutcome, StripeError> = async {
             let waited = txn.behind.wait().await?;
             txn.outcome.merge(waited);
@@ -322,6 +327,7 @@ impl Inner {
         };
         match self.fs.call(&req).await {
             Ok(ManagerReply::Entry(e)) => {
+                io.poisoned = None;
                 self.binder.set_attr(e.attr);
                 Ok(Some(self.attr()))
             }
@@ -491,6 +497,10 @@ impl File {
     /// failed, never wrong bytes); the manager's refusal if a capability
     /// could not be refreshed (`PERMISSION_DENIED` after a chmod);
     /// [`FsError::Local`] if `dst` fails.
+    ///
+    /// # Cancel safety
+    /// Dropping the future aborts its drive requests; `dst` may have received
+    /// some pieces. The file stays usable.
     pub async fn read_to(&self, offset: u64, len: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<u64, FsError> {
         self.inner.read_to(offset, len, dst).await
     }
@@ -514,6 +524,12 @@ impl File {
     /// failure ([`FsError::Unavailable`] if too many components failed) —
     /// after which the writes since the last flush are lost and the file takes
     /// no more writes.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave part of the data written: the whole range
+    /// counts as written (the next flush commits the file's size past it), and
+    /// bytes of it not yet written keep their old contents (zeros past the old
+    /// end).
     pub async fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), FsError> {
         self.inner.write_at(offset, data).await
     }
@@ -525,6 +541,9 @@ impl File {
     /// # Errors
     /// As [`write_at`](Self::write_at); [`FsError::Local`] if `src` fails or
     /// ends early.
+    ///
+    /// # Cancel safety
+    /// As [`write_at`](Self::write_at), for the pieces taken from `src`.
     pub async fn write_from(&self, offset: u64, len: u64, src: &mut (impl AsyncRead + Unpin)) -> Result<u64, FsError> {
         self.inner.write_from(offset, len, src).await
     }
@@ -540,6 +559,11 @@ impl File {
     /// out): the writes since the last flush are lost. [`FsError::Unavailable`]
     /// if too many components failed; the transaction is then left to roll back.
     /// After either the file takes no more writes.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the transaction committed or not (it is
+    /// rolled back if its `COMMIT` did not arrive); the file then takes no
+    /// more writes.
     pub async fn flush(&self) -> Result<(), FsError> {
         self.inner.flush().await
     }
