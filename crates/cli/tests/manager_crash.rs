@@ -77,6 +77,10 @@ const DRIVE_CAPACITY_BYTES: u64 = 1 << 30;
 const OBJECT_POOL: usize = 8;
 /// Working-key rotation interval and capability lifetimes, seconds.
 const KEY_ROTATION_SECS: u64 = 2;
+/// Write-transaction lease, seconds. A worker's transaction open when its
+/// manager was killed holds the file until the lease runs out (a new
+/// `BEGIN_WRITE` on it waits at most 10 s, then answers `BUSY`).
+const WRITE_LEASE_SECS: u64 = 2;
 /// Kill/restart rounds on the same data.
 const ROUNDS: usize = 3;
 /// Concurrent clients, each with its own subtree and connection.
@@ -122,7 +126,7 @@ enum MNode {
 struct FileState {
     /// The bytes on its drive object.
     content: Vec<u8>,
-    /// The size the manager has recorded (set at create/truncate and close).
+    /// The size the manager has recorded (set at create/truncate and at the writer's commit).
     recorded: u64,
 }
 
@@ -213,13 +217,27 @@ impl Model {
                     MNode::Symlink(t) => Norm::Symlink(t.clone()),
                     MNode::File(fid) => {
                         let s = &self.files[fid];
-                        Norm::File { links: links[fid].clone(), content: s.content.clone(), recorded: s.recorded }
+                        Norm::File {
+                            links: links[fid].clone(),
+                            content: read_view(&s.content, s.recorded),
+                            recorded: s.recorded,
+                        }
                     }
                 };
                 (p.clone(), norm)
             })
             .collect()
     }
+}
+
+/// What a client reads of an object holding `content` under the recorded
+/// size: up to the size, the bytes the object lacks below it as zeros. Bytes
+/// past it are a write transaction's not yet committed (the manager rolls it
+/// back when its lease runs out) and nobody reads them.
+fn read_view(content: &[u8], recorded: u64) -> Vec<u8> {
+    let mut v = content[..content.len().min(recorded as usize)].to_vec();
+    v.resize(recorded as usize, 0);
+    v
 }
 
 /// A name as observed (or as a model predicts it): files carry every name of
@@ -321,8 +339,10 @@ impl Op {
     /// request has one. `Overwrite` also lists the state between the drive
     /// truncation the manager does first and its metadata commit (recorded
     /// size 0): a kill in between leaves the object empty under the old
-    /// recorded size (a stale cached size, never old bytes under a committed
-    /// truncation).
+    /// recorded size (read as zeros up to it; never old bytes under a
+    /// committed truncation). Written bytes not yet committed (the writer's
+    /// write transaction open at the kill) lie past the recorded size, which
+    /// readers stop at.
     fn outcomes(&self, m: &Model) -> Vec<Model> {
         let mut after = m.clone();
         match self {
@@ -945,7 +965,7 @@ fn check_stopped_tree(
                 FileKind::Symlink => Norm::Symlink(inode.target.clone().unwrap_or_default()),
                 FileKind::File => Norm::File {
                     links: by_ino[&inode.attr.ino].clone(),
-                    content: object_content(p, inode, &mut problems),
+                    content: read_view(&object_content(p, inode, &mut problems), inode.attr.size),
                     recorded: inode.attr.size,
                 },
             };
@@ -1097,7 +1117,8 @@ fn run_test() {
     // during the bursts too, and clients refresh capabilities all along.
     let settings = format!(
         "[manager]\nobject_pool = {OBJECT_POOL}\nread_capability_secs = {KEY_ROTATION_SECS}\n\
-         write_capability_secs = {KEY_ROTATION_SECS}\nkey_rotation_secs = {KEY_ROTATION_SECS}\n"
+         write_capability_secs = {KEY_ROTATION_SECS}\nkey_rotation_secs = {KEY_ROTATION_SECS}\n\
+         write_lease_secs = {WRITE_LEASE_SECS}\n"
     );
     std::fs::write(&config, settings).expect("config file");
     let mut manager = start_manager(dir, &manager_dir, &config, None);

@@ -25,6 +25,7 @@ use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode}
 use nasd_proto::rights;
 use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +43,8 @@ struct Io {
     /// Set when a write, flush or commit failed: the writes since the last
     /// commit are lost (rolled back), and the file takes no more writes.
     poisoned: Option<String>,
+    /// Components whose failure a read already warned of (once per open).
+    warned: BTreeSet<usize>,
 }
 
 /// An open regular file. Its methods take `&self` and may be called from
@@ -123,7 +126,7 @@ impl Inner {
                 io.read_ahead.invalidate();
                 self.striper.read_to(at, n, size, dst).await.map_err(|e| self.failed("reading", e))?
             };
-            self.note_report(&report);
+            self.note_report(&mut io, &report);
             at += got;
             io.last_read_end = Some(at);
             if got < n {
@@ -140,9 +143,13 @@ impl Inner {
         Ok(out)
     }
 
-    fn note_report(&self, report: &Report) {
+    fn note_report(&self, io: &mut Io, report: &Report) {
         for f in &report.failed {
-            tracing::warn!(path = %self.path, failure = %f, "a component failed; read around it");
+            if io.warned.insert(f.component) {
+                tracing::warn!(path = %self.path, failure = %f, "a component failed; reading around it");
+            } else {
+                tracing::debug!(path = %self.path, failure = %f, "a component failed again; read around it");
+            }
         }
     }
 
@@ -227,10 +234,31 @@ impl Inner {
         if id == 0 {
             return Err(FsError::Protocol("BEGIN_WRITE answered transaction 0, which means none".into()));
         }
-        if matches!(self.geometry.layout().scheme, Scheme::ReedSolomon { .. }) {
-            self.binder.fetch().await?;
-        }
-        let behind = WriteBehind::new(self.striper.clone(), self.size()).map_err(|e| self.failed("writing", e))?;
+        let ready = async {
+            if matches!(self.geometry.layout().scheme, Scheme::ReedSolomon { .. }) {
+                self.binder.fetch().await?;
+            }
+            WriteBehind::new(self.striper.clone(), self.size()).map_err(|e| self.failed("writing", e))
+        };
+        let behind = match ready.await {
+            Ok(behind) => behind,
+            Err(e) => {
+                // Nothing was written under it: end it now rather than leave it open
+                // (holding off every writer of the file, this one included) until its
+                // lease runs out.
+                let empty = ManagerRequest::Commit {
+                    handle: self.handle,
+                    txn: id,
+                    written_end: 0,
+                    missed: vec![],
+                    dirty: vec![],
+                };
+                if let Err(c) = self.fs.call(&empty).await {
+                    tracing::debug!(path = %self.path, txn = id, error = %c, "ending an unused write transaction failed");
+                }
+                return Err(e);
+            }
+        };
         let mut txn = Txn::new(id, lease, began, behind);
         txn.timer = Some(self.arm(id, began + lease / TXN_LEASE_FRACTION));
         Ok(txn)
@@ -451,7 +479,13 @@ impl File {
                 striper,
                 geometry,
                 written_end: AtomicU64::new(0),
-                io: tokio::sync::Mutex::new(Io { read_ahead, last_read_end: None, txn: None, poisoned: None }),
+                io: tokio::sync::Mutex::new(Io {
+                    read_ahead,
+                    last_read_end: None,
+                    txn: None,
+                    poisoned: None,
+                    warned: BTreeSet::new(),
+                }),
             }),
         })
     }

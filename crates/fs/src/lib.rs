@@ -704,7 +704,38 @@ impl FsClient {
 
 #[cfg(test)]
 mod tests {
-    use super::split_path;
+    use super::{split_path, ComponentFailure, FailureCause, FsError, StripeError};
+    use nasd_client::ClientError;
+    use std::sync::Arc;
+
+    fn unavailable(statuses: &[nasd_proto::Status]) -> FsError {
+        let failures = statuses
+            .iter()
+            .enumerate()
+            .map(|(i, &status)| ComponentFailure {
+                component: i,
+                drive: i as u32,
+                range: None,
+                cause: FailureCause::Drive(Arc::new(ClientError::Status { status, message: String::new() })),
+            })
+            .collect();
+        FsError::Unavailable { missing_drives: vec![], tolerates: 0, failures, message: String::new() }
+    }
+
+    #[test]
+    fn striping_failures_map_to_errno() {
+        use nasd_proto::Status;
+        assert_eq!(
+            unavailable(&[Status::NoSpace, Status::QuotaExceeded]).errno(),
+            28,
+            "ENOSPC when every drive is full"
+        );
+        assert_eq!(unavailable(&[Status::NoSpace, Status::DataCorrupted]).errno(), 5, "EIO otherwise");
+        assert_eq!(unavailable(&[]).errno(), 5);
+        assert_eq!(FsError::Stripe(StripeError::OutOfRange { offset: 0, len: 1, max: 0 }).errno(), 27, "EFBIG");
+        assert_eq!(FsError::Stripe(StripeError::WriteBehindBroken).errno(), 5);
+        assert_eq!(FsError::Local(std::io::Error::other("pipe")).errno(), 5);
+    }
 
     #[test]
     fn config_debug_redacts_the_password() {
