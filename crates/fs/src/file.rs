@@ -195,7 +195,9 @@ impl Inner {
         }
         poisoned(io)?;
         let len = data.len() as u64;
-        let max = self.geometry.file_size_max();
+        // What the layout holds, and what `COMMIT` can report written (its
+        // dirty ranges end at most at OBJECT_SIZE_MAX).
+        let max = self.geometry.file_size_max().min(nasd_proto::limits::OBJECT_SIZE_MAX);
         if offset.checked_add(len).is_none_or(|end| end > max) {
             return Err(FsError::Stripe(StripeError::OutOfRange { offset, len, max }));
         }
