@@ -11,7 +11,7 @@ mod common;
 
 use common::raw::{begin, commit, create, striper};
 use common::*;
-use nasd_fs::{FsClient, FsStatus, OpenMode};
+use nasd_fs::{FsStatus, OpenMode};
 use nasd_manager::ManagerConfig;
 use nasd_proto::layout::Layout;
 use nasd_proto::manager::FileAccess;
