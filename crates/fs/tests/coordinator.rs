@@ -9,13 +9,13 @@
 
 mod common;
 
+use common::raw::{begin, commit, create, striper};
 use common::*;
-use nasd_fs::{FsClient, FsStatus, OpenMode};
+use nasd_fs::{FsStatus, OpenMode};
 use nasd_manager::ManagerConfig;
-use nasd_proto::layout::{ComponentState, Layout};
-use nasd_proto::manager::{FileAccess, Handle, ManagerReply, ManagerRequest};
-use nasd_proto::Protection;
-use nasd_stripe::{DrivePool, StaticBinder, Striper, Target};
+use nasd_proto::layout::Layout;
+use nasd_proto::manager::FileAccess;
+use nasd_stripe::DrivePool;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,42 +31,6 @@ fn config() -> ManagerConfig {
         write_lease: Duration::from_secs(1),
         ..ManagerConfig::default()
     }
-}
-
-async fn create(fs: &FsClient, name: &str) -> (Handle, FileAccess) {
-    let parent = to(fs.walk("/", OpenMode::None)).await.expect("walk /").handle();
-    let req = ManagerRequest::Create { parent, name: name.into(), mode: 0o644, exclusive: true, truncate: false };
-    match to(fs.call(&req)).await.expect("create") {
-        ManagerReply::Entry(e) => (e.handle(), e.access.expect("capabilities for a new file")),
-        other => panic!("create: {other:?}"),
-    }
-}
-
-async fn begin(fs: &FsClient, handle: Handle) -> Result<u64, nasd_fs::FsError> {
-    match to(fs.call(&ManagerRequest::BeginWrite { handle })).await? {
-        ManagerReply::Began { txn, lease_ms } => {
-            assert_eq!(lease_ms, 1000);
-            Ok(txn)
-        }
-        other => panic!("begin: {other:?}"),
-    }
-}
-
-async fn commit(fs: &FsClient, handle: Handle, txn: u64, end: u64) -> Result<u64, nasd_fs::FsError> {
-    let req = ManagerRequest::Commit { handle, txn, written_end: end, missed: vec![], dirty: vec![(0, end.max(1))] };
-    match to(fs.call(&req)).await? {
-        ManagerReply::Entry(e) => Ok(e.attr.size),
-        other => panic!("commit: {other:?}"),
-    }
-}
-
-/// A striper over `access` with the components listed in `unreadable` taken as stale.
-fn striper(pool: &Arc<DrivePool>, access: &FileAccess, unreadable: &[usize]) -> Striper {
-    let mut target = Target::from_access(access, Protection::INTEGRITY_ARGS).expect("target");
-    for &i in unreadable {
-        target.components[i].state = ComponentState::Stale;
-    }
-    Striper::new(pool.clone(), Arc::new(StaticBinder::new(target).expect("binder")))
 }
 
 /// Open transactions on the drives, per component object.
@@ -95,7 +59,7 @@ fn a_committed_transaction_records_the_size_and_ends_on_every_drive() {
         let written = to(s.write(0, &data, 0)).await.expect("write");
         assert!(written.missed.is_empty());
         to(s.flush(&written.written)).await.expect("flush");
-        assert_eq!(commit(&admin, h, txn, data.len() as u64).await.expect("commit"), data.len() as u64);
+        assert_eq!(commit(&admin, h, txn, data.len() as u64, vec![]).await.expect("commit"), data.len() as u64);
 
         // The ends go out in the background; every drive hears them soon.
         let mut left = open_txns(&c, &access).await;
@@ -111,7 +75,7 @@ fn a_committed_transaction_records_the_size_and_ends_on_every_drive() {
         assert!(back == data);
 
         // A second commit of the same transaction is refused: it is over.
-        assert_eq!(commit(&admin, h, txn, 1).await.unwrap_err().status(), Some(FsStatus::InvalidArgument));
+        assert_eq!(commit(&admin, h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::InvalidArgument));
         c.stop().await;
     });
 }
@@ -128,7 +92,7 @@ fn a_writer_whose_lease_ran_out_is_rolled_back_on_every_component() {
         let s = striper(&pool, &access, &[]);
         let w = to(s.write(0, &old, 0)).await.expect("write");
         to(s.flush(&w.written)).await.expect("flush");
-        commit(&admin, h, txn, old.len() as u64).await.expect("commit");
+        commit(&admin, h, txn, old.len() as u64, vec![]).await.expect("commit");
 
         // A writer overwrites part of one stripe and grows the file, flushes, and dies.
         let txn = begin(&admin, h).await.expect("begin again");
@@ -147,7 +111,7 @@ fn a_writer_whose_lease_ran_out_is_rolled_back_on_every_component() {
             assert!(back[old.len()..].iter().all(|&b| b == 0), "the extension is gone too");
         }
         assert_eq!(open_txns(&c, &access).await, vec![None; 3], "ended on every drive");
-        let late = commit(&admin, h, txn, 250_000).await.unwrap_err();
+        let late = commit(&admin, h, txn, 250_000, vec![]).await.unwrap_err();
         assert_eq!(late.status(), Some(FsStatus::InvalidArgument), "the rolled-back transaction is gone: {late}");
         let size = to(admin.walk("/f", OpenMode::None)).await.expect("walk").attr.size;
         assert_eq!(size, old.len() as u64, "the size is the committed one");
@@ -167,8 +131,8 @@ fn one_writer_at_a_time_and_a_dead_ones_transaction_does_not_block_the_next() {
         let second = begin(&admin, h).await.expect("the second writer gets the file after the first's lease");
         assert!(second > first, "transaction ids grow");
         // The first writer's commit now fails: its transaction is gone.
-        assert!(commit(&admin, h, first, 10).await.is_err());
-        commit(&admin, h, second, 0).await.expect("the second commits");
+        assert!(commit(&admin, h, first, 10, vec![]).await.is_err());
+        commit(&admin, h, second, 0, vec![]).await.expect("the second commits");
         c.stop().await;
     });
 }

@@ -564,3 +564,24 @@ fn commit_and_access_rejections_are_specific() {
         Err(DecodeError::NotCanonical("component count differs from the layout's"))
     );
 }
+
+/// Every vector is published in docs/PROTOCOL.md ("Manager known-answer
+/// vectors"), byte for byte: consecutive lines of hex digits, joined.
+#[test]
+fn manager_vectors_are_published_in_protocol_md() {
+    let doc = include_str!("../../../docs/PROTOCOL.md");
+    let section = &doc[doc.find("### Manager known-answer vectors").expect("the section")..];
+    let mut published = Vec::new();
+    let mut run = String::new();
+    for line in section.lines() {
+        let l = line.trim();
+        if !l.is_empty() && l.bytes().all(|b| b.is_ascii_hexdigit()) {
+            run.push_str(l);
+        } else if !run.is_empty() {
+            published.push(std::mem::take(&mut run));
+        }
+    }
+    for (name, bytes) in vectors() {
+        assert!(published.contains(&hex::encode(bytes)), "{name}: not published in PROTOCOL.md as it is encoded");
+    }
+}

@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use nasd_crypto::Key;
 use nasd_drive::{DriveConfig, SecurityMode};
 use nasd_fs::{FsClient, FsConfig, Layout};
@@ -91,50 +93,61 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
-/// A drive served by this process, on a tokio runtime of its own.
+/// A drive served by this process, on a tokio runtime of its own: stopping
+/// it ends its serve loop (with its final commit) and then shuts the runtime
+/// down, which drops every connection it still had — as a drive process
+/// that stops would, and unlike a serve loop that merely returns. Killing it
+/// shuts the runtime down at once, as a crash would.
 pub struct TestDrive {
     pub addr: SocketAddr,
     pub master: Key,
+    pub dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    done: Option<oneshot::Receiver<std::io::Result<()>>>,
     rt: Option<tokio::runtime::Runtime>,
 }
 
 impl TestDrive {
     pub async fn start(dir: PathBuf) -> TestDrive {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
+        Self::serve(dir, listener, Key::random())
+    }
+
+    fn serve(dir: PathBuf, listener: std::net::TcpListener, master: Key) -> TestDrive {
         let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
         let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
-        let master = Key::random();
         let config =
             DriveConfig { security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..Default::default() };
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
-        listener.set_nonblocking(true).expect("non-blocking listener");
         let addr = listener.local_addr().expect("drive address");
+        listener.set_nonblocking(true).expect("non-blocking listener");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name("drive")
             .enable_all()
             .build()
-            .expect("a drive runtime");
+            .expect("the drive's runtime");
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = rt.spawn(async move {
-            let listener = TcpListener::from_std(listener)?;
-            nasd_drive::serve(listener, store, config, async {
+        let (done_tx, done) = oneshot::channel();
+        rt.spawn(async move {
+            let listener = TcpListener::from_std(listener).expect("listener");
+            let r = nasd_drive::serve(listener, store, config, async {
                 let _ = stopped.await;
             })
-            .await
+            .await;
+            let _ = done_tx.send(r);
         });
-        TestDrive { addr, master, stop: Some(stop), server: Some(server), rt: Some(rt) }
+        TestDrive { addr, master, dir, stop: Some(stop), done: Some(done), rt: Some(rt) }
     }
 
     /// Stops the drive cleanly (its final commit included).
     pub async fn stop(mut self) {
-        if let (Some(stop), Some(server)) = (self.stop.take(), self.server.take()) {
+        if let (Some(stop), Some(done)) = (self.stop.take(), self.done.take()) {
             let _ = stop.send(());
-            to(server).await.expect("drive task").expect("drive stopped cleanly");
+            to(done).await.expect("drive task").expect("drive stopped cleanly");
         }
         if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
+            tokio::task::spawn_blocking(move || rt.shutdown_timeout(Duration::from_secs(10)))
+                .await
+                .expect("shut the drive's runtime down");
         }
     }
 
@@ -142,7 +155,7 @@ impl TestDrive {
     /// connection close, nothing more is committed.
     pub fn kill(&mut self) {
         self.stop = None;
-        self.server = None;
+        self.done = None;
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
@@ -152,10 +165,64 @@ impl TestDrive {
     pub fn running(&self) -> bool {
         self.rt.is_some()
     }
+
+    /// Stops the drive; [`StoppedDrive::start`] serves the same store on the same address again.
+    pub async fn halt(self) -> StoppedDrive {
+        let (addr, master, dir) = (self.addr, self.master.clone(), self.dir.clone());
+        self.stop().await;
+        StoppedDrive { addr, master, dir }
+    }
+}
+
+/// A drive stopped by [`TestDrive::halt`].
+pub struct StoppedDrive {
+    pub addr: SocketAddr,
+    pub master: Key,
+    pub dir: PathBuf,
+}
+
+impl StoppedDrive {
+    /// Serves the drive again on its old address.
+    pub async fn start(self) -> TestDrive {
+        let mut tries = 0;
+        let listener = loop {
+            match std::net::TcpListener::bind(self.addr) {
+                Ok(l) => break l,
+                Err(e) if tries < 100 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("rebind {}: {e}", self.addr),
+            }
+        };
+        TestDrive::serve(self.dir, listener, self.master)
+    }
+
+    /// Flips one byte of the physical block that holds logical block `block`
+    /// of object `object` in partition `partition`: rot the drive's digest
+    /// check will find.
+    pub fn rot(&self, partition: u64, object: u64, block: u64) {
+        use std::os::unix::fs::FileExt;
+        let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
+        let (phys, bs) = {
+            let store = Store::open(&self.dir, &opts).expect("open the stopped drive's store");
+            let map = store.block_map(partition, object).expect("block map");
+            let (_, b) = map.iter().find(|(l, _)| *l == block).expect("the block is stored");
+            (b.phys, store.block_size() as u64)
+        };
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(self.dir.join("blocks.dat")).expect("blocks");
+        let mut byte = [0u8; 1];
+        f.read_exact_at(&mut byte, phys * bs + 17).expect("read");
+        byte[0] ^= 0x40;
+        f.write_all_at(&byte, phys * bs + 17).expect("write");
+        f.sync_all().expect("sync");
+    }
 }
 
 impl Drop for TestDrive {
     fn drop(&mut self) {
+        // Never drop a runtime inside asynchronous code.
         self.kill();
     }
 }

@@ -1,0 +1,207 @@
+//! The manager's repair over real drives: a drive that stays down has its
+//! components rebuilt on the others (every file then reads byte-exact with
+//! that drive gone for good); a drive that was down briefly has the ranges
+//! its components missed resynced when it comes back; scrub finds a rotten
+//! block and heals it from redundancy; a new drive takes its share of the
+//! components by rebalancing. Checksums of every file before and after.
+
+mod common;
+
+use common::raw::{create, read_all, striper, write, write_new};
+use common::*;
+use nasd_fs::FsClient;
+use nasd_manager::ManagerConfig;
+use nasd_proto::layout::Layout;
+use nasd_proto::manager::{ClusterStatus, RepairAction};
+use nasd_stripe::DrivePool;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Polls the cluster status until `done` holds, at most [`STEP`].
+async fn until(fs: &FsClient, what: &str, done: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let s = to(fs.cluster_status()).await.expect("status");
+        if done(&s) {
+            return s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: still {s:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn config(layout: &str, rebuild_delay: Duration) -> ManagerConfig {
+    ManagerConfig {
+        pool_target: 8,
+        default_layout: Layout::parse(layout).expect("layout"),
+        rebuild_delay,
+        maintenance_interval: Duration::from_millis(200),
+        ..ManagerConfig::default()
+    }
+}
+
+/// Files of assorted sizes (in stripes of 64 KiB units: ending mid-unit,
+/// mid-stripe, on a boundary).
+fn contents() -> Vec<(String, Vec<u8>)> {
+    [1, 5000, 65_536, 131_072, 200_001, 700_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (format!("f{i}"), pattern(i as u64, n)))
+        .collect()
+}
+
+#[test]
+fn a_drive_that_stays_down_has_its_components_rebuilt_elsewhere() {
+    run(async {
+        let opts = ClusterOptions {
+            config: config("rs:2+1@64K", Duration::ZERO),
+            drives: 5,
+            maintenance: true,
+            root_layout: None,
+        };
+        let mut c = Cluster::start(opts).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        for (name, data) in contents() {
+            write_new(&admin, &pool, &name, &data).await;
+        }
+        let victim = c.drives.remove(1);
+        let before = until(&admin, "components on drive 1", |s| s.drives[1].components > 0).await;
+        let held = before.drives[1].components;
+        victim.stop().await;
+        let after =
+            until(&admin, "rebuild off the stopped drive", |s| !s.drives[1].up && s.drives[1].components == 0).await;
+        let total: u64 = after.drives.iter().map(|d| d.components).sum();
+        assert_eq!(total, before.drives.iter().map(|d| d.components).sum::<u64>(), "every component still exists");
+        assert!(held > 0);
+        for (name, data) in contents() {
+            let back = read_all(&admin, &pool, &format!("/{name}")).await;
+            assert!(back == data, "{name} after the rebuild");
+        }
+        // Nothing is read from the lost drive: every component of every file is elsewhere and Ok.
+        for (name, _) in contents() {
+            let info = to(admin.get_layout(&format!("/{name}"))).await.expect("layout");
+            assert!(info.components.iter().all(|(c, _)| c.object.drive != 1 && c.state == nasd_fs::ComponentState::Ok));
+        }
+        c.stop().await;
+    });
+}
+
+#[test]
+fn a_drive_back_from_a_short_outage_is_resynced() {
+    run(async {
+        let opts = ClusterOptions {
+            config: config("mirror:3@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            root_layout: None,
+        };
+        let mut c = Cluster::start(opts).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let old = pattern(9, 300_000);
+        write_new(&admin, &pool, "a", &old).await;
+        let (h, _) = create(&admin, "b").await;
+        let stopped = c.drives.remove(2).halt().await;
+        until(&admin, "drive 2 down", |s| !s.drives[2].up).await;
+
+        // Written while drive 2 is down: its copy misses it and is marked stale.
+        let new = pattern(10, 400_000);
+        let access = to(admin.walk("/b", nasd_fs::OpenMode::ReadWrite)).await.expect("walk").access.expect("access");
+        let missed = write(&admin, &pool, h, &access, &new).await;
+        assert_eq!(missed.len(), 1, "the copy on the stopped drive missed the write");
+        let info = to(admin.get_layout("/b")).await.expect("layout");
+        assert!(info.components.iter().any(|(c, _)| c.object.drive == 2), "a copy on drive 2: {info:?}");
+        let status = to(admin.cluster_status()).await.expect("status");
+        assert!(status.files_degraded >= 1, "{status:?}");
+
+        c.drives.insert(2, stopped.start().await);
+        until(&admin, "resync of the stale copy", |s| s.drives[2].up && s.files_degraded == 0).await;
+        // Read from drive 2's copy alone: the others taken out.
+        let idx = info.components.iter().position(|(c, _)| c.object.drive == 2).expect("component on drive 2");
+        let others: Vec<usize> = (0..3).filter(|&i| i != idx).collect();
+        let access = to(admin.walk("/b", nasd_fs::OpenMode::Read)).await.expect("walk").access.expect("access");
+        assert!(access.components.iter().all(|c| c.state == nasd_fs::ComponentState::Ok), "{access:?}");
+        let (back, _) =
+            to(striper(&pool, &access, &others).read(0, new.len() as u64, new.len() as u64)).await.expect("read");
+        assert!(back == new, "drive 2's copy holds what was written while it was down");
+        assert!(read_all(&admin, &pool, "/a").await == old);
+        c.stop().await;
+    });
+}
+
+#[test]
+fn scrub_heals_a_rotten_block_from_redundancy() {
+    run(async {
+        let opts = ClusterOptions {
+            config: config("rs:2+1@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            root_layout: None,
+        };
+        let mut c = Cluster::start(opts).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let data = pattern(5, 500_000);
+        let (_, access) = write_new(&admin, &pool, "r", &data).await;
+        let comp = access.components[0].object;
+        let i = c.drives.iter().position(|d| d.addr.to_string() == access.components[0].drive_addr).expect("drive");
+        let stopped = c.drives.remove(i).halt().await;
+        stopped.rot(comp.partition, comp.object, 0);
+        c.drives.insert(i, stopped.start().await);
+
+        to(admin.repair(RepairAction::Scrub)).await.expect("start a scrub");
+        let s = until(&admin, "scrub", |s| s.last_scrub.blocks_checked > 0 && s.scrub.files_total == 0).await;
+        assert_eq!((s.last_scrub.corrupt, s.last_scrub.healed, s.last_scrub.unrecoverable), (1, 1, 0), "{s:?}");
+        // Healed: the component itself now reads right, without reconstruction.
+        let (back, report) =
+            to(striper(&pool, &access, &[]).read(0, data.len() as u64, data.len() as u64)).await.expect("read");
+        assert!(back == data);
+        assert!(report.is_clean(), "no component failed: {report:?}");
+        // And a second scrub finds nothing.
+        to(admin.repair(RepairAction::Scrub)).await.expect("scrub again");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let s = until(&admin, "second scrub", |s| s.scrub.files_total == 0).await;
+        assert_eq!(s.last_scrub.corrupt, 0, "{s:?}");
+        c.stop().await;
+    });
+}
+
+#[test]
+fn a_new_drive_takes_its_share_by_rebalancing() {
+    run(async {
+        let opts = ClusterOptions {
+            config: config("mirror:2@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            root_layout: None,
+        };
+        let mut c = Cluster::start(opts).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let files: Vec<(String, Vec<u8>)> = (0..24).map(|i| (format!("m{i}"), pattern(100 + i, 150_000))).collect();
+        for (name, data) in &files {
+            write_new(&admin, &pool, name, data).await;
+        }
+        let d = TestDrive::start(c.dir().join("drive-new")).await;
+        to(admin.add_drive(&d.addr.to_string(), &d.master)).await.expect("add a drive");
+        c.drives.push(d);
+        until(&admin, "usage of every drive known", |s| {
+            s.drives.len() == 4 && s.drives.iter().all(|d| d.used_bytes > 0 || d.drive == 3)
+        })
+        .await;
+        to(admin.repair(RepairAction::Rebalance)).await.expect("rebalance");
+        let s = until(&admin, "rebalance", |s| s.drives[3].components > 0 && s.rebalance.bytes_total == 0).await;
+        let total: u64 = s.drives.iter().map(|d| d.components).sum();
+        assert_eq!(total, 48, "{s:?}");
+        let share = s.drives[3].components as f64 / total as f64;
+        assert!(
+            (0.15..=0.35).contains(&share),
+            "the new drive holds {share:.2} of the components, about 1/4 expected: {s:#?}"
+        );
+        for (name, data) in &files {
+            assert!(read_all(&admin, &pool, &format!("/{name}")).await == *data, "{name} after the rebalance");
+        }
+        c.stop().await;
+    });
+}
