@@ -297,7 +297,7 @@ async fn ensure_admin(manager: &Manager, password_file: &Path, dir: &Path) -> an
 fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
     let staged = files::with_suffix(path, "tmp")?;
     files::write_staged(&staged, text, 0o600)?;
-    files::install(&staged, path)
+    Ok(files::install(&staged, path)?)
 }
 
 /// `nasd admin reset-password`: a new password for `user`, set directly in
@@ -327,7 +327,7 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
-            files::write_staged(&staged, &format!("{password}\n"), 0o600)?;
+            files::write_staged(&staged, format!("{password}\n"), 0o600)?;
             if let Err(e) = reset.commit() {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);

@@ -154,6 +154,51 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("holds no manager metadata"));
 }
 
+/// `manager.key`, which seals every drive key, is staged, synced and linked
+/// into place (`nasd_crypto::durable`), so a write of it that fails part way
+/// leaves no key file and the next start simply makes one. It used to be
+/// created in place: a write cut short (here by `RLIMIT_FSIZE`, as by a full
+/// disk) left a partial `manager.key` behind, and the manager then refused to
+/// start ("does not hold a key") until someone found and deleted it by hand.
+#[test]
+fn a_key_file_write_cut_short_leaves_no_partial_key() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("manager");
+    let mut cut_short = Command::new(env!("CARGO_BIN_EXE_nasd"));
+    cut_short
+        .args(["manager", "--data", data.to_str().unwrap(), "--listen", &free_addr().to_string()])
+        .env("NO_COLOR", "1")
+        .env_remove("NASD_CONFIG")
+        .stdin(Stdio::null());
+    // SAFETY: only async-signal-safe calls (setrlimit, signal) between fork and exec.
+    unsafe {
+        cut_short.pre_exec(|| {
+            // Files may grow to 16 bytes: a 65-byte key file cannot be written whole. The
+            // write then fails with EFBIG instead of raising SIGXFSZ (an ignored signal stays
+            // ignored across exec).
+            let limit = libc::rlimit { rlim_cur: 16, rlim_max: 16 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+                || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cut_short.output().expect("run nasd manager");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the manager cannot start without its key file: {stderr}");
+    assert!(stderr.contains("manager.key"), "the error names the key file: {stderr}");
+    assert!(!data.join("manager.key").exists(), "no partial manager.key is left behind");
+    assert!(!data.join("manager.key.tmp").exists(), "nor its staging file");
+
+    // With room to write, the manager starts on the same directory.
+    let mut m = manager(&data, &tmp.path().join("manager.log"));
+    nasd_crypto::read_key_file(&data.join("manager.key")).expect("a whole key");
+    m.terminate();
+}
+
 /// A drive process in `dir`/drive on a fixed loopback address, committing
 /// only every hour: a SIGKILL loses everything not explicitly flushed.
 struct LazyDrive {
