@@ -1,6 +1,7 @@
 //! One client connection: frame in, checks, operation, protected frame out.
 
 use crate::security::{audit_target, Authority, Grant};
+use crate::tasks::{blocking, join};
 use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
 use nasd_crypto::{FrameKeys, UnitMac};
 use nasd_proto::limits::{CHUNK_LEN_MAX, DATA_TAG_LEN, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
@@ -336,14 +337,13 @@ async fn execute(
             .map_err(|e| (Status::IoError, format!("audit trail: {e}"))),
         Request::Scrub { max_report } => {
             let (s, max) = (store.clone(), *max_report as usize);
-            match tokio::task::spawn_blocking(move || s.scrub()).await {
-                Ok(Ok(report)) => Ok(Reply::Scrub {
+            match blocking(move || s.scrub()).await {
+                Ok(report) => Ok(Reply::Scrub {
                     blocks_checked: report.blocks_checked,
                     corrupt_total: report.corrupt.len() as u64,
                     corrupt: report.corrupt.iter().take(max).map(|c| (c.partition, c.object, c.block)).collect(),
                 }),
-                Ok(Err(e)) => Err((e.status(), e.to_string())),
-                Err(e) => Err((Status::Internal, format!("scrub task failed: {e}"))),
+                Err(e) => Err((e.status(), e.to_string())),
             }
         }
         Request::SetDriveKey { .. }
@@ -356,20 +356,16 @@ async fn execute(
                 Err(refusal) => Err(refusal),
                 Ok(new_master) => {
                     let (s, clock, skew) = (store.clone(), *clock_ns, *clock_skew_ns);
-                    match tokio::task::spawn_blocking(move || s.initialize(clock, skew)).await {
-                        Ok(Ok(())) => drive.security.reset(new_master).map(|()| Reply::Done),
-                        Ok(Err(e)) => Err((e.status(), e.to_string())),
-                        Err(e) => Err((Status::Internal, format!("initialize task failed: {e}"))),
+                    match blocking(move || s.initialize(clock, skew)).await {
+                        Ok(()) => drive.security.reset(new_master).map(|()| Reply::Done),
+                        Err(e) => Err((e.status(), e.to_string())),
                     }
                 }
             }
         }
         other => {
             let (s, req) = (store.clone(), other.clone());
-            let r = tokio::task::spawn_blocking(move || run_simple(&s, req))
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Corrupt(format!("operation task failed: {e}"))))
-                .map_err(|e| (e.status(), e.to_string()));
+            let r = blocking(move || run_simple(&s, req)).await.map_err(|e| (e.status(), e.to_string()));
             if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, other) {
                 if let Err(refusal) = drive.security.forget_partition(*partition) {
                     tracing::error!(partition, status = %refusal.0, "could not forget a removed partition's keys");
@@ -393,6 +389,8 @@ async fn execute(
 
 /// Operations without a data section.
 fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
+    #[cfg(feature = "fault-injection")]
+    crate::tasks::fault::store_task(request.opcode());
     Ok(match request {
         Request::Create { partition, mask, attrs } => {
             let (object, attrs) = store.create(partition, mask, &attrs)?;
@@ -691,7 +689,7 @@ async fn execute_write(
         }
     }
     drop(tx);
-    let result = task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("write task failed: {e}"))));
+    let result = join(task).await;
     if let Some(e) = socket_error {
         return Err(e);
     }
@@ -744,9 +742,7 @@ async fn execute_read(
         s.read_with(partition, object, &regions, &mut sink, verify)?;
         sink.finish().map_err(StoreError::Sink)
     });
-    let failed = |task: tokio::task::JoinHandle<Result<(), StoreError>>| async move {
-        task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("read task failed: {e}"))))
-    };
+    let failed = join::<Result<(), StoreError>>;
     let Some(ReadMsg::Start(lengths, prefix, mut protector)) = rx.recv().await else {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read produced no lengths".into()));

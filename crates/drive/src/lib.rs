@@ -15,6 +15,7 @@
 mod audit;
 mod conn;
 pub mod security;
+mod tasks;
 
 pub use audit::{Audit, AUDIT_RECORDS_MAX};
 pub use nasd_crypto::Key;
@@ -165,7 +166,7 @@ pub async fn serve(
     config.check_reply_chunk_len(store.block_size())?;
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
-        Arc::new(tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??)
+        Arc::new(tasks::blocking(move || Drive::open(s, &mode)).await?)
     };
     if !drive.security.enabled() {
         tracing::warn!("security is DISABLED: any client may do anything on this drive");
@@ -173,10 +174,18 @@ pub async fn serve(
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let config = Arc::new(config);
     let committer = tokio::spawn(commit_loop(drive.clone(), config.commit_interval));
+    // Connection tasks are joined here so that a panic in one stops the drive (`tasks`).
+    let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                match joined {
+                    Err(e) if e.is_panic() => tasks::fail_stop(&e),
+                    _ => {}
+                }
+            }
             accepted = listener.accept() => {
                 let (socket, peer) = match accepted {
                     Ok(a) => a,
@@ -191,7 +200,7 @@ pub async fn serve(
                     continue;
                 };
                 let (drive, config) = (drive.clone(), config.clone());
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     conn::serve_connection(socket, peer, drive, config).await;
                     drop(permit);
                 });
@@ -199,6 +208,8 @@ pub async fn serve(
         }
     }
     committer.abort();
+    // Requests in progress finish on their own, as before; only new ones stopped.
+    connections.detach_all();
     if commit_all(&drive, "final").await {
         tracing::info!("final commit done");
     }
@@ -209,7 +220,7 @@ pub async fn serve(
 /// Returns true on success.
 async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     let d = drive.clone();
-    let result = tokio::task::spawn_blocking(move || {
+    let result = tasks::blocking(move || {
         if let Err(e) = d.audit.persist() {
             tracing::error!(error = %e, "audit trail write failed");
         }
@@ -217,13 +228,9 @@ async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     })
     .await;
     match result {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "{which} commit failed");
-            false
-        }
+        Ok(()) => true,
         Err(e) => {
-            tracing::error!(error = %e, "{which} commit task failed");
+            tracing::error!(error = %e, "{which} commit failed");
             false
         }
     }
