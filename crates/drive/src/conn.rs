@@ -220,7 +220,7 @@ impl Ctx<'_> {
             return;
         }
         let (partition, object, region) = req.map(audit_target).unwrap_or((0, 0, Region { offset: 0, length: 0 }));
-        self.drive.audit.record(AuditRecord {
+        let record = AuditRecord {
             sequence: 0,
             time_ns: self.drive.store.now_ns(),
             audit_id: auth.map_or(0, Authority::audit_id),
@@ -230,7 +230,15 @@ impl Ctx<'_> {
             partition,
             object,
             region,
-        });
+        };
+        // A refusal of a request that proved no key may come from anyone, as fast as the network
+        // allows: itemized at a bounded rate, counted beyond it.
+        let proved_no_key = auth.is_none_or(|a| a.keys.is_none());
+        if proved_no_key && status != Status::Ok {
+            self.drive.audit.record_unauthenticated_refusal(record);
+        } else {
+            self.drive.audit.record(record);
+        }
     }
 }
 
@@ -330,11 +338,13 @@ async fn execute(
                 extensions: Vec::new(),
             }))
         }
-        Request::ReadAudit { after, max } => drive
-            .audit
-            .read(*after, *max as usize)
-            .map(|records| Reply::Audit { records })
-            .map_err(|e| (Status::IoError, format!("audit trail: {e}"))),
+        Request::ReadAudit { after, max } => {
+            let (d, after, max) = (drive.clone(), *after, *max as usize);
+            blocking(move || d.audit.read(after, max))
+                .await
+                .map(|records| Reply::Audit { records })
+                .map_err(|e| (Status::IoError, format!("audit trail: {e}")))
+        }
         Request::Scrub { max_report } => {
             let (s, max) = (store.clone(), *max_report as usize);
             match blocking(move || s.scrub()).await {
@@ -349,29 +359,36 @@ async fn execute(
         Request::SetDriveKey { .. }
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
-        | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
+        | Request::SetMinProtection { .. } => {
+            let (d, req) = (drive.clone(), request.clone());
+            blocking(move || d.security.manage(&req)).await.map(|()| Reply::Done)
+        }
         Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
             // Open the new master key before erasing anything.
             match drive.security.open_new_master(sealed_master_key) {
                 Err(refusal) => Err(refusal),
                 Ok(new_master) => {
-                    let (s, clock, skew) = (store.clone(), *clock_ns, *clock_skew_ns);
-                    match blocking(move || s.initialize(clock, skew)).await {
-                        Ok(()) => drive.security.reset(new_master).map(|()| Reply::Done),
+                    let (d, clock, skew) = (drive.clone(), *clock_ns, *clock_skew_ns);
+                    blocking(move || match d.store.initialize(clock, skew) {
+                        Ok(()) => d.security.reset(new_master).map(|()| Reply::Done),
                         Err(e) => Err((e.status(), e.to_string())),
-                    }
+                    })
+                    .await
                 }
             }
         }
         other => {
-            let (s, req) = (store.clone(), other.clone());
-            let r = blocking(move || run_simple(&s, req)).await.map_err(|e| (e.status(), e.to_string()));
-            if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, other) {
-                if let Err(refusal) = drive.security.forget_partition(*partition) {
-                    tracing::error!(partition, status = %refusal.0, "could not forget a removed partition's keys");
+            let (d, req) = (drive.clone(), other.clone());
+            blocking(move || {
+                let r = run_simple(&d.store, req.clone()).map_err(|e| (e.status(), e.to_string()));
+                if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, req) {
+                    if let Err(refusal) = d.security.forget_partition(partition) {
+                        tracing::error!(partition, status = %refusal.0, "could not forget a removed partition's keys");
+                    }
                 }
-            }
-            r
+                r
+            })
+            .await
         }
     };
     let status = match result {

@@ -17,7 +17,9 @@ mod conn;
 pub mod security;
 mod tasks;
 
-pub use audit::{Audit, AUDIT_RECORDS_MAX};
+pub use audit::{
+    Audit, AUDIT_BUFFER_MAX, AUDIT_RECORDS_MAX, UNAUTHENTICATED_AUDIT_BURST, UNAUTHENTICATED_AUDIT_PER_SEC,
+};
 pub use nasd_crypto::Key;
 pub use security::Security;
 
@@ -236,12 +238,23 @@ async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     }
 }
 
+/// Commits every `every`; writes the audit trail's buffer (on a blocking
+/// thread) as soon as it is half full.
 async fn commit_loop(drive: Arc<Drive>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        commit_all(&drive, "background").await;
+        tokio::select! {
+            _ = tick.tick() => {
+                commit_all(&drive, "background").await;
+            }
+            () = drive.audit.half_full() => {
+                let d = drive.clone();
+                if let Err(e) = tasks::blocking(move || d.audit.persist()).await {
+                    tracing::error!(error = %e, "audit trail write failed");
+                }
+            }
+        }
     }
 }
 

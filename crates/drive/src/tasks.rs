@@ -49,6 +49,27 @@ pub(crate) mod fault {
     /// task panics.
     pub const PANIC_IN_OPCODE: &str = "NASD_FAULT_PANIC_IN_OPCODE";
 
+    /// The environment variable naming a file: while it exists, every write
+    /// of the drive's key settings waits (a disk that stalls), after creating
+    /// the file's name with `.reached` appended to say so.
+    pub const STALL_SETTINGS_WHILE: &str = "NASD_FAULT_STALL_SETTINGS_WHILE";
+    /// How often a stalled settings write looks for its file.
+    const STALL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+    /// Waits while the file named by [`STALL_SETTINGS_WHILE`] exists.
+    pub fn settings_write() {
+        let Some(file) = std::env::var_os(STALL_SETTINGS_WHILE) else { return };
+        let file = std::path::PathBuf::from(file);
+        if file.exists() {
+            let mut reached = file.clone().into_os_string();
+            reached.push(".reached");
+            std::fs::write(reached, b"").expect("fault point: cannot say the stall was reached");
+        }
+        while file.exists() {
+            std::thread::sleep(STALL_POLL);
+        }
+    }
+
     /// Panics if the process was started to panic in the store task of `opcode`.
     pub fn store_task(opcode: u16) {
         if std::env::var(PANIC_IN_OPCODE).is_ok_and(|v| v == format!("{opcode:#06x}")) {
