@@ -12,6 +12,7 @@
 //! commit_interval_ms = 2000
 //! verify_reads = true
 //! master_key_file = "/etc/nasd/drive0.master.key"
+//! connections_per_peer = 128     # most connections from one host (IPv4 address, IPv6 /64)
 //!
 //! [manager]                      # nasd manager
 //! data = "/var/lib/nasd/manager"
@@ -73,6 +74,8 @@ pub struct DriveSection {
     pub verify_reads: Option<bool>,
     pub master_key_file: Option<PathBuf>,
     pub no_security: Option<bool>,
+    /// Most connections one host may hold (raise it for many clients behind one NAT address).
+    pub connections_per_peer: Option<usize>,
 }
 
 impl DriveSection {

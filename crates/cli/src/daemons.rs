@@ -58,6 +58,8 @@ pub struct DriveSetup {
     pub verify_reads: bool,
     /// `None`: security disabled.
     pub master_key_file: Option<PathBuf>,
+    /// Most connections from one host.
+    pub connections_per_peer: usize,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -105,7 +107,17 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         Some(k) => nasd_drive::SecurityMode::Enforced { master_key: Some(k.clone()) },
         None => nasd_drive::SecurityMode::Disabled,
     };
-    let config = nasd_drive::DriveConfig { commit_interval: setup.commit_interval, security, ..Default::default() };
+    anyhow::ensure!(
+        (1..=nasd_drive::CONNECTIONS_MAX).contains(&setup.connections_per_peer),
+        "connections per peer must be 1..={}",
+        nasd_drive::CONNECTIONS_MAX
+    );
+    let config = nasd_drive::DriveConfig {
+        commit_interval: setup.commit_interval,
+        security,
+        max_connections_per_peer: setup.connections_per_peer,
+        ..Default::default()
+    };
     Ok(OpenDrive { store: Arc::new(store), listener, config, master_key })
 }
 
@@ -139,6 +151,10 @@ pub struct DriveArgs {
     /// trusted network; anyone who can reach the drive can do anything.
     #[arg(long)]
     no_security: bool,
+    /// Most connections one host (an IPv4 address, an IPv6 /64) may hold at
+    /// once [default: 128]; raise it for many clients behind one address.
+    #[arg(long)]
+    connections_per_peer: Option<usize>,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
@@ -170,6 +186,10 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         commit_interval: Duration::from_millis(args.commit_interval_ms.or(file.commit_interval_ms).unwrap_or(2000)),
         verify_reads: args.verify_reads.or(file.verify_reads).unwrap_or(true),
         master_key_file,
+        connections_per_peer: args
+            .connections_per_peer
+            .or(file.connections_per_peer)
+            .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
     })
     .await?;
     let info = drive.store.info();
@@ -508,6 +528,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
+            connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
         })
         .await?;
         let id = d.store.info().drive_id;
@@ -610,6 +631,7 @@ impl LocalCluster {
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
+                connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
             })
             .await?;
             added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));
