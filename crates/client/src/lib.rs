@@ -302,6 +302,22 @@ impl DriveClient {
         self.drive_id
     }
 
+    /// Whether the connection can carry another request, found without
+    /// waiting: not after an earlier failure, nor once the drive has closed
+    /// it — a drive ends a connection idle for its idle timeout, and a
+    /// connection kept for reuse then sits half-closed, so a request sent on
+    /// it would get no reply — nor if the drive sent bytes no request asked
+    /// for. Callers that keep connections check this before reusing one.
+    pub fn is_reusable(&self) -> bool {
+        if self.broken || !self.rd.buffer().is_empty() {
+            return false;
+        }
+        let mut probe = [std::mem::MaybeUninit::uninit()];
+        // The socket is non-blocking: "would block" means open, with nothing unread.
+        let socket = socket2::SockRef::from(self.rd.get_ref().as_ref());
+        matches!(socket.peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
     /// Sets the chunk length used for write data (512 B ..= 4 MiB).
     pub fn set_chunk_len(&mut self, chunk_len: u32) {
         self.chunk_len = chunk_len.clamp(nasd_proto::limits::CHUNK_LEN_MIN, nasd_proto::limits::CHUNK_LEN_MAX);

@@ -104,12 +104,17 @@ impl File {
         self.handle
     }
 
-    /// The drive connection in `slot`, connected and set to use `access`.
+    /// The drive connection in `slot`, connected and set to use `access`. A
+    /// kept connection the drive has closed meanwhile (after its idle
+    /// timeout) is replaced first, so no request goes out on it.
     async fn ready<'s>(
         &self,
         slot: &'s mut Option<DriveClient>,
         access: &Access,
     ) -> Result<&'s mut DriveClient, ClientError> {
+        if slot.as_ref().is_some_and(|c| !c.is_reusable()) {
+            *slot = None;
+        }
         if slot.is_none() {
             let c = DriveClient::connect(access.drive_addr.as_str()).await?;
             if c.drive_id() != access.drive_id {

@@ -172,3 +172,75 @@ async fn truncate_against_chmod_scenario() {
     drop((admin, alice_fs));
     stop(c, drive, proxy).await;
 }
+
+/// TCP states (as in /proc/net/tcp) of this host's connections to `port`
+/// on loopback, seen from their client side.
+fn states_of_connections_to(port: u16) -> Vec<u8> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = u16::from_str_radix(fields.get(2)?.rsplit(':').next()?, 16).ok()?;
+            let state = u8::from_str_radix(fields.get(3)?, 16).ok()?;
+            (remote_port == port).then_some(state)
+        })
+        .collect()
+}
+
+const TCP_ESTABLISHED: u8 = 0x01;
+const TCP_CLOSE_WAIT: u8 = 0x08;
+
+/// Waits until the drive at `port` has closed every connection to it: the
+/// kept ones sit half-closed (CLOSE-WAIT) on this side, none is open.
+async fn drive_closed_its_idle_connections(port: u16) {
+    to(async {
+        loop {
+            let states = states_of_connections_to(port);
+            if states.contains(&TCP_CLOSE_WAIT) && !states.contains(&TCP_ESTABLISHED) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[test]
+fn connections_a_drive_closed_while_idle_are_replaced_before_use() {
+    run(stale_connections_scenario());
+}
+
+/// A drive closes connections idle for its idle timeout (one second here);
+/// the manager's pooled connection and the client's kept one then sit in
+/// CLOSE-WAIT. Both are checked before reuse (`DriveClient::is_reusable`)
+/// and replaced, and the manager sends a repeatable call once more on a
+/// fresh connection if a reused one fails without an answer. The close of
+/// the next put used to fail ("drive 0 did not answer…") — `ls -l` then
+/// showed 0 B until maintenance caught up —, and so did the next read on
+/// the client's kept connection.
+async fn stale_connections_scenario() {
+    let idle = Duration::from_secs(1);
+    let c = Cluster::start(ClusterOptions { drives: 1, drive_idle_timeout: idle, ..Default::default() }).await;
+    let port = c.drives[0].addr.port();
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    let first = pattern(11, 100_000);
+    to(admin.write_file("/f", &first)).await.unwrap();
+
+    drive_closed_its_idle_connections(port).await;
+    // The put's close asks the drive for the size over the manager's pooled connection.
+    let second = pattern(12, 50_000);
+    to(admin.write_file("/g", &second)).await.expect("a put after the drive closed the idle connections");
+    assert_eq!(to(admin.stat("/g")).await.unwrap().attr.size, second.len() as u64, "the size the drive reports");
+
+    let f = to(admin.open("/f", false)).await.unwrap();
+    drive_closed_its_idle_connections(port).await;
+    // A read is not repeated on a broken connection (its bytes may be out already): the kept
+    // connection is checked before the read goes out on it.
+    let read = to(f.read_at(0, first.len() as u64)).await.expect("a read on the client's kept connection");
+    assert!(read == first);
+
+    drop(admin);
+    c.stop().await;
+}

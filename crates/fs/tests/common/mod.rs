@@ -98,11 +98,19 @@ pub struct TestDrive {
 
 impl TestDrive {
     pub async fn start(dir: PathBuf) -> TestDrive {
+        Self::start_with_idle_timeout(dir, nasd_drive::IDLE_TIMEOUT).await
+    }
+
+    /// A drive that closes connections idle for `idle_timeout`.
+    pub async fn start_with_idle_timeout(dir: PathBuf, idle_timeout: Duration) -> TestDrive {
         let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
         let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
         let master = Key::random();
-        let config =
-            DriveConfig { security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..Default::default() };
+        let config = DriveConfig {
+            security: SecurityMode::Enforced { master_key: Some(master.clone()) },
+            idle_timeout,
+            ..Default::default()
+        };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a drive listener");
         let addr = listener.local_addr().expect("drive address");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -124,6 +132,8 @@ pub struct ClusterOptions {
     pub drives: usize,
     /// Run `spawn_maintenance` (else tests call `Manager::maintain` themselves).
     pub maintenance: bool,
+    /// How long the drives keep an idle connection.
+    pub drive_idle_timeout: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -133,6 +143,7 @@ impl Default for ClusterOptions {
             config: ManagerConfig { pool_target: 8, ..ManagerConfig::default() },
             drives: 4,
             maintenance: false,
+            drive_idle_timeout: nasd_drive::IDLE_TIMEOUT,
         }
     }
 }
@@ -155,7 +166,8 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut drives = Vec::new();
         for i in 0..opts.drives {
-            drives.push(TestDrive::start(dir.path().join(format!("drive-{i}"))).await);
+            let drive_dir = dir.path().join(format!("drive-{i}"));
+            drives.push(TestDrive::start_with_idle_timeout(drive_dir, opts.drive_idle_timeout).await);
         }
 
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
