@@ -30,6 +30,7 @@
 //! user = "alice"
 //! password_file = "/home/alice/.nasd-password"
 //! data_integrity = true
+//! reply_timeout_secs = 60        # longest wait for the manager or a drive at any one step
 //!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
@@ -108,6 +109,9 @@ pub struct ClientSection {
     pub user: Option<String>,
     pub password_file: Option<PathBuf>,
     pub data_integrity: Option<bool>,
+    /// Seconds a command waits for the manager or a drive at any one step
+    /// before it fails with a time-out [default: 60].
+    pub reply_timeout_secs: Option<u64>,
 }
 
 /// `[up]`.

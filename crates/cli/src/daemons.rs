@@ -435,6 +435,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         user: Some(ADMIN_USER.into()),
         password_file: m.password_file.exists().then(|| absolute(&m.password_file)),
         data_integrity: None,
+        reply_timeout_secs: None,
     };
     let section = toml::to_string_pretty(&OnlyClient { client })?;
     let section = section.trim();
@@ -560,6 +561,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         user: Some(ADMIN_USER.into()),
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
+        reply_timeout_secs: cluster.client.reply_timeout_secs,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
     print_banner(&data, &config_path, manager_listen, &drives, share);
@@ -652,6 +654,7 @@ impl LocalCluster {
             user: Some("admin".into()),
             password_file: Some(m.password_file.clone()),
             data_integrity: Some(true),
+            reply_timeout_secs: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
         let maintenance = m.manager.spawn_maintenance(stop_rx.clone());

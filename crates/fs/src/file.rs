@@ -116,7 +116,7 @@ impl File {
             *slot = None;
         }
         if slot.is_none() {
-            let c = DriveClient::connect(access.drive_addr.as_str()).await?;
+            let c = DriveClient::connect_with_timeout(access.drive_addr.as_str(), self.fs.reply_timeout()).await?;
             if c.drive_id() != access.drive_id {
                 return Err(ClientError::Protocol(format!(
                     "the drive at {} is not the drive the manager named",

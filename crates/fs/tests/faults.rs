@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use nasd_client::ClientError;
-use nasd_fs::FsError;
+use nasd_fs::{FsClient, FsConfig, FsError};
 use nasd_proto::manager::{set_mask, Handle, ManagerReply, ManagerRequest, OpenMode};
 use std::time::{Duration, Instant};
 
@@ -242,5 +242,81 @@ async fn stale_connections_scenario() {
     assert!(read == first);
 
     drop(admin);
+    c.stop().await;
+}
+
+/// Where a frame header keeps its capability length (PROTOCOL.md, "Frame").
+const CAPABILITY_LEN_AT: usize = 20;
+/// The clients' wait bound in the time-out tests (the default is a minute).
+const SHORT_WAIT: Duration = Duration::from_secs(2);
+
+fn timed_out(e: &FsError) -> bool {
+    let io = match e {
+        FsError::Drive(ClientError::Io(io)) | FsError::Io(io) => io,
+        _ => return false,
+    };
+    io.kind() == std::io::ErrorKind::TimedOut && io.to_string().contains("did not")
+}
+
+#[test]
+fn a_drive_reply_cut_short_or_lengthened_ends_in_a_time_out() {
+    run(drive_reply_time_out_scenario());
+}
+
+/// Every wait of the client for a drive is bounded (`FsConfig::reply_timeout`,
+/// `DriveClient::set_timeout`): a read whose reply header was changed in
+/// flight to announce one byte more than comes, or whose reply stops half
+/// way with the connection left open, fails with a time-out naming the
+/// drive. Both used to wait forever (`nasd cat` hung).
+async fn drive_reply_time_out_scenario() {
+    let (c, drive, proxy) = proxied_cluster().await;
+    let config = FsConfig { reply_timeout: SHORT_WAIT, ..c.fs_config(ADMIN, ADMIN_PW) };
+    let fs = to(FsClient::connect(&config)).await.expect("log in");
+    let data = pattern(21, 1 << 20);
+    to(fs.write_file("/f", &data)).await.unwrap();
+
+    // Lengthened: the reply of a read at the end (no data follows it) has its capability length
+    // changed from 0 to 1 and promises a byte more than comes.
+    let f = to(fs.open("/f", false)).await.unwrap();
+    proxy.tamper_at(CAPABILITY_LEN_AT);
+    let e = to(f.read_at(data.len() as u64, 1000)).await.expect_err("a reply promising a byte that never comes");
+    assert!(timed_out(&e), "{e:?}");
+
+    // Cut short: 100 000 bytes of the read's reply pass, then nothing, the connection open.
+    proxy.hold_replies_after(100_000);
+    let e = to(f.read_at(0, data.len() as u64)).await.expect_err("a reply that stops half way");
+    assert!(timed_out(&e), "{e:?}");
+    proxy.release_replies();
+    assert!(to(fs.read_file("/f")).await.expect("the next read, on a new connection") == data);
+
+    drop((f, fs));
+    stop(c, drive, proxy).await;
+}
+
+#[test]
+fn a_manager_that_stops_answering_ends_in_a_time_out() {
+    run(manager_time_out_scenario());
+}
+
+/// Every wait of the client for its manager is bounded too: with the
+/// manager's replies held back (connection open), a request fails with a
+/// time-out naming the manager, and once the manager answers again the
+/// next request reconnects and works. It used to wait forever.
+async fn manager_time_out_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    let proxy = Proxy::start(c.addr).await;
+    let config =
+        FsConfig { manager: proxy.addr.to_string(), reply_timeout: SHORT_WAIT, ..c.fs_config(ADMIN, ADMIN_PW) };
+    let fs = to(FsClient::connect(&config)).await.expect("log in through the relay");
+    to(fs.stat("/")).await.expect("stat");
+
+    proxy.hold_replies_after(0);
+    let e = to(fs.stat("/")).await.expect_err("no answer");
+    assert!(timed_out(&e), "{e:?}");
+    assert!(e.to_string().contains("manager"), "{e}");
+    proxy.release_replies();
+    to(fs.stat("/")).await.expect("the next request reconnects");
+
+    drop((fs, proxy));
     c.stop().await;
 }

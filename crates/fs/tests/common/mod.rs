@@ -254,6 +254,26 @@ struct ProxyState {
     /// Bytes of drive replies (all connections together) still to pass
     /// before the one to flip; `None`: nothing to alter.
     tamper: std::sync::Mutex<Option<usize>>,
+    /// Bytes of replies (all connections together) still to pass before the
+    /// rest is held back, connections left open; `None`: nothing held.
+    hold_after: std::sync::Mutex<Option<usize>>,
+    /// Bumped when replies are let through again.
+    released: watch::Sender<u64>,
+}
+
+impl ProxyState {
+    /// How many of `len` reply bytes may pass now (taking them from the allowance).
+    fn passable(&self, len: usize) -> usize {
+        let mut hold = self.hold_after.lock().unwrap();
+        match *hold {
+            None => len,
+            Some(left) => {
+                let pass = left.min(len);
+                *hold = Some(left - pass);
+                pass
+            }
+        }
+    }
 }
 
 impl Proxy {
@@ -267,6 +287,8 @@ impl Proxy {
             paused: watch::channel(false).0,
             held: Default::default(),
             tamper: Default::default(),
+            hold_after: Default::default(),
+            released: watch::channel(0).0,
         });
         let s = state.clone();
         let accept = tokio::spawn(async move {
@@ -323,7 +345,8 @@ impl Proxy {
         }
     }
 
-    /// Drive to client, with at most one byte flipped when armed.
+    /// Drive to client, with at most one byte flipped when armed, and held
+    /// back past the allowance of [`Proxy::hold_replies_after`].
     async fn downstream(
         s: &ProxyState,
         mut from: tokio::net::tcp::OwnedReadHalf,
@@ -331,6 +354,7 @@ impl Proxy {
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut buf = vec![0u8; 64 * 1024];
+        let mut released = s.released.subscribe();
         loop {
             let n = match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
@@ -347,8 +371,19 @@ impl Proxy {
                     None => {}
                 }
             }
-            if to.write_all(&buf[..n]).await.is_err() {
-                return;
+            let mut pending = &buf[..n];
+            while !pending.is_empty() {
+                let pass = s.passable(pending.len());
+                if pass == 0 {
+                    if released.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                if to.write_all(&pending[..pass]).await.is_err() {
+                    return;
+                }
+                pending = &pending[pass..];
             }
         }
     }
@@ -373,6 +408,19 @@ impl Proxy {
     /// Bytes sent towards the drive and held back by [`Proxy::pause`].
     pub fn held(&self) -> usize {
         self.state.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Lets `bytes` more bytes of replies through (counting every
+    /// connection), then holds the rest back, connections left open: a
+    /// reply cut short by a peer that stopped.
+    pub fn hold_replies_after(&self, bytes: usize) {
+        *self.state.hold_after.lock().unwrap() = Some(bytes);
+    }
+
+    /// Lets held replies through again.
+    pub fn release_replies(&self) {
+        *self.state.hold_after.lock().unwrap() = None;
+        self.state.released.send_modify(|g| *g += 1);
     }
 
     /// Flips one bit of the byte `at` bytes into the drive's replies from
