@@ -22,6 +22,7 @@
 //! write_capability_secs = 30
 //! key_rotation_secs = 3600
 //! object_pool = 128
+//! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
@@ -97,6 +98,10 @@ pub struct ManagerSection {
     pub write_capability_secs: Option<u64>,
     pub key_rotation_secs: Option<u64>,
     pub object_pool: Option<usize>,
+    /// Whether capabilities that allow writing demand data integrity (MACs
+    /// over every write's data) [default: true]. Only an explicit `false`
+    /// lowers it, for a trusted network.
+    pub write_data_integrity: Option<bool>,
 }
 
 /// `[client]`.

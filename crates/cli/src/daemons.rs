@@ -6,6 +6,7 @@ use crate::{drive_admin::hex_id, size};
 use anyhow::Context;
 use nasd_crypto::Key;
 use nasd_manager::{files, Manager, ManagerConfig};
+use nasd_proto::Protection;
 use nasd_store::{Store, StoreOptions, BLOCK_SIZE_DEFAULT};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -239,6 +240,10 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         write_lifetime: secs(args.and_then(|a| a.write_capability_secs), file.write_capability_secs, d.write_lifetime),
         rotate_interval: secs(args.and_then(|a| a.key_rotation_secs), file.key_rotation_secs, d.rotate_interval),
         pool_target: file.object_pool.unwrap_or(d.pool_target),
+        write_protection: match file.write_data_integrity {
+            Some(false) => Protection::INTEGRITY_ARGS,
+            _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
+        },
         ..d
     }
 }

@@ -258,6 +258,8 @@ fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
     }
 }
 
+/// A drive connection using `access` as the manager says: its capability,
+/// with at least the protection the capability demands.
 async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::Access) -> DriveClient {
     let mut c = DriveClient::connect(addr).await.expect("connect");
     let credential = Credential::Capability {
@@ -265,7 +267,8 @@ async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::Acces
         key: nasd_crypto::Key::from_bytes(access.key),
         algorithm: MacAlgorithm::from_id(access.algorithm).unwrap(),
     };
-    c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+    let min = Protection::from_bits(access.min_protection).unwrap();
+    c.set_auth(Auth::new(credential, min.union(Protection::INTEGRITY_ARGS)));
     c
 }
 

@@ -320,3 +320,52 @@ async fn manager_time_out_scenario() {
     drop((fs, proxy));
     c.stop().await;
 }
+
+#[test]
+fn write_data_is_macced_even_for_a_client_configured_without_data_integrity() {
+    run(write_data_integrity_scenario());
+}
+
+/// Capabilities that allow writing carry a minimum protection with data
+/// integrity (the manager's default policy), so a client configured with
+/// `data_integrity = false` still MACs its write data: a byte changed in
+/// flight is refused by the drive (`BAD_DATA_TAG`) and nothing is written;
+/// a client that sends write data without tags is refused outright
+/// (`PROTECTION_TOO_WEAK`). Write capabilities used to demand
+/// `INTEGRITY_ARGS` only: such a client's data reached the drive with no
+/// MAC, and the changed byte was stored.
+async fn write_data_integrity_scenario() {
+    let (c, drive, proxy) = proxied_cluster().await;
+    let config = FsConfig { data_integrity: false, ..c.fs_config(ADMIN, ADMIN_PW) };
+    let fs = to(FsClient::connect(&config)).await.expect("log in");
+    let original = pattern(31, 1 << 20);
+    to(fs.write_file("/f", &original)).await.unwrap();
+
+    let f = to(fs.open("/f", true)).await.unwrap();
+    let changed = pattern(32, 1 << 20);
+    // Well inside the data of the next write (its frame prefix is a few hundred bytes).
+    proxy.tamper_request_at(100_000);
+    let e = to(f.write_at(0, &changed)).await.expect_err("data changed in flight");
+    assert!(matches!(&e, FsError::Drive(d) if d.status() == Some(nasd_proto::Status::BadDataTag)), "{e:?}");
+    drop(f);
+    assert!(to(fs.read_file("/f")).await.unwrap() == original, "nothing of the altered write was stored");
+
+    // The capability itself demands it: without data tags the drive refuses the write.
+    let access = to(fs.walk("/f", OpenMode::ReadWrite)).await.unwrap().access.expect("write access");
+    let min = nasd_proto::Protection::from_bits(access.min_protection).unwrap();
+    assert!(min.covers(nasd_proto::Protection::INTEGRITY_DATA), "{min:?}");
+    let mut raw = to(nasd_client::DriveClient::connect(access.drive_addr.as_str())).await.unwrap();
+    let credential = nasd_client::Credential::Capability {
+        token: access.token.clone(),
+        key: nasd_crypto::Key::from_bytes(access.key),
+        algorithm: nasd_client::MacAlgorithm::from_id(access.algorithm).unwrap(),
+    };
+    raw.set_auth(nasd_client::Auth::new(credential, nasd_proto::Protection::INTEGRITY_ARGS));
+    let region = nasd_proto::Region { offset: 0, length: 4 };
+    let e = to(raw.write(access.object.partition, access.object.object, &[region], b"evil")).await.unwrap_err();
+    assert_eq!(e.status(), Some(nasd_proto::Status::ProtectionTooWeak), "{e}");
+    assert!(to(fs.read_file("/f")).await.unwrap() == original);
+
+    drop(fs);
+    stop(c, drive, proxy).await;
+}

@@ -38,6 +38,8 @@ pub struct DriveHandle {
     pub partition: u64,
     /// Protection capabilities demand and the manager's own requests use.
     pub protection: Protection,
+    /// Protection capabilities that allow writing demand (⊇ `protection`).
+    pub write_protection: Protection,
     /// The keys, and whether the drive may lack their current working key:
     /// one lock, so minting never pairs a key with a stale flag.
     keys: Mutex<KeyState>,
@@ -155,6 +157,7 @@ impl DriveHandle {
         addr: String,
         partition: u64,
         protection: Protection,
+        write_protection: Protection,
         keys: DriveKeys,
     ) -> Self {
         DriveHandle {
@@ -163,6 +166,7 @@ impl DriveHandle {
             addr,
             partition,
             protection,
+            write_protection: write_protection.union(protection),
             keys: Mutex::new(KeyState { keys, pending: true }),
             conn: AsyncMutex::new(None),
             clock_offset_ns: AtomicI64::new(0),
@@ -245,12 +249,23 @@ impl DriveHandle {
         (local_ns() + self.clock_offset_ns.load(Ordering::Relaxed)).max(0) as u64
     }
 
+    /// The least protection a capability with `rights` demands: a write
+    /// capability's covers data integrity unless the administrator lowered it.
+    pub fn min_protection(&self, rights: u32) -> Protection {
+        if rights & (rights::WRITE | rights::APPEND) != 0 {
+            self.write_protection
+        } else {
+            self.protection
+        }
+    }
+
     /// Mints a capability for `object` with `rights`, valid for `lifetime`.
     pub fn mint(&self, object: u64, acv: u64, rights: u32, lifetime: Duration, audit_id: u64) -> Access {
         let (key_version, working) = self.minting_key();
+        let min_protection = self.min_protection(rights);
         let args = CapabilityArgs {
             algorithm: MacAlgorithm::Blake3 as u8,
-            min_protection: self.protection,
+            min_protection,
             key_version,
             drive_id: self.drive_id,
             partition: self.partition,
@@ -268,7 +283,7 @@ impl DriveHandle {
             drive_id: self.drive_id,
             rights,
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
-            min_protection: self.protection.bits(),
+            min_protection: min_protection.bits(),
             algorithm: args.algorithm,
             token,
             key: *key.expose(),

@@ -45,6 +45,11 @@ const FRESH_PARTITION_OBJECTS: u64 = 4;
 /// Most password hashes computed at once (logins, new users, new
 /// passwords); more wait their turn.
 pub const ARGON2_CONCURRENT_MAX: usize = 4;
+/// The least protection of capabilities that allow writing, unless an
+/// administrator lowers it ([`ManagerConfig::write_protection`]): arguments
+/// and data MACed, so no byte reaches a drive unauthenticated.
+pub const WRITE_PROTECTION_DEFAULT: Protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+
 /// Locks that serialize the requests which check permissions and then
 /// change a file's data on its drive before committing (size changes) with
 /// those that change the permissions (chmod, chown): one per inode number
@@ -66,6 +71,12 @@ pub struct ManagerConfig {
     pub rotate_interval: Duration,
     /// Least protection drives demand with capabilities.
     pub protection: Protection,
+    /// Least protection of capabilities that allow writing, on top of
+    /// `protection`: [`WRITE_PROTECTION_DEFAULT`] (data integrity: write data
+    /// MACed chunk by chunk, whatever a client is configured with) unless an
+    /// administrator lowers it explicitly (`[manager] write_data_integrity =
+    /// false`), accepting writes whose data no MAC covers.
+    pub write_protection: Protection,
     /// Empty objects kept ready on each drive for new files.
     pub pool_target: usize,
     /// How often intention logs and pools are looked after.
@@ -80,6 +91,7 @@ impl Default for ManagerConfig {
             write_lifetime: Duration::from_secs(30),
             rotate_interval: Duration::from_secs(3600),
             protection: Protection::INTEGRITY_ARGS,
+            write_protection: WRITE_PROTECTION_DEFAULT,
             pool_target: 128,
             maintenance_interval: Duration::from_secs(1),
         }
@@ -104,6 +116,10 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        anyhow::ensure!(
+            self.protection.union(self.write_protection).is_consistent(),
+            "inconsistent protection options for writes"
+        );
         anyhow::ensure!(
             !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
             "capability lifetimes must be positive"
@@ -218,6 +234,7 @@ impl Manager {
             rec.addr.clone(),
             rec.partition,
             self.config.protection,
+            self.config.protection.union(self.config.write_protection),
             keys,
         ));
         self.drives.write().expect("drives lock").push(handle.clone());

@@ -254,11 +254,27 @@ struct ProxyState {
     /// Bytes of drive replies (all connections together) still to pass
     /// before the one to flip; `None`: nothing to alter.
     tamper: std::sync::Mutex<Option<usize>>,
+    /// Like `tamper`, for bytes towards the drive (requests and their data).
+    tamper_requests: std::sync::Mutex<Option<usize>>,
     /// Bytes of replies (all connections together) still to pass before the
     /// rest is held back, connections left open; `None`: nothing held.
     hold_after: std::sync::Mutex<Option<usize>>,
     /// Bumped when replies are let through again.
     released: watch::Sender<u64>,
+}
+
+/// Flips bit 0 of the byte `at` bytes into the stream from now on, if it is
+/// in `buf` (the next `buf.len()` bytes); counts `buf` off otherwise.
+fn flip_armed_byte(armed: &std::sync::Mutex<Option<usize>>, buf: &mut [u8]) {
+    let mut armed = armed.lock().unwrap();
+    match *armed {
+        Some(at) if at < buf.len() => {
+            buf[at] ^= 0x01;
+            *armed = None;
+        }
+        Some(at) => *armed = Some(at - buf.len()),
+        None => {}
+    }
 }
 
 impl ProxyState {
@@ -287,6 +303,7 @@ impl Proxy {
             paused: watch::channel(false).0,
             held: Default::default(),
             tamper: Default::default(),
+            tamper_requests: Default::default(),
             hold_after: Default::default(),
             released: watch::channel(0).0,
         });
@@ -339,6 +356,7 @@ impl Proxy {
                 }
                 s.held.fetch_sub(n, SeqCst);
             }
+            flip_armed_byte(&s.tamper_requests, &mut buf[..n]);
             if to.write_all(&buf[..n]).await.is_err() {
                 return;
             }
@@ -360,17 +378,7 @@ impl Proxy {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            {
-                let mut tamper = s.tamper.lock().unwrap();
-                match *tamper {
-                    Some(at) if at < n => {
-                        buf[at] ^= 0x01;
-                        *tamper = None;
-                    }
-                    Some(at) => *tamper = Some(at - n),
-                    None => {}
-                }
-            }
+            flip_armed_byte(&s.tamper, &mut buf[..n]);
             let mut pending = &buf[..n];
             while !pending.is_empty() {
                 let pass = s.passable(pending.len());
@@ -408,6 +416,12 @@ impl Proxy {
     /// Bytes sent towards the drive and held back by [`Proxy::pause`].
     pub fn held(&self) -> usize {
         self.state.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Flips one bit of the byte `at` bytes into what clients send the drive
+    /// from now on (counting every connection).
+    pub fn tamper_request_at(&self, at: usize) {
+        *self.state.tamper_requests.lock().unwrap() = Some(at);
     }
 
     /// Lets `bytes` more bytes of replies through (counting every
