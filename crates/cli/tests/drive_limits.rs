@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Daemon, DAEMON_WAIT_MAX};
+use common::{open_fds, rss, threads, Daemon, DAEMON_WAIT_MAX, MIB};
 use nasd_client::{Auth, Credential, DriveClient};
 use nasd_crypto::{FrameKeys, Key, MacAlgorithm};
 use nasd_drive::{CONNECTIONS_PER_PEER_MAX, UNAUTHENTICATED_AUDIT_BURST, UNAUTHENTICATED_AUDIT_PER_SEC};
@@ -256,27 +256,6 @@ fn one_host_cannot_take_every_connection_and_idle_anonymous_ones_are_dropped() {
     });
 }
 
-/// Resident memory of process `pid`, in bytes.
-fn rss(pid: u32) -> u64 {
-    proc_status(pid, "VmRSS:") * 1024
-}
-
-/// A `kB` or count field of /proc/PID/status.
-fn proc_status(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
-    line[field.len()..].trim().trim_end_matches(" kB").parse().expect("a number")
-}
-
-fn threads(pid: u32) -> u64 {
-    proc_status(pid, "Threads:")
-}
-
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).expect("/proc/PID/fd").count()
-}
-
-const MIB: u64 = 1024 * 1024;
 /// Blocking threads the drive may keep beyond those it had at the baseline:
 /// its committer's and the test's own requests' (tokio keeps idle ones 10 s).
 const THREADS_SLACK: u64 = 8;

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
 
@@ -390,4 +391,99 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         assert_eq!(after.status(), Some(Status::AccessRevoked));
     });
     drive.daemon.terminate();
+}
+
+/// A TLS connection, not logged in, to the manager at `addr` from the
+/// loopback address `from` (each 127.0.0.N is a host of its own).
+async fn tls_from(
+    from: std::net::Ipv4Addr,
+    addr: SocketAddr,
+    ca: &Path,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((from, 0).into())?;
+    let stream = socket.connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    nasd_fs::connector(ca).expect("connector").connect(name, stream).await
+}
+
+/// Sends one `LOGIN` and reads the reply: whether it logged in; `None` if
+/// the manager closed the connection instead.
+async fn try_login(s: &mut (impl AsyncReadExt + AsyncWriteExt + Unpin), user: &str, password: &str) -> Option<bool> {
+    let login = ManagerRequest::Login { version: 1, user: user.into(), password: password.into() }.encode(1);
+    s.write_all(&(login.len() as u32).to_le_bytes()).await.ok()?;
+    s.write_all(&login).await.ok()?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.ok()?;
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).await.ok()?;
+    let (_, reply) = ManagerReply::decode(&body).expect("a well-formed reply");
+    Some(matches!(reply, Ok(ManagerReply::LoggedIn { .. })))
+}
+
+/// Sixteen clients, from sixteen hosts, guessing the administrator's
+/// password leave the manager's resident memory within the argon2 workers'
+/// fixed buffers of where it was (`ARGON2_WORKERS` × ~19 MiB, each reused)
+/// while they guess and after. Every check used to allocate a fresh 19 MiB
+/// on whichever blocking thread ran it; the allocator kept them (seen:
+/// 50 MB → 2.5 GB, still 2.2 GB minutes later). Each host's guesses are
+/// also spaced by the per-host back-off, so this takes some seconds.
+#[test]
+fn password_guessing_leaves_the_managers_memory_bounded() {
+    use common::{rss, MIB};
+    use nasd_manager::passwords::{ARGON2_MEMORY_BYTES, ARGON2_WORKERS};
+    const CLIENTS: u8 = 16;
+    const GUESSES: usize = 12;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("manager");
+    let m = manager(&data, &tmp.path().join("manager.log"));
+    let (addr, ca, pid) = (m.addr, data.join("tls").join("ca.pem"), m.pid());
+    let password = password_in(&data.join("admin.password"));
+    runtime().block_on(async move {
+        login(addr, &ca, "admin", &password).await.expect("the administrator logs in");
+        let baseline = rss(pid);
+        let mut guessers = tokio::task::JoinSet::new();
+        for client in 0..CLIENTS {
+            let ca = ca.clone();
+            guessers.spawn(async move {
+                let host = std::net::Ipv4Addr::new(127, 0, 0, 20 + client);
+                let mut guessed = 0;
+                while guessed < GUESSES {
+                    let mut s = tls_from(host, addr, &ca).await.expect("TLS with the manager");
+                    // Until the manager closes the connection (too many failures, or LOGIN_TIMEOUT).
+                    while guessed < GUESSES {
+                        match try_login(&mut s, "admin", &format!("guess {client} {guessed}")).await {
+                            Some(logged_in) => assert!(!logged_in, "a guess logged in"),
+                            None => break,
+                        }
+                        guessed += 1;
+                    }
+                }
+            });
+        }
+        let mut peak = 0;
+        let guessing = async {
+            while let Some(done) = guessers.join_next().await {
+                done.expect("a guesser");
+            }
+        };
+        tokio::pin!(guessing);
+        loop {
+            tokio::select! {
+                () = &mut guessing => break,
+                () = tokio::time::sleep(Duration::from_millis(50)) => peak = peak.max(rss(pid)),
+            }
+        }
+        let after = rss(pid);
+        eprintln!(
+            "manager RSS: {} MiB before, {} MiB at most while guessed at, {} MiB after",
+            baseline / MIB,
+            peak / MIB,
+            after / MIB
+        );
+        let bound = baseline + (ARGON2_WORKERS * ARGON2_MEMORY_BYTES) as u64 + 48 * MIB;
+        assert!(peak <= bound, "guessing raised RSS from {baseline} to {peak} bytes (bound {bound})");
+        assert!(after <= bound, "RSS stayed at {after} bytes (bound {bound})");
+    });
+    drop(m);
 }

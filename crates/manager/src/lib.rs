@@ -13,6 +13,7 @@ pub mod drives;
 pub mod files;
 pub mod handles;
 pub mod keys;
+pub mod login_backoff;
 mod maintenance;
 pub mod passwords;
 pub mod server;
@@ -43,8 +44,9 @@ pub const KEK_FILE: &str = "manager.key";
 /// first ordinary object (`well_known`).
 const FRESH_PARTITION_OBJECTS: u64 = 4;
 /// Most password hashes computed at once (logins, new users, new
-/// passwords); more wait their turn.
-pub const ARGON2_CONCURRENT_MAX: usize = 4;
+/// passwords): the argon2 worker threads ([`passwords::Pool`]); more wait
+/// their turn.
+pub const ARGON2_CONCURRENT_MAX: usize = passwords::ARGON2_WORKERS;
 /// The least protection of capabilities that allow writing, unless an
 /// administrator lowers it ([`ManagerConfig::write_protection`]): arguments
 /// and data MACed, so no byte reaches a drive unauthenticated.
@@ -176,9 +178,11 @@ pub struct Manager {
     failing: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Drives whose upkeep is failing: when to try again.
     drive_backoff: std::sync::Mutex<std::collections::HashMap<u32, maintenance::Backoff>>,
-    /// Bounds the argon2 computations running at once: each takes ~19 MiB, and
-    /// logins come from unauthenticated peers.
-    argon2_slots: Arc<tokio::sync::Semaphore>,
+    /// The threads that compute argon2 (each in one ~19 MiB buffer of its
+    /// own, reused): logins come from unauthenticated peers.
+    argon2: passwords::Pool,
+    /// Failed logins per host, which space that host's further attempts.
+    pub(crate) login_backoff: login_backoff::LoginBackoff,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
     inode_locks: Box<[tokio::sync::Mutex<()>]>,
 }
@@ -212,7 +216,8 @@ impl Manager {
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
             drive_backoff: Default::default(),
-            argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
+            argon2: passwords::Pool::start(),
+            login_backoff: Default::default(),
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
@@ -287,19 +292,15 @@ impl Manager {
         }
     }
 
-    /// Runs one argon2 hash or verification off the async threads, at most
-    /// [`ARGON2_CONCURRENT_MAX`] at once.
-    pub(crate) async fn argon2<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Result<R, Failure> {
-        let slot = self.argon2_slots.clone().acquire_owned().await.expect("semaphore never closed");
-        // The slot moves into the task: a caller that gives up (a login timing out) does not free
-        // it while the hash is still being computed.
-        tokio::task::spawn_blocking(move || {
-            let r = f();
-            drop(slot);
-            r
-        })
-        .await
-        .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))
+    /// Runs one argon2 hash or verification on a worker of the argon2 pool
+    /// (off the async threads, at most [`ARGON2_CONCURRENT_MAX`] at once,
+    /// each in its worker's buffer). A caller that gives up (a login timing
+    /// out) does not free the worker while the hash is being computed.
+    pub(crate) async fn argon2<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut passwords::Memory) -> R + Send + 'static,
+    ) -> Result<R, Failure> {
+        self.argon2.run(f).await.map_err(|e| Failure::new(FsStatus::Internal, e))
     }
 
     /// Creates the administrator `name` (uid 0) if no user exists yet.
@@ -329,7 +330,7 @@ impl Manager {
             ));
         }
         let password = password.to_string();
-        let hash = self.argon2(move || passwords::hash(&password)).await?;
+        let hash = self.argon2(move |memory| passwords::hash_with(memory, &password)).await?;
         let user = User { name: name.to_string(), uid, gid, password_hash: hash, admin };
         self.meta(move |ns| ns.add_user(&user)).await.map_err(|f| match f.status {
             FsStatus::Exists => Failure::new(FsStatus::Exists, "a user with that name or uid exists"),
@@ -346,7 +347,7 @@ impl Manager {
             None => (self.decoy_hash.clone(), None),
         };
         let password = password.to_string();
-        let ok = self.argon2(move || passwords::verify(&password, &hash)).await?;
+        let ok = self.argon2(move |memory| passwords::verify_with(memory, &password, &hash)).await?;
         match (ok, who) {
             (true, Some(who)) => Ok(who),
             _ => Err(FsStatus::BadCredentials.into()),

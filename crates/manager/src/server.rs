@@ -13,7 +13,7 @@ use nasd_proto::manager::{
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -115,7 +115,7 @@ impl Manager {
             let _ = socket.set_nodelay(true);
             let (me, tls, stop) = (self.clone(), tls.clone(), shutdown.clone());
             tokio::spawn(async move {
-                if let Err(e) = me.session(socket, tls, stop).await {
+                if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
                     tracing::debug!(%peer, error = %e, "session ended");
                 }
                 drop((permit, slot));
@@ -126,12 +126,13 @@ impl Manager {
     async fn session(
         &self,
         socket: tokio::net::TcpStream,
+        host: IpAddr,
         tls: TlsAcceptor,
         mut shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<()> {
         let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no login in time");
         let mut stream = tokio::time::timeout(LOGIN_TIMEOUT, tls.accept(socket)).await.map_err(|_| timed_out())??;
-        let session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream))
+        let session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream, host))
             .await
             .map_err(|_| timed_out())??
         {
@@ -165,16 +166,27 @@ impl Manager {
     }
 
     /// Reads requests until a successful `LOGIN`; `None` if the peer gave up
-    /// or failed too often.
+    /// or failed too often. Each password from `host` is checked in the
+    /// host's turn ([`crate::login_backoff`]).
     async fn login_phase(
         &self,
         stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+        host: IpAddr,
     ) -> std::io::Result<Option<Session>> {
         for _ in 0..LOGIN_ATTEMPTS_MAX {
             let Some(body) = read_login_message(stream).await? else { return Ok(None) };
             let (id, result) = match ManagerRequest::decode(&body) {
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
-                    (id, self.check_login(version, &user, &password).await)
+                    tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+                    let result = self.check_login(version, &user, &password).await;
+                    match &result {
+                        Ok(_) => self.login_backoff.succeeded(host),
+                        Err(f) if f.status == FsStatus::BadCredentials => {
+                            self.login_backoff.failed(host, Instant::now())
+                        }
+                        Err(_) => {}
+                    }
+                    (id, result)
                 }
                 Ok((id, _)) => (id, Err(Failure::new(FsStatus::NotLoggedIn, "log in first"))),
                 Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
@@ -227,20 +239,22 @@ struct PeerSlot {
     key: IpAddr,
 }
 
-impl Peers {
-    fn key(ip: IpAddr) -> IpAddr {
-        match ip {
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
-            },
-            v4 => v4,
-        }
+/// The host an address belongs to: itself for IPv4 (and IPv4-mapped IPv6),
+/// its /64 for IPv6 (one host's addresses).
+fn host_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
     }
+}
 
+impl Peers {
     /// A slot for one more session from `ip`, unless it holds [`SESSIONS_PER_PEER_MAX`].
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
-        let key = Self::key(ip);
+        let key = host_of(ip);
         let mut open = self.open.lock().expect("peers mutex poisoned");
         let n = open.entry(key).or_default();
         if *n >= SESSIONS_PER_PEER_MAX {

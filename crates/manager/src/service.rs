@@ -193,7 +193,7 @@ impl Manager {
             ));
         }
         let password = password.to_string();
-        let hash = self.argon2(move || crate::passwords::hash(&password)).await?;
+        let hash = self.argon2(move |memory| crate::passwords::hash_with(memory, &password)).await?;
         let name = name.to_string();
         self.meta(move |ns| ns.set_password(&name, &hash)).await
     }

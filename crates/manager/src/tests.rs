@@ -121,7 +121,7 @@ async fn password_hashing_is_bounded() {
     for _ in 0..4 * ARGON2_CONCURRENT_MAX {
         let (m, running, most) = (m.clone(), running.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
-            m.argon2(move || {
+            m.argon2(move |_memory| {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(50));

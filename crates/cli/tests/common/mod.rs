@@ -169,3 +169,28 @@ pub fn log_tail(log: &Path) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
+
+/// Bytes in a mebibyte.
+pub const MIB: u64 = 1024 * 1024;
+
+/// Resident memory of process `pid`, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    proc_status(pid, "VmRSS:") * 1024
+}
+
+/// A `kB` or count field of /proc/PID/status.
+pub fn proc_status(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
+    line[field.len()..].trim().trim_end_matches(" kB").parse().expect("a number")
+}
+
+/// Threads of process `pid`.
+pub fn threads(pid: u32) -> u64 {
+    proc_status(pid, "Threads:")
+}
+
+/// Open file descriptors of process `pid`.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).expect("/proc/PID/fd").count()
+}
