@@ -248,7 +248,6 @@ async fn handle_frame(
 /// Answers a refused request: reads past its data (at most
 /// [`UNAUTHENTICATED_DRAIN_MAX`] bytes if it proved no key; with more, the
 /// connection is closed after the reply), audits it, sends the refusal.
-#[allow(clippy::too_many_arguments)]
 async fn refuse(
     rd: &mut Reader,
     wr: &mut Writer,
