@@ -71,7 +71,8 @@ struct Ctx<'a> {
     drive: &'a Arc<Drive>,
     config: &'a DriveConfig,
     header: &'a FrameHeader,
-    /// How long the peer may take to deliver a piece of this frame.
+    /// How long the peer may take to deliver a piece of this frame before it
+    /// has proved a key.
     frame_timeout: Duration,
 }
 
@@ -258,7 +259,8 @@ async fn refuse(
     (status, msg): (Status, String),
 ) -> std::io::Result<Next> {
     let proved_key = auth.is_some_and(|a| a.keys.is_some());
-    let next = drain_data(rd, ctx.header, proved_key, ctx.frame_timeout).await?;
+    let piece_timeout = if proved_key { FRAME_TIMEOUT } else { ctx.frame_timeout };
+    let next = drain_data(rd, ctx.header, proved_key, piece_timeout).await?;
     ctx.audit(auth, request, status);
     send_error(wr, &ctx.drive.store, ctx.header, guard, status, &msg).await?;
     Ok(next)
