@@ -1,12 +1,13 @@
 //! The client's TLS connection to its file manager: log in once, then one
 //! request at a time.
 
-use crate::FsError;
+use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
 use nasd_proto::DecodeError;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -29,6 +30,22 @@ pub(crate) struct ManagerConn {
     next_id: u64,
     /// Set while a request is in flight; left set if it did not finish.
     broken: bool,
+    /// The manager's address and how long each wait for it may take.
+    deadline: (String, Duration),
+}
+
+/// `step`, failing with `TimedOut` if the manager does not let it finish in time.
+async fn within<T>(
+    (addr, limit): &(String, Duration),
+    what: &str,
+    step: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(*limit, step).await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the manager at {addr} did not {what} within {limit:?}"),
+        ))
+    })
 }
 
 /// A TLS connector that trusts only the CA certificate(s) in `ca_pem`.
@@ -52,31 +69,32 @@ pub fn connector(ca_pem: &Path) -> Result<TlsConnector, FsError> {
 }
 
 impl ManagerConn {
-    /// Connects, verifies the manager's certificate for `server_name`, logs in.
-    pub(crate) async fn open(
-        addr: &str,
-        server_name: &str,
-        tls: &TlsConnector,
-        user: &str,
-        password: &str,
-    ) -> Result<(Self, Identity), FsError> {
-        let socket = TcpStream::connect(addr).await.map_err(|e| {
+    /// Connects, verifies the manager's certificate for the configured
+    /// server name, logs in; each step within `config.reply_timeout`.
+    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(Self, Identity), FsError> {
+        let (addr, server_name) = (&config.manager, &config.server_name);
+        let deadline = (addr.clone(), config.reply_timeout);
+        let socket = within(&deadline, "accept the connection", TcpStream::connect(addr)).await.map_err(|e| {
             FsError::Setup(format!("cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"))
         })?;
         socket.set_nodelay(true)?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
             .map_err(|_| FsError::Setup(format!("'{server_name}' is not a valid TLS server name")))?;
-        let stream = tls
-            .connect(name, socket)
+        let stream = within(&deadline, "finish TLS", tls.connect(name, socket))
             .await
             .map_err(|e| FsError::Setup(format!("TLS with the manager at {addr} failed: {e}")))?;
-        let mut conn = ManagerConn { stream, next_id: 1, broken: false };
-        let login =
-            ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user: user.into(), password: password.into() };
+        let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline };
+        let (user, password) = (config.user.clone(), config.password.clone());
+        let login = ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password };
         match conn.call(&login).await? {
             ManagerReply::LoggedIn { uid, gid, admin, .. } => Ok((conn, Identity { uid, gid, admin })),
             other => Err(FsError::Protocol(format!("unexpected login reply {other:?}"))),
         }
+    }
+
+    /// True once a request did not finish: the stream is in an unknown state.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
     }
 
     /// Sends a request and waits for its reply.
@@ -100,17 +118,21 @@ impl ManagerConn {
             self.broken = false;
             return Err(FsError::Protocol("request over MANAGER_MESSAGE_MAX".into()));
         }
-        self.stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
-        self.stream.write_all(&body).await?;
-        self.stream.flush().await?;
+        let stream = &mut self.stream;
+        within(&self.deadline, "take the request", async {
+            stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
+            stream.write_all(&body).await?;
+            stream.flush().await
+        })
+        .await?;
         let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).await?;
+        within(&self.deadline, "answer", stream.read_exact(&mut len)).await?;
         let len = u32::from_le_bytes(len) as usize;
         if len > MANAGER_MESSAGE_MAX {
             return Err(FsError::Protocol(format!("reply of {len} bytes is over MANAGER_MESSAGE_MAX")));
         }
         let mut reply = vec![0u8; len];
-        self.stream.read_exact(&mut reply).await?;
+        within(&self.deadline, "send the whole reply it announced", stream.read_exact(&mut reply)).await?;
         let (reply_id, result) = ManagerReply::decode(&reply).map_err(|e| FsError::Protocol(e.to_string()))?;
         if reply_id != id {
             return Err(FsError::Protocol(format!("reply to request {reply_id}, expected {id}")));

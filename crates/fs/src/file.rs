@@ -104,15 +104,20 @@ impl File {
         self.handle
     }
 
-    /// The drive connection in `slot`, connected and set to use `access`.
+    /// The drive connection in `slot`, connected and set to use `access`. A
+    /// kept connection the drive has closed meanwhile (after its idle
+    /// timeout) is replaced first, so no request goes out on it.
     async fn ready<'s>(
         &self,
         slot: &'s mut Option<DriveClient>,
         file_access: &Access,
     ) -> Result<&'s mut DriveClient, ClientError> {
         let access = &file_access.components[0];
+        if slot.as_ref().is_some_and(|c| !c.is_reusable()) {
+            *slot = None;
+        }
         if slot.is_none() {
-            let c = DriveClient::connect(access.drive_addr.as_str()).await?;
+            let c = DriveClient::connect_with_timeout(access.drive_addr.as_str(), self.fs.reply_timeout()).await?;
             if c.drive_id() != access.drive_id {
                 return Err(ClientError::Protocol(format!(
                     "the drive at {} is not the drive the manager named",

@@ -122,6 +122,10 @@ pub struct FsConfig {
     /// Bytes moved per drive request in large transfers; a capability is
     /// checked (and refreshed if near expiry) before each.
     pub transfer_piece: usize,
+    /// How long the client waits for the manager or a drive at any one step
+    /// (to connect, to take a request, to send a reply or its next chunk)
+    /// before the call fails with a time-out ([`WAIT_MAX`] by default).
+    pub reply_timeout: Duration,
 }
 
 impl std::fmt::Debug for FsConfig {
@@ -134,6 +138,7 @@ impl std::fmt::Debug for FsConfig {
             .field("password", &"<redacted>")
             .field("data_integrity", &self.data_integrity)
             .field("transfer_piece", &self.transfer_piece)
+            .field("reply_timeout", &self.reply_timeout)
             .finish()
     }
 }
@@ -148,9 +153,17 @@ impl Default for FsConfig {
             password: String::new(),
             data_integrity: true,
             transfer_piece: TRANSFER_PIECE_DEFAULT,
+            reply_timeout: WAIT_MAX,
         }
     }
 }
+
+/// How long a client waits for the manager or a drive at any one step by
+/// default (see [`FsConfig::reply_timeout`]): a peer that stops answering,
+/// or a reply cut short or lengthened in flight, ends the call with an error
+/// instead of a wait without end. The manager's longest requests take a
+/// few drive calls of at most `DRIVE_TIMEOUT` (10 s) each.
+pub const WAIT_MAX: Duration = nasd_client::DRIVE_WAIT_MAX;
 
 /// Default bytes per drive request in large transfers.
 pub const TRANSFER_PIECE_DEFAULT: usize = 8 * 1024 * 1024;
@@ -241,9 +254,11 @@ impl FsClient {
         if config.transfer_piece == 0 || config.transfer_piece > TRANSFER_PIECE_MAX {
             return Err(FsError::Setup(format!("transfer_piece must be 1..={TRANSFER_PIECE_MAX} bytes")));
         }
+        if config.reply_timeout.is_zero() {
+            return Err(FsError::Setup("reply_timeout must be positive".into()));
+        }
         let tls = connector(&config.ca_cert)?;
-        let (conn, identity) =
-            ManagerConn::open(&config.manager, &config.server_name, &tls, &config.user, &config.password).await?;
+        let (conn, identity) = ManagerConn::open(config, &tls).await?;
         Ok(FsClient {
             inner: Arc::new(Inner {
                 config: config.clone(),
@@ -270,15 +285,10 @@ impl FsClient {
     /// failure broke the connection; a failed request is never resent).
     pub async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         let mut conn = self.inner.manager.lock().await;
-        let r = conn.call(req).await;
-        if matches!(r, Err(FsError::Io(_) | FsError::Protocol(_))) {
-            let c = &self.inner.config;
-            match ManagerConn::open(&c.manager, &c.server_name, &self.inner.tls, &c.user, &c.password).await {
-                Ok((fresh, _)) => *conn = fresh,
-                Err(e) => tracing::debug!(error = %e, "manager reconnect failed"),
-            }
+        if conn.is_broken() {
+            *conn = ManagerConn::open(&self.inner.config, &self.inner.tls).await?.0;
         }
-        r
+        conn.call(req).await
     }
 
     async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
@@ -356,6 +366,10 @@ impl FsClient {
 
     pub(crate) fn transfer_piece(&self) -> usize {
         self.inner.config.transfer_piece
+    }
+
+    pub(crate) fn reply_timeout(&self) -> Duration {
+        self.inner.config.reply_timeout
     }
 
     // ------------------------------------------------------------ names

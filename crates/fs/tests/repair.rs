@@ -53,7 +53,12 @@ fn contents() -> Vec<(String, Vec<u8>)> {
 #[test]
 fn a_drive_that_stays_down_has_its_components_rebuilt_elsewhere() {
     run(async {
-        let opts = ClusterOptions { config: config("rs:2+1@64K", Duration::ZERO), drives: 5, maintenance: true };
+        let opts = ClusterOptions {
+            config: config("rs:2+1@64K", Duration::ZERO),
+            drives: 5,
+            maintenance: true,
+            ..Default::default()
+        };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
         let pool = Arc::new(DrivePool::new());
@@ -85,8 +90,12 @@ fn a_drive_that_stays_down_has_its_components_rebuilt_elsewhere() {
 #[test]
 fn a_drive_back_from_a_short_outage_is_resynced() {
     run(async {
-        let opts =
-            ClusterOptions { config: config("mirror:3@64K", Duration::from_secs(3600)), drives: 3, maintenance: true };
+        let opts = ClusterOptions {
+            config: config("mirror:3@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            ..Default::default()
+        };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
         let pool = Arc::new(DrivePool::new());
@@ -124,8 +133,12 @@ fn a_drive_back_from_a_short_outage_is_resynced() {
 #[test]
 fn scrub_heals_a_rotten_block_from_redundancy() {
     run(async {
-        let opts =
-            ClusterOptions { config: config("rs:2+1@64K", Duration::from_secs(3600)), drives: 3, maintenance: true };
+        let opts = ClusterOptions {
+            config: config("rs:2+1@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            ..Default::default()
+        };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
         let pool = Arc::new(DrivePool::new());
@@ -157,8 +170,12 @@ fn scrub_heals_a_rotten_block_from_redundancy() {
 #[test]
 fn a_new_drive_takes_its_share_by_rebalancing() {
     run(async {
-        let opts =
-            ClusterOptions { config: config("mirror:2@64K", Duration::from_secs(3600)), drives: 3, maintenance: true };
+        let opts = ClusterOptions {
+            config: config("mirror:2@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            ..Default::default()
+        };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
         let pool = Arc::new(DrivePool::new());

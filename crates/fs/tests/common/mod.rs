@@ -105,15 +105,23 @@ pub struct TestDrive {
 
 impl TestDrive {
     pub async fn start(dir: PathBuf) -> TestDrive {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
-        Self::serve(dir, listener, Key::random())
+        Self::start_with_idle_timeout(dir, nasd_drive::IDLE_TIMEOUT).await
     }
 
-    fn serve(dir: PathBuf, listener: std::net::TcpListener, master: Key) -> TestDrive {
+    /// A drive that closes connections idle for `idle_timeout`.
+    pub async fn start_with_idle_timeout(dir: PathBuf, idle_timeout: Duration) -> TestDrive {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
+        Self::serve(dir, listener, Key::random(), idle_timeout)
+    }
+
+    fn serve(dir: PathBuf, listener: std::net::TcpListener, master: Key, idle_timeout: Duration) -> TestDrive {
         let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
         let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
-        let config =
-            DriveConfig { security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..Default::default() };
+        let config = DriveConfig {
+            security: SecurityMode::Enforced { master_key: Some(master.clone()) },
+            idle_timeout,
+            ..Default::default()
+        };
         let addr = listener.local_addr().expect("drive address");
         listener.set_nonblocking(true).expect("non-blocking listener");
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -173,7 +181,7 @@ impl StoppedDrive {
                 Err(e) => panic!("rebind {}: {e}", self.addr),
             }
         };
-        TestDrive::serve(self.dir, listener, self.master)
+        TestDrive::serve(self.dir, listener, self.master, nasd_drive::IDLE_TIMEOUT)
     }
 
     /// Flips one byte of the physical block that holds logical block `block`
@@ -203,6 +211,8 @@ pub struct ClusterOptions {
     pub drives: usize,
     /// Run `spawn_maintenance` (else tests call `Manager::maintain` themselves).
     pub maintenance: bool,
+    /// How long the drives keep an idle connection.
+    pub drive_idle_timeout: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -212,6 +222,7 @@ impl Default for ClusterOptions {
             config: ManagerConfig { pool_target: 8, ..ManagerConfig::default() },
             drives: 4,
             maintenance: false,
+            drive_idle_timeout: nasd_drive::IDLE_TIMEOUT,
         }
     }
 }
@@ -234,7 +245,8 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut drives = Vec::new();
         for i in 0..opts.drives {
-            drives.push(TestDrive::start(dir.path().join(format!("drive-{i}"))).await);
+            let drive_dir = dir.path().join(format!("drive-{i}"));
+            drives.push(TestDrive::start_with_idle_timeout(drive_dir, opts.drive_idle_timeout).await);
         }
 
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
@@ -321,6 +333,42 @@ struct ProxyState {
     /// Bytes of drive replies (all connections together) still to pass
     /// before the one to flip; `None`: nothing to alter.
     tamper: std::sync::Mutex<Option<usize>>,
+    /// Like `tamper`, for bytes towards the drive (requests and their data).
+    tamper_requests: std::sync::Mutex<Option<usize>>,
+    /// Bytes of replies (all connections together) still to pass before the
+    /// rest is held back, connections left open; `None`: nothing held.
+    hold_after: std::sync::Mutex<Option<usize>>,
+    /// Bumped when replies are let through again.
+    released: watch::Sender<u64>,
+}
+
+/// Flips bit 0 of the byte `at` bytes into the stream from now on, if it is
+/// in `buf` (the next `buf.len()` bytes); counts `buf` off otherwise.
+fn flip_armed_byte(armed: &std::sync::Mutex<Option<usize>>, buf: &mut [u8]) {
+    let mut armed = armed.lock().unwrap();
+    match *armed {
+        Some(at) if at < buf.len() => {
+            buf[at] ^= 0x01;
+            *armed = None;
+        }
+        Some(at) => *armed = Some(at - buf.len()),
+        None => {}
+    }
+}
+
+impl ProxyState {
+    /// How many of `len` reply bytes may pass now (taking them from the allowance).
+    fn passable(&self, len: usize) -> usize {
+        let mut hold = self.hold_after.lock().unwrap();
+        match *hold {
+            None => len,
+            Some(left) => {
+                let pass = left.min(len);
+                *hold = Some(left - pass);
+                pass
+            }
+        }
+    }
 }
 
 impl Proxy {
@@ -334,6 +382,9 @@ impl Proxy {
             paused: watch::channel(false).0,
             held: Default::default(),
             tamper: Default::default(),
+            tamper_requests: Default::default(),
+            hold_after: Default::default(),
+            released: watch::channel(0).0,
         });
         let s = state.clone();
         let accept = tokio::spawn(async move {
@@ -384,13 +435,15 @@ impl Proxy {
                 }
                 s.held.fetch_sub(n, SeqCst);
             }
+            flip_armed_byte(&s.tamper_requests, &mut buf[..n]);
             if to.write_all(&buf[..n]).await.is_err() {
                 return;
             }
         }
     }
 
-    /// Drive to client, with at most one byte flipped when armed.
+    /// Drive to client, with at most one byte flipped when armed, and held
+    /// back past the allowance of [`Proxy::hold_replies_after`].
     async fn downstream(
         s: &ProxyState,
         mut from: tokio::net::tcp::OwnedReadHalf,
@@ -398,24 +451,26 @@ impl Proxy {
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut buf = vec![0u8; 64 * 1024];
+        let mut released = s.released.subscribe();
         loop {
             let n = match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            {
-                let mut tamper = s.tamper.lock().unwrap();
-                match *tamper {
-                    Some(at) if at < n => {
-                        buf[at] ^= 0x01;
-                        *tamper = None;
+            flip_armed_byte(&s.tamper, &mut buf[..n]);
+            let mut pending = &buf[..n];
+            while !pending.is_empty() {
+                let pass = s.passable(pending.len());
+                if pass == 0 {
+                    if released.changed().await.is_err() {
+                        return;
                     }
-                    Some(at) => *tamper = Some(at - n),
-                    None => {}
+                    continue;
                 }
-            }
-            if to.write_all(&buf[..n]).await.is_err() {
-                return;
+                if to.write_all(&pending[..pass]).await.is_err() {
+                    return;
+                }
+                pending = &pending[pass..];
             }
         }
     }
@@ -440,6 +495,25 @@ impl Proxy {
     /// Bytes sent towards the drive and held back by [`Proxy::pause`].
     pub fn held(&self) -> usize {
         self.state.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Flips one bit of the byte `at` bytes into what clients send the drive
+    /// from now on (counting every connection).
+    pub fn tamper_request_at(&self, at: usize) {
+        *self.state.tamper_requests.lock().unwrap() = Some(at);
+    }
+
+    /// Lets `bytes` more bytes of replies through (counting every
+    /// connection), then holds the rest back, connections left open: a
+    /// reply cut short by a peer that stopped.
+    pub fn hold_replies_after(&self, bytes: usize) {
+        *self.state.hold_after.lock().unwrap() = Some(bytes);
+    }
+
+    /// Lets held replies through again.
+    pub fn release_replies(&self) {
+        *self.state.hold_after.lock().unwrap() = None;
+        self.state.released.send_modify(|g| *g += 1);
     }
 
     /// Flips one bit of the byte `at` bytes into the drive's replies from
