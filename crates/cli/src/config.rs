@@ -14,6 +14,7 @@
 //! master_key_file = "/etc/nasd/drive0.master.key"
 //! failure_domain = "rack-3"      # drives sharing it can fail together [default: "", the drive alone]
 //! throttle_mib_per_sec = 200     # test aid for benchmarks: emulated slow media [default: none]
+//! connections_per_peer = 128     # most connections from one host (IPv4 address, IPv6 /64)
 //!
 //! [manager]                      # nasd manager
 //! data = "/var/lib/nasd/manager"
@@ -23,6 +24,7 @@
 //! write_capability_secs = 30
 //! key_rotation_secs = 3600
 //! object_pool = 128
+//! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
@@ -31,6 +33,7 @@
 //! user = "alice"
 //! password_file = "/home/alice/.nasd-password"
 //! data_integrity = true
+//! reply_timeout_secs = 60        # longest wait for the manager or a drive at any one step
 //!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
@@ -82,6 +85,8 @@ pub struct DriveSection {
     /// data bytes it moves to and from its store to this many MiB/s in all
     /// [default: no pacing].
     pub throttle_mib_per_sec: Option<u64>,
+    /// Most connections one host may hold (raise it for many clients behind one NAT address).
+    pub connections_per_peer: Option<usize>,
 }
 
 impl DriveSection {
@@ -112,6 +117,10 @@ pub struct ManagerSection {
     /// How long a drive may be down before its components are rebuilt on
     /// other drives [default: 600].
     pub rebuild_delay_secs: Option<u64>,
+    /// Whether capabilities that allow writing demand data integrity (MACs
+    /// over every write's data) [default: true]. Only an explicit `false`
+    /// lowers it, for a trusted network.
+    pub write_data_integrity: Option<bool>,
 }
 
 /// `[client]`.
@@ -124,6 +133,10 @@ pub struct ClientSection {
     pub user: Option<String>,
     pub password_file: Option<PathBuf>,
     pub data_integrity: Option<bool>,
+    /// Seconds a command waits for the manager or a drive at any one step
+    /// before it fails with a time-out [default: 60]. A drive's waits stay
+    /// within the striping engine's 30 s deadline per request as well.
+    pub reply_timeout_secs: Option<u64>,
 }
 
 /// `[up]`.

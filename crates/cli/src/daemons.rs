@@ -6,6 +6,7 @@ use crate::{drive_admin::hex_id, size};
 use anyhow::Context;
 use nasd_crypto::Key;
 use nasd_manager::{files, Manager, ManagerConfig};
+use nasd_proto::Protection;
 use nasd_store::{Store, StoreOptions, BLOCK_SIZE_DEFAULT};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,8 @@ pub struct DriveSetup {
     pub failure_domain: String,
     /// Emulated slow media (a test aid): data bytes per second; `None`: no pacing.
     pub throttle_bytes_per_sec: Option<u64>,
+    /// Most connections from one host.
+    pub connections_per_peer: usize,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -109,11 +112,17 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         Some(k) => nasd_drive::SecurityMode::Enforced { master_key: Some(k.clone()) },
         None => nasd_drive::SecurityMode::Disabled,
     };
+    anyhow::ensure!(
+        (1..=nasd_drive::CONNECTIONS_MAX).contains(&setup.connections_per_peer),
+        "connections per peer must be 1..={}",
+        nasd_drive::CONNECTIONS_MAX
+    );
     let config = nasd_drive::DriveConfig {
         commit_interval: setup.commit_interval,
         security,
         failure_domain: setup.failure_domain,
         throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
+        max_connections_per_peer: setup.connections_per_peer,
         ..Default::default()
     };
     // Refuse a configuration the drive cannot serve now, not after binding and announcing it.
@@ -161,6 +170,10 @@ pub struct DriveArgs {
     /// connections together [default: no pacing].
     #[arg(long)]
     throttle_mib_per_sec: Option<u64>,
+    /// Most connections one host (an IPv4 address, an IPv6 /64) may hold at
+    /// once [default: 128]; raise it for many clients behind one address.
+    #[arg(long)]
+    connections_per_peer: Option<usize>,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
@@ -204,6 +217,10 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         master_key_file,
         failure_domain: args.failure_domain.or(file.failure_domain).unwrap_or_default(),
         throttle_bytes_per_sec: throttle_bytes(args.throttle_mib_per_sec.or(file.throttle_mib_per_sec))?,
+        connections_per_peer: args
+            .connections_per_peer
+            .or(file.connections_per_peer)
+            .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
     })
     .await?;
     let info = drive.store.info();
@@ -261,6 +278,10 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         default_layout,
         write_lease: secs(None, file.write_lease_secs, d.write_lease),
         rebuild_delay: secs(None, file.rebuild_delay_secs, d.rebuild_delay),
+        write_protection: match file.write_data_integrity {
+            Some(false) => Protection::INTEGRITY_ARGS,
+            _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
+        },
         ..d
     })
 }
@@ -349,7 +370,7 @@ async fn ensure_admin(manager: &Manager, password_file: &Path, dir: &Path) -> an
 fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
     let staged = files::with_suffix(path, "tmp")?;
     files::write_staged(&staged, text, 0o600)?;
-    files::install(&staged, path)
+    Ok(files::install(&staged, path)?)
 }
 
 /// `nasd admin reset-password`: a new password for `user`, set directly in
@@ -379,7 +400,7 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
-            files::write_staged(&staged, &format!("{password}\n"), 0o600)?;
+            files::write_staged(&staged, format!("{password}\n"), 0o600)?;
             if let Err(e) = reset.commit() {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);
@@ -467,6 +488,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         user: Some(ADMIN_USER.into()),
         password_file: m.password_file.exists().then(|| absolute(&m.password_file)),
         data_integrity: None,
+        reply_timeout_secs: None,
     };
     let section = toml::to_string_pretty(&OnlyClient { client })?;
     let section = section.trim();
@@ -564,6 +586,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             // cluster is for trying nasd, so each counts as its own domain.
             failure_domain: String::new(),
             throttle_bytes_per_sec: None,
+            connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
         })
         .await?;
         let id = d.store.info().drive_id;
@@ -598,6 +621,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         user: Some(ADMIN_USER.into()),
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
+        reply_timeout_secs: cluster.client.reply_timeout_secs,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
     print_banner(&data, &config_path, manager_listen, &drives, share);
@@ -671,6 +695,7 @@ impl LocalCluster {
                 master_key_file: Some(dir.join("master.key")),
                 failure_domain: String::new(),
                 throttle_bytes_per_sec: None,
+                connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
             })
             .await?;
             added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));
@@ -691,6 +716,7 @@ impl LocalCluster {
             user: Some("admin".into()),
             password_file: Some(m.password_file.clone()),
             data_integrity: Some(true),
+            reply_timeout_secs: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
         let maintenance = m.manager.spawn_maintenance(stop_rx.clone());

@@ -40,6 +40,18 @@ pub async fn audit(addr: &str, drive_key_file: &Path, after: u64, max: u16) -> a
         "seq", "time (ns)", "audit id", "key", "op", "status", "part", "object"
     );
     for r in &records {
+        if r.opcode == nasd_proto::opcode::NOT_ITEMIZED {
+            let why = match r.partition {
+                nasd_proto::not_itemized::UNAUTHENTICATED_REFUSALS => "refusals of requests that proved no key",
+                nasd_proto::not_itemized::BUFFER_FULL => "requests arriving while the audit buffer was full",
+                _ => "requests",
+            };
+            println!(
+                "{:>8}  {:>20}  {} {why} not itemized (drive time {}..={})",
+                r.sequence, r.time_ns, r.object, r.region.offset, r.region.length
+            );
+            continue;
+        }
         let status =
             nasd_proto::Status::from_code(r.status).map_or_else(|| r.status.to_string(), |s| s.name().to_string());
         println!(

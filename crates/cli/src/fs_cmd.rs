@@ -153,6 +153,7 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
         user: user.clone(),
         password,
         data_integrity: section.data_integrity.unwrap_or(true),
+        reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
         ..Default::default()
     };
     FsClient::connect(&config).await.map_err(|e| match e.status() {

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
 
@@ -154,6 +155,51 @@ fn the_admin_password_survives_an_interrupted_first_start_and_can_be_reset() {
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("holds no manager metadata"));
 }
 
+/// `manager.key`, which seals every drive key, is staged, synced and linked
+/// into place (`nasd_crypto::durable`), so a write of it that fails part way
+/// leaves no key file and the next start simply makes one. It used to be
+/// created in place: a write cut short (here by `RLIMIT_FSIZE`, as by a full
+/// disk) left a partial `manager.key` behind, and the manager then refused to
+/// start ("does not hold a key") until someone found and deleted it by hand.
+#[test]
+fn a_key_file_write_cut_short_leaves_no_partial_key() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("manager");
+    let mut cut_short = Command::new(env!("CARGO_BIN_EXE_nasd"));
+    cut_short
+        .args(["manager", "--data", data.to_str().unwrap(), "--listen", &free_addr().to_string()])
+        .env("NO_COLOR", "1")
+        .env_remove("NASD_CONFIG")
+        .stdin(Stdio::null());
+    // SAFETY: only async-signal-safe calls (setrlimit, signal) between fork and exec.
+    unsafe {
+        cut_short.pre_exec(|| {
+            // Files may grow to 16 bytes: a 65-byte key file cannot be written whole. The
+            // write then fails with EFBIG instead of raising SIGXFSZ (an ignored signal stays
+            // ignored across exec).
+            let limit = libc::rlimit { rlim_cur: 16, rlim_max: 16 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+                || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cut_short.output().expect("run nasd manager");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the manager cannot start without its key file: {stderr}");
+    assert!(stderr.contains("manager.key"), "the error names the key file: {stderr}");
+    assert!(!data.join("manager.key").exists(), "no partial manager.key is left behind");
+    assert!(!data.join("manager.key.tmp").exists(), "nor its staging file");
+
+    // With room to write, the manager starts on the same directory.
+    let mut m = manager(&data, &tmp.path().join("manager.log"));
+    nasd_crypto::read_key_file(&data.join("manager.key")).expect("a whole key");
+    m.terminate();
+}
+
 /// A drive process in `dir`/drive on a fixed loopback address, committing
 /// only every hour: a SIGKILL loses everything not explicitly flushed.
 struct LazyDrive {
@@ -213,6 +259,8 @@ fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
     }
 }
 
+/// A drive connection using `access` as the manager says: its capability,
+/// with at least the protection the capability demands.
 async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::FileAccess) -> DriveClient {
     let mut c = DriveClient::connect(addr).await.expect("connect");
     let credential = Credential::Capability {
@@ -220,7 +268,8 @@ async fn capability_client(addr: SocketAddr, access: &nasd_proto::manager::FileA
         key: nasd_crypto::Key::from_bytes(access.components[0].key),
         algorithm: MacAlgorithm::from_id(access.algorithm).unwrap(),
     };
-    c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+    let min = Protection::from_bits(access.min_protection).unwrap();
+    c.set_auth(Auth::new(credential, min.union(Protection::INTEGRITY_ARGS)));
     c
 }
 
@@ -346,4 +395,99 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
         assert_eq!(after.status(), Some(Status::AccessRevoked));
     });
     drive.daemon.terminate();
+}
+
+/// A TLS connection, not logged in, to the manager at `addr` from the
+/// loopback address `from` (each 127.0.0.N is a host of its own).
+async fn tls_from(
+    from: std::net::Ipv4Addr,
+    addr: SocketAddr,
+    ca: &Path,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((from, 0).into())?;
+    let stream = socket.connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    nasd_fs::connector(ca).expect("connector").connect(name, stream).await
+}
+
+/// Sends one `LOGIN` and reads the reply: whether it logged in; `None` if
+/// the manager closed the connection instead.
+async fn try_login(s: &mut (impl AsyncReadExt + AsyncWriteExt + Unpin), user: &str, password: &str) -> Option<bool> {
+    let login = ManagerRequest::Login { version: 1, user: user.into(), password: password.into() }.encode(1);
+    s.write_all(&(login.len() as u32).to_le_bytes()).await.ok()?;
+    s.write_all(&login).await.ok()?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.ok()?;
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).await.ok()?;
+    let (_, reply) = ManagerReply::decode(&body).expect("a well-formed reply");
+    Some(matches!(reply, Ok(ManagerReply::LoggedIn { .. })))
+}
+
+/// Sixteen clients, from sixteen hosts, guessing the administrator's
+/// password leave the manager's resident memory within the argon2 workers'
+/// fixed buffers of where it was (`ARGON2_WORKERS` × ~19 MiB, each reused)
+/// while they guess and after. Every check used to allocate a fresh 19 MiB
+/// on whichever blocking thread ran it; the allocator kept them (seen:
+/// 50 MB → 2.5 GB, still 2.2 GB minutes later). Each host's guesses are
+/// also spaced by the per-host back-off, so this takes some seconds.
+#[test]
+fn password_guessing_leaves_the_managers_memory_bounded() {
+    use common::{rss, MIB};
+    use nasd_manager::passwords::{ARGON2_MEMORY_BYTES, ARGON2_WORKERS};
+    const CLIENTS: u8 = 16;
+    const GUESSES: usize = 12;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("manager");
+    let m = manager(&data, &tmp.path().join("manager.log"));
+    let (addr, ca, pid) = (m.addr, data.join("tls").join("ca.pem"), m.pid());
+    let password = password_in(&data.join("admin.password"));
+    runtime().block_on(async move {
+        login(addr, &ca, "admin", &password).await.expect("the administrator logs in");
+        let baseline = rss(pid);
+        let mut guessers = tokio::task::JoinSet::new();
+        for client in 0..CLIENTS {
+            let ca = ca.clone();
+            guessers.spawn(async move {
+                let host = std::net::Ipv4Addr::new(127, 0, 0, 20 + client);
+                let mut guessed = 0;
+                while guessed < GUESSES {
+                    let mut s = tls_from(host, addr, &ca).await.expect("TLS with the manager");
+                    // Until the manager closes the connection (too many failures, or LOGIN_TIMEOUT).
+                    while guessed < GUESSES {
+                        match try_login(&mut s, "admin", &format!("guess {client} {guessed}")).await {
+                            Some(logged_in) => assert!(!logged_in, "a guess logged in"),
+                            None => break,
+                        }
+                        guessed += 1;
+                    }
+                }
+            });
+        }
+        let mut peak = 0;
+        let guessing = async {
+            while let Some(done) = guessers.join_next().await {
+                done.expect("a guesser");
+            }
+        };
+        tokio::pin!(guessing);
+        loop {
+            tokio::select! {
+                () = &mut guessing => break,
+                () = tokio::time::sleep(Duration::from_millis(50)) => peak = peak.max(rss(pid)),
+            }
+        }
+        let after = rss(pid);
+        eprintln!(
+            "manager RSS: {} MiB before, {} MiB at most while guessed at, {} MiB after",
+            baseline / MIB,
+            peak / MIB,
+            after / MIB
+        );
+        let bound = baseline + (ARGON2_WORKERS * ARGON2_MEMORY_BYTES) as u64 + 48 * MIB;
+        assert!(peak <= bound, "guessing raised RSS from {baseline} to {peak} bytes (bound {bound})");
+        assert!(after <= bound, "RSS stayed at {after} bytes (bound {bound})");
+    });
+    drop(m);
 }

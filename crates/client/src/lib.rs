@@ -159,6 +159,8 @@ pub struct DriveClient {
     broken: bool,
     /// The buffer read data chunks land in, kept between reads (one chunk).
     chunk_buf: Vec<u8>,
+    /// How long each wait for the drive may take.
+    deadline: Deadline,
 }
 
 impl std::fmt::Debug for DriveClient {
@@ -179,6 +181,38 @@ const REPLY_BUFFER_LEN: usize = 16 * 1024;
 /// Hash-and-MAC data is hashed in pieces of this size as it arrives, while
 /// the piece is still in cache (BLAKE3 is fastest on inputs of 16 KiB and up).
 const HASH_PIECE_LEN: usize = 64 * 1024;
+
+/// How long a client waits for the drive at any one step by default — to
+/// connect and negotiate, to take the next piece of a request, to send a
+/// reply's header or its next data chunk — before the call fails with
+/// [`ClientError::Io`] of kind `TimedOut` ([`DriveClient::set_timeout`]).
+/// A reply cut short, or one whose lengths were changed in flight to promise
+/// more than comes, then ends in an error instead of a wait without end.
+pub const DRIVE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The bound on each wait for one drive, and the drive, for the error.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    limit: std::time::Duration,
+    peer: std::net::SocketAddr,
+}
+
+impl Deadline {
+    /// `step`, failing with `TimedOut` if the drive does not let it finish
+    /// within the limit.
+    async fn wait<T>(
+        self,
+        what: &str,
+        step: impl std::future::Future<Output = std::io::Result<T>>,
+    ) -> std::io::Result<T> {
+        tokio::time::timeout(self.limit, step).await.unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the drive at {} did not {what} within {:?}", self.peer, self.limit),
+            ))
+        })
+    }
+}
 
 /// Reads exactly `buf.len()` bytes: those the reader already holds, then the
 /// rest straight from the socket into `buf`, skipping the reader's buffer.
@@ -263,8 +297,24 @@ impl DriveClient {
     /// Connects and negotiates the protocol version (unprotected: `HELLO`
     /// always uses no key).
     pub async fn connect(addr: impl ToSocketAddrs) -> Result<Self, ClientError> {
-        let socket = TcpStream::connect(addr).await?;
+        Self::connect_with_timeout(addr, DRIVE_WAIT_MAX).await
+    }
+
+    /// [`connect`](Self::connect), with `timeout` bounding the connection,
+    /// the negotiation and then every wait for the drive
+    /// ([`set_timeout`](Self::set_timeout)).
+    pub async fn connect_with_timeout(
+        addr: impl ToSocketAddrs,
+        timeout: std::time::Duration,
+    ) -> Result<Self, ClientError> {
+        let socket = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("could not connect to the drive within {timeout:?}"),
+            )
+        })??;
         socket.set_nodelay(true)?;
+        let deadline = Deadline { limit: timeout, peer: socket.peer_addr()? };
         let (rd, wr) = socket.into_split();
         let mut c = DriveClient {
             rd: BufReader::with_capacity(REPLY_BUFFER_LEN, rd),
@@ -279,6 +329,7 @@ impl DriveClient {
             sequence: random_u64(),
             broken: false,
             chunk_buf: Vec::new(),
+            deadline,
         };
         let hello = Request::Hello { min_version: VERSION_MIN, max_version: VERSION, client: "nasd-client".into() };
         // The HELLO reply is unauthenticated: its time is not trusted. The
@@ -300,6 +351,28 @@ impl DriveClient {
     /// The drive's unique name, learnt at connect.
     pub fn drive_id(&self) -> [u8; 16] {
         self.drive_id
+    }
+
+    /// Whether the connection can carry another request, found without
+    /// waiting: not after an earlier failure, nor once the drive has closed
+    /// it — a drive ends a connection idle for its idle timeout, and a
+    /// connection kept for reuse then sits half-closed, so a request sent on
+    /// it would get no reply — nor if the drive sent bytes no request asked
+    /// for. Callers that keep connections check this before reusing one.
+    pub fn is_reusable(&self) -> bool {
+        if self.broken || !self.rd.buffer().is_empty() {
+            return false;
+        }
+        let mut probe = [std::mem::MaybeUninit::uninit()];
+        // The socket is non-blocking: "would block" means open, with nothing unread.
+        let socket = socket2::SockRef::from(self.rd.get_ref().as_ref());
+        matches!(socket.peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Sets how long each wait for the drive may take before a call fails
+    /// with `TimedOut` ([`DRIVE_WAIT_MAX`] by default).
+    pub fn set_timeout(&mut self, timeout: std::time::Duration) {
+        self.deadline.limit = timeout;
     }
 
     /// Sets the chunk length used for write data (512 B ..= 4 MiB).
@@ -377,13 +450,14 @@ impl DriveClient {
         request_digest: &[u8; DIGEST_LEN],
     ) -> Result<ReplyHead, ClientError> {
         let mut frame = vec![0u8; HEADER_LEN];
-        self.rd.read_exact(&mut frame).await?;
+        let d = self.deadline;
+        d.wait("send a reply", self.rd.read_exact(&mut frame)).await?;
         let head: &[u8; HEADER_LEN] = frame[..].try_into().expect("header length");
         // Lengths come from a validated header: at most CAPABILITY_LEN_MAX +
         // ARGS_LEN_MAX + DIGEST_LEN bytes.
         let body_len = FrameHeader::decode(head)?.body_len();
         frame.resize(HEADER_LEN + body_len, 0);
-        self.rd.read_exact(&mut frame[HEADER_LEN..]).await?;
+        d.wait("send the whole reply its header announced", self.rd.read_exact(&mut frame[HEADER_LEN..])).await?;
         let checked = guard.check_reply(request, request_digest, &frame)?;
         if checked.authenticated {
             self.learn_clock(&checked.header.nonce);
@@ -396,6 +470,16 @@ impl DriveClient {
         }
         let reply = Reply::decode(checked.header.opcode, &checked.args)?;
         Ok(ReplyHead { header: checked.header, digest: checked.digest, reply })
+    }
+
+    /// Sends a request prefix (a request without data) and flushes it.
+    async fn send_prefix(&mut self, prefix: &[u8]) -> std::io::Result<()> {
+        let d = self.deadline;
+        d.wait("take the request", async {
+            self.wr.write_all(prefix).await?;
+            self.wr.flush().await
+        })
+        .await
     }
 
     /// Sends a request without data under `guard` and reads its reply, which
@@ -416,8 +500,7 @@ impl DriveClient {
     async fn exchange_inner(&mut self, guard: &Guard, req: &Request, args: Vec<u8>) -> Result<ReplyHead, ClientError> {
         let mut h = self.header_for(req, 0);
         let (prefix, digest) = guard.seal_request(&mut h, args);
-        self.wr.write_all(&prefix).await?;
-        self.wr.flush().await?;
+        self.send_prefix(&prefix).await?;
         let head = self.recv_head(guard, &h, &digest).await?;
         if head.header.data_len != 0 {
             return Err(ClientError::Protocol("unexpected data in reply".into()));
@@ -483,7 +566,8 @@ impl DriveClient {
     ) -> Result<u64, ClientError> {
         let mut h = self.header_for(req, len);
         let (prefix, digest) = guard.seal_request(&mut h, args);
-        self.wr.write_all(&prefix).await?;
+        let d = self.deadline;
+        d.wait("take the request", self.wr.write_all(&prefix)).await?;
         let mut protector = guard.data(Kind::Request, &h.nonce, &digest);
         let tag_len = guard.data_tag_len();
         let mut buf = vec![0u8; h.chunk_len as usize];
@@ -496,10 +580,13 @@ impl DriveClient {
                     "data tag length disagrees with the protection options".into(),
                 ));
             }
-            self.wr.write_all(&buf[..n]).await?;
-            self.wr.write_all(&tag).await?;
+            d.wait("take the next data chunk", async {
+                self.wr.write_all(&buf[..n]).await?;
+                self.wr.write_all(&tag).await
+            })
+            .await?;
         }
-        self.wr.flush().await?;
+        d.wait("take the request's end", self.wr.flush()).await?;
         match self.recv_head(guard, &h, &digest).await? {
             ReplyHead { reply: Reply::Written { length }, header, .. } if header.data_len == 0 => Ok(length),
             other => Err(unexpected("write", &other.reply)),
@@ -554,8 +641,7 @@ impl DriveClient {
     ) -> Result<Vec<u64>, ClientError> {
         let mut h = self.header_for(req, 0);
         let (prefix, digest) = guard.seal_request(&mut h, args);
-        self.wr.write_all(&prefix).await?;
-        self.wr.flush().await?;
+        self.send_prefix(&prefix).await?;
         let head = self.recv_head(guard, &h, &digest).await?;
         let Reply::Read { lengths } = head.reply else {
             return Err(unexpected("read", &head.reply));
@@ -578,8 +664,12 @@ impl DriveClient {
         let tag = &mut tag[..head.header.protection.data_tag_len()];
         for index in 0..head.header.chunk_count() {
             let n = head.header.chunk_size(index) as usize;
-            read_direct(&mut self.rd, &mut buf[..n]).await?;
-            read_direct(&mut self.rd, tag).await?;
+            let d = self.deadline;
+            d.wait("send the next data chunk", async {
+                read_direct(&mut self.rd, &mut buf[..n]).await?;
+                read_direct(&mut self.rd, tag).await
+            })
+            .await?;
             if let Some(p) = protector.as_mut() {
                 p.open_chunk(&mut buf[..n], tag).map_err(|_| {
                     ClientError::BadReply(format!("read data chunk {index} failed its tag: data changed in flight"))
@@ -616,11 +706,12 @@ impl DriveClient {
         let tag = &mut tag[..header.protection.data_tag_len()];
         for index in 0..header.chunk_count() {
             let chunk = &mut buf[..header.chunk_size(index) as usize];
+            let d = self.deadline;
             for piece in chunk.chunks_mut(HASH_PIECE_LEN) {
-                read_direct(&mut self.rd, piece).await?;
+                d.wait("send the next data chunk", read_direct(&mut self.rd, piece)).await?;
                 unit_mac.absorb(piece);
             }
-            read_direct(&mut self.rd, tag).await?;
+            d.wait("send the next data chunk", read_direct(&mut self.rd, tag)).await?;
             unit_mac
                 .check_tag(tag)
                 .map_err(|_| ClientError::HashAndMacMismatch(format!("read data chunk {index} failed its tag")))?;

@@ -1,8 +1,7 @@
 //! Key files: one key as 64 hex digits and a newline, readable by its owner only.
 
 use crate::Key;
-use std::io::{Error, ErrorKind, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{Error, ErrorKind};
 use std::path::Path;
 
 /// Reads a key file. The error names the file, never its contents.
@@ -14,13 +13,15 @@ pub fn read_key_file(path: &Path) -> std::io::Result<Key> {
     })
 }
 
-/// Writes `key` to a new file created 0600 and synced; fails if it exists.
+/// Writes `key` to a new file created 0600, durably ([`crate::durable::create_new`]:
+/// staged, synced, linked into place, directory synced); fails if it exists.
+/// A write that fails part way (a full disk) or a crash leaves no file at
+/// `path`, never a partial key: `manager.key` seals every drive key, and a
+/// master key file controls its drive.
 pub fn create_key_file(path: &Path, key: &Key) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(|e| {
+    crate::durable::create_new(path, format!("{}\n", key.to_hex()), 0o600).map_err(|e| {
         Error::new(e.kind(), format!("cannot create key file {} (it must not exist yet): {e}", path.display()))
-    })?;
-    writeln!(f, "{}", key.to_hex())?;
-    f.sync_all()
+    })
 }
 
 /// Reads the key file at `path`, or creates it with a fresh random key.

@@ -10,6 +10,8 @@
 //!   in transit and sealed capabilities; [`xor_keystream`]: XChaCha20 for
 //!   argument and data privacy.
 //! - [`FileHandleKey`]: the file manager's MACs over inode numbers (file handles).
+//! - [`durable`]: small files (keys, and the manager's TLS and password files)
+//!   written whole, synced and renamed into place.
 //!
 //! ```
 //! let d = nasd_crypto::block_digest(b"hello");
@@ -18,6 +20,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod durable;
 mod handle;
 mod key;
 mod key_file;

@@ -1,7 +1,11 @@
 //! One client connection: frame in, checks, operation, protected frame out.
 
 use crate::security::{audit_target, Authority, Grant};
-use crate::{Drive, DriveConfig, FRAME_TIMEOUT, IDLE_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, VENDOR};
+use crate::tasks::{blocking, join};
+use crate::{
+    Drive, DriveConfig, CONNECTION_BUFFER_LEN, FRAME_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, UNAUTHENTICATED_DRAIN_MAX,
+    UNAUTHENTICATED_IDLE_TIMEOUT, VENDOR,
+};
 use nasd_crypto::{FrameKeys, UnitMac};
 use nasd_proto::limits::{CHUNK_LEN_MAX, DATA_TAG_LEN, DIGEST_LEN, HEADER_LEN, NONCE_LEN, REGIONS_MAX};
 use nasd_proto::{
@@ -12,7 +16,8 @@ use nasd_store::{DataSink, DataSource, Store, StoreError};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -66,16 +71,46 @@ struct Ctx<'a> {
     drive: &'a Arc<Drive>,
     config: &'a DriveConfig,
     header: &'a FrameHeader,
+    /// How long the peer may take to deliver a piece of this frame before it
+    /// has proved a key.
+    frame_timeout: Duration,
+}
+
+/// What a connection knows between frames.
+struct ConnState {
+    /// A request on this connection proved a key (or the drive checks none):
+    /// the connection may idle for the configured time, not only for
+    /// [`UNAUTHENTICATED_IDLE_TIMEOUT`].
+    trusted: bool,
+}
+
+impl ConnState {
+    fn idle_timeout(&self, config: &DriveConfig) -> Duration {
+        if self.trusted {
+            config.idle_timeout
+        } else {
+            config.idle_timeout.min(UNAUTHENTICATED_IDLE_TIMEOUT)
+        }
+    }
+
+    fn frame_timeout(&self) -> Duration {
+        if self.trusted {
+            FRAME_TIMEOUT
+        } else {
+            UNAUTHENTICATED_IDLE_TIMEOUT
+        }
+    }
 }
 
 pub(crate) async fn serve_connection(socket: TcpStream, peer: SocketAddr, drive: Arc<Drive>, config: Arc<DriveConfig>) {
     let _ = socket.set_nodelay(true);
     let (rd, wr) = socket.into_split();
-    let mut rd = BufReader::with_capacity(256 * 1024, rd);
-    let mut wr = BufWriter::with_capacity(256 * 1024, wr);
+    let mut rd = BufReader::with_capacity(CONNECTION_BUFFER_LEN, rd);
+    let mut wr = BufWriter::with_capacity(CONNECTION_BUFFER_LEN, wr);
+    let mut state = ConnState { trusted: !drive.security.enabled() };
     tracing::debug!(%peer, "connection opened");
     loop {
-        match handle_frame(&mut rd, &mut wr, &drive, &config).await {
+        match handle_frame(&mut rd, &mut wr, &drive, &config, &mut state).await {
             Ok(Next::Continue) => {}
             Ok(Next::Close) => break,
             Err(e) => {
@@ -105,26 +140,28 @@ fn timed_out() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::TimedOut, "peer too slow")
 }
 
-async fn handle_frame(
+/// Reads one frame's header and body (capability, arguments, digest). A
+/// frame that cannot be framed is answered here: `Err(Next::Close)`.
+async fn read_frame(
     rd: &mut Reader,
     wr: &mut Writer,
-    drive: &Arc<Drive>,
-    config: &DriveConfig,
-) -> std::io::Result<Next> {
-    let store = &drive.store;
+    store: &Store,
+    idle: Duration,
+    frame_timeout: Duration,
+) -> std::io::Result<Result<(FrameHeader, Vec<u8>), Next>> {
     let mut head = [0u8; HEADER_LEN];
     // Idle time is allowed before a frame starts; once it has started, the
-    // rest must arrive within FRAME_TIMEOUT.
-    let first = timeout(IDLE_TIMEOUT, read_full(rd, &mut head[..1])).await.map_err(|_| timed_out())??;
+    // rest must arrive within the frame timeout.
+    let first = timeout(idle, read_full(rd, &mut head[..1])).await.map_err(|_| timed_out())??;
     if first == 0 {
-        return Ok(Next::Close);
+        return Ok(Err(Next::Close));
     }
-    let got = 1 + timeout(FRAME_TIMEOUT, read_full(rd, &mut head[1..])).await.map_err(|_| timed_out())??;
+    let got = 1 + timeout(frame_timeout, read_full(rd, &mut head[1..])).await.map_err(|_| timed_out())??;
     let fallback = fallback_header(&head);
     if got < HEADER_LEN {
         let msg = format!("truncated frame header: {got} of {HEADER_LEN} bytes");
         send_error(wr, store, &fallback, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
-        return Ok(Next::Close);
+        return Ok(Err(Next::Close));
     }
     let header = match FrameHeader::decode(&head) {
         Ok(h) => h,
@@ -136,22 +173,37 @@ async fn handle_frame(
                 other => format!("bad frame header: {other}"),
             };
             send_error(wr, store, &fallback, &ReplyGuard::NONE, header_error_status(&e), &msg).await?;
-            return Ok(Next::Close);
+            return Ok(Err(Next::Close));
         }
     };
     if header.kind != Kind::Request {
         send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, "expected a request frame").await?;
-        return Ok(Next::Close);
-    }
-    let mut body = vec![0u8; header.body_len()];
-    let got = timeout(FRAME_TIMEOUT, read_full(rd, &mut body)).await.map_err(|_| timed_out())??;
-    if got < body.len() {
-        let msg = format!("truncated frame: {got} of {} bytes after the header", body.len());
-        send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
-        return Ok(Next::Close);
+        return Ok(Err(Next::Close));
     }
     let mut frame = head.to_vec();
-    frame.extend_from_slice(&body);
+    frame.resize(HEADER_LEN + header.body_len(), 0);
+    let got = timeout(frame_timeout, read_full(rd, &mut frame[HEADER_LEN..])).await.map_err(|_| timed_out())??;
+    if got < header.body_len() {
+        let msg = format!("truncated frame: {got} of {} bytes after the header", header.body_len());
+        send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
+        return Ok(Err(Next::Close));
+    }
+    Ok(Ok((header, frame)))
+}
+
+async fn handle_frame(
+    rd: &mut Reader,
+    wr: &mut Writer,
+    drive: &Arc<Drive>,
+    config: &DriveConfig,
+    state: &mut ConnState,
+) -> std::io::Result<Next> {
+    let store = &drive.store;
+    let frame_timeout = state.frame_timeout();
+    let (header, frame) = match read_frame(rd, wr, store, state.idle_timeout(config), frame_timeout).await? {
+        Ok(f) => f,
+        Err(next) => return Ok(next),
+    };
     let prefix = match FramePrefix::parse(&frame) {
         Ok(p) => p,
         Err(e) => {
@@ -159,24 +211,18 @@ async fn handle_frame(
             return Ok(Next::Close);
         }
     };
-    let ctx = Ctx { drive, config, header: &header };
+    let ctx = Ctx { drive, config, header: &header, frame_timeout };
     let before_digest = &frame[..frame.len() - DIGEST_LEN];
     let auth = match drive.security.authenticate(&header, prefix.capability, before_digest, &prefix.digest) {
         Ok(a) => a,
-        Err((status, msg)) => {
-            drain_data(rd, &header).await?;
-            ctx.audit(None, None, status);
-            send_error(wr, store, &header, &ReplyGuard::NONE, status, &msg).await?;
-            return Ok(Next::Continue);
-        }
+        Err(refusal) => return refuse(rd, wr, &ctx, None, None, &ReplyGuard::NONE, refusal).await,
     };
     let guard = ReplyGuard::of(&auth, &header, &prefix.digest);
-    if let Err((status, msg)) = drive.security.check_fresh(&auth, &header) {
-        drain_data(rd, &header).await?;
-        ctx.audit(Some(&auth), None, status);
-        send_error(wr, store, &header, &guard, status, &msg).await?;
-        return Ok(Next::Continue);
+    if let Err(refusal) = drive.security.check_fresh(&auth, &header) {
+        return refuse(rd, wr, &ctx, Some(&auth), None, &guard, refusal).await;
     }
+    // A fresh request under a key: the peer holds one.
+    state.trusted |= auth.keys.is_some();
     let mut args = prefix.args.to_vec();
     if header.protection.covers(Protection::PRIVACY_ARGS) {
         if let Some(keys) = &auth.keys {
@@ -186,30 +232,37 @@ async fn handle_frame(
     let request = match Request::decode(header.opcode, &args) {
         Ok(r) => r,
         Err(e) => {
-            drain_data(rd, &header).await?;
-            ctx.audit(Some(&auth), None, e.status());
             let msg = format!("bad arguments for opcode {:#06x}: {e}", header.opcode);
-            send_error(wr, store, &header, &guard, e.status(), &msg).await?;
-            return Ok(Next::Continue);
+            return refuse(rd, wr, &ctx, Some(&auth), None, &guard, (e.status(), msg)).await;
         }
     };
-    if let Err((status, msg)) = check_data_len(&header, &request) {
-        drain_data(rd, &header).await?;
-        ctx.audit(Some(&auth), Some(&request), status);
-        send_error(wr, store, &header, &guard, status, &msg).await?;
-        return Ok(Next::Continue);
-    }
-    let grant = match drive.security.authorize(&auth, &request) {
+    let checked = check_data_len(&header, &request).and_then(|()| drive.security.authorize(&auth, &request));
+    let grant = match checked {
         Ok(g) => g,
-        Err((status, msg)) => {
-            drain_data(rd, &header).await?;
-            ctx.audit(Some(&auth), Some(&request), status);
-            send_error(wr, store, &header, &guard, status, &msg).await?;
-            return Ok(Next::Continue);
-        }
+        Err(refusal) => return refuse(rd, wr, &ctx, Some(&auth), Some(&request), &guard, refusal).await,
     };
     let (status, next) = execute(rd, wr, &ctx, &auth, grant, &guard, &prefix.digest, &request).await?;
     ctx.audit(Some(&auth), Some(&request), status);
+    Ok(next)
+}
+
+/// Answers a refused request: reads past its data (at most
+/// [`UNAUTHENTICATED_DRAIN_MAX`] bytes if it proved no key; with more, the
+/// connection is closed after the reply), audits it, sends the refusal.
+async fn refuse(
+    rd: &mut Reader,
+    wr: &mut Writer,
+    ctx: &Ctx<'_>,
+    auth: Option<&Authority>,
+    request: Option<&Request>,
+    guard: &ReplyGuard<'_>,
+    (status, msg): (Status, String),
+) -> std::io::Result<Next> {
+    let proved_key = auth.is_some_and(|a| a.keys.is_some());
+    let piece_timeout = if proved_key { FRAME_TIMEOUT } else { ctx.frame_timeout };
+    let next = drain_data(rd, ctx.header, proved_key, piece_timeout).await?;
+    ctx.audit(auth, request, status);
+    send_error(wr, &ctx.drive.store, ctx.header, guard, status, &msg).await?;
     Ok(next)
 }
 
@@ -219,7 +272,7 @@ impl Ctx<'_> {
             return;
         }
         let (partition, object, region) = req.map(audit_target).unwrap_or((0, 0, Region { offset: 0, length: 0 }));
-        self.drive.audit.record(AuditRecord {
+        let record = AuditRecord {
             sequence: 0,
             time_ns: self.drive.store.now_ns(),
             audit_id: auth.map_or(0, Authority::audit_id),
@@ -229,7 +282,15 @@ impl Ctx<'_> {
             partition,
             object,
             region,
-        });
+        };
+        // A refusal of a request that proved no key may come from anyone, as fast as the network
+        // allows: itemized at a bounded rate, counted beyond it.
+        let proved_no_key = auth.is_none_or(|a| a.keys.is_none());
+        if proved_no_key && status != Status::Ok {
+            self.drive.audit.record_unauthenticated_refusal(record);
+        } else {
+            self.drive.audit.record(record);
+        }
     }
 }
 
@@ -264,13 +325,35 @@ fn check_data_len(header: &FrameHeader, req: &Request) -> Result<(), (Status, St
     Ok(())
 }
 
-/// Reads and discards a request's data section.
-async fn drain_data(rd: &mut Reader, header: &FrameHeader) -> std::io::Result<()> {
-    let mut left = header.data_len + header.chunk_count() * header.protection.data_tag_len() as u64;
-    let mut sink = vec![0u8; 64 * 1024];
+/// Reads and discards a request's data section through the connection's
+/// buffer (no allocation), each piece within `piece_timeout`. A request that
+/// proved no key is drained only up to [`UNAUTHENTICATED_DRAIN_MAX`] bytes:
+/// beyond that nothing is read and the connection is to be closed.
+async fn drain_data(
+    rd: &mut Reader,
+    header: &FrameHeader,
+    proved_key: bool,
+    piece_timeout: Duration,
+) -> std::io::Result<Next> {
+    let tags = header.chunk_count().saturating_mul(header.protection.data_tag_len() as u64);
+    let left = header.data_len.saturating_add(tags);
+    if !proved_key && left > UNAUTHENTICATED_DRAIN_MAX {
+        return Ok(Next::Close);
+    }
+    skip(rd, left, piece_timeout).await?;
+    Ok(Next::Continue)
+}
+
+/// Reads and discards `left` bytes through the connection's buffer, each
+/// piece within `piece_timeout`.
+async fn skip(rd: &mut Reader, mut left: u64, piece_timeout: Duration) -> std::io::Result<()> {
     while left > 0 {
-        let n = left.min(sink.len() as u64) as usize;
-        timeout(FRAME_TIMEOUT, rd.read_exact(&mut sink[..n])).await.map_err(|_| timed_out())??;
+        let held = timeout(piece_timeout, rd.fill_buf()).await.map_err(|_| timed_out())??;
+        if held.is_empty() {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer stopped sending its data"));
+        }
+        let n = held.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        rd.consume(n);
         left -= n as u64;
     }
     Ok(())
@@ -330,60 +413,61 @@ async fn execute(
                 failure_domain: ctx.config.failure_domain.clone(),
             }))
         }
-        Request::ReadAudit { after, max } => drive
-            .audit
-            .read(*after, *max as usize)
-            .map(|records| Reply::Audit { records })
-            .map_err(|e| (Status::IoError, format!("audit trail: {e}"))),
+        Request::ReadAudit { after, max } => {
+            let (d, after, max) = (drive.clone(), *after, *max as usize);
+            blocking(move || d.audit.read(after, max))
+                .await
+                .map(|records| Reply::Audit { records })
+                .map_err(|e| (Status::IoError, format!("audit trail: {e}")))
+        }
         Request::Scrub { max_report } => {
             let (s, max) = (store.clone(), *max_report as usize);
-            match tokio::task::spawn_blocking(move || s.scrub()).await {
-                Ok(Ok(report)) => Ok(Reply::Scrub {
+            match blocking(move || s.scrub()).await {
+                Ok(report) => Ok(Reply::Scrub {
                     blocks_checked: report.blocks_checked,
                     corrupt_total: report.corrupt.len() as u64,
                     corrupt: report.corrupt.iter().take(max).map(|c| (c.partition, c.object, c.block)).collect(),
                 }),
-                Ok(Err(e)) => Err((e.status(), e.to_string())),
-                Err(e) => Err((Status::Internal, format!("scrub task failed: {e}"))),
+                Err(e) => Err((e.status(), e.to_string())),
             }
         }
         Request::SetDriveKey { .. }
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
-        | Request::SetMinProtection { .. } => drive.security.manage(request).map(|()| Reply::Done),
+        | Request::SetMinProtection { .. } => {
+            let (d, req) = (drive.clone(), request.clone());
+            blocking(move || d.security.manage(&req)).await.map(|()| Reply::Done)
+        }
         Request::SetMapEpoch { partition, epoch } => {
             let (d, p, e) = (drive.clone(), *partition, *epoch);
-            match tokio::task::spawn_blocking(move || d.security.set_map_epoch(p, e)).await {
-                Ok(r) => r.map(|()| Reply::Done),
-                Err(e) => Err((Status::Internal, format!("set_map_epoch task failed: {e}"))),
-            }
+            blocking(move || d.security.set_map_epoch(p, e)).await.map(|()| Reply::Done)
         }
         Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
             // Open the new master key before erasing anything.
             match drive.security.open_new_master(sealed_master_key) {
                 Err(refusal) => Err(refusal),
                 Ok(new_master) => {
-                    let (s, clock, skew) = (store.clone(), *clock_ns, *clock_skew_ns);
-                    match tokio::task::spawn_blocking(move || s.initialize(clock, skew)).await {
-                        Ok(Ok(())) => drive.security.reset(new_master).map(|()| Reply::Done),
-                        Ok(Err(e)) => Err((e.status(), e.to_string())),
-                        Err(e) => Err((Status::Internal, format!("initialize task failed: {e}"))),
-                    }
+                    let (d, clock, skew) = (drive.clone(), *clock_ns, *clock_skew_ns);
+                    blocking(move || match d.store.initialize(clock, skew) {
+                        Ok(()) => d.security.reset(new_master).map(|()| Reply::Done),
+                        Err(e) => Err((e.status(), e.to_string())),
+                    })
+                    .await
                 }
             }
         }
         other => {
-            let (s, req) = (store.clone(), other.clone());
-            let r = tokio::task::spawn_blocking(move || run_simple(&s, req))
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Corrupt(format!("operation task failed: {e}"))))
-                .map_err(|e| (e.status(), e.to_string()));
-            if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, other) {
-                if let Err(refusal) = drive.security.forget_partition(*partition) {
-                    tracing::error!(partition, status = %refusal.0, "could not forget a removed partition's keys");
+            let (d, req) = (drive.clone(), other.clone());
+            blocking(move || {
+                let r = run_simple(&d.store, req.clone()).map_err(|e| (e.status(), e.to_string()));
+                if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, req) {
+                    if let Err(refusal) = d.security.forget_partition(partition) {
+                        tracing::error!(partition, status = %refusal.0, "could not forget a removed partition's keys");
+                    }
                 }
-            }
-            r
+                r
+            })
+            .await
         }
     };
     let status = match result {
@@ -401,6 +485,8 @@ async fn execute(
 
 /// Operations without a data section.
 fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
+    #[cfg(feature = "fault-injection")]
+    crate::tasks::fault::store_task(request.opcode());
     Ok(match request {
         Request::Create { partition, mask, attrs } => {
             let (object, attrs) = store.create(partition, mask, &attrs)?;
@@ -488,6 +574,10 @@ impl DataSource for ChannelSource {
             buf[done..done + n].copy_from_slice(&self.current[self.pos..self.pos + n]);
             done += n;
             self.pos += n;
+        }
+        if self.pos == self.current.len() {
+            // A write waiting for its next chunk holds none.
+            (self.current, self.pos) = (Vec::new(), 0);
         }
         Ok(())
     }
@@ -653,7 +743,74 @@ impl DataSink for ChannelSink {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A write's store task and the channel feeding it.
+struct StoreWrite {
+    tx: mpsc::Sender<Vec<u8>>,
+    task: tokio::task::JoinHandle<Result<u64, StoreError>>,
+}
+
+/// What a write writes: partition, object, regions, whether only appending.
+type WriteTarget = (u64, u64, Vec<Region>, bool);
+
+impl StoreWrite {
+    fn start(store: Arc<Store>, (partition, object, regions, append_only): WriteTarget) -> StoreWrite {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
+        let task = tokio::task::spawn_blocking(move || {
+            let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
+            if append_only {
+                store.append(partition, object, &regions, &mut source)
+            } else {
+                store.write(partition, object, &regions, &mut source)
+            }
+        });
+        StoreWrite { tx, task }
+    }
+
+    /// Ends the feed and waits for the store's result.
+    async fn finish(self) -> Result<u64, StoreError> {
+        drop(self.tx);
+        join(self.task).await
+    }
+}
+
+/// Waits for a data chunk's first bytes; then, for the first chunk, for
+/// the transfer's share of [`crate::TRANSFER_MEMORY_MAX`]; then allocates
+/// the chunk and reads it and its tag. A peer that announces data and sends
+/// none costs no memory and no store task.
+async fn read_chunk(
+    rd: &mut Reader,
+    ctx: &Ctx<'_>,
+    index: u64,
+    tag: &mut [u8],
+    memory: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+) -> std::io::Result<Vec<u8>> {
+    let header = ctx.header;
+    if timeout(FRAME_TIMEOUT, rd.fill_buf()).await.map_err(|_| timed_out())??.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer stopped sending write data"));
+    }
+    if memory.is_none() {
+        let need = transfer_memory(header.chunk_len, header.data_len, ctx.drive.store.block_size());
+        *memory = Some(ctx.drive.transfer_memory(need).await);
+    }
+    let mut chunk = vec![0u8; header.chunk_size(index) as usize];
+    let read = async {
+        rd.read_exact(&mut chunk).await?;
+        rd.read_exact(tag).await
+    };
+    timeout(FRAME_TIMEOUT, read).await.map_err(|_| timed_out())??;
+    Ok(chunk)
+}
+
+/// Memory a transfer of `data_len` bytes in `chunk_len`-byte chunks holds at
+/// most (see [`crate::TRANSFER_MEMORY_MAX`]).
+fn transfer_memory(chunk_len: u32, data_len: u64, block_size: u32) -> usize {
+    let chunk = (chunk_len as u64).min(data_len) as usize + DATA_TAG_LEN;
+    (TRANSFER_CHUNKS_MAX + 2) * chunk + block_size as usize
+}
+
+/// Receives a write's data chunk by chunk, checking each tag before the
+/// chunk reaches the store; the store task starts with the first checked
+/// chunk (at once for a write without data).
 async fn execute_write(
     rd: &mut Reader,
     wr: &mut Writer,
@@ -661,69 +818,59 @@ async fn execute_write(
     auth: &Authority,
     guard: &ReplyGuard<'_>,
     request_digest: &[u8; DIGEST_LEN],
-    (partition, object, regions, append_only): (u64, u64, Vec<Region>, bool),
+    target: WriteTarget,
 ) -> std::io::Result<(Status, Next)> {
     let (store, header) = (&ctx.drive.store, ctx.header);
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
-    let s = store.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
-        if append_only {
-            s.append(partition, object, &regions, &mut source)
-        } else {
-            s.write(partition, object, &regions, &mut source)
-        }
-    });
     let mut checker =
         auth.keys.as_ref().map(|k| k.data(Kind::Request, &header.nonce, header.protection, request_digest));
-    let tag_len = header.protection.data_tag_len();
-    let mut feeding = true;
-    let mut tag_failed = false;
-    let mut socket_error = None;
-    let mut tag = vec![0u8; tag_len];
+    let mut tag = vec![0u8; header.protection.data_tag_len()];
+    let (mut target, mut writing, mut memory) = (Some(target), None, None);
+    let (mut tag_failed, mut socket_error) = (false, None);
+    let mut rest = 0; // data and tags after the chunk at which feeding stopped
     for index in 0..header.chunk_count() {
-        let mut chunk = vec![0u8; header.chunk_size(index) as usize];
-        let read = async {
-            rd.read_exact(&mut chunk).await?;
-            rd.read_exact(&mut tag).await
-        };
-        match timeout(FRAME_TIMEOUT, read).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
+        let mut chunk = match read_chunk(rd, ctx, index, &mut tag, &mut memory).await {
+            Ok(c) => c,
+            Err(e) => {
                 socket_error = Some(e);
                 break;
             }
-            Err(_) => {
-                socket_error = Some(timed_out());
-                break;
-            }
+        };
+        let after = header.data_len - header.chunk_size(index) as u64 - index * header.chunk_len as u64;
+        rest = after + (header.chunk_count() - index - 1) * tag.len() as u64;
+        if checker.as_mut().is_some_and(|c| c.open_chunk(&mut chunk, &tag).is_err()) {
+            // Stop feeding the store: the write aborts and changes nothing.
+            tag_failed = true;
+            break;
         }
-        if let Some(c) = checker.as_mut() {
-            if !tag_failed && c.open_chunk(&mut chunk, &tag).is_err() {
-                // Stop feeding the store: the write aborts and changes nothing.
-                tag_failed = true;
-                feeding = false;
-            }
+        pace(ctx, chunk.len()).await;
+        let w = writing.get_or_insert_with(|| StoreWrite::start(store.clone(), target.take().expect("once")));
+        if w.tx.send(chunk).await.is_err() {
+            break; // the store stopped early (e.g. quota)
         }
-        if feeding {
-            pace(ctx, chunk.len()).await;
-        }
-        if feeding && tx.send(chunk).await.is_err() {
-            feeding = false; // the store stopped early (e.g. quota); keep draining the socket
-        }
+        rest = 0;
     }
-    drop(tx);
-    let result = task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("write task failed: {e}"))));
+    if writing.is_none() && !tag_failed && socket_error.is_none() {
+        writing = Some(StoreWrite::start(store.clone(), target.take().expect("not started")));
+    }
+    let result = match writing {
+        Some(w) => Some(w.finish().await),
+        None => None,
+    };
+    // The rest of a write that stopped early is read past with neither memory nor store task.
+    drop(memory);
+    if socket_error.is_none() && rest > 0 {
+        socket_error = skip(rd, rest, FRAME_TIMEOUT).await.err();
+    }
     if let Some(e) = socket_error {
         return Err(e);
     }
     if tag_failed {
-        debug_assert!(result.is_err(), "a write whose data failed its tag must not complete");
+        debug_assert!(!matches!(result, Some(Ok(_))), "a write whose data failed its tag must not complete");
         let msg = "a data chunk failed its tag: data changed in flight; nothing was written";
         send_error(wr, store, header, guard, Status::BadDataTag, msg).await?;
         return Ok((Status::BadDataTag, Next::Continue));
     }
-    let status = match result {
+    let status = match result.expect("started unless a tag failed or the socket broke") {
         Ok(length) => {
             send_reply(wr, store, header, guard, &Reply::Written { length }).await?;
             Status::Ok
@@ -760,15 +907,15 @@ async fn execute_read(
     };
     // Under Hash-and-MAC the client checks every block's digest itself.
     let verify = s.verifies_reads() && !hash_and_mac;
+    let wanted = regions.iter().fold(0u64, |sum, r| sum.saturating_add(r.length));
+    let _memory = ctx.drive.transfer_memory(transfer_memory(chunk_len as u32, wanted, store.block_size())).await;
     let task = tokio::task::spawn_blocking(move || {
         let mut sink =
             ChannelSink { tx, buf: chunk_buffer(chunk_len), chunk_len, plan, unit_mac: None, cuts: Vec::new() };
         s.read_with(partition, object, &regions, &mut sink, verify)?;
         sink.finish().map_err(StoreError::Sink)
     });
-    let failed = |task: tokio::task::JoinHandle<Result<(), StoreError>>| async move {
-        task.await.unwrap_or_else(|e| Err(StoreError::Corrupt(format!("read task failed: {e}"))))
-    };
+    let failed = join::<Result<(), StoreError>>;
     let Some(ReadMsg::Start(lengths, prefix, mut protector)) = rx.recv().await else {
         drop(rx);
         let e = failed(task).await.err().unwrap_or_else(|| StoreError::Corrupt("read produced no lengths".into()));

@@ -15,14 +15,18 @@
 mod audit;
 mod conn;
 pub mod security;
+mod tasks;
 pub mod throttle;
 
-pub use audit::{Audit, AUDIT_RECORDS_MAX};
+pub use audit::{
+    Audit, AUDIT_BUFFER_MAX, AUDIT_RECORDS_MAX, UNAUTHENTICATED_AUDIT_BURST, UNAUTHENTICATED_AUDIT_PER_SEC,
+};
 pub use nasd_crypto::Key;
 pub use security::Security;
 
 use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN, NAME_LEN_MAX};
 use nasd_store::Store;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -30,13 +34,46 @@ use tokio::sync::Semaphore;
 
 /// Most connections served at once; more are closed on accept.
 pub const CONNECTIONS_MAX: usize = 1024;
-/// How long a connection may sit idle between requests.
+/// Most connections one peer — an IPv4 address, or an IPv6 /64 — may hold at
+/// once (by default; [`DriveConfig::max_connections_per_peer`]); more are
+/// closed on accept, so one host cannot take every slot.
+pub const CONNECTIONS_PER_PEER_MAX: usize = 128;
+/// How long a connection may sit idle between requests, once a request on
+/// it has proved a key (by default; [`DriveConfig::idle_timeout`]).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a connection on which no request has proved a key yet may sit
+/// idle, or take to deliver one frame's header and arguments: anyone can
+/// open one, and it holds a connection slot and [`CONNECTION_BUFFER_LEN`]
+/// bytes for this long.
+pub const UNAUTHENTICATED_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a peer may take to deliver one frame's header and arguments, or
 /// any one data chunk.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// Data bytes the drive reads and discards after refusing a request that
+/// proved no key, to keep the connection in step (a client whose capability
+/// just expired gets its refusal); a request announcing more is answered
+/// and its connection closed. Costs that much network and time, no memory.
+pub const UNAUTHENTICATED_DRAIN_MAX: u64 = 64 * 1024 * 1024;
+/// Bytes each connection buffers in each direction between frames. Data
+/// chunks bypass these buffers.
+pub const CONNECTION_BUFFER_LEN: usize = 16 * 1024;
 /// Chunks buffered between the socket and the store per transfer.
 pub const TRANSFER_CHUNKS_MAX: usize = 4;
+/// Memory that all reads and writes in progress together may hold for their
+/// data: each holds [`TRANSFER_CHUNKS_MAX`] chunks in its channel, one being
+/// read or filled, one being sent or stored, and a block. A transfer waits
+/// for its share before it allocates anything or starts its store task, so
+/// connections announcing transfers cost no memory beyond this (and no more
+/// blocking threads than fit in it: ~40 at the default chunk length, 2 at
+/// the largest).
+pub const TRANSFER_MEMORY_MAX: usize = 64 * 1024 * 1024;
+
+/// The most memory one transfer may need (largest chunks and block).
+const TRANSFER_MEMORY_EACH_MAX: usize = (TRANSFER_CHUNKS_MAX + 2)
+    * (CHUNK_LEN_MAX as usize + nasd_proto::limits::DATA_TAG_LEN)
+    + nasd_proto::limits::BLOCK_SIZE_MAX as usize;
+const _: () = assert!(TRANSFER_MEMORY_EACH_MAX <= TRANSFER_MEMORY_MAX, "one transfer always fits");
+const _: () = assert!(CONNECTIONS_PER_PEER_MAX <= CONNECTIONS_MAX);
 
 /// How the drive behaves on the network.
 #[derive(Debug, Clone)]
@@ -45,6 +82,13 @@ pub struct DriveConfig {
     pub commit_interval: Duration,
     /// Most concurrent connections.
     pub max_connections: usize,
+    /// Most concurrent connections from one peer (an IPv4 address, or an
+    /// IPv6 /64): [`CONNECTIONS_PER_PEER_MAX`] by default.
+    pub max_connections_per_peer: usize,
+    /// How long a connection may sit idle between requests once a request on
+    /// it proved a key: [`IDLE_TIMEOUT`] by default. Before that,
+    /// [`UNAUTHENTICATED_IDLE_TIMEOUT`] (or this, if shorter).
+    pub idle_timeout: Duration,
     /// Data chunk length of read replies. `None`: the larger of
     /// `CHUNK_LEN_DEFAULT` and the block size, so that every chunk holds
     /// whole blocks (Hash-and-MAC then MACs stored digests for aligned
@@ -88,6 +132,8 @@ impl Default for DriveConfig {
         DriveConfig {
             commit_interval: Duration::from_secs(2),
             max_connections: CONNECTIONS_MAX,
+            max_connections_per_peer: CONNECTIONS_PER_PEER_MAX,
+            idle_timeout: IDLE_TIMEOUT,
             chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
             failure_domain: String::new(),
@@ -171,6 +217,8 @@ pub struct Drive {
     pub audit: Audit,
     /// Paces data bytes (emulated slow media), if configured.
     pub throttle: Option<throttle::Throttle>,
+    /// [`TRANSFER_MEMORY_MAX`], in KiB.
+    transfer_memory: Arc<Semaphore>,
 }
 
 impl Drive {
@@ -182,7 +230,64 @@ impl Drive {
         };
         let security = Security::open(store.clone(), master, enabled).map_err(std::io::Error::other)?;
         let audit = Audit::open(store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
-        Ok(Drive { store, security, audit, throttle: None })
+        let transfer_memory = Arc::new(Semaphore::new(TRANSFER_MEMORY_MAX / 1024));
+        Ok(Drive { store, security, audit, throttle: None, transfer_memory })
+    }
+
+    /// Waits until `bytes` of [`TRANSFER_MEMORY_MAX`] are free and takes
+    /// them, until the permit is dropped.
+    pub(crate) async fn transfer_memory(&self, bytes: usize) -> tokio::sync::OwnedSemaphorePermit {
+        let kib = bytes.div_ceil(1024).min(TRANSFER_MEMORY_EACH_MAX / 1024) as u32;
+        self.transfer_memory.clone().acquire_many_owned(kib).await.expect("the semaphore is never closed")
+    }
+}
+
+/// Connections per peer: an IPv4 address, or an IPv6 /64 (one host's
+/// addresses), IPv4-mapped IPv6 addresses counted as IPv4.
+#[derive(Default)]
+struct Peers {
+    open: std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`Peers`]; gives it back when dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    key: IpAddr,
+}
+
+impl Peers {
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+            },
+            v4 => v4,
+        }
+    }
+
+    /// A slot for one more connection from `ip`, unless it holds `max` already.
+    fn admit(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let key = Self::key(ip);
+        let mut open = self.open.lock().expect("peers mutex poisoned");
+        let n = open.entry(key).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { peers: self.clone(), key })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().expect("peers mutex poisoned");
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -207,8 +312,7 @@ pub async fn serve(
     config.check(store.block_size())?;
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
-        let mut d =
-            tokio::task::spawn_blocking(move || Drive::open(s, &mode)).await.map_err(std::io::Error::other)??;
+        let mut d = tasks::blocking(move || Drive::open(s, &mode)).await?;
         d.throttle = config.throttle_bytes_per_sec.map(throttle::Throttle::new);
         Arc::new(d)
     };
@@ -219,12 +323,21 @@ pub async fn serve(
         tracing::warn!("security is DISABLED: any client may do anything on this drive");
     }
     let limit = Arc::new(Semaphore::new(config.max_connections));
+    let peers = Arc::new(Peers::default());
     let config = Arc::new(config);
     let committer = tokio::spawn(commit_loop(drive.clone(), config.commit_interval));
+    // Connection tasks are joined here so that a panic in one stops the drive (`tasks`).
+    let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                match joined {
+                    Err(e) if e.is_panic() => tasks::fail_stop(&e),
+                    _ => {}
+                }
+            }
             accepted = listener.accept() => {
                 let (socket, peer) = match accepted {
                     Ok(a) => a,
@@ -238,15 +351,21 @@ pub async fn serve(
                     tracing::warn!(%peer, "connection limit reached; closing");
                     continue;
                 };
+                let Some(slot) = peers.admit(peer.ip(), config.max_connections_per_peer) else {
+                    tracing::debug!(%peer, "this peer's connection limit reached; closing");
+                    continue;
+                };
                 let (drive, config) = (drive.clone(), config.clone());
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     conn::serve_connection(socket, peer, drive, config).await;
-                    drop(permit);
+                    drop((permit, slot));
                 });
             }
         }
     }
     committer.abort();
+    // Requests in progress finish on their own, as before; only new ones stopped.
+    connections.detach_all();
     if commit_all(&drive, "final").await {
         tracing::info!("final commit done");
     }
@@ -257,7 +376,7 @@ pub async fn serve(
 /// Returns true on success.
 async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     let d = drive.clone();
-    let result = tokio::task::spawn_blocking(move || {
+    let result = tasks::blocking(move || {
         if let Err(e) = d.audit.persist() {
             tracing::error!(error = %e, "audit trail write failed");
         }
@@ -265,24 +384,31 @@ async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     })
     .await;
     match result {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "{which} commit failed");
-            false
-        }
+        Ok(()) => true,
         Err(e) => {
-            tracing::error!(error = %e, "{which} commit task failed");
+            tracing::error!(error = %e, "{which} commit failed");
             false
         }
     }
 }
 
+/// Commits every `every`; writes the audit trail's buffer (on a blocking
+/// thread) as soon as it is half full.
 async fn commit_loop(drive: Arc<Drive>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        commit_all(&drive, "background").await;
+        tokio::select! {
+            _ = tick.tick() => {
+                commit_all(&drive, "background").await;
+            }
+            () = drive.audit.half_full() => {
+                let d = drive.clone();
+                if let Err(e) = tasks::blocking(move || d.audit.persist()).await {
+                    tracing::error!(error = %e, "audit trail write failed");
+                }
+            }
+        }
     }
 }
 

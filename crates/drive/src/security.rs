@@ -90,7 +90,10 @@ pub struct Security {
     store: Arc<Store>,
     enabled: bool,
     boot_ns: u64,
+    /// Locked only briefly, never across disk I/O: every request reads it.
     keys: Mutex<KeyRing>,
+    /// Serializes key changes, which are written to disk while holding it.
+    admin: Mutex<()>,
     nonces: Mutex<NonceCache>,
     capability_keys: Mutex<HashMap<[u8; CAPABILITY_ARGS_LEN], Key>>,
     /// Each partition's minimum cluster map epoch (absent: 0), persisted as
@@ -141,6 +144,7 @@ impl Security {
             enabled,
             boot_ns,
             keys: Mutex::new(ring),
+            admin: Mutex::new(()),
             nonces: Mutex::new(NonceCache::default()),
             capability_keys: Mutex::new(HashMap::new()),
             map_epochs: Mutex::new(map_epochs),
@@ -503,70 +507,70 @@ impl Security {
     }
 
     // --------------------------------------------------------- key management
+    //
+    // Key changes are serialized by `admin` and written durably (an SQLite
+    // commit with fsync) while only `admin` is held: the key ring itself is
+    // locked only to read the keys a change needs and to install it after it
+    // is on disk, so no request's key lookup waits for a disk write. All of
+    // these run on blocking threads (`tasks::blocking`).
 
     /// Executes a key-management request (already authenticated and
-    /// authorized). Keys are opened with the key above them and stored durably.
+    /// authorized). Keys are opened with the key above them and stored
+    /// durably before the drive uses them.
     pub fn manage(&self, req: &Request) -> Result<(), Refusal> {
+        let _admin = lock(&self.admin);
+        let change = self.plan(req)?;
+        #[cfg(feature = "fault-injection")]
+        crate::tasks::fault::settings_write();
+        self.store.put_settings(&[change.setting()]).map_err(io_refusal)?;
         let mut ring = lock(&self.keys);
+        let clears_capability_keys = change.install(&mut ring);
+        drop(ring);
+        if clears_capability_keys {
+            lock(&self.capability_keys).clear();
+        }
+        Ok(())
+    }
+
+    /// What `req` changes, checked against the ring (which only `admin`
+    /// holders change, so it stays valid until installed).
+    fn plan(&self, req: &Request) -> Result<KeyChange, Refusal> {
+        let ring = lock(&self.keys);
         let bad_seal = || (Status::BadSealedKey, "sealed key does not open under the authorizing key".to_string());
-        let io = |e: nasd_store::StoreError| (e.status(), e.to_string());
-        match req {
+        Ok(match req {
             Request::SetDriveKey { sealed_key } => {
                 let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
                 let k =
                     open_key(master, &key_context(opcode::SET_DRIVE_KEY, 0, 0), sealed_key).map_err(|_| bad_seal())?;
-                self.store.put_settings(&[("key.drive".into(), Some(k.expose().to_vec()))]).map_err(io)?;
-                ring.drive = Some(k);
+                KeyChange::Drive(k)
             }
             Request::SetPartitionKey { partition, sealed_key } => {
                 let drive = ring.drive.as_ref().ok_or((Status::KeyNotSet, "no drive key".into()))?;
                 let k = open_key(drive, &key_context(opcode::SET_PARTITION_KEY, *partition, 0), sealed_key)
                     .map_err(|_| bad_seal())?;
-                self.store
-                    .put_settings(&[(format!("key.partition.{partition}"), Some(k.expose().to_vec()))])
-                    .map_err(io)?;
-                ring.partitions.entry(*partition).or_default().partition = Some(k);
+                KeyChange::Partition(*partition, k)
             }
             Request::SetWorkingKey { partition, key_version, sealed_key } => {
-                let pk = ring.partitions.entry(*partition).or_default();
-                let pkey = pk.partition.as_ref().ok_or((Status::KeyNotSet, "no partition key".into()))?;
+                let pk = ring.partitions.get(partition);
+                let pkey =
+                    pk.and_then(|pk| pk.partition.as_ref()).ok_or((Status::KeyNotSet, "no partition key".into()))?;
                 let k = open_key(pkey, &key_context(opcode::SET_WORKING_KEY, *partition, *key_version), sealed_key)
                     .map_err(|_| bad_seal())?;
-                let current = pk.current.as_ref().map_or(0, |(v, _)| *v);
+                let previous = pk.and_then(|pk| pk.current.clone());
+                let current = previous.as_ref().map_or(0, |(v, _)| *v);
                 if *key_version <= current {
                     return refuse(Status::BadArguments, format!("working key version must exceed {current}"));
                 }
-                let previous = pk.current.take();
-                let mut value = Vec::with_capacity(2 * (4 + KEY_LEN));
-                value.extend_from_slice(&key_version.to_le_bytes());
-                value.extend_from_slice(k.expose());
-                match &previous {
-                    Some((v, pk)) => {
-                        value.extend_from_slice(&v.to_le_bytes());
-                        value.extend_from_slice(pk.expose());
-                    }
-                    None => value.extend_from_slice(&[0u8; 4 + KEY_LEN]),
-                }
-                self.store.put_settings(&[(format!("key.working.{partition}"), Some(value))]).map_err(io)?;
-                pk.previous = previous;
-                pk.current = Some((*key_version, k));
-                lock(&self.capability_keys).clear();
+                KeyChange::Working { partition: *partition, current: (*key_version, k), previous }
             }
             Request::SetMinProtection { partition, protection } => {
                 if !protection.is_consistent() {
                     return refuse(Status::BadArguments, "inconsistent protection options (see SECURITY.md)");
                 }
-                let name = if *partition == 0 { "minprot.drive".to_string() } else { format!("minprot.{partition}") };
-                self.store.put_settings(&[(name, Some(vec![protection.bits()]))]).map_err(io)?;
-                if *partition == 0 {
-                    ring.drive_min = Some(*protection);
-                } else {
-                    ring.partitions.entry(*partition).or_default().min = Some(*protection);
-                }
+                KeyChange::Minimum { partition: *partition, protection: *protection }
             }
             _ => unreachable!("not a key-management request"),
-        }
-        Ok(())
+        })
     }
 
     /// A partition's minimum cluster map epoch (0 until raised).
@@ -618,13 +622,12 @@ impl Security {
     /// The key half of `initialize`: forgets every key and minimum, keeps
     /// `new_master` as the master key.
     pub fn reset(&self, new_master: Key) -> Result<(), Refusal> {
-        let mut ring = lock(&self.keys);
-        let io = |e: nasd_store::StoreError| (e.status(), e.to_string());
+        let _admin = lock(&self.admin);
         let mut changes: Vec<(String, Option<Vec<u8>>)> =
-            self.store.settings("").map_err(io)?.into_iter().map(|(k, _)| (k, None)).collect();
+            self.store.settings("").map_err(io_refusal)?.into_iter().map(|(k, _)| (k, None)).collect();
         changes.push(("key.master".into(), Some(new_master.expose().to_vec())));
-        self.store.put_settings(&changes).map_err(io)?;
-        *ring = KeyRing { master: Some(new_master), ..KeyRing::default() };
+        self.store.put_settings(&changes).map_err(io_refusal)?;
+        *lock(&self.keys) = KeyRing { master: Some(new_master), ..KeyRing::default() };
         lock(&self.capability_keys).clear();
         lock(&self.map_epochs).clear();
         Ok(())
@@ -632,18 +635,78 @@ impl Security {
 
     /// Forgets a removed partition's keys and minimum.
     pub fn forget_partition(&self, partition: u64) -> Result<(), Refusal> {
-        let mut ring = lock(&self.keys);
-        ring.partitions.remove(&partition);
+        let _admin = lock(&self.admin);
         let changes = [
             (format!("key.partition.{partition}"), None),
             (format!("key.working.{partition}"), None),
             (format!("minprot.{partition}"), None),
             (format!("{MAP_EPOCH_SETTING}{partition}"), None),
         ];
-        self.store.put_settings(&changes).map_err(|e| (e.status(), e.to_string()))?;
+        self.store.put_settings(&changes).map_err(io_refusal)?;
+        lock(&self.keys).partitions.remove(&partition);
         lock(&self.capability_keys).clear();
         lock(&self.map_epochs).remove(&partition);
         Ok(())
+    }
+}
+
+fn io_refusal(e: nasd_store::StoreError) -> Refusal {
+    (e.status(), e.to_string())
+}
+
+/// One key-management change, planned under the key ring's lock, written to
+/// disk without it, then installed.
+enum KeyChange {
+    Drive(Key),
+    Partition(u64, Key),
+    Working { partition: u64, current: (u32, Key), previous: Option<(u32, Key)> },
+    Minimum { partition: u64, protection: Protection },
+}
+
+impl KeyChange {
+    /// The drive setting that records the change.
+    fn setting(&self) -> (String, Option<Vec<u8>>) {
+        match self {
+            KeyChange::Drive(k) => ("key.drive".into(), Some(k.expose().to_vec())),
+            KeyChange::Partition(p, k) => (format!("key.partition.{p}"), Some(k.expose().to_vec())),
+            KeyChange::Working { partition, current, previous } => {
+                let mut value = Vec::with_capacity(2 * (4 + KEY_LEN));
+                for slot in [Some(current), previous.as_ref()] {
+                    match slot {
+                        Some((v, k)) => {
+                            value.extend_from_slice(&v.to_le_bytes());
+                            value.extend_from_slice(k.expose());
+                        }
+                        None => value.extend_from_slice(&[0u8; 4 + KEY_LEN]),
+                    }
+                }
+                (format!("key.working.{partition}"), Some(value))
+            }
+            KeyChange::Minimum { partition: 0, protection } => ("minprot.drive".into(), Some(vec![protection.bits()])),
+            KeyChange::Minimum { partition, protection } => {
+                (format!("minprot.{partition}"), Some(vec![protection.bits()]))
+            }
+        }
+    }
+
+    /// Puts the change into the ring; true if cached capability keys must go
+    /// (the working keys changed).
+    fn install(self, ring: &mut KeyRing) -> bool {
+        match self {
+            KeyChange::Drive(k) => ring.drive = Some(k),
+            KeyChange::Partition(p, k) => ring.partitions.entry(p).or_default().partition = Some(k),
+            KeyChange::Working { partition, current, previous } => {
+                let pk = ring.partitions.entry(partition).or_default();
+                pk.previous = previous;
+                pk.current = Some(current);
+                return true;
+            }
+            KeyChange::Minimum { partition: 0, protection } => ring.drive_min = Some(protection),
+            KeyChange::Minimum { partition, protection } => {
+                ring.partitions.entry(partition).or_default().min = Some(protection)
+            }
+        }
+        false
     }
 }
 

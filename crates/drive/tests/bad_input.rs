@@ -294,15 +294,21 @@ impl Drive {
 
     /// Sends the first `sent` bytes of `frame` (a WRITE to `partition`, which
     /// nothing else is writing, carrying `data_len` bytes), waits until the
-    /// drive has started the write (its reservation shows in the charge),
-    /// then resets the connection and waits until the drive has aborted the
-    /// write (the charge is back). Deterministic: no sleeps decide anything.
+    /// drive has started the write (its reservation shows in the charge) if
+    /// `sent` covers the first data chunk — the drive starts a write's store
+    /// task only once that has arrived —, then resets the connection and
+    /// waits until the drive has aborted the write (the charge is back).
+    /// Deterministic: no sleeps decide anything.
     async fn abrupt_disconnect(&self, partition: u64, frame: &[u8], sent: usize, what: &str) {
         let mut c = self.honest().await;
         let before = self.used(&mut c, partition).await;
         let mut s = to(TcpStream::connect(self.addr)).await.unwrap();
         to(s.write_all(&frame[..sent])).await.unwrap();
-        self.wait_used(partition, &format!("{what}: write never started"), |u| u > before).await;
+        let h = FrameHeader::decode(frame[..HEADER_LEN].try_into().unwrap()).unwrap();
+        let first_chunk_end = HEADER_LEN + h.body_len() + h.chunk_size(0) as usize + h.protection.data_tag_len();
+        if sent >= first_chunk_end {
+            self.wait_used(partition, &format!("{what}: write never started"), |u| u > before).await;
+        }
         s.set_zero_linger().unwrap();
         drop(s); // RST
         self.wait_used(partition, &format!("{what}: write reservation not released"), |u| u == before).await;

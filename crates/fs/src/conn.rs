@@ -3,7 +3,7 @@
 //! [`MANAGER_CONNECTIONS_MAX`] of them so concurrent requests do not queue
 //! behind one another.
 
-use crate::FsError;
+use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
 use nasd_proto::DecodeError;
@@ -48,6 +48,22 @@ pub(crate) struct ManagerConn {
     next_id: u64,
     /// Set while a request is in flight; left set if it did not finish.
     broken: bool,
+    /// The manager's address and how long each wait for it may take.
+    deadline: (String, Duration),
+}
+
+/// `step`, failing with `TimedOut` if the manager does not let it finish in time.
+async fn within<T>(
+    (addr, limit): &(String, Duration),
+    what: &str,
+    step: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(*limit, step).await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the manager at {addr} did not {what} within {limit:?}"),
+        ))
+    })
 }
 
 /// A TLS connector that trusts only the CA certificate(s) in `ca_pem`.
@@ -71,31 +87,48 @@ pub fn connector(ca_pem: &Path) -> Result<TlsConnector, FsError> {
 }
 
 impl ManagerConn {
-    /// Connects, verifies the manager's certificate for `server_name`, logs in.
-    pub(crate) async fn open(
-        addr: &str,
-        server_name: &str,
-        tls: &TlsConnector,
-        user: &str,
-        password: &str,
-    ) -> Result<(Self, Identity), FsError> {
-        let socket = TcpStream::connect(addr).await.map_err(|e| {
+    /// Connects, verifies the manager's certificate for the configured
+    /// server name, logs in; each step within `config.reply_timeout`.
+    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(Self, Identity), FsError> {
+        let (addr, server_name) = (&config.manager, &config.server_name);
+        let deadline = (addr.clone(), config.reply_timeout);
+        let socket = within(&deadline, "accept the connection", TcpStream::connect(addr)).await.map_err(|e| {
             FsError::Setup(format!("cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"))
         })?;
         socket.set_nodelay(true)?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
             .map_err(|_| FsError::Setup(format!("'{server_name}' is not a valid TLS server name")))?;
-        let stream = tls
-            .connect(name, socket)
+        let stream = within(&deadline, "finish TLS", tls.connect(name, socket))
             .await
             .map_err(|e| FsError::Setup(format!("TLS with the manager at {addr} failed: {e}")))?;
-        let mut conn = ManagerConn { stream, next_id: 1, broken: false };
-        let login =
-            ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user: user.into(), password: password.into() };
+        let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline };
+        let (user, password) = (config.user.clone(), config.password.clone());
+        let login = ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password };
         match conn.call(&login).await? {
             ManagerReply::LoggedIn { uid, gid, admin, .. } => Ok((conn, Identity { uid, gid, admin })),
             other => Err(FsError::Protocol(format!("unexpected login reply {other:?}"))),
         }
+    }
+
+    /// True once a request did not finish: the stream is in an unknown state.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Whether the connection can carry another request, found without
+    /// waiting (as `DriveClient::is_reusable`): not after an unfinished
+    /// request, nor once the manager closed it (idle timeout, restart), nor
+    /// if bytes nobody asked for are waiting — once logged in, the manager
+    /// sends nothing but replies (its TLS session tickets come before the
+    /// login reply and are read with it).
+    pub(crate) fn is_reusable(&self) -> bool {
+        if self.broken {
+            return false;
+        }
+        let mut probe = [std::mem::MaybeUninit::uninit()];
+        // The socket is non-blocking: "would block" means open, with nothing unread.
+        let socket = socket2::SockRef::from(self.stream.get_ref().0);
+        matches!(socket.peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 
     /// Sends a request and waits for its reply.
@@ -119,17 +152,21 @@ impl ManagerConn {
             self.broken = false;
             return Err(FsError::Protocol("request over MANAGER_MESSAGE_MAX".into()));
         }
-        self.stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
-        self.stream.write_all(&body).await?;
-        self.stream.flush().await?;
+        let stream = &mut self.stream;
+        within(&self.deadline, "take the request", async {
+            stream.write_all(&(body.len() as u32).to_le_bytes()).await?;
+            stream.write_all(&body).await?;
+            stream.flush().await
+        })
+        .await?;
         let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).await?;
+        within(&self.deadline, "answer", stream.read_exact(&mut len)).await?;
         let len = u32::from_le_bytes(len) as usize;
         if len > MANAGER_MESSAGE_MAX {
             return Err(FsError::Protocol(format!("reply of {len} bytes is over MANAGER_MESSAGE_MAX")));
         }
         let mut reply = vec![0u8; len];
-        self.stream.read_exact(&mut reply).await?;
+        within(&self.deadline, "send the whole reply it announced", stream.read_exact(&mut reply)).await?;
         let (reply_id, result) = ManagerReply::decode(&reply).map_err(|e| FsError::Protocol(e.to_string()))?;
         if reply_id != id {
             return Err(FsError::Protocol(format!("reply to request {reply_id}, expected {id}")));
@@ -139,22 +176,18 @@ impl ManagerConn {
     }
 }
 
-/// Where and as whom a [`ManagerPool`] connects.
-struct Login {
-    addr: String,
-    server_name: String,
-    tls: TlsConnector,
-    user: String,
-    password: String,
-}
-
 /// Up to [`MANAGER_CONNECTIONS_MAX`] logged-in connections to one manager,
 /// as one user: a request takes an idle connection (or opens one while fewer
 /// than the bound exist), and gives it back when its reply arrived. A
-/// connection whose request failed in transport or protocol is closed, never
-/// reused; the request is not resent.
+/// connection whose request failed in transport or protocol (a time-out
+/// included) is closed, never reused, and the request is not resent; the
+/// next request opens a fresh connection in its place. An idle connection
+/// the manager has closed meanwhile (its idle timeout, a restart) is found
+/// without waiting and replaced before any request goes out on it.
 pub(crate) struct ManagerPool {
-    login: Login,
+    /// Where and as whom to connect, and the wait bound (`reply_timeout`).
+    config: FsConfig,
+    tls: TlsConnector,
     permits: tokio::sync::Semaphore,
     /// Idle connections and when each was last used.
     idle: Mutex<Vec<(ManagerConn, Instant)>>,
@@ -163,40 +196,32 @@ pub(crate) struct ManagerPool {
 impl ManagerPool {
     /// Connects and logs in once (so a wrong password or an unreachable
     /// manager fails here), keeping that connection as the first idle one.
-    pub(crate) async fn open(
-        addr: &str,
-        server_name: &str,
-        tls: &TlsConnector,
-        user: &str,
-        password: &str,
-    ) -> Result<(ManagerPool, Identity), FsError> {
-        let login = Login {
-            addr: addr.into(),
-            server_name: server_name.into(),
-            tls: tls.clone(),
-            user: user.into(),
-            password: password.into(),
-        };
-        let (conn, identity) = ManagerConn::open(addr, server_name, tls, user, password).await?;
+    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerPool, Identity), FsError> {
+        let (conn, identity) = ManagerConn::open(config, tls).await?;
         let pool = ManagerPool {
-            login,
+            config: config.clone(),
+            tls: tls.clone(),
             permits: tokio::sync::Semaphore::new(MANAGER_CONNECTIONS_MAX),
             idle: Mutex::new(vec![(conn, Instant::now())]),
         };
         Ok((pool, identity))
     }
 
+    /// The most recently used idle connection that is young enough and, as
+    /// far as can be seen without waiting, still open; older or closed ones
+    /// are dropped.
     fn take_idle(&self) -> Option<ManagerConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some((conn, used)) = idle.pop() {
-            if used.elapsed() <= MANAGER_IDLE_REUSE_MAX {
+            if used.elapsed() <= MANAGER_IDLE_REUSE_MAX && conn.is_reusable() {
                 return Some(conn);
             }
         }
         None
     }
 
-    /// Sends one request on a free connection and waits for its reply.
+    /// Sends one request on a free connection and waits for its reply, each
+    /// wait bounded by `reply_timeout`.
     ///
     /// # Cancel safety
     /// Dropping the future closes the connection it was using (its request
@@ -206,13 +231,10 @@ impl ManagerPool {
         let _permit = self.permits.acquire().await.expect("the pool never closes its semaphore");
         let mut conn = match self.take_idle() {
             Some(c) => c,
-            None => {
-                let l = &self.login;
-                ManagerConn::open(&l.addr, &l.server_name, &l.tls, &l.user, &l.password).await?.0
-            }
+            None => ManagerConn::open(&self.config, &self.tls).await?.0,
         };
         let r = conn.call(req).await;
-        if !conn.broken {
+        if !conn.is_broken() {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             idle.push((conn, Instant::now()));
         }

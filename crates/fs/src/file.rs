@@ -469,7 +469,8 @@ impl File {
         let open = if writable { OpenMode::RefreshWrite } else { OpenMode::Read };
         let binder = Arc::new(FileBinder::new(fs.clone(), handle, open, entry.attr, access)?);
         let geometry = Geometry::new(binder.layout()).map_err(|e| FsError::Protocol(format!("{path}: {e}")))?;
-        let striper = Striper::new(fs.drive_pool(), binder.clone());
+        let striper = Striper::with_options(fs.drive_pool(), binder.clone(), fs.stripe_options())
+            .map_err(|e| FsError::Setup(format!("{path}: {e}")))?;
         let read_ahead = ReadAhead::new(striper.clone());
         Ok(File {
             inner: Arc::new(Inner {

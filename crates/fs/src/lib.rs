@@ -57,7 +57,7 @@ use nasd_stripe::{DrivePool, Target};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// Why a file-system call failed.
@@ -182,6 +182,14 @@ pub struct FsConfig {
     /// before each; sequential pieces are read through the read-ahead
     /// window). The client holds one piece per transfer in memory.
     pub transfer_piece: usize,
+    /// How long the client waits for the manager or a drive at any one step
+    /// (to connect, to take a request, to send a reply or its next chunk)
+    /// before the call fails with a time-out naming the peer and the step
+    /// ([`WAIT_MAX`] by default). A drive's waits are bounded by the striping
+    /// engine's deadline for a whole component request too
+    /// ([`nasd_stripe::REQUEST_DEADLINE_MS`], 30 s): a longer setting does
+    /// not lengthen them.
+    pub reply_timeout: Duration,
 }
 
 impl std::fmt::Debug for FsConfig {
@@ -194,6 +202,7 @@ impl std::fmt::Debug for FsConfig {
             .field("password", &"<redacted>")
             .field("data_integrity", &self.data_integrity)
             .field("transfer_piece", &self.transfer_piece)
+            .field("reply_timeout", &self.reply_timeout)
             .finish()
     }
 }
@@ -208,9 +217,17 @@ impl Default for FsConfig {
             password: String::new(),
             data_integrity: true,
             transfer_piece: TRANSFER_PIECE_DEFAULT,
+            reply_timeout: WAIT_MAX,
         }
     }
 }
+
+/// How long a client waits for the manager or a drive at any one step by
+/// default (see [`FsConfig::reply_timeout`]): a peer that stops answering,
+/// or a reply cut short or lengthened in flight, ends the call with an error
+/// instead of a wait without end. The manager's longest requests take a few
+/// drive calls of at most `DRIVE_TIMEOUT` (10 s) each.
+pub const WAIT_MAX: Duration = nasd_client::DRIVE_WAIT_MAX;
 
 /// Default bytes per engine operation in large transfers.
 pub const TRANSFER_PIECE_DEFAULT: usize = 8 * 1024 * 1024;
@@ -273,9 +290,11 @@ impl FsClient {
         if config.transfer_piece == 0 || config.transfer_piece > TRANSFER_PIECE_MAX {
             return Err(FsError::Setup(format!("transfer_piece must be 1..={TRANSFER_PIECE_MAX} bytes")));
         }
+        if config.reply_timeout.is_zero() {
+            return Err(FsError::Setup("reply_timeout must be positive".into()));
+        }
         let tls = connector(&config.ca_cert)?;
-        let (manager, identity) =
-            ManagerPool::open(&config.manager, &config.server_name, &tls, &config.user, &config.password).await?;
+        let (manager, identity) = ManagerPool::open(config, &tls).await?;
         Ok(FsClient {
             inner: Arc::new(Inner {
                 config: config.clone(),
@@ -311,6 +330,12 @@ impl FsClient {
     /// Idle connections to the manager (for tests and diagnostics).
     pub fn idle_manager_connections(&self) -> usize {
         self.inner.manager.idle_connections()
+    }
+
+    /// Idle connections to the drive at `addr` that are still open (those
+    /// the drive closed are dropped first), for tests and diagnostics.
+    pub fn idle_drive_connections(&self, addr: &str) -> usize {
+        self.inner.drives.idle_connections(addr)
     }
 
     pub(crate) async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
@@ -382,6 +407,20 @@ impl FsClient {
 
     pub(crate) fn transfer_piece(&self) -> usize {
         self.inner.config.transfer_piece
+    }
+
+    /// The striping engine's options for this client's files: the engine's
+    /// deadline for each component request ([`nasd_stripe::REQUEST_DEADLINE_MS`]),
+    /// and each single wait for a drive — connecting included — bounded by
+    /// `reply_timeout` as well.
+    pub(crate) fn stripe_options(&self) -> nasd_stripe::Options {
+        let defaults = nasd_stripe::Options::default();
+        let wait = self.inner.config.reply_timeout;
+        nasd_stripe::Options {
+            connect_deadline: defaults.connect_deadline.min(wait),
+            wait_deadline: defaults.wait_deadline.min(wait),
+            ..defaults
+        }
     }
 
     // ------------------------------------------------------------ names

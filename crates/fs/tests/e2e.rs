@@ -55,18 +55,22 @@ fn drive_status<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Status {
 
 /// A drive connection that uses `token` (a capability's clear arguments)
 /// with the capability key `key`, as a client holding them would.
-async fn capability_client(addr: &str, token: Vec<u8>, key: [u8; 32], algorithm: u8) -> DriveClient {
-    let mut c = to(DriveClient::connect(addr)).await.expect("connect to the drive");
-    let algorithm = MacAlgorithm::from_id(algorithm).expect("known algorithm");
-    let credential = Credential::Capability { token, key: Key::from_bytes(key), algorithm };
-    c.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+/// A drive connection using a capability `token` as `original` (what the
+/// manager handed out) says: its key, algorithm and minimum protection (write
+/// capabilities demand data integrity).
+async fn capability_client(original: &Access, token: Vec<u8>) -> DriveClient {
+    let comp = &original.components[0];
+    let mut c = to(DriveClient::connect(comp.drive_addr.as_str())).await.expect("connect to the drive");
+    let algorithm = MacAlgorithm::from_id(original.algorithm).expect("known algorithm");
+    let credential = Credential::Capability { token, key: Key::from_bytes(comp.key), algorithm };
+    let min = Protection::from_bits(original.min_protection).expect("known protection bits");
+    c.set_auth(Auth::new(credential, min.union(Protection::INTEGRITY_ARGS)));
     c
 }
 
 /// A drive connection that uses the capability in `access` unchanged.
 async fn access_client(access: &Access) -> DriveClient {
-    let c = &access.components[0];
-    capability_client(&c.drive_addr, c.token.clone(), c.key, access.algorithm).await
+    capability_client(access, access.components[0].token.clone()).await
 }
 
 /// Reads the whole object behind `access` directly from its drive.
@@ -536,32 +540,14 @@ async fn the_drive_refuses_capabilities_the_client_edited_scenario() {
         let token = edited.encode().to_vec();
         let target = if edited.object == nasd_proto::ANY_OBJECT { object } else { edited.object };
         // A write (data or attributes), and a read.
-        let mut w = capability_client(
-            &original.components[0].drive_addr,
-            token.clone(),
-            original.components[0].key,
-            original.algorithm,
-        )
-        .await;
+        let mut w = capability_client(original, token.clone()).await;
         let wrote = to(w.write(partition, target, &[Region { offset: 0, length: 4 }], b"evil")).await;
         assert_eq!(drive_status(wrote), Status::BadDigest, "{what}: write");
-        let mut s = capability_client(
-            &original.components[0].drive_addr,
-            token.clone(),
-            original.components[0].key,
-            original.algorithm,
-        )
-        .await;
+        let mut s = capability_client(original, token.clone()).await;
         let attrs = Attributes { access_control_version: 0, ..Default::default() };
         let set = to(s.setattr(partition, target, AttrMask::ACCESS_CONTROL_VERSION, &attrs)).await;
         assert_eq!(drive_status(set), Status::BadDigest, "{what}: setattr");
-        let mut r = capability_client(
-            &original.components[0].drive_addr,
-            token,
-            original.components[0].key,
-            original.algorithm,
-        )
-        .await;
+        let mut r = capability_client(original, token).await;
         let got = to(r.read(partition, target, &[Region { offset: 0, length: 16 }])).await;
         assert_eq!(drive_status(got), Status::BadDigest, "{what}: read");
     }

@@ -178,3 +178,56 @@ async fn a_refused_setattr_does_not_truncate_first_scenario() {
     drop((a, b, admin));
     c.stop().await;
 }
+
+/// A TCP connection to the manager from the loopback address `from`: each
+/// 127.0.0.N is a host of its own to the manager.
+async fn connect_from(from: std::net::Ipv4Addr, c: &Cluster) -> tokio::net::TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind((from, 0).into()).expect("bind a loopback address");
+    to(s.connect(c.addr)).await.expect("connect")
+}
+
+/// TLS over a connection from `from`.
+async fn tls_from(
+    from: std::net::Ipv4Addr,
+    c: &Cluster,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tls = nasd_fs::connector(&c.ca).expect("connector");
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    to(tls.connect(name, connect_from(from, c).await)).await
+}
+
+/// One host may hold at most `SESSIONS_PER_PEER_MAX` manager connections:
+/// more are closed on accept, while other hosts still log in; the host's
+/// slots come back as its connections end. There used to be no per-host
+/// limit: one host could take all `SESSIONS_MAX` sessions (and, with logins
+/// never finished, hold them `LOGIN_TIMEOUT` at a time, over and over).
+#[test]
+fn one_host_cannot_take_every_manager_session() {
+    run(one_host_cannot_take_every_manager_session_scenario());
+}
+
+async fn one_host_cannot_take_every_manager_session_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    let (host, other_host) = (std::net::Ipv4Addr::new(127, 0, 0, 2), std::net::Ipv4Addr::new(127, 0, 0, 3));
+    let mut held = Vec::new();
+    for _ in 0..nasd_manager::server::SESSIONS_PER_PEER_MAX {
+        held.push(connect_from(host, &c).await);
+    }
+    assert!(tls_from(host, &c).await.is_err(), "a connection over the host's limit is closed at once");
+    let mut other = tls_from(other_host, &c).await.expect("another host is served");
+    let login = ManagerRequest::Login { version: 1, user: ADMIN.into(), password: ADMIN_PW.into() }.encode(1);
+    to(other.write_all(&(login.len() as u32).to_le_bytes())).await.unwrap();
+    to(other.write_all(&login)).await.unwrap();
+    let (_, r) = read_reply(&mut other).await.expect("a reply");
+    assert!(matches!(r, Ok(ManagerReply::LoggedIn { .. })), "{r:?}");
+
+    // The held connections never log in: closed after LOGIN_TIMEOUT, and the host may connect again.
+    for s in &mut held {
+        let mut rest = Vec::new();
+        let _ = to(s.read_to_end(&mut rest)).await;
+    }
+    tls_from(host, &c).await.expect("the host's slots are free again");
+    drop(other);
+    c.stop().await;
+}

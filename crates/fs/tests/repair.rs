@@ -57,7 +57,7 @@ fn a_drive_that_stays_down_has_its_components_rebuilt_elsewhere() {
             config: config("rs:2+1@64K", Duration::ZERO),
             drives: 5,
             maintenance: true,
-            root_layout: None,
+            ..Default::default()
         };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
@@ -94,7 +94,7 @@ fn a_drive_back_from_a_short_outage_is_resynced() {
             config: config("mirror:3@64K", Duration::from_secs(3600)),
             drives: 3,
             maintenance: true,
-            root_layout: None,
+            ..Default::default()
         };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
@@ -137,7 +137,7 @@ fn scrub_heals_a_rotten_block_from_redundancy() {
             config: config("rs:2+1@64K", Duration::from_secs(3600)),
             drives: 3,
             maintenance: true,
-            root_layout: None,
+            ..Default::default()
         };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
@@ -174,7 +174,7 @@ fn a_new_drive_takes_its_share_by_rebalancing() {
             config: config("mirror:2@64K", Duration::from_secs(3600)),
             drives: 3,
             maintenance: true,
-            root_layout: None,
+            ..Default::default()
         };
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;

@@ -42,6 +42,8 @@ pub struct DriveHandle {
     pub partition: u64,
     /// Protection capabilities demand and the manager's own requests use.
     pub protection: Protection,
+    /// Protection capabilities that allow writing demand (⊇ `protection`).
+    pub write_protection: Protection,
     /// The keys, and whether the drive may lack their current working key:
     /// one lock, so minting never pairs a key with a stale flag.
     keys: Mutex<KeyState>,
@@ -102,22 +104,52 @@ pub(crate) async fn timed<T>(f: impl std::future::Future<Output = Result<T, Clie
     })
 }
 
-/// Runs one call on the drive's connection (connecting first if needed);
-/// drops the connection if the call left it unusable.
+/// Whether a call may be sent again after a failure that left no reply:
+/// running it twice leaves the drive as running it once (setting an
+/// attribute, flushing, reading, removing — the second removal's
+/// `NO_SUCH_OBJECT` is success —, installing a working key the drive may
+/// already have). Only `create` is not: a repeat would leave an orphan.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Repeat {
+    Safe,
+    Never,
+}
+
+/// Runs one call on the drive's connection, connecting first if there is
+/// none or the pooled one is no longer reusable (the drive closed it after
+/// its idle timeout: `DriveClient::is_reusable`). A `Repeat::Safe` call
+/// that fails on a reused connection without an answer (the drive closed
+/// it just as the call went out) is sent once more on a fresh connection;
+/// one that timed out is not (the drive is slow, not gone).
+/// Drops the connection if the call left it unusable.
 macro_rules! on_drive {
-    ($self:ident, |$c:ident| $call:expr) => {{
+    ($self:ident, $repeat:expr, |$c:ident| $call:expr) => {{
         let mut slot = $self.conn.lock().await;
-        if slot.is_none() {
-            *slot = Some($self.connect().await?);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if slot.as_ref().is_some_and(|c| !c.is_reusable()) {
+                *slot = None;
+            }
+            let reused = slot.is_some();
+            if slot.is_none() {
+                *slot = Some($self.connect().await?);
+            }
+            let $c = slot.as_mut().expect("connected above");
+            let r = timed($call).await;
+            let offset = ($c.drive_time_ns() as i128 - local_ns() as i128).clamp(i64::MIN as i128, i64::MAX as i128);
+            $self.clock_offset_ns.store(offset as i64, Ordering::Relaxed);
+            let unanswered = matches!(&r, Err(e) if e.status().is_none());
+            if unanswered {
+                *slot = None;
+            }
+            let timed_out = matches!(&r, Err(ClientError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut);
+            if unanswered && !timed_out && reused && attempt == 1 && $repeat == Repeat::Safe {
+                tracing::debug!(drive = $self.drive, "a pooled drive connection failed; trying a fresh one");
+                continue;
+            }
+            break r.map_err(DriveError);
         }
-        let $c = slot.as_mut().expect("connected above");
-        let r = timed($call).await;
-        let offset = ($c.drive_time_ns() as i128 - local_ns() as i128).clamp(i64::MIN as i128, i64::MAX as i128);
-        $self.clock_offset_ns.store(offset as i64, Ordering::Relaxed);
-        if matches!(&r, Err(e) if e.status().is_none()) {
-            *slot = None;
-        }
-        r.map_err(DriveError)
     }};
 }
 
@@ -129,6 +161,7 @@ impl DriveHandle {
         addr: String,
         partition: u64,
         protection: Protection,
+        write_protection: Protection,
         keys: DriveKeys,
     ) -> Self {
         DriveHandle {
@@ -137,6 +170,7 @@ impl DriveHandle {
             addr,
             partition,
             protection,
+            write_protection: write_protection.union(protection),
             keys: Mutex::new(KeyState { keys, pending: true }),
             conn: AsyncMutex::new(None),
             clock_offset_ns: AtomicI64::new(0),
@@ -219,6 +253,16 @@ impl DriveHandle {
         (local_ns() + self.clock_offset_ns.load(Ordering::Relaxed)).max(0) as u64
     }
 
+    /// The least protection a capability with `rights` demands: a write
+    /// capability's covers data integrity unless the administrator lowered it.
+    pub fn min_protection(&self, rights: u32) -> Protection {
+        if rights & (rights::WRITE | rights::APPEND) != 0 {
+            self.write_protection
+        } else {
+            self.protection
+        }
+    }
+
     /// Mints a capability for `object` with `rights`, valid for `lifetime`,
     /// as one component's access (the caller sets the component's state).
     pub fn mint(
@@ -231,9 +275,10 @@ impl DriveHandle {
         map_epoch: u32,
     ) -> ComponentAccess {
         let (key_version, working) = self.minting_key();
+        let min_protection = self.min_protection(rights);
         let args = CapabilityArgs {
             algorithm: MacAlgorithm::Blake3 as u8,
-            min_protection: self.protection,
+            min_protection,
             key_version,
             drive_id: self.drive_id,
             partition: self.partition,
@@ -258,14 +303,14 @@ impl DriveHandle {
 
     /// Identity, capacity and use.
     pub async fn inquiry(&self) -> Result<DriveInfo, DriveError> {
-        on_drive!(self, |c| c.inquiry())
+        on_drive!(self, Repeat::Safe, |c| c.inquiry())
     }
 
     /// Creates `n` empty objects and makes them durable; returns their ids.
     pub async fn create_objects(&self, n: usize) -> Result<Vec<u64>, DriveError> {
         let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
-            ids.push(on_drive!(self, |c| c.create(self.partition))?.0);
+            ids.push(on_drive!(self, Repeat::Never, |c| c.create(self.partition))?.0);
         }
         self.flush().await?;
         Ok(ids)
@@ -273,7 +318,7 @@ impl DriveHandle {
 
     /// Removes an object; an object already gone is not an error.
     pub async fn remove(&self, object: u64) -> Result<(), DriveError> {
-        match on_drive!(self, |c| c.remove(self.partition, object)) {
+        match on_drive!(self, Repeat::Safe, |c| c.remove(self.partition, object)) {
             Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(()),
             r => r,
         }
@@ -296,7 +341,12 @@ impl DriveHandle {
             return Ok(());
         }
         let attrs = Attributes { access_control_version: acv, ..Default::default() };
-        match on_drive!(self, |c| c.setattr(self.partition, object, AttrMask::ACCESS_CONTROL_VERSION, &attrs)) {
+        match on_drive!(self, Repeat::Safe, |c| c.setattr(
+            self.partition,
+            object,
+            AttrMask::ACCESS_CONTROL_VERSION,
+            &attrs
+        )) {
             Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(()),
             r => r.map(|_| ()),
         }
@@ -304,24 +354,24 @@ impl DriveHandle {
 
     /// An object's attributes.
     pub async fn getattr(&self, object: u64) -> Result<Attributes, DriveError> {
-        on_drive!(self, |c| c.getattr(self.partition, object))
+        on_drive!(self, Repeat::Safe, |c| c.getattr(self.partition, object))
     }
 
     /// Sets an object's length (truncate or extend with zeros).
     pub async fn set_size(&self, object: u64, size: u64) -> Result<Attributes, DriveError> {
         let attrs = Attributes { logical_size: size, ..Default::default() };
-        on_drive!(self, |c| c.setattr(self.partition, object, AttrMask::LOGICAL_SIZE, &attrs))
+        on_drive!(self, Repeat::Safe, |c| c.setattr(self.partition, object, AttrMask::LOGICAL_SIZE, &attrs))
     }
 
     /// Makes everything in the partition durable.
     pub async fn flush(&self) -> Result<(), DriveError> {
-        on_drive!(self, |c| c.flush_partition(self.partition))
+        on_drive!(self, Repeat::Safe, |c| c.flush_partition(self.partition))
     }
 
     /// Makes `objects` durable. If one is gone already, flushes the whole
     /// partition instead, which makes its removal durable too.
     pub async fn flush_objects(&self, objects: &[u64]) -> Result<(), DriveError> {
-        match on_drive!(self, |c| c.flush(self.partition, objects)) {
+        match on_drive!(self, Repeat::Safe, |c| c.flush(self.partition, objects)) {
             Err(e) if e.status() == Some(Status::NoSuchObject) => self.flush().await,
             r => r,
         }
@@ -335,7 +385,7 @@ impl DriveHandle {
             return Ok(Vec::new());
         }
         let region = Region { offset: 0, length: len };
-        let (_, bytes) = on_drive!(self, |c| c.read(self.partition, contents, &[region]))?;
+        let (_, bytes) = on_drive!(self, Repeat::Safe, |c| c.read(self.partition, contents, &[region]))?;
         Ok(bytes
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
@@ -345,13 +395,13 @@ impl DriveHandle {
 
     /// Opens write transaction `txn` on `object` (see the coordinator).
     pub async fn txn_begin(&self, object: u64, txn: u64) -> Result<(), DriveError> {
-        on_drive!(self, |c| c.txn_begin(self.partition, object, txn))
+        on_drive!(self, Repeat::Safe, |c| c.txn_begin(self.partition, object, txn))
     }
 
     /// Ends write transaction `txn` on `object`, committing or rolling back;
     /// whether it was open. An object already gone is not an error.
     pub async fn txn_end(&self, object: u64, txn: u64, commit: bool) -> Result<bool, DriveError> {
-        match on_drive!(self, |c| c.txn_end(self.partition, object, txn, commit)) {
+        match on_drive!(self, Repeat::Safe, |c| c.txn_end(self.partition, object, txn, commit)) {
             Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(false),
             r => r,
         }
@@ -360,20 +410,20 @@ impl DriveHandle {
     /// Open write transactions on objects above `after`, ascending by
     /// object, at most `max`: (object, txn, begun).
     pub async fn txn_list(&self, after: u64, max: u16) -> Result<Vec<(u64, u64, u64)>, DriveError> {
-        let txns = on_drive!(self, |c| c.txn_list(self.partition, after, max))?;
+        let txns = on_drive!(self, Repeat::Safe, |c| c.txn_list(self.partition, after, max))?;
         Ok(txns.into_iter().map(|t| (t.object, t.txn, t.begun_ns)).collect())
     }
 
     /// Raises the partition's minimum cluster map epoch: capabilities minted
     /// under an older one are refused with `MAP_EPOCH_MOVED`.
     pub async fn set_map_epoch(&self, epoch: u32) -> Result<(), DriveError> {
-        on_drive!(self, |c| c.set_map_epoch(self.partition, epoch))
+        on_drive!(self, Repeat::Safe, |c| c.set_map_epoch(self.partition, epoch))
     }
 
     /// `len` bytes of `object` at `offset` (fewer past its end).
     pub async fn read(&self, object: u64, offset: u64, len: u64) -> Result<Vec<u8>, DriveError> {
         let region = Region { offset, length: len };
-        Ok(on_drive!(self, |c| c.read(self.partition, object, &[region]))?.1)
+        Ok(on_drive!(self, Repeat::Safe, |c| c.read(self.partition, object, &[region]))?.1)
     }
 
     /// Writes `data` at `offset` of `object`.
@@ -382,7 +432,7 @@ impl DriveHandle {
             return Ok(());
         }
         let region = Region { offset, length: data.len() as u64 };
-        on_drive!(self, |c| c.write(self.partition, object, &[region], data)).map(|_| ())
+        on_drive!(self, Repeat::Safe, |c| c.write(self.partition, object, &[region], data)).map(|_| ())
     }
 
     /// Checks every stored block against its digest: (blocks checked,
@@ -411,7 +461,7 @@ impl DriveHandle {
     /// already has that version (the manager stopped after telling it) is fine.
     pub async fn install_working_key(&self, keys: &DriveKeys) -> Result<(), DriveError> {
         let (version, key) = &keys.current;
-        let r = on_drive!(self, |c| c.set_working_key(&keys.partition, self.partition, *version, key));
+        let r = on_drive!(self, Repeat::Safe, |c| c.set_working_key(&keys.partition, self.partition, *version, key));
         match r {
             Ok(()) => {}
             // The drive refuses versions not above its current one: it has this key already.

@@ -16,6 +16,7 @@ pub mod files;
 pub mod handles;
 pub mod health;
 pub mod keys;
+pub mod login_backoff;
 mod maintenance;
 pub mod passwords;
 mod placement;
@@ -50,8 +51,14 @@ pub const KEK_FILE: &str = "manager.key";
 /// first ordinary object (`well_known`).
 const FRESH_PARTITION_OBJECTS: u64 = 4;
 /// Most password hashes computed at once (logins, new users, new
-/// passwords); more wait their turn.
-pub const ARGON2_CONCURRENT_MAX: usize = 4;
+/// passwords): the argon2 worker threads ([`passwords::Pool`]); more wait
+/// their turn.
+pub const ARGON2_CONCURRENT_MAX: usize = passwords::ARGON2_WORKERS;
+/// The least protection of capabilities that allow writing, unless an
+/// administrator lowers it ([`ManagerConfig::write_protection`]): arguments
+/// and data MACed, so no byte reaches a drive unauthenticated.
+pub const WRITE_PROTECTION_DEFAULT: Protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+
 /// Locks that serialize the requests which check permissions and then
 /// change a file's data on its drive before committing (size changes) with
 /// those that change the permissions (chmod, chown): one per inode number
@@ -73,6 +80,12 @@ pub struct ManagerConfig {
     pub rotate_interval: Duration,
     /// Least protection drives demand with capabilities.
     pub protection: Protection,
+    /// Least protection of capabilities that allow writing, on top of
+    /// `protection`: [`WRITE_PROTECTION_DEFAULT`] (data integrity: write data
+    /// MACed chunk by chunk, whatever a client is configured with) unless an
+    /// administrator lowers it explicitly (`[manager] write_data_integrity =
+    /// false`), accepting writes whose data no MAC covers.
+    pub write_protection: Protection,
     /// Empty objects kept ready on each drive for new files.
     pub pool_target: usize,
     /// How often intention logs and pools are looked after.
@@ -98,6 +111,7 @@ impl Default for ManagerConfig {
             write_lifetime: Duration::from_secs(30),
             rotate_interval: Duration::from_secs(3600),
             protection: Protection::INTEGRITY_ARGS,
+            write_protection: WRITE_PROTECTION_DEFAULT,
             pool_target: 128,
             maintenance_interval: Duration::from_secs(1),
             default_layout: Layout::SINGLE,
@@ -126,6 +140,10 @@ impl ManagerConfig {
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
         self.default_layout.validate().map_err(|e| anyhow::anyhow!("default layout {}: {e}", self.default_layout))?;
+        anyhow::ensure!(
+            self.protection.union(self.write_protection).is_consistent(),
+            "inconsistent protection options for writes"
+        );
         anyhow::ensure!(
             !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
             "capability lifetimes must be positive"
@@ -188,9 +206,11 @@ pub struct Manager {
     failing: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Drives whose upkeep is failing: when to try again.
     drive_backoff: std::sync::Mutex<std::collections::HashMap<u32, maintenance::Backoff>>,
-    /// Bounds the argon2 computations running at once: each takes ~19 MiB, and
-    /// logins come from unauthenticated peers.
-    argon2_slots: Arc<tokio::sync::Semaphore>,
+    /// The threads that compute argon2 (each in one ~19 MiB buffer of its
+    /// own, reused): logins come from unauthenticated peers.
+    argon2: passwords::Pool,
+    /// Failed logins per host, which space that host's further attempts.
+    pub(crate) login_backoff: login_backoff::LoginBackoff,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
     inode_locks: Box<[tokio::sync::Mutex<()>]>,
     /// Each drive's health from heartbeats ([`health`]).
@@ -241,7 +261,8 @@ impl Manager {
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
             drive_backoff: Default::default(),
-            argon2_slots: Arc::new(tokio::sync::Semaphore::new(ARGON2_CONCURRENT_MAX)),
+            argon2: passwords::Pool::start(),
+            login_backoff: Default::default(),
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             health: Default::default(),
             recent: Default::default(),
@@ -273,6 +294,7 @@ impl Manager {
             rec.addr.clone(),
             rec.partition,
             self.config.protection,
+            self.config.protection.union(self.config.write_protection),
             keys,
         ));
         self.drives.write().expect("drives lock").push(handle.clone());
@@ -325,19 +347,15 @@ impl Manager {
         }
     }
 
-    /// Runs one argon2 hash or verification off the async threads, at most
-    /// [`ARGON2_CONCURRENT_MAX`] at once.
-    pub(crate) async fn argon2<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Result<R, Failure> {
-        let slot = self.argon2_slots.clone().acquire_owned().await.expect("semaphore never closed");
-        // The slot moves into the task: a caller that gives up (a login timing out) does not free
-        // it while the hash is still being computed.
-        tokio::task::spawn_blocking(move || {
-            let r = f();
-            drop(slot);
-            r
-        })
-        .await
-        .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))
+    /// Runs one argon2 hash or verification on a worker of the argon2 pool
+    /// (off the async threads, at most [`ARGON2_CONCURRENT_MAX`] at once,
+    /// each in its worker's buffer). A caller that gives up (a login timing
+    /// out) does not free the worker while the hash is being computed.
+    pub(crate) async fn argon2<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut passwords::Memory) -> R + Send + 'static,
+    ) -> Result<R, Failure> {
+        self.argon2.run(f).await.map_err(|e| Failure::new(FsStatus::Internal, e))
     }
 
     /// Creates the administrator `name` (uid 0) if no user exists yet.
@@ -367,7 +385,7 @@ impl Manager {
             ));
         }
         let password = password.to_string();
-        let hash = self.argon2(move || passwords::hash(&password)).await?;
+        let hash = self.argon2(move |memory| passwords::hash_with(memory, &password)).await?;
         let user = User { name: name.to_string(), uid, gid, password_hash: hash, admin };
         self.meta(move |ns| ns.add_user(&user)).await.map_err(|f| match f.status {
             FsStatus::Exists => Failure::new(FsStatus::Exists, "a user with that name or uid exists"),
@@ -384,7 +402,7 @@ impl Manager {
             None => (self.decoy_hash.clone(), None),
         };
         let password = password.to_string();
-        let ok = self.argon2(move || passwords::verify(&password, &hash)).await?;
+        let ok = self.argon2(move |memory| passwords::verify_with(memory, &password, &hash)).await?;
         match (ok, who) {
             (true, Some(who)) => Ok(who),
             _ => Err(FsStatus::BadCredentials.into()),

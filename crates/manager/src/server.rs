@@ -10,8 +10,10 @@ use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
 };
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -19,6 +21,12 @@ use tokio_rustls::TlsAcceptor;
 
 /// Most connections served at once; more wait to be accepted.
 pub const SESSIONS_MAX: usize = 1024;
+/// Most connections one peer — an IPv4 address, or an IPv6 /64 — may hold
+/// at once; more are closed on accept, so one host cannot take every
+/// session (each costs a TLS state and, before login, up to
+/// `LOGIN_MESSAGE_MAX` bytes).
+pub const SESSIONS_PER_PEER_MAX: usize = 128;
+const _: () = assert!(SESSIONS_PER_PEER_MAX <= SESSIONS_MAX);
 /// Time a new connection has to finish TLS and log in.
 pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Failed logins after which a connection is closed.
@@ -83,6 +91,7 @@ impl Manager {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, mut shutdown: watch::Receiver<bool>) {
         let sessions = Arc::new(Semaphore::new(SESSIONS_MAX));
+        let peers = Arc::new(Peers::default());
         loop {
             let permit = tokio::select! {
                 p = sessions.clone().acquire_owned() => p.expect("semaphore never closed"),
@@ -99,13 +108,17 @@ impl Manager {
                 },
                 _ = shutdown.changed() => return,
             };
+            let Some(slot) = peers.admit(peer.ip()) else {
+                tracing::debug!(%peer, "this peer's session limit reached; closing");
+                continue;
+            };
             let _ = socket.set_nodelay(true);
             let (me, tls, stop) = (self.clone(), tls.clone(), shutdown.clone());
             tokio::spawn(async move {
-                if let Err(e) = me.session(socket, tls, stop).await {
+                if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
                     tracing::debug!(%peer, error = %e, "session ended");
                 }
-                drop(permit);
+                drop((permit, slot));
             });
         }
     }
@@ -113,12 +126,13 @@ impl Manager {
     async fn session(
         &self,
         socket: tokio::net::TcpStream,
+        host: IpAddr,
         tls: TlsAcceptor,
         mut shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<()> {
         let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no login in time");
         let mut stream = tokio::time::timeout(LOGIN_TIMEOUT, tls.accept(socket)).await.map_err(|_| timed_out())??;
-        let session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream))
+        let session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream, host))
             .await
             .map_err(|_| timed_out())??
         {
@@ -152,16 +166,27 @@ impl Manager {
     }
 
     /// Reads requests until a successful `LOGIN`; `None` if the peer gave up
-    /// or failed too often.
+    /// or failed too often. Each password from `host` is checked in the
+    /// host's turn ([`crate::login_backoff`]).
     async fn login_phase(
         &self,
         stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+        host: IpAddr,
     ) -> std::io::Result<Option<Session>> {
         for _ in 0..LOGIN_ATTEMPTS_MAX {
             let Some(body) = read_login_message(stream).await? else { return Ok(None) };
             let (id, result) = match ManagerRequest::decode(&body) {
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
-                    (id, self.check_login(version, &user, &password).await)
+                    tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+                    let result = self.check_login(version, &user, &password).await;
+                    match &result {
+                        Ok(_) => self.login_backoff.succeeded(host),
+                        Err(f) if f.status == FsStatus::BadCredentials => {
+                            self.login_backoff.failed(host, Instant::now())
+                        }
+                        Err(_) => {}
+                    }
+                    (id, result)
                 }
                 Ok((id, _)) => (id, Err(Failure::new(FsStatus::NotLoggedIn, "log in first"))),
                 Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
@@ -198,6 +223,57 @@ impl Manager {
             Err(_) => tracing::warn!(user, "failed login"),
         }
         s
+    }
+}
+
+/// Sessions per peer: an IPv4 address, or an IPv6 /64 (one host's
+/// addresses), IPv4-mapped IPv6 addresses counted as IPv4.
+#[derive(Default)]
+struct Peers {
+    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One session's place in [`Peers`]; gives it back when dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    key: IpAddr,
+}
+
+/// The host an address belongs to: itself for IPv4 (and IPv4-mapped IPv6),
+/// its /64 for IPv6 (one host's addresses).
+fn host_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
+    }
+}
+
+impl Peers {
+    /// A slot for one more session from `ip`, unless it holds [`SESSIONS_PER_PEER_MAX`].
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let key = host_of(ip);
+        let mut open = self.open.lock().expect("peers mutex poisoned");
+        let n = open.entry(key).or_default();
+        if *n >= SESSIONS_PER_PEER_MAX {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { peers: self.clone(), key })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().expect("peers mutex poisoned");
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
     }
 }
 

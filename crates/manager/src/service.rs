@@ -232,7 +232,7 @@ impl Manager {
             ));
         }
         let password = password.to_string();
-        let hash = self.argon2(move || crate::passwords::hash(&password)).await?;
+        let hash = self.argon2(move |memory| crate::passwords::hash_with(memory, &password)).await?;
         let name = name.to_string();
         self.meta(move |ns| ns.set_password(&name, &hash)).await
     }
@@ -335,7 +335,12 @@ impl Manager {
             map_epoch: epoch,
             rights,
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
-            min_protection: self.config.protection.bits(),
+            // What every component's capability demands (`DriveHandle::min_protection`).
+            min_protection: if rights & nasd_proto::rights::WRITE != 0 {
+                self.config.write_protection.union(self.config.protection).bits()
+            } else {
+                self.config.protection.bits()
+            },
             algorithm: nasd_client::MacAlgorithm::Blake3 as u8,
             components,
         })

@@ -6,6 +6,7 @@ use crate::{Manager, ManagerConfig, ARGON2_CONCURRENT_MAX};
 use nasd_meta::Caller;
 use nasd_proto::fs::{FsStatus, SYMLINK_TARGET_MAX};
 use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest, OpenMode, MANAGER_MESSAGE_MAX};
+use nasd_proto::Protection;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,7 +121,7 @@ async fn password_hashing_is_bounded() {
     for _ in 0..4 * ARGON2_CONCURRENT_MAX {
         let (m, running, most) = (m.clone(), running.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
-            m.argon2(move || {
+            m.argon2(move |_memory| {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(50));
@@ -289,4 +290,34 @@ async fn capabilities_are_minted_with_a_key_the_drive_holds() {
     let e = m.rotate(&d).await.expect_err("the pending key cannot be installed on an absent drive");
     assert_eq!(e.status, FsStatus::DriveUnavailable, "{e}");
     assert_eq!(d.keys().current.0, 3, "no further rotation recorded");
+}
+
+/// Capabilities that allow writing demand data integrity — every write's
+/// data MACed — whatever the client is configured with, unless the
+/// administrator lowers it; read and attribute capabilities keep the
+/// manager's general minimum.
+#[tokio::test]
+async fn write_capabilities_demand_data_integrity_unless_lowered() {
+    use crate::drives::{ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
+    let data = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+    for (write_protection, writes_need_data) in
+        [(crate::WRITE_PROTECTION_DEFAULT, true), (Protection::INTEGRITY_ARGS, false)]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manager::open(dir.path(), ManagerConfig { write_protection, ..Default::default() }).unwrap();
+        let d = attach_drive(&m, 0, "127.0.0.1:1".into());
+        for (rights, needs_data) in [
+            (WRITE_RIGHTS, writes_need_data),
+            (READ_RIGHTS | WRITE_RIGHTS, writes_need_data),
+            (nasd_proto::rights::APPEND, writes_need_data),
+            (READ_RIGHTS, false),
+            (ATTR_RIGHTS, false),
+        ] {
+            let access = d.mint(16, 1, rights, Duration::from_secs(30), 0, 0);
+            let min = d.min_protection(rights);
+            assert_eq!(min.covers(data), needs_data, "rights {rights:#x}, write minimum {write_protection:?}");
+            let args = nasd_proto::CapabilityArgs::decode(&access.token).unwrap();
+            assert_eq!(args.min_protection, min, "the drive enforces what the client is told");
+        }
+    }
 }

@@ -140,15 +140,15 @@ fn generate(dir: &Path, names: &[String]) -> anyhow::Result<()> {
     let ca_key = rcgen::KeyPair::generate()?;
     let ca = ca_params()?.self_signed(&ca_key)?;
     let (cert, key) = manager_cert(names, &ca, &ca_key)?;
-    write_new(&tmp.join(CA_KEY), &ca_key.serialize_pem(), 0o600)?;
-    write_new(&tmp.join(MANAGER_KEY), &key.serialize_pem(), 0o600)?;
-    write_new(&tmp.join(CA_CERT), &ca.pem(), 0o644)?;
-    write_new(&tmp.join(MANAGER_CERT), &(cert.pem() + &ca.pem()), 0o644)?;
+    write_new(&tmp.join(CA_KEY), ca_key.serialize_pem(), 0o600)?;
+    write_new(&tmp.join(MANAGER_KEY), key.serialize_pem(), 0o600)?;
+    write_new(&tmp.join(CA_CERT), ca.pem(), 0o644)?;
+    write_new(&tmp.join(MANAGER_CERT), cert.pem() + &ca.pem(), 0o644)?;
     sync_dir(&tmp)?;
     if dir.exists() {
         std::fs::remove_dir(dir).with_context(|| format!("cannot replace the empty directory {}", dir.display()))?;
     }
-    install(&tmp, dir)
+    Ok(install(&tmp, dir)?)
 }
 
 /// Issues a new manager certificate for `names` from the CA in `dir`.
@@ -172,8 +172,8 @@ fn reissue(dir: &Path, files: &TlsFiles, names: &[String]) -> anyhow::Result<()>
     let ca = ca_params()?.self_signed(&ca_key)?;
     let (cert, key) = manager_cert(names, &ca, &ca_key)?;
     let (key_tmp, cert_tmp) = (with_suffix(&files.key, "tmp")?, with_suffix(&files.cert, "tmp")?);
-    write_staged(&key_tmp, &key.serialize_pem(), 0o600)?;
-    write_staged(&cert_tmp, &(cert.pem() + &ca_pem), 0o644)?;
+    write_staged(&key_tmp, key.serialize_pem(), 0o600)?;
+    write_staged(&cert_tmp, cert.pem() + &ca_pem, 0o644)?;
     // An old certificate goes first (durably), then the key, the certificate
     // last: a crash at any point leaves no certificate beside a key it does
     // not match, and the next start issues again.

@@ -37,8 +37,8 @@ pub use capability::{
 pub use error::{DecodeError, Status};
 pub use header::{nonce, FrameHeader, KeyType, Kind, Protection, MAGIC, VERSION, VERSION_MIN};
 pub use ops::{
-    decode_error_message, encode_error_message, opcode, validate_regions, well_known, AuditRecord, DriveControl,
-    DriveInfo, OpenTxn, PartitionControl, PartitionInfo, Region, Reply, Request, CONTROL_FORMAT_VERSION,
+    decode_error_message, encode_error_message, not_itemized, opcode, validate_regions, well_known, AuditRecord,
+    DriveControl, DriveInfo, OpenTxn, PartitionControl, PartitionInfo, Region, Reply, Request, CONTROL_FORMAT_VERSION,
 };
 
 use limits::{DIGEST_LEN, HEADER_LEN};

@@ -61,6 +61,19 @@ pub mod opcode {
     pub const READ_AUDIT: u16 = 0x0304;
     /// Re-read every stored block and check it against its stored digest.
     pub const SCRUB: u16 = 0x0305;
+    /// Not an operation: the opcode of an audit record that counts requests
+    /// the drive did not record one by one (PROTOCOL.md, `READ_AUDIT`).
+    pub const NOT_ITEMIZED: u16 = 0x0000;
+}
+
+/// Why an audit record with opcode [`opcode::NOT_ITEMIZED`] stands for
+/// requests instead of one: its `partition` field.
+pub mod not_itemized {
+    /// Refusals of requests that proved no key, beyond the rate at which the
+    /// drive itemizes them.
+    pub const UNAUTHENTICATED_REFUSALS: u64 = 1;
+    /// Records that arrived while the drive's audit buffer was full.
+    pub const BUFFER_FULL: u64 = 2;
 }
 
 /// Object identifiers of the well-known objects (NASD Table 4), present in

@@ -12,7 +12,7 @@
 use crate::coding::Coder;
 use crate::error::{ComponentFailure, FailureCause, StripeError};
 use crate::geometry::{Geometry, Role};
-use crate::pool::DrivePool;
+use crate::pool::{Deadlines, DrivePool};
 use crate::request::{Req, Shared, Task, TaskError};
 use crate::target::{Binder, Target};
 use nasd_proto::layout::{ComponentState, Scheme};
@@ -43,6 +43,7 @@ pub const REQUEST_DEADLINE_MS: u64 = 30_000;
 pub const CONNECT_DEADLINE_MS: u64 = 10_000;
 
 const _: () = assert!(CONNECT_DEADLINE_MS <= REQUEST_DEADLINE_MS);
+const _: () = assert!(REQUEST_DEADLINE_MS as u128 <= nasd_client::DRIVE_WAIT_MAX.as_millis());
 
 /// Tunables of a [`Striper`], validated by [`Striper::with_options`].
 #[derive(Debug, Clone)]
@@ -52,6 +53,13 @@ pub struct Options {
     /// Deadline of connecting to a drive ([`CONNECT_DEADLINE_MS`]); at most
     /// `request_deadline`.
     pub connect_deadline: Duration,
+    /// Bound on each single wait for a drive within a request — to connect,
+    /// to take the request or its next chunk, to send a reply or its next
+    /// chunk (`DriveClient::set_timeout`). Taken as at most
+    /// `request_deadline`, which it is by default ([`REQUEST_DEADLINE_MS`]).
+    /// A shorter one ends a request whose reply stalls sooner, with an error
+    /// naming the drive and the step.
+    pub wait_deadline: Duration,
     /// Component bytes per batch ([`BATCH_BYTES_MAX`]); 1 ..= `BATCH_BYTES_MAX`.
     pub batch_bytes: u64,
 }
@@ -61,6 +69,7 @@ impl Default for Options {
         Options {
             request_deadline: Duration::from_millis(REQUEST_DEADLINE_MS),
             connect_deadline: Duration::from_millis(CONNECT_DEADLINE_MS),
+            wait_deadline: Duration::from_millis(REQUEST_DEADLINE_MS),
             batch_bytes: BATCH_BYTES_MAX,
         }
     }
@@ -250,9 +259,12 @@ impl Striper {
         binder: Arc<dyn Binder>,
         options: Options,
     ) -> Result<Striper, StripeError> {
-        if options.connect_deadline > options.request_deadline || options.request_deadline.is_zero() {
-            return Err(StripeError::BadTarget("deadlines: 0 < connect ≤ request".into()));
+        let (request, connect) = (options.request_deadline, options.connect_deadline);
+        if connect.is_zero() || connect > request || options.wait_deadline.is_zero() {
+            return Err(StripeError::BadTarget("deadlines: 0 < connect ≤ request, 0 < wait".into()));
         }
+        // No single wait outlasts the request it is part of.
+        let wait = options.wait_deadline.min(request);
         if !(1..=BATCH_BYTES_MAX).contains(&options.batch_bytes) {
             return Err(StripeError::BadTarget(format!("batch_bytes must be 1..={BATCH_BYTES_MAX}")));
         }
@@ -260,8 +272,8 @@ impl Striper {
             pool,
             binder,
             refresh_lock: tokio::sync::Mutex::new(()),
-            request_deadline: options.request_deadline,
-            connect_deadline: options.connect_deadline,
+            request_deadline: request,
+            deadlines: Deadlines { connect, wait },
         };
         Ok(Striper { shared: Arc::new(shared), batch_bytes: options.batch_bytes, spread: Arc::new(AtomicU64::new(0)) })
     }

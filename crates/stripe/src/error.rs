@@ -17,7 +17,9 @@ pub enum FailureCause {
     State(ComponentState),
     /// The caller asked not to use it (the component being rebuilt).
     Excluded,
-    /// The drive did not answer within the request deadline.
+    /// The drive did not answer within the request deadline (a wait of the
+    /// connection that timed out first is a [`FailureCause::Drive`] error of
+    /// kind `TimedOut`; [`FailureCause::is_time_out`] covers both).
     Deadline,
     /// The drive at the binding's address is not the drive it names.
     WrongDrive {
@@ -37,6 +39,19 @@ impl FailureCause {
         match self {
             FailureCause::Drive(e) => e.status(),
             _ => None,
+        }
+    }
+
+    /// Whether the drive did not answer in time: the request's deadline
+    /// passed, or one wait of the connection did (`DriveClient`'s own bound
+    /// on each step, which names the drive and the step).
+    pub fn is_time_out(&self) -> bool {
+        match self {
+            FailureCause::Deadline => true,
+            FailureCause::Drive(e) => {
+                matches!(&**e, ClientError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
+            }
+            _ => false,
         }
     }
 

@@ -5,7 +5,11 @@
 //! connection waits for a reply, the next request is already on another)
 //! and at most [`DRIVE_IDLE_MAX`] idle ones for reuse. A connection that
 //! failed other than by a drive's refusal is never returned (the client
-//! marks it broken; a new one is made on next use).
+//! marks it broken; a new one is made on next use). An idle connection the
+//! drive closed meanwhile — a drive ends connections idle for its idle
+//! timeout, and a stopped or restarted drive all of its connections — is
+//! found without waiting (`DriveClient::is_reusable`) and dropped before
+//! reuse, so no request goes out on it.
 
 use crate::error::FailureCause;
 use crate::target::Binding;
@@ -69,15 +73,21 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// The connection, connecting first if there is none; checks the drive's
-    /// identity against the binding's.
+    /// The connection, connecting first if there is none (within
+    /// `deadlines.connect` in all, each step within the smaller of it and
+    /// `deadlines.wait`); checks the drive's identity against the binding's.
+    /// The connection then bounds each wait for the drive by `deadlines.wait`
+    /// (`DriveClient::set_timeout`; set on every use, since connections are
+    /// shared by engines with other options).
     pub(crate) async fn client(
         &mut self,
         binding: &Binding,
-        connect_deadline: Duration,
+        deadlines: Deadlines,
     ) -> Result<&mut DriveClient, FailureCause> {
         if self.client.is_none() {
-            let c = match tokio::time::timeout(connect_deadline, DriveClient::connect(binding.addr.as_str())).await {
+            let step = deadlines.connect.min(deadlines.wait);
+            let connect = DriveClient::connect_with_timeout(binding.addr.as_str(), step);
+            let c = match tokio::time::timeout(deadlines.connect, connect).await {
                 Err(_) => return Err(FailureCause::Deadline),
                 Ok(Err(e)) => return Err(FailureCause::Drive(Arc::new(e))),
                 Ok(Ok(c)) => c,
@@ -88,6 +98,7 @@ impl Lease {
             self.client = Some(c);
         }
         let c = self.client.as_mut().expect("connected above");
+        c.set_timeout(deadlines.wait);
         c.set_auth(binding.auth.clone());
         Ok(c)
     }
@@ -108,10 +119,24 @@ impl Lease {
     }
 }
 
+/// How long connecting to a drive may take in all, and each wait for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadlines {
+    pub(crate) connect: Duration,
+    pub(crate) wait: Duration,
+}
+
 /// Whether a failed call leaves its connection unusable: every failure but
 /// a drive's refusal and a request refused before it was sent.
 pub(crate) fn unusable_connection(e: &ClientError) -> bool {
     !matches!(e, ClientError::Status { .. } | ClientError::InvalidRequest(_))
+}
+
+/// Drops the idle connections that cannot carry another request: the
+/// drive closed them (after its idle timeout, or as it stopped) or sent
+/// bytes no request asked for. Found without waiting.
+fn drop_closed(idle: &mut Vec<DriveClient>) {
+    idle.retain(DriveClient::is_reusable);
 }
 
 impl DrivePool {
@@ -147,14 +172,20 @@ impl DrivePool {
             // A connection to another drive at this address (the drive was
             // replaced) is dropped.
             idle.retain(|c| c.drive_id() == binding.drive_id);
+            drop_closed(&mut idle);
             idle.pop()
         };
         Lease { reused: client.is_some(), slot, client, _permit: permit }
     }
 
-    /// Idle connections to `addr` (for tests and diagnostics).
+    /// Idle connections to `addr` that are still open (those the drive
+    /// closed are dropped first), for tests and diagnostics.
     pub fn idle_connections(&self, addr: &str) -> usize {
-        lock(&self.slots).get(addr).map_or(0, |s| lock(&s.idle).len())
+        lock(&self.slots).get(addr).map_or(0, |s| {
+            let mut idle = lock(&s.idle);
+            drop_closed(&mut idle);
+            idle.len()
+        })
     }
 
     /// Drops every idle connection (e.g. after a drive was replaced).

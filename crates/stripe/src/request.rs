@@ -4,7 +4,7 @@
 //! every component in flight at once.
 
 use crate::error::{FailureCause, StripeError};
-use crate::pool::{unusable_connection, DrivePool};
+use crate::pool::{unusable_connection, Deadlines, DrivePool};
 use crate::target::{Binder, Binding, Target};
 use nasd_client::ClientError;
 use nasd_proto::layout::Layout;
@@ -17,7 +17,9 @@ use tokio::task::JoinHandle;
 /// refused as stale is tried again once with a fresh target.
 const REFRESHES_PER_REQUEST_MAX: usize = 1;
 /// New connections one component request may try after a reused (idle)
-/// connection broke: the drive may have closed it while it sat idle.
+/// connection broke: the drive may have closed it while it sat idle, just
+/// after the pool found it open. Never after a time-out: a drive that did
+/// not answer in time counts as failed for the request at once.
 const RECONNECTS_PER_REQUEST_MAX: usize = 1;
 
 /// Refusals a fresh binding may cure: a capability that expired, was
@@ -42,9 +44,10 @@ pub fn refreshable(status: Status) -> bool {
     ) || status.name() == "MAP_EPOCH_MOVED"
 }
 
-/// A failure of the connection itself (not a refusal).
+/// A failure of the connection itself (not a refusal, not a time-out).
 fn broken_connection(cause: &FailureCause) -> bool {
-    matches!(cause, FailureCause::Drive(e) if matches!(**e, ClientError::Io(_) | ClientError::Broken))
+    !cause.is_time_out()
+        && matches!(cause, FailureCause::Drive(e) if matches!(**e, ClientError::Io(_) | ClientError::Broken))
 }
 
 /// What one component request does.
@@ -75,7 +78,7 @@ pub(crate) struct Shared {
     /// Serializes refreshes, so requests that failed together refresh once.
     pub(crate) refresh_lock: tokio::sync::Mutex<()>,
     pub(crate) request_deadline: Duration,
-    pub(crate) connect_deadline: Duration,
+    pub(crate) deadlines: Deadlines,
 }
 
 /// A spawned component request, aborted if dropped before it finished (so a
@@ -144,7 +147,7 @@ impl Shared {
         let mut lease = self.pool.lease(binding).await;
         let reused = lease.reused;
         let r = tokio::time::timeout(self.request_deadline, async {
-            let c = lease.client(binding, self.connect_deadline).await?;
+            let c = lease.client(binding, self.deadlines).await?;
             send(c, binding, req).await.map_err(|e| FailureCause::Drive(Arc::new(e)))
         })
         .await;

@@ -1,7 +1,8 @@
 //! The striping engine against real drives on loopback, security enforced:
 //! round trips of every scheme, degraded reads (drives stopped before and
-//! during a read, a rotten block, a hung drive), degraded writes, capability
-//! refresh, and rebuilding components.
+//! during a read, a rotten block, a hung drive, the bound on each wait),
+//! degraded writes, capability refresh, rebuilding components, and pooled
+//! connections a drive closed.
 
 mod common;
 
@@ -357,11 +358,78 @@ fn a_hung_drive_counts_as_failed_after_the_deadline() {
             assert!(back == data);
             if let Some(f) = report.failed.first() {
                 assert_eq!(f.component, 0);
-                assert!(matches!(f.cause, FailureCause::Deadline), "{:?}", f.cause);
+                assert!(f.cause.is_time_out(), "{:?}", f.cause);
                 hung += 1;
             }
         }
         assert!(hung >= 1, "the hung copy was tried");
+    });
+}
+
+#[test]
+fn each_wait_for_a_drive_is_bounded_by_the_wait_deadline() {
+    run(async {
+        let c = Cluster::start(2).await;
+        let mut target = c.target("mirror:2@4K", 0, Cred::DriveKey).await;
+        let data = pattern(3, 10_000);
+        to(c.striper(target.clone(), Options::default()).write(0, &data, 0)).await.unwrap();
+        // Copy 0 at a listener that accepts and never answers: the HELLO reply never comes.
+        let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        target.components[0].addr = hole.local_addr().unwrap().to_string();
+        let _held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = hole.accept().await {
+                held.push(sock);
+            }
+        });
+        // The request and connect deadlines as by default (30 s, 10 s); each wait 300 ms.
+        let opts = Options { wait_deadline: Duration::from_millis(300), ..Options::default() };
+        let s = c.striper(target, opts);
+        let mut hung = 0;
+        for _ in 0..2 {
+            let started = std::time::Instant::now();
+            let (back, report) = to(s.read(0, data.len() as u64, data.len() as u64)).await.unwrap();
+            assert!(back == data);
+            if let Some(f) = report.failed.first() {
+                assert!(f.cause.is_time_out(), "{:?}", f.cause);
+                assert!(f.to_string().contains("did not"), "the step is named: {f}");
+                assert!(started.elapsed() < Duration::from_secs(5), "ended by the wait bound, not the request's");
+                hung += 1;
+            }
+        }
+        assert!(hung >= 1, "the hung copy was tried");
+        // A wait bound must be positive; one longer than the request's is taken as the request's.
+        let zero = Options { wait_deadline: Duration::ZERO, ..Options::default() };
+        let binder = Arc::new(StaticBinder::new(c.target("mirror:2@4K", 0, Cred::DriveKey).await).unwrap());
+        assert!(Striper::with_options(c.pool.clone(), binder.clone(), zero).is_err());
+        let long = Options { wait_deadline: Duration::from_secs(3600), ..Options::default() };
+        assert!(Striper::with_options(c.pool.clone(), binder, long).is_ok());
+    });
+}
+
+#[test]
+fn connections_a_drive_closed_are_dropped_from_the_pool_before_reuse() {
+    run(async {
+        let mut c = Cluster::start(2).await;
+        let target = c.target("mirror:2@4K", 0, Cred::DriveKey).await;
+        let s = c.striper(target, Options::default());
+        let data = pattern(4, 100_000);
+        to(s.write(0, &data, 0)).await.unwrap();
+        let (a0, a1) = (c.drives[0].addr.to_string(), c.drives[1].addr.to_string());
+        assert!(c.pool.idle_connections(&a0) > 0 && c.pool.idle_connections(&a1) > 0, "connections are kept");
+
+        // Drive 0 stops: every connection to it closes. The pool finds its idle ones closed
+        // (without sending on them, without waiting) and drops them; drive 1's stay.
+        c.drives[0].stop();
+        to(async {
+            while c.pool.idle_connections(&a0) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(c.pool.idle_connections(&a1) > 0, "open connections are kept");
+        let (back, _) = to(s.read(0, data.len() as u64, data.len() as u64)).await.unwrap();
+        assert!(back == data);
     });
 }
 

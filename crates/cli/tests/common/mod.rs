@@ -40,6 +40,18 @@ impl Daemon {
         prefer: Option<SocketAddr>,
         args: impl Fn(SocketAddr) -> Vec<OsString>,
     ) -> Daemon {
+        Self::start_with_env(name, cwd, log, prefer, &[], args)
+    }
+
+    /// [`Daemon::start`] with `env` added to the daemon's environment.
+    pub fn start_with_env(
+        name: &'static str,
+        cwd: &Path,
+        log: &Path,
+        prefer: Option<SocketAddr>,
+        env: &[(&str, &str)],
+        args: impl Fn(SocketAddr) -> Vec<OsString>,
+    ) -> Daemon {
         for attempt in 1..=PORT_ATTEMPTS {
             let addr = match prefer {
                 Some(a) if attempt == 1 => a,
@@ -54,6 +66,7 @@ impl Daemon {
                 .env_remove("NASD_CONFIG")
                 .env_remove("NASD_NEW_PASSWORD")
                 .env_remove("NASD_PASSWORD")
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(logf.try_clone().expect("daemon log"))
                 .stderr(logf)
@@ -88,6 +101,28 @@ impl Daemon {
     /// The end of the daemon's log, for failure messages.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon running").id()
+    }
+
+    /// Waits (at most [`DAEMON_WAIT_MAX`]) for the daemon to exit by itself;
+    /// `None` if it is still running then.
+    pub fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + DAEMON_WAIT_MAX;
+        let child = self.child.as_mut().expect("daemon running");
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL, and reap.
@@ -133,4 +168,29 @@ pub fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Bytes in a mebibyte.
+pub const MIB: u64 = 1024 * 1024;
+
+/// Resident memory of process `pid`, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    proc_status(pid, "VmRSS:") * 1024
+}
+
+/// A `kB` or count field of /proc/PID/status.
+pub fn proc_status(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}"));
+    line[field.len()..].trim().trim_end_matches(" kB").parse().expect("a number")
+}
+
+/// Threads of process `pid`.
+pub fn threads(pid: u32) -> u64 {
+    proc_status(pid, "Threads:")
+}
+
+/// Open file descriptors of process `pid`.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).expect("/proc/PID/fd").count()
 }

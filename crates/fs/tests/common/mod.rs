@@ -102,22 +102,33 @@ pub struct TestDrive {
     pub addr: SocketAddr,
     pub master: Key,
     pub dir: PathBuf,
+    /// How long the drive keeps an idle connection (kept across [`TestDrive::halt`]).
+    pub idle_timeout: Duration,
     stop: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<std::io::Result<()>>>,
     rt: Option<tokio::runtime::Runtime>,
 }
 
 impl TestDrive {
+    /// A drive with the default idle timeout (`nasd_drive::IDLE_TIMEOUT`).
     pub async fn start(dir: PathBuf) -> TestDrive {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
-        Self::serve(dir, listener, Key::random())
+        Self::start_with_idle_timeout(dir, nasd_drive::IDLE_TIMEOUT).await
     }
 
-    fn serve(dir: PathBuf, listener: std::net::TcpListener, master: Key) -> TestDrive {
+    /// A drive that closes connections idle for `idle_timeout`.
+    pub async fn start_with_idle_timeout(dir: PathBuf, idle_timeout: Duration) -> TestDrive {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a drive listener");
+        Self::serve(dir, listener, Key::random(), idle_timeout)
+    }
+
+    fn serve(dir: PathBuf, listener: std::net::TcpListener, master: Key, idle_timeout: Duration) -> TestDrive {
         let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
         let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
-        let config =
-            DriveConfig { security: SecurityMode::Enforced { master_key: Some(master.clone()) }, ..Default::default() };
+        let config = DriveConfig {
+            security: SecurityMode::Enforced { master_key: Some(master.clone()) },
+            idle_timeout,
+            ..Default::default()
+        };
         let addr = listener.local_addr().expect("drive address");
         listener.set_nonblocking(true).expect("non-blocking listener");
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -135,7 +146,7 @@ impl TestDrive {
             .await;
             let _ = done_tx.send(r);
         });
-        TestDrive { addr, master, dir, stop: Some(stop), done: Some(done), rt: Some(rt) }
+        TestDrive { addr, master, dir, idle_timeout, stop: Some(stop), done: Some(done), rt: Some(rt) }
     }
 
     /// Stops the drive cleanly (its final commit included).
@@ -168,9 +179,9 @@ impl TestDrive {
 
     /// Stops the drive; [`StoppedDrive::start`] serves the same store on the same address again.
     pub async fn halt(self) -> StoppedDrive {
-        let (addr, master, dir) = (self.addr, self.master.clone(), self.dir.clone());
+        let (addr, master, dir, idle_timeout) = (self.addr, self.master.clone(), self.dir.clone(), self.idle_timeout);
         self.stop().await;
-        StoppedDrive { addr, master, dir }
+        StoppedDrive { addr, master, dir, idle_timeout }
     }
 }
 
@@ -179,10 +190,11 @@ pub struct StoppedDrive {
     pub addr: SocketAddr,
     pub master: Key,
     pub dir: PathBuf,
+    pub idle_timeout: Duration,
 }
 
 impl StoppedDrive {
-    /// Serves the drive again on its old address.
+    /// Serves the drive again on its old address, with its idle timeout.
     pub async fn start(self) -> TestDrive {
         let mut tries = 0;
         let listener = loop {
@@ -196,7 +208,7 @@ impl StoppedDrive {
                 Err(e) => panic!("rebind {}: {e}", self.addr),
             }
         };
-        TestDrive::serve(self.dir, listener, self.master)
+        TestDrive::serve(self.dir, listener, self.master, self.idle_timeout)
     }
 
     /// Flips one byte of the physical block that holds logical block `block`
@@ -236,6 +248,8 @@ pub struct ClusterOptions {
     /// The root directory's layout (set with `SET_LAYOUT` by the
     /// administrator once the cluster runs), which new files take.
     pub root_layout: Option<Layout>,
+    /// How long the drives keep an idle connection.
+    pub drive_idle_timeout: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -246,6 +260,7 @@ impl Default for ClusterOptions {
             drives: 4,
             maintenance: false,
             root_layout: None,
+            drive_idle_timeout: nasd_drive::IDLE_TIMEOUT,
         }
     }
 }
@@ -268,7 +283,8 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("temporary directory");
         let mut drives = Vec::new();
         for i in 0..opts.drives {
-            drives.push(TestDrive::start(dir.path().join(format!("drive-{i}"))).await);
+            let drive_dir = dir.path().join(format!("drive-{i}"));
+            drives.push(TestDrive::start_with_idle_timeout(drive_dir, opts.drive_idle_timeout).await);
         }
 
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
@@ -339,9 +355,10 @@ impl Cluster {
 
 /// A TCP relay in front of a drive (or the manager), for faults the daemon
 /// itself never makes: cutting every connection, holding requests back (on
-/// every connection, or on one), altering one byte of a reply. Take the drive
-/// into service at [`Proxy::addr`] and the manager and every client reach it
-/// through the relay.
+/// every connection, or on one), holding replies back past some bytes,
+/// altering one byte of a request or of a reply (on every connection, or on
+/// one). Take the drive into service at [`Proxy::addr`] and the manager and
+/// every client reach it through the relay.
 pub struct Proxy {
     pub addr: SocketAddr,
     state: Arc<ProxyState>,
@@ -363,6 +380,45 @@ struct ProxyState {
     /// Bytes of drive replies (all connections together) still to pass
     /// before the one to flip; `None`: nothing to alter.
     tamper: std::sync::Mutex<Option<usize>>,
+    /// Like `tamper`, on one connection only: its index (in accept order)
+    /// and its reply bytes still to pass before the one to flip.
+    tamper_on: std::sync::Mutex<Option<(usize, usize)>>,
+    /// Like `tamper`, for bytes towards the drive (requests and their data).
+    tamper_requests: std::sync::Mutex<Option<usize>>,
+    /// Bytes of replies (all connections together) still to pass before the
+    /// rest is held back, connections left open; `None`: nothing held.
+    hold_after: std::sync::Mutex<Option<usize>>,
+    /// Bumped when replies are let through again.
+    released: watch::Sender<u64>,
+}
+
+/// Flips bit 0 of the byte `at` bytes into the stream from now on, if it is
+/// in `buf` (the next `buf.len()` bytes); counts `buf` off otherwise.
+fn flip_armed_byte(armed: &std::sync::Mutex<Option<usize>>, buf: &mut [u8]) {
+    let mut armed = armed.lock().unwrap();
+    match *armed {
+        Some(at) if at < buf.len() => {
+            buf[at] ^= 0x01;
+            *armed = None;
+        }
+        Some(at) => *armed = Some(at - buf.len()),
+        None => {}
+    }
+}
+
+impl ProxyState {
+    /// How many of `len` reply bytes may pass now (taking them from the allowance).
+    fn passable(&self, len: usize) -> usize {
+        let mut hold = self.hold_after.lock().unwrap();
+        match *hold {
+            None => len,
+            Some(left) => {
+                let pass = left.min(len);
+                *hold = Some(left - pass);
+                pass
+            }
+        }
+    }
 }
 
 /// What a [`Proxy`] holds back.
@@ -391,6 +447,10 @@ impl Proxy {
             accepted: Default::default(),
             held: Default::default(),
             tamper: Default::default(),
+            tamper_on: Default::default(),
+            tamper_requests: Default::default(),
+            hold_after: Default::default(),
+            released: watch::channel(0).0,
         });
         let s = state.clone();
         let accept = tokio::spawn(async move {
@@ -409,7 +469,7 @@ impl Proxy {
                     let mut kill = s.kill.subscribe();
                     tokio::select! {
                         _ = Self::upstream(&s, index, client_rd, drive_wr) => {}
-                        _ = Self::downstream(&s, drive_rd, client_wr) => {}
+                        _ = Self::downstream(&s, index, drive_rd, client_wr) => {}
                         _ = kill.changed() => {}
                     }
                 });
@@ -443,38 +503,55 @@ impl Proxy {
                 }
                 s.held.fetch_sub(n, SeqCst);
             }
+            flip_armed_byte(&s.tamper_requests, &mut buf[..n]);
             if to.write_all(&buf[..n]).await.is_err() {
                 return;
             }
         }
     }
 
-    /// Drive to client, with at most one byte flipped when armed.
+    /// Drive to client, with at most one byte flipped when armed (for every
+    /// connection, or for this one), and held back past the allowance of
+    /// [`Proxy::hold_replies_after`].
     async fn downstream(
         s: &ProxyState,
+        index: usize,
         mut from: tokio::net::tcp::OwnedReadHalf,
         mut to: tokio::net::tcp::OwnedWriteHalf,
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut buf = vec![0u8; 64 * 1024];
+        let mut released = s.released.subscribe();
         loop {
             let n = match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            flip_armed_byte(&s.tamper, &mut buf[..n]);
             {
-                let mut tamper = s.tamper.lock().unwrap();
-                match *tamper {
-                    Some(at) if at < n => {
+                let mut on = s.tamper_on.lock().unwrap();
+                match *on {
+                    Some((conn, at)) if conn == index && at < n => {
                         buf[at] ^= 0x01;
-                        *tamper = None;
+                        *on = None;
                     }
-                    Some(at) => *tamper = Some(at - n),
-                    None => {}
+                    Some((conn, at)) if conn == index => *on = Some((conn, at - n)),
+                    _ => {}
                 }
             }
-            if to.write_all(&buf[..n]).await.is_err() {
-                return;
+            let mut pending = &buf[..n];
+            while !pending.is_empty() {
+                let pass = s.passable(pending.len());
+                if pass == 0 {
+                    if released.changed().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                if to.write_all(&pending[..pass]).await.is_err() {
+                    return;
+                }
+                pending = &pending[pass..];
             }
         }
     }
@@ -512,10 +589,36 @@ impl Proxy {
         self.state.held.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Flips one bit of the byte `at` bytes into what clients send the drive
+    /// from now on (counting every connection).
+    pub fn tamper_request_at(&self, at: usize) {
+        *self.state.tamper_requests.lock().unwrap() = Some(at);
+    }
+
+    /// Lets `bytes` more bytes of replies through (counting every
+    /// connection), then holds the rest back, connections left open: a
+    /// reply cut short by a peer that stopped.
+    pub fn hold_replies_after(&self, bytes: usize) {
+        *self.state.hold_after.lock().unwrap() = Some(bytes);
+    }
+
+    /// Lets held replies through again.
+    pub fn release_replies(&self) {
+        *self.state.hold_after.lock().unwrap() = None;
+        self.state.released.send_modify(|g| *g += 1);
+    }
+
     /// Flips one bit of the byte `at` bytes into the drive's replies from
     /// now on (counting every connection).
     pub fn tamper_at(&self, at: usize) {
         *self.state.tamper.lock().unwrap() = Some(at);
+    }
+
+    /// Flips one bit of the byte `at` bytes into the replies on connection
+    /// `index` (in accept order, from 0; [`Proxy::accepted`] is the next
+    /// one's) from now on — from its start, for a connection not yet made.
+    pub fn tamper_reply_on(&self, index: usize, at: usize) {
+        *self.state.tamper_on.lock().unwrap() = Some((index, at));
     }
 }
 
