@@ -75,7 +75,7 @@ fn a_committed_transaction_records_the_size_and_ends_on_every_drive() {
         assert!(back == data);
 
         // A second commit of the same transaction is refused: it is over.
-        assert_eq!(commit(&admin, h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::InvalidArgument));
+        assert_eq!(commit(&admin, h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::Aborted));
         c.stop().await;
     });
 }
@@ -102,17 +102,28 @@ fn a_writer_whose_lease_ran_out_is_rolled_back_on_every_component() {
         tokio::time::sleep(Duration::from_millis(1200)).await; // past the 1 s lease
         to(c.manager.maintain()).await;
 
-        // Every stripe reads as before, whichever component is missing.
+        // Every stripe reads as before, whichever component is missing (under fresh capabilities:
+        // the rollback revoked the writer's).
+        let fresh = to(admin.walk("/f", OpenMode::Read)).await.expect("walk").access.expect("access");
         for missing in [None, Some(0), Some(1), Some(2)] {
             let unreadable: Vec<usize> = missing.into_iter().collect();
-            let s = striper(&pool, &access, &unreadable);
+            let s = striper(&pool, &fresh, &unreadable);
             let (back, _) = to(s.read(0, 250_000, 250_000)).await.expect("read");
             assert!(back[..old.len()] == old[..], "rolled back (component {missing:?} left out)");
             assert!(back[old.len()..].iter().all(|&b| b == 0), "the extension is gone too");
         }
         assert_eq!(open_txns(&c, &access).await, vec![None; 3], "ended on every drive");
         let late = commit(&admin, h, txn, 250_000, vec![]).await.unwrap_err();
-        assert_eq!(late.status(), Some(FsStatus::InvalidArgument), "the rolled-back transaction is gone: {late}");
+        assert_eq!(late.status(), Some(FsStatus::Aborted), "the rolled-back transaction is gone: {late}");
+        // The late writer's capabilities are revoked: nothing it sends lands outside a transaction.
+        let w = to(s.write(0, b"late", old.len() as u64)).await;
+        assert!(w.is_err() || !w.unwrap().missed.is_empty(), "a late write lands nowhere");
+        for missing in [None, Some(0), Some(1), Some(2)] {
+            let fresh = to(admin.walk("/f", OpenMode::Read)).await.expect("walk").access.expect("access");
+            let s = striper(&pool, &fresh, &missing.into_iter().collect::<Vec<_>>());
+            let (back, _) = to(s.read(0, old.len() as u64, old.len() as u64)).await.expect("read");
+            assert!(back == old, "still the committed content");
+        }
         let size = to(admin.walk("/f", OpenMode::None)).await.expect("walk").attr.size;
         assert_eq!(size, old.len() as u64, "the size is the committed one");
         c.stop().await;

@@ -183,6 +183,21 @@ impl Manager {
         missed: Vec<u8>,
         dirty: Vec<(u64, u64)>,
     ) -> Result<Inode, Failure> {
+        match self.meta(move |ns| ns.intent(txn)).await? {
+            Some(i) if i.ino != ino => {
+                return Err(Failure::new(FsStatus::InvalidArgument, format!("transaction {txn} is another file's")))
+            }
+            Some(i) if i.state == IntentState::Open => {}
+            _ => {
+                return Err(Failure::new(
+                    FsStatus::Aborted,
+                    format!(
+                        "write transaction {txn} is no longer open: it was rolled back (its lease ran out) or ended; \
+                         the writes made under it are gone"
+                    ),
+                ))
+            }
+        }
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
         let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
         let g = Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
@@ -196,12 +211,7 @@ impl Manager {
         }
         let c = s.caller.clone();
         let now = now_ns();
-        let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, &stale, now)).await;
-        let inode = match committed {
-            Ok(inode) => inode,
-            Err(f) if f.status == FsStatus::Aborted => return Err(f),
-            Err(f) => return Err(f),
-        };
+        let inode = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, &stale, now)).await?;
         self.meta(move |ns| ns.finish_intent(txn)).await?;
         self.end_in_background(&inode, txn, true);
         Ok(inode)
@@ -239,6 +249,9 @@ impl Manager {
             // The file is gone: its objects are doomed and their transactions go with them.
             Err(_) => Vec::new(),
         };
+        if !components.is_empty() {
+            self.revoke_writers(ino).await;
+        }
         let mut all = true;
         let mut unreachable = Vec::new();
         for (idx, c) in components.iter().enumerate() {
@@ -274,6 +287,31 @@ impl Manager {
             .await;
         tracing::info!(txn, ino, "write transaction rolled back");
         finished.is_ok()
+    }
+
+    /// Revokes every capability of `ino` before its transaction is rolled
+    /// back, so a writer that is late, not dead, cannot land writes after
+    /// the rollback (outside any transaction, on some components only):
+    /// they are refused with `ACCESS_REVOKED`, and its `COMMIT` with
+    /// `ABORTED`. Best effort per component: a drive that is down takes no
+    /// writes, and the intention log finishes its revocation later.
+    async fn revoke_writers(&self, ino: Ino) {
+        let intents = match self.meta(move |ns| ns.bump_acv(ino)).await {
+            Ok(intents) => intents,
+            Err(e) => return tracing::warn!(ino, error = %e, "cannot revoke the capabilities of a rolled-back writer"),
+        };
+        for i in intents {
+            let Ok(d) = self.drive(i.object.drive) else { continue };
+            if self.is_up(d.drive) {
+                let revoked = async {
+                    d.set_acv(i.object.object, i.acv).await?;
+                    d.flush_objects(&[i.object.object]).await
+                };
+                if let Err(e) = revoked.await {
+                    tracing::info!(drive = d.drive, ino, error = %e, "revocation left to maintenance");
+                }
+            }
+        }
     }
 
     /// Rolls back every transaction whose lease ran out, and finishes

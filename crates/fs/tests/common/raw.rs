@@ -40,7 +40,8 @@ pub async fn commit(fs: &FsClient, handle: Handle, txn: u64, end: u64, missed: V
 
 /// A striper over `access` with the components in `unreadable` taken as stale.
 pub fn striper(pool: &Arc<DrivePool>, access: &FileAccess, unreadable: &[usize]) -> Striper {
-    let mut target = Target::from_access(access, Protection::INTEGRITY_ARGS).expect("target");
+    let min = Protection::from_bits(access.min_protection).expect("known protection bits");
+    let mut target = Target::from_access(access, min.union(Protection::INTEGRITY_ARGS)).expect("target");
     for &i in unreadable {
         target.components[i].state = ComponentState::Stale;
     }
