@@ -22,23 +22,26 @@ fn rs21() -> Layout {
     Layout::parse("rs:2+1").expect("layout")
 }
 
-/// A drive connection using one component's capability, as a client would.
-async fn component_client(c: &ComponentAccess, algorithm: u8) -> DriveClient {
+/// A drive connection using one component's capability from `access`, as a
+/// client would: its algorithm, and at least its minimum protection (write
+/// capabilities demand data integrity).
+async fn component_client(c: &ComponentAccess, access: &FileAccess) -> DriveClient {
     let mut d = to(DriveClient::connect(c.drive_addr.as_str())).await.expect("connect to the drive");
-    let algorithm = MacAlgorithm::from_id(algorithm).expect("known algorithm");
+    let algorithm = MacAlgorithm::from_id(access.algorithm).expect("known algorithm");
     let credential = Credential::Capability { token: c.token.clone(), key: Key::from_bytes(c.key), algorithm };
-    d.set_auth(Auth::new(credential, Protection::INTEGRITY_ARGS));
+    let min = Protection::from_bits(access.min_protection).expect("known protection bits");
+    d.set_auth(Auth::new(credential, min.union(Protection::INTEGRITY_ARGS)));
     d
 }
 
-async fn write_component(c: &ComponentAccess, algorithm: u8, data: &[u8]) -> Result<u64, ClientError> {
-    let mut d = component_client(c, algorithm).await;
+async fn write_component(c: &ComponentAccess, access: &FileAccess, data: &[u8]) -> Result<u64, ClientError> {
+    let mut d = component_client(c, access).await;
     let region = Region { offset: 0, length: data.len() as u64 };
     to(d.write(c.object.partition, c.object.object, &[region], data)).await
 }
 
-async fn read_component(c: &ComponentAccess, algorithm: u8, len: u64) -> Result<Vec<u8>, ClientError> {
-    let mut d = component_client(c, algorithm).await;
+async fn read_component(c: &ComponentAccess, access: &FileAccess, len: u64) -> Result<Vec<u8>, ClientError> {
+    let mut d = component_client(c, access).await;
     let region = Region { offset: 0, length: len };
     to(d.read(c.object.partition, c.object.object, &[region])).await.map(|(_, data)| data)
 }
@@ -107,13 +110,13 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
         // Each capability works on its own component's drive and object, and no other.
         for (k, comp) in access.components.iter().enumerate() {
             let data = vec![k as u8 + 1; 1000];
-            assert_eq!(write_component(comp, access.algorithm, &data).await.expect("write a component"), 1000);
-            assert_eq!(read_component(comp, access.algorithm, 1000).await.expect("read it back"), data);
+            assert_eq!(write_component(comp, &access, &data).await.expect("write a component"), 1000);
+            assert_eq!(read_component(comp, &access, 1000).await.expect("read it back"), data);
         }
         let mut crossed = access.components[0].clone();
         crossed.object = access.components[1].object;
         crossed.drive_addr = access.components[1].drive_addr.clone();
-        let refused = drive_status(read_component(&crossed, access.algorithm, 10).await);
+        let refused = drive_status(read_component(&crossed, &access, 10).await);
         assert_ne!(refused, Status::Ok, "a component's capability does not open another component");
 
         // A lookup hands out the same layout and components again.
@@ -135,7 +138,7 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
         let ManagerReply::Entry(e) = to(admin.call(&size)).await.expect("truncate") else { panic!("an entry") };
         assert_eq!(e.attr.size, 10);
         for (comp, want) in access.components.iter().zip([10, 0, 64]) {
-            let mut d = component_client(comp, access.algorithm).await;
+            let mut d = component_client(comp, &access).await;
             let attrs = to(d.getattr(comp.object.partition, comp.object.object)).await.expect("getattr");
             assert_eq!(attrs.logical_size, want, "component {:?}", comp.object);
         }
@@ -147,7 +150,7 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
         let (_, truncated) = create(&admin, "f", true).await.expect("create with truncate");
         assert_eq!(objects_of(&truncated), objects_of(&access), "the same file");
         for comp in &truncated.components {
-            let mut d = component_client(comp, truncated.algorithm).await;
+            let mut d = component_client(comp, &truncated).await;
             let attrs = to(d.getattr(comp.object.partition, comp.object.object)).await.expect("getattr");
             assert_eq!(attrs.logical_size, 0, "component {:?} still holds bytes", comp.object);
         }
@@ -165,7 +168,7 @@ fn files_of_three_components_are_placed_minted_revoked_truncated_and_removed() {
         };
         to(admin.call(&chmod)).await.expect("chmod");
         for comp in &truncated.components {
-            let refused = drive_status(read_component(comp, truncated.algorithm, 1).await);
+            let refused = drive_status(read_component(comp, &truncated, 1).await);
             assert_eq!(refused, Status::AccessRevoked, "component {:?}", comp.object);
         }
 
