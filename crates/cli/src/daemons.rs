@@ -95,13 +95,15 @@ fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<Strin
     let need: u64 = drives.iter().map(|(dir, cap)| cap.saturating_sub(allocated(dir))).sum();
     let free = free_space(on)?;
     let total: u64 = drives.iter().map(|(_, c)| *c).sum();
-    let which = if drives.len() == 1 { "the drive's".to_string() } else { format!("the {} drives'", drives.len()) };
+    let (what, need_who) = match drives {
+        [_] => (format!("the drive's capacity ({})", size::human(total)), "it needs"),
+        _ => (format!("the {} drives' capacity ({} in all)", drives.len(), size::human(total)), "they need"),
+    };
     Ok((need > free).then(|| {
         format!(
-            "warning: {which} capacity ({} in all) is more than the disk under {} can hold: it has {} free \
-             and the drives need {} more to fill up. Writes will fail when the disk is full; free space \
-             there, or start with a smaller capacity",
-            size::human(total),
+            "warning: {what} is more than the disk under {} can hold: it has {} free and {need_who} {} more \
+             to fill up. Writes will fail when the disk is full; free space there, or start with a smaller \
+             capacity",
             on.display(),
             size::human(free),
             size::human(need)
@@ -120,6 +122,9 @@ pub struct DriveSetup {
     /// The capacity of a first start without one given; `None`: 90% of the
     /// free space under `data`.
     pub first_capacity: Option<u64>,
+    /// Warn if the disk cannot back the capacity (a drive alone on its disk;
+    /// `nasd up` checks its drives together).
+    pub check_backing: bool,
     pub commit_interval: Duration,
     pub verify_reads: bool,
     /// `None`: security disabled.
@@ -169,6 +174,11 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     })
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
+    if setup.check_backing {
+        if let Some(warning) = unbacked(&data, &[(data.clone(), store.info().capacity_bytes)])? {
+            eprintln!("{warning}");
+        }
+    }
     // The master key file exists before the drive listens: whoever sees the port open can read it.
     let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let listener = tokio::net::TcpListener::bind(setup.listen).await.with_context(|| {
@@ -288,12 +298,10 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
             .or(file.connections_per_peer)
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
         first_capacity: None,
+        check_backing: true,
     })
     .await?;
     let info = drive.store.info();
-    if let Some(warning) = unbacked(&data, &[(data.clone(), info.capacity_bytes)])? {
-        eprintln!("{warning}");
-    }
     eprintln!(
         "nasd drive {} serving {} on {} ({} capacity, {} blocks); Ctrl-C stops it",
         hex_id(&info.drive_id),
@@ -649,6 +657,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             block_size: BLOCK_SIZE_DEFAULT,
             capacity_bytes: capacity,
             first_capacity: Some(share),
+            check_backing: false,
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
@@ -812,6 +821,7 @@ impl LocalCluster {
                 block_size: BLOCK_SIZE_DEFAULT,
                 capacity_bytes: Some(capacity),
                 first_capacity: None,
+                check_backing: false,
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
