@@ -38,34 +38,42 @@ fn free_ports(n: u16) -> u16 {
 }
 
 impl Up {
-    /// `nasd up --drives N [extra]` in `cwd`, its output in `cwd/up.log`.
-    fn start(cwd: &Path, drives: u16, extra: &[&str], env: &[(&str, &str)]) -> Up {
-        let first_drive_port = free_ports(drives);
-        Self::start_on(cwd, drives, first_drive_port, None, extra, env)
-    }
-
-    fn start_on(
+    /// `nasd up --drives N [extra]` in `cwd`, its output in `cwd/up.log`:
+    /// on free ports the first time, on the recorded ones (and `manager`,
+    /// the manager's address then) after.
+    fn start(
         cwd: &Path,
         drives: u16,
-        first_drive_port: u16,
         manager: Option<std::net::SocketAddr>,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Up {
         let extra: Vec<OsString> = extra.iter().map(OsString::from).collect();
-        let daemon = Daemon::start_with_env("nasd up", cwd, &cwd.join("up.log"), manager, env, move |addr| {
-            let mut args: Vec<OsString> = vec![
-                "up".into(),
-                "--drives".into(),
-                drives.to_string().into(),
-                "--manager-port".into(),
-                addr.port().to_string().into(),
-                "--first-drive-port".into(),
-                first_drive_port.to_string().into(),
-            ];
-            args.extend(extra.iter().cloned());
-            args
+        let config = cwd.join("nasd-data").join("nasd.toml");
+        let daemon = Daemon::start_with_env("nasd up", cwd, &cwd.join("up.log"), manager, env, {
+            let config = config.clone();
+            move |addr| {
+                let mut args: Vec<OsString> = vec![
+                    "up".into(),
+                    "--drives".into(),
+                    drives.to_string().into(),
+                    "--manager-port".into(),
+                    addr.port().to_string().into(),
+                ];
+                // Chosen afresh on each attempt (a port taken meanwhile), until recorded.
+                if !config.exists() {
+                    args.extend(["--first-drive-port".into(), free_ports(drives).to_string().into()]);
+                }
+                args.extend(extra.iter().cloned());
+                args
+            }
         });
+        let recorded = std::fs::read_to_string(&config).unwrap();
+        let first_drive_port = recorded
+            .lines()
+            .find_map(|l| l.strip_prefix("first_drive_port = "))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no first_drive_port in {recorded}"));
         Up { daemon, cwd: cwd.to_path_buf(), first_drive_port }
     }
 
@@ -294,7 +302,7 @@ fn the_readme_tour_runs_as_written() {
         }
     }
     // Four drives, as the README's `nasd up` (small ones: the disk is shared).
-    let mut up = Up::start(cwd, 4, &["--drive-capacity", "256MiB"], &[]);
+    let mut up = Up::start(cwd, 4, None, &["--drive-capacity", "256MiB"], &[]);
     let alias = format!("alias nasd={}", env!("CARGO_BIN_EXE_nasd"));
     let mut outputs = Vec::new();
     for line in &lines[1..] {
@@ -346,7 +354,7 @@ fn the_readme_tour_runs_as_written() {
 #[test]
 fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut up = Up::start(tmp.path(), 3, &["--drive-capacity", "256MiB"], &[]);
+    let mut up = Up::start(tmp.path(), 3, None, &["--drive-capacity", "256MiB"], &[]);
     let data = up.data();
     let content = pattern(b"scrub-me", 300_000);
     std::fs::write(tmp.path().join("precious.bin"), &content).unwrap();
@@ -410,7 +418,7 @@ fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
     // Three drives of 64 MiB under rs:2+1: about 128 MiB of file data fit.
-    let mut up = Up::start(cwd, 3, &["--drive-capacity", "64MiB"], &[]);
+    let mut up = Up::start(cwd, 3, None, &["--drive-capacity", "64MiB"], &[]);
     let rt = runtime();
     let fs = up.admin(&rt);
     up.ok(&["mkdir", "/docs"]);
@@ -545,7 +553,7 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
     // NO_COLOR empty is no request: colour would follow the output, a file here.
-    let mut up = Up::start(cwd, 3, &[], &[("NO_COLOR", "")]);
+    let mut up = Up::start(cwd, 3, None, &[], &[("NO_COLOR", "")]);
     let rt = runtime();
     // To the byte, as the drives report them.
     let capacities = |up: &Up| {
@@ -590,7 +598,7 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     std::fs::write(cwd.join("filler.bin"), pattern(b"filler", 96 << 20)).unwrap();
     std::fs::File::open(cwd.join("filler.bin")).unwrap().sync_all().unwrap();
     let manager = up.daemon.addr;
-    let mut up = Up::start_on(cwd, 3, up.first_drive_port, Some(manager), &[], &[]);
+    let mut up = Up::start(cwd, 3, Some(manager), &[], &[]);
     assert_eq!(capacities(&up), first, "the capacity recorded at the first start is kept");
     up.daemon.terminate();
 
