@@ -470,6 +470,7 @@ impl Manager {
     /// it until every drive in service is within [`REBALANCE_TOLERANCE`]
     /// of its share.
     async fn rebalance(&self) {
+        self.probe_unreported().await;
         let mut used = self.used_by_drive();
         if used.len() < 2 {
             return;
