@@ -56,18 +56,32 @@ pub struct RepairState {
 const MANAGER: Caller = Caller::ROOT;
 
 impl Manager {
-    /// `REPAIR`: asks the repair task to start `action` at once.
+    /// `REPAIR`: asks the repair task to start `action` at once. A scrub
+    /// shows as under way (`scrub.files_total` > 0) from this moment until
+    /// a pass begun after it has finished, so whoever asked and then polls
+    /// `CLUSTER_STATUS` never takes an earlier scrub's result for its own.
     pub(crate) fn request_repair(&self, action: nasd_proto::manager::RepairAction) {
         use nasd_proto::manager::RepairAction;
+        let up = self.scrub_targets().len() as u64;
         {
             let mut r = self.repair.lock().expect("repair lock");
             match action {
                 RepairAction::Rebuild => r.rebuild_now = true,
-                RepairAction::Scrub => r.scrub_requested = true,
+                RepairAction::Scrub => {
+                    r.scrub_requested = true;
+                    if r.scrub.files_total == 0 {
+                        r.scrub = Progress { files_total: up, ..Progress::default() };
+                    }
+                }
                 RepairAction::Rebalance => r.rebalance_requested = true,
             }
         }
         self.repair_kick.notify_one();
+    }
+
+    /// The drives a scrub reads: those up.
+    fn scrub_targets(&self) -> Vec<std::sync::Arc<DriveHandle>> {
+        self.drives().into_iter().filter(|d| self.is_up(d.drive)).collect()
     }
 
     /// One pass of the repair loop: resync, rebuild, scrub, rebalance.
@@ -405,7 +419,7 @@ impl Manager {
     // ------------------------------------------------------------ scrub
 
     async fn scrub_all(&self) {
-        let drives: Vec<_> = self.drives().into_iter().filter(|d| self.is_up(d.drive)).collect();
+        let drives = self.scrub_targets();
         {
             let mut r = self.repair.lock().expect("repair lock");
             r.scrub = Progress { files_done: 0, files_total: drives.len() as u64, ..Progress::default() };
@@ -430,9 +444,15 @@ impl Manager {
             }
             self.repair.lock().expect("repair lock").scrub.files_done += 1;
         }
+        let next_total = self.scrub_targets().len().max(1) as u64;
         let mut r = self.repair.lock().expect("repair lock");
         r.last_scrub = summary;
-        r.scrub = Progress::default();
+        // Asked for again while this pass ran: the next pass is that request's, still under way.
+        r.scrub = if r.scrub_requested {
+            Progress { files_total: next_total, ..Progress::default() }
+        } else {
+            Progress::default()
+        };
         tracing::info!(?summary, "scrub finished");
     }
 
