@@ -521,6 +521,12 @@ fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
     let e = up.fails(&["get", "-r", "/plain", "out/"]);
     assert!(e.contains("fragile.bin"), "{e}");
     assert_eq!(local_tree(&cwd.join("out")), Vec::<PathBuf>::new(), "a failed get -r leaves nothing behind");
+    let before = name_space(&rt, &fs);
+    let e = up.fails(&["cp", "nasd:/plain/fragile.bin", "nasd:/docs/"]);
+    assert!(e.contains("fragile.bin"), "{e}");
+    let e = up.fails(&["cp", "-r", "nasd:/plain", "nasd:/docs/"]);
+    assert!(e.contains("fragile.bin"), "{e}");
+    assert_eq!(name_space(&rt, &fs), before, "a failed cp and cp -r leave the name space unchanged");
     up.ok(&["rm", "/plain/fragile.bin"]);
 
     // 9. On a terminal, a copy ends with a one-line summary (bytes, time, rate).
