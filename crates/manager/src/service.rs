@@ -39,6 +39,9 @@ fn placer<'a>(
     short: &'a mut Shortage,
 ) -> impl FnMut(&Layout, &mut dyn Txn) -> Result<Vec<ObjectRef>, FsStatus> + 'a {
     move |layout, t| {
+        // A transaction that conflicts runs again, and its placer with it: only the last
+        // attempt's shortage counts.
+        *short = None;
         let want = layout.components();
         let mut in_service = Vec::with_capacity(order.len());
         for &drive in order {
