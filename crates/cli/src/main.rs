@@ -140,8 +140,9 @@ fn run() -> anyhow::Result<()> {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
             cluster_cmd::repair(&fs, args).await
         }),
-        Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, password_file }) => {
-            daemons::reset_password(&name, data.or(file.manager.data), password_file)
+        Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, metadata, password_file }) => {
+            let metadata = daemons::parse_metadata(metadata.or(file.manager.metadata))?;
+            daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
         }
         Command::Admin(cmd) => rt.block_on(async {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;

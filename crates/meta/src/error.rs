@@ -34,6 +34,10 @@ pub enum MetaError {
     /// it: it may hold a password).
     #[error("metadata location: {0}")]
     BadUrl(String),
+    /// No metadata where an existing store was asked for (no such file or
+    /// database, or a database without the schema).
+    #[error("no metadata at {0}")]
+    Missing(String),
     /// A local resource the backend needs could not be had.
     #[error("metadata backend: {0}")]
     Io(String),

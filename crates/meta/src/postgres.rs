@@ -216,6 +216,21 @@ impl Postgres {
     /// repeat it), [`MetaError::Postgres`] if the server cannot be reached
     /// or refuses, [`MetaError::TooNew`] if a newer build wrote the schema.
     pub fn open(url: &str) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, true)
+    }
+
+    /// Opens an existing metadata database as [`Postgres::open`] does
+    /// (migrating an older schema), but creates nothing: for tools that must
+    /// not make a file system where none was.
+    ///
+    /// # Errors
+    /// [`MetaError::Missing`] if the server has no such database or it holds
+    /// no schema; otherwise as [`Postgres::open`].
+    pub fn open_existing(url: &str) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, false)
+    }
+
+    fn open_with(url: &str, create: bool) -> Result<Postgres, MetaError> {
         let mut config = Config::from_str(url).map_err(|e| MetaError::BadUrl(e.to_string()))?;
         if config.get_hosts().is_empty() {
             return Err(MetaError::BadUrl("no host".into()));
@@ -241,7 +256,10 @@ impl Postgres {
             freed: Condvar::new(),
             writer: Mutex::new(()),
         };
-        let conn = match pg.connect() {
+        let mut conn = match pg.connect() {
+            Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
+                return Err(MetaError::Missing(pg.target.clone()))
+            }
             Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) => {
                 pg.create_database()?;
                 pg.connect()
@@ -249,8 +267,7 @@ impl Postgres {
             other => other,
         }
         .map_err(|e| pg.error(e))?;
-        let mut conn = conn;
-        pg.migrate(&mut conn)?;
+        pg.migrate(&mut conn, create)?;
         let pool = pg.pool.get_mut().unwrap_or_else(PoisonError::into_inner);
         pool.idle.push(conn);
         pool.live = 1;
@@ -323,8 +340,9 @@ impl Postgres {
     }
 
     /// Brings the schema to [`POSTGRES_SCHEMA_VERSION`], in one transaction
-    /// holding [`MIGRATION_LOCK`].
-    fn migrate(&self, conn: &mut Conn) -> Result<(), MetaError> {
+    /// holding [`MIGRATION_LOCK`]; without `create`, a database without the
+    /// schema is [`MetaError::Missing`].
+    fn migrate(&self, conn: &mut Conn, create: bool) -> Result<(), MetaError> {
         let c = &conn.client;
         let run = async {
             c.batch_execute("BEGIN").await?;
@@ -340,6 +358,9 @@ impl Postgres {
         let outcome = (|| {
             if found < 0 {
                 return Err(MetaError::BadVersion(found));
+            }
+            if found == 0 && !create {
+                return Err(MetaError::Missing(self.target.clone()));
             }
             if found > POSTGRES_SCHEMA_VERSION {
                 return Err(MetaError::TooNew { found, supported: POSTGRES_SCHEMA_VERSION });

@@ -78,6 +78,21 @@ impl Location {
     }
 }
 
+impl Location {
+    /// Opens existing metadata (migrating an older schema) and creates
+    /// nothing: for tools that must not make a file system where none was.
+    ///
+    /// # Errors
+    /// [`MetaError::Missing`] if there is none; otherwise as [`Location::open`].
+    pub fn open_existing(&self) -> Result<Store, MetaError> {
+        match self {
+            Location::Sqlite(path) if !path.exists() => Err(MetaError::Missing(self.to_string())),
+            Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open(path)?)),
+            Location::Postgres(url) => Ok(Store::Postgres(Box::new(Postgres::open_existing(url)?))),
+        }
+    }
+}
+
 /// The backend a [`Location`] opened: what the manager runs on.
 #[derive(Debug)]
 pub enum Store {
