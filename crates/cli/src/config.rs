@@ -25,6 +25,7 @@
 //! key_rotation_secs = 3600
 //! object_pool = 128
 //! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
+//! metadata = "postgres://nasd@db.example.com/nasd"  # [default: sqlite:DATA/meta.sqlite]
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
@@ -143,6 +144,11 @@ pub struct ManagerSection {
     /// over every write's data) [default: true]. Only an explicit `false`
     /// lowers it, for a trusted network.
     pub write_data_integrity: Option<bool>,
+    /// Where the metadata lives: "sqlite:PATH" or
+    /// "postgres://USER[:PASSWORD]@HOST[:PORT]/DB" (created on first use)
+    /// [default: sqlite:DATA/meta.sqlite]. A password here makes this file
+    /// a secret: keep it 0600.
+    pub metadata: Option<String>,
 }
 
 /// `[client]`.
@@ -221,6 +227,8 @@ mod tests {
         assert_eq!(c.drive.throttle_mib_per_sec, Some(200));
         assert_eq!(c.drives.len(), 1);
         assert_eq!((c.drives[0].number, c.drives[0].addr.as_str()), (0, "127.0.0.1:7401"));
+        let metadata = c.manager.metadata.as_deref().expect("metadata");
+        assert!(metadata.parse::<nasd_manager::Location>().is_ok(), "{metadata}");
         assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
     }
 }

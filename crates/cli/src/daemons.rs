@@ -338,6 +338,16 @@ pub struct ManagerArgs {
     /// Working-key rotation interval, seconds.
     #[arg(long)]
     key_rotation_secs: Option<u64>,
+    /// Where the metadata lives: sqlite:PATH or
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB (the database and its
+    /// tables are made on first use) [default: sqlite:DATA/meta.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+}
+
+/// Parses a metadata location (`--metadata`, `[manager] metadata`).
+pub fn parse_metadata(text: Option<String>) -> anyhow::Result<Option<nasd_manager::Location>> {
+    text.map(|t| t.parse().map_err(|e| anyhow::anyhow!("--metadata / [manager] metadata: {e}"))).transpose()
 }
 
 fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> anyhow::Result<ManagerConfig> {
@@ -360,6 +370,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
             Some(false) => Protection::INTEGRITY_ARGS,
             _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
         },
+        metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         ..d
     })
 }
@@ -460,7 +471,12 @@ fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
 /// is committed and replaces `FILE` only after: a reset that fails leaves
 /// `FILE` as it was, and one interrupted after the commit leaves the new
 /// password in `FILE.new`.
-pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn reset_password(
+    user: &str,
+    data: Option<PathBuf>,
+    metadata: Option<&nasd_manager::Location>,
+    password_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
     private_umask();
     let data = data.context(
         "no data directory: pass --data DIR, the manager's directory (for `nasd up`, DATA/manager), \
@@ -474,7 +490,7 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
             Some(password_file.unwrap_or_else(|| data.join(format!("{user}.password")))),
         ),
     };
-    let reset = nasd_manager::PasswordReset::prepare(&data, user, &password)?;
+    let reset = nasd_manager::PasswordReset::prepare(&data, metadata, user, &password)?;
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
@@ -527,9 +543,12 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     } else {
         args.tls_names.clone()
     };
-    let m = open_manager(&data, &names, manager_config(&file, Some(&args))?).await?;
+    let config = manager_config(&file, Some(&args))?;
+    let metadata = config.metadata(&data);
+    let m = open_manager(&data, &names, config).await?;
     eprintln!(
-        "nasd manager serving {} on {listen} (TLS; clients trust {}); {} drives; Ctrl-C stops it",
+        "nasd manager serving {} on {listen} (TLS; clients trust {}; metadata {metadata}); {} drives; Ctrl-C \
+         stops it",
         data.display(),
         m.tls.ca.display(),
         m.manager.drives().len()
@@ -599,6 +618,39 @@ pub struct UpArgs {
     /// first start, then 90% of the free space shared among the drives].
     #[arg(long)]
     drive_capacity: Option<String>,
+    /// Where the manager keeps its metadata (first start only; recorded in
+    /// DATA/nasd.toml): sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB
+    /// [default: sqlite:DATA/manager/meta.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+}
+
+/// The metadata location of the `nasd up` cluster in `data`: the one
+/// recorded at its first start, else `requested` for a new cluster. Moving
+/// an existing cluster's metadata is refused: its drives are known to the
+/// metadata it has.
+fn up_metadata(data: &Path, recorded: Option<&str>, requested: Option<&str>) -> anyhow::Result<Option<String>> {
+    let parse = |t: &str| parse_metadata(Some(t.to_owned())).map(|l| l.expect("some"));
+    match (recorded, requested) {
+        (Some(r), Some(q)) if parse(r)? != parse(q)? => anyhow::bail!(
+            "the cluster in {} keeps its metadata at {} (recorded in DATA/nasd.toml); run without --metadata",
+            data.display(),
+            parse(r)?
+        ),
+        (Some(r), _) => Ok(Some(r.to_owned())),
+        (None, Some(q)) => {
+            let existing = data.join("manager").join(nasd_manager::META_DB);
+            anyhow::ensure!(
+                !existing.exists(),
+                "the cluster in {} keeps its metadata in {}; --metadata is for a new cluster",
+                data.display(),
+                existing.display()
+            );
+            parse(q)?;
+            Ok(Some(q.to_owned()))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The resolved `[up]` settings, written to `DATA/nasd.toml` on first start.
@@ -677,7 +729,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     if cluster.manager.default_layout.is_none() {
         cluster.manager.default_layout = Some(up_default_layout(n).to_string());
     }
-    let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config(&cluster.manager, None)?).await?;
+    cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
+    let config = manager_config(&cluster.manager, None)?;
+    let metadata = config.metadata(&data.join("manager"));
+    let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
     for d in &drives {
         if !m.manager.drives().iter().any(|h| h.drive_id == d.id) {
             m.manager
@@ -715,7 +770,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         reply_timeout_secs: cluster.client.reply_timeout_secs,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
-    print_banner(&data, &config_path, manager_listen, &drives);
+    print_banner(&data, &config_path, manager_listen, &drives, &metadata);
     let server = serve_manager(&m, manager_listen, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
@@ -772,7 +827,13 @@ fn save_drive_key(manager: &Manager, d: &UpDrive) -> anyhow::Result<config::Know
     Ok(config::KnownDrive { number: handle.drive, addr: d.listen.to_string(), drive_key_file: Some(file) })
 }
 
-fn print_banner(data: &Path, config: &Path, manager: SocketAddr, drives: &[UpDrive]) {
+fn print_banner(
+    data: &Path,
+    config: &Path,
+    manager: SocketAddr,
+    drives: &[UpDrive],
+    metadata: &nasd_manager::Location,
+) {
     let first = drives.first().map(|d| d.listen.to_string()).unwrap_or_default();
     let last = drives.last().map(|d| d.listen.to_string()).unwrap_or_default();
     let capacity = match drives.iter().map(|d| d.capacity).min() {
@@ -784,6 +845,7 @@ fn print_banner(data: &Path, config: &Path, manager: SocketAddr, drives: &[UpDri
     eprintln!("  manager   {manager} (TLS)");
     eprintln!("  drives    {} x {capacity} ({first} .. {last})", drives.len());
     eprintln!("  data      {}", data.display());
+    eprintln!("  metadata  {metadata}");
     eprintln!("  config    {}", config.display());
     eprintln!();
     // Commands find the config by themselves only at ./nasd-data/nasd.toml.
@@ -893,6 +955,7 @@ mod tests {
             manager_port: Some(manager_port),
             first_drive_port,
             drive_capacity: Some("64MiB".into()),
+            metadata: None,
         };
         let up_once = |first_drive_port| {
             let args = args(first_drive_port);

@@ -240,6 +240,11 @@ pub enum AdminCommand {
         /// [default: [manager] data from the config file].
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Where the manager's metadata is, if not in DATA: sqlite:PATH or
+        /// postgres://USER@HOST[:PORT]/DB [default: [manager] metadata from
+        /// the config file, else DATA/meta.sqlite].
+        #[arg(long)]
+        metadata: Option<String>,
         /// Where to write the new password (0600) [default: DATA/NAME.password,
         /// for admin the file `nasd up` and `nasd manager` use].
         #[arg(long)]

@@ -192,8 +192,9 @@ fn run() -> anyhow::Result<()> {
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),
         Command::Repair(args) => rt.block_on(async { cluster_cmd::repair(&login().await?, args).await }),
-        Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, password_file }) => {
-            daemons::reset_password(&name, data.or(file.manager.data), password_file)
+        Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, metadata, password_file }) => {
+            let metadata = daemons::parse_metadata(metadata.or(file.manager.metadata))?;
+            daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
         }
         Command::Admin(cmd) => rt.block_on(async { fs_cmd::run_admin(&login().await?, cmd).await }),
         Command::Inquiry { drive } => {
