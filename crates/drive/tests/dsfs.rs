@@ -475,7 +475,8 @@ async fn a_replaced_pal_is_enforced_the_moment_the_set_returns() {
 }
 
 /// A PAL set is durable when it returns: a drive that stops without its
-/// final commit (a crash) comes back with it.
+/// final commit (a crash) comes back with it — the object's access PAL, and
+/// a collection's super PAL, each set last before the crash.
 #[test]
 fn a_pal_set_is_durable_when_it_returns() {
     let dir = tempfile::tempdir().unwrap();
@@ -483,39 +484,51 @@ fn a_pal_set_is_durable_when_it_returns() {
     let drive_key = Key::random();
     let k1 = Key::random();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let object = {
-        let crashed = CrashableDrive::start(dir.path(), &master);
-        let object = rt.block_on(async {
-            let mut c = DriveClient::connect(crashed.addr).await.unwrap();
-            c.set_drive_key(&master, &drive_key).await.unwrap();
-            c.set_auth(Auth::new(Credential::Drive(drive_key.clone()), PROTECTION));
-            c.create_partition(P).await.unwrap();
-            c.resize_partition(P, 16 << 20).await.unwrap();
-            c.set_identity_key(&drive_key, 1, &k1).await.unwrap();
-            c.set_auth_scheme(P, AuthScheme::PALS).await.unwrap();
-            let (o, _) = c.create(P).await.unwrap();
-            c.write(P, o, &whole(), DATA).await.unwrap();
-            c.flush(P, &[o]).await.unwrap();
-            c.set_pal(P, o, &pal(COLLECTION, vec![user(ALICE, R)])).await.unwrap();
-            c.set_super_pal(P, COLLECTION, &Pal::new(vec![role(EDITORS, RW)])).await.unwrap();
-            o
-        });
-        crashed.crash();
-        object
+    let client = |addr, credential: Credential| async move {
+        let mut c = DriveClient::connect(addr).await.unwrap();
+        c.set_auth(Auth::new(credential, PROTECTION));
+        c
     };
-    let again = CrashableDrive::start(dir.path(), &master);
-    rt.block_on(async {
-        let mut alice = DriveClient::connect(again.addr).await.unwrap();
-        alice.set_auth(Auth::new(identity(&k1, 1, ALICE, NO_ROLE, far_future()), PROTECTION));
-        assert_eq!(alice.read(P, object, &whole()).await.unwrap().1, DATA, "the access PAL survived");
-        let mut editor = DriveClient::connect(again.addr).await.unwrap();
-        editor.set_auth(Auth::new(identity(&k1, 1, BOB, EDITORS, far_future()), PROTECTION));
-        editor.write(P, object, &[rg(0, 3)], b"PRE").await.unwrap();
-        let mut bob = DriveClient::connect(again.addr).await.unwrap();
-        bob.set_auth(Auth::new(identity(&k1, 1, BOB, NO_ROLE, far_future()), PROTECTION));
-        assert_eq!(refused(bob.read(P, object, &whole()).await), Status::NotInPal);
+    let as_user = |user, role| identity(&k1, 1, user, role, far_future());
+    let drive = CrashableDrive::start(dir.path(), &master);
+    let object = rt.block_on(async {
+        let mut c = DriveClient::connect(drive.addr).await.unwrap();
+        c.set_drive_key(&master, &drive_key).await.unwrap();
+        c.set_auth(Auth::new(Credential::Drive(drive_key.clone()), PROTECTION));
+        c.create_partition(P).await.unwrap();
+        c.resize_partition(P, 16 << 20).await.unwrap();
+        c.set_identity_key(&drive_key, 1, &k1).await.unwrap();
+        c.set_auth_scheme(P, AuthScheme::PALS).await.unwrap();
+        let (o, _) = c.create(P).await.unwrap();
+        c.write(P, o, &whole(), DATA).await.unwrap();
+        c.set_super_pal(P, COLLECTION, &Pal::new(vec![role(EDITORS, RW)])).await.unwrap();
+        c.flush(P, &[o]).await.unwrap();
+        // The last change before the crash: the object's PAL.
+        c.set_pal(P, o, &pal(COLLECTION, vec![user(ALICE, R)])).await.unwrap();
+        o
     });
-    again.crash();
+    drive.crash();
+    let drive = CrashableDrive::start(dir.path(), &master);
+    rt.block_on(async {
+        let mut alice = client(drive.addr, as_user(ALICE, NO_ROLE)).await;
+        assert_eq!(alice.read(P, object, &whole()).await.unwrap().1, DATA, "the access PAL survived");
+        let mut editor = client(drive.addr, as_user(BOB, EDITORS)).await;
+        editor.write(P, object, &[rg(0, 3)], b"pre").await.unwrap();
+        let mut bob = client(drive.addr, as_user(BOB, NO_ROLE)).await;
+        assert_eq!(refused(bob.read(P, object, &whole()).await), Status::NotInPal);
+        // The last change before the next crash: the super PAL.
+        let mut admin = client(drive.addr, Credential::Drive(drive_key.clone())).await;
+        admin.set_super_pal(P, COLLECTION, &Pal::new(vec![role(READERS, R)])).await.unwrap();
+    });
+    drive.crash();
+    let drive = CrashableDrive::start(dir.path(), &master);
+    rt.block_on(async {
+        let mut editor = client(drive.addr, as_user(BOB, EDITORS)).await;
+        assert_eq!(refused(editor.read(P, object, &whole()).await), Status::NotInPal, "the new super PAL survived");
+        let mut reader = client(drive.addr, as_user(BOB, READERS)).await;
+        assert_eq!(reader.read(P, object, &whole()).await.unwrap().1, DATA);
+    });
+    drive.crash();
 }
 
 /// A drive served on a runtime of its own, so that it can be stopped
