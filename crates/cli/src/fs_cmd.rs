@@ -431,19 +431,63 @@ async fn put(fs: &FsClient, local: &Path, remote: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `nasd get`. A copy into a regular file (or a new one) is written to a
+/// staging file beside it and renamed into place only once whole and synced:
+/// a copy that fails part way — drives lost beyond what the file's layout
+/// tolerates, the manager gone — leaves no partial file that looks complete,
+/// and an existing file as it was. Anything else (a device, a pipe) is
+/// written to directly.
 async fn get(fs: &FsClient, remote: &str, local: &Path) -> anyhow::Result<()> {
     let name = base_name(remote)?;
     let local = if local.is_dir() { local.join(name) } else { local.to_path_buf() };
     let f = fs.open(remote, false).await.with_context(|| format!("cannot open {remote}"))?;
     let len = f.size();
     let bar = progress(len, name);
-    let file = tokio::fs::File::create(&local).await.with_context(|| format!("cannot create {}", local.display()))?;
-    let mut dst = bar.wrap_async_write(tokio::io::BufWriter::with_capacity(1 << 20, file.try_clone().await?));
-    let got = f.read_to(0, len, &mut dst).await.with_context(|| format!("reading {remote}"))?;
-    anyhow::ensure!(got == len, "{remote} shrank while being copied ({got} of {len} bytes)");
-    file.sync_all().await?;
+    // Where the copy ends up: through a symbolic link to the file it names.
+    let (dest, existing) = match tokio::fs::canonicalize(&local).await {
+        Ok(real) => {
+            let meta = tokio::fs::metadata(&real).await.with_context(|| format!("cannot use {}", local.display()))?;
+            (real, Some(meta))
+        }
+        Err(_) => (local.clone(), None),
+    };
+    let staged = match &existing {
+        Some(m) if !m.is_file() => None,
+        _ => Some(staging_path(&dest)?),
+    };
+    let result = async {
+        let target = staged.as_deref().unwrap_or(&dest);
+        let file =
+            tokio::fs::File::create(target).await.with_context(|| format!("cannot create {}", target.display()))?;
+        if let (Some(_), Some(m)) = (&staged, &existing) {
+            // The copy replaces the file: it keeps the file's permission bits.
+            file.set_permissions(m.permissions()).await?;
+        }
+        let mut dst = bar.wrap_async_write(tokio::io::BufWriter::with_capacity(1 << 20, file.try_clone().await?));
+        let got = f.read_to(0, len, &mut dst).await.with_context(|| format!("reading {remote}"))?;
+        anyhow::ensure!(got == len, "{remote} shrank while being copied ({got} of {len} bytes)");
+        file.sync_all().await?;
+        if let Some(s) = &staged {
+            tokio::fs::rename(s, &dest).await.with_context(|| format!("cannot move the copy to {}", dest.display()))?;
+        }
+        Ok(())
+    }
+    .await;
+    if let (Err(_), Some(s)) = (&result, &staged) {
+        let _ = tokio::fs::remove_file(s).await;
+    }
     bar.finish_and_clear();
-    Ok(())
+    result
+}
+
+/// A staging file for a copy into `dest`, beside it (so the rename that
+/// puts it in place stays within one file system).
+fn staging_path(dest: &Path) -> anyhow::Result<PathBuf> {
+    let name = dest.file_name().with_context(|| format!("{} names no file", dest.display()))?;
+    let mut staged = std::ffi::OsString::from(".");
+    staged.push(name);
+    staged.push(format!(".nasd-get-{}", std::process::id()));
+    Ok(dest.with_file_name(staged))
 }
 
 /// `nasd cp`: paths in nasd carry the `nasd:` prefix.
