@@ -13,18 +13,20 @@
 //!    components;
 //! 2. a drive SIGKILLed during `nasd get` of a mirrored file and `nasd cat`
 //!    of a Reed-Solomon file: no error, identical bytes;
-//! 3. a client SIGKILLed mid-write: a library writer process that wrote and
-//!    flushed (on every component, and on all but one) under a transaction
-//!    it never committed is rolled back after its lease — every stripe reads
-//!    old, through every subset of components, the extension it wrote is
-//!    gone and the recorded size is the old one; a `nasd put` over an
-//!    existing file (which truncates it first, then commits a transaction a
-//!    quarter into each lease) leaves exactly what it committed;
-//! 4. the manager SIGKILLed (and restarted) during a `nasd put` overwrite and
-//!    during a library writer's overwrite in place: the writer succeeds or
-//!    fails with a clear error, and afterwards the file is new up to a commit
-//!    point and old after it, the same through every subset of components,
-//!    its size the size of that content;
+//! 3. a client SIGKILLed mid-write: a writer process that wrote and flushed
+//!    (on every component, and on all but one) under a transaction it never
+//!    committed is rolled back after its lease — every stripe reads old,
+//!    through every subset of components, the extension it wrote is gone
+//!    and the recorded size is the old one; a `nasd put` over an existing
+//!    file (which truncates it first, then commits a transaction a quarter
+//!    into each lease), caught while its open transaction has bytes on the
+//!    drives past the committed size, leaves exactly what it committed;
+//! 4. the manager SIGKILLed and started again while such a writer process
+//!    has its transactions open: the new manager rolls them back from its
+//!    intent log; and while a `nasd put` is inside a transaction: the put
+//!    succeeds or fails in one clear line, and the file is new up to its
+//!    recorded size (at least what was committed before), through every
+//!    subset of components, with nothing past it;
 //! 5. `m` drives of an `rs:4+2` file stopped: `nasd get` of every file is
 //!    byte-exact; `m + 1` stopped: `nasd get` and `nasd cat` fail naming the
 //!    missing drives, and `get` leaves no partial copy (nor changes a file it
@@ -35,13 +37,16 @@
 //!    checksum, and through every subset of its new components.
 //!
 //! No test asserts on timing: a kill lands "during" an operation by polling
-//! its progress (bounded by [`STEP`]), and a test checks that the operation
-//! had not finished when the kill landed. Drives that must be slow enough to
-//! be caught mid-transfer are paced with `--throttle-mib-per-sec`.
+//! its progress (bounded by [`STEP`]), and a test checks that it did: the
+//! operation had not finished, a reader warned that it read around the
+//! failed component, a writer's component was recorded as having missed
+//! writes, a `nasd put` was held (SIGSTOP) while uncommitted bytes of it
+//! were seen on the drives. Drives that must be slow enough to be caught
+//! mid-transfer are paced with `--throttle-mib-per-sec`.
 //!
-//! `writer_process` is not a test: it is the body of the library writer
-//! process that tests 3 and 4 start (this test binary, run again with
-//! [`WRITER_ENV`] set) and SIGKILL or watch.
+//! `writer_process` is not a test: it is the body of the writer process
+//! that tests 3 and 4 start (this test binary, run again with
+//! [`WRITER_ENV`] set) and SIGKILL or leave idle.
 
 mod common;
 
@@ -178,6 +183,62 @@ async fn put_in_flight(c: &Cluster, fs: &FsClient, local: &Path, remote: &str, t
         }
         assert!(Instant::now() < deadline, "{remote}: the put did not commit {at_least} bytes in {STEP:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Bytes at the recorded size that must already hold a put's new content —
+/// on the drives, not yet committed — for the put to count as caught inside
+/// a write transaction: a stripe of the `rs:2+1@64K` files put here (both
+/// data columns; the parity is written with them).
+const UNCOMMITTED_PROBE: u64 = 128 * KIB;
+
+/// Runs `nasd put LOCAL REMOTE` (of `new`, over an existing file) in the
+/// background and SIGSTOPs it at a moment it is inside a write transaction
+/// with bytes on the drives that are not committed: the recorded size `S`
+/// is at least `at_least`, and the [`UNCOMMITTED_PROBE`] bytes at `S`
+/// already read back from the drives as the new content. The put runs
+/// undisturbed while the test looks; once it sees such bytes it stops the
+/// put and checks that `S` is still the recorded size (no `COMMIT` took them
+/// in meanwhile), or lets it go on (SIGCONT) and looks again. Returns the
+/// stopped put and `S`. (The put truncates the file first: sizes count once
+/// one below `at_least` was seen.)
+async fn put_stopped_mid_transaction(
+    c: &Cluster,
+    fs: &FsClient,
+    local: &Path,
+    remote: &str,
+    new: &[u8],
+    at_least: u64,
+) -> (Running, u64) {
+    let total = new.len() as u64;
+    let pool = Arc::new(DrivePool::new());
+    let mut put = c.spawn(&["put", path_str(local), remote]);
+    let deadline = Instant::now() + STEP;
+    let mut truncated = false;
+    loop {
+        if let Some(f) = put.try_finish() {
+            panic!("the put ended before it was caught inside a transaction (make the file larger): {f:?}");
+        }
+        assert!(Instant::now() < deadline, "{remote}: the put was not caught inside a transaction in {STEP:?}");
+        let size = fs.stat(remote).await.map(|s| s.attr.size).unwrap_or(0);
+        truncated |= size < at_least;
+        if truncated && (at_least..total - UNCOMMITTED_PROBE).contains(&size) {
+            let e = step("walk", fs.walk(remote, OpenMode::Read)).await.expect("walk");
+            let access = e.access.expect("read access");
+            let end = size + UNCOMMITTED_PROBE;
+            let s = striper(&pool, &access, &BTreeSet::new());
+            let probe = step("probe", s.read(size, UNCOMMITTED_PROBE, end)).await;
+            if probe.is_ok_and(|(got, _)| got[..] == new[size as usize..end as usize]) {
+                put.signal(libc::SIGSTOP);
+                // Two round trips to the manager: a COMMIT the put sent just before it stopped is in.
+                let first = size_of(fs, remote).await;
+                if first == size && size_of(fs, remote).await == size {
+                    return (put, size);
+                }
+                put.signal(libc::SIGCONT);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -344,7 +405,7 @@ async fn check_every_subset(
 
 // ------------------------------------------------------- the writer process
 
-/// Set (to `raw` or `file`) in the environment of the writer process.
+/// Set in the environment of the writer process.
 const WRITER_ENV: &str = "NASD_FAULTS_WRITER";
 
 /// One write of the writer process: `path` (all writes to one path share a
@@ -393,32 +454,32 @@ impl Job {
     }
 }
 
-/// Starts the writer process: this test binary running `writer_process`.
-/// `raw`: BEGIN_WRITE, the jobs through the striping engine, FLUSH, no
-/// COMMIT; then it creates `mark` and waits to be killed. `file`: the jobs
-/// through `nasd_fs::File` (write transactions, commits a quarter into each
-/// lease), creating `mark` once `mark_after` bytes are written, then flush
-/// and close; it exits 0, or 1 with the error on standard error.
-fn start_writer(c: &Cluster, mode: &str, jobs: &[Job], mark: &Path, mark_after: u64) -> Running {
+/// Starts the writer process: this test binary running `writer_process`,
+/// logged in as the administrator. For each file of `jobs` it begins a write
+/// transaction (`BEGIN_WRITE`), writes that file's jobs through the striping
+/// engine and flushes them, and commits nothing; then it creates `mark` and
+/// waits, idle, to be killed. It exits 1 with the error on standard error
+/// if anything fails.
+fn start_writer(c: &Cluster, jobs: &[Job], mark: &Path) -> Running {
     let config = c.fs_config();
     let mut cmd = std::process::Command::new(std::env::current_exe().expect("this test binary"));
     cmd.args(["writer_process", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(WRITER_ENV, mode)
+        .env(WRITER_ENV, "1")
         .env("NASD_FAULTS_MANAGER", &config.manager)
         .env("NASD_FAULTS_CA", &config.ca_cert)
         .env("NASD_FAULTS_PASSWORD", &config.password)
         .env("NASD_FAULTS_JOBS", Job::encode(jobs))
         .env("NASD_FAULTS_MARK", mark)
-        .env("NASD_FAULTS_MARK_AFTER", mark_after.to_string())
         .env("NASD_LOG", "info");
-    let counter = std::sync::atomic::AtomicUsize::new(0);
-    Running::spawn(cmd, c.dir(), &format!("writer process ({mode})"), &counter)
+    c.spawn_command(cmd, "the writer process")
 }
 
 #[test]
 #[ignore = "the body of the writer process that the fault tests start (with NASD_FAULTS_WRITER set)"]
 fn writer_process() {
-    let Ok(mode) = std::env::var(WRITER_ENV) else { return };
+    if std::env::var_os(WRITER_ENV).is_none() {
+        return;
+    }
     let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
     let config = nasd_fs::FsConfig {
         manager: var("NASD_FAULTS_MANAGER"),
@@ -430,14 +491,9 @@ fn writer_process() {
     };
     let jobs = Job::decode(&var("NASD_FAULTS_JOBS"));
     let mark = PathBuf::from(var("NASD_FAULTS_MARK"));
-    let mark_after: u64 = var("NASD_FAULTS_MARK_AFTER").parse().expect("a number");
     let result = runtime().block_on(async {
         let fs = FsClient::connect(&config).await.map_err(|e| format!("log in: {e}"))?;
-        match mode.as_str() {
-            "raw" => raw_writes(&fs, &jobs, &mark).await,
-            "file" => file_writes(&fs, &jobs, &mark, mark_after).await,
-            other => Err(format!("unknown writer mode {other}")),
-        }
+        uncommitted_writes(&fs, &jobs, &mark).await
     });
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -445,9 +501,9 @@ fn writer_process() {
     }
 }
 
-/// The writer process's `raw` mode: a transaction per file, its jobs written
-/// and flushed, never committed; then it waits to be killed.
-async fn raw_writes(fs: &FsClient, jobs: &[Job], mark: &Path) -> Result<(), String> {
+/// The writer process: a transaction per file, its jobs written and
+/// flushed, never committed; then it waits to be killed.
+async fn uncommitted_writes(fs: &FsClient, jobs: &[Job], mark: &Path) -> Result<(), String> {
     let pool = Arc::new(DrivePool::new());
     let mut paths: Vec<&str> = jobs.iter().map(|j| j.path.as_str()).collect();
     paths.dedup();
@@ -472,28 +528,6 @@ async fn raw_writes(fs: &FsClient, jobs: &[Job], mark: &Path) -> Result<(), Stri
     std::fs::write(mark, b"written").map_err(|e| e.to_string())?;
     tokio::time::sleep(STEP).await;
     Err("nobody killed the writer".into())
-}
-
-/// The writer process's `file` mode: each job through `File::write_at` in
-/// pieces, the mark after `mark_after` bytes, then flush and close.
-async fn file_writes(fs: &FsClient, jobs: &[Job], mark: &Path, mark_after: u64) -> Result<(), String> {
-    const PIECE: u64 = 256 * KIB;
-    let mut written = 0;
-    for j in jobs {
-        let f = fs.open(&j.path, true).await.map_err(|e| format!("open {}: {e}", j.path))?;
-        let data = pattern(j.seed, j.len as usize);
-        for (i, piece) in data.chunks(PIECE as usize).enumerate() {
-            let at = j.offset + i as u64 * PIECE;
-            f.write_at(at, piece).await.map_err(|e| format!("writing {} at {at}: {e}", j.path))?;
-            written += piece.len() as u64;
-            if written >= mark_after && !mark.exists() {
-                std::fs::write(mark, b"written").map_err(|e| e.to_string())?;
-            }
-        }
-        f.flush().await.map_err(|e| format!("flushing {}: {e}", j.path))?;
-        f.close().await.map_err(|e| format!("closing {}: {e}", j.path))?;
-    }
-    Ok(())
 }
 
 // ------------------------------------------------------------- 1. writes
@@ -592,6 +626,14 @@ fn wait_for_output(p: &mut Running, out: &Path, at_least: u64) {
     }
 }
 
+/// Asserts a reader met the killed drive — it warned that it read around a
+/// failed component of `path` — so the kill landed while it was reading,
+/// not after.
+fn assert_read_around(done: &Finished, path: &str) {
+    let warned = done.stderr.lines().any(|l| l.contains("reading around it") && l.contains(&format!("path={path}")));
+    assert!(warned, "{}: no component failed during the read (the kill came too late):\n{}", done.what, done.stderr);
+}
+
 /// A drive SIGKILLed during `nasd get` of a mirrored file, and another
 /// during `nasd cat` of an `rs:2+1` file: both end without an error and
 /// with the file's exact bytes.
@@ -612,8 +654,10 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     wait_for_output(&mut get, &out, m.len() as u64 / 4);
     let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
     c.drive(victim).kill();
-    assert_ok(&get.wait(), &c);
+    let done = get.wait();
+    assert_ok(&done, &c);
     assert_eq!(digest_file(&out), digest(&m), "nasd get around the killed drive");
+    assert_read_around(&done, "/m.bin");
     c.drive(victim).start();
 
     // nasd cat of the Reed-Solomon file; the drive of a data component dies a quarter in.
@@ -626,26 +670,25 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     assert_ok(&done, &c);
     assert_eq!(done.stdout.len(), r.len());
     assert_eq!(digest(&done.stdout), digest(&r), "nasd cat around the killed drive");
+    assert_read_around(&done, "/r/r.bin");
 }
 
 // ------------------------------------------------------- 3. a client killed
 
-/// A library writer process overwrites and extends two files — `mirror:2`
-/// and `rs:2+1` — inside write transactions: a write on every component,
-/// and a write that leaves component 0 out (as if the writer died between
-/// component writes: the copies, or the data and parity chunks, of those
-/// stripes disagree on the drives), all flushed, nothing committed. It is
-/// SIGKILLed. After its lease every stripe reads old — through every subset
-/// of components the layouts can read from — the bytes it wrote past the
-/// old end are gone, and the recorded sizes are the old ones.
-#[test]
-fn a_killed_writer_is_rolled_back_on_every_component() {
-    let c = cluster(3, "mirror:2@64K", 3600, false);
-    let rt = runtime();
-    let fs = rt.block_on(c.login());
+/// A file's path, its content before a writer's transaction, and the
+/// writes made under it.
+type Written = (&'static str, Vec<u8>, Vec<Job>);
+
+/// A `mirror:2` file `/m.bin` and an `rs:2+1` file `/r/r.bin` of `old_len`
+/// bytes each, and a writer process that overwrote and extended both inside
+/// write transactions — a write on every component, and a write that leaves
+/// component 0 out (as if the writer died between component writes: the
+/// copies, or the data and parity chunks, of those stripes disagree on the
+/// drives) — flushed everything and committed nothing. Returns each file's
+/// path, old content and writes, and the writer, alive and idle.
+fn two_files_with_open_transactions(c: &Cluster, old_len: u64) -> (Vec<Written>, Running) {
     c.run_ok(&["mkdir", "/r"]);
     c.run_ok(&["layout", "set", "/r", "rs:2+1@64K"]);
-    let old_len = 3 * MIB + 12_345;
     let mut files = Vec::new();
     for (i, path) in ["/m.bin", "/r/r.bin"].into_iter().enumerate() {
         let old = pattern(10 + i as u64, old_len as usize);
@@ -658,27 +701,48 @@ fn a_killed_writer_is_rolled_back_on_every_component() {
     }
     let all_jobs: Vec<Job> = files.iter().flat_map(|(_, _, j)| j.clone()).collect();
     let mark = c.dir().join("written");
-    let mut writer = start_writer(&c, "raw", &all_jobs, &mark, 0);
+    let mut writer = start_writer(c, &all_jobs, &mark);
     wait_for_mark(&mark, &mut writer);
-    writer.kill();
+    (files, writer)
+}
 
-    for (path, old, jobs) in &files {
+/// After [`two_files_with_open_transactions`] and the end of the writer's
+/// transactions: every stripe of both files reads old — through every
+/// subset of components the layouts can read from — the bytes written past
+/// the old end are gone, and the recorded sizes are the old ones.
+fn check_rolled_back(c: &Cluster, rt: &tokio::runtime::Runtime, files: &[Written], old_len: u64) {
+    let fs = rt.block_on(c.login());
+    for (path, old, jobs) in files {
         rt.block_on(settle(&fs, path));
         let mut new = old.clone();
         jobs.iter().for_each(|j| j.apply(&mut new));
         assert_eq!(rt.block_on(size_of(&fs, path)), old_len, "{path}: the recorded size is the old one");
         let versions: [(&str, &[u8]); 2] = [("old", old), ("new", &new)];
         rt.block_on(check_every_subset(&fs, path, old, new.len() as u64, &BTreeSet::new(), &versions));
-        assert_eq!(get_digest(&c, path, "back"), digest(old), "{path}: nasd get");
+        assert_eq!(get_digest(c, path, "back"), digest(old), "{path}: nasd get");
     }
 }
 
-/// `nasd put` over an existing `rs:2+1` file SIGKILLed mid-write. The put
+/// The writer process of [`two_files_with_open_transactions`] SIGKILLed:
+/// after its lease both files are rolled back on every component.
+#[test]
+fn a_killed_writer_is_rolled_back_on_every_component() {
+    let c = cluster(3, "mirror:2@64K", 3600, false);
+    let rt = runtime();
+    let old_len = 3 * MIB + 12_345;
+    let (files, mut writer) = two_files_with_open_transactions(&c, old_len);
+    writer.kill();
+    check_rolled_back(&c, &rt, &files, old_len);
+}
+
+/// `nasd put` over an existing `rs:2+1` file SIGKILLed inside a write
+/// transaction, with bytes past the committed size on the drives. The put
 /// truncates the file first (a transaction of the manager, committed) and
 /// then commits a transaction a quarter into each lease, so what it leaves
 /// is what it committed: after its lease the file is exactly the new
-/// content up to the recorded size — through every subset of components —
-/// and nothing of the transaction it had open is left past it.
+/// content up to the size recorded when it was stopped — through every
+/// subset of components — and nothing of the transaction it had open is
+/// left past it.
 #[test]
 fn a_killed_put_leaves_what_it_committed_and_nothing_else() {
     let c = cluster(3, "rs:2+1@64K", 3600, true);
@@ -689,13 +753,13 @@ fn a_killed_put_leaves_what_it_committed_and_nothing_else() {
     let new = pattern(6, (96 * MIB + 77) as usize);
     let local = local_file(c.dir(), "new", &new);
 
-    let mut put = rt.block_on(put_in_flight(&c, &fs, &local, "/f", new.len() as u64, 8 * MIB));
+    let (mut put, committed) = rt.block_on(put_stopped_mid_transaction(&c, &fs, &local, "/f", &new, 8 * MIB));
     let killed = put.kill();
     assert!(!killed.status.success(), "the put was killed, not finished: {killed:?}");
     rt.block_on(settle(&fs, "/f"));
 
     let size = rt.block_on(size_of(&fs, "/f"));
-    assert!((8 * MIB..new.len() as u64).contains(&size), "/f: {size} bytes committed");
+    assert_eq!(size, committed, "/f: the size the put had committed when it was stopped");
     let versions: [(&str, &[u8]); 2] = [("old", &old), ("new", &new)];
     let want = &new[..size as usize];
     rt.block_on(check_every_subset(&fs, "/f", want, new.len() as u64, &BTreeSet::new(), &versions));
@@ -704,32 +768,15 @@ fn a_killed_put_leaves_what_it_committed_and_nothing_else() {
 
 // ------------------------------------------------------ 4. the manager killed
 
-/// After a writer's fate is sealed: the file `path`, recorded as `size`
-/// bytes, must read as `new` up to some point and `old` after it (a commit
-/// point: the writer commits in order, each transaction whole or not at
-/// all), through every subset of components. Returns that point.
-async fn check_new_then_old(fs: &FsClient, path: &str, old: &[u8], new: &[u8]) -> usize {
-    let size = size_of(fs, path).await as usize;
-    let got = step("read", fs.read_file(path)).await.unwrap_or_else(|e| panic!("read {path}: {e}"));
-    assert_eq!(got.len(), size, "{path}: read as many bytes as recorded");
-    let split = got.iter().zip(new).take_while(|(a, b)| a == b).count();
-    let mut want = new[..split.min(new.len())].to_vec();
-    if size > split {
-        assert!(old.len() >= size, "{path}: {size} bytes recorded, new only up to {split} and the old file is shorter");
-        want.extend_from_slice(&old[split..size]);
-    }
-    let versions: [(&str, &[u8]); 2] = [("old", old), ("new", new)];
-    let read_len = size.max(new.len()).max(old.len()) as u64;
-    check_every_subset(fs, path, &want, read_len, &BTreeSet::new(), &versions).await;
-    split
-}
-
-/// The manager SIGKILLed while `nasd put` overwrites an `rs:2+1` file, and
-/// started again at once: the put either succeeds (committing to the new
-/// manager within its lease) or fails with an error that says what failed;
-/// either way, afterwards the file is the new content up to a commit point
-/// (the put truncated the old content away first), the same through every
-/// subset of components, with nothing past its recorded size.
+/// The manager SIGKILLed while `nasd put` overwrites an `rs:2+1` file, at a
+/// moment the put's open transaction has bytes on the drives past the
+/// committed size (the put held by SIGSTOP while the manager dies, then let
+/// go: it meets the manager gone), and started again. The put either
+/// succeeds (committing to the new manager within its lease, or beginning
+/// again) or fails with one line saying what failed; either way, afterwards
+/// the file is the new content up to its recorded size (the put truncated
+/// the old content away first), at least what was committed before the
+/// kill, the same through every subset of components, with nothing past it.
 #[test]
 fn a_manager_killed_during_a_put_leaves_whole_stripes() {
     let mut c = cluster(3, "rs:2+1@64K", 3600, true);
@@ -740,16 +787,17 @@ fn a_manager_killed_during_a_put_leaves_whole_stripes() {
     let new = pattern(8, (96 * MIB + 77) as usize);
     let local = local_file(c.dir(), "new", &new);
 
-    let mut put = rt.block_on(put_in_flight(&c, &fs, &local, "/f", new.len() as u64, 8 * MIB));
+    let (put, committed) = rt.block_on(put_stopped_mid_transaction(&c, &fs, &local, "/f", &new, 8 * MIB));
     drop(fs);
     c.kill_manager();
-    assert!(put.try_finish().is_none(), "the put was still writing when the manager died");
+    put.signal(libc::SIGCONT);
     c.start_manager();
     let done = put.wait();
     eprintln!("the put {}: {}", if done.status.success() { "succeeded" } else { "failed" }, done.stderr.trim());
     if !done.status.success() {
+        let errors: Vec<&str> = done.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
         assert!(
-            done.stderr.starts_with("error: ") && done.stderr.contains("/f") && done.stderr.lines().count() == 1,
+            errors.len() == 1 && errors[0].contains("/f"),
             "a failed put says what failed, in one line: {}",
             done.stderr
         );
@@ -761,51 +809,29 @@ fn a_manager_killed_during_a_put_leaves_whole_stripes() {
     if done.status.success() {
         assert_eq!(size, new.len() as u64, "the put succeeded: the whole new content");
     }
-    let split = rt.block_on(check_new_then_old(&fs, "/f", &[], &new));
-    assert_eq!(split as u64, size, "after the truncation only new bytes: {split} of {size}");
-    assert_eq!(get_digest(&c, "/f", "back"), digest(&new[..split]), "nasd get");
+    assert!(size >= committed, "{size} bytes recorded, {committed} were committed before the manager died");
+    let versions: [(&str, &[u8]); 2] = [("old", &old), ("new", &new)];
+    let want = &new[..size as usize];
+    rt.block_on(check_every_subset(&fs, "/f", want, new.len() as u64, &BTreeSet::new(), &versions));
+    assert_eq!(get_digest(&c, "/f", "back"), digest(want), "nasd get");
 }
 
-/// The manager SIGKILLed while a library writer process overwrites an
-/// `rs:2+1` file in place (no truncation: old bytes stay where it has not
-/// written), started again at once: the writer succeeds or fails with a
-/// clear error, and afterwards the file reads new up to a commit point and
-/// old after it — never a stripe that is neither — through every subset of
-/// components, its recorded size the old (and new) length.
+/// The manager SIGKILLed while the writer process of
+/// [`two_files_with_open_transactions`] has its transactions open (written
+/// and flushed, some stripes on all components and some on all but one),
+/// and started again; the writer stays, idle. The new manager knows the
+/// transactions from its intent log and, once their lease has run out,
+/// rolls each back on every component: both files read old everywhere.
 #[test]
-fn a_manager_killed_during_an_overwrite_in_place_leaves_whole_stripes() {
-    let mut c = cluster(3, "rs:2+1@64K", 3600, true);
+fn a_manager_killed_with_transactions_open_rolls_them_back_after_its_restart() {
+    let mut c = cluster(3, "mirror:2@64K", 3600, false);
     let rt = runtime();
-    let len = 48 * MIB + 4_321;
-    let old = pattern(9, len as usize);
-    c.run_ok(&["put", path_str(&local_file(c.dir(), "old", &old)), "/f"]);
-    let job = Job { path: "/f".into(), offset: 0, len, seed: 10, skip: vec![] };
-    let mut new = old.clone();
-    job.apply(&mut new);
-
-    let mark = c.dir().join("quarter");
-    let mut writer = start_writer(&c, "file", std::slice::from_ref(&job), &mark, len / 4);
-    wait_for_mark(&mark, &mut writer);
+    let old_len = 3 * MIB + 12_345;
+    let (files, writer) = two_files_with_open_transactions(&c, old_len);
     c.kill_manager();
-    assert!(writer.try_finish().is_none(), "the writer was still writing when the manager died");
     c.start_manager();
-    let done = writer.wait();
-    let said = done.stderr.lines().filter(|l| l.starts_with("error: ")).collect::<Vec<_>>().join("\n");
-    eprintln!("the writer {}: {said}", if done.status.success() { "succeeded" } else { "failed" });
-    if !done.status.success() {
-        assert!(said.contains("/f"), "a failed writer says what failed: {}", done.stderr);
-    }
-
-    let fs = rt.block_on(c.login());
-    rt.block_on(settle(&fs, "/f"));
-    assert_eq!(rt.block_on(size_of(&fs, "/f")), len, "the size of the old and the new content");
-    let split = rt.block_on(check_new_then_old(&fs, "/f", &old, &new));
-    if done.status.success() {
-        assert_eq!(split as u64, len, "the writer succeeded: the whole new content");
-    }
-    let mut want = new[..split].to_vec();
-    want.extend_from_slice(&old[split..]);
-    assert_eq!(get_digest(&c, "/f", "back"), digest(&want), "nasd get");
+    check_rolled_back(&c, &rt, &files, old_len);
+    drop(writer);
 }
 
 // ------------------------------------------------ 5. losing m and m + 1 drives
@@ -865,10 +891,13 @@ fn losing_m_drives_reads_everything_and_m_plus_one_fails_cleanly() {
     assert!(!got.status.success());
     assert_eq!(std::fs::read(&kept).unwrap(), b"what was here before", "a failed get replaced the local file");
 
+    // Every stripe of the file lost three of its six components: not one byte can be read.
     let cat = c.run(&["cat", path]);
     assert!(!cat.status.success(), "nasd cat with three drives stopped succeeded");
-    assert!(cat.stderr.contains(&format!("drive {} ({})", stopped[0].0, stopped[0].1)), "{}", cat.stderr);
-    assert!(cat.stdout.len() < files[3].1.len(), "nasd cat printed the whole file");
+    for (n, addr) in &stopped {
+        assert!(cat.stderr.contains(&format!("drive {n} ({addr})")), "the error names drive {n}: {}", cat.stderr);
+    }
+    assert!(cat.stdout.is_empty(), "nasd cat printed {} bytes it could not have read", cat.stdout.len());
 }
 
 // ------------------------------------------------------------ 6. rebuild

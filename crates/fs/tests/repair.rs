@@ -3,7 +3,9 @@
 //! that drive gone for good); a drive that was down briefly has the ranges
 //! its components missed resynced when it comes back; scrub finds a rotten
 //! block and heals it from redundancy; a new drive takes its share of the
-//! components by rebalancing. Checksums of every file before and after.
+//! components by rebalancing. Every test takes a checksum (BLAKE3) of every
+//! file, read back, before the fault and after the repair, and checks they
+//! are equal and are the checksums of what was written.
 
 mod common;
 
@@ -16,6 +18,50 @@ use nasd_proto::manager::{ClusterStatus, RepairAction};
 use nasd_stripe::DrivePool;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A file's checksum.
+fn checksum(data: &[u8]) -> blake3::Hash {
+    blake3::hash(data)
+}
+
+/// The checksum of every file of `files` as read back now (a fresh lookup
+/// each), in order.
+async fn checksums(fs: &FsClient, pool: &Arc<DrivePool>, files: &[(String, Vec<u8>)]) -> Vec<(String, blake3::Hash)> {
+    let mut out = Vec::with_capacity(files.len());
+    for (name, _) in files {
+        out.push((name.clone(), checksum(&read_all(fs, pool, &format!("/{name}")).await)));
+    }
+    out
+}
+
+/// The checksum of every file of `files` before a fault: as read back, and
+/// equal to the checksum of what was written.
+async fn checksums_before(
+    fs: &FsClient,
+    pool: &Arc<DrivePool>,
+    files: &[(String, Vec<u8>)],
+) -> Vec<(String, blake3::Hash)> {
+    let before = checksums(fs, pool, files).await;
+    for ((name, data), (_, sum)) in files.iter().zip(&before) {
+        assert_eq!(*sum, checksum(data), "{name} reads back as written");
+    }
+    before
+}
+
+/// Asserts every file of `files` reads back now with the checksum it had
+/// `before` (`what`: after what).
+async fn assert_checksums(
+    fs: &FsClient,
+    pool: &Arc<DrivePool>,
+    files: &[(String, Vec<u8>)],
+    before: &[(String, blake3::Hash)],
+    what: &str,
+) {
+    let after = checksums(fs, pool, files).await;
+    for ((name, was), (_, now)) in before.iter().zip(&after) {
+        assert_eq!(now, was, "{name}: its checksum {what} differs from the one before");
+    }
+}
 
 /// Polls the cluster status until `done` holds, at most [`STEP`].
 async fn until(fs: &FsClient, what: &str, done: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
@@ -62,9 +108,11 @@ fn a_drive_that_stays_down_has_its_components_rebuilt_elsewhere() {
         let mut c = Cluster::start(opts).await;
         let admin = c.login(ADMIN, ADMIN_PW).await;
         let pool = Arc::new(DrivePool::new());
-        for (name, data) in contents() {
-            write_new(&admin, &pool, &name, &data).await;
+        let files = contents();
+        for (name, data) in &files {
+            write_new(&admin, &pool, name, data).await;
         }
+        let sums = checksums_before(&admin, &pool, &files).await;
         let victim = c.drives.remove(1);
         let before = until(&admin, "components on drive 1", |s| s.drives[1].components > 0).await;
         let held = before.drives[1].components;
@@ -74,12 +122,9 @@ fn a_drive_that_stays_down_has_its_components_rebuilt_elsewhere() {
         let total: u64 = after.drives.iter().map(|d| d.components).sum();
         assert_eq!(total, before.drives.iter().map(|d| d.components).sum::<u64>(), "every component still exists");
         assert!(held > 0);
-        for (name, data) in contents() {
-            let back = read_all(&admin, &pool, &format!("/{name}")).await;
-            assert!(back == data, "{name} after the rebuild");
-        }
+        assert_checksums(&admin, &pool, &files, &sums, "after the rebuild").await;
         // Nothing is read from the lost drive: every component of every file is elsewhere and Ok.
-        for (name, _) in contents() {
+        for (name, _) in &files {
             let info = to(admin.get_layout(&format!("/{name}"))).await.expect("layout");
             assert!(info.components.iter().all(|(c, _)| c.object.drive != 1 && c.state == nasd_fs::ComponentState::Ok));
         }
@@ -102,11 +147,12 @@ fn a_drive_back_from_a_short_outage_is_resynced() {
         let old = pattern(9, 300_000);
         write_new(&admin, &pool, "a", &old).await;
         let (h, _) = create(&admin, "b").await;
+        let new = pattern(10, 400_000);
+        let files = vec![("a".to_string(), old.clone()), ("b".to_string(), new.clone())];
         let stopped = c.drives.remove(2).halt().await;
         until(&admin, "drive 2 down", |s| !s.drives[2].up).await;
 
         // Written while drive 2 is down: its copy misses it and is marked stale.
-        let new = pattern(10, 400_000);
         let access = to(admin.walk("/b", nasd_fs::OpenMode::ReadWrite)).await.expect("walk").access.expect("access");
         let missed = write(&admin, &pool, h, &access, &new).await;
         assert_eq!(missed.len(), 1, "the copy on the stopped drive missed the write");
@@ -114,18 +160,26 @@ fn a_drive_back_from_a_short_outage_is_resynced() {
         assert!(info.components.iter().any(|(c, _)| c.object.drive == 2), "a copy on drive 2: {info:?}");
         let status = to(admin.cluster_status()).await.expect("status");
         assert!(status.files_degraded >= 1, "{status:?}");
+        let sums = checksums_before(&admin, &pool, &files).await;
 
         c.drives.insert(2, stopped.start().await);
         until(&admin, "resync of the stale copy", |s| s.drives[2].up && s.files_degraded == 0).await;
-        // Read from drive 2's copy alone: the others taken out.
-        let idx = info.components.iter().position(|(c, _)| c.object.drive == 2).expect("component on drive 2");
-        let others: Vec<usize> = (0..3).filter(|&i| i != idx).collect();
-        let access = to(admin.walk("/b", nasd_fs::OpenMode::Read)).await.expect("walk").access.expect("access");
-        assert!(access.components.iter().all(|c| c.state == nasd_fs::ComponentState::Ok), "{access:?}");
-        let (back, _) =
-            to(striper(&pool, &access, &others).read(0, new.len() as u64, new.len() as u64)).await.expect("read");
-        assert!(back == new, "drive 2's copy holds what was written while it was down");
-        assert!(read_all(&admin, &pool, "/a").await == old);
+        assert_checksums(&admin, &pool, &files, &sums, "after the resync").await;
+        // Each copy alone, drive 2's resynced one included, holds each file: the others taken out.
+        for (name, data) in &files {
+            let access = to(admin.walk(&format!("/{name}"), nasd_fs::OpenMode::Read))
+                .await
+                .expect("walk")
+                .access
+                .expect("access");
+            assert!(access.components.iter().all(|c| c.state == nasd_fs::ComponentState::Ok), "{access:?}");
+            for copy in 0..3 {
+                let others: Vec<usize> = (0..3).filter(|&i| i != copy).collect();
+                let len = data.len() as u64;
+                let (back, _) = to(striper(&pool, &access, &others).read(0, len, len)).await.expect("read");
+                assert_eq!(checksum(&back), checksum(data), "/{name}: copy {copy} alone, after the resync");
+            }
+        }
         c.stop().await;
     });
 }
@@ -144,6 +198,12 @@ fn scrub_heals_a_rotten_block_from_redundancy() {
         let pool = Arc::new(DrivePool::new());
         let data = pattern(5, 500_000);
         let (_, access) = write_new(&admin, &pool, "r", &data).await;
+        let mut files = contents();
+        for (name, data) in &files {
+            write_new(&admin, &pool, name, data).await;
+        }
+        files.push(("r".to_string(), data.clone()));
+        let sums = checksums_before(&admin, &pool, &files).await;
         let comp = access.components[0].object;
         let i = c.drives.iter().position(|d| d.addr.to_string() == access.components[0].drive_addr).expect("drive");
         let stopped = c.drives.remove(i).halt().await;
@@ -153,6 +213,7 @@ fn scrub_heals_a_rotten_block_from_redundancy() {
         to(admin.repair(RepairAction::Scrub)).await.expect("start a scrub");
         let s = until(&admin, "scrub", |s| s.last_scrub.blocks_checked > 0 && s.scrub.files_total == 0).await;
         assert_eq!((s.last_scrub.corrupt, s.last_scrub.healed, s.last_scrub.unrecoverable), (1, 1, 0), "{s:?}");
+        assert_checksums(&admin, &pool, &files, &sums, "after the scrub").await;
         // Healed: the component itself now reads right, without reconstruction.
         let (back, report) =
             to(striper(&pool, &access, &[]).read(0, data.len() as u64, data.len() as u64)).await.expect("read");
@@ -183,6 +244,7 @@ fn a_new_drive_takes_its_share_by_rebalancing() {
         for (name, data) in &files {
             write_new(&admin, &pool, name, data).await;
         }
+        let sums = checksums_before(&admin, &pool, &files).await;
         let d = TestDrive::start(c.dir().join("drive-new")).await;
         to(admin.add_drive(&d.addr.to_string(), &d.master)).await.expect("add a drive");
         c.drives.push(d);
@@ -210,9 +272,7 @@ fn a_new_drive_takes_its_share_by_rebalancing() {
             (0.15..=0.35).contains(&share),
             "the new drive holds {share:.2} of the components, about 1/4 expected: {s:#?}"
         );
-        for (name, data) in &files {
-            assert!(read_all(&admin, &pool, &format!("/{name}")).await == *data, "{name} after the rebalance");
-        }
+        assert_checksums(&admin, &pool, &files, &sums, "after the rebalance").await;
         c.stop().await;
     });
 }

@@ -225,7 +225,13 @@ impl Cluster {
 
     /// Runs `nasd ARGS` in the background, its output in files.
     pub fn spawn(&self, args: &[&str]) -> Running {
-        Running::spawn(self.nasd(args), self.dir(), &format!("nasd {}", args.join(" ")), &self.commands)
+        self.spawn_command(self.nasd(args), &format!("nasd {}", args.join(" ")))
+    }
+
+    /// Runs `cmd` (described as `what`) in the background, its output in
+    /// files beside the commands'.
+    pub fn spawn_command(&self, cmd: Command, what: &str) -> Running {
+        Running::spawn(cmd, self.dir(), what, &self.commands)
     }
 
     /// Runs `nasd ARGS` to completion (at most [`COMMAND_WAIT_MAX`]).
@@ -350,6 +356,14 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`) to it.
+    pub fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("running");
+        // SAFETY: kill(2) on the pid of a child not yet reaped (so not reused).
+        let rc = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "signal {signal} to {}: {}", self.what, std::io::Error::last_os_error());
     }
 
     /// SIGKILL, and reap.
