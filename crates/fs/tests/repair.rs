@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::raw::{create, read_all, striper, write, write_new};
+use common::raw::{begin, commit_ranges, create, read_all, striper, striper_without, write, write_new};
 use common::*;
 use nasd_fs::FsClient;
 use nasd_manager::ManagerConfig;
@@ -179,6 +179,96 @@ fn a_drive_back_from_a_short_outage_is_resynced() {
                 let (back, _) = to(striper(&pool, &access, &others).read(0, len, len)).await.expect("read");
                 assert_eq!(checksum(&back), checksum(data), "/{name}: copy {copy} alone, after the resync");
             }
+        }
+        c.stop().await;
+    });
+}
+
+/// Writes `data` at `offset` of `/name` in a transaction of its own that
+/// misses `missing`, flushed and not committed: the file's handle, the open
+/// transaction, and the components it missed (for the commit, which marks
+/// them stale over the ranges it names).
+async fn write_missing(
+    fs: &FsClient,
+    pool: &Arc<DrivePool>,
+    name: &str,
+    offset: u64,
+    data: &[u8],
+    missing: &[usize],
+) -> (nasd_proto::manager::Handle, u64, Vec<u8>) {
+    let e = to(fs.walk(&format!("/{name}"), nasd_fs::OpenMode::ReadWrite)).await.expect("walk");
+    let (h, size) = (e.handle(), e.attr.size);
+    let access = e.access.expect("access");
+    let txn = begin(fs, h).await.expect("begin");
+    let s = striper_without(pool, &access, missing);
+    let w = to(s.write(offset, data, size)).await.expect("write");
+    let f = to(s.flush(&w.written)).await.expect("flush");
+    let missed: Vec<u8> = w.missed.union(&f.missed).map(|&m| m as u8).collect();
+    assert_eq!(missed, missing.iter().map(|&m| m as u8).collect::<Vec<_>>(), "the write missed what it left out");
+    (h, txn, missed)
+}
+
+/// A stale copy whose resync has to wait for a client's transaction, which
+/// then commits a write that copy missed too: the resync rewrites that range
+/// as well (it reads the ranges to rewrite under its own transaction, after
+/// the client's commit), and the copy alone then holds every write.
+///
+/// The repair pass is kept busy with a larger stale file first (stale
+/// components are resynced in file order), so the client's transaction
+/// begins before the pass reaches the file, and it commits once the pass
+/// waits for it.
+#[test]
+fn a_resync_that_waited_for_a_writer_rewrites_what_the_writer_missed() {
+    run(async {
+        let opts = ClusterOptions {
+            config: config("mirror:2@64K", Duration::from_secs(3600)),
+            drives: 2,
+            maintenance: true,
+            ..Default::default()
+        };
+        let c = Cluster::start(opts).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        // The busy file first (a lower inode number), then the file under test.
+        let big = pattern(30, 48 << 20);
+        write_new(&admin, &pool, "big", &pattern(31, big.len())).await;
+        let mut want = pattern(32, 300_000);
+        write_new(&admin, &pool, "f", &want).await;
+
+        // The big file's second copy misses a rewrite of all of it: a long resync.
+        let (h, txn, missed) = write_missing(&admin, &pool, "big", 0, &big, &[1]).await;
+        commit_ranges(&admin, h, txn, big.len() as u64, missed, vec![(0, big.len() as u64)]).await.expect("commit");
+        // Then f's second copy misses [0, 100000), and a client's transaction begins on f at once.
+        let a = pattern(33, 100_000);
+        let (h, txn, missed) = write_missing(&admin, &pool, "f", 0, &a, &[1]).await;
+        commit_ranges(&admin, h, txn, a.len() as u64, missed, vec![(0, a.len() as u64)]).await.expect("commit");
+        want[..a.len()].copy_from_slice(&a);
+        let b = pattern(34, 100_000);
+        let (h, txn, missed) = write_missing(&admin, &pool, "f", 200_000, &b, &[1]).await;
+        want[200_000..300_000].copy_from_slice(&b);
+        // Once the big file is resynced, the pass has gone on to f and waits for the client.
+        let resynced = |name: &'static str| {
+            let admin = &admin;
+            async move {
+                let info = to(admin.get_layout(&format!("/{name}"))).await.expect("layout");
+                info.components.iter().all(|(c, _)| c.state == nasd_fs::ComponentState::Ok)
+            }
+        };
+        let deadline = tokio::time::Instant::now() + STEP;
+        while !resynced("big").await {
+            assert!(tokio::time::Instant::now() < deadline, "the big file was not resynced");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!resynced("f").await, "f's resync waits for the client's transaction");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        commit_ranges(&admin, h, txn, 300_000, missed, vec![(200_000, 100_000)]).await.expect("commit");
+
+        until(&admin, "every copy resynced", |s| s.files_degraded == 0).await;
+        let access = to(admin.walk("/f", nasd_fs::OpenMode::Read)).await.expect("walk").access.expect("access");
+        for copy in 0..2 {
+            let len = want.len() as u64;
+            let (back, _) = to(striper(&pool, &access, &[1 - copy]).read(0, len, len)).await.expect("read");
+            assert_eq!(checksum(&back), checksum(&want), "/f: copy {copy} alone holds every write");
         }
         c.stop().await;
     });
