@@ -464,7 +464,8 @@ async fn get(fs: &FsClient, remote: &str, local: &Path) -> anyhow::Result<()> {
             file.set_permissions(m.permissions()).await?;
         }
         let mut dst = bar.wrap_async_write(tokio::io::BufWriter::with_capacity(1 << 20, file.try_clone().await?));
-        let got = f.read_to(0, len, &mut dst).await.with_context(|| format!("reading {remote}"))?;
+        let got =
+            f.read_to(0, len, &mut dst).await.with_context(|| format!("copying {remote} to {}", local.display()))?;
         anyhow::ensure!(got == len, "{remote} shrank while being copied ({got} of {len} bytes)");
         file.sync_all().await?;
         if let Some(s) = &staged {

@@ -10,7 +10,9 @@
 //!    no error, every byte readable afterwards, byte-exact, the component
 //!    that missed writes recorded stale, and — once the drive is back and
 //!    the stale copy resynced — the same bytes through every subset of
-//!    components;
+//!    components; a `nasd put` over existing files right after a drive died
+//!    (before the heartbeat noticed) truncates around it; a resync longer
+//!    than the write lease keeps what it copied;
 //! 2. a drive SIGKILLed during `nasd get` of a mirrored file and `nasd cat`
 //!    of a Reed-Solomon file: no error, identical bytes;
 //! 3. a client SIGKILLed mid-write: a writer process that wrote and flushed
@@ -34,7 +36,11 @@
 //! 6. a drive stopped for good with a short `rebuild_delay_secs`: `nasd
 //!    repair` and `nasd status` until no file is degraded; the status shows
 //!    the drive down with nothing on it, every file reads with the same
-//!    checksum, and through every subset of its new components.
+//!    checksum, and through every subset of its new components;
+//! 7. a drive added to a live cluster and `nasd repair rebalance`: the new
+//!    drive takes about its share while files opened before the move are
+//!    read over and over without a failed read; every file keeps its
+//!    checksum.
 //!
 //! No test asserts on timing: a kill lands "during" an operation by polling
 //! its progress (bounded by [`STEP`]), and a test checks that it did: the
@@ -1026,6 +1032,88 @@ fn a_drive_lost_for_good_is_rebuilt_with_the_real_binaries() {
             info.components.iter().all(|(comp, _)| comp.object.drive != victim && comp.state == ComponentState::Ok),
             "{path}: every component elsewhere and whole: {info:?}"
         );
+        rt.block_on(check_every_subset(&fs, path, data, data.len() as u64, &BTreeSet::new(), &[]));
+    }
+}
+
+// ------------------------------------------------------------ 7. growth
+
+/// A fourth drive added to a live cluster of three (`nasd admin add-drive`)
+/// and `nasd repair rebalance`: components of `mirror:2` files and of
+/// `stripe:2` files (no redundancy: a reader gets through a move only by
+/// finding the component where it went) move onto it until it holds about
+/// its share (a quarter), while a reader reads every file over and over —
+/// no read fails or returns other bytes during the move. Afterwards every
+/// file has the checksum it had before (`nasd get`), and reads byte-exact
+/// through every subset of its components.
+#[test]
+fn a_drive_added_to_a_live_cluster_takes_its_share_while_files_are_read() {
+    let mut c = cluster(3, "mirror:2@64K", 3600, false);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    c.run_ok(&["mkdir", "/s"]);
+    c.run_ok(&["layout", "set", "/s", "stripe:2@64K"]);
+    let files: Vec<(String, Vec<u8>)> = (0..24)
+        .map(|i| {
+            let dir = if i % 2 == 0 { "/s" } else { "" };
+            (format!("{dir}/f{i}"), pattern(60 + i, (MIB + i * 4_099) as usize))
+        })
+        .collect();
+    let mut before = Vec::new();
+    for (i, (path, data)) in files.iter().enumerate() {
+        c.run_ok(&["put", path_str(&local_file(c.dir(), &format!("l{i}"), data)), path]);
+        before.push(get_digest(&c, path, &format!("b{i}")));
+    }
+
+    // The reader: every file opened once, before the move (so its bindings go stale as
+    // components move), then read whole, in turn, until told to stop.
+    let open: Vec<nasd_fs::File> = files
+        .iter()
+        .map(|(path, _)| rt.block_on(step("open", fs.open(path, false))).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (files, stop) = (files.clone(), stop.clone());
+        rt.spawn(async move {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for (f, (path, data)) in open.iter().zip(&files) {
+                    match f.read_at(0, data.len() as u64).await {
+                        Ok(got) if got == *data => reads += 1,
+                        Ok(got) => return Err(format!("{path}: {} bytes read, not what was put", got.len())),
+                        Err(e) => return Err(format!("{path}: {e}")),
+                    }
+                }
+            }
+            Ok(reads)
+        })
+    };
+
+    let added = c.add_drive();
+    let deadline = Instant::now() + STEP;
+    let status = loop {
+        // `nasd repair rebalance` follows the rebalance to its end. It weighs the drives a
+        // heartbeat has reported on: ask again while the new drive got nothing.
+        let said = c.run_ok(&["repair", "rebalance"]);
+        let s = rt.block_on(step("status", fs.cluster_status())).expect("status");
+        let new = s.drives.iter().find(|d| d.drive == added).map_or(0, |d| d.components);
+        if new > 0 {
+            assert_eq!(s.rebalance, Default::default(), "nasd repair returned before the rebalance ended:\n{said}");
+            break s;
+        }
+        assert!(Instant::now() < deadline, "nothing moved to drive {added}; nasd repair said:\n{said}\n{s:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let reads = rt.block_on(reader).expect("reader task").unwrap_or_else(|e| panic!("a read during the move: {e}"));
+    assert!(reads > 0, "the reader read no file whole during the move");
+
+    let total: u64 = status.drives.iter().map(|d| d.components).sum();
+    assert_eq!(total, 48, "every component still exists: {status:#?}");
+    let share = status.drives.iter().find(|d| d.drive == added).expect("the new drive").components as f64 / 48.0;
+    assert!((0.15..=0.35).contains(&share), "the new drive holds {share:.2} of the components: {status:#?}");
+    for (i, (path, data)) in files.iter().enumerate() {
+        assert_eq!(get_digest(&c, path, &format!("a{i}")), before[i], "{path} after the rebalance");
         rt.block_on(check_every_subset(&fs, path, data, data.len() as u64, &BTreeSet::new(), &[]));
     }
 }

@@ -60,15 +60,34 @@ pub struct RepairState {
 const MANAGER: Caller = Caller::ROOT;
 
 impl Manager {
-    /// `REPAIR`: asks the repair task to start `action` at once.
+    /// `REPAIR`: asks the repair task to start `action` at once. A scrub or
+    /// a rebalance with something to do shows in the status from now on
+    /// (what it is to do, nothing done yet) until it has finished, so that
+    /// `nasd repair`, which follows it until the status shows it idle, does
+    /// not take a task that has not started yet for one that has ended.
     pub(crate) fn request_repair(&self, action: nasd_proto::manager::RepairAction) {
         use nasd_proto::manager::RepairAction;
+        let to_move = match action {
+            RepairAction::Rebalance => self.rebalance_to_move(&self.used_by_drive()),
+            _ => 0,
+        };
+        let scrubbed = self.drives().into_iter().filter(|d| self.is_up(d.drive)).count() as u64;
         {
             let mut r = self.repair.lock().expect("repair lock");
             match action {
                 RepairAction::Rebuild => r.rebuild_now = true,
-                RepairAction::Scrub => r.scrub_requested = true,
-                RepairAction::Rebalance => r.rebalance_requested = true,
+                RepairAction::Scrub => {
+                    r.scrub_requested = true;
+                    if r.scrub == Progress::default() {
+                        r.scrub.files_total = scrubbed;
+                    }
+                }
+                RepairAction::Rebalance => {
+                    r.rebalance_requested = true;
+                    if r.rebalance == Progress::default() {
+                        r.rebalance.bytes_total = to_move;
+                    }
+                }
             }
         }
         self.repair_kick.notify_one();
@@ -540,12 +559,12 @@ impl Manager {
     /// of its share.
     async fn rebalance(&self) {
         let mut used = self.used_by_drive();
-        if used.len() < 2 {
+        let to_move = self.rebalance_to_move(&used);
+        if to_move == 0 {
+            self.repair.lock().expect("repair lock").rebalance = Progress::default();
             return;
         }
         let average = used.iter().map(|(_, u)| *u as f64).sum::<f64>() / used.len() as f64;
-        let to_move: u64 =
-            used.iter().filter(|(_, u)| (*u as f64) < average).map(|(_, u)| (average - *u as f64) as u64).sum();
         {
             let mut r = self.repair.lock().expect("repair lock");
             r.rebalance = Progress { files_done: 0, files_total: 0, bytes_done: 0, bytes_total: to_move };
@@ -571,6 +590,16 @@ impl Manager {
             }
         }
         self.repair.lock().expect("repair lock").rebalance = Progress::default();
+    }
+
+    /// Bytes a rebalance over drives using `used` bytes would move: what
+    /// the drives below the average lack of it (0 with fewer than two drives).
+    fn rebalance_to_move(&self, used: &[(u32, u64)]) -> u64 {
+        if used.len() < 2 {
+            return 0;
+        }
+        let average = used.iter().map(|(_, u)| *u as f64).sum::<f64>() / used.len() as f64;
+        used.iter().filter(|(_, u)| (*u as f64) < average).map(|(_, u)| (average - *u as f64) as u64).sum()
     }
 
     /// Moves one component from drive `from` to drive `to` (one whose file

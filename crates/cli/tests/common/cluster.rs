@@ -134,20 +134,38 @@ impl Cluster {
         };
         c.start_manager();
         for i in 0..c.drives.len() {
-            let d = &c.drives[i];
-            master_key(&d.data);
-            let key_file = d.data.join("master.key");
-            let added =
-                c.run_ok(&["admin", "add-drive", &d.addr.to_string(), "--master-key-file", path_str(&key_file)]);
-            let number = added
-                .trim()
-                .rsplit(' ')
-                .next()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("add-drive said: {added}"));
-            c.drives[i].number = number;
+            c.drives[i].number = c.take_into_service(i);
         }
         c
+    }
+
+    /// `nasd admin add-drive` of drive `i` (running): the manager's number for it.
+    fn take_into_service(&self, i: usize) -> u32 {
+        let d = &self.drives[i];
+        master_key(&d.data);
+        let key_file = d.data.join("master.key");
+        let added = self.run_ok(&["admin", "add-drive", &d.addr.to_string(), "--master-key-file", path_str(&key_file)]);
+        added
+            .trim()
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("add-drive said: {added}"))
+    }
+
+    /// Starts one more drive (with the options' drive flags) and adds it to
+    /// the running cluster with `nasd admin add-drive`; its number.
+    pub fn add_drive(&mut self) -> u32 {
+        let i = self.drives.len();
+        let dir = self.tmp.path().to_path_buf();
+        let (data, log) = (dir.join(format!("drive-{i}")), dir.join(format!("drive-{i}.log")));
+        let args = self.drives.first().map(|d| d.args.clone()).unwrap_or_default();
+        let daemon = Drive::spawn(&dir, &data, &log, None, &args);
+        let addr = daemon.addr;
+        self.drives.push(Drive { number: 0, addr, data, log, args, daemon: Some(daemon) });
+        let number = self.take_into_service(i);
+        self.drives[i].number = number;
+        number
     }
 
     /// The directory everything lives in.
