@@ -149,7 +149,7 @@ fn render_status(s: &ClusterStatus) -> String {
         n => format!("{n} files degraded (a component stale or on a drive that is down)\n"),
     };
     for (name, p) in [("rebuild", s.rebuild), ("rebalance", s.rebalance)] {
-        if p.files_total > 0 {
+        if p != Progress::default() {
             out += &format!(
                 "{name}: {}/{} files, {}/{}\n",
                 p.files_done,
@@ -203,7 +203,13 @@ async fn follow(fs: &FsClient, action: RepairAction) -> anyhow::Result<ClusterSt
         let s = fs.cluster_status().await.context("status")?;
         let p = pick(&s);
         show(&bar, action, &p);
-        if p.files_total == 0 || p.files_done >= p.files_total {
+        // A scrub or rebalance shows in the status from its request until it has finished (its
+        // total of files grows as it goes); a rebuild round from its start until it is done.
+        let finished = match action {
+            RepairAction::Rebuild => p.files_total == 0 || p.files_done >= p.files_total,
+            RepairAction::Scrub | RepairAction::Rebalance => p == Progress::default(),
+        };
+        if finished {
             bar.finish_and_clear();
             return Ok(s);
         }
@@ -314,6 +320,9 @@ mod tests {
         assert!(text.contains("rebuild: 1/2 files, 1.0 MiB/2.0 MiB"), "{text}");
         assert!(!text.contains("rebalance:"), "idle tasks are not shown: {text}");
         assert!(text.contains("100 blocks checked, 1 corrupt, 1 healed"), "{text}");
+        // A rebalance asked for and not started yet: what it is to move, nothing moved.
+        let pending = ClusterStatus { rebalance: Progress { bytes_total: 3 << 20, ..Progress::default() }, ..s };
+        assert!(render_status(&pending).contains("rebalance: 0/0 files, 0 B/3.0 MiB"), "{}", render_status(&pending));
     }
 
     #[test]
