@@ -89,7 +89,8 @@ impl Plan {
         anyhow::ensure!(size > 0 && put_size > 0, "--size and --put-size must be above 0");
         anyhow::ensure!(a.drive_mib_per_sec > 0, "--drive-mib-per-sec must be at least 1");
         let layout = |t: &str| Layout::parse(t.trim()).map_err(|e| anyhow::anyhow!("layout '{t}': {e}"));
-        let layouts = a.layouts.split(',').filter(|t| !t.trim().is_empty()).map(layout).collect::<Result<Vec<_>, _>>()?;
+        let layouts =
+            a.layouts.split(',').filter(|t| !t.trim().is_empty()).map(layout).collect::<Result<Vec<_>, _>>()?;
         let put_layout = layout(&a.put_layout)?;
         let degraded = layout(&a.degraded_layout)?;
         anyhow::ensure!(
@@ -233,11 +234,15 @@ async fn baselines(plan: &Plan, dir: &Path) -> anyhow::Result<Baselines> {
     println!("| baseline | MiB/s | CPU |");
     println!("|---|---|---|");
     for reverse in [false, true] {
-        let what = if reverse { "iperf3 -R, loopback (server → client)" } else { "iperf3, loopback (client → server)" };
+        let what =
+            if reverse { "iperf3 -R, loopback (server → client)" } else { "iperf3, loopback (client → server)" };
         let bin = plan.iperf3.clone();
         match tokio::task::spawn_blocking(move || iperf3(&bin, n, reverse)).await? {
             Ok(r) => {
-                println!("| {what} | {:.0} | sender {:.0}%, receiver {:.0}% of a core |", r.mib_s, r.sender_cpu, r.receiver_cpu);
+                println!(
+                    "| {what} | {:.0} | sender {:.0}%, receiver {:.0}% of a core |",
+                    r.mib_s, r.sender_cpu, r.receiver_cpu
+                );
                 *(if reverse { &mut b.iperf_down } else { &mut b.iperf_up }) = Some(r.mib_s);
             }
             Err(e) => println!("| {what} | – | not measured: {e:#} |"),
@@ -300,7 +305,8 @@ fn iperf3(bin: &Path, bytes: u64, reverse: bool) -> anyhow::Result<Iperf> {
             let end = &json["end"];
             let bps = end["sum_received"]["bits_per_second"].as_f64().context("iperf3 JSON: no end.sum_received")?;
             let cpu = &end["cpu_utilization_percent"];
-            let (host, remote) = (cpu["host_total"].as_f64().unwrap_or(0.0), cpu["remote_total"].as_f64().unwrap_or(0.0));
+            let (host, remote) =
+                (cpu["host_total"].as_f64().unwrap_or(0.0), cpu["remote_total"].as_f64().unwrap_or(0.0));
             // The client is the host; with -R it receives.
             let (sender_cpu, receiver_cpu) = if reverse { (remote, host) } else { (host, remote) };
             return Ok(Iperf { mib_s: bps / 8.0 / (1 << 20) as f64, sender_cpu, receiver_cpu });
@@ -345,7 +351,10 @@ async fn unthrottled_sweep(fs: &FsClient, plan: &Plan) -> anyhow::Result<Vec<Unt
     println!("## Unthrottled: the machine's limit per layout ({} file, every drive unpaced)", human(plan.size));
     println!();
     println!("CPU columns are cores busy during the transfer (CPU-seconds / wall seconds): this process's client,");
-    println!("drive and manager threads, and every other process on the machine (from /proc/stat; {} CPUs).", online_cpus());
+    println!(
+        "drive and manager threads, and every other process on the machine (from /proc/stat; {} CPUs).",
+        online_cpus()
+    );
     println!();
     println!("| layout | direction | MiB/s | client cores | drive cores | manager cores | other processes' cores | CPU ms per MiB |");
     println!("|---|---|---|---|---|---|---|---|");
@@ -386,9 +395,10 @@ async fn put_get(fs: &FsClient, plan: &Plan, base: &Baselines) -> anyhow::Result
     let get = measure(n, read_file(fs, &path, n, &pattern)).await?;
     fs.unlink(&path).await?;
     let ratio = |m: &Measured, b: Option<f64>| b.map_or("–".to_string(), |b| format!("{:.3}", m.mib_s() / b));
-    for (what, m, iperf, tcp) in
-        [("put (write + flush + commit)", &put, base.iperf_up, base.tcp_up), ("get (read)", &get, base.iperf_down, base.tcp_down)]
-    {
+    for (what, m, iperf, tcp) in [
+        ("put (write + flush + commit)", &put, base.iperf_up, base.tcp_up),
+        ("get (read)", &get, base.iperf_down, base.tcp_down),
+    ] {
         println!(
             "| {what} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
             m.mib_s(),
@@ -486,7 +496,11 @@ async fn degraded_and_rebuild(fs: &FsClient, cluster: &mut LocalCluster, plan: &
         let h = *healthy.get_or_insert(m.mib_s());
         let what = match stopped {
             0 => "none (healthy)".to_string(),
-            n => format!("{n} (data column{} {})", if n > 1 { "s" } else { "" }, (0..n).map(|c| c.to_string()).collect::<Vec<_>>().join(", ")),
+            n => format!(
+                "{n} (data column{} {})",
+                if n > 1 { "s" } else { "" },
+                (0..n).map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+            ),
         };
         println!(
             "| {what} | {:.0} | {:.2} | {:.2} | {:.2} |",
@@ -751,7 +765,10 @@ impl tokio::io::AsyncWrite for PatternChecker {
         self.at += buf.len() as u64;
         std::task::Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
     fn poll_shutdown(
@@ -802,7 +819,8 @@ impl CpuSample {
         let (mut drives, mut manager) = (0, 0);
         if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
             for t in tasks.flatten() {
-                let Some((name, ticks)) = std::fs::read_to_string(t.path().join("stat")).ok().as_deref().and_then(task_ticks)
+                let Some((name, ticks)) =
+                    std::fs::read_to_string(t.path().join("stat")).ok().as_deref().and_then(task_ticks)
                 else {
                     continue;
                 };
@@ -813,7 +831,8 @@ impl CpuSample {
                 }
             }
         }
-        let process = std::fs::read_to_string("/proc/self/stat").ok().as_deref().and_then(task_ticks).map_or(0, |t| t.1);
+        let process =
+            std::fs::read_to_string("/proc/self/stat").ok().as_deref().and_then(task_ticks).map_or(0, |t| t.1);
         let machine = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(machine_busy_ticks).unwrap_or(0);
         CpuSample { process, drives, manager, machine }
     }
@@ -824,7 +843,12 @@ impl CpuSample {
         let drives = secs(self.drives, before.drives);
         let manager = secs(self.manager, before.manager);
         let process = secs(self.process, before.process);
-        CpuUse { client: (process - drives - manager).max(0.0), drives, manager, machine: secs(self.machine, before.machine) }
+        CpuUse {
+            client: (process - drives - manager).max(0.0),
+            drives,
+            manager,
+            machine: secs(self.machine, before.machine),
+        }
     }
 }
 
@@ -866,7 +890,12 @@ fn online_cpus() -> usize {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
