@@ -165,7 +165,6 @@ fn a_writer_is_committed_once_it_wrote_txn_bytes_max() {
 }
 
 #[test]
-#[ignore = "the manager answers a COMMIT of a rolled-back transaction with INVALID_ARGUMENT; PROTOCOL.md says ABORTED"]
 fn a_commit_after_the_lease_ran_out_is_aborted_and_rolled_back() {
     run(async {
         let config = ManagerConfig {
