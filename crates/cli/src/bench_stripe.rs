@@ -132,6 +132,7 @@ const CASES: [&str; 6] = ["baselines", "unthrottled", "put", "layouts", "degrade
 pub async fn run(args: StripeArgs) -> anyhow::Result<()> {
     let plan = Plan::new(&args)?;
     let tmp = tempfile::tempdir_in(args.dir.as_deref().unwrap_or(&std::env::temp_dir()))?;
+    let _ = DISK.set(disk_of(tmp.path()));
     println!("# nasd bench stripe");
     println!();
     println!(
@@ -338,6 +339,11 @@ impl Measured {
     fn mib_s(&self) -> f64 {
         mib_s(self.bytes, self.wall)
     }
+
+    /// The share of the wall time the drives' disk was busy, or "–".
+    fn disk_busy(&self) -> String {
+        self.cpu.disk.map_or("–".into(), |d| format!("{:.2}", d / self.wall.as_secs_f64()))
+    }
 }
 
 /// A layout's write and read without throttling.
@@ -356,8 +362,10 @@ async fn unthrottled_sweep(fs: &FsClient, plan: &Plan) -> anyhow::Result<Vec<Unt
         online_cpus()
     );
     println!();
-    println!("| layout | direction | MiB/s | client cores | drive cores | manager cores | other processes' cores | CPU ms per MiB |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("\"disk busy\" is the share of the time the drives' disk had I/O in flight (/proc/diskstats io_ticks, any process's I/O).");
+    println!();
+    println!("| layout | direction | MiB/s | client cores | drive cores | manager cores | other processes' cores | CPU ms per MiB | disk busy |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let pattern = Pattern::new();
     let mut out = Vec::new();
     for layout in &plan.layouts {
@@ -367,13 +375,14 @@ async fn unthrottled_sweep(fs: &FsClient, plan: &Plan) -> anyhow::Result<Vec<Unt
         fs.unlink(&path).await?;
         for (dir, m) in [("write", &write), ("read", &read)] {
             println!(
-                "| {layout} | {dir} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {layout} | {dir} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
                 m.mib_s(),
                 m.cpu.client / m.wall.as_secs_f64(),
                 m.cpu.drives / m.wall.as_secs_f64(),
                 m.cpu.manager / m.wall.as_secs_f64(),
                 m.cpu.others() / m.wall.as_secs_f64(),
                 m.cpu.process() * 1000.0 / (m.bytes as f64 / (1 << 20) as f64),
+                m.disk_busy(),
             );
         }
         out.push(Unthrottled { layout: *layout, write, read });
@@ -387,8 +396,8 @@ async fn put_get(fs: &FsClient, plan: &Plan, base: &Baselines) -> anyhow::Result
     let layout = plan.put_layout;
     println!("## Unthrottled put and get of {} ({layout}) against loopback baselines", human(n));
     println!();
-    println!("| transfer | MiB/s | ratio to iperf3 | ratio to raw TCP | client cores | drive cores | other processes' cores |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| transfer | MiB/s | ratio to iperf3 | ratio to raw TCP | client cores | drive cores | other processes' cores | disk busy |");
+    println!("|---|---|---|---|---|---|---|---|");
     let pattern = Pattern::new();
     let path = layout_dir(fs, &layout).await? + "/put.bin";
     let put = measure(n, write_file(fs, &path, n, &pattern)).await?;
@@ -400,13 +409,14 @@ async fn put_get(fs: &FsClient, plan: &Plan, base: &Baselines) -> anyhow::Result
         ("get (read)", &get, base.iperf_down, base.tcp_down),
     ] {
         println!(
-            "| {what} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {what} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} | {} |",
             m.mib_s(),
             ratio(m, iperf),
             ratio(m, tcp),
             m.cpu.client / m.wall.as_secs_f64(),
             m.cpu.drives / m.wall.as_secs_f64(),
             m.cpu.others() / m.wall.as_secs_f64(),
+            m.disk_busy(),
         );
     }
     println!();
@@ -416,39 +426,53 @@ async fn put_get(fs: &FsClient, plan: &Plan, base: &Baselines) -> anyhow::Result
 async fn throttled_layouts(fs: &FsClient, plan: &Plan, unthrottled: &[Unthrottled]) -> anyhow::Result<()> {
     let rate = plan.rate as f64 / (1 << 20) as f64;
     println!(
-        "## Throttled: every drive paced to {rate:.0} MiB/s ({} file; ideal = data columns × {rate:.0} MiB/s)",
+        "## Throttled: every drive paced to {rate:.0} MiB/s ({} file; ideal = data columns × {rate:.0} MiB/s, for a mirror's reads every copy)",
         human(plan.size)
     );
     println!();
     println!("\"unthrottled\" is the same transfer with unpaced drives (above): the machine's limit for it.");
     println!();
-    println!("| layout | drives | direction | MiB/s | ideal MiB/s | ratio to ideal | unthrottled MiB/s | ratio to min(ideal, unthrottled) | other processes' cores |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| layout | drives | direction | MiB/s | ideal MiB/s | ratio to ideal | unthrottled MiB/s | ratio to min(ideal, unthrottled) | client cores | drive cores | other processes' cores | disk busy |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let pattern = Pattern::new();
     for layout in &plan.layouts {
         let path = layout_dir(fs, layout).await? + "/throttled.bin";
         let write = measure(plan.size, write_file(fs, &path, plan.size, &pattern)).await?;
         let read = measure(plan.size, read_file(fs, &path, plan.size, &pattern)).await?;
         fs.unlink(&path).await?;
-        let ideal = layout.data_columns() as f64 * rate;
         let limit = unthrottled.iter().find(|u| u.layout == *layout);
         for (dir, m, free) in
             [("write", &write, limit.map(|u| u.write.mib_s())), ("read", &read, limit.map(|u| u.read.mib_s()))]
         {
+            let ideal = ideal_columns(layout, dir == "read") as f64 * rate;
             let bound = free.map_or(ideal, |f| f.min(ideal));
             println!(
-                "| {layout} | {} | {dir} | {:.0} | {ideal:.0} | {:.2} | {} | {:.2} | {:.2} |",
+                "| {layout} | {} | {dir} | {:.0} | {ideal:.0} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
                 layout.components(),
                 m.mib_s(),
                 m.mib_s() / ideal,
                 free.map_or("–".into(), |f| format!("{f:.0}")),
                 m.mib_s() / bound,
+                m.cpu.client / m.wall.as_secs_f64(),
+                m.cpu.drives / m.wall.as_secs_f64(),
                 m.cpu.others() / m.wall.as_secs_f64(),
+                m.disk_busy(),
             );
         }
     }
     println!();
     Ok(())
+}
+
+/// How many drives' rates add up in a transfer of a file of `layout`: every
+/// data column's (each copy of a mirrored column, and parity, are written
+/// beside it at the same rate), and for a mirror's reads every copy's, as
+/// reads take the copies in turn.
+fn ideal_columns(layout: &Layout, read: bool) -> usize {
+    match layout.scheme {
+        Scheme::Mirror { .. } if read => layout.components(),
+        _ => layout.data_columns(),
+    }
 }
 
 /// Reads of a Reed-Solomon file healthy and with drives stopped, then the
@@ -793,6 +817,8 @@ struct CpuUse {
     manager: f64,
     /// Every CPU of the machine, every process (`/proc/stat`, not idle).
     machine: f64,
+    /// Seconds the drives' disk had I/O in flight (every process's I/O).
+    disk: Option<f64>,
 }
 
 impl CpuUse {
@@ -806,12 +832,33 @@ impl CpuUse {
     }
 }
 
-/// Cumulative CPU ticks at one moment.
+/// Cumulative CPU ticks at one moment, and the drives' disk's busy time.
 struct CpuSample {
     process: u64,
     drives: u64,
     manager: u64,
     machine: u64,
+    disk_ms: Option<u64>,
+}
+
+/// The block device (major, minor) the clusters' files are on, for its
+/// busy time in `/proc/diskstats`; set once at the start of a run.
+static DISK: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+
+/// The device holding `dir`.
+fn disk_of(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    Some((libc::major(dev) as u64, libc::minor(dev) as u64))
+}
+
+/// Milliseconds the device spent with I/O in flight (`/proc/diskstats`
+/// field 13, `io_ticks`), from the device's line.
+fn disk_busy_ms(diskstats: &str, (major, minor): (u64, u64)) -> Option<u64> {
+    diskstats.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 13 && f[0].parse() == Ok(major) && f[1].parse() == Ok(minor)).then(|| f[12].parse().ok())?
+    })
 }
 
 impl CpuSample {
@@ -834,7 +881,12 @@ impl CpuSample {
         let process =
             std::fs::read_to_string("/proc/self/stat").ok().as_deref().and_then(task_ticks).map_or(0, |t| t.1);
         let machine = std::fs::read_to_string("/proc/stat").ok().as_deref().and_then(machine_busy_ticks).unwrap_or(0);
-        CpuSample { process, drives, manager, machine }
+        let disk_ms = DISK
+            .get()
+            .copied()
+            .flatten()
+            .and_then(|d| disk_busy_ms(&std::fs::read_to_string("/proc/diskstats").ok()?, d));
+        CpuSample { process, drives, manager, machine, disk_ms }
     }
 
     fn since(&self, before: &CpuSample) -> CpuUse {
@@ -848,6 +900,7 @@ impl CpuSample {
             drives,
             manager,
             machine: secs(self.machine, before.machine),
+            disk: self.disk_ms.zip(before.disk_ms).map(|(a, b)| a.saturating_sub(b) as f64 / 1000.0),
         }
     }
 }
@@ -912,6 +965,10 @@ mod tests {
         assert_eq!(task_ticks(line), Some(("a (b) c".into(), 3)));
         let stat = "cpu  100 5 50 1000 20 3 7 2 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
         assert_eq!(machine_busy_ticks(stat), Some(100 + 5 + 50 + 3 + 7 + 2));
+        let diskstats = " 254       0 vda 4674848 152771 317939722 8489733 5832572 717493 649198216 4191594 0 725076 12932438\n 254       1 vda1 1 2 3 4 5 6 7 8 0 99 100\n";
+        assert_eq!(disk_busy_ms(diskstats, (254, 0)), Some(725_076));
+        assert_eq!(disk_busy_ms(diskstats, (254, 1)), Some(99));
+        assert_eq!(disk_busy_ms(diskstats, (8, 0)), None);
     }
 
     #[test]

@@ -499,20 +499,36 @@ impl Striper {
         let u = op.g.unit();
         let end = comp_offset.saturating_add(len).min(op.g.component_len(size, component));
         let mut out = Vec::with_capacity(end.saturating_sub(comp_offset) as usize);
-        let mut at = comp_offset;
-        while at < end {
-            let upto = ((at / u + op.batch_stripes) * u).min(end);
-            match op.g.role(component) {
-                Role::Data { column, .. } => {
-                    let mut wants: Wants = vec![Vec::new(); op.g.data_columns()];
-                    wants[column].push(at..upto);
-                    let fetch = op.issue_fetch(size, wants);
-                    let mut columns = op.complete_fetch(fetch).await?;
-                    out.append(&mut columns[column]);
-                }
-                Role::Parity { index } => op.rebuild_parity(size, at..upto, index, &mut out).await?,
+        let role = op.g.role(component);
+        let k = op.g.data_columns();
+        // Batches are issued ahead as a read's are (`BATCHES_AHEAD_MAX`): the
+        // sources never wait for the previous batch to be decoded.
+        let mut queue = VecDeque::new();
+        let mut next = comp_offset;
+        loop {
+            while queue.len() <= BATCHES_AHEAD_MAX && next < end {
+                let upto = ((next / u + op.batch_stripes) * u).min(end);
+                let wants: Wants = match role {
+                    Role::Data { column, .. } => {
+                        let mut wants = vec![Vec::new(); k];
+                        wants[column].push(next..upto);
+                        wants
+                    }
+                    // The whole stripes: every data chunk the parity is encoded from.
+                    Role::Parity { .. } => {
+                        let stripes = next / u * u..(upto - 1) / u * u + u;
+                        vec![vec![stripes]; k]
+                    }
+                };
+                queue.push_back((next..upto, op.issue_fetch(size, wants)));
+                next = upto;
             }
-            at = upto;
+            let Some((range, fetch)) = queue.pop_front() else { break };
+            let mut columns = op.complete_fetch(fetch).await?;
+            match role {
+                Role::Data { column, .. } => out.append(&mut columns[column]),
+                Role::Parity { index } => op.encode_parity(size, range, index, &columns, &mut out)?,
+            }
         }
         Ok((out, op.report))
     }
@@ -981,20 +997,18 @@ impl Op {
     }
 
     /// Parity `index` for component range `range` (within a batch of
-    /// stripes), encoded from the stripes' data; appended to `out`.
-    async fn rebuild_parity(
-        &mut self,
+    /// stripes), encoded from `columns`, the data columns' bytes of those
+    /// whole stripes; appended to `out`.
+    fn encode_parity(
+        &self,
         size: u64,
         range: Range<u64>,
         index: usize,
+        columns: &[Vec<u8>],
         out: &mut Vec<u8>,
     ) -> Result<(), StripeError> {
         let (k, u) = (self.g.data_columns(), self.g.unit());
         let (s0, s1) = (range.start / u, (range.end - 1) / u + 1);
-        let stripes = s0 * u..s1 * u;
-        let wants: Wants = (0..k).map(|_| vec![stripes.clone()]).collect();
-        let fetch = self.issue_fetch(size, wants);
-        let columns = self.complete_fetch(fetch).await?;
         let coder = self.coder.expect("parity components are Reed-Solomon's");
         for s in s0..s1 {
             let p = self.g.parity_chunk_len(size, s) as usize;
