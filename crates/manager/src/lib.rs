@@ -24,7 +24,7 @@ mod repair;
 mod resize;
 pub mod server;
 mod service;
-pub use service::Session;
+pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
 pub mod tls;
