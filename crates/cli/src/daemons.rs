@@ -866,42 +866,137 @@ pub struct LocalCluster {
     /// How a client reaches and logs in to it.
     pub client: config::ClientSection,
     stop: watch::Sender<bool>,
+    drives: Vec<ClusterDrive>,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The manager's runtime, with [`ClusterSetup::own_runtimes`].
+    _manager_runtime: Option<OwnRuntime>,
+}
+
+/// How [`LocalCluster::start_with`] sets a cluster up.
+#[derive(Clone)]
+pub struct ClusterSetup {
+    /// Number of drives.
+    pub drives: u32,
+    /// Bytes of storage each drive may use.
+    pub capacity: u64,
+    /// Emulated slow media on every drive (`DriveConfig::throttle_bytes_per_sec`,
+    /// a test aid for benchmarks): data bytes per second; `None`: no pacing.
+    pub throttle_bytes_per_sec: Option<u64>,
+    /// The manager's configuration (default layout, repair delay, ...).
+    pub manager: ManagerConfig,
+    /// Serve each drive, and the manager, on a runtime of its own, as
+    /// separate processes would: their threads are named `nasd-drive-N` and
+    /// `nasd-manager` (so their CPU time can be told apart from the
+    /// caller's, [`THREAD_PREFIX_DRIVE`]), and [`LocalCluster::stop_drive`]
+    /// can take a drive away with its connections. Otherwise everything
+    /// runs on the caller's runtime, as `nasd up` runs it.
+    pub own_runtimes: bool,
+}
+
+/// Thread-name prefix of drives served on runtimes of their own.
+pub const THREAD_PREFIX_DRIVE: &str = "nasd-drive-";
+/// Thread name of a manager served on a runtime of its own.
+pub const THREAD_NAME_MANAGER: &str = "nasd-manager";
+/// How long an idle blocking thread of those runtimes lives: long enough
+/// that a benchmark's per-thread CPU accounting does not lose threads.
+const OWN_RUNTIME_KEEP_ALIVE: Duration = Duration::from_secs(3600);
+
+/// One drive of a [`LocalCluster`].
+struct ClusterDrive {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    runtime: Option<OwnRuntime>,
+}
+
+/// A runtime owned by a cluster member, shut down without waiting when
+/// dropped (dropping a runtime inside another one's task would panic): the
+/// tasks still on it — a stopped drive's open connections — end at once.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl OwnRuntime {
+    fn new(name: String, workers: usize) -> anyhow::Result<OwnRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name(name)
+            .thread_keep_alive(OWN_RUNTIME_KEEP_ALIVE)
+            .enable_all()
+            .build()?;
+        Ok(OwnRuntime(Some(rt)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime present until dropped").handle()
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl LocalCluster {
-    /// Starts `drives` drives of `capacity` bytes each and a manager under `data`.
+    /// Starts `drives` drives of `capacity` bytes each and a manager under
+    /// `data`, all on the caller's runtime, with the default manager config.
     pub async fn start(data: &Path, drives: u32, capacity: u64) -> anyhow::Result<LocalCluster> {
+        let setup = ClusterSetup {
+            drives,
+            capacity,
+            throttle_bytes_per_sec: None,
+            manager: ManagerConfig::default(),
+            own_runtimes: false,
+        };
+        Self::start_with(data, setup).await
+    }
+
+    /// Starts a cluster as `setup` says under `data`.
+    pub async fn start_with(data: &Path, setup: ClusterSetup) -> anyhow::Result<LocalCluster> {
         let (stop, stop_rx) = watch::channel(false);
-        let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = Vec::new();
+        let mut drives = Vec::new();
         let mut added = Vec::new();
-        for i in 0..drives {
+        for i in 0..setup.drives {
             let dir = data.join(format!("drive-{i}"));
             let d = open_drive(DriveSetup {
                 data: dir.clone(),
                 listen: ([127, 0, 0, 1], 0).into(),
                 block_size: BLOCK_SIZE_DEFAULT,
-                capacity_bytes: Some(capacity),
+                capacity_bytes: Some(setup.capacity),
                 first_capacity: None,
                 check_backing: false,
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
                 failure_domain: String::new(),
-                throttle_bytes_per_sec: None,
+                throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
                 connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
             })
             .await?;
-            added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));
-            let rx = stop_rx.clone();
-            tasks.push(tokio::spawn(async move {
-                nasd_drive::serve(d.listener, d.store, d.config, stopped(rx)).await.map_err(anyhow::Error::from)
-            }));
+            let addr = d.listener.local_addr()?;
+            added.push((addr, d.master_key.clone().expect("security on")));
+            let (drive_stop, rx) = watch::channel(false);
+            let OpenDrive { store, listener, config, .. } = d;
+            let (task, runtime) = if setup.own_runtimes {
+                // One worker, a drive process's network side; its store work runs on blocking
+                // threads. The listener moves to the drive's runtime (its reactor).
+                let rt = OwnRuntime::new(format!("{THREAD_PREFIX_DRIVE}{i}"), 1)?;
+                let listener = listener.into_std()?;
+                let task = rt.handle().spawn(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    nasd_drive::serve(listener, store, config, stopped(rx)).await.map_err(anyhow::Error::from)
+                });
+                (task, Some(rt))
+            } else {
+                let task = tokio::spawn(async move {
+                    nasd_drive::serve(listener, store, config, stopped(rx)).await.map_err(anyhow::Error::from)
+                });
+                (task, None)
+            };
+            drives.push(ClusterDrive { addr, stop: drive_stop, task: Some(task), runtime });
         }
-        let m = open_manager(&data.join("manager"), &default_tls_names(), ManagerConfig::default()).await?;
-        for (addr, master) in &added {
-            m.manager.add_drive(&addr.to_string(), master).await.map_err(|f| anyhow::anyhow!("{f}"))?;
-        }
+        let m = open_manager(&data.join("manager"), &default_tls_names(), setup.manager.clone()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = config::ClientSection {
             manager: Some(listener.local_addr()?.to_string()),
@@ -913,23 +1008,86 @@ impl LocalCluster {
             reply_timeout_secs: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
-        let maintenance = m.manager.spawn_maintenance(stop_rx.clone());
         let manager = m.manager.clone();
-        tasks.push(tokio::spawn(async move {
-            manager.serve(listener, acceptor, stop_rx).await;
-            maintenance.await?;
-            Ok(())
-        }));
-        Ok(LocalCluster { client, stop, tasks })
+        let serve = async move {
+            for (addr, master) in &added {
+                manager.add_drive(&addr.to_string(), master).await.map_err(|f| anyhow::anyhow!("{f}"))?;
+            }
+            let maintenance = manager.spawn_maintenance(stop_rx.clone());
+            Ok::<_, anyhow::Error>(async move {
+                manager.serve(listener, acceptor, stop_rx).await;
+                maintenance.await?;
+                Ok(())
+            })
+        };
+        let (task, manager_runtime) = if setup.own_runtimes {
+            let rt = OwnRuntime::new(THREAD_NAME_MANAGER.into(), 1)?;
+            let listener_moved = async move {
+                // Drives added and the server started on the manager's runtime.
+                let served = serve.await?;
+                served.await
+            };
+            (rt.handle().spawn(listener_moved), Some(rt))
+        } else {
+            let served = serve.await?;
+            (tokio::spawn(served), None)
+        };
+        let cluster = LocalCluster { client, stop, drives, tasks: vec![task], _manager_runtime: manager_runtime };
+        if cluster._manager_runtime.is_some() {
+            // Drives are added on the manager's runtime: wait until they all are.
+            cluster.wait_for_drives(&m.manager).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The drives' addresses, in the order they were started.
+    pub fn drive_addrs(&self) -> Vec<SocketAddr> {
+        self.drives.iter().map(|d| d.addr).collect()
+    }
+
+    /// Stops drive `i` (its index in [`drive_addrs`](Self::drive_addrs)) as a
+    /// power-off after a clean shutdown would: it stops accepting, commits,
+    /// and its open connections close. Needs [`ClusterSetup::own_runtimes`]
+    /// (on a shared runtime its open connections would go on being served).
+    pub async fn stop_drive(&mut self, i: usize) -> anyhow::Result<()> {
+        let d = self.drives.get_mut(i).with_context(|| format!("no drive {i}"))?;
+        anyhow::ensure!(d.runtime.is_some(), "stopping one drive needs drives on runtimes of their own");
+        let _ = d.stop.send(true);
+        if let Some(task) = d.task.take() {
+            task.await??;
+        }
+        d.runtime = None;
+        Ok(())
+    }
+
+    /// Waits (bounded) until the manager knows every drive.
+    async fn wait_for_drives(&self, manager: &Manager) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while manager.drives().len() < self.drives.len() {
+            if self.tasks.iter().any(|t| t.is_finished()) {
+                anyhow::bail!("the manager stopped while taking its drives into service");
+            }
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the manager did not take its drives into service");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Stops everything and waits for the drives' final commits.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            t.await??;
+        for d in &mut self.drives {
+            let _ = d.stop.send(true);
         }
-        Ok(())
+        let mut result = Ok(());
+        for t in self.tasks.drain(..).chain(self.drives.iter_mut().filter_map(|d| d.task.take())) {
+            match t.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = result.and(Err(e)),
+                Err(e) => result = result.and(Err(e.into())),
+            }
+        }
+        result
     }
 }
 

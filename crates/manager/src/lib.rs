@@ -25,7 +25,7 @@ mod resize;
 pub mod server;
 mod service;
 pub use nasd_meta::Location;
-pub use service::Session;
+pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
 pub mod tls;

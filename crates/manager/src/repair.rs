@@ -24,7 +24,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Component bytes copied per step of a repair (one read, one write).
+/// Component bytes copied per step of a repair (one read, one write; the
+/// next chunk is read while one is written, so a repair holds two).
 pub const REPAIR_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 /// Files looked at per metadata query of the repair loop.
 const REPAIR_PAGE: usize = 256;
@@ -287,7 +288,11 @@ impl Manager {
     }
 
     /// Rebuilds `[from, to)` of component `idx` from the others (read
-    /// through `source`) and writes it through `dest`, in chunks.
+    /// through `source`) and writes it through `dest`, in chunks: the next
+    /// chunk is read while the previous one is written (reading never
+    /// touches component `idx`, which `read_component` leaves out), so the
+    /// sources and the destination work at once. At most two chunks are
+    /// held.
     async fn copy_reconstructed(
         &self,
         source: &Striper,
@@ -297,16 +302,37 @@ impl Manager {
         to: u64,
         size: u64,
     ) -> Result<(), Failure> {
+        // A chunk read and not yet written: its component offset and bytes.
+        let mut unwritten: Option<(u64, Vec<u8>)> = None;
         let mut at = from;
-        while at < to {
-            let n = REPAIR_CHUNK_BYTES.min(to - at);
-            let (bytes, _) = source.read_component(idx, at, n, size).await.map_err(stripe_failure)?;
-            dest.write_component(idx, at, &bytes).await.map_err(stripe_failure)?;
-            self.progress_rebuild(0, 0, false);
-            self.add_rebuild_bytes(bytes.len() as u64);
-            at += n;
+        loop {
+            let next = (at < to).then(|| at..at + REPAIR_CHUNK_BYTES.min(to - at));
+            let read = async {
+                match &next {
+                    Some(r) => source.read_component(idx, r.start, r.end - r.start, size).await.map(|(b, _)| Some(b)),
+                    None => Ok(None),
+                }
+            };
+            let write = async {
+                match &unwritten {
+                    Some((offset, bytes)) => dest.write_component(idx, *offset, bytes).await,
+                    None => Ok(()),
+                }
+            };
+            let (read, written) = tokio::join!(read, write);
+            written.map_err(stripe_failure)?;
+            if let Some((_, bytes)) = unwritten.take() {
+                self.progress_rebuild(0, 0, false);
+                self.add_rebuild_bytes(bytes.len() as u64);
+            }
+            match (next, read.map_err(stripe_failure)?) {
+                (Some(r), Some(bytes)) => {
+                    at = r.end;
+                    unwritten = Some((r.start, bytes));
+                }
+                _ => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     // ------------------------------------------------------------ rebuild
