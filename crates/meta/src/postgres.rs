@@ -370,8 +370,10 @@ impl Postgres {
                 tracing::info!(target = %self.target, version = from + 1, "metadata schema migrated");
             }
             let write = async {
-                c.batch_execute("DELETE FROM nasd_schema").await?;
-                c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
+                if found < POSTGRES_SCHEMA_VERSION {
+                    c.batch_execute("DELETE FROM nasd_schema").await?;
+                    c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
+                }
                 c.batch_execute("COMMIT").await
             };
             wait(write).map_err(|e| self.error(e))

@@ -136,16 +136,22 @@ fn free_port() -> Result<u16, String> {
 }
 
 /// The guardian: starts the server in the background, prints its pid, and
-/// when its standard input closes, stops the server and removes `$DIR`.
+/// when its standard input closes, stops the server (fast shutdown; killed
+/// if it is not gone within [`STOP_TIMEOUT_SECS`]) and removes `$DIR`.
 const GUARDIAN: &str = r#"
 "$@" >"$DIR/server.log" 2>&1 &
 pid=$!
 echo "$pid"
 cat >/dev/null
 kill -INT "$pid" 2>/dev/null
+( sleep "$STOP_TIMEOUT_SECS"; kill -KILL "$pid" ) >/dev/null 2>&1 &
+killer=$!
 wait "$pid"
+kill "$killer" 2>/dev/null
 rm -rf "$DIR"
 "#;
+/// Longest the guardian waits for the server to stop before killing it.
+const STOP_TIMEOUT_SECS: u32 = 30;
 
 impl PgServer {
     /// Makes a new cluster and starts a server on it.
@@ -201,6 +207,7 @@ impl PgServer {
         let server = as_server(account, &bin.join("postgres"));
         let mut guardian = Command::new("sh");
         guardian.arg("-c").arg(GUARDIAN).arg("nasd-pg-guardian").env("DIR", &dir);
+        guardian.env("STOP_TIMEOUT_SECS", STOP_TIMEOUT_SECS.to_string());
         guardian.arg(server.get_program()).args(server.get_args());
         guardian.arg("-D").arg(&data).arg("-p").arg(port.to_string());
         for setting in [
