@@ -1,4 +1,5 @@
-//! A real PostgreSQL server for tests: `initdb` into a fresh directory,
+//! A real PostgreSQL server for tests: `initdb` into a fresh directory
+//! (UTF-8, default collation ICU `en-US`, which does not sort by bytes),
 //! `postgres` on a free 127.0.0.1 port with trust authentication, removed
 //! again when the test process is done with it.
 //!
@@ -186,11 +187,15 @@ impl PgServer {
                 std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| format!("chown: {e}"))?;
             }
             let mut initdb = as_server(account, &bin.join("initdb"));
+            // A linguistic default collation (ICU en-US sorts "a" before "B"), so that a query
+            // relying on the database's default to sort names by bytes fails the tests.
             initdb.arg("-D").arg(&data).args([
                 "--auth=trust",
                 "--username=postgres",
                 "--encoding=UTF8",
-                "--locale=C",
+                "--locale=C.UTF-8",
+                "--locale-provider=icu",
+                "--icu-locale=en-US",
                 "--no-sync",
                 "--no-instructions",
             ]);
