@@ -25,7 +25,7 @@ mod resize;
 pub mod server;
 mod service;
 pub use nasd_meta::Location;
-pub use service::Session;
+pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -241,6 +241,11 @@ pub struct Manager {
     /// Objects taken from pools for repairs in progress: orphan collection
     /// leaves them alone ([`repair`]).
     reserved: std::sync::Mutex<std::collections::HashSet<nasd_proto::fs::ObjectRef>>,
+    /// Rollbacks of write transactions under way in this process: per
+    /// transaction, the components already rolled back durably. A rollback
+    /// revokes the file's capabilities as it enters this map, once
+    /// ([`coordinator`]).
+    rollbacks: std::sync::Mutex<std::collections::HashMap<u64, std::collections::BTreeSet<usize>>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -284,6 +289,7 @@ impl Manager {
             repair_kick: tokio::sync::Notify::new(),
             out_of_service: Default::default(),
             reserved: Default::default(),
+            rollbacks: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
