@@ -14,12 +14,29 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+/// Registers for Ctrl-C and SIGTERM *now* and returns a future that resolves
+/// on either. Registration is synchronous so that a signal arriving between
+/// the readiness message and the first poll is caught, not fatal: callers
+/// take it before they say they are up.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    async move {
+        tokio::select! {
+            () = wait_for(interrupt.as_mut()) => {}
+            () = wait_for(term.as_mut()) => {}
+        }
+    }
+}
+
+/// The next delivery of `signal`; never, if it could not be registered.
+async fn wait_for(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -302,6 +319,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
     })
     .await?;
     let info = drive.store.info();
+    let stop = shutdown_signal();
     eprintln!(
         "nasd drive {} serving {} on {} ({} capacity, {} blocks); Ctrl-C stops it",
         hex_id(&info.drive_id),
@@ -310,7 +328,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         size::human(info.capacity_bytes),
         size::human(info.block_size as u64),
     );
-    nasd_drive::serve(drive.listener, drive.store, drive.config, shutdown_signal()).await?;
+    nasd_drive::serve(drive.listener, drive.store, drive.config, stop).await?;
     eprintln!("nasd drive stopped cleanly");
     Ok(())
 }
@@ -546,6 +564,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     let config = manager_config(&file, Some(&args))?;
     let metadata = config.metadata(&data);
     let m = open_manager(&data, &names, config).await?;
+    let stop = shutdown_signal();
     eprintln!(
         "nasd manager serving {} on {listen} (TLS; clients trust {}; metadata {metadata}); {} drives; Ctrl-C \
          stops it",
@@ -556,7 +575,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     print_client_section(&m, listen, &names)?;
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stop.await;
         let _ = tx.send(true);
     });
     serve_manager(&m, listen, rx).await?;
@@ -770,6 +789,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         reply_timeout_secs: cluster.client.reply_timeout_secs,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
+    let stop = shutdown_signal();
     print_banner(&data, &config_path, manager_listen, &drives, &metadata);
     let server = serve_manager(&m, manager_listen, stop_rx.clone());
     tokio::pin!(server);
@@ -777,7 +797,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     // drives are stopped too and the error reported, rather than waiting for a Ctrl-C.
     let served = tokio::select! {
         r = &mut server => r,
-        () = shutdown_signal() => {
+        () = stop => {
             eprintln!("stopping: finishing requests and committing drives...");
             let _ = stop_tx.send(true);
             server.await
