@@ -49,12 +49,82 @@ fn free_space(dir: &Path) -> anyhow::Result<u64> {
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Where a drive records the capacity it was given at its first start
+/// (`BYTES\n`), so later starts keep it rather than recompute it from
+/// whatever the disk has free then.
+pub const CAPACITY_FILE: &str = "capacity";
+
+/// The capacity a drive in `dir` serves: `explicit` (and recorded) if given,
+/// else the one recorded at its first start, else `first` (recorded).
+pub fn drive_capacity(
+    dir: &Path,
+    explicit: Option<u64>,
+    first: impl FnOnce() -> anyhow::Result<u64>,
+) -> anyhow::Result<u64> {
+    let file = dir.join(CAPACITY_FILE);
+    let recorded = match std::fs::read_to_string(&file) {
+        Ok(text) => Some(text.trim().parse::<u64>().with_context(|| {
+            format!("{} does not hold a capacity in bytes: fix it, or start with --capacity", file.display())
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    let capacity = match (explicit, recorded) {
+        (Some(c), _) => c,
+        (None, Some(r)) => r,
+        (None, None) => first()?,
+    };
+    if recorded != Some(capacity) {
+        let staged = nasd_crypto::durable::with_suffix(&file, "tmp")?;
+        nasd_crypto::durable::write_staged(&staged, format!("{capacity}\n"), 0o600)?;
+        nasd_crypto::durable::install(&staged, &file).with_context(|| format!("cannot record {}", file.display()))?;
+    }
+    Ok(capacity)
+}
+
+/// Bytes of disk a drive's block file already occupies.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir.join("blocks.dat")).map_or(0, |m| m.blocks() * 512)
+}
+
+/// A warning if the file system holding `on` cannot back the drives
+/// `drives` (directory, capacity) all filling up: each still needs its
+/// capacity less what its block file occupies already.
+fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<String>> {
+    let need: u64 = drives.iter().map(|(dir, cap)| cap.saturating_sub(allocated(dir))).sum();
+    let free = free_space(on)?;
+    let total: u64 = drives.iter().map(|(_, c)| *c).sum();
+    let (what, need_who) = match drives {
+        [_] => (format!("the drive's capacity ({})", size::human(total)), "it needs"),
+        _ => (format!("the {} drives' capacity ({} in all)", drives.len(), size::human(total)), "they need"),
+    };
+    Ok((need > free).then(|| {
+        format!(
+            "warning: {what} is more than the disk under {} can hold: it has {} free and {need_who} {} more \
+             to fill up. Writes will fail when the disk is full; free space there, or start with a smaller \
+             capacity",
+            on.display(),
+            size::human(free),
+            size::human(need)
+        )
+    }))
+}
+
 /// How to open and serve one drive.
 pub struct DriveSetup {
     pub data: PathBuf,
     pub listen: SocketAddr,
     pub block_size: u32,
+    /// The capacity given now; `None`: the one recorded at the first start
+    /// (see [`drive_capacity`]).
     pub capacity_bytes: Option<u64>,
+    /// The capacity of a first start without one given; `None`: 90% of the
+    /// free space under `data`.
+    pub first_capacity: Option<u64>,
+    /// Warn if the disk cannot back the capacity (a drive alone on its disk;
+    /// `nasd up` checks its drives together).
+    pub check_backing: bool,
     pub commit_interval: Duration,
     pub verify_reads: bool,
     /// `None`: security disabled.
@@ -88,10 +158,10 @@ fn master_key(path: &Path) -> anyhow::Result<Key> {
 pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     let data = setup.data;
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create data directory {}", data.display()))?;
-    let capacity_bytes = match setup.capacity_bytes {
-        Some(c) => c,
-        None => free_space(&data)? / 10 * 9,
-    };
+    let capacity_bytes = drive_capacity(&data, setup.capacity_bytes, || match setup.first_capacity {
+        Some(c) => Ok(c),
+        None => Ok(free_space(&data)? / 10 * 9),
+    })?;
     let opts = StoreOptions {
         block_size: setup.block_size,
         capacity_bytes,
@@ -104,6 +174,11 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     })
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
+    if setup.check_backing {
+        if let Some(warning) = unbacked(&data, &[(data.clone(), store.info().capacity_bytes)])? {
+            eprintln!("{warning}");
+        }
+    }
     // The master key file exists before the drive listens: whoever sees the port open can read it.
     let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let listener = tokio::net::TcpListener::bind(setup.listen).await.with_context(|| {
@@ -143,8 +218,8 @@ pub struct DriveArgs {
     /// Block size of a new drive (existing drives keep theirs), e.g. 64KiB.
     #[arg(long)]
     block_size: Option<String>,
-    /// Bytes of storage the drive may use, e.g. 100GiB [default: 90% of the
-    /// free space under --data].
+    /// Bytes of storage the drive may use, e.g. 100GiB [default: the one
+    /// recorded at its first start, then 90% of the free space under --data].
     #[arg(long)]
     capacity: Option<String>,
     /// Milliseconds between background commits of unflushed work.
@@ -222,6 +297,8 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
             .connections_per_peer
             .or(file.connections_per_peer)
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
+        first_capacity: None,
+        check_backing: true,
     })
     .await?;
     let info = drive.store.info();
@@ -261,6 +338,16 @@ pub struct ManagerArgs {
     /// Working-key rotation interval, seconds.
     #[arg(long)]
     key_rotation_secs: Option<u64>,
+    /// Where the metadata lives: sqlite:PATH or
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB (the database and its
+    /// tables are made on first use) [default: sqlite:DATA/meta.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+}
+
+/// Parses a metadata location (`--metadata`, `[manager] metadata`).
+pub fn parse_metadata(text: Option<String>) -> anyhow::Result<Option<nasd_manager::Location>> {
+    text.map(|t| t.parse().map_err(|e| anyhow::anyhow!("--metadata / [manager] metadata: {e}"))).transpose()
 }
 
 fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> anyhow::Result<ManagerConfig> {
@@ -283,6 +370,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
             Some(false) => Protection::INTEGRITY_ARGS,
             _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
         },
+        metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         ..d
     })
 }
@@ -383,7 +471,12 @@ fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
 /// is committed and replaces `FILE` only after: a reset that fails leaves
 /// `FILE` as it was, and one interrupted after the commit leaves the new
 /// password in `FILE.new`.
-pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn reset_password(
+    user: &str,
+    data: Option<PathBuf>,
+    metadata: Option<&nasd_manager::Location>,
+    password_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
     private_umask();
     let data = data.context(
         "no data directory: pass --data DIR, the manager's directory (for `nasd up`, DATA/manager), \
@@ -397,7 +490,7 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
             Some(password_file.unwrap_or_else(|| data.join(format!("{user}.password")))),
         ),
     };
-    let reset = nasd_manager::PasswordReset::prepare(&data, user, &password)?;
+    let reset = nasd_manager::PasswordReset::prepare(&data, metadata, user, &password)?;
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
@@ -450,9 +543,12 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     } else {
         args.tls_names.clone()
     };
-    let m = open_manager(&data, &names, manager_config(&file, Some(&args))?).await?;
+    let config = manager_config(&file, Some(&args))?;
+    let metadata = config.metadata(&data);
+    let m = open_manager(&data, &names, config).await?;
     eprintln!(
-        "nasd manager serving {} on {listen} (TLS; clients trust {}); {} drives; Ctrl-C stops it",
+        "nasd manager serving {} on {listen} (TLS; clients trust {}; metadata {metadata}); {} drives; Ctrl-C \
+         stops it",
         data.display(),
         m.tls.ca.display(),
         m.manager.drives().len()
@@ -518,9 +614,43 @@ pub struct UpArgs {
     /// Port of the first drive.
     #[arg(long)]
     first_drive_port: Option<u16>,
-    /// Capacity of each drive, e.g. 20GiB [default: 90% of free space, shared].
+    /// Capacity of each drive, e.g. 20GiB [default: the one recorded at the
+    /// first start, then 90% of the free space shared among the drives].
     #[arg(long)]
     drive_capacity: Option<String>,
+    /// Where the manager keeps its metadata (first start only; recorded in
+    /// DATA/nasd.toml): sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB
+    /// [default: sqlite:DATA/manager/meta.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+}
+
+/// The metadata location of the `nasd up` cluster in `data`: the one
+/// recorded at its first start, else `requested` for a new cluster. Moving
+/// an existing cluster's metadata is refused: its drives are known to the
+/// metadata it has.
+fn up_metadata(data: &Path, recorded: Option<&str>, requested: Option<&str>) -> anyhow::Result<Option<String>> {
+    let parse = |t: &str| parse_metadata(Some(t.to_owned())).map(|l| l.expect("some"));
+    match (recorded, requested) {
+        (Some(r), Some(q)) if parse(r)? != parse(q)? => anyhow::bail!(
+            "the cluster in {} keeps its metadata at {} (recorded in DATA/nasd.toml); run without --metadata",
+            data.display(),
+            parse(r)?
+        ),
+        (Some(r), _) => Ok(Some(r.to_owned())),
+        (None, Some(q)) => {
+            let existing = data.join("manager").join(nasd_manager::META_DB);
+            anyhow::ensure!(
+                !existing.exists(),
+                "the cluster in {} keeps its metadata in {}; --metadata is for a new cluster",
+                data.display(),
+                existing.display()
+            );
+            parse(q)?;
+            Ok(Some(q.to_owned()))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The resolved `[up]` settings, written to `DATA/nasd.toml` on first start.
@@ -565,10 +695,8 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     };
     anyhow::ensure!(first_port as u32 + n <= u16::MAX as u32, "drive ports run past 65535");
     let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
-    let share = match capacity {
-        Some(c) => c,
-        None => free_space(&data)? / 10 * 9 / n as u64,
-    };
+    // Used only by drives starting for the first time.
+    let share = free_space(&data)? / 10 * 9 / n as u64;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut drive_tasks = Vec::new();
     let mut drives = Vec::new();
@@ -579,7 +707,9 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             data: dir.clone(),
             listen,
             block_size: BLOCK_SIZE_DEFAULT,
-            capacity_bytes: Some(share),
+            capacity_bytes: capacity,
+            first_capacity: Some(share),
+            check_backing: false,
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
@@ -590,24 +720,39 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
         })
         .await?;
-        let id = d.store.info().drive_id;
+        let info = d.store.info();
         let master = d.master_key.clone().expect("security is on in nasd up");
-        drives.push((listen, id, master));
+        drives.push(UpDrive { listen, id: info.drive_id, master, dir, capacity: info.capacity_bytes });
         drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
     }
     let manager_listen: SocketAddr = ([127, 0, 0, 1], manager_port).into();
     if cluster.manager.default_layout.is_none() {
         cluster.manager.default_layout = Some(up_default_layout(n).to_string());
     }
-    let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config(&cluster.manager, None)?).await?;
-    for (addr, id, master) in &drives {
-        if !m.manager.drives().iter().any(|d| d.drive_id == *id) {
+    cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
+    let config = manager_config(&cluster.manager, None)?;
+    let metadata = config.metadata(&data.join("manager"));
+    let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
+    for d in &drives {
+        if !m.manager.drives().iter().any(|h| h.drive_id == d.id) {
             m.manager
-                .add_drive(&addr.to_string(), master)
+                .add_drive(&d.listen.to_string(), &d.master)
                 .await
-                .map_err(|f| anyhow::anyhow!("cannot take drive {addr} into service: {f}"))?;
+                .map_err(|f| anyhow::anyhow!("cannot take drive {} into service: {f}", d.listen))?;
         }
     }
+    let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
+    if let Some(warning) = unbacked(&data, &backing)? {
+        eprintln!("{warning}");
+    }
+    // The drive tools (`nasd audit`, `nasd scrub --drive`) get each drive's number, address and
+    // drive key; entries for drives not of this cluster are kept.
+    let ours: Vec<String> = drives.iter().map(|d| d.listen.to_string()).collect();
+    cluster.drives.retain(|k| !ours.contains(&k.addr));
+    for d in &drives {
+        cluster.drives.push(save_drive_key(&m.manager, d)?);
+    }
+    cluster.drives.sort_by_key(|k| k.number);
     cluster.up = config::UpSection {
         data: Some(data.clone()),
         drives: Some(n),
@@ -625,7 +770,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         reply_timeout_secs: cluster.client.reply_timeout_secs,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
-    print_banner(&data, &config_path, manager_listen, &drives, share);
+    print_banner(&data, &config_path, manager_listen, &drives, &metadata);
     let server = serve_manager(&m, manager_listen, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
@@ -647,14 +792,60 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_banner(data: &Path, config: &Path, manager: SocketAddr, drives: &[(SocketAddr, [u8; 16], Key)], share: u64) {
-    let first = drives.first().map(|d| d.0.to_string()).unwrap_or_default();
-    let last = drives.last().map(|d| d.0.to_string()).unwrap_or_default();
+/// One drive of `nasd up`, opened.
+struct UpDrive {
+    listen: SocketAddr,
+    id: [u8; 16],
+    master: Key,
+    dir: PathBuf,
+    capacity: u64,
+}
+
+/// Where `nasd up` keeps each drive's drive key for the drive tools: the
+/// drive's directory, beside its master key (0600, as that one).
+pub const DRIVE_KEY_FILE: &str = "drive.key";
+
+/// Writes the drive key the manager holds for `d` to `DIR/drive.key` (0600;
+/// rewritten only if it differs) and returns the drive's `[[drives]]` entry.
+/// Nothing new is exposed: the master key beside it, as readable, controls
+/// the drive entirely.
+fn save_drive_key(manager: &Manager, d: &UpDrive) -> anyhow::Result<config::KnownDrive> {
+    let handle = manager
+        .drives()
+        .into_iter()
+        .find(|h| h.drive_id == d.id)
+        .with_context(|| format!("drive {} is not in the manager's drive table", d.listen))?;
+    let key = handle.keys().drive;
+    let file = d.dir.join(DRIVE_KEY_FILE);
+    match nasd_crypto::read_key_file(&file) {
+        Ok(k) if k == key => {}
+        Ok(_) => write_secret_file(&file, &format!("{}\n", key.to_hex()))?,
+        Err(_) if !file.exists() => nasd_crypto::create_key_file(&file, &key)
+            .with_context(|| format!("cannot save the drive key to {}", file.display()))?,
+        Err(_) => write_secret_file(&file, &format!("{}\n", key.to_hex()))?,
+    }
+    Ok(config::KnownDrive { number: handle.drive, addr: d.listen.to_string(), drive_key_file: Some(file) })
+}
+
+fn print_banner(
+    data: &Path,
+    config: &Path,
+    manager: SocketAddr,
+    drives: &[UpDrive],
+    metadata: &nasd_manager::Location,
+) {
+    let first = drives.first().map(|d| d.listen.to_string()).unwrap_or_default();
+    let last = drives.last().map(|d| d.listen.to_string()).unwrap_or_default();
+    let capacity = match drives.iter().map(|d| d.capacity).min() {
+        Some(min) if drives.iter().all(|d| d.capacity == min) => size::human(min),
+        _ => "various".to_string(),
+    };
     eprintln!();
     eprintln!("nasd is up");
     eprintln!("  manager   {manager} (TLS)");
-    eprintln!("  drives    {} x {} ({first} .. {last})", drives.len(), size::human(share));
+    eprintln!("  drives    {} x {capacity} ({first} .. {last})", drives.len());
     eprintln!("  data      {}", data.display());
+    eprintln!("  metadata  {metadata}");
     eprintln!("  config    {}", config.display());
     eprintln!();
     // Commands find the config by themselves only at ./nasd-data/nasd.toml.
@@ -773,6 +964,8 @@ impl LocalCluster {
                 listen: ([127, 0, 0, 1], 0).into(),
                 block_size: BLOCK_SIZE_DEFAULT,
                 capacity_bytes: Some(setup.capacity),
+                first_capacity: None,
+                check_backing: false,
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
@@ -920,6 +1113,7 @@ mod tests {
             manager_port: Some(manager_port),
             first_drive_port,
             drive_capacity: Some("64MiB".into()),
+            metadata: None,
         };
         let up_once = |first_drive_port| {
             let args = args(first_drive_port);

@@ -5,7 +5,7 @@
 
 use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
-use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Sqlite, Txn};
+use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Store, Txn};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::{
@@ -57,6 +57,9 @@ fn placer<'a>(
     short: &'a mut Shortage,
 ) -> impl FnMut(&Layout, &mut dyn Txn) -> Result<Vec<ObjectRef>, FsStatus> + 'a {
     move |layout, t| {
+        // A transaction that conflicts runs again, and its placer with it: only the last
+        // attempt's shortage counts.
+        *short = None;
         let want = layout.components();
         let mut in_service = Vec::with_capacity(order.len());
         for &drive in order {
@@ -527,7 +530,7 @@ impl Manager {
     /// the layout needs.
     pub(crate) async fn placed<R: Send + 'static>(
         &self,
-        op: impl Fn(&Namespace<Sqlite>, &mut Placer<'_>) -> Result<R, FsStatus> + Send + Sync + 'static,
+        op: impl Fn(&Namespace<Store>, &mut Placer<'_>) -> Result<R, FsStatus> + Send + Sync + 'static,
     ) -> Result<R, Failure> {
         let op = Arc::new(op);
         let deadline = Instant::now() + PLACEMENT_WAIT_MAX;
@@ -688,7 +691,7 @@ mod tests {
     }
 
     /// Drives 0..4, objects pooled on all but drive 1.
-    fn cluster() -> Namespace<Sqlite> {
+    fn cluster() -> Namespace<nasd_meta::Sqlite> {
         let ns = Namespace::new(nasd_meta::Sqlite::open_in_memory().unwrap(), Layout::SINGLE).unwrap();
         for d in 0..4u32 {
             let rec = DriveRecord {
@@ -709,7 +712,7 @@ mod tests {
         ns
     }
 
-    fn place(ns: &Namespace<Sqlite>, order: &[u32], layout: &str) -> (Result<Vec<u32>, FsStatus>, Shortage) {
+    fn place(ns: &Namespace<nasd_meta::Sqlite>, order: &[u32], layout: &str) -> (Result<Vec<u32>, FsStatus>, Shortage) {
         let layout = Layout::parse(layout).unwrap();
         let (mut short, mut placed) = (None, None);
         // Rolled back, so every call sees the same pools.

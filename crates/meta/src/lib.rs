@@ -8,8 +8,15 @@
 //!
 //! - **Backends are a trait.** [`Backend`] runs a closure in one transaction
 //!   over row operations ([`Txn`]); [`Sqlite`] (embedded, WAL,
-//!   `synchronous=FULL`) is the default, and a PostgreSQL backend can be added
-//!   without touching the semantics.
+//!   `synchronous=FULL`) is the default, [`Postgres`] keeps the same rows in
+//!   a PostgreSQL server (every transaction `SERIALIZABLE`), and a
+//!   [`Location`] (`sqlite:PATH`, `postgres://…`) opens either as a
+//!   [`Store`].
+//! - **Transactions may run again.** An attempt ends in a [`TxnError`]:
+//!   `Conflict` (a serialization failure or deadlock: [`Backend::transact`]
+//!   runs the closure again, at most [`TXN_ATTEMPTS_MAX`] times with
+//!   backoff), `Abort` (the closure's own error) or `Storage` (the backend
+//!   failed). So closures are `FnMut` and act only through their [`Txn`].
 //! - **Semantics are written once.** [`Namespace`] implements permission
 //!   checks, rename rules, link counts and object bookkeeping generically over
 //!   [`Backend`]; every public method is exactly one transaction, so a failed
@@ -49,20 +56,27 @@ mod intents;
 mod layouts;
 mod namespace;
 mod perm;
+mod postgres;
 mod sqlite;
+mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod types;
 mod walk;
 
-pub use backend::{Backend, Txn};
+pub use backend::{with_retries, Access, Backend, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX, TXN_BACKOFF_MIN};
 pub use error::MetaError;
 pub use layouts::{take_pooled, Placer};
 pub use namespace::Namespace;
 pub use nasd_proto::fs::*;
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};
 pub use nasd_proto::manager::DriveState;
+pub use postgres::{
+    Postgres, CONNECTIONS_MAX, CONNECTION_WAIT_MAX, CONNECT_TIMEOUT, MIGRATION_LOCK, POSTGRES_SCHEMA_VERSION,
+    STATEMENT_TIMEOUT,
+};
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
+pub use store::{Location, Store};
 pub use types::{
     AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, SetAttrs, StaleRange, User,
 };

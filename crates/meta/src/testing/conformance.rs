@@ -983,6 +983,7 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     assert!(ns.users().unwrap().is_empty());
     ns.add_user(&user("zoe", 1001)).unwrap();
     ns.add_user(&user("admin", 0)).unwrap();
+    ns.add_user(&user("Bob", 1003)).unwrap();
     assert_eq!(ns.add_user(&user("zoe", 1002)).err(), Some(FsStatus::Exists));
     assert_eq!(ns.add_user(&user("amy", 1001)).err(), Some(FsStatus::Exists));
     assert_eq!(ns.add_user(&user("", 5)).err(), Some(FsStatus::InvalidArgument));
@@ -990,7 +991,8 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.add_user(&user(&long, 5)).err(), Some(FsStatus::InvalidArgument));
     assert_eq!(ns.user("zoe").unwrap(), Some(user("zoe", 1001)));
     assert_eq!(ns.user("nobody").unwrap(), None);
-    assert_eq!(ns.users().unwrap(), vec![user("admin", 0), user("zoe", 1001)]);
+    let by_bytes = vec![user("Bob", 1003), user("admin", 0), user("zoe", 1001)];
+    assert_eq!(ns.users().unwrap(), by_bytes, "ordered by the names' bytes");
     ns.set_password("zoe", "new").unwrap();
     assert_eq!(ns.user("zoe").unwrap().unwrap().password_hash, "new");
     assert_eq!(ns.set_password("nobody", "x").err(), Some(FsStatus::NotFound));
@@ -1123,6 +1125,16 @@ fn rollback<B: Backend>(ns: Namespace<Failing<B>>) {
         ("begin_write again", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
         ("abort_intent", |ns| ns.abort_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn).map(drop)),
         ("mark_stale", |ns| ns.mark_stale(ino(ns, "/w/f"), 0, &[StaleRange { offset: 100, length: 5 }])),
+        ("finish_intent of the abort", |ns| ns.finish_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn)),
+        ("begin_write for a resync", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
+        ("commit_resync", |ns| {
+            let f = ino(ns, "/w/f");
+            ns.commit_resync(f, ns.intent_of(f)?.expect("an open intent").txn, 0).map(drop)
+        }),
+        ("finish_intent of the resync", |ns| ns.finish_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn)),
+        ("mark_stale again", |ns| ns.mark_stale(ino(ns, "/w/f"), 0, &[StaleRange { offset: 100, length: 5 }])),
+        ("begin_write to abort", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
+        ("abort_intent again", |ns| ns.abort_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn).map(drop)),
         ("clear_stale", |ns| ns.clear_stale(ino(ns, "/w/f"), 1)),
         ("replace_component", |ns| {
             ns.replace_component(ino(ns, "/w/f"), 0, obj(3, 9000), ComponentState::Ok).map(drop)
