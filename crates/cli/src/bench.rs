@@ -24,6 +24,13 @@ pub enum BenchCommand {
     /// reports the rate; and compares an unpaced put and get with iperf3 and
     /// a raw TCP copy on loopback.
     Stripe(crate::bench_stripe::StripeArgs),
+    /// Hardening soak (issue 11): a manager and drives as separate
+    /// processes; legitimate clients run mixed operations (create, put, get,
+    /// stat, ls, rm, rename; every answer checked) beside idle and slow-drip
+    /// hostile connections from other loopback addresses, while each
+    /// daemon's resident memory is sampled. Fails if a legitimate client saw
+    /// an error.
+    Soak(crate::bench_soak::SoakArgs),
     /// The whole system in one process (a TLS manager and four drives on
     /// loopback): `nasd cp` of one file up and down beside a raw loopback TCP
     /// copy, then create/stat/unlink of many empty files per second.
@@ -126,6 +133,7 @@ pub enum BenchCommand {
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
+        BenchCommand::Soak(args) => crate::bench_soak::run(args).await,
         BenchCommand::Fs { size, files, dir } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             crate::bench_fs::fs_bench(size, files, dir.as_deref()).await

@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_fs;
+mod bench_soak;
 mod bench_stripe;
 mod cluster_cmd;
 mod config;
