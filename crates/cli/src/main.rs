@@ -3,11 +3,13 @@
 
 mod bench;
 mod bench_fs;
+mod bench_mount;
 mod cluster_cmd;
 mod config;
 mod daemons;
 mod drive_admin;
 mod fs_cmd;
+mod mount_cmd;
 mod size;
 
 use anyhow::Context;
@@ -41,6 +43,9 @@ enum Command {
     Drive(daemons::DriveArgs),
     #[command(flatten)]
     Fs(fs_cmd::FsCommand),
+    /// Mount the file system at MOUNTPOINT (FUSE) and serve it until Ctrl-C,
+    /// SIGTERM or `fusermount3 -u MOUNTPOINT`.
+    Mount(mount_cmd::MountArgs),
     /// How files are spread over drives: show or set a layout (striping,
     /// mirroring, Reed-Solomon).
     #[command(subcommand)]
@@ -127,6 +132,10 @@ fn run() -> anyhow::Result<()> {
         Command::Fs(cmd) => rt.block_on(async {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
             fs_cmd::run(&fs, cmd).await
+        }),
+        Command::Mount(args) => rt.block_on(async {
+            let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;
+            mount_cmd::run(fs, args).await
         }),
         Command::Layout(cmd) => rt.block_on(async {
             let fs = fs_cmd::login(&file.client, cli.user.as_deref()).await?;

@@ -401,6 +401,21 @@ impl Inner {
         Ok(FileAttr { size: e.attr.size.max(self.written_end.load(Ordering::Relaxed)), ..e.attr })
     }
 
+    async fn adopt_attr(&self, attr: FileAttr) -> bool {
+        let mut io = self.io.lock().await;
+        if io.txn.is_some() || attr.ino != self.ino() {
+            return false;
+        }
+        // With no transaction open every write of this file is committed, so
+        // the manager's size is at least what it wrote, unless the file was cut
+        // since: then the new size rules.
+        self.written_end.fetch_min(attr.size, Ordering::Relaxed);
+        self.binder.set_attr(attr);
+        io.read_ahead.invalidate();
+        io.last_read_end = None;
+        true
+    }
+
     // ------------------------------------------------------------ errors
 
     /// Records a failed write or flush: the transaction cannot be committed
@@ -521,6 +536,33 @@ impl File {
     /// size as [`size`](Self::size) knows it.
     pub fn attr(&self) -> FileAttr {
         self.inner.attr()
+    }
+
+    /// Whether the file was opened for writing.
+    pub fn writable(&self) -> bool {
+        self.inner.writable
+    }
+
+    /// Whether the file takes writes: opened for writing, and no write,
+    /// flush or commit of it has failed (after which it refuses writes until
+    /// reopened).
+    pub async fn takes_writes(&self) -> bool {
+        self.inner.writable && self.inner.io.lock().await.poisoned.is_none()
+    }
+
+    /// Whether writes since the last flush await a commit.
+    pub async fn dirty(&self) -> bool {
+        self.inner.io.lock().await.txn.is_some()
+    }
+
+    /// Takes attributes the manager has just reported for this file — from a
+    /// new open of it (close-to-open: another client's committed writes), or
+    /// from a size change made with [`FsClient::setattr`](crate::FsClient::setattr)
+    /// — so reads stop at the new size. Returns `false`, changing nothing,
+    /// while a write transaction is open (flush first: the file's own writes
+    /// then decide its size) or if `attr` is another inode's.
+    pub async fn adopt_attr(&self, attr: FileAttr) -> bool {
+        self.inner.adopt_attr(attr).await
     }
 
     /// Reads up to `len` bytes at `offset` into `dst`, stopping at the end of

@@ -51,7 +51,8 @@ pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 use cache::Held;
 use conn::ManagerPool;
 use nasd_client::ClientError;
-use nasd_proto::manager::{set_mask, Entry, FileAccess as Access, ManagerReply, ManagerRequest, READDIR_ENTRIES_MAX};
+use nasd_proto::manager::{set_mask, FileAccess as Access, ManagerReply, ManagerRequest};
+pub use nasd_proto::manager::{Entry, READDIR_ENTRIES_MAX};
 use nasd_proto::Protection;
 use nasd_stripe::{DrivePool, Target};
 use std::collections::{BTreeSet, HashMap};
@@ -268,6 +269,66 @@ pub struct Stat {
     pub attr: FileAttr,
     /// Symbolic-link target (empty otherwise).
     pub target: String,
+}
+
+/// Attribute changes for [`FsClient::setattr`]: `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (within `0o7777`).
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Length: truncates or extends (with zeros) the file.
+    pub size: Option<u64>,
+    /// Last access, nanoseconds since the Unix epoch.
+    pub atime_ns: Option<i64>,
+    /// Last data change, nanoseconds since the Unix epoch.
+    pub mtime_ns: Option<i64>,
+}
+
+impl SetAttr {
+    /// The `SETATTR` request for `handle`.
+    fn request(&self, handle: Handle) -> ManagerRequest {
+        let bit = |set: bool, bit: u8| if set { bit } else { 0 };
+        let mask = bit(self.mode.is_some(), set_mask::MODE)
+            | bit(self.uid.is_some(), set_mask::UID)
+            | bit(self.gid.is_some(), set_mask::GID)
+            | bit(self.size.is_some(), set_mask::SIZE)
+            | bit(self.atime_ns.is_some(), set_mask::ATIME)
+            | bit(self.mtime_ns.is_some(), set_mask::MTIME);
+        ManagerRequest::SetAttr {
+            handle,
+            mask,
+            mode: self.mode.unwrap_or(0),
+            uid: self.uid.unwrap_or(0),
+            gid: self.gid.unwrap_or(0),
+            size: self.size.unwrap_or(0),
+            atime_ns: self.atime_ns.unwrap_or(0),
+            mtime_ns: self.mtime_ns.unwrap_or(0),
+        }
+    }
+}
+
+/// One entry of a [`DirPage`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Its name in the directory.
+    pub name: String,
+    /// What it is.
+    pub kind: FileKind,
+    /// Its attributes and handle, when the caller may search the directory.
+    pub entry: Option<Entry>,
+}
+
+/// One page of a directory listing ([`FsClient::readdir_page`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirPage {
+    /// Entries in name order.
+    pub entries: Vec<DirEntry>,
+    /// Whether entries after the last one follow (ask again with its name).
+    pub more: bool,
 }
 
 /// Splits an absolute path into its parent path and last name.
@@ -495,16 +556,12 @@ impl FsClient {
         let dir = self.dir_handle(path).await?;
         let mut after = String::new();
         loop {
-            let req = ManagerRequest::ReadDir { dir, after: after.clone(), limit: READDIR_ENTRIES_MAX as u16 };
-            let reply = self.call(&req).await?;
+            let reply = self.readdir_reply(dir, &after, READDIR_ENTRIES_MAX as u16).await?;
             let (last, more) = match &reply {
                 ManagerReply::Dir { entries, more } => (entries.last().map(|(n, _)| n.clone()), *more),
                 ManagerReply::Names { names, more } => (names.last().map(|(n, _)| n.clone()), *more),
-                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+                _ => unreachable!("readdir_reply passes directory pages only"),
             };
-            if more && last.is_none() {
-                return Err(FsError::Protocol("an empty directory page that says more follow".into()));
-            }
             take(reply)?;
             match last {
                 Some(last) if more => after = last,
@@ -517,7 +574,7 @@ impl FsClient {
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        Ok(self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await?.attr)
+        Ok(self.mkdir_at(parent, name, mode).await?.attr)
     }
 
     /// Creates a directory and any missing parents (`mkdir -p`).
@@ -559,14 +616,14 @@ impl FsClient {
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        self.done(ManagerRequest::Unlink { parent, name: name.into() }).await
+        self.unlink_at(parent, name).await
     }
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        self.done(ManagerRequest::Rmdir { parent, name: name.into() }).await
+        self.rmdir_at(parent, name).await
     }
 
     /// Renames atomically, replacing `to` if it exists (POSIX rules).
@@ -575,14 +632,14 @@ impl FsClient {
         let (tp, tname) = split_path(to)?;
         let parent = self.dir_handle(fp).await?;
         let new_parent = self.dir_handle(tp).await?;
-        self.done(ManagerRequest::Rename { parent, name: fname.into(), new_parent, new_name: tname.into() }).await
+        self.rename_at(parent, fname, new_parent, tname).await
     }
 
     /// Creates a symbolic link at `path` pointing to `target`.
     pub async fn symlink(&self, target: &str, path: &str) -> Result<FileAttr, FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        Ok(self.entry(ManagerRequest::Symlink { parent, name: name.into(), target: target.into() }).await?.attr)
+        Ok(self.symlink_at(parent, name, target).await?.attr)
     }
 
     /// A symbolic link's target.
@@ -600,52 +657,172 @@ impl FsClient {
             self.entry(ManagerRequest::Walk { path: existing.into(), follow: false, open: OpenMode::None }).await?;
         let (parent, name) = split_path(new)?;
         let new_parent = self.dir_handle(parent).await?;
-        let req = ManagerRequest::Link { handle: target.handle(), new_parent, new_name: name.into() };
-        Ok(self.entry(req).await?.attr)
+        Ok(self.link_at(target.handle(), new_parent, name).await?.attr)
     }
 
-    async fn setattr(&self, path: &str, mask: u8, f: impl FnOnce(&mut ManagerRequest)) -> Result<FileAttr, FsError> {
+    /// Changes permission bits (owner or administrator). Outstanding
+    /// capabilities for the file are revoked before this returns.
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
         let handle = self.walk(path, OpenMode::None).await?.handle();
-        let mut req =
-            ManagerRequest::SetAttr { handle, mask, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 };
-        f(&mut req);
+        self.setattr(handle, &SetAttr { mode: Some(mode), ..SetAttr::default() }).await
+    }
+
+    /// Changes owner and/or group.
+    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<FileAttr, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        self.setattr(handle, &SetAttr { uid, gid, ..SetAttr::default() }).await
+    }
+
+    /// Sets a file's length.
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<FileAttr, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        self.setattr(handle, &SetAttr { size: Some(size), ..SetAttr::default() }).await
+    }
+
+    // ------------------------------------------------ names by handle
+    //
+    // What a gateway (the FUSE mount) needs: every call names its inode or
+    // directory by the handle an earlier reply gave, so nothing is resolved
+    // by path twice. The path calls above are thin wrappers over these.
+
+    /// The root directory's entry (its handle starts every walk by handle).
+    pub async fn root(&self) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None }).await
+    }
+
+    /// Looks `name` up in directory `parent` (no symlink is followed; no
+    /// capability is asked for).
+    pub async fn lookup(&self, parent: Handle, name: &str) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Lookup { parent, name: name.into(), open: OpenMode::None }).await
+    }
+
+    /// An inode's attributes (and a symlink's target) by handle, from the
+    /// manager alone.
+    pub async fn getattr(&self, handle: Handle) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::GetAttr { handle, open: OpenMode::None }).await
+    }
+
+    /// Changes the attributes `changes` names, all in one request: mode,
+    /// owner and group (capabilities held for the file are revoked), size
+    /// (truncating or extending every component), times. Returns the new
+    /// attributes.
+    ///
+    /// # Errors
+    /// `NOT_PERMITTED` for a mode, owner or time change by other than the
+    /// owner (or root), `PERMISSION_DENIED` for a size change without write
+    /// permission, `INVALID_ARGUMENT` for an empty change.
+    pub async fn setattr(&self, handle: Handle, changes: &SetAttr) -> Result<FileAttr, FsError> {
+        let req = changes.request(handle);
         let attr = self.entry(req).await?.attr;
         // Permissions may have changed: capabilities held may be revoked.
         self.forget(handle.ino);
         Ok(attr)
     }
 
-    /// Changes permission bits (owner or administrator). Outstanding
-    /// capabilities for the file are revoked before this returns.
-    pub async fn chmod(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
-        self.setattr(path, set_mask::MODE, |r| {
-            if let ManagerRequest::SetAttr { mode: m, .. } = r {
-                *m = mode;
-            }
-        })
-        .await
+    /// One page of a directory: at most `limit` entries (at most
+    /// [`READDIR_ENTRIES_MAX`], and fewer when more would not fit in one
+    /// reply) whose names sort after `after` (`""`: from the start), and
+    /// whether more follow. With search permission each entry carries its
+    /// attributes and handle; with read permission alone, names and kinds.
+    pub async fn readdir_page(&self, dir: Handle, after: &str, limit: u16) -> Result<DirPage, FsError> {
+        let limit = limit.clamp(1, READDIR_ENTRIES_MAX as u16);
+        match self.readdir_reply(dir, after, limit).await? {
+            ManagerReply::Dir { entries, more } => Ok(DirPage {
+                entries: entries
+                    .into_iter()
+                    .map(|(name, e)| DirEntry { name, kind: e.attr.kind, entry: Some(e) })
+                    .collect(),
+                more,
+            }),
+            ManagerReply::Names { names, more } => Ok(DirPage {
+                entries: names.into_iter().map(|(name, kind)| DirEntry { name, kind, entry: None }).collect(),
+                more,
+            }),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
     }
 
-    /// Changes owner and/or group.
-    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<FileAttr, FsError> {
-        let mask = uid.map_or(0, |_| set_mask::UID) | gid.map_or(0, |_| set_mask::GID);
-        self.setattr(path, mask, |r| {
-            if let ManagerRequest::SetAttr { uid: u, gid: g, .. } = r {
-                *u = uid.unwrap_or(0);
-                *g = gid.unwrap_or(0);
-            }
-        })
-        .await
+    /// A `READDIR` reply, checked to be a directory page that ends or goes on.
+    async fn readdir_reply(&self, dir: Handle, after: &str, limit: u16) -> Result<ManagerReply, FsError> {
+        let reply = self.call(&ManagerRequest::ReadDir { dir, after: after.into(), limit }).await?;
+        let (empty, more) = match &reply {
+            ManagerReply::Dir { entries, more } => (entries.is_empty(), *more),
+            ManagerReply::Names { names, more } => (names.is_empty(), *more),
+            other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        };
+        if more && empty {
+            return Err(FsError::Protocol("an empty directory page that says more follow".into()));
+        }
+        Ok(reply)
     }
 
-    /// Sets a file's length.
-    pub async fn truncate(&self, path: &str, size: u64) -> Result<FileAttr, FsError> {
-        self.setattr(path, set_mask::SIZE, |r| {
-            if let ManagerRequest::SetAttr { size: s, .. } = r {
-                *s = size;
-            }
-        })
-        .await
+    /// Creates directory `name` in `parent`.
+    pub async fn mkdir_at(&self, parent: Handle, name: &str, mode: u32) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await
+    }
+
+    /// Creates regular file `name` in `parent` (or, unless `exclusive`, opens
+    /// the existing one for writing, optionally truncated) and opens it for
+    /// reading and writing (a new file is read-write for its creator whatever
+    /// `mode` says, as POSIX `open` with `O_CREAT`).
+    pub async fn create_at(
+        &self,
+        parent: Handle,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<File, FsError> {
+        let e = self.entry(ManagerRequest::Create { parent, name: name.into(), mode, exclusive, truncate }).await?;
+        File::new(self.clone(), e, name, true)
+    }
+
+    /// Opens the regular file `handle` names for reading, or for reading and
+    /// writing (a file the caller may write but not read opens write-only).
+    /// The attributes are fetched afresh (close-to-open: the file's size is
+    /// what its writers' last commits made it).
+    pub async fn open_handle(&self, handle: Handle, write: bool) -> Result<File, FsError> {
+        let open = if write { OpenMode::ReadWrite } else { OpenMode::Read };
+        let e = self.entry(ManagerRequest::GetAttr { handle, open }).await?;
+        if e.attr.kind != FileKind::File {
+            return Err(FsError::fs(FsStatus::IsDir, format!("inode {} is not a regular file", handle.ino)));
+        }
+        File::new(self.clone(), e, &format!("inode {}", handle.ino), write)
+    }
+
+    /// Creates symbolic link `name` in `parent` pointing to `target`.
+    pub async fn symlink_at(&self, parent: Handle, name: &str, target: &str) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Symlink { parent, name: name.into(), target: target.into() }).await
+    }
+
+    /// Creates hard link `new_name` in `new_parent` to the file `file` names.
+    pub async fn link_at(&self, file: Handle, new_parent: Handle, new_name: &str) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Link { handle: file, new_parent, new_name: new_name.into() }).await
+    }
+
+    /// Removes name `name` (a file or symlink) from `parent`. Removing a
+    /// file's last name destroys its data at once (the manager keeps no
+    /// open-file state: see `docs/SECURITY.md`).
+    pub async fn unlink_at(&self, parent: Handle, name: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::Unlink { parent, name: name.into() }).await
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub async fn rmdir_at(&self, parent: Handle, name: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::Rmdir { parent, name: name.into() }).await
+    }
+
+    /// Renames `parent/name` to `new_parent/new_name` atomically, replacing
+    /// the target if it exists (POSIX rules).
+    pub async fn rename_at(
+        &self,
+        parent: Handle,
+        name: &str,
+        new_parent: Handle,
+        new_name: &str,
+    ) -> Result<(), FsError> {
+        let req = ManagerRequest::Rename { parent, name: name.into(), new_parent, new_name: new_name.into() };
+        self.done(req).await
     }
 
     /// Space on every drive and what the name space holds.

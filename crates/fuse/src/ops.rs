@@ -1,0 +1,970 @@
+//! The FUSE requests, each turned into handle-based `nasd-fs` calls on a task
+//! of its own.
+
+use crate::attr::{file_type, nanos, to_kernel, GENERATION};
+use crate::dir::DirStream;
+use crate::errno::errno;
+use crate::inodes::{Hidden, Inodes};
+use crate::{MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, OPEN_DIRS_MAX, OPEN_FILES_MAX, REQUESTS_IN_FLIGHT_MAX};
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use nasd_fs::{Entry, File, FileKind, FsClient, Handle, Identity, Ino, SetAttr};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime};
+use tokio::sync::Semaphore;
+
+/// Block size `statfs` reports capacity in.
+const STATFS_BLOCK_BYTES: u32 = 4096;
+/// Free inodes `statfs` reports: the manager sets no limit on them.
+const STATFS_FILES_FREE: u64 = 1 << 32;
+/// Longest name `statfs` reports (`FILE_NAME_MAX`).
+const STATFS_NAME_MAX: u32 = nasd_proto::fs::FILE_NAME_MAX as u32;
+/// Prefix of the hidden name a file unlinked while open here lives on under.
+pub(crate) const HIDDEN_PREFIX: &str = ".nasd-unlinked-";
+
+/// One open file description (a FUSE file handle).
+#[derive(Debug, Clone, Copy)]
+struct OpenFile {
+    ino: Ino,
+    /// Opened for writing: its `close` commits the file's writes.
+    write: bool,
+}
+
+/// Everything a mount shares between its requests.
+pub(crate) struct State {
+    fs: FsClient,
+    runtime: tokio::runtime::Handle,
+    identity: Identity,
+    /// The local user who mounted.
+    owner_uid: u32,
+    allow_other: bool,
+    ttl: Duration,
+    inodes: Mutex<Inodes>,
+    files: Mutex<HashMap<u64, OpenFile>>,
+    dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirStream>>>>,
+    next_fh: AtomicU64,
+    hidden_seq: AtomicU64,
+    requests: Arc<Semaphore>,
+    notifier: OnceLock<Notifier>,
+    answered: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Locks a mutex, taking it over if a panicking request left it poisoned
+/// (every critical section leaves the tables consistent between statements).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A name from the kernel as the manager takes it: UTF-8 (anything else is `EINVAL`).
+fn name_of(name: &OsStr) -> Result<String, Errno> {
+    name.to_str().map(str::to_owned).ok_or(Errno::EINVAL)
+}
+
+impl State {
+    pub fn new(fs: FsClient, runtime: tokio::runtime::Handle, config: &MountConfig, root: Entry) -> State {
+        State {
+            identity: fs.identity(),
+            fs,
+            runtime,
+            // SAFETY: geteuid(2) cannot fail and touches no memory.
+            owner_uid: unsafe { libc::geteuid() },
+            allow_other: config.allow_other,
+            ttl: config.attr_timeout,
+            inodes: Mutex::new(Inodes::new(&root)),
+            files: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            hidden_seq: AtomicU64::new(0),
+            requests: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
+            notifier: OnceLock::new(),
+            answered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    pub fn set_notifier(&self, notifier: Notifier) {
+        let _ = self.notifier.set(notifier);
+    }
+
+    pub fn counters(&self) -> (u64, u64) {
+        (self.answered.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed))
+    }
+
+    /// Whether the mount acts for the local user `uid`: without
+    /// `allow_other` the kernel lets only the mounting user in; with it, the
+    /// mounting user and the local user whose uid is the nasd user's.
+    fn admit(&self, uid: u32) -> Result<(), Errno> {
+        if !self.allow_other || uid == self.owner_uid || uid == self.identity.uid {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    fn handle(&self, ino: u64) -> Result<Handle, Errno> {
+        lock(&self.inodes).handle(ino).ok_or(Errno::ESTALE)
+    }
+
+    /// Records an entry handed to the kernel; its attributes as the kernel takes them.
+    fn remember(&self, e: &Entry) -> fuser::FileAttr {
+        let mut inodes = lock(&self.inodes);
+        let node = inodes.remember(e);
+        to_kernel(&node.attr, node.nlink_hidden())
+    }
+
+    fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn open_file(&self, fh: u64) -> Result<OpenFile, Errno> {
+        lock(&self.files).get(&fh).copied().ok_or(Errno::EBADF)
+    }
+
+    /// The file every descriptor of `ino` reads and writes through.
+    fn shared(&self, ino: Ino) -> Result<Arc<File>, Errno> {
+        lock(&self.inodes).get(ino).and_then(|n| n.file.clone()).ok_or(Errno::EBADF)
+    }
+
+    fn is_open(&self, ino: Ino) -> bool {
+        lock(&self.inodes).get(ino).is_some_and(|n| n.opens > 0)
+    }
+
+    // ---------------------------------------------------------------- names
+
+    async fn lookup(&self, parent: u64, name: OsString) -> Result<fuser::FileAttr, Errno> {
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        let e = self.fs.lookup(parent, &name).await.map_err(|e| errno(&e))?;
+        Ok(self.remember(&e))
+    }
+
+    async fn getattr(&self, ino: u64) -> Result<fuser::FileAttr, Errno> {
+        let handle = self.handle(ino)?;
+        let mut attr = self.fs.getattr(handle).await.map_err(|e| errno(&e))?.attr;
+        let file = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
+        if let Some(file) = file {
+            // Writes not committed yet: the manager does not know the size they made.
+            if file.dirty().await {
+                attr.size = attr.size.max(file.size());
+            }
+        }
+        let mut inodes = lock(&self.inodes);
+        inodes.refresh(&attr);
+        let hidden = inodes.get(ino).map_or(0, |n| n.nlink_hidden());
+        Ok(to_kernel(&attr, hidden))
+    }
+
+    async fn setattr(&self, ino: u64, changes: SetAttr) -> Result<fuser::FileAttr, Errno> {
+        let handle = self.handle(ino)?;
+        let file = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
+        if let Some(file) = &file {
+            // The manager changes a size under a write transaction of its own, and a
+            // commit sets the modification time: writes here are committed first.
+            if file.dirty().await {
+                file.flush().await.map_err(|e| errno(&e))?;
+            }
+        }
+        if changes == SetAttr::default() {
+            return self.getattr(ino).await;
+        }
+        let attr = self.fs.setattr(handle, &changes).await.map_err(|e| errno(&e))?;
+        if changes.size.is_some() {
+            if let Some(file) = &file {
+                file.adopt_attr(attr.clone()).await;
+            }
+        }
+        let mut inodes = lock(&self.inodes);
+        inodes.refresh(&attr);
+        let node = inodes.get_mut(ino);
+        let hidden = node.as_ref().map_or(0, |n| n.nlink_hidden());
+        if let Some(node) = node {
+            if changes.size.is_some() {
+                node.cached = None;
+            }
+        }
+        Ok(to_kernel(&attr, hidden))
+    }
+
+    async fn readlink(&self, ino: u64) -> Result<Vec<u8>, Errno> {
+        let (handle, target) = {
+            let inodes = lock(&self.inodes);
+            let node = inodes.get(ino).ok_or(Errno::ESTALE)?;
+            (node.handle, node.target.clone())
+        };
+        if let Some(target) = target {
+            return Ok(target.into_bytes());
+        }
+        let e = self.fs.getattr(handle).await.map_err(|e| errno(&e))?;
+        if e.attr.kind != FileKind::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        Ok(e.target.into_bytes())
+    }
+
+    async fn mknod(&self, parent: u64, name: OsString, mode: u32) -> Result<fuser::FileAttr, Errno> {
+        // Only regular files: nasd has no devices, pipes or sockets (mknod(2): EPERM
+        // when the file system does not support the type).
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(Errno::EPERM);
+        }
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        let file = self.fs.create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e))?;
+        let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
+        Ok(self.remember(&e))
+    }
+
+    async fn mkdir(&self, parent: u64, name: OsString, mode: u32) -> Result<fuser::FileAttr, Errno> {
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        let e = self.fs.mkdir_at(parent, &name, mode & 0o7777).await.map_err(|e| errno(&e))?;
+        Ok(self.remember(&e))
+    }
+
+    async fn symlink(&self, parent: u64, name: OsString, target: std::path::PathBuf) -> Result<fuser::FileAttr, Errno> {
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        let target = target.to_str().ok_or(Errno::EINVAL)?.to_owned();
+        let e = self.fs.symlink_at(parent, &name, &target).await.map_err(|e| errno(&e))?;
+        Ok(self.remember(&e))
+    }
+
+    async fn link(&self, ino: u64, new_parent: u64, new_name: OsString) -> Result<fuser::FileAttr, Errno> {
+        let file = self.handle(ino)?;
+        let new_parent = self.handle(new_parent)?;
+        let new_name = name_of(&new_name)?;
+        let e = self.fs.link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e))?;
+        Ok(self.remember(&e))
+    }
+
+    /// The inode `name` in `parent` names, if it is a regular file with no
+    /// other name that is open in this mount: removing that name would
+    /// destroy its data under the open descriptors.
+    async fn open_last_name(&self, parent: Handle, name: &str) -> Option<Ino> {
+        if lock(&self.files).is_empty() {
+            return None;
+        }
+        let e = self.fs.lookup(parent, name).await.ok()?;
+        let ino = e.attr.ino;
+        (e.attr.kind == FileKind::File && e.attr.nlink <= 1 && self.is_open(ino)).then_some(ino)
+    }
+
+    /// Moves `parent/name` (inode `ino`, open here) to a hidden name that
+    /// the last close removes.
+    async fn hide(&self, parent: Handle, name: &str, ino: Ino) -> Result<Hidden, Errno> {
+        let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
+        let hidden = Hidden { parent, name: format!("{HIDDEN_PREFIX}{ino:x}-{seq:x}") };
+        self.fs.rename_at(parent, name, parent, &hidden.name).await.map_err(|e| errno(&e))?;
+        let closed = {
+            let mut inodes = lock(&self.inodes);
+            match inodes.get_mut(ino) {
+                Some(node) if node.opens > 0 => {
+                    node.hidden = Some(hidden.clone());
+                    false
+                }
+                _ => true,
+            }
+        };
+        if closed {
+            // The last descriptor closed meanwhile.
+            self.remove_hidden_name(&hidden).await;
+        }
+        Ok(hidden)
+    }
+
+    async fn remove_hidden_name(&self, hidden: &Hidden) {
+        if let Err(e) = self.fs.unlink_at(hidden.parent, &hidden.name).await {
+            tracing::warn!(name = %hidden.name, error = %e, "removing the hidden name of a file unlinked while open failed");
+        }
+    }
+
+    async fn unlink(&self, parent: u64, name: OsString) -> Result<(), Errno> {
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        if let Some(ino) = self.open_last_name(parent, &name).await {
+            return self.hide(parent, &name, ino).await.map(|_| ());
+        }
+        self.fs.unlink_at(parent, &name).await.map_err(|e| errno(&e))
+    }
+
+    async fn rmdir(&self, parent: u64, name: OsString) -> Result<(), Errno> {
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        self.fs.rmdir_at(parent, &name).await.map_err(|e| errno(&e))
+    }
+
+    async fn rename(&self, from: (u64, OsString), to: (u64, OsString), flags: RenameFlags) -> Result<(), Errno> {
+        // The manager renames atomically with replacement only: renameat2's
+        // RENAME_NOREPLACE and RENAME_EXCHANGE are not supported (EINVAL, as
+        // for any flag a file system does not know).
+        if !flags.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        let parent = self.handle(from.0)?;
+        let new_parent = self.handle(to.0)?;
+        let name = name_of(&from.1)?;
+        let new_name = name_of(&to.1)?;
+        // A file open here that the rename would replace lives on under a hidden name.
+        let mut hidden = None;
+        if let Some(ino) = self.open_last_name(new_parent, &new_name).await {
+            let source = self.fs.lookup(parent, &name).await.map_err(|e| errno(&e))?;
+            if source.attr.ino != ino {
+                hidden = Some((ino, self.hide(new_parent, &new_name, ino).await?));
+            }
+        }
+        let renamed = self.fs.rename_at(parent, &name, new_parent, &new_name).await.map_err(|e| errno(&e));
+        if let (Err(_), Some((ino, h))) = (&renamed, hidden) {
+            // Put the replaced file back where it was.
+            let back = self.fs.rename_at(h.parent, &h.name, new_parent, &new_name).await;
+            if back.is_ok() {
+                if let Some(node) = lock(&self.inodes).get_mut(ino) {
+                    node.hidden = None;
+                }
+            }
+        }
+        renamed
+    }
+
+    // ---------------------------------------------------------------- files
+
+    fn check_room(&self) -> Result<(), Errno> {
+        if lock(&self.files).len() >= OPEN_FILES_MAX {
+            return Err(Errno::ENFILE);
+        }
+        Ok(())
+    }
+
+    /// Makes `file` the shared file of `ino` unless one that serves `write`
+    /// is there, records one more open, and returns whether the kernel may
+    /// keep its page cache (the file is unchanged since it was filled).
+    fn install(&self, ino: Ino, file: Arc<File>, write: bool, keep_old: bool) -> Result<bool, Errno> {
+        let attr = file.attr();
+        let mut inodes = lock(&self.inodes);
+        let node = inodes.get_mut(ino).ok_or(Errno::ESTALE)?;
+        let serves = node.file.as_ref().is_some_and(|f| !write || f.writable());
+        if !(serves && keep_old) {
+            node.file = Some(file);
+        }
+        let stamp = (attr.size, attr.mtime_ns);
+        let keep = node.cached == Some(stamp);
+        node.cached = Some(stamp);
+        node.attr = attr;
+        node.opens += 1;
+        Ok(keep)
+    }
+
+    fn add_fh(&self, ino: Ino, write: bool) -> u64 {
+        let fh = self.new_fh();
+        lock(&self.files).insert(fh, OpenFile { ino, write });
+        fh
+    }
+
+    async fn open(&self, ino: u64, flags: i32) -> Result<(u64, FopenFlags), Errno> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let handle = self.handle(ino)?;
+        self.check_room()?;
+        // Every open asks the manager: its permission check, and fresh
+        // attributes (close-to-open).
+        let fresh = Arc::new(self.fs.open_handle(handle, write).await.map_err(|e| errno(&e))?);
+        let attr = fresh.attr();
+        let existing = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
+        let mut keep_old = false;
+        if let Some(old) = existing {
+            let serves = if write { old.takes_writes().await } else { true };
+            if serves {
+                // Another client's commits since it was opened show now.
+                old.adopt_attr(attr.clone()).await;
+                keep_old = true;
+            }
+        }
+        let old_size = lock(&self.inodes).get(ino).map(|n| n.attr.size);
+        let keep = self.install(ino, fresh, write, keep_old)?;
+        if !keep && old_size.is_some_and(|s| s != attr.size) {
+            // The kernel's size for the file is stale: have it asked again.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+        }
+        let fh = self.add_fh(ino, write);
+        Ok((fh, if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() }))
+    }
+
+    async fn create(
+        &self,
+        parent: u64,
+        name: OsString,
+        mode: u32,
+        flags: i32,
+    ) -> Result<(fuser::FileAttr, u64, FopenFlags), Errno> {
+        let parent = self.handle(parent)?;
+        let name = name_of(&name)?;
+        self.check_room()?;
+        let exclusive = flags & libc::O_EXCL != 0;
+        let truncate = flags & libc::O_TRUNC != 0;
+        let file = self.fs.create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))?;
+        let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
+        let attr = self.remember(&e);
+        let ino = e.attr.ino;
+        self.install(ino, Arc::new(file), true, false)?;
+        let fh = self.add_fh(ino, flags & libc::O_ACCMODE != libc::O_RDONLY);
+        Ok((attr, fh, FopenFlags::empty()))
+    }
+
+    async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let open = self.open_file(fh)?;
+        let file = self.shared(open.ino)?;
+        file.read_at(offset, u64::from(size)).await.map_err(|e| errno(&e))
+    }
+
+    async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<u32, Errno> {
+        let open = self.open_file(fh)?;
+        if !open.write {
+            return Err(Errno::EBADF);
+        }
+        let file = self.shared(open.ino)?;
+        // The kernel's offset (its size for O_APPEND): its page cache holds
+        // the bytes there too.
+        file.write_at(offset, &data).await.map_err(|e| errno(&e))?;
+        if let Some(node) = lock(&self.inodes).get_mut(open.ino) {
+            node.cached = None;
+        }
+        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// `close` of a descriptor open for writing, and `fsync`: commits the
+    /// file's writes (close-to-open: another mount's next open sees them).
+    async fn commit(&self, fh: u64) -> Result<(), Errno> {
+        let open = self.open_file(fh)?;
+        if !open.write {
+            return Ok(());
+        }
+        let file = self.shared(open.ino)?;
+        file.flush().await.map_err(|e| errno(&e))?;
+        let attr = file.attr();
+        let mut inodes = lock(&self.inodes);
+        if let Some(node) = inodes.get_mut(open.ino) {
+            // The page cache holds what was just committed.
+            node.cached = Some((attr.size, attr.mtime_ns));
+            node.attr = attr;
+        }
+        Ok(())
+    }
+
+    async fn release(&self, fh: u64) -> Result<(), Errno> {
+        let open = lock(&self.files).remove(&fh).ok_or(Errno::EBADF)?;
+        let (file, hidden) = {
+            let mut inodes = lock(&self.inodes);
+            match inodes.get_mut(open.ino) {
+                Some(node) => {
+                    node.opens = node.opens.saturating_sub(1);
+                    if node.opens == 0 {
+                        (node.file.take(), node.hidden.take())
+                    } else {
+                        (None, None)
+                    }
+                }
+                None => (None, None),
+            }
+        };
+        let mut result = Ok(());
+        if let Some(file) = file {
+            // Writes made since the last close (through mmap, or a close whose
+            // commit failed) are committed or reported now.
+            if file.dirty().await {
+                if let Err(e) = file.flush().await {
+                    tracing::warn!(ino = open.ino, error = %e, "committing a file's writes at its last close failed");
+                    result = Err(errno(&e));
+                }
+            }
+        }
+        if let Some(hidden) = hidden {
+            self.remove_hidden_name(&hidden).await;
+        }
+        lock(&self.inodes).drop_if_unused(open.ino);
+        result
+    }
+
+    // ---------------------------------------------------------- directories
+
+    async fn opendir(&self, ino: u64) -> Result<u64, Errno> {
+        let handle = self.handle(ino)?;
+        let mut dirs = lock(&self.dirs);
+        if dirs.len() >= OPEN_DIRS_MAX {
+            return Err(Errno::ENFILE);
+        }
+        let fh = self.new_fh();
+        dirs.insert(fh, Arc::new(tokio::sync::Mutex::new(DirStream::new(handle))));
+        Ok(fh)
+    }
+
+    async fn readdir(&self, fh: u64, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
+        let stream = lock(&self.dirs).get(&fh).cloned().ok_or(Errno::EBADF)?;
+        let mut stream = stream.lock().await;
+        let ino = stream.ino();
+        let mut at = offset;
+        // Offsets: 0 ".", 1 "..", then the entries; each entry carries the offset after it.
+        for (dot, name) in [(0, "."), (1, "..")] {
+            if at == dot {
+                if reply.add(INodeNo(ino), dot + 1, fuser::FileType::Directory, name) {
+                    return Ok(());
+                }
+                at += 1;
+            }
+        }
+        while let Some(item) = stream.at(&self.fs, at).await.map_err(|e| errno(&e))? {
+            if reply.add(INodeNo(item.ino), at + 1, file_type(item.kind), &item.name) {
+                break;
+            }
+            at += 1;
+        }
+        Ok(())
+    }
+
+    fn releasedir(&self, fh: u64) {
+        lock(&self.dirs).remove(&fh);
+    }
+
+    // ---------------------------------------------------------------- other
+
+    async fn statfs(&self) -> Result<[u64; 5], Errno> {
+        let (inodes, _, drives) = self.fs.statfs().await.map_err(|e| errno(&e))?;
+        let online = drives.iter().filter(|d| d.online);
+        let (capacity, used) =
+            online.fold((0u64, 0u64), |(c, u), d| (c.saturating_add(d.capacity_bytes), u.saturating_add(d.used_bytes)));
+        let block = u64::from(STATFS_BLOCK_BYTES);
+        let free = capacity.saturating_sub(used) / block;
+        Ok([capacity / block, free, free, inodes.saturating_add(STATFS_FILES_FREE), STATFS_FILES_FREE])
+    }
+
+    /// `access(2)`, checked against the manager's current attributes the way
+    /// its permission rules check (root passes, but needs an `x` bit to execute).
+    async fn access(&self, ino: u64, mask: i32) -> Result<(), Errno> {
+        let handle = self.handle(ino)?;
+        let attr = self.fs.getattr(handle).await.map_err(|e| errno(&e))?.attr;
+        let want = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
+        if want == 0 {
+            return Ok(());
+        }
+        let id = self.identity;
+        let allowed = if id.uid == 0 {
+            let exec_ok = attr.kind == FileKind::Dir || attr.mode & 0o111 != 0;
+            if exec_ok {
+                7
+            } else {
+                6
+            }
+        } else if attr.uid == id.uid {
+            (attr.mode >> 6) & 7
+        } else if attr.gid == id.gid {
+            (attr.mode >> 3) & 7
+        } else {
+            attr.mode & 7
+        };
+        if want & allowed == want {
+            Ok(())
+        } else {
+            Err(Errno::EACCES)
+        }
+    }
+
+    /// Removes the hidden names left when the mount ends with files open
+    /// (the kernel releases every descriptor before it ends a session; this
+    /// is for a session that was cut off).
+    pub async fn remove_hidden(&self) {
+        let hidden = lock(&self.inodes).take_hidden();
+        for h in hidden {
+            self.remove_hidden_name(&h).await;
+        }
+    }
+}
+
+/// A reply that can carry an errno.
+trait Fails: Send + 'static {
+    fn fail(self, e: Errno);
+}
+
+macro_rules! fails {
+    ($($t:ty),*) => {
+        $(impl Fails for $t {
+            fn fail(self, e: Errno) {
+                self.error(e)
+            }
+        })*
+    };
+}
+fails!(ReplyEntry, ReplyAttr, ReplyData, ReplyEmpty, ReplyOpen, ReplyWrite, ReplyStatfs, ReplyCreate, ReplyDirectory);
+
+/// The `fuser` file system: hands every request to the runtime.
+pub(crate) struct NasdFs {
+    state: Arc<State>,
+}
+
+impl NasdFs {
+    pub fn new(state: Arc<State>) -> NasdFs {
+        NasdFs { state }
+    }
+
+    /// Runs `work` as a task of its own (waiting, on this FUSE thread, while
+    /// [`REQUESTS_IN_FLIGHT_MAX`] run) and answers with `ok` or its errno. A
+    /// panic in the task drops the reply, which answers `EIO`.
+    fn run<R, T, W, F>(&self, req: &Request, reply: R, work: W, ok: impl FnOnce(R, T) + Send + 'static)
+    where
+        R: Fails,
+        T: Send + 'static,
+        W: FnOnce(Arc<State>) -> F + Send + 'static,
+        F: Future<Output = Result<T, Errno>> + Send + 'static,
+    {
+        if let Err(e) = self.state.admit(req.uid()) {
+            self.state.failed.fetch_add(1, Ordering::Relaxed);
+            reply.fail(e);
+            return;
+        }
+        self.spawn(move |state| async move {
+            let result = work(state.clone()).await;
+            state.answered.fetch_add(1, Ordering::Relaxed);
+            match result {
+                Ok(value) => ok(reply, value),
+                Err(e) => {
+                    state.failed.fetch_add(1, Ordering::Relaxed);
+                    reply.fail(e)
+                }
+            }
+        });
+    }
+
+    fn spawn<W, F>(&self, work: W)
+    where
+        W: FnOnce(Arc<State>) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let state = self.state.clone();
+        // FUSE threads are not runtime threads: they may wait here.
+        let permit = self.state.runtime.block_on(self.state.requests.clone().acquire_owned());
+        self.state.runtime.spawn(async move {
+            let _permit = permit;
+            work(state).await;
+        });
+    }
+
+    fn ttl(&self) -> Duration {
+        self.state.ttl
+    }
+}
+
+fn time_of(t: TimeOrNow) -> i64 {
+    match t {
+        TimeOrNow::SpecificTime(t) => nanos(t),
+        TimeOrNow::Now => nanos(SystemTime::now()),
+    }
+}
+
+impl Filesystem for NasdFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(nearest) = config.set_max_write(MAX_WRITE_BYTES) {
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_readahead(MAX_READAHEAD_BYTES) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        for flag in [
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            // When the kernel refreshes attributes and finds the size or
+            // modification time changed, it drops the file's cached pages.
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+        ] {
+            let _ = config.add_capabilities(flag);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.lookup(parent.0, name).await },
+            move |r, attr| r.entry(&ttl, &attr, GENERATION),
+        );
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        lock(&self.state.inodes).forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ttl = self.ttl();
+        self.run(req, reply, move |s| async move { s.getattr(ino.0).await }, move |r, attr| r.attr(&ttl, &attr));
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let changes = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime_ns: atime.map(time_of),
+            mtime_ns: mtime.map(time_of),
+        };
+        let ttl = self.ttl();
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.setattr(ino.0, changes).await },
+            move |r, attr| r.attr(&ttl, &attr),
+        );
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.run(req, reply, move |s| async move { s.readlink(ino.0).await }, |r, target| r.data(&target));
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.mknod(parent.0, name, mode).await },
+            move |r, attr| r.entry(&ttl, &attr, GENERATION),
+        );
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.mkdir(parent.0, name, mode).await },
+            move |r, attr| r.entry(&ttl, &attr, GENERATION),
+        );
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.run(req, reply, move |s| async move { s.unlink(parent.0, name).await }, |r, ()| r.ok());
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.run(req, reply, move |s| async move { s.rmdir(parent.0, name).await }, |r, ()| r.ok());
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let (name, target, ttl) = (link_name.to_owned(), target.to_owned(), self.ttl());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.symlink(parent.0, name, target).await },
+            move |r, attr| r.entry(&ttl, &attr, GENERATION),
+        );
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (from, to) = ((parent.0, name.to_owned()), (newparent.0, newname.to_owned()));
+        self.run(req, reply, move |s| async move { s.rename(from, to, flags).await }, |r, ()| r.ok());
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let (name, ttl) = (newname.to_owned(), self.ttl());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.link(ino.0, newparent.0, name).await },
+            move |r, attr| r.entry(&ttl, &attr, GENERATION),
+        );
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.open(ino.0, flags.0).await },
+            |r, (fh, flags)| r.opened(FileHandle(fh), flags),
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(move |s| async move {
+            match s.read(fh.0, offset, size).await {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let data = data.to_vec();
+        self.spawn(move |s| async move {
+            match s.write(fh.0, offset, data).await {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.spawn(move |s| async move {
+            match s.commit(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |s| async move {
+            match s.release(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn(move |s| async move {
+            match s.commit(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.opendir(ino.0).await },
+            |r, fh| r.opened(FileHandle(fh), FopenFlags::empty()),
+        );
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.spawn(move |s| async move {
+            match s.readdir(fh.0, offset, &mut reply).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.state.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Every name-space change is durable at the manager before it answers.
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.statfs().await },
+            |r, [blocks, free, avail, files, ffree]| {
+                r.statfs(blocks, free, avail, files, ffree, STATFS_BLOCK_BYTES, STATFS_NAME_MAX, STATFS_BLOCK_BYTES)
+            },
+        );
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let mask = mask.bits();
+        self.run(req, reply, move |s| async move { s.access(ino.0, mask).await }, |r, ()| r.ok());
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (name, ttl) = (name.to_owned(), self.ttl());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.create(parent.0, name, mode, flags).await },
+            move |r, (attr, fh, f)| r.created(&ttl, &attr, GENERATION, FileHandle(fh), f),
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! pjdfstest (the Rust port of the POSIX file-system test suite) against the
+//! mount. The suite runs as root and switches to the users `nobody` and
+//! `tests` for its permission cases (created here if missing). The mount's
+//! pass count is recorded in `docs/BENCHMARKS.md` ("POSIX conformance") with
+//! the reason for every failure and skip; this test fails if fewer pass.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+/// pjdfstest cases the mount passed when this was last recorded (of 398).
+const PASSED_AT_LEAST: u32 = 0;
+/// The test's time limit (a hang, not a timing assertion).
+const LIMIT: Duration = Duration::from_secs(1500);
+
+const CONFIG: &str = r#"
+[features]
+utimensat = {}
+utime_now = {}
+[settings]
+naptime = 0.001
+allow_remount = false
+[dummy_auth]
+entries = [["nobody", "nogroup"], ["tests", "tests"]]
+"#;
+
+/// Creates the group and user `tests` if this machine lacks them.
+fn ensure_test_users() {
+    let has = |db: &str, name: &str| Command::new("getent").args([db, name]).output().is_ok_and(|o| o.status.success());
+    if !has("group", "tests") {
+        common::sh(Command::new("groupadd").arg("tests"));
+    }
+    if !has("passwd", "tests") {
+        common::sh(Command::new("useradd").args(["-g", "tests", "-M", "-d", "/", "-s", "/usr/sbin/nologin", "tests"]));
+    }
+    assert!(has("passwd", "nobody") && has("group", "nogroup"), "the users nobody and nogroup are missing");
+}
+
+/// The counts of pjdfstest's summary line.
+fn summary(output: &str) -> Option<(u32, u32, u32)> {
+    let line = output.lines().find(|l| l.starts_with("Summary:"))?;
+    let count = |what: &str| -> Option<u32> {
+        line.split(',').find(|p| p.trim_end().ends_with(what))?.split_whitespace().rev().nth(1)?.parse().ok()
+    };
+    Some((count("passed")?, count("failed")?, count("skipped")?))
+}
+
+#[test]
+fn pjdfstest_passes_at_least_the_recorded_cases() {
+    require_fuse!();
+    let Some(pjdfstest) = common::tool("pjdfstest") else { return };
+    ensure_test_users();
+    let mut env = common::Env::start("pjdfstest", LIMIT, common::ClusterOptions::default());
+    let mut config = nasd_fuse::MountConfig::new("");
+    config.allow_other = true;
+    let m = env.mount_with(common::ADMIN, common::ADMIN_PW, config);
+    let dir = m.join("pjdfstest");
+    std::fs::create_dir(&dir).unwrap();
+    // The suite's users must reach its directory.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let cfg = env.scratch().join("pjdfstest.toml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    let out = Command::new(pjdfstest)
+        .arg("-c")
+        .arg(&cfg)
+        .arg("-p")
+        .arg(&dir)
+        .current_dir(&dir)
+        .output()
+        .expect("run pjdfstest");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let report = env.scratch().join("pjdfstest.log");
+    std::fs::write(&report, &text).unwrap();
+    let keep = std::env::var_os("NASD_PJDFSTEST_LOG");
+    if let Some(keep) = &keep {
+        std::fs::write(keep, &text).expect("write NASD_PJDFSTEST_LOG");
+    }
+    let (passed, failed, skipped) = summary(&text).unwrap_or_else(|| panic!("no pjdfstest summary:\n{text}"));
+    eprintln!("pjdfstest on the mount: {passed} passed, {failed} failed, {skipped} skipped");
+    for line in text.lines().filter(|l| l.trim_end().ends_with("FAILED")) {
+        eprintln!("  {line}");
+    }
+    assert!(
+        passed >= PASSED_AT_LEAST,
+        "pjdfstest passed {passed} cases, fewer than the {PASSED_AT_LEAST} recorded (set NASD_PJDFSTEST_LOG=FILE for the log)"
+    );
+    env.stop();
+}
+
+#[test]
+fn the_summary_line_parses() {
+    let s = "x\nSummary: 4 failed, 22 skipped, 372 passed, 0 expected failures, 398 total\n";
+    assert_eq!(summary(s), Some((372, 4, 22)));
+}
