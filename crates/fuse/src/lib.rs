@@ -190,13 +190,18 @@ impl Mount {
         &self.mountpoint
     }
 
-    /// Asks the kernel to unmount (lazily: programs inside keep what they
-    /// have open). The session ends; [`ended`](Mount::ended) returns then.
+    /// Asks the kernel to unmount. If programs still use the file system
+    /// (`EBUSY`) it is detached lazily: it leaves the name space at once and
+    /// goes on serving what is open until that is closed. The session ends
+    /// then; [`ended`](Mount::ended) returns.
     ///
     /// # Errors
     /// The kernel refused (already unmounted is not an error).
     pub fn unmount(&self) -> io::Result<()> {
-        self.unmounter.lock().unwrap_or_else(|p| p.into_inner()).unmount()
+        match self.unmounter.lock().unwrap_or_else(|p| p.into_inner()).unmount() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => detach(&self.mountpoint),
+            other => other,
+        }
     }
 
     /// Waits until the session ends (after [`unmount`](Mount::unmount), or
@@ -217,6 +222,23 @@ impl Mount {
     /// (for tests and diagnostics).
     pub fn counters(&self) -> (u64, u64) {
         self.state.counters()
+    }
+}
+
+/// A lazy unmount: `umount2(MNT_DETACH)` as root, else `fusermount3 -u -z`.
+fn detach(mountpoint: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a mount point with a NUL byte"))?;
+    // SAFETY: a valid NUL-terminated path; umount2(2) touches nothing else.
+    if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let status = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint).status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("fusermount3 -u -z {} failed ({status})", mountpoint.display())))
     }
 }
 

@@ -9,7 +9,7 @@ use crate::{MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, OPEN_DIRS_MAX, OP
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nasd_fs::{Entry, File, FileKind, FsClient, Handle, Identity, Ino, SetAttr};
 use std::collections::HashMap;
@@ -947,6 +947,37 @@ impl Filesystem for NasdFs {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let mask = mask.bits();
         self.run(req, reply, move |s| async move { s.access(ino.0, mask).await }, |r, ()| r.ok());
+    }
+
+    // Extended attributes: none yet (the manager keeps none). Reads find
+    // none; setting one is not supported.
+    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::NO_XATTR);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::EOPNOTSUPP);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::NO_XATTR);
     }
 
     fn create(

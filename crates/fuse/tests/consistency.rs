@@ -59,6 +59,7 @@ fn two_mounts_see_each_others_changes() {
     let mut through_kept = Vec::new();
     kept.read_to_end(&mut through_kept).unwrap();
     assert_eq!(through_kept, grown, "the descriptor kept open shares the mount's view");
+    drop(kept);
 
     // Written in B: A sees it after B's close and A's open.
     fs::write(b.join("from-b"), b"hello from B").unwrap();

@@ -12,6 +12,7 @@
 #[path = "../../../fs/tests/common/mod.rs"]
 pub mod cluster;
 
+#[allow(unused_imports)]
 pub use cluster::{ClusterOptions, ADMIN, ADMIN_PW, PW_A, UID_A, USER_A};
 
 use cluster::Cluster;
