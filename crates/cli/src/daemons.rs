@@ -104,10 +104,11 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     })
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
+    // The master key file exists before the drive listens: whoever sees the port open can read it.
+    let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let listener = tokio::net::TcpListener::bind(setup.listen).await.with_context(|| {
         format!("cannot listen on {}: is another drive or `nasd up` already using it?", setup.listen)
     })?;
-    let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let security = match &master_key {
         Some(k) => nasd_drive::SecurityMode::Enforced { master_key: Some(k.clone()) },
         None => nasd_drive::SecurityMode::Disabled,

@@ -96,6 +96,16 @@ pub enum AdminCommand {
         /// May run administrator commands.
         #[arg(long)]
         admin: bool,
+        /// Supplementary group ids (comma-separated or repeated; at most 32).
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+    },
+    /// Replace a user's supplementary groups (none given: no supplementary
+    /// groups). Open sessions of the user use them from their next request.
+    SetGroups {
+        name: String,
+        /// Group ids (at most 32).
+        groups: Vec<u32>,
     },
     /// List users.
     Users,
@@ -590,15 +600,22 @@ async fn df(fs: &FsClient) -> anyhow::Result<()> {
 /// Runs one administrator command.
 pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
-        AdminCommand::AddUser { name, uid, gid, admin } => {
+        AdminCommand::AddUser { name, uid, gid, admin, groups } => {
             let password = new_password(&name)?;
-            fs.add_user(&name, &password, uid, gid, admin).await.with_context(|| format!("cannot add user {name}"))?;
+            fs.add_user_in_groups(&name, &password, uid, gid, &groups, admin)
+                .await
+                .with_context(|| format!("cannot add user {name}"))?;
             println!("user {name} added");
         }
+        AdminCommand::SetGroups { name, groups } => {
+            fs.set_user_groups(&name, &groups).await.with_context(|| format!("cannot set the groups of {name}"))?;
+            println!("groups of {name} set");
+        }
         AdminCommand::Users => {
-            println!("{:<20} {:>8} {:>8}  admin", "name", "uid", "gid");
+            println!("{:<20} {:>8} {:>8}  {:<5}  groups", "name", "uid", "gid", "admin");
             for u in fs.users().await? {
-                println!("{:<20} {:>8} {:>8}  {}", u.name, u.uid, u.gid, if u.admin { "yes" } else { "" });
+                let groups = u.groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+                println!("{:<20} {:>8} {:>8}  {:<5}  {groups}", u.name, u.uid, u.gid, if u.admin { "yes" } else { "" });
             }
         }
         AdminCommand::Passwd { name } => {

@@ -3,7 +3,7 @@
 use crate::security::{audit_target, Authority, Grant};
 use crate::tasks::{blocking, join};
 use crate::{
-    Drive, DriveConfig, CONNECTION_BUFFER_LEN, FRAME_TIMEOUT, MODEL, TRANSFER_CHUNKS_MAX, UNAUTHENTICATED_DRAIN_MAX,
+    Drive, DriveConfig, CONNECTION_BUFFER_LEN, MODEL, TRANSFER_CHUNKS_MAX, UNAUTHENTICATED_DRAIN_MAX,
     UNAUTHENTICATED_IDLE_TIMEOUT, VENDOR,
 };
 use nasd_crypto::{FrameKeys, UnitMac};
@@ -12,7 +12,7 @@ use nasd_proto::{
     encode_error_message, validate_regions, AuditRecord, DecodeError, DriveInfo, FrameHeader, FramePrefix, KeyType,
     Kind, Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
 };
-use nasd_store::{DataSink, DataSource, Store, StoreError};
+use nasd_store::{DataSink, DataSource, Store, StoreError, WriteCheck};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,7 +29,32 @@ enum Next {
 }
 
 type Reader = BufReader<tokio::net::tcp::OwnedReadHalf>;
-type Writer = BufWriter<tokio::net::tcp::OwnedWriteHalf>;
+
+/// The sending half of a connection: every send — a reply's header, each
+/// data chunk with its tag, a flush, the final shutdown — must be taken by
+/// the peer within `deadline` ([`DriveConfig::send_timeout`]), or the
+/// connection ends, freeing whatever the request held (its transfer memory,
+/// its store task and the blocks that task pinned).
+struct Writer {
+    inner: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    deadline: Duration,
+}
+
+impl Writer {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        timeout(self.deadline, self.inner.write_all(bytes)).await.map_err(|_| not_taking())?
+    }
+    async fn flush(&mut self) -> std::io::Result<()> {
+        timeout(self.deadline, self.inner.flush()).await.map_err(|_| not_taking())?
+    }
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        timeout(self.deadline, self.inner.shutdown()).await.map_err(|_| not_taking())?
+    }
+}
+
+fn not_taking() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "peer stopped taking the reply")
+}
 
 static REPLY_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
@@ -93,11 +118,11 @@ impl ConnState {
         }
     }
 
-    fn frame_timeout(&self) -> Duration {
+    fn frame_timeout(&self, config: &DriveConfig) -> Duration {
         if self.trusted {
-            FRAME_TIMEOUT
+            config.frame_timeout
         } else {
-            UNAUTHENTICATED_IDLE_TIMEOUT
+            config.frame_timeout.min(UNAUTHENTICATED_IDLE_TIMEOUT)
         }
     }
 }
@@ -106,7 +131,7 @@ pub(crate) async fn serve_connection(socket: TcpStream, peer: SocketAddr, drive:
     let _ = socket.set_nodelay(true);
     let (rd, wr) = socket.into_split();
     let mut rd = BufReader::with_capacity(CONNECTION_BUFFER_LEN, rd);
-    let mut wr = BufWriter::with_capacity(CONNECTION_BUFFER_LEN, wr);
+    let mut wr = Writer { inner: BufWriter::with_capacity(CONNECTION_BUFFER_LEN, wr), deadline: config.send_timeout };
     let mut state = ConnState { trusted: !drive.security.enabled() };
     tracing::debug!(%peer, "connection opened");
     loop {
@@ -199,7 +224,7 @@ async fn handle_frame(
     state: &mut ConnState,
 ) -> std::io::Result<Next> {
     let store = &drive.store;
-    let frame_timeout = state.frame_timeout();
+    let frame_timeout = state.frame_timeout(config);
     let (header, frame) = match read_frame(rd, wr, store, state.idle_timeout(config), frame_timeout).await? {
         Ok(f) => f,
         Err(next) => return Ok(next),
@@ -259,7 +284,7 @@ async fn refuse(
     (status, msg): (Status, String),
 ) -> std::io::Result<Next> {
     let proved_key = auth.is_some_and(|a| a.keys.is_some());
-    let piece_timeout = if proved_key { FRAME_TIMEOUT } else { ctx.frame_timeout };
+    let piece_timeout = if proved_key { ctx.config.frame_timeout } else { ctx.frame_timeout };
     let next = drain_data(rd, ctx.header, proved_key, piece_timeout).await?;
     ctx.audit(auth, request, status);
     send_error(wr, &ctx.drive.store, ctx.header, guard, status, &msg).await?;
@@ -375,7 +400,9 @@ async fn execute(
     let store = &drive.store;
     let result: Result<Reply, (Status, String)> = match request {
         Request::Write { partition, object, regions } => {
-            let target = (*partition, *object, regions.clone(), grant.append_only);
+            let check =
+                WriteCheck { append_only: grant.append_only, access_control_version: grant.access_control_version };
+            let target = (*partition, *object, regions.clone(), check);
             return execute_write(rd, wr, ctx, auth, guard, request_digest, target).await;
         }
         Request::Read { partition, object, regions } => {
@@ -749,19 +776,16 @@ struct StoreWrite {
     task: tokio::task::JoinHandle<Result<u64, StoreError>>,
 }
 
-/// What a write writes: partition, object, regions, whether only appending.
-type WriteTarget = (u64, u64, Vec<Region>, bool);
+/// What a write writes: partition, object, regions, and what the object
+/// must still be when the write installs (checked under its lock).
+type WriteTarget = (u64, u64, Vec<Region>, WriteCheck);
 
 impl StoreWrite {
-    fn start(store: Arc<Store>, (partition, object, regions, append_only): WriteTarget) -> StoreWrite {
+    fn start(store: Arc<Store>, (partition, object, regions, check): WriteTarget) -> StoreWrite {
         let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
         let task = tokio::task::spawn_blocking(move || {
             let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
-            if append_only {
-                store.append(partition, object, &regions, &mut source)
-            } else {
-                store.write(partition, object, &regions, &mut source)
-            }
+            store.write_checked(partition, object, &regions, &mut source, check)
         });
         StoreWrite { tx, task }
     }
@@ -784,8 +808,8 @@ async fn read_chunk(
     tag: &mut [u8],
     memory: &mut Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> std::io::Result<Vec<u8>> {
-    let header = ctx.header;
-    if timeout(FRAME_TIMEOUT, rd.fill_buf()).await.map_err(|_| timed_out())??.is_empty() {
+    let (header, frame_timeout) = (ctx.header, ctx.config.frame_timeout);
+    if timeout(frame_timeout, rd.fill_buf()).await.map_err(|_| timed_out())??.is_empty() {
         return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer stopped sending write data"));
     }
     if memory.is_none() {
@@ -797,7 +821,7 @@ async fn read_chunk(
         rd.read_exact(&mut chunk).await?;
         rd.read_exact(tag).await
     };
-    timeout(FRAME_TIMEOUT, read).await.map_err(|_| timed_out())??;
+    timeout(frame_timeout, read).await.map_err(|_| timed_out())??;
     Ok(chunk)
 }
 
@@ -859,7 +883,7 @@ async fn execute_write(
     // The rest of a write that stopped early is read past with neither memory nor store task.
     drop(memory);
     if socket_error.is_none() && rest > 0 {
-        socket_error = skip(rd, rest, FRAME_TIMEOUT).await.err();
+        socket_error = skip(rd, rest, ctx.config.frame_timeout).await.err();
     }
     if let Some(e) = socket_error {
         return Err(e);
@@ -932,26 +956,38 @@ async fn execute_read(
         send_error(wr, store, header, guard, e.status(), &e.to_string()).await?;
         return Ok((e.status(), Next::Continue));
     }
-    wr.write_all(&prefix).await?;
-    let mut sent = 0u64;
-    let mut next = first;
-    while let Some(ReadMsg::Chunk(mut bytes, unit_tag)) = next {
-        let n = bytes.len();
-        pace(ctx, n).await;
-        // The tag goes out in the same write as its chunk.
-        match (&mut protector, unit_tag) {
-            (_, Some(t)) => bytes.extend_from_slice(&t),
-            (Some(p), None) => {
-                let tag = p.seal_chunk(&mut bytes);
-                bytes.extend_from_slice(&tag);
+    let sending = async {
+        wr.write_all(&prefix).await?;
+        let mut sent = 0u64;
+        let mut next = first;
+        while let Some(ReadMsg::Chunk(mut bytes, unit_tag)) = next {
+            let n = bytes.len();
+            pace(ctx, n).await;
+            // The tag goes out in the same write as its chunk.
+            match (&mut protector, unit_tag) {
+                (_, Some(t)) => bytes.extend_from_slice(&t),
+                (Some(p), None) => {
+                    let tag = p.seal_chunk(&mut bytes);
+                    bytes.extend_from_slice(&tag);
+                }
+                (None, None) => {}
             }
-            (None, None) => {}
+            wr.write_all(&bytes).await?;
+            sent += n as u64;
+            next = if sent < total { rx.recv().await } else { None };
         }
-        wr.write_all(&bytes).await?;
-        sent += n as u64;
-        next = if sent < total { rx.recv().await } else { None };
-    }
-    wr.flush().await?;
+        wr.flush().await.map(|()| sent)
+    };
+    let sent = match sending.await {
+        Ok(sent) => sent,
+        Err(e) => {
+            // The peer is gone or stopped taking data (send deadline): the
+            // store task ends at its next chunk, unpinning its blocks.
+            drop(rx);
+            let _ = failed(task).await;
+            return Err(e);
+        }
+    };
     if sent < total {
         // The reply promised more data than the store could deliver: the only
         // honest signal left is to cut the connection.

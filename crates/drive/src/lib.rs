@@ -47,8 +47,16 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// bytes for this long.
 pub const UNAUTHENTICATED_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a peer may take to deliver one frame's header and arguments, or
-/// any one data chunk.
+/// any one data chunk (by default; [`DriveConfig::frame_timeout`]). A
+/// writer that stops sending is cut off after this, and its write changes
+/// nothing.
 pub const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a peer may take to take one piece of a reply — its header and
+/// arguments, or one data chunk with its tag (at most `CHUNK_LEN_MAX` +
+/// `DATA_TAG_LEN` bytes) — by default ([`DriveConfig::send_timeout`]). A
+/// reader that stops reading is cut off after this: its connection ends,
+/// and with it the read's transfer memory, store task and pinned blocks.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Data bytes the drive reads and discards after refusing a request that
 /// proved no key, to keep the connection in step (a client whose capability
 /// just expired gets its refusal); a request announcing more is answered
@@ -89,6 +97,14 @@ pub struct DriveConfig {
     /// it proved a key: [`IDLE_TIMEOUT`] by default. Before that,
     /// [`UNAUTHENTICATED_IDLE_TIMEOUT`] (or this, if shorter).
     pub idle_timeout: Duration,
+    /// How long a peer may take to deliver a frame's header and arguments
+    /// once it started, or one data chunk: [`FRAME_TIMEOUT`] by default
+    /// (before a request on the connection proved a key, at most
+    /// [`UNAUTHENTICATED_IDLE_TIMEOUT`]). Must not be zero.
+    pub frame_timeout: Duration,
+    /// How long a peer may take to take one piece of a reply:
+    /// [`SEND_TIMEOUT`] by default. Must not be zero.
+    pub send_timeout: Duration,
     /// Data chunk length of read replies. `None`: the larger of
     /// `CHUNK_LEN_DEFAULT` and the block size, so that every chunk holds
     /// whole blocks (Hash-and-MAC then MACs stored digests for aligned
@@ -134,6 +150,8 @@ impl Default for DriveConfig {
             max_connections: CONNECTIONS_MAX,
             max_connections_per_peer: CONNECTIONS_PER_PEER_MAX,
             idle_timeout: IDLE_TIMEOUT,
+            frame_timeout: FRAME_TIMEOUT,
+            send_timeout: SEND_TIMEOUT,
             chunk_len: None,
             security: SecurityMode::Enforced { master_key: None },
             failure_domain: String::new(),
@@ -156,7 +174,7 @@ impl DriveConfig {
 
     /// Checks the configuration once, before a drive with `block_size`-byte
     /// blocks serves: the reply chunk length ([`Self::check_reply_chunk_len`])
-    /// the failure domain's length and the throttle rate.
+    /// the failure domain's length, the throttle rate and the time-outs.
     ///
     /// # Errors
     /// `InvalidInput` naming the setting that is out of bounds.
@@ -169,6 +187,12 @@ impl DriveConfig {
                     "failure domain is {} bytes; at most {NAME_LEN_MAX} fit in an INQUIRY reply",
                     self.failure_domain.len()
                 ),
+            ));
+        }
+        if self.frame_timeout.is_zero() || self.send_timeout.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a frame or send time-out of zero would cut every peer off",
             ));
         }
         if self.throttle_bytes_per_sec == Some(0) {

@@ -473,15 +473,20 @@ impl Security {
                 ),
             );
         }
+        let mut grant = Grant::default();
         if cap.object != ANY_OBJECT {
-            if let Ok(acv) = self.store.access_control_version(*partition, cap.object) {
-                if acv != cap.access_control_version {
-                    return refuse(
-                        Status::AccessRevoked,
-                        "the object's access control version changed: capability revoked",
-                    );
-                }
+            // An object whose version cannot be read (gone, or its
+            // partition) is refused here with that error: never a pass.
+            let acv =
+                self.store.access_control_version(*partition, cap.object).map_err(|e| (e.status(), e.to_string()))?;
+            if acv != cap.access_control_version {
+                return refuse(
+                    Status::AccessRevoked,
+                    "the object's access control version changed: capability revoked",
+                );
             }
+            // Checked again where a write installs, under the object's lock.
+            grant.access_control_version = Some(cap.access_control_version);
         }
         let mut needed = *right;
         if let Request::SetAttr { mask, .. } = req {
@@ -489,7 +494,6 @@ impl Security {
                 needed |= rights::SET_ACV;
             }
         }
-        let mut grant = Grant::default();
         if needed == rights::WRITE && cap.rights & rights::WRITE == 0 && cap.rights & rights::APPEND != 0 {
             // The store checks "at or past the end" under the object's lock.
             needed = rights::APPEND;
@@ -710,11 +714,17 @@ impl KeyChange {
     }
 }
 
-/// What an authorized request may do beyond what its class implies.
+/// What an authorized request may do beyond what its class implies, and
+/// what its execution must check again where it changes the object.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Grant {
     /// A write allowed only at or past the object's end (`APPEND` right).
     pub append_only: bool,
+    /// The access control version of the capability (for one object) that
+    /// authorized the request: a write installs only if the object still
+    /// has it, checked under the object's lock (`nasd_store::WriteCheck`), so
+    /// a revocation that completed while its data streamed refuses it.
+    pub access_control_version: Option<u64>,
 }
 
 /// What authority an operation needs.

@@ -39,7 +39,7 @@ mod txn;
 pub use cache::HELD_CAPABILITIES_MAX;
 pub use conn::{connector, Identity, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
 pub use file::File;
-pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
+pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
     ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
@@ -329,6 +329,20 @@ pub struct DirPage {
     pub entries: Vec<DirEntry>,
     /// Whether entries after the last one follow (ask again with its name).
     pub more: bool,
+}
+
+/// `groups` sorted and without repeats, as the protocol carries them;
+/// `INVALID_ARGUMENT` if more than [`GROUPS_MAX`] remain (never cut short:
+/// dropping a group can grant access a mode denies the group).
+pub fn canonical_groups(groups: &[u32]) -> Result<Vec<u32>, FsError> {
+    let set: BTreeSet<u32> = groups.iter().copied().collect();
+    if set.len() > GROUPS_MAX {
+        return Err(FsError::fs(
+            FsStatus::InvalidArgument,
+            format!("{} supplementary groups: at most {GROUPS_MAX} are supported (GROUPS_MAX)", set.len()),
+        ));
+    }
+    Ok(set.into_iter().collect())
 }
 
 /// Splits an absolute path into its parent path and last name.
@@ -856,7 +870,32 @@ impl FsClient {
 
     /// Adds a user (administrators only). `uid` 0 picks the next free one.
     pub async fn add_user(&self, name: &str, password: &str, uid: u32, gid: u32, admin: bool) -> Result<(), FsError> {
-        self.done(ManagerRequest::AddUser { name: name.into(), password: password.into(), uid, gid, admin }).await
+        self.add_user_in_groups(name, password, uid, gid, &[], admin).await
+    }
+
+    /// Adds a user with supplementary groups (administrators only; at most
+    /// [`GROUPS_MAX`], sorted and deduplicated here). `uid` 0 picks the next
+    /// free one.
+    pub async fn add_user_in_groups(
+        &self,
+        name: &str,
+        password: &str,
+        uid: u32,
+        gid: u32,
+        groups: &[u32],
+        admin: bool,
+    ) -> Result<(), FsError> {
+        let groups = canonical_groups(groups)?;
+        self.done(ManagerRequest::AddUser { name: name.into(), password: password.into(), uid, gid, admin, groups })
+            .await
+    }
+
+    /// Replaces a user's supplementary groups (administrators only; at most
+    /// [`GROUPS_MAX`], sorted and deduplicated here; empty: none). The
+    /// user's sessions use them from their next request.
+    pub async fn set_user_groups(&self, name: &str, groups: &[u32]) -> Result<(), FsError> {
+        let groups = canonical_groups(groups)?;
+        self.done(ManagerRequest::SetUserGroups { name: name.into(), groups }).await
     }
 
     /// Every user (administrators only).
@@ -958,6 +997,15 @@ mod tests {
         let c = super::FsConfig { user: "alice".into(), password: "hunter22-secret".into(), ..Default::default() };
         let debug = format!("{c:?}");
         assert!(debug.contains("alice") && !debug.contains("hunter22-secret"), "{debug}");
+    }
+
+    #[test]
+    fn groups_are_sorted_deduplicated_and_bounded() {
+        assert_eq!(super::canonical_groups(&[5, 1, 5, 3]).unwrap(), [1, 3, 5]);
+        let most: Vec<u32> = (0..super::GROUPS_MAX as u32).rev().collect();
+        assert_eq!(super::canonical_groups(&most).unwrap().len(), super::GROUPS_MAX);
+        let over: Vec<u32> = (0..=super::GROUPS_MAX as u32).collect();
+        assert_eq!(super::canonical_groups(&over).unwrap_err().errno(), 22);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
-use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Sqlite, Txn};
+use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Sqlite, Txn, User};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::{
@@ -19,10 +19,30 @@ use std::sync::Arc;
 pub struct Session {
     /// User name.
     pub user: String,
-    /// Credentials for permission checks.
+    /// Credentials for permission checks: uid, gid and supplementary groups.
     pub caller: Caller,
     /// May run administrator requests.
     pub admin: bool,
+    /// The manager's users epoch when the credentials above were read: a
+    /// session behind it reloads its user ([`Manager::refresh_session`]).
+    pub(crate) users_epoch: u64,
+}
+
+impl Session {
+    /// A session of the manager itself (repair, resize): never refreshed.
+    pub(crate) fn internal(user: &str, caller: Caller) -> Session {
+        Session { user: user.into(), caller, admin: true, users_epoch: u64::MAX }
+    }
+
+    /// The session of a user who logged in, as of users epoch `epoch`.
+    fn of(user: &User, epoch: u64) -> Session {
+        Session {
+            user: user.name.clone(),
+            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone() },
+            admin: user.admin,
+            users_epoch: epoch,
+        }
+    }
 }
 
 /// A placement the cluster cannot make however full the pools: the layout,
@@ -74,8 +94,28 @@ fn drive_unavailable(drive: u32, e: impl std::fmt::Display) -> Failure {
 impl Manager {
     /// Checks a login request; the session it opens.
     pub async fn open_session(&self, user: &str, password: &str) -> Result<Session, Failure> {
-        let (caller, admin) = self.login(user, password).await?;
-        Ok(Session { user: user.to_string(), caller, admin })
+        // Read before the user: a change after the read moves the epoch past it.
+        let epoch = self.users_epoch();
+        let user = self.login(user, password).await?;
+        Ok(Session::of(&user, epoch))
+    }
+
+    /// Reloads the session's user if users' credentials changed since it
+    /// read them (an administrator changed groups): the next request runs
+    /// with the new ones, as a Unix process would after a new login.
+    ///
+    /// # Errors
+    /// `NotLoggedIn` if the user no longer exists: the session must end.
+    pub async fn refresh_session(&self, s: &mut Session) -> Result<(), Failure> {
+        let epoch = self.users_epoch();
+        if s.users_epoch == epoch {
+            return Ok(());
+        }
+        let name = s.user.clone();
+        let user = self.meta(move |ns| ns.user(&name)).await?;
+        let user = user.ok_or_else(|| Failure::new(FsStatus::NotLoggedIn, format!("user '{}' is gone", s.user)))?;
+        *s = Session::of(&user, epoch);
+        Ok(())
     }
 
     /// Serves one request of a logged-in session. Every file handle it names
@@ -167,9 +207,18 @@ impl Manager {
                 Ok(ManagerReply::Done)
             }
             R::StatFs => self.statfs().await,
-            R::AddUser { name, password, uid, gid, admin } => {
+            R::AddUser { name, password, uid, gid, admin, groups } => {
                 self.require_admin(s)?;
-                self.add_user_next_free(&name, &password, uid, gid, admin).await.map(|()| ManagerReply::Done)
+                self.add_user_next_free(&name, &password, uid, gid, &groups, admin).await.map(|()| ManagerReply::Done)
+            }
+            R::SetUserGroups { name, groups } => {
+                self.require_admin(s)?;
+                self.meta(move |ns| ns.set_user_groups(&name, &groups)).await.map_err(|f| match f.status {
+                    FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
+                    _ => f,
+                })?;
+                self.users_changed();
+                Ok(ManagerReply::Done)
             }
             R::ListUsers => {
                 self.require_admin(s)?;
@@ -177,7 +226,7 @@ impl Manager {
                 let users = users
                     .into_iter()
                     .take(USERS_MAX)
-                    .map(|u| UserInfo { name: u.name, uid: u.uid, gid: u.gid, admin: u.admin })
+                    .map(|u| UserInfo { name: u.name, uid: u.uid, gid: u.gid, admin: u.admin, groups: u.groups })
                     .collect();
                 Ok(ManagerReply::Users(users))
             }
@@ -204,7 +253,15 @@ impl Manager {
         }
     }
 
-    async fn add_user_next_free(&self, name: &str, pw: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
+    async fn add_user_next_free(
+        &self,
+        name: &str,
+        pw: &str,
+        uid: u32,
+        gid: u32,
+        groups: &[u32],
+        admin: bool,
+    ) -> Result<(), Failure> {
         let uid = if uid == 0 {
             let users = self.meta(|ns| ns.users()).await?;
             let highest = users.iter().map(|u| u.uid).max().unwrap_or(0);
@@ -221,7 +278,7 @@ impl Manager {
             uid
         };
         let gid = if gid == 0 { uid } else { gid };
-        self.add_user(name, pw, uid, gid, admin).await
+        self.add_user_in_groups(name, pw, uid, gid, groups, admin).await
     }
 
     async fn set_password(&self, name: &str, password: &str) -> Result<(), Failure> {

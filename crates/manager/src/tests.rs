@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn root() -> Session {
-    Session { user: "root".into(), caller: Caller::ROOT, admin: true }
+    Session::internal("root", Caller::ROOT)
 }
 
 /// The handle `s` gets for `path` by walking to it.
@@ -28,7 +28,7 @@ async fn handles_are_checked_before_anything_else_and_bound_to_the_user() {
     let dir = tempfile::tempdir().unwrap();
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
     let s = root();
-    let alice = Session { user: "alice".into(), caller: Caller { uid: 1000, gid: 1000 }, admin: false };
+    let alice = Session { admin: false, ..Session::internal("alice", Caller::new(1000, 1000)) };
     let root_dir = walk(&m, &s, "/").await;
     let mkdir = |parent: Handle| ManagerRequest::Mkdir { parent, name: "d".into(), mode: 0o755 };
     // A forged MAC, root's handle used by alice, and a handle of another inode with the MAC moved over.
@@ -148,10 +148,41 @@ async fn next_free_uid_does_not_overflow() {
     let dir = tempfile::tempdir().unwrap();
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
     m.add_user("top", "password", u32::MAX, 1, false).await.unwrap();
-    let req =
-        ManagerRequest::AddUser { name: "next".into(), password: "password".into(), uid: 0, gid: 0, admin: false };
+    let req = ManagerRequest::AddUser {
+        name: "next".into(),
+        password: "password".into(),
+        uid: 0,
+        gid: 0,
+        admin: false,
+        groups: vec![],
+    };
     let e = m.handle(&root(), req).await.expect_err("no uid above u32::MAX");
     assert_eq!(e.status, FsStatus::InvalidArgument, "{e}");
+}
+
+/// An administrator's change of a user's groups reaches the user's open
+/// sessions at their next request; a session whose user is gone ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_pick_up_group_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    m.add_user_in_groups("gus", "password", 1500, 1500, &[10, 20], false).await.unwrap();
+    let mut gus = m.open_session("gus", "password").await.unwrap();
+    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![10, 20] });
+    let set = ManagerRequest::SetUserGroups { name: "gus".into(), groups: vec![30] };
+    let e = m.handle(&gus, set.clone()).await.expect_err("administrators only");
+    assert_eq!(e.status, FsStatus::NotAdmin);
+    m.refresh_session(&mut gus).await.unwrap();
+    assert_eq!(gus.caller.groups, vec![10, 20], "nothing changed: nothing reloaded");
+    m.handle(&root(), set).await.unwrap();
+    m.refresh_session(&mut gus).await.unwrap();
+    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![30] });
+    let unordered = ManagerRequest::SetUserGroups { name: "gus".into(), groups: vec![3, 2] };
+    assert_eq!(m.handle(&root(), unordered).await.unwrap_err().status, FsStatus::InvalidArgument);
+    let nobody = ManagerRequest::SetUserGroups { name: "nobody".into(), groups: vec![] };
+    assert_eq!(m.handle(&root(), nobody).await.unwrap_err().status, FsStatus::NotFound);
+    let mut ghost = Session { user: "ghost".into(), users_epoch: 0, ..gus.clone() };
+    assert_eq!(m.refresh_session(&mut ghost).await.unwrap_err().status, FsStatus::NotLoggedIn);
 }
 
 #[test]

@@ -47,11 +47,12 @@ pub trait Txn {
     /// (number of inodes, sum of `size` over regular files).
     fn usage(&mut self) -> Result<(u64, u64), FsStatus>;
 
-    /// Reads a user by name.
+    /// Reads a user by name, with its supplementary groups.
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus>;
     /// Whether some user has this uid.
     fn uid_taken(&mut self, uid: u32) -> Result<bool, FsStatus>;
-    /// Inserts or replaces a user (keyed by name).
+    /// Inserts or replaces a user (keyed by name), its supplementary groups
+    /// included (they replace the user's earlier ones).
     fn put_user(&mut self, user: &User) -> Result<(), FsStatus>;
     /// Every user, ordered by name.
     fn list_users(&mut self) -> Result<Vec<User>, FsStatus>;

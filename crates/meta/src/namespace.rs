@@ -538,8 +538,9 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Changes mode (owner or root; a non-root caller outside the file's
-    /// group loses set-group-id), owner (root only), group (owner to their
-    /// own gid, or root), size (needs write; not for directories) and times
+    /// group loses set-group-id), owner (root only), group (the owner to a
+    /// group it is in — its gid or a supplementary group —, or root), size
+    /// (needs write; not for directories) and times
     /// (owner or root). ctime is updated. Changing mode, owner or group of a
     /// regular file bumps its ACV and returns the recorded intents, one per
     /// component object. Changing
@@ -768,7 +769,7 @@ fn move_name(t: &mut dyn Txn, mv: &Move<'_>, mut src: Inode, now: i64) -> Result
 /// chmod and chown. Set-group-id is judged against the new group.
 fn apply_mode_owner(caller: &Caller, n: &mut Inode, set: &SetAttrs) -> Result<(), FsStatus> {
     let uid_ok = |u: u32| caller.is_root() || (owns(caller, n) && u == n.attr.uid);
-    let gid_ok = |g: u32| caller.is_root() || (owns(caller, n) && (g == caller.gid || g == n.attr.gid));
+    let gid_ok = |g: u32| caller.is_root() || (owns(caller, n) && (caller.in_group(g) || g == n.attr.gid));
     let mode_ok = set.mode.is_none() || owns(caller, n);
     if set.uid.is_some_and(|u| !uid_ok(u)) || set.gid.is_some_and(|g| !gid_ok(g)) || !mode_ok {
         return Err(FsStatus::NotPermitted);

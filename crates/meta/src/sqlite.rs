@@ -22,8 +22,11 @@
 //!   out; `next_txn`, the next write transaction id (starts at 1).
 //! - `drives(drive, drive_id, addr, partition, sealed_keys, capacity_bytes,
 //!   failure_domain, state)`: `state` is the `DriveState` code (0 In, 1 Out).
-//! - `users`, `pool`, `doomed`, `acv_intents`, `settings` (among them
-//!   `map_epoch`: a `u32`, 4 bytes little-endian).
+//! - `users(name, uid, gid, password_hash, admin)`, and `user_groups(name,
+//!   gid)`, primary key (name, gid), referencing the user: each user's
+//!   supplementary groups.
+//! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
+//!   `u32`, 4 bytes little-endian).
 //!
 //! Every reference between rows is a foreign key (enforced), so a dangling
 //! entry, parent pointer, component, stale range or intent cannot be
@@ -43,6 +46,8 @@
 //!   and their index are dropped. Adds `stale_ranges`, `intents`, the
 //!   `next_txn` counter, the drives' `failure_domain` and `state`, and the
 //!   `map_epoch` setting (0).
+//! - 2 → 3 (`V3`): supplementary groups: the `user_groups` table (every
+//!   existing user has none).
 
 use crate::backend::{Backend, Txn};
 use crate::error::{internal, MetaError};
@@ -126,8 +131,15 @@ ALTER TABLE drives ADD COLUMN state INTEGER NOT NULL DEFAULT 0;
 INSERT OR IGNORE INTO settings (key, value) VALUES ('map_epoch', X'00000000');
 ";
 
+/// Supplementary groups (see the module documentation).
+const V3: &str = "
+CREATE TABLE user_groups (
+    name TEXT NOT NULL REFERENCES users (name), gid INTEGER NOT NULL,
+    PRIMARY KEY (name, gid)) WITHOUT ROWID;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -312,8 +324,16 @@ fn component_state(code: u8) -> Option<ComponentState> {
     }
 }
 
+/// A user's row; its groups are read separately ([`SqliteTxn::with_groups`]).
 fn user_from_row(r: &Row<'_>) -> rusqlite::Result<User> {
-    Ok(User { name: r.get(0)?, uid: u32_col(r, 1)?, gid: u32_col(r, 2)?, password_hash: r.get(3)?, admin: r.get(4)? })
+    Ok(User {
+        name: r.get(0)?,
+        uid: u32_col(r, 1)?,
+        gid: u32_col(r, 2)?,
+        password_hash: r.get(3)?,
+        admin: r.get(4)?,
+        groups: Vec::new(),
+    })
 }
 
 fn drive_state(code: u8) -> Option<DriveState> {
@@ -373,6 +393,15 @@ impl SqliteTxn<'_> {
 
     fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, FsStatus> {
         self.c.prepare_cached(sql).and_then(|mut st| st.execute(params)).map_err(internal)
+    }
+
+    /// Fills in a user's supplementary groups (ascending).
+    fn with_groups(&self, mut user: User) -> Result<User, FsStatus> {
+        let sql = "SELECT gid FROM user_groups WHERE name = ?1 ORDER BY gid";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map([&user.name], |r| u32_col(r, 0)).map_err(internal)?;
+        user.groups = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        Ok(user)
     }
 
     /// Fills in an inode's components, checking their indexes run 0, 1, ….
@@ -518,7 +547,8 @@ impl Txn for SqliteTxn<'_> {
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {
         let sql = "SELECT name, uid, gid, password_hash, admin FROM users WHERE name = ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        st.query_row([name], user_from_row).optional().map_err(internal)
+        let user = st.query_row([name], user_from_row).optional().map_err(internal)?;
+        user.map(|u| self.with_groups(u)).transpose()
     }
 
     fn uid_taken(&mut self, uid: u32) -> Result<bool, FsStatus> {
@@ -533,6 +563,10 @@ impl Txn for SqliteTxn<'_> {
              password_hash = excluded.password_hash, admin = excluded.admin",
             params![u.name, u.uid, u.gid, u.password_hash, u.admin],
         )?;
+        self.exec("DELETE FROM user_groups WHERE name = ?1", [&u.name])?;
+        for g in &u.groups {
+            self.exec("INSERT INTO user_groups (name, gid) VALUES (?1, ?2)", params![u.name, g])?;
+        }
         Ok(())
     }
 
@@ -540,7 +574,8 @@ impl Txn for SqliteTxn<'_> {
         let sql = "SELECT name, uid, gid, password_hash, admin FROM users ORDER BY name";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st.query_map([], user_from_row).map_err(internal)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+        let users = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        users.into_iter().map(|u| self.with_groups(u)).collect()
     }
 
     fn get_drive(&mut self, drive: u32) -> Result<Option<DriveRecord>, FsStatus> {
@@ -889,7 +924,8 @@ mod tests {
              INSERT INTO pool (drive, partition, object) VALUES (0, 1, 20), (1, 1, 20);
              INSERT INTO doomed (drive, partition, object) VALUES (0, 1, 30);
              INSERT INTO acv_intents (drive, partition, object, acv) VALUES (0, 1, 17, 1);
-             INSERT INTO settings (key, value) VALUES ('file_system_id', X'0102');",
+             INSERT INTO settings (key, value) VALUES ('file_system_id', X'0102');
+             INSERT INTO users (name, uid, gid, password_hash, admin) VALUES ('una', 1000, 100, 'hash', 0);",
         )
         .unwrap();
         tx.commit().unwrap();
@@ -938,6 +974,8 @@ mod tests {
         assert_eq!(ns.known_objects(0).unwrap(), [16, 17, 20, 30].into_iter().collect());
         assert_eq!(ns.component_of(&o(1, 16)).unwrap(), Some((4, 0)));
         assert_eq!(ns.setting("file_system_id").unwrap(), Some(vec![1, 2]));
+        let una = ns.user("una").unwrap().expect("users survive");
+        assert_eq!((una.uid, una.gid, una.groups), (1000, 100, vec![]), "no supplementary groups after v3");
         assert_eq!(ns.component_counts().unwrap(), vec![(0, 2), (1, 1)]);
         // The migrated database works on: new inode numbers and txn ids, new files.
         let txn = ns.begin_write(&Caller::ROOT, 3, 0).unwrap();

@@ -5,21 +5,37 @@ use nasd_proto::layout::{Component, Layout};
 use nasd_proto::manager::DriveState;
 
 /// Who is asking. uid 0 is the superuser (bypasses permission checks, may chown).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Caller {
     /// User id.
     pub uid: u32,
-    /// The caller's one group id.
+    /// The caller's primary group id: new inodes get it (unless their
+    /// directory is set-group-id).
     pub gid: u32,
+    /// Supplementary groups (at most [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX)):
+    /// the caller is in the group class of a file whose group is `gid` or
+    /// one of these.
+    pub groups: Vec<u32>,
 }
 
 impl Caller {
     /// The superuser.
-    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0, groups: Vec::new() };
+
+    /// A caller with no supplementary groups.
+    pub fn new(uid: u32, gid: u32) -> Caller {
+        Caller { uid, gid, groups: Vec::new() }
+    }
 
     /// Whether this is the superuser.
     pub fn is_root(&self) -> bool {
         self.uid == 0
+    }
+
+    /// Whether the caller is a member of group `gid`: its primary group or
+    /// one of its supplementary groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
     }
 }
 
@@ -190,12 +206,15 @@ pub struct User {
     pub name: String,
     /// User id.
     pub uid: u32,
-    /// Primary (and only) group id.
+    /// Primary group id.
     pub gid: u32,
     /// Password hash string (opaque to this crate).
     pub password_hash: String,
     /// Whether the user may administer the manager.
     pub admin: bool,
+    /// Supplementary groups: strictly ascending, at most
+    /// [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX).
+    pub groups: Vec<u32>,
 }
 
 impl std::fmt::Debug for User {
@@ -206,6 +225,7 @@ impl std::fmt::Debug for User {
             .field("gid", &self.gid)
             .field("password_hash", &"<redacted>")
             .field("admin", &self.admin)
+            .field("groups", &self.groups)
             .finish()
     }
 }

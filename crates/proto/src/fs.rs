@@ -25,6 +25,25 @@ pub const LINK_COUNT_MAX: u32 = 65_000;
 /// Permission bits a mode may carry (`rwx` for user, group, other, plus
 /// set-uid, set-gid and sticky).
 pub const MODE_MASK: u32 = 0o7777;
+/// Most supplementary groups of one caller (Linux's historical `NGROUPS`):
+/// a user's in the users table, and what a gateway may claim for the user
+/// it acts for. 4 bytes each on the wire; every permission check scans
+/// them. A caller with more is refused rather than cut short: dropping a
+/// group can grant access, not only take it (a mode such as `0604` denies
+/// the group what it gives everyone else).
+pub const GROUPS_MAX: usize = 32;
+
+/// Checks a list of supplementary group ids: at most [`GROUPS_MAX`],
+/// strictly ascending (so each id once, in the one canonical order).
+pub fn validate_groups(groups: &[u32]) -> Result<(), &'static str> {
+    if groups.len() > GROUPS_MAX {
+        return Err("more than GROUPS_MAX supplementary groups");
+    }
+    if groups.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("supplementary groups must be strictly ascending");
+    }
+    Ok(())
+}
 
 /// What an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

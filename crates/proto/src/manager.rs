@@ -9,7 +9,10 @@
 //! itself, [`Handle`]); capability keys travel only inside it.
 
 use crate::codec::{Reader, Writer};
-use crate::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, MODE_MASK, PATH_MAX, SYMLINK_TARGET_MAX};
+use crate::fs::{
+    validate_groups, FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, GROUPS_MAX, MODE_MASK, PATH_MAX,
+    SYMLINK_TARGET_MAX,
+};
 use crate::layout::{Component, ComponentState, Layout, COMPONENTS_MAX};
 use crate::limits::NAME_LEN_MAX;
 use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
@@ -56,7 +59,7 @@ const _: () = assert!(
 );
 const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(DRIVES_MAX * (4 + 2 + DRIVE_ADDR_MAX + 1 + 8 + 8) + 64 <= MANAGER_MESSAGE_MAX);
-const _: () = assert!(USERS_MAX * (2 + USER_NAME_MAX + 4 + 4 + 1) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(USERS_MAX * UserInfo::LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(LOGIN_MESSAGE_MAX == 1103 && LOGIN_MESSAGE_MAX <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(
     FileAttr::LEN + HANDLE_MAC_LEN + 2 + SYMLINK_TARGET_MAX + 1 + FILE_ACCESS_LEN_MAX + 64 <= MANAGER_MESSAGE_MAX
@@ -92,6 +95,7 @@ pub mod manager_opcode {
     pub const ADD_DRIVE: u16 = 0x0104;
     pub const SET_DRIVE_STATE: u16 = 0x0105;
     pub const REPAIR: u16 = 0x0106;
+    pub const SET_USER_GROUPS: u16 = 0x0107;
 }
 
 /// What access a caller asks capabilities for with a name lookup.
@@ -347,13 +351,21 @@ pub enum ManagerRequest {
     },
     /// The cluster map, drive health and repair progress.
     ClusterStatus,
-    /// Administrator: add a user.
+    /// Administrator: add a user, with its supplementary groups (strictly
+    /// ascending, at most [`GROUPS_MAX`]).
     AddUser {
         name: String,
         password: String,
         uid: u32,
         gid: u32,
         admin: bool,
+        groups: Vec<u32>,
+    },
+    /// Administrator: replace a user's supplementary groups (strictly
+    /// ascending, at most [`GROUPS_MAX`]; empty: none).
+    SetUserGroups {
+        name: String,
+        groups: Vec<u32>,
     },
     /// Administrator: list users.
     ListUsers,
@@ -469,14 +481,18 @@ impl std::fmt::Debug for ManagerRequest {
                 f.debug_struct("SetDriveState").field("drive", drive).field("state", state).finish()
             }
             R::Repair { action } => f.debug_struct("Repair").field("action", action).finish(),
-            R::AddUser { name, password: _, uid, gid, admin } => f
+            R::AddUser { name, password: _, uid, gid, admin, groups } => f
                 .debug_struct("AddUser")
                 .field("name", name)
                 .field("password", &REDACTED)
                 .field("uid", uid)
                 .field("gid", gid)
                 .field("admin", admin)
+                .field("groups", groups)
                 .finish(),
+            R::SetUserGroups { name, groups } => {
+                f.debug_struct("SetUserGroups").field("name", name).field("groups", groups).finish()
+            }
             R::ListUsers => f.write_str("ListUsers"),
             R::SetPassword { name, password: _ } => {
                 f.debug_struct("SetPassword").field("name", name).field("password", &REDACTED).finish()
@@ -669,6 +685,53 @@ pub struct UserInfo {
     pub gid: u32,
     /// May run administrator requests.
     pub admin: bool,
+    /// Supplementary groups, strictly ascending (at most [`GROUPS_MAX`]).
+    pub groups: Vec<u32>,
+}
+
+impl UserInfo {
+    /// Longest encoding: name, uid, gid, admin, the most groups.
+    pub const LEN_MAX: usize = 2 + USER_NAME_MAX + 4 + 4 + 1 + 2 + 4 * GROUPS_MAX;
+
+    fn encode(&self, w: &mut Writer) {
+        w.str(&self.name).u32(self.uid).u32(self.gid).bool(self.admin);
+        encode_groups(w, &self.groups);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(UserInfo {
+            name: r.str(USER_NAME_MAX, "user")?,
+            uid: r.u32()?,
+            gid: r.u32()?,
+            admin: r.bool()?,
+            groups: decode_groups(r)?,
+        })
+    }
+}
+
+/// Appends a group list: `count u16`, that many `u32`.
+fn encode_groups(w: &mut Writer, groups: &[u32]) {
+    assert!(groups.len() <= GROUPS_MAX, "group list over GROUPS_MAX");
+    w.u16(groups.len() as u16);
+    for g in groups {
+        w.u32(*g);
+    }
+}
+
+/// Reads a group list: at most [`GROUPS_MAX`], strictly ascending.
+fn decode_groups(r: &mut Reader<'_>) -> Result<Vec<u32>, DecodeError> {
+    let n = r.count(GROUPS_MAX, "groups")?;
+    let groups = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
+    validate_groups(&groups).map_err(DecodeError::NotCanonical)?;
+    Ok(groups)
+}
+
+/// [`validate_groups`] as [`ManagerRequest::check_limits`] reports it.
+fn check_groups(groups: &[u32]) -> Result<(), DecodeError> {
+    if groups.len() > GROUPS_MAX {
+        return Err(DecodeError::OverLimit { field: "groups", len: groups.len() as u64, max: GROUPS_MAX as u64 });
+    }
+    validate_groups(groups).map_err(DecodeError::NotCanonical)
 }
 
 /// The result of a successful request.
@@ -736,6 +799,7 @@ impl ManagerRequest {
             ManagerRequest::SetDriveState { .. } => SET_DRIVE_STATE,
             ManagerRequest::Repair { .. } => REPAIR,
             ManagerRequest::AddUser { .. } => ADD_USER,
+            ManagerRequest::SetUserGroups { .. } => SET_USER_GROUPS,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
             ManagerRequest::AddDrive { .. } => ADD_DRIVE,
@@ -766,6 +830,7 @@ impl ManagerRequest {
             | R::Walk { .. }
             | R::StatFs
             | R::AddUser { .. }
+            | R::SetUserGroups { .. }
             | R::ListUsers
             | R::SetPassword { .. }
             | R::AddDrive { .. }
@@ -800,6 +865,7 @@ impl ManagerRequest {
             ManagerRequest::SetDriveState { .. } => "set-drive-state",
             ManagerRequest::Repair { .. } => "repair",
             ManagerRequest::AddUser { .. } => "add-user",
+            ManagerRequest::SetUserGroups { .. } => "set-user-groups",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
             ManagerRequest::AddDrive { .. } => "add-drive",
@@ -819,9 +885,18 @@ impl ManagerRequest {
             }
         };
         match self {
-            R::Login { user, password, .. } | R::AddUser { name: user, password, .. } => {
+            R::Login { user, password, .. } => {
                 within("user", user, USER_NAME_MAX)?;
                 within("password", password, PASSWORD_MAX)
+            }
+            R::AddUser { name, password, groups, .. } => {
+                within("user", name, USER_NAME_MAX)?;
+                within("password", password, PASSWORD_MAX)?;
+                check_groups(groups)
+            }
+            R::SetUserGroups { name, groups } => {
+                within("user", name, USER_NAME_MAX)?;
+                check_groups(groups)
             }
             R::SetPassword { name, password } => {
                 within("user", name, USER_NAME_MAX)?;
@@ -961,8 +1036,13 @@ impl ManagerRequest {
                 w.u8(*action as u8);
             }
             ManagerRequest::StatFs | ManagerRequest::ListUsers | ManagerRequest::ClusterStatus => {}
-            ManagerRequest::AddUser { name, password, uid, gid, admin } => {
+            ManagerRequest::AddUser { name, password, uid, gid, admin, groups } => {
                 w.str(name).str(password).u32(*uid).u32(*gid).bool(*admin);
+                encode_groups(&mut w, groups);
+            }
+            ManagerRequest::SetUserGroups { name, groups } => {
+                w.str(name);
+                encode_groups(&mut w, groups);
             }
             ManagerRequest::SetPassword { name, password } => {
                 w.str(name).str(password);
@@ -1061,7 +1141,11 @@ impl ManagerRequest {
                 uid: r.u32()?,
                 gid: r.u32()?,
                 admin: r.bool()?,
+                groups: decode_groups(&mut r)?,
             },
+            SET_USER_GROUPS => {
+                ManagerRequest::SetUserGroups { name: r.str(USER_NAME_MAX, "user")?, groups: decode_groups(&mut r)? }
+            }
             LIST_USERS => ManagerRequest::ListUsers,
             SET_PASSWORD => ManagerRequest::SetPassword {
                 name: r.str(USER_NAME_MAX, "user")?,
@@ -1336,7 +1420,7 @@ impl ManagerReply {
                 assert!(users.len() <= USERS_MAX, "users reply over USERS_MAX");
                 w.u8(USERS).u16(users.len() as u16);
                 for u in users {
-                    w.str(&u.name).u32(u.uid).u32(u.gid).bool(u.admin);
+                    u.encode(&mut w);
                 }
             }
             ManagerReply::DriveAdded { drive } => {
@@ -1426,12 +1510,7 @@ impl ManagerReply {
                 let n = r.count(USERS_MAX, "users")?;
                 let mut users = Vec::with_capacity(n);
                 for _ in 0..n {
-                    users.push(UserInfo {
-                        name: r.str(USER_NAME_MAX, "user")?,
-                        uid: r.u32()?,
-                        gid: r.u32()?,
-                        admin: r.bool()?,
-                    });
+                    users.push(UserInfo::decode(r)?);
                 }
                 ManagerReply::Users(users)
             }

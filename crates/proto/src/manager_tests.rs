@@ -122,6 +122,33 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             ManagerRequest::SetLayout { handle: handle(1), layout: Some(Layout::parse("mirror:2x2@256K").unwrap()) }
                 .encode(14),
         ),
+        (
+            "ADD_USER bob, groups 100 and 2000",
+            ManagerRequest::AddUser {
+                name: "bob".into(),
+                password: "pw".into(),
+                uid: 1001,
+                gid: 1001,
+                admin: false,
+                groups: vec![100, 2000],
+            }
+            .encode(15),
+        ),
+        (
+            "SET_USER_GROUPS bob [100]",
+            ManagerRequest::SetUserGroups { name: "bob".into(), groups: vec![100] }.encode(16),
+        ),
+        (
+            "USERS reply",
+            ManagerReply::Users(vec![UserInfo {
+                name: "bob".into(),
+                uid: 1001,
+                gid: 1001,
+                admin: false,
+                groups: vec![100],
+            }])
+            .encode(17),
+        ),
     ]
 }
 
@@ -151,6 +178,9 @@ const VECTORS_HEX: &[&str] = &[
         "12000e00000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
         "000400020202",
     ),
+    "01010f000000000000000300626f6202007077e9030000e903000000020064000000d0070000",
+    "070110000000000000000300626f62010064000000",
+    "000011000000000000000601000300626f62e9030000e903000000010064000000",
 ];
 
 #[test]
@@ -247,8 +277,18 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         }),
         prop_oneof![Just(RepairAction::Rebuild), Just(RepairAction::Scrub), Just(RepairAction::Rebalance)]
             .prop_map(|action| R::Repair { action }),
-        (arb_name(), ".{0,64}", any::<u32>(), any::<u32>(), any::<bool>())
-            .prop_map(|(name, password, uid, gid, admin)| R::AddUser { name, password, uid, gid, admin }),
+        (arb_name(), ".{0,64}", any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
+            |(name, password, uid, gid, admin)| R::AddUser {
+                name,
+                password,
+                uid,
+                gid,
+                admin,
+                groups: (0..uid % 5).map(|i| gid / 8 + i).collect()
+            }
+        ),
+        (arb_name(), proptest::collection::btree_set(any::<u32>(), 0..=GROUPS_MAX))
+            .prop_map(|(name, groups)| R::SetUserGroups { name, groups: groups.into_iter().collect() }),
         Just(R::ListUsers),
         (arb_name(), ".{0,64}").prop_map(|(name, password)| R::SetPassword { name, password }),
         ("[0-9.:]{1,30}", any::<[u8; 32]>()).prop_map(|(addr, master_key)| R::AddDrive { addr, master_key }),
@@ -328,7 +368,9 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                     .collect()
             }),
         proptest::collection::vec((arb_name(), any::<u32>(), any::<bool>()), 0..10).prop_map(|u| R::Users(
-            u.into_iter().map(|(name, uid, admin)| UserInfo { name, uid, gid: uid, admin }).collect()
+            u.into_iter()
+                .map(|(name, uid, admin)| UserInfo { name, uid, gid: uid, admin, groups: vec![uid / 2, uid / 2 + 1] })
+                .collect()
         )),
         any::<u32>().prop_map(|drive| R::DriveAdded { drive }),
         (any::<u64>(), any::<u32>()).prop_map(|(txn, lease_ms)| R::Began { txn, lease_ms }),
@@ -455,6 +497,32 @@ fn rejections_are_specific() {
 }
 
 #[test]
+fn group_lists_are_bounded_and_canonical() {
+    let set = |groups: Vec<u32>| ManagerRequest::SetUserGroups { name: "u".into(), groups };
+    for (groups, why) in [(vec![2, 1], "descending"), (vec![1, 1], "repeated")] {
+        assert!(matches!(set(groups.clone()).check_limits(), Err(DecodeError::NotCanonical(_))), "{why}");
+        assert!(matches!(ManagerRequest::decode(&set(groups).encode(1)), Err(DecodeError::NotCanonical(_))), "{why}");
+    }
+    let over = set((0..=GROUPS_MAX as u32).collect());
+    assert!(matches!(over.check_limits(), Err(DecodeError::OverLimit { field: "groups", .. })));
+    let mut w = Writer::with_capacity(256);
+    w.u16(manager_opcode::SET_USER_GROUPS).u64(1).str("u").u16(GROUPS_MAX as u16 + 1);
+    for g in 0..=GROUPS_MAX as u32 {
+        w.u32(g);
+    }
+    assert!(matches!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::OverLimit { field: "groups", .. })));
+    let most = set((0..GROUPS_MAX as u32).collect());
+    assert_eq!(most.check_limits(), Ok(()));
+    assert_eq!(ManagerRequest::decode(&most.encode(1)).unwrap().1, most);
+    let user = |groups| UserInfo { name: "u".into(), uid: 1, gid: 1, admin: false, groups };
+    let reply = ManagerReply::Users(vec![user(vec![3, 2])]).encode(1);
+    assert!(matches!(ManagerReply::decode(&reply), Err(DecodeError::NotCanonical(_))), "replies are checked too");
+    let longest = user((0..GROUPS_MAX as u32).collect());
+    let one = ManagerReply::Users(vec![UserInfo { name: "u".repeat(USER_NAME_MAX), ..longest }]).encode(1);
+    assert_eq!(one.len(), 2 + 8 + 1 + 2 + UserInfo::LEN_MAX, "LEN_MAX is exact");
+}
+
+#[test]
 fn request_display_never_shows_secrets() {
     let req = ManagerRequest::Login { version: 1, user: "u".into(), password: "hunter22".into() };
     assert_eq!(req.to_string(), "login");
@@ -468,7 +536,14 @@ fn request_debug_never_shows_secrets() {
     let secret = "hunter22-secret";
     let requests = [
         ManagerRequest::Login { version: 1, user: "u".into(), password: secret.into() },
-        ManagerRequest::AddUser { name: "u".into(), password: secret.into(), uid: 1, gid: 1, admin: false },
+        ManagerRequest::AddUser {
+            name: "u".into(),
+            password: secret.into(),
+            uid: 1,
+            gid: 1,
+            admin: false,
+            groups: vec![],
+        },
         ManagerRequest::SetPassword { name: "u".into(), password: secret.into() },
     ];
     for req in requests {

@@ -2,6 +2,9 @@
 //!
 //! Not persisted. At open it is rebuilt from the block index: every block the
 //! index references is in use, every other block below the capacity is free.
+//! While the store runs, a block comes back here only once no index, undo
+//! entry, durable index (until the next commit) or read's pin holds it
+//! (`Meta::release_block`, `Meta::free_block`, `Meta::unpin`).
 
 use std::collections::BTreeMap;
 

@@ -67,6 +67,16 @@ pub enum StoreError {
         /// The object's size when the write was checked.
         logical_size: u64,
     },
+    /// The object's `access_control_version` is no longer the one the
+    /// write was authorized under ([`crate::WriteCheck`]): a revocation
+    /// came first, and the write changed nothing.
+    #[error("object {object} in partition {partition}: its access control version changed; capability revoked")]
+    AccessRevoked {
+        /// Partition.
+        partition: u64,
+        /// Object.
+        object: u64,
+    },
     /// Another write transaction is open on the object (or a transaction
     /// was ended with an identifier other than the open one's).
     #[error("object {object} in partition {partition} has transaction {open} open")]
@@ -130,6 +140,7 @@ impl StoreError {
             Regions(s) => *s,
             TooMany(_) => Status::TooMany,
             NotAnAppend { .. } => Status::RightsInsufficient,
+            AccessRevoked { .. } => Status::AccessRevoked,
             TxnConflict { .. } => Status::TxnConflict,
             DataCorrupted { .. } => Status::DataCorrupted,
             Source(_) => Status::DataLengthMismatch,

@@ -15,11 +15,19 @@
 //! - **Durability.** The index and attributes are persisted by [`Store::commit`]:
 //!   `fdatasync(blocks.dat)`, then one SQLite transaction (WAL, synchronous=FULL).
 //!   A block freed in memory is reused only after a commit that no longer
-//!   references it, so the durable index only ever points at blocks whose
-//!   bytes are durable and match their stored digests — after any crash.
-//! - **Concurrency.** Operations on one object are ordered by a striped
-//!   reader-writer lock (writers exclusive, readers shared); metadata is one
-//!   mutex held only for in-memory updates, never across I/O.
+//!   references it (and once no read has it pinned), so the durable index
+//!   only ever points at blocks whose bytes are durable and match their
+//!   stored digests — after any crash.
+//! - **Concurrency.** Changes to one object are ordered by a striped
+//!   reader-writer lock, held only for in-memory work and disk I/O, never
+//!   while waiting for a caller's data: a write streams its data into new
+//!   blocks without it and takes it to plan and to install (where it checks
+//!   again what it must find, [`WriteCheck`], and merges any block it covers
+//!   in part with a write that installed meanwhile); a read takes its view of
+//!   the block map under the metadata mutex and **pins** the blocks it will
+//!   read, so they are not reused until it is done, instead of holding any
+//!   lock while its caller sends the data on. Metadata is one mutex held only
+//!   for in-memory updates, never across I/O.
 //!
 //! The store knows nothing about sockets, tokio or the wire protocol's frames.
 #![deny(missing_docs)]
@@ -50,9 +58,11 @@ pub use nasd_proto::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
 pub const BLOCK_SIZE_DEFAULT: u32 = 64 * 1024;
 /// Most objects one partition may hold (bounds the in-memory index).
 pub const OBJECTS_PER_PARTITION_MAX: u64 = 1 << 24;
-/// Block references a read takes from an object's block map at a time (one
-/// metadata-lock hold, 48 bytes each): a read's metadata memory is this
-/// many references whatever its size (up to `DATA_LEN_MAX`).
+/// Block references a read takes from an object's block map at a time, and
+/// pins (one metadata-lock hold, 56 bytes each plus a pin count): a read's
+/// metadata memory is this many references whatever its size (up to
+/// `DATA_LEN_MAX`), and a read of at most this many stored blocks sees one
+/// consistent view of its object.
 pub const READ_BATCH_BLOCKS: usize = 1024;
 /// Block references, and objects, `scrub` visits per metadata-lock hold (64
 /// bytes each).
@@ -100,6 +110,20 @@ impl Default for StoreOptions {
             extensions: Vec::new(),
         }
     }
+}
+
+/// What a write must still find when it installs its data, checked under
+/// the object's lock with the install (and once when it is planned, so a
+/// write that cannot land is refused before its data streams). A failed
+/// check changes nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteCheck {
+    /// Every region starts at or past the object's end (the `APPEND`
+    /// right): otherwise [`StoreError::NotAnAppend`].
+    pub append_only: bool,
+    /// The object's `access_control_version` is this one (the capability's):
+    /// otherwise [`StoreError::AccessRevoked`]. None: not checked.
+    pub access_control_version: Option<u64>,
 }
 
 /// Supplies a write's data, in order. `fill` must fill `buf` completely.
@@ -246,6 +270,10 @@ struct Partition {
     inflight_blocks: u64,
     /// Objects with an open write transaction (for `txn_list`).
     txn_objects: BTreeSet<u64>,
+    /// Which partition this is among all that had its number since the
+    /// store opened (`Meta::incarnations`): a write or read that outlives
+    /// a partition's removal must not touch a new one of the same number.
+    incarnation: u64,
 }
 
 impl Partition {
@@ -283,6 +311,15 @@ struct Meta {
     fresh: HashSet<u64>,
     /// Blocks no longer referenced that a durable index may still reference.
     pending_free: Vec<u64>,
+    /// Blocks readers have pinned (read in progress without the object's
+    /// lock), with their pin counts. A pinned block is not reused: freeing
+    /// it (`Meta::free_block`) only parks it in `pinned_free`.
+    pins: HashMap<u64, u32>,
+    /// Free blocks still pinned: returned to the allocator when their last
+    /// pin goes. Each is in `pins`, referenced by no index and no undo.
+    pinned_free: HashSet<u64>,
+    /// Partitions created or loaded so far (the next `Partition::incarnation`).
+    incarnations: u64,
     dirty: Dirty,
 }
 
@@ -412,8 +449,10 @@ impl Store {
 
     fn load_meta(conn: &rusqlite::Connection, block_size: u32, capacity_blocks: u64) -> Result<Meta, StoreError> {
         let mut partitions = BTreeMap::new();
+        let mut incarnations = 0;
         for p in db::load_partitions(conn)? {
             let next_id = p.id_high_water.max(FIRST_USER_OBJECT);
+            incarnations += 1;
             partitions.insert(
                 p.id,
                 Partition {
@@ -425,6 +464,7 @@ impl Store {
                     slack_blocks: 0,
                     inflight_blocks: 0,
                     txn_objects: BTreeSet::new(),
+                    incarnation: incarnations,
                 },
             );
         }
@@ -485,6 +525,9 @@ impl Store {
             alloc: Allocator::new(capacity_blocks, &used),
             fresh: HashSet::new(),
             pending_free: Vec::new(),
+            pins: HashMap::new(),
+            pinned_free: HashSet::new(),
+            incarnations,
             dirty: Dirty::default(),
         })
     }

@@ -28,12 +28,47 @@ impl Meta {
     }
 
     /// Returns an unreferenced block to free space: at once if no durable index
-    /// can reference it, otherwise after the next commit.
+    /// can reference it, otherwise after the next commit — and in either case
+    /// not before its last pin goes ([`Meta::free_block`]).
     fn release_block(&mut self, phys: u64) {
         if self.fresh.remove(&phys) {
-            self.alloc.free(phys);
+            self.free_block(phys);
         } else {
             self.pending_free.push(phys);
+        }
+    }
+
+    /// Hands a block no index, undo or durable index references back to the
+    /// allocator — unless a reader has it pinned: then it waits in
+    /// `pinned_free` for [`Meta::unpin`], so a reader never sees its bytes
+    /// replaced by a later write's.
+    pub(crate) fn free_block(&mut self, phys: u64) {
+        assert!(!self.refcount.contains_key(&phys), "freeing referenced block {phys}");
+        if self.pins.contains_key(&phys) {
+            let first = self.pinned_free.insert(phys);
+            assert!(first, "pinned block {phys} freed twice");
+        } else {
+            self.alloc.free(phys);
+        }
+    }
+
+    /// Pins a referenced block for a reader that will read it without the
+    /// object's lock: it is not reused until unpinned, whatever changes the
+    /// object meanwhile (ARCHITECTURE.md, invariants).
+    pub(crate) fn pin(&mut self, phys: u64) {
+        assert!(self.refcount.contains_key(&phys), "pinning unreferenced block {phys}");
+        *self.pins.entry(phys).or_insert(0) += 1;
+    }
+
+    /// Drops one pin; the last pin of a block freed meanwhile frees it.
+    pub(crate) fn unpin(&mut self, phys: u64) {
+        let c = self.pins.get_mut(&phys).expect("unpinning a block that is not pinned");
+        *c -= 1;
+        if *c == 0 {
+            self.pins.remove(&phys);
+            if self.pinned_free.remove(&phys) {
+                self.alloc.free(phys);
+            }
         }
     }
 
@@ -150,32 +185,90 @@ fn check_settable(mask: AttrMask, block_size: u32, attrs: &Attributes) -> Result
     Ok(())
 }
 
-/// The part of an object's block map a read holds: the mapped blocks among
-/// the logical blocks of `span`, in order (at most [`READ_BATCH_BLOCKS`]).
-#[derive(Default)]
-struct ReadBatch {
-    /// The logical blocks (first, last) the batch covers; None before the first batch.
-    span: Option<(u64, u64)>,
-    refs: Vec<(u64, BlockRef)>,
+/// A read's position: (region index, logical block), in the order the read
+/// serves them.
+type ReadPos = (usize, u64);
+
+/// The part of an object's block map a read holds, **pinned**: the mapped
+/// blocks at the read's positions from `start` up to `end` (exclusive), at
+/// most [`READ_BATCH_BLOCKS`], taken in one critical section of the
+/// metadata lock, so each batch is one consistent view of the object (the
+/// first one taken with the object's size). The pins keep the blocks from
+/// being reused while the read serves them without any lock, however the
+/// object changes meanwhile; they go with the batch (refill or drop).
+struct ReadBatch<'a> {
+    store: &'a Store,
+    partition: u64,
+    object: u64,
+    /// The partition's incarnation when the read began.
+    incarnation: u64,
+    /// The positions covered, [start, end); None before the first batch.
+    span: Option<(ReadPos, ReadPos)>,
+    /// The mapped blocks among them, each pinned once, in read order.
+    refs: Vec<(ReadPos, BlockRef)>,
 }
 
-impl ReadBatch {
-    /// Where logical block `l` is stored (None: a hole), taking the next
-    /// batch of the map, from `l` towards `region_last`, when `l` is outside
-    /// the one held.
-    fn get(&mut self, s: &Store, p: u64, o: u64, l: u64, region_last: u64) -> Result<Option<BlockRef>, StoreError> {
-        if !self.span.is_some_and(|(first, last)| (first..=last).contains(&l)) {
-            let m = lock(&s.meta);
-            let blocks = &m.object(p, o)?.blocks;
-            self.refs.clear();
-            self.refs.extend(blocks.range(l..=region_last).take(READ_BATCH_BLOCKS).map(|(l, b)| (*l, *b)));
-            let last = match self.refs.last() {
-                Some((at, _)) if self.refs.len() == READ_BATCH_BLOCKS => *at,
-                _ => region_last,
-            };
-            self.span = Some((l, last));
+impl<'a> ReadBatch<'a> {
+    fn new(store: &'a Store, partition: u64, object: u64) -> Self {
+        ReadBatch { store, partition, object, incarnation: 0, span: None, refs: Vec::new() }
+    }
+
+    /// Where the block at `at` is stored (None: a hole), taking the next
+    /// batch from `at` on when `at` is outside the one held. `extents`:
+    /// each region's first and last logical block (None: it reads nothing).
+    fn get(&mut self, extents: &[Option<(u64, u64)>], at: ReadPos) -> Result<Option<BlockRef>, StoreError> {
+        if !self.span.is_some_and(|(start, end)| start <= at && at < end) {
+            self.fill(&mut lock(&self.store.meta), extents, at)?;
         }
-        Ok(self.refs.binary_search_by_key(&l, |(at, _)| *at).ok().map(|i| self.refs[i].1))
+        Ok(self.refs.binary_search_by_key(&at, |(pos, _)| *pos).ok().map(|i| self.refs[i].1))
+    }
+
+    /// Drops the batch held and takes (and pins) the next, from `from` on.
+    /// The object gone — or its partition removed, even if another of the
+    /// same number exists now — is [`StoreError::NoSuchObject`].
+    fn fill(&mut self, m: &mut Meta, extents: &[Option<(u64, u64)>], from: ReadPos) -> Result<(), StoreError> {
+        for (_, b) in self.refs.drain(..) {
+            m.unpin(b.phys);
+        }
+        self.span = None;
+        let (p, o) = (self.partition, self.object);
+        let gone = StoreError::NoSuchObject { partition: p, object: o };
+        let part = m.partition(p)?;
+        if part.incarnation != self.incarnation {
+            return Err(gone);
+        }
+        let obj = part.objects.get(&o).ok_or(gone)?;
+        let mut end = (extents.len(), 0);
+        'walk: for (i, extent) in extents.iter().enumerate().skip(from.0) {
+            let Some((first, last)) = *extent else { continue };
+            let first = if i == from.0 { first.max(from.1) } else { first };
+            if first > last {
+                continue;
+            }
+            for (&l, &b) in obj.blocks.range(first..=last) {
+                if self.refs.len() == READ_BATCH_BLOCKS {
+                    end = (i, l);
+                    break 'walk;
+                }
+                self.refs.push(((i, l), b));
+            }
+        }
+        for (_, b) in &self.refs {
+            m.pin(b.phys);
+        }
+        self.span = Some((from, end));
+        Ok(())
+    }
+}
+
+impl Drop for ReadBatch<'_> {
+    fn drop(&mut self) {
+        if !self.refs.is_empty() {
+            let mut m = lock(&self.store.meta);
+            for (_, b) in self.refs.drain(..) {
+                m.unpin(b.phys);
+            }
+        }
     }
 }
 
@@ -194,9 +287,26 @@ type BlockAt = (u64, u64, u64, BlockRef);
 struct WritePlan {
     partition: u64,
     object: u64,
+    /// The partition's incarnation when the write was planned.
+    incarnation: u64,
     reserved_inflight: u64,
     /// Logical block → its new block, as written so far.
     new: BTreeMap<u64, BlockRef>,
+    /// The blocks the write covers only in part: what their other bytes
+    /// were taken from, and which bytes are the write's. At most two per
+    /// region (its first and last block).
+    merged: BTreeMap<u64, Merge>,
+}
+
+/// A block a write covers only in part.
+struct Merge {
+    /// The mapping whose bytes filled the rest of the block (None: a hole):
+    /// the object's when the block was first loaded. If the object maps
+    /// another by the time the write installs, the block is merged again
+    /// from that one ([`Store::remerge`]).
+    base: Option<BlockRef>,
+    /// The write's bytes in the block: (offset, length) pairs.
+    ranges: Vec<(usize, usize)>,
 }
 
 impl Store {
@@ -402,6 +512,12 @@ impl Store {
             }
         }
         if let Some((plan, region)) = tail {
+            // The object's lock was held since the tail block was read.
+            let obj = m.object(p, o)?;
+            assert!(
+                plan.merged.iter().all(|(l, merge)| obj.blocks.get(l) == merge.base.as_ref()),
+                "a truncation's tail block changed under the object's lock"
+            );
             self.install_locked(&mut m, plan, &region, now);
         }
         if size < old {
@@ -427,6 +543,12 @@ impl Store {
     /// Reads `regions`: the sink gets the per-region lengths (short only at the
     /// end of the object), then the bytes in region order. Blocks are checked
     /// against their stored digests if the store verifies reads.
+    ///
+    /// No lock is held while the sink takes data: the read takes the blocks
+    /// it serves [`READ_BATCH_BLOCKS`] at a time, pinned. A read of at most
+    /// that many stored blocks sees each write wholly or not at all; a
+    /// longer one, batch by batch. The object removed between two batches
+    /// fails the read with [`StoreError::NoSuchObject`].
     pub fn read(&self, p: u64, o: u64, regions: &[Region], sink: &mut dyn DataSink) -> Result<(), StoreError> {
         self.read_with(p, o, regions, sink, self.verify_reads)
     }
@@ -450,18 +572,33 @@ impl Store {
             let bytes = self.control_bytes(p, o)?;
             return serve_bytes(&bytes, regions, sink);
         }
-        // Held to the end: the object's size and block map cannot change
-        // under the read, so taking the map batch by batch is consistent.
-        let _g = self.stripe(p, o).read().expect("object lock poisoned");
+        // No object lock: the size and the first batch of the block map are
+        // one view of the object (one critical section of the metadata
+        // lock), and the blocks of each batch are pinned while the sink
+        // takes their bytes, which may wait on the network.
         let bs = self.bs();
-        let size = lock(&self.meta).object(p, o)?.attrs.logical_size;
-        let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
+        let mut batch = ReadBatch::new(self, p, o);
+        let (lengths, extents) = {
+            let mut m = lock(&self.meta);
+            let size = m.object(p, o)?.attrs.logical_size;
+            batch.incarnation = m.partition(p)?.incarnation;
+            let lengths: Vec<u64> = regions.iter().map(|r| r.end().min(size).saturating_sub(r.offset)).collect();
+            let extents: Vec<Option<(u64, u64)>> = regions
+                .iter()
+                .zip(&lengths)
+                .map(|(r, &n)| (n > 0).then(|| (r.offset / bs, (r.offset + n - 1) / bs)))
+                .collect();
+            if let Some(i) = extents.iter().position(Option::is_some) {
+                let first = extents[i].expect("found").0;
+                batch.fill(&mut m, &extents, (i, first))?;
+            }
+            (lengths, extents)
+        };
         sink.start(&lengths).map_err(StoreError::Sink)?;
-        let mut batch = ReadBatch::default();
         let mut buf = vec![0u8; bs as usize];
         // The block in `buf`, and whether it was checked against its digest.
-        let mut loaded: Option<(u64, bool)> = None;
-        for (r, &len) in regions.iter().zip(&lengths) {
+        let mut loaded: Option<(BlockRef, bool)> = None;
+        for (i, (r, &len)) in regions.iter().zip(&lengths).enumerate() {
             let mut pos = r.offset;
             let end = r.offset + len;
             while pos < end {
@@ -469,19 +606,19 @@ impl Store {
                 let in_off = (pos % bs) as usize;
                 let n = ((bs - pos % bs).min(end - pos)) as usize;
                 let whole = in_off == 0 && n == bs as usize;
-                match batch.get(self, p, o, l, (end - 1) / bs)? {
+                match batch.get(&extents, (i, l))? {
                     Some(b) => {
                         let check = verify || (!whole && self.verify_reads);
                         match loaded {
-                            Some((at, checked)) if at == l => {
+                            Some((at, checked)) if at == b => {
                                 if check && !checked {
                                     self.check_block(p, o, l, &b, &buf)?;
-                                    loaded = Some((l, true));
+                                    loaded = Some((b, true));
                                 }
                             }
                             _ => {
                                 self.read_block_with(p, o, l, &b, &mut buf, check)?;
-                                loaded = Some((l, check));
+                                loaded = Some((b, check));
                             }
                         }
                         sink.unit(&buf[in_off..in_off + n], whole.then_some(&b.digest))
@@ -537,37 +674,54 @@ impl Store {
     /// Writes `regions` with the data from `source` (the regions' bytes in
     /// order). Atomic: on any error nothing changes. Returns bytes written.
     pub fn write(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
-        self.check_healthy()?;
-        validate_regions(regions).map_err(StoreError::Regions)?;
-        if is_control(o) {
-            return Err(StoreError::ReadOnlyObject(o));
-        }
-        let _g = self.stripe(p, o).write().expect("object lock poisoned");
-        self.write_locked(p, o, regions, source)
+        self.write_checked(p, o, regions, source, WriteCheck::default())
     }
 
     /// Like [`Store::write`], but only if every region starts at or past the
-    /// object's end, checked under the object's lock so no concurrent write
-    /// can turn the append into an overwrite.
+    /// object's end, checked under the object's lock as the write installs,
+    /// so no concurrent write can turn the append into an overwrite.
     pub fn append(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
+        self.write_checked(p, o, regions, source, WriteCheck { append_only: true, access_control_version: None })
+    }
+
+    /// [`Store::write`], installing only if the object still passes `check`
+    /// (checked when the write is planned and again, under the object's
+    /// lock, as it installs).
+    ///
+    /// The object's lock is held only to plan the write (its quota charge)
+    /// and to install it, never while `source` is waited on: the data goes
+    /// to new blocks meanwhile, and other writes of the object may install
+    /// in between. A block the write covers only in part whose mapping
+    /// changed since the write read it is merged again from the current
+    /// block at install, so no byte another write installed meanwhile is
+    /// lost; where two writes overlap, the one that installs last wins.
+    pub fn write_checked(
+        &self,
+        p: u64,
+        o: u64,
+        regions: &[Region],
+        source: &mut dyn DataSource,
+        check: WriteCheck,
+    ) -> Result<u64, StoreError> {
         self.check_healthy()?;
         validate_regions(regions).map_err(StoreError::Regions)?;
         if is_control(o) {
             return Err(StoreError::ReadOnlyObject(o));
         }
-        let _g = self.stripe(p, o).write().expect("object lock poisoned");
-        let logical_size = lock(&self.meta).object(p, o)?.attrs.logical_size;
-        if regions.iter().any(|r| r.offset < logical_size) {
-            return Err(StoreError::NotAnAppend { logical_size });
+        let mut plan = {
+            let _g = self.stripe(p, o).write().expect("object lock poisoned");
+            Self::check_write(&lock(&self.meta), p, o, regions, check)?;
+            self.plan_write(p, o, regions)?
+        };
+        if let Err(e) = self.stream_write(&mut plan, regions, source) {
+            self.abort_write(plan);
+            return Err(e);
         }
-        self.write_locked(p, o, regions, source)
-    }
-
-    fn write_locked(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
-        let mut plan = self.plan_write(p, o, regions)?;
-        match self.stream_write(&mut plan, regions, source) {
-            Ok(()) => {
-                self.install_write(plan, regions);
+        let _g = self.stripe(p, o).write().expect("object lock poisoned");
+        match self.prepare_install(&mut plan, regions, check) {
+            Ok(mut m) => {
+                let now = self.now_ns();
+                self.install_locked(&mut m, plan, regions, now);
                 Ok(regions.iter().map(|r| r.length).sum())
             }
             Err(e) => {
@@ -575,6 +729,85 @@ impl Store {
                 Err(e)
             }
         }
+    }
+
+    /// What a write must find in the object ([`WriteCheck`]).
+    fn check_write(m: &Meta, p: u64, o: u64, regions: &[Region], check: WriteCheck) -> Result<(), StoreError> {
+        let attrs = &m.object(p, o)?.attrs;
+        if check.access_control_version.is_some_and(|acv| acv != attrs.access_control_version) {
+            return Err(StoreError::AccessRevoked { partition: p, object: o });
+        }
+        let logical_size = attrs.logical_size;
+        if check.append_only && regions.iter().any(|r| r.offset < logical_size) {
+            return Err(StoreError::NotAnAppend { logical_size });
+        }
+        Ok(())
+    }
+
+    /// Everything an install must check, with the object's lock held: the
+    /// object is the one planned for and still passes `check`; blocks
+    /// covered in part are merged again where their mapping changed (disk
+    /// I/O, without the metadata lock); the charge is within the quota
+    /// (what the write replaces may have changed since it was planned: a
+    /// transaction begun meanwhile holds the old blocks, a clone shares
+    /// them). Returns the metadata lock to install under.
+    fn prepare_install(
+        &self,
+        plan: &mut WritePlan,
+        regions: &[Region],
+        check: WriteCheck,
+    ) -> Result<MutexGuard<'_, Meta>, StoreError> {
+        let (p, o) = (plan.partition, plan.object);
+        let changed: Vec<(u64, Option<BlockRef>)> = {
+            let m = lock(&self.meta);
+            if m.partition(p)?.incarnation != plan.incarnation {
+                return Err(StoreError::NoSuchObject { partition: p, object: o });
+            }
+            Self::check_write(&m, p, o, regions, check)?;
+            let obj = m.object(p, o)?;
+            plan.merged
+                .iter()
+                .map(|(l, merge)| (*l, merge.base, obj.blocks.get(l).copied()))
+                .filter(|(_, base, now)| base != now)
+                .map(|(l, _, now)| (l, now))
+                .collect()
+        };
+        for (l, now) in changed {
+            self.remerge(plan, l, now)?;
+        }
+        let m = lock(&self.meta);
+        let obj = m.object(p, o)?;
+        let (_, charge) = Self::added_blocks(&m, obj, &self.touched_ranges(regions));
+        if charge > plan.reserved_inflight {
+            m.quota_check(p, charge - plan.reserved_inflight, self.bs())?;
+        }
+        Ok(m)
+    }
+
+    /// Merges block `l` of a write again, from `now` (the object's current
+    /// mapping of it, None: a hole) and the write's own bytes in it, into
+    /// the write's new block (written by this write alone, so rewritten in
+    /// place). The caller holds the object's lock, so `now` stays mapped.
+    fn remerge(&self, plan: &mut WritePlan, l: u64, now: Option<BlockRef>) -> Result<(), StoreError> {
+        let bs = self.bs() as usize;
+        let mine = plan.new[&l];
+        let mut ours = vec![0u8; bs];
+        self.read_block_with(plan.partition, plan.object, l, &mine, &mut ours, true)?;
+        let mut buf = vec![0u8; bs];
+        match &now {
+            Some(b) => self.read_block(plan.partition, plan.object, l, b, &mut buf)?,
+            None => buf.fill(0),
+        }
+        let merge = plan.merged.get_mut(&l).expect("a block covered in part");
+        for &(at, n) in &merge.ranges {
+            buf[at..at + n].copy_from_slice(&ours[at..at + n]);
+        }
+        merge.base = now;
+        if let Err(e) = self.data.write_all_at(&buf, mine.phys * self.bs()) {
+            return Err(self.fail(e));
+        }
+        plan.new.insert(l, BlockRef { phys: mine.phys, digest: block_digest(&buf) });
+        Ok(())
     }
 
     /// Logical blocks touched by `regions`, as sorted, disjoint, inclusive
@@ -625,10 +858,21 @@ impl Store {
                 m.alloc.free_blocks()
             )));
         }
-        m.partition_mut(p)?.inflight_blocks += charge;
-        Ok(WritePlan { partition: p, object: o, reserved_inflight: charge, new: BTreeMap::new() })
+        let part = m.partition_mut(p)?;
+        part.inflight_blocks += charge;
+        let incarnation = part.incarnation;
+        Ok(WritePlan {
+            partition: p,
+            object: o,
+            incarnation,
+            reserved_inflight: charge,
+            new: BTreeMap::new(),
+            merged: BTreeMap::new(),
+        })
     }
 
+    /// Streams the write's data into new blocks, block by block, without
+    /// the object's lock (the caller may hold it: `set_size` does).
     fn stream_write(
         &self,
         plan: &mut WritePlan,
@@ -652,6 +896,9 @@ impl Store {
                     self.load_for_merge(plan, l, whole, &mut buf)?;
                     current = Some(l);
                 }
+                if let Some(merge) = plan.merged.get_mut(&l) {
+                    merge.ranges.push((in_off, n));
+                }
                 source.fill(&mut buf[in_off..in_off + n]).map_err(StoreError::Source)?;
                 pos += n as u64;
             }
@@ -662,21 +909,37 @@ impl Store {
         Ok(())
     }
 
-    /// Fills `buf` with block `l`'s current contents before a partial overwrite.
-    fn load_for_merge(&self, plan: &WritePlan, l: u64, whole: bool, buf: &mut [u8]) -> Result<(), StoreError> {
+    /// Fills `buf` with block `l`'s current contents before a partial
+    /// overwrite: the write's own block if it wrote `l` already (another
+    /// region in the same block), else the object's — pinned while it is
+    /// read, as the object's lock need not be held — remembered as the
+    /// block's base in `plan.merged`.
+    fn load_for_merge(&self, plan: &mut WritePlan, l: u64, whole: bool, buf: &mut [u8]) -> Result<(), StoreError> {
         if whole {
             return Ok(());
         }
-        // The object cannot change under us (we hold its write lock), so its
-        // current block is the one this write replaces.
-        let old = lock(&self.meta).object(plan.partition, plan.object)?.blocks.get(&l).copied();
+        let (p, o) = (plan.partition, plan.object);
         if let Some(b) = plan.new.get(&l) {
             self.data.read_exact_at(buf, b.phys * self.bs())?;
-        } else if let Some(b) = old {
-            self.read_block(plan.partition, plan.object, l, &b, buf)?;
-        } else {
-            buf.fill(0);
+            return Ok(());
         }
+        let base = {
+            let mut m = lock(&self.meta);
+            let base = m.object(p, o)?.blocks.get(&l).copied();
+            if let Some(b) = &base {
+                m.pin(b.phys);
+            }
+            base
+        };
+        match &base {
+            Some(b) => {
+                let read = self.read_block(p, o, l, b, buf);
+                lock(&self.meta).unpin(b.phys);
+                read?;
+            }
+            None => buf.fill(0),
+        }
+        plan.merged.insert(l, Merge { base, ranges: Vec::new() });
         Ok(())
     }
 
@@ -721,12 +984,10 @@ impl Store {
         None
     }
 
-    fn install_write(&self, plan: WritePlan, regions: &[Region]) {
-        let now = self.now_ns();
-        self.install_locked(&mut lock(&self.meta), plan, regions, now);
-    }
-
-    /// Installs a streamed write in the index at once (caller holds the metadata lock).
+    /// Installs a streamed write in the index at once (the caller holds the
+    /// object's lock and the metadata lock, and checked the install:
+    /// [`Store::prepare_install`]). Where an open transaction first changes
+    /// a block, `set_block` records its undo here.
     fn install_locked(&self, m: &mut Meta, plan: WritePlan, regions: &[Region], now: u64) {
         let (p, o) = (plan.partition, plan.object);
         m.partitions.get_mut(&p).expect("partition of a locked object").inflight_blocks -= plan.reserved_inflight;
@@ -745,12 +1006,15 @@ impl Store {
         obj.attrs.fs_data_modify_time = now;
         let part = m.partitions.get_mut(&p).expect("partition");
         part.slack_blocks = part.slack_blocks - old_slack + new_slack;
-        debug_assert!(part.physical_blocks + part.slack_blocks <= part.quota_bytes / self.bs(), "quota invariant");
+        assert!(part.physical_blocks + part.slack_blocks <= part.quota_bytes / self.bs(), "a write broke the quota");
     }
 
+    /// Forgets a write that will not install: its charge goes back to its
+    /// partition (unless that was removed meanwhile) and its new blocks to
+    /// free space.
     fn abort_write(&self, plan: WritePlan) {
         let mut m = lock(&self.meta);
-        if let Some(part) = m.partitions.get_mut(&plan.partition) {
+        if let Some(part) = m.partitions.get_mut(&plan.partition).filter(|part| part.incarnation == plan.incarnation) {
             part.inflight_blocks -= plan.reserved_inflight;
         }
         for b in plan.new.values() {
@@ -852,6 +1116,8 @@ impl Store {
         let mut objects = BTreeMap::new();
         let first = Object { attrs: self.fresh_attrs(now), reserved: 0, blocks: BTreeMap::new(), txn: None };
         objects.insert(FIRST_OBJECT, first);
+        m.incarnations += 1;
+        let incarnation = m.incarnations;
         m.partitions.insert(
             p,
             Partition {
@@ -863,6 +1129,7 @@ impl Store {
                 slack_blocks: 0,
                 inflight_blocks: 0,
                 txn_objects: BTreeSet::new(),
+                incarnation,
             },
         );
         m.dirty.partitions.insert(p);
@@ -1183,7 +1450,7 @@ impl Store {
         }
         let mut m = lock(&self.meta);
         for b in release {
-            m.alloc.free(b);
+            m.free_block(b);
         }
         Ok(())
     }

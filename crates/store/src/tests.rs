@@ -185,6 +185,7 @@ fn check_store_invariants(s: &Store) {
     let pending: HashSet<u64> = m.pending_free.iter().copied().collect();
     assert_eq!(pending.len(), m.pending_free.len(), "a block is pending release twice");
     assert!(pending.iter().all(|b| !refs.contains_key(b)), "a referenced block is pending release");
+    assert!(m.pins.is_empty() && m.pinned_free.is_empty(), "blocks pinned with no read in progress");
     assert_eq!(
         m.alloc.capacity() - m.alloc.free_blocks(),
         (refs.len() + pending.len()) as u64,
@@ -1320,6 +1321,378 @@ fn concurrent_whole_object_writes_are_atomic() {
     });
     let got = read_all(&s, 1, shared);
     assert!((1..=6).contains(&got[0]) && got.iter().all(|&x| x == got[0]));
+    check_store_invariants(&s);
+}
+
+// --------------------------------------- no object lock while data streams
+
+/// Bound on how long a test waits for an operation that must not be blocked
+/// by a held write or read: a hang guard only (each such operation takes
+/// milliseconds), so a regression fails instead of hanging the suite.
+const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A write's data, held before the piece that crosses byte `pause_at` until
+/// the test lets it go on (or drops its sender).
+struct HeldSource {
+    data: Vec<u8>,
+    pos: usize,
+    pause_at: usize,
+    reached: Option<std::sync::mpsc::Sender<()>>,
+    resume: std::sync::mpsc::Receiver<()>,
+}
+
+impl DataSource for HeldSource {
+    fn fill(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        if self.pos + buf.len() > self.pause_at {
+            if let Some(reached) = self.reached.take() {
+                reached.send(()).unwrap();
+                let _ = self.resume.recv();
+            }
+        }
+        (&mut &self.data[self.pos..]).fill(buf)?;
+        self.pos += buf.len();
+        Ok(())
+    }
+}
+
+/// A write held mid-data on a thread of `scope`: returned once the store
+/// is waiting for the piece that crosses `pause_at` (every block before it,
+/// and the base of the block it falls in, already loaded), with what lets it
+/// go on.
+fn held_write<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    s: &'s Store,
+    o: u64,
+    regions: Vec<Region>,
+    data: Vec<u8>,
+    pause_at: usize,
+    check: WriteCheck,
+) -> (std::sync::mpsc::Sender<()>, std::thread::ScopedJoinHandle<'s, Result<u64, StoreError>>) {
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (resume, resume_rx) = std::sync::mpsc::channel();
+    let mut source = HeldSource { data, pos: 0, pause_at, reached: Some(reached_tx), resume: resume_rx };
+    let writer = scope.spawn(move || s.write_checked(1, o, &regions, &mut source, check));
+    reached.recv_timeout(HANG_GUARD).expect("the write reaches its pause");
+    (resume, writer)
+}
+
+/// Fails with the first byte where `got` and `want` differ (not both whole).
+#[track_caller]
+fn same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if let Some(at) = got.iter().zip(want).position(|(g, w)| g != w) {
+        panic!("{what}: byte {at} is {} not {} (block {})", got[at], want[at], at as u64 / BS);
+    }
+    assert_eq!(got.len(), want.len(), "{what}: length");
+}
+
+/// Runs `f` on another thread while a write or read is held (`held` lets
+/// it go on). If `f` does not finish within the hang guard, the held one is
+/// let go first — so `f` can finish, and its scope end — and the test fails.
+fn unblocked<T: Send>(
+    what: &str,
+    held: std::sync::mpsc::Sender<()>,
+    f: impl FnOnce() -> T + Send,
+) -> (T, std::sync::mpsc::Sender<()>) {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        scope.spawn(move || tx.send(f()).unwrap());
+        match rx.recv_timeout(HANG_GUARD) {
+            Ok(v) => (v, held),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                drop(held);
+                let _ = rx.recv();
+                panic!("{what} waited for a write or read held mid-data")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
+        }
+    })
+}
+
+/// A write whose data streams without the object's lock must not lose the
+/// bytes another write installed meanwhile in the blocks it covers only in
+/// part: each such block is merged again from the current block at
+/// install. Checked for blocks changed by a write (both orders of bytes
+/// around each other's, one range overlapping: the later install wins) and
+/// by a truncation that dropped or rewrote them. Without the re-merge (the
+/// block installed as loaded when the data began), B's bytes next to A's
+/// came back as they were before B, and the truncated tail came back.
+#[test]
+fn writes_merge_the_blocks_they_cover_in_part_with_changes_installed_meanwhile() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let mut model = pattern(1, (3 * BS) as usize);
+    write(&s, 1, o, &[rg(0, 3 * BS)], &model).unwrap();
+
+    // A covers blocks 0, 1 and 2 in part; held in its last piece, so it
+    // loaded all three before B installs.
+    let a_regions = vec![rg(100, 200), rg(BS + 50, BS - 50), rg(2 * BS, 50)];
+    let a_data = pattern(2, (200 + BS - 50 + 50) as usize);
+    let b_regions = [rg(0, 100), rg(250, 100), rg(BS, 50), rg(2 * BS + 50, 100), rg(5 * BS, 10)];
+    let b_data = pattern(3, 360);
+    std::thread::scope(|scope| {
+        let pause = (200 + BS - 50 + 10) as usize;
+        let (resume, a) = held_write(scope, &s, o, a_regions.clone(), a_data.clone(), pause, WriteCheck::default());
+        let (b, resume) = unblocked("a write of the same object", resume, || write(&s, 1, o, &b_regions, &b_data));
+        b.unwrap();
+        apply(&mut model, &b_regions, &b_data);
+        drop(resume);
+        a.join().unwrap().unwrap();
+        apply(&mut model, &a_regions, &a_data);
+    });
+    same_bytes(&read_all(&s, 1, o), &model, "every byte of both writes, A's where they overlap");
+    check_store_invariants(&s);
+
+    // A covers the last block in part and one past it; a truncation drops
+    // the last block and rewrites the one before meanwhile.
+    let size = model.len() as u64;
+    let a_regions = vec![rg(size - BS + 10, 20), rg(size + 100, 30)];
+    let a_data = pattern(4, 50);
+    std::thread::scope(|scope| {
+        let (resume, a) = held_write(scope, &s, o, a_regions.clone(), a_data.clone(), 25, WriteCheck::default());
+        let cut = size - BS - 7;
+        let (cut_done, resume) = unblocked("a truncation of the same object", resume, || truncate(&s, 1, o, cut));
+        cut_done.unwrap();
+        model.truncate(cut as usize);
+        drop(resume);
+        a.join().unwrap().unwrap();
+        apply(&mut model, &a_regions, &a_data);
+    });
+    same_bytes(&read_all(&s, 1, o), &model, "the truncated bytes stay zero around A's");
+    check_store_invariants(&s);
+}
+
+/// A write held mid-data holds no lock: on its object and its partition,
+/// reads, writes, attribute changes, clones, transactions, commits and the
+/// partition's removal all go on. Once its partition is gone — even if a
+/// new one of the same number holds an object of the same number — it
+/// installs nothing and gives back nothing it did not take. Before, the
+/// write held its object's stripe lock until its data was in, and each of
+/// these waited for it (with a client that stopped sending: up to the
+/// drive's time-out, per chunk).
+#[test]
+fn a_write_held_mid_data_blocks_nothing_and_outlives_its_partition_harmlessly() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let v1 = pattern(1, 2 * BS as usize);
+    write(&s, 1, o, &[rg(0, 2 * BS)], &v1).unwrap();
+    std::thread::scope(|scope| {
+        let a_data = pattern(2, 3 * BS as usize);
+        let (resume, a) = held_write(scope, &s, o, vec![rg(0, 3 * BS)], a_data, BS as usize + 5, WriteCheck::default());
+        let ((), resume) = unblocked("the object's other requests", resume, || {
+            same_bytes(&read_all(&s, 1, o), &v1, "the held write is not visible");
+            write(&s, 1, o, &[rg(10, 10)], &[9; 10]).unwrap();
+            s.setattr(1, o, AttrMask::FS_SPECIFIC, &attrs_with(|a| a.fs_specific[0] = 1)).unwrap();
+            s.fastcopy(1, o).unwrap();
+            s.txn_begin(1, o, 5).unwrap();
+            s.txn_end(1, o, 5, false).unwrap();
+            s.commit().unwrap();
+            s.remove_partition(1, true).unwrap();
+            s.create_partition(1).unwrap();
+            s.resize_partition(1, 64 * BS).unwrap();
+            while s.create(1, AttrMask::default(), &Attributes::default()).unwrap().0 < o {}
+        });
+        drop(resume);
+        assert_eq!(err(a.join().unwrap()), Status::NoSuchObject);
+    });
+    assert_eq!(s.getattr(1, o).unwrap().logical_size, 0, "the new object of the same number is untouched");
+    check_store_invariants(&s);
+}
+
+/// The write's conditions hold when it installs, not only when it began:
+/// an access control version changed while its data streamed (a
+/// revocation) refuses it with `ACCESS_REVOKED`, and an object grown past
+/// an append's offset meanwhile refuses the append — changing nothing
+/// either way. Before, they were checked only before the data (the version
+/// by the drive, before the store was even called).
+#[test]
+fn a_write_installs_only_if_its_conditions_still_hold() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let v1 = pattern(1, (BS + 100) as usize);
+    write(&s, 1, o, &[rg(0, v1.len() as u64)], &v1).unwrap();
+    let revoked = WriteCheck { append_only: false, access_control_version: Some(0) };
+    assert_eq!(
+        err(s.write_checked(
+            1,
+            o,
+            &[rg(0, 1)],
+            &mut &[1u8][..],
+            WriteCheck { access_control_version: Some(3), ..revoked }
+        )),
+        Status::AccessRevoked,
+        "checked before the data too"
+    );
+    std::thread::scope(|scope| {
+        let (resume, a) = held_write(scope, &s, o, vec![rg(50, 2 * BS)], pattern(2, 2 * BS as usize), 100, revoked);
+        let acv = attrs_with(|a| a.access_control_version = 1);
+        let (set, resume) =
+            unblocked("a revocation", resume, || s.setattr(1, o, AttrMask::ACCESS_CONTROL_VERSION, &acv));
+        set.unwrap();
+        drop(resume);
+        assert_eq!(err(a.join().unwrap()), Status::AccessRevoked);
+    });
+    same_bytes(&read_all(&s, 1, o), &v1, "nothing written");
+    check_store_invariants(&s);
+
+    let append = WriteCheck { append_only: true, access_control_version: Some(1) };
+    std::thread::scope(|scope| {
+        let at = v1.len() as u64;
+        let (resume, a) = held_write(scope, &s, o, vec![rg(at, BS)], pattern(3, BS as usize), 10, append);
+        let (grown, resume) = unblocked("a write past the end", resume, || write(&s, 1, o, &[rg(at, 1)], &[7]));
+        grown.unwrap();
+        drop(resume);
+        assert_eq!(err(a.join().unwrap()), Status::RightsInsufficient, "NOT_AN_APPEND");
+    });
+    let mut model = v1.clone();
+    model.push(7);
+    assert_eq!(read_all(&s, 1, o), model);
+    check_store_invariants(&s);
+}
+
+/// A write planned before a transaction began and installed after it is
+/// recorded in the transaction's undo (so an abort takes it back), and the
+/// blocks the undo now holds are charged at install: in a partition too
+/// full for both, the install is refused with `QUOTA_EXCEEDED`, changing
+/// nothing. Before, the install trusted the charge planned before the
+/// transaction (0: the blocks it replaced were its object's alone) and
+/// took the partition past its quota.
+#[test]
+fn a_write_installing_into_a_transaction_begun_meanwhile_is_undone_and_charged() {
+    let (_d, s) = fresh(8);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let v1 = pattern(1, 3 * BS as usize);
+    write(&s, 1, o, &[rg(0, 3 * BS)], &v1).unwrap();
+    let v2 = pattern(2, 3 * BS as usize);
+    std::thread::scope(|scope| {
+        let (resume, a) = held_write(scope, &s, o, vec![rg(0, 3 * BS)], v2.clone(), BS as usize, WriteCheck::default());
+        let (begun, resume) = unblocked("a transaction's begin", resume, || s.txn_begin(1, o, 9));
+        begun.unwrap();
+        drop(resume);
+        a.join().unwrap().unwrap();
+    });
+    same_bytes(&read_all(&s, 1, o), &v2, "the write installed");
+    assert_eq!(part_used(&s, 1), 6 * BS, "the old blocks are held for the transaction");
+    check_store_invariants(&s);
+    s.txn_end(1, o, 9, false).unwrap();
+    same_bytes(&read_all(&s, 1, o), &v1, "the abort takes the write back");
+    check_store_invariants(&s);
+
+    // 6 blocks used of 8: overwriting 3 is free, unless a transaction holds them.
+    let (other, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, other, &[rg(0, 3 * BS)], &pattern(3, 3 * BS as usize)).unwrap();
+    std::thread::scope(|scope| {
+        let (resume, a) = held_write(scope, &s, o, vec![rg(0, 3 * BS)], v2.clone(), BS as usize, WriteCheck::default());
+        let (begun, resume) = unblocked("a transaction's begin", resume, || s.txn_begin(1, o, 10));
+        begun.unwrap();
+        drop(resume);
+        assert_eq!(err(a.join().unwrap()), Status::QuotaExceeded);
+    });
+    same_bytes(&read_all(&s, 1, o), &v1, "nothing written");
+    assert_eq!(part_used(&s, 1), 6 * BS);
+    check_store_invariants(&s);
+}
+
+/// A read's data, held after its first `pause_after` bytes until the test
+/// lets it go on.
+struct HeldSink {
+    data: Vec<u8>,
+    pause_after: usize,
+    reached: Option<std::sync::mpsc::Sender<()>>,
+    resume: std::sync::mpsc::Receiver<()>,
+}
+
+impl DataSink for HeldSink {
+    fn start(&mut self, _lengths: &[u64]) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn data(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.data.extend_from_slice(bytes);
+        if self.data.len() >= self.pause_after {
+            if let Some(reached) = self.reached.take() {
+                reached.send(()).unwrap();
+                let _ = self.resume.recv();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A read of `regions` of `o` held after `pause_after` bytes, on a thread of `scope`.
+fn held_read<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    s: &'s Store,
+    o: u64,
+    regions: Vec<Region>,
+    pause_after: usize,
+) -> (std::sync::mpsc::Sender<()>, std::thread::ScopedJoinHandle<'s, Result<Vec<u8>, StoreError>>) {
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (resume, resume_rx) = std::sync::mpsc::channel();
+    let mut sink = HeldSink { data: Vec::new(), pause_after, reached: Some(reached_tx), resume: resume_rx };
+    let reader = scope.spawn(move || s.read(1, o, &regions, &mut sink).map(|()| sink.data));
+    reached.recv_timeout(HANG_GUARD).expect("the read reaches its pause");
+    (resume, reader)
+}
+
+/// A read held while its caller sends data on holds no lock, and serves
+/// the object as it was when it took its blocks: they are pinned, so
+/// overwriting the object, committing (which releases the old blocks) and
+/// writing again — on a drive so small that the allocator must hand out
+/// every block it can — never reuses them under the read. Once the read is
+/// done they are free again. Without the pins (a freed block reusable at
+/// once) the second write took the read's blocks and the read failed its
+/// digest check; before pins, the read held the object's lock, and the
+/// writes waited for the reader's network.
+#[test]
+fn a_read_serves_its_pinned_blocks_while_they_are_overwritten_released_and_reallocated() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for the read's 3 blocks and two writes': the third write must
+    // reuse blocks.
+    let s = Store::open(dir.path(), &StoreOptions { capacity_bytes: 9 * BS, ..opts() }).unwrap();
+    s.create_partition(1).unwrap();
+    s.resize_partition(1, 9 * BS).unwrap();
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let v1 = pattern(1, 3 * BS as usize);
+    write(&s, 1, o, &[rg(0, 3 * BS)], &v1).unwrap();
+    s.commit().unwrap();
+    let free_at_rest = lock(&s.meta).alloc.free_blocks();
+    std::thread::scope(|scope| {
+        let (resume, r) = held_read(scope, &s, o, vec![rg(0, 3 * BS)], BS as usize);
+        let ((), resume) = unblocked("writes and commits of the object", resume, || {
+            for seed in 2..6 {
+                write(&s, 1, o, &[rg(0, 3 * BS)], &pattern(seed, 3 * BS as usize)).unwrap();
+                s.commit().unwrap();
+            }
+        });
+        assert_eq!(lock(&s.meta).pinned_free.len(), 3, "the read's blocks are free but pinned");
+        drop(resume);
+        same_bytes(&r.join().unwrap().unwrap(), &v1, "the read sees the object as it began");
+    });
+    assert_eq!(lock(&s.meta).alloc.free_blocks(), free_at_rest, "the last pin freed the blocks");
+    check_store_invariants(&s);
+}
+
+/// A read longer than one batch of the block map whose partition is removed
+/// (and made again, with an object of the same number) between two batches
+/// fails with `NO_SUCH_OBJECT` rather than go on with the new object's
+/// blocks; the batch it held stays readable until then.
+#[test]
+fn a_read_outliving_its_partition_ends_with_no_such_object() {
+    let blocks = READ_BATCH_BLOCKS as u64 + 1;
+    let (_d, s) = fresh(2 * blocks + 8);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    write(&s, 1, o, &[rg(0, blocks * BS)], &pattern(1, (blocks * BS) as usize)).unwrap();
+    std::thread::scope(|scope| {
+        let (resume, r) = held_read(scope, &s, o, vec![rg(0, blocks * BS)], BS as usize);
+        let ((), resume) = unblocked("the partition's removal", resume, || {
+            s.remove_partition(1, true).unwrap();
+            s.create_partition(1).unwrap();
+            s.resize_partition(1, 2 * blocks * BS).unwrap();
+            while s.create(1, AttrMask::default(), &Attributes::default()).unwrap().0 < o {}
+            write(&s, 1, o, &[rg(0, blocks * BS)], &pattern(2, (blocks * BS) as usize)).unwrap();
+        });
+        drop(resume);
+        assert_eq!(err(r.join().unwrap().map(|data| data.len())), Status::NoSuchObject);
+    });
     check_store_invariants(&s);
 }
 

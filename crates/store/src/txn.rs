@@ -19,8 +19,10 @@ impl Store {
     pub fn txn_begin(&self, p: u64, o: u64, txn: u64) -> Result<(), StoreError> {
         self.check_healthy()?;
         Self::check_txn_target(o, txn)?;
-        // The object's write lock: a write in progress finishes before the
-        // transaction begins, and none starts until it has.
+        // The object's write lock: no write installs while the transaction
+        // begins. A write that installs after it — even one whose data was
+        // streaming already — is recorded in its undo (writes record undo
+        // as they install, `Meta::set_block`).
         let _g = self.stripe(p, o).write().expect("object lock poisoned");
         let now = self.now_ns();
         let mut m = lock(&self.meta);

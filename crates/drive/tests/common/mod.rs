@@ -36,6 +36,23 @@ pub fn refused<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Status {
     }
 }
 
+/// How [`Drive::start_with`] sets a drive up.
+#[derive(Clone)]
+pub struct Options {
+    pub block_size: u32,
+    pub capacity_bytes: u64,
+    /// Each partition's quota.
+    pub quota_bytes: u64,
+    /// Changes to the drive's configuration (time-outs).
+    pub config: fn(&mut DriveConfig),
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { block_size: BS as u32, capacity_bytes: 256 << 20, quota_bytes: 64 << 20, config: |_| {} }
+    }
+}
+
 /// A secured drive on a tempdir store, restartable on the same directory,
 /// with partitions 1 and 2 and every key of the hierarchy set.
 pub struct Drive {
@@ -47,10 +64,15 @@ pub struct Drive {
     pub working: Key,
     pub stop: Option<(oneshot::Sender<()>, JoinHandle<std::io::Result<()>>)>,
     pub store: Weak<Store>,
+    pub options: Options,
 }
 
 impl Drive {
     pub async fn start() -> Drive {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(options: Options) -> Drive {
         let mut d = Drive {
             dir: tempfile::tempdir().unwrap(),
             addr: "127.0.0.1:1".parse().unwrap(),
@@ -60,6 +82,7 @@ impl Drive {
             working: Key::random(),
             stop: None,
             store: Weak::new(),
+            options,
         };
         d.serve().await;
         let mut c = DriveClient::connect(d.addr).await.unwrap();
@@ -67,7 +90,7 @@ impl Drive {
         c.set_auth(Auth::new(Credential::Drive(d.drive_key.clone()), PROTECTION));
         for (i, p) in [P, OTHER].into_iter().enumerate() {
             c.create_partition(p).await.unwrap();
-            c.resize_partition(p, 64 << 20).await.unwrap();
+            c.resize_partition(p, d.options.quota_bytes).await.unwrap();
             c.set_partition_key(&d.drive_key, p, &d.partition_keys[i]).await.unwrap();
         }
         c.set_working_key(&d.partition_keys[0], P, 1, &d.working).await.unwrap();
@@ -75,17 +98,22 @@ impl Drive {
     }
 
     pub async fn serve(&mut self) {
-        let opts = StoreOptions { block_size: BS as u32, capacity_bytes: 256 << 20, ..Default::default() };
+        let opts = StoreOptions {
+            block_size: self.options.block_size,
+            capacity_bytes: self.options.capacity_bytes,
+            ..Default::default()
+        };
         let store = Arc::new(Store::open(self.dir.path(), &opts).unwrap());
         self.store = Arc::downgrade(&store);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let config = DriveConfig {
+        let mut config = DriveConfig {
             commit_interval: Duration::from_secs(3600),
             security: SecurityMode::Enforced { master_key: Some(self.master.clone()) },
             ..DriveConfig::default()
         };
+        (self.options.config)(&mut config);
         let server = tokio::spawn(nasd_drive::serve(listener, store, config, async move {
             let _ = rx.await;
         }));

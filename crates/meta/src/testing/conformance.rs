@@ -10,11 +10,11 @@ use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::BTreeSet;
 
-pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100 };
+pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100, groups: Vec::new() };
 /// In ALICE's group.
-pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100 };
+pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100, groups: Vec::new() };
 /// In neither.
-pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200 };
+pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200, groups: Vec::new() };
 pub(super) const ROOT: Caller = Caller::ROOT;
 pub(super) const PARTITION: u64 = 7;
 /// Objects pooled on drive 1 by [`setup`].
@@ -56,6 +56,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("permission_matrix", permission_matrix),
         ("directory_permissions", directory_permissions),
         ("setgid_inheritance", setgid_inheritance),
+        ("supplementary_groups", supplementary_groups),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
         ("rename_same_dir", rename_same_dir),
@@ -480,6 +481,50 @@ fn setgid_inheritance<B: Backend>(ns: &Namespace<B>) {
     mkdir(ns, &ROOT, "/n", 0o777).unwrap();
     let f = create(ns, &ALICE, "/n/f", 0o2755).unwrap();
     assert_eq!((f.attr.gid, f.attr.mode), (100, 0o2755), "own group keeps setgid");
+}
+
+/// CAROL (gid 200) with ALICE's group 100 among her supplementary groups:
+/// the group class of every check, chgrp to a group she is in, set-group-id
+/// kept for a group she is in.
+fn supplementary_groups<B: Backend>(ns: &Namespace<B>) {
+    let carol = Caller { groups: vec![50, 100], ..CAROL };
+    create(ns, &ROOT, "/f", 0o640).unwrap();
+    own(ns, "/f", &ALICE, 0o640);
+    let f = ino(ns, "/f");
+    assert_eq!(ns.check_access(&carol, f, true, false).map(|_| ()), Ok(()), "group 100 through a supplementary group");
+    assert_eq!(ns.check_access(&carol, f, false, true).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.check_access(&CAROL, f, true, false).err(), Some(FsStatus::PermissionDenied));
+    own(ns, "/f", &ALICE, 0o604);
+    assert_eq!(ns.check_access(&carol, f, true, false).err(), Some(FsStatus::PermissionDenied), "the group class");
+    assert!(ns.check_access(&CAROL, f, true, false).is_ok(), "others");
+    // Directories: search and write through a supplementary group.
+    mkdir(ns, &ROOT, "/d", 0o755).unwrap();
+    own(ns, "/d", &ALICE, 0o770);
+    let d = ino(ns, "/d");
+    assert!(ns.mkdir(&carol, d, "sub", 0o755).is_ok());
+    assert_eq!(ns.mkdir(&CAROL, d, "sub2", 0o755).err(), Some(FsStatus::PermissionDenied));
+    // New inodes take the primary group; set-group-id stays for a supplementary group.
+    let sub = ns.lookup(&carol, d, "sub").unwrap();
+    assert_eq!((sub.attr.uid, sub.attr.gid), (1002, 200));
+    let (g, _) = ns.create(&carol, d, "g", 0o2755, true, false, &mut pool_placer(&[1])).unwrap();
+    assert_eq!((g.attr.gid, g.attr.mode), (200, 0o2755));
+    // chgrp: the owner to any group it is in, not to another.
+    let chgrp = |who: &Caller, gid: u32| {
+        let set = SetAttrs { gid: Some(gid), ..SetAttrs::default() };
+        ns.setattr(who, g.attr.ino, &set).map(|(n, _)| (n.attr.gid, n.attr.mode))
+    };
+    assert_eq!(chgrp(&carol, 50), Ok((50, 0o755)), "a supplementary group (chown clears set-group-id)");
+    assert_eq!(chgrp(&carol, 100), Ok((100, 0o755)));
+    assert_eq!(chgrp(&carol, 300).err(), Some(FsStatus::NotPermitted), "not one of hers");
+    assert_eq!(
+        chgrp(&CAROL, 50).err(),
+        Some(FsStatus::NotPermitted),
+        "without the supplementary groups, 50 is not hers"
+    );
+    assert_eq!(chgrp(&carol, 100), Ok((100, 0o755)), "unchanged by the refusal");
+    let chmod = SetAttrs { mode: Some(0o2750), ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&carol, g.attr.ino, &chmod).unwrap().0.attr.mode, 0o2750, "in group 100: kept");
+    assert_eq!(ns.setattr(&CAROL, g.attr.ino, &chmod).unwrap().0.attr.mode, 0o750, "without it: stripped");
 }
 
 fn hard_links<B: Backend>(ns: &Namespace<B>) {
@@ -976,7 +1021,14 @@ fn doomed_log<B: Backend>(ns: &Namespace<B>) {
 }
 
 fn user(name: &str, uid: u32) -> User {
-    User { name: name.to_owned(), uid, gid: 100, password_hash: format!("hash-{name}"), admin: uid == 0 }
+    User {
+        name: name.to_owned(),
+        uid,
+        gid: 100,
+        password_hash: format!("hash-{name}"),
+        admin: uid == 0,
+        groups: Vec::new(),
+    }
 }
 
 fn users<B: Backend>(ns: &Namespace<B>) {
@@ -997,6 +1049,26 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     let huge = "h".repeat(crate::PASSWORD_HASH_MAX + 1);
     assert_eq!(ns.set_password("zoe", &huge).err(), Some(FsStatus::InvalidArgument));
     assert!(!format!("{:?}", ns.user("zoe").unwrap()).contains("new"), "Debug redacts the hash");
+    // Supplementary groups: stored with the user, replaced whole, kept by a password change.
+    let grouped = User { groups: vec![7, 100, 4_000_000_000], ..user("gus", 1003) };
+    ns.add_user(&grouped).unwrap();
+    assert_eq!(ns.user("gus").unwrap(), Some(grouped.clone()));
+    ns.set_user_groups("gus", &[8]).unwrap();
+    ns.set_password("gus", "hash2").unwrap();
+    let got = ns.user("gus").unwrap().unwrap();
+    assert_eq!((got.groups, got.password_hash.as_str()), (vec![8], "hash2"));
+    assert_eq!(ns.users().unwrap().iter().find(|u| u.name == "gus").map(|u| u.groups.clone()), Some(vec![8]));
+    ns.set_user_groups("gus", &[]).unwrap();
+    assert!(ns.user("gus").unwrap().unwrap().groups.is_empty());
+    for bad in [vec![2, 1], vec![3, 3], (0..=GROUPS_MAX as u32).collect()] {
+        assert_eq!(ns.set_user_groups("gus", &bad).err(), Some(FsStatus::InvalidArgument), "{bad:?}");
+        let u = User { groups: bad.clone(), ..user("hal", 1004) };
+        assert_eq!(ns.add_user(&u).err(), Some(FsStatus::InvalidArgument), "{bad:?}");
+    }
+    let most: Vec<u32> = (0..GROUPS_MAX as u32).collect();
+    ns.set_user_groups("gus", &most).unwrap();
+    assert_eq!(ns.user("gus").unwrap().unwrap().groups, most);
+    assert_eq!(ns.set_user_groups("nobody", &[1]).err(), Some(FsStatus::NotFound));
 }
 
 fn drives<B: Backend>(ns: &Namespace<B>) {
