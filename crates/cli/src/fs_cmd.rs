@@ -107,6 +107,19 @@ pub enum AdminCommand {
         /// Group ids (at most 32).
         groups: Vec<u32>,
     },
+    /// Let a user act as a gateway (a POSIX mount serving many local users,
+    /// `nasd mount --map-users`) for the local users whose uid and groups
+    /// all lie in IDS, without their passwords; or no longer (--none).
+    SetGateway {
+        name: String,
+        /// Inclusive id range FIRST-LAST (e.g. 1000-60000; 0-4294967295:
+        /// every id, root included).
+        #[arg(long, value_parser = parse_id_range, required_unless_present = "none", conflicts_with = "none")]
+        ids: Option<(u32, u32)>,
+        /// Take the grant away.
+        #[arg(long)]
+        none: bool,
+    },
     /// List users.
     Users,
     /// Change a password (yours, or anyone's as administrator).
@@ -597,6 +610,17 @@ async fn df(fs: &FsClient) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Parses an inclusive id range `FIRST-LAST`.
+fn parse_id_range(s: &str) -> Result<(u32, u32), String> {
+    let (lo, hi) = s.split_once('-').ok_or("an id range is FIRST-LAST, e.g. 1000-60000")?;
+    let parse = |v: &str| v.trim().parse::<u32>().map_err(|e| format!("'{v}' is not an id: {e}"));
+    let (lo, hi) = (parse(lo)?, parse(hi)?);
+    if lo > hi {
+        return Err(format!("the range {lo}-{hi} runs backwards"));
+    }
+    Ok((lo, hi))
+}
+
 /// Runs one administrator command.
 pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
@@ -611,11 +635,20 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
             fs.set_user_groups(&name, &groups).await.with_context(|| format!("cannot set the groups of {name}"))?;
             println!("groups of {name} set");
         }
+        AdminCommand::SetGateway { name, ids, none: _ } => {
+            fs.set_gateway(&name, ids).await.with_context(|| format!("cannot set the gateway grant of {name}"))?;
+            match ids {
+                Some((lo, hi)) => println!("{name} may act for ids {lo}-{hi}"),
+                None => println!("{name} is no longer a gateway"),
+            }
+        }
         AdminCommand::Users => {
-            println!("{:<20} {:>8} {:>8}  {:<5}  groups", "name", "uid", "gid", "admin");
+            println!("{:<20} {:>8} {:>8}  {:<5}  {:<23}  groups", "name", "uid", "gid", "admin", "gateway for");
             for u in fs.users().await? {
                 let groups = u.groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-                println!("{:<20} {:>8} {:>8}  {:<5}  {groups}", u.name, u.uid, u.gid, if u.admin { "yes" } else { "" });
+                let gateway = u.gateway.map(|(lo, hi)| format!("{lo}-{hi}")).unwrap_or_default();
+                let admin = if u.admin { "yes" } else { "" };
+                println!("{:<20} {:>8} {:>8}  {admin:<5}  {gateway:<23}  {groups}", u.name, u.uid, u.gid);
             }
         }
         AdminCommand::Passwd { name } => {
@@ -656,6 +689,17 @@ fn new_password(name: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_ranges_parse_or_say_why_not() {
+        assert_eq!(parse_id_range("1000-60000"), Ok((1000, 60000)));
+        assert_eq!(parse_id_range("0-4294967295"), Ok((0, u32::MAX)));
+        assert_eq!(parse_id_range("7-7"), Ok((7, 7)));
+        assert!(parse_id_range("9-8").unwrap_err().contains("backwards"));
+        assert!(parse_id_range("1000").unwrap_err().contains("FIRST-LAST"));
+        assert!(parse_id_range("a-9").unwrap_err().contains("not an id"));
+        assert!(parse_id_range("1-4294967296").unwrap_err().contains("not an id"));
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cp_refuses_to_copy_a_file_onto_itself() {

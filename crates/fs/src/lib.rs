@@ -37,13 +37,13 @@ mod file;
 mod txn;
 
 pub use cache::HELD_CAPABILITIES_MAX;
-pub use conn::{connector, Identity, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
+pub use conn::{connector, ChangeBatch, Identity, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
 pub use file::File;
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
-    ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
-    ScrubSummary, UserInfo,
+    Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
+    ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
@@ -250,6 +250,17 @@ struct Inner {
 #[derive(Clone)]
 pub struct FsClient {
     inner: Arc<Inner>,
+    /// The local user a gateway acts for ([`FsClient::as_user`]), if any.
+    acting: Option<Arc<Acting>>,
+}
+
+/// Who a gateway's requests run as (`AS_USER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Acting {
+    uid: u32,
+    gid: u32,
+    /// Sorted, without repeats, at most [`GROUPS_MAX`].
+    groups: Vec<u32>,
 }
 
 impl std::fmt::Debug for FsClient {
@@ -378,7 +389,34 @@ impl FsClient {
                 drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
             }),
+            acting: None,
         })
+    }
+
+    /// This client acting, as a gateway, for the local user `uid` with
+    /// group `gid` and supplementary `groups` (`AS_USER`): name-space and
+    /// file requests run as that user (permissions, ownership of what it
+    /// makes); connections, capabilities and handles stay shared with
+    /// `self`. The manager refuses them (`NOT_PERMITTED`) unless this
+    /// client's user holds a gateway grant covering every id.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT`: more than [`GROUPS_MAX`] distinct groups (never
+    /// cut short).
+    pub fn as_user(&self, uid: u32, gid: u32, groups: &[u32]) -> Result<FsClient, FsError> {
+        let groups = canonical_groups(groups)?;
+        Ok(FsClient { inner: self.inner.clone(), acting: Some(Arc::new(Acting { uid, gid, groups })) })
+    }
+
+    /// Whether this client acts for a local user ([`FsClient::as_user`]).
+    pub fn is_acting(&self) -> bool {
+        self.acting.is_some()
+    }
+
+    /// A watcher of the manager's change feed (`WATCH`) on a connection of
+    /// its own, so its long waits hold none of the shared ones.
+    pub fn watcher(&self) -> Watcher {
+        self.inner.manager.watcher()
     }
 
     /// The user name this client logged in as.
@@ -386,9 +424,13 @@ impl FsClient {
         &self.inner.config.user
     }
 
-    /// Who the manager says this client is.
+    /// Who the manager says this client is; the local user it acts for,
+    /// if it does ([`FsClient::as_user`]).
     pub fn identity(&self) -> Identity {
-        self.inner.identity
+        match &self.acting {
+            Some(a) => Identity { uid: a.uid, gid: a.gid, admin: false },
+            None => self.inner.identity,
+        }
     }
 
     /// Sends one request to the manager on a free connection (opening one,
@@ -399,7 +441,18 @@ impl FsClient {
     /// Dropping the future closes its connection; the request may or may not
     /// have reached the manager.
     pub async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
-        self.inner.manager.call(req).await
+        match &self.acting {
+            Some(a) if req.may_run_as_user() => {
+                let wrapped = ManagerRequest::AsUser {
+                    uid: a.uid,
+                    gid: a.gid,
+                    groups: a.groups.clone(),
+                    request: Box::new(req.clone()),
+                };
+                self.inner.manager.call(&wrapped).await
+            }
+            _ => self.inner.manager.call(req).await,
+        }
     }
 
     /// Idle connections to the manager (for tests and diagnostics).
@@ -904,6 +957,40 @@ impl FsClient {
             ManagerReply::Users(u) => Ok(u),
             other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// Lets user `name` act for the ids in `ids` (inclusive) as a gateway,
+    /// or no longer (`None`). Administrators only.
+    pub async fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetGateway { name: name.into(), ids }).await
+    }
+
+    /// The value of extended attribute `name` of the inode `handle` names.
+    pub async fn getxattr(&self, handle: Handle, name: &str) -> Result<Vec<u8>, FsError> {
+        match self.call(&ManagerRequest::GetXattr { handle, name: name.into() }).await? {
+            ManagerReply::Xattr(v) => Ok(v),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The names of the extended attributes of the inode `handle` names
+    /// that this user may see.
+    pub async fn listxattr(&self, handle: Handle) -> Result<Vec<String>, FsError> {
+        match self.call(&ManagerRequest::ListXattr { handle }).await? {
+            ManagerReply::XattrNames(n) => Ok(n),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sets extended attribute `name` (in the `user.`, `trusted.` or
+    /// `security.` namespace) of the inode `handle` names.
+    pub async fn setxattr(&self, handle: Handle, name: &str, value: &[u8], mode: XattrMode) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetXattr { handle, name: name.into(), value: value.to_vec(), mode }).await
+    }
+
+    /// Removes extended attribute `name` of the inode `handle` names.
+    pub async fn removexattr(&self, handle: Handle, name: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::RemoveXattr { handle, name: name.into() }).await
     }
 
     /// Changes a password (one's own, or anyone's as administrator).

@@ -9,6 +9,7 @@
 //! logs written in the same transaction ([`maintenance`]).
 #![deny(missing_docs)]
 
+mod changes;
 mod cluster;
 mod coordinator;
 pub mod drives;
@@ -232,6 +233,8 @@ pub struct Manager {
     /// holds) change: a session that saw an older value reloads its user
     /// before its next request ([`Manager::refresh_session`]).
     users_epoch: AtomicU64,
+    /// What changed, for `WATCH` ([`changes`]).
+    changes: changes::ChangeFeed,
 }
 
 impl std::fmt::Debug for Manager {
@@ -276,6 +279,7 @@ impl Manager {
             out_of_service: Default::default(),
             reserved: Default::default(),
             users_epoch: AtomicU64::new(0),
+            changes: changes::ChangeFeed::new(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
@@ -373,6 +377,16 @@ impl Manager {
         Ok(true)
     }
 
+    /// Grants user `name` the right to act for the ids in `ids` (inclusive)
+    /// as a gateway (`AS_USER`), or takes it away (`None`); open sessions
+    /// of the user see the change at their next request.
+    pub async fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), Failure> {
+        let name = name.to_string();
+        self.meta(move |ns| ns.set_gateway(&name, ids)).await?;
+        self.users_changed();
+        Ok(())
+    }
+
     /// The names of every user, in name order.
     pub async fn user_names(&self) -> Result<Vec<String>, Failure> {
         Ok(self.meta(|ns| ns.users()).await?.into_iter().map(|u| u.name).collect())
@@ -406,7 +420,15 @@ impl Manager {
         }
         let password = password.to_string();
         let hash = self.argon2(move |memory| passwords::hash_with(memory, &password)).await?;
-        let user = User { name: name.to_string(), uid, gid, password_hash: hash, admin, groups: groups.to_vec() };
+        let user = User {
+            name: name.to_string(),
+            uid,
+            gid,
+            password_hash: hash,
+            admin,
+            groups: groups.to_vec(),
+            gateway: None,
+        };
         self.meta(move |ns| ns.add_user(&user)).await.map_err(|f| match f.status {
             FsStatus::Exists => Failure::new(FsStatus::Exists, "a user with that name or uid exists"),
             _ => f,

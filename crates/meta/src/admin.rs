@@ -38,7 +38,9 @@ fn bump_map_epoch_in(t: &mut dyn Txn) -> Result<u32, FsStatus> {
 
 fn check_user(user: &User) -> Result<(), FsStatus> {
     let name_ok = !user.name.is_empty() && user.name.len() <= USER_NAME_MAX;
-    if !name_ok || user.password_hash.len() > PASSWORD_HASH_MAX || validate_groups(&user.groups).is_err() {
+    let gateway_ok = user.gateway.is_none_or(|(lo, hi)| lo <= hi);
+    if !name_ok || user.password_hash.len() > PASSWORD_HASH_MAX || validate_groups(&user.groups).is_err() || !gateway_ok
+    {
         return Err(FsStatus::InvalidArgument);
     }
     Ok(())
@@ -120,6 +122,22 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| {
             let mut user = t.get_user(name)?.ok_or(FsStatus::NotFound)?;
             user.groups = groups.to_vec();
+            t.put_user(&user)
+        })
+    }
+
+    /// Grants user `name` the gateway right to act for the ids in `ids`
+    /// (inclusive), or takes it away (`None`).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidArgument` (a range whose first id is above its last).
+    pub fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), FsStatus> {
+        if ids.is_some_and(|(lo, hi)| lo > hi) {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| {
+            let mut user = t.get_user(name)?.ok_or(FsStatus::NotFound)?;
+            user.gateway = ids;
             t.put_user(&user)
         })
     }

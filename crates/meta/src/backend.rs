@@ -23,7 +23,7 @@ pub trait Txn {
     /// target, layout and acv. `inode.components` is **not** written here:
     /// components are rows of their own ([`Txn::put_component`]).
     fn put_inode(&mut self, inode: &Inode) -> Result<(), FsStatus>;
-    /// Deletes an inode and its parent pointer. No entry, component, stale
+    /// Deletes an inode, its parent pointer and its extended attributes. No entry, component, stale
     /// range or write intent may still name it.
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus>;
     /// Hands out the next inode number (never reused, never [`crate::ROOT_INO`]).
@@ -46,6 +46,16 @@ pub trait Txn {
     fn dir_is_empty(&mut self, dir: Ino) -> Result<bool, FsStatus>;
     /// (number of inodes, sum of `size` over regular files).
     fn usage(&mut self) -> Result<(u64, u64), FsStatus>;
+
+    /// An inode's extended attribute.
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus>;
+    /// An inode's extended attributes: names in byte order, each with its
+    /// value's length.
+    fn list_xattrs(&mut self, ino: Ino) -> Result<Vec<(String, usize)>, FsStatus>;
+    /// Creates or replaces an inode's extended attribute.
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus>;
+    /// Removes an inode's extended attribute; whether it existed.
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus>;
 
     /// Reads a user by name, with its supplementary groups.
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus>;

@@ -54,6 +54,7 @@ mod sqlite;
 pub mod testing;
 mod types;
 mod walk;
+mod xattrs;
 
 pub use backend::{Backend, Txn};
 pub use error::MetaError;
@@ -61,7 +62,7 @@ pub use layouts::{take_pooled, Placer};
 pub use namespace::Namespace;
 pub use nasd_proto::fs::*;
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};
-pub use nasd_proto::manager::DriveState;
+pub use nasd_proto::manager::{DriveState, XattrMode};
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use types::{
     AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, SetAttrs, StaleRange, User,

@@ -22,9 +22,11 @@
 //!   out; `next_txn`, the next write transaction id (starts at 1).
 //! - `drives(drive, drive_id, addr, partition, sealed_keys, capacity_bytes,
 //!   failure_domain, state)`: `state` is the `DriveState` code (0 In, 1 Out).
-//! - `users(name, uid, gid, password_hash, admin)`, and `user_groups(name,
-//!   gid)`, primary key (name, gid), referencing the user: each user's
-//!   supplementary groups.
+//! - `users(name, uid, gid, password_hash, admin, gateway_lo, gateway_hi)`,
+//!   and `user_groups(name, gid)`, primary key (name, gid), referencing the
+//!   user: each user's supplementary groups.
+//! - `xattrs(ino, name, value)`, primary key (ino, name), referencing the
+//!   inode: extended attributes.
 //! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
 //!   `u32`, 4 bytes little-endian).
 //!
@@ -48,6 +50,8 @@
 //!   `map_epoch` setting (0).
 //! - 2 → 3 (`V3`): supplementary groups: the `user_groups` table (every
 //!   existing user has none).
+//! - 3 → 4 (`V4`): the users' gateway grants (`gateway_lo`, `gateway_hi`:
+//!   both NULL, or the inclusive id range) and the `xattrs` table.
 
 use crate::backend::{Backend, Txn};
 use crate::error::{internal, MetaError};
@@ -138,8 +142,17 @@ CREATE TABLE user_groups (
     PRIMARY KEY (name, gid)) WITHOUT ROWID;
 ";
 
+/// Gateways and extended attributes (see the module documentation).
+const V4: &str = "
+ALTER TABLE users ADD COLUMN gateway_lo INTEGER;
+ALTER TABLE users ADD COLUMN gateway_hi INTEGER;
+CREATE TABLE xattrs (
+    ino INTEGER NOT NULL REFERENCES inodes (ino), name TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (ino, name)) WITHOUT ROWID;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -333,6 +346,10 @@ fn user_from_row(r: &Row<'_>) -> rusqlite::Result<User> {
         password_hash: r.get(3)?,
         admin: r.get(4)?,
         groups: Vec::new(),
+        gateway: match (r.get::<_, Option<i64>>(5)?, r.get::<_, Option<i64>>(6)?) {
+            (Some(_), Some(_)) => Some((u32_col(r, 5)?, u32_col(r, 6)?)),
+            _ => None,
+        },
     })
 }
 
@@ -468,6 +485,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = ?1", [ino as i64])?;
+        self.exec("DELETE FROM xattrs WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -544,8 +562,36 @@ impl Txn for SqliteTxn<'_> {
         st.query_row([], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
     }
 
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus> {
+        let mut st =
+            self.c.prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2").map_err(internal)?;
+        st.query_row(params![ino as i64, name], |r| r.get(0)).optional().map_err(internal)
+    }
+
+    fn list_xattrs(&mut self, ino: Ino) -> Result<Vec<(String, usize)>, FsStatus> {
+        let sql = "SELECT name, length(value) FROM xattrs WHERE ino = ?1 ORDER BY CAST(name AS BLOB)";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map([ino as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as usize)))
+            .map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+            params![ino as i64, name, value],
+        )?;
+        Ok(())
+    }
+
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
+        Ok(self.exec("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2", params![ino as i64, name])? > 0)
+    }
+
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {
-        let sql = "SELECT name, uid, gid, password_hash, admin FROM users WHERE name = ?1";
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users WHERE name = ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let user = st.query_row([name], user_from_row).optional().map_err(internal)?;
         user.map(|u| self.with_groups(u)).transpose()
@@ -558,10 +604,12 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_user(&mut self, u: &User) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO users (name, uid, gid, password_hash, admin) VALUES (?1, ?2, ?3, ?4, ?5) \
+            "INSERT INTO users (name, uid, gid, password_hash, admin, gateway_lo, gateway_hi) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
              ON CONFLICT (name) DO UPDATE SET uid = excluded.uid, gid = excluded.gid, \
-             password_hash = excluded.password_hash, admin = excluded.admin",
-            params![u.name, u.uid, u.gid, u.password_hash, u.admin],
+             password_hash = excluded.password_hash, admin = excluded.admin, \
+             gateway_lo = excluded.gateway_lo, gateway_hi = excluded.gateway_hi",
+            params![u.name, u.uid, u.gid, u.password_hash, u.admin, u.gateway.map(|g| g.0), u.gateway.map(|g| g.1)],
         )?;
         self.exec("DELETE FROM user_groups WHERE name = ?1", [&u.name])?;
         for g in &u.groups {
@@ -571,7 +619,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn list_users(&mut self) -> Result<Vec<User>, FsStatus> {
-        let sql = "SELECT name, uid, gid, password_hash, admin FROM users ORDER BY name";
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users ORDER BY name";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st.query_map([], user_from_row).map_err(internal)?;
         let users = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;

@@ -215,6 +215,10 @@ pub struct User {
     /// Supplementary groups: strictly ascending, at most
     /// [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX).
     pub groups: Vec<u32>,
+    /// The ids (first, last, inclusive) this user may act for as a gateway
+    /// (`AS_USER`): every uid and group it claims for a caller must lie in
+    /// them. `None`: not a gateway.
+    pub gateway: Option<(u32, u32)>,
 }
 
 impl std::fmt::Debug for User {
@@ -226,6 +230,7 @@ impl std::fmt::Debug for User {
             .field("password_hash", &"<redacted>")
             .field("admin", &self.admin)
             .field("groups", &self.groups)
+            .field("gateway", &self.gateway)
             .finish()
     }
 }

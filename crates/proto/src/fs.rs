@@ -33,6 +33,17 @@ pub const MODE_MASK: u32 = 0o7777;
 /// the group what it gives everyone else).
 pub const GROUPS_MAX: usize = 32;
 
+/// Longest extended-attribute name, with its namespace prefix (Linux
+/// `XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended-attribute value, in bytes (Linux `XATTR_SIZE_MAX`).
+pub const XATTR_VALUE_MAX: usize = 65_536;
+/// Most extended attributes one inode carries.
+pub const XATTRS_PER_INODE_MAX: usize = 128;
+/// Most bytes of extended-attribute names and values one inode carries
+/// (the manager keeps them in its database).
+pub const XATTR_BYTES_PER_INODE_MAX: usize = 256 * 1024;
+
 /// Checks a list of supplementary group ids: at most [`GROUPS_MAX`],
 /// strictly ascending (so each id once, in the one canonical order).
 pub fn validate_groups(groups: &[u32]) -> Result<(), &'static str> {
@@ -235,11 +246,25 @@ pub enum FsStatus {
     /// was removed): the writes made under it since the last commit are
     /// rolled back on every drive.
     Aborted = 24,
+    /// The extended attribute does not exist (`ENODATA`).
+    NoXattr = 25,
+    /// Not supported by this file system (`EOPNOTSUPP`): an extended
+    /// attribute outside the `user.`, `trusted.` and `security.` namespaces.
+    NotSupported = 26,
+    /// A value or list over its limit (`E2BIG`): an extended attribute
+    /// larger than `XATTR_VALUE_MAX`, or an inode's over
+    /// `XATTRS_PER_INODE_MAX` / `XATTR_BYTES_PER_INODE_MAX`.
+    TooBig = 27,
+    /// A user or directory quota would be exceeded (`EDQUOT`).
+    QuotaExceeded = 28,
+    /// The operation would move a file between quota trees (`EXDEV`): a
+    /// rename or link across a directory quota's boundary.
+    CrossQuota = 29,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 25] = [
+    pub const ALL: [FsStatus; 30] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -265,6 +290,11 @@ impl FsStatus {
         FsStatus::BadHandle,
         FsStatus::TooDeep,
         FsStatus::Aborted,
+        FsStatus::NoXattr,
+        FsStatus::NotSupported,
+        FsStatus::TooBig,
+        FsStatus::QuotaExceeded,
+        FsStatus::CrossQuota,
     ];
 
     /// The wire code.
@@ -296,6 +326,11 @@ impl FsStatus {
             FsStatus::DriveUnavailable | FsStatus::Internal | FsStatus::Aborted => 5,
             FsStatus::Busy => 11,
             FsStatus::BadHandle => 116,
+            FsStatus::NoXattr => 61,
+            FsStatus::NotSupported => 95,
+            FsStatus::TooBig => 7,
+            FsStatus::QuotaExceeded => 122,
+            FsStatus::CrossQuota => 18,
         }
     }
 
@@ -327,6 +362,11 @@ impl FsStatus {
             FsStatus::BadHandle => "file handle not valid for this user",
             FsStatus::TooDeep => "directories nested too deep (DIR_DEPTH_MAX)",
             FsStatus::Aborted => "the write transaction was aborted; writes since the last commit are rolled back",
+            FsStatus::NoXattr => "no such extended attribute",
+            FsStatus::NotSupported => "not supported",
+            FsStatus::TooBig => "value too large",
+            FsStatus::QuotaExceeded => "quota exceeded",
+            FsStatus::CrossQuota => "cannot move or link a file across a directory quota's boundary",
         }
     }
 }

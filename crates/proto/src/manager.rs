@@ -11,7 +11,7 @@
 use crate::codec::{Reader, Writer};
 use crate::fs::{
     validate_groups, FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, GROUPS_MAX, MODE_MASK, PATH_MAX,
-    SYMLINK_TARGET_MAX,
+    SYMLINK_TARGET_MAX, XATTRS_PER_INODE_MAX, XATTR_NAME_MAX, XATTR_VALUE_MAX,
 };
 use crate::layout::{Component, ComponentState, Layout, COMPONENTS_MAX};
 use crate::limits::NAME_LEN_MAX;
@@ -43,6 +43,11 @@ pub const DRIVES_MAX: usize = 1024;
 /// Most users one `LIST_USERS` reply carries.
 pub const USERS_MAX: usize = 4096;
 
+/// Most changes one `WATCH` reply carries.
+pub const WATCH_CHANGES_MAX: usize = 2048;
+/// Longest a `WATCH` waits for a change before it answers with none.
+pub const WATCH_WAIT_MAX_MS: u32 = 30_000;
+
 /// Length of a file handle's MAC, in bytes.
 pub const HANDLE_MAC_LEN: usize = 32;
 /// Most dirty file ranges one `COMMIT` reports (a writer that touched more
@@ -65,6 +70,9 @@ const _: () = assert!(
     FileAttr::LEN + HANDLE_MAC_LEN + 2 + SYMLINK_TARGET_MAX + 1 + FILE_ACCESS_LEN_MAX + 64 <= MANAGER_MESSAGE_MAX
 );
 const _: () = assert!(DRIVES_MAX * DriveStatus::LEN_MAX + 256 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(XATTR_VALUE_MAX + XATTR_NAME_MAX + 2 * Handle::LEN + 4 * GROUPS_MAX + 256 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(XATTRS_PER_INODE_MAX * (2 + XATTR_NAME_MAX) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(WATCH_CHANGES_MAX * Change::LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(COMPONENTS_MAX * (Component::LEN + 2 + DRIVE_ADDR_MAX) + 64 <= MANAGER_MESSAGE_MAX);
 
 /// Operation codes of the manager protocol.
@@ -89,6 +97,12 @@ pub mod manager_opcode {
     pub const GET_LAYOUT: u16 = 0x0011;
     pub const SET_LAYOUT: u16 = 0x0012;
     pub const CLUSTER_STATUS: u16 = 0x0013;
+    pub const AS_USER: u16 = 0x0014;
+    pub const GETXATTR: u16 = 0x0015;
+    pub const LISTXATTR: u16 = 0x0016;
+    pub const SETXATTR: u16 = 0x0017;
+    pub const REMOVEXATTR: u16 = 0x0018;
+    pub const WATCH: u16 = 0x0019;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -96,6 +110,7 @@ pub mod manager_opcode {
     pub const SET_DRIVE_STATE: u16 = 0x0105;
     pub const REPAIR: u16 = 0x0106;
     pub const SET_USER_GROUPS: u16 = 0x0107;
+    pub const SET_GATEWAY: u16 = 0x0108;
 }
 
 /// What access a caller asks capabilities for with a name lookup.
@@ -351,6 +366,46 @@ pub enum ManagerRequest {
     },
     /// The cluster map, drive health and repair progress.
     ClusterStatus,
+    /// A gateway's request for one of its local users: `request` runs with
+    /// `uid`, `gid` and `groups` as its caller. The session's user must
+    /// hold a gateway grant ([`ManagerRequest::SetGateway`]) covering the
+    /// uid and every group. Handles stay bound to the gateway's user.
+    /// `request` is a name-space or file request (not `LOGIN`, `AS_USER`,
+    /// `WATCH`, `CLUSTER_STATUS` or an administrator request).
+    AsUser {
+        uid: u32,
+        gid: u32,
+        groups: Vec<u32>,
+        request: Box<ManagerRequest>,
+    },
+    /// An extended attribute's value.
+    GetXattr {
+        handle: Handle,
+        name: String,
+    },
+    /// The names of the extended attributes the caller may see.
+    ListXattr {
+        handle: Handle,
+    },
+    /// Sets an extended attribute.
+    SetXattr {
+        handle: Handle,
+        name: String,
+        value: Vec<u8>,
+        mode: XattrMode,
+    },
+    /// Removes an extended attribute.
+    RemoveXattr {
+        handle: Handle,
+        name: String,
+    },
+    /// The changes after `after` in the manager's change feed (incarnation
+    /// `incarnation`), waiting up to `wait_ms` for one.
+    Watch {
+        incarnation: u64,
+        after: u64,
+        wait_ms: u32,
+    },
     /// Administrator: add a user, with its supplementary groups (strictly
     /// ascending, at most [`GROUPS_MAX`]).
     AddUser {
@@ -366,6 +421,13 @@ pub enum ManagerRequest {
     SetUserGroups {
         name: String,
         groups: Vec<u32>,
+    },
+    /// Administrator: let user `name` act for the local users of the hosts
+    /// it serves (`AS_USER`) whose uid and groups lie in `ids` (inclusive;
+    /// `None`: no longer).
+    SetGateway {
+        name: String,
+        ids: Option<(u32, u32)>,
     },
     /// Administrator: list users.
     ListUsers,
@@ -493,6 +555,34 @@ impl std::fmt::Debug for ManagerRequest {
             R::SetUserGroups { name, groups } => {
                 f.debug_struct("SetUserGroups").field("name", name).field("groups", groups).finish()
             }
+            R::SetGateway { name, ids } => f.debug_struct("SetGateway").field("name", name).field("ids", ids).finish(),
+            R::AsUser { uid, gid, groups, request } => f
+                .debug_struct("AsUser")
+                .field("uid", uid)
+                .field("gid", gid)
+                .field("groups", groups)
+                .field("request", request)
+                .finish(),
+            R::GetXattr { handle, name } => {
+                f.debug_struct("GetXattr").field("handle", handle).field("name", name).finish()
+            }
+            R::ListXattr { handle } => f.debug_struct("ListXattr").field("handle", handle).finish(),
+            R::SetXattr { handle, name, value, mode } => f
+                .debug_struct("SetXattr")
+                .field("handle", handle)
+                .field("name", name)
+                .field("value_len", &value.len())
+                .field("mode", mode)
+                .finish(),
+            R::RemoveXattr { handle, name } => {
+                f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
+            }
+            R::Watch { incarnation, after, wait_ms } => f
+                .debug_struct("Watch")
+                .field("incarnation", incarnation)
+                .field("after", after)
+                .field("wait_ms", wait_ms)
+                .finish(),
             R::ListUsers => f.write_str("ListUsers"),
             R::SetPassword { name, password: _ } => {
                 f.debug_struct("SetPassword").field("name", name).field("password", &REDACTED).finish()
@@ -500,6 +590,70 @@ impl std::fmt::Debug for ManagerRequest {
             R::AddDrive { addr, master_key: _ } => {
                 f.debug_struct("AddDrive").field("addr", addr).field("master_key", &REDACTED).finish()
             }
+        }
+    }
+}
+
+/// How `SETXATTR` treats an existing attribute (Linux `XATTR_CREATE`,
+/// `XATTR_REPLACE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum XattrMode {
+    /// Create it or replace it.
+    #[default]
+    Either = 0,
+    /// Fail with `EXISTS` if it exists.
+    Create = 1,
+    /// Fail with `NO_XATTR` unless it exists.
+    Replace = 2,
+}
+
+impl XattrMode {
+    fn decode(code: u8) -> Result<Self, DecodeError> {
+        match code {
+            0 => Ok(XattrMode::Either),
+            1 => Ok(XattrMode::Create),
+            2 => Ok(XattrMode::Replace),
+            _ => Err(DecodeError::NotCanonical("unknown setxattr mode")),
+        }
+    }
+}
+
+/// One change a `WATCH` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// The inode's attributes, data or extended attributes changed.
+    Inode(Ino),
+    /// A name in directory `dir` was added, removed or now names another
+    /// inode.
+    Entry {
+        /// The directory.
+        dir: Ino,
+        /// The name in it.
+        name: String,
+    },
+}
+
+impl Change {
+    /// Longest encoding: kind, inode, the longest name.
+    pub const LEN_MAX: usize = 1 + 8 + 2 + FILE_NAME_MAX;
+
+    fn encode(&self, w: &mut Writer) {
+        match self {
+            Change::Inode(ino) => {
+                w.u8(1).u64(*ino);
+            }
+            Change::Entry { dir, name } => {
+                w.u8(2).u64(*dir).str(name);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            1 => Ok(Change::Inode(r.u64()?)),
+            2 => Ok(Change::Entry { dir: r.u64()?, name: name(r)? }),
+            _ => Err(DecodeError::NotCanonical("unknown change kind")),
         }
     }
 }
@@ -687,15 +841,21 @@ pub struct UserInfo {
     pub admin: bool,
     /// Supplementary groups, strictly ascending (at most [`GROUPS_MAX`]).
     pub groups: Vec<u32>,
+    /// The ids (first, last) it may act for as a gateway (`AS_USER`), if any.
+    pub gateway: Option<(u32, u32)>,
 }
 
 impl UserInfo {
-    /// Longest encoding: name, uid, gid, admin, the most groups.
-    pub const LEN_MAX: usize = 2 + USER_NAME_MAX + 4 + 4 + 1 + 2 + 4 * GROUPS_MAX;
+    /// Longest encoding: name, uid, gid, admin, the most groups, a gateway range.
+    pub const LEN_MAX: usize = 2 + USER_NAME_MAX + 4 + 4 + 1 + 2 + 4 * GROUPS_MAX + 1 + 8;
 
     fn encode(&self, w: &mut Writer) {
         w.str(&self.name).u32(self.uid).u32(self.gid).bool(self.admin);
         encode_groups(w, &self.groups);
+        w.bool(self.gateway.is_some());
+        if let Some((lo, hi)) = self.gateway {
+            w.u32(lo).u32(hi);
+        }
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -705,6 +865,13 @@ impl UserInfo {
             gid: r.u32()?,
             admin: r.bool()?,
             groups: decode_groups(r)?,
+            gateway: match r.bool()? {
+                false => None,
+                true => match (r.u32()?, r.u32()?) {
+                    (lo, hi) if lo <= hi => Some((lo, hi)),
+                    _ => return Err(DecodeError::NotCanonical("gateway id range runs backwards")),
+                },
+            },
         })
     }
 }
@@ -766,6 +933,15 @@ pub enum ManagerReply {
     Layout(LayoutInfo),
     /// `CLUSTER_STATUS`.
     Status(ClusterStatus),
+    /// `GETXATTR`: the value.
+    Xattr(Vec<u8>),
+    /// `LISTXATTR`: the names, in byte order.
+    XattrNames(Vec<String>),
+    /// `WATCH`: the changes after the request's `after`, in order, up to
+    /// `next` (ask again with it). `lost`: changes were missed (the feed
+    /// moved past `after`, or the manager restarted: `incarnation` is new);
+    /// the watcher must drop everything it caches.
+    Changes { incarnation: u64, next: u64, lost: bool, changes: Vec<Change> },
 }
 
 fn name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
@@ -800,6 +976,13 @@ impl ManagerRequest {
             ManagerRequest::Repair { .. } => REPAIR,
             ManagerRequest::AddUser { .. } => ADD_USER,
             ManagerRequest::SetUserGroups { .. } => SET_USER_GROUPS,
+            ManagerRequest::SetGateway { .. } => SET_GATEWAY,
+            ManagerRequest::AsUser { .. } => AS_USER,
+            ManagerRequest::GetXattr { .. } => GETXATTR,
+            ManagerRequest::ListXattr { .. } => LISTXATTR,
+            ManagerRequest::SetXattr { .. } => SETXATTR,
+            ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
+            ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
             ManagerRequest::AddDrive { .. } => ADD_DRIVE,
@@ -823,7 +1006,12 @@ impl ManagerRequest {
             | R::Commit { handle, .. }
             | R::BeginWrite { handle }
             | R::GetLayout { handle }
-            | R::SetLayout { handle, .. } => vec![*handle],
+            | R::SetLayout { handle, .. }
+            | R::GetXattr { handle, .. }
+            | R::ListXattr { handle }
+            | R::SetXattr { handle, .. }
+            | R::RemoveXattr { handle, .. } => vec![*handle],
+            R::AsUser { request, .. } => request.handles(),
             R::Link { handle, new_parent, .. } => vec![*handle, *new_parent],
             R::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
             R::Login { .. }
@@ -831,12 +1019,56 @@ impl ManagerRequest {
             | R::StatFs
             | R::AddUser { .. }
             | R::SetUserGroups { .. }
+            | R::SetGateway { .. }
+            | R::Watch { .. }
             | R::ListUsers
             | R::SetPassword { .. }
             | R::AddDrive { .. }
             | R::ClusterStatus
             | R::SetDriveState { .. }
             | R::Repair { .. } => Vec::new(),
+        }
+    }
+
+    /// Whether `AS_USER` may wrap this request: name-space and file
+    /// requests, not `LOGIN`, `AS_USER`, `WATCH`, `CLUSTER_STATUS` or an
+    /// administrator request.
+    pub fn may_run_as_user(&self) -> bool {
+        use ManagerRequest as R;
+        match self {
+            R::Walk { .. }
+            | R::Lookup { .. }
+            | R::GetAttr { .. }
+            | R::ReadDir { .. }
+            | R::Mkdir { .. }
+            | R::Create { .. }
+            | R::Symlink { .. }
+            | R::Link { .. }
+            | R::Unlink { .. }
+            | R::Rmdir { .. }
+            | R::Rename { .. }
+            | R::SetAttr { .. }
+            | R::Commit { .. }
+            | R::StatFs
+            | R::BeginWrite { .. }
+            | R::GetLayout { .. }
+            | R::SetLayout { .. }
+            | R::GetXattr { .. }
+            | R::ListXattr { .. }
+            | R::SetXattr { .. }
+            | R::RemoveXattr { .. } => true,
+            R::Login { .. }
+            | R::AsUser { .. }
+            | R::Watch { .. }
+            | R::ClusterStatus
+            | R::SetDriveState { .. }
+            | R::Repair { .. }
+            | R::AddUser { .. }
+            | R::SetUserGroups { .. }
+            | R::SetGateway { .. }
+            | R::ListUsers
+            | R::SetPassword { .. }
+            | R::AddDrive { .. } => false,
         }
     }
 
@@ -866,6 +1098,13 @@ impl ManagerRequest {
             ManagerRequest::Repair { .. } => "repair",
             ManagerRequest::AddUser { .. } => "add-user",
             ManagerRequest::SetUserGroups { .. } => "set-user-groups",
+            ManagerRequest::SetGateway { .. } => "set-gateway",
+            ManagerRequest::AsUser { request, .. } => request.name(),
+            ManagerRequest::GetXattr { .. } => "getxattr",
+            ManagerRequest::ListXattr { .. } => "listxattr",
+            ManagerRequest::SetXattr { .. } => "setxattr",
+            ManagerRequest::RemoveXattr { .. } => "removexattr",
+            ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
             ManagerRequest::AddDrive { .. } => "add-drive",
@@ -901,6 +1140,42 @@ impl ManagerRequest {
             R::SetPassword { name, password } => {
                 within("user", name, USER_NAME_MAX)?;
                 within("password", password, PASSWORD_MAX)
+            }
+            R::SetGateway { name, ids } => {
+                within("user", name, USER_NAME_MAX)?;
+                match ids {
+                    Some((lo, hi)) if lo > hi => Err(DecodeError::NotCanonical("gateway id range runs backwards")),
+                    _ => Ok(()),
+                }
+            }
+            R::AsUser { groups, request, .. } => {
+                check_groups(groups)?;
+                if !request.may_run_as_user() {
+                    return Err(DecodeError::NotCanonical("AS_USER wraps a name-space or file request only"));
+                }
+                request.check_limits()
+            }
+            R::GetXattr { name, .. } | R::RemoveXattr { name, .. } => check_xattr_name(name),
+            R::SetXattr { name, value, .. } => {
+                check_xattr_name(name)?;
+                if value.len() > XATTR_VALUE_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "xattr value",
+                        len: value.len() as u64,
+                        max: XATTR_VALUE_MAX as u64,
+                    });
+                }
+                Ok(())
+            }
+            R::Watch { wait_ms, .. } => {
+                if *wait_ms > WATCH_WAIT_MAX_MS {
+                    return Err(DecodeError::OverLimit {
+                        field: "watch wait",
+                        len: u64::from(*wait_ms),
+                        max: u64::from(WATCH_WAIT_MAX_MS),
+                    });
+                }
+                Ok(())
             }
             R::Walk { path, .. } => within("path", path, PATH_MAX),
             R::ReadDir { after: name, .. }
@@ -938,6 +1213,7 @@ impl ManagerRequest {
             }
             R::GetAttr { .. }
             | R::SetAttr { .. }
+            | R::ListXattr { .. }
             | R::StatFs
             | R::ListUsers
             | R::BeginWrite { .. }
@@ -1050,6 +1326,35 @@ impl ManagerRequest {
             ManagerRequest::AddDrive { addr, master_key } => {
                 w.str(addr).raw(master_key);
             }
+            ManagerRequest::SetGateway { name, ids } => {
+                w.str(name).bool(ids.is_some());
+                if let Some((lo, hi)) = ids {
+                    w.u32(*lo).u32(*hi);
+                }
+            }
+            ManagerRequest::AsUser { uid, gid, groups, request } => {
+                w.u32(*uid).u32(*gid);
+                encode_groups(&mut w, groups);
+                // The wrapped request without its request id: opcode, arguments.
+                let inner = request.encode(request_id);
+                w.raw(&inner[..2]).raw(&inner[10..]);
+            }
+            ManagerRequest::GetXattr { handle, name } | ManagerRequest::RemoveXattr { handle, name } => {
+                handle.encode(&mut w);
+                w.str(name);
+            }
+            ManagerRequest::ListXattr { handle } => {
+                handle.encode(&mut w);
+            }
+            ManagerRequest::SetXattr { handle, name, value, mode } => {
+                handle.encode(&mut w);
+                w.str(name);
+                encode_xattr_value(&mut w, value);
+                w.u8(*mode as u8);
+            }
+            ManagerRequest::Watch { incarnation, after, wait_ms } => {
+                w.u64(*incarnation).u64(*after).u32(*wait_ms);
+            }
         }
         w.into_vec()
     }
@@ -1154,11 +1459,86 @@ impl ManagerRequest {
             ADD_DRIVE => {
                 ManagerRequest::AddDrive { addr: r.str(DRIVE_ADDR_MAX, "drive address")?, master_key: r.array()? }
             }
+            SET_GATEWAY => {
+                let name = r.str(USER_NAME_MAX, "user")?;
+                let ids = if r.bool()? { Some((r.u32()?, r.u32()?)) } else { None };
+                if ids.is_some_and(|(lo, hi)| lo > hi) {
+                    return Err(DecodeError::NotCanonical("gateway id range runs backwards"));
+                }
+                ManagerRequest::SetGateway { name, ids }
+            }
+            AS_USER => {
+                let (uid, gid, groups) = (r.u32()?, r.u32()?, decode_groups(&mut r)?);
+                // The wrapped request: its opcode and arguments, under this request's id.
+                let opcode = r.u16()?;
+                let rest = r.take(r.remaining())?;
+                let mut inner = Vec::with_capacity(10 + rest.len());
+                inner.extend_from_slice(&opcode.to_le_bytes());
+                inner.extend_from_slice(&id.to_le_bytes());
+                inner.extend_from_slice(rest);
+                let (_, request) = ManagerRequest::decode(&inner)?;
+                if !request.may_run_as_user() {
+                    return Err(DecodeError::NotCanonical("AS_USER wraps a name-space or file request only"));
+                }
+                ManagerRequest::AsUser { uid, gid, groups, request: Box::new(request) }
+            }
+            GETXATTR => ManagerRequest::GetXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
+            LISTXATTR => ManagerRequest::ListXattr { handle: Handle::decode(&mut r)? },
+            SETXATTR => ManagerRequest::SetXattr {
+                handle: Handle::decode(&mut r)?,
+                name: xattr_name(&mut r)?,
+                value: decode_xattr_value(&mut r)?,
+                mode: XattrMode::decode(r.u8()?)?,
+            },
+            REMOVEXATTR => ManagerRequest::RemoveXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
+            WATCH => {
+                let (incarnation, after, wait_ms) = (r.u64()?, r.u64()?, r.u32()?);
+                if wait_ms > WATCH_WAIT_MAX_MS {
+                    return Err(DecodeError::OverLimit {
+                        field: "watch wait",
+                        len: u64::from(wait_ms),
+                        max: u64::from(WATCH_WAIT_MAX_MS),
+                    });
+                }
+                ManagerRequest::Watch { incarnation, after, wait_ms }
+            }
             _ => return Err(DecodeError::UnknownOpcode(opcode)),
         };
         r.finish()?;
         Ok((id, req))
     }
+}
+
+/// An extended attribute's value: `length u32` (at most
+/// [`XATTR_VALUE_MAX`], one more than a `u16` holds), that many bytes.
+fn encode_xattr_value(w: &mut Writer, value: &[u8]) {
+    assert!(value.len() <= XATTR_VALUE_MAX, "xattr value over XATTR_VALUE_MAX");
+    w.u32(value.len() as u32).raw(value);
+}
+
+fn decode_xattr_value(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    let len = r.u32()? as usize;
+    if len > XATTR_VALUE_MAX {
+        return Err(DecodeError::OverLimit { field: "xattr value", len: len as u64, max: XATTR_VALUE_MAX as u64 });
+    }
+    Ok(r.take(len)?.to_vec())
+}
+
+/// An extended attribute's name: 1..=[`XATTR_NAME_MAX`] bytes, no NUL.
+fn xattr_name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    let name = r.str(XATTR_NAME_MAX, "xattr name")?;
+    check_xattr_name(&name)?;
+    Ok(name)
+}
+
+fn check_xattr_name(name: &str) -> Result<(), DecodeError> {
+    if name.len() > XATTR_NAME_MAX {
+        return Err(DecodeError::OverLimit { field: "xattr name", len: name.len() as u64, max: XATTR_NAME_MAX as u64 });
+    }
+    if name.is_empty() || name.contains('\0') {
+        return Err(DecodeError::NotCanonical("xattr names are 1-255 bytes without NUL"));
+    }
+    Ok(())
 }
 
 fn decode_commit(r: &mut Reader<'_>) -> Result<ManagerRequest, DecodeError> {
@@ -1365,6 +1745,9 @@ mod reply_kind {
     pub const BEGAN: u8 = 9;
     pub const LAYOUT: u8 = 10;
     pub const STATUS: u8 = 11;
+    pub const XATTR: u8 = 12;
+    pub const XATTR_NAMES: u8 = 13;
+    pub const CHANGES: u8 = 14;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -1436,6 +1819,25 @@ impl ManagerReply {
             ManagerReply::Status(status) => {
                 w.u8(STATUS);
                 status.encode(&mut w);
+            }
+            ManagerReply::Xattr(value) => {
+                assert!(value.len() <= XATTR_VALUE_MAX, "xattr reply over XATTR_VALUE_MAX");
+                w.u8(XATTR);
+                encode_xattr_value(&mut w, value);
+            }
+            ManagerReply::XattrNames(names) => {
+                assert!(names.len() <= XATTRS_PER_INODE_MAX, "xattr list over XATTRS_PER_INODE_MAX");
+                w.u8(XATTR_NAMES).u16(names.len() as u16);
+                for n in names {
+                    w.str(n);
+                }
+            }
+            ManagerReply::Changes { incarnation, next, lost, changes } => {
+                assert!(changes.len() <= WATCH_CHANGES_MAX, "watch reply over WATCH_CHANGES_MAX");
+                w.u8(CHANGES).u64(*incarnation).u64(*next).bool(*lost).u16(changes.len() as u16);
+                for c in changes {
+                    c.encode(&mut w);
+                }
             }
         }
         w.into_vec()
@@ -1518,6 +1920,18 @@ impl ManagerReply {
             BEGAN => ManagerReply::Began { txn: r.u64()?, lease_ms: r.u32()? },
             LAYOUT => ManagerReply::Layout(LayoutInfo::decode(r)?),
             STATUS => ManagerReply::Status(ClusterStatus::decode(r)?),
+            XATTR => ManagerReply::Xattr(decode_xattr_value(r)?),
+            XATTR_NAMES => {
+                let n = r.count(XATTRS_PER_INODE_MAX, "xattr names")?;
+                let names = (0..n).map(|_| xattr_name(r)).collect::<Result<Vec<_>, _>>()?;
+                ManagerReply::XattrNames(names)
+            }
+            CHANGES => {
+                let (incarnation, next, lost) = (r.u64()?, r.u64()?, r.bool()?);
+                let n = r.count(WATCH_CHANGES_MAX, "changes")?;
+                let changes = (0..n).map(|_| Change::decode(r)).collect::<Result<Vec<_>, _>>()?;
+                ManagerReply::Changes { incarnation, next, lost, changes }
+            }
             _ => return Err(DecodeError::NotCanonical("unknown manager reply kind")),
         })
     }

@@ -146,8 +146,47 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
                 gid: 1001,
                 admin: false,
                 groups: vec![100],
+                gateway: None,
             }])
             .encode(17),
+        ),
+        (
+            "SET_GATEWAY gw 1000..=60000",
+            ManagerRequest::SetGateway { name: "gw".into(), ids: Some((1000, 60000)) }.encode(18),
+        ),
+        (
+            "AS_USER uid 1001 gid 100 groups [5], MKDIR in handle {ino 1, mac 68x32} d 0o755",
+            ManagerRequest::AsUser {
+                uid: 1001,
+                gid: 100,
+                groups: vec![5],
+                request: Box::new(ManagerRequest::Mkdir { parent: handle(1), name: "d".into(), mode: 0o755 }),
+            }
+            .encode(19),
+        ),
+        (
+            "SETXATTR handle {ino 2, mac 68x32} user.k = v, create",
+            ManagerRequest::SetXattr {
+                handle: handle(2),
+                name: "user.k".into(),
+                value: b"v".to_vec(),
+                mode: XattrMode::Create,
+            }
+            .encode(20),
+        ),
+        (
+            "WATCH incarnation 7 after 41 wait 5000 ms",
+            ManagerRequest::Watch { incarnation: 7, after: 41, wait_ms: 5000 }.encode(21),
+        ),
+        (
+            "CHANGES reply: incarnation 7, next 43, inode 2, entry (1, d)",
+            ManagerReply::Changes {
+                incarnation: 7,
+                next: 43,
+                lost: false,
+                changes: vec![Change::Inode(2), Change::Entry { dir: 1, name: "d".into() }],
+            }
+            .encode(21),
         ),
     ]
 }
@@ -180,7 +219,18 @@ const VECTORS_HEX: &[&str] = &[
     ),
     "01010f000000000000000300626f6202007077e9030000e903000000020064000000d0070000",
     "070110000000000000000300626f62010064000000",
-    "000011000000000000000601000300626f62e9030000e903000000010064000000",
+    "000011000000000000000601000300626f62e9030000e90300000001006400000000",
+    "080112000000000000000200677701e803000060ea0000",
+    concat!(
+        "14001300000000000000e90300006400000001000500000006000100000000000000686868686868686868686868686868686868",
+        "6868686868686868686868686868010064ed010000",
+    ),
+    concat!(
+        "17001400000000000000020000000000000068686868686868686868686868686868686868686868686868686868686868680600",
+        "757365722e6b010000007601",
+    ),
+    "190015000000000000000700000000000000290000000000000088130000",
+    "000015000000000000000e07000000000000002b00000000000000000200010200000000000000020100000000000000010064",
 ];
 
 #[test]
@@ -202,6 +252,10 @@ fn print_manager_vectors() {
     for (name, bytes) in vectors() {
         println!("== {name}\n{}", hex::encode(bytes));
     }
+}
+
+fn arb_xattr_name() -> impl Strategy<Value = String> {
+    "(user|trusted|security)\\.[a-z0-9._-]{1,40}"
 }
 
 fn arb_name() -> impl Strategy<Value = String> {
@@ -289,6 +343,40 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         ),
         (arb_name(), proptest::collection::btree_set(any::<u32>(), 0..=GROUPS_MAX))
             .prop_map(|(name, groups)| R::SetUserGroups { name, groups: groups.into_iter().collect() }),
+        (arb_name(), proptest::option::of((0u32..1000, 1000u32..))).prop_map(|(name, ids)| R::SetGateway { name, ids }),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            proptest::collection::btree_set(any::<u32>(), 0..=GROUPS_MAX),
+            arb_handle(),
+            arb_name()
+        )
+            .prop_map(|(uid, gid, groups, parent, name)| R::AsUser {
+                uid,
+                gid,
+                groups: groups.into_iter().collect(),
+                request: Box::new(if uid % 2 == 0 {
+                    R::Lookup { parent, name, open: OpenMode::Best }
+                } else {
+                    R::Unlink { parent, name }
+                })
+            }),
+        (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::GetXattr { handle, name }),
+        arb_handle().prop_map(|handle| R::ListXattr { handle }),
+        (arb_handle(), arb_xattr_name(), proptest::collection::vec(any::<u8>(), 0..300), 0u8..3).prop_map(
+            |(handle, name, value, mode)| R::SetXattr {
+                handle,
+                name,
+                value,
+                mode: [XattrMode::Either, XattrMode::Create, XattrMode::Replace][mode as usize]
+            }
+        ),
+        (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::RemoveXattr { handle, name }),
+        (any::<u64>(), any::<u64>(), 0..=WATCH_WAIT_MAX_MS).prop_map(|(incarnation, after, wait_ms)| R::Watch {
+            incarnation,
+            after,
+            wait_ms
+        }),
         Just(R::ListUsers),
         (arb_name(), ".{0,64}").prop_map(|(name, password)| R::SetPassword { name, password }),
         ("[0-9.:]{1,30}", any::<[u8; 32]>()).prop_map(|(addr, master_key)| R::AddDrive { addr, master_key }),
@@ -369,7 +457,14 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
             }),
         proptest::collection::vec((arb_name(), any::<u32>(), any::<bool>()), 0..10).prop_map(|u| R::Users(
             u.into_iter()
-                .map(|(name, uid, admin)| UserInfo { name, uid, gid: uid, admin, groups: vec![uid / 2, uid / 2 + 1] })
+                .map(|(name, uid, admin)| UserInfo {
+                    name,
+                    uid,
+                    gid: uid,
+                    admin,
+                    groups: vec![uid / 2, uid / 2 + 1],
+                    gateway: admin.then_some((uid / 2, uid))
+                })
                 .collect()
         )),
         any::<u32>().prop_map(|drive| R::DriveAdded { drive }),
@@ -405,6 +500,26 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                 scrub: Progress { files_done: 5, ..Progress::default() },
                 last_scrub: ScrubSummary { blocks_checked: 9, corrupt: 2, healed: 1, unrecoverable: 1 },
             })),
+        proptest::collection::vec(any::<u8>(), 0..300).prop_map(R::Xattr),
+        proptest::collection::vec(arb_xattr_name(), 0..20).prop_map(R::XattrNames),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+            proptest::collection::vec((any::<u64>(), proptest::option::of(arb_name())), 0..20)
+        )
+            .prop_map(|(incarnation, next, lost, c)| R::Changes {
+                incarnation,
+                next,
+                lost,
+                changes: c
+                    .into_iter()
+                    .map(|(ino, name)| match name {
+                        Some(name) => Change::Entry { dir: ino, name },
+                        None => Change::Inode(ino),
+                    })
+                    .collect()
+            }),
         arb_access().prop_map(|a| R::Entry(Entry {
             attr: attr(),
             handle_mac: [1; 32],
@@ -514,12 +629,81 @@ fn group_lists_are_bounded_and_canonical() {
     let most = set((0..GROUPS_MAX as u32).collect());
     assert_eq!(most.check_limits(), Ok(()));
     assert_eq!(ManagerRequest::decode(&most.encode(1)).unwrap().1, most);
-    let user = |groups| UserInfo { name: "u".into(), uid: 1, gid: 1, admin: false, groups };
+    let user =
+        |groups| UserInfo { name: "u".into(), uid: 1, gid: 1, admin: false, groups, gateway: Some((0, u32::MAX)) };
     let reply = ManagerReply::Users(vec![user(vec![3, 2])]).encode(1);
     assert!(matches!(ManagerReply::decode(&reply), Err(DecodeError::NotCanonical(_))), "replies are checked too");
     let longest = user((0..GROUPS_MAX as u32).collect());
     let one = ManagerReply::Users(vec![UserInfo { name: "u".repeat(USER_NAME_MAX), ..longest }]).encode(1);
     assert_eq!(one.len(), 2 + 8 + 1 + 2 + UserInfo::LEN_MAX, "LEN_MAX is exact");
+}
+
+#[test]
+fn as_user_wraps_name_space_requests_only() {
+    let wrap =
+        |request: ManagerRequest| ManagerRequest::AsUser { uid: 5, gid: 5, groups: vec![], request: Box::new(request) };
+    let login = ManagerRequest::Login { version: 1, user: "u".into(), password: "p".into() };
+    let nested = wrap(ManagerRequest::StatFs);
+    for (req, why) in [
+        (wrap(login), "login"),
+        (wrap(nested), "nested"),
+        (wrap(ManagerRequest::ListUsers), "administrator"),
+        (wrap(ManagerRequest::Watch { incarnation: 0, after: 0, wait_ms: 0 }), "watch"),
+    ] {
+        assert!(matches!(req.check_limits(), Err(DecodeError::NotCanonical(_))), "{why}");
+        assert!(matches!(ManagerRequest::decode(&req.encode(3)), Err(DecodeError::NotCanonical(_))), "{why}");
+    }
+    let ok = wrap(ManagerRequest::GetAttr { handle: handle(4), open: OpenMode::None });
+    let (id, back) = ManagerRequest::decode(&ok.encode(9)).unwrap();
+    assert_eq!((id, &back), (9, &ok));
+    assert_eq!(back.handles(), vec![handle(4)], "the wrapped request's handles are checked");
+    // The wrapped request's own bounds hold inside.
+    let long = wrap(ManagerRequest::Mkdir { parent: handle(1), name: "n".repeat(FILE_NAME_MAX + 1), mode: 0o755 });
+    assert!(matches!(long.check_limits(), Err(DecodeError::OverLimit { .. })));
+    // Truncated inside the wrapped request.
+    let body = ok.encode(9);
+    assert!(ManagerRequest::decode(&body[..body.len() - 1]).is_err());
+}
+
+#[test]
+fn xattr_and_watch_limits() {
+    let set = |name: &str, len: usize| ManagerRequest::SetXattr {
+        handle: handle(2),
+        name: name.into(),
+        value: vec![7; len],
+        mode: XattrMode::Either,
+    };
+    let most = set(&format!("user.{}", "n".repeat(XATTR_NAME_MAX - 5)), XATTR_VALUE_MAX);
+    assert_eq!(most.check_limits(), Ok(()));
+    assert_eq!(ManagerRequest::decode(&most.encode(1)).unwrap().1, most, "64 KiB values fit (u32 length)");
+    assert!(matches!(set("user.a", XATTR_VALUE_MAX + 1).check_limits(), Err(DecodeError::OverLimit { .. })));
+    let long = format!("user.{}", "n".repeat(XATTR_NAME_MAX - 4));
+    assert!(matches!(set(&long, 1).check_limits(), Err(DecodeError::OverLimit { .. })));
+    assert!(matches!(ManagerRequest::decode(&set(&long, 1).encode(1)), Err(DecodeError::OverLimit { .. })));
+    assert!(matches!(set("", 1).check_limits(), Err(DecodeError::NotCanonical(_))));
+    assert!(matches!(set("user.a\0b", 1).check_limits(), Err(DecodeError::NotCanonical(_))));
+    let mut w = Writer::with_capacity(64);
+    w.u16(manager_opcode::SETXATTR).u64(1);
+    handle(2).encode(&mut w);
+    w.str("user.a").u32(XATTR_VALUE_MAX as u32 + 1);
+    assert!(matches!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::OverLimit { field: "xattr value", .. })));
+    let mut w = Writer::with_capacity(64);
+    w.u16(manager_opcode::SETXATTR).u64(1);
+    handle(2).encode(&mut w);
+    w.str("user.a").u32(1).u8(0).u8(3);
+    assert_eq!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::NotCanonical("unknown setxattr mode")));
+    let watch = ManagerRequest::Watch { incarnation: 1, after: 1, wait_ms: WATCH_WAIT_MAX_MS + 1 };
+    assert!(matches!(watch.check_limits(), Err(DecodeError::OverLimit { field: "watch wait", .. })));
+    assert!(matches!(
+        ManagerRequest::decode(&watch.encode(1)),
+        Err(DecodeError::OverLimit { field: "watch wait", .. })
+    ));
+    let longest = Change::Entry { dir: u64::MAX, name: "n".repeat(FILE_NAME_MAX) };
+    let reply = ManagerReply::Changes { incarnation: 1, next: 2, lost: true, changes: vec![longest; 2] }.encode(1);
+    assert_eq!(reply.len(), 2 + 8 + 1 + 8 + 8 + 1 + 2 + 2 * Change::LEN_MAX, "Change::LEN_MAX is exact");
+    let backwards = ManagerRequest::SetGateway { name: "g".into(), ids: Some((10, 9)) };
+    assert!(backwards.check_limits().is_err());
+    assert!(ManagerRequest::decode(&backwards.encode(1)).is_err());
 }
 
 #[test]

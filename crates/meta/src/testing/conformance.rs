@@ -57,6 +57,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("directory_permissions", directory_permissions),
         ("setgid_inheritance", setgid_inheritance),
         ("supplementary_groups", supplementary_groups),
+        ("extended_attributes", extended_attributes),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
         ("rename_same_dir", rename_same_dir),
@@ -525,6 +526,86 @@ fn supplementary_groups<B: Backend>(ns: &Namespace<B>) {
     let chmod = SetAttrs { mode: Some(0o2750), ..SetAttrs::default() };
     assert_eq!(ns.setattr(&carol, g.attr.ino, &chmod).unwrap().0.attr.mode, 0o2750, "in group 100: kept");
     assert_eq!(ns.setattr(&CAROL, g.attr.ino, &chmod).unwrap().0.attr.mode, 0o750, "without it: stripped");
+}
+
+/// Extended attributes: Linux's namespace rules, create/replace, limits,
+/// ctime, and removal with the inode.
+fn extended_attributes<B: Backend>(ns: &Namespace<B>) {
+    use crate::XattrMode::{Create, Either, Replace};
+    let f = create(ns, &ROOT, "/f", 0o644).unwrap().attr.ino;
+    own(ns, "/f", &ALICE, 0o644);
+    let before = ns.getattr(f).unwrap().attr.ctime_ns;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let n = ns.setxattr(&ALICE, f, "user.color", b"blue", Create).unwrap();
+    assert!(n.attr.ctime_ns > before, "ctime moves");
+    assert_eq!(ns.getxattr(&ALICE, f, "user.color").unwrap(), b"blue");
+    assert_eq!(ns.getxattr(&BOB, f, "user.color").unwrap(), b"blue", "group may read");
+    assert_eq!(ns.setxattr(&ALICE, f, "user.color", b"red", Create).err(), Some(FsStatus::Exists));
+    assert_eq!(ns.setxattr(&ALICE, f, "user.size", b"1", Replace).err(), Some(FsStatus::NoXattr));
+    ns.setxattr(&ALICE, f, "user.color", b"red", Replace).unwrap();
+    ns.setxattr(&ALICE, f, "user.empty", b"", Either).unwrap();
+    assert_eq!(ns.getxattr(&ALICE, f, "user.empty").unwrap(), b"");
+    assert_eq!(ns.getxattr(&ALICE, f, "user.none").err(), Some(FsStatus::NoXattr));
+    // Write permission for user.*; others may not write, nor read without r.
+    assert_eq!(ns.setxattr(&BOB, f, "user.x", b"1", Either).err(), Some(FsStatus::PermissionDenied));
+    own(ns, "/f", &ALICE, 0o600);
+    assert_eq!(ns.getxattr(&CAROL, f, "user.color").err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.removexattr(&CAROL, f, "user.color").err(), Some(FsStatus::PermissionDenied));
+    // trusted.*: root only, invisible to others; security.*: root writes, anyone reads.
+    ns.setxattr(&ROOT, f, "trusted.t", b"T", Either).unwrap();
+    assert_eq!(ns.setxattr(&ALICE, f, "trusted.u", b"U", Either).err(), Some(FsStatus::NotPermitted));
+    assert_eq!(ns.getxattr(&ALICE, f, "trusted.t").err(), Some(FsStatus::NoXattr));
+    assert_eq!(ns.setxattr(&ALICE, f, "security.s", b"S", Either).err(), Some(FsStatus::NotPermitted));
+    ns.setxattr(&ROOT, f, "security.s", b"S", Either).unwrap();
+    assert_eq!(ns.getxattr(&CAROL, f, "security.s").unwrap(), b"S");
+    assert_eq!(ns.listxattr(&ALICE, f).unwrap(), ["security.s", "user.color", "user.empty"]);
+    assert_eq!(ns.listxattr(&ROOT, f).unwrap(), ["security.s", "trusted.t", "user.color", "user.empty"]);
+    assert_eq!(ns.listxattr(&CAROL, f).unwrap().len(), 3, "listing needs no permission on the file");
+    // Names: other namespaces unsupported; bare prefixes and NULs invalid.
+    assert_eq!(ns.setxattr(&ROOT, f, "system.posix_acl_access", b"", Either).err(), Some(FsStatus::NotSupported));
+    assert_eq!(ns.getxattr(&ROOT, f, "other").err(), Some(FsStatus::NotSupported));
+    assert_eq!(ns.setxattr(&ROOT, f, "user.", b"", Either).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.setxattr(&ROOT, f, "user.a\0b", b"", Either).err(), Some(FsStatus::InvalidArgument));
+    let long = format!("user.{}", "n".repeat(XATTR_NAME_MAX));
+    assert_eq!(ns.setxattr(&ROOT, f, &long, b"", Either).err(), Some(FsStatus::NameTooLong));
+    // Limits: the value, the count and the bytes per inode.
+    let big = vec![1u8; XATTR_VALUE_MAX + 1];
+    assert_eq!(ns.setxattr(&ROOT, f, "user.big", &big, Either).err(), Some(FsStatus::TooBig));
+    let g = create(ns, &ROOT, "/g", 0o644).unwrap().attr.ino;
+    for i in 0..XATTRS_PER_INODE_MAX {
+        ns.setxattr(&ROOT, g, &format!("user.{i:03}"), b"v", Either).unwrap();
+    }
+    assert_eq!(ns.setxattr(&ROOT, g, "user.one-more", b"v", Either).err(), Some(FsStatus::TooBig));
+    ns.setxattr(&ROOT, g, "user.000", b"replaced", Either).expect("replacing does not count as one more");
+    let h = create(ns, &ROOT, "/h", 0o644).unwrap().attr.ino;
+    let per = XATTR_VALUE_MAX;
+    let fits = XATTR_BYTES_PER_INODE_MAX / (per + 16);
+    for i in 0..fits {
+        ns.setxattr(&ROOT, h, &format!("user.{i}"), &vec![0; per], Either).unwrap();
+    }
+    assert_eq!(ns.setxattr(&ROOT, h, "user.over", &vec![0; per], Either).err(), Some(FsStatus::TooBig));
+    // user.* lives on files and directories only; sticky directories: owner only.
+    let l = symlink(ns, "/l", "f").unwrap().attr.ino;
+    assert_eq!(ns.setxattr(&ROOT, l, "user.x", b"", Either).err(), Some(FsStatus::NotPermitted));
+    assert_eq!(ns.getxattr(&ROOT, l, "user.x").err(), Some(FsStatus::NoXattr));
+    ns.setxattr(&ROOT, l, "trusted.x", b"ok", Either).unwrap();
+    let d = mkdir(ns, &ROOT, "/d", 0o1777).unwrap().attr.ino;
+    own(ns, "/d", &ALICE, 0o1777);
+    assert_eq!(ns.setxattr(&BOB, d, "user.x", b"", Either).err(), Some(FsStatus::NotPermitted));
+    ns.setxattr(&ALICE, d, "user.x", b"dir", Either).unwrap();
+    assert_eq!(ns.getxattr(&BOB, d, "user.x").unwrap(), b"dir");
+    // Removal.
+    ns.removexattr(&ALICE, f, "user.color").unwrap();
+    assert_eq!(ns.removexattr(&ALICE, f, "user.color").err(), Some(FsStatus::NoXattr));
+    assert_eq!(ns.listxattr(&ALICE, f).unwrap(), ["security.s", "user.empty"]);
+    // The attributes go with the inode.
+    ns.unlink(&ROOT, ROOT_INO, "g").unwrap();
+    assert_eq!(ns.listxattr(&ROOT, g).err(), Some(FsStatus::NotFound));
+    ns.unlink(&ROOT, ROOT_INO, "h").unwrap();
+    ns.unlink(&ROOT, ROOT_INO, "l").unwrap();
+    ns.unlink(&ROOT, ROOT_INO, "f").unwrap();
+    ns.rmdir(&ROOT, ROOT_INO, "d").unwrap();
+    assert_eq!(ns.getxattr(&ROOT, f, "user.empty").err(), Some(FsStatus::NotFound));
 }
 
 fn hard_links<B: Backend>(ns: &Namespace<B>) {
@@ -1028,6 +1109,7 @@ fn user(name: &str, uid: u32) -> User {
         password_hash: format!("hash-{name}"),
         admin: uid == 0,
         groups: Vec::new(),
+        gateway: None,
     }
 }
 
@@ -1069,6 +1151,23 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     ns.set_user_groups("gus", &most).unwrap();
     assert_eq!(ns.user("gus").unwrap().unwrap().groups, most);
     assert_eq!(ns.set_user_groups("nobody", &[1]).err(), Some(FsStatus::NotFound));
+    // Gateway grants: stored with the user, kept by other changes, taken away.
+    ns.set_gateway("gus", Some((1000, 60_000))).unwrap();
+    ns.set_password("gus", "hash3").unwrap();
+    ns.set_user_groups("gus", &[9]).unwrap();
+    let got = ns.user("gus").unwrap().unwrap();
+    assert_eq!((got.gateway, got.groups), (Some((1000, 60_000)), vec![9]));
+    ns.set_gateway("gus", Some((0, u32::MAX))).unwrap();
+    assert_eq!(ns.user("gus").unwrap().unwrap().gateway, Some((0, u32::MAX)), "the whole id space");
+    assert_eq!(ns.set_gateway("gus", Some((5, 4))).err(), Some(FsStatus::InvalidArgument));
+    ns.set_gateway("gus", None).unwrap();
+    assert_eq!(ns.user("gus").unwrap().unwrap().gateway, None);
+    assert_eq!(ns.set_gateway("nobody", None).err(), Some(FsStatus::NotFound));
+    let backwards = User { gateway: Some((2, 1)), ..user("ida", 1005) };
+    assert_eq!(ns.add_user(&backwards).err(), Some(FsStatus::InvalidArgument));
+    let granted = User { gateway: Some((7, 7)), ..user("ida", 1005) };
+    ns.add_user(&granted).unwrap();
+    assert_eq!(ns.user("ida").unwrap(), Some(granted));
 }
 
 fn drives<B: Backend>(ns: &Namespace<B>) {

@@ -91,6 +91,10 @@ delegate! {
     fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Vec<DirEntry>;
     fn dir_is_empty(&mut self, dir: Ino) -> bool;
     fn usage(&mut self) -> (u64, u64);
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Option<Vec<u8>>;
+    fn list_xattrs(&mut self, ino: Ino) -> Vec<(String, usize)>;
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> ();
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> bool;
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();
