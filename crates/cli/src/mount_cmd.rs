@@ -12,11 +12,17 @@ pub struct MountArgs {
     /// Where the file system appears (an existing directory).
     mountpoint: PathBuf,
     /// Let every local user use the mount (FUSE allow_other: root, or
-    /// user_allow_other in /etc/fuse.conf). Requests of local users other
-    /// than the one who mounted and the one whose uid is the nasd user's are
-    /// refused (EACCES).
+    /// user_allow_other in /etc/fuse.conf). Without --map-users, requests of
+    /// local users other than the one who mounted and the one whose uid is
+    /// the nasd user's are refused (EACCES).
     #[arg(long)]
     allow_other: bool,
+    /// Run each request as its local caller (uid, gid, supplementary
+    /// groups), without their passwords: the nasd user logged in must be a
+    /// gateway whose grant covers their ids (`nasd admin set-gateway`).
+    /// With --allow-other, one mount serves every local user as themselves.
+    #[arg(long)]
+    map_users: bool,
     /// FUSE threads reading requests from the kernel.
     #[arg(long, default_value_t = nasd_fuse::MOUNT_THREADS_DEFAULT)]
     threads: usize,
@@ -30,6 +36,7 @@ pub struct MountArgs {
 pub async fn run(fs: FsClient, args: MountArgs) -> anyhow::Result<()> {
     let mut config = nasd_fuse::MountConfig::new(&args.mountpoint);
     config.allow_other = args.allow_other;
+    config.map_users = args.map_users;
     config.threads = args.threads;
     if let Some(ms) = args.attr_timeout_ms {
         config.attr_timeout = Duration::from_millis(ms);

@@ -43,6 +43,11 @@ mod tests {
             (FsStatus::BadHandle, libc::ESTALE),
             (FsStatus::Busy, libc::EAGAIN),
             (FsStatus::DriveUnavailable, libc::EIO),
+            (FsStatus::NoXattr, libc::ENODATA),
+            (FsStatus::NotSupported, libc::EOPNOTSUPP),
+            (FsStatus::TooBig, libc::E2BIG),
+            (FsStatus::QuotaExceeded, libc::EDQUOT),
+            (FsStatus::CrossQuota, libc::EXDEV),
         ] {
             assert_eq!(errno_of(&fs(status)), expect, "{status:?}");
         }

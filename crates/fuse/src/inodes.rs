@@ -8,7 +8,7 @@
 //! bounded by the kernel's inode cache plus the open files
 //! ([`OPEN_FILES_MAX`](crate::OPEN_FILES_MAX)). The root never leaves.
 
-use nasd_fs::{Entry, File, FileAttr, FileKind, Handle, Ino, ROOT_INO};
+use nasd_fs::{Entry, File, FileAttr, FileKind, FsClient, Handle, Ino, ROOT_INO};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -19,6 +19,8 @@ pub(crate) struct Hidden {
     pub parent: Handle,
     /// Its hidden name there.
     pub name: String,
+    /// Who hid it (and removes the name at the last close).
+    pub fs: FsClient,
 }
 
 /// One inode the kernel holds.
@@ -122,6 +124,11 @@ impl Inodes {
         if unused && ino != ROOT_INO {
             self.nodes.remove(&ino);
         }
+    }
+
+    /// Every inode held.
+    pub fn all_mut(&mut self) -> impl Iterator<Item = (Ino, &mut Node)> {
+        self.nodes.iter_mut().map(|(ino, node)| (*ino, node))
     }
 
     /// Every hidden name still held (for the clean-up at unmount).

@@ -22,7 +22,14 @@
 //!   modification time are what they were when the cache was filled
 //!   (`FOPEN_KEEP_CACHE`); attributes and names are cached by the kernel for
 //!   at most [`MountConfig::attr_timeout`], the bound within which another
-//!   mount's changes become visible here.
+//!   mount's changes become visible here. Within that bound the manager's
+//!   change feed (`WATCH`, AFS's callbacks turned into one long poll per
+//!   mount) drops a changed inode's attributes and pages and a changed name
+//!   from the kernel's caches as soon as the manager reports them
+//!   ([`Mount::invalidations`] counts them).
+//! - **Users**: a mount acts for the nasd user it logged in as; with
+//!   [`MountConfig::map_users`] each request acts for its local caller
+//!   through the manager's gateway requests (`AS_USER`).
 //! - **Open files in one mount share one [`nasd_fs::File`] per inode**, so a
 //!   write through one descriptor is seen by a read through another at once
 //!   (POSIX within one host), and two descriptors never hold two write
@@ -91,10 +98,20 @@ pub struct MountConfig {
     /// Where the file system appears.
     pub mountpoint: PathBuf,
     /// Let every local user use the mount (FUSE `allow_other`; needs root, or
-    /// `user_allow_other` in `/etc/fuse.conf`). Until the manager can act for
-    /// other users, requests of local users other than the one who mounted
-    /// and the one whose uid is the nasd user's are refused with `EACCES`.
+    /// `user_allow_other` in `/etc/fuse.conf`). Without
+    /// [`map_users`](Self::map_users), requests of local users other than
+    /// the one who mounted and the one whose uid is the nasd user's are
+    /// refused with `EACCES`.
     pub allow_other: bool,
+    /// Run every request as its local caller: its uid, gid and
+    /// supplementary groups (read from `/proc`), through the manager's
+    /// gateway requests (`AS_USER`), so the nasd user the mount logged in as
+    /// must be a gateway whose grant covers the callers' ids (`nasd admin
+    /// set-gateway`). The kernel then also checks permissions itself
+    /// (`default_permissions`: search permission on every directory of a
+    /// path, for each caller), since every caller shares the gateway's
+    /// file handles.
+    pub map_users: bool,
     /// FUSE threads ([`MOUNT_THREADS_DEFAULT`]; 1..=[`MOUNT_THREADS_MAX`]).
     pub threads: usize,
     /// How long the kernel may cache attributes and names (at most
@@ -110,6 +127,7 @@ impl MountConfig {
         MountConfig {
             mountpoint: mountpoint.into(),
             allow_other: false,
+            map_users: false,
             threads: MOUNT_THREADS_DEFAULT,
             attr_timeout: ATTR_TIMEOUT_DEFAULT,
             fsname: "nasd".into(),
@@ -139,6 +157,8 @@ pub struct Mount {
     unmounter: std::sync::Mutex<fuser::SessionUnmounter>,
     done: Option<tokio::sync::oneshot::Receiver<io::Result<()>>>,
     state: Arc<ops::State>,
+    /// The task following the manager's change feed.
+    feed: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Mount {
@@ -169,6 +189,7 @@ impl Mount {
             .map_err(|e| io::Error::other(format!("mount task failed: {e}")))?
             .map_err(|e| io::Error::new(e.kind(), format!("cannot mount at {}: {e}", config.mountpoint.display())))?;
         state.set_notifier(session.notifier());
+        let feed = tokio::spawn(state.clone().follow_changes());
         let unmounter = session.unmount_callable();
         let (tx, done) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
@@ -182,6 +203,7 @@ impl Mount {
             unmounter: std::sync::Mutex::new(unmounter),
             done: Some(done),
             state,
+            feed,
         })
     }
 
@@ -214,6 +236,7 @@ impl Mount {
         let Some(done) = self.done.as_mut() else { return Ok(()) };
         let result = done.await.unwrap_or_else(|_| Err(io::Error::other("the session thread ended abnormally")));
         self.done = None;
+        self.feed.abort();
         self.state.remove_hidden().await;
         result
     }
@@ -222,6 +245,19 @@ impl Mount {
     /// (for tests and diagnostics).
     pub fn counters(&self) -> (u64, u64) {
         self.state.counters()
+    }
+
+    /// Cache invalidations the change feed sent the kernel so far (for tests
+    /// and diagnostics).
+    pub fn invalidations(&self) -> u64 {
+        self.state.invalidations()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // The session thread serves on until unmounted; the feed is the mount's.
+        self.feed.abort();
     }
 }
 
@@ -253,8 +289,13 @@ fn fuser_config(config: &MountConfig) -> fuser::Config {
         MountOption::NoSuid,
         MountOption::Exec,
         MountOption::Atime,
-        // No DefaultPermissions: the manager checks every request itself.
     ];
+    if config.map_users {
+        // Callers share the gateway's handles: the kernel checks each
+        // caller's search permission along the path, the manager the rest.
+        options.mount_options.push(MountOption::DefaultPermissions);
+    }
+    // Otherwise no DefaultPermissions: the manager checks every request itself.
     options.acl = if config.allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
     options.n_threads = Some(config.threads);
     options.clone_fd = config.threads > 1;

@@ -11,7 +11,7 @@ use fuser::{
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use nasd_fs::{Entry, File, FileKind, FsClient, Handle, Identity, Ino, SetAttr};
+use nasd_fs::{Change, Entry, File, FileKind, FsClient, Handle, Identity, Ino, SetAttr, XattrMode};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
@@ -27,8 +27,18 @@ const STATFS_BLOCK_BYTES: u32 = 4096;
 const STATFS_FILES_FREE: u64 = 1 << 32;
 /// Longest name `statfs` reports (`FILE_NAME_MAX`).
 const STATFS_NAME_MAX: u32 = nasd_proto::fs::FILE_NAME_MAX as u32;
+/// Longest one wait on the change feed lasts; then the mount asks again.
+const FEED_WAIT: Duration = Duration::from_secs(25);
+/// How long the mount waits before it asks a feed that failed again.
+const FEED_RETRY: Duration = Duration::from_secs(1);
 /// Prefix of the hidden name a file unlinked while open here lives on under.
 pub(crate) const HIDDEN_PREFIX: &str = ".nasd-unlinked-";
+
+tokio::task_local! {
+    /// The client a request runs as: the mount's own, or with
+    /// [`MountConfig::map_users`] one acting for the local caller.
+    static CALLER: FsClient;
+}
 
 /// One open file description (a FUSE file handle).
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +56,8 @@ pub(crate) struct State {
     /// The local user who mounted.
     owner_uid: u32,
     allow_other: bool,
+    /// Each request runs as its local caller (`AS_USER`).
+    map_users: bool,
     ttl: Duration,
     inodes: Mutex<Inodes>,
     files: Mutex<HashMap<u64, OpenFile>>,
@@ -56,12 +68,28 @@ pub(crate) struct State {
     notifier: OnceLock<Notifier>,
     answered: AtomicU64,
     failed: AtomicU64,
+    /// Cache invalidations sent to the kernel from the change feed.
+    invalidations: AtomicU64,
 }
 
 /// Locks a mutex, taking it over if a panicking request left it poisoned
 /// (every critical section leaves the tables consistent between statements).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The supplementary groups of process (or thread) `pid`: the `Groups:`
+/// line of `/proc/PID/status` (FUSE tells a request's uid, gid and pid,
+/// not its groups).
+fn caller_groups(pid: u32) -> std::io::Result<Vec<u32>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_groups(&status)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no readable Groups: line in /proc status"))
+}
+
+fn parse_groups(status: &str) -> Option<Vec<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Groups:"))?;
+    line.split_whitespace().map(|g| g.parse().ok()).collect()
 }
 
 /// A name from the kernel as the manager takes it: UTF-8 (anything else is `EINVAL`).
@@ -78,6 +106,7 @@ impl State {
             // SAFETY: geteuid(2) cannot fail and touches no memory.
             owner_uid: unsafe { libc::geteuid() },
             allow_other: config.allow_other,
+            map_users: config.map_users,
             ttl: config.attr_timeout,
             inodes: Mutex::new(Inodes::new(&root)),
             files: Mutex::new(HashMap::new()),
@@ -88,6 +117,7 @@ impl State {
             notifier: OnceLock::new(),
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            invalidations: AtomicU64::new(0),
         }
     }
 
@@ -97,6 +127,37 @@ impl State {
 
     pub fn counters(&self) -> (u64, u64) {
         (self.answered.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed))
+    }
+
+    pub fn invalidations(&self) -> u64 {
+        self.invalidations.load(Ordering::Relaxed)
+    }
+
+    /// The client the current request runs as ([`CALLER`]); the mount's
+    /// own outside a request (background work).
+    fn fs(&self) -> FsClient {
+        CALLER.try_with(FsClient::clone).unwrap_or_else(|_| self.fs.clone())
+    }
+
+    /// The client a request of local user `uid` (group `gid`, process or
+    /// thread `pid`) runs as: with `map_users`, one acting for that caller
+    /// with its supplementary groups as `/proc` shows them; else the
+    /// mount's own, for the users [`State::admit`] lets in.
+    fn client_for(&self, uid: u32, gid: u32, pid: u32) -> Result<FsClient, Errno> {
+        if !self.map_users {
+            self.admit(uid)?;
+            return Ok(self.fs.clone());
+        }
+        // A caller whose groups cannot be read is refused: acting without
+        // them could grant what a mode such as 0604 denies the group.
+        let groups = caller_groups(pid).map_err(|e| {
+            tracing::debug!(pid, error = %e, "cannot read the caller's groups");
+            Errno::EACCES
+        })?;
+        self.fs.as_user(uid, gid, &groups).map_err(|e| {
+            tracing::warn!(uid, error = %e, "refusing a caller with more supplementary groups than GROUPS_MAX");
+            Errno::EACCES
+        })
     }
 
     /// Whether the mount acts for the local user `uid`: without
@@ -143,13 +204,13 @@ impl State {
     async fn lookup(&self, parent: u64, name: OsString) -> Result<fuser::FileAttr, Errno> {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let e = self.fs.lookup(parent, &name).await.map_err(|e| errno(&e))?;
+        let e = self.fs().lookup(parent, &name).await.map_err(|e| errno(&e))?;
         Ok(self.remember(&e))
     }
 
     async fn getattr(&self, ino: u64) -> Result<fuser::FileAttr, Errno> {
         let handle = self.handle(ino)?;
-        let mut attr = self.fs.getattr(handle).await.map_err(|e| errno(&e))?.attr;
+        let mut attr = self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr;
         let file = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
         if let Some(file) = file {
             // Writes not committed yet: the manager does not know the size they made.
@@ -176,7 +237,7 @@ impl State {
         if changes == SetAttr::default() {
             return self.getattr(ino).await;
         }
-        let attr = self.fs.setattr(handle, &changes).await.map_err(|e| errno(&e))?;
+        let attr = self.fs().setattr(handle, &changes).await.map_err(|e| errno(&e))?;
         if changes.size.is_some() {
             if let Some(file) = &file {
                 file.adopt_attr(attr.clone()).await;
@@ -203,7 +264,7 @@ impl State {
         if let Some(target) = target {
             return Ok(target.into_bytes());
         }
-        let e = self.fs.getattr(handle).await.map_err(|e| errno(&e))?;
+        let e = self.fs().getattr(handle).await.map_err(|e| errno(&e))?;
         if e.attr.kind != FileKind::Symlink {
             return Err(Errno::EINVAL);
         }
@@ -218,7 +279,7 @@ impl State {
         }
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let file = self.fs.create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e))?;
+        let file = self.fs().create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e))?;
         let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
         Ok(self.remember(&e))
     }
@@ -226,7 +287,7 @@ impl State {
     async fn mkdir(&self, parent: u64, name: OsString, mode: u32) -> Result<fuser::FileAttr, Errno> {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let e = self.fs.mkdir_at(parent, &name, mode & 0o7777).await.map_err(|e| errno(&e))?;
+        let e = self.fs().mkdir_at(parent, &name, mode & 0o7777).await.map_err(|e| errno(&e))?;
         Ok(self.remember(&e))
     }
 
@@ -234,7 +295,7 @@ impl State {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?.to_owned();
-        let e = self.fs.symlink_at(parent, &name, &target).await.map_err(|e| errno(&e))?;
+        let e = self.fs().symlink_at(parent, &name, &target).await.map_err(|e| errno(&e))?;
         Ok(self.remember(&e))
     }
 
@@ -242,7 +303,7 @@ impl State {
         let file = self.handle(ino)?;
         let new_parent = self.handle(new_parent)?;
         let new_name = name_of(&new_name)?;
-        let e = self.fs.link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e))?;
+        let e = self.fs().link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e))?;
         Ok(self.remember(&e))
     }
 
@@ -253,7 +314,7 @@ impl State {
         if lock(&self.files).is_empty() {
             return None;
         }
-        let e = self.fs.lookup(parent, name).await.ok()?;
+        let e = self.fs().lookup(parent, name).await.ok()?;
         let ino = e.attr.ino;
         (e.attr.kind == FileKind::File && e.attr.nlink <= 1 && self.is_open(ino)).then_some(ino)
     }
@@ -262,8 +323,8 @@ impl State {
     /// the last close removes.
     async fn hide(&self, parent: Handle, name: &str, ino: Ino) -> Result<Hidden, Errno> {
         let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
-        let hidden = Hidden { parent, name: format!("{HIDDEN_PREFIX}{ino:x}-{seq:x}") };
-        self.fs.rename_at(parent, name, parent, &hidden.name).await.map_err(|e| errno(&e))?;
+        let hidden = Hidden { parent, name: format!("{HIDDEN_PREFIX}{ino:x}-{seq:x}"), fs: self.fs() };
+        self.fs().rename_at(parent, name, parent, &hidden.name).await.map_err(|e| errno(&e))?;
         let closed = {
             let mut inodes = lock(&self.inodes);
             match inodes.get_mut(ino) {
@@ -282,7 +343,8 @@ impl State {
     }
 
     async fn remove_hidden_name(&self, hidden: &Hidden) {
-        if let Err(e) = self.fs.unlink_at(hidden.parent, &hidden.name).await {
+        // As whoever hid it: they could unlink the name.
+        if let Err(e) = hidden.fs.unlink_at(hidden.parent, &hidden.name).await {
             tracing::warn!(name = %hidden.name, error = %e, "removing the hidden name of a file unlinked while open failed");
         }
     }
@@ -293,13 +355,13 @@ impl State {
         if let Some(ino) = self.open_last_name(parent, &name).await {
             return self.hide(parent, &name, ino).await.map(|_| ());
         }
-        self.fs.unlink_at(parent, &name).await.map_err(|e| errno(&e))
+        self.fs().unlink_at(parent, &name).await.map_err(|e| errno(&e))
     }
 
     async fn rmdir(&self, parent: u64, name: OsString) -> Result<(), Errno> {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        self.fs.rmdir_at(parent, &name).await.map_err(|e| errno(&e))
+        self.fs().rmdir_at(parent, &name).await.map_err(|e| errno(&e))
     }
 
     async fn rename(&self, from: (u64, OsString), to: (u64, OsString), flags: RenameFlags) -> Result<(), Errno> {
@@ -316,15 +378,15 @@ impl State {
         // A file open here that the rename would replace lives on under a hidden name.
         let mut hidden = None;
         if let Some(ino) = self.open_last_name(new_parent, &new_name).await {
-            let source = self.fs.lookup(parent, &name).await.map_err(|e| errno(&e))?;
+            let source = self.fs().lookup(parent, &name).await.map_err(|e| errno(&e))?;
             if source.attr.ino != ino {
                 hidden = Some((ino, self.hide(new_parent, &new_name, ino).await?));
             }
         }
-        let renamed = self.fs.rename_at(parent, &name, new_parent, &new_name).await.map_err(|e| errno(&e));
+        let renamed = self.fs().rename_at(parent, &name, new_parent, &new_name).await.map_err(|e| errno(&e));
         if let (Err(_), Some((ino, h))) = (&renamed, hidden) {
             // Put the replaced file back where it was.
-            let back = self.fs.rename_at(h.parent, &h.name, new_parent, &new_name).await;
+            let back = self.fs().rename_at(h.parent, &h.name, new_parent, &new_name).await;
             if back.is_ok() {
                 if let Some(node) = lock(&self.inodes).get_mut(ino) {
                     node.hidden = None;
@@ -374,7 +436,7 @@ impl State {
         self.check_room()?;
         // Every open asks the manager: its permission check, and fresh
         // attributes (close-to-open).
-        let fresh = Arc::new(self.fs.open_handle(handle, write).await.map_err(|e| errno(&e))?);
+        let fresh = Arc::new(self.fs().open_handle(handle, write).await.map_err(|e| errno(&e))?);
         let attr = fresh.attr();
         let existing = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
         let mut keep_old = false;
@@ -410,7 +472,8 @@ impl State {
         self.check_room()?;
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
-        let file = self.fs.create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))?;
+        let file =
+            self.fs().create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))?;
         let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
         let attr = self.remember(&e);
         let ino = e.attr.ino;
@@ -520,7 +583,7 @@ impl State {
                 at += 1;
             }
         }
-        while let Some(item) = stream.at(&self.fs, at).await.map_err(|e| errno(&e))? {
+        while let Some(item) = stream.at(&self.fs(), at).await.map_err(|e| errno(&e))? {
             if reply.add(INodeNo(item.ino), at + 1, file_type(item.kind), &item.name) {
                 break;
             }
@@ -536,7 +599,7 @@ impl State {
     // ---------------------------------------------------------------- other
 
     async fn statfs(&self) -> Result<[u64; 5], Errno> {
-        let (inodes, _, drives) = self.fs.statfs().await.map_err(|e| errno(&e))?;
+        let (inodes, _, drives) = self.fs().statfs().await.map_err(|e| errno(&e))?;
         let online = drives.iter().filter(|d| d.online);
         let (capacity, used) =
             online.fold((0u64, 0u64), |(c, u), d| (c.saturating_add(d.capacity_bytes), u.saturating_add(d.used_bytes)));
@@ -549,12 +612,12 @@ impl State {
     /// its permission rules check (root passes, but needs an `x` bit to execute).
     async fn access(&self, ino: u64, mask: i32) -> Result<(), Errno> {
         let handle = self.handle(ino)?;
-        let attr = self.fs.getattr(handle).await.map_err(|e| errno(&e))?.attr;
+        let attr = self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr;
         let want = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
         if want == 0 {
             return Ok(());
         }
-        let id = self.identity;
+        let id = self.fs().identity();
         let allowed = if id.uid == 0 {
             let exec_ok = attr.kind == FileKind::Dir || attr.mode & 0o111 != 0;
             if exec_ok {
@@ -573,6 +636,136 @@ impl State {
             Ok(())
         } else {
             Err(Errno::EACCES)
+        }
+    }
+
+    // ------------------------------------------------- extended attributes
+
+    async fn getxattr(&self, ino: u64, name: OsString) -> Result<Vec<u8>, Errno> {
+        let handle = self.handle(ino)?;
+        let name = name_of(&name)?;
+        self.fs().getxattr(handle, &name).await.map_err(|e| errno(&e))
+    }
+
+    /// The names, each ended by a NUL, as `listxattr(2)` returns them.
+    async fn listxattr(&self, ino: u64) -> Result<Vec<u8>, Errno> {
+        let handle = self.handle(ino)?;
+        let names = self.fs().listxattr(handle).await.map_err(|e| errno(&e))?;
+        let mut list = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+        for n in names {
+            list.extend_from_slice(n.as_bytes());
+            list.push(0);
+        }
+        Ok(list)
+    }
+
+    async fn setxattr(&self, ino: u64, name: OsString, value: Vec<u8>, flags: i32) -> Result<(), Errno> {
+        let mode = match flags {
+            0 => XattrMode::Either,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return Err(Errno::EINVAL),
+        };
+        let handle = self.handle(ino)?;
+        let name = name_of(&name)?;
+        self.fs().setxattr(handle, &name, &value, mode).await.map_err(|e| errno(&e))
+    }
+
+    async fn removexattr(&self, ino: u64, name: OsString) -> Result<(), Errno> {
+        let handle = self.handle(ino)?;
+        let name = name_of(&name)?;
+        self.fs().removexattr(handle, &name).await.map_err(|e| errno(&e))
+    }
+
+    // ---------------------------------------------------------- change feed
+
+    /// Follows the manager's change feed for as long as the mount lives,
+    /// dropping from the kernel's caches what other clients changed: the
+    /// attributes and pages of a changed inode, a changed name. A feed
+    /// that cannot be reached is tried again every [`FEED_RETRY`]; while it
+    /// is down, and for names the feed lost, the attribute timeout is the
+    /// bound.
+    pub async fn follow_changes(self: Arc<Self>) {
+        let mut watcher = self.fs.watcher();
+        let mut started = false;
+        loop {
+            match watcher.wait(FEED_WAIT).await {
+                Ok(batch) => {
+                    if batch.lost && started {
+                        tracing::info!("the manager's change feed lost changes: dropping every cached inode");
+                        self.invalidate_all().await;
+                    }
+                    started = true;
+                    self.invalidate(batch.changes).await;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "the change feed failed; trying again");
+                    tokio::time::sleep(FEED_RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// Tells the kernel to drop what `changes` made stale, for inodes and
+    /// directories it holds.
+    async fn invalidate(&self, changes: Vec<Change>) {
+        let mut todo = Vec::new();
+        {
+            let mut inodes = lock(&self.inodes);
+            for c in changes {
+                match c {
+                    Change::Inode(ino) => {
+                        if let Some(node) = inodes.get_mut(ino) {
+                            node.cached = None;
+                            if !todo.contains(&Change::Inode(ino)) {
+                                todo.push(Change::Inode(ino));
+                            }
+                        }
+                    }
+                    Change::Entry { dir, name } => {
+                        if inodes.get(dir).is_some() {
+                            todo.push(Change::Entry { dir, name });
+                        }
+                    }
+                }
+            }
+        }
+        self.notify(todo).await;
+    }
+
+    async fn invalidate_all(&self) {
+        let all: Vec<Change> = {
+            let mut inodes = lock(&self.inodes);
+            inodes
+                .all_mut()
+                .map(|(ino, node)| {
+                    node.cached = None;
+                    Change::Inode(ino)
+                })
+                .collect()
+        };
+        self.notify(all).await;
+    }
+
+    /// Sends the kernel its invalidations, off the runtime's threads (the
+    /// kernel may wait for requests in flight on the inode first).
+    async fn notify(&self, todo: Vec<Change>) {
+        let Some(notifier) = self.notifier.get().cloned() else { return };
+        if todo.is_empty() {
+            return;
+        }
+        self.invalidations.fetch_add(todo.len() as u64, Ordering::Relaxed);
+        let sent = tokio::task::spawn_blocking(move || {
+            for c in todo {
+                // The kernel may have dropped the inode or the name already (ENOENT): nothing to do.
+                let _ = match c {
+                    Change::Inode(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
+                    Change::Entry { dir, name } => notifier.inval_entry(INodeNo(dir), OsStr::new(&name)),
+                };
+            }
+        });
+        if let Err(e) = sent.await {
+            tracing::warn!(error = %e, "sending the kernel its cache invalidations failed");
         }
     }
 
@@ -601,7 +794,28 @@ macro_rules! fails {
         })*
     };
 }
-fails!(ReplyEntry, ReplyAttr, ReplyData, ReplyEmpty, ReplyOpen, ReplyWrite, ReplyStatfs, ReplyCreate, ReplyDirectory);
+fails!(
+    ReplyEntry,
+    ReplyAttr,
+    ReplyData,
+    ReplyEmpty,
+    ReplyOpen,
+    ReplyWrite,
+    ReplyStatfs,
+    ReplyCreate,
+    ReplyDirectory,
+    ReplyXattr
+);
+
+/// A `getxattr` or `listxattr` reply: the length if the caller asked for
+/// it (`size` 0), `ERANGE` if its buffer is too small, else the bytes.
+fn reply_xattr(reply: ReplyXattr, size: u32, bytes: &[u8]) {
+    match u32::try_from(bytes.len()) {
+        Ok(len) if size == 0 => reply.size(len),
+        Ok(len) if len <= size => reply.data(bytes),
+        _ => reply.error(Errno::ERANGE),
+    }
+}
 
 /// The `fuser` file system: hands every request to the runtime.
 pub(crate) struct NasdFs {
@@ -623,12 +837,15 @@ impl NasdFs {
         W: FnOnce(Arc<State>) -> F + Send + 'static,
         F: Future<Output = Result<T, Errno>> + Send + 'static,
     {
-        if let Err(e) = self.state.admit(req.uid()) {
-            self.state.failed.fetch_add(1, Ordering::Relaxed);
-            reply.fail(e);
-            return;
-        }
-        self.spawn(move |state| async move {
+        let client = match self.state.client_for(req.uid(), req.gid(), req.pid()) {
+            Ok(c) => c,
+            Err(e) => {
+                self.state.failed.fetch_add(1, Ordering::Relaxed);
+                reply.fail(e);
+                return;
+            }
+        };
+        self.spawn_as(client, move |state| async move {
             let result = work(state.clone()).await;
             state.answered.fetch_add(1, Ordering::Relaxed);
             match result {
@@ -641,7 +858,18 @@ impl NasdFs {
         });
     }
 
+    /// Runs `work` as a task of its own, as the mount's own client (data
+    /// requests on open files, whose opens the manager checked).
     fn spawn<W, F>(&self, work: W)
+    where
+        W: FnOnce(Arc<State>) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.spawn_as(self.state.fs.clone(), work)
+    }
+
+    /// Runs `work` as a task of its own whose manager requests go out as `client`.
+    fn spawn_as<W, F>(&self, client: FsClient, work: W)
     where
         W: FnOnce(Arc<State>) -> F + Send + 'static,
         F: Future<Output = ()> + Send + 'static,
@@ -649,10 +877,10 @@ impl NasdFs {
         let state = self.state.clone();
         // FUSE threads are not runtime threads: they may wait here.
         let permit = self.state.runtime.block_on(self.state.requests.clone().acquire_owned());
-        self.state.runtime.spawn(async move {
+        self.state.runtime.spawn(CALLER.scope(client, async move {
             let _permit = permit;
             work(state).await;
-        });
+        }));
     }
 
     fn ttl(&self) -> Duration {
@@ -914,8 +1142,13 @@ impl Filesystem for NasdFs {
         );
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        self.spawn(move |s| async move {
+    fn readdir(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        // Each page is read from the manager as the caller (its read permission).
+        let client = match self.state.client_for(req.uid(), req.gid(), req.pid()) {
+            Ok(c) => c,
+            Err(e) => return reply.error(e),
+        };
+        self.spawn_as(client, move |s| async move {
             match s.readdir(fh.0, offset, &mut reply).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -949,35 +1182,38 @@ impl Filesystem for NasdFs {
         self.run(req, reply, move |s| async move { s.access(ino.0, mask).await }, |r, ()| r.ok());
     }
 
-    // Extended attributes: none yet (the manager keeps none). Reads find
-    // none; setting one is not supported.
-    fn getxattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::NO_XATTR);
+    // Extended attributes: kept by the manager (docs/PROTOCOL.md).
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name.to_owned();
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.getxattr(ino.0, name).await },
+            move |r, v| reply_xattr(r, size, &v),
+        );
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
-        }
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.run(req, reply, move |s| async move { s.listxattr(ino.0).await }, move |r, v| reply_xattr(r, size, &v));
     }
 
     fn setxattr(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::EOPNOTSUPP);
+        let (name, value) = (name.to_owned(), value.to_vec());
+        self.run(req, reply, move |s| async move { s.setxattr(ino.0, name, value, flags).await }, |r, ()| r.ok());
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::NO_XATTR);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.to_owned();
+        self.run(req, reply, move |s| async move { s.removexattr(ino.0, name).await }, |r, ()| r.ok());
     }
 
     fn create(
@@ -997,5 +1233,19 @@ impl Filesystem for NasdFs {
             move |s| async move { s.create(parent.0, name, mode, flags).await },
             move |r, (attr, fh, f)| r.created(&ttl, &attr, GENERATION, FileHandle(fh), f),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_groups;
+
+    #[test]
+    fn groups_come_from_the_status_line() {
+        let status = "Name:\tsh\nUid:\t47001\t47001\t47001\t47001\nGroups:\t47500 10 \nVmPeak:\t1 kB\n";
+        assert_eq!(parse_groups(status), Some(vec![47500, 10]));
+        assert_eq!(parse_groups("Name:\tsh\nGroups:\t\n"), Some(vec![]), "no supplementary groups");
+        assert_eq!(parse_groups("Name:\tsh\n"), None, "no Groups: line");
+        assert_eq!(parse_groups("Groups:\t1 x\n"), None, "a line that does not parse is refused, not cut short");
     }
 }

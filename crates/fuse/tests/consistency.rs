@@ -86,3 +86,57 @@ fn two_mounts_see_each_others_changes() {
     assert!(!b.join("new").exists());
     env.stop();
 }
+
+/// How long a change may take to reach the other mount through the change
+/// feed before the test fails: a hang bound, far below the attribute
+/// timeout the mounts state (without the feed the kernel would show the old
+/// attributes that long).
+const FEED_BOUND: Duration = Duration::from_secs(20);
+
+/// Polls `check` until it holds or [`FEED_BOUND`] passes.
+fn within_feed_bound(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + FEED_BOUND;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not seen within {FEED_BOUND:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_change_feed_reaches_a_mount_before_its_caches_expire() {
+    require_fuse!();
+    let mut env = common::Env::start("change_feed", LIMIT, common::ClusterOptions::default());
+    let long = || {
+        let mut config = nasd_fuse::MountConfig::new("");
+        config.attr_timeout = nasd_fuse::ATTR_TIMEOUT_MAX;
+        config
+    };
+    let a = env.mount_with(common::ADMIN, common::ADMIN_PW, long());
+    let b = env.mount_with(common::ADMIN, common::ADMIN_PW, long());
+    fs::write(a.join("f"), b"version one").unwrap();
+    fs::write(a.join("doomed"), b"x").unwrap();
+    // B caches f's attributes and the name `doomed` for a minute.
+    assert_eq!(fs::metadata(b.join("f")).unwrap().permissions().mode() & 0o777, 0o644);
+    assert!(b.join("doomed").exists());
+    let before = env.mounted(1).invalidations();
+
+    fs::set_permissions(a.join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    within_feed_bound("a chmod", || fs::metadata(b.join("f")).unwrap().permissions().mode() & 0o777 == 0o600);
+    fs::remove_file(a.join("doomed")).unwrap();
+    within_feed_bound("an unlink", || !b.join("doomed").exists());
+    // Data: B holds f open and reads it again after A rewrote it in place.
+    let mut held = fs::File::open(b.join("f")).unwrap();
+    let mut first = String::new();
+    held.read_to_string(&mut first).unwrap();
+    assert_eq!(first, "version one");
+    fs::OpenOptions::new().write(true).open(a.join("f")).unwrap().write_all(b"VERSION").unwrap();
+    within_feed_bound("a rewrite", || {
+        let mut again = String::new();
+        let mut f = fs::File::open(b.join("f")).unwrap();
+        f.read_to_string(&mut again).unwrap();
+        again == "VERSION one"
+    });
+    assert!(env.mounted(1).invalidations() > before, "the feed, not the timeout, brought them");
+    drop(held);
+    env.stop();
+}

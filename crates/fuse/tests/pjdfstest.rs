@@ -52,8 +52,13 @@ fn pjdfstest_passes_at_least_the_recorded_cases() {
     let Some(pjdfstest) = common::tool("pjdfstest") else { return };
     ensure_test_users();
     let mut env = common::Env::start("pjdfstest", LIMIT, common::ClusterOptions::default());
+    // The suite runs as root and as its users: the mount acts for each
+    // local caller (map_users), as a gateway for every id.
+    let manager = env.cluster().manager.clone();
+    env.rt().block_on(manager.set_gateway(common::ADMIN, Some((0, u32::MAX)))).expect("gateway grant");
     let mut config = nasd_fuse::MountConfig::new("");
     config.allow_other = true;
+    config.map_users = true;
     let m = env.mount_with(common::ADMIN, common::ADMIN_PW, config);
     let dir = m.join("pjdfstest");
     std::fs::create_dir(&dir).unwrap();

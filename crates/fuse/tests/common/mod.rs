@@ -17,7 +17,6 @@ pub use cluster::{ClusterOptions, ADMIN, ADMIN_PW, PW_A, UID_A, USER_A};
 
 use cluster::Cluster;
 use nasd_fuse::{Mount, MountConfig};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,8 +108,10 @@ impl Watchdog {
     }
 
     fn watch(&self, mountpoint: &Path) {
-        let dev = std::fs::metadata(mountpoint).expect("stat the new mount").dev();
-        let connection = libc::minor(dev) as u64;
+        // From the mount table, not a stat of the mount (which a mount that
+        // refuses its caller would fail): the FUSE connection is the minor
+        // device number.
+        let connection = fuse_connection(mountpoint).expect("the new mount is in /proc/self/mountinfo");
         self.cuts.lock().unwrap().push(Cut { mountpoint: mountpoint.to_path_buf(), connection });
     }
 }
@@ -119,6 +120,21 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
     }
+}
+
+/// The FUSE connection number of the mount at `mountpoint`: the minor
+/// device number in `/proc/self/mountinfo` (`major:minor` is its third field,
+/// the mount point its fifth).
+fn fuse_connection(mountpoint: &Path) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.to_str()?;
+    table.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.get(4) != Some(&want) {
+            return None;
+        }
+        fields.get(2)?.split_once(':')?.1.parse().ok()
+    })
 }
 
 /// Aborts a FUSE connection through fusectl: every request on it fails at once.
