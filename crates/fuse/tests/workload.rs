@@ -89,13 +89,14 @@ fn a_source_tree_copies_compares_and_lists() {
     let tar_secs = started.elapsed().as_secs_f64();
     common::sh(Command::new("diff").arg("-r").arg(&tree).arg(m.join("tar")));
 
-    // Listing: find counts what the source holds; ls -lR stats every entry.
+    // Listing: find counts what the source holds; ls -laR stats every entry
+    // (-a: the crates' dot files, such as .cargo_vcs_info.json, too).
     let found = common::sh(Command::new("find").arg(m.join("cp")));
     assert_eq!(found.lines().count(), entries + 1, "find lists every entry and the top");
-    let listed = common::sh(Command::new("ls").arg("-lR").arg(m.join("tar")));
+    let listed = common::sh(Command::new("ls").arg("-laR").arg(m.join("tar")));
     let files = listed.lines().filter(|l| l.starts_with('-')).count();
     let expect_files = common::sh(Command::new("find").arg(&tree).args(["-type", "f"])).lines().count();
-    assert_eq!(files, expect_files, "ls -lR shows every regular file");
+    assert_eq!(files, expect_files, "ls -laR shows every regular file");
     eprintln!(
         "workload: {entries} entries ({expect_files} files) of {} crates: cp -a {cp_secs:.1} s, tar {tar_secs:.1} s",
         crates.len()
