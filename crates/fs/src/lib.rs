@@ -959,6 +959,15 @@ impl FsClient {
         }
     }
 
+    /// Makes a special file at `path`: a FIFO, a socket, or (the superuser
+    /// only) a device with number `rdev`.
+    pub async fn mknod(&self, path: &str, kind: FileKind, mode: u32, rdev: u64) -> Result<FileAttr, FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_handle(parent).await?;
+        let req = ManagerRequest::Mknod { parent, name: name.into(), kind, mode, rdev };
+        Ok(self.entry(req).await?.attr)
+    }
+
     /// Lets user `name` act for the ids in `ids` (inclusive) as a gateway,
     /// or no longer (`None`). Administrators only.
     pub async fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), FsError> {

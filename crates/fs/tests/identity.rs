@@ -185,3 +185,32 @@ fn a_watcher_sees_other_clients_changes() {
         cluster.stop().await;
     });
 }
+
+/// Special files (`MKNOD`): FIFOs and sockets by anyone who may write the
+/// directory, devices by the superuser only; inodes without data.
+#[test]
+fn special_files_end_to_end() {
+    use nasd_fs::FileKind;
+    run(async {
+        let cluster = Cluster::start(ClusterOptions::default()).await;
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        let alice = cluster.login(USER_A, PW_A).await;
+        to(admin.mkdir("/dev", 0o777)).await.unwrap();
+        let p = to(alice.mknod("/dev/pipe", FileKind::Fifo, 0o620, 0)).await.unwrap();
+        assert_eq!((p.kind, p.mode, p.uid, p.rdev), (FileKind::Fifo, 0o620, UID_A, 0));
+        let e = to(alice.mknod("/dev/sda", FileKind::BlockDevice, 0o660, 0x0800)).await.unwrap_err();
+        assert_eq!(e.errno(), 1, "EPERM: devices are the superuser's: {e}");
+        let d = to(admin.mknod("/dev/sda", FileKind::BlockDevice, 0o660, 0x0800)).await.unwrap();
+        assert_eq!((d.kind, d.rdev), (FileKind::BlockDevice, 0x0800));
+        let e = to(alice.mknod("/dev/file", FileKind::File, 0o644, 0)).await.unwrap_err();
+        assert_eq!(e.errno(), 22, "MKNOD makes special files only");
+        let listed = to(alice.readdir("/dev")).await.unwrap();
+        let kinds: Vec<_> = listed.iter().map(|(n, a)| (n.as_str(), a.kind, a.rdev)).collect();
+        assert_eq!(kinds, [("pipe", FileKind::Fifo, 0), ("sda", FileKind::BlockDevice, 0x0800)]);
+        assert_eq!(to(alice.open("/dev/pipe", false)).await.unwrap_err().errno(), 22, "no data to open");
+        to(alice.unlink("/dev/pipe")).await.unwrap();
+        to(admin.unlink("/dev/sda")).await.unwrap();
+        drop((admin, alice));
+        cluster.stop().await;
+    });
+}

@@ -92,6 +92,7 @@ fn changes_of(req: &ManagerRequest) -> Vec<Change> {
         R::Mkdir { parent, name, .. }
         | R::Create { parent, name, .. }
         | R::Symlink { parent, name, .. }
+        | R::Mknod { parent, name, .. }
         | R::Unlink { parent, name }
         | R::Rmdir { parent, name } => vec![entry(parent, name), Change::Inode(parent.ino)],
         R::Link { handle, new_parent, new_name } => {
@@ -213,6 +214,10 @@ impl Manager {
                 }
                 let acting = s.acting_for(uid, gid, &groups)?;
                 Box::pin(self.handle(&acting, *request)).await
+            }
+            R::Mknod { parent, name, kind, mode, rdev } => {
+                let inode = self.meta(move |ns| ns.mknod(&c, parent.ino, &name, kind, mode, rdev)).await?;
+                self.entry(s, inode, OpenMode::None).await
             }
             R::GetXattr { handle, name } => {
                 let value = self.meta(move |ns| ns.getxattr(&c, handle.ino, &name)).await?;

@@ -39,7 +39,7 @@ impl<B: Backend> Namespace<B> {
             match n.attr.kind {
                 FileKind::File => {}
                 FileKind::Dir => return Err(FsStatus::IsDir),
-                FileKind::Symlink => return Err(FsStatus::InvalidArgument),
+                _ => return Err(FsStatus::InvalidArgument),
             }
             if check(caller, &n, W).is_err() && !owns(caller, &n) {
                 return Err(FsStatus::PermissionDenied);

@@ -140,6 +140,7 @@ fn fresh(
         atime_ns: now,
         mtime_ns: now,
         ctime_ns: now,
+        rdev: 0,
     };
     Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0 })
 }
@@ -248,6 +249,7 @@ impl<B: Backend> Namespace<B> {
                 atime_ns: now,
                 mtime_ns: now,
                 ctime_ns: now,
+                rdev: 0,
             };
             t.put_inode(&Inode { attr, target: None, layout: Some(default_layout), components: Vec::new(), acv: 0 })?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
@@ -434,6 +436,40 @@ impl<B: Backend> Namespace<B> {
             let mut inode = fresh(t, caller, &p, FileKind::Symlink, 0o777, now)?;
             inode.attr.size = target.len() as u64;
             inode.target = Some(target.to_owned());
+            add_new(t, parent, name, &inode, now)?;
+            Ok(inode)
+        })
+    }
+
+    /// Makes a special file `name` in `parent`: a FIFO, a socket, or a
+    /// character or block device with number `rdev` (the superuser only, as
+    /// Linux needs `CAP_MKNOD`). It has no data, no layout and no objects.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (a kind that is not special, or a device number
+    /// for a FIFO or socket), `NotPermitted` (a device by anyone but the
+    /// superuser), and as [`Namespace::mkdir`].
+    pub fn mknod(
+        &self,
+        caller: &Caller,
+        parent: Ino,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Inode, FsStatus> {
+        validate_name(name)?;
+        if !kind.is_special() || (rdev != 0 && !kind.is_device()) || mode & !MODE_MASK != 0 {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| {
+            let p = self.creatable(t, caller, parent, name)?;
+            if kind.is_device() && !caller.is_root() {
+                return Err(FsStatus::NotPermitted);
+            }
+            let now = now_ns();
+            let mut inode = fresh(t, caller, &p, kind, mode, now)?;
+            inode.attr.rdev = rdev;
             add_new(t, parent, name, &inode, now)?;
             Ok(inode)
         })
@@ -789,7 +825,7 @@ pub(crate) fn check_sizable(n: &Inode) -> Result<(), FsStatus> {
     match n.attr.kind {
         FileKind::File => Ok(()),
         FileKind::Dir => Err(FsStatus::IsDir),
-        FileKind::Symlink => Err(FsStatus::InvalidArgument),
+        _ => Err(FsStatus::InvalidArgument),
     }
 }
 

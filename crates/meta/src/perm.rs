@@ -75,8 +75,19 @@ mod tests {
     use nasd_proto::fs::FileAttr;
 
     fn inode(kind: FileKind, mode: u32) -> Inode {
-        let attr =
-            FileAttr { ino: 2, kind, mode, nlink: 1, uid: 10, gid: 20, size: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0 };
+        let attr = FileAttr {
+            ino: 2,
+            kind,
+            mode,
+            nlink: 1,
+            uid: 10,
+            gid: 20,
+            size: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            rdev: 0,
+        };
         Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0 }
     }
 

@@ -51,7 +51,8 @@
 //! - 2 → 3 (`V3`): supplementary groups: the `user_groups` table (every
 //!   existing user has none).
 //! - 3 → 4 (`V4`): the users' gateway grants (`gateway_lo`, `gateway_hi`:
-//!   both NULL, or the inclusive id range) and the `xattrs` table.
+//!   both NULL, or the inclusive id range), the `xattrs` table, and the
+//!   inodes' device number `rdev` (0; special files came with it).
 
 use crate::backend::{Backend, Txn};
 use crate::error::{internal, MetaError};
@@ -144,6 +145,7 @@ CREATE TABLE user_groups (
 
 /// Gateways and extended attributes (see the module documentation).
 const V4: &str = "
+ALTER TABLE inodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE users ADD COLUMN gateway_lo INTEGER;
 ALTER TABLE users ADD COLUMN gateway_hi INTEGER;
 CREATE TABLE xattrs (
@@ -263,7 +265,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev"
     };
 }
 
@@ -317,6 +319,7 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         atime_ns: r.get(at + 7)?,
         mtime_ns: r.get(at + 8)?,
         ctime_ns: r.get(at + 9)?,
+        rdev: u64_col(r, at + 13)?,
     };
     let layout = match r.get::<_, Option<Vec<u8>>>(at + 11)? {
         None => None,
@@ -458,12 +461,12 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+             ctime_ns, target, layout, acv, rdev) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
-             target = excluded.target, layout = excluded.layout, acv = excluded.acv",
+             target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -477,7 +480,8 @@ impl Txn for SqliteTxn<'_> {
                 a.ctime_ns,
                 n.target,
                 n.layout.as_ref().map(layout_bytes),
-                n.acv as i64
+                n.acv as i64,
+                a.rdev as i64
             ],
         )?;
         Ok(())

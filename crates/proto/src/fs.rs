@@ -66,6 +66,15 @@ pub enum FileKind {
     Dir = 2,
     /// A symbolic link: its target lives in the manager.
     Symlink = 3,
+    /// A named pipe (FIFO): an inode only; its bytes pass through the
+    /// kernel of the host that opens it.
+    Fifo = 4,
+    /// A UNIX-domain socket's name: an inode only.
+    Socket = 5,
+    /// A character device: an inode with a device number ([`FileAttr::rdev`]).
+    CharDevice = 6,
+    /// A block device: an inode with a device number.
+    BlockDevice = 7,
 }
 
 impl FileKind {
@@ -79,8 +88,23 @@ impl FileKind {
             1 => Ok(FileKind::File),
             2 => Ok(FileKind::Dir),
             3 => Ok(FileKind::Symlink),
+            4 => Ok(FileKind::Fifo),
+            5 => Ok(FileKind::Socket),
+            6 => Ok(FileKind::CharDevice),
+            7 => Ok(FileKind::BlockDevice),
             _ => Err(DecodeError::NotCanonical("unknown file kind")),
         }
+    }
+
+    /// A special file: a FIFO, a socket or a device (an inode with no data,
+    /// made by `MKNOD`).
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice)
+    }
+
+    /// A device, which has a device number.
+    pub fn is_device(self) -> bool {
+        matches!(self, FileKind::CharDevice | FileKind::BlockDevice)
     }
 }
 
@@ -138,16 +162,19 @@ pub struct FileAttr {
     pub mtime_ns: i64,
     /// Last attribute change.
     pub ctime_ns: i64,
+    /// A device's number (Linux `dev_t` encoding); 0 for every other kind.
+    pub rdev: u64,
 }
 
 impl FileAttr {
     /// Encoded length.
-    pub const LEN: usize = 8 + 1 + 4 * 4 + 8 * 4;
+    pub const LEN: usize = 8 + 1 + 4 * 4 + 8 * 5;
 
     /// Appends the canonical encoding.
     pub fn encode(&self, w: &mut Writer) {
         w.u64(self.ino).u8(self.kind.code()).u32(self.mode).u32(self.nlink).u32(self.uid).u32(self.gid);
         w.u64(self.size).u64(self.atime_ns as u64).u64(self.mtime_ns as u64).u64(self.ctime_ns as u64);
+        w.u64(self.rdev);
     }
 
     /// Reads the canonical encoding.
@@ -158,7 +185,7 @@ impl FileAttr {
         if mode & !MODE_MASK != 0 {
             return Err(DecodeError::NotCanonical("mode has bits outside 0o7777"));
         }
-        Ok(FileAttr {
+        let attr = FileAttr {
             ino,
             kind,
             mode,
@@ -169,7 +196,12 @@ impl FileAttr {
             atime_ns: r.u64()? as i64,
             mtime_ns: r.u64()? as i64,
             ctime_ns: r.u64()? as i64,
-        })
+            rdev: r.u64()?,
+        };
+        if attr.rdev != 0 && !kind.is_device() {
+            return Err(DecodeError::NotCanonical("a device number on an inode that is not a device"));
+        }
+        Ok(attr)
     }
 }
 

@@ -103,6 +103,7 @@ pub mod manager_opcode {
     pub const SETXATTR: u16 = 0x0017;
     pub const REMOVEXATTR: u16 = 0x0018;
     pub const WATCH: u16 = 0x0019;
+    pub const MKNOD: u16 = 0x001A;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -366,6 +367,15 @@ pub enum ManagerRequest {
     },
     /// The cluster map, drive health and repair progress.
     ClusterStatus,
+    /// Makes a special file: a FIFO, a socket or (the superuser only) a
+    /// device with number `rdev` (0 for the others).
+    Mknod {
+        parent: Handle,
+        name: String,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    },
     /// A gateway's request for one of its local users: `request` runs with
     /// `uid`, `gid` and `groups` as its caller. The session's user must
     /// hold a gateway grant ([`ManagerRequest::SetGateway`]) covering the
@@ -562,6 +572,14 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("gid", gid)
                 .field("groups", groups)
                 .field("request", request)
+                .finish(),
+            R::Mknod { parent, name, kind, mode, rdev } => f
+                .debug_struct("Mknod")
+                .field("parent", parent)
+                .field("name", name)
+                .field("kind", kind)
+                .field("mode", mode)
+                .field("rdev", rdev)
                 .finish(),
             R::GetXattr { handle, name } => {
                 f.debug_struct("GetXattr").field("handle", handle).field("name", name).finish()
@@ -983,6 +1001,7 @@ impl ManagerRequest {
             ManagerRequest::SetXattr { .. } => SETXATTR,
             ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
             ManagerRequest::Watch { .. } => WATCH,
+            ManagerRequest::Mknod { .. } => MKNOD,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
             ManagerRequest::AddDrive { .. } => ADD_DRIVE,
@@ -998,6 +1017,7 @@ impl ManagerRequest {
             | R::Mkdir { parent, .. }
             | R::Create { parent, .. }
             | R::Symlink { parent, .. }
+            | R::Mknod { parent, .. }
             | R::Unlink { parent, .. }
             | R::Rmdir { parent, .. } => vec![*parent],
             R::ReadDir { dir, .. } => vec![*dir],
@@ -1043,6 +1063,7 @@ impl ManagerRequest {
             | R::Mkdir { .. }
             | R::Create { .. }
             | R::Symlink { .. }
+            | R::Mknod { .. }
             | R::Link { .. }
             | R::Unlink { .. }
             | R::Rmdir { .. }
@@ -1105,6 +1126,7 @@ impl ManagerRequest {
             ManagerRequest::SetXattr { .. } => "setxattr",
             ManagerRequest::RemoveXattr { .. } => "removexattr",
             ManagerRequest::Watch { .. } => "watch",
+            ManagerRequest::Mknod { .. } => "mknod",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
             ManagerRequest::AddDrive { .. } => "add-drive",
@@ -1185,6 +1207,16 @@ impl ManagerRequest {
             | R::Unlink { name, .. }
             | R::Rmdir { name, .. }
             | R::Link { new_name: name, .. } => within("name", name, FILE_NAME_MAX),
+            R::Mknod { name, kind, rdev, .. } => {
+                within("name", name, FILE_NAME_MAX)?;
+                if !kind.is_special() {
+                    return Err(DecodeError::NotCanonical("MKNOD makes FIFOs, sockets and devices only"));
+                }
+                if *rdev != 0 && !kind.is_device() {
+                    return Err(DecodeError::NotCanonical("a device number for an inode that is not a device"));
+                }
+                Ok(())
+            }
             R::Symlink { name, target, .. } => {
                 within("name", name, FILE_NAME_MAX)?;
                 within("target", target, SYMLINK_TARGET_MAX)
@@ -1355,6 +1387,10 @@ impl ManagerRequest {
             ManagerRequest::Watch { incarnation, after, wait_ms } => {
                 w.u64(*incarnation).u64(*after).u32(*wait_ms);
             }
+            ManagerRequest::Mknod { parent, name, kind, mode, rdev } => {
+                parent.encode(&mut w);
+                w.str(name).u8(kind.code()).u32(*mode).u64(*rdev);
+            }
         }
         w.into_vec()
     }
@@ -1481,6 +1517,18 @@ impl ManagerRequest {
                     return Err(DecodeError::NotCanonical("AS_USER wraps a name-space or file request only"));
                 }
                 ManagerRequest::AsUser { uid, gid, groups, request: Box::new(request) }
+            }
+            MKNOD => {
+                let (parent, name) = (Handle::decode(&mut r)?, name(&mut r)?);
+                let kind = FileKind::from_code(r.u8()?)?;
+                let (mode, rdev) = (mode(&mut r)?, r.u64()?);
+                if !kind.is_special() {
+                    return Err(DecodeError::NotCanonical("MKNOD makes FIFOs, sockets and devices only"));
+                }
+                if rdev != 0 && !kind.is_device() {
+                    return Err(DecodeError::NotCanonical("a device number for an inode that is not a device"));
+                }
+                ManagerRequest::Mknod { parent, name, kind, mode, rdev }
             }
             GETXATTR => ManagerRequest::GetXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
             LISTXATTR => ManagerRequest::ListXattr { handle: Handle::decode(&mut r)? },

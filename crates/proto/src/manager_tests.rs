@@ -20,6 +20,7 @@ fn attr() -> FileAttr {
         atime_ns: 1,
         mtime_ns: 2,
         ctime_ns: 3,
+        rdev: 0,
     }
 }
 
@@ -188,6 +189,17 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             }
             .encode(21),
         ),
+        (
+            "MKNOD in handle {ino 1, mac 68x32} c: char device 0o600 rdev 0x0801",
+            ManagerRequest::Mknod {
+                parent: handle(1),
+                name: "c".into(),
+                kind: FileKind::CharDevice,
+                mode: 0o600,
+                rdev: 0x0801,
+            }
+            .encode(22),
+        ),
     ]
 }
 
@@ -196,13 +208,13 @@ const VECTORS_HEX: &[&str] = &[
     "0200080000000000000002002f610101",
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
-        "02000000000000000300000000000000686868686868686868686868686868686868686868686868686868686868686800000100",
-        "000100030201070000000b00000030750000010103000100000001000000000000001000000000000000000e003132372e302e30",
-        "2e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
-        "4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a37343032d2d2d2d2d2d2",
-        "d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b03000000",
-        "01000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d30400ca",
-        "cacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "02000000000000000300000000000000000000000000000068686868686868686868686868686868686868686868686868686868",
+        "6868686800000100000100030201070000000b00000030750000010103000100000001000000000000001000000000000000000e",
+        "003132372e302e302e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a3734",
+        "3032d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b0300000001000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3",
+        "d3d3d3d3d30400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
     ),
     "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
     "00000b00000000000000080200010064020100660100",
@@ -231,6 +243,10 @@ const VECTORS_HEX: &[&str] = &[
     ),
     "190015000000000000000700000000000000290000000000000088130000",
     "000015000000000000000e07000000000000002b00000000000000000200010200000000000000020100000000000000010064",
+    concat!(
+        "1a001600000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
+        "6306800100000108000000000000",
+    ),
 ];
 
 #[test]
@@ -361,6 +377,12 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
                     R::Unlink { parent, name }
                 })
             }),
+        (arb_handle(), arb_name(), 4u8..=7, 0..=MODE_MASK, any::<u64>()).prop_map(
+            |(parent, name, kind, mode, rdev)| {
+                let kind = FileKind::from_code(kind).unwrap();
+                R::Mknod { parent, name, kind, mode, rdev: if kind.is_device() { rdev } else { 0 } }
+            }
+        ),
         (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::GetXattr { handle, name }),
         arb_handle().prop_map(|handle| R::ListXattr { handle }),
         (arb_handle(), arb_xattr_name(), proptest::collection::vec(any::<u8>(), 0..300), 0u8..3).prop_map(
@@ -384,18 +406,22 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
 }
 
 fn arb_attr() -> impl Strategy<Value = FileAttr> {
-    (any::<u64>(), 1u8..=3, 0..=MODE_MASK, any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
-        |(ino, kind, mode, n, size, t)| FileAttr {
-            ino,
-            kind: FileKind::from_code(kind).unwrap(),
-            mode,
-            nlink: n,
-            uid: n / 3,
-            gid: n / 5,
-            size,
-            atime_ns: t,
-            mtime_ns: t / 3,
-            ctime_ns: -t / 7,
+    (any::<u64>(), 1u8..=7, 0..=MODE_MASK, any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
+        |(ino, kind, mode, n, size, t)| {
+            let kind = FileKind::from_code(kind).unwrap();
+            FileAttr {
+                ino,
+                kind,
+                mode,
+                nlink: n,
+                uid: n / 3,
+                gid: n / 5,
+                size,
+                atime_ns: t,
+                mtime_ns: t / 3,
+                ctime_ns: -t / 7,
+                rdev: if kind.is_device() { size / 3 } else { 0 },
+            }
         },
     )
 }
@@ -663,6 +689,26 @@ fn as_user_wraps_name_space_requests_only() {
     // Truncated inside the wrapped request.
     let body = ok.encode(9);
     assert!(ManagerRequest::decode(&body[..body.len() - 1]).is_err());
+}
+
+#[test]
+fn mknod_makes_special_files_only() {
+    let mknod = |kind, rdev| ManagerRequest::Mknod { parent: handle(1), name: "n".into(), kind, mode: 0o644, rdev };
+    for (req, why) in
+        [(mknod(FileKind::File, 0), "a regular file"), (mknod(FileKind::Fifo, 3), "a FIFO's device number")]
+    {
+        assert!(matches!(req.check_limits(), Err(DecodeError::NotCanonical(_))), "{why}");
+        assert!(matches!(ManagerRequest::decode(&req.encode(1)), Err(DecodeError::NotCanonical(_))), "{why}");
+    }
+    let ok = mknod(FileKind::BlockDevice, 7);
+    assert_eq!(ManagerRequest::decode(&ok.encode(1)).unwrap().1, ok);
+    let mut bad = attr();
+    bad.rdev = 9;
+    let mut w = Writer::with_capacity(FileAttr::LEN);
+    bad.encode(&mut w);
+    let bytes = w.into_vec();
+    assert_eq!(bytes.len(), FileAttr::LEN);
+    assert!(FileAttr::decode(&mut crate::codec::Reader::new(&bytes)).is_err(), "a device number on a regular file");
 }
 
 #[test]

@@ -58,6 +58,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("setgid_inheritance", setgid_inheritance),
         ("supplementary_groups", supplementary_groups),
         ("extended_attributes", extended_attributes),
+        ("special_files", special_files),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
         ("rename_same_dir", rename_same_dir),
@@ -606,6 +607,43 @@ fn extended_attributes<B: Backend>(ns: &Namespace<B>) {
     ns.unlink(&ROOT, ROOT_INO, "f").unwrap();
     ns.rmdir(&ROOT, ROOT_INO, "d").unwrap();
     assert_eq!(ns.getxattr(&ROOT, f, "user.empty").err(), Some(FsStatus::NotFound));
+}
+
+/// FIFOs, sockets and devices: inodes without data, made with `mknod`;
+/// devices by the superuser only; renamed, linked and removed as files are.
+fn special_files<B: Backend>(ns: &Namespace<B>) {
+    mkdir(ns, &ROOT, "/d", 0o777).unwrap();
+    let d = ino(ns, "/d");
+    let fifo = ns.mknod(&ALICE, d, "p", FileKind::Fifo, 0o640, 0).unwrap();
+    assert_eq!((fifo.attr.kind, fifo.attr.mode, fifo.attr.uid, fifo.attr.size), (FileKind::Fifo, 0o640, 1000, 0));
+    assert!(fifo.layout.is_none() && fifo.components.is_empty() && fifo.target.is_none());
+    ns.mknod(&ALICE, d, "s", FileKind::Socket, 0o755, 0).unwrap();
+    let dev = 8 << 8 | 1;
+    assert_eq!(ns.mknod(&ALICE, d, "c", FileKind::CharDevice, 0o644, dev).err(), Some(FsStatus::NotPermitted));
+    let c = ns.mknod(&ROOT, d, "c", FileKind::CharDevice, 0o644, dev).unwrap();
+    assert_eq!((c.attr.kind, c.attr.rdev), (FileKind::CharDevice, dev));
+    assert_eq!(ns.getattr(c.attr.ino).unwrap().attr.rdev, dev, "the device number is stored");
+    ns.mknod(&ROOT, d, "b", FileKind::BlockDevice, 0o600, 0).unwrap();
+    // Not a special kind, a device number for a FIFO, an existing name, no write permission.
+    assert_eq!(ns.mknod(&ROOT, d, "f", FileKind::File, 0o644, 0).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.mknod(&ROOT, d, "q", FileKind::Fifo, 0o644, 5).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.mknod(&ROOT, d, "p", FileKind::Fifo, 0o644, 0).err(), Some(FsStatus::Exists));
+    own(ns, "/d", &ALICE, 0o755);
+    assert_eq!(ns.mknod(&CAROL, d, "q", FileKind::Fifo, 0o644, 0).err(), Some(FsStatus::PermissionDenied));
+    // No data: no size change, no write transaction, no layout.
+    let size = SetAttrs { size: Some(1), ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&ROOT, fifo.attr.ino, &size).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.begin_write(&ROOT, fifo.attr.ino, i64::MAX).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.effective_layout(fifo.attr.ino).err(), Some(FsStatus::InvalidArgument));
+    // chmod, link, rename and unlink as for any non-directory.
+    let chmod = SetAttrs { mode: Some(0o600), ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&ALICE, fifo.attr.ino, &chmod).unwrap().0.attr.mode, 0o600);
+    ns.link(&ROOT, fifo.attr.ino, ROOT_INO, "p2").unwrap();
+    assert_eq!(ns.getattr(fifo.attr.ino).unwrap().attr.nlink, 2);
+    ns.rename(&ROOT, d, "s", ROOT_INO, "s2").unwrap();
+    ns.unlink(&ROOT, d, "p").unwrap();
+    ns.unlink(&ROOT, ROOT_INO, "p2").unwrap();
+    assert_eq!(ns.getattr(fifo.attr.ino).err(), Some(FsStatus::NotFound));
 }
 
 fn hard_links<B: Backend>(ns: &Namespace<B>) {

@@ -210,9 +210,14 @@ fn check_inode_shape(t: &mut dyn Txn, path: &str, inode: &Inode) -> Result<(), F
         }
         (FileKind::File, None) => panic!("{path}: a regular file without a layout"),
         (FileKind::Symlink, Some(_)) => panic!("{path}: a symlink with a layout"),
+        (kind, Some(_)) if kind.is_special() => panic!("{path}: a special file with a layout"),
         _ => assert!(inode.components.is_empty(), "{path}: components of a non-file"),
     }
     assert_eq!(inode.target.is_some(), a.kind == FileKind::Symlink, "{path}: target iff symlink");
+    assert!(a.rdev == 0 || a.kind.is_device(), "{path}: a device number on a non-device");
+    if a.kind.is_special() {
+        assert_eq!(a.size, 0, "{path}: a special file's size");
+    }
     if let Some(target) = &inode.target {
         assert_eq!(a.size, target.len() as u64, "{path}: symlink size");
     }
