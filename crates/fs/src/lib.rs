@@ -823,6 +823,19 @@ impl FsClient {
         Ok(reply)
     }
 
+    /// Makes special file `name` in `parent`: a FIFO, a socket, or (the
+    /// superuser only) a device with number `rdev`.
+    pub async fn mknod_at(
+        &self,
+        parent: Handle,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Mknod { parent, name: name.into(), kind, mode, rdev }).await
+    }
+
     /// Creates directory `name` in `parent`.
     pub async fn mkdir_at(&self, parent: Handle, name: &str, mode: u32) -> Result<Entry, FsError> {
         self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await

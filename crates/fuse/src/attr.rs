@@ -15,6 +15,10 @@ pub(crate) fn file_type(kind: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -53,7 +57,8 @@ pub(crate) fn to_kernel(attr: &FileAttr, nlink_hidden: u32) -> fuser::FileAttr {
         nlink: attr.nlink.saturating_sub(nlink_hidden),
         uid: attr.uid,
         gid: attr.gid,
-        rdev: 0,
+        // The kernel's encoding, as it sent it with MKNOD (FUSE carries 32 bits).
+        rdev: u32::try_from(attr.rdev).unwrap_or(0),
         blksize: BLOCK_SIZE_REPORTED,
         flags: 0,
     }

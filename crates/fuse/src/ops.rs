@@ -204,20 +204,28 @@ impl State {
     async fn lookup(&self, parent: u64, name: OsString) -> Result<fuser::FileAttr, Errno> {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let e = self.fs().lookup(parent, &name).await.map_err(|e| errno(&e))?;
+        let mut e = self.fs().lookup(parent, &name).await.map_err(|e| errno(&e))?;
+        // The kernel takes a lookup's attributes as the inode's: never a size
+        // short of what this mount has written and not yet committed.
+        self.with_local_size(&mut e.attr).await;
         Ok(self.remember(&e))
+    }
+
+    /// Raises `attr.size` to the size of the writes this mount holds for the
+    /// inode and has not committed (the manager does not know that size yet).
+    async fn with_local_size(&self, attr: &mut nasd_fs::FileAttr) {
+        let file = lock(&self.inodes).get(attr.ino).and_then(|n| n.file.clone());
+        if let Some(file) = file {
+            if file.dirty().await {
+                attr.size = attr.size.max(file.size());
+            }
+        }
     }
 
     async fn getattr(&self, ino: u64) -> Result<fuser::FileAttr, Errno> {
         let handle = self.handle(ino)?;
         let mut attr = self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr;
-        let file = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
-        if let Some(file) = file {
-            // Writes not committed yet: the manager does not know the size they made.
-            if file.dirty().await {
-                attr.size = attr.size.max(file.size());
-            }
-        }
+        self.with_local_size(&mut attr).await;
         let mut inodes = lock(&self.inodes);
         inodes.refresh(&attr);
         let hidden = inodes.get(ino).map_or(0, |n| n.nlink_hidden());
@@ -271,14 +279,23 @@ impl State {
         Ok(e.target.into_bytes())
     }
 
-    async fn mknod(&self, parent: u64, name: OsString, mode: u32) -> Result<fuser::FileAttr, Errno> {
-        // Only regular files: nasd has no devices, pipes or sockets (mknod(2): EPERM
-        // when the file system does not support the type).
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(Errno::EPERM);
-        }
+    async fn mknod(&self, parent: u64, name: OsString, mode: u32, rdev: u32) -> Result<fuser::FileAttr, Errno> {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => None,
+            libc::S_IFIFO => Some(FileKind::Fifo),
+            libc::S_IFSOCK => Some(FileKind::Socket),
+            libc::S_IFCHR => Some(FileKind::CharDevice),
+            libc::S_IFBLK => Some(FileKind::BlockDevice),
+            // mknod(2) of a directory or a link: EINVAL (mkdir and symlink make those).
+            _ => return Err(Errno::EINVAL),
+        };
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
+        if let Some(kind) = kind {
+            let rdev = if kind.is_device() { u64::from(rdev) } else { 0 };
+            let e = self.fs().mknod_at(parent, &name, kind, mode & 0o7777, rdev).await.map_err(|e| errno(&e))?;
+            return Ok(self.remember(&e));
+        }
         let file = self.fs().create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e))?;
         let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
         Ok(self.remember(&e))
@@ -303,7 +320,8 @@ impl State {
         let file = self.handle(ino)?;
         let new_parent = self.handle(new_parent)?;
         let new_name = name_of(&new_name)?;
-        let e = self.fs().link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e))?;
+        let mut e = self.fs().link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e))?;
+        self.with_local_size(&mut e.attr).await;
         Ok(self.remember(&e))
     }
 
@@ -637,6 +655,22 @@ impl State {
         } else {
             Err(Errno::EACCES)
         }
+    }
+
+    /// `fallocate` mode 0 (`posix_fallocate`): the file is at least
+    /// `offset + length` long afterwards (a longer length is a size change at
+    /// the manager; the drives allocate as data is written, so a later write
+    /// can still find no space). Other modes are not supported.
+    async fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        if mode != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let attr = self.getattr(ino).await?;
+        if end <= attr.size {
+            return Ok(());
+        }
+        self.setattr(ino, SetAttr { size: Some(end), ..SetAttr::default() }).await.map(|_| ())
     }
 
     // ------------------------------------------------- extended attributes
@@ -982,14 +1016,14 @@ impl Filesystem for NasdFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let (name, ttl) = (name.to_owned(), self.ttl());
         self.run(
             req,
             reply,
-            move |s| async move { s.mknod(parent.0, name, mode).await },
+            move |s| async move { s.mknod(parent.0, name, mode, rdev).await },
             move |r, attr| r.entry(&ttl, &attr, GENERATION),
         );
     }
@@ -1180,6 +1214,19 @@ impl Filesystem for NasdFs {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let mask = mask.bits();
         self.run(req, reply, move |s| async move { s.access(ino.0, mask).await }, |r, ()| r.ok());
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.run(req, reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
     }
 
     // Extended attributes: kept by the manager (docs/PROTOCOL.md).

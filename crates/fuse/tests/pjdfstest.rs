@@ -71,6 +71,9 @@ fn pjdfstest_passes_at_least_the_recorded_cases() {
         .arg(&cfg)
         .arg("-p")
         .arg(&dir)
+        // NASD_PJDFSTEST_ONLY=PATTERN runs only the cases matching it (for
+        // diagnosis; the recorded count is of the whole suite).
+        .args(std::env::var("NASD_PJDFSTEST_ONLY").ok())
         .current_dir(&dir)
         .output()
         .expect("run pjdfstest");
@@ -86,8 +89,9 @@ fn pjdfstest_passes_at_least_the_recorded_cases() {
     for line in text.lines().filter(|l| l.trim_end().ends_with("FAILED")) {
         eprintln!("  {line}");
     }
+    let whole = std::env::var_os("NASD_PJDFSTEST_ONLY").is_none();
     assert!(
-        passed >= PASSED_AT_LEAST,
+        !whole || passed >= PASSED_AT_LEAST,
         "pjdfstest passed {passed} cases, fewer than the {PASSED_AT_LEAST} recorded (set NASD_PJDFSTEST_LOG=FILE for the log)"
     );
     env.stop();

@@ -274,3 +274,30 @@ fn a_large_directory_lists_whole() {
     assert_eq!(out.lines().filter(|l| l.starts_with('-')).count(), N);
     env.stop();
 }
+
+/// Attributes the kernel takes from a reply that names an inode (a lookup,
+/// a new hard link) while its file holds writes not yet committed show the
+/// size those writes made, also past 2 GiB, and after the close.
+#[test]
+fn replies_show_the_size_of_uncommitted_writes() {
+    use std::os::unix::fs::FileExt;
+    require_fuse!();
+    let mut env = env("replies_show_uncommitted_size");
+    let mut config = nasd_fuse::MountConfig::new("");
+    config.attr_timeout = nasd_fuse::ATTR_TIMEOUT_MAX;
+    let m = env.mount_with(common::ADMIN, common::ADMIN_PW, config);
+    for offset in [5u64, (1 << 31) + 1, 1 << 33] {
+        let path = m.join(format!("f{offset}"));
+        let f = OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
+        f.write_at(b"data", offset).unwrap();
+        // The LINK reply carries the inode's attributes, which the kernel caches.
+        fs::hard_link(&path, m.join(format!("g{offset}"))).unwrap();
+        assert_eq!(fs::symlink_metadata(&path).unwrap().len(), offset + 4, "while open, at {offset}");
+        drop(f);
+        assert_eq!(fs::symlink_metadata(&path).unwrap().len(), offset + 4, "after the close, at {offset}");
+        let mut back = [0u8; 4];
+        fs::File::open(m.join(format!("g{offset}"))).unwrap().read_exact_at(&mut back, offset).unwrap();
+        assert_eq!(&back, b"data");
+    }
+    env.stop();
+}
