@@ -304,6 +304,7 @@ impl Manager {
                     size: pick(set_mask::SIZE).then_some(size),
                     atime_ns: pick(set_mask::ATIME).then_some(atime_ns),
                     mtime_ns: pick(set_mask::MTIME).then_some(mtime_ns),
+                    open_writer: pick(set_mask::OPEN_WRITER),
                 };
                 self.setattr(s, handle.ino, set).await
             }

@@ -190,6 +190,9 @@ pub struct SetAttrs {
     pub atime_ns: Option<i64>,
     /// New modification time.
     pub mtime_ns: Option<i64>,
+    /// The size change comes from a descriptor open for writing: the owner
+    /// may make it whatever the mode says (knfsd's owner override).
+    pub open_writer: bool,
 }
 
 impl SetAttrs {

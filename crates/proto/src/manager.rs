@@ -203,8 +203,13 @@ pub mod set_mask {
     pub const ATIME: u8 = 1 << 4;
     /// Modification time.
     pub const MTIME: u8 = 1 << 5;
+    /// Not a field: the size change comes from a descriptor open for
+    /// writing (`ftruncate`), so the file's owner may make it whatever the
+    /// mode says (the owner could chmod the file anyway), as a write
+    /// through that descriptor would.
+    pub const OPEN_WRITER: u8 = 1 << 6;
     /// Every defined bit.
-    pub const ALL: u8 = (1 << 6) - 1;
+    pub const ALL: u8 = (1 << 7) - 1;
 }
 
 /// Whether a drive is in service (`SET_DRIVE_STATE`).

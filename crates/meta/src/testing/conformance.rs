@@ -59,6 +59,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("supplementary_groups", supplementary_groups),
         ("extended_attributes", extended_attributes),
         ("special_files", special_files),
+        ("open_writer_truncates", open_writer_truncates),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
         ("rename_same_dir", rename_same_dir),
@@ -644,6 +645,19 @@ fn special_files<B: Backend>(ns: &Namespace<B>) {
     ns.unlink(&ROOT, d, "p").unwrap();
     ns.unlink(&ROOT, ROOT_INO, "p2").unwrap();
     assert_eq!(ns.getattr(fifo.attr.ino).err(), Some(FsStatus::NotFound));
+}
+
+/// `ftruncate` on a descriptor open for writing: the owner may change the
+/// size whatever the mode (knfsd's owner override); nobody else gains anything.
+fn open_writer_truncates<B: Backend>(ns: &Namespace<B>) {
+    let f = create(ns, &ROOT, "/f", 0o644).unwrap().attr.ino;
+    own(ns, "/f", &ALICE, 0o000);
+    let size = |open_writer| SetAttrs { size: Some(7), open_writer, ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&ALICE, f, &size(false)).err(), Some(FsStatus::PermissionDenied), "truncate(2) by path");
+    assert_eq!(ns.setattr(&ALICE, f, &size(true)).unwrap().0.attr.size, 7, "ftruncate(2) by the owner");
+    assert_eq!(ns.setattr(&BOB, f, &size(true)).err(), Some(FsStatus::PermissionDenied), "not the owner");
+    own(ns, "/f", &ALICE, 0o066);
+    assert!(ns.setattr(&BOB, f, &size(true)).is_ok(), "the mode still lets the group write");
 }
 
 fn hard_links<B: Backend>(ns: &Namespace<B>) {
