@@ -297,6 +297,9 @@ pub struct SetAttr {
     pub atime_ns: Option<i64>,
     /// Last data change, nanoseconds since the Unix epoch.
     pub mtime_ns: Option<i64>,
+    /// The size change comes from a descriptor open for writing
+    /// (`ftruncate`): the file's owner may make it whatever the mode says.
+    pub open_writer: bool,
 }
 
 impl SetAttr {
@@ -308,7 +311,8 @@ impl SetAttr {
             | bit(self.gid.is_some(), set_mask::GID)
             | bit(self.size.is_some(), set_mask::SIZE)
             | bit(self.atime_ns.is_some(), set_mask::ATIME)
-            | bit(self.mtime_ns.is_some(), set_mask::MTIME);
+            | bit(self.mtime_ns.is_some(), set_mask::MTIME)
+            | bit(self.open_writer && self.size.is_some(), set_mask::OPEN_WRITER);
         ManagerRequest::SetAttr {
             handle,
             mask,

@@ -661,7 +661,7 @@ impl State {
     /// `offset + length` long afterwards (a longer length is a size change at
     /// the manager; the drives allocate as data is written, so a later write
     /// can still find no space). Other modes are not supported.
-    async fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+    async fn fallocate(&self, ino: u64, fh: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
         if mode != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
@@ -670,7 +670,9 @@ impl State {
         if end <= attr.size {
             return Ok(());
         }
-        self.setattr(ino, SetAttr { size: Some(end), ..SetAttr::default() }).await.map(|_| ())
+        // Through a descriptor open for writing, as ftruncate (the owner's override).
+        let open_writer = self.open_file(fh).is_ok_and(|f| f.write);
+        self.setattr(ino, SetAttr { size: Some(end), open_writer, ..SetAttr::default() }).await.map(|_| ())
     }
 
     // ------------------------------------------------- extended attributes
@@ -981,7 +983,7 @@ impl Filesystem for NasdFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -995,6 +997,8 @@ impl Filesystem for NasdFs {
             size,
             atime_ns: atime.map(time_of),
             mtime_ns: mtime.map(time_of),
+            // ftruncate(2) of a descriptor open for writing.
+            open_writer: fh.is_some_and(|fh| self.state.open_file(fh.0).is_ok_and(|f| f.write)),
         };
         let ttl = self.ttl();
         self.run(
@@ -1220,13 +1224,18 @@ impl Filesystem for NasdFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.run(req, reply, move |s| async move { s.fallocate(ino.0, offset, length, mode).await }, |r, ()| r.ok());
+        self.run(
+            req,
+            reply,
+            move |s| async move { s.fallocate(ino.0, fh.0, offset, length, mode).await },
+            |r, ()| r.ok(),
+        );
     }
 
     // Extended attributes: kept by the manager (docs/PROTOCOL.md).

@@ -9,8 +9,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-/// pjdfstest cases the mount passed when this was last recorded (of 398).
-const PASSED_AT_LEAST: u32 = 0;
+/// pjdfstest cases the mount passed when this was last recorded (of 398; the
+/// other 14 are skipped: 13 need a read-only remount, 1 a LINK_MAX pathconf
+/// reports for FUSE; see docs/BENCHMARKS.md).
+const PASSED_AT_LEAST: u32 = 384;
 /// The test's time limit (a hang, not a timing assertion).
 const LIMIT: Duration = Duration::from_secs(1500);
 
@@ -18,6 +20,8 @@ const CONFIG: &str = r#"
 [features]
 utimensat = {}
 utime_now = {}
+posix_fallocate = {}
+rename_ctime = {}
 [settings]
 naptime = 0.001
 allow_remount = false
@@ -64,6 +68,8 @@ fn pjdfstest_passes_at_least_the_recorded_cases() {
     std::fs::create_dir(&dir).unwrap();
     // The suite's users must reach its directory.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let secondary = env.scratch().join("secondary");
+    std::fs::create_dir(&secondary).unwrap();
     let cfg = env.scratch().join("pjdfstest.toml");
     std::fs::write(&cfg, CONFIG).unwrap();
     let out = Command::new(pjdfstest)
@@ -71,6 +77,9 @@ fn pjdfstest_passes_at_least_the_recorded_cases() {
         .arg(&cfg)
         .arg("-p")
         .arg(&dir)
+        // A directory on another file system, for the EXDEV cases.
+        .arg("-s")
+        .arg(&secondary)
         // NASD_PJDFSTEST_ONLY=PATTERN runs only the cases matching it (for
         // diagnosis; the recorded count is of the whole suite).
         .args(std::env::var("NASD_PJDFSTEST_ONLY").ok())
