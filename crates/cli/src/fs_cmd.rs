@@ -80,6 +80,41 @@ pub enum FsCommand {
     Chown { owner: String, path: String },
     /// Space on every drive and what the file system holds.
     Df,
+    /// Show a quota (your own uid's by default; --uid or --dir for another),
+    /// or, with --bytes or --files, set it (administrators; `none` removes a
+    /// limit, both `none` the quota). Over a quota, writes fail with EDQUOT.
+    Quota {
+        /// The quota of this uid.
+        #[arg(long, conflicts_with = "dir")]
+        uid: Option<u32>,
+        /// The quota of this directory's tree (a path in nasd).
+        #[arg(long)]
+        dir: Option<String>,
+        /// Set the byte limit: a size (10GiB, 500M, 4096) or `none`.
+        #[arg(long, value_parser = parse_byte_limit)]
+        bytes: Option<Limit>,
+        /// Set the inode limit: a count or `none`.
+        #[arg(long, value_parser = parse_count_limit)]
+        files: Option<Limit>,
+    },
+}
+
+/// A quota limit given on the command line: a value or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(Option<u64>);
+
+fn parse_byte_limit(s: &str) -> Result<Limit, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    crate::size::parse_size(s).map(|v| Limit(Some(v)))
+}
+
+fn parse_count_limit(s: &str) -> Result<Limit, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    s.trim().parse::<u64>().map(|v| Limit(Some(v))).map_err(|e| format!("'{s}' is not a count: {e}"))
 }
 
 #[derive(Subcommand)]
@@ -297,6 +332,7 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
         }
         FsCommand::Chown { owner, path } => chown(fs, &owner, &abs(&path)).await,
         FsCommand::Df => df(fs).await,
+        FsCommand::Quota { uid, dir, bytes, files } => quota(fs, uid, dir, bytes, files).await,
     }
 }
 
@@ -614,6 +650,47 @@ async fn df(fs: &FsClient) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn quota(
+    fs: &FsClient,
+    uid: Option<u32>,
+    dir: Option<String>,
+    bytes: Option<Limit>,
+    files: Option<Limit>,
+) -> anyhow::Result<()> {
+    let (of, what) = match &dir {
+        Some(path) => {
+            let path = abs(path);
+            let handle = fs.walk(&path, nasd_fs::OpenMode::None).await.with_context(|| path.clone())?.handle();
+            (nasd_fs::QuotaOf::Dir(handle), format!("directory {path}"))
+        }
+        None => {
+            let uid = uid.unwrap_or(fs.identity().uid);
+            (nasd_fs::QuotaOf::User(uid), format!("uid {uid}"))
+        }
+    };
+    if bytes.is_some() || files.is_some() {
+        let old = fs.quota(of).await.with_context(|| format!("cannot read the quota of {what}"))?;
+        let keep = |given: Option<Limit>, old: Option<u64>| given.map_or(old, |l| l.0);
+        let (b, f) = (keep(bytes, old.bytes_limit), keep(files, old.files_limit));
+        fs.set_quota(of, b, f).await.with_context(|| format!("cannot set the quota of {what}"))?;
+    }
+    let q = fs.quota(of).await.with_context(|| format!("cannot read the quota of {what}"))?;
+    if !q.exists {
+        println!("{what}: no quota");
+        return Ok(());
+    }
+    let limit = |l: Option<u64>, show: fn(u64) -> String| l.map_or("no limit".to_string(), show);
+    println!(
+        "{what}: bytes {} of {} ({} in write escrow), inodes {} of {}",
+        crate::size::human(q.bytes_used),
+        limit(q.bytes_limit, crate::size::human),
+        crate::size::human(q.escrow),
+        q.files_used,
+        limit(q.files_limit, |v| v.to_string())
+    );
+    Ok(())
+}
+
 /// Parses an inclusive id range `FIRST-LAST`.
 fn parse_id_range(s: &str) -> Result<(u32, u32), String> {
     let (lo, hi) = s.split_once('-').ok_or("an id range is FIRST-LAST, e.g. 1000-60000")?;
@@ -693,6 +770,16 @@ fn new_password(name: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_limits_parse() {
+        assert_eq!(parse_byte_limit("10GiB"), Ok(Limit(Some(10 << 30))));
+        assert_eq!(parse_byte_limit("none"), Ok(Limit(None)));
+        assert_eq!(parse_count_limit("NONE"), Ok(Limit(None)));
+        assert_eq!(parse_count_limit("5000"), Ok(Limit(Some(5000))));
+        assert!(parse_count_limit("5k").unwrap_err().contains("not a count"));
+        assert!(parse_byte_limit("lots").is_err());
+    }
 
     #[test]
     fn id_ranges_parse_or_say_why_not() {

@@ -209,6 +209,22 @@ impl Inner {
         if io.txn.is_none() {
             io.txn = Some(self.begin().await?);
         }
+        let end = offset + len;
+        if io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
+            // Past this transaction's quota escrow: commit what it wrote, which
+            // gives the escrow back, and ask for a fresh one.
+            self.commit(io).await?;
+            io.txn = Some(self.begin().await?);
+        }
+        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
+            return Err(FsError::Fs {
+                status: FsStatus::QuotaExceeded,
+                message: format!(
+                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
+                    self.path
+                ),
+            });
+        }
         let txn = io.txn.as_mut().expect("begun above");
         // Noted before write-behind takes the bytes: if this future is dropped
         // after it took some, they are still reported at COMMIT.
@@ -229,8 +245,10 @@ impl Inner {
     /// size under the transaction, which no other writer can change now.
     async fn begin(self: &Arc<Self>) -> Result<Txn, FsError> {
         let began = Instant::now();
-        let (id, lease) = match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await? {
-            ManagerReply::Began { txn, lease_ms } => (txn, Duration::from_millis(lease_ms as u64)),
+        let (id, lease, size_limit) = match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await? {
+            ManagerReply::Began { txn, lease_ms, size_limit } => {
+                (txn, Duration::from_millis(lease_ms as u64), size_limit)
+            }
             other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         };
         if id == 0 {
@@ -261,7 +279,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        let mut txn = Txn::new(id, lease, began, behind);
+        let mut txn = Txn::new(id, lease, began, behind, size_limit);
         txn.timer = Some(self.arm(id, began + lease / TXN_LEASE_FRACTION));
         Ok(txn)
     }

@@ -42,8 +42,8 @@ pub use file::File;
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
-    Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
-    ScrubSummary, UserInfo, XattrMode,
+    Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, QuotaInfo,
+    QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
@@ -983,6 +983,26 @@ impl FsClient {
         let parent = self.dir_handle(parent).await?;
         let req = ManagerRequest::Mknod { parent, name: name.into(), kind, mode, rdev };
         Ok(self.entry(req).await?.attr)
+    }
+
+    /// The quota of a user (one's own; any as administrator) or of a
+    /// directory's tree.
+    pub async fn quota(&self, of: QuotaOf) -> Result<QuotaInfo, FsError> {
+        match self.call(&ManagerRequest::GetQuota { of }).await? {
+            ManagerReply::Quota(q) => Ok(q),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sets a quota's limits (`None`: unlimited; both `None` removes it).
+    /// Administrators only.
+    pub async fn set_quota(
+        &self,
+        of: QuotaOf,
+        bytes_limit: Option<u64>,
+        files_limit: Option<u64>,
+    ) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetQuota { of, bytes_limit, files_limit }).await
     }
 
     /// Lets user `name` act for the ids in `ids` (inclusive) as a gateway,

@@ -5,12 +5,14 @@
 
 use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
-use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Sqlite, Txn, User};
+use nasd_meta::{
+    take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, QuotaSubject, SetAttrs, Sqlite, Txn, User,
+};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::{
-    set_mask, Change, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
-    MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX, WATCH_WAIT_MAX_MS,
+    set_mask, Change, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, QuotaInfo, QuotaOf,
+    UserInfo, DRIVES_MAX, MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX, WATCH_WAIT_MAX_MS,
 };
 use std::sync::Arc;
 
@@ -214,6 +216,38 @@ impl Manager {
                 }
                 let acting = s.acting_for(uid, gid, &groups)?;
                 Box::pin(self.handle(&acting, *request)).await
+            }
+            R::GetQuota { of } => {
+                let subject = match of {
+                    QuotaOf::User(uid) => {
+                        if uid != s.caller.uid {
+                            self.require_admin(s)?;
+                        }
+                        QuotaSubject::User(uid)
+                    }
+                    QuotaOf::Dir(h) => QuotaSubject::Dir(h.ino),
+                };
+                let found = self.meta(move |ns| ns.quota(subject)).await?;
+                Ok(ManagerReply::Quota(match found {
+                    None => QuotaInfo::default(),
+                    Some((q, escrow)) => QuotaInfo {
+                        exists: true,
+                        bytes_limit: q.bytes_limit,
+                        files_limit: q.files_limit,
+                        bytes_used: q.bytes_used,
+                        files_used: q.files_used,
+                        escrow,
+                    },
+                }))
+            }
+            R::SetQuota { of, bytes_limit, files_limit } => {
+                self.require_admin(s)?;
+                let subject = match of {
+                    QuotaOf::User(uid) => QuotaSubject::User(uid),
+                    QuotaOf::Dir(h) => QuotaSubject::Dir(h.ino),
+                };
+                self.meta(move |ns| ns.set_quota(subject, bytes_limit, files_limit)).await?;
+                Ok(ManagerReply::Done)
             }
             R::Mknod { parent, name, kind, mode, rdev } => {
                 let inode = self.meta(move |ns| ns.mknod(&c, parent.ino, &name, kind, mode, rdev)).await?;

@@ -4,7 +4,7 @@
 //! Every rule (permissions, link counts, rename, object bookkeeping) lives in
 //! [`crate::Namespace`], written once over these traits.
 
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 
@@ -56,6 +56,17 @@ pub trait Txn {
     fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus>;
     /// Removes an inode's extended attribute; whether it existed.
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus>;
+
+    /// A quota.
+    fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;
+    /// Inserts or replaces a quota.
+    fn put_quota(&mut self, quota: &Quota) -> Result<(), FsStatus>;
+    /// Removes a quota (nothing if there is none).
+    fn delete_quota(&mut self, subject: QuotaSubject) -> Result<(), FsStatus>;
+    /// Every quota, in subject order.
+    fn list_quotas(&mut self) -> Result<Vec<Quota>, FsStatus>;
+    /// What the inodes owned by `uid` use: (bytes of regular files, inodes).
+    fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus>;
 
     /// Reads a user by name, with its supplementary groups.
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus>;

@@ -48,7 +48,16 @@ impl<B: Backend> Namespace<B> {
                 return Err(FsStatus::Busy);
             }
             let txn = t.alloc_txn()?;
-            t.put_intent(&Intent { txn, ino, state: IntentState::Open, uid: caller.uid, deadline_ns })?;
+            let (escrow, size_limit) = crate::quotas::escrow_for(t, &n)?;
+            t.put_intent(&Intent {
+                txn,
+                ino,
+                state: IntentState::Open,
+                uid: caller.uid,
+                deadline_ns,
+                escrow,
+                size_limit,
+            })?;
             Ok(txn)
         })
     }
@@ -119,6 +128,10 @@ impl<B: Backend> Namespace<B> {
             if intent.state != IntentState::Open || by_component.keys().any(|&idx| idx >= n.components.len()) {
                 return Err(FsStatus::InvalidArgument);
             }
+            if written_end > n.attr.size && written_end > intent.size_limit {
+                // Past the escrow the transaction was given: the manager rolls it back.
+                return Err(FsStatus::QuotaExceeded);
+            }
             intent.state = IntentState::Committed;
             t.put_intent(&intent)?;
             n.attr.size = n.attr.size.max(written_end);
@@ -129,7 +142,7 @@ impl<B: Backend> Namespace<B> {
             for (&idx, ranges) in &by_component {
                 mark_stale_in(t, &mut n, idx, ranges)?;
             }
-            t.put_inode(&n)?;
+            crate::quotas::put(t, &n)?;
             Ok(n)
         })
     }

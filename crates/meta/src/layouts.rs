@@ -186,7 +186,7 @@ impl<B: Backend> Namespace<B> {
                 }
             };
             n.attr.ctime_ns = now_ns();
-            t.put_inode(&n)?;
+            crate::quotas::put(t, &n)?;
             Ok(fx)
         })
     }

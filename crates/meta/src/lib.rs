@@ -49,12 +49,14 @@ mod intents;
 mod layouts;
 mod namespace;
 mod perm;
+mod quotas;
 mod sqlite;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod types;
 mod walk;
 mod xattrs;
+pub use quotas::ESCROW_BYTES_MAX;
 
 pub use backend::{Backend, Txn};
 pub use error::MetaError;
@@ -65,7 +67,8 @@ pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONEN
 pub use nasd_proto::manager::{DriveState, XattrMode};
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use types::{
-    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, SetAttrs, StaleRange, User,
+    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, Quota, QuotaSubject, SetAttrs,
+    StaleRange, User,
 };
 
 /// Most entries one `readdir` returns; a larger `limit` is capped to it.

@@ -52,11 +52,18 @@
 //!   existing user has none).
 //! - 3 → 4 (`V4`): the users' gateway grants (`gateway_lo`, `gateway_hi`:
 //!   both NULL, or the inclusive id range), the `xattrs` table, and the
-//!   inodes' device number `rdev` (0; special files came with it).
+//!   inodes' device number `rdev` (0; special files came with it), and
+//!   quotas: `quotas(kind, id, bytes_limit, files_limit, bytes_used,
+//!   files_used)` (kind 1 user, id its uid; kind 2 directory, id its inode;
+//!   a NULL limit is none), the inodes' `qdir` (the directory whose quota
+//!   counts them, 0: none) with indexes on `uid` and `qdir`, and the
+//!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
 
 use crate::backend::{Backend, Txn};
 use crate::error::{internal, MetaError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, StaleRange, User};
+use crate::types::{
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+};
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{Component, ComponentState, Layout};
@@ -146,6 +153,15 @@ CREATE TABLE user_groups (
 /// Gateways and extended attributes (see the module documentation).
 const V4: &str = "
 ALTER TABLE inodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inodes ADD COLUMN qdir INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX inodes_uid ON inodes (uid);
+CREATE INDEX inodes_qdir ON inodes (qdir) WHERE qdir != 0;
+ALTER TABLE intents ADD COLUMN escrow INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE intents ADD COLUMN size_limit INTEGER NOT NULL DEFAULT -1;
+CREATE TABLE quotas (
+    kind INTEGER NOT NULL, id INTEGER NOT NULL, bytes_limit INTEGER, files_limit INTEGER,
+    bytes_used INTEGER NOT NULL, files_used INTEGER NOT NULL,
+    PRIMARY KEY (kind, id)) WITHOUT ROWID;
 ALTER TABLE users ADD COLUMN gateway_lo INTEGER;
 ALTER TABLE users ADD COLUMN gateway_hi INTEGER;
 CREATE TABLE xattrs (
@@ -265,7 +281,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
     };
 }
 
@@ -325,7 +341,14 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         None => None,
         Some(bytes) => Some(layout_from_bytes(&bytes).ok_or_else(|| bad_column(at + 11, "not a canonical layout"))?),
     };
-    Ok(Inode { attr, target: r.get(at + 10)?, layout, components: Vec::new(), acv: u64_col(r, at + 12)? })
+    Ok(Inode {
+        attr,
+        target: r.get(at + 10)?,
+        layout,
+        components: Vec::new(),
+        acv: u64_col(r, at + 12)?,
+        qdir: u64_col(r, at + 14)?,
+    })
 }
 
 fn object_from_row(r: &Row<'_>) -> rusqlite::Result<ObjectRef> {
@@ -386,7 +409,7 @@ macro_rules! drive_cols {
 
 macro_rules! intent_cols {
     () => {
-        "txn, ino, state, uid, deadline_ns"
+        "txn, ino, state, uid, deadline_ns, escrow, size_limit"
     };
 }
 
@@ -397,6 +420,20 @@ fn intent_from_row(r: &Row<'_>) -> rusqlite::Result<Intent> {
         state: IntentState::from_code(u8_col(r, 2)?).ok_or_else(|| bad_column(2, "unknown intent state"))?,
         uid: u32_col(r, 3)?,
         deadline_ns: r.get(4)?,
+        escrow: u64_col(r, 5)?,
+        size_limit: u64_col(r, 6)?,
+    })
+}
+
+fn quota_from_row(r: &Row<'_>) -> rusqlite::Result<Quota> {
+    let subject =
+        QuotaSubject::from_key(u8_col(r, 0)?, u64_col(r, 1)?).ok_or_else(|| bad_column(0, "unknown quota subject"))?;
+    Ok(Quota {
+        subject,
+        bytes_limit: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+        files_limit: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+        bytes_used: u64_col(r, 4)?,
+        files_used: u64_col(r, 5)?,
     })
 }
 
@@ -461,12 +498,13 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+             ctime_ns, target, layout, acv, rdev, qdir) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
-             target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev",
+             target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
+             qdir = excluded.qdir",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -481,7 +519,8 @@ impl Txn for SqliteTxn<'_> {
                 n.target,
                 n.layout.as_ref().map(layout_bytes),
                 n.acv as i64,
-                a.rdev as i64
+                a.rdev as i64,
+                n.qdir as i64
             ],
         )?;
         Ok(())
@@ -564,6 +603,53 @@ impl Txn for SqliteTxn<'_> {
         let sql = "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 1 THEN size END), 0) FROM inodes";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         st.query_row([], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
+    }
+
+    fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {
+        let (kind, id) = subject.key();
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas \
+                   WHERE kind = ?1 AND id = ?2";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row(params![kind, id as i64], quota_from_row).optional().map_err(internal)
+    }
+
+    fn put_quota(&mut self, q: &Quota) -> Result<(), FsStatus> {
+        let (kind, id) = q.subject.key();
+        self.exec(
+            "INSERT INTO quotas (kind, id, bytes_limit, files_limit, bytes_used, files_used) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (kind, id) DO UPDATE SET bytes_limit = excluded.bytes_limit, \
+             files_limit = excluded.files_limit, bytes_used = excluded.bytes_used, files_used = excluded.files_used",
+            params![
+                kind,
+                id as i64,
+                q.bytes_limit.map(|v| v as i64),
+                q.files_limit.map(|v| v as i64),
+                q.bytes_used as i64,
+                q.files_used as i64
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_quota(&mut self, subject: QuotaSubject) -> Result<(), FsStatus> {
+        let (kind, id) = subject.key();
+        self.exec("DELETE FROM quotas WHERE kind = ?1 AND id = ?2", params![kind, id as i64])?;
+        Ok(())
+    }
+
+    fn list_quotas(&mut self) -> Result<Vec<Quota>, FsStatus> {
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas ORDER BY kind, id";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map([], quota_from_row).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
+        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0), COUNT(*) \
+                   FROM inodes WHERE uid = ?1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([uid], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
     }
 
     fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus> {
@@ -806,10 +892,19 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO intents (txn, ino, state, uid, deadline_ns) VALUES (?1, ?2, ?3, ?4, ?5) \
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
              ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
-             deadline_ns = excluded.deadline_ns",
-            params![i.txn as i64, i.ino as i64, i.state.code(), i.uid, i.deadline_ns],
+             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit",
+            params![
+                i.txn as i64,
+                i.ino as i64,
+                i.state.code(),
+                i.uid,
+                i.deadline_ns,
+                i.escrow as i64,
+                i.size_limit as i64
+            ],
         )?;
         Ok(())
     }

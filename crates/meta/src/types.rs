@@ -66,6 +66,10 @@ pub struct Inode {
     /// object; capabilities are minted with it. Starts at 0 for fresh pool
     /// objects.
     pub acv: u64,
+    /// The directory whose quota counts this inode (the nearest directory
+    /// above it with a quota when it was made, or when that quota was set);
+    /// 0: none.
+    pub qdir: Ino,
 }
 
 impl Inode {
@@ -121,6 +125,13 @@ pub struct Intent {
     pub uid: u32,
     /// When the manager stops waiting for the writer (ns since the epoch).
     pub deadline_ns: i64,
+    /// Bytes of quota reserved for the writer to extend the file with
+    /// (held while the intent is Open).
+    pub escrow: u64,
+    /// The size the writer may make the file, at most (its size when the
+    /// transaction began plus the escrow); `u64::MAX` when no quota
+    /// limits it.
+    pub size_limit: u64,
 }
 
 /// A byte range of one component object (in component space) that the
@@ -274,4 +285,47 @@ impl std::fmt::Debug for DriveRecord {
             .field("state", &self.state)
             .finish()
     }
+}
+
+/// What a quota limits: a user's inodes (by owner), or a directory's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QuotaSubject {
+    /// Every inode owned by this uid.
+    User(u32),
+    /// Every inode below this directory (not in a nested quota's tree).
+    Dir(Ino),
+}
+
+impl QuotaSubject {
+    /// The stored kind code (1 user, 2 directory) and id.
+    pub fn key(self) -> (u8, u64) {
+        match self {
+            QuotaSubject::User(uid) => (1, u64::from(uid)),
+            QuotaSubject::Dir(ino) => (2, ino),
+        }
+    }
+
+    /// Parses a stored kind code and id.
+    pub fn from_key(kind: u8, id: u64) -> Option<Self> {
+        match kind {
+            1 => u32::try_from(id).ok().map(QuotaSubject::User),
+            2 => Some(QuotaSubject::Dir(id)),
+            _ => None,
+        }
+    }
+}
+
+/// A quota: limits (`None`: unlimited) and what is used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    /// Whose.
+    pub subject: QuotaSubject,
+    /// Most bytes of regular files (their sizes).
+    pub bytes_limit: Option<u64>,
+    /// Most inodes.
+    pub files_limit: Option<u64>,
+    /// Bytes used now.
+    pub bytes_used: u64,
+    /// Inodes used now.
+    pub files_used: u64,
 }

@@ -163,5 +163,5 @@ impl<B: Backend> Namespace<B> {
 
 fn touch_ctime(t: &mut dyn Txn, n: &mut Inode) -> Result<(), FsStatus> {
     n.attr.ctime_ns = now_ns();
-    t.put_inode(n)
+    crate::quotas::put(t, n)
 }

@@ -104,6 +104,7 @@ pub mod manager_opcode {
     pub const REMOVEXATTR: u16 = 0x0018;
     pub const WATCH: u16 = 0x0019;
     pub const MKNOD: u16 = 0x001A;
+    pub const GET_QUOTA: u16 = 0x001B;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -112,6 +113,7 @@ pub mod manager_opcode {
     pub const REPAIR: u16 = 0x0106;
     pub const SET_USER_GROUPS: u16 = 0x0107;
     pub const SET_GATEWAY: u16 = 0x0108;
+    pub const SET_QUOTA: u16 = 0x0109;
 }
 
 /// What access a caller asks capabilities for with a name lookup.
@@ -381,6 +383,18 @@ pub enum ManagerRequest {
         mode: u32,
         rdev: u64,
     },
+    /// A quota's limits and usage: one's own uid's (any user), any uid's
+    /// (administrators), a directory's (anyone holding its handle).
+    GetQuota {
+        of: QuotaOf,
+    },
+    /// Administrator: sets a quota's limits (`None`: unlimited; both
+    /// `None` removes the quota).
+    SetQuota {
+        of: QuotaOf,
+        bytes_limit: Option<u64>,
+        files_limit: Option<u64>,
+    },
     /// A gateway's request for one of its local users: `request` runs with
     /// `uid`, `gid` and `groups` as its caller. The session's user must
     /// hold a gateway grant ([`ManagerRequest::SetGateway`]) covering the
@@ -578,6 +592,13 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("groups", groups)
                 .field("request", request)
                 .finish(),
+            R::GetQuota { of } => f.debug_struct("GetQuota").field("of", of).finish(),
+            R::SetQuota { of, bytes_limit, files_limit } => f
+                .debug_struct("SetQuota")
+                .field("of", of)
+                .field("bytes_limit", bytes_limit)
+                .field("files_limit", files_limit)
+                .finish(),
             R::Mknod { parent, name, kind, mode, rdev } => f
                 .debug_struct("Mknod")
                 .field("parent", parent)
@@ -640,6 +661,65 @@ impl XattrMode {
             _ => Err(DecodeError::NotCanonical("unknown setxattr mode")),
         }
     }
+}
+
+/// Whose quota a request names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaOf {
+    /// The inodes a user owns, by uid.
+    User(u32),
+    /// A directory's tree, by the directory's handle.
+    Dir(Handle),
+}
+
+impl QuotaOf {
+    fn encode(&self, w: &mut Writer) {
+        match self {
+            QuotaOf::User(uid) => {
+                w.u8(1).u32(*uid);
+            }
+            QuotaOf::Dir(h) => {
+                w.u8(2);
+                h.encode(w);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            1 => Ok(QuotaOf::User(r.u32()?)),
+            2 => Ok(QuotaOf::Dir(Handle::decode(r)?)),
+            _ => Err(DecodeError::NotCanonical("unknown quota subject")),
+        }
+    }
+}
+
+/// A quota as `GET_QUOTA` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QuotaInfo {
+    /// Whether the subject has a quota (else every other field is empty).
+    pub exists: bool,
+    /// Most bytes (sizes of regular files); `None`: unlimited.
+    pub bytes_limit: Option<u64>,
+    /// Most inodes; `None`: unlimited.
+    pub files_limit: Option<u64>,
+    /// Bytes used.
+    pub bytes_used: u64,
+    /// Inodes used.
+    pub files_used: u64,
+    /// Bytes open write transactions hold in escrow against it.
+    pub escrow: u64,
+}
+
+fn encode_opt(w: &mut Writer, v: Option<u64>) {
+    w.bool(v.is_some());
+    if let Some(v) = v {
+        w.u64(v);
+    }
+}
+
+fn decode_opt(r: &mut Reader<'_>) -> Result<Option<u64>, DecodeError> {
+    Ok(if r.bool()? { Some(r.u64()?) } else { None })
 }
 
 /// One change a `WATCH` reports.
@@ -949,9 +1029,14 @@ pub enum ManagerReply {
     Users(Vec<UserInfo>),
     /// `ADD_DRIVE`: the number the manager gave it.
     DriveAdded { drive: u32 },
-    /// `BEGIN_WRITE`: the transaction to write under, and how long it may
-    /// stay open (a writer commits before then; the manager aborts it after).
-    Began { txn: u64, lease_ms: u32 },
+    /// `BEGIN_WRITE`: the transaction to write under, how long it may stay
+    /// open (a writer commits before then; the manager aborts it after),
+    /// and the size it may make the file (its size plus the quota escrow
+    /// reserved for it; `u64::MAX`: no quota limits it). A `COMMIT` past
+    /// `size_limit` is refused with `QUOTA_EXCEEDED` and rolled back.
+    Began { txn: u64, lease_ms: u32, size_limit: u64 },
+    /// `GET_QUOTA`.
+    Quota(QuotaInfo),
     /// `GET_LAYOUT`.
     Layout(LayoutInfo),
     /// `CLUSTER_STATUS`.
@@ -1007,6 +1092,8 @@ impl ManagerRequest {
             ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
             ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::Mknod { .. } => MKNOD,
+            ManagerRequest::GetQuota { .. } => GET_QUOTA,
+            ManagerRequest::SetQuota { .. } => SET_QUOTA,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
             ManagerRequest::AddDrive { .. } => ADD_DRIVE,
@@ -1037,6 +1124,8 @@ impl ManagerRequest {
             | R::SetXattr { handle, .. }
             | R::RemoveXattr { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
+            R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
+            R::GetQuota { of: QuotaOf::User(_) } | R::SetQuota { of: QuotaOf::User(_), .. } => Vec::new(),
             R::Link { handle, new_parent, .. } => vec![*handle, *new_parent],
             R::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
             R::Login { .. }
@@ -1082,7 +1171,8 @@ impl ManagerRequest {
             | R::GetXattr { .. }
             | R::ListXattr { .. }
             | R::SetXattr { .. }
-            | R::RemoveXattr { .. } => true,
+            | R::RemoveXattr { .. }
+            | R::GetQuota { .. } => true,
             R::Login { .. }
             | R::AsUser { .. }
             | R::Watch { .. }
@@ -1092,6 +1182,7 @@ impl ManagerRequest {
             | R::AddUser { .. }
             | R::SetUserGroups { .. }
             | R::SetGateway { .. }
+            | R::SetQuota { .. }
             | R::ListUsers
             | R::SetPassword { .. }
             | R::AddDrive { .. } => false,
@@ -1132,6 +1223,8 @@ impl ManagerRequest {
             ManagerRequest::RemoveXattr { .. } => "removexattr",
             ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::Mknod { .. } => "mknod",
+            ManagerRequest::GetQuota { .. } => "get-quota",
+            ManagerRequest::SetQuota { .. } => "set-quota",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
             ManagerRequest::AddDrive { .. } => "add-drive",
@@ -1251,6 +1344,8 @@ impl ManagerRequest {
             R::GetAttr { .. }
             | R::SetAttr { .. }
             | R::ListXattr { .. }
+            | R::GetQuota { .. }
+            | R::SetQuota { .. }
             | R::StatFs
             | R::ListUsers
             | R::BeginWrite { .. }
@@ -1396,6 +1491,12 @@ impl ManagerRequest {
                 parent.encode(&mut w);
                 w.str(name).u8(kind.code()).u32(*mode).u64(*rdev);
             }
+            ManagerRequest::GetQuota { of } => of.encode(&mut w),
+            ManagerRequest::SetQuota { of, bytes_limit, files_limit } => {
+                of.encode(&mut w);
+                encode_opt(&mut w, *bytes_limit);
+                encode_opt(&mut w, *files_limit);
+            }
         }
         w.into_vec()
     }
@@ -1535,6 +1636,12 @@ impl ManagerRequest {
                 }
                 ManagerRequest::Mknod { parent, name, kind, mode, rdev }
             }
+            GET_QUOTA => ManagerRequest::GetQuota { of: QuotaOf::decode(&mut r)? },
+            SET_QUOTA => ManagerRequest::SetQuota {
+                of: QuotaOf::decode(&mut r)?,
+                bytes_limit: decode_opt(&mut r)?,
+                files_limit: decode_opt(&mut r)?,
+            },
             GETXATTR => ManagerRequest::GetXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
             LISTXATTR => ManagerRequest::ListXattr { handle: Handle::decode(&mut r)? },
             SETXATTR => ManagerRequest::SetXattr {
@@ -1801,6 +1908,7 @@ mod reply_kind {
     pub const XATTR: u8 = 12;
     pub const XATTR_NAMES: u8 = 13;
     pub const CHANGES: u8 = 14;
+    pub const QUOTA: u8 = 15;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -1862,8 +1970,14 @@ impl ManagerReply {
             ManagerReply::DriveAdded { drive } => {
                 w.u8(DRIVE_ADDED).u32(*drive);
             }
-            ManagerReply::Began { txn, lease_ms } => {
-                w.u8(BEGAN).u64(*txn).u32(*lease_ms);
+            ManagerReply::Began { txn, lease_ms, size_limit } => {
+                w.u8(BEGAN).u64(*txn).u32(*lease_ms).u64(*size_limit);
+            }
+            ManagerReply::Quota(q) => {
+                w.u8(QUOTA).bool(q.exists);
+                encode_opt(&mut w, q.bytes_limit);
+                encode_opt(&mut w, q.files_limit);
+                w.u64(q.bytes_used).u64(q.files_used).u64(q.escrow);
             }
             ManagerReply::Layout(info) => {
                 w.u8(LAYOUT);
@@ -1970,7 +2084,15 @@ impl ManagerReply {
                 ManagerReply::Users(users)
             }
             DRIVE_ADDED => ManagerReply::DriveAdded { drive: r.u32()? },
-            BEGAN => ManagerReply::Began { txn: r.u64()?, lease_ms: r.u32()? },
+            BEGAN => ManagerReply::Began { txn: r.u64()?, lease_ms: r.u32()?, size_limit: r.u64()? },
+            QUOTA => ManagerReply::Quota(QuotaInfo {
+                exists: r.bool()?,
+                bytes_limit: decode_opt(r)?,
+                files_limit: decode_opt(r)?,
+                bytes_used: r.u64()?,
+                files_used: r.u64()?,
+                escrow: r.u64()?,
+            }),
             LAYOUT => ManagerReply::Layout(LayoutInfo::decode(r)?),
             STATUS => ManagerReply::Status(ClusterStatus::decode(r)?),
             XATTR => ManagerReply::Xattr(decode_xattr_value(r)?),

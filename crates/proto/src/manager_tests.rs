@@ -106,7 +106,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("ERROR NotFound", ManagerReply::encode_error(9, FsStatus::NotFound, "no")),
         ("BEGIN_WRITE", ManagerRequest::BeginWrite { handle: handle(42) }.encode(12)),
-        ("BEGAN reply", ManagerReply::Began { txn: 0x1122, lease_ms: 60_000 }.encode(12)),
+        ("BEGAN reply", ManagerReply::Began { txn: 0x1122, lease_ms: 60_000, size_limit: 0x0400_0000 }.encode(12)),
         (
             "COMMIT",
             ManagerRequest::Commit {
@@ -200,6 +200,23 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             }
             .encode(22),
         ),
+        (
+            "SET_QUOTA directory {ino 3, mac 68x32}: 1 GiB, no inode limit",
+            ManagerRequest::SetQuota { of: QuotaOf::Dir(handle(3)), bytes_limit: Some(1 << 30), files_limit: None }
+                .encode(23),
+        ),
+        (
+            "QUOTA reply: 1 GiB, 100 inodes; 4096 bytes and 2 inodes used, 64 MiB in escrow",
+            ManagerReply::Quota(QuotaInfo {
+                exists: true,
+                bytes_limit: Some(1 << 30),
+                files_limit: Some(100),
+                bytes_used: 4096,
+                files_used: 2,
+                escrow: 64 << 20,
+            })
+            .encode(24),
+        ),
     ]
 }
 
@@ -220,7 +237,7 @@ const VECTORS_HEX: &[&str] = &[
     "00000b00000000000000080200010064020100660100",
     "0100090000000000000002006e6f",
     "10000c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
-    "00000c0000000000000009221100000000000060ea0000",
+    "00000c0000000000000009221100000000000060ea00000000000400000000",
     concat!(
         "0e000d000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868682211",
         "000000000000a08601000000000001000201000000000000000000a086010000000000",
@@ -246,6 +263,14 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "1a001600000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
         "6306800100000108000000000000",
+    ),
+    concat!(
+        "09011700000000000000020300000000000000686868686868686868686868686868686868686868686868686868686868686801",
+        "000000400000000000",
+    ),
+    concat!(
+        "000018000000000000000f0101000000400000000001640000000000000000100000000000000200000000000000000000040000",
+        "0000",
     ),
 ];
 
@@ -383,6 +408,11 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
                 R::Mknod { parent, name, kind, mode, rdev: if kind.is_device() { rdev } else { 0 } }
             }
         ),
+        (any::<u32>(), arb_handle(), any::<bool>())
+            .prop_map(|(uid, h, dir)| R::GetQuota { of: if dir { QuotaOf::Dir(h) } else { QuotaOf::User(uid) } }),
+        (any::<u32>(), proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>())).prop_map(
+            |(uid, bytes_limit, files_limit)| R::SetQuota { of: QuotaOf::User(uid), bytes_limit, files_limit }
+        ),
         (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::GetXattr { handle, name }),
         arb_handle().prop_map(|handle| R::ListXattr { handle }),
         (arb_handle(), arb_xattr_name(), proptest::collection::vec(any::<u8>(), 0..300), 0u8..3).prop_map(
@@ -494,7 +524,21 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                 .collect()
         )),
         any::<u32>().prop_map(|drive| R::DriveAdded { drive }),
-        (any::<u64>(), any::<u32>()).prop_map(|(txn, lease_ms)| R::Began { txn, lease_ms }),
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(txn, lease_ms, size_limit)| R::Began {
+            txn,
+            lease_ms,
+            size_limit
+        }),
+        (any::<bool>(), proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()), any::<u64>()).prop_map(
+            |(exists, bytes_limit, files_limit, n)| R::Quota(QuotaInfo {
+                exists,
+                bytes_limit,
+                files_limit,
+                bytes_used: n,
+                files_used: n / 7,
+                escrow: n / 3
+            })
+        ),
         (arb_access(), any::<bool>()).prop_map(|(a, explicit)| R::Layout(LayoutInfo {
             layout: a.layout,
             explicit,

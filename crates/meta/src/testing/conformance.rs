@@ -3,7 +3,7 @@
 use super::conformance_files as files;
 use super::{check_invariants, snapshot, Failing};
 use crate::backend::{Backend, Txn};
-use crate::types::{AcvIntent, Caller, DriveRecord, Effects, Inode, SetAttrs, StaleRange, User};
+use crate::types::{AcvIntent, Caller, DriveRecord, Effects, Inode, Quota, SetAttrs, StaleRange, User};
 use crate::{take_pooled, Namespace, BATCH_MAX, READDIR_ENTRIES_MAX};
 use nasd_proto::fs::*;
 use nasd_proto::layout::{ComponentState, Layout};
@@ -60,6 +60,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("extended_attributes", extended_attributes),
         ("special_files", special_files),
         ("open_writer_truncates", open_writer_truncates),
+        ("quotas", quotas),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
         ("rename_same_dir", rename_same_dir),
@@ -658,6 +659,93 @@ fn open_writer_truncates<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.setattr(&BOB, f, &size(true)).err(), Some(FsStatus::PermissionDenied), "not the owner");
     own(ns, "/f", &ALICE, 0o066);
     assert!(ns.setattr(&BOB, f, &size(true)).is_ok(), "the mode still lets the group write");
+}
+
+/// Quotas of users and directory trees: usage, limits on inodes and bytes,
+/// escrow for writers, trees moved when a quota is set or removed, and no
+/// rename or link across a tree's boundary.
+fn quotas<B: Backend>(ns: &Namespace<B>) {
+    use crate::QuotaSubject::{Dir, User};
+    let alice_create = |dir: Ino, name: &str| ns.create(&ALICE, dir, name, 0o644, true, false, &mut pool_placer(&[1]));
+    let grow = |ino: Ino, size: u64| {
+        let set = SetAttrs { size: Some(size), ..SetAttrs::default() };
+        ns.setattr(&ALICE, ino, &set).map(|(n, _)| n.attr.size)
+    };
+    mkdir(ns, &ROOT, "/home", 0o777).unwrap();
+    let home = ino(ns, "/home");
+    let (pre, _) = alice_create(home, "pre").unwrap();
+    grow(pre.attr.ino, 100).unwrap();
+    // A new user quota counts what the user has.
+    let q = ns.set_quota(User(ALICE.uid), Some(1000), Some(3)).unwrap().unwrap();
+    assert_eq!((q.bytes_used, q.files_used), (100, 1));
+    let (b, _) = alice_create(home, "b").unwrap();
+    alice_create(home, "c").unwrap();
+    assert_eq!(alice_create(home, "d").err(), Some(FsStatus::QuotaExceeded), "a fourth inode");
+    assert!(ns.create(&BOB, home, "bobs", 0o644, true, false, &mut pool_placer(&[1])).is_ok(), "bob has no quota");
+    assert_eq!(grow(b.attr.ino, 901).err(), Some(FsStatus::QuotaExceeded), "100 + 901 > 1000");
+    assert_eq!(grow(b.attr.ino, 900), Ok(900));
+    assert_eq!(grow(b.attr.ino, 10), Ok(10), "shrinking is always allowed");
+    // Escrow: a writer reserves room; others see less; a commit within it succeeds.
+    let txn = ns.begin_write(&ALICE, b.attr.ino, i64::MAX).unwrap();
+    let i = ns.intent(txn).unwrap().unwrap();
+    assert_eq!((i.escrow, i.size_limit), (890, 900), "1000 - 110 used: all of it, within ESCROW_BYTES_MAX");
+    let (q, held) = ns.quota(User(ALICE.uid)).unwrap().unwrap();
+    assert_eq!((q.bytes_used, held), (110, 890));
+    let c = ino(ns, "/home/c");
+    assert_eq!(grow(c, 1).err(), Some(FsStatus::QuotaExceeded), "the escrow holds the rest");
+    assert_eq!(ns.commit_write(&ALICE, b.attr.ino, txn, 901, &[], 1).err(), Some(FsStatus::QuotaExceeded));
+    let n = ns.commit_write(&ALICE, b.attr.ino, txn, 500, &[], 1).unwrap();
+    assert_eq!(n.attr.size, 500);
+    ns.finish_intent(txn).unwrap();
+    assert_eq!(ns.quota(User(ALICE.uid)).unwrap().unwrap(), (Quota { bytes_used: 600, ..q.clone() }, 0));
+    assert_eq!(grow(c, 400), Ok(400), "the escrow is given back at commit");
+    // Unlinking gives back; chown moves usage between users.
+    ns.unlink(&ALICE, home, "c").unwrap();
+    let q = ns.quota(User(ALICE.uid)).unwrap().unwrap().0;
+    assert_eq!((q.bytes_used, q.files_used), (600, 2));
+    ns.set_quota(User(BOB.uid), None, Some(100)).unwrap();
+    let chown = SetAttrs { uid: Some(BOB.uid), ..SetAttrs::default() };
+    ns.setattr(&ROOT, b.attr.ino, &chown).unwrap();
+    assert_eq!(ns.quota(User(BOB.uid)).unwrap().unwrap().0.bytes_used, 500);
+    assert_eq!(ns.quota(User(ALICE.uid)).unwrap().unwrap().0.bytes_used, 100);
+
+    // A directory quota takes its tree (down to nested quota directories).
+    mkdir(ns, &ROOT, "/home/proj", 0o777).unwrap();
+    mkdir(ns, &ROOT, "/home/proj/sub", 0o777).unwrap();
+    let proj = ino(ns, "/home/proj");
+    let sub = ino(ns, "/home/proj/sub");
+    let (x, _) = alice_create(sub, "x").unwrap();
+    grow(x.attr.ino, 50).unwrap();
+    let q = ns.set_quota(Dir(proj), Some(60), None).unwrap().unwrap();
+    assert_eq!((q.bytes_used, q.files_used), (50, 2), "sub and x, not proj itself");
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, proj);
+    assert_eq!(ns.getattr(proj).unwrap().qdir, 0, "the quota directory counts in the enclosing tree");
+    assert_eq!(grow(x.attr.ino, 61).err(), Some(FsStatus::QuotaExceeded));
+    let (y, _) = ns.create(&ROOT, sub, "y", 0o644, true, false, &mut pool_placer(&[1])).unwrap();
+    assert_eq!(y.qdir, proj, "made below: in the tree");
+    // Nested: sub's own quota takes its part out of proj's.
+    ns.set_quota(Dir(sub), None, Some(10)).unwrap();
+    let (pq, _) = ns.quota(Dir(proj)).unwrap().unwrap();
+    assert_eq!((pq.bytes_used, pq.files_used), (0, 1), "only sub itself stays in proj's tree");
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, sub);
+    // No rename or link across a tree's boundary (EXDEV); within one, fine.
+    assert_eq!(ns.rename(&ROOT, sub, "x", home, "x").err(), Some(FsStatus::CrossQuota));
+    assert_eq!(ns.link(&ROOT, x.attr.ino, home, "xl").err(), Some(FsStatus::CrossQuota));
+    mkdir(ns, &ROOT, "/home/proj/sub/deeper", 0o777).unwrap();
+    ns.rename(&ROOT, sub, "x", ino(ns, "/home/proj/sub/deeper"), "x").unwrap();
+    // Removing a quota gives the tree back to the enclosing one.
+    ns.set_quota(Dir(sub), None, None).unwrap();
+    assert!(ns.quota(Dir(sub)).unwrap().is_none());
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, proj);
+    let (pq, _) = ns.quota(Dir(proj)).unwrap().unwrap();
+    assert_eq!((pq.bytes_used, pq.files_used), (50, 4), "sub, deeper, x and y (not proj itself)");
+    assert_eq!(ns.set_quota(Dir(x.attr.ino), Some(1), None).err(), Some(FsStatus::NotDir));
+    assert_eq!(ns.set_quota(User(4242), None, None), Ok(None), "removing what is not there");
+    ns.set_quota(Dir(proj), None, None).unwrap();
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, 0);
+    ns.rename(&ROOT, ino(ns, "/home/proj/sub/deeper"), "x", home, "x").unwrap();
+    let users: Vec<_> = ns.quotas().unwrap().into_iter().map(|q| q.subject).collect();
+    assert_eq!(users, [User(ALICE.uid), User(BOB.uid)]);
 }
 
 fn hard_links<B: Backend>(ns: &Namespace<B>) {
