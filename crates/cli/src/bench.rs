@@ -14,6 +14,16 @@ use tokio::net::{TcpListener, TcpStream};
 /// What to measure.
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
+    /// Striping over drives (issue 10), in one process: a TLS manager and
+    /// eight drives on loopback, each drive paced to --drive-mib-per-sec
+    /// (emulated slow media, a test aid). One client writes and reads one
+    /// large file per layout (stripe:1/2/4/8, mirror:2x4, rs:4+2) against
+    /// the ideal data columns × per-drive rate and against the same transfer
+    /// unpaced with its CPU time (the machine's limit); reads a Reed-Solomon
+    /// file with one and two drives stopped; rebuilds their components and
+    /// reports the rate; and compares an unpaced put and get with iperf3 and
+    /// a raw TCP copy on loopback.
+    Stripe(crate::bench_stripe::StripeArgs),
     /// The whole system in one process (a TLS manager and four drives on
     /// loopback): `nasd cp` of one file up and down beside a raw loopback TCP
     /// copy, then create/stat/unlink of many empty files per second.
@@ -136,6 +146,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             crate::bench_mount::mount_bench(size, files, runtime, dir.as_deref()).await
         }
+        BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
         BenchCommand::Fs { size, files, dir } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             crate::bench_fs::fs_bench(size, files, dir.as_deref()).await

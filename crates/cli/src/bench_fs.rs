@@ -32,10 +32,10 @@ async fn copy_rates(fs: &FsClient, dir: &std::path::Path, size: u64) -> anyhow::
     write_pattern(&local, size).await?;
     let back = dir.join("back.bin");
     let t = Instant::now();
-    fs_cmd::copy(fs, &local.to_string_lossy(), "nasd:/big.bin").await?;
+    fs_cmd::copy(fs, &local.to_string_lossy(), "nasd:/big.bin", Default::default()).await?;
     let up = t.elapsed();
     let t = Instant::now();
-    fs_cmd::copy(fs, "nasd:/big.bin", &back.to_string_lossy()).await?;
+    fs_cmd::copy(fs, "nasd:/big.bin", &back.to_string_lossy(), Default::default()).await?;
     let down = t.elapsed();
     anyhow::ensure!(files_equal(&local, &back)?, "the copy that came back differs from the original");
     let (raw_up, raw_down) = raw_tcp(size, 1 << 20).await?;

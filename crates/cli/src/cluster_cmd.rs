@@ -2,6 +2,7 @@
 //! `nasd layout`, `nasd status`, `nasd repair`, and the administrator's
 //! `drive-out`/`drive-in`.
 
+use crate::fs_cmd::Login;
 use crate::size;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
@@ -19,6 +20,8 @@ pub enum LayoutCommand {
     Get {
         /// A path in nasd.
         path: String,
+        #[command(flatten)]
+        login: Login,
     },
     /// Set the layout new files in a directory get, or re-place an empty file.
     ///
@@ -32,7 +35,18 @@ pub enum LayoutCommand {
         path: String,
         /// The layout, or `inherit`.
         layout: String,
+        #[command(flatten)]
+        login: Login,
     },
+}
+
+impl LayoutCommand {
+    /// How this command logs in.
+    pub fn login(&self) -> &Login {
+        match self {
+            LayoutCommand::Get { login, .. } | LayoutCommand::Set { login, .. } => login,
+        }
+    }
 }
 
 /// What `nasd repair` starts.
@@ -54,12 +68,14 @@ pub struct RepairArgs {
     /// Start it and return without following its progress.
     #[arg(long)]
     pub no_wait: bool,
+    #[command(flatten)]
+    pub login: Login,
 }
 
 /// `nasd layout get|set`.
 pub async fn layout(fs: &FsClient, cmd: LayoutCommand) -> anyhow::Result<()> {
     match cmd {
-        LayoutCommand::Get { path } => {
+        LayoutCommand::Get { path, .. } => {
             let info = fs.get_layout(&path).await.with_context(|| format!("layout get {path}"))?;
             let how = if info.explicit || !info.components.is_empty() { "" } else { " (inherited)" };
             println!("{path}: {}{how}", describe(&info.layout));
@@ -71,7 +87,7 @@ pub async fn layout(fs: &FsClient, cmd: LayoutCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        LayoutCommand::Set { path, layout } => {
+        LayoutCommand::Set { path, layout, .. } => {
             let parsed = match layout.as_str() {
                 "inherit" => None,
                 text => Some(Layout::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?),
@@ -133,7 +149,7 @@ fn render_status(s: &ClusterStatus) -> String {
         n => format!("{n} files degraded (a component stale or on a drive that is down)\n"),
     };
     for (name, p) in [("rebuild", s.rebuild), ("rebalance", s.rebalance)] {
-        if p.files_total > 0 {
+        if p != Progress::default() {
             out += &format!(
                 "{name}: {}/{} files, {}/{}\n",
                 p.files_done,
@@ -168,6 +184,15 @@ pub async fn repair(fs: &FsClient, args: RepairArgs) -> anyhow::Result<()> {
         println!("started; `nasd status` shows its progress");
         return Ok(());
     }
+    let s = follow(fs, action).await?;
+    print!("{}", render_status(&s));
+    Ok(())
+}
+
+/// Follows a repair task the manager was asked to start until it is done;
+/// the status then. (The manager shows a scrub as started from the moment
+/// it is asked for, so a scrub not begun yet is not taken for one done.)
+async fn follow(fs: &FsClient, action: RepairAction) -> anyhow::Result<ClusterStatus> {
     let pick = |s: &ClusterStatus| match action {
         RepairAction::Rebuild => s.rebuild,
         RepairAction::Rebalance => s.rebalance,
@@ -178,13 +203,43 @@ pub async fn repair(fs: &FsClient, args: RepairArgs) -> anyhow::Result<()> {
         let s = fs.cluster_status().await.context("status")?;
         let p = pick(&s);
         show(&bar, action, &p);
-        if p.files_total == 0 || p.files_done >= p.files_total {
+        // A scrub or rebalance shows in the status from its request until it has finished (its
+        // total of files grows as it goes); a rebuild round from its start until it is done.
+        let finished = match action {
+            RepairAction::Rebuild => p.files_total == 0 || p.files_done >= p.files_total,
+            RepairAction::Scrub | RepairAction::Rebalance => p == Progress::default(),
+        };
+        if finished {
             bar.finish_and_clear();
-            print!("{}", render_status(&s));
-            return Ok(());
+            return Ok(s);
         }
         tokio::time::sleep(REPAIR_POLL_INTERVAL).await;
     }
+}
+
+/// `nasd scrub` without a drive: every drive re-reads every block it
+/// stores, and the manager heals each rotten one from the file's
+/// redundancy (administrators).
+pub async fn scrub_all(fs: &FsClient) -> anyhow::Result<()> {
+    fs.repair(RepairAction::Scrub).await.context("cannot start a scrub (it takes an administrator)")?;
+    let s = follow(fs, RepairAction::Scrub).await?;
+    let l = s.last_scrub;
+    let up = s.drives.iter().filter(|d| d.up).count();
+    println!(
+        "scrubbed {up} drives: {} blocks checked, {} corrupt, {} healed from redundancy, {} unrecoverable",
+        l.blocks_checked, l.corrupt, l.healed, l.unrecoverable
+    );
+    let pending = l.corrupt.saturating_sub(l.healed + l.unrecoverable);
+    if pending > 0 {
+        println!("{pending} corrupt blocks are not healed yet (their file was busy or a drive failed): run `nasd scrub` again");
+    }
+    anyhow::ensure!(
+        l.unrecoverable == 0,
+        "{} corrupt blocks could not be healed: their files have no redundancy (or they belong to no file). \
+         `nasd scrub --drive N` names the objects; restore those files from a backup",
+        l.unrecoverable
+    );
+    Ok(())
 }
 
 fn progress_bar(action: RepairAction) -> ProgressBar {
@@ -265,6 +320,9 @@ mod tests {
         assert!(text.contains("rebuild: 1/2 files, 1.0 MiB/2.0 MiB"), "{text}");
         assert!(!text.contains("rebalance:"), "idle tasks are not shown: {text}");
         assert!(text.contains("100 blocks checked, 1 corrupt, 1 healed"), "{text}");
+        // A rebalance asked for and not started yet: what it is to move, nothing moved.
+        let pending = ClusterStatus { rebalance: Progress { bytes_total: 3 << 20, ..Progress::default() }, ..s };
+        assert!(render_status(&pending).contains("rebalance: 0/0 files, 0 B/3.0 MiB"), "{}", render_status(&pending));
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //! key_rotation_secs = 3600
 //! object_pool = 128
 //! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
+//! metadata = "postgres://nasd@db.example.com/nasd"  # [default: sqlite:DATA/meta.sqlite]
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
@@ -40,6 +41,11 @@
 //! drives = 4
 //! manager_port = 7300
 //! first_drive_port = 7401
+//!
+//! [[drives]]                     # drives the drive tools know by number (`nasd up` writes these)
+//! number = 0                     # the manager's number for it, as `nasd status` shows
+//! addr = "127.0.0.1:7401"
+//! drive_key_file = "/var/lib/nasd/drive-0/drive.key"   # for `nasd audit` and `nasd scrub --drive`
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -64,6 +70,23 @@ pub struct ConfigFile {
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
+    /// Drives the drive tools (`inquiry`, `audit`, `scrub --drive`) know by
+    /// number, with their drive key files; `nasd up` records its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drives: Vec<KnownDrive>,
+}
+
+/// `[[drives]]`: one drive the drive tools may be pointed at with `--drive N`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnownDrive {
+    /// The manager's number for the drive (as `nasd status` shows it).
+    pub number: u32,
+    /// Its address, host:port.
+    pub addr: String,
+    /// File holding its drive key (64 hex digits, 0600): authorizes `nasd
+    /// audit` and `nasd scrub --drive`.
+    pub drive_key_file: Option<PathBuf>,
 }
 
 /// `[drive]`: every field optional; command-line flags override.
@@ -121,6 +144,11 @@ pub struct ManagerSection {
     /// over every write's data) [default: true]. Only an explicit `false`
     /// lowers it, for a trusted network.
     pub write_data_integrity: Option<bool>,
+    /// Where the metadata lives: "sqlite:PATH" or
+    /// "postgres://USER[:PASSWORD]@HOST[:PORT]/DB" (created on first use)
+    /// [default: sqlite:DATA/meta.sqlite]. A password here makes this file
+    /// a secret: keep it 0600.
+    pub metadata: Option<String>,
 }
 
 /// `[client]`.
@@ -197,6 +225,10 @@ mod tests {
         assert_eq!(c.client.user.as_deref(), Some("alice"));
         assert_eq!(c.drive.failure_domain.as_deref(), Some("rack-3"));
         assert_eq!(c.drive.throttle_mib_per_sec, Some(200));
+        assert_eq!(c.drives.len(), 1);
+        assert_eq!((c.drives[0].number, c.drives[0].addr.as_str()), (0, "127.0.0.1:7401"));
+        let metadata = c.manager.metadata.as_deref().expect("metadata");
+        assert!(metadata.parse::<nasd_manager::Location>().is_ok(), "{metadata}");
         assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
     }
 }

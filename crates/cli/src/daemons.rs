@@ -49,12 +49,82 @@ fn free_space(dir: &Path) -> anyhow::Result<u64> {
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Where a drive records the capacity it was given at its first start
+/// (`BYTES\n`), so later starts keep it rather than recompute it from
+/// whatever the disk has free then.
+pub const CAPACITY_FILE: &str = "capacity";
+
+/// The capacity a drive in `dir` serves: `explicit` (and recorded) if given,
+/// else the one recorded at its first start, else `first` (recorded).
+pub fn drive_capacity(
+    dir: &Path,
+    explicit: Option<u64>,
+    first: impl FnOnce() -> anyhow::Result<u64>,
+) -> anyhow::Result<u64> {
+    let file = dir.join(CAPACITY_FILE);
+    let recorded = match std::fs::read_to_string(&file) {
+        Ok(text) => Some(text.trim().parse::<u64>().with_context(|| {
+            format!("{} does not hold a capacity in bytes: fix it, or start with --capacity", file.display())
+        })?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    let capacity = match (explicit, recorded) {
+        (Some(c), _) => c,
+        (None, Some(r)) => r,
+        (None, None) => first()?,
+    };
+    if recorded != Some(capacity) {
+        let staged = nasd_crypto::durable::with_suffix(&file, "tmp")?;
+        nasd_crypto::durable::write_staged(&staged, format!("{capacity}\n"), 0o600)?;
+        nasd_crypto::durable::install(&staged, &file).with_context(|| format!("cannot record {}", file.display()))?;
+    }
+    Ok(capacity)
+}
+
+/// Bytes of disk a drive's block file already occupies.
+fn allocated(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir.join("blocks.dat")).map_or(0, |m| m.blocks() * 512)
+}
+
+/// A warning if the file system holding `on` cannot back the drives
+/// `drives` (directory, capacity) all filling up: each still needs its
+/// capacity less what its block file occupies already.
+fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<String>> {
+    let need: u64 = drives.iter().map(|(dir, cap)| cap.saturating_sub(allocated(dir))).sum();
+    let free = free_space(on)?;
+    let total: u64 = drives.iter().map(|(_, c)| *c).sum();
+    let (what, need_who) = match drives {
+        [_] => (format!("the drive's capacity ({})", size::human(total)), "it needs"),
+        _ => (format!("the {} drives' capacity ({} in all)", drives.len(), size::human(total)), "they need"),
+    };
+    Ok((need > free).then(|| {
+        format!(
+            "warning: {what} is more than the disk under {} can hold: it has {} free and {need_who} {} more \
+             to fill up. Writes will fail when the disk is full; free space there, or start with a smaller \
+             capacity",
+            on.display(),
+            size::human(free),
+            size::human(need)
+        )
+    }))
+}
+
 /// How to open and serve one drive.
 pub struct DriveSetup {
     pub data: PathBuf,
     pub listen: SocketAddr,
     pub block_size: u32,
+    /// The capacity given now; `None`: the one recorded at the first start
+    /// (see [`drive_capacity`]).
     pub capacity_bytes: Option<u64>,
+    /// The capacity of a first start without one given; `None`: 90% of the
+    /// free space under `data`.
+    pub first_capacity: Option<u64>,
+    /// Warn if the disk cannot back the capacity (a drive alone on its disk;
+    /// `nasd up` checks its drives together).
+    pub check_backing: bool,
     pub commit_interval: Duration,
     pub verify_reads: bool,
     /// `None`: security disabled.
@@ -88,10 +158,10 @@ fn master_key(path: &Path) -> anyhow::Result<Key> {
 pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     let data = setup.data;
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create data directory {}", data.display()))?;
-    let capacity_bytes = match setup.capacity_bytes {
-        Some(c) => c,
-        None => free_space(&data)? / 10 * 9,
-    };
+    let capacity_bytes = drive_capacity(&data, setup.capacity_bytes, || match setup.first_capacity {
+        Some(c) => Ok(c),
+        None => Ok(free_space(&data)? / 10 * 9),
+    })?;
     let opts = StoreOptions {
         block_size: setup.block_size,
         capacity_bytes,
@@ -104,6 +174,11 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     })
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
+    if setup.check_backing {
+        if let Some(warning) = unbacked(&data, &[(data.clone(), store.info().capacity_bytes)])? {
+            eprintln!("{warning}");
+        }
+    }
     // The master key file exists before the drive listens: whoever sees the port open can read it.
     let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let listener = tokio::net::TcpListener::bind(setup.listen).await.with_context(|| {
@@ -143,8 +218,8 @@ pub struct DriveArgs {
     /// Block size of a new drive (existing drives keep theirs), e.g. 64KiB.
     #[arg(long)]
     block_size: Option<String>,
-    /// Bytes of storage the drive may use, e.g. 100GiB [default: 90% of the
-    /// free space under --data].
+    /// Bytes of storage the drive may use, e.g. 100GiB [default: the one
+    /// recorded at its first start, then 90% of the free space under --data].
     #[arg(long)]
     capacity: Option<String>,
     /// Milliseconds between background commits of unflushed work.
@@ -222,6 +297,8 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
             .connections_per_peer
             .or(file.connections_per_peer)
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
+        first_capacity: None,
+        check_backing: true,
     })
     .await?;
     let info = drive.store.info();
@@ -261,6 +338,16 @@ pub struct ManagerArgs {
     /// Working-key rotation interval, seconds.
     #[arg(long)]
     key_rotation_secs: Option<u64>,
+    /// Where the metadata lives: sqlite:PATH or
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB (the database and its
+    /// tables are made on first use) [default: sqlite:DATA/meta.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+}
+
+/// Parses a metadata location (`--metadata`, `[manager] metadata`).
+pub fn parse_metadata(text: Option<String>) -> anyhow::Result<Option<nasd_manager::Location>> {
+    text.map(|t| t.parse().map_err(|e| anyhow::anyhow!("--metadata / [manager] metadata: {e}"))).transpose()
 }
 
 fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> anyhow::Result<ManagerConfig> {
@@ -283,6 +370,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
             Some(false) => Protection::INTEGRITY_ARGS,
             _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
         },
+        metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         ..d
     })
 }
@@ -383,7 +471,12 @@ fn write_secret_file(path: &Path, text: &str) -> anyhow::Result<()> {
 /// is committed and replaces `FILE` only after: a reset that fails leaves
 /// `FILE` as it was, and one interrupted after the commit leaves the new
 /// password in `FILE.new`.
-pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn reset_password(
+    user: &str,
+    data: Option<PathBuf>,
+    metadata: Option<&nasd_manager::Location>,
+    password_file: Option<PathBuf>,
+) -> anyhow::Result<()> {
     private_umask();
     let data = data.context(
         "no data directory: pass --data DIR, the manager's directory (for `nasd up`, DATA/manager), \
@@ -397,7 +490,7 @@ pub fn reset_password(user: &str, data: Option<PathBuf>, password_file: Option<P
             Some(password_file.unwrap_or_else(|| data.join(format!("{user}.password")))),
         ),
     };
-    let reset = nasd_manager::PasswordReset::prepare(&data, user, &password)?;
+    let reset = nasd_manager::PasswordReset::prepare(&data, metadata, user, &password)?;
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
@@ -450,9 +543,12 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     } else {
         args.tls_names.clone()
     };
-    let m = open_manager(&data, &names, manager_config(&file, Some(&args))?).await?;
+    let config = manager_config(&file, Some(&args))?;
+    let metadata = config.metadata(&data);
+    let m = open_manager(&data, &names, config).await?;
     eprintln!(
-        "nasd manager serving {} on {listen} (TLS; clients trust {}); {} drives; Ctrl-C stops it",
+        "nasd manager serving {} on {listen} (TLS; clients trust {}; metadata {metadata}); {} drives; Ctrl-C \
+         stops it",
         data.display(),
         m.tls.ca.display(),
         m.manager.drives().len()
@@ -518,9 +614,43 @@ pub struct UpArgs {
     /// Port of the first drive.
     #[arg(long)]
     first_drive_port: Option<u16>,
-    /// Capacity of each drive, e.g. 20GiB [default: 90% of free space, shared].
+    /// Capacity of each drive, e.g. 20GiB [default: the one recorded at the
+    /// first start, then 90% of the free space shared among the drives].
     #[arg(long)]
     drive_capacity: Option<String>,
+    /// Where the manager keeps its metadata (first start only; recorded in
+    /// DATA/nasd.toml): sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB
+    /// [default: sqlite:DATA/manager/meta.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+}
+
+/// The metadata location of the `nasd up` cluster in `data`: the one
+/// recorded at its first start, else `requested` for a new cluster. Moving
+/// an existing cluster's metadata is refused: its drives are known to the
+/// metadata it has.
+fn up_metadata(data: &Path, recorded: Option<&str>, requested: Option<&str>) -> anyhow::Result<Option<String>> {
+    let parse = |t: &str| parse_metadata(Some(t.to_owned())).map(|l| l.expect("some"));
+    match (recorded, requested) {
+        (Some(r), Some(q)) if parse(r)? != parse(q)? => anyhow::bail!(
+            "the cluster in {} keeps its metadata at {} (recorded in DATA/nasd.toml); run without --metadata",
+            data.display(),
+            parse(r)?
+        ),
+        (Some(r), _) => Ok(Some(r.to_owned())),
+        (None, Some(q)) => {
+            let existing = data.join("manager").join(nasd_manager::META_DB);
+            anyhow::ensure!(
+                !existing.exists(),
+                "the cluster in {} keeps its metadata in {}; --metadata is for a new cluster",
+                data.display(),
+                existing.display()
+            );
+            parse(q)?;
+            Ok(Some(q.to_owned()))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The resolved `[up]` settings, written to `DATA/nasd.toml` on first start.
@@ -565,10 +695,8 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     };
     anyhow::ensure!(first_port as u32 + n <= u16::MAX as u32, "drive ports run past 65535");
     let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
-    let share = match capacity {
-        Some(c) => c,
-        None => free_space(&data)? / 10 * 9 / n as u64,
-    };
+    // Used only by drives starting for the first time.
+    let share = free_space(&data)? / 10 * 9 / n as u64;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut drive_tasks = Vec::new();
     let mut drives = Vec::new();
@@ -579,7 +707,9 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             data: dir.clone(),
             listen,
             block_size: BLOCK_SIZE_DEFAULT,
-            capacity_bytes: Some(share),
+            capacity_bytes: capacity,
+            first_capacity: Some(share),
+            check_backing: false,
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
@@ -590,24 +720,39 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
         })
         .await?;
-        let id = d.store.info().drive_id;
+        let info = d.store.info();
         let master = d.master_key.clone().expect("security is on in nasd up");
-        drives.push((listen, id, master));
+        drives.push(UpDrive { listen, id: info.drive_id, master, dir, capacity: info.capacity_bytes });
         drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
     }
     let manager_listen: SocketAddr = ([127, 0, 0, 1], manager_port).into();
     if cluster.manager.default_layout.is_none() {
         cluster.manager.default_layout = Some(up_default_layout(n).to_string());
     }
-    let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config(&cluster.manager, None)?).await?;
-    for (addr, id, master) in &drives {
-        if !m.manager.drives().iter().any(|d| d.drive_id == *id) {
+    cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
+    let config = manager_config(&cluster.manager, None)?;
+    let metadata = config.metadata(&data.join("manager"));
+    let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
+    for d in &drives {
+        if !m.manager.drives().iter().any(|h| h.drive_id == d.id) {
             m.manager
-                .add_drive(&addr.to_string(), master)
+                .add_drive(&d.listen.to_string(), &d.master)
                 .await
-                .map_err(|f| anyhow::anyhow!("cannot take drive {addr} into service: {f}"))?;
+                .map_err(|f| anyhow::anyhow!("cannot take drive {} into service: {f}", d.listen))?;
         }
     }
+    let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
+    if let Some(warning) = unbacked(&data, &backing)? {
+        eprintln!("{warning}");
+    }
+    // The drive tools (`nasd audit`, `nasd scrub --drive`) get each drive's number, address and
+    // drive key; entries for drives not of this cluster are kept.
+    let ours: Vec<String> = drives.iter().map(|d| d.listen.to_string()).collect();
+    cluster.drives.retain(|k| !ours.contains(&k.addr));
+    for d in &drives {
+        cluster.drives.push(save_drive_key(&m.manager, d)?);
+    }
+    cluster.drives.sort_by_key(|k| k.number);
     cluster.up = config::UpSection {
         data: Some(data.clone()),
         drives: Some(n),
@@ -625,7 +770,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         reply_timeout_secs: cluster.client.reply_timeout_secs,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
-    print_banner(&data, &config_path, manager_listen, &drives, share);
+    print_banner(&data, &config_path, manager_listen, &drives, &metadata);
     let server = serve_manager(&m, manager_listen, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
@@ -647,14 +792,60 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_banner(data: &Path, config: &Path, manager: SocketAddr, drives: &[(SocketAddr, [u8; 16], Key)], share: u64) {
-    let first = drives.first().map(|d| d.0.to_string()).unwrap_or_default();
-    let last = drives.last().map(|d| d.0.to_string()).unwrap_or_default();
+/// One drive of `nasd up`, opened.
+struct UpDrive {
+    listen: SocketAddr,
+    id: [u8; 16],
+    master: Key,
+    dir: PathBuf,
+    capacity: u64,
+}
+
+/// Where `nasd up` keeps each drive's drive key for the drive tools: the
+/// drive's directory, beside its master key (0600, as that one).
+pub const DRIVE_KEY_FILE: &str = "drive.key";
+
+/// Writes the drive key the manager holds for `d` to `DIR/drive.key` (0600;
+/// rewritten only if it differs) and returns the drive's `[[drives]]` entry.
+/// Nothing new is exposed: the master key beside it, as readable, controls
+/// the drive entirely.
+fn save_drive_key(manager: &Manager, d: &UpDrive) -> anyhow::Result<config::KnownDrive> {
+    let handle = manager
+        .drives()
+        .into_iter()
+        .find(|h| h.drive_id == d.id)
+        .with_context(|| format!("drive {} is not in the manager's drive table", d.listen))?;
+    let key = handle.keys().drive;
+    let file = d.dir.join(DRIVE_KEY_FILE);
+    match nasd_crypto::read_key_file(&file) {
+        Ok(k) if k == key => {}
+        Ok(_) => write_secret_file(&file, &format!("{}\n", key.to_hex()))?,
+        Err(_) if !file.exists() => nasd_crypto::create_key_file(&file, &key)
+            .with_context(|| format!("cannot save the drive key to {}", file.display()))?,
+        Err(_) => write_secret_file(&file, &format!("{}\n", key.to_hex()))?,
+    }
+    Ok(config::KnownDrive { number: handle.drive, addr: d.listen.to_string(), drive_key_file: Some(file) })
+}
+
+fn print_banner(
+    data: &Path,
+    config: &Path,
+    manager: SocketAddr,
+    drives: &[UpDrive],
+    metadata: &nasd_manager::Location,
+) {
+    let first = drives.first().map(|d| d.listen.to_string()).unwrap_or_default();
+    let last = drives.last().map(|d| d.listen.to_string()).unwrap_or_default();
+    let capacity = match drives.iter().map(|d| d.capacity).min() {
+        Some(min) if drives.iter().all(|d| d.capacity == min) => size::human(min),
+        _ => "various".to_string(),
+    };
     eprintln!();
     eprintln!("nasd is up");
     eprintln!("  manager   {manager} (TLS)");
-    eprintln!("  drives    {} x {} ({first} .. {last})", drives.len(), size::human(share));
+    eprintln!("  drives    {} x {capacity} ({first} .. {last})", drives.len());
     eprintln!("  data      {}", data.display());
+    eprintln!("  metadata  {metadata}");
     eprintln!("  config    {}", config.display());
     eprintln!();
     // Commands find the config by themselves only at ./nasd-data/nasd.toml.
@@ -675,40 +866,137 @@ pub struct LocalCluster {
     /// How a client reaches and logs in to it.
     pub client: config::ClientSection,
     stop: watch::Sender<bool>,
+    drives: Vec<ClusterDrive>,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The manager's runtime, with [`ClusterSetup::own_runtimes`].
+    _manager_runtime: Option<OwnRuntime>,
+}
+
+/// How [`LocalCluster::start_with`] sets a cluster up.
+#[derive(Clone)]
+pub struct ClusterSetup {
+    /// Number of drives.
+    pub drives: u32,
+    /// Bytes of storage each drive may use.
+    pub capacity: u64,
+    /// Emulated slow media on every drive (`DriveConfig::throttle_bytes_per_sec`,
+    /// a test aid for benchmarks): data bytes per second; `None`: no pacing.
+    pub throttle_bytes_per_sec: Option<u64>,
+    /// The manager's configuration (default layout, repair delay, ...).
+    pub manager: ManagerConfig,
+    /// Serve each drive, and the manager, on a runtime of its own, as
+    /// separate processes would: their threads are named `nasd-drive-N` and
+    /// `nasd-manager` (so their CPU time can be told apart from the
+    /// caller's, [`THREAD_PREFIX_DRIVE`]), and [`LocalCluster::stop_drive`]
+    /// can take a drive away with its connections. Otherwise everything
+    /// runs on the caller's runtime, as `nasd up` runs it.
+    pub own_runtimes: bool,
+}
+
+/// Thread-name prefix of drives served on runtimes of their own.
+pub const THREAD_PREFIX_DRIVE: &str = "nasd-drive-";
+/// Thread name of a manager served on a runtime of its own.
+pub const THREAD_NAME_MANAGER: &str = "nasd-manager";
+/// How long an idle blocking thread of those runtimes lives: long enough
+/// that a benchmark's per-thread CPU accounting does not lose threads.
+const OWN_RUNTIME_KEEP_ALIVE: Duration = Duration::from_secs(3600);
+
+/// One drive of a [`LocalCluster`].
+struct ClusterDrive {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    runtime: Option<OwnRuntime>,
+}
+
+/// A runtime owned by a cluster member, shut down without waiting when
+/// dropped (dropping a runtime inside another one's task would panic): the
+/// tasks still on it — a stopped drive's open connections — end at once.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl OwnRuntime {
+    fn new(name: String, workers: usize) -> anyhow::Result<OwnRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name(name)
+            .thread_keep_alive(OWN_RUNTIME_KEEP_ALIVE)
+            .enable_all()
+            .build()?;
+        Ok(OwnRuntime(Some(rt)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime present until dropped").handle()
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl LocalCluster {
-    /// Starts `drives` drives of `capacity` bytes each and a manager under `data`.
+    /// Starts `drives` drives of `capacity` bytes each and a manager under
+    /// `data`, all on the caller's runtime, with the default manager config.
     pub async fn start(data: &Path, drives: u32, capacity: u64) -> anyhow::Result<LocalCluster> {
+        let setup = ClusterSetup {
+            drives,
+            capacity,
+            throttle_bytes_per_sec: None,
+            manager: ManagerConfig::default(),
+            own_runtimes: false,
+        };
+        Self::start_with(data, setup).await
+    }
+
+    /// Starts a cluster as `setup` says under `data`.
+    pub async fn start_with(data: &Path, setup: ClusterSetup) -> anyhow::Result<LocalCluster> {
         let (stop, stop_rx) = watch::channel(false);
-        let mut tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = Vec::new();
+        let mut drives = Vec::new();
         let mut added = Vec::new();
-        for i in 0..drives {
+        for i in 0..setup.drives {
             let dir = data.join(format!("drive-{i}"));
             let d = open_drive(DriveSetup {
                 data: dir.clone(),
                 listen: ([127, 0, 0, 1], 0).into(),
                 block_size: BLOCK_SIZE_DEFAULT,
-                capacity_bytes: Some(capacity),
+                capacity_bytes: Some(setup.capacity),
+                first_capacity: None,
+                check_backing: false,
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
                 failure_domain: String::new(),
-                throttle_bytes_per_sec: None,
+                throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
                 connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
             })
             .await?;
-            added.push((d.listener.local_addr()?, d.master_key.clone().expect("security on")));
-            let rx = stop_rx.clone();
-            tasks.push(tokio::spawn(async move {
-                nasd_drive::serve(d.listener, d.store, d.config, stopped(rx)).await.map_err(anyhow::Error::from)
-            }));
+            let addr = d.listener.local_addr()?;
+            added.push((addr, d.master_key.clone().expect("security on")));
+            let (drive_stop, rx) = watch::channel(false);
+            let OpenDrive { store, listener, config, .. } = d;
+            let (task, runtime) = if setup.own_runtimes {
+                // One worker, a drive process's network side; its store work runs on blocking
+                // threads. The listener moves to the drive's runtime (its reactor).
+                let rt = OwnRuntime::new(format!("{THREAD_PREFIX_DRIVE}{i}"), 1)?;
+                let listener = listener.into_std()?;
+                let task = rt.handle().spawn(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    nasd_drive::serve(listener, store, config, stopped(rx)).await.map_err(anyhow::Error::from)
+                });
+                (task, Some(rt))
+            } else {
+                let task = tokio::spawn(async move {
+                    nasd_drive::serve(listener, store, config, stopped(rx)).await.map_err(anyhow::Error::from)
+                });
+                (task, None)
+            };
+            drives.push(ClusterDrive { addr, stop: drive_stop, task: Some(task), runtime });
         }
-        let m = open_manager(&data.join("manager"), &default_tls_names(), ManagerConfig::default()).await?;
-        for (addr, master) in &added {
-            m.manager.add_drive(&addr.to_string(), master).await.map_err(|f| anyhow::anyhow!("{f}"))?;
-        }
+        let m = open_manager(&data.join("manager"), &default_tls_names(), setup.manager.clone()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = config::ClientSection {
             manager: Some(listener.local_addr()?.to_string()),
@@ -720,23 +1008,86 @@ impl LocalCluster {
             reply_timeout_secs: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
-        let maintenance = m.manager.spawn_maintenance(stop_rx.clone());
         let manager = m.manager.clone();
-        tasks.push(tokio::spawn(async move {
-            manager.serve(listener, acceptor, stop_rx).await;
-            maintenance.await?;
-            Ok(())
-        }));
-        Ok(LocalCluster { client, stop, tasks })
+        let serve = async move {
+            for (addr, master) in &added {
+                manager.add_drive(&addr.to_string(), master).await.map_err(|f| anyhow::anyhow!("{f}"))?;
+            }
+            let maintenance = manager.spawn_maintenance(stop_rx.clone());
+            Ok::<_, anyhow::Error>(async move {
+                manager.serve(listener, acceptor, stop_rx).await;
+                maintenance.await?;
+                Ok(())
+            })
+        };
+        let (task, manager_runtime) = if setup.own_runtimes {
+            let rt = OwnRuntime::new(THREAD_NAME_MANAGER.into(), 1)?;
+            let listener_moved = async move {
+                // Drives added and the server started on the manager's runtime.
+                let served = serve.await?;
+                served.await
+            };
+            (rt.handle().spawn(listener_moved), Some(rt))
+        } else {
+            let served = serve.await?;
+            (tokio::spawn(served), None)
+        };
+        let cluster = LocalCluster { client, stop, drives, tasks: vec![task], _manager_runtime: manager_runtime };
+        if cluster._manager_runtime.is_some() {
+            // Drives are added on the manager's runtime: wait until they all are.
+            cluster.wait_for_drives(&m.manager).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The drives' addresses, in the order they were started.
+    pub fn drive_addrs(&self) -> Vec<SocketAddr> {
+        self.drives.iter().map(|d| d.addr).collect()
+    }
+
+    /// Stops drive `i` (its index in [`drive_addrs`](Self::drive_addrs)) as a
+    /// power-off after a clean shutdown would: it stops accepting, commits,
+    /// and its open connections close. Needs [`ClusterSetup::own_runtimes`]
+    /// (on a shared runtime its open connections would go on being served).
+    pub async fn stop_drive(&mut self, i: usize) -> anyhow::Result<()> {
+        let d = self.drives.get_mut(i).with_context(|| format!("no drive {i}"))?;
+        anyhow::ensure!(d.runtime.is_some(), "stopping one drive needs drives on runtimes of their own");
+        let _ = d.stop.send(true);
+        if let Some(task) = d.task.take() {
+            task.await??;
+        }
+        d.runtime = None;
+        Ok(())
+    }
+
+    /// Waits (bounded) until the manager knows every drive.
+    async fn wait_for_drives(&self, manager: &Manager) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while manager.drives().len() < self.drives.len() {
+            if self.tasks.iter().any(|t| t.is_finished()) {
+                anyhow::bail!("the manager stopped while taking its drives into service");
+            }
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the manager did not take its drives into service");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Stops everything and waits for the drives' final commits.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            t.await??;
+        for d in &mut self.drives {
+            let _ = d.stop.send(true);
         }
-        Ok(())
+        let mut result = Ok(());
+        for t in self.tasks.drain(..).chain(self.drives.iter_mut().filter_map(|d| d.task.take())) {
+            match t.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = result.and(Err(e)),
+                Err(e) => result = result.and(Err(e.into())),
+            }
+        }
+        result
     }
 }
 
@@ -762,6 +1113,7 @@ mod tests {
             manager_port: Some(manager_port),
             first_drive_port,
             drive_capacity: Some("64MiB".into()),
+            metadata: None,
         };
         let up_once = |first_drive_port| {
             let args = args(first_drive_port);

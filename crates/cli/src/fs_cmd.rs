@@ -3,18 +3,23 @@
 
 use crate::config::ClientSection;
 use crate::size;
+use crate::transfer::{self, CopyOptions, Loc};
 use anyhow::Context;
 use clap::Subcommand;
-use indicatif::{ProgressBar, ProgressStyle};
 use nasd_fs::{FileKind, FsClient, FsConfig, FsError, FsStatus};
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-
-/// Files at least this large get a progress bar (on a terminal).
-const PROGRESS_MIN_BYTES: u64 = 4 * 1024 * 1024;
+use std::path::PathBuf;
 
 /// Prefix that marks a path in nasd (rather than on this machine) in `cp`.
 const REMOTE_PREFIX: &str = "nasd:";
+
+/// How a command logs in to the manager: every command that does takes `--user`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Login {
+    /// Log in as this user instead of the configured one (password from
+    /// $NASD_PASSWORD, else asked for).
+    #[arg(long, env = "NASD_USER", value_name = "NAME")]
+    pub user: Option<String>,
+}
 
 #[derive(Subcommand)]
 pub enum FsCommand {
@@ -25,6 +30,8 @@ pub enum FsCommand {
         long: bool,
         /// Paths in nasd [default: /].
         paths: Vec<String>,
+        #[command(flatten)]
+        login: Login,
     },
     /// Create directories.
     Mkdir {
@@ -37,49 +44,146 @@ pub enum FsCommand {
         /// Paths in nasd.
         #[arg(required = true)]
         paths: Vec<String>,
+        #[command(flatten)]
+        login: Login,
     },
-    /// Copy a local file into nasd (REMOTE may be a directory).
-    Put { local: PathBuf, remote: String },
-    /// Copy a file out of nasd (LOCAL may be a directory; default: current directory).
-    Get { remote: String, local: Option<PathBuf> },
+    /// Copy a local file (or with -r a directory tree) into nasd.
+    ///
+    /// REMOTE may be a directory: the copy goes into it under its own name.
+    /// A trailing slash (`/docs/`) says REMOTE is a directory that must exist.
+    /// An existing file is replaced whole, keeping its permission bits; a
+    /// failed or interrupted copy leaves nothing behind.
+    Put {
+        /// Copy a directory and everything under it.
+        #[arg(short, long)]
+        recursive: bool,
+        /// Never replace an existing file (those are named on stderr and left alone).
+        #[arg(short, long)]
+        no_clobber: bool,
+        /// The file or directory on this machine.
+        local: PathBuf,
+        /// Where in nasd: a file, or a directory to copy into.
+        remote: String,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Copy a file (or with -r a directory tree) out of nasd.
+    ///
+    /// LOCAL may be a directory: the copy goes into it under its own name.
+    /// A trailing slash says LOCAL is a directory that must exist. An existing
+    /// file is replaced whole, keeping its permission bits; a failed or
+    /// interrupted copy leaves nothing behind.
+    Get {
+        /// Copy a directory and everything under it.
+        #[arg(short, long)]
+        recursive: bool,
+        /// Never replace an existing file (those are named on stderr and left alone).
+        #[arg(short, long)]
+        no_clobber: bool,
+        /// The file or directory in nasd.
+        remote: String,
+        /// Where on this machine: a file, or a directory to copy into [default: .].
+        local: Option<PathBuf>,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Copy files; paths in nasd start with `nasd:` (e.g. nasd cp big.iso nasd:/data/).
-    Cp { source: String, destination: String },
+    ///
+    /// Into, out of or within nasd, as put and get do (-r for trees,
+    /// -n to leave existing files alone, a trailing slash for a directory
+    /// that must exist).
+    Cp {
+        /// Copy a directory and everything under it.
+        #[arg(short, long)]
+        recursive: bool,
+        /// Never replace an existing file (those are named on stderr and left alone).
+        #[arg(short, long)]
+        no_clobber: bool,
+        /// What to copy: a local path, or nasd:PATH.
+        source: String,
+        /// Where to: a local path, or nasd:PATH (a directory to copy into, or a file).
+        destination: String,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Print files to standard output.
     Cat {
+        /// Files in nasd.
         #[arg(required = true)]
         paths: Vec<String>,
+        #[command(flatten)]
+        login: Login,
     },
     /// Remove files (and with -r, directories and everything under them).
     Rm {
         /// Remove directories and their contents.
         #[arg(short, long)]
         recursive: bool,
+        /// Paths in nasd.
         #[arg(required = true)]
         paths: Vec<String>,
+        #[command(flatten)]
+        login: Login,
     },
     /// Remove empty directories.
     Rmdir {
+        /// Directories in nasd.
         #[arg(required = true)]
         paths: Vec<String>,
+        #[command(flatten)]
+        login: Login,
     },
     /// Rename or move (atomically; replaces an existing target).
-    Mv { source: String, destination: String },
+    Mv {
+        /// What to move, in nasd.
+        source: String,
+        /// The new name, or a directory to move into (a trailing slash: one that must exist).
+        destination: String,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Make a link: hard by default, symbolic with -s.
     Ln {
         /// Symbolic link.
         #[arg(short, long)]
         symbolic: bool,
+        /// What the link points to (for a hard link, an existing file in nasd).
         target: String,
+        /// The new link's path in nasd.
         link: String,
+        #[command(flatten)]
+        login: Login,
     },
-    /// Show a file's attributes (size and times from its drive).
-    Stat { path: String },
+    /// Show a file's attributes (as the manager records them, like `ls -l`).
+    Stat {
+        /// A path in nasd.
+        path: String,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Change permission bits (octal, e.g. 640).
-    Chmod { mode: String, path: String },
+    Chmod {
+        /// Permission bits, octal (e.g. 640).
+        mode: String,
+        /// A path in nasd.
+        path: String,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Change owner and/or group: UID, UID:GID, :GID, or user names (administrators).
-    Chown { owner: String, path: String },
+    Chown {
+        /// OWNER, OWNER:GROUP or :GROUP; numbers or user names.
+        owner: String,
+        /// A path in nasd.
+        path: String,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Space on every drive and what the file system holds.
-    Df,
+    Df {
+        #[command(flatten)]
+        login: Login,
+    },
     /// Show a quota (your own uid's by default; --uid or --dir for another),
     /// or, with --bytes or --files, set it (administrators; `none` removes a
     /// limit, both `none` the quota). Over a quota, writes fail with EDQUOT.
@@ -96,6 +200,8 @@ pub enum FsCommand {
         /// Set the inode limit: a count or `none`.
         #[arg(long, value_parser = parse_count_limit)]
         files: Option<Limit>,
+        #[command(flatten)]
+        login: Login,
     },
 }
 
@@ -117,35 +223,55 @@ fn parse_count_limit(s: &str) -> Result<Limit, String> {
     s.trim().parse::<u64>().map(|v| Limit(Some(v))).map_err(|e| format!("'{s}' is not a count: {e}"))
 }
 
+impl FsCommand {
+    /// How this command logs in.
+    pub fn login(&self) -> &Login {
+        use FsCommand::*;
+        match self {
+            Ls { login, .. } | Mkdir { login, .. } | Put { login, .. } | Get { login, .. } | Cp { login, .. } => login,
+            Cat { login, .. } | Rm { login, .. } | Rmdir { login, .. } | Mv { login, .. } | Ln { login, .. } => login,
+            Stat { login, .. } | Chmod { login, .. } | Chown { login, .. } | Df { login } => login,
+            Quota { login, .. } => login,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum AdminCommand {
     /// Create a user; the password is read from $NASD_NEW_PASSWORD or asked for.
     AddUser {
+        /// The new user's name.
         name: String,
-        /// User id [default: next free from 1000].
-        #[arg(long, default_value_t = 0)]
-        uid: u32,
+        /// User id [default: the next free one from 1000].
+        #[arg(long)]
+        uid: Option<u32>,
         /// Group id [default: the uid].
-        #[arg(long, default_value_t = 0)]
-        gid: u32,
+        #[arg(long)]
+        gid: Option<u32>,
         /// May run administrator commands.
         #[arg(long)]
         admin: bool,
         /// Supplementary group ids (comma-separated or repeated; at most 32).
         #[arg(long, value_delimiter = ',')]
         groups: Vec<u32>,
+        #[command(flatten)]
+        login: Login,
     },
     /// Replace a user's supplementary groups (none given: no supplementary
     /// groups). Open sessions of the user use them from their next request.
     SetGroups {
+        /// Whose groups.
         name: String,
         /// Group ids (at most 32).
         groups: Vec<u32>,
+        #[command(flatten)]
+        login: Login,
     },
     /// Let a user act as a gateway (a POSIX mount serving many local users,
     /// `nasd mount --map-users`) for the local users whose uid and groups
     /// all lie in IDS, without their passwords; or no longer (--none).
     SetGateway {
+        /// The gateway's user name.
         name: String,
         /// Inclusive id range FIRST-LAST (e.g. 1000-60000; 0-4294967295:
         /// every id, root included).
@@ -154,22 +280,38 @@ pub enum AdminCommand {
         /// Take the grant away.
         #[arg(long)]
         none: bool,
+        #[command(flatten)]
+        login: Login,
     },
     /// List users.
-    Users,
+    Users {
+        #[command(flatten)]
+        login: Login,
+    },
     /// Change a password (yours, or anyone's as administrator).
-    Passwd { name: Option<String> },
+    Passwd {
+        /// Whose password [default: yours].
+        name: Option<String>,
+        #[command(flatten)]
+        login: Login,
+    },
     /// Set a user's password directly in the manager's metadata, without
     /// logging in (when no administrator can: the admin password was lost).
     /// Run it where the manager's data is, with the manager stopped. The new
     /// password is $NASD_NEW_PASSWORD, or else a random one written to
     /// --password-file.
     ResetPassword {
+        /// Whose password.
         name: String,
         /// The manager's data directory (for `nasd up`, DATA/manager)
         /// [default: [manager] data from the config file].
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Where the manager's metadata is, if not in DATA: sqlite:PATH or
+        /// postgres://USER@HOST[:PORT]/DB [default: [manager] metadata from
+        /// the config file, else DATA/meta.sqlite].
+        #[arg(long)]
+        metadata: Option<String>,
         /// Where to write the new password (0600) [default: DATA/NAME.password,
         /// for admin the file `nasd up` and `nasd manager` use].
         #[arg(long)]
@@ -180,11 +322,15 @@ pub enum AdminCommand {
     DriveOut {
         /// The drive's number (see `nasd status`).
         drive: u32,
+        #[command(flatten)]
+        login: Login,
     },
     /// Put a drive taken out back into service.
     DriveIn {
         /// The drive's number (see `nasd status`).
         drive: u32,
+        #[command(flatten)]
+        login: Login,
     },
     /// Take a fresh drive into service with its master key.
     AddDrive {
@@ -193,7 +339,22 @@ pub enum AdminCommand {
         /// File with the drive's master key (64 hex digits).
         #[arg(long)]
         master_key_file: PathBuf,
+        #[command(flatten)]
+        login: Login,
     },
+}
+
+impl AdminCommand {
+    /// How this command logs in (`None`: it does not).
+    pub fn login(&self) -> Option<&Login> {
+        use AdminCommand::*;
+        match self {
+            AddUser { login, .. } | Users { login } | Passwd { login, .. } => Some(login),
+            SetGroups { login, .. } | SetGateway { login, .. } => Some(login),
+            DriveOut { login, .. } | DriveIn { login, .. } | AddDrive { login, .. } => Some(login),
+            ResetPassword { .. } => None,
+        }
+    }
 }
 
 /// Logs in with the `[client]` settings (overridable with `--user`).
@@ -261,25 +422,13 @@ fn base_name(path: &str) -> anyhow::Result<&str> {
     path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty()).context("path has no file name")
 }
 
-fn progress(len: u64, what: &str) -> ProgressBar {
-    if len < PROGRESS_MIN_BYTES || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
-}
-
 /// Runs one user command.
 pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
     match cmd {
-        FsCommand::Ls { long, paths } => ls(fs, long, if paths.is_empty() { vec!["/".into()] } else { paths }).await,
-        FsCommand::Mkdir { parents, mode, paths } => {
+        FsCommand::Ls { long, paths, .. } => {
+            ls(fs, long, if paths.is_empty() { vec!["/".into()] } else { paths }).await
+        }
+        FsCommand::Mkdir { parents, mode, paths, .. } => {
             let mode = parse_mode(&mode)?;
             for p in paths {
                 let p = abs(&p);
@@ -288,10 +437,19 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        FsCommand::Put { local, remote } => put(fs, &local, &abs(&remote)).await,
-        FsCommand::Get { remote, local } => get(fs, &abs(&remote), local.as_deref().unwrap_or(Path::new("."))).await,
-        FsCommand::Cp { source, destination } => copy(fs, &source, &destination).await,
-        FsCommand::Cat { paths } => {
+        FsCommand::Put { recursive, no_clobber, local, remote, .. } => {
+            let opts = CopyOptions { recursive, no_clobber };
+            transfer::copy(fs, Loc::Local(local), Loc::Remote(abs(&remote)), opts).await
+        }
+        FsCommand::Get { recursive, no_clobber, remote, local, .. } => {
+            let local = local.unwrap_or_else(|| PathBuf::from("."));
+            let opts = CopyOptions { recursive, no_clobber };
+            transfer::copy(fs, Loc::Remote(abs(&remote)), Loc::Local(local), opts).await
+        }
+        FsCommand::Cp { recursive, no_clobber, source, destination, .. } => {
+            copy(fs, &source, &destination, CopyOptions { recursive, no_clobber }).await
+        }
+        FsCommand::Cat { paths, .. } => {
             for p in paths {
                 let p = abs(&p);
                 let f = fs.open(&p, false).await.with_context(|| format!("cat {p}"))?;
@@ -299,7 +457,7 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        FsCommand::Rm { recursive, paths } => {
+        FsCommand::Rm { recursive, paths, .. } => {
             for p in paths {
                 let p = abs(&p);
                 anyhow::ensure!(!p.trim_end_matches('/').is_empty(), "refusing to remove the root directory");
@@ -307,15 +465,15 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        FsCommand::Rmdir { paths } => {
+        FsCommand::Rmdir { paths, .. } => {
             for p in paths {
                 let p = abs(&p);
                 fs.rmdir(&p).await.with_context(|| format!("rmdir {p}"))?;
             }
             Ok(())
         }
-        FsCommand::Mv { source, destination } => mv(fs, &abs(&source), &abs(&destination)).await,
-        FsCommand::Ln { symbolic, target, link } => {
+        FsCommand::Mv { source, destination, .. } => mv(fs, &abs(&source), &abs(&destination)).await,
+        FsCommand::Ln { symbolic, target, link, .. } => {
             let link = abs(&link);
             if symbolic {
                 fs.symlink(&target, &link).await.with_context(|| format!("ln -s {target} {link}"))?;
@@ -324,15 +482,15 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        FsCommand::Stat { path } => stat(fs, &abs(&path)).await,
-        FsCommand::Chmod { mode, path } => {
+        FsCommand::Stat { path, .. } => stat(fs, &abs(&path)).await,
+        FsCommand::Chmod { mode, path, .. } => {
             let path = abs(&path);
             fs.chmod(&path, parse_mode(&mode)?).await.with_context(|| format!("chmod {path}"))?;
             Ok(())
         }
-        FsCommand::Chown { owner, path } => chown(fs, &owner, &abs(&path)).await,
-        FsCommand::Df => df(fs).await,
-        FsCommand::Quota { uid, dir, bytes, files } => quota(fs, uid, dir, bytes, files).await,
+        FsCommand::Chown { owner, path, .. } => chown(fs, &owner, &abs(&path)).await,
+        FsCommand::Df { .. } => df(fs).await,
+        FsCommand::Quota { uid, dir, bytes, files, .. } => quota(fs, uid, dir, bytes, files).await,
     }
 }
 
@@ -362,6 +520,20 @@ fn time_string(ns: i64) -> String {
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+}
+
+/// A time to the nanosecond, as `stat` shows it: "2023-11-14 22:13:20.000000123".
+fn precise_time(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:09}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ns.rem_euclid(1_000_000_000)
+    )
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (UTC).
@@ -469,90 +641,18 @@ async fn list_dir(fs: &FsClient, path: &str) -> Result<Vec<(String, FileKind, Op
     }
 }
 
-/// The nasd path to write a copy of `name` to: into `dest` if it is a directory.
-async fn target_path(fs: &FsClient, dest: &str, name: &str) -> anyhow::Result<String> {
-    match fs.stat(dest).await {
-        Ok(st) if st.attr.kind == FileKind::Dir => Ok(join(dest, name)),
-        Ok(_) => Ok(dest.to_string()),
-        Err(e) if e.status() == Some(FsStatus::NotFound) => Ok(dest.to_string()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn put(fs: &FsClient, local: &Path, remote: &str) -> anyhow::Result<()> {
-    let name = local.file_name().and_then(|n| n.to_str()).context("local path has no file name")?;
-    let remote = target_path(fs, remote, name).await?;
-    let src = tokio::fs::File::open(local).await.with_context(|| format!("cannot open {}", local.display()))?;
-    let len = src.metadata().await?.len();
-    let bar = progress(len, name);
-    let f = fs.create(&remote, 0o644, false, true).await.with_context(|| format!("cannot create {remote}"))?;
-    let mut src = bar.wrap_async_read(tokio::io::BufReader::with_capacity(1 << 20, src));
-    f.write_from(0, len, &mut src).await.with_context(|| format!("writing {remote}"))?;
-    f.flush().await.with_context(|| format!("flushing {remote}"))?;
-    f.close().await?;
-    bar.finish_and_clear();
-    Ok(())
-}
-
-async fn get(fs: &FsClient, remote: &str, local: &Path) -> anyhow::Result<()> {
-    let name = base_name(remote)?;
-    let local = if local.is_dir() { local.join(name) } else { local.to_path_buf() };
-    let f = fs.open(remote, false).await.with_context(|| format!("cannot open {remote}"))?;
-    let len = f.size();
-    let bar = progress(len, name);
-    let file = tokio::fs::File::create(&local).await.with_context(|| format!("cannot create {}", local.display()))?;
-    let mut dst = bar.wrap_async_write(tokio::io::BufWriter::with_capacity(1 << 20, file.try_clone().await?));
-    let got = f.read_to(0, len, &mut dst).await.with_context(|| format!("reading {remote}"))?;
-    anyhow::ensure!(got == len, "{remote} shrank while being copied ({got} of {len} bytes)");
-    file.sync_all().await?;
-    bar.finish_and_clear();
-    Ok(())
-}
-
 /// `nasd cp`: paths in nasd carry the `nasd:` prefix.
-pub async fn copy(fs: &FsClient, source: &str, destination: &str) -> anyhow::Result<()> {
-    match (source.strip_prefix(REMOTE_PREFIX), destination.strip_prefix(REMOTE_PREFIX)) {
-        (None, Some(to)) => put(fs, Path::new(source), &abs(to)).await,
-        (Some(from), None) => get(fs, &abs(from), Path::new(destination)).await,
-        (Some(from), Some(to)) => copy_within(fs, from, to, progress).await,
-        (None, None) => {
+pub async fn copy(fs: &FsClient, source: &str, destination: &str, opts: CopyOptions) -> anyhow::Result<()> {
+    let side = |p: &str| match p.strip_prefix(REMOTE_PREFIX) {
+        Some(remote) => Loc::Remote(abs(remote)),
+        None => Loc::Local(PathBuf::from(p)),
+    };
+    match (side(source), side(destination)) {
+        (Loc::Local(_), Loc::Local(_)) => {
             anyhow::bail!("one side of `nasd cp` must be in nasd: prefix it with `nasd:` (nasd cp a.txt nasd:/docs/)")
         }
+        (from, to) => transfer::copy(fs, from, to, opts).await,
     }
-}
-
-/// `nasd cp nasd:FROM nasd:TO`, piece by piece, with the progress bar
-/// `bar_for(length, name)` (as put and get have).
-async fn copy_within(
-    fs: &FsClient,
-    from: &str,
-    to: &str,
-    bar_for: impl FnOnce(u64, &str) -> ProgressBar,
-) -> anyhow::Result<()> {
-    let (from, name) = (abs(from), base_name(from)?.to_string());
-    let to = target_path(fs, &abs(to), &name).await?;
-    let src = fs.open(&from, false).await.with_context(|| format!("cannot open {from}"))?;
-    // Creating the destination truncates it: if it is the source, the data would be lost.
-    match fs.walk(&to, nasd_fs::OpenMode::None).await {
-        Ok(e) if e.attr.ino == src.ino() => anyhow::bail!("{from} and {to} are the same file"),
-        _ => {}
-    }
-    let len = src.size();
-    let bar = bar_for(len, &name);
-    let dst = fs.create(&to, 0o644, false, true).await.with_context(|| format!("cannot create {to}"))?;
-    let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
-    let mut at = 0;
-    while at < len {
-        let data = src.read_at(at, piece.min(len - at)).await?;
-        anyhow::ensure!(!data.is_empty(), "{from} shrank while being copied");
-        dst.write_at(at, &data).await?;
-        at += data.len() as u64;
-        bar.inc(data.len() as u64);
-    }
-    dst.flush().await?;
-    dst.close().await?;
-    bar.finish_and_clear();
-    Ok(())
 }
 
 async fn remove(fs: &FsClient, path: &str, recursive: bool) -> Result<(), FsError> {
@@ -570,7 +670,8 @@ async fn remove(fs: &FsClient, path: &str, recursive: bool) -> Result<(), FsErro
 }
 
 async fn mv(fs: &FsClient, source: &str, destination: &str) -> anyhow::Result<()> {
-    let to = target_path(fs, destination, base_name(source)?).await?;
+    let is_dir = fs.lstat(source).await.with_context(|| format!("mv {source}"))?.attr.kind == FileKind::Dir;
+    let to = transfer::resolve_remote(fs, destination, base_name(source)?, is_dir).await?;
     fs.rename(source, &to).await.with_context(|| format!("mv {source} {to}"))?;
     Ok(())
 }
@@ -589,8 +690,9 @@ async fn stat(fs: &FsClient, path: &str) -> anyhow::Result<()> {
     println!("  owner   uid {} gid {}", a.uid, a.gid);
     println!("  links   {}", a.nlink);
     println!("  inode   {}", a.ino);
-    println!("  modify  {} UTC", time_string(a.mtime_ns));
-    println!("  change  {} UTC", time_string(a.ctime_ns));
+    println!("  access  {} UTC", precise_time(a.atime_ns));
+    println!("  modify  {} UTC", precise_time(a.mtime_ns));
+    println!("  change  {} UTC", precise_time(a.ctime_ns));
     Ok(())
 }
 
@@ -705,25 +807,26 @@ fn parse_id_range(s: &str) -> Result<(u32, u32), String> {
 /// Runs one administrator command.
 pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
-        AdminCommand::AddUser { name, uid, gid, admin, groups } => {
+        AdminCommand::AddUser { name, uid, gid, admin, groups, .. } => {
             let password = new_password(&name)?;
-            fs.add_user_in_groups(&name, &password, uid, gid, &groups, admin)
+            // 0 asks the manager for the next free uid, and for a gid equal to the uid.
+            fs.add_user_in_groups(&name, &password, uid.unwrap_or(0), gid.unwrap_or(0), &groups, admin)
                 .await
                 .with_context(|| format!("cannot add user {name}"))?;
             println!("user {name} added");
         }
-        AdminCommand::SetGroups { name, groups } => {
+        AdminCommand::SetGroups { name, groups, .. } => {
             fs.set_user_groups(&name, &groups).await.with_context(|| format!("cannot set the groups of {name}"))?;
             println!("groups of {name} set");
         }
-        AdminCommand::SetGateway { name, ids, none: _ } => {
+        AdminCommand::SetGateway { name, ids, .. } => {
             fs.set_gateway(&name, ids).await.with_context(|| format!("cannot set the gateway grant of {name}"))?;
             match ids {
                 Some((lo, hi)) => println!("{name} may act for ids {lo}-{hi}"),
                 None => println!("{name} is no longer a gateway"),
             }
         }
-        AdminCommand::Users => {
+        AdminCommand::Users { .. } => {
             println!("{:<20} {:>8} {:>8}  {:<5}  {:<23}  groups", "name", "uid", "gid", "admin", "gateway for");
             for u in fs.users().await? {
                 let groups = u.groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
@@ -732,7 +835,7 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
                 println!("{:<20} {:>8} {:>8}  {admin:<5}  {gateway:<23}  {groups}", u.name, u.uid, u.gid);
             }
         }
-        AdminCommand::Passwd { name } => {
+        AdminCommand::Passwd { name, .. } => {
             let name = name.unwrap_or_else(|| fs.user().to_string());
             let password = new_password(&name)?;
             fs.set_password(&name, &password).await.with_context(|| format!("cannot change the password of {name}"))?;
@@ -741,13 +844,13 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::ResetPassword { .. } => {
             anyhow::bail!("reset-password works on the manager's data directly, without logging in")
         }
-        AdminCommand::DriveOut { drive } => {
+        AdminCommand::DriveOut { drive, .. } => {
             crate::cluster_cmd::drive_state(fs, drive, nasd_fs::DriveState::Out).await?;
         }
-        AdminCommand::DriveIn { drive } => {
+        AdminCommand::DriveIn { drive, .. } => {
             crate::cluster_cmd::drive_state(fs, drive, nasd_fs::DriveState::In).await?;
         }
-        AdminCommand::AddDrive { addr, master_key_file } => {
+        AdminCommand::AddDrive { addr, master_key_file, .. } => {
             let key = nasd_crypto::read_key_file(&master_key_file)?;
             let drive = fs.add_drive(&addr, &key).await.with_context(|| format!("cannot add the drive at {addr}"))?;
             println!("drive {addr} in service as drive {drive}");
@@ -792,6 +895,8 @@ mod tests {
         assert!(parse_id_range("1-4294967296").unwrap_err().contains("not an id"));
     }
 
+    use indicatif::ProgressBar;
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn cp_refuses_to_copy_a_file_onto_itself() {
         let dir = tempfile::tempdir().unwrap();
@@ -800,12 +905,13 @@ mod tests {
         fs.mkdir("/d", 0o755).await.unwrap();
         fs.write_file("/d/a", b"precious").await.unwrap();
         fs.link("/d/a", "/d/hard").await.unwrap();
+        let opts = CopyOptions::default();
         for to in ["nasd:/d/a", "nasd:/d", "nasd:/d/", "nasd:/d/hard"] {
-            let e = copy(&fs, "nasd:/d/a", to).await.expect_err(to);
+            let e = copy(&fs, "nasd:/d/a", to, opts).await.expect_err(to);
             assert!(e.to_string().contains("are the same file"), "{to}: {e:#}");
             assert_eq!(fs.read_file("/d/a").await.unwrap(), b"precious", "cp nasd:/d/a {to} kept the data");
         }
-        copy(&fs, "nasd:/d/a", "nasd:/d/b").await.expect("a copy to another file");
+        copy(&fs, "nasd:/d/a", "nasd:/d/b", opts).await.expect("a copy to another file");
         assert_eq!(fs.read_file("/d/b").await.unwrap(), b"precious");
 
         // Within nasd, cp shows progress like put and get: the bar counts every byte.
@@ -813,7 +919,8 @@ mod tests {
         fs.write_file("/d/big", &big).await.unwrap();
         let shown = std::sync::Arc::new(std::sync::Mutex::new(None));
         let keep = shown.clone();
-        copy_within(&fs, "/d/big", "/d/big2", move |len, name| {
+        let (from, to) = (Loc::Remote("/d/big".into()), Loc::Remote("/d/big2".into()));
+        transfer::copy_with(&fs, from, to, opts, move |len, name, _| {
             let bar = ProgressBar::with_draw_target(Some(len), indicatif::ProgressDrawTarget::hidden());
             bar.set_message(name.to_string());
             *keep.lock().unwrap() = Some(bar.clone());
@@ -823,7 +930,8 @@ mod tests {
         .unwrap();
         let bar = shown.lock().unwrap().take().expect("cp made a progress bar");
         assert_eq!((bar.position(), bar.length()), (big.len() as u64, Some(big.len() as u64)));
-        assert_eq!(bar.message(), "big");
+        // The bar names the file being copied.
+        assert_eq!(bar.message(), "/d/big");
         assert!(fs.read_file("/d/big2").await.unwrap() == big);
         drop(fs);
         cluster.stop().await.unwrap();

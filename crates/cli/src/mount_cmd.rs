@@ -30,6 +30,8 @@ pub struct MountArgs {
     /// within which changes made by other clients show here [default: 1000].
     #[arg(long)]
     attr_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub login: crate::fs_cmd::Login,
 }
 
 /// Mounts, serves until asked to stop, unmounts.

@@ -77,17 +77,9 @@ fn a_panic_in_a_store_task_stops_the_drive() {
     assert!(d.output().contains("a drive task panicked"), "the drive says why it stopped:\n{}", d.log_tail());
 }
 
-/// The master key a drive serving `dir`/drive made as it started (it
-/// listens first, so wait for the file).
+/// The master key a drive serving `dir`/drive made as it started.
 fn master_key(dir: &Path) -> Key {
-    let deadline = Instant::now() + DAEMON_WAIT_MAX;
-    loop {
-        match nasd_crypto::read_key_file(&dir.join("drive").join("master.key")) {
-            Ok(k) => return k,
-            Err(e) => assert!(Instant::now() < deadline, "no master key: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::master_key(&dir.join("drive"))
 }
 
 /// A connection authorized by `drive_key`, with integrity on arguments.

@@ -11,12 +11,12 @@ use nasd_proto::{Protection, Status};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
 
-use common::{free_addr, Daemon, DAEMON_WAIT_MAX};
+use common::{free_addr, master_key, Daemon, DAEMON_WAIT_MAX};
 use nasd_manager::files;
 
 /// A standalone manager on `data`, its output in `log` (run in `log`'s directory).
@@ -29,15 +29,7 @@ fn manager(data: &Path, log: &Path) -> Daemon {
 
 /// Runs `nasd ARGS` to completion.
 fn nasd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
+    common::nasd_command().args(args).output().expect("run nasd")
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -244,19 +236,6 @@ fn lazy_drive(data: &Path, addr: SocketAddr, log: &Path) -> Daemon {
     // The manager knows the drive by its address: a restarted drive must keep it.
     assert_eq!(d.addr, addr, "the drive could not listen on its address again");
     d
-}
-
-/// The master key a drive serving `drive_dir` wrote as it started listening.
-fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
-    // Written as the drive starts listening: wait for a whole one.
-    let deadline = Instant::now() + DAEMON_WAIT_MAX;
-    loop {
-        match nasd_crypto::read_key_file(&drive_dir.join("master.key")) {
-            Ok(k) => return k,
-            Err(e) => assert!(Instant::now() < deadline, "no master key: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A drive connection using `access` as the manager says: its capability,

@@ -9,7 +9,8 @@ use crate::ClientError;
 use nasd_crypto::{DataProtector, FrameKeys, Key, MacAlgorithm, MacValue};
 use nasd_proto::limits::{CAPABILITY_LEN_MAX, DIGEST_LEN, NONCE_LEN};
 use nasd_proto::{
-    decode_error_message, FrameHeader, FramePrefix, KeyType, Kind, Protection, Status, CAPABILITY_FORMAT_SEALED,
+    decode_error_message, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Status,
+    CAPABILITY_FORMAT_SEALED,
 };
 
 /// The key a client protects its requests with (NASD Table 6), and what the
@@ -51,6 +52,16 @@ pub enum Credential {
         /// The key.
         key: Key,
     },
+    /// An identity from the authentication server (DSFS): the public
+    /// credential `K_data` the drive reads and the secret identity key
+    /// `idkey = MAC(K, K_data)` (`nasd_crypto::identity_key`). The drive
+    /// authorizes requests under it by the objects' pre-authorization lists.
+    Identity {
+        /// The credential sent in every frame.
+        data: IdentityData,
+        /// The identity key; never sent.
+        key: Key,
+    },
 }
 
 impl std::fmt::Debug for Credential {
@@ -75,6 +86,9 @@ impl std::fmt::Debug for Credential {
                 .field("key_version", key_version)
                 .field("key", key)
                 .finish(),
+            Credential::Identity { data, key } => {
+                f.debug_struct("Identity").field("data", data).field("key", key).finish()
+            }
         }
     }
 }
@@ -89,6 +103,7 @@ impl Credential {
             Credential::Drive(_) => KeyType::Drive,
             Credential::Partition { .. } => KeyType::Partition,
             Credential::Working { .. } => KeyType::Working,
+            Credential::Identity { .. } => KeyType::Identity,
         }
     }
 
@@ -99,7 +114,8 @@ impl Credential {
             | Credential::Master(key)
             | Credential::Drive(key)
             | Credential::Partition { key, .. }
-            | Credential::Working { key, .. } => Some(key),
+            | Credential::Working { key, .. }
+            | Credential::Identity { key, .. } => Some(key),
         }
     }
 
@@ -114,6 +130,7 @@ impl Credential {
                 s.extend_from_slice(&key_version.to_le_bytes());
                 s
             }
+            Credential::Identity { data, .. } => data.encode().to_vec(),
             Credential::None | Credential::Master(_) | Credential::Drive(_) => Vec::new(),
         }
     }
@@ -121,6 +138,8 @@ impl Credential {
     fn algorithm(&self) -> MacAlgorithm {
         match self {
             Credential::Capability { algorithm, .. } => *algorithm,
+            // An unknown id is refused by `Guard::new` before this is used.
+            Credential::Identity { data, .. } => MacAlgorithm::from_id(data.algorithm).unwrap_or(MacAlgorithm::Blake3),
             _ => MacAlgorithm::Blake3,
         }
     }
@@ -201,8 +220,10 @@ impl Guard {
     /// Checks that `auth` can be used without harm and prepares its keys.
     ///
     /// Refused locally, before anything is sent: inconsistent protection
-    /// options; a key of the hierarchy without `INTEGRITY_ARGS` (the digest
-    /// would be the key itself, handed to every eavesdropper); protection
+    /// options; a key of the hierarchy or an identity without
+    /// `INTEGRITY_ARGS` (the digest would be the key itself, handed to every
+    /// eavesdropper); an identity with `PRIVACY_CAPABILITY` or an unknown
+    /// algorithm; protection
     /// without a key; `PRIVACY_CAPABILITY` with a clear capability token (it
     /// would expose what the caller asked to hide); an oversized token.
     pub fn new(auth: &Auth) -> Result<Guard, String> {
@@ -229,6 +250,14 @@ impl Guard {
             }
             if protection.covers(Protection::PRIVACY_CAPABILITY) && token[0] != CAPABILITY_FORMAT_SEALED {
                 return Err("PRIVACY_CAPABILITY needs a sealed capability token; this one is clear".into());
+            }
+        }
+        if let Credential::Identity { data, .. } = &auth.credential {
+            if MacAlgorithm::from_id(data.algorithm).is_none() {
+                return Err(format!("identity credential with unknown MAC algorithm {}", data.algorithm));
+            }
+            if protection.covers(Protection::PRIVACY_CAPABILITY) {
+                return Err("PRIVACY_CAPABILITY is for capabilities: an identity credential is public".into());
             }
         }
         Ok(Guard { key_type, protection, capability, keys: Some(FrameKeys::new(auth.credential.algorithm(), key)) })

@@ -7,8 +7,11 @@
 //! memory.
 //!
 //! Every request is protected with the client's [`Auth`] (docs/SECURITY.md):
-//! a [`Credential`] (a capability or a key of the hierarchy) and protection
-//! options. Every reply is checked before anything in it is believed: its
+//! a [`Credential`] (a capability, an identity or a key of the hierarchy) and
+//! protection options. A client that also holds an identity
+//! ([`DriveClient::set_identity`]) sends each object operation under
+//! whichever of its capability and identity the partition's authorization
+//! scheme accepts, learning the scheme from the drive. Every reply is checked before anything in it is believed: its
 //! digest, its data tags chunk by chunk, and that it answers this request. A
 //! reply that fails a check is [`ClientError::BadReply`] (or, for a data tag
 //! of a Hash-and-MAC read, [`ClientError::HashAndMacMismatch`], which may
@@ -41,12 +44,13 @@ use auth::Guard;
 use nasd_crypto::{key_context, seal_key};
 use nasd_proto::limits::{
     ARGS_LEN_MAX, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, CHUNK_LEN_DEFAULT, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN,
-    DIGEST_LEN, HEADER_LEN, NONCE_LEN,
+    DIGEST_LEN, HEADER_LEN, NONCE_LEN, PARTITIONS_MAX,
 };
 use nasd_proto::{
-    opcode, AttrMask, Attributes, AuditRecord, DecodeError, DriveInfo, FrameHeader, Kind, OpenTxn, Protection, Region,
-    Reply, Request, Status, VERSION, VERSION_MIN,
+    opcode, AttrMask, Attributes, AuditRecord, AuthScheme, DecodeError, DriveInfo, FrameHeader, Kind, ObjectPal,
+    OpenTxn, Pal, Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
 };
+use std::collections::HashMap;
 use std::sync::Arc;
 use thiserror::Error;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -149,6 +153,15 @@ pub struct DriveClient {
     auth: Auth,
     /// `auth`, checked and prepared (or why it cannot be used).
     guard: Result<Arc<Guard>, String>,
+    /// An identity credential to use instead of `auth` for object
+    /// operations in partitions that accept identities, and its guard.
+    identity: Option<(Auth, Result<Arc<Guard>, String>)>,
+    /// What each partition accepts, as learnt from the drive (at most
+    /// `PARTITIONS_MAX` entries).
+    schemes: HashMap<u64, AuthScheme>,
+    /// Whether the last refusal received was authenticated (a protected
+    /// reply whose digest verified): only those teach the client a scheme.
+    refusal_authenticated: bool,
     /// Drive clock minus local clock, learnt from HELLO and every
     /// authenticated reply.
     clock_offset_ns: i64,
@@ -244,6 +257,7 @@ fn encode_args(req: &Request, data_len: u64) -> Result<Vec<u8>, ClientError> {
             regions.len()
         }
         Request::Flush { objects, .. } => objects.len(),
+        Request::SetPal { pal: ObjectPal { pal, .. }, .. } | Request::SetSuperPal { pal, .. } => pal.entries.len(),
         _ => 0,
     };
     if count > u16::MAX as usize {
@@ -280,6 +294,31 @@ fn check_hello(chunk_len_max: u32, block_size: u32) -> Result<(), ClientError> {
         )));
     }
     Ok(())
+}
+
+/// Which of its credentials a client sends a request under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chosen {
+    /// The [`Auth`].
+    Auth,
+    /// The identity ([`DriveClient::set_identity`]).
+    Identity,
+}
+
+/// The partition whose authorization scheme decides `req`'s credential: an
+/// object operation's, except `CREATE` (which an identity never does).
+fn scheme_partition(req: &Request) -> Option<u64> {
+    match req {
+        Request::Remove { partition, .. }
+        | Request::GetAttr { partition, .. }
+        | Request::SetAttr { partition, .. }
+        | Request::Read { partition, .. }
+        | Request::Write { partition, .. }
+        | Request::FastCopy { partition, .. }
+        | Request::Flush { partition, .. }
+        | Request::BlocksRequired { partition, .. } => Some(*partition),
+        _ => None,
+    }
 }
 
 fn unexpected(what: &str, reply: &Reply) -> ClientError {
@@ -325,6 +364,9 @@ impl DriveClient {
             block_size: 0,
             auth: Auth::default(),
             guard: Ok(Arc::new(Guard::none())),
+            identity: None,
+            schemes: HashMap::new(),
+            refusal_authenticated: false,
             clock_offset_ns: 0,
             sequence: random_u64(),
             broken: false,
@@ -397,6 +439,46 @@ impl DriveClient {
         &self.auth
     }
 
+    /// Gives the client an identity (an [`Auth`] whose credential is
+    /// [`Credential::Identity`]) beside its [`Auth`], or takes it away.
+    ///
+    /// From then on an object operation (all but `CREATE`, which goes
+    /// through the manager) goes under the identity when the [`Auth`]
+    /// holds no key, and when it holds a capability goes under whichever
+    /// of the two the partition's authorization scheme accepts — the
+    /// identity if it accepts both. The client asks the drive for a
+    /// partition's scheme (`GET_AUTH_SCHEME`, under the identity) the first
+    /// time it needs it, and learns a change from an authenticated
+    /// `AUTH_SCHEME_REFUSED`: a call that sends no data (and
+    /// [`write`](Self::write)) is then sent once more under the other
+    /// credential; [`write_from`](Self::write_from), whose data is gone,
+    /// fails and the next call chooses right. Requests under a key of the
+    /// hierarchy never switch.
+    ///
+    /// An identity that cannot be used safely (not an identity credential,
+    /// protection options it cannot have) makes every request that would go
+    /// under it fail with [`ClientError::InvalidRequest`].
+    pub fn set_identity(&mut self, identity: Option<Auth>) {
+        self.identity = identity.map(|auth| {
+            let guard = match auth.credential {
+                Credential::Identity { .. } => Guard::new(&auth).map(Arc::new),
+                _ => Err("set_identity needs an identity credential".to_string()),
+            };
+            (auth, guard)
+        });
+    }
+
+    /// The identity the client holds, if any.
+    pub fn identity(&self) -> Option<&Auth> {
+        self.identity.as_ref().map(|(auth, _)| auth)
+    }
+
+    /// What the client believes `partition` accepts (learnt from the drive;
+    /// None until then).
+    pub fn known_scheme(&self, partition: u64) -> Option<AuthScheme> {
+        self.schemes.get(&partition).copied()
+    }
+
     /// The client's estimate of the drive clock, in nanoseconds (for
     /// nonces; also handy for capability expirations).
     pub fn drive_time_ns(&self) -> u64 {
@@ -410,6 +492,77 @@ impl DriveClient {
 
     fn guard(&self) -> Result<Arc<Guard>, ClientError> {
         self.guard.clone().map_err(ClientError::InvalidRequest)
+    }
+
+    fn guard_of(&self, chosen: Chosen) -> Result<Arc<Guard>, ClientError> {
+        match (chosen, &self.identity) {
+            (Chosen::Identity, Some((_, guard))) => guard.clone().map_err(ClientError::InvalidRequest),
+            _ => self.guard(),
+        }
+    }
+
+    /// Which credential `req` goes under (see [`set_identity`](Self::set_identity)).
+    async fn choose(&mut self, req: &Request) -> Result<Chosen, ClientError> {
+        let Some(partition) = scheme_partition(req) else { return Ok(Chosen::Auth) };
+        if self.identity.is_none() {
+            return Ok(Chosen::Auth);
+        }
+        match self.auth.credential {
+            Credential::None => return Ok(Chosen::Identity),
+            Credential::Capability { .. } => {}
+            _ => return Ok(Chosen::Auth),
+        }
+        let scheme = match self.schemes.get(&partition) {
+            Some(s) => *s,
+            None => match self.probe_scheme(partition).await {
+                Ok(s) => s,
+                // The identity cannot even ask (retired, never installed, …):
+                // the capability is the credential that may still work.
+                Err(ClientError::Status { .. }) => return Ok(Chosen::Auth),
+                Err(e) => return Err(e),
+            },
+        };
+        Ok(if scheme.pals() { Chosen::Identity } else { Chosen::Auth })
+    }
+
+    /// Asks the drive, under the identity, what `partition` accepts, and remembers it.
+    async fn probe_scheme(&mut self, partition: u64) -> Result<AuthScheme, ClientError> {
+        let guard = self.guard_of(Chosen::Identity)?;
+        match self.exchange(&guard, &Request::GetAuthScheme { partition }).await?.reply {
+            Reply::AuthScheme(s) => {
+                self.learn_scheme(partition, s);
+                Ok(s)
+            }
+            other => Err(unexpected("get_auth_scheme", &other)),
+        }
+    }
+
+    fn learn_scheme(&mut self, partition: u64, scheme: AuthScheme) {
+        if self.schemes.len() >= PARTITIONS_MAX && !self.schemes.contains_key(&partition) {
+            self.schemes.clear();
+        }
+        self.schemes.insert(partition, scheme);
+    }
+
+    /// After `req`, sent under `chosen`, failed with `e`: if that was an
+    /// authenticated `AUTH_SCHEME_REFUSED`, records what the partition
+    /// accepts instead and returns the other credential, if the client
+    /// holds it.
+    fn rechoose(&mut self, req: &Request, chosen: Chosen, e: &ClientError) -> Option<Chosen> {
+        if e.status() != Some(Status::AuthSchemeRefused) || !self.refusal_authenticated || self.identity.is_none() {
+            return None;
+        }
+        let partition = scheme_partition(req)?;
+        let (learnt, other) = match chosen {
+            Chosen::Identity => (AuthScheme::CAPABILITIES, Chosen::Auth),
+            Chosen::Auth => (AuthScheme::PALS, Chosen::Identity),
+        };
+        self.learn_scheme(partition, learnt);
+        let holds_other = match other {
+            Chosen::Auth => matches!(self.auth.credential, Credential::Capability { .. }),
+            Chosen::Identity => true,
+        };
+        holds_other.then_some(other)
     }
 
     fn header_for(&mut self, req: &Request, data_len: u64) -> FrameHeader {
@@ -462,6 +615,7 @@ impl DriveClient {
         if checked.authenticated {
             self.learn_clock(&checked.header.nonce);
         }
+        self.refusal_authenticated = checked.authenticated;
         if checked.header.status != 0 {
             if checked.header.data_len != 0 {
                 return Err(ClientError::Protocol("a failed reply carries data".into()));
@@ -521,10 +675,22 @@ impl DriveClient {
     }
 
     /// Sends a request without data and returns its results. A reply that
-    /// carries data (a read) is refused: use [`read`](Self::read).
+    /// carries data (a read) is refused: use [`read`](Self::read). An
+    /// object operation goes under the identity instead of the [`Auth`]
+    /// where the partition's scheme says so ([`set_identity`](Self::set_identity)).
     pub async fn call(&mut self, req: &Request) -> Result<Reply, ClientError> {
-        let guard = self.guard()?;
-        Ok(self.exchange(&guard, req).await?.reply)
+        let chosen = self.choose(req).await?;
+        let guard = self.guard_of(chosen)?;
+        match self.exchange(&guard, req).await {
+            Err(e) => match self.rechoose(req, chosen, &e) {
+                Some(other) => {
+                    let guard = self.guard_of(other)?;
+                    Ok(self.exchange(&guard, req).await?.reply)
+                }
+                None => Err(e),
+            },
+            Ok(head) => Ok(head.reply),
+        }
     }
 
     /// Writes `data` (the regions' bytes in order) and returns bytes written.
@@ -535,7 +701,15 @@ impl DriveClient {
         regions: &[Region],
         data: &[u8],
     ) -> Result<u64, ClientError> {
-        self.write_from(partition, object, regions, data.len() as u64, &mut &data[..]).await
+        let req = Request::Write { partition, object, regions: regions.to_vec() };
+        let chosen = self.choose(&req).await?;
+        match self.write_under(chosen, &req, data.len() as u64, &mut &data[..]).await {
+            Err(e) => match self.rechoose(&req, chosen, &e) {
+                Some(other) => self.write_under(other, &req, data.len() as u64, &mut &data[..]).await,
+                None => Err(e),
+            },
+            ok => ok,
+        }
     }
 
     /// Writes `len` bytes streamed from `src`. Under `INTEGRITY_DATA` every
@@ -548,11 +722,27 @@ impl DriveClient {
         len: u64,
         src: &mut (impl AsyncRead + Unpin),
     ) -> Result<u64, ClientError> {
-        let guard = self.guard()?;
         let req = Request::Write { partition, object, regions: regions.to_vec() };
-        let args = encode_args(&req, len)?;
+        let chosen = self.choose(&req).await?;
+        let r = self.write_under(chosen, &req, len, src).await;
+        if let Err(e) = &r {
+            // The data is gone: learn the scheme for the next call, no retry.
+            self.rechoose(&req, chosen, e);
+        }
+        r
+    }
+
+    async fn write_under(
+        &mut self,
+        chosen: Chosen,
+        req: &Request,
+        len: u64,
+        src: &mut (impl AsyncRead + Unpin),
+    ) -> Result<u64, ClientError> {
+        let guard = self.guard_of(chosen)?;
+        let args = encode_args(req, len)?;
         self.begin()?;
-        let r = self.write_inner(&guard, &req, args, len, src).await;
+        let r = self.write_inner(&guard, req, args, len, src).await;
         self.end(r)
     }
 
@@ -623,11 +813,29 @@ impl DriveClient {
         regions: &[Region],
         dst: &mut (impl AsyncWrite + Unpin),
     ) -> Result<Vec<u64>, ClientError> {
-        let guard = self.guard()?;
         let req = Request::Read { partition, object, regions: regions.to_vec() };
-        let args = encode_args(&req, 0)?;
+        let chosen = self.choose(&req).await?;
+        match self.read_under(chosen, &req, regions, dst).await {
+            // A refusal carries no data: nothing reached `dst`.
+            Err(e) => match self.rechoose(&req, chosen, &e) {
+                Some(other) => self.read_under(other, &req, regions, dst).await,
+                None => Err(e),
+            },
+            ok => ok,
+        }
+    }
+
+    async fn read_under(
+        &mut self,
+        chosen: Chosen,
+        req: &Request,
+        regions: &[Region],
+        dst: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<Vec<u64>, ClientError> {
+        let guard = self.guard_of(chosen)?;
+        let args = encode_args(req, 0)?;
         self.begin()?;
-        let r = self.read_inner(&guard, &req, args, regions, dst).await;
+        let r = self.read_inner(&guard, req, args, regions, dst).await;
         self.end(r)
     }
 
@@ -863,6 +1071,67 @@ impl DriveClient {
         expect_done("set_map_epoch", reply)
     }
 
+    // ------------------------------------------- pre-authorization lists
+    //
+    // The object's and the collections' PALs are the file manager's
+    // decisions: set and read under the drive key or the partition's key
+    // (an object's also under a working key of its partition), the client's
+    // Auth. Each change is durable when it returns, and from then on every
+    // request by identity is checked against it.
+
+    /// Replaces an object's access PAL and the PAL collection it belongs to
+    /// (0: none). A PAL longer than `PAL_ENTRIES_MAX` is refused with
+    /// `PAL_OVERFLOW`, changing nothing.
+    pub async fn set_pal(&mut self, partition: u64, object: u64, pal: &ObjectPal) -> Result<(), ClientError> {
+        let reply = self.call(&Request::SetPal { partition, object, pal: pal.clone() }).await?;
+        expect_done("set_pal", reply)
+    }
+
+    /// An object's access PAL and PAL collection (empty if it has none).
+    pub async fn get_pal(&mut self, partition: u64, object: u64) -> Result<ObjectPal, ClientError> {
+        match self.call(&Request::GetPal { partition, object }).await? {
+            Reply::Pal(p) => Ok(p),
+            other => Err(unexpected("get_pal", &other)),
+        }
+    }
+
+    /// Replaces collection `collection`'s (≠ 0) super PAL; an empty list
+    /// removes it.
+    pub async fn set_super_pal(&mut self, partition: u64, collection: u64, pal: &Pal) -> Result<(), ClientError> {
+        let reply = self.call(&Request::SetSuperPal { partition, collection, pal: pal.clone() }).await?;
+        expect_done("set_super_pal", reply)
+    }
+
+    /// Collection `collection`'s super PAL (empty if it has none).
+    pub async fn get_super_pal(&mut self, partition: u64, collection: u64) -> Result<Pal, ClientError> {
+        match self.call(&Request::GetSuperPal { partition, collection }).await? {
+            Reply::SuperPal(p) => Ok(p),
+            other => Err(unexpected("get_super_pal", &other)),
+        }
+    }
+
+    /// Sets which credentials `partition` accepts for object operations
+    /// (authorized by the drive key or the partition's key, the client's
+    /// [`Auth`]); durable when it returns.
+    pub async fn set_auth_scheme(&mut self, partition: u64, scheme: AuthScheme) -> Result<(), ClientError> {
+        let reply = self.call(&Request::SetAuthScheme { partition, scheme }).await?;
+        expect_done("set_auth_scheme", reply)?;
+        self.learn_scheme(partition, scheme);
+        Ok(())
+    }
+
+    /// What `partition` accepts, asked under the client's [`Auth`] (any
+    /// key, or none), and remembered.
+    pub async fn auth_scheme(&mut self, partition: u64) -> Result<AuthScheme, ClientError> {
+        match self.call(&Request::GetAuthScheme { partition }).await? {
+            Reply::AuthScheme(s) => {
+                self.learn_scheme(partition, s);
+                Ok(s)
+            }
+            other => Err(unexpected("get_auth_scheme", &other)),
+        }
+    }
+
     /// Describes the drive.
     pub async fn inquiry(&mut self) -> Result<DriveInfo, ClientError> {
         match self.call(&Request::Inquiry).await? {
@@ -961,6 +1230,25 @@ impl DriveClient {
         let req = Request::SetMinProtection { partition, protection };
         let reply = self.call_as(credential.clone(), key_management_protection(), &req).await?;
         expect_done("setminprotection", reply)
+    }
+
+    /// Installs identity key `key_id` (one of DSFS's shared keys K; ids only
+    /// grow, at most `IDENTITY_KEYS_MAX` live at once), sealed under and
+    /// authorized by the drive key. Identity keys made with it
+    /// (`nasd_crypto::identity_key`) are accepted from then on.
+    pub async fn set_identity_key(&mut self, drive_key: &Key, key_id: u32, key: &Key) -> Result<(), ClientError> {
+        let sealed_key = seal_key(drive_key, &key_context(opcode::SET_IDENTITY_KEY, 0, key_id), key);
+        let req = Request::SetIdentityKey { key_id, sealed_key };
+        let reply = self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await?;
+        expect_done("set_identity_key", reply)
+    }
+
+    /// Retires identity key `key_id`, authorized by the drive key: every
+    /// identity key made with it is refused from then on (`KEY_VERSION_RETIRED`).
+    pub async fn retire_identity_key(&mut self, drive_key: &Key, key_id: u32) -> Result<(), ClientError> {
+        let req = Request::RetireIdentityKey { key_id };
+        let reply = self.call_as(Credential::Drive(drive_key.clone()), key_management_protection(), &req).await?;
+        expect_done("retire_identity_key", reply)
     }
 
     /// Audit records with sequence numbers above `after`, at most `max`

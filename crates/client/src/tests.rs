@@ -50,6 +50,12 @@ fn credentials() -> Vec<(Credential, MacAlgorithm, Key)> {
     out.push((Credential::Partition { partition: 7, key: k.clone() }, MacAlgorithm::Blake3, k));
     let k = Key::random();
     out.push((Credential::Working { partition: 7, key_version: 3, key: k.clone() }, MacAlgorithm::Blake3, k));
+    let shared = Key::random();
+    for alg in [MacAlgorithm::Blake3, MacAlgorithm::HmacSha256] {
+        let data = nasd_proto::IdentityData { algorithm: alg as u8, key_id: 2, user: 1000, role: 7, expiration_ns: 9 };
+        let key = nasd_crypto::identity_key(&shared, &data).unwrap();
+        out.push((Credential::Identity { data, key: key.clone() }, alg, key));
+    }
     out
 }
 
@@ -59,6 +65,10 @@ fn usable(credential: &Credential, protection: Protection) -> bool {
             !protection.covers(Protection::PRIVACY_CAPABILITY) || token[0] == nasd_proto::CAPABILITY_FORMAT_SEALED
         }
         Credential::None => protection == Protection::NONE,
+        // An identity credential is public: PRIVACY_CAPABILITY would hide nothing.
+        Credential::Identity { .. } => {
+            protection.covers(Protection::INTEGRITY_ARGS) && !protection.covers(Protection::PRIVACY_CAPABILITY)
+        }
         _ => protection.covers(Protection::INTEGRITY_ARGS),
     }
 }
@@ -129,6 +139,7 @@ fn request_frames_verify_as_a_drive_would_for_every_protection() {
                 Credential::Working { partition, key_version, .. } => {
                     assert_eq!(p.capability, &[&partition.to_le_bytes()[..], &key_version.to_le_bytes()].concat()[..])
                 }
+                Credential::Identity { data, .. } => assert_eq!(p.capability, &data.encode()[..]),
                 _ => assert!(p.capability.is_empty()),
             }
             let marker = PLAIN_ARGS_MARKER.to_le_bytes();
@@ -919,4 +930,47 @@ fn replies_are_bound_to_their_request() {
     other[0] ^= 1;
     let (for_other, _) = drive_reply(Some(&keys), &other, &h, Status::Ok, Reply::Done.encode(), [3; 16], 0, 0);
     assert!(matches!(guard.check_reply(&h, &digest, &for_other), Err(ClientError::BadReply(_))));
+}
+
+/// An identity with an unknown algorithm is refused locally; `set_identity`
+/// with anything but an identity credential makes the requests that would
+/// go under it fail without sending anything.
+#[test]
+fn identities_that_cannot_be_used_are_refused_locally() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let data = nasd_proto::IdentityData { algorithm: 3, key_id: 1, user: 1, role: 0, expiration_ns: 1 };
+    let bad = Credential::Identity { data, key: Key::random() };
+    let refused = Guard::new(&Auth::new(bad, Protection::INTEGRITY_ARGS)).err().expect("refused");
+    assert!(refused.contains("unknown MAC algorithm"), "{refused}");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mock = tokio::spawn(async move {
+            // Answers HELLO, then expects nothing more.
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; nasd_proto::limits::HEADER_LEN];
+            s.read_exact(&mut head).await.unwrap();
+            let h = FrameHeader::decode(&head).unwrap();
+            let mut rest = vec![0u8; h.body_len()];
+            s.read_exact(&mut rest).await.unwrap();
+            let reply = Reply::Hello {
+                version: VERSION,
+                drive_id: [1; 16],
+                chunk_len_max: nasd_proto::limits::CHUNK_LEN_MAX,
+                regions_max: 1024,
+                block_size: 4096,
+            };
+            let rh = FrameHeader::reply_to(&h, Status::Ok);
+            s.write_all(&FramePrefix::encode(&rh, &[], &reply.encode(), &[0; 32])).await.unwrap();
+            let mut more = [0u8; 1];
+            assert_eq!(s.read(&mut more).await.unwrap(), 0, "nothing sent after HELLO");
+        });
+        let mut c = DriveClient::connect(addr).await.unwrap();
+        c.set_identity(Some(Auth::new(Credential::Drive(Key::random()), Protection::INTEGRITY_ARGS)));
+        let e = c.read(7, 16, &[Region { offset: 0, length: 1 }]).await.unwrap_err();
+        assert!(matches!(&e, ClientError::InvalidRequest(m) if m.contains("identity credential")), "{e}");
+        drop(c);
+        mock.await.unwrap();
+    });
 }

@@ -4,7 +4,8 @@
 use crate::{ct_eq, mac, open, seal, xor_keystream, Key, MacAlgorithm, MacState, MacValue};
 use nasd_proto::limits::NONCE_LEN;
 use nasd_proto::{
-    CapabilityArgs, Kind, Protection, SealedCapabilityPrefix, CAPABILITY_ARGS_LEN, SEALED_CAPABILITY_PREFIX_LEN,
+    CapabilityArgs, IdentityData, Kind, Protection, SealedCapabilityPrefix, CAPABILITY_ARGS_LEN,
+    SEALED_CAPABILITY_PREFIX_LEN,
 };
 
 /// The keys a frame is protected with, all derived from the request key.
@@ -163,6 +164,18 @@ pub struct StoredDigestMismatch;
 pub fn capability_key(working: &Key, args: &CapabilityArgs) -> Option<Key> {
     let alg = MacAlgorithm::from_id(args.algorithm)?;
     Some(Key::from_bytes(mac(alg, working, &[&args.encode()])))
+}
+
+/// The identity key of DSFS §3.1: `idkey = MAC_alg(K, K_data)`, where K is
+/// the shared identity key `data.key_id` names and `alg` is the
+/// credential's algorithm. The authentication server computes it and hands
+/// it to the user privately; the drive recomputes it from the credential in
+/// each request and its own copy of K, so any change to the user, role,
+/// expiration or key id changes the key and the request's digest fails.
+/// `None` for an unknown algorithm.
+pub fn identity_key(shared: &Key, data: &IdentityData) -> Option<Key> {
+    let alg = MacAlgorithm::from_id(data.algorithm)?;
+    Some(Key::from_bytes(mac(alg, shared, &[&data.encode()])))
 }
 
 fn capability_seal_key(working: &Key) -> Key {

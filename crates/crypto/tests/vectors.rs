@@ -14,18 +14,23 @@
 //!
 //! - manager key 32 × 0x66 and file system id 16 × 0x77 (file handle).
 //!
-//! Vectors (a)–(g) are PROTOCOL.md's S1–S7; (h) is S8.
+//! - identity key K = 32 × 0x88 (key id 2), credential [`identity`]; seal
+//!   nonce 24 × 0x99 (identity key).
+//!
+//! Vectors (a)–(g) are PROTOCOL.md's S1–S7; (h) is S8; (i)–(k) are S9–S11,
+//! and `dsfs_vectors_are_published_in_protocol_md` checks those are in
+//! PROTOCOL.md byte for byte.
 
 use chacha20::cipher::{KeyIvInit, StreamCipher};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use hmac::Mac as _;
 use nasd_crypto::{
-    capability_key, key_context, open_key, seal_with_nonce, unseal_capability, FileHandleKey, FrameKeys, Key,
-    MacAlgorithm,
+    capability_key, identity_key, key_context, open_key, seal_with_nonce, unseal_capability, FileHandleKey, FrameKeys,
+    Key, MacAlgorithm,
 };
 use nasd_proto::{
-    nonce, opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, KeyType, Kind, Protection, Region, Request,
-    SealedCapabilityPrefix, SEALED_CAPABILITY_LEN,
+    nonce, opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Region,
+    Request, SealedCapabilityPrefix, SEALED_CAPABILITY_LEN,
 };
 
 const WORKING: [u8; 32] = [0x11; 32];
@@ -437,4 +442,129 @@ fn h_file_handle() {
     assert!(handles.verify(1000, 42, &tag));
     assert!(!handles.verify(1001, 42, &tag), "bound to the user");
     assert!(!handles.verify(1000, 43, &tag), "bound to the inode");
+}
+
+// ------------------------------------------------------------ DSFS vectors
+
+const IDENTITY_KEY: [u8; 32] = [0x88; 32];
+const IDENTITY_SEAL_NONCE: [u8; 24] = [0x99; 24];
+
+/// The identity credential every DSFS vector uses: algorithm 1 (BLAKE3; 2
+/// for HMAC-SHA-256), identity key id 2, user 1000, role 7, expiration
+/// 2·10^18 ns.
+fn identity(algorithm: u8) -> IdentityData {
+    IdentityData { algorithm, key_id: 2, user: 1000, role: 7, expiration_ns: 2_000_000_000_000_000_000 }
+}
+
+/// Every hex vector of PROTOCOL.md: the code blocks' lines, joined.
+fn published_blocks() -> Vec<String> {
+    let doc = include_str!("../../../docs/PROTOCOL.md");
+    let mut published = Vec::new();
+    let mut block: Option<String> = None;
+    for line in doc.lines() {
+        match (&mut block, line.trim()) {
+            (None, "```") => block = Some(String::new()),
+            (Some(b), "```") => {
+                published.push(std::mem::take(b));
+                block = None;
+            }
+            (Some(b), l) => b.push_str(l),
+            (None, _) => {}
+        }
+    }
+    published
+}
+
+const I_CREDENTIAL: &str = "0301000002000000e8030000070000000000c84e676dc11b";
+const I_IDKEY_BLAKE3: &str = "cc41fb670cb19221111f716d092abf7c2c9f5a7005ab2ee93e820150fa20d520";
+const I_IDKEY_HMAC: &str = "ed6e4552258cfb56573fc3ebce8f47d3261828da8874c43b16d9097742d78a2e";
+const J_DIGEST: &str = "284a33bae30c5bfe71f023f5a1193579ffb86b2404414fa20e16c7510fc72c61";
+const J_FRAME: &str = concat!(
+    "4e41534401010301050000000000000006010000180000001000000000000000",
+    "000000000000000000ca9a3b0000000005000000000000000301000002000000",
+    "e8030000070000000000c84e676dc11b07000000000000001000000000000000",
+    "284a33bae30c5bfe71f023f5a1193579ffb86b2404414fa20e16c7510fc72c61",
+);
+const K_CONTEXT: &str = "6e617364207631206b6579200603000000000000000002000000";
+const K_SEALED: &str = concat!(
+    "999999999999999999999999999999999999999999999999fb7f6d68f3e15959",
+    "ff81a12098c9d0028a653abddccb70b9dabad9619163ea118f728d0092d86da3",
+    "8ad99385acb11715",
+);
+
+#[test]
+fn i_identity_credential_and_identity_keys() {
+    let k = Key::from_bytes(IDENTITY_KEY);
+    check("I_CREDENTIAL", &identity(1).encode(), I_CREDENTIAL);
+    let blake = identity_key(&k, &identity(1)).unwrap();
+    check("I_IDKEY_BLAKE3", blake.expose(), I_IDKEY_BLAKE3);
+    // idkey = keyed BLAKE3 (K, the 24 credential bytes).
+    assert_eq!(*blake.expose(), keyed_blake3(&IDENTITY_KEY, &[&identity(1).encode()]));
+    let hmac = identity_key(&k, &identity(2)).unwrap();
+    check("I_IDKEY_HMAC", hmac.expose(), I_IDKEY_HMAC);
+    let mut m = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(&IDENTITY_KEY).unwrap();
+    m.update(&identity(2).encode());
+    assert_eq!(hmac.expose().as_slice(), m.finalize().into_bytes().as_slice());
+    // Every field is bound: changing any one changes the identity key.
+    for other in [
+        IdentityData { user: 1001, ..identity(1) },
+        IdentityData { role: 8, ..identity(1) },
+        IdentityData { key_id: 3, ..identity(1) },
+        IdentityData { expiration_ns: identity(1).expiration_ns + 1, ..identity(1) },
+    ] {
+        assert_ne!(identity_key(&k, &other).unwrap(), blake, "{other:?}");
+    }
+    assert!(identity_key(&k, &IdentityData { algorithm: 3, ..identity(1) }).is_none());
+}
+
+#[test]
+fn j_getattr_under_an_identity() {
+    let idkey = identity_key(&Key::from_bytes(IDENTITY_KEY), &identity(1)).unwrap();
+    let keys = FrameKeys::new(MacAlgorithm::Blake3, &idkey);
+    let mut hd = FrameHeader::request(opcode::GETATTR, 5);
+    hd.key_type = KeyType::Identity;
+    hd.protection = Protection::INTEGRITY_ARGS;
+    hd.nonce = nonce(NONCE_TIME_NS, 5);
+    let req = Request::GetAttr { partition: 7, object: 16 };
+    let (frame, digest) = protected_prefix(&keys, &hd, &identity(1).encode(), &req.encode_args());
+    check("J_DIGEST", &digest, J_DIGEST);
+    check("J_FRAME", &frame, J_FRAME);
+    assert_eq!(frame.len(), 56 + 24 + 16 + 32);
+    assert_eq!(frame[16], 6, "key type IDENTITY");
+    // The same construction as a capability's: digest = keyed BLAKE3 under
+    // derive_key("nasd v1 frame mac", idkey) of every byte before it.
+    let mac_key = derive("nasd v1 frame mac", idkey.expose());
+    assert_eq!(digest, keyed_blake3(&mac_key, &[&frame[..frame.len() - 32]]));
+    let parsed = FramePrefix::parse(&frame).unwrap();
+    assert_eq!(IdentityData::decode(parsed.capability).unwrap(), identity(1));
+}
+
+#[test]
+fn k_sealed_identity_key() {
+    let drive = Key::from_bytes(NEW_DRIVE_KEY);
+    let context = key_context(opcode::SET_IDENTITY_KEY, 0, 2);
+    check("K_CONTEXT", &context, K_CONTEXT);
+    let sealed = seal_with_nonce(&drive, &IDENTITY_SEAL_NONCE, &context, &IDENTITY_KEY);
+    check("K_SEALED", &sealed, K_SEALED);
+    assert_eq!(sealed, aead_seal(&NEW_DRIVE_KEY, &IDENTITY_SEAL_NONCE, &context, &IDENTITY_KEY));
+    assert_eq!(open_key(&drive, &context, &sealed).unwrap(), Key::from_bytes(IDENTITY_KEY));
+    // Bound to its slot: it does not open as the key of another id.
+    assert!(open_key(&drive, &key_context(opcode::SET_IDENTITY_KEY, 0, 3), &sealed).is_err());
+}
+
+/// S9–S11 are in PROTOCOL.md exactly as computed here.
+#[test]
+fn dsfs_vectors_are_published_in_protocol_md() {
+    let published = published_blocks();
+    for (name, hex) in [
+        ("I_CREDENTIAL", I_CREDENTIAL),
+        ("I_IDKEY_BLAKE3", I_IDKEY_BLAKE3),
+        ("I_IDKEY_HMAC", I_IDKEY_HMAC),
+        ("J_DIGEST", J_DIGEST),
+        ("J_FRAME", J_FRAME),
+        ("K_CONTEXT", K_CONTEXT),
+        ("K_SEALED", K_SEALED),
+    ] {
+        assert!(published.iter().any(|b| b == hex), "{name} is not published in PROTOCOL.md as computed");
+    }
 }

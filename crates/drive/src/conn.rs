@@ -400,8 +400,11 @@ async fn execute(
     let store = &drive.store;
     let result: Result<Reply, (Status, String)> = match request {
         Request::Write { partition, object, regions } => {
-            let check =
-                WriteCheck { append_only: grant.append_only, access_control_version: grant.access_control_version };
+            let check = WriteCheck {
+                append_only: grant.append_only,
+                access_control_version: grant.access_control_version,
+                pal: grant.pal,
+            };
             let target = (*partition, *object, regions.clone(), check);
             return execute_write(rd, wr, ctx, auth, guard, request_digest, target).await;
         }
@@ -458,10 +461,20 @@ async fn execute(
                 Err(e) => Err((e.status(), e.to_string())),
             }
         }
+        Request::GetAuthScheme { partition } => {
+            if *partition == 0 {
+                Err((Status::BadArguments, "partition 0 has no authorization scheme".to_string()))
+            } else {
+                Ok(Reply::AuthScheme(drive.security.scheme(*partition)))
+            }
+        }
         Request::SetDriveKey { .. }
         | Request::SetPartitionKey { .. }
         | Request::SetWorkingKey { .. }
-        | Request::SetMinProtection { .. } => {
+        | Request::SetMinProtection { .. }
+        | Request::SetIdentityKey { .. }
+        | Request::RetireIdentityKey { .. }
+        | Request::SetAuthScheme { .. } => {
             let (d, req) = (drive.clone(), request.clone());
             blocking(move || d.security.manage(&req)).await.map(|()| Reply::Done)
         }
@@ -565,6 +578,25 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         Request::TxnList { partition, after_object, max } => {
             Reply::Txns { txns: store.txn_list(partition, after_object, max as usize)? }
         }
+        // A PAL change is durable when it returns, like a key change: a
+        // revocation by PAL must not come undone in a crash.
+        Request::SetPal { partition, object, pal } => {
+            store.set_pal(partition, object, pal)?;
+            store.commit()?;
+            Reply::Done
+        }
+        Request::GetPal { partition, object } => {
+            let view = store.pal_view(partition, object)?;
+            Reply::Pal(view.access.map(|a| (*a).clone()).unwrap_or_default())
+        }
+        Request::SetSuperPal { partition, collection, pal } => {
+            store.set_super_pal(partition, collection, pal)?;
+            store.commit()?;
+            Reply::Done
+        }
+        Request::GetSuperPal { partition, collection } => {
+            Reply::SuperPal(store.super_pal(partition, collection)?.map(|p| (*p).clone()).unwrap_or_default())
+        }
         Request::Hello { .. }
         | Request::Inquiry
         | Request::Read { .. }
@@ -576,7 +608,11 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         | Request::SetMinProtection { .. }
         | Request::SetMapEpoch { .. }
         | Request::ReadAudit { .. }
-        | Request::Scrub { .. } => unreachable!("handled by execute"),
+        | Request::Scrub { .. }
+        | Request::GetAuthScheme { .. }
+        | Request::SetIdentityKey { .. }
+        | Request::RetireIdentityKey { .. }
+        | Request::SetAuthScheme { .. } => unreachable!("handled by execute"),
     })
 }
 

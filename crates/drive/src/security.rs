@@ -3,15 +3,16 @@
 //! (docs/SECURITY.md, "The drive's checks", in that order).
 
 use nasd_crypto::{
-    capability_key, ct_eq, key_context, open_key, unseal_capability, FrameKeys, Key, MacAlgorithm, KEY_LEN,
+    capability_key, ct_eq, identity_key, key_context, open_key, unseal_capability, FrameKeys, Key, MacAlgorithm,
+    KEY_LEN,
 };
-use nasd_proto::limits::NONCE_LEN;
+use nasd_proto::limits::{IDENTITY_KEYS_MAX, NONCE_LEN};
 use nasd_proto::{
-    opcode, rights, CapabilityArgs, FrameHeader, KeyType, Protection, Region, Request, SealedCapabilityPrefix, Status,
-    ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR, CAPABILITY_FORMAT_SEALED,
+    opcode, rights, AuthScheme, CapabilityArgs, FrameHeader, IdentityData, KeyType, Protection, Region, Request,
+    SealedCapabilityPrefix, Status, ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR, CAPABILITY_FORMAT_SEALED,
 };
-use nasd_store::Store;
-use std::collections::{BTreeSet, HashMap};
+use nasd_store::{PalStamp, Store};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// Most nonces remembered (those inside the window). When full, requests are
@@ -32,6 +33,8 @@ pub const DEFAULT_MIN_PROTECTION: Protection = Protection::INTEGRITY_ARGS;
 
 /// Prefix of the drive settings holding the partitions' minimum map epochs.
 const MAP_EPOCH_SETTING: &str = "mapepoch.";
+/// The drive setting holding the highest identity key id ever installed.
+const IDENTITY_HIGH_SETTING: &str = "idkey.high";
 
 /// A refusal: the status and a message that never contains key material.
 pub type Refusal = (Status, String);
@@ -46,6 +49,8 @@ struct PartitionKeys {
     current: Option<(u32, Key)>,
     previous: Option<(u32, Key)>,
     min: Option<Protection>,
+    /// Which credentials the partition accepts (None: the default, capabilities).
+    scheme: Option<AuthScheme>,
 }
 
 #[derive(Default)]
@@ -54,6 +59,12 @@ struct KeyRing {
     drive: Option<Key>,
     drive_min: Option<Protection>,
     partitions: HashMap<u64, PartitionKeys>,
+    /// The live identity keys (DSFS's shared keys K), by key id; at most
+    /// `IDENTITY_KEYS_MAX`.
+    identity: BTreeMap<u32, Key>,
+    /// The highest identity key id ever installed (since `INITIALIZE`): ids
+    /// only grow, so an id at or below it that is not live is retired.
+    identity_high: u32,
 }
 
 /// Nonces seen inside the window, ordered by time for eviction.
@@ -76,12 +87,48 @@ pub struct Authority {
     pub capability: Option<CapabilityArgs>,
     /// For PARTITION/WORKING keys: the partition they are bound to.
     pub partition_scope: Option<u64>,
+    /// The identity credential, when the key type is IDENTITY.
+    pub identity: Option<IdentityData>,
+    /// The request's protection (checked against the partition minimum
+    /// once the partition is known, for identities).
+    pub protection: Protection,
 }
 
 impl Authority {
-    /// The capability's audit id, 0 otherwise.
+    fn unkeyed(protection: Protection) -> Authority {
+        Authority {
+            keys: None,
+            key_type: KeyType::None,
+            capability: None,
+            partition_scope: None,
+            identity: None,
+            protection,
+        }
+    }
+
+    /// The capability's audit id; for an identity, its user (high 32 bits)
+    /// and role (low 32 bits); 0 otherwise.
     pub fn audit_id(&self) -> u64 {
-        self.capability.as_ref().map_or(0, |c| c.audit_id)
+        match (&self.capability, &self.identity) {
+            (Some(c), _) => c.audit_id,
+            (None, Some(i)) => i.audit_id(),
+            (None, None) => 0,
+        }
+    }
+}
+
+/// The key a request names, as found by `Security::resolve_key`.
+struct Resolved {
+    key: Key,
+    alg: MacAlgorithm,
+    capability: Option<CapabilityArgs>,
+    scope: Option<u64>,
+    identity: Option<IdentityData>,
+}
+
+impl Resolved {
+    fn hierarchy(key: &Key, scope: Option<u64>) -> Resolved {
+        Resolved { key: key.clone(), alg: MacAlgorithm::Blake3, capability: None, scope, identity: None }
     }
 }
 
@@ -184,6 +231,20 @@ impl Security {
                 }
             }
             ["mapepoch", _] => {} // Security::open loads them into `map_epochs`
+            ["idkey", "high"] => {
+                ring.identity_high = <[u8; 4]>::try_from(value).map(u32::from_le_bytes).unwrap_or(u32::MAX);
+            }
+            ["idkey", id] => {
+                if let (Ok(id), Some(k)) = (id.parse::<u32>(), key_from(value)) {
+                    ring.identity.insert(id, k);
+                }
+            }
+            ["scheme", p] => {
+                if let Some(p) = part(ring, p) {
+                    ring.partitions.get_mut(&p).expect("inserted").scheme =
+                        value.first().and_then(|b| AuthScheme::from_bits(*b).ok());
+                }
+            }
             _ => tracing::warn!(setting = name, "unknown drive setting ignored"),
         }
     }
@@ -191,6 +252,11 @@ impl Security {
     /// True if checks are on.
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Which credentials `partition` accepts for object operations.
+    pub fn scheme(&self, partition: u64) -> AuthScheme {
+        lock(&self.keys).partitions.get(&partition).and_then(|pk| pk.scheme).unwrap_or_default()
     }
 
     /// The drive minimum and the partition minimum (if the partition has one).
@@ -220,10 +286,16 @@ impl Security {
             if protection != Protection::NONE || !capability.is_empty() {
                 return refuse(Status::ProtectionUnsupported, "key type NONE carries no protection and no capability");
             }
-            return Ok(Authority { keys: None, key_type: KeyType::None, capability: None, partition_scope: None });
+            return Ok(Authority::unkeyed(protection));
         }
         if header.key_type != KeyType::Capability && !protection.covers(Protection::INTEGRITY_ARGS) {
-            return refuse(Status::ProtectionUnsupported, "key-hierarchy keys require INTEGRITY_ARGS");
+            return refuse(Status::ProtectionUnsupported, "key-hierarchy and identity keys require INTEGRITY_ARGS");
+        }
+        if header.key_type == KeyType::Identity && protection.covers(Protection::PRIVACY_CAPABILITY) {
+            return refuse(
+                Status::ProtectionUnsupported,
+                "an identity credential is public: PRIVACY_CAPABILITY is for capabilities",
+            );
         }
         if header.key_type == KeyType::Capability
             && protection.covers(Protection::PRIVACY_CAPABILITY)
@@ -231,15 +303,22 @@ impl Security {
         {
             return refuse(Status::BadCapability, "PRIVACY_CAPABILITY needs a sealed capability");
         }
-        let (key, alg, cap, scope) = self.resolve_key(header, capability)?;
-        let keys = FrameKeys::new(alg, &key);
+        let r = self.resolve_key(header, capability)?;
+        let keys = FrameKeys::new(r.alg, &r.key);
         if !keys.verify_digest(protection, before_digest, digest) {
             return refuse(Status::BadDigest, "request digest does not verify");
         }
-        if let Some(c) = &cap {
-            self.remember_key(c, &key);
+        if let Some(c) = &r.capability {
+            self.remember_key(c, &r.key);
         }
-        Ok(Authority { keys: Some(keys), key_type: header.key_type, capability: cap, partition_scope: scope })
+        Ok(Authority {
+            keys: Some(keys),
+            key_type: header.key_type,
+            capability: r.capability,
+            partition_scope: r.scope,
+            identity: r.identity,
+            protection,
+        })
     }
 
     /// Checks 5–8 of SECURITY.md on an authenticated request: protection
@@ -267,12 +346,9 @@ impl Security {
     }
 
     /// Finds the key a request names (check 2–3): capability key (computed
-    /// or cached), or a key of the hierarchy.
-    fn resolve_key(
-        &self,
-        header: &FrameHeader,
-        capability: &[u8],
-    ) -> Result<(Key, MacAlgorithm, Option<CapabilityArgs>, Option<u64>), Refusal> {
+    /// or cached), identity key (computed from the credential and the
+    /// identity key it names), or a key of the hierarchy.
+    fn resolve_key(&self, header: &FrameHeader, capability: &[u8]) -> Result<Resolved, Refusal> {
         let ring = lock(&self.keys);
         let not_set = |what: &str| refuse(Status::KeyNotSet, format!("the {what} key has not been set"));
         let selector = |len: usize| -> Result<u64, Refusal> {
@@ -288,14 +364,14 @@ impl Security {
                 }
                 let k = if header.key_type == KeyType::Master { &ring.master } else { &ring.drive };
                 match k {
-                    Some(k) => Ok((k.clone(), MacAlgorithm::Blake3, None, None)),
+                    Some(k) => Ok(Resolved::hierarchy(k, None)),
                     None => not_set(if header.key_type == KeyType::Master { "master" } else { "drive" }),
                 }
             }
             KeyType::Partition => {
                 let p = selector(8)?;
                 match ring.partitions.get(&p).and_then(|pk| pk.partition.as_ref()) {
-                    Some(k) => Ok((k.clone(), MacAlgorithm::Blake3, None, Some(p))),
+                    Some(k) => Ok(Resolved::hierarchy(k, Some(p))),
                     None => not_set("partition"),
                 }
             }
@@ -303,7 +379,7 @@ impl Security {
                 let p = selector(12)?;
                 let version = u32::from_le_bytes(capability[8..12].try_into().expect("4 bytes"));
                 match Self::working_key(&ring, p, version) {
-                    Some(k) => Ok((k, MacAlgorithm::Blake3, None, Some(p))),
+                    Some(k) => Ok(Resolved::hierarchy(&k, Some(p))),
                     None => refuse(
                         Status::KeyVersionRetired,
                         format!("working key version {version} is not current or previous"),
@@ -320,7 +396,27 @@ impl Security {
                 ))?;
                 drop(ring);
                 let key = self.cached_capability_key(&working, &args)?;
-                Ok((key, alg, Some(args), None))
+                Ok(Resolved { key, alg, capability: Some(args), scope: None, identity: None })
+            }
+            KeyType::Identity => {
+                let data = IdentityData::decode(capability)
+                    .map_err(|e| (Status::BadCapability, format!("malformed identity credential: {e}")))?;
+                let shared = match ring.identity.get(&data.key_id) {
+                    Some(k) => k.clone(),
+                    None if data.key_id <= ring.identity_high => {
+                        return refuse(
+                            Status::KeyVersionRetired,
+                            format!("identity key {} is retired: get a new identity key", data.key_id),
+                        )
+                    }
+                    None => return refuse(Status::KeyNotSet, format!("identity key {} has not been set", data.key_id)),
+                };
+                drop(ring);
+                let alg = MacAlgorithm::from_id(data.algorithm)
+                    .ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+                let key =
+                    identity_key(&shared, &data).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+                Ok(Resolved { key, alg, capability: None, scope: None, identity: Some(data) })
             }
             KeyType::None => unreachable!("handled by the caller"),
         }
@@ -426,9 +522,9 @@ impl Security {
             (Class::Open, _) => full,
             (_, KeyType::None) if !self.enabled => full,
             (Class::Master, KeyType::Master) | (Class::Drive, KeyType::Drive) => full,
-            (Class::Partition(_), KeyType::Drive) | (Class::Object { .. }, KeyType::Drive) => full,
+            (Class::Partition(_) | Class::Object { .. } | Class::ObjectOwner(_), KeyType::Drive) => full,
             (Class::Partition(p), KeyType::Partition)
-            | (Class::Object { partition: p, .. }, KeyType::Partition | KeyType::Working) => {
+            | (Class::Object { partition: p, .. } | Class::ObjectOwner(p), KeyType::Partition | KeyType::Working) => {
                 if auth.partition_scope == Some(*p) {
                     full
                 } else {
@@ -440,12 +536,24 @@ impl Security {
                 req,
                 &class,
             ),
+            (Class::Object { .. }, KeyType::Identity) => self.authorize_identity(
+                auth.identity.as_ref().expect("identity key type has an identity"),
+                auth.protection,
+                req,
+                &class,
+            ),
             _ => refuse(Status::WrongKeyType, format!("key type {:?} may not authorize this operation", auth.key_type)),
         }
     }
 
     fn authorize_capability(&self, cap: &CapabilityArgs, req: &Request, class: &Class) -> Result<Grant, Refusal> {
         let Class::Object { partition, objects, right, regions } = class else { unreachable!("object class") };
+        if !self.scheme(*partition).capabilities() {
+            return refuse(
+                Status::AuthSchemeRefused,
+                format!("partition {partition} accepts identities and PALs only, not capabilities"),
+            );
+        }
         if self.store.now_ns() > cap.expiration_ns {
             return refuse(Status::CapabilityExpired, "capability expired");
         }
@@ -510,6 +618,78 @@ impl Security {
         Ok(grant)
     }
 
+    /// Checks a request by identity (DSFS §3.2): the partition accepts
+    /// identities, the request's protection covers the partition's minimum,
+    /// the credential has not expired, and for every object the request
+    /// names, the entries of its access PAL and its collection's super PAL
+    /// that name the user or the role grant the operation's right. No
+    /// capability and no manager: one lookup in the store's PALs.
+    fn authorize_identity(
+        &self,
+        id: &IdentityData,
+        protection: Protection,
+        req: &Request,
+        class: &Class,
+    ) -> Result<Grant, Refusal> {
+        let Class::Object { partition, objects, right, .. } = class else { unreachable!("object class") };
+        if matches!(req, Request::Create { .. }) {
+            return refuse(
+                Status::WrongKeyType,
+                "an identity does not create objects: the partition's manager does, and sets their PALs",
+            );
+        }
+        if !self.scheme(*partition).pals() {
+            return refuse(
+                Status::AuthSchemeRefused,
+                format!("partition {partition} accepts capabilities only, not identities"),
+            );
+        }
+        if !protection.covers(self.minimum(Some(*partition))) {
+            return refuse(Status::ProtectionTooWeak, "request protection is below the drive or partition minimum");
+        }
+        if self.store.now_ns() > id.expiration_ns {
+            return refuse(
+                Status::IdentityExpired,
+                "identity key expired: get a new one from the authentication server",
+            );
+        }
+        if objects.is_empty() {
+            return refuse(Status::NotInPal, "a request by identity must name the objects whose PALs allow it");
+        }
+        let mut needed = *right;
+        if let Request::SetAttr { mask, .. } = req {
+            if mask.contains(nasd_proto::AttrMask::ACCESS_CONTROL_VERSION) {
+                needed |= rights::SET_ACV;
+            }
+        }
+        let mut grant = Grant::default();
+        for &o in objects {
+            // An object (or partition) that is gone is refused with that error: never a pass.
+            let view = self.store.pal_view(*partition, o).map_err(|e| (e.status(), e.to_string()))?;
+            let Some(have) = view.rights_for(id.user, id.role) else {
+                return refuse(
+                    Status::NotInPal,
+                    format!("neither user {} nor role {} is in the PALs of object {o}", id.user, id.role),
+                );
+            };
+            let mut need = needed;
+            if need == rights::WRITE && have & rights::WRITE == 0 && have & rights::APPEND != 0 {
+                // The store checks "at or past the end" under the object's lock.
+                need = rights::APPEND;
+                grant.append_only = true;
+            }
+            if have & need != need {
+                return refuse(
+                    Status::RightsInsufficient,
+                    format!("the PALs of object {o} do not grant this operation"),
+                );
+            }
+            // Checked again where a write installs, under the object's lock.
+            grant.pal = Some(view.stamp);
+        }
+        Ok(grant)
+    }
+
     // --------------------------------------------------------- key management
     //
     // Key changes are serialized by `admin` and written durably (an SQLite
@@ -523,10 +703,12 @@ impl Security {
     /// durably before the drive uses them.
     pub fn manage(&self, req: &Request) -> Result<(), Refusal> {
         let _admin = lock(&self.admin);
-        let change = self.plan(req)?;
+        let Some(change) = self.plan(req)? else {
+            return Ok(()); // nothing to change (a retired identity key retired again)
+        };
         #[cfg(feature = "fault-injection")]
         crate::tasks::fault::settings_write();
-        self.store.put_settings(&[change.setting()]).map_err(io_refusal)?;
+        self.store.put_settings(&change.settings()).map_err(io_refusal)?;
         let mut ring = lock(&self.keys);
         let clears_capability_keys = change.install(&mut ring);
         drop(ring);
@@ -537,11 +719,11 @@ impl Security {
     }
 
     /// What `req` changes, checked against the ring (which only `admin`
-    /// holders change, so it stays valid until installed).
-    fn plan(&self, req: &Request) -> Result<KeyChange, Refusal> {
+    /// holders change, so it stays valid until installed); None if nothing.
+    fn plan(&self, req: &Request) -> Result<Option<KeyChange>, Refusal> {
         let ring = lock(&self.keys);
         let bad_seal = || (Status::BadSealedKey, "sealed key does not open under the authorizing key".to_string());
-        Ok(match req {
+        Ok(Some(match req {
             Request::SetDriveKey { sealed_key } => {
                 let master = ring.master.as_ref().ok_or((Status::KeyNotSet, "no master key".into()))?;
                 let k =
@@ -573,8 +755,41 @@ impl Security {
                 }
                 KeyChange::Minimum { partition: *partition, protection: *protection }
             }
+            Request::SetIdentityKey { key_id, sealed_key } => {
+                let drive = ring.drive.as_ref().ok_or((Status::KeyNotSet, "no drive key".into()))?;
+                let k = open_key(drive, &key_context(opcode::SET_IDENTITY_KEY, 0, *key_id), sealed_key)
+                    .map_err(|_| bad_seal())?;
+                if *key_id <= ring.identity_high {
+                    return refuse(
+                        Status::BadArguments,
+                        format!("identity key ids only grow: {key_id} is not above {}", ring.identity_high),
+                    );
+                }
+                if ring.identity.len() >= IDENTITY_KEYS_MAX {
+                    return refuse(
+                        Status::TooMany,
+                        format!("{IDENTITY_KEYS_MAX} identity keys are live: retire one first"),
+                    );
+                }
+                KeyChange::Identity { key_id: *key_id, key: k }
+            }
+            Request::RetireIdentityKey { key_id } => {
+                if *key_id == 0 || *key_id > ring.identity_high {
+                    return refuse(Status::BadArguments, format!("identity key {key_id} was never installed"));
+                }
+                if !ring.identity.contains_key(key_id) {
+                    return Ok(None);
+                }
+                KeyChange::RetireIdentity { key_id: *key_id }
+            }
+            Request::SetAuthScheme { partition, scheme } => {
+                if *partition == 0 {
+                    return refuse(Status::BadArguments, "partition 0 has no authorization scheme");
+                }
+                KeyChange::Scheme { partition: *partition, scheme: *scheme }
+            }
             _ => unreachable!("not a key-management request"),
-        })
+        }))
     }
 
     /// A partition's minimum cluster map epoch (0 until raised).
@@ -644,6 +859,7 @@ impl Security {
             (format!("key.partition.{partition}"), None),
             (format!("key.working.{partition}"), None),
             (format!("minprot.{partition}"), None),
+            (format!("scheme.{partition}"), None),
             (format!("{MAP_EPOCH_SETTING}{partition}"), None),
         ];
         self.store.put_settings(&changes).map_err(io_refusal)?;
@@ -665,12 +881,33 @@ enum KeyChange {
     Partition(u64, Key),
     Working { partition: u64, current: (u32, Key), previous: Option<(u32, Key)> },
     Minimum { partition: u64, protection: Protection },
+    Identity { key_id: u32, key: Key },
+    RetireIdentity { key_id: u32 },
+    Scheme { partition: u64, scheme: AuthScheme },
 }
 
 impl KeyChange {
-    /// The drive setting that records the change.
+    /// The drive settings that record the change (written in one transaction).
+    fn settings(&self) -> Vec<(String, Option<Vec<u8>>)> {
+        match self {
+            KeyChange::Identity { key_id, key } => vec![
+                (format!("idkey.{key_id}"), Some(key.expose().to_vec())),
+                (IDENTITY_HIGH_SETTING.into(), Some(key_id.to_le_bytes().to_vec())),
+            ],
+            KeyChange::RetireIdentity { key_id } => vec![(format!("idkey.{key_id}"), None)],
+            KeyChange::Scheme { partition, scheme } => {
+                vec![(format!("scheme.{partition}"), Some(vec![scheme.bits()]))]
+            }
+            other => vec![other.setting()],
+        }
+    }
+
+    /// The one drive setting that records a change of the key hierarchy.
     fn setting(&self) -> (String, Option<Vec<u8>>) {
         match self {
+            KeyChange::Identity { .. } | KeyChange::RetireIdentity { .. } | KeyChange::Scheme { .. } => {
+                unreachable!("recorded by `settings`")
+            }
             KeyChange::Drive(k) => ("key.drive".into(), Some(k.expose().to_vec())),
             KeyChange::Partition(p, k) => (format!("key.partition.{p}"), Some(k.expose().to_vec())),
             KeyChange::Working { partition, current, previous } => {
@@ -709,6 +946,16 @@ impl KeyChange {
             KeyChange::Minimum { partition, protection } => {
                 ring.partitions.entry(partition).or_default().min = Some(protection)
             }
+            KeyChange::Identity { key_id, key } => {
+                ring.identity.insert(key_id, key);
+                ring.identity_high = key_id;
+            }
+            KeyChange::RetireIdentity { key_id } => {
+                ring.identity.remove(&key_id);
+            }
+            KeyChange::Scheme { partition, scheme } => {
+                ring.partitions.entry(partition).or_default().scheme = Some(scheme)
+            }
         }
         false
     }
@@ -725,6 +972,10 @@ pub struct Grant {
     /// has it, checked under the object's lock (`nasd_store::WriteCheck`), so
     /// a revocation that completed while its data streamed refuses it.
     pub access_control_version: Option<u64>,
+    /// The PALs a request by identity was authorized against: a write
+    /// installs only if they are still the same (`nasd_store::WriteCheck`),
+    /// so a PAL replaced while its data streamed refuses it.
+    pub pal: Option<PalStamp>,
 }
 
 /// What authority an operation needs.
@@ -737,6 +988,10 @@ pub enum Class {
     Drive,
     /// The partition key of this partition (or the drive key).
     Partition(u64),
+    /// The owner of an object's security attribute: the drive key, or the
+    /// partition or working key of this partition — never a capability or
+    /// an identity (PALs are the manager's decisions, DSFS §3.2).
+    ObjectOwner(u64),
     /// A capability (or a working, partition or drive key) for these objects.
     Object {
         /// The partition.
@@ -760,8 +1015,13 @@ pub fn class_of(req: &Request) -> Class {
         regions: regions.cloned(),
     };
     match req {
-        Hello { .. } | Inquiry => Class::Open,
+        Hello { .. } | Inquiry | GetAuthScheme { .. } => Class::Open,
         Initialize { .. } | SetDriveKey { .. } => Class::Master,
+        SetIdentityKey { .. } | RetireIdentityKey { .. } => Class::Drive,
+        SetAuthScheme { partition, .. } | SetSuperPal { partition, .. } | GetSuperPal { partition, .. } => {
+            Class::Partition(*partition)
+        }
+        SetPal { partition, .. } | GetPal { partition, .. } => Class::ObjectOwner(*partition),
         CreatePartition { .. }
         | RemovePartition { .. }
         | ResizePartition { .. }
@@ -802,7 +1062,9 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | GetAttr { partition, object }
         | SetAttr { partition, object, .. }
         | TxnBegin { partition, object, .. }
-        | TxnEnd { partition, object, .. } => (*partition, *object, none),
+        | TxnEnd { partition, object, .. }
+        | SetPal { partition, object, .. }
+        | GetPal { partition, object } => (*partition, *object, none),
         FastCopy { partition, source } => (*partition, *source, none),
         Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
         Create { partition, .. }
@@ -814,9 +1076,19 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | SetWorkingKey { partition, .. }
         | SetMinProtection { partition, .. }
         | TxnList { partition, .. }
-        | SetMapEpoch { partition, .. } => (*partition, 0, none),
-        Hello { .. } | Inquiry | Initialize { .. } | SetDriveKey { .. } | ReadAudit { .. } | Scrub { .. } => {
-            (0, 0, none)
+        | SetMapEpoch { partition, .. }
+        | SetAuthScheme { partition, .. }
+        | GetAuthScheme { partition } => (*partition, 0, none),
+        SetSuperPal { partition, collection, .. } | GetSuperPal { partition, collection } => {
+            (*partition, *collection, none)
         }
+        Hello { .. }
+        | Inquiry
+        | Initialize { .. }
+        | SetDriveKey { .. }
+        | ReadAudit { .. }
+        | Scrub { .. }
+        | SetIdentityKey { .. }
+        | RetireIdentityKey { .. } => (0, 0, none),
     }
 }

@@ -453,7 +453,7 @@ async fn malformed_headers_close_the_connection() {
         ("reserved field 0x8000", patch(head(g()), 22, &[0, 0x80])),
         ("kind 0", patch(head(g()), 5, &[0])),
         ("kind 3", patch(head(g()), 5, &[3])),
-        ("key_type 6", patch(head(g()), 16, &[6])),
+        ("key_type 7", patch(head(g()), 16, &[7])),
         ("key_type 255", patch(head(g()), 16, &[255])),
         ("protection bit 6", patch(head(g()), 17, &[0x40])),
         ("protection 0xff", patch(head(g()), 17, &[0xff])),
@@ -542,7 +542,7 @@ async fn unknown_operations_keep_the_connection() {
     let data = vec![0x5A; 5000];
     let bytes = frame(with(hdr(0x7777), |h| h.chunk_len = CHUNK_LEN_MIN), &[9; 40], &data);
     d.check("opcode 0x7777 with data", &bytes, Status::UnknownOperation, Then::Continue).await;
-    for op in [0x0000, 0xffff, 0x020a, 0x0306, 0x0100, 0x010c] {
+    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x010e] {
         d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue)
             .await;
     }

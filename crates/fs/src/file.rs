@@ -18,7 +18,7 @@
 
 use crate::binder::FileBinder;
 use crate::txn::{Timer, Txn, TXN_LEASE_FRACTION};
-use crate::{FsClient, FsError};
+use crate::{no_space, FsClient, FsError};
 use nasd_proto::fs::{FileAttr, FsStatus, Ino};
 use nasd_proto::layout::{Layout, Scheme};
 use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode};
@@ -470,6 +470,21 @@ impl Inner {
                 } else {
                     "the writes since the last flush will be rolled back"
                 };
+                let details = failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                // Full drives are not down drives: say so, not "bring them back".
+                if !failures.is_empty() && failures.iter().all(|f| no_space(f.cause.status())) {
+                    let message = format!(
+                        "{doing} {}: no space left: the drives of {} of its {} components are full ({}), more \
+                         than its layout {} tolerates; {advice}. Remove files or add drives (`nasd df` shows \
+                         each drive's use). ({details})",
+                        self.path,
+                        missing.len(),
+                        self.geometry.components(),
+                        drives.join(", "),
+                        self.geometry.layout(),
+                    );
+                    return FsError::Unavailable { missing_drives, tolerates, failures, message };
+                }
                 let message = format!(
                     "{doing} {}: {} of its {} components are unavailable, on {}, and its layout {} tolerates {tolerates}; \
                      {advice}. Bring the drives back (`nasd status` shows which are down) and try again. ({})",
@@ -478,7 +493,7 @@ impl Inner {
                     self.geometry.components(),
                     drives.join(", "),
                     self.geometry.layout(),
-                    failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+                    details,
                 );
                 FsError::Unavailable { missing_drives, tolerates, failures, message }
             }

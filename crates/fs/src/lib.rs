@@ -120,7 +120,7 @@ mod errno {
 }
 
 /// Whether a drive's status means it is out of space.
-fn no_space(status: Option<nasd_proto::Status>) -> bool {
+pub(crate) fn no_space(status: Option<nasd_proto::Status>) -> bool {
     matches!(status, Some(nasd_proto::Status::NoSpace | nasd_proto::Status::QuotaExceeded))
 }
 

@@ -207,3 +207,60 @@ fn a_commit_past_the_quota_escrow_is_refused_and_rolled_back() {
         c.stop().await;
     });
 }
+
+/// A rollback that a drive holds up — it stopped, and the manager has not
+/// noticed yet — revokes the file's capabilities once, not at every
+/// attempt. Every attempt used to bump the access-control version again,
+/// and a `BEGIN_WRITE` waiting on the rollback attempts it every 20 ms:
+/// readers of the file, which fetch new capabilities once per refusal, got
+/// `ACCESS_REVOKED` from the drives that were up faster than they could
+/// use them, and failed with `Unavailable` (found by
+/// `crates/cli/tests/stripe_faults.rs`, the manager's resync of a
+/// component on a drive just killed).
+#[test]
+fn a_rollback_a_drive_holds_up_revokes_capabilities_once() {
+    run(async {
+        let mut c = Cluster::start(ClusterOptions { config: config(), drives: 3, ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let (h, access) = create(&admin, "f").await;
+        let old = pattern(4, 200_000);
+        let txn = begin(&admin, h).await.expect("begin");
+        let s = striper(&pool, &access, &[]);
+        let w = to(s.write(0, &old, 0)).await.expect("write");
+        to(s.flush(&w.written)).await.expect("flush");
+        commit(&admin, h, txn, old.len() as u64, vec![]).await.expect("commit");
+
+        // A writer begins and dies; the parity component's drive stops (the manager, without
+        // heartbeats here, takes it as up: every rollback attempt tries it and fails).
+        let dead = begin(&admin, h).await.expect("begin again");
+        let first = access.components[0].object;
+        let d0 = c.manager.drives().into_iter().find(|d| d.drive == first.drive).expect("drive");
+        let acv = || async { to(d0.getattr(first.object)).await.expect("getattr").access_control_version };
+        let before = acv().await;
+        let parity = access.components[2].object.drive as usize;
+        let stopped = c.drives.remove(parity).halt().await;
+        tokio::time::sleep(Duration::from_millis(1200)).await; // past the 1 s lease
+        for _ in 0..5 {
+            to(c.manager.maintain()).await;
+        }
+        assert_eq!(acv().await, before + 1, "five attempts at the rollback revoked the capabilities once");
+        let fresh = to(admin.walk("/f", OpenMode::Read)).await.expect("walk").access.expect("access");
+        let (back, _) = to(striper(&pool, &fresh, &[]).read(0, 200_000, 200_000)).await.expect("a fresh reader reads");
+        assert!(back == old);
+
+        // The drive comes back: the rollback finishes there, without another revocation.
+        c.drives.insert(parity, stopped.start().await);
+        to(c.manager.maintain()).await;
+        assert_eq!(open_txns(&c, &access).await, vec![None; 3], "rolled back on every drive");
+        assert_eq!(acv().await, before + 1);
+        let late = commit(&admin, h, dead, 1, vec![]).await.unwrap_err();
+        assert_eq!(late.status(), Some(FsStatus::Aborted), "{late}");
+        for missing in [None, Some(0), Some(1), Some(2)] {
+            let s = striper(&pool, &fresh, &missing.into_iter().collect::<Vec<_>>());
+            let (back, _) = to(s.read(0, 200_000, 200_000)).await.expect("read");
+            assert!(back == old, "the old content without component {missing:?}");
+        }
+        c.stop().await;
+    });
+}

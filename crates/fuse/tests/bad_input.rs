@@ -1,6 +1,6 @@
 //! Requests that fail get an errno, and the mount goes on serving: names the
-//! manager refuses (not UTF-8, too long, reserved), a device file nasd cannot
-//! hold, a file whose data is unavailable past its layout's redundancy
+//! manager refuses (not UTF-8, too long, reserved), a FIFO made twice, a
+//! file whose data is unavailable past its layout's redundancy
 //! (drives killed), and a flood of failing requests.
 
 mod common;
@@ -39,11 +39,14 @@ fn failing_requests_get_an_errno_and_the_mount_goes_on() {
     assert_eq!(errno(fs::write(m.join("n".repeat(256)), b"x")), libc::ENAMETOOLONG);
     still_serving(&m, 1);
 
-    // What nasd cannot hold: a FIFO (mknod refuses the type), a device.
+    // A FIFO is an inode nasd keeps; made twice, the second is EEXIST.
     let fifo = std::ffi::CString::new(m.join("fifo").as_os_str().as_bytes()).unwrap();
     // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    // SAFETY: as above.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, -1);
-    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fs::symlink_metadata(m.join("fifo")).unwrap().file_type()));
     still_serving(&m, 2);
 
     // Many failing requests in a row.

@@ -185,3 +185,37 @@ fn extended_attributes_through_the_kernel() {
     assert_eq!(getxattr(&copy, "user.mime", 100).unwrap(), b"text/plain");
     env.stop();
 }
+
+#[test]
+fn writes_past_a_quota_fail_with_edquot() {
+    use std::io::Write;
+    require_fuse!();
+    let mut env = common::Env::start("quota", LIMIT, common::ClusterOptions::default());
+    let m = env.mount();
+    fs::create_dir(m.join("proj")).unwrap();
+    let admin = env.rt().block_on(env.cluster().login(common::ADMIN, common::ADMIN_PW));
+    env.rt()
+        .block_on(async {
+            let proj = admin.walk("/proj", nasd_fs::OpenMode::None).await?.handle();
+            admin.set_quota(nasd_fs::QuotaOf::Dir(proj), Some(1 << 20), Some(100)).await
+        })
+        .expect("set the quota");
+    // 512 KiB pieces: the third finds no room.
+    let piece = vec![7u8; 512 * 1024];
+    let mut f = fs::File::create(m.join("proj/big")).unwrap();
+    f.write_all(&piece).unwrap();
+    f.write_all(&piece).unwrap();
+    let e = f.write_all(&piece).unwrap_err();
+    assert_eq!(common::errno_of(&e), libc::EDQUOT, "{e}");
+    drop(f);
+    assert_eq!(fs::metadata(m.join("proj/big")).unwrap().len(), 1 << 20, "what was accepted, whole");
+    // Inodes too; and a rename out of the quota's tree is EXDEV (mv copies instead).
+    for i in 0..99 {
+        fs::write(m.join(format!("proj/f{i}")), b"").unwrap();
+    }
+    let e = fs::write(m.join("proj/one-too-many"), b"").unwrap_err();
+    assert_eq!(common::errno_of(&e), libc::EDQUOT);
+    let e = fs::rename(m.join("proj/f0"), m.join("f0")).unwrap_err();
+    assert_eq!(common::errno_of(&e), libc::EXDEV);
+    env.stop();
+}

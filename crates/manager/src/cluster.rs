@@ -5,11 +5,12 @@
 
 use crate::health::{self, Transition};
 use crate::placement::Candidate;
-use crate::{Failure, Manager};
+use crate::{DriveHandle, Failure, Manager};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{ClusterStatus, DriveState, DriveStatus, DRIVES_MAX};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Manager {
@@ -79,7 +80,30 @@ impl Manager {
     /// of health: a new map epoch, and for a drive that came back, its open
     /// transactions resolved and repair woken.
     pub(crate) async fn heartbeat(&self, conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>) {
-        let drives = self.drives();
+        self.probe_drives(self.drives(), conns).await;
+    }
+
+    /// Probes the drives in service no heartbeat has reported on yet (a drive
+    /// just added), so that a plan made now (a rebalance) weighs them too.
+    pub(crate) async fn probe_unreported(&self) {
+        let unreported: Vec<_> = {
+            let health = self.health.lock().expect("health lock");
+            self.drives()
+                .into_iter()
+                .filter(|d| !self.is_out(d.drive))
+                .filter(|d| health.get(&d.drive).is_none_or(|h| h.reported.is_none()))
+                .collect()
+        };
+        if !unreported.is_empty() {
+            self.probe_drives(unreported, &tokio::sync::Mutex::new(HashMap::new())).await;
+        }
+    }
+
+    async fn probe_drives(
+        &self,
+        drives: Vec<Arc<DriveHandle>>,
+        conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>,
+    ) {
         let mut conns = conns.lock().await;
         let probes = drives.iter().map(|d| {
             let mut conn = conns.remove(&d.drive).flatten();

@@ -248,42 +248,79 @@ impl Manager {
 
     /// Rolls transaction `txn` back on every component and forgets its
     /// intent once every drive made the rollback durable. Returns whether
-    /// the intent is gone (false: a drive is down; the next pass tries again).
+    /// the intent is gone (false: a drive did not answer; the next pass, or
+    /// a waiting `BEGIN_WRITE`, tries again).
+    ///
+    /// The file's capabilities are revoked once per rollback (and once more
+    /// after a restart of the manager), not at every attempt: a
+    /// `BEGIN_WRITE` waiting on a rollback a drive holds up tries again every
+    /// [`BEGIN_POLL`], and each revocation makes every reader of the file
+    /// fetch new capabilities — at that rate, faster than they can use them.
+    /// Each attempt still sets the file's access-control version on a
+    /// component before it rolls it back (`set_acv` only ever raises it), so
+    /// a writer that is late, not dead, cannot land writes after the
+    /// rollback, outside any transaction: they are refused with
+    /// `ACCESS_REVOKED`, and its `COMMIT` with `ABORTED`. A component once
+    /// rolled back durably is not visited again.
     pub(crate) async fn abort(&self, txn: u64) -> bool {
         let intent = match self.meta(move |ns| ns.abort_intent(txn)).await {
             Ok(i) => i,
-            Err(f) if f.status == FsStatus::NotFound => return true,
+            Err(f) if f.status == FsStatus::NotFound => {
+                self.rollbacks.lock().expect("rollbacks lock").remove(&txn);
+                return true;
+            }
             Err(f) => {
                 tracing::warn!(txn, error = %f, "cannot record an abort");
                 return false;
             }
         };
         let ino = intent.ino;
-        let components = match self.meta(move |ns| ns.getattr(ino)).await {
-            Ok(inode) => inode.components,
-            // The file is gone: its objects are doomed and their transactions go with them.
-            Err(_) => Vec::new(),
-        };
-        if !components.is_empty() {
-            self.revoke_writers(ino).await;
+        let first = !self.rollbacks.lock().expect("rollbacks lock").contains_key(&txn);
+        if first {
+            match self.meta(move |ns| ns.bump_acv(ino)).await {
+                // Revoked; or the file is gone (its objects are doomed, and their transactions
+                // go with them) or has no components.
+                Ok(_) => {}
+                Err(f) if matches!(f.status, FsStatus::NotFound | FsStatus::InvalidArgument) => {}
+                Err(f) => {
+                    tracing::warn!(ino, txn, error = %f, "cannot revoke the capabilities of a rolled-back writer");
+                    return false;
+                }
+            }
+            self.rollbacks.lock().expect("rollbacks lock").entry(txn).or_default();
         }
+        let (components, acv) = match self.meta(move |ns| ns.getattr(ino)).await {
+            Ok(inode) => (inode.components, inode.acv),
+            Err(_) => (Vec::new(), 0),
+        };
+        let done = self.rollbacks.lock().expect("rollbacks lock").get(&txn).cloned().unwrap_or_default();
         let mut all = true;
         let mut unreachable = Vec::new();
         for (idx, c) in components.iter().enumerate() {
+            if done.contains(&idx) {
+                continue;
+            }
             let Ok(d) = self.drive(c.object.drive) else { continue };
             if !self.is_up(d.drive) {
                 unreachable.push((idx, crate::resize::WHOLE));
                 continue;
             }
             let ended = async {
+                d.set_acv(c.object.object, acv).await?;
                 d.txn_end(c.object.object, txn, false).await?;
                 d.flush_objects(&[c.object.object]).await
             };
-            if let Err(e) = ended.await {
-                if e.status() != Some(Status::NoSuchObject) {
+            match ended.await {
+                Ok(()) => {}
+                Err(e) if e.status() == Some(Status::NoSuchObject) => {}
+                Err(e) => {
                     tracing::info!(drive = d.drive, txn, error = %e, "rollback waits for the drive");
                     all = false;
+                    continue;
                 }
+            }
+            if let Some(done) = self.rollbacks.lock().expect("rollbacks lock").get_mut(&txn) {
+                done.insert(idx);
             }
         }
         if !all {
@@ -300,38 +337,23 @@ impl Manager {
                 ns.finish_intent(txn)
             })
             .await;
+        if finished.is_ok() {
+            self.rollbacks.lock().expect("rollbacks lock").remove(&txn);
+        }
         tracing::info!(txn, ino, "write transaction rolled back");
         finished.is_ok()
-    }
-
-    /// Revokes every capability of `ino` before its transaction is rolled
-    /// back, so a writer that is late, not dead, cannot land writes after
-    /// the rollback (outside any transaction, on some components only):
-    /// they are refused with `ACCESS_REVOKED`, and its `COMMIT` with
-    /// `ABORTED`. Best effort per component: a drive that is down takes no
-    /// writes, and the intention log finishes its revocation later.
-    async fn revoke_writers(&self, ino: Ino) {
-        let intents = match self.meta(move |ns| ns.bump_acv(ino)).await {
-            Ok(intents) => intents,
-            Err(e) => return tracing::warn!(ino, error = %e, "cannot revoke the capabilities of a rolled-back writer"),
-        };
-        for i in intents {
-            let Ok(d) = self.drive(i.object.drive) else { continue };
-            if self.is_up(d.drive) {
-                let revoked = async {
-                    d.set_acv(i.object.object, i.acv).await?;
-                    d.flush_objects(&[i.object.object]).await
-                };
-                if let Err(e) = revoked.await {
-                    tracing::info!(drive = d.drive, ino, error = %e, "revocation left to maintenance");
-                }
-            }
-        }
     }
 
     /// Rolls back every transaction whose lease ran out, and finishes
     /// aborts a drive held up (maintenance).
     pub(crate) async fn abort_expired(&self) {
+        // Rollbacks whose intent went another way (the file was removed) are forgotten.
+        let pending: Vec<u64> = self.rollbacks.lock().expect("rollbacks lock").keys().copied().collect();
+        for txn in pending {
+            if let Ok(None) = self.meta(move |ns| ns.intent(txn)).await {
+                self.rollbacks.lock().expect("rollbacks lock").remove(&txn);
+            }
+        }
         let mut after = 0;
         loop {
             let Ok(page) = self.meta(move |ns| ns.intents(after, nasd_meta::BATCH_MAX)).await else { return };

@@ -9,7 +9,7 @@
 use crate::service::Session;
 use crate::{Failure, Manager};
 use nasd_crypto::{FileHandleKey, Key, FILE_SYSTEM_ID_LEN};
-use nasd_meta::{Namespace, Sqlite};
+use nasd_meta::{Namespace, Store};
 use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::manager::{Handle, ManagerRequest};
 
@@ -19,7 +19,7 @@ pub const FILE_SYSTEM_ID_SETTING: &str = "file_system_id";
 
 /// The handle key of the file system in `ns` under the manager key `kek`,
 /// making the file system's id on first use.
-pub(crate) fn load_handle_key(ns: &Namespace<Sqlite>, kek: &Key) -> anyhow::Result<FileHandleKey> {
+pub(crate) fn load_handle_key(ns: &Namespace<Store>, kek: &Key) -> anyhow::Result<FileHandleKey> {
     let unreadable = |e| anyhow::anyhow!("cannot read the file system id: {e}");
     let id = match ns.setting(FILE_SYSTEM_ID_SETTING).map_err(unreadable)? {
         Some(id) => id,

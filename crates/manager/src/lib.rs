@@ -25,7 +25,8 @@ mod repair;
 mod resize;
 pub mod server;
 mod service;
-pub use service::Session;
+pub use nasd_meta::Location;
+pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
 pub mod tls;
@@ -34,7 +35,7 @@ use anyhow::Context;
 use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
-use nasd_meta::{DriveRecord, DriveState, Namespace, Sqlite, User};
+use nasd_meta::{Backend, DriveRecord, DriveState, Namespace, Store, User};
 use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::layout::Layout;
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
@@ -102,6 +103,12 @@ pub struct ManagerConfig {
     /// other drives (until then, writes miss it and it is resynced when it
     /// comes back, which costs far less than a rebuild).
     pub rebuild_delay: Duration,
+    /// Where the metadata lives: `None` is SQLite in the manager's
+    /// directory ([`META_DB`]); a PostgreSQL database for one that another
+    /// machine holds (and, later, several managers share). The manager's
+    /// directory keeps its key ([`KEK_FILE`]) either way: the database holds
+    /// the drive keys sealed with it.
+    pub metadata: Option<Location>,
 }
 
 impl Default for ManagerConfig {
@@ -118,11 +125,17 @@ impl Default for ManagerConfig {
             default_layout: Layout::SINGLE,
             write_lease: Duration::from_secs(60),
             rebuild_delay: Duration::from_secs(600),
+            metadata: None,
         }
     }
 }
 
 impl ManagerConfig {
+    /// Where the metadata of the manager in `dir` lives.
+    pub fn metadata(&self, dir: &Path) -> Location {
+        self.metadata.clone().unwrap_or_else(|| Location::Sqlite(dir.join(META_DB)))
+    }
+
     fn check(&self) -> anyhow::Result<()> {
         let longest = self.read_lifetime.max(self.write_lifetime);
         anyhow::ensure!(
@@ -189,7 +202,7 @@ impl std::error::Error for Failure {}
 
 /// A running file manager.
 pub struct Manager {
-    ns: Arc<Namespace<Sqlite>>,
+    ns: Arc<Namespace<Store>>,
     kek: Key,
     /// Makes and checks file handles ([`handles`]).
     handles: nasd_crypto::FileHandleKey,
@@ -235,6 +248,11 @@ pub struct Manager {
     users_epoch: AtomicU64,
     /// What changed, for `WATCH` ([`changes`]).
     changes: changes::ChangeFeed,
+    /// Rollbacks of write transactions under way in this process: per
+    /// transaction, the components already rolled back durably. A rollback
+    /// revokes the file's capabilities as it enters this map, once
+    /// ([`coordinator`]).
+    rollbacks: std::sync::Mutex<std::collections::HashMap<u64, std::collections::BTreeSet<usize>>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -251,8 +269,8 @@ impl Manager {
         config.check()?;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
-        let db = dir.join(META_DB);
-        let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
+        let location = config.metadata(dir);
+        let backend = location.open().map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
         let ns = Namespace::new(backend, config.default_layout)
             .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
@@ -280,6 +298,7 @@ impl Manager {
             reserved: Default::default(),
             users_epoch: AtomicU64::new(0),
             changes: changes::ChangeFeed::new(),
+            rollbacks: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
@@ -337,10 +356,10 @@ impl Manager {
         self.inode_locks[(ino % INODE_LOCK_STRIPES as u64) as usize].lock().await
     }
 
-    /// Runs `f` on the name space off the async threads (SQLite blocks).
+    /// Runs `f` on the name space off the async threads (the metadata calls block).
     async fn meta<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&Namespace<Sqlite>) -> Result<R, FsStatus> + Send + 'static,
+        f: impl FnOnce(&Namespace<Store>) -> Result<R, FsStatus> + Send + 'static,
     ) -> Result<R, Failure> {
         let ns = self.ns.clone();
         match tokio::task::spawn_blocking(move || f(&ns)).await {
@@ -552,16 +571,18 @@ impl Manager {
 }
 
 /// An offline password reset: sets a user's password directly in the
-/// metadata of the manager whose directory is given, without logging in —
-/// the way back when no administrator can log in (`nasd admin
-/// reset-password`). Meant for a stopped manager; SQLite's locking keeps it
-/// safe beside a running one, whose sessions already logged in go on.
+/// metadata of a manager (in its directory, or where its configuration
+/// says), without logging in — the way back when no administrator can log
+/// in (`nasd admin reset-password`). Meant for a stopped manager; the
+/// database's transactions keep it safe beside a running one, whose sessions
+/// already logged in go on.
 /// [`PasswordReset::prepare`] checks and hashes, [`PasswordReset::commit`]
 /// changes: the caller can store the new password somewhere durable in
 /// between, and keep the old one if either fails.
 pub struct PasswordReset {
-    ns: Namespace<Sqlite>,
-    db: std::path::PathBuf,
+    ns: Namespace<Store>,
+    /// Where the metadata is (never shows a password).
+    location: Location,
     name: String,
     hash: String,
 }
@@ -573,37 +594,44 @@ impl std::fmt::Debug for PasswordReset {
 }
 
 impl PasswordReset {
-    /// Opens the metadata in `dir`, checks the password's length and that
-    /// user `name` exists, and hashes the password. Changes nothing.
+    /// Opens the metadata of the manager in `dir` (at `metadata` if given,
+    /// else `DIR/`[`META_DB`]), checks the password's length and that user
+    /// `name` exists, and hashes the password. Creates and changes nothing.
     ///
     /// # Errors
-    /// `dir` holds no metadata database, a password shorter than
+    /// No metadata there, a password shorter than
     /// [`passwords::PASSWORD_MIN`] or longer than a `LOGIN` can carry, no
     /// such user, the database cannot be read.
-    pub fn prepare(dir: &Path, name: &str, password: &str) -> anyhow::Result<Self> {
-        let db = dir.join(META_DB);
-        anyhow::ensure!(
-            db.exists(),
-            "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, \
-             DATA/manager)",
-            dir.display()
-        );
+    pub fn prepare(dir: &Path, metadata: Option<&Location>, name: &str, password: &str) -> anyhow::Result<Self> {
+        let location = metadata.cloned().unwrap_or_else(|| Location::Sqlite(dir.join(META_DB)));
+        let backend = match location.open_existing() {
+            Err(nasd_meta::MetaError::Missing(_)) if metadata.is_none() => anyhow::bail!(
+                "{} holds no manager metadata ({META_DB}): give the manager's data directory (for `nasd up`, \
+                 DATA/manager)",
+                dir.display()
+            ),
+            Err(e) => anyhow::bail!("cannot open the metadata at {location}: {e}"),
+            Ok(backend) => backend,
+        };
         anyhow::ensure!(
             (passwords::PASSWORD_MIN..=nasd_proto::manager::PASSWORD_MAX).contains(&password.len()),
             "passwords need {} to {} bytes",
             passwords::PASSWORD_MIN,
             nasd_proto::manager::PASSWORD_MAX
         );
-        let backend = Sqlite::open(&db).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", db.display()))?;
-        // The database exists, so its root has a layout already and keeps it.
+        let has_root = backend
+            .read(|t| t.get_inode(nasd_proto::fs::ROOT_INO))
+            .map_err(|e| anyhow::anyhow!("cannot read the metadata at {location}: {}", e.describe()))?;
+        anyhow::ensure!(has_root.is_some(), "the metadata at {location} holds no file system");
+        // The root exists, so it keeps its layout.
         let ns =
             Namespace::new(backend, Layout::SINGLE).map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         match ns.user(name) {
             Ok(Some(_)) => {}
-            Ok(None) => anyhow::bail!("no user '{name}' in {}", db.display()),
+            Ok(None) => anyhow::bail!("no user '{name}' in {location}"),
             Err(e) => anyhow::bail!("cannot read the user '{name}': {}", e.describe()),
         }
-        Ok(PasswordReset { ns, db, name: name.to_string(), hash: passwords::hash(password) })
+        Ok(PasswordReset { ns, location, name: name.to_string(), hash: passwords::hash(password) })
     }
 
     /// Sets the password, in one transaction.
@@ -615,7 +643,7 @@ impl PasswordReset {
         let name = &self.name;
         match self.ns.set_password(name, &self.hash) {
             Ok(()) => Ok(()),
-            Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", self.db.display()),
+            Err(FsStatus::NotFound) => anyhow::bail!("no user '{name}' in {}", self.location),
             Err(e) => anyhow::bail!("cannot set the password of '{name}': {}", e.describe()),
         }
     }

@@ -24,7 +24,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Component bytes copied per step of a repair (one read, one write).
+/// Component bytes copied per step of a repair (one read, one write; the
+/// next chunk is read while one is written, so a repair holds two).
 pub const REPAIR_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 /// Files looked at per metadata query of the repair loop.
 const REPAIR_PAGE: usize = 256;
@@ -32,6 +33,10 @@ const REPAIR_PAGE: usize = 256;
 const SCRUB_REPORT_PER_PASS: u16 = nasd_proto::limits::SCRUB_REPORT_MAX as u16;
 /// A drive counts as holding its share when within this fraction of the average.
 const REBALANCE_TOLERANCE: f64 = 0.05;
+/// How many times per write lease a repair's own write transaction has its
+/// deadline moved a lease ahead: a renewal late by up to
+/// `(LEASE_RENEWALS - 1) / LEASE_RENEWALS` of a lease still lands in time.
+const LEASE_RENEWALS: u32 = 4;
 
 /// What the repair task has done and is doing, for `CLUSTER_STATUS`.
 #[derive(Debug, Default, Clone)]
@@ -56,18 +61,44 @@ pub struct RepairState {
 const MANAGER: Caller = Caller::ROOT;
 
 impl Manager {
-    /// `REPAIR`: asks the repair task to start `action` at once.
+    /// `REPAIR`: asks the repair task to start `action` at once. A scrub or
+    /// a rebalance with something to do shows in the status from now on
+    /// (a scrub: `scrub.files_total` > 0 until a pass begun after this has
+    /// finished; a rebalance: what it is to move, nothing moved yet), so
+    /// that whoever asked and then polls `CLUSTER_STATUS` (`nasd repair`)
+    /// never takes an earlier task's result, or one not started yet, for
+    /// its own.
     pub(crate) fn request_repair(&self, action: nasd_proto::manager::RepairAction) {
         use nasd_proto::manager::RepairAction;
+        let up = self.scrub_targets().len() as u64;
+        let to_move = match action {
+            RepairAction::Rebalance => self.rebalance_to_move(&self.used_by_drive()),
+            _ => 0,
+        };
         {
             let mut r = self.repair.lock().expect("repair lock");
             match action {
                 RepairAction::Rebuild => r.rebuild_now = true,
-                RepairAction::Scrub => r.scrub_requested = true,
-                RepairAction::Rebalance => r.rebalance_requested = true,
+                RepairAction::Scrub => {
+                    r.scrub_requested = true;
+                    if r.scrub.files_total == 0 {
+                        r.scrub = Progress { files_total: up, ..Progress::default() };
+                    }
+                }
+                RepairAction::Rebalance => {
+                    r.rebalance_requested = true;
+                    if r.rebalance == Progress::default() {
+                        r.rebalance.bytes_total = to_move;
+                    }
+                }
             }
         }
         self.repair_kick.notify_one();
+    }
+
+    /// The drives a scrub reads: those up.
+    fn scrub_targets(&self) -> Vec<std::sync::Arc<DriveHandle>> {
+        self.drives().into_iter().filter(|d| self.is_up(d.drive)).collect()
     }
 
     /// One pass of the repair loop: resync, rebuild, scrub, rebalance.
@@ -134,27 +165,67 @@ impl Manager {
     }
 
     /// Runs `work` as a write transaction of the manager on `ino`: begins
-    /// (waiting for a client's to end), opens it on the drives, and commits
-    /// on success or rolls back on failure.
-    async fn as_writer<T>(
+    /// (waiting for a client's to end) and opens it on the drives; keeps it
+    /// open while `work` runs ([`keep_open`](Self::keep_open): a repair may
+    /// take longer than the write lease, and a transaction whose lease ran
+    /// out is rolled back by whoever notices); commits on success or rolls
+    /// back on failure. `work` is handed the transaction id, and says what
+    /// the commit records besides ([`Record`]).
+    async fn as_writer<T, F: std::future::Future<Output = Result<(T, Record), Failure>>>(
         &self,
         ino: Ino,
-        work: impl std::future::Future<Output = Result<T, Failure>>,
+        work: impl FnOnce(u64) -> F,
     ) -> Result<T, Failure> {
         let session = crate::service::Session::internal("(repair)", MANAGER);
         let nasd_proto::manager::ManagerReply::Began { txn, .. } = self.begin_write(&session, ino).await? else {
             unreachable!("begin_write answers Began")
         };
-        match work.await {
-            Ok(v) => {
-                self.commit_write(&session, ino, txn, 0, Vec::new(), Vec::new()).await?;
-                Ok(v)
+        let done = tokio::select! {
+            done = work(txn) => done,
+            lost = self.keep_open(txn) => Err(lost),
+        };
+        let committed = match done {
+            Ok((v, Record::Nothing)) => {
+                self.commit_write(&session, ino, txn, 0, Vec::new(), Vec::new()).await.map(|_| v)
             }
-            Err(e) => {
-                self.abort(txn).await;
-                Err(e)
+            Ok((v, Record::Resynced(idx))) => self.commit_resync(ino, txn, idx).await.map(|()| v),
+            Err(e) => Err(e),
+        };
+        if committed.is_err() {
+            // Refused for an intent that is Committed already (the commit went through and a
+            // step after it failed): nothing is rolled back then.
+            self.abort(txn).await;
+        }
+        committed
+    }
+
+    /// Moves the deadline of the manager's own transaction `txn` a lease
+    /// ahead every [`LEASE_RENEWALS`]th of a lease, for as long as it is
+    /// polled. Returns only if it cannot: the transaction is no longer Open
+    /// (it was rolled back: its work must stop and record nothing) or the
+    /// metadata failed.
+    async fn keep_open(&self, txn: u64) -> Failure {
+        let lease = self.config.write_lease;
+        loop {
+            tokio::time::sleep(lease / LEASE_RENEWALS).await;
+            let deadline = crate::coordinator::now_ns().saturating_add(lease.as_nanos() as i64);
+            if let Err(f) = self.meta(move |ns| ns.extend_intent(txn, deadline)).await {
+                tracing::warn!(txn, error = %f, "a repair's write transaction could not be kept open");
+                return Failure::new(f.status, format!("write transaction {txn} could not be kept open: {f}"));
             }
         }
+    }
+
+    /// Commits the resync transaction `txn` of `ino`, recording component
+    /// `idx` current at once, and ends it on the drives.
+    async fn commit_resync(&self, ino: Ino, txn: u64, idx: usize) -> Result<(), Failure> {
+        let inode = self.meta(move |ns| ns.commit_resync(ino, txn, idx)).await?;
+        if let Err(e) = self.meta(move |ns| ns.finish_intent(txn)).await {
+            // Committed: maintenance finishes a Committed intent it finds.
+            tracing::info!(txn, error = %e, "a committed resync's intent is finished later");
+        }
+        self.end_in_background(&inode, txn, true);
+        Ok(())
     }
 
     // ------------------------------------------------------------ resync
@@ -183,33 +254,45 @@ impl Manager {
         if c.state != ComponentState::Stale || !self.is_up(c.object.drive) || self.is_out(c.object.drive) {
             return Ok(());
         }
-        let ranges = self.meta(move |ns| ns.stale_ranges(ino, idx)).await?;
-        self.as_writer(ino, async {
-            // Read the file afresh under the transaction: no writer changes it now.
-            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
-            let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
-            let g = geometry(&inode)?;
-            let len = g.component_len(inode.attr.size, idx);
-            let bytes = ranges.iter().map(|r| r.length).sum::<u64>();
-            self.progress_rebuild(0, bytes, false);
-            for r in &ranges {
-                let end = r.offset.saturating_add(r.length).min(len);
-                self.copy_reconstructed(&striper, &striper, idx, r.offset, end, inode.attr.size).await?;
-            }
-            let d = self.drive(c.object.drive)?;
-            let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive));
-            d.set_size(c.object.object, len).await.map_err(drive_err)?;
-            d.flush_objects(&[c.object.object]).await.map_err(drive_err)?;
-            self.meta(move |ns| ns.clear_stale(ino, idx)).await?;
-            self.progress_rebuild(1, 0, true);
+        let resynced = self
+            .as_writer(ino, |_| async {
+                // Read the file, and the ranges the component missed, afresh under the transaction:
+                // no writer changes them now, and a writer that committed while this one waited to
+                // begin may have added ranges (all of them are recorded current at the commit).
+                let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+                if inode.components.get(idx).map(|c| (c.object, c.state)) != Some((c.object, ComponentState::Stale)) {
+                    return Ok((false, Record::Nothing)); // resynced or replaced meanwhile
+                }
+                let ranges = self.meta(move |ns| ns.stale_ranges(ino, idx)).await?;
+                let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
+                let g = geometry(&inode)?;
+                let len = g.component_len(inode.attr.size, idx);
+                let bytes = ranges.iter().map(|r| r.length).sum::<u64>();
+                self.progress_rebuild(0, bytes, false);
+                for r in &ranges {
+                    let end = r.offset.saturating_add(r.length).min(len);
+                    self.copy_reconstructed(&striper, &striper, idx, r.offset, end, inode.attr.size).await?;
+                }
+                let d = self.drive(c.object.drive)?;
+                let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive));
+                d.set_size(c.object.object, len).await.map_err(drive_err)?;
+                d.flush_objects(&[c.object.object]).await.map_err(drive_err)?;
+                self.progress_rebuild(1, 0, true);
+                Ok((true, Record::Resynced(idx)))
+            })
+            .await?;
+        if resynced {
             tracing::info!(ino, idx, "stale component resynced");
-            Ok(())
-        })
-        .await
+        }
+        Ok(())
     }
 
     /// Rebuilds `[from, to)` of component `idx` from the others (read
-    /// through `source`) and writes it through `dest`, in chunks.
+    /// through `source`) and writes it through `dest`, in chunks: the next
+    /// chunk is read while the previous one is written (reading never
+    /// touches component `idx`, which `read_component` leaves out), so the
+    /// sources and the destination work at once. At most two chunks are
+    /// held.
     async fn copy_reconstructed(
         &self,
         source: &Striper,
@@ -219,16 +302,37 @@ impl Manager {
         to: u64,
         size: u64,
     ) -> Result<(), Failure> {
+        // A chunk read and not yet written: its component offset and bytes.
+        let mut unwritten: Option<(u64, Vec<u8>)> = None;
         let mut at = from;
-        while at < to {
-            let n = REPAIR_CHUNK_BYTES.min(to - at);
-            let (bytes, _) = source.read_component(idx, at, n, size).await.map_err(stripe_failure)?;
-            dest.write_component(idx, at, &bytes).await.map_err(stripe_failure)?;
-            self.progress_rebuild(0, 0, false);
-            self.add_rebuild_bytes(bytes.len() as u64);
-            at += n;
+        loop {
+            let next = (at < to).then(|| at..at + REPAIR_CHUNK_BYTES.min(to - at));
+            let read = async {
+                match &next {
+                    Some(r) => source.read_component(idx, r.start, r.end - r.start, size).await.map(|(b, _)| Some(b)),
+                    None => Ok(None),
+                }
+            };
+            let write = async {
+                match &unwritten {
+                    Some((offset, bytes)) => dest.write_component(idx, *offset, bytes).await,
+                    None => Ok(()),
+                }
+            };
+            let (read, written) = tokio::join!(read, write);
+            written.map_err(stripe_failure)?;
+            if let Some((_, bytes)) = unwritten.take() {
+                self.progress_rebuild(0, 0, false);
+                self.add_rebuild_bytes(bytes.len() as u64);
+            }
+            match (next, read.map_err(stripe_failure)?) {
+                (Some(r), Some(bytes)) => {
+                    at = r.end;
+                    unwritten = Some((r.start, bytes));
+                }
+                _ => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     // ------------------------------------------------------------ rebuild
@@ -282,11 +386,13 @@ impl Manager {
         };
         let d = self.drive(target)?;
         let new = self.reserve_object(target).await?;
+        let swapped = std::sync::atomic::AtomicBool::new(false);
+        let (flag, d) = (&swapped, &d);
         let result = self
-            .as_writer(ino, async {
+            .as_writer(ino, |txn| async move {
                 let inode = self.meta(move |ns| ns.getattr(ino)).await?;
                 if inode.components.get(idx).map(|c| c.object) != Some(old) {
-                    return Ok(false); // moved meanwhile
+                    return Ok((false, Record::Nothing)); // moved meanwhile
                 }
                 let g = geometry(&inode)?;
                 let len = g.component_len(inode.attr.size, idx);
@@ -295,7 +401,7 @@ impl Manager {
                     Relocation::Rebuild => {
                         let source = self.striper_for(&inode, &BTreeSet::from([idx]))?;
                         let mut dest_target = target_of(&source);
-                        dest_target.components[idx] = self.binding(&d, new.object, ComponentState::Ok);
+                        dest_target.components[idx] = self.binding(d, new.object, ComponentState::Ok);
                         let dest = self.striper(dest_target)?;
                         self.copy_reconstructed(&source, &dest, idx, 0, len, inode.attr.size).await?;
                     }
@@ -304,30 +410,45 @@ impl Manager {
                 let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {target}: {e}"));
                 d.set_acv(new.object, inode.acv).await.map_err(drive_err)?;
                 d.flush_objects(&[new.object]).await.map_err(drive_err)?;
-                let effects = self.meta(move |ns| ns.replace_component(ino, idx, new, ComponentState::Ok)).await?;
+                // Swapped in only while the transaction is surely open — its deadline moved a
+                // lease ahead in the same metadata call — so no writer changed the component
+                // since it was copied.
+                let deadline = crate::coordinator::now_ns().saturating_add(self.config.write_lease.as_nanos() as i64);
+                let effects = self
+                    .meta(move |ns| {
+                        ns.extend_intent(txn, deadline)?;
+                        ns.replace_component(ino, idx, new, ComponentState::Ok)
+                    })
+                    .await?;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 self.reserved.lock().expect("reserved lock").remove(&new);
                 if let Err(e) = self.apply(effects).await {
                     tracing::info!(ino, idx, error = %e, "the old component is removed in the background");
                 }
-                Ok(true)
+                Ok((true, Record::Nothing))
             })
             .await;
-        match result {
-            Ok(true) => {
-                self.map_moved(old.drive).await;
-                self.progress_rebuild(1, 0, true);
-                tracing::info!(ino, idx, from = old.drive, to = target, "component relocated");
-                Ok(())
-            }
-            Ok(false) => {
-                self.release_object(new).await;
-                Ok(())
+        let relocated = match result {
+            Ok(relocated) => relocated,
+            // The new object is the file's component now (whole and durable): it stays. The
+            // transaction, which wrote nothing, is rolled back.
+            Err(e) if swapped.load(std::sync::atomic::Ordering::SeqCst) => {
+                tracing::info!(ino, idx, error = %e, "a relocated component's transaction did not commit");
+                true
             }
             Err(e) => {
                 self.release_object(new).await;
-                Err(e)
+                return Err(e);
             }
+        };
+        if !relocated {
+            self.release_object(new).await;
+            return Ok(());
         }
+        self.map_moved(old.drive).await;
+        self.progress_rebuild(1, 0, true);
+        tracing::info!(ino, idx, from = old.drive, to = target, "component relocated");
+        Ok(())
     }
 
     /// Copies `len` bytes of component object `from` to object `to` (a move).
@@ -405,7 +526,7 @@ impl Manager {
     // ------------------------------------------------------------ scrub
 
     async fn scrub_all(&self) {
-        let drives: Vec<_> = self.drives().into_iter().filter(|d| self.is_up(d.drive)).collect();
+        let drives = self.scrub_targets();
         {
             let mut r = self.repair.lock().expect("repair lock");
             r.scrub = Progress { files_done: 0, files_total: drives.len() as u64, ..Progress::default() };
@@ -430,9 +551,15 @@ impl Manager {
             }
             self.repair.lock().expect("repair lock").scrub.files_done += 1;
         }
+        let next_total = self.scrub_targets().len().max(1) as u64;
         let mut r = self.repair.lock().expect("repair lock");
         r.last_scrub = summary;
-        r.scrub = Progress::default();
+        // Asked for again while this pass ran: the next pass is that request's, still under way.
+        r.scrub = if r.scrub_requested {
+            Progress { files_total: next_total, ..Progress::default() }
+        } else {
+            Progress::default()
+        };
         tracing::info!(?summary, "scrub finished");
     }
 
@@ -446,7 +573,7 @@ impl Manager {
             return Ok(false);
         }
         let bs = d.block_size().await.map_err(|e| Failure::new(FsStatus::DriveUnavailable, e.to_string()))? as u64;
-        self.as_writer(ino, async {
+        self.as_writer(ino, |_| async {
             let inode = self.meta(move |ns| ns.getattr(ino)).await?;
             let g = geometry(&inode)?;
             let len = g.component_len(inode.attr.size, idx);
@@ -459,7 +586,7 @@ impl Manager {
                 .await
                 .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive)))?;
             tracing::info!(ino, idx, drive = d.drive, block, "rotten block healed from redundancy");
-            Ok(true)
+            Ok((true, Record::Nothing))
         })
         .await
     }
@@ -470,13 +597,14 @@ impl Manager {
     /// it until every drive in service is within [`REBALANCE_TOLERANCE`]
     /// of its share.
     async fn rebalance(&self) {
+        self.probe_unreported().await;
         let mut used = self.used_by_drive();
-        if used.len() < 2 {
+        let to_move = self.rebalance_to_move(&used);
+        if to_move == 0 {
+            self.repair.lock().expect("repair lock").rebalance = Progress::default();
             return;
         }
         let average = used.iter().map(|(_, u)| *u as f64).sum::<f64>() / used.len() as f64;
-        let to_move: u64 =
-            used.iter().filter(|(_, u)| (*u as f64) < average).map(|(_, u)| (average - *u as f64) as u64).sum();
         {
             let mut r = self.repair.lock().expect("repair lock");
             r.rebalance = Progress { files_done: 0, files_total: 0, bytes_done: 0, bytes_total: to_move };
@@ -502,6 +630,16 @@ impl Manager {
             }
         }
         self.repair.lock().expect("repair lock").rebalance = Progress::default();
+    }
+
+    /// Bytes a rebalance over drives using `used` bytes would move: what
+    /// the drives below the average lack of it (0 with fewer than two drives).
+    fn rebalance_to_move(&self, used: &[(u32, u64)]) -> u64 {
+        if used.len() < 2 {
+            return 0;
+        }
+        let average = used.iter().map(|(_, u)| *u as f64).sum::<f64>() / used.len() as f64;
+        used.iter().filter(|(_, u)| (*u as f64) < average).map(|(_, u)| (average - *u as f64) as u64).sum()
     }
 
     /// Moves one component from drive `from` to drive `to` (one whose file
@@ -546,6 +684,18 @@ impl Manager {
         let mut r = self.repair.lock().expect("repair lock");
         r.rebuild.files_total = r.rebuild.files_done + n;
     }
+}
+
+/// What the commit of a repair's write transaction records besides.
+#[derive(Debug, Clone, Copy)]
+enum Record {
+    /// Nothing (the work recorded what it changed under the transaction).
+    Nothing,
+    /// Component `idx`, brought up to date in place, is current: in the
+    /// same metadata transaction as the commit (`Namespace::commit_resync`).
+    /// Recorded before the commit, a crash or a rollback in between would
+    /// leave it marked current over bytes the rollback took back.
+    Resynced(usize),
 }
 
 /// How a component gets its new place.

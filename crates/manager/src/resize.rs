@@ -54,12 +54,22 @@ impl Manager {
 
     /// Gives every component the length it has for a file of `size` bytes
     /// and, for Reed-Solomon, the parity of a new partial last stripe; then
-    /// flushes them. A component whose drive is down is marked stale whole.
+    /// flushes them. A component whose drive is down, or fails the change
+    /// (a drive that died before the heartbeat noticed), misses it and is
+    /// marked stale whole — as a client's write misses it — as long as the
+    /// layout tolerates the components missed; past that the change fails
+    /// (and is rolled back).
     async fn resize_components(&self, inode: &Inode, size: u64) -> Result<(), Failure> {
         let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
         let g = Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
         let ino = inode.attr.ino;
         let mut missed = BTreeSet::new();
+        let mut failures = Vec::new();
+        let mut miss = |idx: usize, drive: u32, e: &dyn std::fmt::Display, missed: &mut BTreeSet<usize>| {
+            tracing::info!(ino, idx, drive, error = %e, "a component missed a size change; it is marked stale");
+            failures.push(drive_failure(drive, e));
+            missed.insert(idx);
+        };
         for (idx, c) in inode.components.iter().enumerate() {
             if !self.is_up(c.object.drive) {
                 missed.insert(idx);
@@ -67,15 +77,30 @@ impl Manager {
             }
             let d = self.drive(c.object.drive)?;
             let len = g.component_len(size, idx);
-            d.set_size(c.object.object, len).await.map_err(|e| drive_failure(d.drive, e))?;
+            if let Err(e) = d.set_size(c.object.object, len).await {
+                miss(idx, d.drive, &e, &mut missed);
+            }
         }
         let shrinks_mid_stripe = size < inode.attr.size && !size.is_multiple_of(g.stripe_bytes());
-        if g.parity() > 0 && shrinks_mid_stripe {
+        if g.survives(&missed) && g.parity() > 0 && shrinks_mid_stripe {
             self.reencode_last_stripe(inode, &g, size, &missed).await?;
         }
-        for c in inode.components.iter().filter(|c| self.is_up(c.object.drive)) {
+        for (idx, c) in inode.components.iter().enumerate() {
+            if missed.contains(&idx) {
+                continue;
+            }
             let d = self.drive(c.object.drive)?;
-            d.flush_objects(&[c.object.object]).await.map_err(|e| drive_failure(d.drive, e))?;
+            if let Err(e) = d.flush_objects(&[c.object.object]).await {
+                miss(idx, d.drive, &e, &mut missed);
+            }
+        }
+        if !g.survives(&missed) {
+            return Err(failures.into_iter().next().unwrap_or_else(|| {
+                Failure::new(
+                    FsStatus::DriveUnavailable,
+                    format!("too many drives of the file's components are down for its layout {layout}: try again"),
+                )
+            }));
         }
         for idx in missed {
             self.meta(move |ns| ns.mark_stale(ino, idx, &[WHOLE])).await?;

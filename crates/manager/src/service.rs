@@ -6,7 +6,7 @@
 use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
 use nasd_meta::{
-    take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, QuotaSubject, SetAttrs, Sqlite, Txn, User,
+    take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, QuotaSubject, SetAttrs, Store, Txn, User,
 };
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{ComponentState, Layout};
@@ -15,6 +15,24 @@ use nasd_proto::manager::{
     UserInfo, DRIVES_MAX, MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX, WATCH_WAIT_MAX_MS,
 };
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest a new file's placement keeps refilling the drives' object pools
+/// and trying again while concurrent creates take what each refill made
+/// (64 clients creating at once drained pools faster than one refill and
+/// retry could keep up with, and got `NO_SPACE` from drives with room).
+/// Placement fails sooner if a refill round makes no object and a drive
+/// could not be refilled: the drives cannot provide them.
+pub const PLACEMENT_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// What one round of pool refills did.
+#[derive(Debug, Clone, Copy, Default)]
+struct Refilled {
+    /// Objects created, all drives together.
+    created: usize,
+    /// Drives whose refill failed.
+    failed: usize,
+}
 
 /// Who a connection is, once logged in.
 #[derive(Debug, Clone)]
@@ -129,6 +147,9 @@ fn placer<'a>(
     short: &'a mut Shortage,
 ) -> impl FnMut(&Layout, &mut dyn Txn) -> Result<Vec<ObjectRef>, FsStatus> + 'a {
     move |layout, t| {
+        // A transaction that conflicts runs again, and its placer with it: only the last
+        // attempt's shortage counts.
+        *short = None;
         let want = layout.components();
         let mut in_service = Vec::with_capacity(order.len());
         for &drive in order {
@@ -758,14 +779,17 @@ impl Manager {
     /// Runs `op`, a name-space call that may place components
     /// ([`Namespace::create`], [`Namespace::set_layout`]), with the
     /// placement policy ([`placer`]). Short of pooled objects, it refills
-    /// every drive's pool and tries once more; short of drives in service,
-    /// it says how many the layout needs.
+    /// every drive's pool and tries again — as long as refills make objects
+    /// (concurrent creates may take them first), within
+    /// [`PLACEMENT_WAIT_MAX`]; short of drives in service, it says how many
+    /// the layout needs.
     pub(crate) async fn placed<R: Send + 'static>(
         &self,
-        op: impl Fn(&Namespace<Sqlite>, &mut Placer<'_>) -> Result<R, FsStatus> + Send + Sync + 'static,
+        op: impl Fn(&Namespace<Store>, &mut Placer<'_>) -> Result<R, FsStatus> + Send + Sync + 'static,
     ) -> Result<R, Failure> {
         let op = Arc::new(op);
-        let mut refilled = false;
+        let deadline = Instant::now() + PLACEMENT_WAIT_MAX;
+        let mut last_round: Option<Refilled> = None;
         loop {
             let (op, order) = (op.clone(), self.placement());
             let (r, short) = self
@@ -783,24 +807,42 @@ impl Manager {
                         format!("layout {layout} needs {n} drives; the cluster has {drives} in service"),
                     ));
                 }
-                (Err(FsStatus::NoSpace), None) if !refilled => {
-                    refilled = true;
-                    self.refill_all_pools().await;
-                }
                 (Err(FsStatus::NoSpace), None) => {
-                    return Err(Failure::new(FsStatus::NoSpace, "too few drives could provide objects for the file"))
+                    if last_round.is_some_and(|r| r.created == 0 && r.failed > 0) {
+                        return Err(Failure::new(
+                            FsStatus::NoSpace,
+                            "too few drives could provide objects for the file",
+                        ));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(Failure::new(
+                            FsStatus::NoSpace,
+                            format!(
+                                "too few drives could provide objects for the file: concurrent creates took \
+                                 every refill for {} s",
+                                PLACEMENT_WAIT_MAX.as_secs()
+                            ),
+                        ));
+                    }
+                    last_round = Some(self.refill_all_pools().await);
                 }
                 (r, _) => return r.map_err(Failure::from),
             }
         }
     }
 
-    async fn refill_all_pools(&self) {
+    async fn refill_all_pools(&self) -> Refilled {
+        let mut round = Refilled::default();
         for d in self.drives() {
-            if let Err(e) = self.refill_pool(&d).await {
-                tracing::warn!(drive = d.drive, error = %e, "object pool not refilled");
+            match self.refill_pool(&d).await {
+                Ok(n) => round.created += n,
+                Err(e) => {
+                    round.failed += 1;
+                    tracing::warn!(drive = d.drive, error = %e, "object pool not refilled");
+                }
             }
         }
+        round
     }
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
@@ -904,7 +946,7 @@ mod tests {
     }
 
     /// Drives 0..4, objects pooled on all but drive 1.
-    fn cluster() -> Namespace<Sqlite> {
+    fn cluster() -> Namespace<nasd_meta::Sqlite> {
         let ns = Namespace::new(nasd_meta::Sqlite::open_in_memory().unwrap(), Layout::SINGLE).unwrap();
         for d in 0..4u32 {
             let rec = DriveRecord {
@@ -925,7 +967,7 @@ mod tests {
         ns
     }
 
-    fn place(ns: &Namespace<Sqlite>, order: &[u32], layout: &str) -> (Result<Vec<u32>, FsStatus>, Shortage) {
+    fn place(ns: &Namespace<nasd_meta::Sqlite>, order: &[u32], layout: &str) -> (Result<Vec<u32>, FsStatus>, Shortage) {
         let layout = Layout::parse(layout).unwrap();
         let (mut short, mut placed) = (None, None);
         // Rolled back, so every call sees the same pools.

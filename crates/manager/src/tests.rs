@@ -467,3 +467,27 @@ async fn write_capabilities_demand_data_integrity_unless_lowered() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_scrub_shows_as_under_way_until_a_pass_has_run() {
+    use nasd_proto::manager::RepairAction;
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    let (addr, accepted) = closing_listener().await;
+    attach_drive(&m, 0, addr);
+    assert_eq!(m.cluster_status().await.unwrap().scrub.files_total, 0, "no scrub yet");
+
+    // No repair loop runs here: between the request and a pass, whoever asked
+    // sees its scrub under way, not the last one's result as if it were its own.
+    m.request_repair(RepairAction::Scrub);
+    let s = m.cluster_status().await.unwrap();
+    assert_eq!((s.scrub.files_done, s.scrub.files_total), (0, 1), "{s:?}");
+    m.request_repair(RepairAction::Scrub);
+    assert_eq!(m.cluster_status().await.unwrap().scrub.files_total, 1, "asked twice: still one scrub shown");
+
+    // The pass (whose drive fails) ends it.
+    m.repair_pass().await;
+    assert!(accepted.load(Ordering::SeqCst) >= 1, "the pass tried to scrub the drive");
+    let s = m.cluster_status().await.unwrap();
+    assert_eq!(s.scrub.files_total, 0, "{s:?}");
+}

@@ -7,6 +7,7 @@
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
+use std::time::Duration;
 
 /// Row-level access inside one transaction. Backends implement this.
 ///
@@ -169,25 +170,194 @@ pub trait Txn {
     fn put_setting(&mut self, key: &str, value: &[u8]) -> Result<(), FsStatus>;
 }
 
+/// How one attempt at a transaction failed ([`Backend::attempt`],
+/// [`Backend::try_transact`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TxnError {
+    /// Another transaction conflicted with this one (a serialization
+    /// failure or a deadlock): nothing was committed, and running the
+    /// closure again may succeed. [`Backend::try_transact`] retries it up to
+    /// [`TXN_ATTEMPTS_MAX`] times, then reports it.
+    Conflict,
+    /// The closure returned this error: rolled back, not retried.
+    Abort(FsStatus),
+    /// The backend failed (connection lost, disk full, a constraint broken,
+    /// a row it cannot decode); the cause is logged. If it failed while
+    /// committing, whether the transaction committed is unknown. Not retried.
+    Storage,
+}
+
+impl From<TxnError> for FsStatus {
+    /// `Conflict` (still, after the retries) is [`FsStatus::Busy`]: the
+    /// caller may retry later. `Storage` is [`FsStatus::Internal`].
+    fn from(e: TxnError) -> FsStatus {
+        match e {
+            TxnError::Conflict => FsStatus::Busy,
+            TxnError::Abort(status) => status,
+            TxnError::Storage => FsStatus::Internal,
+        }
+    }
+}
+
+/// Whether a transaction may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads and writes; commits if the closure returns `Ok`.
+    ReadWrite,
+    /// Reads only: any write fails with [`FsStatus::Internal`], and nothing
+    /// is ever committed.
+    ReadOnly,
+}
+
+/// Most times [`Backend::try_transact`] and [`Backend::try_read`] run a
+/// closure whose attempts conflict, before they report
+/// [`TxnError::Conflict`]. With the backoff below, the waits between them
+/// add up to at most about 1.5 s.
+pub const TXN_ATTEMPTS_MAX: u32 = 12;
+/// The first wait after a conflict; each further one doubles, up to
+/// [`TXN_BACKOFF_MAX`], and a random part of it is waited (full jitter, so
+/// two conflicting callers drift apart).
+pub const TXN_BACKOFF_MIN: Duration = Duration::from_millis(1);
+/// The longest wait between two attempts.
+pub const TXN_BACKOFF_MAX: Duration = Duration::from_millis(256);
+const _: () = assert!(TXN_ATTEMPTS_MAX >= 2);
+const _: () = assert!(TXN_BACKOFF_MIN.as_nanos() > 0 && TXN_BACKOFF_MIN.as_nanos() <= TXN_BACKOFF_MAX.as_nanos());
+
 /// A metadata backend: runs a closure in one transaction, committing if it
 /// returns `Ok` and rolling back otherwise.
 ///
 /// Transactions are serializable: the closure sees no other transaction's
-/// effects part-way through. A backend may run the closure more than once
-/// only if it can prove no effect leaked (this SQLite backend never does).
+/// effects part-way through, and the committed transactions have the effect
+/// of some serial order. A backend whose transactions can conflict
+/// (PostgreSQL under concurrent writers) reports [`TxnError::Conflict`] from
+/// an attempt, and [`Backend::transact`] runs the closure again — so the
+/// closure may run **more than once**: it must not leave effects outside the
+/// transaction that a rerun would repeat (collect results in values it
+/// makes itself, and clone what it moves).
 pub trait Backend: Send + Sync + 'static {
-    /// Runs `f` in one read-write transaction: commits on `Ok`, rolls back
-    /// on `Err` (or a panic).
+    /// Runs `f` once in one transaction: commits on `Ok` (read-write), rolls
+    /// back on `Err`, on a conflict, on a backend failure (or a panic).
+    /// Not retried.
     ///
     /// # Errors
-    /// `f`'s error, or [`FsStatus::Internal`] if the backend fails (begin or
-    /// commit).
-    fn transact<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus>;
+    /// [`TxnError::Abort`] with `f`'s error; [`TxnError::Conflict`] if the
+    /// transaction conflicted with another one (at any statement, or at
+    /// commit) — then `f`'s own result does not count, since it may stem from
+    /// the failed statement; [`TxnError::Storage`] if the backend failed.
+    fn attempt<R>(&self, access: Access, f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>)
+        -> Result<R, TxnError>;
 
-    /// Runs `f` in one read-only transaction; any write fails with
-    /// [`FsStatus::Internal`] and nothing is committed.
+    /// Runs `f` in one read-write transaction, again after a conflict (at
+    /// most [`TXN_ATTEMPTS_MAX`] attempts, with a growing random backoff).
+    ///
+    /// # Errors
+    /// As [`Backend::attempt`]; `Conflict` only once every attempt conflicted.
+    fn try_transact<R>(&self, mut f: impl FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, TxnError> {
+        with_retries(|| self.attempt(Access::ReadWrite, &mut f))
+    }
+
+    /// Runs `f` in one read-only transaction, retried as
+    /// [`Backend::try_transact`].
+    ///
+    /// # Errors
+    /// As [`Backend::try_transact`].
+    fn try_read<R>(&self, mut f: impl FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, TxnError> {
+        with_retries(|| self.attempt(Access::ReadOnly, &mut f))
+    }
+
+    /// [`Backend::try_transact`], with its error as a status (see
+    /// `From<TxnError> for FsStatus`): what the name space's operations use.
+    ///
+    /// # Errors
+    /// `f`'s error, [`FsStatus::Busy`] after [`TXN_ATTEMPTS_MAX`] conflicts,
+    /// [`FsStatus::Internal`] if the backend fails.
+    fn transact<R>(&self, f: impl FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
+        self.try_transact(f).map_err(FsStatus::from)
+    }
+
+    /// [`Backend::try_read`], with its error as a status.
     ///
     /// # Errors
     /// As [`Backend::transact`].
-    fn read<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus>;
+    fn read<R>(&self, f: impl FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
+        self.try_read(f).map_err(FsStatus::from)
+    }
+}
+
+/// Runs `attempt` until it does not conflict, at most [`TXN_ATTEMPTS_MAX`]
+/// times, waiting a random part of an exponentially growing backoff between
+/// attempts.
+pub fn with_retries<R>(mut attempt: impl FnMut() -> Result<R, TxnError>) -> Result<R, TxnError> {
+    let mut backoff = TXN_BACKOFF_MIN;
+    for n in 1..=TXN_ATTEMPTS_MAX {
+        match attempt() {
+            Err(TxnError::Conflict) if n < TXN_ATTEMPTS_MAX => {
+                tracing::debug!(attempt = n, "metadata transaction conflicted; running it again");
+                std::thread::sleep(jitter(backoff));
+                backoff = (backoff * 2).min(TXN_BACKOFF_MAX);
+            }
+            Err(TxnError::Conflict) => {
+                tracing::warn!(attempts = n, "metadata transaction conflicted on every attempt; giving up");
+                return Err(TxnError::Conflict);
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// A uniformly random duration in `[0, max]` (from the standard library's
+/// per-hasher random keys: no generator to seed or share).
+fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(random % nanos.saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn conflicts_are_retried_a_bounded_number_of_times() {
+        let calls = Cell::new(0);
+        let r = with_retries(|| {
+            calls.set(calls.get() + 1);
+            if calls.get() < 3 {
+                Err(TxnError::Conflict)
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!((r, calls.get()), (Ok(7), 3), "two conflicts, then success");
+
+        calls.set(0);
+        let r: Result<(), _> = with_retries(|| {
+            calls.set(calls.get() + 1);
+            Err(TxnError::Conflict)
+        });
+        assert_eq!((r, calls.get()), (Err(TxnError::Conflict), TXN_ATTEMPTS_MAX), "then reported");
+        assert_eq!(FsStatus::from(TxnError::Conflict), FsStatus::Busy);
+
+        for e in [TxnError::Abort(FsStatus::Exists), TxnError::Storage] {
+            calls.set(0);
+            let r: Result<(), _> = with_retries(|| {
+                calls.set(calls.get() + 1);
+                Err(e)
+            });
+            assert_eq!((r, calls.get()), (Err(e), 1), "{e:?} is not retried");
+        }
+    }
+
+    #[test]
+    fn jitter_stays_within_its_bound() {
+        for max in [Duration::ZERO, Duration::from_nanos(1), TXN_BACKOFF_MIN, TXN_BACKOFF_MAX] {
+            for _ in 0..100 {
+                assert!(jitter(max) <= max);
+            }
+        }
+    }
 }

@@ -12,12 +12,13 @@
 //! restarted manager finds every write that may be half done in it.
 
 use crate::backend::Backend;
-use crate::components::{check_ranges, mark_stale_in};
+use crate::components::{check_ranges, file_component, mark_stale_in};
 use crate::namespace::get;
 use crate::perm::{check, owns, W};
 use crate::types::{Caller, Inode, Intent, IntentState, StaleRange};
 use crate::{Namespace, BATCH_MAX, COMMIT_STALE_MAX};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
+use nasd_proto::layout::ComponentState;
 use std::collections::BTreeMap;
 
 impl<B: Backend> Namespace<B> {
@@ -143,6 +144,35 @@ impl<B: Backend> Namespace<B> {
                 mark_stale_in(t, &mut n, idx, ranges)?;
             }
             crate::quotas::put(t, &n)?;
+            Ok(n)
+        })
+    }
+
+    /// Commits write transaction `txn` of file `ino` under which the manager
+    /// brought component `idx` up to date (a resync): in one metadata
+    /// transaction the intent becomes Committed and a Stale component
+    /// becomes Ok with its stale ranges forgotten (a component in another
+    /// state is left as it is). A crash leaves both or neither, so a
+    /// component is never recorded current while the transaction that made
+    /// it so can still be rolled back. Returns the inode as committed.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (no Open intent `txn` of `ino`; not a regular file;
+    /// no component `idx`); `NotFound`.
+    pub fn commit_resync(&self, ino: Ino, txn: u64, idx: usize) -> Result<Inode, FsStatus> {
+        self.backend.transact(|t| {
+            let mut n = file_component(t, ino, idx)?;
+            let mut intent = t.get_intent(txn)?.filter(|i| i.ino == ino).ok_or(FsStatus::InvalidArgument)?;
+            if intent.state != IntentState::Open {
+                return Err(FsStatus::InvalidArgument);
+            }
+            intent.state = IntentState::Committed;
+            t.put_intent(&intent)?;
+            if n.components[idx].state == ComponentState::Stale {
+                t.delete_stale_ranges(ino, Some(idx))?;
+                n.components[idx].state = ComponentState::Ok;
+                t.put_component(ino, idx, &n.components[idx])?;
+            }
             Ok(n)
         })
     }

@@ -59,7 +59,7 @@
 //!   counts them, 0: none) with indexes on `uid` and `qdir`, and the
 //!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
 
-use crate::backend::{Backend, Txn};
+use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
 use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
@@ -248,28 +248,44 @@ fn migrate(conn: &mut Connection) -> Result<(), MetaError> {
 }
 
 impl Backend for Sqlite {
-    fn transact<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
-        let mut conn = self.lock()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
-        let out = f(&mut SqliteTxn { c: &tx })?;
-        tx.commit().map_err(internal)?;
-        Ok(out)
-    }
-
-    fn read<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
-        let mut conn = self.lock()?;
-        conn.pragma_update(None, "query_only", true).map_err(internal)?;
-        let out = read_only(&mut conn, f);
-        conn.pragma_update(None, "query_only", false).map_err(internal)?;
-        out
+    /// One connection behind a mutex: transactions never conflict. A failed
+    /// row operation reaches `f` as `Internal` (logged), and so the caller
+    /// as [`TxnError::Abort`]`(Internal)`; a failed begin or commit is
+    /// [`TxnError::Storage`].
+    fn attempt<R>(
+        &self,
+        access: Access,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+    ) -> Result<R, TxnError> {
+        let mut conn = self.lock().map_err(|_| TxnError::Storage)?;
+        match access {
+            Access::ReadWrite => {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(storage)?;
+                let out = f(&mut SqliteTxn { c: &tx }).map_err(TxnError::Abort)?;
+                tx.commit().map_err(storage)?;
+                Ok(out)
+            }
+            Access::ReadOnly => {
+                conn.pragma_update(None, "query_only", true).map_err(storage)?;
+                let out = read_only(&mut conn, f);
+                conn.pragma_update(None, "query_only", false).map_err(storage)?;
+                out
+            }
+        }
     }
 }
 
-fn read_only<R>(conn: &mut Connection, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).map_err(internal)?;
+fn read_only<R>(conn: &mut Connection, f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, TxnError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).map_err(storage)?;
     let out = f(&mut SqliteTxn { c: &tx });
-    tx.rollback().map_err(internal)?;
-    out
+    tx.rollback().map_err(storage)?;
+    out.map_err(TxnError::Abort)
+}
+
+/// A failed begin, commit or rollback, logged.
+fn storage(e: rusqlite::Error) -> TxnError {
+    tracing::error!(error = %e, "metadata store failed");
+    TxnError::Storage
 }
 
 /// One SQLite transaction seen through [`Txn`].

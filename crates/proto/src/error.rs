@@ -125,6 +125,16 @@ status_codes! {
     /// Another write transaction is open on the object (or, for `txn_end`,
     /// the one open is not the one named).
     TxnConflict = 42 => "TXN_CONFLICT",
+    /// The partition's authorization scheme does not accept this kind of
+    /// credential (a capability where only PALs are, or the reverse).
+    AuthSchemeRefused = 43 => "AUTH_SCHEME_REFUSED",
+    /// The identity credential has expired: get a new identity key.
+    IdentityExpired = 44 => "IDENTITY_EXPIRED",
+    /// Neither the user nor the role of the identity has an entry in the
+    /// object's access PAL or its collection's super PAL.
+    NotInPal = 45 => "NOT_IN_PAL",
+    /// A PAL with more than `PAL_ENTRIES_MAX` entries; nothing changed.
+    PalOverflow = 46 => "PAL_OVERFLOW",
 }
 
 impl std::fmt::Display for Status {
@@ -165,6 +175,14 @@ pub enum DecodeError {
     /// An unknown opcode.
     #[error("unknown opcode {0:#06x}")]
     UnknownOpcode(u16),
+    /// A pre-authorization list longer than `PAL_ENTRIES_MAX`.
+    #[error("PAL of {entries} entries, over the limit of {max}")]
+    PalOverflow {
+        /// The entries the list announced.
+        entries: u64,
+        /// The limit.
+        max: u64,
+    },
 }
 
 impl DecodeError {
@@ -175,6 +193,7 @@ impl DecodeError {
             DecodeError::BadMagic => Status::MalformedFrame,
             DecodeError::Version(_) => Status::VersionUnsupported,
             DecodeError::UnknownOpcode(_) => Status::UnknownOperation,
+            DecodeError::PalOverflow { .. } => Status::PalOverflow,
             DecodeError::Truncated | DecodeError::TrailingBytes(_) | DecodeError::NotCanonical(_) => {
                 Status::BadArguments
             }

@@ -37,6 +37,9 @@ pub enum KeyType {
     Working = 4,
     /// The capability key of the capability in the frame.
     Capability = 5,
+    /// The identity key of the identity credential (`K_data`) in the frame
+    /// (DSFS): authorized by the objects' pre-authorization lists.
+    Identity = 6,
 }
 
 impl KeyType {
@@ -48,6 +51,7 @@ impl KeyType {
             3 => KeyType::Partition,
             4 => KeyType::Working,
             5 => KeyType::Capability,
+            6 => KeyType::Identity,
             _ => return Err(DecodeError::NotCanonical("unknown key type")),
         })
     }

@@ -24,10 +24,12 @@ pub mod codec;
 mod error;
 pub mod fs;
 mod header;
+mod identity;
 pub mod layout;
 pub mod limits;
 pub mod manager;
 mod ops;
+mod pal;
 
 pub use attrs::{AttrMask, Attributes, ATTRIBUTES_LEN};
 pub use capability::{
@@ -36,10 +38,12 @@ pub use capability::{
 };
 pub use error::{DecodeError, Status};
 pub use header::{nonce, FrameHeader, KeyType, Kind, Protection, MAGIC, VERSION, VERSION_MIN};
+pub use identity::{AuthScheme, IdentityData, IDENTITY_DATA_LEN, IDENTITY_FORMAT, ROLE_NONE};
 pub use ops::{
     decode_error_message, encode_error_message, not_itemized, opcode, validate_regions, well_known, AuditRecord,
     DriveControl, DriveInfo, OpenTxn, PartitionControl, PartitionInfo, Region, Reply, Request, CONTROL_FORMAT_VERSION,
 };
+pub use pal::{ObjectPal, Pal, PalEntry, Principal, PAL_ENTRY_LEN, PAL_KIND_ROLE, PAL_KIND_USER, PAL_RIGHTS};
 
 use limits::{DIGEST_LEN, HEADER_LEN};
 

@@ -62,9 +62,30 @@ pub const SCRUB_REPORT_MAX: usize = 1024;
 /// Most open transactions one `txn_list` reply lists (24 bytes each).
 pub const TXN_LIST_MAX: usize = 1024;
 
+/// Most entries in one pre-authorization list (an object's access PAL or a
+/// collection's super PAL), 9 bytes each on the wire. A PAL is kept inline
+/// with its object, in the drive's memory and its metadata row, and read on
+/// every request by identity without disk I/O: this bounds both (DSFS §4.2
+/// keeps 32 entries in the onode). A longer list is refused with
+/// `PAL_OVERFLOW`; the manager folds users into roles instead.
+pub const PAL_ENTRIES_MAX: usize = 32;
+/// Largest encoded PAL: a `u16` count and `PAL_ENTRIES_MAX` 9-byte entries.
+pub const PAL_LEN_MAX: usize = 2 + PAL_ENTRIES_MAX * 9;
+/// Most PAL collections (super PALs) one partition holds: bounds the
+/// drive's memory for them at about `PAL_COLLECTIONS_MAX` × `PAL_LEN_MAX`
+/// per partition.
+pub const PAL_COLLECTIONS_MAX: usize = 1024;
+/// Most identity keys (the shared keys K of DSFS, by key id) a drive holds
+/// at once: rotation installs a new one before retiring the old.
+pub const IDENTITY_KEYS_MAX: usize = 8;
+
 const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
 const _: () = assert!(TXN_LIST_MAX * 24 + 2 <= ARGS_LEN_MAX);
+// A SET_PAL request (partition, object, collection, the list) fits the arguments.
+const _: () = assert!(24 + PAL_LEN_MAX <= ARGS_LEN_MAX);
+// A PAL's count is a u16.
+const _: () = assert!(PAL_ENTRIES_MAX <= u16::MAX as usize);
 const _: () = assert!(CHUNK_LEN_MIN as usize <= CHUNK_LEN_DEFAULT as usize);
 const _: () = assert!(CHUNK_LEN_DEFAULT <= CHUNK_LEN_MAX);
 const _: () = assert!(BLOCK_SIZE_MIN.is_power_of_two() && BLOCK_SIZE_MAX.is_power_of_two());

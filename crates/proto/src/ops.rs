@@ -4,7 +4,7 @@
 use crate::attrs::{AttrMask, Attributes};
 use crate::codec::{Reader, Writer};
 use crate::limits::*;
-use crate::{DecodeError, Protection, Status};
+use crate::{AuthScheme, DecodeError, ObjectPal, Pal, Protection, Status};
 
 /// Operation codes. The high byte groups them: 0x00 session, 0x01 object,
 /// 0x02 partition, 0x03 drive.
@@ -33,6 +33,10 @@ pub mod opcode {
     pub const TXN_BEGIN: u16 = 0x010A;
     /// End (commit or abort) an object's write transaction.
     pub const TXN_END: u16 = 0x010B;
+    /// Replace an object's access PAL and PAL collection.
+    pub const SET_PAL: u16 = 0x010C;
+    /// Read an object's access PAL and PAL collection.
+    pub const GET_PAL: u16 = 0x010D;
     /// Create an empty partition.
     pub const CREATE_PARTITION: u16 = 0x0201;
     /// Remove a partition.
@@ -51,6 +55,14 @@ pub mod opcode {
     pub const TXN_LIST: u16 = 0x0208;
     /// Raise a partition's minimum cluster map epoch.
     pub const SET_MAP_EPOCH: u16 = 0x0209;
+    /// Set which credentials a partition accepts (capabilities, PALs, both).
+    pub const SET_AUTH_SCHEME: u16 = 0x020A;
+    /// Read which credentials a partition accepts.
+    pub const GET_AUTH_SCHEME: u16 = 0x020B;
+    /// Replace a PAL collection's super PAL.
+    pub const SET_SUPER_PAL: u16 = 0x020C;
+    /// Read a PAL collection's super PAL.
+    pub const GET_SUPER_PAL: u16 = 0x020D;
     /// Reset the drive: clock, and (with security) the master key.
     pub const INITIALIZE: u16 = 0x0301;
     /// Set the drive key (sealed under the master key).
@@ -61,6 +73,10 @@ pub mod opcode {
     pub const READ_AUDIT: u16 = 0x0304;
     /// Re-read every stored block and check it against its stored digest.
     pub const SCRUB: u16 = 0x0305;
+    /// Install an identity key (sealed under the drive key).
+    pub const SET_IDENTITY_KEY: u16 = 0x0306;
+    /// Forget an identity key: every identity key made with it is refused.
+    pub const RETIRE_IDENTITY_KEY: u16 = 0x0307;
     /// Not an operation: the opcode of an audit record that counts requests
     /// the drive did not record one by one (PROTOCOL.md, `READ_AUDIT`).
     pub const NOT_ITEMIZED: u16 = 0x0000;
@@ -197,6 +213,24 @@ pub enum Request {
     /// Raise the partition's minimum cluster map epoch to `epoch`: every
     /// capability minted under an older map is refused from then on.
     SetMapEpoch { partition: u64, epoch: u32 },
+    /// Replace the object's access PAL and PAL collection (0: none).
+    SetPal { partition: u64, object: u64, pal: ObjectPal },
+    /// The object's access PAL and PAL collection.
+    GetPal { partition: u64, object: u64 },
+    /// Which credentials the partition accepts for object operations.
+    SetAuthScheme { partition: u64, scheme: AuthScheme },
+    /// The partition's authorization scheme.
+    GetAuthScheme { partition: u64 },
+    /// Replace collection `collection`'s (≠ 0) super PAL; an empty list
+    /// removes it.
+    SetSuperPal { partition: u64, collection: u64, pal: Pal },
+    /// Collection `collection`'s super PAL (empty if it has none).
+    GetSuperPal { partition: u64, collection: u64 },
+    /// Install identity key `key_id`, sealed under the drive key; key ids
+    /// only grow.
+    SetIdentityKey { key_id: u32, sealed_key: Vec<u8> },
+    /// Forget identity key `key_id`.
+    RetireIdentityKey { key_id: u32 },
 }
 
 impl Request {
@@ -230,6 +264,14 @@ impl Request {
             Request::TxnEnd { .. } => TXN_END,
             Request::TxnList { .. } => TXN_LIST,
             Request::SetMapEpoch { .. } => SET_MAP_EPOCH,
+            Request::SetPal { .. } => SET_PAL,
+            Request::GetPal { .. } => GET_PAL,
+            Request::SetAuthScheme { .. } => SET_AUTH_SCHEME,
+            Request::GetAuthScheme { .. } => GET_AUTH_SCHEME,
+            Request::SetSuperPal { .. } => SET_SUPER_PAL,
+            Request::GetSuperPal { .. } => GET_SUPER_PAL,
+            Request::SetIdentityKey { .. } => SET_IDENTITY_KEY,
+            Request::RetireIdentityKey { .. } => RETIRE_IDENTITY_KEY,
         }
     }
 
@@ -308,6 +350,32 @@ impl Request {
             }
             Request::SetMapEpoch { partition, epoch } => {
                 w.u64(*partition).u32(*epoch);
+            }
+            Request::SetPal { partition, object, pal } => {
+                w.u64(*partition).u64(*object);
+                pal.encode(&mut w);
+            }
+            Request::GetPal { partition, object } => {
+                w.u64(*partition).u64(*object);
+            }
+            Request::SetAuthScheme { partition, scheme } => {
+                w.u64(*partition).u8(scheme.bits());
+            }
+            Request::GetAuthScheme { partition } => {
+                w.u64(*partition);
+            }
+            Request::SetSuperPal { partition, collection, pal } => {
+                w.u64(*partition).u64(*collection);
+                pal.encode(&mut w);
+            }
+            Request::GetSuperPal { partition, collection } => {
+                w.u64(*partition).u64(*collection);
+            }
+            Request::SetIdentityKey { key_id, sealed_key } => {
+                w.u32(*key_id).bytes(sealed_key);
+            }
+            Request::RetireIdentityKey { key_id } => {
+                w.u32(*key_id);
             }
         }
         w.into_vec()
@@ -412,6 +480,23 @@ impl Request {
                 Request::TxnList { partition, after_object, max }
             }
             SET_MAP_EPOCH => Request::SetMapEpoch { partition: r.u64()?, epoch: r.u32()? },
+            SET_PAL => {
+                let (partition, object) = (r.u64()?, r.u64()?);
+                Request::SetPal { partition, object, pal: ObjectPal::decode(&mut r)? }
+            }
+            GET_PAL => Request::GetPal { partition: r.u64()?, object: r.u64()? },
+            SET_AUTH_SCHEME => Request::SetAuthScheme { partition: r.u64()?, scheme: AuthScheme::from_bits(r.u8()?)? },
+            GET_AUTH_SCHEME => Request::GetAuthScheme { partition: r.u64()? },
+            SET_SUPER_PAL => {
+                let (partition, collection) = (r.u64()?, r.u64()?);
+                Request::SetSuperPal { partition, collection, pal: Pal::decode(&mut r)? }
+            }
+            GET_SUPER_PAL => Request::GetSuperPal { partition: r.u64()?, collection: r.u64()? },
+            SET_IDENTITY_KEY => Request::SetIdentityKey {
+                key_id: r.u32()?,
+                sealed_key: r.bytes(SEALED_KEY_LEN_MAX, "sealed key")?.to_vec(),
+            },
+            RETIRE_IDENTITY_KEY => Request::RetireIdentityKey { key_id: r.u32()? },
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -512,6 +597,12 @@ pub enum Reply {
     TxnEnded { was_open: bool },
     /// Open transactions, ascending by object (`txn_list`).
     Txns { txns: Vec<OpenTxn> },
+    /// An object's access PAL and PAL collection (`get_pal`).
+    Pal(ObjectPal),
+    /// A collection's super PAL (`get_super_pal`).
+    SuperPal(Pal),
+    /// A partition's authorization scheme (`get_auth_scheme`).
+    AuthScheme(AuthScheme),
     /// No results.
     Done,
 }
@@ -626,6 +717,11 @@ impl Reply {
                     w.u64(t.object).u64(t.txn).u64(t.begun_ns);
                 }
             }
+            Reply::Pal(p) => p.encode(&mut w),
+            Reply::SuperPal(p) => p.encode(&mut w),
+            Reply::AuthScheme(s) => {
+                w.u8(s.bits());
+            }
             Reply::Done => {}
         }
         w.into_vec()
@@ -671,10 +767,12 @@ impl Reply {
                     .collect::<Result<_, DecodeError>>()?;
                 Reply::Txns { txns }
             }
+            GET_PAL => Reply::Pal(ObjectPal::decode(&mut r)?),
+            GET_SUPER_PAL => Reply::SuperPal(Pal::decode(&mut r)?),
+            GET_AUTH_SCHEME => Reply::AuthScheme(AuthScheme::from_bits(r.u8()?)?),
             REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION | INITIALIZE
-            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION | TXN_BEGIN | SET_MAP_EPOCH => {
-                Reply::Done
-            }
+            | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION | TXN_BEGIN | SET_MAP_EPOCH
+            | SET_PAL | SET_AUTH_SCHEME | SET_SUPER_PAL | SET_IDENTITY_KEY | RETIRE_IDENTITY_KEY => Reply::Done,
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;

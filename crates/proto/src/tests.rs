@@ -44,6 +44,14 @@ const OPCODES: &[u16] = &[
     opcode::TXN_END,
     opcode::TXN_LIST,
     opcode::SET_MAP_EPOCH,
+    opcode::SET_PAL,
+    opcode::GET_PAL,
+    opcode::SET_AUTH_SCHEME,
+    opcode::GET_AUTH_SCHEME,
+    opcode::SET_SUPER_PAL,
+    opcode::GET_SUPER_PAL,
+    opcode::SET_IDENTITY_KEY,
+    opcode::RETIRE_IDENTITY_KEY,
 ];
 
 // ---------------------------------------------------------------------------
@@ -396,6 +404,90 @@ fn vectors() -> Vec<Vector> {
                 000000cac471fe9c971700000000000000000000000000000000000000000000\
                 00000000000000000000",
         },
+        Vector {
+            name: "set_pal request, collection 9, 2 entries",
+            header: request_header(opcode::SET_PAL, 20),
+            body: Body::Request(Request::SetPal {
+                partition: 7,
+                object: 16,
+                pal: ObjectPal {
+                    collection: 9,
+                    pal: Pal::new(vec![
+                        role(7, rights::READ | rights::WRITE | rights::GETATTR),
+                        user(1000, rights::READ | rights::GETATTR),
+                    ]),
+                },
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401010c01140000000000000000000000000000002c00000000000000\
+                000000000000000000ca9a3b0000000014000000000000000700000000000000\
+                10000000000000000900000000000000020001e8030000090000000207000000\
+                0b00000000000000000000000000000000000000000000000000000000000000\
+                00000000",
+        },
+        Vector {
+            name: "get_pal reply",
+            header: FrameHeader::reply_to(&request_header(opcode::GET_PAL, 21), Status::Ok),
+            body: Body::Reply(Reply::Pal(ObjectPal {
+                collection: 9,
+                pal: Pal::new(vec![user(1000, rights::READ | rights::GETATTR)]),
+            })),
+            data: vec![],
+            hex: "\
+                4e41534401020d01150000000000000000000000000000001300000000000000\
+                000000000000000000ca9a3b0000000015000000000000000900000000000000\
+                010001e803000009000000000000000000000000000000000000000000000000\
+                0000000000000000000000",
+        },
+        Vector {
+            name: "set_super_pal request, 1 entry",
+            header: request_header(opcode::SET_SUPER_PAL, 22),
+            body: Body::Request(Request::SetSuperPal {
+                partition: 7,
+                collection: 9,
+                pal: Pal::new(vec![role(3, rights::READ)]),
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401010c02160000000000000000000000000000001b00000000000000\
+                000000000000000000ca9a3b0000000016000000000000000700000000000000\
+                0900000000000000010002030000000100000000000000000000000000000000\
+                00000000000000000000000000000000000000",
+        },
+        Vector {
+            name: "set_auth_scheme request, PALs and capabilities",
+            header: request_header(opcode::SET_AUTH_SCHEME, 23),
+            body: Body::Request(Request::SetAuthScheme { partition: 7, scheme: AuthScheme::BOTH }),
+            data: vec![],
+            hex: "\
+                4e41534401010a02170000000000000000000000000000000900000000000000\
+                000000000000000000ca9a3b0000000017000000000000000700000000000000\
+                0300000000000000000000000000000000000000000000000000000000000000\
+                00",
+        },
+        Vector {
+            name: "retire_identity_key request",
+            header: request_header(opcode::RETIRE_IDENTITY_KEY, 24),
+            body: Body::Request(Request::RetireIdentityKey { key_id: 2 }),
+            data: vec![],
+            hex: "\
+                4e41534401010703180000000000000000000000000000000400000000000000\
+                000000000000000000ca9a3b0000000018000000000000000200000000000000\
+                00000000000000000000000000000000000000000000000000000000",
+        },
+        Vector {
+            name: "error reply to set_pal: PAL_OVERFLOW",
+            header: FrameHeader::reply_to(&request_header(opcode::SET_PAL, 25), Status::PalOverflow),
+            body: Body::Error(Status::PalOverflow, "PAL of 33 entries, over the limit of 32".into()),
+            data: vec![],
+            hex: "\
+                4e41534401020c01190000000000000000002e00000000002900000000000000\
+                000000000000000000ca9a3b000000001900000000000000270050414c206f66\
+                20333320656e74726965732c206f76657220746865206c696d6974206f662033\
+                3200000000000000000000000000000000000000000000000000000000000000\
+                00",
+        },
     ]
 }
 
@@ -589,7 +681,7 @@ fn header_rejections() {
         ("version 255", header_with(0, 0, &[(4, &[255])]), DecodeError::Version(255), Status::VersionUnsupported),
         ("kind 0", header_with(0, 0, &[(5, &[0])]), nc("unknown frame kind"), Status::BadArguments),
         ("kind 3", header_with(0, 0, &[(5, &[3])]), nc("unknown frame kind"), Status::BadArguments),
-        ("key type 6", header_with(0, 0, &[(16, &[6])]), nc("unknown key type"), Status::BadArguments),
+        ("key type 7", header_with(0, 0, &[(16, &[7])]), nc("unknown key type"), Status::BadArguments),
         (
             "protection bit 6",
             header_with(0, 0, &[(17, &[0x40])]),
@@ -1230,9 +1322,14 @@ fn status_codes() {
         assert_eq!(*s as u16, i as u16, "codes are dense from 0");
         assert_eq!(Status::from_code(i as u16), Some(*s));
     }
-    assert_eq!(Status::ALL.len(), 43);
+    assert_eq!(Status::ALL.len(), 47);
     assert_eq!(Status::MapEpochMoved as u16, 41);
     assert_eq!(Status::TxnConflict as u16, 42);
+    assert_eq!(Status::AuthSchemeRefused as u16, 43);
+    assert_eq!(Status::IdentityExpired as u16, 44);
+    assert_eq!(Status::NotInPal as u16, 45);
+    assert_eq!(Status::PalOverflow as u16, 46);
+    assert_eq!(Status::PalOverflow.name(), "PAL_OVERFLOW");
     assert_eq!(Status::TxnConflict.name(), "TXN_CONFLICT");
     assert_eq!(Status::from_code(Status::ALL.len() as u16), None);
     assert_eq!(Status::NoSuchObject.to_string(), "NO_SUCH_OBJECT (10)");
@@ -1298,6 +1395,7 @@ fn arb_key_type() -> impl Strategy<Value = KeyType> {
         Just(KeyType::Partition),
         Just(KeyType::Working),
         Just(KeyType::Capability),
+        Just(KeyType::Identity),
     ]
 }
 
@@ -1415,8 +1513,40 @@ fn arb_request() -> impl Strategy<Value = Request> {
             .prop_map(|(partition, after_object, max)| Request::TxnList { partition, after_object, max })
             .boxed(),
         (u(), any::<u32>()).prop_map(|(partition, epoch)| Request::SetMapEpoch { partition, epoch }).boxed(),
+        (u(), u(), arb_object_pal())
+            .prop_map(|(partition, object, pal)| Request::SetPal { partition, object, pal })
+            .boxed(),
+        (u(), u()).prop_map(|(partition, object)| Request::GetPal { partition, object }).boxed(),
+        (u(), arb_scheme()).prop_map(|(partition, scheme)| Request::SetAuthScheme { partition, scheme }).boxed(),
+        u().prop_map(|partition| Request::GetAuthScheme { partition }).boxed(),
+        (u(), u(), arb_pal())
+            .prop_map(|(partition, collection, pal)| Request::SetSuperPal { partition, collection, pal })
+            .boxed(),
+        (u(), u()).prop_map(|(partition, collection)| Request::GetSuperPal { partition, collection }).boxed(),
+        (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..=SEALED_KEY_LEN_MAX))
+            .prop_map(|(key_id, sealed_key)| Request::SetIdentityKey { key_id, sealed_key })
+            .boxed(),
+        any::<u32>().prop_map(|key_id| Request::RetireIdentityKey { key_id }).boxed(),
     ];
     Union::new(arms)
+}
+
+fn arb_scheme() -> impl Strategy<Value = AuthScheme> {
+    prop_oneof![Just(AuthScheme::CAPABILITIES), Just(AuthScheme::PALS), Just(AuthScheme::BOTH)]
+}
+
+/// Valid PALs only: up to `PAL_ENTRIES_MAX` entries, each with rights
+/// within `PAL_RIGHTS`, roles other than 0, in canonical order.
+fn arb_pal() -> impl Strategy<Value = Pal> {
+    let entry = (any::<bool>(), 1..=u32::MAX, 1..=PAL_RIGHTS).prop_map(|(user, id, rights)| PalEntry {
+        principal: if user { Principal::User(id) } else { Principal::Role(id) },
+        rights: rights & PAL_RIGHTS | rights::READ,
+    });
+    prop::collection::vec(entry, 0..=PAL_ENTRIES_MAX).prop_map(Pal::new)
+}
+
+fn arb_object_pal() -> impl Strategy<Value = ObjectPal> {
+    (any::<u64>(), arb_pal()).prop_map(|(collection, pal)| ObjectPal { collection, pal })
 }
 
 fn arb_drive_info() -> impl Strategy<Value = DriveInfo> {
@@ -1468,6 +1598,11 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
         INITIALIZE,
         TXN_BEGIN,
         SET_MAP_EPOCH,
+        SET_PAL,
+        SET_AUTH_SCHEME,
+        SET_SUPER_PAL,
+        SET_IDENTITY_KEY,
+        RETIRE_IDENTITY_KEY,
     ]);
     let arms: Vec<BoxedStrategy<(u16, Reply)>> = vec![
         (any::<u8>(), prop::array::uniform16(any::<u8>()), any::<u32>(), any::<u16>(), any::<u32>())
@@ -1493,6 +1628,9 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
                 (TXN_LIST, Reply::Txns { txns })
             })
             .boxed(),
+        arb_object_pal().prop_map(|p| (GET_PAL, Reply::Pal(p))).boxed(),
+        arb_pal().prop_map(|p| (GET_SUPER_PAL, Reply::SuperPal(p))).boxed(),
+        arb_scheme().prop_map(|s| (GET_AUTH_SCHEME, Reply::AuthScheme(s))).boxed(),
     ];
     Union::new(arms)
 }
@@ -1677,4 +1815,178 @@ fn hash_and_mac_needs_data_integrity_and_no_data_privacy() {
     assert!(!p(0x2b).is_consistent(), "with PRIVACY_DATA");
     let consistent: Vec<u8> = (0..0x40u8).filter(|b| p(*b).is_consistent()).collect();
     assert_eq!(consistent.len(), 13 + 4, "13 values without HASH_AND_MAC, 4 with");
+}
+
+// ---------------------------------------------------------------------------
+// Identity credentials and pre-authorization lists (DSFS).
+// ---------------------------------------------------------------------------
+
+fn user(id: u32, rights: u32) -> PalEntry {
+    PalEntry { principal: Principal::User(id), rights }
+}
+
+fn role(id: u32, rights: u32) -> PalEntry {
+    PalEntry { principal: Principal::Role(id), rights }
+}
+
+/// A PAL list's raw bytes: `u16` count, then (kind, id, rights) entries.
+fn raw_pal(count: u16, entries: &[(u8, u32, u32)]) -> Vec<u8> {
+    args(|w| {
+        w.u16(count);
+        for &(kind, id, rights) in entries {
+            w.u8(kind).u32(id).u32(rights);
+        }
+    })
+}
+
+#[test]
+fn pal_rejections() {
+    let nc = DecodeError::NotCanonical;
+    let r = rights::READ;
+    let overflow = |n: u64| DecodeError::PalOverflow { entries: n, max: PAL_ENTRIES_MAX as u64 };
+    let many = |n: u32| -> Vec<(u8, u32, u32)> { (1..=n).map(|i| (PAL_KIND_USER, i, r)).collect() };
+    let cases: Vec<(&str, Vec<u8>, DecodeError, Status)> = vec![
+        ("33 entries", raw_pal(33, &many(33)), overflow(33), Status::PalOverflow),
+        // The count is checked before any entry is read: no entry need follow.
+        ("count u16::MAX", raw_pal(u16::MAX, &[]), overflow(u16::MAX as u64), Status::PalOverflow),
+        ("kind 0", raw_pal(1, &[(0, 1, r)]), nc("unknown PAL entry kind"), Status::BadArguments),
+        ("kind 3", raw_pal(1, &[(3, 1, r)]), nc("unknown PAL entry kind"), Status::BadArguments),
+        ("role 0", raw_pal(1, &[(PAL_KIND_ROLE, 0, r)]), nc("PAL entry for role 0"), Status::BadArguments),
+        ("no rights", raw_pal(1, &[(PAL_KIND_USER, 1, 0)]), nc("PAL entry grants no rights"), Status::BadArguments),
+        (
+            "CREATE right",
+            raw_pal(1, &[(PAL_KIND_USER, 1, rights::CREATE | r)]),
+            nc("undefined or ungrantable PAL rights"),
+            Status::BadArguments,
+        ),
+        (
+            "undefined right",
+            raw_pal(1, &[(PAL_KIND_USER, 1, 1 << 10 | r)]),
+            nc("undefined or ungrantable PAL rights"),
+            Status::BadArguments,
+        ),
+        (
+            "role before user",
+            raw_pal(2, &[(PAL_KIND_ROLE, 1, r), (PAL_KIND_USER, 1, r)]),
+            nc("PAL entries out of order or repeated"),
+            Status::BadArguments,
+        ),
+        (
+            "users descending",
+            raw_pal(2, &[(PAL_KIND_USER, 2, r), (PAL_KIND_USER, 1, r)]),
+            nc("PAL entries out of order or repeated"),
+            Status::BadArguments,
+        ),
+        (
+            "user twice",
+            raw_pal(2, &[(PAL_KIND_USER, 5, r), (PAL_KIND_USER, 5, rights::WRITE)]),
+            nc("PAL entries out of order or repeated"),
+            Status::BadArguments,
+        ),
+        ("count says 2, has 1", raw_pal(2, &[(PAL_KIND_USER, 1, r)]), DecodeError::Truncated, Status::BadArguments),
+    ];
+    for (case, bytes, want, status) in &cases {
+        check(case, Pal::from_bytes(bytes), want.clone(), *status);
+        // The same list inside every message that carries one.
+        let mut set_pal = args(|w| {
+            w.u64(7).u64(16).u64(0);
+        });
+        set_pal.extend_from_slice(bytes);
+        check(case, Request::decode(opcode::SET_PAL, &set_pal), want.clone(), *status);
+        let mut set_super = args(|w| {
+            w.u64(7).u64(9);
+        });
+        set_super.extend_from_slice(bytes);
+        check(case, Request::decode(opcode::SET_SUPER_PAL, &set_super), want.clone(), *status);
+        check(case, Reply::decode(opcode::GET_SUPER_PAL, bytes), want.clone(), *status);
+    }
+    // Boundaries that must be accepted: exactly PAL_ENTRIES_MAX entries, every grantable right.
+    let full = raw_pal(PAL_ENTRIES_MAX as u16, &many(PAL_ENTRIES_MAX as u32));
+    assert_eq!(Pal::from_bytes(&full).unwrap().entries.len(), PAL_ENTRIES_MAX);
+    assert_eq!(full.len(), PAL_LEN_MAX);
+    let all = raw_pal(2, &[(PAL_KIND_USER, u32::MAX, PAL_RIGHTS), (PAL_KIND_ROLE, 1, PAL_RIGHTS)]);
+    assert_eq!(Pal::from_bytes(&all).unwrap().to_bytes(), all);
+    let mut trailing = raw_pal(0, &[]);
+    trailing.push(0);
+    check("trailing byte", Pal::from_bytes(&trailing), DecodeError::TrailingBytes(1), Status::BadArguments);
+    check(
+        "object PAL trailing byte",
+        ObjectPal::from_bytes(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        DecodeError::TrailingBytes(1),
+        Status::BadArguments,
+    );
+}
+
+#[test]
+fn pal_new_is_canonical_and_rights_are_the_union_of_user_and_role() {
+    let (r, w, g) = (rights::READ, rights::WRITE, rights::GETATTR);
+    let pal = Pal::new(vec![role(7, w), user(1000, r), role(3, g), user(1000, g), user(2, r)]);
+    assert_eq!(pal.entries, vec![user(2, r), user(1000, r | g), role(3, g), role(7, w)]);
+    assert_eq!(Pal::from_bytes(&pal.to_bytes()).unwrap(), pal, "Pal::new gives a list the decoder accepts");
+    assert_eq!(pal.rights_for(1000, 7), Some(r | g | w), "user and role entries add up");
+    assert_eq!(pal.rights_for(1000, 9), Some(r | g), "a role not in the list adds nothing");
+    assert_eq!(pal.rights_for(5, 7), Some(w), "the role alone");
+    assert_eq!(pal.rights_for(5, 9), None, "neither user nor role");
+    assert_eq!(pal.rights_for(5, ROLE_NONE), None, "no role matches nothing");
+    let with_role_0 = Pal { entries: vec![role(ROLE_NONE, r)] };
+    assert_eq!(with_role_0.rights_for(5, ROLE_NONE), None, "ROLE_NONE never matches, even a (refused) role-0 entry");
+    assert_eq!(Pal::default().rights_for(0, 0), None);
+}
+
+#[test]
+fn identity_credential_encoding_and_rejections() {
+    let id = IdentityData { algorithm: 1, key_id: 2, user: 1000, role: 7, expiration_ns: 0x0102_0304_0506_0708 };
+    let bytes = id.encode();
+    assert_eq!(bytes.len(), IDENTITY_DATA_LEN);
+    assert_eq!(hex::encode(bytes), "0301000002000000e8030000070000000807060504030201");
+    assert_eq!(&bytes[0..4], &[IDENTITY_FORMAT, 1, 0, 0]);
+    assert_eq!(&bytes[4..8], &2u32.to_le_bytes());
+    assert_eq!(&bytes[8..12], &1000u32.to_le_bytes());
+    assert_eq!(&bytes[12..16], &7u32.to_le_bytes());
+    assert_eq!(&bytes[16..24], &0x0102_0304_0506_0708u64.to_le_bytes());
+    assert_eq!(IdentityData::decode(&bytes), Ok(id));
+    assert_eq!(id.audit_id(), 1000 << 32 | 7);
+    let nc = DecodeError::NotCanonical;
+    let patched = |at: usize, v: u8| {
+        let mut b = bytes;
+        b[at] = v;
+        b.to_vec()
+    };
+    let cases: Vec<(&str, Vec<u8>, DecodeError)> = vec![
+        ("23 bytes", bytes[..23].to_vec(), nc("identity credential is not 24 bytes")),
+        ("25 bytes", [&bytes[..], &[0]].concat(), nc("identity credential is not 24 bytes")),
+        ("empty", vec![], nc("identity credential is not 24 bytes")),
+        ("format 1 (a clear capability)", patched(0, 1), nc("not an identity credential")),
+        ("format 2 (a sealed capability)", patched(0, 2), nc("not an identity credential")),
+        ("reserved byte 2", patched(2, 1), nc("reserved identity bytes are not zero")),
+        ("reserved byte 3", patched(3, 0x80), nc("reserved identity bytes are not zero")),
+        ("algorithm 0", patched(1, 0), nc("unknown identity algorithm")),
+        ("algorithm 3", patched(1, 3), nc("unknown identity algorithm")),
+        ("key id 0", IdentityData { key_id: 0, ..id }.encode().to_vec(), nc("identity key id 0")),
+    ];
+    for (case, b, want) in cases {
+        check(case, IdentityData::decode(&b), want, Status::BadArguments);
+    }
+    let hmac = IdentityData { algorithm: 2, ..id };
+    assert_eq!(IdentityData::decode(&hmac.encode()), Ok(hmac));
+}
+
+#[test]
+fn auth_scheme_rejections() {
+    let nc = DecodeError::NotCanonical;
+    for (bits, want) in [
+        (0u8, nc("an authorization scheme accepts at least one kind")),
+        (4, nc("undefined authorization scheme bits")),
+        (0x83, nc("undefined authorization scheme bits")),
+    ] {
+        let req = args(|w| {
+            w.u64(7).u8(bits);
+        });
+        check("set_auth_scheme", Request::decode(opcode::SET_AUTH_SCHEME, &req), want.clone(), Status::BadArguments);
+        check("auth scheme reply", Reply::decode(opcode::GET_AUTH_SCHEME, &[bits]), want, Status::BadArguments);
+    }
+    assert_eq!(AuthScheme::default(), AuthScheme::CAPABILITIES);
+    assert!(AuthScheme::BOTH.capabilities() && AuthScheme::BOTH.pals());
+    assert!(!AuthScheme::PALS.capabilities() && !AuthScheme::CAPABILITIES.pals());
+    assert_eq!(AuthScheme::from_bits(3), Ok(AuthScheme::BOTH));
 }

@@ -1,6 +1,6 @@
 //! The durable block index and metadata, in SQLite.
 //!
-//! Layout (format version 2):
+//! Layout (format version 3):
 //! - `drive(key, value)`: `format_version`, `drive_id`, `block_size`,
 //!   `clock_offset_ns`, `clock_skew_ns`, and the drive's settings
 //!   (`setting.*`).
@@ -13,9 +13,15 @@
 //! - `undo(partition, object, block, phys, digest)`: a block's mapping before
 //!   the object's open transaction first changed it; `phys` and `digest`
 //!   NULL for a hole (version 2).
+//! - `pals(partition, object, pal)`: an object's security attribute — the
+//!   encoding of `ObjectPal` (collection, access PAL); no row for an object
+//!   without one (version 3).
+//! - `pal_collections(partition, collection, pal)`: a PAL collection's
+//!   super PAL, the encoding of `Pal` (version 3).
 //!
-//! Versions: 1 had no transactions; [`migrate`] takes a store from any older
-//! version to [`FORMAT_VERSION`] in one transaction when it opens.
+//! Versions: 1 had no transactions, 2 no PALs; [`migrate`] takes a store
+//! from any older version to [`FORMAT_VERSION`] in one transaction when it
+//! opens.
 //!
 //! u64 identifiers are stored bit-for-bit as SQLite's i64. The database runs in
 //! WAL mode with `synchronous=FULL`, so a committed transaction survives power
@@ -23,12 +29,12 @@
 
 use crate::{BlockRef, StoreError};
 use nasd_proto::codec::{Reader, Writer};
-use nasd_proto::Attributes;
+use nasd_proto::{Attributes, ObjectPal, Pal};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 
 /// Version of the on-disk layout; a drive refuses a newer one.
-pub const FORMAT_VERSION: i64 = 2;
+pub const FORMAT_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS drive (key TEXT PRIMARY KEY, value BLOB NOT NULL);
@@ -49,6 +55,12 @@ CREATE TABLE IF NOT EXISTS undo (
     partition INTEGER NOT NULL, object INTEGER NOT NULL, block INTEGER NOT NULL,
     phys INTEGER, digest BLOB,
     PRIMARY KEY (partition, object, block)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pals (
+    partition INTEGER NOT NULL, object INTEGER NOT NULL, pal BLOB NOT NULL,
+    PRIMARY KEY (partition, object)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pal_collections (
+    partition INTEGER NOT NULL, collection INTEGER NOT NULL, pal BLOB NOT NULL,
+    PRIMARY KEY (partition, collection)) WITHOUT ROWID;
 ";
 
 /// Takes a store of format version `from` (older than [`FORMAT_VERSION`]) to
@@ -61,7 +73,9 @@ pub fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
         match version {
             // 1 → 2: the `txns` and `undo` tables, which `open` creates
             // empty; a version-1 store has no transactions.
-            1 => {}
+            // 2 → 3: the `pals` and `pal_collections` tables, likewise; a
+            // version-2 store has no PALs.
+            1 | 2 => {}
             v => return Err(StoreError::Corrupt(format!("no migration from format version {v}"))),
         }
         version += 1;
@@ -205,6 +219,32 @@ pub fn load_undo(
     Ok(())
 }
 
+/// Every object's security attribute: (partition, object, PAL).
+pub fn load_pals(conn: &Connection) -> Result<Vec<(u64, u64, ObjectPal)>, StoreError> {
+    let mut st = conn.prepare("SELECT partition, object, pal FROM pals")?;
+    let mut rows = st.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let blob: Vec<u8> = r.get(2)?;
+        let pal = ObjectPal::from_bytes(&blob).map_err(|e| StoreError::Corrupt(format!("object PAL: {e}")))?;
+        out.push((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, pal));
+    }
+    Ok(out)
+}
+
+/// Every PAL collection's super PAL: (partition, collection, PAL).
+pub fn load_collections(conn: &Connection) -> Result<Vec<(u64, u64, Pal)>, StoreError> {
+    let mut st = conn.prepare("SELECT partition, collection, pal FROM pal_collections")?;
+    let mut rows = st.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let blob: Vec<u8> = r.get(2)?;
+        let pal = Pal::from_bytes(&blob).map_err(|e| StoreError::Corrupt(format!("super PAL: {e}")))?;
+        out.push((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64, pal));
+    }
+    Ok(out)
+}
+
 /// The attribute blob.
 pub fn encode_attrs(a: &Attributes) -> Vec<u8> {
     let mut w = Writer::with_capacity(nasd_proto::ATTRIBUTES_LEN);
@@ -238,6 +278,10 @@ pub struct Batch {
     pub txns: Vec<TxnRow>,
     /// (partition, object, block, Some(previous mapping) to store or None to delete).
     pub undo: Vec<(u64, u64, u64, Option<Option<BlockRef>>)>,
+    /// (partition, object, Some(encoded ObjectPal) to store or None to delete).
+    pub pals: Vec<(u64, u64, Option<Vec<u8>>)>,
+    /// (partition, collection, Some(encoded Pal) to store or None to delete).
+    pub collections: Vec<(u64, u64, Option<Vec<u8>>)>,
 }
 
 impl Batch {
@@ -252,6 +296,8 @@ impl Batch {
             && self.txn_reset.is_empty()
             && self.txns.is_empty()
             && self.undo.is_empty()
+            && self.pals.is_empty()
+            && self.collections.is_empty()
     }
 }
 
@@ -266,6 +312,8 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
         tx.execute("DELETE FROM txns WHERE partition = ?1", [p as i64])?;
         tx.execute("DELETE FROM blocks WHERE partition = ?1", [p as i64])?;
         tx.execute("DELETE FROM objects WHERE partition = ?1", [p as i64])?;
+        tx.execute("DELETE FROM pals WHERE partition = ?1", [p as i64])?;
+        tx.execute("DELETE FROM pal_collections WHERE partition = ?1", [p as i64])?;
         tx.execute("DELETE FROM partitions WHERE id = ?1", [p as i64])?;
     }
     for p in &b.partitions {
@@ -280,11 +328,13 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
         let mut del_obj = tx.prepare_cached("DELETE FROM objects WHERE partition = ?1 AND id = ?2")?;
         let mut del_txn = tx.prepare_cached("DELETE FROM txns WHERE partition = ?1 AND object = ?2")?;
         let mut del_undo = tx.prepare_cached("DELETE FROM undo WHERE partition = ?1 AND object = ?2")?;
+        let mut del_pal = tx.prepare_cached("DELETE FROM pals WHERE partition = ?1 AND object = ?2")?;
         for &(p, o) in &b.removed_objects {
             del_blocks.execute([p as i64, o as i64])?;
             del_obj.execute([p as i64, o as i64])?;
             del_txn.execute([p as i64, o as i64])?;
             del_undo.execute([p as i64, o as i64])?;
+            del_pal.execute([p as i64, o as i64])?;
         }
         for &(p, o) in &b.txn_reset {
             del_txn.execute([p as i64, o as i64])?;
@@ -338,6 +388,25 @@ pub fn write_batch(conn: &mut Connection, b: &Batch) -> rusqlite::Result<()> {
                 Some(Some(r)) => put_undo.execute(params![p, o, l, r.phys as i64, &r.digest[..]])?,
                 Some(None) => put_undo.execute(params![p, o, l, None::<i64>, None::<Vec<u8>>])?,
                 None => del_undo_block.execute(params![p, o, l])?,
+            };
+        }
+        let mut put_pal =
+            tx.prepare_cached("INSERT OR REPLACE INTO pals (partition, object, pal) VALUES (?1, ?2, ?3)")?;
+        for (p, o, pal) in &b.pals {
+            match pal {
+                Some(pal) => put_pal.execute(params![*p as i64, *o as i64, pal])?,
+                None => del_pal.execute([*p as i64, *o as i64])?,
+            };
+        }
+        let mut put_collection = tx.prepare_cached(
+            "INSERT OR REPLACE INTO pal_collections (partition, collection, pal) VALUES (?1, ?2, ?3)",
+        )?;
+        let mut del_collection =
+            tx.prepare_cached("DELETE FROM pal_collections WHERE partition = ?1 AND collection = ?2")?;
+        for (p, c, pal) in &b.collections {
+            match pal {
+                Some(pal) => put_collection.execute(params![*p as i64, *c as i64, pal])?,
+                None => del_collection.execute([*p as i64, *c as i64])?,
             };
         }
     }

@@ -77,6 +77,17 @@ pub enum StoreError {
         /// Object.
         object: u64,
     },
+    /// The object's PALs (its access PAL, its collection, or the
+    /// collection's super PAL) changed since a write by identity was
+    /// authorized against them ([`crate::WriteCheck::pal`]): the write
+    /// changed nothing.
+    #[error("object {object} in partition {partition}: its pre-authorization list changed; the write is no longer authorized")]
+    PalChanged {
+        /// Partition.
+        partition: u64,
+        /// Object.
+        object: u64,
+    },
     /// Another write transaction is open on the object (or a transaction
     /// was ended with an identifier other than the open one's).
     #[error("object {object} in partition {partition} has transaction {open} open")]
@@ -140,7 +151,7 @@ impl StoreError {
             Regions(s) => *s,
             TooMany(_) => Status::TooMany,
             NotAnAppend { .. } => Status::RightsInsufficient,
-            AccessRevoked { .. } => Status::AccessRevoked,
+            AccessRevoked { .. } | PalChanged { .. } => Status::AccessRevoked,
             TxnConflict { .. } => Status::TxnConflict,
             DataCorrupted { .. } => Status::DataCorrupted,
             Source(_) => Status::DataLengthMismatch,

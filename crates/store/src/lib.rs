@@ -36,20 +36,24 @@
 mod alloc;
 mod db;
 mod error;
+mod pal;
 
 pub use error::StoreError;
+pub use pal::{PalStamp, PalView};
 
 use alloc::Allocator;
 use nasd_crypto::{block_digest, ct_eq, BlockDigest};
 use nasd_proto::limits::{OBJECT_SIZE_MAX, PARTITIONS_MAX};
 use nasd_proto::well_known::*;
-use nasd_proto::{validate_regions, AttrMask, Attributes, DriveControl, PartitionControl, PartitionInfo, Region};
+use nasd_proto::{
+    validate_regions, AttrMask, Attributes, DriveControl, ObjectPal, Pal, PartitionControl, PartitionInfo, Region,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Smallest and largest supported block sizes (protocol limits).
@@ -124,6 +128,11 @@ pub struct WriteCheck {
     /// The object's `access_control_version` is this one (the capability's):
     /// otherwise [`StoreError::AccessRevoked`]. None: not checked.
     pub access_control_version: Option<u64>,
+    /// The object's access PAL, its collection and that collection's super
+    /// PAL are those a request by identity was authorized against
+    /// ([`Store::pal_view`]): otherwise [`StoreError::PalChanged`]. None:
+    /// not checked.
+    pub pal: Option<PalStamp>,
 }
 
 /// Supplies a write's data, in order. `fill` must fill `buf` completely.
@@ -228,6 +237,12 @@ struct Object {
     blocks: BTreeMap<u64, BlockRef>,
     /// The write transaction open on the object, if any.
     txn: Option<Box<Txn>>,
+    /// The object's security attribute (access PAL and PAL collection), if
+    /// it has one; never an empty one.
+    pal: Option<Arc<ObjectPal>>,
+    /// Changes whenever `pal` is set (`Meta::next_pal_stamp`); 0 for an
+    /// object whose PAL was never set.
+    pal_stamp: u64,
 }
 
 /// An open write transaction on one object (ARCHITECTURE.md, "Write
@@ -274,6 +289,9 @@ struct Partition {
     /// store opened (`Meta::incarnations`): a write or read that outlives
     /// a partition's removal must not touch a new one of the same number.
     incarnation: u64,
+    /// PAL collection → its super PAL and the stamp of its last change
+    /// (at most `PAL_COLLECTIONS_MAX`; never an empty one).
+    collections: BTreeMap<u64, (Arc<Pal>, u64)>,
 }
 
 impl Partition {
@@ -291,6 +309,8 @@ struct DirtyObject {
     txn: bool,
     /// Undo entries added or dropped.
     undo: BTreeSet<u64>,
+    /// The security attribute (PAL) was set: its row is rewritten.
+    pal: bool,
 }
 
 #[derive(Debug, Default)]
@@ -300,6 +320,8 @@ struct Dirty {
     partitions: BTreeSet<u64>,
     removed_objects: BTreeSet<(u64, u64)>,
     objects: HashMap<(u64, u64), DirtyObject>,
+    /// (partition, collection) whose super PAL changed.
+    collections: BTreeSet<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -320,6 +342,9 @@ struct Meta {
     pinned_free: HashSet<u64>,
     /// Partitions created or loaded so far (the next `Partition::incarnation`).
     incarnations: u64,
+    /// The last PAL stamp handed out (`Meta::next_pal_stamp`): stamps are
+    /// never reused while the store is open.
+    pal_stamps: u64,
     dirty: Dirty,
 }
 
@@ -465,6 +490,7 @@ impl Store {
                     inflight_blocks: 0,
                     txn_objects: BTreeSet::new(),
                     incarnation: incarnations,
+                    collections: BTreeMap::new(),
                 },
             );
         }
@@ -474,7 +500,14 @@ impl Store {
                 .ok_or_else(|| StoreError::Corrupt(format!("object {} in missing partition {}", o.id, o.partition)))?;
             let mut attrs = o.attrs;
             attrs.block_size = block_size;
-            let obj = Object { attrs, reserved: o.reserved_blocks, blocks: BTreeMap::new(), txn: None };
+            let obj = Object {
+                attrs,
+                reserved: o.reserved_blocks,
+                blocks: BTreeMap::new(),
+                txn: None,
+                pal: None,
+                pal_stamp: 0,
+            };
             part.objects.insert(o.id, obj);
         }
         let mut refcount: HashMap<u64, u32> = HashMap::new();
@@ -514,6 +547,18 @@ impl Store {
             obj.txn.as_mut().ok_or_else(|| missing("undo of an object without a transaction"))?.undo.insert(l, r);
             Ok(())
         })?;
+        let mut pal_stamps = 0;
+        for (p, o, pal) in db::load_pals(conn)? {
+            let part = partitions.get_mut(&p).ok_or_else(|| missing("PAL of missing partition"))?;
+            let obj = part.objects.get_mut(&o).ok_or_else(|| missing("PAL of missing object"))?;
+            pal_stamps += 1;
+            (obj.pal, obj.pal_stamp) = (Some(Arc::new(pal)), pal_stamps);
+        }
+        for (p, c, pal) in db::load_collections(conn)? {
+            let part = partitions.get_mut(&p).ok_or_else(|| missing("super PAL of missing partition"))?;
+            pal_stamps += 1;
+            part.collections.insert(c, (Arc::new(pal), pal_stamps));
+        }
         for part in partitions.values_mut() {
             part.slack_blocks = part.objects.values().map(Object::slack).sum();
         }
@@ -528,6 +573,7 @@ impl Store {
             pins: HashMap::new(),
             pinned_free: HashSet::new(),
             incarnations,
+            pal_stamps,
             dirty: Dirty::default(),
         })
     }

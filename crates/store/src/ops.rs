@@ -327,7 +327,7 @@ impl Store {
         let id = self.next_object_id(&mut m, p)?;
         let mut a = self.fresh_attrs(now);
         a.apply(mask, attrs);
-        let obj = Object { attrs: a, reserved, blocks: BTreeMap::new(), txn: None };
+        let obj = Object { attrs: a, reserved, blocks: BTreeMap::new(), txn: None, pal: None, pal_stamp: 0 };
         let part = m.partition_mut(p)?;
         part.slack_blocks += obj.slack();
         part.objects.insert(id, obj);
@@ -681,7 +681,7 @@ impl Store {
     /// object's end, checked under the object's lock as the write installs,
     /// so no concurrent write can turn the append into an overwrite.
     pub fn append(&self, p: u64, o: u64, regions: &[Region], source: &mut dyn DataSource) -> Result<u64, StoreError> {
-        self.write_checked(p, o, regions, source, WriteCheck { append_only: true, access_control_version: None })
+        self.write_checked(p, o, regions, source, WriteCheck { append_only: true, ..WriteCheck::default() })
     }
 
     /// [`Store::write`], installing only if the object still passes `check`
@@ -736,6 +736,11 @@ impl Store {
         let attrs = &m.object(p, o)?.attrs;
         if check.access_control_version.is_some_and(|acv| acv != attrs.access_control_version) {
             return Err(StoreError::AccessRevoked { partition: p, object: o });
+        }
+        if let Some(stamp) = check.pal {
+            if stamp != m.pal_stamp(p, o)? {
+                return Err(StoreError::PalChanged { partition: p, object: o });
+            }
         }
         let logical_size = attrs.logical_size;
         if check.append_only && regions.iter().any(|r| r.offset < logical_size) {
@@ -1050,6 +1055,7 @@ impl Store {
         }
         let blocks = src.blocks.clone();
         let reserved = src.reserved;
+        let pal = src.pal.clone();
         let mut attrs = self.fresh_attrs(now);
         let settable = AttrMask(AttrMask::ALL.0 & !AttrMask::DRIVE_MAINTAINED.0);
         attrs.apply(settable, &src.attrs);
@@ -1062,9 +1068,14 @@ impl Store {
         }
         let part = m.partition_mut(p)?;
         part.slack_blocks += slack;
-        part.objects.insert(id, Object { attrs, reserved, blocks: blocks.clone(), txn: None });
+        // The clone is as protected as its source: it shares the source's PAL.
+        let pal_stamp = if pal.is_some() { m.next_pal_stamp() } else { 0 };
+        let has_pal = pal.is_some();
+        let part = m.partition_mut(p)?;
+        part.objects.insert(id, Object { attrs, reserved, blocks: blocks.clone(), txn: None, pal, pal_stamp });
         let d = m.dirty_object(p, id);
         d.replaced = true;
+        d.pal = has_pal;
         d.blocks.extend(blocks.keys());
         let attrs = self.attrs_of(&m, p, id)?;
         Ok((id, attrs))
@@ -1114,7 +1125,14 @@ impl Store {
             return Err(StoreError::TooMany("partitions"));
         }
         let mut objects = BTreeMap::new();
-        let first = Object { attrs: self.fresh_attrs(now), reserved: 0, blocks: BTreeMap::new(), txn: None };
+        let first = Object {
+            attrs: self.fresh_attrs(now),
+            reserved: 0,
+            blocks: BTreeMap::new(),
+            txn: None,
+            pal: None,
+            pal_stamp: 0,
+        };
         objects.insert(FIRST_OBJECT, first);
         m.incarnations += 1;
         let incarnation = m.incarnations;
@@ -1130,6 +1148,7 @@ impl Store {
                 inflight_blocks: 0,
                 txn_objects: BTreeSet::new(),
                 incarnation,
+                collections: BTreeMap::new(),
             },
         );
         m.dirty.partitions.insert(p);
@@ -1158,6 +1177,7 @@ impl Store {
         m.dirty.partitions.remove(&p);
         m.dirty.objects.retain(|(pp, _), _| *pp != p);
         m.dirty.removed_objects.retain(|(pp, _)| *pp != p);
+        m.dirty.collections.retain(|(pp, _)| *pp != p);
         m.dirty.removed_partitions.insert(p);
     }
 
@@ -1474,6 +1494,11 @@ impl Store {
             }
         }
         b.removed_objects = dirty.removed_objects.into_iter().collect();
+        for (p, c) in dirty.collections {
+            if let Some(part) = m.partitions.get(&p) {
+                b.collections.push((p, c, part.collections.get(&c).map(|(pal, _)| pal.to_bytes())));
+            }
+        }
         for ((p, o), d) in dirty.objects {
             let Some(obj) = m.partitions.get(&p).and_then(|part| part.objects.get(&o)) else { continue };
             b.objects.push(db::ObjectRow {
@@ -1490,6 +1515,9 @@ impl Store {
             }
             if d.txn {
                 b.txn_reset.push((p, o));
+            }
+            if d.pal {
+                b.pals.push((p, o, obj.pal.as_ref().map(|pal| pal.to_bytes())));
             }
             if let Some(t) = &obj.txn {
                 if d.txn {

@@ -1510,7 +1510,7 @@ fn a_write_installs_only_if_its_conditions_still_hold() {
     let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
     let v1 = pattern(1, (BS + 100) as usize);
     write(&s, 1, o, &[rg(0, v1.len() as u64)], &v1).unwrap();
-    let revoked = WriteCheck { append_only: false, access_control_version: Some(0) };
+    let revoked = WriteCheck { append_only: false, access_control_version: Some(0), pal: None };
     assert_eq!(
         err(s.write_checked(
             1,
@@ -1534,7 +1534,7 @@ fn a_write_installs_only_if_its_conditions_still_hold() {
     same_bytes(&read_all(&s, 1, o), &v1, "nothing written");
     check_store_invariants(&s);
 
-    let append = WriteCheck { append_only: true, access_control_version: Some(1) };
+    let append = WriteCheck { append_only: true, access_control_version: Some(1), pal: None };
     std::thread::scope(|scope| {
         let at = v1.len() as u64;
         let (resume, a) = held_write(scope, &s, o, vec![rg(at, BS)], pattern(3, BS as usize), 10, append);
@@ -2907,4 +2907,165 @@ mod model {
             assert!(coverage.get(key).copied().unwrap_or(0) > 0, "the model test never saw {key}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Pre-authorization lists (DSFS): the objects' security attributes and the
+// collections' super PALs.
+// ---------------------------------------------------------------------------
+
+fn object_pal(collection: u64, users: &[u32]) -> ObjectPal {
+    let entries = users
+        .iter()
+        .map(|&u| nasd_proto::PalEntry { principal: nasd_proto::Principal::User(u), rights: nasd_proto::rights::READ })
+        .collect();
+    ObjectPal { collection, pal: Pal::new(entries) }
+}
+
+fn super_pal(roles: &[u32]) -> Pal {
+    Pal::new(
+        roles
+            .iter()
+            .map(|&r| nasd_proto::PalEntry {
+                principal: nasd_proto::Principal::Role(r),
+                rights: nasd_proto::rights::READ,
+            })
+            .collect(),
+    )
+}
+
+/// PALs are kept with their objects: set, read back as one view with the
+/// collection's super PAL, removed with the object and with the partition,
+/// copied by `fastcopy`, durable only through a commit (the drive commits
+/// after every set), and refused on control objects.
+#[test]
+fn pals_live_and_die_with_their_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let (o, clone, lost) = {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        assert!(s.pal_view(1, o).unwrap().access.is_none(), "a new object has no PAL");
+        s.set_pal(1, o, object_pal(9, &[1000])).unwrap();
+        s.set_super_pal(1, 9, super_pal(&[7])).unwrap();
+        let v = s.pal_view(1, o).unwrap();
+        assert_eq!(*v.access.unwrap(), object_pal(9, &[1000]));
+        assert_eq!(*v.super_pal.unwrap(), super_pal(&[7]));
+        let (clone, _) = s.fastcopy(1, o).unwrap();
+        assert_eq!(*s.pal_view(1, clone).unwrap().access.unwrap(), object_pal(9, &[1000]), "the clone shares it");
+        assert_eq!(
+            err(s.set_pal(1, nasd_proto::well_known::PARTITION_CONTROL, object_pal(0, &[1]))),
+            Status::ReadOnlyObject
+        );
+        assert!(s.pal_view(1, nasd_proto::well_known::DRIVE_CONTROL).unwrap().access.is_none());
+        assert_eq!(err(s.set_pal(1, 999, object_pal(0, &[1]))), Status::NoSuchObject);
+        assert_eq!(err(s.set_pal(2, o, object_pal(0, &[1]))), Status::NoSuchPartition);
+        assert_eq!(err(s.set_super_pal(1, 0, super_pal(&[1]))), Status::BadArguments);
+        s.commit().unwrap();
+        // Set after the last commit: lost with the process.
+        let (lost, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        s.commit().unwrap();
+        s.set_pal(1, lost, object_pal(0, &[5])).unwrap();
+        s.set_super_pal(1, 9, super_pal(&[8])).unwrap();
+        (o, clone, lost)
+    };
+    let s = open(dir.path());
+    let v = s.pal_view(1, o).unwrap();
+    assert_eq!(*v.access.unwrap(), object_pal(9, &[1000]), "committed: back after a reopen");
+    assert_eq!(*v.super_pal.unwrap(), super_pal(&[7]), "the committed super PAL, not the later one");
+    assert!(s.pal_view(1, clone).unwrap().access.is_some());
+    assert!(s.pal_view(1, lost).unwrap().access.is_none(), "never committed: gone");
+    // An empty attribute removes it; removing the object removes its row.
+    s.set_pal(1, o, ObjectPal::default()).unwrap();
+    s.remove(1, clone).unwrap();
+    s.set_super_pal(1, 9, Pal::default()).unwrap();
+    s.commit().unwrap();
+    drop(s);
+    let s = open(dir.path());
+    assert!(s.pal_view(1, o).unwrap().access.is_none());
+    assert_eq!(s.super_pal(1, 9).unwrap(), None);
+    let db = rusqlite::Connection::open(dir.path().join("meta.sqlite")).unwrap();
+    let rows: i64 = db.query_row("SELECT count(*) FROM pals", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows, 0, "no row for a removed object or an emptied PAL");
+    // A partition removed takes its PALs and collections with it, also
+    // when one of the same number is made again.
+    s.set_pal(1, o, object_pal(3, &[1])).unwrap();
+    s.set_super_pal(1, 3, super_pal(&[1])).unwrap();
+    s.commit().unwrap();
+    s.remove_partition(1, true).unwrap();
+    s.create_partition(1).unwrap();
+    let (again, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.super_pal(1, 3).unwrap(), None);
+    assert!(s.pal_view(1, again).unwrap().access.is_none());
+    drop(s);
+    let s = open(dir.path());
+    assert_eq!(s.super_pal(1, 3).unwrap(), None);
+    let rows: i64 = db.query_row("SELECT count(*) FROM pals", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows, 0);
+    drop(s);
+}
+
+/// At most `PAL_COLLECTIONS_MAX` collections per partition; replacing or
+/// removing one never counts against the limit.
+#[test]
+fn pal_collections_are_bounded_per_partition() {
+    let (_d, s) = fresh(4);
+    let max = nasd_proto::limits::PAL_COLLECTIONS_MAX as u64;
+    for c in 1..=max {
+        s.set_super_pal(1, c, super_pal(&[1])).unwrap();
+    }
+    assert_eq!(err(s.set_super_pal(1, max + 1, super_pal(&[1]))), Status::TooMany);
+    s.set_super_pal(1, max, super_pal(&[2])).unwrap();
+    s.set_super_pal(1, 1, Pal::default()).unwrap();
+    s.set_super_pal(1, max + 1, super_pal(&[1])).unwrap();
+    assert_eq!(err(s.set_super_pal(1, max + 2, super_pal(&[1]))), Status::TooMany);
+}
+
+/// A write authorized against PALs installs only if they are unchanged:
+/// replacing the object's PAL, its membership, or its collection's super
+/// PAL while its data streams refuses it (`ACCESS_REVOKED`), changing
+/// nothing; PALs of other objects do not.
+#[test]
+fn a_write_authorized_by_pal_installs_only_if_the_pals_are_unchanged() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let (other, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let v1 = pattern(1, (BS + 100) as usize);
+    write(&s, 1, o, &[rg(0, v1.len() as u64)], &v1).unwrap();
+    s.set_pal(1, o, object_pal(9, &[1])).unwrap();
+    s.set_super_pal(1, 9, super_pal(&[1])).unwrap();
+    type Change<'a> = Box<dyn Fn() -> Result<(), StoreError> + Sync + 'a>;
+    let changes: Vec<(&str, Change)> = vec![
+        ("access PAL", Box::new(|| s.set_pal(1, o, object_pal(9, &[2])))),
+        ("membership", Box::new(|| s.set_pal(1, o, object_pal(0, &[2])))),
+        ("super PAL", Box::new(|| s.set_super_pal(1, 9, super_pal(&[2])))),
+        ("super PAL removed", Box::new(|| s.set_super_pal(1, 9, Pal::default()))),
+    ];
+    for (what, change) in &changes {
+        s.set_pal(1, o, object_pal(9, &[2])).unwrap();
+        s.set_super_pal(1, 9, super_pal(&[1])).unwrap();
+        let stamp = s.pal_view(1, o).unwrap().stamp;
+        let check = WriteCheck { pal: Some(stamp), ..WriteCheck::default() };
+        std::thread::scope(|scope| {
+            let (resume, a) = held_write(scope, &s, o, vec![rg(50, 2 * BS)], pattern(2, 2 * BS as usize), 100, check);
+            let (set, resume) = unblocked(what, resume, change);
+            set.unwrap();
+            drop(resume);
+            assert_eq!(err(a.join().unwrap()), Status::AccessRevoked, "{what}");
+        });
+        same_bytes(&read_all(&s, 1, o), &v1, what);
+        check_store_invariants(&s);
+    }
+    // Unchanged PALs, or another object's change: the write lands.
+    let stamp = s.pal_view(1, o).unwrap().stamp;
+    let check = WriteCheck { pal: Some(stamp), ..WriteCheck::default() };
+    std::thread::scope(|scope| {
+        let (resume, a) = held_write(scope, &s, o, vec![rg(0, 3)], b"new".to_vec(), 1, check);
+        let (set, resume) = unblocked("another object's PAL", resume, || s.set_pal(1, other, object_pal(0, &[3])));
+        set.unwrap();
+        drop(resume);
+        a.join().unwrap().unwrap();
+    });
+    assert_eq!(&read_all(&s, 1, o)[..3], b"new");
 }

@@ -153,12 +153,19 @@ impl std::fmt::Debug for Striper {
 /// disjoint, not empty).
 type Wants = Vec<Vec<Range<u64>>>;
 
-/// A batch's reads in flight: per data column, the component and the task.
+/// A batch's reads in flight: per data column, the component and the task;
+/// for Reed-Solomon with data columns known unreadable when the batch was
+/// issued, the other chunks their stripes decode from.
 struct Fetch {
     size: u64,
     wants: Wants,
     tasks: Vec<Option<(usize, Task)>>,
+    chunks: Vec<ChunkRead>,
 }
+
+/// Chunks of one component read ahead for decoding: the component, its
+/// regions, the task.
+type ChunkRead = (usize, Vec<Range<u64>>, Task);
 
 /// Bytes read for some regions of one component.
 struct Fetched {
@@ -492,20 +499,36 @@ impl Striper {
         let u = op.g.unit();
         let end = comp_offset.saturating_add(len).min(op.g.component_len(size, component));
         let mut out = Vec::with_capacity(end.saturating_sub(comp_offset) as usize);
-        let mut at = comp_offset;
-        while at < end {
-            let upto = ((at / u + op.batch_stripes) * u).min(end);
-            match op.g.role(component) {
-                Role::Data { column, .. } => {
-                    let mut wants: Wants = vec![Vec::new(); op.g.data_columns()];
-                    wants[column].push(at..upto);
-                    let fetch = op.issue_fetch(size, wants);
-                    let mut columns = op.complete_fetch(fetch).await?;
-                    out.append(&mut columns[column]);
-                }
-                Role::Parity { index } => op.rebuild_parity(size, at..upto, index, &mut out).await?,
+        let role = op.g.role(component);
+        let k = op.g.data_columns();
+        // Batches are issued ahead as a read's are (`BATCHES_AHEAD_MAX`): the
+        // sources never wait for the previous batch to be decoded.
+        let mut queue = VecDeque::new();
+        let mut next = comp_offset;
+        loop {
+            while queue.len() <= BATCHES_AHEAD_MAX && next < end {
+                let upto = ((next / u + op.batch_stripes) * u).min(end);
+                let wants: Wants = match role {
+                    Role::Data { column, .. } => {
+                        let mut wants = vec![Vec::new(); k];
+                        wants[column].push(next..upto);
+                        wants
+                    }
+                    // The whole stripes: every data chunk the parity is encoded from.
+                    Role::Parity { .. } => {
+                        let stripes = next / u * u..(upto - 1) / u * u + u;
+                        vec![vec![stripes]; k]
+                    }
+                };
+                queue.push_back((next..upto, op.issue_fetch(size, wants)));
+                next = upto;
             }
-            at = upto;
+            let Some((range, fetch)) = queue.pop_front() else { break };
+            let mut columns = op.complete_fetch(fetch).await?;
+            match role {
+                Role::Data { column, .. } => out.append(&mut columns[column]),
+                Role::Parity { index } => op.encode_parity(size, range, index, &columns, &mut out)?,
+            }
         }
         Ok((out, op.report))
     }
@@ -630,7 +653,56 @@ impl Op {
                 _ => None,
             });
         }
-        Fetch { size, wants, tasks }
+        let chunks = self.prefetch_chunks(size, &wants, &tasks);
+        Fetch { size, wants, tasks, chunks }
+    }
+
+    /// Reed-Solomon: for the data columns of a batch that cannot be read
+    /// (their components down, stale or failed earlier in the operation),
+    /// reads the chunks their stripes decode from — parity, and data columns
+    /// the batch does not read whole — beside the batch's own reads rather
+    /// than after them, so a degraded read keeps its pipelining.
+    fn prefetch_chunks(&mut self, size: u64, wants: &Wants, tasks: &[Option<(usize, Task)>]) -> Vec<ChunkRead> {
+        if !matches!(self.target.layout.scheme, Scheme::ReedSolomon { .. }) {
+            return Vec::new();
+        }
+        let k = self.g.data_columns();
+        let missing: Vec<usize> =
+            (0..k).filter(|&c| tasks[c].is_none() && !self.clamped(size, c, &wants[c]).is_empty()).collect();
+        if missing.is_empty() {
+            return Vec::new();
+        }
+        let runs = self.stripe_runs(size, wants, &missing);
+        let Some(chosen) = self.k_chunk_components() else { return Vec::new() };
+        let mut reads = Vec::new();
+        for comp in chosen {
+            if comp < k && tasks[comp].is_some() && self.holds_chunks(size, comp, &wants[comp], &runs) {
+                continue; // its bytes come with the batch
+            }
+            let regions = self.chunk_regions(size, &runs, comp);
+            if !regions.is_empty() {
+                let task = self.spawn(comp, Req::Read(regions.iter().map(region).collect()));
+                reads.push((comp, regions, task));
+            }
+        }
+        reads
+    }
+
+    /// Reed-Solomon: the components `k` chunks of a stripe are read from —
+    /// the readable data columns and as many readable parity components as
+    /// data columns are not — or `None` if too few are readable.
+    fn k_chunk_components(&self) -> Option<Vec<usize>> {
+        let (k, m) = (self.g.data_columns(), self.g.parity());
+        let lost_data = (0..k).filter(|&c| !self.readable(c)).count();
+        let parity: Vec<usize> = (k..k + m).filter(|&c| self.readable(c)).take(lost_data).collect();
+        (parity.len() == lost_data).then(|| (0..k).filter(|&c| self.readable(c)).chain(parity).collect())
+    }
+
+    /// Component `comp`'s chunks of the stripes in `runs`, clamped to its
+    /// length under `size` (empty ranges left out).
+    fn chunk_regions(&self, size: u64, runs: &[Range<u64>], comp: usize) -> Vec<Range<u64>> {
+        let (u, len) = (self.g.unit(), self.g.component_len(size, comp));
+        runs.iter().map(|r| r.start * u..(r.end * u).min(len)).filter(|r| !r.is_empty()).collect()
     }
 
     /// `data` (the bytes of `clamped`, each clamped range within the want
@@ -657,7 +729,7 @@ impl Op {
     /// Waits for a batch's reads and serves every column that failed from
     /// redundancy. Returns per data column the bytes of its wants.
     async fn complete_fetch(&mut self, fetch: Fetch) -> Result<Vec<Vec<u8>>, StripeError> {
-        let Fetch { size, wants, tasks } = fetch;
+        let Fetch { size, wants, tasks, chunks } = fetch;
         let k = self.g.data_columns();
         let mut out: Vec<Option<Vec<u8>>> = vec![None; k];
         for (c, task) in tasks.into_iter().enumerate() {
@@ -679,7 +751,7 @@ impl Op {
                 }
             }
             Scheme::Mirror { .. } => self.mirror_fallback(size, &wants, &mut out).await?,
-            Scheme::ReedSolomon { .. } => self.reconstruct_columns(size, &wants, &mut out).await?,
+            Scheme::ReedSolomon { .. } => self.reconstruct_columns(size, &wants, &mut out, chunks).await?,
         }
         Ok(out.into_iter().map(|c| c.expect("every column served")).collect())
     }
@@ -765,13 +837,10 @@ impl Op {
         runs: &[Range<u64>],
         comps: &[usize],
     ) -> Result<BTreeMap<usize, Fetched>, StripeError> {
-        let u = self.g.unit();
         let mut got = BTreeMap::new();
         let mut tasks = Vec::new();
         for &comp in comps {
-            let len = self.g.component_len(size, comp);
-            let regions: Vec<Range<u64>> =
-                runs.iter().map(|r| r.start * u..(r.end * u).min(len)).filter(|r| !r.is_empty()).collect();
+            let regions = self.chunk_regions(size, runs, comp);
             if regions.is_empty() {
                 got.insert(comp, Fetched { regions, data: Vec::new() });
                 continue;
@@ -790,21 +859,19 @@ impl Op {
     /// Reed-Solomon: fetches `k` chunks of every stripe of `runs` — the
     /// readable data columns and as many parity components as data columns
     /// are missing — trying other parity components as components fail.
+    /// Components in `have` (chunks already read, covering every stripe of
+    /// `runs`) are not read again.
     async fn fetch_k_chunks(
         &mut self,
         size: u64,
         runs: &[Range<u64>],
+        mut have: BTreeMap<usize, Fetched>,
     ) -> Result<BTreeMap<usize, Fetched>, StripeError> {
-        let (k, m) = (self.g.data_columns(), self.g.parity());
-        let mut have: BTreeMap<usize, Fetched> = BTreeMap::new();
+        let components = self.g.data_columns() + self.g.parity();
         loop {
-            let lost: Vec<usize> = (0..k + m).filter(|&c| !self.readable(c)).collect();
-            let lost_data = lost.iter().filter(|&&c| c < k).count();
-            let parity: Vec<usize> = (k..k + m).filter(|&c| self.readable(c)).take(lost_data).collect();
-            if parity.len() < lost_data {
-                return Err(self.unavailable(lost));
-            }
-            let chosen: Vec<usize> = (0..k).filter(|&c| self.readable(c)).chain(parity).collect();
+            let Some(chosen) = self.k_chunk_components() else {
+                return Err(self.unavailable((0..components).filter(|&c| !self.readable(c))));
+            };
             have.retain(|c, _| chosen.contains(c));
             let wanted: Vec<usize> = chosen.iter().copied().filter(|c| !have.contains_key(c)).collect();
             if wanted.is_empty() {
@@ -813,6 +880,17 @@ impl Op {
             let got = self.fetch_chunks(size, runs, &wanted).await?;
             have.extend(got);
         }
+    }
+
+    /// Whether bytes read for `wants` of data column `column` hold the
+    /// column's whole chunk (its length under `size`) of every stripe of
+    /// `runs`, each within one want.
+    fn holds_chunks(&self, size: u64, column: usize, wants: &[Range<u64>], runs: &[Range<u64>]) -> bool {
+        let u = self.g.unit();
+        runs.iter().flat_map(|r| r.clone()).all(|s| {
+            let chunk = s * u..s * u + self.g.chunk_len(size, s, column);
+            chunk.is_empty() || wants.iter().any(|w| w.start <= chunk.start && chunk.end <= w.end)
+        })
     }
 
     /// The `k + m` shards of stripe `s` from fetched chunks (`None` where
@@ -835,13 +913,39 @@ impl Op {
         size: u64,
         wants: &Wants,
         out: &mut [Option<Vec<u8>>],
+        prefetched: Vec<ChunkRead>,
     ) -> Result<(), StripeError> {
         let missing: Vec<usize> = (0..out.len()).filter(|&c| out[c].is_none()).collect();
         if missing.is_empty() {
             return Ok(());
         }
         let runs = self.stripe_runs(size, wants, &missing);
-        let have = self.fetch_k_chunks(size, &runs).await?;
+        // Chunks read beside the batch serve if they are the chunks of these stripes (more columns
+        // may have failed since, widening the stripes to decode).
+        let mut read = BTreeMap::new();
+        for (comp, regions, task) in prefetched {
+            if let Some(data) = self.join_read(comp, &regions, task).await? {
+                if regions == self.chunk_regions(size, &runs, comp) {
+                    read.insert(comp, Fetched { regions, data });
+                }
+            }
+        }
+        // The columns this batch read already serve their chunks of the stripes to decode where
+        // they hold them whole (reading them again would double the data columns' load); they are
+        // lent to the decoder and given back.
+        let mut lent = Vec::new();
+        for (c, bytes) in out.iter_mut().enumerate() {
+            if bytes.is_some()
+                && !read.contains_key(&c)
+                && self.readable(c)
+                && self.holds_chunks(size, c, &wants[c], &runs)
+            {
+                let data = bytes.take().expect("checked");
+                read.insert(c, Fetched { regions: wants[c].clone(), data });
+                lent.push(c);
+            }
+        }
+        let mut have = self.fetch_k_chunks(size, &runs, read).await?;
         let mut stripes: Vec<(u64, usize, Shards)> = runs
             .iter()
             .flat_map(|r| r.clone())
@@ -849,6 +953,9 @@ impl Op {
             .filter(|&(_, p)| p > 0)
             .map(|(s, p)| (s, p, self.shards_of(size, s, &have)))
             .collect();
+        for c in lent {
+            out[c] = Some(have.remove(&c).expect("a column read stays chosen").data);
+        }
         drop(have);
         // Decoding a batch takes milliseconds: off the async workers.
         let coder = self.coder.expect("Reed-Solomon has a coder");
@@ -890,20 +997,18 @@ impl Op {
     }
 
     /// Parity `index` for component range `range` (within a batch of
-    /// stripes), encoded from the stripes' data; appended to `out`.
-    async fn rebuild_parity(
-        &mut self,
+    /// stripes), encoded from `columns`, the data columns' bytes of those
+    /// whole stripes; appended to `out`.
+    fn encode_parity(
+        &self,
         size: u64,
         range: Range<u64>,
         index: usize,
+        columns: &[Vec<u8>],
         out: &mut Vec<u8>,
     ) -> Result<(), StripeError> {
         let (k, u) = (self.g.data_columns(), self.g.unit());
         let (s0, s1) = (range.start / u, (range.end - 1) / u + 1);
-        let stripes = s0 * u..s1 * u;
-        let wants: Wants = (0..k).map(|_| vec![stripes.clone()]).collect();
-        let fetch = self.issue_fetch(size, wants);
-        let columns = self.complete_fetch(fetch).await?;
         let coder = self.coder.expect("parity components are Reed-Solomon's");
         for s in s0..s1 {
             let p = self.g.parity_chunk_len(size, s) as usize;

@@ -53,5 +53,5 @@ pub use engine::{
 pub use error::{ComponentFailure, FailureCause, StripeError};
 pub use pool::{DrivePool, DRIVE_IDLE_MAX, DRIVE_INFLIGHT_MAX, POOL_DRIVES_MAX};
 pub use request::refreshable;
-pub use sequential::{ReadAhead, WriteBehind, READ_AHEAD_BYTES_MAX, WRITE_BEHIND_BYTES_MAX};
+pub use sequential::{ReadAhead, WriteBehind, READ_AHEAD_BYTES_MAX, READ_AHEAD_WINDOWS, WRITE_BEHIND_BYTES_MAX};
 pub use target::{Binder, Binding, BoxFuture, StaticBinder, Target};

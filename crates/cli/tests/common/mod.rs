@@ -1,7 +1,11 @@
 //! The `nasd` binary as a child process, for the tests that start real
 //! daemons: start on a loopback port and wait until it accepts, SIGKILL,
-//! SIGTERM with a bounded wait for a clean exit, and the daemon's log.
+//! SIGTERM with a bounded wait for a clean exit, and the daemon's log; a
+//! drive's master key once it wrote it; `nasd` client commands. `cluster`
+//! runs a whole cluster of such processes (drives, a manager, clients).
 #![allow(dead_code)]
+
+pub mod cluster;
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
@@ -160,6 +164,33 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// A `nasd` command with none of the environment that would change whom it
+/// logs in as or which config file it reads.
+pub fn nasd_command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nasd"));
+    c.env("NO_COLOR", "1")
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_NEW_PASSWORD")
+        .env_remove("NASD_PASSWORD")
+        .env_remove("NASD_USER")
+        .stdin(Stdio::null());
+    c
+}
+
+/// The master key a drive serving `drive_dir` made as it started: it
+/// listens first and writes the key after, so this waits (bounded) for a
+/// whole one.
+pub fn master_key(drive_dir: &Path) -> nasd_crypto::Key {
+    let deadline = Instant::now() + DAEMON_WAIT_MAX;
+    loop {
+        match nasd_crypto::read_key_file(&drive_dir.join("master.key")) {
+            Ok(k) => return k,
+            Err(e) => assert!(Instant::now() < deadline, "no master key in {}: {e}", drive_dir.display()),
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

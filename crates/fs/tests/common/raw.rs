@@ -48,6 +48,34 @@ pub fn striper(pool: &Arc<DrivePool>, access: &FileAccess, unreadable: &[usize])
     Striper::new(pool.clone(), Arc::new(StaticBinder::new(target).expect("binder")))
 }
 
+/// A striper over `access` that neither reads nor writes the components in
+/// `missing` (as if their drives were down): a write through it misses them.
+pub fn striper_without(pool: &Arc<DrivePool>, access: &FileAccess, missing: &[usize]) -> Striper {
+    let min = Protection::from_bits(access.min_protection).expect("known protection bits");
+    let mut target = Target::from_access(access, min.union(Protection::INTEGRITY_ARGS)).expect("target");
+    for &i in missing {
+        target.components[i].state = ComponentState::Down;
+    }
+    Striper::new(pool.clone(), Arc::new(StaticBinder::new(target).expect("binder")))
+}
+
+/// `COMMIT` of `txn` having written the file ranges `dirty` (offset,
+/// length), up to `end`, with `missed` components: the recorded size.
+pub async fn commit_ranges(
+    fs: &FsClient,
+    handle: Handle,
+    txn: u64,
+    end: u64,
+    missed: Vec<u8>,
+    dirty: Vec<(u64, u64)>,
+) -> Result<u64, FsError> {
+    let req = ManagerRequest::Commit { handle, txn, written_end: end, missed, dirty };
+    match to(fs.call(&req)).await? {
+        ManagerReply::Entry(e) => Ok(e.attr.size),
+        other => panic!("commit: {other:?}"),
+    }
+}
+
 /// Writes `data` as the whole content of a new file `/name` in one
 /// transaction; its handle and access.
 pub async fn write_new(fs: &FsClient, pool: &Arc<DrivePool>, name: &str, data: &[u8]) -> (Handle, FileAccess) {

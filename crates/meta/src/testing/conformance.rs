@@ -1434,6 +1434,16 @@ fn rollback<B: Backend>(ns: Namespace<Failing<B>>) {
         ("begin_write again", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
         ("abort_intent", |ns| ns.abort_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn).map(drop)),
         ("mark_stale", |ns| ns.mark_stale(ino(ns, "/w/f"), 0, &[StaleRange { offset: 100, length: 5 }])),
+        ("finish_intent of the abort", |ns| ns.finish_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn)),
+        ("begin_write for a resync", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
+        ("commit_resync", |ns| {
+            let f = ino(ns, "/w/f");
+            ns.commit_resync(f, ns.intent_of(f)?.expect("an open intent").txn, 0).map(drop)
+        }),
+        ("finish_intent of the resync", |ns| ns.finish_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn)),
+        ("mark_stale again", |ns| ns.mark_stale(ino(ns, "/w/f"), 0, &[StaleRange { offset: 100, length: 5 }])),
+        ("begin_write to abort", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),
+        ("abort_intent again", |ns| ns.abort_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn).map(drop)),
         ("clear_stale", |ns| ns.clear_stale(ino(ns, "/w/f"), 1)),
         ("replace_component", |ns| {
             ns.replace_component(ino(ns, "/w/f"), 0, obj(3, 9000), ComponentState::Ok).map(drop)

@@ -429,6 +429,33 @@ pub(super) fn stale_marking<B: Backend>(ns: &Namespace<B>) {
     ns.clear_stale(i, 1).unwrap();
     assert_eq!(ns.degraded_files().unwrap(), 0);
     ns.clear_stale(i, 1).unwrap();
+    // A resync's commit: the intent Committed and the component Ok with no ranges, at once.
+    ns.mark_stale(i, 0, &[r(0, 5)]).unwrap();
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    assert_eq!(ns.commit_resync(i, t + 1000, 0).err(), Some(FsStatus::InvalidArgument), "no such txn");
+    assert_eq!(ns.commit_resync(i, t, 2).err(), Some(FsStatus::InvalidArgument), "no component 2");
+    assert_eq!(ns.commit_resync(9999, t, 0).err(), Some(FsStatus::NotFound));
+    assert_eq!(state(0), ComponentState::Stale, "a refused commit changes nothing");
+    let n = ns.commit_resync(i, t, 0).unwrap();
+    assert_eq!(
+        (n.components[0].state, state(0), ns.stale_ranges(i, 0).unwrap()),
+        (ComponentState::Ok, ComponentState::Ok, vec![])
+    );
+    assert_eq!(ns.intent(t).unwrap().map(|x| x.state), Some(IntentState::Committed));
+    assert_eq!(ns.commit_resync(i, t, 0).err(), Some(FsStatus::InvalidArgument), "committed already");
+    ns.finish_intent(t).unwrap();
+    // Only an Open intent: one rolled back (its deadline passed) records nothing.
+    ns.mark_stale(i, 1, &[r(0, 5)]).unwrap();
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    ns.abort_intent(t).unwrap();
+    assert_eq!(ns.commit_resync(i, t, 1).err(), Some(FsStatus::InvalidArgument), "aborted");
+    assert_eq!((state(1), ns.stale_ranges(i, 1).unwrap()), (ComponentState::Stale, vec![r(0, 5)]));
+    ns.finish_intent(t).unwrap();
+    // A component that is not Stale is left as it is.
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    assert_eq!(ns.commit_resync(i, t, 0).unwrap().components[0].state, ComponentState::Ok);
+    ns.finish_intent(t).unwrap();
+    ns.clear_stale(i, 1).unwrap();
     let d = ino(ns, "/m");
     let too_many = vec![r(0, 1); COMMIT_STALE_MAX + 1];
     for (ino, idx, ranges, want) in [

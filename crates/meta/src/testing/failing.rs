@@ -1,6 +1,6 @@
 //! A backend wrapper that fails the n-th row operation.
 
-use crate::backend::{Backend, Txn};
+use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
@@ -58,12 +58,17 @@ impl FailingTxn<'_> {
 }
 
 impl<B: Backend> Backend for Failing<B> {
-    fn transact<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
-        self.inner.transact(|t| f(&mut FailingTxn { inner: t, left: &self.left }))
-    }
-
-    fn read<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
-        self.inner.read(f)
+    fn attempt<R>(
+        &self,
+        access: Access,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+    ) -> Result<R, TxnError> {
+        match access {
+            Access::ReadWrite => {
+                self.inner.attempt(access, &mut |t: &mut dyn Txn| f(&mut FailingTxn { inner: t, left: &self.left }))
+            }
+            Access::ReadOnly => self.inner.attempt(access, f),
+        }
     }
 }
 

@@ -1,0 +1,658 @@
+//! The first hour of a new user, with the real `nasd` binary and a real
+//! `nasd up` cluster: the README's tour as written, copies that fail
+//! without leaving anything behind, trailing slashes, `--no-clobber`,
+//! trees, the drive tools on the quick-start cluster (scrub finds a block
+//! rotted on disk), the recorded drive capacity, plain logs in files, one
+//! source of file times, and progress output only on a terminal.
+
+use nasd_fs::{FileKind, FsClient, FsConfig};
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+mod common;
+
+use common::{free_addr, Daemon, DAEMON_WAIT_MAX};
+
+/// A `nasd up` cluster started in `cwd` with its data in `cwd/nasd-data`,
+/// where commands run in `cwd` find its config by themselves.
+struct Up {
+    daemon: Daemon,
+    cwd: PathBuf,
+    first_drive_port: u16,
+}
+
+/// `n` consecutive free loopback ports (free now).
+fn free_ports(n: u16) -> u16 {
+    loop {
+        let first = free_addr().port();
+        if first.checked_add(n).is_some()
+            && (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).is_ok())
+        {
+            return first;
+        }
+    }
+}
+
+impl Up {
+    /// `nasd up --drives N [extra]` in `cwd`, its output in `cwd/up.log`:
+    /// on free ports the first time, on the recorded ones (and `manager`,
+    /// the manager's address then) after.
+    fn start(
+        cwd: &Path,
+        drives: u16,
+        manager: Option<std::net::SocketAddr>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Up {
+        let extra: Vec<OsString> = extra.iter().map(OsString::from).collect();
+        let config = cwd.join("nasd-data").join("nasd.toml");
+        let daemon = Daemon::start_with_env("nasd up", cwd, &cwd.join("up.log"), manager, env, {
+            let config = config.clone();
+            move |addr| {
+                let mut args: Vec<OsString> = vec![
+                    "up".into(),
+                    "--drives".into(),
+                    drives.to_string().into(),
+                    "--manager-port".into(),
+                    addr.port().to_string().into(),
+                ];
+                // Chosen afresh on each attempt (a port taken meanwhile), until recorded.
+                if !config.exists() {
+                    args.extend(["--first-drive-port".into(), free_ports(drives).to_string().into()]);
+                }
+                args.extend(extra.iter().cloned());
+                args
+            }
+        });
+        let recorded = std::fs::read_to_string(&config).unwrap();
+        let first_drive_port = recorded
+            .lines()
+            .find_map(|l| l.strip_prefix("first_drive_port = "))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no first_drive_port in {recorded}"));
+        Up { daemon, cwd: cwd.to_path_buf(), first_drive_port }
+    }
+
+    fn data(&self) -> PathBuf {
+        self.cwd.join("nasd-data")
+    }
+
+    /// `nasd ARGS` in the cluster's directory.
+    fn nasd(&self, args: &[&str]) -> Output {
+        nasd_in(&self.cwd, args, &[])
+    }
+
+    /// `nasd ARGS`, which must succeed; its standard output.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.nasd(args);
+        assert!(out.status.success(), "nasd {args:?} failed: {}", text(&out.stderr));
+        text(&out.stdout)
+    }
+
+    /// `nasd ARGS`, which must fail; its standard error.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.nasd(args);
+        assert!(!out.status.success(), "nasd {args:?} succeeded: {}", text(&out.stdout));
+        text(&out.stderr)
+    }
+
+    /// The administrator, logged in in this process (to look at the name space whole).
+    fn admin(&self, rt: &tokio::runtime::Runtime) -> FsClient {
+        let manager = self.data().join("manager");
+        let password = std::fs::read_to_string(manager.join("admin.password")).unwrap().trim().to_string();
+        let config = FsConfig {
+            manager: self.daemon.addr.to_string(),
+            server_name: "localhost".into(),
+            ca_cert: manager.join("tls").join("ca.pem"),
+            user: "admin".into(),
+            password,
+            ..Default::default()
+        };
+        rt.block_on(async { tokio::time::timeout(DAEMON_WAIT_MAX, FsClient::connect(&config)).await })
+            .expect("login hung")
+            .expect("admin logs in")
+    }
+}
+
+/// Runs `nasd ARGS` in `cwd` to completion (no config but the one it finds there).
+fn nasd_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_NEW_PASSWORD")
+        .env_remove("NASD_PASSWORD")
+        .env_remove("NASD_USER")
+        .env_remove("NASD_LOG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nasd")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Every path in nasd with its kind and size, temporary names included.
+fn name_space(rt: &tokio::runtime::Runtime, fs: &FsClient) -> Vec<(String, FileKind, u64)> {
+    rt.block_on(async {
+        let mut out = Vec::new();
+        let mut dirs = vec!["/".to_string()];
+        while let Some(dir) = dirs.pop() {
+            for (name, attr) in fs.readdir(&dir).await.unwrap() {
+                let path = format!("{}/{name}", dir.trim_end_matches('/'));
+                if attr.kind == FileKind::Dir {
+                    dirs.push(path.clone());
+                }
+                out.push((path, attr.kind, if attr.kind == FileKind::Dir { 0 } else { attr.size }));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    })
+}
+
+/// Every path under a local directory.
+fn local_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                dirs.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `len` bytes no two 64-byte pieces of which are alike, led by `tag`.
+fn pattern(tag: &[u8], len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 64);
+    let mut i = 0u64;
+    while out.len() < len {
+        out.extend_from_slice(tag);
+        out.extend_from_slice(format!("-{i:012}-").as_bytes());
+        out.extend_from_slice(&[0xA5; 16]);
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Flips one byte of the first copy of `needle` in drive `drive`'s block
+/// file; `false` if the drive does not hold it.
+fn rot(data: &Path, drive: usize, needle: &[u8]) -> bool {
+    use std::io::{Seek, SeekFrom, Write};
+    let path = data.join(format!("drive-{drive}")).join("blocks.dat");
+    let bytes = std::fs::read(&path).unwrap();
+    let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) else { return false };
+    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.seek(SeekFrom::Start(at as u64 + 7)).unwrap();
+    f.write_all(&[bytes[at + 7] ^ 0xFF]).unwrap();
+    f.sync_all().unwrap();
+    true
+}
+
+/// The drives whose block files hold `needle`, waiting (bounded) for the
+/// data to reach them.
+fn drives_holding(data: &Path, drives: usize, needle: &[u8]) -> Vec<usize> {
+    let deadline = Instant::now() + DAEMON_WAIT_MAX;
+    loop {
+        let holding: Vec<usize> = (0..drives)
+            .filter(|d| {
+                let bytes = std::fs::read(data.join(format!("drive-{d}")).join("blocks.dat")).unwrap_or_default();
+                bytes.windows(needle.len()).any(|w| w == needle)
+            })
+            .collect();
+        if !holding.is_empty() {
+            return holding;
+        }
+        assert!(Instant::now() < deadline, "no drive's blocks.dat holds the file's bytes");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Runs `nasd ARGS` in `cwd` with standard output and error on a
+/// pseudo-terminal: its exit status and everything it wrote there.
+fn on_terminal(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc pty calls on descriptors this function owns; the
+    // name buffer is large enough and NUL-terminated by ptsname_r.
+    let (master, slave) = unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let size = libc::winsize { ws_row: 30, ws_col: 120, ws_xpixel: 0, ws_ypixel: 0 };
+        assert_eq!(libc::ioctl(master, libc::TIOCSWINSZ, &size), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_string();
+        let slave = std::fs::OpenOptions::new().read(true).write(true).open(name).unwrap();
+        (std::fs::File::from_raw_fd(master), slave)
+    };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nasd"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_LOG")
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave);
+    let mut child = cmd.spawn().expect("run nasd on a terminal");
+    // The child holds the only other ends of the terminal: once it exits, reads end.
+    drop(cmd);
+    let reader = std::thread::spawn(move || {
+        let mut master = master;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        // EIO once every slave end is closed.
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    });
+    let status = child.wait().unwrap();
+    (status, text(&reader.join().unwrap()))
+}
+
+/// The README's tour, run line by line as written (the alias pointing at
+/// the binary under test) in a directory holding the repository's README
+/// and docs, against `nasd up` started there as the README says.
+#[test]
+fn the_readme_tour_runs_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let tour = &readme[readme.find("## A short tour").expect("README has a tour")..];
+    let block = &tour[tour.find("```sh\n").expect("the tour has a sh block") + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    let lines: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines[0].starts_with("alias nasd="), "the tour starts with its alias: {}", lines[0]);
+    for needed in ["nasd put -r ", "nasd get -r ", "nasd scrub", "nasd audit --drive"] {
+        assert!(lines.iter().any(|l| l.contains(needed)), "the tour shows `{needed}`");
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    std::fs::write(cwd.join("README.md"), &readme).unwrap();
+    let docs = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs"));
+    std::fs::create_dir(cwd.join("docs")).unwrap();
+    for e in std::fs::read_dir(docs).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), cwd.join("docs").join(e.file_name())).unwrap();
+        }
+    }
+    // Four drives, as the README's `nasd up` (small ones: the disk is shared).
+    let mut up = Up::start(cwd, 4, None, &["--drive-capacity", "256MiB"], &[]);
+    let alias = format!("alias nasd={}", env!("CARGO_BIN_EXE_nasd"));
+    let mut outputs = Vec::new();
+    for line in &lines[1..] {
+        let script = format!("shopt -s expand_aliases\n{alias}\n{line}\n");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(cwd)
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_PASSWORD")
+            .env_remove("NASD_NEW_PASSWORD")
+            .env_remove("NASD_USER")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        if line.contains("# refused") {
+            assert!(!out.status.success(), "`{line}` was to be refused: {stdout}");
+            assert!(stderr.to_lowercase().contains("permission denied"), "`{line}`: {stderr}");
+        } else {
+            assert!(out.status.success(), "`{line}` failed:\n{stdout}\n{stderr}\nnasd up:\n{}", up.daemon.log_tail());
+        }
+        outputs.push((line.to_string(), stdout, stderr));
+    }
+    let said = |cmd: &str| {
+        let (_, out, err) = outputs.iter().find(|(l, _, _)| l.starts_with(cmd)).unwrap();
+        format!("{out}{err}")
+    };
+    assert!(said("nasd scrub ").contains("scrubbed 4 drives"), "{}", said("nasd scrub "));
+    assert!(said("nasd inquiry --drive 0").contains("number    0"), "{}", said("nasd inquiry --drive 0"));
+    assert!(said("nasd put -n ").contains("not overwritten (--no-clobber): /docs/README.md exists"));
+    assert!(!cwd.join("docs-copy").exists(), "the tour removes its copy");
+
+    // The tree went in whole.
+    let listing = up.ok(&["ls", "/docs/docs"]);
+    for e in std::fs::read_dir(cwd.join("docs")).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        assert!(listing.lines().any(|l| l == name), "{name} missing from /docs/docs:\n{listing}");
+    }
+    // Without --drive, inquiry asks every drive `nasd up` recorded.
+    let all = up.ok(&["inquiry"]);
+    assert_eq!(all.matches("\nnumber    ").count() + usize::from(all.starts_with("number    ")), 4, "{all}");
+    up.daemon.terminate();
+}
+
+/// Scrub on a fresh `nasd up`: a block of a file rotted on one drive's disk
+/// is found by `nasd scrub --drive N` (the drive key `nasd up` saved), and
+/// healed by `nasd scrub` from the file's redundancy; the file reads back whole.
+#[test]
+fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut up = Up::start(tmp.path(), 3, None, &["--drive-capacity", "256MiB"], &[]);
+    let data = up.data();
+    let content = pattern(b"scrub-me", 300_000);
+    std::fs::write(tmp.path().join("precious.bin"), &content).unwrap();
+    up.ok(&["put", "precious.bin", "/precious.bin"]);
+
+    // The drive key files are the administrator's alone.
+    for d in 0..3 {
+        let key = data.join(format!("drive-{d}")).join("drive.key");
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600, "{}", key.display());
+    }
+    // Nothing is rotten yet: every drive scrubs clean.
+    for d in ["0", "1", "2"] {
+        let out = up.ok(&["scrub", "--drive", d]);
+        assert!(out.contains(", 0 corrupt"), "{out}");
+    }
+
+    let needle = &content[1000..1064];
+    let holding = drives_holding(&data, 3, needle);
+    let victim = holding[0];
+    assert!(rot(&data, victim, needle));
+    let victim_arg = victim.to_string();
+    let found = up.nasd(&["scrub", "--drive", &victim_arg]);
+    let out = text(&found.stdout);
+    assert!(!found.status.success(), "a scrub that finds rot fails: {out}");
+    assert!(out.contains(", 1 corrupt"), "{out}");
+    assert!(out.contains("bytes no longer match the stored digest"), "{out}");
+    assert!(text(&found.stderr).contains("`nasd scrub` (without --drive) heals them"), "{}", text(&found.stderr));
+    // The audit trail of the drive is there with the same key.
+    let audit = up.ok(&["audit", "--drive", &victim_arg, "--max", "5"]);
+    assert!(audit.contains("seq"), "{audit}");
+
+    let healed = up.ok(&["scrub"]);
+    assert!(healed.contains("1 corrupt, 1 healed from redundancy, 0 unrecoverable"), "{healed}");
+    let again = up.ok(&["scrub", "--drive", &victim_arg]);
+    assert!(again.contains(", 0 corrupt"), "healed on the drive itself: {again}");
+    up.ok(&["get", "/precious.bin", "back.bin"]);
+    assert!(std::fs::read(tmp.path().join("back.bin")).unwrap() == content, "the file reads back whole");
+
+    // A drive a manager looks after keeps its drive key.
+    let refused = up.fails(&[
+        "set-drive-key",
+        "--drive",
+        "0",
+        "--master-key-file",
+        data.join("drive-0/master.key").to_str().unwrap(),
+        "--drive-key-file",
+        tmp.path().join("new.key").to_str().unwrap(),
+    ]);
+    assert!(refused.contains("looked after by a manager"), "{refused}");
+    assert!(!tmp.path().join("new.key").exists());
+    // Audit needs one drive named; scrub of every drive goes through the manager.
+    let which = up.fails(&["audit"]);
+    assert!(which.contains("which drive?") && which.contains("0, 1, 2"), "{which}");
+    up.daemon.terminate();
+}
+
+/// Copies that fail leave nothing behind, trailing slashes, --no-clobber,
+/// trees, and what a copy prints on a terminal and through a pipe.
+#[test]
+fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    // Three drives of 64 MiB under rs:2+1: about 128 MiB of file data fit.
+    let mut up = Up::start(cwd, 3, None, &["--drive-capacity", "64MiB"], &[]);
+    let rt = runtime();
+    let fs = up.admin(&rt);
+    up.ok(&["mkdir", "/docs"]);
+    std::fs::write(cwd.join("note.txt"), b"first version\n").unwrap();
+    std::fs::write(cwd.join("other.txt"), b"second version\n").unwrap();
+    std::fs::create_dir_all(cwd.join("tree/sub/deeper")).unwrap();
+    std::fs::write(cwd.join("tree/a.txt"), b"a").unwrap();
+    std::fs::write(cwd.join("tree/sub/b.txt"), b"b").unwrap();
+    std::fs::write(cwd.join("tree/sub/deeper/c.bin"), pattern(b"tree", 200_000)).unwrap();
+    std::os::unix::fs::symlink("a.txt", cwd.join("tree/link")).unwrap();
+    std::fs::set_permissions(cwd.join("tree/sub"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let before = name_space(&rt, &fs);
+
+    // 1. A directory without -r: refused before anything is made, blaming the real cause once.
+    let e = up.fails(&["put", "tree", "/docs/"]);
+    assert_eq!(e.matches("is a directory").count(), 1, "{e}");
+    assert!(e.contains("-r") && !e.contains("manager"), "{e}");
+    assert_eq!(name_space(&rt, &fs), before, "a refused put leaves the name space as it was");
+    let e = up.fails(&["put", "missing.txt", "/docs/"]);
+    assert!(e.contains("missing.txt") && e.contains("No such file"), "{e}");
+    assert_eq!(name_space(&rt, &fs), before);
+
+    // A copy that fails part way (the drives fill up) leaves nothing, not even its temporary file.
+    std::fs::write(cwd.join("huge.bin"), pattern(b"huge", 160 << 20)).unwrap();
+    let e = up.fails(&["put", "huge.bin", "/docs/"]);
+    assert!(e.contains("no space left"), "the error names the cause: {e}");
+    assert_eq!(name_space(&rt, &fs), before, "a failed put leaves the name space unchanged");
+    // ... and so does a tree whose last file does not fit: what it made before is removed.
+    std::fs::rename(cwd.join("huge.bin"), cwd.join("tree/sub/zz-huge.bin")).unwrap();
+    let e = up.fails(&["put", "-r", "tree", "/docs/"]);
+    assert!(e.contains("no space left"), "{e}");
+    assert_eq!(name_space(&rt, &fs), before, "a failed put -r leaves the name space unchanged");
+    std::fs::remove_file(cwd.join("tree/sub/zz-huge.bin")).unwrap();
+
+    // 2. A trailing slash means a directory that must exist.
+    let e = up.fails(&["put", "note.txt", "/nodir/"]);
+    assert!(e.contains("no such directory: /nodir/"), "{e}");
+    assert_eq!(name_space(&rt, &fs), before, "no file /nodir was made");
+    up.ok(&["put", "note.txt", "/docs/"]);
+    assert_eq!(up.ok(&["cat", "/docs/note.txt"]), "first version\n");
+    let e = up.fails(&["put", "other.txt", "/docs/note.txt/"]);
+    assert!(e.contains("not a directory"), "{e}");
+    let e = up.fails(&["get", "/docs/note.txt", "nolocal/"]);
+    assert!(e.contains("no such directory"), "{e}");
+    assert!(!cwd.join("nolocal").exists());
+    let e = up.fails(&["put", "note.txt", "/nodir/x.txt"]);
+    assert!(e.contains("no such directory: /nodir"), "{e}");
+
+    // 3. --no-clobber leaves existing files alone, and says so; without it, a put replaces.
+    let out = up.nasd(&["put", "-n", "other.txt", "/docs/note.txt"]);
+    assert!(out.status.success());
+    assert!(text(&out.stderr).contains("not overwritten (--no-clobber): /docs/note.txt exists"));
+    assert_eq!(up.ok(&["cat", "/docs/note.txt"]), "first version\n");
+    std::fs::write(cwd.join("local-note.txt"), b"local\n").unwrap();
+    let out = up.nasd(&["get", "--no-clobber", "/docs/note.txt", "local-note.txt"]);
+    assert!(out.status.success() && text(&out.stderr).contains("not overwritten"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(cwd.join("local-note.txt")).unwrap(), b"local\n");
+    up.ok(&["cp", "nasd:/docs/note.txt", "nasd:/docs/copy.txt"]);
+    up.ok(&["put", "other.txt", "/docs/copy.txt"]);
+    let out = up.nasd(&["cp", "-n", "nasd:/docs/note.txt", "nasd:/docs/copy.txt"]);
+    assert!(out.status.success() && text(&out.stderr).contains("not overwritten"));
+    assert_eq!(up.ok(&["cat", "/docs/copy.txt"]), "second version\n");
+    up.ok(&["put", "other.txt", "/docs/note.txt"]);
+    assert_eq!(up.ok(&["cat", "/docs/note.txt"]), "second version\n");
+    for help in [["put", "--help"], ["get", "--help"], ["cp", "--help"]] {
+        assert!(up.ok(&help).contains("--no-clobber"), "{help:?}");
+    }
+
+    // Trees: put -r, get -r and cp -r copy files, directories (with their modes) and links.
+    let out = up.nasd(&["put", "-r", "tree", "/docs/"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "piped, a copy prints nothing but errors");
+    let ls = up.ok(&["ls", "-l", "/docs/tree", "/docs/tree/sub"]);
+    assert!(ls.contains("drwxr-x---") && ls.contains("link") && ls.contains("deeper"), "{ls}");
+    up.ok(&["cp", "-r", "nasd:/docs/tree", "nasd:/copied"]);
+    up.ok(&["get", "-r", "/copied", "back"]);
+    for rel in ["a.txt", "sub/b.txt", "sub/deeper/c.bin"] {
+        assert_eq!(
+            std::fs::read(cwd.join("back").join(rel)).unwrap(),
+            std::fs::read(cwd.join("tree").join(rel)).unwrap()
+        );
+    }
+    assert_eq!(std::fs::read_link(cwd.join("back/link")).unwrap(), Path::new("a.txt"));
+    assert_eq!(std::fs::metadata(cwd.join("back/sub")).unwrap().permissions().mode() & 0o777, 0o750);
+
+    // A get that fails (a block of a file without redundancy rotted) leaves no partial copy.
+    up.ok(&["mkdir", "/plain"]);
+    up.ok(&["layout", "set", "/plain", "stripe:1"]);
+    let fragile = pattern(b"fragile", 300_000);
+    std::fs::write(cwd.join("fragile.bin"), &fragile).unwrap();
+    up.ok(&["put", "fragile.bin", "/plain/"]);
+    let needle = &fragile[2000..2064];
+    for d in drives_holding(&up.data(), 3, needle) {
+        assert!(rot(&up.data(), d, needle));
+    }
+    std::fs::create_dir(cwd.join("out")).unwrap();
+    let e = up.fails(&["get", "/plain/fragile.bin", "out/"]);
+    assert!(e.contains("fragile.bin"), "{e}");
+    assert_eq!(local_tree(&cwd.join("out")), Vec::<PathBuf>::new(), "a failed get leaves nothing behind");
+    let e = up.fails(&["get", "-r", "/plain", "out/"]);
+    assert!(e.contains("fragile.bin"), "{e}");
+    assert_eq!(local_tree(&cwd.join("out")), Vec::<PathBuf>::new(), "a failed get -r leaves nothing behind");
+    let before = name_space(&rt, &fs);
+    let e = up.fails(&["cp", "nasd:/plain/fragile.bin", "nasd:/docs/"]);
+    assert!(e.contains("fragile.bin"), "{e}");
+    let e = up.fails(&["cp", "-r", "nasd:/plain", "nasd:/docs/"]);
+    assert!(e.contains("fragile.bin"), "{e}");
+    assert_eq!(name_space(&rt, &fs), before, "a failed cp and cp -r leave the name space unchanged");
+    up.ok(&["rm", "/plain/fragile.bin"]);
+
+    // 9. On a terminal, a copy ends with a one-line summary (bytes, time, rate).
+    std::fs::write(cwd.join("five.bin"), pattern(b"five", 5 << 20)).unwrap();
+    let (status, shown) = on_terminal(cwd, &["put", "five.bin", "/docs/"], &[]);
+    assert!(status.success(), "{shown}");
+    let summary = shown.lines().last().unwrap_or_default();
+    assert!(summary.contains("copied 1 file (5.0 MiB) in ") && summary.contains("/s"), "{shown:?}");
+    let (status, shown) = on_terminal(cwd, &["get", "-r", "/docs/tree", "terminal-copy"], &[]);
+    assert!(status.success(), "{shown}");
+    assert!(shown.contains("copied 3 files, 3 directories, 1 symbolic link ("), "{shown:?}");
+    let out = up.nasd(&["get", "/docs/five.bin", "five-back.bin"]);
+    assert!(out.status.success() && out.stderr.is_empty() && out.stdout.is_empty(), "piped: silent");
+
+    // 7. Logs: colour on a terminal, none through a pipe.
+    let (_, shown) = on_terminal(cwd, &["ls", "/"], &[("NASD_LOG", "debug")]);
+    assert!(shown.contains("\x1b["), "a terminal gets colour: {shown:?}");
+    let piped = nasd_in(cwd, &["ls", "/"], &[("NASD_LOG", "debug")]);
+    assert!(!piped.stderr.is_empty() && !piped.stderr.contains(&0x1b), "{}", text(&piped.stderr));
+    drop(fs);
+    up.daemon.terminate();
+}
+
+/// A drive's capacity is recorded at the first start and kept when the
+/// disk's free space changes; `nasd drive` warns of a capacity the disk
+/// cannot back; a log written to a file has no colour codes; `stat` and
+/// `ls -l` show one modification time, the file's.
+#[test]
+fn capacity_is_kept_logs_are_plain_and_times_agree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    // NO_COLOR empty is no request: colour would follow the output, a file here.
+    let mut up = Up::start(cwd, 3, None, &[], &[("NO_COLOR", "")]);
+    let rt = runtime();
+    // To the byte, as the drives report them.
+    let capacities = |up: &Up| {
+        rt.block_on(async {
+            let mut out = Vec::new();
+            for i in 0..3 {
+                let addr = format!("127.0.0.1:{}", up.first_drive_port + i);
+                let mut c = nasd_client::DriveClient::connect(&addr).await.unwrap();
+                out.push(c.inquiry().await.unwrap().capacity_bytes);
+            }
+            out
+        })
+    };
+    let first = capacities(&up);
+    assert!(first.iter().all(|c| *c > 0), "{first:?}");
+    let recorded = std::fs::read_to_string(up.data().join("drive-0/capacity")).unwrap();
+    assert!(recorded.trim().parse::<u64>().unwrap() > 0);
+    let log = up.daemon.output();
+    assert!(log.contains("INFO") || log.contains("nasd is up"), "{log}");
+    assert!(!log.contains('\x1b'), "no colour codes in a log file:\n{log:?}");
+
+    // 8. One modification time: what `stat` shows is what `ls -l` shows, and it is the file's.
+    let fs = up.admin(&rt);
+    std::fs::write(cwd.join("empty"), b"").unwrap();
+    up.ok(&["mkdir", "/one"]);
+    up.ok(&["layout", "set", "/one", "stripe:1"]);
+    for dir in ["/", "/one"] {
+        let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
+        let path = format!("{}/empty", dir.trim_end_matches('/'));
+        up.ok(&["put", "empty", &path]);
+        let stat = up.ok(&["stat", &path]);
+        let modify = stat.lines().find_map(|l| l.trim().strip_prefix("modify")).unwrap().trim().to_string();
+        let ls = up.ok(&["ls", "-l", &path]);
+        assert!(ls.contains(&modify[..16]), "stat says {modify}, ls -l says {ls}");
+        let st = rt.block_on(fs.lstat(&path)).unwrap();
+        assert!(st.attr.mtime_ns >= t0, "{path}: modified before it was made ({} < {t0})", st.attr.mtime_ns);
+    }
+    drop(fs);
+    up.daemon.terminate();
+
+    // 6. Less free space on the next start does not shrink the drives.
+    std::fs::write(cwd.join("filler.bin"), pattern(b"filler", 96 << 20)).unwrap();
+    std::fs::File::open(cwd.join("filler.bin")).unwrap().sync_all().unwrap();
+    let manager = up.daemon.addr;
+    let mut up = Up::start(cwd, 3, Some(manager), &[], &[]);
+    assert_eq!(capacities(&up), first, "the capacity recorded at the first start is kept");
+    up.daemon.terminate();
+
+    // A capacity the disk cannot back is started with a warning.
+    let log = cwd.join("drive.log");
+    let data = cwd.join("big-drive");
+    let mut d = Daemon::start("drive", cwd, &log, None, move |addr| {
+        ["drive", "--data", data.to_str().unwrap(), "--listen", &addr.to_string(), "--capacity", "64TiB"]
+            .map(OsString::from)
+            .to_vec()
+    });
+    assert!(d.output().contains("the drive's capacity (64.0 TiB) is more than the disk under"), "{}", d.output());
+    d.kill();
+}
+
+/// --help: one default per option, help on positional arguments, `--user`
+/// only where a command logs in.
+#[test]
+fn help_is_clean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let help = |args: &[&str]| text(&nasd_in(tmp.path(), args, &[]).stdout);
+    let add_user = help(&["admin", "add-user", "--help"]);
+    for line in add_user.lines().filter(|l| l.contains("--uid") || l.contains("--gid")) {
+        assert_eq!(line.matches("[default").count(), 1, "{line}");
+    }
+    // Each positional argument has its line of help.
+    let explained = |args: &[&str], arg: &str, says: &str| {
+        let h = help(args);
+        let line = h.lines().find(|l| l.trim_start().starts_with(arg)).unwrap_or_else(|| panic!("{arg}: {h}"));
+        assert!(line.contains(says), "{args:?} {arg}: {line}");
+    };
+    for (args, arg, says) in [
+        (&["put", "-h"][..], "<LOCAL>", "The file or directory on this machine"),
+        (&["put", "-h"], "<REMOTE>", "Where in nasd"),
+        (&["get", "-h"], "<REMOTE>", "The file or directory in nasd"),
+        (&["get", "-h"], "[LOCAL]", "Where on this machine"),
+        (&["cp", "-h"], "<SOURCE>", "What to copy"),
+        (&["cp", "-h"], "<DESTINATION>", "Where to"),
+        (&["chown", "-h"], "<OWNER>", "OWNER, OWNER:GROUP or :GROUP"),
+    ] {
+        explained(args, arg, says);
+    }
+    for cmd in ["up", "drive", "manager", "inquiry", "audit", "set-drive-key", "bench"] {
+        assert!(!help(&[cmd, "--help"]).contains("--user"), "{cmd} takes no --user");
+    }
+    for cmd in ["ls", "put", "status", "scrub", "repair"] {
+        assert!(help(&[cmd, "--help"]).contains("--user"), "{cmd} takes --user");
+    }
+    let out = nasd_in(tmp.path(), &["--user", "bob", "up"], &[]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--user is for commands that log in"));
+}

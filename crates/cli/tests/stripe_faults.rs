@@ -1,0 +1,1119 @@
+//! Files over many drives under faults, on real processes: `nasd drive`
+//! daemons, a `nasd manager` (TLS, security on, a short write lease) and the
+//! `nasd` client commands (`put`, `get`, `cat`, `status`, `repair`) on
+//! loopback, with the library (`nasd_fs::FsClient`, and `nasd_stripe` to
+//! read a file through any subset of its components) checking the results
+//! (issue 10, "must show"):
+//!
+//! 1. a drive SIGKILLed during sequential writes of a `mirror:2` file (`nasd
+//!    put`) and of an `rs:2+1` file (a library writer checking every write):
+//!    no error, every byte readable afterwards, byte-exact, the component
+//!    that missed writes recorded stale, and — once the drive is back and
+//!    the stale copy resynced — the same bytes through every subset of
+//!    components; a `nasd put` over existing files right after a drive died
+//!    (before the heartbeat noticed) truncates around it; a resync longer
+//!    than the write lease keeps what it copied;
+//! 2. a drive SIGKILLed during `nasd get` of a mirrored file and `nasd cat`
+//!    of a Reed-Solomon file: no error, identical bytes;
+//! 3. a client SIGKILLed mid-write: a writer process that wrote and flushed
+//!    (on every component, and on all but one) under a transaction it never
+//!    committed is rolled back after its lease — every stripe reads old,
+//!    through every subset of components, the extension it wrote is gone
+//!    and the recorded size is the old one; a `nasd put` over an existing
+//!    file (which truncates it first, then commits a transaction a quarter
+//!    into each lease), caught while its open transaction has bytes on the
+//!    drives past the committed size, leaves exactly what it committed;
+//! 4. the manager SIGKILLed and started again while such a writer process
+//!    has its transactions open: the new manager rolls them back from its
+//!    intent log; and while a `nasd put` is inside a transaction: the put
+//!    succeeds or fails in one clear line, and the file is new up to its
+//!    recorded size (at least what was committed before), through every
+//!    subset of components, with nothing past it;
+//! 5. `m` drives of an `rs:4+2` file stopped: `nasd get` of every file is
+//!    byte-exact; `m + 1` stopped: `nasd get` and `nasd cat` fail naming the
+//!    missing drives, and `get` leaves no partial copy (nor changes a file it
+//!    would have replaced);
+//! 6. a drive stopped for good with a short `rebuild_delay_secs`: `nasd
+//!    repair` and `nasd status` until no file is degraded; the status shows
+//!    the drive down with nothing on it, every file reads with the same
+//!    checksum, and through every subset of its new components;
+//! 7. a drive added to a live cluster and `nasd repair rebalance`: the new
+//!    drive takes about its share while files opened before the move are
+//!    read over and over without a failed read; every file keeps its
+//!    checksum.
+//!
+//! No test asserts on timing: a kill lands "during" an operation by polling
+//! its progress (bounded by [`STEP`]), and a test checks that it did: the
+//! operation had not finished, a reader warned that it read around the
+//! failed component, a writer's component was recorded as having missed
+//! writes, a `nasd put` was held (SIGSTOP) while uncommitted bytes of it
+//! were seen on the drives. Drives that must be slow enough to be caught
+//! mid-transfer are paced with `--throttle-mib-per-sec`.
+//!
+//! `writer_process` is not a test: it is the body of the writer process
+//! that tests 3 and 4 start (this test binary, run again with
+//! [`WRITER_ENV`] set) and SIGKILL or leave idle.
+
+mod common;
+
+use common::cluster::{path_str, Cluster, Finished, Options, Running};
+use nasd_fs::{ComponentState, FsClient, Layout, OpenMode};
+use nasd_proto::manager::{FileAccess, ManagerReply, ManagerRequest};
+use nasd_proto::Protection;
+use nasd_stripe::geometry::Geometry;
+use nasd_stripe::{Binder, BoxFuture, DrivePool, StaticBinder, StripeError, Striper, Target};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+/// Write-transaction lease, seconds: short, so rollbacks come quickly.
+const LEASE_SECS: u64 = 2;
+/// Longest a bounded wait of these tests lasts before it calls a hang.
+const STEP: Duration = Duration::from_secs(120);
+/// Drive pacing (MiB/s) where a transfer must last long enough to be caught
+/// in the middle.
+const THROTTLE_MIB_S: &str = "24";
+
+// ------------------------------------------------------------------ set-up
+
+/// `[manager]` lines: default layout, the short lease, a rebuild delay.
+fn manager_settings(layout: &str, rebuild_delay_secs: u64) -> String {
+    format!(
+        "default_layout = \"{layout}\"\nwrite_lease_secs = {LEASE_SECS}\nrebuild_delay_secs = {rebuild_delay_secs}\n"
+    )
+}
+
+/// A cluster of `drives` drives (paced if `throttled`) whose new files get
+/// `layout`; nothing is rebuilt unless a drive stays down `rebuild_delay_secs`.
+fn cluster(drives: usize, layout: &str, rebuild_delay_secs: u64, throttled: bool) -> Cluster {
+    let drive_args =
+        if throttled { vec!["--throttle-mib-per-sec".to_string(), THROTTLE_MIB_S.to_string()] } else { Vec::new() };
+    Cluster::start(Options { drives, manager: manager_settings(layout, rebuild_delay_secs), drive_args })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// `f`, or a panic naming `what` if it takes longer than [`STEP`].
+async fn step<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(STEP, f).await.unwrap_or_else(|_| panic!("{what}: no answer in {STEP:?} (a hang)"))
+}
+
+/// Polls `probe` every 50 ms until it returns `Some`, at most [`STEP`].
+async fn until<T, F: std::future::Future<Output = Option<T>>>(what: &str, mut probe: impl FnMut() -> F) -> T {
+    let deadline = Instant::now() + STEP;
+    loop {
+        if let Some(t) = probe().await {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {STEP:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `len` deterministic bytes for `seed` (xorshift; no two seeds alike).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Writes `data` to a new local file `dir/name`; its path.
+fn local_file(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, data).expect("write a local file");
+    p
+}
+
+fn digest(data: &[u8]) -> blake3::Hash {
+    blake3::hash(data)
+}
+
+fn digest_file(p: &Path) -> blake3::Hash {
+    digest(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+}
+
+/// The recorded size of `path`.
+async fn size_of(fs: &FsClient, path: &str) -> u64 {
+    step("stat", fs.stat(path)).await.unwrap_or_else(|e| panic!("stat {path}: {e}")).attr.size
+}
+
+/// Component `idx` of `path`: its drive number and state.
+async fn component(fs: &FsClient, path: &str, idx: usize) -> (u32, ComponentState) {
+    let info = step("layout get", fs.get_layout(path)).await.unwrap_or_else(|e| panic!("layout of {path}: {e}"));
+    let (c, _) = &info.components[idx];
+    (c.object.drive, c.state)
+}
+
+/// Asserts a command succeeded.
+fn assert_ok(f: &Finished, c: &Cluster) {
+    assert!(f.status.success(), "{} failed ({}):\n{}\n{}", f.what, f.status, f.stderr, c.logs());
+}
+
+/// `nasd get REMOTE` into a new local file; its checksum.
+fn get_digest(c: &Cluster, remote: &str, name: &str) -> blake3::Hash {
+    let out = c.dir().join(name);
+    let _ = std::fs::remove_file(&out);
+    assert_ok(&c.run(&["get", remote, path_str(&out)]), c);
+    digest_file(&out)
+}
+
+/// Runs `nasd put LOCAL REMOTE` in the background and waits until it has
+/// committed at least `at_least` bytes of the file (its recorded size), but
+/// not all of them: it is then in the middle of the write. (The put
+/// truncates an existing file first: the size counts once it was seen
+/// below `at_least`.)
+async fn put_in_flight(c: &Cluster, fs: &FsClient, local: &Path, remote: &str, total: u64, at_least: u64) -> Running {
+    let mut put = c.spawn(&["put", path_str(local), remote]);
+    let deadline = Instant::now() + STEP;
+    let mut truncated = false;
+    loop {
+        if let Some(f) = put.try_finish() {
+            panic!("the put ended before it could be interrupted (make the file larger): {f:?}");
+        }
+        let size = fs.stat(remote).await.map(|s| s.attr.size).unwrap_or(0);
+        truncated |= size < at_least;
+        if truncated && (at_least..total).contains(&size) {
+            return put;
+        }
+        assert!(Instant::now() < deadline, "{remote}: the put did not commit {at_least} bytes in {STEP:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Bytes at the recorded size that must already hold a put's new content —
+/// on the drives, not yet committed — for the put to count as caught inside
+/// a write transaction: a stripe of the `rs:2+1@64K` files put here (both
+/// data columns; the parity is written with them).
+const UNCOMMITTED_PROBE: u64 = 128 * KIB;
+
+/// Runs `nasd put LOCAL REMOTE` (of `new`, over an existing file) in the
+/// background and SIGSTOPs it at a moment it is inside a write transaction
+/// with bytes on the drives that are not committed: the recorded size `S`
+/// is at least `at_least`, and the [`UNCOMMITTED_PROBE`] bytes at `S`
+/// already read back from the drives as the new content. The put runs
+/// undisturbed while the test looks; once it sees such bytes it stops the
+/// put and checks that `S` is still the recorded size (no `COMMIT` took them
+/// in meanwhile), or lets it go on (SIGCONT) and looks again. Returns the
+/// stopped put and `S`. (The put truncates the file first: sizes count once
+/// one below `at_least` was seen.)
+async fn put_stopped_mid_transaction(
+    c: &Cluster,
+    fs: &FsClient,
+    local: &Path,
+    remote: &str,
+    new: &[u8],
+    at_least: u64,
+) -> (Running, u64) {
+    let total = new.len() as u64;
+    let pool = Arc::new(DrivePool::new());
+    let mut put = c.spawn(&["put", path_str(local), remote]);
+    let deadline = Instant::now() + STEP;
+    let mut truncated = false;
+    loop {
+        if let Some(f) = put.try_finish() {
+            panic!("the put ended before it was caught inside a transaction (make the file larger): {f:?}");
+        }
+        assert!(Instant::now() < deadline, "{remote}: the put was not caught inside a transaction in {STEP:?}");
+        let size = fs.stat(remote).await.map(|s| s.attr.size).unwrap_or(0);
+        truncated |= size < at_least;
+        if truncated && (at_least..total - UNCOMMITTED_PROBE).contains(&size) {
+            let e = step("walk", fs.walk(remote, OpenMode::Read)).await.expect("walk");
+            let access = e.access.expect("read access");
+            let end = size + UNCOMMITTED_PROBE;
+            let s = striper(&pool, &access, &BTreeSet::new());
+            let probe = step("probe", s.read(size, UNCOMMITTED_PROBE, end)).await;
+            if probe.is_ok_and(|(got, _)| got[..] == new[size as usize..end as usize]) {
+                put.signal(libc::SIGSTOP);
+                // Two round trips to the manager: a COMMIT the put sent just before it stopped is in.
+                let first = size_of(fs, remote).await;
+                if first == size && size_of(fs, remote).await == size {
+                    return (put, size);
+                }
+                put.signal(libc::SIGCONT);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (bounded) for a marker file a process creates, or fails with the
+/// process's output if it ends first.
+fn wait_for_mark(mark: &Path, p: &mut Running) {
+    let deadline = Instant::now() + STEP;
+    while !mark.exists() {
+        if let Some(f) = p.try_finish() {
+            panic!("{} ended before it marked {}: {f:?}", p.what, mark.display());
+        }
+        assert!(Instant::now() < deadline, "{} did not mark {} in {STEP:?}", p.what, mark.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ends whatever write transaction `path` has open: a `BEGIN_WRITE` (which
+/// waits for another writer's lease to run out, and rolls that writer back)
+/// and an empty `COMMIT`. Afterwards no transaction on the file is open.
+async fn settle(fs: &FsClient, path: &str) {
+    let handle = step("walk", fs.walk(path, OpenMode::None)).await.expect("walk").handle();
+    let begin = step("BEGIN_WRITE", fs.call(&ManagerRequest::BeginWrite { handle })).await;
+    let txn = match begin.unwrap_or_else(|e| panic!("BEGIN_WRITE on {path}: {e}")) {
+        ManagerReply::Began { txn, .. } => txn,
+        other => panic!("BEGIN_WRITE: {other:?}"),
+    };
+    let commit = ManagerRequest::Commit { handle, txn, written_end: 0, missed: vec![], dirty: vec![] };
+    step("COMMIT", fs.call(&commit)).await.unwrap_or_else(|e| panic!("empty COMMIT on {path}: {e}"));
+}
+
+// ------------------------------------------- reading through component subsets
+
+/// Every set of components whose loss `layout` tolerates (the empty set
+/// first), smallest first.
+fn exclusions(layout: Layout) -> Vec<BTreeSet<usize>> {
+    let g = Geometry::new(layout).expect("geometry");
+    let n = g.components();
+    let mut sets: Vec<BTreeSet<usize>> = (0u64..1 << n)
+        .map(|bits| (0..n).filter(|i| bits & (1 << i) != 0).collect::<BTreeSet<usize>>())
+        .filter(|s| s.len() <= layout.tolerates() && g.survives(s))
+        .collect();
+    sets.sort_by_key(|s| (s.len(), s.iter().copied().collect::<Vec<_>>()));
+    sets
+}
+
+/// The target `access` describes, with the components in `excluded` neither
+/// read nor written (taken as `Down`: a write through it misses them).
+fn target(access: &FileAccess, excluded: &BTreeSet<usize>) -> Target {
+    let min = Protection::from_bits(access.min_protection).expect("known protection bits");
+    let protection =
+        min.union(Protection::INTEGRITY_ARGS).union(Protection::INTEGRITY_DATA).union(Protection::HASH_AND_MAC);
+    let mut target = Target::from_access(access, protection).expect("target");
+    for &i in excluded {
+        target.components[i].state = ComponentState::Down;
+    }
+    target
+}
+
+/// A striper over `access` that neither reads nor writes the components in `excluded`.
+fn striper(pool: &Arc<DrivePool>, access: &FileAccess, excluded: &BTreeSet<usize>) -> Striper {
+    Striper::new(pool.clone(), Arc::new(StaticBinder::new(target(access, excluded)).expect("binder")))
+}
+
+/// A reader's binder that leaves `excluded` out and, when a drive refuses a
+/// capability (the manager revokes them all whenever it rolls a transaction
+/// back on the file, its own repairs' included), looks the file up again as
+/// `nasd_fs`'s own binder does.
+struct SubsetBinder {
+    fs: FsClient,
+    path: String,
+    excluded: BTreeSet<usize>,
+    target: Mutex<Arc<Target>>,
+}
+
+impl Binder for SubsetBinder {
+    fn current(&self) -> Arc<Target> {
+        self.target.lock().unwrap().clone()
+    }
+
+    fn refresh(&self) -> BoxFuture<'_, Result<Arc<Target>, StripeError>> {
+        Box::pin(async move {
+            let e = self.fs.walk(&self.path, OpenMode::Read).await.map_err(|e| StripeError::Bind(e.to_string()))?;
+            let access = e.access.ok_or_else(|| StripeError::Bind("no access".into()))?;
+            let t = Arc::new(target(&access, &self.excluded));
+            *self.target.lock().unwrap() = t.clone();
+            Ok(t)
+        })
+    }
+}
+
+/// Where `got` first differs from `want`, in words: offset, stripe, and
+/// whether that stripe is what `old` or `new` had there.
+fn first_difference(got: &[u8], want: &[u8], g: &Geometry, versions: &[(&str, &[u8])]) -> String {
+    if got.len() != want.len() {
+        return format!("{} bytes where {} were expected", got.len(), want.len());
+    }
+    let Some(at) = got.iter().zip(want).position(|(a, b)| a != b) else { return "no difference".into() };
+    let sb = g.stripe_bytes() as usize;
+    let (s, e) = (at / sb * sb, (at / sb * sb + sb).min(got.len()));
+    let like: Vec<&str> =
+        versions.iter().filter(|(_, v)| v.len() >= e && got[s..e] == v[s..e]).map(|(name, _)| *name).collect();
+    let zero = got[s..e].iter().all(|&b| b == 0);
+    format!(
+        "first difference at byte {at} (stripe {}, column {}): the stripe reads as {}",
+        at / sb,
+        g.locate(at as u64).column,
+        if !like.is_empty() {
+            format!("the {} version", like.join("/"))
+        } else if zero {
+            "zeros".into()
+        } else {
+            "neither version: a mixed or garbled stripe".into()
+        }
+    )
+}
+
+/// Reads `path` (as a fresh lookup binds it) through every subset of its
+/// components its layout can read from — leaving out each set it tolerates
+/// losing — as `read_len` bytes (past the recorded size: bytes there must be
+/// zeros, nothing a rolled-back write left), and checks each read equals
+/// `want` followed by zeros. Components in `dead` are on drives that are
+/// gone: a subset that needs them must fail with `Unavailable`, never
+/// return other bytes. `versions` name what the file held, for messages.
+async fn check_every_subset(
+    fs: &FsClient,
+    path: &str,
+    want: &[u8],
+    read_len: u64,
+    dead: &BTreeSet<usize>,
+    versions: &[(&str, &[u8])],
+) {
+    assert!(read_len >= want.len() as u64);
+    let e = step("walk", fs.walk(path, OpenMode::Read)).await.expect("walk");
+    assert_eq!(e.attr.size, want.len() as u64, "{path}: the recorded size is the size of its content");
+    let access = e.access.expect("read access");
+    let g = Geometry::new(access.layout).expect("geometry");
+    let pool = Arc::new(DrivePool::new());
+    let mut expected = want.to_vec();
+    expected.resize(read_len as usize, 0);
+    let mut checked = 0;
+    for excluded in exclusions(access.layout) {
+        let lost: BTreeSet<usize> = excluded.union(dead).copied().collect();
+        let binder = SubsetBinder {
+            fs: fs.clone(),
+            path: path.to_string(),
+            target: Mutex::new(Arc::new(target(&access, &excluded))),
+            excluded: excluded.clone(),
+        };
+        let s = Striper::new(pool.clone(), Arc::new(binder));
+        let read = step("read through a subset", s.read(0, read_len, read_len)).await;
+        let what = format!("{path} ({}) read without components {excluded:?}, {dead:?} gone", access.layout);
+        if !g.survives(&lost) {
+            match read {
+                Err(StripeError::Unavailable { .. }) => continue,
+                Err(e) => panic!("{what}: {e} (expected Unavailable)"),
+                Ok(_) => panic!("{what}: bytes returned although components {lost:?} are lost"),
+            }
+        }
+        let (got, _) = read.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(got == expected, "{what}: {}", first_difference(&got, &expected, &g, versions));
+        checked += 1;
+    }
+    assert!(checked > 0, "{path}: no subset of components could be read");
+}
+
+// ------------------------------------------------------- the writer process
+
+/// Set in the environment of the writer process.
+const WRITER_ENV: &str = "NASD_FAULTS_WRITER";
+
+/// One write of the writer process: `path` (all writes to one path share a
+/// transaction), offset, length, pattern seed, and the components it does
+/// not write (as if it died between component writes).
+#[derive(Debug, Clone)]
+struct Job {
+    path: String,
+    offset: u64,
+    len: u64,
+    seed: u64,
+    skip: Vec<usize>,
+}
+
+impl Job {
+    fn encode(jobs: &[Job]) -> String {
+        let one = |j: &Job| {
+            let skip: Vec<String> = j.skip.iter().map(ToString::to_string).collect();
+            format!("{},{},{},{},{}", j.path, j.offset, j.len, j.seed, skip.join("+"))
+        };
+        jobs.iter().map(one).collect::<Vec<_>>().join(";")
+    }
+
+    fn decode(text: &str) -> Vec<Job> {
+        text.split(';')
+            .map(|j| {
+                let f: Vec<&str> = j.split(',').collect();
+                Job {
+                    path: f[0].to_string(),
+                    offset: f[1].parse().expect("offset"),
+                    len: f[2].parse().expect("len"),
+                    seed: f[3].parse().expect("seed"),
+                    skip: f[4].split('+').filter(|s| !s.is_empty()).map(|s| s.parse().expect("component")).collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// The file's content after this write over `content`.
+    fn apply(&self, content: &mut Vec<u8>) {
+        let end = (self.offset + self.len) as usize;
+        if content.len() < end {
+            content.resize(end, 0);
+        }
+        content[self.offset as usize..end].copy_from_slice(&pattern(self.seed, self.len as usize));
+    }
+}
+
+/// Starts the writer process: this test binary running `writer_process`,
+/// logged in as the administrator. For each file of `jobs` it begins a write
+/// transaction (`BEGIN_WRITE`), writes that file's jobs through the striping
+/// engine and flushes them, and commits nothing; then it creates `mark` and
+/// waits, idle, to be killed. It exits 1 with the error on standard error
+/// if anything fails.
+fn start_writer(c: &Cluster, jobs: &[Job], mark: &Path) -> Running {
+    let config = c.fs_config();
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("this test binary"));
+    cmd.args(["writer_process", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(WRITER_ENV, "1")
+        .env("NASD_FAULTS_MANAGER", &config.manager)
+        .env("NASD_FAULTS_CA", &config.ca_cert)
+        .env("NASD_FAULTS_PASSWORD", &config.password)
+        .env("NASD_FAULTS_JOBS", Job::encode(jobs))
+        .env("NASD_FAULTS_MARK", mark)
+        .env("NASD_LOG", "info");
+    c.spawn_command(cmd, "the writer process")
+}
+
+#[test]
+#[ignore = "the body of the writer process that the fault tests start (with NASD_FAULTS_WRITER set)"]
+fn writer_process() {
+    if std::env::var_os(WRITER_ENV).is_none() {
+        return;
+    }
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
+    let config = nasd_fs::FsConfig {
+        manager: var("NASD_FAULTS_MANAGER"),
+        server_name: "localhost".into(),
+        ca_cert: var("NASD_FAULTS_CA").into(),
+        user: "admin".into(),
+        password: var("NASD_FAULTS_PASSWORD"),
+        ..Default::default()
+    };
+    let jobs = Job::decode(&var("NASD_FAULTS_JOBS"));
+    let mark = PathBuf::from(var("NASD_FAULTS_MARK"));
+    let result = runtime().block_on(async {
+        let fs = FsClient::connect(&config).await.map_err(|e| format!("log in: {e}"))?;
+        uncommitted_writes(&fs, &jobs, &mark).await
+    });
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The writer process: a transaction per file, its jobs written and
+/// flushed, never committed; then it waits to be killed.
+async fn uncommitted_writes(fs: &FsClient, jobs: &[Job], mark: &Path) -> Result<(), String> {
+    let pool = Arc::new(DrivePool::new());
+    let mut paths: Vec<&str> = jobs.iter().map(|j| j.path.as_str()).collect();
+    paths.dedup();
+    for path in paths {
+        let e = fs.walk(path, OpenMode::ReadWrite).await.map_err(|e| format!("walk {path}: {e}"))?;
+        let access = e.access.clone().ok_or("no access")?;
+        let began = fs.call(&ManagerRequest::BeginWrite { handle: e.handle() }).await;
+        let Ok(ManagerReply::Began { .. }) = began else { return Err(format!("BEGIN_WRITE on {path}: {began:?}")) };
+        let mut size = e.attr.size;
+        for j in jobs.iter().filter(|j| j.path == path) {
+            let skip: BTreeSet<usize> = j.skip.iter().copied().collect();
+            let s = striper(&pool, &access, &skip);
+            let w =
+                s.write(j.offset, &pattern(j.seed, j.len as usize), size).await.map_err(|e| format!("{j:?}: {e}"))?;
+            let f = s.flush(&w.written).await.map_err(|e| format!("flush {j:?}: {e}"))?;
+            let missed: BTreeSet<usize> = w.missed.union(&f.missed).copied().collect();
+            if missed != skip {
+                return Err(format!("{j:?}: components {missed:?} missed the write, not the ones left out"));
+            }
+            size = size.max(j.offset + j.len);
+        }
+    }
+    std::fs::write(mark, b"written").map_err(|e| e.to_string())?;
+    tokio::time::sleep(STEP).await;
+    Err("nobody killed the writer".into())
+}
+
+// ------------------------------------------------------------- 1. writes
+
+/// A drive SIGKILLed while `nasd put` writes a `mirror:2` file: the put
+/// succeeds, `nasd get` returns the same bytes, the copy on the lost drive
+/// is recorded stale; when the drive comes back the copy is resynced and
+/// each copy alone holds the file.
+#[test]
+fn a_drive_killed_during_a_put_of_a_mirrored_file_loses_nothing() {
+    let mut c = cluster(3, "mirror:2@256K", 3600, true);
+    let rt = runtime();
+    let data = pattern(1, (64 * MIB + 12_345) as usize);
+    let local = local_file(c.dir(), "m.bin", &data);
+    let fs = rt.block_on(c.login());
+
+    let mut put = rt.block_on(put_in_flight(&c, &fs, &local, "/m.bin", data.len() as u64, 16 * MIB));
+    let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
+    assert!(put.try_finish().is_none(), "the put is still writing when the drive dies");
+    c.drive(victim).kill();
+    let done = put.wait();
+    assert_ok(&done, &c);
+
+    assert_eq!(rt.block_on(size_of(&fs, "/m.bin")), data.len() as u64);
+    assert_eq!(get_digest(&c, "/m.bin", "m.back"), digest(&data), "nasd get after the kill");
+    let (_, state) = rt.block_on(component(&fs, "/m.bin", 0));
+    assert_ne!(state, ComponentState::Ok, "the copy on the killed drive missed writes (Stale, or Down with its drive)");
+    let dead: BTreeSet<usize> = [0].into();
+    rt.block_on(check_every_subset(&fs, "/m.bin", &data, data.len() as u64, &dead, &[]));
+
+    // Back: the stale copy is resynced from the other, and then each holds the file.
+    c.drive(victim).start();
+    rt.block_on(until("the stale copy resynced", || async {
+        let s = fs.cluster_status().await.ok()?;
+        (s.files_degraded == 0 && s.drives.iter().all(|d| d.up)).then_some(())
+    }));
+    rt.block_on(check_every_subset(&fs, "/m.bin", &data, data.len() as u64, &BTreeSet::new(), &[]));
+}
+
+/// A drive SIGKILLed a third into a library writer's sequential write of
+/// an `rs:2+1` file: every write and the close succeed, and every byte
+/// reads back (`nasd get`, and every subset of components that avoids the
+/// lost one).
+#[test]
+fn a_drive_killed_during_a_library_write_of_an_rs_file_loses_nothing() {
+    let mut c = cluster(4, "rs:2+1@64K", 3600, false);
+    let rt = runtime();
+    const PIECE: usize = MIB as usize;
+    let data = pattern(2, 48 * PIECE + 777);
+    let fs = rt.block_on(c.login());
+    let f = rt.block_on(step("create", fs.create("/r.bin", 0o644, true, false))).expect("create");
+    let (victim, _) = rt.block_on(component(&fs, "/r.bin", 0));
+    for (i, piece) in data.chunks(PIECE).enumerate() {
+        if i == 16 {
+            c.drive(victim).kill();
+        }
+        rt.block_on(step("write", f.write_at((i * PIECE) as u64, piece)))
+            .unwrap_or_else(|e| panic!("write {i} after the kill: {e}\n{}", c.logs()));
+    }
+    rt.block_on(step("flush", f.flush())).unwrap_or_else(|e| panic!("flush: {e}\n{}", c.logs()));
+    let attr = rt.block_on(step("close", f.close())).expect("close");
+    assert_eq!(attr.size, data.len() as u64);
+
+    assert_eq!(get_digest(&c, "/r.bin", "r.back"), digest(&data), "nasd get after the kill");
+    let (_, state) = rt.block_on(component(&fs, "/r.bin", 0));
+    assert_ne!(state, ComponentState::Ok, "the component on the killed drive missed writes (Stale, or Down)");
+    rt.block_on(check_every_subset(&fs, "/r.bin", &data, data.len() as u64, &[0].into(), &[]));
+}
+
+/// `nasd put` over existing files right after a drive holding a component
+/// of each was SIGKILLed — before the manager's heartbeat has noticed (it
+/// takes a few missed beats) — a `mirror:2` file and an `rs:2+1` file cut
+/// short mid-stripe: the truncation each put begins with misses that
+/// component, as a write would, and goes on; the puts succeed and the files
+/// read back as put, through every subset of components that avoids the
+/// dead drive.
+#[test]
+fn a_put_over_a_file_right_after_a_drive_died_truncates_around_it() {
+    let mut c = cluster(3, "mirror:2@64K", 3600, false);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    c.run_ok(&["mkdir", "/r"]);
+    c.run_ok(&["layout", "set", "/r", "rs:2+1@64K"]);
+    let old = pattern(12, (3 * MIB) as usize);
+    for path in ["/m.bin", "/r/r.bin"] {
+        c.run_ok(&["put", path_str(&local_file(c.dir(), "old", &old)), path]);
+    }
+    let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
+    let held = rt.block_on(step("layout", fs.get_layout("/r/r.bin"))).expect("layout");
+    let dead_r: BTreeSet<usize> =
+        held.components.iter().enumerate().filter(|(_, (c, _))| c.object.drive == victim).map(|(i, _)| i).collect();
+    assert_eq!(dead_r.len(), 1, "rs:2+1 on three drives has a component on each");
+    c.drive(victim).kill();
+
+    let new = pattern(13, (MIB + 12_345) as usize);
+    for (path, dead) in [("/m.bin", BTreeSet::from([0])), ("/r/r.bin", dead_r)] {
+        c.run_ok(&["put", path_str(&local_file(c.dir(), "new", &new)), path]);
+        assert_eq!(get_digest(&c, path, "back"), digest(&new), "{path}");
+        rt.block_on(check_every_subset(&fs, path, &new, new.len() as u64, &dead, &[]));
+    }
+}
+
+/// A resync that takes longer than the write lease: a `mirror:2` file
+/// written whole while the drive of its first copy is stopped (so that copy
+/// is stale from end to end), then the drive started again. The manager's
+/// resync copies 64 MiB through drives paced at 24 MiB/s, more than the 2 s
+/// lease of the write transaction it runs as; once no file is degraded,
+/// each copy alone — the resynced one included — holds the file.
+#[test]
+fn a_resync_longer_than_the_write_lease_keeps_what_it_copied() {
+    let mut c = cluster(3, "mirror:2@256K", 3600, true);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "small", b"small")), "/m.bin"]);
+    let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
+    c.drive(victim).stop();
+    rt.block_on(until("the drive seen down", || async {
+        let s = fs.cluster_status().await.ok()?;
+        s.drives.iter().any(|d| d.drive == victim && !d.up).then_some(())
+    }));
+    let data = pattern(11, (64 * MIB + 3) as usize);
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "m.bin", &data)), "/m.bin"]);
+    let (_, state) = rt.block_on(component(&fs, "/m.bin", 0));
+    assert_ne!(state, ComponentState::Ok, "the copy on the stopped drive missed the whole write");
+
+    c.drive(victim).start();
+    rt.block_on(until("the stale copy resynced", || async {
+        let s = fs.cluster_status().await.ok()?;
+        (s.files_degraded == 0 && s.drives.iter().all(|d| d.up)).then_some(())
+    }));
+    rt.block_on(check_every_subset(&fs, "/m.bin", &data, data.len() as u64, &BTreeSet::new(), &[]));
+}
+
+// -------------------------------------------------------------- 2. reads
+
+/// Waits until a process has written at least `at_least` bytes to `out`
+/// (or, for `nasd get`, to its staging file beside it) and is still
+/// running.
+fn wait_for_output(p: &mut Running, out: &Path, at_least: u64) {
+    let deadline = Instant::now() + STEP;
+    let dir = out.parent().expect("a directory");
+    let staged = format!(".{}.nasd-get-", out.file_name().and_then(|n| n.to_str()).expect("a name"));
+    loop {
+        if let Some(f) = p.try_finish() {
+            panic!("{} ended before it could be interrupted (make the file larger): {f:?}", p.what);
+        }
+        let written = std::fs::read_dir(dir)
+            .expect("read_dir")
+            .filter_map(Result::ok)
+            .filter(|e| e.path() == out || e.file_name().to_string_lossy().starts_with(&staged))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
+            .max()
+            .unwrap_or(0);
+        if written >= at_least {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{} wrote {written} bytes in {STEP:?}", p.what);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Asserts a reader met the killed drive — it warned that it read around a
+/// failed component of `path` — so the kill landed while it was reading,
+/// not after.
+fn assert_read_around(done: &Finished, path: &str) {
+    let warned = done.stderr.lines().any(|l| l.contains("reading around it") && l.contains(&format!("path={path}")));
+    assert!(warned, "{}: no component failed during the read (the kill came too late):\n{}", done.what, done.stderr);
+}
+
+/// A drive SIGKILLed during `nasd get` of a mirrored file, and another
+/// during `nasd cat` of an `rs:2+1` file: both end without an error and
+/// with the file's exact bytes.
+#[test]
+fn a_drive_killed_during_reads_changes_no_byte() {
+    let mut c = cluster(4, "mirror:2@256K", 3600, true);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    c.run_ok(&["mkdir", "/r"]);
+    c.run_ok(&["layout", "set", "/r", "rs:2+1@64K"]);
+    let (m, r) = (pattern(3, (64 * MIB + 4321) as usize), pattern(4, (64 * MIB + 999) as usize));
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "m.bin", &m)), "/m.bin"]);
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "r.bin", &r)), "/r/r.bin"]);
+
+    // nasd get of the mirrored file; the drive of its first copy dies a quarter in.
+    let out = c.dir().join("m.back");
+    let mut get = c.spawn(&["get", "/m.bin", path_str(&out)]);
+    wait_for_output(&mut get, &out, m.len() as u64 / 4);
+    let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
+    c.drive(victim).kill();
+    let done = get.wait();
+    assert_ok(&done, &c);
+    assert_eq!(digest_file(&out), digest(&m), "nasd get around the killed drive");
+    assert_read_around(&done, "/m.bin");
+    c.drive(victim).start();
+
+    // nasd cat of the Reed-Solomon file; the drive of a data component dies a quarter in.
+    let mut cat = c.spawn(&["cat", "/r/r.bin"]);
+    let out = cat.out.clone();
+    wait_for_output(&mut cat, &out, r.len() as u64 / 4);
+    let (victim, _) = rt.block_on(component(&fs, "/r/r.bin", 1));
+    c.drive(victim).kill();
+    let done = cat.wait();
+    assert_ok(&done, &c);
+    assert_eq!(done.stdout.len(), r.len());
+    assert_eq!(digest(&done.stdout), digest(&r), "nasd cat around the killed drive");
+    assert_read_around(&done, "/r/r.bin");
+}
+
+// ------------------------------------------------------- 3. a client killed
+
+/// A file's path, its content before a writer's transaction, and the
+/// writes made under it.
+type Written = (&'static str, Vec<u8>, Vec<Job>);
+
+/// A `mirror:2` file `/m.bin` and an `rs:2+1` file `/r/r.bin` of `old_len`
+/// bytes each, and a writer process that overwrote and extended both inside
+/// write transactions — a write on every component, and a write that leaves
+/// component 0 out (as if the writer died between component writes: the
+/// copies, or the data and parity chunks, of those stripes disagree on the
+/// drives) — flushed everything and committed nothing. Returns each file's
+/// path, old content and writes, and the writer, alive and idle.
+fn two_files_with_open_transactions(c: &Cluster, old_len: u64) -> (Vec<Written>, Running) {
+    c.run_ok(&["mkdir", "/r"]);
+    c.run_ok(&["layout", "set", "/r", "rs:2+1@64K"]);
+    let mut files = Vec::new();
+    for (i, path) in ["/m.bin", "/r/r.bin"].into_iter().enumerate() {
+        let old = pattern(10 + i as u64, old_len as usize);
+        c.run_ok(&["put", path_str(&local_file(c.dir(), &format!("old{i}"), &old)), path]);
+        let jobs = vec![
+            Job { path: path.into(), offset: 100_000, len: MIB, seed: 20 + i as u64, skip: vec![] },
+            Job { path: path.into(), offset: old_len - 70_000, len: 300_000, seed: 30 + i as u64, skip: vec![0] },
+        ];
+        files.push((path, old, jobs));
+    }
+    let all_jobs: Vec<Job> = files.iter().flat_map(|(_, _, j)| j.clone()).collect();
+    let mark = c.dir().join("written");
+    let mut writer = start_writer(c, &all_jobs, &mark);
+    wait_for_mark(&mark, &mut writer);
+    (files, writer)
+}
+
+/// After [`two_files_with_open_transactions`] and the end of the writer's
+/// transactions: every stripe of both files reads old — through every
+/// subset of components the layouts can read from — the bytes written past
+/// the old end are gone, and the recorded sizes are the old ones.
+fn check_rolled_back(c: &Cluster, rt: &tokio::runtime::Runtime, files: &[Written], old_len: u64) {
+    let fs = rt.block_on(c.login());
+    for (path, old, jobs) in files {
+        rt.block_on(settle(&fs, path));
+        let mut new = old.clone();
+        jobs.iter().for_each(|j| j.apply(&mut new));
+        assert_eq!(rt.block_on(size_of(&fs, path)), old_len, "{path}: the recorded size is the old one");
+        let versions: [(&str, &[u8]); 2] = [("old", old), ("new", &new)];
+        rt.block_on(check_every_subset(&fs, path, old, new.len() as u64, &BTreeSet::new(), &versions));
+        assert_eq!(get_digest(c, path, "back"), digest(old), "{path}: nasd get");
+    }
+}
+
+/// The writer process of [`two_files_with_open_transactions`] SIGKILLed:
+/// after its lease both files are rolled back on every component.
+#[test]
+fn a_killed_writer_is_rolled_back_on_every_component() {
+    let c = cluster(3, "mirror:2@64K", 3600, false);
+    let rt = runtime();
+    let old_len = 3 * MIB + 12_345;
+    let (files, mut writer) = two_files_with_open_transactions(&c, old_len);
+    writer.kill();
+    check_rolled_back(&c, &rt, &files, old_len);
+}
+
+/// `nasd put` over an existing `rs:2+1` file SIGKILLed inside a write
+/// transaction, with bytes past the committed size on the drives. The put
+/// truncates the file first (a transaction of the manager, committed) and
+/// then commits a transaction a quarter into each lease, so what it leaves
+/// is what it committed: after its lease the file is exactly the new
+/// content up to the size recorded when it was stopped — through every
+/// subset of components — and nothing of the transaction it had open is
+/// left past it.
+#[test]
+fn a_killed_put_leaves_what_it_committed_and_nothing_else() {
+    let c = cluster(3, "rs:2+1@64K", 3600, true);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    let old = pattern(5, (24 * MIB + 5) as usize);
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "old", &old)), "/f"]);
+    let new = pattern(6, (96 * MIB + 77) as usize);
+    let local = local_file(c.dir(), "new", &new);
+
+    let (mut put, committed) = rt.block_on(put_stopped_mid_transaction(&c, &fs, &local, "/f", &new, 8 * MIB));
+    let killed = put.kill();
+    assert!(!killed.status.success(), "the put was killed, not finished: {killed:?}");
+    rt.block_on(settle(&fs, "/f"));
+
+    let size = rt.block_on(size_of(&fs, "/f"));
+    assert_eq!(size, committed, "/f: the size the put had committed when it was stopped");
+    let versions: [(&str, &[u8]); 2] = [("old", &old), ("new", &new)];
+    let want = &new[..size as usize];
+    rt.block_on(check_every_subset(&fs, "/f", want, new.len() as u64, &BTreeSet::new(), &versions));
+    assert_eq!(get_digest(&c, "/f", "back"), digest(want), "nasd get");
+}
+
+// ------------------------------------------------------ 4. the manager killed
+
+/// The manager SIGKILLed while `nasd put` overwrites an `rs:2+1` file, at a
+/// moment the put's open transaction has bytes on the drives past the
+/// committed size (the put held by SIGSTOP while the manager dies, then let
+/// go: it meets the manager gone), and started again. The put either
+/// succeeds (committing to the new manager within its lease, or beginning
+/// again) or fails with one line saying what failed; either way, afterwards
+/// the file is the new content up to its recorded size (the put truncated
+/// the old content away first), at least what was committed before the
+/// kill, the same through every subset of components, with nothing past it.
+#[test]
+fn a_manager_killed_during_a_put_leaves_whole_stripes() {
+    let mut c = cluster(3, "rs:2+1@64K", 3600, true);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    let old = pattern(7, (24 * MIB + 5) as usize);
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "old", &old)), "/f"]);
+    let new = pattern(8, (96 * MIB + 77) as usize);
+    let local = local_file(c.dir(), "new", &new);
+
+    let (put, committed) = rt.block_on(put_stopped_mid_transaction(&c, &fs, &local, "/f", &new, 8 * MIB));
+    drop(fs);
+    c.kill_manager();
+    put.signal(libc::SIGCONT);
+    c.start_manager();
+    let done = put.wait();
+    eprintln!("the put {}: {}", if done.status.success() { "succeeded" } else { "failed" }, done.stderr.trim());
+    if !done.status.success() {
+        let errors: Vec<&str> = done.stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert!(
+            errors.len() == 1 && errors[0].contains("/f"),
+            "a failed put says what failed, in one line: {}",
+            done.stderr
+        );
+    }
+
+    let fs = rt.block_on(c.login());
+    rt.block_on(settle(&fs, "/f"));
+    let size = rt.block_on(size_of(&fs, "/f"));
+    if done.status.success() {
+        assert_eq!(size, new.len() as u64, "the put succeeded: the whole new content");
+    }
+    assert!(size >= committed, "{size} bytes recorded, {committed} were committed before the manager died");
+    let versions: [(&str, &[u8]); 2] = [("old", &old), ("new", &new)];
+    let want = &new[..size as usize];
+    rt.block_on(check_every_subset(&fs, "/f", want, new.len() as u64, &BTreeSet::new(), &versions));
+    assert_eq!(get_digest(&c, "/f", "back"), digest(want), "nasd get");
+}
+
+/// The manager SIGKILLed while the writer process of
+/// [`two_files_with_open_transactions`] has its transactions open (written
+/// and flushed, some stripes on all components and some on all but one),
+/// and started again; the writer stays, idle. The new manager knows the
+/// transactions from its intent log and, once their lease has run out,
+/// rolls each back on every component: both files read old everywhere.
+#[test]
+fn a_manager_killed_with_transactions_open_rolls_them_back_after_its_restart() {
+    let mut c = cluster(3, "mirror:2@64K", 3600, false);
+    let rt = runtime();
+    let old_len = 3 * MIB + 12_345;
+    let (files, writer) = two_files_with_open_transactions(&c, old_len);
+    c.kill_manager();
+    c.start_manager();
+    check_rolled_back(&c, &rt, &files, old_len);
+    drop(writer);
+}
+
+// ------------------------------------------------ 5. losing m and m + 1 drives
+
+/// `rs:4+2` on six drives: with two drives stopped every file reads
+/// byte-exact with `nasd get`; with a third stopped `nasd get` and `nasd
+/// cat` fail with an error naming the missing drives, `get` leaves no
+/// partial copy behind, and a local file it would have replaced is as it
+/// was.
+#[test]
+fn losing_m_drives_reads_everything_and_m_plus_one_fails_cleanly() {
+    let mut c = cluster(6, "rs:4+2@64K", 3600, false);
+    let files: Vec<(String, Vec<u8>)> = [1, 200_001, 5 * MIB + 123, 12 * MIB]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (format!("/f{i}"), pattern(40 + i as u64, n as usize)))
+        .collect();
+    for (i, (path, data)) in files.iter().enumerate() {
+        c.run_ok(&["put", path_str(&local_file(c.dir(), &format!("l{i}"), data)), path]);
+    }
+    let numbers: Vec<u32> = c.drives.iter().map(|d| d.number).collect();
+
+    for &n in &numbers[..2] {
+        c.drive(n).stop();
+    }
+    for (i, (path, data)) in files.iter().enumerate() {
+        assert_eq!(get_digest(&c, path, &format!("b{i}")), digest(data), "{path} with two drives stopped");
+    }
+
+    c.drive(numbers[2]).stop();
+    let stopped: Vec<(u32, String)> =
+        numbers[..3].iter().map(|&n| (n, c.drives.iter().find(|d| d.number == n).unwrap().addr.to_string())).collect();
+    let (path, _) = &files[3];
+    let out = c.dir().join("partial");
+    let got = c.run(&["get", path, path_str(&out)]);
+    assert!(!got.status.success(), "nasd get with three drives of rs:4+2 stopped succeeded: {got:?}");
+    for (n, addr) in &stopped {
+        assert!(
+            got.stderr.contains(&format!("drive {n} ({addr})")),
+            "the error names drive {n} ({addr}): {}",
+            got.stderr
+        );
+    }
+    assert!(got.stderr.contains("unavailable") && got.stderr.contains("rs:4+2"), "{}", got.stderr);
+    assert!(!out.exists(), "nasd get left a partial file that looks complete");
+    let leftovers: Vec<String> = std::fs::read_dir(c.dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("nasd-get"))
+        .collect();
+    assert!(leftovers.is_empty(), "staging files left behind: {leftovers:?}");
+
+    // A local file it would have replaced stays as it was.
+    let kept = local_file(c.dir(), "kept", b"what was here before");
+    let got = c.run(&["get", path, path_str(&kept)]);
+    assert!(!got.status.success());
+    assert_eq!(std::fs::read(&kept).unwrap(), b"what was here before", "a failed get replaced the local file");
+
+    // Every stripe of the file lost three of its six components: not one byte can be read.
+    let cat = c.run(&["cat", path]);
+    assert!(!cat.status.success(), "nasd cat with three drives stopped succeeded");
+    for (n, addr) in &stopped {
+        assert!(cat.stderr.contains(&format!("drive {n} ({addr})")), "the error names drive {n}: {}", cat.stderr);
+    }
+    assert!(cat.stdout.is_empty(), "nasd cat printed {} bytes it could not have read", cat.stdout.len());
+}
+
+// ------------------------------------------------------------ 6. rebuild
+
+/// A drive stopped for good, with `rebuild_delay_secs = 1`: `nasd repair`
+/// and `nasd status` until no file is degraded. The status then shows the
+/// drive down with no component left on it and every file with all its
+/// redundancy; every file reads back with the checksum it had (`nasd get`)
+/// and through every subset of its components, the rebuilt ones included.
+#[test]
+fn a_drive_lost_for_good_is_rebuilt_with_the_real_binaries() {
+    let mut c = cluster(4, "rs:2+1@64K", 1, false);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    let files: Vec<(String, Vec<u8>)> = [1, 65_536, 200_001, 3 * MIB + 5, 9 * MIB]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (format!("/f{i}"), pattern(50 + i as u64, n as usize)))
+        .collect();
+    let mut before = Vec::new();
+    for (i, (path, data)) in files.iter().enumerate() {
+        c.run_ok(&["put", path_str(&local_file(c.dir(), &format!("l{i}"), data)), path]);
+        before.push(get_digest(&c, path, &format!("b{i}")));
+    }
+    // The drive holding the most components goes.
+    let status = rt.block_on(step("status", fs.cluster_status())).expect("status");
+    let lost = status.drives.iter().max_by_key(|d| d.components).expect("drives");
+    let (victim, held) = (lost.drive, lost.components);
+    assert!(held > 0);
+    let addr = c.drive(victim).addr.to_string();
+    c.drive(victim).kill();
+
+    let line = |out: &str| out.lines().find(|l| l.contains(&addr)).unwrap_or_default().to_string();
+    let deadline = Instant::now() + STEP;
+    loop {
+        let out = c.run_ok(&["status"]);
+        if line(&out).contains("DOWN") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the drive is not shown down:\n{out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let repaired = c.run_ok(&["repair", "rebuild"]);
+    let deadline = Instant::now() + STEP;
+    let out = loop {
+        let out = c.run_ok(&["status"]);
+        if out.contains("every file has all its redundancy") {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "files still degraded; nasd repair said:\n{repaired}\nstatus:\n{out}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let down = line(&out);
+    assert!(down.contains("DOWN") && down.trim_end().ends_with(" 0"), "the lost drive, down and empty:\n{out}");
+
+    for (i, (path, data)) in files.iter().enumerate() {
+        assert_eq!(get_digest(&c, path, &format!("a{i}")), before[i], "{path} after the rebuild");
+        let info = rt.block_on(step("layout", fs.get_layout(path))).expect("layout");
+        assert!(
+            info.components.iter().all(|(comp, _)| comp.object.drive != victim && comp.state == ComponentState::Ok),
+            "{path}: every component elsewhere and whole: {info:?}"
+        );
+        rt.block_on(check_every_subset(&fs, path, data, data.len() as u64, &BTreeSet::new(), &[]));
+    }
+}
+
+// ------------------------------------------------------------ 7. growth
+
+/// A fourth drive added to a live cluster of three (`nasd admin add-drive`)
+/// and `nasd repair rebalance`: components of `mirror:2` files and of
+/// `stripe:2` files (no redundancy: a reader gets through a move only by
+/// finding the component where it went) move onto it until it holds about
+/// its share (a quarter), while a reader reads every file over and over —
+/// no read fails or returns other bytes during the move. Afterwards every
+/// file has the checksum it had before (`nasd get`), and reads byte-exact
+/// through every subset of its components.
+#[test]
+fn a_drive_added_to_a_live_cluster_takes_its_share_while_files_are_read() {
+    let mut c = cluster(3, "mirror:2@64K", 3600, false);
+    let rt = runtime();
+    let fs = rt.block_on(c.login());
+    c.run_ok(&["mkdir", "/s"]);
+    c.run_ok(&["layout", "set", "/s", "stripe:2@64K"]);
+    let files: Vec<(String, Vec<u8>)> = (0..24)
+        .map(|i| {
+            let dir = if i % 2 == 0 { "/s" } else { "" };
+            (format!("{dir}/f{i}"), pattern(60 + i, (MIB + i * 4_099) as usize))
+        })
+        .collect();
+    let mut before = Vec::new();
+    for (i, (path, data)) in files.iter().enumerate() {
+        c.run_ok(&["put", path_str(&local_file(c.dir(), &format!("l{i}"), data)), path]);
+        before.push(get_digest(&c, path, &format!("b{i}")));
+    }
+
+    // The reader: every file opened once, before the move (so its bindings go stale as
+    // components move), then read whole, in turn, until told to stop.
+    let open: Vec<nasd_fs::File> = files
+        .iter()
+        .map(|(path, _)| rt.block_on(step("open", fs.open(path, false))).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (files, stop) = (files.clone(), stop.clone());
+        rt.spawn(async move {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for (f, (path, data)) in open.iter().zip(&files) {
+                    match f.read_at(0, data.len() as u64).await {
+                        Ok(got) if got == *data => reads += 1,
+                        Ok(got) => return Err(format!("{path}: {} bytes read, not what was put", got.len())),
+                        Err(e) => return Err(format!("{path}: {e}")),
+                    }
+                }
+            }
+            Ok(reads)
+        })
+    };
+
+    let added = c.add_drive();
+    let deadline = Instant::now() + STEP;
+    let status = loop {
+        // `nasd repair rebalance` follows the rebalance to its end. It weighs the drives a
+        // heartbeat has reported on: ask again while the new drive got nothing.
+        let said = c.run_ok(&["repair", "rebalance"]);
+        let s = rt.block_on(step("status", fs.cluster_status())).expect("status");
+        let new = s.drives.iter().find(|d| d.drive == added).map_or(0, |d| d.components);
+        if new > 0 {
+            assert_eq!(s.rebalance, Default::default(), "nasd repair returned before the rebalance ended:\n{said}");
+            break s;
+        }
+        assert!(Instant::now() < deadline, "nothing moved to drive {added}; nasd repair said:\n{said}\n{s:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let reads = rt.block_on(reader).expect("reader task").unwrap_or_else(|e| panic!("a read during the move: {e}"));
+    assert!(reads > 0, "the reader read no file whole during the move");
+
+    let total: u64 = status.drives.iter().map(|d| d.components).sum();
+    assert_eq!(total, 48, "every component still exists: {status:#?}");
+    let share = status.drives.iter().find(|d| d.drive == added).expect("the new drive").components as f64 / 48.0;
+    assert!((0.15..=0.35).contains(&share), "the new drive holds {share:.2} of the components: {status:#?}");
+    for (i, (path, data)) in files.iter().enumerate() {
+        assert_eq!(get_digest(&c, path, &format!("a{i}")), before[i], "{path} after the rebalance");
+        rt.block_on(check_every_subset(&fs, path, data, data.len() as u64, &BTreeSet::new(), &[]));
+    }
+}

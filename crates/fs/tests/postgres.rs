@@ -1,0 +1,133 @@
+//! The manager on PostgreSQL (`[manager] metadata = "postgres://…"`): four
+//! real drives, the manager over TLS, `nasd_fs` clients, and a real
+//! PostgreSQL server the test starts itself. A tree is made, written
+//! (single-object and Reed-Solomon files), read back byte for byte, linked,
+//! renamed (across directories, over existing files and directories) and
+//! removed, and the drives keep no object of a removed file; the name space
+//! the clients saw is the one in the PostgreSQL database, and no SQLite
+//! file was made.
+
+mod common;
+
+use common::*;
+use nasd_fs::{FileKind, FsStatus};
+use nasd_manager::{Location, ManagerConfig};
+use nasd_meta::testing::{check_invariants, tree, PgServer};
+use nasd_meta::{Backend, Layout, Namespace, Postgres};
+use std::collections::BTreeSet;
+
+const MIB: usize = 1024 * 1024;
+
+#[test]
+fn files_round_trip_with_the_metadata_on_postgres() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    run(scenario(url));
+    drop(server);
+}
+
+async fn scenario(url: String) {
+    let config = ManagerConfig {
+        pool_target: 8,
+        metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
+        ..ManagerConfig::default()
+    };
+    let rs = Layout::parse("rs:2+1@64K").unwrap();
+    let c = Cluster::start(ClusterOptions { config, root_layout: Some(rs), ..Default::default() }).await;
+    assert!(!c.dir().join("manager").join(nasd_manager::META_DB).exists(), "no SQLite file beside PostgreSQL");
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    to(admin.mkdir("/alice", 0o755)).await.expect("mkdir");
+    to(admin.chown("/alice", Some(UID_A), Some(UID_A))).await.expect("chown");
+    let a = c.login(USER_A, PW_A).await;
+
+    // --- create and write: small and large, single-object and striped with parity
+    to(a.mkdir_all("/alice/d1/d2", 0o755)).await.expect("mkdir -p");
+    to(admin.set_layout("/alice/d1", Some(Layout::SINGLE))).await.expect("a single-object subtree");
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("/alice/empty", Vec::new()),
+        ("/alice/rs", pattern(1, 3 * MIB + 4321)),
+        ("/alice/d1/one", pattern(2, 70_000)),
+        ("/alice/d1/d2/victim", pattern(3, 777)),
+    ];
+    for (path, data) in &files {
+        to(a.write_file(path, data)).await.unwrap_or_else(|e| panic!("write {path}: {e}"));
+    }
+    assert_eq!(fs_status(to(a.mkdir("/alice/d1", 0o755)).await), FsStatus::Exists);
+    let mut objects = BTreeSet::new();
+    for (path, data) in &files {
+        assert!(to(a.read_file(path)).await.unwrap() == *data, "{path} reads back");
+        let st = to(a.stat(path)).await.unwrap();
+        assert_eq!(st.attr.size, data.len() as u64, "{path}");
+        let e = to(a.walk(path, nasd_fs::OpenMode::Read)).await.unwrap();
+        let access = e.access.expect("a read capability");
+        let want = if path.starts_with("/alice/d1") { 1 } else { 3 };
+        assert_eq!(access.components.len(), want, "{path}: the layout it inherited");
+        objects.extend(access.components.iter().map(|comp| comp.object));
+    }
+    let hard = to(a.link("/alice/rs", "/alice/d1/rs-hard")).await.expect("hard link");
+    assert_eq!(hard.nlink, 2);
+    to(a.symlink("d1/one", "/alice/one-link")).await.expect("symlink");
+    assert!(to(a.read_file("/alice/one-link")).await.unwrap() == files[2].1);
+
+    // --- rename: across directories, over an existing file, a directory over an empty one
+    to(a.rename("/alice/d1/one", "/alice/d1/d2/one")).await.expect("rename across directories");
+    assert_eq!(fs_status(to(a.stat("/alice/one-link")).await), FsStatus::NotFound, "the link dangles");
+    to(a.rename("/alice/d1/d2/one", "/alice/d1/d2/victim")).await.expect("rename over a file");
+    assert!(to(a.read_file("/alice/d1/d2/victim")).await.unwrap() == files[2].1);
+    to(a.mkdir("/alice/target", 0o755)).await.unwrap();
+    to(a.rename("/alice/d1/d2", "/alice/target")).await.expect("rename a directory over an empty one");
+    assert!(to(a.read_file("/alice/target/victim")).await.unwrap() == files[2].1);
+    let names: Vec<String> = to(a.readdir("/alice")).await.unwrap().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["d1", "empty", "one-link", "rs", "target"]);
+
+    // --- what the clients saw is what the PostgreSQL database holds
+    {
+        let ns = Namespace::new(Postgres::open(&url).expect("open the manager's database"), Layout::SINGLE).unwrap();
+        check_invariants(&ns);
+        let paths: Vec<(String, FileKind)> =
+            ns.backend().read(tree).unwrap().into_iter().map(|(p, n)| (p, n.attr.kind)).collect();
+        let expect = [
+            ("/", FileKind::Dir),
+            ("/alice", FileKind::Dir),
+            ("/alice/d1", FileKind::Dir),
+            ("/alice/d1/rs-hard", FileKind::File),
+            ("/alice/empty", FileKind::File),
+            ("/alice/one-link", FileKind::Symlink),
+            ("/alice/rs", FileKind::File),
+            ("/alice/target", FileKind::Dir),
+            ("/alice/target/victim", FileKind::File),
+        ];
+        let mut paths = paths;
+        paths.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(paths, expect.map(|(p, k)| (p.to_string(), k)));
+    }
+
+    // --- remove everything; no object is left behind
+    for p in ["/alice/d1/rs-hard", "/alice/empty", "/alice/one-link", "/alice/rs", "/alice/target/victim"] {
+        to(a.unlink(p)).await.unwrap_or_else(|e| panic!("unlink {p}: {e}"));
+    }
+    for d in ["/alice/d1", "/alice/target"] {
+        to(a.rmdir(d)).await.unwrap_or_else(|e| panic!("rmdir {d}: {e}"));
+    }
+    to(admin.rmdir("/alice")).await.unwrap();
+    let (inodes, file_bytes, _) = to(admin.statfs()).await.expect("statfs");
+    assert_eq!((inodes, file_bytes), (1, 0), "only the root directory is left");
+    to(c.manager.maintain()).await;
+    for d in c.manager.drives() {
+        let left: BTreeSet<u64> = to(d.list_objects()).await.expect("list objects").into_iter().collect();
+        for o in objects.iter().filter(|o| o.drive == d.drive) {
+            assert!(!left.contains(&o.object), "object {o:?} of a removed file is still on its drive");
+        }
+    }
+    drop((a, admin));
+    c.stop().await;
+}
+
+/// The manager's refusal status of a failed call.
+#[track_caller]
+fn fs_status<T: std::fmt::Debug>(r: Result<T, nasd_fs::FsError>) -> FsStatus {
+    match r {
+        Err(e) => e.status().unwrap_or_else(|| panic!("expected a refusal from the manager, got {e:?}")),
+        Ok(v) => panic!("expected a refusal from the manager, got {v:?}"),
+    }
+}

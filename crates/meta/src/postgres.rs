@@ -1,0 +1,1376 @@
+//! The PostgreSQL backend: the same rows as [`crate::Sqlite`], in a
+//! PostgreSQL database that several machines can reach.
+//!
+//! # Transactions
+//! Every transaction runs at `ISOLATION LEVEL SERIALIZABLE` (read-only ones
+//! `READ ONLY` as well), so the name space's rules, written for one
+//! serializable transaction at a time, hold unchanged. PostgreSQL enforces
+//! that by failing one of two transactions whose effects could not have
+//! happened one after the other (SQLSTATE `40001`) or that deadlock
+//! (`40P01`): the attempt ends in [`TxnError::Conflict`] and
+//! [`Backend::transact`] runs the closure again, with backoff
+//! ([`crate::with_retries`]).
+//!
+//! Within one process, read-write transactions take turns (one mutex): they
+//! would otherwise conflict on a few hot rows (a directory's inode for every
+//! name made in it, the object pool for every new file) and spend their time
+//! in retries. Read-only transactions run in parallel, on up to
+//! [`CONNECTIONS_MAX`] connections. Conflicts then come from other processes
+//! using the same database (a second manager, `nasd admin reset-password`).
+//!
+//! A failed statement aborts a PostgreSQL transaction (unlike SQLite), so
+//! the first failure is kept: every later row operation of the attempt
+//! fails at once, and the attempt reports that first failure whatever the
+//! closure returns — a closure that swallowed the error cannot commit.
+//!
+//! # Schema
+//! The tables are those of the SQLite schema version 2 (see `sqlite.rs`),
+//! with these differences: integers are `BIGINT` (a `u64` bit-for-bit, as
+//! on SQLite), booleans `BOOLEAN`, blobs `BYTEA`; directory entry names are
+//! `TEXT COLLATE "C"`, so they sort by bytes; and the inode and write
+//! transaction counters are the sequences `next_ino` (from 2) and `next_txn`
+//! (from 1). A sequence hands out each number once even to transactions that
+//! roll back (a failed or retried operation may burn numbers, never reuse
+//! one), and does not make every create conflict on one counter row.
+//!
+//! The schema version is the one row of `nasd_schema`; `MIGRATIONS[i]` takes
+//! version `i` to `i + 1` (version 0: no tables yet). The migrations run on
+//! first use, in one transaction under an advisory lock
+//! ([`MIGRATION_LOCK`]), so managers starting together against a new
+//! database create it once. A database is created too if the server has none
+//! of the name (the role needs `CREATEDB` for that). A database newer than
+//! [`POSTGRES_SCHEMA_VERSION`] is refused.
+//! - 0 → 1: the whole schema, equivalent to SQLite's version 2.
+//! - 1 → 2: supplementary groups (`user_groups`), gateway grants, extended
+//!   attributes (`xattrs`), device numbers (`rdev`), quotas (`quotas`, the
+//!   inodes' `qdir`, the intents' `escrow` and `size_limit`): SQLite's
+//!   versions 3 and 4.
+//!
+//! # Connections
+//! The client is `tokio-postgres` on a small runtime of the backend's own
+//! (one thread): the calls block the calling thread on a future, which works
+//! from any thread — a tokio worker too, where a blocking client built on
+//! `Runtime::block_on` would panic. Connections are opened when needed, kept
+//! idle for reuse, and dropped when broken; each has a statement timeout
+//! ([`STATEMENT_TIMEOUT`]). The connection string is never logged or put in
+//! an error (it may hold a password): [`Postgres::target`] is what names the
+//! database. No TLS yet: use it on loopback or a trusted network.
+
+use crate::backend::{Access, Backend, Txn, TxnError};
+use crate::error::{postgres_detail, MetaError};
+use crate::types::{
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+};
+use nasd_proto::codec::{Reader, Writer};
+use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::{Component, ComponentState, Layout};
+use nasd_proto::manager::DriveState;
+use std::collections::HashMap;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+
+/// Version 1: the whole schema (see the module documentation).
+const V1: &str = r#"
+CREATE TABLE inodes (
+    ino BIGINT PRIMARY KEY, kind BIGINT NOT NULL, mode BIGINT NOT NULL,
+    nlink BIGINT NOT NULL, uid BIGINT NOT NULL, gid BIGINT NOT NULL,
+    size BIGINT NOT NULL, atime_ns BIGINT NOT NULL, mtime_ns BIGINT NOT NULL,
+    ctime_ns BIGINT NOT NULL, target TEXT, layout BYTEA, acv BIGINT NOT NULL);
+CREATE TABLE dir_parents (
+    dir BIGINT PRIMARY KEY REFERENCES inodes (ino),
+    parent BIGINT NOT NULL REFERENCES inodes (ino));
+CREATE TABLE dirents (
+    dir BIGINT NOT NULL REFERENCES inodes (ino), name TEXT COLLATE "C" NOT NULL,
+    child BIGINT NOT NULL REFERENCES inodes (ino),
+    PRIMARY KEY (dir, name));
+CREATE INDEX dirents_child ON dirents (child);
+CREATE SEQUENCE next_ino START 2;
+CREATE SEQUENCE next_txn START 1;
+CREATE TABLE users (
+    name TEXT PRIMARY KEY, uid BIGINT NOT NULL UNIQUE, gid BIGINT NOT NULL,
+    password_hash TEXT NOT NULL, admin BOOLEAN NOT NULL);
+CREATE TABLE drives (
+    drive BIGINT PRIMARY KEY, drive_id BYTEA NOT NULL UNIQUE, addr TEXT NOT NULL,
+    partition BIGINT NOT NULL, sealed_keys BYTEA NOT NULL, capacity_bytes BIGINT NOT NULL,
+    failure_domain TEXT NOT NULL, state BIGINT NOT NULL);
+CREATE TABLE pool (
+    drive BIGINT NOT NULL, partition BIGINT NOT NULL, object BIGINT NOT NULL,
+    PRIMARY KEY (drive, partition, object));
+CREATE TABLE doomed (
+    drive BIGINT NOT NULL, partition BIGINT NOT NULL, object BIGINT NOT NULL,
+    PRIMARY KEY (drive, partition, object));
+CREATE TABLE acv_intents (
+    drive BIGINT NOT NULL, partition BIGINT NOT NULL, object BIGINT NOT NULL,
+    acv BIGINT NOT NULL, PRIMARY KEY (drive, partition, object));
+CREATE TABLE settings (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
+INSERT INTO settings (key, value) VALUES ('map_epoch', '\x00000000'::BYTEA);
+CREATE TABLE components (
+    ino BIGINT NOT NULL REFERENCES inodes (ino), idx BIGINT NOT NULL,
+    drive BIGINT NOT NULL, partition BIGINT NOT NULL, object BIGINT NOT NULL,
+    state BIGINT NOT NULL, PRIMARY KEY (ino, idx));
+CREATE UNIQUE INDEX components_object ON components (drive, partition, object);
+CREATE INDEX components_drive ON components (drive, ino, idx);
+CREATE INDEX components_stale ON components (ino, idx) WHERE state = 1;
+CREATE TABLE stale_ranges (
+    ino BIGINT NOT NULL, idx BIGINT NOT NULL, "offset" BIGINT NOT NULL, length BIGINT NOT NULL,
+    PRIMARY KEY (ino, idx, "offset"),
+    FOREIGN KEY (ino, idx) REFERENCES components (ino, idx));
+CREATE TABLE intents (
+    txn BIGINT PRIMARY KEY, ino BIGINT NOT NULL UNIQUE REFERENCES inodes (ino),
+    state BIGINT NOT NULL, uid BIGINT NOT NULL, deadline_ns BIGINT NOT NULL);
+"#;
+
+/// Version 2: what SQLite's versions 3 and 4 added (see the module
+/// documentation).
+const V2: &str = r#"
+CREATE TABLE user_groups (
+    name TEXT NOT NULL REFERENCES users (name), gid BIGINT NOT NULL,
+    PRIMARY KEY (name, gid));
+ALTER TABLE users ADD COLUMN gateway_lo BIGINT;
+ALTER TABLE users ADD COLUMN gateway_hi BIGINT;
+CREATE TABLE xattrs (
+    ino BIGINT NOT NULL REFERENCES inodes (ino), name TEXT COLLATE "C" NOT NULL, value BYTEA NOT NULL,
+    PRIMARY KEY (ino, name));
+ALTER TABLE inodes ADD COLUMN rdev BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE inodes ADD COLUMN qdir BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX inodes_uid ON inodes (uid);
+CREATE INDEX inodes_qdir ON inodes (qdir) WHERE qdir <> 0;
+ALTER TABLE intents ADD COLUMN escrow BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE intents ADD COLUMN size_limit BIGINT NOT NULL DEFAULT -1;
+CREATE TABLE quotas (
+    kind BIGINT NOT NULL, id BIGINT NOT NULL, bytes_limit BIGINT, files_limit BIGINT,
+    bytes_used BIGINT NOT NULL, files_used BIGINT NOT NULL,
+    PRIMARY KEY (kind, id));
+"#;
+
+/// The migration chain: entry `i` takes schema version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[V1, V2];
+
+/// The PostgreSQL schema version this build writes (its own chain, apart
+/// from SQLite's [`crate::SCHEMA_VERSION`]).
+pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The advisory lock key migrations hold (`pg_advisory_xact_lock`): "nasd"
+/// in ASCII.
+pub const MIGRATION_LOCK: i64 = 0x6e61_7364;
+
+/// Most connections one backend opens: one for the writer at a time and the
+/// rest for parallel reads. Each costs a server process.
+pub const CONNECTIONS_MAX: usize = 8;
+/// Longest wait for a free connection before a transaction fails with
+/// [`TxnError::Storage`].
+pub const CONNECTION_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Longest wait to connect to the server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest any one statement may run (`statement_timeout`): a hung server
+/// or a lock held by a stuck peer fails the transaction instead of
+/// blocking a manager thread for ever.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+const _: () = assert!(CONNECTIONS_MAX >= 2, "a writer and a reader");
+
+/// The PostgreSQL backend. See the module documentation.
+pub struct Postgres {
+    /// What names the database in logs and errors: no password.
+    target: String,
+    config: Config,
+    /// Runs the connections' I/O. `Option` so that `Drop` can shut it down
+    /// without blocking (dropping a runtime inside another one panics).
+    runtime: Option<tokio::runtime::Runtime>,
+    pool: Mutex<Pool>,
+    /// Signalled when a connection is handed back or closed.
+    freed: Condvar,
+    /// Read-write transactions take turns (see the module documentation).
+    writer: Mutex<()>,
+}
+
+struct Pool {
+    idle: Vec<Conn>,
+    /// Connections open, idle or in use.
+    live: usize,
+}
+
+/// One connection and the statements prepared on it.
+struct Conn {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+}
+
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postgres").field("target", &self.target).finish_non_exhaustive()
+    }
+}
+
+/// Blocks the calling thread on `fut` (see "Connections" in the module
+/// documentation).
+fn wait<F: Future>(fut: F) -> F::Output {
+    futures::executor::block_on(fut)
+}
+
+/// `postgres://USER@HOST:PORT/DB` of a configuration, without its password
+/// or options.
+pub(crate) fn describe(config: &Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(h, p)| match h {
+            Host::Tcp(name) => format!("{name}:{p}"),
+            Host::Unix(path) => format!("{}:{p}", path.display()),
+        })
+        .collect();
+    let user = config.get_user().unwrap_or("");
+    format!("postgres://{user}@{}/{}", hosts.join(","), config.get_dbname().unwrap_or(user))
+}
+
+/// An SQL identifier, quoted.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl Postgres {
+    /// Opens the database named by `url` (`postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
+    /// or `host=… dbname=…`), creating the database if the server has none
+    /// of that name and the schema if the database is empty, and migrating
+    /// an older schema.
+    ///
+    /// # Errors
+    /// [`MetaError::BadUrl`] if `url` does not parse (the message does not
+    /// repeat it), [`MetaError::Postgres`] if the server cannot be reached
+    /// or refuses, [`MetaError::TooNew`] if a newer build wrote the schema.
+    pub fn open(url: &str) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, true)
+    }
+
+    /// Opens an existing metadata database as [`Postgres::open`] does
+    /// (migrating an older schema), but creates nothing: for tools that must
+    /// not make a file system where none was.
+    ///
+    /// # Errors
+    /// [`MetaError::Missing`] if the server has no such database or it holds
+    /// no schema; otherwise as [`Postgres::open`].
+    pub fn open_existing(url: &str) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, false)
+    }
+
+    fn open_with(url: &str, create: bool) -> Result<Postgres, MetaError> {
+        let mut config = Config::from_str(url).map_err(|e| MetaError::BadUrl(e.to_string()))?;
+        if config.get_hosts().is_empty() {
+            return Err(MetaError::BadUrl("no host".into()));
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("nasd");
+        }
+        let target = describe(&config);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("nasd-meta-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| MetaError::Io(format!("cannot start the PostgreSQL client runtime: {e}")))?;
+        let mut pg = Postgres {
+            target,
+            config,
+            runtime: Some(runtime),
+            pool: Mutex::new(Pool { idle: Vec::new(), live: 0 }),
+            freed: Condvar::new(),
+            writer: Mutex::new(()),
+        };
+        let mut conn = match pg.connect() {
+            Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
+                return Err(MetaError::Missing(pg.target.clone()))
+            }
+            Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) => {
+                pg.create_database()?;
+                pg.connect()
+            }
+            other => other,
+        }
+        .map_err(|e| pg.error(e))?;
+        pg.migrate(&mut conn, create)?;
+        let pool = pg.pool.get_mut().unwrap_or_else(PoisonError::into_inner);
+        pool.idle.push(conn);
+        pool.live = 1;
+        Ok(pg)
+    }
+
+    /// What names the database: `postgres://USER@HOST:PORT/DB`, never a
+    /// password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn error(&self, source: tokio_postgres::Error) -> MetaError {
+        MetaError::Postgres { target: self.target.clone(), source }
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime.as_ref().expect("the runtime lives as long as the backend")
+    }
+
+    /// Opens one connection to `config` on the backend's runtime.
+    fn connect_to(&self, config: Config) -> Result<Client, tokio_postgres::Error> {
+        let target = self.target.clone();
+        let task = self.runtime().spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(%target, error = %postgres_detail(&e), "metadata database connection closed");
+                }
+            });
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        match wait(task) {
+            Ok(r) => r,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(join) => panic!("the PostgreSQL client runtime stopped while the backend is in use: {join}"),
+        }
+    }
+
+    fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+        let client = self.connect_to(self.config.clone())?;
+        let timeout = format!("SET statement_timeout = {}", STATEMENT_TIMEOUT.as_millis());
+        wait(client.batch_execute(&timeout))?;
+        Ok(Conn { client, statements: HashMap::new() })
+    }
+
+    /// Creates the configured database, through the server's `postgres`
+    /// database, under the session advisory lock [`MIGRATION_LOCK`] there:
+    /// backends opening a new database at once create it once.
+    fn create_database(&self) -> Result<(), MetaError> {
+        let user = self.config.get_user().unwrap_or("");
+        let name = self.config.get_dbname().unwrap_or(user).to_owned();
+        let mut admin = self.config.clone();
+        admin.dbname("postgres");
+        let client = self.connect_to(admin).map_err(|e| self.error(e))?;
+        let create = async {
+            client.query("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
+            let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
+            if !exists {
+                client.batch_execute(&format!("CREATE DATABASE {}", quote_ident(&name))).await?;
+            }
+            client.query("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]).await?;
+            Ok::<_, tokio_postgres::Error>(!exists)
+        };
+        // The lock goes with the session if anything fails.
+        if wait(create).map_err(|e| self.error(e))? {
+            tracing::info!(target = %self.target, "metadata database created");
+        }
+        Ok(())
+    }
+
+    /// Brings the schema to [`POSTGRES_SCHEMA_VERSION`], in one transaction
+    /// holding [`MIGRATION_LOCK`]; without `create`, a database without the
+    /// schema is [`MetaError::Missing`].
+    fn migrate(&self, conn: &mut Conn, create: bool) -> Result<(), MetaError> {
+        let c = &conn.client;
+        let run = async {
+            c.batch_execute("BEGIN").await?;
+            c.query("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+            c.batch_execute("CREATE TABLE IF NOT EXISTS nasd_schema (version BIGINT NOT NULL)").await?;
+            match c.query_opt("SELECT version FROM nasd_schema", &[]).await? {
+                Some(row) => row.try_get::<_, i64>(0).map(Some),
+                None => Ok(None),
+            }
+        };
+        let found = wait(run).map_err(|e| self.error(e))?;
+        let found = found.unwrap_or(0);
+        let outcome = (|| {
+            if found < 0 {
+                return Err(MetaError::BadVersion(found));
+            }
+            if found == 0 && !create {
+                return Err(MetaError::Missing(self.target.clone()));
+            }
+            if found > POSTGRES_SCHEMA_VERSION {
+                return Err(MetaError::TooNew { found, supported: POSTGRES_SCHEMA_VERSION });
+            }
+            for (from, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+                wait(c.batch_execute(sql)).map_err(|e| self.error(e))?;
+                tracing::info!(target = %self.target, version = from + 1, "metadata schema migrated");
+            }
+            let write = async {
+                c.batch_execute("DELETE FROM nasd_schema").await?;
+                c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
+                c.batch_execute("COMMIT").await
+            };
+            wait(write).map_err(|e| self.error(e))
+        })();
+        if outcome.is_err() {
+            let _ = wait(c.batch_execute("ROLLBACK"));
+        }
+        outcome
+    }
+
+    /// The schema version stored in the database.
+    ///
+    /// # Errors
+    /// [`MetaError::Postgres`] if it cannot be read.
+    pub fn schema_version(&self) -> Result<i64, MetaError> {
+        let lease = self.checkout().map_err(|_| MetaError::Io("no connection to the metadata database".into()))?;
+        let row = wait(lease.conn().client.query_one("SELECT version FROM nasd_schema", &[]));
+        row.and_then(|r| r.try_get(0)).map_err(|e| self.error(e))
+    }
+
+    fn lock_pool(&self) -> MutexGuard<'_, Pool> {
+        // The pool's state stays consistent at every unlock: a panic elsewhere cannot break it.
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A connection: an idle one, else a new one while fewer than
+    /// [`CONNECTIONS_MAX`] are open, else the next one handed back (waiting
+    /// at most [`CONNECTION_WAIT_MAX`]).
+    fn checkout(&self) -> Result<Lease<'_>, TxnError> {
+        let deadline = Instant::now() + CONNECTION_WAIT_MAX;
+        let mut pool = self.lock_pool();
+        loop {
+            while let Some(conn) = pool.idle.pop() {
+                if !conn.client.is_closed() {
+                    return Ok(Lease { pg: self, conn: Some(conn), clean: true });
+                }
+                pool.live -= 1;
+            }
+            if pool.live < CONNECTIONS_MAX {
+                pool.live += 1;
+                drop(pool);
+                return match self.connect() {
+                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true }),
+                    Err(e) => {
+                        self.lock_pool().live -= 1;
+                        self.freed.notify_one();
+                        tracing::error!(target = %self.target, error = %postgres_detail(&e), "cannot connect to the metadata database");
+                        Err(TxnError::Storage)
+                    }
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::error!(target = %self.target, "no metadata database connection came free in time");
+                return Err(TxnError::Storage);
+            }
+            pool = self.freed.wait_timeout(pool, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.pool.get_mut().unwrap_or_else(PoisonError::into_inner).idle.clear();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A connection lent to one transaction; handed back when dropped if it is
+/// outside any transaction and open, else closed.
+struct Lease<'a> {
+    pg: &'a Postgres,
+    conn: Option<Conn>,
+    /// Outside any transaction (false from `BEGIN` until its end is confirmed).
+    clean: bool,
+}
+
+impl Lease<'_> {
+    fn conn(&self) -> &Conn {
+        self.conn.as_ref().expect("leased connection")
+    }
+
+    fn conn_mut(&mut self) -> &mut Conn {
+        self.conn.as_mut().expect("leased connection")
+    }
+
+    /// Runs a transaction-control statement (`BEGIN`, `COMMIT`, `ROLLBACK`).
+    fn control(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        wait(self.conn().client.batch_execute(sql))
+    }
+
+    /// Ends the transaction; a failure only costs the connection.
+    fn rollback(&mut self) {
+        match self.control("ROLLBACK") {
+            Ok(()) => self.clean = true,
+            Err(e) => {
+                tracing::warn!(target = %self.pg.target, error = %postgres_detail(&e), "metadata rollback failed")
+            }
+        }
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let conn = self.conn.take().expect("leased connection");
+        let mut pool = self.pg.lock_pool();
+        if self.clean && !conn.client.is_closed() {
+            pool.idle.push(conn);
+        } else {
+            pool.live -= 1;
+        }
+        drop(pool);
+        self.pg.freed.notify_one();
+    }
+}
+
+/// What a database error means for the attempt: a conflict (retried) or a
+/// backend failure.
+fn classify(e: &tokio_postgres::Error) -> TxnError {
+    match e.code() {
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            TxnError::Conflict
+        }
+        _ => TxnError::Storage,
+    }
+}
+
+impl Backend for Postgres {
+    fn attempt<R>(
+        &self,
+        access: Access,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+    ) -> Result<R, TxnError> {
+        let _turn = match access {
+            Access::ReadWrite => Some(self.writer.lock().unwrap_or_else(PoisonError::into_inner)),
+            Access::ReadOnly => None,
+        };
+        let mut lease = self.checkout()?;
+        let begin = match access {
+            Access::ReadWrite => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            Access::ReadOnly => "BEGIN ISOLATION LEVEL SERIALIZABLE, READ ONLY",
+        };
+        lease.clean = false;
+        if let Err(e) = lease.control(begin) {
+            tracing::error!(target = %self.target, error = %postgres_detail(&e), "cannot begin a metadata transaction");
+            return Err(classify(&e));
+        }
+        let mut t = PgTxn { conn: lease.conn_mut(), target: &self.target, fault: None };
+        let out = f(&mut t);
+        let fault = t.fault;
+        match (fault, out, access) {
+            (Some(fault), _, _) => {
+                lease.rollback();
+                Err(fault)
+            }
+            (None, Err(status), _) => {
+                lease.rollback();
+                Err(TxnError::Abort(status))
+            }
+            (None, Ok(r), Access::ReadOnly) => {
+                lease.rollback();
+                Ok(r)
+            }
+            (None, Ok(r), Access::ReadWrite) => match lease.control("COMMIT") {
+                Ok(()) => {
+                    lease.clean = true;
+                    Ok(r)
+                }
+                Err(e) => {
+                    let class = classify(&e);
+                    if class == TxnError::Storage {
+                        tracing::error!(target = %self.target, error = %postgres_detail(&e), "metadata commit failed");
+                    }
+                    // A failed COMMIT ends the transaction; the connection is reusable if it is open.
+                    lease.clean = e.as_db_error().is_some();
+                    Err(class)
+                }
+            },
+        }
+    }
+}
+
+/// One PostgreSQL transaction seen through [`Txn`].
+struct PgTxn<'a> {
+    conn: &'a mut Conn,
+    target: &'a str,
+    /// The first failure: every later row operation fails at once with it.
+    fault: Option<TxnError>,
+}
+
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+impl PgTxn<'_> {
+    /// Fails if an earlier statement of this attempt failed.
+    fn live(&self) -> Result<(), FsStatus> {
+        match self.fault {
+            None => Ok(()),
+            Some(_) => Err(FsStatus::Internal),
+        }
+    }
+
+    /// Records a database error and maps it to `Internal`.
+    fn failed(&mut self, e: tokio_postgres::Error) -> FsStatus {
+        let class = classify(&e);
+        if class == TxnError::Conflict {
+            tracing::debug!(target = %self.target, error = %postgres_detail(&e), "metadata transaction conflicted");
+        } else {
+            tracing::error!(target = %self.target, error = %postgres_detail(&e), "metadata store failed");
+        }
+        self.fault.get_or_insert(class);
+        FsStatus::Internal
+    }
+
+    /// Records a row that does not decode (a broken invariant of the stored
+    /// data) and maps it to `Internal`.
+    fn bad_row(&mut self, what: String) -> FsStatus {
+        tracing::error!(target = %self.target, what, "metadata row does not decode");
+        self.fault.get_or_insert(TxnError::Storage);
+        FsStatus::Internal
+    }
+
+    /// The statement for `sql`, prepared once per connection.
+    fn statement(&mut self, sql: &'static str) -> Result<Statement, FsStatus> {
+        self.live()?;
+        if let Some(st) = self.conn.statements.get(sql) {
+            return Ok(st.clone());
+        }
+        match wait(self.conn.client.prepare(sql)) {
+            Ok(st) => {
+                self.conn.statements.insert(sql, st.clone());
+                Ok(st)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn query(&mut self, sql: &'static str, params: Params<'_>) -> Result<Vec<Row>, FsStatus> {
+        let st = self.statement(sql)?;
+        wait(self.conn.client.query(&st, params)).map_err(|e| self.failed(e))
+    }
+
+    fn query_opt(&mut self, sql: &'static str, params: Params<'_>) -> Result<Option<Row>, FsStatus> {
+        let st = self.statement(sql)?;
+        wait(self.conn.client.query_opt(&st, params)).map_err(|e| self.failed(e))
+    }
+
+    fn query_one(&mut self, sql: &'static str, params: Params<'_>) -> Result<Row, FsStatus> {
+        let st = self.statement(sql)?;
+        wait(self.conn.client.query_one(&st, params)).map_err(|e| self.failed(e))
+    }
+
+    fn exec(&mut self, sql: &'static str, params: Params<'_>) -> Result<u64, FsStatus> {
+        let st = self.statement(sql)?;
+        wait(self.conn.client.execute(&st, params)).map_err(|e| self.failed(e))
+    }
+
+    /// Decodes every row with `f`.
+    fn decode<T>(&mut self, rows: Vec<Row>, f: impl Fn(&Row) -> Decoded<T>) -> Result<Vec<T>, FsStatus> {
+        rows.iter().map(|r| f(r).map_err(|e| self.bad_row(e))).collect()
+    }
+
+    fn decode_opt<T>(&mut self, row: Option<Row>, f: impl Fn(&Row) -> Decoded<T>) -> Result<Option<T>, FsStatus> {
+        row.map(|r| f(&r).map_err(|e| self.bad_row(e))).transpose()
+    }
+
+    fn decode_one<T>(&mut self, row: Row, f: impl Fn(&Row) -> Decoded<T>) -> Result<T, FsStatus> {
+        f(&row).map_err(|e| self.bad_row(e))
+    }
+
+    fn objects(&mut self, sql: &'static str, drive: u32) -> Result<Vec<ObjectRef>, FsStatus> {
+        let rows = self.query(sql, &[&i64::from(drive)])?;
+        self.decode(rows, object_from_row)
+    }
+
+    /// Fills in a user's supplementary groups (ascending).
+    fn with_groups(&mut self, mut user: User) -> Result<User, FsStatus> {
+        let rows = self.query("SELECT gid FROM user_groups WHERE name = $1 ORDER BY gid", &[&user.name])?;
+        user.groups = self.decode(rows, |r| u32_at(r, 0))?;
+        Ok(user)
+    }
+
+    /// Fills in the components of `inodes` (in component order), in one query.
+    fn with_components(&mut self, mut inodes: Vec<Inode>) -> Result<Vec<Inode>, FsStatus> {
+        if inodes.is_empty() {
+            return Ok(inodes);
+        }
+        let inos: Vec<i64> = inodes.iter().map(|n| n.attr.ino as i64).collect();
+        let rows = self.query(
+            "SELECT drive, partition, object, state, idx, ino FROM components WHERE ino = ANY($1) ORDER BY ino, idx",
+            &[&inos],
+        )?;
+        let components = self.decode(rows, |r| {
+            let code = u8_at(r, 3)?;
+            let state = component_state(code).ok_or_else(|| format!("unknown component state {code}"))?;
+            Ok((u64_at(r, 5)?, usize_at(r, 4)?, Component { object: object_from_row(r)?, state }))
+        })?;
+        let mut by_ino: HashMap<Ino, Vec<Component>> = HashMap::with_capacity(inodes.len());
+        for (ino, idx, component) in components {
+            let list = by_ino.entry(ino).or_default();
+            if idx != list.len() {
+                return Err(self.bad_row(format!("component indexes of inode {ino} are not 0, 1, 2, …")));
+            }
+            list.push(component);
+        }
+        // A listing may name one inode twice (hard links).
+        for n in &mut inodes {
+            n.components = by_ino.get(&n.attr.ino).cloned().unwrap_or_default();
+        }
+        Ok(inodes)
+    }
+}
+
+/// A decoded value, or what is wrong with the row.
+type Decoded<T> = Result<T, String>;
+
+fn i64_at(r: &Row, idx: usize) -> Decoded<i64> {
+    r.try_get(idx).map_err(|e| format!("column {idx}: {e}"))
+}
+
+fn u64_at(r: &Row, idx: usize) -> Decoded<u64> {
+    Ok(i64_at(r, idx)? as u64)
+}
+
+fn u32_at(r: &Row, idx: usize) -> Decoded<u32> {
+    u32::try_from(i64_at(r, idx)?).map_err(|_| format!("column {idx}: not a u32"))
+}
+
+fn u8_at(r: &Row, idx: usize) -> Decoded<u8> {
+    u8::try_from(i64_at(r, idx)?).map_err(|_| format!("column {idx}: not a u8"))
+}
+
+fn usize_at(r: &Row, idx: usize) -> Decoded<usize> {
+    usize::try_from(i64_at(r, idx)?).map_err(|_| format!("column {idx}: not an index"))
+}
+
+fn get_at<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, idx: usize) -> Decoded<T> {
+    r.try_get(idx).map_err(|e| format!("column {idx}: {e}"))
+}
+
+/// A `usize` (an index or a limit) as a `BIGINT` parameter.
+fn big(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A layout's canonical encoding, as stored in `inodes.layout`.
+fn layout_bytes(layout: &Layout) -> Vec<u8> {
+    let mut w = Writer::with_capacity(Layout::LEN);
+    layout.encode(&mut w);
+    w.into_vec()
+}
+
+/// Reads a stored layout: exactly its canonical encoding, within bounds.
+fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
+    let mut r = Reader::new(bytes);
+    let layout = Layout::decode(&mut r).ok()?;
+    r.finish().ok()?;
+    Some(layout)
+}
+
+/// The inode columns (table alias `i`) in the order [`inode_from_row`] reads them.
+macro_rules! inode_cols {
+    () => {
+        "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
+    };
+}
+
+/// Reads an inode (without its components) from the `inode_cols!` columns
+/// starting at column `at`.
+fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
+    let code = u8_at(r, at + 1)?;
+    let kind = FileKind::from_code(code).map_err(|_| format!("unknown file kind {code}"))?;
+    let attr = FileAttr {
+        ino: u64_at(r, at)?,
+        kind,
+        mode: u32_at(r, at + 2)?,
+        nlink: u32_at(r, at + 3)?,
+        uid: u32_at(r, at + 4)?,
+        gid: u32_at(r, at + 5)?,
+        size: u64_at(r, at + 6)?,
+        atime_ns: i64_at(r, at + 7)?,
+        mtime_ns: i64_at(r, at + 8)?,
+        ctime_ns: i64_at(r, at + 9)?,
+        rdev: u64_at(r, at + 13)?,
+    };
+    let layout = match get_at::<Option<&[u8]>>(r, at + 11)? {
+        None => None,
+        Some(bytes) => Some(layout_from_bytes(bytes).ok_or("not a canonical layout")?),
+    };
+    Ok(Inode {
+        attr,
+        target: get_at(r, at + 10)?,
+        layout,
+        components: Vec::new(),
+        acv: u64_at(r, at + 12)?,
+        qdir: u64_at(r, at + 14)?,
+    })
+}
+
+fn object_from_row(r: &Row) -> Decoded<ObjectRef> {
+    Ok(ObjectRef { drive: u32_at(r, 0)?, partition: u64_at(r, 1)?, object: u64_at(r, 2)? })
+}
+
+/// A stored component state: Ok or Stale (Down is never stored).
+fn component_state(code: u8) -> Option<ComponentState> {
+    match ComponentState::from_code(code) {
+        Ok(s @ (ComponentState::Ok | ComponentState::Stale)) => Some(s),
+        _ => None,
+    }
+}
+
+fn user_from_row(r: &Row) -> Decoded<User> {
+    Ok(User {
+        name: get_at(r, 0)?,
+        uid: u32_at(r, 1)?,
+        gid: u32_at(r, 2)?,
+        password_hash: get_at(r, 3)?,
+        admin: get_at(r, 4)?,
+        groups: Vec::new(),
+        gateway: match (get_at::<Option<i64>>(r, 5)?, get_at::<Option<i64>>(r, 6)?) {
+            (Some(_), Some(_)) => Some((u32_at(r, 5)?, u32_at(r, 6)?)),
+            _ => None,
+        },
+    })
+}
+
+fn quota_from_row(r: &Row) -> Decoded<Quota> {
+    let (kind, id) = (u8_at(r, 0)?, u64_at(r, 1)?);
+    Ok(Quota {
+        subject: QuotaSubject::from_key(kind, id).ok_or_else(|| format!("unknown quota subject {kind}"))?,
+        bytes_limit: get_at::<Option<i64>>(r, 2)?.map(|v| v as u64),
+        files_limit: get_at::<Option<i64>>(r, 3)?.map(|v| v as u64),
+        bytes_used: u64_at(r, 4)?,
+        files_used: u64_at(r, 5)?,
+    })
+}
+
+fn drive_state(code: u8) -> Option<DriveState> {
+    match code {
+        0 => Some(DriveState::In),
+        1 => Some(DriveState::Out),
+        _ => None,
+    }
+}
+
+macro_rules! drive_cols {
+    () => {
+        "drive, drive_id, addr, partition, sealed_keys, capacity_bytes, failure_domain, state"
+    };
+}
+
+fn drive_from_row(r: &Row) -> Decoded<DriveRecord> {
+    let id: Vec<u8> = get_at(r, 1)?;
+    let code = u8_at(r, 7)?;
+    Ok(DriveRecord {
+        drive: u32_at(r, 0)?,
+        drive_id: id.try_into().map_err(|_| "drive id is not 16 bytes")?,
+        addr: get_at(r, 2)?,
+        partition: u64_at(r, 3)?,
+        sealed_keys: get_at(r, 4)?,
+        capacity_bytes: u64_at(r, 5)?,
+        failure_domain: get_at(r, 6)?,
+        state: drive_state(code).ok_or_else(|| format!("unknown drive state {code}"))?,
+    })
+}
+
+macro_rules! intent_cols {
+    () => {
+        "txn, ino, state, uid, deadline_ns, escrow, size_limit"
+    };
+}
+
+fn intent_from_row(r: &Row) -> Decoded<Intent> {
+    let code = u8_at(r, 2)?;
+    Ok(Intent {
+        txn: u64_at(r, 0)?,
+        ino: u64_at(r, 1)?,
+        state: IntentState::from_code(code).ok_or_else(|| format!("unknown intent state {code}"))?,
+        uid: u32_at(r, 3)?,
+        deadline_ns: i64_at(r, 4)?,
+        escrow: u64_at(r, 5)?,
+        size_limit: u64_at(r, 6)?,
+    })
+}
+
+fn obj_params(o: &ObjectRef) -> [i64; 3] {
+    [i64::from(o.drive), o.partition as i64, o.object as i64]
+}
+
+impl Txn for PgTxn<'_> {
+    fn get_inode(&mut self, ino: Ino) -> Result<Option<Inode>, FsStatus> {
+        let sql = concat!("SELECT ", inode_cols!(), " FROM inodes i WHERE i.ino = $1");
+        let row = self.query_opt(sql, &[&(ino as i64)])?;
+        let Some(inode) = self.decode_opt(row, |r| inode_from_row(r, 0))? else {
+            return Ok(None);
+        };
+        Ok(self.with_components(vec![inode])?.pop())
+    }
+
+    fn put_inode(&mut self, n: &Inode) -> Result<(), FsStatus> {
+        let a = &n.attr;
+        self.exec(
+            "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
+             ctime_ns, target, layout, acv, rdev, qdir) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
+             nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
+             atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
+             target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
+             qdir = excluded.qdir",
+            &[
+                &(a.ino as i64),
+                &i64::from(a.kind.code()),
+                &i64::from(a.mode),
+                &i64::from(a.nlink),
+                &i64::from(a.uid),
+                &i64::from(a.gid),
+                &(a.size as i64),
+                &a.atime_ns,
+                &a.mtime_ns,
+                &a.ctime_ns,
+                &n.target,
+                &n.layout.as_ref().map(layout_bytes),
+                &(n.acv as i64),
+                &(a.rdev as i64),
+                &(n.qdir as i64),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM dir_parents WHERE dir = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM xattrs WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
+        Ok(())
+    }
+
+    fn alloc_ino(&mut self) -> Result<Ino, FsStatus> {
+        let row = self.query_one("SELECT nextval('next_ino')", &[])?;
+        self.decode_one(row, |r| u64_at(r, 0))
+    }
+
+    fn dir_parent(&mut self, dir: Ino) -> Result<Option<Ino>, FsStatus> {
+        let row = self.query_opt("SELECT parent FROM dir_parents WHERE dir = $1", &[&(dir as i64)])?;
+        self.decode_opt(row, |r| u64_at(r, 0))
+    }
+
+    fn set_dir_parent(&mut self, dir: Ino, parent: Ino) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO dir_parents (dir, parent) VALUES ($1, $2) \
+             ON CONFLICT (dir) DO UPDATE SET parent = excluded.parent",
+            &[&(dir as i64), &(parent as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn get_dirent(&mut self, dir: Ino, name: &str) -> Result<Option<Ino>, FsStatus> {
+        let row = self.query_opt("SELECT child FROM dirents WHERE dir = $1 AND name = $2", &[&(dir as i64), &name])?;
+        self.decode_opt(row, |r| u64_at(r, 0))
+    }
+
+    fn insert_dirent(&mut self, dir: Ino, name: &str, child: Ino) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO dirents (dir, name, child) VALUES ($1, $2, $3)",
+            &[&(dir as i64), &name, &(child as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn delete_dirent(&mut self, dir: Ino, name: &str) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM dirents WHERE dir = $1 AND name = $2", &[&(dir as i64), &name])?;
+        Ok(())
+    }
+
+    fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus> {
+        let sql = concat!(
+            "SELECT d.name, ",
+            inode_cols!(),
+            " FROM dirents d JOIN inodes i ON i.ino = d.child \
+             WHERE d.dir = $1 AND d.name > $2 ORDER BY d.name LIMIT $3"
+        );
+        let rows = self.query(sql, &[&(dir as i64), &after, &big(limit)])?;
+        let entries = self.decode(rows, |r| Ok((get_at::<String>(r, 0)?, inode_from_row(r, 1)?)))?;
+        let (names, inodes): (Vec<String>, Vec<Inode>) = entries.into_iter().unzip();
+        let inodes = self.with_components(inodes)?;
+        Ok(names.into_iter().zip(inodes).map(|(name, inode)| DirEntry { name, inode }).collect())
+    }
+
+    fn dir_is_empty(&mut self, dir: Ino) -> Result<bool, FsStatus> {
+        let row = self.query_one("SELECT EXISTS (SELECT 1 FROM dirents WHERE dir = $1)", &[&(dir as i64)])?;
+        Ok(!self.decode_one(row, |r| get_at::<bool>(r, 0))?)
+    }
+
+    fn usage(&mut self) -> Result<(u64, u64), FsStatus> {
+        let sql = "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 1 THEN size END), 0)::BIGINT FROM inodes";
+        let row = self.query_one(sql, &[])?;
+        self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
+    }
+
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus> {
+        let row = self.query_opt("SELECT value FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])?;
+        self.decode_opt(row, |r| get_at(r, 0))
+    }
+
+    fn list_xattrs(&mut self, ino: Ino) -> Result<Vec<(String, usize)>, FsStatus> {
+        let sql = "SELECT name, length(value)::BIGINT FROM xattrs WHERE ino = $1 ORDER BY name";
+        let rows = self.query(sql, &[&(ino as i64)])?;
+        self.decode(rows, |r| Ok((get_at::<String>(r, 0)?, usize_at(r, 1)?)))
+    }
+
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO xattrs (ino, name, value) VALUES ($1, $2, $3) \
+             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+            &[&(ino as i64), &name, &value],
+        )?;
+        Ok(())
+    }
+
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
+        Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0)
+    }
+
+    fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {
+        let (kind, id) = subject.key();
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas \
+                   WHERE kind = $1 AND id = $2";
+        let row = self.query_opt(sql, &[&i64::from(kind), &(id as i64)])?;
+        self.decode_opt(row, quota_from_row)
+    }
+
+    fn put_quota(&mut self, q: &Quota) -> Result<(), FsStatus> {
+        let (kind, id) = q.subject.key();
+        self.exec(
+            "INSERT INTO quotas (kind, id, bytes_limit, files_limit, bytes_used, files_used) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (kind, id) DO UPDATE SET \
+             bytes_limit = excluded.bytes_limit, files_limit = excluded.files_limit, \
+             bytes_used = excluded.bytes_used, files_used = excluded.files_used",
+            &[
+                &i64::from(kind),
+                &(id as i64),
+                &q.bytes_limit.map(|v| v as i64),
+                &q.files_limit.map(|v| v as i64),
+                &(q.bytes_used as i64),
+                &(q.files_used as i64),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_quota(&mut self, subject: QuotaSubject) -> Result<(), FsStatus> {
+        let (kind, id) = subject.key();
+        self.exec("DELETE FROM quotas WHERE kind = $1 AND id = $2", &[&i64::from(kind), &(id as i64)])?;
+        Ok(())
+    }
+
+    fn list_quotas(&mut self) -> Result<Vec<Quota>, FsStatus> {
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas ORDER BY kind, id";
+        let rows = self.query(sql, &[])?;
+        self.decode(rows, quota_from_row)
+    }
+
+    fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
+        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0)::BIGINT, COUNT(*) \
+                   FROM inodes WHERE uid = $1";
+        let row = self.query_one(sql, &[&i64::from(uid)])?;
+        self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
+    }
+
+    fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users WHERE name = $1";
+        let row = self.query_opt(sql, &[&name])?;
+        let user = self.decode_opt(row, user_from_row)?;
+        user.map(|u| self.with_groups(u)).transpose()
+    }
+
+    fn uid_taken(&mut self, uid: u32) -> Result<bool, FsStatus> {
+        let row = self.query_one("SELECT EXISTS (SELECT 1 FROM users WHERE uid = $1)", &[&i64::from(uid)])?;
+        self.decode_one(row, |r| get_at(r, 0))
+    }
+
+    fn put_user(&mut self, u: &User) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO users (name, uid, gid, password_hash, admin, gateway_lo, gateway_hi) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (name) DO UPDATE SET uid = excluded.uid, gid = excluded.gid, \
+             password_hash = excluded.password_hash, admin = excluded.admin, \
+             gateway_lo = excluded.gateway_lo, gateway_hi = excluded.gateway_hi",
+            &[
+                &u.name,
+                &i64::from(u.uid),
+                &i64::from(u.gid),
+                &u.password_hash,
+                &u.admin,
+                &u.gateway.map(|g| i64::from(g.0)),
+                &u.gateway.map(|g| i64::from(g.1)),
+            ],
+        )?;
+        self.exec("DELETE FROM user_groups WHERE name = $1", &[&u.name])?;
+        for g in &u.groups {
+            self.exec("INSERT INTO user_groups (name, gid) VALUES ($1, $2)", &[&u.name, &i64::from(*g)])?;
+        }
+        Ok(())
+    }
+
+    fn list_users(&mut self) -> Result<Vec<User>, FsStatus> {
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users ORDER BY name";
+        let rows = self.query(sql, &[])?;
+        let users = self.decode(rows, user_from_row)?;
+        users.into_iter().map(|u| self.with_groups(u)).collect()
+    }
+
+    fn get_drive(&mut self, drive: u32) -> Result<Option<DriveRecord>, FsStatus> {
+        let sql = concat!("SELECT ", drive_cols!(), " FROM drives WHERE drive = $1");
+        let row = self.query_opt(sql, &[&i64::from(drive)])?;
+        self.decode_opt(row, drive_from_row)
+    }
+
+    fn drive_with_id(&mut self, drive_id: &[u8; 16]) -> Result<Option<u32>, FsStatus> {
+        let row = self.query_opt("SELECT drive FROM drives WHERE drive_id = $1", &[&&drive_id[..]])?;
+        self.decode_opt(row, |r| u32_at(r, 0))
+    }
+
+    fn put_drive(&mut self, d: &DriveRecord) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO drives (drive, drive_id, addr, partition, sealed_keys, capacity_bytes, failure_domain, state) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (drive) DO UPDATE SET \
+             drive_id = excluded.drive_id, addr = excluded.addr, partition = excluded.partition, \
+             sealed_keys = excluded.sealed_keys, capacity_bytes = excluded.capacity_bytes, \
+             failure_domain = excluded.failure_domain, state = excluded.state",
+            &[
+                &i64::from(d.drive),
+                &&d.drive_id[..],
+                &d.addr,
+                &(d.partition as i64),
+                &d.sealed_keys,
+                &(d.capacity_bytes as i64),
+                &d.failure_domain,
+                &i64::from(d.state as u8),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn list_drives(&mut self) -> Result<Vec<DriveRecord>, FsStatus> {
+        let rows = self.query(concat!("SELECT ", drive_cols!(), " FROM drives ORDER BY drive"), &[])?;
+        self.decode(rows, drive_from_row)
+    }
+
+    fn pool_insert(&mut self, o: &ObjectRef) -> Result<(), FsStatus> {
+        let [d, p, ob] = obj_params(o);
+        self.exec("INSERT INTO pool (drive, partition, object) VALUES ($1, $2, $3)", &[&d, &p, &ob])?;
+        Ok(())
+    }
+
+    fn pool_take(&mut self, drive: u32) -> Result<Option<ObjectRef>, FsStatus> {
+        let sql = "DELETE FROM pool WHERE (drive, partition, object) = \
+                   (SELECT drive, partition, object FROM pool WHERE drive = $1 ORDER BY partition, object LIMIT 1) \
+                   RETURNING drive, partition, object";
+        let row = self.query_opt(sql, &[&i64::from(drive)])?;
+        self.decode_opt(row, object_from_row)
+    }
+
+    fn pool_count(&mut self, drive: u32) -> Result<u64, FsStatus> {
+        let row = self.query_one("SELECT COUNT(*) FROM pool WHERE drive = $1", &[&i64::from(drive)])?;
+        self.decode_one(row, |r| u64_at(r, 0))
+    }
+
+    fn pool_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus> {
+        self.objects("SELECT drive, partition, object FROM pool WHERE drive = $1", drive)
+    }
+
+    fn file_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus> {
+        self.objects("SELECT drive, partition, object FROM components WHERE drive = $1", drive)
+    }
+
+    fn object_known(&mut self, o: &ObjectRef) -> Result<bool, FsStatus> {
+        let sql = "SELECT EXISTS (SELECT 1 FROM components WHERE drive = $1 AND partition = $2 AND object = $3) \
+                   OR EXISTS (SELECT 1 FROM pool WHERE drive = $1 AND partition = $2 AND object = $3) \
+                   OR EXISTS (SELECT 1 FROM doomed WHERE drive = $1 AND partition = $2 AND object = $3)";
+        let [d, p, ob] = obj_params(o);
+        let row = self.query_one(sql, &[&d, &p, &ob])?;
+        self.decode_one(row, |r| get_at(r, 0))
+    }
+
+    fn put_component(&mut self, ino: Ino, idx: usize, c: &Component) -> Result<(), FsStatus> {
+        let [d, p, o] = obj_params(&c.object);
+        self.exec(
+            "INSERT INTO components (ino, idx, drive, partition, object, state) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (ino, idx) DO UPDATE SET drive = excluded.drive, partition = excluded.partition, \
+             object = excluded.object, state = excluded.state",
+            &[&(ino as i64), &big(idx), &d, &p, &o, &i64::from(c.state.code())],
+        )?;
+        Ok(())
+    }
+
+    fn delete_components(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM components WHERE ino = $1", &[&(ino as i64)])?;
+        Ok(())
+    }
+
+    fn component_of(&mut self, o: &ObjectRef) -> Result<Option<(Ino, usize)>, FsStatus> {
+        let sql = "SELECT ino, idx FROM components WHERE drive = $1 AND partition = $2 AND object = $3";
+        let [d, p, ob] = obj_params(o);
+        let row = self.query_opt(sql, &[&d, &p, &ob])?;
+        self.decode_opt(row, |r| Ok((u64_at(r, 0)?, usize_at(r, 1)?)))
+    }
+
+    fn list_stale_components(&mut self, after: (Ino, usize), limit: usize) -> Result<Vec<(Ino, usize)>, FsStatus> {
+        let sql = "SELECT ino, idx FROM components WHERE state = 1 AND (ino, idx) > ($1, $2) \
+                   ORDER BY ino, idx LIMIT $3";
+        let rows = self.query(sql, &[&(after.0 as i64), &big(after.1), &big(limit)])?;
+        self.decode(rows, |r| Ok((u64_at(r, 0)?, usize_at(r, 1)?)))
+    }
+
+    fn list_components_on_drive(
+        &mut self,
+        drive: u32,
+        after: (Ino, usize),
+        limit: usize,
+    ) -> Result<Vec<(Ino, usize, ObjectRef)>, FsStatus> {
+        let sql = "SELECT drive, partition, object, ino, idx FROM components \
+                   WHERE drive = $1 AND (ino, idx) > ($2, $3) ORDER BY ino, idx LIMIT $4";
+        let rows = self.query(sql, &[&i64::from(drive), &(after.0 as i64), &big(after.1), &big(limit)])?;
+        self.decode(rows, |r| Ok((u64_at(r, 3)?, usize_at(r, 4)?, object_from_row(r)?)))
+    }
+
+    fn component_counts(&mut self) -> Result<Vec<(u32, u64)>, FsStatus> {
+        let sql = "SELECT d.drive, (SELECT COUNT(*) FROM components c WHERE c.drive = d.drive) \
+                   FROM drives d ORDER BY d.drive";
+        let rows = self.query(sql, &[])?;
+        self.decode(rows, |r| Ok((u32_at(r, 0)?, u64_at(r, 1)?)))
+    }
+
+    fn count_degraded(&mut self) -> Result<u64, FsStatus> {
+        let row = self.query_one("SELECT COUNT(DISTINCT ino) FROM components WHERE state = 1", &[])?;
+        self.decode_one(row, |r| u64_at(r, 0))
+    }
+
+    fn get_stale_ranges(&mut self, ino: Ino, idx: usize) -> Result<Vec<StaleRange>, FsStatus> {
+        let sql = "SELECT \"offset\", length FROM stale_ranges WHERE ino = $1 AND idx = $2 ORDER BY \"offset\"";
+        let rows = self.query(sql, &[&(ino as i64), &big(idx)])?;
+        self.decode(rows, |r| Ok(StaleRange { offset: u64_at(r, 0)?, length: u64_at(r, 1)? }))
+    }
+
+    fn put_stale_range(&mut self, ino: Ino, idx: usize, range: &StaleRange) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO stale_ranges (ino, idx, \"offset\", length) VALUES ($1, $2, $3, $4)",
+            &[&(ino as i64), &big(idx), &(range.offset as i64), &(range.length as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn delete_stale_ranges(&mut self, ino: Ino, idx: Option<usize>) -> Result<(), FsStatus> {
+        self.exec(
+            "DELETE FROM stale_ranges WHERE ino = $1 AND ($2::BIGINT IS NULL OR idx = $2)",
+            &[&(ino as i64), &idx.map(big)],
+        )?;
+        Ok(())
+    }
+
+    fn alloc_txn(&mut self) -> Result<u64, FsStatus> {
+        let row = self.query_one("SELECT nextval('next_txn')", &[])?;
+        self.decode_one(row, |r| u64_at(r, 0))
+    }
+
+    fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
+             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit",
+            &[
+                &(i.txn as i64),
+                &(i.ino as i64),
+                &i64::from(i.state.code()),
+                &i64::from(i.uid),
+                &i.deadline_ns,
+                &(i.escrow as i64),
+                &(i.size_limit as i64),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn get_intent(&mut self, txn: u64) -> Result<Option<Intent>, FsStatus> {
+        let row =
+            self.query_opt(concat!("SELECT ", intent_cols!(), " FROM intents WHERE txn = $1"), &[&(txn as i64)])?;
+        self.decode_opt(row, intent_from_row)
+    }
+
+    fn intent_of_inode(&mut self, ino: Ino) -> Result<Option<Intent>, FsStatus> {
+        let row =
+            self.query_opt(concat!("SELECT ", intent_cols!(), " FROM intents WHERE ino = $1"), &[&(ino as i64)])?;
+        self.decode_opt(row, intent_from_row)
+    }
+
+    fn list_intents(&mut self, after: u64, limit: usize) -> Result<Vec<Intent>, FsStatus> {
+        let sql = concat!("SELECT ", intent_cols!(), " FROM intents WHERE txn > $1 ORDER BY txn LIMIT $2");
+        let rows = self.query(sql, &[&(after as i64), &big(limit)])?;
+        self.decode(rows, intent_from_row)
+    }
+
+    fn delete_intent(&mut self, txn: u64) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM intents WHERE txn = $1", &[&(txn as i64)])?;
+        Ok(())
+    }
+
+    fn doom(&mut self, o: &ObjectRef) -> Result<(), FsStatus> {
+        let [d, p, ob] = obj_params(o);
+        self.exec("INSERT INTO doomed (drive, partition, object) VALUES ($1, $2, $3)", &[&d, &p, &ob])?;
+        Ok(())
+    }
+
+    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        let sql = "SELECT drive, partition, object FROM doomed ORDER BY drive, partition, object LIMIT $1";
+        let rows = self.query(sql, &[&big(limit)])?;
+        self.decode(rows, object_from_row)
+    }
+
+    fn doomed_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus> {
+        self.objects("SELECT drive, partition, object FROM doomed WHERE drive = $1", drive)
+    }
+
+    fn forget_doomed(&mut self, o: &ObjectRef) -> Result<(), FsStatus> {
+        let [d, p, ob] = obj_params(o);
+        self.exec("DELETE FROM doomed WHERE drive = $1 AND partition = $2 AND object = $3", &[&d, &p, &ob])?;
+        Ok(())
+    }
+
+    fn put_acv_intent(&mut self, i: &AcvIntent) -> Result<(), FsStatus> {
+        let [d, p, o] = obj_params(&i.object);
+        self.exec(
+            "INSERT INTO acv_intents (drive, partition, object, acv) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (drive, partition, object) DO UPDATE SET acv = excluded.acv",
+            &[&d, &p, &o, &(i.acv as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        let sql = "SELECT drive, partition, object, acv FROM acv_intents ORDER BY drive, partition, object LIMIT $1";
+        let rows = self.query(sql, &[&big(limit)])?;
+        self.decode(rows, |r| Ok(AcvIntent { object: object_from_row(r)?, acv: u64_at(r, 3)? }))
+    }
+
+    fn delete_acv_intent(&mut self, o: &ObjectRef, only_acv: Option<u64>) -> Result<(), FsStatus> {
+        let [d, p, ob] = obj_params(o);
+        self.exec(
+            "DELETE FROM acv_intents WHERE drive = $1 AND partition = $2 AND object = $3 \
+             AND ($4::BIGINT IS NULL OR acv = $4)",
+            &[&d, &p, &ob, &only_acv.map(|a| a as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn get_setting(&mut self, key: &str) -> Result<Option<Vec<u8>>, FsStatus> {
+        let row = self.query_opt("SELECT value FROM settings WHERE key = $1", &[&key])?;
+        self.decode_opt(row, |r| get_at(r, 0))
+    }
+
+    fn put_setting(&mut self, key: &str, value: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            &[&key, &value],
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! Choosing a backend at run time: a [`Location`] names where the metadata
+//! lives, and [`Store`] is whichever backend it opened.
+
+use crate::backend::{Access, Backend, Txn, TxnError};
+use crate::error::MetaError;
+use crate::postgres::Postgres;
+use crate::sqlite::Sqlite;
+use nasd_proto::fs::FsStatus;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// Where the metadata lives: `sqlite:PATH` (a file, created if missing) or
+/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (`postgresql://` too).
+///
+/// Its `Display` and `Debug` never show a password.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Location {
+    /// An SQLite database file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL (it may hold a password).
+    Postgres(String),
+}
+
+impl FromStr for Location {
+    type Err = MetaError;
+
+    /// # Errors
+    /// [`MetaError::BadUrl`]: neither form, an empty path, or a PostgreSQL
+    /// URL that does not parse.
+    fn from_str(s: &str) -> Result<Location, MetaError> {
+        if let Some(path) = s.strip_prefix("sqlite:") {
+            if path.is_empty() {
+                return Err(MetaError::BadUrl(
+                    "sqlite: needs a file path, as in sqlite:/var/lib/nasd/meta.sqlite".into(),
+                ));
+            }
+            return Ok(Location::Sqlite(PathBuf::from(path)));
+        }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            let config = tokio_postgres::Config::from_str(s).map_err(|e| MetaError::BadUrl(e.to_string()))?;
+            if config.get_hosts().is_empty() {
+                return Err(MetaError::BadUrl("a PostgreSQL URL needs a host".into()));
+            }
+            return Ok(Location::Postgres(s.to_owned()));
+        }
+        Err(MetaError::BadUrl("expected sqlite:PATH or postgres://USER@HOST[:PORT]/DATABASE".into()))
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            Location::Postgres(url) => match tokio_postgres::Config::from_str(url) {
+                Ok(config) => f.write_str(&crate::postgres::describe(&config)),
+                Err(_) => f.write_str("postgres://(unparsable)"),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Location({self})")
+    }
+}
+
+impl Location {
+    /// Opens the backend (creating and migrating as its `open` does).
+    ///
+    /// # Errors
+    /// As [`Sqlite::open`] and [`Postgres::open`].
+    pub fn open(&self) -> Result<Store, MetaError> {
+        match self {
+            Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open(path)?)),
+            Location::Postgres(url) => Ok(Store::Postgres(Box::new(Postgres::open(url)?))),
+        }
+    }
+}
+
+impl Location {
+    /// Opens existing metadata (migrating an older schema) and creates
+    /// nothing: for tools that must not make a file system where none was.
+    ///
+    /// # Errors
+    /// [`MetaError::Missing`] if there is none; otherwise as [`Location::open`].
+    pub fn open_existing(&self) -> Result<Store, MetaError> {
+        match self {
+            Location::Sqlite(path) if !path.exists() => Err(MetaError::Missing(self.to_string())),
+            Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open(path)?)),
+            Location::Postgres(url) => Ok(Store::Postgres(Box::new(Postgres::open_existing(url)?))),
+        }
+    }
+}
+
+/// The backend a [`Location`] opened: what the manager runs on.
+#[derive(Debug)]
+pub enum Store {
+    /// Embedded SQLite.
+    Sqlite(Sqlite),
+    /// A PostgreSQL server (boxed: it is the larger).
+    Postgres(Box<Postgres>),
+}
+
+impl std::fmt::Debug for Sqlite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sqlite").finish_non_exhaustive()
+    }
+}
+
+impl Backend for Store {
+    fn attempt<R>(
+        &self,
+        access: Access,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+    ) -> Result<R, TxnError> {
+        match self {
+            Store::Sqlite(b) => b.attempt(access, f),
+            Store::Postgres(b) => b.attempt(access, f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse_and_never_show_a_password() {
+        assert_eq!("sqlite:/a/b.sqlite".parse::<Location>().unwrap(), Location::Sqlite("/a/b.sqlite".into()));
+        let pg: Location = "postgres://nasd:s3cret@db.example:6543/meta".parse().unwrap();
+        assert_eq!(pg, Location::Postgres("postgres://nasd:s3cret@db.example:6543/meta".into()));
+        assert_eq!(pg.to_string(), "postgres://nasd@db.example:6543/meta");
+        assert!(!format!("{pg:?}").contains("s3cret"));
+        assert!("postgresql://u@h/d".parse::<Location>().is_ok());
+        for bad in ["", "sqlite:", "meta.sqlite", "mysql://u@h/d", "postgres://u@h:notaport/d"] {
+            let e = bad.parse::<Location>().expect_err(bad);
+            assert!(matches!(e, MetaError::BadUrl(_)), "{bad}: {e}");
+        }
+        let e = "postgres://u:s3cret@h:x/d".parse::<Location>().unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+}

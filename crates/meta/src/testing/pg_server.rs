@@ -1,0 +1,268 @@
+//! A real PostgreSQL server for tests: `initdb` into a fresh directory,
+//! `postgres` on a free 127.0.0.1 port with trust authentication, removed
+//! again when the test process is done with it.
+//!
+//! `initdb` and `postgres` refuse to run as root: as root the server runs
+//! as the unprivileged user `postgres` (Debian's package makes it), through
+//! `setpriv`, in a directory that user owns; otherwise as the current user.
+//! The binaries are looked for in `$NASD_PG_BIN`, then the newest
+//! `/usr/lib/postgresql/*/bin`, then `$PATH`; `.ci/run` installs Debian's
+//! `postgresql` package where they are missing.
+//!
+//! The server is watched by a small shell (its guardian) whose standard
+//! input is a pipe from the test process: when the pipe closes — the
+//! [`PgServer`] is dropped, or the test process exits or is killed — the
+//! guardian stops the server (fast shutdown) and removes its directory. So
+//! a server kept in a `static` for a whole test binary does not outlive it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest wait for a started server to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Tries at a free port: another process may take the one we picked before
+/// the server binds it.
+const PORT_TRIES: u32 = 5;
+/// The unprivileged account the server runs as when the tests run as root.
+const SERVER_USER: &str = "postgres";
+
+/// A running test server. See the module documentation.
+pub struct PgServer {
+    port: u16,
+    dir: PathBuf,
+    guardian: Child,
+    databases: AtomicU64,
+}
+
+impl std::fmt::Debug for PgServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgServer").field("port", &self.port).field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// Output of a command that must succeed.
+fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("cannot run {what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The directory holding `initdb` and `postgres`.
+fn bin_dir() -> Result<PathBuf, String> {
+    let has = |d: &Path| d.join("initdb").is_file() && d.join("postgres").is_file();
+    if let Some(d) = std::env::var_os("NASD_PG_BIN") {
+        let d = PathBuf::from(d);
+        return if has(&d) { Ok(d) } else { Err(format!("$NASD_PG_BIN={} holds no initdb and postgres", d.display())) };
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, d)| has(d))
+        .collect();
+    versions.sort();
+    if let Some((_, d)) = versions.pop() {
+        return Ok(d);
+    }
+    for d in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        if let Ok(initdb) = d.join("initdb").canonicalize() {
+            if let Some(real) = initdb.parent().filter(|r| has(r)) {
+                return Ok(real.to_path_buf());
+            }
+        }
+    }
+    Err("PostgreSQL server binaries (initdb, postgres) not found in $NASD_PG_BIN, /usr/lib/postgresql/*/bin or \
+         $PATH: install them (`apt-get install -y postgresql`; .ci/run does)"
+        .into())
+}
+
+/// `(uid, gid)` of the server's account when running as root, `None` when
+/// not root.
+fn server_account() -> Result<Option<(u32, u32)>, String> {
+    let me = run(Command::new("id").arg("-u"), "id -u")?;
+    if me != "0" {
+        return Ok(None);
+    }
+    let id = |flag: &str| -> Result<u32, String> {
+        run(Command::new("id").args([flag, SERVER_USER]), &format!("id {flag} {SERVER_USER}"))
+            .map_err(|e| format!("tests run as root need the user '{SERVER_USER}' to run PostgreSQL: {e}"))?
+            .parse()
+            .map_err(|e| format!("id {flag} {SERVER_USER}: {e}"))
+    };
+    Ok(Some((id("-u")?, id("-g")?)))
+}
+
+/// `program` as the server's account (through `setpriv` as root).
+fn as_server(account: Option<(u32, u32)>, program: &Path) -> Command {
+    match account {
+        None => Command::new(program),
+        Some((uid, gid)) => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .arg("--reset-env")
+                .arg("--")
+                .arg(program);
+            c
+        }
+    }
+}
+
+/// Whether process `pid` runs (not gone, not a zombie its parent has not
+/// reaped yet).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// The guardian: starts the server in the background, prints its pid, and
+/// when its standard input closes, stops the server and removes `$DIR`.
+const GUARDIAN: &str = r#"
+"$@" >"$DIR/server.log" 2>&1 &
+pid=$!
+echo "$pid"
+cat >/dev/null
+kill -INT "$pid" 2>/dev/null
+wait "$pid"
+rm -rf "$DIR"
+"#;
+
+impl PgServer {
+    /// Makes a new cluster and starts a server on it.
+    ///
+    /// # Errors
+    /// A message saying what failed (binaries missing, `initdb` failing,
+    /// the server not starting, with its log).
+    pub fn start() -> Result<PgServer, String> {
+        let bin = bin_dir()?;
+        let account = server_account()?;
+        let mut last = String::new();
+        for _ in 0..PORT_TRIES {
+            match PgServer::try_start(&bin, account) {
+                Ok(server) => return Ok(server),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// `initdb` into a new directory, then the server on a free port under
+    /// a guardian; waits until it accepts connections.
+    fn try_start(bin: &Path, account: Option<(u32, u32)>) -> Result<PgServer, String> {
+        static SERVERS: AtomicU64 = AtomicU64::new(0);
+        let n = SERVERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("nasd-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let data = dir.join("data");
+        let made = (|| {
+            if let Some((uid, gid)) = account {
+                std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| format!("chown: {e}"))?;
+            }
+            let mut initdb = as_server(account, &bin.join("initdb"));
+            initdb.arg("-D").arg(&data).args([
+                "--auth=trust",
+                "--username=postgres",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ]);
+            run(&mut initdb, "initdb").map(drop)?;
+            free_port()
+        })();
+        let port = match made {
+            Ok(port) => port,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let server = as_server(account, &bin.join("postgres"));
+        let mut guardian = Command::new("sh");
+        guardian.arg("-c").arg(GUARDIAN).arg("nasd-pg-guardian").env("DIR", &dir);
+        guardian.arg(server.get_program()).args(server.get_args());
+        guardian.arg("-D").arg(&data).arg("-p").arg(port.to_string());
+        for setting in [
+            "listen_addresses=127.0.0.1".to_owned(),
+            format!("unix_socket_directories={}", dir.display()),
+            "max_connections=200".into(),
+            "fsync=off".into(),
+            "synchronous_commit=off".into(),
+            "full_page_writes=off".into(),
+        ] {
+            guardian.arg("-c").arg(setting);
+        }
+        let spawned = guardian.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!("cannot start sh: {e}"));
+            }
+        };
+        let stdout = child.stdout.take().expect("piped");
+        // From here on, dropping `server` stops the postgres process and removes the directory.
+        let server = PgServer { port, dir: dir.clone(), guardian: child, databases: AtomicU64::new(0) };
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map_err(|e| format!("guardian: {e}"))?;
+        let pid: u32 = line.trim().parse().map_err(|_| format!("the guardian printed {line:?}, not a pid"))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let status = std::fs::read_to_string(data.join("postmaster.pid")).unwrap_or_default();
+            if status.lines().any(|l| l.trim() == "ready") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                return Ok(server);
+            }
+            if !alive(pid) || Instant::now() > deadline {
+                let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+                return Err(format!("the PostgreSQL test server did not start on port {port}:\n{log}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port the server listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `db` on this server (created on first use by
+    /// [`crate::Postgres::open`]).
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// The URL of a database no one has used yet.
+    pub fn fresh_url(&self) -> String {
+        self.url(&format!("nasd_test_{}", self.databases.fetch_add(1, Ordering::Relaxed)))
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // Closing the guardian's stdin stops the server and removes the directory.
+        drop(self.guardian.stdin.take());
+        let _ = self.guardian.wait();
+    }
+}

@@ -1,0 +1,246 @@
+//! The PostgreSQL backend on a real server ([`PgServer`], started by the
+//! test itself): the conformance suite, conflicting transactions from two
+//! backends (two managers) retried to a correct end, the three kinds of
+//! failure, and the schema's version handling.
+
+use nasd_meta::testing::{check_invariants, conformance, pool_placer, snapshot, PgServer};
+use nasd_meta::{
+    Access, Backend, Caller, DriveRecord, DriveState, FsStatus, Layout, MetaError, Namespace, ObjectRef, Postgres,
+    TxnError, POSTGRES_SCHEMA_VERSION, ROOT_INO,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Barrier, OnceLock};
+
+/// One server for the whole test binary; it goes away with the process.
+fn server() -> &'static PgServer {
+    static SERVER: OnceLock<PgServer> = OnceLock::new();
+    SERVER.get_or_init(|| PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}")))
+}
+
+fn open(url: &str) -> Postgres {
+    Postgres::open(url).unwrap_or_else(|e| panic!("open {url}: {e}"))
+}
+
+/// Runs `statements` on `url` directly (not through the backend).
+fn raw_sql(url: &str, statements: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        let conn = tokio::spawn(connection);
+        client.batch_execute(statements).await.unwrap();
+        drop(client);
+        let _ = conn.await;
+    });
+}
+
+#[test]
+fn conformance_on_postgres() {
+    let s = server();
+    conformance(|| open(&s.fresh_url()));
+}
+
+const PARTITION: u64 = 7;
+const POOLED: u64 = 8;
+
+/// A name space on a new database with drive 1 and [`POOLED`] objects in its pool.
+fn fresh_namespace(url: &str) -> Namespace<Postgres> {
+    let ns = Namespace::new(open(url), Layout::SINGLE).unwrap();
+    ns.add_drive(&DriveRecord {
+        drive: 1,
+        drive_id: [1; 16],
+        addr: "127.0.0.1:1".into(),
+        partition: PARTITION,
+        sealed_keys: vec![1; 48],
+        capacity_bytes: 1 << 30,
+        failure_domain: String::new(),
+        state: DriveState::In,
+    })
+    .unwrap();
+    let objects: Vec<ObjectRef> =
+        (100..100 + POOLED).map(|object| ObjectRef { drive: 1, partition: PARTITION, object }).collect();
+    ns.pool_add(&objects).unwrap();
+    ns
+}
+
+/// Two managers (two backends on one database) create the same name at the
+/// same moment: both have looked it up and found it free, and both take the
+/// same pooled object, when they write. One commits; the other's
+/// transaction conflicts, runs again, finds the name and reports `Exists`
+/// (an exclusive create) or opens the file (a non-exclusive one). Nothing
+/// is lost or held twice: one file, one object gone from the pool.
+#[test]
+fn concurrent_creates_of_one_name_from_two_managers_are_retried() {
+    let url = server().fresh_url();
+    let first = fresh_namespace(&url);
+    let second = Namespace::new(open(&url), Layout::SINGLE).unwrap();
+    for exclusive in [true, false] {
+        let name = format!("same-{exclusive}");
+        let met = Barrier::new(2);
+        let placements = AtomicUsize::new(0);
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = [&first, &second]
+                .into_iter()
+                .map(|ns| {
+                    let (met, placements, name) = (&met, &placements, name.clone());
+                    scope.spawn(move || {
+                        let mut placer = pool_placer(&[1]);
+                        let mut waited = false;
+                        // Called after the name was looked up (free) and before anything is written.
+                        let mut place = |layout: &Layout, t: &mut dyn nasd_meta::Txn| {
+                            placements.fetch_add(1, Ordering::SeqCst);
+                            if !waited {
+                                waited = true;
+                                met.wait();
+                            }
+                            placer(layout, t)
+                        };
+                        ns.create(&Caller::ROOT, ROOT_INO, &name, 0o644, exclusive, false, &mut place)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let made: Vec<_> = results.iter().filter(|r| matches!(r, Ok((_, true)))).collect();
+        assert_eq!(made.len(), 1, "exactly one create makes the file: {results:?}");
+        let loser = results.iter().find(|r| !matches!(r, Ok((_, true)))).unwrap();
+        if exclusive {
+            assert_eq!(loser.as_ref().err(), Some(&FsStatus::Exists), "{results:?}");
+        } else {
+            let (opened, created) = loser.as_ref().expect("a non-exclusive create opens the file");
+            assert!(!created);
+            assert_eq!(opened.attr.ino, made[0].as_ref().unwrap().0.attr.ino, "the same file");
+        }
+        // Two first placements met at the barrier; only the loser ran its transaction again, and
+        // on its second run the name existed, so it placed nothing.
+        assert_eq!(placements.load(Ordering::SeqCst), 2, "{results:?}");
+    }
+    check_invariants(&first);
+    assert_eq!(first.pool_len(1).unwrap(), POOLED as usize - 2, "one object per file made, none lost");
+    assert_eq!(snapshot(&first), snapshot(&second), "both managers see the same state");
+}
+
+/// Two managers increment one counter at the same moment (read, meet,
+/// write): one commits, the other conflicts, runs again on the new value,
+/// and commits; no increment is lost. Then many increments from each,
+/// unsynchronized: the count is exact.
+#[test]
+fn concurrent_increments_from_two_managers_lose_nothing() {
+    let url = server().fresh_url();
+    let backends = [open(&url), open(&url)];
+    let read = |t: &mut dyn nasd_meta::Txn| -> Result<u64, FsStatus> {
+        Ok(t.get_setting("counter")?.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap())))
+    };
+    let met = Barrier::new(2);
+    let runs = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for b in &backends {
+            let (met, runs) = (&met, &runs);
+            scope.spawn(move || {
+                let mut waited = false;
+                b.try_transact(|t| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    let n = read(t)?;
+                    if !waited {
+                        waited = true;
+                        met.wait();
+                    }
+                    t.put_setting("counter", &(n + 1).to_le_bytes())
+                })
+                .unwrap();
+            });
+        }
+    });
+    assert_eq!(backends[0].read(read).unwrap(), 2, "no increment lost");
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "one of the two ran again after its conflict");
+
+    const EACH: u64 = 50;
+    std::thread::scope(|scope| {
+        for b in &backends {
+            scope.spawn(move || {
+                for _ in 0..EACH {
+                    b.transact(|t| {
+                        let n = read(t)?;
+                        t.put_setting("counter", &(n + 1).to_le_bytes())
+                    })
+                    .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(backends[1].read(read).unwrap(), 2 + 2 * EACH);
+}
+
+/// The closure's own error is an abort (run once, not retried); a failed
+/// statement is a storage failure even if the closure swallows it, and
+/// nothing of that attempt commits; a row that does not decode is a storage
+/// failure too.
+#[test]
+fn aborts_and_storage_failures_are_told_apart_and_not_retried() {
+    let url = server().fresh_url();
+    let ns = Namespace::new(open(&url), Layout::SINGLE).unwrap();
+    let b = ns.backend();
+    let runs = AtomicUsize::new(0);
+    let r: Result<(), _> = b.try_transact(|t| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        t.put_setting("k", b"v")?;
+        Err(FsStatus::Exists)
+    });
+    assert_eq!((r, runs.load(Ordering::SeqCst)), (Err(TxnError::Abort(FsStatus::Exists)), 1));
+
+    runs.store(0, Ordering::SeqCst);
+    let r = b.try_transact(|t| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        // A dangling entry: the foreign key refuses it, and the closure ignores the error.
+        let _ = t.insert_dirent(ROOT_INO, "dangling", 1 << 40);
+        let _ = t.put_setting("k", b"v");
+        Ok(())
+    });
+    assert_eq!((r, runs.load(Ordering::SeqCst)), (Err(TxnError::Storage), 1));
+    assert_eq!(b.read(|t| t.get_setting("k")).unwrap(), None, "nothing of the failed attempt committed");
+    assert_eq!(b.transact(|t| t.put_setting("k", b"v")), Ok(()), "the connection serves on");
+
+    assert_eq!(b.try_read(|t| t.put_setting("k", b"w")), Err(TxnError::Storage), "read-only");
+    assert_eq!(b.attempt(Access::ReadOnly, &mut |t| t.get_setting("k")), Ok(Some(b"v".to_vec())));
+
+    raw_sql(&url, "UPDATE inodes SET kind = 99 WHERE ino = 1");
+    assert_eq!(b.try_read(|t| t.get_inode(ROOT_INO)), Err(TxnError::Storage), "an undecodable row");
+    assert_eq!(ns.getattr(ROOT_INO).err(), Some(FsStatus::Internal));
+}
+
+/// A new database is made with the schema on first use, also by two
+/// backends opening it at once; the version is recorded; a newer one is
+/// refused; an unreachable server is a clear error that shows no password.
+#[test]
+fn schema_is_created_once_and_versions_are_checked() {
+    let s = server();
+    let url = s.fresh_url();
+    let opened: Vec<Postgres> = std::thread::scope(|scope| {
+        let hs: Vec<_> = (0..3).map(|_| scope.spawn(|| open(&url))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for b in &opened {
+        assert_eq!(b.schema_version().unwrap(), POSTGRES_SCHEMA_VERSION);
+    }
+    assert_eq!(opened[0].transact(|t| t.alloc_ino()).unwrap(), 2, "the root is 1");
+    let t1 = opened[1].transact(|t| t.alloc_txn()).unwrap();
+    drop(opened);
+    let b = open(&url);
+    assert!(b.transact(|t| t.alloc_ino()).unwrap() > 2, "inode numbers go on after a reopen");
+    assert!(b.transact(|t| t.alloc_txn()).unwrap() > t1);
+    drop(b);
+
+    raw_sql(&url, &format!("UPDATE nasd_schema SET version = {}", POSTGRES_SCHEMA_VERSION + 1));
+    match Postgres::open(&url) {
+        Err(MetaError::TooNew { found, supported }) => {
+            assert_eq!((found, supported), (POSTGRES_SCHEMA_VERSION + 1, POSTGRES_SCHEMA_VERSION))
+        }
+        other => panic!("a newer schema was not refused: {other:?}"),
+    }
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = Postgres::open(&format!("postgres://nasd:s3cret@127.0.0.1:{closed}/meta")).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, MetaError::Postgres { .. }), "{text}");
+    assert!(text.contains(&format!("postgres://nasd@127.0.0.1:{closed}/meta")), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+}
