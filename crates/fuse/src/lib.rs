@@ -252,6 +252,12 @@ impl Mount {
     pub fn invalidations(&self) -> u64 {
         self.state.invalidations()
     }
+
+    /// Changes the feed reported that this mount made itself, and which it
+    /// therefore did not invalidate (the kernel took them from the replies).
+    pub fn own_changes_skipped(&self) -> u64 {
+        self.state.own_changes_skipped()
+    }
 }
 
 impl Drop for Mount {

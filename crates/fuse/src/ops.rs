@@ -31,6 +31,10 @@ const STATFS_NAME_MAX: u32 = nasd_proto::fs::FILE_NAME_MAX as u32;
 const FEED_WAIT: Duration = Duration::from_secs(25);
 /// How long the mount waits before it asks a feed that failed again.
 const FEED_RETRY: Duration = Duration::from_secs(1);
+/// How long the mount waits for the change feed to report a change it made
+/// itself (and skips it) before it forgets it: one not reported by then
+/// (the feed lost it, or was down) only costs an invalidation.
+const OWN_CHANGE_WAIT: Duration = Duration::from_secs(10);
 /// Prefix of the hidden name a file unlinked while open here lives on under.
 pub(crate) const HIDDEN_PREFIX: &str = ".nasd-unlinked-";
 
@@ -70,12 +74,22 @@ pub(crate) struct State {
     failed: AtomicU64,
     /// Cache invalidations sent to the kernel from the change feed.
     invalidations: AtomicU64,
+    /// Changes the feed reported that this mount had made itself (skipped).
+    own_skipped: AtomicU64,
+    /// Changes this mount is making itself, which the feed will report:
+    /// the kernel learnt them from the replies, so they are skipped.
+    own: Mutex<HashMap<Change, (u32, std::time::Instant)>>,
 }
 
 /// Locks a mutex, taking it over if a panicking request left it poisoned
 /// (every critical section leaves the tables consistent between statements).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The changes the manager records for a name made or removed in `parent`.
+fn name_changes(parent: Handle, name: &str) -> Vec<Change> {
+    vec![Change::Entry { dir: parent.ino, name: name.to_string() }, Change::Inode(parent.ino)]
 }
 
 /// The supplementary groups of process (or thread) `pid`: the `Groups:`
@@ -118,6 +132,8 @@ impl State {
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
+            own_skipped: AtomicU64::new(0),
+            own: Mutex::new(HashMap::new()),
         }
     }
 
@@ -131,6 +147,10 @@ impl State {
 
     pub fn invalidations(&self) -> u64 {
         self.invalidations.load(Ordering::Relaxed)
+    }
+
+    pub fn own_changes_skipped(&self) -> u64 {
+        self.own_skipped.load(Ordering::Relaxed)
     }
 
     /// The client the current request runs as ([`CALLER`]); the mount's
@@ -239,13 +259,14 @@ impl State {
             // The manager changes a size under a write transaction of its own, and a
             // commit sets the modification time: writes here are committed first.
             if file.dirty().await {
-                file.flush().await.map_err(|e| errno(&e))?;
+                self.making(vec![Change::Inode(ino)], async { file.flush().await.map_err(|e| errno(&e)) }).await?;
             }
         }
         if changes == SetAttr::default() {
             return self.getattr(ino).await;
         }
-        let attr = self.fs().setattr(handle, &changes).await.map_err(|e| errno(&e))?;
+        let call = async { self.fs().setattr(handle, &changes).await.map_err(|e| errno(&e)) };
+        let attr = self.making(vec![Change::Inode(ino)], call).await?;
         if changes.size.is_some() {
             if let Some(file) = &file {
                 file.adopt_attr(attr.clone()).await;
@@ -293,10 +314,14 @@ impl State {
         let name = name_of(&name)?;
         if let Some(kind) = kind {
             let rdev = if kind.is_device() { u64::from(rdev) } else { 0 };
-            let e = self.fs().mknod_at(parent, &name, kind, mode & 0o7777, rdev).await.map_err(|e| errno(&e))?;
+            let call =
+                async { self.fs().mknod_at(parent, &name, kind, mode & 0o7777, rdev).await.map_err(|e| errno(&e)) };
+            let e = self.making(name_changes(parent, &name), call).await?;
             return Ok(self.remember(&e));
         }
-        let file = self.fs().create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e))?;
+        let call =
+            async { self.fs().create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e)) };
+        let file = self.making(name_changes(parent, &name), call).await?;
         let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
         Ok(self.remember(&e))
     }
@@ -304,7 +329,8 @@ impl State {
     async fn mkdir(&self, parent: u64, name: OsString, mode: u32) -> Result<fuser::FileAttr, Errno> {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let e = self.fs().mkdir_at(parent, &name, mode & 0o7777).await.map_err(|e| errno(&e))?;
+        let call = async { self.fs().mkdir_at(parent, &name, mode & 0o7777).await.map_err(|e| errno(&e)) };
+        let e = self.making(name_changes(parent, &name), call).await?;
         Ok(self.remember(&e))
     }
 
@@ -312,7 +338,8 @@ impl State {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?.to_owned();
-        let e = self.fs().symlink_at(parent, &name, &target).await.map_err(|e| errno(&e))?;
+        let call = async { self.fs().symlink_at(parent, &name, &target).await.map_err(|e| errno(&e)) };
+        let e = self.making(name_changes(parent, &name), call).await?;
         Ok(self.remember(&e))
     }
 
@@ -320,7 +347,10 @@ impl State {
         let file = self.handle(ino)?;
         let new_parent = self.handle(new_parent)?;
         let new_name = name_of(&new_name)?;
-        let mut e = self.fs().link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e))?;
+        let mut changes = name_changes(new_parent, &new_name);
+        changes.push(Change::Inode(file.ino));
+        let call = async { self.fs().link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e)) };
+        let mut e = self.making(changes, call).await?;
         self.with_local_size(&mut e.attr).await;
         Ok(self.remember(&e))
     }
@@ -373,13 +403,15 @@ impl State {
         if let Some(ino) = self.open_last_name(parent, &name).await {
             return self.hide(parent, &name, ino).await.map(|_| ());
         }
-        self.fs().unlink_at(parent, &name).await.map_err(|e| errno(&e))
+        let call = async { self.fs().unlink_at(parent, &name).await.map_err(|e| errno(&e)) };
+        self.making(name_changes(parent, &name), call).await
     }
 
     async fn rmdir(&self, parent: u64, name: OsString) -> Result<(), Errno> {
         let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        self.fs().rmdir_at(parent, &name).await.map_err(|e| errno(&e))
+        let call = async { self.fs().rmdir_at(parent, &name).await.map_err(|e| errno(&e)) };
+        self.making(name_changes(parent, &name), call).await
     }
 
     async fn rename(&self, from: (u64, OsString), to: (u64, OsString), flags: RenameFlags) -> Result<(), Errno> {
@@ -401,7 +433,16 @@ impl State {
                 hidden = Some((ino, self.hide(new_parent, &new_name, ino).await?));
             }
         }
-        let renamed = self.fs().rename_at(parent, &name, new_parent, &new_name).await.map_err(|e| errno(&e));
+        let mut changes = vec![
+            Change::Entry { dir: parent.ino, name: name.clone() },
+            Change::Entry { dir: new_parent.ino, name: new_name.clone() },
+            Change::Inode(parent.ino),
+        ];
+        if new_parent.ino != parent.ino {
+            changes.push(Change::Inode(new_parent.ino));
+        }
+        let call = async { self.fs().rename_at(parent, &name, new_parent, &new_name).await.map_err(|e| errno(&e)) };
+        let renamed = self.making(changes, call).await;
         if let (Err(_), Some((ino, h))) = (&renamed, hidden) {
             // Put the replaced file back where it was.
             let back = self.fs().rename_at(h.parent, &h.name, new_parent, &new_name).await;
@@ -490,8 +531,11 @@ impl State {
         self.check_room()?;
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
-        let file =
-            self.fs().create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))?;
+        let file = self
+            .making(name_changes(parent, &name), async {
+                self.fs().create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))
+            })
+            .await?;
         let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
         let attr = self.remember(&e);
         let ino = e.attr.ino;
@@ -529,7 +573,9 @@ impl State {
             return Ok(());
         }
         let file = self.shared(open.ino)?;
-        file.flush().await.map_err(|e| errno(&e))?;
+        // Always flushed: a write that failed in the background is reported here.
+        let expected = if file.dirty().await { vec![Change::Inode(open.ino)] } else { Vec::new() };
+        self.making(expected, async { file.flush().await.map_err(|e| errno(&e)) }).await?;
         let attr = file.attr();
         let mut inodes = lock(&self.inodes);
         if let Some(node) = inodes.get_mut(open.ino) {
@@ -704,13 +750,15 @@ impl State {
         };
         let handle = self.handle(ino)?;
         let name = name_of(&name)?;
-        self.fs().setxattr(handle, &name, &value, mode).await.map_err(|e| errno(&e))
+        let call = async { self.fs().setxattr(handle, &name, &value, mode).await.map_err(|e| errno(&e)) };
+        self.making(vec![Change::Inode(handle.ino)], call).await
     }
 
     async fn removexattr(&self, ino: u64, name: OsString) -> Result<(), Errno> {
         let handle = self.handle(ino)?;
         let name = name_of(&name)?;
-        self.fs().removexattr(handle, &name).await.map_err(|e| errno(&e))
+        let call = async { self.fs().removexattr(handle, &name).await.map_err(|e| errno(&e)) };
+        self.making(vec![Change::Inode(handle.ino)], call).await
     }
 
     // ---------------------------------------------------------- change feed
@@ -742,9 +790,66 @@ impl State {
         }
     }
 
+    /// Notes changes this mount is about to make (as the manager will record
+    /// them), so the feed's report of them is skipped.
+    fn expect(&self, changes: &[Change]) {
+        let now = std::time::Instant::now();
+        let mut own = lock(&self.own);
+        own.retain(|_, (_, at)| now.duration_since(*at) < OWN_CHANGE_WAIT);
+        for c in changes {
+            let e = own.entry(c.clone()).or_insert((0, now));
+            *e = (e.0 + 1, now);
+        }
+    }
+
+    /// Forgets expected changes of a request that failed (it changed nothing).
+    fn unexpect(&self, changes: &[Change]) {
+        let mut own = lock(&self.own);
+        for c in changes {
+            if let Some(e) = own.get_mut(c) {
+                e.0 -= 1;
+                if e.0 == 0 {
+                    own.remove(c);
+                }
+            }
+        }
+    }
+
+    /// Runs a manager request that makes `changes` if it succeeds, expecting them.
+    async fn making<T>(&self, changes: Vec<Change>, call: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
+        self.expect(&changes);
+        let r = call.await;
+        if r.is_err() {
+            self.unexpect(&changes);
+        }
+        r
+    }
+
+    /// Whether `c` is one of this mount's own changes (then consumed).
+    fn own_change(&self, c: &Change) -> bool {
+        let mut own = lock(&self.own);
+        match own.get_mut(c) {
+            Some(e) if OWN_CHANGE_WAIT > e.1.elapsed() => {
+                e.0 -= 1;
+                if e.0 == 0 {
+                    own.remove(c);
+                }
+                self.own_skipped.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(_) => {
+                own.remove(c);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Tells the kernel to drop what `changes` made stale, for inodes and
-    /// directories it holds.
+    /// directories it holds (not what this mount changed itself: the kernel
+    /// took that from the replies).
     async fn invalidate(&self, changes: Vec<Change>) {
+        let changes: Vec<Change> = changes.into_iter().filter(|c| !self.own_change(c)).collect();
         let mut todo = Vec::new();
         {
             let mut inodes = lock(&self.inodes);

@@ -137,6 +137,10 @@ fn the_change_feed_reaches_a_mount_before_its_caches_expire() {
         again == "VERSION one"
     });
     assert!(env.mounted(1).invalidations() > before, "the feed, not the timeout, brought them");
+    // A made every change itself: its feed skips them rather than drop what its
+    // kernel holds (creates, writes, a chmod, a truncate, an unlink, a rewrite: 10 at least).
+    within_feed_bound("A's own changes reported", || env.mounted(0).own_changes_skipped() >= 10);
+    assert_eq!(env.mounted(0).invalidations(), 0, "nothing of A's own was invalidated in A");
     drop(held);
     env.stop();
 }
