@@ -103,8 +103,8 @@ impl Session {
 }
 
 /// What a request changes if it succeeds, for the change feed: names in
-/// directories, and inodes whose attributes or data it moves. (The inode a
-/// `CREATE` truncated is added from its reply.)
+/// directories, and inodes whose attributes or data it moves. (An existing
+/// file a `CREATE` truncated is recorded by `create`.)
 fn changes_of(req: &ManagerRequest) -> Vec<Change> {
     use ManagerRequest as R;
     let entry = |dir: &nasd_proto::manager::Handle, name: &str| Change::Entry { dir: dir.ino, name: name.to_string() };
@@ -213,12 +213,8 @@ impl Manager {
     /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
     /// What a successful request changed goes to the change feed.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
-        let mut changes = changes_of(&req);
-        let truncating = matches!(req, ManagerRequest::Create { truncate: true, .. });
+        let changes = changes_of(&req);
         let reply = self.serve_request(s, req).await?;
-        if let (true, ManagerReply::Entry(e)) = (truncating, &reply) {
-            changes.push(Change::Inode(e.attr.ino));
-        }
         if !changes.is_empty() {
             self.changes.record(changes);
         }
@@ -742,6 +738,10 @@ impl Manager {
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
+        }
+        if truncate {
+            // An existing file emptied: its data changed (a new file's name is change enough).
+            self.changes.record([Change::Inode(inode.attr.ino)]);
         }
         self.entry(s, inode, OpenMode::ReadWrite).await
     }
