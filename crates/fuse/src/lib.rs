@@ -179,6 +179,16 @@ impl Mount {
     pub async fn start(fs: nasd_fs::FsClient, config: MountConfig) -> io::Result<Mount> {
         config.validate()?;
         let root = fs.root().await.map_err(|e| io::Error::other(format!("cannot reach the root directory: {e}")))?;
+        // Take a place in the change feed before the kernel can cache anything:
+        // every change made after `start` returns reaches this mount.
+        let mut watcher = fs.watcher();
+        let started = match watcher.wait(Duration::ZERO).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the manager's change feed is not reachable yet: the attribute timeout bounds staleness until it is");
+                false
+            }
+        };
         let runtime = tokio::runtime::Handle::current();
         let state = Arc::new(ops::State::new(fs, runtime, &config, root));
         let options = fuser_config(&config);
@@ -189,7 +199,7 @@ impl Mount {
             .map_err(|e| io::Error::other(format!("mount task failed: {e}")))?
             .map_err(|e| io::Error::new(e.kind(), format!("cannot mount at {}: {e}", config.mountpoint.display())))?;
         state.set_notifier(session.notifier());
-        let feed = tokio::spawn(state.clone().follow_changes());
+        let feed = tokio::spawn(state.clone().follow_changes(watcher, started));
         let unmounter = session.unmount_callable();
         let (tx, done) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()

@@ -769,9 +769,7 @@ impl State {
     /// that cannot be reached is tried again every [`FEED_RETRY`]; while it
     /// is down, and for names the feed lost, the attribute timeout is the
     /// bound.
-    pub async fn follow_changes(self: Arc<Self>) {
-        let mut watcher = self.fs.watcher();
-        let mut started = false;
+    pub async fn follow_changes(self: Arc<Self>, mut watcher: nasd_fs::Watcher, mut started: bool) {
         loop {
             match watcher.wait(FEED_WAIT).await {
                 Ok(batch) => {
