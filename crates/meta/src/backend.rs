@@ -212,8 +212,8 @@ pub enum Access {
 
 /// Most times [`Backend::try_transact`] and [`Backend::try_read`] run a
 /// closure whose attempts conflict, before they report
-/// [`TxnError::Conflict`]. With the backoff below, the waits between them
-/// add up to at most about 1.5 s.
+/// [`TxnError::Conflict`]. With the backoff below, the 11 waits between
+/// them add up to at most 1 023 ms (1 + 2 + … + 128, then 256 three times).
 pub const TXN_ATTEMPTS_MAX: u32 = 12;
 /// The first wait after a conflict; each further one doubles, up to
 /// [`TXN_BACKOFF_MAX`], and a random part of it is waited (full jitter, so

@@ -8,8 +8,15 @@
 //!
 //! - **Backends are a trait.** [`Backend`] runs a closure in one transaction
 //!   over row operations ([`Txn`]); [`Sqlite`] (embedded, WAL,
-//!   `synchronous=FULL`) is the default, and a PostgreSQL backend can be added
-//!   without touching the semantics.
+//!   `synchronous=FULL`) is the default, [`Postgres`] keeps the same rows in
+//!   a PostgreSQL server (every transaction `SERIALIZABLE`), and a
+//!   [`Location`] (`sqlite:PATH`, `postgres://…`) opens either as a
+//!   [`Store`].
+//! - **Transactions may run again.** An attempt ends in a [`TxnError`]:
+//!   `Conflict` (a serialization failure or deadlock: [`Backend::transact`]
+//!   runs the closure again, at most [`TXN_ATTEMPTS_MAX`] times with
+//!   backoff), `Abort` (the closure's own error) or `Storage` (the backend
+//!   failed). So closures are `FnMut` and act only through their [`Txn`].
 //! - **Semantics are written once.** [`Namespace`] implements permission
 //!   checks, rename rules, link counts and object bookkeeping generically over
 //!   [`Backend`]; every public method is exactly one transaction, so a failed

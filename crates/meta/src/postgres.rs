@@ -26,8 +26,9 @@
 //! # Schema
 //! The tables are those of the SQLite schema version 2 (see `sqlite.rs`),
 //! with these differences: integers are `BIGINT` (a `u64` bit-for-bit, as
-//! on SQLite), booleans `BOOLEAN`, blobs `BYTEA`; directory entry names are
-//! `TEXT COLLATE "C"`, so they sort by bytes; and the inode and write
+//! on SQLite), booleans `BOOLEAN`, blobs `BYTEA`; directory entry and user
+//! names are `TEXT COLLATE "C"`, so they sort by bytes whatever the
+//! database's locale (as SQLite's `BINARY`); and the inode and write
 //! transaction counters are the sequences `next_ino` (from 2) and `next_txn`
 //! (from 1). A sequence hands out each number once even to transactions that
 //! roll back (a failed or retried operation may burn numbers, never reuse
@@ -92,7 +93,7 @@ CREATE INDEX dirents_child ON dirents (child);
 CREATE SEQUENCE next_ino START 2;
 CREATE SEQUENCE next_txn START 1;
 CREATE TABLE users (
-    name TEXT PRIMARY KEY, uid BIGINT NOT NULL UNIQUE, gid BIGINT NOT NULL,
+    name TEXT COLLATE "C" PRIMARY KEY, uid BIGINT NOT NULL UNIQUE, gid BIGINT NOT NULL,
     password_hash TEXT NOT NULL, admin BOOLEAN NOT NULL);
 CREATE TABLE drives (
     drive BIGINT PRIMARY KEY, drive_id BYTEA NOT NULL UNIQUE, addr TEXT NOT NULL,
@@ -399,8 +400,10 @@ impl Postgres {
                 tracing::info!(target = %self.target, version = from + 1, "metadata schema migrated");
             }
             let write = async {
-                c.batch_execute("DELETE FROM nasd_schema").await?;
-                c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
+                if found < POSTGRES_SCHEMA_VERSION {
+                    c.batch_execute("DELETE FROM nasd_schema").await?;
+                    c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
+                }
                 c.batch_execute("COMMIT").await
             };
             wait(write).map_err(|e| self.error(e))

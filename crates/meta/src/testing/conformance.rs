@@ -1257,6 +1257,7 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     assert!(ns.users().unwrap().is_empty());
     ns.add_user(&user("zoe", 1001)).unwrap();
     ns.add_user(&user("admin", 0)).unwrap();
+    ns.add_user(&user("Bob", 1003)).unwrap();
     assert_eq!(ns.add_user(&user("zoe", 1002)).err(), Some(FsStatus::Exists));
     assert_eq!(ns.add_user(&user("amy", 1001)).err(), Some(FsStatus::Exists));
     assert_eq!(ns.add_user(&user("", 5)).err(), Some(FsStatus::InvalidArgument));
@@ -1264,7 +1265,8 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.add_user(&user(&long, 5)).err(), Some(FsStatus::InvalidArgument));
     assert_eq!(ns.user("zoe").unwrap(), Some(user("zoe", 1001)));
     assert_eq!(ns.user("nobody").unwrap(), None);
-    assert_eq!(ns.users().unwrap(), vec![user("admin", 0), user("zoe", 1001)]);
+    let by_bytes = vec![user("Bob", 1003), user("admin", 0), user("zoe", 1001)];
+    assert_eq!(ns.users().unwrap(), by_bytes, "ordered by the names' bytes");
     ns.set_password("zoe", "new").unwrap();
     assert_eq!(ns.user("zoe").unwrap().unwrap().password_hash, "new");
     assert_eq!(ns.set_password("nobody", "x").err(), Some(FsStatus::NotFound));

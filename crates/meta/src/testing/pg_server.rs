@@ -1,4 +1,5 @@
-//! A real PostgreSQL server for tests: `initdb` into a fresh directory,
+//! A real PostgreSQL server for tests: `initdb` into a fresh directory
+//! (UTF-8, default collation ICU `en-US`, which does not sort by bytes),
 //! `postgres` on a free 127.0.0.1 port with trust authentication, removed
 //! again when the test process is done with it.
 //!
@@ -136,16 +137,22 @@ fn free_port() -> Result<u16, String> {
 }
 
 /// The guardian: starts the server in the background, prints its pid, and
-/// when its standard input closes, stops the server and removes `$DIR`.
+/// when its standard input closes, stops the server (fast shutdown; killed
+/// if it is not gone within [`STOP_TIMEOUT_SECS`]) and removes `$DIR`.
 const GUARDIAN: &str = r#"
 "$@" >"$DIR/server.log" 2>&1 &
 pid=$!
 echo "$pid"
 cat >/dev/null
 kill -INT "$pid" 2>/dev/null
+( sleep "$STOP_TIMEOUT_SECS"; kill -KILL "$pid" ) >/dev/null 2>&1 &
+killer=$!
 wait "$pid"
+kill "$killer" 2>/dev/null
 rm -rf "$DIR"
 "#;
+/// Longest the guardian waits for the server to stop before killing it.
+const STOP_TIMEOUT_SECS: u32 = 30;
 
 impl PgServer {
     /// Makes a new cluster and starts a server on it.
@@ -180,11 +187,15 @@ impl PgServer {
                 std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(|e| format!("chown: {e}"))?;
             }
             let mut initdb = as_server(account, &bin.join("initdb"));
+            // A linguistic default collation (ICU en-US sorts "a" before "B"), so that a query
+            // relying on the database's default to sort names by bytes fails the tests.
             initdb.arg("-D").arg(&data).args([
                 "--auth=trust",
                 "--username=postgres",
                 "--encoding=UTF8",
-                "--locale=C",
+                "--locale=C.UTF-8",
+                "--locale-provider=icu",
+                "--icu-locale=en-US",
                 "--no-sync",
                 "--no-instructions",
             ]);
@@ -201,6 +212,7 @@ impl PgServer {
         let server = as_server(account, &bin.join("postgres"));
         let mut guardian = Command::new("sh");
         guardian.arg("-c").arg(GUARDIAN).arg("nasd-pg-guardian").env("DIR", &dir);
+        guardian.env("STOP_TIMEOUT_SECS", STOP_TIMEOUT_SECS.to_string());
         guardian.arg(server.get_program()).args(server.get_args());
         guardian.arg("-D").arg(&data).arg("-p").arg(port.to_string());
         for setting in [
