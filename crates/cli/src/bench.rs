@@ -45,6 +45,23 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// The POSIX mount (FUSE) of an in-process cluster measured with fio beside a
+    /// local directory: 1 MiB sequential write and read, 4 KiB random read, and
+    /// create/stat/unlink of empty files per second (needs root and fio).
+    Mount {
+        /// Size of fio's file.
+        #[arg(long, default_value = "1GiB")]
+        size: String,
+        /// Number of empty files created, stat-ed and unlinked.
+        #[arg(long, default_value_t = 2_000)]
+        files: u32,
+        /// Longest a read job runs, in seconds.
+        #[arg(long, default_value_t = 30)]
+        runtime: u64,
+        /// Where the cluster, the mount point and the local directory live [default: a temporary directory].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// One client writes then reads SIZE sequentially in REQUEST-sized
     /// requests over loopback, beside a raw TCP copy of the same bytes.
     Drive {
@@ -132,6 +149,10 @@ pub enum BenchCommand {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Mount { size, files, runtime, dir } => {
+            let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            crate::bench_mount::mount_bench(size, files, runtime, dir.as_deref()).await
+        }
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
         BenchCommand::Soak(args) => crate::bench_soak::run(args).await,
         BenchCommand::Fs { size, files, dir } => {

@@ -184,6 +184,43 @@ pub enum FsCommand {
         #[command(flatten)]
         login: Login,
     },
+    /// Show a quota (your own uid's by default; --uid or --dir for another),
+    /// or, with --bytes or --files, set it (administrators; `none` removes a
+    /// limit, both `none` the quota). Over a quota, writes fail with EDQUOT.
+    Quota {
+        /// The quota of this uid.
+        #[arg(long, conflicts_with = "dir")]
+        uid: Option<u32>,
+        /// The quota of this directory's tree (a path in nasd).
+        #[arg(long)]
+        dir: Option<String>,
+        /// Set the byte limit: a size (10GiB, 500M, 4096) or `none`.
+        #[arg(long, value_parser = parse_byte_limit)]
+        bytes: Option<Limit>,
+        /// Set the inode limit: a count or `none`.
+        #[arg(long, value_parser = parse_count_limit)]
+        files: Option<Limit>,
+        #[command(flatten)]
+        login: Login,
+    },
+}
+
+/// A quota limit given on the command line: a value or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(Option<u64>);
+
+fn parse_byte_limit(s: &str) -> Result<Limit, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    crate::size::parse_size(s).map(|v| Limit(Some(v)))
+}
+
+fn parse_count_limit(s: &str) -> Result<Limit, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Limit(None));
+    }
+    s.trim().parse::<u64>().map(|v| Limit(Some(v))).map_err(|e| format!("'{s}' is not a count: {e}"))
 }
 
 impl FsCommand {
@@ -194,6 +231,7 @@ impl FsCommand {
             Ls { login, .. } | Mkdir { login, .. } | Put { login, .. } | Get { login, .. } | Cp { login, .. } => login,
             Cat { login, .. } | Rm { login, .. } | Rmdir { login, .. } | Mv { login, .. } | Ln { login, .. } => login,
             Stat { login, .. } | Chmod { login, .. } | Chown { login, .. } | Df { login } => login,
+            Quota { login, .. } => login,
         }
     }
 }
@@ -213,6 +251,35 @@ pub enum AdminCommand {
         /// May run administrator commands.
         #[arg(long)]
         admin: bool,
+        /// Supplementary group ids (comma-separated or repeated; at most 32).
+        #[arg(long, value_delimiter = ',')]
+        groups: Vec<u32>,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Replace a user's supplementary groups (none given: no supplementary
+    /// groups). Open sessions of the user use them from their next request.
+    SetGroups {
+        /// Whose groups.
+        name: String,
+        /// Group ids (at most 32).
+        groups: Vec<u32>,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Let a user act as a gateway (a POSIX mount serving many local users,
+    /// `nasd mount --map-users`) for the local users whose uid and groups
+    /// all lie in IDS, without their passwords; or no longer (--none).
+    SetGateway {
+        /// The gateway's user name.
+        name: String,
+        /// Inclusive id range FIRST-LAST (e.g. 1000-60000; 0-4294967295:
+        /// every id, root included).
+        #[arg(long, value_parser = parse_id_range, required_unless_present = "none", conflicts_with = "none")]
+        ids: Option<(u32, u32)>,
+        /// Take the grant away.
+        #[arg(long)]
+        none: bool,
         #[command(flatten)]
         login: Login,
     },
@@ -283,6 +350,7 @@ impl AdminCommand {
         use AdminCommand::*;
         match self {
             AddUser { login, .. } | Users { login } | Passwd { login, .. } => Some(login),
+            SetGroups { login, .. } | SetGateway { login, .. } => Some(login),
             DriveOut { login, .. } | DriveIn { login, .. } | AddDrive { login, .. } => Some(login),
             ResetPassword { .. } => None,
         }
@@ -422,6 +490,7 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
         }
         FsCommand::Chown { owner, path, .. } => chown(fs, &owner, &abs(&path)).await,
         FsCommand::Df { .. } => df(fs).await,
+        FsCommand::Quota { uid, dir, bytes, files, .. } => quota(fs, uid, dir, bytes, files).await,
     }
 }
 
@@ -431,6 +500,10 @@ fn mode_string(kind: FileKind, mode: u32) -> String {
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
         FileKind::File => '-',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDevice => 'c',
+        FileKind::BlockDevice => 'b',
     });
     for shift in [6, 3, 0] {
         let bits = (mode >> shift) & 7;
@@ -679,21 +752,87 @@ async fn df(fs: &FsClient) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn quota(
+    fs: &FsClient,
+    uid: Option<u32>,
+    dir: Option<String>,
+    bytes: Option<Limit>,
+    files: Option<Limit>,
+) -> anyhow::Result<()> {
+    let (of, what) = match &dir {
+        Some(path) => {
+            let path = abs(path);
+            let handle = fs.walk(&path, nasd_fs::OpenMode::None).await.with_context(|| path.clone())?.handle();
+            (nasd_fs::QuotaOf::Dir(handle), format!("directory {path}"))
+        }
+        None => {
+            let uid = uid.unwrap_or(fs.identity().uid);
+            (nasd_fs::QuotaOf::User(uid), format!("uid {uid}"))
+        }
+    };
+    if bytes.is_some() || files.is_some() {
+        let old = fs.quota(of).await.with_context(|| format!("cannot read the quota of {what}"))?;
+        let keep = |given: Option<Limit>, old: Option<u64>| given.map_or(old, |l| l.0);
+        let (b, f) = (keep(bytes, old.bytes_limit), keep(files, old.files_limit));
+        fs.set_quota(of, b, f).await.with_context(|| format!("cannot set the quota of {what}"))?;
+    }
+    let q = fs.quota(of).await.with_context(|| format!("cannot read the quota of {what}"))?;
+    if !q.exists {
+        println!("{what}: no quota");
+        return Ok(());
+    }
+    let limit = |l: Option<u64>, show: fn(u64) -> String| l.map_or("no limit".to_string(), show);
+    println!(
+        "{what}: bytes {} of {} ({} in write escrow), inodes {} of {}",
+        crate::size::human(q.bytes_used),
+        limit(q.bytes_limit, crate::size::human),
+        crate::size::human(q.escrow),
+        q.files_used,
+        limit(q.files_limit, |v| v.to_string())
+    );
+    Ok(())
+}
+
+/// Parses an inclusive id range `FIRST-LAST`.
+fn parse_id_range(s: &str) -> Result<(u32, u32), String> {
+    let (lo, hi) = s.split_once('-').ok_or("an id range is FIRST-LAST, e.g. 1000-60000")?;
+    let parse = |v: &str| v.trim().parse::<u32>().map_err(|e| format!("'{v}' is not an id: {e}"));
+    let (lo, hi) = (parse(lo)?, parse(hi)?);
+    if lo > hi {
+        return Err(format!("the range {lo}-{hi} runs backwards"));
+    }
+    Ok((lo, hi))
+}
+
 /// Runs one administrator command.
 pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
     match cmd {
-        AdminCommand::AddUser { name, uid, gid, admin, .. } => {
+        AdminCommand::AddUser { name, uid, gid, admin, groups, .. } => {
             let password = new_password(&name)?;
             // 0 asks the manager for the next free uid, and for a gid equal to the uid.
-            fs.add_user(&name, &password, uid.unwrap_or(0), gid.unwrap_or(0), admin)
+            fs.add_user_in_groups(&name, &password, uid.unwrap_or(0), gid.unwrap_or(0), &groups, admin)
                 .await
                 .with_context(|| format!("cannot add user {name}"))?;
             println!("user {name} added");
         }
+        AdminCommand::SetGroups { name, groups, .. } => {
+            fs.set_user_groups(&name, &groups).await.with_context(|| format!("cannot set the groups of {name}"))?;
+            println!("groups of {name} set");
+        }
+        AdminCommand::SetGateway { name, ids, .. } => {
+            fs.set_gateway(&name, ids).await.with_context(|| format!("cannot set the gateway grant of {name}"))?;
+            match ids {
+                Some((lo, hi)) => println!("{name} may act for ids {lo}-{hi}"),
+                None => println!("{name} is no longer a gateway"),
+            }
+        }
         AdminCommand::Users { .. } => {
-            println!("{:<20} {:>8} {:>8}  admin", "name", "uid", "gid");
+            println!("{:<20} {:>8} {:>8}  {:<5}  {:<23}  groups", "name", "uid", "gid", "admin", "gateway for");
             for u in fs.users().await? {
-                println!("{:<20} {:>8} {:>8}  {}", u.name, u.uid, u.gid, if u.admin { "yes" } else { "" });
+                let groups = u.groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+                let gateway = u.gateway.map(|(lo, hi)| format!("{lo}-{hi}")).unwrap_or_default();
+                let admin = if u.admin { "yes" } else { "" };
+                println!("{:<20} {:>8} {:>8}  {admin:<5}  {gateway:<23}  {groups}", u.name, u.uid, u.gid);
             }
         }
         AdminCommand::Passwd { name, .. } => {
@@ -734,6 +873,28 @@ fn new_password(name: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_limits_parse() {
+        assert_eq!(parse_byte_limit("10GiB"), Ok(Limit(Some(10 << 30))));
+        assert_eq!(parse_byte_limit("none"), Ok(Limit(None)));
+        assert_eq!(parse_count_limit("NONE"), Ok(Limit(None)));
+        assert_eq!(parse_count_limit("5000"), Ok(Limit(Some(5000))));
+        assert!(parse_count_limit("5k").unwrap_err().contains("not a count"));
+        assert!(parse_byte_limit("lots").is_err());
+    }
+
+    #[test]
+    fn id_ranges_parse_or_say_why_not() {
+        assert_eq!(parse_id_range("1000-60000"), Ok((1000, 60000)));
+        assert_eq!(parse_id_range("0-4294967295"), Ok((0, u32::MAX)));
+        assert_eq!(parse_id_range("7-7"), Ok((7, 7)));
+        assert!(parse_id_range("9-8").unwrap_err().contains("backwards"));
+        assert!(parse_id_range("1000").unwrap_err().contains("FIRST-LAST"));
+        assert!(parse_id_range("a-9").unwrap_err().contains("not an id"));
+        assert!(parse_id_range("1-4294967296").unwrap_err().contains("not an id"));
+    }
+
     use indicatif::ProgressBar;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

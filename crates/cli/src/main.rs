@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_fs;
+mod bench_mount;
 mod bench_soak;
 mod bench_stripe;
 mod cluster_cmd;
@@ -10,6 +11,7 @@ mod config;
 mod daemons;
 mod drive_admin;
 mod fs_cmd;
+mod mount_cmd;
 mod size;
 mod transfer;
 
@@ -46,6 +48,9 @@ enum Command {
     Drive(daemons::DriveArgs),
     #[command(flatten)]
     Fs(fs_cmd::FsCommand),
+    /// Mount the file system at MOUNTPOINT (FUSE) and serve it until Ctrl-C,
+    /// SIGTERM or `fusermount3 -u MOUNTPOINT`.
+    Mount(mount_cmd::MountArgs),
     /// How files are spread over drives: show or set a layout (striping,
     /// mirroring, Reed-Solomon).
     #[command(subcommand)]
@@ -135,6 +140,7 @@ impl Command {
             Command::Layout(cmd) => Some(cmd.login()),
             Command::Status { login } | Command::Scrub { drive: None, login, .. } => Some(login),
             Command::Repair(args) => Some(&args.login),
+            Command::Mount(args) => Some(&args.login),
             Command::Admin(cmd) => cmd.login(),
             _ => None,
         }
@@ -191,6 +197,7 @@ fn run() -> anyhow::Result<()> {
         Command::Manager(args) => rt.block_on(daemons::run_manager(args, file.manager)),
         Command::Drive(args) => rt.block_on(daemons::run_drive(args, file.drive)),
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
+        Command::Mount(args) => rt.block_on(async { mount_cmd::run(login().await?, args).await }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),
         Command::Repair(args) => rt.block_on(async { cluster_cmd::repair(&login().await?, args).await }),

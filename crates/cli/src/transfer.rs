@@ -305,7 +305,7 @@ async fn root_item(fs: &FsClient, from: &Loc) -> anyhow::Result<Item> {
         }
         Loc::Remote(p) => {
             let st = fs.stat(p).await.with_context(|| format!("cannot read {p}"))?;
-            remote_kind(&st.attr, String::new())
+            remote_kind(&st.attr, String::new()).with_context(|| format!("{p} is not a regular file or a directory"))?
         }
     };
     Ok(Item { rel: String::new(), kind })
@@ -326,11 +326,14 @@ fn local_kind(path: &Path, m: &std::fs::Metadata) -> anyhow::Result<Option<Kind>
     })
 }
 
-fn remote_kind(a: &FileAttr, target: String) -> Kind {
+/// What a copy makes of a nasd entry; `None` for a special file (a FIFO,
+/// socket or device: skipped, as for local ones).
+fn remote_kind(a: &FileAttr, target: String) -> Option<Kind> {
     match a.kind {
-        FileKind::Dir => Kind::Dir { mode: a.mode },
-        FileKind::File => Kind::File { len: a.size, mode: a.mode },
-        FileKind::Symlink => Kind::Symlink { target },
+        FileKind::Dir => Some(Kind::Dir { mode: a.mode }),
+        FileKind::File => Some(Kind::File { len: a.size, mode: a.mode }),
+        FileKind::Symlink => Some(Kind::Symlink { target }),
+        FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice => None,
     }
 }
 
@@ -389,7 +392,10 @@ async fn list_remote(fs: &FsClient, dir: &str, rel: &str) -> anyhow::Result<Vec<
         } else {
             String::new()
         };
-        out.push(Item { rel: child_rel(rel, &name), kind: remote_kind(&attr, target) });
+        match remote_kind(&attr, target) {
+            Some(kind) => out.push(Item { rel: child_rel(rel, &name), kind }),
+            None => eprintln!("skipped nasd:{path}: not a regular file, directory or symbolic link"),
+        }
     }
     Ok(out)
 }

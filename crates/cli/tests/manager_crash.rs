@@ -245,8 +245,14 @@ fn read_view(content: &[u8], recorded: u64) -> Vec<u8> {
 #[derive(Clone, PartialEq, Eq)]
 enum Norm {
     Dir,
-    File { links: Vec<String>, content: Vec<u8>, recorded: u64 },
+    File {
+        links: Vec<String>,
+        content: Vec<u8>,
+        recorded: u64,
+    },
     Symlink(String),
+    /// A FIFO, socket or device (the workload makes none; shown if one appears).
+    Special(FileKind),
 }
 
 impl std::fmt::Debug for Norm {
@@ -254,6 +260,7 @@ impl std::fmt::Debug for Norm {
         match self {
             Norm::Dir => write!(f, "dir"),
             Norm::Symlink(t) => write!(f, "symlink -> {t:?}"),
+            Norm::Special(kind) => write!(f, "{kind:?}"),
             Norm::File { links, content, recorded } => write!(
                 f,
                 "file of {} bytes (fnv {:016x}), recorded size {recorded}, names {links:?}",
@@ -656,6 +663,9 @@ async fn observe(fs: &FsClient, root: &str) -> Result<Tree, String> {
             let norm = match s.kind {
                 FileKind::Dir => Norm::Dir,
                 FileKind::Symlink => Norm::Symlink(s.target),
+                kind @ (FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice) => {
+                    Norm::Special(kind)
+                }
                 FileKind::File => Norm::File {
                     links: by_ino[&s.attr.ino].clone(),
                     content: contents[&s.attr.ino].clone(),
@@ -963,6 +973,9 @@ fn check_stopped_tree(
             let norm = match inode.attr.kind {
                 FileKind::Dir => Norm::Dir,
                 FileKind::Symlink => Norm::Symlink(inode.target.clone().unwrap_or_default()),
+                kind @ (FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice) => {
+                    Norm::Special(kind)
+                }
                 FileKind::File => Norm::File {
                     links: by_ino[&inode.attr.ino].clone(),
                     content: read_view(&object_content(p, inode, &mut problems), inode.attr.size),

@@ -5,7 +5,9 @@
 
 use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
-use nasd_proto::manager::{ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION};
+use nasd_proto::manager::{
+    Change, ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION, WATCH_WAIT_MAX_MS,
+};
 use nasd_proto::DecodeError;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -244,5 +246,73 @@ impl ManagerPool {
     /// Idle connections held (for tests and diagnostics).
     pub(crate) fn idle_connections(&self) -> usize {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// A change-feed watcher with a connection of its own (opened at its
+    /// first wait).
+    pub(crate) fn watcher(&self) -> Watcher {
+        Watcher { config: self.config.clone(), tls: self.tls.clone(), conn: None, incarnation: 0, next: 0 }
+    }
+}
+
+/// What one wait of a [`Watcher`] brought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeBatch {
+    /// Changes were missed (the manager restarted, the watcher fell behind
+    /// its log, or this is the first wait): drop everything cached.
+    pub lost: bool,
+    /// The changes since the last wait, in order.
+    pub changes: Vec<Change>,
+}
+
+/// Follows the manager's change feed (`WATCH`) on a connection of its own:
+/// each [`wait`](Watcher::wait) returns what changed since the last one, or
+/// says changes were lost. A connection that fails is replaced at the next
+/// wait; the position in the feed is kept, so nothing is missed unless the
+/// manager says so.
+pub struct Watcher {
+    config: FsConfig,
+    tls: TlsConnector,
+    conn: Option<ManagerConn>,
+    incarnation: u64,
+    next: u64,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").field("incarnation", &self.incarnation).field("next", &self.next).finish()
+    }
+}
+
+impl Watcher {
+    /// Waits up to `wait` (at most `WATCH_WAIT_MAX_MS`, and half the reply
+    /// timeout) for changes; returns at once if there are some.
+    ///
+    /// # Errors
+    /// The manager unreachable or refusing; the next call tries a fresh
+    /// connection.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops its connection; the position in the feed
+    /// is kept.
+    pub async fn wait(&mut self, wait: Duration) -> Result<ChangeBatch, FsError> {
+        let most = Duration::from_millis(u64::from(WATCH_WAIT_MAX_MS)).min(self.config.reply_timeout / 2);
+        let wait_ms = wait.min(most).as_millis() as u32;
+        let mut conn = match self.conn.take() {
+            Some(c) if c.is_reusable() => c,
+            _ => ManagerConn::open(&self.config, &self.tls).await?.0,
+        };
+        let req = ManagerRequest::Watch { incarnation: self.incarnation, after: self.next, wait_ms };
+        let reply = conn.call(&req).await;
+        if !conn.is_broken() {
+            self.conn = Some(conn);
+        }
+        match reply? {
+            ManagerReply::Changes { incarnation, next, lost, changes } => {
+                (self.incarnation, self.next) = (incarnation, next);
+                Ok(ChangeBatch { lost, changes })
+            }
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
     }
 }

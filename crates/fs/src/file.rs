@@ -209,6 +209,22 @@ impl Inner {
         if io.txn.is_none() {
             io.txn = Some(self.begin().await?);
         }
+        let end = offset + len;
+        if io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
+            // Past this transaction's quota escrow: commit what it wrote, which
+            // gives the escrow back, and ask for a fresh one.
+            self.commit(io).await?;
+            io.txn = Some(self.begin().await?);
+        }
+        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
+            return Err(FsError::Fs {
+                status: FsStatus::QuotaExceeded,
+                message: format!(
+                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
+                    self.path
+                ),
+            });
+        }
         let txn = io.txn.as_mut().expect("begun above");
         // Noted before write-behind takes the bytes: if this future is dropped
         // after it took some, they are still reported at COMMIT.
@@ -229,8 +245,10 @@ impl Inner {
     /// size under the transaction, which no other writer can change now.
     async fn begin(self: &Arc<Self>) -> Result<Txn, FsError> {
         let began = Instant::now();
-        let (id, lease) = match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await? {
-            ManagerReply::Began { txn, lease_ms } => (txn, Duration::from_millis(lease_ms as u64)),
+        let (id, lease, size_limit) = match self.fs.call(&ManagerRequest::BeginWrite { handle: self.handle }).await? {
+            ManagerReply::Began { txn, lease_ms, size_limit } => {
+                (txn, Duration::from_millis(lease_ms as u64), size_limit)
+            }
             other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         };
         if id == 0 {
@@ -261,7 +279,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        let mut txn = Txn::new(id, lease, began, behind);
+        let mut txn = Txn::new(id, lease, began, behind, size_limit);
         txn.timer = Some(self.arm(id, began + lease / TXN_LEASE_FRACTION));
         Ok(txn)
     }
@@ -401,6 +419,21 @@ impl Inner {
         Ok(FileAttr { size: e.attr.size.max(self.written_end.load(Ordering::Relaxed)), ..e.attr })
     }
 
+    async fn adopt_attr(&self, attr: FileAttr) -> bool {
+        let mut io = self.io.lock().await;
+        if io.txn.is_some() || attr.ino != self.ino() {
+            return false;
+        }
+        // With no transaction open every write of this file is committed, so
+        // the manager's size is at least what it wrote, unless the file was cut
+        // since: then the new size rules.
+        self.written_end.fetch_min(attr.size, Ordering::Relaxed);
+        self.binder.set_attr(attr);
+        io.read_ahead.invalidate();
+        io.last_read_end = None;
+        true
+    }
+
     // ------------------------------------------------------------ errors
 
     /// Records a failed write or flush: the transaction cannot be committed
@@ -536,6 +569,33 @@ impl File {
     /// size as [`size`](Self::size) knows it.
     pub fn attr(&self) -> FileAttr {
         self.inner.attr()
+    }
+
+    /// Whether the file was opened for writing.
+    pub fn writable(&self) -> bool {
+        self.inner.writable
+    }
+
+    /// Whether the file takes writes: opened for writing, and no write,
+    /// flush or commit of it has failed (after which it refuses writes until
+    /// reopened).
+    pub async fn takes_writes(&self) -> bool {
+        self.inner.writable && self.inner.io.lock().await.poisoned.is_none()
+    }
+
+    /// Whether writes since the last flush await a commit.
+    pub async fn dirty(&self) -> bool {
+        self.inner.io.lock().await.txn.is_some()
+    }
+
+    /// Takes attributes the manager has just reported for this file — from a
+    /// new open of it (close-to-open: another client's committed writes), or
+    /// from a size change made with [`FsClient::setattr`](crate::FsClient::setattr)
+    /// — so reads stop at the new size. Returns `false`, changing nothing,
+    /// while a write transaction is open (flush first: the file's own writes
+    /// then decide its size) or if `attr` is another inode's.
+    pub async fn adopt_attr(&self, attr: FileAttr) -> bool {
+        self.inner.adopt_attr(attr).await
     }
 
     /// Reads up to `len` bytes at `offset` into `dst`, stopping at the end of

@@ -37,13 +37,13 @@ mod file;
 mod txn;
 
 pub use cache::HELD_CAPABILITIES_MAX;
-pub use conn::{connector, Identity, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
+pub use conn::{connector, ChangeBatch, Identity, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
 pub use file::File;
-pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, ROOT_INO};
+pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
-    ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, RepairAction,
-    ScrubSummary, UserInfo,
+    Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, QuotaInfo,
+    QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
@@ -51,7 +51,8 @@ pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 use cache::Held;
 use conn::ManagerPool;
 use nasd_client::ClientError;
-use nasd_proto::manager::{set_mask, Entry, FileAccess as Access, ManagerReply, ManagerRequest, READDIR_ENTRIES_MAX};
+use nasd_proto::manager::{set_mask, FileAccess as Access, ManagerReply, ManagerRequest};
+pub use nasd_proto::manager::{Entry, READDIR_ENTRIES_MAX};
 use nasd_proto::Protection;
 use nasd_stripe::{DrivePool, Target};
 use std::collections::{BTreeSet, HashMap};
@@ -249,6 +250,17 @@ struct Inner {
 #[derive(Clone)]
 pub struct FsClient {
     inner: Arc<Inner>,
+    /// The local user a gateway acts for ([`FsClient::as_user`]), if any.
+    acting: Option<Arc<Acting>>,
+}
+
+/// Who a gateway's requests run as (`AS_USER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Acting {
+    uid: u32,
+    gid: u32,
+    /// Sorted, without repeats, at most [`GROUPS_MAX`].
+    groups: Vec<u32>,
 }
 
 impl std::fmt::Debug for FsClient {
@@ -268,6 +280,84 @@ pub struct Stat {
     pub attr: FileAttr,
     /// Symbolic-link target (empty otherwise).
     pub target: String,
+}
+
+/// Attribute changes for [`FsClient::setattr`]: `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (within `0o7777`).
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Length: truncates or extends (with zeros) the file.
+    pub size: Option<u64>,
+    /// Last access, nanoseconds since the Unix epoch.
+    pub atime_ns: Option<i64>,
+    /// Last data change, nanoseconds since the Unix epoch.
+    pub mtime_ns: Option<i64>,
+    /// The size change comes from a descriptor open for writing
+    /// (`ftruncate`): the file's owner may make it whatever the mode says.
+    pub open_writer: bool,
+}
+
+impl SetAttr {
+    /// The `SETATTR` request for `handle`.
+    fn request(&self, handle: Handle) -> ManagerRequest {
+        let bit = |set: bool, bit: u8| if set { bit } else { 0 };
+        let mask = bit(self.mode.is_some(), set_mask::MODE)
+            | bit(self.uid.is_some(), set_mask::UID)
+            | bit(self.gid.is_some(), set_mask::GID)
+            | bit(self.size.is_some(), set_mask::SIZE)
+            | bit(self.atime_ns.is_some(), set_mask::ATIME)
+            | bit(self.mtime_ns.is_some(), set_mask::MTIME)
+            | bit(self.open_writer && self.size.is_some(), set_mask::OPEN_WRITER);
+        ManagerRequest::SetAttr {
+            handle,
+            mask,
+            mode: self.mode.unwrap_or(0),
+            uid: self.uid.unwrap_or(0),
+            gid: self.gid.unwrap_or(0),
+            size: self.size.unwrap_or(0),
+            atime_ns: self.atime_ns.unwrap_or(0),
+            mtime_ns: self.mtime_ns.unwrap_or(0),
+        }
+    }
+}
+
+/// One entry of a [`DirPage`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Its name in the directory.
+    pub name: String,
+    /// What it is.
+    pub kind: FileKind,
+    /// Its attributes and handle, when the caller may search the directory.
+    pub entry: Option<Entry>,
+}
+
+/// One page of a directory listing ([`FsClient::readdir_page`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirPage {
+    /// Entries in name order.
+    pub entries: Vec<DirEntry>,
+    /// Whether entries after the last one follow (ask again with its name).
+    pub more: bool,
+}
+
+/// `groups` sorted and without repeats, as the protocol carries them;
+/// `INVALID_ARGUMENT` if more than [`GROUPS_MAX`] remain (never cut short:
+/// dropping a group can grant access a mode denies the group).
+pub fn canonical_groups(groups: &[u32]) -> Result<Vec<u32>, FsError> {
+    let set: BTreeSet<u32> = groups.iter().copied().collect();
+    if set.len() > GROUPS_MAX {
+        return Err(FsError::fs(
+            FsStatus::InvalidArgument,
+            format!("{} supplementary groups: at most {GROUPS_MAX} are supported (GROUPS_MAX)", set.len()),
+        ));
+    }
+    Ok(set.into_iter().collect())
 }
 
 /// Splits an absolute path into its parent path and last name.
@@ -303,7 +393,34 @@ impl FsClient {
                 drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
             }),
+            acting: None,
         })
+    }
+
+    /// This client acting, as a gateway, for the local user `uid` with
+    /// group `gid` and supplementary `groups` (`AS_USER`): name-space and
+    /// file requests run as that user (permissions, ownership of what it
+    /// makes); connections, capabilities and handles stay shared with
+    /// `self`. The manager refuses them (`NOT_PERMITTED`) unless this
+    /// client's user holds a gateway grant covering every id.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT`: more than [`GROUPS_MAX`] distinct groups (never
+    /// cut short).
+    pub fn as_user(&self, uid: u32, gid: u32, groups: &[u32]) -> Result<FsClient, FsError> {
+        let groups = canonical_groups(groups)?;
+        Ok(FsClient { inner: self.inner.clone(), acting: Some(Arc::new(Acting { uid, gid, groups })) })
+    }
+
+    /// Whether this client acts for a local user ([`FsClient::as_user`]).
+    pub fn is_acting(&self) -> bool {
+        self.acting.is_some()
+    }
+
+    /// A watcher of the manager's change feed (`WATCH`) on a connection of
+    /// its own, so its long waits hold none of the shared ones.
+    pub fn watcher(&self) -> Watcher {
+        self.inner.manager.watcher()
     }
 
     /// The user name this client logged in as.
@@ -311,9 +428,13 @@ impl FsClient {
         &self.inner.config.user
     }
 
-    /// Who the manager says this client is.
+    /// Who the manager says this client is; the local user it acts for,
+    /// if it does ([`FsClient::as_user`]).
     pub fn identity(&self) -> Identity {
-        self.inner.identity
+        match &self.acting {
+            Some(a) => Identity { uid: a.uid, gid: a.gid, admin: false },
+            None => self.inner.identity,
+        }
     }
 
     /// Sends one request to the manager on a free connection (opening one,
@@ -324,7 +445,18 @@ impl FsClient {
     /// Dropping the future closes its connection; the request may or may not
     /// have reached the manager.
     pub async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
-        self.inner.manager.call(req).await
+        match &self.acting {
+            Some(a) if req.may_run_as_user() => {
+                let wrapped = ManagerRequest::AsUser {
+                    uid: a.uid,
+                    gid: a.gid,
+                    groups: a.groups.clone(),
+                    request: Box::new(req.clone()),
+                };
+                self.inner.manager.call(&wrapped).await
+            }
+            _ => self.inner.manager.call(req).await,
+        }
     }
 
     /// Idle connections to the manager (for tests and diagnostics).
@@ -495,16 +627,12 @@ impl FsClient {
         let dir = self.dir_handle(path).await?;
         let mut after = String::new();
         loop {
-            let req = ManagerRequest::ReadDir { dir, after: after.clone(), limit: READDIR_ENTRIES_MAX as u16 };
-            let reply = self.call(&req).await?;
+            let reply = self.readdir_reply(dir, &after, READDIR_ENTRIES_MAX as u16).await?;
             let (last, more) = match &reply {
                 ManagerReply::Dir { entries, more } => (entries.last().map(|(n, _)| n.clone()), *more),
                 ManagerReply::Names { names, more } => (names.last().map(|(n, _)| n.clone()), *more),
-                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+                _ => unreachable!("readdir_reply passes directory pages only"),
             };
-            if more && last.is_none() {
-                return Err(FsError::Protocol("an empty directory page that says more follow".into()));
-            }
             take(reply)?;
             match last {
                 Some(last) if more => after = last,
@@ -517,7 +645,7 @@ impl FsClient {
     pub async fn mkdir(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        Ok(self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await?.attr)
+        Ok(self.mkdir_at(parent, name, mode).await?.attr)
     }
 
     /// Creates a directory and any missing parents (`mkdir -p`).
@@ -559,14 +687,14 @@ impl FsClient {
     pub async fn unlink(&self, path: &str) -> Result<(), FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        self.done(ManagerRequest::Unlink { parent, name: name.into() }).await
+        self.unlink_at(parent, name).await
     }
 
     /// Removes an empty directory.
     pub async fn rmdir(&self, path: &str) -> Result<(), FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        self.done(ManagerRequest::Rmdir { parent, name: name.into() }).await
+        self.rmdir_at(parent, name).await
     }
 
     /// Renames atomically, replacing `to` if it exists (POSIX rules).
@@ -575,14 +703,14 @@ impl FsClient {
         let (tp, tname) = split_path(to)?;
         let parent = self.dir_handle(fp).await?;
         let new_parent = self.dir_handle(tp).await?;
-        self.done(ManagerRequest::Rename { parent, name: fname.into(), new_parent, new_name: tname.into() }).await
+        self.rename_at(parent, fname, new_parent, tname).await
     }
 
     /// Creates a symbolic link at `path` pointing to `target`.
     pub async fn symlink(&self, target: &str, path: &str) -> Result<FileAttr, FsError> {
         let (parent, name) = split_path(path)?;
         let parent = self.dir_handle(parent).await?;
-        Ok(self.entry(ManagerRequest::Symlink { parent, name: name.into(), target: target.into() }).await?.attr)
+        Ok(self.symlink_at(parent, name, target).await?.attr)
     }
 
     /// A symbolic link's target.
@@ -600,52 +728,185 @@ impl FsClient {
             self.entry(ManagerRequest::Walk { path: existing.into(), follow: false, open: OpenMode::None }).await?;
         let (parent, name) = split_path(new)?;
         let new_parent = self.dir_handle(parent).await?;
-        let req = ManagerRequest::Link { handle: target.handle(), new_parent, new_name: name.into() };
-        Ok(self.entry(req).await?.attr)
+        Ok(self.link_at(target.handle(), new_parent, name).await?.attr)
     }
 
-    async fn setattr(&self, path: &str, mask: u8, f: impl FnOnce(&mut ManagerRequest)) -> Result<FileAttr, FsError> {
+    /// Changes permission bits (owner or administrator). Outstanding
+    /// capabilities for the file are revoked before this returns.
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
         let handle = self.walk(path, OpenMode::None).await?.handle();
-        let mut req =
-            ManagerRequest::SetAttr { handle, mask, mode: 0, uid: 0, gid: 0, size: 0, atime_ns: 0, mtime_ns: 0 };
-        f(&mut req);
+        self.setattr(handle, &SetAttr { mode: Some(mode), ..SetAttr::default() }).await
+    }
+
+    /// Changes owner and/or group.
+    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<FileAttr, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        self.setattr(handle, &SetAttr { uid, gid, ..SetAttr::default() }).await
+    }
+
+    /// Sets a file's length.
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<FileAttr, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        self.setattr(handle, &SetAttr { size: Some(size), ..SetAttr::default() }).await
+    }
+
+    // ------------------------------------------------ names by handle
+    //
+    // What a gateway (the FUSE mount) needs: every call names its inode or
+    // directory by the handle an earlier reply gave, so nothing is resolved
+    // by path twice. The path calls above are thin wrappers over these.
+
+    /// The root directory's entry (its handle starts every walk by handle).
+    pub async fn root(&self) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None }).await
+    }
+
+    /// Looks `name` up in directory `parent` (no symlink is followed; no
+    /// capability is asked for).
+    pub async fn lookup(&self, parent: Handle, name: &str) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Lookup { parent, name: name.into(), open: OpenMode::None }).await
+    }
+
+    /// An inode's attributes (and a symlink's target) by handle, from the
+    /// manager alone.
+    pub async fn getattr(&self, handle: Handle) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::GetAttr { handle, open: OpenMode::None }).await
+    }
+
+    /// Changes the attributes `changes` names, all in one request: mode,
+    /// owner and group (capabilities held for the file are revoked), size
+    /// (truncating or extending every component), times. Returns the new
+    /// attributes.
+    ///
+    /// # Errors
+    /// `NOT_PERMITTED` for a mode, owner or time change by other than the
+    /// owner (or root), `PERMISSION_DENIED` for a size change without write
+    /// permission, `INVALID_ARGUMENT` for an empty change.
+    pub async fn setattr(&self, handle: Handle, changes: &SetAttr) -> Result<FileAttr, FsError> {
+        let req = changes.request(handle);
         let attr = self.entry(req).await?.attr;
         // Permissions may have changed: capabilities held may be revoked.
         self.forget(handle.ino);
         Ok(attr)
     }
 
-    /// Changes permission bits (owner or administrator). Outstanding
-    /// capabilities for the file are revoked before this returns.
-    pub async fn chmod(&self, path: &str, mode: u32) -> Result<FileAttr, FsError> {
-        self.setattr(path, set_mask::MODE, |r| {
-            if let ManagerRequest::SetAttr { mode: m, .. } = r {
-                *m = mode;
-            }
-        })
-        .await
+    /// One page of a directory: at most `limit` entries (at most
+    /// [`READDIR_ENTRIES_MAX`], and fewer when more would not fit in one
+    /// reply) whose names sort after `after` (`""`: from the start), and
+    /// whether more follow. With search permission each entry carries its
+    /// attributes and handle; with read permission alone, names and kinds.
+    pub async fn readdir_page(&self, dir: Handle, after: &str, limit: u16) -> Result<DirPage, FsError> {
+        let limit = limit.clamp(1, READDIR_ENTRIES_MAX as u16);
+        match self.readdir_reply(dir, after, limit).await? {
+            ManagerReply::Dir { entries, more } => Ok(DirPage {
+                entries: entries
+                    .into_iter()
+                    .map(|(name, e)| DirEntry { name, kind: e.attr.kind, entry: Some(e) })
+                    .collect(),
+                more,
+            }),
+            ManagerReply::Names { names, more } => Ok(DirPage {
+                entries: names.into_iter().map(|(name, kind)| DirEntry { name, kind, entry: None }).collect(),
+                more,
+            }),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
     }
 
-    /// Changes owner and/or group.
-    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<FileAttr, FsError> {
-        let mask = uid.map_or(0, |_| set_mask::UID) | gid.map_or(0, |_| set_mask::GID);
-        self.setattr(path, mask, |r| {
-            if let ManagerRequest::SetAttr { uid: u, gid: g, .. } = r {
-                *u = uid.unwrap_or(0);
-                *g = gid.unwrap_or(0);
-            }
-        })
-        .await
+    /// A `READDIR` reply, checked to be a directory page that ends or goes on.
+    async fn readdir_reply(&self, dir: Handle, after: &str, limit: u16) -> Result<ManagerReply, FsError> {
+        let reply = self.call(&ManagerRequest::ReadDir { dir, after: after.into(), limit }).await?;
+        let (empty, more) = match &reply {
+            ManagerReply::Dir { entries, more } => (entries.is_empty(), *more),
+            ManagerReply::Names { names, more } => (names.is_empty(), *more),
+            other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        };
+        if more && empty {
+            return Err(FsError::Protocol("an empty directory page that says more follow".into()));
+        }
+        Ok(reply)
     }
 
-    /// Sets a file's length.
-    pub async fn truncate(&self, path: &str, size: u64) -> Result<FileAttr, FsError> {
-        self.setattr(path, set_mask::SIZE, |r| {
-            if let ManagerRequest::SetAttr { size: s, .. } = r {
-                *s = size;
-            }
-        })
-        .await
+    /// Makes special file `name` in `parent`: a FIFO, a socket, or (the
+    /// superuser only) a device with number `rdev`.
+    pub async fn mknod_at(
+        &self,
+        parent: Handle,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Mknod { parent, name: name.into(), kind, mode, rdev }).await
+    }
+
+    /// Creates directory `name` in `parent`.
+    pub async fn mkdir_at(&self, parent: Handle, name: &str, mode: u32) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Mkdir { parent, name: name.into(), mode }).await
+    }
+
+    /// Creates regular file `name` in `parent` (or, unless `exclusive`, opens
+    /// the existing one for writing, optionally truncated) and opens it for
+    /// reading and writing (a new file is read-write for its creator whatever
+    /// `mode` says, as POSIX `open` with `O_CREAT`).
+    pub async fn create_at(
+        &self,
+        parent: Handle,
+        name: &str,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<File, FsError> {
+        let e = self.entry(ManagerRequest::Create { parent, name: name.into(), mode, exclusive, truncate }).await?;
+        File::new(self.clone(), e, name, true)
+    }
+
+    /// Opens the regular file `handle` names for reading, or for reading and
+    /// writing (a file the caller may write but not read opens write-only).
+    /// The attributes are fetched afresh (close-to-open: the file's size is
+    /// what its writers' last commits made it).
+    pub async fn open_handle(&self, handle: Handle, write: bool) -> Result<File, FsError> {
+        let open = if write { OpenMode::ReadWrite } else { OpenMode::Read };
+        let e = self.entry(ManagerRequest::GetAttr { handle, open }).await?;
+        if e.attr.kind != FileKind::File {
+            return Err(FsError::fs(FsStatus::IsDir, format!("inode {} is not a regular file", handle.ino)));
+        }
+        File::new(self.clone(), e, &format!("inode {}", handle.ino), write)
+    }
+
+    /// Creates symbolic link `name` in `parent` pointing to `target`.
+    pub async fn symlink_at(&self, parent: Handle, name: &str, target: &str) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Symlink { parent, name: name.into(), target: target.into() }).await
+    }
+
+    /// Creates hard link `new_name` in `new_parent` to the file `file` names.
+    pub async fn link_at(&self, file: Handle, new_parent: Handle, new_name: &str) -> Result<Entry, FsError> {
+        self.entry(ManagerRequest::Link { handle: file, new_parent, new_name: new_name.into() }).await
+    }
+
+    /// Removes name `name` (a file or symlink) from `parent`. Removing a
+    /// file's last name destroys its data at once (the manager keeps no
+    /// open-file state: see `docs/SECURITY.md`).
+    pub async fn unlink_at(&self, parent: Handle, name: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::Unlink { parent, name: name.into() }).await
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub async fn rmdir_at(&self, parent: Handle, name: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::Rmdir { parent, name: name.into() }).await
+    }
+
+    /// Renames `parent/name` to `new_parent/new_name` atomically, replacing
+    /// the target if it exists (POSIX rules).
+    pub async fn rename_at(
+        &self,
+        parent: Handle,
+        name: &str,
+        new_parent: Handle,
+        new_name: &str,
+    ) -> Result<(), FsError> {
+        let req = ManagerRequest::Rename { parent, name: name.into(), new_parent, new_name: new_name.into() };
+        self.done(req).await
     }
 
     /// Space on every drive and what the name space holds.
@@ -679,7 +940,32 @@ impl FsClient {
 
     /// Adds a user (administrators only). `uid` 0 picks the next free one.
     pub async fn add_user(&self, name: &str, password: &str, uid: u32, gid: u32, admin: bool) -> Result<(), FsError> {
-        self.done(ManagerRequest::AddUser { name: name.into(), password: password.into(), uid, gid, admin }).await
+        self.add_user_in_groups(name, password, uid, gid, &[], admin).await
+    }
+
+    /// Adds a user with supplementary groups (administrators only; at most
+    /// [`GROUPS_MAX`], sorted and deduplicated here). `uid` 0 picks the next
+    /// free one.
+    pub async fn add_user_in_groups(
+        &self,
+        name: &str,
+        password: &str,
+        uid: u32,
+        gid: u32,
+        groups: &[u32],
+        admin: bool,
+    ) -> Result<(), FsError> {
+        let groups = canonical_groups(groups)?;
+        self.done(ManagerRequest::AddUser { name: name.into(), password: password.into(), uid, gid, admin, groups })
+            .await
+    }
+
+    /// Replaces a user's supplementary groups (administrators only; at most
+    /// [`GROUPS_MAX`], sorted and deduplicated here; empty: none). The
+    /// user's sessions use them from their next request.
+    pub async fn set_user_groups(&self, name: &str, groups: &[u32]) -> Result<(), FsError> {
+        let groups = canonical_groups(groups)?;
+        self.done(ManagerRequest::SetUserGroups { name: name.into(), groups }).await
     }
 
     /// Every user (administrators only).
@@ -688,6 +974,69 @@ impl FsClient {
             ManagerReply::Users(u) => Ok(u),
             other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// Makes a special file at `path`: a FIFO, a socket, or (the superuser
+    /// only) a device with number `rdev`.
+    pub async fn mknod(&self, path: &str, kind: FileKind, mode: u32, rdev: u64) -> Result<FileAttr, FsError> {
+        let (parent, name) = split_path(path)?;
+        let parent = self.dir_handle(parent).await?;
+        let req = ManagerRequest::Mknod { parent, name: name.into(), kind, mode, rdev };
+        Ok(self.entry(req).await?.attr)
+    }
+
+    /// The quota of a user (one's own; any as administrator) or of a
+    /// directory's tree.
+    pub async fn quota(&self, of: QuotaOf) -> Result<QuotaInfo, FsError> {
+        match self.call(&ManagerRequest::GetQuota { of }).await? {
+            ManagerReply::Quota(q) => Ok(q),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sets a quota's limits (`None`: unlimited; both `None` removes it).
+    /// Administrators only.
+    pub async fn set_quota(
+        &self,
+        of: QuotaOf,
+        bytes_limit: Option<u64>,
+        files_limit: Option<u64>,
+    ) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetQuota { of, bytes_limit, files_limit }).await
+    }
+
+    /// Lets user `name` act for the ids in `ids` (inclusive) as a gateway,
+    /// or no longer (`None`). Administrators only.
+    pub async fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetGateway { name: name.into(), ids }).await
+    }
+
+    /// The value of extended attribute `name` of the inode `handle` names.
+    pub async fn getxattr(&self, handle: Handle, name: &str) -> Result<Vec<u8>, FsError> {
+        match self.call(&ManagerRequest::GetXattr { handle, name: name.into() }).await? {
+            ManagerReply::Xattr(v) => Ok(v),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The names of the extended attributes of the inode `handle` names
+    /// that this user may see.
+    pub async fn listxattr(&self, handle: Handle) -> Result<Vec<String>, FsError> {
+        match self.call(&ManagerRequest::ListXattr { handle }).await? {
+            ManagerReply::XattrNames(n) => Ok(n),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Sets extended attribute `name` (in the `user.`, `trusted.` or
+    /// `security.` namespace) of the inode `handle` names.
+    pub async fn setxattr(&self, handle: Handle, name: &str, value: &[u8], mode: XattrMode) -> Result<(), FsError> {
+        self.done(ManagerRequest::SetXattr { handle, name: name.into(), value: value.to_vec(), mode }).await
+    }
+
+    /// Removes extended attribute `name` of the inode `handle` names.
+    pub async fn removexattr(&self, handle: Handle, name: &str) -> Result<(), FsError> {
+        self.done(ManagerRequest::RemoveXattr { handle, name: name.into() }).await
     }
 
     /// Changes a password (one's own, or anyone's as administrator).
@@ -781,6 +1130,15 @@ mod tests {
         let c = super::FsConfig { user: "alice".into(), password: "hunter22-secret".into(), ..Default::default() };
         let debug = format!("{c:?}");
         assert!(debug.contains("alice") && !debug.contains("hunter22-secret"), "{debug}");
+    }
+
+    #[test]
+    fn groups_are_sorted_deduplicated_and_bounded() {
+        assert_eq!(super::canonical_groups(&[5, 1, 5, 3]).unwrap(), [1, 3, 5]);
+        let most: Vec<u32> = (0..super::GROUPS_MAX as u32).rev().collect();
+        assert_eq!(super::canonical_groups(&most).unwrap().len(), super::GROUPS_MAX);
+        let over: Vec<u32> = (0..=super::GROUPS_MAX as u32).collect();
+        assert_eq!(super::canonical_groups(&over).unwrap_err().errno(), 22);
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub(crate) struct Txn {
     pub(crate) behind: WriteBehind,
     /// The task that commits it a quarter into its lease.
     pub(crate) timer: Option<Timer>,
+    /// The size its writes may make the file: the size when it began plus
+    /// the quota escrow the manager reserved for it (`u64::MAX`: no quota).
+    pub(crate) size_limit: u64,
 }
 
 /// A background task, aborted when dropped unless disarmed.
@@ -116,8 +119,9 @@ impl Drop for Timer {
 }
 
 impl Txn {
-    pub(crate) fn new(id: u64, lease: Duration, began: Instant, behind: WriteBehind) -> Txn {
+    pub(crate) fn new(id: u64, lease: Duration, began: Instant, behind: WriteBehind, size_limit: u64) -> Txn {
         Txn {
+            size_limit,
             id,
             lease,
             began,

@@ -172,6 +172,42 @@ fn a_transaction_a_drive_kept_open_without_an_intent_is_taken_as_committed() {
     });
 }
 
+/// A writer that goes past the quota escrow its transaction was given (a
+/// client that ignores `size_limit`, writing with its capability) gets
+/// `QUOTA_EXCEEDED` at `COMMIT`, and the transaction is rolled back on
+/// every drive: the file stays as it was and the quota is not charged.
+#[test]
+fn a_commit_past_the_quota_escrow_is_refused_and_rolled_back() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        to(admin.set_quota(nasd_fs::QuotaOf::User(0), Some(100_000), None)).await.unwrap();
+        let (h, access) = create(&admin, "f").await;
+        let req = nasd_proto::manager::ManagerRequest::BeginWrite { handle: h };
+        let (txn, size_limit) = match to(admin.call(&req)).await.expect("begin") {
+            nasd_proto::manager::ManagerReply::Began { txn, size_limit, .. } => (txn, size_limit),
+            other => panic!("begin: {other:?}"),
+        };
+        let used = to(admin.quota(nasd_fs::QuotaOf::User(0))).await.unwrap();
+        assert_eq!(size_limit, 100_000 - used.bytes_used, "the whole room, in escrow");
+        let data = pattern(5, 300_000);
+        let s = striper(&pool, &access, &[]);
+        let written = to(s.write(0, &data, 0)).await.expect("the drives take the bytes");
+        to(s.flush(&written.written)).await.expect("flush");
+        let e = commit(&admin, h, txn, data.len() as u64, vec![]).await.unwrap_err();
+        assert_eq!(e.status(), Some(FsStatus::QuotaExceeded), "{e}");
+        assert_eq!(commit(&admin, h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::Aborted));
+        assert_eq!(to(admin.stat("/f")).await.unwrap().attr.size, 0);
+        assert_eq!(open_txns(&c, &access).await, vec![None; 3], "rolled back and ended on every drive");
+        assert!(to(s.read(0, 65_536, 65_536)).await.is_err(), "the writer's capabilities were revoked first");
+        assert!(to(admin.read_file("/f")).await.unwrap().is_empty());
+        let q = to(admin.quota(nasd_fs::QuotaOf::User(0))).await.unwrap();
+        assert_eq!((q.bytes_used, q.escrow), (used.bytes_used, 0));
+        c.stop().await;
+    });
+}
+
 /// A rollback that a drive holds up — it stopped, and the manager has not
 /// noticed yet — revokes the file's capabilities once, not at every
 /// attempt. Every attempt used to bump the access-control version again,

@@ -123,7 +123,8 @@ impl Manager {
             })
             .await?;
         }
-        Ok(ManagerReply::Began { txn, lease_ms: lease.as_millis().min(u32::MAX as u128) as u32 })
+        let size_limit = self.meta(move |ns| ns.intent(txn)).await?.map_or(u64::MAX, |i| i.size_limit);
+        Ok(ManagerReply::Began { txn, lease_ms: lease.as_millis().min(u32::MAX as u128) as u32, size_limit })
     }
 
     /// Ends `intent` if it no longer holds the file: rolls it back if its
@@ -211,7 +212,21 @@ impl Manager {
         }
         let c = s.caller.clone();
         let now = now_ns();
-        let inode = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, &stale, now)).await?;
+        let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, &stale, now)).await;
+        let inode = match committed {
+            Err(f) if f.status == FsStatus::QuotaExceeded => {
+                // Past the escrow it was given: nothing of it may become the file's.
+                self.abort(txn).await;
+                return Err(Failure::new(
+                    FsStatus::QuotaExceeded,
+                    format!(
+                        "write transaction {txn} wrote up to byte {written_end}, past the size its quota escrow \
+                         allowed: rolled back"
+                    ),
+                ));
+            }
+            other => other?,
+        };
         self.meta(move |ns| ns.finish_intent(txn)).await?;
         self.end_in_background(&inode, txn, true);
         Ok(inode)

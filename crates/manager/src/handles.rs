@@ -39,14 +39,16 @@ pub(crate) fn load_handle_key(ns: &Namespace<Store>, kek: &Key) -> anyhow::Resul
 impl Manager {
     /// The handle of inode `ino` for the caller of session `s`.
     pub(crate) fn handle_for(&self, s: &Session, ino: Ino) -> Handle {
-        Handle { ino, mac: self.handles.mac(s.caller.uid, ino) }
+        Handle { ino, mac: self.handles.mac(s.handle_uid, ino) }
     }
 
     /// Fails with `BAD_HANDLE` unless every handle `req` names was made for
     /// this session's uid (checked in constant time, before anything else).
+    /// A gateway's requests for its users (`AS_USER`) use the gateway's own
+    /// handles ([`Session::handle_uid`]).
     pub(crate) fn check_handles(&self, s: &Session, req: &ManagerRequest) -> Result<(), Failure> {
         for h in req.handles() {
-            if !self.handles.verify(s.caller.uid, h.ino, &h.mac) {
+            if !self.handles.verify(s.handle_uid, h.ino, &h.mac) {
                 return Err(Failure::new(
                     FsStatus::BadHandle,
                     format!(

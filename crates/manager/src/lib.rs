@@ -9,6 +9,7 @@
 //! logs written in the same transaction ([`maintenance`]).
 #![deny(missing_docs)]
 
+mod changes;
 mod cluster;
 mod coordinator;
 pub mod drives;
@@ -34,13 +35,13 @@ use anyhow::Context;
 use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
-use nasd_meta::{Backend, Caller, DriveRecord, DriveState, Namespace, Store, User};
+use nasd_meta::{Backend, DriveRecord, DriveState, Namespace, Store, User};
 use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::layout::Layout;
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
 use std::path::Path;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -241,6 +242,12 @@ pub struct Manager {
     /// Objects taken from pools for repairs in progress: orphan collection
     /// leaves them alone ([`repair`]).
     reserved: std::sync::Mutex<std::collections::HashSet<nasd_proto::fs::ObjectRef>>,
+    /// Moves on whenever a user's groups (or other credentials a session
+    /// holds) change: a session that saw an older value reloads its user
+    /// before its next request ([`Manager::refresh_session`]).
+    users_epoch: AtomicU64,
+    /// What changed, for `WATCH` ([`changes`]).
+    changes: changes::ChangeFeed,
     /// Rollbacks of write transactions under way in this process: per
     /// transaction, the components already rolled back durably. A rollback
     /// revokes the file's capabilities as it enters this map, once
@@ -289,6 +296,8 @@ impl Manager {
             repair_kick: tokio::sync::Notify::new(),
             out_of_service: Default::default(),
             reserved: Default::default(),
+            users_epoch: AtomicU64::new(0),
+            changes: changes::ChangeFeed::new(),
             rollbacks: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
@@ -387,13 +396,38 @@ impl Manager {
         Ok(true)
     }
 
+    /// Grants user `name` the right to act for the ids in `ids` (inclusive)
+    /// as a gateway (`AS_USER`), or takes it away (`None`); open sessions
+    /// of the user see the change at their next request.
+    pub async fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), Failure> {
+        let name = name.to_string();
+        self.meta(move |ns| ns.set_gateway(&name, ids)).await?;
+        self.users_changed();
+        Ok(())
+    }
+
     /// The names of every user, in name order.
     pub async fn user_names(&self) -> Result<Vec<String>, Failure> {
         Ok(self.meta(|ns| ns.users()).await?.into_iter().map(|u| u.name).collect())
     }
 
-    /// Adds a user (uid 0 from an administrator request means "next free").
+    /// Adds a user without supplementary groups.
     pub async fn add_user(&self, name: &str, password: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
+        self.add_user_in_groups(name, password, uid, gid, &[], admin).await
+    }
+
+    /// Adds a user with supplementary groups (strictly ascending, at most
+    /// `GROUPS_MAX`).
+    pub async fn add_user_in_groups(
+        &self,
+        name: &str,
+        password: &str,
+        uid: u32,
+        gid: u32,
+        groups: &[u32],
+        admin: bool,
+    ) -> Result<(), Failure> {
+        nasd_proto::fs::validate_groups(groups).map_err(|e| Failure::new(FsStatus::InvalidArgument, e))?;
         if name.is_empty() || name.len() > nasd_proto::manager::USER_NAME_MAX || name.contains(['/', ':', '\0']) {
             return Err(Failure::new(FsStatus::InvalidArgument, "user names are 1-64 bytes without '/', ':' or NUL"));
         }
@@ -405,27 +439,46 @@ impl Manager {
         }
         let password = password.to_string();
         let hash = self.argon2(move |memory| passwords::hash_with(memory, &password)).await?;
-        let user = User { name: name.to_string(), uid, gid, password_hash: hash, admin };
+        let user = User {
+            name: name.to_string(),
+            uid,
+            gid,
+            password_hash: hash,
+            admin,
+            groups: groups.to_vec(),
+            gateway: None,
+        };
         self.meta(move |ns| ns.add_user(&user)).await.map_err(|f| match f.status {
             FsStatus::Exists => Failure::new(FsStatus::Exists, "a user with that name or uid exists"),
             _ => f,
         })
     }
 
-    /// Checks a login; the caller it stands for, and whether it is an administrator.
-    async fn login(&self, name: &str, password: &str) -> Result<(Caller, bool), Failure> {
+    /// Checks a login; the user it stands for.
+    async fn login(&self, name: &str, password: &str) -> Result<User, Failure> {
         let name = name.to_string();
         let user = self.meta(move |ns| ns.user(&name)).await?;
-        let (hash, who) = match &user {
-            Some(u) => (u.password_hash.clone(), Some((Caller { uid: u.uid, gid: u.gid }, u.admin))),
-            None => (self.decoy_hash.clone(), None),
+        let hash = match &user {
+            Some(u) => u.password_hash.clone(),
+            None => self.decoy_hash.clone(),
         };
         let password = password.to_string();
         let ok = self.argon2(move |memory| passwords::verify_with(memory, &password, &hash)).await?;
-        match (ok, who) {
-            (true, Some(who)) => Ok(who),
+        match (ok, user) {
+            (true, Some(user)) => Ok(user),
             _ => Err(FsStatus::BadCredentials.into()),
         }
+    }
+
+    /// The value of [`Manager::users_epoch`] now.
+    pub(crate) fn users_epoch(&self) -> u64 {
+        self.users_epoch.load(Ordering::SeqCst)
+    }
+
+    /// Records that users' credentials changed: every session reloads its
+    /// user before its next request.
+    pub(crate) fn users_changed(&self) {
+        self.users_epoch.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Takes a fresh drive into service: initializes it with its master

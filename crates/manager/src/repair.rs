@@ -176,7 +176,7 @@ impl Manager {
         ino: Ino,
         work: impl FnOnce(u64) -> F,
     ) -> Result<T, Failure> {
-        let session = crate::service::Session { user: "(repair)".into(), caller: MANAGER, admin: true };
+        let session = crate::service::Session::internal("(repair)", MANAGER);
         let nasd_proto::manager::ManagerReply::Began { txn, .. } = self.begin_write(&session, ino).await? else {
             unreachable!("begin_write answers Began")
         };

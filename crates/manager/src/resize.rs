@@ -29,7 +29,7 @@ impl Manager {
         set: SetAttrs,
     ) -> Result<(Inode, Vec<AcvIntent>), Failure> {
         let size = set.size.expect("a size change");
-        let manager = Session { user: "(resize)".into(), caller: Caller::ROOT, admin: true };
+        let manager = Session::internal("(resize)", Caller::ROOT);
         let ManagerReply::Began { txn, .. } = self.begin_write(&manager, ino).await? else {
             unreachable!("begin_write answers Began")
         };

@@ -132,7 +132,7 @@ impl Manager {
     ) -> std::io::Result<()> {
         let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no login in time");
         let mut stream = tokio::time::timeout(LOGIN_TIMEOUT, tls.accept(socket)).await.map_err(|_| timed_out())??;
-        let session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream, host))
+        let mut session = match tokio::time::timeout(LOGIN_TIMEOUT, self.login_phase(&mut stream, host))
             .await
             .map_err(|_| timed_out())??
         {
@@ -148,6 +148,11 @@ impl Manager {
                 _ = shutdown.changed() => return Ok(()),
             };
             let Some(body) = body else { return Ok(()) };
+            if let Err(f) = self.refresh_session(&mut session).await {
+                let reply = ManagerReply::encode_error(request_id_of(&body), f.status, &f.message);
+                write_message(&mut stream, &reply).await?;
+                return Ok(());
+            }
             let reply = match ManagerRequest::decode(&body) {
                 Ok((id, req)) => {
                     let op = req.name();

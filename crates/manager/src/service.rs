@@ -5,12 +5,14 @@
 
 use crate::drives::{DriveHandle, ATTR_RIGHTS, READ_RIGHTS, WRITE_RIGHTS};
 use crate::{Failure, Manager};
-use nasd_meta::{take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, SetAttrs, Store, Txn};
+use nasd_meta::{
+    take_pooled, Caller, DriveState, Effects, Inode, Namespace, Placer, QuotaSubject, SetAttrs, Store, Txn, User,
+};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::{
-    set_mask, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, UserInfo, DRIVES_MAX,
-    MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX,
+    set_mask, Change, DriveUsage, Entry, FileAccess, ManagerReply, ManagerRequest, OpenMode, QuotaInfo, QuotaOf,
+    UserInfo, DRIVES_MAX, MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX, WATCH_WAIT_MAX_MS,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,10 +39,98 @@ struct Refilled {
 pub struct Session {
     /// User name.
     pub user: String,
-    /// Credentials for permission checks.
+    /// Credentials for permission checks: uid, gid and supplementary groups.
     pub caller: Caller,
     /// May run administrator requests.
     pub admin: bool,
+    /// The manager's users epoch when the credentials above were read: a
+    /// session behind it reloads its user ([`Manager::refresh_session`]).
+    pub(crate) users_epoch: u64,
+    /// The uid the session's file handles are bound to: its user's, also
+    /// while it acts for another (`AS_USER`).
+    pub(crate) handle_uid: u32,
+    /// The ids the user may act for as a gateway (`AS_USER`), if any.
+    pub(crate) gateway: Option<(u32, u32)>,
+}
+
+impl Session {
+    /// A session of the manager itself (repair, resize): never refreshed.
+    pub(crate) fn internal(user: &str, caller: Caller) -> Session {
+        Session { user: user.into(), handle_uid: caller.uid, caller, admin: true, users_epoch: u64::MAX, gateway: None }
+    }
+
+    /// The session of a user who logged in, as of users epoch `epoch`.
+    fn of(user: &User, epoch: u64) -> Session {
+        Session {
+            user: user.name.clone(),
+            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone() },
+            admin: user.admin,
+            users_epoch: epoch,
+            handle_uid: user.uid,
+            gateway: user.gateway,
+        }
+    }
+
+    /// The session a gateway's `AS_USER` request runs in: the caller it
+    /// names, no administrator rights, the gateway's handles.
+    ///
+    /// # Errors
+    /// `NOT_PERMITTED` unless the session's user holds a gateway grant
+    /// covering the uid, the gid and every supplementary group.
+    fn acting_for(&self, uid: u32, gid: u32, groups: &[u32]) -> Result<Session, Failure> {
+        let Some((lo, hi)) = self.gateway else {
+            return Err(Failure::new(
+                FsStatus::NotPermitted,
+                format!("user '{}' is not a gateway: it may not act for other users", self.user),
+            ));
+        };
+        let outside = std::iter::once(&uid).chain(std::iter::once(&gid)).chain(groups).find(|&&id| id < lo || id > hi);
+        if let Some(id) = outside {
+            return Err(Failure::new(
+                FsStatus::NotPermitted,
+                format!("gateway '{}' may act for ids {lo}..={hi} only, not {id}", self.user),
+            ));
+        }
+        Ok(Session {
+            user: format!("{} for uid {uid}", self.user),
+            caller: Caller { uid, gid, groups: groups.to_vec() },
+            admin: false,
+            users_epoch: self.users_epoch,
+            handle_uid: self.handle_uid,
+            gateway: None,
+        })
+    }
+}
+
+/// What a request changes if it succeeds, for the change feed: names in
+/// directories, and inodes whose attributes or data it moves. (An existing
+/// file a `CREATE` truncated is recorded by `create`.)
+fn changes_of(req: &ManagerRequest) -> Vec<Change> {
+    use ManagerRequest as R;
+    let entry = |dir: &nasd_proto::manager::Handle, name: &str| Change::Entry { dir: dir.ino, name: name.to_string() };
+    match req {
+        R::Mkdir { parent, name, .. }
+        | R::Create { parent, name, .. }
+        | R::Symlink { parent, name, .. }
+        | R::Mknod { parent, name, .. }
+        | R::Unlink { parent, name }
+        | R::Rmdir { parent, name } => vec![entry(parent, name), Change::Inode(parent.ino)],
+        R::Link { handle, new_parent, new_name } => {
+            vec![entry(new_parent, new_name), Change::Inode(new_parent.ino), Change::Inode(handle.ino)]
+        }
+        R::Rename { parent, name, new_parent, new_name } => {
+            let mut c = vec![entry(parent, name), entry(new_parent, new_name), Change::Inode(parent.ino)];
+            if new_parent.ino != parent.ino {
+                c.push(Change::Inode(new_parent.ino));
+            }
+            c
+        }
+        R::SetAttr { handle, .. }
+        | R::Commit { handle, .. }
+        | R::SetXattr { handle, .. }
+        | R::RemoveXattr { handle, .. } => vec![Change::Inode(handle.ino)],
+        _ => Vec::new(),
+    }
 }
 
 /// A placement the cluster cannot make however full the pools: the layout,
@@ -95,18 +185,117 @@ fn drive_unavailable(drive: u32, e: impl std::fmt::Display) -> Failure {
 impl Manager {
     /// Checks a login request; the session it opens.
     pub async fn open_session(&self, user: &str, password: &str) -> Result<Session, Failure> {
-        let (caller, admin) = self.login(user, password).await?;
-        Ok(Session { user: user.to_string(), caller, admin })
+        // Read before the user: a change after the read moves the epoch past it.
+        let epoch = self.users_epoch();
+        let user = self.login(user, password).await?;
+        Ok(Session::of(&user, epoch))
+    }
+
+    /// Reloads the session's user if users' credentials changed since it
+    /// read them (an administrator changed groups): the next request runs
+    /// with the new ones, as a Unix process would after a new login.
+    ///
+    /// # Errors
+    /// `NotLoggedIn` if the user no longer exists: the session must end.
+    pub async fn refresh_session(&self, s: &mut Session) -> Result<(), Failure> {
+        let epoch = self.users_epoch();
+        if s.users_epoch == epoch {
+            return Ok(());
+        }
+        let name = s.user.clone();
+        let user = self.meta(move |ns| ns.user(&name)).await?;
+        let user = user.ok_or_else(|| Failure::new(FsStatus::NotLoggedIn, format!("user '{}' is gone", s.user)))?;
+        *s = Session::of(&user, epoch);
+        Ok(())
     }
 
     /// Serves one request of a logged-in session. Every file handle it names
     /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
+    /// What a successful request changed goes to the change feed.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
+        let changes = changes_of(&req);
+        let reply = self.serve_request(s, req).await?;
+        if !changes.is_empty() {
+            self.changes.record(changes);
+        }
+        Ok(reply)
+    }
+
+    async fn serve_request(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
         use ManagerRequest as R;
         self.check_handles(s, &req)?;
         let c = s.caller.clone();
         match req {
             R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            R::AsUser { uid, gid, groups, request } => {
+                if !request.may_run_as_user() {
+                    return Err(Failure::new(FsStatus::BadRequest, "AS_USER wraps a name-space or file request only"));
+                }
+                let acting = s.acting_for(uid, gid, &groups)?;
+                Box::pin(self.handle(&acting, *request)).await
+            }
+            R::GetQuota { of } => {
+                let subject = match of {
+                    QuotaOf::User(uid) => {
+                        if uid != s.caller.uid {
+                            self.require_admin(s)?;
+                        }
+                        QuotaSubject::User(uid)
+                    }
+                    QuotaOf::Dir(h) => QuotaSubject::Dir(h.ino),
+                };
+                let found = self.meta(move |ns| ns.quota(subject)).await?;
+                Ok(ManagerReply::Quota(match found {
+                    None => QuotaInfo::default(),
+                    Some((q, escrow)) => QuotaInfo {
+                        exists: true,
+                        bytes_limit: q.bytes_limit,
+                        files_limit: q.files_limit,
+                        bytes_used: q.bytes_used,
+                        files_used: q.files_used,
+                        escrow,
+                    },
+                }))
+            }
+            R::SetQuota { of, bytes_limit, files_limit } => {
+                self.require_admin(s)?;
+                let subject = match of {
+                    QuotaOf::User(uid) => QuotaSubject::User(uid),
+                    QuotaOf::Dir(h) => QuotaSubject::Dir(h.ino),
+                };
+                self.meta(move |ns| ns.set_quota(subject, bytes_limit, files_limit)).await?;
+                Ok(ManagerReply::Done)
+            }
+            R::Mknod { parent, name, kind, mode, rdev } => {
+                let inode = self.meta(move |ns| ns.mknod(&c, parent.ino, &name, kind, mode, rdev)).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
+            R::GetXattr { handle, name } => {
+                let value = self.meta(move |ns| ns.getxattr(&c, handle.ino, &name)).await?;
+                Ok(ManagerReply::Xattr(value))
+            }
+            R::ListXattr { handle } => {
+                let names = self.meta(move |ns| ns.listxattr(&c, handle.ino)).await?;
+                Ok(ManagerReply::XattrNames(names))
+            }
+            R::SetXattr { handle, name, value, mode } => {
+                self.meta(move |ns| ns.setxattr(&c, handle.ino, &name, &value, mode)).await?;
+                Ok(ManagerReply::Done)
+            }
+            R::RemoveXattr { handle, name } => {
+                self.meta(move |ns| ns.removexattr(&c, handle.ino, &name)).await?;
+                Ok(ManagerReply::Done)
+            }
+            R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
+            R::SetGateway { name, ids } => {
+                self.require_admin(s)?;
+                self.meta(move |ns| ns.set_gateway(&name, ids)).await.map_err(|f| match f.status {
+                    FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
+                    _ => f,
+                })?;
+                self.users_changed();
+                Ok(ManagerReply::Done)
+            }
             R::Walk { path, follow, open } => {
                 let inode = self.meta(move |ns| ns.walk(&c, &path, follow)).await?;
                 self.entry(s, inode, open).await
@@ -166,6 +355,7 @@ impl Manager {
                     size: pick(set_mask::SIZE).then_some(size),
                     atime_ns: pick(set_mask::ATIME).then_some(atime_ns),
                     mtime_ns: pick(set_mask::MTIME).then_some(mtime_ns),
+                    open_writer: pick(set_mask::OPEN_WRITER),
                 };
                 self.setattr(s, handle.ino, set).await
             }
@@ -188,9 +378,18 @@ impl Manager {
                 Ok(ManagerReply::Done)
             }
             R::StatFs => self.statfs().await,
-            R::AddUser { name, password, uid, gid, admin } => {
+            R::AddUser { name, password, uid, gid, admin, groups } => {
                 self.require_admin(s)?;
-                self.add_user_next_free(&name, &password, uid, gid, admin).await.map(|()| ManagerReply::Done)
+                self.add_user_next_free(&name, &password, uid, gid, &groups, admin).await.map(|()| ManagerReply::Done)
+            }
+            R::SetUserGroups { name, groups } => {
+                self.require_admin(s)?;
+                self.meta(move |ns| ns.set_user_groups(&name, &groups)).await.map_err(|f| match f.status {
+                    FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
+                    _ => f,
+                })?;
+                self.users_changed();
+                Ok(ManagerReply::Done)
             }
             R::ListUsers => {
                 self.require_admin(s)?;
@@ -198,7 +397,14 @@ impl Manager {
                 let users = users
                     .into_iter()
                     .take(USERS_MAX)
-                    .map(|u| UserInfo { name: u.name, uid: u.uid, gid: u.gid, admin: u.admin })
+                    .map(|u| UserInfo {
+                        name: u.name,
+                        uid: u.uid,
+                        gid: u.gid,
+                        admin: u.admin,
+                        groups: u.groups,
+                        gateway: u.gateway,
+                    })
                     .collect();
                 Ok(ManagerReply::Users(users))
             }
@@ -217,6 +423,43 @@ impl Manager {
         }
     }
 
+    /// `WATCH`: the change feed after `after`. A session that is neither an
+    /// administrator nor a gateway sees a name only in a directory it may
+    /// read; a change of a name elsewhere reaches it as a change of the
+    /// directory's inode.
+    async fn watch(&self, s: &Session, incarnation: u64, after: u64, wait_ms: u32) -> Result<ManagerReply, Failure> {
+        let wait = std::time::Duration::from_millis(u64::from(wait_ms.min(WATCH_WAIT_MAX_MS)));
+        let mut batch = self.changes.wait(incarnation, after, wait).await;
+        if !s.admin && s.gateway.is_none() {
+            let dirs: std::collections::BTreeSet<Ino> = batch
+                .changes
+                .iter()
+                .filter_map(|c| match c {
+                    Change::Entry { dir, .. } => Some(*dir),
+                    Change::Inode(_) => None,
+                })
+                .collect();
+            let c = s.caller.clone();
+            let readable = self
+                .meta(move |ns| Ok(dirs.into_iter().filter(|d| ns.check_access(&c, *d, true, false).is_ok()).collect()))
+                .await?;
+            let readable: std::collections::BTreeSet<Ino> = readable;
+            for change in &mut batch.changes {
+                if let Change::Entry { dir, .. } = change {
+                    if !readable.contains(dir) {
+                        *change = Change::Inode(*dir);
+                    }
+                }
+            }
+        }
+        Ok(ManagerReply::Changes {
+            incarnation: batch.incarnation,
+            next: batch.next,
+            lost: batch.lost,
+            changes: batch.changes,
+        })
+    }
+
     fn require_admin(&self, s: &Session) -> Result<(), Failure> {
         if s.admin {
             Ok(())
@@ -225,7 +468,15 @@ impl Manager {
         }
     }
 
-    async fn add_user_next_free(&self, name: &str, pw: &str, uid: u32, gid: u32, admin: bool) -> Result<(), Failure> {
+    async fn add_user_next_free(
+        &self,
+        name: &str,
+        pw: &str,
+        uid: u32,
+        gid: u32,
+        groups: &[u32],
+        admin: bool,
+    ) -> Result<(), Failure> {
         let uid = if uid == 0 {
             let users = self.meta(|ns| ns.users()).await?;
             let highest = users.iter().map(|u| u.uid).max().unwrap_or(0);
@@ -242,7 +493,7 @@ impl Manager {
             uid
         };
         let gid = if gid == 0 { uid } else { gid };
-        self.add_user(name, pw, uid, gid, admin).await
+        self.add_user_in_groups(name, pw, uid, gid, groups, admin).await
     }
 
     async fn set_password(&self, name: &str, password: &str) -> Result<(), Failure> {
@@ -487,6 +738,10 @@ impl Manager {
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
+        }
+        if truncate {
+            // An existing file emptied: its data changed (a new file's name is change enough).
+            self.changes.record([Change::Inode(inode.attr.ino)]);
         }
         self.entry(s, inode, OpenMode::ReadWrite).await
     }

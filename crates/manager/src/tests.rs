@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn root() -> Session {
-    Session { user: "root".into(), caller: Caller::ROOT, admin: true }
+    Session::internal("root", Caller::ROOT)
 }
 
 /// The handle `s` gets for `path` by walking to it.
@@ -28,7 +28,7 @@ async fn handles_are_checked_before_anything_else_and_bound_to_the_user() {
     let dir = tempfile::tempdir().unwrap();
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
     let s = root();
-    let alice = Session { user: "alice".into(), caller: Caller { uid: 1000, gid: 1000 }, admin: false };
+    let alice = Session { admin: false, ..Session::internal("alice", Caller::new(1000, 1000)) };
     let root_dir = walk(&m, &s, "/").await;
     let mkdir = |parent: Handle| ManagerRequest::Mkdir { parent, name: "d".into(), mode: 0o755 };
     // A forged MAC, root's handle used by alice, and a handle of another inode with the MAC moved over.
@@ -148,10 +148,156 @@ async fn next_free_uid_does_not_overflow() {
     let dir = tempfile::tempdir().unwrap();
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
     m.add_user("top", "password", u32::MAX, 1, false).await.unwrap();
-    let req =
-        ManagerRequest::AddUser { name: "next".into(), password: "password".into(), uid: 0, gid: 0, admin: false };
+    let req = ManagerRequest::AddUser {
+        name: "next".into(),
+        password: "password".into(),
+        uid: 0,
+        gid: 0,
+        admin: false,
+        groups: vec![],
+    };
     let e = m.handle(&root(), req).await.expect_err("no uid above u32::MAX");
     assert_eq!(e.status, FsStatus::InvalidArgument, "{e}");
+}
+
+/// An administrator's change of a user's groups reaches the user's open
+/// sessions at their next request; a session whose user is gone ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_pick_up_group_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    m.add_user_in_groups("gus", "password", 1500, 1500, &[10, 20], false).await.unwrap();
+    let mut gus = m.open_session("gus", "password").await.unwrap();
+    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![10, 20] });
+    let set = ManagerRequest::SetUserGroups { name: "gus".into(), groups: vec![30] };
+    let e = m.handle(&gus, set.clone()).await.expect_err("administrators only");
+    assert_eq!(e.status, FsStatus::NotAdmin);
+    m.refresh_session(&mut gus).await.unwrap();
+    assert_eq!(gus.caller.groups, vec![10, 20], "nothing changed: nothing reloaded");
+    m.handle(&root(), set).await.unwrap();
+    m.refresh_session(&mut gus).await.unwrap();
+    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![30] });
+    let unordered = ManagerRequest::SetUserGroups { name: "gus".into(), groups: vec![3, 2] };
+    assert_eq!(m.handle(&root(), unordered).await.unwrap_err().status, FsStatus::InvalidArgument);
+    let nobody = ManagerRequest::SetUserGroups { name: "nobody".into(), groups: vec![] };
+    assert_eq!(m.handle(&root(), nobody).await.unwrap_err().status, FsStatus::NotFound);
+    let mut ghost = Session { user: "ghost".into(), users_epoch: 0, ..gus.clone() };
+    assert_eq!(m.refresh_session(&mut ghost).await.unwrap_err().status, FsStatus::NotLoggedIn);
+}
+
+/// `AS_USER`: a gateway acts for the callers its grant covers, as them
+/// (permissions, ownership), with its own handles; nobody else may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_act_for_the_ids_of_their_grant_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    m.add_user("gw", "password", 900, 900, false).await.unwrap();
+    let mut gw = m.open_session("gw", "password").await.unwrap();
+    let as_user = |uid: u32, gid: u32, groups: Vec<u32>, request: ManagerRequest| ManagerRequest::AsUser {
+        uid,
+        gid,
+        groups,
+        request: Box::new(request),
+    };
+    let mkdir = |parent: Handle, name: &str, mode: u32| ManagerRequest::Mkdir { parent, name: name.into(), mode };
+    m.handle(&root(), mkdir(walk(&m, &root(), "/").await, "shared", 0o777)).await.unwrap();
+    m.handle(&root(), mkdir(walk(&m, &root(), "/").await, "private", 0o700)).await.unwrap();
+    let shared = walk(&m, &gw, "/shared").await;
+    let e = m.handle(&gw, as_user(1000, 1000, vec![], mkdir(shared, "a", 0o755))).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::NotPermitted, "not a gateway: {e}");
+
+    m.set_gateway("gw", Some((1000, 2000))).await.unwrap();
+    m.refresh_session(&mut gw).await.unwrap();
+    let Ok(ManagerReply::Entry(a)) = m.handle(&gw, as_user(1000, 1500, vec![1999], mkdir(shared, "a", 0o755))).await
+    else {
+        panic!("mkdir as uid 1000")
+    };
+    assert_eq!((a.attr.uid, a.attr.gid), (1000, 1500), "made as the caller it names");
+    // The reply's handle is the gateway's: good for the gateway, as itself and for any of its callers.
+    let as_gw = m.handle(&gw, ManagerRequest::GetAttr { handle: a.handle(), open: OpenMode::None }).await;
+    assert!(as_gw.is_ok(), "{as_gw:?}");
+    let e = m.handle(&gw, as_user(1001, 1001, vec![], mkdir(a.handle(), "b", 0o755))).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::PermissionDenied, "uid 1001 may not write in uid 1000's 0755 directory");
+    m.handle(&gw, as_user(1000, 1000, vec![], mkdir(a.handle(), "b", 0o755))).await.unwrap();
+    // A 0700 directory of root's: the callers are not root.
+    let private = walk(&m, &gw, "/private").await;
+    let e = m.handle(&gw, as_user(1000, 1000, vec![], mkdir(private, "x", 0o755))).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::PermissionDenied);
+    // Outside the grant: the uid, the gid or any group.
+    for (uid, gid, groups) in
+        [(0, 1000, vec![]), (999, 1000, vec![]), (1000, 0, vec![]), (1000, 1000, vec![1001, 2001])]
+    {
+        let e = m.handle(&gw, as_user(uid, gid, groups.clone(), mkdir(shared, "c", 0o755))).await.unwrap_err();
+        assert_eq!(e.status, FsStatus::NotPermitted, "{uid} {gid} {groups:?}: {e}");
+    }
+    // Handles are still checked, and bound to the gateway's user.
+    let roots = walk(&m, &root(), "/shared").await;
+    let e = m.handle(&gw, as_user(1000, 1000, vec![], mkdir(roots, "c", 0o755))).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::BadHandle);
+    // Only name-space and file requests may be wrapped.
+    let admin_req = ManagerRequest::ListUsers;
+    let e = m.handle(&gw, as_user(1000, 1000, vec![], admin_req)).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::BadRequest);
+    // The grant taken away reaches the open session.
+    m.set_gateway("gw", None).await.unwrap();
+    m.refresh_session(&mut gw).await.unwrap();
+    let e = m.handle(&gw, as_user(1000, 1000, vec![], mkdir(shared, "d", 0o755))).await.unwrap_err();
+    assert_eq!(e.status, FsStatus::NotPermitted);
+}
+
+/// A `WATCH` that does not wait: (incarnation, next, lost, changes).
+async fn watch(
+    m: &Manager,
+    s: &Session,
+    incarnation: u64,
+    after: u64,
+) -> (u64, u64, bool, Vec<nasd_proto::manager::Change>) {
+    match m.handle(s, ManagerRequest::Watch { incarnation, after, wait_ms: 0 }).await {
+        Ok(ManagerReply::Changes { incarnation, next, lost, changes }) => (incarnation, next, lost, changes),
+        other => panic!("watch: {other:?}"),
+    }
+}
+
+/// `WATCH` reports what requests changed; a session that is neither an
+/// administrator nor a gateway sees names only in directories it may read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_feed_reports_changes_and_hides_names_from_those_who_may_not_read_them() {
+    use nasd_proto::manager::Change;
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    m.add_user("al", "password", 1000, 1000, false).await.unwrap();
+    let al = m.open_session("al", "password").await.unwrap();
+    let (inc, start, lost, _) = watch(&m, &al, 0, 0).await;
+    assert!(lost, "a new watcher learns where the feed is");
+    let top = walk(&m, &root(), "/").await;
+    let mkdir = |parent: Handle, name: &str, mode: u32| ManagerRequest::Mkdir { parent, name: name.into(), mode };
+    let Ok(ManagerReply::Entry(secret)) = m.handle(&root(), mkdir(top, "secret", 0o700)).await else { panic!() };
+    m.handle(&root(), mkdir(secret.handle(), "inside", 0o700)).await.unwrap();
+    let set = ManagerRequest::SetAttr {
+        handle: secret.handle(),
+        mask: nasd_proto::manager::set_mask::MODE,
+        mode: 0o711,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+    };
+    m.handle(&root(), set).await.unwrap();
+    let refused = m.handle(&al, mkdir(walk(&m, &al, "/").await, "nope", 0o755)).await;
+    assert!(refused.is_err(), "a refused request changes nothing");
+    let entry = |dir: u64, name: &str| Change::Entry { dir, name: name.into() };
+    let (_, next, lost, all) = watch(&m, &root(), inc, start).await;
+    assert!(!lost);
+    let s = secret.attr.ino;
+    let want = vec![entry(1, "secret"), Change::Inode(1), entry(s, "inside"), Change::Inode(s), Change::Inode(s)];
+    assert_eq!(all, want, "an administrator sees every change");
+    let (_, al_next, _, seen) = watch(&m, &al, inc, start).await;
+    assert_eq!(al_next, next);
+    let hidden = vec![entry(1, "secret"), Change::Inode(1), Change::Inode(s), Change::Inode(s), Change::Inode(s)];
+    assert_eq!(seen, hidden, "no read permission on /secret: its names stay hidden");
+    let (_, _, _, none) = watch(&m, &al, inc, next).await;
+    assert!(none.is_empty());
 }
 
 #[test]

@@ -6,7 +6,7 @@ use crate::{
     Namespace, BATCH_MAX, DRIVE_ADDR_MAX, PASSWORD_HASH_MAX, SEALED_KEYS_MAX, SETTING_KEY_MAX, SETTING_VALUE_MAX,
     USER_NAME_MAX,
 };
-use nasd_proto::fs::{FsStatus, ObjectRef};
+use nasd_proto::fs::{validate_groups, FsStatus, ObjectRef};
 use nasd_proto::limits::NAME_LEN_MAX;
 use nasd_proto::manager::DriveState;
 use std::collections::BTreeSet;
@@ -38,7 +38,9 @@ fn bump_map_epoch_in(t: &mut dyn Txn) -> Result<u32, FsStatus> {
 
 fn check_user(user: &User) -> Result<(), FsStatus> {
     let name_ok = !user.name.is_empty() && user.name.len() <= USER_NAME_MAX;
-    if !name_ok || user.password_hash.len() > PASSWORD_HASH_MAX {
+    let gateway_ok = user.gateway.is_none_or(|(lo, hi)| lo <= hi);
+    if !name_ok || user.password_hash.len() > PASSWORD_HASH_MAX || validate_groups(&user.groups).is_err() || !gateway_ok
+    {
         return Err(FsStatus::InvalidArgument);
     }
     Ok(())
@@ -66,8 +68,9 @@ impl<B: Backend> Namespace<B> {
     ///
     /// # Errors
     /// `Exists` if the name or the uid is taken; `InvalidArgument` if the
-    /// name is empty or longer than [`USER_NAME_MAX`], or the hash longer
-    /// than [`PASSWORD_HASH_MAX`].
+    /// name is empty or longer than [`USER_NAME_MAX`], the hash longer
+    /// than [`PASSWORD_HASH_MAX`], or the groups are not strictly ascending
+    /// or more than [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX).
     pub fn add_user(&self, user: &User) -> Result<(), FsStatus> {
         check_user(user)?;
         self.backend.transact(|t| {
@@ -105,6 +108,36 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| {
             let mut user = t.get_user(name)?.ok_or(FsStatus::NotFound)?;
             user.password_hash = password_hash.to_owned();
+            t.put_user(&user)
+        })
+    }
+
+    /// Replaces a user's supplementary groups (strictly ascending, at most
+    /// [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX); empty: none).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidArgument` (unordered, repeated or too many groups).
+    pub fn set_user_groups(&self, name: &str, groups: &[u32]) -> Result<(), FsStatus> {
+        validate_groups(groups).map_err(|_| FsStatus::InvalidArgument)?;
+        self.backend.transact(|t| {
+            let mut user = t.get_user(name)?.ok_or(FsStatus::NotFound)?;
+            user.groups = groups.to_vec();
+            t.put_user(&user)
+        })
+    }
+
+    /// Grants user `name` the gateway right to act for the ids in `ids`
+    /// (inclusive), or takes it away (`None`).
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidArgument` (a range whose first id is above its last).
+    pub fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), FsStatus> {
+        if ids.is_some_and(|(lo, hi)| lo > hi) {
+            return Err(FsStatus::InvalidArgument);
+        }
+        self.backend.transact(|t| {
+            let mut user = t.get_user(name)?.ok_or(FsStatus::NotFound)?;
+            user.gateway = ids;
             t.put_user(&user)
         })
     }

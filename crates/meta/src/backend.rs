@@ -4,7 +4,7 @@
 //! Every rule (permissions, link counts, rename, object bookkeeping) lives in
 //! [`crate::Namespace`], written once over these traits.
 
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::time::Duration;
@@ -24,7 +24,7 @@ pub trait Txn {
     /// target, layout and acv. `inode.components` is **not** written here:
     /// components are rows of their own ([`Txn::put_component`]).
     fn put_inode(&mut self, inode: &Inode) -> Result<(), FsStatus>;
-    /// Deletes an inode and its parent pointer. No entry, component, stale
+    /// Deletes an inode, its parent pointer and its extended attributes. No entry, component, stale
     /// range or write intent may still name it.
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus>;
     /// Hands out the next inode number (never reused, never [`crate::ROOT_INO`]).
@@ -48,11 +48,33 @@ pub trait Txn {
     /// (number of inodes, sum of `size` over regular files).
     fn usage(&mut self) -> Result<(u64, u64), FsStatus>;
 
-    /// Reads a user by name.
+    /// An inode's extended attribute.
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus>;
+    /// An inode's extended attributes: names in byte order, each with its
+    /// value's length.
+    fn list_xattrs(&mut self, ino: Ino) -> Result<Vec<(String, usize)>, FsStatus>;
+    /// Creates or replaces an inode's extended attribute.
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus>;
+    /// Removes an inode's extended attribute; whether it existed.
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus>;
+
+    /// A quota.
+    fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;
+    /// Inserts or replaces a quota.
+    fn put_quota(&mut self, quota: &Quota) -> Result<(), FsStatus>;
+    /// Removes a quota (nothing if there is none).
+    fn delete_quota(&mut self, subject: QuotaSubject) -> Result<(), FsStatus>;
+    /// Every quota, in subject order.
+    fn list_quotas(&mut self) -> Result<Vec<Quota>, FsStatus>;
+    /// What the inodes owned by `uid` use: (bytes of regular files, inodes).
+    fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus>;
+
+    /// Reads a user by name, with its supplementary groups.
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus>;
     /// Whether some user has this uid.
     fn uid_taken(&mut self, uid: u32) -> Result<bool, FsStatus>;
-    /// Inserts or replaces a user (keyed by name).
+    /// Inserts or replaces a user (keyed by name), its supplementary groups
+    /// included (they replace the user's earlier ones).
     fn put_user(&mut self, user: &User) -> Result<(), FsStatus>;
     /// Every user, ordered by name.
     fn list_users(&mut self) -> Result<Vec<User>, FsStatus>;

@@ -40,7 +40,7 @@ impl<B: Backend> Namespace<B> {
             match n.attr.kind {
                 FileKind::File => {}
                 FileKind::Dir => return Err(FsStatus::IsDir),
-                FileKind::Symlink => return Err(FsStatus::InvalidArgument),
+                _ => return Err(FsStatus::InvalidArgument),
             }
             if check(caller, &n, W).is_err() && !owns(caller, &n) {
                 return Err(FsStatus::PermissionDenied);
@@ -49,7 +49,16 @@ impl<B: Backend> Namespace<B> {
                 return Err(FsStatus::Busy);
             }
             let txn = t.alloc_txn()?;
-            t.put_intent(&Intent { txn, ino, state: IntentState::Open, uid: caller.uid, deadline_ns })?;
+            let (escrow, size_limit) = crate::quotas::escrow_for(t, &n)?;
+            t.put_intent(&Intent {
+                txn,
+                ino,
+                state: IntentState::Open,
+                uid: caller.uid,
+                deadline_ns,
+                escrow,
+                size_limit,
+            })?;
             Ok(txn)
         })
     }
@@ -120,6 +129,10 @@ impl<B: Backend> Namespace<B> {
             if intent.state != IntentState::Open || by_component.keys().any(|&idx| idx >= n.components.len()) {
                 return Err(FsStatus::InvalidArgument);
             }
+            if written_end > n.attr.size && written_end > intent.size_limit {
+                // Past the escrow the transaction was given: the manager rolls it back.
+                return Err(FsStatus::QuotaExceeded);
+            }
             intent.state = IntentState::Committed;
             t.put_intent(&intent)?;
             n.attr.size = n.attr.size.max(written_end);
@@ -130,7 +143,7 @@ impl<B: Backend> Namespace<B> {
             for (&idx, ranges) in &by_component {
                 mark_stale_in(t, &mut n, idx, ranges)?;
             }
-            t.put_inode(&n)?;
+            crate::quotas::put(t, &n)?;
             Ok(n)
         })
     }

@@ -120,10 +120,10 @@ impl<B: Backend> Namespace<B> {
         self.backend.read(|t| {
             let n = get(t, ino)?;
             match (n.attr.kind, n.layout) {
-                (FileKind::Symlink, _) => Err(FsStatus::InvalidArgument),
+                (kind, _) if kind == FileKind::Symlink || kind.is_special() => Err(FsStatus::InvalidArgument),
                 (_, Some(layout)) => Ok((layout, true)),
                 (FileKind::Dir, None) => Ok((nearest_layout(t, &n, self.dir_depth_max)?, false)),
-                (FileKind::File, None) => {
+                (_, None) => {
                     tracing::error!(ino, "a regular file has no layout");
                     Err(FsStatus::Internal)
                 }
@@ -170,7 +170,11 @@ impl<B: Backend> Namespace<B> {
                 return Err(FsStatus::NotPermitted);
             }
             let fx = match n.attr.kind {
-                FileKind::Symlink => return Err(FsStatus::InvalidArgument),
+                FileKind::Symlink
+                | FileKind::Fifo
+                | FileKind::Socket
+                | FileKind::CharDevice
+                | FileKind::BlockDevice => return Err(FsStatus::InvalidArgument),
                 FileKind::Dir if layout.is_none() && ino == ROOT_INO => return Err(FsStatus::InvalidArgument),
                 FileKind::Dir => {
                     n.layout = layout;
@@ -182,7 +186,7 @@ impl<B: Backend> Namespace<B> {
                 }
             };
             n.attr.ctime_ns = now_ns();
-            t.put_inode(&n)?;
+            crate::quotas::put(t, &n)?;
             Ok(fx)
         })
     }

@@ -57,12 +57,15 @@ mod layouts;
 mod namespace;
 mod perm;
 mod postgres;
+mod quotas;
 mod sqlite;
 mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod types;
 mod walk;
+mod xattrs;
+pub use quotas::ESCROW_BYTES_MAX;
 
 pub use backend::{with_retries, Access, Backend, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX, TXN_BACKOFF_MIN};
 pub use error::MetaError;
@@ -70,7 +73,7 @@ pub use layouts::{take_pooled, Placer};
 pub use namespace::Namespace;
 pub use nasd_proto::fs::*;
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};
-pub use nasd_proto::manager::DriveState;
+pub use nasd_proto::manager::{DriveState, XattrMode};
 pub use postgres::{
     Postgres, CONNECTIONS_MAX, CONNECTION_WAIT_MAX, CONNECT_TIMEOUT, MIGRATION_LOCK, POSTGRES_SCHEMA_VERSION,
     STATEMENT_TIMEOUT,
@@ -78,7 +81,8 @@ pub use postgres::{
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};
 pub use types::{
-    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, SetAttrs, StaleRange, User,
+    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, Quota, QuotaSubject, SetAttrs,
+    StaleRange, User,
 };
 
 /// Most entries one `readdir` returns; a larger `limit` is capped to it.

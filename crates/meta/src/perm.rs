@@ -19,7 +19,8 @@ pub const S_ISVTX: u32 = 0o1000;
 
 /// Checks that `caller` holds every bit of `want` (a combination of [`R`],
 /// [`W`], [`X`]) on `inode`: the owner's triple if the caller owns it, else the
-/// group's if the caller's gid matches, else the others'. The superuser
+/// group's if the caller is in the file's group (its gid or one of its
+/// supplementary groups, [`Caller::in_group`]), else the others'. The superuser
 /// bypasses read and write, and execute on directories; on other files it
 /// needs some execute bit set.
 pub fn check(caller: &Caller, inode: &Inode, want: u32) -> Result<(), FsStatus> {
@@ -30,7 +31,7 @@ pub fn check(caller: &Caller, inode: &Inode, want: u32) -> Result<(), FsStatus> 
     }
     let shift = if caller.uid == a.uid {
         6
-    } else if caller.gid == a.gid {
+    } else if caller.in_group(a.gid) {
         3
     } else {
         0
@@ -58,9 +59,10 @@ pub fn check_sticky(caller: &Caller, dir: &Inode, victim: &Inode) -> Result<(), 
     }
 }
 
-/// Clears set-group-id from `mode` when a non-root caller is not in `gid`.
+/// Clears set-group-id from `mode` when a non-root caller is not in group
+/// `gid` (neither its primary nor a supplementary group).
 pub fn strip_sgid(caller: &Caller, mode: u32, gid: u32) -> u32 {
-    if !caller.is_root() && gid != caller.gid {
+    if !caller.is_root() && !caller.in_group(gid) {
         mode & !S_ISGID
     } else {
         mode
@@ -73,9 +75,20 @@ mod tests {
     use nasd_proto::fs::FileAttr;
 
     fn inode(kind: FileKind, mode: u32) -> Inode {
-        let attr =
-            FileAttr { ino: 2, kind, mode, nlink: 1, uid: 10, gid: 20, size: 0, atime_ns: 0, mtime_ns: 0, ctime_ns: 0 };
-        Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0 }
+        let attr = FileAttr {
+            ino: 2,
+            kind,
+            mode,
+            nlink: 1,
+            uid: 10,
+            gid: 20,
+            size: 0,
+            atime_ns: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            rdev: 0,
+        };
+        Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir: 0 }
     }
 
     #[test]
@@ -90,13 +103,27 @@ mod tests {
     #[test]
     fn classes_do_not_fall_through() {
         let f = inode(FileKind::File, 0o077);
-        assert_eq!(check(&Caller { uid: 10, gid: 20 }, &f, R), Err(FsStatus::PermissionDenied));
-        assert_eq!(check(&Caller { uid: 11, gid: 20 }, &f, R | W | X), Ok(()));
-        assert_eq!(check(&Caller { uid: 11, gid: 21 }, &f, R | W | X), Ok(()));
-        assert_eq!(
-            check(&Caller { uid: 11, gid: 21 }, &inode(FileKind::File, 0o770), R),
-            Err(FsStatus::PermissionDenied)
-        );
+        assert_eq!(check(&Caller::new(10, 20), &f, R), Err(FsStatus::PermissionDenied));
+        assert_eq!(check(&Caller::new(11, 20), &f, R | W | X), Ok(()));
+        assert_eq!(check(&Caller::new(11, 21), &f, R | W | X), Ok(()));
+        assert_eq!(check(&Caller::new(11, 21), &inode(FileKind::File, 0o770), R), Err(FsStatus::PermissionDenied));
+    }
+
+    #[test]
+    fn supplementary_groups_are_the_group_class() {
+        let f = inode(FileKind::File, 0o640);
+        let member = Caller { uid: 11, gid: 21, groups: vec![5, 20, 30] };
+        assert_eq!(check(&member, &f, R), Ok(()), "group 20 is one of its supplementary groups");
+        assert_eq!(check(&member, &f, W), Err(FsStatus::PermissionDenied));
+        let outsider = Caller { uid: 11, gid: 21, groups: vec![5, 30] };
+        assert_eq!(check(&outsider, &f, R), Err(FsStatus::PermissionDenied));
+        // Membership puts the caller in the group class, which can deny what others get.
+        let g_denied = inode(FileKind::File, 0o604);
+        assert_eq!(check(&member, &g_denied, R), Err(FsStatus::PermissionDenied));
+        assert_eq!(check(&outsider, &g_denied, R), Ok(()));
+        assert_eq!(strip_sgid(&member, 0o2755, 20), 0o2755, "in the group through a supplementary group");
+        assert_eq!(strip_sgid(&outsider, 0o2755, 20), 0o755);
+        assert_eq!(strip_sgid(&Caller::ROOT, 0o2755, 20), 0o2755);
     }
 
     #[test]
@@ -104,10 +131,10 @@ mod tests {
         let dir = inode(FileKind::Dir, 0o1777);
         let mut victim = inode(FileKind::File, 0o666);
         victim.attr.uid = 30;
-        assert_eq!(check_sticky(&Caller { uid: 40, gid: 0 }, &dir, &victim), Err(FsStatus::NotPermitted));
-        assert_eq!(check_sticky(&Caller { uid: 30, gid: 0 }, &dir, &victim), Ok(()));
-        assert_eq!(check_sticky(&Caller { uid: 10, gid: 0 }, &dir, &victim), Ok(()));
+        assert_eq!(check_sticky(&Caller::new(40, 0), &dir, &victim), Err(FsStatus::NotPermitted));
+        assert_eq!(check_sticky(&Caller::new(30, 0), &dir, &victim), Ok(()));
+        assert_eq!(check_sticky(&Caller::new(10, 0), &dir, &victim), Ok(()));
         assert_eq!(check_sticky(&Caller::ROOT, &dir, &victim), Ok(()));
-        assert_eq!(check_sticky(&Caller { uid: 40, gid: 0 }, &inode(FileKind::Dir, 0o777), &victim), Ok(()));
+        assert_eq!(check_sticky(&Caller::new(40, 0), &inode(FileKind::Dir, 0o777), &victim), Ok(()));
     }
 }

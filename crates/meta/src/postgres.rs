@@ -42,6 +42,10 @@
 //! of the name (the role needs `CREATEDB` for that). A database newer than
 //! [`POSTGRES_SCHEMA_VERSION`] is refused.
 //! - 0 → 1: the whole schema, equivalent to SQLite's version 2.
+//! - 1 → 2: supplementary groups (`user_groups`), gateway grants, extended
+//!   attributes (`xattrs`), device numbers (`rdev`), quotas (`quotas`, the
+//!   inodes' `qdir`, the intents' `escrow` and `size_limit`): SQLite's
+//!   versions 3 and 4.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -55,7 +59,9 @@
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{postgres_detail, MetaError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, StaleRange, User};
+use crate::types::{
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+};
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{Component, ComponentState, Layout};
@@ -120,8 +126,31 @@ CREATE TABLE intents (
     state BIGINT NOT NULL, uid BIGINT NOT NULL, deadline_ns BIGINT NOT NULL);
 "#;
 
+/// Version 2: what SQLite's versions 3 and 4 added (see the module
+/// documentation).
+const V2: &str = r#"
+CREATE TABLE user_groups (
+    name TEXT NOT NULL REFERENCES users (name), gid BIGINT NOT NULL,
+    PRIMARY KEY (name, gid));
+ALTER TABLE users ADD COLUMN gateway_lo BIGINT;
+ALTER TABLE users ADD COLUMN gateway_hi BIGINT;
+CREATE TABLE xattrs (
+    ino BIGINT NOT NULL REFERENCES inodes (ino), name TEXT COLLATE "C" NOT NULL, value BYTEA NOT NULL,
+    PRIMARY KEY (ino, name));
+ALTER TABLE inodes ADD COLUMN rdev BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE inodes ADD COLUMN qdir BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX inodes_uid ON inodes (uid);
+CREATE INDEX inodes_qdir ON inodes (qdir) WHERE qdir <> 0;
+ALTER TABLE intents ADD COLUMN escrow BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE intents ADD COLUMN size_limit BIGINT NOT NULL DEFAULT -1;
+CREATE TABLE quotas (
+    kind BIGINT NOT NULL, id BIGINT NOT NULL, bytes_limit BIGINT, files_limit BIGINT,
+    bytes_used BIGINT NOT NULL, files_used BIGINT NOT NULL,
+    PRIMARY KEY (kind, id));
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -651,6 +680,13 @@ impl PgTxn<'_> {
         self.decode(rows, object_from_row)
     }
 
+    /// Fills in a user's supplementary groups (ascending).
+    fn with_groups(&mut self, mut user: User) -> Result<User, FsStatus> {
+        let rows = self.query("SELECT gid FROM user_groups WHERE name = $1 ORDER BY gid", &[&user.name])?;
+        user.groups = self.decode(rows, |r| u32_at(r, 0))?;
+        Ok(user)
+    }
+
     /// Fills in the components of `inodes` (in component order), in one query.
     fn with_components(&mut self, mut inodes: Vec<Inode>) -> Result<Vec<Inode>, FsStatus> {
         if inodes.is_empty() {
@@ -733,7 +769,7 @@ fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
     };
 }
 
@@ -753,12 +789,20 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         atime_ns: i64_at(r, at + 7)?,
         mtime_ns: i64_at(r, at + 8)?,
         ctime_ns: i64_at(r, at + 9)?,
+        rdev: u64_at(r, at + 13)?,
     };
     let layout = match get_at::<Option<&[u8]>>(r, at + 11)? {
         None => None,
         Some(bytes) => Some(layout_from_bytes(bytes).ok_or("not a canonical layout")?),
     };
-    Ok(Inode { attr, target: get_at(r, at + 10)?, layout, components: Vec::new(), acv: u64_at(r, at + 12)? })
+    Ok(Inode {
+        attr,
+        target: get_at(r, at + 10)?,
+        layout,
+        components: Vec::new(),
+        acv: u64_at(r, at + 12)?,
+        qdir: u64_at(r, at + 14)?,
+    })
 }
 
 fn object_from_row(r: &Row) -> Decoded<ObjectRef> {
@@ -780,6 +824,22 @@ fn user_from_row(r: &Row) -> Decoded<User> {
         gid: u32_at(r, 2)?,
         password_hash: get_at(r, 3)?,
         admin: get_at(r, 4)?,
+        groups: Vec::new(),
+        gateway: match (get_at::<Option<i64>>(r, 5)?, get_at::<Option<i64>>(r, 6)?) {
+            (Some(_), Some(_)) => Some((u32_at(r, 5)?, u32_at(r, 6)?)),
+            _ => None,
+        },
+    })
+}
+
+fn quota_from_row(r: &Row) -> Decoded<Quota> {
+    let (kind, id) = (u8_at(r, 0)?, u64_at(r, 1)?);
+    Ok(Quota {
+        subject: QuotaSubject::from_key(kind, id).ok_or_else(|| format!("unknown quota subject {kind}"))?,
+        bytes_limit: get_at::<Option<i64>>(r, 2)?.map(|v| v as u64),
+        files_limit: get_at::<Option<i64>>(r, 3)?.map(|v| v as u64),
+        bytes_used: u64_at(r, 4)?,
+        files_used: u64_at(r, 5)?,
     })
 }
 
@@ -814,7 +874,7 @@ fn drive_from_row(r: &Row) -> Decoded<DriveRecord> {
 
 macro_rules! intent_cols {
     () => {
-        "txn, ino, state, uid, deadline_ns"
+        "txn, ino, state, uid, deadline_ns, escrow, size_limit"
     };
 }
 
@@ -826,6 +886,8 @@ fn intent_from_row(r: &Row) -> Decoded<Intent> {
         state: IntentState::from_code(code).ok_or_else(|| format!("unknown intent state {code}"))?,
         uid: u32_at(r, 3)?,
         deadline_ns: i64_at(r, 4)?,
+        escrow: u64_at(r, 5)?,
+        size_limit: u64_at(r, 6)?,
     })
 }
 
@@ -847,12 +909,13 @@ impl Txn for PgTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             ctime_ns, target, layout, acv, rdev, qdir) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
-             target = excluded.target, layout = excluded.layout, acv = excluded.acv",
+             target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
+             qdir = excluded.qdir",
             &[
                 &(a.ino as i64),
                 &i64::from(a.kind.code()),
@@ -867,6 +930,8 @@ impl Txn for PgTxn<'_> {
                 &n.target,
                 &n.layout.as_ref().map(layout_bytes),
                 &(n.acv as i64),
+                &(a.rdev as i64),
+                &(n.qdir as i64),
             ],
         )?;
         Ok(())
@@ -874,6 +939,7 @@ impl Txn for PgTxn<'_> {
 
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM xattrs WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
         Ok(())
     }
@@ -940,10 +1006,81 @@ impl Txn for PgTxn<'_> {
         self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
     }
 
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus> {
+        let row = self.query_opt("SELECT value FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])?;
+        self.decode_opt(row, |r| get_at(r, 0))
+    }
+
+    fn list_xattrs(&mut self, ino: Ino) -> Result<Vec<(String, usize)>, FsStatus> {
+        let sql = "SELECT name, length(value)::BIGINT FROM xattrs WHERE ino = $1 ORDER BY name";
+        let rows = self.query(sql, &[&(ino as i64)])?;
+        self.decode(rows, |r| Ok((get_at::<String>(r, 0)?, usize_at(r, 1)?)))
+    }
+
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO xattrs (ino, name, value) VALUES ($1, $2, $3) \
+             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+            &[&(ino as i64), &name, &value],
+        )?;
+        Ok(())
+    }
+
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
+        Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0)
+    }
+
+    fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {
+        let (kind, id) = subject.key();
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas \
+                   WHERE kind = $1 AND id = $2";
+        let row = self.query_opt(sql, &[&i64::from(kind), &(id as i64)])?;
+        self.decode_opt(row, quota_from_row)
+    }
+
+    fn put_quota(&mut self, q: &Quota) -> Result<(), FsStatus> {
+        let (kind, id) = q.subject.key();
+        self.exec(
+            "INSERT INTO quotas (kind, id, bytes_limit, files_limit, bytes_used, files_used) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (kind, id) DO UPDATE SET \
+             bytes_limit = excluded.bytes_limit, files_limit = excluded.files_limit, \
+             bytes_used = excluded.bytes_used, files_used = excluded.files_used",
+            &[
+                &i64::from(kind),
+                &(id as i64),
+                &q.bytes_limit.map(|v| v as i64),
+                &q.files_limit.map(|v| v as i64),
+                &(q.bytes_used as i64),
+                &(q.files_used as i64),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_quota(&mut self, subject: QuotaSubject) -> Result<(), FsStatus> {
+        let (kind, id) = subject.key();
+        self.exec("DELETE FROM quotas WHERE kind = $1 AND id = $2", &[&i64::from(kind), &(id as i64)])?;
+        Ok(())
+    }
+
+    fn list_quotas(&mut self) -> Result<Vec<Quota>, FsStatus> {
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas ORDER BY kind, id";
+        let rows = self.query(sql, &[])?;
+        self.decode(rows, quota_from_row)
+    }
+
+    fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
+        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0)::BIGINT, COUNT(*) \
+                   FROM inodes WHERE uid = $1";
+        let row = self.query_one(sql, &[&i64::from(uid)])?;
+        self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
+    }
+
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {
-        let sql = "SELECT name, uid, gid, password_hash, admin FROM users WHERE name = $1";
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users WHERE name = $1";
         let row = self.query_opt(sql, &[&name])?;
-        self.decode_opt(row, user_from_row)
+        let user = self.decode_opt(row, user_from_row)?;
+        user.map(|u| self.with_groups(u)).transpose()
     }
 
     fn uid_taken(&mut self, uid: u32) -> Result<bool, FsStatus> {
@@ -953,17 +1090,33 @@ impl Txn for PgTxn<'_> {
 
     fn put_user(&mut self, u: &User) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO users (name, uid, gid, password_hash, admin) VALUES ($1, $2, $3, $4, $5) \
+            "INSERT INTO users (name, uid, gid, password_hash, admin, gateway_lo, gateway_hi) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (name) DO UPDATE SET uid = excluded.uid, gid = excluded.gid, \
-             password_hash = excluded.password_hash, admin = excluded.admin",
-            &[&u.name, &i64::from(u.uid), &i64::from(u.gid), &u.password_hash, &u.admin],
+             password_hash = excluded.password_hash, admin = excluded.admin, \
+             gateway_lo = excluded.gateway_lo, gateway_hi = excluded.gateway_hi",
+            &[
+                &u.name,
+                &i64::from(u.uid),
+                &i64::from(u.gid),
+                &u.password_hash,
+                &u.admin,
+                &u.gateway.map(|g| i64::from(g.0)),
+                &u.gateway.map(|g| i64::from(g.1)),
+            ],
         )?;
+        self.exec("DELETE FROM user_groups WHERE name = $1", &[&u.name])?;
+        for g in &u.groups {
+            self.exec("INSERT INTO user_groups (name, gid) VALUES ($1, $2)", &[&u.name, &i64::from(*g)])?;
+        }
         Ok(())
     }
 
     fn list_users(&mut self) -> Result<Vec<User>, FsStatus> {
-        let rows = self.query("SELECT name, uid, gid, password_hash, admin FROM users ORDER BY name", &[])?;
-        self.decode(rows, user_from_row)
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users ORDER BY name";
+        let rows = self.query(sql, &[])?;
+        let users = self.decode(rows, user_from_row)?;
+        users.into_iter().map(|u| self.with_groups(u)).collect()
     }
 
     fn get_drive(&mut self, drive: u32) -> Result<Option<DriveRecord>, FsStatus> {
@@ -1122,10 +1275,19 @@ impl Txn for PgTxn<'_> {
 
     fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO intents (txn, ino, state, uid, deadline_ns) VALUES ($1, $2, $3, $4, $5) \
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
-             deadline_ns = excluded.deadline_ns",
-            &[&(i.txn as i64), &(i.ino as i64), &i64::from(i.state.code()), &i64::from(i.uid), &i.deadline_ns],
+             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit",
+            &[
+                &(i.txn as i64),
+                &(i.ino as i64),
+                &i64::from(i.state.code()),
+                &i64::from(i.uid),
+                &i.deadline_ns,
+                &(i.escrow as i64),
+                &(i.size_limit as i64),
+            ],
         )?;
         Ok(())
     }

@@ -22,8 +22,13 @@
 //!   out; `next_txn`, the next write transaction id (starts at 1).
 //! - `drives(drive, drive_id, addr, partition, sealed_keys, capacity_bytes,
 //!   failure_domain, state)`: `state` is the `DriveState` code (0 In, 1 Out).
-//! - `users`, `pool`, `doomed`, `acv_intents`, `settings` (among them
-//!   `map_epoch`: a `u32`, 4 bytes little-endian).
+//! - `users(name, uid, gid, password_hash, admin, gateway_lo, gateway_hi)`,
+//!   and `user_groups(name, gid)`, primary key (name, gid), referencing the
+//!   user: each user's supplementary groups.
+//! - `xattrs(ino, name, value)`, primary key (ino, name), referencing the
+//!   inode: extended attributes.
+//! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
+//!   `u32`, 4 bytes little-endian).
 //!
 //! Every reference between rows is a foreign key (enforced), so a dangling
 //! entry, parent pointer, component, stale range or intent cannot be
@@ -43,10 +48,22 @@
 //!   and their index are dropped. Adds `stale_ranges`, `intents`, the
 //!   `next_txn` counter, the drives' `failure_domain` and `state`, and the
 //!   `map_epoch` setting (0).
+//! - 2 → 3 (`V3`): supplementary groups: the `user_groups` table (every
+//!   existing user has none).
+//! - 3 → 4 (`V4`): the users' gateway grants (`gateway_lo`, `gateway_hi`:
+//!   both NULL, or the inclusive id range), the `xattrs` table, and the
+//!   inodes' device number `rdev` (0; special files came with it), and
+//!   quotas: `quotas(kind, id, bytes_limit, files_limit, bytes_used,
+//!   files_used)` (kind 1 user, id its uid; kind 2 directory, id its inode;
+//!   a NULL limit is none), the inodes' `qdir` (the directory whose quota
+//!   counts them, 0: none) with indexes on `uid` and `qdir`, and the
+//!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, StaleRange, User};
+use crate::types::{
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+};
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{Component, ComponentState, Layout};
@@ -126,8 +143,34 @@ ALTER TABLE drives ADD COLUMN state INTEGER NOT NULL DEFAULT 0;
 INSERT OR IGNORE INTO settings (key, value) VALUES ('map_epoch', X'00000000');
 ";
 
+/// Supplementary groups (see the module documentation).
+const V3: &str = "
+CREATE TABLE user_groups (
+    name TEXT NOT NULL REFERENCES users (name), gid INTEGER NOT NULL,
+    PRIMARY KEY (name, gid)) WITHOUT ROWID;
+";
+
+/// Gateways and extended attributes (see the module documentation).
+const V4: &str = "
+ALTER TABLE inodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inodes ADD COLUMN qdir INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX inodes_uid ON inodes (uid);
+CREATE INDEX inodes_qdir ON inodes (qdir) WHERE qdir != 0;
+ALTER TABLE intents ADD COLUMN escrow INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE intents ADD COLUMN size_limit INTEGER NOT NULL DEFAULT -1;
+CREATE TABLE quotas (
+    kind INTEGER NOT NULL, id INTEGER NOT NULL, bytes_limit INTEGER, files_limit INTEGER,
+    bytes_used INTEGER NOT NULL, files_used INTEGER NOT NULL,
+    PRIMARY KEY (kind, id)) WITHOUT ROWID;
+ALTER TABLE users ADD COLUMN gateway_lo INTEGER;
+ALTER TABLE users ADD COLUMN gateway_hi INTEGER;
+CREATE TABLE xattrs (
+    ino INTEGER NOT NULL REFERENCES inodes (ino), name TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (ino, name)) WITHOUT ROWID;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -254,7 +297,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
     };
 }
 
@@ -308,12 +351,20 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         atime_ns: r.get(at + 7)?,
         mtime_ns: r.get(at + 8)?,
         ctime_ns: r.get(at + 9)?,
+        rdev: u64_col(r, at + 13)?,
     };
     let layout = match r.get::<_, Option<Vec<u8>>>(at + 11)? {
         None => None,
         Some(bytes) => Some(layout_from_bytes(&bytes).ok_or_else(|| bad_column(at + 11, "not a canonical layout"))?),
     };
-    Ok(Inode { attr, target: r.get(at + 10)?, layout, components: Vec::new(), acv: u64_col(r, at + 12)? })
+    Ok(Inode {
+        attr,
+        target: r.get(at + 10)?,
+        layout,
+        components: Vec::new(),
+        acv: u64_col(r, at + 12)?,
+        qdir: u64_col(r, at + 14)?,
+    })
 }
 
 fn object_from_row(r: &Row<'_>) -> rusqlite::Result<ObjectRef> {
@@ -328,8 +379,20 @@ fn component_state(code: u8) -> Option<ComponentState> {
     }
 }
 
+/// A user's row; its groups are read separately ([`SqliteTxn::with_groups`]).
 fn user_from_row(r: &Row<'_>) -> rusqlite::Result<User> {
-    Ok(User { name: r.get(0)?, uid: u32_col(r, 1)?, gid: u32_col(r, 2)?, password_hash: r.get(3)?, admin: r.get(4)? })
+    Ok(User {
+        name: r.get(0)?,
+        uid: u32_col(r, 1)?,
+        gid: u32_col(r, 2)?,
+        password_hash: r.get(3)?,
+        admin: r.get(4)?,
+        groups: Vec::new(),
+        gateway: match (r.get::<_, Option<i64>>(5)?, r.get::<_, Option<i64>>(6)?) {
+            (Some(_), Some(_)) => Some((u32_col(r, 5)?, u32_col(r, 6)?)),
+            _ => None,
+        },
+    })
 }
 
 fn drive_state(code: u8) -> Option<DriveState> {
@@ -362,7 +425,7 @@ macro_rules! drive_cols {
 
 macro_rules! intent_cols {
     () => {
-        "txn, ino, state, uid, deadline_ns"
+        "txn, ino, state, uid, deadline_ns, escrow, size_limit"
     };
 }
 
@@ -373,6 +436,20 @@ fn intent_from_row(r: &Row<'_>) -> rusqlite::Result<Intent> {
         state: IntentState::from_code(u8_col(r, 2)?).ok_or_else(|| bad_column(2, "unknown intent state"))?,
         uid: u32_col(r, 3)?,
         deadline_ns: r.get(4)?,
+        escrow: u64_col(r, 5)?,
+        size_limit: u64_col(r, 6)?,
+    })
+}
+
+fn quota_from_row(r: &Row<'_>) -> rusqlite::Result<Quota> {
+    let subject =
+        QuotaSubject::from_key(u8_col(r, 0)?, u64_col(r, 1)?).ok_or_else(|| bad_column(0, "unknown quota subject"))?;
+    Ok(Quota {
+        subject,
+        bytes_limit: r.get::<_, Option<i64>>(2)?.map(|v| v as u64),
+        files_limit: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+        bytes_used: u64_col(r, 4)?,
+        files_used: u64_col(r, 5)?,
     })
 }
 
@@ -389,6 +466,15 @@ impl SqliteTxn<'_> {
 
     fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, FsStatus> {
         self.c.prepare_cached(sql).and_then(|mut st| st.execute(params)).map_err(internal)
+    }
+
+    /// Fills in a user's supplementary groups (ascending).
+    fn with_groups(&self, mut user: User) -> Result<User, FsStatus> {
+        let sql = "SELECT gid FROM user_groups WHERE name = ?1 ORDER BY gid";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map([&user.name], |r| u32_col(r, 0)).map_err(internal)?;
+        user.groups = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        Ok(user)
     }
 
     /// Fills in an inode's components, checking their indexes run 0, 1, ….
@@ -428,12 +514,13 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+             ctime_ns, target, layout, acv, rdev, qdir) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
-             target = excluded.target, layout = excluded.layout, acv = excluded.acv",
+             target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
+             qdir = excluded.qdir",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -447,7 +534,9 @@ impl Txn for SqliteTxn<'_> {
                 a.ctime_ns,
                 n.target,
                 n.layout.as_ref().map(layout_bytes),
-                n.acv as i64
+                n.acv as i64,
+                a.rdev as i64,
+                n.qdir as i64
             ],
         )?;
         Ok(())
@@ -455,6 +544,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = ?1", [ino as i64])?;
+        self.exec("DELETE FROM xattrs WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -531,10 +621,86 @@ impl Txn for SqliteTxn<'_> {
         st.query_row([], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
     }
 
-    fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {
-        let sql = "SELECT name, uid, gid, password_hash, admin FROM users WHERE name = ?1";
+    fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {
+        let (kind, id) = subject.key();
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas \
+                   WHERE kind = ?1 AND id = ?2";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        st.query_row([name], user_from_row).optional().map_err(internal)
+        st.query_row(params![kind, id as i64], quota_from_row).optional().map_err(internal)
+    }
+
+    fn put_quota(&mut self, q: &Quota) -> Result<(), FsStatus> {
+        let (kind, id) = q.subject.key();
+        self.exec(
+            "INSERT INTO quotas (kind, id, bytes_limit, files_limit, bytes_used, files_used) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (kind, id) DO UPDATE SET bytes_limit = excluded.bytes_limit, \
+             files_limit = excluded.files_limit, bytes_used = excluded.bytes_used, files_used = excluded.files_used",
+            params![
+                kind,
+                id as i64,
+                q.bytes_limit.map(|v| v as i64),
+                q.files_limit.map(|v| v as i64),
+                q.bytes_used as i64,
+                q.files_used as i64
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn delete_quota(&mut self, subject: QuotaSubject) -> Result<(), FsStatus> {
+        let (kind, id) = subject.key();
+        self.exec("DELETE FROM quotas WHERE kind = ?1 AND id = ?2", params![kind, id as i64])?;
+        Ok(())
+    }
+
+    fn list_quotas(&mut self) -> Result<Vec<Quota>, FsStatus> {
+        let sql = "SELECT kind, id, bytes_limit, files_limit, bytes_used, files_used FROM quotas ORDER BY kind, id";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map([], quota_from_row).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
+        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0), COUNT(*) \
+                   FROM inodes WHERE uid = ?1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([uid], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
+    }
+
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Result<Option<Vec<u8>>, FsStatus> {
+        let mut st =
+            self.c.prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2").map_err(internal)?;
+        st.query_row(params![ino as i64, name], |r| r.get(0)).optional().map_err(internal)
+    }
+
+    fn list_xattrs(&mut self, ino: Ino) -> Result<Vec<(String, usize)>, FsStatus> {
+        let sql = "SELECT name, length(value) FROM xattrs WHERE ino = ?1 ORDER BY CAST(name AS BLOB)";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map([ino as i64], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as usize)))
+            .map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+            params![ino as i64, name, value],
+        )?;
+        Ok(())
+    }
+
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
+        Ok(self.exec("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2", params![ino as i64, name])? > 0)
+    }
+
+    fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users WHERE name = ?1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let user = st.query_row([name], user_from_row).optional().map_err(internal)?;
+        user.map(|u| self.with_groups(u)).transpose()
     }
 
     fn uid_taken(&mut self, uid: u32) -> Result<bool, FsStatus> {
@@ -544,19 +710,26 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_user(&mut self, u: &User) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO users (name, uid, gid, password_hash, admin) VALUES (?1, ?2, ?3, ?4, ?5) \
+            "INSERT INTO users (name, uid, gid, password_hash, admin, gateway_lo, gateway_hi) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
              ON CONFLICT (name) DO UPDATE SET uid = excluded.uid, gid = excluded.gid, \
-             password_hash = excluded.password_hash, admin = excluded.admin",
-            params![u.name, u.uid, u.gid, u.password_hash, u.admin],
+             password_hash = excluded.password_hash, admin = excluded.admin, \
+             gateway_lo = excluded.gateway_lo, gateway_hi = excluded.gateway_hi",
+            params![u.name, u.uid, u.gid, u.password_hash, u.admin, u.gateway.map(|g| g.0), u.gateway.map(|g| g.1)],
         )?;
+        self.exec("DELETE FROM user_groups WHERE name = ?1", [&u.name])?;
+        for g in &u.groups {
+            self.exec("INSERT INTO user_groups (name, gid) VALUES (?1, ?2)", params![u.name, g])?;
+        }
         Ok(())
     }
 
     fn list_users(&mut self) -> Result<Vec<User>, FsStatus> {
-        let sql = "SELECT name, uid, gid, password_hash, admin FROM users ORDER BY name";
+        let sql = "SELECT name, uid, gid, password_hash, admin, gateway_lo, gateway_hi FROM users ORDER BY name";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st.query_map([], user_from_row).map_err(internal)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+        let users = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        users.into_iter().map(|u| self.with_groups(u)).collect()
     }
 
     fn get_drive(&mut self, drive: u32) -> Result<Option<DriveRecord>, FsStatus> {
@@ -735,10 +908,19 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO intents (txn, ino, state, uid, deadline_ns) VALUES (?1, ?2, ?3, ?4, ?5) \
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
              ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
-             deadline_ns = excluded.deadline_ns",
-            params![i.txn as i64, i.ino as i64, i.state.code(), i.uid, i.deadline_ns],
+             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit",
+            params![
+                i.txn as i64,
+                i.ino as i64,
+                i.state.code(),
+                i.uid,
+                i.deadline_ns,
+                i.escrow as i64,
+                i.size_limit as i64
+            ],
         )?;
         Ok(())
     }
@@ -905,7 +1087,8 @@ mod tests {
              INSERT INTO pool (drive, partition, object) VALUES (0, 1, 20), (1, 1, 20);
              INSERT INTO doomed (drive, partition, object) VALUES (0, 1, 30);
              INSERT INTO acv_intents (drive, partition, object, acv) VALUES (0, 1, 17, 1);
-             INSERT INTO settings (key, value) VALUES ('file_system_id', X'0102');",
+             INSERT INTO settings (key, value) VALUES ('file_system_id', X'0102');
+             INSERT INTO users (name, uid, gid, password_hash, admin) VALUES ('una', 1000, 100, 'hash', 0);",
         )
         .unwrap();
         tx.commit().unwrap();
@@ -954,6 +1137,8 @@ mod tests {
         assert_eq!(ns.known_objects(0).unwrap(), [16, 17, 20, 30].into_iter().collect());
         assert_eq!(ns.component_of(&o(1, 16)).unwrap(), Some((4, 0)));
         assert_eq!(ns.setting("file_system_id").unwrap(), Some(vec![1, 2]));
+        let una = ns.user("una").unwrap().expect("users survive");
+        assert_eq!((una.uid, una.gid, una.groups), (1000, 100, vec![]), "no supplementary groups after v3");
         assert_eq!(ns.component_counts().unwrap(), vec![(0, 2), (1, 1)]);
         // The migrated database works on: new inode numbers and txn ids, new files.
         let txn = ns.begin_write(&Caller::ROOT, 3, 0).unwrap();

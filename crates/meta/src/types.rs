@@ -5,21 +5,37 @@ use nasd_proto::layout::{Component, Layout};
 use nasd_proto::manager::DriveState;
 
 /// Who is asking. uid 0 is the superuser (bypasses permission checks, may chown).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Caller {
     /// User id.
     pub uid: u32,
-    /// The caller's one group id.
+    /// The caller's primary group id: new inodes get it (unless their
+    /// directory is set-group-id).
     pub gid: u32,
+    /// Supplementary groups (at most [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX)):
+    /// the caller is in the group class of a file whose group is `gid` or
+    /// one of these.
+    pub groups: Vec<u32>,
 }
 
 impl Caller {
     /// The superuser.
-    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0, groups: Vec::new() };
+
+    /// A caller with no supplementary groups.
+    pub fn new(uid: u32, gid: u32) -> Caller {
+        Caller { uid, gid, groups: Vec::new() }
+    }
 
     /// Whether this is the superuser.
     pub fn is_root(&self) -> bool {
         self.uid == 0
+    }
+
+    /// Whether the caller is a member of group `gid`: its primary group or
+    /// one of its supplementary groups.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
     }
 }
 
@@ -50,6 +66,10 @@ pub struct Inode {
     /// object; capabilities are minted with it. Starts at 0 for fresh pool
     /// objects.
     pub acv: u64,
+    /// The directory whose quota counts this inode (the nearest directory
+    /// above it with a quota when it was made, or when that quota was set);
+    /// 0: none.
+    pub qdir: Ino,
 }
 
 impl Inode {
@@ -105,6 +125,13 @@ pub struct Intent {
     pub uid: u32,
     /// When the manager stops waiting for the writer (ns since the epoch).
     pub deadline_ns: i64,
+    /// Bytes of quota reserved for the writer to extend the file with
+    /// (held while the intent is Open).
+    pub escrow: u64,
+    /// The size the writer may make the file, at most (its size when the
+    /// transaction began plus the escrow); `u64::MAX` when no quota
+    /// limits it.
+    pub size_limit: u64,
 }
 
 /// A byte range of one component object (in component space) that the
@@ -174,6 +201,9 @@ pub struct SetAttrs {
     pub atime_ns: Option<i64>,
     /// New modification time.
     pub mtime_ns: Option<i64>,
+    /// The size change comes from a descriptor open for writing: the owner
+    /// may make it whatever the mode says (knfsd's owner override).
+    pub open_writer: bool,
 }
 
 impl SetAttrs {
@@ -190,12 +220,19 @@ pub struct User {
     pub name: String,
     /// User id.
     pub uid: u32,
-    /// Primary (and only) group id.
+    /// Primary group id.
     pub gid: u32,
     /// Password hash string (opaque to this crate).
     pub password_hash: String,
     /// Whether the user may administer the manager.
     pub admin: bool,
+    /// Supplementary groups: strictly ascending, at most
+    /// [`GROUPS_MAX`](nasd_proto::fs::GROUPS_MAX).
+    pub groups: Vec<u32>,
+    /// The ids (first, last, inclusive) this user may act for as a gateway
+    /// (`AS_USER`): every uid and group it claims for a caller must lie in
+    /// them. `None`: not a gateway.
+    pub gateway: Option<(u32, u32)>,
 }
 
 impl std::fmt::Debug for User {
@@ -206,6 +243,8 @@ impl std::fmt::Debug for User {
             .field("gid", &self.gid)
             .field("password_hash", &"<redacted>")
             .field("admin", &self.admin)
+            .field("groups", &self.groups)
+            .field("gateway", &self.gateway)
             .finish()
     }
 }
@@ -246,4 +285,47 @@ impl std::fmt::Debug for DriveRecord {
             .field("state", &self.state)
             .finish()
     }
+}
+
+/// What a quota limits: a user's inodes (by owner), or a directory's tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum QuotaSubject {
+    /// Every inode owned by this uid.
+    User(u32),
+    /// Every inode below this directory (not in a nested quota's tree).
+    Dir(Ino),
+}
+
+impl QuotaSubject {
+    /// The stored kind code (1 user, 2 directory) and id.
+    pub fn key(self) -> (u8, u64) {
+        match self {
+            QuotaSubject::User(uid) => (1, u64::from(uid)),
+            QuotaSubject::Dir(ino) => (2, ino),
+        }
+    }
+
+    /// Parses a stored kind code and id.
+    pub fn from_key(kind: u8, id: u64) -> Option<Self> {
+        match kind {
+            1 => u32::try_from(id).ok().map(QuotaSubject::User),
+            2 => Some(QuotaSubject::Dir(id)),
+            _ => None,
+        }
+    }
+}
+
+/// A quota: limits (`None`: unlimited) and what is used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    /// Whose.
+    pub subject: QuotaSubject,
+    /// Most bytes of regular files (their sizes).
+    pub bytes_limit: Option<u64>,
+    /// Most inodes.
+    pub files_limit: Option<u64>,
+    /// Bytes used now.
+    pub bytes_used: u64,
+    /// Inodes used now.
+    pub files_used: u64,
 }

@@ -25,6 +25,36 @@ pub const LINK_COUNT_MAX: u32 = 65_000;
 /// Permission bits a mode may carry (`rwx` for user, group, other, plus
 /// set-uid, set-gid and sticky).
 pub const MODE_MASK: u32 = 0o7777;
+/// Most supplementary groups of one caller (Linux's historical `NGROUPS`):
+/// a user's in the users table, and what a gateway may claim for the user
+/// it acts for. 4 bytes each on the wire; every permission check scans
+/// them. A caller with more is refused rather than cut short: dropping a
+/// group can grant access, not only take it (a mode such as `0604` denies
+/// the group what it gives everyone else).
+pub const GROUPS_MAX: usize = 32;
+
+/// Longest extended-attribute name, with its namespace prefix (Linux
+/// `XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended-attribute value, in bytes (Linux `XATTR_SIZE_MAX`).
+pub const XATTR_VALUE_MAX: usize = 65_536;
+/// Most extended attributes one inode carries.
+pub const XATTRS_PER_INODE_MAX: usize = 128;
+/// Most bytes of extended-attribute names and values one inode carries
+/// (the manager keeps them in its database).
+pub const XATTR_BYTES_PER_INODE_MAX: usize = 256 * 1024;
+
+/// Checks a list of supplementary group ids: at most [`GROUPS_MAX`],
+/// strictly ascending (so each id once, in the one canonical order).
+pub fn validate_groups(groups: &[u32]) -> Result<(), &'static str> {
+    if groups.len() > GROUPS_MAX {
+        return Err("more than GROUPS_MAX supplementary groups");
+    }
+    if groups.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("supplementary groups must be strictly ascending");
+    }
+    Ok(())
+}
 
 /// What an inode is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +66,15 @@ pub enum FileKind {
     Dir = 2,
     /// A symbolic link: its target lives in the manager.
     Symlink = 3,
+    /// A named pipe (FIFO): an inode only; its bytes pass through the
+    /// kernel of the host that opens it.
+    Fifo = 4,
+    /// A UNIX-domain socket's name: an inode only.
+    Socket = 5,
+    /// A character device: an inode with a device number ([`FileAttr::rdev`]).
+    CharDevice = 6,
+    /// A block device: an inode with a device number.
+    BlockDevice = 7,
 }
 
 impl FileKind {
@@ -49,8 +88,23 @@ impl FileKind {
             1 => Ok(FileKind::File),
             2 => Ok(FileKind::Dir),
             3 => Ok(FileKind::Symlink),
+            4 => Ok(FileKind::Fifo),
+            5 => Ok(FileKind::Socket),
+            6 => Ok(FileKind::CharDevice),
+            7 => Ok(FileKind::BlockDevice),
             _ => Err(DecodeError::NotCanonical("unknown file kind")),
         }
+    }
+
+    /// A special file: a FIFO, a socket or a device (an inode with no data,
+    /// made by `MKNOD`).
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice)
+    }
+
+    /// A device, which has a device number.
+    pub fn is_device(self) -> bool {
+        matches!(self, FileKind::CharDevice | FileKind::BlockDevice)
     }
 }
 
@@ -108,16 +162,19 @@ pub struct FileAttr {
     pub mtime_ns: i64,
     /// Last attribute change.
     pub ctime_ns: i64,
+    /// A device's number (Linux `dev_t` encoding); 0 for every other kind.
+    pub rdev: u64,
 }
 
 impl FileAttr {
     /// Encoded length.
-    pub const LEN: usize = 8 + 1 + 4 * 4 + 8 * 4;
+    pub const LEN: usize = 8 + 1 + 4 * 4 + 8 * 5;
 
     /// Appends the canonical encoding.
     pub fn encode(&self, w: &mut Writer) {
         w.u64(self.ino).u8(self.kind.code()).u32(self.mode).u32(self.nlink).u32(self.uid).u32(self.gid);
         w.u64(self.size).u64(self.atime_ns as u64).u64(self.mtime_ns as u64).u64(self.ctime_ns as u64);
+        w.u64(self.rdev);
     }
 
     /// Reads the canonical encoding.
@@ -128,7 +185,7 @@ impl FileAttr {
         if mode & !MODE_MASK != 0 {
             return Err(DecodeError::NotCanonical("mode has bits outside 0o7777"));
         }
-        Ok(FileAttr {
+        let attr = FileAttr {
             ino,
             kind,
             mode,
@@ -139,7 +196,12 @@ impl FileAttr {
             atime_ns: r.u64()? as i64,
             mtime_ns: r.u64()? as i64,
             ctime_ns: r.u64()? as i64,
-        })
+            rdev: r.u64()?,
+        };
+        if attr.rdev != 0 && !kind.is_device() {
+            return Err(DecodeError::NotCanonical("a device number on an inode that is not a device"));
+        }
+        Ok(attr)
     }
 }
 
@@ -216,11 +278,25 @@ pub enum FsStatus {
     /// was removed): the writes made under it since the last commit are
     /// rolled back on every drive.
     Aborted = 24,
+    /// The extended attribute does not exist (`ENODATA`).
+    NoXattr = 25,
+    /// Not supported by this file system (`EOPNOTSUPP`): an extended
+    /// attribute outside the `user.`, `trusted.` and `security.` namespaces.
+    NotSupported = 26,
+    /// A value or list over its limit (`E2BIG`): an extended attribute
+    /// larger than `XATTR_VALUE_MAX`, or an inode's over
+    /// `XATTRS_PER_INODE_MAX` / `XATTR_BYTES_PER_INODE_MAX`.
+    TooBig = 27,
+    /// A user or directory quota would be exceeded (`EDQUOT`).
+    QuotaExceeded = 28,
+    /// The operation would move a file between quota trees (`EXDEV`): a
+    /// rename or link across a directory quota's boundary.
+    CrossQuota = 29,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 25] = [
+    pub const ALL: [FsStatus; 30] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -246,6 +322,11 @@ impl FsStatus {
         FsStatus::BadHandle,
         FsStatus::TooDeep,
         FsStatus::Aborted,
+        FsStatus::NoXattr,
+        FsStatus::NotSupported,
+        FsStatus::TooBig,
+        FsStatus::QuotaExceeded,
+        FsStatus::CrossQuota,
     ];
 
     /// The wire code.
@@ -277,6 +358,11 @@ impl FsStatus {
             FsStatus::DriveUnavailable | FsStatus::Internal | FsStatus::Aborted => 5,
             FsStatus::Busy => 11,
             FsStatus::BadHandle => 116,
+            FsStatus::NoXattr => 61,
+            FsStatus::NotSupported => 95,
+            FsStatus::TooBig => 7,
+            FsStatus::QuotaExceeded => 122,
+            FsStatus::CrossQuota => 18,
         }
     }
 
@@ -308,6 +394,11 @@ impl FsStatus {
             FsStatus::BadHandle => "file handle not valid for this user",
             FsStatus::TooDeep => "directories nested too deep (DIR_DEPTH_MAX)",
             FsStatus::Aborted => "the write transaction was aborted; writes since the last commit are rolled back",
+            FsStatus::NoXattr => "no such extended attribute",
+            FsStatus::NotSupported => "not supported",
+            FsStatus::TooBig => "value too large",
+            FsStatus::QuotaExceeded => "quota exceeded",
+            FsStatus::CrossQuota => "cannot move or link a file across a directory quota's boundary",
         }
     }
 }

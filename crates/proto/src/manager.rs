@@ -9,7 +9,10 @@
 //! itself, [`Handle`]); capability keys travel only inside it.
 
 use crate::codec::{Reader, Writer};
-use crate::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, MODE_MASK, PATH_MAX, SYMLINK_TARGET_MAX};
+use crate::fs::{
+    validate_groups, FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, GROUPS_MAX, MODE_MASK, PATH_MAX,
+    SYMLINK_TARGET_MAX, XATTRS_PER_INODE_MAX, XATTR_NAME_MAX, XATTR_VALUE_MAX,
+};
 use crate::layout::{Component, ComponentState, Layout, COMPONENTS_MAX};
 use crate::limits::NAME_LEN_MAX;
 use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
@@ -40,6 +43,11 @@ pub const DRIVES_MAX: usize = 1024;
 /// Most users one `LIST_USERS` reply carries.
 pub const USERS_MAX: usize = 4096;
 
+/// Most changes one `WATCH` reply carries.
+pub const WATCH_CHANGES_MAX: usize = 2048;
+/// Longest a `WATCH` waits for a change before it answers with none.
+pub const WATCH_WAIT_MAX_MS: u32 = 30_000;
+
 /// Length of a file handle's MAC, in bytes.
 pub const HANDLE_MAC_LEN: usize = 32;
 /// Most dirty file ranges one `COMMIT` reports (a writer that touched more
@@ -56,12 +64,15 @@ const _: () = assert!(
 );
 const _: () = assert!(PATH_MAX + SYMLINK_TARGET_MAX + 1024 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(DRIVES_MAX * (4 + 2 + DRIVE_ADDR_MAX + 1 + 8 + 8) + 64 <= MANAGER_MESSAGE_MAX);
-const _: () = assert!(USERS_MAX * (2 + USER_NAME_MAX + 4 + 4 + 1) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(USERS_MAX * UserInfo::LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(LOGIN_MESSAGE_MAX == 1103 && LOGIN_MESSAGE_MAX <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(
     FileAttr::LEN + HANDLE_MAC_LEN + 2 + SYMLINK_TARGET_MAX + 1 + FILE_ACCESS_LEN_MAX + 64 <= MANAGER_MESSAGE_MAX
 );
 const _: () = assert!(DRIVES_MAX * DriveStatus::LEN_MAX + 256 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(XATTR_VALUE_MAX + XATTR_NAME_MAX + 2 * Handle::LEN + 4 * GROUPS_MAX + 256 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(XATTRS_PER_INODE_MAX * (2 + XATTR_NAME_MAX) + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(WATCH_CHANGES_MAX * Change::LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(COMPONENTS_MAX * (Component::LEN + 2 + DRIVE_ADDR_MAX) + 64 <= MANAGER_MESSAGE_MAX);
 
 /// Operation codes of the manager protocol.
@@ -86,12 +97,23 @@ pub mod manager_opcode {
     pub const GET_LAYOUT: u16 = 0x0011;
     pub const SET_LAYOUT: u16 = 0x0012;
     pub const CLUSTER_STATUS: u16 = 0x0013;
+    pub const AS_USER: u16 = 0x0014;
+    pub const GETXATTR: u16 = 0x0015;
+    pub const LISTXATTR: u16 = 0x0016;
+    pub const SETXATTR: u16 = 0x0017;
+    pub const REMOVEXATTR: u16 = 0x0018;
+    pub const WATCH: u16 = 0x0019;
+    pub const MKNOD: u16 = 0x001A;
+    pub const GET_QUOTA: u16 = 0x001B;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
     pub const ADD_DRIVE: u16 = 0x0104;
     pub const SET_DRIVE_STATE: u16 = 0x0105;
     pub const REPAIR: u16 = 0x0106;
+    pub const SET_USER_GROUPS: u16 = 0x0107;
+    pub const SET_GATEWAY: u16 = 0x0108;
+    pub const SET_QUOTA: u16 = 0x0109;
 }
 
 /// What access a caller asks capabilities for with a name lookup.
@@ -183,8 +205,13 @@ pub mod set_mask {
     pub const ATIME: u8 = 1 << 4;
     /// Modification time.
     pub const MTIME: u8 = 1 << 5;
+    /// Not a field: the size change comes from a descriptor open for
+    /// writing (`ftruncate`), so the file's owner may make it whatever the
+    /// mode says (the owner could chmod the file anyway), as a write
+    /// through that descriptor would.
+    pub const OPEN_WRITER: u8 = 1 << 6;
     /// Every defined bit.
-    pub const ALL: u8 = (1 << 6) - 1;
+    pub const ALL: u8 = (1 << 7) - 1;
 }
 
 /// Whether a drive is in service (`SET_DRIVE_STATE`).
@@ -347,13 +374,89 @@ pub enum ManagerRequest {
     },
     /// The cluster map, drive health and repair progress.
     ClusterStatus,
-    /// Administrator: add a user.
+    /// Makes a special file: a FIFO, a socket or (the superuser only) a
+    /// device with number `rdev` (0 for the others).
+    Mknod {
+        parent: Handle,
+        name: String,
+        kind: FileKind,
+        mode: u32,
+        rdev: u64,
+    },
+    /// A quota's limits and usage: one's own uid's (any user), any uid's
+    /// (administrators), a directory's (anyone holding its handle).
+    GetQuota {
+        of: QuotaOf,
+    },
+    /// Administrator: sets a quota's limits (`None`: unlimited; both
+    /// `None` removes the quota).
+    SetQuota {
+        of: QuotaOf,
+        bytes_limit: Option<u64>,
+        files_limit: Option<u64>,
+    },
+    /// A gateway's request for one of its local users: `request` runs with
+    /// `uid`, `gid` and `groups` as its caller. The session's user must
+    /// hold a gateway grant ([`ManagerRequest::SetGateway`]) covering the
+    /// uid and every group. Handles stay bound to the gateway's user.
+    /// `request` is a name-space or file request (not `LOGIN`, `AS_USER`,
+    /// `WATCH`, `CLUSTER_STATUS` or an administrator request).
+    AsUser {
+        uid: u32,
+        gid: u32,
+        groups: Vec<u32>,
+        request: Box<ManagerRequest>,
+    },
+    /// An extended attribute's value.
+    GetXattr {
+        handle: Handle,
+        name: String,
+    },
+    /// The names of the extended attributes the caller may see.
+    ListXattr {
+        handle: Handle,
+    },
+    /// Sets an extended attribute.
+    SetXattr {
+        handle: Handle,
+        name: String,
+        value: Vec<u8>,
+        mode: XattrMode,
+    },
+    /// Removes an extended attribute.
+    RemoveXattr {
+        handle: Handle,
+        name: String,
+    },
+    /// The changes after `after` in the manager's change feed (incarnation
+    /// `incarnation`), waiting up to `wait_ms` for one.
+    Watch {
+        incarnation: u64,
+        after: u64,
+        wait_ms: u32,
+    },
+    /// Administrator: add a user, with its supplementary groups (strictly
+    /// ascending, at most [`GROUPS_MAX`]).
     AddUser {
         name: String,
         password: String,
         uid: u32,
         gid: u32,
         admin: bool,
+        groups: Vec<u32>,
+    },
+    /// Administrator: replace a user's supplementary groups (strictly
+    /// ascending, at most [`GROUPS_MAX`]; empty: none).
+    SetUserGroups {
+        name: String,
+        groups: Vec<u32>,
+    },
+    /// Administrator: let user `name` act for the local users of the hosts
+    /// it serves (`AS_USER`) whose uid and groups lie in `ids` (inclusive;
+    /// `None`: no longer).
+    SetGateway {
+        name: String,
+        ids: Option<(u32, u32)>,
     },
     /// Administrator: list users.
     ListUsers,
@@ -469,13 +572,60 @@ impl std::fmt::Debug for ManagerRequest {
                 f.debug_struct("SetDriveState").field("drive", drive).field("state", state).finish()
             }
             R::Repair { action } => f.debug_struct("Repair").field("action", action).finish(),
-            R::AddUser { name, password: _, uid, gid, admin } => f
+            R::AddUser { name, password: _, uid, gid, admin, groups } => f
                 .debug_struct("AddUser")
                 .field("name", name)
                 .field("password", &REDACTED)
                 .field("uid", uid)
                 .field("gid", gid)
                 .field("admin", admin)
+                .field("groups", groups)
+                .finish(),
+            R::SetUserGroups { name, groups } => {
+                f.debug_struct("SetUserGroups").field("name", name).field("groups", groups).finish()
+            }
+            R::SetGateway { name, ids } => f.debug_struct("SetGateway").field("name", name).field("ids", ids).finish(),
+            R::AsUser { uid, gid, groups, request } => f
+                .debug_struct("AsUser")
+                .field("uid", uid)
+                .field("gid", gid)
+                .field("groups", groups)
+                .field("request", request)
+                .finish(),
+            R::GetQuota { of } => f.debug_struct("GetQuota").field("of", of).finish(),
+            R::SetQuota { of, bytes_limit, files_limit } => f
+                .debug_struct("SetQuota")
+                .field("of", of)
+                .field("bytes_limit", bytes_limit)
+                .field("files_limit", files_limit)
+                .finish(),
+            R::Mknod { parent, name, kind, mode, rdev } => f
+                .debug_struct("Mknod")
+                .field("parent", parent)
+                .field("name", name)
+                .field("kind", kind)
+                .field("mode", mode)
+                .field("rdev", rdev)
+                .finish(),
+            R::GetXattr { handle, name } => {
+                f.debug_struct("GetXattr").field("handle", handle).field("name", name).finish()
+            }
+            R::ListXattr { handle } => f.debug_struct("ListXattr").field("handle", handle).finish(),
+            R::SetXattr { handle, name, value, mode } => f
+                .debug_struct("SetXattr")
+                .field("handle", handle)
+                .field("name", name)
+                .field("value_len", &value.len())
+                .field("mode", mode)
+                .finish(),
+            R::RemoveXattr { handle, name } => {
+                f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
+            }
+            R::Watch { incarnation, after, wait_ms } => f
+                .debug_struct("Watch")
+                .field("incarnation", incarnation)
+                .field("after", after)
+                .field("wait_ms", wait_ms)
                 .finish(),
             R::ListUsers => f.write_str("ListUsers"),
             R::SetPassword { name, password: _ } => {
@@ -484,6 +634,129 @@ impl std::fmt::Debug for ManagerRequest {
             R::AddDrive { addr, master_key: _ } => {
                 f.debug_struct("AddDrive").field("addr", addr).field("master_key", &REDACTED).finish()
             }
+        }
+    }
+}
+
+/// How `SETXATTR` treats an existing attribute (Linux `XATTR_CREATE`,
+/// `XATTR_REPLACE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum XattrMode {
+    /// Create it or replace it.
+    #[default]
+    Either = 0,
+    /// Fail with `EXISTS` if it exists.
+    Create = 1,
+    /// Fail with `NO_XATTR` unless it exists.
+    Replace = 2,
+}
+
+impl XattrMode {
+    fn decode(code: u8) -> Result<Self, DecodeError> {
+        match code {
+            0 => Ok(XattrMode::Either),
+            1 => Ok(XattrMode::Create),
+            2 => Ok(XattrMode::Replace),
+            _ => Err(DecodeError::NotCanonical("unknown setxattr mode")),
+        }
+    }
+}
+
+/// Whose quota a request names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaOf {
+    /// The inodes a user owns, by uid.
+    User(u32),
+    /// A directory's tree, by the directory's handle.
+    Dir(Handle),
+}
+
+impl QuotaOf {
+    fn encode(&self, w: &mut Writer) {
+        match self {
+            QuotaOf::User(uid) => {
+                w.u8(1).u32(*uid);
+            }
+            QuotaOf::Dir(h) => {
+                w.u8(2);
+                h.encode(w);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            1 => Ok(QuotaOf::User(r.u32()?)),
+            2 => Ok(QuotaOf::Dir(Handle::decode(r)?)),
+            _ => Err(DecodeError::NotCanonical("unknown quota subject")),
+        }
+    }
+}
+
+/// A quota as `GET_QUOTA` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QuotaInfo {
+    /// Whether the subject has a quota (else every other field is empty).
+    pub exists: bool,
+    /// Most bytes (sizes of regular files); `None`: unlimited.
+    pub bytes_limit: Option<u64>,
+    /// Most inodes; `None`: unlimited.
+    pub files_limit: Option<u64>,
+    /// Bytes used.
+    pub bytes_used: u64,
+    /// Inodes used.
+    pub files_used: u64,
+    /// Bytes open write transactions hold in escrow against it.
+    pub escrow: u64,
+}
+
+fn encode_opt(w: &mut Writer, v: Option<u64>) {
+    w.bool(v.is_some());
+    if let Some(v) = v {
+        w.u64(v);
+    }
+}
+
+fn decode_opt(r: &mut Reader<'_>) -> Result<Option<u64>, DecodeError> {
+    Ok(if r.bool()? { Some(r.u64()?) } else { None })
+}
+
+/// One change a `WATCH` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// The inode's attributes, data or extended attributes changed.
+    Inode(Ino),
+    /// A name in directory `dir` was added, removed or now names another
+    /// inode.
+    Entry {
+        /// The directory.
+        dir: Ino,
+        /// The name in it.
+        name: String,
+    },
+}
+
+impl Change {
+    /// Longest encoding: kind, inode, the longest name.
+    pub const LEN_MAX: usize = 1 + 8 + 2 + FILE_NAME_MAX;
+
+    fn encode(&self, w: &mut Writer) {
+        match self {
+            Change::Inode(ino) => {
+                w.u8(1).u64(*ino);
+            }
+            Change::Entry { dir, name } => {
+                w.u8(2).u64(*dir).str(name);
+            }
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            1 => Ok(Change::Inode(r.u64()?)),
+            2 => Ok(Change::Entry { dir: r.u64()?, name: name(r)? }),
+            _ => Err(DecodeError::NotCanonical("unknown change kind")),
         }
     }
 }
@@ -669,6 +942,66 @@ pub struct UserInfo {
     pub gid: u32,
     /// May run administrator requests.
     pub admin: bool,
+    /// Supplementary groups, strictly ascending (at most [`GROUPS_MAX`]).
+    pub groups: Vec<u32>,
+    /// The ids (first, last) it may act for as a gateway (`AS_USER`), if any.
+    pub gateway: Option<(u32, u32)>,
+}
+
+impl UserInfo {
+    /// Longest encoding: name, uid, gid, admin, the most groups, a gateway range.
+    pub const LEN_MAX: usize = 2 + USER_NAME_MAX + 4 + 4 + 1 + 2 + 4 * GROUPS_MAX + 1 + 8;
+
+    fn encode(&self, w: &mut Writer) {
+        w.str(&self.name).u32(self.uid).u32(self.gid).bool(self.admin);
+        encode_groups(w, &self.groups);
+        w.bool(self.gateway.is_some());
+        if let Some((lo, hi)) = self.gateway {
+            w.u32(lo).u32(hi);
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(UserInfo {
+            name: r.str(USER_NAME_MAX, "user")?,
+            uid: r.u32()?,
+            gid: r.u32()?,
+            admin: r.bool()?,
+            groups: decode_groups(r)?,
+            gateway: match r.bool()? {
+                false => None,
+                true => match (r.u32()?, r.u32()?) {
+                    (lo, hi) if lo <= hi => Some((lo, hi)),
+                    _ => return Err(DecodeError::NotCanonical("gateway id range runs backwards")),
+                },
+            },
+        })
+    }
+}
+
+/// Appends a group list: `count u16`, that many `u32`.
+fn encode_groups(w: &mut Writer, groups: &[u32]) {
+    assert!(groups.len() <= GROUPS_MAX, "group list over GROUPS_MAX");
+    w.u16(groups.len() as u16);
+    for g in groups {
+        w.u32(*g);
+    }
+}
+
+/// Reads a group list: at most [`GROUPS_MAX`], strictly ascending.
+fn decode_groups(r: &mut Reader<'_>) -> Result<Vec<u32>, DecodeError> {
+    let n = r.count(GROUPS_MAX, "groups")?;
+    let groups = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
+    validate_groups(&groups).map_err(DecodeError::NotCanonical)?;
+    Ok(groups)
+}
+
+/// [`validate_groups`] as [`ManagerRequest::check_limits`] reports it.
+fn check_groups(groups: &[u32]) -> Result<(), DecodeError> {
+    if groups.len() > GROUPS_MAX {
+        return Err(DecodeError::OverLimit { field: "groups", len: groups.len() as u64, max: GROUPS_MAX as u64 });
+    }
+    validate_groups(groups).map_err(DecodeError::NotCanonical)
 }
 
 /// The result of a successful request.
@@ -696,13 +1029,27 @@ pub enum ManagerReply {
     Users(Vec<UserInfo>),
     /// `ADD_DRIVE`: the number the manager gave it.
     DriveAdded { drive: u32 },
-    /// `BEGIN_WRITE`: the transaction to write under, and how long it may
-    /// stay open (a writer commits before then; the manager aborts it after).
-    Began { txn: u64, lease_ms: u32 },
+    /// `BEGIN_WRITE`: the transaction to write under, how long it may stay
+    /// open (a writer commits before then; the manager aborts it after),
+    /// and the size it may make the file (its size plus the quota escrow
+    /// reserved for it; `u64::MAX`: no quota limits it). A `COMMIT` past
+    /// `size_limit` is refused with `QUOTA_EXCEEDED` and rolled back.
+    Began { txn: u64, lease_ms: u32, size_limit: u64 },
+    /// `GET_QUOTA`.
+    Quota(QuotaInfo),
     /// `GET_LAYOUT`.
     Layout(LayoutInfo),
     /// `CLUSTER_STATUS`.
     Status(ClusterStatus),
+    /// `GETXATTR`: the value.
+    Xattr(Vec<u8>),
+    /// `LISTXATTR`: the names, in byte order.
+    XattrNames(Vec<String>),
+    /// `WATCH`: the changes after the request's `after`, in order, up to
+    /// `next` (ask again with it). `lost`: changes were missed (the feed
+    /// moved past `after`, or the manager restarted: `incarnation` is new);
+    /// the watcher must drop everything it caches.
+    Changes { incarnation: u64, next: u64, lost: bool, changes: Vec<Change> },
 }
 
 fn name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
@@ -736,6 +1083,17 @@ impl ManagerRequest {
             ManagerRequest::SetDriveState { .. } => SET_DRIVE_STATE,
             ManagerRequest::Repair { .. } => REPAIR,
             ManagerRequest::AddUser { .. } => ADD_USER,
+            ManagerRequest::SetUserGroups { .. } => SET_USER_GROUPS,
+            ManagerRequest::SetGateway { .. } => SET_GATEWAY,
+            ManagerRequest::AsUser { .. } => AS_USER,
+            ManagerRequest::GetXattr { .. } => GETXATTR,
+            ManagerRequest::ListXattr { .. } => LISTXATTR,
+            ManagerRequest::SetXattr { .. } => SETXATTR,
+            ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
+            ManagerRequest::Watch { .. } => WATCH,
+            ManagerRequest::Mknod { .. } => MKNOD,
+            ManagerRequest::GetQuota { .. } => GET_QUOTA,
+            ManagerRequest::SetQuota { .. } => SET_QUOTA,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
             ManagerRequest::AddDrive { .. } => ADD_DRIVE,
@@ -751,6 +1109,7 @@ impl ManagerRequest {
             | R::Mkdir { parent, .. }
             | R::Create { parent, .. }
             | R::Symlink { parent, .. }
+            | R::Mknod { parent, .. }
             | R::Unlink { parent, .. }
             | R::Rmdir { parent, .. } => vec![*parent],
             R::ReadDir { dir, .. } => vec![*dir],
@@ -759,19 +1118,74 @@ impl ManagerRequest {
             | R::Commit { handle, .. }
             | R::BeginWrite { handle }
             | R::GetLayout { handle }
-            | R::SetLayout { handle, .. } => vec![*handle],
+            | R::SetLayout { handle, .. }
+            | R::GetXattr { handle, .. }
+            | R::ListXattr { handle }
+            | R::SetXattr { handle, .. }
+            | R::RemoveXattr { handle, .. } => vec![*handle],
+            R::AsUser { request, .. } => request.handles(),
+            R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
+            R::GetQuota { of: QuotaOf::User(_) } | R::SetQuota { of: QuotaOf::User(_), .. } => Vec::new(),
             R::Link { handle, new_parent, .. } => vec![*handle, *new_parent],
             R::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
             R::Login { .. }
             | R::Walk { .. }
             | R::StatFs
             | R::AddUser { .. }
+            | R::SetUserGroups { .. }
+            | R::SetGateway { .. }
+            | R::Watch { .. }
             | R::ListUsers
             | R::SetPassword { .. }
             | R::AddDrive { .. }
             | R::ClusterStatus
             | R::SetDriveState { .. }
             | R::Repair { .. } => Vec::new(),
+        }
+    }
+
+    /// Whether `AS_USER` may wrap this request: name-space and file
+    /// requests, not `LOGIN`, `AS_USER`, `WATCH`, `CLUSTER_STATUS` or an
+    /// administrator request.
+    pub fn may_run_as_user(&self) -> bool {
+        use ManagerRequest as R;
+        match self {
+            R::Walk { .. }
+            | R::Lookup { .. }
+            | R::GetAttr { .. }
+            | R::ReadDir { .. }
+            | R::Mkdir { .. }
+            | R::Create { .. }
+            | R::Symlink { .. }
+            | R::Mknod { .. }
+            | R::Link { .. }
+            | R::Unlink { .. }
+            | R::Rmdir { .. }
+            | R::Rename { .. }
+            | R::SetAttr { .. }
+            | R::Commit { .. }
+            | R::StatFs
+            | R::BeginWrite { .. }
+            | R::GetLayout { .. }
+            | R::SetLayout { .. }
+            | R::GetXattr { .. }
+            | R::ListXattr { .. }
+            | R::SetXattr { .. }
+            | R::RemoveXattr { .. }
+            | R::GetQuota { .. } => true,
+            R::Login { .. }
+            | R::AsUser { .. }
+            | R::Watch { .. }
+            | R::ClusterStatus
+            | R::SetDriveState { .. }
+            | R::Repair { .. }
+            | R::AddUser { .. }
+            | R::SetUserGroups { .. }
+            | R::SetGateway { .. }
+            | R::SetQuota { .. }
+            | R::ListUsers
+            | R::SetPassword { .. }
+            | R::AddDrive { .. } => false,
         }
     }
 
@@ -800,6 +1214,17 @@ impl ManagerRequest {
             ManagerRequest::SetDriveState { .. } => "set-drive-state",
             ManagerRequest::Repair { .. } => "repair",
             ManagerRequest::AddUser { .. } => "add-user",
+            ManagerRequest::SetUserGroups { .. } => "set-user-groups",
+            ManagerRequest::SetGateway { .. } => "set-gateway",
+            ManagerRequest::AsUser { request, .. } => request.name(),
+            ManagerRequest::GetXattr { .. } => "getxattr",
+            ManagerRequest::ListXattr { .. } => "listxattr",
+            ManagerRequest::SetXattr { .. } => "setxattr",
+            ManagerRequest::RemoveXattr { .. } => "removexattr",
+            ManagerRequest::Watch { .. } => "watch",
+            ManagerRequest::Mknod { .. } => "mknod",
+            ManagerRequest::GetQuota { .. } => "get-quota",
+            ManagerRequest::SetQuota { .. } => "set-quota",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
             ManagerRequest::AddDrive { .. } => "add-drive",
@@ -819,13 +1244,58 @@ impl ManagerRequest {
             }
         };
         match self {
-            R::Login { user, password, .. } | R::AddUser { name: user, password, .. } => {
+            R::Login { user, password, .. } => {
                 within("user", user, USER_NAME_MAX)?;
                 within("password", password, PASSWORD_MAX)
+            }
+            R::AddUser { name, password, groups, .. } => {
+                within("user", name, USER_NAME_MAX)?;
+                within("password", password, PASSWORD_MAX)?;
+                check_groups(groups)
+            }
+            R::SetUserGroups { name, groups } => {
+                within("user", name, USER_NAME_MAX)?;
+                check_groups(groups)
             }
             R::SetPassword { name, password } => {
                 within("user", name, USER_NAME_MAX)?;
                 within("password", password, PASSWORD_MAX)
+            }
+            R::SetGateway { name, ids } => {
+                within("user", name, USER_NAME_MAX)?;
+                match ids {
+                    Some((lo, hi)) if lo > hi => Err(DecodeError::NotCanonical("gateway id range runs backwards")),
+                    _ => Ok(()),
+                }
+            }
+            R::AsUser { groups, request, .. } => {
+                check_groups(groups)?;
+                if !request.may_run_as_user() {
+                    return Err(DecodeError::NotCanonical("AS_USER wraps a name-space or file request only"));
+                }
+                request.check_limits()
+            }
+            R::GetXattr { name, .. } | R::RemoveXattr { name, .. } => check_xattr_name(name),
+            R::SetXattr { name, value, .. } => {
+                check_xattr_name(name)?;
+                if value.len() > XATTR_VALUE_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "xattr value",
+                        len: value.len() as u64,
+                        max: XATTR_VALUE_MAX as u64,
+                    });
+                }
+                Ok(())
+            }
+            R::Watch { wait_ms, .. } => {
+                if *wait_ms > WATCH_WAIT_MAX_MS {
+                    return Err(DecodeError::OverLimit {
+                        field: "watch wait",
+                        len: u64::from(*wait_ms),
+                        max: u64::from(WATCH_WAIT_MAX_MS),
+                    });
+                }
+                Ok(())
             }
             R::Walk { path, .. } => within("path", path, PATH_MAX),
             R::ReadDir { after: name, .. }
@@ -835,6 +1305,16 @@ impl ManagerRequest {
             | R::Unlink { name, .. }
             | R::Rmdir { name, .. }
             | R::Link { new_name: name, .. } => within("name", name, FILE_NAME_MAX),
+            R::Mknod { name, kind, rdev, .. } => {
+                within("name", name, FILE_NAME_MAX)?;
+                if !kind.is_special() {
+                    return Err(DecodeError::NotCanonical("MKNOD makes FIFOs, sockets and devices only"));
+                }
+                if *rdev != 0 && !kind.is_device() {
+                    return Err(DecodeError::NotCanonical("a device number for an inode that is not a device"));
+                }
+                Ok(())
+            }
             R::Symlink { name, target, .. } => {
                 within("name", name, FILE_NAME_MAX)?;
                 within("target", target, SYMLINK_TARGET_MAX)
@@ -863,6 +1343,9 @@ impl ManagerRequest {
             }
             R::GetAttr { .. }
             | R::SetAttr { .. }
+            | R::ListXattr { .. }
+            | R::GetQuota { .. }
+            | R::SetQuota { .. }
             | R::StatFs
             | R::ListUsers
             | R::BeginWrite { .. }
@@ -961,14 +1444,58 @@ impl ManagerRequest {
                 w.u8(*action as u8);
             }
             ManagerRequest::StatFs | ManagerRequest::ListUsers | ManagerRequest::ClusterStatus => {}
-            ManagerRequest::AddUser { name, password, uid, gid, admin } => {
+            ManagerRequest::AddUser { name, password, uid, gid, admin, groups } => {
                 w.str(name).str(password).u32(*uid).u32(*gid).bool(*admin);
+                encode_groups(&mut w, groups);
+            }
+            ManagerRequest::SetUserGroups { name, groups } => {
+                w.str(name);
+                encode_groups(&mut w, groups);
             }
             ManagerRequest::SetPassword { name, password } => {
                 w.str(name).str(password);
             }
             ManagerRequest::AddDrive { addr, master_key } => {
                 w.str(addr).raw(master_key);
+            }
+            ManagerRequest::SetGateway { name, ids } => {
+                w.str(name).bool(ids.is_some());
+                if let Some((lo, hi)) = ids {
+                    w.u32(*lo).u32(*hi);
+                }
+            }
+            ManagerRequest::AsUser { uid, gid, groups, request } => {
+                w.u32(*uid).u32(*gid);
+                encode_groups(&mut w, groups);
+                // The wrapped request without its request id: opcode, arguments.
+                let inner = request.encode(request_id);
+                w.raw(&inner[..2]).raw(&inner[10..]);
+            }
+            ManagerRequest::GetXattr { handle, name } | ManagerRequest::RemoveXattr { handle, name } => {
+                handle.encode(&mut w);
+                w.str(name);
+            }
+            ManagerRequest::ListXattr { handle } => {
+                handle.encode(&mut w);
+            }
+            ManagerRequest::SetXattr { handle, name, value, mode } => {
+                handle.encode(&mut w);
+                w.str(name);
+                encode_xattr_value(&mut w, value);
+                w.u8(*mode as u8);
+            }
+            ManagerRequest::Watch { incarnation, after, wait_ms } => {
+                w.u64(*incarnation).u64(*after).u32(*wait_ms);
+            }
+            ManagerRequest::Mknod { parent, name, kind, mode, rdev } => {
+                parent.encode(&mut w);
+                w.str(name).u8(kind.code()).u32(*mode).u64(*rdev);
+            }
+            ManagerRequest::GetQuota { of } => of.encode(&mut w),
+            ManagerRequest::SetQuota { of, bytes_limit, files_limit } => {
+                of.encode(&mut w);
+                encode_opt(&mut w, *bytes_limit);
+                encode_opt(&mut w, *files_limit);
             }
         }
         w.into_vec()
@@ -1061,7 +1588,11 @@ impl ManagerRequest {
                 uid: r.u32()?,
                 gid: r.u32()?,
                 admin: r.bool()?,
+                groups: decode_groups(&mut r)?,
             },
+            SET_USER_GROUPS => {
+                ManagerRequest::SetUserGroups { name: r.str(USER_NAME_MAX, "user")?, groups: decode_groups(&mut r)? }
+            }
             LIST_USERS => ManagerRequest::ListUsers,
             SET_PASSWORD => ManagerRequest::SetPassword {
                 name: r.str(USER_NAME_MAX, "user")?,
@@ -1070,11 +1601,104 @@ impl ManagerRequest {
             ADD_DRIVE => {
                 ManagerRequest::AddDrive { addr: r.str(DRIVE_ADDR_MAX, "drive address")?, master_key: r.array()? }
             }
+            SET_GATEWAY => {
+                let name = r.str(USER_NAME_MAX, "user")?;
+                let ids = if r.bool()? { Some((r.u32()?, r.u32()?)) } else { None };
+                if ids.is_some_and(|(lo, hi)| lo > hi) {
+                    return Err(DecodeError::NotCanonical("gateway id range runs backwards"));
+                }
+                ManagerRequest::SetGateway { name, ids }
+            }
+            AS_USER => {
+                let (uid, gid, groups) = (r.u32()?, r.u32()?, decode_groups(&mut r)?);
+                // The wrapped request: its opcode and arguments, under this request's id.
+                let opcode = r.u16()?;
+                let rest = r.take(r.remaining())?;
+                let mut inner = Vec::with_capacity(10 + rest.len());
+                inner.extend_from_slice(&opcode.to_le_bytes());
+                inner.extend_from_slice(&id.to_le_bytes());
+                inner.extend_from_slice(rest);
+                let (_, request) = ManagerRequest::decode(&inner)?;
+                if !request.may_run_as_user() {
+                    return Err(DecodeError::NotCanonical("AS_USER wraps a name-space or file request only"));
+                }
+                ManagerRequest::AsUser { uid, gid, groups, request: Box::new(request) }
+            }
+            MKNOD => {
+                let (parent, name) = (Handle::decode(&mut r)?, name(&mut r)?);
+                let kind = FileKind::from_code(r.u8()?)?;
+                let (mode, rdev) = (mode(&mut r)?, r.u64()?);
+                if !kind.is_special() {
+                    return Err(DecodeError::NotCanonical("MKNOD makes FIFOs, sockets and devices only"));
+                }
+                if rdev != 0 && !kind.is_device() {
+                    return Err(DecodeError::NotCanonical("a device number for an inode that is not a device"));
+                }
+                ManagerRequest::Mknod { parent, name, kind, mode, rdev }
+            }
+            GET_QUOTA => ManagerRequest::GetQuota { of: QuotaOf::decode(&mut r)? },
+            SET_QUOTA => ManagerRequest::SetQuota {
+                of: QuotaOf::decode(&mut r)?,
+                bytes_limit: decode_opt(&mut r)?,
+                files_limit: decode_opt(&mut r)?,
+            },
+            GETXATTR => ManagerRequest::GetXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
+            LISTXATTR => ManagerRequest::ListXattr { handle: Handle::decode(&mut r)? },
+            SETXATTR => ManagerRequest::SetXattr {
+                handle: Handle::decode(&mut r)?,
+                name: xattr_name(&mut r)?,
+                value: decode_xattr_value(&mut r)?,
+                mode: XattrMode::decode(r.u8()?)?,
+            },
+            REMOVEXATTR => ManagerRequest::RemoveXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
+            WATCH => {
+                let (incarnation, after, wait_ms) = (r.u64()?, r.u64()?, r.u32()?);
+                if wait_ms > WATCH_WAIT_MAX_MS {
+                    return Err(DecodeError::OverLimit {
+                        field: "watch wait",
+                        len: u64::from(wait_ms),
+                        max: u64::from(WATCH_WAIT_MAX_MS),
+                    });
+                }
+                ManagerRequest::Watch { incarnation, after, wait_ms }
+            }
             _ => return Err(DecodeError::UnknownOpcode(opcode)),
         };
         r.finish()?;
         Ok((id, req))
     }
+}
+
+/// An extended attribute's value: `length u32` (at most
+/// [`XATTR_VALUE_MAX`], one more than a `u16` holds), that many bytes.
+fn encode_xattr_value(w: &mut Writer, value: &[u8]) {
+    assert!(value.len() <= XATTR_VALUE_MAX, "xattr value over XATTR_VALUE_MAX");
+    w.u32(value.len() as u32).raw(value);
+}
+
+fn decode_xattr_value(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    let len = r.u32()? as usize;
+    if len > XATTR_VALUE_MAX {
+        return Err(DecodeError::OverLimit { field: "xattr value", len: len as u64, max: XATTR_VALUE_MAX as u64 });
+    }
+    Ok(r.take(len)?.to_vec())
+}
+
+/// An extended attribute's name: 1..=[`XATTR_NAME_MAX`] bytes, no NUL.
+fn xattr_name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    let name = r.str(XATTR_NAME_MAX, "xattr name")?;
+    check_xattr_name(&name)?;
+    Ok(name)
+}
+
+fn check_xattr_name(name: &str) -> Result<(), DecodeError> {
+    if name.len() > XATTR_NAME_MAX {
+        return Err(DecodeError::OverLimit { field: "xattr name", len: name.len() as u64, max: XATTR_NAME_MAX as u64 });
+    }
+    if name.is_empty() || name.contains('\0') {
+        return Err(DecodeError::NotCanonical("xattr names are 1-255 bytes without NUL"));
+    }
+    Ok(())
 }
 
 fn decode_commit(r: &mut Reader<'_>) -> Result<ManagerRequest, DecodeError> {
@@ -1281,6 +1905,10 @@ mod reply_kind {
     pub const BEGAN: u8 = 9;
     pub const LAYOUT: u8 = 10;
     pub const STATUS: u8 = 11;
+    pub const XATTR: u8 = 12;
+    pub const XATTR_NAMES: u8 = 13;
+    pub const CHANGES: u8 = 14;
+    pub const QUOTA: u8 = 15;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -1336,14 +1964,20 @@ impl ManagerReply {
                 assert!(users.len() <= USERS_MAX, "users reply over USERS_MAX");
                 w.u8(USERS).u16(users.len() as u16);
                 for u in users {
-                    w.str(&u.name).u32(u.uid).u32(u.gid).bool(u.admin);
+                    u.encode(&mut w);
                 }
             }
             ManagerReply::DriveAdded { drive } => {
                 w.u8(DRIVE_ADDED).u32(*drive);
             }
-            ManagerReply::Began { txn, lease_ms } => {
-                w.u8(BEGAN).u64(*txn).u32(*lease_ms);
+            ManagerReply::Began { txn, lease_ms, size_limit } => {
+                w.u8(BEGAN).u64(*txn).u32(*lease_ms).u64(*size_limit);
+            }
+            ManagerReply::Quota(q) => {
+                w.u8(QUOTA).bool(q.exists);
+                encode_opt(&mut w, q.bytes_limit);
+                encode_opt(&mut w, q.files_limit);
+                w.u64(q.bytes_used).u64(q.files_used).u64(q.escrow);
             }
             ManagerReply::Layout(info) => {
                 w.u8(LAYOUT);
@@ -1352,6 +1986,25 @@ impl ManagerReply {
             ManagerReply::Status(status) => {
                 w.u8(STATUS);
                 status.encode(&mut w);
+            }
+            ManagerReply::Xattr(value) => {
+                assert!(value.len() <= XATTR_VALUE_MAX, "xattr reply over XATTR_VALUE_MAX");
+                w.u8(XATTR);
+                encode_xattr_value(&mut w, value);
+            }
+            ManagerReply::XattrNames(names) => {
+                assert!(names.len() <= XATTRS_PER_INODE_MAX, "xattr list over XATTRS_PER_INODE_MAX");
+                w.u8(XATTR_NAMES).u16(names.len() as u16);
+                for n in names {
+                    w.str(n);
+                }
+            }
+            ManagerReply::Changes { incarnation, next, lost, changes } => {
+                assert!(changes.len() <= WATCH_CHANGES_MAX, "watch reply over WATCH_CHANGES_MAX");
+                w.u8(CHANGES).u64(*incarnation).u64(*next).bool(*lost).u16(changes.len() as u16);
+                for c in changes {
+                    c.encode(&mut w);
+                }
             }
         }
         w.into_vec()
@@ -1426,19 +2079,34 @@ impl ManagerReply {
                 let n = r.count(USERS_MAX, "users")?;
                 let mut users = Vec::with_capacity(n);
                 for _ in 0..n {
-                    users.push(UserInfo {
-                        name: r.str(USER_NAME_MAX, "user")?,
-                        uid: r.u32()?,
-                        gid: r.u32()?,
-                        admin: r.bool()?,
-                    });
+                    users.push(UserInfo::decode(r)?);
                 }
                 ManagerReply::Users(users)
             }
             DRIVE_ADDED => ManagerReply::DriveAdded { drive: r.u32()? },
-            BEGAN => ManagerReply::Began { txn: r.u64()?, lease_ms: r.u32()? },
+            BEGAN => ManagerReply::Began { txn: r.u64()?, lease_ms: r.u32()?, size_limit: r.u64()? },
+            QUOTA => ManagerReply::Quota(QuotaInfo {
+                exists: r.bool()?,
+                bytes_limit: decode_opt(r)?,
+                files_limit: decode_opt(r)?,
+                bytes_used: r.u64()?,
+                files_used: r.u64()?,
+                escrow: r.u64()?,
+            }),
             LAYOUT => ManagerReply::Layout(LayoutInfo::decode(r)?),
             STATUS => ManagerReply::Status(ClusterStatus::decode(r)?),
+            XATTR => ManagerReply::Xattr(decode_xattr_value(r)?),
+            XATTR_NAMES => {
+                let n = r.count(XATTRS_PER_INODE_MAX, "xattr names")?;
+                let names = (0..n).map(|_| xattr_name(r)).collect::<Result<Vec<_>, _>>()?;
+                ManagerReply::XattrNames(names)
+            }
+            CHANGES => {
+                let (incarnation, next, lost) = (r.u64()?, r.u64()?, r.bool()?);
+                let n = r.count(WATCH_CHANGES_MAX, "changes")?;
+                let changes = (0..n).map(|_| Change::decode(r)).collect::<Result<Vec<_>, _>>()?;
+                ManagerReply::Changes { incarnation, next, lost, changes }
+            }
             _ => return Err(DecodeError::NotCanonical("unknown manager reply kind")),
         })
     }

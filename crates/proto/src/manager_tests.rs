@@ -20,6 +20,7 @@ fn attr() -> FileAttr {
         atime_ns: 1,
         mtime_ns: 2,
         ctime_ns: 3,
+        rdev: 0,
     }
 }
 
@@ -105,7 +106,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("ERROR NotFound", ManagerReply::encode_error(9, FsStatus::NotFound, "no")),
         ("BEGIN_WRITE", ManagerRequest::BeginWrite { handle: handle(42) }.encode(12)),
-        ("BEGAN reply", ManagerReply::Began { txn: 0x1122, lease_ms: 60_000 }.encode(12)),
+        ("BEGAN reply", ManagerReply::Began { txn: 0x1122, lease_ms: 60_000, size_limit: 0x0400_0000 }.encode(12)),
         (
             "COMMIT",
             ManagerRequest::Commit {
@@ -122,6 +123,100 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             ManagerRequest::SetLayout { handle: handle(1), layout: Some(Layout::parse("mirror:2x2@256K").unwrap()) }
                 .encode(14),
         ),
+        (
+            "ADD_USER bob, groups 100 and 2000",
+            ManagerRequest::AddUser {
+                name: "bob".into(),
+                password: "pw".into(),
+                uid: 1001,
+                gid: 1001,
+                admin: false,
+                groups: vec![100, 2000],
+            }
+            .encode(15),
+        ),
+        (
+            "SET_USER_GROUPS bob [100]",
+            ManagerRequest::SetUserGroups { name: "bob".into(), groups: vec![100] }.encode(16),
+        ),
+        (
+            "USERS reply",
+            ManagerReply::Users(vec![UserInfo {
+                name: "bob".into(),
+                uid: 1001,
+                gid: 1001,
+                admin: false,
+                groups: vec![100],
+                gateway: None,
+            }])
+            .encode(17),
+        ),
+        (
+            "SET_GATEWAY gw 1000..=60000",
+            ManagerRequest::SetGateway { name: "gw".into(), ids: Some((1000, 60000)) }.encode(18),
+        ),
+        (
+            "AS_USER uid 1001 gid 100 groups [5], MKDIR in handle {ino 1, mac 68x32} d 0o755",
+            ManagerRequest::AsUser {
+                uid: 1001,
+                gid: 100,
+                groups: vec![5],
+                request: Box::new(ManagerRequest::Mkdir { parent: handle(1), name: "d".into(), mode: 0o755 }),
+            }
+            .encode(19),
+        ),
+        (
+            "SETXATTR handle {ino 2, mac 68x32} user.k = v, create",
+            ManagerRequest::SetXattr {
+                handle: handle(2),
+                name: "user.k".into(),
+                value: b"v".to_vec(),
+                mode: XattrMode::Create,
+            }
+            .encode(20),
+        ),
+        (
+            "WATCH incarnation 7 after 41 wait 5000 ms",
+            ManagerRequest::Watch { incarnation: 7, after: 41, wait_ms: 5000 }.encode(21),
+        ),
+        (
+            "CHANGES reply: incarnation 7, next 43, inode 2, entry (1, d)",
+            ManagerReply::Changes {
+                incarnation: 7,
+                next: 43,
+                lost: false,
+                changes: vec![Change::Inode(2), Change::Entry { dir: 1, name: "d".into() }],
+            }
+            .encode(21),
+        ),
+        (
+            "MKNOD in handle {ino 1, mac 68x32} c: char device 0o600 rdev 0x0801",
+            ManagerRequest::Mknod {
+                parent: handle(1),
+                name: "c".into(),
+                kind: FileKind::CharDevice,
+                mode: 0o600,
+                rdev: 0x0801,
+            }
+            .encode(22),
+        ),
+        (
+            "SET_QUOTA directory {ino 3, mac 68x32}: 1 GiB, no inode limit",
+            ManagerRequest::SetQuota { of: QuotaOf::Dir(handle(3)), bytes_limit: Some(1 << 30), files_limit: None }
+                .encode(23),
+        ),
+        (
+            "QUOTA reply: 1 GiB, 100 inodes; 4096 bytes and 2 inodes used, 64 MiB in escrow",
+            ManagerReply::Quota(QuotaInfo {
+                exists: true,
+                bytes_limit: Some(1 << 30),
+                files_limit: Some(100),
+                bytes_used: 4096,
+                files_used: 2,
+                escrow: 64 << 20,
+            })
+            .encode(24),
+        ),
     ]
 }
 
@@ -130,19 +225,19 @@ const VECTORS_HEX: &[&str] = &[
     "0200080000000000000002002f610101",
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
-        "02000000000000000300000000000000686868686868686868686868686868686868686868686868686868686868686800000100",
-        "000100030201070000000b00000030750000010103000100000001000000000000001000000000000000000e003132372e302e30",
-        "2e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
-        "4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a37343032d2d2d2d2d2d2",
-        "d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b03000000",
-        "01000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d30400ca",
-        "cacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "02000000000000000300000000000000000000000000000068686868686868686868686868686868686868686868686868686868",
+        "6868686800000100000100030201070000000b00000030750000010103000100000001000000000000001000000000000000000e",
+        "003132372e302e302e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a3734",
+        "3032d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b0300000001000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3",
+        "d3d3d3d3d30400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
     ),
     "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
     "00000b00000000000000080200010064020100660100",
     "0100090000000000000002006e6f",
     "10000c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
-    "00000c0000000000000009221100000000000060ea0000",
+    "00000c0000000000000009221100000000000060ea00000000000400000000",
     concat!(
         "0e000d000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868682211",
         "000000000000a08601000000000001000201000000000000000000a086010000000000",
@@ -150,6 +245,32 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "12000e00000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
         "000400020202",
+    ),
+    "01010f000000000000000300626f6202007077e9030000e903000000020064000000d0070000",
+    "070110000000000000000300626f62010064000000",
+    "000011000000000000000601000300626f62e9030000e90300000001006400000000",
+    "080112000000000000000200677701e803000060ea0000",
+    concat!(
+        "14001300000000000000e90300006400000001000500000006000100000000000000686868686868686868686868686868686868",
+        "6868686868686868686868686868010064ed010000",
+    ),
+    concat!(
+        "17001400000000000000020000000000000068686868686868686868686868686868686868686868686868686868686868680600",
+        "757365722e6b010000007601",
+    ),
+    "190015000000000000000700000000000000290000000000000088130000",
+    "000015000000000000000e07000000000000002b00000000000000000200010200000000000000020100000000000000010064",
+    concat!(
+        "1a001600000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
+        "6306800100000108000000000000",
+    ),
+    concat!(
+        "09011700000000000000020300000000000000686868686868686868686868686868686868686868686868686868686868686801",
+        "000000400000000000",
+    ),
+    concat!(
+        "000018000000000000000f0101000000400000000001640000000000000000100000000000000200000000000000000000040000",
+        "0000",
     ),
 ];
 
@@ -172,6 +293,10 @@ fn print_manager_vectors() {
     for (name, bytes) in vectors() {
         println!("== {name}\n{}", hex::encode(bytes));
     }
+}
+
+fn arb_xattr_name() -> impl Strategy<Value = String> {
+    "(user|trusted|security)\\.[a-z0-9._-]{1,40}"
 }
 
 fn arb_name() -> impl Strategy<Value = String> {
@@ -247,8 +372,63 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         }),
         prop_oneof![Just(RepairAction::Rebuild), Just(RepairAction::Scrub), Just(RepairAction::Rebalance)]
             .prop_map(|action| R::Repair { action }),
-        (arb_name(), ".{0,64}", any::<u32>(), any::<u32>(), any::<bool>())
-            .prop_map(|(name, password, uid, gid, admin)| R::AddUser { name, password, uid, gid, admin }),
+        (arb_name(), ".{0,64}", any::<u32>(), any::<u32>(), any::<bool>()).prop_map(
+            |(name, password, uid, gid, admin)| R::AddUser {
+                name,
+                password,
+                uid,
+                gid,
+                admin,
+                groups: (0..uid % 5).map(|i| gid / 8 + i).collect()
+            }
+        ),
+        (arb_name(), proptest::collection::btree_set(any::<u32>(), 0..=GROUPS_MAX))
+            .prop_map(|(name, groups)| R::SetUserGroups { name, groups: groups.into_iter().collect() }),
+        (arb_name(), proptest::option::of((0u32..1000, 1000u32..))).prop_map(|(name, ids)| R::SetGateway { name, ids }),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            proptest::collection::btree_set(any::<u32>(), 0..=GROUPS_MAX),
+            arb_handle(),
+            arb_name()
+        )
+            .prop_map(|(uid, gid, groups, parent, name)| R::AsUser {
+                uid,
+                gid,
+                groups: groups.into_iter().collect(),
+                request: Box::new(if uid % 2 == 0 {
+                    R::Lookup { parent, name, open: OpenMode::Best }
+                } else {
+                    R::Unlink { parent, name }
+                })
+            }),
+        (arb_handle(), arb_name(), 4u8..=7, 0..=MODE_MASK, any::<u64>()).prop_map(
+            |(parent, name, kind, mode, rdev)| {
+                let kind = FileKind::from_code(kind).unwrap();
+                R::Mknod { parent, name, kind, mode, rdev: if kind.is_device() { rdev } else { 0 } }
+            }
+        ),
+        (any::<u32>(), arb_handle(), any::<bool>())
+            .prop_map(|(uid, h, dir)| R::GetQuota { of: if dir { QuotaOf::Dir(h) } else { QuotaOf::User(uid) } }),
+        (any::<u32>(), proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>())).prop_map(
+            |(uid, bytes_limit, files_limit)| R::SetQuota { of: QuotaOf::User(uid), bytes_limit, files_limit }
+        ),
+        (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::GetXattr { handle, name }),
+        arb_handle().prop_map(|handle| R::ListXattr { handle }),
+        (arb_handle(), arb_xattr_name(), proptest::collection::vec(any::<u8>(), 0..300), 0u8..3).prop_map(
+            |(handle, name, value, mode)| R::SetXattr {
+                handle,
+                name,
+                value,
+                mode: [XattrMode::Either, XattrMode::Create, XattrMode::Replace][mode as usize]
+            }
+        ),
+        (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::RemoveXattr { handle, name }),
+        (any::<u64>(), any::<u64>(), 0..=WATCH_WAIT_MAX_MS).prop_map(|(incarnation, after, wait_ms)| R::Watch {
+            incarnation,
+            after,
+            wait_ms
+        }),
         Just(R::ListUsers),
         (arb_name(), ".{0,64}").prop_map(|(name, password)| R::SetPassword { name, password }),
         ("[0-9.:]{1,30}", any::<[u8; 32]>()).prop_map(|(addr, master_key)| R::AddDrive { addr, master_key }),
@@ -256,18 +436,22 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
 }
 
 fn arb_attr() -> impl Strategy<Value = FileAttr> {
-    (any::<u64>(), 1u8..=3, 0..=MODE_MASK, any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
-        |(ino, kind, mode, n, size, t)| FileAttr {
-            ino,
-            kind: FileKind::from_code(kind).unwrap(),
-            mode,
-            nlink: n,
-            uid: n / 3,
-            gid: n / 5,
-            size,
-            atime_ns: t,
-            mtime_ns: t / 3,
-            ctime_ns: -t / 7,
+    (any::<u64>(), 1u8..=7, 0..=MODE_MASK, any::<u32>(), any::<u64>(), any::<i64>()).prop_map(
+        |(ino, kind, mode, n, size, t)| {
+            let kind = FileKind::from_code(kind).unwrap();
+            FileAttr {
+                ino,
+                kind,
+                mode,
+                nlink: n,
+                uid: n / 3,
+                gid: n / 5,
+                size,
+                atime_ns: t,
+                mtime_ns: t / 3,
+                ctime_ns: -t / 7,
+                rdev: if kind.is_device() { size / 3 } else { 0 },
+            }
         },
     )
 }
@@ -328,10 +512,33 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                     .collect()
             }),
         proptest::collection::vec((arb_name(), any::<u32>(), any::<bool>()), 0..10).prop_map(|u| R::Users(
-            u.into_iter().map(|(name, uid, admin)| UserInfo { name, uid, gid: uid, admin }).collect()
+            u.into_iter()
+                .map(|(name, uid, admin)| UserInfo {
+                    name,
+                    uid,
+                    gid: uid,
+                    admin,
+                    groups: vec![uid / 2, uid / 2 + 1],
+                    gateway: admin.then_some((uid / 2, uid))
+                })
+                .collect()
         )),
         any::<u32>().prop_map(|drive| R::DriveAdded { drive }),
-        (any::<u64>(), any::<u32>()).prop_map(|(txn, lease_ms)| R::Began { txn, lease_ms }),
+        (any::<u64>(), any::<u32>(), any::<u64>()).prop_map(|(txn, lease_ms, size_limit)| R::Began {
+            txn,
+            lease_ms,
+            size_limit
+        }),
+        (any::<bool>(), proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()), any::<u64>()).prop_map(
+            |(exists, bytes_limit, files_limit, n)| R::Quota(QuotaInfo {
+                exists,
+                bytes_limit,
+                files_limit,
+                bytes_used: n,
+                files_used: n / 7,
+                escrow: n / 3
+            })
+        ),
         (arb_access(), any::<bool>()).prop_map(|(a, explicit)| R::Layout(LayoutInfo {
             layout: a.layout,
             explicit,
@@ -363,6 +570,26 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                 scrub: Progress { files_done: 5, ..Progress::default() },
                 last_scrub: ScrubSummary { blocks_checked: 9, corrupt: 2, healed: 1, unrecoverable: 1 },
             })),
+        proptest::collection::vec(any::<u8>(), 0..300).prop_map(R::Xattr),
+        proptest::collection::vec(arb_xattr_name(), 0..20).prop_map(R::XattrNames),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<bool>(),
+            proptest::collection::vec((any::<u64>(), proptest::option::of(arb_name())), 0..20)
+        )
+            .prop_map(|(incarnation, next, lost, c)| R::Changes {
+                incarnation,
+                next,
+                lost,
+                changes: c
+                    .into_iter()
+                    .map(|(ino, name)| match name {
+                        Some(name) => Change::Entry { dir: ino, name },
+                        None => Change::Inode(ino),
+                    })
+                    .collect()
+            }),
         arb_access().prop_map(|a| R::Entry(Entry {
             attr: attr(),
             handle_mac: [1; 32],
@@ -455,6 +682,121 @@ fn rejections_are_specific() {
 }
 
 #[test]
+fn group_lists_are_bounded_and_canonical() {
+    let set = |groups: Vec<u32>| ManagerRequest::SetUserGroups { name: "u".into(), groups };
+    for (groups, why) in [(vec![2, 1], "descending"), (vec![1, 1], "repeated")] {
+        assert!(matches!(set(groups.clone()).check_limits(), Err(DecodeError::NotCanonical(_))), "{why}");
+        assert!(matches!(ManagerRequest::decode(&set(groups).encode(1)), Err(DecodeError::NotCanonical(_))), "{why}");
+    }
+    let over = set((0..=GROUPS_MAX as u32).collect());
+    assert!(matches!(over.check_limits(), Err(DecodeError::OverLimit { field: "groups", .. })));
+    let mut w = Writer::with_capacity(256);
+    w.u16(manager_opcode::SET_USER_GROUPS).u64(1).str("u").u16(GROUPS_MAX as u16 + 1);
+    for g in 0..=GROUPS_MAX as u32 {
+        w.u32(g);
+    }
+    assert!(matches!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::OverLimit { field: "groups", .. })));
+    let most = set((0..GROUPS_MAX as u32).collect());
+    assert_eq!(most.check_limits(), Ok(()));
+    assert_eq!(ManagerRequest::decode(&most.encode(1)).unwrap().1, most);
+    let user =
+        |groups| UserInfo { name: "u".into(), uid: 1, gid: 1, admin: false, groups, gateway: Some((0, u32::MAX)) };
+    let reply = ManagerReply::Users(vec![user(vec![3, 2])]).encode(1);
+    assert!(matches!(ManagerReply::decode(&reply), Err(DecodeError::NotCanonical(_))), "replies are checked too");
+    let longest = user((0..GROUPS_MAX as u32).collect());
+    let one = ManagerReply::Users(vec![UserInfo { name: "u".repeat(USER_NAME_MAX), ..longest }]).encode(1);
+    assert_eq!(one.len(), 2 + 8 + 1 + 2 + UserInfo::LEN_MAX, "LEN_MAX is exact");
+}
+
+#[test]
+fn as_user_wraps_name_space_requests_only() {
+    let wrap =
+        |request: ManagerRequest| ManagerRequest::AsUser { uid: 5, gid: 5, groups: vec![], request: Box::new(request) };
+    let login = ManagerRequest::Login { version: 1, user: "u".into(), password: "p".into() };
+    let nested = wrap(ManagerRequest::StatFs);
+    for (req, why) in [
+        (wrap(login), "login"),
+        (wrap(nested), "nested"),
+        (wrap(ManagerRequest::ListUsers), "administrator"),
+        (wrap(ManagerRequest::Watch { incarnation: 0, after: 0, wait_ms: 0 }), "watch"),
+    ] {
+        assert!(matches!(req.check_limits(), Err(DecodeError::NotCanonical(_))), "{why}");
+        assert!(matches!(ManagerRequest::decode(&req.encode(3)), Err(DecodeError::NotCanonical(_))), "{why}");
+    }
+    let ok = wrap(ManagerRequest::GetAttr { handle: handle(4), open: OpenMode::None });
+    let (id, back) = ManagerRequest::decode(&ok.encode(9)).unwrap();
+    assert_eq!((id, &back), (9, &ok));
+    assert_eq!(back.handles(), vec![handle(4)], "the wrapped request's handles are checked");
+    // The wrapped request's own bounds hold inside.
+    let long = wrap(ManagerRequest::Mkdir { parent: handle(1), name: "n".repeat(FILE_NAME_MAX + 1), mode: 0o755 });
+    assert!(matches!(long.check_limits(), Err(DecodeError::OverLimit { .. })));
+    // Truncated inside the wrapped request.
+    let body = ok.encode(9);
+    assert!(ManagerRequest::decode(&body[..body.len() - 1]).is_err());
+}
+
+#[test]
+fn mknod_makes_special_files_only() {
+    let mknod = |kind, rdev| ManagerRequest::Mknod { parent: handle(1), name: "n".into(), kind, mode: 0o644, rdev };
+    for (req, why) in
+        [(mknod(FileKind::File, 0), "a regular file"), (mknod(FileKind::Fifo, 3), "a FIFO's device number")]
+    {
+        assert!(matches!(req.check_limits(), Err(DecodeError::NotCanonical(_))), "{why}");
+        assert!(matches!(ManagerRequest::decode(&req.encode(1)), Err(DecodeError::NotCanonical(_))), "{why}");
+    }
+    let ok = mknod(FileKind::BlockDevice, 7);
+    assert_eq!(ManagerRequest::decode(&ok.encode(1)).unwrap().1, ok);
+    let mut bad = attr();
+    bad.rdev = 9;
+    let mut w = Writer::with_capacity(FileAttr::LEN);
+    bad.encode(&mut w);
+    let bytes = w.into_vec();
+    assert_eq!(bytes.len(), FileAttr::LEN);
+    assert!(FileAttr::decode(&mut crate::codec::Reader::new(&bytes)).is_err(), "a device number on a regular file");
+}
+
+#[test]
+fn xattr_and_watch_limits() {
+    let set = |name: &str, len: usize| ManagerRequest::SetXattr {
+        handle: handle(2),
+        name: name.into(),
+        value: vec![7; len],
+        mode: XattrMode::Either,
+    };
+    let most = set(&format!("user.{}", "n".repeat(XATTR_NAME_MAX - 5)), XATTR_VALUE_MAX);
+    assert_eq!(most.check_limits(), Ok(()));
+    assert_eq!(ManagerRequest::decode(&most.encode(1)).unwrap().1, most, "64 KiB values fit (u32 length)");
+    assert!(matches!(set("user.a", XATTR_VALUE_MAX + 1).check_limits(), Err(DecodeError::OverLimit { .. })));
+    let long = format!("user.{}", "n".repeat(XATTR_NAME_MAX - 4));
+    assert!(matches!(set(&long, 1).check_limits(), Err(DecodeError::OverLimit { .. })));
+    assert!(matches!(ManagerRequest::decode(&set(&long, 1).encode(1)), Err(DecodeError::OverLimit { .. })));
+    assert!(matches!(set("", 1).check_limits(), Err(DecodeError::NotCanonical(_))));
+    assert!(matches!(set("user.a\0b", 1).check_limits(), Err(DecodeError::NotCanonical(_))));
+    let mut w = Writer::with_capacity(64);
+    w.u16(manager_opcode::SETXATTR).u64(1);
+    handle(2).encode(&mut w);
+    w.str("user.a").u32(XATTR_VALUE_MAX as u32 + 1);
+    assert!(matches!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::OverLimit { field: "xattr value", .. })));
+    let mut w = Writer::with_capacity(64);
+    w.u16(manager_opcode::SETXATTR).u64(1);
+    handle(2).encode(&mut w);
+    w.str("user.a").u32(1).u8(0).u8(3);
+    assert_eq!(ManagerRequest::decode(&w.into_vec()), Err(DecodeError::NotCanonical("unknown setxattr mode")));
+    let watch = ManagerRequest::Watch { incarnation: 1, after: 1, wait_ms: WATCH_WAIT_MAX_MS + 1 };
+    assert!(matches!(watch.check_limits(), Err(DecodeError::OverLimit { field: "watch wait", .. })));
+    assert!(matches!(
+        ManagerRequest::decode(&watch.encode(1)),
+        Err(DecodeError::OverLimit { field: "watch wait", .. })
+    ));
+    let longest = Change::Entry { dir: u64::MAX, name: "n".repeat(FILE_NAME_MAX) };
+    let reply = ManagerReply::Changes { incarnation: 1, next: 2, lost: true, changes: vec![longest; 2] }.encode(1);
+    assert_eq!(reply.len(), 2 + 8 + 1 + 8 + 8 + 1 + 2 + 2 * Change::LEN_MAX, "Change::LEN_MAX is exact");
+    let backwards = ManagerRequest::SetGateway { name: "g".into(), ids: Some((10, 9)) };
+    assert!(backwards.check_limits().is_err());
+    assert!(ManagerRequest::decode(&backwards.encode(1)).is_err());
+}
+
+#[test]
 fn request_display_never_shows_secrets() {
     let req = ManagerRequest::Login { version: 1, user: "u".into(), password: "hunter22".into() };
     assert_eq!(req.to_string(), "login");
@@ -468,7 +810,14 @@ fn request_debug_never_shows_secrets() {
     let secret = "hunter22-secret";
     let requests = [
         ManagerRequest::Login { version: 1, user: "u".into(), password: secret.into() },
-        ManagerRequest::AddUser { name: "u".into(), password: secret.into(), uid: 1, gid: 1, admin: false },
+        ManagerRequest::AddUser {
+            name: "u".into(),
+            password: secret.into(),
+            uid: 1,
+            gid: 1,
+            admin: false,
+            groups: vec![],
+        },
         ManagerRequest::SetPassword { name: "u".into(), password: secret.into() },
     ];
     for req in requests {

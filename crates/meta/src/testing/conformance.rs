@@ -3,18 +3,18 @@
 use super::conformance_files as files;
 use super::{check_invariants, snapshot, Failing};
 use crate::backend::{Backend, Txn};
-use crate::types::{AcvIntent, Caller, DriveRecord, Effects, Inode, SetAttrs, StaleRange, User};
+use crate::types::{AcvIntent, Caller, DriveRecord, Effects, Inode, Quota, SetAttrs, StaleRange, User};
 use crate::{take_pooled, Namespace, BATCH_MAX, READDIR_ENTRIES_MAX};
 use nasd_proto::fs::*;
 use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::BTreeSet;
 
-pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100 };
+pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100, groups: Vec::new() };
 /// In ALICE's group.
-pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100 };
+pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100, groups: Vec::new() };
 /// In neither.
-pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200 };
+pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200, groups: Vec::new() };
 pub(super) const ROOT: Caller = Caller::ROOT;
 pub(super) const PARTITION: u64 = 7;
 /// Objects pooled on drive 1 by [`setup`].
@@ -56,6 +56,11 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("permission_matrix", permission_matrix),
         ("directory_permissions", directory_permissions),
         ("setgid_inheritance", setgid_inheritance),
+        ("supplementary_groups", supplementary_groups),
+        ("extended_attributes", extended_attributes),
+        ("special_files", special_files),
+        ("open_writer_truncates", open_writer_truncates),
+        ("quotas", quotas),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
         ("rename_same_dir", rename_same_dir),
@@ -480,6 +485,267 @@ fn setgid_inheritance<B: Backend>(ns: &Namespace<B>) {
     mkdir(ns, &ROOT, "/n", 0o777).unwrap();
     let f = create(ns, &ALICE, "/n/f", 0o2755).unwrap();
     assert_eq!((f.attr.gid, f.attr.mode), (100, 0o2755), "own group keeps setgid");
+}
+
+/// CAROL (gid 200) with ALICE's group 100 among her supplementary groups:
+/// the group class of every check, chgrp to a group she is in, set-group-id
+/// kept for a group she is in.
+fn supplementary_groups<B: Backend>(ns: &Namespace<B>) {
+    let carol = Caller { groups: vec![50, 100], ..CAROL };
+    create(ns, &ROOT, "/f", 0o640).unwrap();
+    own(ns, "/f", &ALICE, 0o640);
+    let f = ino(ns, "/f");
+    assert_eq!(ns.check_access(&carol, f, true, false).map(|_| ()), Ok(()), "group 100 through a supplementary group");
+    assert_eq!(ns.check_access(&carol, f, false, true).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.check_access(&CAROL, f, true, false).err(), Some(FsStatus::PermissionDenied));
+    own(ns, "/f", &ALICE, 0o604);
+    assert_eq!(ns.check_access(&carol, f, true, false).err(), Some(FsStatus::PermissionDenied), "the group class");
+    assert!(ns.check_access(&CAROL, f, true, false).is_ok(), "others");
+    // Directories: search and write through a supplementary group.
+    mkdir(ns, &ROOT, "/d", 0o755).unwrap();
+    own(ns, "/d", &ALICE, 0o770);
+    let d = ino(ns, "/d");
+    assert!(ns.mkdir(&carol, d, "sub", 0o755).is_ok());
+    assert_eq!(ns.mkdir(&CAROL, d, "sub2", 0o755).err(), Some(FsStatus::PermissionDenied));
+    // New inodes take the primary group; set-group-id stays for a supplementary group.
+    let sub = ns.lookup(&carol, d, "sub").unwrap();
+    assert_eq!((sub.attr.uid, sub.attr.gid), (1002, 200));
+    let (g, _) = ns.create(&carol, d, "g", 0o2755, true, false, &mut pool_placer(&[1])).unwrap();
+    assert_eq!((g.attr.gid, g.attr.mode), (200, 0o2755));
+    // chgrp: the owner to any group it is in, not to another.
+    let chgrp = |who: &Caller, gid: u32| {
+        let set = SetAttrs { gid: Some(gid), ..SetAttrs::default() };
+        ns.setattr(who, g.attr.ino, &set).map(|(n, _)| (n.attr.gid, n.attr.mode))
+    };
+    assert_eq!(chgrp(&carol, 50), Ok((50, 0o755)), "a supplementary group (chown clears set-group-id)");
+    assert_eq!(chgrp(&carol, 100), Ok((100, 0o755)));
+    assert_eq!(chgrp(&carol, 300).err(), Some(FsStatus::NotPermitted), "not one of hers");
+    assert_eq!(
+        chgrp(&CAROL, 50).err(),
+        Some(FsStatus::NotPermitted),
+        "without the supplementary groups, 50 is not hers"
+    );
+    assert_eq!(chgrp(&carol, 100), Ok((100, 0o755)), "unchanged by the refusal");
+    let chmod = SetAttrs { mode: Some(0o2750), ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&carol, g.attr.ino, &chmod).unwrap().0.attr.mode, 0o2750, "in group 100: kept");
+    assert_eq!(ns.setattr(&CAROL, g.attr.ino, &chmod).unwrap().0.attr.mode, 0o750, "without it: stripped");
+}
+
+/// Extended attributes: Linux's namespace rules, create/replace, limits,
+/// ctime, and removal with the inode.
+fn extended_attributes<B: Backend>(ns: &Namespace<B>) {
+    use crate::XattrMode::{Create, Either, Replace};
+    let f = create(ns, &ROOT, "/f", 0o644).unwrap().attr.ino;
+    own(ns, "/f", &ALICE, 0o644);
+    let before = ns.getattr(f).unwrap().attr.ctime_ns;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let n = ns.setxattr(&ALICE, f, "user.color", b"blue", Create).unwrap();
+    assert!(n.attr.ctime_ns > before, "ctime moves");
+    assert_eq!(ns.getxattr(&ALICE, f, "user.color").unwrap(), b"blue");
+    assert_eq!(ns.getxattr(&BOB, f, "user.color").unwrap(), b"blue", "group may read");
+    assert_eq!(ns.setxattr(&ALICE, f, "user.color", b"red", Create).err(), Some(FsStatus::Exists));
+    assert_eq!(ns.setxattr(&ALICE, f, "user.size", b"1", Replace).err(), Some(FsStatus::NoXattr));
+    ns.setxattr(&ALICE, f, "user.color", b"red", Replace).unwrap();
+    ns.setxattr(&ALICE, f, "user.empty", b"", Either).unwrap();
+    assert_eq!(ns.getxattr(&ALICE, f, "user.empty").unwrap(), b"");
+    assert_eq!(ns.getxattr(&ALICE, f, "user.none").err(), Some(FsStatus::NoXattr));
+    // Write permission for user.*; others may not write, nor read without r.
+    assert_eq!(ns.setxattr(&BOB, f, "user.x", b"1", Either).err(), Some(FsStatus::PermissionDenied));
+    own(ns, "/f", &ALICE, 0o600);
+    assert_eq!(ns.getxattr(&CAROL, f, "user.color").err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.removexattr(&CAROL, f, "user.color").err(), Some(FsStatus::PermissionDenied));
+    // trusted.*: root only, invisible to others; security.*: root writes, anyone reads.
+    ns.setxattr(&ROOT, f, "trusted.t", b"T", Either).unwrap();
+    assert_eq!(ns.setxattr(&ALICE, f, "trusted.u", b"U", Either).err(), Some(FsStatus::NotPermitted));
+    assert_eq!(ns.getxattr(&ALICE, f, "trusted.t").err(), Some(FsStatus::NoXattr));
+    assert_eq!(ns.setxattr(&ALICE, f, "security.s", b"S", Either).err(), Some(FsStatus::NotPermitted));
+    ns.setxattr(&ROOT, f, "security.s", b"S", Either).unwrap();
+    assert_eq!(ns.getxattr(&CAROL, f, "security.s").unwrap(), b"S");
+    assert_eq!(ns.listxattr(&ALICE, f).unwrap(), ["security.s", "user.color", "user.empty"]);
+    assert_eq!(ns.listxattr(&ROOT, f).unwrap(), ["security.s", "trusted.t", "user.color", "user.empty"]);
+    assert_eq!(ns.listxattr(&CAROL, f).unwrap().len(), 3, "listing needs no permission on the file");
+    // Names: other namespaces unsupported; bare prefixes and NULs invalid.
+    assert_eq!(ns.setxattr(&ROOT, f, "system.posix_acl_access", b"", Either).err(), Some(FsStatus::NotSupported));
+    assert_eq!(ns.getxattr(&ROOT, f, "other").err(), Some(FsStatus::NotSupported));
+    assert_eq!(ns.setxattr(&ROOT, f, "user.", b"", Either).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.setxattr(&ROOT, f, "user.a\0b", b"", Either).err(), Some(FsStatus::InvalidArgument));
+    let long = format!("user.{}", "n".repeat(XATTR_NAME_MAX));
+    assert_eq!(ns.setxattr(&ROOT, f, &long, b"", Either).err(), Some(FsStatus::NameTooLong));
+    // Limits: the value, the count and the bytes per inode.
+    let big = vec![1u8; XATTR_VALUE_MAX + 1];
+    assert_eq!(ns.setxattr(&ROOT, f, "user.big", &big, Either).err(), Some(FsStatus::TooBig));
+    let g = create(ns, &ROOT, "/g", 0o644).unwrap().attr.ino;
+    for i in 0..XATTRS_PER_INODE_MAX {
+        ns.setxattr(&ROOT, g, &format!("user.{i:03}"), b"v", Either).unwrap();
+    }
+    assert_eq!(ns.setxattr(&ROOT, g, "user.one-more", b"v", Either).err(), Some(FsStatus::TooBig));
+    ns.setxattr(&ROOT, g, "user.000", b"replaced", Either).expect("replacing does not count as one more");
+    let h = create(ns, &ROOT, "/h", 0o644).unwrap().attr.ino;
+    let per = XATTR_VALUE_MAX;
+    let fits = XATTR_BYTES_PER_INODE_MAX / (per + 16);
+    for i in 0..fits {
+        ns.setxattr(&ROOT, h, &format!("user.{i}"), &vec![0; per], Either).unwrap();
+    }
+    assert_eq!(ns.setxattr(&ROOT, h, "user.over", &vec![0; per], Either).err(), Some(FsStatus::TooBig));
+    // user.* lives on files and directories only; sticky directories: owner only.
+    let l = symlink(ns, "/l", "f").unwrap().attr.ino;
+    assert_eq!(ns.setxattr(&ROOT, l, "user.x", b"", Either).err(), Some(FsStatus::NotPermitted));
+    assert_eq!(ns.getxattr(&ROOT, l, "user.x").err(), Some(FsStatus::NoXattr));
+    ns.setxattr(&ROOT, l, "trusted.x", b"ok", Either).unwrap();
+    let d = mkdir(ns, &ROOT, "/d", 0o1777).unwrap().attr.ino;
+    own(ns, "/d", &ALICE, 0o1777);
+    assert_eq!(ns.setxattr(&BOB, d, "user.x", b"", Either).err(), Some(FsStatus::NotPermitted));
+    ns.setxattr(&ALICE, d, "user.x", b"dir", Either).unwrap();
+    assert_eq!(ns.getxattr(&BOB, d, "user.x").unwrap(), b"dir");
+    // Removal.
+    ns.removexattr(&ALICE, f, "user.color").unwrap();
+    assert_eq!(ns.removexattr(&ALICE, f, "user.color").err(), Some(FsStatus::NoXattr));
+    assert_eq!(ns.listxattr(&ALICE, f).unwrap(), ["security.s", "user.empty"]);
+    // The attributes go with the inode.
+    ns.unlink(&ROOT, ROOT_INO, "g").unwrap();
+    assert_eq!(ns.listxattr(&ROOT, g).err(), Some(FsStatus::NotFound));
+    ns.unlink(&ROOT, ROOT_INO, "h").unwrap();
+    ns.unlink(&ROOT, ROOT_INO, "l").unwrap();
+    ns.unlink(&ROOT, ROOT_INO, "f").unwrap();
+    ns.rmdir(&ROOT, ROOT_INO, "d").unwrap();
+    assert_eq!(ns.getxattr(&ROOT, f, "user.empty").err(), Some(FsStatus::NotFound));
+}
+
+/// FIFOs, sockets and devices: inodes without data, made with `mknod`;
+/// devices by the superuser only; renamed, linked and removed as files are.
+fn special_files<B: Backend>(ns: &Namespace<B>) {
+    mkdir(ns, &ROOT, "/d", 0o777).unwrap();
+    let d = ino(ns, "/d");
+    let fifo = ns.mknod(&ALICE, d, "p", FileKind::Fifo, 0o640, 0).unwrap();
+    assert_eq!((fifo.attr.kind, fifo.attr.mode, fifo.attr.uid, fifo.attr.size), (FileKind::Fifo, 0o640, 1000, 0));
+    assert!(fifo.layout.is_none() && fifo.components.is_empty() && fifo.target.is_none());
+    ns.mknod(&ALICE, d, "s", FileKind::Socket, 0o755, 0).unwrap();
+    let dev = 8 << 8 | 1;
+    assert_eq!(ns.mknod(&ALICE, d, "c", FileKind::CharDevice, 0o644, dev).err(), Some(FsStatus::NotPermitted));
+    let c = ns.mknod(&ROOT, d, "c", FileKind::CharDevice, 0o644, dev).unwrap();
+    assert_eq!((c.attr.kind, c.attr.rdev), (FileKind::CharDevice, dev));
+    assert_eq!(ns.getattr(c.attr.ino).unwrap().attr.rdev, dev, "the device number is stored");
+    ns.mknod(&ROOT, d, "b", FileKind::BlockDevice, 0o600, 0).unwrap();
+    // Not a special kind, a device number for a FIFO, an existing name, no write permission.
+    assert_eq!(ns.mknod(&ROOT, d, "f", FileKind::File, 0o644, 0).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.mknod(&ROOT, d, "q", FileKind::Fifo, 0o644, 5).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.mknod(&ROOT, d, "p", FileKind::Fifo, 0o644, 0).err(), Some(FsStatus::Exists));
+    own(ns, "/d", &ALICE, 0o755);
+    assert_eq!(ns.mknod(&CAROL, d, "q", FileKind::Fifo, 0o644, 0).err(), Some(FsStatus::PermissionDenied));
+    // No data: no size change, no write transaction, no layout.
+    let size = SetAttrs { size: Some(1), ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&ROOT, fifo.attr.ino, &size).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.begin_write(&ROOT, fifo.attr.ino, i64::MAX).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.effective_layout(fifo.attr.ino).err(), Some(FsStatus::InvalidArgument));
+    // chmod, link, rename and unlink as for any non-directory.
+    let chmod = SetAttrs { mode: Some(0o600), ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&ALICE, fifo.attr.ino, &chmod).unwrap().0.attr.mode, 0o600);
+    ns.link(&ROOT, fifo.attr.ino, ROOT_INO, "p2").unwrap();
+    assert_eq!(ns.getattr(fifo.attr.ino).unwrap().attr.nlink, 2);
+    ns.rename(&ROOT, d, "s", ROOT_INO, "s2").unwrap();
+    ns.unlink(&ROOT, d, "p").unwrap();
+    ns.unlink(&ROOT, ROOT_INO, "p2").unwrap();
+    assert_eq!(ns.getattr(fifo.attr.ino).err(), Some(FsStatus::NotFound));
+}
+
+/// `ftruncate` on a descriptor open for writing: the owner may change the
+/// size whatever the mode (knfsd's owner override); nobody else gains anything.
+fn open_writer_truncates<B: Backend>(ns: &Namespace<B>) {
+    let f = create(ns, &ROOT, "/f", 0o644).unwrap().attr.ino;
+    own(ns, "/f", &ALICE, 0o000);
+    let size = |open_writer| SetAttrs { size: Some(7), open_writer, ..SetAttrs::default() };
+    assert_eq!(ns.setattr(&ALICE, f, &size(false)).err(), Some(FsStatus::PermissionDenied), "truncate(2) by path");
+    assert_eq!(ns.setattr(&ALICE, f, &size(true)).unwrap().0.attr.size, 7, "ftruncate(2) by the owner");
+    assert_eq!(ns.setattr(&BOB, f, &size(true)).err(), Some(FsStatus::PermissionDenied), "not the owner");
+    own(ns, "/f", &ALICE, 0o066);
+    assert!(ns.setattr(&BOB, f, &size(true)).is_ok(), "the mode still lets the group write");
+}
+
+/// Quotas of users and directory trees: usage, limits on inodes and bytes,
+/// escrow for writers, trees moved when a quota is set or removed, and no
+/// rename or link across a tree's boundary.
+fn quotas<B: Backend>(ns: &Namespace<B>) {
+    use crate::QuotaSubject::{Dir, User};
+    let alice_create = |dir: Ino, name: &str| ns.create(&ALICE, dir, name, 0o644, true, false, &mut pool_placer(&[1]));
+    let grow = |ino: Ino, size: u64| {
+        let set = SetAttrs { size: Some(size), ..SetAttrs::default() };
+        ns.setattr(&ALICE, ino, &set).map(|(n, _)| n.attr.size)
+    };
+    mkdir(ns, &ROOT, "/home", 0o777).unwrap();
+    let home = ino(ns, "/home");
+    let (pre, _) = alice_create(home, "pre").unwrap();
+    grow(pre.attr.ino, 100).unwrap();
+    // A new user quota counts what the user has.
+    let q = ns.set_quota(User(ALICE.uid), Some(1000), Some(3)).unwrap().unwrap();
+    assert_eq!((q.bytes_used, q.files_used), (100, 1));
+    let (b, _) = alice_create(home, "b").unwrap();
+    alice_create(home, "c").unwrap();
+    assert_eq!(alice_create(home, "d").err(), Some(FsStatus::QuotaExceeded), "a fourth inode");
+    assert!(ns.create(&BOB, home, "bobs", 0o644, true, false, &mut pool_placer(&[1])).is_ok(), "bob has no quota");
+    assert_eq!(grow(b.attr.ino, 901).err(), Some(FsStatus::QuotaExceeded), "100 + 901 > 1000");
+    assert_eq!(grow(b.attr.ino, 900), Ok(900));
+    assert_eq!(grow(b.attr.ino, 10), Ok(10), "shrinking is always allowed");
+    // Escrow: a writer reserves room; others see less; a commit within it succeeds.
+    let txn = ns.begin_write(&ALICE, b.attr.ino, i64::MAX).unwrap();
+    let i = ns.intent(txn).unwrap().unwrap();
+    assert_eq!((i.escrow, i.size_limit), (890, 900), "1000 - 110 used: all of it, within ESCROW_BYTES_MAX");
+    let (q, held) = ns.quota(User(ALICE.uid)).unwrap().unwrap();
+    assert_eq!((q.bytes_used, held), (110, 890));
+    let c = ino(ns, "/home/c");
+    assert_eq!(grow(c, 1).err(), Some(FsStatus::QuotaExceeded), "the escrow holds the rest");
+    assert_eq!(ns.commit_write(&ALICE, b.attr.ino, txn, 901, &[], 1).err(), Some(FsStatus::QuotaExceeded));
+    let n = ns.commit_write(&ALICE, b.attr.ino, txn, 500, &[], 1).unwrap();
+    assert_eq!(n.attr.size, 500);
+    ns.finish_intent(txn).unwrap();
+    assert_eq!(ns.quota(User(ALICE.uid)).unwrap().unwrap(), (Quota { bytes_used: 600, ..q.clone() }, 0));
+    assert_eq!(grow(c, 400), Ok(400), "the escrow is given back at commit");
+    // Unlinking gives back; chown moves usage between users.
+    ns.unlink(&ALICE, home, "c").unwrap();
+    let q = ns.quota(User(ALICE.uid)).unwrap().unwrap().0;
+    assert_eq!((q.bytes_used, q.files_used), (600, 2));
+    ns.set_quota(User(BOB.uid), None, Some(100)).unwrap();
+    let chown = SetAttrs { uid: Some(BOB.uid), ..SetAttrs::default() };
+    ns.setattr(&ROOT, b.attr.ino, &chown).unwrap();
+    assert_eq!(ns.quota(User(BOB.uid)).unwrap().unwrap().0.bytes_used, 500);
+    assert_eq!(ns.quota(User(ALICE.uid)).unwrap().unwrap().0.bytes_used, 100);
+
+    // A directory quota takes its tree (down to nested quota directories).
+    mkdir(ns, &ROOT, "/home/proj", 0o777).unwrap();
+    mkdir(ns, &ROOT, "/home/proj/sub", 0o777).unwrap();
+    let proj = ino(ns, "/home/proj");
+    let sub = ino(ns, "/home/proj/sub");
+    let (x, _) = alice_create(sub, "x").unwrap();
+    grow(x.attr.ino, 50).unwrap();
+    let q = ns.set_quota(Dir(proj), Some(60), None).unwrap().unwrap();
+    assert_eq!((q.bytes_used, q.files_used), (50, 2), "sub and x, not proj itself");
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, proj);
+    assert_eq!(ns.getattr(proj).unwrap().qdir, 0, "the quota directory counts in the enclosing tree");
+    assert_eq!(grow(x.attr.ino, 61).err(), Some(FsStatus::QuotaExceeded));
+    let (y, _) = ns.create(&ROOT, sub, "y", 0o644, true, false, &mut pool_placer(&[1])).unwrap();
+    assert_eq!(y.qdir, proj, "made below: in the tree");
+    // Nested: sub's own quota takes its part out of proj's.
+    ns.set_quota(Dir(sub), None, Some(10)).unwrap();
+    let (pq, _) = ns.quota(Dir(proj)).unwrap().unwrap();
+    assert_eq!((pq.bytes_used, pq.files_used), (0, 1), "only sub itself stays in proj's tree");
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, sub);
+    // No rename or link across a tree's boundary (EXDEV); within one, fine.
+    assert_eq!(ns.rename(&ROOT, sub, "x", home, "x").err(), Some(FsStatus::CrossQuota));
+    assert_eq!(ns.link(&ROOT, x.attr.ino, home, "xl").err(), Some(FsStatus::CrossQuota));
+    mkdir(ns, &ROOT, "/home/proj/sub/deeper", 0o777).unwrap();
+    ns.rename(&ROOT, sub, "x", ino(ns, "/home/proj/sub/deeper"), "x").unwrap();
+    // Removing a quota gives the tree back to the enclosing one.
+    ns.set_quota(Dir(sub), None, None).unwrap();
+    assert!(ns.quota(Dir(sub)).unwrap().is_none());
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, proj);
+    let (pq, _) = ns.quota(Dir(proj)).unwrap().unwrap();
+    assert_eq!((pq.bytes_used, pq.files_used), (50, 4), "sub, deeper, x and y (not proj itself)");
+    assert_eq!(ns.set_quota(Dir(x.attr.ino), Some(1), None).err(), Some(FsStatus::NotDir));
+    assert_eq!(ns.set_quota(User(4242), None, None), Ok(None), "removing what is not there");
+    ns.set_quota(Dir(proj), None, None).unwrap();
+    assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, 0);
+    ns.rename(&ROOT, ino(ns, "/home/proj/sub/deeper"), "x", home, "x").unwrap();
+    let users: Vec<_> = ns.quotas().unwrap().into_iter().map(|q| q.subject).collect();
+    assert_eq!(users, [User(ALICE.uid), User(BOB.uid)]);
 }
 
 fn hard_links<B: Backend>(ns: &Namespace<B>) {
@@ -976,7 +1242,15 @@ fn doomed_log<B: Backend>(ns: &Namespace<B>) {
 }
 
 fn user(name: &str, uid: u32) -> User {
-    User { name: name.to_owned(), uid, gid: 100, password_hash: format!("hash-{name}"), admin: uid == 0 }
+    User {
+        name: name.to_owned(),
+        uid,
+        gid: 100,
+        password_hash: format!("hash-{name}"),
+        admin: uid == 0,
+        groups: Vec::new(),
+        gateway: None,
+    }
 }
 
 fn users<B: Backend>(ns: &Namespace<B>) {
@@ -999,6 +1273,43 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     let huge = "h".repeat(crate::PASSWORD_HASH_MAX + 1);
     assert_eq!(ns.set_password("zoe", &huge).err(), Some(FsStatus::InvalidArgument));
     assert!(!format!("{:?}", ns.user("zoe").unwrap()).contains("new"), "Debug redacts the hash");
+    // Supplementary groups: stored with the user, replaced whole, kept by a password change.
+    let grouped = User { groups: vec![7, 100, 4_000_000_000], ..user("gus", 1003) };
+    ns.add_user(&grouped).unwrap();
+    assert_eq!(ns.user("gus").unwrap(), Some(grouped.clone()));
+    ns.set_user_groups("gus", &[8]).unwrap();
+    ns.set_password("gus", "hash2").unwrap();
+    let got = ns.user("gus").unwrap().unwrap();
+    assert_eq!((got.groups, got.password_hash.as_str()), (vec![8], "hash2"));
+    assert_eq!(ns.users().unwrap().iter().find(|u| u.name == "gus").map(|u| u.groups.clone()), Some(vec![8]));
+    ns.set_user_groups("gus", &[]).unwrap();
+    assert!(ns.user("gus").unwrap().unwrap().groups.is_empty());
+    for bad in [vec![2, 1], vec![3, 3], (0..=GROUPS_MAX as u32).collect()] {
+        assert_eq!(ns.set_user_groups("gus", &bad).err(), Some(FsStatus::InvalidArgument), "{bad:?}");
+        let u = User { groups: bad.clone(), ..user("hal", 1004) };
+        assert_eq!(ns.add_user(&u).err(), Some(FsStatus::InvalidArgument), "{bad:?}");
+    }
+    let most: Vec<u32> = (0..GROUPS_MAX as u32).collect();
+    ns.set_user_groups("gus", &most).unwrap();
+    assert_eq!(ns.user("gus").unwrap().unwrap().groups, most);
+    assert_eq!(ns.set_user_groups("nobody", &[1]).err(), Some(FsStatus::NotFound));
+    // Gateway grants: stored with the user, kept by other changes, taken away.
+    ns.set_gateway("gus", Some((1000, 60_000))).unwrap();
+    ns.set_password("gus", "hash3").unwrap();
+    ns.set_user_groups("gus", &[9]).unwrap();
+    let got = ns.user("gus").unwrap().unwrap();
+    assert_eq!((got.gateway, got.groups), (Some((1000, 60_000)), vec![9]));
+    ns.set_gateway("gus", Some((0, u32::MAX))).unwrap();
+    assert_eq!(ns.user("gus").unwrap().unwrap().gateway, Some((0, u32::MAX)), "the whole id space");
+    assert_eq!(ns.set_gateway("gus", Some((5, 4))).err(), Some(FsStatus::InvalidArgument));
+    ns.set_gateway("gus", None).unwrap();
+    assert_eq!(ns.user("gus").unwrap().unwrap().gateway, None);
+    assert_eq!(ns.set_gateway("nobody", None).err(), Some(FsStatus::NotFound));
+    let backwards = User { gateway: Some((2, 1)), ..user("ida", 1005) };
+    assert_eq!(ns.add_user(&backwards).err(), Some(FsStatus::InvalidArgument));
+    let granted = User { gateway: Some((7, 7)), ..user("ida", 1005) };
+    ns.add_user(&granted).unwrap();
+    assert_eq!(ns.user("ida").unwrap(), Some(granted));
 }
 
 fn drives<B: Backend>(ns: &Namespace<B>) {

@@ -269,7 +269,15 @@ pub(super) fn write_intents<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.intent_of(i).unwrap(), None);
     let t1 = ns.begin_write(&ALICE, i, 1000).unwrap();
     assert!(t1 > 0, "txn 0 means no transaction");
-    let open = Intent { txn: t1, ino: i, state: IntentState::Open, uid: ALICE.uid, deadline_ns: 1000 };
+    let open = Intent {
+        txn: t1,
+        ino: i,
+        state: IntentState::Open,
+        uid: ALICE.uid,
+        deadline_ns: 1000,
+        escrow: 0,
+        size_limit: u64::MAX,
+    };
     assert_eq!((ns.intent_of(i).unwrap(), ns.intent(t1).unwrap()), (Some(open), Some(open)));
     assert_eq!(ns.begin_write(&ALICE, i, 0).err(), Some(FsStatus::Busy), "one writer at a time");
     assert_eq!(ns.begin_write(&ROOT, i, 0).err(), Some(FsStatus::Busy));

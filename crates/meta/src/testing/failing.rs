@@ -1,7 +1,7 @@
 //! A backend wrapper that fails the n-th row operation.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -96,6 +96,15 @@ delegate! {
     fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Vec<DirEntry>;
     fn dir_is_empty(&mut self, dir: Ino) -> bool;
     fn usage(&mut self) -> (u64, u64);
+    fn get_quota(&mut self, subject: QuotaSubject) -> Option<Quota>;
+    fn put_quota(&mut self, quota: &Quota) -> ();
+    fn delete_quota(&mut self, subject: QuotaSubject) -> ();
+    fn list_quotas(&mut self) -> Vec<Quota>;
+    fn usage_of_uid(&mut self, uid: u32) -> (u64, u64);
+    fn get_xattr(&mut self, ino: Ino, name: &str) -> Option<Vec<u8>>;
+    fn list_xattrs(&mut self, ino: Ino) -> Vec<(String, usize)>;
+    fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> ();
+    fn delete_xattr(&mut self, ino: Ino, name: &str) -> bool;
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();

@@ -147,7 +147,8 @@ pub fn snapshot<B: Backend>(ns: &Namespace<B>) -> Snapshot {
 /// only Stale components have stale ranges (disjoint, ascending, non-empty,
 /// at most [`STALE_RANGES_MAX`]); every write intent names a reachable
 /// regular file, at most one each; no object is held twice across files'
-/// components, the pool and the doomed table.
+/// components, the pool and the doomed table; every quota's usage is what
+/// the inodes it counts use.
 pub fn check_invariants<B: Backend>(ns: &Namespace<B>) {
     ns.backend().read(check_invariants_in).expect("invariant check failed to read");
 }
@@ -174,7 +175,29 @@ fn check_invariants_in(t: &mut dyn Txn) -> Result<(), FsStatus> {
         let kind = links.get(&i.ino).map(|(_, n)| n.attr.kind);
         assert_eq!(kind, Some(FileKind::File), "write intent {i:?} names no reachable regular file");
     }
+    check_quotas(t, &links)?;
     check_objects(t, links.values().flat_map(|(_, n)| n.objects()))
+}
+
+/// Every quota's usage is what the inodes it counts use; every inode's
+/// tree is a directory with a quota (or none).
+fn check_quotas(t: &mut dyn Txn, links: &BTreeMap<Ino, (u32, Inode)>) -> Result<(), FsStatus> {
+    for (_, n) in links.values() {
+        if n.qdir != 0 {
+            let q = t.get_quota(crate::QuotaSubject::Dir(n.qdir))?;
+            assert!(q.is_some(), "inode {} counted by directory {}, which has no quota", n.attr.ino, n.qdir);
+        }
+    }
+    for q in t.list_quotas()? {
+        let counted = links.values().map(|(_, n)| n).filter(|n| match q.subject {
+            crate::QuotaSubject::User(uid) => n.attr.uid == uid,
+            crate::QuotaSubject::Dir(d) => n.qdir == d,
+        });
+        let (bytes, files) = counted
+            .fold((0u64, 0u64), |(b, f), n| (b + if n.attr.kind == FileKind::File { n.attr.size } else { 0 }, f + 1));
+        assert_eq!((q.bytes_used, q.files_used), (bytes, files), "usage of {:?}", q.subject);
+    }
+    Ok(())
 }
 
 /// Stale ranges exist only for Stale components and are well formed; the
@@ -213,9 +236,14 @@ fn check_inode_shape(t: &mut dyn Txn, path: &str, inode: &Inode) -> Result<(), F
         }
         (FileKind::File, None) => panic!("{path}: a regular file without a layout"),
         (FileKind::Symlink, Some(_)) => panic!("{path}: a symlink with a layout"),
+        (kind, Some(_)) if kind.is_special() => panic!("{path}: a special file with a layout"),
         _ => assert!(inode.components.is_empty(), "{path}: components of a non-file"),
     }
     assert_eq!(inode.target.is_some(), a.kind == FileKind::Symlink, "{path}: target iff symlink");
+    assert!(a.rdev == 0 || a.kind.is_device(), "{path}: a device number on a non-device");
+    if a.kind.is_special() {
+        assert_eq!(a.size, 0, "{path}: a special file's size");
+    }
     if let Some(target) = &inode.target {
         assert_eq!(a.size, target.len() as u64, "{path}: symlink size");
     }

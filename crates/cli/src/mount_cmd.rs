@@ -1,0 +1,64 @@
+//! `nasd mount MOUNTPOINT`: the file system as a POSIX mount (FUSE), served
+//! by this process until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
+
+use anyhow::Context;
+use nasd_fs::FsClient;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `nasd mount`.
+#[derive(clap::Args)]
+pub struct MountArgs {
+    /// Where the file system appears (an existing directory).
+    mountpoint: PathBuf,
+    /// Let every local user use the mount (FUSE allow_other: root, or
+    /// user_allow_other in /etc/fuse.conf). Without --map-users, requests of
+    /// local users other than the one who mounted and the one whose uid is
+    /// the nasd user's are refused (EACCES).
+    #[arg(long)]
+    allow_other: bool,
+    /// Run each request as its local caller (uid, gid, supplementary
+    /// groups), without their passwords: the nasd user logged in must be a
+    /// gateway whose grant covers their ids (`nasd admin set-gateway`).
+    /// With --allow-other, one mount serves every local user as themselves.
+    #[arg(long)]
+    map_users: bool,
+    /// FUSE threads reading requests from the kernel.
+    #[arg(long, default_value_t = nasd_fuse::MOUNT_THREADS_DEFAULT)]
+    threads: usize,
+    /// Milliseconds the kernel may cache attributes and names: the bound
+    /// within which changes made by other clients show here [default: 1000].
+    #[arg(long)]
+    attr_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub login: crate::fs_cmd::Login,
+}
+
+/// Mounts, serves until asked to stop, unmounts.
+pub async fn run(fs: FsClient, args: MountArgs) -> anyhow::Result<()> {
+    let mut config = nasd_fuse::MountConfig::new(&args.mountpoint);
+    config.allow_other = args.allow_other;
+    config.map_users = args.map_users;
+    config.threads = args.threads;
+    if let Some(ms) = args.attr_timeout_ms {
+        config.attr_timeout = Duration::from_millis(ms);
+    }
+    config.fsname = format!("nasd:{}", fs.user());
+    let mut mount = nasd_fuse::Mount::start(fs, config).await?;
+    eprintln!(
+        "mounted at {}; unmount with Ctrl-C or `fusermount3 -u {}`",
+        args.mountpoint.display(),
+        args.mountpoint.display()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        ended = mount.ended() => return ended.context("the mount ended"),
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    mount.unmount().with_context(|| format!("cannot unmount {}", args.mountpoint.display()))?;
+    mount.ended().await.context("the mount ended")?;
+    eprintln!("unmounted {}", args.mountpoint.display());
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! Open directory streams: the manager pages a directory by name (`READDIR`
+//! after the last name returned); the kernel asks by offset. A stream numbers
+//! what it has read in order — 0 `.`, 1 `..`, then the entries — and keeps a
+//! window of at most two pages (`READDIR_ENTRIES_MAX` each) from the oldest
+//! offset the kernel may still ask for. An offset before the window (a
+//! `rewinddir`) reads the directory again from its start, so a stream's memory
+//! is bounded whatever the directory's size.
+
+use nasd_fs::{FileKind, FsClient, FsError, Handle, Ino, READDIR_ENTRIES_MAX};
+use std::collections::VecDeque;
+
+/// The inode number a directory entry shows when the caller may read the
+/// directory but not search it: the manager then gives names and kinds only
+/// (POSIX needs search permission to learn more), and no stat of the entry
+/// can succeed anyway.
+pub(crate) const UNKNOWN_INO: u64 = u64::MAX;
+
+/// Offsets of the first real entry (after `.` and `..`).
+const FIRST_ENTRY: u64 = 2;
+
+/// One entry as the kernel's directory listing shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub name: String,
+    pub kind: FileKind,
+    pub ino: u64,
+}
+
+/// One open directory.
+pub(crate) struct DirStream {
+    pub dir: Handle,
+    /// Entries from offset `base` on.
+    window: VecDeque<Item>,
+    base: u64,
+    /// The last name fetched (`""` before the first page).
+    after: String,
+    /// The manager said no entries follow the window.
+    done: bool,
+}
+
+impl DirStream {
+    pub fn new(dir: Handle) -> DirStream {
+        DirStream { dir, window: VecDeque::new(), base: FIRST_ENTRY, after: String::new(), done: false }
+    }
+
+    fn restart(&mut self) {
+        self.window.clear();
+        self.base = FIRST_ENTRY;
+        self.after.clear();
+        self.done = false;
+    }
+
+    /// The entry at `offset` (≥ 2), reading pages as needed; `None` past the end.
+    pub async fn at(&mut self, fs: &FsClient, offset: u64) -> Result<Option<Item>, FsError> {
+        if offset < self.base {
+            self.restart();
+        }
+        loop {
+            let index = offset - self.base;
+            if let Some(item) = usize::try_from(index).ok().and_then(|i| self.window.get(i)) {
+                return Ok(Some(item.clone()));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            // Entries before `offset` were handed out: the kernel asks on from there.
+            let consumed = usize::try_from(index).unwrap_or(usize::MAX).min(self.window.len());
+            self.window.drain(..consumed);
+            self.base += consumed as u64;
+            self.fetch(fs).await?;
+        }
+    }
+
+    async fn fetch(&mut self, fs: &FsClient) -> Result<(), FsError> {
+        let page = fs.readdir_page(self.dir, &self.after, READDIR_ENTRIES_MAX as u16).await?;
+        self.done = !page.more;
+        if let Some(last) = page.entries.last() {
+            self.after = last.name.clone();
+        }
+        self.window.extend(page.entries.into_iter().map(|e| Item {
+            ino: e.entry.as_ref().map_or(UNKNOWN_INO, |e| e.attr.ino),
+            kind: e.kind,
+            name: e.name,
+        }));
+        Ok(())
+    }
+
+    /// The directory's inode.
+    pub fn ino(&self) -> Ino {
+        self.dir.ino
+    }
+}

@@ -1,0 +1,56 @@
+//! The one mapping from nasd errors to the errno a FUSE request answers with.
+
+use fuser::Errno;
+use nasd_fs::FsError;
+
+/// The errno a failed `nasd-fs` call answers a FUSE request with: the
+/// manager's status by its POSIX equivalent (`docs/PROTOCOL.md`, "Status
+/// codes"), data unavailable past the layout's redundancy `EIO`, a drive or
+/// every drive out of space `ENOSPC`, a write past what a layout holds `EFBIG`.
+pub fn errno_of(e: &FsError) -> i32 {
+    e.errno()
+}
+
+/// [`errno_of`] as fuser's type.
+pub(crate) fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(errno_of(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::errno_of;
+    use nasd_fs::{FsError, FsStatus};
+
+    fn fs(status: FsStatus) -> FsError {
+        FsError::Fs { status, message: String::new() }
+    }
+
+    #[test]
+    fn statuses_map_to_their_posix_errno() {
+        for (status, expect) in [
+            (FsStatus::NotFound, libc::ENOENT),
+            (FsStatus::Exists, libc::EEXIST),
+            (FsStatus::NotDir, libc::ENOTDIR),
+            (FsStatus::IsDir, libc::EISDIR),
+            (FsStatus::NotEmpty, libc::ENOTEMPTY),
+            (FsStatus::PermissionDenied, libc::EACCES),
+            (FsStatus::NotPermitted, libc::EPERM),
+            (FsStatus::InvalidName, libc::EINVAL),
+            (FsStatus::NameTooLong, libc::ENAMETOOLONG),
+            (FsStatus::SymlinkLoop, libc::ELOOP),
+            (FsStatus::TooManyLinks, libc::EMLINK),
+            (FsStatus::NoSpace, libc::ENOSPC),
+            (FsStatus::BadHandle, libc::ESTALE),
+            (FsStatus::Busy, libc::EAGAIN),
+            (FsStatus::DriveUnavailable, libc::EIO),
+            (FsStatus::NoXattr, libc::ENODATA),
+            (FsStatus::NotSupported, libc::EOPNOTSUPP),
+            (FsStatus::TooBig, libc::E2BIG),
+            (FsStatus::QuotaExceeded, libc::EDQUOT),
+            (FsStatus::CrossQuota, libc::EXDEV),
+        ] {
+            assert_eq!(errno_of(&fs(status)), expect, "{status:?}");
+        }
+        assert_eq!(errno_of(&FsError::Protocol("x".into())), libc::EIO);
+    }
+}

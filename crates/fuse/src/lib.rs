@@ -1,0 +1,319 @@
+//! nasd-fuse: the POSIX mount of a nasd file system, a FUSE gateway over
+//! [`nasd_fs::FsClient`].
+//!
+//! The kernel's FUSE requests name inodes by number; the mount keeps, for
+//! every inode the kernel holds, the manager's file handle (an inode number
+//! with the manager's MAC for the logged-in user), and turns each request into
+//! handle-based calls of `nasd-fs`: names and attributes from the manager,
+//! file bytes straight between this host and the drives through a
+//! [`nasd_fs::File`] (striping, read-ahead, write-behind, write
+//! transactions). Nothing else in nasd knows FUSE.
+//!
+//! - **Inode numbers** are nasd's own (never reused within a file system, so
+//!   the generation number is constant); the root is 1 in both.
+//! - **Per-request isolation**: every request runs as a task of its own on the
+//!   mount's tokio runtime and ends in a reply — an errno when anything fails,
+//!   also when the task panics (its reply is dropped, which answers `EIO`).
+//!   At most [`REQUESTS_IN_FLIGHT_MAX`] run at once; past that the FUSE
+//!   threads wait, so the kernel queues.
+//! - **Consistency** (AFS/NFS style): close-to-open for data — `close`
+//!   commits a file's writes (`flush`), `open` asks the manager for fresh
+//!   attributes and keeps the kernel's page cache only if the file's size and
+//!   modification time are what they were when the cache was filled
+//!   (`FOPEN_KEEP_CACHE`); attributes and names are cached by the kernel for
+//!   at most [`MountConfig::attr_timeout`], the bound within which another
+//!   mount's changes become visible here. Within that bound the manager's
+//!   change feed (`WATCH`, AFS's callbacks turned into one long poll per
+//!   mount) drops a changed inode's attributes and pages and a changed name
+//!   from the kernel's caches as soon as the manager reports them
+//!   ([`Mount::invalidations`] counts them).
+//! - **Users**: a mount acts for the nasd user it logged in as; with
+//!   [`MountConfig::map_users`] each request acts for its local caller
+//!   through the manager's gateway requests (`AS_USER`).
+//! - **Open files in one mount share one [`nasd_fs::File`] per inode**, so a
+//!   write through one descriptor is seen by a read through another at once
+//!   (POSIX within one host), and two descriptors never hold two write
+//!   transactions on one file (the manager lets one writer in at a time).
+//! - **Unlinking an open file**: the manager destroys a file's data when its
+//!   last name goes. A name removed (or replaced by `rename`) while its file
+//!   is open in this mount is renamed instead to a hidden name
+//!   (`.nasd-unlinked-…`, as NFS clients do) and removed at the last close, so
+//!   programs here keep POSIX semantics. Another mount that has the file open
+//!   loses its data at once (documented in `docs/SECURITY.md`).
+//!
+//! ```no_run
+//! # async fn demo(fs: nasd_fs::FsClient) -> std::io::Result<()> {
+//! let mut mount = nasd_fuse::Mount::start(fs, nasd_fuse::MountConfig::new("/mnt/nasd")).await?;
+//! // ... the file system is at /mnt/nasd until:
+//! mount.unmount()?;
+//! mount.ended().await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod attr;
+mod dir;
+mod errno;
+mod inodes;
+mod ops;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use errno::errno_of;
+
+/// FUSE threads reading requests from the kernel by default. Each only
+/// decodes a request and hands it to the runtime, so a few suffice.
+pub const MOUNT_THREADS_DEFAULT: usize = 4;
+/// Most FUSE threads a mount may be given.
+pub const MOUNT_THREADS_MAX: usize = 64;
+/// How long the kernel may keep attributes and names by default: the bound
+/// within which a change made through another mount (or client) becomes
+/// visible here without a close and open.
+pub const ATTR_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+/// Longest attribute and name timeout a mount accepts.
+pub const ATTR_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+/// Requests running at once; each holds at most one transfer (up to
+/// [`MAX_WRITE_BYTES`]) of its own, so this bounds the mount's memory for
+/// requests to about 256 MiB.
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 256;
+/// The largest write the kernel sends in one request (it needs
+/// `FUSE_MAX_PAGES`; older kernels send 128 KiB).
+pub const MAX_WRITE_BYTES: u32 = 1024 * 1024;
+/// Kernel read-ahead asked for.
+pub const MAX_READAHEAD_BYTES: u32 = 1024 * 1024;
+/// Open file descriptions (FUSE file handles) one mount keeps; more opens
+/// fail with `ENFILE`.
+pub const OPEN_FILES_MAX: usize = 65_536;
+/// Open directory streams one mount keeps; more fail with `ENFILE`.
+pub const OPEN_DIRS_MAX: usize = 16_384;
+/// `st_blksize` reported: the size `cp` and friends read and write in.
+pub const BLOCK_SIZE_REPORTED: u32 = 1024 * 1024;
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Where the file system appears.
+    pub mountpoint: PathBuf,
+    /// Let every local user use the mount (FUSE `allow_other`; needs root, or
+    /// `user_allow_other` in `/etc/fuse.conf`). Without
+    /// [`map_users`](Self::map_users), requests of local users other than
+    /// the one who mounted and the one whose uid is the nasd user's are
+    /// refused with `EACCES`.
+    pub allow_other: bool,
+    /// Run every request as its local caller: its uid, gid and
+    /// supplementary groups (read from `/proc`), through the manager's
+    /// gateway requests (`AS_USER`), so the nasd user the mount logged in as
+    /// must be a gateway whose grant covers the callers' ids (`nasd admin
+    /// set-gateway`). The kernel then also checks permissions itself
+    /// (`default_permissions`: search permission on every directory of a
+    /// path, for each caller), since every caller shares the gateway's
+    /// file handles.
+    pub map_users: bool,
+    /// FUSE threads ([`MOUNT_THREADS_DEFAULT`]; 1..=[`MOUNT_THREADS_MAX`]).
+    pub threads: usize,
+    /// How long the kernel may cache attributes and names (at most
+    /// [`ATTR_TIMEOUT_MAX`]); see [`ATTR_TIMEOUT_DEFAULT`].
+    pub attr_timeout: Duration,
+    /// The source shown in `/proc/mounts`.
+    pub fsname: String,
+}
+
+impl MountConfig {
+    /// The defaults, mounting at `mountpoint`.
+    pub fn new(mountpoint: impl Into<PathBuf>) -> MountConfig {
+        MountConfig {
+            mountpoint: mountpoint.into(),
+            allow_other: false,
+            map_users: false,
+            threads: MOUNT_THREADS_DEFAULT,
+            attr_timeout: ATTR_TIMEOUT_DEFAULT,
+            fsname: "nasd".into(),
+        }
+    }
+
+    fn validate(&self) -> io::Result<()> {
+        let invalid = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        if self.threads == 0 || self.threads > MOUNT_THREADS_MAX {
+            return invalid(format!("threads must be 1..={MOUNT_THREADS_MAX}"));
+        }
+        if self.attr_timeout > ATTR_TIMEOUT_MAX {
+            return invalid(format!("the attribute timeout must be at most {} s", ATTR_TIMEOUT_MAX.as_secs()));
+        }
+        if self.fsname.is_empty() || self.fsname.contains([',', '\0', ' ']) {
+            return invalid("the file-system name must be non-empty without ',', ' ' or NUL".into());
+        }
+        Ok(())
+    }
+}
+
+/// A mounted nasd file system. Dropping it does not unmount: call
+/// [`unmount`](Mount::unmount) (or run `fusermount3 -u MOUNTPOINT`), then
+/// [`ended`](Mount::ended).
+pub struct Mount {
+    mountpoint: PathBuf,
+    unmounter: std::sync::Mutex<fuser::SessionUnmounter>,
+    done: Option<tokio::sync::oneshot::Receiver<io::Result<()>>>,
+    state: Arc<ops::State>,
+    /// The task following the manager's change feed.
+    feed: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Mount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount").field("mountpoint", &self.mountpoint).finish_non_exhaustive()
+    }
+}
+
+impl Mount {
+    /// Mounts the file system `fs` is logged in to at `config.mountpoint`
+    /// and serves it from threads of its own, handing each request to the
+    /// current tokio runtime. Returns once the kernel has the mount.
+    ///
+    /// # Errors
+    /// An invalid configuration, the root directory not reachable through
+    /// the manager, or the kernel refusing the mount (no `/dev/fuse`, not
+    /// allowed to mount, `allow_other` without the right).
+    pub async fn start(fs: nasd_fs::FsClient, config: MountConfig) -> io::Result<Mount> {
+        config.validate()?;
+        let root = fs.root().await.map_err(|e| io::Error::other(format!("cannot reach the root directory: {e}")))?;
+        // Take a place in the change feed before the kernel can cache anything:
+        // every change made after `start` returns reaches this mount.
+        let mut watcher = fs.watcher();
+        let started = match watcher.wait(Duration::ZERO).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the manager's change feed is not reachable yet: the attribute timeout bounds staleness until it is");
+                false
+            }
+        };
+        let runtime = tokio::runtime::Handle::current();
+        let state = Arc::new(ops::State::new(fs, runtime, &config, root));
+        let options = fuser_config(&config);
+        let fs = ops::NasdFs::new(state.clone());
+        let mountpoint = config.mountpoint.clone();
+        let mut session = tokio::task::spawn_blocking(move || fuser::Session::new(fs, &mountpoint, &options))
+            .await
+            .map_err(|e| io::Error::other(format!("mount task failed: {e}")))?
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot mount at {}: {e}", config.mountpoint.display())))?;
+        state.set_notifier(session.notifier());
+        let feed = tokio::spawn(state.clone().follow_changes(watcher, started));
+        let unmounter = session.unmount_callable();
+        let (tx, done) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("nasd-fuse".into())
+            .spawn(move || {
+                let _ = tx.send(session.run());
+            })
+            .map_err(|e| io::Error::other(format!("cannot start the session thread: {e}")))?;
+        Ok(Mount {
+            mountpoint: config.mountpoint,
+            unmounter: std::sync::Mutex::new(unmounter),
+            done: Some(done),
+            state,
+            feed,
+        })
+    }
+
+    /// Where the file system is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Asks the kernel to unmount. If programs still use the file system
+    /// (`EBUSY`) it is detached lazily: it leaves the name space at once and
+    /// goes on serving what is open until that is closed. The session ends
+    /// then; [`ended`](Mount::ended) returns.
+    ///
+    /// # Errors
+    /// The kernel refused (already unmounted is not an error).
+    pub fn unmount(&self) -> io::Result<()> {
+        match self.unmounter.lock().unwrap_or_else(|p| p.into_inner()).unmount() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => detach(&self.mountpoint),
+            other => other,
+        }
+    }
+
+    /// Waits until the session ends (after [`unmount`](Mount::unmount), or
+    /// `fusermount3 -u`), then removes what the mount still kept for files
+    /// unlinked while open. Returns at once if it ended before.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the mount as it was.
+    pub async fn ended(&mut self) -> io::Result<()> {
+        let Some(done) = self.done.as_mut() else { return Ok(()) };
+        let result = done.await.unwrap_or_else(|_| Err(io::Error::other("the session thread ended abnormally")));
+        self.done = None;
+        self.feed.abort();
+        self.state.remove_hidden().await;
+        result
+    }
+
+    /// Requests answered so far and how many of them failed with an errno
+    /// (for tests and diagnostics).
+    pub fn counters(&self) -> (u64, u64) {
+        self.state.counters()
+    }
+
+    /// Cache invalidations the change feed sent the kernel so far (for tests
+    /// and diagnostics).
+    pub fn invalidations(&self) -> u64 {
+        self.state.invalidations()
+    }
+
+    /// Changes the feed reported that this mount made itself, and which it
+    /// therefore did not invalidate (the kernel took them from the replies).
+    pub fn own_changes_skipped(&self) -> u64 {
+        self.state.own_changes_skipped()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // The session thread serves on until unmounted; the feed is the mount's.
+        self.feed.abort();
+    }
+}
+
+/// A lazy unmount: `umount2(MNT_DETACH)` as root, else `fusermount3 -u -z`.
+fn detach(mountpoint: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a mount point with a NUL byte"))?;
+    // SAFETY: a valid NUL-terminated path; umount2(2) touches nothing else.
+    if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    let status = std::process::Command::new("fusermount3").arg("-u").arg("-z").arg(mountpoint).status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("fusermount3 -u -z {} failed ({status})", mountpoint.display())))
+    }
+}
+
+fn fuser_config(config: &MountConfig) -> fuser::Config {
+    use fuser::MountOption;
+    let mut options = fuser::Config::default();
+    options.mount_options = vec![
+        MountOption::FSName(config.fsname.clone()),
+        MountOption::Subtype("nasd".into()),
+        MountOption::RW,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::Exec,
+        MountOption::Atime,
+    ];
+    if config.map_users {
+        // Callers share the gateway's handles: the kernel checks each
+        // caller's search permission along the path, the manager the rest.
+        options.mount_options.push(MountOption::DefaultPermissions);
+    }
+    // Otherwise no DefaultPermissions: the manager checks every request itself.
+    options.acl = if config.allow_other { fuser::SessionACL::All } else { fuser::SessionACL::Owner };
+    options.n_threads = Some(config.threads);
+    options.clone_fd = config.threads > 1;
+    options
+}

@@ -1,0 +1,268 @@
+//! Real FUSE mounts of a real nasd cluster for the mount's tests: the
+//! in-process cluster of `crates/fs/tests/common` (drives with security
+//! enforced, the TLS manager), one or more [`nasd_fuse::Mount`]s of it served
+//! by a runtime of their own, and a watchdog that bounds each test's time: past
+//! its limit it aborts the mounts' FUSE connections (so every system call
+//! stuck in them fails) and, if the test still does not end, the process.
+//!
+//! A test body is plain blocking code against the mount points (`std::fs`,
+//! child processes), as any program would use the mount.
+#![allow(dead_code)]
+
+#[path = "../../../fs/tests/common/mod.rs"]
+pub mod cluster;
+
+#[allow(unused_imports)]
+pub use cluster::{ClusterOptions, ADMIN, ADMIN_PW, PW_A, UID_A, USER_A};
+
+use cluster::Cluster;
+use nasd_fuse::{Mount, MountConfig};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Longest a mount or an unmount may take (a hang, not a timing assertion).
+pub const MOUNT_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Why FUSE tests cannot run here, if they cannot: `/dev/fuse` must open
+/// (root, and the kernel's fuse module). No CI step can provide it.
+pub fn fuse_unavailable() -> Option<String> {
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        Ok(_) => None,
+        Err(e) => Some(format!("/dev/fuse cannot be opened ({e}): FUSE mounts need root and the fuse module")),
+    }
+}
+
+/// Skips the test (returns) with a message when FUSE is not available.
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = common::fuse_unavailable() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// The path of an external test tool, or why the test cannot run: missing
+/// tools skip the test, except under CI (`CI=true`), whose `.ci/run`
+/// installs them — there a missing tool fails it.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin")))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        let message = format!("`{name}` is not installed (.ci/run installs it)");
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+        eprintln!("SKIPPED: {message}");
+    }
+    found
+}
+
+/// A mount the watchdog may have to cut off: its FUSE connection number.
+#[derive(Clone)]
+struct Cut {
+    mountpoint: PathBuf,
+    connection: u64,
+}
+
+/// Bounds a test's time.
+pub struct Watchdog {
+    done: Arc<AtomicBool>,
+    cuts: Arc<Mutex<Vec<Cut>>>,
+}
+
+impl Watchdog {
+    pub fn start(name: &str, limit: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let cuts: Arc<Mutex<Vec<Cut>>> = Arc::default();
+        let (d, c, name) = (done.clone(), cuts.clone(), name.to_string());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                if d.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("{name}: over its time limit of {} s: aborting its FUSE connections", limit.as_secs());
+            for cut in c.lock().unwrap().iter() {
+                abort_connection(cut);
+            }
+            let grace = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < grace {
+                if d.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("{name}: still not ended a minute after its connections were aborted: exiting");
+            std::process::exit(101);
+        });
+        Watchdog { done, cuts }
+    }
+
+    fn watch(&self, mountpoint: &Path) {
+        // From the mount table, not a stat of the mount (which a mount that
+        // refuses its caller would fail): the FUSE connection is the minor
+        // device number.
+        let connection = fuse_connection(mountpoint).expect("the new mount is in /proc/self/mountinfo");
+        self.cuts.lock().unwrap().push(Cut { mountpoint: mountpoint.to_path_buf(), connection });
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The FUSE connection number of the mount at `mountpoint`: the minor
+/// device number in `/proc/self/mountinfo` (`major:minor` is its third field,
+/// the mount point its fifth).
+fn fuse_connection(mountpoint: &Path) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.to_str()?;
+    table.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.get(4) != Some(&want) {
+            return None;
+        }
+        fields.get(2)?.split_once(':')?.1.parse().ok()
+    })
+}
+
+/// Aborts a FUSE connection through fusectl: every request on it fails at once.
+fn abort_connection(cut: &Cut) {
+    let dir = Path::new("/sys/fs/fuse/connections");
+    if std::fs::read_dir(dir).map(|mut d| d.next().is_none()).unwrap_or(true) {
+        let _ = Command::new("mount").args(["-t", "fusectl", "none"]).arg(dir).status();
+    }
+    let abort = dir.join(cut.connection.to_string()).join("abort");
+    match std::fs::write(&abort, b"1") {
+        Ok(()) => eprintln!("aborted the FUSE connection of {}", cut.mountpoint.display()),
+        Err(e) => eprintln!("cannot abort {}: {e}", abort.display()),
+    }
+}
+
+/// A cluster, its mounts, and the runtime that serves them.
+pub struct Env {
+    pub watchdog: Watchdog,
+    rt: Option<tokio::runtime::Runtime>,
+    cluster: Option<Cluster>,
+    mounts: Vec<Mount>,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// A cluster with `opts`, under a watchdog of `limit`.
+    pub fn start(name: &str, limit: Duration, opts: ClusterOptions) -> Env {
+        let watchdog = Watchdog::start(name, limit);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .thread_stack_size(8 * 1024 * 1024)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let cluster = rt.block_on(Cluster::start(opts));
+        let dir = tempfile::tempdir().expect("temporary directory");
+        Env { watchdog, rt: Some(rt), cluster: Some(cluster), mounts: Vec::new(), dir }
+    }
+
+    pub fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("runtime")
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        self.cluster.as_ref().expect("cluster")
+    }
+
+    pub fn cluster_mut(&mut self) -> &mut Cluster {
+        self.cluster.as_mut().expect("cluster")
+    }
+
+    /// A scratch directory outside the mounts (removed at the end).
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Mounts the file system as `user` with `config` (its mount point is
+    /// replaced by a fresh directory); the mount point.
+    pub fn mount_with(&mut self, user: &str, password: &str, mut config: MountConfig) -> PathBuf {
+        let mountpoint = self.dir.path().join(format!("mnt{}", self.mounts.len()));
+        std::fs::create_dir_all(&mountpoint).expect("mount point");
+        config.mountpoint = mountpoint.clone();
+        let rt = self.rt.as_ref().expect("runtime");
+        let fs = rt.block_on(self.cluster.as_ref().expect("cluster").login(user, password));
+        let mount = rt
+            .block_on(async { tokio::time::timeout(MOUNT_WAIT_MAX, Mount::start(fs, config)).await })
+            .expect("mounting timed out")
+            .expect("mount");
+        self.watchdog.watch(&mountpoint);
+        self.mounts.push(mount);
+        mountpoint
+    }
+
+    /// Mounts as the administrator (uid 0, as the local root who runs the
+    /// tests) with the default configuration.
+    pub fn mount(&mut self) -> PathBuf {
+        self.mount_with(ADMIN, ADMIN_PW, MountConfig::new(""))
+    }
+
+    /// The mount made `index`-th.
+    pub fn mounted(&self, index: usize) -> &Mount {
+        &self.mounts[index]
+    }
+
+    /// Unmounts every mount and stops the cluster.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        let Some(rt) = self.rt.take() else { return };
+        for mut mount in self.mounts.drain(..) {
+            if let Err(e) = mount.unmount() {
+                eprintln!("unmount {}: {e}", mount.mountpoint().display());
+            }
+            match rt.block_on(async { tokio::time::timeout(MOUNT_WAIT_MAX, mount.ended()).await }) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("the mount at {} ended with {e}", mount.mountpoint().display()),
+                Err(_) => eprintln!("the mount at {} did not end in time", mount.mountpoint().display()),
+            }
+        }
+        if let Some(cluster) = self.cluster.take() {
+            rt.block_on(cluster.stop());
+        }
+        rt.shutdown_timeout(Duration::from_secs(10));
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// Runs `cmd`, failing the test with its output if it fails; its stdout.
+pub fn sh(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The errno of a failed I/O call.
+pub fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
