@@ -1,9 +1,9 @@
 //! fsx (the Rust port of the File System eXerciser) against the mount:
 //! random reads, writes, mmap reads and writes, truncations, fsyncs and
 //! close/reopens of one file, each read checked against fsx's own copy.
-//! The test command runs 20 000 operations; `.ci/run` also runs the ignored
-//! 100 000-operation test explicitly (about 12 minutes on a loaded two-core
-//! machine with a debug build; figures in docs/BENCHMARKS.md).
+//! The test command runs 20 000 operations; the ignored 100 000-operation
+//! test is run by hand (about 12 minutes on a loaded two-core machine with a
+//! debug build, too long for CI; figures in docs/BENCHMARKS.md).
 
 mod common;
 
@@ -41,7 +41,7 @@ fn fsx_runs_its_operations_without_error() {
 }
 
 #[test]
-#[ignore = "12 minutes: run by .ci/run explicitly (cargo test -p nasd-fuse --test fsx -- --ignored)"]
+#[ignore = "11 minutes: run by hand (cargo test -p nasd-fuse --test fsx -- --ignored), figures in docs/BENCHMARKS.md"]
 fn fsx_runs_100_000_operations_without_error() {
     fsx(FSX_OPS_LONG);
 }
