@@ -1274,7 +1274,7 @@ fn users<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.set_password("zoe", &huge).err(), Some(FsStatus::InvalidArgument));
     assert!(!format!("{:?}", ns.user("zoe").unwrap()).contains("new"), "Debug redacts the hash");
     // Supplementary groups: stored with the user, replaced whole, kept by a password change.
-    let grouped = User { groups: vec![7, 100, 4_000_000_000], ..user("gus", 1003) };
+    let grouped = User { groups: vec![7, 100, 4_000_000_000], ..user("gus", 1007) };
     ns.add_user(&grouped).unwrap();
     assert_eq!(ns.user("gus").unwrap(), Some(grouped.clone()));
     ns.set_user_groups("gus", &[8]).unwrap();
