@@ -25,6 +25,7 @@
 //! key_rotation_secs = 3600
 //! object_pool = 128
 //! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
+//! write_data_integrity_waived = []  # drives (numbers) whose partition alone is exempt
 //! metadata = "postgres://nasd@db.example.com/nasd"  # [default: sqlite:DATA/meta.sqlite]
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
@@ -144,6 +145,10 @@ pub struct ManagerSection {
     /// over every write's data) [default: true]. Only an explicit `false`
     /// lowers it, for a trusted network.
     pub write_data_integrity: Option<bool>,
+    /// Drives (by number, as `nasd status` shows them) whose file-system
+    /// partition is exempt from data integrity for writes, each partition on a
+    /// network the administrator trusts; every other keeps it [default: none].
+    pub write_data_integrity_waived: Option<Vec<u32>>,
     /// Where the metadata lives: "sqlite:PATH" or
     /// "postgres://USER[:PASSWORD]@HOST[:PORT]/DB" (created on first use)
     /// [default: sqlite:DATA/meta.sqlite]. A password here makes this file

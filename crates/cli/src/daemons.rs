@@ -388,6 +388,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
             Some(false) => Protection::INTEGRITY_ARGS,
             _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
         },
+        write_integrity_waived: file.write_data_integrity_waived.iter().flatten().copied().collect(),
         metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         ..d
     })

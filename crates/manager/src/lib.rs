@@ -88,6 +88,12 @@ pub struct ManagerConfig {
     /// administrator lowers it explicitly (`[manager] write_data_integrity =
     /// false`), accepting writes whose data no MAC covers.
     pub write_protection: Protection,
+    /// Drives whose file-system partition the administrator exempted from
+    /// `write_protection` (`[manager] write_data_integrity_waived = [N, ...]`):
+    /// their write capabilities demand only `protection`. Each drive holds one
+    /// partition of the file system, so this is the per-partition policy;
+    /// every other partition keeps data integrity for writes.
+    pub write_integrity_waived: std::collections::BTreeSet<u32>,
     /// Empty objects kept ready on each drive for new files.
     pub pool_target: usize,
     /// How often intention logs and pools are looked after.
@@ -120,6 +126,7 @@ impl Default for ManagerConfig {
             rotate_interval: Duration::from_secs(3600),
             protection: Protection::INTEGRITY_ARGS,
             write_protection: WRITE_PROTECTION_DEFAULT,
+            write_integrity_waived: std::collections::BTreeSet::new(),
             pool_target: 128,
             maintenance_interval: Duration::from_secs(1),
             default_layout: Layout::SINGLE,
@@ -322,7 +329,11 @@ impl Manager {
             rec.addr.clone(),
             rec.partition,
             self.config.protection,
-            self.config.protection.union(self.config.write_protection),
+            if self.config.write_integrity_waived.contains(&rec.drive) {
+                self.config.protection
+            } else {
+                self.config.protection.union(self.config.write_protection)
+            },
             keys,
         ));
         self.drives.write().expect("drives lock").push(handle.clone());

@@ -596,10 +596,13 @@ impl Manager {
         };
         let epoch = self.epoch();
         let mut components = Vec::with_capacity(inode.components.len());
+        // What every component's capability demands (`DriveHandle::min_protection`), together.
+        let mut min_protection = self.config.protection;
         for c in &inode.components {
             let d = self.drive(c.object.drive)?;
             let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
             access.state = if self.is_up(d.drive) { c.state } else { ComponentState::Down };
+            min_protection = min_protection.union(d.min_protection(rights));
             components.push(access);
         }
         Ok(FileAccess {
@@ -607,12 +610,7 @@ impl Manager {
             map_epoch: epoch,
             rights,
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
-            // What every component's capability demands (`DriveHandle::min_protection`).
-            min_protection: if rights & nasd_proto::rights::WRITE != 0 {
-                self.config.write_protection.union(self.config.protection).bits()
-            } else {
-                self.config.protection.bits()
-            },
+            min_protection: min_protection.bits(),
             algorithm: nasd_client::MacAlgorithm::Blake3 as u8,
             components,
         })

@@ -468,6 +468,26 @@ async fn write_capabilities_demand_data_integrity_unless_lowered() {
     }
 }
 
+/// The administrator may lower data integrity for writes on one partition
+/// (one drive's) and no other: the waived drive's write capabilities demand
+/// only the general minimum, every other drive's keep data integrity.
+#[tokio::test]
+async fn write_data_integrity_is_waived_only_on_the_partitions_named() {
+    use crate::drives::WRITE_RIGHTS;
+    let data = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+    let dir = tempfile::tempdir().unwrap();
+    let config = ManagerConfig { write_integrity_waived: [1].into_iter().collect(), ..Default::default() };
+    let m = Manager::open(dir.path(), config).unwrap();
+    let kept = attach_drive(&m, 0, "127.0.0.1:1".into());
+    let waived = attach_drive(&m, 1, "127.0.0.1:2".into());
+    assert_eq!(waived.drive, 1, "drive numbers as the configuration names them");
+    for (d, needs_data) in [(&kept, true), (&waived, false)] {
+        let access = d.mint(16, 1, WRITE_RIGHTS, Duration::from_secs(30), 0, 0);
+        let args = nasd_proto::CapabilityArgs::decode(&access.token).unwrap();
+        assert_eq!(args.min_protection.covers(data), needs_data, "drive {}", d.drive);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requested_scrub_shows_as_under_way_until_a_pass_has_run() {
     use nasd_proto::manager::RepairAction;
