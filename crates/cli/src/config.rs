@@ -207,9 +207,11 @@ pub fn find(named: Option<&Path>) -> anyhow::Result<(ConfigFile, Option<PathBuf>
 /// Writes `config` to `path` (replacing it atomically).
 pub fn save(path: &Path, config: &ConfigFile, header: &str) -> anyhow::Result<()> {
     let text = format!("{header}{}", toml::to_string_pretty(config)?);
+    // Durable like every small file the daemons keep (staged, synced, renamed, directory
+    // synced), and owner-only: a metadata URL in it may carry a password.
     let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    nasd_crypto::durable::write_staged(&tmp, text, 0o600)?;
+    nasd_crypto::durable::install(&tmp, path)?;
     Ok(())
 }
 
