@@ -17,9 +17,9 @@ pub mod files;
 pub mod handles;
 pub mod health;
 pub mod keys;
-pub mod login_backoff;
+pub use nasd_login::login_backoff;
 mod maintenance;
-pub mod passwords;
+pub use nasd_login::passwords;
 mod placement;
 mod repair;
 mod resize;
@@ -29,7 +29,7 @@ pub use nasd_meta::Location;
 pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
-pub mod tls;
+pub use nasd_login::tls;
 
 use anyhow::Context;
 use drives::DriveHandle;
