@@ -191,6 +191,11 @@ pub struct FsConfig {
     /// ([`nasd_stripe::REQUEST_DEADLINE_MS`], 30 s): a longer setting does
     /// not lengthen them.
     pub reply_timeout: Duration,
+    /// An identity from the authentication server (the credential and its
+    /// identity key, `nasd_login::auth_client::AuthClient::login`): when
+    /// set, the client logs in to the manager with it (`LOGIN_IDENTITY`)
+    /// instead of `user` and `password`.
+    pub identity: Option<(nasd_proto::IdentityData, nasd_crypto::Key)>,
 }
 
 impl std::fmt::Debug for FsConfig {
@@ -204,6 +209,7 @@ impl std::fmt::Debug for FsConfig {
             .field("data_integrity", &self.data_integrity)
             .field("transfer_piece", &self.transfer_piece)
             .field("reply_timeout", &self.reply_timeout)
+            .field("identity", &self.identity.as_ref().map(|(credential, _)| credential))
             .finish()
     }
 }
@@ -219,6 +225,7 @@ impl Default for FsConfig {
             data_integrity: true,
             transfer_piece: TRANSFER_PIECE_DEFAULT,
             reply_timeout: WAIT_MAX,
+            identity: None,
         }
     }
 }
