@@ -975,6 +975,13 @@ impl FsClient {
         self.done(ManagerRequest::SetUserGroups { name: name.into(), groups }).await
     }
 
+    /// Administrators: has the manager fetch the authentication server's
+    /// shared keys now and install (or retire) them on every drive; returns
+    /// once every drive has them (`SYNC_IDENTITY_KEYS`).
+    pub async fn sync_identity_keys(&self) -> Result<(), FsError> {
+        self.done(ManagerRequest::SyncIdentityKeys).await
+    }
+
     /// Every user (administrators only).
     pub async fn users(&self) -> Result<Vec<UserInfo>, FsError> {
         match self.call(&ManagerRequest::ListUsers).await? {
