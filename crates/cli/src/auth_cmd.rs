@@ -89,7 +89,7 @@ pub async fn login_auth(
     section: &ClientSection,
     user: Option<&str>,
     role: Option<u32>,
-) -> anyhow::Result<(AuthClient, IdentityGrant)> {
+) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
     let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
     let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
     let user =
@@ -104,9 +104,10 @@ pub async fn login_auth(
     let pw = password(section, &user)?;
     let tls = connector(&ca)?;
     let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    AuthClient::login(&addr, &server_name, &tls, &user, &pw, role)
+    let (c, grant) = AuthClient::login(&addr, &server_name, &tls, &user, &pw, role)
         .await
-        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))
+        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))?;
+    Ok((c, grant, user))
 }
 
 /// Runs an `nasd auth` subcommand.
@@ -115,7 +116,7 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::Login { role } => *role,
         _ => None,
     };
-    let (mut c, grant) = login_auth(section, user, role).await?;
+    let (mut c, grant, name) = login_auth(section, user, role).await?;
     match cmd {
         AuthCommand::Login { .. } => {
             let left = grant.credential.expiration_ns.saturating_sub(now_ns()) / 1_000_000_000;
@@ -161,20 +162,20 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::RotateKey => {
             let id = c.rotate_key().await?;
             println!("shared key {id} is the one new identity keys use");
-            sync_manager(section, &grant).await?;
+            sync_manager(section, &grant, &name).await?;
         }
         AuthCommand::RetireKey { key_id } => {
             c.retire_key(key_id).await?;
             println!("shared key {key_id} retired");
-            sync_manager(section, &grant).await?;
+            sync_manager(section, &grant, &name).await?;
         }
     }
     Ok(())
 }
 
 /// Has the manager install the shared keys on its drives now.
-async fn sync_manager(section: &ClientSection, grant: &IdentityGrant) -> anyhow::Result<()> {
-    let fs = crate::fs_cmd::login_with_identity(section, grant).await?;
+async fn sync_manager(section: &ClientSection, grant: &IdentityGrant, user: &str) -> anyhow::Result<()> {
+    let fs = crate::fs_cmd::login_with_identity(section, grant, user).await?;
     fs.sync_identity_keys().await.context("the manager could not bring every drive up to date")?;
     println!("every drive has the change");
     Ok(())
@@ -212,18 +213,22 @@ pub async fn open_auth(dir: &Path, config: AuthConfig, password: Option<String>)
     Ok(server)
 }
 
-/// Serves `server` on `listen` with `tls` until `stop` turns true.
+/// Serves `server` on `listener` with `tls` until `stop` turns true.
 pub async fn serve_auth(
     server: Arc<AuthServer>,
-    listen: SocketAddr,
+    listener: tokio::net::TcpListener,
     tls: tokio_rustls::TlsAcceptor,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}: is another authentication server using it?"))?;
     server.serve(listener, tls, stop).await;
     Ok(())
+}
+
+/// Binds `listen`, saying what to do if it is taken.
+pub async fn bind_auth(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}: is another authentication server using it?"))
 }
 
 /// The `[auth]` policy.
@@ -265,7 +270,7 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         stop.await;
         let _ = tx.send(true);
     });
-    serve_auth(server, listen, nasd_login::tls::acceptor(&tls)?, rx).await?;
+    serve_auth(server, bind_auth(listen).await?, nasd_login::tls::acceptor(&tls)?, rx).await?;
     eprintln!("nasd auth stopped cleanly");
     Ok(())
 }

@@ -777,8 +777,17 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         manager_port > 1,
         "--manager-port must be above 1 (the authentication server takes the port below)"
     );
-    let auth_port = cluster.up.auth_port.unwrap_or(manager_port - 1);
-    let auth_listen: SocketAddr = ([127, 0, 0, 1], auth_port).into();
+    // A port recorded at the first start is the server's; a new cluster's is the one below
+    // the manager's, or any free one if that is taken (recorded either way).
+    let auth_listener = match cluster.up.auth_port {
+        Some(port) => crate::auth_cmd::bind_auth(([127, 0, 0, 1], port).into()).await?,
+        None => match tokio::net::TcpListener::bind(("127.0.0.1", manager_port - 1)).await {
+            Ok(l) => l,
+            Err(_) => crate::auth_cmd::bind_auth(([127, 0, 0, 1], 0).into()).await?,
+        },
+    };
+    let auth_listen = auth_listener.local_addr()?;
+    let auth_port = auth_listen.port();
     let auth_dir = data.join("auth");
     let auth = nasd_auth::AuthServer::open(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth))?;
     let manager_tls = nasd_manager::tls::TlsFiles::in_dir(&data.join("manager").join("tls"));
@@ -798,7 +807,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         crate::auth_cmd::open_auth(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth), admin_password).await?;
     let auth_task = tokio::spawn(crate::auth_cmd::serve_auth(
         auth,
-        auth_listen,
+        auth_listener,
         nasd_manager::tls::acceptor(&m.tls)?,
         stop_rx.clone(),
     ));

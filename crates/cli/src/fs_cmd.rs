@@ -360,8 +360,8 @@ impl AdminCommand {
 /// Logs in with the `[client]` settings (overridable with `--user`).
 pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Result<FsClient> {
     if section.auth.is_some() {
-        let (_, grant) = crate::auth_cmd::login_auth(section, user, None).await?;
-        return login_with_identity(section, &grant).await;
+        let (_, grant, name) = crate::auth_cmd::login_auth(section, user, None).await?;
+        return login_with_identity(section, &grant, &name).await;
     }
     let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
     let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
@@ -391,6 +391,7 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
 pub async fn login_with_identity(
     section: &ClientSection,
     grant: &nasd_login::auth_client::IdentityGrant,
+    user: &str,
 ) -> anyhow::Result<FsClient> {
     let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
     let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
@@ -402,6 +403,7 @@ pub async fn login_with_identity(
         data_integrity: section.data_integrity.unwrap_or(true),
         reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
         identity: Some((grant.credential, grant.idkey.clone())),
+        user: user.to_string(),
         ..Default::default()
     };
     FsClient::connect(&config)
