@@ -37,6 +37,7 @@ pub const AUTH_KEY_LEN: usize = 32;
 pub const AUTH_USERS_MAX: usize = 512;
 
 const _: () = assert!(AUTH_LOGIN_MESSAGE_MAX == 1107);
+const _: () = assert!(AuthUser::LEN_MAX == 464);
 const _: () = assert!(AUTH_USERS_MAX * AuthUser::LEN_MAX + 64 <= AUTH_MESSAGE_MAX);
 
 /// Operation codes of the authentication-server protocol.
@@ -522,7 +523,7 @@ mod tests {
     fn login_known_answer() {
         let req = AuthRequest::Login { version: 1, user: "ann".into(), password: "pw".into(), role: 7 };
         let body = req.encode(5);
-        assert_eq!(hex(&body), "01000500000000000000010300616e6e0200707707000000");
+        assert_eq!(hex(&body), LOGIN_VECTOR);
         assert_eq!(AuthRequest::decode(&body).unwrap(), (5, req));
     }
 
@@ -533,26 +534,7 @@ mod tests {
         let reply =
             AuthReply::LoggedIn { uid: 1000, gid: 100, admin: false, roles: vec![7, 9], credential, idkey: [0xab; 32] };
         let body = reply.encode(5);
-        assert_eq!(
-            hex(&body),
-            concat!(
-                "0000",
-                "0500000000000000",
-                "01",
-                "e8030000",
-                "64000000",
-                "00",
-                "0200",
-                "07000000",
-                "09000000",
-                "03010000",
-                "02000000",
-                "e8030000",
-                "07000000",
-                "0807060504030201",
-                "abababababababababababababababababababababababababababababababab"
-            )
-        );
+        assert_eq!(hex(&body), LOGGED_IN_VECTOR);
         assert_eq!(AuthReply::decode(&body).unwrap(), (5, Ok(reply)));
     }
 
@@ -566,6 +548,46 @@ mod tests {
         // A key id above `high` does not decode.
         let bad = AuthReply::IdentityKeys { high: 2, keys: vec![SharedKey { key_id: 3, key: [1; 32] }] };
         assert!(AuthReply::decode(&bad.encode(1)).is_err());
+    }
+
+    #[test]
+    fn login_identity_known_answer() {
+        use crate::manager::ManagerRequest;
+        let credential =
+            IdentityData { algorithm: 1, key_id: 2, user: 1000, role: 7, expiration_ns: 2_000_000_000_000_000_000 };
+        let mut proof = [0u8; 32];
+        let hexproof = "8656397b33ba1913eeb4b63fa1d1f7262527479d287841747cd7e549be1a55e8";
+        for (i, b) in proof.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hexproof[2 * i..2 * i + 2], 16).unwrap();
+        }
+        let req = ManagerRequest::LoginIdentity { version: 1, credential, proof };
+        let body = req.encode(3);
+        assert_eq!(hex(&body), LOGIN_IDENTITY_VECTOR);
+        assert_eq!(ManagerRequest::decode(&body).unwrap(), (3, req));
+        assert!(body.len() <= crate::manager::LOGIN_MESSAGE_MAX, "fits before login");
+        // A credential that does not decode (format byte) makes the request not decode.
+        let mut bad = body.clone();
+        bad[11] = 1;
+        assert!(ManagerRequest::decode(&bad).is_err());
+    }
+
+    const LOGIN_VECTOR: &str = "01000500000000000000010300616e6e0200707707000000";
+    const LOGGED_IN_VECTOR: &str = concat!(
+        "0000050000000000000001e80300006400000000020007000000090000000301000002000000e8030000070000000807060504030201",
+        "abababababababababababababababababababababababababababababababab"
+    );
+    const LOGIN_IDENTITY_VECTOR: &str = concat!(
+        "1c000300000000000000010301000002000000e8030000070000000000c84e676dc11b",
+        "8656397b33ba1913eeb4b63fa1d1f7262527479d287841747cd7e549be1a55e8"
+    );
+
+    /// The vectors above are in PROTOCOL.md exactly.
+    #[test]
+    fn vectors_are_published_in_protocol_md() {
+        let doc = include_str!("../../../docs/PROTOCOL.md");
+        for v in [LOGIN_VECTOR, LOGGED_IN_VECTOR, LOGIN_IDENTITY_VECTOR] {
+            assert!(doc.lines().any(|l| l.trim() == v), "{v} is not published in PROTOCOL.md");
+        }
     }
 
     #[test]
