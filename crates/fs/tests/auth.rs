@@ -267,3 +267,84 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         cluster.stop().await;
     });
 }
+
+/// The authentication server keeps users, roles, groups and shared keys
+/// (retired ones retired) across a restart, and bounds what an anonymous
+/// peer can send.
+#[test]
+fn auth_server_restarts_and_bounds_anonymous_input() {
+    run(async {
+        use nasd_login::auth_client::{read_frame, write_frame};
+        use nasd_proto::auth::{AuthReply, AuthRequest, AUTH_LOGIN_MESSAGE_MAX, AUTH_MESSAGE_MAX};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth");
+        let (token, gid) = {
+            let server = AuthServer::open(&path, AuthConfig::default()).unwrap();
+            assert!(to(server.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
+            to(server.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+            to(server.add_role(STAFF, "staff")).await.unwrap();
+            to(server.set_user_role(USER_A, STAFF, true)).await.unwrap();
+            assert_eq!(to(server.rotate_key()).await.unwrap(), 2);
+            assert_eq!(to(server.rotate_key()).await.unwrap(), 3);
+            to(server.retire_key(2)).await.unwrap();
+            let gid = match to(
+                server.handle(nasd_auth::Principal::User(UID_A), AuthRequest::CreateGroup { name: "p".into() })
+            )
+            .await
+            .unwrap()
+            {
+                AuthReply::Group { gid } => gid,
+                other => panic!("{other:?}"),
+            };
+            (server.service_token().clone(), gid)
+        };
+        let server = Arc::new(AuthServer::open(&path, AuthConfig::default()).unwrap());
+        assert!(!to(server.bootstrap_admin(ROOT, "another password", 0)).await.unwrap(), "the administrator exists");
+        assert_eq!(server.service_token(), &token);
+        let (high, keys) = server.shared_keys();
+        assert_eq!((high, keys.iter().map(|k| k.key_id).collect::<Vec<_>>()), (3, vec![1, 3]), "2 stays retired");
+        let alice = to(server.user(UID_A)).await.unwrap().unwrap();
+        assert_eq!((alice.roles, alice.groups), (vec![STAFF], vec![gid]));
+        match to(server.login(USER_A, PW_A, STAFF)).await.unwrap() {
+            AuthReply::LoggedIn { credential, .. } => assert_eq!(credential.key_id, 3, "the newest live key"),
+            other => panic!("{other:?}"),
+        }
+
+        // Over TLS: a message before login longer than AUTH_LOGIN_MESSAGE_MAX is answered
+        // BAD_REQUEST unread and the connection closed; an unknown opcode is BAD_REQUEST.
+        let names = vec!["localhost".to_string()];
+        let files = nasd_login::tls::ensure_certificates(&dir.path().join("tls"), &names).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(server.clone().serve(listener, nasd_login::tls::acceptor(&files).unwrap(), rx));
+        let tls = nasd_login::auth_client::connector(&files.ca).unwrap();
+        let connect = || async {
+            let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tls.connect(rustls::pki_types::ServerName::try_from("localhost").unwrap(), socket).await.unwrap()
+        };
+        let mut s = to(connect()).await;
+        let big = vec![0u8; AUTH_LOGIN_MESSAGE_MAX + 1];
+        to(write_frame(&mut s, &big)).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        assert_eq!(AuthReply::decode(&reply).unwrap().1.unwrap_err().0, FsStatus::BadRequest);
+        assert!(to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.map_or(true, |b| b.is_none()), "closed");
+        let mut s = to(connect()).await;
+        let mut junk = vec![0x77, 0x77];
+        junk.extend_from_slice(&9u64.to_le_bytes());
+        to(write_frame(&mut s, &junk)).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        let (id, outcome) = AuthReply::decode(&reply).unwrap();
+        assert_eq!((id, outcome.unwrap_err().0), (9, FsStatus::BadRequest));
+        // Requests other than a login, before one: NOT_LOGGED_IN.
+        to(write_frame(&mut s, &AuthRequest::IdentityKeys.encode(10))).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        assert_eq!(AuthReply::decode(&reply).unwrap().1.unwrap_err().0, FsStatus::NotLoggedIn);
+        // A wrong service token.
+        let wrong = AuthRequest::ServiceLogin { version: 1, token: [0; 32] };
+        to(write_frame(&mut s, &wrong.encode(11))).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        assert_eq!(AuthReply::decode(&reply).unwrap().1.unwrap_err().0, FsStatus::BadCredentials);
+        let _ = stop.send(true);
+    });
+}
