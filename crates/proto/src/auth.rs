@@ -590,6 +590,61 @@ mod tests {
         }
     }
 
+    /// Mutated valid bodies: no panic, and what decodes re-encodes to the same bytes
+    /// (the property `fuzz/fuzz_targets/auth_decode.rs` checks at length).
+    #[test]
+    fn mutations_decode_canonically_or_not_at_all() {
+        let credential = IdentityData { algorithm: 1, key_id: 2, user: 1000, role: 7, expiration_ns: 99 };
+        let user = AuthUser {
+            name: "ann".into(),
+            uid: 1,
+            gid: 2,
+            admin: true,
+            enabled: false,
+            groups: vec![3, 5],
+            roles: vec![7],
+        };
+        let bodies = vec![
+            AuthRequest::Login { version: 1, user: "ann".into(), password: "pw".into(), role: 7 }.encode(1),
+            AuthRequest::SetGroupMember { gid: 9, user: "bob".into(), member: true }.encode(2),
+            AuthRequest::AddUser { name: "c".into(), password: "p".into(), uid: 4, gid: 0, admin: false }.encode(3),
+            AuthRequest::UserInfo { uid: 4, key_id: 2 }.encode(4),
+            AuthReply::LoggedIn { uid: 1, gid: 2, admin: false, roles: vec![7], credential, idkey: [1; 32] }.encode(5),
+            AuthReply::IdentityKeys { high: 4, keys: vec![SharedKey { key_id: 2, key: [2; 32] }] }.encode(6),
+            AuthReply::UserInfo { user: user.clone(), key_live: true }.encode(7),
+            AuthReply::Users(vec![user]).encode(8),
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for body in &bodies {
+            for _ in 0..2000 {
+                let mut b = body.clone();
+                for _ in 0..(1 + next() % 3) {
+                    let i = (next() as usize) % b.len();
+                    b[i] = next() as u8;
+                }
+                if next() % 4 == 0 {
+                    b.truncate((next() as usize) % (b.len() + 1));
+                }
+                if let Ok((id, req)) = AuthRequest::decode(&b) {
+                    assert_eq!(req.encode(id), b);
+                }
+                if let Ok((id, reply)) = AuthReply::decode(&b) {
+                    let again = match &reply {
+                        Ok(r) => r.encode(id),
+                        Err((status, message)) => AuthReply::encode_error(id, *status, message),
+                    };
+                    assert_eq!(again, b);
+                }
+            }
+        }
+    }
+
     #[test]
     fn bounds_and_bad_input() {
         // Too many roles, a role 0, unknown opcodes, trailing bytes: refused, never a panic.
