@@ -227,7 +227,8 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
 
         // Rotation: key 2 for new logins; alice's key-1 identity keeps working everywhere.
         assert_eq!(to(root.rotate_key()).await.unwrap(), 2);
-        to(admin.sync_identity_keys()).await.unwrap();
+        // No one asks: the manager's maintenance pass installs it.
+        to(cluster.manager.maintain()).await;
         let alice2 = auth.grant(USER_A, PW_A, 0).await;
         assert_eq!(alice2.credential.key_id, 2);
         let mut a2 = drive_as(&cluster, alice2.credential, &alice2.idkey).await;
