@@ -104,8 +104,18 @@ impl ManagerConn {
             .await
             .map_err(|e| FsError::Setup(format!("TLS with the manager at {addr} failed: {e}")))?;
         let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline };
-        let (user, password) = (config.user.clone(), config.password.clone());
-        let login = ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password };
+        let login = match &config.identity {
+            Some((credential, idkey)) => ManagerRequest::LoginIdentity {
+                version: MANAGER_PROTOCOL_VERSION,
+                credential: *credential,
+                proof: nasd_crypto::identity_login_proof(idkey, credential)
+                    .ok_or_else(|| FsError::Setup("the identity credential names an unknown MAC algorithm".into()))?,
+            },
+            None => {
+                let (user, password) = (config.user.clone(), config.password.clone());
+                ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password }
+            }
+        };
         match conn.call(&login).await? {
             ManagerReply::LoggedIn { uid, gid, admin, .. } => Ok((conn, Identity { uid, gid, admin })),
             other => Err(FsError::Protocol(format!("unexpected login reply {other:?}"))),

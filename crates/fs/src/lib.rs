@@ -191,6 +191,11 @@ pub struct FsConfig {
     /// ([`nasd_stripe::REQUEST_DEADLINE_MS`], 30 s): a longer setting does
     /// not lengthen them.
     pub reply_timeout: Duration,
+    /// An identity from the authentication server (the credential and its
+    /// identity key, `nasd_login::auth_client::AuthClient::login`): when
+    /// set, the client logs in to the manager with it (`LOGIN_IDENTITY`)
+    /// instead of `user` and `password`.
+    pub identity: Option<(nasd_proto::IdentityData, nasd_crypto::Key)>,
 }
 
 impl std::fmt::Debug for FsConfig {
@@ -204,6 +209,7 @@ impl std::fmt::Debug for FsConfig {
             .field("data_integrity", &self.data_integrity)
             .field("transfer_piece", &self.transfer_piece)
             .field("reply_timeout", &self.reply_timeout)
+            .field("identity", &self.identity.as_ref().map(|(credential, _)| credential))
             .finish()
     }
 }
@@ -219,6 +225,7 @@ impl Default for FsConfig {
             data_integrity: true,
             transfer_piece: TRANSFER_PIECE_DEFAULT,
             reply_timeout: WAIT_MAX,
+            identity: None,
         }
     }
 }
@@ -966,6 +973,13 @@ impl FsClient {
     pub async fn set_user_groups(&self, name: &str, groups: &[u32]) -> Result<(), FsError> {
         let groups = canonical_groups(groups)?;
         self.done(ManagerRequest::SetUserGroups { name: name.into(), groups }).await
+    }
+
+    /// Administrators: has the manager fetch the authentication server's
+    /// shared keys now and install (or retire) them on every drive; returns
+    /// once every drive has them (`SYNC_IDENTITY_KEYS`).
+    pub async fn sync_identity_keys(&self) -> Result<(), FsError> {
+        self.done(ManagerRequest::SyncIdentityKeys).await
     }
 
     /// Every user (administrators only).

@@ -475,6 +475,27 @@ impl DriveHandle {
         Ok(())
     }
 
+    /// Installs shared identity key `key_id` (DSFS) on the drive. A drive
+    /// that has it, or a higher id, already refuses with `BAD_ARGUMENTS`:
+    /// fine, ids only grow.
+    pub async fn set_identity_key(&self, key_id: u32, key: &Key) -> Result<(), DriveError> {
+        let drive_key = self.keys().drive.clone();
+        match on_drive!(self, Repeat::Safe, |c| c.set_identity_key(&drive_key, key_id, key)) {
+            Err(e) if e.status() == Some(Status::BadArguments) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Retires identity key `key_id` on the drive. One it never had (an
+    /// id above every one installed there) is `BAD_ARGUMENTS`: nothing to retire.
+    pub async fn retire_identity_key(&self, key_id: u32) -> Result<(), DriveError> {
+        let drive_key = self.keys().drive.clone();
+        match on_drive!(self, Repeat::Safe, |c| c.retire_identity_key(&drive_key, key_id)) {
+            Err(e) if e.status() == Some(Status::BadArguments) => Ok(()),
+            r => r,
+        }
+    }
+
     /// Sets up a fresh drive reached by `client` (authorized by its master
     /// key): sets the clock, a new drive key, the partition with `quota`,
     /// its partition key, working key 1 and minimum protection.

@@ -16,10 +16,11 @@ pub mod drives;
 pub mod files;
 pub mod handles;
 pub mod health;
+pub mod identity;
 pub mod keys;
-pub mod login_backoff;
+pub use nasd_login::login_backoff;
 mod maintenance;
-pub mod passwords;
+pub use nasd_login::passwords;
 mod placement;
 mod repair;
 mod resize;
@@ -29,7 +30,7 @@ pub use nasd_meta::Location;
 pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
-pub mod tls;
+pub use nasd_login::tls;
 
 use anyhow::Context;
 use drives::DriveHandle;
@@ -115,6 +116,10 @@ pub struct ManagerConfig {
     /// directory keeps its key ([`KEK_FILE`]) either way: the database holds
     /// the drive keys sealed with it.
     pub metadata: Option<Location>,
+    /// The authentication server whose identities the manager accepts
+    /// (`LOGIN_IDENTITY`) and whose shared keys it installs on its drives;
+    /// `None`: passwords only.
+    pub auth: Option<identity::AuthLink>,
 }
 
 impl Default for ManagerConfig {
@@ -133,6 +138,7 @@ impl Default for ManagerConfig {
             write_lease: Duration::from_secs(60),
             rebuild_delay: Duration::from_secs(600),
             metadata: None,
+            auth: None,
         }
     }
 }
@@ -255,6 +261,8 @@ pub struct Manager {
     users_epoch: AtomicU64,
     /// What changed, for `WATCH` ([`changes`]).
     changes: changes::ChangeFeed,
+    /// Shared identity keys and the connection to the authentication server.
+    identity: identity::IdentityState,
     /// Rollbacks of write transactions under way in this process: per
     /// transaction, the components already rolled back durably. A rollback
     /// revokes the file's capabilities as it enters this map, once
@@ -305,6 +313,7 @@ impl Manager {
             reserved: Default::default(),
             users_epoch: AtomicU64::new(0),
             changes: changes::ChangeFeed::new(),
+            identity: Default::default(),
             rollbacks: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {

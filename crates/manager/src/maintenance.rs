@@ -147,6 +147,11 @@ impl Manager {
     /// its backoff.
     pub async fn maintain(&self) {
         self.abort_expired().await;
+        if self.config.auth.is_some() {
+            if let Err(f) = self.sync_identity_keys().await {
+                tracing::warn!(error = %f.message, "identity keys not synchronized");
+            }
+        }
         let r = self.finish_revocations().await;
         self.report("revocations", r);
         let r = self.finish_removals().await;

@@ -193,6 +193,18 @@ impl Manager {
                     }
                     (id, result)
                 }
+                Ok((id, ManagerRequest::LoginIdentity { version, credential, proof })) => {
+                    tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+                    let result = self.check_identity_login(version, &credential, &proof).await;
+                    match &result {
+                        Ok(_) => self.login_backoff.succeeded(host),
+                        Err(f) if f.status == FsStatus::BadCredentials => {
+                            self.login_backoff.failed(host, Instant::now())
+                        }
+                        Err(_) => {}
+                    }
+                    (id, result)
+                }
                 Ok((id, _)) => (id, Err(Failure::new(FsStatus::NotLoggedIn, "log in first"))),
                 Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
             };
@@ -213,6 +225,28 @@ impl Manager {
             }
         }
         Ok(None)
+    }
+
+    async fn check_identity_login(
+        &self,
+        version: u8,
+        credential: &nasd_proto::IdentityData,
+        proof: &[u8; 32],
+    ) -> Result<Session, Failure> {
+        if version != MANAGER_PROTOCOL_VERSION {
+            return Err(Failure::new(
+                FsStatus::BadRequest,
+                format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
+            ));
+        }
+        let s = self.open_identity_session(credential, proof).await;
+        match &s {
+            Ok(s) => {
+                tracing::info!(user = %s.user, uid = credential.user, role = credential.role, "logged in by identity")
+            }
+            Err(f) => tracing::warn!(uid = credential.user, status = ?f.status, "failed identity login"),
+        }
+        s
     }
 
     async fn check_login(&self, version: u8, user: &str, password: &str) -> Result<Session, Failure> {

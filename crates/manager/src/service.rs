@@ -51,12 +51,24 @@ pub struct Session {
     pub(crate) handle_uid: u32,
     /// The ids the user may act for as a gateway (`AS_USER`), if any.
     pub(crate) gateway: Option<(u32, u32)>,
+    /// The identity credential the session logged in with
+    /// (`LOGIN_IDENTITY`), if not a password: checked for expiry and a
+    /// retired key id before each request.
+    pub(crate) identity: Option<nasd_proto::IdentityData>,
 }
 
 impl Session {
     /// A session of the manager itself (repair, resize): never refreshed.
     pub(crate) fn internal(user: &str, caller: Caller) -> Session {
-        Session { user: user.into(), handle_uid: caller.uid, caller, admin: true, users_epoch: u64::MAX, gateway: None }
+        Session {
+            user: user.into(),
+            handle_uid: caller.uid,
+            caller,
+            admin: true,
+            users_epoch: u64::MAX,
+            gateway: None,
+            identity: None,
+        }
     }
 
     /// The session of a user who logged in, as of users epoch `epoch`.
@@ -68,6 +80,25 @@ impl Session {
             users_epoch: epoch,
             handle_uid: user.uid,
             gateway: user.gateway,
+            identity: None,
+        }
+    }
+
+    /// The session of a user who logged in with an identity key: who the
+    /// authentication server says the user is.
+    pub(crate) fn of_identity(
+        user: &nasd_proto::auth::AuthUser,
+        credential: nasd_proto::IdentityData,
+        epoch: u64,
+    ) -> Session {
+        Session {
+            user: user.name.clone(),
+            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone() },
+            admin: user.admin,
+            users_epoch: epoch,
+            handle_uid: user.uid,
+            gateway: None,
+            identity: Some(credential),
         }
     }
 
@@ -98,6 +129,7 @@ impl Session {
             users_epoch: self.users_epoch,
             handle_uid: self.handle_uid,
             gateway: None,
+            identity: self.identity,
         })
     }
 }
@@ -198,6 +230,22 @@ impl Manager {
     /// # Errors
     /// `NotLoggedIn` if the user no longer exists: the session must end.
     pub async fn refresh_session(&self, s: &mut Session) -> Result<(), Failure> {
+        if let Some(id) = &s.identity {
+            // Who the user is comes from the authentication server at login;
+            // what can end the session is the identity key's life.
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            if now > id.expiration_ns {
+                return Err(Failure::new(FsStatus::NotLoggedIn, "the identity key has expired: log in again"));
+            }
+            if !self.identity_key_live(id.key_id) {
+                return Err(Failure::new(
+                    FsStatus::NotLoggedIn,
+                    format!("identity key {} is retired: log in again", id.key_id),
+                ));
+            }
+            return Ok(());
+        }
         let epoch = self.users_epoch();
         if s.users_epoch == epoch {
             return Ok(());
@@ -226,7 +274,11 @@ impl Manager {
         self.check_handles(s, &req)?;
         let c = s.caller.clone();
         match req {
-            R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            R::Login { .. } | R::LoginIdentity { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            R::SyncIdentityKeys => {
+                self.require_admin(s)?;
+                self.sync_identity_keys().await.map(|()| ManagerReply::Done)
+            }
             R::AsUser { uid, gid, groups, request } => {
                 if !request.may_run_as_user() {
                     return Err(Failure::new(FsStatus::BadRequest, "AS_USER wraps a name-space or file request only"));
