@@ -117,6 +117,27 @@ impl Managers {
     }
 }
 
+/// Whether `req` only reads (resolves names, reads attributes, mints
+/// capabilities): sending it twice does what sending it once does.
+fn repeatable(req: &ManagerRequest) -> bool {
+    use ManagerRequest as R;
+    match req {
+        R::Walk { .. }
+        | R::Lookup { .. }
+        | R::GetAttr { .. }
+        | R::ReadDir { .. }
+        | R::StatFs
+        | R::GetLayout { .. }
+        | R::ClusterStatus
+        | R::GetXattr { .. }
+        | R::ListXattr { .. }
+        | R::GetQuota { .. }
+        | R::ListUsers => true,
+        R::AsUser { request, .. } => repeatable(request),
+        _ => false,
+    }
+}
+
 /// Pause between rounds over the managers while none answers.
 const FAILOVER_POLL: Duration = Duration::from_millis(100);
 
@@ -272,8 +293,12 @@ impl ManagerConn {
 /// as one user: a request takes an idle connection (or opens one while fewer
 /// than the bound exist), and gives it back when its reply arrived. A
 /// connection whose request failed in transport or protocol (a time-out
-/// included) is closed, never reused, and the request is not resent; the
-/// next request opens a fresh connection in its place. An idle connection
+/// included) is closed, never reused, and the request is not resent —
+/// unless the client knows several managers and the request only reads,
+/// which is sent once more on a new connection (to another manager if the
+/// one in use is gone); the next request opens a fresh connection in its
+/// place. New connections go to the manager in use, or fail over
+/// ([`Managers::open`]). An idle connection
 /// the manager has closed meanwhile (its idle timeout, a restart) is found
 /// without waiting and replaced before any request goes out on it.
 pub(crate) struct ManagerPool {
@@ -325,16 +350,27 @@ impl ManagerPool {
     /// needed.
     pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         let _permit = self.permits.acquire().await.expect("the pool never closes its semaphore");
-        let mut conn = match self.take_idle() {
-            Some(c) => c,
-            None => self.managers.open(&self.config, &self.tls).await?.0,
-        };
-        let r = conn.call(req).await;
-        if !conn.is_broken() {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.push((conn, Instant::now()));
+        let mut sent = 0;
+        loop {
+            let mut conn = match self.take_idle() {
+                Some(c) => c,
+                None => self.managers.open(&self.config, &self.tls).await?.0,
+            };
+            let r = conn.call(req).await;
+            sent += 1;
+            if !conn.is_broken() {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                idle.push((conn, Instant::now()));
+                return r;
+            }
+            // No reply: the manager died or the connection broke. A request that only
+            // reads is sent once more (to another manager, if this one is gone); any
+            // other may have been carried out, and its failure is the caller's to judge.
+            if sent > 1 || !repeatable(req) || self.managers.addrs.len() < 2 {
+                return r;
+            }
+            tracing::debug!(request = req.name(), "no reply from the manager; sending the request once more");
         }
-        r
     }
 
     /// The address of the manager in use.
