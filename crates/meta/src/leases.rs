@@ -167,7 +167,7 @@ impl<B: Backend> Namespace<B> {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<ObjectRef>, FsStatus> {
-        check_names("object/", holder)?;
+        check_names(RESERVATION_PREFIX, holder)?;
         let ttl = ttl_ms(ttl)?;
         self.backend.transact(|t| {
             let Some(object) = t.pool_take(drive)? else { return Ok(None) };
