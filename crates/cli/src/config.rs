@@ -39,6 +39,7 @@
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
+//! failover = ["nasd2.example.com:7300"]  # more managers on the same metadata, tried if it is down
 //! server_name = "nasd.example.com"
 //! ca_cert = "/etc/nasd/ca.pem"
 //! user = "alice"
@@ -196,6 +197,10 @@ pub struct AuthSection {
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {
     pub manager: Option<String>,
+    /// More managers of the same file system (one PostgreSQL database, one
+    /// `manager.key`), tried in order when the one in use does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover: Vec<String>,
     pub server_name: Option<String>,
     pub ca_cert: Option<PathBuf>,
     pub user: Option<String>,

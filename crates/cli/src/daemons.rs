@@ -618,6 +618,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         client: config::ClientSection,
     }
     let client = config::ClientSection {
+        failover: Vec::new(),
         manager: Some(manager),
         server_name: Some(server_name),
         ca_cert: Some(absolute(&m.tls.ca)),
@@ -841,6 +842,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         auth_port: Some(auth_port),
     };
     cluster.client = config::ClientSection {
+        failover: Vec::new(),
         manager: Some(manager_listen.to_string()),
         server_name: Some("localhost".into()),
         ca_cert: Some(m.tls.ca.clone()),
@@ -1085,6 +1087,7 @@ impl LocalCluster {
         let m = open_manager(&data.join("manager"), &default_tls_names(), setup.manager.clone()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = config::ClientSection {
+            failover: Vec::new(),
             manager: Some(listener.local_addr()?.to_string()),
             server_name: Some("localhost".into()),
             ca_cert: Some(m.tls.ca.clone()),

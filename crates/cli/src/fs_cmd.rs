@@ -371,6 +371,7 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
     let password = password_for(&user, section)?;
     let config = FsConfig {
         manager: manager.clone(),
+        failover: section.failover.clone(),
         server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
         ca_cert,
         user: user.clone(),

@@ -421,7 +421,11 @@ impl Manager {
                     })
                     .await?;
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                self.reserved.lock().expect("reserved lock").remove(&new);
+                // A component now: known whatever becomes of its reservation, which lapses if
+                // this fails.
+                if let Err(e) = self.meta(move |ns| ns.unreserve_object(&new)).await {
+                    tracing::debug!(error = %e, "a repair's reservation is left to lapse");
+                }
                 if let Err(e) = self.apply(effects).await {
                     tracing::info!(ino, idx, error = %e, "the old component is removed in the background");
                 }
@@ -499,27 +503,30 @@ impl Manager {
 
     /// Takes an object from `drive`'s pool for a component being rebuilt
     /// or moved there. Until the component is swapped in it belongs to no
-    /// table: the manager remembers it in memory (`reserved`), which orphan
-    /// collection respects, so a crash of the manager mid-repair leaves an
-    /// orphan that the next recovery removes — never a half-written object
-    /// that anything refers to.
+    /// table: it is reserved in the database
+    /// ([`nasd_meta::Namespace::reserve_pooled_object`]), which every
+    /// manager's orphan collection respects, so a crash of the manager
+    /// mid-repair leaves a reservation that lapses after
+    /// [`RESERVATION_TTL`](crate::shared::RESERVATION_TTL) and then an orphan
+    /// that the next collection removes — never a half-written object that
+    /// anything refers to.
     async fn reserve_object(&self, drive: u32) -> Result<ObjectRef, Failure> {
-        let taken = self.meta(move |ns| ns.take_pooled_object(drive)).await?;
-        let object =
-            taken.ok_or_else(|| Failure::new(FsStatus::NoSpace, format!("drive {drive} has no pooled object now")))?;
-        self.reserved.lock().expect("reserved lock").insert(object);
-        Ok(object)
+        let id = self.id().to_string();
+        let taken = self.meta(move |ns| ns.reserve_pooled_object(drive, &id, crate::shared::RESERVATION_TTL)).await?;
+        taken.ok_or_else(|| Failure::new(FsStatus::NoSpace, format!("drive {drive} has no pooled object now")))
     }
 
     /// Gives up an object taken for a repair that did not happen: removes it
-    /// from its drive (it may hold partial data); if that fails, the next
-    /// orphan collection does.
+    /// from its drive (it may hold partial data), then its reservation; if
+    /// the removal fails, the next orphan collection removes it.
     async fn release_object(&self, object: ObjectRef) {
-        self.reserved.lock().expect("reserved lock").remove(&object);
         if let Ok(d) = self.drive(object.drive) {
             if d.remove(object.object).await.is_err() {
                 d.set_unrecovered();
             }
+        }
+        if let Err(e) = self.meta(move |ns| ns.unreserve_object(&object)).await {
+            tracing::debug!(error = %e, "a repair's reservation is left to lapse");
         }
     }
 

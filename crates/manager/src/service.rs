@@ -345,7 +345,7 @@ impl Manager {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,
                 })?;
-                self.users_changed();
+                self.users_changed().await;
                 Ok(ManagerReply::Done)
             }
             R::Walk { path, follow, open } => {
@@ -440,7 +440,7 @@ impl Manager {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,
                 })?;
-                self.users_changed();
+                self.users_changed().await;
                 Ok(ManagerReply::Done)
             }
             R::ListUsers => {
@@ -809,7 +809,7 @@ impl Manager {
         s: &Session,
         parent: Ino,
         name: &str,
-    ) -> Result<Option<tokio::sync::MutexGuard<'_, ()>>, Failure> {
+    ) -> Result<Option<crate::shared::InodeGuard<'_>>, Failure> {
         let (c, n) = (s.caller.clone(), name.to_string());
         let Ok(existing) = self.meta(move |ns| ns.lookup(&c, parent, &n)).await else {
             return Ok(None); // absent (or not visible): create reports what applies
@@ -817,7 +817,7 @@ impl Manager {
         if existing.components.is_empty() {
             return Ok(None);
         }
-        let serial = self.inode_lock(existing.attr.ino).await;
+        let serial = self.inode_lock(existing.attr.ino).await?;
         let ino = existing.attr.ino;
         let set = SetAttrs { size: Some(0), ..SetAttrs::default() };
         let (c, checked) = (s.caller.clone(), set.clone());
@@ -900,7 +900,7 @@ impl Manager {
             // One SETATTR (or truncating CREATE) of an inode at a time, from the
             // check to the commit: a chmod or chown cannot slip in between and
             // make the commit refuse a size change the drive has carried out.
-            let _serial = self.inode_lock(ino).await;
+            let _serial = self.inode_lock(ino).await?;
             // Every part of the request passes its permission check before any
             // data is cut: a request refused for its mode, owner or times must
             // not have changed the file.

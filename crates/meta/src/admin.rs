@@ -46,7 +46,7 @@ fn check_user(user: &User) -> Result<(), FsStatus> {
     Ok(())
 }
 
-fn check_drive(rec: &DriveRecord) -> Result<(), FsStatus> {
+pub(crate) fn check_drive(rec: &DriveRecord) -> Result<(), FsStatus> {
     if rec.addr.len() > DRIVE_ADDR_MAX
         || rec.sealed_keys.len() > SEALED_KEYS_MAX
         || rec.failure_domain.len() > NAME_LEN_MAX
@@ -300,9 +300,10 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| t.delete_acv_intent(&intent.object, Some(intent.acv)))
     }
 
-    /// Every object this manager knows on a drive: files' component objects,
-    /// pooled and doomed ones. Anything else on the drive's partition is an
-    /// orphan.
+    /// Every object the managers know on a drive: files' component objects,
+    /// pooled and doomed ones, and those reserved and not lapsed
+    /// ([`Namespace::reserve_pooled_object`]), read in one transaction.
+    /// Anything else on the drive's partition is an orphan.
     ///
     /// # Errors
     /// `Internal`.
@@ -312,6 +313,7 @@ impl<B: Backend> Namespace<B> {
             for list in [t.file_objects(drive)?, t.pool_objects(drive)?, t.doomed_objects(drive)?] {
                 known.extend(list.iter().map(|o| o.object));
             }
+            known.extend(crate::leases::live_reservations(t, drive)?);
             Ok(known)
         })
     }

@@ -1,6 +1,6 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 2, kept in `PRAGMA user_version`):
+//! Layout (schema version 5, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
 //!   ctime_ns, target, acv, layout)`: `layout` is the 7-byte canonical
 //!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
@@ -58,11 +58,13 @@
 //!   a NULL limit is none), the inodes' `qdir` (the directory whose quota
 //!   counts them, 0: none) with indexes on `uid` and `qdir`, and the
 //!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
+//! - 4 → 5 (`V5`): `leases(name, holder, token, expires_ms)`: the leases
+//!   that let several managers share one database (`crate::Lease`).
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
 use crate::types::{
-    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease, Quota, QuotaSubject, StaleRange, User,
 };
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
@@ -169,8 +171,15 @@ CREATE TABLE xattrs (
     PRIMARY KEY (ino, name)) WITHOUT ROWID;
 ";
 
+/// Leases shared by the managers of one database (see the module documentation).
+const V5: &str = "
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY, holder TEXT NOT NULL, token INTEGER NOT NULL, expires_ms INTEGER NOT NULL)
+    WITHOUT ROWID;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -1011,6 +1020,44 @@ impl Txn for SqliteTxn<'_> {
         )?;
         Ok(())
     }
+    /// SQLite runs in the manager's process: the local clock is the database's.
+    fn now_ms(&mut self) -> Result<u64, FsStatus> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        Ok(u64::try_from(now.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn get_lease(&mut self, name: &str) -> Result<Option<Lease>, FsStatus> {
+        let sql = "SELECT name, holder, token, expires_ms FROM leases WHERE name = ?1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([name], lease_from_row).optional().map_err(internal)
+    }
+
+    fn put_lease(&mut self, l: &Lease) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO leases (name, holder, token, expires_ms) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = excluded.token, \
+             expires_ms = excluded.expires_ms",
+            params![l.name, l.holder, l.token as i64, l.expires_ms as i64],
+        )?;
+        Ok(())
+    }
+
+    fn delete_lease(&mut self, name: &str) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM leases WHERE name = ?1", [name])?;
+        Ok(())
+    }
+
+    fn list_leases(&mut self, prefix: &str, limit: usize) -> Result<Vec<Lease>, FsStatus> {
+        let sql = "SELECT name, holder, token, expires_ms FROM leases \
+                   WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name LIMIT ?2";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map(params![prefix, limit_param(limit)], lease_from_row).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+}
+
+fn lease_from_row(r: &Row<'_>) -> rusqlite::Result<Lease> {
+    Ok(Lease { name: r.get(0)?, holder: r.get(1)?, token: u64_col(r, 2)?, expires_ms: u64_col(r, 3)? })
 }
 
 #[cfg(test)]

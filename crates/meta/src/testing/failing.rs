@@ -1,7 +1,7 @@
 //! A backend wrapper that fails the n-th row operation.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -144,4 +144,9 @@ delegate! {
     fn delete_acv_intent(&mut self, object: &ObjectRef, only_acv: Option<u64>) -> ();
     fn get_setting(&mut self, key: &str) -> Option<Vec<u8>>;
     fn put_setting(&mut self, key: &str, value: &[u8]) -> ();
+    fn now_ms(&mut self) -> u64;
+    fn get_lease(&mut self, name: &str) -> Option<Lease>;
+    fn put_lease(&mut self, lease: &Lease) -> ();
+    fn delete_lease(&mut self, name: &str) -> ();
+    fn list_leases(&mut self, prefix: &str, limit: usize) -> Vec<Lease>;
 }
