@@ -109,16 +109,20 @@ impl Manager {
             let mut conn = conns.remove(&d.drive).flatten();
             let (addr, id, drive) = (d.addr.clone(), d.drive_id, d.drive);
             async move {
-                let answer = health::probe(&mut conn, &addr, id).await;
-                (drive, conn, answer)
+                let (answer, fresh) = health::probe(&mut conn, &addr, id).await;
+                (drive, conn, answer, fresh)
             }
         });
         let answers = futures::future::join_all(probes).await;
         let now = Instant::now();
         let mut changed = Vec::new();
+        let mut reconnected = Vec::new();
         {
             let mut health = self.health.lock().expect("health lock");
-            for (drive, conn, answer) in answers {
+            for (drive, conn, answer, fresh) in answers {
+                if fresh && answer.is_some() {
+                    reconnected.push(drive);
+                }
                 conns.insert(drive, conn);
                 let t = health.entry(drive).or_default().observe(now, answer);
                 if t != Transition::None {
@@ -127,9 +131,25 @@ impl Manager {
             }
         }
         drop(conns);
+        for drive in reconnected {
+            self.readmission_due(drive);
+        }
         for (drive, t) in changed {
             self.on_health_change(drive, t).await;
         }
+    }
+
+    /// The heartbeat reached `drive` on a new connection: it may have
+    /// restarted (even within the misses that would make it down), and a
+    /// restarted drive refuses capabilities until it is readmitted. Its
+    /// recovery — which finishes what was logged for it, then readmits it —
+    /// runs at the next maintenance pass, whatever backoff its earlier
+    /// failures earned.
+    fn readmission_due(&self, drive: u32) {
+        if let Ok(d) = self.drive(drive) {
+            d.set_unrecovered();
+        }
+        self.drive_backoff.lock().expect("backoff lock").remove(&drive);
     }
 
     async fn on_health_change(&self, drive: u32, t: Transition) {
@@ -146,8 +166,9 @@ impl Manager {
                 if let Err(e) = self.resolve_drive_txns(&d).await {
                     tracing::info!(drive, error = %e, "open transactions resolved later");
                 }
-                // What happened while it was down (revocations, removals) is finished by maintenance.
-                d.set_unrecovered();
+                // What happened while it was down (revocations, removals) is finished by its
+                // recovery, which then readmits it.
+                self.readmission_due(drive);
             }
             self.repair_kick.notify_one();
         }

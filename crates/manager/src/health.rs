@@ -117,8 +117,12 @@ impl DriveHealth {
 
 /// One heartbeat: `INQUIRY` on `conn` (connecting first if needed), within
 /// [`HEARTBEAT_TIMEOUT`]. Checks the drive is the one expected; drops the
-/// connection on any failure so the next probe connects afresh.
-pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16]) -> Option<Reported> {
+/// connection on any failure so the next probe connects afresh. Also says
+/// whether the answer came on a new connection: the drive may have
+/// restarted since the last answer (a restart breaks the connection), and
+/// a restarted drive waits to be readmitted.
+pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16]) -> (Option<Reported>, bool) {
+    let fresh = conn.is_none();
     let attempt = async {
         if conn.is_none() {
             let c = DriveClient::connect(addr).await.ok()?;
@@ -135,7 +139,7 @@ pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16
     if answer.is_none() {
         *conn = None;
     }
-    answer
+    (answer, fresh)
 }
 
 #[cfg(test)]
