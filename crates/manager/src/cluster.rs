@@ -20,6 +20,14 @@ impl Manager {
         self.health.lock().expect("health lock").get(&drive).is_none_or(|h| h.is_up())
     }
 
+    /// Whether drive `drive` serves clients: it answers heartbeats and,
+    /// if it may have restarted, its manager readmitted it. Lookups mark the
+    /// components of other drives `Down`, placement skips them, and the
+    /// cluster status shows them down.
+    pub(crate) fn serving(&self, drive: u32) -> bool {
+        self.is_up(drive) && self.drive(drive).is_ok_and(|d| d.admitted())
+    }
+
     /// How long drive `drive` has been down, if it is.
     pub(crate) fn down_for(&self, drive: u32, now: Instant) -> Option<Duration> {
         self.health.lock().expect("health lock").get(&drive).and_then(|h| h.down_for(now))
@@ -50,7 +58,7 @@ impl Manager {
         let mut recent = self.recent.lock().expect("recent lock");
         self.drives()
             .into_iter()
-            .filter(|d| !self.is_out(d.drive) && health.get(&d.drive).is_none_or(|h| h.is_up()))
+            .filter(|d| !self.is_out(d.drive) && d.admitted() && health.get(&d.drive).is_none_or(|h| h.is_up()))
             .map(|d| {
                 let reported = health.get(&d.drive).and_then(|h| h.reported.clone()).unwrap_or_default();
                 Candidate {
@@ -106,11 +114,14 @@ impl Manager {
     ) {
         let mut conns = conns.lock().await;
         let probes = drives.iter().map(|d| {
+            let seen = conns.contains_key(&d.drive);
             let mut conn = conns.remove(&d.drive).flatten();
             let (addr, id, drive) = (d.addr.clone(), d.drive_id, d.drive);
             async move {
                 let (answer, fresh) = health::probe(&mut conn, &addr, id).await;
-                (drive, conn, answer, fresh)
+                // The first probe since the manager started is on a new connection too;
+                // the manager's own recovery at start readmits the drive.
+                (drive, conn, answer, fresh && seen)
             }
         });
         let answers = futures::future::join_all(probes).await;
@@ -148,6 +159,7 @@ impl Manager {
     fn readmission_due(&self, drive: u32) {
         if let Ok(d) = self.drive(drive) {
             d.set_unrecovered();
+            d.set_admitted(false);
         }
         self.drive_backoff.lock().expect("backoff lock").remove(&drive);
     }
@@ -207,7 +219,8 @@ impl Manager {
             let h = health.get(&rec.drive).cloned().unwrap_or_default();
             let reported = h.reported.clone().unwrap_or_default();
             let components = counts.get(&rec.drive).copied().unwrap_or(0);
-            if !h.is_up() {
+            let up = h.is_up() && self.drive(rec.drive).is_ok_and(|d| d.admitted());
+            if !up {
                 on_down_drives += components;
             }
             drives.push(DriveStatus {
@@ -219,7 +232,7 @@ impl Manager {
                     reported.failure_domain
                 },
                 state: rec.state,
-                up: h.is_up(),
+                up,
                 capacity_bytes: if reported.capacity_bytes > 0 { reported.capacity_bytes } else { rec.capacity_bytes },
                 used_bytes: reported.used_bytes,
                 components,

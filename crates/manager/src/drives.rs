@@ -52,6 +52,10 @@ pub struct DriveHandle {
     clock_offset_ns: AtomicI64,
     /// Orphan collection has run against the drive since the manager started.
     recovered: AtomicBool,
+    /// Whether the drive serves capabilities as far as the manager knows:
+    /// false from a sign it may have restarted (and fenced itself) until
+    /// its recovery readmitted it (docs/ARCHITECTURE.md, "Readmission").
+    admitted: AtomicBool,
     /// Serializes [`set_acv`](Self::set_acv)'s read-compare-write.
     acv_order: AsyncMutex<()>,
 }
@@ -175,6 +179,7 @@ impl DriveHandle {
             conn: AsyncMutex::new(None),
             clock_offset_ns: AtomicI64::new(0),
             recovered: AtomicBool::new(false),
+            admitted: AtomicBool::new(true),
             acv_order: AsyncMutex::new(()),
         }
     }
@@ -231,6 +236,18 @@ impl DriveHandle {
     /// something may have left unrecorded objects on the drive.
     pub fn set_unrecovered(&self) {
         self.recovered.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the drive serves capabilities (not fenced after a restart),
+    /// as far as the manager knows.
+    pub fn admitted(&self) -> bool {
+        self.admitted.load(Ordering::SeqCst)
+    }
+
+    /// Records that the drive was readmitted (true), or may have restarted
+    /// and be fenced until it is (false).
+    pub fn set_admitted(&self, admitted: bool) {
+        self.admitted.store(admitted, Ordering::SeqCst);
     }
 
     async fn connect(&self) -> Result<DriveClient, ClientError> {

@@ -90,6 +90,7 @@ impl Manager {
             tracing::info!(drive = d.drive, orphans, "removed objects no file referenced");
         }
         self.readmit(d).await?;
+        d.set_admitted(true);
         d.set_recovered();
         Ok(())
     }

@@ -599,7 +599,7 @@ impl Manager {
         for c in &inode.components {
             let d = self.drive(c.object.drive)?;
             let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
-            access.state = if self.is_up(d.drive) { c.state } else { ComponentState::Down };
+            access.state = if self.serving(d.drive) { c.state } else { ComponentState::Down };
             components.push(access);
         }
         Ok(FileAccess {
@@ -682,7 +682,7 @@ impl Manager {
         let mut components = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             let addr = self.drive(c.object.drive)?.addr.clone();
-            let state = if self.is_up(c.object.drive) { c.state } else { ComponentState::Down };
+            let state = if self.serving(c.object.drive) { c.state } else { ComponentState::Down };
             components.push((nasd_proto::layout::Component { object: c.object, state }, addr));
         }
         Ok(ManagerReply::Layout(nasd_proto::manager::LayoutInfo { layout, explicit, components }))
