@@ -13,6 +13,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The heartbeat's connection to one drive, and whether its last attempt
+/// found the connection broken (the drive may be restarting).
+#[derive(Default)]
+pub(crate) struct Heartbeat {
+    conn: Option<nasd_client::DriveClient>,
+    suspect: bool,
+}
+
 impl Manager {
     /// Whether drive `drive` answers heartbeats (as the manager last saw;
     /// a drive not probed yet counts as up).
@@ -87,7 +95,7 @@ impl Manager {
     /// One round of heartbeats to every drive, in parallel; acts on changes
     /// of health: a new map epoch, and for a drive that came back, its open
     /// transactions resolved and repair woken.
-    pub(crate) async fn heartbeat(&self, conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>) {
+    pub(crate) async fn heartbeat(&self, conns: &tokio::sync::Mutex<HashMap<u32, Heartbeat>>) {
         self.probe_drives(self.drives(), conns).await;
     }
 
@@ -107,55 +115,51 @@ impl Manager {
         }
     }
 
-    async fn probe_drives(
-        &self,
-        drives: Vec<Arc<DriveHandle>>,
-        conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>,
-    ) {
+    async fn probe_drives(&self, drives: Vec<Arc<DriveHandle>>, conns: &tokio::sync::Mutex<HashMap<u32, Heartbeat>>) {
         let mut conns = conns.lock().await;
         let probes = drives.iter().map(|d| {
-            let seen = conns.contains_key(&d.drive);
-            let mut conn = conns.remove(&d.drive).flatten();
+            let Heartbeat { conn, suspect } = conns.remove(&d.drive).unwrap_or_default();
+            let mut conn = conn;
             let (addr, id, drive) = (d.addr.clone(), d.drive_id, d.drive);
             async move {
-                let (answer, fresh) = health::probe(&mut conn, &addr, id).await;
-                // The first probe since the manager started is on a new connection too;
-                // the manager's own recovery at start readmits the drive.
-                (drive, conn, answer, fresh && seen)
+                let probe = health::probe(&mut conn, &addr, id).await;
+                (drive, conn, suspect, probe)
             }
         });
         let answers = futures::future::join_all(probes).await;
         let now = Instant::now();
         let mut changed = Vec::new();
-        let mut reconnected = Vec::new();
         {
             let mut health = self.health.lock().expect("health lock");
-            for (drive, conn, answer, fresh) in answers {
-                if fresh && answer.is_some() {
-                    reconnected.push(drive);
+            for (drive, conn, suspect, probe) in answers {
+                // A drive that answers on a new connection after its last one broke (not merely
+                // timed out) may have restarted within the misses that would make it down, and
+                // fenced itself: it is not served to clients again until readmitted. Recorded
+                // before the answer counts, so no lookup finds it up and admitted in between.
+                let suspect = suspect || probe.broken;
+                if probe.answer.is_some() && probe.fresh && suspect {
+                    self.readmission_due(drive);
                 }
-                conns.insert(drive, conn);
-                let t = health.entry(drive).or_default().observe(now, answer);
+                let suspect = suspect && probe.answer.is_none();
+                conns.insert(drive, Heartbeat { conn, suspect });
+                let t = health.entry(drive).or_default().observe(now, probe.answer);
                 if t != Transition::None {
                     changed.push((drive, t));
                 }
             }
         }
         drop(conns);
-        for drive in reconnected {
-            self.readmission_due(drive);
-        }
         for (drive, t) in changed {
             self.on_health_change(drive, t).await;
         }
     }
 
-    /// The heartbeat reached `drive` on a new connection: it may have
-    /// restarted (even within the misses that would make it down), and a
-    /// restarted drive refuses capabilities until it is readmitted. Its
-    /// recovery — which finishes what was logged for it, then readmits it —
-    /// runs at the next maintenance pass, whatever backoff its earlier
-    /// failures earned.
+    /// `drive` may have restarted — it went down, or the heartbeat reached
+    /// it on a new connection after the last one broke — and a restarted
+    /// drive refuses capabilities until it is readmitted: it is not served
+    /// to clients until then, and its recovery — which finishes what was
+    /// logged for it, then readmits it — runs at the next maintenance pass,
+    /// whatever backoff its earlier failures earned.
     fn readmission_due(&self, drive: u32) {
         if let Ok(d) = self.drive(drive) {
             d.set_unrecovered();
@@ -166,7 +170,10 @@ impl Manager {
 
     async fn on_health_change(&self, drive: u32, t: Transition) {
         match t {
-            Transition::WentDown => tracing::warn!(drive, "drive is down: reads go around it, writes miss it"),
+            Transition::WentDown => {
+                tracing::warn!(drive, "drive is down: reads go around it, writes miss it");
+                self.readmission_due(drive);
+            }
             Transition::CameUp => tracing::info!(drive, "drive is up again"),
             Transition::None => return,
         }
@@ -244,7 +251,7 @@ impl Manager {
             drives,
             // Files with a stale component, plus (an upper bound) those with one on a down drive.
             files_degraded: stale_files + on_down_drives,
-            rebuild: r.rebuild,
+            rebuild: r.rebuild_shown(),
             rebalance: r.rebalance,
             scrub: r.scrub,
             last_scrub: r.last_scrub,
