@@ -880,7 +880,9 @@ impl Manager {
     /// refuses every capability until then (docs/ARCHITECTURE.md,
     /// "Readmission").
     pub(crate) async fn apply(&self, effects: Effects) -> Result<(), Failure> {
-        let mut by_drive: std::collections::BTreeMap<u32, (Vec<(u64, u64)>, Vec<u64>)> = Default::default();
+        /// Per drive: objects to revoke (object, acv) and objects to remove.
+        type DriveWork = (Vec<(u64, u64)>, Vec<u64>);
+        let mut by_drive: std::collections::BTreeMap<u32, DriveWork> = Default::default();
         for i in &effects.revoke {
             by_drive.entry(i.object.drive).or_default().0.push((i.object.object, i.acv));
         }
