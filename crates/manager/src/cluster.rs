@@ -162,10 +162,8 @@ impl Manager {
     /// whatever backoff its earlier failures earned.
     fn readmission_due(&self, drive: u32) {
         if let Ok(d) = self.drive(drive) {
-            d.set_unrecovered();
-            d.set_admitted(false);
+            d.readmission_due();
         }
-        self.drive_backoff.lock().expect("backoff lock").remove(&drive);
     }
 
     async fn on_health_change(&self, drive: u32, t: Transition) {

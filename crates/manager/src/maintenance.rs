@@ -200,6 +200,9 @@ impl Manager {
             let r = self.install_key(&d).await;
             let key_ok = r.is_ok();
             self.report(&format!("drive {} working key", d.drive), r);
+            if d.take_readmission() {
+                self.drive_backoff.lock().expect("backoff lock").remove(&d.drive);
+            }
             if !self.backoff(d.drive).ready(Instant::now()) {
                 continue;
             }
