@@ -586,9 +586,14 @@ impl Manager {
         let stored = rec.clone();
         self.meta(move |ns| ns.add_drive(&stored)).await?;
         let handle = self.attach(&rec, keys);
-        handle.set_recovered();
         // Provisioning installed working key 1: nothing is pending.
         handle.set_keys_installed(handle.keys());
+        // A minimum map epoch from the start, so that the drive fences itself
+        // whenever it restarts; if it cannot be set now, recovery does it.
+        match self.readmit(&handle).await {
+            Ok(()) => handle.set_recovered(),
+            Err(e) => tracing::info!(drive, error = %e, "the drive's map epoch is set by its recovery"),
+        }
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
     }

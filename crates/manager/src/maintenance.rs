@@ -75,20 +75,63 @@ impl Manager {
         self.maintain().await;
     }
 
+    /// Recovery of one drive, which ends with its readmission: the
+    /// drive's partition refuses every capability after a restart (it is
+    /// fenced) until `SET_MAP_EPOCH` readmits it, and that is sent only once
+    /// everything logged for the drive while it was away — revocations and
+    /// removals a request could not finish on it — is done. So a drive that
+    /// was down when a file was removed or replaced never serves the old
+    /// file's capabilities again (docs/ARCHITECTURE.md, "Readmission").
     async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
         self.install_key(d).await?;
         self.resolve_drive_txns(d).await?;
+        self.finish_logs_on(d).await?;
         let orphans = match self.collect_orphans(d).await {
             Ok(n) => n,
-            // Another manager is looking after the drive now: collect on a later pass.
+            // Another manager is looking after the drive now: the whole recovery (each step
+            // idempotent) runs again on a later pass, and the drive stays fenced until then.
             Err(f) if f.status == FsStatus::Busy => return Ok(()),
             Err(f) => return Err(f),
         };
         if orphans > 0 {
             tracing::info!(drive = d.drive, orphans, "removed objects no file referenced");
         }
+        self.readmit(d).await?;
+        d.set_admitted(true);
         d.set_recovered();
         Ok(())
+    }
+
+    /// Finishes every revocation and removal logged for drive `d`.
+    async fn finish_logs_on(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
+        let drive = d.drive;
+        loop {
+            let intents = self.meta(move |ns| ns.acv_intents_on(drive, INTENTS_PER_PASS_MAX)).await?;
+            let more = intents.len() == INTENTS_PER_PASS_MAX;
+            self.revoke_on(drive, intents).await?;
+            if !more {
+                break;
+            }
+        }
+        loop {
+            let doomed = self.meta(move |ns| ns.doomed_on(drive, INTENTS_PER_PASS_MAX)).await?;
+            let more = doomed.len() == INTENTS_PER_PASS_MAX;
+            self.remove_on(drive, doomed).await?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Readmits drive `d`: sets its partition's minimum map epoch to the
+    /// current one (at least 1, so that the drive fences itself at its next
+    /// start), which ends the fence of a restart.
+    pub(crate) async fn readmit(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
+        let epoch = match self.epoch() {
+            0 => self.bump_epoch().await?,
+            e => e,
+        };
+        d.set_map_epoch(epoch).await.map_err(|e| drive_failure(d.drive, e))
     }
 
     /// Removes every object on `d` the metadata does not know; returns how
@@ -186,6 +229,9 @@ impl Manager {
             let r = self.install_key(&d).await;
             let key_ok = r.is_ok();
             self.report(&format!("drive {} working key", d.drive), r);
+            if d.take_readmission() {
+                self.drive_backoff.lock().expect("backoff lock").remove(&d.drive);
+            }
             if !self.backoff(d.drive).ready(Instant::now()) {
                 continue;
             }
@@ -254,18 +300,22 @@ impl Manager {
         let mut outcome = Ok(());
         for (drive, intents) in by_drive {
             // One drive that does not answer must not hold up the others.
-            let r = async {
-                let d = self.drive(drive)?;
-                for i in &intents {
-                    d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
-                }
-                d.flush().await.map_err(|e| drive_failure(drive, e))?;
-                self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await
-            }
-            .await;
-            outcome = outcome.and(r);
+            outcome = outcome.and(self.revoke_on(drive, intents).await);
         }
         outcome
+    }
+
+    /// Carries out `intents`, all of objects on `drive`, flushes, forgets them.
+    async fn revoke_on(&self, drive: u32, intents: Vec<AcvIntent>) -> Result<(), Failure> {
+        if intents.is_empty() {
+            return Ok(());
+        }
+        let d = self.drive(drive)?;
+        for i in &intents {
+            d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
+        }
+        d.flush().await.map_err(|e| drive_failure(drive, e))?;
+        self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await
     }
 
     /// Removes each doomed object from its drive, flushes, then forgets them.
@@ -277,18 +327,22 @@ impl Manager {
         }
         let mut outcome = Ok(());
         for (drive, objects) in by_drive {
-            let r = async {
-                let d = self.drive(drive)?;
-                for o in &objects {
-                    d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
-                }
-                d.flush().await.map_err(|e| drive_failure(drive, e))?;
-                self.meta(move |ns| ns.forget_doomed(&objects)).await
-            }
-            .await;
-            outcome = outcome.and(r);
+            outcome = outcome.and(self.remove_on(drive, objects).await);
         }
         outcome
+    }
+
+    /// Removes `objects`, all on `drive`, flushes, forgets them.
+    async fn remove_on(&self, drive: u32, objects: Vec<ObjectRef>) -> Result<(), Failure> {
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let d = self.drive(drive)?;
+        for o in &objects {
+            d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
+        }
+        d.flush().await.map_err(|e| drive_failure(drive, e))?;
+        self.meta(move |ns| ns.forget_doomed(&objects)).await
     }
 
     /// Tops the drive's object pool up to `pool_target` when it has fallen

@@ -55,6 +55,26 @@ pub struct RepairState {
     pub scrub_requested: bool,
     /// Rebuild now, not after `rebuild_delay`.
     pub rebuild_now: bool,
+    /// A rebuild was asked for (`REPAIR rebuild`) and no pass has taken the
+    /// request yet.
+    pub rebuild_asked: bool,
+    /// The pass that took a rebuild request is running.
+    pub rebuild_round: bool,
+}
+
+impl RepairState {
+    /// The rebuild progress `CLUSTER_STATUS` shows: while a requested
+    /// rebuild round is pending or running, at least one file more than done
+    /// (the round may still find work), so that whoever asked and polls
+    /// (`nasd repair`) does not take a round not begun, or between its
+    /// resyncs and its rebuilds, for finished; when it ends, nothing.
+    pub fn rebuild_shown(&self) -> Progress {
+        let mut p = self.rebuild;
+        if self.rebuild_asked || self.rebuild_round {
+            p.files_total = p.files_total.max(p.files_done + 1);
+        }
+        p
+    }
 }
 
 /// The manager acting as a writer of its own.
@@ -78,7 +98,10 @@ impl Manager {
         {
             let mut r = self.repair.lock().expect("repair lock");
             match action {
-                RepairAction::Rebuild => r.rebuild_now = true,
+                RepairAction::Rebuild => {
+                    r.rebuild_now = true;
+                    r.rebuild_asked = true;
+                }
                 RepairAction::Scrub => {
                     r.scrub_requested = true;
                     if r.scrub.files_total == 0 {
@@ -103,8 +126,22 @@ impl Manager {
 
     /// One pass of the repair loop: resync, rebuild, scrub, rebalance.
     pub(crate) async fn repair_pass(&self) {
+        let asked = {
+            let mut r = self.repair.lock().expect("repair lock");
+            let asked = std::mem::take(&mut r.rebuild_asked);
+            r.rebuild_round |= asked;
+            asked
+        };
         self.resync_stale().await;
         self.rebuild_lost().await;
+        if asked {
+            // The requested round is over (what is left is for a later one).
+            let mut r = self.repair.lock().expect("repair lock");
+            r.rebuild_round = false;
+            if !r.rebuild_asked {
+                r.rebuild = Progress::default();
+            }
+        }
         if std::mem::take(&mut self.repair.lock().expect("repair lock").scrub_requested) {
             self.scrub_all().await;
         }
@@ -678,7 +715,9 @@ impl Manager {
         let mut r = self.repair.lock().expect("repair lock");
         r.rebuild.files_done += files_done;
         r.rebuild.bytes_total += bytes_total;
-        if r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total {
+        let requested = r.rebuild_asked || r.rebuild_round;
+        if !requested && r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total
+        {
             r.rebuild = Progress::default();
         }
     }

@@ -653,7 +653,7 @@ impl Manager {
         for c in &inode.components {
             let d = self.drive(c.object.drive)?;
             let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
-            access.state = if self.is_up(d.drive) { c.state } else { ComponentState::Down };
+            access.state = if self.serving(d.drive) { c.state } else { ComponentState::Down };
             min_protection = min_protection.union(d.min_protection(rights));
             components.push(access);
         }
@@ -732,7 +732,7 @@ impl Manager {
         let mut components = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             let addr = self.drive(c.object.drive)?.addr.clone();
-            let state = if self.is_up(c.object.drive) { c.state } else { ComponentState::Down };
+            let state = if self.serving(c.object.drive) { c.state } else { ComponentState::Down };
             components.push((nasd_proto::layout::Component { object: c.object, state }, addr));
         }
         Ok(ManagerReply::Layout(nasd_proto::manager::LayoutInfo { layout, explicit, components }))
@@ -922,21 +922,48 @@ impl Manager {
     /// and a drive that crashes afterwards cannot bring an old access control
     /// version (or a removed object) back. The intention logs stay until the
     /// maintenance pass forgets them.
+    ///
+    /// A drive that is down, or does not answer, does not fail the request:
+    /// the change is committed and its share of the work is in the logs. The
+    /// drive is marked unrecovered, and recovery finishes that share before
+    /// it readmits the drive (`SET_MAP_EPOCH`), which after a restart
+    /// refuses every capability until then (docs/ARCHITECTURE.md,
+    /// "Readmission").
     pub(crate) async fn apply(&self, effects: Effects) -> Result<(), Failure> {
+        /// Per drive: objects to revoke (object, acv) and objects to remove.
+        type DriveWork = (Vec<(u64, u64)>, Vec<u64>);
+        let mut by_drive: std::collections::BTreeMap<u32, DriveWork> = Default::default();
         for i in &effects.revoke {
-            let d = self.drive(i.object.drive)?;
-            let unavailable = |e| drive_unavailable(i.object.drive, e);
-            d.set_acv(i.object.object, i.acv).await.map_err(unavailable)?;
-            d.flush_objects(&[i.object.object]).await.map_err(unavailable)?;
+            by_drive.entry(i.object.drive).or_default().0.push((i.object.object, i.acv));
         }
-        let mut flush = std::collections::BTreeSet::new();
         for o in &effects.doomed {
-            let d = self.drive(o.drive)?;
-            d.remove(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
-            flush.insert(o.drive);
+            by_drive.entry(o.drive).or_default().1.push(o.object);
         }
-        for drive in flush {
-            self.drive(drive)?.flush().await.map_err(|e| drive_unavailable(drive, e))?;
+        let mut work = Vec::with_capacity(by_drive.len());
+        for (drive, (revoke, remove)) in by_drive {
+            work.push((self.drive(drive)?, revoke, remove));
+        }
+        let done = work.into_iter().map(|(d, revoke, remove)| async move {
+            if !self.is_up(d.drive) {
+                return (d, Err("down".to_string()));
+            }
+            let r = async {
+                for &(object, acv) in &revoke {
+                    d.set_acv(object, acv).await?;
+                }
+                for &object in &remove {
+                    d.remove(object).await?;
+                }
+                d.flush().await
+            }
+            .await;
+            (d, r.map_err(|e| e.to_string()))
+        });
+        for (d, r) in futures::future::join_all(done).await {
+            if let Err(e) = r {
+                tracing::info!(drive = d.drive, error = %e, "revocations and removals on a drive left to its recovery");
+                d.set_unrecovered();
+            }
         }
         Ok(())
     }

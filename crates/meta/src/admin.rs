@@ -270,7 +270,16 @@ impl<B: Backend> Namespace<B> {
     /// # Errors
     /// `Internal`.
     pub fn doomed(&self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
-        self.backend.read(|t| t.list_doomed(limit.min(BATCH_MAX)))
+        self.backend.read(|t| t.list_doomed(None, limit.min(BATCH_MAX)))
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) doomed objects of one drive
+    /// (what must be removed from it before it is readmitted).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn doomed_on(&self, drive: u32, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        self.backend.read(|t| t.list_doomed(Some(drive), limit.min(BATCH_MAX)))
     }
 
     /// Forgets doomed objects the manager removed from their drives.
@@ -288,7 +297,16 @@ impl<B: Backend> Namespace<B> {
     /// # Errors
     /// `Internal`.
     pub fn acv_intents(&self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
-        self.backend.read(|t| t.list_acv_intents(limit.min(BATCH_MAX)))
+        self.backend.read(|t| t.list_acv_intents(None, limit.min(BATCH_MAX)))
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) pending ACV intents of objects
+    /// on one drive.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn acv_intents_on(&self, drive: u32, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        self.backend.read(|t| t.list_acv_intents(Some(drive), limit.min(BATCH_MAX)))
     }
 
     /// Forgets an ACV intent the manager carried out; a newer intent for the

@@ -150,8 +150,8 @@ pub trait Txn {
 
     /// Records an object to be removed from its drive.
     fn doom(&mut self, object: &ObjectRef) -> Result<(), FsStatus>;
-    /// Up to `limit` doomed objects, in a stable order.
-    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus>;
+    /// Up to `limit` doomed objects (of `drive` only, if given), in a stable order.
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<ObjectRef>, FsStatus>;
     /// Every doomed object of a drive.
     fn doomed_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus>;
     /// Forgets a doomed object (no-op if absent).
@@ -159,8 +159,8 @@ pub trait Txn {
 
     /// Records an ACV intent, replacing any older one for the same object.
     fn put_acv_intent(&mut self, intent: &AcvIntent) -> Result<(), FsStatus>;
-    /// Up to `limit` ACV intents, in a stable order.
-    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus>;
+    /// Up to `limit` ACV intents (of objects on `drive` only, if given), in a stable order.
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<AcvIntent>, FsStatus>;
     /// Forgets the intent for an object; with `only_acv`, only if its acv matches.
     fn delete_acv_intent(&mut self, object: &ObjectRef, only_acv: Option<u64>) -> Result<(), FsStatus>;
 

@@ -1331,9 +1331,10 @@ impl Txn for PgTxn<'_> {
         Ok(())
     }
 
-    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
-        let sql = "SELECT drive, partition, object FROM doomed ORDER BY drive, partition, object LIMIT $1";
-        let rows = self.query(sql, &[&big(limit)])?;
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        let sql = "SELECT drive, partition, object FROM doomed WHERE $2::BIGINT IS NULL OR drive = $2 \
+                   ORDER BY drive, partition, object LIMIT $1";
+        let rows = self.query(sql, &[&big(limit), &drive.map(i64::from)])?;
         self.decode(rows, object_from_row)
     }
 
@@ -1357,9 +1358,10 @@ impl Txn for PgTxn<'_> {
         Ok(())
     }
 
-    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
-        let sql = "SELECT drive, partition, object, acv FROM acv_intents ORDER BY drive, partition, object LIMIT $1";
-        let rows = self.query(sql, &[&big(limit)])?;
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        let sql = "SELECT drive, partition, object, acv FROM acv_intents WHERE $2::BIGINT IS NULL OR drive = $2 \
+                   ORDER BY drive, partition, object LIMIT $1";
+        let rows = self.query(sql, &[&big(limit), &drive.map(i64::from)])?;
         self.decode(rows, |r| Ok(AcvIntent { object: object_from_row(r)?, acv: u64_at(r, 3)? }))
     }
 

@@ -963,10 +963,13 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 
-    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
-        let sql = "SELECT drive, partition, object FROM doomed ORDER BY drive, partition, object LIMIT ?1";
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        let sql = "SELECT drive, partition, object FROM doomed WHERE ?2 IS NULL OR drive = ?2 \
+                   ORDER BY drive, partition, object LIMIT ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        let rows = st.query_map([limit_param(limit)], object_from_row).map_err(internal)?;
+        let rows = st
+            .query_map(rusqlite::params![limit_param(limit), drive.map(i64::from)], object_from_row)
+            .map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
 
@@ -989,11 +992,14 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 
-    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
-        let sql = "SELECT drive, partition, object, acv FROM acv_intents ORDER BY drive, partition, object LIMIT ?1";
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        let sql = "SELECT drive, partition, object, acv FROM acv_intents WHERE ?2 IS NULL OR drive = ?2 \
+                   ORDER BY drive, partition, object LIMIT ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st
-            .query_map([limit_param(limit)], |r| Ok(AcvIntent { object: object_from_row(r)?, acv: u64_col(r, 3)? }))
+            .query_map(rusqlite::params![limit_param(limit), drive.map(i64::from)], |r| {
+                Ok(AcvIntent { object: object_from_row(r)?, acv: u64_col(r, 3)? })
+            })
             .map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }

@@ -1156,6 +1156,11 @@ fn acv_intents<B: Backend>(ns: &Namespace<B>) {
     want.sort_by_key(|i| i.object);
     assert_eq!(all, want);
     assert_eq!(ns.acv_intents(1).unwrap().len(), 1);
+    for o in [fo, go] {
+        let on: Vec<AcvIntent> = want.iter().filter(|i| i.object.drive == o.drive).copied().collect();
+        assert_eq!(ns.acv_intents_on(o.drive, 10).unwrap(), on, "drive {}'s intents only", o.drive);
+    }
+    assert!(ns.acv_intents_on(u32::MAX, 10).unwrap().is_empty());
     ns.forget_acv_intent(&AcvIntent { object: fo, acv: 1 }).unwrap();
     assert_eq!(ns.acv_intents(10).unwrap().len(), 2, "an older intent does not remove a newer one");
     ns.forget_acv_intent(&AcvIntent { object: fo, acv: 2 }).unwrap();
@@ -1294,6 +1299,9 @@ fn doomed_log<B: Backend>(ns: &Namespace<B>) {
     }
     let first = ns.doomed(usize::MAX).unwrap();
     assert_eq!(first.len(), BATCH_MAX, "limit is capped");
+    assert_eq!(ns.doomed_on(2, usize::MAX).unwrap(), first, "all on drive 2");
+    assert_eq!(ns.doomed_on(2, 2).unwrap(), first[..2]);
+    assert!(ns.doomed_on(3, 10).unwrap().is_empty(), "none on drive 3");
     assert_eq!(ns.doomed(2).unwrap(), first[..2]);
     assert_eq!(ns.forget_doomed(&extra).err(), Some(FsStatus::InvalidArgument));
     ns.forget_doomed(&first).unwrap();

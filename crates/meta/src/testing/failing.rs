@@ -136,11 +136,11 @@ delegate! {
     fn list_intents(&mut self, after: u64, limit: usize) -> Vec<Intent>;
     fn delete_intent(&mut self, txn: u64) -> ();
     fn doom(&mut self, object: &ObjectRef) -> ();
-    fn list_doomed(&mut self, limit: usize) -> Vec<ObjectRef>;
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Vec<ObjectRef>;
     fn doomed_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
     fn forget_doomed(&mut self, object: &ObjectRef) -> ();
     fn put_acv_intent(&mut self, intent: &AcvIntent) -> ();
-    fn list_acv_intents(&mut self, limit: usize) -> Vec<AcvIntent>;
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Vec<AcvIntent>;
     fn delete_acv_intent(&mut self, object: &ObjectRef, only_acv: Option<u64>) -> ();
     fn get_setting(&mut self, key: &str) -> Option<Vec<u8>>;
     fn put_setting(&mut self, key: &str, value: &[u8]) -> ();
