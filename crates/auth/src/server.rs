@@ -8,15 +8,15 @@
 
 use crate::{AuthServer, Principal};
 use nasd_login::auth_client::{read_frame, write_frame};
+use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::auth::{AuthReply, AuthRequest, AUTH_LOGIN_MESSAGE_MAX, AUTH_MESSAGE_MAX, AUTH_PROTOCOL_VERSION};
 use nasd_proto::fs::FsStatus;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 /// Most connections served at once; more wait to be accepted.
@@ -33,90 +33,19 @@ pub const AUTH_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 const _: () = assert!(AUTH_SESSIONS_PER_PEER_MAX <= AUTH_SESSIONS_MAX);
 
-fn host_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
-        },
-        v4 => v4,
-    }
-}
-
-/// Open sessions per host.
-#[derive(Default)]
-struct Peers {
-    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
-}
-
-struct PeerSlot {
-    peers: Arc<Peers>,
-    key: IpAddr,
-}
-
-impl Peers {
-    fn admit(self: &Arc<Self>, key: IpAddr) -> Option<PeerSlot> {
-        let mut open = self.open.lock().expect("peers lock");
-        let n = open.entry(key).or_default();
-        if *n >= AUTH_SESSIONS_PER_PEER_MAX {
-            return None;
-        }
-        *n += 1;
-        Some(PeerSlot { peers: self.clone(), key })
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut open = self.peers.open.lock().expect("peers lock");
-        if let Some(n) = open.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.key);
-            }
-        }
-    }
-}
-
-fn request_id_of(body: &[u8]) -> u64 {
-    body.get(2..10).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-}
-
 impl AuthServer {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, mut shutdown: watch::Receiver<bool>) {
-        let sessions = Arc::new(Semaphore::new(AUTH_SESSIONS_MAX));
-        let peers = Arc::new(Peers::default());
-        loop {
-            let permit = tokio::select! {
-                p = sessions.clone().acquire_owned() => p.expect("semaphore never closed"),
-                _ = shutdown.changed() => return,
-            };
-            let (socket, peer) = tokio::select! {
-                a = listener.accept() => match a {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = shutdown.changed() => return,
-            };
-            let host = host_of(peer.ip());
-            let Some(slot) = peers.admit(host) else {
-                tracing::debug!(%peer, "this peer's session limit reached; closing");
-                continue;
-            };
-            let _ = socket.set_nodelay(true);
-            let (me, tls, stop) = (self.clone(), tls.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                if let Err(e) = me.session(socket, host, tls, stop).await {
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
+        let stop = shutdown.clone();
+        accept_sessions(listener, AUTH_SESSIONS_MAX, AUTH_SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
+            let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
+            async move {
+                if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
                     tracing::debug!(%peer, error = %e, "session ended");
                 }
-                drop((permit, slot));
-            });
-        }
+            }
+        })
+        .await
     }
 
     async fn session(
