@@ -246,3 +246,96 @@ fn run() -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command of `nasd`, with its path (`nasd admin add-user`), built
+    /// as `--help` shows it.
+    fn every_command() -> Vec<(String, clap::Command)> {
+        fn walk(path: String, cmd: &clap::Command, out: &mut Vec<(String, clap::Command)>) {
+            for sub in cmd.get_subcommands() {
+                walk(format!("{path} {}", sub.get_name()), sub, out);
+            }
+            out.push((path, cmd.clone()));
+        }
+        let mut cli = Cli::command();
+        cli.build();
+        let mut out = Vec::new();
+        walk("nasd".into(), &cli, &mut out);
+        out
+    }
+
+    fn help_text(arg: &clap::Arg) -> String {
+        let short = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        let long = arg.get_long_help().map(|h| h.to_string()).unwrap_or_default();
+        format!("{short}\n{long}")
+    }
+
+    /// clap's own consistency checks, on every command.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every positional argument of every command says what it is, and no
+    /// option shows its default twice (once written in its help, once added
+    /// by clap from its default value).
+    #[test]
+    fn every_positional_is_explained_and_every_default_shown_once() {
+        let mut wrong = Vec::new();
+        let commands = every_command();
+        assert!(commands.len() > 60, "walked {} commands", commands.len());
+        for (path, cmd) in &commands {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let help = help_text(arg);
+                if arg.is_positional() && help.trim().is_empty() {
+                    wrong.push(format!("{path}: <{}> has no help", arg.get_id()));
+                }
+                let written = help.matches("[default").count();
+                let added = usize::from(!arg.get_default_values().is_empty() && !arg.is_hide_default_value_set());
+                if written + added > 1 || help.lines().any(|l| l.matches("[default").count() > 1) {
+                    wrong.push(format!("{path}: {} shows its default twice", arg.get_id()));
+                }
+            }
+            // And as rendered: no line of --help carries two defaults.
+            let rendered = cmd.clone().render_long_help().to_string();
+            for line in rendered.lines().filter(|l| l.matches("[default").count() > 1) {
+                wrong.push(format!("{path} --help: {line}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// `--user` is offered exactly where a command logs in to the manager or
+    /// the authentication server, never on daemons or drive tools.
+    #[test]
+    fn user_is_offered_only_where_a_command_logs_in() {
+        let takes_user =
+            |cmd: &clap::Command| cmd.get_arguments().any(|a| !a.is_hide_set() && a.get_long() == Some("user"));
+        let commands = every_command();
+        let find =
+            |path: &str| &commands.iter().find(|(p, _)| p == path).unwrap_or_else(|| panic!("no command {path}")).1;
+        for path in [
+            "nasd up",
+            "nasd manager",
+            "nasd drive",
+            "nasd auth",
+            "nasd inquiry",
+            "nasd set-drive-key",
+            "nasd audit",
+            "nasd admin reset-password",
+            "nasd bench",
+        ] {
+            assert!(!takes_user(find(path)), "{path} offers --user");
+        }
+        for path in ["nasd ls", "nasd put", "nasd get", "nasd status", "nasd scrub", "nasd repair", "nasd mount"] {
+            assert!(takes_user(find(path)), "{path} does not offer --user");
+        }
+        for (path, cmd) in commands.iter().filter(|(p, _)| p.starts_with("nasd bench ")) {
+            assert!(!takes_user(cmd), "{path} offers --user");
+        }
+    }
+}
