@@ -116,10 +116,10 @@ enum Command {
         #[command(flatten)]
         login: Login,
     },
-    /// Show a drive's audit trail (authorized by its drive key).
+    /// Show drives' audit trails (authorized by each drive's drive key).
     Audit {
         /// The drive: its number (from [[drives]] in the config file) or
-        /// HOST:PORT [default: the only drive the config file records, else
+        /// HOST:PORT [default: every drive the config file records, else
         /// [drive] listen, else 127.0.0.1:7400].
         #[arg(long, value_name = "N|HOST:PORT")]
         drive: Option<String>,
@@ -127,7 +127,7 @@ enum Command {
         /// config file records for the drive].
         #[arg(long)]
         drive_key_file: Option<PathBuf>,
-        /// Show records after this sequence number.
+        /// Show records after this sequence number (each drive numbers its own).
         #[arg(long, default_value_t = 0)]
         after: u64,
         /// Most records to show.
@@ -236,8 +236,8 @@ fn run() -> anyhow::Result<()> {
             rt.block_on(drive_admin::set_drive_key(&drive, &master_key_file, &drive_key_file))
         }
         Command::Audit { drive, drive_key_file, after, max } => {
-            let drive = drive_admin::resolve_one(drive.as_deref(), &file)?;
-            rt.block_on(drive_admin::audit(&drive, drive_key_file, after, max))
+            let drives = drive_admin::resolve(drive.as_deref(), &file)?;
+            rt.block_on(drive_admin::audit(&drives, drive_key_file, after, max))
         }
         Command::Scrub { drive: None, .. } => rt.block_on(async { cluster_cmd::scrub_all(&login().await?).await }),
         Command::Scrub { drive: Some(drive), drive_key_file, .. } => {

@@ -405,9 +405,17 @@ fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     ]);
     assert!(refused.contains("looked after by a manager"), "{refused}");
     assert!(!tmp.path().join("new.key").exists());
-    // Audit needs one drive named; scrub of every drive goes through the manager.
-    let which = up.fails(&["audit"]);
-    assert!(which.contains("which drive?") && which.contains("0, 1, 2"), "{which}");
+    // Without --drive, audit shows every drive's trail, each with the key `nasd up` saved.
+    let every = up.ok(&["audit", "--max", "3"]);
+    for d in 0..3 {
+        let header = format!("drive {d} (127.0.0.1:{}):", up.first_drive_port + d);
+        assert!(every.lines().any(|l| l == header), "{header} missing:\n{every}");
+    }
+    assert_eq!(every.matches("audit id").count(), 3, "{every}");
+    // One key file is one drive's.
+    let one_key = data.join("drive-0/drive.key");
+    let e = up.fails(&["audit", "--drive-key-file", one_key.to_str().unwrap()]);
+    assert!(e.contains("--drive-key-file is one drive's key"), "{e}");
     up.daemon.terminate();
 }
 
