@@ -152,6 +152,46 @@ impl Command {
     }
 }
 
+impl Command {
+    /// Runs daemons (until stopped) rather than one command.
+    fn is_daemon(&self) -> bool {
+        matches!(
+            self,
+            Command::Up(_)
+                | Command::Manager(_)
+                | Command::Drive(_)
+                | Command::Auth(auth_cmd::AuthArgs { command: None, .. })
+        )
+    }
+}
+
+/// Exit status of a command whose reader went away, as a shell reports a
+/// process ended by SIGPIPE (128 + 13).
+const EXIT_OUTPUT_CLOSED: i32 = 141;
+
+/// A command whose standard output is closed under it (`nasd ls -l / | head
+/// -1`) stops at once and quietly, as `ls` does by SIGPIPE, instead of
+/// panicking in `println!`. Rust ignores SIGPIPE so that a peer closing a
+/// socket is an error, not death: restoring it would turn a manager or drive
+/// hanging up into a silent exit, so the print's own failure is caught here.
+fn stop_quietly_when_output_is_closed() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // std's words for it: "failed printing to stdout: Broken pipe (os error 32)".
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        let broken_pipe = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+        if message.starts_with("failed printing to stdout") && message.ends_with(&broken_pipe) {
+            std::process::exit(EXIT_OUTPUT_CLOSED);
+        }
+        default(info)
+    }));
+}
+
 /// `nasd auth` subcommands log in at the authentication server as the
 /// top-level `--user` (or the configured user).
 static AUTH_LOGIN: Login = Login { user: None };
@@ -193,6 +233,9 @@ fn run() -> anyhow::Result<()> {
         .with_ansi(colour)
         .init();
     let cli = Cli::parse();
+    if !cli.command.is_daemon() {
+        stop_quietly_when_output_is_closed();
+    }
     let (file, _) = config::find(cli.config.as_deref())?;
     let user = match (cli.command.login(), cli.user) {
         (Some(login), top) => top.or(login.user.clone()),

@@ -405,6 +405,24 @@ fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     ]);
     assert!(refused.contains("looked after by a manager"), "{refused}");
     assert!(!tmp.path().join("new.key").exists());
+    // A reader that goes away (`nasd audit | head -1`) stops the command quietly, no panic.
+    for args in [&["audit"][..], &["inquiry"], &["ls", "-l", "/"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nasd"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_LOG")
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // closed before the first line is printed
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(141), "nasd {args:?}: {}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "nasd {args:?} says nothing: {}", text(&out.stderr));
+    }
     // Without --drive, audit shows every drive's trail, each with the key `nasd up` saved.
     let every = up.ok(&["audit", "--max", "3"]);
     for d in 0..3 {
