@@ -311,10 +311,10 @@ mod tests {
         out
     }
 
+    /// An argument's whole help: the long one (a doc comment of several
+    /// paragraphs; it starts with the short one) if it has one.
     fn help_text(arg: &clap::Arg) -> String {
-        let short = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-        let long = arg.get_long_help().map(|h| h.to_string()).unwrap_or_default();
-        format!("{short}\n{long}")
+        arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default()
     }
 
     /// clap's own consistency checks, on every command.
