@@ -669,6 +669,14 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     });
     assert!(d.output().contains("the drive's capacity (64.0 TiB) is more than the disk under"), "{}", d.output());
     d.kill();
+    // And `nasd up` weighs its drives together, which share one disk.
+    let big = cwd.join("big-up");
+    std::fs::create_dir(&big).unwrap();
+    let mut up = Up::start(&big, 2, None, &["--drive-capacity", "64TiB"], &[]);
+    let said = up.daemon.output();
+    assert!(said.contains("warning: the 2 drives' capacity (128.0 TiB in all) is more than the disk under"), "{said}");
+    assert!(said.contains("free space there, or start with a smaller capacity"), "{said}");
+    up.daemon.terminate();
 }
 
 /// --help: one default per option, help on positional arguments, `--user`
