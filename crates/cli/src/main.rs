@@ -175,6 +175,7 @@ const EXIT_OUTPUT_CLOSED: i32 = 141;
 /// socket is an error, not death: restoring it would turn a manager or drive
 /// hanging up into a silent exit, so the print's own failure is caught here.
 fn stop_quietly_when_output_is_closed() {
+    QUIET_ON_CLOSED_OUTPUT.store(true, std::sync::atomic::Ordering::Relaxed);
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         // std's words for it: "failed printing to stdout: Broken pipe (os error 32)".
@@ -192,6 +193,27 @@ fn stop_quietly_when_output_is_closed() {
     }));
 }
 
+/// Set for a command (not a daemon): a closed standard output ends it
+/// quietly, whether a `println!` or a write of its own (`nasd cat`) found it.
+static QUIET_ON_CLOSED_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The command failed because its standard output is a pipe nobody reads any
+/// more: a broken pipe is among the causes, and stdout itself reports the
+/// error condition (poll's POLLERR on a pipe with no reader). A connection
+/// to a manager or drive broken the same way, with stdout still read, is
+/// still reported.
+fn output_closed(e: &anyhow::Error) -> bool {
+    let broken_pipe = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+    let broken = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.to_string().ends_with(&broken_pipe)
+    });
+    let mut stdout = libc::pollfd { fd: libc::STDOUT_FILENO, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut stdout, 1, 0) };
+    broken && ready == 1 && stdout.revents & libc::POLLERR != 0
+}
+
 /// `nasd auth` subcommands log in at the authentication server as the
 /// top-level `--user` (or the configured user).
 static AUTH_LOGIN: Login = Login { user: None };
@@ -199,6 +221,9 @@ static AUTH_LOGIN: Login = Login { user: None };
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if QUIET_ON_CLOSED_OUTPUT.load(std::sync::atomic::Ordering::Relaxed) && output_closed(&e) => {
+            std::process::ExitCode::from(EXIT_OUTPUT_CLOSED as u8)
+        }
         Err(e) => {
             eprintln!("error: {}", error_text(&e));
             std::process::ExitCode::FAILURE

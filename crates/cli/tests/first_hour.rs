@@ -406,7 +406,7 @@ fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     assert!(refused.contains("looked after by a manager"), "{refused}");
     assert!(!tmp.path().join("new.key").exists());
     // A reader that goes away (`nasd audit | head -1`) stops the command quietly, no panic.
-    for args in [&["audit"][..], &["inquiry"], &["ls", "-l", "/"]] {
+    for args in [&["audit"][..], &["inquiry"], &["ls", "-l", "/"], &["cat", "/precious.bin"]] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_nasd"))
             .args(args)
             .current_dir(tmp.path())
