@@ -465,7 +465,27 @@ fn resolve_local(to: &Path, name: &str, source_is_dir: bool) -> anyhow::Result<P
             );
             Ok(to.to_path_buf())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => match file_among_ancestors(to) {
+            Some(file) => anyhow::bail!("{}: {} is not a directory", to.display(), file.display()),
+            None => Err(e).with_context(|| format!("cannot look up {}", to.display())),
+        },
         Err(e) => Err(e).with_context(|| format!("cannot look up {}", to.display())),
+    }
+}
+
+/// The nearest of `path` (less trailing slashes) and its ancestors that
+/// exists, if it is not a directory: why the system said "not a directory".
+fn file_among_ancestors(path: &Path) -> Option<PathBuf> {
+    let bytes = path.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|&b| b != b'/').map_or(bytes.len(), |i| i + 1);
+    let trimmed = Path::new(std::ffi::OsStr::from_bytes(&bytes[..end]));
+    let found = trimmed
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .find_map(|a| std::fs::metadata(a).ok().map(|m| (a, m)));
+    match found {
+        Some((a, m)) if !m.is_dir() => Some(a.to_path_buf()),
+        _ => None,
     }
 }
 
