@@ -8,10 +8,13 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 mod common;
 
 use common::up::{drives_holding, local_tree, name_space, on_terminal, pattern, rot, runtime, text, Entry, Up};
+use common::DAEMON_WAIT_MAX;
 
 /// Drives of the cluster (rs:2+1 by default).
 const DRIVES: u16 = 3;
@@ -65,8 +68,8 @@ fn tree_summary(bytes: u64) -> String {
 fn copies_through_the_cli() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
-    // Three drives of 64 MiB: the copies here are small.
-    let mut up = Up::start(cwd, DRIVES, &["--drive-capacity", "64MiB"]);
+    // Three drives of 128 MiB: room for the large file the interrupted copies move.
+    let mut up = Up::start(cwd, DRIVES, &["--drive-capacity", "128MiB"]);
     let rt = runtime();
     let fs = up.admin(&rt);
     up.quiet(&["mkdir", "/docs"]);
@@ -79,6 +82,7 @@ fn copies_through_the_cli() {
     no_clobber_leaves_existing_files_alone(&up, &rt, &fs);
     trees_go_in_and_come_back_identical(&up, tree_bytes);
     a_failed_get_leaves_no_local_file(&up);
+    interrupted_copies_leave_nothing(&up, &rt, &fs);
     drop(fs);
     up.daemon.terminate();
 }
@@ -352,4 +356,77 @@ fn a_failed_get_leaves_no_local_file(up: &Up) {
     let left = local_tree(&cwd.join("out"));
     assert_eq!(left.len(), 1, "no temporary file left: {left:?}");
     assert!(matches!(&left[0].1, Entry::File(_, b) if b.0 == b"older copy\n"), "the old file is whole: {left:?}");
+}
+
+/// Bytes of the file the interrupted copies move: enough that the copy is
+/// still writing when the test sees its temporary file.
+const LARGE: usize = 48 << 20;
+
+/// `nasd ARGS` in the background in `cwd`, output piped.
+fn spawn(cwd: &Path, args: &[&str]) -> Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_PASSWORD")
+        .env_remove("NASD_USER")
+        .env_remove("NASD_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run nasd")
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Waits (bounded) until `written()` says the copy has its temporary file,
+/// then stops the copy (SIGSTOP: it cannot finish meanwhile), sends it
+/// Ctrl-C's SIGINT and lets it go on; its exit status and standard error.
+fn interrupt_once_writing(mut copy: Child, written: impl Fn() -> bool) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + DAEMON_WAIT_MAX;
+    while !written() {
+        if let Some(status) = copy.try_wait().unwrap() {
+            panic!("the copy ended ({status}) before it could be interrupted (make LARGE larger)");
+        }
+        assert!(Instant::now() < deadline, "the copy made no temporary file in time");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&copy, libc::SIGSTOP);
+    signal(&copy, libc::SIGINT);
+    signal(&copy, libc::SIGCONT);
+    let out = copy.wait_with_output().unwrap();
+    (out.status, text(&out.stderr))
+}
+
+/// Ctrl-C in the middle of a put -r (a large file being written, directories
+/// made before it) or of a get: the copy says so and nothing of it stays,
+/// neither in nasd nor here.
+fn interrupted_copies_leave_nothing(up: &Up, rt: &tokio::runtime::Runtime, fs: &nasd_fs::FsClient) {
+    let cwd = &up.cwd;
+    let large = pattern(b"large", LARGE);
+    std::fs::create_dir_all(cwd.join("bulk/sub")).unwrap();
+    std::fs::write(cwd.join("bulk/a.txt"), b"first\n").unwrap();
+    std::fs::write(cwd.join("bulk/sub/z.bin"), &large).unwrap();
+    up.quiet(&["mkdir", "/int"]);
+    let before = name_space(rt, fs);
+    let tmp_in = |dir: &str| {
+        rt.block_on(fs.readdir(dir)).map(|e| e.iter().any(|(n, _)| n.ends_with(".nasd-tmp"))).unwrap_or(false)
+    };
+    let (status, err) = interrupt_once_writing(spawn(cwd, &["put", "-r", "bulk", "/int/"]), || tmp_in("/int/bulk/sub"));
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("interrupted: nothing of this copy is left behind"), "{err}");
+    assert_eq!(name_space(rt, fs), before, "an interrupted put -r leaves the name space unchanged");
+
+    up.quiet(&["put", "bulk/sub/z.bin", "/int/"]);
+    std::fs::create_dir(cwd.join("got")).unwrap();
+    let got = cwd.join("got");
+    let tmp_here =
+        || std::fs::read_dir(&got).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".nasd-tmp"));
+    let (status, err) = interrupt_once_writing(spawn(cwd, &["get", "/int/z.bin", "got/"]), tmp_here);
+    assert!(!status.success() && err.contains("interrupted"), "{err}");
+    assert_eq!(local_tree(&got), [], "an interrupted get leaves no local file");
 }
