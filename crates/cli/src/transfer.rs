@@ -869,6 +869,42 @@ mod tests {
         assert!(line.ends_with("; 4 left alone (--no-clobber)"), "{line}");
     }
 
+    #[tokio::test]
+    async fn a_name_is_recorded_before_its_request_and_kept_unless_refused() {
+        let undo = Undo::default();
+        let recorded = |undo: &Undo| undo.made.lock().unwrap().clone();
+        let refused = FsError::Fs { status: FsStatus::Exists, message: "exists".into() };
+        let r = undo.making(Made::RemoteDir("/a".into()), async { Err::<(), _>(refused) }).await;
+        assert!(r.is_err() && recorded(&undo).is_empty(), "refused: nothing was made");
+        let lost = FsError::Io(std::io::Error::other("connection reset"));
+        let r = undo.making(Made::RemoteTmp("/b".into()), async { Err::<(), _>(lost) }).await;
+        assert!(r.is_err());
+        assert_eq!(recorded(&undo), [Made::RemoteTmp("/b".into())], "outcome unknown: removal is tried");
+        undo.making(Made::RemoteFile("/c".into()), async { Ok::<_, FsError>(()) }).await.unwrap();
+        // Interrupted with the request in flight (the future dropped unfinished): still recorded.
+        let in_flight = undo.making(Made::RemoteDir("/d".into()), std::future::pending::<Result<(), FsError>>());
+        assert!(tokio::time::timeout(Duration::ZERO, in_flight).await.is_err());
+        let want = [Made::RemoteTmp("/b".into()), Made::RemoteFile("/c".into()), Made::RemoteDir("/d".into())];
+        assert_eq!(recorded(&undo), want);
+        undo.published("/b");
+        assert_eq!(recorded(&undo), want[1..]);
+    }
+
+    #[test]
+    fn a_local_path_under_a_file_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let slash = |p: &Path| PathBuf::from(format!("{}/", p.display()));
+        assert_eq!(file_among_ancestors(&slash(&file)), Some(file.clone()));
+        assert_eq!(file_among_ancestors(&file.join("x/y")), Some(file.clone()));
+        assert_eq!(file_among_ancestors(&dir.path().join("d/x")), None);
+        assert_eq!(file_among_ancestors(&dir.path().join("missing/x")), None);
+        let e = resolve_local(&slash(&file), "n", false).unwrap_err().to_string();
+        assert_eq!(e, format!("{}/: {} is not a directory", file.display(), file.display()));
+    }
+
     #[test]
     fn names_and_temporary_names() {
         assert_eq!(source_name(&Loc::Remote("/docs/a.txt".into())).unwrap(), "a.txt");
