@@ -40,8 +40,8 @@ fn make_tree(root: &Path) -> u64 {
 
 /// The process's umask (files made by `get` get their mode less it, as any new file).
 fn umask() -> u32 {
-    // SAFETY: umask(2) only swaps the mask; it is put back at once, before
-    // this test starts any child.
+    // SAFETY: umask(2) only swaps the process's mask; it is put back at once,
+    // and this test makes no file and starts no child in between.
     unsafe {
         let mask = libc::umask(0o022);
         libc::umask(mask);
@@ -87,7 +87,7 @@ fn copies_through_the_cli() {
     up.daemon.terminate();
 }
 
-/// Item 1: a directory as source, a missing source, a trailing slash to a
+/// Issue 15 item 1: a directory as source, a missing source, a trailing slash to a
 /// missing directory, a copy over a quota: each refused or failed copy
 /// leaves every name (temporary ones included), size and mode as it was,
 /// and its error names the real cause, once.
@@ -163,7 +163,7 @@ fn failed_copies_leave_the_name_space_unchanged(up: &Up, rt: &tokio::runtime::Ru
     up.ok(&["quota", "--dir", "/q", "--bytes", "none", "--files", "none"]);
 }
 
-/// Item 2: a destination with a trailing slash is a directory that must
+/// Issue 15 item 2: a destination with a trailing slash is a directory that must
 /// exist (in nasd and here); without one, an existing directory is copied
 /// into and anything else names the copy.
 fn a_trailing_slash_means_a_directory(up: &Up, rt: &tokio::runtime::Runtime, fs: &nasd_fs::FsClient) {
@@ -207,7 +207,7 @@ fn a_trailing_slash_means_a_directory(up: &Up, rt: &tokio::runtime::Runtime, fs:
     assert_eq!(std::fs::read(cwd.join("into/renamed.txt")).unwrap(), b"first version\n");
 }
 
-/// Item 3: with -n (--no-clobber) put, get and cp leave an existing
+/// Issue 15 item 3: with -n (--no-clobber) put, get and cp leave an existing
 /// destination byte for byte and name it; without, they replace it (the
 /// default scripts rely on); --help says both.
 fn no_clobber_leaves_existing_files_alone(up: &Up, rt: &tokio::runtime::Runtime, fs: &nasd_fs::FsClient) {
@@ -257,7 +257,7 @@ fn no_clobber_leaves_existing_files_alone(up: &Up, rt: &tokio::runtime::Runtime,
     }
 }
 
-/// Items 1 and 9: put -r, cp -r and get -r copy whole trees (nested
+/// Issue 15 items 1 and 9: put -r, cp -r and get -r copy whole trees (nested
 /// directories with their modes, an empty file, an empty directory, a
 /// link) and give back identical ones; piped they print nothing, on a
 /// terminal they end with one summary line.
@@ -324,7 +324,7 @@ fn final_line(shown: &str) -> &str {
     frames(shown).last().unwrap_or_default()
 }
 
-/// Item 1 for get: a get that fails (a block of a file without redundancy
+/// Issue 15 item 1 for get: a get that fails (a block of a file without redundancy
 /// rotted on disk) leaves no local file, not even a temporary one, and
 /// leaves a file it was to replace as it was.
 fn a_failed_get_leaves_no_local_file(up: &Up) {
