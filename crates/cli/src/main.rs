@@ -317,7 +317,7 @@ fn run() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::Cli;
+    use super::{error_text, Cli};
     use clap::CommandFactory;
 
     /// Every command of `nasd`, with its path (`nasd admin add-user`), built
@@ -405,5 +405,17 @@ mod tests {
         for (path, cmd) in commands.iter().filter(|(p, _)| p.starts_with("nasd bench ")) {
             assert!(!takes_user(cmd), "{path} offers --user");
         }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        // An error whose message quotes its source (thiserror's `#[from]`) under a context.
+        let io = std::io::Error::from_raw_os_error(21);
+        let e = anyhow::Error::new(nasd_fs::FsError::Io(io)).context("cannot create /docs/x");
+        let text = error_text(&e);
+        assert_eq!(text, "cannot create /docs/x: connection to the manager failed: Is a directory (os error 21)");
+        // Causes that add something are all kept, in order.
+        let e = anyhow::anyhow!("no space left on drive 2").context("cannot write /docs/big").context("put big");
+        assert_eq!(error_text(&e), "put big: cannot write /docs/big: no space left on drive 2");
     }
 }
