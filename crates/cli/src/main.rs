@@ -153,13 +153,14 @@ impl Command {
 }
 
 impl Command {
-    /// Runs daemons (until stopped) rather than one command.
+    /// Serves until stopped (daemons, a mount) rather than running one command.
     fn is_daemon(&self) -> bool {
         matches!(
             self,
             Command::Up(_)
                 | Command::Manager(_)
                 | Command::Drive(_)
+                | Command::Mount(_)
                 | Command::Auth(auth_cmd::AuthArgs { command: None, .. })
         )
     }
