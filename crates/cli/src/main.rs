@@ -4,6 +4,7 @@
 mod bench;
 mod bench_fs;
 mod bench_mount;
+mod bench_small;
 mod bench_soak;
 mod bench_stripe;
 mod cluster_cmd;

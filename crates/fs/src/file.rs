@@ -15,13 +15,21 @@
 //!   quarter into its lease (by a timer, so also when the writer pauses) or
 //!   once larger than [`TXN_BYTES_MAX`](crate::TXN_BYTES_MAX); the next write
 //!   begins the next one.
+//! - **Small files** (issue 14): a file created with a small-file threshold
+//!   keeps its bytes below it in the manager's metadata store. Reads and
+//!   writes of that range go to the manager (`READ_SMALL`, `WRITE_SMALL`,
+//!   at most [`SMALL_IO_MAX`] bytes each) and are split from the rest at the
+//!   threshold; the bytes at and past it go through the engine as above.
+//!   A small write is stable when its request returns (one metadata
+//!   transaction with the size): it is not part of the write transaction
+//!   and is not rolled back with it.
 
 use crate::binder::FileBinder;
 use crate::txn::{Timer, Txn, TXN_LEASE_FRACTION};
 use crate::{no_space, FsClient, FsError};
 use nasd_proto::fs::{FileAttr, FsStatus, Ino};
 use nasd_proto::layout::{Layout, Scheme};
-use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode};
+use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode, SMALL_IO_MAX};
 use nasd_proto::rights;
 use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
@@ -66,6 +74,9 @@ struct Inner {
     binder: Arc<FileBinder>,
     striper: Striper,
     geometry: Geometry,
+    /// The small-file threshold: bytes below it live in the metadata store
+    /// (0: every byte on the components).
+    small: u64,
     /// One past the last byte this file wrote (0: nothing).
     written_end: AtomicU64,
     io: tokio::sync::Mutex<Io>,
@@ -114,6 +125,12 @@ impl Inner {
         let end = offset.saturating_add(len).min(size);
         let piece = self.fs.transfer_piece() as u64;
         let mut at = offset;
+        if at < end.min(self.small) {
+            let upto = end.min(self.small);
+            self.read_small(at, upto, dst).await?;
+            at = upto;
+            io.last_read_end = Some(at);
+        }
         while at < end {
             self.binder.ensure(rights::READ).await?;
             let n = piece.min(end - at);
@@ -135,6 +152,25 @@ impl Inner {
         }
         dst.flush().await.map_err(FsError::Local)?;
         Ok(at.saturating_sub(offset))
+    }
+
+    /// Reads `[from, to)` below the small-file threshold from the manager
+    /// into `dst`; zeros past what the manager holds (bytes this file wrote
+    /// past it on the components, not yet committed, make it longer here).
+    async fn read_small(&self, from: u64, to: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<(), FsError> {
+        let mut at = from;
+        while at < to {
+            let len = (to - at).min(SMALL_IO_MAX as u64) as u32;
+            let req = ManagerRequest::ReadSmall { handle: self.handle, offset: at, len };
+            let mut bytes = match self.fs.call(&req).await? {
+                ManagerReply::SmallData(bytes) if bytes.len() <= len as usize => bytes,
+                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            };
+            bytes.resize(len as usize, 0);
+            dst.write_all(&bytes).await.map_err(FsError::Local)?;
+            at += len as u64;
+        }
+        Ok(())
     }
 
     async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
@@ -201,6 +237,17 @@ impl Inner {
         if offset.checked_add(len).is_none_or(|end| end > max) {
             return Err(FsError::Stripe(StripeError::OutOfRange { offset, len, max }));
         }
+        let (offset, data) = if offset < self.small {
+            let below = ((self.small - offset) as usize).min(data.len());
+            self.write_small(io, offset, &data[..below]).await?;
+            if below == data.len() {
+                return Ok(());
+            }
+            (self.small, &data[below..])
+        } else {
+            (offset, data)
+        };
+        let len = data.len() as u64;
         self.binder.clear_error();
         self.binder.ensure(rights::WRITE).await?;
         if io.txn.as_ref().is_some_and(Txn::due) {
@@ -237,6 +284,26 @@ impl Inner {
         if txn.due() {
             self.commit(io).await?;
         }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, all below the small-file threshold, to the
+    /// manager: stable when this returns. Under the open write transaction
+    /// if there is one (the manager refuses small writes while another
+    /// writer's is open).
+    async fn write_small(&self, io: &mut Io, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let txn = io.txn.as_ref().map_or(0, |t| t.id);
+        let mut at = offset;
+        for chunk in data.chunks(SMALL_IO_MAX) {
+            let req = ManagerRequest::WriteSmall { handle: self.handle, txn, offset: at, data: chunk.to_vec() };
+            match self.fs.call(&req).await? {
+                ManagerReply::Entry(_) => {}
+                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            }
+            at += chunk.len() as u64;
+            self.written_end.fetch_max(at, Ordering::Relaxed);
+        }
+        io.read_ahead.invalidate();
         Ok(())
     }
 
@@ -515,6 +582,7 @@ impl File {
             });
         };
         let open = if writable { OpenMode::RefreshWrite } else { OpenMode::Read };
+        let small = u64::from(access.small_threshold);
         let binder = Arc::new(FileBinder::new(fs.clone(), handle, open, entry.attr, access)?);
         let geometry = Geometry::new(binder.layout()).map_err(|e| FsError::Protocol(format!("{path}: {e}")))?;
         let striper = Striper::with_options(fs.drive_pool(), binder.clone(), fs.stripe_options())
@@ -529,6 +597,7 @@ impl File {
                 binder,
                 striper,
                 geometry,
+                small,
                 written_end: AtomicU64::new(0),
                 io: tokio::sync::Mutex::new(Io {
                     read_ahead,

@@ -58,6 +58,14 @@ pub trait Txn {
     /// Removes an inode's extended attribute; whether it existed.
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus>;
 
+    /// A regular file's small-file row: its threshold (its bytes below it
+    /// live here) and the stored bytes (at most the threshold; bytes past
+    /// them up to the file's size are zeros). `None`: the file keeps every
+    /// byte on its components. Removed with the inode.
+    fn get_small(&mut self, ino: Ino) -> Result<Option<(u32, Vec<u8>)>, FsStatus>;
+    /// Creates or replaces a file's small-file row.
+    fn put_small(&mut self, ino: Ino, threshold: u32, bytes: &[u8]) -> Result<(), FsStatus>;
+
     /// A quota.
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;
     /// Inserts or replaces a quota.

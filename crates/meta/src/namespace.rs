@@ -22,6 +22,8 @@ pub struct Namespace<B: Backend> {
     pub(crate) backend: B,
     /// [`DIR_DEPTH_MAX`], smaller in tests.
     pub(crate) dir_depth_max: usize,
+    /// The small-file threshold new regular files get (0: none; [`crate::small`]).
+    pub(crate) small_threshold: u32,
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -259,7 +261,7 @@ impl<B: Backend> Namespace<B> {
             t.put_inode(&root)?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
         })?;
-        Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX })
+        Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX, small_threshold: 0 })
     }
 
     /// The same name space with a smaller [`DIR_DEPTH_MAX`] (tests).
@@ -418,6 +420,7 @@ impl<B: Backend> Namespace<B> {
             inode.components = place_components(t, &layout, place)?;
             add_new(t, parent, name, &inode, now)?;
             crate::layouts::put_components(t, &inode)?;
+            crate::small::start_small(t, inode.attr.ino, self.small_threshold)?;
             Ok((inode, true))
         })
     }
@@ -691,7 +694,10 @@ impl<B: Backend> Namespace<B> {
             let mut n = get(t, ino)?;
             check_sizable(&n)?;
             let old = n.clone();
-            n.attr.size = size;
+            // A drive's object holds no byte below a small-file threshold: a
+            // length at or below it says nothing of the bytes kept there.
+            let threshold = crate::small::threshold_of(t, ino)?;
+            n.attr.size = if threshold > 0 && size <= threshold as u64 { old.attr.size } else { size };
             n.attr.mtime_ns = mtime_ns;
             n.attr.ctime_ns = now_ns();
             quotas::check_room(t, Some(&old), &n)?;
@@ -746,6 +752,9 @@ fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Res
     }
     let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
     quotas::put(t, &n)?;
+    if let Some(size) = set.size {
+        crate::small::cut_small(t, ino, size)?;
+    }
     Ok((n, intents))
 }
 
@@ -770,6 +779,7 @@ fn open_existing(
         n.attr.mtime_ns = now;
         n.attr.ctime_ns = now;
         quotas::put(t, &n)?;
+        crate::small::cut_small(t, n.attr.ino, 0)?;
     }
     Ok(n)
 }

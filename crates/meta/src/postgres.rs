@@ -149,8 +149,15 @@ CREATE TABLE quotas (
     PRIMARY KEY (kind, id));
 "#;
 
+/// Version 2 to 3: small files (issue 14), the bytes of a file below its
+/// small-file threshold.
+const V3: &str = r#"
+CREATE TABLE small_data (
+    ino BIGINT PRIMARY KEY REFERENCES inodes (ino), threshold BIGINT NOT NULL, bytes BYTEA NOT NULL);
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -940,6 +947,7 @@ impl Txn for PgTxn<'_> {
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM xattrs WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM small_data WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
         Ok(())
     }
@@ -1028,6 +1036,24 @@ impl Txn for PgTxn<'_> {
 
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0)
+    }
+
+    fn get_small(&mut self, ino: Ino) -> Result<Option<(u32, Vec<u8>)>, FsStatus> {
+        let row = self.query_opt("SELECT threshold, bytes FROM small_data WHERE ino = $1", &[&(ino as i64)])?;
+        self.decode_opt(row, |r| {
+            let t: i64 = get_at(r, 0)?;
+            let threshold = u32::try_from(t).map_err(|_| format!("small-file threshold {t} out of range"))?;
+            Ok((threshold, get_at::<Vec<u8>>(r, 1)?))
+        })
+    }
+
+    fn put_small(&mut self, ino: Ino, threshold: u32, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_data (ino, threshold, bytes) VALUES ($1, $2, $3) \
+             ON CONFLICT (ino) DO UPDATE SET threshold = excluded.threshold, bytes = excluded.bytes",
+            &[&(ino as i64), &(threshold as i64), &bytes],
+        )?;
+        Ok(())
     }
 
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {

@@ -169,8 +169,15 @@ CREATE TABLE xattrs (
     PRIMARY KEY (ino, name)) WITHOUT ROWID;
 ";
 
+/// Version 4 to 5: small files (issue 14), the bytes of a file below its
+/// small-file threshold.
+const V5: &str = "
+CREATE TABLE small_data (
+    ino INTEGER PRIMARY KEY REFERENCES inodes (ino), threshold INTEGER NOT NULL, bytes BLOB NOT NULL);
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -545,6 +552,7 @@ impl Txn for SqliteTxn<'_> {
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = ?1", [ino as i64])?;
         self.exec("DELETE FROM xattrs WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM small_data WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -694,6 +702,25 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2", params![ino as i64, name])? > 0)
+    }
+
+    fn get_small(&mut self, ino: Ino) -> Result<Option<(u32, Vec<u8>)>, FsStatus> {
+        let mut st =
+            self.c.prepare_cached("SELECT threshold, bytes FROM small_data WHERE ino = ?1").map_err(internal)?;
+        let row = st
+            .query_row([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .optional()
+            .map_err(internal)?;
+        row.map(|(t, bytes)| Ok((u32::try_from(t).map_err(|_| FsStatus::Internal)?, bytes))).transpose()
+    }
+
+    fn put_small(&mut self, ino: Ino, threshold: u32, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_data (ino, threshold, bytes) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (ino) DO UPDATE SET threshold = excluded.threshold, bytes = excluded.bytes",
+            params![ino as i64, threshold as i64, bytes],
+        )?;
+        Ok(())
     }
 
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {

@@ -8,6 +8,7 @@
 
 mod conformance;
 mod conformance_files;
+mod conformance_small;
 mod failing;
 mod pg_server;
 
