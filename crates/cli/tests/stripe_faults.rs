@@ -83,10 +83,13 @@ const THROTTLE_MIB_S: &str = "24";
 
 // ------------------------------------------------------------------ set-up
 
-/// `[manager]` lines: default layout, the short lease, a rebuild delay.
+/// `[manager]` lines: default layout, the short lease, a rebuild delay, and
+/// every byte on the drives (no small-file path: these tests check the
+/// stripes, copies and parity the drives hold, and their rollback).
 fn manager_settings(layout: &str, rebuild_delay_secs: u64) -> String {
     format!(
-        "default_layout = \"{layout}\"\nwrite_lease_secs = {LEASE_SECS}\nrebuild_delay_secs = {rebuild_delay_secs}\n"
+        "default_layout = \"{layout}\"\nwrite_lease_secs = {LEASE_SECS}\nrebuild_delay_secs = {rebuild_delay_secs}\n\
+         small_file_threshold = 0\n"
     )
 }
 
