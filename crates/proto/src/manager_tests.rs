@@ -218,6 +218,15 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(24),
         ),
+        (
+            "READ_SMALL {ino 42, mac 68x32} offset 4096 len 512",
+            ManagerRequest::ReadSmall { handle: handle(42), offset: 4096, len: 512 }.encode(25),
+        ),
+        (
+            "WRITE_SMALL {ino 42, mac 68x32} txn 0 offset 10 \"abc\"",
+            ManagerRequest::WriteSmall { handle: handle(42), txn: 0, offset: 10, data: b"abc".to_vec() }.encode(26),
+        ),
+        ("SMALL_DATA reply \"abc\"", ManagerReply::SmallData(b"abc".to_vec()).encode(25)),
     ]
 }
 
@@ -272,7 +281,15 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "000018000000000000000f0101000000400000000001640000000000000000100000000000000200000000000000000000040000",
         "0000",
+    ),    concat!(
+        "1c0019000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680010",
+        "00000000000000020000",
     ),
+    concat!(
+        "1d001a000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680000",
+        "0000000000000a0000000000000003000000616263",
+    ),
+    "000019000000000000001003000000616263",
 ];
 
 #[test]
