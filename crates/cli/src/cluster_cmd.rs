@@ -204,7 +204,8 @@ async fn follow(fs: &FsClient, action: RepairAction) -> anyhow::Result<ClusterSt
         let p = pick(&s);
         show(&bar, action, &p);
         // A scrub or rebalance shows in the status from its request until it has finished (its
-        // total of files grows as it goes); a rebuild round from its start until it is done.
+        // total of files grows as it goes); a requested rebuild from its request until the repair
+        // pass that took it has ended (at least one file more than done meanwhile).
         let finished = match action {
             RepairAction::Rebuild => p.files_total == 0 || p.files_done >= p.files_total,
             RepairAction::Scrub | RepairAction::Rebalance => p == Progress::default(),

@@ -27,15 +27,27 @@
 //! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
 //! write_data_integrity_waived = []  # drives (numbers) whose partition alone is exempt
 //! metadata = "postgres://nasd@db.example.com/nasd"  # [default: sqlite:DATA/meta.sqlite]
+//! auth = "nasd.example.com:7299" # the authentication server whose identities it accepts
+//! auth_ca_cert = "/etc/nasd/ca.pem"
+//! auth_token_file = "/var/lib/nasd/auth/service.token"
+//!
+//! [auth]                         # nasd auth (authentication server)
+//! data = "/var/lib/nasd/auth"
+//! listen = "0.0.0.0:7299"
+//! tls_names = ["nasd.example.com"]
+//! identity_lifetime_secs = 3600
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
+//! failover = ["nasd2.example.com:7300"]  # more managers on the same metadata, tried if it is down
 //! server_name = "nasd.example.com"
 //! ca_cert = "/etc/nasd/ca.pem"
 //! user = "alice"
 //! password_file = "/home/alice/.nasd-password"
 //! data_integrity = true
 //! reply_timeout_secs = 60        # longest wait for the manager or a drive at any one step
+//! auth = "nasd.example.com:7299" # log in here and use the identity key with the manager
+//! role = 7                       # the role to assume [default: none]
 //!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
@@ -68,6 +80,9 @@ pub struct ConfigFile {
     /// How user and admin commands reach the manager.
     #[serde(default)]
     pub client: ClientSection,
+    /// Settings of `nasd auth`.
+    #[serde(default)]
+    pub auth: AuthSection,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -159,6 +174,27 @@ pub struct ManagerSection {
     /// [default: sqlite:DATA/meta.sqlite]. A password here makes this file
     /// a secret: keep it 0600.
     pub metadata: Option<String>,
+    /// The authentication server (`host:port`) whose identity keys the
+    /// manager accepts (`LOGIN_IDENTITY`) and installs on its drives.
+    pub auth: Option<String>,
+    /// The name its certificate carries [default: localhost].
+    pub auth_server_name: Option<String>,
+    /// The CA certificate that signed it [default: the manager's CA].
+    pub auth_ca_cert: Option<PathBuf>,
+    /// The service token file the authentication server wrote (`service.token`).
+    pub auth_token_file: Option<PathBuf>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    pub data: Option<PathBuf>,
+    pub listen: Option<String>,
+    /// Host names and addresses its TLS certificate names.
+    pub tls_names: Option<Vec<String>>,
+    /// How long an identity key is valid after login [default: 3600].
+    pub identity_lifetime_secs: Option<u64>,
 }
 
 /// `[client]`.
@@ -166,6 +202,10 @@ pub struct ManagerSection {
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {
     pub manager: Option<String>,
+    /// More managers of the same file system (one PostgreSQL database, one
+    /// `manager.key`), tried in order when the one in use does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover: Vec<String>,
     pub server_name: Option<String>,
     pub ca_cert: Option<PathBuf>,
     pub user: Option<String>,
@@ -175,6 +215,11 @@ pub struct ClientSection {
     /// before it fails with a time-out [default: 60]. A drive's waits stay
     /// within the striping engine's 30 s deadline per request as well.
     pub reply_timeout_secs: Option<u64>,
+    /// The authentication server (`host:port`): when set, commands log in
+    /// there and use the identity key it gives with the manager.
+    pub auth: Option<String>,
+    /// The role to assume when logging in there [default: none; $NASD_ROLE].
+    pub role: Option<u32>,
 }
 
 /// `[up]`.
@@ -187,6 +232,8 @@ pub struct UpSection {
     pub first_drive_port: Option<u16>,
     /// Capacity of each drive, e.g. "20GiB" [default: 90% of free space, shared].
     pub drive_capacity: Option<String>,
+    /// Port of the authentication server [default: manager_port - 1].
+    pub auth_port: Option<u16>,
 }
 
 /// Reads and parses the file.

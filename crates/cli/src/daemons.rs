@@ -391,6 +391,25 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         write_integrity_waived: file.write_data_integrity_waived.iter().flatten().copied().collect(),
         metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
+        auth: match &file.auth {
+            None => None,
+            Some(addr) => {
+                let token_file = file
+                    .auth_token_file
+                    .clone()
+                    .context("[manager] auth needs auth_token_file (the authentication server's service.token)")?;
+                let ca_cert = file
+                    .auth_ca_cert
+                    .clone()
+                    .context("[manager] auth needs auth_ca_cert (the CA that signed its certificate)")?;
+                Some(nasd_manager::identity::AuthLink {
+                    addr: addr.clone(),
+                    server_name: file.auth_server_name.clone().unwrap_or_else(|| "localhost".into()),
+                    ca_cert,
+                    token: nasd_crypto::read_key_file(&token_file)?,
+                })
+            }
+        },
         ..d
     })
 }
@@ -600,6 +619,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         client: config::ClientSection,
     }
     let client = config::ClientSection {
+        failover: Vec::new(),
         manager: Some(manager),
         server_name: Some(server_name),
         ca_cert: Some(absolute(&m.tls.ca)),
@@ -607,6 +627,8 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         password_file: m.password_file.exists().then(|| absolute(&m.password_file)),
         data_integrity: None,
         reply_timeout_secs: None,
+        auth: None,
+        role: None,
     };
     let section = toml::to_string_pretty(&OnlyClient { client })?;
     let section = section.trim();
@@ -751,9 +773,47 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         cluster.manager.default_layout = Some(up_default_layout(n).to_string());
     }
     cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
-    let config = manager_config(&cluster.manager, None)?;
+    // The authentication server: its own directory, the manager's certificate, the port
+    // below the manager's. The manager accepts its identities and installs its shared keys
+    // on the drives.
+    anyhow::ensure!(
+        manager_port > 1,
+        "--manager-port must be above 1 (the authentication server takes the port below)"
+    );
+    // A port recorded at the first start is the server's; a new cluster's is the one below
+    // the manager's, or any free one if that is taken (recorded either way).
+    let auth_listener = match cluster.up.auth_port {
+        Some(port) => crate::auth_cmd::bind_auth(([127, 0, 0, 1], port).into()).await?,
+        None => match tokio::net::TcpListener::bind(("127.0.0.1", manager_port - 1)).await {
+            Ok(l) => l,
+            Err(_) => crate::auth_cmd::bind_auth(([127, 0, 0, 1], 0).into()).await?,
+        },
+    };
+    let auth_listen = auth_listener.local_addr()?;
+    let auth_port = auth_listen.port();
+    let auth_dir = data.join("auth");
+    let auth = nasd_auth::AuthServer::open(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth))?;
+    let manager_tls = nasd_manager::tls::TlsFiles::in_dir(&data.join("manager").join("tls"));
+    let mut config = manager_config(&cluster.manager, None)?;
+    config.auth = Some(nasd_manager::identity::AuthLink {
+        addr: auth_listen.to_string(),
+        server_name: "localhost".into(),
+        ca_cert: manager_tls.ca.clone(),
+        token: auth.service_token().clone(),
+    });
+    drop(auth);
     let metadata = config.metadata(&data.join("manager"));
     let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
+    // Its administrator is the manager's, with the same password.
+    let admin_password = std::fs::read_to_string(&m.password_file).ok().map(|p| p.trim_end().to_string());
+    let auth =
+        crate::auth_cmd::open_auth(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth), admin_password).await?;
+    let auth_task = tokio::spawn(crate::auth_cmd::serve_auth(
+        auth,
+        auth_listener,
+        nasd_manager::tls::acceptor(&m.tls)?,
+        stop_rx.clone(),
+    ));
     for d in &drives {
         if !m.manager.drives().iter().any(|h| h.drive_id == d.id) {
             m.manager
@@ -780,8 +840,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         manager_port: Some(manager_port),
         first_drive_port: Some(first_port),
         drive_capacity: capacity.map(size::human),
+        auth_port: Some(auth_port),
     };
     cluster.client = config::ClientSection {
+        failover: Vec::new(),
         manager: Some(manager_listen.to_string()),
         server_name: Some("localhost".into()),
         ca_cert: Some(m.tls.ca.clone()),
@@ -789,10 +851,12 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
         reply_timeout_secs: cluster.client.reply_timeout_secs,
+        auth: cluster.client.auth.clone(),
+        role: cluster.client.role,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
     let stop = shutdown_signal();
-    print_banner(&data, &config_path, manager_listen, &drives, &metadata);
+    print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata);
     let server = serve_manager(&m, manager_listen, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
@@ -809,6 +873,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     for t in drive_tasks {
         t.await??;
     }
+    auth_task.await??;
     served?;
     eprintln!("nasd stopped cleanly; `nasd up` again resumes the same data");
     Ok(())
@@ -853,6 +918,7 @@ fn print_banner(
     data: &Path,
     config: &Path,
     manager: SocketAddr,
+    auth: SocketAddr,
     drives: &[UpDrive],
     metadata: &nasd_manager::Location,
 ) {
@@ -865,6 +931,7 @@ fn print_banner(
     eprintln!();
     eprintln!("nasd is up");
     eprintln!("  manager   {manager} (TLS)");
+    eprintln!("  auth      {auth} (TLS; with auth = \"{auth}\" in [client], commands log in there)");
     eprintln!("  drives    {} x {capacity} ({first} .. {last})", drives.len());
     eprintln!("  data      {}", data.display());
     eprintln!("  metadata  {metadata}");
@@ -1021,6 +1088,7 @@ impl LocalCluster {
         let m = open_manager(&data.join("manager"), &default_tls_names(), setup.manager.clone()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = config::ClientSection {
+            failover: Vec::new(),
             manager: Some(listener.local_addr()?.to_string()),
             server_name: Some("localhost".into()),
             ca_cert: Some(m.tls.ca.clone()),
@@ -1028,6 +1096,8 @@ impl LocalCluster {
             password_file: Some(m.password_file.clone()),
             data_integrity: Some(true),
             reply_timeout_secs: None,
+            auth: None,
+            role: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
         let manager = m.manager.clone();

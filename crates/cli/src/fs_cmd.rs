@@ -359,6 +359,10 @@ impl AdminCommand {
 
 /// Logs in with the `[client]` settings (overridable with `--user`).
 pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Result<FsClient> {
+    if section.auth.is_some() {
+        let (_, grant, name) = crate::auth_cmd::login_auth(section, user, None).await?;
+        return login_with_identity(section, &grant, &name).await;
+    }
     let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
     let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
     let ca_cert = section.ca_cert.clone().with_context(|| format!("no ca_cert configured: {hint}"))?;
@@ -367,6 +371,7 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
     let password = password_for(&user, section)?;
     let config = FsConfig {
         manager: manager.clone(),
+        failover: section.failover.clone(),
         server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
         ca_cert,
         user: user.clone(),
@@ -383,9 +388,33 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
     })
 }
 
+/// Logs in to the manager with an identity from the authentication server.
+pub async fn login_with_identity(
+    section: &ClientSection,
+    grant: &nasd_login::auth_client::IdentityGrant,
+    user: &str,
+) -> anyhow::Result<FsClient> {
+    let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
+    let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
+    let ca_cert = section.ca_cert.clone().with_context(|| format!("no ca_cert configured: {hint}"))?;
+    let config = FsConfig {
+        manager: manager.clone(),
+        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
+        ca_cert,
+        data_integrity: section.data_integrity.unwrap_or(true),
+        reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
+        identity: Some((grant.credential, grant.idkey.clone())),
+        user: user.to_string(),
+        ..Default::default()
+    };
+    FsClient::connect(&config)
+        .await
+        .map_err(|e| anyhow::anyhow!("login by identity (uid {}) at {manager} failed: {e}", grant.uid))
+}
+
 /// $NASD_PASSWORD, else the configured password file (only for the
 /// configured user), else a prompt.
-fn password_for(user: &str, section: &ClientSection) -> anyhow::Result<String> {
+pub(crate) fn password_for(user: &str, section: &ClientSection) -> anyhow::Result<String> {
     if let Ok(p) = std::env::var("NASD_PASSWORD") {
         return Ok(p);
     }

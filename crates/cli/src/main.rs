@@ -1,6 +1,7 @@
 //! `nasd`: start a cluster, run its daemons, use and administer the file
 //! system, look after drives, measure.
 
+mod auth_cmd;
 mod bench;
 mod bench_fs;
 mod bench_mount;
@@ -47,6 +48,9 @@ enum Command {
     Manager(daemons::ManagerArgs),
     /// Run a storage drive: keeps objects in DIR and serves them on ADDR.
     Drive(daemons::DriveArgs),
+    /// Run the authentication server (users, roles, groups, identity keys),
+    /// or, with a subcommand, log in there or administer it.
+    Auth(auth_cmd::AuthArgs),
     #[command(flatten)]
     Fs(fs_cmd::FsCommand),
     /// Mount the file system at MOUNTPOINT (FUSE) and serve it until Ctrl-C,
@@ -143,10 +147,15 @@ impl Command {
             Command::Repair(args) => Some(&args.login),
             Command::Mount(args) => Some(&args.login),
             Command::Admin(cmd) => cmd.login(),
+            Command::Auth(auth_cmd::AuthArgs { command: Some(_), .. }) => Some(&AUTH_LOGIN),
             _ => None,
         }
     }
 }
+
+/// `nasd auth` subcommands log in at the authentication server as the
+/// top-level `--user` (or the configured user).
+static AUTH_LOGIN: Login = Login { user: None };
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -197,6 +206,10 @@ fn run() -> anyhow::Result<()> {
         Command::Up(args) => rt.block_on(daemons::up(args, file)),
         Command::Manager(args) => rt.block_on(daemons::run_manager(args, file.manager)),
         Command::Drive(args) => rt.block_on(daemons::run_drive(args, file.drive)),
+        Command::Auth(auth_cmd::AuthArgs { command: Some(cmd), .. }) => {
+            rt.block_on(auth_cmd::run(&file.client, user.as_deref(), cmd))
+        }
+        Command::Auth(args) => rt.block_on(auth_cmd::run_daemon(args, file.auth)),
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
         Command::Mount(args) => rt.block_on(async { mount_cmd::run(login().await?, args).await }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),

@@ -318,6 +318,7 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
 
         // ...and the drive dies right after, well inside its commit interval.
         drive.crash_and_restart();
+        readmit_without_recovery(&m, files[0].1.map_epoch).await;
         for ((_, access), want) in files.iter().zip([100, 0]) {
             let mut c = capability_client(addr, access).await;
             let size = c
@@ -329,6 +330,16 @@ fn a_truncation_survives_a_drive_crash_right_after_the_reply() {
         }
     });
     drive.daemon.terminate();
+}
+
+/// Ends the fence of the manager's one drive after its restart (`SET_MAP_EPOCH`
+/// at `epoch`) *without* the recovery that normally precedes it: recovery
+/// re-applies the logged revocations and removals, which would hide a drive
+/// that lost them — the durability these tests check.
+async fn readmit_without_recovery(m: &nasd_manager::Manager, epoch: u32) {
+    let drives = m.drives();
+    assert_eq!(drives.len(), 1, "one drive");
+    drives[0].set_map_epoch(epoch.max(1)).await.expect("readmit the restarted drive");
 }
 
 #[test]
@@ -370,6 +381,9 @@ fn a_revocation_survives_a_drive_crash_right_after_the_reply() {
 
         // ...and the drive dies right after, well inside its commit interval.
         drive.crash_and_restart();
+        let fenced = use_it().await.expect_err("a restarted drive is fenced until readmitted");
+        assert_eq!(fenced.status(), Some(Status::MapEpochMoved));
+        readmit_without_recovery(&m, access.map_epoch).await;
         let after = use_it().await.expect_err("a crashed drive must not bring the old access control version back");
         assert_eq!(after.status(), Some(Status::AccessRevoked));
     });

@@ -34,8 +34,8 @@ pub use key::{Key, KEY_LEN};
 pub use key_file::{create_key_file, load_or_create_key_file, read_key_file};
 pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};
 pub use protect::{
-    capability_key, identity_key, key_context, mint_capability, unseal_capability, DataProtector, FrameKeys,
-    StoredDigestMismatch, TagMismatch, UnitMac, Units,
+    capability_key, identity_key, identity_login_proof, key_context, mint_capability, unseal_capability, DataProtector,
+    FrameKeys, StoredDigestMismatch, TagMismatch, UnitMac, Units, IDENTITY_LOGIN_PURPOSE,
 };
 pub use seal::{
     open, open_key, seal, seal_key, seal_with_nonce, xor_keystream, OpenError, SEALED_KEY_LEN, SEAL_NONCE_LEN,

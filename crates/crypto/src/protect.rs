@@ -178,6 +178,18 @@ pub fn identity_key(shared: &Key, data: &IdentityData) -> Option<Key> {
     Some(Key::from_bytes(mac(alg, shared, &[&data.encode()])))
 }
 
+/// Key-derivation purpose of [`identity_login_proof`].
+pub const IDENTITY_LOGIN_PURPOSE: &str = "nasd v1 manager identity login";
+
+/// The proof of an identity a client gives the file manager
+/// (`LOGIN_IDENTITY`): `MAC_alg(derive(idkey, IDENTITY_LOGIN_PURPOSE),
+/// credential)`. One-way from `idkey`, so a proof the manager sees (or a
+/// log of it) cannot MAC a drive request. `None` for an unknown algorithm.
+pub fn identity_login_proof(idkey: &Key, data: &IdentityData) -> Option<MacValue> {
+    let alg = MacAlgorithm::from_id(data.algorithm)?;
+    Some(mac(alg, &idkey.derive(IDENTITY_LOGIN_PURPOSE), &[&data.encode()]))
+}
+
 fn capability_seal_key(working: &Key) -> Key {
     working.derive("nasd v1 capability seal")
 }

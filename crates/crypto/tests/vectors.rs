@@ -17,7 +17,7 @@
 //! - identity key K = 32 × 0x88 (key id 2), credential [`identity`]; seal
 //!   nonce 24 × 0x99 (identity key).
 //!
-//! Vectors (a)–(g) are PROTOCOL.md's S1–S7; (h) is S8; (i)–(k) are S9–S11,
+//! Vectors (a)–(g) are PROTOCOL.md's S1–S7; (h) is S8; (i)–(l) are S9–S12,
 //! and `dsfs_vectors_are_published_in_protocol_md` checks those are in
 //! PROTOCOL.md byte for byte.
 
@@ -25,8 +25,8 @@ use chacha20::cipher::{KeyIvInit, StreamCipher};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use hmac::Mac as _;
 use nasd_crypto::{
-    capability_key, identity_key, key_context, open_key, seal_with_nonce, unseal_capability, FileHandleKey, FrameKeys,
-    Key, MacAlgorithm,
+    capability_key, identity_key, identity_login_proof, key_context, open_key, seal_with_nonce, unseal_capability,
+    FileHandleKey, FrameKeys, Key, MacAlgorithm,
 };
 use nasd_proto::{
     nonce, opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Region,
@@ -552,6 +552,20 @@ fn k_sealed_identity_key() {
     assert!(open_key(&drive, &key_context(opcode::SET_IDENTITY_KEY, 0, 3), &sealed).is_err());
 }
 
+const L_PROOF: &str = "8656397b33ba1913eeb4b63fa1d1f7262527479d287841747cd7e549be1a55e8";
+
+/// S12: the proof a client gives the manager with `LOGIN_IDENTITY`.
+#[test]
+fn l_identity_login_proof() {
+    let idkey = identity_key(&Key::from_bytes(IDENTITY_KEY), &identity(1)).unwrap();
+    let proof = identity_login_proof(&idkey, &identity(1)).unwrap();
+    check("L_PROOF", &proof, L_PROOF);
+    // keyed BLAKE3 under derive_key("nasd v1 manager identity login", idkey) of the credential.
+    let k = derive("nasd v1 manager identity login", idkey.expose());
+    assert_eq!(proof, keyed_blake3(&k, &[&identity(1).encode()]));
+    assert_ne!(&proof, idkey.expose(), "the proof is not the identity key");
+}
+
 /// S9–S11 are in PROTOCOL.md exactly as computed here.
 #[test]
 fn dsfs_vectors_are_published_in_protocol_md() {
@@ -564,6 +578,7 @@ fn dsfs_vectors_are_published_in_protocol_md() {
         ("J_FRAME", J_FRAME),
         ("K_CONTEXT", K_CONTEXT),
         ("K_SEALED", K_SEALED),
+        ("L_PROOF", L_PROOF),
     ] {
         assert!(published.iter().any(|b| b == hex), "{name} is not published in PROTOCOL.md as computed");
     }

@@ -349,9 +349,10 @@ pub async fn serve(
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let peers = Arc::new(Peers::default());
     let config = Arc::new(config);
-    let committer = tokio::spawn(commit_loop(drive.clone(), config.commit_interval));
-    // Connection tasks are joined here so that a panic in one stops the drive (`tasks`).
+    // The committer and connection tasks are joined here so that a panic in one stops the
+    // drive (`tasks`).
     let mut connections = tokio::task::JoinSet::new();
+    let committer = connections.spawn(commit_loop(drive.clone(), config.commit_interval));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

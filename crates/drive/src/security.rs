@@ -12,7 +12,7 @@ use nasd_proto::{
     SealedCapabilityPrefix, Status, ANY_OBJECT, CAPABILITY_ARGS_LEN, CAPABILITY_FORMAT_CLEAR, CAPABILITY_FORMAT_SEALED,
 };
 use nasd_store::{PalStamp, Store};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// Most nonces remembered (those inside the window). When full, requests are
@@ -146,6 +146,13 @@ pub struct Security {
     /// Each partition's minimum cluster map epoch (absent: 0), persisted as
     /// the setting `mapepoch.<partition>` (u32, little-endian).
     map_epochs: Mutex<HashMap<u64, u32>>,
+    /// Partitions fenced since this start: those with a minimum map epoch
+    /// (a manager places their objects) refuse every capability until their
+    /// manager readmits the drive with `SET_MAP_EPOCH` — after it finished
+    /// what it logged for the drive while it was away (revocations,
+    /// removals), so a returning drive never serves a removed or revoked
+    /// file's old capabilities (docs/SECURITY.md, "Readmission").
+    unadmitted: Mutex<HashSet<u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -185,6 +192,7 @@ impl Security {
                 _ => return Err(format!("drive setting {name} is not a partition's map epoch")),
             }
         }
+        let unadmitted = map_epochs.iter().filter(|(_, &e)| e > 0).map(|(&p, _)| p).collect();
         let boot_ns = store.now_ns();
         Ok(Security {
             store,
@@ -195,6 +203,7 @@ impl Security {
             nonces: Mutex::new(NonceCache::default()),
             capability_keys: Mutex::new(HashMap::new()),
             map_epochs: Mutex::new(map_epochs),
+            unadmitted: Mutex::new(unadmitted),
         })
     }
 
@@ -581,6 +590,12 @@ impl Security {
                 ),
             );
         }
+        if lock(&self.unadmitted).contains(partition) {
+            return refuse(
+                Status::MapEpochMoved,
+                "the drive restarted and its manager has not readmitted it yet: fetch new bindings from the manager",
+            );
+        }
         let mut grant = Grant::default();
         if cap.object != ANY_OBJECT {
             // An object whose version cannot be read (gone, or its
@@ -798,8 +813,9 @@ impl Security {
     }
 
     /// `SET_MAP_EPOCH`: raises a partition's minimum cluster map epoch,
-    /// durably before it applies. It only grows: a lower epoch is
-    /// `BAD_ARGUMENTS`, the same one changes nothing. Partition 0 names no
+    /// durably before it applies, and readmits the partition (ends the
+    /// fence a restart put up on its capabilities). It only grows: a lower
+    /// epoch is `BAD_ARGUMENTS`, the same one only readmits. Partition 0 names no
     /// partition (`BAD_ARGUMENTS`); like the keys and minimum protections,
     /// the partition need not exist yet.
     pub fn set_map_epoch(&self, partition: u64, epoch: u32) -> Result<(), Refusal> {
@@ -815,14 +831,14 @@ impl Security {
                 format!("the map epoch only grows: partition {partition} is at {current}, not {epoch}"),
             );
         }
-        if epoch == current {
-            return Ok(());
+        if epoch > current {
+            let name = format!("{MAP_EPOCH_SETTING}{partition}");
+            self.store
+                .put_settings(&[(name, Some(epoch.to_le_bytes().to_vec()))])
+                .map_err(|e| (e.status(), e.to_string()))?;
+            epochs.insert(partition, epoch);
         }
-        let name = format!("{MAP_EPOCH_SETTING}{partition}");
-        self.store
-            .put_settings(&[(name, Some(epoch.to_le_bytes().to_vec()))])
-            .map_err(|e| (e.status(), e.to_string()))?;
-        epochs.insert(partition, epoch);
+        lock(&self.unadmitted).remove(&partition);
         Ok(())
     }
 
@@ -849,6 +865,7 @@ impl Security {
         *lock(&self.keys) = KeyRing { master: Some(new_master), ..KeyRing::default() };
         lock(&self.capability_keys).clear();
         lock(&self.map_epochs).clear();
+        lock(&self.unadmitted).clear();
         Ok(())
     }
 
@@ -866,6 +883,7 @@ impl Security {
         lock(&self.keys).partitions.remove(&partition);
         lock(&self.capability_keys).clear();
         lock(&self.map_epochs).remove(&partition);
+        lock(&self.unadmitted).remove(&partition);
         Ok(())
     }
 }

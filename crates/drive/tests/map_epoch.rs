@@ -2,7 +2,8 @@
 //! partition's minimum, capabilities minted under an older epoch are refused
 //! with MAP_EPOCH_MOVED (after the expiry, drive and object checks, before
 //! the access control version), the minimum only grows, only the drive or
-//! partition key sets it, and it survives a restart — through a real drive
+//! partition key sets it, and it survives a restart — after which the
+//! partition is fenced until `SET_MAP_EPOCH` readmits it — through a real drive
 //! on loopback with security enforced.
 
 mod common;
@@ -90,16 +91,31 @@ async fn capabilities_of_an_older_map_are_refused_once_the_epoch_moves() {
     assert!(records.iter().any(|r| r.opcode == opcode::READ && r.status == Status::MapEpochMoved as u16));
     assert!(records.iter().any(|r| r.opcode == opcode::SET_MAP_EPOCH && r.status == 0 && r.partition == P));
 
-    // Durable: after a restart the minimum is still 5.
+    // Durable: after a restart the minimum is still 5; and the partition is
+    // fenced — even current capabilities are refused — until SET_MAP_EPOCH
+    // (the same epoch will do) readmits it. Partition 2, whose minimum is 0
+    // (no manager placed anything there), is not fenced.
     drop((admin, at3, at4, at9, partition_wide, expired, other_object, stale_acv, stale_acv_now, other));
     drop((own, wrong_partition, working));
     d.restart().await;
     let mut at4 = cap_client(&d, drive_id, o, 4, |_| {}).await;
     assert_eq!(refused(at4.getattr(P, o).await), Status::MapEpochMoved, "the epoch survives a restart");
     let mut at5 = cap_client(&d, drive_id, o, 5, |_| {}).await;
-    assert_eq!(at5.read(P, o, &[rg(0, 5)]).await.unwrap().1, b"hello");
+    let e = at5.read(P, o, &[rg(0, 5)]).await.unwrap_err();
+    assert_eq!(e.status(), Some(Status::MapEpochMoved), "fenced after the restart: {e}");
+    assert!(e.to_string().contains("not readmitted it yet"), "{e}");
+    let mut other = d.client(Drive::mint(&other_working, &other_args)).await;
+    other.create(OTHER).await.expect("a partition without a minimum epoch is not fenced");
     let mut admin = d.admin().await;
     assert_eq!(refused(admin.set_map_epoch(P, 4).await), Status::BadArguments, "still only grows");
+    assert_eq!(
+        refused(at5.read(P, o, &[rg(0, 5)]).await),
+        Status::MapEpochMoved,
+        "a refused SET_MAP_EPOCH admits nothing"
+    );
+    admin.set_map_epoch(P, 5).await.expect("readmitted at the same epoch");
+    assert_eq!(at5.read(P, o, &[rg(0, 5)]).await.unwrap().1, b"hello");
+    assert_eq!(refused(at4.getattr(P, o).await), Status::MapEpochMoved, "readmission does not lower the minimum");
 }
 
 /// Removing a partition forgets its epoch with its keys: a new partition of

@@ -44,6 +44,103 @@ pub struct Identity {
     pub admin: bool,
 }
 
+/// Why a connection to one manager was not made: it did not answer (or was
+/// shutting down), so another may; or it answered and refused (a wrong
+/// password), which another would too.
+enum Unreached {
+    Down(FsError),
+    Refused(FsError),
+}
+
+/// The managers a client may use, in order, and which one it uses now:
+/// `FsConfig::manager`, then `FsConfig::failover`.
+pub(crate) struct Managers {
+    addrs: Vec<String>,
+    current: std::sync::atomic::AtomicUsize,
+}
+
+impl Managers {
+    pub(crate) fn new(config: &FsConfig) -> Result<Managers, FsError> {
+        let mut addrs = vec![config.manager.clone()];
+        for a in &config.failover {
+            if !addrs.contains(a) {
+                addrs.push(a.clone());
+            }
+        }
+        if addrs.len() > crate::MANAGERS_MAX {
+            return Err(FsError::Setup(format!(
+                "{} manager addresses given; at most {} (MANAGERS_MAX)",
+                addrs.len(),
+                crate::MANAGERS_MAX
+            )));
+        }
+        Ok(Managers { addrs, current: std::sync::atomic::AtomicUsize::new(0) })
+    }
+
+    /// The address in use now.
+    pub(crate) fn current(&self) -> &str {
+        &self.addrs[self.current.load(std::sync::atomic::Ordering::SeqCst) % self.addrs.len()]
+    }
+
+    /// A logged-in connection: to the manager in use, or else to the next
+    /// one that answers, round after round for up to
+    /// [`crate::FAILOVER_WAIT_MAX`]; the one that answered is used from then
+    /// on. A refusal (a wrong password) ends it at once.
+    pub(crate) async fn open(&self, config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerConn, Identity), FsError> {
+        use std::sync::atomic::Ordering;
+        let n = self.addrs.len();
+        let connect_wait = if n > 1 { crate::FAILOVER_CONNECT_WAIT } else { config.reply_timeout };
+        let deadline = Instant::now() + crate::FAILOVER_WAIT_MAX;
+        loop {
+            let start = self.current.load(Ordering::SeqCst);
+            let mut last = None;
+            for i in 0..n {
+                let at = (start + i) % n;
+                match ManagerConn::open_at(&self.addrs[at], connect_wait, config, tls).await {
+                    Ok(c) => {
+                        if at != start % n {
+                            tracing::info!(from = %self.addrs[start % n], to = %self.addrs[at], "moved to another manager");
+                        }
+                        self.current.store(at, Ordering::SeqCst);
+                        return Ok(c);
+                    }
+                    Err(Unreached::Refused(e)) => return Err(e),
+                    Err(Unreached::Down(e)) => last = Some(e),
+                }
+            }
+            let e = last.expect("at least one address");
+            if n == 1 || Instant::now() >= deadline {
+                return Err(e);
+            }
+            tokio::time::sleep(FAILOVER_POLL).await;
+        }
+    }
+}
+
+/// Whether `req` only reads (resolves names, reads attributes, mints
+/// capabilities): sending it twice does what sending it once does.
+fn repeatable(req: &ManagerRequest) -> bool {
+    use ManagerRequest as R;
+    match req {
+        R::Walk { .. }
+        | R::Lookup { .. }
+        | R::GetAttr { .. }
+        | R::ReadDir { .. }
+        | R::StatFs
+        | R::GetLayout { .. }
+        | R::ClusterStatus
+        | R::GetXattr { .. }
+        | R::ListXattr { .. }
+        | R::GetQuota { .. }
+        | R::ListUsers => true,
+        R::AsUser { request, .. } => repeatable(request),
+        _ => false,
+    }
+}
+
+/// Pause between rounds over the managers while none answers.
+const FAILOVER_POLL: Duration = Duration::from_millis(100);
+
 /// A logged-in connection.
 pub(crate) struct ManagerConn {
     stream: TlsStream<TcpStream>,
@@ -89,26 +186,51 @@ pub fn connector(ca_pem: &Path) -> Result<TlsConnector, FsError> {
 }
 
 impl ManagerConn {
-    /// Connects, verifies the manager's certificate for the configured
-    /// server name, logs in; each step within `config.reply_timeout`.
-    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(Self, Identity), FsError> {
-        let (addr, server_name) = (&config.manager, &config.server_name);
-        let deadline = (addr.clone(), config.reply_timeout);
-        let socket = within(&deadline, "accept the connection", TcpStream::connect(addr)).await.map_err(|e| {
-            FsError::Setup(format!("cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"))
+    /// Connects to the manager at `addr`, verifies its certificate for the
+    /// configured server name, logs in; each step within
+    /// `config.reply_timeout` (the connection within `connect_wait`).
+    async fn open_at(
+        addr: &str,
+        connect_wait: Duration,
+        config: &FsConfig,
+        tls: &TlsConnector,
+    ) -> Result<(Self, Identity), Unreached> {
+        let server_name = &config.server_name;
+        let deadline = (addr.to_string(), config.reply_timeout);
+        let connecting = (addr.to_string(), connect_wait.min(config.reply_timeout));
+        let socket = within(&connecting, "accept the connection", TcpStream::connect(addr)).await.map_err(|e| {
+            Unreached::Down(FsError::Setup(format!(
+                "cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"
+            )))
         })?;
-        socket.set_nodelay(true)?;
-        let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
-            .map_err(|_| FsError::Setup(format!("'{server_name}' is not a valid TLS server name")))?;
+        socket.set_nodelay(true).map_err(|e| Unreached::Down(e.into()))?;
+        let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).map_err(|_| {
+            Unreached::Refused(FsError::Setup(format!("'{server_name}' is not a valid TLS server name")))
+        })?;
         let stream = within(&deadline, "finish TLS", tls.connect(name, socket))
             .await
-            .map_err(|e| FsError::Setup(format!("TLS with the manager at {addr} failed: {e}")))?;
+            .map_err(|e| Unreached::Down(FsError::Setup(format!("TLS with the manager at {addr} failed: {e}"))))?;
         let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline };
-        let (user, password) = (config.user.clone(), config.password.clone());
-        let login = ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password };
-        match conn.call(&login).await? {
-            ManagerReply::LoggedIn { uid, gid, admin, .. } => Ok((conn, Identity { uid, gid, admin })),
-            other => Err(FsError::Protocol(format!("unexpected login reply {other:?}"))),
+        let login = match &config.identity {
+            Some((credential, idkey)) => ManagerRequest::LoginIdentity {
+                version: MANAGER_PROTOCOL_VERSION,
+                credential: *credential,
+                proof: nasd_crypto::identity_login_proof(idkey, credential).ok_or_else(|| {
+                    Unreached::Refused(FsError::Setup("the identity credential names an unknown MAC algorithm".into()))
+                })?,
+            },
+            None => {
+                let (user, password) = (config.user.clone(), config.password.clone());
+                ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password }
+            }
+        };
+        match conn.call(&login).await {
+            Ok(ManagerReply::LoggedIn { uid, gid, admin, .. }) => Ok((conn, Identity { uid, gid, admin })),
+            Ok(other) => Err(Unreached::Refused(FsError::Protocol(format!("unexpected login reply {other:?}")))),
+            // Overloaded or shutting down: another manager may take the session.
+            Err(e @ FsError::Fs { status: FsStatus::Busy, .. }) => Err(Unreached::Down(e)),
+            Err(e @ FsError::Fs { .. }) => Err(Unreached::Refused(e)),
+            Err(e) => Err(Unreached::Down(e)),
         }
     }
 
@@ -182,13 +304,19 @@ impl ManagerConn {
 /// as one user: a request takes an idle connection (or opens one while fewer
 /// than the bound exist), and gives it back when its reply arrived. A
 /// connection whose request failed in transport or protocol (a time-out
-/// included) is closed, never reused, and the request is not resent; the
-/// next request opens a fresh connection in its place. An idle connection
+/// included) is closed, never reused, and the request is not resent —
+/// unless the client knows several managers and the request only reads,
+/// which is sent once more on a new connection (to another manager if the
+/// one in use is gone); the next request opens a fresh connection in its
+/// place. New connections go to the manager in use, or fail over
+/// ([`Managers::open`]). An idle connection
 /// the manager has closed meanwhile (its idle timeout, a restart) is found
 /// without waiting and replaced before any request goes out on it.
 pub(crate) struct ManagerPool {
     /// Where and as whom to connect, and the wait bound (`reply_timeout`).
     config: FsConfig,
+    /// The managers, and the one in use.
+    managers: Arc<Managers>,
     tls: TlsConnector,
     permits: tokio::sync::Semaphore,
     /// Idle connections and when each was last used.
@@ -199,9 +327,11 @@ impl ManagerPool {
     /// Connects and logs in once (so a wrong password or an unreachable
     /// manager fails here), keeping that connection as the first idle one.
     pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerPool, Identity), FsError> {
-        let (conn, identity) = ManagerConn::open(config, tls).await?;
+        let managers = Arc::new(Managers::new(config)?);
+        let (conn, identity) = managers.open(config, tls).await?;
         let pool = ManagerPool {
             config: config.clone(),
+            managers,
             tls: tls.clone(),
             permits: tokio::sync::Semaphore::new(MANAGER_CONNECTIONS_MAX),
             idle: Mutex::new(vec![(conn, Instant::now())]),
@@ -231,16 +361,32 @@ impl ManagerPool {
     /// needed.
     pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         let _permit = self.permits.acquire().await.expect("the pool never closes its semaphore");
-        let mut conn = match self.take_idle() {
-            Some(c) => c,
-            None => ManagerConn::open(&self.config, &self.tls).await?.0,
-        };
-        let r = conn.call(req).await;
-        if !conn.is_broken() {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.push((conn, Instant::now()));
+        let mut sent = 0;
+        loop {
+            let mut conn = match self.take_idle() {
+                Some(c) => c,
+                None => self.managers.open(&self.config, &self.tls).await?.0,
+            };
+            let r = conn.call(req).await;
+            sent += 1;
+            if !conn.is_broken() {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                idle.push((conn, Instant::now()));
+                return r;
+            }
+            // No reply: the manager died or the connection broke. A request that only
+            // reads is sent once more (to another manager, if this one is gone); any
+            // other may have been carried out, and its failure is the caller's to judge.
+            if sent > 1 || !repeatable(req) || self.managers.addrs.len() < 2 {
+                return r;
+            }
+            tracing::debug!(request = req.name(), "no reply from the manager; sending the request once more");
         }
-        r
+    }
+
+    /// The address of the manager in use.
+    pub(crate) fn current_manager(&self) -> String {
+        self.managers.current().to_string()
     }
 
     /// Idle connections held (for tests and diagnostics).
@@ -251,7 +397,14 @@ impl ManagerPool {
     /// A change-feed watcher with a connection of its own (opened at its
     /// first wait).
     pub(crate) fn watcher(&self) -> Watcher {
-        Watcher { config: self.config.clone(), tls: self.tls.clone(), conn: None, incarnation: 0, next: 0 }
+        Watcher {
+            config: self.config.clone(),
+            tls: self.tls.clone(),
+            managers: self.managers.clone(),
+            conn: None,
+            incarnation: 0,
+            next: 0,
+        }
     }
 }
 
@@ -273,6 +426,9 @@ pub struct ChangeBatch {
 pub struct Watcher {
     config: FsConfig,
     tls: TlsConnector,
+    /// The client's managers (a watcher moves with the client; another
+    /// manager's feed is another incarnation, so it reports changes lost).
+    managers: Arc<Managers>,
     conn: Option<ManagerConn>,
     incarnation: u64,
     next: u64,
@@ -300,7 +456,7 @@ impl Watcher {
         let wait_ms = wait.min(most).as_millis() as u32;
         let mut conn = match self.conn.take() {
             Some(c) if c.is_reusable() => c,
-            _ => ManagerConn::open(&self.config, &self.tls).await?.0,
+            _ => self.managers.open(&self.config, &self.tls).await?.0,
         };
         let req = ManagerRequest::Watch { incarnation: self.incarnation, after: self.next, wait_ms };
         let reply = conn.call(&req).await;

@@ -166,6 +166,12 @@ impl FsError {
 pub struct FsConfig {
     /// The manager's `host:port`.
     pub manager: String,
+    /// More managers serving the same file system (one database, one
+    /// `manager.key`), tried in order after `manager` when the one in use
+    /// cannot be reached: a new connection goes to the first that answers
+    /// (within [`FAILOVER_WAIT_MAX`] in all), and stays with it. At most
+    /// [`MANAGERS_MAX`] addresses in all. Empty: one manager.
+    pub failover: Vec<String>,
     /// The name the manager's TLS certificate is checked against.
     pub server_name: String,
     /// The cluster CA certificate (PEM) that signed the manager's certificate.
@@ -191,12 +197,18 @@ pub struct FsConfig {
     /// ([`nasd_stripe::REQUEST_DEADLINE_MS`], 30 s): a longer setting does
     /// not lengthen them.
     pub reply_timeout: Duration,
+    /// An identity from the authentication server (the credential and its
+    /// identity key, `nasd_login::auth_client::AuthClient::login`): when
+    /// set, the client logs in to the manager with it (`LOGIN_IDENTITY`)
+    /// instead of `user` and `password`.
+    pub identity: Option<(nasd_proto::IdentityData, nasd_crypto::Key)>,
 }
 
 impl std::fmt::Debug for FsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FsConfig")
             .field("manager", &self.manager)
+            .field("failover", &self.failover)
             .field("server_name", &self.server_name)
             .field("ca_cert", &self.ca_cert)
             .field("user", &self.user)
@@ -204,6 +216,7 @@ impl std::fmt::Debug for FsConfig {
             .field("data_integrity", &self.data_integrity)
             .field("transfer_piece", &self.transfer_piece)
             .field("reply_timeout", &self.reply_timeout)
+            .field("identity", &self.identity.as_ref().map(|(credential, _)| credential))
             .finish()
     }
 }
@@ -212,6 +225,7 @@ impl Default for FsConfig {
     fn default() -> Self {
         FsConfig {
             manager: "127.0.0.1:7300".into(),
+            failover: Vec::new(),
             server_name: "localhost".into(),
             ca_cert: PathBuf::new(),
             user: String::new(),
@@ -219,6 +233,7 @@ impl Default for FsConfig {
             data_integrity: true,
             transfer_piece: TRANSFER_PIECE_DEFAULT,
             reply_timeout: WAIT_MAX,
+            identity: None,
         }
     }
 }
@@ -229,6 +244,17 @@ impl Default for FsConfig {
 /// instead of a wait without end. The manager's longest requests take a few
 /// drive calls of at most `DRIVE_TIMEOUT` (10 s) each.
 pub const WAIT_MAX: Duration = nasd_client::DRIVE_WAIT_MAX;
+
+/// Most manager addresses a client is given (`manager` and `failover` together).
+pub const MANAGERS_MAX: usize = 16;
+/// Longest a client tries the managers it knows, round after round, for a
+/// new connection after the one in use stopped answering (a manager that
+/// died, one restarting): past it, the request fails.
+pub const FAILOVER_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Longest a client waits for one manager to accept a connection when it
+/// has others to try: a machine that is gone answers nothing, and the next
+/// manager is tried after this.
+pub const FAILOVER_CONNECT_WAIT: Duration = Duration::from_secs(2);
 
 /// Default bytes per engine operation in large transfers.
 pub const TRANSFER_PIECE_DEFAULT: usize = 8 * 1024 * 1024;
@@ -457,6 +483,12 @@ impl FsClient {
             }
             _ => self.inner.manager.call(req).await,
         }
+    }
+
+    /// The address of the manager the client uses now (`FsConfig::manager`
+    /// until it failed over to one of `FsConfig::failover`).
+    pub fn current_manager(&self) -> String {
+        self.inner.manager.current_manager()
     }
 
     /// Idle connections to the manager (for tests and diagnostics).
@@ -966,6 +998,13 @@ impl FsClient {
     pub async fn set_user_groups(&self, name: &str, groups: &[u32]) -> Result<(), FsError> {
         let groups = canonical_groups(groups)?;
         self.done(ManagerRequest::SetUserGroups { name: name.into(), groups }).await
+    }
+
+    /// Administrators: has the manager fetch the authentication server's
+    /// shared keys now and install (or retire) them on every drive; returns
+    /// once every drive has them (`SYNC_IDENTITY_KEYS`).
+    pub async fn sync_identity_keys(&self) -> Result<(), FsError> {
+        self.done(ManagerRequest::SyncIdentityKeys).await
     }
 
     /// Every user (administrators only).

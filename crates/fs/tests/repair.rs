@@ -304,9 +304,18 @@ fn scrub_heals_a_rotten_block_from_redundancy() {
         let s = until(&admin, "scrub", |s| s.last_scrub.blocks_checked > 0 && s.scrub.files_total == 0).await;
         assert_eq!((s.last_scrub.corrupt, s.last_scrub.healed, s.last_scrub.unrecoverable), (1, 1, 0), "{s:?}");
         assert_checksums(&admin, &pool, &files, &sums, "after the scrub").await;
-        // Healed: the component itself now reads right, without reconstruction.
-        let (back, report) =
-            to(striper(&pool, &access, &[]).read(0, data.len() as u64, data.len() as u64)).await.expect("read");
+        // Healed: the component itself now reads right, without reconstruction — once the
+        // restarted drive is readmitted (until then it refuses capabilities as fenced).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let (back, report) = loop {
+            let (back, report) =
+                to(striper(&pool, &access, &[]).read(0, data.len() as u64, data.len() as u64)).await.expect("read");
+            let fenced = report.failed.iter().any(|f| f.cause.status() == Some(nasd_proto::Status::MapEpochMoved));
+            if !fenced || std::time::Instant::now() > deadline {
+                break (back, report);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert!(back == data);
         assert!(report.is_clean(), "no component failed: {report:?}");
         // And a second scrub finds nothing.

@@ -13,11 +13,27 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The heartbeat's connection to one drive, and whether its last attempt
+/// found the connection broken (the drive may be restarting).
+#[derive(Default)]
+pub(crate) struct Heartbeat {
+    conn: Option<nasd_client::DriveClient>,
+    suspect: bool,
+}
+
 impl Manager {
     /// Whether drive `drive` answers heartbeats (as the manager last saw;
     /// a drive not probed yet counts as up).
     pub(crate) fn is_up(&self, drive: u32) -> bool {
         self.health.lock().expect("health lock").get(&drive).is_none_or(|h| h.is_up())
+    }
+
+    /// Whether drive `drive` serves clients: it answers heartbeats and,
+    /// if it may have restarted, its manager readmitted it. Lookups mark the
+    /// components of other drives `Down`, placement skips them, and the
+    /// cluster status shows them down.
+    pub(crate) fn serving(&self, drive: u32) -> bool {
+        self.is_up(drive) && self.drive(drive).is_ok_and(|d| d.admitted())
     }
 
     /// How long drive `drive` has been down, if it is.
@@ -50,7 +66,7 @@ impl Manager {
         let mut recent = self.recent.lock().expect("recent lock");
         self.drives()
             .into_iter()
-            .filter(|d| !self.is_out(d.drive) && health.get(&d.drive).is_none_or(|h| h.is_up()))
+            .filter(|d| !self.is_out(d.drive) && d.admitted() && health.get(&d.drive).is_none_or(|h| h.is_up()))
             .map(|d| {
                 let reported = health.get(&d.drive).and_then(|h| h.reported.clone()).unwrap_or_default();
                 Candidate {
@@ -79,7 +95,7 @@ impl Manager {
     /// One round of heartbeats to every drive, in parallel; acts on changes
     /// of health: a new map epoch, and for a drive that came back, its open
     /// transactions resolved and repair woken.
-    pub(crate) async fn heartbeat(&self, conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>) {
+    pub(crate) async fn heartbeat(&self, conns: &tokio::sync::Mutex<HashMap<u32, Heartbeat>>) {
         self.probe_drives(self.drives(), conns).await;
     }
 
@@ -99,18 +115,15 @@ impl Manager {
         }
     }
 
-    async fn probe_drives(
-        &self,
-        drives: Vec<Arc<DriveHandle>>,
-        conns: &tokio::sync::Mutex<HashMap<u32, Option<nasd_client::DriveClient>>>,
-    ) {
+    async fn probe_drives(&self, drives: Vec<Arc<DriveHandle>>, conns: &tokio::sync::Mutex<HashMap<u32, Heartbeat>>) {
         let mut conns = conns.lock().await;
         let probes = drives.iter().map(|d| {
-            let mut conn = conns.remove(&d.drive).flatten();
+            let Heartbeat { conn, suspect } = conns.remove(&d.drive).unwrap_or_default();
+            let mut conn = conn;
             let (addr, id, drive) = (d.addr.clone(), d.drive_id, d.drive);
             async move {
-                let answer = health::probe(&mut conn, &addr, id).await;
-                (drive, conn, answer)
+                let probe = health::probe(&mut conn, &addr, id).await;
+                (drive, conn, suspect, probe)
             }
         });
         let answers = futures::future::join_all(probes).await;
@@ -118,9 +131,18 @@ impl Manager {
         let mut changed = Vec::new();
         {
             let mut health = self.health.lock().expect("health lock");
-            for (drive, conn, answer) in answers {
-                conns.insert(drive, conn);
-                let t = health.entry(drive).or_default().observe(now, answer);
+            for (drive, conn, suspect, probe) in answers {
+                // A drive that answers on a new connection after its last one broke (not merely
+                // timed out) may have restarted within the misses that would make it down, and
+                // fenced itself: it is not served to clients again until readmitted. Recorded
+                // before the answer counts, so no lookup finds it up and admitted in between.
+                let suspect = suspect || probe.broken;
+                if probe.answer.is_some() && probe.fresh && suspect {
+                    self.readmission_due(drive);
+                }
+                let suspect = suspect && probe.answer.is_none();
+                conns.insert(drive, Heartbeat { conn, suspect });
+                let t = health.entry(drive).or_default().observe(now, probe.answer);
                 if t != Transition::None {
                     changed.push((drive, t));
                 }
@@ -132,9 +154,24 @@ impl Manager {
         }
     }
 
+    /// `drive` may have restarted — it went down, or the heartbeat reached
+    /// it on a new connection after the last one broke — and a restarted
+    /// drive refuses capabilities until it is readmitted: it is not served
+    /// to clients until then, and its recovery — which finishes what was
+    /// logged for it, then readmits it — runs at the next maintenance pass,
+    /// whatever backoff its earlier failures earned.
+    fn readmission_due(&self, drive: u32) {
+        if let Ok(d) = self.drive(drive) {
+            d.readmission_due();
+        }
+    }
+
     async fn on_health_change(&self, drive: u32, t: Transition) {
         match t {
-            Transition::WentDown => tracing::warn!(drive, "drive is down: reads go around it, writes miss it"),
+            Transition::WentDown => {
+                tracing::warn!(drive, "drive is down: reads go around it, writes miss it");
+                self.readmission_due(drive);
+            }
             Transition::CameUp => tracing::info!(drive, "drive is up again"),
             Transition::None => return,
         }
@@ -146,8 +183,9 @@ impl Manager {
                 if let Err(e) = self.resolve_drive_txns(&d).await {
                     tracing::info!(drive, error = %e, "open transactions resolved later");
                 }
-                // What happened while it was down (revocations, removals) is finished by maintenance.
-                d.set_unrecovered();
+                // What happened while it was down (revocations, removals) is finished by its
+                // recovery, which then readmits it.
+                self.readmission_due(drive);
             }
             self.repair_kick.notify_one();
         }
@@ -186,7 +224,8 @@ impl Manager {
             let h = health.get(&rec.drive).cloned().unwrap_or_default();
             let reported = h.reported.clone().unwrap_or_default();
             let components = counts.get(&rec.drive).copied().unwrap_or(0);
-            if !h.is_up() {
+            let up = h.is_up() && self.drive(rec.drive).is_ok_and(|d| d.admitted());
+            if !up {
                 on_down_drives += components;
             }
             drives.push(DriveStatus {
@@ -198,7 +237,7 @@ impl Manager {
                     reported.failure_domain
                 },
                 state: rec.state,
-                up: h.is_up(),
+                up,
                 capacity_bytes: if reported.capacity_bytes > 0 { reported.capacity_bytes } else { rec.capacity_bytes },
                 used_bytes: reported.used_bytes,
                 components,
@@ -210,7 +249,7 @@ impl Manager {
             drives,
             // Files with a stale component, plus (an upper bound) those with one on a down drive.
             files_degraded: stale_files + on_down_drives,
-            rebuild: r.rebuild,
+            rebuild: r.rebuild_shown(),
             rebalance: r.rebalance,
             scrub: r.scrub,
             last_scrub: r.last_scrub,

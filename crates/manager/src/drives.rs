@@ -52,6 +52,16 @@ pub struct DriveHandle {
     clock_offset_ns: AtomicI64,
     /// Orphan collection has run against the drive since the manager started.
     recovered: AtomicBool,
+    /// Whether the drive serves capabilities as far as the manager knows:
+    /// false from a sign it may have restarted (and fenced itself) until
+    /// its recovery readmitted it (docs/ARCHITECTURE.md, "Readmission").
+    admitted: AtomicBool,
+    /// The manager's connection to the drive was refused (not timed out):
+    /// the drive may be restarting.
+    suspect: AtomicBool,
+    /// The drive may have restarted since the last maintenance pass: its
+    /// recovery is due at once, whatever its backoff.
+    readmission: AtomicBool,
     /// Serializes [`set_acv`](Self::set_acv)'s read-compare-write.
     acv_order: AsyncMutex<()>,
 }
@@ -133,7 +143,21 @@ macro_rules! on_drive {
             }
             let reused = slot.is_some();
             if slot.is_none() {
-                *slot = Some($self.connect().await?);
+                match $self.connect().await {
+                    Ok(c) => {
+                        // Refused or broken before, answering now: it may have restarted.
+                        if $self.suspect.swap(false, Ordering::SeqCst) {
+                            $self.readmission_due();
+                        }
+                        *slot = Some(c);
+                    }
+                    Err(e) => {
+                        if !matches!(&e, ClientError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut) {
+                            $self.suspect.store(true, Ordering::SeqCst);
+                        }
+                        return Err(DriveError(e));
+                    }
+                }
             }
             let $c = slot.as_mut().expect("connected above");
             let r = timed($call).await;
@@ -175,6 +199,9 @@ impl DriveHandle {
             conn: AsyncMutex::new(None),
             clock_offset_ns: AtomicI64::new(0),
             recovered: AtomicBool::new(false),
+            admitted: AtomicBool::new(true),
+            suspect: AtomicBool::new(false),
+            readmission: AtomicBool::new(false),
             acv_order: AsyncMutex::new(()),
         }
     }
@@ -231,6 +258,32 @@ impl DriveHandle {
     /// something may have left unrecorded objects on the drive.
     pub fn set_unrecovered(&self) {
         self.recovered.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the drive serves capabilities (not fenced after a restart),
+    /// as far as the manager knows.
+    pub fn admitted(&self) -> bool {
+        self.admitted.load(Ordering::SeqCst)
+    }
+
+    /// Records that the drive was readmitted (true), or may have restarted
+    /// and be fenced until it is (false).
+    pub fn set_admitted(&self, admitted: bool) {
+        self.admitted.store(admitted, Ordering::SeqCst);
+    }
+
+    /// The drive may have restarted (and fenced itself): not served to
+    /// clients, and recovered — which readmits it — at the next maintenance
+    /// pass whatever its backoff.
+    pub fn readmission_due(&self) {
+        self.set_unrecovered();
+        self.set_admitted(false);
+        self.readmission.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a readmission was due since the last call.
+    pub(crate) fn take_readmission(&self) -> bool {
+        self.readmission.swap(false, Ordering::SeqCst)
     }
 
     async fn connect(&self) -> Result<DriveClient, ClientError> {
@@ -473,6 +526,27 @@ impl DriveHandle {
             state.pending = false;
         }
         Ok(())
+    }
+
+    /// Installs shared identity key `key_id` (DSFS) on the drive. A drive
+    /// that has it, or a higher id, already refuses with `BAD_ARGUMENTS`:
+    /// fine, ids only grow.
+    pub async fn set_identity_key(&self, key_id: u32, key: &Key) -> Result<(), DriveError> {
+        let drive_key = self.keys().drive.clone();
+        match on_drive!(self, Repeat::Safe, |c| c.set_identity_key(&drive_key, key_id, key)) {
+            Err(e) if e.status() == Some(Status::BadArguments) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Retires identity key `key_id` on the drive. One it never had (an
+    /// id above every one installed there) is `BAD_ARGUMENTS`: nothing to retire.
+    pub async fn retire_identity_key(&self, key_id: u32) -> Result<(), DriveError> {
+        let drive_key = self.keys().drive.clone();
+        match on_drive!(self, Repeat::Safe, |c| c.retire_identity_key(&drive_key, key_id)) {
+            Err(e) if e.status() == Some(Status::BadArguments) => Ok(()),
+            r => r,
+        }
     }
 
     /// Sets up a fresh drive reached by `client` (authorized by its master

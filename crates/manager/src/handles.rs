@@ -23,11 +23,11 @@ pub(crate) fn load_handle_key(ns: &Namespace<Store>, kek: &Key) -> anyhow::Resul
     let unreadable = |e| anyhow::anyhow!("cannot read the file system id: {e}");
     let id = match ns.setting(FILE_SYSTEM_ID_SETTING).map_err(unreadable)? {
         Some(id) => id,
+        // Set once: managers starting together on a new database agree on the first one.
         None => {
             let id = nasd_crypto::random_bytes::<FILE_SYSTEM_ID_LEN>().to_vec();
-            ns.set_setting(FILE_SYSTEM_ID_SETTING, &id)
-                .map_err(|e| anyhow::anyhow!("cannot record the file system id: {e}"))?;
-            id
+            ns.setting_or_insert(FILE_SYSTEM_ID_SETTING, &id)
+                .map_err(|e| anyhow::anyhow!("cannot record the file system id: {e}"))?
         }
     };
     let id: [u8; FILE_SYSTEM_ID_LEN] = id.as_slice().try_into().map_err(|_| {

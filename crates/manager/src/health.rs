@@ -118,7 +118,8 @@ impl DriveHealth {
 /// One heartbeat: `INQUIRY` on `conn` (connecting first if needed), within
 /// [`HEARTBEAT_TIMEOUT`]. Checks the drive is the one expected; drops the
 /// connection on any failure so the next probe connects afresh.
-pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16]) -> Option<Reported> {
+pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16]) -> Probe {
+    let fresh = conn.is_none();
     let attempt = async {
         if conn.is_none() {
             let c = DriveClient::connect(addr).await.ok()?;
@@ -131,11 +132,30 @@ pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16
         let info = conn.as_mut()?.inquiry().await.ok()?;
         Some(Reported::from(&info))
     };
-    let answer = tokio::time::timeout(HEARTBEAT_TIMEOUT, attempt).await.ok().flatten();
+    let (answer, broken) = match tokio::time::timeout(HEARTBEAT_TIMEOUT, attempt).await {
+        Ok(answer) => {
+            let broken = answer.is_none();
+            (answer, broken)
+        }
+        Err(_) => (None, false),
+    };
     if answer.is_none() {
         *conn = None;
     }
-    answer
+    Probe { answer, fresh, broken }
+}
+
+/// What one heartbeat found.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The drive's answer, if it answered in time.
+    pub answer: Option<Reported>,
+    /// The answer (or the attempt) was on a new connection.
+    pub fresh: bool,
+    /// The attempt failed before its time ran out: the connection was
+    /// refused or broke, as when the drive's process ends (a restart), not
+    /// merely slow.
+    pub broken: bool,
 }
 
 #[cfg(test)]

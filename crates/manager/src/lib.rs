@@ -16,27 +16,29 @@ pub mod drives;
 pub mod files;
 pub mod handles;
 pub mod health;
+pub mod identity;
 pub mod keys;
-pub mod login_backoff;
+pub use nasd_login::login_backoff;
 mod maintenance;
-pub mod passwords;
+pub use nasd_login::passwords;
 mod placement;
 mod repair;
 mod resize;
 pub mod server;
 mod service;
+pub mod shared;
 pub use nasd_meta::Location;
 pub use service::{Session, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
-pub mod tls;
+pub use nasd_login::tls;
 
 use anyhow::Context;
 use drives::DriveHandle;
 use keys::DriveKeys;
 use nasd_crypto::Key;
 use nasd_meta::{Backend, DriveRecord, DriveState, Namespace, Store, User};
-use nasd_proto::fs::{FsStatus, Ino};
+use nasd_proto::fs::FsStatus;
 use nasd_proto::layout::Layout;
 use nasd_proto::manager::{DRIVES_MAX, DRIVE_ADDR_MAX};
 use nasd_proto::Protection;
@@ -64,7 +66,9 @@ pub const WRITE_PROTECTION_DEFAULT: Protection = Protection::INTEGRITY_ARGS.unio
 /// Locks that serialize the requests which check permissions and then
 /// change a file's data on its drive before committing (size changes) with
 /// those that change the permissions (chmod, chown): one per inode number
-/// modulo this. Two inodes may share one; a request holds only one.
+/// modulo this. Two inodes may share one; a request holds only one. (On a
+/// shared database, an inode lease serializes them across managers too:
+/// [`shared`].)
 const INODE_LOCK_STRIPES: usize = 64;
 
 /// Policy knobs (the `[manager]` section of the config file).
@@ -121,6 +125,10 @@ pub struct ManagerConfig {
     /// striped over its components. 0: every byte on the components. A
     /// file keeps the threshold it was created with.
     pub small_file_threshold: u32,
+    /// The authentication server whose identities the manager accepts
+    /// (`LOGIN_IDENTITY`) and whose shared keys it installs on its drives;
+    /// `None`: passwords only.
+    pub auth: Option<identity::AuthLink>,
 }
 
 /// The default small-file threshold (Slice's 64 KiB).
@@ -143,6 +151,7 @@ impl Default for ManagerConfig {
             rebuild_delay: Duration::from_secs(600),
             metadata: None,
             small_file_threshold: SMALL_FILE_THRESHOLD_DEFAULT,
+            auth: None,
         }
     }
 }
@@ -226,6 +235,8 @@ impl std::error::Error for Failure {}
 /// A running file manager.
 pub struct Manager {
     ns: Arc<Namespace<Store>>,
+    /// This manager's id: the holder of its leases ([`shared`]).
+    id: String,
     kek: Key,
     /// Makes and checks file handles ([`handles`]).
     handles: nasd_crypto::FileHandleKey,
@@ -260,17 +271,21 @@ pub struct Manager {
     repair: std::sync::Mutex<repair::RepairState>,
     /// Wakes the repair task early.
     repair_kick: tokio::sync::Notify,
-    /// Drives out of service (a cache of the drive table's state).
+    /// Drives out of service (a cache of the drive table's state, read
+    /// again every maintenance pass: [`Manager::refresh_shared`]).
     out_of_service: std::sync::Mutex<std::collections::HashSet<u32>>,
-    /// Objects taken from pools for repairs in progress: orphan collection
-    /// leaves them alone ([`repair`]).
-    reserved: std::sync::Mutex<std::collections::HashSet<nasd_proto::fs::ObjectRef>>,
     /// Moves on whenever a user's groups (or other credentials a session
     /// holds) change: a session that saw an older value reloads its user
     /// before its next request ([`Manager::refresh_session`]).
     users_epoch: AtomicU64,
+    /// The database's users epoch as this manager last saw it
+    /// ([`shared::USERS_EPOCH_SETTING`]): another manager changed users when
+    /// it moves.
+    shared_users_epoch: AtomicU64,
     /// What changed, for `WATCH` ([`changes`]).
     changes: changes::ChangeFeed,
+    /// Shared identity keys and the connection to the authentication server.
+    identity: identity::IdentityState,
     /// Rollbacks of write transactions under way in this process: per
     /// transaction, the components already rolled back durably. A rollback
     /// revokes the file's capabilities as it enters this map, once
@@ -292,6 +307,7 @@ impl Manager {
         config.check()?;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
+        let id = shared::manager_id(dir)?;
         let location = config.metadata(dir);
         let backend = location.open().map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
         let ns = Namespace::new(backend, config.default_layout)
@@ -299,8 +315,11 @@ impl Manager {
             .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
         let map_epoch = ns.map_epoch().map_err(|e| anyhow::anyhow!("cannot read the cluster map epoch: {e}"))?;
+        let users_epoch =
+            ns.counter(shared::USERS_EPOCH_SETTING).map_err(|e| anyhow::anyhow!("cannot read the users epoch: {e}"))?;
         let manager = Manager {
             ns: Arc::new(ns),
+            id,
             kek,
             handles,
             config,
@@ -319,9 +338,10 @@ impl Manager {
             repair: Default::default(),
             repair_kick: tokio::sync::Notify::new(),
             out_of_service: Default::default(),
-            reserved: Default::default(),
             users_epoch: AtomicU64::new(0),
+            shared_users_epoch: AtomicU64::new(users_epoch),
             changes: changes::ChangeFeed::new(),
+            identity: Default::default(),
             rollbacks: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
@@ -376,14 +396,6 @@ impl Manager {
         })
     }
 
-    /// Waits for the lock of inode `ino` (one of [`INODE_LOCK_STRIPES`]).
-    /// `SETATTR` holds it from its permission check through the drive's size
-    /// change to its commit, and a truncating `CREATE` likewise, so no chmod
-    /// or chown of the inode lands in between.
-    pub(crate) async fn inode_lock(&self, ino: Ino) -> tokio::sync::MutexGuard<'_, ()> {
-        self.inode_locks[(ino % INODE_LOCK_STRIPES as u64) as usize].lock().await
-    }
-
     /// Runs `f` on the name space off the async threads (the metadata calls block).
     async fn meta<R: Send + 'static>(
         &self,
@@ -430,7 +442,7 @@ impl Manager {
     pub async fn set_gateway(&self, name: &str, ids: Option<(u32, u32)>) -> Result<(), Failure> {
         let name = name.to_string();
         self.meta(move |ns| ns.set_gateway(&name, ids)).await?;
-        self.users_changed();
+        self.users_changed().await;
         Ok(())
     }
 
@@ -503,9 +515,10 @@ impl Manager {
         self.users_epoch.load(Ordering::SeqCst)
     }
 
-    /// Records that users' credentials changed: every session reloads its
-    /// user before its next request.
-    pub(crate) fn users_changed(&self) {
+    /// Records that users' credentials changed: every session of this
+    /// manager reloads its user before its next request
+    /// ([`Manager::users_changed`] tells the other managers too).
+    pub(crate) fn users_changed_here(&self) {
         self.users_epoch.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -590,9 +603,14 @@ impl Manager {
         let stored = rec.clone();
         self.meta(move |ns| ns.add_drive(&stored)).await?;
         let handle = self.attach(&rec, keys);
-        handle.set_recovered();
         // Provisioning installed working key 1: nothing is pending.
         handle.set_keys_installed(handle.keys());
+        // A minimum map epoch from the start, so that the drive fences itself
+        // whenever it restarts; if it cannot be set now, recovery does it.
+        match self.readmit(&handle).await {
+            Ok(()) => handle.set_recovered(),
+            Err(e) => tracing::info!(drive, error = %e, "the drive's map epoch is set by its recovery"),
+        }
         tracing::info!(drive, addr, "drive added");
         Ok(handle)
     }

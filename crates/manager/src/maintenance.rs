@@ -7,6 +7,7 @@
 //! same step again.
 
 use crate::drives::{DriveError, DriveHandle};
+use crate::keys::DriveKeys;
 use crate::{Failure, Manager};
 use nasd_meta::AcvIntent;
 use nasd_proto::fs::{FsStatus, ObjectRef};
@@ -74,28 +75,90 @@ impl Manager {
         self.maintain().await;
     }
 
+    /// Recovery of one drive, which ends with its readmission: the
+    /// drive's partition refuses every capability after a restart (it is
+    /// fenced) until `SET_MAP_EPOCH` readmits it, and that is sent only once
+    /// everything logged for the drive while it was away — revocations and
+    /// removals a request could not finish on it — is done. So a drive that
+    /// was down when a file was removed or replaced never serves the old
+    /// file's capabilities again (docs/ARCHITECTURE.md, "Readmission").
     async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
         self.install_key(d).await?;
         self.resolve_drive_txns(d).await?;
-        let orphans = self.collect_orphans(d).await?;
+        self.finish_logs_on(d).await?;
+        let orphans = match self.collect_orphans(d).await {
+            Ok(n) => n,
+            // Another manager is looking after the drive now: the whole recovery (each step
+            // idempotent) runs again on a later pass, and the drive stays fenced until then.
+            Err(f) if f.status == FsStatus::Busy => return Ok(()),
+            Err(f) => return Err(f),
+        };
         if orphans > 0 {
             tracing::info!(drive = d.drive, orphans, "removed objects no file referenced");
         }
+        self.readmit(d).await?;
+        d.set_admitted(true);
         d.set_recovered();
         Ok(())
     }
 
-    /// Removes every object on `d` the metadata does not know; returns how many.
+    /// Finishes every revocation and removal logged for drive `d`.
+    async fn finish_logs_on(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
+        let drive = d.drive;
+        loop {
+            let intents = self.meta(move |ns| ns.acv_intents_on(drive, INTENTS_PER_PASS_MAX)).await?;
+            let more = intents.len() == INTENTS_PER_PASS_MAX;
+            self.revoke_on(drive, intents).await?;
+            if !more {
+                break;
+            }
+        }
+        loop {
+            let doomed = self.meta(move |ns| ns.doomed_on(drive, INTENTS_PER_PASS_MAX)).await?;
+            let more = doomed.len() == INTENTS_PER_PASS_MAX;
+            self.remove_on(drive, doomed).await?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Readmits drive `d`: sets its partition's minimum map epoch to the
+    /// current one (at least 1, so that the drive fences itself at its next
+    /// start), which ends the fence of a restart.
+    pub(crate) async fn readmit(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
+        let epoch = match self.epoch() {
+            0 => self.bump_epoch().await?,
+            e => e,
+        };
+        d.set_map_epoch(epoch).await.map_err(|e| drive_failure(d.drive, e))
+    }
+
+    /// Removes every object on `d` the metadata does not know; returns how
+    /// many. Runs under the drive's lease ([`Manager::drive_lease`]), which
+    /// every manager's pool refill of the drive takes too: the objects a
+    /// refill made and did not record are either recorded before this
+    /// acquired the lease (and so known here), or never (the refill's fence
+    /// fails), so no fresh object is taken for an orphan.
+    ///
+    /// # Errors
+    /// `Busy` if another manager holds the drive's lease; `DriveUnavailable`;
+    /// as the metadata.
     pub async fn collect_orphans(&self, d: &DriveHandle) -> Result<usize, Failure> {
         let _admin = self.drive_admin.lock().await;
-        let on_drive = d.list_objects().await.map_err(|e| drive_failure(d.drive, e))?;
+        let held = self.drive_lease_or_busy(d.drive).await?;
+        let r = self.collect_orphans_held(d).await;
+        self.release(held).await;
+        r
+    }
+
+    async fn collect_orphans_held(&self, d: &DriveHandle) -> Result<usize, Failure> {
         let drive = d.drive;
+        self.meta(move |ns| ns.drop_lapsed_reservations(drive)).await?;
+        // Listed before the metadata is read: an object made after the listing is not in it.
+        let on_drive = d.list_objects().await.map_err(|e| drive_failure(d.drive, e))?;
         let known = self.meta(move |ns| ns.known_objects(drive)).await?;
-        let reserved: std::collections::HashSet<u64> = {
-            let r = self.reserved.lock().expect("reserved lock");
-            r.iter().filter(|o| o.drive == drive).map(|o| o.object).collect()
-        };
-        let orphans: Vec<u64> = on_drive.into_iter().filter(|o| !known.contains(o) && !reserved.contains(o)).collect();
+        let orphans: Vec<u64> = on_drive.into_iter().filter(|o| !known.contains(o)).collect();
         for &o in &orphans {
             d.remove(o).await.map_err(|e| drive_failure(d.drive, e))?;
         }
@@ -146,7 +209,15 @@ impl Manager {
     /// pass (one cheap request), the rest of a failing drive's upkeep after
     /// its backoff.
     pub async fn maintain(&self) {
+        // What other managers on the database changed: drives, keys, epochs, users.
+        let r = self.refresh_shared().await;
+        self.report("shared state", r);
         self.abort_expired().await;
+        if self.config.auth.is_some() {
+            if let Err(f) = self.sync_identity_keys().await {
+                tracing::warn!(error = %f.message, "identity keys not synchronized");
+            }
+        }
         let r = self.finish_revocations().await;
         self.report("revocations", r);
         let r = self.finish_removals().await;
@@ -158,6 +229,9 @@ impl Manager {
             let r = self.install_key(&d).await;
             let key_ok = r.is_ok();
             self.report(&format!("drive {} working key", d.drive), r);
+            if d.take_readmission() {
+                self.drive_backoff.lock().expect("backoff lock").remove(&d.drive);
+            }
             if !self.backoff(d.drive).ready(Instant::now()) {
                 continue;
             }
@@ -226,18 +300,22 @@ impl Manager {
         let mut outcome = Ok(());
         for (drive, intents) in by_drive {
             // One drive that does not answer must not hold up the others.
-            let r = async {
-                let d = self.drive(drive)?;
-                for i in &intents {
-                    d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
-                }
-                d.flush().await.map_err(|e| drive_failure(drive, e))?;
-                self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await
-            }
-            .await;
-            outcome = outcome.and(r);
+            outcome = outcome.and(self.revoke_on(drive, intents).await);
         }
         outcome
+    }
+
+    /// Carries out `intents`, all of objects on `drive`, flushes, forgets them.
+    async fn revoke_on(&self, drive: u32, intents: Vec<AcvIntent>) -> Result<(), Failure> {
+        if intents.is_empty() {
+            return Ok(());
+        }
+        let d = self.drive(drive)?;
+        for i in &intents {
+            d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
+        }
+        d.flush().await.map_err(|e| drive_failure(drive, e))?;
+        self.meta(move |ns| intents.iter().try_for_each(|i| ns.forget_acv_intent(i))).await
     }
 
     /// Removes each doomed object from its drive, flushes, then forgets them.
@@ -249,26 +327,48 @@ impl Manager {
         }
         let mut outcome = Ok(());
         for (drive, objects) in by_drive {
-            let r = async {
-                let d = self.drive(drive)?;
-                for o in &objects {
-                    d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
-                }
-                d.flush().await.map_err(|e| drive_failure(drive, e))?;
-                self.meta(move |ns| ns.forget_doomed(&objects)).await
-            }
-            .await;
-            outcome = outcome.and(r);
+            outcome = outcome.and(self.remove_on(drive, objects).await);
         }
         outcome
+    }
+
+    /// Removes `objects`, all on `drive`, flushes, forgets them.
+    async fn remove_on(&self, drive: u32, objects: Vec<ObjectRef>) -> Result<(), Failure> {
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let d = self.drive(drive)?;
+        for o in &objects {
+            d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;
+        }
+        d.flush().await.map_err(|e| drive_failure(drive, e))?;
+        self.meta(move |ns| ns.forget_doomed(&objects)).await
     }
 
     /// Tops the drive's object pool up to `pool_target` when it has fallen
     /// to half. Objects are created and flushed on the drive before they are
     /// recorded; a crash in between leaves orphans that recovery collects.
+    /// Under the drive's lease, and recorded only if the lease is still this
+    /// manager's ([`nasd_meta::Namespace::pool_add_fenced`]); if another
+    /// manager holds the lease (it is refilling or collecting), nothing is
+    /// made here (0).
     pub(crate) async fn refill_pool(&self, d: &DriveHandle) -> Result<usize, Failure> {
         let _admin = self.drive_admin.lock().await;
         let drive = d.drive;
+        let have = self.meta(move |ns| ns.pool_len(drive)).await?;
+        let target = self.config.pool_target;
+        if have > target / 2 {
+            return Ok(0);
+        }
+        let Some(held) = self.drive_lease(drive).await? else { return Ok(0) };
+        let r = self.refill_pool_held(d, &held).await;
+        self.release(held).await;
+        r
+    }
+
+    async fn refill_pool_held(&self, d: &DriveHandle, held: &crate::shared::Held) -> Result<usize, Failure> {
+        let drive = d.drive;
+        // Read again under the lease: another manager may have refilled meanwhile.
         let have = self.meta(move |ns| ns.pool_len(drive)).await?;
         let target = self.config.pool_target;
         if have > target / 2 {
@@ -283,7 +383,8 @@ impl Manager {
         let objects: Vec<ObjectRef> =
             ids.iter().map(|&object| ObjectRef { drive, partition: d.partition, object }).collect();
         let n = objects.len();
-        self.meta(move |ns| ns.pool_add(&objects)).await.inspect_err(|_| d.set_unrecovered())?;
+        let lease = held.lease.clone();
+        self.meta(move |ns| ns.pool_add_fenced(&objects, &lease)).await.inspect_err(|_| d.set_unrecovered())?;
         Ok(n)
     }
 
@@ -295,7 +396,7 @@ impl Manager {
         if d.keys().age_s() < self.config.rotate_interval.as_secs().max(1) {
             return Ok(());
         }
-        self.rotate(d).await
+        self.rotate_keys(d, false).await
     }
 
     /// Replaces the drive's working key now, keeping the current one as
@@ -303,17 +404,54 @@ impl Manager {
     /// (and this fails if it cannot be): rotating past it would retire the
     /// key the drive still uses as current, which capabilities are minted
     /// with until the install lands.
+    ///
+    /// # Errors
+    /// `Busy` if another manager holds the drive's lease; `DriveUnavailable`;
+    /// as the metadata.
     pub async fn rotate(&self, d: &DriveHandle) -> Result<(), Failure> {
+        self.rotate_keys(d, true).await
+    }
+
+    /// Rotation under the drive's lease, from the keys the database holds
+    /// (another manager may have rotated since this one read them): unless
+    /// `force`, only if those are older than the rotation interval. Without
+    /// `force`, a lease another manager holds is not a failure (it looks
+    /// after the drive now).
+    async fn rotate_keys(&self, d: &DriveHandle, force: bool) -> Result<(), Failure> {
         self.install_key(d).await?;
         let _admin = self.drive_admin.lock().await;
+        let held = match self.drive_lease(d.drive).await? {
+            Some(held) => held,
+            None if force => return Err(self.lease_busy(d.drive)),
+            None => return Ok(()),
+        };
+        let r = self.rotate_held(d, &held, force).await;
+        self.release(held).await;
+        r
+    }
+
+    async fn rotate_held(&self, d: &DriveHandle, held: &crate::shared::Held, force: bool) -> Result<(), Failure> {
         let drive = d.drive;
-        let next = d.keys().rotated();
         let mut rec =
             self.meta(move |ns| ns.drives()).await?.into_iter().find(|r| r.drive == drive).ok_or_else(|| {
                 Failure::new(FsStatus::Internal, format!("drive {drive} vanished from the drive table"))
             })?;
+        let recorded = DriveKeys::open(&self.kek, drive, &rec.sealed_keys).ok_or_else(|| {
+            Failure::new(FsStatus::Internal, format!("the keys of drive {drive} do not open with this manager's key"))
+        })?;
+        let have = d.keys();
+        if (have.current.0, have.previous.0) != (recorded.current.0, recorded.previous.0) {
+            // Another manager rotated: the drive must have that key before it is rotated past.
+            d.set_keys(recorded.clone());
+            self.install_key(d).await?;
+        }
+        if !force && recorded.age_s() < self.config.rotate_interval.as_secs().max(1) {
+            return Ok(());
+        }
+        let next = recorded.rotated();
         rec.sealed_keys = next.seal(&self.kek, drive);
-        self.meta(move |ns| ns.update_drive(&rec)).await?;
+        let lease = held.lease.clone();
+        self.meta(move |ns| ns.update_drive_fenced(&rec, &lease)).await?;
         // The drive gets the new key before anything is minted with it: until
         // then the handle mints with the current key, which the drive keeps as
         // its previous one. (Minting first would hand out capabilities the

@@ -55,6 +55,26 @@ pub struct RepairState {
     pub scrub_requested: bool,
     /// Rebuild now, not after `rebuild_delay`.
     pub rebuild_now: bool,
+    /// A rebuild was asked for (`REPAIR rebuild`) and no pass has taken the
+    /// request yet.
+    pub rebuild_asked: bool,
+    /// The pass that took a rebuild request is running.
+    pub rebuild_round: bool,
+}
+
+impl RepairState {
+    /// The rebuild progress `CLUSTER_STATUS` shows: while a requested
+    /// rebuild round is pending or running, at least one file more than done
+    /// (the round may still find work), so that whoever asked and polls
+    /// (`nasd repair`) does not take a round not begun, or between its
+    /// resyncs and its rebuilds, for finished; when it ends, nothing.
+    pub fn rebuild_shown(&self) -> Progress {
+        let mut p = self.rebuild;
+        if self.rebuild_asked || self.rebuild_round {
+            p.files_total = p.files_total.max(p.files_done + 1);
+        }
+        p
+    }
 }
 
 /// The manager acting as a writer of its own.
@@ -78,7 +98,10 @@ impl Manager {
         {
             let mut r = self.repair.lock().expect("repair lock");
             match action {
-                RepairAction::Rebuild => r.rebuild_now = true,
+                RepairAction::Rebuild => {
+                    r.rebuild_now = true;
+                    r.rebuild_asked = true;
+                }
                 RepairAction::Scrub => {
                     r.scrub_requested = true;
                     if r.scrub.files_total == 0 {
@@ -103,8 +126,22 @@ impl Manager {
 
     /// One pass of the repair loop: resync, rebuild, scrub, rebalance.
     pub(crate) async fn repair_pass(&self) {
+        let asked = {
+            let mut r = self.repair.lock().expect("repair lock");
+            let asked = std::mem::take(&mut r.rebuild_asked);
+            r.rebuild_round |= asked;
+            asked
+        };
         self.resync_stale().await;
         self.rebuild_lost().await;
+        if asked {
+            // The requested round is over (what is left is for a later one).
+            let mut r = self.repair.lock().expect("repair lock");
+            r.rebuild_round = false;
+            if !r.rebuild_asked {
+                r.rebuild = Progress::default();
+            }
+        }
         if std::mem::take(&mut self.repair.lock().expect("repair lock").scrub_requested) {
             self.scrub_all().await;
         }
@@ -421,7 +458,11 @@ impl Manager {
                     })
                     .await?;
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                self.reserved.lock().expect("reserved lock").remove(&new);
+                // A component now: known whatever becomes of its reservation, which lapses if
+                // this fails.
+                if let Err(e) = self.meta(move |ns| ns.unreserve_object(&new)).await {
+                    tracing::debug!(error = %e, "a repair's reservation is left to lapse");
+                }
                 if let Err(e) = self.apply(effects).await {
                     tracing::info!(ino, idx, error = %e, "the old component is removed in the background");
                 }
@@ -499,27 +540,30 @@ impl Manager {
 
     /// Takes an object from `drive`'s pool for a component being rebuilt
     /// or moved there. Until the component is swapped in it belongs to no
-    /// table: the manager remembers it in memory (`reserved`), which orphan
-    /// collection respects, so a crash of the manager mid-repair leaves an
-    /// orphan that the next recovery removes — never a half-written object
-    /// that anything refers to.
+    /// table: it is reserved in the database
+    /// ([`nasd_meta::Namespace::reserve_pooled_object`]), which every
+    /// manager's orphan collection respects, so a crash of the manager
+    /// mid-repair leaves a reservation that lapses after
+    /// [`RESERVATION_TTL`](crate::shared::RESERVATION_TTL) and then an orphan
+    /// that the next collection removes — never a half-written object that
+    /// anything refers to.
     async fn reserve_object(&self, drive: u32) -> Result<ObjectRef, Failure> {
-        let taken = self.meta(move |ns| ns.take_pooled_object(drive)).await?;
-        let object =
-            taken.ok_or_else(|| Failure::new(FsStatus::NoSpace, format!("drive {drive} has no pooled object now")))?;
-        self.reserved.lock().expect("reserved lock").insert(object);
-        Ok(object)
+        let id = self.id().to_string();
+        let taken = self.meta(move |ns| ns.reserve_pooled_object(drive, &id, crate::shared::RESERVATION_TTL)).await?;
+        taken.ok_or_else(|| Failure::new(FsStatus::NoSpace, format!("drive {drive} has no pooled object now")))
     }
 
     /// Gives up an object taken for a repair that did not happen: removes it
-    /// from its drive (it may hold partial data); if that fails, the next
-    /// orphan collection does.
+    /// from its drive (it may hold partial data), then its reservation; if
+    /// the removal fails, the next orphan collection removes it.
     async fn release_object(&self, object: ObjectRef) {
-        self.reserved.lock().expect("reserved lock").remove(&object);
         if let Ok(d) = self.drive(object.drive) {
             if d.remove(object.object).await.is_err() {
                 d.set_unrecovered();
             }
+        }
+        if let Err(e) = self.meta(move |ns| ns.unreserve_object(&object)).await {
+            tracing::debug!(error = %e, "a repair's reservation is left to lapse");
         }
     }
 
@@ -671,7 +715,9 @@ impl Manager {
         let mut r = self.repair.lock().expect("repair lock");
         r.rebuild.files_done += files_done;
         r.rebuild.bytes_total += bytes_total;
-        if r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total {
+        let requested = r.rebuild_asked || r.rebuild_round;
+        if !requested && r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total
+        {
             r.rebuild = Progress::default();
         }
     }

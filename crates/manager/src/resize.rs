@@ -63,6 +63,15 @@ impl Manager {
         let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
         let g = Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
         let ino = inode.attr.ino;
+        let shrinks_mid_stripe = size < inode.attr.size && !size.is_multiple_of(g.stripe_bytes());
+        // What the new last stripe keeps, read before anything is cut (around
+        // components that are down: the stripe's parity still matches its
+        // old data), for its parity to be encoded from once it is cut.
+        let last_stripe = if g.parity() > 0 && shrinks_mid_stripe {
+            Some(self.read_last_stripe(inode, &g, size).await?)
+        } else {
+            None
+        };
         let mut missed = BTreeSet::new();
         let mut failures = Vec::new();
         let mut miss = |idx: usize, drive: u32, e: &dyn std::fmt::Display, missed: &mut BTreeSet<usize>| {
@@ -81,9 +90,8 @@ impl Manager {
                 miss(idx, d.drive, &e, &mut missed);
             }
         }
-        let shrinks_mid_stripe = size < inode.attr.size && !size.is_multiple_of(g.stripe_bytes());
-        if g.survives(&missed) && g.parity() > 0 && shrinks_mid_stripe {
-            self.reencode_last_stripe(inode, &g, size, &missed).await?;
+        if let Some(kept) = last_stripe.filter(|_| g.survives(&missed)) {
+            self.reencode_last_stripe(inode, &g, size, &kept, &missed).await?;
         }
         for (idx, c) in inode.components.iter().enumerate() {
             if missed.contains(&idx) {
@@ -108,23 +116,45 @@ impl Manager {
         Ok(())
     }
 
-    /// Recomputes the parity chunks of the stripe that holds byte `size - 1`
-    /// from the (already cut) data chunks.
+    /// The bytes of the stripe that holds byte `size - 1` up to `size`, as
+    /// the file holds them now (components whose drive is down read around).
+    async fn read_last_stripe(&self, inode: &Inode, g: &Geometry, size: u64) -> Result<Vec<u8>, Failure> {
+        let start = (size - 1) / g.stripe_bytes() * g.stripe_bytes();
+        let striper = self.striper_for(inode, &BTreeSet::new())?;
+        let (bytes, _) = striper.read(start, size - start, inode.attr.size).await.map_err(stripe_failure)?;
+        Ok(bytes)
+    }
+
+    /// Writes the parity chunks of the stripe that holds byte `size - 1`,
+    /// encoded from `kept` (that stripe's bytes up to `size`; zeros after),
+    /// on every parity component that did not miss the change. Encoded from
+    /// what was read before the cut, not from the cut data chunks, so a data
+    /// chunk whose drive is down is not needed.
     async fn reencode_last_stripe(
         &self,
         inode: &Inode,
         g: &Geometry,
         size: u64,
+        kept: &[u8],
         missed: &BTreeSet<usize>,
     ) -> Result<(), Failure> {
         let stripe = (size - 1) / g.stripe_bytes();
-        let parity: Vec<usize> =
-            (0..g.components()).filter(|&i| matches!(g.role(i), Role::Parity { .. }) && !missed.contains(&i)).collect();
-        let striper = self.striper_for(inode, &parity.iter().copied().collect())?;
-        for p in parity {
-            let at = stripe * g.unit();
-            let (bytes, _) = striper.read_component(p, at, g.unit(), size).await.map_err(stripe_failure)?;
-            striper.write_component(p, at, &bytes).await.map_err(stripe_failure)?;
+        let unit = g.unit() as usize;
+        let columns: Vec<&[u8]> = (0..g.data_columns())
+            .map(|c| &kept[(c * unit).min(kept.len())..((c + 1) * unit).min(kept.len())])
+            .collect();
+        let coder = nasd_stripe::coding::Coder::new(g.data_columns(), g.parity())
+            .map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let shards = coder.encode(&columns, unit).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let parity: Vec<(usize, usize)> = (0..g.components())
+            .filter_map(|i| match g.role(i) {
+                Role::Parity { index } if !missed.contains(&i) => Some((i, index)),
+                _ => None,
+            })
+            .collect();
+        let striper = self.striper_for(inode, &BTreeSet::new())?;
+        for (p, index) in parity {
+            striper.write_component(p, stripe * g.unit(), &shards[index]).await.map_err(stripe_failure)?;
         }
         Ok(())
     }

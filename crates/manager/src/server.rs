@@ -6,17 +6,17 @@
 
 use crate::service::Session;
 use crate::{Failure, Manager};
+use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
 };
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 /// Most connections served at once; more wait to be accepted.
@@ -89,38 +89,17 @@ pub async fn write_message(w: &mut (impl AsyncWrite + Unpin), body: &[u8]) -> st
 
 impl Manager {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, mut shutdown: watch::Receiver<bool>) {
-        let sessions = Arc::new(Semaphore::new(SESSIONS_MAX));
-        let peers = Arc::new(Peers::default());
-        loop {
-            let permit = tokio::select! {
-                p = sessions.clone().acquire_owned() => p.expect("semaphore never closed"),
-                _ = shutdown.changed() => return,
-            };
-            let (socket, peer) = tokio::select! {
-                a = listener.accept() => match a {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = shutdown.changed() => return,
-            };
-            let Some(slot) = peers.admit(peer.ip()) else {
-                tracing::debug!(%peer, "this peer's session limit reached; closing");
-                continue;
-            };
-            let _ = socket.set_nodelay(true);
-            let (me, tls, stop) = (self.clone(), tls.clone(), shutdown.clone());
-            tokio::spawn(async move {
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
+        let stop = shutdown.clone();
+        accept_sessions(listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
+            let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
+            async move {
                 if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
                     tracing::debug!(%peer, error = %e, "session ended");
                 }
-                drop((permit, slot));
-            });
-        }
+            }
+        })
+        .await
     }
 
     async fn session(
@@ -182,16 +161,10 @@ impl Manager {
             let Some(body) = read_login_message(stream).await? else { return Ok(None) };
             let (id, result) = match ManagerRequest::decode(&body) {
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
-                    tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
-                    let result = self.check_login(version, &user, &password).await;
-                    match &result {
-                        Ok(_) => self.login_backoff.succeeded(host),
-                        Err(f) if f.status == FsStatus::BadCredentials => {
-                            self.login_backoff.failed(host, Instant::now())
-                        }
-                        Err(_) => {}
-                    }
-                    (id, result)
+                    (id, self.paced_login(host, self.check_login(version, &user, &password)).await)
+                }
+                Ok((id, ManagerRequest::LoginIdentity { version, credential, proof })) => {
+                    (id, self.paced_login(host, self.check_identity_login(version, &credential, &proof)).await)
                 }
                 Ok((id, _)) => (id, Err(Failure::new(FsStatus::NotLoggedIn, "log in first"))),
                 Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
@@ -215,6 +188,46 @@ impl Manager {
         Ok(None)
     }
 
+    /// Runs the credential check `check` in `host`'s turn of the login
+    /// back-off, and tells the back-off how it went: a wrong credential makes
+    /// the host's next turn later, a success clears its record.
+    async fn paced_login(
+        &self,
+        host: IpAddr,
+        check: impl std::future::Future<Output = Result<Session, Failure>>,
+    ) -> Result<Session, Failure> {
+        tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+        let result = check.await;
+        match &result {
+            Ok(_) => self.login_backoff.succeeded(host),
+            Err(f) if f.status == FsStatus::BadCredentials => self.login_backoff.failed(host, Instant::now()),
+            Err(_) => {}
+        }
+        result
+    }
+
+    async fn check_identity_login(
+        &self,
+        version: u8,
+        credential: &nasd_proto::IdentityData,
+        proof: &[u8; 32],
+    ) -> Result<Session, Failure> {
+        if version != MANAGER_PROTOCOL_VERSION {
+            return Err(Failure::new(
+                FsStatus::BadRequest,
+                format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
+            ));
+        }
+        let s = self.open_identity_session(credential, proof).await;
+        match &s {
+            Ok(s) => {
+                tracing::info!(user = %s.user, uid = credential.user, role = credential.role, "logged in by identity")
+            }
+            Err(f) => tracing::warn!(uid = credential.user, status = ?f.status, "failed identity login"),
+        }
+        s
+    }
+
     async fn check_login(&self, version: u8, user: &str, password: &str) -> Result<Session, Failure> {
         if version != MANAGER_PROTOCOL_VERSION {
             return Err(Failure::new(
@@ -229,61 +242,4 @@ impl Manager {
         }
         s
     }
-}
-
-/// Sessions per peer: an IPv4 address, or an IPv6 /64 (one host's
-/// addresses), IPv4-mapped IPv6 addresses counted as IPv4.
-#[derive(Default)]
-struct Peers {
-    open: std::sync::Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One session's place in [`Peers`]; gives it back when dropped.
-struct PeerSlot {
-    peers: Arc<Peers>,
-    key: IpAddr,
-}
-
-/// The host an address belongs to: itself for IPv4 (and IPv4-mapped IPv6),
-/// its /64 for IPv6 (one host's addresses).
-fn host_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
-        },
-        v4 => v4,
-    }
-}
-
-impl Peers {
-    /// A slot for one more session from `ip`, unless it holds [`SESSIONS_PER_PEER_MAX`].
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
-        let key = host_of(ip);
-        let mut open = self.open.lock().expect("peers mutex poisoned");
-        let n = open.entry(key).or_default();
-        if *n >= SESSIONS_PER_PEER_MAX {
-            return None;
-        }
-        *n += 1;
-        Some(PeerSlot { peers: self.clone(), key })
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut open = self.peers.open.lock().expect("peers mutex poisoned");
-        if let Some(n) = open.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// The request id of an undecodable body, if it has one (so the error reply
-/// matches the request).
-fn request_id_of(body: &[u8]) -> u64 {
-    body.get(2..10).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
 }

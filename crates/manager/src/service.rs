@@ -51,12 +51,24 @@ pub struct Session {
     pub(crate) handle_uid: u32,
     /// The ids the user may act for as a gateway (`AS_USER`), if any.
     pub(crate) gateway: Option<(u32, u32)>,
+    /// The identity credential the session logged in with
+    /// (`LOGIN_IDENTITY`), if not a password: checked for expiry and a
+    /// retired key id before each request.
+    pub(crate) identity: Option<nasd_proto::IdentityData>,
 }
 
 impl Session {
     /// A session of the manager itself (repair, resize): never refreshed.
     pub(crate) fn internal(user: &str, caller: Caller) -> Session {
-        Session { user: user.into(), handle_uid: caller.uid, caller, admin: true, users_epoch: u64::MAX, gateway: None }
+        Session {
+            user: user.into(),
+            handle_uid: caller.uid,
+            caller,
+            admin: true,
+            users_epoch: u64::MAX,
+            gateway: None,
+            identity: None,
+        }
     }
 
     /// The session of a user who logged in, as of users epoch `epoch`.
@@ -68,6 +80,25 @@ impl Session {
             users_epoch: epoch,
             handle_uid: user.uid,
             gateway: user.gateway,
+            identity: None,
+        }
+    }
+
+    /// The session of a user who logged in with an identity key: who the
+    /// authentication server says the user is.
+    pub(crate) fn of_identity(
+        user: &nasd_proto::auth::AuthUser,
+        credential: nasd_proto::IdentityData,
+        epoch: u64,
+    ) -> Session {
+        Session {
+            user: user.name.clone(),
+            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone() },
+            admin: user.admin,
+            users_epoch: epoch,
+            handle_uid: user.uid,
+            gateway: None,
+            identity: Some(credential),
         }
     }
 
@@ -98,6 +129,7 @@ impl Session {
             users_epoch: self.users_epoch,
             handle_uid: self.handle_uid,
             gateway: None,
+            identity: self.identity,
         })
     }
 }
@@ -199,6 +231,22 @@ impl Manager {
     /// # Errors
     /// `NotLoggedIn` if the user no longer exists: the session must end.
     pub async fn refresh_session(&self, s: &mut Session) -> Result<(), Failure> {
+        if let Some(id) = &s.identity {
+            // Who the user is comes from the authentication server at login;
+            // what can end the session is the identity key's life.
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            if now > id.expiration_ns {
+                return Err(Failure::new(FsStatus::NotLoggedIn, "the identity key has expired: log in again"));
+            }
+            if !self.identity_key_live(id.key_id) {
+                return Err(Failure::new(
+                    FsStatus::NotLoggedIn,
+                    format!("identity key {} is retired: log in again", id.key_id),
+                ));
+            }
+            return Ok(());
+        }
         let epoch = self.users_epoch();
         if s.users_epoch == epoch {
             return Ok(());
@@ -227,7 +275,11 @@ impl Manager {
         self.check_handles(s, &req)?;
         let c = s.caller.clone();
         match req {
-            R::Login { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            R::Login { .. } | R::LoginIdentity { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            R::SyncIdentityKeys => {
+                self.require_admin(s)?;
+                self.sync_identity_keys().await.map(|()| ManagerReply::Done)
+            }
             R::AsUser { uid, gid, groups, request } => {
                 if !request.may_run_as_user() {
                     return Err(Failure::new(FsStatus::BadRequest, "AS_USER wraps a name-space or file request only"));
@@ -294,7 +346,7 @@ impl Manager {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,
                 })?;
-                self.users_changed();
+                self.users_changed().await;
                 Ok(ManagerReply::Done)
             }
             R::Walk { path, follow, open } => {
@@ -397,7 +449,7 @@ impl Manager {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,
                 })?;
-                self.users_changed();
+                self.users_changed().await;
                 Ok(ManagerReply::Done)
             }
             R::ListUsers => {
@@ -621,7 +673,7 @@ impl Manager {
         for c in &inode.components {
             let d = self.drive(c.object.drive)?;
             let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
-            access.state = if self.is_up(d.drive) { c.state } else { ComponentState::Down };
+            access.state = if self.serving(d.drive) { c.state } else { ComponentState::Down };
             min_protection = min_protection.union(d.min_protection(rights));
             components.push(access);
         }
@@ -701,7 +753,7 @@ impl Manager {
         let mut components = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             let addr = self.drive(c.object.drive)?.addr.clone();
-            let state = if self.is_up(c.object.drive) { c.state } else { ComponentState::Down };
+            let state = if self.serving(c.object.drive) { c.state } else { ComponentState::Down };
             components.push((nasd_proto::layout::Component { object: c.object, state }, addr));
         }
         Ok(ManagerReply::Layout(nasd_proto::manager::LayoutInfo { layout, explicit, components }))
@@ -780,7 +832,7 @@ impl Manager {
         s: &Session,
         parent: Ino,
         name: &str,
-    ) -> Result<Option<tokio::sync::MutexGuard<'_, ()>>, Failure> {
+    ) -> Result<Option<crate::shared::InodeGuard<'_>>, Failure> {
         let (c, n) = (s.caller.clone(), name.to_string());
         let Ok(existing) = self.meta(move |ns| ns.lookup(&c, parent, &n)).await else {
             return Ok(None); // absent (or not visible): create reports what applies
@@ -788,7 +840,7 @@ impl Manager {
         if existing.components.is_empty() {
             return Ok(None);
         }
-        let serial = self.inode_lock(existing.attr.ino).await;
+        let serial = self.inode_lock(existing.attr.ino).await?;
         let ino = existing.attr.ino;
         let set = SetAttrs { size: Some(0), ..SetAttrs::default() };
         let (c, checked) = (s.caller.clone(), set.clone());
@@ -871,7 +923,7 @@ impl Manager {
             // One SETATTR (or truncating CREATE) of an inode at a time, from the
             // check to the commit: a chmod or chown cannot slip in between and
             // make the commit refuse a size change the drive has carried out.
-            let _serial = self.inode_lock(ino).await;
+            let _serial = self.inode_lock(ino).await?;
             // Every part of the request passes its permission check before any
             // data is cut: a request refused for its mode, owner or times must
             // not have changed the file.
@@ -893,21 +945,48 @@ impl Manager {
     /// and a drive that crashes afterwards cannot bring an old access control
     /// version (or a removed object) back. The intention logs stay until the
     /// maintenance pass forgets them.
+    ///
+    /// A drive that is down, or does not answer, does not fail the request:
+    /// the change is committed and its share of the work is in the logs. The
+    /// drive is marked unrecovered, and recovery finishes that share before
+    /// it readmits the drive (`SET_MAP_EPOCH`), which after a restart
+    /// refuses every capability until then (docs/ARCHITECTURE.md,
+    /// "Readmission").
     pub(crate) async fn apply(&self, effects: Effects) -> Result<(), Failure> {
+        /// Per drive: objects to revoke (object, acv) and objects to remove.
+        type DriveWork = (Vec<(u64, u64)>, Vec<u64>);
+        let mut by_drive: std::collections::BTreeMap<u32, DriveWork> = Default::default();
         for i in &effects.revoke {
-            let d = self.drive(i.object.drive)?;
-            let unavailable = |e| drive_unavailable(i.object.drive, e);
-            d.set_acv(i.object.object, i.acv).await.map_err(unavailable)?;
-            d.flush_objects(&[i.object.object]).await.map_err(unavailable)?;
+            by_drive.entry(i.object.drive).or_default().0.push((i.object.object, i.acv));
         }
-        let mut flush = std::collections::BTreeSet::new();
         for o in &effects.doomed {
-            let d = self.drive(o.drive)?;
-            d.remove(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
-            flush.insert(o.drive);
+            by_drive.entry(o.drive).or_default().1.push(o.object);
         }
-        for drive in flush {
-            self.drive(drive)?.flush().await.map_err(|e| drive_unavailable(drive, e))?;
+        let mut work = Vec::with_capacity(by_drive.len());
+        for (drive, (revoke, remove)) in by_drive {
+            work.push((self.drive(drive)?, revoke, remove));
+        }
+        let done = work.into_iter().map(|(d, revoke, remove)| async move {
+            if !self.is_up(d.drive) {
+                return (d, Err("down".to_string()));
+            }
+            let r = async {
+                for &(object, acv) in &revoke {
+                    d.set_acv(object, acv).await?;
+                }
+                for &object in &remove {
+                    d.remove(object).await?;
+                }
+                d.flush().await
+            }
+            .await;
+            (d, r.map_err(|e| e.to_string()))
+        });
+        for (d, r) in futures::future::join_all(done).await {
+            if let Err(e) = r {
+                tracing::info!(drive = d.drive, error = %e, "revocations and removals on a drive left to its recovery");
+                d.set_unrecovered();
+            }
         }
         Ok(())
     }

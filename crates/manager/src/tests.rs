@@ -511,3 +511,25 @@ async fn a_requested_scrub_shows_as_under_way_until_a_pass_has_run() {
     let s = m.cluster_status().await.unwrap();
     assert_eq!(s.scrub.files_total, 0, "{s:?}");
 }
+
+/// `nasd repair rebuild` follows the round it asked for by polling
+/// `CLUSTER_STATUS` until the rebuild progress reads finished. Between the
+/// request and the end of the repair pass that takes it, the progress never
+/// reads finished (it used to read "nothing to do" until the pass had begun,
+/// so `nasd repair` could return before the rebuild started); once that pass
+/// is over, it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_rebuild_shows_until_the_pass_that_takes_it_has_ended() {
+    use nasd_proto::manager::{Progress, RepairAction};
+    let dir = tempfile::tempdir().unwrap();
+    let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
+    let finished = |p: Progress| p.files_total == 0 || p.files_done >= p.files_total;
+    assert!(finished(m.cluster_status().await.unwrap().rebuild), "nothing asked, nothing running");
+    let reply = m.handle(&root(), ManagerRequest::Repair { action: RepairAction::Rebuild }).await.unwrap();
+    assert!(matches!(reply, ManagerReply::Done), "{reply:?}");
+    let pending = m.cluster_status().await.unwrap().rebuild;
+    assert!(!finished(pending), "asked and no pass has run yet: not finished ({pending:?})");
+    m.repair_pass().await;
+    let after = m.cluster_status().await.unwrap().rebuild;
+    assert_eq!(after, Progress::default(), "the pass that took the request has ended");
+}

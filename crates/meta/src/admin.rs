@@ -46,7 +46,7 @@ fn check_user(user: &User) -> Result<(), FsStatus> {
     Ok(())
 }
 
-fn check_drive(rec: &DriveRecord) -> Result<(), FsStatus> {
+pub(crate) fn check_drive(rec: &DriveRecord) -> Result<(), FsStatus> {
     if rec.addr.len() > DRIVE_ADDR_MAX
         || rec.sealed_keys.len() > SEALED_KEYS_MAX
         || rec.failure_domain.len() > NAME_LEN_MAX
@@ -270,7 +270,16 @@ impl<B: Backend> Namespace<B> {
     /// # Errors
     /// `Internal`.
     pub fn doomed(&self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
-        self.backend.read(|t| t.list_doomed(limit.min(BATCH_MAX)))
+        self.backend.read(|t| t.list_doomed(None, limit.min(BATCH_MAX)))
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) doomed objects of one drive
+    /// (what must be removed from it before it is readmitted).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn doomed_on(&self, drive: u32, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        self.backend.read(|t| t.list_doomed(Some(drive), limit.min(BATCH_MAX)))
     }
 
     /// Forgets doomed objects the manager removed from their drives.
@@ -288,7 +297,16 @@ impl<B: Backend> Namespace<B> {
     /// # Errors
     /// `Internal`.
     pub fn acv_intents(&self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
-        self.backend.read(|t| t.list_acv_intents(limit.min(BATCH_MAX)))
+        self.backend.read(|t| t.list_acv_intents(None, limit.min(BATCH_MAX)))
+    }
+
+    /// Up to `limit` (at most [`BATCH_MAX`]) pending ACV intents of objects
+    /// on one drive.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn acv_intents_on(&self, drive: u32, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        self.backend.read(|t| t.list_acv_intents(Some(drive), limit.min(BATCH_MAX)))
     }
 
     /// Forgets an ACV intent the manager carried out; a newer intent for the
@@ -300,9 +318,10 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| t.delete_acv_intent(&intent.object, Some(intent.acv)))
     }
 
-    /// Every object this manager knows on a drive: files' component objects,
-    /// pooled and doomed ones. Anything else on the drive's partition is an
-    /// orphan.
+    /// Every object the managers know on a drive: files' component objects,
+    /// pooled and doomed ones, and those reserved and not lapsed
+    /// ([`Namespace::reserve_pooled_object`]), read in one transaction.
+    /// Anything else on the drive's partition is an orphan.
     ///
     /// # Errors
     /// `Internal`.
@@ -312,6 +331,7 @@ impl<B: Backend> Namespace<B> {
             for list in [t.file_objects(drive)?, t.pool_objects(drive)?, t.doomed_objects(drive)?] {
                 known.extend(list.iter().map(|o| o.object));
             }
+            known.extend(crate::leases::live_reservations(t, drive)?);
             Ok(known)
         })
     }

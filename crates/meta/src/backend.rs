@@ -4,7 +4,7 @@
 //! Every rule (permissions, link counts, rename, object bookkeeping) lives in
 //! [`crate::Namespace`], written once over these traits.
 
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::time::Duration;
@@ -158,8 +158,8 @@ pub trait Txn {
 
     /// Records an object to be removed from its drive.
     fn doom(&mut self, object: &ObjectRef) -> Result<(), FsStatus>;
-    /// Up to `limit` doomed objects, in a stable order.
-    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus>;
+    /// Up to `limit` doomed objects (of `drive` only, if given), in a stable order.
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<ObjectRef>, FsStatus>;
     /// Every doomed object of a drive.
     fn doomed_objects(&mut self, drive: u32) -> Result<Vec<ObjectRef>, FsStatus>;
     /// Forgets a doomed object (no-op if absent).
@@ -167,8 +167,8 @@ pub trait Txn {
 
     /// Records an ACV intent, replacing any older one for the same object.
     fn put_acv_intent(&mut self, intent: &AcvIntent) -> Result<(), FsStatus>;
-    /// Up to `limit` ACV intents, in a stable order.
-    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus>;
+    /// Up to `limit` ACV intents (of objects on `drive` only, if given), in a stable order.
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<AcvIntent>, FsStatus>;
     /// Forgets the intent for an object; with `only_acv`, only if its acv matches.
     fn delete_acv_intent(&mut self, object: &ObjectRef, only_acv: Option<u64>) -> Result<(), FsStatus>;
 
@@ -176,6 +176,18 @@ pub trait Txn {
     fn get_setting(&mut self, key: &str) -> Result<Option<Vec<u8>>, FsStatus>;
     /// Writes a setting.
     fn put_setting(&mut self, key: &str, value: &[u8]) -> Result<(), FsStatus>;
+
+    /// The database's clock, in milliseconds since the Unix epoch: the one
+    /// clock every manager sharing the database agrees on (lease expiry).
+    fn now_ms(&mut self) -> Result<u64, FsStatus>;
+    /// Reads a lease by name.
+    fn get_lease(&mut self, name: &str) -> Result<Option<Lease>, FsStatus>;
+    /// Inserts or replaces a lease (keyed by name).
+    fn put_lease(&mut self, lease: &Lease) -> Result<(), FsStatus>;
+    /// Deletes a lease (no-op if absent).
+    fn delete_lease(&mut self, name: &str) -> Result<(), FsStatus>;
+    /// Up to `limit` leases whose names start with `prefix`, in name order.
+    fn list_leases(&mut self, prefix: &str, limit: usize) -> Result<Vec<Lease>, FsStatus>;
 }
 
 /// How one attempt at a transaction failed ([`Backend::attempt`],

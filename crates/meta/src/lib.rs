@@ -54,6 +54,7 @@ mod components;
 mod error;
 mod intents;
 mod layouts;
+mod leases;
 mod namespace;
 mod perm;
 mod postgres;
@@ -71,6 +72,7 @@ pub use quotas::ESCROW_BYTES_MAX;
 pub use backend::{with_retries, Access, Backend, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX, TXN_BACKOFF_MIN};
 pub use error::MetaError;
 pub use layouts::{take_pooled, Placer};
+pub use leases::{holds, reservation_name, LEASE_HOLDER_MAX, LEASE_NAME_MAX, LEASE_TTL_MAX, RESERVATION_PREFIX};
 pub use namespace::Namespace;
 pub use nasd_proto::fs::*;
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};
@@ -82,8 +84,8 @@ pub use postgres::{
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};
 pub use types::{
-    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, Quota, QuotaSubject, SetAttrs,
-    StaleRange, User,
+    AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, Lease, Quota, QuotaSubject,
+    SetAttrs, StaleRange, User,
 };
 
 /// Most entries one `readdir` returns; a larger `limit` is capped to it.

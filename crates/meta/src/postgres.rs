@@ -46,6 +46,9 @@
 //!   attributes (`xattrs`), device numbers (`rdev`), quotas (`quotas`, the
 //!   inodes' `qdir`, the intents' `escrow` and `size_limit`): SQLite's
 //!   versions 3 and 4.
+//! - 2 → 3: `leases(name, holder, token, expires_ms)` (SQLite's version 5),
+//!   the leases several managers on one database share (`crate::Lease`);
+//!   their clock is the server's (`clock_timestamp()`), one for every manager.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -60,7 +63,8 @@
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{postgres_detail, MetaError};
 use crate::types::{
-    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease as LeaseRow, Quota, QuotaSubject, StaleRange,
+    User,
 };
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
@@ -149,15 +153,21 @@ CREATE TABLE quotas (
     PRIMARY KEY (kind, id));
 "#;
 
+/// Version 3: leases shared by the managers of one database (SQLite's version 5).
+const V3: &str = r#"
+CREATE TABLE leases (
+    name TEXT COLLATE "C" PRIMARY KEY, holder TEXT NOT NULL, token BIGINT NOT NULL, expires_ms BIGINT NOT NULL);
+"#;
+
 /// Version 2 to 3: small files (issue 14), the bytes of a file below its
 /// small-file threshold.
-const V3: &str = r#"
+const V4: &str = r#"
 CREATE TABLE small_data (
     ino BIGINT PRIMARY KEY REFERENCES inodes (ino), threshold BIGINT NOT NULL, bytes BYTEA NOT NULL);
 "#;
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -1347,9 +1357,10 @@ impl Txn for PgTxn<'_> {
         Ok(())
     }
 
-    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
-        let sql = "SELECT drive, partition, object FROM doomed ORDER BY drive, partition, object LIMIT $1";
-        let rows = self.query(sql, &[&big(limit)])?;
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        let sql = "SELECT drive, partition, object FROM doomed WHERE $2::BIGINT IS NULL OR drive = $2 \
+                   ORDER BY drive, partition, object LIMIT $1";
+        let rows = self.query(sql, &[&big(limit), &drive.map(i64::from)])?;
         self.decode(rows, object_from_row)
     }
 
@@ -1373,9 +1384,10 @@ impl Txn for PgTxn<'_> {
         Ok(())
     }
 
-    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
-        let sql = "SELECT drive, partition, object, acv FROM acv_intents ORDER BY drive, partition, object LIMIT $1";
-        let rows = self.query(sql, &[&big(limit)])?;
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        let sql = "SELECT drive, partition, object, acv FROM acv_intents WHERE $2::BIGINT IS NULL OR drive = $2 \
+                   ORDER BY drive, partition, object LIMIT $1";
+        let rows = self.query(sql, &[&big(limit), &drive.map(i64::from)])?;
         self.decode(rows, |r| Ok(AcvIntent { object: object_from_row(r)?, acv: u64_at(r, 3)? }))
     }
 
@@ -1402,4 +1414,39 @@ impl Txn for PgTxn<'_> {
         )?;
         Ok(())
     }
+    fn now_ms(&mut self) -> Result<u64, FsStatus> {
+        let row = self.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT", &[])?;
+        self.decode_one(row, |r| u64_at(r, 0))
+    }
+
+    fn get_lease(&mut self, name: &str) -> Result<Option<LeaseRow>, FsStatus> {
+        let row = self.query_opt("SELECT name, holder, token, expires_ms FROM leases WHERE name = $1", &[&name])?;
+        self.decode_opt(row, lease_from_row)
+    }
+
+    fn put_lease(&mut self, l: &LeaseRow) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO leases (name, holder, token, expires_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = excluded.token, \
+             expires_ms = excluded.expires_ms",
+            &[&l.name, &l.holder, &(l.token as i64), &(l.expires_ms as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn delete_lease(&mut self, name: &str) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM leases WHERE name = $1", &[&name])?;
+        Ok(())
+    }
+
+    fn list_leases(&mut self, prefix: &str, limit: usize) -> Result<Vec<LeaseRow>, FsStatus> {
+        let sql = "SELECT name, holder, token, expires_ms FROM leases \
+                   WHERE left(name, length($1)) = $1 ORDER BY name LIMIT $2";
+        let rows = self.query(sql, &[&prefix, &big(limit)])?;
+        self.decode(rows, lease_from_row)
+    }
+}
+
+fn lease_from_row(r: &Row) -> Decoded<LeaseRow> {
+    Ok(LeaseRow { name: get_at(r, 0)?, holder: get_at(r, 1)?, token: u64_at(r, 2)?, expires_ms: u64_at(r, 3)? })
 }

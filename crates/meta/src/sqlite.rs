@@ -1,6 +1,6 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 2, kept in `PRAGMA user_version`):
+//! Layout (schema version 5, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
 //!   ctime_ns, target, acv, layout)`: `layout` is the 7-byte canonical
 //!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
@@ -58,11 +58,13 @@
 //!   a NULL limit is none), the inodes' `qdir` (the directory whose quota
 //!   counts them, 0: none) with indexes on `uid` and `qdir`, and the
 //!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
+//! - 4 → 5 (`V5`): `leases(name, holder, token, expires_ms)`: the leases
+//!   that let several managers share one database (`crate::Lease`).
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
 use crate::types::{
-    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Quota, QuotaSubject, StaleRange, User,
+    AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease, Quota, QuotaSubject, StaleRange, User,
 };
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
@@ -169,15 +171,22 @@ CREATE TABLE xattrs (
     PRIMARY KEY (ino, name)) WITHOUT ROWID;
 ";
 
+/// Leases shared by the managers of one database (see the module documentation).
+const V5: &str = "
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY, holder TEXT NOT NULL, token INTEGER NOT NULL, expires_ms INTEGER NOT NULL)
+    WITHOUT ROWID;
+";
+
 /// Version 4 to 5: small files (issue 14), the bytes of a file below its
 /// small-file threshold.
-const V5: &str = "
+const V6: &str = "
 CREATE TABLE small_data (
     ino INTEGER PRIMARY KEY REFERENCES inodes (ino), threshold INTEGER NOT NULL, bytes BLOB NOT NULL);
 ";
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -981,10 +990,13 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 
-    fn list_doomed(&mut self, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
-        let sql = "SELECT drive, partition, object FROM doomed ORDER BY drive, partition, object LIMIT ?1";
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<ObjectRef>, FsStatus> {
+        let sql = "SELECT drive, partition, object FROM doomed WHERE ?2 IS NULL OR drive = ?2 \
+                   ORDER BY drive, partition, object LIMIT ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
-        let rows = st.query_map([limit_param(limit)], object_from_row).map_err(internal)?;
+        let rows = st
+            .query_map(rusqlite::params![limit_param(limit), drive.map(i64::from)], object_from_row)
+            .map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
 
@@ -1007,11 +1019,14 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 
-    fn list_acv_intents(&mut self, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
-        let sql = "SELECT drive, partition, object, acv FROM acv_intents ORDER BY drive, partition, object LIMIT ?1";
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Result<Vec<AcvIntent>, FsStatus> {
+        let sql = "SELECT drive, partition, object, acv FROM acv_intents WHERE ?2 IS NULL OR drive = ?2 \
+                   ORDER BY drive, partition, object LIMIT ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st
-            .query_map([limit_param(limit)], |r| Ok(AcvIntent { object: object_from_row(r)?, acv: u64_col(r, 3)? }))
+            .query_map(rusqlite::params![limit_param(limit), drive.map(i64::from)], |r| {
+                Ok(AcvIntent { object: object_from_row(r)?, acv: u64_col(r, 3)? })
+            })
             .map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
@@ -1038,6 +1053,44 @@ impl Txn for SqliteTxn<'_> {
         )?;
         Ok(())
     }
+    /// SQLite runs in the manager's process: the local clock is the database's.
+    fn now_ms(&mut self) -> Result<u64, FsStatus> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or(Duration::ZERO);
+        Ok(u64::try_from(now.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn get_lease(&mut self, name: &str) -> Result<Option<Lease>, FsStatus> {
+        let sql = "SELECT name, holder, token, expires_ms FROM leases WHERE name = ?1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        st.query_row([name], lease_from_row).optional().map_err(internal)
+    }
+
+    fn put_lease(&mut self, l: &Lease) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO leases (name, holder, token, expires_ms) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = excluded.token, \
+             expires_ms = excluded.expires_ms",
+            params![l.name, l.holder, l.token as i64, l.expires_ms as i64],
+        )?;
+        Ok(())
+    }
+
+    fn delete_lease(&mut self, name: &str) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM leases WHERE name = ?1", [name])?;
+        Ok(())
+    }
+
+    fn list_leases(&mut self, prefix: &str, limit: usize) -> Result<Vec<Lease>, FsStatus> {
+        let sql = "SELECT name, holder, token, expires_ms FROM leases \
+                   WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name LIMIT ?2";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st.query_map(params![prefix, limit_param(limit)], lease_from_row).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+}
+
+fn lease_from_row(r: &Row<'_>) -> rusqlite::Result<Lease> {
+    Ok(Lease { name: r.get(0)?, holder: r.get(1)?, token: u64_col(r, 2)?, expires_ms: u64_col(r, 3)? })
 }
 
 #[cfg(test)]

@@ -329,3 +329,24 @@ pub struct Quota {
     /// Inodes used now.
     pub files_used: u64,
 }
+
+/// A lease held in the metadata store (`leases` table): work that at most
+/// one manager may do at a time (a drive's pool refill, orphan collection
+/// and key rotation; one inode's size change) names a lease, and a manager
+/// does it only while it holds the lease. Expiry is on the database's clock
+/// ([`crate::Txn::now_ms`]); `token` grows at every change of hands, so a
+/// transaction that checks it (a fence) fails for a holder that lost the
+/// lease, however late it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// What the lease guards, e.g. `drive/3` (at most
+    /// [`crate::LEASE_NAME_MAX`] bytes).
+    pub name: String,
+    /// Who holds it: a manager's id (at most [`crate::LEASE_HOLDER_MAX`] bytes).
+    pub holder: String,
+    /// The fencing token: moves on every time the lease is acquired.
+    pub token: u64,
+    /// When it lapses unless renewed, in milliseconds since the Unix epoch
+    /// on the database's clock.
+    pub expires_ms: u64,
+}

@@ -170,6 +170,44 @@ fn concurrent_increments_from_two_managers_lose_nothing() {
     assert_eq!(backends[1].read(read).unwrap(), 2 + 2 * EACH);
 }
 
+/// Two managers (two backends on one database) try for the same leases
+/// again and again at once: every round exactly one holds each lease, and
+/// the loser cannot pass its fence. The fence is checked against the database,
+/// so only the round's winner records objects under it.
+#[test]
+fn a_lease_is_held_by_one_manager_at_a_time() {
+    let url = server().fresh_url();
+    let managers = [fresh_namespace(&url), Namespace::new(open(&url), Layout::SINGLE).unwrap()];
+    let ttl = std::time::Duration::from_secs(3600);
+    for round in 0..20u64 {
+        let met = Barrier::new(2);
+        let won: Vec<Option<nasd_meta::Lease>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = managers
+                .iter()
+                .enumerate()
+                .map(|(i, ns)| {
+                    let met = &met;
+                    scope.spawn(move || {
+                        met.wait();
+                        ns.acquire_lease("drive/1", &format!("manager-{i}"), ttl).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let winners: Vec<&nasd_meta::Lease> = won.iter().flatten().collect();
+        assert_eq!(winners.len(), 1, "round {round}: exactly one manager holds the lease: {won:?}");
+        let lease = winners[0].clone();
+        assert_eq!(managers[1].lease("drive/1").unwrap().as_ref(), Some(&lease), "the database holds the winner");
+        let other = if lease.holder == "manager-0" { "manager-1" } else { "manager-0" };
+        let stale = nasd_meta::Lease { holder: other.to_string(), ..lease.clone() };
+        let object = ObjectRef { drive: 1, partition: PARTITION, object: 1000 + round };
+        assert_eq!(managers[0].pool_add_fenced(&[object], &stale).err(), Some(FsStatus::Busy));
+        managers[1].pool_add_fenced(&[object], &lease).unwrap();
+        assert!(managers[0].release_lease(&lease).unwrap());
+    }
+}
+
 /// The closure's own error is an abort (run once, not retried); a failed
 /// statement is a storage failure even if the closure swallows it, and
 /// nothing of that attempt commits; a row that does not decode is a storage

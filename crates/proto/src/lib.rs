@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 mod attrs;
+pub mod auth;
 mod capability;
 pub mod codec;
 mod error;

@@ -117,8 +117,9 @@ pub mod manager_opcode {
     pub const WATCH: u16 = 0x0019;
     pub const MKNOD: u16 = 0x001A;
     pub const GET_QUOTA: u16 = 0x001B;
-    pub const READ_SMALL: u16 = 0x001C;
-    pub const WRITE_SMALL: u16 = 0x001D;
+    pub const LOGIN_IDENTITY: u16 = 0x001C;
+    pub const READ_SMALL: u16 = 0x001D;
+    pub const WRITE_SMALL: u16 = 0x001E;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -128,6 +129,7 @@ pub mod manager_opcode {
     pub const SET_USER_GROUPS: u16 = 0x0107;
     pub const SET_GATEWAY: u16 = 0x0108;
     pub const SET_QUOTA: u16 = 0x0109;
+    pub const SYNC_IDENTITY_KEYS: u16 = 0x010A;
 }
 
 /// What access a caller asks capabilities for with a name lookup.
@@ -285,6 +287,17 @@ pub enum ManagerRequest {
         user: String,
         password: String,
     },
+    /// Authenticate the connection with an identity from the
+    /// authentication server (DSFS): the credential and
+    /// `identity_login_proof(idkey, credential)`. Must be the first request.
+    LoginIdentity {
+        version: u8,
+        credential: crate::IdentityData,
+        proof: [u8; 32],
+    },
+    /// Administrator: fetch the authentication server's live shared keys
+    /// now and install or retire them on every drive in service.
+    SyncIdentityKeys,
     /// Resolve an absolute path.
     Walk {
         path: String,
@@ -531,6 +544,12 @@ impl std::fmt::Debug for ManagerRequest {
         const REDACTED: &str = "<redacted>";
         use ManagerRequest as R;
         match self {
+            R::LoginIdentity { version, credential, .. } => f
+                .debug_struct("LoginIdentity")
+                .field("version", version)
+                .field("credential", credential)
+                .finish_non_exhaustive(),
+            R::SyncIdentityKeys => f.write_str("SyncIdentityKeys"),
             R::Login { version, user, password: _ } => f
                 .debug_struct("Login")
                 .field("version", version)
@@ -1115,6 +1134,8 @@ impl ManagerRequest {
         use manager_opcode::*;
         match self {
             ManagerRequest::Login { .. } => LOGIN,
+            ManagerRequest::LoginIdentity { .. } => LOGIN_IDENTITY,
+            ManagerRequest::SyncIdentityKeys => SYNC_IDENTITY_KEYS,
             ManagerRequest::Walk { .. } => WALK,
             ManagerRequest::Lookup { .. } => LOOKUP,
             ManagerRequest::GetAttr { .. } => GETATTR,
@@ -1186,6 +1207,8 @@ impl ManagerRequest {
             R::Link { handle, new_parent, .. } => vec![*handle, *new_parent],
             R::Rename { parent, new_parent, .. } => vec![*parent, *new_parent],
             R::Login { .. }
+            | R::LoginIdentity { .. }
+            | R::SyncIdentityKeys
             | R::Walk { .. }
             | R::StatFs
             | R::AddUser { .. }
@@ -1233,6 +1256,8 @@ impl ManagerRequest {
             | R::ReadSmall { .. }
             | R::WriteSmall { .. } => true,
             R::Login { .. }
+            | R::LoginIdentity { .. }
+            | R::SyncIdentityKeys
             | R::AsUser { .. }
             | R::Watch { .. }
             | R::ClusterStatus
@@ -1252,6 +1277,8 @@ impl ManagerRequest {
     pub fn name(&self) -> &'static str {
         match self {
             ManagerRequest::Login { .. } => "login",
+            ManagerRequest::LoginIdentity { .. } => "login-identity",
+            ManagerRequest::SyncIdentityKeys => "sync-identity-keys",
             ManagerRequest::Walk { .. } => "walk",
             ManagerRequest::Lookup { .. } => "lookup",
             ManagerRequest::GetAttr { .. } => "getattr",
@@ -1413,6 +1440,8 @@ impl ManagerRequest {
             R::ReadSmall { .. }
             | R::WriteSmall { .. }
             | R::GetAttr { .. }
+            | R::LoginIdentity { .. }
+            | R::SyncIdentityKeys
             | R::SetAttr { .. }
             | R::ListXattr { .. }
             | R::GetQuota { .. }
@@ -1440,6 +1469,10 @@ impl ManagerRequest {
             ManagerRequest::Login { version, user, password } => {
                 w.u8(*version).str(user).str(password);
             }
+            ManagerRequest::LoginIdentity { version, credential, proof } => {
+                w.u8(*version).raw(&credential.encode()).raw(proof);
+            }
+            ManagerRequest::SyncIdentityKeys => {}
             ManagerRequest::Walk { path, follow, open } => {
                 w.str(path).bool(*follow).u8(*open as u8);
             }
@@ -1593,6 +1626,12 @@ impl ManagerRequest {
                 user: r.str(USER_NAME_MAX, "user")?,
                 password: r.str(PASSWORD_MAX, "password")?,
             },
+            LOGIN_IDENTITY => ManagerRequest::LoginIdentity {
+                version: r.u8()?,
+                credential: crate::IdentityData::decode(r.take(crate::IDENTITY_DATA_LEN)?)?,
+                proof: r.array()?,
+            },
+            SYNC_IDENTITY_KEYS => ManagerRequest::SyncIdentityKeys,
             WALK => ManagerRequest::Walk {
                 path: r.str(PATH_MAX, "path")?,
                 follow: r.bool()?,

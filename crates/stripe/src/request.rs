@@ -14,8 +14,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 /// Binding refreshes one component request may trigger: a request the drive
-/// refused as stale is tried again once with a fresh target.
-const REFRESHES_PER_REQUEST_MAX: usize = 1;
+/// refused as stale is tried again with a fresh target, at most twice —
+/// during a rebalance two binding changes can land within one request (a
+/// move off the drive raises its map epoch, refusing every capability there;
+/// the fresh ones may still name a component that moves next, and whose old
+/// object is then gone).
+const REFRESHES_PER_REQUEST_MAX: usize = 2;
 /// New connections one component request may try after a reused (idle)
 /// connection broke: the drive may have closed it while it sat idle, just
 /// after the pool found it open. Never after a time-out: a drive that did

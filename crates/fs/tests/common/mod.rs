@@ -356,6 +356,58 @@ impl Cluster {
     }
 }
 
+/// Another manager of a cluster, on the same metadata (a PostgreSQL
+/// database) and drives: its own directory holding a copy of the first
+/// manager's key (`manager.key`: the drive keys in the database are sealed
+/// with it, and file handles derive from it), its own listener and
+/// maintenance.
+pub struct OtherManager {
+    pub manager: Arc<Manager>,
+    pub addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    maintenance: Option<JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Starts another manager on this cluster's metadata (`config.metadata`
+    /// must name the first manager's database) in `DIR/NAME`.
+    pub async fn start_other_manager(&self, name: &str, config: ManagerConfig, maintenance: bool) -> OtherManager {
+        let dir = self.dir().join(name);
+        std::fs::create_dir_all(&dir).expect("the other manager's directory");
+        std::fs::copy(self.dir().join("manager").join(nasd_manager::KEK_FILE), dir.join(nasd_manager::KEK_FILE))
+            .expect("copy the manager key");
+        let files = nasd_manager::tls::ensure_certificates(&self.dir().join("tls"), &["localhost".to_string()])
+            .expect("certificates");
+        let acceptor = nasd_manager::tls::acceptor(&files).expect("TLS acceptor");
+        let manager = Manager::open(&dir, config).expect("open the other manager");
+        to(manager.recover()).await;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the other manager's listener");
+        let addr = listener.local_addr().expect("manager address");
+        let server = tokio::spawn(manager.clone().serve(listener, acceptor, shutdown_rx.clone()));
+        let maintenance = maintenance.then(|| manager.spawn_maintenance(shutdown_rx));
+        OtherManager { manager, addr, shutdown, server, maintenance }
+    }
+
+    /// A logged-in client of the manager at `addr`.
+    pub async fn login_at(&self, addr: SocketAddr, user: &str, password: &str) -> FsClient {
+        let config = FsConfig { manager: addr.to_string(), ..self.fs_config(user, password) };
+        to(FsClient::connect(&config)).await.expect("log in")
+    }
+}
+
+impl OtherManager {
+    /// Stops the manager and its maintenance.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        to(self.server).await.expect("manager task");
+        if let Some(m) = self.maintenance {
+            to(m).await.expect("maintenance task");
+        }
+    }
+}
+
 /// A TCP relay in front of a drive (or the manager), for faults the daemon
 /// itself never makes: cutting every connection, holding requests back (on
 /// every connection, or on one), holding replies back past some bytes,

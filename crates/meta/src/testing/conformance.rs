@@ -82,6 +82,8 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("record_size_usage", record_size_usage),
         ("pool_and_known_objects", pool_and_known_objects),
         ("doomed_log", doomed_log),
+        ("leases", leases),
+        ("reservations", reservations),
         ("users", users),
         ("drives", drives),
         ("settings", settings),
@@ -1155,6 +1157,11 @@ fn acv_intents<B: Backend>(ns: &Namespace<B>) {
     want.sort_by_key(|i| i.object);
     assert_eq!(all, want);
     assert_eq!(ns.acv_intents(1).unwrap().len(), 1);
+    for o in [fo, go] {
+        let on: Vec<AcvIntent> = want.iter().filter(|i| i.object.drive == o.drive).copied().collect();
+        assert_eq!(ns.acv_intents_on(o.drive, 10).unwrap(), on, "drive {}'s intents only", o.drive);
+    }
+    assert!(ns.acv_intents_on(u32::MAX, 10).unwrap().is_empty());
     ns.forget_acv_intent(&AcvIntent { object: fo, acv: 1 }).unwrap();
     assert_eq!(ns.acv_intents(10).unwrap().len(), 2, "an older intent does not remove a newer one");
     ns.forget_acv_intent(&AcvIntent { object: fo, acv: 2 }).unwrap();
@@ -1213,6 +1220,70 @@ fn pool_and_known_objects<B: Backend>(ns: &Namespace<B>) {
     assert!(!ns.known_objects(1).unwrap().contains(&g.object));
 }
 
+/// Leases: one holder at a time, taken over once lapsed, every acquisition
+/// a new fencing token, and the fence refusing a holder that lost its lease.
+fn leases<B: Backend>(ns: &Namespace<B>) {
+    use std::time::Duration;
+    let long = Duration::from_secs(3600);
+    let a = ns.acquire_lease("drive/1", "manager-a", long).unwrap().expect("a free lease is taken");
+    assert_eq!((a.holder.as_str(), a.token), ("manager-a", 1));
+    assert_eq!(ns.acquire_lease("drive/1", "manager-b", long).unwrap(), None, "held by another, unexpired");
+    assert!(ns.acquire_lease("drive/2", "manager-b", long).unwrap().is_some(), "leases are independent");
+    let again = ns.acquire_lease("drive/1", "manager-a", long).unwrap().expect("its own holder takes it again");
+    assert_eq!(again.token, 2, "every acquisition moves the token on");
+    assert_eq!(ns.renew_lease(&a, long).unwrap(), None, "the first acquisition's token is fenced off");
+    let renewed = ns.renew_lease(&again, long).unwrap().expect("renewed");
+    assert_eq!(renewed.token, again.token, "a renewal keeps the token");
+    assert!(renewed.expires_ms >= again.expires_ms);
+    // The fence: objects made under a lease are recorded only by its holder.
+    assert_eq!(ns.pool_add_fenced(&[obj(2, 7)], &a).err(), Some(FsStatus::Busy), "a lost lease records nothing");
+    assert_eq!(ns.pool_len(2).unwrap(), 0);
+    ns.pool_add_fenced(&[obj(2, 7)], &renewed).unwrap();
+    assert_eq!(ns.pool_len(2).unwrap(), 1);
+    // Lapsed: another holder takes it over, and the old holder is fenced off.
+    let short = ns.acquire_lease("drive/3", "manager-a", Duration::from_millis(1)).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let taken = ns.acquire_lease("drive/3", "manager-b", long).unwrap().expect("a lapsed lease is taken over");
+    assert_eq!((taken.holder.as_str(), taken.token), ("manager-b", short.token + 1));
+    assert_eq!(ns.renew_lease(&short, long).unwrap(), None);
+    assert!(!ns.release_lease(&short).unwrap(), "only its holder releases it");
+    assert_eq!(ns.lease("drive/3").unwrap(), Some(taken.clone()));
+    assert!(ns.release_lease(&taken).unwrap());
+    assert_eq!(ns.lease("drive/3").unwrap(), None);
+    let next = ns.acquire_lease("drive/3", "manager-a", long).unwrap().unwrap();
+    assert_eq!(next.token, 1, "a released lease starts over");
+    // Bad arguments.
+    for (name, holder, ttl) in [("", "m", long), ("n", "", long), ("n", "m", Duration::ZERO), ("n", "m", long * 25)] {
+        assert_eq!(ns.acquire_lease(name, holder, ttl).err(), Some(FsStatus::InvalidArgument), "{name:?} {holder:?}");
+    }
+    let long_name = "x".repeat(crate::LEASE_NAME_MAX + 1);
+    assert_eq!(ns.acquire_lease(&long_name, "m", long).err(), Some(FsStatus::InvalidArgument));
+    // Counters and set-once settings.
+    assert_eq!(ns.counter("users_epoch").unwrap(), 0);
+    assert_eq!(ns.bump_counter("users_epoch").unwrap(), 1);
+    assert_eq!(ns.bump_counter("users_epoch").unwrap(), 2);
+    assert_eq!(ns.counter("users_epoch").unwrap(), 2);
+    assert_eq!(ns.setting_or_insert("fs_id", b"first").unwrap(), b"first");
+    assert_eq!(ns.setting_or_insert("fs_id", b"second").unwrap(), b"first", "the first value stays");
+}
+
+/// Reserved objects leave the pool yet stay known until released or lapsed.
+fn reservations<B: Backend>(ns: &Namespace<B>) {
+    use std::time::Duration;
+    let o = ns.reserve_pooled_object(1, "manager-a", Duration::from_secs(3600)).unwrap().expect("pooled");
+    assert_eq!(ns.pool_len(1).unwrap(), POOLED as usize - 1, "out of the pool");
+    assert!(ns.known_objects(1).unwrap().contains(&o.object), "still known: orphan collection keeps it");
+    assert_eq!(ns.drop_lapsed_reservations(1).unwrap(), 0);
+    ns.unreserve_object(&o).unwrap();
+    assert!(!ns.known_objects(1).unwrap().contains(&o.object), "released: an orphan unless a file names it");
+    let p = ns.reserve_pooled_object(1, "manager-a", Duration::from_millis(1)).unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!ns.known_objects(1).unwrap().contains(&p.object), "a lapsed reservation keeps nothing");
+    assert_eq!(ns.drop_lapsed_reservations(1).unwrap(), 1);
+    assert_eq!(ns.drop_lapsed_reservations(1).unwrap(), 0);
+    assert_eq!(ns.reserve_pooled_object(2, "manager-a", Duration::from_secs(1)).unwrap(), None, "empty pool");
+}
+
 fn doomed_log<B: Backend>(ns: &Namespace<B>) {
     let n = BATCH_MAX + 3;
     let extra: Vec<ObjectRef> = (0..n as u64).map(|o| obj(2, o)).collect();
@@ -1229,6 +1300,9 @@ fn doomed_log<B: Backend>(ns: &Namespace<B>) {
     }
     let first = ns.doomed(usize::MAX).unwrap();
     assert_eq!(first.len(), BATCH_MAX, "limit is capped");
+    assert_eq!(ns.doomed_on(2, usize::MAX).unwrap(), first, "all on drive 2");
+    assert_eq!(ns.doomed_on(2, 2).unwrap(), first[..2]);
+    assert!(ns.doomed_on(3, 10).unwrap().is_empty(), "none on drive 3");
     assert_eq!(ns.doomed(2).unwrap(), first[..2]);
     assert_eq!(ns.forget_doomed(&extra).err(), Some(FsStatus::InvalidArgument));
     ns.forget_doomed(&first).unwrap();

@@ -1,7 +1,7 @@
 //! A backend wrapper that fails the n-th row operation.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
-use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Quota, QuotaSubject, StaleRange, User};
+use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,12 +138,17 @@ delegate! {
     fn list_intents(&mut self, after: u64, limit: usize) -> Vec<Intent>;
     fn delete_intent(&mut self, txn: u64) -> ();
     fn doom(&mut self, object: &ObjectRef) -> ();
-    fn list_doomed(&mut self, limit: usize) -> Vec<ObjectRef>;
+    fn list_doomed(&mut self, drive: Option<u32>, limit: usize) -> Vec<ObjectRef>;
     fn doomed_objects(&mut self, drive: u32) -> Vec<ObjectRef>;
     fn forget_doomed(&mut self, object: &ObjectRef) -> ();
     fn put_acv_intent(&mut self, intent: &AcvIntent) -> ();
-    fn list_acv_intents(&mut self, limit: usize) -> Vec<AcvIntent>;
+    fn list_acv_intents(&mut self, drive: Option<u32>, limit: usize) -> Vec<AcvIntent>;
     fn delete_acv_intent(&mut self, object: &ObjectRef, only_acv: Option<u64>) -> ();
     fn get_setting(&mut self, key: &str) -> Option<Vec<u8>>;
     fn put_setting(&mut self, key: &str, value: &[u8]) -> ();
+    fn now_ms(&mut self) -> u64;
+    fn get_lease(&mut self, name: &str) -> Option<Lease>;
+    fn put_lease(&mut self, lease: &Lease) -> ();
+    fn delete_lease(&mut self, name: &str) -> ();
+    fn list_leases(&mut self, prefix: &str, limit: usize) -> Vec<Lease>;
 }

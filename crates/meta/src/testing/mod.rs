@@ -126,8 +126,8 @@ pub fn snapshot<B: Backend>(ns: &Namespace<B>) -> Snapshot {
             Ok(Snapshot {
                 tree: tree(t)?,
                 pool,
-                doomed: t.list_doomed(BATCH_MAX)?,
-                intents: t.list_acv_intents(BATCH_MAX)?,
+                doomed: t.list_doomed(None, BATCH_MAX)?,
+                intents: t.list_acv_intents(None, BATCH_MAX)?,
                 write_intents: all_intents(t)?,
                 stale,
                 drives: t.list_drives()?,

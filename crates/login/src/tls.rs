@@ -13,8 +13,8 @@
 //! certificate whose key does not match (what a crash between the renames
 //! of an older version left) is found at start and issued again too.
 
-use crate::files::{install, parent_dir, sync_dir, with_suffix, write_new, write_staged};
 use anyhow::Context;
+use nasd_crypto::durable::{install, parent_dir, sync_dir, with_suffix, write_new, write_staged};
 use rustls::client::danger::ServerCertVerifier;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,176 @@
+//! The authentication server's network face: TLS connections carrying
+//! length-prefixed messages (docs/PROTOCOL.md, "Authentication-server
+//! protocol"). The first request must be `LOGIN` or `SERVICE_LOGIN`; each
+//! connection then serves one request at a time. Every input is bounded:
+//! message size (smaller before login), sessions in all and per peer, time
+//! to log in, failed logins per connection, and password checks per host
+//! ([`nasd_login::login_backoff`]).
+
+use crate::{AuthServer, Principal};
+use nasd_login::auth_client::{read_frame, write_frame};
+use nasd_login::peers::{accept_sessions, host_of, request_id_of};
+use nasd_proto::auth::{AuthReply, AuthRequest, AUTH_LOGIN_MESSAGE_MAX, AUTH_MESSAGE_MAX, AUTH_PROTOCOL_VERSION};
+use nasd_proto::fs::FsStatus;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+/// Most connections served at once; more wait to be accepted.
+pub const AUTH_SESSIONS_MAX: usize = 1024;
+/// Most connections one host (an IPv4 address, an IPv6 /64) holds at once;
+/// more are closed on accept.
+pub const AUTH_SESSIONS_PER_PEER_MAX: usize = 128;
+/// Time a new connection has to finish TLS and log in.
+pub const AUTH_LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Failed logins after which a connection is closed.
+pub const AUTH_LOGIN_ATTEMPTS_MAX: u32 = 3;
+/// A logged-in connection idle this long is closed.
+pub const AUTH_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+const _: () = assert!(AUTH_SESSIONS_PER_PEER_MAX <= AUTH_SESSIONS_MAX);
+
+impl AuthServer {
+    /// Accepts TLS connections on `listener` until `shutdown` turns true.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
+        let stop = shutdown.clone();
+        accept_sessions(listener, AUTH_SESSIONS_MAX, AUTH_SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
+            let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
+            async move {
+                if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
+                    tracing::debug!(%peer, error = %e, "session ended");
+                }
+            }
+        })
+        .await
+    }
+
+    async fn session(
+        &self,
+        socket: tokio::net::TcpStream,
+        host: IpAddr,
+        tls: TlsAcceptor,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "no login in time");
+        let mut stream =
+            tokio::time::timeout(AUTH_LOGIN_TIMEOUT, tls.accept(socket)).await.map_err(|_| timed_out())??;
+        let who = match tokio::time::timeout(AUTH_LOGIN_TIMEOUT, self.login_phase(&mut stream, host))
+            .await
+            .map_err(|_| timed_out())??
+        {
+            Some(w) => w,
+            None => return Ok(()),
+        };
+        loop {
+            let body = tokio::select! {
+                b = tokio::time::timeout(AUTH_IDLE_TIMEOUT, read_frame(&mut stream, AUTH_MESSAGE_MAX)) => match b {
+                    Ok(b) => b?,
+                    Err(_) => return Ok(()),
+                },
+                _ = shutdown.changed() => return Ok(()),
+            };
+            let Some(body) = body else { return Ok(()) };
+            let reply = match AuthRequest::decode(&body) {
+                Ok((id, req)) => match self.handle(who, req).await {
+                    Ok(r) => r.encode(id),
+                    Err((status, message)) => {
+                        tracing::debug!(?who, ?status, "refused");
+                        let end = status == FsStatus::NotLoggedIn;
+                        let reply = AuthReply::encode_error(id, status, &message);
+                        if end {
+                            write_frame(&mut stream, &reply).await?;
+                            return Ok(());
+                        }
+                        reply
+                    }
+                },
+                Err(e) => AuthReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string()),
+            };
+            write_frame(&mut stream, &reply).await?;
+        }
+    }
+
+    /// Reads requests until a successful login; `None` if the peer gave up
+    /// or failed too often.
+    async fn login_phase(
+        &self,
+        stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+        host: IpAddr,
+    ) -> std::io::Result<Option<Principal>> {
+        for _ in 0..AUTH_LOGIN_ATTEMPTS_MAX {
+            let body = match read_frame(stream, AUTH_LOGIN_MESSAGE_MAX).await {
+                Ok(Some(b)) => b,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let message =
+                        format!("{e} before login (AUTH_LOGIN_MESSAGE_MAX {AUTH_LOGIN_MESSAGE_MAX}): log in first");
+                    let _ = write_frame(stream, &AuthReply::encode_error(0, FsStatus::BadRequest, &message)).await;
+                    return Err(e);
+                }
+            };
+            let version_ok = |v: u8| {
+                if v == AUTH_PROTOCOL_VERSION {
+                    Ok(())
+                } else {
+                    Err((
+                        FsStatus::BadRequest,
+                        format!("protocol version {v} is not supported (this server speaks {AUTH_PROTOCOL_VERSION})"),
+                    ))
+                }
+            };
+            let (id, result) = match AuthRequest::decode(&body) {
+                Ok((id, AuthRequest::Login { version, user, password, role })) => {
+                    let result = match version_ok(version) {
+                        Err(e) => Err(e),
+                        Ok(()) => {
+                            tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+                            let r = self.login(&user, &password, role).await;
+                            match &r {
+                                Ok(_) => self.login_backoff.succeeded(host),
+                                Err((FsStatus::BadCredentials, _)) => self.login_backoff.failed(host, Instant::now()),
+                                Err(_) => {}
+                            }
+                            r
+                        }
+                    };
+                    (id, result)
+                }
+                Ok((id, AuthRequest::ServiceLogin { version, token })) => {
+                    let result = match version_ok(version) {
+                        Err(e) => Err(e),
+                        Ok(()) => {
+                            tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+                            let r = self.service_login(&token).map(|()| AuthReply::Done);
+                            match &r {
+                                Ok(_) => self.login_backoff.succeeded(host),
+                                Err(_) => self.login_backoff.failed(host, Instant::now()),
+                            }
+                            r
+                        }
+                    };
+                    (id, result)
+                }
+                Ok((id, _)) => (id, Err((FsStatus::NotLoggedIn, "log in first".to_string()))),
+                Err(e) => (request_id_of(&body), Err((FsStatus::BadRequest, e.to_string()))),
+            };
+            match result {
+                Ok(reply) => {
+                    let who = match &reply {
+                        AuthReply::LoggedIn { uid, .. } => Principal::User(*uid),
+                        _ => Principal::Service,
+                    };
+                    write_frame(stream, &reply.encode(id)).await?;
+                    return Ok(Some(who));
+                }
+                Err((status, message)) => {
+                    write_frame(stream, &AuthReply::encode_error(id, status, &message)).await?;
+                }
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,276 @@
+//! `nasd auth`: the authentication server (DSFS), as a daemon, and the
+//! commands users and administrators run against it (users, roles, groups,
+//! shared keys).
+
+use crate::config::{self, AuthSection, ClientSection};
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use nasd_auth::{AuthConfig, AuthServer};
+use nasd_login::auth_client::{connector, AuthClient, IdentityGrant};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// `nasd auth` flags: the daemon's, or a subcommand.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub command: Option<AuthCommand>,
+    /// Directory for the users, roles, groups and sealed shared keys.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Address to serve on [default: 127.0.0.1:7299].
+    #[arg(long)]
+    listen: Option<String>,
+    /// A host name or address the TLS certificate names (repeat) [default: localhost, 127.0.0.1].
+    #[arg(long = "tls-name")]
+    tls_names: Vec<String>,
+}
+
+/// What users and administrators do at the authentication server (they log
+/// in there with the [client] user and its password; `auth` must be set in
+/// [client]).
+#[derive(Subcommand)]
+pub enum AuthCommand {
+    /// Log in and show the identity issued: user, roles, key id, expiry.
+    Login {
+        /// The role to assume [default: [client] role, $NASD_ROLE, else none].
+        #[arg(long)]
+        role: Option<u32>,
+    },
+    /// Administrators: add a user (password from $NASD_NEW_PASSWORD, else asked for).
+    AddUser {
+        name: String,
+        #[arg(long)]
+        uid: u32,
+        /// Primary group [default: the uid].
+        #[arg(long, default_value_t = 0)]
+        gid: u32,
+        #[arg(long)]
+        admin: bool,
+    },
+    /// Administrators: let a user log in again.
+    Enable { name: String },
+    /// Administrators: refuse a user's logins (at this server and, with
+    /// identity keys it still holds, at the manager).
+    Disable { name: String },
+    /// Administrators: a new role.
+    AddRole { role: u32, name: String },
+    /// Administrators: give a user a role.
+    GrantRole { user: String, role: u32 },
+    /// Administrators: take a role from a user.
+    RevokeRole { user: String, role: u32 },
+    /// Make a group you own; prints its gid.
+    CreateGroup { name: String },
+    /// Add a user to a group you own.
+    AddMember { gid: u32, user: String },
+    /// Remove a user from a group you own.
+    RemoveMember { gid: u32, user: String },
+    /// Administrators: list users.
+    Users,
+    /// Administrators: a new shared key for new identity keys (the others stay valid).
+    RotateKey,
+    /// Administrators: retire a shared key id: every identity key made with
+    /// it is refused, by the manager at once and by the drives once the
+    /// manager has installed the change (this command asks it to).
+    RetireKey { key_id: u32 },
+}
+
+/// The `[client]` user's password at the authentication server.
+fn password(section: &ClientSection, user: &str) -> anyhow::Result<String> {
+    crate::fs_cmd::password_for(user, section)
+}
+
+/// Logs in at the authentication server named by `[client] auth`.
+pub async fn login_auth(
+    section: &ClientSection,
+    user: Option<&str>,
+    role: Option<u32>,
+) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
+    let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
+    let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
+    let user =
+        user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")?;
+    let role = match role {
+        Some(r) => r,
+        None => match std::env::var("NASD_ROLE") {
+            Ok(r) => r.parse().with_context(|| format!("$NASD_ROLE = {r:?} is not a role number"))?,
+            Err(_) => section.role.unwrap_or(0),
+        },
+    };
+    let pw = password(section, &user)?;
+    let tls = connector(&ca)?;
+    let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
+    let (c, grant) = AuthClient::login(&addr, &server_name, &tls, &user, &pw, role)
+        .await
+        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))?;
+    Ok((c, grant, user))
+}
+
+/// Runs an `nasd auth` subcommand.
+pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) -> anyhow::Result<()> {
+    let role = match &cmd {
+        AuthCommand::Login { role } => *role,
+        _ => None,
+    };
+    let (mut c, grant, name) = login_auth(section, user, role).await?;
+    match cmd {
+        AuthCommand::Login { .. } => {
+            let left = grant.credential.expiration_ns.saturating_sub(now_ns()) / 1_000_000_000;
+            println!(
+                "uid {} gid {}{}; roles {:?}; this session's role {}; identity key id {}, valid {left} s more",
+                grant.uid,
+                grant.gid,
+                if grant.admin { " (administrator)" } else { "" },
+                grant.roles,
+                grant.credential.role,
+                grant.credential.key_id
+            );
+        }
+        AuthCommand::AddUser { name, uid, gid, admin } => {
+            let pw = match std::env::var("NASD_NEW_PASSWORD") {
+                Ok(p) => p,
+                Err(_) => rpassword::prompt_password(format!("new password for {name}: "))?,
+            };
+            c.add_user(&name, &pw, uid, gid, admin).await?;
+        }
+        AuthCommand::Enable { name } => c.set_user_enabled(&name, true).await?,
+        AuthCommand::Disable { name } => c.set_user_enabled(&name, false).await?,
+        AuthCommand::AddRole { role, name } => c.add_role(role, &name).await?,
+        AuthCommand::GrantRole { user, role } => c.set_user_role(&user, role, true).await?,
+        AuthCommand::RevokeRole { user, role } => c.set_user_role(&user, role, false).await?,
+        AuthCommand::CreateGroup { name } => println!("{}", c.create_group(&name).await?),
+        AuthCommand::AddMember { gid, user } => c.set_group_member(gid, &user, true).await?,
+        AuthCommand::RemoveMember { gid, user } => c.set_group_member(gid, &user, false).await?,
+        AuthCommand::Users => {
+            for u in c.users().await? {
+                println!(
+                    "{}\tuid {}\tgid {}\t{}{}\tgroups {:?}\troles {:?}",
+                    u.name,
+                    u.uid,
+                    u.gid,
+                    if u.enabled { "enabled" } else { "disabled" },
+                    if u.admin { " admin" } else { "" },
+                    u.groups,
+                    u.roles
+                );
+            }
+        }
+        AuthCommand::RotateKey => {
+            let id = c.rotate_key().await?;
+            println!("shared key {id} is the one new identity keys use");
+            sync_manager(section, &grant, &name).await?;
+        }
+        AuthCommand::RetireKey { key_id } => {
+            c.retire_key(key_id).await?;
+            println!("shared key {key_id} retired");
+            sync_manager(section, &grant, &name).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Has the manager install the shared keys on its drives now.
+async fn sync_manager(section: &ClientSection, grant: &IdentityGrant, user: &str) -> anyhow::Result<()> {
+    let fs = crate::fs_cmd::login_with_identity(section, grant, user).await?;
+    fs.sync_identity_keys().await.context("the manager could not bring every drive up to date")?;
+    println!("every drive has the change");
+    Ok(())
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Where the administrator's password is kept, inside the server's directory.
+pub const AUTH_ADMIN_PASSWORD_FILE: &str = "admin.password";
+
+/// Opens the authentication server in `dir`. On first start (no user yet)
+/// makes the administrator `admin` (uid 0) with `password`, or with a new
+/// one written to `DIR/admin.password` (0600) first.
+pub async fn open_auth(dir: &Path, config: AuthConfig, password: Option<String>) -> anyhow::Result<Arc<AuthServer>> {
+    let server = Arc::new(AuthServer::open(dir, config)?);
+    let password = match password {
+        Some(p) => p,
+        None => {
+            let file = dir.join(AUTH_ADMIN_PASSWORD_FILE);
+            if file.exists() {
+                std::fs::read_to_string(&file)?.trim_end().to_string()
+            } else {
+                let p = nasd_crypto::Key::random().to_hex()[..24].to_string();
+                nasd_crypto::durable::create_new(&file, format!("{p}\n"), 0o600)
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                p
+            }
+        }
+    };
+    if server.bootstrap_admin("admin", &password, 0).await.map_err(|(_, m)| anyhow::anyhow!(m))? {
+        eprintln!("created authentication-server user 'admin' (uid 0)");
+    }
+    Ok(server)
+}
+
+/// Serves `server` on `listener` with `tls` until `stop` turns true.
+pub async fn serve_auth(
+    server: Arc<AuthServer>,
+    listener: tokio::net::TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    server.serve(listener, tls, stop).await;
+    Ok(())
+}
+
+/// Binds `listen`, saying what to do if it is taken.
+pub async fn bind_auth(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}: is another authentication server using it?"))
+}
+
+/// The `[auth]` policy.
+pub fn auth_config(file: &AuthSection) -> AuthConfig {
+    let d = AuthConfig::default();
+    AuthConfig { identity_lifetime: file.identity_lifetime_secs.map_or(d.identity_lifetime, Duration::from_secs), ..d }
+}
+
+/// `nasd auth` as a daemon.
+pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Result<()> {
+    let data = args
+        .data
+        .clone()
+        .or(file.data.clone())
+        .context("no data directory: pass --data DIR (or set [auth] data in the config file)")?;
+    let listen: SocketAddr = args
+        .listen
+        .as_deref()
+        .or(file.listen.as_deref())
+        .unwrap_or("127.0.0.1:7299")
+        .parse()
+        .context("--listen is not HOST:PORT")?;
+    let names = if args.tls_names.is_empty() {
+        file.tls_names.clone().unwrap_or_else(|| vec!["localhost".into(), "127.0.0.1".into()])
+    } else {
+        args.tls_names.clone()
+    };
+    let tls = nasd_login::tls::ensure_certificates(&data.join("tls"), &names)?;
+    let server = open_auth(&data, auth_config(&file), None).await?;
+    eprintln!(
+        "nasd auth serving {} on {listen} (TLS; clients trust {}); the manager logs in with the service token {}",
+        data.display(),
+        tls.ca.display(),
+        data.join(nasd_auth::SERVICE_TOKEN_FILE).display()
+    );
+    let (tx, rx) = watch::channel(false);
+    let stop = crate::daemons::shutdown_signal();
+    tokio::spawn(async move {
+        stop.await;
+        let _ = tx.send(true);
+    });
+    serve_auth(server, bind_auth(listen).await?, nasd_login::tls::acceptor(&tls)?, rx).await?;
+    eprintln!("nasd auth stopped cleanly");
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The authentication server (`nasd_auth`, DSFS §3.1) with the manager and
+//! drives, end to end over real daemons on loopback: password login and
+//! role choice at the authentication server, the identity key it issues
+//! accepted by the manager (`LOGIN_IDENTITY`) and by drives (once the
+//! manager installed the shared keys, `SYNC_IDENTITY_KEYS`), groups users
+//! make themselves, and what must be refused: wrong passwords, roles not
+//! held, disabled users, forged or tampered credentials, expired identity
+//! keys, retired key ids — while rotation leaves the others' keys working.
+
+mod common;
+
+use common::*;
+use nasd_auth::{AuthConfig, AuthServer};
+use nasd_client::{Auth, ClientError, Credential, DriveClient};
+use nasd_crypto::{identity_key, identity_login_proof, Key};
+use nasd_fs::{FsClient, FsConfig, FsError, FsStatus};
+use nasd_login::auth_client::{AuthClient, AuthError, IdentityGrant};
+use nasd_manager::identity::AuthLink;
+use nasd_manager::ManagerConfig;
+use nasd_proto::{rights, AuthScheme, IdentityData, ObjectPal, Pal, PalEntry, Principal, Protection, Region, Status};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+const ROOT: &str = "root";
+const ROOT_PW: &str = "root password";
+const STAFF: u32 = 7;
+const AUDIT: u32 = 9;
+const CAROL: &str = "carol";
+const PW_C: &str = "carol password";
+const UID_C: u32 = 1002;
+const DATA: &[u8] = b"read by identity, checked by the drive";
+
+/// An authentication server on loopback with its own CA.
+struct Auth0 {
+    server: Arc<AuthServer>,
+    addr: String,
+    ca: PathBuf,
+    stop: watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+impl Auth0 {
+    async fn start() -> Auth0 {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let files = nasd_login::tls::ensure_certificates(&dir.path().join("tls"), &names).unwrap();
+        let acceptor = nasd_login::tls::acceptor(&files).unwrap();
+        let server = Arc::new(AuthServer::open(&dir.path().join("auth"), AuthConfig::default()).unwrap());
+        assert!(to(server.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(server.clone().serve(listener, acceptor, rx));
+        Auth0 { server, addr, ca: files.ca, stop, _dir: dir }
+    }
+
+    fn link(&self) -> AuthLink {
+        AuthLink {
+            addr: self.addr.clone(),
+            server_name: "localhost".into(),
+            ca_cert: self.ca.clone(),
+            token: self.server.service_token().clone(),
+        }
+    }
+
+    async fn login(&self, user: &str, password: &str, role: u32) -> Result<(AuthClient, IdentityGrant), AuthError> {
+        let tls = nasd_login::auth_client::connector(&self.ca).unwrap();
+        to(AuthClient::login(&self.addr, "localhost", &tls, user, password, role)).await
+    }
+
+    async fn grant(&self, user: &str, password: &str, role: u32) -> IdentityGrant {
+        self.login(user, password, role).await.expect("log in at the authentication server").1
+    }
+}
+
+#[track_caller]
+fn auth_status<T>(r: Result<T, AuthError>) -> FsStatus {
+    match r {
+        Err(e) => e.status().unwrap_or_else(|| panic!("expected a refusal, got {e}")),
+        Ok(_) => panic!("expected a refusal"),
+    }
+}
+
+#[track_caller]
+fn fs_status<T>(r: Result<T, FsError>) -> FsStatus {
+    match r {
+        Err(e) => e.status().unwrap_or_else(|| panic!("expected a refusal from the manager, got {e:?}")),
+        Ok(_) => panic!("expected a refusal from the manager"),
+    }
+}
+
+#[track_caller]
+fn drive_status<T: std::fmt::Debug>(r: Result<T, ClientError>) -> Status {
+    match r {
+        Err(e) => e.status().unwrap_or_else(|| panic!("expected a refusal from the drive, got {e:?}")),
+        Ok(v) => panic!("expected a refusal from the drive, got {v:?}"),
+    }
+}
+
+fn identity_config(c: &Cluster, credential: IdentityData, idkey: Key) -> FsConfig {
+    FsConfig { identity: Some((credential, idkey)), ..c.fs_config("", "") }
+}
+
+/// Logs in to the manager with an identity (and forged ones).
+async fn manager_login(c: &Cluster, credential: IdentityData, idkey: &Key) -> Result<FsClient, FsError> {
+    to(FsClient::connect(&identity_config(c, credential, idkey.clone()))).await
+}
+
+/// A drive client whose requests go under the identity alone.
+async fn drive_as(c: &Cluster, credential: IdentityData, idkey: &Key) -> DriveClient {
+    let mut d = DriveClient::connect(c.drives[0].addr).await.unwrap();
+    d.set_auth(Auth::new(
+        Credential::Identity { data: credential, key: idkey.clone() },
+        Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA),
+    ));
+    d
+}
+
+fn whole() -> [Region; 1] {
+    [Region { offset: 0, length: DATA.len() as u64 }]
+}
+
+#[test]
+fn identities_from_the_auth_server_at_manager_and_drives() {
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig { pool_target: 4, auth: Some(auth.link()), ..ManagerConfig::default() };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 2, ..ClusterOptions::default() }).await;
+        let partition = cluster.manager.config().partition;
+
+        // The administrator sets up users and roles at the authentication server.
+        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        assert!(root_grant.admin);
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        to(root.add_user(CAROL, PW_C, UID_C, 0, false)).await.unwrap();
+        to(root.add_role(STAFF, "staff")).await.unwrap();
+        to(root.add_role(AUDIT, "audit")).await.unwrap();
+        to(root.set_user_role(USER_A, STAFF, true)).await.unwrap();
+        to(root.set_user_role(USER_A, AUDIT, true)).await.unwrap();
+        assert_eq!(auth_status(to(root.add_user(USER_A, PW_A, 4000, 0, false)).await), FsStatus::Exists);
+
+        // Password login: the wrong password, a role not held, then the right ones.
+        assert_eq!(auth_status(auth.login(USER_A, "not alice's password", 0).await), FsStatus::BadCredentials);
+        assert_eq!(auth_status(auth.login("nobody", PW_A, 0).await), FsStatus::BadCredentials);
+        assert_eq!(auth_status(auth.login(USER_B, PW_B, STAFF).await), FsStatus::NotPermitted, "bob is not staff");
+        let (mut alice_auth, alice) = auth.login(USER_A, PW_A, STAFF).await.unwrap();
+        assert_eq!((alice.uid, alice.roles.clone()), (UID_A, vec![STAFF, AUDIT]));
+        assert_eq!((alice.credential.user, alice.credential.role, alice.credential.key_id), (UID_A, STAFF, 1));
+        let alice_audit = auth.grant(USER_A, PW_A, AUDIT).await;
+        assert_eq!(alice_audit.credential.role, AUDIT, "one role per session, the user's choice");
+        // Administrator requests need an administrator.
+        assert_eq!(auth_status(to(alice_auth.rotate_key()).await), FsStatus::NotAdmin);
+        assert_eq!(auth_status(to(alice_auth.add_user("eve", "eve password", 666, 0, true)).await), FsStatus::NotAdmin);
+
+        // Groups users make themselves: alice makes one and puts bob in it.
+        let gid = to(alice_auth.create_group("project")).await.unwrap();
+        to(alice_auth.set_group_member(gid, USER_B, true)).await.unwrap();
+        let (mut bob_auth, bob) = auth.login(USER_B, PW_B, 0).await.unwrap();
+        assert_eq!(
+            auth_status(to(bob_auth.set_group_member(gid, CAROL, true)).await),
+            FsStatus::NotPermitted,
+            "only the owner chooses members"
+        );
+
+        // The manager installs the shared keys on its drives; identities log in to it.
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        to(admin.sync_identity_keys()).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        assert_eq!(alice_fs.identity().uid, UID_A);
+        to(alice_fs.write_file("/shared/f", b"group data")).await.unwrap();
+        let attr = to(alice_fs.chown("/shared/f", None, Some(gid))).await.expect("alice is in her group");
+        assert_eq!((attr.uid, attr.gid), (UID_A, gid));
+        to(alice_fs.chmod("/shared/f", 0o640)).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), b"group data", "bob is in the group");
+        let carol = auth.grant(CAROL, PW_C, 0).await;
+        let carol_fs = manager_login(&cluster, carol.credential, &carol.idkey).await.unwrap();
+        assert_eq!(fs_status(to(carol_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+
+        // Forged and tampered identities at the manager.
+        let mut as_bob = alice.credential;
+        as_bob.user = UID_B;
+        assert_eq!(fs_status(manager_login(&cluster, as_bob, &alice.idkey).await), FsStatus::BadCredentials);
+        let mut longer = alice.credential;
+        longer.expiration_ns += 1;
+        assert_eq!(fs_status(manager_login(&cluster, longer, &alice.idkey).await), FsStatus::BadCredentials);
+        assert_eq!(
+            fs_status(manager_login(&cluster, alice.credential, &Key::random()).await),
+            FsStatus::BadCredentials
+        );
+        // An expired identity key (made with the real K, as the server would with a short lifetime).
+        let (_, keys) = auth.server.shared_keys();
+        let k1 = Key::from_bytes(keys[0].key);
+        let expired = IdentityData { expiration_ns: 1, ..alice.credential };
+        let expired_key = identity_key(&k1, &expired).unwrap();
+        assert_eq!(fs_status(manager_login(&cluster, expired, &expired_key).await), FsStatus::NotLoggedIn);
+        // The proof is not the identity key: a proof seen by the manager does not MAC drive requests.
+        assert_ne!(identity_login_proof(&alice.idkey, &alice.credential).unwrap(), *alice.idkey.expose());
+
+        // The drive: an object whose PAL lets alice (and role audit) read.
+        let d = &cluster.manager.drives()[0];
+        let mut owner = DriveClient::connect(cluster.drives[0].addr).await.unwrap();
+        owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
+        to(owner.set_auth_scheme(partition, AuthScheme::BOTH)).await.unwrap();
+        let (object, _) = to(owner.create(partition)).await.unwrap();
+        to(owner.write(partition, object, &whole(), DATA)).await.unwrap();
+        let read = rights::READ | rights::GETATTR;
+        let entries = vec![
+            PalEntry { principal: Principal::User(UID_A), rights: read },
+            PalEntry { principal: Principal::Role(AUDIT), rights: read },
+        ];
+        to(owner.set_pal(partition, object, &ObjectPal { collection: 0, pal: Pal::new(entries) })).await.unwrap();
+
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA);
+        let mut b = drive_as(&cluster, bob.credential, &bob.idkey).await;
+        assert_eq!(drive_status(to(b.read(partition, object, &whole())).await), Status::NotInPal);
+        // Tampered: bob's credential claiming role audit, MACed with bob's real identity key.
+        let bob_audit = IdentityData { role: AUDIT, ..bob.credential };
+        let mut b = drive_as(&cluster, bob_audit, &bob.idkey).await;
+        assert_eq!(drive_status(to(b.read(partition, object, &whole())).await), Status::BadDigest);
+        let mut e = drive_as(&cluster, expired, &expired_key).await;
+        assert_eq!(drive_status(to(e.read(partition, object, &whole())).await), Status::IdentityExpired);
+
+        // Rotation: key 2 for new logins; alice's key-1 identity keeps working everywhere.
+        assert_eq!(to(root.rotate_key()).await.unwrap(), 2);
+        // No one asks: the manager's maintenance pass installs it.
+        to(cluster.manager.maintain()).await;
+        let alice2 = auth.grant(USER_A, PW_A, 0).await;
+        assert_eq!(alice2.credential.key_id, 2);
+        let mut a2 = drive_as(&cluster, alice2.credential, &alice2.idkey).await;
+        assert_eq!(to(a2.read(partition, object, &whole())).await.unwrap().1, DATA);
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "key 1 still live");
+        manager_login(&cluster, alice.credential, &alice.idkey).await.expect("key 1 still live at the manager");
+
+        // Retirement of key 1: the manager refuses new logins with it at once, its
+        // open sessions at their next request, and the drives once synchronized.
+        to(root.retire_key(1)).await.unwrap();
+        assert_eq!(fs_status(manager_login(&cluster, alice.credential, &alice.idkey).await), FsStatus::BadCredentials);
+        to(admin.sync_identity_keys()).await.unwrap();
+        assert_eq!(fs_status(to(alice_fs.read_file("/shared/f")).await), FsStatus::NotLoggedIn);
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::KeyVersionRetired);
+        assert_eq!(to(a2.read(partition, object, &whole())).await.unwrap().1, DATA, "key 2 unaffected");
+        assert_eq!(auth_status(to(root.retire_key(3)).await), FsStatus::InvalidArgument, "never made");
+
+        // A disabled user: no login at the authentication server, none at the manager
+        // with an identity key still in hand.
+        to(root.set_user_enabled(USER_A, false)).await.unwrap();
+        assert_eq!(auth_status(auth.login(USER_A, PW_A, 0).await), FsStatus::NotPermitted);
+        assert_eq!(fs_status(manager_login(&cluster, alice2.credential, &alice2.idkey).await), FsStatus::NotPermitted);
+        assert_eq!(
+            auth_status(to(alice_auth.create_group("another")).await),
+            FsStatus::NotLoggedIn,
+            "her session ends"
+        );
+        to(root.set_user_enabled(USER_A, true)).await.unwrap();
+        manager_login(&cluster, alice2.credential, &alice2.idkey).await.expect("enabled again");
+
+        // The service requests are the manager's alone.
+        assert_eq!(auth_status(to(root.identity_keys()).await), FsStatus::NotPermitted);
+
+        drop((alice_fs, bob_fs, carol_fs, admin, a, a2, owner));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// The authentication server keeps users, roles, groups and shared keys
+/// (retired ones retired) across a restart, and bounds what an anonymous
+/// peer can send.
+#[test]
+fn auth_server_restarts_and_bounds_anonymous_input() {
+    run(async {
+        use nasd_login::auth_client::{read_frame, write_frame};
+        use nasd_proto::auth::{AuthReply, AuthRequest, AUTH_LOGIN_MESSAGE_MAX, AUTH_MESSAGE_MAX};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth");
+        let (token, gid) = {
+            let server = AuthServer::open(&path, AuthConfig::default()).unwrap();
+            assert!(to(server.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
+            to(server.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+            to(server.add_role(STAFF, "staff")).await.unwrap();
+            to(server.set_user_role(USER_A, STAFF, true)).await.unwrap();
+            assert_eq!(to(server.rotate_key()).await.unwrap(), 2);
+            assert_eq!(to(server.rotate_key()).await.unwrap(), 3);
+            to(server.retire_key(2)).await.unwrap();
+            let gid = match to(
+                server.handle(nasd_auth::Principal::User(UID_A), AuthRequest::CreateGroup { name: "p".into() })
+            )
+            .await
+            .unwrap()
+            {
+                AuthReply::Group { gid } => gid,
+                other => panic!("{other:?}"),
+            };
+            (server.service_token().clone(), gid)
+        };
+        let server = Arc::new(AuthServer::open(&path, AuthConfig::default()).unwrap());
+        assert!(!to(server.bootstrap_admin(ROOT, "another password", 0)).await.unwrap(), "the administrator exists");
+        assert_eq!(server.service_token(), &token);
+        let (high, keys) = server.shared_keys();
+        assert_eq!((high, keys.iter().map(|k| k.key_id).collect::<Vec<_>>()), (3, vec![1, 3]), "2 stays retired");
+        let alice = to(server.user(UID_A)).await.unwrap().unwrap();
+        assert_eq!((alice.roles, alice.groups), (vec![STAFF], vec![gid]));
+        match to(server.login(USER_A, PW_A, STAFF)).await.unwrap() {
+            AuthReply::LoggedIn { credential, .. } => assert_eq!(credential.key_id, 3, "the newest live key"),
+            other => panic!("{other:?}"),
+        }
+
+        // Over TLS: a message before login longer than AUTH_LOGIN_MESSAGE_MAX is answered
+        // BAD_REQUEST unread and the connection closed; an unknown opcode is BAD_REQUEST.
+        let names = vec!["localhost".to_string()];
+        let files = nasd_login::tls::ensure_certificates(&dir.path().join("tls"), &names).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(server.clone().serve(listener, nasd_login::tls::acceptor(&files).unwrap(), rx));
+        let tls = nasd_login::auth_client::connector(&files.ca).unwrap();
+        let connect = || async {
+            let socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tls.connect(rustls::pki_types::ServerName::try_from("localhost").unwrap(), socket).await.unwrap()
+        };
+        let mut s = to(connect()).await;
+        let big = vec![0u8; AUTH_LOGIN_MESSAGE_MAX + 1];
+        to(write_frame(&mut s, &big)).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        assert_eq!(AuthReply::decode(&reply).unwrap().1.unwrap_err().0, FsStatus::BadRequest);
+        assert!(to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.map_or(true, |b| b.is_none()), "closed");
+        let mut s = to(connect()).await;
+        let mut junk = vec![0x77, 0x77];
+        junk.extend_from_slice(&9u64.to_le_bytes());
+        to(write_frame(&mut s, &junk)).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        let (id, outcome) = AuthReply::decode(&reply).unwrap();
+        assert_eq!((id, outcome.unwrap_err().0), (9, FsStatus::BadRequest));
+        // Requests other than a login, before one: NOT_LOGGED_IN.
+        to(write_frame(&mut s, &AuthRequest::IdentityKeys.encode(10))).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        assert_eq!(AuthReply::decode(&reply).unwrap().1.unwrap_err().0, FsStatus::NotLoggedIn);
+        // A wrong service token.
+        let wrong = AuthRequest::ServiceLogin { version: 1, token: [0; 32] };
+        to(write_frame(&mut s, &wrong.encode(11))).await.unwrap();
+        let reply = to(read_frame(&mut s, AUTH_MESSAGE_MAX)).await.unwrap().expect("a reply");
+        assert_eq!(AuthReply::decode(&reply).unwrap().1.unwrap_err().0, FsStatus::BadCredentials);
+        let _ = stop.send(true);
+    });
+}

@@ -1,0 +1,240 @@
+//! Identities from the authentication server (DSFS §3.1) at the manager:
+//! the shared keys K it fetches and installs on its drives, and the
+//! `LOGIN_IDENTITY` check that lets a client in with an identity key
+//! instead of a password.
+//!
+//! The manager logs in to the authentication server with a service token
+//! ([`AuthLink`]) and keeps one connection to it. `IDENTITY_KEYS` gives the
+//! live shared keys and the highest key id ever made; [`Manager::sync_identity_keys`]
+//! installs the live ones on every drive (`SET_IDENTITY_KEY`, ascending ids)
+//! and retires every other id up to the highest (`RETIRE_IDENTITY_KEY`).
+//! It runs at each maintenance pass and on an administrator's
+//! `SYNC_IDENTITY_KEYS`, which returns only once every drive has answered.
+
+use crate::{Failure, Manager};
+use nasd_crypto::{ct_eq, identity_key, identity_login_proof, Key};
+use nasd_login::auth_client::{connector, AuthClient, AuthError};
+use nasd_proto::auth::AuthUser;
+use nasd_proto::fs::FsStatus;
+use nasd_proto::IdentityData;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where the manager's authentication server is, and how it logs in there.
+#[derive(Debug, Clone)]
+pub struct AuthLink {
+    /// `host:port`.
+    pub addr: String,
+    /// The name its TLS certificate carries.
+    pub server_name: String,
+    /// The CA certificate that signed it.
+    pub ca_cert: PathBuf,
+    /// The service token both were given.
+    pub token: Key,
+}
+
+/// What the manager knows of the shared keys, and of each drive's.
+#[derive(Default)]
+pub(crate) struct IdentityState {
+    conn: tokio::sync::Mutex<Option<AuthClient>>,
+    keys: RwLock<SharedKeys>,
+    /// Per drive number: the key ids known installed there, and those known retired.
+    drives: Mutex<HashMap<u32, DriveIds>>,
+    /// One synchronization at a time.
+    sync: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct SharedKeys {
+    high: u32,
+    live: BTreeMap<u32, Key>,
+}
+
+#[derive(Default, Clone)]
+struct DriveIds {
+    installed: BTreeSet<u32>,
+    retired: BTreeSet<u32>,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn auth_failure(e: AuthError) -> Failure {
+    match e {
+        AuthError::Refused { status, message } => Failure::new(status, format!("authentication server: {message}")),
+        other => Failure::new(FsStatus::Busy, format!("the authentication server is unavailable: {other}")),
+    }
+}
+
+impl Manager {
+    fn auth_link(&self) -> Result<&AuthLink, Failure> {
+        self.config.auth.as_ref().ok_or_else(|| {
+            Failure::new(FsStatus::BadRequest, "this manager has no authentication server ([manager] auth_addr)")
+        })
+    }
+
+    /// Runs `f` on the service connection to the authentication server,
+    /// logging in first if there is none; a connection that broke is
+    /// replaced once.
+    async fn with_auth<R>(
+        &self,
+        f: impl for<'a> Fn(&'a mut AuthClient) -> futures::future::BoxFuture<'a, Result<R, AuthError>>,
+    ) -> Result<R, Failure> {
+        let link = self.auth_link()?;
+        let mut slot = self.identity.conn.lock().await;
+        for attempt in 0..2 {
+            if slot.is_none() {
+                let tls = connector(&link.ca_cert).map_err(auth_failure)?;
+                *slot = Some(
+                    AuthClient::service_login(&link.addr, &link.server_name, &tls, &link.token)
+                        .await
+                        .map_err(auth_failure)?,
+                );
+            }
+            let c = slot.as_mut().expect("connected above");
+            match f(c).await {
+                Ok(r) => return Ok(r),
+                Err(e @ AuthError::Refused { .. }) => return Err(auth_failure(e)),
+                Err(e) => {
+                    *slot = None;
+                    if attempt == 1 {
+                        return Err(auth_failure(e));
+                    }
+                }
+            }
+        }
+        unreachable!("two attempts return")
+    }
+
+    /// Fetches the live shared keys into the manager's cache.
+    async fn refresh_shared_keys(&self) -> Result<(), Failure> {
+        let (high, keys) = self.with_auth(|c| Box::pin(c.identity_keys())).await?;
+        let live = keys.into_iter().map(|k| (k.key_id, Key::from_bytes(k.key))).collect();
+        *self.identity.keys.write().expect("identity keys lock") = SharedKeys { high, live };
+        Ok(())
+    }
+
+    /// The live shared key `key_id`, fetching the keys once if the cache
+    /// has never heard of it.
+    async fn shared_key(&self, key_id: u32) -> Result<Option<Key>, Failure> {
+        {
+            let k = self.identity.keys.read().expect("identity keys lock");
+            if let Some(key) = k.live.get(&key_id) {
+                return Ok(Some(key.clone()));
+            }
+            if key_id <= k.high {
+                return Ok(None);
+            }
+        }
+        self.refresh_shared_keys().await?;
+        Ok(self.identity.keys.read().expect("identity keys lock").live.get(&key_id).cloned())
+    }
+
+    /// True if the manager last heard that `key_id` is live.
+    pub(crate) fn identity_key_live(&self, key_id: u32) -> bool {
+        self.identity.keys.read().expect("identity keys lock").live.contains_key(&key_id)
+    }
+
+    /// Fetches the shared keys from the authentication server and brings
+    /// every drive up to date: live keys installed in ascending id order,
+    /// every other id up to the highest retired. Returns once every drive
+    /// answered; a drive that did not is named in the error (and caught up
+    /// at a later pass).
+    pub async fn sync_identity_keys(&self) -> Result<(), Failure> {
+        let _one = self.identity.sync.lock().await;
+        self.refresh_shared_keys().await?;
+        let (high, live): (u32, Vec<(u32, Key)>) = {
+            let k = self.identity.keys.read().expect("identity keys lock");
+            (k.high, k.live.iter().map(|(id, key)| (*id, key.clone())).collect())
+        };
+        let mut failed = Vec::new();
+        for d in self.drives() {
+            let mut ids =
+                self.identity.drives.lock().expect("identity drives lock").get(&d.drive).cloned().unwrap_or_default();
+            let r: Result<(), crate::drives::DriveError> = async {
+                for (id, key) in &live {
+                    if !ids.installed.contains(id) {
+                        d.set_identity_key(*id, key).await?;
+                        ids.installed.insert(*id);
+                    }
+                }
+                for id in 1..=high {
+                    if !live.iter().any(|(l, _)| *l == id) && !ids.retired.contains(&id) {
+                        d.retire_identity_key(id).await?;
+                        ids.installed.remove(&id);
+                        ids.retired.insert(id);
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            self.identity.drives.lock().expect("identity drives lock").insert(d.drive, ids);
+            if let Err(e) = r {
+                tracing::warn!(drive = d.drive, error = %e, "identity keys not brought up to date");
+                failed.push(format!("drive {}: {e}", d.drive));
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(Failure::new(
+                FsStatus::DriveUnavailable,
+                format!(
+                    "identity keys not installed everywhere ({}); retried at the next maintenance pass",
+                    failed.join("; ")
+                ),
+            ))
+        }
+    }
+
+    /// Checks a `LOGIN_IDENTITY`: the credential's key id is live, the
+    /// proof is `identity_login_proof(MAC_K(credential), credential)`, the
+    /// credential has not expired, and the authentication server says the
+    /// user exists, is enabled and the key id still live. The session's
+    /// uid, groups and administrator flag are the authentication server's.
+    pub async fn open_identity_session(
+        &self,
+        credential: &IdentityData,
+        proof: &[u8; 32],
+    ) -> Result<crate::Session, Failure> {
+        let bad = || {
+            Failure::new(FsStatus::BadCredentials, "the identity does not verify: log in at the authentication server")
+        };
+        let Some(shared) = self.shared_key(credential.key_id).await? else {
+            return Err(Failure::new(
+                FsStatus::BadCredentials,
+                format!(
+                    "identity key {} is retired or unknown: log in at the authentication server again",
+                    credential.key_id
+                ),
+            ));
+        };
+        let idkey = identity_key(&shared, credential).ok_or_else(bad)?;
+        let expected = identity_login_proof(&idkey, credential).ok_or_else(bad)?;
+        if !ct_eq(&expected, proof) {
+            return Err(bad());
+        }
+        if now_ns() > credential.expiration_ns {
+            return Err(Failure::new(
+                FsStatus::NotLoggedIn,
+                "the identity key has expired: log in at the authentication server again",
+            ));
+        }
+        let (uid, key_id) = (credential.user, credential.key_id);
+        let (user, key_live): (AuthUser, bool) = self.with_auth(move |c| Box::pin(c.user_info(uid, key_id))).await?;
+        if !key_live {
+            self.identity.keys.write().expect("identity keys lock").live.remove(&key_id);
+            return Err(Failure::new(
+                FsStatus::BadCredentials,
+                format!("identity key {key_id} is retired: log in at the authentication server again"),
+            ));
+        }
+        if !user.enabled {
+            return Err(Failure::new(FsStatus::NotPermitted, format!("user '{}' is disabled", user.name)));
+        }
+        Ok(crate::Session::of_identity(&user, *credential, self.users_epoch()))
+    }
+}
