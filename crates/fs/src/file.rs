@@ -20,9 +20,14 @@
 //!   writes of that range go to the manager (`READ_SMALL`, `WRITE_SMALL`,
 //!   at most [`SMALL_IO_MAX`] bytes each) and are split from the rest at the
 //!   threshold; the bytes at and past it go through the engine as above.
-//!   A small write is stable when its request returns (one metadata
-//!   transaction with the size): it is not part of the write transaction
-//!   and is not rolled back with it.
+//!   While a write transaction is open, small writes are staged under it
+//!   (the manager keeps them apart and installs them with its `COMMIT`, or
+//!   drops them when it is rolled back), and a write that crosses the
+//!   threshold opens the transaction first: head and striped tail are old
+//!   or new together. A small write with no transaction open is its own:
+//!   stable when its request returns (one metadata transaction with the
+//!   size). A read of the head while bytes are staged commits first, so
+//!   the file reads its own writes.
 
 use crate::binder::FileBinder;
 use crate::txn::{Timer, Txn, TXN_LEASE_FRACTION};
@@ -125,6 +130,10 @@ impl Inner {
         let end = offset.saturating_add(len).min(size);
         let piece = self.fs.transfer_piece() as u64;
         let mut at = offset;
+        if at < end.min(self.small) && io.txn.as_ref().is_some_and(|t| t.staged) {
+            // The manager shows staged bytes to nobody before the commit.
+            self.commit(&mut io).await?;
+        }
         if at < end.min(self.small) {
             let upto = end.min(self.small);
             self.read_small(at, upto, dst).await?;
@@ -237,6 +246,13 @@ impl Inner {
         if offset.checked_add(len).is_none_or(|end| end > max) {
             return Err(FsError::Stripe(StripeError::OutOfRange { offset, len, max }));
         }
+        // A write crossing the small-file threshold goes in one transaction,
+        // head (staged under it) and tail: opened before the head is sent,
+        // and not committed between the two.
+        let crossing = offset < self.small && offset + len > self.small;
+        if crossing {
+            self.ready_txn(io, offset + len, false).await?;
+        }
         let (offset, data) = if offset < self.small {
             let below = ((self.small - offset) as usize).min(data.len());
             self.write_small(io, offset, &data[..below]).await?;
@@ -248,21 +264,8 @@ impl Inner {
             (offset, data)
         };
         let len = data.len() as u64;
-        self.binder.clear_error();
-        self.binder.ensure(rights::WRITE).await?;
-        if io.txn.as_ref().is_some_and(Txn::due) {
-            self.commit(io).await?;
-        }
-        if io.txn.is_none() {
-            io.txn = Some(self.begin().await?);
-        }
         let end = offset + len;
-        if io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
-            // Past this transaction's quota escrow: commit what it wrote, which
-            // gives the escrow back, and ask for a fresh one.
-            self.commit(io).await?;
-            io.txn = Some(self.begin().await?);
-        }
+        self.ready_txn(io, end, crossing).await?;
         if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
             return Err(FsError::Fs {
                 status: FsStatus::QuotaExceeded,
@@ -287,21 +290,57 @@ impl Inner {
         Ok(())
     }
 
+    /// Makes a write transaction ready for a write ending at `end`: ends
+    /// one that is due (unless `keep`: the head of this write is staged
+    /// under it) or whose quota escrow `end` passes, then begins one if none
+    /// is open.
+    async fn ready_txn(self: &Arc<Self>, io: &mut Io, end: u64, keep: bool) -> Result<(), FsError> {
+        self.binder.clear_error();
+        self.binder.ensure(rights::WRITE).await?;
+        if !keep && io.txn.as_ref().is_some_and(Txn::due) {
+            self.commit(io).await?;
+        }
+        if io.txn.is_none() {
+            io.txn = Some(self.begin().await?);
+        }
+        if !keep && io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
+            // Past this transaction's quota escrow: commit what it wrote, which
+            // gives the escrow back, and ask for a fresh one.
+            self.commit(io).await?;
+            io.txn = Some(self.begin().await?);
+        }
+        Ok(())
+    }
+
     /// Writes `data` at `offset`, all below the small-file threshold, to the
-    /// manager: stable when this returns. Under the open write transaction
-    /// if there is one (the manager refuses small writes while another
-    /// writer's is open).
+    /// manager. Under the open write transaction if there is one: staged,
+    /// part of it (a failure loses the transaction's writes, as a failed
+    /// striped write does); else stable when this returns.
     async fn write_small(&self, io: &mut Io, offset: u64, data: &[u8]) -> Result<(), FsError> {
         let txn = io.txn.as_ref().map_or(0, |t| t.id);
         let mut at = offset;
         for chunk in data.chunks(SMALL_IO_MAX) {
             let req = ManagerRequest::WriteSmall { handle: self.handle, txn, offset: at, data: chunk.to_vec() };
-            match self.fs.call(&req).await? {
-                ManagerReply::Entry(_) => {}
-                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            let written = match self.fs.call(&req).await {
+                Ok(ManagerReply::Entry(_)) => Ok(()),
+                Ok(other) => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                if txn != 0 {
+                    // The transaction cannot be committed whole: drop it (the
+                    // manager rolls it back when its lease runs out).
+                    io.txn = None;
+                    io.read_ahead.invalidate();
+                    io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
+                }
+                return Err(e);
             }
             at += chunk.len() as u64;
             self.written_end.fetch_max(at, Ordering::Relaxed);
+            if let Some(t) = io.txn.as_mut() {
+                t.note_staged(at);
+            }
         }
         io.read_ahead.invalidate();
         Ok(())

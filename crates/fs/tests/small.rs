@@ -5,7 +5,8 @@
 //! back exactly as a byte model says, through one open file, a reopen and a
 //! second client; the components hold nothing below `T`; files made before
 //! the threshold was set keep every byte on their drives. On SQLite and on a
-//! real PostgreSQL server.
+//! real PostgreSQL server; there also with two managers on one database,
+//! where a small write takes the file's inode lease in the database.
 
 mod common;
 
@@ -14,11 +15,13 @@ use nasd_client::{Auth, Credential, DriveClient, MacAlgorithm};
 use nasd_crypto::Key;
 use nasd_fs::OpenMode;
 use nasd_manager::ManagerConfig;
-use nasd_meta::testing::PgServer;
-use nasd_meta::Location;
+use nasd_meta::testing::{check_invariants, PgServer};
+use nasd_meta::{Location, Namespace, Postgres};
 use nasd_proto::layout::Layout;
 use nasd_proto::manager::FileAccess;
 use nasd_proto::{Protection, Region};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The threshold under test: not a multiple of the stripe unit, so the
 /// split falls inside a stripe unit.
@@ -34,6 +37,7 @@ fn small_files_cross_the_threshold_on_postgres() {
     let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
     let url = server.fresh_url();
     run(scenario(Some(url.parse::<Location>().expect("a PostgreSQL URL"))));
+    run(two_managers(server.fresh_url()));
     drop(server);
 }
 
@@ -160,4 +164,98 @@ async fn read_component(access: &FileAccess, len: u64) -> Vec<u8> {
         to(d.read(c.object.partition, c.object.object, &[Region { offset: 0, length: len }])).await.expect("read");
     data.resize(len as usize, 0);
     data
+}
+
+/// Two managers on one PostgreSQL database. While another manager holds a
+/// file's inode lease in the database (as it does through a `SETATTR`, a
+/// truncating `CREATE` or a small write of the file), a small write sent
+/// through this manager does not land: it waits for the lease, and lands
+/// once the lease is released. Small writes of one file through both
+/// managers, racing, take turns: the head reads as one writer's whole
+/// write, and then as the other's once both are done.
+async fn two_managers(url: String) {
+    let config = ManagerConfig {
+        pool_target: 8,
+        small_file_threshold: T as u32,
+        metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
+        ..ManagerConfig::default()
+    };
+    let c = Cluster::start(ClusterOptions { config: config.clone(), ..Default::default() }).await;
+    let m2 = c.start_other_manager("manager-2", config, false).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    to(admin.mkdir("/a", 0o777)).await.expect("mkdir");
+    let a1 = c.login(USER_A, PW_A).await;
+    let a2 = c.login_at(m2.addr, USER_A, PW_A).await;
+    let old = pattern(40, 100);
+    to(a1.write_file("/a/f", &old)).await.expect("write through manager 1");
+    let ino = to(a1.stat("/a/f")).await.expect("stat").attr.ino;
+
+    // Another manager's hold on the inode, taken straight in the database.
+    let ns = {
+        let url = url.clone();
+        Arc::new(
+            tokio::task::spawn_blocking(move || {
+                Namespace::new(Postgres::open(&url).expect("open the database"), Layout::SINGLE).unwrap()
+            })
+            .await
+            .unwrap(),
+        )
+    };
+    let held = {
+        let ns = ns.clone();
+        tokio::task::spawn_blocking(move || {
+            ns.acquire_lease(&format!("inode/{ino}"), "another-manager", Duration::from_secs(60)).unwrap()
+        })
+        .await
+        .unwrap()
+        .expect("the inode's lease is free")
+    };
+    let new = pattern(41, 100);
+    let f = to(a2.open("/a/f", true)).await.expect("open through manager 2");
+    let write = {
+        let new = new.clone();
+        tokio::spawn(async move {
+            f.write_at(0, &new).await?;
+            f.close().await
+        })
+    };
+    // Given time to land, it has not: the lease holds it off.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!write.is_finished(), "a small write landed while another manager held the file's lease");
+    assert_eq!(to(a1.read_file("/a/f")).await.unwrap(), old, "the head is unchanged while the lease is held");
+    let released = tokio::task::spawn_blocking(move || ns.release_lease(&held).unwrap()).await.unwrap();
+    assert!(released, "the lease was still held when released");
+    to(write).await.unwrap().expect("the small write lands once the lease is free");
+    assert_eq!(to(a1.read_file("/a/f")).await.unwrap(), new, "manager 1 reads what went through manager 2");
+
+    // Racing whole-head writes through both managers: never a mix.
+    let heads = [pattern(50, T as usize), pattern(51, T as usize)];
+    for round in 0..8 {
+        let tasks: Vec<_> = [&a1, &a2]
+            .into_iter()
+            .zip(heads.iter().cloned())
+            .map(|(client, head)| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let f = client.open("/a/f", true).await?;
+                    f.write_at(0, &head).await?;
+                    f.close().await
+                })
+            })
+            .collect();
+        for t in tasks {
+            to(t).await.unwrap().unwrap_or_else(|e| panic!("round {round}: a racing small write: {e}"));
+        }
+        let got = to(a1.read_file("/a/f")).await.unwrap();
+        assert!(got == heads[0] || got == heads[1], "round {round}: the head mixes the two writers' bytes");
+        assert_eq!(to(a2.read_file("/a/f")).await.unwrap(), got, "round {round}: both managers read the same");
+    }
+    let url2 = url.clone();
+    tokio::task::spawn_blocking(move || {
+        check_invariants(&Namespace::new(Postgres::open(&url2).expect("open"), Layout::SINGLE).unwrap())
+    })
+    .await
+    .unwrap();
+    drop(m2);
+    c.stop().await;
 }

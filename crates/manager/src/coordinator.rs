@@ -128,9 +128,20 @@ impl Manager {
     }
 
     /// `WRITE_SMALL`: writes bytes below the file's small-file threshold in
-    /// one metadata transaction, waiting up to [`BEGIN_WAIT`] for another
-    /// writer's write transaction to end, as `BEGIN_WRITE` does, rolling back
-    /// one whose lease ran out.
+    /// one metadata transaction — staged under `txn` if the caller names its
+    /// open write transaction, installed by its `COMMIT` and dropped at its
+    /// rollback (nasd-meta's `small.rs`) — waiting up to [`BEGIN_WAIT`] for
+    /// another writer's write transaction to end, as `BEGIN_WRITE` does,
+    /// rolling back one whose lease ran out.
+    ///
+    /// Each attempt holds the inode's serialization ([`Manager::inode_lock`]:
+    /// on a database several managers share, the inode's lease row there),
+    /// so small writes of one file through different managers take turns,
+    /// and none lands inside another manager's `SETATTR` or truncating
+    /// `CREATE` of the file (between its permission check and its commit).
+    /// The wait for another writer's transaction is on the intent log in the
+    /// database, whichever manager began it; the lease is not held while
+    /// waiting.
     pub(crate) async fn write_small(
         &self,
         s: &Session,
@@ -143,7 +154,11 @@ impl Manager {
         let waited_since = tokio::time::Instant::now();
         loop {
             let (c, d) = (s.caller.clone(), data.clone());
-            match self.meta(move |ns| ns.write_small(&c, ino, txn, offset, &d)).await {
+            let attempt = {
+                let _serial = self.inode_lock(ino).await?;
+                self.meta(move |ns| ns.write_small(&c, ino, txn, offset, &d)).await
+            };
+            match attempt {
                 Err(f) if f.status == FsStatus::Busy => {
                     let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
                     if let Some(intent) = blocker {

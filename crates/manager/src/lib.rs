@@ -65,8 +65,8 @@ pub const WRITE_PROTECTION_DEFAULT: Protection = Protection::INTEGRITY_ARGS.unio
 
 /// Locks that serialize the requests which check permissions and then
 /// change a file's data on its drive before committing (size changes) with
-/// those that change the permissions (chmod, chown): one per inode number
-/// modulo this. Two inodes may share one; a request holds only one. (On a
+/// those that change the permissions (chmod, chown), and small writes
+/// (`WRITE_SMALL`) with both: one per inode number modulo this. Two inodes may share one; a request holds only one. (On a
 /// shared database, an inode lease serializes them across managers too:
 /// [`shared`].)
 const INODE_LOCK_STRIPES: usize = 64;

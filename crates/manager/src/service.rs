@@ -609,31 +609,22 @@ impl Manager {
         // owner could chmod it anyway), so a file created read-only stays
         // writable for its creator, as an open descriptor would.
         let owner_override = open == OpenMode::RefreshWrite && s.caller.uid == inode.attr.uid;
-        let ino = inode.attr.ino;
-        let small = self.meta(move |ns| ns.small_threshold_of(ino)).await?;
         let (read, write) = match open {
             OpenMode::None => return Ok(None),
             OpenMode::Read => (may(true, false).await.map(|_| true)?, false),
             OpenMode::ReadWrite => (may(true, false).await.is_ok(), may(false, true).await.map(|_| true)?),
             OpenMode::Best => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
             OpenMode::ReadIfAllowed if may(true, false).await.is_ok() => (true, false),
-            OpenMode::ReadIfAllowed => return self.mint_attr_only(s, inode, small),
+            OpenMode::ReadIfAllowed => return self.mint_attr_only(s, inode),
             OpenMode::RefreshWrite if owner_override => (true, true),
             OpenMode::RefreshWrite => (may(true, false).await.is_ok(), may(false, true).await.is_ok()),
         };
-        self.mint_for(s, inode, read, write, small)
+        self.mint_for(s, inode, read, write)
     }
 
     /// Capabilities for every component of `inode` with read and/or write
     /// rights (none if neither): write capabilities get the short lifetime.
-    fn mint_for(
-        &self,
-        s: &Session,
-        inode: &Inode,
-        read: bool,
-        write: bool,
-        small: u32,
-    ) -> Result<Option<FileAccess>, Failure> {
+    fn mint_for(&self, s: &Session, inode: &Inode, read: bool, write: bool) -> Result<Option<FileAccess>, Failure> {
         if inode.components.is_empty() || (!read && !write) {
             return Ok(None);
         }
@@ -645,20 +636,19 @@ impl Manager {
             rights |= WRITE_RIGHTS;
         }
         let lifetime = if write { self.config.write_lifetime } else { self.config.read_lifetime };
-        self.file_access(s, inode, rights, lifetime, small).map(Some)
+        self.file_access(s, inode, rights, lifetime).map(Some)
     }
 
     /// The access for every component of a regular file (in component
     /// order, each with its stored state), all minted with `rights` and
-    /// `lifetime` under the file's layout and acv; `small`: its small-file
-    /// threshold.
+    /// `lifetime` under the file's layout and acv, with its small-file
+    /// threshold (from the inode row: no other read).
     fn file_access(
         &self,
         s: &Session,
         inode: &Inode,
         rights: u32,
         lifetime: std::time::Duration,
-        small: u32,
     ) -> Result<FileAccess, Failure> {
         let Some(layout) = inode.layout else {
             return Err(Failure::new(
@@ -684,18 +674,18 @@ impl Manager {
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
             min_protection: min_protection.bits(),
             algorithm: nasd_client::MacAlgorithm::Blake3 as u8,
-            small_threshold: small,
+            small_threshold: inode.small_threshold,
             components,
         })
     }
 
     /// Capabilities for `inode`'s components that allow reading their
     /// attributes and nothing else, with the read-only lifetime.
-    fn mint_attr_only(&self, s: &Session, inode: &Inode, small: u32) -> Result<Option<FileAccess>, Failure> {
+    fn mint_attr_only(&self, s: &Session, inode: &Inode) -> Result<Option<FileAccess>, Failure> {
         if inode.components.is_empty() {
             return Ok(None);
         }
-        self.file_access(s, inode, ATTR_RIGHTS, self.config.read_lifetime, small).map(Some)
+        self.file_access(s, inode, ATTR_RIGHTS, self.config.read_lifetime).map(Some)
     }
 
     /// Fails unless `s` may write `ino` (POSIX `w`; the superuser may).
@@ -807,9 +797,7 @@ impl Manager {
             let drives: Vec<u32> = inode.components.iter().map(|c| c.object.drive).collect();
             self.recent.lock().expect("recent lock").record(&drives, std::time::Instant::now());
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
-            // A new file has the threshold the name space gives new files.
-            let small = self.ns.small_file_threshold();
-            let access = self.mint_for(s, &inode, true, true, small)?;
+            let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
         }
         if truncate {

@@ -146,7 +146,7 @@ fn fresh(
         ctime_ns: now,
         rdev: 0,
     };
-    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir })
+    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir, small_threshold: 0 })
 }
 
 /// Stores a new inode and names it `name` in `parent`.
@@ -256,8 +256,15 @@ impl<B: Backend> Namespace<B> {
                 ctime_ns: now,
                 rdev: 0,
             };
-            let root =
-                Inode { attr, target: None, layout: Some(default_layout), components: Vec::new(), acv: 0, qdir: 0 };
+            let root = Inode {
+                attr,
+                target: None,
+                layout: Some(default_layout),
+                components: Vec::new(),
+                acv: 0,
+                qdir: 0,
+                small_threshold: 0,
+            };
             t.put_inode(&root)?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
         })?;
@@ -280,6 +287,12 @@ impl<B: Backend> Namespace<B> {
     /// The backend (for maintenance and tests).
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// The backend, the name space given up (a manager's restart, in tests:
+    /// everything the name space knows is in the backend).
+    pub fn into_backend(self) -> B {
+        self.backend
     }
 
     /// Reads an inode. No permission is checked: the caller proves it reached
@@ -418,9 +431,9 @@ impl<B: Backend> Namespace<B> {
             let mut inode = fresh(t, caller, &p, FileKind::File, mode, now)?;
             inode.layout = Some(layout);
             inode.components = place_components(t, &layout, place)?;
+            inode.small_threshold = self.small_threshold;
             add_new(t, parent, name, &inode, now)?;
             crate::layouts::put_components(t, &inode)?;
-            crate::small::start_small(t, inode.attr.ino, self.small_threshold)?;
             Ok((inode, true))
         })
     }
@@ -696,7 +709,7 @@ impl<B: Backend> Namespace<B> {
             let old = n.clone();
             // A drive's object holds no byte below a small-file threshold: a
             // length at or below it says nothing of the bytes kept there.
-            let threshold = crate::small::threshold_of(t, ino)?;
+            let threshold = n.small_threshold;
             n.attr.size = if threshold > 0 && size <= threshold as u64 { old.attr.size } else { size };
             n.attr.mtime_ns = mtime_ns;
             n.attr.ctime_ns = now_ns();
@@ -753,7 +766,7 @@ fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Res
     let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
     quotas::put(t, &n)?;
     if let Some(size) = set.size {
-        crate::small::cut_small(t, ino, size)?;
+        crate::small::cut_small(t, &n, size)?;
     }
     Ok((n, intents))
 }
@@ -779,7 +792,7 @@ fn open_existing(
         n.attr.mtime_ns = now;
         n.attr.ctime_ns = now;
         quotas::put(t, &n)?;
-        crate::small::cut_small(t, n.attr.ino, 0)?;
+        crate::small::cut_small(t, &n, 0)?;
     }
     Ok(n)
 }

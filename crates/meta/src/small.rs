@@ -3,14 +3,29 @@
 //! per file beside its inode, and move through the manager; the bytes at
 //! and past the threshold are striped over the file's components as any
 //! other file's. The threshold is fixed when the file is created (the
-//! manager's `[manager] small_file_threshold` then; files created with 0,
-//! or before this existed, have no row and keep every byte on their
-//! components), so changing the configuration never moves bytes.
+//! manager's `[manager] small_file_threshold` then) and kept in the inode
+//! row ([`Inode::small_threshold`]), so an open learns it with the inode
+//! and no other read; files created with 0, or before this existed, keep
+//! every byte on their components. Changing the configuration never moves
+//! bytes.
 //!
 //! The row holds at most `threshold` bytes; bytes past the stored ones up
 //! to the file's size read as zeros (a sparse or extended file). Every size
 //! change cuts the stored bytes to the new size, so a file cut short and
 //! extended again reads zeros where the old bytes were.
+//!
+//! **Under a write transaction** (docs/ARCHITECTURE.md, "Files over many
+//! drives") a small write is *staged*: the bytes below the threshold as the
+//! transaction leaves them are kept apart, keyed by the file and the
+//! transaction id (one per file, as a file has one writer at a time), and
+//! readers keep seeing the committed bytes. The transaction's `COMMIT`
+//! ([`Namespace::commit_write`]) installs them in the same metadata
+//! transaction that records its size and makes its intent Committed; a
+//! rollback ([`Namespace::finish_intent`] of an aborted intent — also after
+//! a manager restart, from the intent log) drops them. So a write that
+//! crosses the threshold is old or new as a whole, head and striped tail
+//! together. A small write with no transaction open is its own transaction:
+//! one metadata transaction with the size, stable when it returns.
 
 use crate::backend::{Backend, Txn};
 use crate::namespace::{check_sizable, get, now_ns};
@@ -21,29 +36,55 @@ use crate::Namespace;
 use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::manager::{SMALL_FILE_THRESHOLD_MAX, SMALL_IO_MAX};
 
-/// Cuts the small-file bytes of `ino` (if it has any) to `size`: inside
-/// every transaction that sets a file's size.
-pub(crate) fn cut_small(t: &mut dyn Txn, ino: Ino, size: u64) -> Result<(), FsStatus> {
-    if let Some((threshold, mut bytes)) = t.get_small(ino)? {
+/// Cuts the small-file bytes of file `n` (if it has any), and those a
+/// write transaction staged for it, to `size`: inside every transaction
+/// that sets a file's size.
+pub(crate) fn cut_small(t: &mut dyn Txn, n: &Inode, size: u64) -> Result<(), FsStatus> {
+    if n.small_threshold == 0 || size >= u64::from(n.small_threshold) {
+        return Ok(());
+    }
+    let ino = n.attr.ino;
+    if let Some(mut bytes) = t.get_small(ino)? {
         if (bytes.len() as u64) > size {
             bytes.truncate(size as usize);
-            t.put_small(ino, threshold, &bytes)?;
+            t.put_small(ino, &bytes)?;
+        }
+    }
+    if let Some((txn, mut bytes)) = t.get_staged(ino)? {
+        if (bytes.len() as u64) > size {
+            bytes.truncate(size as usize);
+            t.put_staged(ino, txn, &bytes)?;
         }
     }
     Ok(())
 }
 
-/// Gives a new regular file its small-file row (`threshold` 0: none).
-pub(crate) fn start_small(t: &mut dyn Txn, ino: Ino, threshold: u32) -> Result<(), FsStatus> {
-    if threshold > 0 {
-        t.put_small(ino, threshold, &[])?;
+/// Installs what write transaction `txn` staged for file `n` (if anything),
+/// cut to the file's size: inside its `COMMIT`'s transaction, after the
+/// size is set. Staged bytes of another transaction (none can be: they go
+/// with their transaction) are dropped.
+pub(crate) fn install_staged(t: &mut dyn Txn, n: &Inode, txn: u64) -> Result<(), FsStatus> {
+    if n.small_threshold == 0 {
+        return Ok(());
+    }
+    let ino = n.attr.ino;
+    if let Some((staged_txn, mut bytes)) = t.get_staged(ino)? {
+        if staged_txn == txn {
+            bytes.truncate(n.attr.size.min(bytes.len() as u64) as usize);
+            t.put_small(ino, &bytes)?;
+        }
+        t.delete_staged(ino)?;
     }
     Ok(())
 }
 
-/// The small-file threshold of `ino` (0: none).
-pub(crate) fn threshold_of(t: &mut dyn Txn, ino: Ino) -> Result<u32, FsStatus> {
-    Ok(t.get_small(ino)?.map_or(0, |(threshold, _)| threshold))
+/// Drops what write transaction `txn` of file `ino` staged (it is rolled
+/// back, or ended): inside the transaction that forgets its intent.
+pub(crate) fn drop_staged(t: &mut dyn Txn, ino: Ino, txn: u64) -> Result<(), FsStatus> {
+    if t.get_staged(ino)?.is_some_and(|(staged_txn, _)| staged_txn == txn) {
+        t.delete_staged(ino)?;
+    }
+    Ok(())
 }
 
 impl<B: Backend> Namespace<B> {
@@ -64,14 +105,6 @@ impl<B: Backend> Namespace<B> {
         self.small_threshold
     }
 
-    /// A file's small-file threshold (0: it keeps every byte on its components).
-    ///
-    /// # Errors
-    /// `Internal`.
-    pub fn small_threshold_of(&self, ino: Ino) -> Result<u32, FsStatus> {
-        self.backend.read(|t| threshold_of(t, ino))
-    }
-
     /// `READ_SMALL`: up to `len` bytes at `offset` of the file's bytes below
     /// its threshold, stopping at the threshold and at its size; zeros past
     /// the stored bytes. Needs read permission.
@@ -88,7 +121,11 @@ impl<B: Backend> Namespace<B> {
             let n = get(t, ino)?;
             check_sizable(&n)?;
             check(caller, &n, R)?;
-            let (threshold, bytes) = t.get_small(ino)?.ok_or(FsStatus::InvalidArgument)?;
+            let threshold = n.small_threshold;
+            if threshold == 0 {
+                return Err(FsStatus::InvalidArgument);
+            }
+            let bytes = t.get_small(ino)?.unwrap_or_default();
             let end = offset.saturating_add(len as u64).min(threshold as u64).min(n.attr.size);
             if offset >= end {
                 return Ok(Vec::new());
@@ -103,20 +140,26 @@ impl<B: Backend> Namespace<B> {
         })
     }
 
-    /// `WRITE_SMALL`: writes `data` at `offset` below the file's threshold,
-    /// in one transaction with its size (at least the end written), its
-    /// modification and change times and its quota usage. Needs write
-    /// permission, or ownership (as `SETATTR`'s open-writer rule: the
-    /// creator of a file made read-only writes what it opened for writing).
-    /// `txn`: the caller's open write transaction on the file, 0 if none.
+    /// `WRITE_SMALL`: writes `data` at `offset` below the file's threshold.
+    /// Needs write permission, or ownership (as `SETATTR`'s open-writer
+    /// rule: the creator of a file made read-only writes what it opened for
+    /// writing).
+    ///
+    /// `txn` 0 (no write transaction): in one transaction with the file's
+    /// size (at least the end written), its modification and change times
+    /// and its quota usage; returns the inode as written. `txn` the
+    /// caller's Open write transaction on the file: staged under it (see
+    /// the [module documentation](self)) — the size, times and quota move
+    /// at its `COMMIT`, with the end the writer reports there; returns the
+    /// inode as committed so far (unchanged).
     ///
     /// # Errors
     /// `InvalidArgument` (`data` over [`SMALL_IO_MAX`], ending past the
     /// threshold, or no small-file bytes), `Busy` (another writer's write
     /// transaction is open on the file: [`Intent`](crate::Intent) of it
     /// returned by [`Namespace::intent_of`]), `Aborted` (`txn` is not an
-    /// open transaction of the caller on the file), `QuotaExceeded`,
-    /// `IsDir`, `PermissionDenied`, `NotFound`.
+    /// open transaction on the file), `NotPermitted` (it is another
+    /// user's), `QuotaExceeded`, `IsDir`, `PermissionDenied`, `NotFound`.
     pub fn write_small(
         &self,
         caller: &Caller,
@@ -135,29 +178,39 @@ impl<B: Backend> Namespace<B> {
             if !owns(caller, &n) {
                 check(caller, &n, W)?;
             }
-            let (threshold, mut bytes) = t.get_small(ino)?.ok_or(FsStatus::InvalidArgument)?;
+            let threshold = n.small_threshold;
             let end = offset.checked_add(data.len() as u64).ok_or(FsStatus::InvalidArgument)?;
-            if end > threshold as u64 {
+            if threshold == 0 || end > threshold as u64 {
                 return Err(FsStatus::InvalidArgument);
             }
             // One writer at a time, as BEGIN_WRITE keeps it: another's open
             // transaction holds the file.
-            match t.intent_of_inode(ino)?.filter(|i| i.state != IntentState::Committed) {
+            let staged = match t.intent_of_inode(ino)?.filter(|i| i.state != IntentState::Committed) {
                 Some(i) if i.txn != txn => return Err(FsStatus::Busy),
                 Some(i) if i.uid != caller.uid && !caller.is_root() => return Err(FsStatus::NotPermitted),
-                Some(i) if i.state == IntentState::Open => {}
+                Some(i) if i.state == IntentState::Open => true,
                 // The caller's own, being rolled back; or none while it names one.
                 Some(_) => return Err(FsStatus::Aborted),
                 None if txn != 0 => return Err(FsStatus::Aborted),
-                None => {}
-            }
+                None => false,
+            };
             if data.is_empty() {
                 return Ok(n);
             }
+            // Staged: on what this transaction staged before, or else the committed bytes.
+            let before = if staged { t.get_staged(ino)?.filter(|(s, _)| *s == txn).map(|(_, b)| b) } else { None };
+            let mut bytes = match before {
+                Some(bytes) => bytes,
+                None => t.get_small(ino)?.unwrap_or_default(),
+            };
             if (bytes.len() as u64) < end {
                 bytes.resize(end as usize, 0);
             }
             bytes[offset as usize..end as usize].copy_from_slice(data);
+            if staged {
+                t.put_staged(ino, txn, &bytes)?;
+                return Ok(n);
+            }
             let old = n.clone();
             n.attr.size = n.attr.size.max(end);
             n.attr.mtime_ns = now;
@@ -165,7 +218,7 @@ impl<B: Backend> Namespace<B> {
             if n.attr.size > old.attr.size {
                 quotas::check_room(t, Some(&old), &n)?;
             }
-            t.put_small(ino, threshold, &bytes)?;
+            t.put_small(ino, &bytes)?;
             quotas::put(t, &n)?;
             Ok(n)
         })

@@ -178,11 +178,16 @@ CREATE TABLE leases (
     WITHOUT ROWID;
 ";
 
-/// Version 4 to 5: small files (issue 14), the bytes of a file below its
-/// small-file threshold.
+/// Small files (issue 14, [`crate::small`]): each inode's small-file
+/// threshold, the bytes of a file below it, and the bytes a write
+/// transaction staged there (installed by its `COMMIT`, dropped at its
+/// rollback; one per file, as a file has one write transaction at a time).
 const V6: &str = "
+ALTER TABLE inodes ADD COLUMN small_threshold INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE small_data (
-    ino INTEGER PRIMARY KEY REFERENCES inodes (ino), threshold INTEGER NOT NULL, bytes BLOB NOT NULL);
+    ino INTEGER PRIMARY KEY REFERENCES inodes (ino), bytes BLOB NOT NULL);
+CREATE TABLE small_staged (
+    ino INTEGER PRIMARY KEY REFERENCES inodes (ino), txn INTEGER NOT NULL, bytes BLOB NOT NULL);
 ";
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
@@ -313,7 +318,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
     };
 }
 
@@ -380,6 +385,7 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         components: Vec::new(),
         acv: u64_col(r, at + 12)?,
         qdir: u64_col(r, at + 14)?,
+        small_threshold: u32_col(r, at + 15)?,
     })
 }
 
@@ -530,13 +536,13 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -552,7 +558,8 @@ impl Txn for SqliteTxn<'_> {
                 n.layout.as_ref().map(layout_bytes),
                 n.acv as i64,
                 a.rdev as i64,
-                n.qdir as i64
+                n.qdir as i64,
+                n.small_threshold
             ],
         )?;
         Ok(())
@@ -562,6 +569,7 @@ impl Txn for SqliteTxn<'_> {
         self.exec("DELETE FROM dir_parents WHERE dir = ?1", [ino as i64])?;
         self.exec("DELETE FROM xattrs WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM small_data WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -713,22 +721,35 @@ impl Txn for SqliteTxn<'_> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2", params![ino as i64, name])? > 0)
     }
 
-    fn get_small(&mut self, ino: Ino) -> Result<Option<(u32, Vec<u8>)>, FsStatus> {
-        let mut st =
-            self.c.prepare_cached("SELECT threshold, bytes FROM small_data WHERE ino = ?1").map_err(internal)?;
-        let row = st
-            .query_row([ino as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
-            .optional()
-            .map_err(internal)?;
-        row.map(|(t, bytes)| Ok((u32::try_from(t).map_err(|_| FsStatus::Internal)?, bytes))).transpose()
+    fn get_small(&mut self, ino: Ino) -> Result<Option<Vec<u8>>, FsStatus> {
+        let mut st = self.c.prepare_cached("SELECT bytes FROM small_data WHERE ino = ?1").map_err(internal)?;
+        st.query_row([ino as i64], |r| r.get::<_, Vec<u8>>(0)).optional().map_err(internal)
     }
 
-    fn put_small(&mut self, ino: Ino, threshold: u32, bytes: &[u8]) -> Result<(), FsStatus> {
+    fn put_small(&mut self, ino: Ino, bytes: &[u8]) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO small_data (ino, threshold, bytes) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (ino) DO UPDATE SET threshold = excluded.threshold, bytes = excluded.bytes",
-            params![ino as i64, threshold as i64, bytes],
+            "INSERT INTO small_data (ino, bytes) VALUES (?1, ?2) ON CONFLICT (ino) DO UPDATE SET bytes = excluded.bytes",
+            params![ino as i64, bytes],
         )?;
+        Ok(())
+    }
+
+    fn get_staged(&mut self, ino: Ino) -> Result<Option<(u64, Vec<u8>)>, FsStatus> {
+        let mut st = self.c.prepare_cached("SELECT txn, bytes FROM small_staged WHERE ino = ?1").map_err(internal)?;
+        st.query_row([ino as i64], |r| Ok((u64_col(r, 0)?, r.get::<_, Vec<u8>>(1)?))).optional().map_err(internal)
+    }
+
+    fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_staged (ino, txn, bytes) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (ino) DO UPDATE SET txn = excluded.txn, bytes = excluded.bytes",
+            params![ino as i64, txn as i64, bytes],
+        )?;
+        Ok(())
+    }
+
+    fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
 

@@ -28,6 +28,7 @@ pub(super) fn small_files<B: Backend>(make: &impl Fn() -> B) {
         ("small_truncate_and_sparse", truncate_and_sparse::<B>),
         ("small_permissions_and_writers", permissions_and_writers::<B>),
         ("small_bounds_and_quota", bounds_and_quota::<B>),
+        ("small_staged_under_a_transaction", staged::<B>),
     ] {
         eprintln!("conformance case: {name}");
         let ns = fresh();
@@ -38,6 +39,8 @@ pub(super) fn small_files<B: Backend>(make: &impl Fn() -> B) {
     let ns = Namespace::new(make(), Layout::SINGLE).expect("open name space");
     setup(&ns);
     off_and_limits(ns);
+    eprintln!("conformance case: small_staged_restart");
+    staged_then_reopened(make());
 }
 
 fn create<B: Backend>(ns: &Namespace<B>, name: &str) -> Ino {
@@ -53,7 +56,7 @@ fn size_to<B: Backend>(ns: &Namespace<B>, i: Ino, size: u64) {
 fn crossing_writes<B: Backend>(ns: &Namespace<B>) {
     own(ns, "/", &ROOT, 0o777);
     let i = create(ns, "f");
-    assert_eq!(ns.small_threshold_of(i).unwrap(), T, "a new file takes the name space's threshold");
+    assert_eq!(ns.getattr(i).unwrap().small_threshold, T, "a new file takes the name space's threshold");
     assert_eq!(ns.read_small(&ALICE, i, 0, 100).unwrap(), b"", "an empty file reads nothing");
     // Below, at the start.
     let n = ns.write_small(&ALICE, i, 0, 0, b"hello").unwrap();
@@ -85,7 +88,7 @@ fn crossing_writes<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.read_small(&ALICE, i, 0, 1000).unwrap(), want);
     // The row goes with the inode.
     ns.unlink(&ALICE, ino(ns, "/"), "f").unwrap();
-    assert_eq!(ns.small_threshold_of(i).unwrap(), 0);
+    assert_eq!(ns.backend().read(|t| t.get_small(i)).unwrap(), None);
     assert_eq!(ns.read_small(&ALICE, i, 0, 1).err(), Some(FsStatus::NotFound));
 }
 
@@ -150,7 +153,11 @@ fn permissions_and_writers<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.write_small(&ALICE, i, txn, 0, b"y").err(), Some(FsStatus::Aborted), "being rolled back");
     ns.finish_intent(txn).unwrap();
     assert_eq!(ns.write_small(&ALICE, i, txn, 0, b"y").err(), Some(FsStatus::Aborted), "gone");
-    assert_eq!(ns.read_small(&ALICE, i, 0, 4).unwrap(), b"xINe", "the small write is not rolled back");
+    assert_eq!(
+        ns.read_small(&ALICE, i, 0, 4).unwrap(),
+        b"BINe",
+        "the staged write is rolled back with its transaction"
+    );
     ns.write_small(&BOB, i, 0, 0, b"z").unwrap();
     // Kinds.
     ns.mkdir(&ALICE, ino(ns, "/"), "d", 0o755).unwrap();
@@ -181,8 +188,102 @@ fn bounds_and_quota<B: Backend>(ns: &Namespace<B>) {
 fn off_and_limits<B: Backend>(ns: Namespace<B>) {
     own(&ns, "/", &ROOT, 0o777);
     let i = create(&ns, "old");
-    assert_eq!(ns.small_threshold_of(i).unwrap(), 0, "threshold 0: no small-file bytes");
+    assert_eq!(ns.getattr(i).unwrap().small_threshold, 0, "threshold 0: no small-file bytes");
     assert_eq!(ns.read_small(&ALICE, i, 0, 1).err(), Some(FsStatus::InvalidArgument));
     assert_eq!(ns.write_small(&ALICE, i, 0, 0, b"x").err(), Some(FsStatus::InvalidArgument));
     assert!(ns.with_small_file_threshold(nasd_proto::manager::SMALL_FILE_THRESHOLD_MAX + 1).is_err());
+}
+
+fn staged_bytes<B: Backend>(ns: &Namespace<B>, i: Ino) -> Option<(u64, Vec<u8>)> {
+    ns.backend().read(|t| t.get_staged(i)).unwrap()
+}
+
+/// Small writes under a write transaction are staged: readers see the
+/// committed bytes until its `COMMIT` installs them with its size; a
+/// rollback drops them; a truncation cuts them; they go with the file.
+fn staged<B: Backend>(ns: &Namespace<B>) {
+    own(ns, "/", &ROOT, 0o777);
+    let i = create(ns, "f");
+    ns.write_small(&ALICE, i, 0, 0, b"old old old").unwrap();
+    let before = ns.getattr(i).unwrap();
+    // Staged: nothing a reader sees moves, not even the size.
+    let txn = ns.begin_write(&ALICE, i, i64::MAX).unwrap();
+    assert_eq!(ns.write_small(&ALICE, i, txn, 0, b"NEW").unwrap(), before, "the attributes as committed");
+    ns.write_small(&ALICE, i, txn, 8, b"NEW NEW").unwrap();
+    assert_eq!(ns.read_small(&BOB, i, 0, 100).unwrap(), b"old old old");
+    assert_eq!(ns.getattr(i).unwrap(), before);
+    assert_eq!(staged_bytes(ns, i), Some((txn, b"NEW old NEW NEW".to_vec())), "staged on the committed bytes");
+    check_invariants(ns);
+    // The commit installs them with the size it records: a write that crossed the threshold.
+    let n = ns.commit_write(&ALICE, i, txn, T as u64 + 100, &[], 5).unwrap();
+    assert_eq!(n.attr.size, T as u64 + 100);
+    let mut want = b"NEW old NEW NEW".to_vec();
+    want.resize(T as usize, 0);
+    assert_eq!(ns.read_small(&BOB, i, 0, 1000).unwrap(), want, "head installed with the commit");
+    assert_eq!(staged_bytes(ns, i), None);
+    ns.finish_intent(txn).unwrap();
+    assert_eq!(ns.read_small(&BOB, i, 0, 1000).unwrap(), want, "finishing a committed intent keeps its bytes");
+
+    // Rolled back: the head stays as committed.
+    let txn = ns.begin_write(&ALICE, i, i64::MAX).unwrap();
+    ns.write_small(&ALICE, i, txn, 0, &[9u8; T as usize]).unwrap();
+    assert!(staged_bytes(ns, i).is_some());
+    ns.abort_intent(txn).unwrap();
+    check_invariants(ns);
+    ns.finish_intent(txn).unwrap();
+    assert_eq!(staged_bytes(ns, i), None, "a rollback drops what it staged");
+    assert_eq!(ns.read_small(&BOB, i, 0, 1000).unwrap(), want);
+    assert_eq!(ns.getattr(i).unwrap().attr.size, T as u64 + 100);
+
+    // A commit refused for its quota escrow installs nothing; the rollback drops it.
+    ns.set_quota(QuotaSubject::User(ALICE.uid), Some(T as u64 + 100), None).unwrap();
+    let txn = ns.begin_write(&ALICE, i, i64::MAX).unwrap();
+    ns.write_small(&ALICE, i, txn, 0, b"Q").unwrap();
+    assert_eq!(ns.commit_write(&ALICE, i, txn, u64::MAX / 2, &[], 6).err(), Some(FsStatus::QuotaExceeded));
+    assert_eq!(ns.read_small(&BOB, i, 0, 1).unwrap(), b"N");
+    ns.abort_intent(txn).unwrap();
+    ns.finish_intent(txn).unwrap();
+    ns.set_quota(QuotaSubject::User(ALICE.uid), None, None).unwrap();
+    assert_eq!(ns.read_small(&BOB, i, 0, 1).unwrap(), b"N");
+
+    // A truncation while a transaction is open cuts what it staged too.
+    size_to(ns, i, 20);
+    let txn = ns.begin_write(&ALICE, i, i64::MAX).unwrap();
+    ns.write_small(&ALICE, i, txn, 0, b"abcdefgh").unwrap();
+    size_to(ns, i, 2);
+    assert_eq!(staged_bytes(ns, i), Some((txn, b"ab".to_vec())));
+    let n = ns.commit_write(&ALICE, i, txn, 0, &[], 7).unwrap();
+    assert_eq!(n.attr.size, 2);
+    assert_eq!(ns.read_small(&BOB, i, 0, 100).unwrap(), b"ab");
+    ns.finish_intent(txn).unwrap();
+
+    // A file removed with bytes staged: they go with it.
+    let txn = ns.begin_write(&ALICE, i, i64::MAX).unwrap();
+    ns.write_small(&ALICE, i, txn, 0, b"doomed").unwrap();
+    ns.unlink(&ALICE, ino(ns, "/"), "f").unwrap();
+    assert_eq!(staged_bytes(ns, i), None);
+    assert_eq!(ns.intent(txn).unwrap(), None);
+}
+
+/// Bytes staged by a transaction left open when its manager stopped: the
+/// name space opened again on the same store (a restarted manager) still
+/// keeps them from readers, and its rollback drops them.
+fn staged_then_reopened<B: Backend>(backend: B) {
+    let ns = Namespace::new(backend, Layout::SINGLE).and_then(|ns| ns.with_small_file_threshold(T)).unwrap();
+    setup(&ns);
+    own(&ns, "/", &ROOT, 0o777);
+    let i = create(&ns, "f");
+    ns.write_small(&ALICE, i, 0, 0, b"old").unwrap();
+    let rolled = ns.begin_write(&ALICE, i, 1).unwrap();
+    ns.write_small(&ALICE, i, rolled, 0, b"new").unwrap();
+    let backend = ns.into_backend();
+    let ns = Namespace::new(backend, Layout::SINGLE).and_then(|ns| ns.with_small_file_threshold(T)).unwrap();
+    assert_eq!(ns.read_small(&BOB, i, 0, 10).unwrap(), b"old");
+    let intent = ns.intents(0, 10).unwrap().into_iter().find(|x| x.txn == rolled).expect("the intent is logged");
+    assert_eq!(intent.ino, i);
+    ns.abort_intent(rolled).unwrap();
+    ns.finish_intent(rolled).unwrap();
+    assert_eq!(staged_bytes(&ns, i), None);
+    assert_eq!(ns.read_small(&BOB, i, 0, 10).unwrap(), b"old");
+    check_invariants(&ns);
 }
