@@ -90,7 +90,7 @@ impl<B: Backend> Namespace<B> {
 
     /// Commits write transaction `txn` of file `ino`: the intent becomes
     /// Committed; the small-file bytes it staged become the file's
-    /// ([`crate::small`]); the size becomes `max(size, written_end)`; if anything was
+    /// (`small.rs`); the size becomes `max(size, written_end)`; if anything was
     /// written (`written_end > 0` or stale ranges are reported) mtime and
     /// ctime become `now_ns`; every component listed in `stale` becomes
     /// Stale with its listed ranges (component-space bytes it missed) added

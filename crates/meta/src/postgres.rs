@@ -49,6 +49,8 @@
 //! - 2 → 3: `leases(name, holder, token, expires_ms)` (SQLite's version 5),
 //!   the leases several managers on one database share (`crate::Lease`);
 //!   their clock is the server's (`clock_timestamp()`), one for every manager.
+//! - 3 → 4: small files (SQLite's version 6): the inodes' `small_threshold`,
+//!   `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own

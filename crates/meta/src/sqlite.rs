@@ -1,8 +1,9 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 5, kept in `PRAGMA user_version`):
+//! Layout (schema version 6, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
-//!   ctime_ns, target, acv, layout)`: `layout` is the 7-byte canonical
+//!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold)`:
+//!   `layout` is the 7-byte canonical
 //!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
 //!   none: symlinks, directories that inherit).
 //! - `components(ino, idx, drive, partition, object, state)`, primary key
@@ -27,6 +28,10 @@
 //!   user: each user's supplementary groups.
 //! - `xattrs(ino, name, value)`, primary key (ino, name), referencing the
 //!   inode: extended attributes.
+//! - `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`,
+//!   referencing the inode: a file's bytes below its small-file threshold
+//!   (`inodes.small_threshold`), and those its open write transaction `txn`
+//!   staged there (`crate::small`).
 //! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
 //!   `u32`, 4 bytes little-endian).
 //!
@@ -60,6 +65,9 @@
 //!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
 //! - 4 → 5 (`V5`): `leases(name, holder, token, expires_ms)`: the leases
 //!   that let several managers share one database (`crate::Lease`).
+//! - 5 → 6 (`V6`): small files: the inodes' `small_threshold` (0 for every
+//!   existing inode: their bytes stay on their components), `small_data`
+//!   and `small_staged`.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
@@ -178,7 +186,7 @@ CREATE TABLE leases (
     WITHOUT ROWID;
 ";
 
-/// Small files (issue 14, [`crate::small`]): each inode's small-file
+/// Small files (issue 14, `crate::small`): each inode's small-file
 /// threshold, the bytes of a file below it, and the bytes a write
 /// transaction staged there (installed by its `COMMIT`, dropped at its
 /// rollback; one per file, as a file has one write transaction at a time).

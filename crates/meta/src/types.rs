@@ -71,7 +71,7 @@ pub struct Inode {
     /// 0: none.
     pub qdir: Ino,
     /// A regular file's small-file threshold, fixed when it was made: its
-    /// bytes below it live in the metadata store ([`crate::small`]); 0:
+    /// bytes below it live in the metadata store (see `small.rs`); 0:
     /// every byte on its components (and for every other kind).
     pub small_threshold: u32,
 }
