@@ -252,6 +252,8 @@ impl Inner {
         let crossing = offset < self.small && offset + len > self.small;
         if crossing {
             self.ready_txn(io, offset + len, false).await?;
+            // Refused whole, before the head is staged.
+            self.within_escrow(io, offset + len)?;
         }
         let (offset, data) = if offset < self.small {
             let below = ((self.small - offset) as usize).min(data.len());
@@ -266,15 +268,7 @@ impl Inner {
         let len = data.len() as u64;
         let end = offset + len;
         self.ready_txn(io, end, crossing).await?;
-        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
-            return Err(FsError::Fs {
-                status: FsStatus::QuotaExceeded,
-                message: format!(
-                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
-                    self.path
-                ),
-            });
-        }
+        self.within_escrow(io, end)?;
         let txn = io.txn.as_mut().expect("begun above");
         // Noted before write-behind takes the bytes: if this future is dropped
         // after it took some, they are still reported at COMMIT.
@@ -308,6 +302,21 @@ impl Inner {
             // gives the escrow back, and ask for a fresh one.
             self.commit(io).await?;
             io.txn = Some(self.begin().await?);
+        }
+        Ok(())
+    }
+
+    /// Fails with `QuotaExceeded` if a write ending at `end` would take the
+    /// file past what the open transaction's quota escrow allows.
+    fn within_escrow(&self, io: &Io, end: u64) -> Result<(), FsError> {
+        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
+            return Err(FsError::Fs {
+                status: FsStatus::QuotaExceeded,
+                message: format!(
+                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
+                    self.path
+                ),
+            });
         }
         Ok(())
     }
