@@ -45,6 +45,23 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// Small files (issue 14 item 4), in one process: two clusters of a TLS
+    /// manager and four drives on loopback, one with the small-file path
+    /// (`[manager] small_file_threshold`, the default) and one without (0:
+    /// every byte striped over drives); on each, --files files of --size
+    /// bytes created, written and closed, then opened and read back (every
+    /// byte checked). Reports both rates and their ratio.
+    SmallFiles {
+        /// Number of files.
+        #[arg(long, default_value_t = 10_000)]
+        files: u32,
+        /// Bytes per file.
+        #[arg(long, default_value = "4KiB")]
+        size: String,
+        /// Where the clusters keep their files [default: a temporary directory].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// The POSIX mount (FUSE) of an in-process cluster measured with fio beside a
     /// local directory: 1 MiB sequential write and read, 4 KiB random read, and
     /// create/stat/unlink of empty files per second (needs root and fio).
@@ -158,6 +175,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Fs { size, files, dir } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             crate::bench_fs::fs_bench(size, files, dir.as_deref()).await
+        }
+        BenchCommand::SmallFiles { files, size, dir } => {
+            let size = parse_size(&size).map_err(anyhow::Error::msg)?;
+            crate::bench_small::small_files_bench(files, size, dir.as_deref()).await
         }
         BenchCommand::Transfer { drive, drive_key_file, size, partition } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;

@@ -150,6 +150,11 @@ pub struct ManagerSection {
     /// "rs:2+1", "mirror:2", "stripe:4@256K" (see `nasd layout --help`).
     /// An existing file system keeps its own: change it with `nasd layout set /`.
     pub default_layout: Option<String>,
+    /// Bytes at the start of each new regular file kept in the metadata
+    /// store and read and written through the manager (the small-file
+    /// path); the rest is striped over drives [default: 65536; 0: none; at
+    /// most 1048576]. A file keeps the threshold it was created with.
+    pub small_file_threshold: Option<u32>,
     /// How long a writer may keep a write transaction open before the
     /// manager rolls it back (a writer that died) [default: 60].
     pub write_lease_secs: Option<u64>,

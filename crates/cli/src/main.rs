@@ -5,6 +5,7 @@ mod auth_cmd;
 mod bench;
 mod bench_fs;
 mod bench_mount;
+mod bench_small;
 mod bench_soak;
 mod bench_stripe;
 mod cluster_cmd;

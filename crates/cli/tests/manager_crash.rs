@@ -1128,10 +1128,12 @@ fn run_test() {
     // Short capability lifetimes and key rotation every KEY_ROTATION_SECS:
     // rotations (record the new key, then install it on the drive) happen
     // during the bursts too, and clients refresh capabilities all along.
+    // Every byte on the drives (small_file_threshold = 0): the offline check
+    // reads each file's bytes from the stopped drives' objects.
     let settings = format!(
         "[manager]\nobject_pool = {OBJECT_POOL}\nread_capability_secs = {KEY_ROTATION_SECS}\n\
          write_capability_secs = {KEY_ROTATION_SECS}\nkey_rotation_secs = {KEY_ROTATION_SECS}\n\
-         write_lease_secs = {WRITE_LEASE_SECS}\n"
+         write_lease_secs = {WRITE_LEASE_SECS}\nsmall_file_threshold = 0\n"
     );
     std::fs::write(&config, settings).expect("config file");
     let mut manager = start_manager(dir, &manager_dir, &config, None);

@@ -24,10 +24,14 @@
 //!    quarter into each lease, and renames it onto the file once whole),
 //!    caught while its open transaction has bytes on the drives past the
 //!    committed size, leaves the file as it was and its temporary file
-//!    holding exactly what it committed;
+//!    holding exactly what it committed; with the default small-file
+//!    threshold, a writer whose transaction staged a file's head on the
+//!    small-file path (`WRITE_SMALL` under it) and wrote its tail on the
+//!    drives is rolled back head and tail: the whole file reads old;
 //! 4. the manager SIGKILLed and started again while such a writer process
 //!    has its transactions open: the new manager rolls them back from its
-//!    intent log; and while a `nasd put` is inside a transaction: the put
+//!    intent log, a staged small-file head
+//!    included; and while a `nasd put` is inside a transaction: the put
 //!    succeeds (the file is new) or fails in one clear line (the file is
 //!    old), through every subset of components, and a temporary file it
 //!    left is new up to its recorded size with nothing past it;
@@ -60,7 +64,7 @@ mod common;
 
 use common::cluster::{path_str, Cluster, Finished, Options, Running};
 use nasd_fs::{ComponentState, FsClient, Layout, OpenMode};
-use nasd_proto::manager::{FileAccess, ManagerReply, ManagerRequest};
+use nasd_proto::manager::{FileAccess, ManagerReply, ManagerRequest, SMALL_IO_MAX};
 use nasd_proto::Protection;
 use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{Binder, BoxFuture, DrivePool, StaticBinder, StripeError, Striper, Target};
@@ -83,11 +87,22 @@ const THROTTLE_MIB_S: &str = "24";
 
 // ------------------------------------------------------------------ set-up
 
-/// `[manager]` lines: default layout, the short lease, a rebuild delay.
+/// `[manager]` lines: default layout, the short lease, a rebuild delay, and
+/// every byte on the drives (no small-file path: these tests check the
+/// stripes, copies and parity the drives hold, and their rollback; the
+/// tests of a head on the small-file path use [`small_file_settings`]).
 fn manager_settings(layout: &str, rebuild_delay_secs: u64) -> String {
     format!(
-        "default_layout = \"{layout}\"\nwrite_lease_secs = {LEASE_SECS}\nrebuild_delay_secs = {rebuild_delay_secs}\n"
+        "default_layout = \"{layout}\"\nwrite_lease_secs = {LEASE_SECS}\nrebuild_delay_secs = {rebuild_delay_secs}\n\
+         small_file_threshold = 0\n"
     )
+}
+
+/// `[manager]` lines with the default small-file threshold
+/// ([`nasd_manager::SMALL_FILE_THRESHOLD_DEFAULT`], not set in the file):
+/// new files keep their bytes below it in the manager's metadata store.
+fn small_file_settings(layout: &str) -> String {
+    format!("default_layout = \"{layout}\"\nwrite_lease_secs = {LEASE_SECS}\nrebuild_delay_secs = 3600\n")
 }
 
 /// A cluster of `drives` drives (paced if `throttled`) whose new files get
@@ -541,13 +556,35 @@ async fn uncommitted_writes(fs: &FsClient, jobs: &[Job], mark: &Path) -> Result<
         let e = fs.walk(path, OpenMode::ReadWrite).await.map_err(|e| format!("walk {path}: {e}"))?;
         let access = e.access.clone().ok_or("no access")?;
         let began = fs.call(&ManagerRequest::BeginWrite { handle: e.handle() }).await;
-        let Ok(ManagerReply::Began { .. }) = began else { return Err(format!("BEGIN_WRITE on {path}: {began:?}")) };
+        let Ok(ManagerReply::Began { txn, .. }) = began else {
+            return Err(format!("BEGIN_WRITE on {path}: {began:?}"));
+        };
         let mut size = e.attr.size;
+        let threshold = u64::from(access.small_threshold);
         for j in jobs.iter().filter(|j| j.path == path) {
             let skip: BTreeSet<usize> = j.skip.iter().copied().collect();
             let s = striper(&pool, &access, &skip);
-            let w =
-                s.write(j.offset, &pattern(j.seed, j.len as usize), size).await.map_err(|e| format!("{j:?}: {e}"))?;
+            let mut data = pattern(j.seed, j.len as usize);
+            let mut offset = j.offset;
+            if offset < threshold {
+                // The head goes to the manager, staged under the transaction.
+                let below = ((threshold - offset) as usize).min(data.len());
+                for (k, chunk) in data[..below].chunks(SMALL_IO_MAX).enumerate() {
+                    let at = offset + (k * SMALL_IO_MAX) as u64;
+                    let req = ManagerRequest::WriteSmall { handle: e.handle(), txn, offset: at, data: chunk.to_vec() };
+                    match fs.call(&req).await {
+                        Ok(ManagerReply::Entry(_)) => {}
+                        other => return Err(format!("WRITE_SMALL {j:?} at {at}: {other:?}")),
+                    }
+                }
+                data.drain(..below);
+                offset += below as u64;
+            }
+            if data.is_empty() {
+                size = size.max(j.offset + j.len);
+                continue;
+            }
+            let w = s.write(offset, &data, size).await.map_err(|e| format!("{j:?}: {e}"))?;
             let f = s.flush(&w.written).await.map_err(|e| format!("flush {j:?}: {e}"))?;
             let missed: BTreeSet<usize> = w.missed.union(&f.missed).copied().collect();
             if missed != skip {
@@ -1028,6 +1065,102 @@ fn a_manager_killed_with_transactions_open_rolls_them_back_after_its_restart() {
     c.kill_manager();
     c.start_manager();
     check_rolled_back(&c, &rt, &files, old_len);
+    drop(writer);
+}
+
+// ------------------------------- 3 and 4 with a head on the small-file path
+
+/// The default small-file threshold, which these tests' files cross.
+const T: u64 = nasd_manager::SMALL_FILE_THRESHOLD_DEFAULT as u64;
+
+/// A `mirror:2` file `/s.bin` of `old_len` bytes made under the default
+/// small-file threshold (its first [`T`] bytes in the manager's metadata
+/// store, the rest on the drives), and a writer process that overwrote it
+/// whole and extended it inside one write transaction — the head staged
+/// under it with `WRITE_SMALL`, the tail written and flushed on both
+/// copies — and a second write across the threshold leaving component 0
+/// out; committed nothing. While the writer is alive the head still reads
+/// old: staged bytes are nobody's before the commit. Returns the file and
+/// the writer, alive and idle.
+fn a_file_crossing_the_threshold_with_a_transaction_open(c: &Cluster, old_len: u64) -> (Written, Running) {
+    let rt = runtime();
+    let path = "/s.bin";
+    let old = pattern(60, old_len as usize);
+    c.run_ok(&["put", path_str(&local_file(c.dir(), "old-s", &old)), path]);
+    let jobs = vec![
+        Job { path: path.into(), offset: 0, len: old_len + 100_000, seed: 61, skip: vec![] },
+        Job { path: path.into(), offset: T - 5_000, len: 200_000, seed: 62, skip: vec![0] },
+    ];
+    let mark = c.dir().join("written-s");
+    let mut writer = start_writer(c, &jobs, &mark);
+    wait_for_mark(&mark, &mut writer);
+    let fs = rt.block_on(c.login());
+    let e = rt.block_on(step("walk", fs.walk(path, OpenMode::Read))).expect("walk");
+    assert_eq!(e.access.as_ref().map(|a| u64::from(a.small_threshold)), Some(T), "{path}: made under the threshold");
+    let read = ManagerRequest::ReadSmall { handle: e.handle(), offset: 0, len: T as u32 };
+    match rt.block_on(step("READ_SMALL", fs.call(&read))) {
+        Ok(ManagerReply::SmallData(head)) => {
+            assert!(head == old[..T as usize], "{path}: the head reads old while the writer's transaction is open")
+        }
+        other => panic!("READ_SMALL: {other:?}"),
+    }
+    ((path, old, jobs), writer)
+}
+
+/// After the writer's transaction on `file` ended: the whole file —
+/// head from the metadata store and tail from the drives, through `nasd
+/// get` — is the old content, the recorded size the old one, and every
+/// subset of components reads the old tail (the drives hold nothing below
+/// [`T`]).
+fn check_rolled_back_whole(c: &Cluster, rt: &tokio::runtime::Runtime, file: &Written) {
+    let (path, old, jobs) = file;
+    let fs = rt.block_on(c.login());
+    rt.block_on(settle(&fs, path));
+    let mut new = old.clone();
+    jobs.iter().for_each(|j| j.apply(&mut new));
+    assert_eq!(rt.block_on(size_of(&fs, path)), old.len() as u64, "{path}: the recorded size is the old one");
+    let back = c.dir().join("back-s");
+    c.run_ok(&["get", path, path_str(&back)]);
+    let got = std::fs::read(&back).expect("the copy nasd get made");
+    assert_eq!(got.len(), old.len(), "{path}: nasd get");
+    if let Some(at) = got.iter().zip(old.iter()).position(|(a, b)| a != b) {
+        let which = if got[at] == new[at] { "new" } else { "neither" };
+        panic!("{path}: byte {at} reads {which}, not old (the head ends at {T}): old and new mixed");
+    }
+    let on_drives = |content: &[u8]| {
+        let mut d = content.to_vec();
+        d[..T as usize].fill(0);
+        d
+    };
+    let (old_d, new_d) = (on_drives(old), on_drives(&new));
+    let versions: [(&str, &[u8]); 2] = [("old", &old_d), ("new", &new_d)];
+    rt.block_on(check_every_subset(&fs, path, &old_d, new.len() as u64, &BTreeSet::new(), &versions));
+}
+
+/// Issue 10's "old or new, never mixed" with the small-file path on: the
+/// writer process of [`a_file_crossing_the_threshold_with_a_transaction_open`]
+/// SIGKILLed; after its lease the transaction is rolled back, head and tail.
+#[test]
+fn a_killed_writer_crossing_the_small_file_threshold_is_rolled_back_head_and_tail() {
+    let c = Cluster::start(Options { drives: 3, manager: small_file_settings("mirror:2@64K"), drive_args: vec![] });
+    let rt = runtime();
+    let (file, mut writer) = a_file_crossing_the_threshold_with_a_transaction_open(&c, MIB + 12_345);
+    writer.kill();
+    check_rolled_back_whole(&c, &rt, &file);
+}
+
+/// The same with the manager SIGKILLed and started again while the
+/// transaction is open: the head it staged is in the metadata store, and
+/// the restarted manager drops it with the rollback it finds in its intent
+/// log.
+#[test]
+fn a_manager_restarted_under_a_transaction_crossing_the_threshold_rolls_back_head_and_tail() {
+    let mut c = Cluster::start(Options { drives: 3, manager: small_file_settings("mirror:2@64K"), drive_args: vec![] });
+    let rt = runtime();
+    let (file, writer) = a_file_crossing_the_threshold_with_a_transaction_open(&c, MIB + 12_345);
+    c.kill_manager();
+    c.start_manager();
+    check_rolled_back_whole(&c, &rt, &file);
     drop(writer);
 }
 

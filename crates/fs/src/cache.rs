@@ -95,6 +95,7 @@ mod tests {
             lifetime_ms,
             min_protection: 0,
             algorithm: 1,
+            small_threshold: 0,
             components: vec![component],
         };
         Held { access: Arc::new(access), expires: obtained + Duration::from_millis(lifetime_ms as u64) }

@@ -15,13 +15,26 @@
 //!   quarter into its lease (by a timer, so also when the writer pauses) or
 //!   once larger than [`TXN_BYTES_MAX`](crate::TXN_BYTES_MAX); the next write
 //!   begins the next one.
+//! - **Small files** (issue 14): a file created with a small-file threshold
+//!   keeps its bytes below it in the manager's metadata store. Reads and
+//!   writes of that range go to the manager (`READ_SMALL`, `WRITE_SMALL`,
+//!   at most [`SMALL_IO_MAX`] bytes each) and are split from the rest at the
+//!   threshold; the bytes at and past it go through the engine as above.
+//!   While a write transaction is open, small writes are staged under it
+//!   (the manager keeps them apart and installs them with its `COMMIT`, or
+//!   drops them when it is rolled back), and a write that crosses the
+//!   threshold opens the transaction first: head and striped tail are old
+//!   or new together. A small write with no transaction open is its own:
+//!   stable when its request returns (one metadata transaction with the
+//!   size). A read of the head while bytes are staged commits first, so
+//!   the file reads its own writes.
 
 use crate::binder::FileBinder;
 use crate::txn::{Timer, Txn, TXN_LEASE_FRACTION};
 use crate::{no_space, FsClient, FsError};
 use nasd_proto::fs::{FileAttr, FsStatus, Ino};
 use nasd_proto::layout::{Layout, Scheme};
-use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode};
+use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode, SMALL_IO_MAX};
 use nasd_proto::rights;
 use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
@@ -66,6 +79,9 @@ struct Inner {
     binder: Arc<FileBinder>,
     striper: Striper,
     geometry: Geometry,
+    /// The small-file threshold: bytes below it live in the metadata store
+    /// (0: every byte on the components).
+    small: u64,
     /// One past the last byte this file wrote (0: nothing).
     written_end: AtomicU64,
     io: tokio::sync::Mutex<Io>,
@@ -114,6 +130,16 @@ impl Inner {
         let end = offset.saturating_add(len).min(size);
         let piece = self.fs.transfer_piece() as u64;
         let mut at = offset;
+        if at < end.min(self.small) && io.txn.as_ref().is_some_and(|t| t.staged) {
+            // The manager shows staged bytes to nobody before the commit.
+            self.commit(&mut io).await?;
+        }
+        if at < end.min(self.small) {
+            let upto = end.min(self.small);
+            self.read_small(at, upto, dst).await?;
+            at = upto;
+            io.last_read_end = Some(at);
+        }
         while at < end {
             self.binder.ensure(rights::READ).await?;
             let n = piece.min(end - at);
@@ -135,6 +161,25 @@ impl Inner {
         }
         dst.flush().await.map_err(FsError::Local)?;
         Ok(at.saturating_sub(offset))
+    }
+
+    /// Reads `[from, to)` below the small-file threshold from the manager
+    /// into `dst`; zeros past what the manager holds (bytes this file wrote
+    /// past it on the components, not yet committed, make it longer here).
+    async fn read_small(&self, from: u64, to: u64, dst: &mut (impl AsyncWrite + Unpin)) -> Result<(), FsError> {
+        let mut at = from;
+        while at < to {
+            let len = (to - at).min(SMALL_IO_MAX as u64) as u32;
+            let req = ManagerRequest::ReadSmall { handle: self.handle, offset: at, len };
+            let mut bytes = match self.fs.call(&req).await? {
+                ManagerReply::SmallData(bytes) if bytes.len() <= len as usize => bytes,
+                other => return Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+            };
+            bytes.resize(len as usize, 0);
+            dst.write_all(&bytes).await.map_err(FsError::Local)?;
+            at += len as u64;
+        }
+        Ok(())
     }
 
     async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
@@ -201,30 +246,29 @@ impl Inner {
         if offset.checked_add(len).is_none_or(|end| end > max) {
             return Err(FsError::Stripe(StripeError::OutOfRange { offset, len, max }));
         }
-        self.binder.clear_error();
-        self.binder.ensure(rights::WRITE).await?;
-        if io.txn.as_ref().is_some_and(Txn::due) {
-            self.commit(io).await?;
+        // A write crossing the small-file threshold goes in one transaction,
+        // head (staged under it) and tail: opened before the head is sent,
+        // and not committed between the two.
+        let crossing = offset < self.small && offset + len > self.small;
+        if crossing {
+            self.ready_txn(io, offset + len, false).await?;
+            // Refused whole, before the head is staged.
+            self.within_escrow(io, offset + len)?;
         }
-        if io.txn.is_none() {
-            io.txn = Some(self.begin().await?);
-        }
+        let (offset, data) = if offset < self.small {
+            let below = ((self.small - offset) as usize).min(data.len());
+            self.write_small(io, offset, &data[..below]).await?;
+            if below == data.len() {
+                return Ok(());
+            }
+            (self.small, &data[below..])
+        } else {
+            (offset, data)
+        };
+        let len = data.len() as u64;
         let end = offset + len;
-        if io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
-            // Past this transaction's quota escrow: commit what it wrote, which
-            // gives the escrow back, and ask for a fresh one.
-            self.commit(io).await?;
-            io.txn = Some(self.begin().await?);
-        }
-        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
-            return Err(FsError::Fs {
-                status: FsStatus::QuotaExceeded,
-                message: format!(
-                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
-                    self.path
-                ),
-            });
-        }
+        self.ready_txn(io, end, crossing).await?;
+        self.within_escrow(io, end)?;
         let txn = io.txn.as_mut().expect("begun above");
         // Noted before write-behind takes the bytes: if this future is dropped
         // after it took some, they are still reported at COMMIT.
@@ -237,6 +281,77 @@ impl Inner {
         if txn.due() {
             self.commit(io).await?;
         }
+        Ok(())
+    }
+
+    /// Makes a write transaction ready for a write ending at `end`: ends
+    /// one that is due (unless `keep`: the head of this write is staged
+    /// under it) or whose quota escrow `end` passes, then begins one if none
+    /// is open.
+    async fn ready_txn(self: &Arc<Self>, io: &mut Io, end: u64, keep: bool) -> Result<(), FsError> {
+        self.binder.clear_error();
+        self.binder.ensure(rights::WRITE).await?;
+        if !keep && io.txn.as_ref().is_some_and(Txn::due) {
+            self.commit(io).await?;
+        }
+        if io.txn.is_none() {
+            io.txn = Some(self.begin().await?);
+        }
+        if !keep && io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
+            // Past this transaction's quota escrow: commit what it wrote, which
+            // gives the escrow back, and ask for a fresh one.
+            self.commit(io).await?;
+            io.txn = Some(self.begin().await?);
+        }
+        Ok(())
+    }
+
+    /// Fails with `QuotaExceeded` if a write ending at `end` would take the
+    /// file past what the open transaction's quota escrow allows.
+    fn within_escrow(&self, io: &Io, end: u64) -> Result<(), FsError> {
+        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
+            return Err(FsError::Fs {
+                status: FsStatus::QuotaExceeded,
+                message: format!(
+                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
+                    self.path
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, all below the small-file threshold, to the
+    /// manager. Under the open write transaction if there is one: staged,
+    /// part of it (a failure loses the transaction's writes, as a failed
+    /// striped write does); else stable when this returns.
+    async fn write_small(&self, io: &mut Io, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        let txn = io.txn.as_ref().map_or(0, |t| t.id);
+        let mut at = offset;
+        for chunk in data.chunks(SMALL_IO_MAX) {
+            let req = ManagerRequest::WriteSmall { handle: self.handle, txn, offset: at, data: chunk.to_vec() };
+            let written = match self.fs.call(&req).await {
+                Ok(ManagerReply::Entry(_)) => Ok(()),
+                Ok(other) => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                if txn != 0 {
+                    // The transaction cannot be committed whole: drop it (the
+                    // manager rolls it back when its lease runs out).
+                    io.txn = None;
+                    io.read_ahead.invalidate();
+                    io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
+                }
+                return Err(e);
+            }
+            at += chunk.len() as u64;
+            self.written_end.fetch_max(at, Ordering::Relaxed);
+            if let Some(t) = io.txn.as_mut() {
+                t.note_staged(at);
+            }
+        }
+        io.read_ahead.invalidate();
         Ok(())
     }
 
@@ -515,6 +630,7 @@ impl File {
             });
         };
         let open = if writable { OpenMode::RefreshWrite } else { OpenMode::Read };
+        let small = u64::from(access.small_threshold);
         let binder = Arc::new(FileBinder::new(fs.clone(), handle, open, entry.attr, access)?);
         let geometry = Geometry::new(binder.layout()).map_err(|e| FsError::Protocol(format!("{path}: {e}")))?;
         let striper = Striper::with_options(fs.drive_pool(), binder.clone(), fs.stripe_options())
@@ -529,6 +645,7 @@ impl File {
                 binder,
                 striper,
                 geometry,
+                small,
                 written_end: AtomicU64::new(0),
                 io: tokio::sync::Mutex::new(Io {
                     read_ahead,

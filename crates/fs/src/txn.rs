@@ -93,6 +93,9 @@ pub(crate) struct Txn {
     /// The size its writes may make the file: the size when it began plus
     /// the quota escrow the manager reserved for it (`u64::MAX`: no quota).
     pub(crate) size_limit: u64,
+    /// Whether small-file bytes were staged under it (`WRITE_SMALL` with
+    /// its id): readers, this file's too, see them once it is committed.
+    pub(crate) staged: bool,
 }
 
 /// A background task, aborted when dropped unless disarmed.
@@ -131,6 +134,7 @@ impl Txn {
             outcome: WriteOutcome::default(),
             behind,
             timer: None,
+            staged: false,
         }
     }
 
@@ -139,6 +143,14 @@ impl Txn {
         self.bytes = self.bytes.saturating_add(len);
         self.written_end = self.written_end.max(offset.saturating_add(len));
         self.dirty.add(offset, len);
+    }
+
+    /// Records bytes staged under it below the small-file threshold, ending
+    /// at `end`: its `COMMIT` reports the end (the size covers them), not
+    /// the components (they hold none of them).
+    pub(crate) fn note_staged(&mut self, end: u64) {
+        self.written_end = self.written_end.max(end);
+        self.staged = true;
     }
 
     /// Whether it should be committed before more is written: older than its

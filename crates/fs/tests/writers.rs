@@ -136,8 +136,13 @@ fn a_writer_that_stops_without_flushing_is_committed_a_quarter_into_its_lease() 
 fn a_writer_is_committed_once_it_wrote_txn_bytes_max() {
     run(async {
         // A lease long enough that only the byte bound commits during the test.
-        let config =
-            ManagerConfig { pool_target: 8, write_lease: Duration::from_secs(3600), ..ManagerConfig::default() };
+        // Every byte through the write transaction (no small-file path), so the byte bound counts them all.
+        let config = ManagerConfig {
+            pool_target: 8,
+            write_lease: Duration::from_secs(3600),
+            small_file_threshold: 0,
+            ..ManagerConfig::default()
+        };
         let opts = ClusterOptions { config, root_layout: Some(layout("stripe:4@1M")), ..Default::default() };
         let c = Cluster::start(opts).await;
         let (writer, reader) = (c.login(ADMIN, ADMIN_PW).await, c.login(ADMIN, ADMIN_PW).await);
@@ -171,6 +176,8 @@ fn a_commit_after_the_lease_ran_out_is_aborted_and_rolled_back() {
             pool_target: 8,
             write_lease: Duration::from_secs(1),
             maintenance_interval: Duration::from_millis(100),
+            // Rollback is of the drives' bytes: a small write is stable at once and not rolled back.
+            small_file_threshold: 0,
             ..ManagerConfig::default()
         };
         let opts =

@@ -127,6 +127,64 @@ impl Manager {
         Ok(ManagerReply::Began { txn, lease_ms: lease.as_millis().min(u32::MAX as u128) as u32, size_limit })
     }
 
+    /// `WRITE_SMALL`: writes bytes below the file's small-file threshold in
+    /// one metadata transaction — staged under `txn` if the caller names its
+    /// open write transaction, installed by its `COMMIT` and dropped at its
+    /// rollback (nasd-meta's `small.rs`) — waiting up to [`BEGIN_WAIT`] for
+    /// another writer's write transaction to end, as `BEGIN_WRITE` does,
+    /// rolling back one whose lease ran out.
+    ///
+    /// Each attempt holds the inode's serialization ([`Manager::inode_lock`]:
+    /// on a database several managers share, the inode's lease row there),
+    /// so small writes of one file through different managers take turns,
+    /// and none lands inside another manager's `SETATTR` or truncating
+    /// `CREATE` of the file (between its permission check and its commit).
+    /// The wait for another writer's transaction is on the intent log in the
+    /// database, whichever manager began it; the lease is not held while
+    /// waiting.
+    pub(crate) async fn write_small(
+        &self,
+        s: &Session,
+        ino: Ino,
+        txn: u64,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<Inode, Failure> {
+        let data = Arc::new(data);
+        let waited_since = tokio::time::Instant::now();
+        loop {
+            let (c, d) = (s.caller.clone(), data.clone());
+            let attempt = {
+                let _serial = self.inode_lock(ino).await?;
+                self.meta(move |ns| ns.write_small(&c, ino, txn, offset, &d)).await
+            };
+            match attempt {
+                Err(f) if f.status == FsStatus::Busy => {
+                    let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
+                    if let Some(intent) = blocker {
+                        if !self.clear_intent(&intent).await && waited_since.elapsed() >= BEGIN_WAIT {
+                            return Err(Failure::new(
+                                FsStatus::Busy,
+                                "another writer has the file open for writing: try again",
+                            ));
+                        }
+                    }
+                    tokio::time::sleep(BEGIN_POLL).await;
+                }
+                Err(f) if f.status == FsStatus::Aborted => {
+                    return Err(Failure::new(
+                        FsStatus::Aborted,
+                        format!(
+                            "write transaction {txn} is no longer open: it was rolled back (its lease ran out) or \
+                             ended; the writes made under it are gone"
+                        ),
+                    ))
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Ends `intent` if it no longer holds the file: rolls it back if its
     /// lease ran out, finishes an abort. Returns whether it is gone.
     async fn clear_intent(&self, intent: &Intent) -> bool {

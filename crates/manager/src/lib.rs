@@ -65,8 +65,8 @@ pub const WRITE_PROTECTION_DEFAULT: Protection = Protection::INTEGRITY_ARGS.unio
 
 /// Locks that serialize the requests which check permissions and then
 /// change a file's data on its drive before committing (size changes) with
-/// those that change the permissions (chmod, chown): one per inode number
-/// modulo this. Two inodes may share one; a request holds only one. (On a
+/// those that change the permissions (chmod, chown), and small writes
+/// (`WRITE_SMALL`) with both: one per inode number modulo this. Two inodes may share one; a request holds only one. (On a
 /// shared database, an inode lease serializes them across managers too:
 /// [`shared`].)
 const INODE_LOCK_STRIPES: usize = 64;
@@ -119,11 +119,20 @@ pub struct ManagerConfig {
     /// directory keeps its key ([`KEK_FILE`]) either way: the database holds
     /// the drive keys sealed with it.
     pub metadata: Option<Location>,
+    /// Bytes of each new regular file kept on the small-file path (issue
+    /// 14): below this offset its bytes live in the metadata store and move
+    /// through the manager (`READ_SMALL`, `WRITE_SMALL`); the rest is
+    /// striped over its components. 0: every byte on the components. A
+    /// file keeps the threshold it was created with.
+    pub small_file_threshold: u32,
     /// The authentication server whose identities the manager accepts
     /// (`LOGIN_IDENTITY`) and whose shared keys it installs on its drives;
     /// `None`: passwords only.
     pub auth: Option<identity::AuthLink>,
 }
+
+/// The default small-file threshold (Slice's 64 KiB).
+pub const SMALL_FILE_THRESHOLD_DEFAULT: u32 = 64 * 1024;
 
 impl Default for ManagerConfig {
     fn default() -> Self {
@@ -141,6 +150,7 @@ impl Default for ManagerConfig {
             write_lease: Duration::from_secs(60),
             rebuild_delay: Duration::from_secs(600),
             metadata: None,
+            small_file_threshold: SMALL_FILE_THRESHOLD_DEFAULT,
             auth: None,
         }
     }
@@ -169,6 +179,12 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        anyhow::ensure!(
+            self.small_file_threshold <= nasd_proto::manager::SMALL_FILE_THRESHOLD_MAX,
+            "the small-file threshold ([manager] small_file_threshold) {} is above its most, {}",
+            self.small_file_threshold,
+            nasd_proto::manager::SMALL_FILE_THRESHOLD_MAX
+        );
         self.default_layout.validate().map_err(|e| anyhow::anyhow!("default layout {}: {e}", self.default_layout))?;
         anyhow::ensure!(
             self.protection.union(self.write_protection).is_consistent(),
@@ -295,6 +311,7 @@ impl Manager {
         let location = config.metadata(dir);
         let backend = location.open().map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
         let ns = Namespace::new(backend, config.default_layout)
+            .and_then(|ns| ns.with_small_file_threshold(config.small_file_threshold))
             .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
         let map_epoch = ns.map_epoch().map_err(|e| anyhow::anyhow!("cannot read the cluster map epoch: {e}"))?;

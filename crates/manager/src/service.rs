@@ -160,7 +160,8 @@ fn changes_of(req: &ManagerRequest) -> Vec<Change> {
         R::SetAttr { handle, .. }
         | R::Commit { handle, .. }
         | R::SetXattr { handle, .. }
-        | R::RemoveXattr { handle, .. } => vec![Change::Inode(handle.ino)],
+        | R::RemoveXattr { handle, .. }
+        | R::WriteSmall { handle, .. } => vec![Change::Inode(handle.ino)],
         _ => Vec::new(),
     }
 }
@@ -417,6 +418,14 @@ impl Manager {
                 self.entry(s, inode, OpenMode::None).await
             }
             R::BeginWrite { handle } => self.begin_write(s, handle.ino).await,
+            R::ReadSmall { handle, offset, len } => {
+                let bytes = self.meta(move |ns| ns.read_small(&c, handle.ino, offset, len)).await?;
+                Ok(ManagerReply::SmallData(bytes))
+            }
+            R::WriteSmall { handle, txn, offset, data } => {
+                let inode = self.write_small(s, handle.ino, txn, offset, data).await?;
+                self.entry(s, inode, OpenMode::None).await
+            }
             R::GetLayout { handle } => self.get_layout(handle.ino).await,
             R::SetLayout { handle, layout } => self.set_layout(s, handle.ino, layout).await,
             R::ClusterStatus => Ok(ManagerReply::Status(self.cluster_status().await?)),
@@ -632,7 +641,8 @@ impl Manager {
 
     /// The access for every component of a regular file (in component
     /// order, each with its stored state), all minted with `rights` and
-    /// `lifetime` under the file's layout and acv.
+    /// `lifetime` under the file's layout and acv, with its small-file
+    /// threshold (from the inode row: no other read).
     fn file_access(
         &self,
         s: &Session,
@@ -664,6 +674,7 @@ impl Manager {
             lifetime_ms: lifetime.as_millis().min(u32::MAX as u128) as u32,
             min_protection: min_protection.bits(),
             algorithm: nasd_client::MacAlgorithm::Blake3 as u8,
+            small_threshold: inode.small_threshold,
             components,
         })
     }

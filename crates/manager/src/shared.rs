@@ -28,8 +28,8 @@ const MANAGER_ID_LEN: usize = 8;
 /// `drives::DRIVE_TIMEOUT`); a holder slower than this is fenced off.
 pub const DRIVE_LEASE_TTL: Duration = Duration::from_secs(30);
 /// How long an inode's lease (one `SETATTR` or truncating `CREATE`, from
-/// its permission check through the drives' size change to its commit)
-/// lasts unless released.
+/// its permission check through the drives' size change to its commit; one
+/// `WRITE_SMALL`) lasts unless released.
 pub const INODE_LEASE_TTL: Duration = Duration::from_secs(60);
 /// Longest a request waits for an inode's lease another manager holds:
 /// past the lease's life, so a dead holder's lease is taken over first.
@@ -148,7 +148,9 @@ impl Manager {
     /// so no other manager's `SETATTR` of the inode runs in between either.
     /// `SETATTR` holds it from its permission check through the drive's size
     /// change to its commit, and a truncating `CREATE` likewise, so no chmod
-    /// or chown of the inode lands in between.
+    /// or chown of the inode lands in between; each `WRITE_SMALL` attempt
+    /// holds it for its metadata transaction, so small writes of one file
+    /// through several managers take turns with each other and with those.
     ///
     /// # Errors
     /// `Busy` if another manager held the lease for [`INODE_LEASE_WAIT_MAX`].

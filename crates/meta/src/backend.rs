@@ -58,6 +58,23 @@ pub trait Txn {
     /// Removes an inode's extended attribute; whether it existed.
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus>;
 
+    /// The bytes a regular file keeps below its small-file threshold
+    /// ([`Inode::small_threshold`](crate::Inode)): at most the threshold;
+    /// bytes past them up to the file's size are zeros. `None`: none stored
+    /// (all zeros). Removed with the inode.
+    fn get_small(&mut self, ino: Ino) -> Result<Option<Vec<u8>>, FsStatus>;
+    /// Creates or replaces a file's small-file bytes.
+    fn put_small(&mut self, ino: Ino, bytes: &[u8]) -> Result<(), FsStatus>;
+    /// The small-file bytes a write transaction staged for a file: its
+    /// transaction id and the bytes below the threshold as that transaction
+    /// leaves them (installed by its `COMMIT`, dropped when it is rolled
+    /// back). At most one per file. Removed with the inode.
+    fn get_staged(&mut self, ino: Ino) -> Result<Option<(u64, Vec<u8>)>, FsStatus>;
+    /// Creates or replaces a file's staged small-file bytes.
+    fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> Result<(), FsStatus>;
+    /// Drops a file's staged small-file bytes (nothing if there are none).
+    fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus>;
+
     /// A quota.
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;
     /// Inserts or replaces a quota.

@@ -89,7 +89,8 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Commits write transaction `txn` of file `ino`: the intent becomes
-    /// Committed; the size becomes `max(size, written_end)`; if anything was
+    /// Committed; the small-file bytes it staged become the file's
+    /// (`small.rs`); the size becomes `max(size, written_end)`; if anything was
     /// written (`written_end > 0` or stale ranges are reported) mtime and
     /// ctime become `now_ns`; every component listed in `stale` becomes
     /// Stale with its listed ranges (component-space bytes it missed) added
@@ -144,6 +145,9 @@ impl<B: Backend> Namespace<B> {
                 mark_stale_in(t, &mut n, idx, ranges)?;
             }
             crate::quotas::put(t, &n)?;
+            // The bytes it staged below the small-file threshold become the
+            // file's with the rest of it.
+            crate::small::install_staged(t, &n, txn)?;
             Ok(n)
         })
     }
@@ -198,13 +202,21 @@ impl<B: Backend> Namespace<B> {
         })
     }
 
-    /// Forgets write intent `txn` (the manager finished what it asked for);
-    /// nothing if it is gone already. The file may be written again.
+    /// Forgets write intent `txn` (the manager finished what it asked for)
+    /// and drops the small-file bytes it staged and did not commit; nothing
+    /// if it is gone already. The file may be written again.
     ///
     /// # Errors
     /// `Internal`.
     pub fn finish_intent(&self, txn: u64) -> Result<(), FsStatus> {
-        self.backend.transact(|t| t.delete_intent(txn))
+        self.backend.transact(|t| {
+            // Small-file bytes it staged and did not commit go with it: a
+            // rolled-back transaction leaves nothing, head or tail.
+            if let Some(intent) = t.get_intent(txn)? {
+                crate::small::drop_staged(t, intent.ino, txn)?;
+            }
+            t.delete_intent(txn)
+        })
     }
 
     /// Moves the deadline of Open write intent `txn` (a writer that is

@@ -59,6 +59,7 @@ mod namespace;
 mod perm;
 mod postgres;
 mod quotas;
+mod small;
 mod sqlite;
 mod store;
 #[cfg(any(test, feature = "testing"))]

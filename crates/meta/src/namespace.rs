@@ -22,6 +22,8 @@ pub struct Namespace<B: Backend> {
     pub(crate) backend: B,
     /// [`DIR_DEPTH_MAX`], smaller in tests.
     pub(crate) dir_depth_max: usize,
+    /// The small-file threshold new regular files get (0: none; [`crate::small`]).
+    pub(crate) small_threshold: u32,
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -144,7 +146,7 @@ fn fresh(
         ctime_ns: now,
         rdev: 0,
     };
-    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir })
+    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir, small_threshold: 0 })
 }
 
 /// Stores a new inode and names it `name` in `parent`.
@@ -254,12 +256,19 @@ impl<B: Backend> Namespace<B> {
                 ctime_ns: now,
                 rdev: 0,
             };
-            let root =
-                Inode { attr, target: None, layout: Some(default_layout), components: Vec::new(), acv: 0, qdir: 0 };
+            let root = Inode {
+                attr,
+                target: None,
+                layout: Some(default_layout),
+                components: Vec::new(),
+                acv: 0,
+                qdir: 0,
+                small_threshold: 0,
+            };
             t.put_inode(&root)?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
         })?;
-        Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX })
+        Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX, small_threshold: 0 })
     }
 
     /// The same name space with a smaller [`DIR_DEPTH_MAX`] (tests).
@@ -278,6 +287,12 @@ impl<B: Backend> Namespace<B> {
     /// The backend (for maintenance and tests).
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// The backend, the name space given up (a manager's restart, in tests:
+    /// everything the name space knows is in the backend).
+    pub fn into_backend(self) -> B {
+        self.backend
     }
 
     /// Reads an inode. No permission is checked: the caller proves it reached
@@ -416,6 +431,7 @@ impl<B: Backend> Namespace<B> {
             let mut inode = fresh(t, caller, &p, FileKind::File, mode, now)?;
             inode.layout = Some(layout);
             inode.components = place_components(t, &layout, place)?;
+            inode.small_threshold = self.small_threshold;
             add_new(t, parent, name, &inode, now)?;
             crate::layouts::put_components(t, &inode)?;
             Ok((inode, true))
@@ -691,7 +707,10 @@ impl<B: Backend> Namespace<B> {
             let mut n = get(t, ino)?;
             check_sizable(&n)?;
             let old = n.clone();
-            n.attr.size = size;
+            // A drive's object holds no byte below a small-file threshold: a
+            // length at or below it says nothing of the bytes kept there.
+            let threshold = n.small_threshold;
+            n.attr.size = if threshold > 0 && size <= threshold as u64 { old.attr.size } else { size };
             n.attr.mtime_ns = mtime_ns;
             n.attr.ctime_ns = now_ns();
             quotas::check_room(t, Some(&old), &n)?;
@@ -746,6 +765,9 @@ fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Res
     }
     let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
     quotas::put(t, &n)?;
+    if let Some(size) = set.size {
+        crate::small::cut_small(t, &n, size)?;
+    }
     Ok((n, intents))
 }
 
@@ -770,6 +792,7 @@ fn open_existing(
         n.attr.mtime_ns = now;
         n.attr.ctime_ns = now;
         quotas::put(t, &n)?;
+        crate::small::cut_small(t, &n, 0)?;
     }
     Ok(n)
 }

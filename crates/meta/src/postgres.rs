@@ -49,6 +49,8 @@
 //! - 2 → 3: `leases(name, holder, token, expires_ms)` (SQLite's version 5),
 //!   the leases several managers on one database share (`crate::Lease`);
 //!   their clock is the server's (`clock_timestamp()`), one for every manager.
+//! - 3 → 4: small files (SQLite's version 6): the inodes' `small_threshold`,
+//!   `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -159,8 +161,17 @@ CREATE TABLE leases (
     name TEXT COLLATE "C" PRIMARY KEY, holder TEXT NOT NULL, token BIGINT NOT NULL, expires_ms BIGINT NOT NULL);
 "#;
 
+/// Version 4: small files (SQLite's version 6; [`crate::small`]).
+const V4: &str = r#"
+ALTER TABLE inodes ADD COLUMN small_threshold BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE small_data (
+    ino BIGINT PRIMARY KEY REFERENCES inodes (ino), bytes BYTEA NOT NULL);
+CREATE TABLE small_staged (
+    ino BIGINT PRIMARY KEY REFERENCES inodes (ino), txn BIGINT NOT NULL, bytes BYTEA NOT NULL);
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -779,7 +790,7 @@ fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
     };
 }
 
@@ -812,6 +823,7 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         components: Vec::new(),
         acv: u64_at(r, at + 12)?,
         qdir: u64_at(r, at + 14)?,
+        small_threshold: u32_at(r, at + 15)?,
     })
 }
 
@@ -919,13 +931,13 @@ impl Txn for PgTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
             &[
                 &(a.ino as i64),
                 &i64::from(a.kind.code()),
@@ -942,6 +954,7 @@ impl Txn for PgTxn<'_> {
                 &(n.acv as i64),
                 &(a.rdev as i64),
                 &(n.qdir as i64),
+                &i64::from(n.small_threshold),
             ],
         )?;
         Ok(())
@@ -950,6 +963,8 @@ impl Txn for PgTxn<'_> {
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM xattrs WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM small_data WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
         Ok(())
     }
@@ -1038,6 +1053,38 @@ impl Txn for PgTxn<'_> {
 
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = $1 AND name = $2", &[&(ino as i64), &name])? > 0)
+    }
+
+    fn get_small(&mut self, ino: Ino) -> Result<Option<Vec<u8>>, FsStatus> {
+        let row = self.query_opt("SELECT bytes FROM small_data WHERE ino = $1", &[&(ino as i64)])?;
+        self.decode_opt(row, |r| get_at::<Vec<u8>>(r, 0))
+    }
+
+    fn put_small(&mut self, ino: Ino, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_data (ino, bytes) VALUES ($1, $2) ON CONFLICT (ino) DO UPDATE SET bytes = excluded.bytes",
+            &[&(ino as i64), &bytes],
+        )?;
+        Ok(())
+    }
+
+    fn get_staged(&mut self, ino: Ino) -> Result<Option<(u64, Vec<u8>)>, FsStatus> {
+        let row = self.query_opt("SELECT txn, bytes FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
+        self.decode_opt(row, |r| Ok((u64_at(r, 0)?, get_at::<Vec<u8>>(r, 1)?)))
+    }
+
+    fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_staged (ino, txn, bytes) VALUES ($1, $2, $3) \
+             ON CONFLICT (ino) DO UPDATE SET txn = excluded.txn, bytes = excluded.bytes",
+            &[&(ino as i64), &(txn as i64), &bytes],
+        )?;
+        Ok(())
+    }
+
+    fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
+        Ok(())
     }
 
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {

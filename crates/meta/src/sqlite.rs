@@ -1,8 +1,9 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 5, kept in `PRAGMA user_version`):
+//! Layout (schema version 6, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
-//!   ctime_ns, target, acv, layout)`: `layout` is the 7-byte canonical
+//!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold)`:
+//!   `layout` is the 7-byte canonical
 //!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
 //!   none: symlinks, directories that inherit).
 //! - `components(ino, idx, drive, partition, object, state)`, primary key
@@ -27,6 +28,10 @@
 //!   user: each user's supplementary groups.
 //! - `xattrs(ino, name, value)`, primary key (ino, name), referencing the
 //!   inode: extended attributes.
+//! - `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`,
+//!   referencing the inode: a file's bytes below its small-file threshold
+//!   (`inodes.small_threshold`), and those its open write transaction `txn`
+//!   staged there (`crate::small`).
 //! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
 //!   `u32`, 4 bytes little-endian).
 //!
@@ -60,6 +65,9 @@
 //!   intents' `escrow` and `size_limit` (`u64::MAX`, stored as -1: none).
 //! - 4 → 5 (`V5`): `leases(name, holder, token, expires_ms)`: the leases
 //!   that let several managers share one database (`crate::Lease`).
+//! - 5 → 6 (`V6`): small files: the inodes' `small_threshold` (0 for every
+//!   existing inode: their bytes stay on their components), `small_data`
+//!   and `small_staged`.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
@@ -178,8 +186,20 @@ CREATE TABLE leases (
     WITHOUT ROWID;
 ";
 
+/// Small files (issue 14, `crate::small`): each inode's small-file
+/// threshold, the bytes of a file below it, and the bytes a write
+/// transaction staged there (installed by its `COMMIT`, dropped at its
+/// rollback; one per file, as a file has one write transaction at a time).
+const V6: &str = "
+ALTER TABLE inodes ADD COLUMN small_threshold INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE small_data (
+    ino INTEGER PRIMARY KEY REFERENCES inodes (ino), bytes BLOB NOT NULL);
+CREATE TABLE small_staged (
+    ino INTEGER PRIMARY KEY REFERENCES inodes (ino), txn INTEGER NOT NULL, bytes BLOB NOT NULL);
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -306,7 +326,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
     };
 }
 
@@ -373,6 +393,7 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         components: Vec::new(),
         acv: u64_col(r, at + 12)?,
         qdir: u64_col(r, at + 14)?,
+        small_threshold: u32_col(r, at + 15)?,
     })
 }
 
@@ -523,13 +544,13 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -545,7 +566,8 @@ impl Txn for SqliteTxn<'_> {
                 n.layout.as_ref().map(layout_bytes),
                 n.acv as i64,
                 a.rdev as i64,
-                n.qdir as i64
+                n.qdir as i64,
+                n.small_threshold
             ],
         )?;
         Ok(())
@@ -554,6 +576,8 @@ impl Txn for SqliteTxn<'_> {
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM dir_parents WHERE dir = ?1", [ino as i64])?;
         self.exec("DELETE FROM xattrs WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM small_data WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -703,6 +727,38 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> Result<bool, FsStatus> {
         Ok(self.exec("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2", params![ino as i64, name])? > 0)
+    }
+
+    fn get_small(&mut self, ino: Ino) -> Result<Option<Vec<u8>>, FsStatus> {
+        let mut st = self.c.prepare_cached("SELECT bytes FROM small_data WHERE ino = ?1").map_err(internal)?;
+        st.query_row([ino as i64], |r| r.get::<_, Vec<u8>>(0)).optional().map_err(internal)
+    }
+
+    fn put_small(&mut self, ino: Ino, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_data (ino, bytes) VALUES (?1, ?2) ON CONFLICT (ino) DO UPDATE SET bytes = excluded.bytes",
+            params![ino as i64, bytes],
+        )?;
+        Ok(())
+    }
+
+    fn get_staged(&mut self, ino: Ino) -> Result<Option<(u64, Vec<u8>)>, FsStatus> {
+        let mut st = self.c.prepare_cached("SELECT txn, bytes FROM small_staged WHERE ino = ?1").map_err(internal)?;
+        st.query_row([ino as i64], |r| Ok((u64_col(r, 0)?, r.get::<_, Vec<u8>>(1)?))).optional().map_err(internal)
+    }
+
+    fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> Result<(), FsStatus> {
+        self.exec(
+            "INSERT INTO small_staged (ino, txn, bytes) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (ino) DO UPDATE SET txn = excluded.txn, bytes = excluded.bytes",
+            params![ino as i64, txn as i64, bytes],
+        )?;
+        Ok(())
+    }
+
+    fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
+        Ok(())
     }
 
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {

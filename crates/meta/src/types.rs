@@ -70,6 +70,10 @@ pub struct Inode {
     /// above it with a quota when it was made, or when that quota was set);
     /// 0: none.
     pub qdir: Ino,
+    /// A regular file's small-file threshold, fixed when it was made: its
+    /// bytes below it live in the metadata store (see `small.rs`); 0:
+    /// every byte on its components (and for every other kind).
+    pub small_threshold: u32,
 }
 
 impl Inode {

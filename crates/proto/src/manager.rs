@@ -23,6 +23,16 @@ pub const MANAGER_PROTOCOL_VERSION: u8 = 1;
 /// Largest message body, in bytes. A `READDIR` reply of
 /// [`READDIR_ENTRIES_MAX`] longest names fits.
 pub const MANAGER_MESSAGE_MAX: usize = 1024 * 1024;
+
+/// Most bytes one `READ_SMALL` or `WRITE_SMALL` moves (and a `SMALL_DATA`
+/// reply carries): a client splits longer ranges below a file's small-file
+/// threshold into requests of at most this many bytes.
+pub const SMALL_IO_MAX: usize = 64 * 1024;
+
+/// Highest small-file threshold a manager may be configured with (and a
+/// `FileAccess` may carry): the bytes of a file below it live in the
+/// metadata store.
+pub const SMALL_FILE_THRESHOLD_MAX: u32 = 1024 * 1024;
 /// Most entries one `READDIR` reply carries.
 pub const READDIR_ENTRIES_MAX: usize = 1024;
 /// Longest user name, in bytes.
@@ -57,7 +67,8 @@ pub const DIRTY_RANGES_MAX: usize = 64;
 /// longest address, identity, the longest token, key.
 pub const COMPONENT_ACCESS_LEN_MAX: usize = ObjectRef::LEN + 1 + 2 + DRIVE_ADDR_MAX + 16 + 2 + CAPABILITY_LEN_MAX + 32;
 /// Encoded length of a [`FileAccess`] at most.
-pub const FILE_ACCESS_LEN_MAX: usize = Layout::LEN + 4 + 4 + 4 + 1 + 1 + 2 + COMPONENTS_MAX * COMPONENT_ACCESS_LEN_MAX;
+pub const FILE_ACCESS_LEN_MAX: usize =
+    Layout::LEN + 4 + 4 + 4 + 1 + 1 + 4 + 2 + COMPONENTS_MAX * COMPONENT_ACCESS_LEN_MAX;
 
 const _: () = assert!(
     READDIR_ENTRIES_MAX * (2 + FILE_NAME_MAX + FileAttr::LEN + HANDLE_MAC_LEN + 2 + 1) + 64 <= MANAGER_MESSAGE_MAX
@@ -73,6 +84,7 @@ const _: () = assert!(DRIVES_MAX * DriveStatus::LEN_MAX + 256 <= MANAGER_MESSAGE
 const _: () = assert!(XATTR_VALUE_MAX + XATTR_NAME_MAX + 2 * Handle::LEN + 4 * GROUPS_MAX + 256 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(XATTRS_PER_INODE_MAX * (2 + XATTR_NAME_MAX) + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(WATCH_CHANGES_MAX * Change::LEN_MAX + 64 <= MANAGER_MESSAGE_MAX);
+const _: () = assert!(SMALL_IO_MAX + Handle::LEN + 64 <= MANAGER_MESSAGE_MAX);
 const _: () = assert!(COMPONENTS_MAX * (Component::LEN + 2 + DRIVE_ADDR_MAX) + 64 <= MANAGER_MESSAGE_MAX);
 
 /// Operation codes of the manager protocol.
@@ -106,6 +118,8 @@ pub mod manager_opcode {
     pub const MKNOD: u16 = 0x001A;
     pub const GET_QUOTA: u16 = 0x001B;
     pub const LOGIN_IDENTITY: u16 = 0x001C;
+    pub const READ_SMALL: u16 = 0x001D;
+    pub const WRITE_SMALL: u16 = 0x001E;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -401,6 +415,28 @@ pub enum ManagerRequest {
     GetQuota {
         of: QuotaOf,
     },
+    /// Reads up to `len` (at most [`SMALL_IO_MAX`]) bytes at `offset` of a
+    /// regular file's bytes below its small-file threshold, from the
+    /// metadata store (read permission). The reply (`SMALL_DATA`) stops at
+    /// the threshold and at the end of the stored bytes: bytes past it up to
+    /// the file's size read as zeros.
+    ReadSmall {
+        handle: Handle,
+        offset: u64,
+        len: u32,
+    },
+    /// Writes `data` (at most [`SMALL_IO_MAX`] bytes, ending at or below
+    /// the file's small-file threshold) at `offset` into the metadata
+    /// store, in one metadata transaction with the file's size (at least
+    /// the end written), times and quota usage (write permission). Stable
+    /// on the reply (`ENTRY`). `txn`: the caller's open write transaction on
+    /// the file, 0 if none; refused with `BUSY` while another's is open.
+    WriteSmall {
+        handle: Handle,
+        txn: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
     /// Administrator: sets a quota's limits (`None`: unlimited; both
     /// `None` removes the quota).
     SetQuota {
@@ -612,6 +648,16 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("request", request)
                 .finish(),
             R::GetQuota { of } => f.debug_struct("GetQuota").field("of", of).finish(),
+            R::ReadSmall { handle, offset, len } => {
+                f.debug_struct("ReadSmall").field("handle", handle).field("offset", offset).field("len", len).finish()
+            }
+            R::WriteSmall { handle, txn, offset, data } => f
+                .debug_struct("WriteSmall")
+                .field("handle", handle)
+                .field("txn", txn)
+                .field("offset", offset)
+                .field("len", &data.len())
+                .finish(),
             R::SetQuota { of, bytes_limit, files_limit } => f
                 .debug_struct("SetQuota")
                 .field("of", of)
@@ -798,6 +844,11 @@ pub struct FileAccess {
     pub min_protection: u8,
     /// MAC algorithm id of the capabilities.
     pub algorithm: u8,
+    /// The file's small-file threshold: its bytes below this offset live in
+    /// the metadata store and move with `READ_SMALL` / `WRITE_SMALL` through
+    /// the manager; the components hold only the bytes at and past it (0:
+    /// every byte is on the components). Fixed when the file is created.
+    pub small_threshold: u32,
     /// One per component, in component order (`layout.components()` of them).
     pub components: Vec<ComponentAccess>,
 }
@@ -1064,6 +1115,8 @@ pub enum ManagerReply {
     Xattr(Vec<u8>),
     /// `LISTXATTR`: the names, in byte order.
     XattrNames(Vec<String>),
+    /// `READ_SMALL`: the bytes read (at most [`SMALL_IO_MAX`]).
+    SmallData(Vec<u8>),
     /// `WATCH`: the changes after the request's `after`, in order, up to
     /// `next` (ask again with it). `lost`: changes were missed (the feed
     /// moved past `after`, or the manager restarted: `incarnation` is new);
@@ -1114,6 +1167,8 @@ impl ManagerRequest {
             ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::Mknod { .. } => MKNOD,
             ManagerRequest::GetQuota { .. } => GET_QUOTA,
+            ManagerRequest::ReadSmall { .. } => READ_SMALL,
+            ManagerRequest::WriteSmall { .. } => WRITE_SMALL,
             ManagerRequest::SetQuota { .. } => SET_QUOTA,
             ManagerRequest::ListUsers => LIST_USERS,
             ManagerRequest::SetPassword { .. } => SET_PASSWORD,
@@ -1143,7 +1198,9 @@ impl ManagerRequest {
             | R::GetXattr { handle, .. }
             | R::ListXattr { handle }
             | R::SetXattr { handle, .. }
-            | R::RemoveXattr { handle, .. } => vec![*handle],
+            | R::RemoveXattr { handle, .. }
+            | R::ReadSmall { handle, .. }
+            | R::WriteSmall { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
             R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
             R::GetQuota { of: QuotaOf::User(_) } | R::SetQuota { of: QuotaOf::User(_), .. } => Vec::new(),
@@ -1195,7 +1252,9 @@ impl ManagerRequest {
             | R::ListXattr { .. }
             | R::SetXattr { .. }
             | R::RemoveXattr { .. }
-            | R::GetQuota { .. } => true,
+            | R::GetQuota { .. }
+            | R::ReadSmall { .. }
+            | R::WriteSmall { .. } => true,
             R::Login { .. }
             | R::LoginIdentity { .. }
             | R::SyncIdentityKeys
@@ -1251,6 +1310,8 @@ impl ManagerRequest {
             ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::Mknod { .. } => "mknod",
             ManagerRequest::GetQuota { .. } => "get-quota",
+            ManagerRequest::ReadSmall { .. } => "read-small",
+            ManagerRequest::WriteSmall { .. } => "write-small",
             ManagerRequest::SetQuota { .. } => "set-quota",
             ManagerRequest::ListUsers => "list-users",
             ManagerRequest::SetPassword { .. } => "set-password",
@@ -1368,7 +1429,17 @@ impl ManagerRequest {
                 }
                 Ok(())
             }
-            R::GetAttr { .. }
+            R::ReadSmall { len, .. } if *len as usize > SMALL_IO_MAX => {
+                Err(DecodeError::OverLimit { field: "small read", len: *len as u64, max: SMALL_IO_MAX as u64 })
+            }
+            R::WriteSmall { data, .. } if data.len() > SMALL_IO_MAX => Err(DecodeError::OverLimit {
+                field: "small-file data",
+                len: data.len() as u64,
+                max: SMALL_IO_MAX as u64,
+            }),
+            R::ReadSmall { .. }
+            | R::WriteSmall { .. }
+            | R::GetAttr { .. }
             | R::LoginIdentity { .. }
             | R::SyncIdentityKeys
             | R::SetAttr { .. }
@@ -1525,6 +1596,15 @@ impl ManagerRequest {
                 w.str(name).u8(kind.code()).u32(*mode).u64(*rdev);
             }
             ManagerRequest::GetQuota { of } => of.encode(&mut w),
+            ManagerRequest::ReadSmall { handle, offset, len } => {
+                handle.encode(&mut w);
+                w.u64(*offset).u32(*len);
+            }
+            ManagerRequest::WriteSmall { handle, txn, offset, data } => {
+                assert!(data.len() <= SMALL_IO_MAX, "WRITE_SMALL over SMALL_IO_MAX");
+                handle.encode(&mut w);
+                w.u64(*txn).u64(*offset).u32(data.len() as u32).raw(data);
+            }
             ManagerRequest::SetQuota { of, bytes_limit, files_limit } => {
                 of.encode(&mut w);
                 encode_opt(&mut w, *bytes_limit);
@@ -1676,6 +1756,21 @@ impl ManagerRequest {
                 ManagerRequest::Mknod { parent, name, kind, mode, rdev }
             }
             GET_QUOTA => ManagerRequest::GetQuota { of: QuotaOf::decode(&mut r)? },
+            READ_SMALL => {
+                let (handle, offset, len) = (Handle::decode(&mut r)?, r.u64()?, r.u32()?);
+                if len as usize > SMALL_IO_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "small read",
+                        len: len as u64,
+                        max: SMALL_IO_MAX as u64,
+                    });
+                }
+                ManagerRequest::ReadSmall { handle, offset, len }
+            }
+            WRITE_SMALL => {
+                let (handle, txn, offset) = (Handle::decode(&mut r)?, r.u64()?, r.u64()?);
+                ManagerRequest::WriteSmall { handle, txn, offset, data: decode_small_data(&mut r)? }
+            }
             SET_QUOTA => ManagerRequest::SetQuota {
                 of: QuotaOf::decode(&mut r)?,
                 bytes_limit: decode_opt(&mut r)?,
@@ -1719,6 +1814,15 @@ fn decode_xattr_value(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
     let len = r.u32()? as usize;
     if len > XATTR_VALUE_MAX {
         return Err(DecodeError::OverLimit { field: "xattr value", len: len as u64, max: XATTR_VALUE_MAX as u64 });
+    }
+    Ok(r.take(len)?.to_vec())
+}
+
+/// Small-file bytes: `length u32` (at most [`SMALL_IO_MAX`]), that many bytes.
+fn decode_small_data(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    let len = r.u32()? as usize;
+    if len > SMALL_IO_MAX {
+        return Err(DecodeError::OverLimit { field: "small-file data", len: len as u64, max: SMALL_IO_MAX as u64 });
     }
     Ok(r.take(len)?.to_vec())
 }
@@ -1797,12 +1901,21 @@ impl ComponentAccess {
 impl FileAccess {
     /// Bytes of the canonical encoding.
     pub fn encoded_len(&self) -> usize {
-        Layout::LEN + 4 + 4 + 4 + 1 + 1 + 2 + self.components.iter().map(ComponentAccess::encoded_len).sum::<usize>()
+        Layout::LEN
+            + 4
+            + 4
+            + 4
+            + 1
+            + 1
+            + 4
+            + 2
+            + self.components.iter().map(ComponentAccess::encoded_len).sum::<usize>()
     }
     fn encode(&self, w: &mut Writer) {
         assert_eq!(self.components.len(), self.layout.components(), "one access per component");
         self.layout.encode(w);
         w.u32(self.map_epoch).u32(self.rights).u32(self.lifetime_ms).u8(self.min_protection).u8(self.algorithm);
+        w.u32(self.small_threshold);
         w.u16(self.components.len() as u16);
         for c in &self.components {
             c.encode(w);
@@ -1812,12 +1925,29 @@ impl FileAccess {
         let layout = Layout::decode(r)?;
         let (map_epoch, rights, lifetime_ms) = (r.u32()?, r.u32()?, r.u32()?);
         let (min_protection, algorithm) = (r.u8()?, r.u8()?);
+        let small_threshold = r.u32()?;
+        if small_threshold > SMALL_FILE_THRESHOLD_MAX {
+            return Err(DecodeError::OverLimit {
+                field: "small-file threshold",
+                len: small_threshold as u64,
+                max: SMALL_FILE_THRESHOLD_MAX as u64,
+            });
+        }
         let n = r.count(COMPONENTS_MAX, "components")?;
         if n != layout.components() {
             return Err(DecodeError::NotCanonical("component count differs from the layout's"));
         }
         let components = (0..n).map(|_| ComponentAccess::decode(r)).collect::<Result<_, _>>()?;
-        Ok(FileAccess { layout, map_epoch, rights, lifetime_ms, min_protection, algorithm, components })
+        Ok(FileAccess {
+            layout,
+            map_epoch,
+            rights,
+            lifetime_ms,
+            min_protection,
+            algorithm,
+            small_threshold,
+            components,
+        })
     }
 }
 
@@ -1948,6 +2078,7 @@ mod reply_kind {
     pub const XATTR_NAMES: u8 = 13;
     pub const CHANGES: u8 = 14;
     pub const QUOTA: u8 = 15;
+    pub const SMALL_DATA: u8 = 16;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -2030,6 +2161,10 @@ impl ManagerReply {
                 assert!(value.len() <= XATTR_VALUE_MAX, "xattr reply over XATTR_VALUE_MAX");
                 w.u8(XATTR);
                 encode_xattr_value(&mut w, value);
+            }
+            ManagerReply::SmallData(bytes) => {
+                assert!(bytes.len() <= SMALL_IO_MAX, "SMALL_DATA reply over SMALL_IO_MAX");
+                w.u8(SMALL_DATA).u32(bytes.len() as u32).raw(bytes);
             }
             ManagerReply::XattrNames(names) => {
                 assert!(names.len() <= XATTRS_PER_INODE_MAX, "xattr list over XATTRS_PER_INODE_MAX");
@@ -2135,6 +2270,7 @@ impl ManagerReply {
             LAYOUT => ManagerReply::Layout(LayoutInfo::decode(r)?),
             STATUS => ManagerReply::Status(ClusterStatus::decode(r)?),
             XATTR => ManagerReply::Xattr(decode_xattr_value(r)?),
+            SMALL_DATA => ManagerReply::SmallData(decode_small_data(r)?),
             XATTR_NAMES => {
                 let n = r.count(XATTRS_PER_INODE_MAX, "xattr names")?;
                 let names = (0..n).map(|_| xattr_name(r)).collect::<Result<Vec<_>, _>>()?;

@@ -54,6 +54,7 @@ fn access() -> FileAccess {
         lifetime_ms: 30_000,
         min_protection: 1,
         algorithm: 1,
+        small_threshold: 65536,
         components,
     }
 }
@@ -217,6 +218,15 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(24),
         ),
+        (
+            "READ_SMALL {ino 42, mac 68x32} offset 4096 len 512",
+            ManagerRequest::ReadSmall { handle: handle(42), offset: 4096, len: 512 }.encode(25),
+        ),
+        (
+            "WRITE_SMALL {ino 42, mac 68x32} txn 0 offset 10 \"abc\"",
+            ManagerRequest::WriteSmall { handle: handle(42), txn: 0, offset: 10, data: b"abc".to_vec() }.encode(26),
+        ),
+        ("SMALL_DATA reply \"abc\"", ManagerReply::SmallData(b"abc".to_vec()).encode(25)),
     ]
 }
 
@@ -226,7 +236,7 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
         "02000000000000000300000000000000000000000000000068686868686868686868686868686868686868686868686868686868",
-        "6868686800000100000100030201070000000b00000030750000010103000100000001000000000000001000000000000000000e",
+        "6868686800000100000100030201070000000b0000003075000001010000010003000100000001000000000000001000000000000000000e",
         "003132372e302e302e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
         "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a3734",
         "3032d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
@@ -271,7 +281,15 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "000018000000000000000f0101000000400000000001640000000000000000100000000000000200000000000000000000040000",
         "0000",
+    ),    concat!(
+        "1d0019000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680010",
+        "00000000000000020000",
     ),
+    concat!(
+        "1e001a000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680000",
+        "0000000000000a0000000000000003000000616263",
+    ),
+    "000019000000000000001003000000616263",
 ];
 
 #[test]
@@ -413,6 +431,13 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         (any::<u32>(), proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>())).prop_map(
             |(uid, bytes_limit, files_limit)| R::SetQuota { of: QuotaOf::User(uid), bytes_limit, files_limit }
         ),
+        (arb_handle(), any::<u64>(), 0..=SMALL_IO_MAX as u32).prop_map(|(handle, offset, len)| R::ReadSmall {
+            handle,
+            offset,
+            len
+        }),
+        (arb_handle(), any::<u64>(), any::<u64>(), proptest::collection::vec(any::<u8>(), 0..300))
+            .prop_map(|(handle, txn, offset, data)| R::WriteSmall { handle, txn, offset, data }),
         (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::GetXattr { handle, name }),
         arb_handle().prop_map(|handle| R::ListXattr { handle }),
         (arb_handle(), arb_xattr_name(), proptest::collection::vec(any::<u8>(), 0..300), 0u8..3).prop_map(
@@ -571,6 +596,7 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
                 last_scrub: ScrubSummary { blocks_checked: 9, corrupt: 2, healed: 1, unrecoverable: 1 },
             })),
         proptest::collection::vec(any::<u8>(), 0..300).prop_map(R::Xattr),
+        proptest::collection::vec(any::<u8>(), 0..300).prop_map(R::SmallData),
         proptest::collection::vec(arb_xattr_name(), 0..20).prop_map(R::XattrNames),
         (
             any::<u64>(),

@@ -255,8 +255,11 @@ pub struct ClusterOptions {
 impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
-            // A small pool keeps start-up quick; everything else is the default policy.
-            config: ManagerConfig { pool_target: 8, ..ManagerConfig::default() },
+            // A small pool keeps start-up quick. Every byte on the drives (no small-file
+            // path): these tests check what the drives hold and the capabilities that guard
+            // it; small files have their own tests (`small.rs`) with an explicit threshold.
+            // Everything else is the default policy.
+            config: ManagerConfig { pool_target: 8, small_file_threshold: 0, ..ManagerConfig::default() },
             drives: 4,
             maintenance: false,
             root_layout: None,

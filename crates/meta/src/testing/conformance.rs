@@ -38,6 +38,7 @@ pub fn conformance<B: Backend>(make: impl Fn() -> B) {
         case(&ns);
         check_invariants(&ns);
     }
+    super::conformance_small::small_files(&make);
     eprintln!("conformance case: reopen");
     files::reopen(&make);
     eprintln!("conformance case: rollback");

@@ -105,6 +105,11 @@ delegate! {
     fn list_xattrs(&mut self, ino: Ino) -> Vec<(String, usize)>;
     fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> ();
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> bool;
+    fn get_small(&mut self, ino: Ino) -> Option<Vec<u8>>;
+    fn put_small(&mut self, ino: Ino, bytes: &[u8]) -> ();
+    fn get_staged(&mut self, ino: Ino) -> Option<(u64, Vec<u8>)>;
+    fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> ();
+    fn delete_staged(&mut self, ino: Ino) -> ();
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();

@@ -8,6 +8,7 @@
 
 mod conformance;
 mod conformance_files;
+mod conformance_small;
 mod failing;
 mod pg_server;
 
@@ -179,6 +180,32 @@ fn check_invariants_in(t: &mut dyn Txn) -> Result<(), FsStatus> {
     check_objects(t, links.values().flat_map(|(_, n)| n.objects()))
 }
 
+/// A file's small-file bytes fit its threshold and size; bytes staged for
+/// it belong to its write transaction, which is not committed (a commit
+/// installs them); nothing of either without a threshold.
+fn check_small(t: &mut dyn Txn, path: &str, inode: &Inode) -> Result<(), FsStatus> {
+    let (ino, threshold) = (inode.attr.ino, u64::from(inode.small_threshold));
+    let small = t.get_small(ino)?;
+    let staged = t.get_staged(ino)?;
+    if threshold == 0 {
+        assert!(small.is_none() && staged.is_none(), "{path}: small-file bytes without a threshold");
+        return Ok(());
+    }
+    assert_eq!(inode.attr.kind, FileKind::File, "{path}: a small-file threshold on a {:?}", inode.attr.kind);
+    if let Some(b) = small {
+        assert!(b.len() as u64 <= threshold.min(inode.attr.size), "{path}: {} small-file bytes", b.len());
+    }
+    if let Some((txn, b)) = staged {
+        assert!(b.len() as u64 <= threshold, "{path}: {} staged bytes", b.len());
+        let intent = t.intent_of_inode(ino)?;
+        assert!(
+            intent.is_some_and(|i| i.txn == txn && i.state != crate::IntentState::Committed),
+            "{path}: bytes staged by transaction {txn}, which is not the file's open one"
+        );
+    }
+    Ok(())
+}
+
 /// Every quota's usage is what the inodes it counts use; every inode's
 /// tree is a directory with a quota (or none).
 fn check_quotas(t: &mut dyn Txn, links: &BTreeMap<Ino, (u32, Inode)>) -> Result<(), FsStatus> {
@@ -225,6 +252,7 @@ fn check_stale(t: &mut dyn Txn, links: &BTreeMap<Ino, (u32, Inode)>) -> Result<(
 
 fn check_inode_shape(t: &mut dyn Txn, path: &str, inode: &Inode) -> Result<(), FsStatus> {
     let a = &inode.attr;
+    check_small(t, path, inode)?;
     match (a.kind, &inode.layout) {
         (FileKind::File, Some(layout)) => {
             assert_eq!(inode.components.len(), layout.components(), "{path}: components of layout {layout}");
