@@ -7,6 +7,7 @@ mod bench_fs;
 mod bench_mount;
 mod bench_soak;
 mod bench_stripe;
+mod bench_untar;
 mod cluster_cmd;
 mod config;
 mod daemons;
