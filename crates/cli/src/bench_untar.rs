@@ -128,7 +128,7 @@ impl Archive {
     /// [`DEPTH_MAX`]), files under directories with a skew towards the
     /// earlier, shallower ones; every 16th file is executable.
     fn new(dirs: u32, files: u32) -> Archive {
-        let mut rng = Rng(0x5eed_0f_5110e_u64 | 1);
+        let mut rng = Rng(0x05ee_d0f5_110e_u64);
         let (dirs, files) = (dirs as usize, files as usize);
         // parent and depth of each directory; `None` is the top (depth 0).
         let mut parent: Vec<Option<usize>> = Vec::with_capacity(dirs);
@@ -480,7 +480,7 @@ mod tests {
         assert_eq!((a.dirs, a.files), (50, 700));
         assert_eq!(a.members.len(), 750);
         assert_eq!(a.expected().len(), 750, "every path is unique");
-        let mut made = vec![false; 50];
+        let mut made = [false; 50];
         for m in &a.members {
             let parent = match m {
                 Member::Dir { parent, .. } | Member::File { parent, .. } => *parent,
