@@ -26,13 +26,13 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
     assert!(out.status.success(), "nasd bench untar failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("4 clients, each unpacking 6 directories and 40 empty files"), "{stdout}");
     assert!(stdout.contains("every client's tree checked afterwards"), "{stdout}");
-    // Rows: metadata, managers, seconds, requests/s, files/s, ratio.
+    // Rows: metadata, managers, seconds, requests/s, files/s, ratio, busy retries.
     let rows: Vec<(String, u32, Vec<f64>)> = stdout
         .lines()
         .filter_map(|l| {
             let cols: Vec<&str> = l.split_whitespace().collect();
             match cols.as_slice() {
-                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ ..] if rest.len() == 4 => Some((
+                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ ..] if rest.len() == 5 => Some((
                     what.to_string(),
                     managers.parse().ok()?,
                     rest.iter().map(|v| v.parse().expect("a number")).collect(),
@@ -48,7 +48,8 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
         "one row per configuration, in order:\n{stdout}"
     );
     for (what, managers, values) in &rows {
-        assert!(values.iter().all(|v| v.is_finite() && *v > 0.0), "{what} ×{managers}: {values:?}\n{stdout}");
+        assert!(values[..4].iter().all(|v| v.is_finite() && *v > 0.0), "{what} ×{managers}: {values:?}\n{stdout}");
+        assert!(values[4] >= 0.0 && values[4].fract() == 0.0, "busy retries are a count: {values:?}\n{stdout}");
     }
     assert_eq!(rows[0].2[3], 1.0, "the baseline's ratio to itself:\n{stdout}");
     // No cluster directory is left behind in --dir.
