@@ -31,6 +31,13 @@ pub enum BenchCommand {
     /// daemon's resident memory is sampled. Fails if a legitimate client saw
     /// an error.
     Soak(crate::bench_soak::SoakArgs),
+    /// Name-space scale-out (issue 14): Slice's untar workload — per empty
+    /// file lookup, getattr (for ACCESS), create, getattr, lookup, setattr
+    /// mode, setattr times — by concurrent clients, each unpacking its own
+    /// copy of a source-like tree, against one manager on SQLite and 1, 2
+    /// and 4 managers on one real PostgreSQL server started for the run
+    /// (clients pinned round-robin to managers); every tree checked after.
+    Untar(crate::bench_untar::UntarArgs),
     /// The whole system in one process (a TLS manager and four drives on
     /// loopback): `nasd cp` of one file up and down beside a raw loopback TCP
     /// copy, then create/stat/unlink of many empty files per second.
@@ -172,6 +179,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
         BenchCommand::Soak(args) => crate::bench_soak::run(args).await,
+        BenchCommand::Untar(args) => crate::bench_untar::run(args).await,
         BenchCommand::Fs { size, files, dir } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             crate::bench_fs::fs_bench(size, files, dir.as_deref()).await

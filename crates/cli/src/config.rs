@@ -198,7 +198,7 @@ pub struct AuthSection {
 }
 
 /// `[client]`.
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientSection {
     pub manager: Option<String>,

@@ -959,6 +959,13 @@ pub struct LocalCluster {
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// The manager's runtime, with [`ClusterSetup::own_runtimes`].
     _manager_runtime: Option<OwnRuntime>,
+    /// The first manager's directory, configuration and TLS files: what
+    /// [`add_manager`](Self::add_manager) shares.
+    manager_dir: PathBuf,
+    manager_config: ManagerConfig,
+    tls: nasd_manager::tls::TlsFiles,
+    /// Managers added by [`add_manager`](Self::add_manager).
+    more_managers: u32,
 }
 
 /// How [`LocalCluster::start_with`] sets a cluster up.
@@ -1100,6 +1107,7 @@ impl LocalCluster {
             role: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
+        let (manager_dir, tls) = (data.join("manager"), m.tls.clone());
         let manager = m.manager.clone();
         let serve = async move {
             for (addr, master) in &added {
@@ -1124,12 +1132,62 @@ impl LocalCluster {
             let served = serve.await?;
             (tokio::spawn(served), None)
         };
-        let cluster = LocalCluster { client, stop, drives, tasks: vec![task], _manager_runtime: manager_runtime };
+        let cluster = LocalCluster {
+            client,
+            stop,
+            drives,
+            tasks: vec![task],
+            _manager_runtime: manager_runtime,
+            manager_dir,
+            manager_config: setup.manager,
+            tls,
+            more_managers: 0,
+        };
         if cluster._manager_runtime.is_some() {
             // Drives are added on the manager's runtime: wait until they all are.
             cluster.wait_for_drives(&m.manager).await?;
         }
         Ok(cluster)
+    }
+
+    /// Starts one more manager on the first one's metadata, which must be a
+    /// shared database (`ManagerConfig::metadata` a PostgreSQL URL; a second
+    /// manager on the first one's SQLite file is refused): in its own
+    /// directory (`DATA/manager-N`, holding a copy of `manager.key`, so
+    /// handles either one issues check at both), with the same
+    /// configuration and TLS certificate, serving on another ephemeral
+    /// loopback port with its own maintenance, as `nasd manager` on another
+    /// machine would (docs/ARCHITECTURE.md, "Several managers on one
+    /// database"). Returns how a client reaches it (pinned to it: no
+    /// failover list).
+    pub async fn add_manager(&mut self) -> anyhow::Result<config::ClientSection> {
+        anyhow::ensure!(
+            matches!(self.manager_config.metadata, Some(nasd_manager::Location::Postgres(_))),
+            "several managers need their metadata in a shared database (PostgreSQL), not a manager's own SQLite file"
+        );
+        anyhow::ensure!(
+            self._manager_runtime.is_none(),
+            "added managers run on the caller's runtime, as the first must"
+        );
+        self.more_managers += 1;
+        let dir = self.manager_dir.with_file_name(format!("manager-{}", self.more_managers + 1));
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let kek = nasd_manager::KEK_FILE;
+        std::fs::copy(self.manager_dir.join(kek), dir.join(kek))
+            .with_context(|| format!("cannot copy {kek} to {}", dir.display()))?;
+        let manager = Manager::open(&dir, self.manager_config.clone())?;
+        manager.recover().await;
+        let acceptor = nasd_manager::tls::acceptor(&self.tls)?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let client = config::ClientSection { manager: Some(listener.local_addr()?.to_string()), ..self.client.clone() };
+        let stop_rx = self.stop.subscribe();
+        let maintenance = manager.spawn_maintenance(stop_rx.clone());
+        self.tasks.push(tokio::spawn(async move {
+            manager.serve(listener, acceptor, stop_rx).await;
+            maintenance.await?;
+            Ok(())
+        }));
+        Ok(client)
     }
 
     /// The drives' addresses, in the order they were started.

@@ -8,6 +8,7 @@ mod bench_mount;
 mod bench_small;
 mod bench_soak;
 mod bench_stripe;
+mod bench_untar;
 mod cluster_cmd;
 mod config;
 mod daemons;

@@ -57,6 +57,8 @@ mod layouts;
 mod leases;
 mod namespace;
 mod perm;
+#[cfg(any(test, feature = "pg-server"))]
+pub mod pg_server;
 mod postgres;
 mod quotas;
 mod small;

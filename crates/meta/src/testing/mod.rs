@@ -2,7 +2,7 @@
 //! every backend must pass ([`conformance`]), a fault-injecting backend
 //! wrapper ([`Failing`]), whole-state snapshots ([`Snapshot`]) and the
 //! structural invariants ([`check_invariants`]), and a real PostgreSQL
-//! server for tests ([`PgServer`]).
+//! server for tests ([`PgServer`], from [`crate::pg_server`]).
 //!
 //! Everything here panics on a failed check; it is for tests only.
 
@@ -10,11 +10,10 @@ mod conformance;
 mod conformance_files;
 mod conformance_small;
 mod failing;
-mod pg_server;
 
+pub use crate::pg_server::PgServer;
 pub use conformance::{conformance, pool_placer};
 pub use failing::Failing;
-pub use pg_server::PgServer;
 
 use crate::backend::{Backend, Txn};
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, StaleRange};

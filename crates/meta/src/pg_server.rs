@@ -1,7 +1,8 @@
-//! A real PostgreSQL server for tests: `initdb` into a fresh directory
-//! (UTF-8, default collation ICU `en-US`, which does not sort by bytes),
-//! `postgres` on a free 127.0.0.1 port with trust authentication, removed
-//! again when the test process is done with it.
+//! A real, throw-away PostgreSQL server (feature `pg-server`; the tests get
+//! it through `testing::PgServer`, `nasd bench untar` directly): `initdb`
+//! into a fresh directory (UTF-8, default collation ICU `en-US`, which does
+//! not sort by bytes), `postgres` on a free 127.0.0.1 port with trust
+//! authentication, removed again when the process is done with it.
 //!
 //! `initdb` and `postgres` refuse to run as root: as root the server runs
 //! as the unprivileged user `postgres` (Debian's package makes it), through

@@ -1,0 +1,72 @@
+//! `nasd bench untar` end to end on tiny sizes, on the real binary: it
+//! starts its own PostgreSQL server (like the other PostgreSQL tests, this
+//! fails if the server binaries are missing; `.ci/run` installs them),
+//! unpacks the tree on every configuration, checks every tree, and prints
+//! one row per configuration. No figure is checked beyond the baseline's own
+//! ratio: on a shared machine timings are not test material.
+
+use std::process::{Command, Output, Stdio};
+
+fn bench_untar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .args(["bench", "untar"])
+        .args(args)
+        .env_remove("NASD_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nasd bench untar")
+}
+
+#[test]
+fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let out = bench_untar(&["--dirs", "6", "--files", "40", "--clients", "4", "--dir", dir.path().to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "nasd bench untar failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("4 clients, each unpacking 6 directories and 40 empty files"), "{stdout}");
+    assert!(stdout.contains("every client's tree checked afterwards"), "{stdout}");
+    // Rows: metadata, managers, seconds, requests/s, files/s, ratio, busy retries.
+    let rows: Vec<(String, u32, Vec<f64>)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            match cols.as_slice() {
+                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ ..] if rest.len() == 5 => Some((
+                    what.to_string(),
+                    managers.parse().ok()?,
+                    rest.iter().map(|v| v.parse().expect("a number")).collect(),
+                )),
+                _ => None,
+            }
+        })
+        .collect();
+    let configs: Vec<(&str, u32)> = rows.iter().map(|(w, m, _)| (w.as_str(), *m)).collect();
+    assert_eq!(
+        configs,
+        [("SQLite", 1), ("PostgreSQL", 1), ("PostgreSQL", 2), ("PostgreSQL", 4)],
+        "one row per configuration, in order:\n{stdout}"
+    );
+    for (what, managers, values) in &rows {
+        assert!(values[..4].iter().all(|v| v.is_finite() && *v > 0.0), "{what} ×{managers}: {values:?}\n{stdout}");
+        assert!(values[4] >= 0.0 && values[4].fract() == 0.0, "busy retries are a count: {values:?}\n{stdout}");
+    }
+    assert_eq!(rows[0].2[3], 1.0, "the baseline's ratio to itself:\n{stdout}");
+    // No cluster directory is left behind in --dir.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "files left in --dir");
+}
+
+#[test]
+fn bad_sizes_are_refused_with_the_limit() {
+    for (args, says) in [
+        (["--clients", "0"], "--clients must be between 1 and 64"),
+        (["--clients", "65"], "--clients must be between 1 and 64"),
+        (["--files", "0"], "--files must be between 1 and 1000000"),
+        (["--dirs", "100001"], "--dirs 100001 is more than the 100000"),
+    ] {
+        let out = bench_untar(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
