@@ -8,6 +8,7 @@
 //! nothing here is MACed for transport (file handles carry the manager's MAC for
 //! itself, [`Handle`]); capability keys travel only inside it.
 
+use crate::acl::{decode_acl, encode_acl, validate_acl, AclEntry, AclInfo, ACL_ENTRIES_MAX};
 use crate::codec::{Reader, Writer};
 use crate::fs::{
     validate_groups, FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, GROUPS_MAX, MODE_MASK, PATH_MAX,
@@ -106,6 +107,8 @@ pub mod manager_opcode {
     pub const MKNOD: u16 = 0x001A;
     pub const GET_QUOTA: u16 = 0x001B;
     pub const LOGIN_IDENTITY: u16 = 0x001C;
+    pub const GET_ACL: u16 = 0x001D;
+    pub const SET_ACL: u16 = 0x001E;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -441,6 +444,19 @@ pub enum ManagerRequest {
         handle: Handle,
         name: String,
     },
+    /// An inode's ACL: owner, group, mode and named entries. Needs only the
+    /// handle (as `GETATTR`).
+    GetAcl {
+        handle: Handle,
+    },
+    /// Replaces an inode's named ACL entries (canonical, at most
+    /// [`ACL_ENTRIES_MAX`]; [`ACL_INHERIT`](crate::acl::ACL_INHERIT) on a
+    /// directory's only). The owner, the superuser, or a holder of
+    /// [`ACL_SET_ACL`](crate::acl::ACL_SET_ACL) through an entry.
+    SetAcl {
+        handle: Handle,
+        entries: Vec<AclEntry>,
+    },
     /// The changes after `after` in the manager's change feed (incarnation
     /// `incarnation`), waiting up to `wait_ms` for one.
     Watch {
@@ -639,6 +655,10 @@ impl std::fmt::Debug for ManagerRequest {
                 .finish(),
             R::RemoveXattr { handle, name } => {
                 f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
+            }
+            R::GetAcl { handle } => f.debug_struct("GetAcl").field("handle", handle).finish(),
+            R::SetAcl { handle, entries } => {
+                f.debug_struct("SetAcl").field("handle", handle).field("entries", entries).finish()
             }
             R::Watch { incarnation, after, wait_ms } => f
                 .debug_struct("Watch")
@@ -1064,6 +1084,8 @@ pub enum ManagerReply {
     Xattr(Vec<u8>),
     /// `LISTXATTR`: the names, in byte order.
     XattrNames(Vec<String>),
+    /// `GET_ACL`, `SET_ACL`: the inode's ACL.
+    Acl(AclInfo),
     /// `WATCH`: the changes after the request's `after`, in order, up to
     /// `next` (ask again with it). `lost`: changes were missed (the feed
     /// moved past `after`, or the manager restarted: `incarnation` is new);
@@ -1111,6 +1133,8 @@ impl ManagerRequest {
             ManagerRequest::ListXattr { .. } => LISTXATTR,
             ManagerRequest::SetXattr { .. } => SETXATTR,
             ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
+            ManagerRequest::GetAcl { .. } => GET_ACL,
+            ManagerRequest::SetAcl { .. } => SET_ACL,
             ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::Mknod { .. } => MKNOD,
             ManagerRequest::GetQuota { .. } => GET_QUOTA,
@@ -1143,7 +1167,9 @@ impl ManagerRequest {
             | R::GetXattr { handle, .. }
             | R::ListXattr { handle }
             | R::SetXattr { handle, .. }
-            | R::RemoveXattr { handle, .. } => vec![*handle],
+            | R::RemoveXattr { handle, .. }
+            | R::GetAcl { handle }
+            | R::SetAcl { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
             R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
             R::GetQuota { of: QuotaOf::User(_) } | R::SetQuota { of: QuotaOf::User(_), .. } => Vec::new(),
@@ -1195,6 +1221,8 @@ impl ManagerRequest {
             | R::ListXattr { .. }
             | R::SetXattr { .. }
             | R::RemoveXattr { .. }
+            | R::GetAcl { .. }
+            | R::SetAcl { .. }
             | R::GetQuota { .. } => true,
             R::Login { .. }
             | R::LoginIdentity { .. }
@@ -1248,6 +1276,8 @@ impl ManagerRequest {
             ManagerRequest::ListXattr { .. } => "listxattr",
             ManagerRequest::SetXattr { .. } => "setxattr",
             ManagerRequest::RemoveXattr { .. } => "removexattr",
+            ManagerRequest::GetAcl { .. } => "get-acl",
+            ManagerRequest::SetAcl { .. } => "set-acl",
             ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::Mknod { .. } => "mknod",
             ManagerRequest::GetQuota { .. } => "get-quota",
@@ -1314,6 +1344,16 @@ impl ManagerRequest {
                 }
                 Ok(())
             }
+            R::SetAcl { entries, .. } => {
+                if entries.len() > ACL_ENTRIES_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "ACL entries",
+                        len: entries.len() as u64,
+                        max: ACL_ENTRIES_MAX as u64,
+                    });
+                }
+                validate_acl(entries).map_err(DecodeError::NotCanonical)
+            }
             R::Watch { wait_ms, .. } => {
                 if *wait_ms > WATCH_WAIT_MAX_MS {
                     return Err(DecodeError::OverLimit {
@@ -1373,6 +1413,7 @@ impl ManagerRequest {
             | R::SyncIdentityKeys
             | R::SetAttr { .. }
             | R::ListXattr { .. }
+            | R::GetAcl { .. }
             | R::GetQuota { .. }
             | R::SetQuota { .. }
             | R::StatFs
@@ -1508,8 +1549,12 @@ impl ManagerRequest {
                 handle.encode(&mut w);
                 w.str(name);
             }
-            ManagerRequest::ListXattr { handle } => {
+            ManagerRequest::ListXattr { handle } | ManagerRequest::GetAcl { handle } => {
                 handle.encode(&mut w);
+            }
+            ManagerRequest::SetAcl { handle, entries } => {
+                handle.encode(&mut w);
+                encode_acl(&mut w, entries);
             }
             ManagerRequest::SetXattr { handle, name, value, mode } => {
                 handle.encode(&mut w);
@@ -1690,6 +1735,8 @@ impl ManagerRequest {
                 mode: XattrMode::decode(r.u8()?)?,
             },
             REMOVEXATTR => ManagerRequest::RemoveXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
+            GET_ACL => ManagerRequest::GetAcl { handle: Handle::decode(&mut r)? },
+            SET_ACL => ManagerRequest::SetAcl { handle: Handle::decode(&mut r)?, entries: decode_acl(&mut r)? },
             WATCH => {
                 let (incarnation, after, wait_ms) = (r.u64()?, r.u64()?, r.u32()?);
                 if wait_ms > WATCH_WAIT_MAX_MS {
@@ -1948,6 +1995,7 @@ mod reply_kind {
     pub const XATTR_NAMES: u8 = 13;
     pub const CHANGES: u8 = 14;
     pub const QUOTA: u8 = 15;
+    pub const ACL: u8 = 16;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -2037,6 +2085,11 @@ impl ManagerReply {
                 for n in names {
                     w.str(n);
                 }
+            }
+            ManagerReply::Acl(info) => {
+                assert!(info.entries.len() <= ACL_ENTRIES_MAX, "ACL reply over ACL_ENTRIES_MAX");
+                w.u8(ACL);
+                info.encode(&mut w);
             }
             ManagerReply::Changes { incarnation, next, lost, changes } => {
                 assert!(changes.len() <= WATCH_CHANGES_MAX, "watch reply over WATCH_CHANGES_MAX");
@@ -2140,6 +2193,7 @@ impl ManagerReply {
                 let names = (0..n).map(|_| xattr_name(r)).collect::<Result<Vec<_>, _>>()?;
                 ManagerReply::XattrNames(names)
             }
+            ACL => ManagerReply::Acl(AclInfo::decode(r)?),
             CHANGES => {
                 let (incarnation, next, lost) = (r.u64()?, r.u64()?, r.bool()?);
                 let n = r.count(WATCH_CHANGES_MAX, "changes")?;
