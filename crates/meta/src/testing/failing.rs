@@ -2,6 +2,7 @@
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
+use nasd_proto::acl::AclEntry;
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -105,6 +106,8 @@ delegate! {
     fn list_xattrs(&mut self, ino: Ino) -> Vec<(String, usize)>;
     fn put_xattr(&mut self, ino: Ino, name: &str, value: &[u8]) -> ();
     fn delete_xattr(&mut self, ino: Ino, name: &str) -> bool;
+    fn get_acl(&mut self, ino: Ino) -> Vec<AclEntry>;
+    fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> ();
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();
