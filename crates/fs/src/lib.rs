@@ -39,6 +39,9 @@ mod txn;
 pub use cache::HELD_CAPABILITIES_MAX;
 pub use conn::{connector, ChangeBatch, Identity, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
 pub use file::File;
+pub use nasd_proto::acl::{
+    AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE,
+};
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
@@ -1076,6 +1079,33 @@ impl FsClient {
     /// Removes extended attribute `name` of the inode `handle` names.
     pub async fn removexattr(&self, handle: Handle, name: &str) -> Result<(), FsError> {
         self.done(ManagerRequest::RemoveXattr { handle, name: name.into() }).await
+    }
+
+    /// The global ACL of the inode at `path` (symbolic links followed):
+    /// owner, group, mode and named entries. Needs only search permission
+    /// on the way.
+    pub async fn get_acl(&self, path: &str) -> Result<AclInfo, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        match self.call(&ManagerRequest::GetAcl { handle }).await? {
+            ManagerReply::Acl(info) => Ok(info),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Replaces the named entries of the ACL of the inode at `path` (put in
+    /// canonical order here; a principal named twice is `INVALID_ARGUMENT`).
+    /// Capabilities for the file are revoked on its drives before the
+    /// manager answers; this client forgets the ones it holds. Returns the
+    /// ACL as it now is.
+    pub async fn set_acl(&self, path: &str, entries: Vec<AclEntry>) -> Result<AclInfo, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        let entries = nasd_proto::acl::canonical_acl(entries)
+            .map_err(|why| FsError::Fs { status: FsStatus::InvalidArgument, message: why.to_string() })?;
+        self.forget(handle.ino);
+        match self.call(&ManagerRequest::SetAcl { handle, entries }).await? {
+            ManagerReply::Acl(info) => Ok(info),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
     }
 
     /// Changes a password (one's own, or anyone's as administrator).

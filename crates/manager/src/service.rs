@@ -160,7 +160,8 @@ fn changes_of(req: &ManagerRequest) -> Vec<Change> {
         R::SetAttr { handle, .. }
         | R::Commit { handle, .. }
         | R::SetXattr { handle, .. }
-        | R::RemoveXattr { handle, .. } => vec![Change::Inode(handle.ino)],
+        | R::RemoveXattr { handle, .. }
+        | R::SetAcl { handle, .. } => vec![Change::Inode(handle.ino)],
         _ => Vec::new(),
     }
 }
@@ -337,6 +338,12 @@ impl Manager {
             R::RemoveXattr { handle, name } => {
                 self.meta(move |ns| ns.removexattr(&c, handle.ino, &name)).await?;
                 Ok(ManagerReply::Done)
+            }
+            R::GetAcl { handle } => Ok(ManagerReply::Acl(self.meta(move |ns| ns.get_acl(handle.ino)).await?)),
+            R::SetAcl { handle, entries } => {
+                let (_, info, intents) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
+                self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
+                Ok(ManagerReply::Acl(info))
             }
             R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
             R::SetGateway { name, ids } => {

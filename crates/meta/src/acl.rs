@@ -21,9 +21,9 @@
 //!   `ACL_SET_ACL` through a named entry.
 
 use crate::backend::{Backend, Txn};
-use crate::namespace::{get, now_ns};
+use crate::namespace::{get, now_ns, revoke};
 use crate::perm::{check_mode, owns};
-use crate::types::{Caller, Inode};
+use crate::types::{AcvIntent, Caller, Inode};
 use crate::Namespace;
 use nasd_proto::acl::{canonical_acl, AclEntry, AclInfo, AclWho, ACL_INHERIT, ACL_SET_ACL};
 use nasd_proto::fs::{FileKind, FsStatus, Ino, MODE_MASK};
@@ -98,7 +98,11 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// Replaces `ino`'s named entries with `entries` (put in canonical
-    /// order; ctime becomes now). Returns the inode and its ACL as it now is.
+    /// order; ctime becomes now). A regular file's capabilities are revoked
+    /// as by `chmod` (its ACV is bumped, an ACV intent recorded per
+    /// component): a capability minted under the old entries stops working
+    /// once the manager has set the new ACV on the drives. Returns the
+    /// inode, its ACL as it now is, and the intents.
     ///
     /// # Errors
     /// `NOT_PERMITTED` (neither the owner, the superuser, nor a holder of
@@ -106,7 +110,12 @@ impl<B: Backend> Namespace<B> {
     /// without rights or with undefined bits, an inherit flag on anything
     /// but a directory, any entry on a symbolic link), `TOO_BIG` (more than
     /// `ACL_ENTRIES_MAX` entries), `NOT_FOUND`.
-    pub fn set_acl(&self, caller: &Caller, ino: Ino, entries: Vec<AclEntry>) -> Result<(Inode, AclInfo), FsStatus> {
+    pub fn set_acl(
+        &self,
+        caller: &Caller,
+        ino: Ino,
+        entries: Vec<AclEntry>,
+    ) -> Result<(Inode, AclInfo, Vec<AcvIntent>), FsStatus> {
         if entries.len() > nasd_proto::acl::ACL_ENTRIES_MAX {
             return Err(FsStatus::TooBig);
         }
@@ -124,9 +133,10 @@ impl<B: Backend> Namespace<B> {
             }
             t.put_acl(ino, &entries)?;
             n.attr.ctime_ns = now_ns();
+            let intents = revoke(t, &mut n)?;
             crate::quotas::put(t, &n)?;
             let now = info(&n, entries.clone());
-            Ok((n, now))
+            Ok((n, now, intents))
         })
     }
 }

@@ -29,8 +29,10 @@ pub(super) fn acl_grants_and_revokes<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.check_access(&CAROL, f, true, false).err(), Some(FsStatus::PermissionDenied));
     // Search on the directory and read on the file, for CAROL alone.
     ns.set_acl(&ALICE, d, vec![user(CAROL.uid, ACL_EXECUTE)]).unwrap();
-    let (_, info) = ns.set_acl(&ALICE, f, vec![user(CAROL.uid, ACL_READ)]).unwrap();
+    let (_, info, revoked) = ns.set_acl(&ALICE, f, vec![user(CAROL.uid, ACL_READ)]).unwrap();
     assert_eq!(info, AclInfo { uid: ALICE.uid, gid: ALICE.gid, mode: 0o600, entries: vec![user(CAROL.uid, ACL_READ)] });
+    assert_eq!(revoked.len(), 1, "capabilities of the file's one component are revoked");
+    assert_eq!(ns.getattr(f).unwrap().acv, revoked[0].acv);
     assert_eq!(ns.walk(&CAROL, "/d/f", true).unwrap().attr.ino, f);
     ns.check_access(&CAROL, f, true, false).unwrap();
     assert_eq!(ns.check_access(&CAROL, f, false, true).err(), Some(FsStatus::PermissionDenied), "read only");
@@ -78,7 +80,7 @@ pub(super) fn acl_rules<B: Backend>(ns: &Namespace<B>) {
     let set = SetAttrs { mode: Some(0o666), ..SetAttrs::default() };
     assert_eq!(ns.setattr(&BOB, f, &set).err(), Some(FsStatus::NotPermitted));
     // Lists: canonical after sorting, each principal once, valid bits, bounded.
-    let (_, got) = ns.set_acl(&ALICE, f, vec![group(7, ACL_READ, 0), user(9, ACL_READ)]).unwrap();
+    let (_, got, _) = ns.set_acl(&ALICE, f, vec![group(7, ACL_READ, 0), user(9, ACL_READ)]).unwrap();
     assert_eq!(got.entries, vec![user(9, ACL_READ), group(7, ACL_READ, 0)], "users first, by id");
     assert_eq!(ns.get_acl(f).unwrap().entries, got.entries);
     let twice = vec![user(9, ACL_READ), user(9, ACL_WRITE)];
