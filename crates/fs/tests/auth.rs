@@ -349,3 +349,74 @@ fn auth_server_restarts_and_bounds_anonymous_input() {
         let _ = stop.send(true);
     });
 }
+
+/// The manager flattens each file's ACL into the access PAL of its
+/// component objects and pushes it on create and on every ACL, mode or
+/// owner change before answering: a drive then authorizes requests by
+/// identity alone, with the rights the ACL gives now — not those of a
+/// stale PAL.
+#[test]
+fn pals_follow_acls_and_modes() {
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig {
+            pool_target: 4,
+            auth: Some(auth.link()),
+            auth_scheme: AuthScheme::BOTH,
+            ..ManagerConfig::default()
+        };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let partition = cluster.manager.config().partition;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        // The keys and the partition's scheme reach the drive.
+        to(admin.sync_identity_keys()).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+
+        // Created: the owner's PAL entry is on the object before CREATE answers.
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        let layout = to(admin.get_layout("/shared/f")).await.unwrap();
+        let object = layout.components[0].0.object.object;
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "no capability asked for");
+        let mut b = drive_as(&cluster, bob.credential, &bob.idkey).await;
+        assert_eq!(drive_status(to(b.read(partition, object, &whole())).await), Status::NotInPal, "bob is absent");
+
+        // Alice grants bob read: his identity reads from the drive, and still cannot write.
+        to(alice_fs.set_acl(
+            "/shared/f",
+            vec![nasd_fs::AclEntry { who: nasd_fs::AclWho::User(UID_B), rights: nasd_fs::ACL_READ, flags: 0 }],
+        ))
+        .await
+        .unwrap();
+        assert_eq!(to(b.read(partition, object, &whole())).await.unwrap().1, DATA);
+        assert_eq!(drive_status(to(b.write(partition, object, &whole(), DATA)).await), Status::RightsInsufficient);
+
+        // Stale-PAL attack: the moment chmod returns, the old owner rights are gone on the drive.
+        to(alice_fs.chmod("/shared/f", 0o200)).await.unwrap();
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::RightsInsufficient);
+        to(a.write(partition, object, &whole(), DATA)).await.expect("w is still the owner's");
+        to(alice_fs.chmod("/shared/f", 0o000)).await.unwrap();
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::NotInPal);
+        // ... and the moment SET_ACL returns, bob's.
+        to(alice_fs.set_acl("/shared/f", Vec::new())).await.unwrap();
+        assert_eq!(drive_status(to(b.read(partition, object, &whole())).await), Status::NotInPal);
+
+        // Overflow: the owner and PAL_ENTRIES_MAX named users do not fit one PAL: refused, nothing changed.
+        let many: Vec<_> = (0..nasd_proto::limits::PAL_ENTRIES_MAX as u32)
+            .map(|i| nasd_fs::AclEntry { who: nasd_fs::AclWho::User(5000 + i), rights: nasd_fs::ACL_READ, flags: 0 })
+            .collect();
+        assert_eq!(fs_status(to(alice_fs.set_acl("/shared/f", many.clone())).await), FsStatus::TooBig);
+        assert!(to(alice_fs.get_acl("/shared/f")).await.unwrap().entries.is_empty());
+        to(alice_fs.set_acl("/shared/f", many[1..].to_vec())).await.expect("the owner and 31 users fit");
+
+        drop((alice_fs, admin, a, b));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}

@@ -20,6 +20,7 @@ pub mod identity;
 pub mod keys;
 pub use nasd_login::login_backoff;
 mod maintenance;
+pub mod pals;
 pub use nasd_login::passwords;
 mod placement;
 mod repair;
@@ -123,6 +124,12 @@ pub struct ManagerConfig {
     /// (`LOGIN_IDENTITY`) and whose shared keys it installs on its drives;
     /// `None`: passwords only.
     pub auth: Option<identity::AuthLink>,
+    /// Which credentials the file system's partition accepts on every
+    /// drive (`SET_AUTH_SCHEME`, set with the identity keys at each
+    /// maintenance pass): capabilities (the default), PALs, or both. When it
+    /// accepts PALs the manager flattens each file's ACL into an access PAL
+    /// on every component object ([`pals`]).
+    pub auth_scheme: nasd_proto::AuthScheme,
 }
 
 impl Default for ManagerConfig {
@@ -142,6 +149,7 @@ impl Default for ManagerConfig {
             rebuild_delay: Duration::from_secs(600),
             metadata: None,
             auth: None,
+            auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
         }
     }
 }

@@ -341,8 +341,23 @@ impl Manager {
             }
             R::GetAcl { handle } => Ok(ManagerReply::Acl(self.meta(move |ns| ns.get_acl(handle.ino)).await?)),
             R::SetAcl { handle, entries } => {
-                let (_, info, intents) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
+                if self.pushes_pals() {
+                    let ino = handle.ino;
+                    let owner = self.meta(move |ns| ns.getattr(ino)).await?.attr.uid;
+                    if crate::pals::pal_len(owner, &entries) > nasd_proto::limits::PAL_ENTRIES_MAX {
+                        return Err(Failure::new(
+                            FsStatus::TooBig,
+                            format!(
+                                "the owner and the named users would be more than PAL_ENTRIES_MAX ({}) entries \
+                                 of the file's PAL: name a group instead",
+                                nasd_proto::limits::PAL_ENTRIES_MAX
+                            ),
+                        ));
+                    }
+                }
+                let (inode, info, intents) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
                 self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
+                self.push_pal(&inode).await?;
                 Ok(ManagerReply::Acl(info))
             }
             R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
@@ -792,6 +807,8 @@ impl Manager {
         if created {
             let drives: Vec<u32> = inode.components.iter().map(|c| c.object.drive).collect();
             self.recent.lock().expect("recent lock").record(&drives, std::time::Instant::now());
+            // Its PAL is on every component before the creator hears of it.
+            self.push_pal(&inode).await?;
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
@@ -903,6 +920,7 @@ impl Manager {
     }
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
+        let access_changes = set.changes_access();
         let (inode, intents) = {
             // One SETATTR (or truncating CREATE) of an inode at a time, from the
             // check to the commit: a chmod or chown cannot slip in between and
@@ -921,6 +939,9 @@ impl Manager {
             }
         };
         self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
+        if access_changes {
+            self.push_pal(&inode).await?;
+        }
         self.entry(s, inode, OpenMode::None).await
     }
 
