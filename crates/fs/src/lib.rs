@@ -419,7 +419,15 @@ impl FsClient {
                 config: config.clone(),
                 identity,
                 manager,
-                drives: Arc::new(DrivePool::new()),
+                drives: Arc::new(DrivePool::with_identity(config.identity.as_ref().map(|(data, key)| {
+                    // Requests by identity carry their data MACed, as writes under capabilities do.
+                    let protection =
+                        nasd_proto::Protection::INTEGRITY_ARGS.union(nasd_proto::Protection::INTEGRITY_DATA);
+                    nasd_client::Auth::new(
+                        nasd_client::Credential::Identity { data: *data, key: key.clone() },
+                        protection,
+                    )
+                }))),
                 held: Mutex::new(HashMap::new()),
             }),
             acting: None,

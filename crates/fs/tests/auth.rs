@@ -420,3 +420,50 @@ fn pals_follow_acls_and_modes() {
         cluster.stop().await;
     });
 }
+
+/// On a partition that accepts PALs only, the file-system client reads and
+/// writes with the session's identity (its drive connections hold it beside
+/// the capabilities, `DrivePool::with_identity`): the drives refuse every
+/// capability there, so each byte below went under an identity checked
+/// against the PAL the manager pushed.
+#[test]
+fn the_client_uses_its_identity_on_a_pal_partition() {
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig {
+            pool_target: 4,
+            auth: Some(auth.link()),
+            auth_scheme: AuthScheme::PALS,
+            ..ManagerConfig::default()
+        };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 2, ..ClusterOptions::default() }).await;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        to(admin.sync_identity_keys()).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        assert_eq!(to(alice_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        // A session without an identity holds only capabilities, which the drives refuse here.
+        let refused = to(admin.read_file("/shared/f")).await.unwrap_err();
+        assert!(format!("{refused:?}").contains("AuthSchemeRefused"), "capabilities are refused here: {refused:?}");
+        // Bob: refused by the manager, then granted read through the ACL.
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        let read = nasd_fs::AclEntry { who: nasd_fs::AclWho::User(UID_B), rights: nasd_fs::ACL_READ, flags: 0 };
+        to(alice_fs.set_acl("/shared/f", vec![read])).await.unwrap();
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        // Alice rewrites it by identity; bob reads the new bytes.
+        to(alice_fs.write_file("/shared/f", b"second version")).await.unwrap();
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), b"second version");
+
+        drop((alice_fs, bob_fs, admin));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
