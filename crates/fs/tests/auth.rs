@@ -461,6 +461,13 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         // Alice rewrites it by identity; bob reads the new bytes.
         to(alice_fs.write_file("/shared/f", b"second version")).await.unwrap();
         assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), b"second version");
+        // An empty file re-placed on new components (SET_LAYOUT) carries its PAL there too.
+        to(alice_fs.write_file("/shared/e", b"")).await.unwrap();
+        let two = nasd_fs::Layout::parse("stripe:2@64K").unwrap();
+        to(alice_fs.set_layout("/shared/e", Some(two))).await.unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        to(alice_fs.write_file("/shared/e", &big)).await.unwrap();
+        assert_eq!(to(alice_fs.read_file("/shared/e")).await.unwrap(), big, "both components by identity");
 
         drop((alice_fs, bob_fs, admin));
         let _ = auth.stop.send(true);

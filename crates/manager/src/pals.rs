@@ -21,8 +21,10 @@
 //! grants nothing the ACL does not, and the users left out go through
 //! capabilities.
 //!
-//! **Push.** On create and after every ACL, mode or owner change the manager
-//! sets the PAL on every component object (`SET_PAL` under the drive key,
+//! **Push.** On create, after every ACL, mode or owner change, and after
+//! `SET_LAYOUT` re-places a file, the manager sets the PAL on every
+//! component object (repair and rebalance set it on a new object before it
+//! becomes a component) (`SET_PAL` under the drive key,
 //! durable when it returns) and answers only once every drive answered:
 //! from then on, a request by identity is checked against the new list.
 
@@ -84,6 +86,12 @@ impl Manager {
         self.config().auth_scheme.pals()
     }
 
+    /// The access PAL of file `ino` as its ACL now stands.
+    pub(crate) async fn pal_of(&self, ino: nasd_proto::fs::Ino) -> Result<ObjectPal, Failure> {
+        let info = self.meta(move |ns| ns.get_acl(ino)).await?;
+        Ok(ObjectPal { collection: 0, pal: flatten(info.uid, info.mode, &info.entries) })
+    }
+
     /// Flattens `inode`'s ACL and sets it on every component object; returns
     /// once every drive answered. A regular file only; nothing when the
     /// partition takes capabilities alone.
@@ -95,9 +103,8 @@ impl Manager {
         if !self.pushes_pals() || inode.components.is_empty() {
             return Ok(());
         }
+        let pal = self.pal_of(inode.attr.ino).await?;
         let ino = inode.attr.ino;
-        let info = self.meta(move |ns| ns.get_acl(ino)).await?;
-        let pal = ObjectPal { collection: 0, pal: flatten(info.uid, info.mode, &info.entries) };
         let mut work = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             work.push((self.drive(c.object.drive)?, c.object.object));

@@ -781,6 +781,11 @@ impl Manager {
         let c = s.caller.clone();
         let effects = self.placed(move |ns, place| ns.set_layout(&c, ino, layout, place)).await?;
         self.apply(effects).await?;
+        if self.pushes_pals() {
+            // A re-placed file's new components get its PAL (a directory has none).
+            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            self.push_pal(&inode).await?;
+        }
         Ok(ManagerReply::Done)
     }
 
