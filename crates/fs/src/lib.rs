@@ -268,8 +268,13 @@ struct Inner {
     config: FsConfig,
     identity: Identity,
     manager: ManagerPool,
-    /// Connections to drives, shared by every file.
+    /// Connections to drives, shared by every file; holding the session's
+    /// identity, if it logged in with one.
     drives: Arc<DrivePool>,
+    /// Connections to drives without the identity, for requests made while
+    /// acting as a gateway for another user (`AS_USER`): the drive must not
+    /// judge them by the gateway's own PAL entries. Capabilities only.
+    gateway_drives: Arc<DrivePool>,
     held: Mutex<HashMap<Ino, Held>>,
 }
 
@@ -428,6 +433,7 @@ impl FsClient {
                         protection,
                     )
                 }))),
+                gateway_drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
             }),
             acting: None,
@@ -510,7 +516,7 @@ impl FsClient {
     /// Idle connections to the drive at `addr` that are still open (those
     /// the drive closed are dropped first), for tests and diagnostics.
     pub fn idle_drive_connections(&self, addr: &str) -> usize {
-        self.inner.drives.idle_connections(addr)
+        self.drive_pool().idle_connections(addr)
     }
 
     pub(crate) async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
@@ -556,7 +562,11 @@ impl FsClient {
     }
 
     pub(crate) fn drive_pool(&self) -> Arc<DrivePool> {
-        self.inner.drives.clone()
+        if self.acting.is_some() {
+            self.inner.gateway_drives.clone()
+        } else {
+            self.inner.drives.clone()
+        }
     }
 
     /// The engine's target for `access` under this client's protection
