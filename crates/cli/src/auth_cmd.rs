@@ -43,32 +43,69 @@ pub enum AuthCommand {
     },
     /// Administrators: add a user (password from $NASD_NEW_PASSWORD, else asked for).
     AddUser {
+        /// The new user's name.
         name: String,
+        /// User id (the manager's files are owned by it).
         #[arg(long)]
         uid: u32,
         /// Primary group [default: the uid].
-        #[arg(long, default_value_t = 0)]
-        gid: u32,
+        #[arg(long)]
+        gid: Option<u32>,
+        /// May run administrator commands.
         #[arg(long)]
         admin: bool,
     },
     /// Administrators: let a user log in again.
-    Enable { name: String },
+    Enable {
+        /// Whose logins.
+        name: String,
+    },
     /// Administrators: refuse a user's logins (at this server and, with
     /// identity keys it still holds, at the manager).
-    Disable { name: String },
+    Disable {
+        /// Whose logins.
+        name: String,
+    },
     /// Administrators: a new role.
-    AddRole { role: u32, name: String },
+    AddRole {
+        /// The role's number (what `--role` and grant-role name).
+        role: u32,
+        /// The role's name.
+        name: String,
+    },
     /// Administrators: give a user a role.
-    GrantRole { user: String, role: u32 },
+    GrantRole {
+        /// Who gets it.
+        user: String,
+        /// The role's number.
+        role: u32,
+    },
     /// Administrators: take a role from a user.
-    RevokeRole { user: String, role: u32 },
+    RevokeRole {
+        /// Who loses it.
+        user: String,
+        /// The role's number.
+        role: u32,
+    },
     /// Make a group you own; prints its gid.
-    CreateGroup { name: String },
+    CreateGroup {
+        /// The group's name.
+        name: String,
+    },
     /// Add a user to a group you own.
-    AddMember { gid: u32, user: String },
+    AddMember {
+        /// The group's id (create-group printed it).
+        gid: u32,
+        /// Who joins it.
+        user: String,
+    },
     /// Remove a user from a group you own.
-    RemoveMember { gid: u32, user: String },
+    RemoveMember {
+        /// The group's id.
+        gid: u32,
+        /// Who leaves it.
+        user: String,
+    },
     /// Administrators: list users.
     Users,
     /// Administrators: a new shared key for new identity keys (the others stay valid).
@@ -76,7 +113,10 @@ pub enum AuthCommand {
     /// Administrators: retire a shared key id: every identity key made with
     /// it is refused, by the manager at once and by the drives once the
     /// manager has installed the change (this command asks it to).
-    RetireKey { key_id: u32 },
+    RetireKey {
+        /// The shared key's id (`nasd auth login` shows the one in use).
+        key_id: u32,
+    },
 }
 
 /// The `[client]` user's password at the authentication server.
@@ -135,7 +175,7 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
                 Ok(p) => p,
                 Err(_) => rpassword::prompt_password(format!("new password for {name}: "))?,
             };
-            c.add_user(&name, &pw, uid, gid, admin).await?;
+            c.add_user(&name, &pw, uid, gid.unwrap_or(uid), admin).await?;
         }
         AuthCommand::Enable { name } => c.set_user_enabled(&name, true).await?,
         AuthCommand::Disable { name } => c.set_user_enabled(&name, false).await?,

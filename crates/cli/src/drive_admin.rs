@@ -124,7 +124,28 @@ pub async fn set_drive_key(drive: &DriveRef, master_file: &Path, out: &Path) -> 
     Ok(())
 }
 
-pub async fn audit(drive: &DriveRef, drive_key_file: Option<PathBuf>, after: u64, max: u16) -> anyhow::Result<()> {
+/// `nasd audit`: the audit trail of each drive in `drives` (without
+/// `--drive`, every drive the config file records), each under its name
+/// when there are several.
+pub async fn audit(drives: &[DriveRef], drive_key_file: Option<PathBuf>, after: u64, max: u16) -> anyhow::Result<()> {
+    if drives.len() > 1 && drive_key_file.is_some() {
+        anyhow::bail!("--drive-key-file is one drive's key: name that drive with --drive N or --drive HOST:PORT");
+    }
+    for (i, drive) in drives.iter().enumerate() {
+        if drives.len() > 1 {
+            if i > 0 {
+                println!();
+            }
+            println!("{}:", drive.name());
+        }
+        audit_one(drive, drive_key_file.clone(), after, max)
+            .await
+            .with_context(|| format!("audit of {}", drive.name()))?;
+    }
+    Ok(())
+}
+
+async fn audit_one(drive: &DriveRef, drive_key_file: Option<PathBuf>, after: u64, max: u16) -> anyhow::Result<()> {
     let key = read_key(&drive.drive_key_file(drive_key_file)?)?;
     let mut c = connect(&drive.addr).await?;
     let records = c.read_audit(&key, after, max).await.context("the drive refused to show its audit trail")?;

@@ -57,7 +57,8 @@ pub enum FsCommand {
         /// Copy a directory and everything under it.
         #[arg(short, long)]
         recursive: bool,
-        /// Never replace an existing file (those are named on stderr and left alone).
+        /// Never replace an existing file (it is named on stderr and left
+        /// alone); without -n it is replaced whole.
         #[arg(short, long)]
         no_clobber: bool,
         /// The file or directory on this machine.
@@ -77,7 +78,8 @@ pub enum FsCommand {
         /// Copy a directory and everything under it.
         #[arg(short, long)]
         recursive: bool,
-        /// Never replace an existing file (those are named on stderr and left alone).
+        /// Never replace an existing file (it is named on stderr and left
+        /// alone); without -n it is replaced whole.
         #[arg(short, long)]
         no_clobber: bool,
         /// The file or directory in nasd.
@@ -89,14 +91,16 @@ pub enum FsCommand {
     },
     /// Copy files; paths in nasd start with `nasd:` (e.g. nasd cp big.iso nasd:/data/).
     ///
-    /// Into, out of or within nasd, as put and get do (-r for trees,
-    /// -n to leave existing files alone, a trailing slash for a directory
-    /// that must exist).
+    /// Into, out of or within nasd, as put and get do (-r for trees, a
+    /// trailing slash for a directory that must exist). An existing file is
+    /// replaced whole (-n leaves it alone); a failed or interrupted copy
+    /// leaves nothing behind.
     Cp {
         /// Copy a directory and everything under it.
         #[arg(short, long)]
         recursive: bool,
-        /// Never replace an existing file (those are named on stderr and left alone).
+        /// Never replace an existing file (it is named on stderr and left
+        /// alone); without -n it is replaced whole.
         #[arg(short, long)]
         no_clobber: bool,
         /// What to copy: a local path, or nasd:PATH.

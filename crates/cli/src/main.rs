@@ -121,10 +121,10 @@ enum Command {
         #[command(flatten)]
         login: Login,
     },
-    /// Show a drive's audit trail (authorized by its drive key).
+    /// Show drives' audit trails (authorized by each drive's drive key).
     Audit {
         /// The drive: its number (from [[drives]] in the config file) or
-        /// HOST:PORT [default: the only drive the config file records, else
+        /// HOST:PORT [default: every drive the config file records, else
         /// [drive] listen, else 127.0.0.1:7400].
         #[arg(long, value_name = "N|HOST:PORT")]
         drive: Option<String>,
@@ -132,7 +132,7 @@ enum Command {
         /// config file records for the drive].
         #[arg(long)]
         drive_key_file: Option<PathBuf>,
-        /// Show records after this sequence number.
+        /// Show records after this sequence number (each drive numbers its own).
         #[arg(long, default_value_t = 0)]
         after: u64,
         /// Most records to show.
@@ -158,6 +158,69 @@ impl Command {
     }
 }
 
+impl Command {
+    /// Serves until stopped (daemons, a mount) rather than running one command.
+    fn is_daemon(&self) -> bool {
+        matches!(
+            self,
+            Command::Up(_)
+                | Command::Manager(_)
+                | Command::Drive(_)
+                | Command::Mount(_)
+                | Command::Auth(auth_cmd::AuthArgs { command: None, .. })
+        )
+    }
+}
+
+/// Exit status of a command whose reader went away, as a shell reports a
+/// process ended by SIGPIPE (128 + 13).
+const EXIT_OUTPUT_CLOSED: i32 = 141;
+
+/// A command whose standard output is closed under it (`nasd ls -l / | head
+/// -1`) stops at once and quietly, as `ls` does by SIGPIPE, instead of
+/// panicking in `println!`. Rust ignores SIGPIPE so that a peer closing a
+/// socket is an error, not death: restoring it would turn a manager or drive
+/// hanging up into a silent exit, so the print's own failure is caught here.
+fn stop_quietly_when_output_is_closed() {
+    QUIET_ON_CLOSED_OUTPUT.store(true, std::sync::atomic::Ordering::Relaxed);
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // std's words for it: "failed printing to stdout: Broken pipe (os error 32)".
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        let broken_pipe = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+        if message.starts_with("failed printing to stdout") && message.ends_with(&broken_pipe) {
+            std::process::exit(EXIT_OUTPUT_CLOSED);
+        }
+        default(info)
+    }));
+}
+
+/// Set for a command (not a daemon): a closed standard output ends it
+/// quietly, whether a `println!` or a write of its own (`nasd cat`) found it.
+static QUIET_ON_CLOSED_OUTPUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The command failed because its standard output is a pipe nobody reads any
+/// more: a broken pipe is among the causes, and stdout itself reports the
+/// error condition (poll's POLLERR on a pipe with no reader). A connection
+/// to a manager or drive broken the same way, with stdout still read, is
+/// still reported.
+fn output_closed(e: &anyhow::Error) -> bool {
+    let broken_pipe = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+    let broken = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.to_string().ends_with(&broken_pipe)
+    });
+    let mut stdout = libc::pollfd { fd: libc::STDOUT_FILENO, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut stdout, 1, 0) };
+    broken && ready == 1 && stdout.revents & libc::POLLERR != 0
+}
+
 /// `nasd auth` subcommands log in at the authentication server as the
 /// top-level `--user` (or the configured user).
 static AUTH_LOGIN: Login = Login { user: None };
@@ -165,6 +228,9 @@ static AUTH_LOGIN: Login = Login { user: None };
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if QUIET_ON_CLOSED_OUTPUT.load(std::sync::atomic::Ordering::Relaxed) && output_closed(&e) => {
+            std::process::ExitCode::from(EXIT_OUTPUT_CLOSED as u8)
+        }
         Err(e) => {
             eprintln!("error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
@@ -199,6 +265,9 @@ fn run() -> anyhow::Result<()> {
         .with_ansi(colour)
         .init();
     let cli = Cli::parse();
+    if !cli.command.is_daemon() {
+        stop_quietly_when_output_is_closed();
+    }
     let (file, _) = config::find(cli.config.as_deref())?;
     let user = match (cli.command.login(), cli.user) {
         (Some(login), top) => top.or(login.user.clone()),
@@ -243,13 +312,118 @@ fn run() -> anyhow::Result<()> {
             rt.block_on(drive_admin::set_drive_key(&drive, &master_key_file, &drive_key_file))
         }
         Command::Audit { drive, drive_key_file, after, max } => {
-            let drive = drive_admin::resolve_one(drive.as_deref(), &file)?;
-            rt.block_on(drive_admin::audit(&drive, drive_key_file, after, max))
+            let drives = drive_admin::resolve(drive.as_deref(), &file)?;
+            rt.block_on(drive_admin::audit(&drives, drive_key_file, after, max))
         }
         Command::Scrub { drive: None, .. } => rt.block_on(async { cluster_cmd::scrub_all(&login().await?).await }),
         Command::Scrub { drive: Some(drive), drive_key_file, .. } => {
             let drive = drive_admin::resolve_one(Some(&drive), &file)?;
             rt.block_on(drive_admin::scrub(&drive, drive_key_file))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{error_text, Cli};
+    use clap::CommandFactory;
+
+    /// Every command of `nasd`, with its path (`nasd admin add-user`), built
+    /// as `--help` shows it.
+    fn every_command() -> Vec<(String, clap::Command)> {
+        fn walk(path: String, cmd: &clap::Command, out: &mut Vec<(String, clap::Command)>) {
+            for sub in cmd.get_subcommands() {
+                walk(format!("{path} {}", sub.get_name()), sub, out);
+            }
+            out.push((path, cmd.clone()));
+        }
+        let mut cli = Cli::command();
+        cli.build();
+        let mut out = Vec::new();
+        walk("nasd".into(), &cli, &mut out);
+        out
+    }
+
+    /// An argument's whole help: the long one (a doc comment of several
+    /// paragraphs; it starts with the short one) if it has one.
+    fn help_text(arg: &clap::Arg) -> String {
+        arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default()
+    }
+
+    /// clap's own consistency checks, on every command.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every positional argument of every command says what it is, and no
+    /// option shows its default twice (once written in its help, once added
+    /// by clap from its default value).
+    #[test]
+    fn every_positional_is_explained_and_every_default_shown_once() {
+        let mut wrong = Vec::new();
+        let commands = every_command();
+        assert!(commands.len() > 60, "walked {} commands", commands.len());
+        for (path, cmd) in &commands {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let help = help_text(arg);
+                if arg.is_positional() && help.trim().is_empty() {
+                    wrong.push(format!("{path}: <{}> has no help", arg.get_id()));
+                }
+                let written = help.matches("[default").count();
+                let added = usize::from(!arg.get_default_values().is_empty() && !arg.is_hide_default_value_set());
+                if written + added > 1 || help.lines().any(|l| l.matches("[default").count() > 1) {
+                    wrong.push(format!("{path}: {} shows its default twice", arg.get_id()));
+                }
+            }
+            // And as rendered: no line of --help carries two defaults.
+            let rendered = cmd.clone().render_long_help().to_string();
+            for line in rendered.lines().filter(|l| l.matches("[default").count() > 1) {
+                wrong.push(format!("{path} --help: {line}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// `--user` is offered exactly where a command logs in to the manager or
+    /// the authentication server, never on daemons or drive tools.
+    #[test]
+    fn user_is_offered_only_where_a_command_logs_in() {
+        let takes_user =
+            |cmd: &clap::Command| cmd.get_arguments().any(|a| !a.is_hide_set() && a.get_long() == Some("user"));
+        let commands = every_command();
+        let find =
+            |path: &str| &commands.iter().find(|(p, _)| p == path).unwrap_or_else(|| panic!("no command {path}")).1;
+        for path in [
+            "nasd up",
+            "nasd manager",
+            "nasd drive",
+            "nasd auth",
+            "nasd inquiry",
+            "nasd set-drive-key",
+            "nasd audit",
+            "nasd admin reset-password",
+            "nasd bench",
+        ] {
+            assert!(!takes_user(find(path)), "{path} offers --user");
+        }
+        for path in ["nasd ls", "nasd put", "nasd get", "nasd status", "nasd scrub", "nasd repair", "nasd mount"] {
+            assert!(takes_user(find(path)), "{path} does not offer --user");
+        }
+        for (path, cmd) in commands.iter().filter(|(p, _)| p.starts_with("nasd bench ")) {
+            assert!(!takes_user(cmd), "{path} offers --user");
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        // An error whose message quotes its source (thiserror's `#[from]`) under a context.
+        let io = std::io::Error::from_raw_os_error(21);
+        let e = anyhow::Error::new(nasd_fs::FsError::Io(io)).context("cannot create /docs/x");
+        let text = error_text(&e);
+        assert_eq!(text, "cannot create /docs/x: connection to the manager failed: Is a directory (os error 21)");
+        // Causes that add something are all kept, in order.
+        let e = anyhow::anyhow!("no space left on drive 2").context("cannot write /docs/big").context("put big");
+        assert_eq!(error_text(&e), "put big: cannot write /docs/big: no space left on drive 2");
     }
 }

@@ -82,7 +82,7 @@ struct Item {
 }
 
 /// Something this copy created, to remove again if it fails.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum Made {
     RemoteTmp(String),
     RemoteFile(String),
@@ -103,6 +103,28 @@ impl Undo {
         self.made.lock().expect("undo lock").push(m);
     }
 
+    /// Runs `request`, which makes `m` in nasd. `m` is recorded first: a
+    /// copy interrupted while the request is in flight (the manager may have
+    /// done it, the reply not yet read) still removes it. A refusal by the
+    /// manager says nothing was made, and the record goes; after any other
+    /// failure the outcome is unknown and removal is tried (finding nothing
+    /// is fine).
+    async fn making<T>(
+        &self,
+        m: Made,
+        request: impl std::future::Future<Output = Result<T, FsError>>,
+    ) -> Result<T, FsError> {
+        self.push(m.clone());
+        let r = request.await;
+        if matches!(&r, Err(e) if e.status().is_some()) {
+            let mut made = self.made.lock().expect("undo lock");
+            if let Some(at) = made.iter().rposition(|x| *x == m) {
+                made.remove(at);
+            }
+        }
+        r
+    }
+
     /// Forgets a temporary name once it was renamed onto its destination.
     fn published(&self, tmp: &str) {
         self.made.lock().expect("undo lock").retain(|m| !matches!(m, Made::RemoteTmp(t) if t == tmp));
@@ -114,15 +136,31 @@ impl Undo {
         let made = std::mem::take(&mut *self.made.lock().expect("undo lock"));
         for m in made.into_iter().rev() {
             let (what, r) = match &m {
-                Made::RemoteTmp(p) | Made::RemoteFile(p) => (p.clone(), fs.unlink(p).await.map_err(|e| e.to_string())),
-                Made::RemoteDir(p) => (p.clone(), fs.rmdir(p).await.map_err(|e| e.to_string())),
-                Made::LocalFile(p) => (p.display().to_string(), std::fs::remove_file(p).map_err(|e| e.to_string())),
-                Made::LocalDir(p) => (p.display().to_string(), std::fs::remove_dir(p).map_err(|e| e.to_string())),
+                Made::RemoteTmp(p) | Made::RemoteFile(p) => (p.clone(), remote_gone(fs.unlink(p).await)),
+                Made::RemoteDir(p) => (p.clone(), remote_gone(fs.rmdir(p).await)),
+                Made::LocalFile(p) => (p.display().to_string(), local_gone(std::fs::remove_file(p))),
+                Made::LocalDir(p) => (p.display().to_string(), local_gone(std::fs::remove_dir(p))),
             };
             if let Err(e) = r {
                 eprintln!("warning: could not remove {what} after the failed copy: {e}");
             }
         }
+    }
+}
+
+/// A removal's outcome: absent already (an interrupted request that was
+/// never carried out) counts as removed.
+fn remote_gone<T>(r: Result<T, FsError>) -> Result<(), String> {
+    match r {
+        Err(e) if !not_found(&e) => Err(e.to_string()),
+        _ => Ok(()),
+    }
+}
+
+fn local_gone(r: std::io::Result<()>) -> Result<(), String> {
+    match r {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+        _ => Ok(()),
     }
 }
 
@@ -465,7 +503,27 @@ fn resolve_local(to: &Path, name: &str, source_is_dir: bool) -> anyhow::Result<P
             );
             Ok(to.to_path_buf())
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => match file_among_ancestors(to) {
+            Some(file) => anyhow::bail!("{}: {} is not a directory", to.display(), file.display()),
+            None => Err(e).with_context(|| format!("cannot look up {}", to.display())),
+        },
         Err(e) => Err(e).with_context(|| format!("cannot look up {}", to.display())),
+    }
+}
+
+/// The nearest of `path` (less trailing slashes) and its ancestors that
+/// exists, if it is not a directory: why the system said "not a directory".
+fn file_among_ancestors(path: &Path) -> Option<PathBuf> {
+    let bytes = path.as_os_str().as_bytes();
+    let end = bytes.iter().rposition(|&b| b != b'/').map_or(bytes.len(), |i| i + 1);
+    let trimmed = Path::new(std::ffi::OsStr::from_bytes(&bytes[..end]));
+    let found = trimmed
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .find_map(|a| std::fs::metadata(a).ok().map(|m| (a, m)));
+    match found {
+        Some((a, m)) if !m.is_dir() => Some(a.to_path_buf()),
+        _ => None,
     }
 }
 
@@ -534,8 +592,10 @@ impl Copier<'_> {
                 Some(st) if st.attr.kind == FileKind::Dir => return Ok(Outcome::Copied),
                 Some(_) => anyhow::bail!("cannot replace {p}, which is not a directory, with a directory"),
                 None => {
-                    self.fs.mkdir(p, filling).await.with_context(|| format!("cannot make directory {p}"))?;
-                    self.undo.push(Made::RemoteDir(p.clone()));
+                    self.undo
+                        .making(Made::RemoteDir(p.clone()), self.fs.mkdir(p, filling))
+                        .await
+                        .with_context(|| format!("cannot make directory {p}"))?;
                 }
             },
             Loc::Local(p) => match std::fs::symlink_metadata(p) {
@@ -580,8 +640,10 @@ impl Copier<'_> {
                     return Ok(Outcome::Skipped);
                 }
                 let tmp = remote_tmp_name(p)?;
-                self.fs.symlink(target, &tmp).await.with_context(|| format!("cannot make the link {p}"))?;
-                self.undo.push(Made::RemoteTmp(tmp.clone()));
+                self.undo
+                    .making(Made::RemoteTmp(tmp.clone()), self.fs.symlink(target, &tmp))
+                    .await
+                    .with_context(|| format!("cannot make the link {p}"))?;
                 let outcome = self.publish_remote(&tmp, p, existing.is_some()).await?;
                 if let Outcome::Copied = outcome {
                     self.stats.links += 1;
@@ -641,8 +703,11 @@ impl Copier<'_> {
         let len = file.metadata().await.with_context(|| format!("cannot read {}", src.display()))?.len();
         let Some((existing, mode)) = self.remote_dest(dst, mode).await? else { return Ok(Outcome::Skipped) };
         let tmp = remote_tmp_name(dst)?;
-        let f = self.fs.create(&tmp, mode, true, false).await.with_context(|| format!("cannot create {dst}"))?;
-        self.undo.push(Made::RemoteTmp(tmp.clone()));
+        let f = self
+            .undo
+            .making(Made::RemoteTmp(tmp.clone()), self.fs.create(&tmp, mode, true, false))
+            .await
+            .with_context(|| format!("cannot create {dst}"))?;
         let mut reader = self.bar.wrap_async_read(tokio::io::BufReader::with_capacity(1 << 20, file));
         f.write_from(0, len, &mut reader).await.map_err(|e| transfer_error(e, src, true, dst))?;
         f.flush().await.map_err(|e| transfer_error(e, src, true, dst))?;
@@ -664,8 +729,11 @@ impl Copier<'_> {
         };
         let len = from.size();
         let tmp = remote_tmp_name(dst)?;
-        let to = self.fs.create(&tmp, mode, true, false).await.with_context(|| format!("cannot create {dst}"))?;
-        self.undo.push(Made::RemoteTmp(tmp.clone()));
+        let to = self
+            .undo
+            .making(Made::RemoteTmp(tmp.clone()), self.fs.create(&tmp, mode, true, false))
+            .await
+            .with_context(|| format!("cannot create {dst}"))?;
         let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
         let mut at = 0;
         while at < len {
@@ -697,8 +765,9 @@ impl Copier<'_> {
     /// Puts the finished temporary `tmp` in place of `dst`: a rename, or
     /// with `--no-clobber` a hard link that fails if `dst` appeared.
     async fn publish_remote(&mut self, tmp: &str, dst: &str, replaces: bool) -> anyhow::Result<Outcome> {
+        let made = Made::RemoteFile(dst.to_string());
         if self.opts.no_clobber {
-            match self.fs.link(tmp, dst).await {
+            match self.undo.making(made, self.fs.link(tmp, dst)).await {
                 Ok(_) => {}
                 Err(e) if e.status() == Some(FsStatus::Exists) => {
                     self.fs.unlink(tmp).await.with_context(|| format!("cannot remove {tmp}"))?;
@@ -707,13 +776,12 @@ impl Copier<'_> {
                 }
                 Err(e) => return Err(anyhow::Error::new(e).context(format!("cannot create {dst}"))),
             }
-            self.undo.push(Made::RemoteFile(dst.to_string()));
             self.fs.unlink(tmp).await.with_context(|| format!("cannot remove {tmp}"))?;
-        } else {
+        } else if replaces {
+            // The old file, once replaced, stays replaced (by a whole new one).
             self.fs.rename(tmp, dst).await.with_context(|| format!("cannot create {dst}"))?;
-            if !replaces {
-                self.undo.push(Made::RemoteFile(dst.to_string()));
-            }
+        } else {
+            self.undo.making(made, self.fs.rename(tmp, dst)).await.with_context(|| format!("cannot create {dst}"))?;
         }
         self.undo.published(tmp);
         Ok(Outcome::Copied)
@@ -799,6 +867,42 @@ mod tests {
         let line = summary(&s, Duration::from_secs(1));
         assert!(line.starts_with("copied 1 file, 2 symbolic links (5 B) in 1.0 s"), "{line}");
         assert!(line.ends_with("; 4 left alone (--no-clobber)"), "{line}");
+    }
+
+    #[tokio::test]
+    async fn a_name_is_recorded_before_its_request_and_kept_unless_refused() {
+        let undo = Undo::default();
+        let recorded = |undo: &Undo| undo.made.lock().unwrap().clone();
+        let refused = FsError::Fs { status: FsStatus::Exists, message: "exists".into() };
+        let r = undo.making(Made::RemoteDir("/a".into()), async { Err::<(), _>(refused) }).await;
+        assert!(r.is_err() && recorded(&undo).is_empty(), "refused: nothing was made");
+        let lost = FsError::Io(std::io::Error::other("connection reset"));
+        let r = undo.making(Made::RemoteTmp("/b".into()), async { Err::<(), _>(lost) }).await;
+        assert!(r.is_err());
+        assert_eq!(recorded(&undo), [Made::RemoteTmp("/b".into())], "outcome unknown: removal is tried");
+        undo.making(Made::RemoteFile("/c".into()), async { Ok::<_, FsError>(()) }).await.unwrap();
+        // Interrupted with the request in flight (the future dropped unfinished): still recorded.
+        let in_flight = undo.making(Made::RemoteDir("/d".into()), std::future::pending::<Result<(), FsError>>());
+        assert!(tokio::time::timeout(Duration::ZERO, in_flight).await.is_err());
+        let want = [Made::RemoteTmp("/b".into()), Made::RemoteFile("/c".into()), Made::RemoteDir("/d".into())];
+        assert_eq!(recorded(&undo), want);
+        undo.published("/b");
+        assert_eq!(recorded(&undo), want[1..]);
+    }
+
+    #[test]
+    fn a_local_path_under_a_file_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let slash = |p: &Path| PathBuf::from(format!("{}/", p.display()));
+        assert_eq!(file_among_ancestors(&slash(&file)), Some(file.clone()));
+        assert_eq!(file_among_ancestors(&file.join("x/y")), Some(file.clone()));
+        assert_eq!(file_among_ancestors(&dir.path().join("d/x")), None);
+        assert_eq!(file_among_ancestors(&dir.path().join("missing/x")), None);
+        let e = resolve_local(&slash(&file), "n", false).unwrap_err().to_string();
+        assert_eq!(e, format!("{}/: {} is not a directory", file.display(), file.display()));
     }
 
     #[test]

@@ -405,9 +405,35 @@ fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     ]);
     assert!(refused.contains("looked after by a manager"), "{refused}");
     assert!(!tmp.path().join("new.key").exists());
-    // Audit needs one drive named; scrub of every drive goes through the manager.
-    let which = up.fails(&["audit"]);
-    assert!(which.contains("which drive?") && which.contains("0, 1, 2"), "{which}");
+    // A reader that goes away (`nasd audit | head -1`) stops the command quietly, no panic.
+    for args in [&["audit"][..], &["inquiry"], &["ls", "-l", "/"], &["cat", "/precious.bin"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nasd"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_LOG")
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // closed before the first line is printed
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(141), "nasd {args:?}: {}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "nasd {args:?} says nothing: {}", text(&out.stderr));
+    }
+    // Without --drive, audit shows every drive's trail, each with the key `nasd up` saved.
+    let every = up.ok(&["audit", "--max", "3"]);
+    for d in 0..3 {
+        let header = format!("drive {d} (127.0.0.1:{}):", up.first_drive_port + d);
+        assert!(every.lines().any(|l| l == header), "{header} missing:\n{every}");
+    }
+    assert_eq!(every.matches("audit id").count(), 3, "{every}");
+    // One key file is one drive's.
+    let one_key = data.join("drive-0/drive.key");
+    let e = up.fails(&["audit", "--drive-key-file", one_key.to_str().unwrap()]);
+    assert!(e.contains("--drive-key-file is one drive's key"), "{e}");
     up.daemon.terminate();
 }
 
@@ -578,24 +604,49 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     let recorded = std::fs::read_to_string(up.data().join("drive-0/capacity")).unwrap();
     assert!(recorded.trim().parse::<u64>().unwrap() > 0);
     let log = up.daemon.output();
-    assert!(log.contains("INFO") || log.contains("nasd is up"), "{log}");
+    // Log lines were written (NASD_LOG=info), and none of them is coloured.
+    assert!(log.contains(" INFO "), "{log}");
     assert!(!log.contains('\x1b'), "no colour codes in a log file:\n{log:?}");
+    // On a terminal, NO_COLOR set turns colour off.
+    let (status, shown) = on_terminal(cwd, &["ls", "/"], &[("NASD_LOG", "debug"), ("NO_COLOR", "1")]);
+    assert!(status.success() && shown.contains("DEBUG"), "{shown}");
+    assert!(!shown.contains('\x1b'), "NO_COLOR: no colour on a terminal either: {shown:?}");
 
-    // 8. One modification time: what `stat` shows is what `ls -l` shows, and it is the file's.
+    // 8. One modification time: what `stat` shows is what `ls -l` shows, and
+    // it is the manager's record of the file (to the nanosecond), made when
+    // the file was, and moved by a write.
     let fs = up.admin(&rt);
     std::fs::write(cwd.join("empty"), b"").unwrap();
     up.ok(&["mkdir", "/one"]);
     up.ok(&["layout", "set", "/one", "stripe:1"]);
+    let now = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
+    // The file's modification time as `stat`, `ls -l` and the manager show it; all must agree.
+    let times_agree = |path: &str| -> i64 {
+        let stat = up.ok(&["stat", path]);
+        let modify = stat.lines().find_map(|l| l.trim().strip_prefix("modify")).unwrap().trim().to_string();
+        let ls = up.ok(&["ls", "-l", path]);
+        assert!(ls.contains(&modify[..16]), "{path}: stat says {modify}, ls -l says {ls}");
+        let mtime = rt.block_on(fs.lstat(path)).unwrap().attr.mtime_ns;
+        let fraction = format!(".{:09} UTC", mtime.rem_euclid(1_000_000_000));
+        assert!(modify.ends_with(&fraction), "{path}: stat says {modify}, the manager {mtime} ns");
+        mtime
+    };
     for dir in ["/", "/one"] {
-        let t0 = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
+        let t0 = now();
         let path = format!("{}/empty", dir.trim_end_matches('/'));
         up.ok(&["put", "empty", &path]);
-        let stat = up.ok(&["stat", &path]);
-        let modify = stat.lines().find_map(|l| l.trim().strip_prefix("modify")).unwrap().trim().to_string();
-        let ls = up.ok(&["ls", "-l", &path]);
-        assert!(ls.contains(&modify[..16]), "stat says {modify}, ls -l says {ls}");
-        let st = rt.block_on(fs.lstat(&path)).unwrap();
-        assert!(st.attr.mtime_ns >= t0, "{path}: modified before it was made ({} < {t0})", st.attr.mtime_ns);
+        let made = times_agree(&path);
+        assert!(made >= t0, "{path}: modified before it was made ({made} < {t0})");
+        // A write moves it, for every view alike.
+        let t1 = now();
+        rt.block_on(async {
+            let f = fs.open(&path, true).await.unwrap();
+            f.write_at(0, b"written").await.unwrap();
+            f.close().await.unwrap();
+        });
+        let written = times_agree(&path);
+        assert!(written >= t1 && written > made, "{path}: written at {written}, before the write {t1}");
+        assert!(up.ok(&["stat", &path]).contains("(7 bytes)"));
     }
     drop(fs);
     up.daemon.terminate();
@@ -618,6 +669,14 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     });
     assert!(d.output().contains("the drive's capacity (64.0 TiB) is more than the disk under"), "{}", d.output());
     d.kill();
+    // And `nasd up` weighs its drives together, which share one disk.
+    let big = cwd.join("big-up");
+    std::fs::create_dir(&big).unwrap();
+    let mut up = Up::start(&big, 2, None, &["--drive-capacity", "64TiB"], &[]);
+    let said = up.daemon.output();
+    assert!(said.contains("warning: the 2 drives' capacity (128.0 TiB in all) is more than the disk under"), "{said}");
+    assert!(said.contains("free space there, or start with a smaller capacity"), "{said}");
+    up.daemon.terminate();
 }
 
 /// --help: one default per option, help on positional arguments, `--user`

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod up;
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
