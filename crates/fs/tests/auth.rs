@@ -365,7 +365,7 @@ fn pals_follow_acls_and_modes() {
             auth_scheme: AuthScheme::BOTH,
             ..ManagerConfig::default()
         };
-        let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let mut cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
         let partition = cluster.manager.config().partition;
         let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
         to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
@@ -415,7 +415,18 @@ fn pals_follow_acls_and_modes() {
         assert!(to(alice_fs.get_acl("/shared/f")).await.unwrap().entries.is_empty());
         to(alice_fs.set_acl("/shared/f", many[1..].to_vec())).await.expect("the owner and 31 users fit");
 
-        drop((alice_fs, admin, a, b));
+        // A drive that misses the push: the chmod is committed and reported, and the PAL is set
+        // again at the maintenance pass after the drive is back.
+        drop((a, b));
+        let stopped = cluster.drives.remove(0).halt().await;
+        assert_eq!(fs_status(to(alice_fs.chmod("/shared/f", 0o600)).await), FsStatus::DriveUnavailable);
+        cluster.drives.insert(0, stopped.start().await);
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::NotInPal, "still the old PAL");
+        to(cluster.manager.maintain()).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "the PAL of mode 0600");
+
+        drop((alice_fs, admin, a));
         let _ = auth.stop.send(true);
         cluster.stop().await;
     });

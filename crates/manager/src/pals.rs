@@ -26,7 +26,12 @@
 //! component object (repair and rebalance set it on a new object before it
 //! becomes a component) (`SET_PAL` under the drive key,
 //! durable when it returns) and answers only once every drive answered:
-//! from then on, a request by identity is checked against the new list.
+//! from then on, a request by identity is checked against the new list. A
+//! drive that did not take it makes the request `DRIVE_UNAVAILABLE` (the
+//! change is committed) and the file is remembered in memory
+//! ([`PAL_PENDING_MAX`]) and pushed again at every maintenance pass until
+//! every component has it; a manager restart forgets the list (no durable
+//! PAL intent yet).
 
 use crate::{Failure, Manager};
 use nasd_meta::Inode;
@@ -34,6 +39,11 @@ use nasd_proto::acl::{AclEntry, AclWho, ACL_READ, ACL_WRITE};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::limits::PAL_ENTRIES_MAX;
 use nasd_proto::{rights, ObjectPal, Pal, PalEntry, Principal};
+
+/// Most files the manager remembers whose PAL did not reach every
+/// component (to set again at the next maintenance pass). Past it a failed
+/// push is only logged.
+pub const PAL_PENDING_MAX: usize = 65_536;
 
 /// Drive rights for ACL (or mode-triple) bits `r`/`w`.
 fn drive_rights(acl_rights: u8) -> u32 {
@@ -118,14 +128,45 @@ impl Manager {
             .into_iter()
             .filter_map(|(drive, r)| r.err().map(|e| format!("drive {drive}: {e}")))
             .collect();
+        let mut pending = self.pal_pending.lock().expect("pal pending lock");
         if failed.is_empty() {
+            pending.remove(&ino);
             Ok(())
         } else {
+            if pending.len() < PAL_PENDING_MAX {
+                pending.insert(ino);
+            } else {
+                tracing::error!(ino, "PAL_PENDING_MAX files await their PAL: this one is not retried");
+            }
+            drop(pending);
             tracing::warn!(ino, "PAL not set on every component: {}", failed.join("; "));
             Err(Failure::new(
                 FsStatus::DriveUnavailable,
-                format!("the change is made but its PAL did not reach every drive ({})", failed.join("; ")),
+                format!(
+                    "the change is made but its PAL did not reach every drive ({}); set again at the next \
+                     maintenance pass",
+                    failed.join("; ")
+                ),
             ))
+        }
+    }
+
+    /// Sets the PAL again on every component of each file whose last push
+    /// failed (a maintenance pass). A file gone meanwhile is forgotten.
+    pub(crate) async fn retry_pals(&self) {
+        let due: Vec<nasd_meta::Ino> = self.pal_pending.lock().expect("pal pending lock").iter().copied().collect();
+        for ino in due {
+            match self.meta(move |ns| ns.getattr(ino)).await {
+                Ok(inode) => {
+                    if self.push_pal(&inode).await.is_ok() {
+                        tracing::info!(ino, "PAL set on every component again");
+                    }
+                }
+                Err(f) if f.status == FsStatus::NotFound => {
+                    self.pal_pending.lock().expect("pal pending lock").remove(&ino);
+                }
+                Err(f) => tracing::warn!(ino, error = %f.message, "PAL not retried"),
+            }
         }
     }
 }

@@ -356,8 +356,10 @@ impl Manager {
                     }
                 }
                 let (inode, info, intents) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
-                self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
-                self.push_pal(&inode).await?;
+                let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new() }).await;
+                let pushed = self.push_pal(&inode).await;
+                revoked?;
+                pushed?;
                 Ok(ManagerReply::Acl(info))
             }
             R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
@@ -943,10 +945,12 @@ impl Manager {
                 self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
             }
         };
-        self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
-        if access_changes {
-            self.push_pal(&inode).await?;
-        }
+        // Both run whatever the other's outcome: a drive missing the revocation must not also
+        // leave the others with the old PAL.
+        let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new() }).await;
+        let pushed = if access_changes { self.push_pal(&inode).await } else { Ok(()) };
+        revoked?;
+        pushed?;
         self.entry(s, inode, OpenMode::None).await
     }
 
