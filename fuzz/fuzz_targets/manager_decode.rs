@@ -2,7 +2,8 @@
 //! bytes from a peer: no panic, and whatever decodes re-encodes to exactly the
 //! bytes it came from. Requests name inodes by file handle (`Handle`: inode
 //! number and MAC); the handles a request names are listed without panic (the
-//! manager checks them before anything else).
+//! manager checks them before anything else). Covers the ACL lists of
+//! `SET_ACL` and the `Acl` reply (`ACL_ENTRIES_MAX`, canonical order).
 //!
 //! Run: `cd fuzz && cargo +nightly fuzz run manager_decode -- -max_total_time=120`
 #![no_main]

@@ -30,6 +30,7 @@
 //! auth = "nasd.example.com:7299" # the authentication server whose identities it accepts
 //! auth_ca_cert = "/etc/nasd/ca.pem"
 //! auth_token_file = "/var/lib/nasd/auth/service.token"
+//! auth_scheme = "both"           # capabilities (default), pals or both
 //!
 //! [auth]                         # nasd auth (authentication server)
 //! data = "/var/lib/nasd/auth"
@@ -183,6 +184,11 @@ pub struct ManagerSection {
     pub auth_ca_cert: Option<PathBuf>,
     /// The service token file the authentication server wrote (`service.token`).
     pub auth_token_file: Option<PathBuf>,
+    /// Which credentials the file system's partition accepts on every drive:
+    /// "capabilities", "pals" (identities checked against the PALs the
+    /// manager flattens from each file's ACL) or "both" [default:
+    /// capabilities]. Takes effect with `auth` (identity keys installed).
+    pub auth_scheme: Option<String>,
 }
 
 /// `[auth]`.

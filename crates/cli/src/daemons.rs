@@ -410,6 +410,14 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
                 })
             }
         },
+        auth_scheme: match file.auth_scheme.as_deref() {
+            None | Some("capabilities") => nasd_proto::AuthScheme::CAPABILITIES,
+            Some("pals") => nasd_proto::AuthScheme::PALS,
+            Some("both") => nasd_proto::AuthScheme::BOTH,
+            Some(other) => {
+                anyhow::bail!("[manager] auth_scheme = \"{other}\": expected capabilities, pals or both")
+            }
+        },
         ..d
     })
 }

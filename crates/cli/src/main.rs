@@ -1,6 +1,7 @@
 //! `nasd`: start a cluster, run its daemons, use and administer the file
 //! system, look after drives, measure.
 
+mod acl_cmd;
 mod auth_cmd;
 mod bench;
 mod bench_fs;
@@ -61,6 +62,10 @@ enum Command {
     /// mirroring, Reed-Solomon).
     #[command(subcommand)]
     Layout(cluster_cmd::LayoutCommand),
+    /// Global ACLs: grant users and groups rights on files and directories
+    /// beyond the mode bits (get, set, add, remove).
+    #[command(subcommand)]
+    Acl(acl_cmd::AclCommand),
     /// Drives (up, down, out of service), degraded files and repair progress.
     Status {
         #[command(flatten)]
@@ -144,6 +149,7 @@ impl Command {
         match self {
             Command::Fs(cmd) => Some(cmd.login()),
             Command::Layout(cmd) => Some(cmd.login()),
+            Command::Acl(cmd) => Some(cmd.login()),
             Command::Status { login } | Command::Scrub { drive: None, login, .. } => Some(login),
             Command::Repair(args) => Some(&args.login),
             Command::Mount(args) => Some(&args.login),
@@ -283,6 +289,7 @@ fn run() -> anyhow::Result<()> {
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
         Command::Mount(args) => rt.block_on(async { mount_cmd::run(login().await?, args).await }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
+        Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),
         Command::Repair(args) => rt.block_on(async { cluster_cmd::repair(&login().await?, args).await }),
         Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, metadata, password_file }) => {

@@ -39,6 +39,9 @@ mod txn;
 pub use cache::HELD_CAPABILITIES_MAX;
 pub use conn::{connector, ChangeBatch, Identity, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
 pub use file::File;
+pub use nasd_proto::acl::{
+    AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE,
+};
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
@@ -265,8 +268,13 @@ struct Inner {
     config: FsConfig,
     identity: Identity,
     manager: ManagerPool,
-    /// Connections to drives, shared by every file.
+    /// Connections to drives, shared by every file; holding the session's
+    /// identity, if it logged in with one.
     drives: Arc<DrivePool>,
+    /// Connections to drives without the identity, for requests made while
+    /// acting as a gateway for another user (`AS_USER`): the drive must not
+    /// judge them by the gateway's own PAL entries. Capabilities only.
+    gateway_drives: Arc<DrivePool>,
     held: Mutex<HashMap<Ino, Held>>,
 }
 
@@ -416,7 +424,16 @@ impl FsClient {
                 config: config.clone(),
                 identity,
                 manager,
-                drives: Arc::new(DrivePool::new()),
+                drives: Arc::new(DrivePool::with_identity(config.identity.as_ref().map(|(data, key)| {
+                    // Requests by identity carry their data MACed, as writes under capabilities do.
+                    let protection =
+                        nasd_proto::Protection::INTEGRITY_ARGS.union(nasd_proto::Protection::INTEGRITY_DATA);
+                    nasd_client::Auth::new(
+                        nasd_client::Credential::Identity { data: *data, key: key.clone() },
+                        protection,
+                    )
+                }))),
+                gateway_drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
             }),
             acting: None,
@@ -499,7 +516,7 @@ impl FsClient {
     /// Idle connections to the drive at `addr` that are still open (those
     /// the drive closed are dropped first), for tests and diagnostics.
     pub fn idle_drive_connections(&self, addr: &str) -> usize {
-        self.inner.drives.idle_connections(addr)
+        self.drive_pool().idle_connections(addr)
     }
 
     pub(crate) async fn entry(&self, req: ManagerRequest) -> Result<Entry, FsError> {
@@ -545,7 +562,11 @@ impl FsClient {
     }
 
     pub(crate) fn drive_pool(&self) -> Arc<DrivePool> {
-        self.inner.drives.clone()
+        if self.acting.is_some() {
+            self.inner.gateway_drives.clone()
+        } else {
+            self.inner.drives.clone()
+        }
     }
 
     /// The engine's target for `access` under this client's protection
@@ -1076,6 +1097,33 @@ impl FsClient {
     /// Removes extended attribute `name` of the inode `handle` names.
     pub async fn removexattr(&self, handle: Handle, name: &str) -> Result<(), FsError> {
         self.done(ManagerRequest::RemoveXattr { handle, name: name.into() }).await
+    }
+
+    /// The global ACL of the inode at `path` (symbolic links followed):
+    /// owner, group, mode and named entries. Needs only search permission
+    /// on the way.
+    pub async fn get_acl(&self, path: &str) -> Result<AclInfo, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        match self.call(&ManagerRequest::GetAcl { handle }).await? {
+            ManagerReply::Acl(info) => Ok(info),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Replaces the named entries of the ACL of the inode at `path` (put in
+    /// canonical order here; a principal named twice is `INVALID_ARGUMENT`).
+    /// Capabilities for the file are revoked on its drives before the
+    /// manager answers; this client forgets the ones it holds. Returns the
+    /// ACL as it now is.
+    pub async fn set_acl(&self, path: &str, entries: Vec<AclEntry>) -> Result<AclInfo, FsError> {
+        let handle = self.walk(path, OpenMode::None).await?.handle();
+        let entries = nasd_proto::acl::canonical_acl(entries)
+            .map_err(|why| FsError::Fs { status: FsStatus::InvalidArgument, message: why.to_string() })?;
+        self.forget(handle.ino);
+        match self.call(&ManagerRequest::SetAcl { handle, entries }).await? {
+            ManagerReply::Acl(info) => Ok(info),
+            other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
+        }
     }
 
     /// Changes a password (one's own, or anyone's as administrator).

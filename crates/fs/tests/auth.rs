@@ -349,3 +349,139 @@ fn auth_server_restarts_and_bounds_anonymous_input() {
         let _ = stop.send(true);
     });
 }
+
+/// The manager flattens each file's ACL into the access PAL of its
+/// component objects and pushes it on create and on every ACL, mode or
+/// owner change before answering: a drive then authorizes requests by
+/// identity alone, with the rights the ACL gives now — not those of a
+/// stale PAL.
+#[test]
+fn pals_follow_acls_and_modes() {
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig {
+            pool_target: 4,
+            auth: Some(auth.link()),
+            auth_scheme: AuthScheme::BOTH,
+            ..ManagerConfig::default()
+        };
+        let mut cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let partition = cluster.manager.config().partition;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        // The keys and the partition's scheme reach the drive.
+        to(admin.sync_identity_keys()).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+
+        // Created: the owner's PAL entry is on the object before CREATE answers.
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        let layout = to(admin.get_layout("/shared/f")).await.unwrap();
+        let object = layout.components[0].0.object.object;
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "no capability asked for");
+        let mut b = drive_as(&cluster, bob.credential, &bob.idkey).await;
+        assert_eq!(drive_status(to(b.read(partition, object, &whole())).await), Status::NotInPal, "bob is absent");
+
+        // Alice grants bob read: his identity reads from the drive, and still cannot write.
+        to(alice_fs.set_acl(
+            "/shared/f",
+            vec![nasd_fs::AclEntry { who: nasd_fs::AclWho::User(UID_B), rights: nasd_fs::ACL_READ, flags: 0 }],
+        ))
+        .await
+        .unwrap();
+        assert_eq!(to(b.read(partition, object, &whole())).await.unwrap().1, DATA);
+        assert_eq!(drive_status(to(b.write(partition, object, &whole(), DATA)).await), Status::RightsInsufficient);
+
+        // Stale-PAL attack: the moment chmod returns, the old owner rights are gone on the drive.
+        to(alice_fs.chmod("/shared/f", 0o200)).await.unwrap();
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::RightsInsufficient);
+        to(a.write(partition, object, &whole(), DATA)).await.expect("w is still the owner's");
+        to(alice_fs.chmod("/shared/f", 0o000)).await.unwrap();
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::NotInPal);
+        // ... and the moment SET_ACL returns, bob's.
+        to(alice_fs.set_acl("/shared/f", Vec::new())).await.unwrap();
+        assert_eq!(drive_status(to(b.read(partition, object, &whole())).await), Status::NotInPal);
+
+        // Overflow: the owner and PAL_ENTRIES_MAX named users do not fit one PAL: refused, nothing changed.
+        let many: Vec<_> = (0..nasd_proto::limits::PAL_ENTRIES_MAX as u32)
+            .map(|i| nasd_fs::AclEntry { who: nasd_fs::AclWho::User(5000 + i), rights: nasd_fs::ACL_READ, flags: 0 })
+            .collect();
+        assert_eq!(fs_status(to(alice_fs.set_acl("/shared/f", many.clone())).await), FsStatus::TooBig);
+        assert!(to(alice_fs.get_acl("/shared/f")).await.unwrap().entries.is_empty());
+        to(alice_fs.set_acl("/shared/f", many[1..].to_vec())).await.expect("the owner and 31 users fit");
+
+        // A drive that misses the push: the chmod is committed and reported, and the PAL is set
+        // again at the maintenance pass after the drive is back.
+        drop((a, b));
+        let stopped = cluster.drives.remove(0).halt().await;
+        assert_eq!(fs_status(to(alice_fs.chmod("/shared/f", 0o600)).await), FsStatus::DriveUnavailable);
+        cluster.drives.insert(0, stopped.start().await);
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::NotInPal, "still the old PAL");
+        to(cluster.manager.maintain()).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "the PAL of mode 0600");
+
+        drop((alice_fs, admin, a));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// On a partition that accepts PALs only, the file-system client reads and
+/// writes with the session's identity (its drive connections hold it beside
+/// the capabilities, `DrivePool::with_identity`): the drives refuse every
+/// capability there, so each byte below went under an identity checked
+/// against the PAL the manager pushed.
+#[test]
+fn the_client_uses_its_identity_on_a_pal_partition() {
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig {
+            pool_target: 4,
+            auth: Some(auth.link()),
+            auth_scheme: AuthScheme::PALS,
+            ..ManagerConfig::default()
+        };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 2, ..ClusterOptions::default() }).await;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        to(admin.sync_identity_keys()).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        assert_eq!(to(alice_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        // A session without an identity holds only capabilities, which the drives refuse here.
+        let refused = to(admin.read_file("/shared/f")).await.unwrap_err();
+        assert!(format!("{refused:?}").contains("AuthSchemeRefused"), "capabilities are refused here: {refused:?}");
+        // Bob: refused by the manager, then granted read through the ACL.
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        let read = nasd_fs::AclEntry { who: nasd_fs::AclWho::User(UID_B), rights: nasd_fs::ACL_READ, flags: 0 };
+        to(alice_fs.set_acl("/shared/f", vec![read])).await.unwrap();
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        // Alice rewrites it by identity; bob reads the new bytes.
+        to(alice_fs.write_file("/shared/f", b"second version")).await.unwrap();
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), b"second version");
+        // An empty file re-placed on new components (SET_LAYOUT) carries its PAL there too.
+        to(alice_fs.write_file("/shared/e", b"")).await.unwrap();
+        let two = nasd_fs::Layout::parse("stripe:2@64K").unwrap();
+        to(alice_fs.set_layout("/shared/e", Some(two))).await.unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        to(alice_fs.write_file("/shared/e", &big)).await.unwrap();
+        assert_eq!(to(alice_fs.read_file("/shared/e")).await.unwrap(), big, "both components by identity");
+
+        drop((alice_fs, bob_fs, admin));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}

@@ -539,6 +539,20 @@ impl DriveHandle {
         }
     }
 
+    /// Replaces an object's access PAL (under the drive key; durable when it
+    /// returns). An object already gone is not an error.
+    pub async fn set_pal(&self, object: u64, pal: &nasd_proto::ObjectPal) -> Result<(), DriveError> {
+        match on_drive!(self, Repeat::Safe, |c| c.set_pal(self.partition, object, pal)) {
+            Err(e) if e.status() == Some(Status::NoSuchObject) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Sets which credentials the file system's partition accepts.
+    pub async fn set_auth_scheme(&self, scheme: nasd_proto::AuthScheme) -> Result<(), DriveError> {
+        on_drive!(self, Repeat::Safe, |c| c.set_auth_scheme(self.partition, scheme))
+    }
+
     /// Retires identity key `key_id` on the drive. One it never had (an
     /// id above every one installed there) is `BAD_ARGUMENTS`: nothing to retire.
     pub async fn retire_identity_key(&self, key_id: u32) -> Result<(), DriveError> {

@@ -56,6 +56,8 @@ struct SharedKeys {
 struct DriveIds {
     installed: BTreeSet<u32>,
     retired: BTreeSet<u32>,
+    /// The partition's authorization scheme was set to the configured one.
+    scheme_set: bool,
 }
 
 fn now_ns() -> u64 {
@@ -139,8 +141,10 @@ impl Manager {
     }
 
     /// Fetches the shared keys from the authentication server and brings
-    /// every drive up to date: live keys installed in ascending id order,
-    /// every other id up to the highest retired. Returns once every drive
+    /// every drive up to date: the partition's authorization scheme set to
+    /// `ManagerConfig::auth_scheme` (once per drive and manager run), live
+    /// keys installed in ascending id order, every other id up to the
+    /// highest retired. Returns once every drive
     /// answered; a drive that did not is named in the error (and caught up
     /// at a later pass).
     pub async fn sync_identity_keys(&self) -> Result<(), Failure> {
@@ -155,6 +159,10 @@ impl Manager {
             let mut ids =
                 self.identity.drives.lock().expect("identity drives lock").get(&d.drive).cloned().unwrap_or_default();
             let r: Result<(), crate::drives::DriveError> = async {
+                if !ids.scheme_set {
+                    d.set_auth_scheme(self.config().auth_scheme).await?;
+                    ids.scheme_set = true;
+                }
                 for (id, key) in &live {
                     if !ids.installed.contains(id) {
                         d.set_identity_key(*id, key).await?;

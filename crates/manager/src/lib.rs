@@ -20,6 +20,7 @@ pub mod identity;
 pub mod keys;
 pub use nasd_login::login_backoff;
 mod maintenance;
+pub mod pals;
 pub use nasd_login::passwords;
 mod placement;
 mod repair;
@@ -129,6 +130,12 @@ pub struct ManagerConfig {
     /// (`LOGIN_IDENTITY`) and whose shared keys it installs on its drives;
     /// `None`: passwords only.
     pub auth: Option<identity::AuthLink>,
+    /// Which credentials the file system's partition accepts on every
+    /// drive (`SET_AUTH_SCHEME`, set with the identity keys at each
+    /// maintenance pass): capabilities (the default), PALs, or both. When it
+    /// accepts PALs the manager flattens each file's ACL into an access PAL
+    /// on every component object ([`pals`]).
+    pub auth_scheme: nasd_proto::AuthScheme,
 }
 
 /// The default small-file threshold (Slice's 64 KiB).
@@ -152,6 +159,7 @@ impl Default for ManagerConfig {
             metadata: None,
             small_file_threshold: SMALL_FILE_THRESHOLD_DEFAULT,
             auth: None,
+            auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
         }
     }
 }
@@ -291,6 +299,9 @@ pub struct Manager {
     /// revokes the file's capabilities as it enters this map, once
     /// ([`coordinator`]).
     rollbacks: std::sync::Mutex<std::collections::HashMap<u64, std::collections::BTreeSet<usize>>>,
+    /// Files whose PAL did not reach every component: set again at each
+    /// maintenance pass until it does ([`pals`]).
+    pal_pending: std::sync::Mutex<std::collections::BTreeSet<nasd_meta::Ino>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -343,6 +354,7 @@ impl Manager {
             changes: changes::ChangeFeed::new(),
             identity: Default::default(),
             rollbacks: Default::default(),
+            pal_pending: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {

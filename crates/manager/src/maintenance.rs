@@ -218,6 +218,7 @@ impl Manager {
                 tracing::warn!(error = %f.message, "identity keys not synchronized");
             }
         }
+        self.retry_pals().await;
         let r = self.finish_revocations().await;
         self.report("revocations", r);
         let r = self.finish_removals().await;

@@ -446,6 +446,11 @@ impl Manager {
                 }
                 let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {target}: {e}"));
                 d.set_acv(new.object, inode.acv).await.map_err(drive_err)?;
+                if self.pushes_pals() {
+                    // The file's PAL is on the new object before it becomes a component.
+                    let pal = self.pal_of(ino).await?;
+                    d.set_pal(new.object, &pal).await.map_err(drive_err)?;
+                }
                 d.flush_objects(&[new.object]).await.map_err(drive_err)?;
                 // Swapped in only while the transaction is surely open — its deadline moved a
                 // lease ahead in the same metadata call — so no writer changed the component
@@ -465,6 +470,13 @@ impl Manager {
                 }
                 if let Err(e) = self.apply(effects).await {
                     tracing::info!(ino, idx, error = %e, "the old component is removed in the background");
+                }
+                // An ACL change between the PAL set above and the swap went to the old component:
+                // set it again on all of them now.
+                if let Ok(now) = self.meta(move |ns| ns.getattr(ino)).await {
+                    if let Err(e) = self.push_pal(&now).await {
+                        tracing::warn!(ino, error = %e, "a relocated file's PAL not set everywhere again");
+                    }
                 }
                 Ok((true, Record::Nothing))
             })

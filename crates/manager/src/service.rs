@@ -161,7 +161,8 @@ fn changes_of(req: &ManagerRequest) -> Vec<Change> {
         | R::Commit { handle, .. }
         | R::SetXattr { handle, .. }
         | R::RemoveXattr { handle, .. }
-        | R::WriteSmall { handle, .. } => vec![Change::Inode(handle.ino)],
+        | R::WriteSmall { handle, .. }
+        | R::SetAcl { handle, .. } => vec![Change::Inode(handle.ino)],
         _ => Vec::new(),
     }
 }
@@ -338,6 +339,29 @@ impl Manager {
             R::RemoveXattr { handle, name } => {
                 self.meta(move |ns| ns.removexattr(&c, handle.ino, &name)).await?;
                 Ok(ManagerReply::Done)
+            }
+            R::GetAcl { handle } => Ok(ManagerReply::Acl(self.meta(move |ns| ns.get_acl(handle.ino)).await?)),
+            R::SetAcl { handle, entries } => {
+                if self.pushes_pals() {
+                    let ino = handle.ino;
+                    let owner = self.meta(move |ns| ns.getattr(ino)).await?.attr.uid;
+                    if crate::pals::pal_len(owner, &entries) > nasd_proto::limits::PAL_ENTRIES_MAX {
+                        return Err(Failure::new(
+                            FsStatus::TooBig,
+                            format!(
+                                "the owner and the named users would be more than PAL_ENTRIES_MAX ({}) entries \
+                                 of the file's PAL: name a group instead",
+                                nasd_proto::limits::PAL_ENTRIES_MAX
+                            ),
+                        ));
+                    }
+                }
+                let (inode, info, intents) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
+                let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new() }).await;
+                let pushed = self.push_pal(&inode).await;
+                revoked?;
+                pushed?;
+                Ok(ManagerReply::Acl(info))
             }
             R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
             R::SetGateway { name, ids } => {
@@ -770,6 +794,11 @@ impl Manager {
         let c = s.caller.clone();
         let effects = self.placed(move |ns, place| ns.set_layout(&c, ino, layout, place)).await?;
         self.apply(effects).await?;
+        if self.pushes_pals() {
+            // A re-placed file's new components get its PAL (a directory has none).
+            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            self.push_pal(&inode).await?;
+        }
         Ok(ManagerReply::Done)
     }
 
@@ -796,6 +825,8 @@ impl Manager {
         if created {
             let drives: Vec<u32> = inode.components.iter().map(|c| c.object.drive).collect();
             self.recent.lock().expect("recent lock").record(&drives, std::time::Instant::now());
+            // Its PAL is on every component before the creator hears of it.
+            self.push_pal(&inode).await?;
             // POSIX: the creator's open succeeds whatever mode it gave the new file.
             let access = self.mint_for(s, &inode, true, true)?;
             return Ok(ManagerReply::Entry(self.entry_of(s, inode, access)));
@@ -907,6 +938,7 @@ impl Manager {
     }
 
     async fn setattr(&self, s: &Session, ino: Ino, set: SetAttrs) -> Result<ManagerReply, Failure> {
+        let access_changes = set.changes_access();
         let (inode, intents) = {
             // One SETATTR (or truncating CREATE) of an inode at a time, from the
             // check to the commit: a chmod or chown cannot slip in between and
@@ -924,7 +956,12 @@ impl Manager {
                 self.meta(move |ns| ns.setattr(&c, ino, &set)).await?
             }
         };
-        self.apply(Effects { revoke: intents, doomed: Vec::new() }).await?;
+        // Both run whatever the other's outcome: a drive missing the revocation must not also
+        // leave the others with the old PAL.
+        let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new() }).await;
+        let pushed = if access_changes { self.push_pal(&inode).await } else { Ok(()) };
+        revoked?;
+        pushed?;
         self.entry(s, inode, OpenMode::None).await
     }
 

@@ -5,6 +5,7 @@
 //! [`crate::Namespace`], written once over these traits.
 
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
+use nasd_proto::acl::AclEntry;
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::time::Duration;
@@ -24,7 +25,7 @@ pub trait Txn {
     /// target, layout and acv. `inode.components` is **not** written here:
     /// components are rows of their own ([`Txn::put_component`]).
     fn put_inode(&mut self, inode: &Inode) -> Result<(), FsStatus>;
-    /// Deletes an inode, its parent pointer and its extended attributes. No entry, component, stale
+    /// Deletes an inode, its parent pointer, its extended attributes and its ACL entries. No entry, component, stale
     /// range or write intent may still name it.
     fn delete_inode(&mut self, ino: Ino) -> Result<(), FsStatus>;
     /// Hands out the next inode number (never reused, never [`crate::ROOT_INO`]).
@@ -74,6 +75,12 @@ pub trait Txn {
     fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> Result<(), FsStatus>;
     /// Drops a file's staged small-file bytes (nothing if there are none).
     fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus>;
+    /// An inode's named ACL entries, in canonical order (users, then groups,
+    /// each by id).
+    fn get_acl(&mut self, ino: Ino) -> Result<Vec<AclEntry>, FsStatus>;
+    /// Replaces an inode's named ACL entries (the inode exists; the list is
+    /// canonical). An empty list removes them all.
+    fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> Result<(), FsStatus>;
 
     /// A quota.
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;

@@ -11,10 +11,11 @@
 //! so one writer at a time; the log survives a manager crash, and a
 //! restarted manager finds every write that may be half done in it.
 
+use crate::acl::check;
 use crate::backend::Backend;
 use crate::components::{check_ranges, file_component, mark_stale_in};
 use crate::namespace::get;
-use crate::perm::{check, owns, W};
+use crate::perm::{owns, W};
 use crate::types::{Caller, Inode, Intent, IntentState, StaleRange};
 use crate::{Namespace, BATCH_MAX, COMMIT_STALE_MAX};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
@@ -42,7 +43,7 @@ impl<B: Backend> Namespace<B> {
                 FileKind::Dir => return Err(FsStatus::IsDir),
                 _ => return Err(FsStatus::InvalidArgument),
             }
-            if check(caller, &n, W).is_err() && !owns(caller, &n) {
+            if check(t, caller, &n, W).is_err() && !owns(caller, &n) {
                 return Err(FsStatus::PermissionDenied);
             }
             if t.intent_of_inode(ino)?.is_some() {

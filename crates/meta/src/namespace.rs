@@ -6,9 +6,10 @@
 //! existence; then write permission, the sticky bit and the kinds), so a
 //! caller sees the same error a local file system would give.
 
+use crate::acl::check;
 use crate::backend::{Backend, Txn};
 use crate::layouts::{nearest_layout, place_components, Placer};
-use crate::perm::{self, check, check_sticky, owns, strip_sgid, R, S_ISGID, S_ISUID, W, X};
+use crate::perm::{self, check_sticky, owns, strip_sgid, R, S_ISGID, S_ISUID, W, X};
 use crate::quotas;
 use crate::types::{AcvIntent, Caller, DirEntry, Effects, Inode, SetAttrs};
 use crate::{DIR_DEPTH_MAX, READDIR_ENTRIES_MAX};
@@ -51,7 +52,7 @@ pub(crate) fn get_dir(t: &mut dyn Txn, ino: Ino) -> Result<Inode, FsStatus> {
 /// Reads a directory the caller may search.
 fn searchable(t: &mut dyn Txn, caller: &Caller, ino: Ino) -> Result<Inode, FsStatus> {
     let dir = get_dir(t, ino)?;
-    check(caller, &dir, X)?;
+    check(t, caller, &dir, X)?;
     Ok(dir)
 }
 
@@ -353,8 +354,8 @@ impl<B: Backend> Namespace<B> {
     ) -> Result<(Vec<DirEntry>, bool), FsStatus> {
         self.backend.read(|t| {
             let d = get_dir(t, dir)?;
-            check(caller, &d, R)?;
-            let searchable = check(caller, &d, X).is_ok();
+            check(t, caller, &d, R)?;
+            let searchable = check(t, caller, &d, X).is_ok();
             Ok((t.list_dir(dir, after, limit.min(READDIR_ENTRIES_MAX))?, searchable))
         })
     }
@@ -373,6 +374,7 @@ impl<B: Backend> Namespace<B> {
             let now = now_ns();
             let inode = fresh(t, caller, &p, FileKind::Dir, mode, now)?;
             add_new(t, parent, name, &inode, now)?;
+            crate::acl::inherit(t, &p, &inode)?;
             Ok(inode)
         })
     }
@@ -384,7 +386,7 @@ impl<B: Backend> Namespace<B> {
         if t.get_dirent(parent, name)?.is_some() {
             return Err(FsStatus::Exists);
         }
-        check(caller, &p, W | X)?;
+        check(t, caller, &p, W | X)?;
         Ok(p)
     }
 
@@ -425,7 +427,7 @@ impl<B: Backend> Namespace<B> {
             if let Some(existing) = child(t, parent, name)? {
                 return open_existing(t, caller, existing, exclusive, truncate).map(|n| (n, false));
             }
-            check(caller, &p, W | X)?;
+            check(t, caller, &p, W | X)?;
             let layout = nearest_layout(t, &p, self.dir_depth_max)?;
             let now = now_ns();
             let mut inode = fresh(t, caller, &p, FileKind::File, mode, now)?;
@@ -434,6 +436,7 @@ impl<B: Backend> Namespace<B> {
             inode.small_threshold = self.small_threshold;
             add_new(t, parent, name, &inode, now)?;
             crate::layouts::put_components(t, &inode)?;
+            crate::acl::inherit(t, &p, &inode)?;
             Ok((inode, true))
         })
     }
@@ -492,6 +495,7 @@ impl<B: Backend> Namespace<B> {
             let mut inode = fresh(t, caller, &p, kind, mode, now)?;
             inode.attr.rdev = rdev;
             add_new(t, parent, name, &inode, now)?;
+            crate::acl::inherit(t, &p, &inode)?;
             Ok(inode)
         })
     }
@@ -528,7 +532,7 @@ impl<B: Backend> Namespace<B> {
     fn removable(&self, t: &mut dyn Txn, caller: &Caller, dir: Ino, name: &str) -> Result<Inode, FsStatus> {
         let d = searchable(t, caller, dir)?;
         let victim = child(t, dir, name)?.ok_or(FsStatus::NotFound)?;
-        check(caller, &d, W | X)?;
+        check(t, caller, &d, W | X)?;
         check_sticky(caller, &d, &victim)?;
         Ok(victim)
     }
@@ -664,7 +668,7 @@ impl<B: Backend> Namespace<B> {
             let n = get(t, ino)?;
             let mut changed = n.clone();
             apply_mode_owner(caller, &mut changed, set)?;
-            apply_size_times(caller, &mut changed, set, now_ns())?;
+            apply_size_times(t, caller, &mut changed, set, now_ns())?;
             if changed.attr.size > n.attr.size {
                 let grown = Inode { attr: FileAttr { size: changed.attr.size, ..n.attr.clone() }, ..n.clone() };
                 quotas::check_room(t, Some(&n), &grown)?;
@@ -691,7 +695,7 @@ impl<B: Backend> Namespace<B> {
                 return Err(FsStatus::IsDir);
             }
             let want = if want_read { R } else { 0 } | if want_write { W } else { 0 };
-            check(caller, &n, want)?;
+            check(t, caller, &n, want)?;
             Ok(n)
         })
     }
@@ -756,7 +760,7 @@ fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Res
     let old = n.clone();
     let now = now_ns();
     apply_mode_owner(caller, &mut n, set)?;
-    apply_size_times(caller, &mut n, set, now)?;
+    apply_size_times(t, caller, &mut n, set, now)?;
     n.attr.ctime_ns = now;
     if n.attr.size > old.attr.size {
         // Only growth is checked (an owner change by root moves usage unchecked).
@@ -785,7 +789,7 @@ fn open_existing(
     if n.attr.kind == FileKind::Dir {
         return Err(FsStatus::IsDir);
     }
-    check(caller, &n, W)?;
+    check(t, caller, &n, W)?;
     if truncate {
         let now = now_ns();
         n.attr.size = 0;
@@ -812,15 +816,15 @@ fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>, dir_depth_max: usi
     if old.as_ref().is_some_and(|o| o.attr.ino == src.attr.ino) {
         return Ok(Effects::default());
     }
-    check(caller, &sp, W | X)?;
+    check(t, caller, &sp, W | X)?;
     check_sticky(caller, &sp, &src)?;
-    check(caller, &dp, W | X)?;
+    check(t, caller, &dp, W | X)?;
     if let Some(old) = &old {
         check_sticky(caller, &dp, old)?;
         check_replace(t, &src, old)?;
     }
     if is_dir && crosses {
-        check(caller, &src, W)?;
+        check(t, caller, &src, W)?;
     }
     if quotas::tree_below(t, &dp)? != src.qdir {
         return Err(FsStatus::CrossQuota);
@@ -875,11 +879,11 @@ pub(crate) fn check_sizable(n: &Inode) -> Result<(), FsStatus> {
     }
 }
 
-fn apply_size_times(caller: &Caller, n: &mut Inode, set: &SetAttrs, now: i64) -> Result<(), FsStatus> {
+fn apply_size_times(t: &mut dyn Txn, caller: &Caller, n: &mut Inode, set: &SetAttrs, now: i64) -> Result<(), FsStatus> {
     if let Some(size) = set.size {
         check_sizable(n)?;
         if !(set.open_writer && owns(caller, n)) {
-            check(caller, n, perm::W)?;
+            check(t, caller, n, perm::W)?;
         }
         n.attr.size = size;
         n.attr.mtime_ns = now;

@@ -17,13 +17,14 @@ pub const S_ISGID: u32 = 0o2000;
 /// Sticky bit (restricted deletion in directories).
 pub const S_ISVTX: u32 = 0o1000;
 
-/// Checks that `caller` holds every bit of `want` (a combination of [`R`],
+/// Checks by the mode bits alone (the ACL's base: `crate::acl::check` adds
+/// the named entries) that `caller` holds every bit of `want` (a combination of [`R`],
 /// [`W`], [`X`]) on `inode`: the owner's triple if the caller owns it, else the
 /// group's if the caller is in the file's group (its gid or one of its
 /// supplementary groups, [`Caller::in_group`]), else the others'. The superuser
 /// bypasses read and write, and execute on directories; on other files it
 /// needs some execute bit set.
-pub fn check(caller: &Caller, inode: &Inode, want: u32) -> Result<(), FsStatus> {
+pub fn check_mode(caller: &Caller, inode: &Inode, want: u32) -> Result<(), FsStatus> {
     let a = &inode.attr;
     if caller.is_root() {
         let needs_x = want & X != 0 && a.kind != FileKind::Dir;
@@ -94,33 +95,33 @@ mod tests {
     #[test]
     fn root_needs_some_execute_bit_on_files_only() {
         let root = Caller::ROOT;
-        assert_eq!(check(&root, &inode(FileKind::File, 0o644), X), Err(FsStatus::PermissionDenied));
-        assert_eq!(check(&root, &inode(FileKind::File, 0o001), X), Ok(()));
-        assert_eq!(check(&root, &inode(FileKind::Dir, 0o000), X | R | W), Ok(()));
-        assert_eq!(check(&root, &inode(FileKind::File, 0o000), R | W), Ok(()));
+        assert_eq!(check_mode(&root, &inode(FileKind::File, 0o644), X), Err(FsStatus::PermissionDenied));
+        assert_eq!(check_mode(&root, &inode(FileKind::File, 0o001), X), Ok(()));
+        assert_eq!(check_mode(&root, &inode(FileKind::Dir, 0o000), X | R | W), Ok(()));
+        assert_eq!(check_mode(&root, &inode(FileKind::File, 0o000), R | W), Ok(()));
     }
 
     #[test]
     fn classes_do_not_fall_through() {
         let f = inode(FileKind::File, 0o077);
-        assert_eq!(check(&Caller::new(10, 20), &f, R), Err(FsStatus::PermissionDenied));
-        assert_eq!(check(&Caller::new(11, 20), &f, R | W | X), Ok(()));
-        assert_eq!(check(&Caller::new(11, 21), &f, R | W | X), Ok(()));
-        assert_eq!(check(&Caller::new(11, 21), &inode(FileKind::File, 0o770), R), Err(FsStatus::PermissionDenied));
+        assert_eq!(check_mode(&Caller::new(10, 20), &f, R), Err(FsStatus::PermissionDenied));
+        assert_eq!(check_mode(&Caller::new(11, 20), &f, R | W | X), Ok(()));
+        assert_eq!(check_mode(&Caller::new(11, 21), &f, R | W | X), Ok(()));
+        assert_eq!(check_mode(&Caller::new(11, 21), &inode(FileKind::File, 0o770), R), Err(FsStatus::PermissionDenied));
     }
 
     #[test]
     fn supplementary_groups_are_the_group_class() {
         let f = inode(FileKind::File, 0o640);
         let member = Caller { uid: 11, gid: 21, groups: vec![5, 20, 30] };
-        assert_eq!(check(&member, &f, R), Ok(()), "group 20 is one of its supplementary groups");
-        assert_eq!(check(&member, &f, W), Err(FsStatus::PermissionDenied));
+        assert_eq!(check_mode(&member, &f, R), Ok(()), "group 20 is one of its supplementary groups");
+        assert_eq!(check_mode(&member, &f, W), Err(FsStatus::PermissionDenied));
         let outsider = Caller { uid: 11, gid: 21, groups: vec![5, 30] };
-        assert_eq!(check(&outsider, &f, R), Err(FsStatus::PermissionDenied));
+        assert_eq!(check_mode(&outsider, &f, R), Err(FsStatus::PermissionDenied));
         // Membership puts the caller in the group class, which can deny what others get.
         let g_denied = inode(FileKind::File, 0o604);
-        assert_eq!(check(&member, &g_denied, R), Err(FsStatus::PermissionDenied));
-        assert_eq!(check(&outsider, &g_denied, R), Ok(()));
+        assert_eq!(check_mode(&member, &g_denied, R), Err(FsStatus::PermissionDenied));
+        assert_eq!(check_mode(&outsider, &g_denied, R), Ok(()));
         assert_eq!(strip_sgid(&member, 0o2755, 20), 0o2755, "in the group through a supplementary group");
         assert_eq!(strip_sgid(&outsider, 0o2755, 20), 0o755);
         assert_eq!(strip_sgid(&Caller::ROOT, 0o2755, 20), 0o2755);

@@ -51,6 +51,8 @@
 //!   their clock is the server's (`clock_timestamp()`), one for every manager.
 //! - 3 → 4: small files (SQLite's version 6): the inodes' `small_threshold`,
 //!   `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`.
+//! - 4 → 5: `acl_entries(ino, kind, id, rights, flags)` (SQLite's version
+//!   7): the named entries of the inodes' global ACLs.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -68,6 +70,7 @@ use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease as LeaseRow, Quota, QuotaSubject, StaleRange,
     User,
 };
+use nasd_proto::acl::AclEntry;
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{Component, ComponentState, Layout};
@@ -170,8 +173,16 @@ CREATE TABLE small_staged (
     ino BIGINT PRIMARY KEY REFERENCES inodes (ino), txn BIGINT NOT NULL, bytes BYTEA NOT NULL);
 "#;
 
+/// Version 5: global ACLs (SQLite's version 7).
+const V5: &str = r#"
+CREATE TABLE acl_entries (
+    ino BIGINT NOT NULL REFERENCES inodes (ino), kind BIGINT NOT NULL, id BIGINT NOT NULL,
+    rights BIGINT NOT NULL, flags BIGINT NOT NULL,
+    PRIMARY KEY (ino, kind, id));
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -965,6 +976,7 @@ impl Txn for PgTxn<'_> {
         self.exec("DELETE FROM xattrs WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM small_data WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM acl_entries WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
         Ok(())
     }
@@ -1084,6 +1096,27 @@ impl Txn for PgTxn<'_> {
 
     fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
+        Ok(())
+    }
+
+    fn get_acl(&mut self, ino: Ino) -> Result<Vec<AclEntry>, FsStatus> {
+        let sql = "SELECT kind, id, rights, flags FROM acl_entries WHERE ino = $1 ORDER BY kind, id";
+        let rows = self.query(sql, &[&(ino as i64)])?;
+        let raw = self.decode(rows, |r| {
+            Ok((get_at::<i64>(r, 0)?, get_at::<i64>(r, 1)?, get_at::<i64>(r, 2)?, get_at::<i64>(r, 3)?))
+        })?;
+        raw.into_iter().map(|(k, id, rights, flags)| crate::sqlite::acl_entry(k, id, rights, flags)).collect()
+    }
+
+    fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM acl_entries WHERE ino = $1", &[&(ino as i64)])?;
+        for e in entries {
+            let (kind, id) = e.who.code();
+            self.exec(
+                "INSERT INTO acl_entries (ino, kind, id, rights, flags) VALUES ($1, $2, $3, $4, $5)",
+                &[&(ino as i64), &i64::from(kind), &i64::from(id), &i64::from(e.rights), &i64::from(e.flags)],
+            )?;
+        }
         Ok(())
     }
 

@@ -27,9 +27,10 @@
 //! together. A small write with no transaction open is its own transaction:
 //! one metadata transaction with the size, stable when it returns.
 
+use crate::acl::check;
 use crate::backend::{Backend, Txn};
 use crate::namespace::{check_sizable, get, now_ns};
-use crate::perm::{check, owns, R, W};
+use crate::perm::{owns, R, W};
 use crate::quotas;
 use crate::types::{Caller, Inode, IntentState};
 use crate::Namespace;
@@ -120,7 +121,7 @@ impl<B: Backend> Namespace<B> {
         self.backend.read(|t| {
             let n = get(t, ino)?;
             check_sizable(&n)?;
-            check(caller, &n, R)?;
+            check(t, caller, &n, R)?;
             let threshold = n.small_threshold;
             if threshold == 0 {
                 return Err(FsStatus::InvalidArgument);
@@ -176,7 +177,7 @@ impl<B: Backend> Namespace<B> {
             let mut n = get(t, ino)?;
             check_sizable(&n)?;
             if !owns(caller, &n) {
-                check(caller, &n, W)?;
+                check(t, caller, &n, W)?;
             }
             let threshold = n.small_threshold;
             let end = offset.checked_add(data.len() as u64).ok_or(FsStatus::InvalidArgument)?;

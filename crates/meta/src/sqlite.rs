@@ -68,12 +68,17 @@
 //! - 5 → 6 (`V6`): small files: the inodes' `small_threshold` (0 for every
 //!   existing inode: their bytes stay on their components), `small_data`
 //!   and `small_staged`.
+//! - 6 → 7 (`V7`): `acl_entries(ino, kind, id, rights, flags)`, primary
+//!   key (ino, kind, id), referencing the inode: the named entries of its
+//!   global ACL (`nasd_proto::acl`; kind 1 user, 2 group). Every inode has
+//!   none.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
 use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease, Quota, QuotaSubject, StaleRange, User,
 };
+use nasd_proto::acl::{AclEntry, AclWho};
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{Component, ComponentState, Layout};
@@ -198,8 +203,16 @@ CREATE TABLE small_staged (
     ino INTEGER PRIMARY KEY REFERENCES inodes (ino), txn INTEGER NOT NULL, bytes BLOB NOT NULL);
 ";
 
+/// Global ACLs (see the module documentation).
+const V7: &str = "
+CREATE TABLE acl_entries (
+    ino INTEGER NOT NULL REFERENCES inodes (ino), kind INTEGER NOT NULL, id INTEGER NOT NULL,
+    rights INTEGER NOT NULL, flags INTEGER NOT NULL,
+    PRIMARY KEY (ino, kind, id)) WITHOUT ROWID;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -578,6 +591,7 @@ impl Txn for SqliteTxn<'_> {
         self.exec("DELETE FROM xattrs WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM small_data WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM acl_entries WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -758,6 +772,30 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_staged(&mut self, ino: Ino) -> Result<(), FsStatus> {
         self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
+        Ok(())
+    }
+
+    fn get_acl(&mut self, ino: Ino) -> Result<Vec<AclEntry>, FsStatus> {
+        let sql = "SELECT kind, id, rights, flags FROM acl_entries WHERE ino = ?1 ORDER BY kind, id";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map([ino as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+            })
+            .map_err(internal)?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        rows.into_iter().map(|(k, id, rights, flags)| acl_entry(k, id, rights, flags)).collect()
+    }
+
+    fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM acl_entries WHERE ino = ?1", [ino as i64])?;
+        for e in entries {
+            let (kind, id) = e.who.code();
+            self.exec(
+                "INSERT INTO acl_entries (ino, kind, id, rights, flags) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![ino as i64, kind, id, e.rights, e.flags],
+            )?;
+        }
         Ok(())
     }
 
@@ -1120,6 +1158,20 @@ impl Txn for SqliteTxn<'_> {
 
 fn lease_from_row(r: &Row<'_>) -> rusqlite::Result<Lease> {
     Ok(Lease { name: r.get(0)?, holder: r.get(1)?, token: u64_col(r, 2)?, expires_ms: u64_col(r, 3)? })
+}
+
+/// An ACL row as an entry; a row no entry could have written is a backend
+/// failure (`Internal`, logged), shared by both backends.
+pub(crate) fn acl_entry(kind: i64, id: i64, rights: i64, flags: i64) -> Result<AclEntry, FsStatus> {
+    let decoded = (|| {
+        let who = AclWho::from_code(u8::try_from(kind).ok()?, u32::try_from(id).ok()?).ok()?;
+        let e = AclEntry { who, rights: u8::try_from(rights).ok()?, flags: u8::try_from(flags).ok()? };
+        e.validate().ok().map(|()| e)
+    })();
+    decoded.ok_or_else(|| {
+        tracing::error!(kind, id, rights, flags, "metadata store holds an ACL row no entry encodes");
+        FsStatus::Internal
+    })
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Path resolution.
 
+use crate::acl::check;
 use crate::backend::{Backend, Txn};
 use crate::namespace::{child, get};
-use crate::perm::{check, X};
+use crate::perm::X;
 use crate::types::{Caller, Inode};
 use crate::Namespace;
 use nasd_proto::fs::*;
@@ -32,7 +33,7 @@ impl Walk<'_> {
         if self.cur.attr.kind != FileKind::Dir {
             return Err(FsStatus::NotDir);
         }
-        check(self.caller, &self.cur, X)?;
+        check(t, self.caller, &self.cur, X)?;
         let next = match name.as_str() {
             "." => return Ok(()),
             ".." => {

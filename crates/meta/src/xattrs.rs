@@ -7,9 +7,10 @@
 //! `NOT_SUPPORTED`. Each inode holds at most [`XATTRS_PER_INODE_MAX`]
 //! attributes and [`XATTR_BYTES_PER_INODE_MAX`] bytes of names and values.
 
+use crate::acl::check;
 use crate::backend::{Backend, Txn};
 use crate::namespace::{get, now_ns};
-use crate::perm::{check, owns, R, S_ISVTX, W};
+use crate::perm::{owns, R, S_ISVTX, W};
 use crate::types::{Caller, Inode};
 use crate::Namespace;
 use nasd_proto::fs::{FileKind, FsStatus, Ino, XATTRS_PER_INODE_MAX, XATTR_BYTES_PER_INODE_MAX, XATTR_NAME_MAX};
@@ -50,7 +51,7 @@ fn class_of(name: &str) -> Result<Class, FsStatus> {
 /// Linux's `xattr_permission`: may `caller` read (`write` false) or write
 /// attribute class `class` of `n`? A refused read of what the caller may
 /// not see is `NO_XATTR`, as on Linux.
-fn permitted(caller: &Caller, n: &Inode, class: Class, write: bool) -> Result<(), FsStatus> {
+fn permitted(t: &mut dyn Txn, caller: &Caller, n: &Inode, class: Class, write: bool) -> Result<(), FsStatus> {
     match class {
         Class::Trusted if !caller.is_root() => Err(if write { FsStatus::NotPermitted } else { FsStatus::NoXattr }),
         Class::Trusted => Ok(()),
@@ -64,7 +65,7 @@ fn permitted(caller: &Caller, n: &Inode, class: Class, write: bool) -> Result<()
             if write && sticky_dir && !owns(caller, n) {
                 return Err(FsStatus::NotPermitted);
             }
-            check(caller, n, if write { W } else { R })
+            check(t, caller, n, if write { W } else { R })
         }
     }
 }
@@ -80,7 +81,7 @@ impl<B: Backend> Namespace<B> {
         let class = class_of(name)?;
         self.backend.read(|t| {
             let n = get(t, ino)?;
-            permitted(caller, &n, class, false)?;
+            permitted(t, caller, &n, class, false)?;
             t.get_xattr(ino, name)?.ok_or(FsStatus::NoXattr)
         })
     }
@@ -122,7 +123,7 @@ impl<B: Backend> Namespace<B> {
         }
         self.backend.transact(|t| {
             let mut n = get(t, ino)?;
-            permitted(caller, &n, class, true)?;
+            permitted(t, caller, &n, class, true)?;
             let all = t.list_xattrs(ino)?;
             let exists = all.iter().any(|(k, _)| k == name);
             match mode {
@@ -151,7 +152,7 @@ impl<B: Backend> Namespace<B> {
         let class = class_of(name)?;
         self.backend.transact(|t| {
             let mut n = get(t, ino)?;
-            permitted(caller, &n, class, true)?;
+            permitted(t, caller, &n, class, true)?;
             if !t.delete_xattr(ino, name)? {
                 return Err(FsStatus::NoXattr);
             }

@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod acl;
 mod attrs;
 pub mod auth;
 mod capability;

@@ -8,6 +8,7 @@
 //! nothing here is MACed for transport (file handles carry the manager's MAC for
 //! itself, [`Handle`]); capability keys travel only inside it.
 
+use crate::acl::{decode_acl, encode_acl, validate_acl, AclEntry, AclInfo, ACL_ENTRIES_MAX};
 use crate::codec::{Reader, Writer};
 use crate::fs::{
     validate_groups, FileAttr, FileKind, FsStatus, Ino, ObjectRef, FILE_NAME_MAX, GROUPS_MAX, MODE_MASK, PATH_MAX,
@@ -120,6 +121,8 @@ pub mod manager_opcode {
     pub const LOGIN_IDENTITY: u16 = 0x001C;
     pub const READ_SMALL: u16 = 0x001D;
     pub const WRITE_SMALL: u16 = 0x001E;
+    pub const GET_ACL: u16 = 0x001F;
+    pub const SET_ACL: u16 = 0x0020;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -477,6 +480,19 @@ pub enum ManagerRequest {
         handle: Handle,
         name: String,
     },
+    /// An inode's ACL: owner, group, mode and named entries. Needs only the
+    /// handle (as `GETATTR`).
+    GetAcl {
+        handle: Handle,
+    },
+    /// Replaces an inode's named ACL entries (canonical, at most
+    /// [`ACL_ENTRIES_MAX`]; [`ACL_INHERIT`](crate::acl::ACL_INHERIT) on a
+    /// directory's only). The owner, the superuser, or a holder of
+    /// [`ACL_SET_ACL`](crate::acl::ACL_SET_ACL) through an entry.
+    SetAcl {
+        handle: Handle,
+        entries: Vec<AclEntry>,
+    },
     /// The changes after `after` in the manager's change feed (incarnation
     /// `incarnation`), waiting up to `wait_ms` for one.
     Watch {
@@ -685,6 +701,10 @@ impl std::fmt::Debug for ManagerRequest {
                 .finish(),
             R::RemoveXattr { handle, name } => {
                 f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
+            }
+            R::GetAcl { handle } => f.debug_struct("GetAcl").field("handle", handle).finish(),
+            R::SetAcl { handle, entries } => {
+                f.debug_struct("SetAcl").field("handle", handle).field("entries", entries).finish()
             }
             R::Watch { incarnation, after, wait_ms } => f
                 .debug_struct("Watch")
@@ -1117,6 +1137,8 @@ pub enum ManagerReply {
     XattrNames(Vec<String>),
     /// `READ_SMALL`: the bytes read (at most [`SMALL_IO_MAX`]).
     SmallData(Vec<u8>),
+    /// `GET_ACL`, `SET_ACL`: the inode's ACL.
+    Acl(AclInfo),
     /// `WATCH`: the changes after the request's `after`, in order, up to
     /// `next` (ask again with it). `lost`: changes were missed (the feed
     /// moved past `after`, or the manager restarted: `incarnation` is new);
@@ -1164,6 +1186,8 @@ impl ManagerRequest {
             ManagerRequest::ListXattr { .. } => LISTXATTR,
             ManagerRequest::SetXattr { .. } => SETXATTR,
             ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
+            ManagerRequest::GetAcl { .. } => GET_ACL,
+            ManagerRequest::SetAcl { .. } => SET_ACL,
             ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::Mknod { .. } => MKNOD,
             ManagerRequest::GetQuota { .. } => GET_QUOTA,
@@ -1200,7 +1224,9 @@ impl ManagerRequest {
             | R::SetXattr { handle, .. }
             | R::RemoveXattr { handle, .. }
             | R::ReadSmall { handle, .. }
-            | R::WriteSmall { handle, .. } => vec![*handle],
+            | R::WriteSmall { handle, .. }
+            | R::GetAcl { handle }
+            | R::SetAcl { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
             R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
             R::GetQuota { of: QuotaOf::User(_) } | R::SetQuota { of: QuotaOf::User(_), .. } => Vec::new(),
@@ -1254,7 +1280,9 @@ impl ManagerRequest {
             | R::RemoveXattr { .. }
             | R::GetQuota { .. }
             | R::ReadSmall { .. }
-            | R::WriteSmall { .. } => true,
+            | R::WriteSmall { .. }
+            | R::GetAcl { .. }
+            | R::SetAcl { .. } => true,
             R::Login { .. }
             | R::LoginIdentity { .. }
             | R::SyncIdentityKeys
@@ -1307,6 +1335,8 @@ impl ManagerRequest {
             ManagerRequest::ListXattr { .. } => "listxattr",
             ManagerRequest::SetXattr { .. } => "setxattr",
             ManagerRequest::RemoveXattr { .. } => "removexattr",
+            ManagerRequest::GetAcl { .. } => "get-acl",
+            ManagerRequest::SetAcl { .. } => "set-acl",
             ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::Mknod { .. } => "mknod",
             ManagerRequest::GetQuota { .. } => "get-quota",
@@ -1374,6 +1404,16 @@ impl ManagerRequest {
                     });
                 }
                 Ok(())
+            }
+            R::SetAcl { entries, .. } => {
+                if entries.len() > ACL_ENTRIES_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "ACL entries",
+                        len: entries.len() as u64,
+                        max: ACL_ENTRIES_MAX as u64,
+                    });
+                }
+                validate_acl(entries).map_err(DecodeError::NotCanonical)
             }
             R::Watch { wait_ms, .. } => {
                 if *wait_ms > WATCH_WAIT_MAX_MS {
@@ -1444,6 +1484,7 @@ impl ManagerRequest {
             | R::SyncIdentityKeys
             | R::SetAttr { .. }
             | R::ListXattr { .. }
+            | R::GetAcl { .. }
             | R::GetQuota { .. }
             | R::SetQuota { .. }
             | R::StatFs
@@ -1579,8 +1620,12 @@ impl ManagerRequest {
                 handle.encode(&mut w);
                 w.str(name);
             }
-            ManagerRequest::ListXattr { handle } => {
+            ManagerRequest::ListXattr { handle } | ManagerRequest::GetAcl { handle } => {
                 handle.encode(&mut w);
+            }
+            ManagerRequest::SetAcl { handle, entries } => {
+                handle.encode(&mut w);
+                encode_acl(&mut w, entries);
             }
             ManagerRequest::SetXattr { handle, name, value, mode } => {
                 handle.encode(&mut w);
@@ -1785,6 +1830,8 @@ impl ManagerRequest {
                 mode: XattrMode::decode(r.u8()?)?,
             },
             REMOVEXATTR => ManagerRequest::RemoveXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
+            GET_ACL => ManagerRequest::GetAcl { handle: Handle::decode(&mut r)? },
+            SET_ACL => ManagerRequest::SetAcl { handle: Handle::decode(&mut r)?, entries: decode_acl(&mut r)? },
             WATCH => {
                 let (incarnation, after, wait_ms) = (r.u64()?, r.u64()?, r.u32()?);
                 if wait_ms > WATCH_WAIT_MAX_MS {
@@ -2079,6 +2126,7 @@ mod reply_kind {
     pub const CHANGES: u8 = 14;
     pub const QUOTA: u8 = 15;
     pub const SMALL_DATA: u8 = 16;
+    pub const ACL: u8 = 17;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -2172,6 +2220,11 @@ impl ManagerReply {
                 for n in names {
                     w.str(n);
                 }
+            }
+            ManagerReply::Acl(info) => {
+                assert!(info.entries.len() <= ACL_ENTRIES_MAX, "ACL reply over ACL_ENTRIES_MAX");
+                w.u8(ACL);
+                info.encode(&mut w);
             }
             ManagerReply::Changes { incarnation, next, lost, changes } => {
                 assert!(changes.len() <= WATCH_CHANGES_MAX, "watch reply over WATCH_CHANGES_MAX");
@@ -2276,6 +2329,7 @@ impl ManagerReply {
                 let names = (0..n).map(|_| xattr_name(r)).collect::<Result<Vec<_>, _>>()?;
                 ManagerReply::XattrNames(names)
             }
+            ACL => ManagerReply::Acl(AclInfo::decode(r)?),
             CHANGES => {
                 let (incarnation, next, lost) = (r.u64()?, r.u64()?, r.bool()?);
                 let n = r.count(WATCH_CHANGES_MAX, "changes")?;

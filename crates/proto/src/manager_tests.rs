@@ -1,6 +1,7 @@
 //! Tests of the manager protocol: known-answer vectors (published in
 //! docs/PROTOCOL.md), round trips, canonical re-encoding, rejections.
 
+use crate::acl::*;
 use crate::codec::Writer;
 use crate::fs::*;
 use crate::layout::*;
@@ -30,6 +31,16 @@ fn handle(ino: Ino) -> Handle {
 
 fn arb_handle() -> impl Strategy<Value = Handle> {
     (any::<u64>(), any::<[u8; HANDLE_MAC_LEN]>()).prop_map(|(ino, mac)| Handle { ino, mac })
+}
+
+/// A canonical ACL: distinct principals, valid rights and flags, in order.
+fn arb_acl() -> impl Strategy<Value = Vec<AclEntry>> {
+    proptest::collection::btree_map((any::<bool>(), any::<u32>()), (1..=ACL_RIGHTS, 0..=ACL_FLAGS), 0..=ACL_ENTRIES_MAX)
+        .prop_map(|m| {
+            let who = |(group, id)| if group { AclWho::Group(id) } else { AclWho::User(id) };
+            let entries = m.into_iter().map(|(k, (rights, flags))| AclEntry { who: who(k), rights, flags });
+            canonical_acl(entries.collect()).expect("distinct principals")
+        })
 }
 
 fn component(drive: u32, object: u64, token: Vec<u8>) -> ComponentAccess {
@@ -227,6 +238,27 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             ManagerRequest::WriteSmall { handle: handle(42), txn: 0, offset: 10, data: b"abc".to_vec() }.encode(26),
         ),
         ("SMALL_DATA reply \"abc\"", ManagerReply::SmallData(b"abc".to_vec()).encode(25)),
+        (
+            "SET_ACL handle {ino 3, mac 68x32}: user 1001 read; group 7 read+execute, inherited",
+            ManagerRequest::SetAcl {
+                handle: handle(3),
+                entries: vec![
+                    AclEntry { who: AclWho::User(1001), rights: ACL_READ, flags: 0 },
+                    AclEntry { who: AclWho::Group(7), rights: ACL_READ | ACL_EXECUTE, flags: ACL_INHERIT },
+                ],
+            }
+            .encode(25),
+        ),
+        (
+            "ACL reply: owner 1000, group 100, mode 0o750, user 1001 read+write",
+            ManagerReply::Acl(AclInfo {
+                uid: 1000,
+                gid: 100,
+                mode: 0o750,
+                entries: vec![AclEntry { who: AclWho::User(1001), rights: ACL_READ | ACL_WRITE, flags: 0 }],
+            })
+            .encode(26),
+        ),
     ]
 }
 
@@ -281,7 +313,8 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "000018000000000000000f0101000000400000000001640000000000000000100000000000000200000000000000000000040000",
         "0000",
-    ),    concat!(
+    ),
+    concat!(
         "1d0019000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680010",
         "00000000000000020000",
     ),
@@ -290,6 +323,11 @@ const VECTORS_HEX: &[&str] = &[
         "0000000000000a0000000000000003000000616263",
     ),
     "000019000000000000001003000000616263",
+    concat!(
+        "2000190000000000000003000000000000006868686868686868686868686868686868686868686868686868686868686868",
+        "020001e9030000040002070000000501",
+    ),
+    "00001a0000000000000011e803000064000000e8010000010001e90300000600",
 ];
 
 #[test]
@@ -449,6 +487,8 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
             }
         ),
         (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::RemoveXattr { handle, name }),
+        arb_handle().prop_map(|handle| R::GetAcl { handle }),
+        (arb_handle(), arb_acl()).prop_map(|(handle, entries)| R::SetAcl { handle, entries }),
         (any::<u64>(), any::<u64>(), 0..=WATCH_WAIT_MAX_MS).prop_map(|(incarnation, after, wait_ms)| R::Watch {
             incarnation,
             after,
@@ -598,6 +638,12 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
         proptest::collection::vec(any::<u8>(), 0..300).prop_map(R::Xattr),
         proptest::collection::vec(any::<u8>(), 0..300).prop_map(R::SmallData),
         proptest::collection::vec(arb_xattr_name(), 0..20).prop_map(R::XattrNames),
+        (any::<u32>(), any::<u32>(), 0..=MODE_MASK, arb_acl()).prop_map(|(uid, gid, mode, entries)| R::Acl(AclInfo {
+            uid,
+            gid,
+            mode,
+            entries
+        })),
         (
             any::<u64>(),
             any::<u64>(),

@@ -13,7 +13,7 @@
 
 use crate::error::FailureCause;
 use crate::target::Binding;
-use nasd_client::{ClientError, DriveClient};
+use nasd_client::{Auth, ClientError, DriveClient};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,6 +42,10 @@ struct Slot {
 /// Connections per drive address, reused across striped objects.
 pub struct DrivePool {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// The identity every connection of the pool holds beside its
+    /// bindings' capabilities (`DriveClient::set_identity`): requests go
+    /// under it where the partition accepts PALs.
+    identity: Option<Auth>,
 }
 
 impl std::fmt::Debug for DrivePool {
@@ -66,6 +70,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Lease {
     slot: Arc<Slot>,
     client: Option<DriveClient>,
+    identity: Option<Auth>,
     /// Whether the connection came from the idle list (it may have gone
     /// stale while idle: a failure on it is worth one try on a new one).
     pub(crate) reused: bool,
@@ -95,6 +100,8 @@ impl Lease {
             if c.drive_id() != binding.drive_id {
                 return Err(FailureCause::WrongDrive { addr: binding.addr.clone() });
             }
+            let mut c = c;
+            c.set_identity(self.identity.clone());
             self.client = Some(c);
         }
         let c = self.client.as_mut().expect("connected above");
@@ -142,7 +149,16 @@ fn drop_closed(idle: &mut Vec<DriveClient>) {
 impl DrivePool {
     /// An empty pool.
     pub fn new() -> DrivePool {
-        DrivePool { slots: Mutex::new(HashMap::new()) }
+        DrivePool::with_identity(None)
+    }
+
+    /// An empty pool whose connections hold `identity` (an identity
+    /// credential from the authentication server) beside each binding's
+    /// capability: a request goes under the identity where the partition's
+    /// scheme accepts PALs, and under the capability elsewhere
+    /// (`DriveClient::set_identity`), without the caller noticing.
+    pub fn with_identity(identity: Option<Auth>) -> DrivePool {
+        DrivePool { slots: Mutex::new(HashMap::new()), identity }
     }
 
     fn slot(&self, addr: &str) -> Arc<Slot> {
@@ -175,7 +191,7 @@ impl DrivePool {
             drop_closed(&mut idle);
             idle.pop()
         };
-        Lease { reused: client.is_some(), slot, client, _permit: permit }
+        Lease { reused: client.is_some(), slot, client, identity: self.identity.clone(), _permit: permit }
     }
 
     /// Idle connections to `addr` that are still open (those the drive

@@ -1,5 +1,6 @@
 //! The conformance suite: the name space's semantics, run against any backend.
 
+use super::conformance_acls as acls;
 use super::conformance_files as files;
 use super::{check_invariants, snapshot, Failing};
 use crate::backend::{Backend, Txn};
@@ -103,6 +104,9 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("multi_component_revocation", files::multi_component_revocation),
         ("multi_component_removal", files::multi_component_removal),
         ("drive_state_and_epoch", files::drive_state_and_epoch),
+        ("acl_grants_and_revokes", acls::acl_grants_and_revokes),
+        ("acl_rules", acls::acl_rules),
+        ("acl_inheritance", acls::acl_inheritance),
     ]
 }
 

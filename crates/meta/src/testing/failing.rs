@@ -2,6 +2,7 @@
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
+use nasd_proto::acl::AclEntry;
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,6 +111,8 @@ delegate! {
     fn get_staged(&mut self, ino: Ino) -> Option<(u64, Vec<u8>)>;
     fn put_staged(&mut self, ino: Ino, txn: u64, bytes: &[u8]) -> ();
     fn delete_staged(&mut self, ino: Ino) -> ();
+    fn get_acl(&mut self, ino: Ino) -> Vec<AclEntry>;
+    fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> ();
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();

@@ -7,6 +7,7 @@
 //! Everything here panics on a failed check; it is for tests only.
 
 mod conformance;
+mod conformance_acls;
 mod conformance_files;
 mod conformance_small;
 mod failing;

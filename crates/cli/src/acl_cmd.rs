@@ -1,0 +1,199 @@
+//! `nasd acl`: show and change files' and directories' global ACLs.
+
+use crate::fs_cmd::Login;
+use anyhow::Context;
+use clap::Subcommand;
+use nasd_fs::{AclEntry, AclInfo, AclWho, FsClient, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE};
+
+/// How an entry is written on the command line.
+const ENTRY_SYNTAX: &str = "user:UID:RIGHTS[:inherit] or group:GID:RIGHTS[:inherit] (u: and g: for short), \
+                            RIGHTS a non-empty set of r (read), w (write), x (execute / search), \
+                            c (change the ACL), e.g. user:1001:rx or g:7:rwx:inherit";
+
+#[derive(Subcommand)]
+pub enum AclCommand {
+    /// Show an ACL: the owner, group and other entries (the mode bits) and
+    /// the named entries.
+    ///
+    /// A caller holds a right if its class in the mode bits gives it or a
+    /// named entry for its uid or one of its groups does: entries only add.
+    /// Entries marked `inherit` (directories only) are copied onto each
+    /// file and directory made in the directory afterwards.
+    Get {
+        /// A file or directory in nasd.
+        path: String,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Replace all named entries (none given: remove them all). The owner,
+    /// an administrator, or a holder of the `c` right.
+    ///
+    /// ENTRY is user:UID:RIGHTS[:inherit] or group:GID:RIGHTS[:inherit]
+    /// (u: and g: for short); RIGHTS is a set of r (read), w (write), x
+    /// (execute / search) and c (change the ACL). `inherit` on a directory's
+    /// entry copies it onto what is created in it from then on.
+    Set {
+        /// A file or directory in nasd.
+        path: String,
+        /// The entries (at most 32).
+        entries: Vec<String>,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Add named entries, or replace the rights of principals already named.
+    ///
+    /// ENTRY as for `nasd acl set`, e.g. `nasd acl add /docs/plan user:1001:r`.
+    Add {
+        /// A file or directory in nasd.
+        path: String,
+        /// The entries.
+        #[arg(required = true)]
+        entries: Vec<String>,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Remove the named entries of principals: user:UID or group:GID.
+    Remove {
+        /// A file or directory in nasd.
+        path: String,
+        /// The principals.
+        #[arg(required = true)]
+        principals: Vec<String>,
+        #[command(flatten)]
+        login: Login,
+    },
+}
+
+impl AclCommand {
+    /// How this command logs in.
+    pub fn login(&self) -> &Login {
+        match self {
+            AclCommand::Get { login, .. }
+            | AclCommand::Set { login, .. }
+            | AclCommand::Add { login, .. }
+            | AclCommand::Remove { login, .. } => login,
+        }
+    }
+}
+
+/// `nasd acl`. `add` and `remove` read the ACL and write it back whole:
+/// a change another client makes in between is overwritten.
+pub async fn run(fs: &FsClient, cmd: AclCommand) -> anyhow::Result<()> {
+    match cmd {
+        AclCommand::Get { path, .. } => {
+            let info = fs.get_acl(&path).await.with_context(|| format!("acl get {path}"))?;
+            print!("{}", show(&path, &info));
+        }
+        AclCommand::Set { path, entries, .. } => {
+            let entries = entries.iter().map(|e| parse_entry(e)).collect::<anyhow::Result<Vec<_>>>()?;
+            fs.set_acl(&path, entries).await.with_context(|| format!("acl set {path}"))?;
+        }
+        AclCommand::Add { path, entries, .. } => {
+            let add = entries.iter().map(|e| parse_entry(e)).collect::<anyhow::Result<Vec<_>>>()?;
+            let mut now = fs.get_acl(&path).await.with_context(|| format!("acl add {path}"))?.entries;
+            for e in add {
+                now.retain(|o| o.who != e.who);
+                now.push(e);
+            }
+            fs.set_acl(&path, now).await.with_context(|| format!("acl add {path}"))?;
+        }
+        AclCommand::Remove { path, principals, .. } => {
+            let gone = principals.iter().map(|p| parse_who(p)).collect::<anyhow::Result<Vec<_>>>()?;
+            let now = fs.get_acl(&path).await.with_context(|| format!("acl remove {path}"))?.entries;
+            if let Some(missing) = gone.iter().find(|w| !now.iter().any(|e| e.who == **w)) {
+                anyhow::bail!("acl remove {path}: no entry for {}", who_text(*missing));
+            }
+            let kept = now.into_iter().filter(|e| !gone.contains(&e.who)).collect();
+            fs.set_acl(&path, kept).await.with_context(|| format!("acl remove {path}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `getfacl`-like text.
+fn show(path: &str, info: &AclInfo) -> String {
+    let triple = |shift: u32| {
+        let bits = ((info.mode >> shift) & 0o7) as u8;
+        rights_text(bits)
+    };
+    let mut out = format!("# file: {path}\n# owner: {}\n# group: {}\n", info.uid, info.gid);
+    out += &format!("user::{}\ngroup::{}\nother::{}\n", triple(6), triple(3), triple(0));
+    for e in &info.entries {
+        let inherit = if e.flags & ACL_INHERIT != 0 { ":inherit" } else { "" };
+        out += &format!("{}:{}{inherit}\n", who_text(e.who), rights_text(e.rights));
+    }
+    out
+}
+
+fn who_text(who: AclWho) -> String {
+    match who {
+        AclWho::User(uid) => format!("user:{uid}"),
+        AclWho::Group(gid) => format!("group:{gid}"),
+    }
+}
+
+/// `rwxc` with `-` for what is not granted (`c` only when granted).
+fn rights_text(rights: u8) -> String {
+    let bit = |b: u8, c: char| if rights & b != 0 { c } else { '-' };
+    let mut s: String = [bit(ACL_READ, 'r'), bit(ACL_WRITE, 'w'), bit(ACL_EXECUTE, 'x')].into_iter().collect();
+    if rights & ACL_SET_ACL != 0 {
+        s.push('c');
+    }
+    s
+}
+
+fn parse_who(text: &str) -> anyhow::Result<AclWho> {
+    let (kind, id) = text.split_once(':').with_context(|| format!("{text:?}: expected user:UID or group:GID"))?;
+    let id: u32 = id.parse().with_context(|| format!("{text:?}: {id:?} is not a numeric id"))?;
+    match kind {
+        "user" | "u" => Ok(AclWho::User(id)),
+        "group" | "g" => Ok(AclWho::Group(id)),
+        _ => anyhow::bail!("{text:?}: expected user:UID or group:GID"),
+    }
+}
+
+fn parse_entry(text: &str) -> anyhow::Result<AclEntry> {
+    let bad = || anyhow::anyhow!("{text:?}: an ACL entry is {ENTRY_SYNTAX}");
+    let parts: Vec<&str> = text.split(':').collect();
+    let (who, rights, flags) = match parts.as_slice() {
+        [kind, id, rights] => (format!("{kind}:{id}"), *rights, 0),
+        [kind, id, rights, "inherit"] => (format!("{kind}:{id}"), *rights, ACL_INHERIT),
+        _ => return Err(bad()),
+    };
+    let who = parse_who(&who).map_err(|_| bad())?;
+    let mut bits = 0u8;
+    for c in rights.chars() {
+        bits |= match c {
+            'r' => ACL_READ,
+            'w' => ACL_WRITE,
+            'x' => ACL_EXECUTE,
+            'c' => ACL_SET_ACL,
+            '-' => 0,
+            _ => return Err(bad()),
+        };
+    }
+    if bits == 0 {
+        return Err(bad());
+    }
+    Ok(AclEntry { who, rights: bits, flags })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_parse_and_print() {
+        let e = parse_entry("g:7:r-x:inherit").unwrap();
+        assert_eq!(e, AclEntry { who: AclWho::Group(7), rights: ACL_READ | ACL_EXECUTE, flags: ACL_INHERIT });
+        assert_eq!(parse_entry("user:1001:rc").unwrap().rights, ACL_READ | ACL_SET_ACL);
+        for bad in ["user:1001", "user:bob:r", "user:1:", "user:1:q", "other:1:r", "user:1:r:sticky"] {
+            assert!(parse_entry(bad).is_err(), "{bad}");
+        }
+        let info = AclInfo { uid: 1000, gid: 100, mode: 0o640, entries: vec![e] };
+        assert_eq!(
+            show("/d", &info),
+            "# file: /d\n# owner: 1000\n# group: 100\nuser::rw-\ngroup::r--\nother::---\ngroup:7:r-x:inherit\n"
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! Global ACLs through the real `nasd` binary on a real cluster (`nasd up`):
+//! a user grants another read on a file, who then reads it and still
+//! cannot write it; the grant is revoked and the reader refused; an
+//! inherited directory entry reaches a file created later.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+mod common;
+
+use common::Daemon;
+
+fn nasd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .arg("--config")
+        .arg(cwd.join("nasd-data/nasd.toml"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("NASD_CONFIG")
+        .env_remove("NASD_NEW_PASSWORD")
+        .env_remove("NASD_PASSWORD")
+        .env_remove("NASD_USER")
+        .env_remove("NASD_ROLE")
+        .env_remove("NASD_LOG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nasd")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[track_caller]
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "nasd failed: {}{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[track_caller]
+fn fails(out: Output) -> String {
+    assert!(!out.status.success(), "nasd succeeded: {}", text(&out.stdout));
+    text(&out.stderr)
+}
+
+#[test]
+fn acls_through_the_cli() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let daemon = Daemon::start("nasd up", cwd, &cwd.join("up.log"), None, |addr| {
+        let args = ["up", "--drives", "2", "--manager-port", &addr.port().to_string()];
+        args.iter().map(OsString::from).collect()
+    });
+    // The administrator makes two users and a shared directory.
+    for (name, uid) in [("alice", "2000"), ("bob", "2001")] {
+        let pw = format!("{name} password");
+        ok(nasd(cwd, &["admin", "add-user", name, "--uid", uid], &[("NASD_NEW_PASSWORD", &pw)]));
+    }
+    ok(nasd(cwd, &["mkdir", "/shared", "--mode", "777"], &[]));
+    let alice = |args: &[&str]| {
+        let mut all = vec!["--user", "alice"];
+        all.extend_from_slice(args);
+        nasd(cwd, &all, &[("NASD_PASSWORD", "alice password")])
+    };
+    let bob = |args: &[&str]| {
+        let mut all = vec!["--user", "bob"];
+        all.extend_from_slice(args);
+        nasd(cwd, &all, &[("NASD_PASSWORD", "bob password")])
+    };
+
+    // Alice's private directory and file: bob gets nothing from the mode bits.
+    let src = cwd.join("plan.txt");
+    std::fs::write(&src, b"alice's plan").unwrap();
+    let other = cwd.join("other.txt");
+    std::fs::write(&other, b"bob was here").unwrap();
+    ok(alice(&["mkdir", "/shared/a", "--mode", "700"]));
+    ok(alice(&["put", src.to_str().unwrap(), "/shared/a/plan"]));
+    ok(alice(&["chmod", "600", "/shared/a/plan"]));
+    let e = fails(bob(&["cat", "/shared/a/plan"]));
+    assert!(e.to_lowercase().contains("permission denied"), "{e}");
+
+    // Alice grants bob search on the directory and read on the file.
+    ok(alice(&["acl", "add", "/shared/a", "user:2001:x"]));
+    ok(alice(&["acl", "add", "/shared/a/plan", "user:2001:r"]));
+    let shown = ok(alice(&["acl", "get", "/shared/a/plan"]));
+    assert!(shown.contains("# owner: 2000") && shown.contains("user::rw-") && shown.contains("other::---"), "{shown}");
+    assert!(shown.contains("user:2001:r--"), "{shown}");
+    assert_eq!(ok(bob(&["cat", "/shared/a/plan"])), "alice's plan");
+    // Read is not write: bob's overwrite is refused, and so is changing the ACL.
+    let e = fails(bob(&["put", other.to_str().unwrap(), "/shared/a/plan"]));
+    assert!(e.to_lowercase().contains("permission denied"), "{e}");
+    let e = fails(bob(&["acl", "add", "/shared/a/plan", "user:2001:rw"]));
+    assert!(e.to_lowercase().contains("not permitted"), "{e}");
+    assert_eq!(ok(alice(&["cat", "/shared/a/plan"])), "alice's plan", "unchanged");
+    // chmod keeps the named entry (it changes the base entries only).
+    ok(alice(&["chmod", "640", "/shared/a/plan"]));
+    let shown = ok(bob(&["acl", "get", "/shared/a/plan"]));
+    assert!(shown.contains("group::r--") && shown.contains("user:2001:r--"), "{shown}");
+
+    // Revoked: bob is refused again.
+    ok(alice(&["acl", "remove", "/shared/a/plan", "user:2001"]));
+    let e = fails(bob(&["cat", "/shared/a/plan"]));
+    assert!(e.to_lowercase().contains("permission denied"), "{e}");
+    let e = fails(alice(&["acl", "remove", "/shared/a/plan", "user:2001"]));
+    assert!(e.contains("no entry for user:2001"), "{e}");
+
+    // An inheritable entry on the directory reaches a file made afterwards.
+    ok(alice(&["acl", "set", "/shared/a", "user:2001:rx:inherit"]));
+    ok(alice(&["put", src.to_str().unwrap(), "/shared/a/later"]));
+    ok(alice(&["chmod", "600", "/shared/a/later"]));
+    let shown = ok(alice(&["acl", "get", "/shared/a/later"]));
+    assert!(shown.contains("user:2001:r-x\n") && !shown.contains("inherit"), "{shown}");
+    assert_eq!(ok(bob(&["cat", "/shared/a/later"])), "alice's plan");
+    let e = fails(bob(&["cat", "/shared/a/plan"]));
+    assert!(e.to_lowercase().contains("permission denied"), "the old file got nothing: {e}");
+    let e = fails(alice(&["acl", "add", "/shared/a/plan", "user:2001:r:inherit"]));
+    assert!(e.to_lowercase().contains("invalid argument"), "inherit is for directories: {e}");
+    let e = fails(alice(&["acl", "add", "/shared/a/plan", "user:bob:r"]));
+    assert!(e.contains("an ACL entry is"), "{e}");
+
+    // --help says what an entry is.
+    let help = ok(nasd(cwd, &["acl", "set", "--help"], &[]));
+    assert!(help.contains("user:UID:RIGHTS[:inherit]") && help.contains("inherit"), "{help}");
+    drop(daemon);
+}
