@@ -3,71 +3,31 @@
 //! cannot write it; the grant is revoked and the reader refused; an
 //! inherited directory entry reaches a file created later.
 
-use std::ffi::OsString;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
 mod common;
 
-use common::Daemon;
-
-fn nasd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .arg("--config")
-        .arg(cwd.join("nasd-data/nasd.toml"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .env_remove("NASD_USER")
-        .env_remove("NASD_ROLE")
-        .env_remove("NASD_LOG")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "nasd failed: {}{}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
-}
-
-#[track_caller]
-fn fails(out: Output) -> String {
-    assert!(!out.status.success(), "nasd succeeded: {}", text(&out.stdout));
-    text(&out.stderr)
-}
+use common::up::{fails, nasd_with_config, ok, Up};
 
 #[test]
 fn acls_through_the_cli() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
-    let daemon = Daemon::start("nasd up", cwd, &cwd.join("up.log"), None, |addr| {
-        let args = ["up", "--drives", "2", "--manager-port", &addr.port().to_string()];
-        args.iter().map(OsString::from).collect()
-    });
+    let up = Up::start(cwd, 2, &[]);
+    let config = up.data().join("nasd.toml");
     // The administrator makes two users and a shared directory.
     for (name, uid) in [("alice", "2000"), ("bob", "2001")] {
         let pw = format!("{name} password");
-        ok(nasd(cwd, &["admin", "add-user", name, "--uid", uid], &[("NASD_NEW_PASSWORD", &pw)]));
+        ok(nasd_with_config(cwd, &config, &["admin", "add-user", name, "--uid", uid], &[("NASD_NEW_PASSWORD", &pw)]));
     }
-    ok(nasd(cwd, &["mkdir", "/shared", "--mode", "777"], &[]));
+    ok(nasd_with_config(cwd, &config, &["mkdir", "/shared", "--mode", "777"], &[]));
     let alice = |args: &[&str]| {
         let mut all = vec!["--user", "alice"];
         all.extend_from_slice(args);
-        nasd(cwd, &all, &[("NASD_PASSWORD", "alice password")])
+        nasd_with_config(cwd, &config, &all, &[("NASD_PASSWORD", "alice password")])
     };
     let bob = |args: &[&str]| {
         let mut all = vec!["--user", "bob"];
         all.extend_from_slice(args);
-        nasd(cwd, &all, &[("NASD_PASSWORD", "bob password")])
+        nasd_with_config(cwd, &config, &all, &[("NASD_PASSWORD", "bob password")])
     };
 
     // Alice's private directory and file: bob gets nothing from the mode bits.
@@ -121,7 +81,7 @@ fn acls_through_the_cli() {
     assert!(e.contains("an ACL entry is"), "{e}");
 
     // --help says what an entry is.
-    let help = ok(nasd(cwd, &["acl", "set", "--help"], &[]));
+    let help = ok(nasd_with_config(cwd, &config, &["acl", "set", "--help"], &[]));
     assert!(help.contains("user:UID:RIGHTS[:inherit]") && help.contains("inherit"), "{help}");
-    drop(daemon);
+    drop(up);
 }

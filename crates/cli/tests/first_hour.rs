@@ -5,275 +5,16 @@
 //! rotted on disk), the recorded drive capacity, plain logs in files, one
 //! source of file times, and progress output only on a terminal.
 
-use nasd_fs::{FileKind, FsClient, FsConfig};
 use std::ffi::OsString;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Output, Stdio};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 mod common;
 
-use common::{free_addr, Daemon, DAEMON_WAIT_MAX};
-
-/// A `nasd up` cluster started in `cwd` with its data in `cwd/nasd-data`,
-/// where commands run in `cwd` find its config by themselves.
-struct Up {
-    daemon: Daemon,
-    cwd: PathBuf,
-    first_drive_port: u16,
-}
-
-/// `n` consecutive free loopback ports (free now).
-fn free_ports(n: u16) -> u16 {
-    loop {
-        let first = free_addr().port();
-        if first.checked_add(n).is_some()
-            && (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).is_ok())
-        {
-            return first;
-        }
-    }
-}
-
-impl Up {
-    /// `nasd up --drives N [extra]` in `cwd`, its output in `cwd/up.log`:
-    /// on free ports the first time, on the recorded ones (and `manager`,
-    /// the manager's address then) after.
-    fn start(
-        cwd: &Path,
-        drives: u16,
-        manager: Option<std::net::SocketAddr>,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Up {
-        let extra: Vec<OsString> = extra.iter().map(OsString::from).collect();
-        let config = cwd.join("nasd-data").join("nasd.toml");
-        let daemon = Daemon::start_with_env("nasd up", cwd, &cwd.join("up.log"), manager, env, {
-            let config = config.clone();
-            move |addr| {
-                let mut args: Vec<OsString> = vec![
-                    "up".into(),
-                    "--drives".into(),
-                    drives.to_string().into(),
-                    "--manager-port".into(),
-                    addr.port().to_string().into(),
-                ];
-                // Chosen afresh on each attempt (a port taken meanwhile), until recorded.
-                if !config.exists() {
-                    args.extend(["--first-drive-port".into(), free_ports(drives).to_string().into()]);
-                }
-                args.extend(extra.iter().cloned());
-                args
-            }
-        });
-        let recorded = std::fs::read_to_string(&config).unwrap();
-        let first_drive_port = recorded
-            .lines()
-            .find_map(|l| l.strip_prefix("first_drive_port = "))
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no first_drive_port in {recorded}"));
-        Up { daemon, cwd: cwd.to_path_buf(), first_drive_port }
-    }
-
-    fn data(&self) -> PathBuf {
-        self.cwd.join("nasd-data")
-    }
-
-    /// `nasd ARGS` in the cluster's directory.
-    fn nasd(&self, args: &[&str]) -> Output {
-        nasd_in(&self.cwd, args, &[])
-    }
-
-    /// `nasd ARGS`, which must succeed; its standard output.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.nasd(args);
-        assert!(out.status.success(), "nasd {args:?} failed: {}", text(&out.stderr));
-        text(&out.stdout)
-    }
-
-    /// `nasd ARGS`, which must fail; its standard error.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.nasd(args);
-        assert!(!out.status.success(), "nasd {args:?} succeeded: {}", text(&out.stdout));
-        text(&out.stderr)
-    }
-
-    /// The administrator, logged in in this process (to look at the name space whole).
-    fn admin(&self, rt: &tokio::runtime::Runtime) -> FsClient {
-        let manager = self.data().join("manager");
-        let password = std::fs::read_to_string(manager.join("admin.password")).unwrap().trim().to_string();
-        let config = FsConfig {
-            manager: self.daemon.addr.to_string(),
-            server_name: "localhost".into(),
-            ca_cert: manager.join("tls").join("ca.pem"),
-            user: "admin".into(),
-            password,
-            ..Default::default()
-        };
-        rt.block_on(async { tokio::time::timeout(DAEMON_WAIT_MAX, FsClient::connect(&config)).await })
-            .expect("login hung")
-            .expect("admin logs in")
-    }
-}
-
-/// Runs `nasd ARGS` in `cwd` to completion (no config but the one it finds there).
-fn nasd_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .env_remove("NASD_USER")
-        .env_remove("NASD_LOG")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
-
-/// Every path in nasd with its kind and size, temporary names included.
-fn name_space(rt: &tokio::runtime::Runtime, fs: &FsClient) -> Vec<(String, FileKind, u64)> {
-    rt.block_on(async {
-        let mut out = Vec::new();
-        let mut dirs = vec!["/".to_string()];
-        while let Some(dir) = dirs.pop() {
-            for (name, attr) in fs.readdir(&dir).await.unwrap() {
-                let path = format!("{}/{name}", dir.trim_end_matches('/'));
-                if attr.kind == FileKind::Dir {
-                    dirs.push(path.clone());
-                }
-                out.push((path, attr.kind, if attr.kind == FileKind::Dir { 0 } else { attr.size }));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
-    })
-}
-
-/// Every path under a local directory.
-fn local_tree(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
-                dirs.push(p.clone());
-            }
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
-}
-
-/// `len` bytes no two 64-byte pieces of which are alike, led by `tag`.
-fn pattern(tag: &[u8], len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 64);
-    let mut i = 0u64;
-    while out.len() < len {
-        out.extend_from_slice(tag);
-        out.extend_from_slice(format!("-{i:012}-").as_bytes());
-        out.extend_from_slice(&[0xA5; 16]);
-        i += 1;
-    }
-    out.truncate(len);
-    out
-}
-
-/// Flips one byte of the first copy of `needle` in drive `drive`'s block
-/// file; `false` if the drive does not hold it.
-fn rot(data: &Path, drive: usize, needle: &[u8]) -> bool {
-    use std::io::{Seek, SeekFrom, Write};
-    let path = data.join(format!("drive-{drive}")).join("blocks.dat");
-    let bytes = std::fs::read(&path).unwrap();
-    let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) else { return false };
-    let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.seek(SeekFrom::Start(at as u64 + 7)).unwrap();
-    f.write_all(&[bytes[at + 7] ^ 0xFF]).unwrap();
-    f.sync_all().unwrap();
-    true
-}
-
-/// The drives whose block files hold `needle`, waiting (bounded) for the
-/// data to reach them.
-fn drives_holding(data: &Path, drives: usize, needle: &[u8]) -> Vec<usize> {
-    let deadline = Instant::now() + DAEMON_WAIT_MAX;
-    loop {
-        let holding: Vec<usize> = (0..drives)
-            .filter(|d| {
-                let bytes = std::fs::read(data.join(format!("drive-{d}")).join("blocks.dat")).unwrap_or_default();
-                bytes.windows(needle.len()).any(|w| w == needle)
-            })
-            .collect();
-        if !holding.is_empty() {
-            return holding;
-        }
-        assert!(Instant::now() < deadline, "no drive's blocks.dat holds the file's bytes");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
-/// Runs `nasd ARGS` in `cwd` with standard output and error on a
-/// pseudo-terminal: its exit status and everything it wrote there.
-fn on_terminal(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain libc pty calls on descriptors this function owns; the
-    // name buffer is large enough and NUL-terminated by ptsname_r.
-    let (master, slave) = unsafe {
-        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
-        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert_eq!(libc::grantpt(master), 0);
-        assert_eq!(libc::unlockpt(master), 0);
-        let size = libc::winsize { ws_row: 30, ws_col: 120, ws_xpixel: 0, ws_ypixel: 0 };
-        assert_eq!(libc::ioctl(master, libc::TIOCSWINSZ, &size), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
-        let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_string();
-        let slave = std::fs::OpenOptions::new().read(true).write(true).open(name).unwrap();
-        (std::fs::File::from_raw_fd(master), slave)
-    };
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nasd"));
-    cmd.args(args)
-        .current_dir(cwd)
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_LOG")
-        .env_remove("NO_COLOR")
-        .env("TERM", "xterm")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(slave.try_clone().unwrap())
-        .stderr(slave);
-    let mut child = cmd.spawn().expect("run nasd on a terminal");
-    // The child holds the only other ends of the terminal: once it exits, reads end.
-    drop(cmd);
-    let reader = std::thread::spawn(move || {
-        let mut master = master;
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        // EIO once every slave end is closed.
-        while let Ok(n) = master.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&buf[..n]);
-        }
-        out
-    });
-    let status = child.wait().unwrap();
-    (status, text(&reader.join().unwrap()))
-}
+use common::up::{drives_holding, local_tree, name_space, nasd_in, on_terminal, pattern, rot, runtime, text, Up};
+use common::Daemon;
 
 /// The README's tour, run line by line as written (the alias pointing at
 /// the binary under test) in a directory holding the repository's README
@@ -302,7 +43,7 @@ fn the_readme_tour_runs_as_written() {
         }
     }
     // Four drives, as the README's `nasd up` (small ones: the disk is shared).
-    let mut up = Up::start(cwd, 4, None, &["--drive-capacity", "256MiB"], &[]);
+    let mut up = Up::start_with(cwd, 4, None, &["--drive-capacity", "256MiB"], &[]);
     let alias = format!("alias nasd={}", env!("CARGO_BIN_EXE_nasd"));
     let mut outputs = Vec::new();
     for line in &lines[1..] {
@@ -354,7 +95,7 @@ fn the_readme_tour_runs_as_written() {
 #[test]
 fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut up = Up::start(tmp.path(), 3, None, &["--drive-capacity", "256MiB"], &[]);
+    let mut up = Up::start_with(tmp.path(), 3, None, &["--drive-capacity", "256MiB"], &[]);
     let data = up.data();
     let content = pattern(b"scrub-me", 300_000);
     std::fs::write(tmp.path().join("precious.bin"), &content).unwrap();
@@ -395,7 +136,7 @@ fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     assert!(std::fs::read(tmp.path().join("back.bin")).unwrap() == content, "the file reads back whole");
 
     // A drive a manager looks after keeps its drive key.
-    let refused = up.fails(&[
+    let refused = up.fails_stdout_unchecked(&[
         "set-drive-key",
         "--drive",
         "0",
@@ -433,7 +174,7 @@ fn scrub_on_a_fresh_up_finds_and_heals_a_block_rotted_on_disk() {
     assert_eq!(every.matches("audit id").count(), 3, "{every}");
     // One key file is one drive's.
     let one_key = data.join("drive-0/drive.key");
-    let e = up.fails(&["audit", "--drive-key-file", one_key.to_str().unwrap()]);
+    let e = up.fails_stdout_unchecked(&["audit", "--drive-key-file", one_key.to_str().unwrap()]);
     assert!(e.contains("--drive-key-file is one drive's key"), "{e}");
     up.daemon.terminate();
 }
@@ -445,7 +186,7 @@ fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
     // Three drives of 64 MiB under rs:2+1: about 128 MiB of file data fit.
-    let mut up = Up::start(cwd, 3, None, &["--drive-capacity", "64MiB"], &[]);
+    let mut up = Up::start_with(cwd, 3, None, &["--drive-capacity", "64MiB"], &[]);
     let rt = runtime();
     let fs = up.admin(&rt);
     up.ok(&["mkdir", "/docs"]);
@@ -460,38 +201,38 @@ fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
     let before = name_space(&rt, &fs);
 
     // 1. A directory without -r: refused before anything is made, blaming the real cause once.
-    let e = up.fails(&["put", "tree", "/docs/"]);
+    let e = up.fails_stdout_unchecked(&["put", "tree", "/docs/"]);
     assert_eq!(e.matches("is a directory").count(), 1, "{e}");
     assert!(e.contains("-r") && !e.contains("manager"), "{e}");
     assert_eq!(name_space(&rt, &fs), before, "a refused put leaves the name space as it was");
-    let e = up.fails(&["put", "missing.txt", "/docs/"]);
+    let e = up.fails_stdout_unchecked(&["put", "missing.txt", "/docs/"]);
     assert!(e.contains("missing.txt") && e.contains("No such file"), "{e}");
     assert_eq!(name_space(&rt, &fs), before);
 
     // A copy that fails part way (the drives fill up) leaves nothing, not even its temporary file.
     std::fs::write(cwd.join("huge.bin"), pattern(b"huge", 160 << 20)).unwrap();
-    let e = up.fails(&["put", "huge.bin", "/docs/"]);
+    let e = up.fails_stdout_unchecked(&["put", "huge.bin", "/docs/"]);
     assert!(e.contains("no space left"), "the error names the cause: {e}");
     assert_eq!(name_space(&rt, &fs), before, "a failed put leaves the name space unchanged");
     // ... and so does a tree whose last file does not fit: what it made before is removed.
     std::fs::rename(cwd.join("huge.bin"), cwd.join("tree/sub/zz-huge.bin")).unwrap();
-    let e = up.fails(&["put", "-r", "tree", "/docs/"]);
+    let e = up.fails_stdout_unchecked(&["put", "-r", "tree", "/docs/"]);
     assert!(e.contains("no space left"), "{e}");
     assert_eq!(name_space(&rt, &fs), before, "a failed put -r leaves the name space unchanged");
     std::fs::remove_file(cwd.join("tree/sub/zz-huge.bin")).unwrap();
 
     // 2. A trailing slash means a directory that must exist.
-    let e = up.fails(&["put", "note.txt", "/nodir/"]);
+    let e = up.fails_stdout_unchecked(&["put", "note.txt", "/nodir/"]);
     assert!(e.contains("no such directory: /nodir/"), "{e}");
     assert_eq!(name_space(&rt, &fs), before, "no file /nodir was made");
     up.ok(&["put", "note.txt", "/docs/"]);
     assert_eq!(up.ok(&["cat", "/docs/note.txt"]), "first version\n");
-    let e = up.fails(&["put", "other.txt", "/docs/note.txt/"]);
+    let e = up.fails_stdout_unchecked(&["put", "other.txt", "/docs/note.txt/"]);
     assert!(e.contains("not a directory"), "{e}");
-    let e = up.fails(&["get", "/docs/note.txt", "nolocal/"]);
+    let e = up.fails_stdout_unchecked(&["get", "/docs/note.txt", "nolocal/"]);
     assert!(e.contains("no such directory"), "{e}");
     assert!(!cwd.join("nolocal").exists());
-    let e = up.fails(&["put", "note.txt", "/nodir/x.txt"]);
+    let e = up.fails_stdout_unchecked(&["put", "note.txt", "/nodir/x.txt"]);
     assert!(e.contains("no such directory: /nodir"), "{e}");
 
     // 3. --no-clobber leaves existing files alone, and says so; without it, a put replaces.
@@ -543,16 +284,16 @@ fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
         assert!(rot(&up.data(), d, needle));
     }
     std::fs::create_dir(cwd.join("out")).unwrap();
-    let e = up.fails(&["get", "/plain/fragile.bin", "out/"]);
+    let e = up.fails_stdout_unchecked(&["get", "/plain/fragile.bin", "out/"]);
     assert!(e.contains("fragile.bin"), "{e}");
-    assert_eq!(local_tree(&cwd.join("out")), Vec::<PathBuf>::new(), "a failed get leaves nothing behind");
-    let e = up.fails(&["get", "-r", "/plain", "out/"]);
+    assert_eq!(local_tree(&cwd.join("out")), [], "a failed get leaves nothing behind");
+    let e = up.fails_stdout_unchecked(&["get", "-r", "/plain", "out/"]);
     assert!(e.contains("fragile.bin"), "{e}");
-    assert_eq!(local_tree(&cwd.join("out")), Vec::<PathBuf>::new(), "a failed get -r leaves nothing behind");
+    assert_eq!(local_tree(&cwd.join("out")), [], "a failed get -r leaves nothing behind");
     let before = name_space(&rt, &fs);
-    let e = up.fails(&["cp", "nasd:/plain/fragile.bin", "nasd:/docs/"]);
+    let e = up.fails_stdout_unchecked(&["cp", "nasd:/plain/fragile.bin", "nasd:/docs/"]);
     assert!(e.contains("fragile.bin"), "{e}");
-    let e = up.fails(&["cp", "-r", "nasd:/plain", "nasd:/docs/"]);
+    let e = up.fails_stdout_unchecked(&["cp", "-r", "nasd:/plain", "nasd:/docs/"]);
     assert!(e.contains("fragile.bin"), "{e}");
     assert_eq!(name_space(&rt, &fs), before, "a failed cp and cp -r leave the name space unchanged");
     up.ok(&["rm", "/plain/fragile.bin"]);
@@ -587,7 +328,7 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
     // NO_COLOR empty is no request: colour would follow the output, a file here.
-    let mut up = Up::start(cwd, 3, None, &[], &[("NO_COLOR", "")]);
+    let mut up = Up::start_with(cwd, 3, None, &[], &[("NO_COLOR", "")]);
     let rt = runtime();
     // To the byte, as the drives report them.
     let capacities = |up: &Up| {
@@ -657,7 +398,7 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     std::fs::write(cwd.join("filler.bin"), pattern(b"filler", 96 << 20)).unwrap();
     std::fs::File::open(cwd.join("filler.bin")).unwrap().sync_all().unwrap();
     let manager = up.daemon.addr;
-    let mut up = Up::start(cwd, 3, Some(manager), &[], &[]);
+    let mut up = Up::start_with(cwd, 3, Some(manager), &[], &[]);
     assert_eq!(capacities(&up), first, "the capacity recorded at the first start is kept");
     up.daemon.terminate();
 
@@ -674,7 +415,7 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     // And `nasd up` weighs its drives together, which share one disk.
     let big = cwd.join("big-up");
     std::fs::create_dir(&big).unwrap();
-    let mut up = Up::start(&big, 2, None, &["--drive-capacity", "64TiB"], &[]);
+    let mut up = Up::start_with(&big, 2, None, &["--drive-capacity", "64TiB"], &[]);
     let said = up.daemon.output();
     assert!(said.contains("warning: the 2 drives' capacity (128.0 TiB in all) is more than the disk under"), "{said}");
     assert!(said.contains("free space there, or start with a smaller capacity"), "{said}");

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 pub struct Up {
     pub daemon: Daemon,
     pub cwd: PathBuf,
+    /// The first drive's port, as recorded in `nasd-data/nasd.toml`.
+    pub first_drive_port: u16,
 }
 
 /// `n` consecutive free loopback ports (free now).
@@ -35,24 +37,46 @@ pub fn free_ports(n: u16) -> u16 {
 impl Up {
     /// `nasd up --drives N [extra]` in `cwd` on free ports, its output in `cwd/up.log`.
     pub fn start(cwd: &Path, drives: u16, extra: &[&str]) -> Up {
+        Up::start_with(cwd, drives, None, extra, &[])
+    }
+
+    /// [`Up::start`] with `env` added to its environment: on free ports the
+    /// first time, on the recorded ones (and `manager`, the manager's
+    /// address then) after.
+    pub fn start_with(
+        cwd: &Path,
+        drives: u16,
+        manager: Option<std::net::SocketAddr>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Up {
         let extra: Vec<OsString> = extra.iter().map(OsString::from).collect();
         let config = cwd.join("nasd-data").join("nasd.toml");
-        let daemon = Daemon::start("nasd up", cwd, &cwd.join("up.log"), None, move |addr| {
-            let mut args: Vec<OsString> = vec![
-                "up".into(),
-                "--drives".into(),
-                drives.to_string().into(),
-                "--manager-port".into(),
-                addr.port().to_string().into(),
-            ];
-            // Chosen afresh on each attempt (a port taken meanwhile), until recorded.
-            if !config.exists() {
-                args.extend(["--first-drive-port".into(), free_ports(drives).to_string().into()]);
+        let daemon = Daemon::start_with_env("nasd up", cwd, &cwd.join("up.log"), manager, env, {
+            let config = config.clone();
+            move |addr| {
+                let mut args: Vec<OsString> = vec![
+                    "up".into(),
+                    "--drives".into(),
+                    drives.to_string().into(),
+                    "--manager-port".into(),
+                    addr.port().to_string().into(),
+                ];
+                // Chosen afresh on each attempt (a port taken meanwhile), until recorded.
+                if !config.exists() {
+                    args.extend(["--first-drive-port".into(), free_ports(drives).to_string().into()]);
+                }
+                args.extend(extra.iter().cloned());
+                args
             }
-            args.extend(extra.iter().cloned());
-            args
         });
-        Up { daemon, cwd: cwd.to_path_buf() }
+        let recorded = std::fs::read_to_string(&config).unwrap();
+        let first_drive_port = recorded
+            .lines()
+            .find_map(|l| l.strip_prefix("first_drive_port = "))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no first_drive_port in {recorded}"));
+        Up { daemon, cwd: cwd.to_path_buf(), first_drive_port }
     }
 
     /// The cluster's data directory.
@@ -92,6 +116,13 @@ impl Up {
         text(&out.stderr)
     }
 
+    /// `nasd ARGS`, which must fail, whatever it printed on standard output; its standard error.
+    pub fn fails_stdout_unchecked(&self, args: &[&str]) -> String {
+        let out = self.nasd(args);
+        assert!(!out.status.success(), "nasd {args:?} succeeded: {}", text(&out.stdout));
+        text(&out.stderr)
+    }
+
     /// The administrator, logged in in this process.
     pub fn admin(&self, rt: &tokio::runtime::Runtime) -> FsClient {
         let manager = self.data().join("manager");
@@ -112,18 +143,41 @@ impl Up {
 
 /// Runs `nasd ARGS` in `cwd` to completion, output piped (no config but the one it finds there).
 pub fn nasd_in(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .args(args)
-        .current_dir(cwd)
+    run(Command::new(env!("CARGO_BIN_EXE_nasd")).args(args), cwd, env)
+}
+
+/// Runs `nasd --config CONFIG ARGS` in `cwd` to completion, output piped.
+pub fn nasd_with_config(cwd: &Path, config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    run(Command::new(env!("CARGO_BIN_EXE_nasd")).arg("--config").arg(config).args(args), cwd, env)
+}
+
+/// Runs `cmd` in `cwd` with none of nasd's variables but `env`, stdin closed.
+fn run(cmd: &mut Command, cwd: &Path, env: &[(&str, &str)]) -> Output {
+    cmd.current_dir(cwd)
         .env_remove("NASD_CONFIG")
         .env_remove("NASD_NEW_PASSWORD")
         .env_remove("NASD_PASSWORD")
         .env_remove("NASD_USER")
+        .env_remove("NASD_ROLE")
         .env_remove("NASD_LOG")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run nasd")
+}
+
+/// A finished nasd run that must have succeeded: its standard output.
+#[track_caller]
+pub fn ok(out: Output) -> String {
+    assert!(out.status.success(), "nasd failed: {}{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// A finished nasd run that must have failed (whatever it printed): its standard error.
+#[track_caller]
+pub fn fails(out: Output) -> String {
+    assert!(!out.status.success(), "nasd succeeded: {}", text(&out.stdout));
+    text(&out.stderr)
 }
 
 pub fn text(bytes: &[u8]) -> String {
