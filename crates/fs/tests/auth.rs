@@ -363,6 +363,10 @@ fn pals_follow_acls_and_modes() {
             pool_target: 4,
             auth: Some(auth.link()),
             auth_scheme: AuthScheme::BOTH,
+            // Every byte on the drives: the test is about what their PALs
+            // allow (bytes below the small-file threshold go through the
+            // manager, which checks the ACL itself).
+            small_file_threshold: 0,
             ..ManagerConfig::default()
         };
         let mut cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
@@ -445,6 +449,10 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
             pool_target: 4,
             auth: Some(auth.link()),
             auth_scheme: AuthScheme::PALS,
+            // Every byte on the drives: the test is about what their PALs
+            // allow (bytes below the small-file threshold go through the
+            // manager, which checks the ACL itself).
+            small_file_threshold: 0,
             ..ManagerConfig::default()
         };
         let cluster = Cluster::start(ClusterOptions { config, drives: 2, ..ClusterOptions::default() }).await;
