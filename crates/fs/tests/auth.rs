@@ -117,6 +117,33 @@ async fn drive_as(c: &Cluster, credential: IdentityData, idkey: &Key) -> DriveCl
     d
 }
 
+/// An authentication server and a cluster of `drives` drives whose
+/// partition uses `scheme`, users A and B added, the identity keys and the
+/// scheme on every drive, and a directory `/shared` anyone may write; with
+/// the administrator's session. Every byte is on the drives (small-file
+/// threshold 0): the tests using it are about what the drives' PALs allow
+/// (bytes below the threshold go through the manager, which checks the ACL
+/// itself).
+async fn pal_cluster(scheme: AuthScheme, drives: usize) -> (Auth0, Cluster, FsClient) {
+    let auth = Auth0::start().await;
+    let config = ManagerConfig {
+        pool_target: 4,
+        auth: Some(auth.link()),
+        auth_scheme: scheme,
+        small_file_threshold: 0,
+        ..ManagerConfig::default()
+    };
+    let cluster = Cluster::start(ClusterOptions { config, drives, ..ClusterOptions::default() }).await;
+    let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+    to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+    to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+    let admin = cluster.login(ADMIN, ADMIN_PW).await;
+    // The keys and the partition's scheme reach the drives.
+    to(admin.sync_identity_keys()).await.unwrap();
+    to(admin.mkdir("/shared", 0o777)).await.unwrap();
+    (auth, cluster, admin)
+}
+
 fn whole() -> [Region; 1] {
     [Region { offset: 0, length: DATA.len() as u64 }]
 }
@@ -358,26 +385,8 @@ fn auth_server_restarts_and_bounds_anonymous_input() {
 #[test]
 fn pals_follow_acls_and_modes() {
     run(async {
-        let auth = Auth0::start().await;
-        let config = ManagerConfig {
-            pool_target: 4,
-            auth: Some(auth.link()),
-            auth_scheme: AuthScheme::BOTH,
-            // Every byte on the drives: the test is about what their PALs
-            // allow (bytes below the small-file threshold go through the
-            // manager, which checks the ACL itself).
-            small_file_threshold: 0,
-            ..ManagerConfig::default()
-        };
-        let mut cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let (auth, mut cluster, admin) = pal_cluster(AuthScheme::BOTH, 1).await;
         let partition = cluster.manager.config().partition;
-        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
-        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
-        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
-        let admin = cluster.login(ADMIN, ADMIN_PW).await;
-        // The keys and the partition's scheme reach the drive.
-        to(admin.sync_identity_keys()).await.unwrap();
-        to(admin.mkdir("/shared", 0o777)).await.unwrap();
         let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
         let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
 
@@ -444,24 +453,7 @@ fn pals_follow_acls_and_modes() {
 #[test]
 fn the_client_uses_its_identity_on_a_pal_partition() {
     run(async {
-        let auth = Auth0::start().await;
-        let config = ManagerConfig {
-            pool_target: 4,
-            auth: Some(auth.link()),
-            auth_scheme: AuthScheme::PALS,
-            // Every byte on the drives: the test is about what their PALs
-            // allow (bytes below the small-file threshold go through the
-            // manager, which checks the ACL itself).
-            small_file_threshold: 0,
-            ..ManagerConfig::default()
-        };
-        let cluster = Cluster::start(ClusterOptions { config, drives: 2, ..ClusterOptions::default() }).await;
-        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
-        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
-        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
-        let admin = cluster.login(ADMIN, ADMIN_PW).await;
-        to(admin.sync_identity_keys()).await.unwrap();
-        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let (auth, cluster, admin) = pal_cluster(AuthScheme::PALS, 2).await;
         let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
         let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
         let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();

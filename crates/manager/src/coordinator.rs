@@ -94,16 +94,7 @@ impl Manager {
             match self.meta(move |ns| ns.begin_write(&c, ino, deadline)).await {
                 Ok(txn) => break txn,
                 Err(f) if f.status == FsStatus::Busy => {
-                    let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
-                    if let Some(intent) = blocker {
-                        if !self.clear_intent(&intent).await && waited_since.elapsed() >= BEGIN_WAIT {
-                            return Err(Failure::new(
-                                FsStatus::Busy,
-                                "another writer has the file open for writing: try again",
-                            ));
-                        }
-                    }
-                    tokio::time::sleep(BEGIN_POLL).await;
+                    self.wait_for_writer(ino, waited_since).await?;
                 }
                 Err(f) => return Err(f),
             }
@@ -160,16 +151,7 @@ impl Manager {
             };
             match attempt {
                 Err(f) if f.status == FsStatus::Busy => {
-                    let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
-                    if let Some(intent) = blocker {
-                        if !self.clear_intent(&intent).await && waited_since.elapsed() >= BEGIN_WAIT {
-                            return Err(Failure::new(
-                                FsStatus::Busy,
-                                "another writer has the file open for writing: try again",
-                            ));
-                        }
-                    }
-                    tokio::time::sleep(BEGIN_POLL).await;
+                    self.wait_for_writer(ino, waited_since).await?;
                 }
                 Err(f) if f.status == FsStatus::Aborted => {
                     return Err(Failure::new(
@@ -183,6 +165,20 @@ impl Manager {
                 other => return other,
             }
         }
+    }
+
+    /// One turn of waiting for the writer whose transaction holds `ino`:
+    /// rolls it back if its lease ran out, else sleeps [`BEGIN_POLL`]; `Busy`
+    /// once `waited_since` is [`BEGIN_WAIT`] ago and the writer still holds it.
+    async fn wait_for_writer(&self, ino: Ino, waited_since: tokio::time::Instant) -> Result<(), Failure> {
+        let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
+        if let Some(intent) = blocker {
+            if !self.clear_intent(&intent).await && waited_since.elapsed() >= BEGIN_WAIT {
+                return Err(Failure::new(FsStatus::Busy, "another writer has the file open for writing: try again"));
+            }
+        }
+        tokio::time::sleep(BEGIN_POLL).await;
+        Ok(())
     }
 
     /// Ends `intent` if it no longer holds the file: rolls it back if its

@@ -243,16 +243,7 @@ impl<B: Backend> Namespace<B> {
     /// file, pooled or doomed. Nothing is added on error.
     pub fn pool_add(&self, objects: &[ObjectRef]) -> Result<(), FsStatus> {
         check_batch(objects)?;
-        self.backend.transact(|t| {
-            for object in objects {
-                t.get_drive(object.drive)?.ok_or(FsStatus::InvalidArgument)?;
-                if t.object_known(object)? {
-                    return Err(FsStatus::Exists);
-                }
-                t.pool_insert(object)?;
-            }
-            Ok(())
-        })
+        self.backend.transact(|t| insert_pooled(t, objects))
     }
 
     /// Number of pooled objects of a drive.
@@ -355,4 +346,18 @@ impl<B: Backend> Namespace<B> {
         }
         self.backend.transact(|t| t.put_setting(key, value))
     }
+}
+
+/// Adds `objects` to their drives' pools in transaction `t`: `InvalidArgument`
+/// if a drive is not in the table, `Exists` if an object is already held by a
+/// file, pooled or doomed.
+pub(crate) fn insert_pooled(t: &mut dyn Txn, objects: &[ObjectRef]) -> Result<(), FsStatus> {
+    for object in objects {
+        t.get_drive(object.drive)?.ok_or(FsStatus::InvalidArgument)?;
+        if t.object_known(object)? {
+            return Err(FsStatus::Exists);
+        }
+        t.pool_insert(object)?;
+    }
+    Ok(())
 }

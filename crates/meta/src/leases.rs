@@ -140,14 +140,7 @@ impl<B: Backend> Namespace<B> {
             if !holds(t, lease)? {
                 return Err(FsStatus::Busy);
             }
-            for object in objects {
-                t.get_drive(object.drive)?.ok_or(FsStatus::InvalidArgument)?;
-                if t.object_known(object)? {
-                    return Err(FsStatus::Exists);
-                }
-                t.pool_insert(object)?;
-            }
-            Ok(())
+            crate::admin::insert_pooled(t, objects)
         })
     }
 
