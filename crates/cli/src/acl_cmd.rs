@@ -6,7 +6,8 @@ use clap::Subcommand;
 use nasd_fs::{AclEntry, AclInfo, AclWho, FsClient, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE};
 
 /// How an entry is written on the command line.
-const ENTRY_SYNTAX: &str = "user:UID:RIGHTS[:inherit] or group:GID:RIGHTS[:inherit] (u: and g: for short), \
+const ENTRY_SYNTAX: &str = "user:UID:RIGHTS[:inherit], group:GID:RIGHTS[:inherit] or role:ROLE:RIGHTS[:inherit] \
+                            (u:, g: and r: for short; ROLE a role id other than 0), \
                             RIGHTS a non-empty set of r (read), w (write), x (execute / search), \
                             c (change the ACL), e.g. user:1001:rx or g:7:rwx:inherit";
 
@@ -16,7 +17,8 @@ pub enum AclCommand {
     /// the named entries.
     ///
     /// A caller holds a right if its class in the mode bits gives it or a
-    /// named entry for its uid or one of its groups does: entries only add.
+    /// named entry for its uid, one of its groups or the role it logged in
+    /// with (at the authentication server) does: entries only add.
     /// Entries marked `inherit` (directories only) are copied onto each
     /// file and directory made in the directory afterwards.
     Get {
@@ -28,8 +30,11 @@ pub enum AclCommand {
     /// Replace all named entries (none given: remove them all). The owner,
     /// an administrator, or a holder of the `c` right.
     ///
-    /// ENTRY is user:UID:RIGHTS[:inherit] or group:GID:RIGHTS[:inherit]
-    /// (u: and g: for short); RIGHTS is a set of r (read), w (write), x
+    /// ENTRY is user:UID:RIGHTS[:inherit], group:GID:RIGHTS[:inherit] or
+    /// role:ROLE:RIGHTS[:inherit] (u:, g: and r: for short; ROLE a numeric
+    /// role id of the authentication server, not 0). On a partition that
+    /// takes PALs, the owner, user and role entries are what drives check
+    /// by identity; group entries go through capabilities. RIGHTS is a set of r (read), w (write), x
     /// (execute / search) and c (change the ACL). `inherit` on a directory's
     /// entry copies it onto what is created in it from then on.
     Set {
@@ -52,7 +57,7 @@ pub enum AclCommand {
         #[command(flatten)]
         login: Login,
     },
-    /// Remove the named entries of principals: user:UID or group:GID.
+    /// Remove the named entries of principals: user:UID, group:GID or role:ROLE.
     Remove {
         /// A file or directory in nasd.
         path: String,
@@ -129,6 +134,7 @@ fn who_text(who: AclWho) -> String {
     match who {
         AclWho::User(uid) => format!("user:{uid}"),
         AclWho::Group(gid) => format!("group:{gid}"),
+        AclWho::Role(role) => format!("role:{role}"),
     }
 }
 
@@ -143,12 +149,15 @@ fn rights_text(rights: u8) -> String {
 }
 
 fn parse_who(text: &str) -> anyhow::Result<AclWho> {
-    let (kind, id) = text.split_once(':').with_context(|| format!("{text:?}: expected user:UID or group:GID"))?;
+    let expected = || format!("{text:?}: expected user:UID, group:GID or role:ROLE");
+    let (kind, id) = text.split_once(':').with_context(expected)?;
     let id: u32 = id.parse().with_context(|| format!("{text:?}: {id:?} is not a numeric id"))?;
     match kind {
         "user" | "u" => Ok(AclWho::User(id)),
         "group" | "g" => Ok(AclWho::Group(id)),
-        _ => anyhow::bail!("{text:?}: expected user:UID or group:GID"),
+        "role" | "r" if id != 0 => Ok(AclWho::Role(id)),
+        "role" | "r" => anyhow::bail!("{text:?}: role 0 is no role"),
+        _ => anyhow::bail!("{}", expected()),
     }
 }
 
@@ -187,7 +196,13 @@ mod tests {
         let e = parse_entry("g:7:r-x:inherit").unwrap();
         assert_eq!(e, AclEntry { who: AclWho::Group(7), rights: ACL_READ | ACL_EXECUTE, flags: ACL_INHERIT });
         assert_eq!(parse_entry("user:1001:rc").unwrap().rights, ACL_READ | ACL_SET_ACL);
-        for bad in ["user:1001", "user:bob:r", "user:1:", "user:1:q", "other:1:r", "user:1:r:sticky"] {
+        assert_eq!(
+            parse_entry("role:7:rw").unwrap(),
+            AclEntry { who: AclWho::Role(7), rights: ACL_READ | ACL_WRITE, flags: 0 }
+        );
+        assert_eq!(parse_who("r:9").unwrap(), AclWho::Role(9));
+        assert_eq!(who_text(AclWho::Role(9)), "role:9");
+        for bad in ["user:1001", "user:bob:r", "user:1:", "user:1:q", "other:1:r", "user:1:r:sticky", "role:0:r"] {
             assert!(parse_entry(bad).is_err(), "{bad}");
         }
         let info = AclInfo { uid: 1000, gid: 100, mode: 0o640, entries: vec![e] };

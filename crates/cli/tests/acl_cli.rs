@@ -80,8 +80,20 @@ fn acls_through_the_cli() {
     let e = fails(alice(&["acl", "add", "/shared/a/plan", "user:bob:r"]));
     assert!(e.contains("an ACL entry is"), "{e}");
 
+    // Role entries (for sessions logged in at the authentication server in that role).
+    ok(alice(&["acl", "add", "/shared/a/plan", "role:7:rw"]));
+    let shown = ok(alice(&["acl", "get", "/shared/a/plan"]));
+    assert!(shown.contains("role:7:rw-\n"), "{shown}");
+    let e = fails(bob(&["cat", "/shared/a/plan"]));
+    assert!(e.to_lowercase().contains("permission denied"), "a password session acts in no role: {e}");
+    let e = fails(alice(&["acl", "add", "/shared/a/plan", "role:0:r"]));
+    assert!(e.contains("an ACL entry is"), "{e}");
+    ok(alice(&["acl", "remove", "/shared/a/plan", "r:7"]));
+    assert!(!ok(alice(&["acl", "get", "/shared/a/plan"])).contains("role:"));
+
     // --help says what an entry is.
     let help = ok(nasd_with_config(cwd, &config, &["acl", "set", "--help"], &[]));
     assert!(help.contains("user:UID:RIGHTS[:inherit]") && help.contains("inherit"), "{help}");
+    assert!(help.contains("role:ROLE:RIGHTS[:inherit]"), "{help}");
     drop(up);
 }

@@ -452,8 +452,10 @@ impl DriveClient {
     /// `AUTH_SCHEME_REFUSED`: a call that sends no data (and
     /// [`write`](Self::write)) is then sent once more under the other
     /// credential; [`write_from`](Self::write_from), whose data is gone,
-    /// fails and the next call chooses right. Requests under a key of the
-    /// hierarchy never switch.
+    /// fails and the next call chooses right. On a partition that accepts
+    /// both, a request the identity's PAL entries do not cover (an
+    /// authenticated `NOT_IN_PAL`) is sent once more under the capability,
+    /// as such a call. Requests under a key of the hierarchy never switch.
     ///
     /// An identity that cannot be used safely (not an identity credential,
     /// protection options it cannot have) makes every request that would go
@@ -548,7 +550,18 @@ impl DriveClient {
     /// authenticated `AUTH_SCHEME_REFUSED`, records what the partition
     /// accepts instead and returns the other credential, if the client
     /// holds it.
+    /// On a partition that takes both, an authenticated `NOT_IN_PAL` under
+    /// the identity returns the capability, if the client holds one: the
+    /// manager flattens only users and roles into PALs, and a caller it
+    /// grants through a group or the mode's group or other class holds a
+    /// capability instead.
     fn rechoose(&mut self, req: &Request, chosen: Chosen, e: &ClientError) -> Option<Chosen> {
+        let holds_capability = matches!(self.auth.credential, Credential::Capability { .. });
+        if e.status() == Some(Status::NotInPal) && self.refusal_authenticated && chosen == Chosen::Identity {
+            let partition = scheme_partition(req)?;
+            let both = self.schemes.get(&partition).is_some_and(|s| s.pals() && s.capabilities());
+            return (both && holds_capability).then_some(Chosen::Auth);
+        }
         if e.status() != Some(Status::AuthSchemeRefused) || !self.refusal_authenticated || self.identity.is_none() {
             return None;
         }

@@ -2,7 +2,8 @@
 //! layout and, per component, drive and capability — built from the
 //! manager's [`FileAccess`] and refreshed from the manager (`GETATTR` with the
 //! file's open mode) when a drive refuses a capability as stale, or before
-//! one gets near expiry.
+//! one gets near expiry; and asking the manager to set the file's PALs
+//! again (`REFRESH_PAL`) when a drive finds no entry for the identity.
 
 use crate::cache::Held;
 use crate::{FsClient, FsError};
@@ -193,6 +194,24 @@ fn rights_name(rights: u32) -> &'static str {
 impl Binder for FileBinder {
     fn current(&self) -> Arc<Target> {
         lock(&self.bound).target.clone()
+    }
+
+    /// `REFRESH_PAL`: the manager checks the session's rights through the
+    /// ACL and sets the file's PAL again on every component. Its refusal
+    /// (`PERMISSION_DENIED`: the ACL does not grant them) is kept for the
+    /// operation to report, as a refresh's.
+    fn refresh_pal(&self, write: bool) -> BoxFuture<'_, Result<bool, StripeError>> {
+        Box::pin(async move {
+            let rights = if write { nasd_proto::acl::ACL_WRITE } else { nasd_proto::acl::ACL_READ };
+            match self.fs.refresh_pal(self.handle, rights).await {
+                Ok(()) => Ok(true),
+                Err(e) => {
+                    let message = e.to_string();
+                    *lock(&self.error) = Some(e);
+                    Err(StripeError::Bind(message))
+                }
+            }
+        })
     }
 
     fn refresh(&self) -> BoxFuture<'_, Result<Arc<Target>, StripeError>> {

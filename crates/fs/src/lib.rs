@@ -531,6 +531,18 @@ impl FsClient {
         }
     }
 
+    /// Asks the manager to set file `handle`'s PAL again on every component
+    /// (`REFRESH_PAL`) after a drive refused a request by identity with
+    /// `NOT_IN_PAL`; `rights` are the `ACL_READ`/`ACL_WRITE` bits the
+    /// refused request needed. The striping engine calls it, once per
+    /// refused request, and retries.
+    ///
+    /// # Errors
+    /// `PERMISSION_DENIED` if the file's ACL does not grant them.
+    pub(crate) async fn refresh_pal(&self, handle: Handle, rights: u8) -> Result<(), FsError> {
+        self.done(ManagerRequest::RefreshPal { handle, rights }).await
+    }
+
     async fn done(&self, req: ManagerRequest) -> Result<(), FsError> {
         match self.call(&req).await? {
             ManagerReply::Done => Ok(()),

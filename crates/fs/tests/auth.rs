@@ -126,13 +126,7 @@ async fn drive_as(c: &Cluster, credential: IdentityData, idkey: &Key) -> DriveCl
 /// itself).
 async fn pal_cluster(scheme: AuthScheme, drives: usize) -> (Auth0, Cluster, FsClient) {
     let auth = Auth0::start().await;
-    let config = ManagerConfig {
-        pool_target: 4,
-        auth: Some(auth.link()),
-        auth_scheme: scheme,
-        small_file_threshold: 0,
-        ..ManagerConfig::default()
-    };
+    let config = pal_config(&auth, scheme);
     let cluster = Cluster::start(ClusterOptions { config, drives, ..ClusterOptions::default() }).await;
     let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
     to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
@@ -142,6 +136,30 @@ async fn pal_cluster(scheme: AuthScheme, drives: usize) -> (Auth0, Cluster, FsCl
     to(admin.sync_identity_keys()).await.unwrap();
     to(admin.mkdir("/shared", 0o777)).await.unwrap();
     (auth, cluster, admin)
+}
+
+/// The manager configuration of [`pal_cluster`].
+fn pal_config(auth: &Auth0, scheme: AuthScheme) -> ManagerConfig {
+    ManagerConfig {
+        pool_target: 4,
+        auth: Some(auth.link()),
+        auth_scheme: scheme,
+        small_file_threshold: 0,
+        ..ManagerConfig::default()
+    }
+}
+
+/// A client of drive 0 under its drive key (what only the manager holds):
+/// to change a PAL behind the manager's back, and to read one.
+async fn drive_owner(c: &Cluster) -> DriveClient {
+    let d = &c.manager.drives()[0];
+    let mut owner = DriveClient::connect(c.drives[0].addr).await.unwrap();
+    owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
+    owner
+}
+
+fn entry(who: nasd_fs::AclWho, rights: u8) -> nasd_fs::AclEntry {
+    nasd_fs::AclEntry { who, rights, flags: 0 }
 }
 
 fn whole() -> [Region; 1] {
@@ -481,6 +499,166 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         assert_eq!(to(alice_fs.read_file("/shared/e")).await.unwrap(), big, "both components by identity");
 
         drop((alice_fs, bob_fs, admin));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// Role entries of the ACL (`role:N`): the manager grants them to a session
+/// whose identity credential carries the role, and flattens them into PAL
+/// role entries, so a drive grants them by the credential alone. A role the
+/// user does not hold is no way in: the authentication server does not
+/// issue it, a credential claiming it does not verify, and one whose role
+/// was taken away is refused at the manager.
+#[test]
+fn role_entries_reach_the_drives() {
+    run(async {
+        let (auth, cluster, admin) = pal_cluster(AuthScheme::PALS, 1).await;
+        let partition = cluster.manager.config().partition;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_role(STAFF, "staff")).await.unwrap();
+        to(root.set_user_role(USER_B, STAFF, true)).await.unwrap();
+        to(root.add_user(CAROL, PW_C, UID_C, 0, false)).await.unwrap();
+        let alice = auth.grant(USER_A, PW_A, 0).await;
+        let (bob_staff, bob_plain) = (auth.grant(USER_B, PW_B, STAFF).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let staff_fs = manager_login(&cluster, bob_staff.credential, &bob_staff.idkey).await.unwrap();
+        let plain_fs = manager_login(&cluster, bob_plain.credential, &bob_plain.idkey).await.unwrap();
+
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        assert_eq!(fs_status(to(staff_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        to(alice_fs.set_acl("/shared/f", vec![entry(nasd_fs::AclWho::Role(STAFF), nasd_fs::ACL_READ)])).await.unwrap();
+        assert_eq!(
+            to(alice_fs.get_acl("/shared/f")).await.unwrap().entries,
+            vec![entry(nasd_fs::AclWho::Role(STAFF), nasd_fs::ACL_READ)]
+        );
+        // Through the file system (the manager's ACL check, then the drive's PAL by role) ...
+        assert_eq!(to(staff_fs.read_file("/shared/f")).await.unwrap(), DATA, "bob acting as staff");
+        assert_eq!(fs_status(to(plain_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied, "bob, no role");
+        // ... and at the drive alone: the PAL names the role.
+        let object = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object.object;
+        let pal = to(drive_owner(&cluster).await.get_pal(partition, object)).await.unwrap();
+        assert_eq!(pal.pal.rights_for(UID_B, STAFF), Some(rights::READ | rights::GETATTR));
+        let mut staff = drive_as(&cluster, bob_staff.credential, &bob_staff.idkey).await;
+        assert_eq!(to(staff.read(partition, object, &whole())).await.unwrap().1, DATA);
+        assert_eq!(drive_status(to(staff.write(partition, object, &whole(), DATA)).await), Status::RightsInsufficient);
+        let mut plain = drive_as(&cluster, bob_plain.credential, &bob_plain.idkey).await;
+        assert_eq!(drive_status(to(plain.read(partition, object, &whole())).await), Status::NotInPal);
+
+        // A role the user does not hold: not issued, not forgeable.
+        assert_eq!(auth_status(auth.login(CAROL, PW_C, STAFF).await), FsStatus::NotPermitted);
+        let carol = auth.grant(CAROL, PW_C, 0).await;
+        let claimed = IdentityData { role: STAFF, ..carol.credential };
+        let mut c = drive_as(&cluster, claimed, &carol.idkey).await;
+        assert_eq!(drive_status(to(c.read(partition, object, &whole())).await), Status::BadDigest);
+        assert_eq!(fs_status(manager_login(&cluster, claimed, &carol.idkey).await), FsStatus::BadCredentials);
+        // The role taken away: the manager refuses the credential that still carries it.
+        to(root.set_user_role(USER_B, STAFF, false)).await.unwrap();
+        assert_eq!(
+            fs_status(manager_login(&cluster, bob_staff.credential, &bob_staff.idkey).await),
+            FsStatus::NotPermitted
+        );
+        manager_login(&cluster, bob_plain.credential, &bob_plain.idkey).await.expect("no role, still bob");
+
+        // Overflow counts roles: the owner, 31 users and a role are 33 PAL entries.
+        let mut many: Vec<_> = (0..nasd_proto::limits::PAL_ENTRIES_MAX as u32 - 1)
+            .map(|i| entry(nasd_fs::AclWho::User(5000 + i), nasd_fs::ACL_READ))
+            .collect();
+        many.push(entry(nasd_fs::AclWho::Role(STAFF), nasd_fs::ACL_READ));
+        assert_eq!(fs_status(to(alice_fs.set_acl("/shared/f", many.clone())).await), FsStatus::TooBig);
+        many.remove(0);
+        to(alice_fs.set_acl("/shared/f", many)).await.expect("the owner, 30 users and a role fit");
+
+        drop((alice_fs, staff_fs, plain_fs, admin, staff, plain, c, root));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// A PAL push a drive missed is recorded in the manager's metadata store,
+/// not its memory: the manager restarts, the drive comes back, and the next
+/// maintenance pass sets the PAL of the mode chmod gave — the old rights
+/// are refused from then on.
+#[test]
+fn a_missed_pal_push_survives_a_manager_restart() {
+    run(async {
+        let (auth, mut cluster, admin) = pal_cluster(AuthScheme::PALS, 1).await;
+        let partition = cluster.manager.config().partition;
+        let alice = auth.grant(USER_A, PW_A, 0).await;
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        let object = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object.object;
+
+        let stopped = cluster.drives.remove(0).halt().await;
+        assert_eq!(fs_status(to(alice_fs.chmod("/shared/f", 0o200)).await), FsStatus::DriveUnavailable);
+        drop((alice_fs, admin));
+        cluster.restart_manager(pal_config(&auth, AuthScheme::PALS), false).await;
+        cluster.drives.insert(0, stopped.start().await);
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "the drive still has 0600's PAL");
+
+        // The restarted manager's maintenance pass sets the PAL of mode 0200 from its store.
+        to(cluster.manager.maintain()).await;
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::RightsInsufficient);
+        to(a.write(partition, object, &whole(), DATA)).await.expect("write is still alice's");
+        // Delivered: the record is cleared; an alteration behind the manager's back stays until asked.
+        let mut owner = drive_owner(&cluster).await;
+        to(owner.set_pal(partition, object, &ObjectPal::default())).await.unwrap();
+        to(cluster.manager.maintain()).await;
+        assert!(to(owner.get_pal(partition, object)).await.unwrap().is_empty(), "nothing left to retry");
+
+        drop((a, owner));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// On-demand push: a drive whose PAL lost the caller (changed behind the
+/// manager's back, or never set) refuses a request by identity with
+/// `NOT_IN_PAL`; the client asks the manager (`REFRESH_PAL`), which checks
+/// the ACL and sets the PAL again, and retries once — the caller notices
+/// nothing. A caller the ACL no longer grants gets the permission error,
+/// and no drive is written for it.
+#[test]
+fn a_lost_pal_is_set_again_on_demand() {
+    run(async {
+        let (auth, cluster, admin) = pal_cluster(AuthScheme::PALS, 2).await;
+        let partition = cluster.manager.config().partition;
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        to(alice_fs.set_acl("/shared/f", vec![entry(nasd_fs::AclWho::User(UID_B), nasd_fs::ACL_READ)])).await.unwrap();
+        let (component, addr) = to(admin.get_layout("/shared/f")).await.unwrap().components[0].clone();
+        let mut owner = DriveClient::connect(addr.as_str()).await.unwrap();
+        let d = cluster.manager.drives().into_iter().find(|d| d.drive == component.object.drive).unwrap();
+        owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
+        let object = component.object.object;
+        let before = to(owner.get_pal(partition, object)).await.unwrap();
+
+        // Emptied behind the manager's back: alice's read refreshes it and goes through.
+        to(owner.set_pal(partition, object, &ObjectPal::default())).await.unwrap();
+        assert_eq!(to(alice_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        assert_eq!(to(owner.get_pal(partition, object)).await.unwrap(), before, "set again as the ACL stands");
+        // Altered to name someone else only: the same for a write.
+        let other = Pal::new(vec![PalEntry { principal: Principal::User(4242), rights: rights::READ }]);
+        to(owner.set_pal(partition, object, &ObjectPal { collection: 0, pal: other })).await.unwrap();
+        to(alice_fs.write_file("/shared/f", b"rewritten")).await.unwrap();
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), b"rewritten");
+
+        // Bob opens it while granted; alice takes his entry away: the drive refuses his
+        // next read, and the manager refuses to put him back.
+        let file = to(bob_fs.open("/shared/f", false)).await.unwrap();
+        to(alice_fs.set_acl("/shared/f", Vec::new())).await.unwrap();
+        let after = to(owner.get_pal(partition, object)).await.unwrap();
+        assert_eq!(after.pal.rights_for(UID_B, 0), None);
+        assert_eq!(fs_status(to(file.read_at(0, 4)).await), FsStatus::PermissionDenied);
+        assert_eq!(to(owner.get_pal(partition, object)).await.unwrap(), after, "no PAL set for a refused caller");
+
+        drop((file, alice_fs, bob_fs, admin, owner));
         let _ = auth.stop.send(true);
         cluster.stop().await;
     });

@@ -243,6 +243,14 @@ impl Manager {
         if !user.enabled {
             return Err(Failure::new(FsStatus::NotPermitted, format!("user '{}' is disabled", user.name)));
         }
+        // The session acts in the credential's role (the ACL's role entries
+        // match it): only while the user still holds it.
+        if credential.role != nasd_proto::ROLE_NONE && !user.roles.contains(&credential.role) {
+            return Err(Failure::new(
+                FsStatus::NotPermitted,
+                format!("user '{}' no longer holds role {}", user.name, credential.role),
+            ));
+        }
         Ok(crate::Session::of_identity(&user, *credential, self.users_epoch()))
     }
 }

@@ -299,9 +299,6 @@ pub struct Manager {
     /// revokes the file's capabilities as it enters this map, once
     /// ([`coordinator`]).
     rollbacks: std::sync::Mutex<std::collections::HashMap<u64, std::collections::BTreeSet<usize>>>,
-    /// Files whose PAL did not reach every component: set again at each
-    /// maintenance pass until it does ([`pals`]).
-    pal_pending: std::sync::Mutex<std::collections::BTreeSet<nasd_meta::Ino>>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -354,7 +351,6 @@ impl Manager {
             changes: changes::ChangeFeed::new(),
             identity: Default::default(),
             rollbacks: Default::default(),
-            pal_pending: Default::default(),
         };
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {

@@ -1,49 +1,83 @@
 //! A file's global ACL flattened into the access PAL its component objects
-//! carry on their drives (DSFS §3.2), and pushed there.
+//! carry on their drives (DSFS §3.2), pushed there on every change, set
+//! again durably after a failed push, and on demand when a drive refuses a
+//! client by it (DSFS §3.3).
 //!
 //! **Flattening.** A PAL names users and roles; the manager's ACL names the
 //! owner (the mode's user triple), the group and others (the other two
-//! triples) and named users and groups. The PAL gets the entries a drive can
-//! match by the credential alone: the **owner**, with the rights of the
-//! owner triple, and every **named user**, with the rights of its entry.
-//! `r` becomes `READ|GETATTR`, `w` becomes `WRITE|APPEND|FLUSH|GETATTR`;
-//! `x` and `c` carry nothing to a drive; a principal left with no rights
-//! gets no entry. The group and other triples and group entries are not
-//! flattened (a drive knows no group membership): those callers go through
-//! capabilities, so a partition whose users rely on them runs the scheme
-//! `both`.
+//! triples) and named users, groups and roles. The PAL gets the entries a
+//! drive can match by the credential alone: the **owner**, with the rights
+//! of the owner triple, every **named user** and every **role**, with the
+//! rights of its entry (a role entry matches a request whose identity
+//! credential carries the role, exactly as the manager's own check matches
+//! a session logged in with it). `r` becomes `READ|GETATTR`, `w` becomes
+//! `WRITE|APPEND|FLUSH|GETATTR`; `x` and `c` carry nothing to a drive; a
+//! principal left with no rights gets no entry.
 //!
-//! **Overflow.** The owner and the named users may be one more than
-//! `PAL_ENTRIES_MAX` (an ACL holds `ACL_ENTRIES_MAX` = `PAL_ENTRIES_MAX`
+//! **Groups are not flattened**, and not folded into roles: a group (the
+//! authentication server's, made by users themselves) is a set of users a
+//! user is in all at once, a role one the user picks per session, and a
+//! credential names one role; a group entry made a role entry would grant
+//! nobody (no one acts in a group), and listing its members as users would
+//! make a membership change at the authentication server a push to every
+//! file naming the group, with no event to drive it. The group and other
+//! triples and group entries therefore go through capabilities: a
+//! partition whose users rely on them runs the scheme `both`, where the
+//! client falls back to the capability the manager minted at open when a
+//! drive says `NOT_IN_PAL`. Name a role (`nasd acl add role:N:rw`) to give a
+//! set of users rights a drive checks by identity.
+//!
+//! **Overflow.** The owner, the named users and the roles may be one more
+//! than `PAL_ENTRIES_MAX` (an ACL holds `ACL_ENTRIES_MAX` = `PAL_ENTRIES_MAX`
 //! named entries). `SET_ACL` refuses such a list up front on a PAL
 //! partition (`TOO_BIG`); one reached otherwise (a chown to a user not
-//! named) is cut to the owner and the lowest-numbered named users — a PAL
-//! grants nothing the ACL does not, and the users left out go through
-//! capabilities.
+//! named) is cut to the owner and the first named entries in canonical
+//! order (users by uid, then roles) — a PAL grants nothing the ACL does not,
+//! and the principals left out go through capabilities.
 //!
 //! **Push.** On create, after every ACL, mode or owner change, and after
 //! `SET_LAYOUT` re-places a file, the manager sets the PAL on every
 //! component object (repair and rebalance set it on a new object before it
-//! becomes a component) (`SET_PAL` under the drive key,
-//! durable when it returns) and answers only once every drive answered:
-//! from then on, a request by identity is checked against the new list. A
-//! drive that did not take it makes the request `DRIVE_UNAVAILABLE` (the
-//! change is committed) and the file is remembered in memory
-//! ([`PAL_PENDING_MAX`]) and pushed again at every maintenance pass until
-//! every component has it; a manager restart forgets the list (no durable
-//! PAL intent yet).
+//! becomes a component) (`SET_PAL` under the drive key, durable when it
+//! returns) and answers only once every drive answered: from then on, a
+//! request by identity is checked against the new list.
+//!
+//! **Durable retry.** A drive that did not take it makes the request
+//! `DRIVE_UNAVAILABLE` (the change is committed) and the file is recorded
+//! in the metadata store (`Namespace::pal_undelivered`, table
+//! `pal_pending`) before the manager answers. Every maintenance pass, the
+//! manager holding the lease [`PAL_LEASE`] (any one, on a shared database;
+//! this one, on SQLite) sets the PAL of up to [`PAL_RETRY_BATCH`] recorded
+//! files again, as the ACL stands then, and clears a record once every
+//! component took it — unless a push failed again meanwhile (the record's
+//! sequence number grew). A restart loses nothing; a file removed
+//! meanwhile takes its record with it.
+//!
+//! **On demand** (`REFRESH_PAL`). A client whose request by identity a
+//! drive refused with `NOT_IN_PAL` (the drive lost or never got the PAL,
+//! or it was changed behind the manager's back) asks the manager for the
+//! file with the rights it needed. The manager checks them through the ACL
+//! as an open would and, only if granted, sets the PAL again on every
+//! component before answering; the client retries once. A refused caller
+//! gets `PERMISSION_DENIED` and no drive is written.
 
 use crate::{Failure, Manager};
 use nasd_meta::Inode;
 use nasd_proto::acl::{AclEntry, AclWho, ACL_READ, ACL_WRITE};
-use nasd_proto::fs::FsStatus;
+use nasd_proto::fs::{FileKind, FsStatus, Ino};
 use nasd_proto::limits::PAL_ENTRIES_MAX;
+use nasd_proto::manager::ManagerReply;
 use nasd_proto::{rights, ObjectPal, Pal, PalEntry, Principal};
 
-/// Most files the manager remembers whose PAL did not reach every
-/// component (to set again at the next maintenance pass). Past it a failed
-/// push is only logged.
-pub const PAL_PENDING_MAX: usize = 65_536;
+/// Most recorded files one maintenance pass sets PALs again for (the rest
+/// wait for the next pass): bounds a pass's drive requests after a long
+/// outage.
+pub const PAL_RETRY_BATCH: usize = 256;
+
+/// The lease whose holder retries recorded PAL pushes (one manager at a
+/// time on a shared database; if it lapses mid-pass, two may push the same
+/// PAL, which is idempotent).
+pub const PAL_LEASE: &str = "pals";
 
 /// Drive rights for ACL (or mode-triple) bits `r`/`w`.
 fn drive_rights(acl_rights: u8) -> u32 {
@@ -57,9 +91,17 @@ fn drive_rights(acl_rights: u8) -> u32 {
     r
 }
 
-/// How many PAL entries `owner` and the named users of `entries` need.
+/// How many PAL entries `owner`, the named users and the roles of
+/// `entries` need.
 pub fn pal_len(owner: u32, entries: &[AclEntry]) -> usize {
-    let named = entries.iter().filter(|e| matches!(e.who, AclWho::User(u) if u != owner)).count();
+    let named = entries
+        .iter()
+        .filter(|e| match e.who {
+            AclWho::User(u) => u != owner,
+            AclWho::Role(_) => true,
+            AclWho::Group(_) => false,
+        })
+        .count();
     named + 1
 }
 
@@ -73,19 +115,23 @@ pub fn flatten(uid: u32, mode: u32, entries: &[AclEntry]) -> Pal {
         out.push(PalEntry { principal: Principal::User(uid), rights: owner | named_owner });
     }
     for e in entries {
+        let principal = match e.who {
+            AclWho::User(u) if u != uid => Principal::User(u),
+            AclWho::Role(r) => Principal::Role(r),
+            AclWho::User(_) | AclWho::Group(_) => continue,
+        };
+        let r = drive_rights(e.rights);
+        if r == 0 {
+            continue;
+        }
         if out.len() == PAL_ENTRIES_MAX {
             tracing::warn!(
                 owner = uid,
-                "ACL over PAL_ENTRIES_MAX users: the PAL keeps the first; others use capabilities"
+                "ACL over PAL_ENTRIES_MAX users and roles: the PAL keeps the first; others use capabilities"
             );
             break;
         }
-        if let AclWho::User(u) = e.who {
-            let r = drive_rights(e.rights);
-            if u != uid && r != 0 {
-                out.push(PalEntry { principal: Principal::User(u), rights: r });
-            }
-        }
+        out.push(PalEntry { principal, rights: r });
     }
     Pal::new(out)
 }
@@ -97,24 +143,47 @@ impl Manager {
     }
 
     /// The access PAL of file `ino` as its ACL now stands.
-    pub(crate) async fn pal_of(&self, ino: nasd_proto::fs::Ino) -> Result<ObjectPal, Failure> {
+    pub(crate) async fn pal_of(&self, ino: Ino) -> Result<ObjectPal, Failure> {
         let info = self.meta(move |ns| ns.get_acl(ino)).await?;
         Ok(ObjectPal { collection: 0, pal: flatten(info.uid, info.mode, &info.entries) })
     }
 
     /// Flattens `inode`'s ACL and sets it on every component object; returns
     /// once every drive answered. A regular file only; nothing when the
-    /// partition takes capabilities alone.
+    /// partition takes capabilities alone. A push some drive did not take
+    /// is recorded in the metadata store and retried ([`Manager::retry_pals`]).
     ///
     /// # Errors
     /// `DRIVE_UNAVAILABLE` naming the drives that did not take the PAL (the
     /// change itself is committed).
     pub(crate) async fn push_pal(&self, inode: &Inode) -> Result<(), Failure> {
-        if !self.pushes_pals() || inode.components.is_empty() {
+        let ino = inode.attr.ino;
+        let failed = self.set_pal_everywhere(inode).await?;
+        if failed.is_empty() {
             return Ok(());
         }
+        tracing::warn!(ino, "PAL not set on every component: {}", failed.join("; "));
+        let recorded = match self.meta(move |ns| ns.pal_undelivered(ino)).await {
+            Ok(()) => "set again at the next maintenance pass".to_string(),
+            Err(f) => {
+                tracing::error!(ino, error = %f.message, "a failed PAL push is not recorded: not retried");
+                format!("and not recorded for a retry ({}): change the file again", f.message)
+            }
+        };
+        Err(Failure::new(
+            FsStatus::DriveUnavailable,
+            format!("the change is made but its PAL did not reach every drive ({}); {recorded}", failed.join("; ")),
+        ))
+    }
+
+    /// Sets `inode`'s PAL as its ACL now stands on every component; the
+    /// drives that did not take it. Nothing for a file without components
+    /// or on a partition without PALs.
+    async fn set_pal_everywhere(&self, inode: &Inode) -> Result<Vec<String>, Failure> {
+        if !self.pushes_pals() || inode.components.is_empty() {
+            return Ok(Vec::new());
+        }
         let pal = self.pal_of(inode.attr.ino).await?;
-        let ino = inode.attr.ino;
         let mut work = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             work.push((self.drive(c.object.drive)?, c.object.object));
@@ -123,51 +192,94 @@ impl Manager {
             let pal = &pal;
             async move { (d.drive, d.set_pal(*object, pal).await) }
         });
-        let failed: Vec<String> = futures::future::join_all(pushes)
+        Ok(futures::future::join_all(pushes)
             .await
             .into_iter()
             .filter_map(|(drive, r)| r.err().map(|e| format!("drive {drive}: {e}")))
-            .collect();
-        let mut pending = self.pal_pending.lock().expect("pal pending lock");
-        if failed.is_empty() {
-            pending.remove(&ino);
-            Ok(())
-        } else {
-            if pending.len() < PAL_PENDING_MAX {
-                pending.insert(ino);
-            } else {
-                tracing::error!(ino, "PAL_PENDING_MAX files await their PAL: this one is not retried");
+            .collect())
+    }
+
+    /// Sets the PAL again on every component of each recorded file whose
+    /// push failed (a maintenance pass), under the lease [`PAL_LEASE`] on a
+    /// shared database, at most [`PAL_RETRY_BATCH`] files; clears a record
+    /// once every drive took it. A file gone meanwhile lost its record.
+    pub(crate) async fn retry_pals(&self) {
+        let held = if self.shared_database() {
+            match self.acquire(PAL_LEASE.to_string(), crate::shared::DRIVE_LEASE_TTL).await {
+                Ok(Some(held)) => Some(held),
+                Ok(None) => return,
+                Err(f) => {
+                    tracing::warn!(error = %f.message, "PAL retries skipped: lease not taken");
+                    return;
+                }
             }
-            drop(pending);
-            tracing::warn!(ino, "PAL not set on every component: {}", failed.join("; "));
-            Err(Failure::new(
-                FsStatus::DriveUnavailable,
-                format!(
-                    "the change is made but its PAL did not reach every drive ({}); set again at the next \
-                     maintenance pass",
-                    failed.join("; ")
-                ),
-            ))
+        } else {
+            None
+        };
+        match self.meta(move |ns| ns.pals_undelivered(PAL_RETRY_BATCH)).await {
+            Ok(due) => {
+                for (ino, seq) in due {
+                    self.retry_pal(ino, seq).await;
+                }
+            }
+            Err(f) => tracing::warn!(error = %f.message, "recorded PAL pushes not read"),
+        }
+        if let Some(held) = held {
+            self.release(held).await;
         }
     }
 
-    /// Sets the PAL again on every component of each file whose last push
-    /// failed (a maintenance pass). A file gone meanwhile is forgotten.
-    pub(crate) async fn retry_pals(&self) {
-        let due: Vec<nasd_meta::Ino> = self.pal_pending.lock().expect("pal pending lock").iter().copied().collect();
-        for ino in due {
-            match self.meta(move |ns| ns.getattr(ino)).await {
-                Ok(inode) => {
-                    if self.push_pal(&inode).await.is_ok() {
-                        tracing::info!(ino, "PAL set on every component again");
-                    }
-                }
-                Err(f) if f.status == FsStatus::NotFound => {
-                    self.pal_pending.lock().expect("pal pending lock").remove(&ino);
-                }
-                Err(f) => tracing::warn!(ino, error = %f.message, "PAL not retried"),
+    async fn retry_pal(&self, ino: Ino, seq: u64) {
+        let inode = match self.meta(move |ns| ns.getattr(ino)).await {
+            Ok(inode) => inode,
+            Err(f) if f.status == FsStatus::NotFound => {
+                let _ = self.meta(move |ns| ns.pal_delivered(ino, seq)).await;
+                return;
             }
+            Err(f) => {
+                tracing::warn!(ino, error = %f.message, "PAL not retried");
+                return;
+            }
+        };
+        match self.set_pal_everywhere(&inode).await {
+            Ok(failed) if failed.is_empty() => match self.meta(move |ns| ns.pal_delivered(ino, seq)).await {
+                Ok(()) => tracing::info!(ino, "PAL set on every component again"),
+                Err(f) => tracing::warn!(ino, error = %f.message, "PAL set again; its record stays for now"),
+            },
+            Ok(failed) => tracing::debug!(ino, "PAL still not on every component: {}", failed.join("; ")),
+            Err(f) => tracing::warn!(ino, error = %f.message, "PAL not retried"),
         }
+    }
+
+    /// `REFRESH_PAL` (see the module documentation): `rights` are
+    /// `ACL_READ`/`ACL_WRITE` bits, checked by the decoder.
+    ///
+    /// # Errors
+    /// `BAD_REQUEST` on a partition without PALs, `INVALID_ARGUMENT` for
+    /// anything but a regular file, `PERMISSION_DENIED` if the ACL does not
+    /// grant the caller `rights`, `DRIVE_UNAVAILABLE` as [`Manager::push_pal`].
+    pub(crate) async fn refresh_pal(
+        &self,
+        caller: &nasd_meta::Caller,
+        ino: Ino,
+        rights: u8,
+    ) -> Result<ManagerReply, Failure> {
+        if !self.pushes_pals() {
+            return Err(Failure::new(
+                FsStatus::BadRequest,
+                "this file system's partition takes capabilities only: its files carry no PAL",
+            ));
+        }
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+        if inode.attr.kind != FileKind::File {
+            return Err(Failure::new(FsStatus::InvalidArgument, "only a regular file's objects carry a PAL"));
+        }
+        let c = caller.clone();
+        let (read, write) = (rights & ACL_READ != 0, rights & ACL_WRITE != 0);
+        self.meta(move |ns| ns.check_access(&c, ino, read, write)).await?;
+        tracing::info!(ino, uid = caller.uid, role = caller.role, "PAL set again on demand");
+        self.push_pal(&inode).await?;
+        Ok(ManagerReply::Done)
     }
 }
 
@@ -177,7 +289,7 @@ mod tests {
     use nasd_proto::acl::{ACL_EXECUTE, ACL_SET_ACL};
 
     #[test]
-    fn owner_and_named_users_flatten_groups_do_not() {
+    fn owner_named_users_and_roles_flatten_groups_do_not() {
         let e = |who, rights| AclEntry { who, rights, flags: 0 };
         let acl = [e(AclWho::User(7), ACL_READ), e(AclWho::User(8), ACL_EXECUTE | ACL_SET_ACL), e(AclWho::Group(9), 6)];
         let pal = flatten(5, 0o640, &acl);
@@ -187,11 +299,23 @@ mod tests {
         assert_eq!(pal.rights_for(7, 0), Some(read));
         assert_eq!(pal.rights_for(8, 0), None, "x and c carry nothing to a drive");
         assert_eq!(pal.rights_for(9, 0), None, "groups are not flattened");
+        let roles = [e(AclWho::User(7), ACL_READ), e(AclWho::Group(3), ACL_WRITE), e(AclWho::Role(3), ACL_WRITE)];
+        let pal = flatten(5, 0o600, &roles);
+        assert_eq!(pal.rights_for(8, 3), Some(write), "anyone acting in role 3");
+        assert_eq!(pal.rights_for(7, 3), Some(read | write), "user and role entries join");
+        assert_eq!(pal.rights_for(8, 0), None, "no role, not named");
+        assert_eq!(pal.rights_for(8, 4), None, "another role");
+        assert_eq!(pal_len(5, &roles), 3, "owner, user 7, role 3; not the group");
+        assert_eq!(flatten(5, 0o600, &[e(AclWho::Role(3), ACL_EXECUTE)]).entries.len(), 1, "x gives a role nothing");
         assert_eq!(flatten(5, 0o040, &[]).entries.len(), 0, "an owner without r or w gets no entry");
         assert_eq!(flatten(5, 0o400, &[e(AclWho::User(5), ACL_WRITE)]).rights_for(5, 0), Some(read | write));
         let full: Vec<_> = (100..100 + PAL_ENTRIES_MAX as u32).map(|u| e(AclWho::User(u), ACL_READ)).collect();
         assert_eq!(pal_len(5, &full), PAL_ENTRIES_MAX + 1);
         assert_eq!(flatten(5, 0o600, &full).entries.len(), PAL_ENTRIES_MAX, "cut, never over");
         assert_eq!(flatten(5, 0o600, &full).rights_for(5, 0), Some(read | write), "the owner is kept");
+        let mut mixed: Vec<_> = (100..100 + PAL_ENTRIES_MAX as u32 - 1).map(|u| e(AclWho::User(u), ACL_READ)).collect();
+        mixed.push(e(AclWho::Role(9), ACL_READ));
+        assert_eq!(pal_len(5, &mixed), PAL_ENTRIES_MAX + 1);
+        assert_eq!(flatten(5, 0o600, &mixed).rights_for(1, 9), None, "roles are cut first");
     }
 }

@@ -75,7 +75,7 @@ impl Session {
     fn of(user: &User, epoch: u64) -> Session {
         Session {
             user: user.name.clone(),
-            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone() },
+            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone(), role: 0 },
             admin: user.admin,
             users_epoch: epoch,
             handle_uid: user.uid,
@@ -93,7 +93,7 @@ impl Session {
     ) -> Session {
         Session {
             user: user.name.clone(),
-            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone() },
+            caller: Caller { uid: user.uid, gid: user.gid, groups: user.groups.clone(), role: credential.role },
             admin: user.admin,
             users_epoch: epoch,
             handle_uid: user.uid,
@@ -124,7 +124,7 @@ impl Session {
         }
         Ok(Session {
             user: format!("{} for uid {uid}", self.user),
-            caller: Caller { uid, gid, groups: groups.to_vec() },
+            caller: Caller { uid, gid, groups: groups.to_vec(), role: 0 },
             admin: false,
             users_epoch: self.users_epoch,
             handle_uid: self.handle_uid,
@@ -341,6 +341,7 @@ impl Manager {
                 Ok(ManagerReply::Done)
             }
             R::GetAcl { handle } => Ok(ManagerReply::Acl(self.meta(move |ns| ns.get_acl(handle.ino)).await?)),
+            R::RefreshPal { handle, rights } => self.refresh_pal(&s.caller, handle.ino, rights).await,
             R::SetAcl { handle, entries } => {
                 if self.pushes_pals() {
                     let ino = handle.ino;
@@ -349,8 +350,8 @@ impl Manager {
                         return Err(Failure::new(
                             FsStatus::TooBig,
                             format!(
-                                "the owner and the named users would be more than PAL_ENTRIES_MAX ({}) entries \
-                                 of the file's PAL: name a group instead",
+                                "the owner, the named users and the roles would be more than PAL_ENTRIES_MAX \
+                                 ({}) entries of the file's PAL: name a role instead",
                                 nasd_proto::limits::PAL_ENTRIES_MAX
                             ),
                         ));

@@ -168,7 +168,7 @@ async fn sessions_pick_up_group_changes() {
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
     m.add_user_in_groups("gus", "password", 1500, 1500, &[10, 20], false).await.unwrap();
     let mut gus = m.open_session("gus", "password").await.unwrap();
-    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![10, 20] });
+    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![10, 20], role: 0 });
     let set = ManagerRequest::SetUserGroups { name: "gus".into(), groups: vec![30] };
     let e = m.handle(&gus, set.clone()).await.expect_err("administrators only");
     assert_eq!(e.status, FsStatus::NotAdmin);
@@ -176,7 +176,7 @@ async fn sessions_pick_up_group_changes() {
     assert_eq!(gus.caller.groups, vec![10, 20], "nothing changed: nothing reloaded");
     m.handle(&root(), set).await.unwrap();
     m.refresh_session(&mut gus).await.unwrap();
-    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![30] });
+    assert_eq!(gus.caller, Caller { uid: 1500, gid: 1500, groups: vec![30], role: 0 });
     let unordered = ManagerRequest::SetUserGroups { name: "gus".into(), groups: vec![3, 2] };
     assert_eq!(m.handle(&root(), unordered).await.unwrap_err().status, FsStatus::InvalidArgument);
     let nobody = ManagerRequest::SetUserGroups { name: "nobody".into(), groups: vec![] };

@@ -1,6 +1,7 @@
 //! Global access-control lists (DSFS §4.1: kept with the metadata, as rows
 //! of `acl_entries`): named user and group entries that add rights to the
-//! POSIX mode bits (`nasd_proto::acl`).
+//! POSIX mode bits (`nasd_proto::acl`), and role entries that add them to
+//! whoever acts in a role (`Caller::role`, from the identity credential).
 //!
 //! - **Base.** The owner, group and other entries are the mode's triples
 //!   (`chmod` and `chown` change them); the named entries are rows of their
@@ -29,13 +30,15 @@ use nasd_proto::acl::{canonical_acl, AclEntry, AclInfo, AclWho, ACL_INHERIT, ACL
 use nasd_proto::fs::{FileKind, FsStatus, Ino, MODE_MASK};
 
 /// The rights the named entries of `entries` grant `caller`: the union of
-/// the user entry naming its uid and the group entries naming its groups.
+/// the user entry naming its uid, the group entries naming its groups and
+/// the role entry naming its role (none for role 0).
 pub fn granted(caller: &Caller, entries: &[AclEntry]) -> u8 {
     entries
         .iter()
         .filter(|e| match e.who {
             AclWho::User(uid) => uid == caller.uid,
             AclWho::Group(gid) => caller.in_group(gid),
+            AclWho::Role(role) => role != nasd_proto::ROLE_NONE && role == caller.role,
         })
         .fold(0, |rights, e| rights | e.rights)
 }
@@ -139,6 +142,27 @@ impl<B: Backend> Namespace<B> {
             Ok((n, now, intents))
         })
     }
+
+    /// Records that file `ino`'s access PAL did not reach every component:
+    /// the manager sets it again at its maintenance passes (whichever
+    /// manager runs them), across restarts, until [`Namespace::pal_delivered`].
+    /// A file removed meanwhile loses its record with it.
+    pub fn pal_undelivered(&self, ino: Ino) -> Result<(), FsStatus> {
+        self.backend.transact(|t| t.pal_pending_put(ino))
+    }
+
+    /// Forgets `ino`'s record as [`Namespace::pals_undelivered`] listed it
+    /// (sequence number `seq`): its PAL is on every component. A failure
+    /// recorded since (a greater number) keeps the record.
+    pub fn pal_delivered(&self, ino: Ino, seq: u64) -> Result<(), FsStatus> {
+        self.backend.transact(|t| t.pal_pending_delete(ino, seq))
+    }
+
+    /// The files recorded by [`Namespace::pal_undelivered`] with their
+    /// records' sequence numbers, ascending, at most `limit`.
+    pub fn pals_undelivered(&self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
+        self.backend.read(|t| t.pal_pending_list(limit))
+    }
 }
 
 #[cfg(test)]
@@ -151,8 +175,15 @@ mod tests {
         let e = |who, rights| AclEntry { who, rights, flags: 0 };
         let acl = [e(AclWho::User(5), ACL_READ), e(AclWho::Group(7), ACL_WRITE), e(AclWho::Group(9), ACL_EXECUTE)];
         assert_eq!(granted(&Caller::new(5, 1), &acl), ACL_READ);
-        assert_eq!(granted(&Caller { uid: 5, gid: 1, groups: vec![7, 9] }, &acl), ACL_READ | ACL_WRITE | ACL_EXECUTE);
+        assert_eq!(
+            granted(&Caller { uid: 5, gid: 1, groups: vec![7, 9], role: 0 }, &acl),
+            ACL_READ | ACL_WRITE | ACL_EXECUTE
+        );
         assert_eq!(granted(&Caller::new(6, 7), &acl), ACL_WRITE);
         assert_eq!(granted(&Caller::new(6, 8), &acl), 0);
+        let acl = [e(AclWho::User(5), ACL_READ), e(AclWho::Role(3), ACL_WRITE)];
+        assert_eq!(granted(&Caller { role: 3, ..Caller::new(6, 8) }, &acl), ACL_WRITE, "acting in role 3");
+        assert_eq!(granted(&Caller { role: 4, ..Caller::new(6, 8) }, &acl), 0, "another role");
+        assert_eq!(granted(&Caller::new(6, 8), &acl), 0, "no role");
     }
 }

@@ -81,6 +81,15 @@ pub trait Txn {
     /// Replaces an inode's named ACL entries (the inode exists; the list is
     /// canonical). An empty list removes them all.
     fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> Result<(), FsStatus>;
+    /// Records that file `ino`'s access PAL is not on every component yet
+    /// (`pal_pending`); recording it twice is recording it once.
+    fn pal_pending_put(&mut self, ino: Ino) -> Result<(), FsStatus>;
+    /// Each record has a sequence number that grows with every put.
+    /// Forgets `ino`'s record if its sequence number is still `seq` (none
+    /// is not an error).
+    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> Result<(), FsStatus>;
+    /// The recorded files and their sequence numbers, ascending, at most `limit`.
+    fn pal_pending_list(&mut self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus>;
 
     /// A quota.
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;

@@ -113,10 +113,10 @@ mod tests {
     #[test]
     fn supplementary_groups_are_the_group_class() {
         let f = inode(FileKind::File, 0o640);
-        let member = Caller { uid: 11, gid: 21, groups: vec![5, 20, 30] };
+        let member = Caller { uid: 11, gid: 21, groups: vec![5, 20, 30], role: 0 };
         assert_eq!(check_mode(&member, &f, R), Ok(()), "group 20 is one of its supplementary groups");
         assert_eq!(check_mode(&member, &f, W), Err(FsStatus::PermissionDenied));
-        let outsider = Caller { uid: 11, gid: 21, groups: vec![5, 30] };
+        let outsider = Caller { uid: 11, gid: 21, groups: vec![5, 30], role: 0 };
         assert_eq!(check_mode(&outsider, &f, R), Err(FsStatus::PermissionDenied));
         // Membership puts the caller in the group class, which can deny what others get.
         let g_denied = inode(FileKind::File, 0o604);

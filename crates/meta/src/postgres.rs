@@ -53,6 +53,8 @@
 //!   `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`.
 //! - 4 → 5: `acl_entries(ino, kind, id, rights, flags)` (SQLite's version
 //!   7): the named entries of the inodes' global ACLs.
+//! - 5 → 6: `pal_pending(ino, seq)` (SQLite's version 8): the files whose
+//!   access PAL is not on every component yet.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -181,8 +183,13 @@ CREATE TABLE acl_entries (
     PRIMARY KEY (ino, kind, id));
 "#;
 
+/// Version 6: files whose PAL push failed (SQLite's version 8).
+const V6: &str = r#"
+CREATE TABLE pal_pending (ino BIGINT PRIMARY KEY, seq BIGINT NOT NULL);
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -977,6 +984,7 @@ impl Txn for PgTxn<'_> {
         self.exec("DELETE FROM small_data WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM acl_entries WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM pal_pending WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
         Ok(())
     }
@@ -1118,6 +1126,22 @@ impl Txn for PgTxn<'_> {
             )?;
         }
         Ok(())
+    }
+
+    fn pal_pending_put(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        let sql = "INSERT INTO pal_pending (ino, seq) VALUES ($1, 1) \
+                   ON CONFLICT (ino) DO UPDATE SET seq = pal_pending.seq + 1";
+        self.exec(sql, &[&(ino as i64)]).map(|_| ())
+    }
+
+    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM pal_pending WHERE ino = $1 AND seq = $2", &[&(ino as i64), &(seq as i64)]).map(|_| ())
+    }
+
+    fn pal_pending_list(&mut self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
+        let rows = self.query("SELECT ino, seq FROM pal_pending ORDER BY ino LIMIT $1", &[&(limit as i64)])?;
+        let raw = self.decode(rows, |r| Ok((get_at::<i64>(r, 0)?, get_at::<i64>(r, 1)?)))?;
+        Ok(raw.into_iter().map(|(i, s)| (i as Ino, s as u64)).collect())
     }
 
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {

@@ -70,8 +70,12 @@
 //!   and `small_staged`.
 //! - 6 → 7 (`V7`): `acl_entries(ino, kind, id, rights, flags)`, primary
 //!   key (ino, kind, id), referencing the inode: the named entries of its
-//!   global ACL (`nasd_proto::acl`; kind 1 user, 2 group). Every inode has
-//!   none.
+//!   global ACL (`nasd_proto::acl`; kind 1 user, 2 group, 3 role). Every
+//!   inode has none.
+//! - 7 → 8 (`V8`): `pal_pending(ino, seq)`: the files whose access PAL the
+//!   manager could not set on every component, set again at each
+//!   maintenance pass until every drive took it; `seq` grows each time a
+//!   push fails again, so a retry clears only the failure it saw. Empty.
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
@@ -211,8 +215,13 @@ CREATE TABLE acl_entries (
     PRIMARY KEY (ino, kind, id)) WITHOUT ROWID;
 ";
 
+/// Files whose PAL push failed (see the module documentation).
+const V8: &str = "
+CREATE TABLE pal_pending (ino INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -592,6 +601,7 @@ impl Txn for SqliteTxn<'_> {
         self.exec("DELETE FROM small_data WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM acl_entries WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM pal_pending WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -797,6 +807,25 @@ impl Txn for SqliteTxn<'_> {
             )?;
         }
         Ok(())
+    }
+
+    fn pal_pending_put(&mut self, ino: Ino) -> Result<(), FsStatus> {
+        let sql = "INSERT INTO pal_pending (ino, seq) VALUES (?1, 1) \
+                   ON CONFLICT (ino) DO UPDATE SET seq = pal_pending.seq + 1";
+        self.exec(sql, [ino as i64]).map(|_| ())
+    }
+
+    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> Result<(), FsStatus> {
+        self.exec("DELETE FROM pal_pending WHERE ino = ?1 AND seq = ?2", [ino as i64, seq as i64]).map(|_| ())
+    }
+
+    fn pal_pending_list(&mut self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
+        let sql = "SELECT ino, seq FROM pal_pending ORDER BY ino LIMIT ?1";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows =
+            st.query_map([limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).map_err(internal)?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        Ok(rows.into_iter().map(|(i, s)| (i as Ino, s as u64)).collect())
     }
 
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {

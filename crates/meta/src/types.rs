@@ -16,15 +16,20 @@ pub struct Caller {
     /// the caller is in the group class of a file whose group is `gid` or
     /// one of these.
     pub groups: Vec<u32>,
+    /// The role the caller acts in: its identity credential's (the one it
+    /// chose at the authentication server for the session), matched by the
+    /// ACL's role entries; `ROLE_NONE` (0, matching none) for a session
+    /// that logged in with a password.
+    pub role: u32,
 }
 
 impl Caller {
     /// The superuser.
-    pub const ROOT: Caller = Caller { uid: 0, gid: 0, groups: Vec::new() };
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0, groups: Vec::new(), role: 0 };
 
-    /// A caller with no supplementary groups.
+    /// A caller with no supplementary groups and no role.
     pub fn new(uid: u32, gid: u32) -> Caller {
-        Caller { uid, gid, groups: Vec::new() }
+        Caller { uid, gid, groups: Vec::new(), role: 0 }
     }
 
     /// Whether this is the superuser.

@@ -1,6 +1,8 @@
 //! Global access-control lists (DSFS §4.1, LegionFS §3.3): the file
-//! manager's per-file and per-directory entries that grant a named user or
-//! group rights beyond what the POSIX mode bits give.
+//! manager's per-file and per-directory entries that grant a named user,
+//! group or role rights beyond what the POSIX mode bits give. A role entry
+//! matches a caller whose identity credential carries that role (the one
+//! role it chose for the session at the authentication server).
 //!
 //! An inode's permissions are its mode bits (the owner, group and other
 //! entries: `chmod` and `chown` change them) **plus** the union of the rights
@@ -44,15 +46,20 @@ pub const ACL_FLAGS: u8 = ACL_INHERIT;
 pub const ACL_KIND_USER: u8 = 1;
 /// Wire kind of an entry naming a group (by gid).
 pub const ACL_KIND_GROUP: u8 = 2;
+/// Wire kind of an entry naming a role (by role id, never `ROLE_NONE`).
+pub const ACL_KIND_ROLE: u8 = 3;
 
-/// Who an entry is for. Ordered users first, then groups, each by id: the
-/// order of a canonical list.
+/// Who an entry is for. Ordered users first, then groups, then roles, each
+/// by id: the order of a canonical list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AclWho {
     /// One user, by uid.
     User(u32),
     /// Every member of a group (its primary or a supplementary group), by gid.
     Group(u32),
+    /// Every caller acting in a role (the role of its identity credential),
+    /// by role id; never `ROLE_NONE` (0).
+    Role(u32),
 }
 
 impl AclWho {
@@ -61,6 +68,7 @@ impl AclWho {
         match self {
             AclWho::User(id) => (ACL_KIND_USER, id),
             AclWho::Group(id) => (ACL_KIND_GROUP, id),
+            AclWho::Role(id) => (ACL_KIND_ROLE, id),
         }
     }
 
@@ -69,6 +77,8 @@ impl AclWho {
         match kind {
             ACL_KIND_USER => Ok(AclWho::User(id)),
             ACL_KIND_GROUP => Ok(AclWho::Group(id)),
+            ACL_KIND_ROLE if id != crate::ROLE_NONE => Ok(AclWho::Role(id)),
+            ACL_KIND_ROLE => Err(DecodeError::NotCanonical("ACL entry for role 0")),
             _ => Err(DecodeError::NotCanonical("unknown ACL entry kind")),
         }
     }
@@ -105,8 +115,11 @@ impl AclEntry {
         Ok(e)
     }
 
-    /// Checks the rights and flags alone.
+    /// Checks the rights and flags, and that a role entry names a role.
     pub fn validate(&self) -> Result<(), &'static str> {
+        if self.who == AclWho::Role(crate::ROLE_NONE) {
+            return Err("ACL entry for role 0");
+        }
         if self.rights == 0 {
             return Err("ACL entry grants no rights");
         }
@@ -247,7 +260,7 @@ mod tests {
             Err(DecodeError::NotCanonical("undefined ACL entry flags"))
         );
         let mut bad_kind = enc(&[u(1, ACL_READ)]);
-        bad_kind[2] = 3;
+        bad_kind[2] = 4;
         assert_eq!(dec(&bad_kind), Err(DecodeError::NotCanonical("unknown ACL entry kind")));
         // The count is checked before any entry is read.
         let mut w = Writer::with_capacity(4);
@@ -256,5 +269,27 @@ mod tests {
         let full: Vec<_> = (0..ACL_ENTRIES_MAX as u32).map(|i| u(i, ACL_READ)).collect();
         assert_eq!(dec(&enc(&full)).unwrap(), full);
         assert_eq!(canonical_acl(vec![e(AclWho::Group(1), 1, 0), u(9, 1)]).unwrap()[0].who, AclWho::User(9));
+        assert_eq!(
+            dec(&enc(&[e(AclWho::Role(0), ACL_READ, 0)])),
+            Err(DecodeError::NotCanonical("ACL entry for role 0"))
+        );
+        assert_eq!(canonical_acl(vec![e(AclWho::Role(0), ACL_READ, 0)]), Err("ACL entry for role 0"));
+        assert_eq!(
+            dec(&enc(&[e(AclWho::Role(7), ACL_READ, 0), e(AclWho::Group(9), ACL_READ, 0)])),
+            Err(DecodeError::NotCanonical("ACL entries out of order or repeated")),
+            "roles after groups"
+        );
+    }
+
+    #[test]
+    fn role_entries_known_answer() {
+        // kind 3, role 7, read+write, no flags; after a group entry.
+        let entries = vec![e(AclWho::Group(100), ACL_READ, 0), e(AclWho::Role(7), ACL_READ | ACL_WRITE, 0)];
+        let mut w = Writer::with_capacity(32);
+        encode_acl(&mut w, &entries);
+        let bytes = w.into_vec();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "02000264000000040003070000000600");
+        assert_eq!(decode_acl(&mut Reader::new(&bytes)).unwrap(), entries);
     }
 }

@@ -123,6 +123,7 @@ pub mod manager_opcode {
     pub const WRITE_SMALL: u16 = 0x001E;
     pub const GET_ACL: u16 = 0x001F;
     pub const SET_ACL: u16 = 0x0020;
+    pub const REFRESH_PAL: u16 = 0x0023;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -493,6 +494,15 @@ pub enum ManagerRequest {
         handle: Handle,
         entries: Vec<AclEntry>,
     },
+    /// A drive refused the caller's request by identity with `NOT_IN_PAL`
+    /// on this regular file: the manager checks through the ACL that the
+    /// caller holds `rights` (`ACL_READ`, `ACL_WRITE` or both, nothing
+    /// else), and if so sets the file's flattened access PAL again on every
+    /// component before answering `Done`; else `PERMISSION_DENIED`.
+    RefreshPal {
+        handle: Handle,
+        rights: u8,
+    },
     /// The changes after `after` in the manager's change feed (incarnation
     /// `incarnation`), waiting up to `wait_ms` for one.
     Watch {
@@ -703,6 +713,9 @@ impl std::fmt::Debug for ManagerRequest {
                 f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
             }
             R::GetAcl { handle } => f.debug_struct("GetAcl").field("handle", handle).finish(),
+            R::RefreshPal { handle, rights } => {
+                f.debug_struct("RefreshPal").field("handle", handle).field("rights", rights).finish()
+            }
             R::SetAcl { handle, entries } => {
                 f.debug_struct("SetAcl").field("handle", handle).field("entries", entries).finish()
             }
@@ -1188,6 +1201,7 @@ impl ManagerRequest {
             ManagerRequest::RemoveXattr { .. } => REMOVEXATTR,
             ManagerRequest::GetAcl { .. } => GET_ACL,
             ManagerRequest::SetAcl { .. } => SET_ACL,
+            ManagerRequest::RefreshPal { .. } => REFRESH_PAL,
             ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::Mknod { .. } => MKNOD,
             ManagerRequest::GetQuota { .. } => GET_QUOTA,
@@ -1226,6 +1240,7 @@ impl ManagerRequest {
             | R::ReadSmall { handle, .. }
             | R::WriteSmall { handle, .. }
             | R::GetAcl { handle }
+            | R::RefreshPal { handle, .. }
             | R::SetAcl { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
             R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
@@ -1282,6 +1297,7 @@ impl ManagerRequest {
             | R::ReadSmall { .. }
             | R::WriteSmall { .. }
             | R::GetAcl { .. }
+            | R::RefreshPal { .. }
             | R::SetAcl { .. } => true,
             R::Login { .. }
             | R::LoginIdentity { .. }
@@ -1337,6 +1353,7 @@ impl ManagerRequest {
             ManagerRequest::RemoveXattr { .. } => "removexattr",
             ManagerRequest::GetAcl { .. } => "get-acl",
             ManagerRequest::SetAcl { .. } => "set-acl",
+            ManagerRequest::RefreshPal { .. } => "refresh-pal",
             ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::Mknod { .. } => "mknod",
             ManagerRequest::GetQuota { .. } => "get-quota",
@@ -1415,6 +1432,7 @@ impl ManagerRequest {
                 }
                 validate_acl(entries).map_err(DecodeError::NotCanonical)
             }
+            R::RefreshPal { rights, .. } => refresh_pal_rights(*rights).map(|_| ()),
             R::Watch { wait_ms, .. } => {
                 if *wait_ms > WATCH_WAIT_MAX_MS {
                     return Err(DecodeError::OverLimit {
@@ -1627,6 +1645,10 @@ impl ManagerRequest {
                 handle.encode(&mut w);
                 encode_acl(&mut w, entries);
             }
+            ManagerRequest::RefreshPal { handle, rights } => {
+                handle.encode(&mut w);
+                w.u8(*rights);
+            }
             ManagerRequest::SetXattr { handle, name, value, mode } => {
                 handle.encode(&mut w);
                 w.str(name);
@@ -1832,6 +1854,9 @@ impl ManagerRequest {
             REMOVEXATTR => ManagerRequest::RemoveXattr { handle: Handle::decode(&mut r)?, name: xattr_name(&mut r)? },
             GET_ACL => ManagerRequest::GetAcl { handle: Handle::decode(&mut r)? },
             SET_ACL => ManagerRequest::SetAcl { handle: Handle::decode(&mut r)?, entries: decode_acl(&mut r)? },
+            REFRESH_PAL => {
+                ManagerRequest::RefreshPal { handle: Handle::decode(&mut r)?, rights: refresh_pal_rights(r.u8()?)? }
+            }
             WATCH => {
                 let (incarnation, after, wait_ms) = (r.u64()?, r.u64()?, r.u32()?);
                 if wait_ms > WATCH_WAIT_MAX_MS {
@@ -1852,6 +1877,15 @@ impl ManagerRequest {
 
 /// An extended attribute's value: `length u32` (at most
 /// [`XATTR_VALUE_MAX`], one more than a `u16` holds), that many bytes.
+/// The rights of a `REFRESH_PAL`: `ACL_READ`, `ACL_WRITE` or both.
+fn refresh_pal_rights(rights: u8) -> Result<u8, DecodeError> {
+    use crate::acl::{ACL_READ, ACL_WRITE};
+    if rights == 0 || rights & !(ACL_READ | ACL_WRITE) != 0 {
+        return Err(DecodeError::NotCanonical("REFRESH_PAL rights other than read and write"));
+    }
+    Ok(rights)
+}
+
 fn encode_xattr_value(w: &mut Writer, value: &[u8]) {
     assert!(value.len() <= XATTR_VALUE_MAX, "xattr value over XATTR_VALUE_MAX");
     w.u32(value.len() as u32).raw(value);

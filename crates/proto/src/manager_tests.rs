@@ -35,9 +35,13 @@ fn arb_handle() -> impl Strategy<Value = Handle> {
 
 /// A canonical ACL: distinct principals, valid rights and flags, in order.
 fn arb_acl() -> impl Strategy<Value = Vec<AclEntry>> {
-    proptest::collection::btree_map((any::<bool>(), any::<u32>()), (1..=ACL_RIGHTS, 0..=ACL_FLAGS), 0..=ACL_ENTRIES_MAX)
+    proptest::collection::btree_map((0u8..3, 1..=u32::MAX), (1..=ACL_RIGHTS, 0..=ACL_FLAGS), 0..=ACL_ENTRIES_MAX)
         .prop_map(|m| {
-            let who = |(group, id)| if group { AclWho::Group(id) } else { AclWho::User(id) };
+            let who = |(kind, id)| match kind {
+                0 => AclWho::User(id),
+                1 => AclWho::Group(id),
+                _ => AclWho::Role(id),
+            };
             let entries = m.into_iter().map(|(k, (rights, flags))| AclEntry { who: who(k), rights, flags });
             canonical_acl(entries.collect()).expect("distinct principals")
         })
@@ -259,6 +263,21 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(26),
         ),
+        (
+            "SET_ACL handle {ino 3, mac 68x32}: user 1001 read; role 7 read+write",
+            ManagerRequest::SetAcl {
+                handle: handle(3),
+                entries: vec![
+                    AclEntry { who: AclWho::User(1001), rights: ACL_READ, flags: 0 },
+                    AclEntry { who: AclWho::Role(7), rights: ACL_READ | ACL_WRITE, flags: 0 },
+                ],
+            }
+            .encode(27),
+        ),
+        (
+            "REFRESH_PAL handle {ino 42, mac 68x32} read",
+            ManagerRequest::RefreshPal { handle: handle(42), rights: ACL_READ }.encode(28),
+        ),
     ]
 }
 
@@ -328,6 +347,14 @@ const VECTORS_HEX: &[&str] = &[
         "020001e9030000040002070000000501",
     ),
     "00001a0000000000000011e803000064000000e8010000010001e90300000600",
+    concat!(
+        "20001b0000000000000003000000000000006868686868686868686868686868686868686868686868686868686868686868",
+        "020001e9030000040003070000000600",
+    ),
+    concat!(
+        "23001c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
+        "04",
+    ),
 ];
 
 #[test]
@@ -489,6 +516,7 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         (arb_handle(), arb_xattr_name()).prop_map(|(handle, name)| R::RemoveXattr { handle, name }),
         arb_handle().prop_map(|handle| R::GetAcl { handle }),
         (arb_handle(), arb_acl()).prop_map(|(handle, entries)| R::SetAcl { handle, entries }),
+        (arb_handle(), 1u8..=3).prop_map(|(handle, r)| R::RefreshPal { handle, rights: r << 1 }),
         (any::<u64>(), any::<u64>(), 0..=WATCH_WAIT_MAX_MS).prop_map(|(incarnation, after, wait_ms)| R::Watch {
             incarnation,
             after,

@@ -279,6 +279,7 @@ impl Striper {
             pool,
             binder,
             refresh_lock: tokio::sync::Mutex::new(()),
+            pal_refreshes: std::sync::atomic::AtomicU64::new(0),
             request_deadline: request,
             deadlines: Deadlines { connect, wait },
         };

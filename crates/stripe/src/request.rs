@@ -81,6 +81,9 @@ pub(crate) struct Shared {
     pub(crate) binder: Arc<dyn Binder>,
     /// Serializes refreshes, so requests that failed together refresh once.
     pub(crate) refresh_lock: tokio::sync::Mutex<()>,
+    /// How many times the binder set the PALs again (`Binder::refresh_pal`):
+    /// requests refused together ask once.
+    pub(crate) pal_refreshes: std::sync::atomic::AtomicU64,
     pub(crate) request_deadline: Duration,
     pub(crate) deadlines: Deadlines,
 }
@@ -117,8 +120,9 @@ impl Task {
 impl Shared {
     async fn request(&self, layout: Layout, component: usize, req: &Req) -> Result<Option<Vec<u8>>, TaskError> {
         let mut target = self.binder.current();
-        let (mut refreshes, mut reconnects) = (0, 0);
+        let (mut refreshes, mut reconnects, mut pal_asked) = (0, 0, false);
         loop {
+            let pals_seen = self.pal_refreshes.load(std::sync::atomic::Ordering::SeqCst);
             if target.layout != layout {
                 return Err(TaskError::Fatal(StripeError::LayoutChanged { before: layout, after: target.layout }));
             }
@@ -135,6 +139,13 @@ impl Shared {
                     cause
                 }
             };
+            if !pal_asked && cause.status() == Some(Status::NotInPal) {
+                // The drive has no PAL entry for the identity: asked set again, retried once.
+                pal_asked = true;
+                if self.refresh_pal(pals_seen, !matches!(req, Req::Read(_))).await.map_err(TaskError::Fatal)? {
+                    continue;
+                }
+            }
             if refreshes < REFRESHES_PER_REQUEST_MAX && cause.status().is_some_and(refreshable) {
                 refreshes += 1;
                 if let Some(t) = self.refresh(&target).await.map_err(TaskError::Fatal)? {
@@ -174,6 +185,20 @@ impl Shared {
                 Err((FailureCause::Deadline, reused))
             }
         }
+    }
+
+    /// Has the binder set the PALs again, unless another request did since
+    /// `seen` was read; whether to retry.
+    async fn refresh_pal(&self, seen: u64, write: bool) -> Result<bool, StripeError> {
+        let _one_at_a_time = self.refresh_lock.lock().await;
+        if self.pal_refreshes.load(std::sync::atomic::Ordering::SeqCst) != seen {
+            return Ok(true);
+        }
+        let set = self.binder.refresh_pal(write).await?;
+        if set {
+            self.pal_refreshes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(set)
     }
 
     /// A fresh target, unless another request refreshed since `stale` was

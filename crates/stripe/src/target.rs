@@ -107,6 +107,17 @@ pub trait Binder: Send + Sync {
 
     /// Fetches a fresh target, makes it current and returns it.
     fn refresh(&self) -> BoxFuture<'_, Result<Arc<Target>, StripeError>>;
+
+    /// A drive refused a request by identity with `NOT_IN_PAL`: asks whoever
+    /// sets the object's pre-authorization lists to set them again, for a
+    /// request that reads (`write` false) or writes. `Ok(true)`: they were
+    /// set, retry the request (the engine does, once). `Ok(false)`: this
+    /// binder cannot ask (the default); the refusal stands. An error: the
+    /// request is refused (the binder may keep why, as for `refresh`).
+    fn refresh_pal(&self, write: bool) -> BoxFuture<'_, Result<bool, StripeError>> {
+        let _ = write;
+        Box::pin(async { Ok(false) })
+    }
 }
 
 /// A binder whose target changes only when its owner sets it (the

@@ -334,6 +334,30 @@ impl Cluster {
         to(FsClient::connect(&self.fs_config(user, password))).await.expect("log in")
     }
 
+    /// Stops the manager (its listener and maintenance) and opens it again
+    /// on the same directory with `config`, as a restart of its process
+    /// would: what it kept in memory alone is gone, its database and key
+    /// stay. It listens on a new address; the drives keep running.
+    #[allow(dead_code)] // not every test target restarts its manager
+    pub async fn restart_manager(&mut self, config: ManagerConfig, maintenance: bool) {
+        let _ = self.shutdown.send(true);
+        to(&mut self.server).await.expect("manager task");
+        if let Some(m) = self.maintenance.take() {
+            to(m).await.expect("maintenance task");
+        }
+        let files = nasd_manager::tls::ensure_certificates(&self.dir().join("tls"), &["localhost".to_string()])
+            .expect("certificates");
+        let acceptor = nasd_manager::tls::acceptor(&files).expect("TLS acceptor");
+        self.manager = Manager::open(&self.dir().join("manager"), config).expect("open the manager again");
+        to(self.manager.recover()).await;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the manager listener");
+        self.addr = listener.local_addr().expect("manager address");
+        self.server = tokio::spawn(self.manager.clone().serve(listener, acceptor, shutdown_rx.clone()));
+        self.maintenance = maintenance.then(|| self.manager.spawn_maintenance(shutdown_rx));
+        self.shutdown = shutdown;
+    }
+
     /// The data directory (removed on drop).
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

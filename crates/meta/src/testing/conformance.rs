@@ -11,11 +11,11 @@ use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::BTreeSet;
 
-pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100, groups: Vec::new() };
+pub(super) const ALICE: Caller = Caller { uid: 1000, gid: 100, groups: Vec::new(), role: 0 };
 /// In ALICE's group.
-pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100, groups: Vec::new() };
+pub(super) const BOB: Caller = Caller { uid: 1001, gid: 100, groups: Vec::new(), role: 0 };
 /// In neither.
-pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200, groups: Vec::new() };
+pub(super) const CAROL: Caller = Caller { uid: 1002, gid: 200, groups: Vec::new(), role: 0 };
 pub(super) const ROOT: Caller = Caller::ROOT;
 pub(super) const PARTITION: u64 = 7;
 /// Objects pooled on drive 1 by [`setup`].
@@ -107,6 +107,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("acl_grants_and_revokes", acls::acl_grants_and_revokes),
         ("acl_rules", acls::acl_rules),
         ("acl_inheritance", acls::acl_inheritance),
+        ("acl_roles_and_undelivered_pals", acls::acl_roles_and_undelivered_pals),
     ]
 }
 

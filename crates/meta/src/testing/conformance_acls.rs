@@ -16,6 +16,48 @@ fn group(gid: u32, rights: u8, flags: u8) -> AclEntry {
     AclEntry { who: AclWho::Group(gid), rights, flags }
 }
 
+/// Role entries grant a caller acting in the role (its identity
+/// credential's), nobody else; they are stored and inherited like the
+/// others. Files whose PAL did not reach every drive are recorded until
+/// delivered, and forgotten with the file.
+pub(super) fn acl_roles_and_undelivered_pals<B: Backend>(ns: &Namespace<B>) {
+    mkdir(ns, &ROOT, "/r", 0o755).unwrap();
+    own(ns, "/r", &ALICE, 0o755);
+    let r = ino(ns, "/r");
+    let staff = AclEntry { who: AclWho::Role(7), rights: ACL_READ | ACL_WRITE, flags: ACL_INHERIT };
+    ns.set_acl(&ALICE, r, vec![user(CAROL.uid, ACL_READ), staff]).unwrap();
+    assert_eq!(ns.get_acl(r).unwrap().entries, vec![user(CAROL.uid, ACL_READ), staff], "users before roles");
+    let f = create(ns, &ALICE, "/r/f", 0o600).unwrap().attr.ino;
+    assert_eq!(ns.get_acl(f).unwrap().entries, vec![AclEntry { flags: 0, ..staff }], "inherited");
+    let bob_staff = Caller { role: 7, ..BOB };
+    ns.check_access(&bob_staff, f, true, true).unwrap();
+    assert_eq!(ns.check_access(&BOB, f, true, false).err(), Some(FsStatus::PermissionDenied), "no role");
+    let bob_audit = Caller { role: 9, ..BOB };
+    assert_eq!(ns.check_access(&bob_audit, f, true, false).err(), Some(FsStatus::PermissionDenied), "another role");
+    let role0 = AclEntry { who: AclWho::Role(0), rights: ACL_READ, flags: 0 };
+    assert_eq!(ns.set_acl(&ALICE, f, vec![role0]).err(), Some(FsStatus::InvalidArgument));
+
+    assert!(ns.pals_undelivered(10).unwrap().is_empty());
+    let g = create(ns, &ALICE, "/r/g", 0o600).unwrap().attr.ino;
+    ns.pal_undelivered(g).unwrap();
+    ns.pal_undelivered(f).unwrap();
+    let listed = ns.pals_undelivered(10).unwrap();
+    assert_eq!(listed.iter().map(|p| p.0).collect::<Vec<_>>(), vec![f, g]);
+    assert_eq!(ns.pals_undelivered(1).unwrap().len(), 1);
+    // A push that fails again after the list was read keeps the record.
+    ns.pal_undelivered(f).unwrap();
+    ns.pal_delivered(f, listed[0].1).unwrap();
+    let again = ns.pals_undelivered(10).unwrap();
+    assert_eq!(again.iter().map(|p| p.0).collect::<Vec<_>>(), vec![f, g], "a later failure survives");
+    assert!(again[0].1 > listed[0].1);
+    ns.pal_delivered(f, again[0].1).unwrap();
+    ns.pal_delivered(f, again[0].1).unwrap();
+    assert_eq!(ns.pals_undelivered(10).unwrap().iter().map(|p| p.0).collect::<Vec<_>>(), vec![g]);
+    let (p, name) = parent(ns, "/r/g");
+    ns.unlink(&ALICE, p, &name).unwrap();
+    assert!(ns.pals_undelivered(10).unwrap().is_empty(), "forgotten with the file");
+}
+
 /// Named entries add to the mode bits for the callers they name; removing
 /// them takes the access away again; chmod keeps them.
 pub(super) fn acl_grants_and_revokes<B: Backend>(ns: &Namespace<B>) {
@@ -39,7 +81,7 @@ pub(super) fn acl_grants_and_revokes<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.readdir(&CAROL, d, "", 10).err(), Some(FsStatus::PermissionDenied), "search is not read");
     assert_eq!(ns.check_access(&BOB, f, true, false).err(), Some(FsStatus::PermissionDenied), "not named");
     // A group entry names every member, through primary or supplementary groups.
-    let dave = Caller { uid: 1003, gid: 300, groups: vec![400] };
+    let dave = Caller { uid: 1003, gid: 300, groups: vec![400], role: 0 };
     ns.set_acl(&ALICE, d, vec![user(CAROL.uid, ACL_EXECUTE), group(400, ACL_EXECUTE, 0)]).unwrap();
     ns.set_acl(&ALICE, f, vec![user(CAROL.uid, ACL_READ), group(400, ACL_READ | ACL_WRITE, 0)]).unwrap();
     ns.check_access(&dave, f, true, true).unwrap();
@@ -125,7 +167,7 @@ pub(super) fn acl_inheritance<B: Backend>(ns: &Namespace<B>) {
     symlink(ns, "/p/l", "f").unwrap();
     assert!(ns.get_acl(ino(ns, "/p/l")).unwrap().entries.is_empty(), "symlinks get none");
     // A member of group 500 reads the 0600 file through the inherited entry.
-    let member = Caller { uid: 1004, gid: 500, groups: Vec::new() };
+    let member = Caller { uid: 1004, gid: 500, groups: Vec::new(), role: 0 };
     ns.walk(&member, "/p/s/g", true).unwrap();
     ns.check_access(&member, g, true, false).unwrap();
     // Changing the directory's ACL later changes nothing below it.

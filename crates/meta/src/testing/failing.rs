@@ -113,6 +113,9 @@ delegate! {
     fn delete_staged(&mut self, ino: Ino) -> ();
     fn get_acl(&mut self, ino: Ino) -> Vec<AclEntry>;
     fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> ();
+    fn pal_pending_put(&mut self, ino: Ino) -> ();
+    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> ();
+    fn pal_pending_list(&mut self, limit: usize) -> Vec<(Ino, u64)>;
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();
