@@ -20,6 +20,7 @@ use nasd_manager::ManagerConfig;
 use nasd_proto::{rights, AuthScheme, IdentityData, ObjectPal, Pal, PalEntry, Principal, Protection, Region, Status};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 const ROOT: &str = "root";
@@ -125,8 +126,17 @@ async fn drive_as(c: &Cluster, credential: IdentityData, idkey: &Key) -> DriveCl
 /// (bytes below the threshold go through the manager, which checks the ACL
 /// itself).
 async fn pal_cluster(scheme: AuthScheme, drives: usize) -> (Auth0, Cluster, FsClient) {
+    pal_cluster_with(scheme, drives, |c| c).await
+}
+
+/// [`pal_cluster`] with the manager's configuration changed by `change`.
+async fn pal_cluster_with(
+    scheme: AuthScheme,
+    drives: usize,
+    change: impl FnOnce(ManagerConfig) -> ManagerConfig,
+) -> (Auth0, Cluster, FsClient) {
     let auth = Auth0::start().await;
-    let config = pal_config(&auth, scheme);
+    let config = change(pal_config(&auth, scheme));
     let cluster = Cluster::start(ClusterOptions { config, drives, ..ClusterOptions::default() }).await;
     let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
     to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
@@ -659,6 +669,76 @@ fn a_lost_pal_is_set_again_on_demand() {
         assert_eq!(to(owner.get_pal(partition, object)).await.unwrap(), after, "no PAL set for a refused caller");
 
         drop((file, alice_fs, bob_fs, admin, owner));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// Group entries and the mode's group class are not flattened into PALs
+/// (a drive matches users and roles only). On a partition that takes both
+/// schemes the client falls back to the capability the manager minted at
+/// open when the drive says `NOT_IN_PAL`; on a PALs-only partition the
+/// client asks for the PAL once (`REFRESH_PAL`: the manager grants it, and
+/// sets the same PAL), retries once and reports the drive's refusal — no
+/// loop.
+#[test]
+fn group_access_goes_through_capabilities() {
+    run(async {
+        for scheme in [AuthScheme::BOTH, AuthScheme::PALS] {
+            let (auth, cluster, admin) = pal_cluster(scheme, 1).await;
+            let (mut alice_auth, alice) = auth.login(USER_A, PW_A, 0).await.unwrap();
+            let gid = to(alice_auth.create_group("project")).await.unwrap();
+            to(alice_auth.set_group_member(gid, USER_B, true)).await.unwrap();
+            let bob = auth.grant(USER_B, PW_B, 0).await;
+            let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+            let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+            to(alice_fs.write_file("/shared/g", DATA)).await.unwrap();
+            to(alice_fs.chown("/shared/g", None, Some(gid))).await.unwrap();
+            to(alice_fs.chmod("/shared/g", 0o640)).await.unwrap();
+            let read = to(bob_fs.read_file("/shared/g")).await;
+            if scheme == AuthScheme::BOTH {
+                assert_eq!(read.unwrap(), DATA, "bob's capability, after the drive found no PAL entry");
+            } else {
+                let e = read.unwrap_err();
+                assert!(format!("{e:?}").contains("NotInPal"), "refused by the drive after one refresh: {e:?}");
+            }
+            drop((alice_fs, bob_fs, admin, alice_auth));
+            let _ = auth.stop.send(true);
+            cluster.stop().await;
+        }
+    });
+}
+
+/// A disabled user: the authentication server refuses it at once, and an
+/// identity session already open at the manager ends at its first request
+/// after the manager asks the authentication server again
+/// (`identity_recheck`, here before every request). A drive knows no users:
+/// the identity key in hand reads there until the administrator retires
+/// its key id — the documented way to cut a user off the drives at once.
+#[test]
+fn a_disabled_user_is_cut_off() {
+    run(async {
+        let (auth, cluster, admin) =
+            pal_cluster_with(AuthScheme::PALS, 1, |c| ManagerConfig { identity_recheck: Duration::ZERO, ..c }).await;
+        let partition = cluster.manager.config().partition;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        let alice = auth.grant(USER_A, PW_A, 0).await;
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        let object = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object.object;
+
+        to(root.set_user_enabled(USER_A, false)).await.unwrap();
+        assert_eq!(fs_status(to(alice_fs.read_file("/shared/f")).await), FsStatus::NotPermitted, "the open session");
+        assert_eq!(fs_status(manager_login(&cluster, alice.credential, &alice.idkey).await), FsStatus::NotPermitted);
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "a drive knows no users");
+        assert_eq!(to(root.rotate_key()).await.unwrap(), 2);
+        to(root.retire_key(1)).await.unwrap();
+        to(admin.sync_identity_keys()).await.unwrap();
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::KeyVersionRetired);
+
+        drop((alice_fs, admin, a, root));
         let _ = auth.stop.send(true);
         cluster.stop().await;
     });

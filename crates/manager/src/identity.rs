@@ -81,7 +81,7 @@ impl Manager {
     /// Runs `f` on the service connection to the authentication server,
     /// logging in first if there is none; a connection that broke is
     /// replaced once.
-    async fn with_auth<R>(
+    pub(crate) async fn with_auth<R>(
         &self,
         f: impl for<'a> Fn(&'a mut AuthClient) -> futures::future::BoxFuture<'a, Result<R, AuthError>>,
     ) -> Result<R, Failure> {

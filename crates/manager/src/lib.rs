@@ -136,7 +136,16 @@ pub struct ManagerConfig {
     /// accepts PALs the manager flattens each file's ACL into an access PAL
     /// on every component object ([`pals`]).
     pub auth_scheme: nasd_proto::AuthScheme,
+    /// How often a session logged in with an identity asks the
+    /// authentication server again (`USER_INFO`, before its next request
+    /// once due) whether its user still exists, is enabled and holds the
+    /// session's role, and for its groups: a user disabled or a role taken
+    /// away ends such sessions within this long. Zero: before every request.
+    pub identity_recheck: Duration,
 }
+
+/// The default [`ManagerConfig::identity_recheck`].
+pub const IDENTITY_RECHECK_DEFAULT: Duration = Duration::from_secs(30);
 
 /// The default small-file threshold (Slice's 64 KiB).
 pub const SMALL_FILE_THRESHOLD_DEFAULT: u32 = 64 * 1024;
@@ -160,6 +169,7 @@ impl Default for ManagerConfig {
             small_file_threshold: SMALL_FILE_THRESHOLD_DEFAULT,
             auth: None,
             auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
+            identity_recheck: IDENTITY_RECHECK_DEFAULT,
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct Session {
     /// (`LOGIN_IDENTITY`), if not a password: checked for expiry and a
     /// retired key id before each request.
     pub(crate) identity: Option<nasd_proto::IdentityData>,
+    /// When the authentication server last confirmed the identity
+    /// session's user (`ManagerConfig::identity_recheck`).
+    pub(crate) identity_checked: Option<std::time::Instant>,
 }
 
 impl Session {
@@ -68,6 +71,7 @@ impl Session {
             users_epoch: u64::MAX,
             gateway: None,
             identity: None,
+            identity_checked: None,
         }
     }
 
@@ -81,6 +85,7 @@ impl Session {
             handle_uid: user.uid,
             gateway: user.gateway,
             identity: None,
+            identity_checked: None,
         }
     }
 
@@ -99,6 +104,7 @@ impl Session {
             handle_uid: user.uid,
             gateway: None,
             identity: Some(credential),
+            identity_checked: Some(std::time::Instant::now()),
         }
     }
 
@@ -130,6 +136,7 @@ impl Session {
             handle_uid: self.handle_uid,
             gateway: None,
             identity: self.identity,
+            identity_checked: self.identity_checked,
         })
     }
 }
@@ -246,6 +253,10 @@ impl Manager {
                     format!("identity key {} is retired: log in again", id.key_id),
                 ));
             }
+            let due = s.identity_checked.is_none_or(|at| at.elapsed() >= self.config.identity_recheck);
+            if due {
+                self.recheck_identity(s).await?;
+            }
             return Ok(());
         }
         let epoch = self.users_epoch();
@@ -256,6 +267,40 @@ impl Manager {
         let user = self.meta(move |ns| ns.user(&name)).await?;
         let user = user.ok_or_else(|| Failure::new(FsStatus::NotLoggedIn, format!("user '{}' is gone", s.user)))?;
         *s = Session::of(&user, epoch);
+        Ok(())
+    }
+
+    /// Asks the authentication server again about an identity session's
+    /// user: gone, disabled, its role taken away or its key id retired ends
+    /// the session; its groups and administrator flag are refreshed. An
+    /// unreachable server keeps the session as it is until the next check.
+    async fn recheck_identity(&self, s: &mut Session) -> Result<(), Failure> {
+        let Some(credential) = s.identity else { return Ok(()) };
+        let (uid, key_id) = (credential.user, credential.key_id);
+        s.identity_checked = Some(std::time::Instant::now());
+        let (user, key_live) = match self.with_auth(move |c| Box::pin(c.user_info(uid, key_id))).await {
+            Ok(r) => r,
+            Err(f) if f.status == FsStatus::Busy => {
+                tracing::warn!(uid, error = %f.message, "identity not checked again: the authentication server is unreachable");
+                return Ok(());
+            }
+            Err(f) => return Err(Failure::new(FsStatus::NotLoggedIn, f.message)),
+        };
+        if !key_live {
+            return Err(Failure::new(FsStatus::NotLoggedIn, format!("identity key {key_id} is retired: log in again")));
+        }
+        if !user.enabled {
+            return Err(Failure::new(FsStatus::NotPermitted, format!("user '{}' is disabled", user.name)));
+        }
+        if credential.role != nasd_proto::ROLE_NONE && !user.roles.contains(&credential.role) {
+            return Err(Failure::new(
+                FsStatus::NotPermitted,
+                format!("user '{}' no longer holds role {}", user.name, credential.role),
+            ));
+        }
+        s.caller.gid = user.gid;
+        s.caller.groups = user.groups.clone();
+        s.admin = user.admin;
         Ok(())
     }
 
