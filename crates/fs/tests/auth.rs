@@ -743,3 +743,39 @@ fn a_disabled_user_is_cut_off() {
         cluster.stop().await;
     });
 }
+
+/// Several managers on one PostgreSQL database: a PAL push one manager
+/// missed is in the shared store, so another manager's maintenance pass
+/// (whichever holds the `pals` lease) sets it once the drive is back.
+#[test]
+fn another_manager_retries_a_missed_pal_push() {
+    let server =
+        nasd_meta::testing::PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    run(async move {
+        let metadata = Some(url.parse::<nasd_manager::Location>().expect("a PostgreSQL URL"));
+        let on_pg = |c| ManagerConfig { metadata: metadata.clone(), ..c };
+        let (auth, mut cluster, admin) = pal_cluster_with(AuthScheme::PALS, 1, on_pg).await;
+        let partition = cluster.manager.config().partition;
+        let alice = auth.grant(USER_A, PW_A, 0).await;
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
+        let object = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object.object;
+
+        let stopped = cluster.drives.remove(0).halt().await;
+        assert_eq!(fs_status(to(alice_fs.chmod("/shared/f", 0o200)).await), FsStatus::DriveUnavailable);
+        let m2 = cluster.start_other_manager("manager-2", on_pg(pal_config(&auth, AuthScheme::PALS)), false).await;
+        cluster.drives.insert(0, stopped.start().await);
+        let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
+        assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "the old PAL, for now");
+        to(m2.manager.maintain()).await;
+        assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::RightsInsufficient);
+
+        drop((alice_fs, admin, a));
+        m2.stop().await;
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+    drop(server);
+}
