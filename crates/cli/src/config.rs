@@ -31,6 +31,7 @@
 //! auth_ca_cert = "/etc/nasd/ca.pem"
 //! auth_token_file = "/var/lib/nasd/auth/service.token"
 //! auth_scheme = "both"           # capabilities (default), pals or both
+//! identity_recheck_secs = 30     # how often identity sessions are checked at the auth server
 //!
 //! [auth]                         # nasd auth (authentication server)
 //! data = "/var/lib/nasd/auth"
@@ -189,6 +190,11 @@ pub struct ManagerSection {
     /// manager flattens from each file's ACL) or "both" [default:
     /// capabilities]. Takes effect with `auth` (identity keys installed).
     pub auth_scheme: Option<String>,
+    /// How often a session that logged in with an identity asks the
+    /// authentication server again whether its user is enabled and holds
+    /// its role; a disabled user's sessions end within this long
+    /// [default: 30; 0: before every request].
+    pub identity_recheck_secs: Option<u64>,
 }
 
 /// `[auth]`.

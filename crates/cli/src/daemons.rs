@@ -391,6 +391,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         write_integrity_waived: file.write_data_integrity_waived.iter().flatten().copied().collect(),
         metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
+        identity_recheck: secs(None, file.identity_recheck_secs, d.identity_recheck),
         auth: match &file.auth {
             None => None,
             Some(addr) => {
