@@ -508,7 +508,7 @@ impl Postgres {
         loop {
             while let Some(conn) = pool.idle.pop() {
                 if !conn.client.is_closed() {
-                    return Ok(Lease { pg: self, conn: Some(conn), clean: true, writing: false });
+                    return Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false });
                 }
                 pool.live -= 1;
             }
@@ -516,7 +516,7 @@ impl Postgres {
                 pool.live += 1;
                 drop(pool);
                 return match self.connect() {
-                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true, writing: false }),
+                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false }),
                     Err(e) => {
                         self.lock_pool().live -= 1;
                         self.freed.notify_one();
@@ -551,6 +551,8 @@ struct Lease<'a> {
     conn: Option<Conn>,
     /// Outside any transaction (false from `BEGIN` until its end is confirmed).
     clean: bool,
+    /// The transaction takes the writers' turn (see [`Lease::control`]).
+    turn: bool,
     /// The session holds (or may hold) [`WRITER_LOCK`]: the connection is
     /// closed rather than reused unless it is released.
     writing: bool,
@@ -566,30 +568,32 @@ impl Lease<'_> {
     }
 
     /// Runs a transaction-control statement (`BEGIN`, `COMMIT`, `ROLLBACK`).
+    /// For a writer ([`Lease::turn`]), `BEGIN` waits for the writers' turn
+    /// first ([`WRITER_LOCK`], a session lock taken before `BEGIN`, so that
+    /// the transaction's snapshot follows the previous writer's commit), and
+    /// the end of the transaction gives the turn up, whether it succeeded or
+    /// not. Both are pipelined with the statement: no extra round trip.
     fn control(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        wait(self.conn().client.batch_execute(sql))
-    }
-
-    /// Waits for the writers' turn ([`WRITER_LOCK`], a session lock taken
-    /// before `BEGIN`, so that the transaction's snapshot is taken after the
-    /// previous writer committed).
-    fn lock_writers(&mut self) -> Result<(), tokio_postgres::Error> {
-        self.writing = true;
-        self.control(&format!("SELECT pg_advisory_lock({WRITER_LOCK})"))
-    }
-
-    /// Gives the writers' turn up, after the transaction ended; a failure
-    /// only costs the connection (its session holds the lock until closed).
-    fn unlock_writers(&mut self) {
-        if !self.clean {
-            return; // the connection is closed, and the lock goes with its session
+        let c = &self.conn.as_ref().expect("leased connection").client;
+        if !self.turn {
+            return wait(c.batch_execute(sql));
         }
-        match self.control(&format!("SELECT pg_advisory_unlock({WRITER_LOCK})")) {
+        if sql.starts_with("BEGIN") {
+            self.writing = true;
+            let lock = format!("SELECT pg_advisory_lock({WRITER_LOCK})");
+            let (locked, begun) = wait(async { futures::join!(c.batch_execute(&lock), c.batch_execute(sql)) });
+            return locked.and(begun);
+        }
+        let unlock = format!("SELECT pg_advisory_unlock({WRITER_LOCK})");
+        let (ended, unlocked) = wait(async { futures::join!(c.batch_execute(sql), c.batch_execute(&unlock)) });
+        match unlocked {
             Ok(()) => self.writing = false,
+            // The connection is closed rather than reused, and the lock goes with its session.
             Err(e) => {
-                tracing::warn!(target = %self.pg.target, error = %postgres_detail(&e), "metadata writer lock not released")
+                tracing::warn!(target = %self.pg.target, error = %postgres_detail(&e), "metadata writer turn not given up")
             }
         }
+        ended
     }
 
     /// Ends the transaction; a failure only costs the connection.
@@ -654,17 +658,8 @@ impl Postgres {
             Access::ReadOnly => None,
         };
         let mut lease = self.checkout()?;
-        if access == Access::ReadWrite {
-            if let Err(e) = lease.lock_writers() {
-                tracing::error!(target = %self.target, error = %postgres_detail(&e), "no turn to write the metadata");
-                return Err(classify(&e));
-            }
-        }
-        let out = self.run_attempt(&mut lease, access, f);
-        if access == Access::ReadWrite {
-            lease.unlock_writers();
-        }
-        out
+        lease.turn = access == Access::ReadWrite;
+        self.run_attempt(&mut lease, access, f)
     }
 
     /// One transaction on `lease`, from `BEGIN` to its end.
