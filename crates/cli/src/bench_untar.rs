@@ -216,6 +216,10 @@ struct Row {
     files: u64,
     /// `BUSY` answers retried (not counted in `requests`).
     busy: u64,
+    /// Serialization failures the PostgreSQL server logged in this
+    /// configuration's database (each one a transaction the manager rolled
+    /// back and ran again); `None` on SQLite.
+    conflicts: Option<usize>,
 }
 
 impl Row {
@@ -263,8 +267,11 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         rows.push(sqlite);
         for managers in PG_MANAGERS {
             let url = server.fresh_url();
+            let db = url.rsplit('/').next().unwrap_or_default().to_owned();
             let dir = tmp.path().join(format!("postgres-{managers}"));
-            rows.push(measure(&dir, Some(url), managers, &args, &archive).await?);
+            let mut row = measure(&dir, Some(url), managers, &args, &archive).await?;
+            row.conflicts = Some(server.serialization_failures(&db));
+            rows.push(row);
         }
         Ok::<_, anyhow::Error>(rows)
     }
@@ -274,24 +281,27 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
     let rows = result?;
     let base = &rows[0];
     println!(
-        "  {:<12} {:>8} {:>9} {:>12} {:>10} {:>14} {:>6}",
-        "metadata", "managers", "seconds", "requests/s", "files/s", "vs SQLite ×1", "busy"
+        "  {:<12} {:>8} {:>9} {:>12} {:>10} {:>14} {:>6} {:>9}",
+        "metadata", "managers", "seconds", "requests/s", "files/s", "vs SQLite ×1", "busy", "conflicts"
     );
     for r in &rows {
         println!(
-            "  {:<12} {:>8} {:>9.2} {:>12.0} {:>10.0} {:>14.2} {:>6}",
+            "  {:<12} {:>8} {:>9.2} {:>12.0} {:>10.0} {:>14.2} {:>6} {:>9}",
             r.metadata,
             r.managers,
             r.elapsed.as_secs_f64(),
             r.requests_per_sec(),
             r.files_per_sec(),
             r.files_per_sec() / base.files_per_sec(),
-            r.busy
+            r.busy,
+            r.conflicts.map_or("-".to_owned(), |n| n.to_string())
         );
     }
     println!("  (every client's tree checked afterwards through the first manager: names, kinds, modes, times;");
     println!("   busy: requests the manager refused as BUSY (its transaction conflicted on every attempt)");
-    println!("   that the client sent again, at most {BUSY_RETRIES_MAX} times each; not counted in requests/s)");
+    println!("   that the client sent again, at most {BUSY_RETRIES_MAX} times each; not counted in requests/s;");
+    println!("   conflicts: serialization failures the PostgreSQL server logged for that configuration's database,");
+    println!("   each a metadata transaction rolled back and run again)");
     Ok(())
 }
 
@@ -365,6 +375,7 @@ async fn measure(
             requests,
             busy,
             files: archive.files as u64 * args.clients as u64,
+            conflicts: None,
         })
     }
     .await;

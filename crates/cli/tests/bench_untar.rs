@@ -26,30 +26,40 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
     assert!(out.status.success(), "nasd bench untar failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("4 clients, each unpacking 6 directories and 40 empty files"), "{stdout}");
     assert!(stdout.contains("every client's tree checked afterwards"), "{stdout}");
-    // Rows: metadata, managers, seconds, requests/s, files/s, ratio, busy retries.
-    let rows: Vec<(String, u32, Vec<f64>)> = stdout
+    // Rows: metadata, managers, seconds, requests/s, files/s, ratio, busy retries, conflicts
+    // ("-" on SQLite).
+    let rows: Vec<(String, u32, Vec<f64>, String)> = stdout
         .lines()
         .filter_map(|l| {
             let cols: Vec<&str> = l.split_whitespace().collect();
             match cols.as_slice() {
-                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ ..] if rest.len() == 5 => Some((
+                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ .., conflicts] if rest.len() == 5 => Some((
                     what.to_string(),
                     managers.parse().ok()?,
                     rest.iter().map(|v| v.parse().expect("a number")).collect(),
+                    conflicts.to_string(),
                 )),
                 _ => None,
             }
         })
         .collect();
-    let configs: Vec<(&str, u32)> = rows.iter().map(|(w, m, _)| (w.as_str(), *m)).collect();
+    let configs: Vec<(&str, u32)> = rows.iter().map(|(w, m, _, _)| (w.as_str(), *m)).collect();
     assert_eq!(
         configs,
         [("SQLite", 1), ("PostgreSQL", 1), ("PostgreSQL", 2), ("PostgreSQL", 4)],
         "one row per configuration, in order:\n{stdout}"
     );
-    for (what, managers, values) in &rows {
+    for (what, managers, values, conflicts) in &rows {
         assert!(values[..4].iter().all(|v| v.is_finite() && *v > 0.0), "{what} ×{managers}: {values:?}\n{stdout}");
         assert!(values[4] >= 0.0 && values[4].fract() == 0.0, "busy retries are a count: {values:?}\n{stdout}");
+        if what == "SQLite" {
+            assert_eq!(conflicts, "-", "{stdout}");
+        } else {
+            // Read-write transactions take turns across managers (nasd_meta::WRITER_LOCK): none
+            // conflicts, so none is retried and no request is refused as BUSY. Before, 2 and 4
+            // managers conflicted on every create (the same pooled object, the same index pages).
+            assert_eq!((values[4], conflicts.as_str()), (0.0, "0"), "{what} ×{managers}: busy, conflicts\n{stdout}");
+        }
     }
     assert_eq!(rows[0].2[3], 1.0, "the baseline's ratio to itself:\n{stdout}");
     // No cluster directory is left behind in --dir.

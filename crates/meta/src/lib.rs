@@ -82,7 +82,7 @@ pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONEN
 pub use nasd_proto::manager::{DriveState, XattrMode};
 pub use postgres::{
     Postgres, CONNECTIONS_MAX, CONNECTION_WAIT_MAX, CONNECT_TIMEOUT, MIGRATION_LOCK, POSTGRES_SCHEMA_VERSION,
-    STATEMENT_TIMEOUT,
+    STATEMENT_TIMEOUT, WRITER_LOCK,
 };
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};

@@ -223,6 +223,11 @@ impl PgServer {
             "fsync=off".into(),
             "synchronous_commit=off".into(),
             "full_page_writes=off".into(),
+            // Every error with its statement and database, and waits on locks: what
+            // `PgServer::serialization_failures` and a reader of the log need.
+            "log_min_error_statement=error".into(),
+            "log_lock_waits=on".into(),
+            "log_line_prefix=%m [%p] db=%d ".into(),
         ] {
             guardian.arg("-c").arg(setting);
         }
@@ -253,6 +258,21 @@ impl PgServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The server's log so far (errors with their `DETAIL` and `STATEMENT`
+    /// lines, each line prefixed with `db=DATABASE`); empty if unreadable.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// How many serialization failures (SQLSTATE `40001`: "could not
+    /// serialize access") the server has reported so far in database `db`,
+    /// as its log tells: the conflicts of every client of that database,
+    /// whichever process it is.
+    pub fn serialization_failures(&self, db: &str) -> usize {
+        let tag = format!(" db={db} ");
+        self.log().lines().filter(|l| l.contains(&tag) && l.contains("ERROR:  could not serialize access")).count()
     }
 
     /// The port the server listens on (127.0.0.1).

@@ -11,12 +11,29 @@
 //! [`Backend::transact`] runs the closure again, with backoff
 //! ([`crate::with_retries`]).
 //!
-//! Within one process, read-write transactions take turns (one mutex): they
-//! would otherwise conflict on a few hot rows (a directory's inode for every
-//! name made in it, the object pool for every new file) and spend their time
-//! in retries. Read-only transactions run in parallel, on up to
-//! [`CONNECTIONS_MAX`] connections. Conflicts then come from other processes
-//! using the same database (a second manager, `nasd admin reset-password`).
+//! Read-write transactions take turns: within one process (one mutex), and
+//! across every process using the database (managers, `nasd admin`): each
+//! holds the session advisory lock [`WRITER_LOCK`] from before its `BEGIN`
+//! until after its end, so its snapshot is taken after the previous writer
+//! committed. Read-only transactions run in parallel, on up to
+//! [`CONNECTIONS_MAX`] connections, and need no turn: a read-only
+//! transaction can never be the pivot of a serialization failure, and with
+//! no two writers concurrent none of them can be either — serializable
+//! transactions of nasd never conflict with each other.
+//!
+//! Measured (issue 14, the server's log of SQLSTATE `40001` with its
+//! statements): when writers of several managers ran at once, creates in
+//! *separate* directories conflicted anyway, first because every create
+//! deleted the same row — the lowest pooled object of the drive ("could not
+//! serialize access due to concurrent delete") — and, with that row taken
+//! per manager, because PostgreSQL's predicate locks on B-tree indexes are
+//! page locks: the upserts and probes of new inodes, components and names
+//! all read and write the same right-most leaf pages, since inode numbers
+//! and object ids only grow ("Canceled on identification as a pivot,
+//! during write"). Four managers' creates failed `BUSY` after 12 attempts
+//! within 60 files. Conflicts are still handled (a writer outside nasd
+//! may cause one): the attempt ends in [`TxnError::Conflict`] and is run
+//! again, and [`Postgres::conflicts`] counts them.
 //!
 //! A failed statement aborts a PostgreSQL transaction (unlike SQLite), so
 //! the first failure is kept: every later row operation of the attempt
@@ -80,6 +97,7 @@ use nasd_proto::manager::DriveState;
 use std::collections::HashMap;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
@@ -199,6 +217,12 @@ pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// in ASCII.
 pub const MIGRATION_LOCK: i64 = 0x6e61_7364;
 
+/// The advisory lock key every read-write transaction of every backend on a
+/// database holds from before its `BEGIN` until after its end ("nasdwr" in
+/// ASCII): read-write transactions take turns across processes (see the
+/// module documentation).
+pub const WRITER_LOCK: i64 = 0x6e61_7364_7772;
+
 /// Most connections one backend opens: one for the writer at a time and the
 /// rest for parallel reads. Each costs a server process.
 pub const CONNECTIONS_MAX: usize = 8;
@@ -226,6 +250,8 @@ pub struct Postgres {
     freed: Condvar,
     /// Read-write transactions take turns (see the module documentation).
     writer: Mutex<()>,
+    /// Attempts that ended in a conflict ([`Postgres::conflicts`]).
+    conflicts: AtomicU64,
 }
 
 struct Pool {
@@ -324,6 +350,7 @@ impl Postgres {
             pool: Mutex::new(Pool { idle: Vec::new(), live: 0 }),
             freed: Condvar::new(),
             writer: Mutex::new(()),
+            conflicts: AtomicU64::new(0),
         };
         let mut conn = match pg.connect() {
             Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
@@ -347,6 +374,14 @@ impl Postgres {
     /// password.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// How many transaction attempts of this backend ended in a conflict
+    /// (a serialization failure or a deadlock, [`TxnError::Conflict`]) since
+    /// it was opened, whether or not a later attempt succeeded: every one
+    /// cost a rollback and a rerun.
+    pub fn conflicts(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
     }
 
     fn error(&self, source: tokio_postgres::Error) -> MetaError {
@@ -378,7 +413,10 @@ impl Postgres {
 
     fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
         let client = self.connect_to(self.config.clone())?;
-        let timeout = format!("SET statement_timeout = {}", STATEMENT_TIMEOUT.as_millis());
+        // A session left idle inside a transaction (its process frozen) is ended, and with it
+        // the writer lock it holds: other managers wait at most this long for their turn.
+        let ms = STATEMENT_TIMEOUT.as_millis();
+        let timeout = format!("SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}");
         wait(client.batch_execute(&timeout))?;
         Ok(Conn { client, statements: HashMap::new() })
     }
@@ -477,7 +515,7 @@ impl Postgres {
         loop {
             while let Some(conn) = pool.idle.pop() {
                 if !conn.client.is_closed() {
-                    return Ok(Lease { pg: self, conn: Some(conn), clean: true });
+                    return Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false });
                 }
                 pool.live -= 1;
             }
@@ -485,7 +523,7 @@ impl Postgres {
                 pool.live += 1;
                 drop(pool);
                 return match self.connect() {
-                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true }),
+                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false }),
                     Err(e) => {
                         self.lock_pool().live -= 1;
                         self.freed.notify_one();
@@ -520,6 +558,11 @@ struct Lease<'a> {
     conn: Option<Conn>,
     /// Outside any transaction (false from `BEGIN` until its end is confirmed).
     clean: bool,
+    /// The transaction takes the writers' turn (see [`Lease::control`]).
+    turn: bool,
+    /// The session holds (or may hold) [`WRITER_LOCK`]: the connection is
+    /// closed rather than reused unless it is released.
+    writing: bool,
 }
 
 impl Lease<'_> {
@@ -532,8 +575,32 @@ impl Lease<'_> {
     }
 
     /// Runs a transaction-control statement (`BEGIN`, `COMMIT`, `ROLLBACK`).
+    /// For a writer ([`Lease::turn`]), `BEGIN` waits for the writers' turn
+    /// first ([`WRITER_LOCK`], a session lock taken before `BEGIN`, so that
+    /// the transaction's snapshot follows the previous writer's commit), and
+    /// the end of the transaction gives the turn up, whether it succeeded or
+    /// not. Both are pipelined with the statement: no extra round trip.
     fn control(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        wait(self.conn().client.batch_execute(sql))
+        let c = &self.conn.as_ref().expect("leased connection").client;
+        if !self.turn {
+            return wait(c.batch_execute(sql));
+        }
+        if sql.starts_with("BEGIN") {
+            self.writing = true;
+            let lock = format!("SELECT pg_advisory_lock({WRITER_LOCK})");
+            let (locked, begun) = wait(async { futures::join!(c.batch_execute(&lock), c.batch_execute(sql)) });
+            return locked.and(begun);
+        }
+        let unlock = format!("SELECT pg_advisory_unlock({WRITER_LOCK})");
+        let (ended, unlocked) = wait(async { futures::join!(c.batch_execute(sql), c.batch_execute(&unlock)) });
+        match unlocked {
+            Ok(()) => self.writing = false,
+            // The connection is closed rather than reused, and the lock goes with its session.
+            Err(e) => {
+                tracing::warn!(target = %self.pg.target, error = %postgres_detail(&e), "metadata writer turn not given up")
+            }
+        }
+        ended
     }
 
     /// Ends the transaction; a failure only costs the connection.
@@ -551,7 +618,7 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let conn = self.conn.take().expect("leased connection");
         let mut pool = self.pg.lock_pool();
-        if self.clean && !conn.client.is_closed() {
+        if self.clean && !self.writing && !conn.client.is_closed() {
             pool.idle.push(conn);
         } else {
             pool.live -= 1;
@@ -578,11 +645,37 @@ impl Backend for Postgres {
         access: Access,
         f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
     ) -> Result<R, TxnError> {
+        let out = self.attempt_once(access, f);
+        if out.as_ref().err() == Some(&TxnError::Conflict) {
+            self.conflicts.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+impl Postgres {
+    /// One attempt of [`Backend::attempt`], not counted.
+    fn attempt_once<R>(
+        &self,
+        access: Access,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+    ) -> Result<R, TxnError> {
         let _turn = match access {
             Access::ReadWrite => Some(self.writer.lock().unwrap_or_else(PoisonError::into_inner)),
             Access::ReadOnly => None,
         };
         let mut lease = self.checkout()?;
+        lease.turn = access == Access::ReadWrite;
+        self.run_attempt(&mut lease, access, f)
+    }
+
+    /// One transaction on `lease`, from `BEGIN` to its end.
+    fn run_attempt<R>(
+        &self,
+        lease: &mut Lease<'_>,
+        access: Access,
+        f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+    ) -> Result<R, TxnError> {
         let begin = match access {
             Access::ReadWrite => "BEGIN ISOLATION LEVEL SERIALIZABLE",
             Access::ReadOnly => "BEGIN ISOLATION LEVEL SERIALIZABLE, READ ONLY",
