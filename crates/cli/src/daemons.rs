@@ -830,6 +830,11 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
                 .map_err(|f| anyhow::anyhow!("cannot take drive {} into service: {f}", d.listen))?;
         }
     }
+    // The shared keys and the partition's scheme on every drive before the first client is
+    // served (a PALs-only partition serves no one until then); maintenance retries what fails.
+    if let Err(f) = m.manager.sync_identity_keys().await {
+        eprintln!("warning: identity keys not yet on every drive ({f}); retried at each maintenance pass");
+    }
     let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
     if let Some(warning) = unbacked(&data, &backing)? {
         eprintln!("{warning}");
@@ -859,7 +864,9 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
         reply_timeout_secs: cluster.client.reply_timeout_secs,
-        auth: cluster.client.auth.clone(),
+        // The manager takes identities only (it is linked to the authentication server):
+        // commands log in there, as `admin` with the same password.
+        auth: cluster.client.auth.clone().or_else(|| Some(auth_listen.to_string())),
         role: cluster.client.role,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
@@ -995,6 +1002,13 @@ pub struct ClusterSetup {
     /// can take a drive away with its connections. Otherwise everything
     /// runs on the caller's runtime, as `nasd up` runs it.
     pub own_runtimes: bool,
+    /// Run an authentication server beside the manager, as `nasd up` does
+    /// (`ManagerConfig::auth` set to it, its administrator the manager's
+    /// with the same password, the drives given its shared keys at the
+    /// first maintenance pass), and log the client in there
+    /// ([`config::ClientSection::auth`]): the manager then takes identities
+    /// only, so the partition may use PALs (`ManagerConfig::auth_scheme`).
+    pub auth: bool,
 }
 
 /// Thread-name prefix of drives served on runtimes of their own.
@@ -1052,6 +1066,7 @@ impl LocalCluster {
             throttle_bytes_per_sec: None,
             manager: ManagerConfig::default(),
             own_runtimes: false,
+            auth: false,
         };
         Self::start_with(data, setup).await
     }
@@ -1100,7 +1115,37 @@ impl LocalCluster {
             };
             drives.push(ClusterDrive { addr, stop: drive_stop, task: Some(task), runtime });
         }
-        let m = open_manager(&data.join("manager"), &default_tls_names(), setup.manager.clone()).await?;
+        // The authentication server, as `nasd up` starts it: its service token goes into the
+        // manager's configuration before the manager opens, its administrator after (with the
+        // manager's administrator's password), and it serves under the manager's certificate.
+        let mut manager_config = setup.manager.clone();
+        let auth = if setup.auth {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let dir = data.join("auth");
+            let token = nasd_auth::AuthServer::open(&dir, nasd_auth::AuthConfig::default())?.service_token().clone();
+            manager_config.auth = Some(nasd_manager::identity::AuthLink {
+                addr: listener.local_addr()?.to_string(),
+                server_name: "localhost".into(),
+                ca_cert: nasd_manager::tls::TlsFiles::in_dir(&data.join("manager").join("tls")).ca,
+                token,
+            });
+            Some((listener, dir))
+        } else {
+            None
+        };
+        let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config.clone()).await?;
+        let mut tasks = Vec::new();
+        let auth_addr = match auth {
+            None => None,
+            Some((listener, dir)) => {
+                let addr = listener.local_addr()?.to_string();
+                let password = std::fs::read_to_string(&m.password_file)?.trim_end().to_string();
+                let server = crate::auth_cmd::open_auth(&dir, nasd_auth::AuthConfig::default(), Some(password)).await?;
+                let tls = nasd_manager::tls::acceptor(&m.tls)?;
+                tasks.push(tokio::spawn(crate::auth_cmd::serve_auth(server, listener, tls, stop_rx.clone())));
+                Some(addr)
+            }
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = config::ClientSection {
             failover: Vec::new(),
@@ -1111,7 +1156,7 @@ impl LocalCluster {
             password_file: Some(m.password_file.clone()),
             data_integrity: Some(true),
             reply_timeout_secs: None,
-            auth: None,
+            auth: auth_addr,
             role: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
@@ -1144,10 +1189,13 @@ impl LocalCluster {
             client,
             stop,
             drives,
-            tasks: vec![task],
+            tasks: {
+                tasks.push(task);
+                tasks
+            },
             _manager_runtime: manager_runtime,
             manager_dir,
-            manager_config: setup.manager,
+            manager_config,
             tls,
             more_managers: 0,
         };
