@@ -369,21 +369,24 @@ fn report(sides: &[Side], cases: &mut [Case], args: &DsfsArgs, mint_us: f64) {
         "(minting one capability alone, in this process: {mint_us:.2} µs — what an open saves per component under PALs)"
     );
     println!(
-        "| scheme | drives | request | capabilities minted per request | mean µs | p99 µs | ratio to baseline (mean) |"
+        "| scheme | drives | request | capabilities minted per request | mean µs | p99 µs | ratio to baseline (mean) | \
+         ratio to the same cluster's GETATTR, same drives |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let base = mean[find(cases, 0, 0, Op::Stat)];
     for (side, s) in sides.iter().enumerate() {
         for (l, (_, drives)) in LAYOUTS.iter().enumerate() {
             for (op, what) in [(Op::Stat, "GETATTR, no access"), (Op::Open, "open (GETATTR, read access)")] {
                 let k = find(cases, side, l, op);
+                let own = mean[find(cases, side, l, Op::Stat)];
                 println!(
-                    "| {} | {drives} | {what} | {:.0} | {:.1} | {:.1} | {:.2} |",
+                    "| {} | {drives} | {what} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} |",
                     s.name,
                     per_request(&cases[k]),
                     mean[k],
                     p99[k],
-                    mean[k] / base
+                    mean[k] / base,
+                    mean[k] / own
                 );
             }
         }
