@@ -195,7 +195,7 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         // Linked to the authentication server, the manager takes no passwords — not even the
         // right one of its own administrator — and says where to log in instead.
         let refused = to(FsClient::connect(&cluster.fs_config(ADMIN, ADMIN_PW))).await;
-        let said = refused.err().expect("password login refused");
+        let Err(said) = refused else { panic!("password login accepted") };
         assert_eq!(said.status(), Some(FsStatus::BadCredentials), "{said}");
         let said = said.to_string();
         assert!(said.contains("takes no passwords") && said.contains("nasd auth login"), "{said}");
@@ -496,7 +496,7 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         // A gateway acting for other users would need capabilities for them: refused, saying what to set.
         let for_bob = alice_fs.as_user(UID_B, UID_B, &[]).unwrap();
         let refused = to(for_bob.stat("/shared")).await;
-        let said = refused.err().expect("AS_USER refused");
+        let Err(said) = refused else { panic!("AS_USER accepted on a PALs-only partition") };
         assert_eq!(said.status(), Some(FsStatus::NotSupported), "{said}");
         let said = said.to_string();
         assert!(said.contains("auth_scheme = \"both\""), "{said}");
