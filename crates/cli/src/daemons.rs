@@ -626,16 +626,19 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
     struct OnlyClient {
         client: config::ClientSection,
     }
+    // Linked to an authentication server, the manager takes identities only: clients log in
+    // there, with their user and password at that server (not the manager's password file).
+    let auth = m.manager.config().auth.as_ref().map(|l| l.addr.clone());
     let client = config::ClientSection {
         failover: Vec::new(),
         manager: Some(manager),
         server_name: Some(server_name),
         ca_cert: Some(absolute(&m.tls.ca)),
         user: Some(ADMIN_USER.into()),
-        password_file: m.password_file.exists().then(|| absolute(&m.password_file)),
+        password_file: (auth.is_none() && m.password_file.exists()).then(|| absolute(&m.password_file)),
         data_integrity: None,
         reply_timeout_secs: None,
-        auth: None,
+        auth: auth.clone(),
         role: None,
     };
     let section = toml::to_string_pretty(&OnlyClient { client })?;
@@ -645,6 +648,9 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
     eprintln!();
     eprintln!("{section}");
     eprintln!();
+    if auth.is_some() {
+        eprintln!("This manager takes no passwords: users log in at the authentication server (auth) with theirs.");
+    }
     eprintln!("Other users put their own user (and password_file, or $NASD_PASSWORD) in it.");
     eprintln!("Add drives with: nasd admin add-drive HOST:PORT --master-key-file FILE");
     Ok(())
@@ -946,7 +952,7 @@ fn print_banner(
     eprintln!();
     eprintln!("nasd is up");
     eprintln!("  manager   {manager} (TLS)");
-    eprintln!("  auth      {auth} (TLS; with auth = \"{auth}\" in [client], commands log in there)");
+    eprintln!("  auth      {auth} (TLS; commands log in there: the manager takes identities, not passwords)");
     eprintln!("  drives    {} x {capacity} ({first} .. {last})", drives.len());
     eprintln!("  data      {}", data.display());
     eprintln!("  metadata  {metadata}");
