@@ -38,6 +38,17 @@ pub enum BenchCommand {
     /// and 4 managers on one real PostgreSQL server started for the run
     /// (clients pinned round-robin to managers); every tree checked after.
     Untar(crate::bench_untar::UntarArgs),
+    /// Decentralized authorization (issue 13), DSFS's Tables 3 and 4 and
+    /// its chmod cost: two clusters in one process (an authentication
+    /// server, a manager and four drives each on loopback), one with
+    /// `auth_scheme = "capabilities"` and one with `"pals"`. Open latency
+    /// at the manager (capabilities minted per component vs none), a 4 KiB
+    /// per-drive read and write with the capability held (cache hit), or
+    /// fetched first (miss), or by identity under PALs, and chmod (the
+    /// access-control version bump, and under PALs the PAL pushed to every
+    /// component drive), on files of 1 and of 4 drives; mean and p99 with
+    /// ratios to baselines measured in the same run.
+    Dsfs(crate::bench_dsfs::DsfsArgs),
     /// The whole system in one process (a TLS manager and four drives on
     /// loopback): `nasd cp` of one file up and down beside a raw loopback TCP
     /// copy, then create/stat/unlink of many empty files per second.
@@ -180,6 +191,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
         BenchCommand::Soak(args) => crate::bench_soak::run(args).await,
         BenchCommand::Untar(args) => crate::bench_untar::run(args).await,
+        BenchCommand::Dsfs(args) => crate::bench_dsfs::run(args).await,
         BenchCommand::Fs { size, files, dir } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
             crate::bench_fs::fs_bench(size, files, dir.as_deref()).await

@@ -64,8 +64,14 @@ async fn run_one(
 ) -> anyhow::Result<Times> {
     let data = base.join(name);
     std::fs::create_dir_all(&data)?;
-    let setup =
-        ClusterSetup { drives: 4, capacity: 4 << 30, throttle_bytes_per_sec: None, manager, own_runtimes: false };
+    let setup = ClusterSetup {
+        drives: 4,
+        capacity: 4 << 30,
+        throttle_bytes_per_sec: None,
+        manager,
+        own_runtimes: false,
+        auth: false,
+    };
     let cluster = LocalCluster::start_with(&data, setup).await?;
     let fs = fs_cmd::login(&cluster.client, None).await?;
     let result = workload(&fs, files, size).await;

@@ -204,6 +204,7 @@ async fn start(dir: &Path, plan: &Plan, throttle: Option<u64>) -> anyhow::Result
             ..ManagerConfig::default()
         },
         own_runtimes: true,
+        auth: false,
     };
     let cluster = LocalCluster::start_with(dir, setup).await?;
     match fs_cmd::login(&cluster.client, None).await {

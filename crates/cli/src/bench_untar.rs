@@ -327,6 +327,7 @@ async fn measure(
         throttle_bytes_per_sec: None,
         manager: ManagerConfig { metadata, ..ManagerConfig::default() },
         own_runtimes: false,
+        auth: false,
     };
     let mut cluster = LocalCluster::start_with(dir, setup).await?;
     let result = async {

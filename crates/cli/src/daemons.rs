@@ -627,16 +627,19 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
     struct OnlyClient {
         client: config::ClientSection,
     }
+    // Linked to an authentication server, the manager takes identities only: clients log in
+    // there, with their user and password at that server (not the manager's password file).
+    let auth = m.manager.config().auth.as_ref().map(|l| l.addr.clone());
     let client = config::ClientSection {
         failover: Vec::new(),
         manager: Some(manager),
         server_name: Some(server_name),
         ca_cert: Some(absolute(&m.tls.ca)),
         user: Some(ADMIN_USER.into()),
-        password_file: m.password_file.exists().then(|| absolute(&m.password_file)),
+        password_file: (auth.is_none() && m.password_file.exists()).then(|| absolute(&m.password_file)),
         data_integrity: None,
         reply_timeout_secs: None,
-        auth: None,
+        auth: auth.clone(),
         role: None,
     };
     let section = toml::to_string_pretty(&OnlyClient { client })?;
@@ -646,6 +649,9 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
     eprintln!();
     eprintln!("{section}");
     eprintln!();
+    if auth.is_some() {
+        eprintln!("This manager takes no passwords: users log in at the authentication server (auth) with theirs.");
+    }
     eprintln!("Other users put their own user (and password_file, or $NASD_PASSWORD) in it.");
     eprintln!("Add drives with: nasd admin add-drive HOST:PORT --master-key-file FILE");
     Ok(())
@@ -831,6 +837,11 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
                 .map_err(|f| anyhow::anyhow!("cannot take drive {} into service: {f}", d.listen))?;
         }
     }
+    // The shared keys and the partition's scheme on every drive before the first client is
+    // served (a PALs-only partition serves no one until then); maintenance retries what fails.
+    if let Err(f) = m.manager.sync_identity_keys().await {
+        eprintln!("warning: identity keys not yet on every drive ({f}); retried at each maintenance pass");
+    }
     let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
     if let Some(warning) = unbacked(&data, &backing)? {
         eprintln!("{warning}");
@@ -860,7 +871,9 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
         reply_timeout_secs: cluster.client.reply_timeout_secs,
-        auth: cluster.client.auth.clone(),
+        // The manager takes identities only (it is linked to the authentication server):
+        // commands log in there, as `admin` with the same password.
+        auth: cluster.client.auth.clone().or_else(|| Some(auth_listen.to_string())),
         role: cluster.client.role,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
@@ -940,7 +953,7 @@ fn print_banner(
     eprintln!();
     eprintln!("nasd is up");
     eprintln!("  manager   {manager} (TLS)");
-    eprintln!("  auth      {auth} (TLS; with auth = \"{auth}\" in [client], commands log in there)");
+    eprintln!("  auth      {auth} (TLS; commands log in there: the manager takes identities, not passwords)");
     eprintln!("  drives    {} x {capacity} ({first} .. {last})", drives.len());
     eprintln!("  data      {}", data.display());
     eprintln!("  metadata  {metadata}");
@@ -996,6 +1009,13 @@ pub struct ClusterSetup {
     /// can take a drive away with its connections. Otherwise everything
     /// runs on the caller's runtime, as `nasd up` runs it.
     pub own_runtimes: bool,
+    /// Run an authentication server beside the manager, as `nasd up` does
+    /// (`ManagerConfig::auth` set to it, its administrator the manager's
+    /// with the same password, the drives given its shared keys at the
+    /// first maintenance pass), and log the client in there
+    /// ([`config::ClientSection::auth`]): the manager then takes identities
+    /// only, so the partition may use PALs (`ManagerConfig::auth_scheme`).
+    pub auth: bool,
 }
 
 /// Thread-name prefix of drives served on runtimes of their own.
@@ -1053,6 +1073,7 @@ impl LocalCluster {
             throttle_bytes_per_sec: None,
             manager: ManagerConfig::default(),
             own_runtimes: false,
+            auth: false,
         };
         Self::start_with(data, setup).await
     }
@@ -1101,7 +1122,37 @@ impl LocalCluster {
             };
             drives.push(ClusterDrive { addr, stop: drive_stop, task: Some(task), runtime });
         }
-        let m = open_manager(&data.join("manager"), &default_tls_names(), setup.manager.clone()).await?;
+        // The authentication server, as `nasd up` starts it: its service token goes into the
+        // manager's configuration before the manager opens, its administrator after (with the
+        // manager's administrator's password), and it serves under the manager's certificate.
+        let mut manager_config = setup.manager.clone();
+        let auth = if setup.auth {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let dir = data.join("auth");
+            let token = nasd_auth::AuthServer::open(&dir, nasd_auth::AuthConfig::default())?.service_token().clone();
+            manager_config.auth = Some(nasd_manager::identity::AuthLink {
+                addr: listener.local_addr()?.to_string(),
+                server_name: "localhost".into(),
+                ca_cert: nasd_manager::tls::TlsFiles::in_dir(&data.join("manager").join("tls")).ca,
+                token,
+            });
+            Some((listener, dir))
+        } else {
+            None
+        };
+        let m = open_manager(&data.join("manager"), &default_tls_names(), manager_config.clone()).await?;
+        let mut tasks = Vec::new();
+        let auth_addr = match auth {
+            None => None,
+            Some((listener, dir)) => {
+                let addr = listener.local_addr()?.to_string();
+                let password = std::fs::read_to_string(&m.password_file)?.trim_end().to_string();
+                let server = crate::auth_cmd::open_auth(&dir, nasd_auth::AuthConfig::default(), Some(password)).await?;
+                let tls = nasd_manager::tls::acceptor(&m.tls)?;
+                tasks.push(tokio::spawn(crate::auth_cmd::serve_auth(server, listener, tls, stop_rx.clone())));
+                Some(addr)
+            }
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let client = config::ClientSection {
             failover: Vec::new(),
@@ -1112,7 +1163,7 @@ impl LocalCluster {
             password_file: Some(m.password_file.clone()),
             data_integrity: Some(true),
             reply_timeout_secs: None,
-            auth: None,
+            auth: auth_addr,
             role: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
@@ -1145,10 +1196,13 @@ impl LocalCluster {
             client,
             stop,
             drives,
-            tasks: vec![task],
+            tasks: {
+                tasks.push(task);
+                tasks
+            },
             _manager_runtime: manager_runtime,
             manager_dir,
-            manager_config: setup.manager,
+            manager_config,
             tls,
             more_managers: 0,
         };

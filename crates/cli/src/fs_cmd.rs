@@ -385,9 +385,9 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
         ..Default::default()
     };
     FsClient::connect(&config).await.map_err(|e| match e.status() {
-        Some(FsStatus::BadCredentials) => {
-            anyhow::anyhow!("login as '{user}' at {manager} failed: wrong user or password")
-        }
+        // The manager's own words: a wrong user or password, or that it takes no passwords
+        // (it is linked to an authentication server: log in there).
+        Some(FsStatus::BadCredentials) => anyhow::anyhow!("login as '{user}' at {manager} failed: {e}"),
         _ => anyhow::anyhow!("{e}"),
     })
 }
@@ -403,6 +403,7 @@ pub async fn login_with_identity(
     let ca_cert = section.ca_cert.clone().with_context(|| format!("no ca_cert configured: {hint}"))?;
     let config = FsConfig {
         manager: manager.clone(),
+        failover: section.failover.clone(),
         server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
         ca_cert,
         data_integrity: section.data_integrity.unwrap_or(true),

@@ -4,6 +4,7 @@
 mod acl_cmd;
 mod auth_cmd;
 mod bench;
+mod bench_dsfs;
 mod bench_fs;
 mod bench_mount;
 mod bench_small;

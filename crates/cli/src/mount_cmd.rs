@@ -36,6 +36,9 @@ pub struct MountArgs {
 
 /// Mounts, serves until asked to stop, unmounts.
 pub async fn run(fs: FsClient, args: MountArgs) -> anyhow::Result<()> {
+    if args.map_users {
+        gateway_check(&fs).await?;
+    }
     let mut config = nasd_fuse::MountConfig::new(&args.mountpoint);
     config.allow_other = args.allow_other;
     config.map_users = args.map_users;
@@ -61,4 +64,21 @@ pub async fn run(fs: FsClient, args: MountArgs) -> anyhow::Result<()> {
     mount.ended().await.context("the mount ended")?;
     eprintln!("unmounted {}", args.mountpoint.display());
     Ok(())
+}
+
+/// Before mounting with --map-users: one `AS_USER` request (the root
+/// directory's attributes, as this session's own ids), so that a manager
+/// that cannot serve a gateway at all — a partition that accepts PALs only
+/// — is reported now, not as EACCES on every request after the mount. Any
+/// other refusal (no gateway grant yet, ids outside it) is left to the
+/// requests it concerns.
+async fn gateway_check(fs: &FsClient) -> anyhow::Result<()> {
+    let me = fs.identity();
+    let acting = fs.as_user(me.uid, me.gid, &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    match acting.root().await {
+        Err(e) if e.status() == Some(nasd_fs::FsStatus::NotSupported) => {
+            anyhow::bail!("cannot mount with --map-users: {e}")
+        }
+        _ => Ok(()),
+    }
 }

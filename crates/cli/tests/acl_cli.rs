@@ -13,10 +13,11 @@ fn acls_through_the_cli() {
     let cwd = tmp.path();
     let up = Up::start(cwd, 2, &[]);
     let config = up.data().join("nasd.toml");
-    // The administrator makes two users and a shared directory.
+    // The administrator makes two users (at the authentication server: the manager takes
+    // identities only) and a shared directory.
     for (name, uid) in [("alice", "2000"), ("bob", "2001")] {
         let pw = format!("{name} password");
-        ok(nasd_with_config(cwd, &config, &["admin", "add-user", name, "--uid", uid], &[("NASD_NEW_PASSWORD", &pw)]));
+        ok(nasd_with_config(cwd, &config, &["auth", "add-user", name, "--uid", uid], &[("NASD_NEW_PASSWORD", &pw)]));
     }
     ok(nasd_with_config(cwd, &config, &["mkdir", "/shared", "--mode", "777"], &[]));
     let alice = |args: &[&str]| {

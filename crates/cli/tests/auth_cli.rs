@@ -1,5 +1,5 @@
 //! The authentication server through the real `nasd` binary: `nasd up`
-//! runs it beside the manager; with `auth` set in `[client]`, commands log
+//! runs it beside the manager and sets `auth` in `[client]`, so commands log
 //! in there (password, role of the user's choice) and use the identity key
 //! with the manager; `nasd auth` administers users, roles, groups and the
 //! shared keys, whose rotation and retirement reach every drive.
@@ -13,18 +13,12 @@ fn identities_through_the_cli() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
     let up = Up::start(cwd, 2, &[]);
-    let recorded = std::fs::read_to_string(cwd.join("nasd-data/nasd.toml")).unwrap();
-    let auth_port: u16 = recorded
-        .lines()
-        .find_map(|l| l.strip_prefix("auth_port = "))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no auth_port recorded in {recorded}"));
-    // The same cluster, with commands logging in at the authentication server.
-    let with_auth = recorded.replacen("[client]\n", &format!("[client]\nauth = \"127.0.0.1:{auth_port}\"\n"), 1);
-    assert_ne!(with_auth, recorded, "a [client] section to add auth to");
-    let config = cwd.join("auth.toml");
-    std::fs::write(&config, with_auth).unwrap();
-    let plain = cwd.join("nasd-data/nasd.toml");
+    // `nasd up` points [client] at its authentication server: commands log in there.
+    let config = cwd.join("nasd-data/nasd.toml");
+    let recorded = std::fs::read_to_string(&config).unwrap();
+    let auth_line = format!("auth = \"127.0.0.1:{}\"\n", up.auth_port());
+    let client_at = recorded.find("[client]\n").expect("a [client] section");
+    assert!(recorded[client_at..].contains(&auth_line), "[client] names the authentication server: {recorded}");
 
     // The administrator (the manager's, same password) logs in there.
     let who = ok(nasd_with_config(cwd, &config, &["auth", "login"], &[]));
@@ -76,7 +70,43 @@ fn identities_through_the_cli() {
     let err = fails(nasd_with_config(cwd, &config, &["--user", "alice", "ls", "/"], &alice));
     assert!(err.contains("disabled"), "{err}");
 
-    // The password login at the manager still works beside identities.
-    ok(nasd_with_config(cwd, &plain, &["ls", "/shared"], &[]));
+    // The manager takes no passwords: a [client] without auth, logging in with the right
+    // password of admin, is told to log in at the authentication server.
+    let (head, tail) = recorded.split_at(client_at);
+    let without = format!("{head}{}", tail.replacen(&auth_line, "", 1));
+    let password_config = cwd.join("password.toml");
+    std::fs::write(&password_config, without).unwrap();
+    let err = fails(nasd_with_config(cwd, &password_config, &["ls", "/shared"], &[]));
+    assert!(err.contains("takes no passwords") && err.contains("nasd auth login"), "{err}");
+    drop(up);
+}
+
+/// `[manager] auth_scheme = "pals"` under `nasd up`: the drives take identities only and the
+/// manager mints no capabilities, and the commands (logged in by identity) copy files up and
+/// down without noticing; a mount acting for many users (`--map-users`), which would need
+/// capabilities minted for each user, is refused before it mounts, saying what to set.
+#[test]
+fn a_pals_only_cluster_serves_identities_and_refuses_a_mapping_gateway() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    std::fs::create_dir(cwd.join("nasd-data")).unwrap();
+    std::fs::write(cwd.join("nasd-data/nasd.toml"), "[manager]\nauth_scheme = \"pals\"\n").unwrap();
+    let first = common::up::free_ports(1).to_string();
+    let up = Up::start(cwd, 1, &["--first-drive-port", &first]);
+    let config = up.data().join("nasd.toml");
+    let src = cwd.join("note.txt");
+    std::fs::write(&src, b"by identity, no capability").unwrap();
+    ok(nasd_with_config(cwd, &config, &["put", src.to_str().unwrap(), "/note"], &[]));
+    assert_eq!(ok(nasd_with_config(cwd, &config, &["cat", "/note"], &[])), "by identity, no capability");
+
+    let mountpoint = cwd.join("mnt");
+    std::fs::create_dir(&mountpoint).unwrap();
+    let err = fails(nasd_with_config(
+        cwd,
+        &config,
+        &["mount", "--allow-other", "--map-users", mountpoint.to_str().unwrap()],
+        &[],
+    ));
+    assert!(err.contains("--map-users") && err.contains("auth_scheme = \"both\""), "{err}");
     drop(up);
 }

@@ -245,7 +245,13 @@ impl Guard {
             ));
         }
         if let Credential::Capability { token, .. } = &auth.credential {
-            if token.is_empty() || token.len() > CAPABILITY_LEN_MAX {
+            if token.is_empty() {
+                // What a manager sends where the partition accepts PALs only (it mints nothing).
+                return Err("no capability (an empty token): where a partition accepts PALs only the manager \
+                            mints none; requests there go under an identity"
+                    .into());
+            }
+            if token.len() > CAPABILITY_LEN_MAX {
                 return Err(format!("capability token of {} bytes (1..={CAPABILITY_LEN_MAX} allowed)", token.len()));
             }
             if protection.covers(Protection::PRIVACY_CAPABILITY) && token[0] != CAPABILITY_FORMAT_SEALED {

@@ -138,10 +138,11 @@ async fn pal_cluster_with(
     let auth = Auth0::start().await;
     let config = change(pal_config(&auth, scheme));
     let cluster = Cluster::start(ClusterOptions { config, drives, ..ClusterOptions::default() }).await;
-    let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+    let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
     to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
     to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
-    let admin = cluster.login(ADMIN, ADMIN_PW).await;
+    // The manager takes identities only: the administrator is the authentication server's.
+    let admin = manager_login(&cluster, root_grant.credential, &root_grant.idkey).await.unwrap();
     // The keys and the partition's scheme reach the drives.
     to(admin.sync_identity_keys()).await.unwrap();
     to(admin.mkdir("/shared", 0o777)).await.unwrap();
@@ -219,8 +220,16 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
             "only the owner chooses members"
         );
 
+        // Linked to the authentication server, the manager takes no passwords — not even the
+        // right one of its own administrator — and says where to log in instead.
+        let refused = to(FsClient::connect(&cluster.fs_config(ADMIN, ADMIN_PW))).await;
+        let Err(said) = refused else { panic!("password login accepted") };
+        assert_eq!(said.status(), Some(FsStatus::BadCredentials), "{said}");
+        let said = said.to_string();
+        assert!(said.contains("takes no passwords") && said.contains("nasd auth login"), "{said}");
+
         // The manager installs the shared keys on its drives; identities log in to it.
-        let admin = cluster.login(ADMIN, ADMIN_PW).await;
+        let admin = manager_login(&cluster, root_grant.credential, &root_grant.idkey).await.unwrap();
         to(admin.sync_identity_keys()).await.unwrap();
         to(admin.mkdir("/shared", 0o777)).await.unwrap();
         let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
@@ -290,6 +299,9 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         assert_eq!(to(a2.read(partition, object, &whole())).await.unwrap().1, DATA);
         assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "key 1 still live");
         manager_login(&cluster, alice.credential, &alice.idkey).await.expect("key 1 still live at the manager");
+        // The administrator's own session is by identity too: a key-2 one outlives key 1.
+        let root2 = auth.grant(ROOT, ROOT_PW, 0).await;
+        let admin = manager_login(&cluster, root2.credential, &root2.idkey).await.unwrap();
 
         // Retirement of key 1: the manager refuses new logins with it at once, its
         // open sessions at their next request, and the drives once synchronized.
@@ -419,7 +431,9 @@ fn pals_follow_acls_and_modes() {
         let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
 
         // Created: the owner's PAL entry is on the object before CREATE answers.
+        let minted = cluster.manager.capabilities_minted();
         to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
+        assert!(cluster.manager.capabilities_minted() > minted, "a partition that takes both still gets capabilities");
         to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
         let layout = to(admin.get_layout("/shared/f")).await.unwrap();
         let object = layout.components[0].0.object.object;
@@ -456,6 +470,16 @@ fn pals_follow_acls_and_modes() {
         assert!(to(alice_fs.get_acl("/shared/f")).await.unwrap().entries.is_empty());
         to(alice_fs.set_acl("/shared/f", many[1..].to_vec())).await.expect("the owner and 31 users fit");
 
+        // A gateway (its grant is the manager's, in its record of alice) acts for bob by identity
+        // here: the manager mints capabilities for bob, which the drives take beside PALs.
+        to(admin.set_gateway(USER_A, Some((UID_A, UID_B)))).await.unwrap();
+        let gateway = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let for_bob = gateway.as_user(UID_B, UID_B, &[]).unwrap();
+        to(for_bob.write_file("/shared/by-gateway", DATA)).await.expect("bob's write through the gateway");
+        assert_eq!(to(admin.stat("/shared/by-gateway")).await.unwrap().attr.uid, UID_B, "made as bob");
+        assert_eq!(to(for_bob.read_file("/shared/by-gateway")).await.unwrap(), DATA);
+        drop((gateway, for_bob));
+
         // A drive that misses the push: the chmod is committed and reported, and the PAL is set
         // again at the maintenance pass after the drive is back.
         drop((a, b));
@@ -473,11 +497,12 @@ fn pals_follow_acls_and_modes() {
     });
 }
 
-/// On a partition that accepts PALs only, the file-system client reads and
-/// writes with the session's identity (its drive connections hold it beside
-/// the capabilities, `DrivePool::with_identity`): the drives refuse every
-/// capability there, so each byte below went under an identity checked
-/// against the PAL the manager pushed.
+/// On a partition that accepts PALs only, the manager's open replies carry
+/// the layout and bindings but mint no capability, and the file-system
+/// client reads and writes with the session's identity
+/// (`DrivePool::with_identity`) without noticing: each byte below went
+/// under an identity checked against the PAL the manager pushed. A gateway
+/// acting for other users is refused there.
 #[test]
 fn the_client_uses_its_identity_on_a_pal_partition() {
     run(async {
@@ -489,9 +514,20 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
         to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
         assert_eq!(to(alice_fs.read_file("/shared/f")).await.unwrap(), DATA);
-        // A session without an identity holds only capabilities, which the drives refuse here.
-        let refused = to(admin.read_file("/shared/f")).await.unwrap_err();
-        assert!(format!("{refused:?}").contains("AuthSchemeRefused"), "capabilities are refused here: {refused:?}");
+        // The open reply carries the layout and each component's binding, and no capability:
+        // the drives would refuse one here, so the manager mints none.
+        let e = to(alice_fs.walk("/shared/f", nasd_fs::OpenMode::ReadWrite)).await.unwrap();
+        let access = e.access.expect("an open file's access");
+        assert_eq!(access.components.len(), access.layout.components());
+        assert!(access.components.iter().all(|c| c.token.is_empty() && c.key == [0; 32]), "no capability minted");
+        assert_ne!(access.rights, 0, "the rights the ACL gives are still said");
+        // A gateway acting for other users would need capabilities for them: refused, saying what to set.
+        let for_bob = alice_fs.as_user(UID_B, UID_B, &[]).unwrap();
+        let refused = to(for_bob.stat("/shared")).await;
+        let Err(said) = refused else { panic!("AS_USER accepted on a PALs-only partition") };
+        assert_eq!(said.status(), Some(FsStatus::NotSupported), "{said}");
+        let said = said.to_string();
+        assert!(said.contains("auth_scheme = \"both\""), "{said}");
         // Bob: refused by the manager, then granted read through the ACL.
         assert_eq!(fs_status(to(bob_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
         let read = nasd_fs::AclEntry { who: nasd_fs::AclWho::User(UID_B), rights: nasd_fs::ACL_READ, flags: 0 };
@@ -507,6 +543,7 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         to(alice_fs.write_file("/shared/e", &big)).await.unwrap();
         assert_eq!(to(alice_fs.read_file("/shared/e")).await.unwrap(), big, "both components by identity");
+        assert_eq!(cluster.manager.capabilities_minted(), 0, "every byte above moved with no capability minted");
 
         drop((alice_fs, bob_fs, admin));
         let _ = auth.stop.send(true);

@@ -354,6 +354,20 @@ impl DriveHandle {
         }
     }
 
+    /// One component's binding without a capability (an empty token and a
+    /// zero key): on a partition whose scheme accepts PALs only, a client
+    /// reaches `object` under its identity, so nothing is minted.
+    pub fn binding(&self, object: u64) -> ComponentAccess {
+        ComponentAccess {
+            object: nasd_proto::fs::ObjectRef { drive: self.drive, partition: self.partition, object },
+            state: ComponentState::Ok,
+            drive_addr: self.addr.clone(),
+            drive_id: self.drive_id,
+            token: Vec::new(),
+            key: [0; 32],
+        }
+    }
+
     /// Identity, capacity and use.
     pub async fn inquiry(&self) -> Result<DriveInfo, DriveError> {
         on_drive!(self, Repeat::Safe, |c| c.inquiry())

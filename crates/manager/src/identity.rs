@@ -251,6 +251,12 @@ impl Manager {
                 format!("user '{}' no longer holds role {}", user.name, credential.role),
             ));
         }
-        Ok(crate::Session::of_identity(&user, *credential, self.users_epoch()))
+        // A gateway grant (`SET_GATEWAY`) is the manager's to give: it lives in the manager's
+        // record of the user of that name and uid (which holds no usable password here).
+        let (name, uid) = (user.name.clone(), user.uid);
+        let gateway = self.meta(move |ns| ns.user(&name)).await?.filter(|u| u.uid == uid).and_then(|u| u.gateway);
+        let mut session = crate::Session::of_identity(&user, *credential, self.users_epoch());
+        session.gateway = gateway;
+        Ok(session)
     }
 }

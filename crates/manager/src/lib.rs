@@ -198,6 +198,11 @@ impl ManagerConfig {
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
         anyhow::ensure!(
+            self.auth_scheme.capabilities() || self.auth.is_some(),
+            "auth_scheme = \"pals\" needs an authentication server ([manager] auth): without one no client has \
+             an identity, and the manager mints no capabilities on a PALs-only partition"
+        );
+        anyhow::ensure!(
             self.small_file_threshold <= nasd_proto::manager::SMALL_FILE_THRESHOLD_MAX,
             "the small-file threshold ([manager] small_file_threshold) {} is above its most, {}",
             self.small_file_threshold,
@@ -292,6 +297,8 @@ pub struct Manager {
     /// Drives out of service (a cache of the drive table's state, read
     /// again every maintenance pass: [`Manager::refresh_shared`]).
     out_of_service: std::sync::Mutex<std::collections::HashSet<u32>>,
+    /// Capabilities minted for clients since start ([`Manager::capabilities_minted`]).
+    minted: AtomicU64,
     /// Moves on whenever a user's groups (or other credentials a session
     /// holds) change: a session that saw an older value reloads its user
     /// before its next request ([`Manager::refresh_session`]).
@@ -356,6 +363,7 @@ impl Manager {
             repair: Default::default(),
             repair_kick: tokio::sync::Notify::new(),
             out_of_service: Default::default(),
+            minted: AtomicU64::new(0),
             users_epoch: AtomicU64::new(0),
             shared_users_epoch: AtomicU64::new(users_epoch),
             changes: changes::ChangeFeed::new(),
@@ -398,6 +406,13 @@ impl Manager {
     /// The policy in force.
     pub fn config(&self) -> &ManagerConfig {
         &self.config
+    }
+
+    /// Capabilities this manager has minted for clients since it started
+    /// (one per component object of each file access it answered with):
+    /// none on a partition that accepts PALs only.
+    pub fn capabilities_minted(&self) -> u64 {
+        self.minted.load(Ordering::Relaxed)
     }
 
     /// The drives, in drive-number order.

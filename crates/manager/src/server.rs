@@ -160,6 +160,13 @@ impl Manager {
         for _ in 0..LOGIN_ATTEMPTS_MAX {
             let Some(body) = read_login_message(stream).await? else { return Ok(None) };
             let (id, result) = match ManagerRequest::decode(&body) {
+                // Linked to an authentication server, the manager takes identities only: a
+                // password here would be a second, weaker way in (see docs/SECURITY.md). Refused
+                // at once, before any hash is computed: nothing is checked, so nothing to pace.
+                Ok((id, ManagerRequest::Login { user, .. })) if self.config().auth.is_some() => {
+                    tracing::warn!(user, "password login refused: this manager takes identities only");
+                    (id, Err(password_login_refused()))
+                }
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
                     (id, self.paced_login(host, self.check_login(version, &user, &password)).await)
                 }
@@ -242,4 +249,15 @@ impl Manager {
         }
         s
     }
+}
+
+/// The refusal of a password `LOGIN` at a manager linked to an
+/// authentication server.
+pub(crate) fn password_login_refused() -> Failure {
+    Failure::new(
+        FsStatus::BadCredentials,
+        "this manager takes no passwords: it is linked to an authentication server, so log in there \
+         (`nasd auth login`, or set auth = \"HOST:PORT\" in [client]) and use the identity key it gives \
+         (LOGIN_IDENTITY)",
+    )
 }

@@ -223,9 +223,23 @@ fn drive_unavailable(drive: u32, e: impl std::fmt::Display) -> Failure {
     )
 }
 
+/// Why `AS_USER` is refused on a partition that accepts PALs only.
+pub const GATEWAY_NEEDS_CAPABILITIES: &str =
+    "a gateway acting for other users (AS_USER: `nasd mount --allow-other --map-users`) needs capabilities, and \
+     this file system's partition accepts PALs only (its drives would check the gateway's own identity, not the \
+     user's): set [manager] auth_scheme = \"both\"";
+
 impl Manager {
     /// Checks a login request; the session it opens.
+    ///
+    /// # Errors
+    /// `BAD_CREDENTIALS` for a wrong user or password, and always where the
+    /// manager is linked to an authentication server (it takes identities
+    /// only, `LOGIN_IDENTITY`).
     pub async fn open_session(&self, user: &str, password: &str) -> Result<Session, Failure> {
+        if self.config.auth.is_some() {
+            return Err(crate::server::password_login_refused());
+        }
         // Read before the user: a change after the read moves the epoch past it.
         let epoch = self.users_epoch();
         let user = self.login(user, password).await?;
@@ -329,6 +343,12 @@ impl Manager {
             R::AsUser { uid, gid, groups, request } => {
                 if !request.may_run_as_user() {
                     return Err(Failure::new(FsStatus::BadRequest, "AS_USER wraps a name-space or file request only"));
+                }
+                if !self.config.auth_scheme.capabilities() {
+                    // Drives check a request by identity against the PAL of the gateway's own
+                    // user, never the user it acts for: only capabilities the manager mints for
+                    // that user can carry the user's rights to the drives.
+                    return Err(Failure::new(FsStatus::NotSupported, GATEWAY_NEEDS_CAPABILITIES));
                 }
                 let acting = s.acting_for(uid, gid, &groups)?;
                 Box::pin(self.handle(&acting, *request)).await
@@ -730,9 +750,19 @@ impl Manager {
         let mut components = Vec::with_capacity(inode.components.len());
         // What every component's capability demands (`DriveHandle::min_protection`), together.
         let mut min_protection = self.config.protection;
+        // A partition that accepts PALs only refuses every capability: the
+        // caller goes under its identity, checked against the PAL pushed on
+        // each component, and the reply carries the bindings alone (DSFS: no
+        // MAC per object per client at the manager).
+        let mint = self.config.auth_scheme.capabilities();
         for c in &inode.components {
             let d = self.drive(c.object.drive)?;
-            let mut access = d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch);
+            let mut access = if mint {
+                self.minted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                d.mint(c.object.object, inode.acv, rights, lifetime, s.caller.uid as u64, epoch)
+            } else {
+                d.binding(c.object.object)
+            };
             access.state = if self.serving(d.drive) { c.state } else { ComponentState::Down };
             min_protection = min_protection.union(d.min_protection(rights));
             components.push(access);

@@ -123,19 +123,41 @@ impl Up {
         text(&out.stderr)
     }
 
-    /// The administrator, logged in in this process.
+    /// The authentication server's port, as recorded in `nasd-data/nasd.toml`.
+    pub fn auth_port(&self) -> u16 {
+        let recorded = std::fs::read_to_string(self.data().join("nasd.toml")).unwrap();
+        recorded
+            .lines()
+            .find_map(|l| l.strip_prefix("auth_port = "))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no auth_port recorded in {recorded}"))
+    }
+
+    /// The administrator, logged in in this process: at the authentication
+    /// server (the manager's administrator, same password), then by
+    /// identity at the manager, which takes no passwords.
     pub fn admin(&self, rt: &tokio::runtime::Runtime) -> FsClient {
         let manager = self.data().join("manager");
         let password = std::fs::read_to_string(manager.join("admin.password")).unwrap().trim().to_string();
-        let config = FsConfig {
-            manager: self.daemon.addr.to_string(),
-            server_name: "localhost".into(),
-            ca_cert: manager.join("tls").join("ca.pem"),
-            user: "admin".into(),
-            password,
-            ..Default::default()
+        let ca_cert = manager.join("tls").join("ca.pem");
+        let auth = format!("127.0.0.1:{}", self.auth_port());
+        let login = async {
+            let tls = nasd_login::auth_client::connector(&ca_cert).expect("the cluster's CA");
+            let (_, grant) =
+                nasd_login::auth_client::AuthClient::login(&auth, "localhost", &tls, "admin", &password, 0)
+                    .await
+                    .expect("admin logs in at the authentication server");
+            let config = FsConfig {
+                manager: self.daemon.addr.to_string(),
+                server_name: "localhost".into(),
+                ca_cert: ca_cert.clone(),
+                user: "admin".into(),
+                identity: Some((grant.credential, grant.idkey)),
+                ..Default::default()
+            };
+            FsClient::connect(&config).await
         };
-        rt.block_on(async { tokio::time::timeout(DAEMON_WAIT_MAX, FsClient::connect(&config)).await })
+        rt.block_on(async { tokio::time::timeout(DAEMON_WAIT_MAX, login).await })
             .expect("login hung")
             .expect("admin logs in")
     }
