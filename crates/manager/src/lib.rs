@@ -25,6 +25,7 @@ pub use nasd_login::passwords;
 mod placement;
 mod repair;
 mod resize;
+pub mod routing;
 pub mod server;
 mod service;
 pub mod shared;
@@ -136,6 +137,17 @@ pub struct ManagerConfig {
     /// accepts PALs the manager flattens each file's ACL into an access PAL
     /// on every component object ([`pals`]).
     pub auth_scheme: nasd_proto::AuthScheme,
+    /// How new inodes choose their routing site when this manager makes
+    /// the file system's first routing table (`[manager] routing`); an
+    /// existing table's policy wins ([`routing`]).
+    pub routing: nasd_proto::routing::RoutingPolicy,
+    /// The probability that a new directory leaves its parent's routing
+    /// site under mkdir switching (`[manager] redirect_probability`);
+    /// `None`: 1/N for N managers in the routing table.
+    pub redirect_probability: Option<f64>,
+    /// The client address this manager puts in the first routing table
+    /// (`[manager] advertise`); `None`: the address it listens on.
+    pub advertise: Option<String>,
 }
 
 /// The default small-file threshold (Slice's 64 KiB).
@@ -160,6 +172,9 @@ impl Default for ManagerConfig {
             small_file_threshold: SMALL_FILE_THRESHOLD_DEFAULT,
             auth: None,
             auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
+            routing: nasd_proto::routing::RoutingPolicy::MkdirSwitching,
+            redirect_probability: None,
+            advertise: None,
         }
     }
 }
@@ -187,6 +202,19 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        if let Some(p) = self.redirect_probability {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&p),
+                "the redirect probability ([manager] redirect_probability) {p} is not within 0..=1"
+            );
+        }
+        if let Some(a) = &self.advertise {
+            anyhow::ensure!(
+                !a.is_empty() && a.len() <= nasd_proto::routing::MANAGER_ADDR_MAX,
+                "the advertised address ([manager] advertise) must be 1 to {} bytes",
+                nasd_proto::routing::MANAGER_ADDR_MAX
+            );
+        }
         anyhow::ensure!(
             self.small_file_threshold <= nasd_proto::manager::SMALL_FILE_THRESHOLD_MAX,
             "the small-file threshold ([manager] small_file_threshold) {} is above its most, {}",
@@ -302,6 +330,8 @@ pub struct Manager {
     /// Files whose PAL did not reach every component: set again at each
     /// maintenance pass until it does ([`pals`]).
     pal_pending: std::sync::Mutex<std::collections::BTreeSet<nasd_meta::Ino>>,
+    /// The routing table this manager holds ([`routing`]).
+    routing: routing::RoutingState,
 }
 
 impl std::fmt::Debug for Manager {
@@ -355,7 +385,9 @@ impl Manager {
             identity: Default::default(),
             rollbacks: Default::default(),
             pal_pending: Default::default(),
+            routing: Default::default(),
         };
+        manager.ns.set_site_policy(manager.config.routing, manager.config.redirect_probability.unwrap_or(1.0));
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
                 format!(

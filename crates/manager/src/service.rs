@@ -55,6 +55,10 @@ pub struct Session {
     /// (`LOGIN_IDENTITY`), if not a password: checked for expiry and a
     /// retired key id before each request.
     pub(crate) identity: Option<nasd_proto::IdentityData>,
+    /// The routing table version the session routes by (`GET_ROUTING`);
+    /// `None`: it never asked, and is never refused as stale
+    /// ([`Manager::check_routing`]).
+    pub(crate) routing_version: Option<u64>,
 }
 
 impl Session {
@@ -68,6 +72,7 @@ impl Session {
             users_epoch: u64::MAX,
             gateway: None,
             identity: None,
+            routing_version: None,
         }
     }
 
@@ -81,6 +86,7 @@ impl Session {
             handle_uid: user.uid,
             gateway: user.gateway,
             identity: None,
+            routing_version: None,
         }
     }
 
@@ -99,6 +105,7 @@ impl Session {
             handle_uid: user.uid,
             gateway: None,
             identity: Some(credential),
+            routing_version: None,
         }
     }
 
@@ -130,6 +137,8 @@ impl Session {
             handle_uid: self.handle_uid,
             gateway: None,
             identity: self.identity,
+            // The wrapping request was checked against the routing table.
+            routing_version: None,
         })
     }
 }
@@ -255,7 +264,9 @@ impl Manager {
         let name = s.user.clone();
         let user = self.meta(move |ns| ns.user(&name)).await?;
         let user = user.ok_or_else(|| Failure::new(FsStatus::NotLoggedIn, format!("user '{}' is gone", s.user)))?;
+        let routing_version = s.routing_version;
         *s = Session::of(&user, epoch);
+        s.routing_version = routing_version;
         Ok(())
     }
 
@@ -263,6 +274,7 @@ impl Manager {
     /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
     /// What a successful request changed goes to the change feed.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
+        self.check_routing(s, &req)?;
         let changes = changes_of(&req);
         let reply = self.serve_request(s, req).await?;
         if !changes.is_empty() {
@@ -277,6 +289,10 @@ impl Manager {
         let c = s.caller.clone();
         match req {
             R::Login { .. } | R::LoginIdentity { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            // The server records the version in the session (`Manager::get_routing`); here
+            // (a session of the manager's own) the table only.
+            R::GetRouting => self.get_routing(&mut s.clone()).await,
+            R::SetRouting { table } => self.set_routing(s, table).await,
             R::SyncIdentityKeys => {
                 self.require_admin(s)?;
                 self.sync_identity_keys().await.map(|()| ManagerReply::Done)
@@ -545,7 +561,7 @@ impl Manager {
         })
     }
 
-    fn require_admin(&self, s: &Session) -> Result<(), Failure> {
+    pub(crate) fn require_admin(&self, s: &Session) -> Result<(), Failure> {
         if s.admin {
             Ok(())
         } else {
@@ -605,8 +621,14 @@ impl Manager {
 
     /// The reply form of `inode` for `s`, with its handle for `s`.
     fn entry_of(&self, s: &Session, inode: Inode, access: Option<FileAccess>) -> Entry {
-        let handle_mac = self.handle_for(s, inode.attr.ino).mac;
-        Entry { attr: inode.attr, handle_mac, target: inode.target.unwrap_or_default(), access }
+        let handle = self.handle_for(s, inode.attr.ino, inode.site);
+        Entry {
+            attr: inode.attr,
+            handle_mac: handle.mac,
+            site: handle.site,
+            target: inode.target.unwrap_or_default(),
+            access,
+        }
     }
 
     /// Capabilities for `inode` limited to what `s` may do: read-only

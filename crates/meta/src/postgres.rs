@@ -53,6 +53,7 @@
 //!   `small_data(ino, bytes)` and `small_staged(ino, txn, bytes)`.
 //! - 4 → 5: `acl_entries(ino, kind, id, rights, flags)` (SQLite's version
 //!   7): the named entries of the inodes' global ACLs.
+//! - 5 → 6: the inodes' routing `site` (SQLite's version 8).
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -181,8 +182,13 @@ CREATE TABLE acl_entries (
     PRIMARY KEY (ino, kind, id));
 "#;
 
+/// Version 6: routing sites (SQLite's version 8; `crate::routing`).
+const V6: &str = r#"
+ALTER TABLE inodes ADD COLUMN site BIGINT NOT NULL DEFAULT 0;
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -801,7 +807,7 @@ fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
     };
 }
 
@@ -835,6 +841,9 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         acv: u64_at(r, at + 12)?,
         qdir: u64_at(r, at + 14)?,
         small_threshold: u32_at(r, at + 15)?,
+        site: Some(u8_at(r, at + 16)?)
+            .filter(|s| usize::from(*s) < nasd_proto::routing::ROUTING_SITES)
+            .ok_or_else(|| format!("column {}: not a routing site", at + 16))?,
     })
 }
 
@@ -942,13 +951,13 @@ impl Txn for PgTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
             &[
                 &(a.ino as i64),
                 &i64::from(a.kind.code()),
@@ -966,6 +975,7 @@ impl Txn for PgTxn<'_> {
                 &(a.rdev as i64),
                 &(n.qdir as i64),
                 &i64::from(n.small_threshold),
+                &i64::from(n.site),
             ],
         )?;
         Ok(())

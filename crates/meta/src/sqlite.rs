@@ -72,6 +72,10 @@
 //!   key (ino, kind, id), referencing the inode: the named entries of its
 //!   global ACL (`nasd_proto::acl`; kind 1 user, 2 group). Every inode has
 //!   none.
+//! - 7 → 8 (`V8`): routing by request class: the inodes' `site` (the
+//!   logical routing site each was made in; 0 for every existing inode,
+//!   which one manager held). The routing table itself is the setting
+//!   `routing` (`crate::routing`).
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
@@ -211,8 +215,13 @@ CREATE TABLE acl_entries (
     PRIMARY KEY (ino, kind, id)) WITHOUT ROWID;
 ";
 
+/// Routing sites (see the module documentation).
+const V8: &str = "
+ALTER TABLE inodes ADD COLUMN site INTEGER NOT NULL DEFAULT 0;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -339,7 +348,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
     };
 }
 
@@ -349,6 +358,13 @@ fn bad_column(idx: usize, what: &'static str) -> rusqlite::Error {
 
 fn u32_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u32> {
     u32::try_from(r.get::<_, i64>(idx)?).map_err(|_| bad_column(idx, "not a u32"))
+}
+
+fn site_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u8> {
+    u8::try_from(r.get::<_, i64>(idx)?)
+        .ok()
+        .filter(|s| usize::from(*s) < nasd_proto::routing::ROUTING_SITES)
+        .ok_or_else(|| bad_column(idx, "not a routing site"))
 }
 
 fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
@@ -407,6 +423,7 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         acv: u64_col(r, at + 12)?,
         qdir: u64_col(r, at + 14)?,
         small_threshold: u32_col(r, at + 15)?,
+        site: site_col(r, at + 16)?,
     })
 }
 
@@ -557,13 +574,13 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -580,7 +597,8 @@ impl Txn for SqliteTxn<'_> {
                 n.acv as i64,
                 a.rdev as i64,
                 n.qdir as i64,
-                n.small_threshold
+                n.small_threshold,
+                n.site
             ],
         )?;
         Ok(())
