@@ -51,6 +51,7 @@ pub use nasd_proto::manager::{
     Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, QuotaInfo,
     QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
+pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
 pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 
