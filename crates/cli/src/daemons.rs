@@ -391,6 +391,12 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         write_integrity_waived: file.write_data_integrity_waived.iter().flatten().copied().collect(),
         metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
+        routing: match &file.routing {
+            None => d.routing,
+            Some(text) => text.parse().map_err(|e| anyhow::anyhow!("[manager] routing = \"{text}\": {e}"))?,
+        },
+        redirect_probability: file.redirect_probability,
+        advertise: file.advertise.clone(),
         auth: match &file.auth {
             None => None,
             Some(addr) => {

@@ -523,6 +523,24 @@ impl FsClient {
         self.inner.manager.routing_table()
     }
 
+    /// The routing table the manager holds (`GET_ROUTING`).
+    pub async fn get_routing(&self) -> Result<RoutingTable, FsError> {
+        match self.call(&ManagerRequest::GetRouting).await? {
+            ManagerReply::Routing(t) => Ok(t),
+            other => Err(FsError::Protocol(format!("unexpected GET_ROUTING reply {other:?}"))),
+        }
+    }
+
+    /// Stores the next routing table (`SET_ROUTING`, administrators):
+    /// `table.version` must be the stored one plus one (`STALE_ROUTING`
+    /// otherwise). The table as stored.
+    pub async fn set_routing(&self, table: RoutingTable) -> Result<RoutingTable, FsError> {
+        match self.call(&ManagerRequest::SetRouting { table }).await? {
+            ManagerReply::Routing(t) => Ok(t),
+            other => Err(FsError::Protocol(format!("unexpected SET_ROUTING reply {other:?}"))),
+        }
+    }
+
     /// Idle connections to the manager (for tests and diagnostics).
     pub fn idle_manager_connections(&self) -> usize {
         self.inner.manager.idle_connections()
