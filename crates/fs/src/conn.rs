@@ -305,8 +305,10 @@ impl ManagerConn {
 /// for its sites go to the manager in use meanwhile (any manager answers
 /// any request), then it is tried again.
 pub const MANAGER_DOWN_AVOID: Duration = Duration::from_secs(5);
-/// Times one request is sent again after `STALE_ROUTING` (each time after
-/// fetching the table): a table changing faster than this is a fault.
+/// Times one request is sent again after `STALE_ROUTING` beyond one per
+/// session the client holds (each refusal refreshes one session's table,
+/// so a table change costs at most one refusal per open session): a table
+/// changing faster than this is a fault, and the refusal goes to the caller.
 pub const STALE_ROUTING_RESENDS_MAX: usize = 4;
 
 /// Up to [`MANAGER_CONNECTIONS_MAX`] logged-in connections to one manager,
@@ -510,9 +512,10 @@ impl ManagerPool {
         let mut resent = 0;
         loop {
             let target = self.route(req);
+            let sessions = self.slots.lock().unwrap_or_else(|p| p.into_inner()).len() * MANAGER_CONNECTIONS_MAX;
             match self.call_at(target.as_deref(), req).await {
                 Err(FsError::Fs { status: FsStatus::StaleRouting, .. })
-                    if resent < STALE_ROUTING_RESENDS_MAX && !req.handles().is_empty() =>
+                    if resent < sessions + STALE_ROUTING_RESENDS_MAX && !req.handles().is_empty() =>
                 {
                     resent += 1;
                 }
