@@ -18,9 +18,14 @@
 //! 6. `setattr` of the mode the archive records;
 //! 7. `setattr` of the archive's access and modification times.
 //!
-//! A directory costs two requests (a lookup that fails, `MKDIR`). Clients
-//! are spread round-robin over the managers, each pinned to one (routing by
-//! request class is not implemented yet). A request the manager refuses as
+//! A directory costs two requests (a lookup that fails, `MKDIR`). With
+//! several managers, every added one joins the routing table (as `nasd
+//! admin add-manager` does) before the clients log in, and clients route by
+//! it (docs/ARCHITECTURE.md, "Routing by request class"): each request
+//! naming a handle goes to the manager holding its site, the rest to the
+//! client's home manager (spread round-robin). The table shows how the
+//! requests spread (the busiest manager's share) and how many were refused
+//! as `STALE_ROUTING` and sent again. A request the manager refuses as
 //! `BUSY` (its transaction conflicted on every attempt, nothing changed) is
 //! sent again, a bounded number of times, and counted in its own column:
 //! with several managers on one database such conflicts happen, and a
@@ -216,6 +221,10 @@ struct Row {
     files: u64,
     /// `BUSY` answers retried (not counted in `requests`).
     busy: u64,
+    /// `STALE_ROUTING` answers (each followed by a table fetch and a resend).
+    stale: u64,
+    /// The share of the manager requests the busiest manager received.
+    busiest: f64,
     /// Serialization failures the PostgreSQL server logged in this
     /// configuration's database (each one a transaction the manager rolled
     /// back and ran again); `None` on SQLite.
@@ -251,7 +260,7 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
     println!(
         "untar: {} clients, each unpacking {} directories and {} empty files into its own top directory \
          ({} requests each: {REQUESTS_PER_FILE} per file, {REQUESTS_PER_DIR} per directory), one request at a \
-         time per client; clients pinned round-robin to the managers; {} drive(s)",
+         time per client; clients route by the routing table (home managers round-robin); {} drive(s)",
         args.clients,
         archive.dirs,
         archive.files,
@@ -281,12 +290,12 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
     let rows = result?;
     let base = &rows[0];
     println!(
-        "  {:<12} {:>8} {:>9} {:>12} {:>10} {:>14} {:>6} {:>9}",
-        "metadata", "managers", "seconds", "requests/s", "files/s", "vs SQLite ×1", "busy", "conflicts"
+        "  {:<12} {:>8} {:>9} {:>12} {:>10} {:>14} {:>6} {:>6} {:>9} {:>9}",
+        "metadata", "managers", "seconds", "requests/s", "files/s", "vs SQLite ×1", "busy", "stale", "busiest", "conflicts"
     );
     for r in &rows {
         println!(
-            "  {:<12} {:>8} {:>9.2} {:>12.0} {:>10.0} {:>14.2} {:>6} {:>9}",
+            "  {:<12} {:>8} {:>9.2} {:>12.0} {:>10.0} {:>14.2} {:>6} {:>6} {:>8.0}% {:>9}",
             r.metadata,
             r.managers,
             r.elapsed.as_secs_f64(),
@@ -294,12 +303,16 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
             r.files_per_sec(),
             r.files_per_sec() / base.files_per_sec(),
             r.busy,
+            r.stale,
+            r.busiest * 100.0,
             r.conflicts.map_or("-".to_owned(), |n| n.to_string())
         );
     }
     println!("  (every client's tree checked afterwards through the first manager: names, kinds, modes, times;");
     println!("   busy: requests the manager refused as BUSY (its transaction conflicted on every attempt)");
     println!("   that the client sent again, at most {BUSY_RETRIES_MAX} times each; not counted in requests/s;");
+    println!("   stale: requests refused as STALE_ROUTING and resent by the fetched table; busiest: the share");
+    println!("   of all manager requests, logins and table fetches included, that the busiest manager received;");
     println!("   conflicts: serialization failures the PostgreSQL server logged for that configuration's database,");
     println!("   each a metadata transaction rolled back and run again)");
     Ok(())
@@ -335,6 +348,9 @@ async fn measure(
         for _ in 1..managers {
             sections.push(cluster.add_manager().await?);
         }
+        if managers > 1 {
+            join_routing(&sections).await?;
+        }
         let mut clients = Vec::new();
         for c in 0..args.clients as usize {
             let section = &sections[c % sections.len()];
@@ -364,6 +380,17 @@ async fn measure(
             busy += b;
         }
         let elapsed = t.elapsed();
+        let mut sent = BTreeMap::<String, u64>::new();
+        let mut stale = 0;
+        for fs in &clients {
+            let stats = fs.routing_stats();
+            stale += stats.stale;
+            for (addr, n) in stats.sent {
+                *sent.entry(addr).or_default() += n;
+            }
+        }
+        let total: u64 = sent.values().sum();
+        let busiest = sent.values().max().map_or(1.0, |m| *m as f64 / total.max(1) as f64);
         for (c, fs) in clients.iter().enumerate() {
             let pinned = sections[c % sections.len()].manager.clone().unwrap_or_default();
             anyhow::ensure!(fs.current_manager() == pinned, "client {c} left its manager {pinned}");
@@ -375,6 +402,8 @@ async fn measure(
             elapsed,
             requests,
             busy,
+            stale,
+            busiest,
             files: archive.files as u64 * args.clients as u64,
             conflicts: None,
         })
@@ -384,6 +413,27 @@ async fn measure(
     let row = result.with_context(|| format!("{label} with {managers} manager(s)"))?;
     stopped?;
     Ok(row)
+}
+
+/// Puts every manager after the first in the routing table (as `nasd admin
+/// add-manager` does), then waits until each holds the final table (they
+/// read it at their maintenance passes), so no client starts on an old one.
+async fn join_routing(sections: &[crate::config::ClientSection]) -> anyhow::Result<()> {
+    let admin = fs_cmd::login(&sections[0], None).await.context("administrator logging in")?;
+    let mut table = admin.get_routing().await.context("reading the routing table")?;
+    for s in &sections[1..] {
+        let addr = s.manager.clone().context("an added manager without an address")?;
+        table = admin.set_routing(table.with_manager(&addr)?).await.context("adding a manager to the routing table")?;
+    }
+    for s in sections {
+        let fs = fs_cmd::login(s, None).await.context("logging in to a manager")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while fs.get_routing().await?.version < table.version {
+            anyhow::ensure!(Instant::now() < deadline, "a manager did not learn the routing table in 60 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
 }
 
 fn top_name(client: usize) -> String {

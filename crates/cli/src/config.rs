@@ -157,6 +157,18 @@ pub struct ManagerSection {
     /// path); the rest is striped over drives [default: 65536; 0: none; at
     /// most 1048576]. A file keeps the threshold it was created with.
     pub small_file_threshold: Option<u32>,
+    /// How new inodes choose their routing site when this manager makes
+    /// the file system's first routing table: "mkdir-switching" (a new
+    /// directory leaves its parent's site with `redirect_probability`) or
+    /// "name-hashing" [default: mkdir-switching]. An existing table keeps
+    /// its policy.
+    pub routing: Option<String>,
+    /// The probability a new directory leaves its parent's routing site
+    /// under mkdir switching [default: 1/N for N managers in the table].
+    pub redirect_probability: Option<f64>,
+    /// The client address (host:port) this manager puts in a new routing
+    /// table [default: the address it listens on].
+    pub advertise: Option<String>,
     /// How long a writer may keep a write transaction open before the
     /// manager rolls it back (a writer that died) [default: 60].
     pub write_lease_secs: Option<u64>,

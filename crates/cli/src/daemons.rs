@@ -392,6 +392,12 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
         identity_recheck: secs(None, file.identity_recheck_secs, d.identity_recheck),
+        routing: match &file.routing {
+            None => d.routing,
+            Some(text) => text.parse().map_err(|e| anyhow::anyhow!("[manager] routing = \"{text}\": {e}"))?,
+        },
+        redirect_probability: file.redirect_probability,
+        advertise: file.advertise.clone(),
         auth: match &file.auth {
             None => None,
             Some(addr) => {

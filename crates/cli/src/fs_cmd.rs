@@ -336,6 +336,29 @@ pub enum AdminCommand {
         #[command(flatten)]
         login: Login,
     },
+    /// Add a manager to the routing table (it serves the same database):
+    /// it takes floor(64/(N+1)) of the 64 routing sites from the managers
+    /// holding most. Clients move to the new table at their next request.
+    AddManager {
+        /// The manager's client address (host:port), as clients reach it.
+        addr: String,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Remove a manager from the routing table: its sites go to the
+    /// managers holding fewest. Stop it afterwards.
+    RemoveManager {
+        /// The manager's address as the routing table names it.
+        addr: String,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Show the routing table: its version, policy, and the sites each
+    /// manager holds.
+    Routing {
+        #[command(flatten)]
+        login: Login,
+    },
     /// Take a fresh drive into service with its master key.
     AddDrive {
         /// The drive's address (host:port).
@@ -356,6 +379,7 @@ impl AdminCommand {
             AddUser { login, .. } | Users { login } | Passwd { login, .. } => Some(login),
             SetGroups { login, .. } | SetGateway { login, .. } => Some(login),
             DriveOut { login, .. } | DriveIn { login, .. } | AddDrive { login, .. } => Some(login),
+            AddManager { login, .. } | RemoveManager { login, .. } | Routing { login } => Some(login),
             ResetPassword { .. } => None,
         }
     }
@@ -889,8 +913,66 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
             let drive = fs.add_drive(&addr, &key).await.with_context(|| format!("cannot add the drive at {addr}"))?;
             println!("drive {addr} in service as drive {drive}");
         }
+        AdminCommand::AddManager { addr, .. } => {
+            let now = fs.get_routing().await.context("cannot read the routing table")?;
+            let next = now.with_manager(&addr)?;
+            let moved = moved_sites(&now, &next);
+            let stored = fs.set_routing(next).await.with_context(|| format!("cannot add the manager at {addr}"))?;
+            println!("manager {addr} added: routing table version {}, {moved} of 64 sites moved", stored.version);
+        }
+        AdminCommand::RemoveManager { addr, .. } => {
+            let now = fs.get_routing().await.context("cannot read the routing table")?;
+            let next = now.without_manager(&addr)?;
+            let moved = moved_sites(&now, &next);
+            let stored = fs.set_routing(next).await.with_context(|| format!("cannot remove the manager at {addr}"))?;
+            println!("manager {addr} removed: routing table version {}, {moved} of 64 sites moved", stored.version);
+        }
+        AdminCommand::Routing { .. } => {
+            print!("{}", show_routing(&fs.get_routing().await.context("cannot read the routing table")?));
+        }
     }
     Ok(())
+}
+
+/// Sites whose manager differs between two tables.
+fn moved_sites(a: &nasd_fs::RoutingTable, b: &nasd_fs::RoutingTable) -> usize {
+    (0..nasd_fs::ROUTING_SITES as u8).filter(|s| a.manager_of(*s) != b.manager_of(*s)).count()
+}
+
+/// The routing table as `nasd admin routing` prints it: version and policy,
+/// then per manager its site count and sites (ranges).
+fn show_routing(t: &nasd_fs::RoutingTable) -> String {
+    let mut out = format!("routing table version {}, {}\n", t.version, t.policy.name());
+    for (i, m) in t.managers.iter().enumerate() {
+        let sites: Vec<usize> = (0..nasd_fs::ROUTING_SITES).filter(|s| usize::from(t.sites[*s]) == i).collect();
+        let mut ranges = Vec::new();
+        let mut k = 0;
+        while k < sites.len() {
+            let start = sites[k];
+            while k + 1 < sites.len() && sites[k + 1] == sites[k] + 1 {
+                k += 1;
+            }
+            ranges.push(if sites[k] == start { start.to_string() } else { format!("{start}-{}", sites[k]) });
+            k += 1;
+        }
+        out.push_str(&format!("{m:<24} {:>2} sites  {}\n", sites.len(), ranges.join(",")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod routing_tests {
+    use nasd_fs::{RoutingPolicy, RoutingTable};
+
+    #[test]
+    fn the_table_shows_each_managers_sites_as_ranges() {
+        let t = RoutingTable::single("a:1", RoutingPolicy::MkdirSwitching).with_manager("b:1").unwrap();
+        assert_eq!(
+            super::show_routing(&t),
+            "routing table version 2, mkdir-switching\na:1                      32 sites  0-31\nb:1                      32 sites  32-63\n"
+        );
+        assert_eq!(super::moved_sites(&RoutingTable::single("a:1", RoutingPolicy::MkdirSwitching), &t), 32);
+    }
 }
 
 /// $NASD_NEW_PASSWORD, else asked twice.

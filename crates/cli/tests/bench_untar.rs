@@ -26,17 +26,17 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
     assert!(out.status.success(), "nasd bench untar failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("4 clients, each unpacking 6 directories and 40 empty files"), "{stdout}");
     assert!(stdout.contains("every client's tree checked afterwards"), "{stdout}");
-    // Rows: metadata, managers, seconds, requests/s, files/s, ratio, busy retries, conflicts
-    // ("-" on SQLite).
+    // Rows: metadata, managers, seconds, requests/s, files/s, ratio, busy retries, stale
+    // refusals, the busiest manager's share of requests (%), conflicts ("-" on SQLite).
     let rows: Vec<(String, u32, Vec<f64>, String)> = stdout
         .lines()
         .filter_map(|l| {
             let cols: Vec<&str> = l.split_whitespace().collect();
             match cols.as_slice() {
-                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ .., conflicts] if rest.len() == 5 => Some((
+                [what @ ("SQLite" | "PostgreSQL"), managers, rest @ .., conflicts] if rest.len() == 7 => Some((
                     what.to_string(),
                     managers.parse().ok()?,
-                    rest.iter().map(|v| v.parse().expect("a number")).collect(),
+                    rest.iter().map(|v| v.trim_end_matches('%').parse().expect("a number")).collect(),
                     conflicts.to_string(),
                 )),
                 _ => None,
@@ -52,6 +52,7 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
     for (what, managers, values, conflicts) in &rows {
         assert!(values[..4].iter().all(|v| v.is_finite() && *v > 0.0), "{what} ×{managers}: {values:?}\n{stdout}");
         assert!(values[4] >= 0.0 && values[4].fract() == 0.0, "busy retries are a count: {values:?}\n{stdout}");
+        assert!(values[5] >= 0.0 && values[5].fract() == 0.0, "stale refusals are a count: {values:?}\n{stdout}");
         if what == "SQLite" {
             assert_eq!(conflicts, "-", "{stdout}");
         } else {
@@ -59,6 +60,13 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
             // conflicts, so none is retried and no request is refused as BUSY. Before, 2 and 4
             // managers conflicted on every create (the same pooled object, the same index pages).
             assert_eq!((values[4], conflicts.as_str()), (0.0, "0"), "{what} ×{managers}: busy, conflicts\n{stdout}");
+        }
+        if *managers == 1 {
+            assert_eq!(values[6], 100.0, "one manager takes every request: {values:?}\n{stdout}");
+        } else {
+            // Every manager learned the routing table before the clients logged in.
+            assert_eq!(values[5], 0.0, "{what} ×{managers}: no STALE_ROUTING: {values:?}\n{stdout}");
+            assert!(values[6] > 0.0 && values[6] <= 100.0, "{what} ×{managers}: a share: {values:?}\n{stdout}");
         }
     }
     assert_eq!(rows[0].2[3], 1.0, "the baseline's ratio to itself:\n{stdout}");

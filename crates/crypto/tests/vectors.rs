@@ -422,8 +422,8 @@ fn h_file_handle() {
     const FS_ID: [u8; 16] = [0x77; 16];
     let handles = FileHandleKey::new(&Key::from_bytes(MANAGER_KEY), FS_ID);
     let tag = handles.mac(1000, 42);
-    let handle = nasd_proto::manager::Handle { ino: 42, mac: tag };
-    let mut w = nasd_proto::codec::Writer::with_capacity(40);
+    let handle = nasd_proto::manager::Handle { ino: 42, site: 0, mac: tag };
+    let mut w = nasd_proto::codec::Writer::with_capacity(41);
     handle.encode(&mut w);
     let bytes = w.into_vec();
 
@@ -431,7 +431,7 @@ fn h_file_handle() {
     check(
         "H_HANDLE",
         &bytes,
-        concat!("2a00000000000000", "67992134fbaab148c0fc2cefe3f87746280640f127dec1dc3eb4013a10ce7d24"),
+        concat!("2a00000000000000", "00", "67992134fbaab148c0fc2cefe3f87746280640f127dec1dc3eb4013a10ce7d24"),
     );
 
     // key = derive_key("nasd v1 manager file handle key", manager key);

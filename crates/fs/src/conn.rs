@@ -8,6 +8,7 @@ use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     Change, ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION, WATCH_WAIT_MAX_MS,
 };
+use nasd_proto::routing::{name_site, RoutingPolicy, RoutingTable};
 use nasd_proto::DecodeError;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -300,43 +301,27 @@ impl ManagerConn {
     }
 }
 
+/// How long a manager that did not answer is left out of routing: requests
+/// for its sites go to the manager in use meanwhile (any manager answers
+/// any request), then it is tried again.
+pub const MANAGER_DOWN_AVOID: Duration = Duration::from_secs(5);
+/// Times one request is sent again after `STALE_ROUTING` beyond one per
+/// session the client holds (each refusal refreshes one session's table,
+/// so a table change costs at most one refusal per open session): a table
+/// changing faster than this is a fault, and the refusal goes to the caller.
+pub const STALE_ROUTING_RESENDS_MAX: usize = 4;
+
 /// Up to [`MANAGER_CONNECTIONS_MAX`] logged-in connections to one manager,
-/// as one user: a request takes an idle connection (or opens one while fewer
-/// than the bound exist), and gives it back when its reply arrived. A
-/// connection whose request failed in transport or protocol (a time-out
-/// included) is closed, never reused, and the request is not resent —
-/// unless the client knows several managers and the request only reads,
-/// which is sent once more on a new connection (to another manager if the
-/// one in use is gone); the next request opens a fresh connection in its
-/// place. New connections go to the manager in use, or fail over
-/// ([`Managers::open`]). An idle connection
-/// the manager has closed meanwhile (its idle timeout, a restart) is found
-/// without waiting and replaced before any request goes out on it.
-pub(crate) struct ManagerPool {
-    /// Where and as whom to connect, and the wait bound (`reply_timeout`).
-    config: FsConfig,
-    /// The managers, and the one in use.
-    managers: Arc<Managers>,
-    tls: TlsConnector,
+/// with its idle ones.
+struct ManagerSlot {
     permits: tokio::sync::Semaphore,
     /// Idle connections and when each was last used.
     idle: Mutex<Vec<(ManagerConn, Instant)>>,
 }
 
-impl ManagerPool {
-    /// Connects and logs in once (so a wrong password or an unreachable
-    /// manager fails here), keeping that connection as the first idle one.
-    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerPool, Identity), FsError> {
-        let managers = Arc::new(Managers::new(config)?);
-        let (conn, identity) = managers.open(config, tls).await?;
-        let pool = ManagerPool {
-            config: config.clone(),
-            managers,
-            tls: tls.clone(),
-            permits: tokio::sync::Semaphore::new(MANAGER_CONNECTIONS_MAX),
-            idle: Mutex::new(vec![(conn, Instant::now())]),
-        };
-        Ok((pool, identity))
+impl ManagerSlot {
+    fn new() -> Self {
+        ManagerSlot { permits: tokio::sync::Semaphore::new(MANAGER_CONNECTIONS_MAX), idle: Mutex::new(Vec::new()) }
     }
 
     /// The most recently used idle connection that is young enough and, as
@@ -352,36 +337,246 @@ impl ManagerPool {
         None
     }
 
-    /// Sends one request on a free connection and waits for its reply, each
-    /// wait bounded by `reply_timeout`.
+    fn put_idle(&self, conn: ManagerConn) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push((conn, Instant::now()));
+    }
+}
+
+/// What routing did, for tests and diagnostics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoutingStats {
+    /// The routing table version the client routes by (0: none).
+    pub version: u64,
+    /// Requests sent, per manager address, in address order.
+    pub sent: Vec<(String, u64)>,
+    /// Requests a manager refused with `STALE_ROUTING` (each followed by a
+    /// fetch of the table and a resend).
+    pub stale: u64,
+    /// Times a routed manager did not answer and another took its request.
+    pub rerouted: u64,
+}
+
+/// The client's connections to its managers (Slice's µproxy role, docs/
+/// ARCHITECTURE.md "Routing by request class"): per manager up to
+/// [`MANAGER_CONNECTIONS_MAX`] logged-in connections, as one user. Every
+/// new connection fetches the routing table (`GET_ROUTING`); while it names
+/// more than one manager, a request naming a handle goes to the manager
+/// holding the handle's site (under name hashing, a (parent, name) request
+/// to the holder of the name's site), anything else to the manager in use
+/// (`FsConfig::manager`, or the one it failed over to). `STALE_ROUTING`
+/// means the table changed: the table is fetched on that connection and
+/// the request sent again by the new one. A routed manager that does not
+/// answer is left out for [`MANAGER_DOWN_AVOID`] and its request goes to the
+/// manager in use, whose table is taken too.
+///
+/// A request takes an idle connection (or opens one while fewer than the
+/// bound exist), and gives it back when its reply arrived. A connection
+/// whose request failed in transport or protocol (a time-out included) is
+/// closed, never reused, and the request is not resent — unless the client
+/// knows several managers and the request only reads, which is sent once
+/// more on a new connection (to another manager if the one in use is
+/// gone); the next request opens a fresh connection in its place. New
+/// connections to the manager in use fail over ([`Managers::open`]). An
+/// idle connection the manager has closed meanwhile (its idle timeout, a
+/// restart) is found without waiting and replaced before any request goes
+/// out on it.
+pub(crate) struct ManagerPool {
+    /// Where and as whom to connect, and the wait bound (`reply_timeout`).
+    config: FsConfig,
+    /// The managers, and the one in use.
+    managers: Arc<Managers>,
+    tls: TlsConnector,
+    /// Per manager address.
+    slots: Mutex<std::collections::HashMap<String, Arc<ManagerSlot>>>,
+    /// The newest routing table a manager gave.
+    routing: std::sync::RwLock<Option<Arc<RoutingTable>>>,
+    /// Routed managers that did not answer, and until when to leave them out.
+    down: Mutex<std::collections::HashMap<String, Instant>>,
+    stats: Mutex<RoutingStats>,
+}
+
+impl ManagerPool {
+    /// Connects and logs in once (so a wrong password or an unreachable
+    /// manager fails here), keeping that connection as the first idle one.
+    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerPool, Identity), FsError> {
+        let managers = Arc::new(Managers::new(config)?);
+        let (conn, identity) = managers.open(config, tls).await?;
+        let pool = ManagerPool {
+            config: config.clone(),
+            managers,
+            tls: tls.clone(),
+            slots: Mutex::new(std::collections::HashMap::new()),
+            routing: std::sync::RwLock::new(None),
+            down: Mutex::new(std::collections::HashMap::new()),
+            stats: Mutex::new(RoutingStats::default()),
+        };
+        let conn = pool.fetch_routing(conn).await;
+        if let Some(conn) = conn {
+            pool.slot(&conn.deadline.0).put_idle(conn);
+        }
+        Ok((pool, identity))
+    }
+
+    fn slot(&self, addr: &str) -> Arc<ManagerSlot> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.entry(addr.to_string()).or_insert_with(|| Arc::new(ManagerSlot::new())).clone()
+    }
+
+    /// The routing table the client routes by, if a manager gave one.
+    pub(crate) fn routing_table(&self) -> Option<Arc<RoutingTable>> {
+        self.routing.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Keeps `table` if it is newer than the one held.
+    fn adopt(&self, table: RoutingTable) {
+        let mut held = self.routing.write().unwrap_or_else(|p| p.into_inner());
+        if held.as_ref().is_none_or(|h| h.version < table.version) {
+            tracing::debug!(version = table.version, managers = table.managers.len(), "routing table");
+            self.stats.lock().unwrap_or_else(|p| p.into_inner()).version = table.version;
+            *held = Some(Arc::new(table));
+        }
+    }
+
+    /// Sends `GET_ROUTING` on `conn` (so its session routes by the table it
+    /// gets) and keeps the table if newer; the connection back unless the
+    /// request broke it. A manager without a table (or one that does not
+    /// know the request) leaves the client unrouted.
+    async fn fetch_routing(&self, mut conn: ManagerConn) -> Option<ManagerConn> {
+        match conn.call(&ManagerRequest::GetRouting).await {
+            Ok(ManagerReply::Routing(table)) => self.adopt(table),
+            Ok(other) => tracing::debug!(reply = ?other, "unexpected GET_ROUTING reply"),
+            Err(e) => tracing::debug!(error = %e, "no routing table"),
+        }
+        (!conn.is_broken()).then_some(conn)
+    }
+
+    /// The manager `req` goes to: the holder of its site when the table
+    /// names several managers and that one is not left out; else `None`,
+    /// the manager in use.
+    fn route(&self, req: &ManagerRequest) -> Option<String> {
+        let table = self.routing_table()?;
+        if table.managers.len() < 2 {
+            return None;
+        }
+        let site = site_of(&table, req)?;
+        let addr = table.manager_of(site);
+        let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        match down.get(addr) {
+            Some(until) if Instant::now() < *until => None,
+            Some(_) => {
+                down.remove(addr);
+                Some(addr.to_string())
+            }
+            None => Some(addr.to_string()),
+        }
+    }
+
+    /// A new logged-in connection to `target` (its table fetched), or to
+    /// the manager in use if `target` is `None` or does not answer.
+    async fn connect(&self, target: Option<&str>) -> Result<ManagerConn, FsError> {
+        if let Some(addr) = target {
+            let wait = crate::FAILOVER_CONNECT_WAIT.min(self.config.reply_timeout);
+            match ManagerConn::open_at(addr, wait, &self.config, &self.tls).await {
+                Ok((conn, _)) => {
+                    if let Some(conn) = self.fetch_routing(conn).await {
+                        return Ok(conn);
+                    }
+                }
+                Err(Unreached::Refused(e)) => return Err(e),
+                Err(Unreached::Down(e)) => {
+                    tracing::info!(manager = addr, error = %e, "a routed manager did not answer; using another");
+                }
+            }
+            self.down
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(addr.to_string(), Instant::now() + MANAGER_DOWN_AVOID);
+            self.stats.lock().unwrap_or_else(|p| p.into_inner()).rerouted += 1;
+        }
+        let (conn, _) = self.managers.open(&self.config, &self.tls).await?;
+        let addr = self.managers.current().to_string();
+        self.fetch_routing(conn).await.ok_or_else(|| {
+            FsError::Protocol(format!("the connection to the manager at {addr} broke while fetching the routing table"))
+        })
+    }
+
+    /// Sends one request (routed by the table) and waits for its reply,
+    /// each wait bounded by `reply_timeout`; sent again after
+    /// `STALE_ROUTING`, by the table fetched then.
     ///
     /// # Cancel safety
     /// Dropping the future closes the connection it was using (its request
     /// may or may not have reached the manager); the pool opens another when
     /// needed.
     pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
-        let _permit = self.permits.acquire().await.expect("the pool never closes its semaphore");
+        let mut resent = 0;
+        loop {
+            let target = self.route(req);
+            let sessions = self.slots.lock().unwrap_or_else(|p| p.into_inner()).len() * MANAGER_CONNECTIONS_MAX;
+            match self.call_at(target.as_deref(), req).await {
+                Err(FsError::Fs { status: FsStatus::StaleRouting, .. })
+                    if resent < sessions + STALE_ROUTING_RESENDS_MAX && !req.handles().is_empty() =>
+                {
+                    resent += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Sends one request to `target` (`None`: the manager in use).
+    async fn call_at(&self, target: Option<&str>, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        let key = target.map_or_else(|| self.managers.current().to_string(), str::to_string);
+        let slot = self.slot(&key);
+        let _permit = slot.permits.acquire().await.expect("the pool never closes its semaphore");
         let mut sent = 0;
         loop {
-            let mut conn = match self.take_idle() {
+            let mut conn = match slot.take_idle() {
                 Some(c) => c,
-                None => self.managers.open(&self.config, &self.tls).await?.0,
+                None => self.connect(target).await?,
             };
+            let at = conn.deadline.0.clone();
             let r = conn.call(req).await;
             sent += 1;
+            {
+                let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+                match stats.sent.iter_mut().find(|(a, _)| *a == at) {
+                    Some((_, n)) => *n += 1,
+                    None => {
+                        stats.sent.push((at.clone(), 1));
+                        stats.sent.sort();
+                    }
+                }
+            }
             if !conn.is_broken() {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                idle.push((conn, Instant::now()));
+                // Refused before anything was done: take the table on this session, then the
+                // caller sends the request again by it.
+                let conn = match &r {
+                    Err(FsError::Fs { status: FsStatus::StaleRouting, .. }) => {
+                        self.stats.lock().unwrap_or_else(|p| p.into_inner()).stale += 1;
+                        self.fetch_routing(conn).await
+                    }
+                    _ => Some(conn),
+                };
+                if let Some(conn) = conn {
+                    self.slot(&at).put_idle(conn);
+                }
                 return r;
             }
             // No reply: the manager died or the connection broke. A request that only
             // reads is sent once more (to another manager, if this one is gone); any
             // other may have been carried out, and its failure is the caller's to judge.
-            if sent > 1 || !repeatable(req) || self.managers.addrs.len() < 2 {
+            let others = self.managers.addrs.len() > 1 || target.is_some();
+            if sent > 1 || !repeatable(req) || !others {
                 return r;
             }
             tracing::debug!(request = req.name(), "no reply from the manager; sending the request once more");
         }
+    }
+
+    /// What routing did so far.
+    pub(crate) fn routing_stats(&self) -> RoutingStats {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The address of the manager in use.
@@ -389,9 +584,10 @@ impl ManagerPool {
         self.managers.current().to_string()
     }
 
-    /// Idle connections held (for tests and diagnostics).
+    /// Idle connections held, all managers together (for tests and diagnostics).
     pub(crate) fn idle_connections(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+        let slots: Vec<_> = self.slots.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        slots.iter().map(|s| s.idle.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
     }
 
     /// A change-feed watcher with a connection of its own (opened at its
@@ -406,6 +602,29 @@ impl ManagerPool {
             next: 0,
         }
     }
+}
+
+/// The site a request is routed by: under name hashing, a (parent, name)
+/// request's name site; else its first handle's site; `None` for requests
+/// naming no handle.
+fn site_of(table: &RoutingTable, req: &ManagerRequest) -> Option<u8> {
+    use ManagerRequest as R;
+    if table.policy == RoutingPolicy::NameHashing {
+        match req {
+            R::Lookup { parent, name, .. }
+            | R::Mkdir { parent, name, .. }
+            | R::Create { parent, name, .. }
+            | R::Symlink { parent, name, .. }
+            | R::Mknod { parent, name, .. }
+            | R::Unlink { parent, name }
+            | R::Rmdir { parent, name }
+            | R::Rename { parent, name, .. } => return Some(name_site(parent.ino, name)),
+            R::Link { new_parent, new_name, .. } => return Some(name_site(new_parent.ino, new_name)),
+            R::AsUser { request, .. } => return site_of(table, request),
+            _ => {}
+        }
+    }
+    req.handles().first().map(|h| h.site)
 }
 
 /// What one wait of a [`Watcher`] brought.

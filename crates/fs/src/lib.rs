@@ -37,7 +37,10 @@ mod file;
 mod txn;
 
 pub use cache::HELD_CAPABILITIES_MAX;
-pub use conn::{connector, ChangeBatch, Identity, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_IDLE_REUSE_MAX};
+pub use conn::{
+    connector, ChangeBatch, Identity, RoutingStats, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
+    MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
+};
 pub use file::File;
 pub use nasd_proto::acl::{
     AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE,
@@ -48,6 +51,7 @@ pub use nasd_proto::manager::{
     Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, QuotaInfo,
     QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
+pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
 pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 
@@ -506,6 +510,35 @@ impl FsClient {
     /// until it failed over to one of `FsConfig::failover`).
     pub fn current_manager(&self) -> String {
         self.inner.manager.current_manager()
+    }
+
+    /// What routing by request class did so far: the table version, requests
+    /// per manager, `STALE_ROUTING` refusals, reroutes (tests, diagnostics).
+    pub fn routing_stats(&self) -> RoutingStats {
+        self.inner.manager.routing_stats()
+    }
+
+    /// The routing table the client routes by, if a manager gave one.
+    pub fn routing_table(&self) -> Option<std::sync::Arc<nasd_proto::routing::RoutingTable>> {
+        self.inner.manager.routing_table()
+    }
+
+    /// The routing table the manager holds (`GET_ROUTING`).
+    pub async fn get_routing(&self) -> Result<RoutingTable, FsError> {
+        match self.call(&ManagerRequest::GetRouting).await? {
+            ManagerReply::Routing(t) => Ok(t),
+            other => Err(FsError::Protocol(format!("unexpected GET_ROUTING reply {other:?}"))),
+        }
+    }
+
+    /// Stores the next routing table (`SET_ROUTING`, administrators):
+    /// `table.version` must be the stored one plus one (`STALE_ROUTING`
+    /// otherwise). The table as stored.
+    pub async fn set_routing(&self, table: RoutingTable) -> Result<RoutingTable, FsError> {
+        match self.call(&ManagerRequest::SetRouting { table }).await? {
+            ManagerReply::Routing(t) => Ok(t),
+            other => Err(FsError::Protocol(format!("unexpected SET_ROUTING reply {other:?}"))),
+        }
     }
 
     /// Idle connections to the manager (for tests and diagnostics).

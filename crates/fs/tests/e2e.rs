@@ -820,13 +820,17 @@ async fn inode_numbers_without_a_valid_handle_reach_nothing_scenario() {
     assert_ne!(a_secret.mac, [0; 32]);
     // Every way B could name A's file without having reached it by name.
     let candidates = [
-        ("a guessed inode number", Handle { ino, mac: [0; 32] }),
+        ("a guessed inode number", Handle { ino, site: 0, mac: [0; 32] }),
         ("A's own handle, leaked to B", a_secret),
-        ("B's handle of another file with the inode number changed", Handle { ino, mac: b_open.mac }),
+        (
+            "B's handle of another file with the inode number changed",
+            Handle { ino, site: b_open.site, mac: b_open.mac },
+        ),
         (
             "A's handle with one bit flipped",
             Handle {
                 ino,
+                site: a_secret.site,
                 mac: {
                     let mut m = a_secret.mac;
                     m[31] ^= 1;

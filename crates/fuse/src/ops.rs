@@ -322,7 +322,9 @@ impl State {
         let call =
             async { self.fs().create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e)) };
         let file = self.making(name_changes(parent, &name), call).await?;
-        let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
+        let handle = file.handle();
+        let e =
+            Entry { attr: file.attr(), handle_mac: handle.mac, site: handle.site, target: String::new(), access: None };
         Ok(self.remember(&e))
     }
 
@@ -536,7 +538,9 @@ impl State {
                 self.fs().create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))
             })
             .await?;
-        let e = Entry { attr: file.attr(), handle_mac: file.handle().mac, target: String::new(), access: None };
+        let handle = file.handle();
+        let e =
+            Entry { attr: file.attr(), handle_mac: handle.mac, site: handle.site, target: String::new(), access: None };
         let attr = self.remember(&e);
         let ino = e.attr.ino;
         self.install(ino, Arc::new(file), true, false)?;

@@ -37,9 +37,10 @@ pub(crate) fn load_handle_key(ns: &Namespace<Store>, kek: &Key) -> anyhow::Resul
 }
 
 impl Manager {
-    /// The handle of inode `ino` for the caller of session `s`.
-    pub(crate) fn handle_for(&self, s: &Session, ino: Ino) -> Handle {
-        Handle { ino, mac: self.handles.mac(s.handle_uid, ino) }
+    /// The handle of inode `ino`, made in routing site `site`, for the
+    /// caller of session `s`.
+    pub(crate) fn handle_for(&self, s: &Session, ino: Ino, site: u8) -> Handle {
+        Handle { ino, site, mac: self.handles.mac(s.handle_uid, ino) }
     }
 
     /// Fails with `BAD_HANDLE` unless every handle `req` names was made for

@@ -25,6 +25,7 @@ pub use nasd_login::passwords;
 mod placement;
 mod repair;
 mod resize;
+pub mod routing;
 pub mod server;
 mod service;
 pub mod shared;
@@ -142,6 +143,17 @@ pub struct ManagerConfig {
     /// session's role, and for its groups: a user disabled or a role taken
     /// away ends such sessions within this long. Zero: before every request.
     pub identity_recheck: Duration,
+    /// How new inodes choose their routing site when this manager makes
+    /// the file system's first routing table (`[manager] routing`); an
+    /// existing table's policy wins ([`routing`]).
+    pub routing: nasd_proto::routing::RoutingPolicy,
+    /// The probability that a new directory leaves its parent's routing
+    /// site under mkdir switching (`[manager] redirect_probability`);
+    /// `None`: 1/N for N managers in the routing table.
+    pub redirect_probability: Option<f64>,
+    /// The client address this manager puts in the first routing table
+    /// (`[manager] advertise`); `None`: the address it listens on.
+    pub advertise: Option<String>,
 }
 
 /// The default [`ManagerConfig::identity_recheck`].
@@ -170,6 +182,9 @@ impl Default for ManagerConfig {
             auth: None,
             auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
             identity_recheck: IDENTITY_RECHECK_DEFAULT,
+            routing: nasd_proto::routing::RoutingPolicy::MkdirSwitching,
+            redirect_probability: None,
+            advertise: None,
         }
     }
 }
@@ -197,6 +212,19 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        if let Some(p) = self.redirect_probability {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&p),
+                "the redirect probability ([manager] redirect_probability) {p} is not within 0..=1"
+            );
+        }
+        if let Some(a) = &self.advertise {
+            anyhow::ensure!(
+                !a.is_empty() && a.len() <= nasd_proto::routing::MANAGER_ADDR_MAX,
+                "the advertised address ([manager] advertise) must be 1 to {} bytes",
+                nasd_proto::routing::MANAGER_ADDR_MAX
+            );
+        }
         anyhow::ensure!(
             self.auth_scheme.capabilities() || self.auth.is_some(),
             "auth_scheme = \"pals\" needs an authentication server ([manager] auth): without one no client has \
@@ -316,6 +344,8 @@ pub struct Manager {
     /// revokes the file's capabilities as it enters this map, once
     /// ([`coordinator`]).
     rollbacks: std::sync::Mutex<std::collections::HashMap<u64, std::collections::BTreeSet<usize>>>,
+    /// The routing table this manager holds ([`routing`]).
+    routing: routing::RoutingState,
 }
 
 impl std::fmt::Debug for Manager {
@@ -369,7 +399,9 @@ impl Manager {
             changes: changes::ChangeFeed::new(),
             identity: Default::default(),
             rollbacks: Default::default(),
+            routing: Default::default(),
         };
+        manager.ns.set_site_policy(manager.config.routing, manager.config.redirect_probability.unwrap_or(1.0));
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {
                 format!(

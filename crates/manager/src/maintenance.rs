@@ -212,6 +212,8 @@ impl Manager {
         // What other managers on the database changed: drives, keys, epochs, users.
         let r = self.refresh_shared().await;
         self.report("shared state", r);
+        let r = self.refresh_routing().await;
+        self.report("routing table", r);
         self.abort_expired().await;
         if self.config.auth.is_some() {
             if let Err(f) = self.sync_identity_keys().await {

@@ -90,6 +90,21 @@ pub async fn write_message(w: &mut (impl AsyncWrite + Unpin), body: &[u8]) -> st
 impl Manager {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
+        // The first routing table (one manager holds every site) names this manager by the
+        // address it advertises, else the one it listens on.
+        let addr = match (&self.config().advertise, listener.local_addr()) {
+            (Some(a), _) => Some(a.clone()),
+            (None, Ok(a)) => Some(a.to_string()),
+            (None, Err(e)) => {
+                tracing::warn!(error = %e, "no listening address to put in the routing table");
+                None
+            }
+        };
+        if let Some(addr) = addr {
+            if let Err(f) = self.init_routing(&addr).await {
+                tracing::warn!(error = %f.message, "the routing table could not be read or made; retried at each maintenance pass");
+            }
+        }
         let stop = shutdown.clone();
         accept_sessions(listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
             let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
@@ -135,7 +150,11 @@ impl Manager {
             let reply = match ManagerRequest::decode(&body) {
                 Ok((id, req)) => {
                     let op = req.name();
-                    match self.handle(&session, req).await {
+                    let done = match req {
+                        ManagerRequest::GetRouting => self.get_routing(&mut session).await,
+                        req => self.handle(&session, req).await,
+                    };
+                    match done {
                         Ok(r) => r.encode(id),
                         Err(f) => {
                             tracing::debug!(user = %session.user, op, status = ?f.status, "refused");

@@ -58,6 +58,10 @@ pub struct Session {
     /// When the authentication server last confirmed the identity
     /// session's user (`ManagerConfig::identity_recheck`).
     pub(crate) identity_checked: Option<std::time::Instant>,
+    /// The routing table version the session routes by (`GET_ROUTING`);
+    /// `None`: it never asked, and is never refused as stale
+    /// ([`Manager::check_routing`]).
+    pub(crate) routing_version: Option<u64>,
 }
 
 impl Session {
@@ -72,6 +76,7 @@ impl Session {
             gateway: None,
             identity: None,
             identity_checked: None,
+            routing_version: None,
         }
     }
 
@@ -86,6 +91,7 @@ impl Session {
             gateway: user.gateway,
             identity: None,
             identity_checked: None,
+            routing_version: None,
         }
     }
 
@@ -105,6 +111,7 @@ impl Session {
             gateway: None,
             identity: Some(credential),
             identity_checked: Some(std::time::Instant::now()),
+            routing_version: None,
         }
     }
 
@@ -137,6 +144,8 @@ impl Session {
             gateway: None,
             identity: self.identity,
             identity_checked: self.identity_checked,
+            // The wrapping request was checked against the routing table.
+            routing_version: None,
         })
     }
 }
@@ -280,7 +289,9 @@ impl Manager {
         let name = s.user.clone();
         let user = self.meta(move |ns| ns.user(&name)).await?;
         let user = user.ok_or_else(|| Failure::new(FsStatus::NotLoggedIn, format!("user '{}' is gone", s.user)))?;
+        let routing_version = s.routing_version;
         *s = Session::of(&user, epoch);
+        s.routing_version = routing_version;
         Ok(())
     }
 
@@ -322,6 +333,7 @@ impl Manager {
     /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
     /// What a successful request changed goes to the change feed.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
+        self.check_routing(s, &req)?;
         let changes = changes_of(&req);
         let reply = self.serve_request(s, req).await?;
         if !changes.is_empty() {
@@ -336,6 +348,10 @@ impl Manager {
         let c = s.caller.clone();
         match req {
             R::Login { .. } | R::LoginIdentity { .. } => Err(Failure::new(FsStatus::BadRequest, "already logged in")),
+            // The server records the version in the session (`Manager::get_routing`); here
+            // (a session of the manager's own) the table only.
+            R::GetRouting => self.get_routing(&mut s.clone()).await,
+            R::SetRouting { table } => self.set_routing(s, table).await,
             R::SyncIdentityKeys => {
                 self.require_admin(s)?;
                 self.sync_identity_keys().await.map(|()| ManagerReply::Done)
@@ -611,7 +627,7 @@ impl Manager {
         })
     }
 
-    fn require_admin(&self, s: &Session) -> Result<(), Failure> {
+    pub(crate) fn require_admin(&self, s: &Session) -> Result<(), Failure> {
         if s.admin {
             Ok(())
         } else {
@@ -671,8 +687,14 @@ impl Manager {
 
     /// The reply form of `inode` for `s`, with its handle for `s`.
     fn entry_of(&self, s: &Session, inode: Inode, access: Option<FileAccess>) -> Entry {
-        let handle_mac = self.handle_for(s, inode.attr.ino).mac;
-        Entry { attr: inode.attr, handle_mac, target: inode.target.unwrap_or_default(), access }
+        let handle = self.handle_for(s, inode.attr.ino, inode.site);
+        Entry {
+            attr: inode.attr,
+            handle_mac: handle.mac,
+            site: handle.site,
+            target: inode.target.unwrap_or_default(),
+            access,
+        }
     }
 
     /// Capabilities for `inode` limited to what `s` may do: read-only

@@ -46,7 +46,7 @@ async fn handles_are_checked_before_anything_else_and_bound_to_the_user() {
         Ok(ManagerReply::Entry(e)) => e.handle(),
         other => panic!("{other:?}"),
     };
-    let moved = Handle { ino: made.ino, mac: root_dir.mac };
+    let moved = Handle { ino: made.ino, site: made.site, mac: root_dir.mac };
     let e = m.handle(&s, ManagerRequest::GetAttr { handle: moved, open: OpenMode::None }).await.unwrap_err();
     assert_eq!(e.status, FsStatus::BadHandle, "a MAC names exactly one inode");
     // Handles outlive the manager (same manager.key and database).

@@ -62,6 +62,7 @@ mod perm;
 pub mod pg_server;
 mod postgres;
 mod quotas;
+mod routing;
 mod small;
 mod sqlite;
 mod store;
@@ -84,6 +85,7 @@ pub use postgres::{
     Postgres, CONNECTIONS_MAX, CONNECTION_WAIT_MAX, CONNECT_TIMEOUT, MIGRATION_LOCK, POSTGRES_SCHEMA_VERSION,
     STATEMENT_TIMEOUT, WRITER_LOCK,
 };
+pub use routing::{redirect_scaled, ROUTING_SETTING};
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};
 pub use types::{

@@ -25,6 +25,8 @@ pub struct Namespace<B: Backend> {
     pub(crate) dir_depth_max: usize,
     /// The small-file threshold new regular files get (0: none; [`crate::small`]).
     pub(crate) small_threshold: u32,
+    /// How new inodes choose their routing site (`crate::routing`).
+    pub(crate) sites: crate::routing::SitePolicy,
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -123,6 +125,7 @@ fn fresh(
     kind: FileKind,
     mode: u32,
     now: i64,
+    site: u8,
 ) -> Result<Inode, FsStatus> {
     let inherit = parent.attr.mode & S_ISGID != 0;
     let gid = if inherit { parent.attr.gid } else { caller.gid };
@@ -147,7 +150,7 @@ fn fresh(
         ctime_ns: now,
         rdev: 0,
     };
-    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir, small_threshold: 0 })
+    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir, small_threshold: 0, site })
 }
 
 /// Stores a new inode and names it `name` in `parent`.
@@ -265,11 +268,17 @@ impl<B: Backend> Namespace<B> {
                 acv: 0,
                 qdir: 0,
                 small_threshold: 0,
+                site: 0,
             };
             t.put_inode(&root)?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
         })?;
-        Ok(Namespace { backend, dir_depth_max: DIR_DEPTH_MAX, small_threshold: 0 })
+        Ok(Namespace {
+            backend,
+            dir_depth_max: DIR_DEPTH_MAX,
+            small_threshold: 0,
+            sites: crate::routing::SitePolicy::default(),
+        })
     }
 
     /// The same name space with a smaller [`DIR_DEPTH_MAX`] (tests).
@@ -372,7 +381,8 @@ impl<B: Backend> Namespace<B> {
             let p = self.creatable(t, caller, parent, name)?;
             self.check_room_below(t, parent)?;
             let now = now_ns();
-            let inode = fresh(t, caller, &p, FileKind::Dir, mode, now)?;
+            let site = self.sites.site_for(&p, name, FileKind::Dir);
+            let inode = fresh(t, caller, &p, FileKind::Dir, mode, now, site)?;
             add_new(t, parent, name, &inode, now)?;
             crate::acl::inherit(t, &p, &inode)?;
             Ok(inode)
@@ -430,7 +440,8 @@ impl<B: Backend> Namespace<B> {
             check(t, caller, &p, W | X)?;
             let layout = nearest_layout(t, &p, self.dir_depth_max)?;
             let now = now_ns();
-            let mut inode = fresh(t, caller, &p, FileKind::File, mode, now)?;
+            let site = self.sites.site_for(&p, name, FileKind::File);
+            let mut inode = fresh(t, caller, &p, FileKind::File, mode, now, site)?;
             inode.layout = Some(layout);
             inode.components = place_components(t, &layout, place)?;
             inode.small_threshold = self.small_threshold;
@@ -457,7 +468,8 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| {
             let p = self.creatable(t, caller, parent, name)?;
             let now = now_ns();
-            let mut inode = fresh(t, caller, &p, FileKind::Symlink, 0o777, now)?;
+            let site = self.sites.site_for(&p, name, FileKind::Symlink);
+            let mut inode = fresh(t, caller, &p, FileKind::Symlink, 0o777, now, site)?;
             inode.attr.size = target.len() as u64;
             inode.target = Some(target.to_owned());
             add_new(t, parent, name, &inode, now)?;
@@ -492,7 +504,8 @@ impl<B: Backend> Namespace<B> {
                 return Err(FsStatus::NotPermitted);
             }
             let now = now_ns();
-            let mut inode = fresh(t, caller, &p, kind, mode, now)?;
+            let site = self.sites.site_for(&p, name, kind);
+            let mut inode = fresh(t, caller, &p, kind, mode, now, site)?;
             inode.attr.rdev = rdev;
             add_new(t, parent, name, &inode, now)?;
             crate::acl::inherit(t, &p, &inode)?;

@@ -89,7 +89,7 @@ mod tests {
             ctime_ns: 0,
             rdev: 0,
         };
-        Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir: 0, small_threshold: 0 }
+        Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir: 0, small_threshold: 0, site: 0 }
     }
 
     #[test]

@@ -72,6 +72,7 @@
 //!   7): the named entries of the inodes' global ACLs.
 //! - 5 → 6: `pal_pending(ino, seq)` (SQLite's version 8): the files whose
 //!   access PAL is not on every component yet.
+//! - 6 → 7: the inodes' routing `site` (SQLite's version 9).
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -206,8 +207,13 @@ const V6: &str = r#"
 CREATE TABLE pal_pending (ino BIGINT PRIMARY KEY, seq BIGINT NOT NULL);
 "#;
 
+/// Version 7: routing sites (SQLite's version 9; `crate::routing`).
+const V7: &str = r#"
+ALTER TABLE inodes ADD COLUMN site BIGINT NOT NULL DEFAULT 0;
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -901,7 +907,7 @@ fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
     };
 }
 
@@ -935,6 +941,9 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         acv: u64_at(r, at + 12)?,
         qdir: u64_at(r, at + 14)?,
         small_threshold: u32_at(r, at + 15)?,
+        site: Some(u8_at(r, at + 16)?)
+            .filter(|s| usize::from(*s) < nasd_proto::routing::ROUTING_SITES)
+            .ok_or_else(|| format!("column {}: not a routing site", at + 16))?,
     })
 }
 
@@ -1042,13 +1051,13 @@ impl Txn for PgTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
             &[
                 &(a.ino as i64),
                 &i64::from(a.kind.code()),
@@ -1066,6 +1075,7 @@ impl Txn for PgTxn<'_> {
                 &(a.rdev as i64),
                 &(n.qdir as i64),
                 &i64::from(n.small_threshold),
+                &i64::from(n.site),
             ],
         )?;
         Ok(())

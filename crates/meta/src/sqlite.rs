@@ -1,8 +1,8 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 6, kept in `PRAGMA user_version`):
+//! Layout (schema version 9, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
-//!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold)`:
+//!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold, site)`:
 //!   `layout` is the 7-byte canonical
 //!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
 //!   none: symlinks, directories that inherit).
@@ -76,6 +76,10 @@
 //!   manager could not set on every component, set again at each
 //!   maintenance pass until every drive took it; `seq` grows each time a
 //!   push fails again, so a retry clears only the failure it saw. Empty.
+//! - 8 → 9 (`V9`): routing by request class: the inodes' `site` (the
+//!   logical routing site each was made in; 0 for every existing inode,
+//!   which one manager held). The routing table itself is the setting
+//!   `routing` (`crate::routing`).
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::{internal, MetaError};
@@ -220,8 +224,13 @@ const V8: &str = "
 CREATE TABLE pal_pending (ino INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 ";
 
+/// Routing sites (see the module documentation).
+const V9: &str = "
+ALTER TABLE inodes ADD COLUMN site INTEGER NOT NULL DEFAULT 0;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -348,7 +357,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
     };
 }
 
@@ -358,6 +367,13 @@ fn bad_column(idx: usize, what: &'static str) -> rusqlite::Error {
 
 fn u32_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u32> {
     u32::try_from(r.get::<_, i64>(idx)?).map_err(|_| bad_column(idx, "not a u32"))
+}
+
+fn site_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u8> {
+    u8::try_from(r.get::<_, i64>(idx)?)
+        .ok()
+        .filter(|s| usize::from(*s) < nasd_proto::routing::ROUTING_SITES)
+        .ok_or_else(|| bad_column(idx, "not a routing site"))
 }
 
 fn u64_col(r: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
@@ -416,6 +432,7 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         acv: u64_col(r, at + 12)?,
         qdir: u64_col(r, at + 14)?,
         small_threshold: u32_col(r, at + 15)?,
+        site: site_col(r, at + 16)?,
     })
 }
 
@@ -566,13 +583,13 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -589,7 +606,8 @@ impl Txn for SqliteTxn<'_> {
                 n.acv as i64,
                 a.rdev as i64,
                 n.qdir as i64,
-                n.small_threshold
+                n.small_threshold,
+                n.site
             ],
         )?;
         Ok(())

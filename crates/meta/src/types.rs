@@ -79,6 +79,11 @@ pub struct Inode {
     /// bytes below it live in the metadata store (see `small.rs`); 0:
     /// every byte on its components (and for every other kind).
     pub small_threshold: u32,
+    /// The logical routing site the inode was made in (below
+    /// [`ROUTING_SITES`](nasd_proto::routing::ROUTING_SITES); the root's
+    /// is 0): it travels in the inode's file handles, and clients route
+    /// requests on it to the manager holding the site (`crate::routing`).
+    pub site: u8,
 }
 
 impl Inode {

@@ -292,11 +292,15 @@ pub enum FsStatus {
     /// The operation would move a file between quota trees (`EXDEV`): a
     /// rename or link across a directory quota's boundary.
     CrossQuota = 29,
+    /// The session routes by an older routing table than the manager holds
+    /// (or a `SET_ROUTING` was not the next version): the request was not
+    /// carried out; fetch the table (`GET_ROUTING`) and send it again.
+    StaleRouting = 30,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 30] = [
+    pub const ALL: [FsStatus; 31] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -327,6 +331,7 @@ impl FsStatus {
         FsStatus::TooBig,
         FsStatus::QuotaExceeded,
         FsStatus::CrossQuota,
+        FsStatus::StaleRouting,
     ];
 
     /// The wire code.
@@ -356,7 +361,7 @@ impl FsStatus {
             FsStatus::TooManyLinks => 31,
             FsStatus::NoSpace => 28,
             FsStatus::DriveUnavailable | FsStatus::Internal | FsStatus::Aborted => 5,
-            FsStatus::Busy => 11,
+            FsStatus::Busy | FsStatus::StaleRouting => 11,
             FsStatus::BadHandle => 116,
             FsStatus::NoXattr => 61,
             FsStatus::NotSupported => 95,
@@ -399,6 +404,7 @@ impl FsStatus {
             FsStatus::TooBig => "value too large",
             FsStatus::QuotaExceeded => "quota exceeded",
             FsStatus::CrossQuota => "cannot move or link a file across a directory quota's boundary",
+            FsStatus::StaleRouting => "the routing table changed; fetch it and retry",
         }
     }
 }

@@ -32,6 +32,7 @@ pub mod limits;
 pub mod manager;
 mod ops;
 mod pal;
+pub mod routing;
 
 pub use attrs::{AttrMask, Attributes, ATTRIBUTES_LEN};
 pub use capability::{

@@ -17,6 +17,7 @@ use crate::fs::{
 use crate::layout::{Component, ComponentState, Layout, COMPONENTS_MAX};
 use crate::limits::NAME_LEN_MAX;
 use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
+use crate::routing::RoutingTable;
 use crate::DecodeError;
 
 /// Version of the manager protocol this crate speaks (sent in `LOGIN`).
@@ -123,6 +124,8 @@ pub mod manager_opcode {
     pub const WRITE_SMALL: u16 = 0x001E;
     pub const GET_ACL: u16 = 0x001F;
     pub const SET_ACL: u16 = 0x0020;
+    pub const GET_ROUTING: u16 = 0x0021;
+    pub const SET_ROUTING: u16 = 0x0022;
     pub const REFRESH_PAL: u16 = 0x0023;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
@@ -186,28 +189,36 @@ impl OpenMode {
 pub struct Handle {
     /// The inode it names.
     pub ino: Ino,
+    /// The logical site the inode was made in (below
+    /// [`ROUTING_SITES`](crate::routing::ROUTING_SITES)): where the client
+    /// routes requests on it. A routing hint the MAC does not cover: any
+    /// manager answers any request, and the manager never reads it.
+    pub site: u8,
     /// The manager's MAC (`nasd_crypto::FileHandleKey`).
     pub mac: [u8; HANDLE_MAC_LEN],
 }
 
 impl std::fmt::Debug for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Handle(ino {})", self.ino)
+        write!(f, "Handle(ino {} site {})", self.ino, self.site)
     }
 }
 
 impl Handle {
     /// Encoded length.
-    pub const LEN: usize = 8 + HANDLE_MAC_LEN;
+    pub const LEN: usize = 8 + 1 + HANDLE_MAC_LEN;
 
-    /// Appends the canonical encoding: `ino u64`, `mac [32]`.
+    /// Appends the canonical encoding: `ino u64`, `site u8`, `mac [32]`.
     pub fn encode(&self, w: &mut Writer) {
-        w.u64(self.ino).raw(&self.mac);
+        w.u64(self.ino).u8(self.site).raw(&self.mac);
     }
 
-    /// Reads the canonical encoding.
+    /// Reads the canonical encoding (a site at or past
+    /// [`ROUTING_SITES`](crate::routing::ROUTING_SITES) is refused).
     pub fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        Ok(Handle { ino: r.u64()?, mac: r.array()? })
+        let ino = r.u64()?;
+        let site = decode_site(r)?;
+        Ok(Handle { ino, site, mac: r.array()? })
     }
 }
 
@@ -503,6 +514,16 @@ pub enum ManagerRequest {
         handle: Handle,
         rights: u8,
     },
+    /// The routing table the manager holds; the session routes by its
+    /// version from then on (a later name-space request on the session is
+    /// refused with `STALE_ROUTING` once the manager holds a newer one).
+    GetRouting,
+    /// Replaces the routing table in the database (administrators only):
+    /// `table.version` must be one more than the stored version, else
+    /// `STALE_ROUTING` (someone changed it first: fetch it and try again).
+    SetRouting {
+        table: RoutingTable,
+    },
     /// The changes after `after` in the manager's change feed (incarnation
     /// `incarnation`), waiting up to `wait_ms` for one.
     Watch {
@@ -716,6 +737,8 @@ impl std::fmt::Debug for ManagerRequest {
             R::RefreshPal { handle, rights } => {
                 f.debug_struct("RefreshPal").field("handle", handle).field("rights", rights).finish()
             }
+            R::GetRouting => f.write_str("GetRouting"),
+            R::SetRouting { table } => f.debug_struct("SetRouting").field("table", table).finish(),
             R::SetAcl { handle, entries } => {
                 f.debug_struct("SetAcl").field("handle", handle).field("entries", entries).finish()
             }
@@ -1013,6 +1036,8 @@ pub struct Entry {
     /// The MAC of the handle that names it in later requests ([`Entry::handle`];
     /// the inode is `attr.ino`).
     pub handle_mac: [u8; HANDLE_MAC_LEN],
+    /// The inode's logical site (the handle's [`Handle::site`]).
+    pub site: u8,
     /// Symbolic-link target (empty for other kinds).
     pub target: String,
     /// Capabilities, when asked for and allowed (regular files only).
@@ -1152,11 +1177,21 @@ pub enum ManagerReply {
     SmallData(Vec<u8>),
     /// `GET_ACL`, `SET_ACL`: the inode's ACL.
     Acl(AclInfo),
+    /// `GET_ROUTING`, `SET_ROUTING`: the routing table the manager holds.
+    Routing(RoutingTable),
     /// `WATCH`: the changes after the request's `after`, in order, up to
     /// `next` (ask again with it). `lost`: changes were missed (the feed
     /// moved past `after`, or the manager restarted: `incarnation` is new);
     /// the watcher must drop everything it caches.
     Changes { incarnation: u64, next: u64, lost: bool, changes: Vec<Change> },
+}
+
+fn decode_site(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
+    let site = r.u8()?;
+    if usize::from(site) >= crate::routing::ROUTING_SITES {
+        return Err(DecodeError::NotCanonical("site past ROUTING_SITES"));
+    }
+    Ok(site)
 }
 
 fn name(r: &mut Reader<'_>) -> Result<String, DecodeError> {
@@ -1202,6 +1237,8 @@ impl ManagerRequest {
             ManagerRequest::GetAcl { .. } => GET_ACL,
             ManagerRequest::SetAcl { .. } => SET_ACL,
             ManagerRequest::RefreshPal { .. } => REFRESH_PAL,
+            ManagerRequest::GetRouting => GET_ROUTING,
+            ManagerRequest::SetRouting { .. } => SET_ROUTING,
             ManagerRequest::Watch { .. } => WATCH,
             ManagerRequest::Mknod { .. } => MKNOD,
             ManagerRequest::GetQuota { .. } => GET_QUOTA,
@@ -1250,6 +1287,8 @@ impl ManagerRequest {
             R::Login { .. }
             | R::LoginIdentity { .. }
             | R::SyncIdentityKeys
+            | R::GetRouting
+            | R::SetRouting { .. }
             | R::Walk { .. }
             | R::StatFs
             | R::AddUser { .. }
@@ -1302,6 +1341,8 @@ impl ManagerRequest {
             R::Login { .. }
             | R::LoginIdentity { .. }
             | R::SyncIdentityKeys
+            | R::GetRouting
+            | R::SetRouting { .. }
             | R::AsUser { .. }
             | R::Watch { .. }
             | R::ClusterStatus
@@ -1354,6 +1395,8 @@ impl ManagerRequest {
             ManagerRequest::GetAcl { .. } => "get-acl",
             ManagerRequest::SetAcl { .. } => "set-acl",
             ManagerRequest::RefreshPal { .. } => "refresh-pal",
+            ManagerRequest::GetRouting => "get-routing",
+            ManagerRequest::SetRouting { .. } => "set-routing",
             ManagerRequest::Watch { .. } => "watch",
             ManagerRequest::Mknod { .. } => "mknod",
             ManagerRequest::GetQuota { .. } => "get-quota",
@@ -1512,7 +1555,9 @@ impl ManagerRequest {
             | R::SetLayout { .. }
             | R::ClusterStatus
             | R::SetDriveState { .. }
+            | R::GetRouting
             | R::Repair { .. } => Ok(()),
+            R::SetRouting { table } => table.validate(),
         }
     }
 
@@ -1606,7 +1651,11 @@ impl ManagerRequest {
             ManagerRequest::Repair { action } => {
                 w.u8(*action as u8);
             }
-            ManagerRequest::StatFs | ManagerRequest::ListUsers | ManagerRequest::ClusterStatus => {}
+            ManagerRequest::StatFs
+            | ManagerRequest::ListUsers
+            | ManagerRequest::ClusterStatus
+            | ManagerRequest::GetRouting => {}
+            ManagerRequest::SetRouting { table } => table.encode(&mut w),
             ManagerRequest::AddUser { name, password, uid, gid, admin, groups } => {
                 w.str(name).str(password).u32(*uid).u32(*gid).bool(*admin);
                 encode_groups(&mut w, groups);
@@ -1857,6 +1906,8 @@ impl ManagerRequest {
             REFRESH_PAL => {
                 ManagerRequest::RefreshPal { handle: Handle::decode(&mut r)?, rights: refresh_pal_rights(r.u8()?)? }
             }
+            GET_ROUTING => ManagerRequest::GetRouting,
+            SET_ROUTING => ManagerRequest::SetRouting { table: RoutingTable::decode(&mut r)? },
             WATCH => {
                 let (incarnation, after, wait_ms) = (r.u64()?, r.u64()?, r.u32()?);
                 if wait_ms > WATCH_WAIT_MAX_MS {
@@ -2111,17 +2162,17 @@ impl Entry {
     /// Bytes of the canonical encoding (how much of a reply it takes).
     pub fn encoded_len(&self) -> usize {
         let access = self.access.as_ref().map_or(0, FileAccess::encoded_len);
-        FileAttr::LEN + HANDLE_MAC_LEN + 2 + self.target.len() + 1 + access
+        FileAttr::LEN + HANDLE_MAC_LEN + 1 + 2 + self.target.len() + 1 + access
     }
 
     /// The handle that names this entry's inode in later requests.
     pub fn handle(&self) -> Handle {
-        Handle { ino: self.attr.ino, mac: self.handle_mac }
+        Handle { ino: self.attr.ino, site: self.site, mac: self.handle_mac }
     }
 
     fn encode(&self, w: &mut Writer) {
         self.attr.encode(w);
-        w.raw(&self.handle_mac);
+        w.raw(&self.handle_mac).u8(self.site);
         w.str(&self.target);
         match &self.access {
             None => {
@@ -2136,9 +2187,10 @@ impl Entry {
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let attr = FileAttr::decode(r)?;
         let handle_mac = r.array()?;
+        let site = decode_site(r)?;
         let target = r.str(SYMLINK_TARGET_MAX, "target")?;
         let access = if r.bool()? { Some(FileAccess::decode(r)?) } else { None };
-        Ok(Entry { attr, handle_mac, target, access })
+        Ok(Entry { attr, handle_mac, site, target, access })
     }
 }
 
@@ -2161,6 +2213,7 @@ mod reply_kind {
     pub const QUOTA: u8 = 15;
     pub const SMALL_DATA: u8 = 16;
     pub const ACL: u8 = 17;
+    pub const ROUTING: u8 = 18;
 }
 
 /// A decoded reply: the result, or the manager's refusal (status and message).
@@ -2259,6 +2312,10 @@ impl ManagerReply {
                 assert!(info.entries.len() <= ACL_ENTRIES_MAX, "ACL reply over ACL_ENTRIES_MAX");
                 w.u8(ACL);
                 info.encode(&mut w);
+            }
+            ManagerReply::Routing(table) => {
+                w.u8(ROUTING);
+                table.encode(&mut w);
             }
             ManagerReply::Changes { incarnation, next, lost, changes } => {
                 assert!(changes.len() <= WATCH_CHANGES_MAX, "watch reply over WATCH_CHANGES_MAX");
@@ -2364,6 +2421,7 @@ impl ManagerReply {
                 ManagerReply::XattrNames(names)
             }
             ACL => ManagerReply::Acl(AclInfo::decode(r)?),
+            ROUTING => ManagerReply::Routing(RoutingTable::decode(r)?),
             CHANGES => {
                 let (incarnation, next, lost) = (r.u64()?, r.u64()?, r.bool()?);
                 let n = r.count(WATCH_CHANGES_MAX, "changes")?;

@@ -6,6 +6,7 @@ use crate::codec::Writer;
 use crate::fs::*;
 use crate::layout::*;
 use crate::manager::*;
+use crate::routing::*;
 use crate::DecodeError;
 use proptest::prelude::*;
 
@@ -26,11 +27,15 @@ fn attr() -> FileAttr {
 }
 
 fn handle(ino: Ino) -> Handle {
-    Handle { ino, mac: [0x68; HANDLE_MAC_LEN] }
+    Handle { ino, site: 5, mac: [0x68; HANDLE_MAC_LEN] }
 }
 
 fn arb_handle() -> impl Strategy<Value = Handle> {
-    (any::<u64>(), any::<[u8; HANDLE_MAC_LEN]>()).prop_map(|(ino, mac)| Handle { ino, mac })
+    (any::<u64>(), 0..ROUTING_SITES as u8, any::<[u8; HANDLE_MAC_LEN]>()).prop_map(|(ino, site, mac)| Handle {
+        ino,
+        site,
+        mac,
+    })
 }
 
 /// A canonical ACL: distinct principals, valid rights and flags, in order.
@@ -109,6 +114,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             ManagerReply::Entry(Entry {
                 attr: attr(),
                 handle_mac: handle(42).mac,
+                site: 5,
                 target: String::new(),
                 access: Some(access()),
             })
@@ -263,8 +269,12 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(26),
         ),
+        ("GET_ROUTING", ManagerRequest::GetRouting.encode(27)),
+        ("SET_ROUTING: two managers", ManagerRequest::SetRouting { table: two_managers() }.encode(28)),
+        ("ROUTING reply: two managers", ManagerReply::Routing(two_managers()).encode(28)),
+        ("ERROR StaleRouting", ManagerReply::encode_error(29, FsStatus::StaleRouting, "stale")),
         (
-            "SET_ACL handle {ino 3, mac 68x32}: user 1001 read; role 7 read+write",
+            "SET_ACL handle {ino 3, site 5, mac 68x32}: user 1001 read; role 7 read+write",
             ManagerRequest::SetAcl {
                 handle: handle(3),
                 entries: vec![
@@ -272,13 +282,34 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
                     AclEntry { who: AclWho::Role(7), rights: ACL_READ | ACL_WRITE, flags: 0 },
                 ],
             }
-            .encode(27),
+            .encode(30),
         ),
         (
-            "REFRESH_PAL handle {ino 42, mac 68x32} read",
-            ManagerRequest::RefreshPal { handle: handle(42), rights: ACL_READ }.encode(28),
+            "REFRESH_PAL handle {ino 42, site 5, mac 68x32} read",
+            ManagerRequest::RefreshPal { handle: handle(42), rights: ACL_READ }.encode(31),
         ),
     ]
+}
+
+/// Version 2 of a table that grew from `m1:7000` by `m2:7000` (mkdir
+/// switching): `m2` holds sites 32..64.
+fn two_managers() -> RoutingTable {
+    RoutingTable::single("m1:7000", RoutingPolicy::MkdirSwitching).with_manager("m2:7000").unwrap()
+}
+
+fn arb_routing() -> impl Strategy<Value = RoutingTable> {
+    (proptest::collection::vec(any::<bool>(), 0..6), any::<bool>()).prop_map(|(ops, hashing)| {
+        let policy = if hashing { RoutingPolicy::NameHashing } else { RoutingPolicy::MkdirSwitching };
+        let mut t = RoutingTable::single("m0:1", policy);
+        for (i, add) in ops.into_iter().enumerate() {
+            let next =
+                if add { t.with_manager(&format!("m{}:1", i + 1)) } else { t.without_manager(&t.managers[0].clone()) };
+            if let Ok(next) = next {
+                t = next;
+            }
+        }
+        t
+    })
 }
 
 const VECTORS_HEX: &[&str] = &[
@@ -287,73 +318,83 @@ const VECTORS_HEX: &[&str] = &[
     concat!(
         "00000800000000000000022a0000000000000001a401000001000000e80300006400000005000000000000000100000000000000",
         "02000000000000000300000000000000000000000000000068686868686868686868686868686868686868686868686868686868",
-        "6868686800000100000100030201070000000b0000003075000001010000010003000100000001000000000000001000000000000000000e",
-        "003132372e302e302e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
-        "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e302e313a3734",
-        "3032d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
-        "4b4b4b4b0300000001000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3d3d3d3d3d3",
-        "d3d3d3d3d30400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "686868680500000100000100030201070000000b0000003075000001010000010003000100000001000000000000001000000000",
+        "000000000e003132372e302e302e313a37343031d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d10400cacacaca4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b0200000001000000000000001100000000000000000e003132372e302e30",
+        "2e313a37343032d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d20400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
+        "4b4b4b4b4b4b4b4b4b0300000001000000000000001200000000000000010e003132372e302e302e313a37343033d3d3d3d3d3d3",
+        "d3d3d3d3d3d3d3d3d3d30400cacacaca4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b4b",
     ),
-    "04000a000000000000002a00000000000000686868686868686868686868686868686868686868686868686868686868686801",
+    "04000a000000000000002a0000000000000005686868686868686868686868686868686868686868686868686868686868686801",
     "00000b00000000000000080200010064020100660100",
     "0100090000000000000002006e6f",
-    "10000c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
+    "10000c000000000000002a00000000000000056868686868686868686868686868686868686868686868686868686868686868",
     "00000c0000000000000009221100000000000060ea00000000000400000000",
     concat!(
-        "0e000d000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868682211",
-        "000000000000a08601000000000001000201000000000000000000a086010000000000",
+        "0e000d000000000000002a0000000000000005686868686868686868686868686868686868686868686868686868686868686822",
+        "11000000000000a08601000000000001000201000000000000000000a086010000000000",
     ),
     concat!(
-        "12000e00000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
-        "000400020202",
+        "12000e00000000000000010000000000000005686868686868686868686868686868686868686868686868686868686868686801",
+        "00000400020202",
     ),
     "01010f000000000000000300626f6202007077e9030000e903000000020064000000d0070000",
     "070110000000000000000300626f62010064000000",
     "000011000000000000000601000300626f62e9030000e90300000001006400000000",
     "080112000000000000000200677701e803000060ea0000",
     concat!(
-        "14001300000000000000e90300006400000001000500000006000100000000000000686868686868686868686868686868686868",
-        "6868686868686868686868686868010064ed010000",
+        "14001300000000000000e90300006400000001000500000006000100000000000000056868686868686868686868686868686868",
+        "686868686868686868686868686868010064ed010000",
     ),
     concat!(
-        "17001400000000000000020000000000000068686868686868686868686868686868686868686868686868686868686868680600",
-        "757365722e6b010000007601",
+        "17001400000000000000020000000000000005686868686868686868686868686868686868686868686868686868686868686806",
+        "00757365722e6b010000007601",
     ),
     "190015000000000000000700000000000000290000000000000088130000",
     "000015000000000000000e07000000000000002b00000000000000000200010200000000000000020100000000000000010064",
     concat!(
-        "1a001600000000000000010000000000000068686868686868686868686868686868686868686868686868686868686868680100",
-        "6306800100000108000000000000",
+        "1a001600000000000000010000000000000005686868686868686868686868686868686868686868686868686868686868686801",
+        "006306800100000108000000000000",
     ),
     concat!(
-        "09011700000000000000020300000000000000686868686868686868686868686868686868686868686868686868686868686801",
-        "000000400000000000",
+        "09011700000000000000020300000000000000056868686868686868686868686868686868686868686868686868686868686868",
+        "01000000400000000000",
     ),
     concat!(
         "000018000000000000000f0101000000400000000001640000000000000000100000000000000200000000000000000000040000",
         "0000",
     ),
     concat!(
-        "1d0019000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680010",
-        "00000000000000020000",
+        "1d0019000000000000002a0000000000000005686868686868686868686868686868686868686868686868686868686868686800",
+        "1000000000000000020000",
     ),
     concat!(
-        "1e001a000000000000002a0000000000000068686868686868686868686868686868686868686868686868686868686868680000",
-        "0000000000000a0000000000000003000000616263",
+        "1e001a000000000000002a0000000000000005686868686868686868686868686868686868686868686868686868686868686800",
+        "000000000000000a0000000000000003000000616263",
     ),
     "000019000000000000001003000000616263",
     concat!(
-        "2000190000000000000003000000000000006868686868686868686868686868686868686868686868686868686868686868",
-        "020001e9030000040002070000000501",
+        "20001900000000000000030000000000000005686868686868686868686868686868686868686868686868686868686868686802",
+        "0001e9030000040002070000000501",
     ),
     "00001a0000000000000011e803000064000000e8010000010001e90300000600",
+    "21001b00000000000000",
     concat!(
-        "20001b0000000000000003000000000000006868686868686868686868686868686868686868686868686868686868686868",
-        "020001e9030000040003070000000600",
+        "22001c000000000000000200000000000000010207006d313a3730303007006d323a373030300000000000000000000000000000",
+        "0000000000000000000000000000000000000101010101010101010101010101010101010101010101010101010101010101",
     ),
     concat!(
-        "23001c000000000000002a000000000000006868686868686868686868686868686868686868686868686868686868686868",
-        "04",
+        "00001c00000000000000120200000000000000010207006d313a3730303007006d323a3730303000000000000000000000000000",
+        "000000000000000000000000000000000000000101010101010101010101010101010101010101010101010101010101010101",
+    ),
+    "1e001d0000000000000005007374616c65",
+    concat!(
+        "20001e000000000000000300000000000000056868686868686868686868686868686868686868686868686868686868686868",
+        "68020001e9030000040003070000000600",
+    ),
+    concat!(
+        "23001f000000000000002a000000000000000568686868686868686868686868686868686868686868686868686868686868",
+        "686804",
     ),
 ];
 
@@ -525,6 +566,8 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         Just(R::ListUsers),
         (arb_name(), ".{0,64}").prop_map(|(name, password)| R::SetPassword { name, password }),
         ("[0-9.:]{1,30}", any::<[u8; 32]>()).prop_map(|(addr, master_key)| R::AddDrive { addr, master_key }),
+        Just(R::GetRouting),
+        arb_routing().prop_map(|table| R::SetRouting { table }),
     ]
 }
 
@@ -552,13 +595,14 @@ fn arb_attr() -> impl Strategy<Value = FileAttr> {
 fn arb_entry() -> impl Strategy<Value = Entry> {
     (
         arb_attr(),
-        any::<[u8; HANDLE_MAC_LEN]>(),
+        (any::<[u8; HANDLE_MAC_LEN]>(), 0..ROUTING_SITES as u8),
         "[a-z/]{0,50}",
         any::<bool>(),
         proptest::collection::vec(any::<u8>(), 0..200),
     )
-        .prop_map(|(attr, handle_mac, target, with, token)| Entry {
+        .prop_map(|(attr, (handle_mac, site), target, with, token)| Entry {
             handle_mac,
+            site,
             attr,
             target,
             access: with.then(|| FileAccess {
@@ -693,9 +737,11 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
         arb_access().prop_map(|a| R::Entry(Entry {
             attr: attr(),
             handle_mac: [1; 32],
+            site: 0,
             target: String::new(),
             access: Some(a)
         })),
+        arb_routing().prop_map(R::Routing),
     ]
 }
 
@@ -954,10 +1000,11 @@ fn check_limits_refuses_what_decode_would_and_encode_cannot() {
 
 #[test]
 fn an_entry_carries_the_mac_of_its_inodes_handle() {
-    let entry = Entry { attr: attr(), handle_mac: handle(42).mac, target: String::new(), access: None };
+    let entry = Entry { attr: attr(), handle_mac: handle(42).mac, site: 5, target: String::new(), access: None };
     let body = ManagerReply::Entry(entry).encode(1);
-    // status, request id, kind, the attributes, then the handle's MAC: no second inode number.
+    // status, request id, kind, the attributes, then the handle's MAC and site: no second inode number.
     assert_eq!(&body[2 + 8 + 1 + FileAttr::LEN..][..HANDLE_MAC_LEN], &handle(42).mac);
+    assert_eq!(body[2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN], 5);
     let Ok((1, Ok(ManagerReply::Entry(back)))) = ManagerReply::decode(&body) else { panic!("decodes") };
     assert_eq!(back.handle(), handle(42));
 }
@@ -973,7 +1020,7 @@ fn request_handles_are_listed_for_checking() {
     assert_eq!(commit.handles(), vec![a]);
     assert_eq!(ManagerRequest::BeginWrite { handle: b }.handles(), vec![b]);
     assert!(ManagerRequest::Walk { path: "/".into(), follow: true, open: OpenMode::None }.handles().is_empty());
-    assert_eq!(format!("{a:?}"), "Handle(ino 5)", "Debug shows no MAC");
+    assert_eq!(format!("{a:?}"), "Handle(ino 5 site 5)", "Debug shows no MAC");
 }
 
 #[test]
@@ -1003,9 +1050,9 @@ fn commit_and_access_rejections_are_specific() {
     // An access whose component count differs from its layout's does not decode.
     let mut short = access();
     short.layout = Layout::parse("rs:2+2@64K").unwrap();
-    let entry = Entry { attr: attr(), handle_mac: [1; 32], target: String::new(), access: Some(access()) };
+    let entry = Entry { attr: attr(), handle_mac: [1; 32], site: 0, target: String::new(), access: Some(access()) };
     let mut body = ManagerReply::Entry(entry).encode(1);
-    let layout_at = 2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN + 2 + 1;
+    let layout_at = 2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN + 1 + 2 + 1;
     assert_eq!(&body[layout_at..layout_at + 7], &[0, 0, 1, 0, 3, 2, 1], "rs:2+1@64K");
     body[layout_at + 6] = 2;
     assert_eq!(

@@ -107,6 +107,8 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("acl_grants_and_revokes", acls::acl_grants_and_revokes),
         ("acl_rules", acls::acl_rules),
         ("acl_inheritance", acls::acl_inheritance),
+        ("routing_table", super::conformance_routing::routing_table),
+        ("routing_sites", super::conformance_routing::routing_sites),
         ("acl_roles_and_undelivered_pals", acls::acl_roles_and_undelivered_pals),
     ]
 }

@@ -9,6 +9,7 @@
 mod conformance;
 mod conformance_acls;
 mod conformance_files;
+mod conformance_routing;
 mod conformance_small;
 mod failing;
 
