@@ -291,7 +291,16 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
     let base = &rows[0];
     println!(
         "  {:<12} {:>8} {:>9} {:>12} {:>10} {:>14} {:>6} {:>6} {:>9} {:>9}",
-        "metadata", "managers", "seconds", "requests/s", "files/s", "vs SQLite ×1", "busy", "stale", "busiest", "conflicts"
+        "metadata",
+        "managers",
+        "seconds",
+        "requests/s",
+        "files/s",
+        "vs SQLite ×1",
+        "busy",
+        "stale",
+        "busiest",
+        "conflicts"
     );
     for r in &rows {
         println!(
