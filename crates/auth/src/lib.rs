@@ -97,6 +97,18 @@ fn refuse<T>(status: FsStatus, message: impl Into<String>) -> Result<T, Refusal>
     Err((status, message.into()))
 }
 
+/// Sets user `name`'s password in the authentication server kept in `dir`,
+/// offline (the way back in for an administrator who lost the password; a
+/// running server sees it at the next login, since every login reads the
+/// user's row). `dir` must hold a server's database already.
+pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(!password.is_empty() && password.len() <= PASSWORD_MAX, "a password needs 1 to PASSWORD_MAX bytes");
+    let path = dir.join(AUTH_DB);
+    anyhow::ensure!(path.exists(), "no authentication server data at {}", dir.display());
+    let mut db = Db::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    db.set_hash(name, &passwords::hash(password)).map_err(|(_, m)| anyhow::anyhow!("{m} at the authentication server"))
+}
+
 impl AuthServer {
     /// Opens the server kept in `dir` (created if new): its database, its
     /// key, its service token; makes shared key 1 if there is none yet.

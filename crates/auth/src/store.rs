@@ -189,6 +189,16 @@ impl Db {
         t.commit().map_err(internal)
     }
 
+    /// Replaces a user's password hash (`NotFound` if there is no such user).
+    pub fn set_hash(&mut self, name: &str, hash: &str) -> Result<(), Refusal> {
+        let n =
+            self.conn.execute("UPDATE users SET hash = ?2 WHERE name = ?1", params![name, hash]).map_err(internal)?;
+        if n == 0 {
+            return Err((FsStatus::NotFound, format!("no user '{name}'")));
+        }
+        Ok(())
+    }
+
     /// Enables or disables a user.
     pub fn set_enabled(&mut self, name: &str, enabled: bool) -> Result<(), Refusal> {
         let n = self

@@ -545,11 +545,14 @@ pub fn reset_password(
         ),
     };
     let reset = nasd_manager::PasswordReset::prepare(&data, metadata, user, &password)?;
+    // `nasd up` keeps its authentication server beside the manager (DATA/auth), and the same
+    // administrator logs in there: the password that logs in is that one, so it changes too.
+    let auth_dir = data.parent().map(|d| d.join("auth")).filter(|d| d.join(nasd_auth::AUTH_DB).exists());
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
             files::write_staged(&staged, format!("{password}\n"), 0o600)?;
-            if let Err(e) = reset.commit() {
+            if let Err(e) = reset.commit().and_then(|()| reset_at_auth(auth_dir.as_deref(), user, &password)) {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);
             }
@@ -557,13 +560,27 @@ pub fn reset_password(
                 format!("the password of {user} was reset, and the new password is in {}", staged.display())
             })?;
         }
-        None => reset.commit()?,
+        None => {
+            reset.commit()?;
+            reset_at_auth(auth_dir.as_deref(), user, &password)?;
+        }
     }
     match file {
         Some(f) => println!("password of {user} reset; the new password is in {}", f.display()),
         None => println!("password of {user} reset"),
     }
+    if let Some(dir) = auth_dir {
+        println!("(at the manager and at the authentication server in {})", dir.display());
+    }
     Ok(())
+}
+
+/// The offline reset at `nasd up`'s authentication server, if it has one.
+fn reset_at_auth(auth_dir: Option<&Path>, user: &str, password: &str) -> anyhow::Result<()> {
+    match auth_dir {
+        Some(dir) => nasd_auth::reset_password(dir, user, password),
+        None => Ok(()),
+    }
 }
 
 /// Serves the manager until `stop` turns true; returns when it has stopped.

@@ -2,7 +2,8 @@
 //! the test starts): `nasd up --metadata postgres://…` serves files (put,
 //! ls, get, mv, rm through the binary), records the location so a restart
 //! finds the same files, refuses to move an existing cluster's metadata, and
-//! `nasd admin reset-password --metadata` works on it.
+//! `nasd admin reset-password --metadata` works on it (and resets the
+//! password at `nasd up`'s authentication server too, which is where it logs in).
 
 use nasd_meta::testing::PgServer;
 use std::ffi::OsString;
@@ -103,7 +104,8 @@ fn nasd_up_serves_files_with_its_metadata_on_postgres() {
             .output()
             .unwrap()
     };
-    ok(reset(&url));
+    // `nasd up` logs in at its authentication server: the reset changes the password there too.
+    assert!(ok(reset(&url)).contains("at the manager and at the authentication server"), "both reset");
     let none = reset(&other);
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("no metadata at"), "{none:?}");
