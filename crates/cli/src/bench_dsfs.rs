@@ -108,15 +108,7 @@ struct Case {
 
 /// The bytes of file `i` of layout `l`: distinct per file.
 fn contents(l: usize, i: usize, len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ ((l as u64) << 32 | i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    crate::bench_small::pattern((l as u64) << 32 | i as u64, len)
 }
 
 fn file_len(l: usize) -> usize {

@@ -80,11 +80,12 @@ async fn run_one(
     result
 }
 
-/// The bytes of file `i`: distinct per file, so a read of another file's
-/// bytes is caught.
-fn contents(i: u32, size: u64) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(i).wrapping_mul(0x2545_f491_4f6c_dd1d);
-    (0..size)
+/// `len` bytes of a xorshift sequence seeded by `seed`: distinct per seed,
+/// so a read of another file's bytes is caught (the benchmarks' file
+/// contents).
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
@@ -92,6 +93,11 @@ fn contents(i: u32, size: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// The bytes of file `i`.
+fn contents(i: u32, size: u64) -> Vec<u8> {
+    pattern(u64::from(i), size as usize)
 }
 
 async fn workload(fs: &FsClient, files: u32, size: u64) -> anyhow::Result<Times> {

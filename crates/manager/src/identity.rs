@@ -240,17 +240,7 @@ impl Manager {
                 format!("identity key {key_id} is retired: log in at the authentication server again"),
             ));
         }
-        if !user.enabled {
-            return Err(Failure::new(FsStatus::NotPermitted, format!("user '{}' is disabled", user.name)));
-        }
-        // The session acts in the credential's role (the ACL's role entries
-        // match it): only while the user still holds it.
-        if credential.role != nasd_proto::ROLE_NONE && !user.roles.contains(&credential.role) {
-            return Err(Failure::new(
-                FsStatus::NotPermitted,
-                format!("user '{}' no longer holds role {}", user.name, credential.role),
-            ));
-        }
+        may_act(&user, credential)?;
         // A gateway grant (`SET_GATEWAY`) is the manager's to give: it lives in the manager's
         // record of the user of that name and uid (which holds no usable password here).
         let (name, uid) = (user.name.clone(), user.uid);
@@ -259,4 +249,21 @@ impl Manager {
         session.gateway = gateway;
         Ok(session)
     }
+}
+
+/// Whether `user`, as the authentication server now knows it, may act
+/// under `credential`: enabled, and still holding the credential's role
+/// (the session acts in it, and the ACL's role entries match it) — at login
+/// and at every later check of an identity session.
+pub(crate) fn may_act(user: &AuthUser, credential: &IdentityData) -> Result<(), Failure> {
+    if !user.enabled {
+        return Err(Failure::new(FsStatus::NotPermitted, format!("user '{}' is disabled", user.name)));
+    }
+    if credential.role != nasd_proto::ROLE_NONE && !user.roles.contains(&credential.role) {
+        return Err(Failure::new(
+            FsStatus::NotPermitted,
+            format!("user '{}' no longer holds role {}", user.name, credential.role),
+        ));
+    }
+    Ok(())
 }

@@ -314,15 +314,7 @@ impl Manager {
         if !key_live {
             return Err(Failure::new(FsStatus::NotLoggedIn, format!("identity key {key_id} is retired: log in again")));
         }
-        if !user.enabled {
-            return Err(Failure::new(FsStatus::NotPermitted, format!("user '{}' is disabled", user.name)));
-        }
-        if credential.role != nasd_proto::ROLE_NONE && !user.roles.contains(&credential.role) {
-            return Err(Failure::new(
-                FsStatus::NotPermitted,
-                format!("user '{}' no longer holds role {}", user.name, credential.role),
-            ));
-        }
+        crate::identity::may_act(&user, &credential)?;
         s.caller.gid = user.gid;
         s.caller.groups = user.groups.clone();
         s.admin = user.admin;
