@@ -419,6 +419,9 @@ impl ManagerPool {
 
     fn slot(&self, addr: &str) -> Arc<ManagerSlot> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get(addr) {
+            return slot.clone();
+        }
         slots.entry(addr.to_string()).or_insert_with(|| Arc::new(ManagerSlot::new())).clone()
     }
 
@@ -512,16 +515,23 @@ impl ManagerPool {
         let mut resent = 0;
         loop {
             let target = self.route(req);
-            let sessions = self.slots.lock().unwrap_or_else(|p| p.into_inner()).len() * MANAGER_CONNECTIONS_MAX;
             match self.call_at(target.as_deref(), req).await {
                 Err(FsError::Fs { status: FsStatus::StaleRouting, .. })
-                    if resent < sessions + STALE_ROUTING_RESENDS_MAX && !req.handles().is_empty() =>
+                    if resent < self.stale_resends_max() && !req.handles().is_empty() =>
                 {
                     resent += 1;
                 }
                 r => return r,
             }
         }
+    }
+
+    /// How often one request may be sent again after `STALE_ROUTING`: once
+    /// per session the client may hold, plus [`STALE_ROUTING_RESENDS_MAX`]
+    /// (asked only after a refusal, not on every request).
+    fn stale_resends_max(&self) -> usize {
+        let sessions = self.slots.lock().unwrap_or_else(|p| p.into_inner()).len() * MANAGER_CONNECTIONS_MAX;
+        sessions + STALE_ROUTING_RESENDS_MAX
     }
 
     /// Sends one request to `target` (`None`: the manager in use).
