@@ -116,12 +116,13 @@ fn takes_away(old: &[AclEntry], new: &[AclEntry]) -> bool {
 
 /// Directory `dir`'s shared entries change from `old` to `new` (or it goes,
 /// `new` empty): records the collection for the manager's super-PAL push
-/// and, if a right is taken away, revokes every member's capabilities.
+/// and, if a right is taken away and the name space `revokes`
+/// capabilities, revokes every member's.
 pub(crate) fn collection_changed(
     t: &mut dyn Txn,
     dir: Ino,
-    old: &[AclEntry],
-    new: &[AclEntry],
+    (old, new): (&[AclEntry], &[AclEntry]),
+    revokes: bool,
     fx: &mut Effects,
 ) -> Result<(), FsStatus> {
     if old == new {
@@ -129,7 +130,7 @@ pub(crate) fn collection_changed(
     }
     t.pal_pending_put(PalPush::Collection, dir)?;
     fx.collections.push(dir);
-    if !takes_away(old, new) {
+    if !revokes || !takes_away(old, new) {
         return Ok(());
     }
     let mut after = 0;
@@ -153,9 +154,9 @@ pub(crate) fn collection_changed(
 
 /// Directory `dir` is being removed: if it is a collection, its members
 /// lose its shared entries (see [`collection_changed`]).
-pub(crate) fn dissolve(t: &mut dyn Txn, dir: &Inode, fx: &mut Effects) -> Result<(), FsStatus> {
+pub(crate) fn dissolve(t: &mut dyn Txn, dir: &Inode, revokes: bool, fx: &mut Effects) -> Result<(), FsStatus> {
     let shared = shared_entries(t, dir.attr.ino)?;
-    collection_changed(t, dir.attr.ino, &shared, &[], fx)
+    collection_changed(t, dir.attr.ino, (&shared, &[]), revokes, fx)
 }
 
 /// Gives `child`, just made in `dir`, what it takes from `dir`: a regular
@@ -261,7 +262,7 @@ impl<B: Backend> Namespace<B> {
                 fx.revoke = revoke(t, &mut n)?;
             }
             crate::quotas::put(t, &n)?;
-            collection_changed(t, ino, &old_shared, &new_shared, &mut fx)?;
+            collection_changed(t, ino, (&old_shared, &new_shared), self.revokes_capabilities, &mut fx)?;
             let now = info(&n, entries.clone());
             Ok((n, now, fx))
         })
@@ -381,5 +382,31 @@ mod tests {
         ns.set_acl(&root, dirs[0], Vec::new()).unwrap();
         ns.set_acl(&root, extra, vec![shared(nasd_proto::acl::ACL_READ)]).unwrap();
         assert_eq!(ns.collections().unwrap().len(), PAL_COLLECTIONS_MAX);
+    }
+
+    /// A name space that mints no capabilities (a PALs-only partition)
+    /// bumps no ACV for chmod, chown or an ACL change, nor for members
+    /// losing a shared right: there is nothing to revoke.
+    #[test]
+    fn no_capabilities_no_revocations() {
+        let ns = Namespace::new(crate::Sqlite::open_in_memory().unwrap(), nasd_proto::layout::Layout::SINGLE)
+            .unwrap()
+            .with_capabilities(false);
+        crate::testing::setup(&ns);
+        let root = Caller::new(0, 0);
+        let d = ns.mkdir(&root, nasd_proto::fs::ROOT_INO, "d", 0o755).unwrap().attr.ino;
+        let mut placer = crate::testing::pool_placer(&[1]);
+        let (f, _) = ns.create(&root, d, "f", 0o644, true, false, &mut placer).unwrap();
+        assert!(!f.components.is_empty());
+        let read = AclEntry { who: AclWho::User(7), rights: nasd_proto::acl::ACL_READ, flags: 0 };
+        let (n, _, fx) = ns.set_acl(&root, f.attr.ino, vec![read]).unwrap();
+        assert!(fx.revoke.is_empty());
+        let chmod = crate::SetAttrs { mode: Some(0o600), ..crate::SetAttrs::default() };
+        let (m, intents) = ns.setattr(&root, f.attr.ino, &chmod).unwrap();
+        assert!(intents.is_empty());
+        assert_eq!((n.acv, m.acv), (f.acv, f.acv), "no ACV bump");
+        ns.set_acl(&root, d, vec![AclEntry { flags: ACL_SHARED, ..read }]).unwrap();
+        let (_, _, fx) = ns.set_acl(&root, d, Vec::new()).unwrap();
+        assert_eq!((fx.revoke.len(), fx.collections), (0, vec![d]), "the super PAL only");
     }
 }

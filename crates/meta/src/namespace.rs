@@ -190,7 +190,6 @@ fn drop_name(t: &mut dyn Txn, dir: Ino, name: &str, victim: Inode, now: i64, fx:
     let is_dir = victim.attr.kind == FileKind::Dir;
     touch_dir(t, dir, -1, -i32::from(is_dir), now)?;
     if is_dir {
-        crate::acl::dissolve(t, &victim, fx)?;
         quotas::remove(t, &victim)
     } else {
         drop_link(t, victim, now, fx)
@@ -599,6 +598,7 @@ impl<B: Backend> Namespace<B> {
                 return Err(FsStatus::NotEmpty);
             }
             let mut fx = Effects::default();
+            crate::acl::dissolve(t, &victim, self.revokes_capabilities, &mut fx)?;
             drop_name(t, parent, name, victim, now_ns(), &mut fx)?;
             Ok(fx)
         })
@@ -627,7 +627,7 @@ impl<B: Backend> Namespace<B> {
         validate_name(name)?;
         validate_name(new_name)?;
         let mv = Move { parent, name, new_parent, new_name };
-        self.backend.transact(|t| rename_in(t, caller, &mv, self.dir_depth_max))
+        self.backend.transact(|t| rename_in(t, caller, &mv, self.dir_depth_max, self.revokes_capabilities))
     }
 
     /// Changes mode (owner or root; a non-root caller outside the file's
@@ -837,7 +837,13 @@ fn open_existing(
 }
 
 /// `rename` inside its transaction; `dir_depth_max`: [`DIR_DEPTH_MAX`] or a test's.
-fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>, dir_depth_max: usize) -> Result<Effects, FsStatus> {
+fn rename_in(
+    t: &mut dyn Txn,
+    caller: &Caller,
+    mv: &Move<'_>,
+    dir_depth_max: usize,
+    revokes: bool,
+) -> Result<Effects, FsStatus> {
     let sp = searchable(t, caller, mv.parent)?;
     let dp = searchable(t, caller, mv.new_parent)?;
     let src = child(t, mv.parent, mv.name)?.ok_or(FsStatus::NotFound)?;
@@ -867,6 +873,9 @@ fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>, dir_depth_max: usi
     let now = now_ns();
     let mut fx = Effects::default();
     if let Some(old) = old {
+        if old.attr.kind == FileKind::Dir {
+            crate::acl::dissolve(t, &old, revokes, &mut fx)?;
+        }
         drop_name(t, mv.new_parent, mv.new_name, old, now, &mut fx)?;
     }
     move_name(t, mv, src, now)?;

@@ -135,7 +135,7 @@ pub(super) fn drive_rec(drive: u32) -> DriveRecord {
 
 /// Drives 1 and 2 and [`WIDE`]; [`POOLED`] objects pooled on drive 1 (ids
 /// 100..), [`WIDE_POOLED`] on each of [`WIDE`] (ids 500..), none on drive 2.
-pub(super) fn setup<B: Backend>(ns: &Namespace<B>) {
+pub(crate) fn setup<B: Backend>(ns: &Namespace<B>) {
     ns.add_drive(&drive_rec(1)).unwrap();
     ns.add_drive(&drive_rec(2)).unwrap();
     let objects: Vec<ObjectRef> = (100..100 + POOLED).map(|o| obj(1, o)).collect();
