@@ -490,12 +490,13 @@ async fn acl_changes(sides: &[Side], args: &DsfsArgs) -> anyhow::Result<()> {
         let dir = side.fs.walk("/l1", OpenMode::None).await?.handle();
         let pals = side.name == "pals";
         for spread in [Spread::PerFile, Spread::Shared] {
-            rows.push((side, dir, spread, pals, Vec::new(), Vec::new()));
+            // Times and PAL writes of grants, then of take-aways.
+            rows.push((side, dir, spread, pals, [Vec::new(), Vec::new()], [0u64; 2]));
         }
     }
     for _ in 0..args.rounds {
         for (side, dir, spread, pals, times, writes) in rows.iter_mut() {
-            for grant in [true, false] {
+            for (k, grant) in [true, false].into_iter().enumerate() {
                 let (ns, sent) = acl_change(side, *dir, *spread, grant).await?;
                 let expected = match (*pals, *spread) {
                     (false, _) => 0,
@@ -503,37 +504,40 @@ async fn acl_changes(sides: &[Side], args: &DsfsArgs) -> anyhow::Result<()> {
                     (true, Spread::Shared) => drives,
                 };
                 anyhow::ensure!(sent == expected, "{} PAL writes for one change, expected {expected}", sent);
-                times.push(ns);
-                writes.push(sent);
+                times[k].push(ns);
+                writes[k] = sent;
             }
         }
     }
     println!();
     println!(
         "A directory's ACL change over its {files} files (DSFS §4.1, PAL collections), striped over {drives} drives: \
-         one user's read access granted, then taken away; per file (SET_ACL of each file) or once on the directory \
-         as a shared entry (one super PAL per drive); baseline: per file, same scheme"
+         one user's read access granted, then taken away (which under capabilities also revokes every file's \
+         capabilities: one SET_ACV per component); per file (SET_ACL of each file) or once on the directory as a \
+         shared entry (one super PAL per drive); baseline: per file, same scheme and change"
     );
-    println!("| scheme | how | PAL writes per change | mean ms | p99 ms | ratio to baseline (mean) |");
-    println!("|---|---|---|---|---|---|");
-    let mut baseline = 0.0;
+    println!("| scheme | change | how | PAL writes per change | mean ms | p99 ms | ratio to baseline (mean) |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut baseline = [0.0; 2];
     for (side, _, spread, _, times, writes) in rows.iter_mut() {
-        let (mean, p99) = stats(times);
-        if *spread == Spread::PerFile {
-            baseline = mean;
+        for (k, change) in ["grant", "take away"].into_iter().enumerate() {
+            let (mean, p99) = stats(&mut times[k]);
+            if *spread == Spread::PerFile {
+                baseline[k] = mean;
+            }
+            let how = match spread {
+                Spread::PerFile => "per file",
+                Spread::Shared => "directory, shared",
+            };
+            println!(
+                "| {} | {change} | {how} | {} | {:.2} | {:.2} | {:.3} |",
+                side.name,
+                writes[k],
+                mean / 1000.0,
+                p99 / 1000.0,
+                mean / baseline[k]
+            );
         }
-        let how = match spread {
-            Spread::PerFile => "per file",
-            Spread::Shared => "directory, shared",
-        };
-        println!(
-            "| {} | {how} | {} | {:.2} | {:.2} | {:.3} |",
-            side.name,
-            writes[0],
-            mean / 1000.0,
-            p99 / 1000.0,
-            mean / baseline
-        );
     }
     Ok(())
 }

@@ -312,6 +312,8 @@ pub struct Manager {
     pub(crate) login_backoff: login_backoff::LoginBackoff,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
     inode_locks: Box<[tokio::sync::Mutex<()>]>,
+    /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::pal_turn`].
+    pal_locks: Box<[tokio::sync::Mutex<()>]>,
     /// Each drive's health from heartbeats ([`health`]).
     health: std::sync::Mutex<std::collections::HashMap<u32, health::DriveHealth>>,
     /// Recent placements, which placement spreads away from.
@@ -390,6 +392,7 @@ impl Manager {
             argon2: passwords::Pool::start(),
             login_backoff: Default::default(),
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            pal_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             health: Default::default(),
             recent: Default::default(),
             data_pool: Arc::new(nasd_stripe::DrivePool::new()),

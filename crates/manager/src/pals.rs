@@ -40,7 +40,11 @@
 //! component object (repair and rebalance set it on a new object before it
 //! becomes a component) (`SET_PAL` under the drive key, durable when it
 //! returns) and answers only once every drive answered: from then on, a
-//! request by identity is checked against the new list.
+//! request by identity is checked against the new list. Pushes of one PAL
+//! take turns (`Manager::pal_turn`: a lock, and a lease on a shared
+//! database), each reading the ACL only once it has the turn, so a slower
+//! push of an older list (a retry's, another manager's) never lands after
+//! a newer one.
 //!
 //! **Durable retry.** A drive that did not take it makes the request
 //! `DRIVE_UNAVAILABLE` (the change is committed) and the file is recorded
@@ -216,6 +220,7 @@ impl Manager {
     pub(crate) async fn push_super_pals(&self, collections: &[Ino]) -> Result<(), Failure> {
         let mut failed = Vec::new();
         for &collection in collections {
+            let _turn = self.pal_turn(PalPush::Collection, collection).await?;
             let Some((seq, shared)) = self.meta(move |ns| ns.collection_due(collection)).await? else {
                 continue; // delivered meanwhile (a maintenance pass, another manager)
             };
@@ -252,7 +257,9 @@ impl Manager {
             return Ok(());
         }
         let collections = self.meta(|ns| ns.collections()).await?;
-        for (collection, shared) in collections {
+        for (collection, _) in collections {
+            let _turn = self.pal_turn(PalPush::Collection, collection).await?;
+            let shared = self.meta(move |ns| ns.collection_entries(collection)).await?;
             let missed = self.set_super_pal_on(std::slice::from_ref(d), collection, &flatten_shared(&shared)).await;
             if let Some(e) = missed.into_iter().next() {
                 return Err(Failure::new(FsStatus::DriveUnavailable, e));
@@ -296,6 +303,7 @@ impl Manager {
         if !self.pushes_pals() || inode.components.is_empty() {
             return Ok(Vec::new());
         }
+        let _turn = self.pal_turn(PalPush::File, inode.attr.ino).await?;
         let pal = self.pal_of(inode.attr.ino).await?;
         let mut work = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
@@ -419,6 +427,7 @@ impl Manager {
         if collection == 0 {
             return Ok(());
         }
+        let _turn = self.pal_turn(PalPush::Collection, collection).await?;
         let shared = self.meta(move |ns| ns.collection_entries(collection)).await?;
         let mut drives: Vec<Arc<DriveHandle>> = Vec::new();
         for c in &inode.components {
