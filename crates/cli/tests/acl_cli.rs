@@ -92,9 +92,23 @@ fn acls_through_the_cli() {
     ok(alice(&["acl", "remove", "/shared/a/plan", "r:7"]));
     assert!(!ok(alice(&["acl", "get", "/shared/a/plan"])).contains("role:"));
 
+    // A shared entry on the directory holds live for every file made in it — the ones made
+    // before too — and leaves them all with one change; a copied entry stays with its file.
+    ok(alice(&["acl", "set", "/shared/a", "user:2001:rx:shared"]));
+    let shown = ok(alice(&["acl", "get", "/shared/a"]));
+    assert!(shown.contains("user:2001:r-x:shared\n"), "{shown}");
+    assert!(ok(alice(&["acl", "get", "/shared/a/plan"])).lines().all(|l| !l.starts_with("user:2001")), "not copied");
+    assert_eq!(ok(bob(&["cat", "/shared/a/plan"])), "alice's plan", "granted through the directory");
+    ok(alice(&["acl", "set", "/shared/a", "user:2001:x"]));
+    let e = fails(bob(&["cat", "/shared/a/plan"]));
+    assert!(e.to_lowercase().contains("permission denied"), "taken away from every file at once: {e}");
+    assert_eq!(ok(bob(&["cat", "/shared/a/later"])), "alice's plan", "its copied entry is its own");
+    let e = fails(alice(&["acl", "add", "/shared/a/plan", "user:2001:r:shared"]));
+    assert!(e.to_lowercase().contains("invalid argument"), "shared is for directories: {e}");
+
     // --help says what an entry is.
     let help = ok(nasd_with_config(cwd, &config, &["acl", "set", "--help"], &[]));
-    assert!(help.contains("user:UID:RIGHTS[:inherit]") && help.contains("inherit"), "{help}");
-    assert!(help.contains("role:ROLE:RIGHTS[:inherit]"), "{help}");
+    assert!(help.contains("user:UID:RIGHTS[:FLAG...]") && help.contains("inherit"), "{help}");
+    assert!(help.contains("role:ROLE:RIGHTS[:FLAG...]") && help.contains("`shared`"), "{help}");
     drop(up);
 }

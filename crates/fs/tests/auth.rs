@@ -802,17 +802,32 @@ fn another_manager_retries_a_missed_pal_push() {
         to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
         to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
         let object = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object.object;
+        // A directory of alice's whose shared entries change while the drive is down.
+        to(alice_fs.mkdir("/shared/p", 0o755)).await.unwrap();
+        to(alice_fs.write_file("/shared/p/g", DATA)).await.unwrap();
+        to(alice_fs.chmod("/shared/p/g", 0o600)).await.unwrap();
+        let member = to(admin.get_layout("/shared/p/g")).await.unwrap().components[0].0.object.object;
+        let bob = auth.grant(USER_B, PW_B, 0).await;
 
         let stopped = cluster.drives.remove(0).halt().await;
         assert_eq!(fs_status(to(alice_fs.chmod("/shared/f", 0o200)).await), FsStatus::DriveUnavailable);
+        let shared = nasd_fs::AclEntry {
+            who: nasd_fs::AclWho::User(UID_B),
+            rights: nasd_fs::ACL_READ,
+            flags: nasd_fs::ACL_SHARED,
+        };
+        assert_eq!(fs_status(to(alice_fs.set_acl("/shared/p", vec![shared])).await), FsStatus::DriveUnavailable);
         let m2 = cluster.start_other_manager("manager-2", on_pg(pal_config(&auth, AuthScheme::PALS)), false).await;
         cluster.drives.insert(0, stopped.start().await);
         let mut a = drive_as(&cluster, alice.credential, &alice.idkey).await;
         assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "the old PAL, for now");
+        let mut b = drive_as(&cluster, bob.credential, &bob.idkey).await;
+        assert_eq!(drive_status(to(b.read(partition, member, &whole())).await), Status::NotInPal, "no super PAL yet");
         to(m2.manager.maintain()).await;
         assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::RightsInsufficient);
+        assert_eq!(to(b.read(partition, member, &whole())).await.unwrap().1, DATA, "the super PAL, from the record");
 
-        drop((alice_fs, admin, a));
+        drop((alice_fs, admin, a, b));
         m2.stop().await;
         let _ = auth.stop.send(true);
         cluster.stop().await;
