@@ -471,14 +471,18 @@ fn pals_follow_acls_and_modes() {
         to(alice_fs.set_acl("/shared/f", many[1..].to_vec())).await.expect("the owner and 31 users fit");
 
         // A gateway (its grant is the manager's, in its record of alice) acts for bob by identity
-        // here: the manager mints capabilities for bob, which the drives take beside PALs.
+        // here: the manager mints capabilities for bob, which the drives take beside PALs. Alice's
+        // session, open before the grant, takes it at its next request.
+        let early = alice_fs.as_user(UID_B, UID_B, &[]).unwrap();
+        assert_eq!(fs_status(to(early.stat("/shared")).await), FsStatus::NotPermitted, "no grant yet");
         to(admin.set_gateway(USER_A, Some((UID_A, UID_B)))).await.unwrap();
+        to(early.stat("/shared")).await.expect("the grant reaches the open identity session");
         let gateway = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
         let for_bob = gateway.as_user(UID_B, UID_B, &[]).unwrap();
         to(for_bob.write_file("/shared/by-gateway", DATA)).await.expect("bob's write through the gateway");
         assert_eq!(to(admin.stat("/shared/by-gateway")).await.unwrap().attr.uid, UID_B, "made as bob");
         assert_eq!(to(for_bob.read_file("/shared/by-gateway")).await.unwrap(), DATA);
-        drop((gateway, for_bob));
+        drop((gateway, for_bob, early));
 
         // A drive that misses the push: the chmod is committed and reported, and the PAL is set
         // again at the maintenance pass after the drive is back.

@@ -248,13 +248,18 @@ impl Manager {
             ));
         }
         may_act(&user, credential)?;
-        // A gateway grant (`SET_GATEWAY`) is the manager's to give: it lives in the manager's
-        // record of the user of that name and uid (which holds no usable password here).
-        let (name, uid) = (user.name.clone(), user.uid);
-        let gateway = self.meta(move |ns| ns.user(&name)).await?.filter(|u| u.uid == uid).and_then(|u| u.gateway);
-        let mut session = crate::Session::of_identity(&user, *credential, self.users_epoch());
-        session.gateway = gateway;
+        let epoch = self.users_epoch();
+        let mut session = crate::Session::of_identity(&user, *credential, epoch);
+        session.gateway = self.gateway_of(&user.name, user.uid).await?;
         Ok(session)
+    }
+
+    /// The gateway grant (`SET_GATEWAY`) of identity user `name` with `uid`:
+    /// the manager's to give, so it lives in the manager's record of the
+    /// user of that name and uid (which holds no usable password here).
+    pub(crate) async fn gateway_of(&self, name: &str, uid: u32) -> Result<Option<(u32, u32)>, Failure> {
+        let name = name.to_string();
+        Ok(self.meta(move |ns| ns.user(&name)).await?.filter(|u| u.uid == uid).and_then(|u| u.gateway))
     }
 }
 

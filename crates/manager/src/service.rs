@@ -280,6 +280,12 @@ impl Manager {
             if due {
                 self.recheck_identity(s).await?;
             }
+            // The manager's own part of the user (its gateway grant) follows SET_GATEWAY.
+            let epoch = self.users_epoch();
+            if s.users_epoch != epoch {
+                s.gateway = self.gateway_of(&s.user, s.caller.uid).await?;
+                s.users_epoch = epoch;
+            }
             return Ok(());
         }
         let epoch = self.users_epoch();
