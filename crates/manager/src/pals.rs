@@ -481,4 +481,18 @@ mod tests {
         assert_eq!(pal_len(5, &mixed), PAL_ENTRIES_MAX + 1);
         assert_eq!(flatten(5, 0o600, &mixed).rights_for(1, 9), None, "roles are cut first");
     }
+
+    #[test]
+    fn shared_entries_flatten_to_a_super_pal_of_users_and_roles() {
+        let e = |who, rights| AclEntry { who, rights, flags: nasd_proto::acl::ACL_SHARED };
+        let shared = [e(AclWho::User(7), ACL_READ), e(AclWho::Group(8), ACL_READ), e(AclWho::Role(3), ACL_WRITE)];
+        let sup = flatten_shared(&shared);
+        assert_eq!(sup.entries.len(), 2, "no group, no owner");
+        assert_eq!(sup.rights_for(7, 0), Some(rights::READ | rights::GETATTR));
+        assert_eq!(sup.rights_for(9, 3), Some(rights::WRITE | rights::APPEND | rights::FLUSH | rights::GETATTR));
+        assert_eq!(sup.rights_for(8, 0), None);
+        assert!(flatten_shared(&[e(AclWho::User(7), ACL_EXECUTE)]).is_empty(), "x carries nothing");
+        let full: Vec<_> = (0..PAL_ENTRIES_MAX as u32).map(|u| e(AclWho::User(u), ACL_READ)).collect();
+        assert_eq!(flatten_shared(&full).entries.len(), PAL_ENTRIES_MAX, "a full ACL fits");
+    }
 }

@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(dec(&enc(&[u(1, 0)])), Err(DecodeError::NotCanonical("ACL entry grants no rights")));
         assert_eq!(dec(&enc(&[u(1, 0x10)])), Err(DecodeError::NotCanonical("undefined ACL rights")));
         assert_eq!(
-            dec(&enc(&[e(AclWho::User(1), ACL_READ, 2)])),
+            dec(&enc(&[e(AclWho::User(1), ACL_READ, 4)])),
             Err(DecodeError::NotCanonical("undefined ACL entry flags"))
         );
         let mut bad_kind = enc(&[u(1, ACL_READ)]);
