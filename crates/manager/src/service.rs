@@ -238,7 +238,28 @@ pub const GATEWAY_NEEDS_CAPABILITIES: &str =
      this file system's partition accepts PALs only (its drives would check the gateway's own identity, not the \
      user's): set [manager] auth_scheme = \"both\"";
 
+/// Why `ADD_USER` is refused at a manager linked to an authentication
+/// server: users are made there.
+pub const ADD_USER_AT_AUTH_SERVER: &str =
+    "this manager keeps no users of its own: it is linked to an authentication server, which is where users \
+     are made: run `nasd auth add-user NAME --uid UID` (as an administrator there)";
+
+/// Why `SET_PASSWORD` is refused at a manager linked to an authentication
+/// server: it takes no passwords, so the ones that log in are kept there.
+pub const PASSWORDS_AT_AUTH_SERVER: &str =
+    "this manager takes no passwords: it is linked to an authentication server, which keeps them: run \
+     `nasd auth passwd` to change yours, or `nasd auth passwd USER` as an administrator there";
+
 impl Manager {
+    /// Refuses a request about users' passwords where they are not kept:
+    /// at a manager linked to an authentication server.
+    fn refuse_if_linked(&self, why: &'static str) -> Result<(), Failure> {
+        match self.config.auth {
+            Some(_) => Err(Failure::new(FsStatus::NotSupported, why)),
+            None => Ok(()),
+        }
+    }
+
     /// Checks a login request; the session it opens.
     ///
     /// # Errors
@@ -538,6 +559,7 @@ impl Manager {
             }
             R::StatFs => self.statfs().await,
             R::AddUser { name, password, uid, gid, admin, groups } => {
+                self.refuse_if_linked(ADD_USER_AT_AUTH_SERVER)?;
                 self.require_admin(s)?;
                 self.add_user_next_free(&name, &password, uid, gid, &groups, admin).await.map(|()| ManagerReply::Done)
             }
@@ -568,6 +590,7 @@ impl Manager {
                 Ok(ManagerReply::Users(users))
             }
             R::SetPassword { name, password } => {
+                self.refuse_if_linked(PASSWORDS_AT_AUTH_SERVER)?;
                 if name != s.user {
                     self.require_admin(s)?;
                 }
