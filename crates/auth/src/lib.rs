@@ -385,6 +385,11 @@ impl AuthServer {
                         let user = self.user(uid).await?.ok_or((FsStatus::NotFound, format!("no user {uid}")))?;
                         Ok(AuthReply::UserInfo { user, key_live: self.key_live(key_id) })
                     }
+                    R::UserByName { name } => {
+                        let n = name.clone();
+                        let row = self.db(move |db| db.user_by_name(&n)).await?;
+                        row.map(|r| AuthReply::User(r.user)).ok_or((FsStatus::NotFound, format!("no user '{name}'")))
+                    }
                     _ => refuse(FsStatus::NotPermitted, "the service login asks only for keys and users"),
                 };
             }
@@ -404,7 +409,9 @@ impl AuthServer {
         };
         match req {
             R::Login { .. } | R::ServiceLogin { .. } => refuse(FsStatus::BadRequest, "already logged in"),
-            R::IdentityKeys | R::UserInfo { .. } => refuse(FsStatus::NotPermitted, "only the file manager asks that"),
+            R::IdentityKeys | R::UserInfo { .. } | R::UserByName { .. } => {
+                refuse(FsStatus::NotPermitted, "only the file manager asks that")
+            }
             R::CreateGroup { name } => {
                 let gid = self.db(move |db| db.create_group(caller, &name)).await?;
                 Ok(AuthReply::Group { gid })

@@ -156,6 +156,9 @@ async fn administrators_set_any_password_and_users_only_their_own() {
     assert_eq!(status, FsStatus::NotAdmin, "{message}");
     assert!(s.logs_in(BOB, BOB_PW).await);
     assert!(!s.logs_in(BOB, "alice chose this").await);
+    // Looking a user up by name is the file manager's (service login) alone.
+    let r = to(alice.call(&AuthRequest::UserByName { name: BOB.into() })).await.map(|_| ());
+    assert_eq!(refusal(r).0, FsStatus::NotPermitted);
     // CHANGE_PASSWORD names no user: it is always the caller's own.
     to(alice.change_password(ALICE_PW, "alice's second password")).await.unwrap();
     assert!(s.logs_in(BOB, BOB_PW).await, "bob's password is untouched");

@@ -117,3 +117,46 @@ fn a_linked_manager_refuses_users_and_passwords_and_changes_at_the_auth_server_t
         assert_eq!(reset.uid, UID_A);
     });
 }
+
+/// A gateway grant lives in the manager's record of its user, which a linked manager cannot be
+/// asked to make (`ADD_USER` is refused): `SET_GATEWAY` makes it from the authentication
+/// server's user of that name (`USER_BY_NAME`), and the user's identity session then acts for
+/// the users in its range; a name the authentication server does not know is refused.
+#[test]
+fn a_linked_manager_grants_a_gateway_to_a_user_it_knows_only_from_the_auth_server() {
+    const GUS: &str = "gus";
+    const GUS_PW: &str = "gus password";
+    const UID_GUS: u32 = 1500;
+    run(async {
+        let auth = AuthAt::start().await;
+        let config = ManagerConfig { pool_target: 4, auth: Some(auth.link()), ..ManagerConfig::default() };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW).await.unwrap();
+        to(root.add_user(GUS, GUS_PW, UID_GUS, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let admin = at_manager(&cluster, &root_grant).await;
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        assert!(to(admin.users()).await.unwrap().iter().all(|u| u.name != GUS), "no manager record of gus yet");
+
+        let (status, message) = refused(to(admin.set_gateway("nobody", Some((1000, 2000)))).await);
+        assert_eq!(status, FsStatus::NotFound, "{message}");
+        to(admin.set_gateway(GUS, Some((UID_B, UID_B)))).await.unwrap();
+        let record = to(admin.users()).await.unwrap().into_iter().find(|u| u.name == GUS).expect("a record of gus");
+        assert_eq!(
+            (record.uid, record.gid, record.admin, record.gateway),
+            (UID_GUS, UID_GUS, false, Some((UID_B, UID_B)))
+        );
+
+        // Gus, by identity, acts for bob: the file is bob's.
+        let (_, gus_grant) = auth.login(GUS, GUS_PW).await.unwrap();
+        let gus = at_manager(&cluster, &gus_grant).await;
+        let for_bob = gus.as_user(UID_B, UID_B, &[]).unwrap();
+        to(for_bob.write_file("/shared/by-gus", b"as bob")).await.expect("bob's write through the gateway");
+        assert_eq!(to(admin.stat("/shared/by-gus")).await.unwrap().attr.uid, UID_B);
+        // The record's password logs in nowhere: the manager takes none.
+        let Err(password) = to(FsClient::connect(&cluster.fs_config(GUS, GUS_PW))).await else {
+            panic!("a password login at a linked manager")
+        };
+        assert_eq!(password.status(), Some(FsStatus::BadCredentials));
+    });
+}

@@ -305,6 +305,14 @@ impl AuthClient {
         }
     }
 
+    /// Service: the user named `name`.
+    pub async fn user_by_name(&mut self, name: &str) -> Result<AuthUser, AuthError> {
+        match self.call(&AuthRequest::UserByName { name: name.into() }).await? {
+            AuthReply::User(user) => Ok(user),
+            other => Err(AuthError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
     /// Service: user `uid`, and whether `key_id` is live.
     pub async fn user_info(&mut self, uid: u32, key_id: u32) -> Result<(AuthUser, bool), AuthError> {
         match self.call(&AuthRequest::UserInfo { uid, key_id }).await? {

@@ -260,6 +260,34 @@ impl Manager {
         }
     }
 
+    /// At a manager linked to an authentication server, which makes no
+    /// users over the wire (`ADD_USER` is refused), makes the manager's
+    /// record of user `name` if it has none: a gateway grant lives there
+    /// ([`Manager::open_identity_session`] reads it by name and uid). The
+    /// uid and gid are the authentication server's (`USER_BY_NAME`); the
+    /// password is random and never shown (this manager takes none).
+    /// Unlinked, or with a record already: nothing.
+    async fn ensure_linked_user_record(&self, name: &str) -> Result<(), Failure> {
+        if self.config.auth.is_none() {
+            return Ok(());
+        }
+        let n = name.to_string();
+        if self.meta(move |ns| ns.user(&n)).await?.is_some() {
+            return Ok(());
+        }
+        let n = name.to_string();
+        let user = self
+            .with_auth(move |c| {
+                let n = n.clone();
+                Box::pin(async move { c.user_by_name(&n).await })
+            })
+            .await?;
+        let unusable = nasd_crypto::Key::random().to_hex();
+        self.add_user_in_groups(&user.name, &unusable, user.uid, user.gid, &[], false).await?;
+        tracing::info!(user = name, uid = user.uid, "made the manager's record of an authentication-server user");
+        Ok(())
+    }
+
     /// Checks a login request; the session it opens.
     ///
     /// # Errors
@@ -461,6 +489,9 @@ impl Manager {
             R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
             R::SetGateway { name, ids } => {
                 self.require_admin(s)?;
+                if ids.is_some() {
+                    self.ensure_linked_user_record(&name).await?;
+                }
                 self.meta(move |ns| ns.set_gateway(&name, ids)).await.map_err(|f| match f.status {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,

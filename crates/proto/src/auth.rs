@@ -60,6 +60,7 @@ pub mod auth_opcode {
     pub const SET_PASSWORD: u16 = 0x0108;
     pub const IDENTITY_KEYS: u16 = 0x0201;
     pub const USER_INFO: u16 = 0x0202;
+    pub const USER_BY_NAME: u16 = 0x0203;
 }
 
 /// Result kinds of a successful reply.
@@ -71,6 +72,7 @@ mod reply_kind {
     pub const IDENTITY_KEYS: u8 = 4;
     pub const USER_INFO: u8 = 5;
     pub const USERS: u8 = 6;
+    pub const USER: u8 = 7;
 }
 
 /// A request to the authentication server.
@@ -112,6 +114,9 @@ pub enum AuthRequest {
     IdentityKeys,
     /// Service: who `uid` is, and whether `key_id` is live.
     UserInfo { uid: u32, key_id: u32 },
+    /// Service: the user named `name` (for the manager's own record of it,
+    /// where a gateway grant lives).
+    UserByName { name: String },
 }
 
 impl std::fmt::Debug for AuthRequest {
@@ -153,6 +158,7 @@ impl std::fmt::Debug for AuthRequest {
             AuthRequest::UserInfo { uid, key_id } => {
                 f.debug_struct("UserInfo").field("uid", uid).field("key_id", key_id).finish()
             }
+            AuthRequest::UserByName { name } => f.debug_struct("UserByName").field("name", name).finish(),
         }
     }
 }
@@ -193,6 +199,7 @@ impl AuthRequest {
             AuthRequest::SetPassword { .. } => SET_PASSWORD,
             AuthRequest::IdentityKeys => IDENTITY_KEYS,
             AuthRequest::UserInfo { .. } => USER_INFO,
+            AuthRequest::UserByName { .. } => USER_BY_NAME,
         }
     }
 
@@ -237,6 +244,9 @@ impl AuthRequest {
             }
             AuthRequest::UserInfo { uid, key_id } => {
                 w.u32(*uid).u32(*key_id);
+            }
+            AuthRequest::UserByName { name } => {
+                w.str(name);
             }
         }
         w.into_vec()
@@ -296,6 +306,7 @@ impl AuthRequest {
             LIST_USERS => AuthRequest::ListUsers,
             IDENTITY_KEYS => AuthRequest::IdentityKeys,
             USER_INFO => AuthRequest::UserInfo { uid: r.u32()?, key_id: r.u32()? },
+            USER_BY_NAME => AuthRequest::UserByName { name: user_name(&mut r)? },
             _ => return Err(DecodeError::NotCanonical("unknown authentication-server opcode")),
         };
         r.finish()?;
@@ -410,6 +421,8 @@ pub enum AuthReply {
     UserInfo { user: AuthUser, key_live: bool },
     /// Every user.
     Users(Vec<AuthUser>),
+    /// One user.
+    User(AuthUser),
 }
 
 impl std::fmt::Debug for AuthReply {
@@ -433,6 +446,7 @@ impl std::fmt::Debug for AuthReply {
                 f.debug_struct("UserInfo").field("user", user).field("key_live", key_live).finish()
             }
             AuthReply::Users(u) => f.debug_tuple("Users").field(u).finish(),
+            AuthReply::User(u) => f.debug_tuple("User").field(u).finish(),
         }
     }
 }
@@ -479,6 +493,10 @@ impl AuthReply {
                 for u in users {
                     u.encode(&mut w);
                 }
+            }
+            AuthReply::User(user) => {
+                w.u8(USER);
+                user.encode(&mut w);
             }
         }
         w.into_vec()
@@ -532,6 +550,7 @@ impl AuthReply {
                 }
                 AuthReply::Users(users)
             }
+            USER => AuthReply::User(AuthUser::decode(&mut r)?),
             _ => return Err(DecodeError::NotCanonical("unknown authentication-server reply kind")),
         };
         r.finish()?;
@@ -675,7 +694,9 @@ mod tests {
             AuthReply::LoggedIn { uid: 1, gid: 2, admin: false, roles: vec![7], credential, idkey: [1; 32] }.encode(5),
             AuthReply::IdentityKeys { high: 4, keys: vec![SharedKey { key_id: 2, key: [2; 32] }] }.encode(6),
             AuthReply::UserInfo { user: user.clone(), key_live: true }.encode(7),
-            AuthReply::Users(vec![user]).encode(8),
+            AuthReply::Users(vec![user.clone()]).encode(8),
+            AuthReply::User(user).encode(11),
+            AuthRequest::UserByName { name: "eve".into() }.encode(12),
         ];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = || {
