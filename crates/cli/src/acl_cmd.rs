@@ -3,13 +3,16 @@
 use crate::fs_cmd::Login;
 use anyhow::Context;
 use clap::Subcommand;
-use nasd_fs::{AclEntry, AclInfo, AclWho, FsClient, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE};
+use nasd_fs::{
+    AclEntry, AclInfo, AclWho, FsClient, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
+};
 
 /// How an entry is written on the command line.
-const ENTRY_SYNTAX: &str = "user:UID:RIGHTS[:inherit], group:GID:RIGHTS[:inherit] or role:ROLE:RIGHTS[:inherit] \
+const ENTRY_SYNTAX: &str = "user:UID:RIGHTS[:FLAG...], group:GID:RIGHTS[:FLAG...] or role:ROLE:RIGHTS[:FLAG...] \
                             (u:, g: and r: for short; ROLE a role id other than 0), \
                             RIGHTS a non-empty set of r (read), w (write), x (execute / search), \
-                            c (change the ACL), e.g. user:1001:rx or g:7:rwx:inherit";
+                            c (change the ACL), FLAG inherit or shared (directories only), \
+                            e.g. user:1001:rx, g:7:rwx:inherit or role:3:r:shared";
 
 #[derive(Subcommand)]
 pub enum AclCommand {
@@ -20,7 +23,8 @@ pub enum AclCommand {
     /// named entry for its uid, one of its groups or the role it logged in
     /// with (at the authentication server) does: entries only add.
     /// Entries marked `inherit` (directories only) are copied onto each
-    /// file and directory made in the directory afterwards.
+    /// file and directory made in the directory afterwards; entries marked
+    /// `shared` (directories only) hold live for every file made in it.
     Get {
         /// A file or directory in nasd.
         path: String,
@@ -30,13 +34,18 @@ pub enum AclCommand {
     /// Replace all named entries (none given: remove them all). The owner,
     /// an administrator, or a holder of the `c` right.
     ///
-    /// ENTRY is user:UID:RIGHTS[:inherit], group:GID:RIGHTS[:inherit] or
-    /// role:ROLE:RIGHTS[:inherit] (u:, g: and r: for short; ROLE a numeric
+    /// ENTRY is user:UID:RIGHTS[:FLAG...], group:GID:RIGHTS[:FLAG...] or
+    /// role:ROLE:RIGHTS[:FLAG...] (u:, g: and r: for short; ROLE a numeric
     /// role id of the authentication server, not 0). On a partition that
     /// takes PALs, the owner, user and role entries are what drives check
-    /// by identity; group entries go through capabilities. RIGHTS is a set of r (read), w (write), x
-    /// (execute / search) and c (change the ACL). `inherit` on a directory's
-    /// entry copies it onto what is created in it from then on.
+    /// by identity; group entries go through capabilities. RIGHTS is a set
+    /// of r (read), w (write), x (execute / search) and c (change the ACL).
+    /// FLAG, on a directory's entry: `inherit` copies the entry onto what is
+    /// created in the directory from then on; `shared` grants it live to
+    /// every regular file created in the directory, so changing or removing
+    /// it later reaches all of them at once (on drives, one super PAL per
+    /// drive rather than one PAL per file); both together also make new
+    /// subdirectories share it with their own files.
     Set {
         /// A file or directory in nasd.
         path: String,
@@ -124,8 +133,9 @@ fn show(path: &str, info: &AclInfo) -> String {
     let mut out = format!("# file: {path}\n# owner: {}\n# group: {}\n", info.uid, info.gid);
     out += &format!("user::{}\ngroup::{}\nother::{}\n", triple(6), triple(3), triple(0));
     for e in &info.entries {
+        let shared = if e.flags & ACL_SHARED != 0 { ":shared" } else { "" };
         let inherit = if e.flags & ACL_INHERIT != 0 { ":inherit" } else { "" };
-        out += &format!("{}:{}{inherit}\n", who_text(e.who), rights_text(e.rights));
+        out += &format!("{}:{}{shared}{inherit}\n", who_text(e.who), rights_text(e.rights));
     }
     out
 }
@@ -164,11 +174,22 @@ fn parse_who(text: &str) -> anyhow::Result<AclWho> {
 fn parse_entry(text: &str) -> anyhow::Result<AclEntry> {
     let bad = || anyhow::anyhow!("{text:?}: an ACL entry is {ENTRY_SYNTAX}");
     let parts: Vec<&str> = text.split(':').collect();
-    let (who, rights, flags) = match parts.as_slice() {
-        [kind, id, rights] => (format!("{kind}:{id}"), *rights, 0),
-        [kind, id, rights, "inherit"] => (format!("{kind}:{id}"), *rights, ACL_INHERIT),
-        _ => return Err(bad()),
+    let [kind, id, rights, flag_texts @ ..] = parts.as_slice() else {
+        return Err(bad());
     };
+    let (who, rights) = (format!("{kind}:{id}"), *rights);
+    let mut flags = 0u8;
+    for f in flag_texts {
+        let flag = match *f {
+            "inherit" => ACL_INHERIT,
+            "shared" => ACL_SHARED,
+            _ => return Err(bad()),
+        };
+        if flags & flag != 0 {
+            return Err(bad());
+        }
+        flags |= flag;
+    }
     let who = parse_who(&who).map_err(|_| bad())?;
     let mut bits = 0u8;
     for c in rights.chars() {
@@ -193,6 +214,13 @@ mod tests {
 
     #[test]
     fn entries_parse_and_print() {
+        let e = parse_entry("r:3:r:shared:inherit").unwrap();
+        assert_eq!(e, AclEntry { who: AclWho::Role(3), rights: ACL_READ, flags: ACL_SHARED | ACL_INHERIT });
+        assert_eq!(parse_entry("u:5:w:shared").unwrap().flags, ACL_SHARED);
+        assert!(parse_entry("u:5:w:shared:shared").is_err(), "a flag twice");
+        assert!(parse_entry("u:5:w:sharing").is_err());
+        let info = AclInfo { uid: 1, gid: 1, mode: 0o750, entries: vec![e] };
+        assert!(show("/d", &info).contains("role:3:r--:shared:inherit\n"));
         let e = parse_entry("g:7:r-x:inherit").unwrap();
         assert_eq!(e, AclEntry { who: AclWho::Group(7), rights: ACL_READ | ACL_EXECUTE, flags: ACL_INHERIT });
         assert_eq!(parse_entry("user:1001:rc").unwrap().rights, ACL_READ | ACL_SET_ACL);

@@ -19,7 +19,12 @@
 //!   fetched from the manager first (its "unknown": a capability cache
 //!   miss, or PALs' layout fetch, which mints nothing);
 //! - chmod (`SETATTR` mode), which answers only after the drives have the
-//!   new access-control version and, under PALs, the new PAL.
+//!   new access-control version and, under PALs, the new PAL;
+//! - one user's read access granted to, then taken from, every file of the
+//!   striped directory (DSFS §4.1's PAL collections): file by file
+//!   (`SET_ACL` of each file: one PAL per component of every file) against
+//!   once on the directory as a shared entry (one super PAL per drive), with
+//!   the PAL writes the manager sent counted and checked.
 
 use crate::daemons::{ClusterSetup, LocalCluster};
 use crate::fs_cmd;
@@ -124,7 +129,10 @@ pub async fn run(args: DsfsArgs) -> anyhow::Result<()> {
     for (name, scheme) in [("capabilities", AuthScheme::CAPABILITIES), ("pals", AuthScheme::PALS)] {
         sides.push(start(base.path(), name, scheme, args.files).await?);
     }
-    let result = measure(&sides, &args).await;
+    let mut result = measure(&sides, &args).await;
+    if result.is_ok() {
+        result = acl_changes(&sides, &args).await;
+    }
     for s in sides {
         drop(s.files);
         drop(s.fs);
@@ -433,4 +441,103 @@ fn report(sides: &[Side], cases: &mut [Case], args: &DsfsArgs, mint_us: f64) {
             println!("| {} | {drives} | {:.1} | {:.1} | {:.2} |", s.name, mean[k], p99[k], mean[k] / b);
         }
     }
+}
+
+/// How one user's read access reaches the files of a directory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// `SET_ACL` of every file.
+    PerFile,
+    /// One `SET_ACL` of the directory, the entry shared.
+    Shared,
+}
+
+/// The user the ACL changes grant and take away (no session uses it).
+const GRANTEE: u32 = 4242;
+
+/// Grants (or takes away) `GRANTEE`'s read access to every file of the
+/// striped layout's directory by `spread`: the time it took and the PAL
+/// writes the manager sent.
+async fn acl_change(side: &Side, dir: Handle, spread: Spread, grant: bool) -> anyhow::Result<(u64, u64)> {
+    let flags = if spread == Spread::Shared { nasd_fs::ACL_SHARED } else { 0 };
+    let entries = if grant {
+        vec![nasd_fs::AclEntry { who: nasd_fs::AclWho::User(GRANTEE), rights: nasd_fs::ACL_READ, flags }]
+    } else {
+        Vec::new()
+    };
+    let handles: Vec<Handle> = match spread {
+        Spread::PerFile => side.files[1].iter().map(|(h, _)| *h).collect(),
+        Spread::Shared => vec![dir],
+    };
+    let writes = side.cluster.manager().pal_writes();
+    let t = Instant::now();
+    for handle in handles {
+        match side.fs.call(&ManagerRequest::SetAcl { handle, entries: entries.clone() }).await? {
+            ManagerReply::Acl(_) => {}
+            other => anyhow::bail!("unexpected reply {other:?}"),
+        }
+    }
+    Ok((t.elapsed().as_nanos() as u64, side.cluster.manager().pal_writes() - writes))
+}
+
+/// The ACL-change cases: per scheme, file by file and shared, each granted
+/// and taken away once per round, interleaved.
+async fn acl_changes(sides: &[Side], args: &DsfsArgs) -> anyhow::Result<()> {
+    let files = args.files as u64;
+    let drives = LAYOUTS[1].1.parse::<u64>().expect("a drive count");
+    let mut rows = Vec::new();
+    for side in sides {
+        let dir = side.fs.walk("/l1", OpenMode::None).await?.handle();
+        let pals = side.name == "pals";
+        for spread in [Spread::PerFile, Spread::Shared] {
+            // Times and PAL writes of grants, then of take-aways.
+            rows.push((side, dir, spread, pals, [Vec::new(), Vec::new()], [0u64; 2]));
+        }
+    }
+    for _ in 0..args.rounds {
+        for (side, dir, spread, pals, times, writes) in rows.iter_mut() {
+            for (k, grant) in [true, false].into_iter().enumerate() {
+                let (ns, sent) = acl_change(side, *dir, *spread, grant).await?;
+                let expected = match (*pals, *spread) {
+                    (false, _) => 0,
+                    (true, Spread::PerFile) => files * drives,
+                    (true, Spread::Shared) => drives,
+                };
+                anyhow::ensure!(sent == expected, "{} PAL writes for one change, expected {expected}", sent);
+                times[k].push(ns);
+                writes[k] = sent;
+            }
+        }
+    }
+    println!();
+    println!(
+        "A directory's ACL change over its {files} files (DSFS §4.1, PAL collections), striped over {drives} drives: \
+         one user's read access granted, then taken away (which under capabilities also revokes every file's \
+         capabilities: one SET_ACV per component); per file (SET_ACL of each file) or once on the directory as a \
+         shared entry (one super PAL per drive); baseline: per file, same scheme and change"
+    );
+    println!("| scheme | change | how | PAL writes per change | mean ms | p99 ms | ratio to baseline (mean) |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut baseline = [0.0; 2];
+    for (side, _, spread, _, times, writes) in rows.iter_mut() {
+        for (k, change) in ["grant", "take away"].into_iter().enumerate() {
+            let (mean, p99) = stats(&mut times[k]);
+            if *spread == Spread::PerFile {
+                baseline[k] = mean;
+            }
+            let how = match spread {
+                Spread::PerFile => "per file",
+                Spread::Shared => "directory, shared",
+            };
+            println!(
+                "| {} | {change} | {how} | {} | {:.2} | {:.2} | {:.3} |",
+                side.name,
+                writes[k],
+                mean / 1000.0,
+                p99 / 1000.0,
+                mean / baseline[k]
+            );
+        }
+    }
+    Ok(())
 }

@@ -1011,6 +1011,8 @@ pub struct LocalCluster {
     tls: nasd_manager::tls::TlsFiles,
     /// Managers added by [`add_manager`](Self::add_manager).
     more_managers: u32,
+    /// The first manager (benchmarks in this process read its counters).
+    manager: Arc<Manager>,
 }
 
 /// How [`LocalCluster::start_with`] sets a cluster up.
@@ -1228,12 +1230,18 @@ impl LocalCluster {
             manager_config,
             tls,
             more_managers: 0,
+            manager: m.manager.clone(),
         };
         if cluster._manager_runtime.is_some() {
             // Drives are added on the manager's runtime: wait until they all are.
             cluster.wait_for_drives(&m.manager).await?;
         }
         Ok(cluster)
+    }
+
+    /// The first manager, in this process.
+    pub fn manager(&self) -> &Arc<Manager> {
+        &self.manager
     }
 
     /// Starts one more manager on the first one's metadata, which must be a

@@ -43,7 +43,7 @@ pub use conn::{
 };
 pub use file::File;
 pub use nasd_proto::acl::{
-    AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_WRITE,
+    AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
 };
 pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};

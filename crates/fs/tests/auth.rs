@@ -819,3 +819,126 @@ fn another_manager_retries_a_missed_pal_push() {
     });
     drop(server);
 }
+
+/// A client of drive `drive` under its drive key.
+async fn drive_owner_of(c: &Cluster, drive: u32) -> DriveClient {
+    let d = c.manager.drives().into_iter().find(|d| d.drive == drive).expect("a drive of the cluster");
+    let mut owner = DriveClient::connect(d.addr.as_str()).await.unwrap();
+    owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
+    owner
+}
+
+/// Super PALs (DSFS §4.1–4.2): a directory's shared entries hold live for
+/// every file created in it. Granting them, and taking them away, costs
+/// one `SET_SUPER_PAL` per drive however many files the directory holds —
+/// against one `SET_PAL` per component of every file for the same grant
+/// made file by file — and is in force on every drive the moment
+/// `SET_ACL` returns. A drive that misses it is caught up from the
+/// metadata store's record; removing the directory clears the super PAL.
+#[test]
+fn a_directory_acl_change_is_one_super_pal_per_drive() {
+    const FILES: usize = 12;
+    run(async {
+        let (auth, mut cluster, admin) = pal_cluster(AuthScheme::PALS, 2).await;
+        let partition = cluster.manager.config().partition;
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        to(alice_fs.mkdir("/shared/proj", 0o755)).await.unwrap();
+        let proj = to(alice_fs.stat("/shared/proj")).await.unwrap().attr.ino;
+        let mut objects = Vec::new();
+        for i in 0..FILES {
+            let path = format!("/shared/proj/f{i}");
+            to(alice_fs.write_file(&path, DATA)).await.unwrap();
+            to(alice_fs.chmod(&path, 0o600)).await.unwrap();
+            let c = to(admin.get_layout(&path)).await.unwrap().components[0].0.object;
+            objects.push((c.drive, c.object));
+        }
+        assert!(objects.iter().any(|o| o.0 != objects[0].0), "files on both drives");
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/proj/f0")).await), FsStatus::PermissionDenied);
+        let mut owners = Vec::new();
+        for d in cluster.manager.drives() {
+            owners.push((d.drive, drive_owner_of(&cluster, d.drive).await));
+        }
+
+        // One directory change: one write per drive, and bob reads every file by identity.
+        let writes = cluster.manager.pal_writes();
+        let bob_reads = nasd_fs::AclEntry {
+            who: nasd_fs::AclWho::User(UID_B),
+            rights: nasd_fs::ACL_READ,
+            flags: nasd_fs::ACL_SHARED,
+        };
+        to(alice_fs.set_acl("/shared/proj", vec![bob_reads])).await.unwrap();
+        assert_eq!(cluster.manager.pal_writes() - writes, 2, "one super PAL per drive, not one PAL per file");
+        for (drive, owner) in &mut owners {
+            let sup = to(owner.get_super_pal(partition, proj)).await.unwrap();
+            assert_eq!(sup.rights_for(UID_B, 0), Some(rights::READ | rights::GETATTR), "drive {drive}");
+        }
+        for (i, (drive, object)) in objects.iter().enumerate() {
+            let owner = &mut owners.iter_mut().find(|o| o.0 == *drive).unwrap().1;
+            let pal = to(owner.get_pal(partition, *object)).await.unwrap();
+            assert_eq!(pal.collection, proj, "f{i} is a member of its directory's collection");
+            assert_eq!(pal.pal.rights_for(UID_B, 0), None, "bob is not in f{i}'s own PAL");
+            assert_eq!(to(bob_fs.read_file(&format!("/shared/proj/f{i}"))).await.unwrap(), DATA);
+        }
+
+        // The same grant made file by file: one PAL per component of every file.
+        let writes = cluster.manager.pal_writes();
+        for i in 0..FILES {
+            let read = entry(nasd_fs::AclWho::User(UID_C), nasd_fs::ACL_READ);
+            to(alice_fs.set_acl(&format!("/shared/proj/f{i}"), vec![read])).await.unwrap();
+        }
+        assert_eq!(cluster.manager.pal_writes() - writes, FILES as u64);
+
+        // Taken away: refused on every drive the moment SET_ACL returns.
+        let writes = cluster.manager.pal_writes();
+        to(alice_fs.set_acl("/shared/proj", Vec::new())).await.unwrap();
+        assert_eq!(cluster.manager.pal_writes() - writes, 2);
+        for (drive, object) in &objects {
+            let addr = cluster.manager.drives().into_iter().find(|d| d.drive == *drive).unwrap().addr.clone();
+            let mut b = DriveClient::connect(addr.as_str()).await.unwrap();
+            b.set_auth(Auth::new(
+                Credential::Identity { data: bob.credential, key: bob.idkey.clone() },
+                Protection::INTEGRITY_ARGS,
+            ));
+            assert_eq!(drive_status(to(b.read(partition, *object, &whole())).await), Status::NotInPal);
+        }
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/proj/f0")).await), FsStatus::PermissionDenied);
+
+        // A drive down during the change: DRIVE_UNAVAILABLE, the change committed and recorded;
+        // the next maintenance pass after the drive is back sets the super PAL there.
+        let halted = cluster.drives.remove(1).halt().await;
+        assert_eq!(fs_status(to(alice_fs.set_acl("/shared/proj", vec![bob_reads])).await), FsStatus::DriveUnavailable);
+        cluster.drives.insert(1, halted.start().await);
+        to(cluster.manager.maintain()).await;
+        for (drive, _) in &objects {
+            let mut owner = drive_owner_of(&cluster, *drive).await;
+            let sup = to(owner.get_super_pal(partition, proj)).await.unwrap();
+            assert_eq!(sup.rights_for(UID_B, 0), Some(rights::READ | rights::GETATTR), "drive {drive} caught up");
+        }
+        for i in 0..FILES {
+            assert_eq!(to(bob_fs.read_file(&format!("/shared/proj/f{i}"))).await.unwrap(), DATA);
+        }
+
+        // The directory removed (its files moved out first, still members): the grant goes
+        // with it, at the manager and on every drive.
+        to(alice_fs.mkdir("/shared/elsewhere", 0o755)).await.unwrap();
+        for i in 0..FILES {
+            to(alice_fs.rename(&format!("/shared/proj/f{i}"), &format!("/shared/elsewhere/f{i}"))).await.unwrap();
+        }
+        assert_eq!(to(bob_fs.read_file("/shared/elsewhere/f0")).await.unwrap(), DATA, "still a member");
+        let writes = cluster.manager.pal_writes();
+        to(alice_fs.rmdir("/shared/proj")).await.unwrap();
+        assert_eq!(cluster.manager.pal_writes() - writes, 2);
+        for d in cluster.manager.drives() {
+            let mut owner = drive_owner_of(&cluster, d.drive).await;
+            assert!(to(owner.get_super_pal(partition, proj)).await.unwrap().is_empty(), "drive {} forgot it", d.drive);
+        }
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/elsewhere/f0")).await), FsStatus::PermissionDenied);
+        assert_eq!(cluster.manager.capabilities_minted(), 0);
+
+        drop((alice_fs, bob_fs, admin, owners));
+        let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}

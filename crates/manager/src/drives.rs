@@ -562,6 +562,12 @@ impl DriveHandle {
         }
     }
 
+    /// Replaces PAL collection `collection`'s super PAL (under the drive key;
+    /// durable when it returns); an empty one makes the drive forget it.
+    pub async fn set_super_pal(&self, collection: u64, pal: &nasd_proto::Pal) -> Result<(), DriveError> {
+        on_drive!(self, Repeat::Safe, |c| c.set_super_pal(self.partition, collection, pal))
+    }
+
     /// Sets which credentials the file system's partition accepts.
     pub async fn set_auth_scheme(&self, scheme: nasd_proto::AuthScheme) -> Result<(), DriveError> {
         on_drive!(self, Repeat::Safe, |c| c.set_auth_scheme(self.partition, scheme))

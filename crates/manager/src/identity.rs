@@ -58,6 +58,8 @@ struct DriveIds {
     retired: BTreeSet<u32>,
     /// The partition's authorization scheme was set to the configured one.
     scheme_set: bool,
+    /// Every collection's super PAL was set (`Manager::super_pals_to`).
+    super_pals_set: bool,
 }
 
 fn now_ns() -> u64 {
@@ -142,9 +144,9 @@ impl Manager {
 
     /// Fetches the shared keys from the authentication server and brings
     /// every drive up to date: the partition's authorization scheme set to
-    /// `ManagerConfig::auth_scheme` (once per drive and manager run), live
-    /// keys installed in ascending id order, every other id up to the
-    /// highest retired. Returns once every drive
+    /// `ManagerConfig::auth_scheme` and every collection's super PAL (once
+    /// per drive and manager run), live keys installed in ascending id
+    /// order, every other id up to the highest retired. Returns once every drive
     /// answered; a drive that did not is named in the error (and caught up
     /// at a later pass).
     pub async fn sync_identity_keys(&self) -> Result<(), Failure> {
@@ -179,9 +181,14 @@ impl Manager {
                 Ok(())
             }
             .await;
+            let mut r = r.map_err(|e| e.to_string());
+            if r.is_ok() && !ids.super_pals_set {
+                r = self.super_pals_to(&d).await.map_err(|f| f.message);
+                ids.super_pals_set = r.is_ok();
+            }
             self.identity.drives.lock().expect("identity drives lock").insert(d.drive, ids);
             if let Err(e) = r {
-                tracing::warn!(drive = d.drive, error = %e, "identity keys not brought up to date");
+                tracing::warn!(drive = d.drive, error = %e, "identity keys or super PALs not brought up to date");
                 failed.push(format!("drive {}: {e}", d.drive));
             }
         }

@@ -312,6 +312,8 @@ pub struct Manager {
     pub(crate) login_backoff: login_backoff::LoginBackoff,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
     inode_locks: Box<[tokio::sync::Mutex<()>]>,
+    /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::pal_turn`].
+    pal_locks: Box<[tokio::sync::Mutex<()>]>,
     /// Each drive's health from heartbeats ([`health`]).
     health: std::sync::Mutex<std::collections::HashMap<u32, health::DriveHealth>>,
     /// Recent placements, which placement spreads away from.
@@ -327,6 +329,8 @@ pub struct Manager {
     out_of_service: std::sync::Mutex<std::collections::HashSet<u32>>,
     /// Capabilities minted for clients since start ([`Manager::capabilities_minted`]).
     minted: AtomicU64,
+    /// PALs and super PALs sent to drives since start ([`Manager::pal_writes`]).
+    pal_writes: AtomicU64,
     /// Moves on whenever a user's groups (or other credentials a session
     /// holds) change: a session that saw an older value reloads its user
     /// before its next request ([`Manager::refresh_session`]).
@@ -367,6 +371,7 @@ impl Manager {
         let backend = location.open().map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
         let ns = Namespace::new(backend, config.default_layout)
             .and_then(|ns| ns.with_small_file_threshold(config.small_file_threshold))
+            .map(|ns| ns.with_capabilities(config.auth_scheme.capabilities()))
             .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
         let map_epoch = ns.map_epoch().map_err(|e| anyhow::anyhow!("cannot read the cluster map epoch: {e}"))?;
@@ -387,6 +392,7 @@ impl Manager {
             argon2: passwords::Pool::start(),
             login_backoff: Default::default(),
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            pal_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             health: Default::default(),
             recent: Default::default(),
             data_pool: Arc::new(nasd_stripe::DrivePool::new()),
@@ -394,6 +400,7 @@ impl Manager {
             repair_kick: tokio::sync::Notify::new(),
             out_of_service: Default::default(),
             minted: AtomicU64::new(0),
+            pal_writes: AtomicU64::new(0),
             users_epoch: AtomicU64::new(0),
             shared_users_epoch: AtomicU64::new(users_epoch),
             changes: changes::ChangeFeed::new(),
@@ -445,6 +452,13 @@ impl Manager {
     /// none on a partition that accepts PALs only.
     pub fn capabilities_minted(&self) -> u64 {
         self.minted.load(Ordering::Relaxed)
+    }
+
+    /// PAL writes this manager has sent to drives since it started: one per
+    /// component object for an access PAL (`SET_PAL`), one per drive for a
+    /// collection's super PAL (`SET_SUPER_PAL`), retries included.
+    pub fn pal_writes(&self) -> u64 {
+        self.pal_writes.load(Ordering::Relaxed)
     }
 
     /// The drives, in drive-number order.

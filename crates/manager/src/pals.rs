@@ -40,7 +40,11 @@
 //! component object (repair and rebalance set it on a new object before it
 //! becomes a component) (`SET_PAL` under the drive key, durable when it
 //! returns) and answers only once every drive answered: from then on, a
-//! request by identity is checked against the new list.
+//! request by identity is checked against the new list. Pushes of one PAL
+//! take turns (`Manager::pal_turn`: a lock, and a lease on a shared
+//! database), each reading the ACL only once it has the turn, so a slower
+//! push of an older list (a retry's, another manager's) never lands after
+//! a newer one.
 //!
 //! **Durable retry.** A drive that did not take it makes the request
 //! `DRIVE_UNAVAILABLE` (the change is committed) and the file is recorded
@@ -59,15 +63,33 @@
 //! file with the rights it needed. The manager checks them through the ACL
 //! as an open would and, only if granted, sets the PAL again on every
 //! component before answering; the client retries once. A refused caller
-//! gets `PERMISSION_DENIED` and no drive is written.
+//! gets `PERMISSION_DENIED` and no drive is written; the file's
+//! collection's super PAL is set again on its components' drives as well.
+//!
+//! **Super PALs** (DSFS §4.1–4.2). Every regular file is a member of the
+//! PAL collection of the directory it was created in (`nasd_meta::acl`);
+//! its access PAL names that collection, and the directory's **shared**
+//! entries (`ACL_SHARED`), flattened as above (users and roles; no owner),
+//! are the collection's super PAL, which the drive joins to the access PAL
+//! of every member. A change of the shared entries (or the removal of a
+//! directory that had some) is recorded in the metadata store in the
+//! change's own transaction; the manager then sets the super PAL on every
+//! drive in service — one `SET_SUPER_PAL` per drive, however many members —
+//! and answers only once each answered, as for access PALs; a drive that
+//! did not keeps the record, retried each maintenance pass. A drive the
+//! manager meets for the first time in a run gets every super PAL when its
+//! scheme is set (`sync_identity_keys`).
 
+use crate::drives::DriveHandle;
 use crate::{Failure, Manager};
-use nasd_meta::Inode;
+use nasd_meta::{Inode, PalPush};
 use nasd_proto::acl::{AclEntry, AclWho, ACL_READ, ACL_WRITE};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
 use nasd_proto::limits::PAL_ENTRIES_MAX;
 use nasd_proto::manager::ManagerReply;
 use nasd_proto::{rights, ObjectPal, Pal, PalEntry, Principal};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Most recorded files one maintenance pass sets PALs again for (the rest
 /// wait for the next pass): bounds a pass's drive requests after a long
@@ -136,16 +158,114 @@ pub fn flatten(uid: u32, mode: u32, entries: &[AclEntry]) -> Pal {
     Pal::new(out)
 }
 
+/// The super PAL of a collection whose directory has the shared entries
+/// `shared`: each named user and each role with its entry's drive rights
+/// (groups are not flattened, as for access PALs). At most
+/// `ACL_ENTRIES_MAX` = `PAL_ENTRIES_MAX` entries, so it always fits.
+pub fn flatten_shared(shared: &[AclEntry]) -> Pal {
+    let entries: Vec<PalEntry> = shared
+        .iter()
+        .filter_map(|e| {
+            let principal = match e.who {
+                AclWho::User(u) => Principal::User(u),
+                AclWho::Role(r) => Principal::Role(r),
+                AclWho::Group(_) => return None,
+            };
+            let rights = drive_rights(e.rights);
+            (rights != 0).then_some(PalEntry { principal, rights })
+        })
+        .collect();
+    assert!(entries.len() <= PAL_ENTRIES_MAX, "an ACL holds at most PAL_ENTRIES_MAX entries");
+    Pal::new(entries)
+}
+
 impl Manager {
     /// Whether the file system's partition accepts PALs (so files carry them).
     pub(crate) fn pushes_pals(&self) -> bool {
         self.config().auth_scheme.pals()
     }
 
-    /// The access PAL of file `ino` as its ACL now stands.
+    /// The access PAL of file `ino` as its ACL now stands, naming its
+    /// collection.
     pub(crate) async fn pal_of(&self, ino: Ino) -> Result<ObjectPal, Failure> {
-        let info = self.meta(move |ns| ns.get_acl(ino)).await?;
-        Ok(ObjectPal { collection: 0, pal: flatten(info.uid, info.mode, &info.entries) })
+        let (info, collection) = self.meta(move |ns| ns.pal_source(ino)).await?;
+        Ok(ObjectPal { collection, pal: flatten(info.uid, info.mode, &info.entries) })
+    }
+
+    /// Sets collection `collection`'s super PAL on `drives`; the drives
+    /// that did not take it.
+    async fn set_super_pal_on(&self, drives: &[Arc<DriveHandle>], collection: Ino, pal: &Pal) -> Vec<String> {
+        self.pal_writes.fetch_add(drives.len() as u64, Ordering::Relaxed);
+        let pushes = drives.iter().map(|d| async move { (d.drive, d.set_super_pal(collection, pal).await) });
+        futures::future::join_all(pushes)
+            .await
+            .into_iter()
+            .filter_map(|(drive, r)| r.err().map(|e| format!("drive {drive}: {e}")))
+            .collect()
+    }
+
+    /// The drives a super PAL belongs on: every drive in service.
+    fn super_pal_drives(&self) -> Vec<Arc<DriveHandle>> {
+        self.drives().into_iter().filter(|d| !self.is_out(d.drive)).collect()
+    }
+
+    /// Sets the super PAL of each collection in `collections` whose change
+    /// is recorded as due, as its shared entries now stand, on every drive
+    /// in service, and clears the record once each drive took it (on a
+    /// partition without PALs, clears it: no drive holds super PALs).
+    ///
+    /// # Errors
+    /// `DRIVE_UNAVAILABLE` naming the drives that did not take one (the
+    /// change is committed and its record kept for the maintenance pass).
+    pub(crate) async fn push_super_pals(&self, collections: &[Ino]) -> Result<(), Failure> {
+        let mut failed = Vec::new();
+        for &collection in collections {
+            let _turn = self.pal_turn(PalPush::Collection, collection).await?;
+            let Some((seq, shared)) = self.meta(move |ns| ns.collection_due(collection)).await? else {
+                continue; // delivered meanwhile (a maintenance pass, another manager)
+            };
+            let missed = if self.pushes_pals() {
+                self.set_super_pal_on(&self.super_pal_drives(), collection, &flatten_shared(&shared)).await
+            } else {
+                Vec::new()
+            };
+            if missed.is_empty() {
+                self.meta(move |ns| ns.pal_delivered(PalPush::Collection, collection, seq)).await?;
+            } else {
+                tracing::warn!(collection, "super PAL not set on every drive: {}", missed.join("; "));
+                failed.extend(missed);
+            }
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::new(
+            FsStatus::DriveUnavailable,
+            format!(
+                "the change is made but the directory's shared entries did not reach every drive ({}); \
+                 set again at the next maintenance pass",
+                failed.join("; ")
+            ),
+        ))
+    }
+
+    /// Sets every collection's super PAL on drive `d` (a drive this
+    /// manager run meets for the first time). Nothing on a partition
+    /// without PALs.
+    pub(crate) async fn super_pals_to(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
+        if !self.pushes_pals() {
+            return Ok(());
+        }
+        let collections = self.meta(|ns| ns.collections()).await?;
+        for (collection, _) in collections {
+            let _turn = self.pal_turn(PalPush::Collection, collection).await?;
+            let shared = self.meta(move |ns| ns.collection_entries(collection)).await?;
+            let missed = self.set_super_pal_on(std::slice::from_ref(d), collection, &flatten_shared(&shared)).await;
+            if let Some(e) = missed.into_iter().next() {
+                return Err(Failure::new(FsStatus::DriveUnavailable, e));
+            }
+        }
+        Ok(())
     }
 
     /// Flattens `inode`'s ACL and sets it on every component object; returns
@@ -163,7 +283,7 @@ impl Manager {
             return Ok(());
         }
         tracing::warn!(ino, "PAL not set on every component: {}", failed.join("; "));
-        let recorded = match self.meta(move |ns| ns.pal_undelivered(ino)).await {
+        let recorded = match self.meta(move |ns| ns.pal_undelivered(PalPush::File, ino)).await {
             Ok(()) => "set again at the next maintenance pass".to_string(),
             Err(f) => {
                 tracing::error!(ino, error = %f.message, "a failed PAL push is not recorded: not retried");
@@ -183,11 +303,13 @@ impl Manager {
         if !self.pushes_pals() || inode.components.is_empty() {
             return Ok(Vec::new());
         }
+        let _turn = self.pal_turn(PalPush::File, inode.attr.ino).await?;
         let pal = self.pal_of(inode.attr.ino).await?;
         let mut work = Vec::with_capacity(inode.components.len());
         for c in &inode.components {
             work.push((self.drive(c.object.drive)?, c.object.object));
         }
+        self.pal_writes.fetch_add(work.len() as u64, Ordering::Relaxed);
         let pushes = work.iter().map(|(d, object)| {
             let pal = &pal;
             async move { (d.drive, d.set_pal(*object, pal).await) }
@@ -216,13 +338,24 @@ impl Manager {
         } else {
             None
         };
-        match self.meta(move |ns| ns.pals_undelivered(PAL_RETRY_BATCH)).await {
+        match self.meta(move |ns| ns.pals_undelivered(PalPush::File, PAL_RETRY_BATCH)).await {
             Ok(due) => {
                 for (ino, seq) in due {
                     self.retry_pal(ino, seq).await;
                 }
             }
             Err(f) => tracing::warn!(error = %f.message, "recorded PAL pushes not read"),
+        }
+        match self.meta(move |ns| ns.pals_undelivered(PalPush::Collection, PAL_RETRY_BATCH)).await {
+            Ok(due) => {
+                let collections: Vec<Ino> = due.into_iter().map(|(c, _)| c).collect();
+                match self.push_super_pals(&collections).await {
+                    Ok(()) if !collections.is_empty() => tracing::info!(?collections, "super PALs set again"),
+                    Ok(()) => {}
+                    Err(f) => tracing::debug!("super PALs still not on every drive: {}", f.message),
+                }
+            }
+            Err(f) => tracing::warn!(error = %f.message, "recorded super PAL pushes not read"),
         }
         if let Some(held) = held {
             self.release(held).await;
@@ -233,7 +366,7 @@ impl Manager {
         let inode = match self.meta(move |ns| ns.getattr(ino)).await {
             Ok(inode) => inode,
             Err(f) if f.status == FsStatus::NotFound => {
-                let _ = self.meta(move |ns| ns.pal_delivered(ino, seq)).await;
+                let _ = self.meta(move |ns| ns.pal_delivered(PalPush::File, ino, seq)).await;
                 return;
             }
             Err(f) => {
@@ -242,10 +375,12 @@ impl Manager {
             }
         };
         match self.set_pal_everywhere(&inode).await {
-            Ok(failed) if failed.is_empty() => match self.meta(move |ns| ns.pal_delivered(ino, seq)).await {
-                Ok(()) => tracing::info!(ino, "PAL set on every component again"),
-                Err(f) => tracing::warn!(ino, error = %f.message, "PAL set again; its record stays for now"),
-            },
+            Ok(failed) if failed.is_empty() => {
+                match self.meta(move |ns| ns.pal_delivered(PalPush::File, ino, seq)).await {
+                    Ok(()) => tracing::info!(ino, "PAL set on every component again"),
+                    Err(f) => tracing::warn!(ino, error = %f.message, "PAL set again; its record stays for now"),
+                }
+            }
             Ok(failed) => tracing::debug!(ino, "PAL still not on every component: {}", failed.join("; ")),
             Err(f) => tracing::warn!(ino, error = %f.message, "PAL not retried"),
         }
@@ -278,8 +413,36 @@ impl Manager {
         let (read, write) = (rights & ACL_READ != 0, rights & ACL_WRITE != 0);
         self.meta(move |ns| ns.check_access(&c, ino, read, write)).await?;
         tracing::info!(ino, uid = caller.uid, role = caller.role, "PAL set again on demand");
+        let super_pal = self.refresh_super_pal(&inode).await;
         self.push_pal(&inode).await?;
+        super_pal?;
         Ok(ManagerReply::Done)
+    }
+
+    /// Sets the super PAL of `inode`'s collection, as it now stands, on the
+    /// drives of its components (on demand: one of them may have missed it).
+    async fn refresh_super_pal(&self, inode: &Inode) -> Result<(), Failure> {
+        let ino = inode.attr.ino;
+        let (_, collection) = self.meta(move |ns| ns.pal_source(ino)).await?;
+        if collection == 0 {
+            return Ok(());
+        }
+        let _turn = self.pal_turn(PalPush::Collection, collection).await?;
+        let shared = self.meta(move |ns| ns.collection_entries(collection)).await?;
+        let mut drives: Vec<Arc<DriveHandle>> = Vec::new();
+        for c in &inode.components {
+            if !drives.iter().any(|d| d.drive == c.object.drive) {
+                drives.push(self.drive(c.object.drive)?);
+            }
+        }
+        let missed = self.set_super_pal_on(&drives, collection, &flatten_shared(&shared)).await;
+        if missed.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::new(
+            FsStatus::DriveUnavailable,
+            format!("the file's collection's super PAL did not reach every drive ({})", missed.join("; ")),
+        ))
     }
 }
 

@@ -479,8 +479,8 @@ impl Manager {
                         ));
                     }
                 }
-                let (inode, info, intents) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
-                let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new() }).await;
+                let (inode, info, effects) = self.meta(move |ns| ns.set_acl(&c, handle.ino, entries.clone())).await?;
+                let revoked = self.apply(effects).await;
                 let pushed = self.push_pal(&inode).await;
                 revoked?;
                 pushed?;
@@ -541,8 +541,8 @@ impl Manager {
                 self.apply(effects).await.map(|()| ManagerReply::Done)
             }
             R::Rmdir { parent, name } => {
-                self.meta(move |ns| ns.rmdir(&c, parent.ino, &name)).await?;
-                Ok(ManagerReply::Done)
+                let effects = self.meta(move |ns| ns.rmdir(&c, parent.ino, &name)).await?;
+                self.apply(effects).await.map(|()| ManagerReply::Done)
             }
             R::Rename { parent, name, new_parent, new_name } => {
                 let (from, to) = (parent.ino, new_parent.ino);
@@ -1102,7 +1102,7 @@ impl Manager {
         };
         // Both run whatever the other's outcome: a drive missing the revocation must not also
         // leave the others with the old PAL.
-        let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new() }).await;
+        let revoked = self.apply(Effects { revoke: intents, doomed: Vec::new(), collections: vec![] }).await;
         let pushed = if access_changes { self.push_pal(&inode).await } else { Ok(()) };
         revoked?;
         pushed?;
@@ -1121,6 +1121,11 @@ impl Manager {
     /// it readmits the drive (`SET_MAP_EPOCH`), which after a restart
     /// refuses every capability until then (docs/ARCHITECTURE.md,
     /// "Readmission").
+    ///
+    /// Then the super PAL of every collection the change touched is set on
+    /// the drives ([`Manager::push_super_pals`]): the one part that fails
+    /// the request (`DRIVE_UNAVAILABLE`, the change committed and recorded
+    /// for a retry), as a missed access PAL does.
     pub(crate) async fn apply(&self, effects: Effects) -> Result<(), Failure> {
         /// Per drive: objects to revoke (object, acv) and objects to remove.
         type DriveWork = (Vec<(u64, u64)>, Vec<u64>);
@@ -1157,7 +1162,7 @@ impl Manager {
                 d.set_unrecovered();
             }
         }
-        Ok(())
+        self.push_super_pals(&effects.collections).await
     }
 
     /// A writer is done (`COMMIT` with txn 0): record a single-component

@@ -155,19 +155,49 @@ impl Manager {
     /// # Errors
     /// `Busy` if another manager held the lease for [`INODE_LEASE_WAIT_MAX`].
     pub(crate) async fn inode_lock(&self, ino: Ino) -> Result<InodeGuard<'_>, Failure> {
-        let local = self.inode_locks[(ino % crate::INODE_LOCK_STRIPES as u64) as usize].lock().await;
+        self.take_turn(&self.inode_locks, ino, format!("inode/{ino}")).await
+    }
+
+    /// Waits for the turn to set the PAL of file `ino` (or the super PAL
+    /// of collection `ino`) on the drives: this process's lock (one of
+    /// `INODE_LOCK_STRIPES`, apart from the inode locks) and, on a shared
+    /// database, the lease `pal/INO` (`superpal/INO`). A push holds it from
+    /// reading what to set through the drives' answers to clearing its
+    /// record, so two pushes of one PAL — a change's and a retry's, on any
+    /// managers — never land in the opposite order of their reads: the last
+    /// to land is the newest. Never held together with an inode lock.
+    ///
+    /// # Errors
+    /// `Busy` if another manager held the lease for [`INODE_LEASE_WAIT_MAX`].
+    pub(crate) async fn pal_turn(&self, what: nasd_meta::PalPush, ino: Ino) -> Result<InodeGuard<'_>, Failure> {
+        let name = match what {
+            nasd_meta::PalPush::File => format!("pal/{ino}"),
+            nasd_meta::PalPush::Collection => format!("superpal/{ino}"),
+        };
+        self.take_turn(&self.pal_locks, ino, name).await
+    }
+
+    /// Waits for stripe `ino % INODE_LOCK_STRIPES` of `stripes` and, on a
+    /// shared database, lease `name`.
+    async fn take_turn<'a>(
+        &'a self,
+        stripes: &'a [tokio::sync::Mutex<()>],
+        ino: Ino,
+        name: String,
+    ) -> Result<InodeGuard<'a>, Failure> {
+        let local = stripes[(ino % stripes.len() as u64) as usize].lock().await;
         if !self.shared_database() {
             return Ok(InodeGuard { _local: local, lease: None });
         }
         let deadline = Instant::now() + INODE_LEASE_WAIT_MAX;
         loop {
-            if let Some(held) = self.acquire(format!("inode/{ino}"), INODE_LEASE_TTL).await? {
+            if let Some(held) = self.acquire(name.clone(), INODE_LEASE_TTL).await? {
                 return Ok(InodeGuard { _local: local, lease: Some((self.ns.clone(), held.lease)) });
             }
             if Instant::now() >= deadline {
                 return Err(Failure::new(
                     FsStatus::Busy,
-                    format!("another manager is changing inode {ino}; try again"),
+                    format!("another manager holds {name} (is changing it); try again"),
                 ));
             }
             tokio::time::sleep(INODE_LEASE_POLL).await;

@@ -10,6 +10,25 @@ use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::Component;
 use std::time::Duration;
 
+/// What a recorded PAL push is for ([`Txn::pal_pending_put`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PalPush {
+    /// A file's access PAL, on each of its components.
+    File,
+    /// A PAL collection's super PAL, on every drive.
+    Collection,
+}
+
+impl PalPush {
+    /// The table its records live in.
+    pub(crate) fn table(self) -> &'static str {
+        match self {
+            PalPush::File => "pal_pending",
+            PalPush::Collection => "collection_pending",
+        }
+    }
+}
+
 /// Row-level access inside one transaction. Backends implement this.
 ///
 /// Every method reports a storage failure as [`FsStatus::Internal`] (after
@@ -81,15 +100,31 @@ pub trait Txn {
     /// Replaces an inode's named ACL entries (the inode exists; the list is
     /// canonical). An empty list removes them all.
     fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> Result<(), FsStatus>;
-    /// Records that file `ino`'s access PAL is not on every component yet
-    /// (`pal_pending`); recording it twice is recording it once.
-    fn pal_pending_put(&mut self, ino: Ino) -> Result<(), FsStatus>;
+    /// Records that a PAL push did not reach every drive: file `ino`'s
+    /// access PAL (`pal_pending`, forgotten with the file) or collection
+    /// `ino`'s super PAL (`collection_pending`, kept after its directory is
+    /// gone: the drives must forget the super PAL). Recording it twice is
+    /// recording it once.
+    fn pal_pending_put(&mut self, what: PalPush, ino: Ino) -> Result<(), FsStatus>;
     /// Each record has a sequence number that grows with every put.
     /// Forgets `ino`'s record if its sequence number is still `seq` (none
     /// is not an error).
-    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> Result<(), FsStatus>;
-    /// The recorded files and their sequence numbers, ascending, at most `limit`.
-    fn pal_pending_list(&mut self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus>;
+    fn pal_pending_delete(&mut self, what: PalPush, ino: Ino, seq: u64) -> Result<(), FsStatus>;
+    /// `ino`'s record's sequence number, if it has one.
+    fn pal_pending_seq(&mut self, what: PalPush, ino: Ino) -> Result<Option<u64>, FsStatus>;
+    /// The recorded files (or collections) and their sequence numbers,
+    /// ascending, at most `limit`.
+    fn pal_pending_list(&mut self, what: PalPush, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus>;
+    /// The PAL collection regular file `ino` is a member of (the directory
+    /// it was created in), if it is one (`pal_members`).
+    fn pal_member(&mut self, ino: Ino) -> Result<Option<Ino>, FsStatus>;
+    /// Makes file `ino` a member of collection `collection`.
+    fn put_pal_member(&mut self, ino: Ino, collection: Ino) -> Result<(), FsStatus>;
+    /// Members of `collection` above `after`, ascending, at most `limit`.
+    fn pal_members(&mut self, collection: Ino, after: Ino, limit: usize) -> Result<Vec<Ino>, FsStatus>;
+    /// The directories with at least one shared ACL entry (the collections
+    /// that have a super PAL), ascending, at most `limit`.
+    fn shared_collections(&mut self, limit: usize) -> Result<Vec<Ino>, FsStatus>;
 
     /// A quota.
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus>;

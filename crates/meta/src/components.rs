@@ -137,7 +137,7 @@ impl<B: Backend> Namespace<B> {
             t.doom(&old)?;
             let intent = AcvIntent { object: new, acv: n.acv };
             t.put_acv_intent(&intent)?;
-            Ok(Effects { revoke: vec![intent], doomed: vec![old] })
+            Ok(Effects { revoke: vec![intent], doomed: vec![old], collections: vec![] })
         })
     }
 

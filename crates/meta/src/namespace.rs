@@ -27,6 +27,10 @@ pub struct Namespace<B: Backend> {
     pub(crate) small_threshold: u32,
     /// How new inodes choose their routing site (`crate::routing`).
     pub(crate) sites: crate::routing::SitePolicy,
+    /// Whether a change of a file's mode, owner or ACL revokes its
+    /// capabilities (bumps its ACV): not where none are ever minted (a
+    /// partition whose drives take PALs only).
+    pub(crate) revokes_capabilities: bool,
 }
 
 /// Nanoseconds since the Unix epoch, now.
@@ -278,7 +282,16 @@ impl<B: Backend> Namespace<B> {
             dir_depth_max: DIR_DEPTH_MAX,
             small_threshold: 0,
             sites: crate::routing::SitePolicy::default(),
+            revokes_capabilities: true,
         })
+    }
+
+    /// The same name space revoking capabilities on access changes or not:
+    /// `false` where no capability is ever minted (the drives take PALs
+    /// only), so a chmod, chown or ACL change bumps no ACV and leaves the
+    /// drives no ACV to set — the new PAL is what takes the right away.
+    pub fn with_capabilities(self, minted: bool) -> Self {
+        Namespace { revokes_capabilities: minted, ..self }
     }
 
     /// The same name space with a smaller [`DIR_DEPTH_MAX`] (tests).
@@ -574,7 +587,7 @@ impl<B: Backend> Namespace<B> {
     /// # Errors
     /// `NotDir` (also when the name is not a directory), `NotEmpty`, and as
     /// [`Namespace::unlink`].
-    pub fn rmdir(&self, caller: &Caller, parent: Ino, name: &str) -> Result<(), FsStatus> {
+    pub fn rmdir(&self, caller: &Caller, parent: Ino, name: &str) -> Result<Effects, FsStatus> {
         validate_name(name)?;
         self.backend.transact(|t| {
             let victim = self.removable(t, caller, parent, name)?;
@@ -584,7 +597,10 @@ impl<B: Backend> Namespace<B> {
             if !t.dir_is_empty(victim.attr.ino)? {
                 return Err(FsStatus::NotEmpty);
             }
-            drop_name(t, parent, name, victim, now_ns(), &mut Effects::default())
+            let mut fx = Effects::default();
+            crate::acl::dissolve(t, &victim, self.revokes_capabilities, &mut fx)?;
+            drop_name(t, parent, name, victim, now_ns(), &mut fx)?;
+            Ok(fx)
         })
     }
 
@@ -611,7 +627,7 @@ impl<B: Backend> Namespace<B> {
         validate_name(name)?;
         validate_name(new_name)?;
         let mv = Move { parent, name, new_parent, new_name };
-        self.backend.transact(|t| rename_in(t, caller, &mv, self.dir_depth_max))
+        self.backend.transact(|t| rename_in(t, caller, &mv, self.dir_depth_max, self.revokes_capabilities))
     }
 
     /// Changes mode (owner or root; a non-root caller outside the file's
@@ -632,7 +648,7 @@ impl<B: Backend> Namespace<B> {
         if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
             return Err(FsStatus::InvalidArgument);
         }
-        self.backend.transact(|t| setattr_in(t, caller, ino, set))
+        self.backend.transact(|t| setattr_in(t, caller, ino, set, self.revokes_capabilities))
     }
 
     /// [`setattr`](Self::setattr) and the commit of write transaction `txn`
@@ -661,7 +677,7 @@ impl<B: Backend> Namespace<B> {
             }
             intent.state = crate::types::IntentState::Committed;
             t.put_intent(&intent)?;
-            setattr_in(t, caller, ino, set)
+            setattr_in(t, caller, ino, set, self.revokes_capabilities)
         })
     }
 
@@ -765,7 +781,13 @@ impl<B: Backend> Namespace<B> {
 }
 
 /// `setattr` inside its transaction.
-fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
+fn setattr_in(
+    t: &mut dyn Txn,
+    caller: &Caller,
+    ino: Ino,
+    set: &SetAttrs,
+    revokes: bool,
+) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
     let mut n = get(t, ino)?;
     if *set == SetAttrs::default() {
         return Ok((n, Vec::new()));
@@ -780,7 +802,7 @@ fn setattr_in(t: &mut dyn Txn, caller: &Caller, ino: Ino, set: &SetAttrs) -> Res
         let grown = Inode { attr: FileAttr { uid: old.attr.uid, ..n.attr.clone() }, ..old.clone() };
         quotas::check_room(t, Some(&old), &grown)?;
     }
-    let intents = if set.changes_access() { revoke(t, &mut n)? } else { Vec::new() };
+    let intents = if set.changes_access() && revokes { revoke(t, &mut n)? } else { Vec::new() };
     quotas::put(t, &n)?;
     if let Some(size) = set.size {
         crate::small::cut_small(t, &n, size)?;
@@ -815,7 +837,13 @@ fn open_existing(
 }
 
 /// `rename` inside its transaction; `dir_depth_max`: [`DIR_DEPTH_MAX`] or a test's.
-fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>, dir_depth_max: usize) -> Result<Effects, FsStatus> {
+fn rename_in(
+    t: &mut dyn Txn,
+    caller: &Caller,
+    mv: &Move<'_>,
+    dir_depth_max: usize,
+    revokes: bool,
+) -> Result<Effects, FsStatus> {
     let sp = searchable(t, caller, mv.parent)?;
     let dp = searchable(t, caller, mv.new_parent)?;
     let src = child(t, mv.parent, mv.name)?.ok_or(FsStatus::NotFound)?;
@@ -845,6 +873,9 @@ fn rename_in(t: &mut dyn Txn, caller: &Caller, mv: &Move<'_>, dir_depth_max: usi
     let now = now_ns();
     let mut fx = Effects::default();
     if let Some(old) = old {
+        if old.attr.kind == FileKind::Dir {
+            crate::acl::dissolve(t, &old, revokes, &mut fx)?;
+        }
         drop_name(t, mv.new_parent, mv.new_name, old, now, &mut fx)?;
     }
     move_name(t, mv, src, now)?;

@@ -73,6 +73,8 @@
 //! - 5 → 6: `pal_pending(ino, seq)` (SQLite's version 8): the files whose
 //!   access PAL is not on every component yet.
 //! - 6 → 7: the inodes' routing `site` (SQLite's version 9).
+//! - 7 → 8: PAL collections (SQLite's version 10): `pal_members(ino,
+//!   collection)` and `collection_pending(ino, seq)`.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -84,7 +86,7 @@
 //! an error (it may hold a password): [`Postgres::target`] is what names the
 //! database. No TLS yet: use it on loopback or a trusted network.
 
-use crate::backend::{Access, Backend, Txn, TxnError};
+use crate::backend::{Access, Backend, PalPush, Txn, TxnError};
 use crate::error::{postgres_detail, MetaError};
 use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease as LeaseRow, Quota, QuotaSubject, StaleRange,
@@ -212,8 +214,15 @@ const V7: &str = r#"
 ALTER TABLE inodes ADD COLUMN site BIGINT NOT NULL DEFAULT 0;
 "#;
 
+/// Version 8: PAL collections (SQLite's version 10).
+const V8: &str = r#"
+CREATE TABLE pal_members (ino BIGINT PRIMARY KEY, collection BIGINT NOT NULL);
+CREATE INDEX pal_members_collection ON pal_members (collection, ino);
+CREATE TABLE collection_pending (ino BIGINT PRIMARY KEY, seq BIGINT NOT NULL);
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -1088,6 +1097,7 @@ impl Txn for PgTxn<'_> {
         self.exec("DELETE FROM small_staged WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM acl_entries WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM pal_pending WHERE ino = $1", &[&(ino as i64)])?;
+        self.exec("DELETE FROM pal_members WHERE ino = $1", &[&(ino as i64)])?;
         self.exec("DELETE FROM inodes WHERE ino = $1", &[&(ino as i64)])?;
         Ok(())
     }
@@ -1231,20 +1241,69 @@ impl Txn for PgTxn<'_> {
         Ok(())
     }
 
-    fn pal_pending_put(&mut self, ino: Ino) -> Result<(), FsStatus> {
-        let sql = "INSERT INTO pal_pending (ino, seq) VALUES ($1, 1) \
-                   ON CONFLICT (ino) DO UPDATE SET seq = pal_pending.seq + 1";
+    fn pal_pending_put(&mut self, what: PalPush, ino: Ino) -> Result<(), FsStatus> {
+        let sql = match what {
+            PalPush::File => {
+                "INSERT INTO pal_pending (ino, seq) VALUES ($1, 1) \
+                 ON CONFLICT (ino) DO UPDATE SET seq = pal_pending.seq + 1"
+            }
+            PalPush::Collection => {
+                "INSERT INTO collection_pending (ino, seq) VALUES ($1, 1) \
+                 ON CONFLICT (ino) DO UPDATE SET seq = collection_pending.seq + 1"
+            }
+        };
         self.exec(sql, &[&(ino as i64)]).map(|_| ())
     }
 
-    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> Result<(), FsStatus> {
-        self.exec("DELETE FROM pal_pending WHERE ino = $1 AND seq = $2", &[&(ino as i64), &(seq as i64)]).map(|_| ())
+    fn pal_pending_delete(&mut self, what: PalPush, ino: Ino, seq: u64) -> Result<(), FsStatus> {
+        let sql = match what {
+            PalPush::File => "DELETE FROM pal_pending WHERE ino = $1 AND seq = $2",
+            PalPush::Collection => "DELETE FROM collection_pending WHERE ino = $1 AND seq = $2",
+        };
+        self.exec(sql, &[&(ino as i64), &(seq as i64)]).map(|_| ())
     }
 
-    fn pal_pending_list(&mut self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
-        let rows = self.query("SELECT ino, seq FROM pal_pending ORDER BY ino LIMIT $1", &[&(limit as i64)])?;
+    fn pal_pending_seq(&mut self, what: PalPush, ino: Ino) -> Result<Option<u64>, FsStatus> {
+        let sql = match what {
+            PalPush::File => "SELECT seq FROM pal_pending WHERE ino = $1",
+            PalPush::Collection => "SELECT seq FROM collection_pending WHERE ino = $1",
+        };
+        let row = self.query_opt(sql, &[&(ino as i64)])?;
+        self.decode_opt(row, |r| Ok(get_at::<i64>(r, 0)? as u64))
+    }
+
+    fn pal_pending_list(&mut self, what: PalPush, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
+        let sql = match what {
+            PalPush::File => "SELECT ino, seq FROM pal_pending ORDER BY ino LIMIT $1",
+            PalPush::Collection => "SELECT ino, seq FROM collection_pending ORDER BY ino LIMIT $1",
+        };
+        let rows = self.query(sql, &[&(limit as i64)])?;
         let raw = self.decode(rows, |r| Ok((get_at::<i64>(r, 0)?, get_at::<i64>(r, 1)?)))?;
         Ok(raw.into_iter().map(|(i, s)| (i as Ino, s as u64)).collect())
+    }
+
+    fn pal_member(&mut self, ino: Ino) -> Result<Option<Ino>, FsStatus> {
+        let row = self.query_opt("SELECT collection FROM pal_members WHERE ino = $1", &[&(ino as i64)])?;
+        self.decode_opt(row, |r| Ok(get_at::<i64>(r, 0)? as Ino))
+    }
+
+    fn put_pal_member(&mut self, ino: Ino, collection: Ino) -> Result<(), FsStatus> {
+        let sql = "INSERT INTO pal_members (ino, collection) VALUES ($1, $2) \
+                   ON CONFLICT (ino) DO UPDATE SET collection = excluded.collection";
+        self.exec(sql, &[&(ino as i64), &(collection as i64)]).map(|_| ())
+    }
+
+    fn pal_members(&mut self, collection: Ino, after: Ino, limit: usize) -> Result<Vec<Ino>, FsStatus> {
+        let sql = "SELECT ino FROM pal_members WHERE collection = $1 AND ino > $2 ORDER BY ino LIMIT $3";
+        let rows = self.query(sql, &[&(collection as i64), &(after as i64), &(limit as i64)])?;
+        self.decode(rows, |r| Ok(get_at::<i64>(r, 0)? as Ino))
+    }
+
+    fn shared_collections(&mut self, limit: usize) -> Result<Vec<Ino>, FsStatus> {
+        const _: () = assert!(nasd_proto::acl::ACL_SHARED == 2, "the literal below is ACL_SHARED");
+        let sql = "SELECT DISTINCT ino FROM acl_entries WHERE (flags & 2) != 0 ORDER BY ino LIMIT $1";
+        let rows = self.query(sql, &[&(limit as i64)])?;
+        self.decode(rows, |r| Ok(get_at::<i64>(r, 0)? as Ino))
     }
 
     fn get_quota(&mut self, subject: QuotaSubject) -> Result<Option<Quota>, FsStatus> {

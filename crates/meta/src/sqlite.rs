@@ -1,6 +1,6 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 9, kept in `PRAGMA user_version`):
+//! Layout (schema version 10, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
 //!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold, site)`:
 //!   `layout` is the 7-byte canonical
@@ -80,13 +80,19 @@
 //!   logical routing site each was made in; 0 for every existing inode,
 //!   which one manager held). The routing table itself is the setting
 //!   `routing` (`crate::routing`).
+//! - 9 → 10 (`V10`): PAL collections: `pal_members(ino, collection)`, the
+//!   directory each regular file was created in (indexed by collection;
+//!   files made before have none, and their own entries alone apply), and
+//!   `collection_pending(ino, seq)`, the collections whose super PAL did
+//!   not reach every drive (kept after the directory is gone, whose super
+//!   PAL the drives must then forget). Both empty.
 
-use crate::backend::{Access, Backend, Txn, TxnError};
+use crate::backend::{Access, Backend, PalPush, Txn, TxnError};
 use crate::error::{internal, MetaError};
 use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease, Quota, QuotaSubject, StaleRange, User,
 };
-use nasd_proto::acl::{AclEntry, AclWho};
+use nasd_proto::acl::{AclEntry, AclWho, ACL_SHARED};
 use nasd_proto::codec::{Reader, Writer};
 use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::{Component, ComponentState, Layout};
@@ -229,8 +235,15 @@ const V9: &str = "
 ALTER TABLE inodes ADD COLUMN site INTEGER NOT NULL DEFAULT 0;
 ";
 
+/// PAL collections (see the module documentation).
+const V10: &str = "
+CREATE TABLE pal_members (ino INTEGER PRIMARY KEY, collection INTEGER NOT NULL);
+CREATE INDEX pal_members_collection ON pal_members (collection, ino);
+CREATE TABLE collection_pending (ino INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -620,6 +633,7 @@ impl Txn for SqliteTxn<'_> {
         self.exec("DELETE FROM small_staged WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM acl_entries WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM pal_pending WHERE ino = ?1", [ino as i64])?;
+        self.exec("DELETE FROM pal_members WHERE ino = ?1", [ino as i64])?;
         self.exec("DELETE FROM inodes WHERE ino = ?1", [ino as i64])?;
         Ok(())
     }
@@ -827,23 +841,63 @@ impl Txn for SqliteTxn<'_> {
         Ok(())
     }
 
-    fn pal_pending_put(&mut self, ino: Ino) -> Result<(), FsStatus> {
-        let sql = "INSERT INTO pal_pending (ino, seq) VALUES (?1, 1) \
-                   ON CONFLICT (ino) DO UPDATE SET seq = pal_pending.seq + 1";
-        self.exec(sql, [ino as i64]).map(|_| ())
+    fn pal_pending_put(&mut self, what: PalPush, ino: Ino) -> Result<(), FsStatus> {
+        let sql = format!(
+            "INSERT INTO {t} (ino, seq) VALUES (?1, 1) ON CONFLICT (ino) DO UPDATE SET seq = {t}.seq + 1",
+            t = what.table()
+        );
+        self.exec(&sql, [ino as i64]).map(|_| ())
     }
 
-    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> Result<(), FsStatus> {
-        self.exec("DELETE FROM pal_pending WHERE ino = ?1 AND seq = ?2", [ino as i64, seq as i64]).map(|_| ())
+    fn pal_pending_delete(&mut self, what: PalPush, ino: Ino, seq: u64) -> Result<(), FsStatus> {
+        let sql = format!("DELETE FROM {} WHERE ino = ?1 AND seq = ?2", what.table());
+        self.exec(&sql, [ino as i64, seq as i64]).map(|_| ())
     }
 
-    fn pal_pending_list(&mut self, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
-        let sql = "SELECT ino, seq FROM pal_pending ORDER BY ino LIMIT ?1";
-        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+    fn pal_pending_seq(&mut self, what: PalPush, ino: Ino) -> Result<Option<u64>, FsStatus> {
+        let sql = format!("SELECT seq FROM {} WHERE ino = ?1", what.table());
+        let mut st = self.c.prepare_cached(&sql).map_err(internal)?;
+        let seq = st.query_row([ino as i64], |r| r.get::<_, i64>(0)).optional().map_err(internal)?;
+        Ok(seq.map(|s| s as u64))
+    }
+
+    fn pal_pending_list(&mut self, what: PalPush, limit: usize) -> Result<Vec<(Ino, u64)>, FsStatus> {
+        let sql = format!("SELECT ino, seq FROM {} ORDER BY ino LIMIT ?1", what.table());
+        let mut st = self.c.prepare_cached(&sql).map_err(internal)?;
         let rows =
             st.query_map([limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).map_err(internal)?;
         let rows = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
         Ok(rows.into_iter().map(|(i, s)| (i as Ino, s as u64)).collect())
+    }
+
+    fn pal_member(&mut self, ino: Ino) -> Result<Option<Ino>, FsStatus> {
+        let mut st = self.c.prepare_cached("SELECT collection FROM pal_members WHERE ino = ?1").map_err(internal)?;
+        let c = st.query_row([ino as i64], |r| r.get::<_, i64>(0)).optional().map_err(internal)?;
+        Ok(c.map(|c| c as Ino))
+    }
+
+    fn put_pal_member(&mut self, ino: Ino, collection: Ino) -> Result<(), FsStatus> {
+        let sql = "INSERT INTO pal_members (ino, collection) VALUES (?1, ?2) \
+                   ON CONFLICT (ino) DO UPDATE SET collection = excluded.collection";
+        self.exec(sql, [ino as i64, collection as i64]).map(|_| ())
+    }
+
+    fn pal_members(&mut self, collection: Ino, after: Ino, limit: usize) -> Result<Vec<Ino>, FsStatus> {
+        let sql = "SELECT ino FROM pal_members WHERE collection = ?1 AND ino > ?2 ORDER BY ino LIMIT ?3";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows =
+            st.query_map([collection as i64, after as i64, limit as i64], |r| r.get::<_, i64>(0)).map_err(internal)?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        Ok(rows.into_iter().map(|i| i as Ino).collect())
+    }
+
+    fn shared_collections(&mut self, limit: usize) -> Result<Vec<Ino>, FsStatus> {
+        let sql =
+            format!("SELECT DISTINCT ino FROM acl_entries WHERE (flags & {ACL_SHARED}) != 0 ORDER BY ino LIMIT ?1");
+        let mut st = self.c.prepare_cached(&sql).map_err(internal)?;
+        let rows = st.query_map([limit as i64], |r| r.get::<_, i64>(0)).map_err(internal)?;
+        let rows = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
+        Ok(rows.into_iter().map(|i| i as Ino).collect())
     }
 
     fn get_user(&mut self, name: &str) -> Result<Option<User>, FsStatus> {

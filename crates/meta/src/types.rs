@@ -198,6 +198,11 @@ pub struct Effects {
     /// last name went, or replaced components): recorded in the doomed table;
     /// the manager removes them from drives.
     pub doomed: Vec<ObjectRef>,
+    /// PAL collections (directories) whose shared entries changed or went
+    /// with their directory: each is recorded in `collection_pending` in the
+    /// same transaction, and the manager sets its super PAL again on every
+    /// drive (an empty one for a directory gone).
+    pub collections: Vec<Ino>,
 }
 
 /// What `setattr` may change (None = leave as is).

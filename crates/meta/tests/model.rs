@@ -554,7 +554,7 @@ fn run(ns: &Namespace<Sqlite>, model: &mut Model, op: &Op) -> Result<Outcome, Fs
             (out.ino, out.created, out.objects) = (Some(inode.attr.ino), created, inode.objects().collect());
         }
         Op::Unlink(d, n) => out.effects = ns.unlink(&ROOT, walk(ns, PATHS[d])?, NAMES[n])?,
-        Op::Rmdir(d, n) => ns.rmdir(&ROOT, walk(ns, PATHS[d])?, NAMES[n])?,
+        Op::Rmdir(d, n) => out.effects = ns.rmdir(&ROOT, walk(ns, PATHS[d])?, NAMES[n])?,
         Op::Rename(p1, n1, p2, n2) => {
             let (sp, dp) = (walk(ns, PATHS[p1])?, walk(ns, PATHS[p2])?);
             out.effects = ns.rename(&ROOT, sp, NAMES[n1], dp, NAMES[n2])?;

@@ -11,6 +11,14 @@
 //! [`ACL_INHERIT`] is copied onto every file, directory and special file
 //! created in that directory afterwards (onto a new directory with the flag,
 //! so it keeps propagating; onto anything else without it).
+//!
+//! A directory entry flagged [`ACL_SHARED`] is not copied onto the regular
+//! files created in the directory but granted to them **live**: each such
+//! file is a member of the directory's PAL collection (DSFS §4.1), and a
+//! change of the directory's shared entries reaches every member at once
+//! (one super PAL per drive, not one access PAL per file). With
+//! [`ACL_INHERIT`] as well, a new subdirectory gets the entry with both
+//! flags and so becomes a collection of its own.
 
 use crate::codec::{Reader, Writer};
 use crate::DecodeError;
@@ -39,8 +47,11 @@ pub const ACL_RIGHTS: u8 = ACL_READ | ACL_WRITE | ACL_EXECUTE | ACL_SET_ACL;
 
 /// Entry flag: on a directory, copied onto what is created in it.
 pub const ACL_INHERIT: u8 = 1;
+/// Entry flag: on a directory, granted live to every regular file created
+/// in it (the members of its PAL collection); never copied onto them.
+pub const ACL_SHARED: u8 = 2;
 /// Every defined flag.
-pub const ACL_FLAGS: u8 = ACL_INHERIT;
+pub const ACL_FLAGS: u8 = ACL_INHERIT | ACL_SHARED;
 
 /// Wire kind of an entry naming a user (by uid).
 pub const ACL_KIND_USER: u8 = 1;
@@ -99,6 +110,12 @@ impl AclEntry {
     /// Whether the entry is copied onto what is created in its directory.
     pub fn inherits(&self) -> bool {
         self.flags & ACL_INHERIT != 0
+    }
+
+    /// Whether the entry is granted live to the members of its directory's
+    /// PAL collection.
+    pub fn shared(&self) -> bool {
+        self.flags & ACL_SHARED != 0
     }
 
     /// Appends `kind u8, id u32, rights u8, flags u8`.

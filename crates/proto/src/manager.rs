@@ -498,8 +498,8 @@ pub enum ManagerRequest {
         handle: Handle,
     },
     /// Replaces an inode's named ACL entries (canonical, at most
-    /// [`ACL_ENTRIES_MAX`]; [`ACL_INHERIT`](crate::acl::ACL_INHERIT) on a
-    /// directory's only). The owner, the superuser, or a holder of
+    /// [`ACL_ENTRIES_MAX`]; [`ACL_INHERIT`](crate::acl::ACL_INHERIT) and
+    /// [`ACL_SHARED`](crate::acl::ACL_SHARED) on a directory's only). The owner, the superuser, or a holder of
     /// [`ACL_SET_ACL`](crate::acl::ACL_SET_ACL) through an entry.
     SetAcl {
         handle: Handle,

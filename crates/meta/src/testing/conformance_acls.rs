@@ -1,8 +1,8 @@
 //! Conformance cases for global ACLs (`crate::acl`): the same semantics on
 //! every backend.
 
-use super::conformance::{at, create, ino, mkdir, own, parent, symlink, ALICE, BOB, CAROL, ROOT};
-use crate::backend::Backend;
+use super::conformance::{at, create, ino, mkdir, own, parent, rename, symlink, ALICE, BOB, CAROL, ROOT};
+use crate::backend::{Backend, PalPush};
 use crate::types::{Caller, SetAttrs};
 use crate::Namespace;
 use nasd_proto::acl::*;
@@ -37,25 +37,25 @@ pub(super) fn acl_roles_and_undelivered_pals<B: Backend>(ns: &Namespace<B>) {
     let role0 = AclEntry { who: AclWho::Role(0), rights: ACL_READ, flags: 0 };
     assert_eq!(ns.set_acl(&ALICE, f, vec![role0]).err(), Some(FsStatus::InvalidArgument));
 
-    assert!(ns.pals_undelivered(10).unwrap().is_empty());
+    assert!(ns.pals_undelivered(PalPush::File, 10).unwrap().is_empty());
     let g = create(ns, &ALICE, "/r/g", 0o600).unwrap().attr.ino;
-    ns.pal_undelivered(g).unwrap();
-    ns.pal_undelivered(f).unwrap();
-    let listed = ns.pals_undelivered(10).unwrap();
+    ns.pal_undelivered(PalPush::File, g).unwrap();
+    ns.pal_undelivered(PalPush::File, f).unwrap();
+    let listed = ns.pals_undelivered(PalPush::File, 10).unwrap();
     assert_eq!(listed.iter().map(|p| p.0).collect::<Vec<_>>(), vec![f, g]);
-    assert_eq!(ns.pals_undelivered(1).unwrap().len(), 1);
+    assert_eq!(ns.pals_undelivered(PalPush::File, 1).unwrap().len(), 1);
     // A push that fails again after the list was read keeps the record.
-    ns.pal_undelivered(f).unwrap();
-    ns.pal_delivered(f, listed[0].1).unwrap();
-    let again = ns.pals_undelivered(10).unwrap();
+    ns.pal_undelivered(PalPush::File, f).unwrap();
+    ns.pal_delivered(PalPush::File, f, listed[0].1).unwrap();
+    let again = ns.pals_undelivered(PalPush::File, 10).unwrap();
     assert_eq!(again.iter().map(|p| p.0).collect::<Vec<_>>(), vec![f, g], "a later failure survives");
     assert!(again[0].1 > listed[0].1);
-    ns.pal_delivered(f, again[0].1).unwrap();
-    ns.pal_delivered(f, again[0].1).unwrap();
-    assert_eq!(ns.pals_undelivered(10).unwrap().iter().map(|p| p.0).collect::<Vec<_>>(), vec![g]);
+    ns.pal_delivered(PalPush::File, f, again[0].1).unwrap();
+    ns.pal_delivered(PalPush::File, f, again[0].1).unwrap();
+    assert_eq!(ns.pals_undelivered(PalPush::File, 10).unwrap().iter().map(|p| p.0).collect::<Vec<_>>(), vec![g]);
     let (p, name) = parent(ns, "/r/g");
     ns.unlink(&ALICE, p, &name).unwrap();
-    assert!(ns.pals_undelivered(10).unwrap().is_empty(), "forgotten with the file");
+    assert!(ns.pals_undelivered(PalPush::File, 10).unwrap().is_empty(), "forgotten with the file");
 }
 
 /// Named entries add to the mode bits for the callers they name; removing
@@ -73,8 +73,8 @@ pub(super) fn acl_grants_and_revokes<B: Backend>(ns: &Namespace<B>) {
     ns.set_acl(&ALICE, d, vec![user(CAROL.uid, ACL_EXECUTE)]).unwrap();
     let (_, info, revoked) = ns.set_acl(&ALICE, f, vec![user(CAROL.uid, ACL_READ)]).unwrap();
     assert_eq!(info, AclInfo { uid: ALICE.uid, gid: ALICE.gid, mode: 0o600, entries: vec![user(CAROL.uid, ACL_READ)] });
-    assert_eq!(revoked.len(), 1, "capabilities of the file's one component are revoked");
-    assert_eq!(ns.getattr(f).unwrap().acv, revoked[0].acv);
+    assert_eq!(revoked.revoke.len(), 1, "capabilities of the file's one component are revoked");
+    assert_eq!(ns.getattr(f).unwrap().acv, revoked.revoke[0].acv);
     assert_eq!(ns.walk(&CAROL, "/d/f", true).unwrap().attr.ino, f);
     ns.check_access(&CAROL, f, true, false).unwrap();
     assert_eq!(ns.check_access(&CAROL, f, false, true).err(), Some(FsStatus::PermissionDenied), "read only");
@@ -175,4 +175,84 @@ pub(super) fn acl_inheritance<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.get_acl(f).unwrap().entries.len(), 1);
     let h = create(ns, &ALICE, "/p/h", 0o600).unwrap().attr.ino;
     assert!(ns.get_acl(h).unwrap().entries.is_empty());
+}
+
+/// A directory's shared entries hold live for the regular files created in
+/// it (its PAL collection's members), wherever they are renamed or linked;
+/// a change of them is recorded for the super-PAL push, and taking a right
+/// away revokes every member's capabilities; removing the directory does
+/// both. Shared entries are for directories only.
+pub(super) fn acl_shared_collections<B: Backend>(ns: &Namespace<B>) {
+    mkdir(ns, &ROOT, "/c", 0o755).unwrap();
+    own(ns, "/c", &ALICE, 0o755);
+    mkdir(ns, &ROOT, "/o", 0o777).unwrap();
+    let c = ino(ns, "/c");
+    let before = create(ns, &ALICE, "/c/before", 0o600).unwrap().attr.ino;
+    assert_eq!(ns.check_access(&BOB, before, true, false).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.pal_source(before).unwrap().1, c, "every file is a member of the directory it was made in");
+
+    let bob_reads = AclEntry { who: AclWho::User(BOB.uid), rights: ACL_READ, flags: ACL_SHARED };
+    let (_, _, fx) = ns.set_acl(&ALICE, c, vec![bob_reads]).unwrap();
+    assert_eq!(fx.collections, vec![c]);
+    assert!(fx.revoke.is_empty(), "granting takes nothing away");
+    let (seq, shared) = ns.collection_due(c).unwrap().expect("recorded for the push");
+    assert_eq!(shared, vec![bob_reads]);
+    assert_eq!(ns.collections().unwrap(), vec![(c, vec![bob_reads])]);
+    ns.check_access(&BOB, before, true, false).unwrap();
+    assert_eq!(ns.check_access(&BOB, before, true, true).err(), Some(FsStatus::PermissionDenied), "read only");
+    assert!(ns.get_acl(before).unwrap().entries.is_empty(), "not copied");
+    let after = create(ns, &ALICE, "/c/after", 0o600).unwrap().attr.ino;
+    assert!(ns.get_acl(after).unwrap().entries.is_empty());
+    ns.check_access(&BOB, after, true, false).unwrap();
+    assert_eq!(ns.check_access(&CAROL, after, true, false).err(), Some(FsStatus::PermissionDenied));
+
+    // Membership stays with the file.
+    rename(ns, &ALICE, "/c/after", "/o/moved").unwrap();
+    ns.check_access(&BOB, after, true, false).unwrap();
+    assert_eq!(ns.pal_source(after).unwrap().1, c);
+    // Unchanged shared entries record nothing; delivery clears the record.
+    let (_, _, fx) = ns.set_acl(&ALICE, c, vec![bob_reads, user(CAROL.uid, ACL_EXECUTE)]).unwrap();
+    assert!(fx.collections.is_empty());
+    ns.pal_delivered(PalPush::Collection, c, seq).unwrap();
+    assert_eq!(ns.collection_due(c).unwrap(), None);
+
+    // Taking the right away reaches every member and revokes their capabilities.
+    let (_, _, fx) = ns.set_acl(&ALICE, c, Vec::new()).unwrap();
+    assert_eq!(fx.collections, vec![c]);
+    let mut revoked: Vec<Ino> =
+        fx.revoke.iter().map(|i| ns.getattr(at_object(ns, i.object)).unwrap().attr.ino).collect();
+    revoked.sort_unstable();
+    assert_eq!(revoked, vec![before, after], "one intent per member component");
+    assert_eq!(ns.check_access(&BOB, before, true, false).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.check_access(&BOB, after, true, false).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.collection_due(c).unwrap().map(|d| d.1), Some(Vec::new()), "due: an empty super PAL");
+    assert!(ns.collections().unwrap().is_empty());
+
+    // Directories only; with inherit, new subdirectories share it with their own files.
+    assert_eq!(ns.set_acl(&ALICE, before, vec![bob_reads]).err(), Some(FsStatus::InvalidArgument));
+    let both = AclEntry { flags: ACL_SHARED | ACL_INHERIT, ..bob_reads };
+    ns.set_acl(&ALICE, c, vec![both]).unwrap();
+    let s = mkdir(ns, &ALICE, "/c/s", 0o755).unwrap().attr.ino;
+    assert_eq!(ns.get_acl(s).unwrap().entries, vec![both], "a collection of its own");
+    let inner = create(ns, &ALICE, "/c/s/inner", 0o600).unwrap().attr.ino;
+    assert!(ns.get_acl(inner).unwrap().entries.is_empty());
+    assert_eq!(ns.pal_source(inner).unwrap().1, s);
+    ns.check_access(&BOB, inner, true, false).unwrap();
+    assert_eq!(ns.collections().unwrap().iter().map(|c| c.0).collect::<Vec<_>>(), vec![c, s]);
+
+    // Removing a collection's directory takes its grants from members living elsewhere.
+    rename(ns, &ALICE, "/c/s/inner", "/o/inner").unwrap();
+    let (p, name) = parent(ns, "/c/s");
+    let fx = ns.rmdir(&ALICE, p, &name).unwrap();
+    assert_eq!(fx.collections, vec![s]);
+    assert_eq!(fx.revoke.len(), 1, "the member's capabilities");
+    assert_eq!(ns.check_access(&BOB, inner, true, false).err(), Some(FsStatus::PermissionDenied));
+    assert_eq!(ns.collection_due(s).unwrap().map(|d| d.1), Some(Vec::new()), "kept after the directory");
+    let listed: Vec<Ino> = ns.pals_undelivered(PalPush::Collection, 10).unwrap().into_iter().map(|p| p.0).collect();
+    assert_eq!(listed, vec![c, s]);
+}
+
+/// The file holding object `object`.
+fn at_object<B: Backend>(ns: &Namespace<B>, object: ObjectRef) -> Ino {
+    ns.backend().read(|t| t.component_of(&object)).unwrap().expect("a component").0
 }

@@ -163,7 +163,7 @@ pub(super) fn set_layout_files<B: Backend>(ns: &Namespace<B>) {
     assert_eq!((n.layout, drives_of(&n), n.acv), (Some(rs), vec![3, 4, 5], acv));
     assert!(n.components.iter().all(|c| c.state == ComponentState::Ok));
     let intents: Vec<AcvIntent> = n.objects().map(|object| AcvIntent { object, acv }).collect();
-    assert_eq!(fx, Effects { revoke: intents.clone(), doomed: vec![old] });
+    assert_eq!(fx, Effects { revoke: intents.clone(), doomed: vec![old], collections: vec![] });
     assert_eq!(ns.doomed(10).unwrap(), vec![old]);
     let mut pending = ns.acv_intents(10).unwrap();
     pending.sort_by_key(|i| i.object);
@@ -486,7 +486,10 @@ pub(super) fn replace_component<B: Backend>(ns: &Namespace<B>) {
     assert_eq!((new.drive, ns.pool_len(5).unwrap()), (5, pooled - 1));
     assert!(!ns.known_objects(5).unwrap().contains(&new.object), "held by no table until it is placed");
     let fx = ns.replace_component(i, 1, new, ComponentState::Ok).unwrap();
-    assert_eq!(fx, Effects { revoke: vec![AcvIntent { object: new, acv: 1 }], doomed: vec![old[1]] });
+    assert_eq!(
+        fx,
+        Effects { revoke: vec![AcvIntent { object: new, acv: 1 }], doomed: vec![old[1]], collections: vec![] }
+    );
     let n = ns.getattr(i).unwrap();
     assert_eq!(n.components, ok_components(&[old[0], new, old[2]]));
     assert_eq!((n.acv, n.attr.ctime_ns), (1, f.attr.ctime_ns), "no revocation, no POSIX change");
@@ -587,14 +590,18 @@ pub(super) fn multi_component_revocation<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.acv_intents(10).unwrap(), sorted(every(2)), "one intent per object, the newest");
     link(ns, "/rs/f", "/rs/f2").unwrap();
     let fx = unlink(ns, &ROOT, "/rs/f").unwrap();
-    assert_eq!(fx, Effects { revoke: every(3), doomed: vec![] });
+    assert_eq!(fx, Effects { revoke: every(3), doomed: vec![], collections: vec![] });
     let g = create_on(ns, &ROOT, "/rs/g", &ALL).unwrap();
     link(ns, "/rs/f2", "/rs/f3").unwrap();
     let fx = rename(ns, &ROOT, "/rs/g", "/rs/f3").unwrap();
-    assert_eq!(fx, Effects { revoke: every(4), doomed: vec![] }, "renamed over, a link remains");
+    assert_eq!(fx, Effects { revoke: every(4), doomed: vec![], collections: vec![] }, "renamed over, a link remains");
     assert_eq!(ns.getattr(i).unwrap().acv, 4);
     let fx = rename(ns, &ROOT, "/rs/f3", "/rs/f2").unwrap();
-    assert_eq!(fx, Effects { revoke: vec![], doomed: f.objects().collect() }, "renamed over, the last link");
+    assert_eq!(
+        fx,
+        Effects { revoke: vec![], doomed: f.objects().collect(), collections: vec![] },
+        "renamed over, the last link"
+    );
     assert!(ns.getattr(g.attr.ino).is_ok());
     assert!(ns.acv_intents(10).unwrap().is_empty(), "doomed objects need no revocation");
 }
@@ -609,7 +616,11 @@ pub(super) fn multi_component_removal<B: Backend>(ns: &Namespace<B>) {
     ns.mark_stale(i, 1, &[r(0, 4096)]).unwrap();
     ns.bump_acv(i).unwrap();
     let fx = unlink(ns, &ROOT, "/m/f").unwrap();
-    assert_eq!(fx, Effects { revoke: vec![], doomed: objects.clone() }, "every component, in order");
+    assert_eq!(
+        fx,
+        Effects { revoke: vec![], doomed: objects.clone(), collections: vec![] },
+        "every component, in order"
+    );
     let mut doomed = ns.doomed(10).unwrap();
     doomed.sort();
     let mut want = objects.clone();

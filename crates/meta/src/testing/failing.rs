@@ -1,6 +1,6 @@
 //! A backend wrapper that fails the n-th row operation.
 
-use crate::backend::{Access, Backend, Txn, TxnError};
+use crate::backend::{Access, Backend, PalPush, Txn, TxnError};
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::acl::AclEntry;
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
@@ -113,9 +113,14 @@ delegate! {
     fn delete_staged(&mut self, ino: Ino) -> ();
     fn get_acl(&mut self, ino: Ino) -> Vec<AclEntry>;
     fn put_acl(&mut self, ino: Ino, entries: &[AclEntry]) -> ();
-    fn pal_pending_put(&mut self, ino: Ino) -> ();
-    fn pal_pending_delete(&mut self, ino: Ino, seq: u64) -> ();
-    fn pal_pending_list(&mut self, limit: usize) -> Vec<(Ino, u64)>;
+    fn pal_pending_put(&mut self, what: PalPush, ino: Ino) -> ();
+    fn pal_pending_delete(&mut self, what: PalPush, ino: Ino, seq: u64) -> ();
+    fn pal_pending_seq(&mut self, what: PalPush, ino: Ino) -> Option<u64>;
+    fn pal_pending_list(&mut self, what: PalPush, limit: usize) -> Vec<(Ino, u64)>;
+    fn pal_member(&mut self, ino: Ino) -> Option<Ino>;
+    fn put_pal_member(&mut self, ino: Ino, collection: Ino) -> ();
+    fn pal_members(&mut self, collection: Ino, after: Ino, limit: usize) -> Vec<Ino>;
+    fn shared_collections(&mut self, limit: usize) -> Vec<Ino>;
     fn get_user(&mut self, name: &str) -> Option<User>;
     fn uid_taken(&mut self, uid: u32) -> bool;
     fn put_user(&mut self, user: &User) -> ();

@@ -14,6 +14,8 @@ mod conformance_small;
 mod failing;
 
 pub use crate::pg_server::PgServer;
+#[cfg(test)]
+pub(crate) use conformance::setup;
 pub use conformance::{conformance, pool_placer};
 pub use failing::Failing;
 
