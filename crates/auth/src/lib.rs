@@ -97,6 +97,14 @@ fn refuse<T>(status: FsStatus, message: impl Into<String>) -> Result<T, Refusal>
     Err((status, message.into()))
 }
 
+/// A new password's length: `PASSWORD_MIN..=PASSWORD_MAX` bytes.
+fn check_password_len(password: &str) -> Result<(), Refusal> {
+    if password.len() < PASSWORD_MIN || password.len() > PASSWORD_MAX {
+        return refuse(FsStatus::InvalidArgument, format!("passwords need {PASSWORD_MIN} to {PASSWORD_MAX} bytes"));
+    }
+    Ok(())
+}
+
 /// Sets user `name`'s password in the authentication server kept in `dir`,
 /// offline (the way back in for an administrator who lost the password; a
 /// running server sees it at the next login, since every login reads the
@@ -154,9 +162,7 @@ impl AuthServer {
     }
 
     async fn hash(&self, password: String) -> Result<String, Refusal> {
-        if password.len() < PASSWORD_MIN || password.len() > PASSWORD_MAX {
-            return refuse(FsStatus::InvalidArgument, format!("passwords need {PASSWORD_MIN} to {PASSWORD_MAX} bytes"));
-        }
+        check_password_len(&password)?;
         self.argon2.run(move |m| passwords::hash_with(m, &password)).await.map_err(|e| (FsStatus::Internal, e))
     }
 
@@ -216,6 +222,48 @@ impl AuthServer {
             credential,
             idkey: *idkey.expose(),
         })
+    }
+
+    /// User `uid` changes its own password: `old` must be the current one
+    /// (checked as [`AuthServer::login`] checks a password), `new` is stored
+    /// as an argon2id hash with [`AuthServer::add_user`]'s parameters,
+    /// durable before this returns. A wrong `old` is `BadCredentials` and
+    /// changes nothing. Identity keys already issued stay valid.
+    pub async fn change_password(&self, uid: u32, old: &str, new: &str) -> Result<(), Refusal> {
+        check_password_len(new)?;
+        let row =
+            self.db(move |db| db.user_by_uid(uid)).await?.ok_or((FsStatus::NotLoggedIn, "your user is gone".into()))?;
+        let (pw, stored) = (old.to_string(), row.hash.clone());
+        let ok = self
+            .argon2
+            .run(move |m| passwords::verify_with(m, &pw, &stored))
+            .await
+            .map_err(|e| (FsStatus::Internal, e))?;
+        let name = row.user.name;
+        if !ok {
+            tracing::warn!(user = name, "password change with a wrong old password");
+            return refuse(FsStatus::BadCredentials, "wrong old password: the password is unchanged");
+        }
+        let hash = self.hash(new.to_string()).await?;
+        let expected = row.hash;
+        self.db(move |db| db.replace_hash(uid, &expected, &hash)).await?;
+        tracing::info!(user = name, "password changed by its user");
+        Ok(())
+    }
+
+    /// An administrator sets user `name`'s password (no old one needed);
+    /// durable before this returns. Identity keys already issued stay valid.
+    pub async fn set_password(&self, name: &str, password: &str) -> Result<(), Refusal> {
+        check_password_len(password)?;
+        let n = name.to_string();
+        if self.db(move |db| db.user_by_name(&n)).await?.is_none() {
+            return refuse(FsStatus::NotFound, format!("no user '{name}'"));
+        }
+        let hash = self.hash(password.to_string()).await?;
+        let n = name.to_string();
+        self.db(move |db| db.set_hash(&n, &hash)).await?;
+        tracing::info!(user = name, "password set by an administrator");
+        Ok(())
     }
 
     /// A credential for `uid` in `role` under the newest live shared key, and its identity key.
@@ -337,6 +385,11 @@ impl AuthServer {
                         let user = self.user(uid).await?.ok_or((FsStatus::NotFound, format!("no user {uid}")))?;
                         Ok(AuthReply::UserInfo { user, key_live: self.key_live(key_id) })
                     }
+                    R::UserByName { name } => {
+                        let n = name.clone();
+                        let row = self.db(move |db| db.user_by_name(&n)).await?;
+                        row.map(|r| AuthReply::User(r.user)).ok_or((FsStatus::NotFound, format!("no user '{name}'")))
+                    }
                     _ => refuse(FsStatus::NotPermitted, "the service login asks only for keys and users"),
                 };
             }
@@ -356,7 +409,9 @@ impl AuthServer {
         };
         match req {
             R::Login { .. } | R::ServiceLogin { .. } => refuse(FsStatus::BadRequest, "already logged in"),
-            R::IdentityKeys | R::UserInfo { .. } => refuse(FsStatus::NotPermitted, "only the file manager asks that"),
+            R::IdentityKeys | R::UserInfo { .. } | R::UserByName { .. } => {
+                refuse(FsStatus::NotPermitted, "only the file manager asks that")
+            }
             R::CreateGroup { name } => {
                 let gid = self.db(move |db| db.create_group(caller, &name)).await?;
                 Ok(AuthReply::Group { gid })
@@ -365,6 +420,13 @@ impl AuthServer {
                 let admin = me.admin;
                 self.db(move |db| db.set_group_member(caller, admin, gid, &user, member)).await?;
                 Ok(AuthReply::Done)
+            }
+            R::ChangePassword { old_password, new_password } => {
+                self.change_password(caller, &old_password, &new_password).await.map(|()| AuthReply::Done)
+            }
+            R::SetPassword { user, password } => {
+                admin_only(&me)?;
+                self.set_password(&user, &password).await.map(|()| AuthReply::Done)
             }
             R::AddUser { name, password, uid, gid, admin } => {
                 admin_only(&me)?;

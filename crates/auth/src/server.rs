@@ -4,8 +4,9 @@
 //! connection then serves one request at a time. Every input is bounded:
 //! message size (smaller before login), sessions in all and per peer, time
 //! to log in, failed logins per connection, and password checks per host
-//! ([`nasd_login::login_backoff`]).
+//! ([`nasd_login::login_backoff`]) — those of `CHANGE_PASSWORD` included.
 
+use crate::store::Refusal;
 use crate::{AuthServer, Principal};
 use nasd_login::auth_client::{read_frame, write_frame};
 use nasd_login::peers::{accept_sessions, host_of, request_id_of};
@@ -65,6 +66,8 @@ impl AuthServer {
             Some(w) => w,
             None => return Ok(()),
         };
+        // Wrong old passwords given to `CHANGE_PASSWORD` on this connection.
+        let mut wrong_old_passwords = 0u32;
         loop {
             let body = tokio::select! {
                 b = tokio::time::timeout(AUTH_IDLE_TIMEOUT, read_frame(&mut stream, AUTH_MESSAGE_MAX)) => match b {
@@ -75,11 +78,16 @@ impl AuthServer {
             };
             let Some(body) = body else { return Ok(()) };
             let reply = match AuthRequest::decode(&body) {
-                Ok((id, req)) => match self.handle(who, req).await {
+                Ok((id, req)) => match self.paced(host, who, req).await {
                     Ok(r) => r.encode(id),
                     Err((status, message)) => {
                         tracing::debug!(?who, ?status, "refused");
-                        let end = status == FsStatus::NotLoggedIn;
+                        // A wrong old password counts as a failed login: the connection
+                        // gets AUTH_LOGIN_ATTEMPTS_MAX of them, as before login.
+                        if status == FsStatus::BadCredentials {
+                            wrong_old_passwords += 1;
+                        }
+                        let end = status == FsStatus::NotLoggedIn || wrong_old_passwords >= AUTH_LOGIN_ATTEMPTS_MAX;
                         let reply = AuthReply::encode_error(id, status, &message);
                         if end {
                             write_frame(&mut stream, &reply).await?;
@@ -92,6 +100,23 @@ impl AuthServer {
             };
             write_frame(&mut stream, &reply).await?;
         }
+    }
+
+    /// Serves one request of a logged-in connection from `host`; a
+    /// `CHANGE_PASSWORD`, which checks a password, takes its turn and counts
+    /// as a login attempt of the host ([`nasd_login::login_backoff`]).
+    async fn paced(&self, host: IpAddr, who: Principal, req: AuthRequest) -> Result<AuthReply, Refusal> {
+        if !matches!(req, AuthRequest::ChangePassword { .. }) {
+            return self.handle(who, req).await;
+        }
+        tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
+        let r = self.handle(who, req).await;
+        match &r {
+            Ok(_) => self.login_backoff.succeeded(host),
+            Err((FsStatus::BadCredentials, _)) => self.login_backoff.failed(host, Instant::now()),
+            Err(_) => {}
+        }
+        r
     }
 
     /// Reads requests until a successful login; `None` if the peer gave up

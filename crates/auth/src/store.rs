@@ -199,6 +199,24 @@ impl Db {
         Ok(())
     }
 
+    /// Replaces user `uid`'s password hash with `new` only if it is still
+    /// `expected` (the one a caller's old password was checked against):
+    /// `Busy` if it changed meanwhile, `NotFound` if the user is gone.
+    pub fn replace_hash(&mut self, uid: u32, expected: &str, new: &str) -> Result<(), Refusal> {
+        let t = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        let current: Option<String> =
+            t.query_row("SELECT hash FROM users WHERE uid = ?1", [uid], |r| r.get(0)).optional().map_err(internal)?;
+        match current {
+            None => return Err((FsStatus::NotFound, format!("no user {uid}"))),
+            Some(h) if h != expected => {
+                return Err((FsStatus::Busy, "the password was set by someone else meanwhile; try again".to_string()))
+            }
+            Some(_) => {}
+        }
+        t.execute("UPDATE users SET hash = ?2 WHERE uid = ?1", params![uid, new]).map_err(internal)?;
+        t.commit().map_err(internal)
+    }
+
     /// Enables or disables a user.
     pub fn set_enabled(&mut self, name: &str, enabled: bool) -> Result<(), Refusal> {
         let n = self

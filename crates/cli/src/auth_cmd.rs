@@ -106,6 +106,16 @@ pub enum AuthCommand {
         /// Who leaves it.
         user: String,
     },
+    /// Change your password (the old one is the one you log in with), or
+    /// as an administrator anyone's. The new password is $NASD_NEW_PASSWORD,
+    /// else asked twice without echo; the current one $NASD_PASSWORD, the
+    /// [client] password_file, else asked. Identity keys issued before stay
+    /// valid until they expire: `disable` the user, or rotate-key then
+    /// retire-key, to cut them off.
+    Passwd {
+        /// Whose password [default: yours].
+        user: Option<String>,
+    },
     /// Administrators: list users.
     Users,
     /// Administrators: a new shared key for new identity keys (the others stay valid).
@@ -130,10 +140,26 @@ pub async fn login_auth(
     user: Option<&str>,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
+    let user = login_name(section, user)?;
+    let pw = password(section, &user)?;
+    let (c, grant) = login_as(section, &user, &pw, role).await?;
+    Ok((c, grant, user))
+}
+
+/// Who logs in: `--user`, else `[client] user`.
+fn login_name(section: &ClientSection, user: Option<&str>) -> anyhow::Result<String> {
+    user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")
+}
+
+/// Logs in as `user` with `pw` at the authentication server named by `[client] auth`.
+async fn login_as(
+    section: &ClientSection,
+    user: &str,
+    pw: &str,
+    role: Option<u32>,
+) -> anyhow::Result<(AuthClient, IdentityGrant)> {
     let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
     let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
-    let user =
-        user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")?;
     let role = match role {
         Some(r) => r,
         None => match std::env::var("NASD_ROLE") {
@@ -141,13 +167,11 @@ pub async fn login_auth(
             Err(_) => section.role.unwrap_or(0),
         },
     };
-    let pw = password(section, &user)?;
     let tls = connector(&ca)?;
     let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    let (c, grant) = AuthClient::login(&addr, &server_name, &tls, &user, &pw, role)
+    AuthClient::login(&addr, &server_name, &tls, user, pw, role)
         .await
-        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))?;
-    Ok((c, grant, user))
+        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))
 }
 
 /// Runs an `nasd auth` subcommand.
@@ -156,7 +180,15 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::Login { role } => *role,
         _ => None,
     };
-    let (mut c, grant, name) = login_auth(section, user, role).await?;
+    let name = login_name(section, user)?;
+    // Changing one's own password: the password that logs in is the old one, asked as such.
+    let own_passwd = matches!(&cmd, AuthCommand::Passwd { user } if user.as_deref().is_none_or(|u| u == name));
+    let pw = if own_passwd {
+        crate::fs_cmd::password_asking(&name, section, "current password for")?
+    } else {
+        password(section, &name)?
+    };
+    let (mut c, grant) = login_as(section, &name, &pw, role).await?;
     match cmd {
         AuthCommand::Login { .. } => {
             let left = grant.credential.expiration_ns.saturating_sub(now_ns()) / 1_000_000_000;
@@ -185,6 +217,17 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::CreateGroup { name } => println!("{}", c.create_group(&name).await?),
         AuthCommand::AddMember { gid, user } => c.set_group_member(gid, &user, true).await?,
         AuthCommand::RemoveMember { gid, user } => c.set_group_member(gid, &user, false).await?,
+        AuthCommand::Passwd { user } => {
+            let target = user.unwrap_or_else(|| name.clone());
+            let new = crate::fs_cmd::new_password(&target)?;
+            let changed =
+                if own_passwd { c.change_password(&pw, &new).await } else { c.set_password(&target, &new).await };
+            changed.with_context(|| format!("cannot change the password of {target}"))?;
+            println!(
+                "password of {target} changed; identity keys issued before stay valid until they expire \
+                 (`nasd auth disable {target}`, or rotate-key then retire-key, cuts them off)"
+            );
+        }
         AuthCommand::Users => {
             for u in c.users().await? {
                 println!(

@@ -444,6 +444,11 @@ pub async fn login_with_identity(
 /// $NASD_PASSWORD, else the configured password file (only for the
 /// configured user), else a prompt.
 pub(crate) fn password_for(user: &str, section: &ClientSection) -> anyhow::Result<String> {
+    password_asking(user, section, "password for")
+}
+
+/// [`password_for`], asking `{prompt} {user}: ` if it must ask.
+pub(crate) fn password_asking(user: &str, section: &ClientSection, prompt: &str) -> anyhow::Result<String> {
     if let Ok(p) = std::env::var("NASD_PASSWORD") {
         return Ok(p);
     }
@@ -454,7 +459,7 @@ pub(crate) fn password_for(user: &str, section: &ClientSection) -> anyhow::Resul
             return Ok(text.trim_end_matches(['\n', '\r']).to_string());
         }
     }
-    rpassword::prompt_password(format!("password for {user}: ")).context("cannot read a password (set NASD_PASSWORD)")
+    rpassword::prompt_password(format!("{prompt} {user}: ")).context("cannot read a password (set NASD_PASSWORD)")
 }
 
 fn parse_mode(s: &str) -> anyhow::Result<u32> {
@@ -976,7 +981,7 @@ mod routing_tests {
 }
 
 /// $NASD_NEW_PASSWORD, else asked twice.
-fn new_password(name: &str) -> anyhow::Result<String> {
+pub(crate) fn new_password(name: &str) -> anyhow::Result<String> {
     if let Ok(p) = std::env::var("NASD_NEW_PASSWORD") {
         return Ok(p);
     }

@@ -297,6 +297,14 @@ fn run() -> anyhow::Result<()> {
             let metadata = daemons::parse_metadata(metadata.or(file.manager.metadata))?;
             daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
         }
+        // Linked to an authentication server, the manager refuses these: say so before logging in
+        // and asking for a password it would not take.
+        Command::Admin(fs_cmd::AdminCommand::AddUser { .. }) if file.client.auth.is_some() => {
+            anyhow::bail!("{}", nasd_manager::ADD_USER_AT_AUTH_SERVER)
+        }
+        Command::Admin(fs_cmd::AdminCommand::Passwd { .. }) if file.client.auth.is_some() => {
+            anyhow::bail!("{}", nasd_manager::PASSWORDS_AT_AUTH_SERVER)
+        }
         Command::Admin(cmd) => rt.block_on(async { fs_cmd::run_admin(&login().await?, cmd).await }),
         Command::Inquiry { drive } => {
             let drives = drive_admin::resolve(drive.as_deref(), &file)?;

@@ -110,3 +110,81 @@ fn a_pals_only_cluster_serves_identities_and_refuses_a_mapping_gateway() {
     assert!(err.contains("--map-users") && err.contains("auth_scheme = \"both\""), "{err}");
     drop(up);
 }
+
+/// Passwords under `nasd up`, where the authentication server keeps them: `nasd auth passwd`
+/// changes one's own (the old one no longer logs in, the new one does), an administrator's sets
+/// anyone's, a user cannot set another's; the linked manager's `nasd admin add-user` and
+/// `nasd admin passwd` say to use `nasd auth` instead, before asking for any password; and the
+/// offline `nasd admin reset-password` still resets the administrator at both.
+#[test]
+fn passwords_change_at_the_authentication_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let mut up = Up::start(cwd, 1, &[]);
+    let config = cwd.join("nasd-data/nasd.toml");
+    let nasd = |args: &[&str], env: &[(&str, &str)]| nasd_with_config(cwd, &config, args, env);
+    for (name, uid) in [("alice", "1000"), ("bob", "1001")] {
+        let pw = format!("{name} password");
+        ok(nasd(&["auth", "add-user", name, "--uid", uid], &[("NASD_NEW_PASSWORD", &pw)]));
+    }
+    let help = ok(nasd(&["auth", "passwd", "--help"], &[]));
+    assert!(help.contains("[USER]") && help.contains("NASD_NEW_PASSWORD") && help.contains("stay valid"), "{help}");
+
+    // Alice changes her own: the old password is the one she logs in with.
+    let changed = ok(nasd(
+        &["--user", "alice", "auth", "passwd"],
+        &[("NASD_PASSWORD", "alice password"), ("NASD_NEW_PASSWORD", "alice's second one")],
+    ));
+    assert!(changed.contains("password of alice changed") && changed.contains("stay valid"), "{changed}");
+    let old = fails(nasd(&["--user", "alice", "ls", "/"], &[("NASD_PASSWORD", "alice password")]));
+    assert!(old.contains("wrong user name or password"), "{old}");
+    ok(nasd(&["--user", "alice", "ls", "/"], &[("NASD_PASSWORD", "alice's second one")]));
+    // A wrong current password changes nothing.
+    let wrong = fails(nasd(
+        &["--user", "alice", "auth", "passwd"],
+        &[("NASD_PASSWORD", "not hers"), ("NASD_NEW_PASSWORD", "alice's third one")],
+    ));
+    assert!(wrong.contains("wrong user name or password"), "{wrong}");
+    ok(nasd(&["--user", "alice", "auth", "login"], &[("NASD_PASSWORD", "alice's second one")]));
+    // A new password too short: refused, saying the bounds, and not echoed.
+    let short = fails(nasd(
+        &["--user", "alice", "auth", "passwd", "alice"],
+        &[("NASD_PASSWORD", "alice's second one"), ("NASD_NEW_PASSWORD", "tiny")],
+    ));
+    assert!(short.contains("passwords need 8 to 1024 bytes") && !short.contains("tiny"), "{short}");
+
+    // Alice cannot set bob's; the administrator can, without bob's old one.
+    let err = fails(nasd(
+        &["--user", "alice", "auth", "passwd", "bob"],
+        &[("NASD_PASSWORD", "alice's second one"), ("NASD_NEW_PASSWORD", "alice picked it")],
+    ));
+    assert!(err.contains("only administrators") && err.contains("cannot change the password of bob"), "{err}");
+    ok(nasd(&["--user", "bob", "auth", "login"], &[("NASD_PASSWORD", "bob password")]));
+    let set = ok(nasd(&["auth", "passwd", "bob"], &[("NASD_NEW_PASSWORD", "set by admin")]));
+    assert!(set.contains("password of bob changed"), "{set}");
+    fails(nasd(&["--user", "bob", "auth", "login"], &[("NASD_PASSWORD", "bob password")]));
+    ok(nasd(&["--user", "bob", "auth", "login"], &[("NASD_PASSWORD", "set by admin")]));
+
+    // The linked manager keeps no users or passwords: the commands that would set them there
+    // say what to run instead, with or without a new password at hand (stdin is closed: no prompt).
+    for env in [&[("NASD_NEW_PASSWORD", "dan password")][..], &[]] {
+        let err = fails(nasd(&["admin", "add-user", "dan", "--uid", "1003"], env));
+        assert!(err.contains("nasd auth add-user NAME --uid UID") && !err.contains("dan password"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line, no cause chain: {err}");
+        let err = fails(nasd(&["admin", "passwd", "alice"], env));
+        assert!(err.contains("nasd auth passwd"), "{err}");
+    }
+    fails(nasd(&["--user", "dan", "auth", "login"], &[("NASD_PASSWORD", "dan password")]));
+
+    // `nasd admin reset-password` on nasd up's layout (stopped) resets the administrator at the
+    // manager and at the authentication server beside it; the new password is in the file
+    // [client] reads, and logs in.
+    let addr = up.daemon.addr;
+    up.daemon.terminate();
+    let reset = ok(nasd(&["admin", "reset-password", "admin", "--data", "nasd-data/manager"], &[]));
+    assert!(reset.contains("password of admin reset") && reset.contains("authentication server"), "{reset}");
+    let _up = common::up::Up::start_with(cwd, 1, Some(addr), &[], &[]);
+    let who = ok(nasd(&["auth", "login"], &[]));
+    assert!(who.contains("(administrator)"), "{who}");
+    ok(nasd(&["--user", "alice", "ls", "/"], &[("NASD_PASSWORD", "alice's second one")]));
+}

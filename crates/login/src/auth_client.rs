@@ -237,6 +237,18 @@ impl AuthClient {
         self.done(AuthRequest::SetGroupMember { gid, user: user.into(), member }).await
     }
 
+    /// Changes the logged-in user's own password: `old` is the current one
+    /// (`BAD_CREDENTIALS` if wrong, and nothing changes). Identity keys
+    /// already issued stay valid until they expire.
+    pub async fn change_password(&mut self, old: &str, new: &str) -> Result<(), AuthError> {
+        self.done(AuthRequest::ChangePassword { old_password: old.into(), new_password: new.into() }).await
+    }
+
+    /// Administrator: sets `user`'s password (no old one needed).
+    pub async fn set_password(&mut self, user: &str, password: &str) -> Result<(), AuthError> {
+        self.done(AuthRequest::SetPassword { user: user.into(), password: password.into() }).await
+    }
+
     /// Administrator: a new user (gid 0: its uid).
     pub async fn add_user(
         &mut self,
@@ -289,6 +301,14 @@ impl AuthClient {
     pub async fn identity_keys(&mut self) -> Result<(u32, Vec<SharedKey>), AuthError> {
         match self.call(&AuthRequest::IdentityKeys).await? {
             AuthReply::IdentityKeys { high, keys } => Ok((high, keys)),
+            other => Err(AuthError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Service: the user named `name`.
+    pub async fn user_by_name(&mut self, name: &str) -> Result<AuthUser, AuthError> {
+        match self.call(&AuthRequest::UserByName { name: name.into() }).await? {
+            AuthReply::User(user) => Ok(user),
             other => Err(AuthError::Protocol(format!("unexpected reply {other:?}"))),
         }
     }

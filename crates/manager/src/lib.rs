@@ -30,7 +30,7 @@ pub mod server;
 mod service;
 pub mod shared;
 pub use nasd_meta::Location;
-pub use service::{Session, PLACEMENT_WAIT_MAX};
+pub use service::{Session, ADD_USER_AT_AUTH_SERVER, PASSWORDS_AT_AUTH_SERVER, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
 mod tests;
 pub use nasd_login::tls;

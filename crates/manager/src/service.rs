@@ -238,7 +238,56 @@ pub const GATEWAY_NEEDS_CAPABILITIES: &str =
      this file system's partition accepts PALs only (its drives would check the gateway's own identity, not the \
      user's): set [manager] auth_scheme = \"both\"";
 
+/// Why `ADD_USER` is refused at a manager linked to an authentication
+/// server: users are made there.
+pub const ADD_USER_AT_AUTH_SERVER: &str =
+    "this manager keeps no users of its own: it is linked to an authentication server, which is where users \
+     are made: run `nasd auth add-user NAME --uid UID` (as an administrator there)";
+
+/// Why `SET_PASSWORD` is refused at a manager linked to an authentication
+/// server: it takes no passwords, so the ones that log in are kept there.
+pub const PASSWORDS_AT_AUTH_SERVER: &str =
+    "this manager takes no passwords: it is linked to an authentication server, which keeps them: run \
+     `nasd auth passwd` to change yours, or `nasd auth passwd USER` as an administrator there";
+
 impl Manager {
+    /// Refuses a request about users' passwords where they are not kept:
+    /// at a manager linked to an authentication server.
+    fn refuse_if_linked(&self, why: &'static str) -> Result<(), Failure> {
+        match self.config.auth {
+            Some(_) => Err(Failure::new(FsStatus::NotSupported, why)),
+            None => Ok(()),
+        }
+    }
+
+    /// At a manager linked to an authentication server, which makes no
+    /// users over the wire (`ADD_USER` is refused), makes the manager's
+    /// record of user `name` if it has none: a gateway grant lives there
+    /// ([`Manager::open_identity_session`] reads it by name and uid). The
+    /// uid and gid are the authentication server's (`USER_BY_NAME`); the
+    /// password is random and never shown (this manager takes none).
+    /// Unlinked, or with a record already: nothing.
+    async fn ensure_linked_user_record(&self, name: &str) -> Result<(), Failure> {
+        if self.config.auth.is_none() {
+            return Ok(());
+        }
+        let n = name.to_string();
+        if self.meta(move |ns| ns.user(&n)).await?.is_some() {
+            return Ok(());
+        }
+        let n = name.to_string();
+        let user = self
+            .with_auth(move |c| {
+                let n = n.clone();
+                Box::pin(async move { c.user_by_name(&n).await })
+            })
+            .await?;
+        let unusable = nasd_crypto::Key::random().to_hex();
+        self.add_user_in_groups(&user.name, &unusable, user.uid, user.gid, &[], false).await?;
+        tracing::info!(user = name, uid = user.uid, "made the manager's record of an authentication-server user");
+        Ok(())
+    }
+
     /// Checks a login request; the session it opens.
     ///
     /// # Errors
@@ -446,6 +495,9 @@ impl Manager {
             R::Watch { incarnation, after, wait_ms } => self.watch(s, incarnation, after, wait_ms).await,
             R::SetGateway { name, ids } => {
                 self.require_admin(s)?;
+                if ids.is_some() {
+                    self.ensure_linked_user_record(&name).await?;
+                }
                 self.meta(move |ns| ns.set_gateway(&name, ids)).await.map_err(|f| match f.status {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,
@@ -544,6 +596,7 @@ impl Manager {
             }
             R::StatFs => self.statfs().await,
             R::AddUser { name, password, uid, gid, admin, groups } => {
+                self.refuse_if_linked(ADD_USER_AT_AUTH_SERVER)?;
                 self.require_admin(s)?;
                 self.add_user_next_free(&name, &password, uid, gid, &groups, admin).await.map(|()| ManagerReply::Done)
             }
@@ -574,6 +627,7 @@ impl Manager {
                 Ok(ManagerReply::Users(users))
             }
             R::SetPassword { name, password } => {
+                self.refuse_if_linked(PASSWORDS_AT_AUTH_SERVER)?;
                 if name != s.user {
                     self.require_admin(s)?;
                 }

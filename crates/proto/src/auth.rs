@@ -39,6 +39,8 @@ pub const AUTH_USERS_MAX: usize = 512;
 const _: () = assert!(AUTH_LOGIN_MESSAGE_MAX == 1107);
 const _: () = assert!(AuthUser::LEN_MAX == 464);
 const _: () = assert!(AUTH_USERS_MAX * AuthUser::LEN_MAX + 64 <= AUTH_MESSAGE_MAX);
+/// The longest `CHANGE_PASSWORD` (two passwords) fits a message after login.
+const _: () = assert!(2 + 8 + 2 * (2 + PASSWORD_MAX) <= AUTH_MESSAGE_MAX);
 
 /// Operation codes of the authentication-server protocol.
 #[allow(missing_docs)]
@@ -47,6 +49,7 @@ pub mod auth_opcode {
     pub const SERVICE_LOGIN: u16 = 0x0002;
     pub const CREATE_GROUP: u16 = 0x0010;
     pub const SET_GROUP_MEMBER: u16 = 0x0011;
+    pub const CHANGE_PASSWORD: u16 = 0x0012;
     pub const ADD_USER: u16 = 0x0101;
     pub const SET_USER_ENABLED: u16 = 0x0102;
     pub const ADD_ROLE: u16 = 0x0103;
@@ -54,8 +57,10 @@ pub mod auth_opcode {
     pub const ROTATE_KEY: u16 = 0x0105;
     pub const RETIRE_KEY: u16 = 0x0106;
     pub const LIST_USERS: u16 = 0x0107;
+    pub const SET_PASSWORD: u16 = 0x0108;
     pub const IDENTITY_KEYS: u16 = 0x0201;
     pub const USER_INFO: u16 = 0x0202;
+    pub const USER_BY_NAME: u16 = 0x0203;
 }
 
 /// Result kinds of a successful reply.
@@ -67,6 +72,7 @@ mod reply_kind {
     pub const IDENTITY_KEYS: u8 = 4;
     pub const USER_INFO: u8 = 5;
     pub const USERS: u8 = 6;
+    pub const USER: u8 = 7;
 }
 
 /// A request to the authentication server.
@@ -83,6 +89,9 @@ pub enum AuthRequest {
     /// The group's owner (or an administrator) adds (`member` true) or
     /// removes a user.
     SetGroupMember { gid: u32, user: String, member: bool },
+    /// The caller changes its own password: the old one (checked as
+    /// `LOGIN` checks it) and the new one.
+    ChangePassword { old_password: String, new_password: String },
     /// Administrator: a new user (gid 0: the uid).
     AddUser { name: String, password: String, uid: u32, gid: u32, admin: bool },
     /// Administrator: enables or disables a user's logins.
@@ -99,10 +108,15 @@ pub enum AuthRequest {
     RetireKey { key_id: u32 },
     /// Administrator: every user.
     ListUsers,
+    /// Administrator: sets any user's password (no old one needed).
+    SetPassword { user: String, password: String },
     /// Service: the live shared keys and the highest key id ever made.
     IdentityKeys,
     /// Service: who `uid` is, and whether `key_id` is live.
     UserInfo { uid: u32, key_id: u32 },
+    /// Service: the user named `name` (for the manager's own record of it,
+    /// where a gateway grant lives).
+    UserByName { name: String },
 }
 
 impl std::fmt::Debug for AuthRequest {
@@ -133,6 +147,10 @@ impl std::fmt::Debug for AuthRequest {
             AuthRequest::SetUserRole { user, role, held } => {
                 f.debug_struct("SetUserRole").field("user", user).field("role", role).field("held", held).finish()
             }
+            AuthRequest::ChangePassword { .. } => f.write_str("ChangePassword { .. }"),
+            AuthRequest::SetPassword { user, .. } => {
+                f.debug_struct("SetPassword").field("user", user).finish_non_exhaustive()
+            }
             AuthRequest::RotateKey => f.write_str("RotateKey"),
             AuthRequest::RetireKey { key_id } => f.debug_struct("RetireKey").field("key_id", key_id).finish(),
             AuthRequest::ListUsers => f.write_str("ListUsers"),
@@ -140,6 +158,7 @@ impl std::fmt::Debug for AuthRequest {
             AuthRequest::UserInfo { uid, key_id } => {
                 f.debug_struct("UserInfo").field("uid", uid).field("key_id", key_id).finish()
             }
+            AuthRequest::UserByName { name } => f.debug_struct("UserByName").field("name", name).finish(),
         }
     }
 }
@@ -169,6 +188,7 @@ impl AuthRequest {
             AuthRequest::ServiceLogin { .. } => SERVICE_LOGIN,
             AuthRequest::CreateGroup { .. } => CREATE_GROUP,
             AuthRequest::SetGroupMember { .. } => SET_GROUP_MEMBER,
+            AuthRequest::ChangePassword { .. } => CHANGE_PASSWORD,
             AuthRequest::AddUser { .. } => ADD_USER,
             AuthRequest::SetUserEnabled { .. } => SET_USER_ENABLED,
             AuthRequest::AddRole { .. } => ADD_ROLE,
@@ -176,8 +196,10 @@ impl AuthRequest {
             AuthRequest::RotateKey => ROTATE_KEY,
             AuthRequest::RetireKey { .. } => RETIRE_KEY,
             AuthRequest::ListUsers => LIST_USERS,
+            AuthRequest::SetPassword { .. } => SET_PASSWORD,
             AuthRequest::IdentityKeys => IDENTITY_KEYS,
             AuthRequest::UserInfo { .. } => USER_INFO,
+            AuthRequest::UserByName { .. } => USER_BY_NAME,
         }
     }
 
@@ -204,6 +226,12 @@ impl AuthRequest {
             AuthRequest::SetUserEnabled { name, enabled } => {
                 w.str(name).bool(*enabled);
             }
+            AuthRequest::ChangePassword { old_password, new_password } => {
+                w.str(old_password).str(new_password);
+            }
+            AuthRequest::SetPassword { user, password } => {
+                w.str(user).str(password);
+            }
             AuthRequest::AddRole { role, name } => {
                 w.u32(*role).str(name);
             }
@@ -216,6 +244,9 @@ impl AuthRequest {
             }
             AuthRequest::UserInfo { uid, key_id } => {
                 w.u32(*uid).u32(*key_id);
+            }
+            AuthRequest::UserByName { name } => {
+                w.str(name);
             }
         }
         w.into_vec()
@@ -239,6 +270,13 @@ impl AuthRequest {
             CREATE_GROUP => AuthRequest::CreateGroup { name: short_name(&mut r, "group name")? },
             SET_GROUP_MEMBER => {
                 AuthRequest::SetGroupMember { gid: r.u32()?, user: user_name(&mut r)?, member: r.bool()? }
+            }
+            CHANGE_PASSWORD => AuthRequest::ChangePassword {
+                old_password: r.str(PASSWORD_MAX, "old password")?,
+                new_password: r.str(PASSWORD_MAX, "new password")?,
+            },
+            SET_PASSWORD => {
+                AuthRequest::SetPassword { user: user_name(&mut r)?, password: r.str(PASSWORD_MAX, "password")? }
             }
             ADD_USER => AuthRequest::AddUser {
                 name: user_name(&mut r)?,
@@ -268,6 +306,7 @@ impl AuthRequest {
             LIST_USERS => AuthRequest::ListUsers,
             IDENTITY_KEYS => AuthRequest::IdentityKeys,
             USER_INFO => AuthRequest::UserInfo { uid: r.u32()?, key_id: r.u32()? },
+            USER_BY_NAME => AuthRequest::UserByName { name: user_name(&mut r)? },
             _ => return Err(DecodeError::NotCanonical("unknown authentication-server opcode")),
         };
         r.finish()?;
@@ -382,6 +421,8 @@ pub enum AuthReply {
     UserInfo { user: AuthUser, key_live: bool },
     /// Every user.
     Users(Vec<AuthUser>),
+    /// One user.
+    User(AuthUser),
 }
 
 impl std::fmt::Debug for AuthReply {
@@ -405,6 +446,7 @@ impl std::fmt::Debug for AuthReply {
                 f.debug_struct("UserInfo").field("user", user).field("key_live", key_live).finish()
             }
             AuthReply::Users(u) => f.debug_tuple("Users").field(u).finish(),
+            AuthReply::User(u) => f.debug_tuple("User").field(u).finish(),
         }
     }
 }
@@ -451,6 +493,10 @@ impl AuthReply {
                 for u in users {
                     u.encode(&mut w);
                 }
+            }
+            AuthReply::User(user) => {
+                w.u8(USER);
+                user.encode(&mut w);
             }
         }
         w.into_vec()
@@ -504,6 +550,7 @@ impl AuthReply {
                 }
                 AuthReply::Users(users)
             }
+            USER => AuthReply::User(AuthUser::decode(&mut r)?),
             _ => return Err(DecodeError::NotCanonical("unknown authentication-server reply kind")),
         };
         r.finish()?;
@@ -525,6 +572,37 @@ mod tests {
         let body = req.encode(5);
         assert_eq!(hex(&body), LOGIN_VECTOR);
         assert_eq!(AuthRequest::decode(&body).unwrap(), (5, req));
+    }
+
+    #[test]
+    fn password_change_known_answers() {
+        let req = AuthRequest::ChangePassword { old_password: "old pw 1".into(), new_password: "new pw 2".into() };
+        let body = req.encode(6);
+        assert_eq!(hex(&body), CHANGE_PASSWORD_VECTOR);
+        assert_eq!(AuthRequest::decode(&body).unwrap(), (6, req.clone()));
+        let req2 = AuthRequest::SetPassword { user: "bob".into(), password: "bob pw 3".into() };
+        let body2 = req2.encode(7);
+        assert_eq!(hex(&body2), SET_PASSWORD_VECTOR);
+        assert_eq!(AuthRequest::decode(&body2).unwrap(), (7, req2.clone()));
+        // Passwords never print.
+        for shown in [format!("{req:?}"), format!("{req2:?}")] {
+            assert!(!shown.contains("pw"), "{shown}");
+        }
+        // The longest passwords decode; one byte more does not; an empty user name does not.
+        let longest = AuthRequest::ChangePassword {
+            old_password: "o".repeat(PASSWORD_MAX),
+            new_password: "n".repeat(PASSWORD_MAX),
+        };
+        assert_eq!(AuthRequest::decode(&longest.encode(1)).unwrap().1, longest);
+        assert!(longest.encode(1).len() <= AUTH_MESSAGE_MAX);
+        for bad in [
+            AuthRequest::ChangePassword { old_password: "o".into(), new_password: "n".repeat(PASSWORD_MAX + 1) },
+            AuthRequest::ChangePassword { old_password: "o".repeat(PASSWORD_MAX + 1), new_password: "n".into() },
+            AuthRequest::SetPassword { user: "bob".into(), password: "p".repeat(PASSWORD_MAX + 1) },
+            AuthRequest::SetPassword { user: String::new(), password: "p".into() },
+        ] {
+            assert!(AuthRequest::decode(&bad.encode(1)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -572,6 +650,8 @@ mod tests {
     }
 
     const LOGIN_VECTOR: &str = "01000500000000000000010300616e6e0200707707000000";
+    const CHANGE_PASSWORD_VECTOR: &str = "1200060000000000000008006f6c64207077203108006e65772070772032";
+    const SET_PASSWORD_VECTOR: &str = "080107000000000000000300626f620800626f622070772033";
     const LOGGED_IN_VECTOR: &str = concat!(
         "0000050000000000000001e80300006400000000020007000000090000000301000002000000e8030000070000000807060504030201",
         "abababababababababababababababababababababababababababababababab"
@@ -585,7 +665,7 @@ mod tests {
     #[test]
     fn vectors_are_published_in_protocol_md() {
         let doc = include_str!("../../../docs/PROTOCOL.md");
-        for v in [LOGIN_VECTOR, LOGGED_IN_VECTOR, LOGIN_IDENTITY_VECTOR] {
+        for v in [LOGIN_VECTOR, LOGGED_IN_VECTOR, LOGIN_IDENTITY_VECTOR, CHANGE_PASSWORD_VECTOR, SET_PASSWORD_VECTOR] {
             assert!(doc.lines().any(|l| l.trim() == v), "{v} is not published in PROTOCOL.md");
         }
     }
@@ -609,10 +689,14 @@ mod tests {
             AuthRequest::SetGroupMember { gid: 9, user: "bob".into(), member: true }.encode(2),
             AuthRequest::AddUser { name: "c".into(), password: "p".into(), uid: 4, gid: 0, admin: false }.encode(3),
             AuthRequest::UserInfo { uid: 4, key_id: 2 }.encode(4),
+            AuthRequest::ChangePassword { old_password: "old".into(), new_password: "new one".into() }.encode(9),
+            AuthRequest::SetPassword { user: "dan".into(), password: "dan's".into() }.encode(10),
             AuthReply::LoggedIn { uid: 1, gid: 2, admin: false, roles: vec![7], credential, idkey: [1; 32] }.encode(5),
             AuthReply::IdentityKeys { high: 4, keys: vec![SharedKey { key_id: 2, key: [2; 32] }] }.encode(6),
             AuthReply::UserInfo { user: user.clone(), key_live: true }.encode(7),
-            AuthReply::Users(vec![user]).encode(8),
+            AuthReply::Users(vec![user.clone()]).encode(8),
+            AuthReply::User(user).encode(11),
+            AuthRequest::UserByName { name: "eve".into() }.encode(12),
         ];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = || {
