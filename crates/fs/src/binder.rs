@@ -100,6 +100,8 @@ impl FileBinder {
     /// The manager's refusal, or `PERMISSION_DENIED` if it does not grant
     /// `rights`.
     pub(crate) async fn ensure(&self, rights: u32) -> Result<(), FsError> {
+        // The identity the drives see too (a no-op unless it nears expiry).
+        self.fs.ensure_identity_fresh().await;
         let expires = {
             let b = lock(&self.bound);
             if b.held.fresh() && b.held.allows(rights) {
@@ -212,6 +214,13 @@ impl Binder for FileBinder {
                 }
             }
         })
+    }
+
+    /// A drive refused the identity as expired: renewed from the client's
+    /// identity source (the pool's connections take the new one), or found
+    /// renewed by another request meanwhile.
+    fn renew_identity(&self) -> BoxFuture<'_, Result<bool, StripeError>> {
+        Box::pin(async move { Ok(self.fs.renew_identity_after_refusal().await) })
     }
 
     fn refresh(&self) -> BoxFuture<'_, Result<Arc<Target>, StripeError>> {

@@ -3,6 +3,7 @@
 //! [`MANAGER_CONNECTIONS_MAX`] of them so concurrent requests do not queue
 //! behind one another.
 
+use crate::renew::{identity_refusal, IdentityCell};
 use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
@@ -87,7 +88,12 @@ impl Managers {
     /// one that answers, round after round for up to
     /// [`crate::FAILOVER_WAIT_MAX`]; the one that answered is used from then
     /// on. A refusal (a wrong password) ends it at once.
-    pub(crate) async fn open(&self, config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerConn, Identity), FsError> {
+    pub(crate) async fn open(
+        &self,
+        config: &FsConfig,
+        identity: &IdentityCell,
+        tls: &TlsConnector,
+    ) -> Result<(ManagerConn, Identity), FsError> {
         use std::sync::atomic::Ordering;
         let n = self.addrs.len();
         let connect_wait = if n > 1 { crate::FAILOVER_CONNECT_WAIT } else { config.reply_timeout };
@@ -97,7 +103,7 @@ impl Managers {
             let mut last = None;
             for i in 0..n {
                 let at = (start + i) % n;
-                match ManagerConn::open_at(&self.addrs[at], connect_wait, config, tls).await {
+                match ManagerConn::open_at(&self.addrs[at], connect_wait, config, identity, tls).await {
                     Ok(c) => {
                         if at != start % n {
                             tracing::info!(from = %self.addrs[start % n], to = %self.addrs[at], "moved to another manager");
@@ -150,6 +156,10 @@ pub(crate) struct ManagerConn {
     broken: bool,
     /// The manager's address and how long each wait for it may take.
     deadline: (String, Duration),
+    /// The generation of the identity it logged in with (`IdentityCell`):
+    /// once the identity is renewed, the connection is closed when it comes
+    /// back idle, and new ones log in with the new identity.
+    generation: u64,
 }
 
 /// `step`, failing with `TimedOut` if the manager does not let it finish in time.
@@ -188,12 +198,14 @@ pub fn connector(ca_pem: &Path) -> Result<TlsConnector, FsError> {
 
 impl ManagerConn {
     /// Connects to the manager at `addr`, verifies its certificate for the
-    /// configured server name, logs in; each step within
+    /// configured server name, logs in (with the identity `identity` holds
+    /// now, or else the configured password); each step within
     /// `config.reply_timeout` (the connection within `connect_wait`).
     async fn open_at(
         addr: &str,
         connect_wait: Duration,
         config: &FsConfig,
+        identity: &IdentityCell,
         tls: &TlsConnector,
     ) -> Result<(Self, Identity), Unreached> {
         let server_name = &config.server_name;
@@ -211,9 +223,11 @@ impl ManagerConn {
         let stream = within(&deadline, "finish TLS", tls.connect(name, socket))
             .await
             .map_err(|e| Unreached::Down(FsError::Setup(format!("TLS with the manager at {addr} failed: {e}"))))?;
-        let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline };
-        let login = match &config.identity {
-            Some((credential, idkey)) => ManagerRequest::LoginIdentity {
+        let held = identity.current();
+        let generation = held.as_ref().map_or(0, |(_, _, g)| *g);
+        let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline, generation };
+        let login = match &held {
+            Some((credential, idkey, _)) => ManagerRequest::LoginIdentity {
                 version: MANAGER_PROTOCOL_VERSION,
                 credential: *credential,
                 proof: nasd_crypto::identity_login_proof(idkey, credential).ok_or_else(|| {
@@ -327,18 +341,24 @@ impl ManagerSlot {
     /// The most recently used idle connection that is young enough and, as
     /// far as can be seen without waiting, still open; older or closed ones
     /// are dropped.
-    fn take_idle(&self) -> Option<ManagerConn> {
+    /// Connections logged in with an identity older than `generation` are
+    /// dropped too.
+    fn take_idle(&self, generation: u64) -> Option<ManagerConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some((conn, used)) = idle.pop() {
-            if used.elapsed() <= MANAGER_IDLE_REUSE_MAX && conn.is_reusable() {
+            if used.elapsed() <= MANAGER_IDLE_REUSE_MAX && conn.generation == generation && conn.is_reusable() {
                 return Some(conn);
             }
         }
         None
     }
 
-    fn put_idle(&self, conn: ManagerConn) {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push((conn, Instant::now()));
+    /// Keeps `conn` for reuse, unless it logged in with an identity older
+    /// than `generation` (then it is closed).
+    fn put_idle(&self, conn: ManagerConn, generation: u64) {
+        if conn.generation == generation {
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).push((conn, Instant::now()));
+        }
     }
 }
 
@@ -383,6 +403,8 @@ pub struct RoutingStats {
 pub(crate) struct ManagerPool {
     /// Where and as whom to connect, and the wait bound (`reply_timeout`).
     config: FsConfig,
+    /// The identity connections log in with, renewed before it expires.
+    identity: Arc<IdentityCell>,
     /// The managers, and the one in use.
     managers: Arc<Managers>,
     tls: TlsConnector,
@@ -398,11 +420,16 @@ pub(crate) struct ManagerPool {
 impl ManagerPool {
     /// Connects and logs in once (so a wrong password or an unreachable
     /// manager fails here), keeping that connection as the first idle one.
-    pub(crate) async fn open(config: &FsConfig, tls: &TlsConnector) -> Result<(ManagerPool, Identity), FsError> {
+    pub(crate) async fn open(
+        config: &FsConfig,
+        cell: Arc<IdentityCell>,
+        tls: &TlsConnector,
+    ) -> Result<(ManagerPool, Identity), FsError> {
         let managers = Arc::new(Managers::new(config)?);
-        let (conn, identity) = managers.open(config, tls).await?;
+        let (conn, identity) = managers.open(config, &cell, tls).await?;
         let pool = ManagerPool {
             config: config.clone(),
+            identity: cell,
             managers,
             tls: tls.clone(),
             slots: Mutex::new(std::collections::HashMap::new()),
@@ -412,7 +439,7 @@ impl ManagerPool {
         };
         let conn = pool.fetch_routing(conn).await;
         if let Some(conn) = conn {
-            pool.slot(&conn.deadline.0).put_idle(conn);
+            pool.slot(&conn.deadline.0).put_idle(conn, pool.identity.generation());
         }
         Ok((pool, identity))
     }
@@ -479,7 +506,7 @@ impl ManagerPool {
     async fn connect(&self, target: Option<&str>) -> Result<ManagerConn, FsError> {
         if let Some(addr) = target {
             let wait = crate::FAILOVER_CONNECT_WAIT.min(self.config.reply_timeout);
-            match ManagerConn::open_at(addr, wait, &self.config, &self.tls).await {
+            match ManagerConn::open_at(addr, wait, &self.config, &self.identity, &self.tls).await {
                 Ok((conn, _)) => {
                     if let Some(conn) = self.fetch_routing(conn).await {
                         return Ok(conn);
@@ -496,7 +523,7 @@ impl ManagerPool {
                 .insert(addr.to_string(), Instant::now() + MANAGER_DOWN_AVOID);
             self.stats.lock().unwrap_or_else(|p| p.into_inner()).rerouted += 1;
         }
-        let (conn, _) = self.managers.open(&self.config, &self.tls).await?;
+        let (conn, _) = self.managers.open(&self.config, &self.identity, &self.tls).await?;
         let addr = self.managers.current().to_string();
         self.fetch_routing(conn).await.ok_or_else(|| {
             FsError::Protocol(format!("the connection to the manager at {addr} broke while fetching the routing table"))
@@ -511,7 +538,25 @@ impl ManagerPool {
     /// Dropping the future closes the connection it was using (its request
     /// may or may not have reached the manager); the pool opens another when
     /// needed.
+    ///
+    /// The identity is renewed first if it nears expiry (in the background
+    /// while it is still valid), and once more, with the request sent
+    /// again, if the manager refuses it as expired (`crate::renew`).
     pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        self.identity.ensure_fresh().await;
+        let generation = self.identity.generation();
+        match self.call_routed(req).await {
+            // Refused before anything was done: the session's identity ran out.
+            Err(e) if identity_refusal(&e) && self.identity.renew_after_refusal(generation).await => {
+                tracing::debug!(request = req.name(), "sending the request again under the renewed identity");
+                self.call_routed(req).await
+            }
+            r => r,
+        }
+    }
+
+    /// [`call`](Self::call) without renewal.
+    async fn call_routed(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         let mut resent = 0;
         loop {
             let target = self.route(req);
@@ -541,7 +586,7 @@ impl ManagerPool {
         let _permit = slot.permits.acquire().await.expect("the pool never closes its semaphore");
         let mut sent = 0;
         loop {
-            let mut conn = match slot.take_idle() {
+            let mut conn = match slot.take_idle(self.identity.generation()) {
                 Some(c) => c,
                 None => self.connect(target).await?,
             };
@@ -569,7 +614,7 @@ impl ManagerPool {
                     _ => Some(conn),
                 };
                 if let Some(conn) = conn {
-                    self.slot(&at).put_idle(conn);
+                    self.slot(&at).put_idle(conn, self.identity.generation());
                 }
                 return r;
             }
@@ -605,6 +650,7 @@ impl ManagerPool {
     pub(crate) fn watcher(&self) -> Watcher {
         Watcher {
             config: self.config.clone(),
+            identity: self.identity.clone(),
             tls: self.tls.clone(),
             managers: self.managers.clone(),
             conn: None,
@@ -654,6 +700,8 @@ pub struct ChangeBatch {
 /// manager says so.
 pub struct Watcher {
     config: FsConfig,
+    /// The client's identity (renewed with the client's).
+    identity: Arc<IdentityCell>,
     tls: TlsConnector,
     /// The client's managers (a watcher moves with the client; another
     /// manager's feed is another incarnation, so it reports changes lost).
@@ -683,15 +731,16 @@ impl Watcher {
     pub async fn wait(&mut self, wait: Duration) -> Result<ChangeBatch, FsError> {
         let most = Duration::from_millis(u64::from(WATCH_WAIT_MAX_MS)).min(self.config.reply_timeout / 2);
         let wait_ms = wait.min(most).as_millis() as u32;
-        let mut conn = match self.conn.take() {
-            Some(c) if c.is_reusable() => c,
-            _ => self.managers.open(&self.config, &self.tls).await?.0,
-        };
+        self.identity.ensure_fresh().await;
+        let generation = self.identity.generation();
         let req = ManagerRequest::Watch { incarnation: self.incarnation, after: self.next, wait_ms };
-        let reply = conn.call(&req).await;
-        if !conn.is_broken() {
-            self.conn = Some(conn);
-        }
+        let reply = match self.watch_once(&req).await {
+            // The session's identity ran out: renewed, asked once more (a WATCH only reads).
+            Err(e) if identity_refusal(&e) && self.identity.renew_after_refusal(generation).await => {
+                self.watch_once(&req).await
+            }
+            r => r,
+        };
         match reply? {
             ManagerReply::Changes { incarnation, next, lost, changes } => {
                 (self.incarnation, self.next) = (incarnation, next);
@@ -699,5 +748,20 @@ impl Watcher {
             }
             other => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// Sends `req` on the watcher's connection (a new one if it has none
+    /// usable, or one logged in with an identity since renewed).
+    async fn watch_once(&mut self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        let generation = self.identity.generation();
+        let mut conn = match self.conn.take() {
+            Some(c) if c.generation == generation && c.is_reusable() => c,
+            _ => self.managers.open(&self.config, &self.identity, &self.tls).await?.0,
+        };
+        let reply = conn.call(req).await;
+        if !conn.is_broken() {
+            self.conn = Some(conn);
+        }
+        reply
     }
 }

@@ -34,6 +34,7 @@ mod binder;
 mod cache;
 mod conn;
 mod file;
+mod renew;
 mod txn;
 
 pub use cache::HELD_CAPABILITIES_MAX;
@@ -52,7 +53,8 @@ pub use nasd_proto::manager::{
     QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
-pub use nasd_stripe::{ComponentFailure, FailureCause, StripeError};
+pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, StripeError};
+pub use renew::{renew_margin, IdentitySource, RENEW_MARGIN_DIVISOR, RENEW_MARGIN_MAX, RENEW_RETRY_PAUSE};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 
 use cache::Held;
@@ -209,6 +211,12 @@ pub struct FsConfig {
     /// set, the client logs in to the manager with it (`LOGIN_IDENTITY`)
     /// instead of `user` and `password`.
     pub identity: Option<(nasd_proto::IdentityData, nasd_crypto::Key)>,
+    /// Where fresh identities come from when `identity` nears expiry (a
+    /// login at the authentication server again): the client renews before
+    /// it expires, and after a refusal for expiry, for the manager and the
+    /// drives alike (see [`IdentitySource`]). `None`: the identity is never
+    /// renewed, and the client's requests are refused once it expires.
+    pub identity_source: Option<Arc<dyn IdentitySource>>,
 }
 
 impl std::fmt::Debug for FsConfig {
@@ -224,6 +232,7 @@ impl std::fmt::Debug for FsConfig {
             .field("transfer_piece", &self.transfer_piece)
             .field("reply_timeout", &self.reply_timeout)
             .field("identity", &self.identity.as_ref().map(|(credential, _)| credential))
+            .field("identity_source", &self.identity_source.is_some())
             .finish()
     }
 }
@@ -241,6 +250,7 @@ impl Default for FsConfig {
             transfer_piece: TRANSFER_PIECE_DEFAULT,
             reply_timeout: WAIT_MAX,
             identity: None,
+            identity_source: None,
         }
     }
 }
@@ -271,6 +281,9 @@ pub const TRANSFER_PIECE_MAX: usize = 64 * 1024 * 1024;
 struct Inner {
     config: FsConfig,
     identity: Identity,
+    /// The identity from the authentication server, if the client logged
+    /// in with one, and its renewal.
+    id_cell: Arc<renew::IdentityCell>,
     manager: ManagerPool,
     /// Connections to drives, shared by every file; holding the session's
     /// identity, if it logged in with one.
@@ -422,21 +435,17 @@ impl FsClient {
             return Err(FsError::Setup("reply_timeout must be positive".into()));
         }
         let tls = connector(&config.ca_cert)?;
-        let (manager, identity) = ManagerPool::open(config, &tls).await?;
+        // The drive pool's connections hold the identity (set, and swapped at every renewal, by the cell).
+        let drives = Arc::new(DrivePool::new());
+        let id_cell = renew::IdentityCell::new(config.identity.clone(), config.identity_source.clone(), drives.clone());
+        let (manager, identity) = ManagerPool::open(config, id_cell.clone(), &tls).await?;
         Ok(FsClient {
             inner: Arc::new(Inner {
                 config: config.clone(),
                 identity,
+                id_cell,
                 manager,
-                drives: Arc::new(DrivePool::with_identity(config.identity.as_ref().map(|(data, key)| {
-                    // Requests by identity carry their data MACed, as writes under capabilities do.
-                    let protection =
-                        nasd_proto::Protection::INTEGRITY_ARGS.union(nasd_proto::Protection::INTEGRITY_DATA);
-                    nasd_client::Auth::new(
-                        nasd_client::Credential::Identity { data: *data, key: key.clone() },
-                        protection,
-                    )
-                }))),
+                drives,
                 gateway_drives: Arc::new(DrivePool::new()),
                 held: Mutex::new(HashMap::new()),
             }),
@@ -482,6 +491,38 @@ impl FsClient {
             Some(a) => Identity { uid: a.uid, gid: a.gid, admin: false },
             None => self.inner.identity,
         }
+    }
+
+    /// The identity credential the client holds now (public; the latest
+    /// renewed one), if it logged in with one.
+    pub fn identity_credential(&self) -> Option<nasd_proto::IdentityData> {
+        self.inner.id_cell.credential()
+    }
+
+    /// How many times the client renewed its identity so far (tests,
+    /// diagnostics).
+    pub fn identity_renewals(&self) -> u64 {
+        self.inner.id_cell.renewals()
+    }
+
+    /// How many times renewing the identity failed so far (the identity
+    /// source refused or could not be reached; tests, diagnostics).
+    pub fn identity_renewal_failures(&self) -> u64 {
+        self.inner.id_cell.failures()
+    }
+
+    /// Renews the identity now if it is within its margin of expiry (in the
+    /// background while still valid) or has expired; what every manager
+    /// request and file operation does first.
+    pub(crate) async fn ensure_identity_fresh(&self) {
+        self.inner.id_cell.ensure_fresh().await;
+    }
+
+    /// After a drive refused a request as made under an expired identity:
+    /// whether a fresher one is held now (renewed here or by another request).
+    pub(crate) async fn renew_identity_after_refusal(&self) -> bool {
+        let generation = self.inner.id_cell.generation();
+        self.inner.id_cell.renew_after_refusal(generation).await
     }
 
     /// Sends one request to the manager on a free connection (opening one,

@@ -13,7 +13,7 @@ use common::*;
 use nasd_auth::{AuthConfig, AuthServer};
 use nasd_client::{Auth, ClientError, Credential, DriveClient};
 use nasd_crypto::{identity_key, identity_login_proof, Key};
-use nasd_fs::{FsClient, FsConfig, FsError, FsStatus};
+use nasd_fs::{BoxFuture, FsClient, FsConfig, FsError, FsStatus, IdentitySource};
 use nasd_login::auth_client::{AuthClient, AuthError, IdentityGrant};
 use nasd_manager::identity::AuthLink;
 use nasd_manager::ManagerConfig;
@@ -38,22 +38,63 @@ struct Auth0 {
     addr: String,
     ca: PathBuf,
     stop: watch::Sender<bool>,
+    acceptor: tokio_rustls::TlsAcceptor,
     _dir: tempfile::TempDir,
 }
 
 impl Auth0 {
     async fn start() -> Auth0 {
+        Auth0::start_with(AuthConfig::default()).await
+    }
+
+    async fn start_with(config: AuthConfig) -> Auth0 {
         let dir = tempfile::tempdir().unwrap();
         let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
         let files = nasd_login::tls::ensure_certificates(&dir.path().join("tls"), &names).unwrap();
         let acceptor = nasd_login::tls::acceptor(&files).unwrap();
-        let server = Arc::new(AuthServer::open(&dir.path().join("auth"), AuthConfig::default()).unwrap());
+        let server = Arc::new(AuthServer::open(&dir.path().join("auth"), config).unwrap());
         assert!(to(server.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (stop, rx) = watch::channel(false);
-        tokio::spawn(server.clone().serve(listener, acceptor, rx));
-        Auth0 { server, addr, ca: files.ca, stop, _dir: dir }
+        tokio::spawn(server.clone().serve(listener, acceptor.clone(), rx));
+        Auth0 { server, addr, ca: files.ca, stop, acceptor, _dir: dir }
+    }
+
+    /// Stops serving (the same server serves again after [`resume`](Self::resume)).
+    fn halt(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Serves again on the same address.
+    async fn resume(&mut self) {
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(&self.addr).await {
+                Ok(l) => break l,
+                // The stopped accept loop may not have let go of the port yet.
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    tracing::debug!(error = %e, "the authentication server's port is still taken");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot listen on {} again: {e}", self.addr),
+            }
+        };
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(self.server.clone().serve(listener, self.acceptor.clone(), rx));
+        self.stop = stop;
+    }
+
+    /// A renewal source logging `user` in again, as `nasd mount` does.
+    fn source(&self, user: &str, password: &str, role: u32) -> Arc<dyn IdentitySource> {
+        Arc::new(Relogin {
+            addr: self.addr.clone(),
+            ca: self.ca.clone(),
+            user: user.into(),
+            password: password.into(),
+            role,
+        })
     }
 
     fn link(&self) -> AuthLink {
@@ -72,6 +113,27 @@ impl Auth0 {
 
     async fn grant(&self, user: &str, password: &str, role: u32) -> IdentityGrant {
         self.login(user, password, role).await.expect("log in at the authentication server").1
+    }
+}
+
+/// Logs a user in at the authentication server again for a fresh identity.
+struct Relogin {
+    addr: String,
+    ca: PathBuf,
+    user: String,
+    password: String,
+    role: u32,
+}
+
+impl IdentitySource for Relogin {
+    fn fresh(&self) -> BoxFuture<'_, Result<(IdentityData, Key), FsError>> {
+        Box::pin(async move {
+            let tls = nasd_login::auth_client::connector(&self.ca).map_err(|e| FsError::Setup(e.to_string()))?;
+            let (_, grant) = AuthClient::login(&self.addr, "localhost", &tls, &self.user, &self.password, self.role)
+                .await
+                .map_err(|e| FsError::Setup(format!("logging in at the authentication server again: {e}")))?;
+            Ok((grant.credential, grant.idkey))
+        })
     }
 }
 
@@ -958,6 +1020,164 @@ fn a_directory_acl_change_is_one_super_pal_per_drive() {
 
         drop((alice_fs, bob_fs, admin, owners));
         let _ = auth.stop.send(true);
+        cluster.stop().await;
+    });
+}
+
+/// How long identity keys live in the renewal tests: a few lifetimes pass
+/// in each.
+const SHORT_LIFE: Duration = Duration::from_secs(3);
+
+/// An authentication server issuing identity keys that live `lifetime`, a
+/// cluster of two drives whose partition takes PALs only, user A added,
+/// and the administrator's session (renewing its identity) after the keys
+/// and scheme reached the drives and `/shared` was made.
+async fn short_lived(lifetime: Duration) -> (Auth0, Cluster, FsClient) {
+    let auth = Auth0::start_with(AuthConfig { identity_lifetime: lifetime, ..AuthConfig::default() }).await;
+    let config = pal_config(&auth, AuthScheme::PALS);
+    let cluster = Cluster::start(ClusterOptions { config, drives: 2, ..ClusterOptions::default() }).await;
+    let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+    to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+    let admin = renewing(&auth, &cluster, ROOT, ROOT_PW).await;
+    to(admin.sync_identity_keys()).await.unwrap();
+    to(admin.mkdir("/shared", 0o777)).await.unwrap();
+    (auth, cluster, admin)
+}
+
+/// A client logged in with a fresh identity of `user`, renewing it from
+/// the authentication server.
+async fn renewing(auth: &Auth0, c: &Cluster, user: &str, password: &str) -> FsClient {
+    let grant = auth.grant(user, password, 0).await;
+    let config = FsConfig {
+        identity_source: Some(auth.source(user, password, 0)),
+        ..identity_config(c, grant.credential, grant.idkey)
+    };
+    to(FsClient::connect(&config)).await.unwrap()
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// Sleeps until the credential `c` has expired (by this machine's clock,
+/// which the manager and drives here share) and `after` more.
+async fn past_expiry(c: &IdentityData, after: Duration) {
+    let left = Duration::from_nanos(c.expiration_ns.saturating_sub(unix_now_ns()));
+    tokio::time::sleep(left + after).await;
+}
+
+/// Bytes of round `n`, different each round.
+fn round_bytes(n: usize) -> Vec<u8> {
+    (0..150_000u32).map(|i| (i as usize * 7 + n * 13) as u8).collect()
+}
+
+/// A client given a renewal source keeps reading and writing a striped file
+/// on a PALs-only partition — by identity alone, at the manager and the
+/// drives — across several lifetimes of its identity key: through an open
+/// file whose drive connections hold the identity, through new opens, and
+/// through its change watcher. The same user's client without one is
+/// refused once its key expires, saying so.
+#[test]
+fn identity_keys_are_renewed_before_they_expire() {
+    run(async {
+        let (auth, cluster, admin) = short_lived(SHORT_LIFE).await;
+        let alice = renewing(&auth, &cluster, USER_A, PW_A).await;
+        let plain = {
+            let g = auth.grant(USER_A, PW_A, 0).await;
+            manager_login(&cluster, g.credential, &g.idkey).await.unwrap()
+        };
+        // A file striped over both drives.
+        to(alice.write_file("/shared/f", b"")).await.unwrap();
+        to(alice.set_layout("/shared/f", Some(nasd_fs::Layout::parse("stripe:2@64K").unwrap()))).await.unwrap();
+        to(alice.write_file("/shared/f", &round_bytes(0))).await.unwrap();
+        assert_eq!(to(plain.read_file("/shared/f")).await.unwrap(), round_bytes(0));
+        let first = alice.identity_credential().expect("an identity");
+        let open = to(alice.open("/shared/f", true)).await.unwrap();
+        let mut watcher = alice.watcher();
+        to(watcher.wait(Duration::ZERO)).await.unwrap();
+
+        // Four rounds, three quarters of a lifetime apart: requests land both inside the
+        // renewal margin and after an expiry.
+        for round in 1..=4 {
+            tokio::time::sleep(SHORT_LIFE * 3 / 4).await;
+            // Straight to the drives first (the open file holds its bindings).
+            let before = round_bytes(round - 1);
+            assert_eq!(to(open.read_at(0, before.len() as u64)).await.unwrap(), before, "round {round}: read");
+            let data = round_bytes(round);
+            to(open.write_at(0, &data)).await.unwrap_or_else(|e| panic!("round {round}: write: {e}"));
+            to(open.flush()).await.unwrap_or_else(|e| panic!("round {round}: flush: {e}"));
+            assert_eq!(to(open.read_at(0, data.len() as u64)).await.unwrap(), data, "round {round}");
+            assert_eq!(to(alice.read_file("/shared/f")).await.unwrap(), data, "round {round}: a new open");
+            to(alice.stat("/shared")).await.unwrap_or_else(|e| panic!("round {round}: the manager session: {e}"));
+            to(watcher.wait(Duration::ZERO)).await.unwrap_or_else(|e| panic!("round {round}: the watcher: {e}"));
+        }
+        assert!(unix_now_ns() > first.expiration_ns, "the test outlived the first identity");
+        let now = alice.identity_credential().unwrap();
+        assert!(now.expiration_ns > first.expiration_ns, "a later identity is held");
+        assert_eq!((now.user, now.role), (first.user, first.role), "the same user and role");
+        assert!(alice.identity_renewals() >= 2, "renewed: {}", alice.identity_renewals());
+        assert_eq!(alice.identity_renewal_failures(), 0);
+        let attr = to(open.close()).await.unwrap();
+        assert_eq!(attr.size, round_bytes(4).len() as u64);
+
+        // Without a source, the same user's client is refused once its key expired.
+        let refused = to(plain.read_file("/shared/f")).await.expect_err("read under an expired identity");
+        assert!(refused.to_string().contains("expired"), "{refused}");
+        assert_eq!(plain.identity_renewals(), 0);
+
+        drop((alice, plain, admin));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
+/// With the authentication server down, renewing fails: the client keeps
+/// using its identity until it expires (failures logged and counted), is
+/// refused after that, and renews at its next request once the server is
+/// back.
+#[test]
+fn renewal_survives_an_authentication_server_outage() {
+    run(async {
+        // Long enough that requests in the renewal margin (a tenth) finish before expiry.
+        let life = Duration::from_secs(8);
+        let (mut auth, cluster, admin) = short_lived(life).await;
+        let alice = renewing(&auth, &cluster, USER_A, PW_A).await;
+        to(alice.write_file("/shared/g", b"")).await.unwrap();
+        to(alice.set_layout("/shared/g", Some(nasd_fs::Layout::parse("stripe:2@64K").unwrap()))).await.unwrap();
+        to(alice.write_file("/shared/g", &round_bytes(0))).await.unwrap();
+        let first = alice.identity_credential().expect("an identity");
+        auth.halt();
+
+        // Requests until half a margin before expiry all work; those in the margin try to
+        // renew and fail.
+        let stop_at = first.expiration_ns - (nasd_fs::renew_margin(life) / 2).as_nanos() as u64;
+        let mut requests = 0;
+        while unix_now_ns() < stop_at {
+            assert_eq!(to(alice.read_file("/shared/g")).await.unwrap(), round_bytes(0));
+            requests += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(requests > 1);
+        assert!(alice.identity_renewal_failures() >= 1, "renewal was tried in the margin and failed");
+        assert_eq!(alice.identity_renewals(), 0);
+        assert_eq!(alice.identity_credential(), Some(first), "the current identity was kept");
+
+        // Past expiry, with the server still down: refused, saying why.
+        past_expiry(&first, Duration::from_millis(200)).await;
+        let refused = to(alice.read_file("/shared/g")).await.expect_err("read under an expired identity");
+        assert!(refused.to_string().contains("expired"), "{refused}");
+
+        // The server back: the next request (after the retry pause) renews and works.
+        auth.resume().await;
+        tokio::time::sleep(nasd_fs::RENEW_RETRY_PAUSE).await;
+        assert_eq!(to(alice.read_file("/shared/g")).await.unwrap(), round_bytes(0));
+        to(alice.write_file("/shared/g", &round_bytes(1))).await.unwrap();
+        assert_eq!(to(alice.read_file("/shared/g")).await.unwrap(), round_bytes(1));
+        assert_eq!(alice.identity_renewals(), 1);
+        assert!(alice.identity_credential().unwrap().expiration_ns > first.expiration_ns);
+
+        drop((alice, admin));
+        auth.halt();
         cluster.stop().await;
     });
 }

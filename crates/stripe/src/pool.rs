@@ -36,7 +36,15 @@ const _: () = assert!(DRIVE_IDLE_MAX <= DRIVE_INFLIGHT_MAX);
 
 struct Slot {
     permits: Arc<Semaphore>,
-    idle: Mutex<Vec<DriveClient>>,
+    /// Idle connections, each with the generation of the identity it holds.
+    idle: Mutex<Vec<(DriveClient, u64)>>,
+}
+
+/// The identity a pool's connections hold, and its generation (one more at
+/// every [`DrivePool::set_identity`]).
+struct Held {
+    identity: Option<Auth>,
+    generation: u64,
 }
 
 /// Connections per drive address, reused across striped objects.
@@ -44,8 +52,9 @@ pub struct DrivePool {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The identity every connection of the pool holds beside its
     /// bindings' capabilities (`DriveClient::set_identity`): requests go
-    /// under it where the partition accepts PALs.
-    identity: Option<Auth>,
+    /// under it where the partition accepts PALs. Replaced by
+    /// [`DrivePool::set_identity`] (a renewed identity key).
+    identity: Mutex<Held>,
 }
 
 impl std::fmt::Debug for DrivePool {
@@ -70,7 +79,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Lease {
     slot: Arc<Slot>,
     client: Option<DriveClient>,
+    /// The generation of the identity `client` holds.
+    client_generation: u64,
+    /// The pool's identity when the lease was taken, and its generation.
     identity: Option<Auth>,
+    generation: u64,
     /// Whether the connection came from the idle list (it may have gone
     /// stale while idle: a failure on it is worth one try on a new one).
     pub(crate) reused: bool,
@@ -100,11 +113,16 @@ impl Lease {
             if c.drive_id() != binding.drive_id {
                 return Err(FailureCause::WrongDrive { addr: binding.addr.clone() });
             }
-            let mut c = c;
-            c.set_identity(self.identity.clone());
             self.client = Some(c);
+            self.client_generation = self.generation.wrapping_sub(1);
         }
         let c = self.client.as_mut().expect("connected above");
+        if self.client_generation != self.generation {
+            // A new connection, or one made before the identity was renewed: it takes the
+            // pool's identity now (requests in flight on other connections keep theirs).
+            c.set_identity(self.identity.clone());
+            self.client_generation = self.generation;
+        }
         c.set_timeout(deadlines.wait);
         c.set_auth(binding.auth.clone());
         Ok(c)
@@ -115,7 +133,7 @@ impl Lease {
         if let Some(c) = self.client.take() {
             let mut idle = lock(&self.slot.idle);
             if idle.len() < DRIVE_IDLE_MAX {
-                idle.push(c);
+                idle.push((c, self.client_generation));
             }
         }
     }
@@ -142,8 +160,8 @@ pub(crate) fn unusable_connection(e: &ClientError) -> bool {
 /// Drops the idle connections that cannot carry another request: the
 /// drive closed them (after its idle timeout, or as it stopped) or sent
 /// bytes no request asked for. Found without waiting.
-fn drop_closed(idle: &mut Vec<DriveClient>) {
-    idle.retain(DriveClient::is_reusable);
+fn drop_closed(idle: &mut Vec<(DriveClient, u64)>) {
+    idle.retain(|(c, _)| c.is_reusable());
 }
 
 impl DrivePool {
@@ -158,7 +176,22 @@ impl DrivePool {
     /// scheme accepts PALs, and under the capability elsewhere
     /// (`DriveClient::set_identity`), without the caller noticing.
     pub fn with_identity(identity: Option<Auth>) -> DrivePool {
-        DrivePool { slots: Mutex::new(HashMap::new()), identity }
+        DrivePool { slots: Mutex::new(HashMap::new()), identity: Mutex::new(Held { identity, generation: 0 }) }
+    }
+
+    /// Replaces the identity the pool's connections hold (a renewed
+    /// identity key): every request leased from now on goes under the new
+    /// one — on an idle connection too, which takes it at its next lease —
+    /// while requests in flight finish under the one they started with.
+    pub fn set_identity(&self, identity: Option<Auth>) {
+        let mut held = lock(&self.identity);
+        held.identity = identity;
+        held.generation = held.generation.wrapping_add(1);
+    }
+
+    /// The identity the pool's connections hold now.
+    pub fn identity(&self) -> Option<Auth> {
+        lock(&self.identity).identity.clone()
     }
 
     fn slot(&self, addr: &str) -> Arc<Slot> {
@@ -187,11 +220,16 @@ impl DrivePool {
             let mut idle = lock(&slot.idle);
             // A connection to another drive at this address (the drive was
             // replaced) is dropped.
-            idle.retain(|c| c.drive_id() == binding.drive_id);
+            idle.retain(|(c, _)| c.drive_id() == binding.drive_id);
             drop_closed(&mut idle);
             idle.pop()
         };
-        Lease { reused: client.is_some(), slot, client, identity: self.identity.clone(), _permit: permit }
+        let (identity, generation) = {
+            let held = lock(&self.identity);
+            (held.identity.clone(), held.generation)
+        };
+        let (client, client_generation) = client.map_or((None, generation), |(c, g)| (Some(c), g));
+        Lease { reused: client.is_some(), slot, client, client_generation, identity, generation, _permit: permit }
     }
 
     /// Idle connections to `addr` that are still open (those the drive

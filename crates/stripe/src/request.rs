@@ -120,7 +120,7 @@ impl Task {
 impl Shared {
     async fn request(&self, layout: Layout, component: usize, req: &Req) -> Result<Option<Vec<u8>>, TaskError> {
         let mut target = self.binder.current();
-        let (mut refreshes, mut reconnects, mut pal_asked) = (0, 0, false);
+        let (mut refreshes, mut reconnects, mut pal_asked, mut renewed) = (0, 0, false, false);
         loop {
             let pals_seen = self.pal_refreshes.load(std::sync::atomic::Ordering::SeqCst);
             if target.layout != layout {
@@ -139,6 +139,13 @@ impl Shared {
                     cause
                 }
             };
+            if !renewed && cause.status() == Some(Status::IdentityExpired) {
+                // The identity key ran out: renewed (or found renewed by another request), retried once.
+                renewed = true;
+                if self.binder.renew_identity().await.map_err(TaskError::Fatal)? {
+                    continue;
+                }
+            }
             if !pal_asked && cause.status() == Some(Status::NotInPal) {
                 // The drive has no PAL entry for the identity: asked set again, retried once.
                 pal_asked = true;

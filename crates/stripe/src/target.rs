@@ -118,6 +118,17 @@ pub trait Binder: Send + Sync {
         let _ = write;
         Box::pin(async { Ok(false) })
     }
+
+    /// A drive refused a request by identity with `IDENTITY_EXPIRED`: asks
+    /// whoever holds the identity for a fresh one and has the pool's
+    /// connections take it (`DrivePool::set_identity`). `Ok(true)`: the
+    /// identity was renewed (by this call or by another since the refused
+    /// request went out), retry the request (the engine does, once).
+    /// `Ok(false)`: this binder cannot renew (the default), or renewing
+    /// failed; the refusal stands.
+    fn renew_identity(&self) -> BoxFuture<'_, Result<bool, StripeError>> {
+        Box::pin(async { Ok(false) })
+    }
 }
 
 /// A binder whose target changes only when its owner sets it (the
