@@ -416,11 +416,33 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
     })
 }
 
+/// [`login`] for a long-lived client (`nasd mount`): with an
+/// authentication server, the client renews its identity before it expires
+/// by logging in there again with the same user, role and password
+/// (`auth_cmd::login_auth_renewing`), so it outlives `identity_lifetime_secs`.
+pub async fn login_renewing(section: &ClientSection, user: Option<&str>) -> anyhow::Result<FsClient> {
+    if section.auth.is_none() {
+        return login(section, user).await;
+    }
+    let (grant, name, source) = crate::auth_cmd::login_auth_renewing(section, user).await?;
+    login_with_identity_from(section, &grant, &name, Some(source)).await
+}
+
 /// Logs in to the manager with an identity from the authentication server.
 pub async fn login_with_identity(
     section: &ClientSection,
     grant: &nasd_login::auth_client::IdentityGrant,
     user: &str,
+) -> anyhow::Result<FsClient> {
+    login_with_identity_from(section, grant, user, None).await
+}
+
+/// [`login_with_identity`], renewing the identity from `source` if given.
+async fn login_with_identity_from(
+    section: &ClientSection,
+    grant: &nasd_login::auth_client::IdentityGrant,
+    user: &str,
+    source: Option<std::sync::Arc<dyn nasd_fs::IdentitySource>>,
 ) -> anyhow::Result<FsClient> {
     let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
     let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
@@ -433,6 +455,7 @@ pub async fn login_with_identity(
         data_integrity: section.data_integrity.unwrap_or(true),
         reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
         identity: Some((grant.credential, grant.idkey.clone())),
+        identity_source: source,
         user: user.to_string(),
         ..Default::default()
     };

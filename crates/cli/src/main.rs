@@ -288,7 +288,11 @@ fn run() -> anyhow::Result<()> {
         }
         Command::Auth(args) => rt.block_on(auth_cmd::run_daemon(args, file.auth)),
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
-        Command::Mount(args) => rt.block_on(async { mount_cmd::run(login().await?, args).await }),
+        // A mount runs for weeks: it renews its identity (the password stays in its memory).
+        Command::Mount(args) => rt.block_on(async {
+            let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
+            mount_cmd::run(fs, args).await
+        }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),
