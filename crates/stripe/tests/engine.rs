@@ -579,3 +579,105 @@ fn stale_components_are_written_not_read_and_a_wrong_drive_is_refused() {
         assert!(c.drives[c.drive_of(b)].raw(b.object, 0, data.len() as u64).await == data);
     });
 }
+
+/// A binder over bindings that hold no key (requests go under the pool's
+/// identity); `renew_identity` gives the pool a fresh identity and counts.
+struct Renewing {
+    target: Arc<Target>,
+    pool: Arc<nasd_stripe::DrivePool>,
+    fresh: Option<nasd_client::Auth>,
+    renewals: AtomicUsize,
+}
+
+impl Binder for Renewing {
+    fn current(&self) -> Arc<Target> {
+        self.target.clone()
+    }
+    fn refresh(&self) -> BoxFuture<'_, Result<Arc<Target>, StripeError>> {
+        let t = self.target.clone();
+        Box::pin(async move { Ok(t) })
+    }
+    fn renew_identity(&self) -> BoxFuture<'_, Result<bool, StripeError>> {
+        Box::pin(async move {
+            self.renewals.fetch_add(1, Ordering::SeqCst);
+            match &self.fresh {
+                Some(fresh) => {
+                    self.pool.set_identity(Some(fresh.clone()));
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        })
+    }
+}
+
+/// An identity (user 5, no role) made with the shared key `shared`, expiring at `expiration_ns`.
+fn identity(shared: &nasd_client::Key, expiration_ns: u64) -> nasd_client::Auth {
+    let data = nasd_proto::IdentityData { algorithm: 1, key_id: 1, user: 5, role: 0, expiration_ns };
+    let key = nasd_crypto::identity_key(shared, &data).unwrap();
+    nasd_client::Auth::new(
+        nasd_client::Credential::Identity { data, key },
+        nasd_proto::Protection::INTEGRITY_ARGS.union(nasd_proto::Protection::INTEGRITY_DATA),
+    )
+}
+
+/// On a PALs-only partition, a drive refusing the pool's identity as
+/// expired (`IDENTITY_EXPIRED`) makes the engine ask the binder to renew it
+/// once per component request and send the request again: the pool's
+/// connections — the ones already open included — take the new identity
+/// (`DrivePool::set_identity`). A binder that cannot renew leaves the
+/// refusal standing.
+#[test]
+fn an_expired_identity_is_renewed_and_the_request_sent_again() {
+    run(async {
+        let c = Cluster::start(2).await;
+        let shared = nasd_client::Key::random();
+        let mut target = c.target("stripe:2@4K", 0, Cred::DriveKey).await;
+        for (d, b) in c.drives.iter().zip(&target.components) {
+            let mut admin = d.admin().await;
+            to(admin.set_identity_key(&d.drive_key, 1, &shared)).await.unwrap();
+            to(admin.set_auth_scheme(PARTITION, nasd_proto::AuthScheme::PALS)).await.unwrap();
+            let entry = nasd_proto::PalEntry {
+                principal: nasd_proto::Principal::User(5),
+                rights: nasd_proto::rights::READ | nasd_proto::rights::WRITE,
+            };
+            let pal = nasd_proto::ObjectPal { collection: 0, pal: nasd_proto::Pal::new(vec![entry]) };
+            to(admin.set_pal(PARTITION, b.object, &pal)).await.unwrap();
+        }
+        for b in &mut target.components {
+            b.auth = nasd_client::Auth::new(nasd_client::Credential::None, nasd_proto::Protection::NONE);
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let (fresh, expired) = (identity(&shared, now + 3_600_000_000_000), identity(&shared, 1));
+        let target = Arc::new(target);
+        let data = pattern(9, 40_000);
+
+        // Open connections under a valid identity, then swap in an expired one: refused, and a
+        // binder that cannot renew leaves it so.
+        let pool = Arc::new(nasd_stripe::DrivePool::with_identity(Some(fresh.clone())));
+        let stuck = Arc::new(Renewing {
+            target: target.clone(),
+            pool: pool.clone(),
+            fresh: None,
+            renewals: AtomicUsize::new(0),
+        });
+        let s = Striper::with_options(pool.clone(), stuck.clone(), Options::default()).unwrap();
+        to(s.write(0, &data, 0)).await.unwrap();
+        assert!(pool.idle_connections(&c.drives[0].addr.to_string()) > 0, "connections kept");
+        pool.set_identity(Some(expired.clone()));
+        let refused = to(s.read(0, data.len() as u64, data.len() as u64)).await.expect_err("an expired identity");
+        assert!(refused.to_string().contains("IDENTITY_EXPIRED"), "{refused}");
+        assert_eq!(stuck.renewals.load(Ordering::SeqCst), 2, "asked once per component request");
+
+        // A binder that renews: the same idle connections, renewed, and the request retried.
+        let renewing =
+            Arc::new(Renewing { target, pool: pool.clone(), fresh: Some(fresh), renewals: AtomicUsize::new(0) });
+        let s = Striper::with_options(pool.clone(), renewing.clone(), Options::default()).unwrap();
+        let (back, _) = to(s.read(0, data.len() as u64, data.len() as u64)).await.unwrap();
+        assert!(back == data);
+        assert!(renewing.renewals.load(Ordering::SeqCst) >= 1);
+        let again = renewing.renewals.load(Ordering::SeqCst);
+        to(s.write(0, &data, data.len() as u64)).await.unwrap();
+        assert_eq!(renewing.renewals.load(Ordering::SeqCst), again, "no renewal while the identity is valid");
+    });
+}
