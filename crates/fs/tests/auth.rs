@@ -1139,7 +1139,7 @@ fn identity_keys_are_renewed_before_they_expire() {
 fn renewal_survives_an_authentication_server_outage() {
     run(async {
         // Long enough that requests in the renewal margin (a tenth) finish before expiry.
-        let life = Duration::from_secs(8);
+        let life = Duration::from_secs(10);
         let (mut auth, cluster, admin) = short_lived(life).await;
         let alice = renewing(&auth, &cluster, USER_A, PW_A).await;
         to(alice.write_file("/shared/g", b"")).await.unwrap();
