@@ -14,7 +14,8 @@
 //!   request waits for the renewal instead.
 //! - A refusal because of expiry — the manager's `NOT_LOGGED_IN` for an
 //!   expired (or `BAD_CREDENTIALS` for a retired) identity key, a drive's
-//!   `IDENTITY_EXPIRED` — renews (or finds the identity renewed by another
+//!   `IDENTITY_EXPIRED` (or `KEY_VERSION_RETIRED` for a retired key id) —
+//!   renews (or finds the identity renewed by another
 //!   request meanwhile) and sends the request once more.
 //! - A renewed identity replaces the old one for everything that starts
 //!   afterwards: manager connections logged in with the old one are closed

@@ -1181,3 +1181,49 @@ fn renewal_survives_an_authentication_server_outage() {
         cluster.stop().await;
     });
 }
+
+/// Retiring the key id an identity was made with ends it before its
+/// lifetime: a client with a renewal source gets a fresh identity under the
+/// live key at its next request — refused at the manager (its session's key
+/// retired) or at a drive (`KEY_VERSION_RETIRED`) — and goes on. Renewal
+/// before expiry never fires here (an hour's lifetime).
+#[test]
+fn a_retired_identity_key_is_renewed() {
+    run(async {
+        let (auth, cluster, _admin) = pal_cluster(AuthScheme::PALS, 2).await;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        let alice = renewing(&auth, &cluster, USER_A, PW_A).await;
+        let names = renewing(&auth, &cluster, USER_A, PW_A).await;
+        to(alice.write_file("/shared/f", b"")).await.unwrap();
+        to(alice.set_layout("/shared/f", Some(nasd_fs::Layout::parse("stripe:2@64K").unwrap()))).await.unwrap();
+        let data = round_bytes(5);
+        to(alice.write_file("/shared/f", &data)).await.unwrap();
+        let open = to(alice.open("/shared/f", false)).await.unwrap();
+        assert_eq!(to(open.read_at(0, data.len() as u64)).await.unwrap(), data);
+        to(names.stat("/shared/f")).await.unwrap();
+        assert_eq!(alice.identity_credential().unwrap().key_id, 1);
+
+        // Key 2 for new logins, on every drive; then key 1 retired everywhere.
+        assert_eq!(to(root.rotate_key()).await.unwrap(), 2);
+        let root2 = auth.grant(ROOT, ROOT_PW, 0).await;
+        let admin2 = manager_login(&cluster, root2.credential, &root2.idkey).await.unwrap();
+        to(admin2.sync_identity_keys()).await.unwrap();
+        to(root.retire_key(1)).await.unwrap();
+        to(admin2.sync_identity_keys()).await.unwrap();
+
+        // The open file goes straight to the drives, which refuse key 1: renewed, read again.
+        assert_eq!(to(open.read_at(0, data.len() as u64)).await.unwrap(), data);
+        // The other client's manager session ends (key 1 retired): renewed, asked again.
+        to(names.stat("/shared/f")).await.unwrap();
+        for c in [&alice, &names] {
+            assert_eq!(c.identity_credential().unwrap().key_id, 2);
+            assert_eq!(c.identity_renewals(), 1);
+        }
+        assert_eq!(to(alice.read_file("/shared/f")).await.unwrap(), data);
+        assert_eq!(to(names.read_file("/shared/f")).await.unwrap(), data);
+
+        drop((alice, names, open, admin2));
+        auth.halt();
+        cluster.stop().await;
+    });
+}

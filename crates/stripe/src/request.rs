@@ -139,7 +139,7 @@ impl Shared {
                     cause
                 }
             };
-            if !renewed && cause.status() == Some(Status::IdentityExpired) {
+            if !renewed && self.identity_ran_out(cause.status()) {
                 // The identity key ran out: renewed (or found renewed by another request), retried once.
                 renewed = true;
                 if self.binder.renew_identity().await.map_err(TaskError::Fatal)? {
@@ -161,6 +161,19 @@ impl Shared {
                 }
             }
             return Err(TaskError::Component(cause));
+        }
+    }
+
+    /// Whether a refusal with `status` may mean the pool's identity ran out:
+    /// `IDENTITY_EXPIRED`, or `KEY_VERSION_RETIRED` while the pool holds an
+    /// identity (its key id retired; the same status says a capability's
+    /// working key was retired, which a renewal does not cure, and the
+    /// refresh after it does).
+    fn identity_ran_out(&self, status: Option<Status>) -> bool {
+        match status {
+            Some(Status::IdentityExpired) => true,
+            Some(Status::KeyVersionRetired) => self.pool.identity().is_some(),
+            _ => false,
         }
     }
 

@@ -119,7 +119,9 @@ pub trait Binder: Send + Sync {
         Box::pin(async { Ok(false) })
     }
 
-    /// A drive refused a request by identity with `IDENTITY_EXPIRED`: asks
+    /// A drive refused a request with `IDENTITY_EXPIRED` (or with
+    /// `KEY_VERSION_RETIRED` while the pool holds an identity: its key id
+    /// may have been retired): asks
     /// whoever holds the identity for a fresh one and has the pool's
     /// connections take it (`DrivePool::set_identity`). `Ok(true)`: the
     /// identity was renewed (by this call or by another since the refused
