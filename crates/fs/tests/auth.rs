@@ -14,8 +14,7 @@ use nasd_auth::{AuthConfig, AuthServer};
 use nasd_client::{Auth, ClientError, Credential, DriveClient};
 use nasd_crypto::{identity_key, identity_login_proof, Key};
 use nasd_fs::{BoxFuture, FsClient, FsConfig, FsError, FsStatus, IdentitySource};
-use nasd_login::auth_client::{AuthClient, AuthError, IdentityGrant};
-use nasd_manager::identity::AuthLink;
+use nasd_login::auth_client::{AuthClient, AuthError};
 use nasd_manager::ManagerConfig;
 use nasd_proto::{rights, AuthScheme, IdentityData, ObjectPal, Pal, PalEntry, Principal, Protection, Region, Status};
 use std::path::PathBuf;
@@ -23,8 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-const ROOT: &str = "root";
-const ROOT_PW: &str = "root password";
 const STAFF: u32 = 7;
 const AUDIT: u32 = 9;
 const CAROL: &str = "carol";
@@ -32,60 +29,8 @@ const PW_C: &str = "carol password";
 const UID_C: u32 = 1002;
 const DATA: &[u8] = b"read by identity, checked by the drive";
 
-/// An authentication server on loopback with its own CA.
-struct Auth0 {
-    server: Arc<AuthServer>,
-    addr: String,
-    ca: PathBuf,
-    stop: watch::Sender<bool>,
-    acceptor: tokio_rustls::TlsAcceptor,
-    _dir: tempfile::TempDir,
-}
-
+/// Test-only renewal: see [`Relogin`].
 impl Auth0 {
-    async fn start() -> Auth0 {
-        Auth0::start_with(AuthConfig::default()).await
-    }
-
-    async fn start_with(config: AuthConfig) -> Auth0 {
-        let dir = tempfile::tempdir().unwrap();
-        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let files = nasd_login::tls::ensure_certificates(&dir.path().join("tls"), &names).unwrap();
-        let acceptor = nasd_login::tls::acceptor(&files).unwrap();
-        let server = Arc::new(AuthServer::open(&dir.path().join("auth"), config).unwrap());
-        assert!(to(server.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let (stop, rx) = watch::channel(false);
-        tokio::spawn(server.clone().serve(listener, acceptor.clone(), rx));
-        Auth0 { server, addr, ca: files.ca, stop, acceptor, _dir: dir }
-    }
-
-    /// Stops serving (the same server serves again after [`resume`](Self::resume)).
-    fn halt(&self) {
-        let _ = self.stop.send(true);
-    }
-
-    /// Serves again on the same address.
-    async fn resume(&mut self) {
-        let mut tries = 0;
-        let listener = loop {
-            match tokio::net::TcpListener::bind(&self.addr).await {
-                Ok(l) => break l,
-                // The stopped accept loop may not have let go of the port yet.
-                Err(e) if tries < 50 => {
-                    tries += 1;
-                    tracing::debug!(error = %e, "the authentication server's port is still taken");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("cannot listen on {} again: {e}", self.addr),
-            }
-        };
-        let (stop, rx) = watch::channel(false);
-        tokio::spawn(self.server.clone().serve(listener, self.acceptor.clone(), rx));
-        self.stop = stop;
-    }
-
     /// A renewal source logging `user` in again, as `nasd mount` does.
     fn source(&self, user: &str, password: &str, role: u32) -> Arc<dyn IdentitySource> {
         Arc::new(Relogin {
@@ -95,24 +40,6 @@ impl Auth0 {
             password: password.into(),
             role,
         })
-    }
-
-    fn link(&self) -> AuthLink {
-        AuthLink {
-            addr: self.addr.clone(),
-            server_name: "localhost".into(),
-            ca_cert: self.ca.clone(),
-            token: self.server.service_token().clone(),
-        }
-    }
-
-    async fn login(&self, user: &str, password: &str, role: u32) -> Result<(AuthClient, IdentityGrant), AuthError> {
-        let tls = nasd_login::auth_client::connector(&self.ca).unwrap();
-        to(AuthClient::login(&self.addr, "localhost", &tls, user, password, role)).await
-    }
-
-    async fn grant(&self, user: &str, password: &str, role: u32) -> IdentityGrant {
-        self.login(user, password, role).await.expect("log in at the authentication server").1
     }
 }
 

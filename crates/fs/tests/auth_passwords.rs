@@ -8,55 +8,9 @@
 mod common;
 
 use common::*;
-use nasd_auth::{AuthConfig, AuthServer};
 use nasd_fs::{FsClient, FsConfig, FsError, FsStatus};
-use nasd_login::auth_client::{AuthClient, AuthError, IdentityGrant};
-use nasd_manager::identity::AuthLink;
+use nasd_login::auth_client::IdentityGrant;
 use nasd_manager::ManagerConfig;
-use std::sync::Arc;
-use tokio::sync::watch;
-
-const ROOT: &str = "root";
-const ROOT_PW: &str = "root password";
-
-/// An authentication server on loopback with its own CA, and its link for a manager.
-struct AuthAt {
-    server: Arc<AuthServer>,
-    addr: String,
-    ca: std::path::PathBuf,
-    _stop: watch::Sender<bool>,
-    _dir: tempfile::TempDir,
-}
-
-impl AuthAt {
-    async fn start() -> AuthAt {
-        let dir = tempfile::tempdir().unwrap();
-        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let files = nasd_login::tls::ensure_certificates(&dir.path().join("tls"), &names).unwrap();
-        let acceptor = nasd_login::tls::acceptor(&files).unwrap();
-        let server = Arc::new(AuthServer::open(&dir.path().join("auth"), AuthConfig::default()).unwrap());
-        assert!(to(server.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let (stop, rx) = watch::channel(false);
-        tokio::spawn(server.clone().serve(listener, acceptor, rx));
-        AuthAt { server, addr, ca: files.ca, _stop: stop, _dir: dir }
-    }
-
-    fn link(&self) -> AuthLink {
-        AuthLink {
-            addr: self.addr.clone(),
-            server_name: "localhost".into(),
-            ca_cert: self.ca.clone(),
-            token: self.server.service_token().clone(),
-        }
-    }
-
-    async fn login(&self, user: &str, password: &str) -> Result<(AuthClient, IdentityGrant), AuthError> {
-        let tls = nasd_login::auth_client::connector(&self.ca).unwrap();
-        to(AuthClient::login(&self.addr, "localhost", &tls, user, password, 0)).await
-    }
-}
 
 /// The manager session of `grant`.
 async fn at_manager(c: &Cluster, grant: &IdentityGrant) -> FsClient {
@@ -76,10 +30,10 @@ fn refused(r: Result<(), FsError>) -> (FsStatus, String) {
 #[test]
 fn a_linked_manager_refuses_users_and_passwords_and_changes_at_the_auth_server_take() {
     run(async {
-        let auth = AuthAt::start().await;
+        let auth = Auth0::start().await;
         let config = ManagerConfig { pool_target: 4, auth: Some(auth.link()), ..ManagerConfig::default() };
         let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
-        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW).await.unwrap();
+        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
         to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
         let admin = at_manager(&cluster, &root_grant).await;
         to(admin.mkdir("/shared", 0o777)).await.unwrap();
@@ -94,26 +48,26 @@ fn a_linked_manager_refuses_users_and_passwords_and_changes_at_the_auth_server_t
         let (status, message) = refused(to(admin.set_password(USER_A, "set at the manager")).await);
         assert_eq!((status, message.as_str()), (FsStatus::NotSupported, nasd_manager::PASSWORDS_AT_AUTH_SERVER));
         assert!(message.contains("nasd auth passwd"), "{message}");
-        let (_, alice_grant) = auth.login(USER_A, PW_A).await.unwrap();
+        let (_, alice_grant) = auth.login(USER_A, PW_A, 0).await.unwrap();
         let alice = at_manager(&cluster, &alice_grant).await;
         let (status, _) = refused(to(alice.set_password(USER_A, "set at the manager")).await);
         assert_eq!(status, FsStatus::NotSupported);
 
         // Alice changes her password where it is kept: the old one no longer logs in, the new one
         // does and its identity key opens a manager session; the session opened before goes on.
-        let (mut alice_auth, _) = auth.login(USER_A, PW_A).await.unwrap();
+        let (mut alice_auth, _) = auth.login(USER_A, PW_A, 0).await.unwrap();
         to(alice_auth.change_password(PW_A, "alice's new password")).await.unwrap();
-        let old = auth.login(USER_A, PW_A).await.err().expect("the old password is refused");
+        let old = auth.login(USER_A, PW_A, 0).await.err().expect("the old password is refused");
         assert_eq!(old.status(), Some(FsStatus::BadCredentials));
         to(alice.write_file("/shared/before", b"written with the identity issued before")).await.unwrap();
-        let (_, fresh) = auth.login(USER_A, "alice's new password").await.unwrap();
+        let (_, fresh) = auth.login(USER_A, "alice's new password", 0).await.unwrap();
         let again = at_manager(&cluster, &fresh).await;
         assert_eq!(to(again.read_file("/shared/before")).await.unwrap(), b"written with the identity issued before");
 
         // The administrator resets it at the authentication server, no old one needed.
         to(root.set_password(USER_A, "reset by root")).await.unwrap();
-        assert!(auth.login(USER_A, "alice's new password").await.is_err());
-        let (_, reset) = auth.login(USER_A, "reset by root").await.unwrap();
+        assert!(auth.login(USER_A, "alice's new password", 0).await.is_err());
+        let (_, reset) = auth.login(USER_A, "reset by root", 0).await.unwrap();
         assert_eq!(reset.uid, UID_A);
     });
 }
@@ -128,10 +82,10 @@ fn a_linked_manager_grants_a_gateway_to_a_user_it_knows_only_from_the_auth_serve
     const GUS_PW: &str = "gus password";
     const UID_GUS: u32 = 1500;
     run(async {
-        let auth = AuthAt::start().await;
+        let auth = Auth0::start().await;
         let config = ManagerConfig { pool_target: 4, auth: Some(auth.link()), ..ManagerConfig::default() };
         let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
-        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW).await.unwrap();
+        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
         to(root.add_user(GUS, GUS_PW, UID_GUS, 0, false)).await.unwrap();
         to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
         let admin = at_manager(&cluster, &root_grant).await;
@@ -148,7 +102,7 @@ fn a_linked_manager_grants_a_gateway_to_a_user_it_knows_only_from_the_auth_serve
         );
 
         // Gus, by identity, acts for bob: the file is bob's.
-        let (_, gus_grant) = auth.login(GUS, GUS_PW).await.unwrap();
+        let (_, gus_grant) = auth.login(GUS, GUS_PW, 0).await.unwrap();
         let gus = at_manager(&cluster, &gus_grant).await;
         let for_bob = gus.as_user(UID_B, UID_B, &[]).unwrap();
         to(for_bob.write_file("/shared/by-gus", b"as bob")).await.expect("bob's write through the gateway");
