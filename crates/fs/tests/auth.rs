@@ -7,8 +7,11 @@
 //! held, disabled users, forged or tampered credentials, expired identity
 //! keys, retired key ids — while rotation leaves the others' keys working.
 
+#[path = "common/auth_server.rs"]
+mod auth_server;
 mod common;
 
+use auth_server::{Auth0, ROOT, ROOT_PW};
 use common::*;
 use nasd_auth::{AuthConfig, AuthServer};
 use nasd_client::{Auth, ClientError, Credential, DriveClient};

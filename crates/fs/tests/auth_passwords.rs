@@ -5,8 +5,11 @@
 //! logs in from then on, while the manager session opened with an identity
 //! key issued before goes on (a change is not a revocation).
 
+#[path = "common/auth_server.rs"]
+mod auth_server;
 mod common;
 
+use auth_server::{Auth0, ROOT, ROOT_PW};
 use common::*;
 use nasd_fs::{FsClient, FsConfig, FsError, FsStatus};
 use nasd_login::auth_client::IdentityGrant;

@@ -1,8 +1,12 @@
 //! An authentication server (`nasd_auth`) on loopback for the tests that
 //! link managers and clients to one: its own temporary directory and CA,
-//! the administrator `ROOT` bootstrapped.
+//! the administrator `ROOT` bootstrapped. Apart from `common` (which the
+//! FUSE tests share, without the authentication server's crates): a test
+//! includes it with `#[path = "common/auth_server.rs"] mod auth_server;`.
 
-use super::to;
+#![allow(dead_code)] // each test binary uses part of it
+
+use crate::common::to;
 use nasd_auth::{AuthConfig, AuthServer};
 use nasd_login::auth_client::{AuthClient, AuthError, IdentityGrant};
 use nasd_manager::identity::AuthLink;

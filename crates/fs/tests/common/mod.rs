@@ -10,11 +10,7 @@
 
 #![allow(dead_code)]
 
-pub mod auth_server;
 pub mod raw;
-
-#[allow(unused_imports)] // not every test binary links an authentication server
-pub use auth_server::{Auth0, ROOT, ROOT_PW};
 
 use nasd_crypto::Key;
 use nasd_drive::{DriveConfig, SecurityMode};
