@@ -100,14 +100,23 @@ async fn manager_login(c: &Cluster, credential: IdentityData, idkey: &Key) -> Re
     to(FsClient::connect(&identity_config(c, credential, idkey.clone()))).await
 }
 
-/// A drive client whose requests go under the identity alone.
+/// A client of drive number `drive` whose requests go under `auth`.
+async fn drive_client(c: &Cluster, drive: u32, auth: Auth) -> DriveClient {
+    let d = c.manager.drives().into_iter().find(|d| d.drive == drive).expect("a drive of the cluster");
+    let mut client = DriveClient::connect(d.addr.as_str()).await.unwrap();
+    client.set_auth(auth);
+    client
+}
+
+/// A client of the first drive whose requests go under the identity alone.
 async fn drive_as(c: &Cluster, credential: IdentityData, idkey: &Key) -> DriveClient {
-    let mut d = DriveClient::connect(c.drives[0].addr).await.unwrap();
-    d.set_auth(Auth::new(
-        Credential::Identity { data: credential, key: idkey.clone() },
-        Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA),
-    ));
-    d
+    drive_as_on(c, c.manager.drives()[0].drive, credential, idkey).await
+}
+
+/// A client of drive number `drive` whose requests go under the identity alone.
+async fn drive_as_on(c: &Cluster, drive: u32, credential: IdentityData, idkey: &Key) -> DriveClient {
+    let protection = Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA);
+    drive_client(c, drive, Auth::new(Credential::Identity { data: credential, key: idkey.clone() }, protection)).await
 }
 
 /// An authentication server and a cluster of `drives` drives whose
@@ -152,13 +161,16 @@ fn pal_config(auth: &Auth0, scheme: AuthScheme) -> ManagerConfig {
     }
 }
 
-/// A client of drive 0 under its drive key (what only the manager holds):
-/// to change a PAL behind the manager's back, and to read one.
+/// A client of the first drive under its drive key (what only the manager
+/// holds): to change a PAL behind the manager's back, and to read one.
 async fn drive_owner(c: &Cluster) -> DriveClient {
-    let d = &c.manager.drives()[0];
-    let mut owner = DriveClient::connect(c.drives[0].addr).await.unwrap();
-    owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
-    owner
+    drive_owner_of(c, c.manager.drives()[0].drive).await
+}
+
+/// A client of drive number `drive` under its drive key.
+async fn drive_owner_of(c: &Cluster, drive: u32) -> DriveClient {
+    let d = c.manager.drives().into_iter().find(|d| d.drive == drive).expect("a drive of the cluster");
+    drive_client(c, drive, Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS)).await
 }
 
 fn entry(who: nasd_fs::AclWho, rights: u8) -> nasd_fs::AclEntry {
@@ -257,9 +269,7 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         assert_ne!(identity_login_proof(&alice.idkey, &alice.credential).unwrap(), *alice.idkey.expose());
 
         // The drive: an object whose PAL lets alice (and role audit) read.
-        let d = &cluster.manager.drives()[0];
-        let mut owner = DriveClient::connect(cluster.drives[0].addr).await.unwrap();
-        owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
+        let mut owner = drive_owner(&cluster).await;
         to(owner.set_auth_scheme(partition, AuthScheme::BOTH)).await.unwrap();
         let (object, _) = to(owner.create(partition)).await.unwrap();
         to(owner.write(partition, object, &whole(), DATA)).await.unwrap();
@@ -323,7 +333,7 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         assert_eq!(auth_status(to(root.identity_keys()).await), FsStatus::NotPermitted);
 
         drop((alice_fs, bob_fs, carol_fs, admin, a, a2, owner));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -488,7 +498,7 @@ fn pals_follow_acls_and_modes() {
         assert_eq!(to(a.read(partition, object, &whole())).await.unwrap().1, DATA, "the PAL of mode 0600");
 
         drop((alice_fs, admin, a));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -542,7 +552,7 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         assert_eq!(cluster.manager.capabilities_minted(), 0, "every byte above moved with no capability minted");
 
         drop((alice_fs, bob_fs, admin));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -614,7 +624,7 @@ fn role_entries_reach_the_drives() {
         to(alice_fs.set_acl("/shared/f", many)).await.expect("the owner, 30 users and a role fit");
 
         drop((alice_fs, staff_fs, plain_fs, admin, staff, plain, c, root));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -653,7 +663,7 @@ fn a_missed_pal_push_survives_a_manager_restart() {
         assert!(to(owner.get_pal(partition, object)).await.unwrap().is_empty(), "nothing left to retry");
 
         drop((a, owner));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -675,10 +685,8 @@ fn a_lost_pal_is_set_again_on_demand() {
         to(alice_fs.write_file("/shared/f", DATA)).await.unwrap();
         to(alice_fs.chmod("/shared/f", 0o600)).await.unwrap();
         to(alice_fs.set_acl("/shared/f", vec![entry(nasd_fs::AclWho::User(UID_B), nasd_fs::ACL_READ)])).await.unwrap();
-        let (component, addr) = to(admin.get_layout("/shared/f")).await.unwrap().components[0].clone();
-        let mut owner = DriveClient::connect(addr.as_str()).await.unwrap();
-        let d = cluster.manager.drives().into_iter().find(|d| d.drive == component.object.drive).unwrap();
-        owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
+        let component = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0;
+        let mut owner = drive_owner_of(&cluster, component.object.drive).await;
         let object = component.object.object;
         let before = to(owner.get_pal(partition, object)).await.unwrap();
 
@@ -702,7 +710,7 @@ fn a_lost_pal_is_set_again_on_demand() {
         assert_eq!(to(owner.get_pal(partition, object)).await.unwrap(), after, "no PAL set for a refused caller");
 
         drop((file, alice_fs, bob_fs, admin, owner));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -736,7 +744,7 @@ fn group_access_goes_through_capabilities() {
                 assert!(format!("{e:?}").contains("NotInPal"), "refused by the drive after one refresh: {e:?}");
             }
             drop((alice_fs, bob_fs, admin, alice_auth));
-            let _ = auth.stop.send(true);
+            auth.halt();
             cluster.stop().await;
         }
     });
@@ -775,7 +783,7 @@ fn a_disabled_user_is_cut_off() {
         assert_eq!(drive_status(to(a.read(partition, object, &whole())).await), Status::KeyVersionRetired);
 
         drop((alice_fs, admin, admin2, a, root));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }
@@ -825,18 +833,10 @@ fn another_manager_retries_a_missed_pal_push() {
 
         drop((alice_fs, admin, a, b));
         m2.stop().await;
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
     drop(server);
-}
-
-/// A client of drive `drive` under its drive key.
-async fn drive_owner_of(c: &Cluster, drive: u32) -> DriveClient {
-    let d = c.manager.drives().into_iter().find(|d| d.drive == drive).expect("a drive of the cluster");
-    let mut owner = DriveClient::connect(d.addr.as_str()).await.unwrap();
-    owner.set_auth(Auth::new(Credential::Drive(d.keys().drive.clone()), Protection::INTEGRITY_ARGS));
-    owner
 }
 
 /// Super PALs (DSFS §4.1–4.2): a directory's shared entries hold live for
@@ -906,12 +906,7 @@ fn a_directory_acl_change_is_one_super_pal_per_drive() {
         to(alice_fs.set_acl("/shared/proj", Vec::new())).await.unwrap();
         assert_eq!(cluster.manager.pal_writes() - writes, 2);
         for (drive, object) in &objects {
-            let addr = cluster.manager.drives().into_iter().find(|d| d.drive == *drive).unwrap().addr.clone();
-            let mut b = DriveClient::connect(addr.as_str()).await.unwrap();
-            b.set_auth(Auth::new(
-                Credential::Identity { data: bob.credential, key: bob.idkey.clone() },
-                Protection::INTEGRITY_ARGS,
-            ));
+            let mut b = drive_as_on(&cluster, *drive, bob.credential, &bob.idkey).await;
             assert_eq!(drive_status(to(b.read(partition, *object, &whole())).await), Status::NotInPal);
         }
         assert_eq!(fs_status(to(bob_fs.read_file("/shared/proj/f0")).await), FsStatus::PermissionDenied);
@@ -949,7 +944,7 @@ fn a_directory_acl_change_is_one_super_pal_per_drive() {
         assert_eq!(cluster.manager.capabilities_minted(), 0);
 
         drop((alice_fs, bob_fs, admin, owners));
-        let _ = auth.stop.send(true);
+        auth.halt();
         cluster.stop().await;
     });
 }

@@ -220,7 +220,11 @@ impl Manager {
     pub(crate) async fn push_super_pals(&self, collections: &[Ino]) -> Result<(), Failure> {
         let mut failed = Vec::new();
         for &collection in collections {
-            let _turn = self.pal_turn(PalPush::Collection, collection).await?;
+            // Only drive writes need the turn: without PALs the record is merely cleared.
+            let _turn = match self.pushes_pals() {
+                true => Some(self.pal_turn(PalPush::Collection, collection).await?),
+                false => None,
+            };
             let Some((seq, shared)) = self.meta(move |ns| ns.collection_due(collection)).await? else {
                 continue; // delivered meanwhile (a maintenance pass, another manager)
             };
@@ -257,7 +261,7 @@ impl Manager {
             return Ok(());
         }
         let collections = self.meta(|ns| ns.collections()).await?;
-        for (collection, _) in collections {
+        for collection in collections {
             let _turn = self.pal_turn(PalPush::Collection, collection).await?;
             let shared = self.meta(move |ns| ns.collection_entries(collection)).await?;
             let missed = self.set_super_pal_on(std::slice::from_ref(d), collection, &flatten_shared(&shared)).await;

@@ -299,13 +299,10 @@ impl<B: Backend> Namespace<B> {
     }
 
     /// The directories that have shared entries (at most
-    /// `PAL_COLLECTIONS_MAX`), ascending, each with them: every super PAL a
-    /// drive should hold, read in one transaction.
-    pub fn collections(&self) -> Result<Vec<(Ino, Vec<AclEntry>)>, FsStatus> {
-        self.backend.read(|t| {
-            let dirs = t.shared_collections(PAL_COLLECTIONS_MAX)?;
-            dirs.into_iter().map(|d| Ok((d, shared_entries(t, d)?))).collect()
-        })
+    /// `PAL_COLLECTIONS_MAX`), ascending: the collections whose super PALs
+    /// a drive should hold.
+    pub fn collections(&self) -> Result<Vec<Ino>, FsStatus> {
+        self.backend.read(|t| t.shared_collections(PAL_COLLECTIONS_MAX))
     }
 
     /// Records that a PAL push did not reach every drive: file `ino`'s

@@ -25,7 +25,7 @@ pub struct Auth0 {
     pub server: Arc<AuthServer>,
     pub addr: String,
     pub ca: PathBuf,
-    pub stop: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
     acceptor: tokio_rustls::TlsAcceptor,
     _dir: tempfile::TempDir,
 }
