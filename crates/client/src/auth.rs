@@ -6,7 +6,7 @@
 //! drive uses too; this module only decides what goes into it.
 
 use crate::ClientError;
-use nasd_crypto::{DataProtector, FrameKeys, Key, MacAlgorithm, MacValue};
+use nasd_crypto::{identity_drive_key, DataProtector, FrameKeys, Key, MacAlgorithm, MacValue};
 use nasd_proto::limits::{CAPABILITY_LEN_MAX, DIGEST_LEN, NONCE_LEN};
 use nasd_proto::{
     decode_error_message, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Status,
@@ -226,7 +226,11 @@ impl Guard {
     /// algorithm; protection
     /// without a key; `PRIVACY_CAPABILITY` with a clear capability token (it
     /// would expose what the caller asked to hide); an oversized token.
-    pub fn new(auth: &Auth) -> Result<Guard, String> {
+    ///
+    /// `drive_id` is the drive the requests are for: an identity's frame
+    /// key is bound to it (`nasd_crypto::identity_drive_key`); other
+    /// credentials' keys are each one drive's already.
+    pub fn new(auth: &Auth, drive_id: &[u8; 16]) -> Result<Guard, String> {
         let protection = auth.protection;
         if !protection.is_consistent() {
             return Err(format!("inconsistent protection options {:#04x} (see SECURITY.md)", protection.bits()));
@@ -258,15 +262,22 @@ impl Guard {
                 return Err("PRIVACY_CAPABILITY needs a sealed capability token; this one is clear".into());
             }
         }
-        if let Credential::Identity { data, .. } = &auth.credential {
-            if MacAlgorithm::from_id(data.algorithm).is_none() {
-                return Err(format!("identity credential with unknown MAC algorithm {}", data.algorithm));
+        let frame_key = match &auth.credential {
+            Credential::Identity { data, key: idkey } => {
+                if protection.covers(Protection::PRIVACY_CAPABILITY) {
+                    return Err("PRIVACY_CAPABILITY is for capabilities: an identity credential is public".into());
+                }
+                identity_drive_key(idkey, data, drive_id)
+                    .ok_or_else(|| format!("identity credential with unknown MAC algorithm {}", data.algorithm))?
             }
-            if protection.covers(Protection::PRIVACY_CAPABILITY) {
-                return Err("PRIVACY_CAPABILITY is for capabilities: an identity credential is public".into());
-            }
-        }
-        Ok(Guard { key_type, protection, capability, keys: Some(FrameKeys::new(auth.credential.algorithm(), key)) })
+            _ => key.clone(),
+        };
+        Ok(Guard {
+            key_type,
+            protection,
+            capability,
+            keys: Some(FrameKeys::new(auth.credential.algorithm(), &frame_key)),
+        })
     }
 
     /// Bytes of tag after each data chunk of a frame under this guard.

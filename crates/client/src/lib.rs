@@ -430,7 +430,7 @@ impl DriveClient {
     /// token) makes every following request fail with
     /// [`ClientError::InvalidRequest`] without sending anything.
     pub fn set_auth(&mut self, auth: Auth) {
-        self.guard = Guard::new(&auth).map(Arc::new);
+        self.guard = Guard::new(&auth, &self.drive_id).map(Arc::new);
         self.auth = auth;
     }
 
@@ -463,7 +463,7 @@ impl DriveClient {
     pub fn set_identity(&mut self, identity: Option<Auth>) {
         self.identity = identity.map(|auth| {
             let guard = match auth.credential {
-                Credential::Identity { .. } => Guard::new(&auth).map(Arc::new),
+                Credential::Identity { .. } => Guard::new(&auth, &self.drive_id).map(Arc::new),
                 _ => Err("set_identity needs an identity credential".to_string()),
             };
             (auth, guard)
@@ -683,7 +683,8 @@ impl DriveClient {
         protection: Protection,
         req: &Request,
     ) -> Result<Reply, ClientError> {
-        let guard = Guard::new(&Auth::new(credential, protection)).map_err(ClientError::InvalidRequest)?;
+        let guard =
+            Guard::new(&Auth::new(credential, protection), &self.drive_id).map_err(ClientError::InvalidRequest)?;
         Ok(self.exchange(&guard, req).await?.reply)
     }
 

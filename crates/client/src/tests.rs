@@ -32,6 +32,9 @@ fn cap_args(alg: MacAlgorithm) -> CapabilityArgs {
     }
 }
 
+/// The drive the guards in these tests protect requests for.
+const DRIVE_ID: [u8; 16] = [0xd5; 16];
+
 /// Every credential kind, with the (algorithm, key) a drive would find for it.
 fn credentials() -> Vec<(Credential, MacAlgorithm, Key)> {
     let working = Key::random();
@@ -54,7 +57,9 @@ fn credentials() -> Vec<(Credential, MacAlgorithm, Key)> {
     for alg in [MacAlgorithm::Blake3, MacAlgorithm::HmacSha256] {
         let data = nasd_proto::IdentityData { algorithm: alg as u8, key_id: 2, user: 1000, role: 7, expiration_ns: 9 };
         let key = nasd_crypto::identity_key(&shared, &data).unwrap();
-        out.push((Credential::Identity { data, key: key.clone() }, alg, key));
+        // The drive MACs with the identity key bound to itself.
+        let frame_key = nasd_crypto::identity_drive_key(&key, &data, &DRIVE_ID).unwrap();
+        out.push((Credential::Identity { data, key }, alg, frame_key));
     }
     out
 }
@@ -118,12 +123,12 @@ fn request_frames_verify_as_a_drive_would_for_every_protection() {
         for protection in all_protections() {
             if !usable(&credential, protection) {
                 assert!(
-                    Guard::new(&Auth::new(credential.clone(), protection)).is_err(),
+                    Guard::new(&Auth::new(credential.clone(), protection), &DRIVE_ID).is_err(),
                     "{credential:?} {protection:?}"
                 );
                 continue;
             }
-            let guard = Guard::new(&Auth::new(credential.clone(), protection)).expect("usable auth");
+            let guard = Guard::new(&Auth::new(credential.clone(), protection), &DRIVE_ID).expect("usable auth");
             let mut h = request_header(&req, data.len() as u64, 512);
             let (frame, digest) = guard.seal_request(&mut h, req.encode_args());
             let (header, decoded, wire_digest) =
@@ -174,7 +179,7 @@ fn request_frames_verify_as_a_drive_would_for_every_protection() {
 fn any_flipped_byte_of_a_protected_request_fails_the_drives_digest() {
     for (credential, alg, key) in credentials() {
         let protection = Protection::INTEGRITY_ARGS.union(Protection::PRIVACY_ARGS);
-        let guard = Guard::new(&Auth::new(credential.clone(), protection)).unwrap();
+        let guard = Guard::new(&Auth::new(credential.clone(), protection), &DRIVE_ID).unwrap();
         let req = sample_request();
         let mut h = request_header(&req, 0, 0);
         let (frame, _) = guard.seal_request(&mut h, req.encode_args());
@@ -195,7 +200,7 @@ fn data_tags_detect_a_flipped_byte_in_chunk_or_tag() {
         Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA),
         Protection::INTEGRITY_ARGS.union(Protection::INTEGRITY_DATA).union(Protection::PRIVACY_DATA),
     ] {
-        let guard = Guard::new(&Auth::new(Credential::Drive(key.clone()), protection)).unwrap();
+        let guard = Guard::new(&Auth::new(Credential::Drive(key.clone()), protection), &DRIVE_ID).unwrap();
         let nonce = nasd_proto::nonce(5, 6);
         let digest = [3u8; 32];
         let chunks: Vec<Vec<u8>> = (0..3).map(|c| vec![c as u8 + 1; 700]).collect();
@@ -246,7 +251,7 @@ fn privacy_args_hides_the_arguments_and_sealed_keys() {
     let sealed = nasd_crypto::seal_key(&key, &key_context(opcode::SET_PARTITION_KEY, 5, 0), &new_key);
     let req = Request::SetPartitionKey { partition: PLAIN_ARGS_MARKER, sealed_key: sealed.clone() };
     let plain = req.encode_args();
-    let guard = Guard::new(&Auth::new(Credential::Drive(key.clone()), key_management_protection())).unwrap();
+    let guard = Guard::new(&Auth::new(Credential::Drive(key.clone()), key_management_protection()), &DRIVE_ID).unwrap();
     let mut h = request_header(&req, 0, 0);
     let (frame, _) = guard.seal_request(&mut h, plain.clone());
     let p = FramePrefix::parse(&frame).unwrap();
@@ -282,11 +287,11 @@ fn unusable_auth_is_refused_before_sending() {
         Auth::new(cap(clear.clone()), Protection::INTEGRITY_ARGS.union(Protection::PRIVACY_DATA)),
     ];
     for auth in cases {
-        assert!(Guard::new(&auth).is_err(), "{auth:?} accepted");
+        assert!(Guard::new(&auth, &DRIVE_ID).is_err(), "{auth:?} accepted");
     }
     // A capability under NO_PROTECTION is allowed (bearer proof, the drive decides).
-    assert!(Guard::new(&Auth::new(cap(clear), Protection::NONE)).is_ok());
-    assert!(Guard::new(&Auth::default()).is_ok());
+    assert!(Guard::new(&Auth::new(cap(clear), Protection::NONE), &DRIVE_ID).is_ok());
+    assert!(Guard::new(&Auth::default(), &DRIVE_ID).is_ok());
 }
 
 #[test]
@@ -349,7 +354,7 @@ fn replies_are_verified_and_decrypted() {
             if !usable(&credential, protection) {
                 continue;
             }
-            let guard = Guard::new(&Auth::new(credential.clone(), protection)).unwrap();
+            let guard = Guard::new(&Auth::new(credential.clone(), protection), &DRIVE_ID).unwrap();
             let req = Request::GetAttr { partition: 7, object: 16 };
             let mut h = request_header(&req, 0, 0);
             let (_, req_digest) = guard.seal_request(&mut h, req.encode_args());
@@ -919,7 +924,7 @@ fn data_tag_len_matches_protocol() {
 fn replies_are_bound_to_their_request() {
     let key = Key::random();
     let credential = Credential::Drive(key.clone());
-    let guard = Guard::new(&Auth::new(credential, Protection::INTEGRITY_ARGS)).unwrap();
+    let guard = Guard::new(&Auth::new(credential, Protection::INTEGRITY_ARGS), &DRIVE_ID).unwrap();
     let req = Request::Inquiry;
     let mut h = request_header(&req, 0, 0);
     let (_, digest) = guard.seal_request(&mut h, req.encode_args());
@@ -940,7 +945,7 @@ fn identities_that_cannot_be_used_are_refused_locally() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let data = nasd_proto::IdentityData { algorithm: 3, key_id: 1, user: 1, role: 0, expiration_ns: 1 };
     let bad = Credential::Identity { data, key: Key::random() };
-    let refused = Guard::new(&Auth::new(bad, Protection::INTEGRITY_ARGS)).err().expect("refused");
+    let refused = Guard::new(&Auth::new(bad, Protection::INTEGRITY_ARGS), &DRIVE_ID).err().expect("refused");
     assert!(refused.contains("unknown MAC algorithm"), "{refused}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
@@ -973,4 +978,33 @@ fn identities_that_cannot_be_used_are_refused_locally() {
         drop(c);
         mock.await.unwrap();
     });
+}
+
+/// An identity's requests are MACed for one drive: the drive they were
+/// sealed for verifies them, any other drive (same identity key K, same
+/// credential) does not. Other credentials' keys are one drive's already and
+/// do not depend on the drive id.
+#[test]
+fn identity_frames_are_bound_to_their_drive() {
+    let shared = Key::random();
+    let data = nasd_proto::IdentityData { algorithm: 1, key_id: 1, user: 1000, role: 0, expiration_ns: 9 };
+    let idkey = nasd_crypto::identity_key(&shared, &data).unwrap();
+    let credential = Credential::Identity { data, key: idkey.clone() };
+    let req = sample_request();
+    let mut other = DRIVE_ID;
+    other[0] ^= 0x80;
+    let guard = Guard::new(&Auth::new(credential, Protection::INTEGRITY_ARGS), &DRIVE_ID).unwrap();
+    let mut h = request_header(&req, 0, 0);
+    let (frame, _) = guard.seal_request(&mut h, req.encode_args());
+    let at = |drive: &[u8; 16]| nasd_crypto::identity_drive_key(&idkey, &data, drive).unwrap();
+    assert!(drive_verify(&frame, MacAlgorithm::Blake3, &at(&DRIVE_ID)).is_ok());
+    assert_eq!(drive_verify(&frame, MacAlgorithm::Blake3, &at(&other)).err(), Some("digest"));
+    assert_eq!(drive_verify(&frame, MacAlgorithm::Blake3, &idkey).err(), Some("digest"), "not the bare idkey");
+    let drive_key = Key::random();
+    let sealed = |drive: &[u8; 16]| {
+        let g = Guard::new(&Auth::new(Credential::Drive(drive_key.clone()), Protection::INTEGRITY_ARGS), drive);
+        let mut h = request_header(&req, 0, 0);
+        g.unwrap().seal_request(&mut h, req.encode_args()).0
+    };
+    assert_eq!(sealed(&DRIVE_ID), sealed(&other), "a drive key is the drive's own");
 }

@@ -9,7 +9,8 @@
 //! - [`seal`], [`open`], [`seal_key`], [`open_key`]: XChaCha20-Poly1305 for keys
 //!   in transit and sealed capabilities; [`xor_keystream`]: XChaCha20 for
 //!   argument and data privacy.
-//! - [`identity_key`]: DSFS identity keys, `MAC(K, K_data)`.
+//! - [`identity_key`]: DSFS identity keys, `MAC(K, K_data)`, and
+//!   [`identity_drive_key`], the key that binds an identity's requests to one drive.
 //! - [`FileHandleKey`]: the file manager's MACs over inode numbers (file handles).
 //! - [`durable`]: small files (keys, and the manager's TLS and password files)
 //!   written whole, synced and renamed into place.
@@ -34,8 +35,9 @@ pub use key::{Key, KEY_LEN};
 pub use key_file::{create_key_file, load_or_create_key_file, read_key_file};
 pub use mac::{mac, MacAlgorithm, MacState, MacValue, MAC_LEN};
 pub use protect::{
-    capability_key, identity_key, identity_login_proof, key_context, mint_capability, unseal_capability, DataProtector,
-    FrameKeys, StoredDigestMismatch, TagMismatch, UnitMac, Units, IDENTITY_LOGIN_PURPOSE,
+    capability_key, identity_drive_key, identity_key, identity_login_proof, key_context, mint_capability,
+    unseal_capability, DataProtector, FrameKeys, StoredDigestMismatch, TagMismatch, UnitMac, Units,
+    IDENTITY_DRIVE_PURPOSE, IDENTITY_LOGIN_PURPOSE,
 };
 pub use seal::{
     open, open_key, seal, seal_key, seal_with_nonce, xor_keystream, OpenError, SEALED_KEY_LEN, SEAL_NONCE_LEN,

@@ -178,6 +178,23 @@ pub fn identity_key(shared: &Key, data: &IdentityData) -> Option<Key> {
     Some(Key::from_bytes(mac(alg, shared, &[&data.encode()])))
 }
 
+/// What [`identity_drive_key`] MACs before the drive id (23 bytes).
+pub const IDENTITY_DRIVE_PURPOSE: &[u8] = b"nasd v1 identity drive ";
+
+/// The key that protects an identity's requests to one drive:
+/// `MAC_alg(idkey, IDENTITY_DRIVE_PURPOSE ‖ drive_id)`, `alg` the
+/// credential's. `idkey` is the same on every drive (DSFS shares K with
+/// all of them); this key is not, so a request MACed for one drive fails
+/// its digest on every other (`BAD_DIGEST`) — object numbers repeat across
+/// drives, and each drive's replay cache only knows its own requests. The
+/// drive computes it with its own id, the client with the id of the drive
+/// it means to reach (the manager's, checked against `HELLO`). `None` for
+/// an unknown algorithm.
+pub fn identity_drive_key(idkey: &Key, data: &IdentityData, drive_id: &[u8; 16]) -> Option<Key> {
+    let alg = MacAlgorithm::from_id(data.algorithm)?;
+    Some(Key::from_bytes(mac(alg, idkey, &[IDENTITY_DRIVE_PURPOSE, drive_id])))
+}
+
 /// Key-derivation purpose of [`identity_login_proof`].
 pub const IDENTITY_LOGIN_PURPOSE: &str = "nasd v1 manager identity login";
 

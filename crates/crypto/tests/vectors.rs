@@ -14,8 +14,9 @@
 //!
 //! - manager key 32 × 0x66 and file system id 16 × 0x77 (file handle).
 //!
-//! - identity key K = 32 × 0x88 (key id 2), credential [`identity`]; seal
-//!   nonce 24 × 0x99 (identity key).
+//! - identity key K = 32 × 0x88 (key id 2), credential [`identity`], drive
+//!   00..0f (the capability's) for the drive-bound keys; seal nonce 24 × 0x99
+//!   (identity key).
 //!
 //! Vectors (a)–(g) are PROTOCOL.md's S1–S7; (h) is S8; (i)–(l) are S9–S12,
 //! and `dsfs_vectors_are_published_in_protocol_md` checks those are in
@@ -25,8 +26,8 @@ use chacha20::cipher::{KeyIvInit, StreamCipher};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use hmac::Mac as _;
 use nasd_crypto::{
-    capability_key, identity_key, identity_login_proof, key_context, open_key, seal_with_nonce, unseal_capability,
-    FileHandleKey, FrameKeys, Key, MacAlgorithm,
+    capability_key, identity_drive_key, identity_key, identity_login_proof, key_context, open_key, seal_with_nonce,
+    unseal_capability, FileHandleKey, FrameKeys, Key, MacAlgorithm,
 };
 use nasd_proto::{
     nonce, opcode, rights, CapabilityArgs, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Region,
@@ -478,12 +479,14 @@ fn published_blocks() -> Vec<String> {
 const I_CREDENTIAL: &str = "0301000002000000e8030000070000000000c84e676dc11b";
 const I_IDKEY_BLAKE3: &str = "cc41fb670cb19221111f716d092abf7c2c9f5a7005ab2ee93e820150fa20d520";
 const I_IDKEY_HMAC: &str = "ed6e4552258cfb56573fc3ebce8f47d3261828da8874c43b16d9097742d78a2e";
-const J_DIGEST: &str = "284a33bae30c5bfe71f023f5a1193579ffb86b2404414fa20e16c7510fc72c61";
+const I_DRIVEKEY_BLAKE3: &str = "bee3303e3a57762a5291161226999a76a5826e71c09460f615a783f2bb5d8586";
+const I_DRIVEKEY_HMAC: &str = "23ce82c0a7bf466abe8a40c20ea195f4db0394ffae9bbaec5c97c9a93cafe00f";
+const J_DIGEST: &str = "9c0f8e047e13c15170694b7153ada4d24f2ee6882f01a0754d39e6de7f715a63";
 const J_FRAME: &str = concat!(
     "4e41534401010301050000000000000006010000180000001000000000000000",
     "000000000000000000ca9a3b0000000005000000000000000301000002000000",
     "e8030000070000000000c84e676dc11b07000000000000001000000000000000",
-    "284a33bae30c5bfe71f023f5a1193579ffb86b2404414fa20e16c7510fc72c61",
+    "9c0f8e047e13c15170694b7153ada4d24f2ee6882f01a0754d39e6de7f715a63",
 );
 const K_CONTEXT: &str = "6e617364207631206b6579200603000000000000000002000000";
 const K_SEALED: &str = concat!(
@@ -517,10 +520,34 @@ fn i_identity_credential_and_identity_keys() {
     assert!(identity_key(&k, &IdentityData { algorithm: 3, ..identity(1) }).is_none());
 }
 
+/// S9, continued: the key an identity's requests to drive 00..0f are MACed
+/// with, `MAC_alg(idkey, "nasd v1 identity drive " ‖ drive_id)`.
+#[test]
+fn i_identity_drive_keys() {
+    let k = Key::from_bytes(IDENTITY_KEY);
+    let blake = identity_key(&k, &identity(1)).unwrap();
+    let bound = identity_drive_key(&blake, &identity(1), &DRIVE_ID).unwrap();
+    check("I_DRIVEKEY_BLAKE3", bound.expose(), I_DRIVEKEY_BLAKE3);
+    assert_eq!(*bound.expose(), keyed_blake3(blake.expose(), &[b"nasd v1 identity drive ", &DRIVE_ID]));
+    let hmac = identity_key(&k, &identity(2)).unwrap();
+    let bound_hmac = identity_drive_key(&hmac, &identity(2), &DRIVE_ID).unwrap();
+    check("I_DRIVEKEY_HMAC", bound_hmac.expose(), I_DRIVEKEY_HMAC);
+    let mut m = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(hmac.expose()).unwrap();
+    m.update(b"nasd v1 identity drive ");
+    m.update(&DRIVE_ID);
+    assert_eq!(bound_hmac.expose().as_slice(), m.finalize().into_bytes().as_slice());
+    // Another drive, another key: no drive can check a request MACed for another.
+    let mut other = DRIVE_ID;
+    other[15] ^= 1;
+    assert_ne!(identity_drive_key(&blake, &identity(1), &other).unwrap(), bound);
+    assert_ne!(bound, blake, "the drive key is not the identity key");
+}
+
 #[test]
 fn j_getattr_under_an_identity() {
     let idkey = identity_key(&Key::from_bytes(IDENTITY_KEY), &identity(1)).unwrap();
-    let keys = FrameKeys::new(MacAlgorithm::Blake3, &idkey);
+    let bound = identity_drive_key(&idkey, &identity(1), &DRIVE_ID).unwrap();
+    let keys = FrameKeys::new(MacAlgorithm::Blake3, &bound);
     let mut hd = FrameHeader::request(opcode::GETATTR, 5);
     hd.key_type = KeyType::Identity;
     hd.protection = Protection::INTEGRITY_ARGS;
@@ -532,8 +559,10 @@ fn j_getattr_under_an_identity() {
     assert_eq!(frame.len(), 56 + 24 + 16 + 32);
     assert_eq!(frame[16], 6, "key type IDENTITY");
     // The same construction as a capability's: digest = keyed BLAKE3 under
-    // derive_key("nasd v1 frame mac", idkey) of every byte before it.
-    let mac_key = derive("nasd v1 frame mac", idkey.expose());
+    // derive_key("nasd v1 frame mac", K) of every byte before it, with K the
+    // identity key bound to the drive.
+    let mac_key = derive("nasd v1 frame mac", bound.expose());
+    assert_ne!(digest, keyed_blake3(&derive("nasd v1 frame mac", idkey.expose()), &[&frame[..frame.len() - 32]]));
     assert_eq!(digest, keyed_blake3(&mac_key, &[&frame[..frame.len() - 32]]));
     let parsed = FramePrefix::parse(&frame).unwrap();
     assert_eq!(IdentityData::decode(parsed.capability).unwrap(), identity(1));
@@ -574,6 +603,8 @@ fn dsfs_vectors_are_published_in_protocol_md() {
         ("I_CREDENTIAL", I_CREDENTIAL),
         ("I_IDKEY_BLAKE3", I_IDKEY_BLAKE3),
         ("I_IDKEY_HMAC", I_IDKEY_HMAC),
+        ("I_DRIVEKEY_BLAKE3", I_DRIVEKEY_BLAKE3),
+        ("I_DRIVEKEY_HMAC", I_DRIVEKEY_HMAC),
         ("J_DIGEST", J_DIGEST),
         ("J_FRAME", J_FRAME),
         ("K_CONTEXT", K_CONTEXT),

@@ -3,8 +3,8 @@
 //! (docs/SECURITY.md, "The drive's checks", in that order).
 
 use nasd_crypto::{
-    capability_key, ct_eq, identity_key, key_context, open_key, unseal_capability, FrameKeys, Key, MacAlgorithm,
-    KEY_LEN,
+    capability_key, ct_eq, identity_drive_key, identity_key, key_context, open_key, unseal_capability, FrameKeys, Key,
+    MacAlgorithm, KEY_LEN,
 };
 use nasd_proto::limits::{IDENTITY_KEYS_MAX, NONCE_LEN};
 use nasd_proto::{
@@ -315,7 +315,14 @@ impl Security {
         let r = self.resolve_key(header, capability)?;
         let keys = FrameKeys::new(r.alg, &r.key);
         if !keys.verify_digest(protection, before_digest, digest) {
-            return refuse(Status::BadDigest, "request digest does not verify");
+            return match r.identity {
+                Some(_) => refuse(
+                    Status::BadDigest,
+                    "request digest does not verify (an identity request is MACed with a key bound to the drive \
+                     it is meant for: this drive's id)",
+                ),
+                None => refuse(Status::BadDigest, "request digest does not verify"),
+            };
         }
         if let Some(c) = &r.capability {
             self.remember_key(c, &r.key);
@@ -423,8 +430,11 @@ impl Security {
                 drop(ring);
                 let alg = MacAlgorithm::from_id(data.algorithm)
                     .ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
-                let key =
-                    identity_key(&shared, &data).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
+                // The frame key is bound to this drive: a request MACed for another drive
+                // (the same identity, object number and PAL there) fails the digest here.
+                let key = identity_key(&shared, &data)
+                    .and_then(|idkey| identity_drive_key(&idkey, &data, &self.store.drive_id()))
+                    .ok_or((Status::BadCapability, "unknown MAC algorithm".into()))?;
                 Ok(Resolved { key, alg, capability: None, scope: None, identity: Some(data) })
             }
             KeyType::None => unreachable!("handled by the caller"),

@@ -14,12 +14,12 @@ mod common;
 
 use common::{refused, rg, Drive, Options, OTHER, P, PROTECTION};
 use nasd_client::{Auth, ClientError, Credential, DriveClient};
-use nasd_crypto::{identity_key, FrameKeys, Key, MacAlgorithm};
+use nasd_crypto::{identity_drive_key, identity_key, FrameKeys, Key, MacAlgorithm};
 use nasd_drive::{DriveConfig, SecurityMode};
 use nasd_proto::limits::{HEADER_LEN, PAL_ENTRIES_MAX};
 use nasd_proto::{
-    rights, AuthScheme, FrameHeader, FramePrefix, IdentityData, KeyType, ObjectPal, Pal, PalEntry, Principal,
-    Protection, Region, Request, Status, IDENTITY_DATA_LEN,
+    rights, AttrMask, Attributes, AuthScheme, FrameHeader, FramePrefix, IdentityData, KeyType, ObjectPal, Pal,
+    PalEntry, Principal, Protection, Region, Request, Status, IDENTITY_DATA_LEN,
 };
 use nasd_store::{Store, StoreOptions};
 use std::sync::Arc;
@@ -81,11 +81,16 @@ impl Dsfs {
     }
 
     async fn start_with(options: Options) -> Dsfs {
+        Self::start_sharing(options, Key::random(), AuthScheme::BOTH).await
+    }
+
+    /// A drive whose identity key 1 is `k1` (the authentication server
+    /// shares one with every drive) and whose partition `P` accepts `scheme`.
+    async fn start_sharing(options: Options, k1: Key, scheme: AuthScheme) -> Dsfs {
         let d = Drive::start_with(options).await;
         let mut admin = d.admin().await;
-        let k1 = Key::random();
         admin.set_identity_key(&d.drive_key, 1, &k1).await.unwrap();
-        admin.set_auth_scheme(P, AuthScheme::BOTH).await.unwrap();
+        admin.set_auth_scheme(P, scheme).await.unwrap();
         let (object, _) = admin.create(P).await.unwrap();
         admin.write(P, object, &whole(), DATA).await.unwrap();
         admin.set_pal(P, object, &pal(0, vec![user(ALICE, R), role(EDITORS, RW)])).await.unwrap();
@@ -131,12 +136,18 @@ impl Dsfs {
 
 // ------------------------------------------------------------------ raw frames
 
-/// A request frame under `credential` (an identity or a capability), with
-/// `data` unprotected after the digest: exactly what a client sends.
-fn raw_frame(credential: &Credential, req: &Request, data: &[u8], nonce_seq: u64) -> Vec<u8> {
+/// A request frame for the drive `drive_id` under `credential` (an
+/// identity or a capability), with `data` unprotected after the digest:
+/// exactly what a client sends.
+fn raw_frame(credential: &Credential, drive_id: &[u8; 16], req: &Request, data: &[u8], nonce_seq: u64) -> Vec<u8> {
     let (key_type, field, key, alg) = match credential {
-        Credential::Identity { data, key } => (KeyType::Identity, data.encode().to_vec(), key, MacAlgorithm::Blake3),
-        Credential::Capability { token, key, algorithm } => (KeyType::Capability, token.clone(), key, *algorithm),
+        Credential::Identity { data, key } => {
+            let frame_key = identity_drive_key(key, data, drive_id).unwrap();
+            (KeyType::Identity, data.encode().to_vec(), frame_key, MacAlgorithm::Blake3)
+        }
+        Credential::Capability { token, key, algorithm } => {
+            (KeyType::Capability, token.clone(), key.clone(), *algorithm)
+        }
         _ => panic!("identity or capability"),
     };
     let mut h = FrameHeader::request(req.opcode(), nonce_seq);
@@ -147,7 +158,7 @@ fn raw_frame(credential: &Credential, req: &Request, data: &[u8], nonce_seq: u64
     h.chunk_len = if data.is_empty() { 0 } else { 512 };
     let mut bytes = FramePrefix::encode(&h, &field, &req.encode_args(), &[0; 32]);
     let split = bytes.len() - 32;
-    let digest = FrameKeys::new(alg, key).digest(h.protection, &bytes[..split]);
+    let digest = FrameKeys::new(alg, &key).digest(h.protection, &bytes[..split]);
     bytes[split..].copy_from_slice(&digest);
     bytes.extend_from_slice(data);
     bytes
@@ -264,6 +275,7 @@ async fn forged_or_tampered_identity_credentials_are_refused() {
     // A bit flipped anywhere in the credential on the wire.
     let honest_frame = raw_frame(
         &Credential::Identity { data: forged, key: identity_key(&s.k1, &forged).unwrap() },
+        &s.admin.drive_id(),
         &Request::GetAttr { partition: P, object: o },
         &[],
         1,
@@ -282,7 +294,8 @@ async fn forged_or_tampered_identity_credentials_are_refused() {
         }
     }
     // Malformed credentials: refused before any key is looked up.
-    let mut bad_len = raw_frame(&identity(&s.k1, 1, ALICE, NO_ROLE, far_future()), &Request::Inquiry, &[], 2);
+    let mut bad_len =
+        raw_frame(&identity(&s.k1, 1, ALICE, NO_ROLE, far_future()), &s.admin.drive_id(), &Request::Inquiry, &[], 2);
     bad_len.insert(HEADER_LEN, 0); // one byte more than the header's capability_len says: fix the header
     let mut h = FrameHeader::decode(bad_len[..HEADER_LEN].try_into().unwrap()).unwrap();
     h.capability_len += 1;
@@ -447,8 +460,13 @@ async fn a_replaced_pal_is_enforced_the_moment_the_set_returns() {
         let editor = identity(&s.k1, 1, BOB, EDITORS, far_future());
         let new = vec![b'X'; 1024];
         // Into a hole: the write needs a new block, which the store charges when it plans.
-        let frame =
-            raw_frame(&editor, &Request::Write { partition: P, object: o, regions: vec![rg(8192, 1024)] }, &new, 100);
+        let frame = raw_frame(
+            &editor,
+            &s.admin.drive_id(),
+            &Request::Write { partition: P, object: o, regions: vec![rg(8192, 1024)] },
+            &new,
+            100,
+        );
         let (first, rest) = frame.split_at(frame.len() - 512);
         let base = s.charged().await;
         let mut sock = TcpStream::connect(s.d.addr).await.unwrap();
@@ -612,14 +630,18 @@ async fn an_overflowing_pal_is_refused_and_changes_nothing() {
     s.unchanged().await;
 }
 
-/// A request by identity, replayed: the drive's nonce cache refuses it, so
-/// a captured write does not land twice.
+/// A request by identity, replayed to the same drive: the drive's nonce
+/// cache refuses it, so a captured write does not land twice there (other
+/// drives refuse it by its digest:
+/// `requests_captured_on_one_drive_are_refused_by_every_other_drive`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_identity_request_is_refused() {
     let mut s = Dsfs::start().await;
     let o = s.object;
     let editor = identity(&s.k1, 1, BOB, EDITORS, far_future());
-    let write = raw_frame(&editor, &Request::Write { partition: P, object: o, regions: vec![rg(0, 3)] }, b"AAA", 7);
+    let id = s.admin.drive_id();
+    let write =
+        raw_frame(&editor, &id, &Request::Write { partition: P, object: o, regions: vec![rg(0, 3)] }, b"AAA", 7);
     let mut sock = TcpStream::connect(s.d.addr).await.unwrap();
     sock.write_all(&write).await.unwrap();
     assert_eq!(step(reply_status(&mut sock)).await, Status::Ok);
@@ -632,12 +654,103 @@ async fn a_replayed_identity_request_is_refused() {
     other.write_all(&write).await.unwrap();
     assert_eq!(step(reply_status(&mut other)).await, Status::NonceReplayed);
     // A captured read replays no better.
-    let read = raw_frame(&editor, &Request::GetAttr { partition: P, object: o }, &[], 8);
+    let read = raw_frame(&editor, &id, &Request::GetAttr { partition: P, object: o }, &[], 8);
     sock.write_all(&read).await.unwrap();
     assert_eq!(step(reply_status(&mut sock)).await, Status::Ok);
     sock.write_all(&read).await.unwrap();
     assert_eq!(step(reply_status(&mut sock)).await, Status::NonceReplayed);
     s.unchanged().await;
+}
+
+/// Every object request a user may send, each changing or revealing the
+/// object `o` of partition `P` (with `data` for a write).
+fn object_requests(o: u64) -> Vec<(&'static str, Request, Vec<u8>)> {
+    let truncate = AttrMask::LOGICAL_SIZE;
+    vec![
+        ("READ", Request::Read { partition: P, object: o, regions: vec![rg(0, DATA.len() as u64)] }, vec![]),
+        ("GETATTR", Request::GetAttr { partition: P, object: o }, vec![]),
+        ("BLOCKS_REQUIRED", Request::BlocksRequired { partition: P, object: o, regions: vec![rg(0, 4096)] }, vec![]),
+        ("WRITE", Request::Write { partition: P, object: o, regions: vec![rg(0, 8)] }, b"REPLAYED".to_vec()),
+        (
+            "SETATTR",
+            Request::SetAttr {
+                partition: P,
+                object: o,
+                mask: truncate,
+                attrs: Attributes { logical_size: 1, ..Attributes::default() },
+            },
+            vec![],
+        ),
+        ("FASTCOPY", Request::FastCopy { partition: P, source: o }, vec![]),
+        ("FLUSH", Request::Flush { partition: P, objects: vec![o] }, vec![]),
+        ("REMOVE", Request::Remove { partition: P, object: o }, vec![]),
+    ]
+}
+
+/// Sends `frame` on a new connection and returns the reply's status (the
+/// reply's data, if any, is left unread: the connection is dropped).
+async fn send_once(addr: std::net::SocketAddr, frame: &[u8]) -> Status {
+    let mut sock = TcpStream::connect(addr).await.unwrap();
+    sock.write_all(frame).await.unwrap();
+    let mut head = [0u8; HEADER_LEN];
+    step(sock.read_exact(&mut head)).await.unwrap();
+    Status::from_code(FrameHeader::decode(&head).unwrap().status).unwrap()
+}
+
+/// Issue 22: DSFS shares one identity key K with every drive, object
+/// numbers repeat across drives, and each drive's replay cache knows only
+/// its own requests. A man in the middle with no key captures a request on
+/// one drive and replays it, unchanged, to every other drive where the same
+/// user may do the same to the same object number: each refuses it (an
+/// identity's frame key is bound to the drive, a capability's keys are the
+/// drive's own), before and after the original lands, and nothing there
+/// changes — on a PALs-only partition and on one that takes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_captured_on_one_drive_are_refused_by_every_other_drive() {
+    for scheme in [AuthScheme::PALS, AuthScheme::BOTH] {
+        for kind in ["identity", "capability"] {
+            if kind == "capability" && !scheme.capabilities() {
+                continue;
+            }
+            let k1 = Key::random();
+            let mut drives = Vec::new();
+            for _ in 0..3 {
+                drives.push(Dsfs::start_sharing(Options::default(), k1.clone(), scheme).await);
+            }
+            let o = drives[0].object;
+            assert!(drives.iter().all(|d| d.object == o), "fresh drives number their first object alike");
+            let every_right = pal(0, vec![user(ALICE, R), role(EDITORS, nasd_proto::PAL_RIGHTS)]);
+            for d in &mut drives {
+                d.admin.set_pal(P, o, &every_right).await.unwrap();
+            }
+            let source = drives[0].admin.drive_id();
+            let credential = match kind {
+                "identity" => identity(&k1, 1, BOB, EDITORS, far_future()),
+                _ => drives[0].d.capability(source, o),
+            };
+            for (seq, (name, req, data)) in object_requests(o).into_iter().enumerate() {
+                let frame = raw_frame(&credential, &source, &req, &data, 1000 + seq as u64);
+                for when in ["before it reached drive 0", "after drive 0 ran it"] {
+                    if when.starts_with("after") {
+                        // The frame was good where it was meant to go.
+                        let status = send_once(drives[0].d.addr, &frame).await;
+                        assert_eq!(status, Status::Ok, "{scheme:?}: {name} under the {kind} on drive 0");
+                    }
+                    for (i, d) in drives.iter().enumerate().skip(1) {
+                        assert_eq!(
+                            send_once(d.d.addr, &frame).await,
+                            Status::BadDigest,
+                            "{scheme:?}: {name} under the {kind} for drive 0, replayed to drive {i} {when}"
+                        );
+                    }
+                }
+            }
+            for d in &mut drives[1..] {
+                d.unchanged().await;
+                assert_eq!(d.admin.getattr(P, o).await.unwrap().logical_size, DATA.len() as u64);
+            }
+        }
+    }
 }
 
 /// The partition's scheme: capabilities only (the default), PALs only, or

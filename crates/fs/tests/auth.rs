@@ -139,15 +139,45 @@ async fn pal_cluster_with(
     let auth = Auth0::start().await;
     let config = change(pal_config(&auth, scheme));
     let cluster = Cluster::start(ClusterOptions { config, drives, ..ClusterOptions::default() }).await;
+    let admin = pal_setup(&auth, &cluster).await;
+    (auth, cluster, admin)
+}
+
+/// [`pal_cluster`] with `default_layout`, whose `drives` drives are each
+/// reached through a [`Proxy::recording`] relay (the drives and relays are
+/// returned in order).
+async fn recorded_pal_cluster(
+    scheme: AuthScheme,
+    drives: usize,
+    default_layout: nasd_fs::Layout,
+) -> (Auth0, Cluster, FsClient, Vec<(TestDrive, Proxy)>) {
+    let auth = Auth0::start().await;
+    let config = ManagerConfig { default_layout, ..pal_config(&auth, scheme) };
+    let cluster = Cluster::start(ClusterOptions { config, drives: 0, ..ClusterOptions::default() }).await;
+    let mut relayed = Vec::new();
+    for i in 0..drives {
+        let drive = TestDrive::start(cluster.dir().join(format!("drive-{i}"))).await;
+        let proxy = Proxy::recording(drive.addr).await;
+        to(cluster.manager.add_drive(&proxy.addr.to_string(), &drive.master)).await.expect("add a relayed drive");
+        relayed.push((drive, proxy));
+    }
+    let admin = pal_setup(&auth, &cluster).await;
+    (auth, cluster, admin, relayed)
+}
+
+/// Users A and B at the authentication server, the administrator's session
+/// by identity, the identity keys and the scheme on every drive, and
+/// `/shared`.
+async fn pal_setup(auth: &Auth0, cluster: &Cluster) -> FsClient {
     let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
     to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
     to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
     // The manager takes identities only: the administrator is the authentication server's.
-    let admin = manager_login(&cluster, root_grant.credential, &root_grant.idkey).await.unwrap();
+    let admin = manager_login(cluster, root_grant.credential, &root_grant.idkey).await.unwrap();
     // The keys and the partition's scheme reach the drives.
     to(admin.sync_identity_keys()).await.unwrap();
     to(admin.mkdir("/shared", 0o777)).await.unwrap();
-    (auth, cluster, admin)
+    admin
 }
 
 /// The manager configuration of [`pal_cluster`].
@@ -554,6 +584,72 @@ fn the_client_uses_its_identity_on_a_pal_partition() {
         drop((alice_fs, bob_fs, admin));
         auth.halt();
         cluster.stop().await;
+    });
+}
+
+/// Sends `frame` to the drive at `addr` on a new connection and returns the
+/// status of its reply (whose data, if any, is left unread).
+async fn send_once(addr: std::net::SocketAddr, frame: &[u8]) -> Status {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = to(tokio::net::TcpStream::connect(addr)).await.unwrap();
+    to(sock.write_all(frame)).await.unwrap();
+    let mut head = [0u8; nasd_proto::limits::HEADER_LEN];
+    to(sock.read_exact(&mut head)).await.unwrap();
+    Status::from_code(nasd_proto::FrameHeader::decode(&head).unwrap().status).unwrap()
+}
+
+/// Issue 22, end to end: a man in the middle with no key captures every
+/// request alice's file writes send each drive (and the manager's own) and
+/// replays each, unchanged and within the drives' replay window, to every
+/// other drive — where object numbers repeat and alice may write the same
+/// object numbers. Every one is refused by its digest, and every file reads
+/// back as written (before identity requests were bound to their drive, a
+/// replayed write landed in another file's component).
+#[test]
+fn requests_captured_on_one_drive_are_refused_by_every_other_drive() {
+    run(async {
+        let rs = nasd_fs::Layout::parse("rs:2+1").unwrap();
+        for scheme in [AuthScheme::PALS, AuthScheme::BOTH] {
+            let (auth, cluster, admin, drives) = recorded_pal_cluster(scheme, 3, rs).await;
+            let alice = auth.grant(USER_A, PW_A, 0).await;
+            let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+            let mut files = Vec::new();
+            let mut replayed = std::collections::HashSet::new();
+            for i in 0..4u64 {
+                let (path, data) = (format!("/shared/r{i}"), pattern(i, 150_000 + 10_000 * i as usize));
+                to(alice_fs.write_file(&path, &data)).await.unwrap();
+                files.push((path, data));
+                for (from, (_, proxy)) in drives.iter().enumerate() {
+                    for frame in proxy.request_frames() {
+                        let key_type = frame[16];
+                        if key_type == nasd_proto::KeyType::None as u8 || !replayed.insert(frame.clone()) {
+                            continue; // HELLO and INQUIRY prove nothing; each frame once
+                        }
+                        for (other, (d, _)) in drives.iter().enumerate().filter(|(j, _)| *j != from) {
+                            let opcode = u16::from_le_bytes([frame[6], frame[7]]);
+                            assert_eq!(
+                                send_once(d.addr, &frame).await,
+                                Status::BadDigest,
+                                "{scheme:?}: opcode {opcode:#06x} under key type {key_type} for drive {from} \
+                                 replayed to drive {other}"
+                            );
+                        }
+                    }
+                }
+            }
+            let identity_frames = replayed.iter().filter(|f| f[16] == nasd_proto::KeyType::Identity as u8).count();
+            assert!(identity_frames > 0, "{scheme:?}: alice's writes went by identity");
+            for (path, data) in &files {
+                assert_eq!(&to(alice_fs.read_file(path)).await.unwrap(), data, "{scheme:?}: {path}");
+            }
+            drop((alice_fs, admin));
+            auth.halt();
+            cluster.stop().await;
+            for (drive, proxy) in drives {
+                drop(proxy);
+                drive.stop().await;
+            }
+        }
     });
 }
 

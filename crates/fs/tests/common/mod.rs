@@ -477,6 +477,9 @@ struct ProxyState {
     hold_after: std::sync::Mutex<Option<usize>>,
     /// Bumped when replies are let through again.
     released: watch::Sender<u64>,
+    /// Each connection's bytes towards the daemon, by accept order, when
+    /// the relay records ([`Proxy::recording`]).
+    sent: Option<std::sync::Mutex<std::collections::BTreeMap<usize, Vec<u8>>>>,
 }
 
 /// Flips bit 0 of the byte `at` bytes into the stream from now on, if it is
@@ -508,6 +511,25 @@ impl ProxyState {
     }
 }
 
+/// The whole request frames at the start of `stream` (bytes a client sent a
+/// drive on one connection).
+fn split_frames(mut stream: &[u8]) -> Vec<Vec<u8>> {
+    use nasd_proto::limits::HEADER_LEN;
+    let mut frames = Vec::new();
+    while stream.len() >= HEADER_LEN {
+        let header = nasd_proto::FrameHeader::decode(stream[..HEADER_LEN].try_into().expect("a header"))
+            .expect("a client sends well-formed headers");
+        let tags = header.chunk_count() as usize * header.protection.data_tag_len();
+        let len = HEADER_LEN + header.body_len() + header.data_len as usize + tags;
+        if stream.len() < len {
+            break;
+        }
+        frames.push(stream[..len].to_vec());
+        stream = &stream[len..];
+    }
+    frames
+}
+
 /// What a [`Proxy`] holds back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Hold {
@@ -524,6 +546,16 @@ impl Hold {
 
 impl Proxy {
     pub async fn start(target: SocketAddr) -> Proxy {
+        Self::start_with(target, false).await
+    }
+
+    /// A relay that also keeps every byte sent towards the daemon, as a man
+    /// in the middle would capture it ([`Proxy::request_frames`]).
+    pub async fn recording(target: SocketAddr) -> Proxy {
+        Self::start_with(target, true).await
+    }
+
+    async fn start_with(target: SocketAddr, record: bool) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a proxy listener");
         let addr = listener.local_addr().expect("proxy address");
         let state = Arc::new(ProxyState {
@@ -538,6 +570,7 @@ impl Proxy {
             tamper_requests: Default::default(),
             hold_after: Default::default(),
             released: watch::channel(0).0,
+            sent: record.then(Default::default),
         });
         let s = state.clone();
         let accept = tokio::spawn(async move {
@@ -591,6 +624,9 @@ impl Proxy {
                 s.held.fetch_sub(n, SeqCst);
             }
             flip_armed_byte(&s.tamper_requests, &mut buf[..n]);
+            if let Some(sent) = &s.sent {
+                sent.lock().unwrap().entry(index).or_default().extend_from_slice(&buf[..n]);
+            }
             if to.write_all(&buf[..n]).await.is_err() {
                 return;
             }
@@ -693,6 +729,15 @@ impl Proxy {
     pub fn release_replies(&self) {
         *self.state.hold_after.lock().unwrap() = None;
         self.state.released.send_modify(|g| *g += 1);
+    }
+
+    /// Every whole request frame a [`Proxy::recording`] relay has passed to
+    /// a drive so far, exactly as sent (header, capability, arguments,
+    /// digest, data chunks and their tags), each connection's in order; a
+    /// frame still being sent is left out.
+    pub fn request_frames(&self) -> Vec<Vec<u8>> {
+        let sent = self.state.sent.as_ref().expect("a recording relay").lock().unwrap();
+        sent.values().flat_map(|stream| split_frames(stream)).collect()
     }
 
     /// Flips one bit of the byte `at` bytes into the drive's replies from
