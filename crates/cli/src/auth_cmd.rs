@@ -366,13 +366,6 @@ pub async fn serve_auth(
     Ok(())
 }
 
-/// Binds `listen`, saying what to do if it is taken.
-pub async fn bind_auth(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}: is another authentication server using it?"))
-}
-
 /// The `[auth]` policy.
 pub fn auth_config(file: &AuthSection) -> AuthConfig {
     let d = AuthConfig::default();
@@ -393,6 +386,7 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         .unwrap_or("127.0.0.1:7299")
         .parse()
         .context("--listen is not HOST:PORT")?;
+    let port = crate::daemons::ReservedPort::take(listen, "authentication server")?;
     let names = if args.tls_names.is_empty() {
         file.tls_names.clone().unwrap_or_else(|| vec!["localhost".into(), "127.0.0.1".into()])
     } else {
@@ -412,7 +406,7 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         stop.await;
         let _ = tx.send(true);
     });
-    serve_auth(server, bind_auth(listen).await?, nasd_login::tls::acceptor(&tls)?, rx).await?;
+    serve_auth(server, port.listen()?, nasd_login::tls::acceptor(&tls)?, rx).await?;
     eprintln!("nasd auth stopped cleanly");
     Ok(())
 }

@@ -193,7 +193,10 @@ pub struct ManagerSection {
     pub auth: Option<String>,
     /// The name its certificate carries [default: localhost].
     pub auth_server_name: Option<String>,
-    /// The CA certificate that signed it [default: the manager's CA].
+    /// The CA certificate that signed its certificate: required with
+    /// `auth` (`nasd auth` keeps its CA in DATA/tls/ca.pem of its data
+    /// directory; `nasd up` gives it the manager's certificate and sets this
+    /// itself).
     pub auth_ca_cert: Option<PathBuf>,
     /// The service token file the authentication server wrote (`service.token`).
     pub auth_token_file: Option<PathBuf>,
@@ -278,6 +281,22 @@ pub fn find(named: Option<&Path>) -> anyhow::Result<(ConfigFile, Option<PathBuf>
         }
         None => Ok((ConfigFile::default(), None)),
     }
+}
+
+/// The settings of a first `nasd up` whose config file is named
+/// (`--config`, `$NASD_CONFIG`) but not written yet: `nasd up` writes
+/// `DATA/nasd.toml`, so a missing `…/nasd.toml` names the data directory;
+/// another missing file is refused (a typo would otherwise start a new
+/// cluster in `./nasd-data`).
+pub fn for_first_up(named: &Path) -> anyhow::Result<ConfigFile> {
+    let up_writes = named.file_name().is_some_and(|n| n == "nasd.toml");
+    anyhow::ensure!(
+        up_writes,
+        "config file {} does not exist; `nasd up` writes its own as DATA/nasd.toml: name that (or nothing)",
+        named.display()
+    );
+    let data = named.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok(ConfigFile { up: UpSection { data: Some(data.to_path_buf()), ..Default::default() }, ..Default::default() })
 }
 
 /// Writes `config` to `path` (replacing it atomically).

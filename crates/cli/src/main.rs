@@ -271,7 +271,12 @@ fn run() -> anyhow::Result<()> {
     if !cli.command.is_daemon() {
         stop_quietly_when_output_is_closed();
     }
-    let (file, _) = config::find(cli.config.as_deref())?;
+    let (file, _) = match (&cli.command, cli.config.as_deref()) {
+        // `nasd up` writes DATA/nasd.toml at its first start: named before it exists (as the
+        // banner's `export NASD_CONFIG=…` line leads one to do), it says where DATA is.
+        (Command::Up(_), Some(named)) if !named.exists() => (config::for_first_up(named)?, None),
+        (_, named) => config::find(named)?,
+    };
     let user = match (cli.command.login(), cli.user) {
         (Some(login), top) => top.or(login.user.clone()),
         (None, Some(_)) => anyhow::bail!("--user is for commands that log in to the manager; this one does not"),

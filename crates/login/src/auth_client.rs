@@ -148,7 +148,12 @@ impl AuthClient {
             .await
             .map_err(|_| timeout("accept"))?
             .map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot reach the authentication server at {addr}: {e}"))
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot reach the authentication server at {addr}: {e} (is `nasd up` or `nasd auth` running?)"
+                    ),
+                )
             })?;
         socket.set_nodelay(true)?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
