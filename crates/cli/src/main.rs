@@ -262,12 +262,18 @@ fn error_text(e: &anyhow::Error) -> String {
 fn run() -> anyhow::Result<()> {
     // Colour only for a person at a terminal: a log file gets plain text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let cli = Cli::parse();
+    // A command says what went wrong in its own words (and a successful one prints no log line:
+    // what the library tells a daemon's log, such as a component that missed a write the manager
+    // repairs, is no news to it); a daemon logs warnings.
+    let default_level = if cli.command.is_daemon() { "warn" } else { "error" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| default_level.into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .init();
-    let cli = Cli::parse();
     if !cli.command.is_daemon() {
         stop_quietly_when_output_is_closed();
     }

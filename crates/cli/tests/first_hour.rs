@@ -154,6 +154,63 @@ fn the_readme_mount_example_runs_as_written() {
     up.daemon.terminate();
 }
 
+/// Issue 23 item 2: a full disk costs nothing afterwards. `cp` of a file
+/// larger than the cluster into the mount fails (ENOSPC); by the time it
+/// has failed, the drives hold nothing of it (the writer gave its
+/// transaction up: `ABORT_WRITE`; it used to hold the space until its
+/// write lease ran out, a minute later), and the next `nasd put` succeeds
+/// without a word.
+#[test]
+fn a_full_disk_costs_nothing_afterwards() {
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        eprintln!("SKIPPED: /dev/fuse cannot be opened ({e}): FUSE mounts need root and the fuse module");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let mut up = Up::start_with(cwd, 3, None, &["--drive-capacity", "48MiB"], &[]);
+    let rt = runtime();
+    let fs = up.admin(&rt);
+    let used = || -> u64 { rt.block_on(fs.statfs()).unwrap().2.iter().map(|d| d.used_bytes).sum() };
+    let empty = used();
+    let mnt = cwd.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut mount = Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .arg("mount")
+        .arg(&mnt)
+        .current_dir(cwd)
+        .env_remove("NASD_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(mnt.to_str().unwrap()) {
+        assert!(mount.try_wait().unwrap().is_none(), "the mount ended: {:?}", mount.wait_with_output());
+        assert!(waited.elapsed() < common::DAEMON_WAIT_MAX, "not mounted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Three drives of 48 MiB hold 96 MiB of rs:2+1 data: 160 MiB cannot fit.
+    let big = pattern(b"too big", 160 << 20);
+    let e = std::fs::write(mnt.join("big.bin"), &big).expect_err("the cluster is full");
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        "a full cluster is ENOSPC (or EDQUOT), not {e}"
+    );
+    let after = used();
+    assert!(after <= empty + (1 << 20), "the failed write still holds {after} bytes of the drives ({empty} before)");
+    // The next copy: no log line, no word at all.
+    std::fs::write(cwd.join("small.txt"), b"fits\n").unwrap();
+    up.quiet(&["put", "small.txt", "/small.txt"]);
+    assert_eq!(up.ok(&["cat", "/small.txt"]), "fits\n");
+    drop(fs);
+    assert!(Command::new("fusermount3").arg("-u").arg(&mnt).status().unwrap().success());
+    let ended = mount.wait_with_output().unwrap();
+    assert!(ended.status.success(), "{}", text(&ended.stderr));
+    up.daemon.terminate();
+}
+
 /// Scrub on a fresh `nasd up`: a block of a file rotted on one drive's disk
 /// is found by `nasd scrub --drive N` (the drive key `nasd up` saved), and
 /// healed by `nasd scrub` from the file's redundancy; the file reads back whole.

@@ -56,6 +56,9 @@ struct Io {
     /// Set when a write, flush or commit failed: the writes since the last
     /// commit are lost (rolled back), and the file takes no more writes.
     poisoned: Option<String>,
+    /// Why, when it was for want of space (`NO_SPACE`, `QUOTA_EXCEEDED`):
+    /// later writes and the close answer that, not `ABORTED`.
+    poisoned_by: Option<FsStatus>,
     /// Components whose failure a read already warned of (once per open).
     warned: BTreeSet<usize>,
 }
@@ -275,7 +278,7 @@ impl Inner {
         txn.note(offset, len);
         self.written_end.fetch_max(offset + len, Ordering::Relaxed);
         if let Err(e) = txn.behind.write(offset, data).await {
-            return Err(self.poison(io, "writing", e));
+            return Err(self.poison(io, "writing", e).await);
         }
         io.read_ahead.invalidate();
         if txn.due() {
@@ -337,10 +340,8 @@ impl Inner {
             };
             if let Err(e) = written {
                 if txn != 0 {
-                    // The transaction cannot be committed whole: drop it (the
-                    // manager rolls it back when its lease runs out).
-                    io.txn = None;
-                    io.read_ahead.invalidate();
+                    // The transaction cannot be committed whole: give it up.
+                    self.give_up(io).await;
                     io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
                 }
                 return Err(e);
@@ -430,7 +431,7 @@ impl Inner {
                 txn.outcome.merge(outcome);
                 Ok(())
             }
-            Err(e) => Err(self.poison(io, "writing", e)),
+            Err(e) => Err(self.poison(io, "writing", e).await),
         }
     }
 
@@ -475,7 +476,10 @@ impl Inner {
         .await;
         match drained {
             Ok(flushed) => txn.outcome.merge(flushed),
-            Err(e) => return Err(self.poison(io, "flushing", e)),
+            Err(e) => {
+                io.txn = Some(txn);
+                return Err(self.poison(io, "flushing", e).await);
+            }
         }
         self.binder.mark_missed(&txn.outcome.missed);
         for f in &txn.outcome.failed {
@@ -552,13 +556,31 @@ impl Inner {
     // ------------------------------------------------------------ errors
 
     /// Records a failed write or flush: the transaction cannot be committed
-    /// (it rolls back when its lease runs out), and the file takes no more writes.
-    fn poison(&self, io: &mut Io, doing: &str, e: StripeError) -> FsError {
-        io.txn = None;
-        io.read_ahead.invalidate();
+    /// (it is given up: [`give_up`](Self::give_up)), and the file takes no
+    /// more writes.
+    async fn poison(&self, io: &mut Io, doing: &str, e: StripeError) -> FsError {
         let e = self.failed(doing, e);
+        self.give_up(io).await;
         io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
+        io.poisoned_by = [FsStatus::NoSpace, FsStatus::QuotaExceeded].into_iter().find(|s| s.errno() == e.errno());
         e
+    }
+
+    /// Gives the open transaction up, if any: what is buffered is dropped and
+    /// what is in flight stopped, and the manager is asked to roll it back
+    /// now (`ABORT_WRITE`), so what it wrote, and the drive space and quota
+    /// it held, come back at once — a write that failed for a full drive
+    /// leaves the drive as it found it. If the manager cannot be told, it
+    /// rolls the transaction back when its lease runs out.
+    async fn give_up(&self, io: &mut Io) {
+        io.read_ahead.invalidate();
+        let Some(txn) = io.txn.take() else { return };
+        let id = txn.id;
+        drop(txn);
+        let req = ManagerRequest::AbortWrite { handle: self.handle, txn: id };
+        if let Err(e) = self.fs.call(&req).await {
+            tracing::debug!(path = %self.path, txn = id, error = %e, "a given-up write transaction rolls back when its lease runs out");
+        }
     }
 
     /// The error for a failed engine operation.
@@ -652,6 +674,7 @@ impl File {
                     last_read_end: None,
                     txn: None,
                     poisoned: None,
+                    poisoned_by: None,
                     warned: BTreeSet::new(),
                 }),
             }),
@@ -808,11 +831,12 @@ impl File {
     }
 }
 
-/// The error a poisoned file answers writes with.
+/// The error a poisoned file answers writes with: `ABORTED`, or the want of
+/// space that made its writes fail.
 fn poisoned(io: &Io) -> Result<(), FsError> {
     match &io.poisoned {
         Some(why) => Err(FsError::Fs {
-            status: FsStatus::Aborted,
+            status: io.poisoned_by.unwrap_or(FsStatus::Aborted),
             message: format!(
                 "an earlier write or flush of this file failed, so it takes no more writes ({why}); reopen it"
             ),

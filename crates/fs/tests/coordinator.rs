@@ -208,6 +208,46 @@ fn a_commit_past_the_quota_escrow_is_refused_and_rolled_back() {
     });
 }
 
+/// `ABORT_WRITE`: a writer gives its transaction up and the manager rolls
+/// it back at once — the file as it was, the quota escrow and the drive
+/// space back, the writer's capabilities revoked — without waiting for the
+/// lease. Only the writer (or an administrator): another user is refused,
+/// another file's transaction is refused, and one already gone is `Done`.
+#[test]
+fn a_writer_gives_its_transaction_up() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let (h, access) = create(&admin, "f").await;
+        let (other, _) = create(&admin, "g").await;
+        let txn = begin(&admin, h).await.expect("begin");
+        let data = pattern(6, 300_000);
+        let s = striper(&pool, &access, &[]);
+        let written = to(s.write(0, &data, 0)).await.expect("the drives take the bytes");
+        to(s.flush(&written.written)).await.expect("flush");
+        let abort = |fs: &nasd_fs::FsClient, handle, txn| {
+            let req = nasd_proto::manager::ManagerRequest::AbortWrite { handle, txn };
+            let fs = fs.clone();
+            async move { to(fs.call(&req)).await.map(|_| ()) }
+        };
+        let user = c.login(USER_A, PW_A).await;
+        let theirs = to(user.walk("/f", OpenMode::None)).await.expect("alice may look /f up").handle();
+        let refused = abort(&user, theirs, txn).await.expect_err("another user's transaction");
+        assert_eq!(refused.status(), Some(FsStatus::NotPermitted), "{refused}");
+        let refused = abort(&admin, other, txn).await.expect_err("another file's transaction");
+        assert_eq!(refused.status(), Some(FsStatus::InvalidArgument), "{refused}");
+        assert_eq!(open_txns(&c, &access).await, vec![Some(txn); 3], "refusals change nothing");
+        abort(&admin, h, txn).await.expect("the writer gives it up");
+        assert_eq!(open_txns(&c, &access).await, vec![None; 3], "rolled back and ended on every drive");
+        assert!(to(s.read(0, 65_536, 65_536)).await.is_err(), "the writer's capabilities were revoked");
+        assert!(to(admin.read_file("/f")).await.unwrap().is_empty(), "the file as it was");
+        assert_eq!(commit(&admin, h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::Aborted));
+        abort(&admin, h, txn).await.expect("a transaction already gone: Done");
+        c.stop().await;
+    });
+}
+
 /// A rollback that a drive holds up — it stopped, and the manager has not
 /// noticed yet — revokes the file's capabilities once, not at every
 /// attempt. Every attempt used to bump the access-control version again,

@@ -228,6 +228,25 @@ impl Manager {
         false
     }
 
+    /// `ABORT_WRITE`: `s` gives up its transaction `txn` on `ino` (a write
+    /// failed): rolled back at once, so the drive space and the quota escrow
+    /// it held come back now, not when its lease runs out. Only its writer,
+    /// or root. `Done` also when it is gone already or committed (nothing to
+    /// roll back); a rollback a drive holds up is finished by maintenance.
+    pub(crate) async fn abort_write(&self, s: &Session, ino: Ino, txn: u64) -> Result<ManagerReply, Failure> {
+        let Some(intent) = self.meta(move |ns| ns.intent(txn)).await? else { return Ok(ManagerReply::Done) };
+        if intent.ino != ino {
+            return Err(Failure::new(FsStatus::InvalidArgument, format!("transaction {txn} is another file's")));
+        }
+        if intent.uid != s.caller.uid && !s.caller.is_root() {
+            return Err(Failure::new(FsStatus::NotPermitted, format!("transaction {txn} is another user's")));
+        }
+        if intent.state != IntentState::Committed && !self.abort(txn).await {
+            tracing::info!(txn, "a given-up write transaction is rolled back by maintenance once its drives answer");
+        }
+        Ok(ManagerReply::Done)
+    }
+
     /// `COMMIT`: records the outcome of `s`'s transaction `txn` on `ino`.
     pub(crate) async fn commit_write(
         &self,

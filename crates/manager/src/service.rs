@@ -574,6 +574,7 @@ impl Manager {
                 self.entry(s, inode, OpenMode::None).await
             }
             R::BeginWrite { handle } => self.begin_write(s, handle.ino).await,
+            R::AbortWrite { handle, txn } => self.abort_write(s, handle.ino, txn).await,
             R::ReadSmall { handle, offset, len } => {
                 let bytes = self.meta(move |ns| ns.read_small(&c, handle.ino, offset, len)).await?;
                 Ok(ManagerReply::SmallData(bytes))

@@ -127,6 +127,7 @@ pub mod manager_opcode {
     pub const GET_ROUTING: u16 = 0x0021;
     pub const SET_ROUTING: u16 = 0x0022;
     pub const REFRESH_PAL: u16 = 0x0023;
+    pub const ABORT_WRITE: u16 = 0x0024;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -514,6 +515,16 @@ pub enum ManagerRequest {
         handle: Handle,
         rights: u8,
     },
+    /// The writer gives up its open write transaction `txn` on the file
+    /// (a write failed: it will not commit): the manager rolls it back on
+    /// the drives at once — what it wrote, and the space and quota it held,
+    /// go back now rather than when its lease runs out. Only the writer who
+    /// began it (or an administrator). `Done`; `Done` too if it is already
+    /// gone (committed, or rolled back).
+    AbortWrite {
+        handle: Handle,
+        txn: u64,
+    },
     /// The routing table the manager holds; the session routes by its
     /// version from then on (a later name-space request on the session is
     /// refused with `STALE_ROUTING` once the manager holds a newer one).
@@ -734,6 +745,9 @@ impl std::fmt::Debug for ManagerRequest {
                 f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
             }
             R::GetAcl { handle } => f.debug_struct("GetAcl").field("handle", handle).finish(),
+            R::AbortWrite { handle, txn } => {
+                f.debug_struct("AbortWrite").field("handle", handle).field("txn", txn).finish()
+            }
             R::RefreshPal { handle, rights } => {
                 f.debug_struct("RefreshPal").field("handle", handle).field("rights", rights).finish()
             }
@@ -1237,6 +1251,7 @@ impl ManagerRequest {
             ManagerRequest::GetAcl { .. } => GET_ACL,
             ManagerRequest::SetAcl { .. } => SET_ACL,
             ManagerRequest::RefreshPal { .. } => REFRESH_PAL,
+            ManagerRequest::AbortWrite { .. } => ABORT_WRITE,
             ManagerRequest::GetRouting => GET_ROUTING,
             ManagerRequest::SetRouting { .. } => SET_ROUTING,
             ManagerRequest::Watch { .. } => WATCH,
@@ -1278,6 +1293,7 @@ impl ManagerRequest {
             | R::WriteSmall { handle, .. }
             | R::GetAcl { handle }
             | R::RefreshPal { handle, .. }
+            | R::AbortWrite { handle, .. }
             | R::SetAcl { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
             R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
@@ -1337,6 +1353,7 @@ impl ManagerRequest {
             | R::WriteSmall { .. }
             | R::GetAcl { .. }
             | R::RefreshPal { .. }
+            | R::AbortWrite { .. }
             | R::SetAcl { .. } => true,
             R::Login { .. }
             | R::LoginIdentity { .. }
@@ -1395,6 +1412,7 @@ impl ManagerRequest {
             ManagerRequest::GetAcl { .. } => "get-acl",
             ManagerRequest::SetAcl { .. } => "set-acl",
             ManagerRequest::RefreshPal { .. } => "refresh-pal",
+            ManagerRequest::AbortWrite { .. } => "abort-write",
             ManagerRequest::GetRouting => "get-routing",
             ManagerRequest::SetRouting { .. } => "set-routing",
             ManagerRequest::Watch { .. } => "watch",
@@ -1551,6 +1569,7 @@ impl ManagerRequest {
             | R::StatFs
             | R::ListUsers
             | R::BeginWrite { .. }
+            | R::AbortWrite { .. }
             | R::GetLayout { .. }
             | R::SetLayout { .. }
             | R::ClusterStatus
@@ -1697,6 +1716,10 @@ impl ManagerRequest {
             ManagerRequest::RefreshPal { handle, rights } => {
                 handle.encode(&mut w);
                 w.u8(*rights);
+            }
+            ManagerRequest::AbortWrite { handle, txn } => {
+                handle.encode(&mut w);
+                w.u64(*txn);
             }
             ManagerRequest::SetXattr { handle, name, value, mode } => {
                 handle.encode(&mut w);
@@ -1906,6 +1929,7 @@ impl ManagerRequest {
             REFRESH_PAL => {
                 ManagerRequest::RefreshPal { handle: Handle::decode(&mut r)?, rights: refresh_pal_rights(r.u8()?)? }
             }
+            ABORT_WRITE => ManagerRequest::AbortWrite { handle: Handle::decode(&mut r)?, txn: r.u64()? },
             GET_ROUTING => ManagerRequest::GetRouting,
             SET_ROUTING => ManagerRequest::SetRouting { table: RoutingTable::decode(&mut r)? },
             WATCH => {

@@ -288,6 +288,10 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             "REFRESH_PAL handle {ino 42, site 5, mac 68x32} read",
             ManagerRequest::RefreshPal { handle: handle(42), rights: ACL_READ }.encode(31),
         ),
+        (
+            "ABORT_WRITE handle {ino 42, site 5, mac 68x32} txn 0x1122",
+            ManagerRequest::AbortWrite { handle: handle(42), txn: 0x1122 }.encode(32),
+        ),
     ]
 }
 
@@ -558,6 +562,7 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         arb_handle().prop_map(|handle| R::GetAcl { handle }),
         (arb_handle(), arb_acl()).prop_map(|(handle, entries)| R::SetAcl { handle, entries }),
         (arb_handle(), 1u8..=3).prop_map(|(handle, r)| R::RefreshPal { handle, rights: r << 1 }),
+        (arb_handle(), any::<u64>()).prop_map(|(handle, txn)| R::AbortWrite { handle, txn }),
         (any::<u64>(), any::<u64>(), 0..=WATCH_WAIT_MAX_MS).prop_map(|(incarnation, after, wait_ms)| R::Watch {
             incarnation,
             after,
