@@ -6,6 +6,7 @@
 
 use crate::service::Session;
 use crate::{Failure, Manager};
+use nasd_login::login_backoff::Verdict;
 use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
@@ -13,7 +14,7 @@ use nasd_proto::manager::{
 };
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -222,14 +223,13 @@ impl Manager {
         host: IpAddr,
         check: impl std::future::Future<Output = Result<Session, Failure>>,
     ) -> Result<Session, Failure> {
-        tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
-        let result = check.await;
-        match &result {
-            Ok(_) => self.login_backoff.succeeded(host),
-            Err(f) if f.status == FsStatus::BadCredentials => self.login_backoff.failed(host, Instant::now()),
-            Err(_) => {}
-        }
-        result
+        self.login_backoff
+            .paced(host, check, |result| match result {
+                Ok(_) => Verdict::Succeeded,
+                Err(f) if f.status == FsStatus::BadCredentials => Verdict::Failed,
+                Err(_) => Verdict::Neither,
+            })
+            .await
     }
 
     async fn check_identity_login(
