@@ -2195,7 +2195,7 @@ impl Entry {
 }
 
 /// Reply result codes: which [`ManagerReply`] variant follows.
-mod reply_kind {
+pub(crate) mod reply_kind {
     pub const LOGGED_IN: u8 = 1;
     pub const ENTRY: u8 = 2;
     pub const DIR: u8 = 3;
