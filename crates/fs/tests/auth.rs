@@ -257,6 +257,9 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         let mut longer = alice.credential;
         longer.expiration_ns += 1;
         assert_eq!(fs_status(manager_login(&cluster, longer, &alice.idkey).await), FsStatus::BadCredentials);
+        // Key id 0, which no shared key has: a tampered field like any other, not a malformed request.
+        let key_0 = IdentityData { key_id: 0, ..alice.credential };
+        assert_eq!(fs_status(manager_login(&cluster, key_0, &alice.idkey).await), FsStatus::BadCredentials);
         assert_eq!(
             fs_status(manager_login(&cluster, alice.credential, &Key::random()).await),
             FsStatus::BadCredentials

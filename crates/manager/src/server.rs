@@ -232,10 +232,15 @@ impl Manager {
             .await
     }
 
+    /// Checks a `LOGIN_IDENTITY` of `credential`'s 24 bytes: a credential
+    /// that does not decode (a format, algorithm, reserved byte or key id the
+    /// authentication server never issues) is refused as a wrong one,
+    /// `BAD_CREDENTIALS` like a forged MAC — whichever field was altered —
+    /// and so counts as a failed login of the host.
     async fn check_identity_login(
         &self,
         version: u8,
-        credential: &nasd_proto::IdentityData,
+        credential: &[u8; nasd_proto::IDENTITY_DATA_LEN],
         proof: &[u8; 32],
     ) -> Result<Session, Failure> {
         if version != MANAGER_PROTOCOL_VERSION {
@@ -244,7 +249,17 @@ impl Manager {
                 format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
             ));
         }
-        let s = self.open_identity_session(credential, proof).await;
+        let credential = match nasd_proto::IdentityData::decode(credential) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed identity login: the credential does not decode");
+                return Err(Failure::new(
+                    FsStatus::BadCredentials,
+                    "the identity does not verify: log in at the authentication server",
+                ));
+            }
+        };
+        let s = self.open_identity_session(&credential, proof).await;
         match &s {
             Ok(s) => {
                 tracing::info!(user = %s.user, uid = credential.user, role = credential.role, "logged in by identity")

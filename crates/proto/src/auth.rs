@@ -638,15 +638,21 @@ mod tests {
         for (i, b) in proof.iter_mut().enumerate() {
             *b = u8::from_str_radix(&hexproof[2 * i..2 * i + 2], 16).unwrap();
         }
-        let req = ManagerRequest::LoginIdentity { version: 1, credential, proof };
+        let req = ManagerRequest::LoginIdentity { version: 1, credential: credential.encode(), proof };
         let body = req.encode(3);
         assert_eq!(hex(&body), LOGIN_IDENTITY_VECTOR);
         assert_eq!(ManagerRequest::decode(&body).unwrap(), (3, req));
         assert!(body.len() <= crate::manager::LOGIN_MESSAGE_MAX, "fits before login");
-        // A credential that does not decode (format byte) makes the request not decode.
+        // A credential that does not decode (format byte) still frames: the manager refuses
+        // it as a wrong credential, as one whose proof does not verify.
         let mut bad = body.clone();
         bad[11] = 1;
-        assert!(ManagerRequest::decode(&bad).is_err());
+        let Ok((3, ManagerRequest::LoginIdentity { credential, .. })) = ManagerRequest::decode(&bad) else {
+            panic!("a LOGIN_IDENTITY of 24 credential bytes frames")
+        };
+        assert!(IdentityData::decode(&credential).is_err());
+        // Only the length is the decoder's: one byte short does not decode.
+        assert!(ManagerRequest::decode(&body[..body.len() - 1]).is_err());
     }
 
     const LOGIN_VECTOR: &str = "01000500000000000000010300616e6e0200707707000000";
