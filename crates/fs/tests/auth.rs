@@ -217,7 +217,7 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         assert_eq!(auth_status(to(alice_auth.add_user("eve", "eve password", 666, 0, true)).await), FsStatus::NotAdmin);
 
         // Groups users make themselves: alice makes one and puts bob in it.
-        let gid = to(alice_auth.create_group("project")).await.unwrap();
+        let gid = to(alice_auth.create_group("project")).await.unwrap().gid;
         to(alice_auth.set_group_member(gid, USER_B, true)).await.unwrap();
         let (mut bob_auth, bob) = auth.login(USER_B, PW_B, 0).await.unwrap();
         assert_eq!(
@@ -343,6 +343,61 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
     });
 }
 
+/// A user may own `GROUPS_OWNED_MAX` groups: creating one is refused
+/// (`NO_SPACE`) only past that. Each makes its owner a member while the
+/// owner is in fewer than `GROUPS_MAX` groups (the membership every session
+/// carries); past that the owner owns the group without being in it, and
+/// may still choose its members — itself too, once it left another group.
+/// Creating used to be refused as soon as the owner was in `GROUPS_MAX`
+/// groups, so no one owned more than 32.
+#[test]
+fn a_user_owns_up_to_groups_owned_max_groups() {
+    use nasd_auth::store::GROUPS_OWNED_MAX;
+    use nasd_fs::GROUPS_MAX;
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig { pool_target: 4, auth: Some(auth.link()), ..ManagerConfig::default() };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let (mut alice, _) = auth.login(USER_A, PW_A, 0).await.unwrap();
+        let mut owned = Vec::new();
+        for i in 0..GROUPS_OWNED_MAX {
+            let group = to(alice.create_group(&format!("g{i}"))).await.unwrap_or_else(|e| panic!("group {i}: {e}"));
+            assert_eq!(group.member, i < GROUPS_MAX, "group {i}: a member while in fewer than GROUPS_MAX");
+            owned.push(group.gid);
+        }
+        assert_eq!(auth_status(to(alice.create_group("one too many")).await), FsStatus::NoSpace);
+
+        // She chooses the members of a group she owns and is not in, herself only once she has room.
+        let last = *owned.last().unwrap();
+        to(alice.set_group_member(last, USER_B, true)).await.unwrap();
+        assert_eq!(auth_status(to(alice.set_group_member(last, USER_A, true)).await), FsStatus::NoSpace);
+        to(alice.set_group_member(owned[0], USER_A, false)).await.unwrap();
+        to(alice.set_group_member(last, USER_A, true)).await.unwrap();
+
+        // Her sessions carry her GROUPS_MAX groups: the manager takes her identity, and she gives
+        // a file to the group she joined last.
+        let admin = manager_login(&cluster, root_grant.credential, &root_grant.idkey).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let grant = auth.grant(USER_A, PW_A, 0).await;
+        let alice_fs = manager_login(&cluster, grant.credential, &grant.idkey).await.expect("alice in 32 groups");
+        to(alice_fs.write_file("/shared/f", b"for the last group")).await.unwrap();
+        let attr = to(alice_fs.chown("/shared/f", None, Some(last))).await.expect("she is in it now");
+        assert_eq!(attr.gid, last);
+        assert_eq!(
+            fs_status(to(alice_fs.chown("/shared/f", None, Some(owned[0]))).await),
+            FsStatus::NotPermitted,
+            "she left the first"
+        );
+
+        drop((alice_fs, admin));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
 /// After a burst of password guesses from one host at the authentication
 /// server — dozens of connections, most still waiting for a turn when
 /// their `AUTH_LOGIN_TIMEOUT` closes them — the host's right password logs
@@ -398,7 +453,7 @@ fn auth_server_restarts_and_bounds_anonymous_input() {
             .await
             .unwrap()
             {
-                AuthReply::Group { gid } => gid,
+                AuthReply::Group { gid, member: true } => gid,
                 other => panic!("{other:?}"),
             };
             (server.service_token().clone(), gid)
@@ -763,7 +818,7 @@ fn group_access_goes_through_capabilities() {
         for scheme in [AuthScheme::BOTH, AuthScheme::PALS] {
             let (auth, cluster, admin) = pal_cluster(scheme, 1).await;
             let (mut alice_auth, alice) = auth.login(USER_A, PW_A, 0).await.unwrap();
-            let gid = to(alice_auth.create_group("project")).await.unwrap();
+            let gid = to(alice_auth.create_group("project")).await.unwrap().gid;
             to(alice_auth.set_group_member(gid, USER_B, true)).await.unwrap();
             let bob = auth.grant(USER_B, PW_B, 0).await;
             let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
