@@ -805,6 +805,80 @@ fn a_lost_pal_is_set_again_on_demand() {
     });
 }
 
+/// On a PALs-only partition other users read what the mode lets them, from
+/// the drives by identity: the file's PAL has an everyone entry with the
+/// rights every class of the mode gives. It grants no one more than the
+/// manager does: others do not write a 0644 file, a chmod to 0640 takes the
+/// entry away before it returns, and a mode that denies the group class
+/// what others get (0604) gives no everyone entry — a drive cannot tell a
+/// group member from anyone else. The "other" bits used to reach no PAL: a
+/// world-readable file was refused to everyone but its owner (`NOT_IN_PAL`,
+/// again after the refresh).
+#[test]
+fn others_read_what_the_mode_allows_on_a_pal_partition() {
+    run(async {
+        let (auth, cluster, admin) = pal_cluster(AuthScheme::PALS, 2).await;
+        let partition = cluster.manager.config().partition;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(CAROL, PW_C, UID_C, 0, false)).await.unwrap();
+        let (mut alice_auth, alice) = auth.login(USER_A, PW_A, 0).await.unwrap();
+        let gid = to(alice_auth.create_group("project")).await.unwrap().gid;
+        to(alice_auth.set_group_member(gid, CAROL, true)).await.unwrap();
+        let (bob, carol) = (auth.grant(USER_B, PW_B, 0).await, auth.grant(CAROL, PW_C, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        let carol_fs = manager_login(&cluster, carol.credential, &carol.idkey).await.unwrap();
+        // Striped over both drives, so every component's PAL is checked.
+        to(alice_fs.write_file("/shared/f", b"")).await.unwrap();
+        to(alice_fs.set_layout("/shared/f", Some(nasd_fs::Layout::parse("stripe:2@64K").unwrap()))).await.unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        to(alice_fs.write_file("/shared/f", &big)).await.unwrap();
+        to(alice_fs.chown("/shared/f", None, Some(gid))).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o644)).await.unwrap();
+
+        // Through the file system: the manager grants bob (other) and carol (group) read, and
+        // the drives let their identities read; no capability is minted.
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), big, "bob, another user");
+        assert_eq!(to(carol_fs.read_file("/shared/f")).await.unwrap(), big, "carol, in the file's group");
+        assert_eq!(fs_status(to(bob_fs.write_file("/shared/f", DATA)).await), FsStatus::PermissionDenied);
+        assert_eq!(cluster.manager.capabilities_minted(), 0);
+        // At the drives alone: every identity reads, none but alice's writes.
+        let components = to(admin.get_layout("/shared/f")).await.unwrap().components;
+        for (component, _) in &components {
+            let (drive, object) = (component.object.drive, component.object.object);
+            let mut b = drive_as_on(&cluster, drive, bob.credential, &bob.idkey).await;
+            to(b.read(partition, object, &whole())).await.expect("bob reads by identity");
+            assert_eq!(drive_status(to(b.write(partition, object, &whole(), DATA)).await), Status::RightsInsufficient);
+        }
+
+        // 0666: everyone writes, through the file system and at the drives.
+        to(alice_fs.chmod("/shared/f", 0o666)).await.unwrap();
+        to(bob_fs.write_file("/shared/f", DATA)).await.expect("bob writes a 0666 file by identity");
+        assert_eq!(to(carol_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        let first = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object;
+        let (first_drive, first) = (first.drive, first.object);
+        let mut b = drive_as_on(&cluster, first_drive, bob.credential, &bob.idkey).await;
+        let mut c = drive_as_on(&cluster, first_drive, carol.credential, &carol.idkey).await;
+        to(b.read(partition, first, &whole())).await.expect("bob reads the 0666 file by identity");
+        // 0640: the moment chmod returns, others read nothing at the drive; the group class
+        // still reads through the manager, which no drive entry carries (see
+        // group_access_goes_through_capabilities).
+        to(alice_fs.chmod("/shared/f", 0o640)).await.unwrap();
+        assert_eq!(drive_status(to(b.read(partition, first, &whole())).await), Status::NotInPal);
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        // 0604: others may read, the group class may not. Carol's identity gets nothing at the
+        // drive; bob's does not either (the documented limitation: he reads on `both`).
+        to(alice_fs.chmod("/shared/f", 0o604)).await.unwrap();
+        assert_eq!(drive_status(to(c.read(partition, first, &whole())).await), Status::NotInPal, "carol, group");
+        assert_eq!(fs_status(to(carol_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        assert_eq!(drive_status(to(b.read(partition, first, &whole())).await), Status::NotInPal);
+
+        drop((alice_fs, bob_fs, carol_fs, admin, alice_auth, b, c));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
 /// Group entries and the mode's group class are not flattened into PALs
 /// (a drive matches users and roles only). On a partition that takes both
 /// schemes the client falls back to the capability the manager minted at
