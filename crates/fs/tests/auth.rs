@@ -410,6 +410,9 @@ fn the_right_password_logs_in_once_a_guessing_burst_is_over() {
     run(async {
         let seed = guessing::burst_seed();
         let auth = Arc::new(Auth0::start().await);
+        for i in 0..guessing::WARM_UP_FAILURES {
+            assert_eq!(auth_status(auth.login(ROOT, &format!("warm-up {i}"), 0).await), FsStatus::BadCredentials);
+        }
         let guessing_at = auth.clone();
         guessing::guessing_burst(seed, move |i| {
             let auth = guessing_at.clone();

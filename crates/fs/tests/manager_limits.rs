@@ -278,6 +278,18 @@ async fn the_right_password_logs_in_once_a_guessing_burst_is_over_scenario() {
     let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
     let host = std::net::Ipv4Addr::new(127, 0, 0, 4);
     let (addr, ca) = (c.addr, c.ca.clone());
+    // One connection after another until the host has failed WARM_UP_FAILURES times.
+    let mut failed = 0;
+    while failed < guessing::WARM_UP_FAILURES {
+        let mut s = tls_from(host, &c).await.expect("TLS with the manager");
+        while failed < guessing::WARM_UP_FAILURES {
+            match send_login(&mut s, failed + 1, ADMIN, &format!("warm-up {failed}")).await {
+                Some((_, Err((FsStatus::BadCredentials, _)))) => failed += 1,
+                None => break,
+                Some(other) => panic!("a warm-up guess got {other:?}"),
+            }
+        }
+    }
     let guesses = Arc::new(AtomicUsize::new(0));
     let counted = guesses.clone();
     guessing::guessing_burst(seed, move |i| {

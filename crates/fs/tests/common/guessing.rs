@@ -1,14 +1,22 @@
 //! A password-guessing burst from one host, for the tests of login pacing
 //! at the manager (`manager_limits.rs`) and at the authentication server
 //! (`auth.rs`): many connections, started at times drawn from a seed, each
-//! guessing until the server closes it. A test includes it with
-//! `#[path = "common/guessing.rs"] mod guessing;`.
+//! guessing until the server closes it. A test first fails
+//! [`WARM_UP_FAILURES`] logins one after another, so the burst meets the
+//! host's turns at their widest (a host with no failure yet is not paced:
+//! a burst arriving all at once would be checked at once). A test includes
+//! it with `#[path = "common/guessing.rs"] mod guessing;`.
 
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Failed logins before a burst: turns start `LOGIN_BACKOFF_MIN` (100 ms)
+/// apart and double with each failure, reaching `LOGIN_BACKOFF_MAX` (2 s)
+/// at the sixth.
+pub const WARM_UP_FAILURES: u64 = 6;
 
 /// Fewest connections in a burst: with turns 2 s apart (`LOGIN_BACKOFF_MAX`)
 /// these are far more than a 10 s login deadline lets the server check.
