@@ -96,7 +96,7 @@ impl LoginBackoff {
             return Some(record.next_turn - now);
         }
         record.next_turn = now + delay(record.failures);
-        debug_assert!(record.next_turn <= now + LOGIN_BACKOFF_MAX, "a turn is never booked ahead");
+        assert!(record.next_turn <= now + LOGIN_BACKOFF_MAX, "a turn is never booked ahead");
         None
     }
 
