@@ -87,7 +87,8 @@ pub enum AuthCommand {
         /// The role's number.
         role: u32,
     },
-    /// Make a group you own; prints its gid.
+    /// Make a group you own, and join it (unless you are in GROUPS_MAX
+    /// groups already: then you own it without being in it); prints its gid.
     CreateGroup {
         /// The group's name.
         name: String,
@@ -273,7 +274,18 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::AddRole { role, name } => c.add_role(role, &name).await?,
         AuthCommand::GrantRole { user, role } => c.set_user_role(&user, role, true).await?,
         AuthCommand::RevokeRole { user, role } => c.set_user_role(&user, role, false).await?,
-        AuthCommand::CreateGroup { name } => println!("{}", c.create_group(&name).await?),
+        AuthCommand::CreateGroup { name: group } => {
+            let group = c.create_group(&group).await?;
+            println!("{}", group.gid);
+            if !group.member {
+                eprintln!(
+                    "you own group {gid} but are not in it: you are in GROUPS_MAX ({max}) groups already; \
+                     leave one (remove-member) to join it (add-member {gid} {name})",
+                    gid = group.gid,
+                    max = nasd_proto::fs::GROUPS_MAX,
+                );
+            }
+        }
         AuthCommand::AddMember { gid, user } => c.set_group_member(gid, &user, true).await?,
         AuthCommand::RemoveMember { gid, user } => c.set_group_member(gid, &user, false).await?,
         AuthCommand::Passwd { user } => {

@@ -229,7 +229,7 @@ impl ManagerConn {
         let login = match &held {
             Some((credential, idkey, _)) => ManagerRequest::LoginIdentity {
                 version: MANAGER_PROTOCOL_VERSION,
-                credential: *credential,
+                credential: credential.encode(),
                 proof: nasd_crypto::identity_login_proof(idkey, credential).ok_or_else(|| {
                     Unreached::Refused(FsError::Setup("the identity credential names an unknown MAC algorithm".into()))
                 })?,

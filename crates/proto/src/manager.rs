@@ -306,9 +306,13 @@ pub enum ManagerRequest {
     /// Authenticate the connection with an identity from the
     /// authentication server (DSFS): the credential and
     /// `identity_login_proof(idkey, credential)`. Must be the first request.
+    /// The credential's 24 bytes are the manager's to check
+    /// ([`crate::IdentityData::decode`] among the rest): one that does not
+    /// decode is a wrong credential (`BAD_CREDENTIALS`), as one whose MAC
+    /// does not verify, not a malformed request.
     LoginIdentity {
         version: u8,
-        credential: crate::IdentityData,
+        credential: [u8; crate::IDENTITY_DATA_LEN],
         proof: [u8; 32],
     },
     /// Administrator: fetch the authentication server's live shared keys
@@ -605,7 +609,7 @@ impl std::fmt::Debug for ManagerRequest {
             R::LoginIdentity { version, credential, .. } => f
                 .debug_struct("LoginIdentity")
                 .field("version", version)
-                .field("credential", credential)
+                .field("credential", &crate::IdentityData::decode(credential))
                 .finish_non_exhaustive(),
             R::SyncIdentityKeys => f.write_str("SyncIdentityKeys"),
             R::Login { version, user, password: _ } => f
@@ -1593,7 +1597,7 @@ impl ManagerRequest {
                 w.u8(*version).str(user).str(password);
             }
             ManagerRequest::LoginIdentity { version, credential, proof } => {
-                w.u8(*version).raw(&credential.encode()).raw(proof);
+                w.u8(*version).raw(credential).raw(proof);
             }
             ManagerRequest::SyncIdentityKeys => {}
             ManagerRequest::Walk { path, follow, open } => {
@@ -1765,11 +1769,9 @@ impl ManagerRequest {
                 user: r.str(USER_NAME_MAX, "user")?,
                 password: r.str(PASSWORD_MAX, "password")?,
             },
-            LOGIN_IDENTITY => ManagerRequest::LoginIdentity {
-                version: r.u8()?,
-                credential: crate::IdentityData::decode(r.take(crate::IDENTITY_DATA_LEN)?)?,
-                proof: r.array()?,
-            },
+            LOGIN_IDENTITY => {
+                ManagerRequest::LoginIdentity { version: r.u8()?, credential: r.array()?, proof: r.array()? }
+            }
             SYNC_IDENTITY_KEYS => ManagerRequest::SyncIdentityKeys,
             WALK => ManagerRequest::Walk {
                 path: r.str(PATH_MAX, "path")?,
@@ -2219,7 +2221,7 @@ impl Entry {
 }
 
 /// Reply result codes: which [`ManagerReply`] variant follows.
-mod reply_kind {
+pub(crate) mod reply_kind {
     pub const LOGGED_IN: u8 = 1;
     pub const ENTRY: u8 = 2;
     pub const DIR: u8 = 3;

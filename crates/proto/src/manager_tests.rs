@@ -1086,3 +1086,48 @@ fn manager_vectors_are_published_in_protocol_md() {
         assert!(published.contains(&hex::encode(bytes)), "{name}: not published in PROTOCOL.md as it is encoded");
     }
 }
+
+/// The result kind each row of PROTOCOL.md's manager opcode table gives
+/// ("`4 Done`", "`2 Entry`", ...) is the one the encoder writes for that
+/// reply. (`REFRESH_PAL` was documented as "0 Done".)
+#[test]
+fn reply_kinds_in_protocol_md_are_the_encoded_ones() {
+    use crate::manager::reply_kind::*;
+    let kinds = [
+        ("LoggedIn", LOGGED_IN),
+        ("Entry", ENTRY),
+        ("Dir", DIR),
+        ("Done", DONE),
+        ("StatFs", STATFS),
+        ("Users", USERS),
+        ("DriveAdded", DRIVE_ADDED),
+        ("Names", NAMES),
+        ("Began", BEGAN),
+        ("Layout", LAYOUT),
+        ("Status", STATUS),
+        ("Xattr", XATTR),
+        ("XattrNames", XATTR_NAMES),
+        ("Changes", CHANGES),
+        ("Quota", QUOTA),
+        ("SmallData", SMALL_DATA),
+        ("Acl", ACL),
+        ("Routing", ROUTING),
+    ];
+    let doc = include_str!("../../../docs/PROTOCOL.md");
+    let section = &doc[doc.find("## Manager protocol").expect("the section")..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `0x")).collect();
+    assert!(rows.len() >= 40, "the opcode table: {} rows", rows.len());
+    let mut checked = 0;
+    for row in rows {
+        let result = row.trim_end().trim_end_matches('|').rsplit('|').next().unwrap();
+        let words: Vec<&str> = result.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
+        for pair in words.windows(2) {
+            let Ok(number) = pair[0].parse::<u8>() else { continue };
+            let Some(&(_, kind)) = kinds.iter().find(|(name, _)| *name == pair[1]) else { continue };
+            assert_eq!(number, kind, "{}: PROTOCOL.md gives {} kind {number}; it is encoded {kind}", row, pair[1]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} result kinds found in the table");
+}
