@@ -414,13 +414,13 @@ impl Manager {
         for s in &overloaded {
             current.extend(self.check_stretch(inode, &g, s).await?);
         }
-        let checked: u64 = overloaded.iter().map(|s| s.span.end - s.span.start).sum();
-        let found: u64 = current.iter().map(|(_, r)| r.length).sum();
+        let span_bytes: u64 = overloaded.iter().map(|s| s.span.end - s.span.start).sum();
+        let current_bytes: u64 = current.iter().map(|(_, r)| r.length).sum();
         tracing::warn!(
             ino,
             components = ?overloaded.iter().flat_map(|s| s.suspects.iter().copied()).collect::<BTreeSet<_>>(),
-            checked,
-            found,
+            span_bytes,
+            current_bytes,
             "more components recorded stale than the layout tolerates: checked what the drives hold"
         );
         let mut undecided = self.undecided.lock().expect("undecided lock");
