@@ -42,7 +42,7 @@ pub(crate) struct Began {
 const _: () = assert!(nasd_proto::layout::COMPONENTS_MAX <= 64);
 
 /// Component indices as the bit set [`Intent::writes`] uses.
-pub(crate) fn component_bits(components: &BTreeSet<usize>) -> u64 {
+fn component_bits(components: &BTreeSet<usize>) -> u64 {
     components.iter().filter(|&&i| i < 64).fold(0, |bits, &i| bits | 1 << i)
 }
 
