@@ -372,58 +372,25 @@ fn run(layout: &'static str, drives: usize) {
     let shared = Arc::new(Shared::default());
     let mut work = Vec::new();
     for w in 0..WRITERS {
-        let fs = rt.block_on(c.login());
-        work.push(rt.spawn(writer(fs, w, rng.gen(), shared.clone())));
+        work.push(rt.spawn(writer(rt.block_on(c.login()), w, rng.gen(), shared.clone())));
     }
     for _ in 0..READERS {
-        let fs = rt.block_on(c.login());
-        work.push(rt.spawn(reader(fs, rng.gen(), shared.clone())));
+        work.push(rt.spawn(reader(rt.block_on(c.login()), rng.gen(), shared.clone())));
     }
     let watcher = rt.spawn(monitor(rt.block_on(c.login()), shared.clone()));
-
-    // The outages, one drive at a time.
-    let mut kills = Vec::new();
     std::thread::sleep(Duration::from_secs(1));
-    for o in &plan {
-        let number = c.drives[o.drive].number;
-        let killed = Instant::now();
-        c.drives[o.drive].kill();
-        std::thread::sleep(o.down);
-        c.drives[o.drive].start();
-        kills.push((number, killed, Instant::now()));
-        std::thread::sleep(o.gap);
-    }
+    let kills = roll(&mut c, &plan);
     shared.stop_work.store(true, Ordering::SeqCst);
     for t in work {
         rt.block_on(t).expect("a writer or reader panicked");
     }
-
-    // Every drive is back: the manager must bring every file up to date.
-    let deadline = Instant::now() + HEAL_WAIT_MAX;
-    let last_start = kills.last().map_or_else(Instant::now, |k| k.2);
-    let healed = loop {
-        let healed = healed_at(&shared.samples.lock().unwrap(), last_start + SETTLE_AFTER_RESTART);
-        if healed.is_some() || Instant::now() > deadline {
-            break healed;
-        }
-        std::thread::sleep(POLL);
-    };
+    let healed = wait_healed(&shared, kills.last().map_or_else(Instant::now, |k| k.2));
     shared.stop_monitor.store(true, Ordering::SeqCst);
     rt.block_on(watcher).expect("the monitor panicked");
 
-    // Every acknowledged file, byte for byte, through a fresh client.
     let acked = shared.acked.lock().unwrap().clone();
     let fs = rt.block_on(c.login());
-    let mut unreadable = Vec::new();
-    for a in &acked {
-        match rt.block_on(step("read back", fs.read_file(&a.path))) {
-            Ok(bytes) if bytes == pattern(a.seed, a.len) => {}
-            Ok(bytes) => {
-                unreadable.push(format!("{}: {} bytes that differ from the {} written", a.path, bytes.len(), a.len))
-            }
-            Err(e) => unreadable.push(format!("{}: {e}", a.path)),
-        }
-    }
+    let unreadable = read_back(&rt, &fs, &acked);
     let samples = shared.samples.lock().unwrap().clone();
     let open = windows(&kills, &samples);
     let failed_reads = shared.failed_reads.lock().unwrap().clone();
@@ -451,32 +418,77 @@ fn run(layout: &'static str, drives: usize) {
         stale_files(&rt, &fs, &acked)
     );
     assert!(
-        healed.is_some(),
+        healed,
         "with every drive back, files stay degraded after {HEAL_WAIT_MAX:?}: {}\n{}",
         samples.last().map_or_else(String::new, |s| format!("{s:?}")),
         stale_files(&rt, &fs, &acked)
     );
-    let start = kills.first().map(|k| k.1).unwrap_or_else(Instant::now);
-    let at = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
     assert!(
         unexcused.is_empty(),
-        "reads failed while at most one drive's redundancy was missing:\n{}\noutages (s from the first kill): {}",
-        unexcused
-            .iter()
-            .take(20)
-            .map(|f| format!("{} at {:.2}–{:.2} s: {}", f.path, at(f.from), at(f.to), f.error))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        open.iter()
-            .map(|w| format!(
-                "drive {} {:.2}–{}",
-                w.drive,
-                at(w.from),
-                w.to.map_or("end".into(), |t| format!("{:.2}", at(t)))
-            ))
-            .collect::<Vec<_>>()
-            .join(", ")
+        "reads failed while at most one drive's redundancy was missing:\n{}",
+        describe(&unexcused, &open, kills.first().map_or_else(Instant::now, |k| k.1))
     );
+}
+
+/// Kills and restarts the drives `plan` names, one at a time; returns each
+/// outage as (drive number, killed, started again).
+fn roll(c: &mut Cluster, plan: &[Outage]) -> Vec<(u32, Instant, Instant)> {
+    let mut kills = Vec::new();
+    for o in plan {
+        let number = c.drives[o.drive].number;
+        let killed = Instant::now();
+        c.drives[o.drive].kill();
+        std::thread::sleep(o.down);
+        c.drives[o.drive].start();
+        kills.push((number, killed, Instant::now()));
+        std::thread::sleep(o.gap);
+    }
+    kills
+}
+
+/// Waits (at most [`HEAL_WAIT_MAX`]) until the monitor saw the cluster
+/// healed after the last restart (`last_start`); whether it did.
+fn wait_healed(shared: &Shared, last_start: Instant) -> bool {
+    let deadline = Instant::now() + HEAL_WAIT_MAX;
+    loop {
+        if healed_at(&shared.samples.lock().unwrap(), last_start + SETTLE_AFTER_RESTART).is_some() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Reads every acknowledged file; what did not read back as written.
+fn read_back(rt: &tokio::runtime::Runtime, fs: &FsClient, acked: &[Acked]) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in acked {
+        match rt.block_on(step("read back", fs.read_file(&a.path))) {
+            Ok(bytes) if bytes == pattern(a.seed, a.len) => {}
+            Ok(bytes) => out.push(format!("{}: {} bytes that differ from the {} written", a.path, bytes.len(), a.len)),
+            Err(e) => out.push(format!("{}: {e}", a.path)),
+        }
+    }
+    out
+}
+
+/// Failed reads and the open outages, in seconds from `start`, for a failure message.
+fn describe(failed: &[FailedRead], open: &[Window], start: Instant) -> String {
+    let at = |t: Instant| t.saturating_duration_since(start).as_secs_f64();
+    let reads: Vec<String> = failed
+        .iter()
+        .take(20)
+        .map(|f| format!("{} at {:.2}–{:.2} s: {}", f.path, at(f.from), at(f.to), f.error))
+        .collect();
+    let windows: Vec<String> = open
+        .iter()
+        .map(|w| {
+            format!("drive {} {:.2}–{}", w.drive, at(w.from), w.to.map_or("end".into(), |t| format!("{:.2}", at(t))))
+        })
+        .collect();
+    format!("{}\noutages (s from the first kill): {}", reads.join("\n"), windows.join(", "))
 }
 
 /// The components of acknowledged files the manager records as not Ok, for
