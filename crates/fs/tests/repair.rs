@@ -63,11 +63,17 @@ async fn assert_checksums(
     }
 }
 
-/// Polls the cluster status until `done` holds, at most [`STEP`].
+/// Polls the cluster status until `done` holds, at most [`STEP`]. Every
+/// status seen shows progress that makes sense: no more done than planned,
+/// and a rebuild's bytes within what these tests' files hold (a resync of a
+/// component stale whole used to plan 512 TiB, and shown "0/0 files").
 async fn until(fs: &FsClient, what: &str, done: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         let s = to(fs.cluster_status()).await.expect("status");
+        let p = s.rebuild;
+        assert!(p.files_done <= p.files_total && p.bytes_done <= p.bytes_total, "{what}: rebuild {p:?}");
+        assert!(p.bytes_total <= 1 << 30, "{what}: a rebuild plans more bytes than the files hold: {p:?}");
         if done(&s) {
             return s;
         }

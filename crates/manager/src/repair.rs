@@ -141,10 +141,13 @@ impl Manager {
         };
         self.resync_stale().await;
         self.rebuild_lost().await;
-        if asked {
-            // The requested round is over (what is left is for a later one).
+        {
+            // The pass is over (what is left is for a later one); a requested round shows until
+            // then, and a new request's from its start.
             let mut r = self.repair.lock().expect("repair lock");
-            r.rebuild_round = false;
+            if asked {
+                r.rebuild_round = false;
+            }
             if !r.rebuild_asked {
                 r.rebuild = Progress::default();
             }
@@ -307,8 +310,9 @@ impl Manager {
             let Ok(page) = self.meta(move |ns| ns.stale_components(after, REPAIR_PAGE)).await else { return };
             let Some(&last) = page.last() else { return };
             after = last;
+            self.plan_rebuild_files(page.len() as u64);
             for (ino, idx) in page.iter().copied() {
-                if let Err(e) = self.resync(ino, idx).await {
+                if let Err(e) = self.counted(self.resync(ino, idx)).await {
                     tracing::info!(ino, idx, error = %e, "resync of a stale component deferred");
                 }
             }
@@ -505,10 +509,10 @@ impl Manager {
             waiting = Some(format!("{} stretches from component byte {} on: {why}", left.len(), s.span.start));
         }
         let bytes: u64 = copied.iter().map(|s| s.span.end.min(len).saturating_sub(s.span.start)).sum();
-        self.progress_rebuild(0, bytes, false);
+        self.plan_rebuild_bytes(bytes);
         for s in copied {
             let striper = self.striper_over(inode, &s.suspects)?;
-            self.copy_reconstructed(&striper, &striper, idx, s.span.start, s.span.end.min(len), size).await?;
+            self.copy_reconstructed(&striper, &striper, idx, s.span.start, s.span.end.min(len), size, true).await?;
             add_range(&mut rebuilt, idx, s.span.start, s.span.end - s.span.start);
         }
         if left.len() < mine.len() || mine.is_empty() {
@@ -521,9 +525,6 @@ impl Manager {
             d.flush_objects(&[c.object.object]).await.map_err(drive_err)?;
             add_range(&mut rebuilt, idx, extent, u64::MAX - extent);
         }
-        if waiting.is_none() {
-            self.progress_rebuild(1, 0, true);
-        }
         Ok((rebuilt, waiting))
     }
 
@@ -532,7 +533,9 @@ impl Manager {
     /// chunk is read while the previous one is written (reading never
     /// touches component `idx`, which `read_component` leaves out), so the
     /// sources and the destination work at once. At most two chunks are
-    /// held.
+    /// held. `rebuilding`: the bytes count in the rebuild progress (a
+    /// scrub's heal does not).
+    #[allow(clippy::too_many_arguments)]
     async fn copy_reconstructed(
         &self,
         source: &Striper,
@@ -541,6 +544,7 @@ impl Manager {
         from: u64,
         to: u64,
         size: u64,
+        rebuilding: bool,
     ) -> Result<(), Failure> {
         // A chunk read and not yet written: its component offset and bytes.
         let mut unwritten: Option<(u64, Vec<u8>)> = None;
@@ -561,8 +565,7 @@ impl Manager {
             };
             let (read, written) = tokio::join!(read, write);
             written.map_err(stripe_failure)?;
-            if let Some((_, bytes)) = unwritten.take() {
-                self.progress_rebuild(0, 0, false);
+            if let Some((_, bytes)) = unwritten.take().filter(|_| rebuilding) {
                 self.add_rebuild_bytes(bytes.len() as u64);
             }
             match (next, read.map_err(stripe_failure)?) {
@@ -601,10 +604,10 @@ impl Manager {
             if page.is_empty() {
                 return;
             }
-            self.progress_files_total(page.len() as u64);
+            self.plan_rebuild_files(page.len() as u64);
             let mut moved = 0;
             for &(ino, idx, _) in &page {
-                match self.relocate(ino, idx, Relocation::Rebuild).await {
+                match self.counted(self.relocate(ino, idx, Relocation::Rebuild)).await {
                     Ok(()) => moved += 1,
                     Err(e) => tracing::warn!(ino, idx, drive, error = %e, "component not rebuilt yet"),
                 }
@@ -636,14 +639,14 @@ impl Manager {
                 }
                 let g = geometry(&inode)?;
                 let len = g.component_len(inode.attr.size, idx);
-                self.progress_rebuild(0, len, false);
                 match how {
                     Relocation::Rebuild => {
+                        self.plan_rebuild_bytes(len);
                         let source = self.striper_for(&inode, &BTreeSet::from([idx]))?;
                         let mut dest_target = target_of(&source);
                         dest_target.components[idx] = self.binding(d, new.object, ComponentState::Ok);
                         let dest = self.striper(dest_target)?;
-                        self.copy_reconstructed(&source, &dest, idx, 0, len, inode.attr.size).await?;
+                        self.copy_reconstructed(&source, &dest, idx, 0, len, inode.attr.size, true).await?;
                     }
                     Relocation::Move { .. } => self.copy_component(old, new, len).await?,
                 }
@@ -702,7 +705,6 @@ impl Manager {
             return Ok(());
         }
         self.map_moved(old.drive).await;
-        self.progress_rebuild(1, 0, true);
         tracing::info!(ino, idx, from = old.drive, to = target, "component relocated");
         Ok(())
     }
@@ -720,7 +722,6 @@ impl Manager {
             dst.write(to.object, at, &bytes)
                 .await
                 .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", dst.drive)))?;
-            self.add_rebuild_bytes(bytes.len() as u64);
             at += n;
         }
         Ok(())
@@ -839,7 +840,7 @@ impl Manager {
             let (from, to) = (block * bs, ((block + 1) * bs).min(len));
             if from < to {
                 let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
-                self.copy_reconstructed(&striper, &striper, idx, from, to, inode.attr.size).await?;
+                self.copy_reconstructed(&striper, &striper, idx, from, to, inode.attr.size, false).await?;
             }
             d.flush_objects(&[object])
                 .await
@@ -926,24 +927,41 @@ impl Manager {
 
     // ------------------------------------------------------------ progress
 
-    fn progress_rebuild(&self, files_done: u64, bytes_total: u64, _finished: bool) {
-        let mut r = self.repair.lock().expect("repair lock");
-        r.rebuild.files_done += files_done;
-        r.rebuild.bytes_total += bytes_total;
-        let requested = r.rebuild_asked || r.rebuild_round;
-        if !requested && r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total
-        {
-            r.rebuild = Progress::default();
-        }
+    // The rebuild progress `CLUSTER_STATUS` shows counts the files a pass
+    // takes on (resyncs and rebuilds, not a rebalance's moves) and the bytes
+    // they plan to copy; an item that fails leaves the pass's totals (it is
+    // left for a later pass) with what it did not copy, so the totals stay
+    // what the pass will do and never run ahead of it.
+
+    fn plan_rebuild_files(&self, n: u64) {
+        self.repair.lock().expect("repair lock").rebuild.files_total += n;
+    }
+
+    fn plan_rebuild_bytes(&self, n: u64) {
+        self.repair.lock().expect("repair lock").rebuild.bytes_total += n;
     }
 
     fn add_rebuild_bytes(&self, n: u64) {
         self.repair.lock().expect("repair lock").rebuild.bytes_done += n;
     }
 
-    fn progress_files_total(&self, n: u64) {
-        let mut r = self.repair.lock().expect("repair lock");
-        r.rebuild.files_total = r.rebuild.files_done + n;
+    /// Runs one file's resync or rebuild as an item of the rebuild progress
+    /// (planned with [`plan_rebuild_files`](Self::plan_rebuild_files)).
+    async fn counted<T>(&self, item: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+        let before = self.repair.lock().expect("repair lock").rebuild;
+        let r = item.await;
+        let mut p = self.repair.lock().expect("repair lock");
+        match &r {
+            Ok(_) => p.rebuild.files_done += 1,
+            Err(_) => {
+                let planned = p.rebuild.bytes_total - before.bytes_total;
+                let copied = p.rebuild.bytes_done - before.bytes_done;
+                p.rebuild.bytes_total -= planned.saturating_sub(copied);
+                p.rebuild.files_total = p.rebuild.files_total.saturating_sub(1);
+            }
+        }
+        debug_assert!(p.rebuild.files_done <= p.rebuild.files_total && p.rebuild.bytes_done <= p.rebuild.bytes_total);
+        r
     }
 }
 
