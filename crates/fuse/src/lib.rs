@@ -14,8 +14,29 @@
 //! - **Per-request isolation**: every request runs as a task of its own on the
 //!   mount's tokio runtime and ends in a reply — an errno when anything fails,
 //!   also when the task panics (its reply is dropped, which answers `EIO`).
-//!   At most [`REQUESTS_IN_FLIGHT_MAX`] run at once; past that the FUSE
-//!   threads wait, so the kernel queues.
+//!   At most [`REQUESTS_IN_FLIGHT_MAX`] data requests (reads, writes,
+//!   flushes, releases of open files) and [`NAME_REQUESTS_IN_FLIGHT_MAX`]
+//!   others run at once; past that the FUSE threads wait, so the kernel
+//!   queues.
+//! - **Outages** (issue 23.1): while no manager can be reached, a request
+//!   that needs one waits for it to come back, as on a hard NFS mount
+//!   ([`MountConfig::manager_wait`]; with a bound it then fails with `EIO`).
+//!   The wait is logged once when it begins and once when it ends, and it is
+//!   interruptible: a request whose caller has a signal pending that it
+//!   catches, or is being killed, ends with `EINTR` within
+//!   [`nasd_fs::INTERRUPT_POLL`]. Reads and writes of open files go on
+//!   without the manager while their capabilities are valid and their
+//!   drives answer (the kernel's attribute checks before reads are answered
+//!   from the open file); what needs the manager waits: opens, names,
+//!   attributes of files not open, a small file's first bytes (kept by the
+//!   manager), a capability to renew, and a write's commit — at `close`,
+//!   `fsync`, and a quarter into its write transaction's lease, after which
+//!   further writes to the file wait for it. A transaction whose lease runs
+//!   out during the outage (or that a restarted manager no longer has) is
+//!   rolled back: the file's writes since its last commit are lost, and its
+//!   next write, `fsync` or `close` fails with `EIO`. A request the manager
+//!   had when it went away fails with `EIO` unless it only reads (then it is
+//!   sent again once the manager is back): it may or may not have been done.
 //! - **Consistency** (AFS/NFS style): close-to-open for data — `close`
 //!   commits a file's writes (`flush`), `open` asks the manager for fresh
 //!   attributes and keeps the kernel's page cache only if the file's size and
@@ -63,6 +84,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use errno::errno_of;
+pub use nasd_fs::ManagerWait;
 
 /// FUSE threads reading requests from the kernel by default. Each only
 /// decodes a request and hands it to the runtime, so a few suffice.
@@ -79,6 +101,11 @@ pub const ATTR_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// [`MAX_WRITE_BYTES`]) of its own, so this bounds the mount's memory for
 /// requests to about 256 MiB.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 256;
+/// Name-space and attribute requests running at once, apart from the data
+/// requests: each holds at most a name, an attribute reply, a directory page
+/// or an extended attribute (64 KiB), so about 64 MiB in all; this many may
+/// wait for a manager in an outage before the FUSE threads wait too.
+pub const NAME_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
 /// The largest write the kernel sends in one request (it needs
 /// `FUSE_MAX_PAGES`; older kernels send 128 KiB).
 pub const MAX_WRITE_BYTES: u32 = 1024 * 1024;
@@ -119,6 +146,10 @@ pub struct MountConfig {
     pub attr_timeout: Duration,
     /// The source shown in `/proc/mounts`.
     pub fsname: String,
+    /// How long a request waits for a manager that cannot be reached
+    /// ([`ManagerWait::Hard`] by default: until it is back, interruptible;
+    /// a bounded wait then fails with `EIO`).
+    pub manager_wait: ManagerWait,
 }
 
 impl MountConfig {
@@ -131,6 +162,7 @@ impl MountConfig {
             threads: MOUNT_THREADS_DEFAULT,
             attr_timeout: ATTR_TIMEOUT_DEFAULT,
             fsname: "nasd".into(),
+            manager_wait: ManagerWait::Hard,
         }
     }
 
