@@ -263,7 +263,11 @@ fn run() -> anyhow::Result<()> {
     // Colour only for a person at a terminal: a log file gets plain text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "warn".into()))
+        // Warnings, and the end of a manager outage a mount logged the start of.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NASD_LOG")
+                .unwrap_or_else(|_| format!("warn,{}=info", nasd_fs::OUTAGE_LOG_TARGET).into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .init();
@@ -291,7 +295,7 @@ fn run() -> anyhow::Result<()> {
         // A mount runs for weeks: it renews its identity (the password stays in its memory).
         Command::Mount(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            mount_cmd::run(fs, args).await
+            mount_cmd::run(fs, args, &file.mount).await
         }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),
