@@ -294,6 +294,8 @@ fn run() -> anyhow::Result<()> {
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
         // A mount runs for weeks: it renews its identity (the password stays in its memory).
         Command::Mount(args) => rt.block_on(async {
+            // A mount point refused before a password is asked for.
+            mount_cmd::check(&args)?;
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
             mount_cmd::run(fs, args, &file.mount).await
         }),

@@ -38,8 +38,18 @@ pub struct MountArgs {
     /// manager_wait, else "hard"].
     #[arg(long, value_name = "hard|DURATION")]
     manager_wait: Option<nasd_fuse::ManagerWait>,
+    /// Mount over a directory that has entries (they are hidden until the
+    /// mount ends); without it such a directory is refused.
+    #[arg(long)]
+    nonempty: bool,
     #[command(flatten)]
     pub login: crate::fs_cmd::Login,
+}
+
+/// Refuses a mount point that is already one, or has entries without
+/// `--nonempty`, saying what to do instead.
+pub fn check(args: &MountArgs) -> anyhow::Result<()> {
+    nasd_fuse::check_mountpoint(&args.mountpoint, args.nonempty).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Mounts, serves until asked to stop, unmounts.
@@ -52,6 +62,7 @@ pub async fn run(fs: FsClient, args: MountArgs, section: &crate::config::MountSe
         Some(w) => w,
         None => section.manager_wait()?,
     };
+    config.nonempty = args.nonempty;
     config.allow_other = args.allow_other;
     config.map_users = args.map_users;
     config.threads = args.threads;

@@ -10,9 +10,9 @@ use crate::{
     REQUESTS_IN_FLIGHT_MAX,
 };
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nasd_fs::{
     Change, Entry, File, FileKind, FsClient, FsError, Handle, Identity, Ino, ManagerWait, SetAttr, XattrMode,
@@ -1489,6 +1489,23 @@ impl Filesystem for NasdFs {
             move |s| async move { s.fallocate(ino.0, fh.0, offset, length, mode).await },
             |r, ()| r.ok(),
         );
+    }
+
+    /// No ioctl is supported: `ENOTTY` ("not a terminal", what `isatty` and
+    /// Python's `open` expect of a file), quietly (fuser's default logs a
+    /// warning for every one).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
     }
 
     // Extended attributes: kept by the manager (docs/PROTOCOL.md).

@@ -222,6 +222,30 @@ impl Env {
         mountpoint
     }
 
+    /// Mounts the file system as `user` at `config.mountpoint` as it is
+    /// (not made or emptied first); the mount's refusal if it refuses.
+    pub fn try_mount_at(&mut self, user: &str, password: &str, config: MountConfig) -> std::io::Result<()> {
+        let mountpoint = config.mountpoint.clone();
+        let rt = self.rt.as_ref().expect("runtime");
+        let fs = rt.block_on(self.cluster.as_ref().expect("cluster").login(user, password));
+        let mount = rt
+            .block_on(async { tokio::time::timeout(MOUNT_WAIT_MAX, Mount::start(fs, config)).await })
+            .expect("mounting timed out")?;
+        self.watchdog.watch(&mountpoint);
+        self.mounts.push(mount);
+        Ok(())
+    }
+
+    /// Unmounts the mount made `index`-th and waits for it to end.
+    pub fn unmount(&mut self, index: usize) {
+        let mut mount = self.mounts.remove(index);
+        mount.unmount().expect("unmount");
+        let rt = self.rt.as_ref().expect("runtime");
+        rt.block_on(async { tokio::time::timeout(MOUNT_WAIT_MAX, mount.ended()).await })
+            .expect("the mount did not end in time")
+            .expect("the mount ended cleanly");
+    }
+
     /// Mounts as the administrator (uid 0, as the local root who runs the
     /// tests) with the default configuration.
     pub fn mount(&mut self) -> PathBuf {
