@@ -568,9 +568,15 @@ impl ManagerPool {
             }
         };
         let addr = self.managers.current().to_string();
-        self.fetch_routing(conn).await.ok_or_else(|| {
-            FsError::Protocol(format!("the connection to the manager at {addr} broke while fetching the routing table"))
-        })
+        match self.fetch_routing(conn).await {
+            Some(conn) => Ok(conn),
+            // Gone right after the login: nothing of the caller's was sent.
+            None => {
+                let message = format!("the connection to the manager at {addr} broke while fetching the routing table");
+                self.note_unreachable(&message);
+                Err(FsError::ManagerUnreachable { message })
+            }
+        }
     }
 
     // ------------------------------------------------------------ outages
