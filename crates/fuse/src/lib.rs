@@ -27,7 +27,9 @@
 //!   [`nasd_fs::INTERRUPT_POLL`]. Reads and writes of open files go on
 //!   without the manager while their capabilities are valid and their
 //!   drives answer (the kernel's attribute checks before reads are answered
-//!   from the open file); what needs the manager waits: opens, names,
+//!   from the open file; drives that do not answer, past the layout's
+//!   redundancy, fail a read with `EIO` at once, as always); what needs the
+//!   manager waits: opens, names,
 //!   attributes of files not open, a small file's first bytes (kept by the
 //!   manager), a capability to renew, and a write's commit — at `close`,
 //!   `fsync`, and a quarter into its write transaction's lease, after which
