@@ -51,6 +51,9 @@
 //! auth = "nasd.example.com:7299" # log in here and use the identity key with the manager
 //! role = 7                       # the role to assume [default: none]
 //!
+//! [mount]                        # nasd mount
+//! manager_wait = "hard"          # or "30s": calls wait that long for a manager, then fail with EIO
+//!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
 //! drives = 4
@@ -85,6 +88,9 @@ pub struct ConfigFile {
     /// Settings of `nasd auth`.
     #[serde(default)]
     pub auth: AuthSection,
+    /// Settings of `nasd mount`.
+    #[serde(default, skip_serializing_if = "MountSection::is_empty")]
+    pub mount: MountSection,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -249,6 +255,31 @@ pub struct ClientSection {
     pub role: Option<u32>,
 }
 
+/// `[mount]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountSection {
+    /// How long a call in the mount waits for a manager that cannot be
+    /// reached: "hard" (until it is back; a signal ends the call with
+    /// EINTR), or a duration ("30s", "500ms", "5m", at most "24h") after
+    /// which it fails with EIO [default: "hard"]. `--manager-wait` overrides.
+    pub manager_wait: Option<String>,
+}
+
+impl MountSection {
+    fn is_empty(&self) -> bool {
+        self.manager_wait.is_none()
+    }
+
+    /// The configured wait, checked: [`nasd_fuse::ManagerWait::Hard`] if none.
+    pub fn manager_wait(&self) -> anyhow::Result<nasd_fuse::ManagerWait> {
+        match &self.manager_wait {
+            None => Ok(nasd_fuse::ManagerWait::Hard),
+            Some(s) => s.parse().map_err(|e| anyhow::anyhow!("[mount] manager_wait: {e}")),
+        }
+    }
+}
+
 /// `[up]`.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -327,6 +358,14 @@ mod tests {
         assert_eq!(c.client.user.as_deref(), Some("alice"));
         assert_eq!(c.drive.failure_domain.as_deref(), Some("rack-3"));
         assert_eq!(c.drive.throttle_mib_per_sec, Some(200));
+        assert_eq!(c.mount.manager_wait().unwrap(), nasd_fuse::ManagerWait::Hard);
+        let bounded: super::ConfigFile = toml::from_str("[mount]\nmanager_wait = \"30s\"\n").unwrap();
+        assert_eq!(
+            bounded.mount.manager_wait().unwrap(),
+            nasd_fuse::ManagerWait::Bounded(std::time::Duration::from_secs(30))
+        );
+        let bad: super::ConfigFile = toml::from_str("[mount]\nmanager_wait = \"soft\"\n").unwrap();
+        assert!(bad.mount.manager_wait().unwrap_err().to_string().contains("[mount] manager_wait"));
         assert_eq!(c.drives.len(), 1);
         assert_eq!((c.drives[0].number, c.drives[0].addr.as_str()), (0, "127.0.0.1:7401"));
         let metadata = c.manager.metadata.as_deref().expect("metadata");

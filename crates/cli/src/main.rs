@@ -266,8 +266,10 @@ fn run() -> anyhow::Result<()> {
     // A command says what went wrong in its own words (and a successful one prints no log line:
     // what the library tells a daemon's log, such as a component that missed a write the manager
     // repairs, is no news to it); a daemon logs warnings.
-    let default_level = if cli.command.is_daemon() { "warn" } else { "error" };
+    let default_level =
+        if cli.command.is_daemon() { format!("warn,{}=info", nasd_fs::OUTAGE_LOG_TARGET) } else { "error".into() };
     tracing_subscriber::fmt()
+        // Daemons: warnings, and the end of a manager outage a mount logged the start of.
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| default_level.into()),
         )
@@ -301,8 +303,10 @@ fn run() -> anyhow::Result<()> {
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
         // A mount runs for weeks: it renews its identity (the password stays in its memory).
         Command::Mount(args) => rt.block_on(async {
+            // A mount point refused before a password is asked for.
+            mount_cmd::check(&args)?;
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            mount_cmd::run(fs, args).await
+            mount_cmd::run(fs, args, &file.mount).await
         }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),

@@ -44,6 +44,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Pause before a write transaction whose timed commit found no manager is
+/// tried again (by its timer; a write or flush meanwhile tries at once).
+const COMMIT_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// What one open file does with its data, behind one lock: reads and
 /// writes of one file are ordered (a read sees the file's earlier writes,
 /// and the engine is never asked to write and read one stripe at once).
@@ -415,8 +419,18 @@ impl Inner {
                 Some(t) if t.id == txn => t.timer.take().map(Timer::disarm),
                 _ => return,
             };
-            if let Err(e) = file.commit(&mut io).await {
-                tracing::warn!(path = %file.path, error = %e, "committing a write transaction on time failed");
+            match file.commit(&mut io).await {
+                Ok(_) => {}
+                // No manager answers: the transaction is kept, and tried again later
+                // (without waiting here, which would hold the file's lock).
+                Err(FsError::ManagerUnreachable { .. }) => {
+                    if let Some(t) = io.txn.as_mut().filter(|t| t.id == txn) {
+                        t.timer = Some(file.arm(txn, Instant::now() + COMMIT_RETRY_PAUSE));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(path = %file.path, error = %e, "committing a write transaction on time failed")
+                }
             }
         }))
     }
@@ -510,6 +524,13 @@ impl Inner {
                 io.poisoned = Some(message.clone());
                 Err(FsError::Fs { status: FsStatus::Aborted, message })
             }
+            // Not sent (no manager answers, or the caller gave up waiting for one): the
+            // transaction stays open as it was, its writes on the drives, for the next try.
+            Err(e @ (FsError::ManagerUnreachable { .. } | FsError::Interrupted { .. })) => {
+                io.poisoned = None;
+                io.txn = Some(txn);
+                Err(e)
+            }
             // Refused: nothing was committed, and the manager rolls the transaction back.
             Err(FsError::Fs { status, message }) => {
                 let message = format!(
@@ -578,7 +599,10 @@ impl Inner {
         let id = txn.id;
         drop(txn);
         let req = ManagerRequest::AbortWrite { handle: self.handle, txn: id };
-        if let Err(e) = self.fs.call(&req).await {
+        // One attempt, whatever the caller's patience for an unreachable manager: the lease
+        // rolls the transaction back anyway.
+        let told = crate::wait::with_manager_wait(crate::wait::ManagerWait::NONE, None, self.fs.call(&req));
+        if let Err(e) = told.await {
             tracing::debug!(path = %self.path, txn = id, error = %e, "a given-up write transaction rolls back when its lease runs out");
         }
     }
