@@ -124,6 +124,37 @@ impl Managers {
     }
 }
 
+/// Runs `attempt` again while it fails with `METADATA_UNAVAILABLE` (the
+/// manager could not reach its database, and the request changed nothing),
+/// pausing 100 ms doubling to [`crate::METADATA_RETRY_PAUSE_MAX`], for up to
+/// `config.metadata_wait`; tells `config.on_wait` once, with the manager's
+/// message (which names the database).
+pub(crate) async fn wait_out_outage<T, F: std::future::Future<Output = Result<T, FsError>>>(
+    config: &FsConfig,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, FsError> {
+    let deadline = Instant::now() + config.metadata_wait;
+    let mut pause = Duration::from_millis(100);
+    let mut told = false;
+    loop {
+        match attempt().await {
+            Err(FsError::Fs { status: FsStatus::MetadataUnavailable, message }) if Instant::now() < deadline => {
+                if !told {
+                    told = true;
+                    let text = format!("{message}; waiting up to {} s for it", config.metadata_wait.as_secs());
+                    tracing::warn!("{text}");
+                    if let Some(tell) = &config.on_wait {
+                        tell(&text);
+                    }
+                }
+                tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+                pause = (pause * 2).min(crate::METADATA_RETRY_PAUSE_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Whether `req` only reads (resolves names, reads attributes, mints
 /// capabilities): sending it twice does what sending it once does.
 fn repeatable(req: &ManagerRequest) -> bool {
@@ -242,8 +273,11 @@ impl ManagerConn {
         match conn.call(&login).await {
             Ok(ManagerReply::LoggedIn { uid, gid, admin, .. }) => Ok((conn, Identity { uid, gid, admin })),
             Ok(other) => Err(Unreached::Refused(FsError::Protocol(format!("unexpected login reply {other:?}")))),
-            // Overloaded or shutting down: another manager may take the session.
-            Err(e @ FsError::Fs { status: FsStatus::Busy, .. }) => Err(Unreached::Down(e)),
+            // Overloaded, shutting down, or without its database: another manager may take the
+            // session (or the caller waits the outage out).
+            Err(e @ FsError::Fs { status: FsStatus::Busy | FsStatus::MetadataUnavailable, .. }) => {
+                Err(Unreached::Down(e))
+            }
             Err(e @ FsError::Fs { .. }) => Err(Unreached::Refused(e)),
             Err(e) => Err(Unreached::Down(e)),
         }
@@ -426,7 +460,7 @@ impl ManagerPool {
         tls: &TlsConnector,
     ) -> Result<(ManagerPool, Identity), FsError> {
         let managers = Arc::new(Managers::new(config)?);
-        let (conn, identity) = managers.open(config, &cell, tls).await?;
+        let (conn, identity) = wait_out_outage(config, || managers.open(config, &cell, tls)).await?;
         let pool = ManagerPool {
             config: config.clone(),
             identity: cell,
@@ -543,6 +577,11 @@ impl ManagerPool {
     /// while it is still valid), and once more, with the request sent
     /// again, if the manager refuses it as expired (`crate::renew`).
     pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        wait_out_outage(&self.config, || self.call_once(req)).await
+    }
+
+    /// [`call`](Self::call) without waiting out a database outage.
+    async fn call_once(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         self.identity.ensure_fresh().await;
         let generation = self.identity.generation();
         match self.call_routed(req).await {
