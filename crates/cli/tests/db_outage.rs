@@ -6,7 +6,7 @@
 //! (a bounded number of lines for however many requests failed); and a put
 //! that was in flight leaves no temporary file behind.
 
-use nasd_meta::testing::PgServer;
+use nasd_meta::testing::{PgServer, PgServerOptions};
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -40,7 +40,10 @@ fn ok(mut c: Command) -> String {
 
 #[test]
 fn commands_wait_out_a_database_outage_and_say_so_once() {
-    let mut server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    // Acknowledged commits survive the kill, as on a real server (the test servers' default trades
+    // that for speed).
+    let mut server = PgServer::start_with(&PgServerOptions { durable_commits: true, ..Default::default() })
+        .unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
     let url = server.fresh_url();
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("cluster");

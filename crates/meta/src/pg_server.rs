@@ -64,6 +64,10 @@ pub struct PgServerOptions {
     /// A command the server runs under (e.g. `ip netns exec NS`), before
     /// `setpriv` and `postgres`.
     pub wrap: Vec<String>,
+    /// Commit synchronously (`synchronous_commit=on`), so that a commit the
+    /// server acknowledged survives [`PgServer::kill`]; the default
+    /// (`off`, faster) may lose the last ones.
+    pub durable_commits: bool,
 }
 
 impl std::fmt::Debug for PgServer {
@@ -308,6 +312,8 @@ impl PgServer {
         guardian.arg(server.get_program()).args(server.get_args());
         guardian.arg("-D").arg(&data).arg("-p").arg(port.to_string());
         let mut settings = vec![format!("listen_addresses={host}")];
+        let synchronous = if options.durable_commits { "on" } else { "off" };
+        settings.push(format!("synchronous_commit={synchronous}"));
         if options.tls {
             settings.extend([
                 "ssl=on".to_owned(),
@@ -319,7 +325,6 @@ impl PgServer {
             format!("unix_socket_directories={}", dir.display()),
             "max_connections=200".into(),
             "fsync=off".into(),
-            "synchronous_commit=off".into(),
             "full_page_writes=off".into(),
             // Every error with its statement and database, and waits on locks: what
             // `PgServer::serialization_failures` and a reader of the log need.
@@ -391,8 +396,9 @@ impl PgServer {
         writeln!(stdin, "{command}").and_then(|()| stdin.flush()).map_err(|e| format!("guardian: {e}"))
     }
 
-    /// SIGKILLs the server, as a crash or a power cut would stop it, and
-    /// returns once it is gone: connections to it break, new ones are refused.
+    /// SIGKILLs the server, as a crash would stop it, and returns once it is
+    /// gone: connections to it break, new ones are refused. Commits it
+    /// acknowledged survive only with [`PgServerOptions::durable_commits`].
     ///
     /// # Errors
     /// The guardian does not answer.
