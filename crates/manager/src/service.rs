@@ -296,7 +296,7 @@ impl Manager {
     /// only, `LOGIN_IDENTITY`).
     pub async fn open_session(&self, user: &str, password: &str) -> Result<Session, Failure> {
         if self.config.auth.is_some() {
-            return Err(crate::server::password_login_refused());
+            return Err(crate::server::password_login_refused(self.config.auth.as_ref()));
         }
         // Read before the user: a change after the read moves the epoch past it.
         let epoch = self.users_epoch();

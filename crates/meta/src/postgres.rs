@@ -84,12 +84,15 @@
 //! from any thread — a tokio worker too, where a blocking client built on
 //! `Runtime::block_on` would panic. Connections are opened when needed, kept
 //! idle for reuse, and dropped when broken; each has a statement timeout
-//! ([`STATEMENT_TIMEOUT`]). The connection string is never logged or put in
-//! an error (it may hold a password): [`Postgres::target`] is what names the
-//! database. No TLS yet: use it on loopback or a trusted network.
+//! ([`STATEMENT_TIMEOUT`]). The connection string is resolved as libpq
+//! users expect ([`crate::pg_connect`]: the password from `$PGPASSWORD`, a
+//! password file or `~/.pgpass`; TLS by `sslmode`, up to `verify-full`) and
+//! is never logged or put in an error: [`Postgres::target`] is what names
+//! the database.
 
 use crate::backend::{Access, Backend, PalPush, Txn, TxnError};
 use crate::error::{postgres_detail, MetaError};
+use crate::pg_connect::{PgOptions, PgTarget};
 use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease as LeaseRow, Quota, QuotaSubject, StaleRange,
     User,
@@ -101,13 +104,12 @@ use nasd_proto::layout::{Component, ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::HashMap;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Config, Row, Statement};
 
 /// Version 1: the whole schema (see the module documentation).
 const V1: &str = r#"
@@ -265,7 +267,8 @@ const _: () = assert!(CONNECTIONS_MAX >= 2, "a writer and a reader");
 pub struct Postgres {
     /// What names the database in logs and errors: no password.
     target: String,
-    config: Config,
+    /// The server, database, credentials and TLS, resolved.
+    pg: PgTarget,
     /// Runs the connections' I/O. `Option` so that `Drop` can shut it down
     /// without blocking (dropping a runtime inside another one panics).
     runtime: Option<tokio::runtime::Runtime>,
@@ -276,6 +279,10 @@ pub struct Postgres {
     writer: Mutex<()>,
     /// Attempts that ended in a conflict ([`Postgres::conflicts`]).
     conflicts: AtomicU64,
+    /// Failures to reach the server, logged at a bounded rate.
+    unreachable: crate::LogLimit,
+    /// Set while the server cannot be reached (for the line that says it is back).
+    unreachable_since: std::sync::atomic::AtomicBool,
 }
 
 struct Pool {
@@ -335,7 +342,16 @@ impl Postgres {
     /// repeat it), [`MetaError::Postgres`] if the server cannot be reached
     /// or refuses, [`MetaError::TooNew`] if a newer build wrote the schema.
     pub fn open(url: &str) -> Result<Postgres, MetaError> {
-        Postgres::open_with(url, true)
+        Postgres::open_with(url, &PgOptions::default(), true)
+    }
+
+    /// [`Postgres::open`] with what the configuration adds to the URL (a
+    /// password file).
+    ///
+    /// # Errors
+    /// As [`Postgres::open`].
+    pub fn open_with_options(url: &str, options: &PgOptions) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, options, true)
     }
 
     /// Opens an existing metadata database as [`Postgres::open`] does
@@ -345,22 +361,16 @@ impl Postgres {
     /// # Errors
     /// [`MetaError::Missing`] if the server has no such database or it holds
     /// no schema; otherwise as [`Postgres::open`].
-    pub fn open_existing(url: &str) -> Result<Postgres, MetaError> {
-        Postgres::open_with(url, false)
+    pub fn open_existing(url: &str, options: &PgOptions) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, options, false)
     }
 
-    fn open_with(url: &str, create: bool) -> Result<Postgres, MetaError> {
-        let mut config = Config::from_str(url).map_err(|e| MetaError::BadUrl(e.to_string()))?;
-        if config.get_hosts().is_empty() {
-            return Err(MetaError::BadUrl("no host".into()));
+    fn open_with(url: &str, options: &PgOptions, create: bool) -> Result<Postgres, MetaError> {
+        let pg = PgTarget::parse(url, options)?.with_defaults(CONNECT_TIMEOUT, "nasd");
+        let target = pg.describe().to_string();
+        if let Some(warning) = pg.exposure_warning() {
+            tracing::warn!("{warning}");
         }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("nasd");
-        }
-        let target = describe(&config);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("nasd-meta-postgres")
@@ -369,12 +379,14 @@ impl Postgres {
             .map_err(|e| MetaError::Io(format!("cannot start the PostgreSQL client runtime: {e}")))?;
         let mut pg = Postgres {
             target,
-            config,
+            pg,
             runtime: Some(runtime),
             pool: Mutex::new(Pool { idle: Vec::new(), live: 0 }),
             freed: Condvar::new(),
             writer: Mutex::new(()),
             conflicts: AtomicU64::new(0),
+            unreachable: crate::LogLimit::new(),
+            unreachable_since: std::sync::atomic::AtomicBool::new(false),
         };
         let mut conn = match pg.connect() {
             Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
@@ -416,17 +428,14 @@ impl Postgres {
         self.runtime.as_ref().expect("the runtime lives as long as the backend")
     }
 
-    /// Opens one connection to `config` on the backend's runtime.
-    fn connect_to(&self, config: Config) -> Result<Client, tokio_postgres::Error> {
+    /// Opens one connection to `pg` on the backend's runtime.
+    fn connect_to(&self, pg: PgTarget) -> Result<Client, tokio_postgres::Error> {
         let target = self.target.clone();
         let task = self.runtime().spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(%target, error = %postgres_detail(&e), "metadata database connection closed");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
+            pg.connect(move |e| {
+                tracing::warn!(%target, error = %postgres_detail(&e), "metadata database connection closed");
+            })
+            .await
         });
         match wait(task) {
             Ok(r) => r,
@@ -436,7 +445,7 @@ impl Postgres {
     }
 
     fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
-        let client = self.connect_to(self.config.clone())?;
+        let client = self.connect_to(self.pg.clone())?;
         // A session left idle inside a transaction (its process frozen) is ended, and with it
         // the writer lock it holds: other managers wait at most this long for their turn.
         let ms = STATEMENT_TIMEOUT.as_millis();
@@ -449,11 +458,10 @@ impl Postgres {
     /// database, under the session advisory lock [`MIGRATION_LOCK`] there:
     /// backends opening a new database at once create it once.
     fn create_database(&self) -> Result<(), MetaError> {
-        let user = self.config.get_user().unwrap_or("");
-        let name = self.config.get_dbname().unwrap_or(user).to_owned();
-        let mut admin = self.config.clone();
-        admin.dbname("postgres");
-        let client = self.connect_to(admin).map_err(|e| self.error(e))?;
+        let config = self.pg.config();
+        let user = config.get_user().unwrap_or("");
+        let name = config.get_dbname().unwrap_or(user).to_owned();
+        let client = self.connect_to(self.pg.with_dbname("postgres")).map_err(|e| self.error(e))?;
         let create = async {
             client.query("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
             let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
@@ -547,12 +555,18 @@ impl Postgres {
                 pool.live += 1;
                 drop(pool);
                 return match self.connect() {
-                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false }),
+                    Ok(conn) => {
+                        if self.unreachable_since.swap(false, Ordering::Relaxed) {
+                            tracing::warn!(target = %self.target, "the metadata database is reachable again");
+                        }
+                        self.unreachable.reset();
+                        Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false })
+                    }
                     Err(e) => {
                         self.lock_pool().live -= 1;
                         self.freed.notify_one();
-                        tracing::error!(target = %self.target, error = %postgres_detail(&e), "cannot connect to the metadata database");
-                        Err(TxnError::Storage)
+                        self.log_failure(TxnError::Unavailable, &e, "cannot connect to the metadata database");
+                        Err(TxnError::Unavailable)
                     }
                 };
             }
@@ -652,14 +666,30 @@ impl Drop for Lease<'_> {
     }
 }
 
-/// What a database error means for the attempt: a conflict (retried) or a
-/// backend failure.
+/// What a database error means for the attempt: a conflict (retried), the
+/// server gone (the connection lost, the server shutting down or starting:
+/// [`TxnError::Unavailable`]), or another backend failure. Said of a
+/// statement before `COMMIT`; a `COMMIT` that lost its connection may have
+/// committed ([`Lease::commit_outcome`]).
 fn classify(e: &tokio_postgres::Error) -> TxnError {
     match e.code() {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
             TxnError::Conflict
         }
-        _ => TxnError::Storage,
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || c.code().starts_with("08") =>
+        {
+            TxnError::Unavailable
+        }
+        Some(_) => TxnError::Storage,
+        // No answer from the server: the connection is gone (closed, reset, timed out).
+        None if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) => {
+            TxnError::Unavailable
+        }
+        None => TxnError::Storage,
     }
 }
 
@@ -678,6 +708,20 @@ impl Backend for Postgres {
 }
 
 impl Postgres {
+    /// Logs a failure of class `class`: an outage at a bounded rate
+    /// ([`crate::LogLimit`]: one line per interval, whatever the number of
+    /// requests failing), anything else each time.
+    fn log_failure(&self, class: TxnError, e: &tokio_postgres::Error, what: &str) {
+        if class == TxnError::Unavailable {
+            self.unreachable_since.store(true, Ordering::Relaxed);
+            self.unreachable.log(|suppressed| {
+                tracing::error!(target = %self.target, error = %postgres_detail(e), suppressed, "{what}: the metadata database cannot be reached")
+            });
+        } else {
+            tracing::error!(target = %self.target, error = %postgres_detail(e), "{what}");
+        }
+    }
+
     /// One attempt of [`Backend::attempt`], not counted.
     fn attempt_once<R>(
         &self,
@@ -706,10 +750,11 @@ impl Postgres {
         };
         lease.clean = false;
         if let Err(e) = lease.control(begin) {
-            tracing::error!(target = %self.target, error = %postgres_detail(&e), "cannot begin a metadata transaction");
-            return Err(classify(&e));
+            let class = classify(&e);
+            self.log_failure(class, &e, "cannot begin a metadata transaction");
+            return Err(class);
         }
-        let mut t = PgTxn { conn: lease.conn_mut(), target: &self.target, fault: None };
+        let mut t = PgTxn { conn: lease.conn_mut(), target: &self.target, pg: self, fault: None };
         let out = f(&mut t);
         let fault = t.fault;
         match (fault, out, access) {
@@ -731,7 +776,11 @@ impl Postgres {
                     Ok(r)
                 }
                 Err(e) => {
-                    let class = classify(&e);
+                    // A COMMIT sent and no answer: it may have committed. Never "nothing changed".
+                    let class = match classify(&e) {
+                        TxnError::Unavailable => TxnError::Storage,
+                        other => other,
+                    };
                     if class == TxnError::Storage {
                         tracing::error!(target = %self.target, error = %postgres_detail(&e), "metadata commit failed");
                     }
@@ -748,6 +797,8 @@ impl Postgres {
 struct PgTxn<'a> {
     conn: &'a mut Conn,
     target: &'a str,
+    /// The backend, for its rate-limited outage log.
+    pg: &'a Postgres,
     /// The first failure: every later row operation fails at once with it.
     fault: Option<TxnError>,
 }
@@ -769,7 +820,7 @@ impl PgTxn<'_> {
         if class == TxnError::Conflict {
             tracing::debug!(target = %self.target, error = %postgres_detail(&e), "metadata transaction conflicted");
         } else {
-            tracing::error!(target = %self.target, error = %postgres_detail(&e), "metadata store failed");
+            self.pg.log_failure(class, &e, "metadata store failed");
         }
         self.fault.get_or_insert(class);
         FsStatus::Internal

@@ -296,11 +296,14 @@ pub enum FsStatus {
     /// (or a `SET_ROUTING` was not the next version): the request was not
     /// carried out; fetch the table (`GET_ROUTING`) and send it again.
     StaleRouting = 30,
+    /// The manager cannot reach its metadata database (an outage): the
+    /// request changed nothing; send it again once the database is back.
+    MetadataUnavailable = 31,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 31] = [
+    pub const ALL: [FsStatus; 32] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -332,6 +335,7 @@ impl FsStatus {
         FsStatus::QuotaExceeded,
         FsStatus::CrossQuota,
         FsStatus::StaleRouting,
+        FsStatus::MetadataUnavailable,
     ];
 
     /// The wire code.
@@ -361,7 +365,7 @@ impl FsStatus {
             FsStatus::TooManyLinks => 31,
             FsStatus::NoSpace => 28,
             FsStatus::DriveUnavailable | FsStatus::Internal | FsStatus::Aborted => 5,
-            FsStatus::Busy | FsStatus::StaleRouting => 11,
+            FsStatus::Busy | FsStatus::StaleRouting | FsStatus::MetadataUnavailable => 11,
             FsStatus::BadHandle => 116,
             FsStatus::NoXattr => 61,
             FsStatus::NotSupported => 95,
@@ -405,6 +409,7 @@ impl FsStatus {
             FsStatus::QuotaExceeded => "quota exceeded",
             FsStatus::CrossQuota => "cannot move or link a file across a directory quota's boundary",
             FsStatus::StaleRouting => "the routing table changed; fetch it and retry",
+            FsStatus::MetadataUnavailable => "the manager's metadata database cannot be reached; nothing was changed",
         }
     }
 }

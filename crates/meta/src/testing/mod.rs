@@ -13,7 +13,7 @@ mod conformance_routing;
 mod conformance_small;
 mod failing;
 
-pub use crate::pg_server::PgServer;
+pub use crate::pg_server::{PgServer, PgServerOptions, PASSWORD_ROLE};
 #[cfg(test)]
 pub(crate) use conformance::setup;
 pub use conformance::{conformance, pool_placer};
