@@ -1164,10 +1164,12 @@ impl Store {
         let m = lock(&self.meta);
         let obj = m.object(p, o)?;
         let size = obj.attrs.logical_size;
+        if offset >= size {
+            return Ok((Vec::new(), offset));
+        }
         let mut out: Vec<Region> = Vec::new();
-        let mut covered = size.max(offset);
-        let first = offset / bs;
-        for (scanned, &l) in obj.blocks.range(first..size.div_ceil(bs).max(first)).map(|(l, _)| l).enumerate() {
+        let mut covered = size;
+        for (scanned, &l) in obj.blocks.range(offset / bs..size.div_ceil(bs)).map(|(l, _)| l).enumerate() {
             let (start, end) = ((l * bs).max(offset), ((l + 1) * bs).min(size));
             if scanned == EXTENTS_SCAN_BLOCKS_MAX {
                 covered = start;

@@ -567,6 +567,10 @@ fn blocks_of_zeros_are_holes_and_extents_list_the_stored_ones() {
     );
     assert_eq!(s.extents(1, o, 3 * BS + 5, 16).unwrap(), (vec![rg(3 * BS + 5, BS - 5)], 5 * BS));
     assert_eq!(s.extents(1, o, 9 * BS, 16).unwrap(), (vec![], 9 * BS), "past the end");
+    truncate(&s, 1, o, 3 * BS + 200).unwrap();
+    assert_eq!(s.extents(1, o, 3 * BS + 300, 16).unwrap(), (vec![], 3 * BS + 300), "in the last block, past the end");
+    assert_eq!(s.extents(1, o, 3 * BS + 50, 16).unwrap(), (vec![rg(3 * BS + 50, 150)], 3 * BS + 200));
+    truncate(&s, 1, o, 5 * BS).unwrap();
     assert!(matches!(s.extents(1, o, 0, 0), Err(StoreError::BadArgument(_))));
     // Hash-and-MAC: a hole's whole block goes out with the digest of a block of zeros.
     struct Digests(Vec<Option<BlockDigest>>);
