@@ -1404,6 +1404,7 @@ mod tests {
             manager_port: Some(manager_port),
             first_drive_port,
             drive_capacity: Some("64MiB".into()),
+            force_capacity: false,
             metadata: None,
         };
         let up_once = |first_drive_port| {
