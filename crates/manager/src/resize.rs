@@ -36,6 +36,8 @@ impl Manager {
         let changed = async {
             let inode = self.meta(move |ns| ns.getattr(ino)).await?;
             self.resize_components(&inode, size).await?;
+            // What the components store after the change (quotas count it).
+            let set = SetAttrs { data_bytes: Some(self.stored_bytes(&inode, size).await), ..set };
             let c = s.caller.clone();
             self.meta(move |ns| ns.setattr_committing(&c, ino, &set, txn)).await
         };
