@@ -37,7 +37,7 @@ use nasd_proto::layout::{Layout, Scheme};
 use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode, SMALL_IO_MAX};
 use nasd_proto::rights;
 use nasd_stripe::geometry::Geometry;
-use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
+use nasd_stripe::{ReadAhead, Report, Seek, StripeError, Striper, WriteBehind, WriteOutcome};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -188,6 +188,30 @@ impl Inner {
         Ok(out)
     }
 
+    /// `SEEK_DATA`/`SEEK_HOLE` from `offset` (see [`File::seek`]).
+    async fn seek(&self, what: Seek, offset: u64) -> Result<Option<u64>, FsError> {
+        let mut io = self.io.lock().await;
+        self.binder.clear_error();
+        // What this file wrote is on the drives first (installed there, if
+        // not yet committed), so their extents show it.
+        self.settle(&mut io).await?;
+        let size = self.size();
+        if offset >= size {
+            return Ok(None);
+        }
+        // Bytes below the small-file threshold live in the manager: data.
+        if offset < self.small {
+            if what == Seek::Data || self.small >= size {
+                return Ok(Some(if what == Seek::Data { offset } else { size }));
+            }
+        }
+        self.binder.ensure(rights::READ).await?;
+        let from = offset.max(self.small);
+        let (found, report) = self.striper.seek(what, from, size).await.map_err(|e| self.failed("seeking", e))?;
+        self.note_report(&mut io, &report);
+        Ok(found)
+    }
+
     fn note_report(&self, io: &mut Io, report: &Report) {
         for f in &report.failed {
             if io.warned.insert(f.component) {
@@ -251,9 +275,9 @@ impl Inner {
         // and not committed between the two.
         let crossing = offset < self.small && offset + len > self.small;
         if crossing {
-            self.ready_txn(io, offset + len, false).await?;
+            self.ready_txn(io, len, false).await?;
             // Refused whole, before the head is staged.
-            self.within_escrow(io, offset + len)?;
+            self.within_escrow(io, offset, len)?;
         }
         let (offset, data) = if offset < self.small {
             let below = ((self.small - offset) as usize).min(data.len());
@@ -266,9 +290,8 @@ impl Inner {
             (offset, data)
         };
         let len = data.len() as u64;
-        let end = offset + len;
-        self.ready_txn(io, end, crossing).await?;
-        self.within_escrow(io, end)?;
+        self.ready_txn(io, len, crossing).await?;
+        self.within_escrow(io, offset, len)?;
         let txn = io.txn.as_mut().expect("begun above");
         // Noted before write-behind takes the bytes: if this future is dropped
         // after it took some, they are still reported at COMMIT.
@@ -284,11 +307,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Makes a write transaction ready for a write ending at `end`: ends
-    /// one that is due (unless `keep`: the head of this write is staged
-    /// under it) or whose quota escrow `end` passes, then begins one if none
-    /// is open.
-    async fn ready_txn(self: &Arc<Self>, io: &mut Io, end: u64, keep: bool) -> Result<(), FsError> {
+    /// Makes a write transaction ready for a write of `len` bytes: ends one
+    /// that is due (unless `keep`: the head of this write is staged under
+    /// it) or whose quota escrow the write could pass (its bytes so far and
+    /// these, were they all new storage), then begins one if none is open.
+    async fn ready_txn(self: &Arc<Self>, io: &mut Io, len: u64, keep: bool) -> Result<(), FsError> {
         self.binder.clear_error();
         self.binder.ensure(rights::WRITE).await?;
         if !keep && io.txn.as_ref().is_some_and(Txn::due) {
@@ -297,7 +320,7 @@ impl Inner {
         if io.txn.is_none() {
             io.txn = Some(self.begin().await?);
         }
-        if !keep && io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
+        if !keep && io.txn.as_ref().is_some_and(|t| t.bytes.saturating_add(len) > t.escrow && t.bytes > 0) {
             // Past this transaction's quota escrow: commit what it wrote, which
             // gives the escrow back, and ask for a fresh one.
             self.commit(io).await?;
@@ -306,14 +329,20 @@ impl Inner {
         Ok(())
     }
 
-    /// Fails with `QuotaExceeded` if a write ending at `end` would take the
-    /// file past what the open transaction's quota escrow allows.
-    fn within_escrow(&self, io: &Io, end: u64) -> Result<(), FsError> {
-        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
+    /// Fails with `QuotaExceeded` if a write of `len` bytes at `offset` that
+    /// extends the file could store more than the open transaction's quota
+    /// escrow allows (its bytes so far and these). A write inside the file
+    /// may fill holes or overwrite stored bytes: the manager's commit, which
+    /// measures what the file stores, decides that one.
+    fn within_escrow(&self, io: &Io, offset: u64, len: u64) -> Result<(), FsError> {
+        let end = offset.saturating_add(len);
+        let over = |t: &Txn| t.bytes.saturating_add(len) > t.escrow && end > self.size();
+        if let Some(escrow) = io.txn.as_ref().filter(|t| over(t)).map(|t| t.escrow) {
             return Err(FsError::Fs {
                 status: FsStatus::QuotaExceeded,
                 message: format!(
-                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
+                    "{}: writing {len} bytes up to byte {end} could pass the quota (the manager allows {escrow} more \
+                     bytes of data now)",
                     self.path
                 ),
             });
@@ -394,7 +423,9 @@ impl Inner {
                 return Err(e);
             }
         };
-        let mut txn = Txn::new(id, lease, began, behind, size_limit);
+        // The size it may reach is the file's size at BEGIN_WRITE plus the escrow.
+        let escrow = if size_limit == u64::MAX { u64::MAX } else { size_limit.saturating_sub(self.binder.attr().size) };
+        let mut txn = Txn::new(id, lease, began, behind, escrow);
         txn.timer = Some(self.arm(id, began + lease / TXN_LEASE_FRACTION));
         Ok(txn)
     }
@@ -740,6 +771,24 @@ impl File {
     /// As [`read_to`](Self::read_to).
     pub async fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
         self.inner.read_at(offset, len).await
+    }
+
+    /// `SEEK_DATA` ([`Seek::Data`]): the first offset at or after `offset`
+    /// where the file may hold data; `SEEK_HOLE` ([`Seek::Hole`]): the first
+    /// offset at or after `offset` in a hole, the file's size if none comes
+    /// before. `None` when `offset` is at or past the size, or (data) when
+    /// only holes follow it. From the drives' stored extents (`EXTENTS`),
+    /// after this file's own writes reached them; no data is read. A hole
+    /// may be reported as data (bytes below the small-file threshold, a
+    /// component that cannot answer), never data as a hole.
+    ///
+    /// # Errors
+    /// As [`read_to`](Self::read_to) (an earlier write's failure included).
+    ///
+    /// # Cancel safety
+    /// Dropping the future aborts its drive requests; nothing changes.
+    pub async fn seek(&self, what: Seek, offset: u64) -> Result<Option<u64>, FsError> {
+        self.inner.seek(what, offset).await
     }
 
     /// Writes `data` at `offset`. The bytes are accepted into write-behind and

@@ -53,7 +53,7 @@ pub use nasd_proto::manager::{
     QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
-pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, StripeError};
+pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, Seek, StripeError};
 pub use renew::{renew_margin, IdentitySource, RENEW_MARGIN_DIVISOR, RENEW_MARGIN_MAX, RENEW_RETRY_PAUSE};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 
