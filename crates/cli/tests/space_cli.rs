@@ -147,3 +147,35 @@ fn a_capacity_the_disk_cannot_back_is_refused_unless_forced() {
     assert!(said.contains("warning: the 2 drives' capacity (128.0 TiB in all) is more than the disk under"), "{said}");
     up.daemon.terminate();
 }
+
+/// `nasd put` of a 256 MiB sparse local file — a little data at its start
+/// and end, zeros between — stores what the file holds: the drives take a
+/// few blocks, not 256 MiB (with parity, 384 MiB: every block of zeros was
+/// stored), and the file comes back byte for byte.
+#[test]
+fn a_sparse_file_put_costs_what_it_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    const DRIVES: usize = 3;
+    let mut up = Up::start(cwd, DRIVES as u16, &["--drive-capacity", "512MiB"]);
+    let rt = runtime();
+    let fs = up.admin(&rt);
+    let local = cwd.join("sparse");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::create(&local).unwrap();
+        f.write_all_at(&pattern(b"head", 100_000), 0).unwrap();
+        f.set_len(256 * MIB).unwrap();
+        f.write_all_at(b"end", 256 * MIB - 3).unwrap();
+    }
+    let baseline = drives_used(&fs, &rt);
+    up.ok(&["put", "sparse", "/sparse"]);
+    let stored = drives_used(&fs, &rt) - baseline;
+    assert!(stored <= 4 * MIB, "the drives store {stored} bytes for a file holding 100 003");
+    let (_, file_bytes, _) = rt.block_on(fs.statfs()).unwrap();
+    assert!(file_bytes <= 2 * MIB, "nasd df's bytes in files count what the files hold: {file_bytes}");
+    up.ok(&["get", "/sparse", "back"]);
+    assert!(std::fs::read(cwd.join("back")).unwrap() == std::fs::read(&local).unwrap(), "the file comes back whole");
+    drop(fs);
+    up.daemon.terminate();
+}
