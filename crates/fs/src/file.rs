@@ -58,7 +58,36 @@ struct Io {
     poisoned: Option<String>,
     /// Components whose failure a read already warned of (once per open).
     warned: BTreeSet<usize>,
+    /// The run of data or hole a read last found ([`Inner::run_at`]):
+    /// forgotten when this file writes or takes new attributes (an open:
+    /// close-to-open), as read-ahead is.
+    run: Option<Run>,
 }
+
+impl Io {
+    /// Forgets what reads cached of the file's bytes: after this file's own
+    /// writes, and when it takes another client's commits.
+    fn forget_cached(&mut self) {
+        self.read_ahead.invalidate();
+        self.run = None;
+    }
+}
+
+/// A run of file bytes that are all data or all hole: `[start, end)`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: u64,
+    end: u64,
+    data: bool,
+}
+
+/// Files at least this long have their holes found before they are read
+/// (`SEEK_DATA`/`SEEK_HOLE` from the drives' extents: a few requests per
+/// run of data or hole) and read as zeros without asking the drives; a
+/// shorter file's holes cost less to read than to find.
+pub const HOLE_SKIP_FILE_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// Zeros handed over at a time for a hole.
+const ZEROS_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// An open regular file. Its methods take `&self` and may be called from
 /// several tasks: they run one at a time, in the order they take the file's
@@ -142,7 +171,20 @@ impl Inner {
         }
         while at < end {
             self.binder.ensure(rights::READ).await?;
-            let n = piece.min(end - at);
+            let mut n = piece.min(end - at);
+            if size >= HOLE_SKIP_FILE_BYTES_MIN {
+                let run = self.run_at(&mut io, at, size).await?;
+                let upto = run.end.min(at + n);
+                if !run.data {
+                    // A hole: zeros, no request to any drive.
+                    write_zeros(dst, upto - at).await?;
+                    at = upto;
+                    io.last_read_end = Some(at);
+                    io.read_ahead.invalidate();
+                    continue;
+                }
+                n = upto - at;
+            }
             let sequential = io.last_read_end == Some(at) || (io.last_read_end.is_none() && at == 0);
             let (got, report) = if sequential {
                 let (bytes, report) = io.read_ahead.read(at, n, size).await.map_err(|e| self.failed("reading", e))?;
@@ -161,6 +203,30 @@ impl Inner {
         }
         dst.flush().await.map_err(FsError::Local)?;
         Ok(at.saturating_sub(offset))
+    }
+
+    /// The run of data or hole holding byte `at` (below `size`): the one
+    /// found last if it holds it, else found now from the drives' extents
+    /// (`SEEK_DATA`, and `SEEK_HOLE` for data). A run is never empty. A hole
+    /// may be reported as data, never data as a hole ([`Striper::seek`]).
+    async fn run_at(&self, io: &mut Io, at: u64, size: u64) -> Result<Run, FsError> {
+        if let Some(r) = io.run.filter(|r| r.start <= at && at < r.end) {
+            return Ok(r);
+        }
+        let (data, report) = self.striper.seek(Seek::Data, at, size).await.map_err(|e| self.failed("reading", e))?;
+        self.note_report(io, &report);
+        let run = match data {
+            Some(d) if d <= at => {
+                let (hole, report) =
+                    self.striper.seek(Seek::Hole, at, size).await.map_err(|e| self.failed("reading", e))?;
+                self.note_report(io, &report);
+                Run { start: at, end: hole.unwrap_or(size).clamp(at + 1, size), data: true }
+            }
+            Some(d) => Run { start: at, end: d.min(size), data: false },
+            None => Run { start: at, end: size, data: false },
+        };
+        io.run = Some(run);
+        Ok(run)
     }
 
     /// Reads `[from, to)` below the small-file threshold from the manager
@@ -300,8 +366,9 @@ impl Inner {
         if let Err(e) = txn.behind.write(offset, data).await {
             return Err(self.poison(io, "writing", e));
         }
-        io.read_ahead.invalidate();
-        if txn.due() {
+        let due = txn.due();
+        io.forget_cached();
+        if due {
             self.commit(io).await?;
         }
         Ok(())
@@ -369,7 +436,7 @@ impl Inner {
                     // The transaction cannot be committed whole: drop it (the
                     // manager rolls it back when its lease runs out).
                     io.txn = None;
-                    io.read_ahead.invalidate();
+                    io.forget_cached();
                     io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
                 }
                 return Err(e);
@@ -380,7 +447,7 @@ impl Inner {
                 t.note_staged(at);
             }
         }
-        io.read_ahead.invalidate();
+        io.forget_cached();
         Ok(())
     }
 
@@ -486,7 +553,7 @@ impl Inner {
         if !txn.writable() {
             // Dropping it discards what is buffered and aborts what is in flight.
             drop(txn);
-            io.read_ahead.invalidate();
+            io.forget_cached();
             let message = format!(
                 "{}: the writes since the last flush were rolled back: their write transaction's lease \
                  ran out before they could be flushed; write them again",
@@ -575,7 +642,7 @@ impl Inner {
         // since: then the new size rules.
         self.written_end.fetch_min(attr.size, Ordering::Relaxed);
         self.binder.set_attr(attr);
-        io.read_ahead.invalidate();
+        io.forget_cached();
         io.last_read_end = None;
         true
     }
@@ -586,7 +653,7 @@ impl Inner {
     /// (it rolls back when its lease runs out), and the file takes no more writes.
     fn poison(&self, io: &mut Io, doing: &str, e: StripeError) -> FsError {
         io.txn = None;
-        io.read_ahead.invalidate();
+        io.forget_cached();
         let e = self.failed(doing, e);
         io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
         e
@@ -684,6 +751,7 @@ impl File {
                     txn: None,
                     poisoned: None,
                     warned: BTreeSet::new(),
+                    run: None,
                 }),
             }),
         })
@@ -858,6 +926,18 @@ impl File {
 }
 
 /// The error a poisoned file answers writes with.
+/// Hands `len` zeros to `dst`.
+async fn write_zeros(dst: &mut (impl AsyncWrite + Unpin), len: u64) -> Result<(), FsError> {
+    let zeros = vec![0u8; (len as usize).min(ZEROS_CHUNK_BYTES)];
+    let mut left = len;
+    while left > 0 {
+        let n = (left as usize).min(zeros.len());
+        dst.write_all(&zeros[..n]).await.map_err(FsError::Local)?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
 fn poisoned(io: &Io) -> Result<(), FsError> {
     match &io.poisoned {
         Some(why) => Err(FsError::Fs {

@@ -42,7 +42,7 @@ pub use conn::{
     connector, ChangeBatch, Identity, RoutingStats, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
     MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
 };
-pub use file::File;
+pub use file::{File, HOLE_SKIP_FILE_BYTES_MIN};
 pub use nasd_proto::acl::{
     AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
 };
