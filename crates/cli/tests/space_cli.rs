@@ -35,6 +35,22 @@ fn drives_used(fs: &nasd_fs::FsClient, rt: &tokio::runtime::Runtime) -> u64 {
     drives.iter().map(|d| d.used_bytes).sum()
 }
 
+/// Runs `cmd` to its end, output piped; `None` if it is still running after
+/// [`SETTLE_MAX`] (a daemon that started instead of refusing: killed).
+fn finished(cmd: &mut Command) -> Option<std::process::Output> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run nasd");
+    let deadline = Instant::now() + SETTLE_MAX;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
 /// Waits until `settled` holds (the drives removed and committed), or
 /// fails with what `show` says after [`SETTLE_MAX`].
 fn wait_until(what: &str, mut settled: impl FnMut() -> bool, show: impl Fn() -> String) {
@@ -102,7 +118,7 @@ fn a_capacity_the_disk_cannot_back_is_refused_unless_forced() {
         cmd.args(extra).current_dir(cwd).env_remove("NASD_CONFIG").stdin(Stdio::null());
         cmd
     };
-    let out = drive(&[]).output().unwrap();
+    let out = finished(&mut drive(&[])).expect("a 64 TiB drive on this disk started, and served");
     assert!(!out.status.success(), "a 64 TiB drive started: {}", text(&out.stderr));
     let said = text(&out.stderr);
     assert!(said.contains("the drive's capacity (64.0 TiB) is more than the disk under"), "{said}");
@@ -134,7 +150,7 @@ fn a_capacity_the_disk_cannot_back_is_refused_unless_forced() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_nasd"));
         cmd.args(["up", "--drives", "2", "--manager-port", &manager, "--first-drive-port", &first]);
         cmd.args(["--drive-capacity", "64TiB"]).args(extra).current_dir(&big).env_remove("NASD_CONFIG");
-        cmd.stdin(Stdio::null()).output().unwrap()
+        finished(cmd.stdin(Stdio::null())).expect("nasd up with 2 × 64 TiB drives on this disk started, and served")
     };
     let out = up(&[]);
     assert!(!out.status.success(), "nasd up started 2 × 64 TiB: {}", text(&out.stderr));
