@@ -266,10 +266,8 @@ impl Inner {
             return Ok(None);
         }
         // Bytes below the small-file threshold live in the manager: data.
-        if offset < self.small {
-            if what == Seek::Data || self.small >= size {
-                return Ok(Some(if what == Seek::Data { offset } else { size }));
-            }
+        if offset < self.small && (what == Seek::Data || self.small >= size) {
+            return Ok(Some(if what == Seek::Data { offset } else { size }));
         }
         self.binder.ensure(rights::READ).await?;
         let from = offset.max(self.small);
