@@ -94,29 +94,33 @@ impl Allocator {
     /// Returns a block to the free map. Freeing a free block is an invariant
     /// violation and stops the process (fail-stop: the index is corrupt).
     pub fn free(&mut self, block: u64) {
-        assert!(block < self.capacity, "free of block {block} beyond capacity");
-        let prev = self.free.range(..=block).next_back().map(|(&s, &l)| (s, l));
+        self.free_extent(block, 1);
+    }
+
+    /// Returns blocks `start .. start + len` (`len` > 0) to the free map in
+    /// one step, whatever `len`. Freeing a block that is free stops the
+    /// process, as [`Allocator::free`] does.
+    pub fn free_extent(&mut self, start: u64, len: u64) {
+        assert!(len > 0, "free of an empty extent at {start}");
+        let end = start.checked_add(len).filter(|&e| e <= self.capacity);
+        let end = end.unwrap_or_else(|| panic!("free of blocks {start}+{len} beyond capacity"));
+        let prev = self.free.range(..end).next_back().map(|(&s, &l)| (s, l));
         if let Some((s, l)) = prev {
-            assert!(block >= s + l, "double free of block {block}");
+            assert!(start >= s + l, "double free of blocks {start}+{len}");
         }
-        let next = self.free.range(block + 1..).next().map(|(&s, &l)| (s, l));
-        let mut start = block;
-        let mut len = 1;
-        if let Some((s, l)) = prev {
-            if s + l == block {
-                self.free.remove(&s);
-                start = s;
-                len += l;
-            }
+        let next = self.free.range(end..).next().map(|(&s, &l)| (s, l));
+        let (mut first, mut last) = (start, end);
+        if let Some((s, l)) = prev.filter(|(s, l)| s + l == start) {
+            self.free.remove(&s);
+            first = s;
+            debug_assert_eq!(s + l, start);
         }
-        if let Some((s, l)) = next {
-            if s == block + 1 {
-                self.free.remove(&s);
-                len += l;
-            }
+        if let Some((s, l)) = next.filter(|(s, _)| *s == end) {
+            self.free.remove(&s);
+            last = s + l;
         }
-        self.free.insert(start, len);
-        self.free_blocks += 1;
+        self.free.insert(first, last - first);
+        self.free_blocks += len;
     }
 }
 
@@ -166,6 +170,27 @@ mod tests {
         assert_eq!(a.alloc(None), Some(5));
         assert_eq!(a.alloc(Some(10)), Some(10), "nothing free below: the file grows");
         assert_eq!(a.grow_point(), 11);
+    }
+
+    #[test]
+    fn extents_free_in_one_step_and_coalesce() {
+        let mut a = Allocator::new(100, &(0..100).collect::<Vec<_>>());
+        a.free_extent(10, 5);
+        a.free_extent(20, 5);
+        a.free_extent(15, 5);
+        assert_eq!(a.free.iter().map(|(&s, &l)| (s, l)).collect::<Vec<_>>(), vec![(10, 15)]);
+        a.free(9);
+        a.free_extent(25, 75);
+        assert_eq!(a.free.iter().map(|(&s, &l)| (s, l)).collect::<Vec<_>>(), vec![(9, 91)]);
+        assert_eq!((a.free_blocks(), a.grow_point()), (91, 9));
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn freeing_an_extent_over_a_free_block_stops() {
+        let mut a = Allocator::new(10, &(0..10).collect::<Vec<_>>());
+        a.free(5);
+        a.free_extent(3, 4);
     }
 
     #[test]

@@ -59,14 +59,18 @@ impl Store {
             return;
         }
         blocks.sort_unstable();
-        for (start, len) in extents(&blocks) {
+        let freed = extents(&blocks);
+        for &(start, len) in &freed {
             self.punch(start, len);
         }
+        // An extent goes back to the allocator in one step (one B-tree
+        // update, not one per block) after a check that none of it is in use.
         let mut m = lock(&self.meta);
         m.punching -= blocks.len() as u64;
-        for b in blocks {
-            assert!(!m.refcount.contains_key(&b) && !m.pins.contains_key(&b), "punched block {b} is in use");
-            m.alloc.free(b);
+        for (start, len) in freed {
+            let idle = |b: u64| !m.refcount.contains_key(&b) && !m.pins.contains_key(&b);
+            assert!((start..start + len).all(idle), "a punched block of {start}+{len} is in use");
+            m.alloc.free_extent(start, len);
         }
     }
 
