@@ -413,8 +413,8 @@ impl AuthServer {
                 refuse(FsStatus::NotPermitted, "only the file manager asks that")
             }
             R::CreateGroup { name } => {
-                let gid = self.db(move |db| db.create_group(caller, &name)).await?;
-                Ok(AuthReply::Group { gid })
+                let (gid, member) = self.db(move |db| db.create_group(caller, &name)).await?;
+                Ok(AuthReply::Group { gid, member })
             }
             R::SetGroupMember { gid, user, member } => {
                 let admin = me.admin;

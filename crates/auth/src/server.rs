@@ -9,12 +9,13 @@
 use crate::store::Refusal;
 use crate::{AuthServer, Principal};
 use nasd_login::auth_client::{read_frame, write_frame};
+use nasd_login::login_backoff::Verdict;
 use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::auth::{AuthReply, AuthRequest, AUTH_LOGIN_MESSAGE_MAX, AUTH_MESSAGE_MAX, AUTH_PROTOCOL_VERSION};
 use nasd_proto::fs::FsStatus;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -109,14 +110,7 @@ impl AuthServer {
         if !matches!(req, AuthRequest::ChangePassword { .. }) {
             return self.handle(who, req).await;
         }
-        tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
-        let r = self.handle(who, req).await;
-        match &r {
-            Ok(_) => self.login_backoff.succeeded(host),
-            Err((FsStatus::BadCredentials, _)) => self.login_backoff.failed(host, Instant::now()),
-            Err(_) => {}
-        }
-        r
+        self.login_backoff.paced(host, self.handle(who, req), password_verdict).await
     }
 
     /// Reads requests until a successful login; `None` if the peer gave up
@@ -152,14 +146,7 @@ impl AuthServer {
                     let result = match version_ok(version) {
                         Err(e) => Err(e),
                         Ok(()) => {
-                            tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
-                            let r = self.login(&user, &password, role).await;
-                            match &r {
-                                Ok(_) => self.login_backoff.succeeded(host),
-                                Err((FsStatus::BadCredentials, _)) => self.login_backoff.failed(host, Instant::now()),
-                                Err(_) => {}
-                            }
-                            r
+                            self.login_backoff.paced(host, self.login(&user, &password, role), password_verdict).await
                         }
                     };
                     (id, result)
@@ -168,13 +155,13 @@ impl AuthServer {
                     let result = match version_ok(version) {
                         Err(e) => Err(e),
                         Ok(()) => {
-                            tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
-                            let r = self.service_login(&token).map(|()| AuthReply::Done);
-                            match &r {
-                                Ok(_) => self.login_backoff.succeeded(host),
-                                Err(_) => self.login_backoff.failed(host, Instant::now()),
-                            }
-                            r
+                            let check = async { self.service_login(&token).map(|()| AuthReply::Done) };
+                            // Any refusal of a service token counts as a wrong one.
+                            let verdict = |r: &Result<_, _>| match r {
+                                Ok(_) => Verdict::Succeeded,
+                                Err(_) => Verdict::Failed,
+                            };
+                            self.login_backoff.paced(host, check, verdict).await
                         }
                     };
                     (id, result)
@@ -197,5 +184,15 @@ impl AuthServer {
             }
         }
         Ok(None)
+    }
+}
+
+/// How the back-off counts a password check: a wrong password (or old
+/// password) is a failure, the right one a success, anything else neither.
+fn password_verdict(r: &Result<AuthReply, Refusal>) -> Verdict {
+    match r {
+        Ok(_) => Verdict::Succeeded,
+        Err((FsStatus::BadCredentials, _)) => Verdict::Failed,
+        Err(_) => Verdict::Neither,
     }
 }

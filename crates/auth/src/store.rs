@@ -285,8 +285,12 @@ impl Db {
         t.commit().map_err(internal)
     }
 
-    /// Makes a group owned by `owner` (who becomes its first member); its gid.
-    pub fn create_group(&mut self, owner: u32, name: &str) -> Result<u32, Refusal> {
+    /// Makes a group owned by `owner`: its gid, and whether the owner became
+    /// its first member — unless the owner is in `GROUPS_MAX` groups
+    /// already, which bounds membership, not ownership (`GROUPS_OWNED_MAX`:
+    /// creating used to be refused at `GROUPS_MAX`, so no one could own
+    /// more than 32 groups).
+    pub fn create_group(&mut self, owner: u32, name: &str) -> Result<(u32, bool), Refusal> {
         let t = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
         let (taken, owned, member_of, high): (bool, i64, i64, Option<u32>) = t
             .query_row(
@@ -304,18 +308,18 @@ impl Db {
         if owned as usize >= GROUPS_OWNED_MAX {
             return Err((FsStatus::NoSpace, format!("you own GROUPS_OWNED_MAX ({GROUPS_OWNED_MAX}) groups")));
         }
-        if member_of as usize >= GROUPS_MAX {
-            return Err((FsStatus::NoSpace, format!("you are in GROUPS_MAX ({GROUPS_MAX}) groups")));
-        }
         let gid = match high {
             None => GROUP_GID_BASE,
             Some(h) => h.checked_add(1).ok_or_else(|| (FsStatus::NoSpace, "no gid is left".to_string()))?,
         };
         t.execute("INSERT INTO groups (gid, name, owner) VALUES (?1, ?2, ?3)", params![gid, name, owner])
             .map_err(internal)?;
-        t.execute("INSERT INTO group_members (gid, uid) VALUES (?1, ?2)", params![gid, owner]).map_err(internal)?;
+        let member = (member_of as usize) < GROUPS_MAX;
+        if member {
+            t.execute("INSERT INTO group_members (gid, uid) VALUES (?1, ?2)", params![gid, owner]).map_err(internal)?;
+        }
         t.commit().map_err(internal)?;
-        Ok(gid)
+        Ok((gid, member))
     }
 
     /// Adds or removes a member; only the group's owner or an administrator.

@@ -115,7 +115,7 @@ async fn a_user_changes_its_own_password() {
 
     // Not a revocation: the session and identity key issued before the change go on.
     let gid = match to(alice.call(&AuthRequest::CreateGroup { name: "alices".into() })).await.unwrap() {
-        AuthReply::Group { gid } => gid,
+        AuthReply::Group { gid, member: true } => gid,
         other => panic!("{other:?}"),
     };
     assert!(gid > 0);

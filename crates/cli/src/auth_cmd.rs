@@ -87,7 +87,8 @@ pub enum AuthCommand {
         /// The role's number.
         role: u32,
     },
-    /// Make a group you own; prints its gid.
+    /// Make a group you own, and join it (unless you are in GROUPS_MAX
+    /// groups already: then you own it without being in it); prints its gid.
     CreateGroup {
         /// The group's name.
         name: String,
@@ -273,7 +274,18 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::AddRole { role, name } => c.add_role(role, &name).await?,
         AuthCommand::GrantRole { user, role } => c.set_user_role(&user, role, true).await?,
         AuthCommand::RevokeRole { user, role } => c.set_user_role(&user, role, false).await?,
-        AuthCommand::CreateGroup { name } => println!("{}", c.create_group(&name).await?),
+        AuthCommand::CreateGroup { name: group } => {
+            let group = c.create_group(&group).await?;
+            println!("{}", group.gid);
+            if !group.member {
+                eprintln!(
+                    "you own group {gid} but are not in it: you are in GROUPS_MAX ({max}) groups already; \
+                     leave one (remove-member) to join it (add-member {gid} {name})",
+                    gid = group.gid,
+                    max = nasd_proto::fs::GROUPS_MAX,
+                );
+            }
+        }
         AuthCommand::AddMember { gid, user } => c.set_group_member(gid, &user, true).await?,
         AuthCommand::RemoveMember { gid, user } => c.set_group_member(gid, &user, false).await?,
         AuthCommand::Passwd { user } => {
@@ -366,13 +378,6 @@ pub async fn serve_auth(
     Ok(())
 }
 
-/// Binds `listen`, saying what to do if it is taken.
-pub async fn bind_auth(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}: is another authentication server using it?"))
-}
-
 /// The `[auth]` policy.
 pub fn auth_config(file: &AuthSection) -> AuthConfig {
     let d = AuthConfig::default();
@@ -393,6 +398,7 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         .unwrap_or("127.0.0.1:7299")
         .parse()
         .context("--listen is not HOST:PORT")?;
+    let port = crate::daemons::ReservedPort::take(listen, "authentication server")?;
     let names = if args.tls_names.is_empty() {
         file.tls_names.clone().unwrap_or_else(|| vec!["localhost".into(), "127.0.0.1".into()])
     } else {
@@ -412,7 +418,7 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         stop.await;
         let _ = tx.send(true);
     });
-    serve_auth(server, bind_auth(listen).await?, nasd_login::tls::acceptor(&tls)?, rx).await?;
+    serve_auth(server, port.listen()?, nasd_login::tls::acceptor(&tls)?, rx).await?;
     eprintln!("nasd auth stopped cleanly");
     Ok(())
 }

@@ -51,6 +51,9 @@
 //! auth = "nasd.example.com:7299" # log in here and use the identity key with the manager
 //! role = 7                       # the role to assume [default: none]
 //!
+//! [mount]                        # nasd mount
+//! manager_wait = "hard"          # or "30s": calls wait that long for a manager, then fail with EIO
+//!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
 //! drives = 4
@@ -85,6 +88,9 @@ pub struct ConfigFile {
     /// Settings of `nasd auth`.
     #[serde(default)]
     pub auth: AuthSection,
+    /// Settings of `nasd mount`.
+    #[serde(default, skip_serializing_if = "MountSection::is_empty")]
+    pub mount: MountSection,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -193,7 +199,10 @@ pub struct ManagerSection {
     pub auth: Option<String>,
     /// The name its certificate carries [default: localhost].
     pub auth_server_name: Option<String>,
-    /// The CA certificate that signed it [default: the manager's CA].
+    /// The CA certificate that signed its certificate: required with
+    /// `auth` (`nasd auth` keeps its CA in DATA/tls/ca.pem of its data
+    /// directory; `nasd up` gives it the manager's certificate and sets this
+    /// itself).
     pub auth_ca_cert: Option<PathBuf>,
     /// The service token file the authentication server wrote (`service.token`).
     pub auth_token_file: Option<PathBuf>,
@@ -246,6 +255,31 @@ pub struct ClientSection {
     pub role: Option<u32>,
 }
 
+/// `[mount]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountSection {
+    /// How long a call in the mount waits for a manager that cannot be
+    /// reached: "hard" (until it is back; a signal ends the call with
+    /// EINTR), or a duration ("30s", "500ms", "5m", at most "24h") after
+    /// which it fails with EIO [default: "hard"]. `--manager-wait` overrides.
+    pub manager_wait: Option<String>,
+}
+
+impl MountSection {
+    fn is_empty(&self) -> bool {
+        self.manager_wait.is_none()
+    }
+
+    /// The configured wait, checked: [`nasd_fuse::ManagerWait::Hard`] if none.
+    pub fn manager_wait(&self) -> anyhow::Result<nasd_fuse::ManagerWait> {
+        match &self.manager_wait {
+            None => Ok(nasd_fuse::ManagerWait::Hard),
+            Some(s) => s.parse().map_err(|e| anyhow::anyhow!("[mount] manager_wait: {e}")),
+        }
+    }
+}
+
 /// `[up]`.
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -280,6 +314,22 @@ pub fn find(named: Option<&Path>) -> anyhow::Result<(ConfigFile, Option<PathBuf>
     }
 }
 
+/// The settings of a first `nasd up` whose config file is named
+/// (`--config`, `$NASD_CONFIG`) but not written yet: `nasd up` writes
+/// `DATA/nasd.toml`, so a missing `…/nasd.toml` names the data directory;
+/// another missing file is refused (a typo would otherwise start a new
+/// cluster in `./nasd-data`).
+pub fn for_first_up(named: &Path) -> anyhow::Result<ConfigFile> {
+    let up_writes = named.file_name().is_some_and(|n| n == "nasd.toml");
+    anyhow::ensure!(
+        up_writes,
+        "config file {} does not exist; `nasd up` writes its own as DATA/nasd.toml: name that (or nothing)",
+        named.display()
+    );
+    let data = named.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok(ConfigFile { up: UpSection { data: Some(data.to_path_buf()), ..Default::default() }, ..Default::default() })
+}
+
 /// Writes `config` to `path` (replacing it atomically).
 pub fn save(path: &Path, config: &ConfigFile, header: &str) -> anyhow::Result<()> {
     let text = format!("{header}{}", toml::to_string_pretty(config)?);
@@ -308,6 +358,14 @@ mod tests {
         assert_eq!(c.client.user.as_deref(), Some("alice"));
         assert_eq!(c.drive.failure_domain.as_deref(), Some("rack-3"));
         assert_eq!(c.drive.throttle_mib_per_sec, Some(200));
+        assert_eq!(c.mount.manager_wait().unwrap(), nasd_fuse::ManagerWait::Hard);
+        let bounded: super::ConfigFile = toml::from_str("[mount]\nmanager_wait = \"30s\"\n").unwrap();
+        assert_eq!(
+            bounded.mount.manager_wait().unwrap(),
+            nasd_fuse::ManagerWait::Bounded(std::time::Duration::from_secs(30))
+        );
+        let bad: super::ConfigFile = toml::from_str("[mount]\nmanager_wait = \"soft\"\n").unwrap();
+        assert!(bad.mount.manager_wait().unwrap_err().to_string().contains("[mount] manager_wait"));
         assert_eq!(c.drives.len(), 1);
         assert_eq!((c.drives[0].number, c.drives[0].addr.as_str()), (0, "127.0.0.1:7401"));
         let metadata = c.manager.metadata.as_deref().expect("metadata");

@@ -166,10 +166,50 @@ fn check_backing(on: &Path, drives: &[(PathBuf, u64)], backing: Backing, flag: &
     Ok(())
 }
 
+/// A port bound but not yet listening. Start-up takes every port it needs
+/// first, before it creates anything (directories, keys, certificates), so a
+/// port in use stops it with nothing half made; and nothing can connect
+/// before the daemon behind the port is ready (a connection attempt is
+/// refused until [`ReservedPort::listen`]).
+pub struct ReservedPort {
+    socket: tokio::net::TcpSocket,
+    addr: SocketAddr,
+}
+
+/// Connections a listening daemon queues before it accepts them.
+const LISTEN_BACKLOG: u32 = 1024;
+
+impl ReservedPort {
+    /// Binds `addr` (port 0: any free port) for `who`, the daemon that will
+    /// listen there ("drive", "manager", …, for the message).
+    pub fn take(addr: SocketAddr, who: &str) -> anyhow::Result<ReservedPort> {
+        let in_use = || format!("cannot listen on {addr}: is another {who} or `nasd up` already using it?");
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+            .with_context(in_use)?;
+        // As std and tokio listeners do: a restart may bind while old connections linger.
+        socket.set_reuseaddr(true).with_context(in_use)?;
+        socket.bind(addr).with_context(in_use)?;
+        let addr = socket.local_addr()?;
+        Ok(ReservedPort { socket, addr })
+    }
+
+    /// The address, with the port chosen if 0 was asked for.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Starts listening (inside a Tokio runtime).
+    pub fn listen(self) -> anyhow::Result<tokio::net::TcpListener> {
+        let addr = self.addr;
+        self.socket.listen(LISTEN_BACKLOG).with_context(|| format!("cannot listen on {addr}"))
+    }
+}
+
 /// How to open and serve one drive.
 pub struct DriveSetup {
     pub data: PathBuf,
-    pub listen: SocketAddr,
+    /// The drive's port, taken before anything was created.
+    pub port: ReservedPort,
     pub block_size: u32,
     /// The capacity given now; `None`: the one recorded at the first start
     /// (see [`drive_capacity`]).
@@ -233,9 +273,7 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     check_backing(&data, &[(data.clone(), store.info().capacity_bytes)], setup.backing, "--capacity")?;
     // The master key file exists before the drive listens: whoever sees the port open can read it.
     let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
-    let listener = tokio::net::TcpListener::bind(setup.listen).await.with_context(|| {
-        format!("cannot listen on {}: is another drive or `nasd up` already using it?", setup.listen)
-    })?;
+    let listener = setup.port.listen()?;
     let security = match &master_key {
         Some(k) => nasd_drive::SecurityMode::Enforced { master_key: Some(k.clone()) },
         None => nasd_drive::SecurityMode::Disabled,
@@ -330,6 +368,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         .or(file.data)
         .context("no data directory: pass --data DIR (or set [drive] data in the config file)")?;
     let listen = parse_listen(&args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into()))?;
+    let port = ReservedPort::take(listen, "drive")?;
     let block_size = match args.block_size.or(file.block_size) {
         Some(s) => u32::try_from(size::parse_size(&s).map_err(anyhow::Error::msg)?).context("block size too large")?,
         None => BLOCK_SIZE_DEFAULT,
@@ -341,7 +380,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         .then(|| args.master_key_file.or(file.master_key_file).unwrap_or_else(|| data.join("master.key")));
     let drive = open_drive(DriveSetup {
         data: data.clone(),
-        listen,
+        port,
         block_size,
         capacity_bytes,
         commit_interval: Duration::from_millis(args.commit_interval_ms.or(file.commit_interval_ms).unwrap_or(2000)),
@@ -444,10 +483,10 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
                     .auth_token_file
                     .clone()
                     .context("[manager] auth needs auth_token_file (the authentication server's service.token)")?;
-                let ca_cert = file
-                    .auth_ca_cert
-                    .clone()
-                    .context("[manager] auth needs auth_ca_cert (the CA that signed its certificate)")?;
+                let ca_cert = file.auth_ca_cert.clone().context(
+                    "[manager] auth needs auth_ca_cert: the CA that signed the authentication server's \
+                         certificate (`nasd auth` keeps it as tls/ca.pem in its data directory)",
+                )?;
                 Some(nasd_manager::identity::AuthLink {
                     addr: addr.clone(),
                     server_name: file.auth_server_name.clone().unwrap_or_else(|| "localhost".into()),
@@ -623,10 +662,11 @@ fn reset_at_auth(auth_dir: Option<&Path>, user: &str, password: &str) -> anyhow:
 }
 
 /// Serves the manager until `stop` turns true; returns when it has stopped.
-async fn serve_manager(m: &OpenManager, listen: SocketAddr, stop: watch::Receiver<bool>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}: is another manager or `nasd up` already using it?"))?;
+async fn serve_manager(
+    m: &OpenManager,
+    listener: tokio::net::TcpListener,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     let acceptor = nasd_manager::tls::acceptor(&m.tls)?;
     m.manager.recover().await;
     let maintenance = m.manager.spawn_maintenance(stop.clone());
@@ -648,6 +688,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
         .or(file.data.clone())
         .context("no data directory: pass --data DIR (or set [manager] data in the config file)")?;
     let listen = parse_listen(args.listen.as_deref().or(file.listen.as_deref()).unwrap_or("127.0.0.1:7300"))?;
+    let port = ReservedPort::take(listen, "manager")?;
     let names = if args.tls_names.is_empty() {
         file.tls_names.clone().unwrap_or_else(default_tls_names)
     } else {
@@ -656,6 +697,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     let config = manager_config(&file, Some(&args))?;
     let metadata = config.metadata(&data);
     let m = open_manager(&data, &names, config).await?;
+    let listener = port.listen()?;
     let stop = shutdown_signal();
     eprintln!(
         "nasd manager serving {} on {listen} (TLS; clients trust {}; metadata {metadata}); {} drives; Ctrl-C \
@@ -670,7 +712,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
         stop.await;
         let _ = tx.send(true);
     });
-    serve_manager(&m, listen, rx).await?;
+    serve_manager(&m, listener, rx).await?;
     eprintln!("nasd manager stopped cleanly");
     Ok(())
 }
@@ -780,8 +822,11 @@ fn up_metadata(data: &Path, recorded: Option<&str>, requested: Option<&str>) -> 
 /// The resolved `[up]` settings, written to `DATA/nasd.toml` on first start.
 fn up_settings(args: &UpArgs, file: &ConfigFile) -> anyhow::Result<(PathBuf, u32, u16, u16, Option<u64>)> {
     let data = args.data.clone().or(file.up.data.clone()).unwrap_or_else(|| PathBuf::from("nasd-data"));
-    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
-    let data = data.canonicalize()?;
+    // Nothing is created yet: start-up takes its ports first.
+    let data = match data.canonicalize() {
+        Ok(d) => d,
+        Err(_) => std::path::absolute(&data).with_context(|| format!("cannot use {}", data.display()))?,
+    };
     let drives = args.drives.or(file.up.drives).unwrap_or(4);
     anyhow::ensure!((1..=64).contains(&drives), "--drives must be 1..=64");
     let manager_port = args.manager_port.or(file.up.manager_port).unwrap_or(7300);
@@ -819,18 +864,20 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     };
     anyhow::ensure!(first_port as u32 + n <= u16::MAX as u32, "drive ports run past 65535");
     let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
+    let ports = UpPorts::take(n, first_port, manager_port, cluster.up.auth_port)?;
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     // Used only by drives starting for the first time.
     let share = free_space(&data)? / 10 * 9 / n as u64;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut drive_tasks = Vec::new();
     let mut drives = Vec::new();
     let mut opened = Vec::new();
-    for i in 0..n {
+    for (i, port) in ports.drives.into_iter().enumerate() {
         let dir = data.join(format!("drive-{i}"));
-        let listen: SocketAddr = ([127, 0, 0, 1], first_port + i as u16).into();
+        let listen = port.addr();
         let d = open_drive(DriveSetup {
             data: dir.clone(),
-            listen,
+            port,
             block_size: BLOCK_SIZE_DEFAULT,
             capacity_bytes: capacity,
             first_capacity: Some(share),
@@ -857,28 +904,14 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     for d in opened {
         drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
     }
-    let manager_listen: SocketAddr = ([127, 0, 0, 1], manager_port).into();
+    let manager_listen = ports.manager.addr();
     if cluster.manager.default_layout.is_none() {
         cluster.manager.default_layout = Some(up_default_layout(n).to_string());
     }
     cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
-    // The authentication server: its own directory, the manager's certificate, the port
-    // below the manager's. The manager accepts its identities and installs its shared keys
-    // on the drives.
-    anyhow::ensure!(
-        manager_port > 1,
-        "--manager-port must be above 1 (the authentication server takes the port below)"
-    );
-    // A port recorded at the first start is the server's; a new cluster's is the one below
-    // the manager's, or any free one if that is taken (recorded either way).
-    let auth_listener = match cluster.up.auth_port {
-        Some(port) => crate::auth_cmd::bind_auth(([127, 0, 0, 1], port).into()).await?,
-        None => match tokio::net::TcpListener::bind(("127.0.0.1", manager_port - 1)).await {
-            Ok(l) => l,
-            Err(_) => crate::auth_cmd::bind_auth(([127, 0, 0, 1], 0).into()).await?,
-        },
-    };
-    let auth_listen = auth_listener.local_addr()?;
+    // The authentication server: its own directory, the manager's certificate, its port
+    // (UpPorts). The manager accepts its identities and installs its shared keys on the drives.
+    let auth_listen = ports.auth.addr();
     let auth_port = auth_listen.port();
     let auth_dir = data.join("auth");
     let auth = nasd_auth::AuthServer::open(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth))?;
@@ -899,7 +932,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         crate::auth_cmd::open_auth(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth), admin_password).await?;
     let auth_task = tokio::spawn(crate::auth_cmd::serve_auth(
         auth,
-        auth_listener,
+        ports.auth.listen()?,
         nasd_manager::tls::acceptor(&m.tls)?,
         stop_rx.clone(),
     ));
@@ -948,8 +981,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
     let stop = shutdown_signal();
+    // Everything listens before the banner says so.
+    let manager_listener = ports.manager.listen()?;
     print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata);
-    let server = serve_manager(&m, manager_listen, stop_rx.clone());
+    let server = serve_manager(&m, manager_listener, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
     // drives are stopped too and the error reported, rather than waiting for a Ctrl-C.
@@ -969,6 +1004,32 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     served?;
     eprintln!("nasd stopped cleanly; `nasd up` again resumes the same data");
     Ok(())
+}
+
+/// Every port `nasd up` serves on, taken before it creates anything.
+struct UpPorts {
+    drives: Vec<ReservedPort>,
+    manager: ReservedPort,
+    auth: ReservedPort,
+}
+
+impl UpPorts {
+    /// The drives' `n` ports from `first_drive`, the manager's, and the
+    /// authentication server's: the one recorded at the first start, else
+    /// the port below the manager's, else any free one (recorded either way).
+    fn take(n: u32, first_drive: u16, manager: u16, recorded_auth: Option<u16>) -> anyhow::Result<UpPorts> {
+        let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        anyhow::ensure!(manager > 1, "--manager-port must be above 1 (the authentication server takes the port below)");
+        let drives =
+            (0..n).map(|i| ReservedPort::take(local(first_drive + i as u16), "drive")).collect::<Result<_, _>>()?;
+        let manager = ReservedPort::take(local(manager), "manager")?;
+        let auth = match recorded_auth {
+            Some(port) => ReservedPort::take(local(port), "authentication server")?,
+            None => ReservedPort::take(local(manager.addr().port() - 1), "authentication server")
+                .or_else(|_| ReservedPort::take(local(0), "authentication server"))?,
+        };
+        Ok(UpPorts { drives, manager, auth })
+    }
 }
 
 /// One drive of `nasd up`, opened.
@@ -1159,7 +1220,7 @@ impl LocalCluster {
             let dir = data.join(format!("drive-{i}"));
             let d = open_drive(DriveSetup {
                 data: dir.clone(),
-                listen: ([127, 0, 0, 1], 0).into(),
+                port: ReservedPort::take(([127, 0, 0, 1], 0).into(), "drive")?,
                 block_size: BLOCK_SIZE_DEFAULT,
                 capacity_bytes: Some(setup.capacity),
                 first_capacity: None,
@@ -1390,16 +1451,36 @@ mod tests {
         std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
-    /// `nasd up` whose manager cannot listen: it must stop its drives and say why, not wait for a
-    /// Ctrl-C; a restart keeps the drive ports recorded at the first start.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn up_reports_a_taken_manager_port_and_keeps_drive_ports() {
+    /// `[manager] auth` needs the authentication server's CA, named (there is
+    /// no default to fall back on), and the message says where it is.
+    #[test]
+    fn a_linked_manager_needs_the_auth_servers_ca() {
         let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("service.token");
+        nasd_crypto::create_key_file(&token, &Key::random()).unwrap();
+        let mut file = config::ManagerSection {
+            auth: Some("127.0.0.1:7299".into()),
+            auth_token_file: Some(token),
+            ..Default::default()
+        };
+        let e = manager_config(&file, None).expect_err("no CA named");
+        assert!(format!("{e:#}").contains("auth_ca_cert") && format!("{e:#}").contains("tls/ca.pem"), "{e:#}");
+        file.auth_ca_cert = Some(dir.path().join("ca.pem"));
+        let linked = manager_config(&file, None).unwrap().auth.expect("linked");
+        assert_eq!(linked.ca_cert, dir.path().join("ca.pem"));
+    }
+
+    /// `nasd up` whose manager cannot listen: it says why at once, before it has made anything
+    /// (not even the data directory); the drive ports recorded at a first start cannot move.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn up_reports_a_taken_port_before_making_anything_and_keeps_drive_ports() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("nasd-data");
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let manager_port = taken.local_addr().unwrap().port();
         let first = free_port();
         let args = |first_drive_port| UpArgs {
-            data: Some(dir.path().to_path_buf()),
+            data: Some(data.clone()),
             drives: Some(1),
             manager_port: Some(manager_port),
             first_drive_port,
@@ -1407,37 +1488,29 @@ mod tests {
             force_capacity: false,
             metadata: None,
         };
-        let up_once = |first_drive_port| {
-            let args = args(first_drive_port);
-            async move {
-                // In one process the drives' stores stay locked until their last connection
-                // (the manager's) has wound down.
-                for _ in 0..100 {
-                    let r = tokio::time::timeout(Duration::from_secs(60), up(args.clone(), ConfigFile::default()))
-                        .await
-                        .expect("nasd up waited for a Ctrl-C instead of reporting the failure");
-                    match r {
-                        Err(e) if format!("{e:#}").contains("in use by another process") => {
-                            tokio::time::sleep(Duration::from_millis(50)).await
-                        }
-                        r => return r,
-                    }
-                }
-                panic!("the drives' stores stayed locked")
-            }
+        let up_once = |first_drive_port| async move {
+            tokio::time::timeout(Duration::from_secs(60), up(args(first_drive_port), ConfigFile::default()))
+                .await
+                .expect("nasd up waited for a Ctrl-C instead of reporting the failure")
         };
         let e = up_once(Some(first)).await.expect_err("the manager's port is taken");
-        assert!(format!("{e:#}").contains("cannot listen"), "{e:#}");
+        assert!(format!("{e:#}").contains(&format!("cannot listen on 127.0.0.1:{manager_port}")), "{e:#}");
+        assert!(!data.exists(), "nothing is made when a port is taken");
 
-        // Again without --first-drive-port (and no config file naming it): the recorded ports.
-        let e = up_once(None).await.expect_err("the manager's port is still taken");
-        assert!(format!("{e:#}").contains("cannot listen"), "{e:#}");
-        let recorded = config::load(&dir.path().canonicalize().unwrap().join("nasd.toml")).unwrap();
-        assert_eq!(recorded.up.first_drive_port, Some(first));
-
-        // Moving them is refused: the manager knows the drives by address.
+        // A cluster whose first start recorded its drive ports: moving them is refused (the
+        // manager knows the drives by address), before anything else happens.
+        std::fs::create_dir(&data).unwrap();
+        let recorded = ConfigFile {
+            up: config::UpSection { first_drive_port: Some(first), drives: Some(1), ..Default::default() },
+            ..Default::default()
+        };
+        config::save(&data.join("nasd.toml"), &recorded, "").unwrap();
         let e = up_once(Some(first.wrapping_add(1))).await.expect_err("drive ports cannot move");
         assert!(format!("{e:#}").contains("run without --first-drive-port"), "{e:#}");
+        // Without the flag, the recorded ports are taken (here: refused for the manager's).
+        let e = up_once(None).await.expect_err("the manager's port is still taken");
+        assert!(format!("{e:#}").contains("cannot listen"), "{e:#}");
+        assert_eq!(std::fs::read_dir(&data).unwrap().count(), 1, "nothing but nasd.toml is made");
         drop(taken);
     }
 }

@@ -262,16 +262,29 @@ fn error_text(e: &anyhow::Error) -> String {
 fn run() -> anyhow::Result<()> {
     // Colour only for a person at a terminal: a log file gets plain text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let cli = Cli::parse();
+    // A command says what went wrong in its own words (and a successful one prints no log line:
+    // what the library tells a daemon's log, such as a component that missed a write the manager
+    // repairs, is no news to it); a daemon logs warnings.
+    let default_level =
+        if cli.command.is_daemon() { format!("warn,{}=info", nasd_fs::OUTAGE_LOG_TARGET) } else { "error".into() };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| "warn".into()))
+        // Daemons: warnings, and the end of a manager outage a mount logged the start of.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| default_level.into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .init();
-    let cli = Cli::parse();
     if !cli.command.is_daemon() {
         stop_quietly_when_output_is_closed();
     }
-    let (file, _) = config::find(cli.config.as_deref())?;
+    let (file, _) = match (&cli.command, cli.config.as_deref()) {
+        // `nasd up` writes DATA/nasd.toml at its first start: named before it exists (as the
+        // banner's `export NASD_CONFIG=…` line leads one to do), it says where DATA is.
+        (Command::Up(_), Some(named)) if !named.exists() => (config::for_first_up(named)?, None),
+        (_, named) => config::find(named)?,
+    };
     let user = match (cli.command.login(), cli.user) {
         (Some(login), top) => top.or(login.user.clone()),
         (None, Some(_)) => anyhow::bail!("--user is for commands that log in to the manager; this one does not"),
@@ -290,8 +303,10 @@ fn run() -> anyhow::Result<()> {
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
         // A mount runs for weeks: it renews its identity (the password stays in its memory).
         Command::Mount(args) => rt.block_on(async {
+            // A mount point refused before a password is asked for.
+            mount_cmd::check(&args)?;
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            mount_cmd::run(fs, args).await
+            mount_cmd::run(fs, args, &file.mount).await
         }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),

@@ -30,16 +30,39 @@ pub struct MountArgs {
     /// within which changes made by other clients show here [default: 1000].
     #[arg(long)]
     attr_timeout_ms: Option<u64>,
+    /// How long a call in the mount waits for a manager that cannot be
+    /// reached: "hard" (until it is back, like a hard NFS mount; a signal
+    /// ends the call with EINTR), or a duration such as "30s", after which
+    /// the call fails with EIO. Reads and writes of open files go on
+    /// meanwhile where their capabilities allow [default: [mount]
+    /// manager_wait, else "hard"].
+    #[arg(long, value_name = "hard|DURATION")]
+    manager_wait: Option<nasd_fuse::ManagerWait>,
+    /// Mount over a directory that has entries (they are hidden until the
+    /// mount ends); without it such a directory is refused.
+    #[arg(long)]
+    nonempty: bool,
     #[command(flatten)]
     pub login: crate::fs_cmd::Login,
 }
 
+/// Refuses a mount point that is already one, or has entries without
+/// `--nonempty`, saying what to do instead.
+pub fn check(args: &MountArgs) -> anyhow::Result<()> {
+    nasd_fuse::check_mountpoint(&args.mountpoint, args.nonempty).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// Mounts, serves until asked to stop, unmounts.
-pub async fn run(fs: FsClient, args: MountArgs) -> anyhow::Result<()> {
+pub async fn run(fs: FsClient, args: MountArgs, section: &crate::config::MountSection) -> anyhow::Result<()> {
     if args.map_users {
         gateway_check(&fs).await?;
     }
     let mut config = nasd_fuse::MountConfig::new(&args.mountpoint);
+    config.manager_wait = match args.manager_wait {
+        Some(w) => w,
+        None => section.manager_wait()?,
+    };
+    config.nonempty = args.nonempty;
     config.allow_other = args.allow_other;
     config.map_users = args.map_users;
     config.threads = args.threads;

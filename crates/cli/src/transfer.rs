@@ -199,10 +199,23 @@ pub async fn copy_with(
         r = run(fs, &from, &to, opts, &undo, bar_for) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted: nothing of this copy is left behind")),
     };
-    if result.is_err() {
-        undo.roll_back(fs).await;
+    let changed = match result {
+        Ok(changed) => changed,
+        Err(e) => {
+            undo.roll_back(fs).await;
+            return Err(e);
+        }
+    };
+    // Copied, but not as they are now: kept (each whole, as read), and said, as `tar` does.
+    for c in &changed {
+        eprintln!("warning: {c}");
     }
-    result
+    anyhow::ensure!(
+        changed.is_empty(),
+        "{} of the files changed while they were copied: copy them again once they stop changing",
+        changed.len()
+    );
+    Ok(())
 }
 
 async fn run(
@@ -212,7 +225,7 @@ async fn run(
     opts: CopyOptions,
     undo: &Undo,
     bar_for: impl FnOnce(u64, &str, bool) -> ProgressBar,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<String>> {
     let started = Instant::now();
     let root = root_item(fs, from).await?;
     if matches!(root.kind, Kind::Dir { .. }) && !opts.recursive {
@@ -230,7 +243,15 @@ async fn run(
     };
     let total: u64 = plan.iter().map(|i| if let Kind::File { len, .. } = i.kind { len } else { 0 }).sum();
     let bar = bar_for(total, &name, opts.recursive);
-    let mut c = Copier { fs, opts, undo, bar: bar.clone(), stats: Stats::default(), fix_modes: Vec::new() };
+    let mut c = Copier {
+        fs,
+        opts,
+        undo,
+        bar: bar.clone(),
+        stats: Stats::default(),
+        fix_modes: Vec::new(),
+        changed: Vec::new(),
+    };
     for item in &plan {
         c.copy_item(from, &target, item).await?;
     }
@@ -239,7 +260,7 @@ async fn run(
     if !bar.is_hidden() {
         eprintln!("{}", summary(&c.stats, started.elapsed()));
     }
-    Ok(())
+    Ok(c.changed)
 }
 
 /// The bar: on a terminal only, for copies large enough or of trees.
@@ -545,6 +566,29 @@ fn transfer_error(e: FsError, local: &Path, reading_local: bool, remote: &str) -
     }
 }
 
+/// How the local file `path`, which had the attributes `before` when it was
+/// opened and whose first `before.len()` bytes `rest` has read, changed
+/// since: it grew (more to read, or a larger size now), was rewritten (a new
+/// modification time), or `None`.
+async fn changed_since(
+    path: &Path,
+    before: &std::fs::Metadata,
+    rest: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let now = tokio::fs::metadata(path).await.ok();
+    let more = rest.read(&mut [0u8; 1]).await.is_ok_and(|n| n > 0);
+    let len_now = now.as_ref().map_or(before.len(), |m| m.len());
+    if len_now > before.len() {
+        return Some(format!("grew from {} to {len_now} bytes", before.len()));
+    }
+    if more {
+        return Some(format!("grew past its {} bytes", before.len()));
+    }
+    let modified = |m: &std::fs::Metadata| m.modified().ok();
+    (now.as_ref().and_then(modified) != modified(before)).then(|| "was modified".to_string())
+}
+
 struct Copier<'a> {
     fs: &'a FsClient,
     opts: CopyOptions,
@@ -553,6 +597,8 @@ struct Copier<'a> {
     stats: Stats,
     /// Directories created with owner rights added (to fill them), and the mode they get at the end.
     fix_modes: Vec<(Loc, u32)>,
+    /// Local files that changed while they were put: what happened to each.
+    changed: Vec<String>,
 }
 
 impl Copier<'_> {
@@ -700,7 +746,8 @@ impl Copier<'_> {
     async fn put_file(&mut self, src: &Path, dst: &str, mode: u32) -> anyhow::Result<Outcome> {
         // Open the source before anything is made in nasd.
         let file = tokio::fs::File::open(src).await.with_context(|| format!("cannot read {}", src.display()))?;
-        let len = file.metadata().await.with_context(|| format!("cannot read {}", src.display()))?.len();
+        let before = file.metadata().await.with_context(|| format!("cannot read {}", src.display()))?;
+        let len = before.len();
         let Some((existing, mode)) = self.remote_dest(dst, mode).await? else { return Ok(Outcome::Skipped) };
         let tmp = remote_tmp_name(dst)?;
         let f = self
@@ -709,7 +756,20 @@ impl Copier<'_> {
             .await
             .with_context(|| format!("cannot create {dst}"))?;
         let mut reader = self.bar.wrap_async_read(tokio::io::BufReader::with_capacity(1 << 20, file));
-        f.write_from(0, len, &mut reader).await.map_err(|e| transfer_error(e, src, true, dst))?;
+        match f.write_from(0, len, &mut reader).await {
+            Err(FsError::Local(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => anyhow::bail!(
+                "{} shrank while it was copied (it had {len} bytes at the start): copy it again once it stops \
+                 changing",
+                src.display()
+            ),
+            r => r.map_err(|e| transfer_error(e, src, true, dst))?,
+        };
+        if let Some(change) = changed_since(src, &before, &mut reader).await {
+            self.changed.push(format!(
+                "{} {change} while it was copied to {dst}: {dst} holds its first {len} bytes as they were read",
+                src.display()
+            ));
+        }
         f.flush().await.map_err(|e| transfer_error(e, src, true, dst))?;
         f.close().await.map_err(|e| transfer_error(e, src, true, dst))?;
         self.keep_owner(&tmp, existing.as_ref()).await?;

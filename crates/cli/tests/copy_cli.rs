@@ -83,6 +83,7 @@ fn copies_through_the_cli() {
     trees_go_in_and_come_back_identical(&up, tree_bytes);
     a_failed_get_leaves_no_local_file(&up);
     interrupted_copies_leave_nothing(&up, &rt, &fs);
+    a_file_growing_while_put_is_said(&up, &rt, &fs);
     drop(fs);
     up.daemon.terminate();
 }
@@ -431,4 +432,39 @@ fn interrupted_copies_leave_nothing(up: &Up, rt: &tokio::runtime::Runtime, fs: &
     let (status, err) = interrupt_once_writing(spawn(cwd, &["get", "/int/z.bin", "got/"]), tmp_here);
     assert!(!status.success() && err.contains("interrupted"), "{err}");
     assert_eq!(local_tree(&got), [], "an interrupted get leaves no local file");
+}
+
+/// Issue 23 item 7: a local file that grows while `nasd put` copies it is
+/// not stored as a silent prefix: the copy keeps what `stat` said at the
+/// start (whole, as read, like `tar`), says the file grew, and exits with a
+/// failure so a script notices.
+fn a_file_growing_while_put_is_said(up: &Up, rt: &tokio::runtime::Runtime, fs: &nasd_fs::FsClient) {
+    let path = up.cwd.join("growing.log");
+    let start = pattern(b"growing", 8 << 20);
+    std::fs::write(&path, &start).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appender = std::thread::spawn({
+        let (path, stop) = (path.clone(), stop.clone());
+        move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            // Until the copy has ended: the file grows during all of it.
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                f.write_all(&[b'+'; 4096]).unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    let out = up.nasd(&["put", "growing.log", "/growing.log"]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    appender.join().unwrap();
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "a file that grew is not a clean copy: {said}");
+    assert!(said.contains("warning: ") && said.contains("grew") && said.contains("/growing.log holds its first"));
+    assert!(said.contains("copy them again once they stop changing"), "{said}");
+    // What it holds is a prefix of the file as it is now, at least what it had at the start.
+    let stored = rt.block_on(fs.read_file("/growing.log")).unwrap();
+    let now = std::fs::read(&path).unwrap();
+    assert!(stored.len() >= start.len() && stored[..] == now[..stored.len()], "{} bytes stored", stored.len());
+    assert!(now.len() > stored.len(), "the file grew past what was stored");
 }

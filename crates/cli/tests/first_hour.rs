@@ -87,6 +87,128 @@ fn the_readme_tour_runs_as_written() {
     up.daemon.terminate();
 }
 
+/// The README's mount example, run line by line as written (its mount
+/// point moved into a temporary directory, the alias pointing at the binary
+/// under test) in a directory holding a copy of the repository's `crates`,
+/// against `nasd up`: the mount in the background, the sources copied in
+/// and compared, an extended attribute set and read back, a quota.
+#[test]
+fn the_readme_mount_example_runs_as_written() {
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        eprintln!("SKIPPED: /dev/fuse cannot be opened ({e}): FUSE mounts need root and the fuse module");
+        return;
+    }
+    for tool in ["fusermount3", "setfattr", "getfattr"] {
+        let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().unwrap();
+        if !found.status.success() {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "`{tool}` is missing (.ci/run installs it)");
+            eprintln!("SKIPPED: `{tool}` is not installed");
+            return;
+        }
+    }
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = &readme[readme.find("As a file system").expect("README shows the mount")..];
+    let block = &section[section.find("```sh\n").expect("a sh block") + 6..];
+    let lines: Vec<&str> = block[..block.find("```").unwrap()].lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines[0].contains("nasd mount /mnt/nasd &"), "the example starts with the mount: {}", lines[0]);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let crates = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    assert!(Command::new("cp").args(["-a", crates]).arg(cwd.join("crates")).status().unwrap().success());
+    let mnt = cwd.join("mnt").join("nasd");
+    let here = |line: &str| line.replace("/mnt/nasd", mnt.to_str().unwrap());
+    let mut up = Up::start_with(cwd, 4, None, &["--drive-capacity", "256MiB"], &[]);
+    let bash = |line: &str| {
+        let mut c = Command::new("bash");
+        let alias = format!("alias nasd={}", env!("CARGO_BIN_EXE_nasd"));
+        c.arg("-c").arg(format!("shopt -s expand_aliases\n{alias}\n{}\n", here(line))).current_dir(cwd);
+        c.env_remove("NASD_CONFIG").env_remove("NASD_PASSWORD").env_remove("NASD_USER").stdin(Stdio::null());
+        c
+    };
+    // The first line as a shell runs it: the mount stays in the background.
+    let mount_line = lines[0].split('#').next().unwrap().trim().trim_end_matches('&');
+    let mut mount = bash(mount_line).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mounted = || std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(mnt.to_str().unwrap());
+    let waited = std::time::Instant::now();
+    while !mounted() {
+        assert!(mount.try_wait().unwrap().is_none(), "the mount ended: {:?}", mount.wait_with_output());
+        assert!(waited.elapsed() < common::DAEMON_WAIT_MAX, "not mounted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut outputs = String::new();
+    for line in &lines[1..] {
+        let out = bash(line).output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "`{line}` failed:\n{stdout}\n{stderr}\nnasd up:\n{}", up.daemon.log_tail());
+        outputs += &stdout;
+    }
+    assert!(outputs.contains("user.note=\"hi\""), "getfattr shows the attribute: {outputs}");
+    let listed = up.ok(&["ls", "/crates"]);
+    assert!(listed.lines().any(|l| l.trim_end_matches('/') == "cli"), "the sources are in nasd: {listed}");
+    assert!(Command::new("fusermount3").arg("-u").arg(&mnt).status().unwrap().success());
+    let ended = mount.wait_with_output().unwrap();
+    assert!(ended.status.success(), "the mount ends cleanly when unmounted: {}", text(&ended.stderr));
+    up.daemon.terminate();
+}
+
+/// Issue 23 item 2: a full disk costs nothing afterwards. `cp` of a file
+/// larger than the cluster into the mount fails (ENOSPC); by the time it
+/// has failed, the drives hold nothing of it (the writer gave its
+/// transaction up: `ABORT_WRITE`; it used to hold the space until its
+/// write lease ran out, a minute later), and the next `nasd put` succeeds
+/// without a word.
+#[test]
+fn a_full_disk_costs_nothing_afterwards() {
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        eprintln!("SKIPPED: /dev/fuse cannot be opened ({e}): FUSE mounts need root and the fuse module");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let mut up = Up::start_with(cwd, 3, None, &["--drive-capacity", "48MiB"], &[]);
+    let rt = runtime();
+    let fs = up.admin(&rt);
+    let used = || -> u64 { rt.block_on(fs.statfs()).unwrap().2.iter().map(|d| d.used_bytes).sum() };
+    let empty = used();
+    let mnt = cwd.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut mount = Command::new(env!("CARGO_BIN_EXE_nasd"))
+        .arg("mount")
+        .arg(&mnt)
+        .current_dir(cwd)
+        .env_remove("NASD_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(mnt.to_str().unwrap()) {
+        assert!(mount.try_wait().unwrap().is_none(), "the mount ended: {:?}", mount.wait_with_output());
+        assert!(waited.elapsed() < common::DAEMON_WAIT_MAX, "not mounted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Three drives of 48 MiB hold 96 MiB of rs:2+1 data: 160 MiB cannot fit.
+    let big = pattern(b"too big", 160 << 20);
+    let e = std::fs::write(mnt.join("big.bin"), &big).expect_err("the cluster is full");
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        "a full cluster is ENOSPC (or EDQUOT), not {e}"
+    );
+    let after = used();
+    assert!(after <= empty + (1 << 20), "the failed write still holds {after} bytes of the drives ({empty} before)");
+    // The next copy: no log line, no word at all.
+    std::fs::write(cwd.join("small.txt"), b"fits\n").unwrap();
+    up.quiet(&["put", "small.txt", "/small.txt"]);
+    assert_eq!(up.ok(&["cat", "/small.txt"]), "fits\n");
+    drop(fs);
+    assert!(Command::new("fusermount3").arg("-u").arg(&mnt).status().unwrap().success());
+    let ended = mount.wait_with_output().unwrap();
+    assert!(ended.status.success(), "{}", text(&ended.stderr));
+    up.daemon.terminate();
+}
+
 /// Scrub on a fresh `nasd up`: a block of a file rotted on one drive's disk
 /// is found by `nasd scrub --drive N` (the drive key `nasd up` saved), and
 /// healed by `nasd scrub` from the file's redundancy; the file reads back whole.
@@ -400,6 +522,53 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     up.daemon.terminate();
 
     // A capacity the disk cannot back: space_cli.rs.
+}
+
+/// `nasd up` takes every port it serves on before it creates anything: a
+/// drive's or the manager's port in use stops
+/// it at once with a message naming the port, and the data directory is not
+/// even made (issue 23: it used to make keys first, or print "nasd is up"
+/// before its manager failed to listen). Then, with the ports free, it starts,
+/// and says "nasd is up" only once its manager accepts connections; its
+/// config file may be named before it exists; once stopped, commands say
+/// what to start.
+#[test]
+fn up_takes_its_ports_before_it_makes_anything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let first = common::up::free_ports(3);
+    let manager = common::up::free_ports(2) + 1;
+    let up_args = |first: u16, manager: u16| {
+        let (first, manager) = (first.to_string(), manager.to_string());
+        nasd_in(cwd, &["up", "--drives", "3", "--first-drive-port", &first, "--manager-port", &manager], &[])
+    };
+    for (taken, who) in [(first + 2, "another drive"), (manager, "another manager")] {
+        let holder = std::net::TcpListener::bind(("127.0.0.1", taken)).unwrap();
+        let out = up_args(first, manager);
+        let said = text(&out.stderr);
+        assert!(!out.status.success(), "port {taken} is taken: {said}");
+        assert!(said.contains(&format!("cannot listen on 127.0.0.1:{taken}: is {who}")), "{said}");
+        assert!(!said.contains("nasd is up"), "{said}");
+        assert!(!cwd.join("nasd-data").exists(), "nothing is made when port {taken} is taken: {said}");
+        drop(holder);
+    }
+    // The config file named before the first start (the banner's `export NASD_CONFIG=…`): it is
+    // the one `nasd up` writes, in the data directory it names.
+    let named = cwd.join("nasd-data").join("nasd.toml");
+    let mut up = Up::start_with(cwd, 3, None, &[], &[("NASD_CONFIG", named.to_str().unwrap())]);
+    let log = up.daemon.output();
+    let banner = log.find("nasd is up").expect("the banner");
+    assert!(!log[..banner].contains("cannot listen"), "{log}");
+    std::net::TcpStream::connect(up.daemon.addr).expect("the manager listens once the banner is out");
+    assert!(named.exists());
+    up.ok(&["ls", "/"]);
+    // A missing config file of another name is a typo, not a new cluster.
+    let said = text(&nasd_in(cwd, &["--config", "nasd-dat/nasd.tml", "up"], &[]).stderr);
+    assert!(said.contains("does not exist; `nasd up` writes its own as DATA/nasd.toml"), "{said}");
+    // Stopped, commands say what to start.
+    up.daemon.terminate();
+    let said = up.fails(&["ls", "/"]);
+    assert!(said.contains("is `nasd up` or `nasd auth` running?"), "{said}");
 }
 
 /// --help: one default per option, help on positional arguments, `--user`

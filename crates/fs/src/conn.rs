@@ -4,6 +4,7 @@
 //! behind one another.
 
 use crate::renew::{identity_refusal, IdentityCell};
+use crate::wait::{sleep_or_forever, Patience};
 use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
@@ -212,24 +213,28 @@ impl ManagerConn {
         let deadline = (addr.to_string(), config.reply_timeout);
         let connecting = (addr.to_string(), connect_wait.min(config.reply_timeout));
         let socket = within(&connecting, "accept the connection", TcpStream::connect(addr)).await.map_err(|e| {
-            Unreached::Down(FsError::Setup(format!(
-                "cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"
-            )))
+            Unreached::Down(FsError::ManagerUnreachable {
+                message: format!("cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"),
+            })
         })?;
         socket.set_nodelay(true).map_err(|e| Unreached::Down(e.into()))?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).map_err(|_| {
             Unreached::Refused(FsError::Setup(format!("'{server_name}' is not a valid TLS server name")))
         })?;
-        let stream = within(&deadline, "finish TLS", tls.connect(name, socket))
-            .await
-            .map_err(|e| Unreached::Down(FsError::Setup(format!("TLS with the manager at {addr} failed: {e}"))))?;
+        let stream = within(&deadline, "finish TLS", tls.connect(name, socket)).await.map_err(|e| {
+            let message = format!("TLS with the manager at {addr} failed: {e}");
+            // A certificate or protocol refusal is set-up to fix; a connection cut or timed
+            // out during the handshake is a manager going away.
+            let refused = e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>());
+            Unreached::Down(if refused { FsError::Setup(message) } else { FsError::ManagerUnreachable { message } })
+        })?;
         let held = identity.current();
         let generation = held.as_ref().map_or(0, |(_, _, g)| *g);
         let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline, generation };
         let login = match &held {
             Some((credential, idkey, _)) => ManagerRequest::LoginIdentity {
                 version: MANAGER_PROTOCOL_VERSION,
-                credential: *credential,
+                credential: credential.encode(),
                 proof: nasd_crypto::identity_login_proof(idkey, credential).ok_or_else(|| {
                     Unreached::Refused(FsError::Setup("the identity credential names an unknown MAC algorithm".into()))
                 })?,
@@ -242,9 +247,15 @@ impl ManagerConn {
         match conn.call(&login).await {
             Ok(ManagerReply::LoggedIn { uid, gid, admin, .. }) => Ok((conn, Identity { uid, gid, admin })),
             Ok(other) => Err(Unreached::Refused(FsError::Protocol(format!("unexpected login reply {other:?}")))),
-            // Overloaded or shutting down: another manager may take the session.
-            Err(e @ FsError::Fs { status: FsStatus::Busy, .. }) => Err(Unreached::Down(e)),
+            // Overloaded or shutting down: another manager may take the session, or this one later.
+            Err(FsError::Fs { status: FsStatus::Busy, message }) => Err(Unreached::Down(FsError::ManagerUnreachable {
+                message: format!("the manager at {addr} takes no session now: {message}"),
+            })),
             Err(e @ FsError::Fs { .. }) => Err(Unreached::Refused(e)),
+            // Gone during the login (a manager stopping or restarting).
+            Err(FsError::Io(e)) => Err(Unreached::Down(FsError::ManagerUnreachable {
+                message: format!("the manager at {addr} closed the connection before the login finished: {e}"),
+            })),
             Err(e) => Err(Unreached::Down(e)),
         }
     }
@@ -415,6 +426,24 @@ pub(crate) struct ManagerPool {
     /// Routed managers that did not answer, and until when to leave them out.
     down: Mutex<std::collections::HashMap<String, Instant>>,
     stats: Mutex<RoutingStats>,
+    /// Whether a new connection can be made now, as the last attempt found.
+    outage: Mutex<Outage>,
+    /// Woken when an outage ends.
+    back: tokio::sync::Notify,
+    /// Held by the one waiting request that tries a new connection; when
+    /// the last try was made.
+    probe: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// An outage: no new connection to any manager could be made.
+#[derive(Default)]
+struct Outage {
+    /// Since when, if one is going on.
+    since: Option<Instant>,
+    /// Why the last attempt failed.
+    cause: String,
+    /// Requests that waited in it; the first logged it, so its end is logged.
+    waited: u64,
 }
 
 impl ManagerPool {
@@ -436,6 +465,9 @@ impl ManagerPool {
             routing: std::sync::RwLock::new(None),
             down: Mutex::new(std::collections::HashMap::new()),
             stats: Mutex::new(RoutingStats::default()),
+            outage: Mutex::new(Outage::default()),
+            back: tokio::sync::Notify::new(),
+            probe: tokio::sync::Mutex::new(None),
         };
         let conn = pool.fetch_routing(conn).await;
         if let Some(conn) = conn {
@@ -523,11 +555,149 @@ impl ManagerPool {
                 .insert(addr.to_string(), Instant::now() + MANAGER_DOWN_AVOID);
             self.stats.lock().unwrap_or_else(|p| p.into_inner()).rerouted += 1;
         }
-        let (conn, _) = self.managers.open(&self.config, &self.identity, &self.tls).await?;
+        let (conn, _) = match self.managers.open(&self.config, &self.identity, &self.tls).await {
+            Ok(c) => {
+                self.note_reachable();
+                c
+            }
+            Err(e) => {
+                if let FsError::ManagerUnreachable { message } = &e {
+                    self.note_unreachable(message);
+                }
+                return Err(e);
+            }
+        };
         let addr = self.managers.current().to_string();
-        self.fetch_routing(conn).await.ok_or_else(|| {
-            FsError::Protocol(format!("the connection to the manager at {addr} broke while fetching the routing table"))
-        })
+        match self.fetch_routing(conn).await {
+            Some(conn) => Ok(conn),
+            // Gone right after the login: nothing of the caller's was sent.
+            None => {
+                let message = format!("the connection to the manager at {addr} broke while fetching the routing table");
+                self.note_unreachable(&message);
+                Err(FsError::ManagerUnreachable { message })
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ outages
+
+    /// How long no manager has answered, if none answers now (as the last
+    /// attempt at a new connection found).
+    pub(crate) fn outage(&self) -> Option<std::time::Duration> {
+        self.outage.lock().unwrap_or_else(|p| p.into_inner()).since.map(|t| t.elapsed())
+    }
+
+    fn note_unreachable(&self, cause: &str) {
+        let mut o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        o.since.get_or_insert_with(Instant::now);
+        o.cause = cause.to_string();
+    }
+
+    /// A manager answered: an outage going on ends, logged if it was, and
+    /// the requests waiting in it go on.
+    fn note_reachable(&self) {
+        let ended = {
+            let mut o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+            o.since.take().map(|since| (since.elapsed(), std::mem::take(&mut o.waited)))
+        };
+        if let Some((lasted, waited)) = ended {
+            if waited > 0 {
+                tracing::info!(
+                    target: crate::OUTAGE_LOG_TARGET,
+                    manager = %self.managers.current(),
+                    after_secs = lasted.as_secs(),
+                    requests_waited = waited,
+                    "the manager answers again; the requests that waited for it go on"
+                );
+            }
+            self.back.notify_waiters();
+        }
+    }
+
+    /// Counts a request that waits in the outage going on; the first logs it.
+    fn note_waiting(&self, wait: crate::ManagerWait) {
+        let mut o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+        o.waited += 1;
+        if o.waited == 1 {
+            let waits = match wait {
+                crate::ManagerWait::Hard => "until it is back (interruptible)".to_string(),
+                crate::ManagerWait::Bounded(d) => format!("up to {} s, then fail with EIO", d.as_secs_f64()),
+            };
+            tracing::warn!(
+                target: crate::OUTAGE_LOG_TARGET,
+                manager = %self.managers.current(),
+                cause = %o.cause,
+                "the manager cannot be reached: requests wait for it {waits}"
+            );
+        }
+    }
+
+    /// While an outage goes on, waits (holding no connection slot) until it
+    /// ends, the request's bound passes (`ManagerUnreachable`), or its
+    /// caller is interrupted (`Interrupted`); meanwhile one waiting request
+    /// at a time tries a new connection every [`crate::MANAGER_PROBE_PAUSE`].
+    async fn wait_while_down(&self, patience: &Patience, started: Instant, counted: &mut bool) -> Result<(), FsError> {
+        loop {
+            let back = self.back.notified();
+            tokio::pin!(back);
+            back.as_mut().enable();
+            let cause = {
+                let o = self.outage.lock().unwrap_or_else(|p| p.into_inner());
+                match o.since {
+                    None => return Ok(()),
+                    Some(_) => o.cause.clone(),
+                }
+            };
+            let left = patience.left(started);
+            if left == Some(std::time::Duration::ZERO) {
+                let waited = started.elapsed().as_secs_f64();
+                return Err(FsError::ManagerUnreachable {
+                    message: format!("{cause}; gave up after waiting {waited:.1} s for it (the mount's manager_wait)"),
+                });
+            }
+            if !*counted {
+                *counted = true;
+                self.note_waiting(patience.wait);
+            }
+            tokio::select! {
+                () = &mut back => {}
+                () = self.probe() => {}
+                () = sleep_or_forever(left) => {}
+                () = patience.interrupted() => {
+                    return Err(FsError::Interrupted {
+                        message: format!("interrupted while waiting for the manager ({cause})"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Tries a new connection, one request at a time and no sooner than
+    /// [`crate::MANAGER_PROBE_PAUSE`] after the last try; one that is made is
+    /// kept for the requests that waited. Returns once the try is over
+    /// (at once if the outage ended meanwhile).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a try dropped half-way sent nothing.
+    async fn probe(&self) {
+        let mut last = self.probe.lock().await;
+        if let Some(at) = *last {
+            tokio::time::sleep_until((at + crate::MANAGER_PROBE_PAUSE).into()).await;
+        }
+        if self.outage().is_none() {
+            return;
+        }
+        *last = Some(Instant::now());
+        match self.connect(None).await {
+            Ok(conn) => self.slot(&conn.deadline.0).put_idle(conn, self.identity.generation()),
+            Err(FsError::ManagerUnreachable { .. }) => {}
+            // It answered, and refused (a password changed meanwhile): the requests go on to
+            // meet the refusal themselves.
+            Err(e) => {
+                tracing::debug!(error = %e, "a manager answered the outage's probe with a refusal");
+                self.note_reachable();
+            }
+        }
     }
 
     /// Sends one request (routed by the table) and waits for its reply,
@@ -579,16 +749,31 @@ impl ManagerPool {
         sessions + STALE_ROUTING_RESENDS_MAX
     }
 
-    /// Sends one request to `target` (`None`: the manager in use).
+    /// Sends one request to `target` (`None`: the manager in use), waiting
+    /// for a manager as the request's [`Patience`] allows while none answers.
     async fn call_at(&self, target: Option<&str>, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         let key = target.map_or_else(|| self.managers.current().to_string(), str::to_string);
         let slot = self.slot(&key);
-        let _permit = slot.permits.acquire().await.expect("the pool never closes its semaphore");
+        let patience = Patience::current();
+        let started = Instant::now();
+        let mut counted = false;
         let mut sent = 0;
         loop {
+            if patience.waits() {
+                self.wait_while_down(&patience, started, &mut counted).await?;
+            }
+            let permit = slot.permits.acquire().await.expect("the pool never closes its semaphore");
             let mut conn = match slot.take_idle(self.identity.generation()) {
                 Some(c) => c,
-                None => self.connect(target).await?,
+                None => match self.connect(target).await {
+                    Ok(c) => c,
+                    // Nothing was sent: wait for a manager (the outage is noted), then try again.
+                    Err(FsError::ManagerUnreachable { .. }) if patience.waits() => {
+                        drop(permit);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             let at = conn.deadline.0.clone();
             let r = conn.call(req).await;
@@ -619,10 +804,11 @@ impl ManagerPool {
                 return r;
             }
             // No reply: the manager died or the connection broke. A request that only
-            // reads is sent once more (to another manager, if this one is gone); any
-            // other may have been carried out, and its failure is the caller's to judge.
+            // reads is sent once more (to another manager, if this one is gone, or to this
+            // one once it is back, if the request may wait); any other may have been
+            // carried out, and its failure is the caller's to judge.
             let others = self.managers.addrs.len() > 1 || target.is_some();
-            if sent > 1 || !repeatable(req) || !others {
+            if sent > 1 || !repeatable(req) || !(others || patience.waits()) {
                 return r;
             }
             tracing::debug!(request = req.name(), "no reply from the manager; sending the request once more");

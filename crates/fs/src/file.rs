@@ -44,6 +44,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Pause before a write transaction whose timed commit found no manager is
+/// tried again (by its timer; a write or flush meanwhile tries at once).
+const COMMIT_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// What one open file does with its data, behind one lock: reads and
 /// writes of one file are ordered (a read sees the file's earlier writes,
 /// and the engine is never asked to write and read one stripe at once).
@@ -56,6 +60,9 @@ struct Io {
     /// Set when a write, flush or commit failed: the writes since the last
     /// commit are lost (rolled back), and the file takes no more writes.
     poisoned: Option<String>,
+    /// Why, when it was for want of space (`NO_SPACE`, `QUOTA_EXCEEDED`):
+    /// later writes and the close answer that, not `ABORTED`.
+    poisoned_by: Option<FsStatus>,
     /// Components whose failure a read already warned of (once per open).
     warned: BTreeSet<usize>,
     /// The run of data or hole a read last found ([`Inner::run_at`]):
@@ -362,7 +369,7 @@ impl Inner {
         txn.note(offset, len);
         self.written_end.fetch_max(offset + len, Ordering::Relaxed);
         if let Err(e) = txn.behind.write(offset, data).await {
-            return Err(self.poison(io, "writing", e));
+            return Err(self.poison(io, "writing", e).await);
         }
         let due = txn.due();
         io.forget_cached();
@@ -431,10 +438,8 @@ impl Inner {
             };
             if let Err(e) = written {
                 if txn != 0 {
-                    // The transaction cannot be committed whole: drop it (the
-                    // manager rolls it back when its lease runs out).
-                    io.txn = None;
-                    io.forget_cached();
+                    // The transaction cannot be committed whole: give it up.
+                    self.give_up(io).await;
                     io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
                 }
                 return Err(e);
@@ -510,8 +515,18 @@ impl Inner {
                 Some(t) if t.id == txn => t.timer.take().map(Timer::disarm),
                 _ => return,
             };
-            if let Err(e) = file.commit(&mut io).await {
-                tracing::warn!(path = %file.path, error = %e, "committing a write transaction on time failed");
+            match file.commit(&mut io).await {
+                Ok(_) => {}
+                // No manager answers: the transaction is kept, and tried again later
+                // (without waiting here, which would hold the file's lock).
+                Err(FsError::ManagerUnreachable { .. }) => {
+                    if let Some(t) = io.txn.as_mut().filter(|t| t.id == txn) {
+                        t.timer = Some(file.arm(txn, Instant::now() + COMMIT_RETRY_PAUSE));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(path = %file.path, error = %e, "committing a write transaction on time failed")
+                }
             }
         }))
     }
@@ -526,7 +541,7 @@ impl Inner {
                 txn.outcome.merge(outcome);
                 Ok(())
             }
-            Err(e) => Err(self.poison(io, "writing", e)),
+            Err(e) => Err(self.poison(io, "writing", e).await),
         }
     }
 
@@ -571,7 +586,10 @@ impl Inner {
         .await;
         match drained {
             Ok(flushed) => txn.outcome.merge(flushed),
-            Err(e) => return Err(self.poison(io, "flushing", e)),
+            Err(e) => {
+                io.txn = Some(txn);
+                return Err(self.poison(io, "flushing", e).await);
+            }
         }
         self.binder.mark_missed(&txn.outcome.missed);
         for f in &txn.outcome.failed {
@@ -601,6 +619,13 @@ impl Inner {
                 );
                 io.poisoned = Some(message.clone());
                 Err(FsError::Fs { status: FsStatus::Aborted, message })
+            }
+            // Not sent (no manager answers, or the caller gave up waiting for one): the
+            // transaction stays open as it was, its writes on the drives, for the next try.
+            Err(e @ (FsError::ManagerUnreachable { .. } | FsError::Interrupted { .. })) => {
+                io.poisoned = None;
+                io.txn = Some(txn);
+                Err(e)
             }
             // Refused: nothing was committed, and the manager rolls the transaction back.
             Err(FsError::Fs { status, message }) => {
@@ -648,13 +673,34 @@ impl Inner {
     // ------------------------------------------------------------ errors
 
     /// Records a failed write or flush: the transaction cannot be committed
-    /// (it rolls back when its lease runs out), and the file takes no more writes.
-    fn poison(&self, io: &mut Io, doing: &str, e: StripeError) -> FsError {
-        io.txn = None;
-        io.forget_cached();
+    /// (it is given up: [`give_up`](Self::give_up)), and the file takes no
+    /// more writes.
+    async fn poison(&self, io: &mut Io, doing: &str, e: StripeError) -> FsError {
         let e = self.failed(doing, e);
+        self.give_up(io).await;
         io.poisoned = Some(format!("the writes since the last flush were lost: {e}"));
+        io.poisoned_by = [FsStatus::NoSpace, FsStatus::QuotaExceeded].into_iter().find(|s| s.errno() == e.errno());
         e
+    }
+
+    /// Gives the open transaction up, if any: what is buffered is dropped and
+    /// what is in flight stopped, and the manager is asked to roll it back
+    /// now (`ABORT_WRITE`), so what it wrote, and the drive space and quota
+    /// it held, come back at once — a write that failed for a full drive
+    /// leaves the drive as it found it. If the manager cannot be told, it
+    /// rolls the transaction back when its lease runs out.
+    async fn give_up(&self, io: &mut Io) {
+        io.forget_cached();
+        let Some(txn) = io.txn.take() else { return };
+        let id = txn.id;
+        drop(txn);
+        let req = ManagerRequest::AbortWrite { handle: self.handle, txn: id };
+        // One attempt, whatever the caller's patience for an unreachable manager: the lease
+        // rolls the transaction back anyway.
+        let told = crate::wait::with_manager_wait(crate::wait::ManagerWait::NONE, None, self.fs.call(&req));
+        if let Err(e) = told.await {
+            tracing::debug!(path = %self.path, txn = id, error = %e, "a given-up write transaction rolls back when its lease runs out");
+        }
     }
 
     /// The error for a failed engine operation.
@@ -748,6 +794,7 @@ impl File {
                     last_read_end: None,
                     txn: None,
                     poisoned: None,
+                    poisoned_by: None,
                     warned: BTreeSet::new(),
                     run: None,
                 }),
@@ -923,7 +970,6 @@ impl File {
     }
 }
 
-/// The error a poisoned file answers writes with.
 /// Hands `len` zeros to `dst`.
 async fn write_zeros(dst: &mut (impl AsyncWrite + Unpin), len: u64) -> Result<(), FsError> {
     let zeros = vec![0u8; (len as usize).min(ZEROS_CHUNK_BYTES)];
@@ -936,10 +982,12 @@ async fn write_zeros(dst: &mut (impl AsyncWrite + Unpin), len: u64) -> Result<()
     Ok(())
 }
 
+/// The error a poisoned file answers writes with: `ABORTED`, or the want of
+/// space that made its writes fail.
 fn poisoned(io: &Io) -> Result<(), FsError> {
     match &io.poisoned {
         Some(why) => Err(FsError::Fs {
-            status: FsStatus::Aborted,
+            status: io.poisoned_by.unwrap_or(FsStatus::Aborted),
             message: format!(
                 "an earlier write or flush of this file failed, so it takes no more writes ({why}); reopen it"
             ),

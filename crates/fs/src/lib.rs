@@ -36,6 +36,7 @@ mod conn;
 mod file;
 mod renew;
 mod txn;
+mod wait;
 
 pub use cache::HELD_CAPABILITIES_MAX;
 pub use conn::{
@@ -56,6 +57,10 @@ pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
 pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, Seek, StripeError};
 pub use renew::{renew_margin, IdentitySource, RENEW_MARGIN_DIVISOR, RENEW_MARGIN_MAX, RENEW_RETRY_PAUSE};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
+pub use wait::{
+    with_manager_wait, Interrupted, ManagerWait, INTERRUPT_POLL, MANAGER_PROBE_PAUSE, MANAGER_WAIT_BOUND_MAX,
+    OUTAGE_LOG_TARGET,
+};
 
 use cache::Held;
 use conn::ManagerPool;
@@ -114,6 +119,21 @@ pub enum FsError {
     /// Configuration or connection set-up is wrong; the message says what to fix.
     #[error("{0}")]
     Setup(String),
+    /// No manager could be reached: none accepted a connection (or each
+    /// closed it before the login finished), after waiting as long as the
+    /// request's [`ManagerWait`] allows. The request was not sent.
+    #[error("{message}")]
+    ManagerUnreachable {
+        /// Which managers, why, and how long the request waited.
+        message: String,
+    },
+    /// The request's caller was interrupted while the request waited for a
+    /// manager ([`with_manager_wait`]). The request was not sent.
+    #[error("{message}")]
+    Interrupted {
+        /// What the request was waiting for.
+        message: String,
+    },
     /// A peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -121,9 +141,9 @@ pub enum FsError {
 
 /// `errno` values [`FsError::errno`] uses beyond the manager's statuses.
 mod errno {
+    pub const EINTR: i32 = 4;
     pub const EIO: i32 = 5;
     pub const EACCES: i32 = 13;
-    pub const EINVAL: i32 = 22;
     pub const EFBIG: i32 = 27;
     pub const ENOSPC: i32 = 28;
 }
@@ -160,8 +180,10 @@ impl FsError {
                 Some(nasd_proto::Status::RightsInsufficient | nasd_proto::Status::AccessRevoked) => errno::EACCES,
                 _ => errno::EIO,
             },
-            FsError::Io(_) | FsError::Local(_) | FsError::Protocol(_) => errno::EIO,
-            FsError::Setup(_) => errno::EINVAL,
+            // Not EINVAL: the caller's arguments are not what is wrong.
+            FsError::Io(_) | FsError::Local(_) | FsError::Protocol(_) | FsError::Setup(_) => errno::EIO,
+            FsError::ManagerUnreachable { .. } => errno::EIO,
+            FsError::Interrupted { .. } => errno::EINTR,
         }
     }
 
@@ -551,6 +573,13 @@ impl FsClient {
     /// until it failed over to one of `FsConfig::failover`).
     pub fn current_manager(&self) -> String {
         self.inner.manager.current_manager()
+    }
+
+    /// How long no manager has answered this client, if none answers now:
+    /// its last attempt at a new connection failed and none succeeded since
+    /// (see [`with_manager_wait`]). `None` while connections can be made.
+    pub fn manager_outage(&self) -> Option<Duration> {
+        self.inner.manager.outage()
     }
 
     /// What routing by request class did so far: the table version, requests

@@ -10,6 +10,8 @@
 #[path = "common/auth_server.rs"]
 mod auth_server;
 mod common;
+#[path = "common/guessing.rs"]
+mod guessing;
 
 use auth_server::{Auth0, ROOT, ROOT_PW};
 use common::*;
@@ -245,7 +247,7 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         assert_eq!(auth_status(to(alice_auth.add_user("eve", "eve password", 666, 0, true)).await), FsStatus::NotAdmin);
 
         // Groups users make themselves: alice makes one and puts bob in it.
-        let gid = to(alice_auth.create_group("project")).await.unwrap();
+        let gid = to(alice_auth.create_group("project")).await.unwrap().gid;
         to(alice_auth.set_group_member(gid, USER_B, true)).await.unwrap();
         let (mut bob_auth, bob) = auth.login(USER_B, PW_B, 0).await.unwrap();
         assert_eq!(
@@ -285,6 +287,9 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
         let mut longer = alice.credential;
         longer.expiration_ns += 1;
         assert_eq!(fs_status(manager_login(&cluster, longer, &alice.idkey).await), FsStatus::BadCredentials);
+        // Key id 0, which no shared key has: a tampered field like any other, not a malformed request.
+        let key_0 = IdentityData { key_id: 0, ..alice.credential };
+        assert_eq!(fs_status(manager_login(&cluster, key_0, &alice.idkey).await), FsStatus::BadCredentials);
         assert_eq!(
             fs_status(manager_login(&cluster, alice.credential, &Key::random()).await),
             FsStatus::BadCredentials
@@ -368,6 +373,94 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
     });
 }
 
+/// A user may own `GROUPS_OWNED_MAX` groups: creating one is refused
+/// (`NO_SPACE`) only past that. Each makes its owner a member while the
+/// owner is in fewer than `GROUPS_MAX` groups (the membership every session
+/// carries); past that the owner owns the group without being in it, and
+/// may still choose its members — itself too, once it left another group.
+/// Creating used to be refused as soon as the owner was in `GROUPS_MAX`
+/// groups, so no one owned more than 32.
+#[test]
+fn a_user_owns_up_to_groups_owned_max_groups() {
+    use nasd_auth::store::GROUPS_OWNED_MAX;
+    use nasd_fs::GROUPS_MAX;
+    run(async {
+        let auth = Auth0::start().await;
+        let config = ManagerConfig { pool_target: 4, auth: Some(auth.link()), ..ManagerConfig::default() };
+        let cluster = Cluster::start(ClusterOptions { config, drives: 1, ..ClusterOptions::default() }).await;
+        let (mut root, root_grant) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(USER_A, PW_A, UID_A, 0, false)).await.unwrap();
+        to(root.add_user(USER_B, PW_B, UID_B, 0, false)).await.unwrap();
+        let (mut alice, _) = auth.login(USER_A, PW_A, 0).await.unwrap();
+        let mut owned = Vec::new();
+        for i in 0..GROUPS_OWNED_MAX {
+            let group = to(alice.create_group(&format!("g{i}"))).await.unwrap_or_else(|e| panic!("group {i}: {e}"));
+            assert_eq!(group.member, i < GROUPS_MAX, "group {i}: a member while in fewer than GROUPS_MAX");
+            owned.push(group.gid);
+        }
+        assert_eq!(auth_status(to(alice.create_group("one too many")).await), FsStatus::NoSpace);
+
+        // She chooses the members of a group she owns and is not in, herself only once she has room.
+        let last = *owned.last().unwrap();
+        to(alice.set_group_member(last, USER_B, true)).await.unwrap();
+        assert_eq!(auth_status(to(alice.set_group_member(last, USER_A, true)).await), FsStatus::NoSpace);
+        to(alice.set_group_member(owned[0], USER_A, false)).await.unwrap();
+        to(alice.set_group_member(last, USER_A, true)).await.unwrap();
+
+        // Her sessions carry her GROUPS_MAX groups: the manager takes her identity, and she gives
+        // a file to the group she joined last.
+        let admin = manager_login(&cluster, root_grant.credential, &root_grant.idkey).await.unwrap();
+        to(admin.mkdir("/shared", 0o777)).await.unwrap();
+        let grant = auth.grant(USER_A, PW_A, 0).await;
+        let alice_fs = manager_login(&cluster, grant.credential, &grant.idkey).await.expect("alice in 32 groups");
+        to(alice_fs.write_file("/shared/f", b"for the last group")).await.unwrap();
+        let attr = to(alice_fs.chown("/shared/f", None, Some(last))).await.expect("she is in it now");
+        assert_eq!(attr.gid, last);
+        assert_eq!(
+            fs_status(to(alice_fs.chown("/shared/f", None, Some(owned[0]))).await),
+            FsStatus::NotPermitted,
+            "she left the first"
+        );
+
+        drop((alice_fs, admin));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
+/// After a burst of password guesses from one host at the authentication
+/// server — dozens of connections, most still waiting for a turn when
+/// their `AUTH_LOGIN_TIMEOUT` closes them — the host's right password logs
+/// in once the guessing connections are gone. Turns used to be booked when
+/// an attempt arrived and never handed back by one that timed out waiting:
+/// after a 40 s burst the right password was turned away for about two
+/// minutes. The burst's size and timing come from a printed seed.
+#[test]
+fn the_right_password_logs_in_once_a_guessing_burst_is_over() {
+    run(async {
+        let seed = guessing::burst_seed();
+        let auth = Arc::new(Auth0::start().await);
+        for i in 0..guessing::WARM_UP_FAILURES {
+            assert_eq!(auth_status(auth.login(ROOT, &format!("warm-up {i}"), 0).await), FsStatus::BadCredentials);
+        }
+        let guessing_at = auth.clone();
+        guessing::guessing_burst(seed, move |i| {
+            let auth = guessing_at.clone();
+            async move {
+                // One guess per connection: refused, or closed unchecked at AUTH_LOGIN_TIMEOUT.
+                match auth.login(ROOT, &format!("guess {i}"), 0).await {
+                    Err(AuthError::Refused { status: FsStatus::BadCredentials, .. }) | Err(AuthError::Io(_)) => {}
+                    other => panic!("a guess got {:?}", other.map(|_| "logged in")),
+                }
+            }
+        })
+        .await;
+        let (_, grant) = auth.login(ROOT, ROOT_PW, 0).await.expect("the right password, once the guessing stopped");
+        assert!(grant.admin);
+        auth.halt();
+    });
+}
+
 /// The authentication server keeps users, roles, groups and shared keys
 /// (retired ones retired) across a restart, and bounds what an anonymous
 /// peer can send.
@@ -393,7 +486,7 @@ fn auth_server_restarts_and_bounds_anonymous_input() {
             .await
             .unwrap()
             {
-                AuthReply::Group { gid } => gid,
+                AuthReply::Group { gid, member: true } => gid,
                 other => panic!("{other:?}"),
             };
             (server.service_token().clone(), gid)
@@ -811,6 +904,80 @@ fn a_lost_pal_is_set_again_on_demand() {
     });
 }
 
+/// On a PALs-only partition other users read what the mode lets them, from
+/// the drives by identity: the file's PAL has an everyone entry with the
+/// rights every class of the mode gives. It grants no one more than the
+/// manager does: others do not write a 0644 file, a chmod to 0640 takes the
+/// entry away before it returns, and a mode that denies the group class
+/// what others get (0604) gives no everyone entry — a drive cannot tell a
+/// group member from anyone else. The "other" bits used to reach no PAL: a
+/// world-readable file was refused to everyone but its owner (`NOT_IN_PAL`,
+/// again after the refresh).
+#[test]
+fn others_read_what_the_mode_allows_on_a_pal_partition() {
+    run(async {
+        let (auth, cluster, admin) = pal_cluster(AuthScheme::PALS, 2).await;
+        let partition = cluster.manager.config().partition;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        to(root.add_user(CAROL, PW_C, UID_C, 0, false)).await.unwrap();
+        let (mut alice_auth, alice) = auth.login(USER_A, PW_A, 0).await.unwrap();
+        let gid = to(alice_auth.create_group("project")).await.unwrap().gid;
+        to(alice_auth.set_group_member(gid, CAROL, true)).await.unwrap();
+        let (bob, carol) = (auth.grant(USER_B, PW_B, 0).await, auth.grant(CAROL, PW_C, 0).await);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let bob_fs = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        let carol_fs = manager_login(&cluster, carol.credential, &carol.idkey).await.unwrap();
+        // Striped over both drives, so every component's PAL is checked.
+        to(alice_fs.write_file("/shared/f", b"")).await.unwrap();
+        to(alice_fs.set_layout("/shared/f", Some(nasd_fs::Layout::parse("stripe:2@64K").unwrap()))).await.unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        to(alice_fs.write_file("/shared/f", &big)).await.unwrap();
+        to(alice_fs.chown("/shared/f", None, Some(gid))).await.unwrap();
+        to(alice_fs.chmod("/shared/f", 0o644)).await.unwrap();
+
+        // Through the file system: the manager grants bob (other) and carol (group) read, and
+        // the drives let their identities read; no capability is minted.
+        assert_eq!(to(bob_fs.read_file("/shared/f")).await.unwrap(), big, "bob, another user");
+        assert_eq!(to(carol_fs.read_file("/shared/f")).await.unwrap(), big, "carol, in the file's group");
+        assert_eq!(fs_status(to(bob_fs.write_file("/shared/f", DATA)).await), FsStatus::PermissionDenied);
+        assert_eq!(cluster.manager.capabilities_minted(), 0);
+        // At the drives alone: every identity reads, none but alice's writes.
+        let components = to(admin.get_layout("/shared/f")).await.unwrap().components;
+        for (component, _) in &components {
+            let (drive, object) = (component.object.drive, component.object.object);
+            let mut b = drive_as_on(&cluster, drive, bob.credential, &bob.idkey).await;
+            to(b.read(partition, object, &whole())).await.expect("bob reads by identity");
+            assert_eq!(drive_status(to(b.write(partition, object, &whole(), DATA)).await), Status::RightsInsufficient);
+        }
+
+        // 0666: everyone writes, through the file system and at the drives.
+        to(alice_fs.chmod("/shared/f", 0o666)).await.unwrap();
+        to(bob_fs.write_file("/shared/f", DATA)).await.expect("bob writes a 0666 file by identity");
+        assert_eq!(to(carol_fs.read_file("/shared/f")).await.unwrap(), DATA);
+        let first = to(admin.get_layout("/shared/f")).await.unwrap().components[0].0.object;
+        let (first_drive, first) = (first.drive, first.object);
+        let mut b = drive_as_on(&cluster, first_drive, bob.credential, &bob.idkey).await;
+        let mut c = drive_as_on(&cluster, first_drive, carol.credential, &carol.idkey).await;
+        to(b.read(partition, first, &whole())).await.expect("bob reads the 0666 file by identity");
+        // 0640: the moment chmod returns, others read nothing at the drive; the group class
+        // still reads through the manager, which no drive entry carries (see
+        // group_access_goes_through_capabilities).
+        to(alice_fs.chmod("/shared/f", 0o640)).await.unwrap();
+        assert_eq!(drive_status(to(b.read(partition, first, &whole())).await), Status::NotInPal);
+        assert_eq!(fs_status(to(bob_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        // 0604: others may read, the group class may not. Carol's identity gets nothing at the
+        // drive; bob's does not either (the documented limitation: he reads on `both`).
+        to(alice_fs.chmod("/shared/f", 0o604)).await.unwrap();
+        assert_eq!(drive_status(to(c.read(partition, first, &whole())).await), Status::NotInPal, "carol, group");
+        assert_eq!(fs_status(to(carol_fs.read_file("/shared/f")).await), FsStatus::PermissionDenied);
+        assert_eq!(drive_status(to(b.read(partition, first, &whole())).await), Status::NotInPal);
+
+        drop((alice_fs, bob_fs, carol_fs, admin, alice_auth, b, c));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
 /// Group entries and the mode's group class are not flattened into PALs
 /// (a drive matches users and roles only). On a partition that takes both
 /// schemes the client falls back to the capability the manager minted at
@@ -824,7 +991,7 @@ fn group_access_goes_through_capabilities() {
         for scheme in [AuthScheme::BOTH, AuthScheme::PALS] {
             let (auth, cluster, admin) = pal_cluster(scheme, 1).await;
             let (mut alice_auth, alice) = auth.login(USER_A, PW_A, 0).await.unwrap();
-            let gid = to(alice_auth.create_group("project")).await.unwrap();
+            let gid = to(alice_auth.create_group("project")).await.unwrap().gid;
             to(alice_auth.set_group_member(gid, USER_B, true)).await.unwrap();
             let bob = auth.grant(USER_B, PW_B, 0).await;
             let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();

@@ -13,7 +13,7 @@ use common::raw::{begin, commit, create, striper};
 use common::*;
 use nasd_fs::{FsStatus, OpenMode};
 use nasd_manager::ManagerConfig;
-use nasd_proto::layout::Layout;
+use nasd_proto::layout::{ComponentState, Layout};
 use nasd_proto::manager::FileAccess;
 use nasd_stripe::DrivePool;
 use std::collections::BTreeSet;
@@ -208,6 +208,46 @@ fn a_commit_past_the_quota_escrow_is_refused_and_rolled_back() {
     });
 }
 
+/// `ABORT_WRITE`: a writer gives its transaction up and the manager rolls
+/// it back at once — the file as it was, the quota escrow and the drive
+/// space back, the writer's capabilities revoked — without waiting for the
+/// lease. Only the writer (or an administrator): another user is refused,
+/// another file's transaction is refused, and one already gone is `Done`.
+#[test]
+fn a_writer_gives_its_transaction_up() {
+    run(async {
+        let c = Cluster::start(ClusterOptions { config: config(), ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let (h, access) = create(&admin, "f").await;
+        let (other, _) = create(&admin, "g").await;
+        let txn = begin(&admin, h).await.expect("begin");
+        let data = pattern(6, 300_000);
+        let s = striper(&pool, &access, &[]);
+        let written = to(s.write(0, &data, 0)).await.expect("the drives take the bytes");
+        to(s.flush(&written.written)).await.expect("flush");
+        let abort = |fs: &nasd_fs::FsClient, handle, txn| {
+            let req = nasd_proto::manager::ManagerRequest::AbortWrite { handle, txn };
+            let fs = fs.clone();
+            async move { to(fs.call(&req)).await.map(|_| ()) }
+        };
+        let user = c.login(USER_A, PW_A).await;
+        let theirs = to(user.walk("/f", OpenMode::None)).await.expect("alice may look /f up").handle();
+        let refused = abort(&user, theirs, txn).await.expect_err("another user's transaction");
+        assert_eq!(refused.status(), Some(FsStatus::NotPermitted), "{refused}");
+        let refused = abort(&admin, other, txn).await.expect_err("another file's transaction");
+        assert_eq!(refused.status(), Some(FsStatus::InvalidArgument), "{refused}");
+        assert_eq!(open_txns(&c, &access).await, vec![Some(txn); 3], "refusals change nothing");
+        abort(&admin, h, txn).await.expect("the writer gives it up");
+        assert_eq!(open_txns(&c, &access).await, vec![None; 3], "rolled back and ended on every drive");
+        assert!(to(s.read(0, 65_536, 65_536)).await.is_err(), "the writer's capabilities were revoked");
+        assert!(to(admin.read_file("/f")).await.unwrap().is_empty(), "the file as it was");
+        assert_eq!(commit(&admin, h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::Aborted));
+        abort(&admin, h, txn).await.expect("a transaction already gone: Done");
+        c.stop().await;
+    });
+}
+
 /// A rollback that a drive holds up — it stopped, and the manager has not
 /// noticed yet — revokes the file's capabilities once, not at every
 /// attempt. Every attempt used to bump the access-control version again,
@@ -261,6 +301,73 @@ fn a_rollback_a_drive_holds_up_revokes_capabilities_once() {
             let (back, _) = to(s.read(0, 200_000, 200_000)).await.expect("read");
             assert!(back == old, "the old content without component {missing:?}");
         }
+        c.stop().await;
+    });
+}
+
+/// The states `/name`'s components are recorded in.
+async fn states(fs: &nasd_fs::FsClient, name: &str) -> Vec<ComponentState> {
+    let info = to(fs.get_layout(&format!("/{name}"))).await.expect("layout");
+    info.components.iter().map(|(c, _)| c.state).collect()
+}
+
+/// Issue 22: a transaction that cannot be opened on a component (its drive
+/// stopped, the manager not knowing it: no heartbeats here) marks nothing
+/// at `BEGIN_WRITE` — the component missed nothing yet. A commit marks it
+/// stale because the writer reports it missed the writes; a rollback marks
+/// it stale because bytes the writer may have landed there have no undo;
+/// no other component is marked either way. Before the fix `BEGIN_WRITE`
+/// marked it stale at once.
+#[test]
+fn a_component_the_transaction_was_not_opened_on_is_stale_only_once_it_may_differ() {
+    run(async {
+        let mut c = Cluster::start(ClusterOptions { config: config(), drives: 3, ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let old = pattern(6, 200_000);
+        let mut files = Vec::new();
+        for name in ["f", "g"] {
+            let (h, access) = create(&admin, name).await;
+            let txn = begin(&admin, h).await.expect("begin");
+            let s = striper(&pool, &access, &[]);
+            let w = to(s.write(0, &old, 0)).await.expect("write");
+            to(s.flush(&w.written)).await.expect("flush");
+            commit(&admin, h, txn, old.len() as u64, vec![]).await.expect("commit");
+            files.push((h, access));
+        }
+        let parity = files[0].1.components[2].object.drive as usize;
+        assert_eq!(parity, files[1].1.components[2].object.drive as usize, "three drives, one layout");
+        let stopped = c.drives.remove(parity).halt().await;
+
+        // f: begun without its parity, which then misses the write the writer commits.
+        let (h, access) = &files[0];
+        let txn = begin(&admin, *h).await.expect("begin without the parity's drive");
+        assert_eq!(states(&admin, "f").await, vec![ComponentState::Ok; 3], "a failed TXN_BEGIN marks nothing");
+        let new = pattern(7, 131_072);
+        let s = striper(&pool, access, &[]);
+        let w = to(s.write(0, &new, old.len() as u64)).await.expect("a write around the parity");
+        let f = to(s.flush(&w.written)).await.expect("flush");
+        let missed: Vec<u8> = w.missed.union(&f.missed).map(|&m| m as u8).collect();
+        assert_eq!(missed, vec![2], "the parity missed the write");
+        commit(&admin, *h, txn, old.len() as u64, missed).await.expect("commit");
+        let want = [ComponentState::Ok, ComponentState::Ok, ComponentState::Stale];
+        assert_eq!(states(&admin, "f").await, want, "the commit marks what missed the write");
+
+        // g: begun without its parity; the writer writes and dies; the drive is back for the rollback.
+        let (h, access) = &files[1];
+        let txn = begin(&admin, *h).await.expect("begin without the parity's drive");
+        assert_eq!(states(&admin, "g").await, vec![ComponentState::Ok; 3], "a failed TXN_BEGIN marks nothing");
+        let s = striper(&pool, access, &[]);
+        let w = to(s.write(0, &new, old.len() as u64)).await.expect("a write around the parity");
+        to(s.flush(&w.written)).await.expect("flush");
+        c.drives.insert(parity, stopped.start().await);
+        tokio::time::sleep(Duration::from_millis(1200)).await; // past the 1 s lease
+        to(c.manager.maintain()).await;
+        assert_eq!(states(&admin, "g").await, want, "the rollback marks the component it could not undo");
+        assert_eq!(commit(&admin, *h, txn, 1, vec![]).await.unwrap_err().status(), Some(FsStatus::Aborted));
+        let fresh = to(admin.walk("/g", OpenMode::Read)).await.expect("walk").access.expect("access");
+        let (back, _) = to(striper(&pool, &fresh, &[2]).read(0, 200_000, 200_000)).await.expect("read");
+        assert!(back == old, "the data components are rolled back");
         c.stop().await;
     });
 }

@@ -63,11 +63,17 @@ async fn assert_checksums(
     }
 }
 
-/// Polls the cluster status until `done` holds, at most [`STEP`].
+/// Polls the cluster status until `done` holds, at most [`STEP`]. Every
+/// status seen shows progress that makes sense: no more done than planned,
+/// and a rebuild's bytes within what these tests' files hold (a resync of a
+/// component stale whole used to plan 512 TiB, and shown "0/0 files").
 async fn until(fs: &FsClient, what: &str, done: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         let s = to(fs.cluster_status()).await.expect("status");
+        let p = s.rebuild;
+        assert!(p.files_done <= p.files_total && p.bytes_done <= p.bytes_total, "{what}: rebuild {p:?}");
+        assert!(p.bytes_total <= 1 << 30, "{what}: a rebuild plans more bytes than the files hold: {p:?}");
         if done(&s) {
             return s;
         }
@@ -269,6 +275,66 @@ fn a_resync_that_waited_for_a_writer_rewrites_what_the_writer_missed() {
             let len = want.len() as u64;
             let (back, _) = to(striper(&pool, &access, &[1 - copy]).read(0, len, len)).await.expect("read");
             assert_eq!(checksum(&back), checksum(&want), "/f: copy {copy} alone holds every write");
+        }
+        c.stop().await;
+    });
+}
+
+/// Issue 22: the resync of a component stale on drive A runs while drive B,
+/// holding another component of the file, is down — dead and not noticed
+/// yet, then noticed. Its transaction cannot be opened on B and its reads
+/// fail there: it waits, and marks B's component nothing, for B missed
+/// nothing. Once B is back the resync runs and every component holds the
+/// file. Before the fix B's component was recorded stale whole too: two of
+/// three stale, and the file unreadable with every drive back, for good.
+#[test]
+fn a_resync_while_another_drive_is_down_marks_nothing_there() {
+    run(async {
+        let opts = ClusterOptions {
+            config: config("rs:2+1@64K", Duration::from_secs(3600)),
+            drives: 3,
+            maintenance: true,
+            ..Default::default()
+        };
+        let mut c = Cluster::start(opts).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let mut want = pattern(40, 500_000);
+        write_new(&admin, &pool, "f", &want).await;
+        let info = to(admin.get_layout("/f")).await.expect("layout");
+        let drive_of = |idx: usize| info.components[idx].0.object.drive as usize;
+        let (a, b) = (drive_of(0), drive_of(1));
+        // Where drive `n` sits in `c.drives` while the drives in `missing` are out of it.
+        let at = |n: usize, missing: usize| if missing < n { n - 1 } else { n };
+
+        // Drive A stops; component 0 misses a rewrite of the first 200 000 bytes.
+        let stopped_a = c.drives.remove(a).halt().await;
+        until(&admin, "drive A down", |s| !s.drives[a].up).await;
+        let new = pattern(41, 200_000);
+        let (h, txn, missed) = write_missing(&admin, &pool, "f", 0, &new, &[0]).await;
+        commit_ranges(&admin, h, txn, want.len() as u64, missed, vec![(0, new.len() as u64)]).await.expect("commit");
+        want[..new.len()].copy_from_slice(&new);
+
+        // Drive B stops and drive A comes back: repair passes (every 200 ms) try the resync of
+        // component 0 while B is down, first unnoticed, then noticed.
+        let stopped_b = c.drives.remove(at(b, a)).halt().await;
+        c.drives.insert(at(a, b), stopped_a.start().await);
+        until(&admin, "drive A up, drive B down", |s| s.drives[a].up && !s.drives[b].up).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let states: Vec<_> =
+            to(admin.get_layout("/f")).await.expect("layout").components.iter().map(|(c, _)| c.state).collect();
+        use nasd_fs::ComponentState::{Down, Ok as Current, Stale};
+        assert_eq!(states, vec![Stale, Down, Current], "the component that missed the write, and B's down");
+
+        // B back: its component is not stale (before the fix it was, and the file stayed degraded).
+        c.drives.insert(b, stopped_b.start().await);
+        until(&admin, "the resync", |s| s.drives.iter().all(|d| d.up) && s.files_degraded == 0).await;
+        let access = to(admin.walk("/f", nasd_fs::OpenMode::Read)).await.expect("walk").access.expect("access");
+        for missing in [None, Some(0), Some(1), Some(2)] {
+            let len = want.len() as u64;
+            let s = striper(&pool, &access, &missing.into_iter().collect::<Vec<_>>());
+            let (back, _) = to(s.read(0, len, len)).await.expect("read");
+            assert_eq!(checksum(&back), checksum(&want), "/f without component {missing:?}");
         }
         c.stop().await;
     });

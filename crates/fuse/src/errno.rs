@@ -6,7 +6,9 @@ use nasd_fs::FsError;
 /// The errno a failed `nasd-fs` call answers a FUSE request with: the
 /// manager's status by its POSIX equivalent (`docs/PROTOCOL.md`, "Status
 /// codes"), data unavailable past the layout's redundancy `EIO`, a drive or
-/// every drive out of space `ENOSPC`, a write past what a layout holds `EFBIG`.
+/// every drive out of space `ENOSPC`, a write past what a layout holds
+/// `EFBIG`, no manager reachable within the mount's wait `EIO`, a wait for
+/// the manager interrupted by a signal `EINTR`.
 pub fn errno_of(e: &FsError) -> i32 {
     e.errno()
 }
@@ -52,5 +54,9 @@ mod tests {
             assert_eq!(errno_of(&fs(status)), expect, "{status:?}");
         }
         assert_eq!(errno_of(&FsError::Protocol("x".into())), libc::EIO);
+        // An outage is an I/O error, never "invalid argument" (issue 23.1).
+        assert_eq!(errno_of(&FsError::ManagerUnreachable { message: "x".into() }), libc::EIO);
+        assert_eq!(errno_of(&FsError::Setup("x".into())), libc::EIO);
+        assert_eq!(errno_of(&FsError::Interrupted { message: "x".into() }), libc::EINTR);
     }
 }

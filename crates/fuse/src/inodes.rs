@@ -40,6 +40,10 @@ pub(crate) struct Node {
     /// Size and modification time of the file when the kernel's page cache
     /// for it was last known valid (`None`: drop it at the next open).
     pub cached: Option<(u64, i64)>,
+    /// The manager's last answer to the `getxattr` the kernel makes before
+    /// every write (`security.capability`), while the file is open: it
+    /// answers while no manager does.
+    pub write_check: Option<Result<Vec<u8>, fuser::Errno>>,
 }
 
 impl Node {
@@ -53,6 +57,7 @@ impl Node {
             file: None,
             hidden: None,
             cached: None,
+            write_check: None,
         }
     }
 

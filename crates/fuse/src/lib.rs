@@ -14,8 +14,35 @@
 //! - **Per-request isolation**: every request runs as a task of its own on the
 //!   mount's tokio runtime and ends in a reply — an errno when anything fails,
 //!   also when the task panics (its reply is dropped, which answers `EIO`).
-//!   At most [`REQUESTS_IN_FLIGHT_MAX`] run at once; past that the FUSE
-//!   threads wait, so the kernel queues.
+//!   At most [`REQUESTS_IN_FLIGHT_MAX`] data requests (reads, writes,
+//!   flushes, releases of open files) and [`NAME_REQUESTS_IN_FLIGHT_MAX`]
+//!   others run at once; past that the FUSE threads wait, so the kernel
+//!   queues.
+//! - **Outages** (issue 23.1): while no manager can be reached, a request
+//!   that needs one waits for it to come back, as on a hard NFS mount
+//!   ([`MountConfig::manager_wait`]; with a bound it then fails with `EIO`).
+//!   The wait is logged once when it begins and once when it ends, and it is
+//!   interruptible: a request whose caller has a signal pending that it
+//!   catches, or is being killed, ends with `EINTR` within
+//!   [`nasd_fs::INTERRUPT_POLL`]. Reads and writes of open files go on
+//!   without the manager while their capabilities are valid and their
+//!   drives answer (the kernel's attribute checks before reads are answered
+//!   from the open file; drives that do not answer, past the layout's
+//!   redundancy, fail a read with `EIO` at once, as always); what needs the
+//!   manager waits: opens, names,
+//!   attributes of files not open, a small file's first bytes (kept by the
+//!   manager), a capability to renew, and a write's commit — at `close`,
+//!   `fsync`, and a quarter into its write transaction's lease, after which
+//!   further writes to the file wait for it. A transaction whose lease runs
+//!   out during the outage (or that a restarted manager no longer has) is
+//!   rolled back: the file's writes since its last commit are lost, and its
+//!   next write, `fsync` or `close` fails with `EIO`. A request the manager
+//!   had when it went away fails with `EIO` unless it only reads (then it is
+//!   sent again once the manager is back): it may or may not have been done.
+//! - **Mount points**: a directory that already is a mount point (a second
+//!   mount of the same directory) is refused, and so is a non-empty one
+//!   unless [`MountConfig::nonempty`] (its entries would be hidden).
+//!   `ioctl` is answered `ENOTTY` without a log line.
 //! - **Consistency** (AFS/NFS style): close-to-open for data — `close`
 //!   commits a file's writes (`flush`), `open` asks the manager for fresh
 //!   attributes and keeps the kernel's page cache only if the file's size and
@@ -63,6 +90,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use errno::errno_of;
+pub use nasd_fs::ManagerWait;
 
 /// FUSE threads reading requests from the kernel by default. Each only
 /// decodes a request and hands it to the runtime, so a few suffice.
@@ -79,6 +107,11 @@ pub const ATTR_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// [`MAX_WRITE_BYTES`]) of its own, so this bounds the mount's memory for
 /// requests to about 256 MiB.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 256;
+/// Name-space and attribute requests running at once, apart from the data
+/// requests: each holds at most a name, an attribute reply, a directory page
+/// or an extended attribute (64 KiB), so about 64 MiB in all; this many may
+/// wait for a manager in an outage before the FUSE threads wait too.
+pub const NAME_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
 /// The largest write the kernel sends in one request (it needs
 /// `FUSE_MAX_PAGES`; older kernels send 128 KiB).
 pub const MAX_WRITE_BYTES: u32 = 1024 * 1024;
@@ -119,6 +152,13 @@ pub struct MountConfig {
     pub attr_timeout: Duration,
     /// The source shown in `/proc/mounts`.
     pub fsname: String,
+    /// How long a request waits for a manager that cannot be reached
+    /// ([`ManagerWait::Hard`] by default: until it is back, interruptible;
+    /// a bounded wait then fails with `EIO`).
+    pub manager_wait: ManagerWait,
+    /// Mount over a directory that has entries (they are hidden, not
+    /// touched, until the mount ends); refused by default.
+    pub nonempty: bool,
 }
 
 impl MountConfig {
@@ -131,6 +171,8 @@ impl MountConfig {
             threads: MOUNT_THREADS_DEFAULT,
             attr_timeout: ATTR_TIMEOUT_DEFAULT,
             fsname: "nasd".into(),
+            manager_wait: ManagerWait::Hard,
+            nonempty: false,
         }
     }
 
@@ -173,11 +215,15 @@ impl Mount {
     /// current tokio runtime. Returns once the kernel has the mount.
     ///
     /// # Errors
-    /// An invalid configuration, the root directory not reachable through
-    /// the manager, or the kernel refusing the mount (no `/dev/fuse`, not
-    /// allowed to mount, `allow_other` without the right).
+    /// An invalid configuration; a mount point that is not a directory, is
+    /// already a mount point (`AlreadyExists`), or has entries without
+    /// [`MountConfig::nonempty`] (`DirectoryNotEmpty`); the root directory
+    /// not reachable through the manager; or the kernel refusing the mount
+    /// (no `/dev/fuse`, not allowed to mount, `allow_other` without the
+    /// right).
     pub async fn start(fs: nasd_fs::FsClient, config: MountConfig) -> io::Result<Mount> {
         config.validate()?;
+        check_mountpoint(&config.mountpoint, config.nonempty)?;
         let root = fs.root().await.map_err(|e| io::Error::other(format!("cannot reach the root directory: {e}")))?;
         // Take a place in the change feed before the kernel can cache anything:
         // every change made after `start` returns reaches this mount.
@@ -277,6 +323,96 @@ impl Drop for Mount {
     }
 }
 
+/// Refuses a mount point that would surprise: one that already is a mount
+/// point (mounting again would stack a second mount on it), and a directory
+/// with entries unless `nonempty` (the mount would hide them). Each message
+/// says what to do instead. [`Mount::start`] checks this first; a program
+/// may check before it logs in.
+///
+/// # Errors
+/// `AlreadyExists` for a mount point, `DirectoryNotEmpty` for a directory
+/// with entries, the error of reading the directory (not one, missing).
+pub fn check_mountpoint(mountpoint: &Path, nonempty: bool) -> io::Result<()> {
+    let absolute = std::path::absolute(mountpoint)?;
+    let shown = mountpoint.display();
+    // Looked up before anything touches the directory: a mount whose server is gone
+    // answers every call with ENOTCONN.
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let canonical = std::fs::canonicalize(&absolute).unwrap_or_else(|_| absolute.clone());
+    if let Some(m) = mount_at(&table, &canonical).or_else(|| mount_at(&table, &absolute)) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{shown} is already a mount point ({} from {}): a second mount would hide the first; \
+                 unmount it first (`fusermount3 -u {shown}`, or `umount {shown}` as root) or choose another directory",
+                m.fstype, m.source
+            ),
+        ));
+    }
+    let mut entries =
+        std::fs::read_dir(&canonical).map_err(|e| io::Error::new(e.kind(), format!("cannot mount at {shown}: {e}")))?;
+    if let Some(first) = entries.next() {
+        if !nonempty {
+            let first = first.map(|e| e.file_name().to_string_lossy().into_owned()).unwrap_or_default();
+            return Err(io::Error::new(
+                io::ErrorKind::DirectoryNotEmpty,
+                format!(
+                    "{shown} is not empty (it holds '{first}'…): the mount would hide what it holds until it ends; \
+                     choose an empty directory, or mount over it anyway with `nasd mount --nonempty`"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A mount as `/proc/self/mountinfo` lists it.
+#[derive(Debug, PartialEq, Eq)]
+struct MountEntry {
+    fstype: String,
+    source: String,
+}
+
+/// The mount on top at `point` in a `/proc/self/mountinfo` table: the last
+/// line whose mount point (the fifth field, with spaces, tabs, newlines and
+/// backslashes escaped in octal) is `point`; its file-system type and
+/// source are the first two fields after the ` - ` separator.
+fn mount_at(table: &str, point: &Path) -> Option<MountEntry> {
+    use std::os::unix::ffi::OsStrExt;
+    table.lines().rev().find_map(|line| {
+        let (head, tail) = line.split_once(" - ")?;
+        let field = head.split(' ').nth(4)?;
+        if unescape_octal(field) != point.as_os_str().as_bytes() {
+            return None;
+        }
+        let mut tail = tail.split(' ');
+        let fstype = String::from_utf8_lossy(&unescape_octal(tail.next()?)).into_owned();
+        let source = String::from_utf8_lossy(&unescape_octal(tail.next().unwrap_or("none"))).into_owned();
+        Some(MountEntry { fstype, source })
+    })
+}
+
+/// A mountinfo field with its `\NNN` octal escapes decoded.
+fn unescape_octal(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// A lazy unmount: `umount2(MNT_DETACH)` as root, else `fusermount3 -u -z`.
 fn detach(mountpoint: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -316,4 +452,30 @@ fn fuser_config(config: &MountConfig) -> fuser::Config {
     options.n_threads = Some(config.threads);
     options.clone_fd = config.threads > 1;
     options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{mount_at, MountEntry};
+    use std::path::Path;
+
+    const TABLE: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+98 22 0:50 / /tmp/a\\040dir rw,nosuid,nodev,relatime shared:60 - fuse.nasd nasd:admin rw,user_id=0,group_id=0
+99 98 0:51 / /tmp/a\\040dir rw,nosuid,nodev,relatime shared:61 - fuse.nasd nasd:alice rw,user_id=0,group_id=0
+100 22 0:52 / /mnt/x rw,relatime - tmpfs none rw
+";
+
+    #[test]
+    fn mounts_are_found_by_their_unescaped_mount_point_topmost_first() {
+        let top = MountEntry { fstype: "fuse.nasd".into(), source: "nasd:alice".into() };
+        assert_eq!(mount_at(TABLE, Path::new("/tmp/a dir")), Some(top));
+        assert_eq!(
+            mount_at(TABLE, Path::new("/mnt/x")),
+            Some(MountEntry { fstype: "tmpfs".into(), source: "none".into() })
+        );
+        assert_eq!(mount_at(TABLE, Path::new("/tmp/a\\040dir")), None, "the escaped form is not the path");
+        assert_eq!(mount_at(TABLE, Path::new("/tmp")), None);
+        assert_eq!(mount_at("garbage line\n", Path::new("/")), None);
+    }
 }

@@ -5,13 +5,18 @@ use crate::attr::{file_type, nanos, to_kernel, GENERATION};
 use crate::dir::DirStream;
 use crate::errno::errno;
 use crate::inodes::{Hidden, Inodes};
-use crate::{MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, OPEN_DIRS_MAX, OPEN_FILES_MAX, REQUESTS_IN_FLIGHT_MAX};
-use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+use crate::{
+    MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, NAME_REQUESTS_IN_FLIGHT_MAX, OPEN_DIRS_MAX, OPEN_FILES_MAX,
+    REQUESTS_IN_FLIGHT_MAX,
 };
-use nasd_fs::{Change, Entry, File, FileKind, FsClient, Handle, Identity, Ino, Seek, SetAttr, XattrMode};
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use nasd_fs::{
+    Change, Entry, File, FileKind, FsClient, FsError, Handle, Identity, Ino, ManagerWait, Seek, SetAttr, XattrMode,
+};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
@@ -35,6 +40,13 @@ const FEED_RETRY: Duration = Duration::from_secs(1);
 /// itself (and skips it) before it forgets it: one not reported by then
 /// (the feed lost it, or was down) only costs an invalidation.
 const OWN_CHANGE_WAIT: Duration = Duration::from_secs(10);
+/// Longest a call answered from an open file waits for the manager's answer
+/// during an outage (a manager on a host that is gone answers nothing until
+/// the connection times out); past it the open file answers.
+const UNLESS_UNREACHABLE_WAIT_MAX: Duration = Duration::from_secs(1);
+/// The extended attribute the kernel reads before every write of a file
+/// (whether the write must drop file capabilities).
+const WRITE_CHECK_XATTR: &str = "security.capability";
 /// Prefix of the hidden name a file unlinked while open here lives on under.
 pub(crate) const HIDDEN_PREFIX: &str = ".nasd-unlinked-";
 
@@ -63,12 +75,20 @@ pub(crate) struct State {
     /// Each request runs as its local caller (`AS_USER`).
     map_users: bool,
     ttl: Duration,
+    /// How long requests wait for a manager that cannot be reached.
+    manager_wait: ManagerWait,
     inodes: Mutex<Inodes>,
     files: Mutex<HashMap<u64, OpenFile>>,
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirStream>>>>,
     next_fh: AtomicU64,
     hidden_seq: AtomicU64,
+    /// Data requests in flight (reads, writes, flushes and releases of open
+    /// files): each holds at most one transfer.
     requests: Arc<Semaphore>,
+    /// Name-space and attribute requests in flight, apart from the data
+    /// requests so that many of them waiting for the manager leave the
+    /// open files' reads and writes going.
+    name_requests: Arc<Semaphore>,
     notifier: OnceLock<Notifier>,
     answered: AtomicU64,
     failed: AtomicU64,
@@ -76,6 +96,8 @@ pub(crate) struct State {
     invalidations: AtomicU64,
     /// Changes the feed reported that this mount had made itself (skipped).
     own_skipped: AtomicU64,
+    /// When a call that does not wait last tried the manager during an outage.
+    outage_try: Mutex<Option<std::time::Instant>>,
     /// Changes this mount is making itself, which the feed will report:
     /// the kernel learnt them from the replies, so they are skipped.
     own: Mutex<HashMap<Change, (u32, std::time::Instant)>>,
@@ -106,6 +128,39 @@ fn parse_groups(status: &str) -> Option<Vec<u32>> {
     line.split_whitespace().map(|g| g.parse().ok()).collect()
 }
 
+/// Whether the process (or thread) `pid` that made a request has a signal
+/// pending that ends a waiting system call: one it catches (the call
+/// returns `EINTR` to its handler), or `SIGKILL` (what the kernel makes of
+/// any signal that kills it). fuser answers the kernel's `INTERRUPT` with
+/// `ENOSYS`, so the kernel stops sending it: the daemon looks for itself,
+/// in `/proc/PID/status`. A caller that cannot be looked at (pid 0, the
+/// kernel's own requests; another pid namespace) is never interrupted.
+fn caller_interrupted(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| signal_pending(&s)).unwrap_or(false)
+}
+
+/// Whether `/proc/PID/status` text shows a pending signal, not blocked,
+/// that is caught or is `SIGKILL`; `None` if a line is missing or bad.
+fn signal_pending(status: &str) -> Option<bool> {
+    let mask = |name: &str| {
+        let hex = status.lines().find_map(|l| l.strip_prefix(name))?.trim();
+        u64::from_str_radix(hex, 16).ok()
+    };
+    let pending = mask("SigPnd:")? | mask("ShdPnd:")?;
+    let blocked = mask("SigBlk:")?;
+    let caught = mask("SigCgt:")?;
+    let sigkill = 1u64 << (libc::SIGKILL - 1);
+    Some(pending & !blocked & (caught | sigkill) != 0)
+}
+
+/// The check a request of process `pid` waiting for the manager makes.
+fn interruption_of(pid: u32) -> Option<nasd_fs::Interrupted> {
+    (pid != 0).then(|| Arc::new(move || caller_interrupted(pid)) as nasd_fs::Interrupted)
+}
+
 /// A name from the kernel as the manager takes it: UTF-8 (anything else is `EINVAL`).
 fn name_of(name: &OsStr) -> Result<String, Errno> {
     name.to_str().map(str::to_owned).ok_or(Errno::EINVAL)
@@ -122,18 +177,21 @@ impl State {
             allow_other: config.allow_other,
             map_users: config.map_users,
             ttl: config.attr_timeout,
+            manager_wait: config.manager_wait,
             inodes: Mutex::new(Inodes::new(&root)),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             hidden_seq: AtomicU64::new(0),
             requests: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
+            name_requests: Arc::new(Semaphore::new(NAME_REQUESTS_IN_FLIGHT_MAX)),
             notifier: OnceLock::new(),
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             own_skipped: AtomicU64::new(0),
             own: Mutex::new(HashMap::new()),
+            outage_try: Mutex::new(None),
         }
     }
 
@@ -244,12 +302,59 @@ impl State {
 
     async fn getattr(&self, ino: u64) -> Result<fuser::FileAttr, Errno> {
         let handle = self.handle(ino)?;
-        let mut attr = self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr;
+        let open = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
+        let mut attr = match open {
+            // The kernel asks before reads of an open file: while no manager answers, the
+            // open file's attributes (what its open, commits and writes here made them)
+            // answer, so reads go on at once.
+            Some(file) => match self.unless_unreachable(self.fs().getattr(handle)).await {
+                Some(r) => r.map_err(|e| errno(&e))?.attr,
+                None => file.attr(),
+            },
+            None => self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr,
+        };
         self.with_local_size(&mut attr).await;
         let mut inodes = lock(&self.inodes);
         inodes.refresh(&attr);
         let hidden = inodes.get(ino).map_or(0, |n| n.nlink_hidden());
         Ok(to_kernel(&attr, hidden))
+    }
+
+    /// Runs `call` (manager requests) without waiting for a manager: `None`
+    /// if none answers — the one attempt found no manager or lost its
+    /// connection — else its result. During an outage the attempt is made
+    /// at most once per [`nasd_fs::MANAGER_PROBE_PAUSE`] (so the outage's
+    /// end is found even if no other call waits for it) and given
+    /// [`UNLESS_UNREACHABLE_WAIT_MAX`]; meanwhile `None` at once.
+    async fn unless_unreachable<T>(
+        &self,
+        call: impl Future<Output = Result<T, FsError>>,
+    ) -> Option<Result<T, FsError>> {
+        let call = nasd_fs::with_manager_wait(ManagerWait::NONE, None, call);
+        let result = if self.fs.manager_outage().is_some() {
+            if !self.outage_try_due() {
+                return None;
+            }
+            tokio::time::timeout(UNLESS_UNREACHABLE_WAIT_MAX, call).await.ok()?
+        } else {
+            call.await
+        };
+        match result {
+            Err(FsError::ManagerUnreachable { .. } | FsError::Io(_)) => None,
+            r => Some(r),
+        }
+    }
+
+    /// Whether a call that does not wait may try the manager during an
+    /// outage now (the last such try was [`nasd_fs::MANAGER_PROBE_PAUSE`]
+    /// ago or more); taken if so.
+    fn outage_try_due(&self) -> bool {
+        let mut last = lock(&self.outage_try);
+        if last.is_some_and(|t| t.elapsed() < nasd_fs::MANAGER_PROBE_PAUSE) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
     }
 
     async fn setattr(&self, ino: u64, changes: SetAttr) -> Result<fuser::FileAttr, Errno> {
@@ -617,6 +722,7 @@ impl State {
                 Some(node) => {
                     node.opens = node.opens.saturating_sub(1);
                     if node.opens == 0 {
+                        node.write_check = None;
                         (node.file.take(), node.hidden.take())
                     } else {
                         (None, None)
@@ -749,6 +855,27 @@ impl State {
     async fn getxattr(&self, ino: u64, name: OsString) -> Result<Vec<u8>, Errno> {
         let handle = self.handle(ino)?;
         let name = name_of(&name)?;
+        let open = name == WRITE_CHECK_XATTR && lock(&self.inodes).get(ino).is_some_and(|n| n.file.is_some());
+        if open {
+            // The kernel asks before every write of the file: while no manager answers,
+            // the last answer this mount had while the file is open answers, so writes go on.
+            match self.unless_unreachable(self.fs().getxattr(handle, &name)).await {
+                Some(r) => {
+                    let r = r.map_err(|e| errno(&e));
+                    if let Some(node) = lock(&self.inodes).get_mut(ino).filter(|n| n.file.is_some()) {
+                        node.write_check = Some(r.clone());
+                    }
+                    return r;
+                }
+                None => {
+                    let last =
+                        lock(&self.inodes).get(ino).filter(|n| n.file.is_some()).and_then(|n| n.write_check.clone());
+                    if let Some(last) = last {
+                        return last;
+                    }
+                }
+            }
+        }
         self.fs().getxattr(handle, &name).await.map_err(|e| errno(&e))
     }
 
@@ -979,6 +1106,13 @@ fn reply_xattr(reply: ReplyXattr, size: u32, bytes: &[u8]) {
     }
 }
 
+/// Which permits a request takes (see [`State::requests`]).
+#[derive(Debug, Clone, Copy)]
+enum Class {
+    Data,
+    Names,
+}
+
 /// The `fuser` file system: hands every request to the runtime.
 pub(crate) struct NasdFs {
     state: Arc<State>,
@@ -1007,7 +1141,7 @@ impl NasdFs {
                 return;
             }
         };
-        self.spawn_as(client, move |state| async move {
+        self.spawn_as(client, req.pid(), Class::Names, move |state| async move {
             let result = work(state.clone()).await;
             state.answered.fetch_add(1, Ordering::Relaxed);
             match result {
@@ -1021,28 +1155,40 @@ impl NasdFs {
     }
 
     /// Runs `work` as a task of its own, as the mount's own client (data
-    /// requests on open files, whose opens the manager checked).
-    fn spawn<W, F>(&self, work: W)
+    /// requests on open files, whose opens the manager checked), for the
+    /// process `pid`.
+    fn spawn<W, F>(&self, pid: u32, work: W)
     where
         W: FnOnce(Arc<State>) -> F + Send + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
-        self.spawn_as(self.state.fs.clone(), work)
+        self.spawn_as(self.state.fs.clone(), pid, Class::Data, work)
     }
 
-    /// Runs `work` as a task of its own whose manager requests go out as `client`.
-    fn spawn_as<W, F>(&self, client: FsClient, work: W)
+    /// Runs `work` as a task of its own whose manager requests go out as
+    /// `client` and wait for a manager that cannot be reached as the mount's
+    /// `manager_wait` says, until process `pid` (the caller) is interrupted.
+    fn spawn_as<W, F>(&self, client: FsClient, pid: u32, class: Class, work: W)
     where
         W: FnOnce(Arc<State>) -> F + Send + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
         let state = self.state.clone();
+        let permits = match class {
+            Class::Data => &self.state.requests,
+            Class::Names => &self.state.name_requests,
+        };
         // FUSE threads are not runtime threads: they may wait here.
-        let permit = self.state.runtime.block_on(self.state.requests.clone().acquire_owned());
-        self.state.runtime.spawn(CALLER.scope(client, async move {
-            let _permit = permit;
-            work(state).await;
-        }));
+        let permit = self.state.runtime.block_on(permits.clone().acquire_owned());
+        let wait = self.state.manager_wait;
+        self.state.runtime.spawn(nasd_fs::with_manager_wait(
+            wait,
+            interruption_of(pid),
+            CALLER.scope(client, async move {
+                let _permit = permit;
+                work(state).await;
+            }),
+        ));
     }
 
     fn ttl(&self) -> Duration {
@@ -1223,7 +1369,7 @@ impl Filesystem for NasdFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1232,7 +1378,7 @@ impl Filesystem for NasdFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(move |s| async move {
+        self.spawn(req.pid(), move |s| async move {
             match s.read(fh.0, offset, size).await {
                 Ok(data) => reply.data(&data),
                 Err(e) => reply.error(e),
@@ -1242,7 +1388,7 @@ impl Filesystem for NasdFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1253,7 +1399,7 @@ impl Filesystem for NasdFs {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn(move |s| async move {
+        self.spawn(req.pid(), move |s| async move {
             match s.write(fh.0, offset, data).await {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(e),
@@ -1261,8 +1407,8 @@ impl Filesystem for NasdFs {
         });
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.spawn(move |s| async move {
+    fn lseek(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.spawn(req.pid(), move |s| async move {
             match s.lseek(fh.0, offset, whence).await {
                 Ok(at) => reply.offset(at),
                 Err(e) => reply.error(e),
@@ -1270,8 +1416,8 @@ impl Filesystem for NasdFs {
         });
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.spawn(move |s| async move {
+    fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.spawn(req.pid(), move |s| async move {
             match s.commit(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -1281,7 +1427,7 @@ impl Filesystem for NasdFs {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -1289,7 +1435,7 @@ impl Filesystem for NasdFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(move |s| async move {
+        self.spawn(req.pid(), move |s| async move {
             match s.release(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -1297,8 +1443,8 @@ impl Filesystem for NasdFs {
         });
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.spawn(move |s| async move {
+    fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.spawn(req.pid(), move |s| async move {
             match s.commit(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -1321,7 +1467,7 @@ impl Filesystem for NasdFs {
             Ok(c) => c,
             Err(e) => return reply.error(e),
         };
-        self.spawn_as(client, move |s| async move {
+        self.spawn_as(client, req.pid(), Class::Names, move |s| async move {
             match s.readdir(fh.0, offset, &mut reply).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
@@ -1371,6 +1517,23 @@ impl Filesystem for NasdFs {
             move |s| async move { s.fallocate(ino.0, fh.0, offset, length, mode).await },
             |r, ()| r.ok(),
         );
+    }
+
+    /// No ioctl is supported: `ENOTTY` ("not a terminal", what `isatty` and
+    /// Python's `open` expect of a file), quietly (fuser's default logs a
+    /// warning for every one).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
     }
 
     // Extended attributes: kept by the manager (docs/PROTOCOL.md).
@@ -1429,7 +1592,35 @@ impl Filesystem for NasdFs {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_groups;
+    use super::{parse_groups, signal_pending};
+
+    fn status(pnd: &str, shd: &str, blk: &str, cgt: &str) -> String {
+        format!("Name:\tls\nSigQ:\t0/1\nSigPnd:\t{pnd}\nShdPnd:\t{shd}\nSigBlk:\t{blk}\nSigIgn:\t0\nSigCgt:\t{cgt}\n")
+    }
+
+    #[test]
+    fn a_caller_is_interrupted_by_a_caught_signal_or_sigkill() {
+        let z = "0000000000000000";
+        // SIGINT (2) is bit 1, SIGKILL (9) bit 8, SIGUSR1 (10) bit 9.
+        let (int, kill, usr1) = ("0000000000000002", "0000000000000100", "0000000000000200");
+        for (s, expect, why) in [
+            (status(z, z, z, z), Some(false), "nothing pending"),
+            (status(kill, z, z, z), Some(true), "SIGKILL: the caller is dying"),
+            (status(z, kill, z, z), Some(true), "SIGKILL pending for the whole process"),
+            (status(usr1, z, z, usr1), Some(true), "a caught signal"),
+            (status(z, int, z, int), Some(true), "a caught signal sent to the process"),
+            (status(usr1, z, usr1, usr1), Some(false), "a blocked signal waits"),
+            (
+                status(usr1, z, z, z),
+                Some(false),
+                "a signal whose default does not kill (the kernel made fatal ones SIGKILL)",
+            ),
+            ("Name:\tls\n".to_string(), None, "no masks"),
+            (status("zz", z, z, z), None, "a mask that does not parse"),
+        ] {
+            assert_eq!(signal_pending(&s), expect, "{why}");
+        }
+    }
 
     #[test]
     fn groups_come_from_the_status_line() {

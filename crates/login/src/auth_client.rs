@@ -54,6 +54,16 @@ impl AuthError {
     }
 }
 
+/// A group just made (`CREATE_GROUP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewGroup {
+    /// Its gid.
+    pub gid: u32,
+    /// Whether its owner, the caller, is its first member: not if it was in
+    /// `GROUPS_MAX` groups already (it may add itself once it is in fewer).
+    pub member: bool,
+}
+
 /// What a password login gives a user: the credential, its identity key,
 /// and the user as the server knows it.
 #[derive(Clone)]
@@ -148,7 +158,12 @@ impl AuthClient {
             .await
             .map_err(|_| timeout("accept"))?
             .map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot reach the authentication server at {addr}: {e}"))
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot reach the authentication server at {addr}: {e} (is `nasd up` or `nasd auth` running?)"
+                    ),
+                )
             })?;
         socket.set_nodelay(true)?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
@@ -224,10 +239,11 @@ impl AuthClient {
         }
     }
 
-    /// Makes a group the caller owns; its gid.
-    pub async fn create_group(&mut self, name: &str) -> Result<u32, AuthError> {
+    /// Makes a group the caller owns: its gid, and whether the caller is
+    /// its first member (not if it is in `GROUPS_MAX` groups already).
+    pub async fn create_group(&mut self, name: &str) -> Result<NewGroup, AuthError> {
         match self.call(&AuthRequest::CreateGroup { name: name.into() }).await? {
-            AuthReply::Group { gid } => Ok(gid),
+            AuthReply::Group { gid, member } => Ok(NewGroup { gid, member }),
             other => Err(AuthError::Protocol(format!("unexpected reply {other:?}"))),
         }
     }

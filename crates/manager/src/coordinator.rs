@@ -15,6 +15,7 @@ use nasd_proto::layout::ComponentState;
 use nasd_proto::manager::{ManagerReply, DIRTY_RANGES_MAX};
 use nasd_proto::Status;
 use nasd_stripe::geometry::{Geometry, Role};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,28 @@ const TXN_LIST_PAGE: u16 = 1024;
 /// Most stale ranges recorded per component per commit; more are merged
 /// into ranges covering them.
 const STALE_RANGES_PER_COMMIT_MAX: usize = DIRTY_RANGES_MAX;
+
+/// A write transaction [`Manager::begin_scoped`] opened.
+#[derive(Debug)]
+pub(crate) struct Began {
+    /// Its id.
+    pub txn: u64,
+    /// The size the writer may make the file, at most.
+    pub size_limit: u64,
+}
+
+// A file's components fit the bit sets of its intent.
+const _: () = assert!(nasd_proto::layout::COMPONENTS_MAX <= 64);
+
+/// Component indices as the bit set [`Intent::writes`] uses.
+fn component_bits(components: &BTreeSet<usize>) -> u64 {
+    components.iter().filter(|&&i| i < 64).fold(0, |bits, &i| bits | 1 << i)
+}
+
+/// Whether the bit set `bits` holds component `idx`.
+fn holds(bits: u64, idx: usize) -> bool {
+    idx < 64 && bits & (1 << idx) != 0
+}
 
 /// Nanoseconds since the Unix epoch, now.
 pub(crate) fn now_ns() -> i64 {
@@ -86,8 +109,26 @@ fn merge_ranges(mut ranges: Vec<(u64, u64)>, max: usize) -> Vec<StaleRange> {
 impl Manager {
     /// `BEGIN_WRITE`: opens a write transaction on `ino` for `s`, waiting up
     /// to [`BEGIN_WAIT`] for another writer's to end, rolling back one whose
-    /// lease ran out.
+    /// lease ran out. The writer may change every component.
     pub(crate) async fn begin_write(&self, s: &Session, ino: Ino) -> Result<ManagerReply, Failure> {
+        let began = self.begin_scoped(s, ino, Intent::ALL).await?;
+        let lease_ms = self.config.write_lease.as_millis().min(u32::MAX as u128) as u32;
+        Ok(ManagerReply::Began { txn: began.txn, lease_ms, size_limit: began.size_limit })
+    }
+
+    /// Opens a write transaction on `ino` for `s` (as
+    /// [`begin_write`](Self::begin_write)) whose writer changes at most the
+    /// components in the bit set `writes` ([`Intent::writes`]).
+    ///
+    /// A component the transaction cannot be opened on (its drive is down,
+    /// or dead and not noticed yet, or failed `TXN_BEGIN`) is not marked
+    /// stale: it has missed nothing yet. Were the writer to land bytes there
+    /// and the transaction be rolled back, they would have no undo; so such
+    /// a component among `writes` is recorded with the intent
+    /// ([`Intent::unopened`]) and the rollback marks it stale
+    /// ([`abort`](Self::abort)). A commit needs nothing of it: the writer
+    /// reports the components its writes missed.
+    pub(crate) async fn begin_scoped(&self, s: &Session, ino: Ino, writes: u64) -> Result<Began, Failure> {
         let lease = self.config.write_lease;
         let waited_since = tokio::time::Instant::now();
         let txn = loop {
@@ -101,22 +142,15 @@ impl Manager {
             }
         };
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
-        let unopened = self.open_on_drives(&inode, txn).await;
-        if !unopened.is_empty() {
-            // A component without the transaction has no undo: were the transaction rolled back, it
-            // would keep what the writer wrote while the others went back. Stale (whole) keeps it
-            // out of reads until a resync rewrites it from the others.
-            let whole: Vec<(usize, StaleRange)> = unopened.iter().map(|&i| (i, crate::resize::WHOLE)).collect();
-            self.meta(move |ns| {
-                for (idx, r) in &whole {
-                    ns.mark_stale(ino, *idx, std::slice::from_ref(r))?;
-                }
-                Ok(())
-            })
-            .await?;
-        }
-        let size_limit = self.meta(move |ns| ns.intent(txn)).await?.map_or(u64::MAX, |i| i.size_limit);
-        Ok(ManagerReply::Began { txn, lease_ms: lease.as_millis().min(u32::MAX as u128) as u32, size_limit })
+        let unopened: BTreeSet<usize> = self.open_on_drives(&inode, txn).await.into_iter().collect();
+        let unguarded = component_bits(&unopened) & writes;
+        let intent = if writes != Intent::ALL || unguarded != 0 {
+            Some(self.meta(move |ns| ns.scope_intent(ino, txn, writes, unguarded)).await?)
+        } else {
+            self.meta(move |ns| ns.intent(txn)).await?
+        };
+        let size_limit = intent.map_or(u64::MAX, |i| i.size_limit);
+        Ok(Began { txn, size_limit })
     }
 
     /// `WRITE_SMALL`: writes bytes below the file's small-file threshold in
@@ -229,6 +263,25 @@ impl Manager {
         false
     }
 
+    /// `ABORT_WRITE`: `s` gives up its transaction `txn` on `ino` (a write
+    /// failed): rolled back at once, so the drive space and the quota escrow
+    /// it held come back now, not when its lease runs out. Only its writer,
+    /// or root. `Done` also when it is gone already or committed (nothing to
+    /// roll back); a rollback a drive holds up is finished by maintenance.
+    pub(crate) async fn abort_write(&self, s: &Session, ino: Ino, txn: u64) -> Result<ManagerReply, Failure> {
+        let Some(intent) = self.meta(move |ns| ns.intent(txn)).await? else { return Ok(ManagerReply::Done) };
+        if intent.ino != ino {
+            return Err(Failure::new(FsStatus::InvalidArgument, format!("transaction {txn} is another file's")));
+        }
+        if intent.uid != s.caller.uid && !s.caller.is_root() {
+            return Err(Failure::new(FsStatus::NotPermitted, format!("transaction {txn} is another user's")));
+        }
+        if intent.state != IntentState::Committed && !self.abort(txn).await {
+            tracing::info!(txn, "a given-up write transaction is rolled back by maintenance once its drives answer");
+        }
+        Ok(ManagerReply::Done)
+    }
+
     /// `COMMIT`: records the outcome of `s`'s transaction `txn` on `ino`.
     pub(crate) async fn commit_write(
         &self,
@@ -338,13 +391,25 @@ impl Manager {
         });
     }
 
-    /// Rolls transaction `txn` back on every component and forgets its
-    /// intent once every drive made the rollback durable. Returns whether
-    /// the intent is gone (false: a drive did not answer; the next pass, or
-    /// a waiting `BEGIN_WRITE`, tries again).
+    /// Rolls transaction `txn` back on every component its writer may have
+    /// changed ([`Intent::writes`]) and forgets its intent once every drive
+    /// made the rollback durable. Returns whether the intent is gone (false:
+    /// a drive did not answer; the next pass, or a waiting `BEGIN_WRITE`,
+    /// tries again).
+    ///
+    /// A component is marked stale here only where the writer's bytes may
+    /// outlive the rollback: its drive is down (it keeps what it has, and
+    /// resolves the transaction as committed when it is back), or the
+    /// transaction was never opened on it ([`Intent::unopened`]: no undo).
+    /// Components the writer did not change (all of them, for the manager's
+    /// repairs) are never marked, and a drive of theirs that does not answer
+    /// holds nothing up: ending the transaction there is tidiness, and a
+    /// transaction without an intent is committed when its drive is
+    /// recovered — a no-op where nothing was written.
     ///
     /// The file's capabilities are revoked once per rollback (and once more
-    /// after a restart of the manager), not at every attempt: a
+    /// after a restart of the manager) of a writer that may have changed a
+    /// component, not at every attempt: a
     /// `BEGIN_WRITE` waiting on a rollback a drive holds up tries again every
     /// [`BEGIN_POLL`], and each revocation makes every reader of the file
     /// fetch new capabilities — at that rate, faster than they can use them.
@@ -368,8 +433,12 @@ impl Manager {
         };
         let ino = intent.ino;
         let first = !self.rollbacks.lock().expect("rollbacks lock").contains_key(&txn);
+        // A writer that changes no component (the manager's repairs, which write under drive keys
+        // that no access-control version stops) has nothing to fence off.
         if first {
-            match self.meta(move |ns| ns.bump_acv(ino)).await {
+            let revoked =
+                if intent.writes == 0 { Ok(None) } else { self.meta(move |ns| ns.bump_acv(ino)).await.map(Some) };
+            match revoked {
                 // Revoked; or the file is gone (its objects are doomed, and their transactions
                 // go with them) or has no components.
                 Ok(_) => {}
@@ -387,14 +456,24 @@ impl Manager {
         };
         let done = self.rollbacks.lock().expect("rollbacks lock").get(&txn).cloned().unwrap_or_default();
         let mut all = true;
-        let mut unreachable = Vec::new();
+        // Components that may keep the writer's bytes after the rollback.
+        let mut kept = Vec::new();
         for (idx, c) in components.iter().enumerate() {
             if done.contains(&idx) {
                 continue;
             }
             let Ok(d) = self.drive(c.object.drive) else { continue };
+            if !holds(intent.writes, idx) {
+                if self.is_up(d.drive) {
+                    if let Err(e) = d.txn_end(c.object.object, txn, false).await {
+                        tracing::debug!(drive = d.drive, txn, error = %e, "an unchanged component's transaction is left to recovery");
+                    }
+                }
+                self.rolled_back(txn, idx);
+                continue;
+            }
             if !self.is_up(d.drive) {
-                unreachable.push((idx, crate::resize::WHOLE));
+                kept.push(idx);
                 continue;
             }
             let ended = async {
@@ -411,20 +490,22 @@ impl Manager {
                     continue;
                 }
             }
-            if let Some(done) = self.rollbacks.lock().expect("rollbacks lock").get_mut(&txn) {
-                done.insert(idx);
+            if holds(intent.unopened, idx) {
+                kept.push(idx);
             }
+            self.rolled_back(txn, idx);
         }
         if !all {
             return false;
         }
         // A component whose drive is down keeps what it has until it is back: whatever the
         // transaction left there (its end, when the drive resolves it, commits an intent no
-        // longer known), a whole resync replaces it with the rolled-back content.
+        // longer known), a whole resync replaces it with the rolled-back content. So does one
+        // the transaction never reached, which took the writer's bytes without undo.
         let finished = self
             .meta(move |ns| {
-                for (idx, r) in &unreachable {
-                    ns.mark_stale(ino, *idx, std::slice::from_ref(r))?;
+                for &idx in &kept {
+                    ns.mark_stale(ino, idx, &[crate::resize::WHOLE])?;
                 }
                 ns.finish_intent(txn)
             })
@@ -434,6 +515,13 @@ impl Manager {
         }
         tracing::info!(txn, ino, "write transaction rolled back");
         finished.is_ok()
+    }
+
+    /// Records that component `idx` needs nothing more from rollback `txn`.
+    fn rolled_back(&self, txn: u64, idx: usize) {
+        if let Some(done) = self.rollbacks.lock().expect("rollbacks lock").get_mut(&txn) {
+            done.insert(idx);
+        }
     }
 
     /// Rolls back every transaction whose lease ran out, and finishes

@@ -29,6 +29,7 @@ pub mod routing;
 pub mod server;
 mod service;
 pub mod shared;
+mod verify;
 pub use nasd_meta::Location;
 pub use service::{Session, ADD_USER_AT_AUTH_SERVER, PASSWORDS_AT_AUTH_SERVER, PLACEMENT_WAIT_MAX};
 #[cfg(test)]
@@ -348,6 +349,10 @@ pub struct Manager {
     /// revokes the file's capabilities as it enters this map, once
     /// ([`coordinator`]).
     rollbacks: std::sync::Mutex<std::collections::HashMap<u64, std::collections::BTreeSet<usize>>>,
+    /// Files whose stripes the repair could not decide by their bytes
+    /// ([`verify`]), with a digest of their size and stale ranges then: not
+    /// read again until those change (`repair::UNDECIDED_MAX` at most).
+    undecided: std::sync::Mutex<std::collections::HashMap<nasd_proto::fs::Ino, u64>>,
     /// The routing table this manager holds ([`routing`]).
     routing: routing::RoutingState,
 }
@@ -406,6 +411,7 @@ impl Manager {
             changes: changes::ChangeFeed::new(),
             identity: Default::default(),
             rollbacks: Default::default(),
+            undecided: Default::default(),
             routing: Default::default(),
         };
         manager.ns.set_site_policy(manager.config.routing, manager.config.redirect_probability.unwrap_or(1.0));

@@ -3,16 +3,20 @@
 //! again durably after a failed push, and on demand when a drive refuses a
 //! client by it (DSFS §3.3).
 //!
-//! **Flattening.** A PAL names users and roles; the manager's ACL names the
-//! owner (the mode's user triple), the group and others (the other two
-//! triples) and named users, groups and roles. The PAL gets the entries a
-//! drive can match by the credential alone: the **owner**, with the rights
-//! of the owner triple, every **named user** and every **role**, with the
-//! rights of its entry (a role entry matches a request whose identity
-//! credential carries the role, exactly as the manager's own check matches
-//! a session logged in with it). `r` becomes `READ|GETATTR`, `w` becomes
+//! **Flattening.** A PAL names users, roles and everyone; the manager's ACL
+//! names the owner (the mode's user triple), the group and others (the
+//! other two triples) and named users, groups and roles. The PAL gets the
+//! entries a drive can match by the credential alone: the **owner**, with
+//! the rights of the owner triple, every **named user** and every **role**,
+//! with the rights of its entry (a role entry matches a request whose
+//! identity credential carries the role, exactly as the manager's own check
+//! matches a session logged in with it), and **everyone**, with the rights
+//! the owner, group and other triples all give ([`everyone_rights`]: the
+//! manager gives every caller its class's triple and entries only add, so
+//! every caller holds those; a world-readable `0644` file is readable from
+//! the drives by every identity). `r` becomes `READ|GETATTR`, `w` becomes
 //! `WRITE|APPEND|FLUSH|GETATTR`; `x` and `c` carry nothing to a drive; a
-//! principal left with no rights gets no entry.
+//! principal left with no rights, or none beyond everyone's, gets no entry.
 //!
 //! **Groups are not flattened**, and not folded into roles: a group (the
 //! authentication server's, made by users themselves) is a set of users a
@@ -20,20 +24,24 @@
 //! credential names one role; a group entry made a role entry would grant
 //! nobody (no one acts in a group), and listing its members as users would
 //! make a membership change at the authentication server a push to every
-//! file naming the group, with no event to drive it. The group and other
-//! triples and group entries therefore go through capabilities: a
-//! partition whose users rely on them runs the scheme `both`, where the
-//! client falls back to the capability the manager minted at open when a
-//! drive says `NOT_IN_PAL`. Name a role (`nasd acl add role:N:rw`) to give a
-//! set of users rights a drive checks by identity.
+//! file naming the group, with no event to drive it. So the rights of the
+//! group triple and of group entries, and those of the other triple beyond
+//! what the group triple also gives (a mode like `0604`, where the group
+//! class is denied what others get: a drive cannot tell a group member from
+//! anyone else, so the everyone entry must not carry them), go through
+//! capabilities: a partition whose users rely on them runs the scheme
+//! `both`, where the client falls back to the capability the manager minted
+//! at open when a drive says `NOT_IN_PAL`. Name a role (`nasd acl add
+//! role:N:rw`) to give a set of users rights a drive checks by identity.
 //!
-//! **Overflow.** The owner, the named users and the roles may be one more
-//! than `PAL_ENTRIES_MAX` (an ACL holds `ACL_ENTRIES_MAX` = `PAL_ENTRIES_MAX`
-//! named entries). `SET_ACL` refuses such a list up front on a PAL
-//! partition (`TOO_BIG`); one reached otherwise (a chown to a user not
-//! named) is cut to the owner and the first named entries in canonical
-//! order (users by uid, then roles) — a PAL grants nothing the ACL does not,
-//! and the principals left out go through capabilities.
+//! **Overflow.** The owner, everyone, the named users and the roles may be
+//! two more than `PAL_ENTRIES_MAX` (an ACL holds `ACL_ENTRIES_MAX` =
+//! `PAL_ENTRIES_MAX` named entries). `SET_ACL` refuses such a list up front
+//! on a PAL partition (`TOO_BIG`); one reached otherwise (a chown to a user
+//! not named, a chmod that gives everyone rights) is cut to the owner,
+//! everyone and the first named entries in canonical order (users by uid,
+//! then roles) — a PAL grants nothing the ACL does not, and the principals
+//! left out go through capabilities.
 //!
 //! **Push.** On create, after every ACL, mode or owner change, and after
 //! `SET_LAYOUT` re-places a file, the manager sets the PAL on every
@@ -113,28 +121,29 @@ fn drive_rights(acl_rights: u8) -> u32 {
     r
 }
 
-/// How many PAL entries `owner`, the named users and the roles of
-/// `entries` need.
-pub fn pal_len(owner: u32, entries: &[AclEntry]) -> usize {
-    let named = entries
-        .iter()
-        .filter(|e| match e.who {
-            AclWho::User(u) => u != owner,
-            AclWho::Role(_) => true,
-            AclWho::Group(_) => false,
-        })
-        .count();
-    named + 1
+/// The drive rights of the everyone entry of a file of mode `mode`: those
+/// its owner, group and other triples all give. The manager's check gives
+/// every caller (but the superuser, who needs none) the triple of its class
+/// and named entries only add, so every caller holds these; a right one
+/// class lacks is left to the entries and capabilities of those who hold it.
+pub fn everyone_rights(mode: u32) -> u32 {
+    drive_rights(((mode >> 6) & (mode >> 3) & mode & 0o7) as u8)
 }
 
-/// The access PAL of a file with owner, mode and named entries: see the
-/// module documentation. At most `PAL_ENTRIES_MAX` entries.
-pub fn flatten(uid: u32, mode: u32, entries: &[AclEntry]) -> Pal {
-    let mut out = Vec::with_capacity(PAL_ENTRIES_MAX);
+/// The access PAL entries of a file, uncut, in the order a cut keeps them:
+/// the owner, everyone, then the named users and roles in `entries`' order.
+/// An entry whose rights everyone's cover is left out (it would grant
+/// nothing more).
+fn pal_entries(uid: u32, mode: u32, entries: &[AclEntry]) -> Vec<PalEntry> {
+    let everyone = everyone_rights(mode);
+    let mut out = Vec::with_capacity(PAL_ENTRIES_MAX + 2);
     let owner = drive_rights(((mode >> 6) & 0o7) as u8);
     let named_owner = entries.iter().find(|e| e.who == AclWho::User(uid)).map_or(0, |e| drive_rights(e.rights));
-    if owner | named_owner != 0 {
+    if (owner | named_owner) & !everyone != 0 {
         out.push(PalEntry { principal: Principal::User(uid), rights: owner | named_owner });
+    }
+    if everyone != 0 {
+        out.push(PalEntry { principal: Principal::Everyone, rights: everyone });
     }
     for e in entries {
         let principal = match e.who {
@@ -142,18 +151,34 @@ pub fn flatten(uid: u32, mode: u32, entries: &[AclEntry]) -> Pal {
             AclWho::Role(r) => Principal::Role(r),
             AclWho::User(_) | AclWho::Group(_) => continue,
         };
-        let r = drive_rights(e.rights);
-        if r == 0 {
-            continue;
+        let rights = drive_rights(e.rights);
+        if rights & !everyone != 0 {
+            out.push(PalEntry { principal, rights });
         }
-        if out.len() == PAL_ENTRIES_MAX {
-            tracing::warn!(
-                owner = uid,
-                "ACL over PAL_ENTRIES_MAX users and roles: the PAL keeps the first; others use capabilities"
-            );
-            break;
-        }
-        out.push(PalEntry { principal, rights: r });
+    }
+    out
+}
+
+/// How many PAL entries a file owned by `owner` with mode `mode` and named
+/// entries `entries` needs, uncut — counting the owner's even when the mode
+/// gives it nothing of its own, so a later chmod that does never cuts a
+/// named entry.
+pub fn pal_len(owner: u32, mode: u32, entries: &[AclEntry]) -> usize {
+    let flat = pal_entries(owner, mode, entries);
+    let owner_counted = flat.iter().any(|e| e.principal == Principal::User(owner));
+    flat.len() + usize::from(!owner_counted)
+}
+
+/// The access PAL of a file with owner, mode and named entries: see the
+/// module documentation. At most `PAL_ENTRIES_MAX` entries.
+pub fn flatten(uid: u32, mode: u32, entries: &[AclEntry]) -> Pal {
+    let mut out = pal_entries(uid, mode, entries);
+    if out.len() > PAL_ENTRIES_MAX {
+        tracing::warn!(
+            owner = uid,
+            "ACL over PAL_ENTRIES_MAX users and roles: the PAL keeps the first; others use capabilities"
+        );
+        out.truncate(PAL_ENTRIES_MAX);
     }
     Pal::new(out)
 }
@@ -472,18 +497,86 @@ mod tests {
         assert_eq!(pal.rights_for(7, 3), Some(read | write), "user and role entries join");
         assert_eq!(pal.rights_for(8, 0), None, "no role, not named");
         assert_eq!(pal.rights_for(8, 4), None, "another role");
-        assert_eq!(pal_len(5, &roles), 3, "owner, user 7, role 3; not the group");
+        assert_eq!(pal_len(5, 0o600, &roles), 3, "owner, user 7, role 3; not the group");
         assert_eq!(flatten(5, 0o600, &[e(AclWho::Role(3), ACL_EXECUTE)]).entries.len(), 1, "x gives a role nothing");
         assert_eq!(flatten(5, 0o040, &[]).entries.len(), 0, "an owner without r or w gets no entry");
         assert_eq!(flatten(5, 0o400, &[e(AclWho::User(5), ACL_WRITE)]).rights_for(5, 0), Some(read | write));
         let full: Vec<_> = (100..100 + PAL_ENTRIES_MAX as u32).map(|u| e(AclWho::User(u), ACL_READ)).collect();
-        assert_eq!(pal_len(5, &full), PAL_ENTRIES_MAX + 1);
+        assert_eq!(pal_len(5, 0o600, &full), PAL_ENTRIES_MAX + 1);
         assert_eq!(flatten(5, 0o600, &full).entries.len(), PAL_ENTRIES_MAX, "cut, never over");
         assert_eq!(flatten(5, 0o600, &full).rights_for(5, 0), Some(read | write), "the owner is kept");
         let mut mixed: Vec<_> = (100..100 + PAL_ENTRIES_MAX as u32 - 1).map(|u| e(AclWho::User(u), ACL_READ)).collect();
         mixed.push(e(AclWho::Role(9), ACL_READ));
-        assert_eq!(pal_len(5, &mixed), PAL_ENTRIES_MAX + 1);
+        assert_eq!(pal_len(5, 0o600, &mixed), PAL_ENTRIES_MAX + 1);
         assert_eq!(flatten(5, 0o600, &mixed).rights_for(1, 9), None, "roles are cut first");
+    }
+
+    /// Every caller the manager's check lets read (by mode or entries) may
+    /// read by identity what the PAL grants it, and the PAL grants no one
+    /// more than the check does: the everyone entry carries only what all
+    /// three triples give. Others used to get no entry at all, so a
+    /// world-readable file could not be read from the drives on a PALs-only
+    /// partition by anyone but its owner.
+    #[test]
+    fn everyone_gets_what_every_class_of_the_mode_gives() {
+        let e = |who, rights| AclEntry { who, rights, flags: 0 };
+        let read = rights::READ | rights::GETATTR;
+        let write = rights::WRITE | rights::APPEND | rights::FLUSH | rights::GETATTR;
+        let pal = flatten(5, 0o644, &[]);
+        assert_eq!(pal.rights_for(9, 0), Some(read), "anyone reads a 0644 file");
+        assert_eq!(pal.rights_for(5, 0), Some(read | write), "the owner writes it too");
+        assert_eq!(pal.entries.len(), 2);
+        assert_eq!(flatten(5, 0o666, &[]).rights_for(9, 4), Some(read | write));
+        assert_eq!(flatten(5, 0o666, &[]).entries.len(), 1, "the owner has nothing beyond everyone");
+        // A class denied what others get: a drive cannot tell its members, so no one gets it.
+        assert_eq!(flatten(5, 0o604, &[]).rights_for(9, 0), None, "0604: the group class may not read");
+        assert_eq!(flatten(5, 0o064, &[]).rights_for(9, 0), None, "0064: the owner may not read");
+        assert_eq!(flatten(5, 0o640, &[]).rights_for(9, 0), None, "0640: others may not read");
+        assert_eq!(flatten(5, 0o646, &[]).rights_for(9, 0), Some(read), "0646: all may read, not all write");
+        // Entries everyone's rights cover are left out; those that add stay.
+        let acl = [e(AclWho::User(7), ACL_READ), e(AclWho::User(8), ACL_WRITE), e(AclWho::Role(3), ACL_READ)];
+        let pal = flatten(5, 0o644, &acl);
+        assert_eq!(pal.entries.len(), 3, "owner, user 8, everyone");
+        assert_eq!(pal.rights_for(8, 0), Some(read | write));
+        assert_eq!(pal.rights_for(7, 3), Some(read));
+        assert_eq!(pal_len(5, 0o644, &acl), 3);
+        assert_eq!(pal_len(5, 0o000, &acl), 4, "the owner is counted whatever the mode");
+        assert_eq!(pal_len(5, 0o666, &[]), 2, "the owner and everyone");
+        // Cut: the owner and everyone are kept first.
+        let full: Vec<_> = (100..100 + PAL_ENTRIES_MAX as u32).map(|u| e(AclWho::User(u), ACL_WRITE)).collect();
+        assert_eq!(pal_len(5, 0o644, &full), PAL_ENTRIES_MAX + 2);
+        let cut = flatten(5, 0o644, &full);
+        assert_eq!(cut.entries.len(), PAL_ENTRIES_MAX);
+        assert_eq!(cut.rights_for(1, 0), Some(read), "everyone is kept");
+        assert_eq!(cut.rights_for(5, 0), Some(read | write), "the owner is kept");
+    }
+
+    /// Over every mode and a caller of each class, with and without a named
+    /// entry: what the PAL grants a caller's identity is within what the
+    /// manager's check (class triple, plus matching entries) grants it.
+    #[test]
+    fn a_pal_never_grants_what_the_mode_and_entries_do_not() {
+        let e = |who, rights| AclEntry { who, rights, flags: 0 };
+        for mode in 0..0o1000 {
+            for acl in [vec![], vec![e(AclWho::User(7), ACL_READ)], vec![e(AclWho::Role(3), ACL_WRITE)]] {
+                let pal = flatten(5, mode, &acl);
+                // (uid, role, class shift): the owner, another user with and without role 3.
+                for (uid, role, shift) in [(5, 0, 6), (7, 0, 0), (7, 3, 0), (9, 0, 0), (9, 3, 3), (9, 0, 3)] {
+                    let triple = ((mode >> shift) & 0o7) as u8;
+                    let by_entries = acl
+                        .iter()
+                        .filter(|x| x.who == AclWho::User(uid) || (role != 0 && x.who == AclWho::Role(role)))
+                        .fold(0, |r, x| r | x.rights);
+                    let allowed = drive_rights(triple | by_entries);
+                    let granted = pal.rights_for(uid, role).unwrap_or(0);
+                    assert_eq!(
+                        granted & !allowed,
+                        0,
+                        "mode {mode:o}, acl {acl:?}, uid {uid} role {role} class {shift}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -11,16 +11,17 @@
 
 use crate::drives::DriveHandle;
 use crate::placement::{self, Candidate};
+use crate::verify;
 use crate::{Failure, Manager};
 use nasd_client::{Auth, Credential};
-use nasd_meta::{Caller, Inode};
+use nasd_meta::{Caller, Inode, StaleRange};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::ComponentState;
 use nasd_proto::manager::{Progress, ScrubSummary};
 use nasd_proto::Protection;
 use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{Binding, StaticBinder, Striper, Target};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +32,12 @@ pub const REPAIR_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
 const REPAIR_PAGE: usize = 256;
 /// Corrupt blocks one drive's scrub reports at most per pass.
 const SCRUB_REPORT_PER_PASS: u16 = nasd_proto::limits::SCRUB_REPORT_MAX as u16;
+/// Component bytes of each component read at a time when checking which
+/// components hold a file's bytes ([`verify`]).
+const CHECK_CHUNK_BYTES: u64 = 1024 * 1024;
+/// Files remembered as undecided by their bytes ([`Manager::check_overloaded`]);
+/// past it the memory starts afresh (they are read again).
+const UNDECIDED_MAX: usize = 4096;
 /// A drive counts as holding its share when within this fraction of the average.
 const REBALANCE_TOLERANCE: f64 = 0.05;
 /// How many times per write lease a repair's own write transaction has its
@@ -134,10 +141,13 @@ impl Manager {
         };
         self.resync_stale().await;
         self.rebuild_lost().await;
-        if asked {
-            // The requested round is over (what is left is for a later one).
+        {
+            // The pass is over (what is left is for a later one); a requested round shows until
+            // then, and a new request's from its start.
             let mut r = self.repair.lock().expect("repair lock");
-            r.rebuild_round = false;
+            if asked {
+                r.rebuild_round = false;
+            }
             if !r.rebuild_asked {
                 r.rebuild = Progress::default();
             }
@@ -170,14 +180,34 @@ impl Manager {
     // ------------------------------------------------------------ engine
 
     /// A striper over `inode`'s components with the manager's drive-key
-    /// credentials; `unreadable` components are not read (their state is
-    /// taken as stale).
+    /// credentials, in their recorded states; `unreadable` components are
+    /// not read (their state is taken as stale), and those on drives that
+    /// are down neither read nor written (`Down`).
     pub(crate) fn striper_for(&self, inode: &Inode, unreadable: &BTreeSet<usize>) -> Result<Striper, Failure> {
+        self.striper_with(inode, |i, c| if unreadable.contains(&i) { ComponentState::Stale } else { c.state })
+    }
+
+    /// A striper that reads every component of `inode` but `unreadable`
+    /// (and those on drives that are down), whatever their recorded state:
+    /// for reading stripes in which the recorded stale ranges of the others
+    /// lie elsewhere ([`verify::stretches`]).
+    fn striper_over(&self, inode: &Inode, unreadable: &BTreeSet<usize>) -> Result<Striper, Failure> {
+        self.striper_with(
+            inode,
+            |i, _| if unreadable.contains(&i) { ComponentState::Stale } else { ComponentState::Ok },
+        )
+    }
+
+    fn striper_with(
+        &self,
+        inode: &Inode,
+        state: impl Fn(usize, &nasd_proto::layout::Component) -> ComponentState,
+    ) -> Result<Striper, Failure> {
         let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
         let mut components = Vec::with_capacity(inode.components.len());
         for (i, c) in inode.components.iter().enumerate() {
             let d = self.drive(c.object.drive)?;
-            let state = if unreadable.contains(&i) || !self.is_up(d.drive) { ComponentState::Stale } else { c.state };
+            let state = if self.is_up(d.drive) { state(i, c) } else { ComponentState::Down };
             components.push(self.binding(&d, c.object.object, state));
         }
         self.striper(Target { layout, components })
@@ -208,15 +238,20 @@ impl Manager {
     /// out is rolled back by whoever notices); commits on success or rolls
     /// back on failure. `work` is handed the transaction id, and says what
     /// the commit records besides ([`Record`]).
+    ///
+    /// A repair writes only what every component is meant to hold already
+    /// (bytes rebuilt from the others under the transaction, the recorded
+    /// length) or a new object: its intent says it changes no component
+    /// (`Intent::writes` empty), so neither a component its transaction
+    /// could not be opened on nor one whose drive its rollback cannot reach
+    /// is marked stale for it.
     async fn as_writer<T, F: std::future::Future<Output = Result<(T, Record), Failure>>>(
         &self,
         ino: Ino,
         work: impl FnOnce(u64) -> F,
     ) -> Result<T, Failure> {
         let session = crate::service::Session::internal("(repair)", MANAGER);
-        let nasd_proto::manager::ManagerReply::Began { txn, .. } = self.begin_write(&session, ino).await? else {
-            unreachable!("begin_write answers Began")
-        };
+        let txn = self.begin_scoped(&session, ino, 0).await?.txn;
         let done = tokio::select! {
             done = work(txn) => done,
             lost = self.keep_open(txn) => Err(lost),
@@ -225,7 +260,7 @@ impl Manager {
             Ok((v, Record::Nothing)) => {
                 self.commit_write(&session, ino, txn, 0, Vec::new(), Vec::new()).await.map(|_| v)
             }
-            Ok((v, Record::Resynced(idx))) => self.commit_resync(ino, txn, idx).await.map(|()| v),
+            Ok((v, Record::Current(ranges))) => self.commit_repair(ino, txn, ranges).await.map(|()| v),
             Err(e) => Err(e),
         };
         if committed.is_err() {
@@ -253,10 +288,11 @@ impl Manager {
         }
     }
 
-    /// Commits the resync transaction `txn` of `ino`, recording component
-    /// `idx` current at once, and ends it on the drives.
-    async fn commit_resync(&self, ino: Ino, txn: u64, idx: usize) -> Result<(), Failure> {
-        let inode = self.meta(move |ns| ns.commit_resync(ino, txn, idx)).await?;
+    /// Commits the repair transaction `txn` of `ino`, recording the
+    /// component ranges in `current` up to date at once, and ends it on the
+    /// drives.
+    async fn commit_repair(&self, ino: Ino, txn: u64, current: Vec<(usize, StaleRange)>) -> Result<(), Failure> {
+        let inode = self.meta(move |ns| ns.commit_repair(ino, txn, &current)).await?;
         if let Err(e) = self.meta(move |ns| ns.finish_intent(txn)).await {
             // Committed: maintenance finishes a Committed intent it finds.
             tracing::info!(txn, error = %e, "a committed resync's intent is finished later");
@@ -274,8 +310,9 @@ impl Manager {
             let Ok(page) = self.meta(move |ns| ns.stale_components(after, REPAIR_PAGE)).await else { return };
             let Some(&last) = page.last() else { return };
             after = last;
+            self.plan_rebuild_files(page.len() as u64);
             for (ino, idx) in page.iter().copied() {
-                if let Err(e) = self.resync(ino, idx).await {
+                if let Err(e) = self.counted(self.resync(ino, idx)).await {
                     tracing::info!(ino, idx, error = %e, "resync of a stale component deferred");
                 }
             }
@@ -285,43 +322,210 @@ impl Manager {
         }
     }
 
+    /// Brings stale component `idx` of `ino` up to date in place, stretch by
+    /// stretch of whole stripes ([`verify::stretches`]): where the
+    /// components recorded stale there are few enough for the layout, its
+    /// bytes are rebuilt from the others (which are read there whatever
+    /// their recorded state: their stale ranges lie elsewhere); where more
+    /// are recorded stale than the layout tolerates and every drive is up,
+    /// what the drives hold decides which of them are current
+    /// ([`verify::current_in_stripe`]) before anything is rebuilt. What was
+    /// rebuilt or found current is recorded in the commit; the rest stays
+    /// stale (a drive is down, or the bytes cannot tell).
     async fn resync(&self, ino: Ino, idx: usize) -> Result<(), Failure> {
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
         let Some(c) = inode.components.get(idx).copied() else { return Ok(()) };
         if c.state != ComponentState::Stale || !self.is_up(c.object.drive) || self.is_out(c.object.drive) {
             return Ok(());
         }
-        let resynced = self
+        let outcome = self
             .as_writer(ino, |_| async {
-                // Read the file, and the ranges the component missed, afresh under the transaction:
-                // no writer changes them now, and a writer that committed while this one waited to
-                // begin may have added ranges (all of them are recorded current at the commit).
+                // Read the file, and the ranges its components missed, afresh under the
+                // transaction: no writer changes them now, and a writer that committed while this
+                // one waited to begin may have added ranges.
                 let inode = self.meta(move |ns| ns.getattr(ino)).await?;
                 if inode.components.get(idx).map(|c| (c.object, c.state)) != Some((c.object, ComponentState::Stale)) {
-                    return Ok((false, Record::Nothing)); // resynced or replaced meanwhile
+                    return Ok((None, Record::Nothing)); // resynced or replaced meanwhile
                 }
-                let ranges = self.meta(move |ns| ns.stale_ranges(ino, idx)).await?;
-                let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
-                let g = geometry(&inode)?;
-                let len = g.component_len(inode.attr.size, idx);
-                let bytes = ranges.iter().map(|r| r.length).sum::<u64>();
-                self.progress_rebuild(0, bytes, false);
-                for r in &ranges {
-                    let end = r.offset.saturating_add(r.length).min(len);
-                    self.copy_reconstructed(&striper, &striper, idx, r.offset, end, inode.attr.size).await?;
+                let mut stale = self.stale_map(&inode).await?;
+                let mut current = self.check_overloaded(&inode, &stale).await?;
+                for (c, r) in &current {
+                    let left = nasd_meta::subtract_ranges(&stale[c], std::slice::from_ref(r));
+                    stale.insert(*c, left);
                 }
-                let d = self.drive(c.object.drive)?;
-                let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive));
-                d.set_size(c.object.object, len).await.map_err(drive_err)?;
-                d.flush_objects(&[c.object.object]).await.map_err(drive_err)?;
-                self.progress_rebuild(1, 0, true);
-                Ok((true, Record::Resynced(idx)))
+                let (rebuilt, waiting) = self.rebuild_stale(&inode, idx, &stale).await?;
+                current.extend(rebuilt.iter().cloned());
+                if current.is_empty() {
+                    return Err(Failure::new(
+                        FsStatus::DriveUnavailable,
+                        format!("component {idx} cannot be rebuilt yet: {}", waiting.unwrap_or_default()),
+                    ));
+                }
+                Ok((Some(waiting), Record::Current(bounded(current))))
             })
             .await?;
-        if resynced {
-            tracing::info!(ino, idx, "stale component resynced");
+        match outcome {
+            Some(None) => tracing::info!(ino, idx, "stale component resynced"),
+            Some(Some(why)) => tracing::info!(ino, idx, why, "stale component partly resynced"),
+            None => {}
         }
         Ok(())
+    }
+
+    /// Every Stale component of `inode` with the ranges it is recorded to
+    /// have missed (stale whole: one range over everything).
+    async fn stale_map(&self, inode: &Inode) -> Result<BTreeMap<usize, Vec<StaleRange>>, Failure> {
+        let ino = inode.attr.ino;
+        let stale: Vec<usize> =
+            (0..inode.components.len()).filter(|&i| inode.components[i].state == ComponentState::Stale).collect();
+        self.meta(move |ns| {
+            let mut out = BTreeMap::new();
+            for idx in stale {
+                let mut ranges = ns.stale_ranges(ino, idx)?;
+                if ranges.is_empty() {
+                    ranges.push(StaleRange { offset: 0, length: u64::MAX });
+                }
+                out.insert(idx, ranges);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Where more of `inode`'s components are recorded stale than its layout
+    /// tolerates and every drive of the file is up: the component ranges
+    /// that its bytes show to be current ([`verify::current_in_stripe`]).
+    /// A file whose stale ranges have not changed since its bytes last
+    /// could not tell is not read again.
+    async fn check_overloaded(
+        &self,
+        inode: &Inode,
+        stale: &BTreeMap<usize, Vec<StaleRange>>,
+    ) -> Result<Vec<(usize, StaleRange)>, Failure> {
+        let g = geometry(inode)?;
+        let extent = g.stripes(inode.attr.size).saturating_mul(g.unit());
+        let overloaded: Vec<verify::Stretch> =
+            verify::stretches(stale, g.unit(), extent).into_iter().filter(|s| !g.survives(&s.suspects)).collect();
+        if overloaded.is_empty() || inode.components.iter().any(|c| !self.is_up(c.object.drive)) {
+            return Ok(Vec::new());
+        }
+        let ino = inode.attr.ino;
+        let fingerprint = fingerprint(inode.attr.size, stale);
+        if self.undecided.lock().expect("undecided lock").get(&ino) == Some(&fingerprint) {
+            return Ok(Vec::new());
+        }
+        let mut current = Vec::new();
+        for s in &overloaded {
+            current.extend(self.check_stretch(inode, &g, s).await?);
+        }
+        let span_bytes: u64 = overloaded.iter().map(|s| s.span.end - s.span.start).sum();
+        let current_bytes: u64 = current.iter().map(|(_, r)| r.length).sum();
+        tracing::warn!(
+            ino,
+            components = ?overloaded.iter().flat_map(|s| s.suspects.iter().copied()).collect::<BTreeSet<_>>(),
+            span_bytes,
+            current_bytes,
+            "more components recorded stale than the layout tolerates: checked what the drives hold"
+        );
+        let mut undecided = self.undecided.lock().expect("undecided lock");
+        if current.is_empty() {
+            if undecided.len() >= UNDECIDED_MAX {
+                undecided.clear();
+            }
+            undecided.insert(ino, fingerprint);
+        } else {
+            undecided.remove(&ino);
+        }
+        Ok(current)
+    }
+
+    /// The suspects of stretch `s` of `inode` found current, stripe by
+    /// stripe, from every component's bytes ([`CHECK_CHUNK_BYTES`] of each
+    /// at a time, read from its drive, which checks them against their
+    /// stored digests).
+    async fn check_stretch(
+        &self,
+        inode: &Inode,
+        g: &Geometry,
+        s: &verify::Stretch,
+    ) -> Result<Vec<(usize, StaleRange)>, Failure> {
+        let u = g.unit();
+        let drives: Vec<Arc<DriveHandle>> =
+            inode.components.iter().map(|c| self.drive(c.object.drive)).collect::<Result<_, _>>()?;
+        let per_read = (CHECK_CHUNK_BYTES / u).max(1);
+        let mut found: Vec<(usize, StaleRange)> = Vec::new();
+        let (mut stripe, end) = (s.span.start / u, s.span.end / u);
+        while stripe < end {
+            let upto = (stripe + per_read).min(end);
+            let reads = inode.components.iter().zip(&drives).map(|(c, d)| async move {
+                let want = (upto - stripe) * u;
+                let mut bytes = d.read(c.object.object, stripe * u, want).await.ok()?;
+                bytes.resize(want as usize, 0);
+                Some(bytes)
+            });
+            let held: Vec<Option<Vec<u8>>> = futures::future::join_all(reads).await;
+            for st in stripe..upto {
+                let at = ((st - stripe) * u) as usize;
+                let chunks: Vec<Option<Vec<u8>>> =
+                    held.iter().map(|b| b.as_ref().map(|b| b[at..at + u as usize].to_vec())).collect();
+                for c in verify::current_in_stripe(g, inode.attr.size, st, &chunks, &s.suspects) {
+                    add_range(&mut found, c, st * u, u);
+                }
+            }
+            stripe = upto;
+        }
+        Ok(found)
+    }
+
+    /// Rebuilds component `idx` of `inode` in place wherever the components
+    /// recorded stale there (`stale`) leave enough of the others, then gives
+    /// it its recorded length. Returns the ranges now current and, if some
+    /// could not be rebuilt, why.
+    async fn rebuild_stale(
+        &self,
+        inode: &Inode,
+        idx: usize,
+        stale: &BTreeMap<usize, Vec<StaleRange>>,
+    ) -> Result<(Vec<(usize, StaleRange)>, Option<String>), Failure> {
+        let g = geometry(inode)?;
+        let size = inode.attr.size;
+        let len = g.component_len(size, idx);
+        let extent = g.stripes(size).saturating_mul(g.unit());
+        let down: BTreeSet<usize> =
+            (0..inode.components.len()).filter(|&i| !self.is_up(inode.components[i].object.drive)).collect();
+        let mut rebuilt = Vec::new();
+        let mut waiting = None;
+        let mine: Vec<verify::Stretch> =
+            verify::stretches(stale, g.unit(), extent).into_iter().filter(|s| s.suspects.contains(&idx)).collect();
+        let (copied, left): (Vec<&verify::Stretch>, Vec<&verify::Stretch>) =
+            mine.iter().partition(|s| g.survives(&s.suspects.union(&down).copied().collect()));
+        if let Some(s) = left.first() {
+            let why = if down.is_empty() {
+                "more components are stale there than the layout tolerates, and their bytes cannot tell which hold \
+                 the file's"
+            } else {
+                "a drive of the file is down"
+            };
+            waiting = Some(format!("{} stretches from component byte {} on: {why}", left.len(), s.span.start));
+        }
+        let bytes: u64 = copied.iter().map(|s| s.span.end.min(len).saturating_sub(s.span.start)).sum();
+        self.plan_rebuild_bytes(bytes);
+        for s in copied {
+            let striper = self.striper_over(inode, &s.suspects)?;
+            self.copy_reconstructed(&striper, &striper, idx, s.span.start, s.span.end.min(len), size, true).await?;
+            add_range(&mut rebuilt, idx, s.span.start, s.span.end - s.span.start);
+        }
+        if left.len() < mine.len() || mine.is_empty() {
+            // Past its recorded length a component holds nothing: what it missed there (a size
+            // change) is made good by giving it that length.
+            let c = inode.components[idx];
+            let d = self.drive(c.object.drive)?;
+            let drive_err = |e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", d.drive));
+            d.set_size(c.object.object, len).await.map_err(drive_err)?;
+            d.flush_objects(&[c.object.object]).await.map_err(drive_err)?;
+            add_range(&mut rebuilt, idx, extent, u64::MAX - extent);
+        }
+        Ok((rebuilt, waiting))
     }
 
     /// Rebuilds `[from, to)` of component `idx` from the others (read
@@ -329,7 +533,9 @@ impl Manager {
     /// chunk is read while the previous one is written (reading never
     /// touches component `idx`, which `read_component` leaves out), so the
     /// sources and the destination work at once. At most two chunks are
-    /// held.
+    /// held. `rebuilding`: the bytes count in the rebuild progress (a
+    /// scrub's heal does not).
+    #[allow(clippy::too_many_arguments)]
     async fn copy_reconstructed(
         &self,
         source: &Striper,
@@ -338,6 +544,7 @@ impl Manager {
         from: u64,
         to: u64,
         size: u64,
+        rebuilding: bool,
     ) -> Result<(), Failure> {
         // A chunk read and not yet written: its component offset and bytes.
         let mut unwritten: Option<(u64, Vec<u8>)> = None;
@@ -358,8 +565,7 @@ impl Manager {
             };
             let (read, written) = tokio::join!(read, write);
             written.map_err(stripe_failure)?;
-            if let Some((_, bytes)) = unwritten.take() {
-                self.progress_rebuild(0, 0, false);
+            if let Some((_, bytes)) = unwritten.take().filter(|_| rebuilding) {
                 self.add_rebuild_bytes(bytes.len() as u64);
             }
             match (next, read.map_err(stripe_failure)?) {
@@ -398,10 +604,10 @@ impl Manager {
             if page.is_empty() {
                 return;
             }
-            self.progress_files_total(page.len() as u64);
+            self.plan_rebuild_files(page.len() as u64);
             let mut moved = 0;
             for &(ino, idx, _) in &page {
-                match self.relocate(ino, idx, Relocation::Rebuild).await {
+                match self.counted(self.relocate(ino, idx, Relocation::Rebuild)).await {
                     Ok(()) => moved += 1,
                     Err(e) => tracing::warn!(ino, idx, drive, error = %e, "component not rebuilt yet"),
                 }
@@ -433,14 +639,14 @@ impl Manager {
                 }
                 let g = geometry(&inode)?;
                 let len = g.component_len(inode.attr.size, idx);
-                self.progress_rebuild(0, len, false);
                 match how {
                     Relocation::Rebuild => {
+                        self.plan_rebuild_bytes(len);
                         let source = self.striper_for(&inode, &BTreeSet::from([idx]))?;
                         let mut dest_target = target_of(&source);
                         dest_target.components[idx] = self.binding(d, new.object, ComponentState::Ok);
                         let dest = self.striper(dest_target)?;
-                        self.copy_reconstructed(&source, &dest, idx, 0, len, inode.attr.size).await?;
+                        self.copy_reconstructed(&source, &dest, idx, 0, len, inode.attr.size, true).await?;
                     }
                     Relocation::Move { .. } => self.copy_component(old, new, len).await?,
                 }
@@ -499,7 +705,6 @@ impl Manager {
             return Ok(());
         }
         self.map_moved(old.drive).await;
-        self.progress_rebuild(1, 0, true);
         tracing::info!(ino, idx, from = old.drive, to = target, "component relocated");
         Ok(())
     }
@@ -517,7 +722,6 @@ impl Manager {
             dst.write(to.object, at, &bytes)
                 .await
                 .map_err(|e| Failure::new(FsStatus::DriveUnavailable, format!("drive {}: {e}", dst.drive)))?;
-            self.add_rebuild_bytes(bytes.len() as u64);
             at += n;
         }
         Ok(())
@@ -636,7 +840,7 @@ impl Manager {
             let (from, to) = (block * bs, ((block + 1) * bs).min(len));
             if from < to {
                 let striper = self.striper_for(&inode, &BTreeSet::from([idx]))?;
-                self.copy_reconstructed(&striper, &striper, idx, from, to, inode.attr.size).await?;
+                self.copy_reconstructed(&striper, &striper, idx, from, to, inode.attr.size, false).await?;
             }
             d.flush_objects(&[object])
                 .await
@@ -723,37 +927,55 @@ impl Manager {
 
     // ------------------------------------------------------------ progress
 
-    fn progress_rebuild(&self, files_done: u64, bytes_total: u64, _finished: bool) {
-        let mut r = self.repair.lock().expect("repair lock");
-        r.rebuild.files_done += files_done;
-        r.rebuild.bytes_total += bytes_total;
-        let requested = r.rebuild_asked || r.rebuild_round;
-        if !requested && r.rebuild.files_done >= r.rebuild.files_total && r.rebuild.bytes_done >= r.rebuild.bytes_total
-        {
-            r.rebuild = Progress::default();
-        }
+    // The rebuild progress `CLUSTER_STATUS` shows counts the files a pass
+    // takes on (resyncs and rebuilds, not a rebalance's moves) and the bytes
+    // they plan to copy; an item that fails leaves the pass's totals (it is
+    // left for a later pass) with what it did not copy, so the totals stay
+    // what the pass will do and never run ahead of it.
+
+    fn plan_rebuild_files(&self, n: u64) {
+        self.repair.lock().expect("repair lock").rebuild.files_total += n;
+    }
+
+    fn plan_rebuild_bytes(&self, n: u64) {
+        self.repair.lock().expect("repair lock").rebuild.bytes_total += n;
     }
 
     fn add_rebuild_bytes(&self, n: u64) {
         self.repair.lock().expect("repair lock").rebuild.bytes_done += n;
     }
 
-    fn progress_files_total(&self, n: u64) {
-        let mut r = self.repair.lock().expect("repair lock");
-        r.rebuild.files_total = r.rebuild.files_done + n;
+    /// Runs one file's resync or rebuild as an item of the rebuild progress
+    /// (planned with [`plan_rebuild_files`](Self::plan_rebuild_files)).
+    async fn counted<T>(&self, item: impl std::future::Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+        let before = self.repair.lock().expect("repair lock").rebuild;
+        let r = item.await;
+        let mut p = self.repair.lock().expect("repair lock");
+        match &r {
+            Ok(_) => p.rebuild.files_done += 1,
+            Err(_) => {
+                let planned = p.rebuild.bytes_total - before.bytes_total;
+                let copied = p.rebuild.bytes_done - before.bytes_done;
+                p.rebuild.bytes_total -= planned.saturating_sub(copied);
+                p.rebuild.files_total = p.rebuild.files_total.saturating_sub(1);
+            }
+        }
+        debug_assert!(p.rebuild.files_done <= p.rebuild.files_total && p.rebuild.bytes_done <= p.rebuild.bytes_total);
+        r
     }
 }
 
 /// What the commit of a repair's write transaction records besides.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Record {
     /// Nothing (the work recorded what it changed under the transaction).
     Nothing,
-    /// Component `idx`, brought up to date in place, is current: in the
-    /// same metadata transaction as the commit (`Namespace::commit_resync`).
-    /// Recorded before the commit, a crash or a rollback in between would
-    /// leave it marked current over bytes the rollback took back.
-    Resynced(usize),
+    /// These component ranges, brought up to date in place or found to
+    /// hold what the file holds, are current: in the same metadata
+    /// transaction as the commit (`Namespace::commit_repair`). Recorded
+    /// before the commit, a crash or a rollback in between would leave them
+    /// marked current over bytes the rollback took back.
+    Current(Vec<(usize, StaleRange)>),
 }
 
 /// How a component gets its new place.
@@ -768,6 +990,33 @@ enum Relocation {
 fn geometry(inode: &Inode) -> Result<Geometry, Failure> {
     let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
     Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))
+}
+
+/// Adds `[offset, offset + length)` of component `c` to `ranges`, joined
+/// with the last one if they touch.
+fn add_range(ranges: &mut Vec<(usize, StaleRange)>, c: usize, offset: u64, length: u64) {
+    if length == 0 {
+        return;
+    }
+    match ranges.iter_mut().rev().find(|(x, _)| *x == c) {
+        Some((_, last)) if last.end() == offset => last.length += length,
+        _ => ranges.push((c, StaleRange { offset, length })),
+    }
+}
+
+/// At most [`nasd_meta::COMMIT_STALE_MAX`] ranges, as a commit takes: the
+/// rest are left out (they stay recorded stale, to be found again).
+fn bounded(mut ranges: Vec<(usize, StaleRange)>) -> Vec<(usize, StaleRange)> {
+    ranges.truncate(nasd_meta::COMMIT_STALE_MAX);
+    ranges
+}
+
+/// A digest of a file's size and recorded stale ranges.
+fn fingerprint(size: u64, stale: &BTreeMap<usize, Vec<StaleRange>>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (size, stale).hash(&mut h);
+    h.finish()
 }
 
 fn target_of(s: &Striper) -> Target {

@@ -2,7 +2,9 @@
 //! truncate): the manager is the writer, under a write transaction of its
 //! own, so a crash anywhere rolls the change back on every component and the
 //! new size is recorded in the same metadata transaction that commits it
-//! (`Namespace::setattr_committing`).
+//! (`Namespace::setattr_committing`), with the components that missed it
+//! (stale from the first stripe the change touches), so a component is
+//! recorded stale only for a change that was committed.
 
 use crate::service::Session;
 use crate::{Failure, Manager};
@@ -35,11 +37,13 @@ impl Manager {
         };
         let changed = async {
             let inode = self.meta(move |ns| ns.getattr(ino)).await?;
-            self.resize_components(&inode, size).await?;
+            let missed = self.resize_components(&inode, size).await?;
+            let range = missed_range(&geometry_of(&inode)?, inode.attr.size, size);
+            let missed: Vec<(usize, StaleRange)> = missed.into_iter().map(|idx| (idx, range)).collect();
             // What the components store after the change (quotas count it).
             let set = SetAttrs { data_bytes: Some(self.stored_bytes(&inode, size).await), ..set };
             let c = s.caller.clone();
-            self.meta(move |ns| ns.setattr_committing(&c, ino, &set, txn)).await
+            self.meta(move |ns| ns.setattr_committing(&c, ino, &set, txn, &missed)).await
         };
         match changed.await {
             Ok((inode, intents)) => {
@@ -57,13 +61,13 @@ impl Manager {
     /// Gives every component the length it has for a file of `size` bytes
     /// and, for Reed-Solomon, the parity of a new partial last stripe; then
     /// flushes them. A component whose drive is down, or fails the change
-    /// (a drive that died before the heartbeat noticed), misses it and is
-    /// marked stale whole — as a client's write misses it — as long as the
-    /// layout tolerates the components missed; past that the change fails
-    /// (and is rolled back).
-    async fn resize_components(&self, inode: &Inode, size: u64) -> Result<(), Failure> {
+    /// (a drive that died before the heartbeat noticed), misses it — as a
+    /// client's write misses it — as long as the layout tolerates the
+    /// components missed; past that the change fails (and is rolled back).
+    /// Returns the components that missed it, for the commit to record.
+    async fn resize_components(&self, inode: &Inode, size: u64) -> Result<BTreeSet<usize>, Failure> {
         let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
-        let g = Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))?;
+        let g = geometry_of(inode)?;
         let ino = inode.attr.ino;
         let shrinks_mid_stripe = size < inode.attr.size && !size.is_multiple_of(g.stripe_bytes());
         // What the new last stripe keeps, read before anything is cut (around
@@ -77,7 +81,7 @@ impl Manager {
         let mut missed = BTreeSet::new();
         let mut failures = Vec::new();
         let mut miss = |idx: usize, drive: u32, e: &dyn std::fmt::Display, missed: &mut BTreeSet<usize>| {
-            tracing::info!(ino, idx, drive, error = %e, "a component missed a size change; it is marked stale");
+            tracing::info!(ino, idx, drive, error = %e, "a component missed a size change; its commit marks it stale");
             failures.push(drive_failure(drive, e));
             missed.insert(idx);
         };
@@ -112,10 +116,7 @@ impl Manager {
                 )
             }));
         }
-        for idx in missed {
-            self.meta(move |ns| ns.mark_stale(ino, idx, &[WHOLE])).await?;
-        }
-        Ok(())
+        Ok(missed)
     }
 
     /// The bytes of the stripe that holds byte `size - 1` up to `size`, as
@@ -160,6 +161,20 @@ impl Manager {
         }
         Ok(())
     }
+}
+
+/// What a component that missed a change of the size from `old` to `new`
+/// bytes lacks: everything from the stripe holding the first byte the change
+/// touches (the new last stripe, cut and re-encoded, or the old one, grown)
+/// on.
+fn missed_range(g: &Geometry, old: u64, new: u64) -> StaleRange {
+    let offset = old.min(new) / g.stripe_bytes() * g.unit();
+    StaleRange { offset, length: OBJECT_SIZE_MAX.saturating_sub(offset).max(1) }
+}
+
+fn geometry_of(inode: &Inode) -> Result<Geometry, Failure> {
+    let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
+    Geometry::new(layout).map_err(|e| Failure::new(FsStatus::Internal, e.to_string()))
 }
 
 fn drive_failure(drive: u32, e: impl std::fmt::Display) -> Failure {

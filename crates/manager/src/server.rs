@@ -6,6 +6,7 @@
 
 use crate::service::Session;
 use crate::{Failure, Manager};
+use nasd_login::login_backoff::Verdict;
 use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
@@ -13,7 +14,7 @@ use nasd_proto::manager::{
 };
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -222,20 +223,24 @@ impl Manager {
         host: IpAddr,
         check: impl std::future::Future<Output = Result<Session, Failure>>,
     ) -> Result<Session, Failure> {
-        tokio::time::sleep(self.login_backoff.take_turn(host, Instant::now())).await;
-        let result = check.await;
-        match &result {
-            Ok(_) => self.login_backoff.succeeded(host),
-            Err(f) if f.status == FsStatus::BadCredentials => self.login_backoff.failed(host, Instant::now()),
-            Err(_) => {}
-        }
-        result
+        self.login_backoff
+            .paced(host, check, |result| match result {
+                Ok(_) => Verdict::Succeeded,
+                Err(f) if f.status == FsStatus::BadCredentials => Verdict::Failed,
+                Err(_) => Verdict::Neither,
+            })
+            .await
     }
 
+    /// Checks a `LOGIN_IDENTITY` of `credential`'s 24 bytes: a credential
+    /// that does not decode (a format, algorithm, reserved byte or key id the
+    /// authentication server never issues) is refused as a wrong one,
+    /// `BAD_CREDENTIALS` like a forged MAC — whichever field was altered —
+    /// and so counts as a failed login of the host.
     async fn check_identity_login(
         &self,
         version: u8,
-        credential: &nasd_proto::IdentityData,
+        credential: &[u8; nasd_proto::IDENTITY_DATA_LEN],
         proof: &[u8; 32],
     ) -> Result<Session, Failure> {
         if version != MANAGER_PROTOCOL_VERSION {
@@ -244,7 +249,17 @@ impl Manager {
                 format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
             ));
         }
-        let s = self.open_identity_session(credential, proof).await;
+        let credential = match nasd_proto::IdentityData::decode(credential) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "failed identity login: the credential does not decode");
+                return Err(Failure::new(
+                    FsStatus::BadCredentials,
+                    "the identity does not verify: log in at the authentication server",
+                ));
+            }
+        };
+        let s = self.open_identity_session(&credential, proof).await;
         match &s {
             Ok(s) => {
                 tracing::info!(user = %s.user, uid = credential.user, role = credential.role, "logged in by identity")

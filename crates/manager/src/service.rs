@@ -473,13 +473,13 @@ impl Manager {
             R::SetAcl { handle, entries } => {
                 if self.pushes_pals() {
                     let ino = handle.ino;
-                    let owner = self.meta(move |ns| ns.getattr(ino)).await?.attr.uid;
-                    if crate::pals::pal_len(owner, &entries) > nasd_proto::limits::PAL_ENTRIES_MAX {
+                    let attr = self.meta(move |ns| ns.getattr(ino)).await?.attr;
+                    if crate::pals::pal_len(attr.uid, attr.mode, &entries) > nasd_proto::limits::PAL_ENTRIES_MAX {
                         return Err(Failure::new(
                             FsStatus::TooBig,
                             format!(
-                                "the owner, the named users and the roles would be more than PAL_ENTRIES_MAX \
-                                 ({}) entries of the file's PAL: name a role instead",
+                                "the owner, everyone, the named users and the roles would be more than \
+                                 PAL_ENTRIES_MAX ({}) entries of the file's PAL: name a role instead",
                                 nasd_proto::limits::PAL_ENTRIES_MAX
                             ),
                         ));
@@ -575,6 +575,7 @@ impl Manager {
                 self.entry(s, inode, OpenMode::None).await
             }
             R::BeginWrite { handle } => self.begin_write(s, handle.ino).await,
+            R::AbortWrite { handle, txn } => self.abort_write(s, handle.ino, txn).await,
             R::ReadSmall { handle, offset, len } => {
                 let bytes = self.meta(move |ns| ns.read_small(&c, handle.ino, offset, len)).await?;
                 Ok(ManagerReply::SmallData(bytes))

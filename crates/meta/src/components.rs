@@ -82,6 +82,55 @@ pub(crate) fn mark_stale_in(t: &mut dyn Txn, n: &mut Inode, idx: usize, ranges: 
     Ok(())
 }
 
+/// What is left of `ranges` once every byte of `cut` is taken out
+/// (ascending; pieces of one range that `cut` splits stay apart).
+pub fn subtract_ranges(ranges: &[StaleRange], cut: &[StaleRange]) -> Vec<StaleRange> {
+    let mut cut: Vec<StaleRange> = cut.to_vec();
+    cut.sort();
+    let mut out = Vec::new();
+    for r in ranges {
+        let mut at = r.offset;
+        for c in cut.iter().filter(|c| c.end() > r.offset && c.offset < r.end()) {
+            if c.offset > at {
+                out.push(StaleRange { offset: at, length: c.offset - at });
+            }
+            at = at.max(c.end());
+        }
+        if at < r.end() {
+            out.push(StaleRange { offset: at, length: r.end() - at });
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Takes `ranges` out of what component `idx` of `n` is recorded to have
+/// missed (a Stale component without ranges counts as stale whole); with
+/// nothing left it becomes Ok. `n.components` follows.
+pub(crate) fn forget_stale_in(
+    t: &mut dyn Txn,
+    n: &mut Inode,
+    idx: usize,
+    ranges: &[StaleRange],
+) -> Result<(), FsStatus> {
+    let ino = n.attr.ino;
+    let mut recorded = t.get_stale_ranges(ino, idx)?;
+    if recorded.is_empty() {
+        recorded.push(StaleRange { offset: 0, length: u64::MAX });
+    }
+    let left = merge_ranges(subtract_ranges(&recorded, ranges));
+    t.delete_stale_ranges(ino, Some(idx))?;
+    for r in &left {
+        t.put_stale_range(ino, idx, r)?;
+    }
+    if left.is_empty() {
+        let c = &mut n.components[idx];
+        c.state = ComponentState::Ok;
+        t.put_component(ino, idx, c)?;
+    }
+    Ok(())
+}
+
 impl<B: Backend> Namespace<B> {
     /// Takes one pooled object of `drive` in its own transaction: a target
     /// for a rebuild, to be named in
@@ -256,6 +305,20 @@ mod tests {
         assert_eq!(merge_ranges(vec![r(0, 10), r(3, 2)]), vec![r(0, 10)], "contained");
         assert_eq!(merge_ranges(vec![r(4, 10), r(0, 5), r(20, 1)]), vec![r(0, 14), r(20, 1)]);
         assert_eq!(merge_ranges(vec![r(0, u64::MAX), r(7, 1)]), vec![r(0, u64::MAX)]);
+    }
+
+    #[test]
+    fn subtracting_leaves_what_no_cut_covers() {
+        assert_eq!(subtract_ranges(&[r(0, 100)], &[]), vec![r(0, 100)]);
+        assert_eq!(subtract_ranges(&[r(0, 100)], &[r(0, 100)]), vec![]);
+        assert_eq!(subtract_ranges(&[r(0, 100)], &[r(20, 10), r(50, 10)]), vec![r(0, 20), r(30, 20), r(60, 40)]);
+        assert_eq!(subtract_ranges(&[r(10, 10), r(40, 10)], &[r(0, 15), r(45, 100)]), vec![r(15, 5), r(40, 5)]);
+        assert_eq!(subtract_ranges(&[r(0, u64::MAX)], &[r(0, 10)]), vec![r(10, u64::MAX - 10)]);
+        assert_eq!(
+            subtract_ranges(&[r(0, 10)], &[r(5, 1), r(2, 6)]),
+            vec![r(0, 2), r(8, 2)],
+            "cuts sorted, overlapping"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use crate::acl::check;
 use crate::backend::Backend;
-use crate::components::{check_ranges, file_component, mark_stale_in};
+use crate::components::{check_ranges, forget_stale_in, mark_stale_in};
 use crate::namespace::get;
 use crate::perm::{owns, W};
 use crate::types::{Caller, Inode, Intent, IntentState, StaleRange};
@@ -59,6 +59,8 @@ impl<B: Backend> Namespace<B> {
                 deadline_ns,
                 escrow,
                 size_limit,
+                writes: Intent::ALL,
+                unopened: 0,
             })?;
             Ok(txn)
         })
@@ -168,6 +170,27 @@ impl<B: Backend> Namespace<B> {
         })
     }
 
+    /// Records what write transaction `txn` of file `ino` may change and
+    /// could not be opened on ([`Intent::writes`], [`Intent::unopened`]; the
+    /// latter is kept within the former), while it is Open. Returns the
+    /// intent as recorded now.
+    ///
+    /// # Errors
+    /// `NotFound` (no such intent); `InvalidArgument` (another file's, or
+    /// not Open).
+    pub fn scope_intent(&self, ino: Ino, txn: u64, writes: u64, unopened: u64) -> Result<Intent, FsStatus> {
+        self.backend.transact(|t| {
+            let mut intent = t.get_intent(txn)?.ok_or(FsStatus::NotFound)?;
+            if intent.ino != ino || intent.state != IntentState::Open {
+                return Err(FsStatus::InvalidArgument);
+            }
+            intent.writes = writes;
+            intent.unopened = unopened & writes;
+            t.put_intent(&intent)?;
+            Ok(intent)
+        })
+    }
+
     /// Commits write transaction `txn` of file `ino` under which the manager
     /// brought component `idx` up to date (a resync): in one metadata
     /// transaction the intent becomes Committed and a Stale component
@@ -180,18 +203,48 @@ impl<B: Backend> Namespace<B> {
     /// `InvalidArgument` (no Open intent `txn` of `ino`; not a regular file;
     /// no component `idx`); `NotFound`.
     pub fn commit_resync(&self, ino: Ino, txn: u64, idx: usize) -> Result<Inode, FsStatus> {
+        self.commit_repair(ino, txn, &[(idx, StaleRange { offset: 0, length: u64::MAX })])
+    }
+
+    /// Commits the manager's repair transaction `txn` of file `ino`, under
+    /// which it found or made the component ranges in `current` hold what
+    /// the file holds (resynced, or checked against the other components):
+    /// in one metadata transaction the intent becomes Committed and each
+    /// range is taken out of its component's recorded stale ranges (a Stale
+    /// component without ranges counts as stale whole); a Stale component
+    /// left with none becomes Ok. Components in another state are left as
+    /// they are. A crash leaves both or neither, so a component is never
+    /// recorded current while the transaction that made it so can still be
+    /// rolled back. Returns the inode as committed.
+    ///
+    /// # Errors
+    /// `InvalidArgument` (no Open intent `txn` of `ino`; not a regular file;
+    /// a component index the file lacks; more than [`COMMIT_STALE_MAX`]
+    /// ranges, an empty one or one past `u64::MAX`); `NotFound`.
+    pub fn commit_repair(&self, ino: Ino, txn: u64, current: &[(usize, StaleRange)]) -> Result<Inode, FsStatus> {
+        if current.len() > COMMIT_STALE_MAX {
+            return Err(FsStatus::InvalidArgument);
+        }
+        check_ranges(current.iter().map(|(_, r)| r))?;
+        let mut by_component: BTreeMap<usize, Vec<StaleRange>> = BTreeMap::new();
+        for &(idx, range) in current {
+            by_component.entry(idx).or_default().push(range);
+        }
         self.backend.transact(|t| {
-            let mut n = file_component(t, ino, idx)?;
+            let mut n = get(t, ino)?;
+            if n.attr.kind != FileKind::File || by_component.keys().any(|&idx| idx >= n.components.len()) {
+                return Err(FsStatus::InvalidArgument);
+            }
             let mut intent = t.get_intent(txn)?.filter(|i| i.ino == ino).ok_or(FsStatus::InvalidArgument)?;
             if intent.state != IntentState::Open {
                 return Err(FsStatus::InvalidArgument);
             }
             intent.state = IntentState::Committed;
             t.put_intent(&intent)?;
-            if n.components[idx].state == ComponentState::Stale {
-                t.delete_stale_ranges(ino, Some(idx))?;
-                n.components[idx].state = ComponentState::Ok;
-                t.put_component(ino, idx, &n.components[idx])?;
+            for (&idx, ranges) in &by_component {
+                if n.components[idx].state == ComponentState::Stale {
+                    forget_stale_in(t, &mut n, idx, ranges)?;
+                }
             }
             Ok(n)
         })

@@ -76,6 +76,7 @@ pub use quotas::ESCROW_BYTES_MAX;
 pub use backend::{
     with_retries, Access, Backend, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX, TXN_BACKOFF_MIN,
 };
+pub use components::subtract_ranges;
 pub use error::MetaError;
 pub use layouts::{take_pooled, Placer};
 pub use leases::{holds, reservation_name, LEASE_HOLDER_MAX, LEASE_NAME_MAX, LEASE_TTL_MAX, RESERVATION_PREFIX};

@@ -668,21 +668,28 @@ impl<B: Backend> Namespace<B> {
     /// on the same file, in one transaction: how the manager records a size
     /// change it made on the components under its own write transaction, so
     /// the new size is recorded exactly when the transaction counts as
-    /// committed (never one without the other after a crash).
+    /// committed (never one without the other after a crash). The
+    /// components listed in `missed` did not take the change: they become
+    /// Stale with those ranges added, in the same transaction (as
+    /// [`commit_write`](Self::commit_write) records a write's).
     ///
     /// # Errors
     /// As [`setattr`](Self::setattr); `InvalidArgument` if `txn` is not an
-    /// Open intent on `ino`.
+    /// Open intent on `ino`, or for a component index the file lacks, more
+    /// than [`COMMIT_STALE_MAX`](crate::COMMIT_STALE_MAX) ranges, an empty
+    /// one or one past `u64::MAX`.
     pub fn setattr_committing(
         &self,
         caller: &Caller,
         ino: Ino,
         set: &SetAttrs,
         txn: u64,
+        missed: &[(usize, crate::types::StaleRange)],
     ) -> Result<(Inode, Vec<AcvIntent>), FsStatus> {
-        if set.mode.is_some_and(|m| m & !MODE_MASK != 0) {
+        if set.mode.is_some_and(|m| m & !MODE_MASK != 0) || missed.len() > crate::COMMIT_STALE_MAX {
             return Err(FsStatus::InvalidArgument);
         }
+        crate::components::check_ranges(missed.iter().map(|(_, r)| r))?;
         self.backend.transact(|t| {
             let mut intent = t.get_intent(txn)?.filter(|i| i.ino == ino).ok_or(FsStatus::InvalidArgument)?;
             if intent.state != crate::types::IntentState::Open {
@@ -690,7 +697,18 @@ impl<B: Backend> Namespace<B> {
             }
             intent.state = crate::types::IntentState::Committed;
             t.put_intent(&intent)?;
-            setattr_in(t, caller, ino, set, self.revokes_capabilities)
+            let changed = setattr_in(t, caller, ino, set, self.revokes_capabilities)?;
+            if missed.is_empty() {
+                return Ok(changed);
+            }
+            let mut n = get(t, ino)?;
+            if missed.iter().any(|&(idx, _)| idx >= n.components.len()) {
+                return Err(FsStatus::InvalidArgument);
+            }
+            for &(idx, range) in missed {
+                crate::components::mark_stale_in(t, &mut n, idx, &[range])?;
+            }
+            Ok((n, changed.1))
         })
     }
 

@@ -75,7 +75,9 @@
 //! - 6 → 7: the inodes' routing `site` (SQLite's version 9).
 //! - 7 → 8: PAL collections (SQLite's version 10): `pal_members(ino,
 //!   collection)` and `collection_pending(ino, seq)`.
-//! - 8 → 9: sparse files (SQLite's version 11): the inodes' `data_bytes`.
+//! - 8 → 9: the intents' `writes` and `unopened` component bit sets
+//!   (SQLite's version 11).
+//! - 9 → 10: sparse files (SQLite's version 12): the inodes' `data_bytes`.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -222,15 +224,22 @@ CREATE INDEX pal_members_collection ON pal_members (collection, ino);
 CREATE TABLE collection_pending (ino BIGINT PRIMARY KEY, seq BIGINT NOT NULL);
 "#;
 
-/// Version 9: sparse files (SQLite's version 11): the bytes each regular
-/// file's components store, existing files taken as dense.
+/// Version 9: the components a write transaction may change and those it
+/// could not be opened on (SQLite's version 11).
 const V9: &str = r#"
+ALTER TABLE intents ADD COLUMN writes BIGINT NOT NULL DEFAULT -1;
+ALTER TABLE intents ADD COLUMN unopened BIGINT NOT NULL DEFAULT 0;
+"#;
+
+/// Version 10: sparse files (SQLite's version 12): the bytes each regular
+/// file's components store, existing files taken as dense.
+const V10: &str = r#"
 ALTER TABLE inodes ADD COLUMN data_bytes BIGINT NOT NULL DEFAULT 0;
 UPDATE inodes SET data_bytes = size - LEAST(size, small_threshold) WHERE kind = 1;
 "#;
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -1037,7 +1046,7 @@ fn drive_from_row(r: &Row) -> Decoded<DriveRecord> {
 
 macro_rules! intent_cols {
     () => {
-        "txn, ino, state, uid, deadline_ns, escrow, size_limit"
+        "txn, ino, state, uid, deadline_ns, escrow, size_limit, writes, unopened"
     };
 }
 
@@ -1051,6 +1060,8 @@ fn intent_from_row(r: &Row) -> Decoded<Intent> {
         deadline_ns: i64_at(r, 4)?,
         escrow: u64_at(r, 5)?,
         size_limit: u64_at(r, 6)?,
+        writes: u64_at(r, 7)?,
+        unopened: u64_at(r, 8)?,
     })
 }
 
@@ -1567,10 +1578,11 @@ impl Txn for PgTxn<'_> {
 
     fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit, writes, unopened) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
-             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit",
+             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit, \
+             writes = excluded.writes, unopened = excluded.unopened",
             &[
                 &(i.txn as i64),
                 &(i.ino as i64),
@@ -1579,6 +1591,8 @@ impl Txn for PgTxn<'_> {
                 &i.deadline_ns,
                 &(i.escrow as i64),
                 &(i.size_limit as i64),
+                &(i.writes as i64),
+                &(i.unopened as i64),
             ],
         )?;
         Ok(())

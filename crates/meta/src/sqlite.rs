@@ -1,6 +1,6 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 11, kept in `PRAGMA user_version`):
+//! Layout (schema version 12, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
 //!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold, site,
 //!   data_bytes)`:
@@ -16,8 +16,10 @@
 //! - `stale_ranges(ino, idx, offset, length)`, primary key (ino, idx,
 //!   offset), referencing the component: byte ranges a stale component
 //!   missed (disjoint, merged by the name space).
-//! - `intents(txn, ino, state, uid, deadline_ns)`: write intents, `txn`
-//!   the primary key, `ino` unique (at most one intent per file).
+//! - `intents(txn, ino, state, uid, deadline_ns, escrow, size_limit,
+//!   writes, unopened)`: write intents, `txn` the primary key, `ino` unique
+//!   (at most one intent per file); `writes` and `unopened` are component
+//!   bit sets (`Intent::writes`, `Intent::unopened`).
 //! - `dir_parents(dir, parent)`: each directory's `..`.
 //! - `dirents(dir, name, child)`: names, ordered by (dir, name bytes).
 //! - `counters(name, value)`: `next_ino`, the next inode number to hand
@@ -87,7 +89,9 @@
 //!   `collection_pending(ino, seq)`, the collections whose super PAL did
 //!   not reach every drive (kept after the directory is gone, whose super
 //!   PAL the drives must then forget). Both empty.
-//! - 10 → 11 (`V11`): sparse files: the inodes' `data_bytes`, the bytes a
+//! - 10 → 11 (`V11`): the intents' `writes` (-1, every component: what a
+//!   client's intent says) and `unopened` (0) component bit sets.
+//! - 11 → 12 (`V12`): sparse files: the inodes' `data_bytes`, the bytes a
 //!   regular file's data components store as last measured
 //!   (`Inode::data_bytes`); quotas count them instead of the size. Every
 //!   existing file is taken as dense: its size less its bytes below the
@@ -248,14 +252,21 @@ CREATE INDEX pal_members_collection ON pal_members (collection, ino);
 CREATE TABLE collection_pending (ino INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
 ";
 
-/// Sparse files (see the module documentation).
+/// The components a write transaction may change and those it could not be
+/// opened on (see the module documentation).
 const V11: &str = "
+ALTER TABLE intents ADD COLUMN writes INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE intents ADD COLUMN unopened INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Sparse files (see the module documentation).
+const V12: &str = "
 ALTER TABLE inodes ADD COLUMN data_bytes INTEGER NOT NULL DEFAULT 0;
 UPDATE inodes SET data_bytes = size - MIN(size, small_threshold) WHERE kind = 1;
 ";
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -525,7 +536,7 @@ macro_rules! drive_cols {
 
 macro_rules! intent_cols {
     () => {
-        "txn, ino, state, uid, deadline_ns, escrow, size_limit"
+        "txn, ino, state, uid, deadline_ns, escrow, size_limit, writes, unopened"
     };
 }
 
@@ -538,6 +549,8 @@ fn intent_from_row(r: &Row<'_>) -> rusqlite::Result<Intent> {
         deadline_ns: r.get(4)?,
         escrow: u64_col(r, 5)?,
         size_limit: u64_col(r, 6)?,
+        writes: u64_col(r, 7)?,
+        unopened: u64_col(r, 8)?,
     })
 }
 
@@ -1135,10 +1148,11 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_intent(&mut self, i: &Intent) -> Result<(), FsStatus> {
         self.exec(
-            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+            "INSERT INTO intents (txn, ino, state, uid, deadline_ns, escrow, size_limit, writes, unopened) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
              ON CONFLICT (txn) DO UPDATE SET ino = excluded.ino, state = excluded.state, uid = excluded.uid, \
-             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit",
+             deadline_ns = excluded.deadline_ns, escrow = excluded.escrow, size_limit = excluded.size_limit, \
+             writes = excluded.writes, unopened = excluded.unopened",
             params![
                 i.txn as i64,
                 i.ino as i64,
@@ -1146,7 +1160,9 @@ impl Txn for SqliteTxn<'_> {
                 i.uid,
                 i.deadline_ns,
                 i.escrow as i64,
-                i.size_limit as i64
+                i.size_limit as i64,
+                i.writes as i64,
+                i.unopened as i64
             ],
         )?;
         Ok(())

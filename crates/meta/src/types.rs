@@ -169,6 +169,22 @@ pub struct Intent {
     /// transaction began plus the escrow); `u64::MAX` when no quota
     /// limits it.
     pub size_limit: u64,
+    /// The components the writer may change, as a bit set (bit `i`:
+    /// component `i`): [`Intent::ALL`] for a client, which may write any;
+    /// none for the manager's own repairs, which write only bytes every
+    /// component is already meant to hold (a resync, a healed block) or a
+    /// new object. A rollback that cannot reach one of these leaves it
+    /// stale; the others it leaves as they are.
+    pub writes: u64,
+    /// Of [`writes`](Self::writes), the components the transaction could not
+    /// be opened on (their drive was down or failed `TXN_BEGIN`): bytes the
+    /// writer lands there have no undo, so a rollback leaves them stale.
+    pub unopened: u64,
+}
+
+impl Intent {
+    /// Every component (the bit set of [`Intent::writes`]).
+    pub const ALL: u64 = u64::MAX;
 }
 
 /// A byte range of one component object (in component space) that the

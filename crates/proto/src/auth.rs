@@ -410,8 +410,10 @@ pub enum AuthReply {
         /// `idkey = MAC_K(K_data)`: secret.
         idkey: [u8; AUTH_KEY_LEN],
     },
-    /// The gid of a group just made.
-    Group { gid: u32 },
+    /// The gid of a group just made, and whether the caller was made its
+    /// first member (not when it is in `GROUPS_MAX` groups already: it owns
+    /// the group all the same).
+    Group { gid: u32, member: bool },
     /// The key id of a shared key just made.
     Key { key_id: u32 },
     /// The live shared keys (ascending key ids) and the highest key id ever
@@ -437,7 +439,9 @@ impl std::fmt::Debug for AuthReply {
                 .field("roles", roles)
                 .field("credential", credential)
                 .finish_non_exhaustive(),
-            AuthReply::Group { gid } => f.debug_struct("Group").field("gid", gid).finish(),
+            AuthReply::Group { gid, member } => {
+                f.debug_struct("Group").field("gid", gid).field("member", member).finish()
+            }
             AuthReply::Key { key_id } => f.debug_struct("Key").field("key_id", key_id).finish(),
             AuthReply::IdentityKeys { high, keys } => {
                 f.debug_struct("IdentityKeys").field("high", high).field("keys", keys).finish()
@@ -471,8 +475,8 @@ impl AuthReply {
                 }
                 w.raw(&credential.encode()).raw(idkey);
             }
-            AuthReply::Group { gid } => {
-                w.u8(GROUP).u32(*gid);
+            AuthReply::Group { gid, member } => {
+                w.u8(GROUP).u32(*gid).bool(*member);
             }
             AuthReply::Key { key_id } => {
                 w.u8(KEY).u32(*key_id);
@@ -526,7 +530,7 @@ impl AuthReply {
                 let credential = IdentityData::decode(r.take(IDENTITY_DATA_LEN)?)?;
                 AuthReply::LoggedIn { uid, gid, admin, roles, credential, idkey: r.array()? }
             }
-            GROUP => AuthReply::Group { gid: r.u32()? },
+            GROUP => AuthReply::Group { gid: r.u32()?, member: r.bool()? },
             KEY => AuthReply::Key { key_id: r.u32()? },
             IDENTITY_KEYS => {
                 let high = r.u32()?;
@@ -617,6 +621,15 @@ mod tests {
     }
 
     #[test]
+    fn group_known_answer() {
+        let reply = AuthReply::Group { gid: 1 << 20, member: false };
+        let body = reply.encode(4);
+        assert_eq!(hex(&body), GROUP_VECTOR);
+        assert_eq!(AuthReply::decode(&body).unwrap(), (4, Ok(reply)));
+        assert!(AuthReply::decode(&body[..body.len() - 1]).is_err(), "member is part of the reply");
+    }
+
+    #[test]
     fn identity_keys_known_answer_and_order() {
         let reply = AuthReply::IdentityKeys { high: 3, keys: vec![SharedKey { key_id: 3, key: [1; 32] }] };
         let body = reply.encode(1);
@@ -638,15 +651,21 @@ mod tests {
         for (i, b) in proof.iter_mut().enumerate() {
             *b = u8::from_str_radix(&hexproof[2 * i..2 * i + 2], 16).unwrap();
         }
-        let req = ManagerRequest::LoginIdentity { version: 1, credential, proof };
+        let req = ManagerRequest::LoginIdentity { version: 1, credential: credential.encode(), proof };
         let body = req.encode(3);
         assert_eq!(hex(&body), LOGIN_IDENTITY_VECTOR);
         assert_eq!(ManagerRequest::decode(&body).unwrap(), (3, req));
         assert!(body.len() <= crate::manager::LOGIN_MESSAGE_MAX, "fits before login");
-        // A credential that does not decode (format byte) makes the request not decode.
+        // A credential that does not decode (format byte) still frames: the manager refuses
+        // it as a wrong credential, as one whose proof does not verify.
         let mut bad = body.clone();
         bad[11] = 1;
-        assert!(ManagerRequest::decode(&bad).is_err());
+        let Ok((3, ManagerRequest::LoginIdentity { credential, .. })) = ManagerRequest::decode(&bad) else {
+            panic!("a LOGIN_IDENTITY of 24 credential bytes frames")
+        };
+        assert!(IdentityData::decode(&credential).is_err());
+        // Only the length is the decoder's: one byte short does not decode.
+        assert!(ManagerRequest::decode(&body[..body.len() - 1]).is_err());
     }
 
     const LOGIN_VECTOR: &str = "01000500000000000000010300616e6e0200707707000000";
@@ -656,6 +675,7 @@ mod tests {
         "0000050000000000000001e80300006400000000020007000000090000000301000002000000e8030000070000000807060504030201",
         "abababababababababababababababababababababababababababababababab"
     );
+    const GROUP_VECTOR: &str = "00000400000000000000020000100000";
     const LOGIN_IDENTITY_VECTOR: &str = concat!(
         "1c000300000000000000010301000002000000e8030000070000000000c84e676dc11b",
         "8656397b33ba1913eeb4b63fa1d1f7262527479d287841747cd7e549be1a55e8"
@@ -665,7 +685,14 @@ mod tests {
     #[test]
     fn vectors_are_published_in_protocol_md() {
         let doc = include_str!("../../../docs/PROTOCOL.md");
-        for v in [LOGIN_VECTOR, LOGGED_IN_VECTOR, LOGIN_IDENTITY_VECTOR, CHANGE_PASSWORD_VECTOR, SET_PASSWORD_VECTOR] {
+        for v in [
+            LOGIN_VECTOR,
+            LOGGED_IN_VECTOR,
+            LOGIN_IDENTITY_VECTOR,
+            CHANGE_PASSWORD_VECTOR,
+            SET_PASSWORD_VECTOR,
+            GROUP_VECTOR,
+        ] {
             assert!(doc.lines().any(|l| l.trim() == v), "{v} is not published in PROTOCOL.md");
         }
     }
@@ -697,6 +724,7 @@ mod tests {
             AuthReply::Users(vec![user.clone()]).encode(8),
             AuthReply::User(user).encode(11),
             AuthRequest::UserByName { name: "eve".into() }.encode(12),
+            AuthReply::Group { gid: 1 << 20, member: true }.encode(13),
         ];
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = || {

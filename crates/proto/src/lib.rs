@@ -46,7 +46,9 @@ pub use ops::{
     decode_error_message, encode_error_message, not_itemized, opcode, validate_regions, well_known, AuditRecord,
     DriveControl, DriveInfo, OpenTxn, PartitionControl, PartitionInfo, Region, Reply, Request, CONTROL_FORMAT_VERSION,
 };
-pub use pal::{ObjectPal, Pal, PalEntry, Principal, PAL_ENTRY_LEN, PAL_KIND_ROLE, PAL_KIND_USER, PAL_RIGHTS};
+pub use pal::{
+    ObjectPal, Pal, PalEntry, Principal, PAL_ENTRY_LEN, PAL_KIND_EVERYONE, PAL_KIND_ROLE, PAL_KIND_USER, PAL_RIGHTS,
+};
 
 use limits::{DIGEST_LEN, HEADER_LEN};
 

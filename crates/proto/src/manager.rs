@@ -127,6 +127,7 @@ pub mod manager_opcode {
     pub const GET_ROUTING: u16 = 0x0021;
     pub const SET_ROUTING: u16 = 0x0022;
     pub const REFRESH_PAL: u16 = 0x0023;
+    pub const ABORT_WRITE: u16 = 0x0024;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -305,9 +306,13 @@ pub enum ManagerRequest {
     /// Authenticate the connection with an identity from the
     /// authentication server (DSFS): the credential and
     /// `identity_login_proof(idkey, credential)`. Must be the first request.
+    /// The credential's 24 bytes are the manager's to check
+    /// ([`crate::IdentityData::decode`] among the rest): one that does not
+    /// decode is a wrong credential (`BAD_CREDENTIALS`), as one whose MAC
+    /// does not verify, not a malformed request.
     LoginIdentity {
         version: u8,
-        credential: crate::IdentityData,
+        credential: [u8; crate::IDENTITY_DATA_LEN],
         proof: [u8; 32],
     },
     /// Administrator: fetch the authentication server's live shared keys
@@ -514,6 +519,16 @@ pub enum ManagerRequest {
         handle: Handle,
         rights: u8,
     },
+    /// The writer gives up its open write transaction `txn` on the file
+    /// (a write failed: it will not commit): the manager rolls it back on
+    /// the drives at once — what it wrote, and the space and quota it held,
+    /// go back now rather than when its lease runs out. Only the writer who
+    /// began it (or an administrator). `Done`; `Done` too if it is already
+    /// gone (committed, or rolled back).
+    AbortWrite {
+        handle: Handle,
+        txn: u64,
+    },
     /// The routing table the manager holds; the session routes by its
     /// version from then on (a later name-space request on the session is
     /// refused with `STALE_ROUTING` once the manager holds a newer one).
@@ -594,7 +609,7 @@ impl std::fmt::Debug for ManagerRequest {
             R::LoginIdentity { version, credential, .. } => f
                 .debug_struct("LoginIdentity")
                 .field("version", version)
-                .field("credential", credential)
+                .field("credential", &crate::IdentityData::decode(credential))
                 .finish_non_exhaustive(),
             R::SyncIdentityKeys => f.write_str("SyncIdentityKeys"),
             R::Login { version, user, password: _ } => f
@@ -734,6 +749,9 @@ impl std::fmt::Debug for ManagerRequest {
                 f.debug_struct("RemoveXattr").field("handle", handle).field("name", name).finish()
             }
             R::GetAcl { handle } => f.debug_struct("GetAcl").field("handle", handle).finish(),
+            R::AbortWrite { handle, txn } => {
+                f.debug_struct("AbortWrite").field("handle", handle).field("txn", txn).finish()
+            }
             R::RefreshPal { handle, rights } => {
                 f.debug_struct("RefreshPal").field("handle", handle).field("rights", rights).finish()
             }
@@ -1238,6 +1256,7 @@ impl ManagerRequest {
             ManagerRequest::GetAcl { .. } => GET_ACL,
             ManagerRequest::SetAcl { .. } => SET_ACL,
             ManagerRequest::RefreshPal { .. } => REFRESH_PAL,
+            ManagerRequest::AbortWrite { .. } => ABORT_WRITE,
             ManagerRequest::GetRouting => GET_ROUTING,
             ManagerRequest::SetRouting { .. } => SET_ROUTING,
             ManagerRequest::Watch { .. } => WATCH,
@@ -1279,6 +1298,7 @@ impl ManagerRequest {
             | R::WriteSmall { handle, .. }
             | R::GetAcl { handle }
             | R::RefreshPal { handle, .. }
+            | R::AbortWrite { handle, .. }
             | R::SetAcl { handle, .. } => vec![*handle],
             R::AsUser { request, .. } => request.handles(),
             R::GetQuota { of: QuotaOf::Dir(h) } | R::SetQuota { of: QuotaOf::Dir(h), .. } => vec![*h],
@@ -1338,6 +1358,7 @@ impl ManagerRequest {
             | R::WriteSmall { .. }
             | R::GetAcl { .. }
             | R::RefreshPal { .. }
+            | R::AbortWrite { .. }
             | R::SetAcl { .. } => true,
             R::Login { .. }
             | R::LoginIdentity { .. }
@@ -1396,6 +1417,7 @@ impl ManagerRequest {
             ManagerRequest::GetAcl { .. } => "get-acl",
             ManagerRequest::SetAcl { .. } => "set-acl",
             ManagerRequest::RefreshPal { .. } => "refresh-pal",
+            ManagerRequest::AbortWrite { .. } => "abort-write",
             ManagerRequest::GetRouting => "get-routing",
             ManagerRequest::SetRouting { .. } => "set-routing",
             ManagerRequest::Watch { .. } => "watch",
@@ -1552,6 +1574,7 @@ impl ManagerRequest {
             | R::StatFs
             | R::ListUsers
             | R::BeginWrite { .. }
+            | R::AbortWrite { .. }
             | R::GetLayout { .. }
             | R::SetLayout { .. }
             | R::ClusterStatus
@@ -1575,7 +1598,7 @@ impl ManagerRequest {
                 w.u8(*version).str(user).str(password);
             }
             ManagerRequest::LoginIdentity { version, credential, proof } => {
-                w.u8(*version).raw(&credential.encode()).raw(proof);
+                w.u8(*version).raw(credential).raw(proof);
             }
             ManagerRequest::SyncIdentityKeys => {}
             ManagerRequest::Walk { path, follow, open } => {
@@ -1699,6 +1722,10 @@ impl ManagerRequest {
                 handle.encode(&mut w);
                 w.u8(*rights);
             }
+            ManagerRequest::AbortWrite { handle, txn } => {
+                handle.encode(&mut w);
+                w.u64(*txn);
+            }
             ManagerRequest::SetXattr { handle, name, value, mode } => {
                 handle.encode(&mut w);
                 w.str(name);
@@ -1743,11 +1770,9 @@ impl ManagerRequest {
                 user: r.str(USER_NAME_MAX, "user")?,
                 password: r.str(PASSWORD_MAX, "password")?,
             },
-            LOGIN_IDENTITY => ManagerRequest::LoginIdentity {
-                version: r.u8()?,
-                credential: crate::IdentityData::decode(r.take(crate::IDENTITY_DATA_LEN)?)?,
-                proof: r.array()?,
-            },
+            LOGIN_IDENTITY => {
+                ManagerRequest::LoginIdentity { version: r.u8()?, credential: r.array()?, proof: r.array()? }
+            }
             SYNC_IDENTITY_KEYS => ManagerRequest::SyncIdentityKeys,
             WALK => ManagerRequest::Walk {
                 path: r.str(PATH_MAX, "path")?,
@@ -1907,6 +1932,7 @@ impl ManagerRequest {
             REFRESH_PAL => {
                 ManagerRequest::RefreshPal { handle: Handle::decode(&mut r)?, rights: refresh_pal_rights(r.u8()?)? }
             }
+            ABORT_WRITE => ManagerRequest::AbortWrite { handle: Handle::decode(&mut r)?, txn: r.u64()? },
             GET_ROUTING => ManagerRequest::GetRouting,
             SET_ROUTING => ManagerRequest::SetRouting { table: RoutingTable::decode(&mut r)? },
             WATCH => {
@@ -2196,7 +2222,7 @@ impl Entry {
 }
 
 /// Reply result codes: which [`ManagerReply`] variant follows.
-mod reply_kind {
+pub(crate) mod reply_kind {
     pub const LOGGED_IN: u8 = 1;
     pub const ENTRY: u8 = 2;
     pub const DIR: u8 = 3;

@@ -289,6 +289,10 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             "REFRESH_PAL handle {ino 42, site 5, mac 68x32} read",
             ManagerRequest::RefreshPal { handle: handle(42), rights: ACL_READ }.encode(31),
         ),
+        (
+            "ABORT_WRITE handle {ino 42, site 5, mac 68x32} txn 0x1122",
+            ManagerRequest::AbortWrite { handle: handle(42), txn: 0x1122 }.encode(32),
+        ),
     ]
 }
 
@@ -560,6 +564,7 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
         arb_handle().prop_map(|handle| R::GetAcl { handle }),
         (arb_handle(), arb_acl()).prop_map(|(handle, entries)| R::SetAcl { handle, entries }),
         (arb_handle(), 1u8..=3).prop_map(|(handle, r)| R::RefreshPal { handle, rights: r << 1 }),
+        (arb_handle(), any::<u64>()).prop_map(|(handle, txn)| R::AbortWrite { handle, txn }),
         (any::<u64>(), any::<u64>(), 0..=WATCH_WAIT_MAX_MS).prop_map(|(incarnation, after, wait_ms)| R::Watch {
             incarnation,
             after,
@@ -1083,4 +1088,49 @@ fn manager_vectors_are_published_in_protocol_md() {
     for (name, bytes) in vectors() {
         assert!(published.contains(&hex::encode(bytes)), "{name}: not published in PROTOCOL.md as it is encoded");
     }
+}
+
+/// The result kind each row of PROTOCOL.md's manager opcode table gives
+/// ("`4 Done`", "`2 Entry`", ...) is the one the encoder writes for that
+/// reply. (`REFRESH_PAL` was documented as "0 Done".)
+#[test]
+fn reply_kinds_in_protocol_md_are_the_encoded_ones() {
+    use crate::manager::reply_kind::*;
+    let kinds = [
+        ("LoggedIn", LOGGED_IN),
+        ("Entry", ENTRY),
+        ("Dir", DIR),
+        ("Done", DONE),
+        ("StatFs", STATFS),
+        ("Users", USERS),
+        ("DriveAdded", DRIVE_ADDED),
+        ("Names", NAMES),
+        ("Began", BEGAN),
+        ("Layout", LAYOUT),
+        ("Status", STATUS),
+        ("Xattr", XATTR),
+        ("XattrNames", XATTR_NAMES),
+        ("Changes", CHANGES),
+        ("Quota", QUOTA),
+        ("SmallData", SMALL_DATA),
+        ("Acl", ACL),
+        ("Routing", ROUTING),
+    ];
+    let doc = include_str!("../../../docs/PROTOCOL.md");
+    let section = &doc[doc.find("## Manager protocol").expect("the section")..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `0x")).collect();
+    assert!(rows.len() >= 40, "the opcode table: {} rows", rows.len());
+    let mut checked = 0;
+    for row in rows {
+        let result = row.trim_end().trim_end_matches('|').rsplit('|').next().unwrap();
+        let words: Vec<&str> = result.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()).collect();
+        for pair in words.windows(2) {
+            let Ok(number) = pair[0].parse::<u8>() else { continue };
+            let Some(&(_, kind)) = kinds.iter().find(|(name, _)| *name == pair[1]) else { continue };
+            assert_eq!(number, kind, "{}: PROTOCOL.md gives {} kind {number}; it is encoded {kind}", row, pair[1]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} result kinds found in the table");
 }

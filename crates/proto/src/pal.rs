@@ -2,11 +2,12 @@
 //! decisions stored on the drive with the objects, so a drive authorizes a
 //! request by identity without a capability.
 //!
-//! A PAL is a list of entries, each naming a user or a role and the rights
-//! ([`crate::rights`] bits) it grants. An object has at most one **access
-//! PAL** and belongs to at most one **PAL collection**, whose **super PAL**
-//! every member shares. A request by identity is allowed what the union of
-//! the entries that name its user or its role, in both lists, grants.
+//! A PAL is a list of entries, each naming a user, a role or everyone and
+//! the rights ([`crate::rights`] bits) it grants. An object has at most one
+//! **access PAL** and belongs to at most one **PAL collection**, whose
+//! **super PAL** every member shares. A request by identity is allowed what
+//! the union of the entries that name its user or its role, and the
+//! everyone entry, in both lists, grants.
 
 use crate::codec::{Reader, Writer};
 use crate::limits::PAL_ENTRIES_MAX;
@@ -22,15 +23,21 @@ pub const PAL_ENTRY_LEN: usize = 9;
 pub const PAL_KIND_USER: u8 = 1;
 /// Wire kind of a role entry.
 pub const PAL_KIND_ROLE: u8 = 2;
+/// Wire kind of the everyone entry (its id is 0): it matches every
+/// identity, whatever its user and role. The manager gives it the rights
+/// every class of a file's mode has (see `nasd_manager::pals`).
+pub const PAL_KIND_EVERYONE: u8 = 3;
 
-/// Who an entry is for. Ordered users first, then roles, each by id: the
-/// order of a canonical list.
+/// Who an entry is for. Ordered users first, then roles, each by id, then
+/// everyone: the order of a canonical list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Principal {
     /// One user.
     User(u32),
     /// Every user who assumes this role (never `ROLE_NONE`).
     Role(u32),
+    /// Every identity.
+    Everyone,
 }
 
 /// One pre-authorization entry.
@@ -74,21 +81,19 @@ impl Pal {
     }
 
     /// The rights granted to `user` acting in `role`: the union of the
-    /// entry naming the user and the one naming the role (a role of
-    /// `ROLE_NONE` names none). `None` if neither is in the list.
+    /// entry naming the user, the one naming the role (a role of
+    /// `ROLE_NONE` names none) and the everyone entry. `None` if none of
+    /// them is in the list.
     pub fn rights_for(&self, user: u32, role: u32) -> Option<u32> {
         let find = |p: Principal| self.entries.binary_search_by_key(&p, |e| e.principal).ok();
-        let by_user = find(Principal::User(user)).map(|i| self.entries[i].rights);
+        let by_user = find(Principal::User(user));
         let by_role = (role != crate::ROLE_NONE).then(|| find(Principal::Role(role))).flatten();
-        let by_role = by_role.map(|i| self.entries[i].rights);
-        match (by_user, by_role) {
-            (None, None) => None,
-            (u, r) => Some(u.unwrap_or(0) | r.unwrap_or(0)),
-        }
+        let by_everyone = find(Principal::Everyone);
+        [by_user, by_role, by_everyone].into_iter().flatten().map(|i| self.entries[i].rights).reduce(|a, b| a | b)
     }
 
     /// Appends the list: `u16` count, then 9 bytes per entry (`kind u8`,
-    /// `id u32`, `rights u32`).
+    /// `id u32`, `rights u32`; the everyone entry's id is 0).
     pub fn encode(&self, w: &mut Writer) {
         let n = u16::try_from(self.entries.len()).expect("a PAL has at most u16::MAX entries");
         w.u16(n);
@@ -96,6 +101,7 @@ impl Pal {
             let (kind, id) = match e.principal {
                 Principal::User(id) => (PAL_KIND_USER, id),
                 Principal::Role(id) => (PAL_KIND_ROLE, id),
+                Principal::Everyone => (PAL_KIND_EVERYONE, 0),
             };
             w.u8(kind).u32(id).u32(e.rights);
         }
@@ -103,8 +109,9 @@ impl Pal {
 
     /// Reads a list: at most `PAL_ENTRIES_MAX` entries (else
     /// [`DecodeError::PalOverflow`], checked before any entry is read), each
-    /// of a known kind, a role other than 0, rights non-zero and within
-    /// [`PAL_RIGHTS`], in strictly ascending order.
+    /// of a known kind, a role other than 0, the everyone entry with id 0,
+    /// rights non-zero and within [`PAL_RIGHTS`], in strictly ascending
+    /// order.
     pub fn decode(r: &mut Reader<'_>) -> Result<Pal, DecodeError> {
         let n = r.u16()? as usize;
         if n > PAL_ENTRIES_MAX {
@@ -119,6 +126,8 @@ impl Pal {
                 PAL_KIND_USER => Principal::User(id),
                 PAL_KIND_ROLE if id != crate::ROLE_NONE => Principal::Role(id),
                 PAL_KIND_ROLE => return Err(DecodeError::NotCanonical("PAL entry for role 0")),
+                PAL_KIND_EVERYONE if id == 0 => Principal::Everyone,
+                PAL_KIND_EVERYONE => return Err(DecodeError::NotCanonical("PAL everyone entry with an id")),
                 _ => return Err(DecodeError::NotCanonical("unknown PAL entry kind")),
             };
             if rights == 0 {

@@ -490,6 +490,28 @@ fn vectors() -> Vec<Vector> {
                 00",
         },
         Vector {
+            name: "set_pal request, owner and everyone",
+            header: request_header(opcode::SET_PAL, 26),
+            body: Body::Request(Request::SetPal {
+                partition: 7,
+                object: 16,
+                pal: ObjectPal {
+                    collection: 0,
+                    pal: Pal::new(vec![
+                        PalEntry { principal: Principal::Everyone, rights: rights::READ | rights::GETATTR },
+                        user(1000, rights::READ | rights::WRITE | rights::APPEND | rights::FLUSH | rights::GETATTR),
+                    ]),
+                },
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401010c011a0000000000000000000000000000002c00000000000000\
+                000000000000000000ca9a3b000000001a000000000000000700000000000000\
+                10000000000000000000000000000000020001e80300000f0200000300000000\
+                0900000000000000000000000000000000000000000000000000000000000000\
+                00000000",
+        },
+        Vector {
             name: "extents request",
             header: request_header(opcode::EXTENTS, 13),
             body: Body::Request(Request::Extents { partition: 7, object: 16, offset: 65536, max: 1024 }),
@@ -1626,8 +1648,12 @@ fn arb_scheme() -> impl Strategy<Value = AuthScheme> {
 /// Valid PALs only: up to `PAL_ENTRIES_MAX` entries, each with rights
 /// within `PAL_RIGHTS`, roles other than 0, in canonical order.
 fn arb_pal() -> impl Strategy<Value = Pal> {
-    let entry = (any::<bool>(), 1..=u32::MAX, 1..=PAL_RIGHTS).prop_map(|(user, id, rights)| PalEntry {
-        principal: if user { Principal::User(id) } else { Principal::Role(id) },
+    let entry = (0..5u8, 1..=u32::MAX, 1..=PAL_RIGHTS).prop_map(|(kind, id, rights)| PalEntry {
+        principal: match kind {
+            0 => Principal::Everyone,
+            1 | 2 => Principal::User(id),
+            _ => Principal::Role(id),
+        },
         rights: rights & PAL_RIGHTS | rights::READ,
     });
     prop::collection::vec(entry, 0..=PAL_ENTRIES_MAX).prop_map(Pal::new)
@@ -1953,7 +1979,25 @@ fn pal_rejections() {
         // The count is checked before any entry is read: no entry need follow.
         ("count u16::MAX", raw_pal(u16::MAX, &[]), overflow(u16::MAX as u64), Status::PalOverflow),
         ("kind 0", raw_pal(1, &[(0, 1, r)]), nc("unknown PAL entry kind"), Status::BadArguments),
-        ("kind 3", raw_pal(1, &[(3, 1, r)]), nc("unknown PAL entry kind"), Status::BadArguments),
+        ("kind 4", raw_pal(1, &[(4, 0, r)]), nc("unknown PAL entry kind"), Status::BadArguments),
+        (
+            "everyone with an id",
+            raw_pal(1, &[(PAL_KIND_EVERYONE, 1, r)]),
+            nc("PAL everyone entry with an id"),
+            Status::BadArguments,
+        ),
+        (
+            "everyone before a role",
+            raw_pal(2, &[(PAL_KIND_EVERYONE, 0, r), (PAL_KIND_ROLE, 1, r)]),
+            nc("PAL entries out of order or repeated"),
+            Status::BadArguments,
+        ),
+        (
+            "everyone twice",
+            raw_pal(2, &[(PAL_KIND_EVERYONE, 0, r), (PAL_KIND_EVERYONE, 0, rights::WRITE)]),
+            nc("PAL entries out of order or repeated"),
+            Status::BadArguments,
+        ),
         ("role 0", raw_pal(1, &[(PAL_KIND_ROLE, 0, r)]), nc("PAL entry for role 0"), Status::BadArguments),
         ("no rights", raw_pal(1, &[(PAL_KIND_USER, 1, 0)]), nc("PAL entry grants no rights"), Status::BadArguments),
         (
@@ -2007,7 +2051,10 @@ fn pal_rejections() {
     let full = raw_pal(PAL_ENTRIES_MAX as u16, &many(PAL_ENTRIES_MAX as u32));
     assert_eq!(Pal::from_bytes(&full).unwrap().entries.len(), PAL_ENTRIES_MAX);
     assert_eq!(full.len(), PAL_LEN_MAX);
-    let all = raw_pal(2, &[(PAL_KIND_USER, u32::MAX, PAL_RIGHTS), (PAL_KIND_ROLE, 1, PAL_RIGHTS)]);
+    let all = raw_pal(
+        3,
+        &[(PAL_KIND_USER, u32::MAX, PAL_RIGHTS), (PAL_KIND_ROLE, 1, PAL_RIGHTS), (PAL_KIND_EVERYONE, 0, PAL_RIGHTS)],
+    );
     assert_eq!(Pal::from_bytes(&all).unwrap().to_bytes(), all);
     let mut trailing = raw_pal(0, &[]);
     trailing.push(0);
@@ -2034,6 +2081,16 @@ fn pal_new_is_canonical_and_rights_are_the_union_of_user_and_role() {
     let with_role_0 = Pal { entries: vec![role(ROLE_NONE, r)] };
     assert_eq!(with_role_0.rights_for(5, ROLE_NONE), None, "ROLE_NONE never matches, even a (refused) role-0 entry");
     assert_eq!(Pal::default().rights_for(0, 0), None);
+    // The everyone entry: every identity, joined with its own entries; last in canonical order.
+    let everyone = PalEntry { principal: Principal::Everyone, rights: r };
+    let pal = Pal::new(vec![everyone, role(7, w), user(1000, g)]);
+    assert_eq!(pal.entries, vec![user(1000, g), role(7, w), everyone]);
+    assert_eq!(Pal::from_bytes(&pal.to_bytes()).unwrap(), pal);
+    let [r0, r1, r2, r3] = r.to_le_bytes();
+    assert_eq!(&pal.to_bytes()[2 + 2 * PAL_ENTRY_LEN..], &[PAL_KIND_EVERYONE, 0, 0, 0, 0, r0, r1, r2, r3]);
+    assert_eq!(pal.rights_for(5, ROLE_NONE), Some(r), "anyone at all");
+    assert_eq!(pal.rights_for(1000, 7), Some(r | w | g), "user, role and everyone add up");
+    assert_eq!(Pal::new(vec![everyone]).rights_for(u32::MAX, 9), Some(r));
 }
 
 #[test]

@@ -93,6 +93,7 @@ impl Allocator {
 
     /// Returns a block to the free map. Freeing a free block is an invariant
     /// violation and stops the process (fail-stop: the index is corrupt).
+    #[cfg(test)]
     pub fn free(&mut self, block: u64) {
         self.free_extent(block, 1);
     }

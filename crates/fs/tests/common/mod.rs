@@ -366,6 +366,47 @@ impl Cluster {
         self.shutdown = shutdown;
     }
 
+    /// Stops the manager as [`Cluster::restart_manager`] does (its listener,
+    /// every session and its maintenance end) without starting it again:
+    /// clients find nothing at its address until [`Cluster::resume_manager`].
+    #[allow(dead_code)] // not every test target stops its manager
+    pub async fn halt_manager(&mut self) {
+        let _ = self.shutdown.send(true);
+        to(&mut self.server).await.expect("manager task");
+        // A finished task in its place, so a later stop or restart has one to wait for.
+        self.server = tokio::spawn(async {});
+        if let Some(m) = self.maintenance.take() {
+            to(m).await.expect("maintenance task");
+        }
+    }
+
+    /// Opens the manager halted by [`Cluster::halt_manager`] again on its
+    /// directory, with `config`, and serves it on its old address.
+    #[allow(dead_code)]
+    pub async fn resume_manager(&mut self, config: ManagerConfig, maintenance: bool) {
+        let files = nasd_manager::tls::ensure_certificates(&self.dir().join("tls"), &["localhost".to_string()])
+            .expect("certificates");
+        let acceptor = nasd_manager::tls::acceptor(&files).expect("TLS acceptor");
+        self.manager = Manager::open(&self.dir().join("manager"), config).expect("open the manager again");
+        to(self.manager.recover()).await;
+        let mut tries = 0;
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(l) => break l,
+                Err(e) if tries < 100 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("rebind the manager at {}: {e}", self.addr),
+            }
+        };
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        self.server = tokio::spawn(self.manager.clone().serve(listener, acceptor, shutdown_rx.clone()));
+        self.maintenance = maintenance.then(|| self.manager.spawn_maintenance(shutdown_rx));
+        self.shutdown = shutdown;
+    }
+
     /// The data directory (removed on drop).
     pub fn dir(&self) -> &std::path::Path {
         self.dir.path()

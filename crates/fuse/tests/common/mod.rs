@@ -186,6 +186,20 @@ impl Env {
         self.cluster.as_mut().expect("cluster")
     }
 
+    /// Stops the manager (its listener and every session) and leaves it
+    /// stopped: the mounts find nothing at its address.
+    pub fn halt_manager(&mut self) {
+        let (rt, cluster) = (self.rt.as_ref().expect("runtime"), self.cluster.as_mut().expect("cluster"));
+        rt.block_on(cluster.halt_manager());
+    }
+
+    /// Serves the manager again on its address, with the configuration it had.
+    pub fn resume_manager(&mut self) {
+        let (rt, cluster) = (self.rt.as_ref().expect("runtime"), self.cluster.as_mut().expect("cluster"));
+        let config = cluster.manager.config().clone();
+        rt.block_on(cluster.resume_manager(config, false));
+    }
+
     /// A scratch directory outside the mounts (removed at the end).
     pub fn scratch(&self) -> &Path {
         self.dir.path()
@@ -206,6 +220,30 @@ impl Env {
         self.watchdog.watch(&mountpoint);
         self.mounts.push(mount);
         mountpoint
+    }
+
+    /// Mounts the file system as `user` at `config.mountpoint` as it is
+    /// (not made or emptied first); the mount's refusal if it refuses.
+    pub fn try_mount_at(&mut self, user: &str, password: &str, config: MountConfig) -> std::io::Result<()> {
+        let mountpoint = config.mountpoint.clone();
+        let rt = self.rt.as_ref().expect("runtime");
+        let fs = rt.block_on(self.cluster.as_ref().expect("cluster").login(user, password));
+        let mount = rt
+            .block_on(async { tokio::time::timeout(MOUNT_WAIT_MAX, Mount::start(fs, config)).await })
+            .expect("mounting timed out")?;
+        self.watchdog.watch(&mountpoint);
+        self.mounts.push(mount);
+        Ok(())
+    }
+
+    /// Unmounts the mount made `index`-th and waits for it to end.
+    pub fn unmount(&mut self, index: usize) {
+        let mut mount = self.mounts.remove(index);
+        mount.unmount().expect("unmount");
+        let rt = self.rt.as_ref().expect("runtime");
+        rt.block_on(async { tokio::time::timeout(MOUNT_WAIT_MAX, mount.ended()).await })
+            .expect("the mount did not end in time")
+            .expect("the mount ended cleanly");
     }
 
     /// Mounts as the administrator (uid 0, as the local root who runs the
@@ -265,4 +303,103 @@ pub fn sh(cmd: &mut Command) -> String {
 /// The errno of a failed I/O call.
 pub fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
+}
+
+/// The seed of a test's random choices: `$NASD_SEED`, else a fresh one;
+/// printed, so a failing run can be repeated.
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("NASD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        now.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)
+    });
+    eprintln!("{test}: seed {seed} (NASD_SEED={seed} repeats this run)");
+    seed
+}
+
+/// A small deterministic generator (xorshift64*), seeded from [`seed`].
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A duration uniform in `lo..=hi` milliseconds.
+    pub fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+}
+
+/// Log lines of this test process (every test of the binary, so callers
+/// pick theirs out by a field such as the manager's address), as the
+/// daemon's terminal would show them, for the targets `filter` names
+/// (an `EnvFilter` directive such as `"nasd_outage=info,fuser=warn"`).
+/// The first call in a process installs the collector; `NASD_LOG` is not
+/// used then.
+pub struct Logs(Arc<Mutex<Vec<u8>>>);
+
+#[derive(Clone)]
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogSink {
+    type Writer = LogSink;
+    fn make_writer(&'a self) -> LogSink {
+        self.clone()
+    }
+}
+
+pub fn capture_logs(filter: &str) -> Logs {
+    static SINK: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    let sink = SINK.get_or_init(|| {
+        let sink = Arc::new(Mutex::new(Vec::new()));
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(LogSink(sink.clone()))
+            .with_ansi(false)
+            .init();
+        sink
+    });
+    Logs(sink.clone())
+}
+
+impl Logs {
+    /// The lines logged so far that contain every one of `parts`.
+    pub fn lines_with(&self, parts: &[&str]) -> Vec<String> {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+        text.lines().filter(|l| parts.iter().all(|p| l.contains(p))).map(str::to_string).collect()
+    }
+}
+
+/// Where thread or process `tid` sleeps in the kernel (`/proc/TID/wchan`):
+/// `request_wait_answer` or another `fuse_` function while it waits for
+/// the mount; `None` once it is gone.
+pub fn wchan(tid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{tid}/wchan")).ok()
+}
+
+/// Whether `tid` waits for a FUSE request's answer now.
+pub fn waits_for_fuse(tid: i32) -> bool {
+    wchan(tid).is_some_and(|w| w.contains("fuse") || w.contains("request_wait_answer"))
 }

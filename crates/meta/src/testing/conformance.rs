@@ -99,6 +99,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("write_intent_permissions", files::write_intent_permissions),
         ("commit_rules", files::commit_rules),
         ("stale_marking", files::stale_marking),
+        ("size_change_missed", files::size_change_missed),
         ("replace_component", files::replace_component),
         ("component_queries", files::component_queries),
         ("multi_component_revocation", files::multi_component_revocation),

@@ -277,6 +277,8 @@ pub(super) fn write_intents<B: Backend>(ns: &Namespace<B>) {
         deadline_ns: 1000,
         escrow: 0,
         size_limit: u64::MAX,
+        writes: Intent::ALL,
+        unopened: 0,
     };
     assert_eq!((ns.intent_of(i).unwrap(), ns.intent(t1).unwrap()), (Some(open), Some(open)));
     assert_eq!(ns.begin_write(&ALICE, i, 0).err(), Some(FsStatus::Busy), "one writer at a time");
@@ -310,6 +312,17 @@ pub(super) fn write_intents<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.getattr(i).unwrap(), n, "an aborted write records nothing");
     ns.finish_intent(t2).unwrap();
     assert_eq!(ns.abort_intent(t2).err(), Some(FsStatus::NotFound));
+    assert_eq!(ns.scope_intent(i, t2, 0, 0).err(), Some(FsStatus::NotFound));
+    // What a transaction may change and could not be opened on: recorded while Open, kept
+    // through the abort (the rollback reads it), unopened only within writes.
+    let t2b = ns.begin_write(&ALICE, i, 3000).unwrap();
+    let scoped = ns.scope_intent(i, t2b, 0b101, 0b110).unwrap();
+    assert_eq!((scoped.writes, scoped.unopened), (0b101, 0b100));
+    assert_eq!(ns.scope_intent(g, t2b, 0, 0).err(), Some(FsStatus::InvalidArgument), "another file's");
+    let aborted = ns.abort_intent(t2b).unwrap();
+    assert_eq!((aborted.writes, aborted.unopened, aborted.state), (0b101, 0b100, IntentState::Aborting));
+    assert_eq!(ns.scope_intent(i, t2b, 0, 0).err(), Some(FsStatus::InvalidArgument), "not Open");
+    ns.finish_intent(t2b).unwrap();
     assert_eq!(ns.extend_intent(t2, 1).err(), Some(FsStatus::NotFound));
     // Root commits anyone's.
     let t3 = ns.begin_write(&ALICE, i, 0).unwrap();
@@ -402,6 +415,30 @@ pub(super) fn commit_rules<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.stale_components((0, 0), 10).unwrap(), vec![(i, 1), (i, 2)]);
 }
 
+/// A size change the manager commits records, in the same transaction,
+/// the components that missed it.
+pub(super) fn size_change_missed<B: Backend>(ns: &Namespace<B>) {
+    mkdir(ns, &ROOT, "/z", 0o777).unwrap();
+    set_layout(ns, &ROOT, "/z", Some(l("mirror:2"))).unwrap();
+    let i = create_on(ns, &ROOT, "/z/f", &ALL).unwrap().attr.ino;
+    let set = SetAttrs { size: Some(100), ..SetAttrs::default() };
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    let refused = ns.setattr_committing(&ROOT, i, &set, t, &[(5, r(0, 1))]);
+    assert_eq!(refused.err(), Some(FsStatus::InvalidArgument), "no component 5");
+    assert_eq!(
+        (ns.getattr(i).unwrap().attr.size, ns.intent(t).unwrap().map(|x| x.state)),
+        (0, Some(IntentState::Open))
+    );
+    let (n, _) = ns.setattr_committing(&ROOT, i, &set, t, &[(1, r(0, 4096))]).unwrap();
+    assert_eq!(
+        (n.attr.size, n.components[0].state, n.components[1].state),
+        (100, ComponentState::Ok, ComponentState::Stale)
+    );
+    assert_eq!(ns.stale_ranges(i, 1).unwrap(), vec![r(0, 4096)]);
+    assert_eq!(ns.getattr(i).unwrap(), n);
+    ns.finish_intent(t).unwrap();
+}
+
 pub(super) fn stale_marking<B: Backend>(ns: &Namespace<B>) {
     mkdir(ns, &ROOT, "/m", 0o777).unwrap();
     set_layout(ns, &ROOT, "/m", Some(l("mirror:2"))).unwrap();
@@ -454,6 +491,24 @@ pub(super) fn stale_marking<B: Backend>(ns: &Namespace<B>) {
     // A component that is not Stale is left as it is.
     let t = ns.begin_write(&ROOT, i, 0).unwrap();
     assert_eq!(ns.commit_resync(i, t, 0).unwrap().components[0].state, ComponentState::Ok);
+    ns.finish_intent(t).unwrap();
+    // A repair's commit: the ranges found current come out of what is recorded; a component
+    // with nothing left is Ok; one stale whole (no ranges) keeps what no range covers.
+    ns.mark_stale(i, 0, &[r(0, 100), r(200, 50)]).unwrap();
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    assert_eq!(ns.commit_repair(i, t, &[(2, r(0, 1))]).err(), Some(FsStatus::InvalidArgument), "no component 2");
+    assert_eq!(ns.commit_repair(i, t, &[(0, r(1, 0))]).err(), Some(FsStatus::InvalidArgument), "empty");
+    let n = ns.commit_repair(i, t, &[(0, r(10, 20)), (0, r(190, 100))]).unwrap();
+    assert_eq!(n.components[0].state, ComponentState::Stale);
+    assert_eq!(ns.stale_ranges(i, 0).unwrap(), vec![r(0, 10), r(30, 70)]);
+    assert_eq!(ns.intent(t).unwrap().map(|x| x.state), Some(IntentState::Committed));
+    ns.finish_intent(t).unwrap();
+    ns.clear_stale(i, 1).unwrap();
+    ns.mark_stale(i, 1, &[]).unwrap();
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    let n = ns.commit_repair(i, t, &[(0, r(0, 100)), (1, r(0, 1000))]).unwrap();
+    assert_eq!((n.components[0].state, state(0)), (ComponentState::Ok, ComponentState::Ok), "nothing left");
+    assert_eq!((state(1), ns.stale_ranges(i, 1).unwrap()), (ComponentState::Stale, vec![r(1000, u64::MAX - 1000)]));
     ns.finish_intent(t).unwrap();
     ns.clear_stale(i, 1).unwrap();
     let d = ino(ns, "/m");
