@@ -105,27 +105,65 @@ fn allocated(dir: &Path) -> u64 {
     std::fs::metadata(dir.join("blocks.dat")).map_or(0, |m| m.blocks() * 512)
 }
 
-/// A warning if the file system holding `on` cannot back the drives
-/// `drives` (directory, capacity) all filling up: each still needs its
-/// capacity less what its block file occupies already.
-fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<String>> {
-    let need: u64 = drives.iter().map(|(dir, cap)| cap.saturating_sub(allocated(dir))).sum();
+/// What is wrong if the file system holding `on` cannot back the drives
+/// `drives` (directory, capacity) all filling up — each still needs its
+/// capacity less what its block file occupies already (its blocks in use:
+/// the store gives freed space back) — with the largest capacity per drive
+/// it can back.
+fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<(String, u64)>> {
+    let held: Vec<u64> = drives.iter().map(|(dir, _)| allocated(dir)).collect();
+    let need: u64 = drives.iter().zip(&held).map(|((_, cap), h)| cap.saturating_sub(*h)).sum();
     let free = free_space(on)?;
     let total: u64 = drives.iter().map(|(_, c)| *c).sum();
+    let held_all: u64 = held.iter().sum();
     let (what, need_who) = match drives {
         [_] => (format!("the drive's capacity ({})", size::human(total)), "it needs"),
         _ => (format!("the {} drives' capacity ({} in all)", drives.len(), size::human(total)), "they need"),
     };
+    let backable = (free.saturating_add(held_all) / drives.len().max(1) as u64) >> 20 << 20;
     Ok((need > free).then(|| {
-        format!(
-            "warning: {what} is more than the disk under {} can hold: it has {} free and {need_who} {} more \
-             to fill up. Writes will fail when the disk is full; free space there, or start with a smaller \
-             capacity",
+        let message = format!(
+            "{what} is more than the disk under {} can back: it has {} free, the drives hold {}, and {need_who} \
+             {} more to fill up",
             on.display(),
             size::human(free),
+            size::human(held_all),
             size::human(need)
-        )
+        );
+        (message, backable)
     }))
+}
+
+/// What to do about a capacity the disk cannot back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Not checked here: the caller checks its drives together (`nasd up`,
+    /// whose drives share one disk), or does not care (benchmarks).
+    Unchecked,
+    /// Refuse to start.
+    Refuse,
+    /// Start anyway with a warning (`--force-capacity`): writes fail with
+    /// "no space" once the disk is full.
+    Warn,
+}
+
+/// Refuses — or with [`Backing::Warn`] warns of — drives (directory,
+/// capacity) whose capacity the disk under `on` cannot back; `flag` is the
+/// option that sets their capacity.
+fn check_backing(on: &Path, drives: &[(PathBuf, u64)], backing: Backing, flag: &str) -> anyhow::Result<()> {
+    if backing == Backing::Unchecked {
+        return Ok(());
+    }
+    let Some((problem, backable)) = unbacked(on, drives)? else { return Ok(()) };
+    anyhow::ensure!(
+        backing == Backing::Warn,
+        "{problem}. Writes would fail, and the drives refuse every change, once the disk is full. Start with \
+         a smaller capacity ({flag} {}MiB or less per drive), free space there, or pass --force-capacity to start \
+         anyway",
+        backable >> 20
+    );
+    eprintln!("warning: {problem}; started anyway (--force-capacity): writes fail once the disk is full");
+    Ok(())
 }
 
 /// A port bound but not yet listening. Start-up takes every port it needs
@@ -179,9 +217,9 @@ pub struct DriveSetup {
     /// The capacity of a first start without one given; `None`: 90% of the
     /// free space under `data`.
     pub first_capacity: Option<u64>,
-    /// Warn if the disk cannot back the capacity (a drive alone on its disk;
-    /// `nasd up` checks its drives together).
-    pub check_backing: bool,
+    /// What to do if the disk cannot back the capacity (a drive alone on
+    /// its disk; `nasd up` checks its drives together).
+    pub backing: Backing,
     pub commit_interval: Duration,
     pub verify_reads: bool,
     /// `None`: security disabled.
@@ -231,11 +269,8 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     })
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
-    if setup.check_backing {
-        if let Some(warning) = unbacked(&data, &[(data.clone(), store.info().capacity_bytes)])? {
-            eprintln!("{warning}");
-        }
-    }
+    // After the open, which gives back what the drive no longer holds.
+    check_backing(&data, &[(data.clone(), store.info().capacity_bytes)], setup.backing, "--capacity")?;
     // The master key file exists before the drive listens: whoever sees the port open can read it.
     let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let listener = setup.port.listen()?;
@@ -305,6 +340,10 @@ pub struct DriveArgs {
     /// once [default: 128]; raise it for many clients behind one address.
     #[arg(long)]
     connections_per_peer: Option<usize>,
+    /// Start even if the disk cannot back the capacity (free space plus what
+    /// the drive holds): writes then fail once the disk is full.
+    #[arg(long)]
+    force_capacity: bool,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
@@ -354,7 +393,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
             .or(file.connections_per_peer)
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
         first_capacity: None,
-        check_backing: true,
+        backing: if args.force_capacity { Backing::Warn } else { Backing::Refuse },
     })
     .await?;
     let info = drive.store.info();
@@ -874,6 +913,10 @@ pub struct UpArgs {
     /// first start, then 90% of the free space shared among the drives].
     #[arg(long)]
     drive_capacity: Option<String>,
+    /// Start even if the disk cannot back the drives' capacity (free space
+    /// plus what they hold): writes then fail once the disk is full.
+    #[arg(long)]
+    force_capacity: bool,
     /// Where the manager keeps its metadata (first start only; recorded in
     /// DATA/nasd.toml): sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB
     /// [default: sqlite:DATA/manager/meta.sqlite].
@@ -973,6 +1016,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut drive_tasks = Vec::new();
     let mut drives = Vec::new();
+    let mut opened = Vec::new();
     for (i, port) in ports.drives.into_iter().enumerate() {
         let dir = data.join(format!("drive-{i}"));
         let listen = port.addr();
@@ -982,7 +1026,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             block_size: BLOCK_SIZE_DEFAULT,
             capacity_bytes: capacity,
             first_capacity: Some(share),
-            check_backing: false,
+            backing: Backing::Unchecked,
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
@@ -996,6 +1040,13 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         let info = d.store.info();
         let master = d.master_key.clone().expect("security is on in nasd up");
         drives.push(UpDrive { listen, id: info.drive_id, master, dir, capacity: info.capacity_bytes });
+        opened.push(d);
+    }
+    // The drives share one disk: it must back them all, before any serves.
+    let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
+    let force = if args.force_capacity { Backing::Warn } else { Backing::Refuse };
+    check_backing(&data, &backing, force, "--drive-capacity")?;
+    for d in opened {
         drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
     }
     let manager_listen = ports.manager.addr();
@@ -1041,10 +1092,6 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     // served (a PALs-only partition serves no one until then); maintenance retries what fails.
     if let Err(f) = m.manager.sync_identity_keys().await {
         eprintln!("warning: identity keys not yet on every drive ({f}); retried at each maintenance pass");
-    }
-    let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
-    if let Some(warning) = unbacked(&data, &backing)? {
-        eprintln!("{warning}");
     }
     // The drive tools (`nasd audit`, `nasd scrub --drive`) get each drive's number, address and
     // drive key; entries for drives not of this cluster are kept.
@@ -1322,7 +1369,7 @@ impl LocalCluster {
                 block_size: BLOCK_SIZE_DEFAULT,
                 capacity_bytes: Some(setup.capacity),
                 first_capacity: None,
-                check_backing: false,
+                backing: Backing::Unchecked,
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
@@ -1589,6 +1636,7 @@ mod tests {
             manager_port: Some(manager_port),
             first_drive_port,
             drive_capacity: Some("64MiB".into()),
+            force_capacity: false,
             metadata: None,
         };
         let up_once = |first_drive_port| async move {

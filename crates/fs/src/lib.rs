@@ -43,7 +43,7 @@ pub use conn::{
     connector, ChangeBatch, Identity, RoutingStats, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
     MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
 };
-pub use file::File;
+pub use file::{File, HOLE_SKIP_FILE_BYTES_MIN};
 pub use nasd_proto::acl::{
     AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
 };
@@ -54,7 +54,7 @@ pub use nasd_proto::manager::{
     QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
-pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, StripeError};
+pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, Seek, StripeError};
 pub use renew::{renew_margin, IdentitySource, RENEW_MARGIN_DIVISOR, RENEW_MARGIN_MAX, RENEW_RETRY_PAUSE};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 pub use wait::{

@@ -65,7 +65,8 @@ pub trait Txn {
     fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus>;
     /// Whether a directory has no entries.
     fn dir_is_empty(&mut self, dir: Ino) -> Result<bool, FsStatus>;
-    /// (number of inodes, sum of `size` over regular files).
+    /// (number of inodes, sum of `Inode::allocated` over regular files: what
+    /// their data takes, holes not counted).
     fn usage(&mut self) -> Result<(u64, u64), FsStatus>;
 
     /// An inode's extended attribute.

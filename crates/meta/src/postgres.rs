@@ -77,6 +77,7 @@
 //!   collection)` and `collection_pending(ino, seq)`.
 //! - 8 → 9: the intents' `writes` and `unopened` component bit sets
 //!   (SQLite's version 11).
+//! - 9 → 10: sparse files (SQLite's version 12): the inodes' `data_bytes`.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -232,8 +233,15 @@ ALTER TABLE intents ADD COLUMN writes BIGINT NOT NULL DEFAULT -1;
 ALTER TABLE intents ADD COLUMN unopened BIGINT NOT NULL DEFAULT 0;
 "#;
 
+/// Version 10: sparse files (SQLite's version 12): the bytes each regular
+/// file's components store, existing files taken as dense.
+const V10: &str = r#"
+ALTER TABLE inodes ADD COLUMN data_bytes BIGINT NOT NULL DEFAULT 0;
+UPDATE inodes SET data_bytes = size - LEAST(size, small_threshold) WHERE kind = 1;
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -976,7 +984,7 @@ fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site, i.data_bytes"
     };
 }
 
@@ -997,12 +1005,13 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         mtime_ns: i64_at(r, at + 8)?,
         ctime_ns: i64_at(r, at + 9)?,
         rdev: u64_at(r, at + 13)?,
+        allocated: 0,
     };
     let layout = match get_at::<Option<&[u8]>>(r, at + 11)? {
         None => None,
         Some(bytes) => Some(layout_from_bytes(bytes).ok_or("not a canonical layout")?),
     };
-    Ok(Inode {
+    let mut n = Inode {
         attr,
         target: get_at(r, at + 10)?,
         layout,
@@ -1013,7 +1022,10 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         site: Some(u8_at(r, at + 16)?)
             .filter(|s| usize::from(*s) < nasd_proto::routing::ROUTING_SITES)
             .ok_or_else(|| format!("column {}: not a routing site", at + 16))?,
-    })
+        data_bytes: u64_at(r, at + 17)?,
+    };
+    n.refresh_allocated();
+    Ok(n)
 }
 
 fn object_from_row(r: &Row) -> Decoded<ObjectRef> {
@@ -1122,13 +1134,14 @@ impl Txn for PgTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site, data_bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site, \
+             data_bytes = excluded.data_bytes",
             &[
                 &(a.ino as i64),
                 &i64::from(a.kind.code()),
@@ -1147,6 +1160,7 @@ impl Txn for PgTxn<'_> {
                 &(n.qdir as i64),
                 &i64::from(n.small_threshold),
                 &i64::from(n.site),
+                &(n.data_bytes as i64),
             ],
         )?;
         Ok(())
@@ -1221,7 +1235,9 @@ impl Txn for PgTxn<'_> {
     }
 
     fn usage(&mut self) -> Result<(u64, u64), FsStatus> {
-        let sql = "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 1 THEN size END), 0)::BIGINT FROM inodes";
+        let sql = "SELECT COUNT(*), \
+                   COALESCE(SUM(CASE WHEN kind = 1 THEN data_bytes + LEAST(size, small_threshold) END), 0)::BIGINT \
+                   FROM inodes";
         let row = self.query_one(sql, &[])?;
         self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
     }
@@ -1408,8 +1424,8 @@ impl Txn for PgTxn<'_> {
     }
 
     fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
-        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0)::BIGINT, COUNT(*) \
-                   FROM inodes WHERE uid = $1";
+        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN data_bytes + LEAST(size, small_threshold) ELSE 0 END), \
+                   0)::BIGINT, COUNT(*) FROM inodes WHERE uid = $1";
         let row = self.query_one(sql, &[&i64::from(uid)])?;
         self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
     }
