@@ -869,10 +869,11 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     c.run_ok(&["put", path_str(&local_file(c.dir(), "r.bin", &r)), "/r/r.bin"]);
 
     // nasd get of the mirrored file; the drive of its first copy dies a quarter in.
+    // The victim is found first: nothing but the kill between the quarter mark and the kill.
+    let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
     let out = c.dir().join("m.back");
     let mut get = c.spawn(&["get", "/m.bin", path_str(&out)]);
     wait_for_output(&mut get, &out, m.len() as u64 / 4);
-    let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
     c.drive(victim).kill();
     let done = get.wait();
     assert_ok(&done, &c);
@@ -892,10 +893,10 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     }));
 
     // nasd cat of the Reed-Solomon file; the drive of a data component dies a quarter in.
+    let (victim, _) = rt.block_on(component(&fs, "/r/r.bin", 1));
     let mut cat = c.spawn(&["cat", "/r/r.bin"]);
     let out = cat.out.clone();
     wait_for_output(&mut cat, &out, r.len() as u64 / 4);
-    let (victim, _) = rt.block_on(component(&fs, "/r/r.bin", 1));
     c.drive(victim).kill();
     let done = cat.wait();
     assert_ok(&done, &c);
