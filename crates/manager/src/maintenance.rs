@@ -81,7 +81,7 @@ impl Manager {
     /// everything logged for the drive while it was away — revocations and
     /// removals a request could not finish on it — is done. So a drive that
     /// was down when a file was removed or replaced never serves the old
-    /// file's capabilities again (docs/ARCHITECTURE.md, "Readmission").
+    /// file's capabilities again (`cluster.rs`, "Readmission").
     async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
         self.install_key(d).await?;
         self.resolve_drive_txns(d).await?;

@@ -14,8 +14,8 @@
 //! change cuts the stored bytes to the new size, so a file cut short and
 //! extended again reads zeros where the old bytes were.
 //!
-//! **Under a write transaction** (docs/ARCHITECTURE.md, "Files over many
-//! drives") a small write is *staged*: the bytes below the threshold as the
+//! **Under a write transaction** (`nasd_manager`'s `coordinator.rs`) a
+//! small write is *staged*: the bytes below the threshold as the
 //! transaction leaves them are kept apart, keyed by the file and the
 //! transaction id (one per file, as a file has one writer at a time), and
 //! readers keep seeing the committed bytes. The transaction's `COMMIT`
