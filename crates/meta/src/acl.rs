@@ -224,7 +224,7 @@ impl<B: Backend> Namespace<B> {
     /// bumped, an ACV intent recorded per component): a capability minted
     /// under the old entries stops working once the manager has set the new
     /// ACV on the drives. A directory whose shared entries change is a
-    /// changed collection ([`collection_changed`]: recorded, its members'
+    /// changed collection (`collection_changed`: recorded, its members'
     /// capabilities revoked if a right is taken away). Returns the inode,
     /// its ACL as it now is, and the effects (revocations, the collection).
     ///

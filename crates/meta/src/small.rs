@@ -150,7 +150,7 @@ impl<B: Backend> Namespace<B> {
     /// size (at least the end written), its modification and change times
     /// and its quota usage; returns the inode as written. `txn` the
     /// caller's Open write transaction on the file: staged under it (see
-    /// the [module documentation](self)) — the size, times and quota move
+    /// the module documentation of `small.rs`) — the size, times and quota move
     /// at its `COMMIT`, with the end the writer reports there; returns the
     /// inode as committed so far (unchanged).
     ///
