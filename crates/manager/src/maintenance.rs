@@ -135,7 +135,7 @@ impl Manager {
     }
 
     /// Removes every object on `d` the metadata does not know; returns how
-    /// many. Runs under the drive's lease ([`Manager::drive_lease`]), which
+    /// many. Runs under the drive's lease (`Manager::drive_lease`), which
     /// every manager's pool refill of the drive takes too: the objects a
     /// refill made and did not record are either recorded before this
     /// acquired the lease (and so known here), or never (the refill's fence

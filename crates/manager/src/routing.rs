@@ -7,7 +7,7 @@
 //! (`SET_ROUTING`, administrators only). A session that fetched it
 //! (`GET_ROUTING`) routes by that version; once the manager holds a newer
 //! one, the session's next request naming a handle is refused with
-//! `STALE_ROUTING` before anything is done ([`Manager::check_routing`]).
+//! `STALE_ROUTING` before anything is done (`Manager::check_routing`).
 //!
 //! A manager that serves makes the first table if there is none — itself
 //! (`[manager] advertise`, else its listening address) holding every site,
