@@ -846,6 +846,15 @@ fn wait_for_output(p: &mut Running, out: &Path, at_least: u64) {
     }
 }
 
+/// Runs `nasd ARGS` in the background with its warnings on (a command's
+/// default level is errors only): a reader says when it reads around a
+/// failed component.
+fn spawn_telling(c: &Cluster, args: &[&str]) -> Running {
+    let mut cmd = c.nasd(args);
+    cmd.env("NASD_LOG", "warn");
+    c.spawn_command(cmd, &format!("nasd {}", args.join(" ")))
+}
+
 /// Asserts a reader met the killed drive — it warned that it read around a
 /// failed component of `path` — so the kill landed while it was reading,
 /// not after.
@@ -872,7 +881,7 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     // The victim is found first: nothing but the kill between the quarter mark and the kill.
     let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
     let out = c.dir().join("m.back");
-    let mut get = c.spawn(&["get", "/m.bin", path_str(&out)]);
+    let mut get = spawn_telling(&c, &["get", "/m.bin", path_str(&out)]);
     wait_for_output(&mut get, &out, m.len() as u64 / 4);
     c.drive(victim).kill();
     let done = get.wait();
@@ -894,7 +903,7 @@ fn a_drive_killed_during_reads_changes_no_byte() {
 
     // nasd cat of the Reed-Solomon file; the drive of a data component dies a quarter in.
     let (victim, _) = rt.block_on(component(&fs, "/r/r.bin", 1));
-    let mut cat = c.spawn(&["cat", "/r/r.bin"]);
+    let mut cat = spawn_telling(&c, &["cat", "/r/r.bin"]);
     let out = cat.out.clone();
     wait_for_output(&mut cat, &out, r.len() as u64 / 4);
     c.drive(victim).kill();

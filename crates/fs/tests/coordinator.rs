@@ -362,8 +362,8 @@ fn a_component_the_transaction_was_not_opened_on_is_stale_only_once_it_may_diffe
         to(s.flush(&w.written)).await.expect("flush");
         c.drives.insert(parity, stopped.start().await);
         tokio::time::sleep(Duration::from_millis(1200)).await; // past the 1 s lease
-        // A pass finishes the rollback once the restarted drive answers it (on a loaded machine
-        // the first pass may still find it starting: that rollback waits for the next).
+                                                               // A pass finishes the rollback once the restarted drive answers it (on a loaded machine
+                                                               // the first pass may still find it starting: that rollback waits for the next).
         for _ in 0..50 {
             to(c.manager.maintain()).await;
             if states(&admin, "g").await == want {
