@@ -28,6 +28,19 @@ pub struct AuthArgs {
     /// A host name or address the TLS certificate names (repeat) [default: localhost, 127.0.0.1].
     #[arg(long = "tls-name")]
     tls_names: Vec<String>,
+    /// Keep the state in the file managers' PostgreSQL database,
+    /// postgres://USER@HOST[:PORT]/DB (no password here: $PGPASSWORD,
+    /// ~/.pgpass or [auth] metadata_password_file), which several
+    /// authentication servers share [default: [auth] metadata, else
+    /// DATA/auth.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Join the authentication servers of a database with the bundle `nasd
+    /// admin join-bundle` wrote: their auth.key and the cluster CA go into
+    /// --data (this server issues itself a certificate for its --tls-name),
+    /// and the metadata location comes from the bundle unless one is given.
+    #[arg(long, value_name = "BUNDLE")]
+    join: Option<PathBuf>,
 }
 
 /// What users and administrators do at the authentication server (they log
@@ -161,7 +174,7 @@ pub async fn login_auth_renewing(
     let role = role_of(section, None)?;
     let (_, grant) = login_as(section, &user, &pw, Some(role)).await?;
     let source = Relogin {
-        addr: section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?,
+        addrs: auth_servers(section)?,
         server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
         ca: section.ca_cert.clone().context("no ca_cert configured in [client]")?,
         user: user.clone(),
@@ -174,7 +187,7 @@ pub async fn login_auth_renewing(
 /// Logs a user in at the authentication server again, with the password
 /// it logged in with at start, for a fresh identity (`nasd mount`).
 struct Relogin {
-    addr: String,
+    addrs: Vec<String>,
     server_name: String,
     ca: PathBuf,
     user: String,
@@ -185,15 +198,11 @@ struct Relogin {
 impl nasd_fs::IdentitySource for Relogin {
     fn fresh(&self) -> nasd_fs::BoxFuture<'_, Result<(nasd_proto::IdentityData, nasd_crypto::Key), nasd_fs::FsError>> {
         Box::pin(async move {
-            let refused = |e: String| {
-                nasd_fs::FsError::Setup(format!(
-                    "logging in as '{}' at the authentication server {} again failed: {e}",
-                    self.user, self.addr
-                ))
-            };
+            let refused =
+                |e: String| nasd_fs::FsError::Setup(format!("logging in as '{}' again failed: {e}", self.user));
             let tls = connector(&self.ca).map_err(|e| refused(e.to_string()))?;
-            let (_, grant) =
-                AuthClient::login(&self.addr, &self.server_name, &tls, &self.user, &self.password, self.role)
+            let (_, grant, _) =
+                login_at_any(&self.addrs, &self.server_name, &tls, &self.user, &self.password, self.role)
                     .await
                     .map_err(|e| refused(e.to_string()))?;
             Ok((grant.credential, grant.idkey))
@@ -206,21 +215,58 @@ fn login_name(section: &ClientSection, user: Option<&str>) -> anyhow::Result<Str
     user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")
 }
 
-/// Logs in as `user` with `pw` at the authentication server named by `[client] auth`.
+/// The authentication servers `[client]` names, in the order tried:
+/// `auth`, then `auth_failover`.
+pub fn auth_servers(section: &ClientSection) -> anyhow::Result<Vec<String>> {
+    let first = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
+    Ok(std::iter::once(first).chain(section.auth_failover.iter().cloned()).collect())
+}
+
+/// Logs in at the first of `addrs` that answers: a server that cannot be
+/// reached (or whose database cannot, `METADATA_UNAVAILABLE`) is passed for
+/// the next; any other refusal (a wrong password) is the answer. The
+/// server that answered is returned too.
+async fn login_at_any(
+    addrs: &[String],
+    server_name: &str,
+    tls: &tokio_rustls::TlsConnector,
+    user: &str,
+    pw: &str,
+    role: u32,
+) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
+    let mut failures = Vec::new();
+    for addr in addrs {
+        match AuthClient::login(addr, server_name, tls, user, pw, role).await {
+            Ok((c, grant)) => {
+                if !failures.is_empty() {
+                    tracing::info!(%addr, passed = ?failures, "logged in at a later authentication server");
+                }
+                return Ok((c, grant, addr.clone()));
+            }
+            Err(e) if e.status().is_some_and(|s| s != nasd_proto::fs::FsStatus::MetadataUnavailable) => {
+                anyhow::bail!("login as '{user}' at the authentication server {addr} failed: {e}")
+            }
+            Err(e) => failures.push(format!("{addr}: {e}")),
+        }
+    }
+    anyhow::bail!("login as '{user}' failed: no authentication server answered ({})", failures.join("; "))
+}
+
+/// Logs in as `user` with `pw` at the authentication servers named by
+/// `[client] auth` and `auth_failover` (the first that answers).
 async fn login_as(
     section: &ClientSection,
     user: &str,
     pw: &str,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant)> {
-    let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
+    let addrs = auth_servers(section)?;
     let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
     let role = role_of(section, role)?;
     let tls = connector(&ca)?;
     let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    AuthClient::login(&addr, &server_name, &tls, user, pw, role)
-        .await
-        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))
+    let (c, grant, _) = login_at_any(&addrs, &server_name, &tls, user, pw, role).await?;
+    Ok((c, grant))
 }
 
 /// The role to assume: `role` if given, else `$NASD_ROLE`, else `[client] role`, else none.
@@ -321,6 +367,13 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::RetireKey { key_id } => {
             c.retire_key(key_id).await?;
             println!("shared key {key_id} retired");
+            // The identity this command holds may be one of those just retired: a fresh one
+            // (under a live key, from whichever server answers) asks the manager.
+            let grant = if grant.credential.key_id == key_id {
+                login_as(section, &name, &pw, role).await?.1
+            } else {
+                grant
+            };
             sync_manager(section, &grant, &name).await?;
         }
     }
@@ -342,11 +395,20 @@ fn now_ns() -> u64 {
 /// Where the administrator's password is kept, inside the server's directory.
 pub const AUTH_ADMIN_PASSWORD_FILE: &str = "admin.password";
 
-/// Opens the authentication server in `dir`. On first start (no user yet)
-/// makes the administrator `admin` (uid 0) with `password`, or with a new
-/// one written to `DIR/admin.password` (0600) first.
-pub async fn open_auth(dir: &Path, config: AuthConfig, password: Option<String>) -> anyhow::Result<Arc<AuthServer>> {
-    let server = Arc::new(AuthServer::open(dir, config)?);
+/// Opens the authentication server in `dir`, its state where `backing`
+/// says. On first start (no user yet, at this server or any other of its
+/// database) makes the administrator `admin` (uid 0) with `password`, or
+/// with a new one written to `DIR/admin.password` (0600) first.
+pub async fn open_auth(
+    dir: &Path,
+    config: AuthConfig,
+    backing: nasd_auth::Backing,
+    password: Option<String>,
+) -> anyhow::Result<Arc<AuthServer>> {
+    let server = Arc::new(AuthServer::open_on(dir, config, backing).await?);
+    if !server.no_users().await.map_err(|(_, m)| anyhow::anyhow!(m))? {
+        return Ok(server);
+    }
     let password = match password {
         Some(p) => p,
         None => {
@@ -404,12 +466,28 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
     } else {
         args.tls_names.clone()
     };
+    let mut file = file;
+    if let Some(bundle) = &args.join {
+        let joined = crate::daemons::install_auth_join(bundle, &data)?;
+        if args.metadata.is_none() && file.metadata.is_none() {
+            file.metadata = Some(joined);
+        }
+    }
+    let location = crate::daemons::location_of(
+        args.metadata.as_deref(),
+        file.metadata.clone(),
+        file.metadata_password_file.clone(),
+        "[auth] metadata",
+    )?;
+    let backing = crate::daemons::auth_backing(location.as_ref())?;
     let tls = nasd_login::tls::ensure_certificates(&data.join("tls"), &names)?;
-    let server = open_auth(&data, auth_config(&file), None).await?;
+    let server = open_auth(&data, auth_config(&file), backing, None).await?;
     eprintln!(
-        "nasd auth serving {} on {listen} (TLS; clients trust {}); the manager logs in with the service token {}",
+        "nasd auth serving {} on {listen} (TLS; clients trust {}; state in {}); the manager logs in with the \
+         service token {}",
         data.display(),
         tls.ca.display(),
+        server.store_name(),
         data.join(nasd_auth::SERVICE_TOKEN_FILE).display()
     );
     let (tx, rx) = watch::channel(false);
