@@ -112,7 +112,7 @@ pub enum Backing {
     #[default]
     Sqlite,
     /// The file managers' PostgreSQL database (several servers share it).
-    Postgres(nasd_meta::pg_connect::PgTarget),
+    Postgres(Box<nasd_meta::pg_connect::PgTarget>),
 }
 
 /// Why a server cannot join a database whose state another `auth.key` sealed.
@@ -134,7 +134,7 @@ pub async fn reset_password(dir: &Path, backing: Backing, name: &str, password: 
                 "no authentication server at {} (no {AUTH_KEK_FILE})",
                 dir.display()
             );
-            Store::Postgres(Arc::new(pg::PgDb::open(target).await.map_err(|e| anyhow::anyhow!(e))?))
+            Store::Postgres(Arc::new(pg::PgDb::open(*target).await.map_err(|e| anyhow::anyhow!(e))?))
         }
         _ => {
             anyhow::ensure!(path.exists(), "no authentication server data at {}", dir.display());
@@ -183,7 +183,7 @@ impl AuthServer {
             Backing::Postgres(target) => target,
         };
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let db = pg::PgDb::open(target).await.map_err(|e| anyhow::anyhow!(e))?;
+        let db = pg::PgDb::open(*target).await.map_err(|e| anyhow::anyhow!(e))?;
         let new = db.is_new().await.map_err(|(_, m)| anyhow::anyhow!(m))?;
         let kek_file = dir.join(AUTH_KEK_FILE);
         anyhow::ensure!(

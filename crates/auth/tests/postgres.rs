@@ -32,7 +32,7 @@ async fn to<F: Future>(f: F) -> F::Output {
 }
 
 fn backing(url: &str) -> Backing {
-    Backing::Postgres(PgTarget::parse(url, &PgOptions::default()).unwrap())
+    Backing::Postgres(Box::new(PgTarget::parse(url, &PgOptions::default()).unwrap()))
 }
 
 async fn open(dir: &Path, url: &str) -> anyhow::Result<AuthServer> {

@@ -369,11 +369,8 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
             println!("shared key {key_id} retired");
             // The identity this command holds may be one of those just retired: a fresh one
             // (under a live key, from whichever server answers) asks the manager.
-            let grant = if grant.credential.key_id == key_id {
-                login_as(section, &name, &pw, role).await?.1
-            } else {
-                grant
-            };
+            let grant =
+                if grant.credential.key_id == key_id { login_as(section, &name, &pw, role).await?.1 } else { grant };
             sync_manager(section, &grant, &name).await?;
         }
     }

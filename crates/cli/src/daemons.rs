@@ -652,9 +652,9 @@ pub fn location_of(
 /// metadata is at `location`: their PostgreSQL database, else SQLite.
 pub fn auth_backing(location: Option<&nasd_manager::Location>) -> anyhow::Result<nasd_auth::Backing> {
     Ok(match location {
-        Some(nasd_manager::Location::Postgres { url, options }) => nasd_auth::Backing::Postgres(
+        Some(nasd_manager::Location::Postgres { url, options }) => nasd_auth::Backing::Postgres(Box::new(
             nasd_meta::pg_connect::PgTarget::parse(url, options).map_err(|e| anyhow::anyhow!("{e}"))?,
-        ),
+        )),
         _ => nasd_auth::Backing::Sqlite,
     })
 }
