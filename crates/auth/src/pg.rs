@@ -260,7 +260,12 @@ impl PgDb {
                 self.unreachable.log(|suppressed| {
                     tracing::error!(suppressed, "{detail}: requests that need it fail until it is back");
                 });
-                (FsStatus::MetadataUnavailable, format!("{detail} (the authentication server waits for it)"))
+                let message = format!(
+                    "the authentication database {} cannot be reached ({})",
+                    self.describe(),
+                    nasd_meta::postgres_detail(&e)
+                );
+                (FsStatus::MetadataUnavailable, message)
             }
         }
     }

@@ -6,7 +6,8 @@ use crate::config::{self, AuthSection, ClientSection};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use nasd_auth::{AuthConfig, AuthServer};
-use nasd_login::auth_client::{connector, AuthClient, IdentityGrant};
+use nasd_login::auth_client::{connector, AuthClient, AuthError, IdentityGrant};
+use nasd_proto::fs::FsStatus;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -180,6 +181,7 @@ pub async fn login_auth_renewing(
         user: user.clone(),
         password: pw,
         role,
+        wait: crate::fs_cmd::metadata_wait(section),
     };
     Ok((grant, user, Arc::new(source)))
 }
@@ -193,6 +195,7 @@ struct Relogin {
     user: String,
     password: zeroize::Zeroizing<String>,
     role: u32,
+    wait: Duration,
 }
 
 impl nasd_fs::IdentitySource for Relogin {
@@ -201,10 +204,10 @@ impl nasd_fs::IdentitySource for Relogin {
             let refused =
                 |e: String| nasd_fs::FsError::Setup(format!("logging in as '{}' again failed: {e}", self.user));
             let tls = connector(&self.ca).map_err(|e| refused(e.to_string()))?;
-            let (_, grant, _) =
-                login_at_any(&self.addrs, &self.server_name, &tls, &self.user, &self.password, self.role)
-                    .await
-                    .map_err(|e| refused(e.to_string()))?;
+            let login = (self.user.as_str(), self.password.as_str(), self.role);
+            let (_, grant, _) = login_at_any(&self.addrs, &self.server_name, &tls, login, self.wait)
+                .await
+                .map_err(|e| refused(e.to_string()))?;
             Ok((grant.credential, grant.idkey))
         })
     }
@@ -225,32 +228,55 @@ pub fn auth_servers(section: &ClientSection) -> anyhow::Result<Vec<String>> {
 /// Logs in at the first of `addrs` that answers: a server that cannot be
 /// reached (or whose database cannot, `METADATA_UNAVAILABLE`) is passed for
 /// the next; any other refusal (a wrong password) is the answer. The
-/// server that answered is returned too.
+/// server that answered is returned too. When none answered and one said
+/// its database cannot be reached, all are tried again with back-off for up
+/// to `wait` (`[client] metadata_wait_secs`), said once on stderr, as the
+/// manager's outages are.
 async fn login_at_any(
     addrs: &[String],
     server_name: &str,
     tls: &tokio_rustls::TlsConnector,
-    user: &str,
-    pw: &str,
-    role: u32,
+    login: (&str, &str, u32),
+    wait: Duration,
 ) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
-    let mut failures = Vec::new();
-    for addr in addrs {
-        match AuthClient::login(addr, server_name, tls, user, pw, role).await {
-            Ok((c, grant)) => {
-                if !failures.is_empty() {
-                    tracing::info!(%addr, passed = ?failures, "logged in at a later authentication server");
+    let (user, pw, role) = login;
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = LOGIN_RETRY_MIN;
+    loop {
+        let (mut failures, mut unavailable) = (Vec::new(), None);
+        for addr in addrs {
+            match AuthClient::login(addr, server_name, tls, user, pw, role).await {
+                Ok((c, grant)) => {
+                    if !failures.is_empty() {
+                        tracing::info!(%addr, passed = ?failures, "logged in at a later authentication server");
+                    }
+                    return Ok((c, grant, addr.clone()));
                 }
-                return Ok((c, grant, addr.clone()));
+                Err(AuthError::Refused { status: FsStatus::MetadataUnavailable, message }) => {
+                    failures.push(format!("{addr}: {message}"));
+                    unavailable = Some(message);
+                }
+                Err(e) if e.status().is_some() => {
+                    anyhow::bail!("login as '{user}' at the authentication server {addr} failed: {e}")
+                }
+                Err(e) => failures.push(format!("{addr}: {e}")),
             }
-            Err(e) if e.status().is_some_and(|s| s != nasd_proto::fs::FsStatus::MetadataUnavailable) => {
-                anyhow::bail!("login as '{user}' at the authentication server {addr} failed: {e}")
+        }
+        match unavailable {
+            Some(message) if std::time::Instant::now() + pause < deadline => {
+                crate::fs_cmd::say_once()(&format!("{message}; waiting up to {} s for it", wait.as_secs()));
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LOGIN_RETRY_MAX);
             }
-            Err(e) => failures.push(format!("{addr}: {e}")),
+            _ => anyhow::bail!("login as '{user}' failed: no authentication server answered ({})", failures.join("; ")),
         }
     }
-    anyhow::bail!("login as '{user}' failed: no authentication server answered ({})", failures.join("; "))
 }
+
+/// First pause between rounds of logins while the servers' database is down.
+const LOGIN_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between them.
+const LOGIN_RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Logs in as `user` with `pw` at the authentication servers named by
 /// `[client] auth` and `auth_failover` (the first that answers).
@@ -265,7 +291,8 @@ async fn login_as(
     let role = role_of(section, role)?;
     let tls = connector(&ca)?;
     let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    let (c, grant, _) = login_at_any(&addrs, &server_name, &tls, user, pw, role).await?;
+    let wait = crate::fs_cmd::metadata_wait(section);
+    let (c, grant, _) = login_at_any(&addrs, &server_name, &tls, (user, pw, role), wait).await?;
     Ok((c, grant))
 }
 
