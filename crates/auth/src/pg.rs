@@ -277,8 +277,16 @@ impl PgDb {
         Ok(t)
     }
 
+    /// Commits `t`. A connection lost once `COMMIT` was sent leaves the
+    /// change unknown: `INTERNAL` ("may be done"), never
+    /// `METADATA_UNAVAILABLE`, which says nothing changed.
     async fn commit(&self, t: Transaction<'_>) -> Result<(), Refusal> {
-        t.commit().await.map_err(|e| self.refusal(e))
+        t.commit().await.map_err(|e| match self.refusal(e) {
+            (FsStatus::MetadataUnavailable, message) => {
+                (FsStatus::Internal, format!("{message}; the change may be done: look before trying again"))
+            }
+            other => other,
+        })
     }
 
     /// The live shared keys by key id, and the highest key id ever made.
