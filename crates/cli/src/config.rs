@@ -34,6 +34,7 @@
 //! auth_token_file = "/var/lib/nasd/auth/service.token"
 //! auth_scheme = "both"           # capabilities (default), pals or both
 //! identity_recheck_secs = 30     # how often identity sessions are checked at the auth server
+//! temporaries_age_secs = 3600    # copies a dead client left (.NAME.XXXXXXXX.nasd-tmp) removed after this
 //!
 //! [auth]                         # nasd auth (authentication server)
 //! data = "/var/lib/nasd/auth"
@@ -230,6 +231,10 @@ pub struct ManagerSection {
     /// its role; a disabled user's sessions end within this long
     /// [default: 30; 0: before every request].
     pub identity_recheck_secs: Option<u64>,
+    /// How long a client's temporary copy (`.NAME.XXXXXXXX.nasd-tmp`) may go
+    /// unwritten, with no write open, before the manager removes it (its
+    /// client died mid-copy) [default: 3600; 0: never].
+    pub temporaries_age_secs: Option<u64>,
 }
 
 /// `[auth]`.

@@ -683,6 +683,11 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         metadata: metadata_location(args.and_then(|a| a.metadata.as_deref()), file)?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
         identity_recheck: secs(None, file.identity_recheck_secs, d.identity_recheck),
+        temporaries_age: match file.temporaries_age_secs {
+            None => d.temporaries_age,
+            Some(0) => None,
+            Some(s) => Some(Duration::from_secs(s)),
+        },
         routing: match &file.routing {
             None => d.routing,
             Some(text) => text.parse().map_err(|e| anyhow::anyhow!("[manager] routing = \"{text}\": {e}"))?,
