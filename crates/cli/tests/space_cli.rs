@@ -226,3 +226,33 @@ fn df_and_status_agree_on_used_space_right_after_a_put() {
     }
     up.daemon.terminate();
 }
+
+/// A temporary copy a client left (`.NAME.XXXXXXXX.nasd-tmp`, closed) is
+/// removed by the manager once it has not been written for `[manager]
+/// temporaries_age_secs`, and its space given back; other files stay
+/// (issue 31.5).
+#[test]
+fn the_manager_removes_temporaries_clients_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let mut up = Up::start(cwd, 1, &["--drive-capacity", "64MiB"]);
+    let manager = up.daemon.addr;
+    up.daemon.terminate();
+    let config_path = cwd.join("nasd-data").join("nasd.toml");
+    let mut config: toml::Table = toml::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let section = config.entry("manager").or_insert_with(|| toml::Value::Table(Default::default()));
+    section.as_table_mut().unwrap().insert("temporaries_age_secs".into(), 1.into());
+    std::fs::write(&config_path, toml::to_string(&config).unwrap()).unwrap();
+    let mut up = Up::start_with(cwd, 1, Some(manager), &["--drive-capacity", "64MiB"], &[]);
+
+    std::fs::write(cwd.join("f"), pattern(b"left", 2 * MIB as usize)).unwrap();
+    up.ok(&["mkdir", "/d"]);
+    up.ok(&["put", "f", "/d/.f.0badc0de.nasd-tmp"]);
+    up.ok(&["put", "f", "/d/kept"]);
+    wait_until("the leftover removed", || !up.ok(&["ls", "/d"]).contains(".nasd-tmp"), || up.ok(&["ls", "/d"]));
+    assert!(up.ok(&["ls", "/d"]).contains("kept"), "other files stay");
+    assert!(up.daemon.output().contains("removed a temporary copy a client left"), "{}", up.daemon.log_tail());
+    up.ok(&["get", "/d/kept", "back"]);
+    assert_eq!(std::fs::read(cwd.join("back")).unwrap(), std::fs::read(cwd.join("f")).unwrap());
+    up.daemon.terminate();
+}
