@@ -15,7 +15,8 @@ use crate::config::{self, AuthSection, ClientSection};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use nasd_auth::{AuthConfig, AuthServer};
-use nasd_login::auth_client::{connector, AuthClient, IdentityGrant};
+use nasd_login::auth_client::{connector, AuthClient, AuthError, IdentityGrant};
+use nasd_proto::fs::FsStatus;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +38,19 @@ pub struct AuthArgs {
     /// A host name or address the TLS certificate names (repeat) [default: localhost, 127.0.0.1].
     #[arg(long = "tls-name")]
     tls_names: Vec<String>,
+    /// Keep the state in the file managers' PostgreSQL database,
+    /// postgres://USER@HOST[:PORT]/DB (no password here: $PGPASSWORD,
+    /// ~/.pgpass or [auth] metadata_password_file), which several
+    /// authentication servers share [default: [auth] metadata, else
+    /// DATA/auth.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Join the authentication servers of a database with the bundle `nasd
+    /// admin join-bundle` wrote: their auth.key and the cluster CA go into
+    /// --data (this server issues itself a certificate for its --tls-name),
+    /// and the metadata location comes from the bundle unless one is given.
+    #[arg(long, value_name = "BUNDLE")]
+    join: Option<PathBuf>,
 }
 
 /// What users and administrators do at the authentication server (they log
@@ -170,12 +184,13 @@ pub async fn login_auth_renewing(
     let role = role_of(section, None)?;
     let (_, grant) = login_as(section, &user, &pw, Some(role)).await?;
     let source = Relogin {
-        addr: section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?,
+        addrs: auth_servers(section)?,
         server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
         ca: section.ca_cert.clone().context("no ca_cert configured in [client]")?,
         user: user.clone(),
         password: pw,
         role,
+        wait: crate::fs_cmd::metadata_wait(section),
     };
     Ok((grant, user, Arc::new(source)))
 }
@@ -183,28 +198,25 @@ pub async fn login_auth_renewing(
 /// Logs a user in at the authentication server again, with the password
 /// it logged in with at start, for a fresh identity (`nasd mount`).
 struct Relogin {
-    addr: String,
+    addrs: Vec<String>,
     server_name: String,
     ca: PathBuf,
     user: String,
     password: zeroize::Zeroizing<String>,
     role: u32,
+    wait: Duration,
 }
 
 impl nasd_fs::IdentitySource for Relogin {
     fn fresh(&self) -> nasd_fs::BoxFuture<'_, Result<(nasd_proto::IdentityData, nasd_crypto::Key), nasd_fs::FsError>> {
         Box::pin(async move {
-            let refused = |e: String| {
-                nasd_fs::FsError::Setup(format!(
-                    "logging in as '{}' at the authentication server {} again failed: {e}",
-                    self.user, self.addr
-                ))
-            };
+            let refused =
+                |e: String| nasd_fs::FsError::Setup(format!("logging in as '{}' again failed: {e}", self.user));
             let tls = connector(&self.ca).map_err(|e| refused(e.to_string()))?;
-            let (_, grant) =
-                AuthClient::login(&self.addr, &self.server_name, &tls, &self.user, &self.password, self.role)
-                    .await
-                    .map_err(|e| refused(e.to_string()))?;
+            let login = (self.user.as_str(), self.password.as_str(), self.role);
+            let (_, grant, _) = login_at_any(&self.addrs, &self.server_name, &tls, login, self.wait)
+                .await
+                .map_err(|e| refused(e.to_string()))?;
             Ok((grant.credential, grant.idkey))
         })
     }
@@ -215,21 +227,82 @@ fn login_name(section: &ClientSection, user: Option<&str>) -> anyhow::Result<Str
     user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")
 }
 
-/// Logs in as `user` with `pw` at the authentication server named by `[client] auth`.
+/// The authentication servers `[client]` names, in the order tried:
+/// `auth`, then `auth_failover`.
+pub fn auth_servers(section: &ClientSection) -> anyhow::Result<Vec<String>> {
+    let first = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
+    Ok(std::iter::once(first).chain(section.auth_failover.iter().cloned()).collect())
+}
+
+/// Logs in at the first of `addrs` that answers: a server that cannot be
+/// reached (or whose database cannot, `METADATA_UNAVAILABLE`) is passed for
+/// the next; any other refusal (a wrong password) is the answer. The
+/// server that answered is returned too. When none answered and one said
+/// its database cannot be reached, all are tried again with back-off for up
+/// to `wait` (`[client] metadata_wait_secs`), said once on stderr, as the
+/// manager's outages are.
+async fn login_at_any(
+    addrs: &[String],
+    server_name: &str,
+    tls: &tokio_rustls::TlsConnector,
+    login: (&str, &str, u32),
+    wait: Duration,
+) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
+    let (user, pw, role) = login;
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = LOGIN_RETRY_MIN;
+    loop {
+        let (mut failures, mut unavailable) = (Vec::new(), None);
+        for addr in addrs {
+            match AuthClient::login(addr, server_name, tls, user, pw, role).await {
+                Ok((c, grant)) => {
+                    if !failures.is_empty() {
+                        tracing::info!(%addr, passed = ?failures, "logged in at a later authentication server");
+                    }
+                    return Ok((c, grant, addr.clone()));
+                }
+                Err(AuthError::Refused { status: FsStatus::MetadataUnavailable, message }) => {
+                    failures.push(format!("{addr}: {message}"));
+                    unavailable = Some(message);
+                }
+                Err(e) if e.status().is_some() => {
+                    anyhow::bail!("login as '{user}' at the authentication server {addr} failed: {e}")
+                }
+                Err(e) => failures.push(format!("{addr}: {e}")),
+            }
+        }
+        match unavailable {
+            Some(message) if std::time::Instant::now() + pause < deadline => {
+                crate::fs_cmd::say_once()(&format!("{message}; waiting up to {} s for it", wait.as_secs()));
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LOGIN_RETRY_MAX);
+            }
+            _ => anyhow::bail!("login as '{user}' failed: no authentication server answered ({})", failures.join("; ")),
+        }
+    }
+}
+
+/// First pause between rounds of logins while the servers' database is down.
+const LOGIN_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest pause between them.
+const LOGIN_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Logs in as `user` with `pw` at the authentication servers named by
+/// `[client] auth` and `auth_failover` (the first that answers).
 async fn login_as(
     section: &ClientSection,
     user: &str,
     pw: &str,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant)> {
-    let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
+    let addrs = auth_servers(section)?;
     let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
     let role = role_of(section, role)?;
     let tls = connector(&ca)?;
     let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    AuthClient::login(&addr, &server_name, &tls, user, pw, role)
-        .await
-        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))
+    let wait = crate::fs_cmd::metadata_wait(section);
+    let (c, grant, _) = login_at_any(&addrs, &server_name, &tls, (user, pw, role), wait).await?;
+    Ok((c, grant))
 }
 
 /// The role to assume: `role` if given, else `$NASD_ROLE`, else `[client] role`, else none.
@@ -330,6 +403,10 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::RetireKey { key_id } => {
             c.retire_key(key_id).await?;
             println!("shared key {key_id} retired");
+            // The identity this command holds may be one of those just retired: a fresh one
+            // (under a live key, from whichever server answers) asks the manager.
+            let grant =
+                if grant.credential.key_id == key_id { login_as(section, &name, &pw, role).await?.1 } else { grant };
             sync_manager(section, &grant, &name).await?;
         }
     }
@@ -351,11 +428,20 @@ fn now_ns() -> u64 {
 /// Where the administrator's password is kept, inside the server's directory.
 pub const AUTH_ADMIN_PASSWORD_FILE: &str = "admin.password";
 
-/// Opens the authentication server in `dir`. On first start (no user yet)
-/// makes the administrator `admin` (uid 0) with `password`, or with a new
-/// one written to `DIR/admin.password` (0600) first.
-pub async fn open_auth(dir: &Path, config: AuthConfig, password: Option<String>) -> anyhow::Result<Arc<AuthServer>> {
-    let server = Arc::new(AuthServer::open(dir, config)?);
+/// Opens the authentication server in `dir`, its state where `backing`
+/// says. On first start (no user yet, at this server or any other of its
+/// database) makes the administrator `admin` (uid 0) with `password`, or
+/// with a new one written to `DIR/admin.password` (0600) first.
+pub async fn open_auth(
+    dir: &Path,
+    config: AuthConfig,
+    backing: nasd_auth::Backing,
+    password: Option<String>,
+) -> anyhow::Result<Arc<AuthServer>> {
+    let server = Arc::new(AuthServer::open_on(dir, config, backing).await?);
+    if !server.no_users().await.map_err(|(_, m)| anyhow::anyhow!(m))? {
+        return Ok(server);
+    }
     let password = match password {
         Some(p) => p,
         None => {
@@ -413,12 +499,28 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
     } else {
         args.tls_names.clone()
     };
+    let mut file = file;
+    if let Some(bundle) = &args.join {
+        let joined = crate::daemons::install_auth_join(bundle, &data)?;
+        if args.metadata.is_none() && file.metadata.is_none() {
+            file.metadata = Some(joined);
+        }
+    }
+    let location = crate::daemons::location_of(
+        args.metadata.as_deref(),
+        file.metadata.clone(),
+        file.metadata_password_file.clone(),
+        "[auth] metadata",
+    )?;
+    let backing = crate::daemons::auth_backing(location.as_ref())?;
     let tls = nasd_login::tls::ensure_certificates(&data.join("tls"), &names)?;
-    let server = open_auth(&data, auth_config(&file), None).await?;
+    let server = open_auth(&data, auth_config(&file), backing, None).await?;
     eprintln!(
-        "nasd auth serving {} on {listen} (TLS; clients trust {}); the manager logs in with the service token {}",
+        "nasd auth serving {} on {listen} (TLS; clients trust {}; state in {}); the manager logs in with the \
+         service token {}",
         data.display(),
         tls.ca.display(),
+        server.store_name(),
         data.join(nasd_auth::SERVICE_TOKEN_FILE).display()
     );
     let (tx, rx) = watch::channel(false);

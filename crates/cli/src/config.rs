@@ -34,12 +34,15 @@
 //! auth_token_file = "/var/lib/nasd/auth/service.token"
 //! auth_scheme = "both"           # capabilities (default), pals or both
 //! identity_recheck_secs = 30     # how often identity sessions are checked at the auth server
+//! temporaries_age_secs = 3600    # copies a dead client left (.NAME.XXXXXXXX.nasd-tmp) removed after this
 //!
 //! [auth]                         # nasd auth (authentication server)
 //! data = "/var/lib/nasd/auth"
 //! listen = "0.0.0.0:7299"
 //! tls_names = ["nasd.example.com"]
 //! identity_lifetime_secs = 3600
+//! metadata = "postgres://nasd@db.example.com/nasd?sslmode=verify-full&sslrootcert=/etc/nasd/db-ca.pem"  # the managers' database: several servers share it [default: DATA/auth.sqlite]
+//! metadata_password_file = "/etc/nasd/db.password"  # else $PGPASSWORD, else ~/.pgpass (as libpq)
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
@@ -52,6 +55,7 @@
 //! reply_timeout_secs = 60        # longest wait for the manager or a drive at any one step
 //! metadata_wait_secs = 60        # how long commands wait out an outage of the metadata database
 //! auth = "nasd.example.com:7299" # log in here and use the identity key with the manager
+//! auth_failover = ["auth2.example.com:7299"]  # more authentication servers on one database, tried if it is down
 //! role = 7                       # the role to assume [default: none]
 //!
 //! [mount]                        # nasd mount
@@ -227,6 +231,10 @@ pub struct ManagerSection {
     /// its role; a disabled user's sessions end within this long
     /// [default: 30; 0: before every request].
     pub identity_recheck_secs: Option<u64>,
+    /// How long a client's temporary copy (`.NAME.XXXXXXXX.nasd-tmp`) may go
+    /// unwritten, with no write open, before the manager removes it (its
+    /// client died mid-copy) [default: 3600; 0: never].
+    pub temporaries_age_secs: Option<u64>,
 }
 
 /// `[auth]`.
@@ -239,6 +247,14 @@ pub struct AuthSection {
     pub tls_names: Option<Vec<String>>,
     /// How long an identity key is valid after login [default: 3600].
     pub identity_lifetime_secs: Option<u64>,
+    /// Where the users, roles, groups and shared keys live: the file
+    /// managers' PostgreSQL database ("postgres://…", as `[manager]
+    /// metadata`), which several authentication servers share [default:
+    /// DATA/auth.sqlite, one server alone]. `nasd up` uses the managers'.
+    pub metadata: Option<String>,
+    /// A file (0600) whose first line is the database password, when the
+    /// URL has none [default: $PGPASSWORD, else $PGPASSFILE or ~/.pgpass].
+    pub metadata_password_file: Option<PathBuf>,
 }
 
 /// `[client]`.
@@ -266,6 +282,11 @@ pub struct ClientSection {
     /// The authentication server (`host:port`): when set, commands log in
     /// there and use the identity key it gives with the manager.
     pub auth: Option<String>,
+    /// More authentication servers on the same database (their certificates
+    /// signed by `ca_cert`'s CA, for `server_name`), tried in order when the
+    /// one before does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub auth_failover: Vec<String>,
     /// The role to assume when logging in there [default: none; $NASD_ROLE].
     pub role: Option<u32>,
 }
@@ -385,6 +406,8 @@ mod tests {
         assert_eq!((c.drives[0].number, c.drives[0].addr.as_str()), (0, "127.0.0.1:7401"));
         let metadata = c.manager.metadata.as_deref().expect("metadata");
         assert!(metadata.parse::<nasd_manager::Location>().is_ok(), "{metadata}");
+        assert_eq!(c.client.auth_failover, ["auth2.example.com:7299"]);
+        assert!(c.auth.metadata.as_deref().is_some_and(|m| m.parse::<nasd_manager::Location>().is_ok()));
         assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
     }
 }

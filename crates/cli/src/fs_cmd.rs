@@ -324,7 +324,9 @@ pub enum AdminCommand {
     /// Write the bundle another manager joins this one's database with
     /// (`nasd manager --join FILE`): this manager's key, the cluster CA (its
     /// certificate and key, so the new manager issues itself a certificate
-    /// clients trust) and the metadata location without a password. Run it
+    /// clients trust) and the metadata location without a password; with
+    /// the authentication server's auth.key too when its state is in that
+    /// database (`nasd auth --join FILE` starts another one on it). Run it
     /// where the manager's data is; no login. The file is a secret (0600):
     /// copy it to the new machine, use it once, delete it.
     JoinBundle {
@@ -338,6 +340,11 @@ pub enum AdminCommand {
         /// [default: [manager] metadata from the config file].
         #[arg(long)]
         metadata: Option<String>,
+        /// The authentication server's data directory, whose auth.key the
+        /// bundle carries [default: DATA/../auth, where `nasd up` keeps it, if
+        /// its state is in the database].
+        #[arg(long)]
+        auth_data: Option<PathBuf>,
     },
     /// Take a drive out of service: nothing new goes to it and its
     /// components are rebuilt on other drives (to replace or retire it).

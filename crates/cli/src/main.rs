@@ -324,8 +324,13 @@ fn run() -> anyhow::Result<()> {
             let metadata = daemons::metadata_location(metadata.as_deref(), &file.manager)?;
             daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
         }
-        Command::Admin(fs_cmd::AdminCommand::JoinBundle { out, data, metadata }) => {
-            daemons::write_join_bundle(&out, data.or(file.manager.data), metadata.or(file.manager.metadata))
+        Command::Admin(fs_cmd::AdminCommand::JoinBundle { out, data, metadata, auth_data }) => {
+            daemons::write_join_bundle(
+                &out,
+                data.or(file.manager.data),
+                metadata.or(file.manager.metadata),
+                auth_data.or(file.auth.data),
+            )
         }
         // Linked to an authentication server, the manager refuses these: say so before logging in
         // and asking for a password it would not take.

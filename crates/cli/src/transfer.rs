@@ -36,7 +36,7 @@ const PROGRESS_MIN_BYTES: u64 = 4 * 1024 * 1024;
 /// the plan of a copy is held in memory, about 100 bytes an entry.
 pub const TREE_ENTRIES_MAX: usize = 1_000_000;
 /// Suffix of the temporary names files are written under.
-const TMP_SUFFIX: &str = ".nasd-tmp";
+const TMP_SUFFIX: &str = nasd_manager::TEMPORARY_SUFFIX;
 
 /// How to copy.
 #[derive(Clone, Copy, Debug, Default)]

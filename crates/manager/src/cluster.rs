@@ -252,9 +252,19 @@ impl Manager {
         let mut on_down_drives = 0;
         for rec in records.into_iter().take(DRIVES_MAX) {
             let h = health.get(&rec.drive).cloned().unwrap_or_default();
-            let reported = h.reported.clone().unwrap_or_default();
+            let mut reported = h.reported.clone().unwrap_or_default();
             let components = counts.get(&rec.drive).copied().unwrap_or(0);
             let up = h.is_up() && self.drive(rec.drive).is_ok_and(|d| d.admitted());
+            // The space as of now, as `STATFS` (`nasd df`) asks it: the health check's report may
+            // be from before the last writes (issue 31.6: df and status disagreed after a put).
+            if up {
+                if let Ok(d) = self.drive(rec.drive) {
+                    if let Ok(info) = d.inquiry().await {
+                        reported.capacity_bytes = info.capacity_bytes;
+                        reported.used_bytes = info.used_bytes;
+                    }
+                }
+            }
             if !up {
                 on_down_drives += components;
             }

@@ -192,6 +192,10 @@ pub struct ManagerConfig {
     /// session's role, and for its groups: a user disabled or a role taken
     /// away ends such sessions within this long. Zero: before every request.
     pub identity_recheck: Duration,
+    /// How old a client's temporary copy ([`TEMPORARY_SUFFIX`]) with no
+    /// write transaction open must be before the manager removes it (its
+    /// client died mid-copy); `None`: never ([`TEMPORARIES_AGE_DEFAULT`]).
+    pub temporaries_age: Option<Duration>,
     /// How new inodes choose their routing site when this manager makes
     /// the file system's first routing table (`[manager] routing`); an
     /// existing table's policy wins ([`routing`]).
@@ -231,6 +235,7 @@ impl Default for ManagerConfig {
             auth: None,
             auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
             identity_recheck: IDENTITY_RECHECK_DEFAULT,
+            temporaries_age: Some(TEMPORARIES_AGE_DEFAULT),
             routing: nasd_proto::routing::RoutingPolicy::MkdirSwitching,
             redirect_probability: None,
             advertise: None,
@@ -307,6 +312,16 @@ tokio::task_local! {
     /// transaction yet ([`Manager::meta`]); set per request by the server.
     pub(crate) static REQUEST_WROTE: std::cell::Cell<bool>;
 }
+
+/// The name ending of a client's temporary copy (`.NAME.XXXXXXXX.nasd-tmp`,
+/// made beside the destination and renamed onto it once complete).
+pub const TEMPORARY_SUFFIX: &str = ".nasd-tmp";
+/// The default [`ManagerConfig::temporaries_age`]: an hour without a write.
+pub const TEMPORARIES_AGE_DEFAULT: Duration = Duration::from_secs(3600);
+/// Most temporaries one sweep removes (the next sweep takes the rest).
+pub const TEMPORARIES_PER_SWEEP: usize = 256;
+/// Longest time between sweeps for temporaries.
+pub const TEMPORARIES_SWEEP_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
 /// Why a request failed: a status and a message for the user (never a key).
 #[derive(Debug, Clone, PartialEq, Eq)]

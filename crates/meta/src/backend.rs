@@ -266,6 +266,16 @@ pub trait Txn {
     fn delete_lease(&mut self, name: &str) -> Result<(), FsStatus>;
     /// Up to `limit` leases whose names start with `prefix`, in name order.
     fn list_leases(&mut self, prefix: &str, limit: usize) -> Result<Vec<Lease>, FsStatus>;
+    /// Directory entries whose name ends with `suffix`, as (directory,
+    /// name, child), ordered by directory then name, after (`after_dir`,
+    /// `after_name`), at most `limit`.
+    fn list_names_ending(
+        &mut self,
+        suffix: &str,
+        after_dir: Ino,
+        after_name: &str,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String, Ino)>, FsStatus>;
 }
 
 /// How one attempt at a transaction failed ([`Backend::attempt`],

@@ -811,6 +811,46 @@ impl<B: Backend> Namespace<B> {
     pub fn usage(&self) -> Result<(u64, u64), FsStatus> {
         self.backend.read(|t| t.usage())
     }
+
+    /// Regular files whose name ends with `suffix` (a client's temporary
+    /// copy, `.NAME.XXXXXXXX.nasd-tmp`), last modified before
+    /// `older_than_ns`, with no write transaction open: left by a client
+    /// that died mid-copy. At most `limit`, as (directory, name).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn stale_temporaries(
+        &self,
+        suffix: &str,
+        older_than_ns: i64,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String)>, FsStatus> {
+        const CHUNK: usize = 256;
+        let mut found = Vec::new();
+        let (mut after_dir, mut after_name) = (0, String::new());
+        while found.len() < limit {
+            let names = self.backend.read(|t| t.list_names_ending(suffix, after_dir, &after_name, CHUNK))?;
+            let Some((dir, name, _)) = names.last() else { break };
+            (after_dir, after_name) = (*dir, name.clone());
+            let stale = self.backend.read(|t| {
+                let mut stale = Vec::new();
+                for (dir, name, child) in &names {
+                    let Some(inode) = t.get_inode(*child)? else { continue };
+                    let old = inode.attr.kind == FileKind::File && inode.attr.mtime_ns < older_than_ns;
+                    if old && t.intent_of_inode(*child)?.is_none() {
+                        stale.push((*dir, name.clone()));
+                    }
+                }
+                Ok(stale)
+            })?;
+            found.extend(stale);
+            if names.len() < CHUNK {
+                break;
+            }
+        }
+        found.truncate(limit);
+        Ok(found)
+    }
 }
 
 /// `setattr` inside its transaction.

@@ -1306,6 +1306,25 @@ impl Txn for SqliteTxn<'_> {
         let rows = st.query_map(params![prefix, limit_param(limit)], lease_from_row).map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
+
+    fn list_names_ending(
+        &mut self,
+        suffix: &str,
+        after_dir: Ino,
+        after_name: &str,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String, Ino)>, FsStatus> {
+        let sql = "SELECT dir, name, child FROM dirents \
+                   WHERE substr(name, -length(?1)) = ?1 AND (dir > ?2 OR (dir = ?2 AND name > ?3)) \
+                   ORDER BY dir, name LIMIT ?4";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map(params![suffix, after_dir as i64, after_name, limit_param(limit)], |r| {
+                Ok((u64_col(r, 0)?, r.get::<_, String>(1)?, u64_col(r, 2)?))
+            })
+            .map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
 }
 
 fn lease_from_row(r: &Row<'_>) -> rusqlite::Result<Lease> {
