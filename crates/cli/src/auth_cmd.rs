@@ -6,7 +6,7 @@ use crate::config::{self, AuthSection, ClientSection};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use nasd_auth::{AuthConfig, AuthServer};
-use nasd_login::auth_client::{connector, AuthClient, IdentityGrant};
+use nasd_login::auth_client::{AuthClient, IdentityGrant};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -141,69 +141,10 @@ pub async fn login_auth(
     user: Option<&str>,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
-    let user = login_name(section, user)?;
-    let pw = password(section, &user)?;
+    let user = section.login_name(user)?;
+    let pw = zeroize::Zeroizing::new(password(section, &user)?);
     let (c, grant) = login_as(section, &user, &pw, role).await?;
     Ok((c, grant, user))
-}
-
-/// Logs in at the authentication server named by `[client] auth`, and
-/// gives the source of fresh identities for the same user and role that a
-/// long-lived client (`nasd mount`) renews its identity from
-/// (`FsConfig::identity_source`): it keeps the password in this process's
-/// memory (wiped when dropped; never written or logged).
-pub async fn login_auth_renewing(
-    section: &ClientSection,
-    user: Option<&str>,
-) -> anyhow::Result<(IdentityGrant, String, Arc<dyn nasd_fs::IdentitySource>)> {
-    let user = login_name(section, user)?;
-    let pw = zeroize::Zeroizing::new(password(section, &user)?);
-    let role = role_of(section, None)?;
-    let (_, grant) = login_as(section, &user, &pw, Some(role)).await?;
-    let source = Relogin {
-        addr: section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?,
-        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
-        ca: section.ca_cert.clone().context("no ca_cert configured in [client]")?,
-        user: user.clone(),
-        password: pw,
-        role,
-    };
-    Ok((grant, user, Arc::new(source)))
-}
-
-/// Logs a user in at the authentication server again, with the password
-/// it logged in with at start, for a fresh identity (`nasd mount`).
-struct Relogin {
-    addr: String,
-    server_name: String,
-    ca: PathBuf,
-    user: String,
-    password: zeroize::Zeroizing<String>,
-    role: u32,
-}
-
-impl nasd_fs::IdentitySource for Relogin {
-    fn fresh(&self) -> nasd_fs::BoxFuture<'_, Result<(nasd_proto::IdentityData, nasd_crypto::Key), nasd_fs::FsError>> {
-        Box::pin(async move {
-            let refused = |e: String| {
-                nasd_fs::FsError::Setup(format!(
-                    "logging in as '{}' at the authentication server {} again failed: {e}",
-                    self.user, self.addr
-                ))
-            };
-            let tls = connector(&self.ca).map_err(|e| refused(e.to_string()))?;
-            let (_, grant) =
-                AuthClient::login(&self.addr, &self.server_name, &tls, &self.user, &self.password, self.role)
-                    .await
-                    .map_err(|e| refused(e.to_string()))?;
-            Ok((grant.credential, grant.idkey))
-        })
-    }
-}
-
-/// Who logs in: `--user`, else `[client] user`.
-fn login_name(section: &ClientSection, user: Option<&str>) -> anyhow::Result<String> {
-    user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")
 }
 
 /// Logs in as `user` with `pw` at the authentication server named by `[client] auth`.
@@ -213,25 +154,7 @@ async fn login_as(
     pw: &str,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant)> {
-    let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
-    let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
-    let role = role_of(section, role)?;
-    let tls = connector(&ca)?;
-    let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    AuthClient::login(&addr, &server_name, &tls, user, pw, role)
-        .await
-        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))
-}
-
-/// The role to assume: `role` if given, else `$NASD_ROLE`, else `[client] role`, else none.
-fn role_of(section: &ClientSection, role: Option<u32>) -> anyhow::Result<u32> {
-    Ok(match role {
-        Some(r) => r,
-        None => match std::env::var("NASD_ROLE") {
-            Ok(r) => r.parse().with_context(|| format!("$NASD_ROLE = {r:?} is not a role number"))?,
-            Err(_) => section.role.unwrap_or(0),
-        },
-    })
+    nasd_profile::login_auth(section, user, pw, section.role(role)?).await
 }
 
 /// Runs an `nasd auth` subcommand.
@@ -240,7 +163,7 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::Login { role } => *role,
         _ => None,
     };
-    let name = login_name(section, user)?;
+    let name = section.login_name(user)?;
     // Changing one's own password: the password that logs in is the old one, asked as such.
     let own_passwd = matches!(&cmd, AuthCommand::Passwd { user } if user.as_deref().is_none_or(|u| u == name));
     let pw = if own_passwd {

@@ -241,34 +241,8 @@ pub struct AuthSection {
     pub identity_lifetime_secs: Option<u64>,
 }
 
-/// `[client]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientSection {
-    pub manager: Option<String>,
-    /// More managers of the same file system (one PostgreSQL database, one
-    /// `manager.key`), tried in order when the one in use does not answer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failover: Vec<String>,
-    pub server_name: Option<String>,
-    pub ca_cert: Option<PathBuf>,
-    pub user: Option<String>,
-    pub password_file: Option<PathBuf>,
-    pub data_integrity: Option<bool>,
-    /// Seconds a command waits for the manager or a drive at any one step
-    /// before it fails with a time-out [default: 60]. A drive's waits stay
-    /// within the striping engine's 30 s deadline per request as well.
-    pub reply_timeout_secs: Option<u64>,
-    /// Seconds a command waits out an outage of the manager's metadata
-    /// database (its requests sent again with back-off; one line says so)
-    /// before it fails [default: 60; 0: fail at once].
-    pub metadata_wait_secs: Option<u64>,
-    /// The authentication server (`host:port`): when set, commands log in
-    /// there and use the identity key it gives with the manager.
-    pub auth: Option<String>,
-    /// The role to assume when logging in there [default: none; $NASD_ROLE].
-    pub role: Option<u32>,
-}
+/// `[client]`: shared with the other clients (the Python package) in `nasd-profile`.
+pub use nasd_profile::ClientSection;
 
 /// `[mount]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
