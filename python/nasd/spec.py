@@ -13,6 +13,7 @@ import datetime
 import hashlib
 import os
 import time
+from glob import has_magic
 from typing import Any
 
 import fsspec
@@ -235,7 +236,7 @@ class NasdFileSystem(AbstractFileSystem):
         existing directory (atomic, whole trees included); else as fsspec
         does, copying then removing."""
         simple = isinstance(path1, str) and isinstance(path2, str) and maxdepth is None
-        if simple and not fsspec.utils.has_magic(path1) and not path2.endswith("/"):
+        if simple and not has_magic(path1) and not path2.endswith("/"):
             src, dst = self._strip_protocol(path1), self._strip_protocol(path2)
             if src == dst:
                 return

@@ -285,9 +285,7 @@ pub struct UpSection {
 
 /// Reads and parses the file.
 pub fn load(path: &Path) -> anyhow::Result<ConfigFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {} is invalid: {e}", path.display()))
+    nasd_profile::read_config(path)
 }
 
 /// The config file to use: the one named, else `./nasd-data/nasd.toml` if

@@ -79,11 +79,14 @@ pub fn load_client_section(path: &Path) -> anyhow::Result<ClientSection> {
         #[serde(default)]
         client: ClientSection,
     }
+    Ok(read_config::<OnlyClient>(path)?.client)
+}
+
+/// Reads and parses the config file at `path` as `T` (the whole file, or the sections `T` names).
+pub fn read_config<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
-    let only: OnlyClient =
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {} is invalid: {e}", path.display()))?;
-    Ok(only.client)
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {} is invalid: {e}", path.display()))
 }
 
 impl ClientSection {
