@@ -22,7 +22,7 @@
 #![deny(missing_docs)]
 
 use anyhow::Context;
-use nasd_fs::{FsClient, FsConfig, FsStatus, IdentitySource};
+use nasd_fs::{FsClient, FsConfig, FsStatus, IdentitySource, OnWait};
 use nasd_login::auth_client::{connector, AuthClient, IdentityGrant};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -137,7 +137,7 @@ impl ClientSection {
 
     /// The connection settings of this profile for `user`, without
     /// credentials; `on_wait` is told when requests wait out a database outage.
-    fn fs_config(&self, user: &str, on_wait: Option<Arc<dyn Fn(&str) + Send + Sync>>) -> anyhow::Result<FsConfig> {
+    fn fs_config(&self, user: &str, on_wait: Option<OnWait>) -> anyhow::Result<FsConfig> {
         Ok(FsConfig {
             manager: self.manager.clone().with_context(|| format!("no manager address configured: {HINT}"))?,
             failover: self.failover.clone(),
@@ -166,7 +166,7 @@ pub struct Login<'a> {
     /// that outlive an identity (mounts, Python sessions).
     pub renew: bool,
     /// Told when a request starts to wait out an outage of the metadata database.
-    pub on_wait: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub on_wait: Option<OnWait>,
 }
 
 /// Logs in with `section`: at the authentication server and then by
@@ -210,7 +210,7 @@ pub async fn login_with_identity(
     grant: &IdentityGrant,
     user: &str,
     source: Option<Arc<dyn IdentitySource>>,
-    on_wait: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    on_wait: Option<OnWait>,
 ) -> anyhow::Result<FsClient> {
     let config = FsConfig {
         identity: Some((grant.credential, grant.idkey.clone())),
