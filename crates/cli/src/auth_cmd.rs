@@ -9,14 +9,13 @@
 //! bring every drive up to date (`SYNC_IDENTITY_KEYS`). With `[client] auth`
 //! set, every command that logs in does so there first and uses the identity
 //! key with the manager (`fs_cmd::login`); a long-running client renews it
-//! by logging in again ([`login_auth_renewing`]).
+//! by logging in again (`nasd_profile::relogin`).
 
 use crate::config::{self, AuthSection, ClientSection};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use nasd_auth::{AuthConfig, AuthServer};
-use nasd_login::auth_client::{connector, AuthClient, AuthError, IdentityGrant};
-use nasd_proto::fs::FsStatus;
+use nasd_login::auth_client::{AuthClient, IdentityGrant};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -164,156 +163,20 @@ pub async fn login_auth(
     user: Option<&str>,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
-    let user = login_name(section, user)?;
-    let pw = password(section, &user)?;
+    let user = section.login_name(user)?;
+    let pw = zeroize::Zeroizing::new(password(section, &user)?);
     let (c, grant) = login_as(section, &user, &pw, role).await?;
     Ok((c, grant, user))
 }
 
-/// Logs in at the authentication server named by `[client] auth`, and
-/// gives the source of fresh identities for the same user and role that a
-/// long-lived client (`nasd mount`) renews its identity from
-/// (`FsConfig::identity_source`): it keeps the password in this process's
-/// memory (wiped when dropped; never written or logged).
-pub async fn login_auth_renewing(
-    section: &ClientSection,
-    user: Option<&str>,
-) -> anyhow::Result<(IdentityGrant, String, Arc<dyn nasd_fs::IdentitySource>)> {
-    let user = login_name(section, user)?;
-    let pw = zeroize::Zeroizing::new(password(section, &user)?);
-    let role = role_of(section, None)?;
-    let (_, grant) = login_as(section, &user, &pw, Some(role)).await?;
-    let source = Relogin {
-        addrs: auth_servers(section)?,
-        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
-        ca: section.ca_cert.clone().context("no ca_cert configured in [client]")?,
-        user: user.clone(),
-        password: pw,
-        role,
-        wait: crate::fs_cmd::metadata_wait(section),
-    };
-    Ok((grant, user, Arc::new(source)))
-}
-
-/// Logs a user in at the authentication server again, with the password
-/// it logged in with at start, for a fresh identity (`nasd mount`).
-struct Relogin {
-    addrs: Vec<String>,
-    server_name: String,
-    ca: PathBuf,
-    user: String,
-    password: zeroize::Zeroizing<String>,
-    role: u32,
-    wait: Duration,
-}
-
-impl nasd_fs::IdentitySource for Relogin {
-    fn fresh(&self) -> nasd_fs::BoxFuture<'_, Result<(nasd_proto::IdentityData, nasd_crypto::Key), nasd_fs::FsError>> {
-        Box::pin(async move {
-            let refused =
-                |e: String| nasd_fs::FsError::Setup(format!("logging in as '{}' again failed: {e}", self.user));
-            let tls = connector(&self.ca).map_err(|e| refused(e.to_string()))?;
-            let login = (self.user.as_str(), self.password.as_str(), self.role);
-            let (_, grant, _) = login_at_any(&self.addrs, &self.server_name, &tls, login, self.wait)
-                .await
-                .map_err(|e| refused(e.to_string()))?;
-            Ok((grant.credential, grant.idkey))
-        })
-    }
-}
-
-/// Who logs in: `--user`, else `[client] user`.
-fn login_name(section: &ClientSection, user: Option<&str>) -> anyhow::Result<String> {
-    user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")
-}
-
-/// The authentication servers `[client]` names, in the order tried:
-/// `auth`, then `auth_failover`.
-pub fn auth_servers(section: &ClientSection) -> anyhow::Result<Vec<String>> {
-    let first = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
-    Ok(std::iter::once(first).chain(section.auth_failover.iter().cloned()).collect())
-}
-
-/// Logs in at the first of `addrs` that answers: a server that cannot be
-/// reached (or whose database cannot, `METADATA_UNAVAILABLE`) is passed for
-/// the next; any other refusal (a wrong password) is the answer. The
-/// server that answered is returned too. When none answered and one said
-/// its database cannot be reached, all are tried again with back-off for up
-/// to `wait` (`[client] metadata_wait_secs`), said once on stderr, as the
-/// manager's outages are.
-async fn login_at_any(
-    addrs: &[String],
-    server_name: &str,
-    tls: &tokio_rustls::TlsConnector,
-    login: (&str, &str, u32),
-    wait: Duration,
-) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
-    let (user, pw, role) = login;
-    let deadline = std::time::Instant::now() + wait;
-    let mut pause = LOGIN_RETRY_MIN;
-    loop {
-        let (mut failures, mut unavailable) = (Vec::new(), None);
-        for addr in addrs {
-            match AuthClient::login(addr, server_name, tls, user, pw, role).await {
-                Ok((c, grant)) => {
-                    if !failures.is_empty() {
-                        tracing::info!(%addr, passed = ?failures, "logged in at a later authentication server");
-                    }
-                    return Ok((c, grant, addr.clone()));
-                }
-                Err(AuthError::Refused { status: FsStatus::MetadataUnavailable, message }) => {
-                    failures.push(format!("{addr}: {message}"));
-                    unavailable = Some(message);
-                }
-                Err(e) if e.status().is_some() => {
-                    anyhow::bail!("login as '{user}' at the authentication server {addr} failed: {e}")
-                }
-                Err(e) => failures.push(format!("{addr}: {e}")),
-            }
-        }
-        match unavailable {
-            Some(message) if std::time::Instant::now() + pause < deadline => {
-                crate::fs_cmd::say_once()(&format!("{message}; waiting up to {} s for it", wait.as_secs()));
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(LOGIN_RETRY_MAX);
-            }
-            _ => anyhow::bail!("login as '{user}' failed: no authentication server answered ({})", failures.join("; ")),
-        }
-    }
-}
-
-/// First pause between rounds of logins while the servers' database is down.
-const LOGIN_RETRY_MIN: Duration = Duration::from_millis(100);
-/// Longest pause between them.
-const LOGIN_RETRY_MAX: Duration = Duration::from_secs(2);
-
-/// Logs in as `user` with `pw` at the authentication servers named by
-/// `[client] auth` and `auth_failover` (the first that answers).
+/// Logs in as `user` with `pw` at the authentication server named by `[client] auth`.
 async fn login_as(
     section: &ClientSection,
     user: &str,
     pw: &str,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant)> {
-    let addrs = auth_servers(section)?;
-    let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
-    let role = role_of(section, role)?;
-    let tls = connector(&ca)?;
-    let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    let wait = crate::fs_cmd::metadata_wait(section);
-    let (c, grant, _) = login_at_any(&addrs, &server_name, &tls, (user, pw, role), wait).await?;
-    Ok((c, grant))
-}
-
-/// The role to assume: `role` if given, else `$NASD_ROLE`, else `[client] role`, else none.
-fn role_of(section: &ClientSection, role: Option<u32>) -> anyhow::Result<u32> {
-    Ok(match role {
-        Some(r) => r,
-        None => match std::env::var("NASD_ROLE") {
-            Ok(r) => r.parse().with_context(|| format!("$NASD_ROLE = {r:?} is not a role number"))?,
-            Err(_) => section.role.unwrap_or(0),
-        },
-    })
+    nasd_profile::login_auth(section, user, pw, section.role(role)?, Some(crate::fs_cmd::say_once())).await
 }
 
 /// Runs an `nasd auth` subcommand.
@@ -322,7 +185,7 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::Login { role } => *role,
         _ => None,
     };
-    let name = login_name(section, user)?;
+    let name = section.login_name(user)?;
     // Changing one's own password: the password that logs in is the old one, asked as such.
     let own_passwd = matches!(&cmd, AuthCommand::Passwd { user } if user.as_deref().is_none_or(|u| u == name));
     let pw = if own_passwd {

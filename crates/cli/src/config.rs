@@ -257,39 +257,8 @@ pub struct AuthSection {
     pub metadata_password_file: Option<PathBuf>,
 }
 
-/// `[client]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientSection {
-    pub manager: Option<String>,
-    /// More managers of the same file system (one PostgreSQL database, one
-    /// `manager.key`), tried in order when the one in use does not answer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failover: Vec<String>,
-    pub server_name: Option<String>,
-    pub ca_cert: Option<PathBuf>,
-    pub user: Option<String>,
-    pub password_file: Option<PathBuf>,
-    pub data_integrity: Option<bool>,
-    /// Seconds a command waits for the manager or a drive at any one step
-    /// before it fails with a time-out [default: 60]. A drive's waits stay
-    /// within the striping engine's 30 s deadline per request as well.
-    pub reply_timeout_secs: Option<u64>,
-    /// Seconds a command waits out an outage of the manager's metadata
-    /// database (its requests sent again with back-off; one line says so)
-    /// before it fails [default: 60; 0: fail at once].
-    pub metadata_wait_secs: Option<u64>,
-    /// The authentication server (`host:port`): when set, commands log in
-    /// there and use the identity key it gives with the manager.
-    pub auth: Option<String>,
-    /// More authentication servers on the same database (their certificates
-    /// signed by `ca_cert`'s CA, for `server_name`), tried in order when the
-    /// one before does not answer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub auth_failover: Vec<String>,
-    /// The role to assume when logging in there [default: none; $NASD_ROLE].
-    pub role: Option<u32>,
-}
+/// `[client]`: shared with the other clients (the Python package) in `nasd-profile`.
+pub use nasd_profile::ClientSection;
 
 /// `[mount]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -332,9 +301,7 @@ pub struct UpSection {
 
 /// Reads and parses the file.
 pub fn load(path: &Path) -> anyhow::Result<ConfigFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {} is invalid: {e}", path.display()))
+    nasd_profile::read_config(path)
 }
 
 /// The config file to use: the one named, else `./nasd-data/nasd.toml` if

@@ -482,6 +482,19 @@ pub fn split_path(path: &str) -> Result<(&str, &str), FsError> {
     Ok((if cut == 0 { "/" } else { parent }, name))
 }
 
+pub use nasd_proto::manager::TEMPORARY_SUFFIX;
+
+/// A fresh temporary name beside the absolute `path`, in its directory:
+/// `DIR/.NAME.XXXXXXXX.nasd-tmp` (eight random hex digits). Writers that
+/// replace a file whole write it under such a name and rename it onto
+/// `path`, so readers see the old file or the new one, never part of either.
+pub fn temporary_name(path: &str) -> Result<String, FsError> {
+    let (dir, name) = split_path(path)?;
+    let tag: [u8; 4] = nasd_crypto::random_bytes();
+    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{}/.{name}.{tag}{TEMPORARY_SUFFIX}", dir.trim_end_matches('/')))
+}
+
 impl FsClient {
     /// Connects to the manager over TLS and logs in.
     pub async fn connect(config: &FsConfig) -> Result<FsClient, FsError> {

@@ -313,9 +313,7 @@ tokio::task_local! {
     pub(crate) static REQUEST_WROTE: std::cell::Cell<bool>;
 }
 
-/// The name ending of a client's temporary copy (`.NAME.XXXXXXXX.nasd-tmp`,
-/// made beside the destination and renamed onto it once complete).
-pub const TEMPORARY_SUFFIX: &str = ".nasd-tmp";
+pub use nasd_proto::manager::TEMPORARY_SUFFIX;
 /// The default [`ManagerConfig::temporaries_age`]: an hour without a write.
 pub const TEMPORARIES_AGE_DEFAULT: Duration = Duration::from_secs(3600);
 /// Most temporaries one sweep removes (the next sweep takes the rest).
