@@ -142,7 +142,12 @@ impl State {
 impl Audit {
     /// Opens (creating if needed) the trail in `dir`.
     pub fn open(dir: &Path) -> rusqlite::Result<Audit> {
-        let conn = Connection::open(dir.join("audit.sqlite"))?;
+        Self::open_in(&nasd_env::Env::real(), dir)
+    }
+
+    /// [`Audit::open`] on `env`'s disk.
+    pub fn open_in(env: &nasd_env::Env, dir: &Path) -> rusqlite::Result<Audit> {
+        let conn = env.open_sqlite(&dir.join("audit.sqlite"))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS audit (
