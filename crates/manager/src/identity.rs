@@ -20,7 +20,6 @@ use nasd_proto::IdentityData;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the manager's authentication server is, and how it logs in there.
 #[derive(Debug, Clone)]
@@ -63,7 +62,7 @@ struct DriveIds {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    nasd_env::clock::system_ns()
 }
 
 fn auth_failure(e: AuthError) -> Failure {
