@@ -65,7 +65,7 @@ impl std::fmt::Debug for Env {
 /// checkers catch them (`nasd-sim`'s `injected_bug` tests). Compiled into a
 /// component only with its `sim-bugs` cargo feature, and armed only by a
 /// [`World`]: [`Env::real`] never arms one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Bug {
     /// The store commits its index without first syncing the block file:
