@@ -247,6 +247,9 @@ impl Disk {
         let mut rng = lock(&self.rng);
         let mut log = Vec::new();
         st.generation += 1;
+        for name in st.files.keys().filter(|n| !st.durable_names.contains_key(*n)) {
+            log.push(format!("{}: its name was never made durable: gone", name.display()));
+        }
         st.files = st.durable_names.clone();
         for (name, f) in &st.files {
             lock(f).crash(&mut *rng, &mut log, name);
@@ -347,9 +350,9 @@ impl Disk {
         lock(&self.state).shm.remove(path);
     }
 
-    /// Paths of the files on the disk now.
-    pub fn files(&self) -> Vec<PathBuf> {
-        lock(&self.state).files.keys().cloned().collect()
+    /// The files on the disk now, with their lengths.
+    pub fn files(&self) -> Vec<(PathBuf, u64)> {
+        lock(&self.state).files.iter().map(|(p, f)| (p.clone(), lock(f).current.len)).collect()
     }
 }
 

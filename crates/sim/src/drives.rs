@@ -15,6 +15,8 @@
 //!   served, and only where the disk rotted;
 //! - requests that replay another connection's bytes change nothing (the
 //!   models above would see it);
+//! - every audit record a drive returned (`READ_AUDIT` persists before it
+//!   reads) is still in its trail, unchanged, after every crash;
 //! - clock offsets within the configured skew refuse nothing; no drive task
 //!   panics (a drive aborts the process: the panic hook reports the seed);
 //!   every drive opens again after every crash.
@@ -106,6 +108,8 @@ struct DriveSlot {
     /// The disk rotted: reads may fail with DATA_CORRUPTED.
     rotted: AtomicBool,
     serving: Mutex<Option<tokio::task::JoinHandle<std::io::Result<()>>>>,
+    /// Audit records the drive returned, by sequence (durable once returned).
+    audited: Mutex<BTreeMap<u64, nasd_proto::AuditRecord>>,
 }
 
 struct ObjectSlot {
@@ -147,6 +151,7 @@ impl Scenario {
                 drive_id: Mutex::new([0; 16]),
                 rotted: AtomicBool::new(false),
                 serving: Mutex::new(None),
+                audited: Mutex::new(BTreeMap::new()),
             })
             .collect();
         let admin = Host::new(&core, "admin", ADMIN_IP, 1 << 20).boot();
@@ -208,6 +213,8 @@ impl Scenario {
         }
         let s = self.clone();
         tasks.push(tokio::spawn(async move { s.revoker().await }));
+        let s = self.clone();
+        tasks.push(tokio::spawn(async move { s.auditor().await }));
         if self.cfg.faults {
             let s = self.clone();
             tasks.push(tokio::spawn(async move { s.faults().await }));
@@ -408,6 +415,61 @@ impl Scenario {
         }
     }
 
+    /// Reads the drives' audit trails now and then, remembering every record.
+    async fn auditor(self: Arc<Self>) {
+        while Instant::now() < self.end {
+            tokio::time::sleep(between(&self.core, Duration::from_secs(2), Duration::from_secs(12))).await;
+            let d = &self.drives[self.core.gen_range(0..self.drives.len() as u64) as usize];
+            if *lock(&d.state) == DriveState::Up {
+                let _ = self.read_audit(d, false).await;
+            }
+        }
+    }
+
+    /// Reads `d`'s audit trail past what was seen (from the start if
+    /// `all`), checking that every record seen before is still there as it was.
+    async fn read_audit(&self, d: &DriveSlot, all: bool) -> Result<(), ClientError> {
+        let env = self.admin.env();
+        let mut c = DriveClient::connect_in(&env, d.addr, CLIENT_WAIT).await?;
+        c.set_auth(Auth::new(Credential::Drive(d.keys.drive.clone()), Protection::INTEGRITY_ARGS));
+        let mut after = if all { 0 } else { lock(&d.audited).keys().next_back().copied().unwrap_or(0) };
+        let seen_max = lock(&d.audited).keys().next_back().copied().unwrap_or(0);
+        let mut found = 0u64;
+        loop {
+            let records = c.read_audit(&d.keys.drive, after, nasd_proto::limits::AUDIT_RECORDS_PER_REPLY_MAX as u16).await?;
+            let Some(last) = records.last() else { break };
+            after = last.sequence;
+            let mut seen = lock(&d.audited);
+            for r in records {
+                match seen.get(&r.sequence).cloned() {
+                    Some(before) if before != r => {
+                        drop(seen);
+                        self.fail(format!(
+                            "drive-{}'s audit record {} changed after a crash: {before:?} became {r:?}",
+                            d.index, r.sequence
+                        ));
+                        return Ok(());
+                    }
+                    Some(_) => found += 1,
+                    None => {
+                        seen.insert(r.sequence, r);
+                    }
+                }
+            }
+        }
+        if all {
+            let expected = lock(&d.audited).range(..=seen_max).count() as u64;
+            if found < expected {
+                self.fail(format!(
+                    "drive-{} lost {} of the {expected} audit records it had returned before its crash",
+                    d.index,
+                    expected - found
+                ));
+            }
+        }
+        Ok(())
+    }
+
     // ------------------------------------------------------------ clients
 
     async fn client(self: Arc<Self>, c: usize) {
@@ -559,6 +621,9 @@ impl Scenario {
             return;
         }
         self.readmit(d).await;
+        if let Err(e) = self.read_audit(d, true).await {
+            self.core.log(format!("drive-{}'s audit trail could not be read after its restart: {e}", d.index));
+        }
     }
 
     /// An eavesdropper replays what a client sent on one connection, on a
@@ -657,6 +722,11 @@ impl Scenario {
                     self.fail(format!("drive-{} stopped serving", d.index));
                 }
             }
+        }
+        for d in &self.drives {
+            let files: Vec<String> =
+                d.host.disk.files().iter().map(|(p, len)| format!("{} {len}", p.display())).collect();
+            self.core.log(format!("drive-{} files: {}", d.index, files.join(", ")));
         }
         self.core.log(format!("final check of {} objects done", objects.len()));
     }

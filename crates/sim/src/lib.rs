@@ -76,6 +76,8 @@ pub struct Report {
     pub seed: u64,
     /// The bugs that were armed.
     pub bugs: BTreeSet<Bug>,
+    /// What was simulated.
+    pub config: Config,
     /// BLAKE3 of the event log.
     pub hash: String,
     /// Lines in the event log.
@@ -115,7 +117,14 @@ impl Report {
     /// The command that replays this run exactly.
     pub fn replay_command(&self) -> String {
         let bugs: String = self.bugs.iter().map(|b| format!(" --bug {}", bug_name(*b))).collect();
-        format!("cargo run -p nasd-sim --release -- --seed {}{bugs} --log", self.seed)
+        let c = &self.config;
+        format!(
+            "cargo run -p nasd-sim --release -- --seed {}{bugs} --duration {} --drives {} --clients {} --log",
+            self.seed,
+            c.duration.as_secs(),
+            c.drives,
+            c.clients
+        )
     }
 
     /// One paragraph: the outcome, and for a failure what broke, the end of
@@ -160,9 +169,7 @@ fn install_panic_hook() {
         std::panic::set_hook(Box::new(move |info| {
             previous(info);
             if let Some(seed) = RUNNING.with(|r| r.get()) {
-                eprintln!(
-                    "nasd-sim: a panic in the simulated world of seed {seed}; replay: cargo run -p nasd-sim --release -- --seed {seed} --log"
-                );
+                eprintln!("nasd-sim: a panic in the simulated world of seed {seed} (replay it with nasd-sim --seed {seed} --log and the same options)");
             }
         }));
     });
@@ -197,6 +204,7 @@ pub fn run(seed: u64, cfg: &Config) -> Report {
         Report {
             seed,
             bugs: cfg.bugs.clone(),
+            config: cfg.clone(),
             hash: log.hash(),
             events: log.lines(),
             simulated: core.elapsed(),

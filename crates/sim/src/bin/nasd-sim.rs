@@ -27,6 +27,12 @@ struct Args {
     /// Simulated seconds of workload per seed.
     #[arg(long, default_value_t = 120)]
     duration: u64,
+    /// Drives.
+    #[arg(long, default_value_t = 3)]
+    drives: usize,
+    /// Clients.
+    #[arg(long, default_value_t = 3)]
+    clients: usize,
     /// Print the event log.
     #[arg(long)]
     log: bool,
@@ -37,8 +43,13 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let mut cfg =
-        nasd_sim::Config { duration: Duration::from_secs(args.duration), echo: args.log, ..Default::default() };
+    let mut cfg = nasd_sim::Config {
+        duration: Duration::from_secs(args.duration),
+        drives: args.drives.max(1),
+        clients: args.clients.max(1),
+        echo: args.log,
+        ..Default::default()
+    };
     for b in &args.bugs {
         match nasd_sim::bug_by_name(b) {
             Some(bug) => {
