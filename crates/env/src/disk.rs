@@ -40,6 +40,9 @@ pub trait SimFile: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// The length.
     fn len(&self) -> io::Result<u64>;
+    /// Gives back the space of bytes `offset .. offset + len`, which read
+    /// as zeros from then on; the length does not change.
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()>;
 }
 
 /// A file read and written at offsets ([`Env::open_file`]).
@@ -150,6 +153,27 @@ impl DiskFile {
         match &self.0 {
             FileInner::Std(f) => Ok(f.metadata()?.len()),
             FileInner::Sim(f) => f.len(),
+        }
+    }
+
+    /// Gives back the space of bytes `offset .. offset + len` (which read
+    /// as zeros from then on) without changing the length:
+    /// `fallocate(PUNCH_HOLE | KEEP_SIZE)`.
+    ///
+    /// # Errors
+    /// The disk's error; `EOPNOTSUPP` (or `ENOSYS`) where the file system
+    /// cannot punch holes.
+    pub fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        match &self.0 {
+            FileInner::Std(f) => {
+                use nix::fcntl::{fallocate, FallocateFlags};
+                let too_far = || io::Error::new(io::ErrorKind::InvalidInput, "hole past the largest file offset");
+                let offset = i64::try_from(offset).map_err(|_| too_far())?;
+                let len = i64::try_from(len).map_err(|_| too_far())?;
+                let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+                fallocate(f, flags, offset, len).map_err(io::Error::from)
+            }
+            FileInner::Sim(f) => f.punch_hole(offset, len),
         }
     }
 

@@ -12,10 +12,10 @@ use crate::{
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
     Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nasd_fs::{
-    Change, Entry, File, FileKind, FsClient, FsError, Handle, Identity, Ino, ManagerWait, SetAttr, XattrMode,
+    Change, Entry, File, FileKind, FsClient, FsError, Handle, Identity, Ino, ManagerWait, Seek, SetAttr, XattrMode,
 };
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -672,6 +672,25 @@ impl State {
             node.cached = None;
         }
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
+    }
+
+    /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` (the kernel does the other
+    /// kinds itself): from the drives' stored extents, after this file's own
+    /// writes reached them. `ENXIO` at or past the end, or when no data
+    /// follows (POSIX).
+    async fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64, Errno> {
+        let what = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return Err(Errno::EINVAL),
+        };
+        let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        let open = self.open_file(fh)?;
+        let file = self.shared(open.ino)?;
+        match file.seek(what, offset).await.map_err(|e| errno(&e))? {
+            Some(at) => i64::try_from(at).map_err(|_| Errno::EOVERFLOW),
+            None => Err(Errno::ENXIO),
+        }
     }
 
     /// `close` of a descriptor open for writing, and `fsync`: commits the
@@ -1383,6 +1402,15 @@ impl Filesystem for NasdFs {
         self.spawn(req.pid(), move |s| async move {
             match s.write(fh.0, offset, data).await {
                 Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn lseek(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.spawn(req.pid(), move |s| async move {
+            match s.lseek(fh.0, offset, whence).await {
+                Ok(at) => reply.offset(at),
                 Err(e) => reply.error(e),
             }
         });

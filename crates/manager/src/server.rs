@@ -151,10 +151,14 @@ impl Manager {
             let reply = match ManagerRequest::decode(&body) {
                 Ok((id, req)) => {
                     let op = req.name();
-                    let done = match req {
-                        ManagerRequest::GetRouting => self.get_routing(&mut session).await,
-                        req => self.handle(&session, req).await,
-                    };
+                    let done = crate::REQUEST_WROTE
+                        .scope(std::cell::Cell::new(false), async {
+                            match req {
+                                ManagerRequest::GetRouting => self.get_routing(&mut session).await,
+                                req => self.handle(&session, req).await,
+                            }
+                        })
+                        .await;
                     match done {
                         Ok(r) => r.encode(id),
                         Err(f) => {
@@ -184,8 +188,10 @@ impl Manager {
                 // password here would be a second, weaker way in (see docs/SECURITY.md). Refused
                 // at once, before any hash is computed: nothing is checked, so nothing to pace.
                 Ok((id, ManagerRequest::Login { user, .. })) if self.config().auth.is_some() => {
-                    tracing::warn!(user, "password login refused: this manager takes identities only");
-                    (id, Err(password_login_refused()))
+                    self.refused_password_logins.log(|suppressed| {
+                        tracing::warn!(user, suppressed, "password login refused: this manager takes identities only")
+                    });
+                    (id, Err(password_login_refused(self.config().auth.as_ref())))
                 }
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
                     (id, self.paced_login(host, self.check_login(version, &user, &password)).await)
@@ -264,6 +270,8 @@ impl Manager {
             Ok(s) => {
                 tracing::info!(user = %s.user, uid = credential.user, role = credential.role, "logged in by identity")
             }
+            // An outage is logged by the metadata backend, at a bounded rate.
+            Err(f) if f.status == FsStatus::MetadataUnavailable => {}
             Err(f) => tracing::warn!(uid = credential.user, status = ?f.status, "failed identity login"),
         }
         s
@@ -279,6 +287,7 @@ impl Manager {
         let s = self.open_session(user, password).await;
         match &s {
             Ok(_) => tracing::info!(user, "logged in"),
+            Err(f) if f.status == FsStatus::MetadataUnavailable => {}
             Err(_) => tracing::warn!(user, "failed login"),
         }
         s
@@ -286,12 +295,15 @@ impl Manager {
 }
 
 /// The refusal of a password `LOGIN` at a manager linked to an
-/// authentication server.
-pub(crate) fn password_login_refused() -> Failure {
+/// authentication server: it names the servers, as the database records them.
+pub(crate) fn password_login_refused(link: Option<&crate::identity::AuthLink>) -> Failure {
+    let servers = link.map_or_else(String::new, |l| format!(" ({})", l.servers()));
     Failure::new(
         FsStatus::BadCredentials,
-        "this manager takes no passwords: it is linked to an authentication server, so log in there \
-         (`nasd auth login`, or set auth = \"HOST:PORT\" in [client]) and use the identity key it gives \
-         (LOGIN_IDENTITY)",
+        format!(
+            "this manager takes no passwords: its metadata database is linked to an authentication server{servers}, \
+             so log in there (`nasd auth login`, or set auth = \"HOST:PORT\" in [client]) and use the identity key \
+             it gives (LOGIN_IDENTITY)"
+        ),
     )
 }

@@ -84,6 +84,26 @@ impl Image {
         self.len = len;
     }
 
+    /// Zeros `offset .. offset + len`, dropping the pages it covers whole.
+    fn punch(&mut self, offset: u64, len: u64) {
+        let end = (offset + len).min(self.len);
+        if offset >= end {
+            return;
+        }
+        let page = PAGE_LEN as u64;
+        let (first_whole, end_whole) = (offset.div_ceil(page), end / page);
+        self.pages.retain(|&p, _| p < first_whole || p >= end_whole);
+        let mut at = offset;
+        while at < end {
+            let (p, within) = (at / page, (at % page) as usize);
+            let take = (PAGE_LEN - within).min((end - at) as usize);
+            if let Some(bytes) = self.pages.get_mut(&p) {
+                bytes[within..within + take].fill(0);
+            }
+            at += take as u64;
+        }
+    }
+
     fn bytes(&self) -> u64 {
         self.pages.len() as u64 * PAGE_LEN as u64
     }
@@ -94,6 +114,7 @@ impl Image {
 enum Change {
     Write { offset: u64, data: Vec<u8> },
     SetLen(u64),
+    Punch { offset: u64, len: u64 },
 }
 
 /// One file: what a crash keeps for sure, what reads see now, and what lies between.
@@ -110,6 +131,7 @@ impl FileData {
             match c {
                 Change::Write { offset, data } => self.durable.write(&data, offset),
                 Change::SetLen(len) => self.durable.set_len(len),
+                Change::Punch { offset, len } => self.durable.punch(offset, len),
             }
         }
     }
@@ -125,6 +147,12 @@ impl FileData {
                     kept += 1;
                 }
                 Change::SetLen(_) => lost += 1,
+                // A punch is one change of the file's extent map: all or nothing.
+                Change::Punch { offset, len } if roll < CRASH_KEEP_PERCENT + CRASH_TEAR_PERCENT => {
+                    self.durable.punch(offset, len);
+                    kept += 1;
+                }
+                Change::Punch { .. } => lost += 1,
                 Change::Write { offset, data } if roll < CRASH_KEEP_PERCENT => {
                     self.durable.write(&data, offset);
                     kept += 1;
@@ -426,6 +454,14 @@ impl SimFile for Handle {
         drop(self.live()?);
         Ok(lock(&self.data).current.len)
     }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        drop(self.live()?);
+        let mut f = lock(&self.data);
+        f.current.punch(offset, len);
+        f.unsynced.push(Change::Punch { offset, len });
+        Ok(())
+    }
 }
 
 impl Handle {
@@ -519,6 +555,20 @@ mod tests {
                 assert!(sector.iter().all(|&b| b == sector[0]) && (sector[0] == 1 || sector[0] == 2), "seed {seed}");
             }
         }
+    }
+
+    #[test]
+    fn a_punched_hole_reads_as_zeros_and_gives_its_pages_back() {
+        let d = disk(3);
+        let nd = NodeDisk(d.clone());
+        let f = nd.open(Path::new("/f"), true).unwrap();
+        f.write_all_at(&[9u8; 3 * PAGE_LEN], 0).unwrap();
+        f.punch_hole(100, 2 * PAGE_LEN as u64).unwrap();
+        let mut buf = vec![0u8; 3 * PAGE_LEN];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 3 * PAGE_LEN, "the length is kept");
+        assert!(buf[..100].iter().all(|&b| b == 9) && buf[100 + 2 * PAGE_LEN..].iter().all(|&b| b == 9));
+        assert!(buf[100..100 + 2 * PAGE_LEN].iter().all(|&b| b == 0));
+        assert_eq!(Disk::used_bytes(&lock(&d.state)), 2 * PAGE_LEN as u64, "the one page covered whole is given back");
     }
 
     #[test]
