@@ -435,8 +435,12 @@ impl Scenario {
         let mut after = if all { 0 } else { lock(&d.audited).keys().next_back().copied().unwrap_or(0) };
         let seen_max = lock(&d.audited).keys().next_back().copied().unwrap_or(0);
         let mut found = 0u64;
+        let page = nasd_proto::limits::AUDIT_RECORDS_PER_REPLY_MAX as u16;
+        // Every READ_AUDIT is itself audited: read pages until one comes back
+        // short (the end as of that read), not until one comes back empty.
         loop {
-            let records = c.read_audit(&d.keys.drive, after, nasd_proto::limits::AUDIT_RECORDS_PER_REPLY_MAX as u16).await?;
+            let records = c.read_audit(&d.keys.drive, after, page).await?;
+            let short = records.len() < usize::from(page);
             let Some(last) = records.last() else { break };
             after = last.sequence;
             let mut seen = lock(&d.audited);
@@ -455,6 +459,9 @@ impl Scenario {
                         seen.insert(r.sequence, r);
                     }
                 }
+            }
+            if short {
+                break;
             }
         }
         if all {

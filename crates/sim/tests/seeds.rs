@@ -42,6 +42,19 @@ fn the_second_half_of_the_fixed_seeds_keeps_every_property() {
     play(half..FIXED_SEEDS.end, FIXED_DURATION);
 }
 
+/// Seeds that found a bug, each with its simulated duration, kept once the
+/// bug was fixed. 4242 (60 s): the drive never synced the directory of a
+/// new `audit.sqlite`, so a crash lost the whole audit trail and the next
+/// incarnation numbered its records from 1 again.
+const REGRESSIONS: &[(u64, u64)] = &[(4242, 60)];
+
+#[test]
+fn seeds_that_found_bugs_keep_every_property() {
+    for &(seed, secs) in REGRESSIONS {
+        play(seed..seed + 1, Duration::from_secs(secs));
+    }
+}
+
 /// Thousands of seeds: `NASD_SIM_SEEDS` (default 1000) from `NASD_SIM_FROM`
 /// (default 1000, past the fixed ones), each `NASD_SIM_DURATION` simulated
 /// seconds (default 120).
