@@ -21,8 +21,10 @@
 //!   panics (a drive aborts the process: the panic hook reports the seed);
 //!   every drive opens again after every crash.
 //!
-//! And at the end, with the faults stopped: every object reads back as its
-//! model says.
+//! And at the end, with the faults stopped: every partition's space adds up
+//! (its usage within its quota, and the usage and object count the drive
+//! kept through the run the ones it counts again from its disk after a
+//! flush and a crash), and every object reads back as its model says.
 
 use crate::model::ObjectModel;
 use crate::world::{between, Core, Host, Node};
@@ -700,6 +702,11 @@ impl Scenario {
             caps: BTreeMap::new(),
             out_of_window: BTreeMap::new(),
         };
+        for d in &self.drives {
+            if *lock(&d.state) == DriveState::Up {
+                self.check_space(d).await;
+            }
+        }
         let objects = lock(&self.objects).clone();
         for o in &objects {
             if *lock(&self.drives[o.drive].state) != DriveState::Up {
@@ -736,6 +743,55 @@ impl Scenario {
             self.core.log(format!("drive-{} files: {}", d.index, files.join(", ")));
         }
         self.core.log(format!("final check of {} objects done", objects.len()));
+    }
+}
+
+impl Scenario {
+    /// A connection to `d` authorized by its drive key.
+    async fn drive_key_client(&self, d: &DriveSlot) -> Result<DriveClient, ClientError> {
+        let mut c = DriveClient::connect_in(&self.admin.env(), d.addr, CLIENT_WAIT).await?;
+        c.set_auth(Auth::new(Credential::Drive(d.keys.drive.clone()), Protection::INTEGRITY_ARGS));
+        Ok(c)
+    }
+
+    /// The partitions `d` lists.
+    async fn partitions(&self, d: &DriveSlot) -> Result<Vec<nasd_proto::PartitionInfo>, ClientError> {
+        Ok(self.drive_key_client(d).await?.inquiry().await?.partitions)
+    }
+
+    /// Quotas add up on `d`: each partition's usage is within its quota, and
+    /// what the drive counted request by request through the run is what it
+    /// counts again from its disk once everything was flushed and it crashed.
+    async fn check_space(&self, d: &DriveSlot) {
+        let flushed = match self.drive_key_client(d).await {
+            Ok(mut c) => c.flush_partition(PARTITION).await,
+            Err(e) => Err(e),
+        };
+        let before = match (flushed, self.partitions(d).await) {
+            (Ok(()), Ok(p)) => p,
+            (Err(e), _) | (_, Err(e)) => {
+                self.fail(format!("drive-{}'s space could not be read after the faults stopped: {e}", d.index));
+                return;
+            }
+        };
+        for p in before.iter().filter(|p| p.used_bytes > p.quota_bytes) {
+            self.fail(format!(
+                "drive-{} partition {} uses {} bytes over its quota of {}",
+                d.index, p.partition, p.used_bytes, p.quota_bytes
+            ));
+        }
+        self.crash_drive(d, "crashed after a flush: its space is counted again");
+        self.restart(d).await;
+        match self.partitions(d).await {
+            Ok(after) if after == before => {
+                self.core.log(format!("drive-{} space adds up: {after:?}", d.index));
+            }
+            Ok(after) => self.fail(format!(
+                "drive-{}'s space does not add up: it counted {before:?} through the run, {after:?} from its disk",
+                d.index
+            )),
+            Err(e) => self.fail(format!("drive-{}'s space could not be read after its restart: {e}", d.index)),
+        }
     }
 }
 

@@ -15,6 +15,42 @@
 //! how to replay it ([`Report::replay_command`]); the event log's hash is
 //! the run's fingerprint: the same seed gives the same hash.
 //!
+//! # Design
+//!
+//! - **Time and scheduling.** One current-thread tokio runtime with paused
+//!   time: idle time is skipped, so a simulated hour takes seconds. Every
+//!   decision of the run — delays, faults, workload, crash outcomes — is
+//!   drawn from one seeded generator ([`world`]).
+//! - **Blocking work** (`Env::spawn_blocking`: the store's tasks) runs on
+//!   threads that take turns with the runtime's thread, one at a time
+//!   ([`baton`]), handing over only where a blocking task waits for the
+//!   runtime (`Env::recv_blocking`, `Env::send_blocking`) — where, by the
+//!   store's invariant, it holds no lock — so the interleaving is the seed's.
+//! - **Network** ([`net`]): per-connection FIFO with per-segment delay, so
+//!   messages of different connections reorder; partitions hold traffic
+//!   until they heal; resets; a crashed node's connections reset.
+//! - **Disk** ([`disk`]): per node, each file's synced bytes kept apart from
+//!   its unsynced changes (writes, length changes, punched holes). A crash
+//!   keeps any subset of the unsynced writes, tears some at sector
+//!   boundaries and loses the rest — what `fsync`'s contract allows — and a
+//!   name is kept only if its directory was synced. SQLite runs on it
+//!   through a VFS ([`sqlite`]).
+//! - **Crash and restart.** A crash aborts every task the node spawned
+//!   (`World::track`) and unwinds its blocking tasks at their next
+//!   hand-over, then the node's disk loses what was not synced; a restart
+//!   opens the store and the drive again on what survived.
+//! - **Event log.** Requests, replies, faults and checks, stamped with
+//!   simulated time; its BLAKE3 hash is the run's fingerprint
+//!   (`tests/determinism.rs`: the same seed gives the same hash).
+//!
+//! # Running it
+//!
+//! `cargo test -p nasd-sim` plays 16 fixed seeds, the regression seeds, the
+//! determinism test and the deliberate bugs; `nasd-sim --seeds N --from F`
+//! (or the ignored `many_seeds` test) plays thousands. A failure prints the
+//! command that replays it: `nasd-sim --seed S … --log` writes the whole
+//! event log.
+//!
 //! ```no_run
 //! let report = nasd_sim::run(7, &nasd_sim::Config::default());
 //! assert!(report.passed(), "{}", report.summary());

@@ -82,10 +82,11 @@ fn main() {
             }
         }
     }
+    let real = started.elapsed().as_secs_f64();
     println!(
-        "{passed} passed, {failed} failed: {:.2} simulated hours in {:.0} s",
+        "{passed} passed, {failed} failed: {:.2} simulated hours in {real:.0} s ({:.0}x real time)",
         simulated.as_secs_f64() / 3600.0,
-        started.elapsed().as_secs_f64()
+        simulated.as_secs_f64() / real.max(f64::MIN_POSITIVE)
     );
     if failed > 0 {
         std::process::exit(1);
