@@ -40,6 +40,10 @@ pub trait SimFile: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// The length.
     fn len(&self) -> io::Result<u64>;
+    /// Whether the length is 0.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Gives back the space of bytes `offset .. offset + len`, which read
     /// as zeros from then on; the length does not change.
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()>;
@@ -175,6 +179,14 @@ impl DiskFile {
             }
             FileInner::Sim(f) => f.punch_hole(offset, len),
         }
+    }
+
+    /// Whether the file's length is 0.
+    ///
+    /// # Errors
+    /// The disk's error.
+    pub fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
     }
 
     /// The real file, if this is one.

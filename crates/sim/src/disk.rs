@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 pub const PAGE_LEN: usize = 4096;
 /// The unit a torn write keeps or loses: the sector.
 pub const SECTOR_LEN: usize = 512;
-const _: () = assert!(PAGE_LEN % SECTOR_LEN == 0);
+const _: () = assert!(PAGE_LEN.is_multiple_of(SECTOR_LEN));
 
 /// Chance, in percent, that a crash keeps an unsynced write whole, and that
 /// it tears it (keeps some of its sectors); the rest are lost.
