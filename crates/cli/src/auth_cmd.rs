@@ -1,6 +1,15 @@
 //! `nasd auth`: the authentication server (DSFS), as a daemon, and the
 //! commands users and administrators run against it (users, roles, groups,
 //! shared keys).
+//!
+//! Without a subcommand, the daemon (`[auth]` section, its own CA under
+//! `DATA/tls`); with one, a client of it as the `[client]` user (`passwd`:
+//! one's own password, the login password being the old one, or another's
+//! as administrator); `rotate-key` and `retire-key` then ask the manager to
+//! bring every drive up to date (`SYNC_IDENTITY_KEYS`). With `[client] auth`
+//! set, every command that logs in does so there first and uses the identity
+//! key with the manager (`fs_cmd::login`); a long-running client renews it
+//! by logging in again ([`login_auth_renewing`]).
 
 use crate::config::{self, AuthSection, ClientSection};
 use anyhow::Context;

@@ -1,5 +1,28 @@
 //! The long-running commands: `nasd drive`, `nasd manager`, and `nasd up`
 //! (a manager and N drives in one process under one data directory).
+//!
+//! `nasd up` saves each drive's drive key for the drive tools
+//! (`DATA/drive-N/drive.key`, 0600), records the drives in `DATA/nasd.toml`
+//! (`[[drives]]`: number, address, key file), and opens the authentication
+//! server in `DATA/auth` on the port below the manager's (or any free one,
+//! `[up] auth_port`) with the manager's certificate, its administrator made
+//! with the manager's `admin` password. It links the manager to it
+//! (`ManagerConfig::auth`), so the manager takes identities only and `[client]
+//! auth` is written: commands log in there and by identity at the manager.
+//! Gateway grants stay in the manager's user records (made only for
+//! `SET_GATEWAY`, from the authentication server's user of that name).
+//!
+//! A drive's capacity is kept in its directory (`capacity`) from its first
+//! start; every start refuses a capacity the disk cannot back — its free
+//! space plus what the block files occupy — unless `--force-capacity`
+//! (`drive_capacity`, `check_backing`; `nasd up` weighs its drives
+//! together). `--metadata` with a password in it is refused: no secret on
+//! a command line (it would be in `ps`); secrets reach the processes nasd
+//! starts only in files or the environment. `nasd manager --join BUNDLE`
+//! installs a join bundle (`nasd admin join-bundle`: `manager.key`, the
+//! cluster CA's certificate and key, the metadata location without a
+//! password) in a new directory, refusing one that holds another manager's
+//! key; the drives and the authentication link come from the database.
 
 use crate::config::{self, ConfigFile};
 use crate::{drive_admin::hex_id, size};

@@ -66,7 +66,7 @@ fn nasd_up_serves_files_with_its_metadata_on_postgres() {
     let log = tmp.path().join("up.log");
 
     let mut d = up(&data, &log, &["--metadata", &url]);
-    let out = d.output();
+    let out = d.output_once(&format!("metadata  {url}"));
     assert!(out.contains(&format!("metadata  {url}")), "the banner names the metadata:\n{out}");
     assert!(!data.join("manager").join(nasd_manager::META_DB).exists(), "no SQLite file beside PostgreSQL");
     let local = tmp.path().join("local.bin");
@@ -219,7 +219,8 @@ fn postgres_credentials_and_tls_as_libpq_and_no_secret_on_a_command_line() {
 
     // $PGPASSWORD, over verify-full TLS.
     let mut d = up_with_env(&data, &log, &["--metadata", &url], &[("PGPASSWORD", DB_PASSWORD)]);
-    assert!(d.output().contains("metadata  postgres://nasd@"), "{}", d.output());
+    let out = d.output_once("metadata  postgres://nasd@");
+    assert!(out.contains("metadata  postgres://nasd@"), "{out}");
     ok(nasd(&data, &["mkdir", "/docs"]));
     d.terminate();
 

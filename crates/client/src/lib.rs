@@ -16,6 +16,18 @@
 //! reply that fails a check is [`ClientError::BadReply`] (or, for a data tag
 //! of a Hash-and-MAC read, [`ClientError::HashAndMacMismatch`], which may
 //! also mean rot on the drive) and the connection is no longer used.
+//! A client that saw a bad reply refuses further calls
+//! ([`ClientError::Broken`]); it does not re-read by itself (re-read without
+//! `HASH_AND_MAC` to tell tampering from rot). The unauthenticated `HELLO`
+//! reply's block size and chunk limit are checked against the protocol's
+//! limits before use.
+//!
+//! Every wait for the drive — connecting, each piece of a request, a reply's
+//! header, each data chunk — is bounded ([`DRIVE_WAIT_MAX`],
+//! [`DriveClient::set_timeout`]) and fails with a time-out naming the drive
+//! and the step. [`DriveClient::is_reusable`] tells without waiting whether a
+//! kept connection can carry another request (not once the drive closed it
+//! or sent bytes nobody asked for).
 //!
 //! ```no_run
 //! # async fn demo(token: Vec<u8>, cap_key: nasd_crypto::Key) -> Result<(), nasd_client::ClientError> {

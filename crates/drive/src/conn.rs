@@ -1,4 +1,53 @@
 //! One client connection: frame in, checks, operation, protected frame out.
+//!
+//! Per request: read and validate a frame; authenticate it
+//! (`Security::authenticate`: key, digest, protection levels, nonce);
+//! decrypt and decode the arguments; check the data length; authorize
+//! (`Security::authorize`: expiry, drive, object, map epoch, access control
+//! version — an object whose version cannot be read is refused with the
+//! store's status —, rights, regions; or `Security::authorize_identity`
+//! against the object's PALs); execute on a blocking thread; reply under the
+//! request's protection; audit. A refused request changes nothing and is
+//! audited. A check whose answer can change while a write's data streams
+//! (the access control version, and for a write by identity its PAL stamp)
+//! travels in the `Grant` to the store's `WriteCheck`, made again as the
+//! write installs. A frame whose header or arguments cannot be trusted gets
+//! its specific status; if framing itself is lost the connection is closed
+//! after the reply, otherwise it goes on.
+//!
+//! **Deadlines.** Before a frame, the idle time-outs
+//! (`UNAUTHENTICATED_IDLE_TIMEOUT` until a fresh request proved a key);
+//! each piece of a frame and each data chunk the peer sends, within
+//! `DriveConfig::frame_timeout` (`FRAME_TIMEOUT`); each piece the drive sends
+//! — header and arguments, a data chunk with its tag, a flush, the final
+//! shutdown — within `DriveConfig::send_timeout` (`SEND_TIMEOUT`, `Writer`).
+//! A peer that stops is cut off, and its transfer memory, store task and
+//! pinned blocks go with the connection (a read's store task is joined
+//! before the connection ends).
+//!
+//! **Transfers.** Write data flows socket → bounded channel →
+//! `Store::write_checked` on a blocking thread, handed on chunk by chunk only
+//! after its tag verified (a failed tag aborts the atomic write); read data
+//! flows `Store::read_with` → bounded channel → socket. Neither holds an
+//! object lock while the channel waits on the peer, so a slow or stopped
+//! peer costs its own transfer only. A transfer holds at most
+//! `TRANSFER_CHUNKS_MAX` chunks (plus the one being read or sent and a
+//! block); all together at most `TRANSFER_MEMORY_MAX`, each taking its share
+//! before it allocates a chunk or starts its store task — a write only once
+//! its first data bytes arrive. Between frames a connection holds its two
+//! `CONNECTION_BUFFER_LEN` buffers and nothing else; a refused request's
+//! data is read past through the buffer.
+//!
+//! **Read replies** go out in chunks of `DriveConfig::reply_chunk_len` (by
+//! default the larger of 256 KiB and the block size). Under Hash-and-MAC the
+//! reader's `ChannelSink` MACs the stored digest of each whole block that
+//! fits in the chunk being filled (the client checks it), hashes every other
+//! unit, and checks a whole block that straddles chunks against its stored
+//! digest before sending any chunk holding it
+//! (`UnitMac::absorb_unit_end_checked`): the drive sends no byte of a block
+//! that failed its digest — rot is refused (`DATA_CORRUPTED`, or the
+//! connection closed after the true chunks before it), or left to a client
+//! check that must fail.
 
 use crate::security::{audit_target, Authority, Grant};
 use crate::tasks::{blocking, join};

@@ -9,6 +9,16 @@
 //! Bad input never panics the drive: a frame that cannot be parsed gets an
 //! error reply and the connection is closed; a well-framed request that fails
 //! gets its specific status and the connection goes on.
+//!
+//! No disk I/O on the async threads: store operations, key changes, audit
+//! writes and reads run on blocking threads (`tasks.rs`), each awaited so
+//! that a panic in any of them — or in a connection task — stops the process
+//! rather than turning into a reply. Per request, per transfer and per
+//! connection memory is bounded ([`TRANSFER_MEMORY_MAX`],
+//! [`TRANSFER_CHUNKS_MAX`], [`CONNECTIONS_MAX`],
+//! [`CONNECTIONS_PER_PEER_MAX`]); deadlines and the request pipeline are in
+//! `conn.rs`, the key ring and checks in [`security`], the audit trail in
+//! `audit.rs`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -13,6 +13,20 @@
 //! one as expired, revoked or made with a retired key — so a transfer longer
 //! than a capability's lifetime works.
 //!
+//! A client logged in with an identity (DSFS) gives it to its drive pool
+//! (`nasd_stripe::DrivePool::set_identity`, again at every renewal:
+//! `renew.rs`), so on a partition that accepts PALs requests go under the
+//! identity and elsewhere under the capability, the caller noticing
+//! neither. A client acting as a gateway for another user
+//! ([`FsClient::as_user`], `AS_USER`) uses a second pool without the
+//! identity: a drive must not judge another user's requests by the
+//! gateway's own PAL entries, so those go under the capabilities minted for
+//! that user (a PALs-only partition mints none, and the manager refuses
+//! `AS_USER` there). `stat` and `lstat` take attributes from the manager
+//! alone: a regular file's size and times are what its writers' commits
+//! recorded. Manager connections, failover and routing: `conn.rs`; waiting
+//! out a manager's outage: [`with_manager_wait`].
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), nasd_fs::FsError> {
 //! let fs = nasd_fs::FsClient::connect(&nasd_fs::FsConfig {

@@ -54,7 +54,7 @@ pub struct DriveHandle {
     recovered: AtomicBool,
     /// Whether the drive serves capabilities as far as the manager knows:
     /// false from a sign it may have restarted (and fenced itself) until
-    /// its recovery readmitted it (docs/ARCHITECTURE.md, "Readmission").
+    /// its recovery readmitted it (`cluster.rs`, "Readmission").
     admitted: AtomicBool,
     /// The manager's connection to the drive was refused (not timed out):
     /// the drive may be restarting.

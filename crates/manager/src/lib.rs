@@ -6,7 +6,55 @@
 //! keeps names, layout and users in a metadata store ([`nasd_meta`]), sets
 //! drives up and holds their keys ([`drives`], [`keys`]), and finishes what a
 //! name-space change asks of drives — revocations, removals — from intention
-//! logs written in the same transaction ([`maintenance`]).
+//! logs written in the same transaction (`maintenance.rs`).
+//!
+//! Where things are: `server.rs` TLS sessions (login first, bounded
+//! sessions in all and per host); `service.rs` one request — a metadata
+//! transaction, the drive work that must precede the reply, capability
+//! minting; a [`Session`] holds the caller's uid, gid and groups as of the
+//! users epoch and reloads them once an administrator changed them; `AS_USER`
+//! runs a wrapped request acting for the caller it names (checked against
+//! the gateway grant), with handles bound to the gateway's uid; every
+//! successful request's changes go to the change feed (`changes.rs`, behind
+//! `WATCH`: the last `CHANGE_LOG_MAX` changes within a random incarnation).
+//! [`handles`] (file handles keyed from `manager.key` and the database's
+//! `file_system_id`; checked before every request), [`drives`] (one
+//! connection per drive, replaced before use once the drive closed it,
+//! provisioning, minting; every drive call bounded by `DRIVE_TIMEOUT`),
+//! [`keys`], [`files`] (the TLS and password files through
+//! `nasd_crypto::durable`), `placement.rs` (pure policy; the placer runs
+//! inside the creating transaction and, short of pooled objects, refills
+//! pools within [`PLACEMENT_WAIT_MAX`] before `NoSpace`), [`health`] and
+//! `cluster.rs` (the cluster map, readmission), `coordinator.rs` (write
+//! transactions), `resize.rs`, `repair.rs` and `verify.rs`, [`identity`],
+//! [`pals`], [`shared`], [`routing`]. Three loops run beside requests
+//! (`spawn_maintenance`): maintenance — intention logs, pools, key rotation
+//! keeping the previous key, expired leases; a drive whose upkeep fails is
+//! retried with a backoff doubling up to `DRIVE_RETRY_MAX` —, heartbeats,
+//! and repair, so a long repair delays neither of the others.
+//!
+//! - **No open-file state** (NFS-on-NASD, NASD §3.1): removing a file's last
+//!   name removes its objects before the reply, so other clients that still
+//!   have it open lose its data at once (`NO_SUCH_OBJECT`) — unlike POSIX.
+//! - **Revocation** (chmod, chown, `SET_ACL`, unlink or rename over a file)
+//!   bumps the inode's access-control version in the transaction, sets it on
+//!   every component's drive and flushes before the reply, so capabilities
+//!   minted earlier are refused at once and stay refused across a crash.
+//! - **Handles, not inode numbers**: every request names an inode by a
+//!   handle the manager made for that user; a `READDIR` without search
+//!   permission hands out no handle.
+//! - **Write protection**: no capability that allows writing demands less
+//!   than `ManagerConfig::write_protection`; the policy travels in the
+//!   capability, so the drive enforces it.
+//! - **File data** passes through the manager only to repair it (`repair.rs`,
+//!   `resize.rs`), under its drive keys and inside a write transaction of
+//!   its own, and below a file's small-file threshold (`WRITE_SMALL`,
+//!   `READ_SMALL`).
+//! - The administrator's password file is written and synced before the
+//!   `admin` user is committed: a crash in between leaves a file but no
+//!   user, and the next start writes a new password and creates the user.
+//! - A panic inside a metadata task aborts the process (`Manager::meta`):
+//!   the interrupted transaction never committed, and a restart recovers.
 #![deny(missing_docs)]
 
 mod changes;

@@ -81,7 +81,7 @@ impl Manager {
     /// everything logged for the drive while it was away — revocations and
     /// removals a request could not finish on it — is done. So a drive that
     /// was down when a file was removed or replaced never serves the old
-    /// file's capabilities again (docs/ARCHITECTURE.md, "Readmission").
+    /// file's capabilities again (`cluster.rs`, "Readmission").
     async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
         self.install_key(d).await?;
         self.resolve_drive_txns(d).await?;
@@ -135,7 +135,7 @@ impl Manager {
     }
 
     /// Removes every object on `d` the metadata does not know; returns how
-    /// many. Runs under the drive's lease ([`Manager::drive_lease`]), which
+    /// many. Runs under the drive's lease (`Manager::drive_lease`), which
     /// every manager's pool refill of the drive takes too: the objects a
     /// refill made and did not record are either recorded before this
     /// acquired the lease (and so known here), or never (the refill's fence

@@ -1126,8 +1126,7 @@ impl Manager {
     /// the change is committed and its share of the work is in the logs. The
     /// drive is marked unrecovered, and recovery finishes that share before
     /// it readmits the drive (`SET_MAP_EPOCH`), which after a restart
-    /// refuses every capability until then (docs/ARCHITECTURE.md,
-    /// "Readmission").
+    /// refuses every capability until then (`cluster.rs`, "Readmission").
     ///
     /// Then the super PAL of every collection the change touched is set on
     /// the drives ([`Manager::push_super_pals`]): the one part that fails

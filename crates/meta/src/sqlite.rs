@@ -35,8 +35,20 @@
 //!   referencing the inode: a file's bytes below its small-file threshold
 //!   (`inodes.small_threshold`), and those its open write transaction `txn`
 //!   staged there (`crate::small`).
+//! - `quotas(kind, id, bytes_limit, files_limit, bytes_used, files_used)`
+//!   (`crate::quotas`).
+//! - `leases(name, holder, token, expires_ms)` (`crate::Lease`).
+//! - `acl_entries(ino, kind, id, rights, flags)`, referencing the inode: the
+//!   named entries of its global ACL (`crate::acl`).
+//! - `pal_pending(ino, seq)`: files whose access PAL did not reach every
+//!   component (no foreign key: a retry finding the inode gone forgets it);
+//!   `pal_members(ino, collection)`, removed with the file: the PAL
+//!   collection of each regular file; `collection_pending(ino, seq)`:
+//!   collections whose super PAL did not reach every drive (kept after the
+//!   directory is gone).
 //! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
-//!   `u32`, 4 bytes little-endian).
+//!   `u32`, 4 bytes little-endian; `file_system_id`; `routing`; `auth_link`;
+//!   `users_epoch`).
 //!
 //! Every reference between rows is a foreign key (enforced), so a dangling
 //! entry, parent pointer, component, stale range or intent cannot be

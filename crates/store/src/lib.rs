@@ -34,6 +34,101 @@
 //!   for in-memory updates, never across I/O.
 //!
 //! The store knows nothing about sockets, tokio or the wire protocol's frames.
+//!
+//! # A drive directory
+//!
+//! | file | contents |
+//! |---|---|
+//! | `LOCK` | held with an exclusive file lock while a process has the store open |
+//! | `blocks.dat` | fixed-size blocks by physical block number; a sparse file |
+//! | `meta.sqlite` (+ `-wal`) | the index, attributes, partitions, transactions and undo, PALs, and the drive's settings (keys, identity keys, minimum protections, authorization schemes, written durably by [`Store::put_settings`]); tables in `db.rs` |
+//! | `audit.sqlite` | the drive's audit trail (written by `nasd-drive`, not the store) |
+//! | `master.key` | the master key file `nasd drive` creates (0600) when none is given |
+//! | `capacity` | the capacity in bytes `nasd drive` was given, or took from the free disk, at its first start; every start refuses a capacity the disk cannot back unless forced (`nasd-cli`) |
+//! | `drive.key` | `nasd up` only: the drive key its manager set, for `nasd audit` and `nasd scrub --drive` (0600) |
+//!
+//! # Commit protocol
+//!
+//! [`Store::commit`]: snapshot the dirty metadata under the metadata lock →
+//! `fdatasync(blocks.dat)` → one SQLite transaction (WAL,
+//! `synchronous=FULL`) → release to the allocator the blocks the previous
+//! durable index referenced and the new one does not. It assumes that
+//! `fdatasync` returning means the data is durable, and that SQLite's commit
+//! is atomic and durable as documented.
+//! - A crash before the transaction commits: the old index is durable and
+//!   the blocks it references were never overwritten (writes go to fresh
+//!   blocks only); new blocks are unreferenced and free at open.
+//! - A crash after it: every block the new index references was written
+//!   before the `fdatasync`, so its bytes match its stored digest.
+//! - A failed `fdatasync` or transaction sets `failed`: the store refuses
+//!   every further change until restarted (no retry of a sync that may have
+//!   dropped pages).
+//!
+//! Free space is not persisted: at open every block the index or an undo row
+//! references is in use, every other is free (pins live in memory only).
+//! Object identifiers are never reused: a partition's high-water mark is
+//! raised durably, in a transaction of its own, before identifiers below it
+//! are handed out.
+//!
+//! **Invariants:** a block referenced by the durable index or a durable undo
+//! row is never written; a pinned block is never reused (a block freed while
+//! a read pins it waits in `Meta::pinned_free` until its last pin goes); the
+//! allocator holds exactly the blocks no index, undo entry, durable index
+//! (until the next commit) or pin holds and whose bytes were punched; stored
+//! bytes at or past an object's `logical_size` are zero (truncation rewrites
+//! the tail block), so extending an object exposes zeros.
+//!
+//! # Writes and reads
+//!
+//! Changes to one object are ordered by a striped reader-writer lock
+//! (`LOCK_STRIPES`): writes, truncation, attribute changes, transactions and
+//! removal take it exclusive; fastcopy and scrub's re-check shared;
+//! partition removal and `INITIALIZE` take every stripe. A write
+//! ([`Store::write_checked`]) takes its object's lock twice. To **plan**: it
+//! checks its [`WriteCheck`], charges the quota and counts its blocks in
+//! flight. Then it streams its data into freshly allocated blocks with no
+//! lock held; a block it covers only in part is filled from the object's
+//! current block (pinned while read) and remembered as that block's base. To
+//! **install**: the object must still be the one planned for (its
+//! partition's incarnation), pass its `WriteCheck` again — the append
+//! condition, the access control version the drive passes (a revocation
+//! answered first refuses it with `ACCESS_REVOKED`), the PAL stamp — and fit
+//! the quota as the object is now; a block covered in part whose mapping is
+//! no longer its base is merged again (disk I/O under the lock, never network
+//! I/O); then the new blocks enter the index in one critical section of the
+//! metadata lock. So writes to one object take effect in the order they
+//! install, and a write that fails any of this changes nothing.
+//!
+//! A read ([`Store::read_with`]) takes no object lock: it takes the object's
+//! size and a batch of its block map ([`READ_BATCH_BLOCKS`] references) in
+//! one critical section, pins the batch's blocks, hands them to its
+//! [`DataSink`] (which may wait on the network), unpins them and takes the
+//! next batch. A read of at most one batch is one consistent view; a longer
+//! one is consistent batch by batch. A read whose object goes away between
+//! batches fails with `NO_SUCH_OBJECT`. `DataSink::unit` passes the stored
+//! digest of each whole block; a sink that finds a block does not match it
+//! returns `nasd_crypto::StoredDigestMismatch`, reported as
+//! `DATA_CORRUPTED`.
+//!
+//! **Memory per request.** A read holds one batch of its block map (≈ 80
+//! bytes a block, pins included), whatever its size. A write's plan maps
+//! every block it writes until it installs them all at once (what makes it
+//! atomic): ≈ 93 bytes a block (≈ 1.5 MiB per GiB at 64 KiB blocks), plus
+//! at most two partial blocks per region; a re-merge holds two blocks.
+//!
+//! **Quotas.** A partition is charged for the distinct physical blocks its
+//! objects reference (in their maps or in the undo of their open
+//! transactions), plus reservations not yet backed by blocks, plus blocks
+//! promised to writes in progress. A write computes its charge before it
+//! reads any data and again as it installs, and fails with `QUOTA_EXCEEDED`
+//! changing nothing. `blocks_used` splits each block shared by copy-on-write
+//! clones evenly among them.
+//!
+//! Also here: [`Store::scrub`] re-reads every stored block once against its
+//! digest (in batches of [`SCRUB_BATCH_BLOCKS`]); [`Store::append`] refuses
+//! a region that does not start at or past the object's end, checked as the
+//! write installs; [`Store::extents`] lists stored ranges (`EXTENTS`, at most
+//! [`EXTENTS_SCAN_BLOCKS_MAX`] references walked per call).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -80,7 +175,7 @@ pub const EXTENTS_SCAN_BLOCKS_MAX: usize = 16 * 1024;
 /// Memory an open write transaction holds per logical block it changed, at
 /// most: its undo entry (a B-tree entry of a block number and an optional
 /// 40-byte block reference) and the reference count of the block it keeps.
-/// Measured in `tests/txn_memory.rs`; ARCHITECTURE.md, "Write transactions".
+/// Measured in `tests/txn_memory.rs`; see `txn.rs`.
 pub const TXN_UNDO_BYTES_PER_BLOCK: usize = 160;
 /// Object identifiers reserved durably at a time; a crash skips at most this many.
 const ID_RESERVE_BATCH: u64 = 1024;
@@ -251,8 +346,7 @@ struct Object {
     pal_stamp: u64,
 }
 
-/// An open write transaction on one object (ARCHITECTURE.md, "Write
-/// transactions"): enough to put the object's data and length back as they
+/// An open write transaction on one object (`txn.rs`): enough to put the object's data and length back as they
 /// were when it began.
 #[derive(Debug)]
 struct Txn {

@@ -55,7 +55,7 @@ impl Meta {
 
     /// Pins a referenced block for a reader that will read it without the
     /// object's lock: it is not reused until unpinned, whatever changes the
-    /// object meanwhile (ARCHITECTURE.md, invariants).
+    /// object meanwhile (the crate doc, "Commit protocol").
     pub(crate) fn pin(&mut self, phys: u64) {
         assert!(self.refcount.contains_key(&phys), "pinning unreferenced block {phys}");
         *self.pins.entry(phys).or_insert(0) += 1;

@@ -1,4 +1,4 @@
-//! Freed space goes back to the file system (ARCHITECTURE.md, "Space").
+//! Freed space goes back to the file system.
 //!
 //! A block the store no longer needs — no index, undo entry, durable index
 //! (until the next commit) or read's pin holds it — waits in
