@@ -41,7 +41,7 @@ use nasd_proto::manager::PASSWORD_MAX;
 use nasd_proto::{IdentityData, ROLE_NONE};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use store::{Db, Refusal, Store};
 
 /// File name of the database inside the server's directory.
@@ -90,7 +90,7 @@ pub struct AuthServer {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    nasd_env::clock::system_ns()
 }
 
 fn refuse<T>(status: FsStatus, message: impl Into<String>) -> Result<T, Refusal> {

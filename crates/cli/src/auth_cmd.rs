@@ -285,7 +285,7 @@ async fn sync_manager(section: &ClientSection, grant: &IdentityGrant, user: &str
 }
 
 fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    nasd_env::clock::system_ns()
 }
 
 /// Where the administrator's password is kept, inside the server's directory.

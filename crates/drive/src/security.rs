@@ -186,6 +186,18 @@ fn key_from(bytes: &[u8]) -> Option<Key> {
 }
 
 impl Security {
+    /// The deliberate bug `nasd_env::Bug::AcceptStaleAcv` (cargo feature
+    /// `sim-bugs`, armed only by a simulated world): a capability older than
+    /// the object's access-control version passes.
+    #[allow(unused_variables)]
+    fn stale_acv_bug(&self, object_acv: u64, capability_acv: u64) -> bool {
+        #[cfg(feature = "sim-bugs")]
+        if capability_acv < object_acv && self.store.env().injected_bug(nasd_env::Bug::AcceptStaleAcv) {
+            return true;
+        }
+        false
+    }
+
     /// Loads the key hierarchy from the store. A drive with no master key yet
     /// takes `master` (provisioned out of band); `enabled: false` turns every
     /// check off (trusted networks and storage-only tests; never the default).
@@ -634,14 +646,14 @@ impl Security {
             // partition) is refused here with that error: never a pass.
             let acv =
                 self.store.access_control_version(*partition, cap.object).map_err(|e| (e.status(), e.to_string()))?;
-            if acv != cap.access_control_version {
+            if acv != cap.access_control_version && !self.stale_acv_bug(acv, cap.access_control_version) {
                 return refuse(
                     Status::AccessRevoked,
                     "the object's access control version changed: capability revoked",
                 );
             }
             // Checked again where a write installs, under the object's lock.
-            grant.access_control_version = Some(cap.access_control_version);
+            grant.access_control_version = Some(cap.access_control_version).filter(|&v| v == acv);
         }
         let mut needed = *right;
         if let Request::SetAttr { mask, .. } = req {

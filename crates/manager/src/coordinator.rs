@@ -99,10 +99,7 @@ fn holds(bits: u64, idx: usize) -> bool {
 
 /// Nanoseconds since the Unix epoch, now.
 pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
-        .unwrap_or(0)
+    nasd_env::clock::system_ns().min(i64::MAX as u64) as i64
 }
 
 /// The component ranges that the file ranges `dirty` touch in component `idx`

@@ -39,7 +39,6 @@ use nasd_proto::fs::FsStatus;
 use nasd_proto::IdentityData;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the manager's authentication servers are, and how it logs in there.
 #[derive(Clone, PartialEq, Eq)]
@@ -216,7 +215,7 @@ struct DriveIds {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    nasd_env::clock::system_ns()
 }
 
 /// A service login at the first of `link`'s servers that answers; a

@@ -197,7 +197,7 @@ impl Manager {
     /// replaced meanwhile (another manager swept it, the client renamed it)
     /// is left alone.
     pub async fn sweep_temporaries(&self, age: Duration) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let now = nasd_env::clock::system_since_epoch();
         let older_than = now.saturating_sub(age).as_nanos().min(i64::MAX as u128) as i64;
         let found = self
             .meta(move |ns| ns.stale_temporaries(crate::TEMPORARY_SUFFIX, older_than, crate::TEMPORARIES_PER_SWEEP))

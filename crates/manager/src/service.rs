@@ -314,8 +314,7 @@ impl Manager {
         if let Some(id) = &s.identity {
             // Who the user is comes from the authentication server at login;
             // what can end the session is the identity key's life.
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            let now = nasd_env::clock::system_ns();
             if now > id.expiration_ns {
                 return Err(Failure::new(FsStatus::NotLoggedIn, "the identity key has expired: log in again"));
             }

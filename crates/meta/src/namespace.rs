@@ -15,7 +15,6 @@ use crate::types::{AcvIntent, Caller, DirEntry, Effects, Inode, SetAttrs};
 use crate::{DIR_DEPTH_MAX, READDIR_ENTRIES_MAX};
 use nasd_proto::fs::*;
 use nasd_proto::layout::Layout;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The name space: POSIX semantics generic over the backend. Every method is
 /// one transaction.
@@ -35,10 +34,7 @@ pub struct Namespace<B: Backend> {
 
 /// Nanoseconds since the Unix epoch, now.
 pub(crate) fn now_ns() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-    }
+    i64::try_from(nasd_env::clock::system_ns()).unwrap_or(i64::MAX)
 }
 
 /// Reads an inode that must exist.

@@ -1274,8 +1274,7 @@ impl Txn for SqliteTxn<'_> {
     }
     /// SQLite runs in the manager's process: the local clock is the database's.
     fn now_ms(&mut self) -> Result<u64, FsStatus> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        Ok(u64::try_from(now.as_millis()).unwrap_or(u64::MAX))
+        Ok(nasd_env::clock::system_ns() / 1_000_000)
     }
 
     fn get_lease(&mut self, name: &str) -> Result<Option<Lease>, FsStatus> {

@@ -142,18 +142,16 @@ pub use pal::{PalStamp, PalView};
 
 use alloc::Allocator;
 use nasd_crypto::{block_digest, ct_eq, BlockDigest};
+use nasd_env::{DirLock, DiskFile, Env};
 use nasd_proto::limits::{OBJECT_SIZE_MAX, PARTITIONS_MAX};
 use nasd_proto::well_known::*;
 use nasd_proto::{
     validate_regions, AttrMask, Attributes, DriveControl, ObjectPal, Pal, PartitionControl, PartitionInfo, Region,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Smallest and largest supported block sizes (protocol limits).
 pub use nasd_proto::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
@@ -460,13 +458,15 @@ struct Meta {
 
 /// The object store of one drive. Thread-safe; every method blocks on disk I/O.
 pub struct Store {
+    /// Where the store's clock, randomness and files come from.
+    env: Env,
     dir: PathBuf,
     block_size: u32,
     capacity_bytes: u64,
     verify_reads: bool,
     extensions: Vec<String>,
     drive_id: [u8; 16],
-    data: File,
+    data: DiskFile,
     db: Mutex<rusqlite::Connection>,
     meta: Mutex<Meta>,
     commit_lock: Mutex<()>,
@@ -484,17 +484,13 @@ pub struct Store {
     /// Whether the file system under `blocks.dat` punches holes (cleared,
     /// with one warning, the first time it says it cannot).
     punch_holes: AtomicBool,
-    _dir_lock: File,
+    _dir_lock: DirLock,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("dir", &self.dir).field("block_size", &self.block_size).finish()
     }
-}
-
-fn system_ns() -> i128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -510,20 +506,28 @@ impl Store {
     /// Opens the store in `dir`, creating it if empty. Fails if another process
     /// has it open.
     pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir)?;
-        let dir_lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
-        dir_lock.try_lock().map_err(|_| StoreError::Locked(dir.display().to_string()))?;
-        let mut conn = db::open(&dir.join("meta.sqlite"))?;
-        let (drive_id, block_size, offset, skew) = Self::load_or_format(&mut conn, opts)?;
+        Self::open_in(&Env::real(), dir, opts)
+    }
+
+    /// [`Store::open`] in `env`: the store's clock, randomness and files
+    /// (the lock file, `blocks.dat`, `meta.sqlite`) are the environment's.
+    pub fn open_in(env: &Env, dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        env.create_dir_all(dir)?;
+        let dir_lock = env.lock_file(&dir.join("LOCK")).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => StoreError::Locked(dir.display().to_string()),
+            _ => StoreError::Io(e),
+        })?;
+        let mut conn = db::open(env, &dir.join("meta.sqlite"))?;
+        let (drive_id, block_size, offset, skew) = Self::load_or_format(env, &mut conn, opts)?;
         let capacity_blocks = opts.capacity_bytes / block_size as u64;
-        let data =
-            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("blocks.dat"))?;
+        let data = env.open_file(&dir.join("blocks.dat"), true)?;
         // fdatasync(blocks.dat) does not make its directory entry durable: sync
         // the directory, or a power loss could lose a new blocks.dat that the
         // committed index already points into.
-        File::open(dir)?.sync_all()?;
+        env.sync_dir(dir)?;
         let meta = Self::load_meta(&conn, block_size, capacity_blocks)?;
         let store = Store {
+            env: env.clone(),
             dir: dir.to_path_buf(),
             block_size,
             capacity_bytes: capacity_blocks * block_size as u64,
@@ -549,6 +553,7 @@ impl Store {
     }
 
     fn load_or_format(
+        env: &Env,
         conn: &mut rusqlite::Connection,
         opts: &StoreOptions,
     ) -> Result<([u8; 16], u32, i64, u64), StoreError> {
@@ -572,7 +577,8 @@ impl Store {
                 if !(BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX).contains(&bs) || !bs.is_power_of_two() {
                     return Err(StoreError::BadArgument("block size must be a power of two in 4 KiB..=1 MiB"));
                 }
-                let id: [u8; 16] = rand_id();
+                let mut id = [0u8; 16];
+                env.fill_random(&mut id);
                 let tx = conn.transaction()?;
                 db::put_drive_value(&tx, "drive_id", &id)?;
                 db::put_drive_value(&tx, "block_size", &(bs as u64).to_le_bytes())?;
@@ -704,6 +710,12 @@ impl Store {
         self.verify_reads
     }
 
+    /// The environment the store runs in (its clock, randomness and disk):
+    /// the drive serving it runs in the same one.
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -722,7 +734,7 @@ impl Store {
     /// The drive clock, nanoseconds since the Unix epoch.
     pub fn now_ns(&self) -> u64 {
         let offset = self.clock_offset_ns.load(Ordering::Relaxed);
-        (system_ns() + offset as i128).clamp(0, u64::MAX as i128) as u64
+        (self.env.now_ns() as i128 + offset as i128).clamp(0, u64::MAX as i128) as u64
     }
 
     /// Allowed clock skew for nonces, nanoseconds.
@@ -754,10 +766,6 @@ impl Store {
 
 /// Default allowed skew between a client's nonce clock and the drive's.
 pub const DEFAULT_SKEW_NS: u64 = 5_000_000_000;
-
-fn rand_id() -> [u8; 16] {
-    nasd_crypto::random_bytes()
-}
 
 mod ops;
 mod space;
