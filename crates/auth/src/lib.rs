@@ -221,7 +221,7 @@ impl AuthServer {
         let token = nasd_crypto::open_key(kek, CONTEXT, &stored)
             .map_err(|_| anyhow::anyhow!("the service token in {} {FOREIGN_KEY}", db.describe()))?;
         match nasd_crypto::read_key_file(&file) {
-            Ok(have) if have == token => {}
+            Ok(have) if nasd_crypto::ct_eq(have.expose(), token.expose()) => {}
             _ => {
                 let _ = std::fs::remove_file(&file);
                 nasd_crypto::create_key_file(&file, &token)
