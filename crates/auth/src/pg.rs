@@ -33,7 +33,7 @@
 //! `METADATA_UNAVAILABLE` naming the database (never the password), and the
 //! failure is logged at a bounded rate ([`nasd_meta::LogLimit`]).
 
-use crate::store::{key_context, Refusal, UserRow, GROUPS_OWNED_MAX, GROUP_GID_BASE, ROLES_MAX};
+use crate::store::{key_context, Refusal, UserRow, ROLES_MAX};
 use nasd_crypto::{open_key, seal_key, Key};
 use nasd_meta::pg_connect::PgTarget;
 use nasd_proto::auth::{AuthUser, ROLES_PER_USER_MAX};
@@ -592,18 +592,8 @@ impl PgDb {
             .map_err(|e| self.refusal(e))?;
         let (taken, owned, member_of, high): (bool, i64, i64, Option<i64>) =
             (row.get(0), row.get(1), row.get(2), row.get(3));
-        if taken {
-            return Err((FsStatus::Exists, format!("group '{name}' exists already")));
-        }
-        if owned as usize >= GROUPS_OWNED_MAX {
-            return Err((FsStatus::NoSpace, format!("you own GROUPS_OWNED_MAX ({GROUPS_OWNED_MAX}) groups")));
-        }
-        let gid = match high {
-            None => GROUP_GID_BASE,
-            Some(h) => {
-                to_u32(h, "gid")?.checked_add(1).ok_or_else(|| (FsStatus::NoSpace, "no gid is left".to_string()))?
-            }
-        };
+        let highest = high.map(|h| to_u32(h, "gid")).transpose()?;
+        let gid = crate::store::new_group_gid(name, taken, owned, highest)?;
         t.execute("INSERT INTO auth_groups (gid, name, owner) VALUES ($1, $2, $3)", &[&i64::from(gid), &name, &owner])
             .await
             .map_err(|e| self.refusal(e))?;

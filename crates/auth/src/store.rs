@@ -44,6 +44,23 @@ pub(crate) fn key_context(key_id: u32) -> Vec<u8> {
     c
 }
 
+/// The gid of a new group `name`, given what the store found in the same
+/// transaction: whether the name is `taken`, how many groups the owner
+/// `owned`, and the `highest` gid so far (gids only grow). One rule for
+/// both stores.
+pub(crate) fn new_group_gid(name: &str, taken: bool, owned: i64, highest: Option<u32>) -> Result<u32, Refusal> {
+    if taken {
+        return Err((FsStatus::Exists, format!("group '{name}' exists already")));
+    }
+    if owned as usize >= GROUPS_OWNED_MAX {
+        return Err((FsStatus::NoSpace, format!("you own GROUPS_OWNED_MAX ({GROUPS_OWNED_MAX}) groups")));
+    }
+    match highest {
+        None => Ok(GROUP_GID_BASE),
+        Some(h) => h.checked_add(1).ok_or_else(|| (FsStatus::NoSpace, "no gid is left".to_string())),
+    }
+}
+
 impl Db {
     /// Opens (creating if new) the database at `path`.
     pub fn open(path: &Path) -> rusqlite::Result<Db> {
@@ -352,16 +369,7 @@ impl Db {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .map_err(internal)?;
-        if taken {
-            return Err((FsStatus::Exists, format!("group '{name}' exists already")));
-        }
-        if owned as usize >= GROUPS_OWNED_MAX {
-            return Err((FsStatus::NoSpace, format!("you own GROUPS_OWNED_MAX ({GROUPS_OWNED_MAX}) groups")));
-        }
-        let gid = match high {
-            None => GROUP_GID_BASE,
-            Some(h) => h.checked_add(1).ok_or_else(|| (FsStatus::NoSpace, "no gid is left".to_string()))?,
-        };
+        let gid = new_group_gid(name, taken, owned, high)?;
         t.execute("INSERT INTO groups (gid, name, owner) VALUES (?1, ?2, ?3)", params![gid, name, owner])
             .map_err(internal)?;
         let member = (member_of as usize) < GROUPS_MAX;
