@@ -17,14 +17,14 @@
 use nasd_meta::testing::PgServer;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
 
-use common::{free_addr, Daemon};
+use common::{free_addr, nasd_command, ok, Daemon};
 
 /// Writers running at once.
 const WRITERS: usize = 2;
@@ -32,23 +32,7 @@ const WRITERS: usize = 2;
 const FILES_EACH: usize = 12;
 
 fn nasd(config: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    nasd_command().arg("--config").arg(config).args(args).output().expect("run nasd")
 }
 
 /// `nasd up`'s config file with `[client]` logging in at `auth` first, then at `failover`.

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 mod common;
 
-use common::{free_addr, Daemon};
+use common::{free_addr, nasd_command, ok, Daemon};
 
 /// `nasd up` on `data` (one drive of 64 MiB), with `extra` arguments; the
 /// drive's port is chosen at the first start only (then it is recorded).
@@ -37,23 +37,7 @@ fn up_with_env(data: &Path, log: &Path, extra: &[&str], env: &[(&str, &str)]) ->
 
 /// Runs `nasd ARGS` with the cluster's config file.
 fn nasd(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .arg("--config")
-        .arg(data.join("nasd.toml"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    nasd_command().arg("--config").arg(data.join("nasd.toml")).args(args).output().expect("run nasd")
 }
 
 #[test]

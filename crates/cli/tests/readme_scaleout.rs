@@ -13,11 +13,11 @@
 use nasd_meta::testing::{PgServer, PgServerOptions, PASSWORD_ROLE};
 use std::ffi::OsString;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 mod common;
 
-use common::{free_addr, Daemon};
+use common::{free_addr, nasd_command, ok, Daemon};
 
 const DB_PASSWORD: &str = "db-secret-Oo7e";
 
@@ -42,26 +42,11 @@ fn words(line: &str) -> Vec<String> {
 }
 
 fn nasd(cwd: &Path, config: Option<&Path>, args: &[String]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nasd"));
+    let mut c = nasd_command();
     if let Some(config) = config {
         c.arg("--config").arg(config);
     }
-    c.args(args)
-        .current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .env("PGPASSWORD", DB_PASSWORD)
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    c.args(args).current_dir(cwd).env("PGPASSWORD", DB_PASSWORD).output().expect("run nasd")
 }
 
 #[test]

@@ -195,6 +195,14 @@ pub fn nasd_command() -> Command {
     c
 }
 
+/// The standard output of a command that must have succeeded (else its
+/// output is the failure's message).
+#[track_caller]
+pub fn ok(out: std::process::Output) -> String {
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The master key a drive serving `drive_dir` made as it started: it
 /// listens first and writes the key after, so this waits (bounded) for a
 /// whole one.
