@@ -131,3 +131,66 @@ fn fs_status<T: std::fmt::Debug>(r: Result<T, nasd_fs::FsError>) -> FsStatus {
         Ok(v) => panic!("expected a refusal from the manager, got {v:?}"),
     }
 }
+
+/// `sql` in database `db` of `server`, from a thread of its own (the
+/// helper runs its own runtime, which an async test's cannot hold).
+fn sql(server: &PgServer, db: &str, sql: &str) -> Result<(), String> {
+    std::thread::scope(|s| s.spawn(|| server.execute(db, sql)).join().expect("the SQL thread"))
+}
+
+/// The connection to PostgreSQL dies right after a write's commit, at the
+/// step that forgets its write intent (a trigger ends its own server
+/// process at the first `DELETE` from `intents`, once): the commit stands,
+/// so the write is acknowledged and reads back — before the fix the writer
+/// was told the request failed "part-way" and took its acknowledged-to-be
+/// writes for lost (found by `nasd-cli`'s `netns_cluster`, a put in flight
+/// as PostgreSQL was killed). The intent left behind is forgotten by the
+/// next maintenance pass.
+#[test]
+fn a_commit_stands_when_the_database_goes_away_before_its_intent_is_forgotten() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let config = ManagerConfig {
+            pool_target: 8,
+            small_file_threshold: 0,
+            metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
+            ..ManagerConfig::default()
+        };
+        let c = Cluster::start(ClusterOptions { config, ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        to(admin.mkdir("/d", 0o755)).await.expect("mkdir");
+        sql(
+            &server,
+            &db,
+            "CREATE SEQUENCE shot;
+             CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               RETURN OLD;
+             END $$;
+             CREATE TRIGGER end_connection BEFORE DELETE ON intents FOR EACH ROW EXECUTE FUNCTION end_connection();",
+        )
+        .expect("the trigger");
+        let data = pattern(31, 300_000);
+        to(admin.write_file("/d/f", &data)).await.expect("the write is committed and acknowledged");
+        sql(
+            &server,
+            &db,
+            "DO $$ BEGIN IF NOT (SELECT is_called FROM shot) THEN RAISE EXCEPTION 'no DELETE'; END IF; END $$",
+        )
+        .expect("the connection was ended at the intent's DELETE");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
+        sql(
+            &server,
+            &db,
+            "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM intents) THEN RAISE EXCEPTION 'none'; END IF; END $$",
+        )
+        .expect("the committed intent is left behind");
+        c.manager.maintain().await;
+        sql(&server, &db, "DO $$ BEGIN IF EXISTS (SELECT 1 FROM intents) THEN RAISE EXCEPTION 'left'; END IF; END $$")
+            .expect("maintenance forgot the committed intent");
+        drop(server);
+    });
+}

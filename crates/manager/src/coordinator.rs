@@ -379,7 +379,13 @@ impl Manager {
             }
             other => other?,
         };
-        self.meta(move |ns| ns.finish_intent(txn)).await?;
+        // Committed: the writes are the file's. Forgetting the intent is tidiness that a
+        // maintenance pass does too (it finishes every Committed intent it finds), so a database
+        // that goes away now does not make the commit look failed, or "partly done", to a writer
+        // that would then take its acknowledged writes for lost.
+        if let Err(f) = self.meta(move |ns| ns.finish_intent(txn)).await {
+            tracing::info!(txn, error = %f.message, "a committed write intent is left for maintenance to forget");
+        }
         self.end_in_background(&inode, txn, true);
         Ok(inode)
     }

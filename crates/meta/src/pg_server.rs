@@ -480,6 +480,26 @@ impl PgServer {
         })
     }
 
+    /// Runs `sql` (statements separated by `;`) in database `db` as the
+    /// superuser, over a connection of its own: what a test does to the
+    /// database behind the code under test (a trigger, a check).
+    ///
+    /// # Errors
+    /// The connection or a statement fails (with the server's message).
+    pub fn execute(&self, db: &str, sql: &str) -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let mut config = tokio_postgres::Config::new();
+        config.host(self.host.to_string()).port(self.port).user("postgres").dbname(db);
+        rt.block_on(async {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+            tokio::spawn(connection);
+            client
+                .batch_execute(sql)
+                .await
+                .map_err(|e| e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string()))
+        })
+    }
+
     /// The URL of a database no one has used yet.
     pub fn fresh_url(&self) -> String {
         self.url(&format!("nasd_test_{}", self.databases.fetch_add(1, Ordering::Relaxed)))
