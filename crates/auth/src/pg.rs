@@ -245,18 +245,21 @@ impl PgDb {
         Ok(Lent { db: self, client: Some(client), _slot: slot })
     }
 
-    /// A failure as the caller's refusal: the database out of reach is
-    /// `METADATA_UNAVAILABLE` (logged at a bounded rate), anything else
-    /// `INTERNAL`; a name or id taken meanwhile is `EXISTS`.
+    /// A failure as the caller's refusal: the database out of reach, or
+    /// shutting down or starting (`nasd_meta::postgres_server_gone`, the
+    /// managers' rule: a statement cut off so, in flight as the server was
+    /// killed, changed nothing), is `METADATA_UNAVAILABLE` (logged at a
+    /// bounded rate); anything else `INTERNAL`; a name or id taken
+    /// meanwhile is `EXISTS`.
     fn refusal(&self, e: tokio_postgres::Error) -> Refusal {
         let detail = self.detail(&e);
         match e.code() {
             Some(c) if *c == SqlState::UNIQUE_VIOLATION => (FsStatus::Exists, detail),
-            Some(_) => {
+            Some(_) if !nasd_meta::postgres_server_gone(&e) => {
                 tracing::error!("{detail}");
                 (FsStatus::Internal, detail)
             }
-            None => {
+            _ => {
                 self.unreachable.log(|suppressed| {
                     tracing::error!(suppressed, "{detail}: requests that need it fail until it is back");
                 });

@@ -202,3 +202,47 @@ async fn two_servers_on_one_database_are_one_server() {
     assert_eq!(to(c.shared_keys()).await.unwrap().1.iter().map(|k| k.key_id).collect::<BTreeSet<_>>(), made);
     assert_eq!(to(c.user(1000)).await.unwrap().unwrap().groups.len(), 2);
 }
+
+/// `sql` in database `db` of `pg`, from a thread of its own (the helper
+/// runs its own runtime, which an async test's cannot hold).
+fn sql(pg: &PgServer, db: &str, sql: &str) -> Result<(), String> {
+    std::thread::scope(|s| s.spawn(|| pg.execute(db, sql)).join().expect("the SQL thread"))
+}
+
+/// A statement cut off by the database server going away (its server
+/// process ends itself, once, at the first insert of a user — as the
+/// processes of a killed PostgreSQL end their statements in flight, SQLSTATE
+/// 57P01) is `METADATA_UNAVAILABLE`, which clients wait out and send again,
+/// not `INTERNAL`, which fails their command (found by `nasd-cli`'s
+/// `netns_cluster`: a login in flight as PostgreSQL was killed); sent
+/// again, it succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_the_server_cut_off_going_away_is_unavailable_not_internal() {
+    let pg = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = pg.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = to(open(tmp.path(), &url)).await.unwrap();
+    sql(
+        &pg,
+        &db,
+        "CREATE SEQUENCE shot;
+         CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER end_connection BEFORE INSERT ON auth_users FOR EACH ROW EXECUTE FUNCTION end_connection();",
+    )
+    .expect("the trigger");
+    let cut = to(server.add_user("carol", "carol's password", 2001, 2001, false)).await;
+    match cut {
+        Err((status, message)) => {
+            assert_eq!(status, FsStatus::MetadataUnavailable, "{message}");
+            assert!(message.contains("cannot be reached"), "{message}");
+        }
+        Ok(()) => panic!("the insert was not cut off"),
+    }
+    to(server.add_user("carol", "carol's password", 2001, 2001, false)).await.expect("sent again, it is done");
+    assert!(to(server.login("carol", "carol's password", 0)).await.is_ok());
+}

@@ -67,9 +67,53 @@ pub fn postgres_detail(e: &tokio_postgres::Error) -> String {
     text
 }
 
+/// Whether a PostgreSQL error says the server is gone or going: the
+/// connection lost (no answer, closed, an I/O error), or the server
+/// shutting down, crashed or starting (`57P01`, `57P02`, `57P03`, class
+/// `08`). The one rule the managers' and the authentication servers'
+/// stores share: a statement that failed so changed nothing, and the
+/// request may wait for the database and be sent again.
+pub fn postgres_server_gone(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        Some(c) => server_gone_code(c),
+        None => e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()),
+    }
+}
+
+/// [`postgres_server_gone`] for an error the server sent with `code`.
+fn server_gone_code(c: &tokio_postgres::error::SqlState) -> bool {
+    use tokio_postgres::error::SqlState;
+    *c == SqlState::ADMIN_SHUTDOWN
+        || *c == SqlState::CRASH_SHUTDOWN
+        || *c == SqlState::CANNOT_CONNECT_NOW
+        || c.code().starts_with("08")
+}
+
 /// Maps a SQLite failure inside an operation to [`FsStatus::Internal`],
 /// logging the cause.
 pub(crate) fn internal(e: rusqlite::Error) -> FsStatus {
     tracing::error!(error = %e, "metadata store failed");
     FsStatus::Internal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_gone_code;
+    use tokio_postgres::error::SqlState;
+
+    #[test]
+    fn a_server_shutting_down_or_unreachable_is_gone_and_a_refused_statement_is_not() {
+        for gone in [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::CONNECTION_EXCEPTION,
+        ] {
+            assert!(server_gone_code(&gone), "{}", gone.code());
+        }
+        for refused in [SqlState::UNIQUE_VIOLATION, SqlState::T_R_SERIALIZATION_FAILURE, SqlState::QUERY_CANCELED] {
+            assert!(!server_gone_code(&refused), "{}", refused.code());
+        }
+    }
 }

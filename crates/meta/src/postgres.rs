@@ -684,20 +684,9 @@ fn classify(e: &tokio_postgres::Error) -> TxnError {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
             TxnError::Conflict
         }
-        Some(c)
-            if *c == SqlState::ADMIN_SHUTDOWN
-                || *c == SqlState::CRASH_SHUTDOWN
-                || *c == SqlState::CANNOT_CONNECT_NOW
-                || c.code().starts_with("08") =>
-        {
-            TxnError::Unavailable
-        }
-        Some(_) => TxnError::Storage,
-        // No answer from the server: the connection is gone (closed, reset, timed out).
-        None if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) => {
-            TxnError::Unavailable
-        }
-        None => TxnError::Storage,
+        // The server shutting down or starting, or no answer from it (closed, reset, timed out).
+        _ if crate::error::postgres_server_gone(e) => TxnError::Unavailable,
+        _ => TxnError::Storage,
     }
 }
 
