@@ -98,6 +98,57 @@ impl Daemon {
         unreachable!("every attempt returns or panics")
     }
 
+    /// Starts `WRAP… nasd ARGS` in `cwd` (e.g. `ip netns exec NS` first:
+    /// the daemon on another host), `env` added to its environment, and
+    /// waits until it accepts connections at `addr` (an address it owns, so
+    /// there is no other port to try). Its output is appended to `log`.
+    pub fn start_wrapped(
+        name: &'static str,
+        cwd: &Path,
+        log: &Path,
+        wrap: &[String],
+        addr: SocketAddr,
+        env: &[(&str, &str)],
+        args: Vec<OsString>,
+    ) -> Daemon {
+        let logf = OpenOptions::new().create(true).append(true).open(log).expect("daemon log");
+        let mut command = match wrap.split_first() {
+            None => Command::new(env!("CARGO_BIN_EXE_nasd")),
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_nasd"));
+                c
+            }
+        };
+        let child = command
+            .args(args)
+            .current_dir(cwd)
+            .env("NASD_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("NASD_CONFIG")
+            .env_remove("NASD_NEW_PASSWORD")
+            .env_remove("NASD_PASSWORD")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone().expect("daemon log"))
+            .stderr(logf)
+            .spawn()
+            .expect("cannot start the nasd binary");
+        let mut d = Daemon { name, child: Some(child), addr, log: log.to_path_buf() };
+        let deadline = Instant::now() + DAEMON_WAIT_MAX;
+        loop {
+            if let Some(status) = d.child.as_mut().unwrap().try_wait().expect("try_wait") {
+                d.child = None;
+                panic!("{name} exited at startup ({status}); log:\n{}", log_tail(log));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "{name} did not accept on {addr} in time; log:\n{}", log_tail(log));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Everything the daemon wrote so far.
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -120,6 +171,11 @@ impl Daemon {
     /// The end of the daemon's log, for failure messages.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)
+    }
+
+    /// Whether it runs (not killed or stopped by the test).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// The daemon's process id.
