@@ -8,7 +8,11 @@
 //! created before the source has been opened. A copy that fails, or is
 //! interrupted with Ctrl-C, removes its temporary files and everything it
 //! created (files, links, directories); files it already replaced stay
-//! replaced (each whole). A replaced file keeps its permission bits (and,
+//! replaced (each whole). A file whose copy lost the manager part-way (its
+//! connection broke with a request in flight: the manager killed) is
+//! copied again from the start under a new temporary name, through the
+//! next manager that answers (at most [`MANAGER_LOST_COPIES_MAX`] times).
+//! A replaced file keeps its permission bits (and,
 //! when an administrator copies, its owner and group); a new one gets the
 //! source's. With `--no-clobber` an existing destination is left alone
 //! (and named on stderr); the final step is then a hard link, which fails
@@ -35,6 +39,23 @@ const PROGRESS_MIN_BYTES: u64 = 4 * 1024 * 1024;
 /// Most entries (files, directories, links) one recursive copy takes on:
 /// the plan of a copy is held in memory, about 100 bytes an entry.
 pub const TREE_ENTRIES_MAX: usize = 1_000_000;
+/// Times one file is copied again, from the start under a new temporary
+/// name, after the manager went away part-way through ([`manager_lost`]).
+const MANAGER_LOST_COPIES_MAX: usize = 2;
+
+/// Whether a copy failed because the connection to the manager broke with
+/// a request in flight (`FsError::Io`: the manager killed, or the network
+/// cut): whether that request was carried out is unknown, so the fs layer
+/// does not send it again — but the copy as a whole may start over, since
+/// only its final rename shows it: the file is written again under a new
+/// temporary name (to the next manager that answers) and renamed onto the
+/// destination, which then holds the new file whether or not the first
+/// rename happened. With `--no-clobber`, a first link that did happen
+/// makes the second one report the destination as existing.
+fn manager_lost(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| matches!(c.downcast_ref::<FsError>(), Some(FsError::Io(_))))
+}
+
 /// Suffix of the temporary names files are written under.
 const TMP_SUFFIX: &str = nasd_fs::TEMPORARY_SUFFIX;
 
@@ -128,6 +149,24 @@ impl Undo {
     /// Forgets a temporary name once it was renamed onto its destination.
     fn published(&self, tmp: &str) {
         self.made.lock().expect("undo lock").retain(|m| !matches!(m, Made::RemoteTmp(t) if t == tmp));
+    }
+
+    /// Removes the temporary files made so far and forgets them (best
+    /// effort: one left behind is swept by the manager after `[manager]
+    /// temporaries_age_secs`), before a file is copied again.
+    async fn discard_temporaries(&self, fs: &FsClient) {
+        let tmps: Vec<String> = {
+            let mut made = self.made.lock().expect("undo lock");
+            let tmps = made.iter().filter_map(|m| if let Made::RemoteTmp(t) = m { Some(t.clone()) } else { None });
+            let tmps = tmps.collect();
+            made.retain(|m| !matches!(m, Made::RemoteTmp(_)));
+            tmps
+        };
+        for t in tmps {
+            if let Err(e) = remote_gone(fs.unlink(&t).await) {
+                tracing::info!(temporary = %t, error = %e, "a temporary file is left for the manager to sweep");
+            }
+        }
     }
 
     /// Removes everything made, newest first. Best effort: what cannot be
@@ -611,10 +650,27 @@ impl Copier<'_> {
             Kind::Dir { mode } => self.dir(&dst, *mode).await?,
             Kind::Symlink { target } => self.symlink(target, &dst).await?,
             Kind::File { mode, .. } => match (&src, &dst) {
-                (Loc::Local(s), Loc::Remote(d)) => self.put_file(s, d, *mode).await?,
                 (Loc::Remote(s), Loc::Local(d)) => self.get_file(s, d).await?,
-                (Loc::Remote(s), Loc::Remote(d)) => self.copy_file(s, d).await?,
                 (Loc::Local(_), Loc::Local(_)) => unreachable!("refused above"),
+                (_, Loc::Remote(d)) => {
+                    let mut again = 0;
+                    loop {
+                        let copied = match &src {
+                            Loc::Local(s) => self.put_file(s, d, *mode).await,
+                            Loc::Remote(s) => self.copy_file(s, d).await,
+                        };
+                        match copied {
+                            Err(e) if again < MANAGER_LOST_COPIES_MAX && manager_lost(&e) => {
+                                again += 1;
+                                self.bar.suspend(|| {
+                                    eprintln!("{d}: the manager went away part-way ({e:#}); copying it again")
+                                });
+                                self.undo.discard_temporaries(self.fs).await;
+                            }
+                            r => break r?,
+                        }
+                    }
+                }
             },
         };
         if let Outcome::Skipped = outcome {

@@ -228,6 +228,8 @@ struct Shared {
     failed: Mutex<Vec<Failed>>,
     /// Commands that said they wait for the database (stderr lines), with their run time.
     waited: Mutex<Vec<(String, Duration)>>,
+    /// Puts that lost their manager part-way and copied the file again.
+    again: Mutex<Vec<String>>,
     commands: Mutex<usize>,
     stop: AtomicBool,
 }
@@ -241,6 +243,9 @@ impl Shared {
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         for line in err.lines().filter(|l| l.contains("waiting up to")) {
             self.waited.lock().unwrap().push((format!("{what}: {line}"), began.elapsed()));
+        }
+        for line in err.lines().filter(|l| l.contains("copying it again")) {
+            self.again.lock().unwrap().push(format!("{what}: {line}"));
         }
         if !out.status.success() {
             self.fail(what, format!("{}: {err}", out.status));
@@ -274,7 +279,7 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     let (dead_auth, dead_manager, dead_drive) = (rng.gen_range(0..2), rng.gen_range(0..2), rng.gen_range(0..4));
     // Before each kill: this many more files acknowledged, then this long.
     let moments: Vec<(usize, Duration)> =
-        kinds.iter().map(|_| (rng.gen_range(2..=5), Duration::from_millis(rng.gen_range(0..1500)))).collect();
+        kinds.iter().map(|_| (rng.gen_range(3..=8), Duration::from_millis(rng.gen_range(0..1500)))).collect();
     println!(
         "kills in turn: {:?} after {moments:?} (more files acknowledged, then a pause); auth-{} manager-{} drive-{}",
         kinds,
@@ -470,6 +475,7 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
         acked: Mutex::new(Vec::new()),
         failed: Mutex::new(Vec::new()),
         waited: Mutex::new(Vec::new()),
+        again: Mutex::new(Vec::new()),
         commands: Mutex::new(0),
         stop: AtomicBool::new(false),
     });
@@ -562,7 +568,7 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
         }
         println!("{kind:?} killed at {at:?} with {} files acknowledged", shared.acked());
     }
-    wait_for_files(shared.acked() + 3, &managers, &auths, &drives);
+    wait_for_files(shared.acked() + 5, &managers, &auths, &drives);
     shared.stop.store(true, Ordering::SeqCst);
     for t in threads {
         t.join().expect("a workload thread panicked");
@@ -582,6 +588,7 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     }
     let failed = std::mem::take(&mut *shared.failed.lock().unwrap());
     let waited = shared.waited.lock().unwrap().clone();
+    println!("puts that copied again after losing their manager: {:#?}", shared.again.lock().unwrap());
     println!(
         "{} commands, {} files acknowledged, {} lost or wrong at the end, {} failed; database down {:?}; {} \
          commands waited for it: {waited:#?}",
