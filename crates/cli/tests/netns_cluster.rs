@@ -531,7 +531,15 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     let logs = |managers: &[Daemon], auths: &[Daemon], drives: &[Daemon]| {
         let mut out = String::new();
         for d in managers.iter().chain(auths).chain(drives) {
-            out += &format!("--- {} at {}:\n{}\n", d.name, d.addr, d.log_tail());
+            let text = d.output();
+            let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).take(40).collect();
+            out += &format!(
+                "--- {} at {}: errors\n{}\n--- its end:\n{}\n",
+                d.name,
+                d.addr,
+                errors.join("\n"),
+                d.log_tail()
+            );
         }
         out
     };

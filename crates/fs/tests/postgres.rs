@@ -194,3 +194,54 @@ fn a_commit_stands_when_the_database_goes_away_before_its_intent_is_forgotten() 
         drop(server);
     });
 }
+
+/// The connection to PostgreSQL dies as a write's `COMMIT` is processed (a
+/// deferred trigger, run at commit time, ends its own server process, once):
+/// whether the transaction committed is unknown to the manager, which reads
+/// the write intent to find out and has the writer send the commit again
+/// (`METADATA_UNAVAILABLE`, waited out) if it did not — a commit that did is
+/// answered as done when sent again. The write is acknowledged once and
+/// reads back; before, the writer was told the store failed and rolled its
+/// writes back (found by `nasd-cli`'s `netns_cluster`: a put whose commit
+/// was in flight as PostgreSQL was killed).
+#[test]
+fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let config = ManagerConfig {
+            pool_target: 8,
+            small_file_threshold: 0,
+            metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
+            ..ManagerConfig::default()
+        };
+        let c = Cluster::start(ClusterOptions { config, ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        to(admin.mkdir("/d", 0o755)).await.expect("mkdir");
+        sql(
+            &server,
+            &db,
+            "CREATE SEQUENCE shot;
+             CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               RETURN NULL;
+             END $$;
+             CREATE CONSTRAINT TRIGGER end_connection AFTER UPDATE ON intents DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION end_connection();",
+        )
+        .expect("the trigger");
+        let data = pattern(37, 300_000);
+        to(admin.write_file("/d/f", &data)).await.expect("the write is committed and acknowledged");
+        sql(
+            &server,
+            &db,
+            "DO $$ BEGIN IF NOT (SELECT is_called FROM shot) THEN RAISE EXCEPTION 'no COMMIT'; END IF; END $$",
+        )
+        .expect("the connection was ended at the commit");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
+        assert_eq!(to(admin.stat("/d/f")).await.expect("stat").attr.size, data.len() as u64);
+        drop(server);
+    });
+}

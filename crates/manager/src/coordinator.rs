@@ -339,6 +339,11 @@ impl Manager {
                 return Err(Failure::new(FsStatus::InvalidArgument, format!("transaction {txn} is another file's")))
             }
             Some(i) if i.state == IntentState::Open => {}
+            // Committed by this request sent before, whose answer the database's going away
+            // withheld ([`resolve_commit`](Self::resolve_commit)): the answer now.
+            Some(i) if i.state == IntentState::Committed && (i.uid == s.caller.uid || s.caller.is_root()) => {
+                return self.committed_before(ino, txn).await;
+            }
             _ => {
                 return Err(Failure::new(
                     FsStatus::Aborted,
@@ -377,12 +382,63 @@ impl Manager {
                     ),
                 ));
             }
+            // Only a database across the network leaves a commit's outcome unknown.
+            Err(f) if f.status == FsStatus::Internal && self.metadata_remote() => {
+                return self.resolve_commit(ino, txn, f).await
+            }
             other => other?,
         };
         // Committed: the writes are the file's. Forgetting the intent is tidiness that a
         // maintenance pass does too (it finishes every Committed intent it finds), so a database
         // that goes away now does not make the commit look failed, or "partly done", to a writer
         // that would then take its acknowledged writes for lost.
+        if let Err(f) = self.meta(move |ns| ns.finish_intent(txn)).await {
+            tracing::info!(txn, error = %f.message, "a committed write intent is left for maintenance to forget");
+        }
+        self.end_in_background(&inode, txn, true);
+        Ok(inode)
+    }
+
+    /// Whether the metadata is on a database server (PostgreSQL), not in a
+    /// local SQLite file.
+    fn metadata_remote(&self) -> bool {
+        matches!(self.config.metadata, Some(nasd_meta::Location::Postgres { .. }))
+    }
+
+    /// The answer to a `COMMIT` of `txn` whose transaction failed at the
+    /// database (`failed`) — which, for a `COMMIT` sent as the server went
+    /// away, leaves unknown whether it committed. The intent says: Committed,
+    /// it did (the answer is given now); Open, it did not, and the request
+    /// is `METADATA_UNAVAILABLE`, which the writer sends again once the
+    /// database answers; unreadable (the database still away), the same —
+    /// sent again, a commit that did happen finds its intent Committed and
+    /// is answered as done ([`commit_write`](Self::commit_write)), so the
+    /// writes are committed once either way and the writer is never told
+    /// they are lost when they are not.
+    async fn resolve_commit(&self, ino: Ino, txn: u64, failed: Failure) -> Result<Inode, Failure> {
+        let again = || {
+            Failure::new(
+                FsStatus::MetadataUnavailable,
+                format!(
+                    "the metadata database {} failed as write transaction {txn} was committed ({}); send the \
+                     commit again: it is made once",
+                    self.metadata_target, failed.message
+                ),
+            )
+        };
+        match self.meta(move |ns| ns.intent(txn)).await {
+            Ok(Some(i)) if i.state == IntentState::Committed => self.committed_before(ino, txn).await,
+            Ok(Some(i)) if i.state == IntentState::Open => Err(again()),
+            Err(f) if f.status == FsStatus::MetadataUnavailable => Err(again()),
+            _ => Err(failed),
+        }
+    }
+
+    /// The answer to a `COMMIT` of `txn` on `ino` that was made before
+    /// (its intent is Committed): the file as it is, the intent forgotten
+    /// (or left to maintenance), the drives told the transaction ended.
+    async fn committed_before(&self, ino: Ino, txn: u64) -> Result<Inode, Failure> {
+        let inode = self.meta(move |ns| ns.getattr(ino)).await?;
         if let Err(f) = self.meta(move |ns| ns.finish_intent(txn)).await {
             tracing::info!(txn, error = %f.message, "a committed write intent is left for maintenance to forget");
         }
