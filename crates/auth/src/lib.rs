@@ -146,6 +146,75 @@ pub async fn reset_password(dir: &Path, backing: Backing, name: &str, password: 
     store.set_hash(name, &hash).await.map_err(|(_, m)| anyhow::anyhow!("{m} at the authentication server"))
 }
 
+/// What the service token is sealed to in the database (under `auth.key`).
+const SERVICE_TOKEN_CONTEXT: &[u8] = b"nasd auth service token";
+
+/// Suffix `auth.sqlite` gets once [`migrate_to_postgres`] moved it.
+pub const MIGRATED_SUFFIX: &str = ".migrated";
+
+/// What [`migrate_to_postgres`] moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// Users (with their password hashes, enabled and administrator flags).
+    pub users: usize,
+    /// Roles.
+    pub roles: usize,
+    /// Groups.
+    pub groups: usize,
+    /// Shared keys, live and retired (sealed under `auth.key`, as they were).
+    pub shared_keys: usize,
+    /// Where `auth.sqlite` is now.
+    pub old_file: std::path::PathBuf,
+}
+
+/// Moves the state of the authentication server kept in `dir`
+/// (`auth.sqlite`: users, roles, groups, shared keys; and
+/// `service.token`) into the PostgreSQL database `target` names, offline
+/// (the server stopped): one transaction, refused if that database holds an
+/// authentication server's state already; then `auth.sqlite` is renamed
+/// `auth.sqlite.migrated`, so the server started on the database
+/// ([`AuthServer::open_on`]) serves the same users, passwords, roles,
+/// groups, key ids and service token — and more servers can join it.
+///
+/// # Errors
+/// No `auth.sqlite` or `auth.key` in `dir`; shared keys that do not open
+/// under `auth.key`; the database unreachable or holding state; the rename.
+pub async fn migrate_to_postgres(dir: &Path, target: nasd_meta::pg_connect::PgTarget) -> anyhow::Result<Moved> {
+    let path = dir.join(AUTH_DB);
+    anyhow::ensure!(path.exists(), "no {AUTH_DB} in {}: nothing to move", dir.display());
+    let kek = nasd_crypto::read_key_file(&dir.join(AUTH_KEK_FILE))
+        .with_context(|| format!("no {AUTH_KEK_FILE} in {}", dir.display()))?;
+    let service_token = nasd_crypto::read_key_file(&dir.join(SERVICE_TOKEN_FILE))
+        .with_context(|| format!("no {SERVICE_TOKEN_FILE} in {}", dir.display()))?;
+    let dump = {
+        let mut db = Db::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        // Every shared key opens under this auth.key: the right key file for this state.
+        db.shared_keys(&kek).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        db.dump().with_context(|| format!("cannot read {}", path.display()))?
+    };
+    let db = pg::PgDb::open(target).await.map_err(|e| anyhow::anyhow!(e))?;
+    let sealed_token = nasd_crypto::seal_key(&kek, SERVICE_TOKEN_CONTEXT, &service_token);
+    db.load(&dump, &sealed_token).await.map_err(|(_, m)| anyhow::anyhow!(m))?;
+    let old_file = dir.join(format!("{AUTH_DB}{MIGRATED_SUFFIX}"));
+    std::fs::rename(&path, &old_file).with_context(|| {
+        format!(
+            "the state is in {} now, but {} could not be renamed: move it aside before starting the server",
+            db.describe(),
+            path.display()
+        )
+    })?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(Moved {
+        users: dump.users.len(),
+        roles: dump.roles.len(),
+        groups: dump.groups.len(),
+        shared_keys: dump.shared_keys.len(),
+        old_file,
+    })
+}
+
 impl AuthServer {
     /// Opens the server kept in `dir` (created if new): its database, its
     /// key, its service token; makes shared key 1 if there is none yet.
@@ -208,7 +277,7 @@ impl AuthServer {
     /// `dir`'s (made if need be) stored there; `dir/service.token` made or
     /// replaced to match.
     async fn shared_service_token(db: &pg::PgDb, dir: &Path, kek: &Key) -> anyhow::Result<Key> {
-        const CONTEXT: &[u8] = b"nasd auth service token";
+        const CONTEXT: &[u8] = SERVICE_TOKEN_CONTEXT;
         let file = dir.join(SERVICE_TOKEN_FILE);
         let stored = match db.secret(pg::SERVICE_TOKEN_SECRET).await.map_err(|(_, m)| anyhow::anyhow!(m))? {
             Some(sealed) => sealed,

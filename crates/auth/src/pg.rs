@@ -363,6 +363,80 @@ impl PgDb {
         Ok(row.map(|r| r.get(0)))
     }
 
+    /// Writes `dump` (another server's state, [`crate::store::Db::dump`])
+    /// and the sealed service token into this database, in one
+    /// transaction; refused (`EXISTS`) if the database holds an
+    /// authentication server's state already (a user, a shared key or a
+    /// secret).
+    pub async fn load(&self, dump: &crate::store::Dump, sealed_token: &[u8]) -> Result<(), Refusal> {
+        let mut c = self.lend().await?;
+        let t = self.begin(c.client()).await?;
+        let r = |e| self.refusal(e);
+        let held = t
+            .query_opt(
+                "SELECT 1 FROM auth_users UNION ALL SELECT 1 FROM auth_shared_keys UNION ALL \
+                 SELECT 1 FROM auth_secrets LIMIT 1",
+                &[],
+            )
+            .await
+            .map_err(r)?;
+        if held.is_some() {
+            return Err((
+                FsStatus::Exists,
+                format!("{} holds an authentication server's state already: nothing was moved", self.describe()),
+            ));
+        }
+        for (uid, name, gid, hash, admin, enabled) in &dump.users {
+            t.execute(
+                "INSERT INTO auth_users (uid, name, gid, hash, admin, enabled) VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&i64::from(*uid), name, &i64::from(*gid), hash, admin, enabled],
+            )
+            .await
+            .map_err(r)?;
+        }
+        for (role, name) in &dump.roles {
+            t.execute("INSERT INTO auth_roles (role, name) VALUES ($1, $2)", &[&i64::from(*role), name])
+                .await
+                .map_err(r)?;
+        }
+        for (uid, role) in &dump.user_roles {
+            t.execute(
+                "INSERT INTO auth_user_roles (uid, role) VALUES ($1, $2)",
+                &[&i64::from(*uid), &i64::from(*role)],
+            )
+            .await
+            .map_err(r)?;
+        }
+        for (gid, name, owner) in &dump.groups {
+            t.execute(
+                "INSERT INTO auth_groups (gid, name, owner) VALUES ($1, $2, $3)",
+                &[&i64::from(*gid), name, &i64::from(*owner)],
+            )
+            .await
+            .map_err(r)?;
+        }
+        for (gid, uid) in &dump.group_members {
+            t.execute(
+                "INSERT INTO auth_group_members (gid, uid) VALUES ($1, $2)",
+                &[&i64::from(*gid), &i64::from(*uid)],
+            )
+            .await
+            .map_err(r)?;
+        }
+        for (key_id, sealed, retired) in &dump.shared_keys {
+            t.execute(
+                "INSERT INTO auth_shared_keys (key_id, sealed, retired) VALUES ($1, $2, $3)",
+                &[&i64::from(*key_id), sealed, retired],
+            )
+            .await
+            .map_err(r)?;
+        }
+        t.execute("INSERT INTO auth_secrets (name, sealed) VALUES ($1, $2)", &[&SERVICE_TOKEN_SECRET, &sealed_token])
+            .await
+            .map_err(r)?;
+        self.commit(t).await
+    }
+
     /// Stores the secret `name` unless one is stored; the one stored after.
     pub async fn put_secret_once(&self, name: &str, sealed: &[u8]) -> Result<Vec<u8>, Refusal> {
         let mut c = self.lend().await?;

@@ -33,6 +33,25 @@ pub struct UserRow {
     pub hash: String,
 }
 
+/// Every row of an authentication server's state, as
+/// [`crate::migrate_to_postgres`] moves it: shared keys still sealed under
+/// `auth.key`, passwords as their argon2id hashes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Dump {
+    /// `(uid, name, gid, hash, admin, enabled)`.
+    pub users: Vec<(u32, String, u32, String, bool, bool)>,
+    /// `(role, name)`.
+    pub roles: Vec<(u32, String)>,
+    /// `(uid, role)`.
+    pub user_roles: Vec<(u32, u32)>,
+    /// `(gid, name, owner uid)`.
+    pub groups: Vec<(u32, String, u32)>,
+    /// `(gid, uid)`.
+    pub group_members: Vec<(u32, u32)>,
+    /// `(key_id, sealed, retired)`.
+    pub shared_keys: Vec<(u32, Vec<u8>, bool)>,
+}
+
 /// The database.
 pub struct Db {
     conn: Connection,
@@ -85,6 +104,32 @@ impl Db {
                 key_id INTEGER PRIMARY KEY, sealed BLOB NOT NULL, retired INTEGER NOT NULL);",
         )?;
         Ok(Db { conn })
+    }
+
+    /// Every row, in key order, read in one transaction.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub fn dump(&mut self) -> rusqlite::Result<Dump> {
+        let t = self.conn.transaction()?;
+        let mut d = Dump::default();
+        {
+            let mut q = t.prepare("SELECT uid, name, gid, hash, admin, enabled FROM users ORDER BY uid")?;
+            let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
+            d.users = rows.collect::<Result<_, _>>()?;
+            let mut q = t.prepare("SELECT role, name FROM roles ORDER BY role")?;
+            d.roles = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            let mut q = t.prepare("SELECT uid, role FROM user_roles ORDER BY uid, role")?;
+            d.user_roles = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            let mut q = t.prepare("SELECT gid, name, owner FROM groups ORDER BY gid")?;
+            d.groups = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+            let mut q = t.prepare("SELECT gid, uid FROM group_members ORDER BY gid, uid")?;
+            d.group_members = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            let mut q = t.prepare("SELECT key_id, sealed, retired FROM shared_keys ORDER BY key_id")?;
+            d.shared_keys = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+        }
+        t.commit()?;
+        Ok(d)
     }
 
     /// The live shared keys by key id, and the highest key id ever made.

@@ -12,7 +12,7 @@
 //!   it exists.
 //! - The state and its service token survive both servers closing.
 
-use nasd_auth::{AuthConfig, AuthServer, Backing};
+use nasd_auth::{AuthConfig, AuthServer, Backing, Principal};
 use nasd_meta::pg_connect::{PgOptions, PgTarget};
 use nasd_meta::testing::PgServer;
 use nasd_proto::auth::{AuthReply, AuthRequest};
@@ -245,4 +245,87 @@ async fn a_statement_the_server_cut_off_going_away_is_unavailable_not_internal()
     }
     to(server.add_user("carol", "carol's password", 2001, 2001, false)).await.expect("sent again, it is done");
     assert!(to(server.login("carol", "carol's password", 0)).await.is_ok());
+}
+
+/// `nasd auth migrate`'s move: a server whose state is in `auth.sqlite`
+/// (users with passwords, a disabled one, a role held, a group with a
+/// member, a rotated and a retired shared key, its service token) moved
+/// into PostgreSQL. Opened on the database it serves the same: the same
+/// logins and key ids, users with the same groups and roles, the same
+/// service token; `auth.sqlite` is set aside; a second server joins it.
+/// Moving into a database that holds state is refused and moves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_sqlite_state_moves_into_postgres_whole() {
+    let pg = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = pg.fresh_url();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("auth");
+
+    let (before, token, alice) = {
+        let s = AuthServer::open(&dir, AuthConfig::default()).unwrap();
+        assert!(to(s.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
+        to(s.add_user("alice", "alice's password", 1000, 1000, false)).await.unwrap();
+        to(s.add_user("bob", "bob's password", 1001, 1001, false)).await.unwrap();
+        to(s.set_user_enabled("bob", false)).await.unwrap();
+        to(s.add_role(7, "ops")).await.unwrap();
+        to(s.set_user_role("alice", 7, true)).await.unwrap();
+        let gid = match to(s.handle(Principal::User(1000), AuthRequest::CreateGroup { name: "team".into() })).await {
+            Ok(AuthReply::Group { gid, .. }) => gid,
+            other => panic!("{other:?}"),
+        };
+        to(s.handle(Principal::User(0), AuthRequest::SetGroupMember { gid, user: "bob".into(), member: true }))
+            .await
+            .unwrap();
+        assert_eq!(to(s.rotate_key()).await.unwrap(), 2);
+        to(s.retire_key(1)).await.unwrap();
+        assert_eq!(login_key(&s).await, 2);
+        let alice = to(s.user(1000)).await.unwrap().unwrap();
+        assert_eq!((alice.groups.clone(), alice.roles.clone()), (vec![gid], vec![7]));
+        let mut before = Vec::new();
+        for u in [0, 1000, 1001] {
+            before.push(user_at(&s, u).await);
+        }
+        (before, s.service_token().clone(), alice)
+    };
+
+    // Into a database that holds state already: refused, nothing moved, auth.sqlite kept.
+    let taken = pg.fresh_url();
+    {
+        let other = tmp.path().join("other");
+        let s = to(open(&other, &taken)).await.unwrap();
+        assert!(to(s.bootstrap_admin(ROOT, ROOT_PW, 0)).await.unwrap());
+    }
+    let target = |u: &str| PgTarget::parse(u, &PgOptions::default()).unwrap();
+    let err = nasd_auth::migrate_to_postgres(&dir, target(&taken)).await.unwrap_err().to_string();
+    assert!(err.contains("holds an authentication server's state already"), "{err}");
+    assert!(dir.join(nasd_auth::AUTH_DB).exists());
+
+    let moved = to(nasd_auth::migrate_to_postgres(&dir, target(&url))).await.expect("moved");
+    assert_eq!((moved.users, moved.roles, moved.groups, moved.shared_keys), (3, 1, 1, 2));
+    assert!(!dir.join(nasd_auth::AUTH_DB).exists(), "auth.sqlite set aside");
+    assert!(moved.old_file.exists());
+    let again = nasd_auth::migrate_to_postgres(&dir, target(&url)).await.unwrap_err().to_string();
+    assert!(again.contains("nothing to move"), "{again}");
+
+    let s = to(open(&dir, &url)).await.unwrap();
+    assert!(s.store_name().starts_with("postgres://"), "{}", s.store_name());
+    assert!(nasd_crypto::ct_eq(s.service_token().expose(), token.expose()), "the same service token");
+    assert_eq!(login_key(&s).await, 2, "the same shared keys, key 1 retired");
+    assert!(to(s.login("alice", "alice's password", 7)).await.is_ok(), "alice's password and role");
+    assert!(to(s.login("bob", "bob's password", 0)).await.is_err(), "bob stays disabled");
+    assert_eq!(to(s.user(1000)).await.unwrap().unwrap(), alice);
+    for (u, was) in [0, 1000, 1001].iter().zip(&before) {
+        assert_eq!(&user_at(&s, *u).await, was, "user {u}");
+    }
+    // A second server on the database: the same state.
+    let second = tmp.path().join("second");
+    copy_key(&dir, &second);
+    let s2 = to(open(&second, &url)).await.unwrap();
+    assert_eq!(login_key(&s2).await, 2);
+    assert!(nasd_crypto::ct_eq(s2.service_token().expose(), token.expose()));
+}
+
+/// User `uid` as the server answers for it.
+async fn user_at(s: &AuthServer, uid: u32) -> Option<nasd_proto::auth::AuthUser> {
+    to(s.user(uid)).await.unwrap()
 }
