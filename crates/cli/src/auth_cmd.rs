@@ -150,6 +150,62 @@ pub enum AuthCommand {
         /// The shared key's id (`nasd auth login` shows the one in use).
         key_id: u32,
     },
+    /// Move this server's state from DATA/auth.sqlite (users, passwords,
+    /// roles, groups, shared keys, its service token) into the managers'
+    /// PostgreSQL database, where more servers can share it. Offline: stop
+    /// the server first; no login. One transaction, refused if the database
+    /// holds an authentication server's state already; auth.sqlite is then
+    /// renamed auth.sqlite.migrated. Start the server again with the
+    /// database as its metadata (`nasd up` and `nasd auth` find it there).
+    Migrate {
+        /// The server's data directory (for `nasd up`, DATA/auth) [default: [auth] data].
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// postgres://USER@HOST[:PORT]/DB, no password ($PGPASSWORD, ~/.pgpass or [auth]
+        /// metadata_password_file) [default: [auth] metadata, else [manager] metadata].
+        #[arg(long)]
+        metadata: Option<String>,
+    },
+}
+
+impl AuthCommand {
+    /// Works on the server's data directly, without logging in.
+    pub fn is_offline(&self) -> bool {
+        matches!(self, AuthCommand::Migrate { .. })
+    }
+}
+
+/// `nasd auth migrate`: see [`AuthCommand::Migrate`].
+pub async fn migrate(
+    data: Option<PathBuf>,
+    metadata: Option<String>,
+    file: &config::AuthSection,
+    manager: &config::ManagerSection,
+) -> anyhow::Result<()> {
+    let data = data
+        .or(file.data.clone())
+        .context("no data directory: pass --data DIR (for `nasd up`, DATA/auth; or set [auth] data)")?;
+    let (text, password_file) = match file.metadata.clone() {
+        Some(m) => (Some(m), file.metadata_password_file.clone()),
+        None => (manager.metadata.clone(), manager.metadata_password_file.clone()),
+    };
+    let location = crate::daemons::location_of(metadata.as_deref(), text, password_file, "[auth] metadata")?;
+    let nasd_auth::Backing::Postgres(target) = crate::daemons::auth_backing(location.as_ref())? else {
+        anyhow::bail!("the state moves into a PostgreSQL database: pass --metadata postgres://USER@HOST/DB");
+    };
+    let to = target.describe().to_string();
+    let moved = nasd_auth::migrate_to_postgres(&data, *target).await?;
+    println!(
+        "moved {} users, {} roles, {} groups and {} shared keys from {} to {to}; the old file is {}. Start the \
+         server with its metadata there (`nasd auth --metadata {to}`, or [auth] metadata; `nasd up` finds it)",
+        moved.users,
+        moved.roles,
+        moved.groups,
+        moved.shared_keys,
+        data.join(nasd_auth::AUTH_DB).display(),
+        moved.old_file.display()
+    );
+    Ok(())
 }
 
 /// The `[client]` user's password at the authentication server.
@@ -195,6 +251,7 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
     };
     let (mut c, grant) = login_as(section, &name, &pw, role).await?;
     match cmd {
+        AuthCommand::Migrate { .. } => anyhow::bail!("migrate works on the server's data directly, without logging in"),
         AuthCommand::Login { .. } => {
             let left = grant.credential.expiration_ns.saturating_sub(now_ns()) / 1_000_000_000;
             println!(

@@ -163,7 +163,7 @@ impl Command {
             Command::Repair(args) => Some(&args.login),
             Command::Mount(args) => Some(&args.login),
             Command::Admin(cmd) => cmd.login(),
-            Command::Auth(auth_cmd::AuthArgs { command: Some(_), .. }) => Some(&AUTH_LOGIN),
+            Command::Auth(auth_cmd::AuthArgs { command: Some(c), .. }) if !c.is_offline() => Some(&AUTH_LOGIN),
             _ => None,
         }
     }
@@ -304,6 +304,9 @@ fn run() -> anyhow::Result<()> {
         Command::Up(args) => rt.block_on(daemons::up(args, file)),
         Command::Manager(args) => rt.block_on(daemons::run_manager(args, file.manager)),
         Command::Drive(args) => rt.block_on(daemons::run_drive(args, file.drive)),
+        Command::Auth(auth_cmd::AuthArgs {
+            command: Some(auth_cmd::AuthCommand::Migrate { data, metadata }), ..
+        }) => rt.block_on(auth_cmd::migrate(data, metadata, &file.auth, &file.manager)),
         Command::Auth(auth_cmd::AuthArgs { command: Some(cmd), .. }) => {
             rt.block_on(auth_cmd::run(&file.client, user.as_deref(), cmd))
         }

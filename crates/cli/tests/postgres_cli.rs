@@ -335,3 +335,61 @@ fn every_manager_of_a_linked_database_refuses_password_logins() {
     m2.terminate();
     d.terminate();
 }
+
+/// `nasd auth migrate`, as the README says: the authentication server of a
+/// `nasd up` cluster on SQLite keeps its state in `auth.sqlite`; stopped,
+/// its state (the administrator, a user made with `nasd auth add-user`, a
+/// rotated shared key) moves into a PostgreSQL database, and a `nasd auth`
+/// on that database serves the same logins and key.
+#[test]
+fn nasd_auth_migrate_moves_auth_sqlite_into_postgres() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("cluster");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut d = up(&data, &tmp.path().join("up.log"), &[]);
+    let mut add = nasd_command();
+    add.arg("--config").arg(data.join("nasd.toml")).args(["auth", "add-user", "alice", "--uid", "1000"]);
+    ok(add.env("NASD_NEW_PASSWORD", "alice's password").output().unwrap());
+    assert!(ok(nasd(&data, &["auth", "rotate-key"])).contains("shared key 2"));
+    d.terminate();
+    let auth_dir = data.join("auth");
+    assert!(auth_dir.join(nasd_auth::AUTH_DB).exists(), "nasd up on SQLite keeps the state in auth.sqlite");
+
+    let moved = ok(nasd(&data, &["auth", "migrate", "--data", auth_dir.to_str().unwrap(), "--metadata", &url]));
+    assert!(moved.contains("moved 2 users") && moved.contains("2 shared keys"), "{moved}");
+    assert!(!auth_dir.join(nasd_auth::AUTH_DB).exists(), "auth.sqlite set aside");
+    let again = nasd(&data, &["auth", "migrate", "--data", auth_dir.to_str().unwrap(), "--metadata", &url]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("nothing to move"));
+
+    let (dir, url2) = (auth_dir.clone(), url.clone());
+    let a = Daemon::start("auth", tmp.path(), &tmp.path().join("auth.log"), None, move |addr| {
+        vec![
+            "auth".into(),
+            "--data".into(),
+            dir.clone().into(),
+            "--metadata".into(),
+            url2.clone().into(),
+            "--listen".into(),
+            addr.to_string().into(),
+        ]
+    });
+    assert!(a.output_once("state in postgres://").contains("state in postgres://"), "{}", a.output());
+    let text = std::fs::read_to_string(data.join("nasd.toml")).unwrap();
+    let mut config: toml::Table = toml::from_str(&text).unwrap();
+    let client = config.get_mut("client").and_then(|c| c.as_table_mut()).unwrap();
+    client.insert("auth".into(), a.addr.to_string().into());
+    // Standing alone, the server has TLS files of its own in its directory.
+    let ca = auth_dir.join("tls").join("ca.pem");
+    client.insert("ca_cert".into(), ca.to_str().unwrap().into());
+    let at_pg = tmp.path().join("at-pg.toml");
+    std::fs::write(&at_pg, toml::to_string(&config).unwrap()).unwrap();
+    let who = ok(nasd_command().arg("--config").arg(&at_pg).args(["auth", "login"]).output().unwrap());
+    assert!(who.contains("uid 0") && who.contains("identity key id 2"), "the administrator, key 2: {who}");
+    let mut login = nasd_command();
+    login.arg("--config").arg(&at_pg).args(["--user", "alice", "auth", "login"]);
+    let who = ok(login.env("NASD_PASSWORD", "alice's password").output().unwrap());
+    assert!(who.contains("uid 1000"), "alice with her password: {who}");
+    drop(a);
+}
