@@ -263,6 +263,10 @@ pub const CONNECTIONS_MAX: usize = 8;
 /// Longest wait for a free connection before a transaction fails with
 /// [`TxnError::Storage`].
 pub const CONNECTION_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Longest a writer whose `COMMIT` lost its connection waits for the server
+/// to say whether it committed ([`Postgres::commit_outcome`]); past it the
+/// outcome is unknown (`Storage`: the request "may be partly done").
+pub const COMMIT_OUTCOME_WAIT: Duration = Duration::from_secs(30);
 /// Longest wait to connect to the server.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest any one statement may run (`statement_timeout`): a hung server
@@ -555,7 +559,14 @@ impl Postgres {
         loop {
             while let Some(conn) = pool.idle.pop() {
                 if !conn.client.is_closed() {
-                    return Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false });
+                    return Ok(Lease {
+                        pg: self,
+                        conn: Some(conn),
+                        clean: true,
+                        turn: false,
+                        writing: false,
+                        xid: None,
+                    });
                 }
                 pool.live -= 1;
             }
@@ -568,7 +579,7 @@ impl Postgres {
                             tracing::warn!(target = %self.target, "the metadata database is reachable again");
                         }
                         self.unreachable.reset();
-                        Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false })
+                        Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false, xid: None })
                     }
                     Err(e) => {
                         self.lock_pool().live -= 1;
@@ -609,6 +620,10 @@ struct Lease<'a> {
     /// The session holds (or may hold) [`WRITER_LOCK`]: the connection is
     /// closed rather than reused unless it is released.
     writing: bool,
+    /// The writer's transaction id (`txid_current()`, asked with its
+    /// `BEGIN`): what tells, after a `COMMIT` lost its connection, whether
+    /// it committed ([`Postgres::commit_outcome`]).
+    xid: Option<i64>,
 }
 
 impl Lease<'_> {
@@ -634,8 +649,12 @@ impl Lease<'_> {
         if sql.starts_with("BEGIN") {
             self.writing = true;
             let lock = format!("SELECT pg_advisory_lock({WRITER_LOCK})");
-            let (locked, begun) = wait(async { futures::join!(c.batch_execute(&lock), c.batch_execute(sql)) });
-            return locked.and(begun);
+            let (locked, begun, xid) = wait(async {
+                futures::join!(c.batch_execute(&lock), c.batch_execute(sql), c.query_one("SELECT txid_current()", &[]))
+            });
+            let xid = xid.and_then(|row| row.try_get::<_, i64>(0));
+            self.xid = xid.as_ref().ok().copied();
+            return locked.and(begun).and(xid.map(drop));
         }
         let unlock = format!("SELECT pg_advisory_unlock({WRITER_LOCK})");
         let (ended, unlocked) = wait(async { futures::join!(c.batch_execute(sql), c.batch_execute(&unlock)) });
@@ -678,7 +697,7 @@ impl Drop for Lease<'_> {
 /// server gone (the connection lost, the server shutting down or starting:
 /// [`TxnError::Unavailable`]), or another backend failure. Said of a
 /// statement before `COMMIT`; a `COMMIT` that lost its connection may have
-/// committed ([`Lease::commit_outcome`]).
+/// committed ([`Postgres::commit_outcome`]).
 fn classify(e: &tokio_postgres::Error) -> TxnError {
     match e.code() {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
@@ -716,6 +735,37 @@ impl Postgres {
             });
         } else {
             tracing::error!(target = %self.target, error = %postgres_detail(e), "{what}");
+        }
+    }
+
+    /// Whether transaction `xid`, whose `COMMIT` lost its connection,
+    /// committed: `txid_status` asked on a new connection, again (with
+    /// back-off) while the server cannot be reached or the transaction is
+    /// still in progress there, for up to [`COMMIT_OUTCOME_WAIT`]; `None`
+    /// if it cannot be told by then (or the server no longer knows).
+    fn commit_outcome(&self, xid: i64) -> Option<bool> {
+        let deadline = Instant::now() + COMMIT_OUTCOME_WAIT;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            if let Ok(conn) = self.connect() {
+                match wait(conn.client.query_one("SELECT txid_status($1)", &[&xid])) {
+                    Ok(row) => match row.try_get::<_, Option<String>>(0) {
+                        Ok(Some(status)) if status == "committed" => return Some(true),
+                        Ok(Some(status)) if status == "aborted" => return Some(false),
+                        // In progress: the server process serving the lost connection has not ended yet.
+                        Ok(Some(_)) => {}
+                        // Too old for the server to know, or an answer that makes no sense.
+                        Ok(None) | Err(_) => return None,
+                    },
+                    Err(e) if !crate::error::postgres_server_gone(&e) => return None,
+                    Err(_) => {}
+                }
+            }
+            if Instant::now() + pause >= deadline {
+                return None;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
 
@@ -771,6 +821,20 @@ impl Postgres {
                 Ok(()) => {
                     lease.clean = true;
                     Ok(r)
+                }
+                Err(e) if classify(&e) == TxnError::Unavailable && lease.xid.is_some() => {
+                    // A COMMIT sent and no answer: the server says, once it answers again, whether
+                    // it committed.
+                    lease.clean = false;
+                    let xid = lease.xid.expect("checked");
+                    match self.commit_outcome(xid) {
+                        Some(true) => Ok(r),
+                        Some(false) => Err(TxnError::Unavailable),
+                        None => {
+                            tracing::error!(target = %self.target, error = %postgres_detail(&e), xid, "metadata commit failed; whether it committed is unknown");
+                            Err(TxnError::Storage)
+                        }
+                    }
                 }
                 Err(e) => {
                     // A COMMIT sent and no answer: it may have committed. Never "nothing changed".

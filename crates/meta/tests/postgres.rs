@@ -387,3 +387,33 @@ fn untar_files(ns: &Namespace<Postgres>, dir: u64, files: u64) -> Result<(), Str
     }
     Ok(())
 }
+
+/// A `COMMIT` whose connection the server ends as it commits (a deferred
+/// trigger, run at commit time, ends its own server process, once): the
+/// backend asks the server on a new connection whether the transaction
+/// (`txid_current()`, taken with its `BEGIN`) committed. It did not, so the
+/// attempt is `Unavailable` — nothing changed, which a manager's client
+/// waits out and sends again — not `Storage` ("may have committed"), as
+/// before; sent again, it is done once (found by `nasd-cli`'s
+/// `netns_cluster`: a write in flight as PostgreSQL was killed).
+#[test]
+fn a_commit_cut_off_by_the_server_is_told_apart_as_not_made() {
+    let url = server().fresh_url();
+    let backend = open(&url);
+    raw_sql(
+        &url,
+        "CREATE SEQUENCE shot;
+         CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+           RETURN NULL;
+         END $$;
+         CREATE CONSTRAINT TRIGGER end_connection AFTER INSERT ON settings DEFERRABLE INITIALLY DEFERRED
+           FOR EACH ROW EXECUTE FUNCTION end_connection();",
+    );
+    let cut = backend.try_transact(|t| t.put_setting("once", b"1"));
+    assert_eq!(cut.err(), Some(TxnError::Unavailable), "the commit was not made, and the backend knows it");
+    assert_eq!(backend.read(|t| t.get_setting("once")).unwrap(), None, "nothing changed");
+    backend.transact(|t| t.put_setting("once", b"1")).expect("sent again");
+    assert_eq!(backend.read(|t| t.get_setting("once")).unwrap().as_deref(), Some(&b"1"[..]));
+}
