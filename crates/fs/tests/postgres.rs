@@ -197,13 +197,15 @@ fn a_commit_stands_when_the_database_goes_away_before_its_intent_is_forgotten() 
 
 /// The connection to PostgreSQL dies as a write's `COMMIT` is processed (a
 /// deferred trigger, run at commit time, ends its own server process, once):
-/// whether the transaction committed is unknown to the manager, which reads
-/// the write intent to find out and has the writer send the commit again
-/// (`METADATA_UNAVAILABLE`, waited out) if it did not — a commit that did is
-/// answered as done when sent again. The write is acknowledged once and
-/// reads back; before, the writer was told the store failed and rolled its
-/// writes back (found by `nasd-cli`'s `netns_cluster`: a put whose commit
-/// was in flight as PostgreSQL was killed).
+/// the metadata backend asks the server whether the transaction committed
+/// (nasd-meta's `commit_outcome`); it did not, so the writer is told
+/// `METADATA_UNAVAILABLE` and sends the commit again. (Were the server to
+/// stay away past `COMMIT_OUTCOME_WAIT`, the manager would read the write
+/// intent instead — `resolve_commit` — which this test does not reach.) The
+/// write is acknowledged once and reads back; before, the writer was told
+/// the store failed and rolled its writes back (found by `nasd-cli`'s
+/// `netns_cluster`: a put whose commit was in flight as PostgreSQL was
+/// killed).
 #[test]
 fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
     let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
