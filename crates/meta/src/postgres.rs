@@ -40,6 +40,14 @@
 //! fails at once, and the attempt reports that first failure whatever the
 //! closure returns — a closure that swallowed the error cannot commit.
 //!
+//! A `COMMIT` whose connection is lost (the server killed as it commits)
+//! may or may not have committed: the writer's transaction id, asked with
+//! its `BEGIN` (`txid_current()`, pipelined), is looked up on a new
+//! connection once the server answers (`txid_status`, for up to
+//! [`COMMIT_OUTCOME_WAIT`]): committed is success, aborted `Unavailable`
+//! (nothing changed: sent again by the manager's clients), and only an
+//! outcome that cannot be told is `Storage`.
+//!
 //! # Schema
 //! The tables are those of the SQLite schema version 2 (see `sqlite.rs`),
 //! with these differences: integers are `BIGINT` (a `u64` bit-for-bit, as
