@@ -444,8 +444,12 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     let failures: Vec<String> =
         failed.iter().map(|f| format!("at {:?}: `nasd {}`: {}", f.at, f.command, f.why)).collect();
     assert!(failures.is_empty(), "commands failed: {failures:#?}\n{}", logs(&managers, &auths, &drives));
+    // Commands ran back to back through the outage: some met it, and each that did said once that
+    // it waits, naming the database and the configured bound.
+    assert!(!waited.is_empty(), "no command said it waits for the database during its outage");
     for (line, _) in &waited {
         assert!(line.contains(&format!("waiting up to {METADATA_WAIT_SECS} s")), "{line}");
+        assert!(line.contains(&db.host_port()), "names the database: {line}");
     }
     for m in managers.iter_mut().filter(|m| m.running()) {
         m.terminate();
