@@ -332,6 +332,8 @@ pub struct Manager {
     minted: AtomicU64,
     /// PALs and super PALs sent to drives since start ([`Manager::pal_writes`]).
     pal_writes: AtomicU64,
+    /// Requests of logged-in sessions handled since start ([`Manager::requests_served`]).
+    served: AtomicU64,
     /// Moves on whenever a user's groups (or other credentials a session
     /// holds) change: a session that saw an older value reloads its user
     /// before its next request ([`Manager::refresh_session`]).
@@ -406,6 +408,7 @@ impl Manager {
             out_of_service: Default::default(),
             minted: AtomicU64::new(0),
             pal_writes: AtomicU64::new(0),
+            served: AtomicU64::new(0),
             users_epoch: AtomicU64::new(0),
             shared_users_epoch: AtomicU64::new(users_epoch),
             changes: changes::ChangeFeed::new(),
@@ -465,6 +468,13 @@ impl Manager {
     /// collection's super PAL (`SET_SUPER_PAL`), retries included.
     pub fn pal_writes(&self) -> u64 {
         self.pal_writes.load(Ordering::Relaxed)
+    }
+
+    /// Requests of logged-in sessions this manager has handled since it
+    /// started (logins not counted; `WATCH` waits are): what benchmarks
+    /// count round trips by.
+    pub fn requests_served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
     }
 
     /// The drives, in drive-number order.

@@ -380,6 +380,7 @@ impl Manager {
     /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
     /// What a successful request changed goes to the change feed.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
+        self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.check_routing(s, &req)?;
         let changes = changes_of(&req);
         let reply = self.serve_request(s, req).await?;
