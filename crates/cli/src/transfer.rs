@@ -265,6 +265,10 @@ async fn run(
         c.copy_item(from, &target, item).await?;
     }
     c.fix_dir_modes().await?;
+    if matches!(target, Loc::Remote(_)) {
+        // Everything copied durable against power loss too, with one flush at the manager.
+        fs.sync().await.context("cannot make the copy durable")?;
+    }
     bar.finish_and_clear();
     if !bar.is_hidden() {
         eprintln!("{}", summary(&c.stats, started.elapsed()));

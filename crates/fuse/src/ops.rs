@@ -325,6 +325,16 @@ impl State {
         self.vfs.commit(fh).await.map_err(|e| vfs_errno(&e))
     }
 
+    /// `fsync`: the file's writes committed, then made durable against power
+    /// loss with everything the manager acknowledged before.
+    async fn fsync(&self, fh: u64) -> Result<(), Errno> {
+        self.vfs.fsync(fh).await.map_err(|e| vfs_errno(&e))
+    }
+
+    async fn sync(&self) -> Result<(), Errno> {
+        self.vfs.sync().await.map_err(|e| vfs_errno(&e))
+    }
+
     async fn release(&self, fh: u64) -> Result<(), Errno> {
         self.vfs.release(fh).await.map_err(|e| vfs_errno(&e))
     }
@@ -832,7 +842,7 @@ impl Filesystem for NasdFs {
 
     fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         self.spawn(req.pid(), move |s| async move {
-            match s.commit(fh.0).await {
+            match s.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -881,9 +891,15 @@ impl Filesystem for NasdFs {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Every name-space change is durable at the manager before it answers.
-        reply.ok();
+    fn fsyncdir(&self, req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Every name-space change survives the manager's crash once answered; against power
+        // loss once the manager flushed its metadata, which this asks for now.
+        self.spawn(req.pid(), move |s| async move {
+            match s.sync().await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

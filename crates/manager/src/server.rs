@@ -106,6 +106,8 @@ impl Manager {
                 tracing::warn!(error = %f.message, "the routing table could not be read or made; retried at each maintenance pass");
             }
         }
+        // Acknowledged changes reach the disk within the sync interval, and at shutdown.
+        let syncer = self.spawn_metadata_sync(shutdown.clone());
         let stop = shutdown.clone();
         accept_sessions(listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
             let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
@@ -115,7 +117,10 @@ impl Manager {
                 }
             }
         })
-        .await
+        .await;
+        if let Err(e) = syncer.await {
+            tracing::warn!(error = %e, "the metadata sync task ended abnormally");
+        }
     }
 
     async fn session(

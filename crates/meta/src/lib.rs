@@ -74,7 +74,8 @@ mod xattrs;
 pub use quotas::ESCROW_BYTES_MAX;
 
 pub use backend::{
-    with_retries, Access, Backend, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX, TXN_BACKOFF_MIN,
+    with_retries, Access, Backend, Durability, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX,
+    TXN_BACKOFF_MIN,
 };
 pub use components::subtract_ranges;
 pub use error::MetaError;
@@ -89,6 +90,7 @@ pub use postgres::{
     STATEMENT_TIMEOUT, WRITER_LOCK,
 };
 pub use routing::{redirect_scaled, ROUTING_SETTING};
+pub use sqlite::SQLITE_READERS;
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};
 pub use types::{

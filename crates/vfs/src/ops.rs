@@ -521,6 +521,20 @@ impl Vfs {
         Ok(())
     }
 
+    /// `fsync`: commits the file's writes ([`commit`](Self::commit)), then
+    /// has the manager make them — and every change it acknowledged before —
+    /// durable against power loss (`SYNC`).
+    pub async fn fsync(&self, fh: u64) -> Result<()> {
+        self.commit(fh).await?;
+        Ok(self.shared.fs.sync().await?)
+    }
+
+    /// `fsyncdir`, `syncfs`: every change the manager acknowledged so far
+    /// made durable against power loss (`SYNC`).
+    pub async fn sync(&self) -> Result<()> {
+        Ok(self.shared.fs.sync().await?)
+    }
+
     /// Closes open file `fh`; the last close of an inode commits what is
     /// left and removes the hidden name of a file unlinked while open.
     pub async fn release(&self, fh: u64) -> Result<()> {
