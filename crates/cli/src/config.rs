@@ -26,8 +26,10 @@
 //! object_pool = 128
 //! write_data_integrity = true    # false lets writes carry data no MAC covers (not advised)
 //! write_data_integrity_waived = []  # drives (numbers) whose partition alone is exempt
-//! metadata = "postgres://nasd@db.example.com/nasd"  # [default: sqlite:DATA/meta.sqlite]
+//! metadata = "postgres://nasd@db.example.com/nasd?sslmode=verify-full&sslrootcert=/etc/nasd/db-ca.pem"  # [default: sqlite:DATA/meta.sqlite]
+//! metadata_password_file = "/etc/nasd/db.password"  # else $PGPASSWORD, else ~/.pgpass (as libpq)
 //! auth = "nasd.example.com:7299" # the authentication server whose identities it accepts
+//! auth_failover = ["auth2.example.com:7299"]  # more of them on one database, tried in order
 //! auth_ca_cert = "/etc/nasd/ca.pem"
 //! auth_token_file = "/var/lib/nasd/auth/service.token"
 //! auth_scheme = "both"           # capabilities (default), pals or both
@@ -48,6 +50,7 @@
 //! password_file = "/home/alice/.nasd-password"
 //! data_integrity = true
 //! reply_timeout_secs = 60        # longest wait for the manager or a drive at any one step
+//! metadata_wait_secs = 60        # how long commands wait out an outage of the metadata database
 //! auth = "nasd.example.com:7299" # log in here and use the identity key with the manager
 //! role = 7                       # the role to assume [default: none]
 //!
@@ -194,13 +197,21 @@ pub struct ManagerSection {
     /// network the administrator trusts; every other keeps it [default: none].
     pub write_data_integrity_waived: Option<Vec<u32>>,
     /// Where the metadata lives: "sqlite:PATH" or
-    /// "postgres://USER[:PASSWORD]@HOST[:PORT]/DB" (created on first use)
-    /// [default: sqlite:DATA/meta.sqlite]. A password here makes this file
-    /// a secret: keep it 0600.
+    /// "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=…&sslrootcert=…]"
+    /// (created on first use) [default: sqlite:DATA/meta.sqlite]. A password
+    /// here makes this file a secret: keep it 0600 — or leave it out and use
+    /// `metadata_password_file`, `$PGPASSWORD` or `~/.pgpass`, as libpq.
     pub metadata: Option<String>,
+    /// A file (0600) whose first line is the database password, when the
+    /// URL has none [default: $PGPASSWORD, else $PGPASSFILE or ~/.pgpass].
+    pub metadata_password_file: Option<PathBuf>,
     /// The authentication server (`host:port`) whose identity keys the
     /// manager accepts (`LOGIN_IDENTITY`) and installs on its drives.
     pub auth: Option<String>,
+    /// More authentication servers sharing the first one's database (and
+    /// `auth.key`, `service.token`), tried in order when it does not answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub auth_failover: Vec<String>,
     /// The name its certificate carries [default: localhost].
     pub auth_server_name: Option<String>,
     /// The CA certificate that signed its certificate: required with
@@ -252,6 +263,10 @@ pub struct ClientSection {
     /// before it fails with a time-out [default: 60]. A drive's waits stay
     /// within the striping engine's 30 s deadline per request as well.
     pub reply_timeout_secs: Option<u64>,
+    /// Seconds a command waits out an outage of the manager's metadata
+    /// database (its requests sent again with back-off; one line says so)
+    /// before it fails [default: 60; 0: fail at once].
+    pub metadata_wait_secs: Option<u64>,
     /// The authentication server (`host:port`): when set, commands log in
     /// there and use the identity key it gives with the manager.
     pub auth: Option<String>,

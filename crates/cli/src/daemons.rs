@@ -105,27 +105,65 @@ fn allocated(dir: &Path) -> u64 {
     std::fs::metadata(dir.join("blocks.dat")).map_or(0, |m| m.blocks() * 512)
 }
 
-/// A warning if the file system holding `on` cannot back the drives
-/// `drives` (directory, capacity) all filling up: each still needs its
-/// capacity less what its block file occupies already.
-fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<String>> {
-    let need: u64 = drives.iter().map(|(dir, cap)| cap.saturating_sub(allocated(dir))).sum();
+/// What is wrong if the file system holding `on` cannot back the drives
+/// `drives` (directory, capacity) all filling up — each still needs its
+/// capacity less what its block file occupies already (its blocks in use:
+/// the store gives freed space back) — with the largest capacity per drive
+/// it can back.
+fn unbacked(on: &Path, drives: &[(PathBuf, u64)]) -> anyhow::Result<Option<(String, u64)>> {
+    let held: Vec<u64> = drives.iter().map(|(dir, _)| allocated(dir)).collect();
+    let need: u64 = drives.iter().zip(&held).map(|((_, cap), h)| cap.saturating_sub(*h)).sum();
     let free = free_space(on)?;
     let total: u64 = drives.iter().map(|(_, c)| *c).sum();
+    let held_all: u64 = held.iter().sum();
     let (what, need_who) = match drives {
         [_] => (format!("the drive's capacity ({})", size::human(total)), "it needs"),
         _ => (format!("the {} drives' capacity ({} in all)", drives.len(), size::human(total)), "they need"),
     };
+    let backable = (free.saturating_add(held_all) / drives.len().max(1) as u64) >> 20 << 20;
     Ok((need > free).then(|| {
-        format!(
-            "warning: {what} is more than the disk under {} can hold: it has {} free and {need_who} {} more \
-             to fill up. Writes will fail when the disk is full; free space there, or start with a smaller \
-             capacity",
+        let message = format!(
+            "{what} is more than the disk under {} can back: it has {} free, the drives hold {}, and {need_who} \
+             {} more to fill up",
             on.display(),
             size::human(free),
+            size::human(held_all),
             size::human(need)
-        )
+        );
+        (message, backable)
     }))
+}
+
+/// What to do about a capacity the disk cannot back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Not checked here: the caller checks its drives together (`nasd up`,
+    /// whose drives share one disk), or does not care (benchmarks).
+    Unchecked,
+    /// Refuse to start.
+    Refuse,
+    /// Start anyway with a warning (`--force-capacity`): writes fail with
+    /// "no space" once the disk is full.
+    Warn,
+}
+
+/// Refuses — or with [`Backing::Warn`] warns of — drives (directory,
+/// capacity) whose capacity the disk under `on` cannot back; `flag` is the
+/// option that sets their capacity.
+fn check_backing(on: &Path, drives: &[(PathBuf, u64)], backing: Backing, flag: &str) -> anyhow::Result<()> {
+    if backing == Backing::Unchecked {
+        return Ok(());
+    }
+    let Some((problem, backable)) = unbacked(on, drives)? else { return Ok(()) };
+    anyhow::ensure!(
+        backing == Backing::Warn,
+        "{problem}. Writes would fail, and the drives refuse every change, once the disk is full. Start with \
+         a smaller capacity ({flag} {}MiB or less per drive), free space there, or pass --force-capacity to start \
+         anyway",
+        backable >> 20
+    );
+    eprintln!("warning: {problem}; started anyway (--force-capacity): writes fail once the disk is full");
+    Ok(())
 }
 
 /// A port bound but not yet listening. Start-up takes every port it needs
@@ -179,9 +217,9 @@ pub struct DriveSetup {
     /// The capacity of a first start without one given; `None`: 90% of the
     /// free space under `data`.
     pub first_capacity: Option<u64>,
-    /// Warn if the disk cannot back the capacity (a drive alone on its disk;
-    /// `nasd up` checks its drives together).
-    pub check_backing: bool,
+    /// What to do if the disk cannot back the capacity (a drive alone on
+    /// its disk; `nasd up` checks its drives together).
+    pub backing: Backing,
     pub commit_interval: Duration,
     pub verify_reads: bool,
     /// `None`: security disabled.
@@ -231,11 +269,8 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
     })
     .await?
     .with_context(|| format!("cannot open drive storage in {}", data.display()))?;
-    if setup.check_backing {
-        if let Some(warning) = unbacked(&data, &[(data.clone(), store.info().capacity_bytes)])? {
-            eprintln!("{warning}");
-        }
-    }
+    // After the open, which gives back what the drive no longer holds.
+    check_backing(&data, &[(data.clone(), store.info().capacity_bytes)], setup.backing, "--capacity")?;
     // The master key file exists before the drive listens: whoever sees the port open can read it.
     let master_key = setup.master_key_file.as_deref().map(master_key).transpose()?;
     let listener = setup.port.listen()?;
@@ -305,6 +340,10 @@ pub struct DriveArgs {
     /// once [default: 128]; raise it for many clients behind one address.
     #[arg(long)]
     connections_per_peer: Option<usize>,
+    /// Start even if the disk cannot back the capacity (free space plus what
+    /// the drive holds): writes then fail once the disk is full.
+    #[arg(long)]
+    force_capacity: bool,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
@@ -354,7 +393,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
             .or(file.connections_per_peer)
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
         first_capacity: None,
-        check_backing: true,
+        backing: if args.force_capacity { Backing::Warn } else { Backing::Refuse },
     })
     .await?;
     let info = drive.store.info();
@@ -400,11 +439,133 @@ pub struct ManagerArgs {
     /// tables are made on first use) [default: sqlite:DATA/meta.sqlite].
     #[arg(long)]
     metadata: Option<String>,
+    /// Join the database of an existing manager with the bundle `nasd admin
+    /// join-bundle` wrote there: its key and the cluster CA go into --data
+    /// (a new directory, or one that joined before), this manager issues
+    /// itself a certificate for its --tls-name, and takes the metadata
+    /// location from the bundle unless one is given. The drives and the
+    /// link to the authentication server come from the database.
+    #[arg(long, value_name = "BUNDLE")]
+    join: Option<PathBuf>,
+}
+
+/// What a manager joining a database needs from one already on it
+/// (`nasd admin join-bundle`, `nasd manager --join`); TOML, 0600.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JoinBundle {
+    /// `manager.key`, 64 hex digits.
+    manager_key: String,
+    /// The cluster CA certificate (PEM).
+    ca_cert: String,
+    /// The cluster CA's key (PEM).
+    ca_key: String,
+    /// The metadata location, without a password.
+    metadata: String,
+}
+
+/// The header of a bundle file: what it is and how to handle it.
+const JOIN_BUNDLE_HEADER: &str = "# nasd join bundle (`nasd manager --join THIS_FILE`). SECRET: it holds manager.key \
+     and the cluster CA's key.\n# Copy it to the new manager's machine, use it once, then delete it.\n";
+
+/// `nasd admin join-bundle`: writes `out` (0600, new) from the manager in `data`.
+pub fn write_join_bundle(out: &Path, data: Option<PathBuf>, metadata: Option<String>) -> anyhow::Result<()> {
+    private_umask();
+    let data = data.context(
+        "no data directory: pass --data DIR, the manager's directory (for `nasd up`, DATA/manager), or set \
+         [manager] data in the config file",
+    )?;
+    let metadata = metadata.context(
+        "no metadata location: pass --metadata postgres://USER@HOST/DB, or set [manager] metadata (several \
+         managers share a PostgreSQL database)",
+    )?;
+    let location = parse_metadata(Some(metadata.clone()))?.expect("some");
+    anyhow::ensure!(location.is_shared(), "several managers share a PostgreSQL database, not {location}");
+    anyhow::ensure!(
+        !nasd_meta::pg_connect::has_password(&metadata),
+        "the metadata location holds a password: give it without (the new manager finds its own: $PGPASSWORD, \
+         ~/.pgpass or [manager] metadata_password_file)"
+    );
+    let key = nasd_crypto::read_key_file(&data.join(nasd_manager::KEK_FILE))
+        .with_context(|| format!("no manager in {}", data.display()))?;
+    let tls = nasd_manager::tls::TlsFiles::in_dir(&data.join("tls"));
+    let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()));
+    let bundle = JoinBundle {
+        manager_key: key.to_hex(),
+        ca_cert: read(&tls.ca)?,
+        ca_key: read(&data.join("tls").join(nasd_login::tls::CA_KEY))?,
+        metadata,
+    };
+    let text = format!("{JOIN_BUNDLE_HEADER}{}", toml::to_string_pretty(&bundle)?);
+    nasd_crypto::durable::create_new(out, text, 0o600).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("wrote {} (secret: copy it to the new manager's machine, use it once, delete it)", out.display());
+    println!(
+        "there: nasd manager --join {} --data DIR --tls-name NAME --listen ADDR",
+        out.file_name().map_or_else(|| out.display().to_string(), |n| n.to_string_lossy().into_owned())
+    );
+    Ok(())
+}
+
+/// Puts what `bundle` holds into the new manager's directory `data`:
+/// `manager.key` and the CA (`tls/ca.pem`, `tls/ca.key`); returns the
+/// metadata location it names. A directory that holds another manager's
+/// key is refused (it belongs to another file system); one that joined with
+/// the same bundle before is taken as it is.
+fn install_join(bundle: &Path, data: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
+    let b: JoinBundle = toml::from_str(&text).with_context(|| format!("{} is not a join bundle", bundle.display()))?;
+    let key = nasd_crypto::Key::from_hex(&b.manager_key)
+        .with_context(|| format!("{}: manager_key is not 64 hex digits", bundle.display()))?;
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    let kek = data.join(nasd_manager::KEK_FILE);
+    match nasd_crypto::read_key_file(&kek) {
+        Ok(have) if have == key => {}
+        Ok(_) => anyhow::bail!(
+            "{} holds another manager's key: --join needs a new directory (or the one that joined with this bundle)",
+            data.display()
+        ),
+        Err(_) if !kek.exists() => nasd_crypto::create_key_file(&kek, &key)?,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", kek.display())),
+    }
+    let tls = data.join("tls");
+    let files = nasd_manager::tls::TlsFiles::in_dir(&tls);
+    if !files.ca.exists() {
+        let staged = files::with_suffix(&tls, "join")?;
+        let _ = std::fs::remove_dir_all(&staged);
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&staged)?;
+        }
+        files::write_staged(&staged.join(nasd_login::tls::CA_KEY), b.ca_key.as_bytes(), 0o600)?;
+        files::write_staged(&staged.join(nasd_login::tls::CA_CERT), b.ca_cert.as_bytes(), 0o644)?;
+        let _ = std::fs::remove_dir(&tls);
+        files::install(&staged, &tls).with_context(|| format!("cannot install {}", tls.display()))?;
+    }
+    Ok(b.metadata)
 }
 
 /// Parses a metadata location (`--metadata`, `[manager] metadata`).
 pub fn parse_metadata(text: Option<String>) -> anyhow::Result<Option<nasd_manager::Location>> {
     text.map(|t| t.parse().map_err(|e| anyhow::anyhow!("--metadata / [manager] metadata: {e}"))).transpose()
+}
+
+/// Why a password in `--metadata` is refused.
+pub const PASSWORD_ON_COMMAND_LINE: &str = "--metadata holds a password, which every local user would see in the \
+     process list (ps): give the URL without it and put the password in $PGPASSWORD, in ~/.pgpass (or \
+     $PGPASSFILE), or in a file named by [manager] metadata_password_file";
+
+/// The metadata location: `--metadata` (`flag`, which may hold no
+/// password: a command line is public), else `[manager] metadata`; with the
+/// password file `[manager] metadata_password_file` names.
+pub fn metadata_location(
+    flag: Option<&str>,
+    file: &config::ManagerSection,
+) -> anyhow::Result<Option<nasd_manager::Location>> {
+    if flag.is_some_and(nasd_meta::pg_connect::has_password) {
+        anyhow::bail!("{PASSWORD_ON_COMMAND_LINE}");
+    }
+    let text = flag.map(str::to_owned).or(file.metadata.clone());
+    Ok(parse_metadata(text)?.map(|l| l.with_password_file(file.metadata_password_file.clone())))
 }
 
 fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> anyhow::Result<ManagerConfig> {
@@ -428,7 +589,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
             _ => nasd_manager::WRITE_PROTECTION_DEFAULT,
         },
         write_integrity_waived: file.write_data_integrity_waived.iter().flatten().copied().collect(),
-        metadata: parse_metadata(args.and_then(|a| a.metadata.clone()).or(file.metadata.clone()))?,
+        metadata: metadata_location(args.and_then(|a| a.metadata.as_deref()), file)?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
         metadata_sync_interval: file.metadata_sync_ms.map_or(d.metadata_sync_interval, Duration::from_millis),
         identity_recheck: secs(None, file.identity_recheck_secs, d.identity_recheck),
@@ -449,12 +610,13 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
                     "[manager] auth needs auth_ca_cert: the CA that signed the authentication server's \
                          certificate (`nasd auth` keeps it as tls/ca.pem in its data directory)",
                 )?;
-                Some(nasd_manager::identity::AuthLink {
-                    addr: addr.clone(),
-                    server_name: file.auth_server_name.clone().unwrap_or_else(|| "localhost".into()),
-                    ca_cert,
-                    token: nasd_crypto::read_key_file(&token_file)?,
-                })
+                let addrs = std::iter::once(addr.clone()).chain(file.auth_failover.iter().cloned()).collect();
+                Some(nasd_manager::identity::AuthLink::new(
+                    addrs,
+                    file.auth_server_name.clone().unwrap_or_else(|| "localhost".into()),
+                    &ca_cert,
+                    nasd_crypto::read_key_file(&token_file)?,
+                )?)
             }
         },
         auth_scheme: match file.auth_scheme.as_deref() {
@@ -529,7 +691,9 @@ fn warn_missing_names(tls: &nasd_manager::tls::TlsFiles, names: &[String]) {
 async fn ensure_admin(manager: &Manager, password_file: &Path, dir: &Path) -> anyhow::Result<()> {
     let users = manager.user_names().await?;
     if !users.is_empty() {
-        if users.iter().any(|u| u == ADMIN_USER) && !password_file.exists() {
+        // Linked to an authentication server, the manager takes no password: admin logs in there.
+        let linked = manager.config().auth.is_some();
+        if !linked && users.iter().any(|u| u == ADMIN_USER) && !password_file.exists() {
             eprintln!(
                 "warning: user '{ADMIN_USER}' exists but its password file {} does not. If the password is lost, \
                  stop the manager and run `nasd admin reset-password {ADMIN_USER} --data {}`: it writes a new \
@@ -656,6 +820,13 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     } else {
         args.tls_names.clone()
     };
+    let mut file = file;
+    if let Some(bundle) = &args.join {
+        let joined = install_join(bundle, &data)?;
+        if args.metadata.is_none() && file.metadata.is_none() {
+            file.metadata = Some(joined);
+        }
+    }
     let config = manager_config(&file, Some(&args))?;
     let metadata = config.metadata(&data);
     let m = open_manager(&data, &names, config).await?;
@@ -695,7 +866,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
     }
     // Linked to an authentication server, the manager takes identities only: clients log in
     // there, with their user and password at that server (not the manager's password file).
-    let auth = m.manager.config().auth.as_ref().map(|l| l.addr.clone());
+    let auth = m.manager.config().auth.as_ref().map(|l| l.addrs[0].clone());
     let client = config::ClientSection {
         failover: Vec::new(),
         manager: Some(manager),
@@ -705,6 +876,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         password_file: (auth.is_none() && m.password_file.exists()).then(|| absolute(&m.password_file)),
         data_integrity: None,
         reply_timeout_secs: None,
+        metadata_wait_secs: None,
         auth: auth.clone(),
         role: None,
     };
@@ -742,6 +914,10 @@ pub struct UpArgs {
     /// first start, then 90% of the free space shared among the drives].
     #[arg(long)]
     drive_capacity: Option<String>,
+    /// Start even if the disk cannot back the drives' capacity (free space
+    /// plus what they hold): writes then fail once the disk is full.
+    #[arg(long)]
+    force_capacity: bool,
     /// Where the manager keeps its metadata (first start only; recorded in
     /// DATA/nasd.toml): sqlite:PATH or postgres://USER[:PASSWORD]@HOST[:PORT]/DB
     /// [default: sqlite:DATA/manager/meta.sqlite].
@@ -802,6 +978,9 @@ fn up_settings(args: &UpArgs, file: &ConfigFile) -> anyhow::Result<(PathBuf, u32
 /// `nasd up`: a whole cluster on this machine.
 pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     private_umask();
+    if args.metadata.as_deref().is_some_and(nasd_meta::pg_connect::has_password) {
+        anyhow::bail!("{PASSWORD_ON_COMMAND_LINE}");
+    }
     let (data, n, manager_port, first_port, capacity) = up_settings(&args, &file)?;
     let config_path = data.join("nasd.toml");
     let mut cluster = if config_path.exists() { config::load(&config_path)? } else { ConfigFile::default() };
@@ -823,12 +1002,22 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     anyhow::ensure!(first_port as u32 + n <= u16::MAX as u32, "drive ports run past 65535");
     let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
     let ports = UpPorts::take(n, first_port, manager_port, cluster.up.auth_port)?;
+    // The metadata is reached before anything is made: a database that cannot be reached (or
+    // refuses) leaves no half-made data directory behind.
+    cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
+    if let Some(location) = metadata_location(None, &cluster.manager)?.filter(nasd_manager::Location::is_shared) {
+        let reached = tokio::task::spawn_blocking(move || location.open().map(drop).map_err(|e| (location, e)));
+        if let Err((location, e)) = reached.await? {
+            anyhow::bail!("cannot reach the metadata at {location} (nothing was made): {e}");
+        }
+    }
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     // Used only by drives starting for the first time.
     let share = free_space(&data)? / 10 * 9 / n as u64;
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut drive_tasks = Vec::new();
     let mut drives = Vec::new();
+    let mut opened = Vec::new();
     for (i, port) in ports.drives.into_iter().enumerate() {
         let dir = data.join(format!("drive-{i}"));
         let listen = port.addr();
@@ -838,7 +1027,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             block_size: BLOCK_SIZE_DEFAULT,
             capacity_bytes: capacity,
             first_capacity: Some(share),
-            check_backing: false,
+            backing: Backing::Unchecked,
             commit_interval: Duration::from_secs(2),
             verify_reads: true,
             master_key_file: Some(dir.join("master.key")),
@@ -852,27 +1041,33 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         let info = d.store.info();
         let master = d.master_key.clone().expect("security is on in nasd up");
         drives.push(UpDrive { listen, id: info.drive_id, master, dir, capacity: info.capacity_bytes });
+        opened.push(d);
+    }
+    // The drives share one disk: it must back them all, before any serves.
+    let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
+    let force = if args.force_capacity { Backing::Warn } else { Backing::Refuse };
+    check_backing(&data, &backing, force, "--drive-capacity")?;
+    for d in opened {
         drive_tasks.push(tokio::spawn(nasd_drive::serve(d.listener, d.store, d.config, stopped(stop_rx.clone()))));
     }
     let manager_listen = ports.manager.addr();
     if cluster.manager.default_layout.is_none() {
         cluster.manager.default_layout = Some(up_default_layout(n).to_string());
     }
-    cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
     // The authentication server: its own directory, the manager's certificate, its port
     // (UpPorts). The manager accepts its identities and installs its shared keys on the drives.
     let auth_listen = ports.auth.addr();
     let auth_port = auth_listen.port();
     let auth_dir = data.join("auth");
     let auth = nasd_auth::AuthServer::open(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth))?;
-    let manager_tls = nasd_manager::tls::TlsFiles::in_dir(&data.join("manager").join("tls"));
+    let manager_tls = nasd_manager::tls::ensure_certificates(&data.join("manager").join("tls"), &default_tls_names())?;
     let mut config = manager_config(&cluster.manager, None)?;
-    config.auth = Some(nasd_manager::identity::AuthLink {
-        addr: auth_listen.to_string(),
-        server_name: "localhost".into(),
-        ca_cert: manager_tls.ca.clone(),
-        token: auth.service_token().clone(),
-    });
+    config.auth = Some(nasd_manager::identity::AuthLink::new(
+        vec![auth_listen.to_string()],
+        "localhost".into(),
+        &manager_tls.ca,
+        auth.service_token().clone(),
+    )?);
     drop(auth);
     let metadata = config.metadata(&data.join("manager"));
     let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
@@ -899,10 +1094,6 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     if let Err(f) = m.manager.sync_identity_keys().await {
         eprintln!("warning: identity keys not yet on every drive ({f}); retried at each maintenance pass");
     }
-    let backing: Vec<(PathBuf, u64)> = drives.iter().map(|d| (d.dir.clone(), d.capacity)).collect();
-    if let Some(warning) = unbacked(&data, &backing)? {
-        eprintln!("{warning}");
-    }
     // The drive tools (`nasd audit`, `nasd scrub --drive`) get each drive's number, address and
     // drive key; entries for drives not of this cluster are kept.
     let ours: Vec<String> = drives.iter().map(|d| d.listen.to_string()).collect();
@@ -928,6 +1119,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         password_file: Some(m.password_file.clone()),
         data_integrity: cluster.client.data_integrity,
         reply_timeout_secs: cluster.client.reply_timeout_secs,
+        metadata_wait_secs: cluster.client.metadata_wait_secs,
         // The manager takes identities only (it is linked to the authentication server):
         // commands log in there, as `admin` with the same password.
         auth: cluster.client.auth.clone().or_else(|| Some(auth_listen.to_string())),
@@ -1178,7 +1370,7 @@ impl LocalCluster {
                 block_size: BLOCK_SIZE_DEFAULT,
                 capacity_bytes: Some(setup.capacity),
                 first_capacity: None,
-                check_backing: false,
+                backing: Backing::Unchecked,
                 commit_interval: Duration::from_secs(2),
                 verify_reads: true,
                 master_key_file: Some(dir.join("master.key")),
@@ -1217,12 +1409,13 @@ impl LocalCluster {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let dir = data.join("auth");
             let token = nasd_auth::AuthServer::open(&dir, nasd_auth::AuthConfig::default())?.service_token().clone();
-            manager_config.auth = Some(nasd_manager::identity::AuthLink {
-                addr: listener.local_addr()?.to_string(),
-                server_name: "localhost".into(),
-                ca_cert: nasd_manager::tls::TlsFiles::in_dir(&data.join("manager").join("tls")).ca,
+            let tls = nasd_manager::tls::ensure_certificates(&data.join("manager").join("tls"), &default_tls_names())?;
+            manager_config.auth = Some(nasd_manager::identity::AuthLink::new(
+                vec![listener.local_addr()?.to_string()],
+                "localhost".into(),
+                &tls.ca,
                 token,
-            });
+            )?);
             Some((listener, dir))
         } else {
             None
@@ -1250,6 +1443,7 @@ impl LocalCluster {
             password_file: Some(m.password_file.clone()),
             data_integrity: Some(true),
             reply_timeout_secs: None,
+            metadata_wait_secs: None,
             auth: auth_addr,
             role: None,
         };
@@ -1318,7 +1512,7 @@ impl LocalCluster {
     /// failover list).
     pub async fn add_manager(&mut self) -> anyhow::Result<config::ClientSection> {
         anyhow::ensure!(
-            matches!(self.manager_config.metadata, Some(nasd_manager::Location::Postgres(_))),
+            self.manager_config.metadata.as_ref().is_some_and(nasd_manager::Location::is_shared),
             "several managers need their metadata in a shared database (PostgreSQL), not a manager's own SQLite file"
         );
         anyhow::ensure!(
@@ -1420,8 +1614,12 @@ mod tests {
         let e = manager_config(&file, None).expect_err("no CA named");
         assert!(format!("{e:#}").contains("auth_ca_cert") && format!("{e:#}").contains("tls/ca.pem"), "{e:#}");
         file.auth_ca_cert = Some(dir.path().join("ca.pem"));
+        let e = manager_config(&file, None).expect_err("the CA file is missing");
+        assert!(format!("{e:#}").contains("ca.pem"), "{e:#}");
+        std::fs::write(dir.path().join("ca.pem"), "-----BEGIN CERTIFICATE-----\n").unwrap();
         let linked = manager_config(&file, None).unwrap().auth.expect("linked");
-        assert_eq!(linked.ca_cert, dir.path().join("ca.pem"));
+        assert_eq!(linked.ca_pem, b"-----BEGIN CERTIFICATE-----\n");
+        assert_eq!(linked.addrs, ["127.0.0.1:7299"]);
     }
 
     /// `nasd up` whose manager cannot listen: it says why at once, before it has made anything
@@ -1439,6 +1637,7 @@ mod tests {
             manager_port: Some(manager_port),
             first_drive_port,
             drive_capacity: Some("64MiB".into()),
+            force_capacity: false,
             metadata: None,
         };
         let up_once = |first_drive_port| async move {

@@ -321,6 +321,24 @@ pub enum AdminCommand {
         #[arg(long)]
         password_file: Option<PathBuf>,
     },
+    /// Write the bundle another manager joins this one's database with
+    /// (`nasd manager --join FILE`): this manager's key, the cluster CA (its
+    /// certificate and key, so the new manager issues itself a certificate
+    /// clients trust) and the metadata location without a password. Run it
+    /// where the manager's data is; no login. The file is a secret (0600):
+    /// copy it to the new machine, use it once, delete it.
+    JoinBundle {
+        /// The file to write (must not exist).
+        out: PathBuf,
+        /// The manager's data directory (for `nasd up`, DATA/manager)
+        /// [default: [manager] data from the config file].
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// The metadata the new manager uses: postgres://USER@HOST[:PORT]/DB
+        /// [default: [manager] metadata from the config file].
+        #[arg(long)]
+        metadata: Option<String>,
+    },
     /// Take a drive out of service: nothing new goes to it and its
     /// components are rebuilt on other drives (to replace or retire it).
     DriveOut {
@@ -380,7 +398,7 @@ impl AdminCommand {
             SetGroups { login, .. } | SetGateway { login, .. } => Some(login),
             DriveOut { login, .. } | DriveIn { login, .. } | AddDrive { login, .. } => Some(login),
             AddManager { login, .. } | RemoveManager { login, .. } | Routing { login } => Some(login),
-            ResetPassword { .. } => None,
+            ResetPassword { .. } | JoinBundle { .. } => None,
         }
     }
 }
@@ -406,6 +424,8 @@ pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Resul
         password,
         data_integrity: section.data_integrity.unwrap_or(true),
         reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
+        metadata_wait: metadata_wait(section),
+        on_wait: Some(say_once()),
         ..Default::default()
     };
     FsClient::connect(&config).await.map_err(|e| match e.status() {
@@ -457,6 +477,8 @@ async fn login_with_identity_from(
         identity: Some((grant.credential, grant.idkey.clone())),
         identity_source: source,
         user: user.to_string(),
+        metadata_wait: metadata_wait(section),
+        on_wait: Some(say_once()),
         ..Default::default()
     };
     FsClient::connect(&config)
@@ -927,8 +949,8 @@ pub async fn run_admin(fs: &FsClient, cmd: AdminCommand) -> anyhow::Result<()> {
             fs.set_password(&name, &password).await.with_context(|| format!("cannot change the password of {name}"))?;
             println!("password of {name} changed");
         }
-        AdminCommand::ResetPassword { .. } => {
-            anyhow::bail!("reset-password works on the manager's data directly, without logging in")
+        AdminCommand::ResetPassword { .. } | AdminCommand::JoinBundle { .. } => {
+            anyhow::bail!("reset-password and join-bundle work on the manager's data directly, without logging in")
         }
         AdminCommand::DriveOut { drive, .. } => {
             crate::cluster_cmd::drive_state(fs, drive, nasd_fs::DriveState::Out).await?;
@@ -1132,4 +1154,21 @@ mod tests {
         assert_eq!(parse_mode("644").unwrap(), 0o644);
         assert!(parse_mode("9").is_err() && parse_mode("17777").is_err());
     }
+}
+
+/// `[client] metadata_wait_secs`: how long a command waits out an outage of
+/// the metadata database.
+pub fn metadata_wait(section: &ClientSection) -> std::time::Duration {
+    section.metadata_wait_secs.map_or(nasd_fs::METADATA_WAIT_DEFAULT, std::time::Duration::from_secs)
+}
+
+/// Prints a wait for the metadata database on standard error, once per
+/// command: one outage is one line, however many requests wait it out.
+pub fn say_once() -> std::sync::Arc<dyn Fn(&str) + Send + Sync> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    std::sync::Arc::new(|text: &str| {
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("nasd: {text}");
+        }
+    })
 }

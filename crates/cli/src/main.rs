@@ -313,8 +313,11 @@ fn run() -> anyhow::Result<()> {
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),
         Command::Repair(args) => rt.block_on(async { cluster_cmd::repair(&login().await?, args).await }),
         Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, metadata, password_file }) => {
-            let metadata = daemons::parse_metadata(metadata.or(file.manager.metadata))?;
+            let metadata = daemons::metadata_location(metadata.as_deref(), &file.manager)?;
             daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
+        }
+        Command::Admin(fs_cmd::AdminCommand::JoinBundle { out, data, metadata }) => {
+            daemons::write_join_bundle(&out, data.or(file.manager.data), metadata.or(file.manager.metadata))
         }
         // Linked to an authentication server, the manager refuses these: say so before logging in
         // and asking for a password it would not take.

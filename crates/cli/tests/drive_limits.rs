@@ -32,12 +32,23 @@ fn drive(dir: &Path, secure: bool, env: &[(&str, &str)]) -> Daemon {
     start_drive(dir, "64MiB", secure, env)
 }
 
-/// A drive with security on and `capacity` bytes (a sparse file).
+/// A drive with security on and `capacity` bytes (a sparse file), more
+/// than the disk holds: started with `--force-capacity`.
 fn drive_with(dir: &Path, capacity: &'static str) -> Daemon {
-    start_drive(dir, capacity, true, &[])
+    start_drive_with(dir, capacity, true, &[], &["--force-capacity"])
 }
 
 fn start_drive(dir: &Path, capacity: &'static str, secure: bool, env: &[(&str, &str)]) -> Daemon {
+    start_drive_with(dir, capacity, secure, env, &[])
+}
+
+fn start_drive_with(
+    dir: &Path,
+    capacity: &'static str,
+    secure: bool,
+    env: &[(&str, &str)],
+    extra: &'static [&'static str],
+) -> Daemon {
     let data = dir.join("drive");
     Daemon::start_with_env("drive", dir, &dir.join("drive.log"), None, env, move |addr| {
         let mut args: Vec<OsString> = vec!["drive".into(), "--data".into(), data.clone().into()];
@@ -45,6 +56,7 @@ fn start_drive(dir: &Path, capacity: &'static str, secure: bool, env: &[(&str, &
         if !secure {
             args.push("--no-security".into());
         }
+        args.extend(extra.iter().map(OsString::from));
         args
     })
 }

@@ -5,7 +5,6 @@
 //! rotted on disk), the recorded drive capacity, plain logs in files, one
 //! source of file times, and progress output only on a terminal.
 
-use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,7 +13,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 mod common;
 
 use common::up::{drives_holding, local_tree, name_space, nasd_in, on_terminal, pattern, rot, runtime, text, Up};
-use common::Daemon;
 
 /// The README's tour, run line by line as written (the alias pointing at
 /// the binary under test) in a directory holding the repository's README
@@ -442,8 +440,7 @@ fn copies_fail_cleanly_mind_slashes_and_spare_existing_files() {
 }
 
 /// A drive's capacity is recorded at the first start and kept when the
-/// disk's free space changes; `nasd drive` warns of a capacity the disk
-/// cannot back; a log written to a file has no colour codes; `stat` and
+/// disk's free space changes; a log written to a file has no colour codes; `stat` and
 /// `ls -l` show one modification time, the file's.
 #[test]
 fn capacity_is_kept_logs_are_plain_and_times_agree() {
@@ -524,24 +521,7 @@ fn capacity_is_kept_logs_are_plain_and_times_agree() {
     assert_eq!(capacities(&up), first, "the capacity recorded at the first start is kept");
     up.daemon.terminate();
 
-    // A capacity the disk cannot back is started with a warning.
-    let log = cwd.join("drive.log");
-    let data = cwd.join("big-drive");
-    let mut d = Daemon::start("drive", cwd, &log, None, move |addr| {
-        ["drive", "--data", data.to_str().unwrap(), "--listen", &addr.to_string(), "--capacity", "64TiB"]
-            .map(OsString::from)
-            .to_vec()
-    });
-    assert!(d.output().contains("the drive's capacity (64.0 TiB) is more than the disk under"), "{}", d.output());
-    d.kill();
-    // And `nasd up` weighs its drives together, which share one disk.
-    let big = cwd.join("big-up");
-    std::fs::create_dir(&big).unwrap();
-    let mut up = Up::start_with(&big, 2, None, &["--drive-capacity", "64TiB"], &[]);
-    let said = up.daemon.output();
-    assert!(said.contains("warning: the 2 drives' capacity (128.0 TiB in all) is more than the disk under"), "{said}");
-    assert!(said.contains("free space there, or start with a smaller capacity"), "{said}");
-    up.daemon.terminate();
+    // A capacity the disk cannot back: space_cli.rs.
 }
 
 /// `nasd up` takes every port it serves on before it creates anything: a

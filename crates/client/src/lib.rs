@@ -316,7 +316,8 @@ fn scheme_partition(req: &Request) -> Option<u64> {
         | Request::Write { partition, .. }
         | Request::FastCopy { partition, .. }
         | Request::Flush { partition, .. }
-        | Request::BlocksRequired { partition, .. } => Some(*partition),
+        | Request::BlocksRequired { partition, .. }
+        | Request::Extents { partition, .. } => Some(*partition),
         _ => None,
     }
 }
@@ -1014,6 +1015,37 @@ impl DriveClient {
         match self.call(&Request::BlocksRequired { partition, object, regions: regions.to_vec() }).await? {
             Reply::BlocksRequired { estimated, maximum } => Ok((estimated, maximum)),
             other => Err(unexpected("blocksrequired", &other)),
+        }
+    }
+
+    /// The object's stored byte ranges from `offset` on — where it is not a
+    /// hole — at most `max` (1..=`EXTENTS_MAX`) of them, and `covered_end`:
+    /// every stored byte of `[offset, covered_end)` is in one of them (at or
+    /// past the object's size the answer is complete; else ask again from
+    /// `covered_end`). A reply with extents outside `[offset, covered_end)`
+    /// or more than `max` is a protocol error.
+    pub async fn extents(
+        &mut self,
+        partition: u64,
+        object: u64,
+        offset: u64,
+        max: u16,
+    ) -> Result<(Vec<Region>, u64), ClientError> {
+        match self.call(&Request::Extents { partition, object, offset, max }).await? {
+            Reply::Extents { covered_end, extents } => {
+                // Ascending, disjoint and within covered_end: checked by the decoder.
+                let below = extents.first().is_some_and(|e| e.offset < offset);
+                if covered_end < offset || below || extents.len() > max as usize {
+                    return Err(ClientError::Protocol(format!(
+                        "extents from {offset} (at most {max}): the drive answered {} extents to {covered_end}, \
+                         starting at {:?}",
+                        extents.len(),
+                        extents.first().map(|e| e.offset)
+                    )));
+                }
+                Ok((extents, covered_end))
+            }
+            other => Err(unexpected("extents", &other)),
         }
     }
 

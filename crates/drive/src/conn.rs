@@ -552,6 +552,10 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             let (estimated, maximum) = store.blocks_required(partition, object, &regions)?;
             Reply::BlocksRequired { estimated, maximum }
         }
+        Request::Extents { partition, object, offset, max } => {
+            let (extents, covered_end) = store.extents(partition, object, offset, max as usize)?;
+            Reply::Extents { covered_end, extents }
+        }
         Request::CreatePartition { partition } => {
             store.create_partition(partition)?;
             Reply::Done

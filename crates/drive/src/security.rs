@@ -1071,9 +1071,20 @@ pub fn class_of(req: &Request) -> Class {
         Read { partition, object, regions } => obj(*partition, vec![*object], rights::READ, Some(regions)),
         Write { partition, object, regions } => obj(*partition, vec![*object], rights::WRITE, Some(regions)),
         BlocksRequired { partition, object, regions } => obj(*partition, vec![*object], rights::GETATTR, Some(regions)),
+        // What follows `offset` is described: the capability must cover it all.
+        Extents { partition, object, offset, .. } => {
+            obj(*partition, vec![*object], rights::READ, Some(&vec![extents_span(*offset)]))
+        }
         FastCopy { partition, source } => obj(*partition, vec![*source], rights::FASTCOPY, None),
         Flush { partition, objects } => obj(*partition, objects.clone(), rights::FLUSH, None),
     }
+}
+
+/// The bytes an `EXTENTS` from `offset` may describe: all from there to
+/// `OBJECT_SIZE_MAX` (empty at or past it).
+fn extents_span(offset: u64) -> Region {
+    let max = nasd_proto::limits::OBJECT_SIZE_MAX;
+    Region { offset: offset.min(max), length: max - offset.min(max) }
 }
 
 /// The partition, object and first region a request names, for the audit trail.
@@ -1094,6 +1105,7 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | SetPal { partition, object, .. }
         | GetPal { partition, object } => (*partition, *object, none),
         FastCopy { partition, source } => (*partition, *source, none),
+        Extents { partition, object, offset, .. } => (*partition, *object, Region { offset: *offset, length: 0 }),
         Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
         Create { partition, .. }
         | CreatePartition { partition }

@@ -683,6 +683,12 @@ fn capability_scope_and_rights_are_enforced() {
     let rcap = d.cap(rights_rw, |a| a.region = rg(1000, 1000));
     let rep = d.control("read exactly the capability's region (control)", &frame(&rcap, IA, &d.read_req(1000, 1000)));
     assert!(rep.data == d.victim_content()[1000..2000]);
+    // Extents under a whole-object READ capability: the victim is stored whole.
+    let whole = d.cap(rights::READ, |_| {});
+    let req = Request::Extents { partition: P1, object: d.victim, offset: 0, max: 8 };
+    let rep = d.control("extents under a READ capability (control)", &frame(&whole, IA, &req));
+    let want = Reply::Extents { covered_end: VICTIM_LEN as u64, extents: vec![rg(0, VICTIM_LEN as u64)] };
+    assert_eq!(Reply::decode(nasd_proto::opcode::EXTENTS, &rep.args), Ok(want));
     let multi = |regions: Vec<nasd_proto::Region>| Request::Read { partition: P1, object: d.victim, regions };
     let region_cases: Vec<(&str, Request, usize)> = vec![
         ("read starting one byte before the region", d.read_req(999, 1001), 0),
@@ -697,6 +703,11 @@ fn capability_scope_and_rights_are_enforced() {
         (
             "blocksrequired past the region",
             Request::BlocksRequired { partition: P1, object: d.victim, regions: vec![rg(1500, 501)] },
+            0,
+        ),
+        (
+            "extents from inside the region (they describe every byte after it)",
+            Request::Extents { partition: P1, object: d.victim, offset: 1000, max: 8 },
             0,
         ),
     ];
@@ -764,6 +775,12 @@ fn capability_scope_and_rights_are_enforced() {
             "blocksrequired without GETATTR",
             rights::READ | rights::WRITE,
             Request::BlocksRequired { partition: P1, object: victim, regions: vec![rg(0, 10)] },
+            0,
+        ),
+        (
+            "extents without READ (they tell which blocks are zeros)",
+            rights::ALL & !rights::READ,
+            Request::Extents { partition: P1, object: victim, offset: 0, max: 8 },
             0,
         ),
         ("append-only capability overwriting existing bytes", rights::APPEND, d.write_req(0, 100), 100),

@@ -16,7 +16,7 @@ use nasd_client::DriveClient;
 use nasd_drive::DriveConfig;
 use nasd_proto::limits::{
     ARGS_LEN_MAX, CAPABILITY_LEN_MAX, CHUNK_LEN_MAX, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN, DIGEST_LEN,
-    FLUSH_OBJECTS_MAX, HEADER_LEN, NAME_LEN_MAX, OBJECT_SIZE_MAX, REGIONS_MAX,
+    EXTENTS_MAX, FLUSH_OBJECTS_MAX, HEADER_LEN, NAME_LEN_MAX, OBJECT_SIZE_MAX, REGIONS_MAX,
 };
 use nasd_proto::{
     decode_error_message, opcode, well_known, AttrMask, Attributes, FrameHeader, FramePrefix, KeyType, Kind,
@@ -240,7 +240,7 @@ impl Drive {
         let mut scratch = Vec::new();
         for i in 0..SCRATCH_OBJECTS {
             let (o, _) = to(c.create(P)).await.expect("create scratch");
-            to(c.write(P, o, &[region(0, SCRATCH_LEN as u64)], &vec![i as u8; SCRATCH_LEN]))
+            to(c.write(P, o, &[region(0, SCRATCH_LEN as u64)], &vec![i as u8 + 1; SCRATCH_LEN]))
                 .await
                 .expect("write scratch");
             scratch.push(o);
@@ -542,7 +542,7 @@ async fn unknown_operations_keep_the_connection() {
     let data = vec![0x5A; 5000];
     let bytes = frame(with(hdr(0x7777), |h| h.chunk_len = CHUNK_LEN_MIN), &[9; 40], &data);
     d.check("opcode 0x7777 with data", &bytes, Status::UnknownOperation, Then::Continue).await;
-    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x010e] {
+    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x010f] {
         d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue)
             .await;
     }
@@ -599,6 +599,18 @@ async fn bad_arguments_keep_the_connection() {
             opcode::FLUSH,
             [&P.to_le_bytes()[..], &(FLUSH_OBJECTS_MAX as u16 + 1).to_le_bytes()].concat(),
             Status::LimitExceeded,
+        ),
+        (
+            "extents max over EXTENTS_MAX",
+            opcode::EXTENTS,
+            Request::Extents { partition: P, object: d.canary, offset: 0, max: EXTENTS_MAX as u16 + 1 }.encode_args(),
+            Status::LimitExceeded,
+        ),
+        (
+            "extents max 0",
+            opcode::EXTENTS,
+            Request::Extents { partition: P, object: d.canary, offset: 0, max: 0 }.encode_args(),
+            Status::BadArguments,
         ),
         (
             "read with a region count over limit",
@@ -739,6 +751,7 @@ async fn missing_partitions_and_objects() {
             ("fastcopy", req(Request::FastCopy { partition: p, source: NO_OBJ })),
             ("flush", req(Request::Flush { partition: p, objects: vec![NO_OBJ] })),
             ("blocksrequired", req(Request::BlocksRequired { partition: p, object: NO_OBJ, regions: r.to_vec() })),
+            ("extents", req(Request::Extents { partition: p, object: NO_OBJ, offset: 0, max: 1 })),
         ]
     };
     for (op, bytes) in ops(NO_PART) {

@@ -670,6 +670,7 @@ fn object_requests(o: u64) -> Vec<(&'static str, Request, Vec<u8>)> {
         ("READ", Request::Read { partition: P, object: o, regions: vec![rg(0, DATA.len() as u64)] }, vec![]),
         ("GETATTR", Request::GetAttr { partition: P, object: o }, vec![]),
         ("BLOCKS_REQUIRED", Request::BlocksRequired { partition: P, object: o, regions: vec![rg(0, 4096)] }, vec![]),
+        ("EXTENTS", Request::Extents { partition: P, object: o, offset: 0, max: 16 }, vec![]),
         ("WRITE", Request::Write { partition: P, object: o, regions: vec![rg(0, 8)] }, b"REPLAYED".to_vec()),
         (
             "SETATTR",

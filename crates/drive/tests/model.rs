@@ -227,6 +227,13 @@ fn overlapping(regions: &[Region]) -> bool {
     v.windows(2).any(|w| w[0].end() > w[1].offset)
 }
 
+/// Whether block `l` of an object holding `data` is all zeros (the drive
+/// stores it as a hole).
+fn zero_block(data: &[u8], l: u64) -> bool {
+    let start = (l * BS) as usize;
+    data.get(start..data.len().min(start + BS as usize)).is_none_or(|b| b.iter().all(|&x| x == 0))
+}
+
 fn apply(model: &mut Vec<u8>, regions: &[Region], data: &[u8]) {
     let mut pos = 0;
     for r in regions {
@@ -331,11 +338,12 @@ impl Model {
         let (added, newly) = self.added(obj, &t);
         self.quota_ok(p, added - newly.min(obj.slack()))?;
         let mut obj = self.take(p, o);
-        for l in t {
-            let new = self.token();
-            self.remap(&mut obj, l, Some(new));
-        }
         apply(&mut obj.data, regions, data);
+        for l in t {
+            // A block the write leaves all zeros is a hole.
+            let new = (!zero_block(&obj.data, l)).then(|| self.token());
+            self.remap(&mut obj, l, new);
+        }
         self.put(p, o, obj);
         Ok(data.len() as u64)
     }
@@ -357,9 +365,10 @@ impl Model {
             }
         }
         let mut obj = self.take(p, o);
+        obj.data.resize(size as usize, 0);
         if zero_tail {
-            let new = self.token();
-            self.remap(&mut obj, size / BS, Some(new));
+            let new = (!zero_block(&obj.data, size / BS)).then(|| self.token());
+            self.remap(&mut obj, size / BS, new);
         }
         if size < old {
             let dropped: Vec<u64> = obj.blocks.range(first_dropped..).map(|(l, _)| *l).collect();
@@ -367,7 +376,6 @@ impl Model {
                 self.remap(&mut obj, l, None);
             }
         }
-        obj.data.resize(size as usize, 0);
         self.put(p, o, obj);
         Ok(())
     }
@@ -429,7 +437,9 @@ impl Model {
         if let Some(txn) = obj.txn.as_mut() {
             match txn.undo.get(&l) {
                 None => {
-                    txn.undo.insert(l, old);
+                    if old.is_some() || new.is_some() {
+                        txn.undo.insert(l, old);
+                    }
                     return;
                 }
                 Some(None) if new.is_none() => {
@@ -569,6 +579,41 @@ impl Model {
         Ok(expect_read(&self.obj(p, o)?.data, regions))
     }
 
+    /// The stored byte ranges from `offset` on: the blocks the model maps,
+    /// each cut to `[offset, size)`, runs joined, at most `max`; and how far
+    /// the answer goes.
+    fn extents(&self, p: u64, o: u64, offset: u64, max: u16) -> Result<(Vec<Region>, u64), Status> {
+        if max == 0 {
+            return Err(Status::BadArguments);
+        }
+        if is_control(o) {
+            let len = self.control_bytes(p, o)?.len() as u64;
+            let all = if offset < len { vec![rg(offset, len - offset)] } else { vec![] };
+            return Ok((all, len.max(offset)));
+        }
+        let obj = self.obj(p, o)?;
+        let size = obj.data.len() as u64;
+        let stored = |b: u64| obj.blocks.contains_key(&b);
+        let mut out: Vec<Region> = Vec::new();
+        let mut at = offset;
+        while at < size {
+            if !stored(at / BS) {
+                at = (at / BS + 1) * BS;
+                continue;
+            }
+            if out.len() == max as usize {
+                return Ok((out, at));
+            }
+            let mut end = at;
+            while end < size && stored(end / BS) {
+                end = ((end / BS + 1) * BS).min(size);
+            }
+            out.push(rg(at, end - at));
+            at = end;
+        }
+        Ok((out, size.max(offset)))
+    }
+
     fn blocks_required(&self, p: u64, o: u64, regions: &[Region]) -> Result<(u64, u64), Status> {
         if overlapping(regions) {
             return Err(Status::RegionsOverlap);
@@ -676,6 +721,12 @@ enum Op {
         o: u8,
         regions: Vec<Region>,
     },
+    Extents {
+        p: u64,
+        o: u8,
+        offset: u64,
+        max: u16,
+    },
     GetAttr {
         p: u64,
         o: u8,
@@ -760,6 +811,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (part(), o()).prop_map(|(p, o)| Op::FastCopy { p, o }),
         1 => (part(), o()).prop_map(|(p, o)| Op::Remove { p, o }),
         2 => (part(), o(), regions()).prop_map(|(p, o, regions)| Op::BlocksRequired { p, o, regions }),
+        1 => (part(), o(), prop_oneof![0..9 * BS, (0..9u64).prop_map(|b| b * BS)], prop_oneof![1 => Just(0u16), 6 => 1..4u16, 3 => Just(1024u16)])
+            .prop_map(|(p, o, offset, max)| Op::Extents { p, o, offset, max }),
         1 => (part(), o()).prop_map(|(p, o)| Op::GetAttr { p, o }),
         1 => (part(), prop::collection::vec(o(), 0..4)).prop_map(|(p, objects)| Op::Flush { p, objects }),
         1 => part().prop_map(|p| Op::FlushPartition { p }),
@@ -1055,6 +1108,13 @@ async fn run(case: Case) {
                 count(op, &want);
                 assert_eq!(got, want, "{what}");
             }
+            Op::Extents { p, o, offset, max } => {
+                let o = pick(&model, p, o);
+                let got = st(to(c.extents(p, o, offset, max)).await);
+                let want = model.extents(p, o, offset, max);
+                count(op, &want);
+                assert_eq!(got, want, "{what}");
+            }
             Op::GetAttr { p, o } => {
                 let o = pick(&model, p, o);
                 let got = st(to(c.getattr(p, o)).await);
@@ -1236,6 +1296,8 @@ fn drive_matches_model() {
         "Remove ok",
         "Remove READ_ONLY_OBJECT",
         "BlocksRequired ok",
+        "Extents ok",
+        "Extents BAD_ARGUMENTS",
         "GetAttr ok",
         "Flush ok",
         "Flush NO_SUCH_OBJECT",

@@ -125,6 +125,37 @@ impl Managers {
     }
 }
 
+/// Runs `attempt` again while it fails with `METADATA_UNAVAILABLE` (the
+/// manager could not reach its database, and the request changed nothing),
+/// pausing 100 ms doubling to [`crate::METADATA_RETRY_PAUSE_MAX`], for up to
+/// `config.metadata_wait`; tells `config.on_wait` once, with the manager's
+/// message (which names the database).
+pub(crate) async fn wait_out_outage<T, F: std::future::Future<Output = Result<T, FsError>>>(
+    config: &FsConfig,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, FsError> {
+    let deadline = Instant::now() + config.metadata_wait;
+    let mut pause = Duration::from_millis(100);
+    let mut told = false;
+    loop {
+        match attempt().await {
+            Err(FsError::Fs { status: FsStatus::MetadataUnavailable, message }) if Instant::now() < deadline => {
+                if !told {
+                    told = true;
+                    let text = format!("{message}; waiting up to {} s for it", config.metadata_wait.as_secs());
+                    tracing::warn!("{text}");
+                    if let Some(tell) = &config.on_wait {
+                        tell(&text);
+                    }
+                }
+                tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+                pause = (pause * 2).min(crate::METADATA_RETRY_PAUSE_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Whether `req` only reads (resolves names, reads attributes, mints
 /// capabilities): sending it twice does what sending it once does.
 fn repeatable(req: &ManagerRequest) -> bool {
@@ -252,6 +283,9 @@ impl ManagerConn {
             Err(FsError::Fs { status: FsStatus::Busy, message }) => Err(Unreached::Down(FsError::ManagerUnreachable {
                 message: format!("the manager at {addr} takes no session now: {message}"),
             })),
+            // Without its database: another manager may take the session (or the caller waits the
+            // outage out).
+            Err(e @ FsError::Fs { status: FsStatus::MetadataUnavailable, .. }) => Err(Unreached::Down(e)),
             Err(e @ FsError::Fs { .. }) => Err(Unreached::Refused(e)),
             // Gone during the login (a manager stopping or restarting).
             Err(FsError::Io(e)) => Err(Unreached::Down(FsError::ManagerUnreachable {
@@ -456,7 +490,7 @@ impl ManagerPool {
         tls: &TlsConnector,
     ) -> Result<(ManagerPool, Identity), FsError> {
         let managers = Arc::new(Managers::new(config)?);
-        let (conn, identity) = managers.open(config, &cell, tls).await?;
+        let (conn, identity) = wait_out_outage(config, || managers.open(config, &cell, tls)).await?;
         let pool = ManagerPool {
             config: config.clone(),
             identity: cell,
@@ -714,6 +748,11 @@ impl ManagerPool {
     /// while it is still valid), and once more, with the request sent
     /// again, if the manager refuses it as expired (`crate::renew`).
     pub(crate) async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
+        wait_out_outage(&self.config, || self.call_once(req)).await
+    }
+
+    /// [`call`](Self::call) without waiting out a database outage.
+    async fn call_once(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         self.identity.ensure_fresh().await;
         let generation = self.identity.generation();
         match self.call_routed(req).await {

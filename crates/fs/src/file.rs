@@ -37,7 +37,7 @@ use nasd_proto::layout::{Layout, Scheme};
 use nasd_proto::manager::{Entry, Handle, ManagerReply, ManagerRequest, OpenMode, SMALL_IO_MAX};
 use nasd_proto::rights;
 use nasd_stripe::geometry::Geometry;
-use nasd_stripe::{ReadAhead, Report, StripeError, Striper, WriteBehind, WriteOutcome};
+use nasd_stripe::{ReadAhead, Report, Seek, StripeError, Striper, WriteBehind, WriteOutcome};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,7 +65,36 @@ struct Io {
     poisoned_by: Option<FsStatus>,
     /// Components whose failure a read already warned of (once per open).
     warned: BTreeSet<usize>,
+    /// The run of data or hole a read last found ([`Inner::run_at`]):
+    /// forgotten when this file writes or takes new attributes (an open:
+    /// close-to-open), as read-ahead is.
+    run: Option<Run>,
 }
+
+impl Io {
+    /// Forgets what reads cached of the file's bytes: after this file's own
+    /// writes, and when it takes another client's commits.
+    fn forget_cached(&mut self) {
+        self.read_ahead.invalidate();
+        self.run = None;
+    }
+}
+
+/// A run of file bytes that are all data or all hole: `[start, end)`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: u64,
+    end: u64,
+    data: bool,
+}
+
+/// Files at least this long have their holes found before they are read
+/// (`SEEK_DATA`/`SEEK_HOLE` from the drives' extents: a few requests per
+/// run of data or hole) and read as zeros without asking the drives; a
+/// shorter file's holes cost less to read than to find.
+pub const HOLE_SKIP_FILE_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// Zeros handed over at a time for a hole.
+const ZEROS_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// An open regular file. Its methods take `&self` and may be called from
 /// several tasks: they run one at a time, in the order they take the file's
@@ -149,7 +178,20 @@ impl Inner {
         }
         while at < end {
             self.binder.ensure(rights::READ).await?;
-            let n = piece.min(end - at);
+            let mut n = piece.min(end - at);
+            if size >= HOLE_SKIP_FILE_BYTES_MIN {
+                let run = self.run_at(&mut io, at, size).await?;
+                let upto = run.end.min(at + n);
+                if !run.data {
+                    // A hole: zeros, no request to any drive.
+                    write_zeros(dst, upto - at).await?;
+                    at = upto;
+                    io.last_read_end = Some(at);
+                    io.read_ahead.invalidate();
+                    continue;
+                }
+                n = upto - at;
+            }
             let sequential = io.last_read_end == Some(at) || (io.last_read_end.is_none() && at == 0);
             let (got, report) = if sequential {
                 let (bytes, report) = io.read_ahead.read(at, n, size).await.map_err(|e| self.failed("reading", e))?;
@@ -168,6 +210,30 @@ impl Inner {
         }
         dst.flush().await.map_err(FsError::Local)?;
         Ok(at.saturating_sub(offset))
+    }
+
+    /// The run of data or hole holding byte `at` (below `size`): the one
+    /// found last if it holds it, else found now from the drives' extents
+    /// (`SEEK_DATA`, and `SEEK_HOLE` for data). A run is never empty. A hole
+    /// may be reported as data, never data as a hole ([`Striper::seek`]).
+    async fn run_at(&self, io: &mut Io, at: u64, size: u64) -> Result<Run, FsError> {
+        if let Some(r) = io.run.filter(|r| r.start <= at && at < r.end) {
+            return Ok(r);
+        }
+        let (data, report) = self.striper.seek(Seek::Data, at, size).await.map_err(|e| self.failed("reading", e))?;
+        self.note_report(io, &report);
+        let run = match data {
+            Some(d) if d <= at => {
+                let (hole, report) =
+                    self.striper.seek(Seek::Hole, at, size).await.map_err(|e| self.failed("reading", e))?;
+                self.note_report(io, &report);
+                Run { start: at, end: hole.unwrap_or(size).clamp(at + 1, size), data: true }
+            }
+            Some(d) => Run { start: at, end: d.min(size), data: false },
+            None => Run { start: at, end: size, data: false },
+        };
+        io.run = Some(run);
+        Ok(run)
     }
 
     /// Reads `[from, to)` below the small-file threshold from the manager
@@ -193,6 +259,28 @@ impl Inner {
         let mut out = Vec::with_capacity(len.min(self.size().saturating_sub(offset)) as usize);
         self.read_to(offset, len, &mut out).await?;
         Ok(out)
+    }
+
+    /// `SEEK_DATA`/`SEEK_HOLE` from `offset` (see [`File::seek`]).
+    async fn seek(&self, what: Seek, offset: u64) -> Result<Option<u64>, FsError> {
+        let mut io = self.io.lock().await;
+        self.binder.clear_error();
+        // What this file wrote is on the drives first (installed there, if
+        // not yet committed), so their extents show it.
+        self.settle(&mut io).await?;
+        let size = self.size();
+        if offset >= size {
+            return Ok(None);
+        }
+        // Bytes below the small-file threshold live in the manager: data.
+        if offset < self.small && (what == Seek::Data || self.small >= size) {
+            return Ok(Some(if what == Seek::Data { offset } else { size }));
+        }
+        self.binder.ensure(rights::READ).await?;
+        let from = offset.max(self.small);
+        let (found, report) = self.striper.seek(what, from, size).await.map_err(|e| self.failed("seeking", e))?;
+        self.note_report(&mut io, &report);
+        Ok(found)
     }
 
     fn note_report(&self, io: &mut Io, report: &Report) {
@@ -258,9 +346,9 @@ impl Inner {
         // and not committed between the two.
         let crossing = offset < self.small && offset + len > self.small;
         if crossing {
-            self.ready_txn(io, offset + len, false).await?;
+            self.ready_txn(io, len, false).await?;
             // Refused whole, before the head is staged.
-            self.within_escrow(io, offset + len)?;
+            self.within_escrow(io, offset, len)?;
         }
         let (offset, data) = if offset < self.small {
             let below = ((self.small - offset) as usize).min(data.len());
@@ -273,9 +361,8 @@ impl Inner {
             (offset, data)
         };
         let len = data.len() as u64;
-        let end = offset + len;
-        self.ready_txn(io, end, crossing).await?;
-        self.within_escrow(io, end)?;
+        self.ready_txn(io, len, crossing).await?;
+        self.within_escrow(io, offset, len)?;
         let txn = io.txn.as_mut().expect("begun above");
         // Noted before write-behind takes the bytes: if this future is dropped
         // after it took some, they are still reported at COMMIT.
@@ -284,18 +371,19 @@ impl Inner {
         if let Err(e) = txn.behind.write(offset, data).await {
             return Err(self.poison(io, "writing", e).await);
         }
-        io.read_ahead.invalidate();
-        if txn.due() {
+        let due = txn.due();
+        io.forget_cached();
+        if due {
             self.commit(io).await?;
         }
         Ok(())
     }
 
-    /// Makes a write transaction ready for a write ending at `end`: ends
-    /// one that is due (unless `keep`: the head of this write is staged
-    /// under it) or whose quota escrow `end` passes, then begins one if none
-    /// is open.
-    async fn ready_txn(self: &Arc<Self>, io: &mut Io, end: u64, keep: bool) -> Result<(), FsError> {
+    /// Makes a write transaction ready for a write of `len` bytes: ends one
+    /// that is due (unless `keep`: the head of this write is staged under
+    /// it) or whose quota escrow the write could pass (its bytes so far and
+    /// these, were they all new storage), then begins one if none is open.
+    async fn ready_txn(self: &Arc<Self>, io: &mut Io, len: u64, keep: bool) -> Result<(), FsError> {
         self.binder.clear_error();
         self.binder.ensure(rights::WRITE).await?;
         if !keep && io.txn.as_ref().is_some_and(Txn::due) {
@@ -304,7 +392,7 @@ impl Inner {
         if io.txn.is_none() {
             io.txn = Some(self.begin().await?);
         }
-        if !keep && io.txn.as_ref().is_some_and(|t| end > t.size_limit && t.bytes > 0) {
+        if !keep && io.txn.as_ref().is_some_and(|t| t.bytes.saturating_add(len) > t.escrow && t.bytes > 0) {
             // Past this transaction's quota escrow: commit what it wrote, which
             // gives the escrow back, and ask for a fresh one.
             self.commit(io).await?;
@@ -313,14 +401,20 @@ impl Inner {
         Ok(())
     }
 
-    /// Fails with `QuotaExceeded` if a write ending at `end` would take the
-    /// file past what the open transaction's quota escrow allows.
-    fn within_escrow(&self, io: &Io, end: u64) -> Result<(), FsError> {
-        if let Some(limit) = io.txn.as_ref().map(|t| t.size_limit).filter(|&l| end > l && end > self.size()) {
+    /// Fails with `QuotaExceeded` if a write of `len` bytes at `offset` that
+    /// extends the file could store more than the open transaction's quota
+    /// escrow allows (its bytes so far and these). A write inside the file
+    /// may fill holes or overwrite stored bytes: the manager's commit, which
+    /// measures what the file stores, decides that one.
+    fn within_escrow(&self, io: &Io, offset: u64, len: u64) -> Result<(), FsError> {
+        let end = offset.saturating_add(len);
+        let over = |t: &Txn| t.bytes.saturating_add(len) > t.escrow && end > self.size();
+        if let Some(escrow) = io.txn.as_ref().filter(|t| over(t)).map(|t| t.escrow) {
             return Err(FsError::Fs {
                 status: FsStatus::QuotaExceeded,
                 message: format!(
-                    "{}: writing up to byte {end} would pass the quota (the manager allows {limit} bytes now)",
+                    "{}: writing {len} bytes up to byte {end} could pass the quota (the manager allows {escrow} more \
+                     bytes of data now)",
                     self.path
                 ),
             });
@@ -356,7 +450,7 @@ impl Inner {
                 t.note_staged(at);
             }
         }
-        io.read_ahead.invalidate();
+        io.forget_cached();
         Ok(())
     }
 
@@ -399,7 +493,9 @@ impl Inner {
                 return Err(e);
             }
         };
-        let mut txn = Txn::new(id, lease, began, behind, size_limit);
+        // The size it may reach is the file's size at BEGIN_WRITE plus the escrow.
+        let escrow = if size_limit == u64::MAX { u64::MAX } else { size_limit.saturating_sub(self.binder.attr().size) };
+        let mut txn = Txn::new(id, lease, began, behind, escrow);
         txn.timer = Some(self.arm(id, began + lease / TXN_LEASE_FRACTION));
         Ok(txn)
     }
@@ -470,7 +566,7 @@ impl Inner {
         if !txn.writable() {
             // Dropping it discards what is buffered and aborts what is in flight.
             drop(txn);
-            io.read_ahead.invalidate();
+            io.forget_cached();
             let message = format!(
                 "{}: the writes since the last flush were rolled back: their write transaction's lease \
                  ran out before they could be flushed; write them again",
@@ -569,7 +665,7 @@ impl Inner {
         // since: then the new size rules.
         self.written_end.fetch_min(attr.size, Ordering::Relaxed);
         self.binder.set_attr(attr);
-        io.read_ahead.invalidate();
+        io.forget_cached();
         io.last_read_end = None;
         true
     }
@@ -594,7 +690,7 @@ impl Inner {
     /// leaves the drive as it found it. If the manager cannot be told, it
     /// rolls the transaction back when its lease runs out.
     async fn give_up(&self, io: &mut Io) {
-        io.read_ahead.invalidate();
+        io.forget_cached();
         let Some(txn) = io.txn.take() else { return };
         let id = txn.id;
         drop(txn);
@@ -700,6 +796,7 @@ impl File {
                     poisoned: None,
                     poisoned_by: None,
                     warned: BTreeSet::new(),
+                    run: None,
                 }),
             }),
         })
@@ -789,6 +886,24 @@ impl File {
         self.inner.read_at(offset, len).await
     }
 
+    /// `SEEK_DATA` ([`Seek::Data`]): the first offset at or after `offset`
+    /// where the file may hold data; `SEEK_HOLE` ([`Seek::Hole`]): the first
+    /// offset at or after `offset` in a hole, the file's size if none comes
+    /// before. `None` when `offset` is at or past the size, or (data) when
+    /// only holes follow it. From the drives' stored extents (`EXTENTS`),
+    /// after this file's own writes reached them; no data is read. A hole
+    /// may be reported as data (bytes below the small-file threshold, a
+    /// component that cannot answer), never data as a hole.
+    ///
+    /// # Errors
+    /// As [`read_to`](Self::read_to) (an earlier write's failure included).
+    ///
+    /// # Cancel safety
+    /// Dropping the future aborts its drive requests; nothing changes.
+    pub async fn seek(&self, what: Seek, offset: u64) -> Result<Option<u64>, FsError> {
+        self.inner.seek(what, offset).await
+    }
+
     /// Writes `data` at `offset`. The bytes are accepted into write-behind and
     /// written in the background; [`flush`](Self::flush) makes them durable
     /// and visible to others.
@@ -853,6 +968,18 @@ impl File {
     pub async fn close(self) -> Result<FileAttr, FsError> {
         self.inner.close().await
     }
+}
+
+/// Hands `len` zeros to `dst`.
+async fn write_zeros(dst: &mut (impl AsyncWrite + Unpin), len: u64) -> Result<(), FsError> {
+    let zeros = vec![0u8; (len as usize).min(ZEROS_CHUNK_BYTES)];
+    let mut left = len;
+    while left > 0 {
+        let n = (left as usize).min(zeros.len());
+        dst.write_all(&zeros[..n]).await.map_err(FsError::Local)?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// The error a poisoned file answers writes with: `ABORTED`, or the want of

@@ -43,7 +43,7 @@ pub use conn::{
     connector, ChangeBatch, Identity, RoutingStats, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
     MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
 };
-pub use file::File;
+pub use file::{File, HOLE_SKIP_FILE_BYTES_MIN};
 pub use nasd_proto::acl::{
     AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
 };
@@ -54,7 +54,7 @@ pub use nasd_proto::manager::{
     QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
 };
 pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
-pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, StripeError};
+pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, Seek, StripeError};
 pub use renew::{renew_margin, IdentitySource, RENEW_MARGIN_DIVISOR, RENEW_MARGIN_MAX, RENEW_RETRY_PAUSE};
 pub use txn::{TXN_BYTES_MAX, TXN_LEASE_FRACTION};
 pub use wait::{
@@ -239,7 +239,22 @@ pub struct FsConfig {
     /// drives alike (see [`IdentitySource`]). `None`: the identity is never
     /// renewed, and the client's requests are refused once it expires.
     pub identity_source: Option<Arc<dyn IdentitySource>>,
+    /// How long a request waits out an outage of the manager's metadata
+    /// database (`METADATA_UNAVAILABLE`: the request changed nothing), sent
+    /// again with back-off until it is served or this long has passed
+    /// ([`METADATA_WAIT_DEFAULT`]; zero: not at all).
+    pub metadata_wait: Duration,
+    /// Told once per wait, with the manager's message naming the database,
+    /// when a request starts to wait out an outage (the CLI prints it).
+    pub on_wait: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
+
+/// The default [`FsConfig::metadata_wait`]: an outage a database fails over
+/// or restarts in is waited out.
+pub const METADATA_WAIT_DEFAULT: Duration = Duration::from_secs(60);
+/// The longest of the pauses between the tries while the metadata database
+/// is unreachable (they start at 100 ms and double).
+pub const METADATA_RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for FsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -255,6 +270,7 @@ impl std::fmt::Debug for FsConfig {
             .field("reply_timeout", &self.reply_timeout)
             .field("identity", &self.identity.as_ref().map(|(credential, _)| credential))
             .field("identity_source", &self.identity_source.is_some())
+            .field("metadata_wait", &self.metadata_wait)
             .finish()
     }
 }
@@ -273,6 +289,8 @@ impl Default for FsConfig {
             reply_timeout: WAIT_MAX,
             identity: None,
             identity_source: None,
+            metadata_wait: METADATA_WAIT_DEFAULT,
+            on_wait: None,
         }
     }
 }

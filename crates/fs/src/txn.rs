@@ -90,9 +90,10 @@ pub(crate) struct Txn {
     pub(crate) behind: WriteBehind,
     /// The task that commits it a quarter into its lease.
     pub(crate) timer: Option<Timer>,
-    /// The size its writes may make the file: the size when it began plus
-    /// the quota escrow the manager reserved for it (`u64::MAX`: no quota).
-    pub(crate) size_limit: u64,
+    /// The quota escrow the manager reserved for it: the bytes its commit may
+    /// add to what the file's data takes (`u64::MAX`: no quota). Quotas
+    /// count stored bytes, not the size: a hole costs nothing.
+    pub(crate) escrow: u64,
     /// Whether small-file bytes were staged under it (`WRITE_SMALL` with
     /// its id): readers, this file's too, see them once it is committed.
     pub(crate) staged: bool,
@@ -122,9 +123,9 @@ impl Drop for Timer {
 }
 
 impl Txn {
-    pub(crate) fn new(id: u64, lease: Duration, began: Instant, behind: WriteBehind, size_limit: u64) -> Txn {
+    pub(crate) fn new(id: u64, lease: Duration, began: Instant, behind: WriteBehind, escrow: u64) -> Txn {
         Txn {
-            size_limit,
+            escrow,
             id,
             lease,
             began,

@@ -1,7 +1,8 @@
 //! Quotas end to end over real daemons on loopback: a directory's tree and a
-//! user's files limited in bytes and inodes, writes past them refused with
-//! EDQUOT (never a silently short file), the escrow a writer holds, and no
-//! rename across a quota's boundary.
+//! user's files limited in bytes (what their data takes: holes cost nothing)
+//! and inodes, writes past them refused with EDQUOT (never a silently short
+//! file), the escrow a writer holds, and no rename across a quota's
+//! boundary.
 
 mod common;
 
@@ -43,9 +44,11 @@ fn quotas_limit_trees_and_users() {
         to(f.close()).await.unwrap();
         let q = to(alice.quota(proj_a)).await.unwrap();
         assert_eq!((q.bytes_used, q.escrow), (4 * MIB as u64, 0), "given back at the commit");
-        // Truncating up past the quota is refused too.
-        let e = to(alice.truncate("/proj/a", 3 * MIB as u64)).await.unwrap_err();
-        assert_eq!(e.status(), Some(FsStatus::QuotaExceeded));
+        // Quotas count what the data takes: truncating up past the quota adds
+        // a hole, which costs nothing (it used to be refused).
+        to(alice.truncate("/proj/a", 3 * MIB as u64)).await.unwrap();
+        assert_eq!(to(alice.stat("/proj/a")).await.unwrap().attr.size, 3 * MIB as u64);
+        assert_eq!(to(alice.quota(proj_a)).await.unwrap().bytes_used, 4 * MIB as u64);
         // No rename or link across the quota's boundary: EXDEV.
         to(admin.mkdir("/other", 0o777)).await.unwrap();
         let e = to(alice.rename("/proj/a", "/other/a")).await.unwrap_err();

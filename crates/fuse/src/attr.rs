@@ -46,7 +46,8 @@ pub(crate) fn to_kernel(attr: &FileAttr) -> fuser::FileAttr {
     fuser::FileAttr {
         ino: INodeNo(attr.ino),
         size: attr.size,
-        blocks: attr.size.div_ceil(512),
+        // What the data takes (holes cost nothing), as the manager measured it.
+        blocks: attr.allocated.div_ceil(512),
         atime: time(attr.atime_ns),
         mtime: time(attr.mtime_ns),
         ctime: time(attr.ctime_ns),

@@ -9,9 +9,10 @@ use crate::{MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, NAME_REQUESTS_IN_
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
     Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
-use nasd_fs::{FileKind, FsClient, FsStatus, Identity, Ino, ManagerWait, SetAttr, XattrMode};
+use nasd_fs::{FileKind, FsClient, FsStatus, Identity, Ino, ManagerWait, Seek, SetAttr, XattrMode};
 use nasd_vfs::{Vfs, VfsError};
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
@@ -319,6 +320,23 @@ impl State {
         self.vfs.write(fh, offset, &data).await.map_err(|e| vfs_errno(&e))
     }
 
+    /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` (the kernel does the other
+    /// kinds itself): from the drives' stored extents, after this file's own
+    /// writes reached them. `ENXIO` at or past the end, or when no data
+    /// follows (POSIX).
+    async fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64, Errno> {
+        let what = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return Err(Errno::EINVAL),
+        };
+        let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+        match self.vfs.seek(fh, what, offset).await.map_err(|e| vfs_errno(&e))? {
+            Some(at) => i64::try_from(at).map_err(|_| Errno::EOVERFLOW),
+            None => Err(Errno::ENXIO),
+        }
+    }
+
     /// `close` of a descriptor open for writing, and `fsync`: commits the
     /// file's writes (close-to-open: another mount's next open sees them).
     async fn commit(&self, fh: u64) -> Result<(), Errno> {
@@ -468,6 +486,7 @@ fn blank(ino: Ino, kind: FileKind) -> nasd_fs::FileAttr {
         mtime_ns: 0,
         ctime_ns: 0,
         rdev: 0,
+        allocated: 0,
     }
 }
 
@@ -808,6 +827,15 @@ impl Filesystem for NasdFs {
         self.spawn(req.pid(), move |s| async move {
             match s.write(fh.0, offset, data).await {
                 Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    fn lseek(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.spawn(req.pid(), move |s| async move {
+            match s.lseek(fh.0, offset, whence).await {
+                Ok(at) => reply.offset(at),
                 Err(e) => reply.error(e),
             }
         });

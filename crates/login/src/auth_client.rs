@@ -96,13 +96,19 @@ impl std::fmt::Debug for IdentityGrant {
 pub fn connector(ca_pem: &Path) -> Result<TlsConnector, AuthError> {
     let pem = std::fs::read(ca_pem)
         .map_err(|e| AuthError::Setup(format!("cannot read the cluster CA certificate {}: {e}", ca_pem.display())))?;
+    connector_from_pem(&pem, &ca_pem.display().to_string())
+}
+
+/// A TLS connector that trusts only the certificates in `pem` (named
+/// `what` in errors).
+pub fn connector_from_pem(pem: &[u8], what: &str) -> Result<TlsConnector, AuthError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &pem[..]) {
-        let cert = cert.map_err(|e| AuthError::Setup(format!("{} is not a PEM certificate: {e}", ca_pem.display())))?;
-        roots.add(cert).map_err(|e| AuthError::Setup(format!("{}: {e}", ca_pem.display())))?;
+        let cert = cert.map_err(|e| AuthError::Setup(format!("{what} is not a PEM certificate: {e}")))?;
+        roots.add(cert).map_err(|e| AuthError::Setup(format!("{what}: {e}")))?;
     }
     if roots.is_empty() {
-        return Err(AuthError::Setup(format!("{} holds no certificate", ca_pem.display())));
+        return Err(AuthError::Setup(format!("{what} holds no certificate")));
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])

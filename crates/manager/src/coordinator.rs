@@ -11,9 +11,10 @@ use crate::service::Session;
 use crate::{Failure, Manager};
 use nasd_meta::{Inode, Intent, IntentState, StaleRange};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
+use nasd_proto::layout::ComponentState;
 use nasd_proto::manager::{ManagerReply, DIRTY_RANGES_MAX};
 use nasd_proto::Status;
-use nasd_stripe::geometry::Geometry;
+use nasd_stripe::geometry::{Geometry, Role};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -317,9 +318,11 @@ impl Manager {
             }
             stale.extend(component_ranges(&g, idx, &dirty).into_iter().map(|r| (idx, r)));
         }
+        // What the file's data takes now (quotas count it, not the size).
+        let stored = self.stored_bytes(&inode, inode.attr.size.max(written_end)).await;
         let c = s.caller.clone();
         let now = now_ns();
-        let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, &stale, now)).await;
+        let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, stored, &stale, now)).await;
         let inode = match committed {
             Err(f) if f.status == FsStatus::QuotaExceeded => {
                 // Past the escrow it was given: nothing of it may become the file's.
@@ -337,6 +340,41 @@ impl Manager {
         self.meta(move |ns| ns.finish_intent(txn)).await?;
         self.end_in_background(&inode, txn, true);
         Ok(inode)
+    }
+
+    /// The bytes `inode`'s data components store now, for a file of `size`
+    /// bytes ([`nasd_meta::Inode::data_bytes`]): per data column, what its
+    /// first Ok copy whose drive answers `GETATTR` holds (`blocks_allocated`
+    /// blocks), all components asked at once. A column no copy answers for
+    /// counts as dense, its bytes under `size`: an overestimate, never less.
+    /// Parity is not counted (a quota counts a file's data, as its size did).
+    pub(crate) async fn stored_bytes(&self, inode: &Inode, size: u64) -> u64 {
+        let Some(g) = inode.layout.and_then(|l| Geometry::new(l).ok()) else { return 0 };
+        let asks = (0..g.components().min(inode.components.len()))
+            .filter(|&c| matches!(g.role(c), Role::Data { .. }))
+            .map(|c| async move { (c, self.component_stored(inode, c).await) });
+        let answers: Vec<(usize, Option<u64>)> = futures::future::join_all(asks).await;
+        let answered = |c: usize| answers.iter().find(|(x, _)| *x == c).and_then(|(_, v)| *v);
+        (0..g.data_columns())
+            .map(|column| {
+                (0..g.copies())
+                    .find_map(|copy| answered(g.data_component(column, copy)))
+                    .unwrap_or_else(|| g.component_len(size, g.data_component(column, 0)))
+            })
+            .sum()
+    }
+
+    /// What component `c` of `inode` stores, if it is Ok and its drive says.
+    async fn component_stored(&self, inode: &Inode, c: usize) -> Option<u64> {
+        let component = inode.components.get(c).filter(|x| x.state == ComponentState::Ok)?;
+        let d = self.drive(component.object.drive).ok().filter(|d| self.is_up(d.drive))?;
+        match d.getattr(component.object.object).await {
+            Ok(a) => Some(a.blocks_allocated.saturating_mul(u64::from(a.block_size))),
+            Err(e) => {
+                tracing::debug!(drive = d.drive, object = component.object.object, error = %e, "not measured");
+                None
+            }
+        }
     }
 
     /// Ends `txn` on every component's drive in the background (after a

@@ -10,29 +10,170 @@
 //! and retires every other id up to the highest (`RETIRE_IDENTITY_KEY`).
 //! It runs at each maintenance pass and on an administrator's
 //! `SYNC_IDENTITY_KEYS`, which returns only once every drive has answered.
+//!
+//! The link is the database's (setting [`AUTH_LINK_SETTING`], sealed under
+//! `manager.key`): a manager configured with one records it, and a manager
+//! started without one on a database that holds one takes it as its own
+//! ([`settle_link`]), so once one manager of a database is linked every
+//! manager of it refuses passwords. Several authentication servers are
+//! tried in order ([`AuthLink::addrs`]); the connection stays with the one
+//! that answered.
 
 use crate::{Failure, Manager};
 use nasd_crypto::{ct_eq, identity_key, identity_login_proof, Key};
-use nasd_login::auth_client::{connector, AuthClient, AuthError};
+use nasd_login::auth_client::{connector_from_pem, AuthClient, AuthError};
 use nasd_proto::auth::AuthUser;
 use nasd_proto::fs::FsStatus;
 use nasd_proto::IdentityData;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::{Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Where the manager's authentication server is, and how it logs in there.
-#[derive(Debug, Clone)]
+/// Where the manager's authentication servers are, and how it logs in there.
+#[derive(Clone, PartialEq, Eq)]
 pub struct AuthLink {
-    /// `host:port`.
-    pub addr: String,
-    /// The name its TLS certificate carries.
+    /// `host:port` of each, tried in this order (1..=[`AUTH_SERVERS_MAX`]).
+    pub addrs: Vec<String>,
+    /// The name their TLS certificates carry.
     pub server_name: String,
-    /// The CA certificate that signed it.
-    pub ca_cert: PathBuf,
-    /// The service token both were given.
+    /// The CA certificate(s), PEM, that signed theirs (at most [`AUTH_CA_PEM_MAX`] bytes).
+    pub ca_pem: Vec<u8>,
+    /// The service token they were given.
     pub token: Key,
+}
+
+impl std::fmt::Debug for AuthLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthLink")
+            .field("addrs", &self.addrs)
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Most authentication servers one link names.
+pub const AUTH_SERVERS_MAX: usize = 16;
+/// Largest CA certificate file a link carries, in bytes.
+pub const AUTH_CA_PEM_MAX: usize = 16 * 1024;
+/// The metadata setting that holds the link, sealed under `manager.key`.
+pub const AUTH_LINK_SETTING: &str = "auth_link";
+/// What the sealed link is bound to.
+const AUTH_LINK_CONTEXT: &[u8] = b"nasd manager auth link v1";
+/// Version byte of the link's encoding.
+const AUTH_LINK_VERSION: u8 = 1;
+
+impl AuthLink {
+    /// A link to the servers `addrs` (tried in order), whose certificates
+    /// carry `server_name` and were signed by the CA in the PEM file `ca_cert`.
+    ///
+    /// # Errors
+    /// No address, more than [`AUTH_SERVERS_MAX`], an address over
+    /// `MANAGER_ADDR_MAX` bytes, or a CA file that cannot be read or is over
+    /// [`AUTH_CA_PEM_MAX`].
+    pub fn new(addrs: Vec<String>, server_name: String, ca_cert: &std::path::Path, token: Key) -> anyhow::Result<Self> {
+        let ca_pem = std::fs::read(ca_cert)
+            .map_err(|e| anyhow::anyhow!("cannot read the authentication server's CA {}: {e}", ca_cert.display()))?;
+        let link = AuthLink { addrs, server_name, ca_pem, token };
+        link.check()?;
+        Ok(link)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (1..=AUTH_SERVERS_MAX).contains(&self.addrs.len()),
+            "an authentication link names 1 to {AUTH_SERVERS_MAX} servers"
+        );
+        let max = nasd_proto::routing::MANAGER_ADDR_MAX;
+        anyhow::ensure!(
+            self.addrs.iter().chain([&self.server_name]).all(|a| !a.is_empty() && a.len() <= max),
+            "authentication server addresses and names are 1 to {max} bytes"
+        );
+        anyhow::ensure!(
+            !self.ca_pem.is_empty() && self.ca_pem.len() <= AUTH_CA_PEM_MAX,
+            "the authentication server's CA certificate is empty or over {AUTH_CA_PEM_MAX} bytes"
+        );
+        Ok(())
+    }
+
+    /// The addresses, for messages: `a, b`.
+    pub fn servers(&self) -> String {
+        self.addrs.join(", ")
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut w = nasd_proto::codec::Writer::with_capacity(64 + self.ca_pem.len());
+        w.u8(AUTH_LINK_VERSION).u16(self.addrs.len() as u16);
+        for a in &self.addrs {
+            w.str(a);
+        }
+        w.str(&self.server_name).bytes(&self.ca_pem).raw(self.token.expose());
+        w.into_vec()
+    }
+
+    fn decode(bytes: &[u8]) -> anyhow::Result<Self> {
+        let max = nasd_proto::routing::MANAGER_ADDR_MAX;
+        let mut r = nasd_proto::codec::Reader::new(bytes);
+        let version = r.u8()?;
+        anyhow::ensure!(version == AUTH_LINK_VERSION, "authentication link version {version} is unknown");
+        let n = r.count(AUTH_SERVERS_MAX, "addrs")?;
+        let addrs = (0..n).map(|_| r.str(max, "addr")).collect::<Result<Vec<_>, _>>()?;
+        let server_name = r.str(max, "server_name")?;
+        let ca_pem = r.bytes(AUTH_CA_PEM_MAX, "ca_pem")?.to_vec();
+        let token = Key::from_bytes(r.array()?);
+        r.finish()?;
+        let link = AuthLink { addrs, server_name, ca_pem, token };
+        link.check()?;
+        Ok(link)
+    }
+}
+
+/// The manager's link as the database and its configuration settle it:
+/// `configured` is recorded in `ns` (sealed under `kek`) and returned; with
+/// none configured, the one recorded by a manager before, if any.
+///
+/// # Errors
+/// The recorded link does not open under `kek` (another file system's key?)
+/// or does not decode; the database fails.
+pub fn settle_link(
+    ns: &nasd_meta::Namespace<nasd_meta::Store>,
+    kek: &Key,
+    configured: Option<AuthLink>,
+) -> anyhow::Result<Option<AuthLink>> {
+    let stored = ns
+        .setting(AUTH_LINK_SETTING)
+        .map_err(|s| anyhow::anyhow!("cannot read the authentication link from the metadata: {}", s.describe()))?;
+    let recorded = match &stored {
+        None => None,
+        Some(sealed) => {
+            let plain = nasd_crypto::open(kek, AUTH_LINK_CONTEXT, sealed).map_err(|_| {
+                anyhow::anyhow!(
+                    "the authentication link in the metadata does not open with {}: wrong key file for this database?",
+                    crate::KEK_FILE
+                )
+            })?;
+            Some(
+                AuthLink::decode(&plain)
+                    .map_err(|e| anyhow::anyhow!("the authentication link in the metadata: {e}"))?,
+            )
+        }
+    };
+    match configured {
+        None => {
+            if let Some(link) = &recorded {
+                tracing::info!(servers = %link.servers(), "linked to the authentication server the metadata database names");
+            }
+            Ok(recorded)
+        }
+        Some(link) => {
+            if recorded.as_ref() != Some(&link) {
+                let sealed = nasd_crypto::seal(kek, AUTH_LINK_CONTEXT, &link.encode());
+                ns.set_setting(AUTH_LINK_SETTING, &sealed).map_err(|s| {
+                    anyhow::anyhow!("cannot record the authentication link in the metadata: {}", s.describe())
+                })?;
+            }
+            Ok(Some(link))
+        }
+    }
 }
 
 /// What the manager knows of the shared keys, and of each drive's.
@@ -66,6 +207,24 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// A service login at the first of `link`'s servers that answers; a
+/// refusal (a wrong token) ends it at once.
+async fn service_login(link: &AuthLink) -> Result<AuthClient, AuthError> {
+    let tls = connector_from_pem(&link.ca_pem, "the authentication server's CA")?;
+    let mut last = None;
+    for addr in &link.addrs {
+        match AuthClient::service_login(addr, &link.server_name, &tls, &link.token).await {
+            Ok(c) => return Ok(c),
+            Err(e @ AuthError::Refused { .. }) => return Err(e),
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "authentication server unreachable; trying the next");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.expect("a link names at least one server"))
+}
+
 fn auth_failure(e: AuthError) -> Failure {
     match e {
         AuthError::Refused { status, message } => Failure::new(status, format!("authentication server: {message}")),
@@ -76,7 +235,11 @@ fn auth_failure(e: AuthError) -> Failure {
 impl Manager {
     fn auth_link(&self) -> Result<&AuthLink, Failure> {
         self.config.auth.as_ref().ok_or_else(|| {
-            Failure::new(FsStatus::BadRequest, "this manager has no authentication server ([manager] auth_addr)")
+            Failure::new(
+                FsStatus::BadRequest,
+                "this manager has no authentication server ([manager] auth, or a link another manager of its \
+                 database recorded)",
+            )
         })
     }
 
@@ -91,12 +254,7 @@ impl Manager {
         let mut slot = self.identity.conn.lock().await;
         for attempt in 0..2 {
             if slot.is_none() {
-                let tls = connector(&link.ca_cert).map_err(auth_failure)?;
-                *slot = Some(
-                    AuthClient::service_login(&link.addr, &link.server_name, &tls, &link.token)
-                        .await
-                        .map_err(auth_failure)?,
-                );
+                *slot = Some(service_login(link).await.map_err(auth_failure)?);
             }
             let c = slot.as_mut().expect("connected above");
             match f(c).await {

@@ -271,6 +271,12 @@ impl ManagerConfig {
     }
 }
 
+tokio::task_local! {
+    /// Whether the request this task serves has committed a metadata
+    /// transaction yet ([`Manager::meta`]); set per request by the server.
+    pub(crate) static REQUEST_WROTE: std::cell::Cell<bool>;
+}
+
 /// Why a request failed: a status and a message for the user (never a key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -374,6 +380,10 @@ pub struct Manager {
     undecided: std::sync::Mutex<std::collections::HashMap<nasd_proto::fs::Ino, u64>>,
     /// The routing table this manager holds ([`routing`]).
     routing: routing::RoutingState,
+    /// Password logins refused at a linked manager (one log line per interval).
+    refused_password_logins: nasd_meta::LogLimit,
+    /// What names the metadata database in messages (never a password).
+    metadata_target: String,
 }
 
 impl std::fmt::Debug for Manager {
@@ -392,12 +402,14 @@ impl Manager {
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
         let id = shared::manager_id(dir)?;
         let location = config.metadata(dir);
+        let metadata_target = location.to_string();
         let backend = location.open().map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
         let ns = Namespace::new(backend, config.default_layout)
             .and_then(|ns| ns.with_small_file_threshold(config.small_file_threshold))
             .map(|ns| ns.with_capabilities(config.auth_scheme.capabilities()))
             .map_err(|e| anyhow::anyhow!("cannot open the name space: {e}"))?;
         let handles = handles::load_handle_key(&ns, &kek)?;
+        let config = ManagerConfig { auth: identity::settle_link(&ns, &kek, config.auth)?, ..config };
         let map_epoch = ns.map_epoch().map_err(|e| anyhow::anyhow!("cannot read the cluster map epoch: {e}"))?;
         let users_epoch =
             ns.counter(shared::USERS_EPOCH_SETTING).map_err(|e| anyhow::anyhow!("cannot read the users epoch: {e}"))?;
@@ -433,6 +445,8 @@ impl Manager {
             rollbacks: Default::default(),
             undecided: Default::default(),
             routing: Default::default(),
+            refused_password_logins: nasd_meta::LogLimit::new(),
+            metadata_target,
         };
         manager.ns.set_site_policy(manager.config.routing, manager.config.redirect_probability.unwrap_or(1.0));
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
@@ -557,13 +571,28 @@ impl Manager {
     }
 
     /// Runs `f` on the name space off the async threads (the metadata calls block).
+    ///
+    /// An outage of the database is `METADATA_UNAVAILABLE` naming it — as
+    /// long as the request (the task running it, [`REQUEST_WROTE`]) has
+    /// committed nothing yet: a request that has is `INTERNAL`, "may be
+    /// partly done", so no client sends it again blindly.
     async fn meta<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Namespace<Store>) -> Result<R, FsStatus> + Send + 'static,
     ) -> Result<R, Failure> {
         let ns = self.ns.clone();
-        match tokio::task::spawn_blocking(move || f(&ns)).await {
-            Ok(r) => r.map_err(Failure::from),
+        let run = move || {
+            let before = nasd_meta::commits_on_this_thread();
+            let r = f(&ns);
+            (r, nasd_meta::commits_on_this_thread() != before)
+        };
+        match tokio::task::spawn_blocking(run).await {
+            Ok((r, wrote)) => {
+                if wrote {
+                    let _ = REQUEST_WROTE.try_with(|w| w.set(true));
+                }
+                r.map_err(|status| self.failure(status))
+            }
             // A panic in the metadata is a broken invariant: fail-stop (STYLE.md).
             // The interrupted transaction was not committed; a restart recovers.
             Err(e) if e.is_panic() => {
@@ -573,6 +602,27 @@ impl Manager {
             }
             Err(e) => Err(Failure::new(FsStatus::Internal, format!("metadata task failed: {e}"))),
         }
+    }
+
+    /// The failure of a metadata call that returned `status`.
+    fn failure(&self, status: FsStatus) -> Failure {
+        if status != FsStatus::MetadataUnavailable {
+            return Failure::from(status);
+        }
+        if REQUEST_WROTE.try_with(std::cell::Cell::get).unwrap_or(false) {
+            return Failure::new(
+                FsStatus::Internal,
+                format!(
+                    "the metadata database {} went away part-way through this request: it may be partly done; \
+                     look before doing it again",
+                    self.metadata_target
+                ),
+            );
+        }
+        Failure::new(
+            FsStatus::MetadataUnavailable,
+            format!("the metadata database {} cannot be reached; nothing was changed", self.metadata_target),
+        )
     }
 
     /// Runs one argon2 hash or verification on a worker of the argon2 pool

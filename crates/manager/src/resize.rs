@@ -40,6 +40,8 @@ impl Manager {
             let missed = self.resize_components(&inode, size).await?;
             let range = missed_range(&geometry_of(&inode)?, inode.attr.size, size);
             let missed: Vec<(usize, StaleRange)> = missed.into_iter().map(|idx| (idx, range)).collect();
+            // What the components store after the change (quotas count it).
+            let set = SetAttrs { data_bytes: Some(self.stored_bytes(&inode, size).await), ..set };
             let c = s.caller.clone();
             self.meta(move |ns| ns.setattr_committing(&c, ino, &set, txn, &missed)).await
         };

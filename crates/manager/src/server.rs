@@ -13,6 +13,7 @@ use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
 };
+use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,7 +208,7 @@ impl Manager {
             };
             if let ManagerRequest::GetRouting = req {
                 // It changes the session (the version it routes by): in order too.
-                let done = self.get_routing(&mut session).await;
+                let done = crate::REQUEST_WROTE.scope(Cell::new(false), self.get_routing(&mut session)).await;
                 let reply = answer(&session, id, "get-routing", done);
                 if replies.send(reply).await.is_err() {
                     break Ok(());
@@ -219,7 +220,9 @@ impl Manager {
             let (me, snapshot, replies) = (self.clone(), session.clone(), replies.clone());
             tokio::spawn(async move {
                 let op = req.name();
-                let reply = answer(&snapshot, id, op, me.handle(&snapshot, req).await);
+                // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
+                let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;
+                let reply = answer(&snapshot, id, op, done);
                 let _ = replies.send(reply).await;
                 drop(permit);
             });
@@ -247,8 +250,10 @@ impl Manager {
                 // password here would be a second, weaker way in (see docs/SECURITY.md). Refused
                 // at once, before any hash is computed: nothing is checked, so nothing to pace.
                 Ok((id, ManagerRequest::Login { user, .. })) if self.config().auth.is_some() => {
-                    tracing::warn!(user, "password login refused: this manager takes identities only");
-                    (id, Err(password_login_refused()))
+                    self.refused_password_logins.log(|suppressed| {
+                        tracing::warn!(user, suppressed, "password login refused: this manager takes identities only")
+                    });
+                    (id, Err(password_login_refused(self.config().auth.as_ref())))
                 }
                 Ok((id, ManagerRequest::Login { version, user, password })) => {
                     (id, self.paced_login(host, self.check_login(version, &user, &password)).await)
@@ -327,6 +332,8 @@ impl Manager {
             Ok(s) => {
                 tracing::info!(user = %s.user, uid = credential.user, role = credential.role, "logged in by identity")
             }
+            // An outage is logged by the metadata backend, at a bounded rate.
+            Err(f) if f.status == FsStatus::MetadataUnavailable => {}
             Err(f) => tracing::warn!(uid = credential.user, status = ?f.status, "failed identity login"),
         }
         s
@@ -342,6 +349,7 @@ impl Manager {
         let s = self.open_session(user, password).await;
         match &s {
             Ok(_) => tracing::info!(user, "logged in"),
+            Err(f) if f.status == FsStatus::MetadataUnavailable => {}
             Err(_) => tracing::warn!(user, "failed login"),
         }
         s
@@ -349,12 +357,15 @@ impl Manager {
 }
 
 /// The refusal of a password `LOGIN` at a manager linked to an
-/// authentication server.
-pub(crate) fn password_login_refused() -> Failure {
+/// authentication server: it names the servers, as the database records them.
+pub(crate) fn password_login_refused(link: Option<&crate::identity::AuthLink>) -> Failure {
+    let servers = link.map_or_else(String::new, |l| format!(" ({})", l.servers()));
     Failure::new(
         FsStatus::BadCredentials,
-        "this manager takes no passwords: it is linked to an authentication server, so log in there \
-         (`nasd auth login`, or set auth = \"HOST:PORT\" in [client]) and use the identity key it gives \
-         (LOGIN_IDENTITY)",
+        format!(
+            "this manager takes no passwords: its metadata database is linked to an authentication server{servers}, \
+             so log in there (`nasd auth login`, or set auth = \"HOST:PORT\" in [client]) and use the identity key \
+             it gives (LOGIN_IDENTITY)"
+        ),
     )
 }

@@ -296,7 +296,7 @@ impl Manager {
     /// only, `LOGIN_IDENTITY`).
     pub async fn open_session(&self, user: &str, password: &str) -> Result<Session, Failure> {
         if self.config.auth.is_some() {
-            return Err(crate::server::password_login_refused());
+            return Err(crate::server::password_login_refused(self.config.auth.as_ref()));
         }
         // Read before the user: a change after the read moves the epoch past it.
         let epoch = self.users_epoch();
@@ -566,6 +566,7 @@ impl Manager {
                     atime_ns: pick(set_mask::ATIME).then_some(atime_ns),
                     mtime_ns: pick(set_mask::MTIME).then_some(mtime_ns),
                     open_writer: pick(set_mask::OPEN_WRITER),
+                    data_bytes: None,
                 };
                 self.setattr(s, handle.ino, set).await
             }
@@ -1201,7 +1202,8 @@ impl Manager {
         let d: std::sync::Arc<DriveHandle> = self.drive(o.drive)?;
         let attrs = d.getattr(o.object).await.map_err(|e| drive_unavailable(o.drive, e))?;
         let (size, mtime) = (attrs.logical_size, attrs.data_modify_time as i64);
-        let inode = self.meta(move |ns| ns.record_size(ino, size, mtime)).await?;
+        let stored = attrs.blocks_allocated.saturating_mul(u64::from(attrs.block_size));
+        let inode = self.meta(move |ns| ns.record_size(ino, size, stored, mtime)).await?;
         self.entry(s, inode, OpenMode::None).await
     }
 

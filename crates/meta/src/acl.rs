@@ -261,7 +261,7 @@ impl<B: Backend> Namespace<B> {
             if self.revokes_capabilities {
                 fx.revoke = revoke(t, &mut n)?;
             }
-            crate::quotas::put(t, &n)?;
+            crate::quotas::put(t, &mut n)?;
             collection_changed(t, ino, (&old_shared, &new_shared), self.revokes_capabilities, &mut fx)?;
             let now = info(&n, entries.clone());
             Ok((n, now, fx))

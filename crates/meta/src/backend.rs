@@ -65,7 +65,8 @@ pub trait Txn {
     fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus>;
     /// Whether a directory has no entries.
     fn dir_is_empty(&mut self, dir: Ino) -> Result<bool, FsStatus>;
-    /// (number of inodes, sum of `size` over regular files).
+    /// (number of inodes, sum of `Inode::allocated` over regular files: what
+    /// their data takes, holes not counted).
     fn usage(&mut self) -> Result<(u64, u64), FsStatus>;
 
     /// An inode's extended attribute.
@@ -266,16 +267,23 @@ pub enum TxnError {
     /// a row it cannot decode); the cause is logged. If it failed while
     /// committing, whether the transaction committed is unknown. Not retried.
     Storage,
+    /// The database could not be reached, or the connection to it broke
+    /// before the commit was sent: nothing was committed. Not retried here:
+    /// an outage outlasts any backoff of [`with_retries`], and the caller
+    /// (a client) decides how long to wait.
+    Unavailable,
 }
 
 impl From<TxnError> for FsStatus {
     /// `Conflict` (still, after the retries) is [`FsStatus::Busy`]: the
-    /// caller may retry later. `Storage` is [`FsStatus::Internal`].
+    /// caller may retry later. `Storage` is [`FsStatus::Internal`],
+    /// `Unavailable` [`FsStatus::MetadataUnavailable`].
     fn from(e: TxnError) -> FsStatus {
         match e {
             TxnError::Conflict => FsStatus::Busy,
             TxnError::Abort(status) => status,
             TxnError::Storage => FsStatus::Internal,
+            TxnError::Unavailable => FsStatus::MetadataUnavailable,
         }
     }
 }
@@ -355,7 +363,11 @@ pub trait Backend: Send + Sync + 'static {
     /// # Errors
     /// As [`Backend::attempt`]; `Conflict` only once every attempt conflicted.
     fn try_transact<R>(&self, mut f: impl FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, TxnError> {
-        with_retries(|| self.attempt(Access::ReadWrite, &mut f))
+        let r = with_retries(|| self.attempt(Access::ReadWrite, &mut f));
+        if r.is_ok() {
+            COMMITS.with(|c| c.set(c.get() + 1));
+        }
+        r
     }
 
     /// Runs `f` in one read-only transaction, retried as
@@ -384,6 +396,20 @@ pub trait Backend: Send + Sync + 'static {
     fn read<R>(&self, f: impl FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, FsStatus> {
         self.try_read(f).map_err(FsStatus::from)
     }
+}
+
+thread_local! {
+    /// Read-write transactions committed by [`Backend::try_transact`] on this thread.
+    static COMMITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many read-write transactions [`Backend::try_transact`] (and so
+/// [`Backend::transact`]) committed on the calling thread so far: a caller
+/// compares two readings to learn whether work it ran on this thread
+/// changed the database (the manager, to tell a request that failed before
+/// any change from one that failed part-way).
+pub fn commits_on_this_thread() -> u64 {
+    COMMITS.with(std::cell::Cell::get)
 }
 
 /// What [`Backend::durability`] reports.

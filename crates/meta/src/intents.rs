@@ -93,12 +93,21 @@ impl<B: Backend> Namespace<B> {
 
     /// Commits write transaction `txn` of file `ino`: the intent becomes
     /// Committed; the small-file bytes it staged become the file's
-    /// (`small.rs`); the size becomes `max(size, written_end)`; if anything was
+    /// (`small.rs`); the size becomes `max(size, written_end)` and
+    /// [`Inode::data_bytes`] `data_bytes` (what the components store now, as
+    /// the manager measured it); if anything was
     /// written (`written_end > 0` or stale ranges are reported) mtime and
     /// ctime become `now_ns`; every component listed in `stale` becomes
     /// Stale with its listed ranges (component-space bytes it missed) added
     /// to those recorded, merged as [`mark_stale`](Self::mark_stale) does.
     /// Returns the inode as committed.
+    ///
+    /// Quotas count what the file's data takes ([`Inode::allocated`]), not
+    /// its size: a commit that grows it by at most the transaction's escrow
+    /// always succeeds; past that, only if the quotas still have room (with
+    /// what other writers hold in escrow), else `QUOTA_EXCEEDED` and the
+    /// manager rolls the transaction back. A hole costs nothing, so a sparse
+    /// file may be larger than its quota.
     ///
     /// # Errors
     /// `InvalidArgument`: no intent `txn`, or it is for another file, or it
@@ -106,13 +115,15 @@ impl<B: Backend> Namespace<B> {
     /// begin again); a component index the file lacks; an empty range or
     /// one past `u64::MAX`; more than [`COMMIT_STALE_MAX`] stale entries.
     /// `NotPermitted`: the intent is another user's (only its writer, or
-    /// root, commits it). `NotFound`.
+    /// root, commits it). `QuotaExceeded` (above). `NotFound`.
+    #[allow(clippy::too_many_arguments)]
     pub fn commit_write(
         &self,
         caller: &Caller,
         ino: Ino,
         txn: u64,
         written_end: u64,
+        data_bytes: u64,
         stale: &[(usize, StaleRange)],
         now_ns: i64,
     ) -> Result<Inode, FsStatus> {
@@ -133,13 +144,11 @@ impl<B: Backend> Namespace<B> {
             if intent.state != IntentState::Open || by_component.keys().any(|&idx| idx >= n.components.len()) {
                 return Err(FsStatus::InvalidArgument);
             }
-            if written_end > n.attr.size && written_end > intent.size_limit {
-                // Past the escrow the transaction was given: the manager rolls it back.
-                return Err(FsStatus::QuotaExceeded);
-            }
+            let old = n.clone();
             intent.state = IntentState::Committed;
             t.put_intent(&intent)?;
             n.attr.size = n.attr.size.max(written_end);
+            n.data_bytes = data_bytes;
             if written_end > 0 || !stale.is_empty() {
                 n.attr.mtime_ns = now_ns;
                 n.attr.ctime_ns = now_ns;
@@ -147,7 +156,13 @@ impl<B: Backend> Namespace<B> {
             for (&idx, ranges) in &by_component {
                 mark_stale_in(t, &mut n, idx, ranges)?;
             }
-            crate::quotas::put(t, &n)?;
+            if n.allocated() > old.allocated().saturating_add(intent.escrow) {
+                // Past the escrow it was given (no longer held: the intent is
+                // committed): only while the quotas have room. Else the
+                // manager rolls it back.
+                crate::quotas::check_room(t, Some(&old), &n)?;
+            }
+            crate::quotas::put(t, &mut n)?;
             // The bytes it staged below the small-file threshold become the
             // file's with the rest of it.
             crate::small::install_staged(t, &n, txn)?;

@@ -186,7 +186,7 @@ impl<B: Backend> Namespace<B> {
                 }
             };
             n.attr.ctime_ns = now_ns();
-            crate::quotas::put(t, &n)?;
+            crate::quotas::put(t, &mut n)?;
             Ok(fx)
         })
     }

@@ -56,8 +56,10 @@ mod error;
 mod intents;
 mod layouts;
 mod leases;
+mod log_limit;
 mod namespace;
 mod perm;
+pub mod pg_connect;
 #[cfg(any(test, feature = "pg-server"))]
 pub mod pg_server;
 mod postgres;
@@ -74,13 +76,14 @@ mod xattrs;
 pub use quotas::ESCROW_BYTES_MAX;
 
 pub use backend::{
-    with_retries, Access, Backend, Durability, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX,
-    TXN_BACKOFF_MIN,
+    commits_on_this_thread, with_retries, Access, Backend, Durability, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX,
+    TXN_BACKOFF_MAX, TXN_BACKOFF_MIN,
 };
 pub use components::subtract_ranges;
 pub use error::MetaError;
 pub use layouts::{take_pooled, Placer};
 pub use leases::{holds, reservation_name, LEASE_HOLDER_MAX, LEASE_NAME_MAX, LEASE_TTL_MAX, RESERVATION_PREFIX};
+pub use log_limit::{LogLimit, LOG_REPEAT_INTERVAL};
 pub use namespace::Namespace;
 pub use nasd_proto::fs::*;
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};

@@ -85,7 +85,7 @@ fn touch_dir(t: &mut dyn Txn, dir: Ino, dsize: i64, dnlink: i32, now: i64) -> Re
     d.attr.nlink = d.attr.nlink.checked_add_signed(dnlink).expect("directory link count underflow");
     d.attr.mtime_ns = now;
     d.attr.ctime_ns = now;
-    quotas::put(t, &d)
+    quotas::put(t, &mut d)
 }
 
 /// Bumps a regular file's ACV and records an intent for every component
@@ -153,12 +153,23 @@ fn fresh(
         mtime_ns: now,
         ctime_ns: now,
         rdev: 0,
+        allocated: 0,
     };
-    Ok(Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir, small_threshold: 0, site })
+    Ok(Inode {
+        attr,
+        target: None,
+        layout: None,
+        components: Vec::new(),
+        acv: 0,
+        qdir,
+        small_threshold: 0,
+        site,
+        data_bytes: 0,
+    })
 }
 
 /// Stores a new inode and names it `name` in `parent`.
-fn add_new(t: &mut dyn Txn, parent: Ino, name: &str, inode: &Inode, now: i64) -> Result<(), FsStatus> {
+fn add_new(t: &mut dyn Txn, parent: Ino, name: &str, inode: &mut Inode, now: i64) -> Result<(), FsStatus> {
     quotas::check_room(t, None, inode)?;
     quotas::put(t, inode)?;
     let is_dir = inode.attr.kind == FileKind::Dir;
@@ -180,7 +191,7 @@ fn drop_link(t: &mut dyn Txn, mut inode: Inode, now: i64, fx: &mut Effects) -> R
     }
     inode.attr.ctime_ns = now;
     fx.revoke.extend(revoke(t, &mut inode)?);
-    quotas::put(t, &inode)
+    quotas::put(t, &mut inode)
 }
 
 /// Removes the name `dir/name` of `victim` (an empty directory or any other
@@ -263,6 +274,7 @@ impl<B: Backend> Namespace<B> {
                 mtime_ns: now,
                 ctime_ns: now,
                 rdev: 0,
+                allocated: 0,
             };
             let root = Inode {
                 attr,
@@ -273,6 +285,7 @@ impl<B: Backend> Namespace<B> {
                 qdir: 0,
                 small_threshold: 0,
                 site: 0,
+                data_bytes: 0,
             };
             t.put_inode(&root)?;
             t.set_dir_parent(ROOT_INO, ROOT_INO)
@@ -395,8 +408,8 @@ impl<B: Backend> Namespace<B> {
             self.check_room_below(t, parent)?;
             let now = now_ns();
             let site = self.sites.site_for(&p, name, FileKind::Dir);
-            let inode = fresh(t, caller, &p, FileKind::Dir, mode, now, site)?;
-            add_new(t, parent, name, &inode, now)?;
+            let mut inode = fresh(t, caller, &p, FileKind::Dir, mode, now, site)?;
+            add_new(t, parent, name, &mut inode, now)?;
             crate::acl::inherit(t, &p, &inode)?;
             Ok(inode)
         })
@@ -458,7 +471,7 @@ impl<B: Backend> Namespace<B> {
             inode.layout = Some(layout);
             inode.components = place_components(t, &layout, place)?;
             inode.small_threshold = self.small_threshold;
-            add_new(t, parent, name, &inode, now)?;
+            add_new(t, parent, name, &mut inode, now)?;
             crate::layouts::put_components(t, &inode)?;
             crate::acl::inherit(t, &p, &inode)?;
             Ok((inode, true))
@@ -485,7 +498,7 @@ impl<B: Backend> Namespace<B> {
             let mut inode = fresh(t, caller, &p, FileKind::Symlink, 0o777, now, site)?;
             inode.attr.size = target.len() as u64;
             inode.target = Some(target.to_owned());
-            add_new(t, parent, name, &inode, now)?;
+            add_new(t, parent, name, &mut inode, now)?;
             Ok(inode)
         })
     }
@@ -520,7 +533,7 @@ impl<B: Backend> Namespace<B> {
             let site = self.sites.site_for(&p, name, kind);
             let mut inode = fresh(t, caller, &p, kind, mode, now, site)?;
             inode.attr.rdev = rdev;
-            add_new(t, parent, name, &inode, now)?;
+            add_new(t, parent, name, &mut inode, now)?;
             crate::acl::inherit(t, &p, &inode)?;
             Ok(inode)
         })
@@ -547,7 +560,7 @@ impl<B: Backend> Namespace<B> {
             let now = now_ns();
             inode.attr.nlink += 1;
             inode.attr.ctime_ns = now;
-            quotas::put(t, &inode)?;
+            quotas::put(t, &mut inode)?;
             t.insert_dirent(new_parent, new_name, ino)?;
             touch_dir(t, new_parent, 1, 0, now)?;
             Ok(inode)
@@ -747,13 +760,14 @@ impl<B: Backend> Namespace<B> {
         })
     }
 
-    /// Records a regular file's size and mtime as measured on its drive
-    /// after a writer closed (ctime becomes now): the manager's `COMMIT`
-    /// with txn 0, which measures component 0 of a single-component file.
+    /// Records a regular file's size, stored bytes ([`Inode::data_bytes`])
+    /// and mtime as measured on its drive after a writer closed (ctime
+    /// becomes now): the manager's `COMMIT` with txn 0, which measures
+    /// component 0 of a single-component file.
     ///
     /// # Errors
     /// `IsDir`, `InvalidArgument` (a symlink), `NotFound`.
-    pub fn record_size(&self, ino: Ino, size: u64, mtime_ns: i64) -> Result<Inode, FsStatus> {
+    pub fn record_size(&self, ino: Ino, size: u64, data_bytes: u64, mtime_ns: i64) -> Result<Inode, FsStatus> {
         self.backend.transact(|t| {
             let mut n = get(t, ino)?;
             check_sizable(&n)?;
@@ -762,10 +776,11 @@ impl<B: Backend> Namespace<B> {
             // length at or below it says nothing of the bytes kept there.
             let threshold = n.small_threshold;
             n.attr.size = if threshold > 0 && size <= threshold as u64 { old.attr.size } else { size };
+            n.data_bytes = data_bytes;
             n.attr.mtime_ns = mtime_ns;
             n.attr.ctime_ns = now_ns();
             quotas::check_room(t, Some(&old), &n)?;
-            quotas::put(t, &n)?;
+            quotas::put(t, &mut n)?;
             Ok(n)
         })
     }
@@ -821,7 +836,7 @@ fn setattr_in(
         quotas::check_room(t, Some(&old), &grown)?;
     }
     let intents = if set.changes_access() && revokes { revoke(t, &mut n)? } else { Vec::new() };
-    quotas::put(t, &n)?;
+    quotas::put(t, &mut n)?;
     if let Some(size) = set.size {
         crate::small::cut_small(t, &n, size)?;
     }
@@ -846,9 +861,10 @@ fn open_existing(
     if truncate {
         let now = now_ns();
         n.attr.size = 0;
+        n.data_bytes = 0;
         n.attr.mtime_ns = now;
         n.attr.ctime_ns = now;
-        quotas::put(t, &n)?;
+        quotas::put(t, &mut n)?;
         crate::small::cut_small(t, &n, 0)?;
     }
     Ok(n)
@@ -911,7 +927,7 @@ fn move_name(t: &mut dyn Txn, mv: &Move<'_>, mut src: Inode, now: i64) -> Result
         t.set_dir_parent(src.attr.ino, mv.new_parent)?;
     }
     src.attr.ctime_ns = now;
-    quotas::put(t, &src)
+    quotas::put(t, &mut src)
 }
 
 /// chmod and chown. Set-group-id is judged against the new group.
@@ -949,6 +965,13 @@ fn apply_size_times(t: &mut dyn Txn, caller: &Caller, n: &mut Inode, set: &SetAt
         }
         n.attr.size = size;
         n.attr.mtime_ns = now;
+        // The components' bytes as measured after the change, when the
+        // manager made it; nothing is stored in an empty file.
+        n.data_bytes = set.data_bytes.unwrap_or(n.data_bytes);
+        if size == 0 {
+            n.data_bytes = 0;
+        }
+        n.refresh_allocated();
     }
     if set.atime_ns.is_some() || set.mtime_ns.is_some() {
         if !owns(caller, n) {

@@ -88,8 +88,19 @@ mod tests {
             mtime_ns: 0,
             ctime_ns: 0,
             rdev: 0,
+            allocated: 0,
         };
-        Inode { attr, target: None, layout: None, components: Vec::new(), acv: 0, qdir: 0, small_threshold: 0, site: 0 }
+        Inode {
+            attr,
+            target: None,
+            layout: None,
+            components: Vec::new(),
+            acv: 0,
+            qdir: 0,
+            small_threshold: 0,
+            site: 0,
+            data_bytes: 0,
+        }
     }
 
     #[test]

@@ -34,9 +34,40 @@ const SERVER_USER: &str = "postgres";
 /// A running test server. See the module documentation.
 pub struct PgServer {
     port: u16,
+    /// The address it listens on.
+    host: std::net::IpAddr,
     dir: PathBuf,
     guardian: Child,
+    /// The guardian's standard output (what it answers to `kill` and `start`).
+    answers: std::sync::Mutex<BufReader<std::process::ChildStdout>>,
     databases: AtomicU64,
+    /// The CA that signed the server's certificate (PEM file), with [`PgServerOptions::tls`].
+    ca: Option<PathBuf>,
+}
+
+/// The role [`PgServerOptions::password`] makes: it logs in with that password only
+/// (`scram-sha-256`), and may create databases.
+pub const PASSWORD_ROLE: &str = "nasd";
+
+/// How [`PgServer::start_with`] sets a server up; the default is
+/// [`PgServer::start`]'s: clear text, trust, on 127.0.0.1.
+#[derive(Debug, Clone, Default)]
+pub struct PgServerOptions {
+    /// Serve TLS with a certificate for `listen` (and `localhost`) signed by
+    /// a CA of its own ([`PgServer::ca_cert`]).
+    pub tls: bool,
+    /// Make the role [`PASSWORD_ROLE`] with this password (set over SQL, on
+    /// no command line). With `tls`, it may log in over TLS only.
+    pub password: Option<String>,
+    /// The address to listen on [default: 127.0.0.1].
+    pub listen: Option<std::net::IpAddr>,
+    /// A command the server runs under (e.g. `ip netns exec NS`), before
+    /// `setpriv` and `postgres`.
+    pub wrap: Vec<String>,
+    /// Commit synchronously (`synchronous_commit=on`), so that a commit the
+    /// server acknowledged survives [`PgServer::kill`]; the default
+    /// (`off`, faster) may lose the last ones.
+    pub durable_commits: bool,
 }
 
 impl std::fmt::Debug for PgServer {
@@ -140,11 +171,19 @@ fn free_port() -> Result<u16, String> {
 /// The guardian: starts the server in the background, prints its pid, and
 /// when its standard input closes, stops the server (fast shutdown; killed
 /// if it is not gone within [`STOP_TIMEOUT_SECS`]) and removes `$DIR`.
+/// Before that it obeys lines on its standard input: `kill` (SIGKILL the
+/// server, as a crash; prints `stopped` once it is gone) and `start` (starts
+/// it again on the same directory and port; prints its pid).
 const GUARDIAN: &str = r#"
-"$@" >"$DIR/server.log" 2>&1 &
+"$@" >>"$DIR/server.log" 2>&1 &
 pid=$!
 echo "$pid"
-cat >/dev/null
+while read -r cmd; do
+  case "$cmd" in
+    kill) kill -KILL "$pid" 2>/dev/null; wait "$pid"; echo stopped ;;
+    start) "$@" >>"$DIR/server.log" 2>&1 & pid=$!; echo "$pid" ;;
+  esac
+done
 kill -INT "$pid" 2>/dev/null
 ( sleep "$STOP_TIMEOUT_SECS"; kill -KILL "$pid" ) >/dev/null 2>&1 &
 killer=$!
@@ -152,6 +191,48 @@ wait "$pid"
 kill "$killer" 2>/dev/null
 rm -rf "$DIR"
 "#;
+/// Writes `pg_hba.conf`: the superuser `postgres` by trust (locally, and
+/// over TCP without TLS as before); with a password, [`PASSWORD_ROLE`] by
+/// `scram-sha-256`, over TLS only when the server serves TLS.
+fn write_hba(data: &Path, options: &PgServerOptions) -> Result<(), String> {
+    let mut hba = String::from("local all all trust\nhost all postgres all trust\n");
+    if options.password.is_some() {
+        let kind = if options.tls { "hostssl" } else { "host" };
+        hba += &format!("{kind} all {PASSWORD_ROLE} all scram-sha-256\n");
+    }
+    std::fs::write(data.join("pg_hba.conf"), hba).map_err(|e| format!("cannot write pg_hba.conf: {e}"))
+}
+
+/// A CA (`DIR/ca.pem`) and a server certificate for `host` and `localhost`
+/// signed by it (`DIR/server.pem`, its key `DIR/server.key`, 0600, owned by
+/// the server's account).
+fn write_certificates(dir: &Path, host: std::net::IpAddr, account: Option<(u32, u32)>) -> Result<(), String> {
+    let e = |e: rcgen::Error| format!("cannot make the test server's certificates: {e}");
+    let ca_key = rcgen::KeyPair::generate().map_err(e)?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "nasd test PostgreSQL CA");
+    let ca = ca_params.self_signed(&ca_key).map_err(e)?;
+    let key = rcgen::KeyPair::generate().map_err(e)?;
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).map_err(e)?;
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(host));
+    params.distinguished_name.push(rcgen::DnType::CommonName, "nasd test PostgreSQL server");
+    let cert = params.signed_by(&key, &ca, &ca_key).map_err(e)?;
+    let write = |name: &str, text: String, mode: u32| -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(|e| e.to_string())?;
+        if let Some((uid, gid)) = account {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(|e| format!("chown: {e}"))?;
+        }
+        Ok(())
+    };
+    write("ca.pem", ca.pem(), 0o644)?;
+    write("server.pem", cert.pem(), 0o644)?;
+    write("server.key", key.serialize_pem(), 0o600)
+}
+
 /// Longest the guardian waits for the server to stop before killing it.
 const STOP_TIMEOUT_SECS: u32 = 30;
 
@@ -162,11 +243,19 @@ impl PgServer {
     /// A message saying what failed (binaries missing, `initdb` failing,
     /// the server not starting, with its log).
     pub fn start() -> Result<PgServer, String> {
+        PgServer::start_with(&PgServerOptions::default())
+    }
+
+    /// Makes a new cluster and starts a server on it as `options` says.
+    ///
+    /// # Errors
+    /// As [`PgServer::start`]; the role or certificates cannot be made.
+    pub fn start_with(options: &PgServerOptions) -> Result<PgServer, String> {
         let bin = bin_dir()?;
         let account = server_account()?;
         let mut last = String::new();
         for _ in 0..PORT_TRIES {
-            match PgServer::try_start(&bin, account) {
+            match PgServer::try_start(&bin, account, options) {
                 Ok(server) => return Ok(server),
                 Err(e) => last = e,
             }
@@ -176,7 +265,8 @@ impl PgServer {
 
     /// `initdb` into a new directory, then the server on a free port under
     /// a guardian; waits until it accepts connections.
-    fn try_start(bin: &Path, account: Option<(u32, u32)>) -> Result<PgServer, String> {
+    fn try_start(bin: &Path, account: Option<(u32, u32)>, options: &PgServerOptions) -> Result<PgServer, String> {
+        let host = options.listen.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
         static SERVERS: AtomicU64 = AtomicU64::new(0);
         let n = SERVERS.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("nasd-pg-{}-{n}", std::process::id()));
@@ -201,6 +291,10 @@ impl PgServer {
                 "--no-instructions",
             ]);
             run(&mut initdb, "initdb").map(drop)?;
+            write_hba(&data, options)?;
+            if options.tls {
+                write_certificates(&dir, host, account)?;
+            }
             free_port()
         })();
         let port = match made {
@@ -214,21 +308,30 @@ impl PgServer {
         let mut guardian = Command::new("sh");
         guardian.arg("-c").arg(GUARDIAN).arg("nasd-pg-guardian").env("DIR", &dir);
         guardian.env("STOP_TIMEOUT_SECS", STOP_TIMEOUT_SECS.to_string());
+        guardian.args(&options.wrap);
         guardian.arg(server.get_program()).args(server.get_args());
         guardian.arg("-D").arg(&data).arg("-p").arg(port.to_string());
-        for setting in [
-            "listen_addresses=127.0.0.1".to_owned(),
+        let mut settings = vec![format!("listen_addresses={host}")];
+        let synchronous = if options.durable_commits { "on" } else { "off" };
+        settings.push(format!("synchronous_commit={synchronous}"));
+        if options.tls {
+            settings.extend([
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", dir.join("server.pem").display()),
+                format!("ssl_key_file={}", dir.join("server.key").display()),
+            ]);
+        }
+        for setting in settings.into_iter().chain([
             format!("unix_socket_directories={}", dir.display()),
             "max_connections=200".into(),
             "fsync=off".into(),
-            "synchronous_commit=off".into(),
             "full_page_writes=off".into(),
             // Every error with its statement and database, and waits on locks: what
             // `PgServer::serialization_failures` and a reader of the log need.
             "log_min_error_statement=error".into(),
             "log_lock_waits=on".into(),
             "log_line_prefix=%m [%p] db=%d ".into(),
-        ] {
+        ]) {
             guardian.arg("-c").arg(setting);
         }
         let spawned = guardian.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn();
@@ -241,23 +344,81 @@ impl PgServer {
         };
         let stdout = child.stdout.take().expect("piped");
         // From here on, dropping `server` stops the postgres process and removes the directory.
-        let server = PgServer { port, dir: dir.clone(), guardian: child, databases: AtomicU64::new(0) };
+        let ca = options.tls.then(|| dir.join("ca.pem"));
+        let server = PgServer {
+            port,
+            host,
+            dir: dir.clone(),
+            guardian: child,
+            answers: std::sync::Mutex::new(BufReader::new(stdout)),
+            databases: AtomicU64::new(0),
+            ca,
+        };
+        let pid = server.answer()?.parse().map_err(|_| "the guardian printed no pid".to_string())?;
+        server.wait_ready(pid)?;
+        if let Some(password) = &options.password {
+            server.make_password_role(password)?;
+        }
+        Ok(server)
+    }
+
+    /// The guardian's next line.
+    fn answer(&self) -> Result<String, String> {
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).map_err(|e| format!("guardian: {e}"))?;
-        let pid: u32 = line.trim().parse().map_err(|_| format!("the guardian printed {line:?}, not a pid"))?;
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        answers.read_line(&mut line).map_err(|e| format!("guardian: {e}"))?;
+        Ok(line.trim().to_string())
+    }
+
+    /// Waits until the server `pid` accepts connections.
+    fn wait_ready(&self, pid: u32) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let status = std::fs::read_to_string(data.join("postmaster.pid")).unwrap_or_default();
-            if status.lines().any(|l| l.trim() == "ready") && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            let status = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid")).unwrap_or_default();
+            let up = status.lines().next().is_some_and(|l| l.trim() == pid.to_string());
+            if up
+                && status.lines().any(|l| l.trim() == "ready")
+                && std::net::TcpStream::connect((self.host, self.port)).is_ok()
             {
-                return Ok(server);
+                return Ok(());
             }
             if !alive(pid) || Instant::now() > deadline {
-                let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-                return Err(format!("the PostgreSQL test server did not start on port {port}:\n{log}"));
+                return Err(format!("the PostgreSQL test server did not start on port {}:\n{}", self.port, self.log()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Sends the guardian a command line.
+    fn tell(&mut self, command: &str) -> Result<(), String> {
+        use std::io::Write;
+        let stdin = self.guardian.stdin.as_mut().ok_or("the guardian is gone")?;
+        writeln!(stdin, "{command}").and_then(|()| stdin.flush()).map_err(|e| format!("guardian: {e}"))
+    }
+
+    /// SIGKILLs the server, as a crash would stop it, and returns once it is
+    /// gone: connections to it break, new ones are refused. Commits it
+    /// acknowledged survive only with [`PgServerOptions::durable_commits`].
+    ///
+    /// # Errors
+    /// The guardian does not answer.
+    pub fn kill(&mut self) -> Result<(), String> {
+        self.tell("kill")?;
+        match self.answer()?.as_str() {
+            "stopped" => Ok(()),
+            other => Err(format!("the guardian answered {other:?} to kill")),
+        }
+    }
+
+    /// Starts the server again (after [`PgServer::kill`]) on the same data and
+    /// port, and waits until it accepts connections (its crash recovery done).
+    ///
+    /// # Errors
+    /// It does not start (with its log).
+    pub fn start_again(&mut self) -> Result<(), String> {
+        self.tell("start")?;
+        let pid = self.answer()?.parse().map_err(|_| "the guardian printed no pid".to_string())?;
+        self.wait_ready(pid)
     }
 
     /// The server's log so far (errors with their `DETAIL` and `STATEMENT`
@@ -283,7 +444,40 @@ impl PgServer {
     /// The URL of database `db` on this server (created on first use by
     /// [`crate::Postgres::open`]).
     pub fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+        format!("postgres://postgres@{}/{db}", self.host_port())
+    }
+
+    /// `HOST:PORT` of the server.
+    pub fn host_port(&self) -> String {
+        std::net::SocketAddr::new(self.host, self.port).to_string()
+    }
+
+    /// The CA certificate (PEM file) that signed the server's, with TLS.
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.ca.as_deref()
+    }
+
+    /// The process id of the `postgres` server (its postmaster), from its
+    /// pid file.
+    pub fn server_pid(&self) -> Option<u32> {
+        let status = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid")).ok()?;
+        status.lines().next()?.trim().parse().ok()
+    }
+
+    /// Makes [`PASSWORD_ROLE`] with `password`, over SQL as the superuser.
+    fn make_password_role(&self, password: &str) -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let mut config = tokio_postgres::Config::new();
+        config.host(self.host.to_string()).port(self.port).user("postgres").dbname("postgres");
+        rt.block_on(async {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+            tokio::spawn(connection);
+            let literal = password.replace('\'', "''");
+            client
+                .batch_execute(&format!("CREATE ROLE {PASSWORD_ROLE} LOGIN CREATEDB PASSWORD '{literal}'"))
+                .await
+                .map_err(|e| format!("cannot make the role {PASSWORD_ROLE}: {e}"))
+        })
     }
 
     /// The URL of a database no one has used yet.

@@ -77,6 +77,7 @@
 //!   collection)` and `collection_pending(ino, seq)`.
 //! - 8 → 9: the intents' `writes` and `unopened` component bit sets
 //!   (SQLite's version 11).
+//! - 9 → 10: sparse files (SQLite's version 12): the inodes' `data_bytes`.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -84,12 +85,15 @@
 //! from any thread — a tokio worker too, where a blocking client built on
 //! `Runtime::block_on` would panic. Connections are opened when needed, kept
 //! idle for reuse, and dropped when broken; each has a statement timeout
-//! ([`STATEMENT_TIMEOUT`]). The connection string is never logged or put in
-//! an error (it may hold a password): [`Postgres::target`] is what names the
-//! database. No TLS yet: use it on loopback or a trusted network.
+//! ([`STATEMENT_TIMEOUT`]). The connection string is resolved as libpq
+//! users expect ([`crate::pg_connect`]: the password from `$PGPASSWORD`, a
+//! password file or `~/.pgpass`; TLS by `sslmode`, up to `verify-full`) and
+//! is never logged or put in an error: [`Postgres::target`] is what names
+//! the database.
 
 use crate::backend::{Access, Backend, PalPush, Txn, TxnError};
 use crate::error::{postgres_detail, MetaError};
+use crate::pg_connect::{PgOptions, PgTarget};
 use crate::types::{
     AcvIntent, DirEntry, DriveRecord, Inode, Intent, IntentState, Lease as LeaseRow, Quota, QuotaSubject, StaleRange,
     User,
@@ -101,13 +105,12 @@ use nasd_proto::layout::{Component, ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::HashMap;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Config, Row, Statement};
 
 /// Version 1: the whole schema (see the module documentation).
 const V1: &str = r#"
@@ -230,8 +233,15 @@ ALTER TABLE intents ADD COLUMN writes BIGINT NOT NULL DEFAULT -1;
 ALTER TABLE intents ADD COLUMN unopened BIGINT NOT NULL DEFAULT 0;
 "#;
 
+/// Version 10: sparse files (SQLite's version 12): the bytes each regular
+/// file's components store, existing files taken as dense.
+const V10: &str = r#"
+ALTER TABLE inodes ADD COLUMN data_bytes BIGINT NOT NULL DEFAULT 0;
+UPDATE inodes SET data_bytes = size - LEAST(size, small_threshold) WHERE kind = 1;
+"#;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -265,7 +275,8 @@ const _: () = assert!(CONNECTIONS_MAX >= 2, "a writer and a reader");
 pub struct Postgres {
     /// What names the database in logs and errors: no password.
     target: String,
-    config: Config,
+    /// The server, database, credentials and TLS, resolved.
+    pg: PgTarget,
     /// Runs the connections' I/O. `Option` so that `Drop` can shut it down
     /// without blocking (dropping a runtime inside another one panics).
     runtime: Option<tokio::runtime::Runtime>,
@@ -276,6 +287,10 @@ pub struct Postgres {
     writer: Mutex<()>,
     /// Attempts that ended in a conflict ([`Postgres::conflicts`]).
     conflicts: AtomicU64,
+    /// Failures to reach the server, logged at a bounded rate.
+    unreachable: crate::LogLimit,
+    /// Set while the server cannot be reached (for the line that says it is back).
+    unreachable_since: std::sync::atomic::AtomicBool,
 }
 
 struct Pool {
@@ -335,7 +350,16 @@ impl Postgres {
     /// repeat it), [`MetaError::Postgres`] if the server cannot be reached
     /// or refuses, [`MetaError::TooNew`] if a newer build wrote the schema.
     pub fn open(url: &str) -> Result<Postgres, MetaError> {
-        Postgres::open_with(url, true)
+        Postgres::open_with(url, &PgOptions::default(), true)
+    }
+
+    /// [`Postgres::open`] with what the configuration adds to the URL (a
+    /// password file).
+    ///
+    /// # Errors
+    /// As [`Postgres::open`].
+    pub fn open_with_options(url: &str, options: &PgOptions) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, options, true)
     }
 
     /// Opens an existing metadata database as [`Postgres::open`] does
@@ -345,22 +369,16 @@ impl Postgres {
     /// # Errors
     /// [`MetaError::Missing`] if the server has no such database or it holds
     /// no schema; otherwise as [`Postgres::open`].
-    pub fn open_existing(url: &str) -> Result<Postgres, MetaError> {
-        Postgres::open_with(url, false)
+    pub fn open_existing(url: &str, options: &PgOptions) -> Result<Postgres, MetaError> {
+        Postgres::open_with(url, options, false)
     }
 
-    fn open_with(url: &str, create: bool) -> Result<Postgres, MetaError> {
-        let mut config = Config::from_str(url).map_err(|e| MetaError::BadUrl(e.to_string()))?;
-        if config.get_hosts().is_empty() {
-            return Err(MetaError::BadUrl("no host".into()));
+    fn open_with(url: &str, options: &PgOptions, create: bool) -> Result<Postgres, MetaError> {
+        let pg = PgTarget::parse(url, options)?.with_defaults(CONNECT_TIMEOUT, "nasd");
+        let target = pg.describe().to_string();
+        if let Some(warning) = pg.exposure_warning() {
+            tracing::warn!("{warning}");
         }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("nasd");
-        }
-        let target = describe(&config);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("nasd-meta-postgres")
@@ -369,12 +387,14 @@ impl Postgres {
             .map_err(|e| MetaError::Io(format!("cannot start the PostgreSQL client runtime: {e}")))?;
         let mut pg = Postgres {
             target,
-            config,
+            pg,
             runtime: Some(runtime),
             pool: Mutex::new(Pool { idle: Vec::new(), live: 0 }),
             freed: Condvar::new(),
             writer: Mutex::new(()),
             conflicts: AtomicU64::new(0),
+            unreachable: crate::LogLimit::new(),
+            unreachable_since: std::sync::atomic::AtomicBool::new(false),
         };
         let mut conn = match pg.connect() {
             Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
@@ -416,17 +436,14 @@ impl Postgres {
         self.runtime.as_ref().expect("the runtime lives as long as the backend")
     }
 
-    /// Opens one connection to `config` on the backend's runtime.
-    fn connect_to(&self, config: Config) -> Result<Client, tokio_postgres::Error> {
+    /// Opens one connection to `pg` on the backend's runtime.
+    fn connect_to(&self, pg: PgTarget) -> Result<Client, tokio_postgres::Error> {
         let target = self.target.clone();
         let task = self.runtime().spawn(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(%target, error = %postgres_detail(&e), "metadata database connection closed");
-                }
-            });
-            Ok::<_, tokio_postgres::Error>(client)
+            pg.connect(move |e| {
+                tracing::warn!(%target, error = %postgres_detail(&e), "metadata database connection closed");
+            })
+            .await
         });
         match wait(task) {
             Ok(r) => r,
@@ -436,7 +453,7 @@ impl Postgres {
     }
 
     fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
-        let client = self.connect_to(self.config.clone())?;
+        let client = self.connect_to(self.pg.clone())?;
         // A session left idle inside a transaction (its process frozen) is ended, and with it
         // the writer lock it holds: other managers wait at most this long for their turn.
         let ms = STATEMENT_TIMEOUT.as_millis();
@@ -449,11 +466,10 @@ impl Postgres {
     /// database, under the session advisory lock [`MIGRATION_LOCK`] there:
     /// backends opening a new database at once create it once.
     fn create_database(&self) -> Result<(), MetaError> {
-        let user = self.config.get_user().unwrap_or("");
-        let name = self.config.get_dbname().unwrap_or(user).to_owned();
-        let mut admin = self.config.clone();
-        admin.dbname("postgres");
-        let client = self.connect_to(admin).map_err(|e| self.error(e))?;
+        let config = self.pg.config();
+        let user = config.get_user().unwrap_or("");
+        let name = config.get_dbname().unwrap_or(user).to_owned();
+        let client = self.connect_to(self.pg.with_dbname("postgres")).map_err(|e| self.error(e))?;
         let create = async {
             client.query("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]).await?;
             let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
@@ -547,12 +563,18 @@ impl Postgres {
                 pool.live += 1;
                 drop(pool);
                 return match self.connect() {
-                    Ok(conn) => Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false }),
+                    Ok(conn) => {
+                        if self.unreachable_since.swap(false, Ordering::Relaxed) {
+                            tracing::warn!(target = %self.target, "the metadata database is reachable again");
+                        }
+                        self.unreachable.reset();
+                        Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false })
+                    }
                     Err(e) => {
                         self.lock_pool().live -= 1;
                         self.freed.notify_one();
-                        tracing::error!(target = %self.target, error = %postgres_detail(&e), "cannot connect to the metadata database");
-                        Err(TxnError::Storage)
+                        self.log_failure(TxnError::Unavailable, &e, "cannot connect to the metadata database");
+                        Err(TxnError::Unavailable)
                     }
                 };
             }
@@ -652,14 +674,30 @@ impl Drop for Lease<'_> {
     }
 }
 
-/// What a database error means for the attempt: a conflict (retried) or a
-/// backend failure.
+/// What a database error means for the attempt: a conflict (retried), the
+/// server gone (the connection lost, the server shutting down or starting:
+/// [`TxnError::Unavailable`]), or another backend failure. Said of a
+/// statement before `COMMIT`; a `COMMIT` that lost its connection may have
+/// committed ([`Lease::commit_outcome`]).
 fn classify(e: &tokio_postgres::Error) -> TxnError {
     match e.code() {
         Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
             TxnError::Conflict
         }
-        _ => TxnError::Storage,
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || c.code().starts_with("08") =>
+        {
+            TxnError::Unavailable
+        }
+        Some(_) => TxnError::Storage,
+        // No answer from the server: the connection is gone (closed, reset, timed out).
+        None if e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()) => {
+            TxnError::Unavailable
+        }
+        None => TxnError::Storage,
     }
 }
 
@@ -678,6 +716,20 @@ impl Backend for Postgres {
 }
 
 impl Postgres {
+    /// Logs a failure of class `class`: an outage at a bounded rate
+    /// ([`crate::LogLimit`]: one line per interval, whatever the number of
+    /// requests failing), anything else each time.
+    fn log_failure(&self, class: TxnError, e: &tokio_postgres::Error, what: &str) {
+        if class == TxnError::Unavailable {
+            self.unreachable_since.store(true, Ordering::Relaxed);
+            self.unreachable.log(|suppressed| {
+                tracing::error!(target = %self.target, error = %postgres_detail(e), suppressed, "{what}: the metadata database cannot be reached")
+            });
+        } else {
+            tracing::error!(target = %self.target, error = %postgres_detail(e), "{what}");
+        }
+    }
+
     /// One attempt of [`Backend::attempt`], not counted.
     fn attempt_once<R>(
         &self,
@@ -706,10 +758,11 @@ impl Postgres {
         };
         lease.clean = false;
         if let Err(e) = lease.control(begin) {
-            tracing::error!(target = %self.target, error = %postgres_detail(&e), "cannot begin a metadata transaction");
-            return Err(classify(&e));
+            let class = classify(&e);
+            self.log_failure(class, &e, "cannot begin a metadata transaction");
+            return Err(class);
         }
-        let mut t = PgTxn { conn: lease.conn_mut(), target: &self.target, fault: None };
+        let mut t = PgTxn { conn: lease.conn_mut(), target: &self.target, pg: self, fault: None };
         let out = f(&mut t);
         let fault = t.fault;
         match (fault, out, access) {
@@ -731,7 +784,11 @@ impl Postgres {
                     Ok(r)
                 }
                 Err(e) => {
-                    let class = classify(&e);
+                    // A COMMIT sent and no answer: it may have committed. Never "nothing changed".
+                    let class = match classify(&e) {
+                        TxnError::Unavailable => TxnError::Storage,
+                        other => other,
+                    };
                     if class == TxnError::Storage {
                         tracing::error!(target = %self.target, error = %postgres_detail(&e), "metadata commit failed");
                     }
@@ -748,6 +805,8 @@ impl Postgres {
 struct PgTxn<'a> {
     conn: &'a mut Conn,
     target: &'a str,
+    /// The backend, for its rate-limited outage log.
+    pg: &'a Postgres,
     /// The first failure: every later row operation fails at once with it.
     fault: Option<TxnError>,
 }
@@ -769,7 +828,7 @@ impl PgTxn<'_> {
         if class == TxnError::Conflict {
             tracing::debug!(target = %self.target, error = %postgres_detail(&e), "metadata transaction conflicted");
         } else {
-            tracing::error!(target = %self.target, error = %postgres_detail(&e), "metadata store failed");
+            self.pg.log_failure(class, &e, "metadata store failed");
         }
         self.fault.get_or_insert(class);
         FsStatus::Internal
@@ -925,7 +984,7 @@ fn layout_from_bytes(bytes: &[u8]) -> Option<Layout> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site, i.data_bytes"
     };
 }
 
@@ -946,12 +1005,13 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         mtime_ns: i64_at(r, at + 8)?,
         ctime_ns: i64_at(r, at + 9)?,
         rdev: u64_at(r, at + 13)?,
+        allocated: 0,
     };
     let layout = match get_at::<Option<&[u8]>>(r, at + 11)? {
         None => None,
         Some(bytes) => Some(layout_from_bytes(bytes).ok_or("not a canonical layout")?),
     };
-    Ok(Inode {
+    let mut n = Inode {
         attr,
         target: get_at(r, at + 10)?,
         layout,
@@ -962,7 +1022,10 @@ fn inode_from_row(r: &Row, at: usize) -> Decoded<Inode> {
         site: Some(u8_at(r, at + 16)?)
             .filter(|s| usize::from(*s) < nasd_proto::routing::ROUTING_SITES)
             .ok_or_else(|| format!("column {}: not a routing site", at + 16))?,
-    })
+        data_bytes: u64_at(r, at + 17)?,
+    };
+    n.refresh_allocated();
+    Ok(n)
 }
 
 fn object_from_row(r: &Row) -> Decoded<ObjectRef> {
@@ -1071,13 +1134,14 @@ impl Txn for PgTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site, data_bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site, \
+             data_bytes = excluded.data_bytes",
             &[
                 &(a.ino as i64),
                 &i64::from(a.kind.code()),
@@ -1096,6 +1160,7 @@ impl Txn for PgTxn<'_> {
                 &(n.qdir as i64),
                 &i64::from(n.small_threshold),
                 &i64::from(n.site),
+                &(n.data_bytes as i64),
             ],
         )?;
         Ok(())
@@ -1170,7 +1235,9 @@ impl Txn for PgTxn<'_> {
     }
 
     fn usage(&mut self) -> Result<(u64, u64), FsStatus> {
-        let sql = "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 1 THEN size END), 0)::BIGINT FROM inodes";
+        let sql = "SELECT COUNT(*), \
+                   COALESCE(SUM(CASE WHEN kind = 1 THEN data_bytes + LEAST(size, small_threshold) END), 0)::BIGINT \
+                   FROM inodes";
         let row = self.query_one(sql, &[])?;
         self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
     }
@@ -1357,8 +1424,8 @@ impl Txn for PgTxn<'_> {
     }
 
     fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
-        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0)::BIGINT, COUNT(*) \
-                   FROM inodes WHERE uid = $1";
+        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN data_bytes + LEAST(size, small_threshold) ELSE 0 END), \
+                   0)::BIGINT, COUNT(*) FROM inodes WHERE uid = $1";
         let row = self.query_one(sql, &[&i64::from(uid)])?;
         self.decode_one(row, |r| Ok((u64_at(r, 0)?, u64_at(r, 1)?)))
     }

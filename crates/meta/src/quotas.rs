@@ -40,9 +40,10 @@ fn subjects(n: &Inode) -> impl Iterator<Item = QuotaSubject> {
     std::iter::once(QuotaSubject::User(n.attr.uid)).chain(tree)
 }
 
-/// What `n` counts for: (bytes, inodes).
+/// What `n` counts for: (bytes, inodes). A regular file's bytes are what
+/// its data takes ([`Inode::allocated`]): a hole costs nothing.
 fn usage(n: &Inode) -> (u64, u64) {
-    (if n.attr.kind == FileKind::File { n.attr.size } else { 0 }, 1)
+    (if n.attr.kind == FileKind::File { n.allocated() } else { 0 }, 1)
 }
 
 /// The changes of usage per subject from `old` to `new` (either absent).
@@ -86,8 +87,10 @@ fn charge(t: &mut dyn Txn, old: Option<&Inode>, new: Option<&Inode>) -> Result<(
     Ok(())
 }
 
-/// Stores `n`, charging what changed since the stored row to the quotas.
-pub(crate) fn put(t: &mut dyn Txn, n: &Inode) -> Result<(), FsStatus> {
+/// Stores `n` (its `attr.allocated` brought up to date first), charging
+/// what changed since the stored row to the quotas.
+pub(crate) fn put(t: &mut dyn Txn, n: &mut Inode) -> Result<(), FsStatus> {
+    n.refresh_allocated();
     let old = t.get_inode(n.attr.ino)?;
     charge(t, old.as_ref(), Some(n))?;
     t.put_inode(n)

@@ -220,7 +220,7 @@ impl<B: Backend> Namespace<B> {
                 quotas::check_room(t, Some(&old), &n)?;
             }
             t.put_small(ino, &bytes)?;
-            quotas::put(t, &n)?;
+            quotas::put(t, &mut n)?;
             Ok(n)
         })
     }

@@ -1,8 +1,9 @@
 //! The embedded SQLite backend.
 //!
-//! Layout (schema version 11, kept in `PRAGMA user_version`):
+//! Layout (schema version 12, kept in `PRAGMA user_version`):
 //! - `inodes(ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns,
-//!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold, site)`:
+//!   ctime_ns, target, acv, layout, rdev, qdir, small_threshold, site,
+//!   data_bytes)`:
 //!   `layout` is the 7-byte canonical
 //!   encoding of a `nasd_proto::layout::Layout` (NULL where the inode has
 //!   none: symlinks, directories that inherit).
@@ -99,6 +100,11 @@
 //!   PAL the drives must then forget). Both empty.
 //! - 10 → 11 (`V11`): the intents' `writes` (-1, every component: what a
 //!   client's intent says) and `unopened` (0) component bit sets.
+//! - 11 → 12 (`V12`): sparse files: the inodes' `data_bytes`, the bytes a
+//!   regular file's data components store as last measured
+//!   (`Inode::data_bytes`); quotas count them instead of the size. Every
+//!   existing file is taken as dense: its size less its bytes below the
+//!   small-file threshold (so quota usage does not move).
 
 use crate::backend::{Access, Backend, PalPush, Txn, TxnError};
 use crate::error::{internal, MetaError};
@@ -263,8 +269,14 @@ ALTER TABLE intents ADD COLUMN writes INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE intents ADD COLUMN unopened INTEGER NOT NULL DEFAULT 0;
 ";
 
+/// Sparse files (see the module documentation).
+const V12: &str = "
+ALTER TABLE inodes ADD COLUMN data_bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE inodes SET data_bytes = size - MIN(size, small_threshold) WHERE kind = 1;
+";
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -529,7 +541,7 @@ struct SqliteTxn<'a> {
 macro_rules! inode_cols {
     () => {
         "i.ino, i.kind, i.mode, i.nlink, i.uid, i.gid, i.size, i.atime_ns, i.mtime_ns, \
-         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site"
+         i.ctime_ns, i.target, i.layout, i.acv, i.rdev, i.qdir, i.small_threshold, i.site, i.data_bytes"
     };
 }
 
@@ -591,6 +603,7 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         mtime_ns: r.get(at + 8)?,
         ctime_ns: r.get(at + 9)?,
         rdev: u64_col(r, at + 13)?,
+        allocated: 0,
     };
     let layout = match r.get::<_, Option<Vec<u8>>>(at + 11)? {
         None => None,
@@ -605,6 +618,11 @@ fn inode_from_row(r: &Row<'_>, at: usize) -> rusqlite::Result<Inode> {
         qdir: u64_col(r, at + 14)?,
         small_threshold: u32_col(r, at + 15)?,
         site: site_col(r, at + 16)?,
+        data_bytes: u64_col(r, at + 17)?,
+    })
+    .map(|mut n: Inode| {
+        n.refresh_allocated();
+        n
     })
 }
 
@@ -757,13 +775,14 @@ impl Txn for SqliteTxn<'_> {
         let a = &n.attr;
         self.exec(
             "INSERT INTO inodes (ino, kind, mode, nlink, uid, gid, size, atime_ns, mtime_ns, \
-             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+             ctime_ns, target, layout, acv, rdev, qdir, small_threshold, site, data_bytes) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
              ON CONFLICT (ino) DO UPDATE SET kind = excluded.kind, mode = excluded.mode, \
              nlink = excluded.nlink, uid = excluded.uid, gid = excluded.gid, size = excluded.size, \
              atime_ns = excluded.atime_ns, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns, \
              target = excluded.target, layout = excluded.layout, acv = excluded.acv, rdev = excluded.rdev, \
-             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site",
+             qdir = excluded.qdir, small_threshold = excluded.small_threshold, site = excluded.site, \
+             data_bytes = excluded.data_bytes",
             params![
                 a.ino as i64,
                 a.kind.code(),
@@ -781,7 +800,8 @@ impl Txn for SqliteTxn<'_> {
                 a.rdev as i64,
                 n.qdir as i64,
                 n.small_threshold,
-                n.site
+                n.site,
+                n.data_bytes as i64
             ],
         )?;
         Ok(())
@@ -866,7 +886,9 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn usage(&mut self) -> Result<(u64, u64), FsStatus> {
-        let sql = "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 1 THEN size END), 0) FROM inodes";
+        let sql =
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 1 THEN data_bytes + MIN(size, small_threshold) END), 0) \
+                   FROM inodes";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         st.query_row([], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
     }
@@ -912,8 +934,9 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn usage_of_uid(&mut self, uid: u32) -> Result<(u64, u64), FsStatus> {
-        let sql = "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN size ELSE 0 END), 0), COUNT(*) \
-                   FROM inodes WHERE uid = ?1";
+        let sql =
+            "SELECT COALESCE(SUM(CASE WHEN kind = 1 THEN data_bytes + MIN(size, small_threshold) ELSE 0 END), 0), \
+                   COUNT(*) FROM inodes WHERE uid = ?1";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         st.query_row([uid], |r| Ok((u64_col(r, 0)?, u64_col(r, 1)?))).map_err(internal)
     }
@@ -1541,6 +1564,8 @@ mod tests {
             assert_eq!(n.layout, Some(Layout::SINGLE), "{path}");
             assert_eq!(n.components, vec![Component { object, state: ComponentState::Ok }], "{path}");
             assert_eq!((n.attr.size, n.acv, n.attr.uid, n.attr.mtime_ns), (size, acv, 1000, 2), "{path}");
+            // v11: an existing file is taken as dense (its quota usage does not move).
+            assert_eq!((n.data_bytes, n.attr.allocated), (size, size), "{path}");
         }
         assert_eq!(file("/d/a"), file("/a"), "hard links");
         assert_eq!(file("/d/a").attr.nlink, 2);

@@ -3,6 +3,7 @@
 
 use crate::backend::{Access, Backend, Txn, TxnError};
 use crate::error::MetaError;
+use crate::pg_connect::PgOptions;
 use crate::postgres::Postgres;
 use crate::sqlite::Sqlite;
 use nasd_proto::fs::FsStatus;
@@ -17,8 +18,14 @@ use std::str::FromStr;
 pub enum Location {
     /// An SQLite database file.
     Sqlite(PathBuf),
-    /// A PostgreSQL connection URL (it may hold a password).
-    Postgres(String),
+    /// A PostgreSQL connection string (it may hold a password), and what the
+    /// configuration adds to it ([`crate::pg_connect`]).
+    Postgres {
+        /// `postgres://…` or `key=value …`.
+        url: String,
+        /// A password file named in the configuration, and the like.
+        options: PgOptions,
+    },
 }
 
 impl FromStr for Location {
@@ -37,11 +44,8 @@ impl FromStr for Location {
             return Ok(Location::Sqlite(PathBuf::from(path)));
         }
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            let config = tokio_postgres::Config::from_str(s).map_err(|e| MetaError::BadUrl(e.to_string()))?;
-            if config.get_hosts().is_empty() {
-                return Err(MetaError::BadUrl("a PostgreSQL URL needs a host".into()));
-            }
-            return Ok(Location::Postgres(s.to_owned()));
+            crate::pg_connect::check_syntax(s)?;
+            return Ok(Location::Postgres { url: s.to_owned(), options: PgOptions::default() });
         }
         Err(MetaError::BadUrl("expected sqlite:PATH or postgres://USER@HOST[:PORT]/DATABASE".into()))
     }
@@ -51,10 +55,7 @@ impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Location::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            Location::Postgres(url) => match tokio_postgres::Config::from_str(url) {
-                Ok(config) => f.write_str(&crate::postgres::describe(&config)),
-                Err(_) => f.write_str("postgres://(unparsable)"),
-            },
+            Location::Postgres { url, .. } => f.write_str(&crate::pg_connect::describe_conninfo(url)),
         }
     }
 }
@@ -73,12 +74,31 @@ impl Location {
     pub fn open(&self) -> Result<Store, MetaError> {
         match self {
             Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open(path)?)),
-            Location::Postgres(url) => Ok(Store::Postgres(Box::new(Postgres::open(url)?))),
+            Location::Postgres { url, options } => {
+                Ok(Store::Postgres(Box::new(Postgres::open_with_options(url, options)?)))
+            }
         }
     }
 }
 
 impl Location {
+    /// The same location with the password read from `file` (when the
+    /// connection string has none); SQLite ignores it.
+    pub fn with_password_file(self, file: Option<PathBuf>) -> Location {
+        match self {
+            Location::Postgres { url, mut options } => {
+                options.password_file = file;
+                Location::Postgres { url, options }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether this is a database several managers can share (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Location::Postgres { .. })
+    }
+
     /// Opens existing metadata (migrating an older schema) and creates
     /// nothing: for tools that must not make a file system where none was.
     ///
@@ -88,7 +108,9 @@ impl Location {
         match self {
             Location::Sqlite(path) if !path.exists() => Err(MetaError::Missing(self.to_string())),
             Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open(path)?)),
-            Location::Postgres(url) => Ok(Store::Postgres(Box::new(Postgres::open_existing(url)?))),
+            Location::Postgres { url, options } => {
+                Ok(Store::Postgres(Box::new(Postgres::open_existing(url, options)?)))
+            }
         }
     }
 }
@@ -143,7 +165,13 @@ mod tests {
     fn locations_parse_and_never_show_a_password() {
         assert_eq!("sqlite:/a/b.sqlite".parse::<Location>().unwrap(), Location::Sqlite("/a/b.sqlite".into()));
         let pg: Location = "postgres://nasd:s3cret@db.example:6543/meta".parse().unwrap();
-        assert_eq!(pg, Location::Postgres("postgres://nasd:s3cret@db.example:6543/meta".into()));
+        assert_eq!(
+            pg,
+            Location::Postgres {
+                url: "postgres://nasd:s3cret@db.example:6543/meta".into(),
+                options: PgOptions::default()
+            }
+        );
         assert_eq!(pg.to_string(), "postgres://nasd@db.example:6543/meta");
         assert!(!format!("{pg:?}").contains("s3cret"));
         assert!("postgresql://u@h/d".parse::<Location>().is_ok());

@@ -1,6 +1,6 @@
 //! The records the name space hands out and takes in.
 
-use nasd_proto::fs::{FileAttr, Ino, ObjectRef};
+use nasd_proto::fs::{FileAttr, FileKind, Ino, ObjectRef};
 use nasd_proto::layout::{Component, Layout};
 use nasd_proto::manager::DriveState;
 
@@ -84,9 +84,32 @@ pub struct Inode {
     /// is 0): it travels in the inode's file handles, and clients route
     /// requests on it to the manager holding the site (`crate::routing`).
     pub site: u8,
+    /// A regular file's bytes its data components store (one copy of each
+    /// column, parity not counted, holes not at all), as the manager
+    /// measured them at the file's last commit or size change; 0 for every
+    /// other kind. With the bytes below the small-file threshold it makes
+    /// [`Inode::allocated`], what quotas count.
+    pub data_bytes: u64,
 }
 
 impl Inode {
+    /// What the inode's data takes ([`FileAttr::allocated`]): a regular
+    /// file's `data_bytes` plus its bytes below the small-file threshold,
+    /// counted whole up to the size (the metadata store keeps them densely);
+    /// any other kind's size.
+    pub fn allocated(&self) -> u64 {
+        match self.attr.kind {
+            FileKind::File => self.data_bytes.saturating_add(self.attr.size.min(u64::from(self.small_threshold))),
+            _ => self.attr.size,
+        }
+    }
+
+    /// Sets `attr.allocated` from the other fields, after a change of the
+    /// size or of `data_bytes`.
+    pub fn refresh_allocated(&mut self) {
+        self.attr.allocated = self.allocated();
+    }
+
     /// The component objects, in component order.
     pub fn objects(&self) -> impl Iterator<Item = ObjectRef> + '_ {
         self.components.iter().map(|c| c.object)
@@ -239,6 +262,9 @@ pub struct SetAttrs {
     /// The size change comes from a descriptor open for writing: the owner
     /// may make it whatever the mode says (knfsd's owner override).
     pub open_writer: bool,
+    /// With a size change the manager made on the components: the bytes they
+    /// store after it, as measured ([`Inode::data_bytes`]).
+    pub data_bytes: Option<u64>,
 }
 
 impl SetAttrs {

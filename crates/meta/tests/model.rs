@@ -571,7 +571,7 @@ fn run(ns: &Namespace<Sqlite>, model: &mut Model, op: &Op) -> Result<Outcome, Fs
         Op::Commit { dir, name, written_end, stale } => {
             let path = Model::file_path(dir, name);
             let stale: Vec<(usize, StaleRange)> = stale.map(|s| (s, STALE)).into_iter().collect();
-            ns.commit_write(&ROOT, walk(ns, &path)?, model.txn_of(&path), written_end, &stale, 1)?;
+            ns.commit_write(&ROOT, walk(ns, &path)?, model.txn_of(&path), written_end, written_end, &stale, 1)?;
         }
         Op::Abort(d, n) => {
             let path = Model::file_path(d, n);

@@ -164,17 +164,23 @@ pub struct FileAttr {
     pub ctime_ns: i64,
     /// A device's number (Linux `dev_t` encoding); 0 for every other kind.
     pub rdev: u64,
+    /// Bytes of storage the inode's data takes (`st_blocks` × 512): for a
+    /// regular file, what its data components store — one copy of each
+    /// column, parity not counted, holes not at all — as the manager last
+    /// measured it, plus its bytes below the small-file threshold; what a
+    /// quota counts. For every other kind, its `size`.
+    pub allocated: u64,
 }
 
 impl FileAttr {
     /// Encoded length.
-    pub const LEN: usize = 8 + 1 + 4 * 4 + 8 * 5;
+    pub const LEN: usize = 8 + 1 + 4 * 4 + 8 * 6;
 
     /// Appends the canonical encoding.
     pub fn encode(&self, w: &mut Writer) {
         w.u64(self.ino).u8(self.kind.code()).u32(self.mode).u32(self.nlink).u32(self.uid).u32(self.gid);
         w.u64(self.size).u64(self.atime_ns as u64).u64(self.mtime_ns as u64).u64(self.ctime_ns as u64);
-        w.u64(self.rdev);
+        w.u64(self.rdev).u64(self.allocated);
     }
 
     /// Reads the canonical encoding.
@@ -197,6 +203,7 @@ impl FileAttr {
             mtime_ns: r.u64()? as i64,
             ctime_ns: r.u64()? as i64,
             rdev: r.u64()?,
+            allocated: r.u64()?,
         };
         if attr.rdev != 0 && !kind.is_device() {
             return Err(DecodeError::NotCanonical("a device number on an inode that is not a device"));
@@ -296,11 +303,14 @@ pub enum FsStatus {
     /// (or a `SET_ROUTING` was not the next version): the request was not
     /// carried out; fetch the table (`GET_ROUTING`) and send it again.
     StaleRouting = 30,
+    /// The manager cannot reach its metadata database (an outage): the
+    /// request changed nothing; send it again once the database is back.
+    MetadataUnavailable = 31,
 }
 
 impl FsStatus {
     /// Every status, in code order.
-    pub const ALL: [FsStatus; 31] = [
+    pub const ALL: [FsStatus; 32] = [
         FsStatus::Ok,
         FsStatus::NotFound,
         FsStatus::Exists,
@@ -332,6 +342,7 @@ impl FsStatus {
         FsStatus::QuotaExceeded,
         FsStatus::CrossQuota,
         FsStatus::StaleRouting,
+        FsStatus::MetadataUnavailable,
     ];
 
     /// The wire code.
@@ -361,7 +372,7 @@ impl FsStatus {
             FsStatus::TooManyLinks => 31,
             FsStatus::NoSpace => 28,
             FsStatus::DriveUnavailable | FsStatus::Internal | FsStatus::Aborted => 5,
-            FsStatus::Busy | FsStatus::StaleRouting => 11,
+            FsStatus::Busy | FsStatus::StaleRouting | FsStatus::MetadataUnavailable => 11,
             FsStatus::BadHandle => 116,
             FsStatus::NoXattr => 61,
             FsStatus::NotSupported => 95,
@@ -405,6 +416,7 @@ impl FsStatus {
             FsStatus::QuotaExceeded => "quota exceeded",
             FsStatus::CrossQuota => "cannot move or link a file across a directory quota's boundary",
             FsStatus::StaleRouting => "the routing table changed; fetch it and retry",
+            FsStatus::MetadataUnavailable => "the manager's metadata database cannot be reached; nothing was changed",
         }
     }
 }

@@ -62,6 +62,9 @@ pub const SCRUB_REPORT_MAX: usize = 1024;
 /// Most open transactions one `txn_list` reply lists (24 bytes each).
 pub const TXN_LIST_MAX: usize = 1024;
 
+/// Most extents one `extents` reply lists (16 bytes each: 16 KiB).
+pub const EXTENTS_MAX: usize = 1024;
+
 /// Most entries in one pre-authorization list (an object's access PAL or a
 /// collection's super PAL), 9 bytes each on the wire. A PAL is kept inline
 /// with its object, in the drive's memory and its metadata row, and read on
@@ -82,6 +85,7 @@ pub const IDENTITY_KEYS_MAX: usize = 8;
 const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
 const _: () = assert!(TXN_LIST_MAX * 24 + 2 <= ARGS_LEN_MAX);
+const _: () = assert!(EXTENTS_MAX * 16 + 10 <= ARGS_LEN_MAX && EXTENTS_MAX <= u16::MAX as usize);
 // A SET_PAL request (partition, object, collection, the list) fits the arguments.
 const _: () = assert!(24 + PAL_LEN_MAX <= ARGS_LEN_MAX);
 // A PAL's count is a u16.

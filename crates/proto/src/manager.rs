@@ -1184,9 +1184,10 @@ pub enum ManagerReply {
     DriveAdded { drive: u32 },
     /// `BEGIN_WRITE`: the transaction to write under, how long it may stay
     /// open (a writer commits before then; the manager aborts it after),
-    /// and the size it may make the file (its size plus the quota escrow
-    /// reserved for it; `u64::MAX`: no quota limits it). A `COMMIT` past
-    /// `size_limit` is refused with `QUOTA_EXCEEDED` and rolled back.
+    /// and the file's size plus the quota escrow reserved for it (the bytes
+    /// its data may grow by; `u64::MAX`: no quota limits it). A `COMMIT`
+    /// growing the data by more, with no room left in the quota, is refused
+    /// with `QUOTA_EXCEEDED` and rolled back.
     Began { txn: u64, lease_ms: u32, size_limit: u64 },
     /// `GET_QUOTA`.
     Quota(QuotaInfo),

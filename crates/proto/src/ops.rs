@@ -37,6 +37,8 @@ pub mod opcode {
     pub const SET_PAL: u16 = 0x010C;
     /// Read an object's access PAL and PAL collection.
     pub const GET_PAL: u16 = 0x010D;
+    /// List an object's stored (allocated) byte ranges: where it is not a hole.
+    pub const EXTENTS: u16 = 0x010E;
     /// Create an empty partition.
     pub const CREATE_PARTITION: u16 = 0x0201;
     /// Remove a partition.
@@ -174,6 +176,9 @@ pub enum Request {
     Flush { partition: u64, objects: Vec<u64> },
     /// Blocks that overwriting `regions` would add.
     BlocksRequired { partition: u64, object: u64, regions: Vec<Region> },
+    /// The object's stored byte ranges from `offset` on, at most `max`
+    /// (≤ `EXTENTS_MAX`): every other byte below its size is a hole.
+    Extents { partition: u64, object: u64, offset: u64, max: u16 },
     /// Create an empty (zero-quota) partition.
     CreatePartition { partition: u64 },
     /// Remove a partition; with `force` even if it holds objects.
@@ -248,6 +253,7 @@ impl Request {
             Request::FastCopy { .. } => FASTCOPY,
             Request::Flush { .. } => FLUSH,
             Request::BlocksRequired { .. } => BLOCKS_REQUIRED,
+            Request::Extents { .. } => EXTENTS,
             Request::CreatePartition { .. } => CREATE_PARTITION,
             Request::RemovePartition { .. } => REMOVE_PARTITION,
             Request::ResizePartition { .. } => RESIZE_PARTITION,
@@ -301,6 +307,9 @@ impl Request {
             }
             Request::FastCopy { partition, source } => {
                 w.u64(*partition).u64(*source);
+            }
+            Request::Extents { partition, object, offset, max } => {
+                w.u64(*partition).u64(*object).u64(*offset).u16(*max);
             }
             Request::Flush { partition, objects } => {
                 w.u64(*partition).u16(objects.len() as u16);
@@ -414,6 +423,14 @@ impl Request {
                 }
             }
             FASTCOPY => Request::FastCopy { partition: r.u64()?, source: r.u64()? },
+            EXTENTS => {
+                let (partition, object, offset) = (r.u64()?, r.u64()?, r.u64()?);
+                let max = r.u16()?;
+                if max as usize > EXTENTS_MAX {
+                    return Err(DecodeError::OverLimit { field: "extents", len: max as u64, max: EXTENTS_MAX as u64 });
+                }
+                Request::Extents { partition, object, offset, max }
+            }
             FLUSH => {
                 let partition = r.u64()?;
                 let n = r.count(FLUSH_OBJECTS_MAX, "flush objects")?;
@@ -586,6 +603,11 @@ pub enum Reply {
     Written { length: u64 },
     /// `blocksrequired`'s estimate and maximum.
     BlocksRequired { estimated: u64, maximum: u64 },
+    /// `extents`: the object's stored byte ranges from the request's offset
+    /// on, ascending, disjoint and not touching, at most `EXTENTS_MAX`; every
+    /// stored byte below `covered_end` is in one of them (at or past the
+    /// object's size the list is complete).
+    Extents { covered_end: u64, extents: Vec<Region> },
     /// Drive description.
     Inquiry(DriveInfo),
     /// Audit records, oldest first.
@@ -683,6 +705,12 @@ impl Reply {
             Reply::BlocksRequired { estimated, maximum } => {
                 w.u64(*estimated).u64(*maximum);
             }
+            Reply::Extents { covered_end, extents } => {
+                w.u64(*covered_end).u16(extents.len() as u16);
+                for e in extents {
+                    w.u64(e.offset).u64(e.length);
+                }
+            }
             Reply::Inquiry(d) => {
                 w.str(&d.vendor).str(&d.model).str(&d.firmware).raw(&d.drive_id);
                 w.u32(d.block_size).u64(d.capacity_bytes).u64(d.used_bytes);
@@ -747,6 +775,7 @@ impl Reply {
             }
             WRITE => Reply::Written { length: r.u64()? },
             BLOCKS_REQUIRED => Reply::BlocksRequired { estimated: r.u64()?, maximum: r.u64()? },
+            EXTENTS => decode_extents(&mut r)?,
             INQUIRY => Reply::Inquiry(decode_drive_info(&mut r)?),
             READ_AUDIT => {
                 let n = r.count(AUDIT_RECORDS_PER_REPLY_MAX, "audit records")?;
@@ -778,6 +807,23 @@ impl Reply {
         r.finish()?;
         Ok(reply)
     }
+}
+
+/// An `extents` reply: each extent non-empty, within `covered_end`, and
+/// after the previous one with a gap (extents are coalesced).
+fn decode_extents(r: &mut Reader<'_>) -> Result<Reply, DecodeError> {
+    let covered_end = r.u64()?;
+    let n = r.count(EXTENTS_MAX, "extents")?;
+    let mut extents: Vec<Region> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let e = Region { offset: r.u64()?, length: r.u64()? };
+        let after_previous = extents.last().is_none_or(|p| p.end() < e.offset);
+        if e.length == 0 || e.offset.checked_add(e.length).is_none_or(|end| end > covered_end) || !after_previous {
+            return Err(DecodeError::NotCanonical("extents: empty, overlapping, touching, or past covered_end"));
+        }
+        extents.push(e);
+    }
+    Ok(Reply::Extents { covered_end, extents })
 }
 
 fn decode_drive_info(r: &mut Reader<'_>) -> Result<DriveInfo, DecodeError> {

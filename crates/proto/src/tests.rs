@@ -52,6 +52,7 @@ const OPCODES: &[u16] = &[
     opcode::GET_SUPER_PAL,
     opcode::SET_IDENTITY_KEY,
     opcode::RETIRE_IDENTITY_KEY,
+    opcode::EXTENTS,
 ];
 
 // ---------------------------------------------------------------------------
@@ -509,6 +510,35 @@ fn vectors() -> Vec<Vector> {
                 10000000000000000000000000000000020001e80300000f0200000300000000\
                 0900000000000000000000000000000000000000000000000000000000000000\
                 00000000",
+        },
+        Vector {
+            name: "extents request",
+            header: request_header(opcode::EXTENTS, 13),
+            body: Body::Request(Request::Extents { partition: 7, object: 16, offset: 65536, max: 1024 }),
+            data: vec![],
+            hex: "\
+                4e41534401010e010d0000000000000000000000000000001a00000000000000\
+                000000000000000000ca9a3b000000000d000000000000000700000000000000\
+                1000000000000000000001000000000000040000000000000000000000000000\
+                000000000000000000000000000000000000",
+        },
+        Vector {
+            name: "extents reply, 2 extents",
+            header: FrameHeader::reply_to(&request_header(opcode::EXTENTS, 13), Status::Ok),
+            body: Body::Reply(Reply::Extents {
+                covered_end: 10_737_418_241,
+                extents: vec![
+                    Region { offset: 65536, length: 131072 },
+                    Region { offset: 10_737_352_704, length: 65537 },
+                ],
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401020e010d0000000000000000000000000000002a00000000000000\
+                000000000000000000ca9a3b000000000d000000000000000100008002000000\
+                0200000001000000000000000200000000000000ff7f02000000010001000000\
+                0000000000000000000000000000000000000000000000000000000000000000\
+                0000",
         },
     ]
 }
@@ -1021,6 +1051,16 @@ fn request_rejections() {
             Status::LimitExceeded,
         ),
         (
+            "extents max over EXTENTS_MAX",
+            EXTENTS,
+            args(|w| {
+                po(w);
+                w.u64(0).u16(EXTENTS_MAX as u16 + 1);
+            }),
+            over("extents", EXTENTS_MAX as u64 + 1, EXTENTS_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
             "read regions count says 2, has 1",
             READ,
             args(|w| {
@@ -1201,6 +1241,51 @@ fn reply_rejections() {
                 w.str("").str("").str("").raw(&[0; 16]).u32(0).u64(0).u64(0).u16(0).u16(0);
             }),
             DecodeError::Truncated,
+            Status::BadArguments,
+        ),
+        (
+            "extents over max",
+            EXTENTS,
+            args(|w| {
+                w.u64(0).u16(EXTENTS_MAX as u16 + 1);
+            }),
+            over("extents", EXTENTS_MAX as u64 + 1, EXTENTS_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "extents: an empty one",
+            EXTENTS,
+            args(|w| {
+                w.u64(100).u16(1).u64(10).u64(0);
+            }),
+            DecodeError::NotCanonical("extents: empty, overlapping, touching, or past covered_end"),
+            Status::BadArguments,
+        ),
+        (
+            "extents: two touching",
+            EXTENTS,
+            args(|w| {
+                w.u64(100).u16(2).u64(0).u64(10).u64(10).u64(5);
+            }),
+            DecodeError::NotCanonical("extents: empty, overlapping, touching, or past covered_end"),
+            Status::BadArguments,
+        ),
+        (
+            "extents: past covered_end",
+            EXTENTS,
+            args(|w| {
+                w.u64(100).u16(1).u64(90).u64(11);
+            }),
+            DecodeError::NotCanonical("extents: empty, overlapping, touching, or past covered_end"),
+            Status::BadArguments,
+        ),
+        (
+            "extents: past u64",
+            EXTENTS,
+            args(|w| {
+                w.u64(u64::MAX).u16(1).u64(u64::MAX).u64(2);
+            }),
+            DecodeError::NotCanonical("extents: empty, overlapping, touching, or past covered_end"),
             Status::BadArguments,
         ),
     ];
@@ -1515,6 +1600,9 @@ fn arb_request() -> impl Strategy<Value = Request> {
         (u(), u(), arb_regions())
             .prop_map(|(partition, object, regions)| Request::BlocksRequired { partition, object, regions })
             .boxed(),
+        (u(), u(), u(), 0..=EXTENTS_MAX as u16)
+            .prop_map(|(partition, object, offset, max)| Request::Extents { partition, object, offset, max })
+            .boxed(),
         u().prop_map(|partition| Request::CreatePartition { partition }).boxed(),
         (u(), any::<bool>()).prop_map(|(partition, force)| Request::RemovePartition { partition, force }).boxed(),
         (u(), u()).prop_map(|(partition, quota_bytes)| Request::ResizePartition { partition, quota_bytes }).boxed(),
@@ -1657,6 +1745,21 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
         arb_object_pal().prop_map(|p| (GET_PAL, Reply::Pal(p))).boxed(),
         arb_pal().prop_map(|p| (GET_SUPER_PAL, Reply::SuperPal(p))).boxed(),
         arb_scheme().prop_map(|s| (GET_AUTH_SCHEME, Reply::AuthScheme(s))).boxed(),
+        (u(), prop::collection::vec((1..1_000_000u64, 1..1_000_000u64), 0..=40))
+            .prop_map(|(start, gaps_and_lengths)| {
+                // Ascending, with gaps, within covered_end.
+                let mut at = start % (1 << 40);
+                let extents: Vec<Region> = gaps_and_lengths
+                    .into_iter()
+                    .map(|(gap, length)| {
+                        let e = Region { offset: at + gap, length };
+                        at = e.end();
+                        e
+                    })
+                    .collect();
+                (EXTENTS, Reply::Extents { covered_end: at + start % 3, extents })
+            })
+            .boxed(),
     ];
     Union::new(arms)
 }

@@ -5,8 +5,12 @@
 //!
 //! - **Blocks.** Object data lives in fixed-size blocks of `blocks.dat`. Each
 //!   object maps logical block numbers to physical blocks; unmapped blocks are
-//!   holes and read as zeros. Bytes of a stored block at or past the object's
-//!   `logical_size` are always zero.
+//!   holes and read as zeros, with no disk read. A block a write leaves all
+//!   zeros is a hole too: it takes no block and no quota. Bytes of a stored
+//!   block at or past the object's `logical_size` are always zero.
+//! - **Space.** A new block is a freed one before the file grows, and a
+//!   freed block's bytes go back to the file system (a punched hole) before
+//!   it is reused, so `blocks.dat` occupies what the store holds (`space.rs`).
 //! - **Copy on write, always.** A write never changes a block in place: every
 //!   block it touches is assembled in memory, digested, written to a newly
 //!   allocated block, and the whole write is installed in the in-memory index
@@ -71,6 +75,10 @@ pub const READ_BATCH_BLOCKS: usize = 1024;
 /// Block references, and objects, `scrub` visits per metadata-lock hold (64
 /// bytes each).
 pub const SCRUB_BATCH_BLOCKS: usize = 1024;
+/// Block references one [`Store::extents`] walks (one metadata-lock hold of
+/// some 100 µs, no allocation beyond the extents listed): an object with
+/// more mapped blocks past the offset is listed over several calls.
+pub const EXTENTS_SCAN_BLOCKS_MAX: usize = 16 * 1024;
 /// Memory an open write transaction holds per logical block it changed, at
 /// most: its undo entry (a B-tree entry of a block number and an optional
 /// 40-byte block reference) and the reference count of the block it keeps.
@@ -340,6 +348,14 @@ struct Meta {
     /// Free blocks still pinned: returned to the allocator when their last
     /// pin goes. Each is in `pins`, referenced by no index and no undo.
     pinned_free: HashSet<u64>,
+    /// Blocks free again — no index, undo entry, durable index or pin holds
+    /// them — whose bytes the file system still holds: given back to it
+    /// (`Store::punch_freed`) before they go to the allocator, so a punch
+    /// never lands on a block that was reused.
+    to_punch: Vec<u64>,
+    /// Blocks a `Store::punch_freed` took from `to_punch` and has not yet
+    /// handed to the allocator.
+    punching: u64,
     /// Partitions created or loaded so far (the next `Partition::incarnation`).
     incarnations: u64,
     /// The last PAL stamp handed out (`Meta::next_pal_stamp`): stamps are
@@ -368,6 +384,12 @@ pub struct Store {
     clock_skew_ns: AtomicU64,
     /// BLAKE3 of a block of zeros: the digest of a hole.
     zero_digest: BlockDigest,
+    /// One `Store::punch_freed` at a time: a writer that finds no free
+    /// block waits here for blocks being punched.
+    punch_lock: Mutex<()>,
+    /// Whether the file system under `blocks.dat` punches holes (cleared,
+    /// with one warning, the first time it says it cannot).
+    punch_holes: AtomicBool,
     _dir_lock: File,
 }
 
@@ -423,8 +445,11 @@ impl Store {
             clock_offset_ns: AtomicI64::new(offset),
             clock_skew_ns: AtomicU64::new(skew),
             zero_digest: nasd_crypto::zero_block_digest(block_size as usize),
+            punch_lock: Mutex::new(()),
+            punch_holes: AtomicBool::new(true),
             _dir_lock: dir_lock,
         };
+        store.give_back_free_space()?;
         tracing::info!(dir = %dir.display(), block_size, capacity_bytes = store.capacity_bytes, "store opened");
         Ok(store)
     }
@@ -572,6 +597,8 @@ impl Store {
             pending_free: Vec::new(),
             pins: HashMap::new(),
             pinned_free: HashSet::new(),
+            to_punch: Vec::new(),
+            punching: 0,
             incarnations,
             pal_stamps,
             dirty: Dirty::default(),
@@ -639,6 +666,7 @@ fn rand_id() -> [u8; 16] {
 }
 
 mod ops;
+mod space;
 #[cfg(test)]
 mod tests;
 mod txn;

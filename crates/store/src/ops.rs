@@ -38,17 +38,18 @@ impl Meta {
         }
     }
 
-    /// Hands a block no index, undo or durable index references back to the
-    /// allocator — unless a reader has it pinned: then it waits in
-    /// `pinned_free` for [`Meta::unpin`], so a reader never sees its bytes
-    /// replaced by a later write's.
+    /// Frees a block no index, undo or durable index references: it waits
+    /// in `to_punch` for [`Store::punch_freed`] to give its bytes back to the
+    /// file system and hand it to the allocator — unless a reader has it
+    /// pinned: then it waits in `pinned_free` for [`Meta::unpin`] first, so
+    /// a reader never sees its bytes punched or replaced by a later write's.
     pub(crate) fn free_block(&mut self, phys: u64) {
         assert!(!self.refcount.contains_key(&phys), "freeing referenced block {phys}");
         if self.pins.contains_key(&phys) {
             let first = self.pinned_free.insert(phys);
             assert!(first, "pinned block {phys} freed twice");
         } else {
-            self.alloc.free(phys);
+            self.to_punch.push(phys);
         }
     }
 
@@ -67,7 +68,7 @@ impl Meta {
         if *c == 0 {
             self.pins.remove(&phys);
             if self.pinned_free.remove(&phys) {
-                self.alloc.free(phys);
+                self.to_punch.push(phys);
             }
         }
     }
@@ -290,8 +291,9 @@ struct WritePlan {
     /// The partition's incarnation when the write was planned.
     incarnation: u64,
     reserved_inflight: u64,
-    /// Logical block → its new block, as written so far.
-    new: BTreeMap<u64, BlockRef>,
+    /// Logical block → its new block, as written so far (None: the block
+    /// is all zeros, a hole: it takes no block).
+    new: BTreeMap<u64, Option<BlockRef>>,
     /// The blocks the write covers only in part: what their other bytes
     /// were taken from, and which bytes are the write's. At most two per
     /// region (its first and last block).
@@ -795,9 +797,10 @@ impl Store {
     /// place). The caller holds the object's lock, so `now` stays mapped.
     fn remerge(&self, plan: &mut WritePlan, l: u64, now: Option<BlockRef>) -> Result<(), StoreError> {
         let bs = self.bs() as usize;
-        let mine = plan.new[&l];
         let mut ours = vec![0u8; bs];
-        self.read_block_with(plan.partition, plan.object, l, &mine, &mut ours, true)?;
+        if let Some(mine) = plan.new[&l] {
+            self.read_block_with(plan.partition, plan.object, l, &mine, &mut ours, true)?;
+        }
         let mut buf = vec![0u8; bs];
         match &now {
             Some(b) => self.read_block(plan.partition, plan.object, l, b, &mut buf)?,
@@ -808,11 +811,7 @@ impl Store {
             buf[at..at + n].copy_from_slice(&ours[at..at + n]);
         }
         merge.base = now;
-        if let Err(e) = self.data.write_all_at(&buf, mine.phys * self.bs()) {
-            return Err(self.fail(e));
-        }
-        plan.new.insert(l, BlockRef { phys: mine.phys, digest: block_digest(&buf) });
-        Ok(())
+        self.store_block(plan, l, &buf)
     }
 
     /// Logical blocks touched by `regions`, as sorted, disjoint, inclusive
@@ -857,10 +856,10 @@ impl Store {
         let obj = m.object(p, o)?;
         let (added, charge) = Self::added_blocks(&m, obj, &ranges);
         m.quota_check(p, charge, self.bs())?;
-        if added > m.alloc.free_blocks() {
+        if added > m.free_blocks() {
             return Err(StoreError::NoSpace(format!(
                 "write needs {added} new blocks, drive has {} free",
-                m.alloc.free_blocks()
+                m.free_blocks()
             )));
         }
         let part = m.partition_mut(p)?;
@@ -924,8 +923,11 @@ impl Store {
             return Ok(());
         }
         let (p, o) = (plan.partition, plan.object);
-        if let Some(b) = plan.new.get(&l) {
-            self.data.read_exact_at(buf, b.phys * self.bs())?;
+        if let Some(mine) = plan.new.get(&l) {
+            match mine {
+                Some(b) => self.data.read_exact_at(buf, b.phys * self.bs())?,
+                None => buf.fill(0),
+            }
             return Ok(());
         }
         let base = {
@@ -949,31 +951,57 @@ impl Store {
     }
 
     /// Writes an assembled block to a new physical block (or back to the one
-    /// this write already allocated for it).
+    /// this write already allocated for it). A block of zeros is a hole: it
+    /// takes no block (one this write allocated for it is freed), costs no
+    /// space and reads as zeros, with the digest of a hole.
     fn store_block(&self, plan: &mut WritePlan, l: u64, buf: &[u8]) -> Result<(), StoreError> {
         let digest = block_digest(buf);
-        let phys = match plan.new.get(&l) {
-            Some(b) => b.phys,
-            None => {
-                let mut m = lock(&self.meta);
-                let hint = self.placement_hint(&m, plan, l);
-                let phys = m.alloc.alloc(hint).ok_or_else(|| StoreError::NoSpace("drive is full".into()))?;
-                m.fresh.insert(phys);
-                phys
+        let mine = plan.new.get(&l).copied().flatten();
+        if ct_eq(&digest, &self.zero_digest) {
+            if let Some(b) = mine {
+                lock(&self.meta).release_block(b.phys);
             }
+            plan.new.insert(l, None);
+            return Ok(());
+        }
+        let phys = match mine {
+            Some(b) => b.phys,
+            None => self.alloc_block(plan, l)?,
         };
-        plan.new.insert(l, BlockRef { phys, digest });
+        plan.new.insert(l, Some(BlockRef { phys, digest }));
         if let Err(e) = self.data.write_all_at(buf, phys * self.bs()) {
             return Err(self.fail(e));
         }
         Ok(())
     }
 
+    /// A new block for logical block `l` of a write. Blocks freed but not
+    /// yet punched are not in the allocator: when it has none, they are
+    /// punched now (waiting for a punch in progress) and the allocation
+    /// tried again.
+    fn alloc_block(&self, plan: &WritePlan, l: u64) -> Result<u64, StoreError> {
+        for punched in [false, true] {
+            {
+                let mut m = lock(&self.meta);
+                let hint = self.placement_hint(&m, plan, l);
+                if let Some(phys) = m.alloc.alloc(hint) {
+                    m.fresh.insert(phys);
+                    return Ok(phys);
+                }
+                if punched || (m.to_punch.is_empty() && m.punching == 0) {
+                    break;
+                }
+            }
+            self.punch_freed();
+        }
+        Err(StoreError::NoSpace("drive is full".into()))
+    }
+
     /// Where to put a new block: after the previous logical block, else after
     /// the `nearby_object`'s last block.
     fn placement_hint(&self, m: &Meta, plan: &WritePlan, l: u64) -> Option<u64> {
         if l > 0 {
-            if let Some(b) = plan.new.get(&(l - 1)) {
+            if let Some(Some(b)) = plan.new.get(&(l - 1)) {
                 return Some(b.phys + 1);
             }
         }
@@ -998,10 +1026,12 @@ impl Store {
         m.partitions.get_mut(&p).expect("partition of a locked object").inflight_blocks -= plan.reserved_inflight;
         let old_slack = m.object(p, o).expect("locked object exists").slack();
         for (l, new) in &plan.new {
-            let prev = m.refcount.insert(new.phys, 1);
-            assert!(prev.is_none(), "new block {} already referenced", new.phys);
-            m.partitions.get_mut(&p).expect("partition").physical_blocks += 1;
-            m.set_block(p, o, *l, Some(*new));
+            if let Some(new) = new {
+                let prev = m.refcount.insert(new.phys, 1);
+                assert!(prev.is_none(), "new block {} already referenced", new.phys);
+                m.partitions.get_mut(&p).expect("partition").physical_blocks += 1;
+            }
+            m.set_block(p, o, *l, *new);
         }
         let end = regions.iter().map(Region::end).max().unwrap_or(0);
         let obj = m.object_mut(p, o).expect("object");
@@ -1022,7 +1052,7 @@ impl Store {
         if let Some(part) = m.partitions.get_mut(&plan.partition).filter(|part| part.incarnation == plan.incarnation) {
             part.inflight_blocks -= plan.reserved_inflight;
         }
-        for b in plan.new.values() {
+        for b in plan.new.values().flatten() {
             m.release_block(b.phys);
         }
     }
@@ -1106,6 +1136,56 @@ impl Store {
         let m = lock(&self.meta);
         let (added, _) = Self::added_blocks(&m, m.object(p, o)?, &ranges);
         Ok((added, added))
+    }
+
+    /// The object's stored byte ranges (its allocated extents, where a read
+    /// touches the disk) from `offset` on, in order and coalesced, each cut
+    /// to `[offset, logical_size)`: at most `max` of them. Every other byte
+    /// below `logical_size` is a hole (reads as zeros, costs nothing).
+    ///
+    /// Also returns `covered_end` (≥ `offset`): every stored byte in
+    /// `[offset, covered_end)` is listed; at or past `logical_size` the list
+    /// is complete, else the caller asks again from `covered_end`. One call
+    /// walks at most [`EXTENTS_SCAN_BLOCKS_MAX`] block references (one hold
+    /// of the metadata lock), whatever the object.
+    ///
+    /// # Errors
+    /// [`StoreError::BadArgument`] if `max` is 0; no such partition or object.
+    pub fn extents(&self, p: u64, o: u64, offset: u64, max: usize) -> Result<(Vec<Region>, u64), StoreError> {
+        if max == 0 {
+            return Err(StoreError::BadArgument("extents: at least one extent must be asked for"));
+        }
+        if is_control(o) {
+            let len = self.control_bytes(p, o)?.len() as u64;
+            let data = (offset < len).then_some(Region { offset, length: len - offset });
+            return Ok((data.into_iter().collect(), len.max(offset)));
+        }
+        let bs = self.bs();
+        let m = lock(&self.meta);
+        let obj = m.object(p, o)?;
+        let size = obj.attrs.logical_size;
+        if offset >= size {
+            return Ok((Vec::new(), offset));
+        }
+        let mut out: Vec<Region> = Vec::new();
+        let mut covered = size;
+        for (scanned, &l) in obj.blocks.range(offset / bs..size.div_ceil(bs)).map(|(l, _)| l).enumerate() {
+            let (start, end) = ((l * bs).max(offset), ((l + 1) * bs).min(size));
+            if scanned == EXTENTS_SCAN_BLOCKS_MAX {
+                covered = start;
+                break;
+            }
+            if let Some(r) = out.last_mut().filter(|r| r.end() == start) {
+                r.length += end - start;
+                continue;
+            }
+            if out.len() == max {
+                covered = start;
+                break;
+            }
+            out.push(Region { offset: start, length: end - start });
+        }
+        Ok((out, covered))
     }
 
     // ------------------------------------------------------------- partitions
@@ -1390,7 +1470,7 @@ impl Store {
             drive_id: self.drive_id,
             block_size: self.block_size,
             capacity_bytes: self.capacity_bytes,
-            used_bytes: (m.alloc.capacity() - m.alloc.free_blocks()) * bs,
+            used_bytes: m.used_blocks() * bs,
             partitions: m
                 .partitions
                 .iter()
@@ -1413,7 +1493,7 @@ impl Store {
             DRIVE_CONTROL => DriveControl {
                 block_size: self.block_size,
                 capacity_bytes: self.capacity_bytes,
-                allocated_bytes: (m.alloc.capacity() - m.alloc.free_blocks()) * self.bs(),
+                allocated_bytes: m.used_blocks() * self.bs(),
                 partitions: m.partitions.len() as u32,
                 clock_ns: now,
                 clock_skew_ns: self.clock_skew_ns(),
@@ -1458,6 +1538,8 @@ impl Store {
             (batch, std::mem::take(&mut m.pending_free))
         };
         if batch.is_empty() && release.is_empty() {
+            // Blocks freed since (aborted writes, reads letting go) go back still.
+            self.punch_freed();
             return Ok(());
         }
         if let Err(e) = self.data.sync_data() {
@@ -1468,10 +1550,13 @@ impl Store {
             self.failed.store(true, Ordering::Release);
             return Err(StoreError::Db(e));
         }
-        let mut m = lock(&self.meta);
-        for b in release {
-            m.free_block(b);
+        {
+            let mut m = lock(&self.meta);
+            for b in release {
+                m.free_block(b);
+            }
         }
+        self.punch_freed();
         Ok(())
     }
 

@@ -186,11 +186,19 @@ fn check_store_invariants(s: &Store) {
     assert_eq!(pending.len(), m.pending_free.len(), "a block is pending release twice");
     assert!(pending.iter().all(|b| !refs.contains_key(b)), "a referenced block is pending release");
     assert!(m.pins.is_empty() && m.pinned_free.is_empty(), "blocks pinned with no read in progress");
+    let to_punch: HashSet<u64> = m.to_punch.iter().copied().collect();
+    assert_eq!(to_punch.len(), m.to_punch.len(), "a block waits to be punched twice");
+    assert!(
+        to_punch.iter().all(|b| !refs.contains_key(b) && !pending.contains(b)),
+        "a block in use waits to be punched"
+    );
+    assert_eq!(m.punching, 0, "blocks being punched with no punch in progress");
     assert_eq!(
         m.alloc.capacity() - m.alloc.free_blocks(),
-        (refs.len() + pending.len()) as u64,
-        "allocated blocks are exactly the referenced ones plus those awaiting release (no leak)"
+        (refs.len() + pending.len() + to_punch.len()) as u64,
+        "allocated blocks are exactly the referenced ones plus those awaiting release or a punch (no leak)"
     );
+    assert_eq!(m.used_blocks(), (refs.len() + pending.len()) as u64, "used blocks");
 }
 
 // ------------------------------------------------------------------- create
@@ -533,7 +541,171 @@ fn truncate_inside_a_hole_allocates_nothing() {
     check_store_invariants(&s);
 }
 
+/// A block a write leaves all zeros is a hole: it takes no block, no quota
+/// and no disk read, reads back as zeros with the digest of a hole, and
+/// frees the block it replaces. `extents` lists exactly the stored blocks.
+#[test]
+fn blocks_of_zeros_are_holes_and_extents_list_the_stored_ones() {
+    let (_d, s) = fresh(64);
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    // Blocks: 0 data, 1 zeros, 2 zeros, 3 data in part (the rest zeros), 4 zeros.
+    let mut data = vec![0u8; 5 * BS as usize];
+    data[..BS as usize].copy_from_slice(&pattern(1, BS as usize));
+    data[3 * BS as usize + 100] = 7;
+    write(&s, 1, o, &[rg(0, 5 * BS)], &data).unwrap();
+    let a = s.getattr(1, o).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used, a.blocks_allocated), (5 * BS, 2, 2), "two blocks stored");
+    assert_eq!(part_used(&s, 1), 2 * BS, "the zeros are charged nothing");
+    assert_eq!(read_all(&s, 1, o), data);
+    let mapped: Vec<u64> = s.block_map(1, o).unwrap().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(mapped, vec![0, 3]);
+    assert_eq!(s.extents(1, o, 0, 16).unwrap(), (vec![rg(0, BS), rg(3 * BS, BS)], 5 * BS));
+    assert_eq!(
+        s.extents(1, o, 100, 1).unwrap(),
+        (vec![rg(100, BS - 100)], 3 * BS),
+        "one asked for: covered to the next"
+    );
+    assert_eq!(s.extents(1, o, 3 * BS + 5, 16).unwrap(), (vec![rg(3 * BS + 5, BS - 5)], 5 * BS));
+    assert_eq!(s.extents(1, o, 9 * BS, 16).unwrap(), (vec![], 9 * BS), "past the end");
+    truncate(&s, 1, o, 3 * BS + 200).unwrap();
+    assert_eq!(s.extents(1, o, 3 * BS + 300, 16).unwrap(), (vec![], 3 * BS + 300), "in the last block, past the end");
+    assert_eq!(s.extents(1, o, 3 * BS + 50, 16).unwrap(), (vec![rg(3 * BS + 50, 150)], 3 * BS + 200));
+    truncate(&s, 1, o, 5 * BS).unwrap();
+    assert!(matches!(s.extents(1, o, 0, 0), Err(StoreError::BadArgument(_))));
+    // Hash-and-MAC: a hole's whole block goes out with the digest of a block of zeros.
+    struct Digests(Vec<Option<BlockDigest>>);
+    impl DataSink for Digests {
+        fn start(&mut self, _: &[u64]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn data(&mut self, _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn unit(&mut self, bytes: &[u8], stored: Option<&BlockDigest>) -> std::io::Result<()> {
+            if let Some(d) = stored {
+                assert!(ct_eq(d, &block_digest(bytes)), "a unit's stored digest is the digest of its bytes");
+            }
+            self.0.push(stored.copied());
+            Ok(())
+        }
+    }
+    let mut digests = Digests(Vec::new());
+    s.read_with(1, o, &[rg(0, 5 * BS)], &mut digests, false).unwrap();
+    assert_eq!(digests.0.len(), 5);
+    assert!(digests.0.iter().all(Option::is_some), "every whole block has its digest");
+
+    // Overwriting the data with zeros frees its block; a partial write that
+    // zeroes what was left of a block does too.
+    s.commit().unwrap();
+    write(&s, 1, o, &[rg(0, BS)], &vec![0u8; BS as usize]).unwrap();
+    write(&s, 1, o, &[rg(3 * BS + 100, 1)], &[0]).unwrap();
+    let a = s.getattr(1, o).unwrap();
+    assert_eq!((a.logical_size, a.blocks_used, a.blocks_allocated), (5 * BS, 0, 0));
+    assert_eq!(s.extents(1, o, 0, 16).unwrap(), (vec![], 5 * BS));
+    assert_eq!(read_all(&s, 1, o), vec![0u8; 5 * BS as usize]);
+    s.commit().unwrap();
+    assert_eq!(s.info().used_bytes, 0);
+    // Under a transaction, zeros over data are undone like any write.
+    write(&s, 1, o, &[rg(BS, BS)], &pattern(2, BS as usize)).unwrap();
+    s.txn_begin(1, o, 5).unwrap();
+    write(&s, 1, o, &[rg(BS, BS)], &vec![0u8; BS as usize]).unwrap();
+    write(&s, 1, o, &[rg(2 * BS, BS)], &vec![0u8; BS as usize]).unwrap();
+    assert_eq!(s.extents(1, o, 0, 16).unwrap().0, vec![]);
+    check_store_invariants(&s);
+    s.txn_end(1, o, 5, false).unwrap();
+    assert_eq!(read(&s, 1, o, &[rg(BS, BS)]).unwrap().1, pattern(2, BS as usize));
+    assert_eq!(s.extents(1, o, 0, 16).unwrap().0, vec![rg(BS, BS)]);
+    check_store_invariants(&s);
+}
+
+/// `extents` walks a bounded number of block references per call and says
+/// how far its answer goes; a caller following `covered_end` sees them all.
+#[test]
+fn extents_of_a_large_fragmented_object_come_in_bounded_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocks = EXTENTS_SCAN_BLOCKS_MAX as u64 * 2 + 10;
+    let s = Store::open(dir.path(), &StoreOptions { capacity_bytes: (blocks + 16) * BS, ..opts() }).unwrap();
+    s.create_partition(1).unwrap();
+    s.resize_partition(1, (blocks + 16) * BS).unwrap();
+    let (o, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    // Every other block stored: as many extents as blocks.
+    let regions: Vec<Region> = (0..blocks / 2).map(|i| rg(2 * i * BS, BS)).collect();
+    for chunk in regions.chunks(nasd_proto::limits::REGIONS_MAX) {
+        let len: u64 = chunk.iter().map(|r| r.length).sum();
+        write(&s, 1, o, chunk, &pattern(3, len as usize)).unwrap();
+    }
+    let (mut at, mut seen, mut calls) = (0, Vec::new(), 0);
+    let size = s.getattr(1, o).unwrap().logical_size;
+    while at < size {
+        let (got, covered) = s.extents(1, o, at, 4096).unwrap();
+        assert!(got.len() <= 4096 && covered > at, "progress from {at}");
+        assert!(got.iter().all(|r| r.offset >= at && r.end() <= covered));
+        seen.extend(got);
+        at = covered;
+        calls += 1;
+    }
+    assert_eq!(seen, regions);
+    assert!(calls >= regions.len() / 4096, "{calls} calls");
+    // Dense: one extent, listed in bounded walks that join up.
+    let (d, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+    let dense = EXTENTS_SCAN_BLOCKS_MAX as u64 + 5;
+    write(&s, 1, d, &[rg(0, dense * BS)], &pattern(4, (dense * BS) as usize)).unwrap();
+    let (first, covered) = s.extents(1, d, 0, 8).unwrap();
+    assert_eq!(
+        (first, covered),
+        (vec![rg(0, EXTENTS_SCAN_BLOCKS_MAX as u64 * BS)], EXTENTS_SCAN_BLOCKS_MAX as u64 * BS)
+    );
+    let (rest, covered) = s.extents(1, d, covered, 8).unwrap();
+    assert_eq!((rest, covered), (vec![rg(EXTENTS_SCAN_BLOCKS_MAX as u64 * BS, 5 * BS)], dense * BS));
+}
+
+/// Blocks written and never committed before a crash are free at the next
+/// open, and their space goes back to the file system then: the block file
+/// is trimmed past the last block in use and the free blocks below it are
+/// punched.
+#[test]
+fn reopening_after_a_crash_gives_back_what_no_commit_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let on_disk = || std::fs::metadata(dir.path().join("blocks.dat")).unwrap().blocks() * 512;
+    let v = pattern(5, 8 * BS as usize);
+    let (a, b) = {
+        let s = open(dir.path());
+        s.create_partition(1).unwrap();
+        s.resize_partition(1, 1024 * BS).unwrap();
+        let (a, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        let (b, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+        write(&s, 1, b, &[rg(0, 8 * BS)], &v).unwrap();
+        write(&s, 1, a, &[rg(0, 8 * BS)], &v).unwrap();
+        s.commit().unwrap();
+        // b goes, durably; then 500 blocks are written and never committed.
+        s.remove(1, b).unwrap();
+        s.commit().unwrap();
+        for i in 0..5 {
+            let (n, _) = s.create(1, AttrMask::default(), &Attributes::default()).unwrap();
+            write(&s, 1, n, &[rg(0, 100 * BS)], &pattern(10 + i, 100 * BS as usize)).unwrap();
+        }
+        assert!(on_disk() >= 500 * BS);
+        (a, b)
+        // Dropped without a commit: as after a crash.
+    };
+    let s = open(dir.path());
+    assert_eq!(read_all(&s, 1, a), v);
+    assert!(s.getattr(1, b).is_err());
+    assert_eq!(s.info().used_bytes, 8 * BS);
+    let len = std::fs::metadata(dir.path().join("blocks.dat")).unwrap().len();
+    assert!(len <= 16 * BS, "trimmed past the last block in use: {len} bytes");
+    assert!(on_disk() <= 8 * BS + 16 * BS, "{} bytes on disk for 8 blocks in use", on_disk());
+    check_store_invariants(&s);
+}
+
 // --------------------------------------------------------------- read/write
+
+/// Whether block `l` of an object holding `data` is all zeros (a hole).
+fn zero_block(data: &[u8], l: u64) -> bool {
+    let start = (l * BS) as usize;
+    data.get(start..data.len().min(start + BS as usize)).is_none_or(|b| b.iter().all(|&x| x == 0))
+}
 
 fn apply(model: &mut Vec<u8>, regions: &[Region], data: &[u8]) {
     let mut pos = 0;
@@ -1654,7 +1826,7 @@ fn a_read_serves_its_pinned_blocks_while_they_are_overwritten_released_and_reall
     let v1 = pattern(1, 3 * BS as usize);
     write(&s, 1, o, &[rg(0, 3 * BS)], &v1).unwrap();
     s.commit().unwrap();
-    let free_at_rest = lock(&s.meta).alloc.free_blocks();
+    let free_at_rest = lock(&s.meta).free_blocks();
     std::thread::scope(|scope| {
         let (resume, r) = held_read(scope, &s, o, vec![rg(0, 3 * BS)], BS as usize);
         let ((), resume) = unblocked("writes and commits of the object", resume, || {
@@ -1667,7 +1839,7 @@ fn a_read_serves_its_pinned_blocks_while_they_are_overwritten_released_and_reall
         drop(resume);
         same_bytes(&r.join().unwrap().unwrap(), &v1, "the read sees the object as it began");
     });
-    assert_eq!(lock(&s.meta).alloc.free_blocks(), free_at_rest, "the last pin freed the blocks");
+    assert_eq!(lock(&s.meta).free_blocks(), free_at_rest, "the last pin freed the blocks");
     check_store_invariants(&s);
 }
 
@@ -2160,11 +2332,12 @@ mod model {
             let (added, newly) = self.added(obj, &t);
             self.quota_ok(p, added - newly.min(obj.slack()))?;
             let mut obj = self.take(p, o);
-            for l in t {
-                let new = self.token();
-                self.remap(&mut obj, l, Some(new));
-            }
             apply(&mut obj.data, regions, data);
+            for l in t {
+                // A block the write leaves all zeros is a hole.
+                let new = (!zero_block(&obj.data, l)).then(|| self.token());
+                self.remap(&mut obj, l, new);
+            }
             self.put(p, o, obj);
             Ok(data.len() as u64)
         }
@@ -2190,9 +2363,10 @@ mod model {
                 }
             }
             let mut obj = self.take(p, o);
+            obj.data.resize(size as usize, 0);
             if zero_tail {
-                let new = self.token();
-                self.remap(&mut obj, size / BS, Some(new));
+                let new = (!zero_block(&obj.data, size / BS)).then(|| self.token());
+                self.remap(&mut obj, size / BS, new);
             }
             if size < old {
                 let dropped: Vec<u64> = obj.blocks.range(first_dropped..).map(|(l, _)| *l).collect();
@@ -2200,7 +2374,6 @@ mod model {
                     self.remap(&mut obj, l, None);
                 }
             }
-            obj.data.resize(size as usize, 0);
             self.put(p, o, obj);
             Ok(())
         }
@@ -2263,7 +2436,9 @@ mod model {
             if let Some(txn) = obj.txn.as_mut() {
                 match txn.undo.get(&l) {
                     None => {
-                        txn.undo.insert(l, old);
+                        if old.is_some() || new.is_some() {
+                            txn.undo.insert(l, old);
+                        }
                         return;
                     }
                     Some(None) if new.is_none() => {

@@ -9,6 +9,10 @@
 //! contiguous range, or a few regions for read-modify-write); at most
 //! `1 + BATCHES_AHEAD_MAX` batches are in memory at once.
 
+mod seek;
+
+pub use seek::{Seek, SEEK_REQUESTS_PER_COLUMN_MAX};
+
 use crate::coding::Coder;
 use crate::error::{ComponentFailure, FailureCause, StripeError};
 use crate::geometry::{Geometry, Role};

@@ -64,6 +64,20 @@ pub(crate) enum Req {
     Write(Vec<Region>, Arc<Vec<u8>>),
     /// Make the object durable.
     Flush,
+    /// The object's stored byte ranges from `offset` on, at most `max`
+    /// (`EXTENTS`).
+    Extents { offset: u64, max: u16 },
+}
+
+/// What a component request answered.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// A read's bytes.
+    Bytes(Vec<u8>),
+    /// `EXTENTS`: the stored ranges, and how far the answer goes.
+    Extents(Vec<Region>, u64),
+    /// Nothing to return (a write, a flush).
+    Done,
 }
 
 /// Why a component request did not succeed.
@@ -92,7 +106,7 @@ pub(crate) struct Shared {
 /// cancelled operation leaves no request running; an aborted request's
 /// connection is closed, and a write cut short is discarded by the drive).
 pub(crate) struct Task {
-    handle: JoinHandle<Result<Option<Vec<u8>>, TaskError>>,
+    handle: JoinHandle<Result<Answer, TaskError>>,
 }
 
 impl Drop for Task {
@@ -108,7 +122,22 @@ impl Task {
     }
 
     /// The request's result: `Some(bytes)` for a read.
-    pub(crate) async fn join(mut self) -> Result<Option<Vec<u8>>, TaskError> {
+    pub(crate) async fn join(self) -> Result<Option<Vec<u8>>, TaskError> {
+        Ok(match self.answer().await? {
+            Answer::Bytes(b) => Some(b),
+            Answer::Extents(..) | Answer::Done => None,
+        })
+    }
+
+    /// An `EXTENTS` request's result.
+    pub(crate) async fn join_extents(self) -> Result<(Vec<Region>, u64), TaskError> {
+        match self.answer().await? {
+            Answer::Extents(extents, covered_end) => Ok((extents, covered_end)),
+            other => Err(TaskError::Fatal(StripeError::Bind(format!("extents request answered {other:?}")))),
+        }
+    }
+
+    async fn answer(mut self) -> Result<Answer, TaskError> {
         match (&mut self.handle).await {
             Ok(r) => r,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -118,7 +147,7 @@ impl Task {
 }
 
 impl Shared {
-    async fn request(&self, layout: Layout, component: usize, req: &Req) -> Result<Option<Vec<u8>>, TaskError> {
+    async fn request(&self, layout: Layout, component: usize, req: &Req) -> Result<Answer, TaskError> {
         let mut target = self.binder.current();
         let (mut refreshes, mut reconnects, mut pal_asked, mut renewed) = (0, 0, false, false);
         loop {
@@ -149,7 +178,8 @@ impl Shared {
             if !pal_asked && cause.status() == Some(Status::NotInPal) {
                 // The drive has no PAL entry for the identity: asked set again, retried once.
                 pal_asked = true;
-                if self.refresh_pal(pals_seen, !matches!(req, Req::Read(_))).await.map_err(TaskError::Fatal)? {
+                let write = !matches!(req, Req::Read(_) | Req::Extents { .. });
+                if self.refresh_pal(pals_seen, write).await.map_err(TaskError::Fatal)? {
                     continue;
                 }
             }
@@ -178,7 +208,7 @@ impl Shared {
     }
 
     /// One try: returns the failure and whether it was on a reused connection.
-    async fn attempt(&self, binding: &Binding, req: &Req) -> Result<Option<Vec<u8>>, (FailureCause, bool)> {
+    async fn attempt(&self, binding: &Binding, req: &Req) -> Result<Answer, (FailureCause, bool)> {
         let mut lease = self.pool.lease(binding).await;
         let reused = lease.reused;
         let r = tokio::time::timeout(self.request_deadline, async {
@@ -243,20 +273,24 @@ impl Shared {
     }
 }
 
-async fn send(c: &mut nasd_client::DriveClient, b: &Binding, req: &Req) -> Result<Option<Vec<u8>>, ClientError> {
+async fn send(c: &mut nasd_client::DriveClient, b: &Binding, req: &Req) -> Result<Answer, ClientError> {
     match req {
         Req::Read(regions) => {
             let (lengths, data) = c.read(b.partition, b.object, regions).await?;
-            Ok(Some(pad(regions, &lengths, data)))
+            Ok(Answer::Bytes(pad(regions, &lengths, data)))
         }
         Req::Write(regions, data) => {
             let n = c.write(b.partition, b.object, regions, data).await?;
             if n != data.len() as u64 {
                 return Err(ClientError::Protocol(format!("drive wrote {n} of {} bytes", data.len())));
             }
-            Ok(None)
+            Ok(Answer::Done)
         }
-        Req::Flush => c.flush(b.partition, &[b.object]).await.map(|()| None),
+        Req::Flush => c.flush(b.partition, &[b.object]).await.map(|()| Answer::Done),
+        Req::Extents { offset, max } => {
+            let (extents, covered_end) = c.extents(b.partition, b.object, *offset, *max).await?;
+            Ok(Answer::Extents(extents, covered_end))
+        }
     }
 }
 

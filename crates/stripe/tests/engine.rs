@@ -681,3 +681,98 @@ fn an_expired_identity_is_renewed_and_the_request_sent_again() {
         assert_eq!(renewing.renewals.load(Ordering::SeqCst), again, "no renewal while the identity is valid");
     });
 }
+
+/// Whether each byte of a file of `size` bytes laid out by `layout` is
+/// stored, after writes `nonzero` of non-zero bytes and `zero` of zeros
+/// (offset, len): a byte is stored iff a non-zero write touched its
+/// component block (4 KiB, a unit here) and it lies below its component
+/// object's size (the end of the last write to that column: a component is
+/// as long as what was written to it, and bytes past it read as zeros).
+fn stored_bytes(layout: &str, nonzero: &[(u64, u64)], zero: &[(u64, u64)], size: u64) -> Vec<bool> {
+    let g = nasd_stripe::geometry::Geometry::new(nasd_proto::layout::Layout::parse(layout).unwrap()).unwrap();
+    let mut column_len = vec![0u64; g.data_columns()];
+    for &(offset, len) in nonzero.iter().chain(zero) {
+        for e in g.extents(offset, len) {
+            column_len[e.column] = column_len[e.column].max(e.comp_offset + e.len);
+        }
+    }
+    let mut touched = vec![false; size.div_ceil(U) as usize];
+    for &(offset, len) in nonzero {
+        for u in offset / U..=(offset + len - 1) / U {
+            touched[u as usize] = true;
+        }
+    }
+    (0..size).map(|f| touched[(f / U) as usize] && g.locate(f).comp_offset < column_len[g.locate(f).column]).collect()
+}
+
+/// `SEEK_DATA` and `SEEK_HOLE` as `stored` says: the first stored byte at
+/// or after `from`, and the first unstored one (or the size).
+fn expect_seek(stored: &[bool], from: u64) -> (Option<u64>, u64) {
+    let from = from as usize;
+    let data = stored[from..].iter().position(|&s| s).map(|i| (from + i) as u64);
+    let hole = stored[from..].iter().position(|&s| !s).map_or(stored.len(), |i| from + i) as u64;
+    (data, hole)
+}
+
+/// `Striper::seek` finds data and holes from the components' stored extents
+/// on every scheme, from every kind of offset (unit starts, mid-unit, in
+/// holes, in data, at a column's last unit, past the end): the first stored
+/// byte (`SEEK_DATA`) and the first hole (`SEEK_HOLE`) as a model of which
+/// blocks the writes stored says. A block of zeros written is a hole. A
+/// component that cannot answer counts as data (conservative); a mirror
+/// asks the other copy.
+#[test]
+fn seek_finds_data_and_holes_from_the_stored_extents() {
+    run(async {
+        let mut c = Cluster::start(6).await;
+        for (layout, k) in
+            [("stripe:1@4K", 1u64), ("stripe:4@4K", 4), ("mirror:2x3@4K", 3), ("rs:2+1@4K", 2), ("rs:4+2@4K", 4)]
+        {
+            let target = c.target(layout, 0, Cred::Capability(hash_and_mac())).await;
+            let s = c.striper(target.clone(), small_batches());
+            let sb = k * U;
+            let mut m = Model::default();
+            let writes = [(0, 100), (3 * U + 10, U), (2 * sb + 5, sb), (7 * sb, 1), (12 * sb + U / 2, 3 * U)];
+            for (i, &(offset, len)) in writes.iter().enumerate() {
+                write(&s, &mut m, offset, &pattern(i as u64 + 1, len as usize)).await;
+            }
+            // Zeros written over a hole stay a hole.
+            let zeros_at = 10 * sb;
+            write(&s, &mut m, zeros_at, &vec![0u8; (2 * U) as usize]).await;
+            let size = m.size() + 3 * U;
+            to(s.write(size - 1, &[0], m.size())).await.unwrap();
+            let stored = stored_bytes(layout, &writes, &[(zeros_at, 2 * U), (size - 1, 1)], size);
+            let mut froms: Vec<u64> = vec![0, 1, 99, 100, U - 1, U, 3 * U, 4 * U + 9, zeros_at, zeros_at + U + 7];
+            froms.extend((0..size / U).map(|u| u * U + (u * 37) % U));
+            froms.extend([size - U, size - 1, size, size + 5]);
+            for &from in &froms {
+                let (data, _) = to(s.seek(nasd_stripe::Seek::Data, from, size)).await.unwrap();
+                let (hole, report) = to(s.seek(nasd_stripe::Seek::Hole, from, size)).await.unwrap();
+                assert!(report.is_clean(), "{layout}: {report:?}");
+                if from >= size {
+                    assert_eq!((data, hole), (None, None), "{layout} from {from} past the size {size}");
+                    continue;
+                }
+                let (want_data, want_hole) = expect_seek(&stored, from);
+                assert_eq!(data, want_data, "{layout}: SEEK_DATA from {from} (size {size})");
+                assert_eq!(hole, Some(want_hole), "{layout}: SEEK_HOLE from {from} (size {size})");
+            }
+            // A data component that cannot answer counts as data; a mirror asks the other copy.
+            let victim = 1 % k as usize;
+            let d = c.drive_of(&target.components[victim]);
+            c.drives[d].stop();
+            let in_hole = 9 * sb + U;
+            let (data, report) = to(s.seek(nasd_stripe::Seek::Data, in_hole, size)).await.unwrap();
+            let (hole, _) = to(s.seek(nasd_stripe::Seek::Hole, in_hole, size)).await.unwrap();
+            let (want_data, want_hole) = expect_seek(&stored, in_hole);
+            if layout.starts_with("mirror") {
+                assert_eq!((data, hole), (want_data, Some(want_hole)), "{layout}: the other copy answers");
+            } else {
+                assert!(data.is_some_and(|d| d <= want_data.unwrap()), "{layout}: data no later than the truth");
+                assert!(hole.is_some_and(|h| h >= want_hole), "{layout}: a hole no earlier than the truth");
+            }
+            assert!(!report.is_clean(), "{layout}: the stopped drive is reported");
+            c.drives[d] = Drive::start(c.drives[d].number).await;
+        }
+    });
+}

@@ -7,7 +7,7 @@ use crate::inodes::{Hidden, XattrAnswer};
 use crate::libc_errno::ENODATA;
 use crate::{lock, OpenFile, Vfs, VfsError, HIDDEN_PREFIX, OPEN_DIRS_MAX, OPEN_FILES_MAX};
 use nasd_fs::{
-    Change, Entry, File, FileAttr, FileKind, FsClient, FsError, Handle, Ino, ManagerWait, SetAttr, XattrMode,
+    Change, Entry, File, FileAttr, FileKind, FsClient, FsError, Handle, Ino, ManagerWait, Seek, SetAttr, XattrMode,
 };
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -484,6 +484,16 @@ impl Vfs {
         let open = self.open_file(fh)?;
         let file = self.shared_file(open.ino)?;
         Ok(file.read_at(offset, u64::from(size)).await?)
+    }
+
+    /// `SEEK_DATA`/`SEEK_HOLE` from `offset` in open file `fh`
+    /// ([`nasd_fs::File::seek`]): from the drives' stored extents, after this
+    /// file's own writes reached them. `None` at or past the end, or (data)
+    /// when only holes follow.
+    pub async fn seek(&self, fh: u64, what: Seek, offset: u64) -> Result<Option<u64>> {
+        let open = self.open_file(fh)?;
+        let file = self.shared_file(open.ino)?;
+        Ok(file.seek(what, offset).await?)
     }
 
     /// Writes `data` at `offset` of open file `fh` (into write-behind).

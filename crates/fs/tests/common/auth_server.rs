@@ -75,12 +75,8 @@ impl Auth0 {
     }
 
     pub fn link(&self) -> AuthLink {
-        AuthLink {
-            addr: self.addr.clone(),
-            server_name: "localhost".into(),
-            ca_cert: self.ca.clone(),
-            token: self.server.service_token().clone(),
-        }
+        AuthLink::new(vec![self.addr.clone()], "localhost".into(), &self.ca, self.server.service_token().clone())
+            .expect("the authentication server's CA")
     }
 
     pub async fn login(&self, user: &str, password: &str, role: u32) -> Result<(AuthClient, IdentityGrant), AuthError> {

@@ -316,7 +316,7 @@ fn create_existing<B: Backend>(ns: &Namespace<B>) {
     let f = create(ns, &ALICE, "/f", 0o644);
     assert_eq!(f.err(), Some(FsStatus::PermissionDenied), "root dir is 0755 root");
     let f = create(ns, &ROOT, "/f", 0o666).unwrap();
-    ns.record_size(f.attr.ino, 10, 77).unwrap();
+    ns.record_size(f.attr.ino, 10, 10, 77).unwrap();
     let (again, created) = ns.create(&ROOT, ROOT_INO, "f", 0o600, false, false, &mut pool_placer(&[1])).unwrap();
     assert!(!created);
     assert_eq!((again.attr.ino, again.attr.size, again.attr.mode), (f.attr.ino, 10, 0o666));
@@ -683,10 +683,21 @@ fn quotas<B: Backend>(ns: &Namespace<B>) {
         let set = SetAttrs { size: Some(size), ..SetAttrs::default() };
         ns.setattr(&ALICE, ino, &set).map(|(n, _)| n.attr.size)
     };
+    // A whole write transaction: the file `size` long, its components storing
+    // `data` bytes; a refused commit is rolled back.
+    let write = |who: &Caller, ino: Ino, size: u64, data: u64| {
+        let txn = ns.begin_write(who, ino, i64::MAX).unwrap();
+        let committed = ns.commit_write(who, ino, txn, size, data, &[], 1);
+        if committed.is_err() {
+            ns.abort_intent(txn).unwrap();
+        }
+        ns.finish_intent(txn).unwrap();
+        committed.map(|n| (n.attr.size, n.attr.allocated))
+    };
     mkdir(ns, &ROOT, "/home", 0o777).unwrap();
     let home = ino(ns, "/home");
     let (pre, _) = alice_create(home, "pre").unwrap();
-    grow(pre.attr.ino, 100).unwrap();
+    write(&ALICE, pre.attr.ino, 100, 100).unwrap();
     // A new user quota counts what the user has.
     let q = ns.set_quota(User(ALICE.uid), Some(1000), Some(3)).unwrap().unwrap();
     assert_eq!((q.bytes_used, q.files_used), (100, 1));
@@ -694,23 +705,32 @@ fn quotas<B: Backend>(ns: &Namespace<B>) {
     alice_create(home, "c").unwrap();
     assert_eq!(alice_create(home, "d").err(), Some(FsStatus::QuotaExceeded), "a fourth inode");
     assert!(ns.create(&BOB, home, "bobs", 0o644, true, false, &mut pool_placer(&[1])).is_ok(), "bob has no quota");
-    assert_eq!(grow(b.attr.ino, 901).err(), Some(FsStatus::QuotaExceeded), "100 + 901 > 1000");
-    assert_eq!(grow(b.attr.ino, 900), Ok(900));
+    // Quotas count what the data takes: a size costs nothing by itself (a hole).
+    assert_eq!(grow(b.attr.ino, 5000), Ok(5000), "a sparse file larger than the quota");
+    assert_eq!(ns.quota(User(ALICE.uid)).unwrap().unwrap().0.bytes_used, 100);
     assert_eq!(grow(b.attr.ino, 10), Ok(10), "shrinking is always allowed");
     // Escrow: a writer reserves room; others see less; a commit within it succeeds.
     let txn = ns.begin_write(&ALICE, b.attr.ino, i64::MAX).unwrap();
     let i = ns.intent(txn).unwrap().unwrap();
-    assert_eq!((i.escrow, i.size_limit), (890, 900), "1000 - 110 used: all of it, within ESCROW_BYTES_MAX");
+    assert_eq!((i.escrow, i.size_limit), (900, 910), "1000 - 100 used: all of it, within ESCROW_BYTES_MAX");
     let (q, held) = ns.quota(User(ALICE.uid)).unwrap().unwrap();
-    assert_eq!((q.bytes_used, held), (110, 890));
+    assert_eq!((q.bytes_used, held), (100, 900));
     let c = ino(ns, "/home/c");
-    assert_eq!(grow(c, 1).err(), Some(FsStatus::QuotaExceeded), "the escrow holds the rest");
-    assert_eq!(ns.commit_write(&ALICE, b.attr.ino, txn, 901, &[], 1).err(), Some(FsStatus::QuotaExceeded));
-    let n = ns.commit_write(&ALICE, b.attr.ino, txn, 500, &[], 1).unwrap();
-    assert_eq!(n.attr.size, 500);
+    assert_eq!(write(&ALICE, c, 1, 1).err(), Some(FsStatus::QuotaExceeded), "the escrow holds the rest");
+    assert_eq!(
+        ns.commit_write(&ALICE, b.attr.ino, txn, 2000, 901, &[], 1).err(),
+        Some(FsStatus::QuotaExceeded),
+        "100 + 901 > 1000"
+    );
+    let n = ns.commit_write(&ALICE, b.attr.ino, txn, 2000, 500, &[], 1).unwrap();
+    assert_eq!((n.attr.size, n.attr.allocated), (2000, 500), "2000 bytes long, 500 stored");
     ns.finish_intent(txn).unwrap();
     assert_eq!(ns.quota(User(ALICE.uid)).unwrap().unwrap(), (Quota { bytes_used: 600, ..q.clone() }, 0));
-    assert_eq!(grow(c, 400), Ok(400), "the escrow is given back at commit");
+    assert_eq!(write(&ALICE, c, 400, 400), Ok((400, 400)), "the escrow is given back at commit");
+    // Past its escrow a commit fits if the quota has room: b's next writer
+    // is given 0 (the quota is full), and stores fewer bytes than before.
+    assert_eq!(write(&ALICE, b.attr.ino, 2000, 100), Ok((2000, 100)), "data overwritten with zeros frees room");
+    assert_eq!(write(&ALICE, b.attr.ino, 2000, 500), Ok((2000, 500)), "room again, past the escrow of 0");
     // Unlinking gives back; chown moves usage between users.
     ns.unlink(&ALICE, home, "c").unwrap();
     let q = ns.quota(User(ALICE.uid)).unwrap().unwrap().0;
@@ -727,12 +747,14 @@ fn quotas<B: Backend>(ns: &Namespace<B>) {
     let proj = ino(ns, "/home/proj");
     let sub = ino(ns, "/home/proj/sub");
     let (x, _) = alice_create(sub, "x").unwrap();
-    grow(x.attr.ino, 50).unwrap();
+    write(&ALICE, x.attr.ino, 50, 50).unwrap();
     let q = ns.set_quota(Dir(proj), Some(60), None).unwrap().unwrap();
     assert_eq!((q.bytes_used, q.files_used), (50, 2), "sub and x, not proj itself");
     assert_eq!(ns.getattr(x.attr.ino).unwrap().qdir, proj);
     assert_eq!(ns.getattr(proj).unwrap().qdir, 0, "the quota directory counts in the enclosing tree");
-    assert_eq!(grow(x.attr.ino, 61).err(), Some(FsStatus::QuotaExceeded));
+    assert_eq!(write(&ALICE, x.attr.ino, 61, 61).err(), Some(FsStatus::QuotaExceeded));
+    assert_eq!(write(&ALICE, x.attr.ino, 1 << 40, 60), Ok((1 << 40, 60)), "1 TiB long, 60 bytes stored");
+    write(&ALICE, x.attr.ino, 50, 50).unwrap();
     let (y, _) = ns.create(&ROOT, sub, "y", 0o644, true, false, &mut pool_placer(&[1])).unwrap();
     assert_eq!(y.qdir, proj, "made below: in the tree");
     // Nested: sub's own quota takes its part out of proj's.
@@ -1194,14 +1216,14 @@ fn record_size_usage<B: Backend>(ns: &Namespace<B>) {
     create(ns, &ROOT, "/g", 0o644).unwrap();
     mkdir(ns, &ROOT, "/d", 0o755).unwrap();
     symlink(ns, "/l", "abcdef").unwrap();
-    let n = ns.record_size(f.attr.ino, 1000, 1234).unwrap();
+    let n = ns.record_size(f.attr.ino, 1000, 1000, 1234).unwrap();
     assert_eq!((n.attr.size, n.attr.mtime_ns), (1000, 1234));
     assert!(n.attr.ctime_ns > 1234);
-    ns.record_size(ino(ns, "/g"), 24, 1).unwrap();
+    ns.record_size(ino(ns, "/g"), 24, 24, 1).unwrap();
     assert_eq!(ns.usage().unwrap(), (5, 1024), "symlink and directory sizes are not file bytes");
-    assert_eq!(ns.record_size(ino(ns, "/d"), 1, 1).err(), Some(FsStatus::IsDir));
-    assert_eq!(ns.record_size(ino(ns, "/l"), 1, 1).err(), Some(FsStatus::InvalidArgument));
-    assert_eq!(ns.record_size(9999, 1, 1).err(), Some(FsStatus::NotFound));
+    assert_eq!(ns.record_size(ino(ns, "/d"), 1, 1, 1).err(), Some(FsStatus::IsDir));
+    assert_eq!(ns.record_size(ino(ns, "/l"), 1, 1, 1).err(), Some(FsStatus::InvalidArgument));
+    assert_eq!(ns.record_size(9999, 1, 1, 1).err(), Some(FsStatus::NotFound));
     unlink(ns, &ROOT, "/f").unwrap();
     assert_eq!(ns.usage().unwrap(), (4, 24));
 }
@@ -1517,7 +1539,7 @@ fn rollback<B: Backend>(ns: Namespace<Failing<B>>) {
             let f = ino(ns, "/w/f");
             let txn = ns.intent_of(f)?.expect("an open intent").txn;
             let stale = [(0, StaleRange { offset: 0, length: 10 }), (1, StaleRange { offset: 5, length: 10 })];
-            ns.commit_write(&ROOT, f, txn, 100, &stale, 7).map(drop)
+            ns.commit_write(&ROOT, f, txn, 100, 100, &stale, 7).map(drop)
         }),
         ("finish_intent", |ns| ns.finish_intent(ns.intent_of(ino(ns, "/w/f"))?.expect("intent").txn)),
         ("begin_write again", |ns| ns.begin_write(&ROOT, ino(ns, "/w/f"), 1).map(drop)),

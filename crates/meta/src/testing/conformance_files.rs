@@ -172,10 +172,10 @@ pub(super) fn set_layout_files<B: Backend>(ns: &Namespace<B>) {
     let txn = ns.begin_write(&ALICE, i, 0).unwrap();
     assert_eq!(ns.set_layout(&ALICE, i, Some(Layout::SINGLE), &mut place).err(), Some(FsStatus::Busy));
     ns.finish_intent(txn).unwrap();
-    ns.record_size(i, 10, 1).unwrap();
+    ns.record_size(i, 10, 10, 1).unwrap();
     let e = ns.set_layout(&ROOT, i, Some(Layout::SINGLE), &mut pool_placer(&ALL));
     assert_eq!(e.err(), Some(FsStatus::InvalidArgument), "only an empty file is re-placed");
-    ns.record_size(i, 0, 1).unwrap();
+    ns.record_size(i, 0, 0, 1).unwrap();
     // A failed placement changes nothing.
     let before = snapshot(ns);
     let e = ns.set_layout(&ROOT, i, Some(l("stripe:2")), &mut pool_placer(&[2, 9]));
@@ -284,7 +284,7 @@ pub(super) fn write_intents<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.begin_write(&ALICE, i, 0).err(), Some(FsStatus::Busy), "one writer at a time");
     assert_eq!(ns.begin_write(&ROOT, i, 0).err(), Some(FsStatus::Busy));
     assert_eq!(ns.extend_intent(t1, 2000).unwrap().deadline_ns, 2000);
-    let commit = |who: &Caller, ino: Ino, txn: u64| ns.commit_write(who, ino, txn, 10, &[], 5555);
+    let commit = |who: &Caller, ino: Ino, txn: u64| ns.commit_write(who, ino, txn, 10, 10, &[], 5555);
     assert_eq!(commit(&BOB, i, t1).err(), Some(FsStatus::NotPermitted), "only its writer commits it");
     assert_eq!(commit(&ALICE, g, t1).err(), Some(FsStatus::InvalidArgument), "another file's txn");
     assert_eq!(commit(&ALICE, i, t1 + 1000).err(), Some(FsStatus::InvalidArgument), "no such txn");
@@ -326,7 +326,7 @@ pub(super) fn write_intents<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.extend_intent(t2, 1).err(), Some(FsStatus::NotFound));
     // Root commits anyone's.
     let t3 = ns.begin_write(&ALICE, i, 0).unwrap();
-    ns.commit_write(&ROOT, i, t3, 0, &[], 1).unwrap();
+    ns.commit_write(&ROOT, i, t3, 0, 0, &[], 1).unwrap();
     ns.finish_intent(t3).unwrap();
     // Listing, ascending by txn.
     let h = create_on(ns, &ROOT, "/h", &[1]).unwrap().attr.ino;
@@ -380,7 +380,7 @@ pub(super) fn commit_rules<B: Backend>(ns: &Namespace<B>) {
     let ctime = ns.getattr(i).unwrap().attr.ctime_ns;
     let begin = || ns.begin_write(&ROOT, i, 0).unwrap();
     let commit = |txn, end, stale: &[(usize, StaleRange)], now| {
-        let n = ns.commit_write(&ROOT, i, txn, end, stale, now)?;
+        let n = ns.commit_write(&ROOT, i, txn, end, end, stale, now)?;
         ns.finish_intent(txn)?;
         Ok::<_, FsStatus>(n)
     };
@@ -395,7 +395,7 @@ pub(super) fn commit_rules<B: Backend>(ns: &Namespace<B>) {
     let before = snapshot(ns);
     let too_many = vec![(0, r(0, 1)); COMMIT_STALE_MAX + 1];
     for bad in [&[(3, r(0, 1))][..], &[(0, r(5, 0))], &[(0, r(u64::MAX, 2))], &too_many[..]] {
-        let e = ns.commit_write(&ROOT, i, txn, 1, bad, 1).err();
+        let e = ns.commit_write(&ROOT, i, txn, 1, 1, bad, 1).err();
         assert_eq!(e, Some(FsStatus::InvalidArgument), "{:?}", &bad[..1]);
     }
     assert_eq!(snapshot(ns), before);

@@ -118,9 +118,9 @@ fn truncate_and_sparse<B: Backend>(ns: &Namespace<B>) {
     // A drive's length at or below the threshold does not move the size (the
     // drive holds nothing there); past it, it does.
     ns.write_small(&ALICE, i, 0, 0, b"0123456789").unwrap();
-    assert_eq!(ns.record_size(i, 0, 77).unwrap().attr.size, 10);
-    assert_eq!(ns.record_size(i, T as u64, 78).unwrap().attr.size, 10);
-    assert_eq!(ns.record_size(i, T as u64 + 1, 79).unwrap().attr.size, T as u64 + 1);
+    assert_eq!(ns.record_size(i, 0, 0, 77).unwrap().attr.size, 10);
+    assert_eq!(ns.record_size(i, T as u64, 0, 78).unwrap().attr.size, 10);
+    assert_eq!(ns.record_size(i, T as u64 + 1, 0, 79).unwrap().attr.size, T as u64 + 1);
 }
 
 fn permissions_and_writers<B: Backend>(ns: &Namespace<B>) {
@@ -215,7 +215,7 @@ fn staged<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(staged_bytes(ns, i), Some((txn, b"NEW old NEW NEW".to_vec())), "staged on the committed bytes");
     check_invariants(ns);
     // The commit installs them with the size it records: a write that crossed the threshold.
-    let n = ns.commit_write(&ALICE, i, txn, T as u64 + 100, &[], 5).unwrap();
+    let n = ns.commit_write(&ALICE, i, txn, T as u64 + 100, 100, &[], 5).unwrap();
     assert_eq!(n.attr.size, T as u64 + 100);
     let mut want = b"NEW old NEW NEW".to_vec();
     want.resize(T as usize, 0);
@@ -239,7 +239,10 @@ fn staged<B: Backend>(ns: &Namespace<B>) {
     ns.set_quota(QuotaSubject::User(ALICE.uid), Some(T as u64 + 100), None).unwrap();
     let txn = ns.begin_write(&ALICE, i, i64::MAX).unwrap();
     ns.write_small(&ALICE, i, txn, 0, b"Q").unwrap();
-    assert_eq!(ns.commit_write(&ALICE, i, txn, u64::MAX / 2, &[], 6).err(), Some(FsStatus::QuotaExceeded));
+    assert_eq!(
+        ns.commit_write(&ALICE, i, txn, u64::MAX / 2, u64::MAX / 4, &[], 6).err(),
+        Some(FsStatus::QuotaExceeded)
+    );
     assert_eq!(ns.read_small(&BOB, i, 0, 1).unwrap(), b"N");
     ns.abort_intent(txn).unwrap();
     ns.finish_intent(txn).unwrap();
@@ -252,7 +255,7 @@ fn staged<B: Backend>(ns: &Namespace<B>) {
     ns.write_small(&ALICE, i, txn, 0, b"abcdefgh").unwrap();
     size_to(ns, i, 2);
     assert_eq!(staged_bytes(ns, i), Some((txn, b"ab".to_vec())));
-    let n = ns.commit_write(&ALICE, i, txn, 0, &[], 7).unwrap();
+    let n = ns.commit_write(&ALICE, i, txn, 0, 0, &[], 7).unwrap();
     assert_eq!(n.attr.size, 2);
     assert_eq!(ns.read_small(&BOB, i, 0, 100).unwrap(), b"ab");
     ns.finish_intent(txn).unwrap();

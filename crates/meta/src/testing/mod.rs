@@ -13,7 +13,7 @@ mod conformance_routing;
 mod conformance_small;
 mod failing;
 
-pub use crate::pg_server::PgServer;
+pub use crate::pg_server::{PgServer, PgServerOptions, PASSWORD_ROLE};
 #[cfg(test)]
 pub(crate) use conformance::setup;
 pub use conformance::{conformance, pool_placer};
@@ -169,7 +169,10 @@ fn check_invariants_in(t: &mut dyn Txn) -> Result<(), FsStatus> {
             assert_eq!(inode.attr.nlink, *count, "link count of {inode:?}");
         }
     }
-    let file_bytes = links.values().filter(|(_, n)| n.attr.kind == FileKind::File).map(|(_, n)| n.attr.size).sum();
+    let file_bytes = links.values().filter(|(_, n)| n.attr.kind == FileKind::File).map(|(_, n)| n.allocated()).sum();
+    for (_, n) in links.values() {
+        assert_eq!(n.attr.allocated, n.allocated(), "stored allocation of {n:?}");
+    }
     assert_eq!(t.usage()?, (links.len() as u64, file_bytes), "unreachable inodes exist (or usage is wrong)");
     assert!(links[&ROOT_INO].1.layout.is_some(), "the root has no layout");
     check_stale(t, &links)?;
@@ -224,7 +227,7 @@ fn check_quotas(t: &mut dyn Txn, links: &BTreeMap<Ino, (u32, Inode)>) -> Result<
             crate::QuotaSubject::Dir(d) => n.qdir == d,
         });
         let (bytes, files) = counted
-            .fold((0u64, 0u64), |(b, f), n| (b + if n.attr.kind == FileKind::File { n.attr.size } else { 0 }, f + 1));
+            .fold((0u64, 0u64), |(b, f), n| (b + if n.attr.kind == FileKind::File { n.allocated() } else { 0 }, f + 1));
         assert_eq!((q.bytes_used, q.files_used), (bytes, files), "usage of {:?}", q.subject);
     }
     Ok(())
