@@ -246,8 +246,11 @@ pub struct FsConfig {
     pub metadata_wait: Duration,
     /// Told once per wait, with the manager's message naming the database,
     /// when a request starts to wait out an outage (the CLI prints it).
-    pub on_wait: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub on_wait: Option<WaitNotice>,
 }
+
+/// What [`FsConfig::on_wait`] calls with the manager's message.
+pub type WaitNotice = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The default [`FsConfig::metadata_wait`]: an outage a database fails over
 /// or restarts in is waited out.

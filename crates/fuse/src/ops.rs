@@ -13,7 +13,7 @@ use fuser::{
     WriteFlags,
 };
 use nasd_fs::{FileKind, FsClient, FsStatus, Identity, Ino, ManagerWait, Seek, SetAttr, XattrMode};
-use nasd_vfs::{Vfs, VfsError};
+use nasd_vfs::{CreateFlags, Vfs, VfsError};
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::path::Path;
@@ -304,7 +304,7 @@ impl State {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let (e, opened) = self
             .vfs
-            .create(&self.cx(), parent, &name, mode, exclusive, truncate, write)
+            .create(&self.cx(), parent, &name, mode, CreateFlags { exclusive, truncate, write })
             .await
             .map_err(|e| vfs_errno(&e))?;
         Ok((to_kernel(&e.attr), opened.fh, FopenFlags::empty()))
@@ -375,20 +375,17 @@ impl State {
     async fn readdirplus(&self, fh: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> Result<(), Errno> {
         let ttl = self.ttl();
         let mut taken = Vec::new();
-        let add = |next: u64, item: &nasd_vfs::DirItem| {
-            let full = match &item.entry {
-                Some(e) if item.name != "." && item.name != ".." => {
-                    let full = reply.add(INodeNo(e.attr.ino), next, &item.name, &ttl, &to_kernel(&e.attr), GENERATION);
-                    if !full {
-                        taken.push(e.clone());
-                    }
-                    full
+        let add = |next: u64, item: &nasd_vfs::DirItem| match &item.entry {
+            Some(e) if item.name != "." && item.name != ".." => {
+                let full = reply.add(INodeNo(e.attr.ino), next, &item.name, &ttl, &to_kernel(&e.attr), GENERATION);
+                if !full {
+                    taken.push(e.clone());
                 }
-                // `.`, `..` (never looked up by the kernel), and entries the
-                // caller may not search: named, for the kernel to look up.
-                _ => reply.add(INodeNo(item.ino), next, &item.name, &Duration::ZERO, &unknown_attr(item), GENERATION),
-            };
-            full
+                full
+            }
+            // `.`, `..` (never looked up by the kernel), and entries the
+            // caller may not search: named, for the kernel to look up.
+            _ => reply.add(INodeNo(item.ino), next, &item.name, &Duration::ZERO, &unknown_attr(item), GENERATION),
         };
         let listed = self.vfs.readdir(&self.cx(), fh, offset, add).await.map_err(|e| vfs_errno(&e));
         for e in &taken {

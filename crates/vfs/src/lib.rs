@@ -55,7 +55,7 @@ mod replace;
 pub use dir::{DirItem, FIRST_ENTRY, UNKNOWN_INO};
 pub use feed::Invalidator;
 pub use handle::{PersistentHandle, PERSISTENT_HANDLE_LEN};
-pub use ops::{Opened, StatFs, WRITE_CHECK_XATTR};
+pub use ops::{CreateFlags, Opened, StatFs, WRITE_CHECK_XATTR};
 pub use replace::{temp_name, Replacement, TEMP_SUFFIX};
 
 use inodes::Inodes;

@@ -35,6 +35,17 @@ pub struct StatFs {
     pub inodes: u64,
 }
 
+/// How [`Vfs::create`] treats an existing name and opens the file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CreateFlags {
+    /// Fail with `EEXIST` if the name exists (`O_EXCL`).
+    pub exclusive: bool,
+    /// Truncate an existing file (`O_TRUNC`).
+    pub truncate: bool,
+    /// Open for writing.
+    pub write: bool,
+}
+
 /// What an open hands the gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opened {
@@ -455,19 +466,19 @@ impl Vfs {
         Ok(Opened { fh: self.add_fh(ino, write), keep_cache })
     }
 
-    /// Creates regular file `name` in `parent` (or, unless `exclusive`,
-    /// opens the existing one, truncated with `truncate`), holds it and
-    /// opens it: everything the gateway needs in one manager request.
+    /// Creates regular file `name` in `parent` (or, unless
+    /// `how.exclusive`, opens the existing one, truncated with
+    /// `how.truncate`), holds it and opens it (for writing with
+    /// `how.write`): everything the gateway needs in one manager request.
     pub async fn create(
         &self,
         cx: &FsClient,
         parent: Ino,
         name: &str,
         mode: u32,
-        exclusive: bool,
-        truncate: bool,
-        write: bool,
+        how: CreateFlags,
     ) -> Result<(Entry, Opened)> {
+        let CreateFlags { exclusive, truncate, write } = how;
         let parent = self.handle(parent)?;
         self.check_room()?;
         let call = cx.create_at(parent, name, mode & 0o7777, exclusive, truncate);

@@ -6,7 +6,7 @@
 //! temporary name is removed ([`Replacement::abandon`]). `nasd put` and
 //! `nasd cp` copy this way; a gateway's "upload then rename" (S3 PUT) will.
 
-use crate::ops::Opened;
+use crate::ops::{CreateFlags, Opened};
 use crate::{Vfs, VfsError};
 use nasd_fs::{Entry, FsClient, FsStatus, Ino};
 
@@ -50,7 +50,8 @@ impl Vfs {
         temp: &str,
         mode: u32,
     ) -> Result<Replacement, VfsError> {
-        let (entry, opened) = self.create(cx, parent, temp, mode, true, false, true).await?;
+        let (entry, opened) =
+            self.create(cx, parent, temp, mode, CreateFlags { exclusive: true, truncate: false, write: true }).await?;
         Ok(Replacement {
             vfs: self.clone(),
             cx: cx.clone(),

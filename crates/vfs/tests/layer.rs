@@ -12,8 +12,11 @@ mod common;
 
 use common::*;
 use nasd_fs::{FsClient, ROOT_INO};
-use nasd_vfs::{PersistentHandle, Vfs, VfsConfig, VfsError};
+use nasd_vfs::{CreateFlags, PersistentHandle, Vfs, VfsConfig, VfsError};
 use std::collections::BTreeSet;
+
+/// `O_CREAT|O_EXCL|O_WRONLY`.
+const EXCLUSIVE_WRITE: CreateFlags = CreateFlags { exclusive: true, truncate: false, write: true };
 
 /// A layer without the change feed (as a short command runs it).
 async fn layer(fs: &FsClient) -> Vfs {
@@ -57,7 +60,7 @@ fn persistent_handles_reopen_after_a_restart_and_only_for_their_user() {
     run(async {
         let cluster = Cluster::start(ClusterOptions::default()).await;
         let (a, vfs, home) = home(&cluster).await;
-        let (e, opened) = to(vfs.create(&a, home, "kept", 0o644, true, false, true)).await.expect("create");
+        let (e, opened) = to(vfs.create(&a, home, "kept", 0o644, EXCLUSIVE_WRITE)).await.expect("create");
         to(vfs.write(opened.fh, 0, b"outlives the gateway")).await.expect("write");
         to(vfs.release(opened.fh)).await.expect("close commits");
         let stored = vfs.persistent_handle(e.attr.ino).expect("held").as_bytes().to_vec();
@@ -191,7 +194,7 @@ fn an_open_file_lives_on_when_unlinked_or_replaced() {
     run(async {
         let cluster = Cluster::start(ClusterOptions::default()).await;
         let (a, vfs, home) = home(&cluster).await;
-        let (e, w) = to(vfs.create(&a, home, "f", 0o644, true, false, true)).await.expect("create");
+        let (e, w) = to(vfs.create(&a, home, "f", 0o644, EXCLUSIVE_WRITE)).await.expect("create");
         to(vfs.write(w.fh, 0, b"first")).await.unwrap();
         to(vfs.commit(w.fh)).await.unwrap();
         let r = to(vfs.open(&a, e.attr.ino, false)).await.expect("a second descriptor");
