@@ -1,8 +1,9 @@
 //! What a program acknowledged through `nasd mount` survives `kill -9` of the
 //! manager (issue 24.4), on real processes: two `nasd drive`s, a `nasd
 //! manager` whose periodic metadata flush is set beyond the test (so only a
-//! client's `fsync` flushes its log) and a `nasd mount` (FUSE, a hard mount:
-//! calls wait for the manager).
+//! client's `fsync` flushes its log) and a `nasd mount` (FUSE; calls wait up
+//! to 120 s for the manager, so a manager that does not come back fails the
+//! test rather than hanging it).
 //!
 //! Three rounds; in each, workers in directories of their own (`/w0`, …)
 //! create files (written, `fsync`ed, closed), rename them (onto free names and
@@ -85,6 +86,9 @@ impl Mounted {
             .arg(&cluster.config)
             .arg("mount")
             .arg(point)
+            // Bounded: a manager that never comes back fails the test with its logs instead of
+            // hanging it (the restart takes well under this).
+            .args(["--manager-wait", "120s"])
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()

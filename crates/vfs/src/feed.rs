@@ -109,6 +109,12 @@ impl Vfs {
         let r = call.await;
         if r.is_err() {
             self.unexpect(&changes);
+            // A request that failed may still have been carried out (its reply lost with a
+            // manager that died): what it would have changed is dropped from the gateway's
+            // caches (a negative entry for a name it made), once its own reply is out — the
+            // gateway's notifications wait for requests in flight on the inode.
+            let me = self.clone();
+            tokio::spawn(async move { me.notify(changes).await });
         }
         r
     }
