@@ -14,10 +14,21 @@
 //! `RETIRE_IDENTITY_KEY`) and asks who a credential's user is
 //! (`USER_INFO`). Users make groups themselves and choose their members.
 //!
-//! Layering: above `nasd_proto`, `nasd_crypto` and `nasd_login`, beside the
-//! file manager; nothing below depends on it.
+//! The state is in SQLite beside the server (`auth.sqlite`), or — when the
+//! file managers keep their metadata in PostgreSQL — in their database
+//! ([`pg`]), where several servers share it: each reads the shared keys
+//! from the database at every use, so a key rotated or retired through one
+//! is what all issue and answer from their next request on. Servers on one
+//! database share `auth.key` (which seals the shared keys and the service
+//! token there; the join bundle carries it) and learn the service token
+//! from the database.
+//!
+//! Layering: above `nasd_proto`, `nasd_crypto`, `nasd_login` and
+//! `nasd_meta::pg_connect` (how PostgreSQL is reached), beside the file
+//! manager; nothing below depends on it.
 #![deny(missing_docs)]
 
+pub mod pg;
 pub mod server;
 pub mod store;
 
@@ -26,14 +37,12 @@ use nasd_crypto::{identity_key, Key, MacAlgorithm};
 use nasd_login::passwords;
 use nasd_proto::auth::{AuthReply, AuthRequest, AuthUser, SharedKey, AUTH_USERS_MAX, ROLES_PER_USER_MAX};
 use nasd_proto::fs::FsStatus;
-use nasd_proto::limits::IDENTITY_KEYS_MAX;
 use nasd_proto::manager::PASSWORD_MAX;
 use nasd_proto::{IdentityData, ROLE_NONE};
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use store::{Db, Refusal};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use store::{Db, Refusal, Store};
 
 /// File name of the database inside the server's directory.
 pub const AUTH_DB: &str = "auth.sqlite";
@@ -69,28 +78,19 @@ pub enum Principal {
     Service,
 }
 
-/// The live shared keys and the highest key id ever made.
-struct Keys {
-    high: u32,
-    live: BTreeMap<u32, Key>,
-}
-
 /// The authentication server.
 pub struct AuthServer {
-    db: Arc<Mutex<Db>>,
+    store: Store,
     kek: Key,
     service_token: Key,
     config: AuthConfig,
-    keys: RwLock<Keys>,
-    /// Serializes rotations and retirements (plan, commit, install).
-    key_admin: tokio::sync::Mutex<()>,
     argon2: passwords::Pool,
     decoy_hash: String,
     pub(crate) login_backoff: nasd_login::login_backoff::LoginBackoff,
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    nasd_env::clock::system_ns()
 }
 
 fn refuse<T>(status: FsStatus, message: impl Into<String>) -> Result<T, Refusal> {
@@ -105,60 +105,157 @@ fn check_password_len(password: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Sets user `name`'s password in the authentication server kept in `dir`,
-/// offline (the way back in for an administrator who lost the password; a
-/// running server sees it at the next login, since every login reads the
-/// user's row). `dir` must hold a server's database already.
-pub fn reset_password(dir: &Path, name: &str, password: &str) -> anyhow::Result<()> {
+/// Where a server keeps its state: [`AuthServer::open_on`].
+#[derive(Clone, Default)]
+pub enum Backing {
+    /// `auth.sqlite` in the server's directory.
+    #[default]
+    Sqlite,
+    /// The file managers' PostgreSQL database (several servers share it).
+    Postgres(Box<nasd_meta::pg_connect::PgTarget>),
+}
+
+/// Why a server cannot join a database whose state another `auth.key` sealed.
+const FOREIGN_KEY: &str = "was sealed under another auth.key: every authentication server of one database holds \
+     the first one's auth.key (`nasd admin join-bundle` carries it; `nasd auth --join BUNDLE` installs it)";
+
+/// Sets user `name`'s password in the authentication server kept in `dir`
+/// (its state there, or in the database `backing` names), offline (the way
+/// back in for an administrator who lost the password; a running server
+/// sees it at the next login, since every login reads the user's row). The
+/// server's state must exist already.
+pub async fn reset_password(dir: &Path, backing: Backing, name: &str, password: &str) -> anyhow::Result<()> {
     anyhow::ensure!(!password.is_empty() && password.len() <= PASSWORD_MAX, "a password needs 1 to PASSWORD_MAX bytes");
     let path = dir.join(AUTH_DB);
-    anyhow::ensure!(path.exists(), "no authentication server data at {}", dir.display());
-    let mut db = Db::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    db.set_hash(name, &passwords::hash(password)).map_err(|(_, m)| anyhow::anyhow!("{m} at the authentication server"))
+    let store = match backing {
+        Backing::Postgres(target) if !path.exists() => {
+            anyhow::ensure!(
+                dir.join(AUTH_KEK_FILE).exists(),
+                "no authentication server at {} (no {AUTH_KEK_FILE})",
+                dir.display()
+            );
+            Store::Postgres(Arc::new(pg::PgDb::open(*target).await.map_err(|e| anyhow::anyhow!(e))?))
+        }
+        _ => {
+            anyhow::ensure!(path.exists(), "no authentication server data at {}", dir.display());
+            let db = Db::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            Store::Sqlite(Arc::new(Mutex::new(db)))
+        }
+    };
+    let hash = passwords::hash(password);
+    store.set_hash(name, &hash).await.map_err(|(_, m)| anyhow::anyhow!("{m} at the authentication server"))
 }
 
 impl AuthServer {
     /// Opens the server kept in `dir` (created if new): its database, its
     /// key, its service token; makes shared key 1 if there is none yet.
+    /// SQLite; [`AuthServer::open_on`] for PostgreSQL.
     pub fn open(dir: &Path, config: AuthConfig) -> anyhow::Result<AuthServer> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(AUTH_KEK_FILE))?;
         let (service_token, _) = nasd_crypto::load_or_create_key_file(&dir.join(SERVICE_TOKEN_FILE))?;
         let mut db =
             Db::open(&dir.join(AUTH_DB)).with_context(|| format!("cannot open {}", dir.join(AUTH_DB).display()))?;
-        let (mut high, mut live) = db.shared_keys(&kek).map_err(|e| anyhow::anyhow!(e))?;
-        if high == 0 {
-            let k = Key::random();
-            db.add_shared_key(&kek, 1, &k).map_err(|(_, m)| anyhow::anyhow!(m))?;
-            live.insert(1, k);
-            high = 1;
+        db.shared_keys(&kek).map_err(|e| anyhow::anyhow!(e))?;
+        db.first_key(&kek).map_err(|(_, m)| anyhow::anyhow!(m))?;
+        Ok(AuthServer::with_store(Store::Sqlite(Arc::new(Mutex::new(db))), kek, service_token, config))
+    }
+
+    /// Opens the server kept in `dir` with its state where `backing` says.
+    /// On PostgreSQL: `dir` holds `auth.key` (made for a new database,
+    /// required for one that holds state already: the first server's) and
+    /// the TLS files; the service token is the database's (sealed under
+    /// `auth.key`; a new database gets `dir`'s, made if need be), written
+    /// to `dir/service.token` for the managers' configuration. A directory
+    /// that holds `auth.sqlite` keeps its state there (a server made before
+    /// its state moved to the database), with a warning.
+    pub async fn open_on(dir: &Path, config: AuthConfig, backing: Backing) -> anyhow::Result<AuthServer> {
+        let target = match backing {
+            Backing::Sqlite => return AuthServer::open(dir, config),
+            Backing::Postgres(_) if dir.join(AUTH_DB).exists() => {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "this authentication server keeps its state in {AUTH_DB} (made before it moved to the \
+                     metadata database): it serves alone; several servers need their state in the database"
+                );
+                return AuthServer::open(dir, config);
+            }
+            Backing::Postgres(target) => target,
+        };
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let db = pg::PgDb::open(*target).await.map_err(|e| anyhow::anyhow!(e))?;
+        let new = db.is_new().await.map_err(|(_, m)| anyhow::anyhow!(m))?;
+        let kek_file = dir.join(AUTH_KEK_FILE);
+        anyhow::ensure!(
+            new || kek_file.exists(),
+            "the database {} holds an authentication server's state already, and {} has no {AUTH_KEK_FILE}: \
+             join it with `nasd auth --join BUNDLE` (the bundle `nasd admin join-bundle` makes carries the first \
+             server's {AUTH_KEK_FILE})",
+            db.describe(),
+            dir.display()
+        );
+        let (kek, _) = nasd_crypto::load_or_create_key_file(&kek_file)?;
+        let service_token = Self::shared_service_token(&db, dir, &kek).await?;
+        let store = Store::Postgres(Arc::new(db));
+        store.shared_keys(&kek).await.map_err(|(_, m)| anyhow::anyhow!("{m}: the database's state {FOREIGN_KEY}"))?;
+        if store.first_key(&kek).await.map_err(|(_, m)| anyhow::anyhow!(m))? {
+            tracing::info!(database = %store.describe(), "shared identity key 1 made");
         }
-        Ok(AuthServer {
-            db: Arc::new(Mutex::new(db)),
+        Ok(AuthServer::with_store(store, kek, service_token, config))
+    }
+
+    /// The service token of the servers on `db`: the one stored there, else
+    /// `dir`'s (made if need be) stored there; `dir/service.token` made or
+    /// replaced to match.
+    async fn shared_service_token(db: &pg::PgDb, dir: &Path, kek: &Key) -> anyhow::Result<Key> {
+        const CONTEXT: &[u8] = b"nasd auth service token";
+        let file = dir.join(SERVICE_TOKEN_FILE);
+        let stored = match db.secret(pg::SERVICE_TOKEN_SECRET).await.map_err(|(_, m)| anyhow::anyhow!(m))? {
+            Some(sealed) => sealed,
+            None => {
+                let (local, _) = nasd_crypto::load_or_create_key_file(&file)?;
+                let sealed = nasd_crypto::seal_key(kek, CONTEXT, &local);
+                db.put_secret_once(pg::SERVICE_TOKEN_SECRET, &sealed).await.map_err(|(_, m)| anyhow::anyhow!(m))?
+            }
+        };
+        let token = nasd_crypto::open_key(kek, CONTEXT, &stored)
+            .map_err(|_| anyhow::anyhow!("the service token in {} {FOREIGN_KEY}", db.describe()))?;
+        match nasd_crypto::read_key_file(&file) {
+            Ok(have) if nasd_crypto::ct_eq(have.expose(), token.expose()) => {}
+            _ => {
+                let _ = std::fs::remove_file(&file);
+                nasd_crypto::create_key_file(&file, &token)
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+            }
+        }
+        Ok(token)
+    }
+
+    fn with_store(store: Store, kek: Key, service_token: Key, config: AuthConfig) -> AuthServer {
+        AuthServer {
+            store,
             kek,
             service_token,
             config,
-            keys: RwLock::new(Keys { high, live }),
-            key_admin: tokio::sync::Mutex::new(()),
             argon2: passwords::Pool::start(),
             decoy_hash: passwords::decoy(),
             login_backoff: Default::default(),
-        })
+        }
+    }
+
+    /// Where the state is: `auth.sqlite`, or the database (no password).
+    pub fn store_name(&self) -> String {
+        self.store.describe()
+    }
+
+    /// Whether there is no user yet (at any server of the store).
+    pub async fn no_users(&self) -> Result<bool, Refusal> {
+        self.store.no_users().await
     }
 
     /// The service token (for the file manager's configuration).
     pub fn service_token(&self) -> &Key {
         &self.service_token
-    }
-
-    async fn db<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Db) -> Result<R, Refusal> + Send + 'static,
-    ) -> Result<R, Refusal> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&mut db.lock().expect("auth database lock poisoned")))
-            .await
-            .map_err(|e| (FsStatus::Internal, format!("database task failed: {e}")))?
     }
 
     async fn hash(&self, password: String) -> Result<String, Refusal> {
@@ -169,7 +266,7 @@ impl AuthServer {
     /// Makes the first administrator if there is no user yet; false if
     /// there was one.
     pub async fn bootstrap_admin(&self, name: &str, password: &str, uid: u32) -> Result<bool, Refusal> {
-        if !self.db(|db| db.no_users()).await? {
+        if !self.store.no_users().await? {
             return Ok(false);
         }
         self.add_user(name, password, uid, 0, true).await?;
@@ -182,14 +279,12 @@ impl AuthServer {
             return refuse(FsStatus::InvalidArgument, "a user name needs 1 to USER_NAME_MAX bytes");
         }
         let hash = self.hash(password.to_string()).await?;
-        let (name, gid) = (name.to_string(), if gid == 0 { uid } else { gid });
-        self.db(move |db| db.add_user(&name, uid, gid, &hash, admin)).await
+        self.store.add_user(name, uid, if gid == 0 { uid } else { gid }, &hash, admin).await
     }
 
     /// Checks a password login: the identity grant (`LOGGED_IN`).
     pub async fn login(&self, user: &str, password: &str, role: u32) -> Result<AuthReply, Refusal> {
-        let name = user.to_string();
-        let row = self.db(move |db| db.user_by_name(&name)).await?;
+        let row = self.store.user_by_name(user).await?;
         let (hash, found) = match &row {
             Some(r) => (r.hash.clone(), true),
             None => (self.decoy_hash.clone(), false),
@@ -212,7 +307,7 @@ impl AuthServer {
         if role != ROLE_NONE && !u.roles.contains(&role) {
             return refuse(FsStatus::NotPermitted, format!("user '{user}' does not hold role {role}"));
         }
-        let (credential, idkey) = self.issue(u.uid, role)?;
+        let (credential, idkey) = self.issue(u.uid, role).await?;
         tracing::info!(user, role, key_id = credential.key_id, "logged in");
         Ok(AuthReply::LoggedIn {
             uid: u.uid,
@@ -231,8 +326,7 @@ impl AuthServer {
     /// changes nothing. Identity keys already issued stay valid.
     pub async fn change_password(&self, uid: u32, old: &str, new: &str) -> Result<(), Refusal> {
         check_password_len(new)?;
-        let row =
-            self.db(move |db| db.user_by_uid(uid)).await?.ok_or((FsStatus::NotLoggedIn, "your user is gone".into()))?;
+        let row = self.store.user_by_uid(uid).await?.ok_or((FsStatus::NotLoggedIn, "your user is gone".into()))?;
         let (pw, stored) = (old.to_string(), row.hash.clone());
         let ok = self
             .argon2
@@ -245,8 +339,7 @@ impl AuthServer {
             return refuse(FsStatus::BadCredentials, "wrong old password: the password is unchanged");
         }
         let hash = self.hash(new.to_string()).await?;
-        let expected = row.hash;
-        self.db(move |db| db.replace_hash(uid, &expected, &hash)).await?;
+        self.store.replace_hash(uid, &row.hash, &hash).await?;
         tracing::info!(user = name, "password changed by its user");
         Ok(())
     }
@@ -255,21 +348,21 @@ impl AuthServer {
     /// durable before this returns. Identity keys already issued stay valid.
     pub async fn set_password(&self, name: &str, password: &str) -> Result<(), Refusal> {
         check_password_len(password)?;
-        let n = name.to_string();
-        if self.db(move |db| db.user_by_name(&n)).await?.is_none() {
+        if self.store.user_by_name(name).await?.is_none() {
             return refuse(FsStatus::NotFound, format!("no user '{name}'"));
         }
         let hash = self.hash(password.to_string()).await?;
-        let n = name.to_string();
-        self.db(move |db| db.set_hash(&n, &hash)).await?;
+        self.store.set_hash(name, &hash).await?;
         tracing::info!(user = name, "password set by an administrator");
         Ok(())
     }
 
-    /// A credential for `uid` in `role` under the newest live shared key, and its identity key.
-    fn issue(&self, uid: u32, role: u32) -> Result<(IdentityData, Key), Refusal> {
-        let keys = self.keys.read().expect("keys lock");
-        let Some((&key_id, k)) = keys.live.iter().next_back() else {
+    /// A credential for `uid` in `role` under the newest live shared key
+    /// (read from the store now: another server may have rotated or
+    /// retired keys), and its identity key.
+    async fn issue(&self, uid: u32, role: u32) -> Result<(IdentityData, Key), Refusal> {
+        let (_, live) = self.store.shared_keys(&self.kek).await?;
+        let Some((&key_id, k)) = live.iter().next_back() else {
             return refuse(FsStatus::Internal, "no shared key is live: an administrator must rotate one in");
         };
         let expiration_ns = now_ns().saturating_add(self.config.identity_lifetime.as_nanos() as u64);
@@ -289,66 +382,38 @@ impl AuthServer {
         }
     }
 
-    /// A new shared key; its key id. New identity keys use it.
+    /// A new shared key; its key id. New identity keys use it, at every
+    /// server of the store.
     pub async fn rotate_key(&self) -> Result<u32, Refusal> {
-        let _admin = self.key_admin.lock().await;
-        let (high, live) = {
-            let k = self.keys.read().expect("keys lock");
-            (k.high, k.live.len())
-        };
-        if live >= IDENTITY_KEYS_MAX {
-            return refuse(
-                FsStatus::NoSpace,
-                format!("IDENTITY_KEYS_MAX ({IDENTITY_KEYS_MAX}) shared keys are live: retire one first"),
-            );
-        }
-        let key_id = high.checked_add(1).ok_or((FsStatus::NoSpace, "no key id is left".to_string()))?;
-        let (k, kek) = (Key::random(), self.kek.clone());
-        let stored = k.clone();
-        self.db(move |db| db.add_shared_key(&kek, key_id, &stored)).await?;
-        let mut keys = self.keys.write().expect("keys lock");
-        keys.high = key_id;
-        keys.live.insert(key_id, k);
+        let key_id = self.store.rotate(&self.kek).await?;
         tracing::info!(key_id, "shared identity key rotated in");
         Ok(key_id)
     }
 
     /// Retires `key_id`: identity keys made with it are refused from then
     /// on (by the manager at once; by drives once the manager has told
-    /// them). Retired already: nothing changes.
+    /// them), at every server of the store. Retired already: nothing changes.
     pub async fn retire_key(&self, key_id: u32) -> Result<(), Refusal> {
-        let _admin = self.key_admin.lock().await;
-        let (high, live) = {
-            let k = self.keys.read().expect("keys lock");
-            (k.high, k.live.contains_key(&key_id))
-        };
-        if key_id == 0 || key_id > high {
-            return refuse(FsStatus::InvalidArgument, format!("no shared key {key_id} was ever made"));
-        }
-        if !live {
-            return Ok(());
-        }
-        self.db(move |db| db.retire_shared_key(key_id)).await?;
-        self.keys.write().expect("keys lock").live.remove(&key_id);
+        self.store.retire(key_id).await?;
         tracing::info!(key_id, "shared identity key retired");
         Ok(())
     }
 
-    /// The live shared keys, ascending, and the highest key id ever made.
-    pub fn shared_keys(&self) -> (u32, Vec<SharedKey>) {
-        let k = self.keys.read().expect("keys lock");
-        (k.high, k.live.iter().map(|(&key_id, key)| SharedKey { key_id, key: *key.expose() }).collect())
+    /// The live shared keys, ascending, and the highest key id ever made,
+    /// as the store holds them now.
+    pub async fn shared_keys(&self) -> Result<(u32, Vec<SharedKey>), Refusal> {
+        let (high, live) = self.store.shared_keys(&self.kek).await?;
+        Ok((high, live.iter().map(|(&key_id, key)| SharedKey { key_id, key: *key.expose() }).collect()))
     }
 
-    /// Whether `key_id` is live.
-    pub fn key_live(&self, key_id: u32) -> bool {
-        self.keys.read().expect("keys lock").live.contains_key(&key_id)
+    /// Whether `key_id` is live, as the store holds it now.
+    pub async fn key_live(&self, key_id: u32) -> Result<bool, Refusal> {
+        Ok(self.store.shared_keys(&self.kek).await?.1.contains_key(&key_id))
     }
 
     /// Enables or disables a user.
     pub async fn set_user_enabled(&self, name: &str, enabled: bool) -> Result<(), Refusal> {
-        let name = name.to_string();
-        self.db(move |db| db.set_enabled(&name, enabled)).await
+        self.store.set_enabled(name, enabled).await
     }
 
     /// Adds a role.
@@ -356,19 +421,17 @@ impl AuthServer {
         if role == ROLE_NONE {
             return refuse(FsStatus::InvalidArgument, "role 0 is no role");
         }
-        let name = name.to_string();
-        self.db(move |db| db.add_role(role, &name)).await
+        self.store.add_role(role, name).await
     }
 
     /// Gives or takes a role.
     pub async fn set_user_role(&self, user: &str, role: u32, held: bool) -> Result<(), Refusal> {
-        let user = user.to_string();
-        self.db(move |db| db.set_user_role(&user, role, held)).await
+        self.store.set_user_role(user, role, held).await
     }
 
     /// The user with id `uid`.
     pub async fn user(&self, uid: u32) -> Result<Option<AuthUser>, Refusal> {
-        Ok(self.db(move |db| db.user_by_uid(uid)).await?.map(|r| r.user))
+        Ok(self.store.user_by_uid(uid).await?.map(|r| r.user))
     }
 
     /// Serves one request of a logged-in connection.
@@ -378,16 +441,15 @@ impl AuthServer {
             Principal::Service => {
                 return match req {
                     R::IdentityKeys => {
-                        let (high, keys) = self.shared_keys();
+                        let (high, keys) = self.shared_keys().await?;
                         Ok(AuthReply::IdentityKeys { high, keys })
                     }
                     R::UserInfo { uid, key_id } => {
                         let user = self.user(uid).await?.ok_or((FsStatus::NotFound, format!("no user {uid}")))?;
-                        Ok(AuthReply::UserInfo { user, key_live: self.key_live(key_id) })
+                        Ok(AuthReply::UserInfo { user, key_live: self.key_live(key_id).await? })
                     }
                     R::UserByName { name } => {
-                        let n = name.clone();
-                        let row = self.db(move |db| db.user_by_name(&n)).await?;
+                        let row = self.store.user_by_name(&name).await?;
                         row.map(|r| AuthReply::User(r.user)).ok_or((FsStatus::NotFound, format!("no user '{name}'")))
                     }
                     _ => refuse(FsStatus::NotPermitted, "the service login asks only for keys and users"),
@@ -413,12 +475,12 @@ impl AuthServer {
                 refuse(FsStatus::NotPermitted, "only the file manager asks that")
             }
             R::CreateGroup { name } => {
-                let (gid, member) = self.db(move |db| db.create_group(caller, &name)).await?;
+                let (gid, member) = self.store.create_group(caller, &name).await?;
                 Ok(AuthReply::Group { gid, member })
             }
             R::SetGroupMember { gid, user, member } => {
                 let admin = me.admin;
-                self.db(move |db| db.set_group_member(caller, admin, gid, &user, member)).await?;
+                self.store.set_group_member(caller, admin, gid, &user, member).await?;
                 Ok(AuthReply::Done)
             }
             R::ChangePassword { old_password, new_password } => {
@@ -454,7 +516,7 @@ impl AuthServer {
             }
             R::ListUsers => {
                 admin_only(&me)?;
-                Ok(AuthReply::Users(self.db(|db| db.users(AUTH_USERS_MAX)).await?))
+                Ok(AuthReply::Users(self.store.users(AUTH_USERS_MAX).await?))
             }
         }
     }

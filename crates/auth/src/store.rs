@@ -1,6 +1,8 @@
 //! The authentication server's database: users, roles, groups and the
-//! shared keys K (sealed under the server's key), in SQLite beside it. Every
-//! change is one transaction, durable when it returns.
+//! shared keys K (sealed under the server's key), in SQLite beside it
+//! ([`Db`]) or in the file managers' PostgreSQL database ([`crate::pg::PgDb`],
+//! shared by several servers); [`Store`] is either. Every change is one
+//! transaction, durable when it returns.
 
 use nasd_crypto::{open_key, seal_key, Key};
 use nasd_proto::auth::{AuthUser, ROLES_PER_USER_MAX};
@@ -36,10 +38,27 @@ pub struct Db {
     conn: Connection,
 }
 
-fn key_context(key_id: u32) -> Vec<u8> {
+pub(crate) fn key_context(key_id: u32) -> Vec<u8> {
     let mut c = b"nasd auth shared key".to_vec();
     c.extend_from_slice(&key_id.to_le_bytes());
     c
+}
+
+/// The gid of a new group `name`, given what the store found in the same
+/// transaction: whether the name is `taken`, how many groups the owner
+/// `owned`, and the `highest` gid so far (gids only grow). One rule for
+/// both stores.
+pub(crate) fn new_group_gid(name: &str, taken: bool, owned: i64, highest: Option<u32>) -> Result<u32, Refusal> {
+    if taken {
+        return Err((FsStatus::Exists, format!("group '{name}' exists already")));
+    }
+    if owned as usize >= GROUPS_OWNED_MAX {
+        return Err((FsStatus::NoSpace, format!("you own GROUPS_OWNED_MAX ({GROUPS_OWNED_MAX}) groups")));
+    }
+    match highest {
+        None => Ok(GROUP_GID_BASE),
+        Some(h) => h.checked_add(1).ok_or_else(|| (FsStatus::NoSpace, "no gid is left".to_string())),
+    }
 }
 
 impl Db {
@@ -89,6 +108,54 @@ impl Db {
             }
         }
         Ok((high, live))
+    }
+
+    /// Makes shared key 1 if no key was ever made; whether it did.
+    pub fn first_key(&mut self, kek: &Key) -> Result<bool, Refusal> {
+        let t = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        let any: bool = t.query_row("SELECT EXISTS(SELECT 1 FROM shared_keys)", [], |r| r.get(0)).map_err(internal)?;
+        if any {
+            return Ok(false);
+        }
+        t.execute(
+            "INSERT INTO shared_keys (key_id, sealed, retired) VALUES (1, ?1, 0)",
+            params![seal_key(kek, &key_context(1), &Key::random())],
+        )
+        .map_err(internal)?;
+        t.commit().map_err(internal)?;
+        Ok(true)
+    }
+
+    /// A new shared key above every id ever made: its id. `NoSpace` if
+    /// `IDENTITY_KEYS_MAX` are live.
+    pub fn rotate(&mut self, kek: &Key) -> Result<u32, Refusal> {
+        let t = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        let (high, live): (u32, i64) = t
+            .query_row(
+                "SELECT COALESCE(MAX(key_id), 0), (SELECT COUNT(*) FROM shared_keys WHERE retired = 0) FROM shared_keys",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(internal)?;
+        crate::pg::check_rotation(high, live as usize)?;
+        let key_id = high + 1;
+        t.execute(
+            "INSERT INTO shared_keys (key_id, sealed, retired) VALUES (?1, ?2, 0)",
+            params![key_id, seal_key(kek, &key_context(key_id), &Key::random())],
+        )
+        .map_err(internal)?;
+        t.commit().map_err(internal)?;
+        Ok(key_id)
+    }
+
+    /// Retires `key_id`; `InvalidArgument` if it was never made.
+    pub fn retire(&mut self, key_id: u32) -> Result<(), Refusal> {
+        let t = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(internal)?;
+        let high: u32 =
+            t.query_row("SELECT COALESCE(MAX(key_id), 0) FROM shared_keys", [], |r| r.get(0)).map_err(internal)?;
+        crate::pg::check_retirement(key_id, high)?;
+        t.execute("UPDATE shared_keys SET retired = 1 WHERE key_id = ?1", params![key_id]).map_err(internal)?;
+        t.commit().map_err(internal)
     }
 
     /// Records shared key `key_id` (above every id made so far).
@@ -302,16 +369,7 @@ impl Db {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .map_err(internal)?;
-        if taken {
-            return Err((FsStatus::Exists, format!("group '{name}' exists already")));
-        }
-        if owned as usize >= GROUPS_OWNED_MAX {
-            return Err((FsStatus::NoSpace, format!("you own GROUPS_OWNED_MAX ({GROUPS_OWNED_MAX}) groups")));
-        }
-        let gid = match high {
-            None => GROUP_GID_BASE,
-            Some(h) => h.checked_add(1).ok_or_else(|| (FsStatus::NoSpace, "no gid is left".to_string()))?,
-        };
+        let gid = new_group_gid(name, taken, owned, high)?;
         t.execute("INSERT INTO groups (gid, name, owner) VALUES (?1, ?2, ?3)", params![gid, name, owner])
             .map_err(internal)?;
         let member = (member_of as usize) < GROUPS_MAX;
@@ -354,5 +412,152 @@ impl Db {
             t.execute("DELETE FROM group_members WHERE gid = ?1 AND uid = ?2", params![gid, uid]).map_err(internal)?;
         }
         t.commit().map_err(internal)
+    }
+}
+
+/// Where the server keeps its state: SQLite beside it, or the managers'
+/// PostgreSQL database (several servers on one).
+#[derive(Clone)]
+pub enum Store {
+    /// `auth.sqlite` in the server's directory.
+    Sqlite(std::sync::Arc<std::sync::Mutex<Db>>),
+    /// The tables `auth_*` of a PostgreSQL database.
+    Postgres(std::sync::Arc<crate::pg::PgDb>),
+}
+
+/// Runs `f` on the SQLite database on a blocking thread.
+async fn on_sqlite<R: Send + 'static>(
+    db: &std::sync::Arc<std::sync::Mutex<Db>>,
+    f: impl FnOnce(&mut Db) -> Result<R, Refusal> + Send + 'static,
+) -> Result<R, Refusal> {
+    let db = db.clone();
+    tokio::task::spawn_blocking(move || f(&mut db.lock().expect("auth database lock poisoned")))
+        .await
+        .map_err(|e| (FsStatus::Internal, format!("database task failed: {e}")))?
+}
+
+/// One operation on either store: `$sqlite` runs with `$db: &mut Db` on a
+/// blocking thread (it owns what it uses), `$pg` is awaited with `$p: &PgDb`.
+macro_rules! on_store {
+    ($self:ident, |$db:ident| $sqlite:expr, |$p:ident| $pg:expr) => {
+        match $self {
+            Store::Sqlite(s) => on_sqlite(s, move |$db: &mut Db| $sqlite).await,
+            Store::Postgres($p) => $pg.await,
+        }
+    };
+}
+
+impl Store {
+    /// Which store, for logs: `auth.sqlite` or the database's URL without password.
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(_) => crate::AUTH_DB.to_string(),
+            Store::Postgres(p) => p.describe().to_string(),
+        }
+    }
+
+    /// The live shared keys by key id, and the highest key id ever made.
+    pub async fn shared_keys(&self, kek: &Key) -> Result<(u32, BTreeMap<u32, Key>), Refusal> {
+        let k = kek.clone();
+        on_store!(self, |db| db.shared_keys(&k).map_err(|e| (FsStatus::Internal, e)), |p| p.shared_keys(kek))
+    }
+
+    /// Makes shared key 1 if no key was ever made; whether it did.
+    pub async fn first_key(&self, kek: &Key) -> Result<bool, Refusal> {
+        let k = kek.clone();
+        on_store!(self, |db| db.first_key(&k), |p| p.first_key(kek))
+    }
+
+    /// A new shared key above every id ever made: its id.
+    pub async fn rotate(&self, kek: &Key) -> Result<u32, Refusal> {
+        let k = kek.clone();
+        on_store!(self, |db| db.rotate(&k), |p| p.rotate(kek))
+    }
+
+    /// Retires `key_id` (retired already: nothing changes).
+    pub async fn retire(&self, key_id: u32) -> Result<(), Refusal> {
+        on_store!(self, |db| db.retire(key_id), |p| p.retire(key_id))
+    }
+
+    /// The user named `name`.
+    pub async fn user_by_name(&self, name: &str) -> Result<Option<UserRow>, Refusal> {
+        let n = name.to_string();
+        on_store!(self, |db| db.user_by_name(&n), |p| p.user_by_name(name))
+    }
+
+    /// The user with id `uid`.
+    pub async fn user_by_uid(&self, uid: u32) -> Result<Option<UserRow>, Refusal> {
+        on_store!(self, |db| db.user_by_uid(uid), |p| p.user_by_uid(uid))
+    }
+
+    /// Every user, by uid (at most `max`).
+    pub async fn users(&self, max: usize) -> Result<Vec<AuthUser>, Refusal> {
+        on_store!(self, |db| db.users(max), |p| p.users(max))
+    }
+
+    /// Whether there is no user yet.
+    pub async fn no_users(&self) -> Result<bool, Refusal> {
+        on_store!(self, |db| db.no_users(), |p| p.no_users())
+    }
+
+    /// Adds a user; `Exists` if the name or uid is taken.
+    pub async fn add_user(&self, name: &str, uid: u32, gid: u32, hash: &str, admin: bool) -> Result<(), Refusal> {
+        let (n, h) = (name.to_string(), hash.to_string());
+        on_store!(self, |db| db.add_user(&n, uid, gid, &h, admin), |p| p.add_user(name, uid, gid, hash, admin))
+    }
+
+    /// Replaces a user's password hash.
+    pub async fn set_hash(&self, name: &str, hash: &str) -> Result<(), Refusal> {
+        let (n, h) = (name.to_string(), hash.to_string());
+        on_store!(self, |db| db.set_hash(&n, &h), |p| p.set_hash(name, hash))
+    }
+
+    /// Replaces user `uid`'s hash with `new` only if it is still `expected`.
+    pub async fn replace_hash(&self, uid: u32, expected: &str, new: &str) -> Result<(), Refusal> {
+        let (e, n) = (expected.to_string(), new.to_string());
+        on_store!(self, |db| db.replace_hash(uid, &e, &n), |p| p.replace_hash(uid, expected, new))
+    }
+
+    /// Enables or disables a user.
+    pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), Refusal> {
+        let n = name.to_string();
+        on_store!(self, |db| db.set_enabled(&n, enabled), |p| p.set_enabled(name, enabled))
+    }
+
+    /// Adds a role.
+    pub async fn add_role(&self, role: u32, name: &str) -> Result<(), Refusal> {
+        let n = name.to_string();
+        on_store!(self, |db| db.add_role(role, &n), |p| p.add_role(role, name))
+    }
+
+    /// Gives or takes a role.
+    pub async fn set_user_role(&self, user: &str, role: u32, held: bool) -> Result<(), Refusal> {
+        let u = user.to_string();
+        on_store!(self, |db| db.set_user_role(&u, role, held), |p| p.set_user_role(user, role, held))
+    }
+
+    /// Makes a group owned by `owner`: its gid, and whether the owner is its first member.
+    pub async fn create_group(&self, owner: u32, name: &str) -> Result<(u32, bool), Refusal> {
+        let n = name.to_string();
+        on_store!(self, |db| db.create_group(owner, &n), |p| p.create_group(owner, name))
+    }
+
+    /// Adds or removes a member; only the group's owner or an administrator.
+    pub async fn set_group_member(
+        &self,
+        caller: u32,
+        caller_admin: bool,
+        gid: u32,
+        user: &str,
+        member: bool,
+    ) -> Result<(), Refusal> {
+        let u = user.to_string();
+        on_store!(self, |db| db.set_group_member(caller, caller_admin, gid, &u, member), |p| p.set_group_member(
+            caller,
+            caller_admin,
+            gid,
+            user,
+            member
+        ))
     }
 }

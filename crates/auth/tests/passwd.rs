@@ -119,7 +119,10 @@ async fn a_user_changes_its_own_password() {
         other => panic!("{other:?}"),
     };
     assert!(gid > 0);
-    assert!(s.server.key_live(grant.credential.key_id), "the identity key's shared key is still live");
+    assert!(
+        to(s.server.key_live(grant.credential.key_id)).await.unwrap(),
+        "the identity key's shared key is still live"
+    );
 
     // Durable before the reply: a second server opened on the same directory (its own
     // database connection) checks the new password.

@@ -1,12 +1,21 @@
 //! `nasd auth`: the authentication server (DSFS), as a daemon, and the
 //! commands users and administrators run against it (users, roles, groups,
 //! shared keys).
+//!
+//! Without a subcommand, the daemon (`[auth]` section, its own CA under
+//! `DATA/tls`); with one, a client of it as the `[client]` user (`passwd`:
+//! one's own password, the login password being the old one, or another's
+//! as administrator); `rotate-key` and `retire-key` then ask the manager to
+//! bring every drive up to date (`SYNC_IDENTITY_KEYS`). With `[client] auth`
+//! set, every command that logs in does so there first and uses the identity
+//! key with the manager (`fs_cmd::login`); a long-running client renews it
+//! by logging in again (`nasd_profile::relogin`).
 
 use crate::config::{self, AuthSection, ClientSection};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use nasd_auth::{AuthConfig, AuthServer};
-use nasd_login::auth_client::{connector, AuthClient, IdentityGrant};
+use nasd_login::auth_client::{AuthClient, IdentityGrant};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +37,19 @@ pub struct AuthArgs {
     /// A host name or address the TLS certificate names (repeat) [default: localhost, 127.0.0.1].
     #[arg(long = "tls-name")]
     tls_names: Vec<String>,
+    /// Keep the state in the file managers' PostgreSQL database,
+    /// postgres://USER@HOST[:PORT]/DB (no password here: $PGPASSWORD,
+    /// ~/.pgpass or [auth] metadata_password_file), which several
+    /// authentication servers share [default: [auth] metadata, else
+    /// DATA/auth.sqlite].
+    #[arg(long)]
+    metadata: Option<String>,
+    /// Join the authentication servers of a database with the bundle `nasd
+    /// admin join-bundle` wrote: their auth.key and the cluster CA go into
+    /// --data (this server issues itself a certificate for its --tls-name),
+    /// and the metadata location comes from the bundle unless one is given.
+    #[arg(long, value_name = "BUNDLE")]
+    join: Option<PathBuf>,
 }
 
 /// What users and administrators do at the authentication server (they log
@@ -141,69 +163,10 @@ pub async fn login_auth(
     user: Option<&str>,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant, String)> {
-    let user = login_name(section, user)?;
-    let pw = password(section, &user)?;
+    let user = section.login_name(user)?;
+    let pw = zeroize::Zeroizing::new(password(section, &user)?);
     let (c, grant) = login_as(section, &user, &pw, role).await?;
     Ok((c, grant, user))
-}
-
-/// Logs in at the authentication server named by `[client] auth`, and
-/// gives the source of fresh identities for the same user and role that a
-/// long-lived client (`nasd mount`) renews its identity from
-/// (`FsConfig::identity_source`): it keeps the password in this process's
-/// memory (wiped when dropped; never written or logged).
-pub async fn login_auth_renewing(
-    section: &ClientSection,
-    user: Option<&str>,
-) -> anyhow::Result<(IdentityGrant, String, Arc<dyn nasd_fs::IdentitySource>)> {
-    let user = login_name(section, user)?;
-    let pw = zeroize::Zeroizing::new(password(section, &user)?);
-    let role = role_of(section, None)?;
-    let (_, grant) = login_as(section, &user, &pw, Some(role)).await?;
-    let source = Relogin {
-        addr: section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?,
-        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
-        ca: section.ca_cert.clone().context("no ca_cert configured in [client]")?,
-        user: user.clone(),
-        password: pw,
-        role,
-    };
-    Ok((grant, user, Arc::new(source)))
-}
-
-/// Logs a user in at the authentication server again, with the password
-/// it logged in with at start, for a fresh identity (`nasd mount`).
-struct Relogin {
-    addr: String,
-    server_name: String,
-    ca: PathBuf,
-    user: String,
-    password: zeroize::Zeroizing<String>,
-    role: u32,
-}
-
-impl nasd_fs::IdentitySource for Relogin {
-    fn fresh(&self) -> nasd_fs::BoxFuture<'_, Result<(nasd_proto::IdentityData, nasd_crypto::Key), nasd_fs::FsError>> {
-        Box::pin(async move {
-            let refused = |e: String| {
-                nasd_fs::FsError::Setup(format!(
-                    "logging in as '{}' at the authentication server {} again failed: {e}",
-                    self.user, self.addr
-                ))
-            };
-            let tls = connector(&self.ca).map_err(|e| refused(e.to_string()))?;
-            let (_, grant) =
-                AuthClient::login(&self.addr, &self.server_name, &tls, &self.user, &self.password, self.role)
-                    .await
-                    .map_err(|e| refused(e.to_string()))?;
-            Ok((grant.credential, grant.idkey))
-        })
-    }
-}
-
-/// Who logs in: `--user`, else `[client] user`.
-fn login_name(section: &ClientSection, user: Option<&str>) -> anyhow::Result<String> {
-    user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")
 }
 
 /// Logs in as `user` with `pw` at the authentication server named by `[client] auth`.
@@ -213,25 +176,7 @@ async fn login_as(
     pw: &str,
     role: Option<u32>,
 ) -> anyhow::Result<(AuthClient, IdentityGrant)> {
-    let addr = section.auth.clone().context("no authentication server: set auth = \"HOST:PORT\" in [client]")?;
-    let ca = section.ca_cert.clone().context("no ca_cert configured in [client]")?;
-    let role = role_of(section, role)?;
-    let tls = connector(&ca)?;
-    let server_name = section.server_name.clone().unwrap_or_else(|| "localhost".into());
-    AuthClient::login(&addr, &server_name, &tls, user, pw, role)
-        .await
-        .map_err(|e| anyhow::anyhow!("login as '{user}' at the authentication server {addr} failed: {e}"))
-}
-
-/// The role to assume: `role` if given, else `$NASD_ROLE`, else `[client] role`, else none.
-fn role_of(section: &ClientSection, role: Option<u32>) -> anyhow::Result<u32> {
-    Ok(match role {
-        Some(r) => r,
-        None => match std::env::var("NASD_ROLE") {
-            Ok(r) => r.parse().with_context(|| format!("$NASD_ROLE = {r:?} is not a role number"))?,
-            Err(_) => section.role.unwrap_or(0),
-        },
-    })
+    nasd_profile::login_auth(section, user, pw, section.role(role)?, Some(crate::fs_cmd::say_once())).await
 }
 
 /// Runs an `nasd auth` subcommand.
@@ -240,7 +185,7 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::Login { role } => *role,
         _ => None,
     };
-    let name = login_name(section, user)?;
+    let name = section.login_name(user)?;
     // Changing one's own password: the password that logs in is the old one, asked as such.
     let own_passwd = matches!(&cmd, AuthCommand::Passwd { user } if user.as_deref().is_none_or(|u| u == name));
     let pw = if own_passwd {
@@ -321,6 +266,10 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         AuthCommand::RetireKey { key_id } => {
             c.retire_key(key_id).await?;
             println!("shared key {key_id} retired");
+            // The identity this command holds may be one of those just retired: a fresh one
+            // (under a live key, from whichever server answers) asks the manager.
+            let grant =
+                if grant.credential.key_id == key_id { login_as(section, &name, &pw, role).await?.1 } else { grant };
             sync_manager(section, &grant, &name).await?;
         }
     }
@@ -336,17 +285,26 @@ async fn sync_manager(section: &ClientSection, grant: &IdentityGrant, user: &str
 }
 
 fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    nasd_env::clock::system_ns()
 }
 
 /// Where the administrator's password is kept, inside the server's directory.
 pub const AUTH_ADMIN_PASSWORD_FILE: &str = "admin.password";
 
-/// Opens the authentication server in `dir`. On first start (no user yet)
-/// makes the administrator `admin` (uid 0) with `password`, or with a new
-/// one written to `DIR/admin.password` (0600) first.
-pub async fn open_auth(dir: &Path, config: AuthConfig, password: Option<String>) -> anyhow::Result<Arc<AuthServer>> {
-    let server = Arc::new(AuthServer::open(dir, config)?);
+/// Opens the authentication server in `dir`, its state where `backing`
+/// says. On first start (no user yet, at this server or any other of its
+/// database) makes the administrator `admin` (uid 0) with `password`, or
+/// with a new one written to `DIR/admin.password` (0600) first.
+pub async fn open_auth(
+    dir: &Path,
+    config: AuthConfig,
+    backing: nasd_auth::Backing,
+    password: Option<String>,
+) -> anyhow::Result<Arc<AuthServer>> {
+    let server = Arc::new(AuthServer::open_on(dir, config, backing).await?);
+    if !server.no_users().await.map_err(|(_, m)| anyhow::anyhow!(m))? {
+        return Ok(server);
+    }
     let password = match password {
         Some(p) => p,
         None => {
@@ -404,12 +362,28 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
     } else {
         args.tls_names.clone()
     };
+    let mut file = file;
+    if let Some(bundle) = &args.join {
+        let joined = crate::daemons::install_auth_join(bundle, &data)?;
+        if args.metadata.is_none() && file.metadata.is_none() {
+            file.metadata = Some(joined);
+        }
+    }
+    let location = crate::daemons::location_of(
+        args.metadata.as_deref(),
+        file.metadata.clone(),
+        file.metadata_password_file.clone(),
+        "[auth] metadata",
+    )?;
+    let backing = crate::daemons::auth_backing(location.as_ref())?;
     let tls = nasd_login::tls::ensure_certificates(&data.join("tls"), &names)?;
-    let server = open_auth(&data, auth_config(&file), None).await?;
+    let server = open_auth(&data, auth_config(&file), backing, None).await?;
     eprintln!(
-        "nasd auth serving {} on {listen} (TLS; clients trust {}); the manager logs in with the service token {}",
+        "nasd auth serving {} on {listen} (TLS; clients trust {}; state in {}); the manager logs in with the \
+         service token {}",
         data.display(),
         tls.ca.display(),
+        server.store_name(),
         data.join(nasd_auth::SERVICE_TOKEN_FILE).display()
     );
     let (tx, rx) = watch::channel(false);

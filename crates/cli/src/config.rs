@@ -34,12 +34,15 @@
 //! auth_token_file = "/var/lib/nasd/auth/service.token"
 //! auth_scheme = "both"           # capabilities (default), pals or both
 //! identity_recheck_secs = 30     # how often identity sessions are checked at the auth server
+//! temporaries_age_secs = 3600    # copies a dead client left (.NAME.XXXXXXXX.nasd-tmp) removed after this
 //!
 //! [auth]                         # nasd auth (authentication server)
 //! data = "/var/lib/nasd/auth"
 //! listen = "0.0.0.0:7299"
 //! tls_names = ["nasd.example.com"]
 //! identity_lifetime_secs = 3600
+//! metadata = "postgres://nasd@db.example.com/nasd?sslmode=verify-full&sslrootcert=/etc/nasd/db-ca.pem"  # the managers' database: several servers share it [default: DATA/auth.sqlite]
+//! metadata_password_file = "/etc/nasd/db.password"  # else $PGPASSWORD, else ~/.pgpass (as libpq)
 //!
 //! [client]                       # ls, cp, put, get, ... and admin commands
 //! manager = "nasd.example.com:7300"
@@ -52,6 +55,7 @@
 //! reply_timeout_secs = 60        # longest wait for the manager or a drive at any one step
 //! metadata_wait_secs = 60        # how long commands wait out an outage of the metadata database
 //! auth = "nasd.example.com:7299" # log in here and use the identity key with the manager
+//! auth_failover = ["auth2.example.com:7299"]  # more authentication servers on one database, tried if it is down
 //! role = 7                       # the role to assume [default: none]
 //!
 //! [mount]                        # nasd mount
@@ -231,6 +235,10 @@ pub struct ManagerSection {
     /// its role; a disabled user's sessions end within this long
     /// [default: 30; 0: before every request].
     pub identity_recheck_secs: Option<u64>,
+    /// How long a client's temporary copy (`.NAME.XXXXXXXX.nasd-tmp`) may go
+    /// unwritten, with no write open, before the manager removes it (its
+    /// client died mid-copy) [default: 3600; 0: never].
+    pub temporaries_age_secs: Option<u64>,
 }
 
 /// `[auth]`.
@@ -243,36 +251,18 @@ pub struct AuthSection {
     pub tls_names: Option<Vec<String>>,
     /// How long an identity key is valid after login [default: 3600].
     pub identity_lifetime_secs: Option<u64>,
+    /// Where the users, roles, groups and shared keys live: the file
+    /// managers' PostgreSQL database ("postgres://…", as `[manager]
+    /// metadata`), which several authentication servers share [default:
+    /// DATA/auth.sqlite, one server alone]. `nasd up` uses the managers'.
+    pub metadata: Option<String>,
+    /// A file (0600) whose first line is the database password, when the
+    /// URL has none [default: $PGPASSWORD, else $PGPASSFILE or ~/.pgpass].
+    pub metadata_password_file: Option<PathBuf>,
 }
 
-/// `[client]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientSection {
-    pub manager: Option<String>,
-    /// More managers of the same file system (one PostgreSQL database, one
-    /// `manager.key`), tried in order when the one in use does not answer.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub failover: Vec<String>,
-    pub server_name: Option<String>,
-    pub ca_cert: Option<PathBuf>,
-    pub user: Option<String>,
-    pub password_file: Option<PathBuf>,
-    pub data_integrity: Option<bool>,
-    /// Seconds a command waits for the manager or a drive at any one step
-    /// before it fails with a time-out [default: 60]. A drive's waits stay
-    /// within the striping engine's 30 s deadline per request as well.
-    pub reply_timeout_secs: Option<u64>,
-    /// Seconds a command waits out an outage of the manager's metadata
-    /// database (its requests sent again with back-off; one line says so)
-    /// before it fails [default: 60; 0: fail at once].
-    pub metadata_wait_secs: Option<u64>,
-    /// The authentication server (`host:port`): when set, commands log in
-    /// there and use the identity key it gives with the manager.
-    pub auth: Option<String>,
-    /// The role to assume when logging in there [default: none; $NASD_ROLE].
-    pub role: Option<u32>,
-}
+/// `[client]`: shared with the other clients (the Python package) in `nasd-profile`.
+pub use nasd_profile::ClientSection;
 
 /// `[mount]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -315,9 +305,7 @@ pub struct UpSection {
 
 /// Reads and parses the file.
 pub fn load(path: &Path) -> anyhow::Result<ConfigFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {} is invalid: {e}", path.display()))
+    nasd_profile::read_config(path)
 }
 
 /// The config file to use: the one named, else `./nasd-data/nasd.toml` if
@@ -389,6 +377,8 @@ mod tests {
         assert_eq!((c.drives[0].number, c.drives[0].addr.as_str()), (0, "127.0.0.1:7401"));
         let metadata = c.manager.metadata.as_deref().expect("metadata");
         assert!(metadata.parse::<nasd_manager::Location>().is_ok(), "{metadata}");
+        assert_eq!(c.client.auth_failover, ["auth2.example.com:7299"]);
+        assert!(c.auth.metadata.as_deref().is_some_and(|m| m.parse::<nasd_manager::Location>().is_ok()));
         assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
     }
 }

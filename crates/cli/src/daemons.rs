@@ -1,5 +1,28 @@
 //! The long-running commands: `nasd drive`, `nasd manager`, and `nasd up`
 //! (a manager and N drives in one process under one data directory).
+//!
+//! `nasd up` saves each drive's drive key for the drive tools
+//! (`DATA/drive-N/drive.key`, 0600), records the drives in `DATA/nasd.toml`
+//! (`[[drives]]`: number, address, key file), and opens the authentication
+//! server in `DATA/auth` on the port below the manager's (or any free one,
+//! `[up] auth_port`) with the manager's certificate, its administrator made
+//! with the manager's `admin` password. It links the manager to it
+//! (`ManagerConfig::auth`), so the manager takes identities only and `[client]
+//! auth` is written: commands log in there and by identity at the manager.
+//! Gateway grants stay in the manager's user records (made only for
+//! `SET_GATEWAY`, from the authentication server's user of that name).
+//!
+//! A drive's capacity is kept in its directory (`capacity`) from its first
+//! start; every start refuses a capacity the disk cannot back — its free
+//! space plus what the block files occupy — unless `--force-capacity`
+//! (`drive_capacity`, `check_backing`; `nasd up` weighs its drives
+//! together). `--metadata` with a password in it is refused: no secret on
+//! a command line (it would be in `ps`); secrets reach the processes nasd
+//! starts only in files or the environment. `nasd manager --join BUNDLE`
+//! installs a join bundle (`nasd admin join-bundle`: `manager.key`, the
+//! cluster CA's certificate and key, the metadata location without a
+//! password) in a new directory, refusing one that holds another manager's
+//! key; the drives and the authentication link come from the database.
 
 use crate::config::{self, ConfigFile};
 use crate::{drive_admin::hex_id, size};
@@ -462,14 +485,24 @@ struct JoinBundle {
     ca_key: String,
     /// The metadata location, without a password.
     metadata: String,
+    /// The authentication server's `auth.key`, 64 hex digits, when its
+    /// state is in the database (`nasd auth --join`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    auth_key: Option<String>,
 }
 
 /// The header of a bundle file: what it is and how to handle it.
-const JOIN_BUNDLE_HEADER: &str = "# nasd join bundle (`nasd manager --join THIS_FILE`). SECRET: it holds manager.key \
-     and the cluster CA's key.\n# Copy it to the new manager's machine, use it once, then delete it.\n";
+const JOIN_BUNDLE_HEADER: &str = "# nasd join bundle (`nasd manager --join THIS_FILE`, `nasd auth --join THIS_FILE`). \
+     SECRET: it holds manager.key, the cluster CA's key (and auth.key).\n# Copy it to the new machine, use it once, \
+     then delete it.\n";
 
 /// `nasd admin join-bundle`: writes `out` (0600, new) from the manager in `data`.
-pub fn write_join_bundle(out: &Path, data: Option<PathBuf>, metadata: Option<String>) -> anyhow::Result<()> {
+pub fn write_join_bundle(
+    out: &Path,
+    data: Option<PathBuf>,
+    metadata: Option<String>,
+    auth_data: Option<PathBuf>,
+) -> anyhow::Result<()> {
     private_umask();
     let data = data.context(
         "no data directory: pass --data DIR, the manager's directory (for `nasd up`, DATA/manager), or set \
@@ -490,43 +523,59 @@ pub fn write_join_bundle(out: &Path, data: Option<PathBuf>, metadata: Option<Str
         .with_context(|| format!("no manager in {}", data.display()))?;
     let tls = nasd_manager::tls::TlsFiles::in_dir(&data.join("tls"));
     let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()));
+    // The authentication server's key, if its state is in the database (no auth.sqlite).
+    let auth_dir = auth_data.or_else(|| data.parent().map(|d| d.join("auth")));
+    let auth_key = match auth_dir {
+        Some(dir) if dir.join(nasd_auth::AUTH_KEK_FILE).exists() && !dir.join(nasd_auth::AUTH_DB).exists() => {
+            let key = nasd_crypto::read_key_file(&dir.join(nasd_auth::AUTH_KEK_FILE))
+                .with_context(|| format!("cannot read {}", dir.join(nasd_auth::AUTH_KEK_FILE).display()))?;
+            Some(key.to_hex())
+        }
+        _ => None,
+    };
+    let with_auth = auth_key.is_some();
     let bundle = JoinBundle {
         manager_key: key.to_hex(),
         ca_cert: read(&tls.ca)?,
         ca_key: read(&data.join("tls").join(nasd_login::tls::CA_KEY))?,
         metadata,
+        auth_key,
     };
     let text = format!("{JOIN_BUNDLE_HEADER}{}", toml::to_string_pretty(&bundle)?);
     nasd_crypto::durable::create_new(out, text, 0o600).with_context(|| format!("cannot write {}", out.display()))?;
     println!("wrote {} (secret: copy it to the new manager's machine, use it once, delete it)", out.display());
-    println!(
-        "there: nasd manager --join {} --data DIR --tls-name NAME --listen ADDR",
-        out.file_name().map_or_else(|| out.display().to_string(), |n| n.to_string_lossy().into_owned())
-    );
+    let name = out.file_name().map_or_else(|| out.display().to_string(), |n| n.to_string_lossy().into_owned());
+    println!("there: nasd manager --join {name} --data DIR --tls-name NAME --listen ADDR");
+    if with_auth {
+        println!(
+            "or, for another authentication server: nasd auth --join {name} --data DIR --tls-name NAME --listen ADDR"
+        );
+    }
     Ok(())
 }
 
-/// Puts what `bundle` holds into the new manager's directory `data`:
-/// `manager.key` and the CA (`tls/ca.pem`, `tls/ca.key`); returns the
-/// metadata location it names. A directory that holds another manager's
-/// key is refused (it belongs to another file system); one that joined with
-/// the same bundle before is taken as it is.
-fn install_join(bundle: &Path, data: &Path) -> anyhow::Result<String> {
+/// Reads a join bundle.
+fn read_join_bundle(bundle: &Path) -> anyhow::Result<JoinBundle> {
     let text = std::fs::read_to_string(bundle).with_context(|| format!("cannot read {}", bundle.display()))?;
-    let b: JoinBundle = toml::from_str(&text).with_context(|| format!("{} is not a join bundle", bundle.display()))?;
-    let key = nasd_crypto::Key::from_hex(&b.manager_key)
-        .with_context(|| format!("{}: manager_key is not 64 hex digits", bundle.display()))?;
-    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
-    let kek = data.join(nasd_manager::KEK_FILE);
-    match nasd_crypto::read_key_file(&kek) {
-        Ok(have) if have == key => {}
+    toml::from_str(&text).with_context(|| format!("{} is not a join bundle", bundle.display()))
+}
+
+/// Installs `key` as the key file `path`, unless it holds that key already;
+/// another key there is refused (`what` names its owner).
+fn install_key_file(path: &Path, key: &nasd_crypto::Key, what: &str) -> anyhow::Result<()> {
+    match nasd_crypto::read_key_file(path) {
+        Ok(have) if have == *key => Ok(()),
         Ok(_) => anyhow::bail!(
-            "{} holds another manager's key: --join needs a new directory (or the one that joined with this bundle)",
-            data.display()
+            "{} holds another {what}'s key: --join needs a new directory (or the one that joined with this bundle)",
+            path.parent().unwrap_or(path).display()
         ),
-        Err(_) if !kek.exists() => nasd_crypto::create_key_file(&kek, &key)?,
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", kek.display())),
+        Err(_) if !path.exists() => Ok(nasd_crypto::create_key_file(path, key)?),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
+}
+
+/// Installs the cluster CA of `b` as `data/tls` if it has none.
+fn install_ca(b: &JoinBundle, data: &Path) -> anyhow::Result<()> {
     let tls = data.join("tls");
     let files = nasd_manager::tls::TlsFiles::in_dir(&tls);
     if !files.ca.exists() {
@@ -541,6 +590,43 @@ fn install_join(bundle: &Path, data: &Path) -> anyhow::Result<String> {
         let _ = std::fs::remove_dir(&tls);
         files::install(&staged, &tls).with_context(|| format!("cannot install {}", tls.display()))?;
     }
+    Ok(())
+}
+
+/// Puts what `bundle` holds for another authentication server into its new
+/// directory `data`: `auth.key` and the cluster CA; returns the metadata
+/// location it names. A bundle without `auth.key` (the first server keeps
+/// its state in auth.sqlite) is refused.
+pub fn install_auth_join(bundle: &Path, data: &Path) -> anyhow::Result<String> {
+    let b = read_join_bundle(bundle)?;
+    let hex = b.auth_key.as_deref().with_context(|| {
+        format!(
+            "{} carries no auth.key: the authentication server it was made beside keeps its state in {} (or \
+             none was found: pass --auth-data DIR to `nasd admin join-bundle`)",
+            bundle.display(),
+            nasd_auth::AUTH_DB
+        )
+    })?;
+    let key = nasd_crypto::Key::from_hex(hex)
+        .with_context(|| format!("{}: auth_key is not 64 hex digits", bundle.display()))?;
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    install_key_file(&data.join(nasd_auth::AUTH_KEK_FILE), &key, "authentication server")?;
+    install_ca(&b, data)?;
+    Ok(b.metadata)
+}
+
+/// Puts what `bundle` holds into the new manager's directory `data`:
+/// `manager.key` and the CA (`tls/ca.pem`, `tls/ca.key`); returns the
+/// metadata location it names. A directory that holds another manager's
+/// key is refused (it belongs to another file system); one that joined with
+/// the same bundle before is taken as it is.
+fn install_join(bundle: &Path, data: &Path) -> anyhow::Result<String> {
+    let b = read_join_bundle(bundle)?;
+    let key = nasd_crypto::Key::from_hex(&b.manager_key)
+        .with_context(|| format!("{}: manager_key is not 64 hex digits", bundle.display()))?;
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
+    install_key_file(&data.join(nasd_manager::KEK_FILE), &key, "manager")?;
+    install_ca(&b, data)?;
     Ok(b.metadata)
 }
 
@@ -568,6 +654,34 @@ pub fn metadata_location(
     Ok(parse_metadata(text)?.map(|l| l.with_password_file(file.metadata_password_file.clone())))
 }
 
+/// A metadata location as [`metadata_location`] reads it, for any section:
+/// the flag (no password), else `text` (named `setting` in errors), with
+/// `password_file`.
+pub fn location_of(
+    flag: Option<&str>,
+    text: Option<String>,
+    password_file: Option<PathBuf>,
+    setting: &str,
+) -> anyhow::Result<Option<nasd_manager::Location>> {
+    if flag.is_some_and(nasd_meta::pg_connect::has_password) {
+        anyhow::bail!("{PASSWORD_ON_COMMAND_LINE}");
+    }
+    let text = flag.map(str::to_owned).or(text);
+    let location = text.map(|t| t.parse().map_err(|e| anyhow::anyhow!("--metadata / {setting}: {e}"))).transpose()?;
+    Ok(location.map(|l: nasd_manager::Location| l.with_password_file(password_file)))
+}
+
+/// Where an authentication server keeps its state when the managers'
+/// metadata is at `location`: their PostgreSQL database, else SQLite.
+pub fn auth_backing(location: Option<&nasd_manager::Location>) -> anyhow::Result<nasd_auth::Backing> {
+    Ok(match location {
+        Some(nasd_manager::Location::Postgres { url, options }) => nasd_auth::Backing::Postgres(Box::new(
+            nasd_meta::pg_connect::PgTarget::parse(url, options).map_err(|e| anyhow::anyhow!("{e}"))?,
+        )),
+        _ => nasd_auth::Backing::Sqlite,
+    })
+}
+
 fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> anyhow::Result<ManagerConfig> {
     let d = ManagerConfig::default();
     let secs = |a: Option<u64>, f: Option<u64>, default: Duration| a.or(f).map_or(default, Duration::from_secs);
@@ -593,6 +707,11 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
         metadata_sync_interval: file.metadata_sync_ms.map_or(d.metadata_sync_interval, Duration::from_millis),
         identity_recheck: secs(None, file.identity_recheck_secs, d.identity_recheck),
+        temporaries_age: match file.temporaries_age_secs {
+            None => d.temporaries_age,
+            Some(0) => None,
+            Some(s) => Some(Duration::from_secs(s)),
+        },
         routing: match &file.routing {
             None => d.routing,
             Some(text) => text.parse().map_err(|e| anyhow::anyhow!("[manager] routing = \"{text}\": {e}"))?,
@@ -751,12 +870,15 @@ pub fn reset_password(
     let reset = nasd_manager::PasswordReset::prepare(&data, metadata, user, &password)?;
     // `nasd up` keeps its authentication server beside the manager (DATA/auth), and the same
     // administrator logs in there: the password that logs in is that one, so it changes too.
-    let auth_dir = data.parent().map(|d| d.join("auth")).filter(|d| d.join(nasd_auth::AUTH_DB).exists());
+    let auth_dir = data.parent().map(|d| d.join("auth")).filter(|d| d.join(nasd_auth::AUTH_KEK_FILE).exists());
+    let auth_backing = auth_backing(metadata)?;
     match &file {
         Some(file) => {
             let staged = files::with_suffix(file, "new")?;
             files::write_staged(&staged, format!("{password}\n"), 0o600)?;
-            if let Err(e) = reset.commit().and_then(|()| reset_at_auth(auth_dir.as_deref(), user, &password)) {
+            if let Err(e) =
+                reset.commit().and_then(|()| reset_at_auth(auth_dir.as_deref(), &auth_backing, user, &password))
+            {
                 let _ = std::fs::remove_file(&staged);
                 return Err(e);
             }
@@ -766,7 +888,7 @@ pub fn reset_password(
         }
         None => {
             reset.commit()?;
-            reset_at_auth(auth_dir.as_deref(), user, &password)?;
+            reset_at_auth(auth_dir.as_deref(), &auth_backing, user, &password)?;
         }
     }
     match file {
@@ -780,11 +902,15 @@ pub fn reset_password(
 }
 
 /// The offline reset at `nasd up`'s authentication server, if it has one.
-fn reset_at_auth(auth_dir: Option<&Path>, user: &str, password: &str) -> anyhow::Result<()> {
-    match auth_dir {
-        Some(dir) => nasd_auth::reset_password(dir, user, password),
-        None => Ok(()),
-    }
+fn reset_at_auth(
+    auth_dir: Option<&Path>,
+    backing: &nasd_auth::Backing,
+    user: &str,
+    password: &str,
+) -> anyhow::Result<()> {
+    let Some(dir) = auth_dir else { return Ok(()) };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(nasd_auth::reset_password(dir, backing.clone(), user, password))
 }
 
 /// Serves the manager until `stop` turns true; returns when it has stopped.
@@ -867,6 +993,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
     // Linked to an authentication server, the manager takes identities only: clients log in
     // there, with their user and password at that server (not the manager's password file).
     let auth = m.manager.config().auth.as_ref().map(|l| l.addrs[0].clone());
+    let auth_failover = m.manager.config().auth.as_ref().map(|l| l.addrs[1..].to_vec()).unwrap_or_default();
     let client = config::ClientSection {
         failover: Vec::new(),
         manager: Some(manager),
@@ -878,6 +1005,7 @@ fn print_client_section(m: &OpenManager, listen: SocketAddr, names: &[String]) -
         reply_timeout_secs: None,
         metadata_wait_secs: None,
         auth: auth.clone(),
+        auth_failover,
         role: None,
     };
     let section = toml::to_string_pretty(&OnlyClient { client })?;
@@ -1059,11 +1187,17 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let auth_listen = ports.auth.addr();
     let auth_port = auth_listen.port();
     let auth_dir = data.join("auth");
-    let auth = nasd_auth::AuthServer::open(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth))?;
-    let manager_tls = nasd_manager::tls::ensure_certificates(&data.join("manager").join("tls"), &default_tls_names())?;
     let mut config = manager_config(&cluster.manager, None)?;
+    // On PostgreSQL its state is in the managers' database, where more servers may join it
+    // (`nasd auth --join`); the manager's link lists them after it (`[manager] auth_failover`).
+    let auth_backing = auth_backing(config.metadata.as_ref())?;
+    let auth_config = crate::auth_cmd::auth_config(&cluster.auth);
+    let auth = nasd_auth::AuthServer::open_on(&auth_dir, auth_config.clone(), auth_backing.clone()).await?;
+    let manager_tls = nasd_manager::tls::ensure_certificates(&data.join("manager").join("tls"), &default_tls_names())?;
+    let auth_addrs =
+        std::iter::once(auth_listen.to_string()).chain(cluster.manager.auth_failover.iter().cloned()).collect();
     config.auth = Some(nasd_manager::identity::AuthLink::new(
-        vec![auth_listen.to_string()],
+        auth_addrs,
         "localhost".into(),
         &manager_tls.ca,
         auth.service_token().clone(),
@@ -1073,8 +1207,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
     // Its administrator is the manager's, with the same password.
     let admin_password = std::fs::read_to_string(&m.password_file).ok().map(|p| p.trim_end().to_string());
-    let auth =
-        crate::auth_cmd::open_auth(&auth_dir, crate::auth_cmd::auth_config(&cluster.auth), admin_password).await?;
+    let auth = crate::auth_cmd::open_auth(&auth_dir, auth_config, auth_backing, admin_password).await?;
     let auth_task = tokio::spawn(crate::auth_cmd::serve_auth(
         auth,
         ports.auth.listen()?,
@@ -1123,6 +1256,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         // The manager takes identities only (it is linked to the authentication server):
         // commands log in there, as `admin` with the same password.
         auth: cluster.client.auth.clone().or_else(|| Some(auth_listen.to_string())),
+        auth_failover: cluster.client.auth_failover.clone(),
         role: cluster.client.role,
     };
     config::save(&config_path, &cluster, "# Written by `nasd up`; edit freely (it is read on every start).\n")?;
@@ -1427,7 +1561,13 @@ impl LocalCluster {
             Some((listener, dir)) => {
                 let addr = listener.local_addr()?.to_string();
                 let password = std::fs::read_to_string(&m.password_file)?.trim_end().to_string();
-                let server = crate::auth_cmd::open_auth(&dir, nasd_auth::AuthConfig::default(), Some(password)).await?;
+                let server = crate::auth_cmd::open_auth(
+                    &dir,
+                    nasd_auth::AuthConfig::default(),
+                    nasd_auth::Backing::Sqlite,
+                    Some(password),
+                )
+                .await?;
                 let tls = nasd_manager::tls::acceptor(&m.tls)?;
                 tasks.push(tokio::spawn(crate::auth_cmd::serve_auth(server, listener, tls, stop_rx.clone())));
                 Some(addr)
@@ -1445,6 +1585,7 @@ impl LocalCluster {
             reply_timeout_secs: None,
             metadata_wait_secs: None,
             auth: auth_addr,
+            auth_failover: Vec::new(),
             role: None,
         };
         let acceptor = nasd_manager::tls::acceptor(&m.tls)?;

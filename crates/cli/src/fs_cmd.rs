@@ -6,7 +6,7 @@ use crate::size;
 use crate::transfer::{self, CopyOptions, Loc};
 use anyhow::Context;
 use clap::Subcommand;
-use nasd_fs::{FileKind, FsClient, FsConfig, FsError, FsStatus};
+use nasd_fs::{FileKind, FsClient, FsError, FsStatus};
 use std::path::PathBuf;
 
 /// Prefix that marks a path in nasd (rather than on this machine) in `cp`.
@@ -324,7 +324,9 @@ pub enum AdminCommand {
     /// Write the bundle another manager joins this one's database with
     /// (`nasd manager --join FILE`): this manager's key, the cluster CA (its
     /// certificate and key, so the new manager issues itself a certificate
-    /// clients trust) and the metadata location without a password. Run it
+    /// clients trust) and the metadata location without a password; with
+    /// the authentication server's auth.key too when its state is in that
+    /// database (`nasd auth --join FILE` starts another one on it). Run it
     /// where the manager's data is; no login. The file is a secret (0600):
     /// copy it to the new machine, use it once, delete it.
     JoinBundle {
@@ -338,6 +340,11 @@ pub enum AdminCommand {
         /// [default: [manager] metadata from the config file].
         #[arg(long)]
         metadata: Option<String>,
+        /// The authentication server's data directory, whose auth.key the
+        /// bundle carries [default: DATA/../auth, where `nasd up` keeps it, if
+        /// its state is in the database].
+        #[arg(long)]
+        auth_data: Option<PathBuf>,
     },
     /// Take a drive out of service: nothing new goes to it and its
     /// components are rebuilt on other drives (to replace or retire it).
@@ -405,47 +412,22 @@ impl AdminCommand {
 
 /// Logs in with the `[client]` settings (overridable with `--user`).
 pub async fn login(section: &ClientSection, user: Option<&str>) -> anyhow::Result<FsClient> {
-    if section.auth.is_some() {
-        let (_, grant, name) = crate::auth_cmd::login_auth(section, user, None).await?;
-        return login_with_identity(section, &grant, &name).await;
-    }
-    let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
-    let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
-    let ca_cert = section.ca_cert.clone().with_context(|| format!("no ca_cert configured: {hint}"))?;
-    let user =
-        user.map(str::to_string).or(section.user.clone()).context("no user: pass --user or set [client] user")?;
-    let password = password_for(&user, section)?;
-    let config = FsConfig {
-        manager: manager.clone(),
-        failover: section.failover.clone(),
-        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
-        ca_cert,
-        user: user.clone(),
-        password,
-        data_integrity: section.data_integrity.unwrap_or(true),
-        reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
-        metadata_wait: metadata_wait(section),
-        on_wait: Some(say_once()),
-        ..Default::default()
-    };
-    FsClient::connect(&config).await.map_err(|e| match e.status() {
-        // The manager's own words: a wrong user or password, or that it takes no passwords
-        // (it is linked to an authentication server: log in there).
-        Some(FsStatus::BadCredentials) => anyhow::anyhow!("login as '{user}' at {manager} failed: {e}"),
-        _ => anyhow::anyhow!("{e}"),
-    })
+    login_as(section, user, false).await
 }
 
 /// [`login`] for a long-lived client (`nasd mount`): with an
 /// authentication server, the client renews its identity before it expires
 /// by logging in there again with the same user, role and password
-/// (`auth_cmd::login_auth_renewing`), so it outlives `identity_lifetime_secs`.
+/// (`nasd_profile::relogin`), so it outlives `identity_lifetime_secs`.
 pub async fn login_renewing(section: &ClientSection, user: Option<&str>) -> anyhow::Result<FsClient> {
-    if section.auth.is_none() {
-        return login(section, user).await;
-    }
-    let (grant, name, source) = crate::auth_cmd::login_auth_renewing(section, user).await?;
-    login_with_identity_from(section, &grant, &name, Some(source)).await
+    login_as(section, user, true).await
+}
+
+async fn login_as(section: &ClientSection, user: Option<&str>, renew: bool) -> anyhow::Result<FsClient> {
+    let user = section.login_name(user)?;
+    let password = zeroize::Zeroizing::new(password_for(&user, section)?);
+    let how = nasd_profile::Login { user: &user, password: &password, role: None, renew, on_wait: Some(say_once()) };
+    nasd_profile::login(section, how).await
 }
 
 /// Logs in to the manager with an identity from the authentication server.
@@ -454,36 +436,7 @@ pub async fn login_with_identity(
     grant: &nasd_login::auth_client::IdentityGrant,
     user: &str,
 ) -> anyhow::Result<FsClient> {
-    login_with_identity_from(section, grant, user, None).await
-}
-
-/// [`login_with_identity`], renewing the identity from `source` if given.
-async fn login_with_identity_from(
-    section: &ClientSection,
-    grant: &nasd_login::auth_client::IdentityGrant,
-    user: &str,
-    source: Option<std::sync::Arc<dyn nasd_fs::IdentitySource>>,
-) -> anyhow::Result<FsClient> {
-    let hint = "run `nasd up` first, or point --config / $NASD_CONFIG at a config file with a [client] section";
-    let manager = section.manager.clone().with_context(|| format!("no manager address configured: {hint}"))?;
-    let ca_cert = section.ca_cert.clone().with_context(|| format!("no ca_cert configured: {hint}"))?;
-    let config = FsConfig {
-        manager: manager.clone(),
-        failover: section.failover.clone(),
-        server_name: section.server_name.clone().unwrap_or_else(|| "localhost".into()),
-        ca_cert,
-        data_integrity: section.data_integrity.unwrap_or(true),
-        reply_timeout: section.reply_timeout_secs.map_or(nasd_fs::WAIT_MAX, std::time::Duration::from_secs),
-        identity: Some((grant.credential, grant.idkey.clone())),
-        identity_source: source,
-        user: user.to_string(),
-        metadata_wait: metadata_wait(section),
-        on_wait: Some(say_once()),
-        ..Default::default()
-    };
-    FsClient::connect(&config)
-        .await
-        .map_err(|e| anyhow::anyhow!("login by identity (uid {}) at {manager} failed: {e}", grant.uid))
+    nasd_profile::login_with_identity(section, grant, user, None, Some(say_once())).await
 }
 
 /// $NASD_PASSWORD, else the configured password file (only for the
@@ -497,12 +450,8 @@ pub(crate) fn password_asking(user: &str, section: &ClientSection, prompt: &str)
     if let Ok(p) = std::env::var("NASD_PASSWORD") {
         return Ok(p);
     }
-    if let (Some(file), Some(configured)) = (&section.password_file, &section.user) {
-        if configured == user {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read password file {}", file.display()))?;
-            return Ok(text.trim_end_matches(['\n', '\r']).to_string());
-        }
+    if let Some(p) = section.password_from_file(user)? {
+        return Ok(p);
     }
     rpassword::prompt_password(format!("{prompt} {user}: ")).context("cannot read a password (set NASD_PASSWORD)")
 }
@@ -1154,12 +1103,6 @@ mod tests {
         assert_eq!(parse_mode("644").unwrap(), 0o644);
         assert!(parse_mode("9").is_err() && parse_mode("17777").is_err());
     }
-}
-
-/// `[client] metadata_wait_secs`: how long a command waits out an outage of
-/// the metadata database.
-pub fn metadata_wait(section: &ClientSection) -> std::time::Duration {
-    section.metadata_wait_secs.map_or(nasd_fs::METADATA_WAIT_DEFAULT, std::time::Duration::from_secs)
 }
 
 /// Prints a wait for the metadata database on standard error, once per

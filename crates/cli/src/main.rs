@@ -1,5 +1,13 @@
 //! `nasd`: start a cluster, run its daemons, use and administer the file
 //! system, look after drives, measure.
+//!
+//! Only wires the libraries together. Logs go to stderr, coloured only on a
+//! terminal (and `NO_COLOR` unset). A command (not a daemon) whose standard
+//! output is closed under it exits 141 quietly, as if by SIGPIPE, which
+//! stays ignored (a peer hanging up is an error, not death). A unit test
+//! walks every command's `--help` (clap's `debug_assert`, help on every
+//! positional argument, each default shown once, `--user` only where a
+//! command logs in).
 
 mod acl_cmd;
 mod auth_cmd;
@@ -316,8 +324,13 @@ fn run() -> anyhow::Result<()> {
             let metadata = daemons::metadata_location(metadata.as_deref(), &file.manager)?;
             daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
         }
-        Command::Admin(fs_cmd::AdminCommand::JoinBundle { out, data, metadata }) => {
-            daemons::write_join_bundle(&out, data.or(file.manager.data), metadata.or(file.manager.metadata))
+        Command::Admin(fs_cmd::AdminCommand::JoinBundle { out, data, metadata, auth_data }) => {
+            daemons::write_join_bundle(
+                &out,
+                data.or(file.manager.data),
+                metadata.or(file.manager.metadata),
+                auth_data.or(file.auth.data),
+            )
         }
         // Linked to an authentication server, the manager refuses these: say so before logging in
         // and asking for a password it would not take.

@@ -1,5 +1,11 @@
 //! `nasd mount MOUNTPOINT`: the file system as a POSIX mount (FUSE), served
 //! by this process until Ctrl-C, SIGTERM or `fusermount3 -u MOUNTPOINT`.
+//!
+//! With `--map-users` it first sends one `AS_USER` and stops if the manager
+//! cannot serve a gateway (a PALs-only partition). With `[client] auth` it
+//! logs in through `fs_cmd::login_renewing`, so its identity is renewed
+//! before it expires. How long requests wait out a manager's outage:
+//! `--manager-wait` / `[mount] manager_wait` (hard by default).
 
 use anyhow::Context;
 use nasd_fs::FsClient;

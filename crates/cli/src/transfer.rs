@@ -36,7 +36,7 @@ const PROGRESS_MIN_BYTES: u64 = 4 * 1024 * 1024;
 /// the plan of a copy is held in memory, about 100 bytes an entry.
 pub const TREE_ENTRIES_MAX: usize = 1_000_000;
 /// Suffix of the temporary names files are written under.
-const TMP_SUFFIX: &str = ".nasd-tmp";
+const TMP_SUFFIX: &str = nasd_fs::TEMPORARY_SUFFIX;
 
 /// How to copy.
 #[derive(Clone, Copy, Debug, Default)]
@@ -563,10 +563,7 @@ fn file_among_ancestors(path: &Path) -> Option<PathBuf> {
 
 /// A temporary name beside `path` in nasd: `DIR/.NAME.XXXXXXXX.nasd-tmp`.
 fn remote_tmp_name(path: &str) -> anyhow::Result<String> {
-    let (dir, name) = nasd_fs::split_path(path)?;
-    let tag: [u8; 4] = nasd_crypto::random_bytes();
-    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(join(dir, &format!(".{name}.{tag}{TMP_SUFFIX}")))
+    Ok(nasd_fs::temporary_name(path)?)
 }
 
 /// A layer failure as the client library's (what [`Undo::making`] judges):

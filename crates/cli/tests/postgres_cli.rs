@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 mod common;
 
-use common::{free_addr, Daemon};
+use common::{free_addr, nasd_command, ok, Daemon};
 
 /// `nasd up` on `data` (one drive of 64 MiB), with `extra` arguments; the
 /// drive's port is chosen at the first start only (then it is recorded).
@@ -37,23 +37,7 @@ fn up_with_env(data: &Path, log: &Path, extra: &[&str], env: &[(&str, &str)]) ->
 
 /// Runs `nasd ARGS` with the cluster's config file.
 fn nasd(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nasd"))
-        .arg("--config")
-        .arg(data.join("nasd.toml"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("NASD_CONFIG")
-        .env_remove("NASD_NEW_PASSWORD")
-        .env_remove("NASD_PASSWORD")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run nasd")
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    nasd_command().arg("--config").arg(data.join("nasd.toml")).args(args).output().expect("run nasd")
 }
 
 #[test]
@@ -66,7 +50,7 @@ fn nasd_up_serves_files_with_its_metadata_on_postgres() {
     let log = tmp.path().join("up.log");
 
     let mut d = up(&data, &log, &["--metadata", &url]);
-    let out = d.output();
+    let out = d.output_once(&format!("metadata  {url}"));
     assert!(out.contains(&format!("metadata  {url}")), "the banner names the metadata:\n{out}");
     assert!(!data.join("manager").join(nasd_manager::META_DB).exists(), "no SQLite file beside PostgreSQL");
     let local = tmp.path().join("local.bin");
@@ -219,7 +203,8 @@ fn postgres_credentials_and_tls_as_libpq_and_no_secret_on_a_command_line() {
 
     // $PGPASSWORD, over verify-full TLS.
     let mut d = up_with_env(&data, &log, &["--metadata", &url], &[("PGPASSWORD", DB_PASSWORD)]);
-    assert!(d.output().contains("metadata  postgres://nasd@"), "{}", d.output());
+    let out = d.output_once("metadata  postgres://nasd@");
+    assert!(out.contains("metadata  postgres://nasd@"), "{out}");
     ok(nasd(&data, &["mkdir", "/docs"]));
     d.terminate();
 

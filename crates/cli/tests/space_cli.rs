@@ -195,3 +195,64 @@ fn a_sparse_file_put_costs_what_it_holds() {
     drop(fs);
     up.daemon.terminate();
 }
+
+/// The size (number and unit, two words) from word `word` on of drive
+/// `drive`'s row in a `nasd df` or `nasd status` table.
+fn size_at(table: &str, drive: u32, word: usize) -> String {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|words| words.first() == Some(&drive.to_string().as_str()))
+        .and_then(|words| words.get(word..word + 2).map(|w| w.join(" ")))
+        .unwrap_or_else(|| panic!("no row for drive {drive}:\n{table}"))
+}
+
+/// `nasd df` and `nasd status` agree on what each drive uses right after a
+/// put (issue 31.6: status showed the health check's older report).
+#[test]
+fn df_and_status_agree_on_used_space_right_after_a_put() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    const DRIVES: u32 = 2;
+    let mut up = Up::start(cwd, DRIVES as u16, &["--drive-capacity", "256MiB"]);
+    std::fs::write(cwd.join("f"), pattern(b"used", 3 * MIB as usize)).unwrap();
+    up.ok(&["put", "f", "/f"]);
+    let (df, status) = (up.ok(&["df"]), up.ok(&["status"]));
+    for d in 0..DRIVES {
+        // df: drive address SIZE USED …; status: drive address domain state SIZE USED …
+        let (by_df, by_status) = (size_at(&df, d, 4), size_at(&status, d, 6));
+        assert_eq!(by_df, by_status, "drive {d}: df says {by_df}, status {by_status}\n{df}\n{status}");
+        assert_ne!(by_df, "0 B", "the put used space on drive {d}:\n{df}");
+    }
+    up.daemon.terminate();
+}
+
+/// A temporary copy a client left (`.NAME.XXXXXXXX.nasd-tmp`, closed) is
+/// removed by the manager once it has not been written for `[manager]
+/// temporaries_age_secs`, and its space given back; other files stay
+/// (issue 31.5).
+#[test]
+fn the_manager_removes_temporaries_clients_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let mut up = Up::start(cwd, 1, &["--drive-capacity", "64MiB"]);
+    let manager = up.daemon.addr;
+    up.daemon.terminate();
+    let config_path = cwd.join("nasd-data").join("nasd.toml");
+    let mut config: toml::Table = toml::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let section = config.entry("manager").or_insert_with(|| toml::Value::Table(Default::default()));
+    section.as_table_mut().unwrap().insert("temporaries_age_secs".into(), 1.into());
+    std::fs::write(&config_path, toml::to_string(&config).unwrap()).unwrap();
+    let mut up = Up::start_with(cwd, 1, Some(manager), &["--drive-capacity", "64MiB"], &[]);
+
+    std::fs::write(cwd.join("f"), pattern(b"left", 2 * MIB as usize)).unwrap();
+    up.ok(&["mkdir", "/d"]);
+    up.ok(&["put", "f", "/d/.f.0badc0de.nasd-tmp"]);
+    up.ok(&["put", "f", "/d/kept"]);
+    wait_until("the leftover removed", || !up.ok(&["ls", "/d"]).contains(".nasd-tmp"), || up.ok(&["ls", "/d"]));
+    assert!(up.ok(&["ls", "/d"]).contains("kept"), "other files stay");
+    assert!(up.daemon.output().contains("removed a temporary copy a client left"), "{}", up.daemon.log_tail());
+    up.ok(&["get", "/d/kept", "back"]);
+    assert_eq!(std::fs::read(cwd.join("back")).unwrap(), std::fs::read(cwd.join("f")).unwrap());
+    up.daemon.terminate();
+}

@@ -846,6 +846,15 @@ fn wait_for_output(p: &mut Running, out: &Path, at_least: u64) {
     }
 }
 
+/// Runs `nasd ARGS` in the background with its warnings on (a command's
+/// default level is errors only): a reader says when it reads around a
+/// failed component.
+fn spawn_telling(c: &Cluster, args: &[&str]) -> Running {
+    let mut cmd = c.nasd(args);
+    cmd.env("NASD_LOG", "warn");
+    c.spawn_command(cmd, &format!("nasd {}", args.join(" ")))
+}
+
 /// Asserts a reader met the killed drive — it warned that it read around a
 /// failed component of `path` — so the kill landed while it was reading,
 /// not after.
@@ -869,10 +878,11 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     c.run_ok(&["put", path_str(&local_file(c.dir(), "r.bin", &r)), "/r/r.bin"]);
 
     // nasd get of the mirrored file; the drive of its first copy dies a quarter in.
-    let out = c.dir().join("m.back");
-    let mut get = c.spawn(&["get", "/m.bin", path_str(&out)]);
-    wait_for_output(&mut get, &out, m.len() as u64 / 4);
+    // The victim is found first: nothing but the kill between the quarter mark and the kill.
     let (victim, _) = rt.block_on(component(&fs, "/m.bin", 0));
+    let out = c.dir().join("m.back");
+    let mut get = spawn_telling(&c, &["get", "/m.bin", path_str(&out)]);
+    wait_for_output(&mut get, &out, m.len() as u64 / 4);
     c.drive(victim).kill();
     let done = get.wait();
     assert_ok(&done, &c);
@@ -892,10 +902,10 @@ fn a_drive_killed_during_reads_changes_no_byte() {
     }));
 
     // nasd cat of the Reed-Solomon file; the drive of a data component dies a quarter in.
-    let mut cat = c.spawn(&["cat", "/r/r.bin"]);
+    let (victim, _) = rt.block_on(component(&fs, "/r/r.bin", 1));
+    let mut cat = spawn_telling(&c, &["cat", "/r/r.bin"]);
     let out = cat.out.clone();
     wait_for_output(&mut cat, &out, r.len() as u64 / 4);
-    let (victim, _) = rt.block_on(component(&fs, "/r/r.bin", 1));
     c.drive(victim).kill();
     let done = cat.wait();
     assert_ok(&done, &c);

@@ -16,6 +16,18 @@
 //! reply that fails a check is [`ClientError::BadReply`] (or, for a data tag
 //! of a Hash-and-MAC read, [`ClientError::HashAndMacMismatch`], which may
 //! also mean rot on the drive) and the connection is no longer used.
+//! A client that saw a bad reply refuses further calls
+//! ([`ClientError::Broken`]); it does not re-read by itself (re-read without
+//! `HASH_AND_MAC` to tell tampering from rot). The unauthenticated `HELLO`
+//! reply's block size and chunk limit are checked against the protocol's
+//! limits before use.
+//!
+//! Every wait for the drive — connecting, each piece of a request, a reply's
+//! header, each data chunk — is bounded ([`DRIVE_WAIT_MAX`],
+//! [`DriveClient::set_timeout`]) and fails with a time-out naming the drive
+//! and the step. [`DriveClient::is_reusable`] tells without waiting whether a
+//! kept connection can carry another request (not once the drive closed it
+//! or sent bytes nobody asked for).
 //!
 //! ```no_run
 //! # async fn demo(token: Vec<u8>, cap_key: nasd_crypto::Key) -> Result<(), nasd_client::ClientError> {
@@ -42,6 +54,7 @@ pub use nasd_crypto::{Key, MacAlgorithm};
 
 use auth::Guard;
 use nasd_crypto::{key_context, seal_key};
+use nasd_env::Env;
 use nasd_proto::limits::{
     ARGS_LEN_MAX, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN, CHUNK_LEN_DEFAULT, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN,
     DIGEST_LEN, HEADER_LEN, NONCE_LEN, PARTITIONS_MAX,
@@ -54,7 +67,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use thiserror::Error;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::{TcpStream, ToSocketAddrs};
+use tokio::net::ToSocketAddrs;
 
 /// Why a call failed.
 #[derive(Debug, Error)]
@@ -117,15 +130,9 @@ impl From<DecodeError> for ClientError {
     }
 }
 
-fn random_u64() -> u64 {
-    u64::from_le_bytes(nasd_crypto::random_bytes())
-}
-
+#[cfg(test)]
 fn local_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos().min(u64::MAX as u128) as u64)
-        .unwrap_or(0)
+    nasd_env::clock::system_ns()
 }
 
 /// The drive-clock time carried in a nonce.
@@ -141,8 +148,10 @@ fn nonce_time(nonce: &[u8; NONCE_LEN]) -> u64 {
 /// broken connection, or a call cancelled mid-frame — leaves the connection
 /// in an unknown state: every later call fails with [`ClientError::Broken`].
 pub struct DriveClient {
-    rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    wr: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    /// The client's clock, randomness and network.
+    env: Env,
+    rd: BufReader<nasd_env::ReadHalf>,
+    wr: BufWriter<nasd_env::WriteHalf>,
     /// Next request id; starts random so a reply recorded on another
     /// connection does not answer a request of this one.
     next_id: u64,
@@ -229,7 +238,7 @@ impl Deadline {
 
 /// Reads exactly `buf.len()` bytes: those the reader already holds, then the
 /// rest straight from the socket into `buf`, skipping the reader's buffer.
-async fn read_direct(rd: &mut BufReader<tokio::net::tcp::OwnedReadHalf>, buf: &mut [u8]) -> std::io::Result<()> {
+async fn read_direct(rd: &mut BufReader<nasd_env::ReadHalf>, buf: &mut [u8]) -> std::io::Result<()> {
     let held = rd.buffer();
     let n = held.len().min(buf.len());
     buf[..n].copy_from_slice(&held[..n]);
@@ -347,7 +356,18 @@ impl DriveClient {
         addr: impl ToSocketAddrs,
         timeout: std::time::Duration,
     ) -> Result<Self, ClientError> {
-        let socket = tokio::time::timeout(timeout, TcpStream::connect(addr)).await.map_err(|_| {
+        Self::connect_in(&Env::real(), addr, timeout).await
+    }
+
+    /// [`connect_with_timeout`](Self::connect_with_timeout) in `env`: the
+    /// connection, the nonces' clock and the random starting points of
+    /// request ids and nonce sequences are the environment's.
+    pub async fn connect_in(
+        env: &Env,
+        addr: impl ToSocketAddrs,
+        timeout: std::time::Duration,
+    ) -> Result<Self, ClientError> {
+        let socket = tokio::time::timeout(timeout, env.connect(addr)).await.map_err(|_| {
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("could not connect to the drive within {timeout:?}"),
@@ -357,9 +377,10 @@ impl DriveClient {
         let deadline = Deadline { limit: timeout, peer: socket.peer_addr()? };
         let (rd, wr) = socket.into_split();
         let mut c = DriveClient {
+            env: env.clone(),
             rd: BufReader::with_capacity(REPLY_BUFFER_LEN, rd),
             wr: BufWriter::with_capacity(256 * 1024, wr),
-            next_id: random_u64(),
+            next_id: env.random_u64(),
             chunk_len: CHUNK_LEN_DEFAULT,
             drive_id: [0; 16],
             block_size: 0,
@@ -369,7 +390,7 @@ impl DriveClient {
             schemes: HashMap::new(),
             refusal_authenticated: false,
             clock_offset_ns: 0,
-            sequence: random_u64(),
+            sequence: env.random_u64(),
             broken: false,
             chunk_buf: Vec::new(),
             deadline,
@@ -406,10 +427,7 @@ impl DriveClient {
         if self.broken || !self.rd.buffer().is_empty() {
             return false;
         }
-        let mut probe = [std::mem::MaybeUninit::uninit()];
-        // The socket is non-blocking: "would block" means open, with nothing unread.
-        let socket = socket2::SockRef::from(self.rd.get_ref().as_ref());
-        matches!(socket.peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        self.rd.get_ref().is_open_and_idle()
     }
 
     /// Sets how long each wait for the drive may take before a call fails
@@ -485,11 +503,11 @@ impl DriveClient {
     /// The client's estimate of the drive clock, in nanoseconds (for
     /// nonces; also handy for capability expirations).
     pub fn drive_time_ns(&self) -> u64 {
-        local_ns().saturating_add_signed(self.clock_offset_ns)
+        self.env.now_ns().saturating_add_signed(self.clock_offset_ns)
     }
 
     fn learn_clock(&mut self, nonce: &[u8; NONCE_LEN]) {
-        let offset = nonce_time(nonce) as i128 - local_ns() as i128;
+        let offset = nonce_time(nonce) as i128 - self.env.now_ns() as i128;
         self.clock_offset_ns = offset.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
     }
 

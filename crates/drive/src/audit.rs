@@ -142,7 +142,12 @@ impl State {
 impl Audit {
     /// Opens (creating if needed) the trail in `dir`.
     pub fn open(dir: &Path) -> rusqlite::Result<Audit> {
-        let conn = Connection::open(dir.join("audit.sqlite"))?;
+        Self::open_in(&nasd_env::Env::real(), dir)
+    }
+
+    /// [`Audit::open`] on `env`'s disk.
+    pub fn open_in(env: &nasd_env::Env, dir: &Path) -> rusqlite::Result<Audit> {
+        let conn = env.open_sqlite(&dir.join("audit.sqlite"))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS audit (
@@ -150,6 +155,16 @@ impl Audit {
                 key_type INTEGER NOT NULL, opcode INTEGER NOT NULL, status INTEGER NOT NULL,
                 partition INTEGER NOT NULL, object INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL)",
         )?;
+        // SQLite syncs the directory of a new journal or WAL, never of a new
+        // database file: without this a crash soon after the trail was
+        // created could lose `audit.sqlite` whole, and every record in it
+        // (found by nasd-sim, seed 4242).
+        env.sync_dir(dir).map_err(|e| {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some(format!("syncing the directory of the audit trail {}: {e}", dir.display())),
+            )
+        })?;
         let last: i64 = conn.query_row("SELECT COALESCE(MAX(sequence), 0) FROM audit", [], |r| r.get(0))?;
         let state = State {
             next_sequence: last as u64 + 1,

@@ -1,4 +1,53 @@
 //! One client connection: frame in, checks, operation, protected frame out.
+//!
+//! Per request: read and validate a frame; authenticate it
+//! (`Security::authenticate`: key, digest, protection levels, nonce);
+//! decrypt and decode the arguments; check the data length; authorize
+//! (`Security::authorize`: expiry, drive, object, map epoch, access control
+//! version — an object whose version cannot be read is refused with the
+//! store's status —, rights, regions; or `Security::authorize_identity`
+//! against the object's PALs); execute on a blocking thread; reply under the
+//! request's protection; audit. A refused request changes nothing and is
+//! audited. A check whose answer can change while a write's data streams
+//! (the access control version, and for a write by identity its PAL stamp)
+//! travels in the `Grant` to the store's `WriteCheck`, made again as the
+//! write installs. A frame whose header or arguments cannot be trusted gets
+//! its specific status; if framing itself is lost the connection is closed
+//! after the reply, otherwise it goes on.
+//!
+//! **Deadlines.** Before a frame, the idle time-outs
+//! (`UNAUTHENTICATED_IDLE_TIMEOUT` until a fresh request proved a key);
+//! each piece of a frame and each data chunk the peer sends, within
+//! `DriveConfig::frame_timeout` (`FRAME_TIMEOUT`); each piece the drive sends
+//! — header and arguments, a data chunk with its tag, a flush, the final
+//! shutdown — within `DriveConfig::send_timeout` (`SEND_TIMEOUT`, `Writer`).
+//! A peer that stops is cut off, and its transfer memory, store task and
+//! pinned blocks go with the connection (a read's store task is joined
+//! before the connection ends).
+//!
+//! **Transfers.** Write data flows socket → bounded channel →
+//! `Store::write_checked` on a blocking thread, handed on chunk by chunk only
+//! after its tag verified (a failed tag aborts the atomic write); read data
+//! flows `Store::read_with` → bounded channel → socket. Neither holds an
+//! object lock while the channel waits on the peer, so a slow or stopped
+//! peer costs its own transfer only. A transfer holds at most
+//! `TRANSFER_CHUNKS_MAX` chunks (plus the one being read or sent and a
+//! block); all together at most `TRANSFER_MEMORY_MAX`, each taking its share
+//! before it allocates a chunk or starts its store task — a write only once
+//! its first data bytes arrive. Between frames a connection holds its two
+//! `CONNECTION_BUFFER_LEN` buffers and nothing else; a refused request's
+//! data is read past through the buffer.
+//!
+//! **Read replies** go out in chunks of `DriveConfig::reply_chunk_len` (by
+//! default the larger of 256 KiB and the block size). Under Hash-and-MAC the
+//! reader's `ChannelSink` MACs the stored digest of each whole block that
+//! fits in the chunk being filled (the client checks it), hashes every other
+//! unit, and checks a whole block that straddles chunks against its stored
+//! digest before sending any chunk holding it
+//! (`UnitMac::absorb_unit_end_checked`): the drive sends no byte of a block
+//! that failed its digest — rot is refused (`DATA_CORRUPTED`, or the
+//! connection closed after the true chunks before it), or left to a client
+//! check that must fail.
 
 use crate::security::{audit_target, Authority, Grant};
 use crate::tasks::{blocking, join};
@@ -18,7 +67,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
@@ -28,7 +76,7 @@ enum Next {
     Close,
 }
 
-type Reader = BufReader<tokio::net::tcp::OwnedReadHalf>;
+type Reader = BufReader<nasd_env::ReadHalf>;
 
 /// The sending half of a connection: every send — a reply's header, each
 /// data chunk with its tag, a flush, the final shutdown — must be taken by
@@ -36,7 +84,7 @@ type Reader = BufReader<tokio::net::tcp::OwnedReadHalf>;
 /// connection ends, freeing whatever the request held (its transfer memory,
 /// its store task and the blocks that task pinned).
 struct Writer {
-    inner: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    inner: BufWriter<nasd_env::WriteHalf>,
     deadline: Duration,
 }
 
@@ -127,7 +175,12 @@ impl ConnState {
     }
 }
 
-pub(crate) async fn serve_connection(socket: TcpStream, peer: SocketAddr, drive: Arc<Drive>, config: Arc<DriveConfig>) {
+pub(crate) async fn serve_connection(
+    socket: nasd_env::Stream,
+    peer: SocketAddr,
+    drive: Arc<Drive>,
+    config: Arc<DriveConfig>,
+) {
     let _ = socket.set_nodelay(true);
     let (rd, wr) = socket.into_split();
     let mut rd = BufReader::with_capacity(CONNECTION_BUFFER_LEN, rd);
@@ -445,14 +498,14 @@ async fn execute(
         }
         Request::ReadAudit { after, max } => {
             let (d, after, max) = (drive.clone(), *after, *max as usize);
-            blocking(move || d.audit.read(after, max))
+            blocking(store.env(), move || d.audit.read(after, max))
                 .await
                 .map(|records| Reply::Audit { records })
                 .map_err(|e| (Status::IoError, format!("audit trail: {e}")))
         }
         Request::Scrub { max_report } => {
             let (s, max) = (store.clone(), *max_report as usize);
-            match blocking(move || s.scrub()).await {
+            match blocking(store.env(), move || s.scrub()).await {
                 Ok(report) => Ok(Reply::Scrub {
                     blocks_checked: report.blocks_checked,
                     corrupt_total: report.corrupt.len() as u64,
@@ -476,11 +529,11 @@ async fn execute(
         | Request::RetireIdentityKey { .. }
         | Request::SetAuthScheme { .. } => {
             let (d, req) = (drive.clone(), request.clone());
-            blocking(move || d.security.manage(&req)).await.map(|()| Reply::Done)
+            blocking(store.env(), move || d.security.manage(&req)).await.map(|()| Reply::Done)
         }
         Request::SetMapEpoch { partition, epoch } => {
             let (d, p, e) = (drive.clone(), *partition, *epoch);
-            blocking(move || d.security.set_map_epoch(p, e)).await.map(|()| Reply::Done)
+            blocking(store.env(), move || d.security.set_map_epoch(p, e)).await.map(|()| Reply::Done)
         }
         Request::Initialize { clock_ns, clock_skew_ns, sealed_master_key } => {
             // Open the new master key before erasing anything.
@@ -488,7 +541,7 @@ async fn execute(
                 Err(refusal) => Err(refusal),
                 Ok(new_master) => {
                     let (d, clock, skew) = (drive.clone(), *clock_ns, *clock_skew_ns);
-                    blocking(move || match d.store.initialize(clock, skew) {
+                    blocking(store.env(), move || match d.store.initialize(clock, skew) {
                         Ok(()) => d.security.reset(new_master).map(|()| Reply::Done),
                         Err(e) => Err((e.status(), e.to_string())),
                     })
@@ -498,7 +551,7 @@ async fn execute(
         }
         other => {
             let (d, req) = (drive.clone(), other.clone());
-            blocking(move || {
+            blocking(store.env(), move || {
                 let r = run_simple(&d.store, req.clone()).map_err(|e| (e.status(), e.to_string()));
                 if let (Ok(_), Request::RemovePartition { partition, .. }) = (&r, req) {
                     if let Err(refusal) = d.security.forget_partition(partition) {
@@ -622,6 +675,7 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
 
 /// Feeds a store write from chunks received over a channel.
 struct ChannelSource {
+    env: nasd_env::Env,
     rx: mpsc::Receiver<Vec<u8>>,
     current: Vec<u8>,
     pos: usize,
@@ -632,7 +686,7 @@ impl DataSource for ChannelSource {
         let mut done = 0;
         while done < buf.len() {
             if self.pos == self.current.len() {
-                self.current = self.rx.blocking_recv().ok_or_else(|| {
+                self.current = self.env.recv_blocking(&mut self.rx).ok_or_else(|| {
                     std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "client stopped sending write data")
                 })?;
                 self.pos = 0;
@@ -685,6 +739,7 @@ struct ReplyPlan {
 /// check whole blocks under Hash-and-MAC (their digests travel), but this
 /// one's does not, so the drive is the last place its rot can be caught.
 struct ChannelSink {
+    env: nasd_env::Env,
     tx: mpsc::Sender<ReadMsg>,
     buf: Vec<u8>,
     chunk_len: usize,
@@ -697,8 +752,8 @@ struct ChannelSink {
 
 impl ChannelSink {
     fn send(&self, msg: ReadMsg) -> std::io::Result<()> {
-        self.tx
-            .blocking_send(msg)
+        self.env
+            .send_blocking(&self.tx, msg)
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection stopped taking read data"))
     }
     fn flush_chunk(&mut self) -> std::io::Result<()> {
@@ -823,8 +878,9 @@ type WriteTarget = (u64, u64, Vec<Region>, WriteCheck);
 impl StoreWrite {
     fn start(store: Arc<Store>, (partition, object, regions, check): WriteTarget) -> StoreWrite {
         let (tx, rx) = mpsc::channel::<Vec<u8>>(TRANSFER_CHUNKS_MAX);
-        let task = tokio::task::spawn_blocking(move || {
-            let mut source = ChannelSource { rx, current: Vec::new(), pos: 0 };
+        let env = store.env().clone();
+        let task = env.clone().spawn_blocking(move || {
+            let mut source = ChannelSource { env, rx, current: Vec::new(), pos: 0 };
             store.write_checked(partition, object, &regions, &mut source, check)
         });
         StoreWrite { tx, task }
@@ -973,9 +1029,16 @@ async fn execute_read(
     let verify = s.verifies_reads() && !hash_and_mac;
     let wanted = regions.iter().fold(0u64, |sum, r| sum.saturating_add(r.length));
     let _memory = ctx.drive.transfer_memory(transfer_memory(chunk_len as u32, wanted, store.block_size())).await;
-    let task = tokio::task::spawn_blocking(move || {
-        let mut sink =
-            ChannelSink { tx, buf: chunk_buffer(chunk_len), chunk_len, plan, unit_mac: None, cuts: Vec::new() };
+    let task = store.env().spawn_blocking(move || {
+        let mut sink = ChannelSink {
+            env: s.env().clone(),
+            tx,
+            buf: chunk_buffer(chunk_len),
+            chunk_len,
+            plan,
+            unit_mac: None,
+            cuts: Vec::new(),
+        };
         s.read_with(partition, object, &regions, &mut sink, verify)?;
         sink.finish().map_err(StoreError::Sink)
     });

@@ -9,6 +9,16 @@
 //! Bad input never panics the drive: a frame that cannot be parsed gets an
 //! error reply and the connection is closed; a well-framed request that fails
 //! gets its specific status and the connection goes on.
+//!
+//! No disk I/O on the async threads: store operations, key changes, audit
+//! writes and reads run on blocking threads (`tasks.rs`), each awaited so
+//! that a panic in any of them — or in a connection task — stops the process
+//! rather than turning into a reply. Per request, per transfer and per
+//! connection memory is bounded ([`TRANSFER_MEMORY_MAX`],
+//! [`TRANSFER_CHUNKS_MAX`], [`CONNECTIONS_MAX`],
+//! [`CONNECTIONS_PER_PEER_MAX`]); deadlines and the request pipeline are in
+//! `conn.rs`, the key ring and checks in [`security`], the audit trail in
+//! `audit.rs`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -24,12 +34,12 @@ pub use audit::{
 pub use nasd_crypto::Key;
 pub use security::Security;
 
+use nasd_env::Listener;
 use nasd_proto::limits::{CHUNK_LEN_DEFAULT, CHUNK_LEN_MAX, CHUNK_LEN_MIN, NAME_LEN_MAX};
 use nasd_store::Store;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 /// Most connections served at once; more are closed on accept.
@@ -253,7 +263,8 @@ impl Drive {
             SecurityMode::Disabled => (None, false),
         };
         let security = Security::open(store.clone(), master, enabled).map_err(std::io::Error::other)?;
-        let audit = Audit::open(store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
+        let audit =
+            Audit::open_in(store.env(), store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
         let transfer_memory = Arc::new(Semaphore::new(TRANSFER_MEMORY_MAX / 1024));
         Ok(Drive { store, security, audit, throttle: None, transfer_memory })
     }
@@ -328,15 +339,17 @@ pub const MODEL: &str = "nasd-object-drive";
 /// anything is served; so is a store whose security state or audit trail
 /// does not open.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     store: Arc<Store>,
     config: DriveConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let listener = listener.into();
     config.check(store.block_size())?;
+    let env = store.env().clone();
     let drive = {
         let (s, mode) = (store.clone(), config.security.clone());
-        let mut d = tasks::blocking(move || Drive::open(s, &mode)).await?;
+        let mut d = tasks::blocking(&env, move || Drive::open(s, &mode)).await?;
         d.throttle = config.throttle_bytes_per_sec.map(throttle::Throttle::new);
         Arc::new(d)
     };
@@ -356,6 +369,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
+            biased;
             _ = &mut shutdown => break,
             Some(joined) = connections.join_next(), if !connections.is_empty() => {
                 match joined {
@@ -401,7 +415,7 @@ pub async fn serve(
 /// Returns true on success.
 async fn commit_all(drive: &Arc<Drive>, which: &str) -> bool {
     let d = drive.clone();
-    let result = tasks::blocking(move || {
+    let result = tasks::blocking(drive.store.env(), move || {
         if let Err(e) = d.audit.persist() {
             tracing::error!(error = %e, "audit trail write failed");
         }
@@ -424,12 +438,13 @@ async fn commit_loop(drive: Arc<Drive>, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             _ = tick.tick() => {
                 commit_all(&drive, "background").await;
             }
             () = drive.audit.half_full() => {
                 let d = drive.clone();
-                if let Err(e) = tasks::blocking(move || d.audit.persist()).await {
+                if let Err(e) = tasks::blocking(drive.store.env(), move || d.audit.persist()).await {
                     tracing::error!(error = %e, "audit trail write failed");
                 }
             }
@@ -441,6 +456,7 @@ async fn commit_loop(drive: Arc<Drive>, every: Duration) {
 mod tests {
     use super::*;
     use nasd_store::{StoreOptions, BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
+    use tokio::net::TcpListener;
 
     #[test]
     fn reply_chunks_default_to_whole_blocks_and_stay_within_the_limits() {

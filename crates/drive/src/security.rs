@@ -1,6 +1,28 @@
 //! The drive's side of NASD security: the key hierarchy it holds, and the
 //! checks it makes on every request before anything else happens
 //! (docs/SECURITY.md, "The drive's checks", in that order).
+//!
+//! State held here: the key ring (persisted as store settings; key changes
+//! are serialized by their own lock and written to disk without the
+//! ring's), each partition's minimum protection, authorization scheme
+//! (`scheme.*`: capabilities, identities or both) and minimum cluster map
+//! epoch (`SET_MAP_EPOCH` only raises it; a partition with one starts
+//! fenced until the manager readmits it), the nonce window and replay cache,
+//! the capability-key cache, and DSFS's identity keys by key id (at most
+//! `IDENTITY_KEYS_MAX`, settings `idkey.*`) with the highest id ever
+//! installed (ids only grow, so a missing id at or below it is retired, not
+//! unknown; `INITIALIZE` forgets them all). No lock a request's checks take
+//! is held across disk I/O.
+//!
+//! A request by identity carries the credential `K_data` where a capability
+//! would be; the drive recomputes `idkey` from its shared key and binds it
+//! to its own drive id (`identity_key`, `identity_drive_key`: two MACs, no
+//! cache), so no request is valid on two drives, then checks the scheme,
+//! the minimum protection and the expiry, and `Security::authorize_identity`
+//! reads the object's PALs from the store (`nasd_store::Store::pal_view`)
+//! in that same check — no decision is cached, so a PAL change applies to
+//! the next request. A PAL is interpreted here and nowhere else. PAL sets
+//! (`SET_PAL`, `SET_SUPER_PAL`) commit before they answer.
 
 use nasd_crypto::{
     capability_key, ct_eq, identity_drive_key, identity_key, key_context, open_key, unseal_capability, FrameKeys, Key,
@@ -164,6 +186,18 @@ fn key_from(bytes: &[u8]) -> Option<Key> {
 }
 
 impl Security {
+    /// The deliberate bug `nasd_env::Bug::AcceptStaleAcv` (cargo feature
+    /// `sim-bugs`, armed only by a simulated world): a capability older than
+    /// the object's access-control version passes.
+    #[allow(unused_variables)]
+    fn stale_acv_bug(&self, object_acv: u64, capability_acv: u64) -> bool {
+        #[cfg(feature = "sim-bugs")]
+        if capability_acv < object_acv && self.store.env().injected_bug(nasd_env::Bug::AcceptStaleAcv) {
+            return true;
+        }
+        false
+    }
+
     /// Loads the key hierarchy from the store. A drive with no master key yet
     /// takes `master` (provisioned out of band); `enabled: false` turns every
     /// check off (trusted networks and storage-only tests; never the default).
@@ -612,14 +646,14 @@ impl Security {
             // partition) is refused here with that error: never a pass.
             let acv =
                 self.store.access_control_version(*partition, cap.object).map_err(|e| (e.status(), e.to_string()))?;
-            if acv != cap.access_control_version {
+            if acv != cap.access_control_version && !self.stale_acv_bug(acv, cap.access_control_version) {
                 return refuse(
                     Status::AccessRevoked,
                     "the object's access control version changed: capability revoked",
                 );
             }
             // Checked again where a write installs, under the object's lock.
-            grant.access_control_version = Some(cap.access_control_version);
+            grant.access_control_version = Some(cap.access_control_version).filter(|&v| v == acv);
         }
         let mut needed = *right;
         if let Request::SetAttr { mask, .. } = req {

@@ -10,8 +10,8 @@ use tokio::task::{JoinError, JoinHandle};
 
 /// Runs `f` (store or other disk work) on a blocking thread and waits for
 /// it; if it panics, the drive stops.
-pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
-    join(tokio::task::spawn_blocking(f)).await
+pub(crate) async fn blocking<R: Send + 'static>(env: &nasd_env::Env, f: impl FnOnce() -> R + Send + 'static) -> R {
+    join(env.spawn_blocking(f)).await
 }
 
 /// Waits for a task the drive spawned; if it panicked, the drive stops.

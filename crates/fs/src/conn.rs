@@ -1,7 +1,34 @@
 //! The client's TLS connections to its file manager: each logs in once,
 //! then carries one request at a time; a [`ManagerPool`] keeps up to
 //! [`MANAGER_CONNECTIONS_MAX`] of them so concurrent requests do not queue
-//! behind one another.
+//! behind one another (opened only when requests overlap).
+//!
+//! - **Waits and reuse.** Every wait for the manager — connecting, TLS,
+//!   taking a request, its answer, the rest of the reply — is bounded by
+//!   `FsConfig::reply_timeout` and fails with a time-out naming the manager
+//!   and the step. A connection whose request failed is closed and the
+//!   request never resent; an idle one the manager closed or sent unasked
+//!   bytes on (`ManagerConn::is_reusable`, a non-blocking peek), or idle
+//!   longer than [`MANAGER_IDLE_REUSE_MAX`], is replaced rather than used.
+//! - **Failover** (`Managers`, `FsConfig::failover`): each new connection
+//!   goes to the manager in use, else the next that answers, round after
+//!   round for up to `FAILOVER_WAIT_MAX` (`FAILOVER_CONNECT_WAIT` per
+//!   attempt), and stays with the one that answered. Handles work on every
+//!   manager of one database; the session logs in again. A request that got
+//!   no reply is resent only if it only reads (`repeatable`).
+//! - **Routing** (`nasd_proto::routing`): the pool keeps a slot per manager;
+//!   every new connection sends `GET_ROUTING`. While the table names more
+//!   than one manager, a request naming a handle goes to the manager holding
+//!   its first handle's site (under name hashing, a (parent, name) request
+//!   to the holder of the name's site), `READ_SMALL`/`WRITE_SMALL` to the
+//!   file's, anything else to the manager in use. A `STALE_ROUTING` refusal
+//!   fetches the table on that connection and resends by it (at most one per
+//!   session plus [`STALE_ROUTING_RESENDS_MAX`]). A routed manager that does
+//!   not answer is left out for [`MANAGER_DOWN_AVOID`] and its requests go to
+//!   the manager in use. With one manager every request goes to it.
+//! - **A database outage** (`METADATA_UNAVAILABLE`): the request changed
+//!   nothing and is sent again, with back-off, for up to
+//!   `FsConfig::metadata_wait`, said once through `FsConfig::on_wait`.
 
 use crate::renew::{identity_refusal, IdentityCell};
 use crate::wait::{sleep_or_forever, Patience};
@@ -422,8 +449,8 @@ pub struct RoutingStats {
     pub rerouted: u64,
 }
 
-/// The client's connections to its managers (Slice's µproxy role, docs/
-/// ARCHITECTURE.md "Routing by request class"): per manager up to
+/// The client's connections to its managers (Slice's µproxy role; the
+/// module doc, "Routing"): per manager up to
 /// [`MANAGER_CONNECTIONS_MAX`] logged-in connections, as one user. Every
 /// new connection fetches the routing table (`GET_ROUTING`); while it names
 /// more than one manager, a request naming a handle goes to the manager

@@ -28,6 +28,36 @@
 //!   stable when its request returns (one metadata transaction with the
 //!   size). A read of the head while bytes are staged commits first, so
 //!   the file reads its own writes.
+//!
+//! More on writes: writes go out only in the first three quarters of the
+//! transaction's lease, counted from before `BEGIN_WRITE` was sent (a write
+//! reaching a drive after the manager rolled the transaction back would land
+//! outside it), so past that a flush drops what is buffered and fails with
+//! `ABORTED`. A failure between `BEGIN_WRITE` and the first write ends the
+//! transaction at once with an empty `COMMIT`. After an `ABORTED` commit or a
+//! failed write, flush or commit the file takes no more writes; a failed
+//! write or flush gives its transaction up (`ABORT_WRITE`: rolled back at
+//! once, so a write that failed for want of space gives the space back). A
+//! `COMMIT` that found no manager keeps the transaction open; its timer,
+//! which never waits, tries again every `COMMIT_RETRY_PAUSE`. The escrow
+//! the manager gave the transaction bounds how far a write may extend the
+//! file: past it the file commits, asks once for a fresh escrow, and fails
+//! with `QUOTA_EXCEEDED` if the manager cannot give one. Components the
+//! file's own writes missed are `Stale` in every target it builds (written
+//! if they answer, never read) until it is closed.
+//!
+//! More on reads: [`File::seek`] answers `SEEK_DATA`/`SEEK_HOLE` from the
+//! drives' stored extents (`Striper::seek` over `EXTENTS`); a file of at
+//! least [`HOLE_SKIP_FILE_BYTES_MIN`] reads its holes as zeros without
+//! asking the drives. Before each transfer piece the capabilities are
+//! refreshed if near expiry or short of the rights the piece needs; a
+//! drive's refusal as stale makes the engine refresh once, so transfers
+//! outlive capabilities.
+//!
+//! Memory per open file: a transfer piece, `1 + READ_AHEAD_WINDOWS`
+//! read-ahead windows, the write-behind bound and the engine's batches in
+//! flight. A file's reads and writes run one at a time (one lock per file),
+//! so a read sees its earlier writes; different files run concurrently.
 
 use crate::binder::FileBinder;
 use crate::txn::{Timer, Txn, TXN_LEASE_FRACTION};

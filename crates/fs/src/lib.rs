@@ -13,6 +13,20 @@
 //! one as expired, revoked or made with a retired key — so a transfer longer
 //! than a capability's lifetime works.
 //!
+//! A client logged in with an identity (DSFS) gives it to its drive pool
+//! (`nasd_stripe::DrivePool::set_identity`, again at every renewal:
+//! `renew.rs`), so on a partition that accepts PALs requests go under the
+//! identity and elsewhere under the capability, the caller noticing
+//! neither. A client acting as a gateway for another user
+//! ([`FsClient::as_user`], `AS_USER`) uses a second pool without the
+//! identity: a drive must not judge another user's requests by the
+//! gateway's own PAL entries, so those go under the capabilities minted for
+//! that user (a PALs-only partition mints none, and the manager refuses
+//! `AS_USER` there). `stat` and `lstat` take attributes from the manager
+//! alone: a regular file's size and times are what its writers' commits
+//! recorded. Manager connections, failover and routing: `conn.rs`; waiting
+//! out a manager's outage: [`with_manager_wait`].
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), nasd_fs::FsError> {
 //! let fs = nasd_fs::FsClient::connect(&nasd_fs::FsConfig {
@@ -466,6 +480,19 @@ pub fn split_path(path: &str) -> Result<(&str, &str), FsError> {
     };
     let (parent, name) = (&trimmed[..cut.max(1)], &trimmed[cut + 1..]);
     Ok((if cut == 0 { "/" } else { parent }, name))
+}
+
+pub use nasd_proto::manager::TEMPORARY_SUFFIX;
+
+/// A fresh temporary name beside the absolute `path`, in its directory:
+/// `DIR/.NAME.XXXXXXXX.nasd-tmp` (eight random hex digits). Writers that
+/// replace a file whole write it under such a name and rename it onto
+/// `path`, so readers see the old file or the new one, never part of either.
+pub fn temporary_name(path: &str) -> Result<String, FsError> {
+    let (dir, name) = split_path(path)?;
+    let tag: [u8; 4] = nasd_crypto::random_bytes();
+    let tag: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{}/.{name}.{tag}{TEMPORARY_SUFFIX}", dir.trim_end_matches('/')))
 }
 
 impl FsClient {

@@ -37,7 +37,7 @@ use nasd_proto::IdentityData;
 use nasd_stripe::{BoxFuture, DrivePool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Where a client gets a fresh identity (credential and identity key) when
 /// the one it holds nears expiry: typically a login at the authentication
@@ -64,7 +64,7 @@ pub fn renew_margin(lifetime: Duration) -> Duration {
 }
 
 fn unix_now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    nasd_env::clock::system_ns()
 }
 
 /// Whether a manager's refusal means the session's identity key has run

@@ -295,7 +295,7 @@ fn identities_from_the_auth_server_at_manager_and_drives() {
             FsStatus::BadCredentials
         );
         // An expired identity key (made with the real K, as the server would with a short lifetime).
-        let (_, keys) = auth.server.shared_keys();
+        let (_, keys) = auth.server.shared_keys().await.unwrap();
         let k1 = Key::from_bytes(keys[0].key);
         let expired = IdentityData { expiration_ns: 1, ..alice.credential };
         let expired_key = identity_key(&k1, &expired).unwrap();
@@ -494,7 +494,7 @@ fn auth_server_restarts_and_bounds_anonymous_input() {
         let server = Arc::new(AuthServer::open(&path, AuthConfig::default()).unwrap());
         assert!(!to(server.bootstrap_admin(ROOT, "another password", 0)).await.unwrap(), "the administrator exists");
         assert_eq!(server.service_token(), &token);
-        let (high, keys) = server.shared_keys();
+        let (high, keys) = server.shared_keys().await.unwrap();
         assert_eq!((high, keys.iter().map(|k| k.key_id).collect::<Vec<_>>()), (3, vec![1, 3]), "2 stays retired");
         let alice = to(server.user(UID_A)).await.unwrap().unwrap();
         assert_eq!((alice.roles, alice.groups), (vec![STAFF], vec![gid]));

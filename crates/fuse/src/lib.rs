@@ -54,9 +54,24 @@
 //!   mount) drops a changed inode's attributes and pages and a changed name
 //!   from the kernel's caches as soon as the manager reports them
 //!   ([`Mount::invalidations`] counts them).
-//! - **Users**: a mount acts for the nasd user it logged in as; with
+//! - **Users**: a mount acts for the nasd user it logged in as (without
+//!   `allow_other` the kernel lets only the mounting user in; with it, other
+//!   local users get `EACCES` unless their uid is the nasd user's); with
 //!   [`MountConfig::map_users`] each request acts for its local caller
-//!   through the manager's gateway requests (`AS_USER`).
+//!   through the manager's gateway requests (`AS_USER`,
+//!   `FsClient::as_user`), its supplementary groups read from
+//!   `/proc/PID/status` (a caller whose groups cannot be read, or who has
+//!   more than `GROUPS_MAX`, is refused rather than acting with fewer), and
+//!   the kernel checks permissions too (`default_permissions`), since callers
+//!   share the gateway's handles.
+//! - **Sparse files**: `lseek` with `SEEK_DATA`/`SEEK_HOLE` goes to
+//!   `File::seek` (`ENXIO` at the end or when only holes follow);
+//!   `st_blocks` is what the data takes (`FileAttr::allocated` / 512).
+//! - **What the kernel asks and nasd lacks**: `RENAME_EXCHANGE` and
+//!   `RENAME_NOREPLACE` (`EINVAL`), `fallocate` modes other than 0
+//!   (`EOPNOTSUPP`), POSIX ACLs (`system.` extended attributes:
+//!   `EOPNOTSUPP`; nasd's own ACLs are `nasd acl`), file locks (the kernel's
+//!   local locks only).
 //! - **Open files in one mount share one [`nasd_fs::File`] per inode**, so a
 //!   write through one descriptor is seen by a read through another at once
 //!   (POSIX within one host), and two descriptors never hold two write

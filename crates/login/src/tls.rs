@@ -105,7 +105,7 @@ pub fn ensure_certificates(dir: &Path, names: &[String]) -> anyhow::Result<TlsFi
         return Ok(files);
     }
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
-        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let secs = nasd_env::clock::system_ns() / 1_000_000_000;
         let aside = with_suffix(dir, &format!("partial-{secs}"))?;
         std::fs::rename(dir, &aside)
             .with_context(|| format!("cannot move the incomplete TLS files in {} aside", dir.display()))?;

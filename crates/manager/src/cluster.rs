@@ -2,6 +2,36 @@
 //! state (in/out) and health (up/down, from [`crate::health`]), the map
 //! epoch, the heartbeat loop that keeps health current, and what placement,
 //! repair and `CLUSTER_STATUS` read from it.
+//!
+//! The map epoch (a metadata setting) moves whenever a drive joins, changes
+//! state, or a component moves. Capabilities carry the epoch they were
+//! minted under; when a component moves off a drive the manager raises that
+//! drive's minimum epoch for the partition, so a client still bound there
+//! gets `MAP_EPOCH_MOVED` (or `NO_SUCH_OBJECT`) and rebinds with `GETATTR`.
+//!
+//! **Readmission.** Removing, replacing or re-protecting a file finishes on
+//! the drives before the reply (`Manager::apply`) — except on a drive that
+//! is down or does not answer: its share stays in the intention logs
+//! (written in the change's own metadata transaction), the drive is marked
+//! unrecovered, and the request succeeds. The **fence** keeps a returning
+//! drive from serving old capabilities meanwhile: a drive whose partition
+//! has a minimum map epoch (every drive a manager placed objects on) starts
+//! fenced and refuses every capability with `MAP_EPOCH_MOVED` until
+//! `SET_MAP_EPOCH` readmits it. The manager readmits a drive only at the end
+//! of its recovery (`recover_drive`): working key, open transactions
+//! resolved, every logged revocation and removal for it carried out and
+//! flushed, orphans collected, then `SET_MAP_EPOCH`. Recovery is due at
+//! start, when the heartbeat sees the drive go down or come up, when it
+//! reaches the drive on a new connection after its last one broke (a
+//! restart within the missed beats), or when the manager's own connection,
+//! refused before, connects again (`DriveHandle::readmission_due`). Until
+//! then the manager does not serve the drive (`Manager::serving`): lookups
+//! mark its components `Down`, placement skips it. A client that meets the
+//! fence rebinds (at most twice per request) and reads around the component
+//! or lets a write miss it. Not covered: a drive that stays up but that the
+//! manager cannot reach keeps honouring capabilities minted before a change
+//! until the manager reaches it or they expire (closing that needs
+//! drive-side leases renewed by heartbeats, which nasd does not have).
 
 use crate::health::{self, Transition};
 use crate::placement::Candidate;
@@ -222,9 +252,19 @@ impl Manager {
         let mut on_down_drives = 0;
         for rec in records.into_iter().take(DRIVES_MAX) {
             let h = health.get(&rec.drive).cloned().unwrap_or_default();
-            let reported = h.reported.clone().unwrap_or_default();
+            let mut reported = h.reported.clone().unwrap_or_default();
             let components = counts.get(&rec.drive).copied().unwrap_or(0);
             let up = h.is_up() && self.drive(rec.drive).is_ok_and(|d| d.admitted());
+            // The space as of now, as `STATFS` (`nasd df`) asks it: the health check's report may
+            // be from before the last writes (issue 31.6: df and status disagreed after a put).
+            if up {
+                if let Ok(d) = self.drive(rec.drive) {
+                    if let Ok(info) = d.inquiry().await {
+                        reported.capacity_bytes = info.capacity_bytes;
+                        reported.used_bytes = info.used_bytes;
+                    }
+                }
+            }
             if !up {
                 on_down_drives += components;
             }

@@ -1,10 +1,55 @@
-//! The manager as coordinator of write transactions (Slice §3.3.2; design in
-//! docs/ARCHITECTURE.md, "Atomic multi-drive updates"): `BEGIN_WRITE` logs an
-//! intent and opens the transaction on every component's drive; `COMMIT`
-//! records the outcome and ends it on the drives; a writer that disappears
-//! is rolled back when its lease runs out; after a restart, or when a drive
-//! comes back, each drive's open transactions are resolved against the
-//! intents (an open transaction without an intent was committed).
+//! The manager as coordinator of write transactions (Slice §3.3.2): a write
+//! that changes several drives must not leave a stripe half old and half
+//! new after a crash (the RAID write hole). The drives can roll back
+//! (`nasd_store`'s undo); the manager keeps the intention log.
+//!
+//! 1. `BEGIN_WRITE` logs an **intent** (`nasd_meta` `intents.rs`: txn id,
+//!    inode, writer, lease deadline, the components the writer may change —
+//!    all for a client, none for the manager's repairs — and those the
+//!    transaction could not be opened on) and opens transaction `txn` on
+//!    every component's drive (`TXN_BEGIN`, drive key). A component it cannot
+//!    be opened on is not marked stale (it missed nothing yet); it is
+//!    recorded with the intent. One transaction per file: another writer
+//!    waits up to [`BEGIN_WAIT`], then `BUSY`.
+//! 2. The client writes under its capabilities; each drive keeps undo for
+//!    the blocks the transaction overwrites, durably with its index.
+//! 3. To commit (`flush`, `fsync`, `close`, or when the transaction grows old
+//!    or large) the client `FLUSH`es every component it wrote and sends
+//!    `COMMIT`. One metadata transaction records the outcome: the intent
+//!    Committed, the size and times, the components that missed writes
+//!    stale with their dirty ranges (at most `nasd_meta::STALE_RANGES_MAX` per
+//!    component, merged beyond). Then `TXN_END commit` on the drives drops
+//!    the undo, and the intent is forgotten.
+//! 4. A writer whose lease runs out is rolled back (`Manager::abort`):
+//!    intent Aborting, the file's capabilities revoked, on each component
+//!    the writer may have changed the access-control version set and then
+//!    `TXN_END abort` and a flush, and only then the intent deleted.
+//!
+//! So every stripe reads old or new after a crash of the client, the
+//! manager or drives at any point: before the commit record, recovery rolls
+//! back; after it, every drive already holds the new data durably and
+//! recovery rolls forward. Recovery (at start, and whenever a drive comes
+//! back) lists each drive's open transactions (`TXN_LIST`): one whose intent
+//! is Open is left to its writer or its lease, Aborting is aborted, and one
+//! with no intent is committed — an intent is deleted without drive work
+//! only when committed, an aborted one stays until every drive made its
+//! abort durable, so a transaction unknown to the manager was committed
+//! (presumed commit). Compared with Slice, the drives' undo replaces the
+//! coordinator's probing of participants, the commit record rides on the
+//! size update `COMMIT` needs anyway, and intents are logged once per
+//! transaction, not per write.
+//!
+//! **Invariant:** a component is recorded Stale only if it may differ from
+//! what the file holds: it missed a committed write or size change (recorded
+//! in the commit's own metadata transaction), or it may keep bytes of a
+//! transaction rolled back without it. An operation that merely could not
+//! reach a drive marks nothing.
+//!
+//! Small writes (`write_small`) obey the same one-writer rule: under the
+//! writer's open transaction they are staged (`nasd_meta` `small.rs`);
+//! outside one, each is its own metadata transaction; while another
+//! writer's transaction holds the file they wait like `BEGIN_WRITE`, then
+//! answer `BUSY`; each attempt holds the file's `Manager::inode_lock`.
 
 use crate::drives::DriveHandle;
 use crate::service::Session;
@@ -54,10 +99,7 @@ fn holds(bits: u64, idx: usize) -> bool {
 
 /// Nanoseconds since the Unix epoch, now.
 pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
-        .unwrap_or(0)
+    nasd_env::clock::system_ns().min(i64::MAX as u64) as i64
 }
 
 /// The component ranges that the file ranges `dirty` touch in component `idx`

@@ -13,7 +13,7 @@ use nasd_proto::{
 };
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::Mutex as AsyncMutex;
 
 /// How long the manager waits for a drive to connect or answer.
@@ -27,7 +27,7 @@ pub const SCRUB_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 pub const PARTITION_OBJECTS_MAX: u64 = 64 * 1024 * 1024;
 
 fn local_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    nasd_env::clock::system_ns().min(i64::MAX as u64) as i64
 }
 
 /// A drive the manager uses.
@@ -54,7 +54,7 @@ pub struct DriveHandle {
     recovered: AtomicBool,
     /// Whether the drive serves capabilities as far as the manager knows:
     /// false from a sign it may have restarted (and fenced itself) until
-    /// its recovery readmitted it (docs/ARCHITECTURE.md, "Readmission").
+    /// its recovery readmitted it (`cluster.rs`, "Readmission").
     admitted: AtomicBool,
     /// The manager's connection to the drive was refused (not timed out):
     /// the drive may be restarting.

@@ -18,6 +18,18 @@
 //! manager of it refuses passwords. Several authentication servers are
 //! tried in order ([`AuthLink::addrs`]); the connection stays with the one
 //! that answered.
+//!
+//! `LOGIN_IDENTITY` (credential and a proof derived one-way from `idkey`) is
+//! checked against the manager's copy of K and the expiry, and — one
+//! `USER_INFO` round trip over the one service connection, no argon2 — the
+//! user being enabled and the key id still live; the session's uid, gid,
+//! groups, role and administrator flag are the authentication server's, and
+//! it ends at the first request after expiry or retirement. Identity logins
+//! need the authentication server up (`BUSY` otherwise); open sessions and
+//! the drives do not. A linked manager refuses password `LOGIN`, and
+//! `ADD_USER`/`SET_PASSWORD` (users live at the authentication server); it
+//! makes a user record only for `SET_GATEWAY`, from the authentication
+//! server's user of that name (`USER_BY_NAME`).
 
 use crate::{Failure, Manager};
 use nasd_crypto::{ct_eq, identity_key, identity_login_proof, Key};
@@ -27,7 +39,6 @@ use nasd_proto::fs::FsStatus;
 use nasd_proto::IdentityData;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the manager's authentication servers are, and how it logs in there.
 #[derive(Clone, PartialEq, Eq)]
@@ -204,7 +215,7 @@ struct DriveIds {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    nasd_env::clock::system_ns()
 }
 
 /// A service login at the first of `link`'s servers that answers; a

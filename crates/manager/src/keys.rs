@@ -4,7 +4,6 @@
 //! database alone opens no drive.
 
 use nasd_crypto::{open, seal, Key, KEY_LEN};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroize;
 
 /// Format byte of the sealed key record.
@@ -40,7 +39,7 @@ impl std::fmt::Debug for DriveKeys {
 }
 
 fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
+    nasd_env::clock::system_ns() / 1_000_000_000
 }
 
 fn context(drive: u32) -> Vec<u8> {

@@ -6,7 +6,55 @@
 //! keeps names, layout and users in a metadata store ([`nasd_meta`]), sets
 //! drives up and holds their keys ([`drives`], [`keys`]), and finishes what a
 //! name-space change asks of drives — revocations, removals — from intention
-//! logs written in the same transaction ([`maintenance`]).
+//! logs written in the same transaction (`maintenance.rs`).
+//!
+//! Where things are: `server.rs` TLS sessions (login first, bounded
+//! sessions in all and per host); `service.rs` one request — a metadata
+//! transaction, the drive work that must precede the reply, capability
+//! minting; a [`Session`] holds the caller's uid, gid and groups as of the
+//! users epoch and reloads them once an administrator changed them; `AS_USER`
+//! runs a wrapped request acting for the caller it names (checked against
+//! the gateway grant), with handles bound to the gateway's uid; every
+//! successful request's changes go to the change feed (`changes.rs`, behind
+//! `WATCH`: the last `CHANGE_LOG_MAX` changes within a random incarnation).
+//! [`handles`] (file handles keyed from `manager.key` and the database's
+//! `file_system_id`; checked before every request), [`drives`] (one
+//! connection per drive, replaced before use once the drive closed it,
+//! provisioning, minting; every drive call bounded by `DRIVE_TIMEOUT`),
+//! [`keys`], [`files`] (the TLS and password files through
+//! `nasd_crypto::durable`), `placement.rs` (pure policy; the placer runs
+//! inside the creating transaction and, short of pooled objects, refills
+//! pools within [`PLACEMENT_WAIT_MAX`] before `NoSpace`), [`health`] and
+//! `cluster.rs` (the cluster map, readmission), `coordinator.rs` (write
+//! transactions), `resize.rs`, `repair.rs` and `verify.rs`, [`identity`],
+//! [`pals`], [`shared`], [`routing`]. Three loops run beside requests
+//! (`spawn_maintenance`): maintenance — intention logs, pools, key rotation
+//! keeping the previous key, expired leases; a drive whose upkeep fails is
+//! retried with a backoff doubling up to `DRIVE_RETRY_MAX` —, heartbeats,
+//! and repair, so a long repair delays neither of the others.
+//!
+//! - **No open-file state** (NFS-on-NASD, NASD §3.1): removing a file's last
+//!   name removes its objects before the reply, so other clients that still
+//!   have it open lose its data at once (`NO_SUCH_OBJECT`) — unlike POSIX.
+//! - **Revocation** (chmod, chown, `SET_ACL`, unlink or rename over a file)
+//!   bumps the inode's access-control version in the transaction, sets it on
+//!   every component's drive and flushes before the reply, so capabilities
+//!   minted earlier are refused at once and stay refused across a crash.
+//! - **Handles, not inode numbers**: every request names an inode by a
+//!   handle the manager made for that user; a `READDIR` without search
+//!   permission hands out no handle.
+//! - **Write protection**: no capability that allows writing demands less
+//!   than `ManagerConfig::write_protection`; the policy travels in the
+//!   capability, so the drive enforces it.
+//! - **File data** passes through the manager only to repair it (`repair.rs`,
+//!   `resize.rs`), under its drive keys and inside a write transaction of
+//!   its own, and below a file's small-file threshold (`WRITE_SMALL`,
+//!   `READ_SMALL`).
+//! - The administrator's password file is written and synced before the
+//!   `admin` user is committed: a crash in between leaves a file but no
+//!   user, and the next start writes a new password and creates the user.
+//! - A panic inside a metadata task aborts the process (`Manager::meta`):
+//!   the interrupted transaction never committed, and a restart recovers.
 #![deny(missing_docs)]
 
 mod changes;
@@ -144,6 +192,10 @@ pub struct ManagerConfig {
     /// session's role, and for its groups: a user disabled or a role taken
     /// away ends such sessions within this long. Zero: before every request.
     pub identity_recheck: Duration,
+    /// How old a client's temporary copy ([`TEMPORARY_SUFFIX`]) with no
+    /// write transaction open must be before the manager removes it (its
+    /// client died mid-copy); `None`: never ([`TEMPORARIES_AGE_DEFAULT`]).
+    pub temporaries_age: Option<Duration>,
     /// How new inodes choose their routing site when this manager makes
     /// the file system's first routing table (`[manager] routing`); an
     /// existing table's policy wins ([`routing`]).
@@ -194,6 +246,7 @@ impl Default for ManagerConfig {
             auth: None,
             auth_scheme: nasd_proto::AuthScheme::CAPABILITIES,
             identity_recheck: IDENTITY_RECHECK_DEFAULT,
+            temporaries_age: Some(TEMPORARIES_AGE_DEFAULT),
             routing: nasd_proto::routing::RoutingPolicy::MkdirSwitching,
             redirect_probability: None,
             advertise: None,
@@ -276,6 +329,14 @@ tokio::task_local! {
     /// transaction yet ([`Manager::meta`]); set per request by the server.
     pub(crate) static REQUEST_WROTE: std::cell::Cell<bool>;
 }
+
+pub use nasd_proto::manager::TEMPORARY_SUFFIX;
+/// The default [`ManagerConfig::temporaries_age`]: an hour without a write.
+pub const TEMPORARIES_AGE_DEFAULT: Duration = Duration::from_secs(3600);
+/// Most temporaries one sweep removes (the next sweep takes the rest).
+pub const TEMPORARIES_PER_SWEEP: usize = 256;
+/// Longest time between sweeps for temporaries.
+pub const TEMPORARIES_SWEEP_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
 /// Why a request failed: a status and a message for the user (never a key).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -81,7 +81,7 @@ impl Manager {
     /// everything logged for the drive while it was away — revocations and
     /// removals a request could not finish on it — is done. So a drive that
     /// was down when a file was removed or replaced never serves the old
-    /// file's capabilities again (docs/ARCHITECTURE.md, "Readmission").
+    /// file's capabilities again (`cluster.rs`, "Readmission").
     async fn recover_drive(&self, d: &Arc<DriveHandle>) -> Result<(), Failure> {
         self.install_key(d).await?;
         self.resolve_drive_txns(d).await?;
@@ -135,7 +135,7 @@ impl Manager {
     }
 
     /// Removes every object on `d` the metadata does not know; returns how
-    /// many. Runs under the drive's lease ([`Manager::drive_lease`]), which
+    /// many. Runs under the drive's lease (`Manager::drive_lease`), which
     /// every manager's pool refill of the drive takes too: the objects a
     /// refill made and did not record are either recorded before this
     /// acquired the lease (and so known here), or never (the refill's fence
@@ -178,9 +178,46 @@ impl Manager {
         tokio::spawn(async move {
             let maintenance = me.every(me.config.maintenance_interval, shutdown.clone(), || me.maintain());
             let heartbeats = me.heartbeat_loop(shutdown.clone());
-            let repair = me.repair_loop(shutdown);
-            tokio::join!(maintenance, heartbeats, repair);
+            let repair = me.repair_loop(shutdown.clone());
+            let sweep = async {
+                if let Some(age) = me.config.temporaries_age {
+                    let interval = age.clamp(Duration::from_millis(100), crate::TEMPORARIES_SWEEP_INTERVAL_MAX);
+                    me.every(interval, shutdown, || me.sweep_temporaries(age)).await;
+                }
+            };
+            tokio::join!(maintenance, heartbeats, repair, sweep);
         })
+    }
+
+    /// Removes the temporary copies ([`crate::TEMPORARY_SUFFIX`]) that
+    /// clients which died mid-copy left: regular files not written for
+    /// `age`, with no write transaction open, at most
+    /// [`crate::TEMPORARIES_PER_SWEEP`] a sweep. Removal is an unlink as
+    /// root (the file's objects doomed as any removal's); a name gone or
+    /// replaced meanwhile (another manager swept it, the client renamed it)
+    /// is left alone.
+    pub async fn sweep_temporaries(&self, age: Duration) {
+        let now = nasd_env::clock::system_since_epoch();
+        let older_than = now.saturating_sub(age).as_nanos().min(i64::MAX as u128) as i64;
+        let found = self
+            .meta(move |ns| ns.stale_temporaries(crate::TEMPORARY_SUFFIX, older_than, crate::TEMPORARIES_PER_SWEEP))
+            .await;
+        let found = match found {
+            Ok(f) => f,
+            Err(f) => return tracing::warn!(error = %f.message, "cannot look for temporaries clients left"),
+        };
+        for (dir, name) in found {
+            let n = name.clone();
+            let removed = async {
+                let effects = self.meta(move |ns| ns.unlink(&nasd_meta::Caller::ROOT, dir, &n)).await?;
+                self.apply(effects).await
+            };
+            match removed.await {
+                Ok(()) => tracing::info!(dir, name, "removed a temporary copy a client left (not written for {age:?})"),
+                Err(f) if f.status == FsStatus::NotFound => {}
+                Err(f) => tracing::warn!(dir, name, error = %f.message, "cannot remove a temporary copy a client left"),
+            }
+        }
     }
 
     /// Runs `pass` every `interval` until `shutdown` turns true.

@@ -1,4 +1,4 @@
-//! Background repair (docs/ARCHITECTURE.md, "Repair" and "Growth"): resync
+//! Background repair: resync
 //! stale components, rebuild components of drives that stay down or were
 //! taken out of service, heal rot found by scrub, and rebalance onto new
 //! drives. Every repair of a file runs as a write transaction of the manager
@@ -8,6 +8,46 @@
 //! The manager moves file data here, and only here: it reconstructs
 //! components from redundancy (`nasd_stripe::Striper::read_component`) and
 //! copies components; clients never route data through it.
+//!
+//! - **Resync**: a stale component whose drive is up gets its missed ranges
+//!   reconstructed from the other components and rewritten, stretch by
+//!   stretch of whole stripes (`verify::stretches`): where the components
+//!   recorded stale are few enough for the layout it is rebuilt from the
+//!   others (two components stale in different stripes repair each other);
+//!   where more are recorded stale than the layout tolerates and every drive
+//!   is up, the bytes decide (`verify::current_in_stripe`), and where they
+//!   cannot, the stripe stays stale and unreadable — never rebuilt from a
+//!   guess — until its stale ranges change. A Stale component without ranges
+//!   is stale whole. A resync reads the ranges to rewrite under its
+//!   transaction and records what it made current in the metadata
+//!   transaction of its commit (`Namespace::commit_repair`): recorded
+//!   earlier, a crash or rollback in between would leave a component marked
+//!   current over bytes the rollback took back.
+//! - **Rebuild**: a component on a drive down longer than `rebuild_delay`
+//!   (or out of service, `nasd admin drive-out`) is reconstructed whole into
+//!   a fresh pooled object on a drive placement chooses (reserved, so no
+//!   orphan collection takes it), which replaces it in the metadata; the old
+//!   object is doomed. The swap happens in the same metadata call that moves
+//!   the intent's deadline, so no writer changed the component since it was
+//!   copied.
+//! - **Scrub** asks every drive to check its blocks against their stored
+//!   digests and heals each rotten block from the file's redundancy (blocks
+//!   of files without redundancy are reported unrecoverable).
+//! - **Rebalance** (growth): after `nasd admin add-drive`, components move
+//!   from the fullest drives to the new one until it holds about its share,
+//!   file by file, each move a repair-style transaction (copy, swap, doom the
+//!   old object). Readers keep reading the old component until the swap,
+//!   then get `MAP_EPOCH_MOVED`/`NO_SUCH_OBJECT` and rebind: no read fails.
+//!
+//! A repair may outlast the write lease: while it runs the manager moves its
+//! own intent's deadline a lease ahead every quarter lease, and stops,
+//! recording nothing, if the intent is no longer open. Its intent says it
+//! changes no component (it writes only bytes every component is meant to
+//! hold, or a new object), so its rollback marks nothing. Progress shows in
+//! `nasd status`; `nasd repair` starts a rebuild, scrub or rebalance and
+//! follows it: a requested pass shows from its request until it has ended,
+//! so `nasd repair` never returns before the round began or between its
+//! halves.
 
 use crate::drives::DriveHandle;
 use crate::placement::{self, Candidate};

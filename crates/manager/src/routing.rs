@@ -1,5 +1,5 @@
-//! Routing by request class (docs/ARCHITECTURE.md, "Routing by request
-//! class"; bytes in docs/PROTOCOL.md, "Routing table"): the manager's
+//! Routing by request class (`nasd_proto::routing`; bytes in
+//! docs/PROTOCOL.md, "Routing table"): the manager's
 //! cache of the routing table in the database, which sessions route by.
 //!
 //! The table comes only from the database: read at each maintenance pass
@@ -7,7 +7,12 @@
 //! (`SET_ROUTING`, administrators only). A session that fetched it
 //! (`GET_ROUTING`) routes by that version; once the manager holds a newer
 //! one, the session's next request naming a handle is refused with
-//! `STALE_ROUTING` before anything is done ([`Manager::check_routing`]).
+//! `STALE_ROUTING` before anything is done (`Manager::check_routing`).
+//!
+//! A manager that serves makes the first table if there is none — itself
+//! (`[manager] advertise`, else its listening address) holding every site,
+//! version 1; on SQLite, where it is the only possible manager, a table
+//! naming another address is replaced by one naming it alone.
 
 use crate::service::Session;
 use crate::{Failure, Manager};

@@ -314,8 +314,7 @@ impl Manager {
         if let Some(id) = &s.identity {
             // Who the user is comes from the authentication server at login;
             // what can end the session is the identity key's life.
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            let now = nasd_env::clock::system_ns();
             if now > id.expiration_ns {
                 return Err(Failure::new(FsStatus::NotLoggedIn, "the identity key has expired: log in again"));
             }
@@ -1134,7 +1133,8 @@ impl Manager {
     /// A drive that is down, or does not answer, does not fail the request:
     /// the change is committed and its share of the work is in the logs. The
     /// drive is marked unrecovered, and recovery finishes that share before
-    /// it readmits the drive.
+    /// it readmits the drive (`SET_MAP_EPOCH`), which after a restart
+    /// refuses every capability until then (`cluster.rs`, "Readmission").
     ///
     /// Then the super PAL of every collection the change touched is set on
     /// the drives ([`Manager::push_super_pals`]): the one part that fails

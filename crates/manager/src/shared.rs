@@ -1,10 +1,61 @@
-//! What several managers on one database share, and how (docs/ARCHITECTURE.md,
-//! "Several managers on one database"): the database is the only shared
-//! state. Work only one manager may do at a time runs under a lease row
-//! ([`nasd_meta::Lease`]); what a manager caches from the database (the
-//! drive table and keys, the map epoch, drives out of service, users'
-//! credentials) is read again on every maintenance pass
-//! ([`Manager::refresh_shared`]).
+//! What several managers on one database share, and how: the database is
+//! the only shared state. Work only one manager may do at a time runs under
+//! a lease row ([`nasd_meta::Lease`]); what a manager caches from the
+//! database (the drive table and keys, the map epoch, drives out of
+//! service, users' credentials) is read again on every maintenance pass
+//! ([`Manager::refresh_shared`]). Managers sharing a database share
+//! `manager.key` too (the drive keys in the database are sealed with it,
+//! and file handles derive from it and the database's `file_system_id`, set
+//! once with `Namespace::setting_or_insert`, so managers starting together
+//! agree).
+//!
+//! | State | Where | Why correct with several managers |
+//! |---|---|---|
+//! | Names, inodes, layouts, components, pool, doomed and ACV logs, write intents, quotas, users | their tables | every operation is one serializable transaction (on PostgreSQL, writers take turns): two managers' renames, links and creates of one name serialize like one manager's |
+//! | A file's size and permission changes (`SETATTR`, truncating `CREATE`) and its small writes (`WRITE_SMALL`) | lease `inode/N` (shared database only), beside the in-process stripe lock (`Manager::inode_lock`) | held from the permission check through the drives' size change to the commit, so no other manager's chmod or small write lands between; a dead holder's lease lapses after [`INODE_LEASE_TTL`] and waiters ([`INODE_LEASE_WAIT_MAX`]) take it over |
+//! | Pool refill, orphan collection, key rotation of drive D | lease `drive/D` ([`DRIVE_LEASE_TTL`]), beside the in-process `drive_admin` lock | fenced (below), so correctness does not depend on clocks |
+//! | Objects taken for a repair | reservation rows `object/D/P/O` ([`RESERVATION_TTL`]) | taken from the pool and reserved in one transaction; `known_objects` reads files, pool, doomed and live reservations in one transaction; a dead repairer's reservation lapses and its object becomes an orphan |
+//! | PAL pushes of one file or collection | lease `pal/INO` or `superpal/INO`, beside a striped lock (`Manager::pal_turn`); retries under the lease `pals` | each push reads what to set only once it holds the turn, so an older list never lands after a newer one |
+//! | Drive table, working keys, out-of-service set, map epoch | cache per manager, read again every pass | a drive another manager added is attached and recovered; a key another manager rotated is taken with its install pending (minting with the previous key, which the drive holds either way, until the drive confirms the new one); rotation happens at most once per `rotate_interval` across managers, which must exceed the capability lifetime plus a maintenance pass |
+//! | Users' credentials (groups, gateway grants) | counter setting [`USERS_EPOCH_SETTING`] | a change bumps it; every manager's pass reads it and makes its sessions reload their users |
+//! | Routing table | setting `routing` (`crate::routing`) | compare-and-set on its version |
+//! | Write transactions' rollbacks | per manager, driven by the intents table | idempotent (ACVs only rise; `TXN_END` of an ended transaction is a no-op): two managers aborting one expired intent do it twice, harmlessly |
+//! | Heartbeats, health, recent placements, login and maintenance backoff | per manager | each manager's own observation; what it decides from them is a transaction |
+//! | Change feed (`WATCH`) | per manager | **not shared yet**: a mount sees only changes made through its own manager; a client that fails over is told changes were lost (another incarnation) |
+//!
+//! **Leases** are acquired in a transaction if free, lapsed (on the
+//! database's clock, one for every manager) or held by the same holder (a
+//! manager's id is [`MANAGER_ID_FILE`], made once, so a restarted manager
+//! takes its own leases back at once); the token moves on at every
+//! acquisition. Work under a drive lease records its result only in a
+//! transaction that checks the lease is still held with its token
+//! (`pool_add_fenced`, `update_drive_fenced`).
+//!
+//! *Why orphan collection never deletes a fresh object:* collection takes
+//! drive D's lease, lists the drive, then reads what the database knows. An
+//! object a refill made was either recorded before the collection took the
+//! lease — then it is known — or its refill lost the lease and its fence
+//! fails, so it is never recorded: an orphan indeed. Lease expiry only
+//! decides when another manager may take over; no clock comparison decides
+//! what is deleted. *Why no manager retires another's working key:*
+//! rotation runs under the drive lease from the keys the database holds; it
+//! first installs the recorded current key if the drive may lack it, rotates
+//! only if the recorded key is older than `rotate_interval`, and writes the
+//! record under the fence.
+//!
+//! **Failover** (`nasd_fs`'s `Managers`): a client given several managers
+//! opens each new connection to the manager in use, else the next that
+//! answers; its handles work on every manager and its session logs in
+//! again. A request that got no reply is resent only if it only reads: an
+//! acknowledged operation is committed in the database, so no manager's
+//! death loses it.
+//!
+//! **Not covered yet:** a request-path revocation racing another manager's
+//! on one object can, in a narrow window, leave a drive at the lower of two
+//! access-control versions until the maintenance pass sets the logged one
+//! (`DriveHandle::set_acv` orders one process's calls only); repair and
+//! scrub passes run on every manager (safe — a repair works inside a write
+//! intent, one per file — but scrubs are repeated).
 
 use crate::keys::DriveKeys;
 use crate::{Failure, Manager};

@@ -1,5 +1,5 @@
 //! Which components of a file hold its committed bytes, stripe by stripe
-//! (docs/ARCHITECTURE.md, "Repair"): pure functions the repair task uses.
+//! (`repair.rs`): pure functions the repair task uses.
 //!
 //! The metadata records, per component, the ranges it missed ("stale
 //! ranges"). A stripe can be rebuilt from the components not stale in it as

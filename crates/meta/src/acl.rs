@@ -16,8 +16,9 @@
 //!   `ACL_INHERIT` are copied onto each inode made in it: onto a directory
 //!   with the flag (so they propagate down), onto anything else without.
 //!   Changing a directory's ACL changes nothing already below it, as POSIX
-//!   default ACLs; and a file's effective ACL is its own rows alone, so the
-//!   manager can flatten it without walking up the tree.
+//!   default ACLs; and a file's effective ACL is its own rows plus, for a
+//!   regular file, its collection's shared rows (below), so the manager can
+//!   flatten it without walking up the tree.
 //! - **Shared entries, granted live** (DSFS §4.1, PAL collections). A
 //!   directory's entries with `ACL_SHARED` are not copied onto the regular
 //!   files created in it: each such file becomes a **member** of the
@@ -37,7 +38,14 @@
 //!   inherit flag alone, so its files get copies); other new inodes that
 //!   are not regular files get a plain copy.
 //! - **Who changes it.** The owner, the superuser, or a caller holding
-//!   `ACL_SET_ACL` through a named entry.
+//!   `ACL_SET_ACL` through a named entry. `set_acl` of a regular file bumps
+//!   its access-control version as a chmod does (capabilities minted under
+//!   the old entries are revoked before `SET_ACL` answers) — unless the name
+//!   space mints no capabilities (`Namespace::with_capabilities(false)`, a
+//!   PALs-only partition), where chmod, chown and `SET_ACL` bump none: the
+//!   PAL takes the right away. Taking a shared right away revokes every
+//!   member's capabilities in one transaction, reading the members
+//!   `MEMBERS_PER_READ` at a time.
 
 use crate::backend::{Backend, PalPush, Txn};
 use crate::namespace::{get, now_ns, revoke};
@@ -216,7 +224,7 @@ impl<B: Backend> Namespace<B> {
     /// bumped, an ACV intent recorded per component): a capability minted
     /// under the old entries stops working once the manager has set the new
     /// ACV on the drives. A directory whose shared entries change is a
-    /// changed collection ([`collection_changed`]: recorded, its members'
+    /// changed collection (`collection_changed`: recorded, its members'
     /// capabilities revoked if a right is taken away). Returns the inode,
     /// its ACL as it now is, and the effects (revocations, the collection).
     ///

@@ -2,7 +2,24 @@
 //!
 //! **API Boundary:** a backend stores rows and knows nothing about POSIX.
 //! Every rule (permissions, link counts, rename, object bookkeeping) lives in
-//! [`crate::Namespace`], written once over these traits.
+//! [`crate::Namespace`], written once over these traits. [`Txn`] has no
+//! SQLite-isms: `Sqlite` and `Postgres` pass the same conformance suite
+//! (`tests/conformance.rs`, `tests/postgres.rs`).
+//!
+//! **Attempts and retries.** [`Backend::attempt`] runs a closure once in
+//! one transaction (read-write or read-only, [`Access`]) and says how it
+//! ended: `Ok`, or a [`TxnError`] — `Conflict` (a serialization failure or
+//! deadlock; nothing committed), `Abort(status)` (the closure's own error;
+//! rolled back), `Unavailable` (the server could not be reached; nothing
+//! committed: the manager answers `METADATA_UNAVAILABLE`) or `Storage` (the
+//! backend failed; at commit, the outcome is unknown). `transact`/`read`
+//! (and `try_transact`/`try_read`, which keep the `TxnError`) run the closure
+//! again after a conflict, at most [`TXN_ATTEMPTS_MAX`] times, waiting a
+//! random part of a backoff from [`TXN_BACKOFF_MIN`] doubling to
+//! [`TXN_BACKOFF_MAX`]; a conflict still there is `BUSY`. Aborts and
+//! storage failures are never retried. So a closure is `FnMut` and acts only
+//! through its `Txn`: what it did outside would be done twice. SQLite never
+//! conflicts (one connection behind a mutex).
 
 use crate::types::{AcvIntent, DirEntry, DriveRecord, Inode, Intent, Lease, Quota, QuotaSubject, StaleRange, User};
 use nasd_proto::acl::AclEntry;
@@ -249,6 +266,16 @@ pub trait Txn {
     fn delete_lease(&mut self, name: &str) -> Result<(), FsStatus>;
     /// Up to `limit` leases whose names start with `prefix`, in name order.
     fn list_leases(&mut self, prefix: &str, limit: usize) -> Result<Vec<Lease>, FsStatus>;
+    /// Directory entries whose name ends with `suffix`, as (directory,
+    /// name, child), ordered by directory then name, after (`after_dir`,
+    /// `after_name`), at most `limit`.
+    fn list_names_ending(
+        &mut self,
+        suffix: &str,
+        after_dir: Ino,
+        after_name: &str,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String, Ino)>, FsStatus>;
 }
 
 /// How one attempt at a transaction failed ([`Backend::attempt`],

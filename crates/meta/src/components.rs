@@ -1,6 +1,21 @@
 //! Component objects for repair: stale marking (with the ranges a
 //! component missed), replacing a component by a rebuilt object, and the
 //! listings a repair task walks.
+//!
+//! A regular file has exactly `layout.components()` components, in
+//! component order, on distinct drives, each Ok or Stale (Down is the
+//! manager's soft state, never stored); a directory has none, a symbolic
+//! link neither components nor layout. An object on a drive belongs to
+//! exactly one of: a file's components (shared by its hard links), the
+//! pool, the doomed log, or a live reservation — [`Namespace::known_objects`]
+//! is their union, read in one transaction; anything else is an orphan.
+//! Repair walks [`Namespace::stale_components`] and
+//! [`Namespace::components_on_drive`] (paged, `BATCH_MAX`), records what a
+//! resync made current with [`Namespace::commit_repair`] (ranges leave the
+//! component's stale ranges; none left, it is Ok), rebuilds into an object
+//! taken with `take_pooled_object` (reserved, so no orphan collection
+//! removes it), and installs it with [`Namespace::replace_component`],
+//! which dooms the old object in the same transaction.
 
 use crate::backend::{Backend, Txn};
 use crate::namespace::get;

@@ -5,11 +5,24 @@
 //! id) in state Open; when the client commits, the manager records the new
 //! size and the components that missed writes (Stale, with the ranges they
 //! missed) and sets the intent Committed; if the client dies (its deadline
-//! passes), the manager sets it Aborting, probes the components and marks
-//! what may have missed writes stale. Either way the manager then forgets
-//! the intent ([`Namespace::finish_intent`]). A file has at most one intent,
-//! so one writer at a time; the log survives a manager crash, and a
-//! restarted manager finds every write that may be half done in it.
+//! passes), the manager sets it Aborting, rolls back on the drives the
+//! components the writer may have changed, and marks stale whole only those
+//! that may keep the writer's bytes (drive down, or transaction never opened
+//! there). Either way the manager then forgets the intent
+//! ([`Namespace::finish_intent`]). A file has at most one intent (a unique
+//! key, so a constraint of the store, not only a check), so one writer at a
+//! time; the log survives a manager crash, and a restarted manager finds
+//! every write that may be half done in it. An intent goes when the file's
+//! last name goes, with its stale ranges and every component (all doomed).
+//!
+//! An intent ([`Namespace::begin_write`]) holds a transaction id from the
+//! `next_txn` counter, its state, the writer's uid, a deadline, the quota
+//! escrow and size limit, and ([`Namespace::scope_intent`]) the components
+//! the writer may change and those the transaction could not be opened on.
+//! [`Namespace::commit_write`] records the new size (`max(size,
+//! written_end)`) and the components that missed writes (Stale, with the
+//! component-space ranges they missed, merged; only Stale components have
+//! stale ranges); [`Namespace::abort_intent`] sets it Aborting.
 
 use crate::acl::check;
 use crate::backend::Backend;

@@ -147,7 +147,7 @@ impl<B: Backend> Namespace<B> {
     /// Takes an object from `drive`'s pool and reserves it for `holder` for
     /// `ttl`, in one transaction: the object leaves the pool (nothing else
     /// takes it) but orphan collection still counts it as known
-    /// ([`Namespace::reserved_objects`]) until the reservation is released
+    /// ([`Namespace::known_objects`]) until the reservation is released
     /// or lapses. A repair writes into such an object before a table names
     /// it; a manager that dies meanwhile leaves a reservation that lapses,
     /// and its object is then an orphan. `None`: the pool is empty.

@@ -80,7 +80,7 @@ pub use backend::{
     TXN_BACKOFF_MAX, TXN_BACKOFF_MIN,
 };
 pub use components::subtract_ranges;
-pub use error::MetaError;
+pub use error::{postgres_detail, MetaError};
 pub use layouts::{take_pooled, Placer};
 pub use leases::{holds, reservation_name, LEASE_HOLDER_MAX, LEASE_NAME_MAX, LEASE_TTL_MAX, RESERVATION_PREFIX};
 pub use log_limit::{LogLimit, LOG_REPEAT_INTERVAL};

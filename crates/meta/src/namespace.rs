@@ -15,7 +15,6 @@ use crate::types::{AcvIntent, Caller, DirEntry, Effects, Inode, SetAttrs};
 use crate::{DIR_DEPTH_MAX, READDIR_ENTRIES_MAX};
 use nasd_proto::fs::*;
 use nasd_proto::layout::Layout;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The name space: POSIX semantics generic over the backend. Every method is
 /// one transaction.
@@ -35,10 +34,7 @@ pub struct Namespace<B: Backend> {
 
 /// Nanoseconds since the Unix epoch, now.
 pub(crate) fn now_ns() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
-    }
+    i64::try_from(nasd_env::clock::system_ns()).unwrap_or(i64::MAX)
 }
 
 /// Reads an inode that must exist.
@@ -810,6 +806,46 @@ impl<B: Backend> Namespace<B> {
     /// `Internal`.
     pub fn usage(&self) -> Result<(u64, u64), FsStatus> {
         self.backend.read(|t| t.usage())
+    }
+
+    /// Regular files whose name ends with `suffix` (a client's temporary
+    /// copy, `.NAME.XXXXXXXX.nasd-tmp`), last modified before
+    /// `older_than_ns`, with no write transaction open: left by a client
+    /// that died mid-copy. At most `limit`, as (directory, name).
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn stale_temporaries(
+        &self,
+        suffix: &str,
+        older_than_ns: i64,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String)>, FsStatus> {
+        const CHUNK: usize = 256;
+        let mut found = Vec::new();
+        let (mut after_dir, mut after_name) = (0, String::new());
+        while found.len() < limit {
+            let names = self.backend.read(|t| t.list_names_ending(suffix, after_dir, &after_name, CHUNK))?;
+            let Some((dir, name, _)) = names.last() else { break };
+            (after_dir, after_name) = (*dir, name.clone());
+            let stale = self.backend.read(|t| {
+                let mut stale = Vec::new();
+                for (dir, name, child) in &names {
+                    let Some(inode) = t.get_inode(*child)? else { continue };
+                    let old = inode.attr.kind == FileKind::File && inode.attr.mtime_ns < older_than_ns;
+                    if old && t.intent_of_inode(*child)?.is_none() {
+                        stale.push((*dir, name.clone()));
+                    }
+                }
+                Ok(stale)
+            })?;
+            found.extend(stale);
+            if names.len() < CHUNK {
+                break;
+            }
+        }
+        found.truncate(limit);
+        Ok(found)
     }
 }
 

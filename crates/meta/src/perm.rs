@@ -1,4 +1,12 @@
 //! POSIX permission rules, pure functions of the caller and the inode.
+//!
+//! Every rule takes a `Caller`: uid, primary gid, at most `GROUPS_MAX`
+//! supplementary groups, and the role it acts in (its identity credential's;
+//! 0, none, for a password session). `Caller::in_group` (the gid or any
+//! supplementary group) decides the group class of a check, whether
+//! set-group-id survives a chmod, and which groups the owner may give a
+//! file. New inodes take the primary gid (or a set-group-id directory's).
+//! Every check goes through `acl::check`, which asks these mode rules first.
 
 use crate::types::{Caller, Inode};
 use nasd_proto::fs::{FileKind, FsStatus};

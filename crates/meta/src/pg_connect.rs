@@ -1,6 +1,6 @@
 //! Reaching a PostgreSQL server the way libpq users expect: the password
 //! from where libpq looks for it, and TLS by `sslmode` and a root
-//! certificate (docs/ARCHITECTURE.md, "Reaching PostgreSQL the libpq way").
+//! certificate.
 //!
 //! A [`PgTarget`] is a connection string (`postgres://…` or `key=value …`)
 //! resolved once: `sslmode`, `sslrootcert` and `passfile` are taken out of
@@ -14,7 +14,17 @@
 //! one line, refused if others may read it); `$PGPASSWORD`; the first
 //! matching line of the password file libpq would read — the string's
 //! `passfile`, else `$PGPASSFILE`, else `~/.pgpass` — ignored with a warning
-//! if others may read it, as libpq does.
+//! if others may read it, as libpq does. The user is the string's, else
+//! `$PGUSER`, else the login name.
+//!
+//! TLS: `sslmode` from the string, else `$PGSSLMODE`, else `prefer`.
+//! `disable` is clear text; `prefer` and `require` encrypt without checking
+//! the server unless a root certificate is named or found (`sslrootcert`,
+//! `$PGSSLROOTCERT`, `~/.postgresql/root.crt`: then as `verify-ca`);
+//! `verify-ca` checks the chain, `verify-full` the chain and the host name
+//! (rustls, TLS 1.2 and 1.3); `allow` is refused. A connection that is not
+//! `verify-full` to a host other than loopback or a Unix socket is logged
+//! once as a warning.
 
 use crate::error::MetaError;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};

@@ -1766,6 +1766,20 @@ impl Txn for PgTxn<'_> {
         let rows = self.query(sql, &[&prefix, &big(limit)])?;
         self.decode(rows, lease_from_row)
     }
+
+    fn list_names_ending(
+        &mut self,
+        suffix: &str,
+        after_dir: Ino,
+        after_name: &str,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String, Ino)>, FsStatus> {
+        let sql = "SELECT dir, name, child FROM dirents \
+                   WHERE right(name, length($1)) = $1 AND (dir > $2 OR (dir = $2 AND name > $3)) \
+                   ORDER BY dir, name LIMIT $4";
+        let rows = self.query(sql, &[&suffix, &(after_dir as i64), &after_name, &big(limit)])?;
+        self.decode(rows, |r| Ok((u64_at(r, 0)?, get_at::<String>(r, 1)?, u64_at(r, 2)?)))
+    }
 }
 
 fn lease_from_row(r: &Row) -> Decoded<LeaseRow> {

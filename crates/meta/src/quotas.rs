@@ -1,5 +1,9 @@
-//! Quotas: limits on the bytes (the sizes of regular files) and the inodes
-//! of a user (the inodes it owns) or of a directory's tree.
+//! Quotas: limits on the bytes (what regular files' data takes,
+//! `Inode::allocated`: the bytes their data components store as the manager
+//! last measured them, `Inode::data_bytes`, plus their bytes below the
+//! small-file threshold; a hole costs nothing, so a sparse file may be
+//! larger than its quota) and the inodes of a user (the inodes it owns) or
+//! of a directory's tree.
 //!
 //! - **Which tree counts an inode**: each inode records the directory whose
 //!   quota counts it (`Inode::qdir`, 0: none) — the parent, if it has a

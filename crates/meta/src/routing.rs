@@ -1,6 +1,15 @@
-//! Routing by request class (docs/ARCHITECTURE.md, "Routing by request
-//! class"; docs/PROTOCOL.md, "Routing table"): the site every new inode
-//! records, and the routing table kept in the store.
+//! Routing by request class (`nasd_proto::routing`; docs/PROTOCOL.md,
+//! "Routing table"): the site every new inode records (`inodes.site`), and
+//! the routing table kept in the store.
+//!
+//! With mkdir switching (`[manager] routing = "mkdir-switching"`, the
+//! default) a directory keeps its parent's site unless the top half of
+//! `name_hash(parent, name)` is below `p · 2^32` (`[manager]
+//! redirect_probability`, by default 1/N for N managers in the table), and
+//! then takes `name_hash mod 64` — a function of (parent, name), so racing
+//! creators agree; every other inode takes its directory's site. With name
+//! hashing every inode made as (parent, name) takes `name_hash mod 64`. The
+//! table's policy wins over a manager's configured one.
 //!
 //! The table is the setting [`ROUTING_SETTING`] (the `RoutingTable`
 //! encoding); its version only grows, one at a time

@@ -14,8 +14,8 @@
 //! change cuts the stored bytes to the new size, so a file cut short and
 //! extended again reads zeros where the old bytes were.
 //!
-//! **Under a write transaction** (docs/ARCHITECTURE.md, "Files over many
-//! drives") a small write is *staged*: the bytes below the threshold as the
+//! **Under a write transaction** (`nasd_manager`'s `coordinator.rs`) a
+//! small write is *staged*: the bytes below the threshold as the
 //! transaction leaves them are kept apart, keyed by the file and the
 //! transaction id (one per file, as a file has one writer at a time), and
 //! readers keep seeing the committed bytes. The transaction's `COMMIT`
@@ -150,7 +150,7 @@ impl<B: Backend> Namespace<B> {
     /// size (at least the end written), its modification and change times
     /// and its quota usage; returns the inode as written. `txn` the
     /// caller's Open write transaction on the file: staged under it (see
-    /// the [module documentation](self)) — the size, times and quota move
+    /// the module documentation of `small.rs`) — the size, times and quota move
     /// at its `COMMIT`, with the end the writer reports there; returns the
     /// inode as committed so far (unchanged).
     ///

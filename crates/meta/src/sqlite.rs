@@ -35,8 +35,20 @@
 //!   referencing the inode: a file's bytes below its small-file threshold
 //!   (`inodes.small_threshold`), and those its open write transaction `txn`
 //!   staged there (`crate::small`).
+//! - `quotas(kind, id, bytes_limit, files_limit, bytes_used, files_used)`
+//!   (`crate::quotas`).
+//! - `leases(name, holder, token, expires_ms)` (`crate::Lease`).
+//! - `acl_entries(ino, kind, id, rights, flags)`, referencing the inode: the
+//!   named entries of its global ACL (`crate::acl`).
+//! - `pal_pending(ino, seq)`: files whose access PAL did not reach every
+//!   component (no foreign key: a retry finding the inode gone forgets it);
+//!   `pal_members(ino, collection)`, removed with the file: the PAL
+//!   collection of each regular file; `collection_pending(ino, seq)`:
+//!   collections whose super PAL did not reach every drive (kept after the
+//!   directory is gone).
 //! - `pool`, `doomed`, `acv_intents`, `settings` (among them `map_epoch`: a
-//!   `u32`, 4 bytes little-endian).
+//!   `u32`, 4 bytes little-endian; `file_system_id`; `routing`; `auth_link`;
+//!   `users_epoch`).
 //!
 //! Every reference between rows is a foreign key (enforced), so a dangling
 //! entry, parent pointer, component, stale range or intent cannot be
@@ -1410,8 +1422,7 @@ impl Txn for SqliteTxn<'_> {
     }
     /// SQLite runs in the manager's process: the local clock is the database's.
     fn now_ms(&mut self) -> Result<u64, FsStatus> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or(Duration::ZERO);
-        Ok(u64::try_from(now.as_millis()).unwrap_or(u64::MAX))
+        Ok(nasd_env::clock::system_ns() / 1_000_000)
     }
 
     fn get_lease(&mut self, name: &str) -> Result<Option<Lease>, FsStatus> {
@@ -1440,6 +1451,25 @@ impl Txn for SqliteTxn<'_> {
                    WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name LIMIT ?2";
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st.query_map(params![prefix, limit_param(limit)], lease_from_row).map_err(internal)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
+    }
+
+    fn list_names_ending(
+        &mut self,
+        suffix: &str,
+        after_dir: Ino,
+        after_name: &str,
+        limit: usize,
+    ) -> Result<Vec<(Ino, String, Ino)>, FsStatus> {
+        let sql = "SELECT dir, name, child FROM dirents \
+                   WHERE substr(name, -length(?1)) = ?1 AND (dir > ?2 OR (dir = ?2 AND name > ?3)) \
+                   ORDER BY dir, name LIMIT ?4";
+        let mut st = self.c.prepare_cached(sql).map_err(internal)?;
+        let rows = st
+            .query_map(params![suffix, after_dir as i64, after_name, limit_param(limit)], |r| {
+                Ok((u64_col(r, 0)?, r.get::<_, String>(1)?, u64_col(r, 2)?))
+            })
+            .map_err(internal)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)
     }
 }

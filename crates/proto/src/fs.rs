@@ -111,7 +111,7 @@ impl FileKind {
 /// Where a regular file's bytes live: one object on one drive.
 ///
 /// Drives are named by the manager's drive number (its index in the drive
-/// table, see `docs/ARCHITECTURE.md`); the client learns each drive's address
+/// table, `nasd_meta`); the client learns each drive's address
 /// and identity with the capabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectRef {

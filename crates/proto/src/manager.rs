@@ -26,6 +26,11 @@ pub const MANAGER_PROTOCOL_VERSION: u8 = 1;
 /// [`READDIR_ENTRIES_MAX`] longest names fits.
 pub const MANAGER_MESSAGE_MAX: usize = 1024 * 1024;
 
+/// The name ending of a client's temporary copy (`.NAME.XXXXXXXX.nasd-tmp`, made beside the
+/// destination and renamed onto it once complete): clients make such names, and the manager
+/// removes those a killed client left (`[manager] temporaries_age_secs`).
+pub const TEMPORARY_SUFFIX: &str = ".nasd-tmp";
+
 /// Most bytes one `READ_SMALL` or `WRITE_SMALL` moves (and a `SMALL_DATA`
 /// reply carries): a client splits longer ranges below a file's small-file
 /// threshold into requests of at most this many bytes.

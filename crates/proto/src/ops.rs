@@ -95,7 +95,7 @@ pub mod not_itemized {
 }
 
 /// Object identifiers of the well-known objects (NASD Table 4), present in
-/// every partition. Identifiers below [`FIRST_USER_OBJECT`] are reserved.
+/// every partition. Identifiers below [`FIRST_USER_OBJECT`](well_known::FIRST_USER_OBJECT) are reserved.
 pub mod well_known {
     /// Drive-global control information (read-only, same in every partition).
     pub const DRIVE_CONTROL: u64 = 1;

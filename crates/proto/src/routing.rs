@@ -1,10 +1,20 @@
-//! Routing by request class (Slice §3.1–3.3; docs/ARCHITECTURE.md, "Routing
-//! by request class"; bytes in docs/PROTOCOL.md, "Routing table"): the name
+//! Routing by request class (Slice §3.1–3.3, its µproxy; bytes in
+//! docs/PROTOCOL.md, "Routing table"): the name
 //! space is cut into [`ROUTING_SITES`] logical sites, every inode records
 //! the site it was made in (it travels in its [`Handle`](crate::manager::Handle)),
 //! and a routing table maps each site to the manager (by its client
 //! address) that serves it. Any manager answers any request correctly — the
 //! database is the shared state — so the table only spreads the work.
+//!
+//! The table ([`RoutingTable`]) holds a version that only grows, the
+//! policy, the managers' client addresses, and per site the index of its
+//! manager. Reconfiguration: `nasd admin add-manager ADDR` takes
+//! `floor(64/(N+1))` sites one at a time from whoever holds most
+//! ([`RoutingTable::with_manager`]); `remove-manager` hands its sites to
+//! whoever holds fewest ([`RoutingTable::without_manager`]); a property test
+//! checks every site keeps exactly one manager and about 1/N move. Where the
+//! site of a new inode comes from: `nasd_meta`'s `routing.rs`; how clients
+//! route: `nasd_fs`'s `conn.rs`; the manager's cache: `nasd_manager::routing`.
 
 use crate::codec::{Reader, Writer};
 use crate::fs::Ino;

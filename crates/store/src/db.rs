@@ -86,8 +86,8 @@ pub fn migrate(conn: &mut Connection, from: i64) -> Result<(), StoreError> {
 }
 
 /// Opens (creating if needed) the metadata database.
-pub fn open(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
+pub fn open(env: &nasd_env::Env, path: &Path) -> Result<Connection, StoreError> {
+    let conn = env.open_sqlite(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(SCHEMA)?;

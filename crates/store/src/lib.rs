@@ -34,6 +34,101 @@
 //!   for in-memory updates, never across I/O.
 //!
 //! The store knows nothing about sockets, tokio or the wire protocol's frames.
+//!
+//! # A drive directory
+//!
+//! | file | contents |
+//! |---|---|
+//! | `LOCK` | held with an exclusive file lock while a process has the store open |
+//! | `blocks.dat` | fixed-size blocks by physical block number; a sparse file |
+//! | `meta.sqlite` (+ `-wal`) | the index, attributes, partitions, transactions and undo, PALs, and the drive's settings (keys, identity keys, minimum protections, authorization schemes, written durably by [`Store::put_settings`]); tables in `db.rs` |
+//! | `audit.sqlite` | the drive's audit trail (written by `nasd-drive`, not the store) |
+//! | `master.key` | the master key file `nasd drive` creates (0600) when none is given |
+//! | `capacity` | the capacity in bytes `nasd drive` was given, or took from the free disk, at its first start; every start refuses a capacity the disk cannot back unless forced (`nasd-cli`) |
+//! | `drive.key` | `nasd up` only: the drive key its manager set, for `nasd audit` and `nasd scrub --drive` (0600) |
+//!
+//! # Commit protocol
+//!
+//! [`Store::commit`]: snapshot the dirty metadata under the metadata lock →
+//! `fdatasync(blocks.dat)` → one SQLite transaction (WAL,
+//! `synchronous=FULL`) → release to the allocator the blocks the previous
+//! durable index referenced and the new one does not. It assumes that
+//! `fdatasync` returning means the data is durable, and that SQLite's commit
+//! is atomic and durable as documented.
+//! - A crash before the transaction commits: the old index is durable and
+//!   the blocks it references were never overwritten (writes go to fresh
+//!   blocks only); new blocks are unreferenced and free at open.
+//! - A crash after it: every block the new index references was written
+//!   before the `fdatasync`, so its bytes match its stored digest.
+//! - A failed `fdatasync` or transaction sets `failed`: the store refuses
+//!   every further change until restarted (no retry of a sync that may have
+//!   dropped pages).
+//!
+//! Free space is not persisted: at open every block the index or an undo row
+//! references is in use, every other is free (pins live in memory only).
+//! Object identifiers are never reused: a partition's high-water mark is
+//! raised durably, in a transaction of its own, before identifiers below it
+//! are handed out.
+//!
+//! **Invariants:** a block referenced by the durable index or a durable undo
+//! row is never written; a pinned block is never reused (a block freed while
+//! a read pins it waits in `Meta::pinned_free` until its last pin goes); the
+//! allocator holds exactly the blocks no index, undo entry, durable index
+//! (until the next commit) or pin holds and whose bytes were punched; stored
+//! bytes at or past an object's `logical_size` are zero (truncation rewrites
+//! the tail block), so extending an object exposes zeros.
+//!
+//! # Writes and reads
+//!
+//! Changes to one object are ordered by a striped reader-writer lock
+//! (`LOCK_STRIPES`): writes, truncation, attribute changes, transactions and
+//! removal take it exclusive; fastcopy and scrub's re-check shared;
+//! partition removal and `INITIALIZE` take every stripe. A write
+//! ([`Store::write_checked`]) takes its object's lock twice. To **plan**: it
+//! checks its [`WriteCheck`], charges the quota and counts its blocks in
+//! flight. Then it streams its data into freshly allocated blocks with no
+//! lock held; a block it covers only in part is filled from the object's
+//! current block (pinned while read) and remembered as that block's base. To
+//! **install**: the object must still be the one planned for (its
+//! partition's incarnation), pass its `WriteCheck` again — the append
+//! condition, the access control version the drive passes (a revocation
+//! answered first refuses it with `ACCESS_REVOKED`), the PAL stamp — and fit
+//! the quota as the object is now; a block covered in part whose mapping is
+//! no longer its base is merged again (disk I/O under the lock, never network
+//! I/O); then the new blocks enter the index in one critical section of the
+//! metadata lock. So writes to one object take effect in the order they
+//! install, and a write that fails any of this changes nothing.
+//!
+//! A read ([`Store::read_with`]) takes no object lock: it takes the object's
+//! size and a batch of its block map ([`READ_BATCH_BLOCKS`] references) in
+//! one critical section, pins the batch's blocks, hands them to its
+//! [`DataSink`] (which may wait on the network), unpins them and takes the
+//! next batch. A read of at most one batch is one consistent view; a longer
+//! one is consistent batch by batch. A read whose object goes away between
+//! batches fails with `NO_SUCH_OBJECT`. `DataSink::unit` passes the stored
+//! digest of each whole block; a sink that finds a block does not match it
+//! returns `nasd_crypto::StoredDigestMismatch`, reported as
+//! `DATA_CORRUPTED`.
+//!
+//! **Memory per request.** A read holds one batch of its block map (≈ 80
+//! bytes a block, pins included), whatever its size. A write's plan maps
+//! every block it writes until it installs them all at once (what makes it
+//! atomic): ≈ 93 bytes a block (≈ 1.5 MiB per GiB at 64 KiB blocks), plus
+//! at most two partial blocks per region; a re-merge holds two blocks.
+//!
+//! **Quotas.** A partition is charged for the distinct physical blocks its
+//! objects reference (in their maps or in the undo of their open
+//! transactions), plus reservations not yet backed by blocks, plus blocks
+//! promised to writes in progress. A write computes its charge before it
+//! reads any data and again as it installs, and fails with `QUOTA_EXCEEDED`
+//! changing nothing. `blocks_used` splits each block shared by copy-on-write
+//! clones evenly among them.
+//!
+//! Also here: [`Store::scrub`] re-reads every stored block once against its
+//! digest (in batches of [`SCRUB_BATCH_BLOCKS`]); [`Store::append`] refuses
+//! a region that does not start at or past the object's end, checked as the
+//! write installs; [`Store::extents`] lists stored ranges (`EXTENTS`, at most
+//! [`EXTENTS_SCAN_BLOCKS_MAX`] references walked per call).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -47,18 +142,16 @@ pub use pal::{PalStamp, PalView};
 
 use alloc::Allocator;
 use nasd_crypto::{block_digest, ct_eq, BlockDigest};
+use nasd_env::{DirLock, DiskFile, Env};
 use nasd_proto::limits::{OBJECT_SIZE_MAX, PARTITIONS_MAX};
 use nasd_proto::well_known::*;
 use nasd_proto::{
     validate_regions, AttrMask, Attributes, DriveControl, ObjectPal, Pal, PartitionControl, PartitionInfo, Region,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Smallest and largest supported block sizes (protocol limits).
 pub use nasd_proto::limits::{BLOCK_SIZE_MAX, BLOCK_SIZE_MIN};
@@ -82,7 +175,7 @@ pub const EXTENTS_SCAN_BLOCKS_MAX: usize = 16 * 1024;
 /// Memory an open write transaction holds per logical block it changed, at
 /// most: its undo entry (a B-tree entry of a block number and an optional
 /// 40-byte block reference) and the reference count of the block it keeps.
-/// Measured in `tests/txn_memory.rs`; ARCHITECTURE.md, "Write transactions".
+/// Measured in `tests/txn_memory.rs`; see `txn.rs`.
 pub const TXN_UNDO_BYTES_PER_BLOCK: usize = 160;
 /// Object identifiers reserved durably at a time; a crash skips at most this many.
 const ID_RESERVE_BATCH: u64 = 1024;
@@ -253,8 +346,7 @@ struct Object {
     pal_stamp: u64,
 }
 
-/// An open write transaction on one object (ARCHITECTURE.md, "Write
-/// transactions"): enough to put the object's data and length back as they
+/// An open write transaction on one object (`txn.rs`): enough to put the object's data and length back as they
 /// were when it began.
 #[derive(Debug)]
 struct Txn {
@@ -366,13 +458,15 @@ struct Meta {
 
 /// The object store of one drive. Thread-safe; every method blocks on disk I/O.
 pub struct Store {
+    /// Where the store's clock, randomness and files come from.
+    env: Env,
     dir: PathBuf,
     block_size: u32,
     capacity_bytes: u64,
     verify_reads: bool,
     extensions: Vec<String>,
     drive_id: [u8; 16],
-    data: File,
+    data: DiskFile,
     db: Mutex<rusqlite::Connection>,
     meta: Mutex<Meta>,
     commit_lock: Mutex<()>,
@@ -390,17 +484,13 @@ pub struct Store {
     /// Whether the file system under `blocks.dat` punches holes (cleared,
     /// with one warning, the first time it says it cannot).
     punch_holes: AtomicBool,
-    _dir_lock: File,
+    _dir_lock: DirLock,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("dir", &self.dir).field("block_size", &self.block_size).finish()
     }
-}
-
-fn system_ns() -> i128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -416,20 +506,28 @@ impl Store {
     /// Opens the store in `dir`, creating it if empty. Fails if another process
     /// has it open.
     pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
-        std::fs::create_dir_all(dir)?;
-        let dir_lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
-        dir_lock.try_lock().map_err(|_| StoreError::Locked(dir.display().to_string()))?;
-        let mut conn = db::open(&dir.join("meta.sqlite"))?;
-        let (drive_id, block_size, offset, skew) = Self::load_or_format(&mut conn, opts)?;
+        Self::open_in(&Env::real(), dir, opts)
+    }
+
+    /// [`Store::open`] in `env`: the store's clock, randomness and files
+    /// (the lock file, `blocks.dat`, `meta.sqlite`) are the environment's.
+    pub fn open_in(env: &Env, dir: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        env.create_dir_all(dir)?;
+        let dir_lock = env.lock_file(&dir.join("LOCK")).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => StoreError::Locked(dir.display().to_string()),
+            _ => StoreError::Io(e),
+        })?;
+        let mut conn = db::open(env, &dir.join("meta.sqlite"))?;
+        let (drive_id, block_size, offset, skew) = Self::load_or_format(env, &mut conn, opts)?;
         let capacity_blocks = opts.capacity_bytes / block_size as u64;
-        let data =
-            OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("blocks.dat"))?;
+        let data = env.open_file(&dir.join("blocks.dat"), true)?;
         // fdatasync(blocks.dat) does not make its directory entry durable: sync
         // the directory, or a power loss could lose a new blocks.dat that the
         // committed index already points into.
-        File::open(dir)?.sync_all()?;
+        env.sync_dir(dir)?;
         let meta = Self::load_meta(&conn, block_size, capacity_blocks)?;
         let store = Store {
+            env: env.clone(),
             dir: dir.to_path_buf(),
             block_size,
             capacity_bytes: capacity_blocks * block_size as u64,
@@ -455,6 +553,7 @@ impl Store {
     }
 
     fn load_or_format(
+        env: &Env,
         conn: &mut rusqlite::Connection,
         opts: &StoreOptions,
     ) -> Result<([u8; 16], u32, i64, u64), StoreError> {
@@ -478,7 +577,8 @@ impl Store {
                 if !(BLOCK_SIZE_MIN..=BLOCK_SIZE_MAX).contains(&bs) || !bs.is_power_of_two() {
                     return Err(StoreError::BadArgument("block size must be a power of two in 4 KiB..=1 MiB"));
                 }
-                let id: [u8; 16] = rand_id();
+                let mut id = [0u8; 16];
+                env.fill_random(&mut id);
                 let tx = conn.transaction()?;
                 db::put_drive_value(&tx, "drive_id", &id)?;
                 db::put_drive_value(&tx, "block_size", &(bs as u64).to_le_bytes())?;
@@ -610,6 +710,12 @@ impl Store {
         self.verify_reads
     }
 
+    /// The environment the store runs in (its clock, randomness and disk):
+    /// the drive serving it runs in the same one.
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -628,7 +734,7 @@ impl Store {
     /// The drive clock, nanoseconds since the Unix epoch.
     pub fn now_ns(&self) -> u64 {
         let offset = self.clock_offset_ns.load(Ordering::Relaxed);
-        (system_ns() + offset as i128).clamp(0, u64::MAX as i128) as u64
+        (self.env.now_ns() as i128 + offset as i128).clamp(0, u64::MAX as i128) as u64
     }
 
     /// Allowed clock skew for nonces, nanoseconds.
@@ -660,10 +766,6 @@ impl Store {
 
 /// Default allowed skew between a client's nonce clock and the drive's.
 pub const DEFAULT_SKEW_NS: u64 = 5_000_000_000;
-
-fn rand_id() -> [u8; 16] {
-    nasd_crypto::random_bytes()
-}
 
 mod ops;
 mod space;

@@ -55,7 +55,7 @@ impl Meta {
 
     /// Pins a referenced block for a reader that will read it without the
     /// object's lock: it is not reused until unpinned, whatever changes the
-    /// object meanwhile (ARCHITECTURE.md, invariants).
+    /// object meanwhile (the crate doc, "Commit protocol").
     pub(crate) fn pin(&mut self, phys: u64) {
         assert!(self.refcount.contains_key(&phys), "pinning unreferenced block {phys}");
         *self.pins.entry(phys).or_insert(0) += 1;
@@ -1057,6 +1057,15 @@ impl Store {
         }
     }
 
+    /// `fdatasync(blocks.dat)`: every block written so far is durable.
+    fn sync_blocks(&self) -> std::io::Result<()> {
+        #[cfg(feature = "sim-bugs")]
+        if self.env.injected_bug(nasd_env::Bug::SkipBlockSync) {
+            return Ok(());
+        }
+        self.data.sync_data()
+    }
+
     /// Marks the store failed after a storage error (no retries on a device
     /// that lost writes) and converts the error.
     fn fail(&self, e: std::io::Error) -> StoreError {
@@ -1303,7 +1312,7 @@ impl Store {
                 self.drop_partition(&mut m, p);
             }
             if clock_ns != 0 {
-                self.clock_offset_ns.store((clock_ns as i128 - system_ns()) as i64, Ordering::Relaxed);
+                self.clock_offset_ns.store((clock_ns as i128 - self.env.now_ns() as i128) as i64, Ordering::Relaxed);
             }
             if clock_skew_ns != 0 {
                 self.clock_skew_ns.store(clock_skew_ns, Ordering::Relaxed);
@@ -1542,7 +1551,7 @@ impl Store {
             self.punch_freed();
             return Ok(());
         }
-        if let Err(e) = self.data.sync_data() {
+        if let Err(e) = self.sync_blocks() {
             return Err(self.fail(e));
         }
         if let Err(e) = db::write_batch(&mut lock(&self.db), &batch) {

@@ -7,6 +7,14 @@
 //! change gets a fresh **stamp**, so a write authorized against the PALs as
 //! they were ([`Store::pal_view`]) can be refused at install if they changed
 //! meanwhile ([`crate::WriteCheck::pal`]).
+//!
+//! They are persisted by the commit like attributes (tables `pals`,
+//! `pal_collections`; format 3): removing an object, a partition or
+//! everything (`INITIALIZE`) deletes their rows in the same transaction, so
+//! a crash never leaves a removed partition's PAL on a new object of the
+//! same number. `FASTCOPY` gives the clone its source's attribute. A
+//! partition holds at most `PAL_COLLECTIONS_MAX` super PALs; memory is at
+//! most `PAL_LEN_MAX` encoded bytes (≈ 400 in memory) per object with a PAL.
 
 use super::*;
 use nasd_proto::limits::PAL_COLLECTIONS_MAX;

@@ -1,4 +1,4 @@
-//! Freed space goes back to the file system (ARCHITECTURE.md, "Space").
+//! Freed space goes back to the file system.
 //!
 //! A block the store no longer needs — no index, undo entry, durable index
 //! (until the next commit) or read's pin holds it — waits in
@@ -17,7 +17,6 @@
 
 use super::*;
 use nix::errno::Errno;
-use nix::fcntl::{fallocate, FallocateFlags};
 
 impl Meta {
     /// Blocks free or about to be (punched, then handed to the allocator).
@@ -84,7 +83,7 @@ impl Store {
             (m.alloc.grow_point(), m.alloc.free_extents_below_grow_point())
         };
         let end = grow_point * self.bs();
-        if self.data.metadata()?.len() > end {
+        if self.data.len()? > end {
             self.data.set_len(end)?;
         }
         for (start, len) in free {
@@ -100,13 +99,10 @@ impl Store {
             return;
         }
         let bs = self.bs();
-        let (Ok(offset), Ok(length)) = (i64::try_from(start * bs), i64::try_from(len * bs)) else {
-            return;
-        };
-        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-        match fallocate(&self.data, flags, offset, length) {
+        let result = self.data.punch_hole(start * bs, len * bs);
+        match result.map_err(|e| (e.raw_os_error().map(Errno::from_raw), e)) {
             Ok(()) => {}
-            Err(e @ (Errno::EOPNOTSUPP | Errno::ENOSYS)) => {
+            Err((Some(Errno::EOPNOTSUPP | Errno::ENOSYS), e)) => {
                 if self.punch_holes.swap(false, Ordering::Relaxed) {
                     tracing::warn!(
                         dir = %self.dir.display(),
@@ -116,7 +112,7 @@ impl Store {
                     );
                 }
             }
-            Err(e) => {
+            Err((_, e)) => {
                 tracing::warn!(dir = %self.dir.display(), start, blocks = len, error = %e, "punching freed blocks failed");
             }
         }

@@ -1,6 +1,7 @@
 use super::*;
 use nasd_proto::limits::{FS_SPECIFIC_LEN, REGIONS_MAX};
 use nasd_proto::Status;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use tempfile::TempDir;
 
@@ -1213,7 +1214,7 @@ fn initialize_clears_every_partition_durably() {
         assert!(s.info().partitions.is_empty());
         assert_eq!(s.info().used_bytes, 0);
         assert_eq!(err(s.getattr(1, o)), Status::NoSuchPartition);
-        let host = system_ns() as u64;
+        let host = nasd_env::clock::system_ns();
         assert!(s.now_ns().abs_diff(host) < 10_000_000_000, "clock 0 keeps the clock");
         check_store_invariants(&s);
         // No commit: initialize is durable on its own.
@@ -1432,7 +1433,7 @@ fn a_corrupted_block_fails_its_reads_and_nothing_else() {
     s.commit().unwrap();
 
     let phys = phys_of(&s, 1, a, 1);
-    let f = OpenOptions::new().read(true).write(true).open(d.path().join("blocks.dat")).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(d.path().join("blocks.dat")).unwrap();
     let mut byte = [0u8; 1];
     f.read_exact_at(&mut byte, phys * BS + 100).unwrap();
     byte[0] ^= 0x40;

@@ -1,11 +1,44 @@
 //! Write transactions: an object's data and length, put back as they were on
-//! abort (ARCHITECTURE.md, "Write transactions").
+//! abort (PROTOCOL.md, "Write transactions"). The file manager opens one on
+//! every component of a file (`TXN_BEGIN`), the client writes and flushes,
+//! and the manager commits or aborts each (`TXN_END`), so after any crash
+//! every stripe reads old or new.
 //!
-//! While a transaction is open on an object, [`Meta::set_block`] keeps the
-//! mapping each logical block had before the transaction first changed it;
-//! commit drops those mappings (releasing their blocks by the usual rule),
-//! abort puts them back. The transaction and its undo are persisted by
-//! [`Store::commit`] with the index, in the same SQLite transaction.
+//! In memory an `Object` has an optional `Txn`: its id, when it began, the
+//! object's `logical_size` then, and `undo`, each logical block the
+//! transaction changed → the mapping it had before the first change (a
+//! block or a hole). Every change of a block map goes through
+//! [`Meta::set_block`]: the first change of a block under a transaction
+//! moves the index's reference into the undo instead of dropping it (the
+//! old block stays in use and charged); later changes of the same block drop
+//! the blocks the transaction wrote, as without one. Commit drops the undo's
+//! references (their blocks released by the usual rule: reused only after a
+//! commit that no longer references them); abort puts every mapping back,
+//! frees the transaction's blocks, restores the size and sets
+//! `data_modify_time`. `FASTCOPY` of an object with a transaction is
+//! refused, so a block a transaction wrote is referenced by its object alone
+//! and an abort frees it: **an abort never raises a partition's charge**
+//! (asserted).
+//!
+//! On disk a transaction is its `txns` row and its `undo` rows, written by
+//! [`Store::commit`] with the index in the same SQLite transaction. Each
+//! index change and its undo entry are made in one critical section of the
+//! metadata lock, which the commit's snapshot takes too, so:
+//! - a crash before a commit loses what was written since together with its
+//!   undo (a transaction begun since is gone: its `TXN_END` reports it was
+//!   not open);
+//! - after a commit, every block the durable index or undo references was
+//!   written before the commit's `fdatasync`, so an abort after a restart
+//!   restores the state before `TXN_BEGIN` byte for byte, and a commit keeps
+//!   the flushed state;
+//! - a block only undo references is in use at open and never handed out.
+//!
+//! Memory: one undo entry per logical block changed, at most
+//! [`TXN_UNDO_BYTES_PER_BLOCK`] (measured by `tests/txn_memory.rs`). Every
+//! entry holds a charged block, so the partition's quota bounds the undo.
+//! Format version 1 stores had no transactions and migrate at open
+//! (`db.rs`); an older binary refuses a newer format, so it never opens a
+//! store with undo it does not know.
 
 use super::*;
 use nasd_proto::OpenTxn;

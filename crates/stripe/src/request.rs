@@ -2,6 +2,15 @@
 //! refusal a fresh binding may cure, or a reused connection that broke —
 //! try once more. Runs as its own task so the engine can keep requests to
 //! every component in flight at once.
+//!
+//! The whole request is bounded by [`crate::REQUEST_DEADLINE_MS`] and each
+//! wait within it by `Options::wait_deadline`. A refusal in [`refreshable`]
+//! (expired, revoked, retired key, nonce window, no such object,
+//! `MAP_EPOCH_MOVED`) gets one refresh of the binding, shared by concurrent
+//! refusals; `NOT_IN_PAL` one `Binder::refresh_pal`; an identity's expiry
+//! one `Binder::renew_identity`. A reused connection that broke gets one
+//! reconnect — never a request that timed out: a drive that did not answer
+//! in time has failed it (`FailureCause::is_time_out`).
 
 use crate::error::{FailureCause, StripeError};
 use crate::pool::{unusable_connection, Deadlines, DrivePool};

@@ -103,6 +103,20 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Everything the daemon wrote, once it holds `needle` (or after
+    /// [`DAEMON_WAIT_MAX`]): a daemon listens before its banner is written
+    /// whole, and stderr writes a line in pieces.
+    pub fn output_once(&self, needle: &str) -> String {
+        let deadline = Instant::now() + DAEMON_WAIT_MAX;
+        loop {
+            let out = self.output();
+            if out.contains(needle) || Instant::now() >= deadline {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The end of the daemon's log, for failure messages.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)
@@ -179,6 +193,14 @@ pub fn nasd_command() -> Command {
         .env_remove("NASD_USER")
         .stdin(Stdio::null());
     c
+}
+
+/// The standard output of a command that must have succeeded (else its
+/// output is the failure's message).
+#[track_caller]
+pub fn ok(out: std::process::Output) -> String {
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The master key a drive serving `drive_dir` made as it started: it

@@ -62,6 +62,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("extended_attributes", extended_attributes),
         ("special_files", special_files),
         ("open_writer_truncates", open_writer_truncates),
+        ("stale_temporaries", stale_temporaries),
         ("quotas", quotas),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
@@ -671,6 +672,31 @@ fn open_writer_truncates<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.setattr(&BOB, f, &size(true)).err(), Some(FsStatus::PermissionDenied), "not the owner");
     own(ns, "/f", &ALICE, 0o066);
     assert!(ns.setattr(&BOB, f, &size(true)).is_ok(), "the mode still lets the group write");
+}
+
+/// Temporaries a dead client left: files named `*.nasd-tmp` not written
+/// since the given time and with no write transaction open, in every
+/// directory, in order, bounded; not a fresh one, one being written, a
+/// directory or another name.
+fn stale_temporaries<B: Backend>(ns: &Namespace<B>) {
+    const SUFFIX: &str = ".nasd-tmp";
+    mkdir(ns, &ROOT, "/a", 0o777).unwrap();
+    mkdir(ns, &ROOT, "/b", 0o777).unwrap();
+    for path in ["/a/.x.1.nasd-tmp", "/a/.y.2.nasd-tmp", "/b/.z.3.nasd-tmp", "/a/x", "/b/nasd-tmp"] {
+        create(ns, &ALICE, path, 0o644).unwrap();
+    }
+    mkdir(ns, &ROOT, "/b/.d.4.nasd-tmp", 0o777).unwrap();
+    let writing = ino(ns, "/a/.y.2.nasd-tmp");
+    let txn = ns.begin_write(&ALICE, writing, i64::MAX).unwrap();
+    let names = |older_than, limit| ns.stale_temporaries(SUFFIX, older_than, limit).unwrap();
+    let (a, b) = (ino(ns, "/a"), ino(ns, "/b"));
+    let expected = vec![(a, ".x.1.nasd-tmp".to_string()), (b, ".z.3.nasd-tmp".to_string())];
+    assert_eq!(names(i64::MAX, 10), expected, "old, closed, regular files named so");
+    assert_eq!(names(i64::MAX, 1), expected[..1], "bounded");
+    assert_eq!(names(0, 10), vec![], "none older than the epoch");
+    ns.abort_intent(txn).unwrap();
+    ns.finish_intent(txn).unwrap();
+    assert_eq!(names(i64::MAX, 10).len(), 3, "the write ended: its copy is a leftover too");
 }
 
 /// Quotas of users and directory trees: usage, limits on inodes and bytes,

@@ -165,4 +165,5 @@ delegate! {
     fn put_lease(&mut self, lease: &Lease) -> ();
     fn delete_lease(&mut self, name: &str) -> ();
     fn list_leases(&mut self, prefix: &str, limit: usize) -> Vec<Lease>;
+    fn list_names_ending(&mut self, suffix: &str, after_dir: Ino, after_name: &str, limit: usize) -> Vec<(Ino, String, Ino)>;
 }
