@@ -5,8 +5,8 @@
 //! to 120 s for the manager, so a manager that does not come back fails the
 //! test rather than hanging it).
 //!
-//! Three rounds; in each, workers in directories of their own (`/w0`, …)
-//! create files (written, `fsync`ed, closed), rename them (onto free names and
+//! Three rounds; in each, worker processes in directories of their own
+//! (`/w0`, …) create files (written, `fsync`ed, closed), rename them (onto free names and
 //! over other files, the directory `fsync`ed after), unlink them, and make
 //! and remove directories, each recording in a model what the mount
 //! acknowledged. The manager is SIGKILLed at a moment drawn from a printed
@@ -16,6 +16,13 @@
 //! or all of it). Then a second, fresh `nasd mount` (nothing cached) reads
 //! every directory back: names, kinds and every file's bytes must be the
 //! model's, the one call in flight per worker allowed either outcome.
+//!
+//! The workers are processes (this test binary run again, `worker_process`),
+//! not threads of the test: the test starts the manager, and a process
+//! forked while one of its threads has a file open in the mount closes its
+//! copy of that descriptor at `exec`, which FUSE turns into a `FLUSH` the
+//! mount answers only once the manager is back — the manager being started
+//! would wait for itself (found by this test: a restart that never listened).
 
 mod common;
 
@@ -29,9 +36,8 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use serde::{Deserialize, Serialize};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Workers, each in a directory of its own.
@@ -135,7 +141,7 @@ impl Drop for Mounted {
 }
 
 /// What a name in a worker's directory is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 enum Node {
     File(Vec<u8>),
     Dir,
@@ -143,7 +149,7 @@ enum Node {
 
 type Model = BTreeMap<String, Node>;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 enum Op {
     Create(String, Vec<u8>),
     Rename(String, String),
@@ -243,27 +249,82 @@ fn next_op(rng: &mut StdRng, m: &Model, prefix: &str, counter: &mut u64) -> Op {
     }
 }
 
-/// A worker's round: calls until `killed` is set; its model, and the call
-/// that failed after the kill, if one did.
-fn worker(dir: PathBuf, round: u64, mut model: Model, seed: u64, killed: Arc<AtomicBool>) -> (Model, Option<Op>) {
-    let mut rng = StdRng::seed_from_u64(seed);
+/// What a worker process is given (JSON, in the file `$NASD_MOUNT_CRASH_WORKER` names).
+#[derive(Serialize, Deserialize)]
+struct WorkerTask {
+    dir: PathBuf,
+    round: u64,
+    model: Model,
+    seed: u64,
+    /// Exists once the manager is about to be killed: no call after it.
+    stop: PathBuf,
+    /// Where the worker writes its [`WorkerResult`].
+    result: PathBuf,
+}
+
+/// A worker's round: its model, and the call that failed after the kill, if one did.
+#[derive(Serialize, Deserialize)]
+struct WorkerResult {
+    model: Model,
+    in_flight: Option<Op>,
+}
+
+/// A worker's round: calls until the stop file exists.
+fn worker(task: WorkerTask) -> WorkerResult {
+    let mut rng = StdRng::seed_from_u64(task.seed);
     let mut counter = 0;
-    let prefix = format!("{round}");
-    while !killed.load(Ordering::SeqCst) {
+    let prefix = format!("{}", task.round);
+    let mut model = task.model;
+    while !task.stop.exists() {
         let op = next_op(&mut rng, &model, &prefix, &mut counter);
-        match op.run(&dir) {
+        match op.run(&task.dir) {
             Ok(()) => op.apply(&mut model),
             Err(e) => {
-                assert!(
-                    killed.load(Ordering::SeqCst),
-                    "{}: {op:?} failed with no kill to explain it: {e}",
-                    dir.display()
-                );
-                return (model, Some(op));
+                assert!(task.stop.exists(), "{}: {op:?} failed with no kill to explain it: {e}", task.dir.display());
+                return WorkerResult { model, in_flight: Some(op) };
             }
         }
     }
-    (model, None)
+    WorkerResult { model, in_flight: None }
+}
+
+/// Not a test: the body of a worker process the test below starts (this
+/// binary again); it returns at once when run otherwise.
+#[test]
+#[ignore = "run by acknowledged_calls_through_the_mount_survive_sigkill_of_the_manager"]
+fn worker_process() {
+    let Ok(task) = std::env::var("NASD_MOUNT_CRASH_WORKER") else {
+        eprintln!("worker_process: not a test, the worker of acknowledged_calls_through_the_mount_survive_sigkill_of_the_manager");
+        return;
+    };
+    let task: WorkerTask = serde_json::from_slice(&fs::read(task).expect("read the task")).expect("decode the task");
+    let result_path = task.result.clone();
+    let result = worker(task);
+    fs::write(result_path, serde_json::to_vec(&result).expect("encode")).expect("write the result");
+}
+
+/// A worker process running `task`.
+fn spawn_worker(task: &WorkerTask, log: &Path) -> Child {
+    let task_file = task.result.with_extension("task");
+    fs::write(&task_file, serde_json::to_vec(task).expect("encode")).unwrap();
+    let out = fs::File::create(log).unwrap();
+    Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["worker_process", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("NASD_MOUNT_CRASH_WORKER", &task_file)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("start a worker process")
+}
+
+/// Waits for a worker process and reads its result.
+fn finish_worker(mut child: Child, task: &WorkerTask, log: &Path) -> WorkerResult {
+    let status = child.wait().expect("wait for a worker");
+    let output = fs::read_to_string(log).unwrap_or_default();
+    assert!(status.success(), "worker in {} ended with {status}:\n{output}", task.dir.display());
+    let bytes = fs::read(&task.result).unwrap_or_else(|e| panic!("no result from the worker ({e}):\n{output}"));
+    serde_json::from_slice(&bytes).expect("decode the result")
 }
 
 /// A directory as a fresh mount shows it.
@@ -312,20 +373,34 @@ fn acknowledged_calls_through_the_mount_survive_sigkill_of_the_manager() {
         fs::create_dir(point.join(format!("w{w}"))).unwrap();
     }
     for round in 0..ROUNDS {
-        let killed = Arc::new(AtomicBool::new(false));
+        let stop = cluster.dir().join(format!("stop{round}"));
         let workers: Vec<_> = (0..WORKERS)
             .map(|w| {
-                let (dir, model, killed) = (point.join(format!("w{w}")), models[w].clone(), killed.clone());
-                let worker_seed = seed ^ (round << 32) ^ w as u64;
-                std::thread::spawn(move || worker(dir, round, model, worker_seed, killed))
+                let task = WorkerTask {
+                    dir: point.join(format!("w{w}")),
+                    round,
+                    model: models[w].clone(),
+                    seed: seed ^ (round << 32) ^ w as u64,
+                    stop: stop.clone(),
+                    result: cluster.dir().join(format!("worker-{round}-{w}.result")),
+                };
+                let log = cluster.dir().join(format!("worker-{round}-{w}.log"));
+                let child = spawn_worker(&task, &log);
+                (child, task, log)
             })
             .collect();
         std::thread::sleep(Duration::from_millis(rng.gen_range(300..2500)));
-        killed.store(true, Ordering::SeqCst);
+        fs::write(&stop, b"").unwrap();
         cluster.kill_manager();
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..1000)));
         cluster.start_manager();
-        let ended: Vec<_> = workers.into_iter().map(|h| h.join().expect("a worker panicked")).collect();
+        let ended: Vec<_> = workers
+            .into_iter()
+            .map(|(child, task, log)| {
+                let r = finish_worker(child, &task, &log);
+                (r.model, r.in_flight)
+            })
+            .collect();
 
         // A fresh mount: nothing it shows comes from the first mount's caches.
         let check_point = cluster.dir().join(format!("check{round}"));
