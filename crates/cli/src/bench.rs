@@ -96,6 +96,18 @@ pub enum BenchCommand {
         /// Where the cluster, the mount point and the local directory live [default: a temporary directory].
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// Skip the fio jobs (name-space, listing, tar and put rows only).
+        #[arg(long)]
+        no_fio: bool,
+        /// Entries of the directory `ls -l` lists (0: no listing).
+        #[arg(long, default_value_t = 10_000)]
+        listing: u32,
+        /// A tree to copy into the mount with `tar c | tar x` and compare.
+        #[arg(long)]
+        tree: Option<std::path::PathBuf>,
+        /// Files of 4 KiB `nasd put -r` copies (0: none).
+        #[arg(long, default_value_t = 1_000)]
+        put_files: u32,
     },
     /// One client writes then reads SIZE sequentially in REQUEST-sized
     /// requests over loopback, beside a raw TCP copy of the same bytes.
@@ -184,9 +196,10 @@ pub enum BenchCommand {
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
-        BenchCommand::Mount { size, files, runtime, dir } => {
+        BenchCommand::Mount { size, files, runtime, dir, no_fio, listing, tree, put_files } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
-            crate::bench_mount::mount_bench(size, files, runtime, dir.as_deref()).await
+            let extra = crate::bench_mount::Extra { fio: !no_fio, listing, tree, put_files };
+            crate::bench_mount::mount_bench(size, files, runtime, dir.as_deref(), extra).await
         }
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
         BenchCommand::Soak(args) => crate::bench_soak::run(args).await,

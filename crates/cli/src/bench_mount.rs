@@ -1,9 +1,15 @@
 //! `nasd bench mount`: the POSIX mount measured with fio beside a local
 //! directory in the same run — 1 MiB sequential writes and reads, 4 KiB
-//! random reads — and the rate of create, stat and unlink of empty files.
-//! The cluster runs in this process (a TLS manager and four drives on
-//! loopback, files laid out `rs:2+1` as `nasd up` does), mounted with FUSE
-//! (root, or a user allowed to mount).
+//! random reads — the rate of create, stat and unlink of empty files (one
+//! writer, and four in four directories), `ls -l` of a large directory with
+//! the manager requests it cost, a real tree extracted with `tar x`, read
+//! back and compared, and the CLI's small-file path (`nasd put -r`). Disk
+//! flushes (`fsync`, `fdatasync`, `syncfs`, `sync` system calls of this
+//! process: the cluster and the mount, counted by `perf stat`) and bytes
+//! written to storage (`/proc/self/io`) are counted per phase. The cluster
+//! runs in this process (a TLS manager and four drives on loopback, files
+//! laid out `rs:2+1` as `nasd up` does), mounted with FUSE (root, or a user
+//! allowed to mount).
 
 use crate::daemons::LocalCluster;
 use crate::fs_cmd;
@@ -23,7 +29,13 @@ struct Row {
 
 /// Runs the benchmark: fio jobs of `size` bytes (random reads for at most
 /// `runtime_secs`) and `files` empty files.
-pub async fn mount_bench(size: u64, files: u32, runtime_secs: u64, dir: Option<&Path>) -> anyhow::Result<()> {
+pub async fn mount_bench(
+    size: u64,
+    files: u32,
+    runtime_secs: u64,
+    dir: Option<&Path>,
+    extra: Extra,
+) -> anyhow::Result<()> {
     which("fio").context("fio is needed (apt-get install fio)")?;
     let tmp = tempfile::tempdir_in(dir.unwrap_or(&std::env::temp_dir()))?;
     let cluster = LocalCluster::start(tmp.path(), 4, (size * 4).max(4 << 30)).await?;
@@ -33,9 +45,34 @@ pub async fn mount_bench(size: u64, files: u32, runtime_secs: u64, dir: Option<&
     let local = tmp.path().join("local");
     std::fs::create_dir_all(&mountpoint)?;
     std::fs::create_dir_all(&local)?;
-    let mut mount = nasd_fuse::Mount::start(fs, nasd_fuse::MountConfig::new(&mountpoint)).await?;
+    let mut mount = nasd_fuse::Mount::start(fs.clone(), nasd_fuse::MountConfig::new(&mountpoint)).await?;
     let (m, l) = (mountpoint.clone(), local.clone());
-    let rows = tokio::task::spawn_blocking(move || measure(&m, &l, size, files, runtime_secs)).await?;
+    let manager = cluster.manager().clone();
+    let served = move || manager.requests_served();
+    let extra_rows = extra.clone();
+    let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Row>> {
+        let mut rows = if extra_rows.fio { measure(&m, &l, size, files, runtime_secs)? } else { Vec::new() };
+        if !extra_rows.fio {
+            for (what, mount_v, local_v) in name_rates(&m, &l, files)? {
+                rows.push(Row { what, mount: mount_v, local: local_v, unit: "per second" });
+            }
+        }
+        rows.extend(parallel_creates(&m, &l, files)?);
+        rows.extend(listing(&m, &l, extra_rows.listing, &served)?);
+        if let Some(tree) = &extra_rows.tree {
+            rows.extend(untar(&m, &l, tree)?);
+        }
+        Ok(rows)
+    })
+    .await?;
+    let put_rows = match &rows {
+        Ok(_) if extra.put_files > 0 => put_small_files(&fs, tmp.path(), extra.put_files).await?,
+        _ => Vec::new(),
+    };
+    let mut rows = rows;
+    if let Ok(r) = &mut rows {
+        r.extend(put_rows);
+    }
     mount.unmount()?;
     mount.ended().await?;
     cluster.stop().await?;
@@ -49,9 +86,264 @@ pub async fn mount_bench(size: u64, files: u32, runtime_secs: u64, dir: Option<&
     println!("| measurement | nasd mount | local directory | unit |");
     println!("|---|---:|---:|---|");
     for r in rows {
-        println!("| {} | {:.1} | {:.1} | {} |", r.what, r.mount, r.local, r.unit);
+        let local = if r.local.is_nan() { "-".to_string() } else { format!("{:.1}", r.local) };
+        println!("| {} | {:.1} | {} | {} |", r.what, r.mount, local, r.unit);
     }
     Ok(())
+}
+
+/// What `nasd bench mount` measures beyond fio and the name rates.
+#[derive(Debug, Clone)]
+pub struct Extra {
+    /// Run the fio jobs (the name-space rows run either way).
+    pub fio: bool,
+    /// Entries of the directory `ls -l` lists.
+    pub listing: u32,
+    /// A tree to extract with `tar x` (a copy made with `tar c`).
+    pub tree: Option<std::path::PathBuf>,
+    /// 4 KiB files `nasd put -r` copies (0: none).
+    pub put_files: u32,
+}
+
+/// Disk flushes (`fsync`, `fdatasync`, `syncfs`, `sync`) this process makes
+/// while one runs, counted by `perf stat` attached to it (threads made later
+/// inherit the counters), and the bytes it writes to storage
+/// (`/proc/self/io`, `write_bytes`).
+struct Flushes {
+    perf: Option<std::process::Child>,
+    written: u64,
+}
+
+/// The system calls [`Flushes`] counts.
+const FLUSH_EVENTS: &str =
+    "syscalls:sys_enter_fsync,syscalls:sys_enter_fdatasync,syscalls:sys_enter_syncfs,syscalls:sys_enter_sync";
+
+impl Flushes {
+    fn start() -> Flushes {
+        let perf = Command::new("perf")
+            .args(["stat", "-x", ",", "-e", FLUSH_EVENTS, "-p", &std::process::id().to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok();
+        // perf attaches within a moment; what it misses before is not counted.
+        std::thread::sleep(Duration::from_millis(300));
+        Flushes { perf, written: written_bytes() }
+    }
+
+    /// (flushes, bytes written) since `start`; flushes `NaN` without perf.
+    fn stop(self) -> (f64, f64) {
+        let written = written_bytes().saturating_sub(self.written) as f64;
+        let Some(perf) = self.perf else { return (f64::NAN, written) };
+        // SAFETY: kill(2) of the child we started; SIGINT makes perf print its counts.
+        unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
+        let out = perf.wait_with_output().map(|o| String::from_utf8_lossy(&o.stderr).into_owned()).unwrap_or_default();
+        let count: f64 = out
+            .lines()
+            .filter(|l| l.contains("syscalls:sys_enter_"))
+            .filter_map(|l| l.split(',').next()?.trim().parse::<f64>().ok())
+            .sum();
+        (count, written)
+    }
+}
+
+fn written_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("write_bytes:").map(|v| v.trim().parse().ok()))?)
+        .unwrap_or(0)
+}
+
+/// Creates `files` empty files in each of `dirs` directories under `root`,
+/// one thread per directory; the aggregate rate.
+fn creates_in(root: &Path, dirs: u32, files: u32, tag: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..dirs)
+            .map(|d| {
+                let dir = root.join(format!("{tag}-{d}"));
+                scope.spawn(move || -> anyhow::Result<()> {
+                    std::fs::create_dir(&dir)?;
+                    for i in 0..files {
+                        std::fs::File::create(dir.join(format!("f{i}")))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+        }
+        Ok(())
+    })?;
+    Ok(f64::from(dirs * files) / t.elapsed().as_secs_f64())
+}
+
+/// One writer creating `files` files, then four in four directories each
+/// creating `files`, on the mount and locally; with the mount's flushes
+/// per create.
+fn parallel_creates(mount: &Path, local: &Path, files: u32) -> anyhow::Result<Vec<Row>> {
+    let flushes = Flushes::start();
+    let one = creates_in(mount, 1, files, "one")?;
+    let (flushed, written) = flushes.stop();
+    let four = creates_in(mount, 4, files, "four")?;
+    let (one_l, four_l) = (creates_in(local, 1, files, "one")?, creates_in(local, 4, files, "four")?);
+    Ok(vec![
+        Row { what: format!("create, 1 writer, {files} files"), mount: one, local: one_l, unit: "per second" },
+        Row {
+            what: format!("create, 4 writers in 4 directories, {files} files each"),
+            mount: four,
+            local: four_l,
+            unit: "per second",
+        },
+        Row {
+            what: "create, 1 writer: disk flushes per create (nasd processes)".into(),
+            mount: flushed / f64::from(files),
+            local: f64::NAN,
+            unit: "flushes",
+        },
+        Row {
+            what: "create, 1 writer: bytes written to storage per create".into(),
+            mount: written / f64::from(files),
+            local: f64::NAN,
+            unit: "bytes",
+        },
+    ])
+}
+
+/// `ls -l` of a directory of `entries` files made beforehand, its names and
+/// inodes dropped from the kernel's caches first: its time, and the manager
+/// requests it cost per 100 entries.
+fn listing(mount: &Path, local: &Path, entries: u32, served: &dyn Fn() -> u64) -> anyhow::Result<Vec<Row>> {
+    if entries == 0 {
+        return Ok(Vec::new());
+    }
+    let mut rows = Vec::new();
+    let mut times = Vec::new();
+    let mut per_100 = 0.0;
+    for dir in [mount, local] {
+        let d = dir.join("listing");
+        std::fs::create_dir(&d)?;
+        for i in 0..entries {
+            std::fs::File::create(d.join(format!("entry-{i:06}")))?;
+        }
+        // Dentries and inodes out of the kernel's caches: the listing asks the file system.
+        std::fs::write("/proc/sys/vm/drop_caches", b"2").context("drop the kernel's dentry and inode caches")?;
+        let before = served();
+        let t = Instant::now();
+        let out = Command::new("ls").arg("-l").arg(&d).output().context("run ls -l")?;
+        anyhow::ensure!(out.status.success(), "ls -l {} failed", d.display());
+        times.push(t.elapsed());
+        let lines = String::from_utf8_lossy(&out.stdout).lines().count();
+        anyhow::ensure!(lines == entries as usize + 1, "ls -l listed {lines} lines for {entries} entries");
+        if dir == mount {
+            per_100 = (served() - before) as f64 * 100.0 / f64::from(entries);
+        }
+    }
+    rows.push(Row {
+        what: format!("ls -l of a {entries}-entry directory (cold kernel caches)"),
+        mount: times[0].as_secs_f64(),
+        local: times[1].as_secs_f64(),
+        unit: "seconds",
+    });
+    rows.push(Row {
+        what: "ls -l: manager requests per 100 entries".into(),
+        mount: per_100,
+        local: f64::NAN,
+        unit: "requests",
+    });
+    Ok(rows)
+}
+
+/// `tar c TREE | tar x` into the mount and into the local directory, each
+/// copy compared with the source (`diff -r`, after the kernel's caches were
+/// dropped, so the mount's copy is read back from the drives): the time of
+/// each extraction, and the mount's flushes per entry.
+fn untar(mount: &Path, local: &Path, tree: &Path) -> anyhow::Result<Vec<Row>> {
+    let entries =
+        Command::new("find").arg(tree).output().context("run find")?.stdout.iter().filter(|&&b| b == b'\n').count();
+    let mut times = Vec::new();
+    let mut per_entry = (0.0, 0.0);
+    for dir in [mount, local] {
+        let d = dir.join("tree");
+        std::fs::create_dir(&d)?;
+        let flushes = (dir == mount).then(Flushes::start);
+        let t = Instant::now();
+        let script = format!("tar -C '{}' -cf - . | tar -C '{}' -xf -", tree.display(), d.display());
+        let status = Command::new("sh").arg("-c").arg(&script).status().context("run tar")?;
+        anyhow::ensure!(status.success(), "tar into {} failed", d.display());
+        times.push(t.elapsed());
+        if let Some(f) = flushes {
+            let (flushed, written) = f.stop();
+            per_entry = (flushed / entries as f64, written / entries as f64);
+        }
+        std::fs::write("/proc/sys/vm/drop_caches", b"3").context("drop the page cache")?;
+        let diff = Command::new("diff").arg("-r").arg(tree).arg(&d).output().context("run diff")?;
+        anyhow::ensure!(
+            diff.status.success(),
+            "the copy in {} differs: {}",
+            d.display(),
+            String::from_utf8_lossy(&diff.stdout)
+        );
+    }
+    Ok(vec![
+        Row {
+            what: format!("tar x of {} ({entries} entries), compared equal", tree.display()),
+            mount: times[0].as_secs_f64(),
+            local: times[1].as_secs_f64(),
+            unit: "seconds",
+        },
+        Row {
+            what: "tar x: disk flushes per entry (nasd processes)".into(),
+            mount: per_entry.0,
+            local: f64::NAN,
+            unit: "flushes",
+        },
+        Row {
+            what: "tar x: bytes written to storage per entry".into(),
+            mount: per_entry.1,
+            local: f64::NAN,
+            unit: "bytes",
+        },
+    ])
+}
+
+/// `nasd put -r` (the CLI's copy, in this process) of `files` files of 4 KiB:
+/// files per second, with flushes and bytes written per file.
+async fn put_small_files(fs: &nasd_fs::FsClient, scratch: &Path, files: u32) -> anyhow::Result<Vec<Row>> {
+    let src = scratch.join("put-src");
+    std::fs::create_dir_all(&src)?;
+    for i in 0..files {
+        std::fs::write(src.join(format!("f{i:05}")), vec![(i % 251) as u8; 4096])?;
+    }
+    let flushes = tokio::task::spawn_blocking(Flushes::start).await?;
+    let t = Instant::now();
+    let opts = crate::transfer::CopyOptions { recursive: true, no_clobber: false };
+    let to = crate::transfer::Loc::Remote("/put".into());
+    crate::transfer::copy(fs, crate::transfer::Loc::Local(src.clone()), to, opts).await?;
+    let took = t.elapsed();
+    let (flushed, written) = tokio::task::spawn_blocking(move || flushes.stop()).await?;
+    let n = f64::from(files);
+    Ok(vec![
+        Row {
+            what: format!("nasd put -r of {files} files of 4 KiB"),
+            mount: n / took.as_secs_f64(),
+            local: f64::NAN,
+            unit: "files per second",
+        },
+        Row {
+            what: "nasd put -r: disk flushes per file (nasd processes)".into(),
+            mount: flushed / n,
+            local: f64::NAN,
+            unit: "flushes",
+        },
+        Row {
+            what: "nasd put -r: bytes written to storage per file".into(),
+            mount: written / n,
+            local: f64::NAN,
+            unit: "bytes",
+        },
+    ])
 }
 
 fn which(tool: &str) -> anyhow::Result<()> {
@@ -123,7 +415,7 @@ fn fio(dir: &Path, rw: &str, bs: &str, size: u64, runtime: u64) -> anyhow::Resul
 
 /// Create, stat and unlink of `files` empty files: (what, mount, local) per second.
 fn name_rates(mount: &Path, local: &Path, files: u32) -> anyhow::Result<Vec<(String, f64, f64)>> {
-    let run = |dir: &Path| -> anyhow::Result<[Duration; 3]> {
+    let run = |dir: &Path| -> anyhow::Result<[Duration; 4]> {
         let d = dir.join("names");
         std::fs::create_dir(&d)?;
         let t = Instant::now();
@@ -136,15 +428,28 @@ fn name_rates(mount: &Path, local: &Path, files: u32) -> anyhow::Result<Vec<(Str
             std::fs::metadata(d.join(format!("f{i}")))?;
         }
         let stat = t.elapsed();
+        // Past the attribute timeout the kernel would ask again, unless the change feed vouches.
+        std::thread::sleep(nasd_fuse::ATTR_TIMEOUT_DEFAULT + Duration::from_millis(500));
+        let t = Instant::now();
+        for i in 0..files {
+            std::fs::metadata(d.join(format!("f{i}")))?;
+        }
+        let stat_later = t.elapsed();
         let t = Instant::now();
         for i in 0..files {
             std::fs::remove_file(d.join(format!("f{i}")))?;
         }
-        Ok([create, stat, t.elapsed()])
+        Ok([create, stat, stat_later, t.elapsed()])
     };
     let (m, l) = (run(mount)?, run(local)?);
     let rate = |d: Duration| f64::from(files) / d.as_secs_f64();
-    Ok(["create (open O_CREAT + close)", "stat (just created: cached)", "unlink"]
+    let what = [
+        "create (open O_CREAT + close)",
+        "stat (just created: cached)",
+        "stat (made more than the 1 s attribute timeout ago)",
+        "unlink",
+    ];
+    Ok(what
         .iter()
         .enumerate()
         .map(|(i, what)| (format!("{what}, {files} empty files"), rate(m[i]), rate(l[i])))

@@ -170,6 +170,10 @@ pub struct ManagerSection {
     /// path); the rest is striped over drives [default: 65536; 0: none; at
     /// most 1048576]. A file keeps the threshold it was created with.
     pub small_file_threshold: Option<u32>,
+    /// Longest an acknowledged change may wait for the disk flush that makes
+    /// it survive a power loss (it survives the manager's crash at once; a
+    /// client's fsync flushes at once) [default: 500; 1..=60000].
+    pub metadata_sync_ms: Option<u64>,
     /// How new inodes choose their routing site when this manager makes
     /// the file system's first routing table: "mkdir-switching" (a new
     /// directory leaves its parent's site with `redirect_probability`) or

@@ -705,6 +705,7 @@ fn manager_config(file: &config::ManagerSection, args: Option<&ManagerArgs>) -> 
         write_integrity_waived: file.write_data_integrity_waived.iter().flatten().copied().collect(),
         metadata: metadata_location(args.and_then(|a| a.metadata.as_deref()), file)?,
         small_file_threshold: file.small_file_threshold.unwrap_or(d.small_file_threshold),
+        metadata_sync_interval: file.metadata_sync_ms.map_or(d.metadata_sync_interval, Duration::from_millis),
         identity_recheck: secs(None, file.identity_recheck_secs, d.identity_recheck),
         temporaries_age: match file.temporaries_age_secs {
             None => d.temporaries_age,

@@ -146,6 +146,12 @@ impl Undo {
         r
     }
 
+    /// Forgets a destination this copy did not make after all (`--no-clobber`
+    /// found it there).
+    fn forget_made(&self, dst: &str) {
+        self.made.lock().expect("undo lock").retain(|m| !matches!(m, Made::RemoteFile(f) if f == dst));
+    }
+
     /// Forgets a temporary name once it was renamed onto its destination.
     fn published(&self, tmp: &str) {
         self.made.lock().expect("undo lock").retain(|m| !matches!(m, Made::RemoteTmp(t) if t == tmp));
@@ -290,11 +296,18 @@ async fn run(
         stats: Stats::default(),
         fix_modes: Vec::new(),
         changed: Vec::new(),
+        vfs: None,
+        dirs: std::collections::HashMap::new(),
+        made_dirs: std::collections::HashSet::new(),
     };
     for item in &plan {
         c.copy_item(from, &target, item).await?;
     }
     c.fix_dir_modes().await?;
+    if matches!(target, Loc::Remote(_)) {
+        // Everything copied durable against power loss too, with one flush at the manager.
+        fs.sync().await.context("cannot make the copy durable")?;
+    }
     bar.finish_and_clear();
     if !bar.is_hidden() {
         eprintln!("{}", summary(&c.stats, started.elapsed()));
@@ -592,6 +605,20 @@ fn remote_tmp_name(path: &str) -> anyhow::Result<String> {
     Ok(nasd_fs::temporary_name(path)?)
 }
 
+/// A layer failure as the client library's (what [`Undo::making`] judges):
+/// the library's own, or a protocol error naming it.
+fn fs_error(e: nasd_vfs::VfsError) -> FsError {
+    match e {
+        nasd_vfs::VfsError::Fs(e) => e,
+        other => FsError::Protocol(other.to_string()),
+    }
+}
+
+/// A layer failure about nasd path `path`.
+fn layer_error(e: nasd_vfs::VfsError, path: &str) -> anyhow::Error {
+    anyhow::Error::new(fs_error(e)).context(path.to_string())
+}
+
 /// Turns a failure of a file transfer into one message blaming the side that failed.
 fn transfer_error(e: FsError, local: &Path, reading_local: bool, remote: &str) -> anyhow::Error {
     match e {
@@ -635,6 +662,12 @@ struct Copier<'a> {
     fix_modes: Vec<(Loc, u32)>,
     /// Local files that changed while they were put: what happened to each.
     changed: Vec<String>,
+    /// The file-system layer files are written through (made at the first).
+    vfs: Option<nasd_vfs::Vfs>,
+    /// nasd directories this copy resolved or made, by path: their inodes.
+    dirs: std::collections::HashMap<String, nasd_fs::Ino>,
+    /// nasd directories this copy made (empty when made): nothing of theirs to replace.
+    made_dirs: std::collections::HashSet<String>,
 }
 
 impl Copier<'_> {
@@ -695,6 +728,7 @@ impl Copier<'_> {
                         .making(Made::RemoteDir(p.clone()), self.fs.mkdir(p, filling))
                         .await
                         .with_context(|| format!("cannot make directory {p}"))?;
+                    self.made_dirs.insert(p.clone());
                 }
             },
             Loc::Local(p) => match std::fs::symlink_metadata(p) {
@@ -781,7 +815,11 @@ impl Copier<'_> {
 
     /// The mode and owner a new nasd file at `dst` gets; `None` with `--no-clobber` if it exists.
     async fn remote_dest(&self, dst: &str, source_mode: u32) -> anyhow::Result<Option<(Option<FileAttr>, u32)>> {
-        let existing = remote_lstat(self.fs, dst).await?.map(|st| st.attr);
+        let (dir, _) = nasd_fs::split_path(dst)?;
+        // A directory this copy made held nothing: no request needed to know `dst` is new
+        // (a name another client makes there meanwhile is replaced, or kept with -n).
+        let existing =
+            if self.made_dirs.contains(dir) { None } else { remote_lstat(self.fs, dst).await?.map(|st| st.attr) };
         match existing {
             Some(a) if a.kind == FileKind::Dir => {
                 anyhow::bail!("cannot replace {dst}, a directory, with a file")
@@ -802,12 +840,8 @@ impl Copier<'_> {
         let before = file.metadata().await.with_context(|| format!("cannot read {}", src.display()))?;
         let len = before.len();
         let Some((existing, mode)) = self.remote_dest(dst, mode).await? else { return Ok(Outcome::Skipped) };
-        let tmp = remote_tmp_name(dst)?;
-        let f = self
-            .undo
-            .making(Made::RemoteTmp(tmp.clone()), self.fs.create(&tmp, mode, true, false))
-            .await
-            .with_context(|| format!("cannot create {dst}"))?;
+        let r = self.begin_replace(dst, mode).await?;
+        let f = r.file().map_err(|e| layer_error(e, dst))?;
         let mut reader = self.bar.wrap_async_read(tokio::io::BufReader::with_capacity(1 << 20, file));
         match f.write_from(0, len, &mut reader).await {
             Err(FsError::Local(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => anyhow::bail!(
@@ -824,11 +858,46 @@ impl Copier<'_> {
             ));
         }
         f.flush().await.map_err(|e| transfer_error(e, src, true, dst))?;
-        f.close().await.map_err(|e| transfer_error(e, src, true, dst))?;
-        self.keep_owner(&tmp, existing.as_ref()).await?;
-        let outcome = self.publish_remote(&tmp, dst, existing.is_some()).await?;
+        drop(f);
+        let outcome = self.publish(r, dst, existing.as_ref()).await?;
         self.count_file(&outcome, len);
         Ok(outcome)
+    }
+
+    /// The layer files are written through, made at the first use (it
+    /// resolves the root).
+    async fn layer(&mut self) -> anyhow::Result<nasd_vfs::Vfs> {
+        if let Some(vfs) = &self.vfs {
+            return Ok(vfs.clone());
+        }
+        // A short command: no change feed (nothing it caches outlives the copy).
+        let config = nasd_vfs::VfsConfig { follow_feed: false, ..nasd_vfs::VfsConfig::default() };
+        let vfs = nasd_vfs::Vfs::start(self.fs.clone(), config).await.context("cannot reach the root directory")?;
+        self.vfs = Some(vfs.clone());
+        Ok(vfs)
+    }
+
+    /// The inode of nasd directory `dir`, resolved once per copy.
+    async fn dir_ino(&mut self, dir: &str) -> anyhow::Result<nasd_fs::Ino> {
+        if let Some(ino) = self.dirs.get(dir) {
+            return Ok(*ino);
+        }
+        let vfs = self.layer().await?;
+        let e = vfs.resolve(self.fs, dir).await.map_err(|e| layer_error(e, dir))?;
+        anyhow::ensure!(e.attr.kind == FileKind::Dir, "{dir} is not a directory");
+        self.dirs.insert(dir.to_string(), e.attr.ino);
+        Ok(e.attr.ino)
+    }
+
+    /// Creates the temporary file beside `dst` (its name recorded first, so
+    /// an interruption removes it) and opens it for writing.
+    async fn begin_replace(&mut self, dst: &str, mode: u32) -> anyhow::Result<nasd_vfs::Replacement> {
+        let (dir, name) = nasd_fs::split_path(dst)?;
+        let parent = self.dir_ino(dir).await?;
+        let vfs = self.layer().await?;
+        let temp = nasd_vfs::temp_name(name);
+        let begin = async { vfs.begin_replace(self.fs, parent, name, &temp, mode).await.map_err(fs_error) };
+        self.undo.making(Made::RemoteTmp(join(dir, &temp)), begin).await.with_context(|| format!("cannot create {dst}"))
     }
 
     /// `cp nasd:A nasd:B`: a file within nasd, piece by piece.
@@ -841,12 +910,8 @@ impl Copier<'_> {
             return Ok(Outcome::Skipped);
         };
         let len = from.size();
-        let tmp = remote_tmp_name(dst)?;
-        let to = self
-            .undo
-            .making(Made::RemoteTmp(tmp.clone()), self.fs.create(&tmp, mode, true, false))
-            .await
-            .with_context(|| format!("cannot create {dst}"))?;
+        let r = self.begin_replace(dst, mode).await?;
+        let to = r.file().map_err(|e| layer_error(e, dst))?;
         let piece = nasd_fs::TRANSFER_PIECE_DEFAULT as u64;
         let mut at = 0;
         while at < len {
@@ -857,26 +922,59 @@ impl Copier<'_> {
             self.bar.inc(data.len() as u64);
         }
         to.flush().await.with_context(|| format!("cannot write {dst}"))?;
-        to.close().await.with_context(|| format!("cannot write {dst}"))?;
-        self.keep_owner(&tmp, existing.as_ref()).await?;
-        let outcome = self.publish_remote(&tmp, dst, existing.is_some()).await?;
+        drop(to);
+        let outcome = self.publish(r, dst, existing.as_ref()).await?;
         self.count_file(&outcome, len);
         Ok(outcome)
     }
 
     /// An administrator replacing another user's file gives the new one its owner and group.
-    async fn keep_owner(&self, tmp: &str, existing: Option<&FileAttr>) -> anyhow::Result<()> {
+    async fn keep_owner(&mut self, r: &nasd_vfs::Replacement, existing: Option<&FileAttr>) -> anyhow::Result<()> {
         let me = self.fs.identity();
         if let Some(a) = existing {
             if me.admin && (a.uid, a.gid) != (me.uid, me.gid) {
-                self.fs.chown(tmp, Some(a.uid), Some(a.gid)).await.with_context(|| format!("cannot chown {tmp}"))?;
+                let vfs = self.layer().await?;
+                let change = nasd_fs::SetAttr { uid: Some(a.uid), gid: Some(a.gid), ..Default::default() };
+                vfs.setattr(self.fs, r.entry().attr.ino, change)
+                    .await
+                    .map_err(|e| layer_error(e, r.temp()))
+                    .with_context(|| format!("cannot chown {}", r.temp()))?;
             }
         }
         Ok(())
     }
 
-    /// Puts the finished temporary `tmp` in place of `dst`: a rename, or
-    /// with `--no-clobber` a hard link that fails if `dst` appeared.
+    /// Commits the finished replacement `r` and puts it in place of `dst`:
+    /// a rename, or with `--no-clobber` a hard link that fails if `dst`
+    /// appeared (the temporary name is removed either way).
+    async fn publish(
+        &mut self,
+        r: nasd_vfs::Replacement,
+        dst: &str,
+        existing: Option<&FileAttr>,
+    ) -> anyhow::Result<Outcome> {
+        self.keep_owner(&r, existing).await?;
+        let (dir, _) = nasd_fs::split_path(dst)?;
+        let tmp = join(dir, r.temp());
+        let no_clobber = self.opts.no_clobber;
+        let publish = async { r.publish(no_clobber).await.map_err(fs_error) };
+        // The old file, once replaced, stays replaced (by a whole new one).
+        let published = if existing.is_some() && !no_clobber {
+            publish.await
+        } else {
+            self.undo.making(Made::RemoteFile(dst.to_string()), publish).await
+        };
+        let published = published.with_context(|| format!("cannot create {dst}"))?;
+        self.undo.published(&tmp);
+        if !published {
+            self.undo.forget_made(dst);
+            return Ok(Outcome::Skipped);
+        }
+        Ok(Outcome::Copied)
+    }
+
+    /// Puts the finished temporary `tmp` (a symbolic link) in place of `dst`:
+    /// a rename, or with `--no-clobber` a hard link that fails if `dst` appeared.
     async fn publish_remote(&mut self, tmp: &str, dst: &str, replaces: bool) -> anyhow::Result<Outcome> {
         let made = Made::RemoteFile(dst.to_string());
         if self.opts.no_clobber {

@@ -198,6 +198,7 @@ fn repeatable(req: &ManagerRequest) -> bool {
         | R::GetXattr { .. }
         | R::ListXattr { .. }
         | R::GetQuota { .. }
+        | R::Sync
         | R::ListUsers => true,
         R::AsUser { request, .. } => repeatable(request),
         _ => false,

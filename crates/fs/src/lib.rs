@@ -1125,6 +1125,18 @@ impl FsClient {
         self.done(req).await
     }
 
+    /// Makes every change the manager acknowledged before this call durable
+    /// against power loss (`SYNC`): what an `fsync` adds to a commit. A
+    /// change survives a crash of the manager's process as soon as it is
+    /// acknowledged; against power loss, at the latest after the manager's
+    /// `metadata_sync_interval`, at once after this.
+    ///
+    /// # Errors
+    /// The manager could not flush its metadata (it then refuses changes).
+    pub async fn sync(&self) -> Result<(), FsError> {
+        self.done(ManagerRequest::Sync).await
+    }
+
     /// Space on every drive and what the name space holds.
     pub async fn statfs(&self) -> Result<(u64, u64, Vec<DriveUsage>), FsError> {
         match self.call(&ManagerRequest::StatFs).await? {

@@ -318,3 +318,80 @@ async fn the_right_password_logs_in_once_a_guessing_burst_is_over_scenario() {
     drop(s);
     c.stop().await;
 }
+
+#[test]
+fn requests_on_one_connection_run_together_and_replies_come_back_by_id() {
+    run(requests_on_one_connection_run_together_scenario());
+}
+
+/// One connection, requests pipelined (issue 24.2): a `WATCH` that waits
+/// for a change is sent first, then `STATFS`es and a `MKDIR`; they are
+/// answered while the `WATCH` still waits (out of order, each reply naming
+/// its request), and the `MKDIR` is the change that ends the `WATCH`. More
+/// than `CONNECTION_REQUESTS_MAX` at once are all answered: the manager
+/// reads on as earlier ones finish.
+async fn requests_on_one_connection_run_together_scenario() {
+    let c = Cluster::start(ClusterOptions { drives: 1, ..Default::default() }).await;
+    let mut s = raw_tls(&c).await;
+    let send = |req: ManagerRequest, id: u64| {
+        let body = req.encode(id);
+        let mut framed = (body.len() as u32).to_le_bytes().to_vec();
+        framed.extend_from_slice(&body);
+        framed
+    };
+    let login = ManagerRequest::Login { version: 1, user: ADMIN.into(), password: ADMIN_PW.into() };
+    to(s.write_all(&send(login, 1))).await.unwrap();
+    assert!(matches!(read_reply(&mut s).await, Some((1, Ok(ManagerReply::LoggedIn { .. })))));
+    // Where the change feed is now.
+    to(s.write_all(&send(ManagerRequest::Watch { incarnation: 0, after: 0, wait_ms: 0 }, 2))).await.unwrap();
+    let Some((2, Ok(ManagerReply::Changes { incarnation, next, .. }))) = read_reply(&mut s).await else {
+        panic!("the feed's position")
+    };
+    let root = match read_root(&mut s, &send).await {
+        ManagerReply::Entry(e) => e.handle(),
+        other => panic!("{other:?}"),
+    };
+
+    // A WATCH that waits up to 20 s (a hang bound, not a timing assertion), then more.
+    let mut burst = send(ManagerRequest::Watch { incarnation, after: next, wait_ms: 20_000 }, 10);
+    let statfs = 2 * nasd_manager::server::CONNECTION_REQUESTS_MAX as u64;
+    for id in 0..statfs {
+        burst.extend(send(ManagerRequest::StatFs, 100 + id));
+    }
+    burst.extend(send(ManagerRequest::Mkdir { parent: root, name: "made".into(), mode: 0o755 }, 11));
+    to(s.write_all(&burst)).await.unwrap();
+    let mut order = Vec::new();
+    while order.len() < statfs as usize + 2 {
+        let (id, reply) = read_reply(&mut s).await.expect("a reply");
+        match id {
+            10 => {
+                let Ok(ManagerReply::Changes { changes, .. }) = reply else { panic!("WATCH: {reply:?}") };
+                assert!(!changes.is_empty(), "ended by the MKDIR's change");
+            }
+            11 => assert!(matches!(reply, Ok(ManagerReply::Entry(_))), "MKDIR: {reply:?}"),
+            id if (100..100 + statfs).contains(&id) => assert!(matches!(reply, Ok(ManagerReply::StatFs { .. }))),
+            other => panic!("a reply to request {other}, which was never sent"),
+        }
+        order.push(id);
+    }
+    let watch_at = order.iter().position(|&id| id == 10).unwrap();
+    let mkdir_at = order.iter().position(|&id| id == 11).unwrap();
+    assert!(watch_at > mkdir_at, "the WATCH sent first was answered after the MKDIR that ended it: {order:?}");
+    assert!(watch_at > 0 && order[0] != 10, "replies out of order: {order:?}");
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), order.len(), "each request answered once");
+}
+
+/// `WALK /` on the raw connection (request id 3).
+async fn read_root(
+    s: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    send: &impl Fn(ManagerRequest, u64) -> Vec<u8>,
+) -> ManagerReply {
+    let walk = ManagerRequest::Walk { path: "/".into(), follow: false, open: OpenMode::None };
+    to(s.write_all(&send(walk, 3))).await.unwrap();
+    let (id, reply) = read_reply(s).await.expect("a reply");
+    assert_eq!(id, 3);
+    reply.expect("the root")
+}

@@ -40,10 +40,9 @@ pub(crate) fn nanos(t: SystemTime) -> i64 {
     }
 }
 
-/// The kernel's attributes of a nasd inode; `nlink_hidden` names taken
-/// away (a file unlinked while open keeps a hidden name, which POSIX would
-/// not count).
-pub(crate) fn to_kernel(attr: &FileAttr, nlink_hidden: u32) -> fuser::FileAttr {
+/// The kernel's attributes of a nasd inode (as the file-system layer shows
+/// them: a hidden name of a file unlinked while open is not counted).
+pub(crate) fn to_kernel(attr: &FileAttr) -> fuser::FileAttr {
     fuser::FileAttr {
         ino: INodeNo(attr.ino),
         size: attr.size,
@@ -55,7 +54,7 @@ pub(crate) fn to_kernel(attr: &FileAttr, nlink_hidden: u32) -> fuser::FileAttr {
         crtime: time(attr.ctime_ns),
         kind: file_type(attr.kind),
         perm: (attr.mode & 0o7777) as u16,
-        nlink: attr.nlink.saturating_sub(nlink_hidden),
+        nlink: attr.nlink,
         uid: attr.uid,
         gid: attr.gid,
         // The kernel's encoding, as it sent it with MKNOD (FUSE carries 32 bits).

@@ -13,9 +13,11 @@ pub fn errno_of(e: &FsError) -> i32 {
     e.errno()
 }
 
-/// [`errno_of`] as fuser's type.
-pub(crate) fn errno(e: &FsError) -> Errno {
-    Errno::from_i32(errno_of(e))
+/// The errno a failed file-system layer call answers with
+/// ([`nasd_vfs::VfsError::errno`]: [`errno_of`] for the client library's
+/// failures).
+pub(crate) fn vfs_errno(e: &nasd_vfs::VfsError) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 #[cfg(test)]

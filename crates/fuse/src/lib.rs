@@ -94,9 +94,7 @@
 #![deny(missing_docs)]
 
 mod attr;
-mod dir;
 mod errno;
-mod inodes;
 mod ops;
 
 use std::io;
@@ -115,9 +113,9 @@ pub const MOUNT_THREADS_MAX: usize = 64;
 /// How long the kernel may keep attributes and names by default: the bound
 /// within which a change made through another mount (or client) becomes
 /// visible here without a close and open.
-pub const ATTR_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+pub const ATTR_TIMEOUT_DEFAULT: Duration = nasd_vfs::ATTR_TIMEOUT_DEFAULT;
 /// Longest attribute and name timeout a mount accepts.
-pub const ATTR_TIMEOUT_MAX: Duration = Duration::from_secs(60);
+pub const ATTR_TIMEOUT_MAX: Duration = nasd_vfs::ATTR_TTL_MAX;
 /// Requests running at once; each holds at most one transfer (up to
 /// [`MAX_WRITE_BYTES`]) of its own, so this bounds the mount's memory for
 /// requests to about 256 MiB.
@@ -134,9 +132,9 @@ pub const MAX_WRITE_BYTES: u32 = 1024 * 1024;
 pub const MAX_READAHEAD_BYTES: u32 = 1024 * 1024;
 /// Open file descriptions (FUSE file handles) one mount keeps; more opens
 /// fail with `ENFILE`.
-pub const OPEN_FILES_MAX: usize = 65_536;
+pub const OPEN_FILES_MAX: usize = nasd_vfs::OPEN_FILES_MAX;
 /// Open directory streams one mount keeps; more fail with `ENFILE`.
-pub const OPEN_DIRS_MAX: usize = 16_384;
+pub const OPEN_DIRS_MAX: usize = nasd_vfs::OPEN_DIRS_MAX;
 /// `st_blksize` reported: the size `cp` and friends read and write in.
 pub const BLOCK_SIZE_REPORTED: u32 = 1024 * 1024;
 
@@ -214,8 +212,6 @@ pub struct Mount {
     unmounter: std::sync::Mutex<fuser::SessionUnmounter>,
     done: Option<tokio::sync::oneshot::Receiver<io::Result<()>>>,
     state: Arc<ops::State>,
-    /// The task following the manager's change feed.
-    feed: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Mount {
@@ -239,19 +235,14 @@ impl Mount {
     pub async fn start(fs: nasd_fs::FsClient, config: MountConfig) -> io::Result<Mount> {
         config.validate()?;
         check_mountpoint(&config.mountpoint, config.nonempty)?;
-        let root = fs.root().await.map_err(|e| io::Error::other(format!("cannot reach the root directory: {e}")))?;
-        // Take a place in the change feed before the kernel can cache anything:
+        // Takes a place in the change feed before the kernel can cache anything:
         // every change made after `start` returns reaches this mount.
-        let mut watcher = fs.watcher();
-        let started = match watcher.wait(Duration::ZERO).await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(error = %e, "the manager's change feed is not reachable yet: the attribute timeout bounds staleness until it is");
-                false
-            }
-        };
+        let layer = nasd_vfs::VfsConfig { attr_timeout: config.attr_timeout, follow_feed: true };
+        let vfs = nasd_vfs::Vfs::start(fs, layer)
+            .await
+            .map_err(|e| io::Error::other(format!("cannot reach the root directory: {e}")))?;
         let runtime = tokio::runtime::Handle::current();
-        let state = Arc::new(ops::State::new(fs, runtime, &config, root));
+        let state = Arc::new(ops::State::new(vfs, runtime, &config));
         let options = fuser_config(&config);
         let fs = ops::NasdFs::new(state.clone());
         let mountpoint = config.mountpoint.clone();
@@ -260,7 +251,6 @@ impl Mount {
             .map_err(|e| io::Error::other(format!("mount task failed: {e}")))?
             .map_err(|e| io::Error::new(e.kind(), format!("cannot mount at {}: {e}", config.mountpoint.display())))?;
         state.set_notifier(session.notifier());
-        let feed = tokio::spawn(state.clone().follow_changes(watcher, started));
         let unmounter = session.unmount_callable();
         let (tx, done) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
@@ -274,7 +264,6 @@ impl Mount {
             unmounter: std::sync::Mutex::new(unmounter),
             done: Some(done),
             state,
-            feed,
         })
     }
 
@@ -307,8 +296,8 @@ impl Mount {
         let Some(done) = self.done.as_mut() else { return Ok(()) };
         let result = done.await.unwrap_or_else(|_| Err(io::Error::other("the session thread ended abnormally")));
         self.done = None;
-        self.feed.abort();
-        self.state.remove_hidden().await;
+        self.state.vfs().stop_feed();
+        self.state.vfs().remove_hidden().await;
         result
     }
 
@@ -321,20 +310,13 @@ impl Mount {
     /// Cache invalidations the change feed sent the kernel so far (for tests
     /// and diagnostics).
     pub fn invalidations(&self) -> u64 {
-        self.state.invalidations()
+        self.state.vfs().invalidations()
     }
 
     /// Changes the feed reported that this mount made itself, and which it
     /// therefore did not invalidate (the kernel took them from the replies).
     pub fn own_changes_skipped(&self) -> u64 {
-        self.state.own_changes_skipped()
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        // The session thread serves on until unmounted; the feed is the mount's.
-        self.feed.abort();
+        self.state.vfs().own_changes_skipped()
     }
 }
 

@@ -1,28 +1,24 @@
-//! The FUSE requests, each turned into handle-based `nasd-fs` calls on a task
-//! of its own.
+//! The FUSE requests, each turned into calls of the shared file-system
+//! layer ([`nasd_vfs::Vfs`]) on a task of its own: this module translates
+//! FUSE's requests, replies and errnos, and decides who each request runs as
+//! and how long it waits for a manager; the semantics are the layer's.
 
 use crate::attr::{file_type, nanos, to_kernel, GENERATION};
-use crate::dir::DirStream;
-use crate::errno::errno;
-use crate::inodes::{Hidden, Inodes};
-use crate::{
-    MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, NAME_REQUESTS_IN_FLIGHT_MAX, OPEN_DIRS_MAX, OPEN_FILES_MAX,
-    REQUESTS_IN_FLIGHT_MAX,
-};
+use crate::errno::vfs_errno;
+use crate::{MountConfig, MAX_READAHEAD_BYTES, MAX_WRITE_BYTES, NAME_REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_MAX};
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
-use nasd_fs::{
-    Change, Entry, File, FileKind, FsClient, FsError, Handle, Identity, Ino, ManagerWait, Seek, SetAttr, XattrMode,
-};
-use std::collections::HashMap;
+use nasd_fs::{FileKind, FsClient, FsStatus, Identity, Ino, ManagerWait, Seek, SetAttr, XattrMode};
+use nasd_vfs::{CreateFlags, Vfs, VfsError};
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::Semaphore;
 
@@ -32,23 +28,6 @@ const STATFS_BLOCK_BYTES: u32 = 4096;
 const STATFS_FILES_FREE: u64 = 1 << 32;
 /// Longest name `statfs` reports (`FILE_NAME_MAX`).
 const STATFS_NAME_MAX: u32 = nasd_proto::fs::FILE_NAME_MAX as u32;
-/// Longest one wait on the change feed lasts; then the mount asks again.
-const FEED_WAIT: Duration = Duration::from_secs(25);
-/// How long the mount waits before it asks a feed that failed again.
-const FEED_RETRY: Duration = Duration::from_secs(1);
-/// How long the mount waits for the change feed to report a change it made
-/// itself (and skips it) before it forgets it: one not reported by then
-/// (the feed lost it, or was down) only costs an invalidation.
-const OWN_CHANGE_WAIT: Duration = Duration::from_secs(10);
-/// Longest a call answered from an open file waits for the manager's answer
-/// during an outage (a manager on a host that is gone answers nothing until
-/// the connection times out); past it the open file answers.
-const UNLESS_UNREACHABLE_WAIT_MAX: Duration = Duration::from_secs(1);
-/// The extended attribute the kernel reads before every write of a file
-/// (whether the write must drop file capabilities).
-const WRITE_CHECK_XATTR: &str = "security.capability";
-/// Prefix of the hidden name a file unlinked while open here lives on under.
-pub(crate) const HIDDEN_PREFIX: &str = ".nasd-unlinked-";
 
 tokio::task_local! {
     /// The client a request runs as: the mount's own, or with
@@ -56,17 +35,28 @@ tokio::task_local! {
     static CALLER: FsClient;
 }
 
-/// One open file description (a FUSE file handle).
-#[derive(Debug, Clone, Copy)]
-struct OpenFile {
-    ino: Ino,
-    /// Opened for writing: its `close` commits the file's writes.
-    write: bool,
+/// The kernel's caches, which the layer's change feed keeps true.
+struct KernelCache(Notifier);
+
+impl nasd_vfs::Invalidator for KernelCache {
+    fn inval_inode(&self, ino: Ino) {
+        // The kernel may have dropped the inode already (ENOENT): nothing to do.
+        let _ = self.0.inval_inode(INodeNo(ino), 0, 0);
+    }
+
+    fn inval_attr(&self, ino: Ino) {
+        // Attributes only (offset -1): safe from inside a request.
+        let _ = self.0.inval_inode(INodeNo(ino), -1, 0);
+    }
+
+    fn inval_entry(&self, dir: Ino, name: &str) {
+        let _ = self.0.inval_entry(INodeNo(dir), OsStr::new(name));
+    }
 }
 
 /// Everything a mount shares between its requests.
 pub(crate) struct State {
-    fs: FsClient,
+    vfs: Vfs,
     runtime: tokio::runtime::Handle,
     identity: Identity,
     /// The local user who mounted.
@@ -74,14 +64,8 @@ pub(crate) struct State {
     allow_other: bool,
     /// Each request runs as its local caller (`AS_USER`).
     map_users: bool,
-    ttl: Duration,
     /// How long requests wait for a manager that cannot be reached.
     manager_wait: ManagerWait,
-    inodes: Mutex<Inodes>,
-    files: Mutex<HashMap<u64, OpenFile>>,
-    dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirStream>>>>,
-    next_fh: AtomicU64,
-    hidden_seq: AtomicU64,
     /// Data requests in flight (reads, writes, flushes and releases of open
     /// files): each holds at most one transfer.
     requests: Arc<Semaphore>,
@@ -89,29 +73,8 @@ pub(crate) struct State {
     /// requests so that many of them waiting for the manager leave the
     /// open files' reads and writes going.
     name_requests: Arc<Semaphore>,
-    notifier: OnceLock<Notifier>,
     answered: AtomicU64,
     failed: AtomicU64,
-    /// Cache invalidations sent to the kernel from the change feed.
-    invalidations: AtomicU64,
-    /// Changes the feed reported that this mount had made itself (skipped).
-    own_skipped: AtomicU64,
-    /// When a call that does not wait last tried the manager during an outage.
-    outage_try: Mutex<Option<std::time::Instant>>,
-    /// Changes this mount is making itself, which the feed will report:
-    /// the kernel learnt them from the replies, so they are skipped.
-    own: Mutex<HashMap<Change, (u32, std::time::Instant)>>,
-}
-
-/// Locks a mutex, taking it over if a panicking request left it poisoned
-/// (every critical section leaves the tables consistent between statements).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The changes the manager records for a name made or removed in `parent`.
-fn name_changes(parent: Handle, name: &str) -> Vec<Change> {
-    vec![Change::Entry { dir: parent.ino, name: name.to_string() }, Change::Inode(parent.ino)]
 }
 
 /// The supplementary groups of process (or thread) `pid`: the `Groups:`
@@ -167,54 +130,39 @@ fn name_of(name: &OsStr) -> Result<String, Errno> {
 }
 
 impl State {
-    pub fn new(fs: FsClient, runtime: tokio::runtime::Handle, config: &MountConfig, root: Entry) -> State {
+    pub fn new(vfs: Vfs, runtime: tokio::runtime::Handle, config: &MountConfig) -> State {
         State {
-            identity: fs.identity(),
-            fs,
+            identity: vfs.fs().identity(),
+            vfs,
             runtime,
             // SAFETY: geteuid(2) cannot fail and touches no memory.
             owner_uid: unsafe { libc::geteuid() },
             allow_other: config.allow_other,
             map_users: config.map_users,
-            ttl: config.attr_timeout,
             manager_wait: config.manager_wait,
-            inodes: Mutex::new(Inodes::new(&root)),
-            files: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            hidden_seq: AtomicU64::new(0),
             requests: Arc::new(Semaphore::new(REQUESTS_IN_FLIGHT_MAX)),
             name_requests: Arc::new(Semaphore::new(NAME_REQUESTS_IN_FLIGHT_MAX)),
-            notifier: OnceLock::new(),
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
-            invalidations: AtomicU64::new(0),
-            own_skipped: AtomicU64::new(0),
-            own: Mutex::new(HashMap::new()),
-            outage_try: Mutex::new(None),
         }
     }
 
     pub fn set_notifier(&self, notifier: Notifier) {
-        let _ = self.notifier.set(notifier);
+        self.vfs.set_invalidator(Arc::new(KernelCache(notifier)));
+    }
+
+    pub fn vfs(&self) -> &Vfs {
+        &self.vfs
     }
 
     pub fn counters(&self) -> (u64, u64) {
         (self.answered.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed))
     }
 
-    pub fn invalidations(&self) -> u64 {
-        self.invalidations.load(Ordering::Relaxed)
-    }
-
-    pub fn own_changes_skipped(&self) -> u64 {
-        self.own_skipped.load(Ordering::Relaxed)
-    }
-
     /// The client the current request runs as ([`CALLER`]); the mount's
     /// own outside a request (background work).
-    fn fs(&self) -> FsClient {
-        CALLER.try_with(FsClient::clone).unwrap_or_else(|_| self.fs.clone())
+    fn cx(&self) -> FsClient {
+        CALLER.try_with(FsClient::clone).unwrap_or_else(|_| self.vfs.fs().clone())
     }
 
     /// The client a request of local user `uid` (group `gid`, process or
@@ -224,7 +172,7 @@ impl State {
     fn client_for(&self, uid: u32, gid: u32, pid: u32) -> Result<FsClient, Errno> {
         if !self.map_users {
             self.admit(uid)?;
-            return Ok(self.fs.clone());
+            return Ok(self.vfs.fs().clone());
         }
         // A caller whose groups cannot be read is refused: acting without
         // them could grant what a mode such as 0604 denies the group.
@@ -232,7 +180,7 @@ impl State {
             tracing::debug!(pid, error = %e, "cannot read the caller's groups");
             Errno::EACCES
         })?;
-        self.fs.as_user(uid, gid, &groups).map_err(|e| {
+        self.vfs.fs().as_user(uid, gid, &groups).map_err(|e| {
             tracing::warn!(uid, error = %e, "refusing a caller with more supplementary groups than GROUPS_MAX");
             Errno::EACCES
         })
@@ -249,160 +197,36 @@ impl State {
         }
     }
 
-    fn handle(&self, ino: u64) -> Result<Handle, Errno> {
-        lock(&self.inodes).handle(ino).ok_or(Errno::ESTALE)
-    }
-
-    /// Records an entry handed to the kernel; its attributes as the kernel takes them.
-    fn remember(&self, e: &Entry) -> fuser::FileAttr {
-        let mut inodes = lock(&self.inodes);
-        let node = inodes.remember(e);
-        to_kernel(&node.attr, node.nlink_hidden())
-    }
-
-    fn new_fh(&self) -> u64 {
-        self.next_fh.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn open_file(&self, fh: u64) -> Result<OpenFile, Errno> {
-        lock(&self.files).get(&fh).copied().ok_or(Errno::EBADF)
-    }
-
-    /// The file every descriptor of `ino` reads and writes through.
-    fn shared(&self, ino: Ino) -> Result<Arc<File>, Errno> {
-        lock(&self.inodes).get(ino).and_then(|n| n.file.clone()).ok_or(Errno::EBADF)
-    }
-
-    fn is_open(&self, ino: Ino) -> bool {
-        lock(&self.inodes).get(ino).is_some_and(|n| n.opens > 0)
+    /// How long the kernel may keep what a reply gives it ([`Vfs::attr_ttl`]).
+    fn ttl(&self) -> Duration {
+        self.vfs.attr_ttl()
     }
 
     // ---------------------------------------------------------------- names
 
-    async fn lookup(&self, parent: u64, name: OsString) -> Result<fuser::FileAttr, Errno> {
-        let parent = self.handle(parent)?;
+    /// A lookup: the entry, or for a name that does not exist a negative
+    /// entry (inode 0) the kernel keeps for the attribute lifetime — the
+    /// change feed drops it when another client makes the name.
+    async fn lookup(&self, parent: u64, name: OsString) -> Result<(fuser::FileAttr, Duration), Errno> {
         let name = name_of(&name)?;
-        let mut e = self.fs().lookup(parent, &name).await.map_err(|e| errno(&e))?;
-        // The kernel takes a lookup's attributes as the inode's: never a size
-        // short of what this mount has written and not yet committed.
-        self.with_local_size(&mut e.attr).await;
-        Ok(self.remember(&e))
-    }
-
-    /// Raises `attr.size` to the size of the writes this mount holds for the
-    /// inode and has not committed (the manager does not know that size yet).
-    async fn with_local_size(&self, attr: &mut nasd_fs::FileAttr) {
-        let file = lock(&self.inodes).get(attr.ino).and_then(|n| n.file.clone());
-        if let Some(file) = file {
-            if file.dirty().await {
-                attr.size = attr.size.max(file.size());
-            }
+        let ttl = self.ttl();
+        match self.vfs.lookup(&self.cx(), parent, &name).await {
+            Ok(e) => Ok((to_kernel(&e.attr), ttl)),
+            Err(e) if e.status() == Some(FsStatus::NotFound) => Ok((negative_entry(), ttl)),
+            Err(e) => Err(vfs_errno(&e)),
         }
     }
 
     async fn getattr(&self, ino: u64) -> Result<fuser::FileAttr, Errno> {
-        let handle = self.handle(ino)?;
-        let open = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
-        let mut attr = match open {
-            // The kernel asks before reads of an open file: while no manager answers, the
-            // open file's attributes (what its open, commits and writes here made them)
-            // answer, so reads go on at once.
-            Some(file) => match self.unless_unreachable(self.fs().getattr(handle)).await {
-                Some(r) => r.map_err(|e| errno(&e))?.attr,
-                None => file.attr(),
-            },
-            None => self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr,
-        };
-        self.with_local_size(&mut attr).await;
-        let mut inodes = lock(&self.inodes);
-        inodes.refresh(&attr);
-        let hidden = inodes.get(ino).map_or(0, |n| n.nlink_hidden());
-        Ok(to_kernel(&attr, hidden))
-    }
-
-    /// Runs `call` (manager requests) without waiting for a manager: `None`
-    /// if none answers — the one attempt found no manager or lost its
-    /// connection — else its result. During an outage the attempt is made
-    /// at most once per [`nasd_fs::MANAGER_PROBE_PAUSE`] (so the outage's
-    /// end is found even if no other call waits for it) and given
-    /// [`UNLESS_UNREACHABLE_WAIT_MAX`]; meanwhile `None` at once.
-    async fn unless_unreachable<T>(
-        &self,
-        call: impl Future<Output = Result<T, FsError>>,
-    ) -> Option<Result<T, FsError>> {
-        let call = nasd_fs::with_manager_wait(ManagerWait::NONE, None, call);
-        let result = if self.fs.manager_outage().is_some() {
-            if !self.outage_try_due() {
-                return None;
-            }
-            tokio::time::timeout(UNLESS_UNREACHABLE_WAIT_MAX, call).await.ok()?
-        } else {
-            call.await
-        };
-        match result {
-            Err(FsError::ManagerUnreachable { .. } | FsError::Io(_)) => None,
-            r => Some(r),
-        }
-    }
-
-    /// Whether a call that does not wait may try the manager during an
-    /// outage now (the last such try was [`nasd_fs::MANAGER_PROBE_PAUSE`]
-    /// ago or more); taken if so.
-    fn outage_try_due(&self) -> bool {
-        let mut last = lock(&self.outage_try);
-        if last.is_some_and(|t| t.elapsed() < nasd_fs::MANAGER_PROBE_PAUSE) {
-            return false;
-        }
-        *last = Some(std::time::Instant::now());
-        true
+        self.vfs.getattr(&self.cx(), ino).await.map(|a| to_kernel(&a)).map_err(|e| vfs_errno(&e))
     }
 
     async fn setattr(&self, ino: u64, changes: SetAttr) -> Result<fuser::FileAttr, Errno> {
-        let handle = self.handle(ino)?;
-        let file = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
-        if let Some(file) = &file {
-            // The manager changes a size under a write transaction of its own, and a
-            // commit sets the modification time: writes here are committed first.
-            if file.dirty().await {
-                self.making(vec![Change::Inode(ino)], async { file.flush().await.map_err(|e| errno(&e)) }).await?;
-            }
-        }
-        if changes == SetAttr::default() {
-            return self.getattr(ino).await;
-        }
-        let call = async { self.fs().setattr(handle, &changes).await.map_err(|e| errno(&e)) };
-        let attr = self.making(vec![Change::Inode(ino)], call).await?;
-        if changes.size.is_some() {
-            if let Some(file) = &file {
-                file.adopt_attr(attr.clone()).await;
-            }
-        }
-        let mut inodes = lock(&self.inodes);
-        inodes.refresh(&attr);
-        let node = inodes.get_mut(ino);
-        let hidden = node.as_ref().map_or(0, |n| n.nlink_hidden());
-        if let Some(node) = node {
-            if changes.size.is_some() {
-                node.cached = None;
-            }
-        }
-        Ok(to_kernel(&attr, hidden))
+        self.vfs.setattr(&self.cx(), ino, changes).await.map(|a| to_kernel(&a)).map_err(|e| vfs_errno(&e))
     }
 
     async fn readlink(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        let (handle, target) = {
-            let inodes = lock(&self.inodes);
-            let node = inodes.get(ino).ok_or(Errno::ESTALE)?;
-            (node.handle, node.target.clone())
-        };
-        if let Some(target) = target {
-            return Ok(target.into_bytes());
-        }
-        let e = self.fs().getattr(handle).await.map_err(|e| errno(&e))?;
-        if e.attr.kind != FileKind::Symlink {
-            return Err(Errno::EINVAL);
-        }
-        Ok(e.target.into_bytes())
+        self.vfs.readlink(&self.cx(), ino).await.map(String::into_bytes).map_err(|e| vfs_errno(&e))
     }
 
     async fn mknod(&self, parent: u64, name: OsString, mode: u32, rdev: u32) -> Result<fuser::FileAttr, Errno> {
@@ -415,110 +239,37 @@ impl State {
             // mknod(2) of a directory or a link: EINVAL (mkdir and symlink make those).
             _ => return Err(Errno::EINVAL),
         };
-        let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        if let Some(kind) = kind {
-            let rdev = if kind.is_device() { u64::from(rdev) } else { 0 };
-            let call =
-                async { self.fs().mknod_at(parent, &name, kind, mode & 0o7777, rdev).await.map_err(|e| errno(&e)) };
-            let e = self.making(name_changes(parent, &name), call).await?;
-            return Ok(self.remember(&e));
-        }
-        let call =
-            async { self.fs().create_at(parent, &name, mode & 0o7777, true, false).await.map_err(|e| errno(&e)) };
-        let file = self.making(name_changes(parent, &name), call).await?;
-        let handle = file.handle();
-        let e =
-            Entry { attr: file.attr(), handle_mac: handle.mac, site: handle.site, target: String::new(), access: None };
-        Ok(self.remember(&e))
+        let e = self.vfs.mknod(&self.cx(), parent, &name, kind, mode, u64::from(rdev)).await;
+        e.map(|e| to_kernel(&e.attr)).map_err(|e| vfs_errno(&e))
     }
 
     async fn mkdir(&self, parent: u64, name: OsString, mode: u32) -> Result<fuser::FileAttr, Errno> {
-        let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let call = async { self.fs().mkdir_at(parent, &name, mode & 0o7777).await.map_err(|e| errno(&e)) };
-        let e = self.making(name_changes(parent, &name), call).await?;
-        Ok(self.remember(&e))
+        self.vfs.mkdir(&self.cx(), parent, &name, mode).await.map(|e| to_kernel(&e.attr)).map_err(|e| vfs_errno(&e))
     }
 
     async fn symlink(&self, parent: u64, name: OsString, target: std::path::PathBuf) -> Result<fuser::FileAttr, Errno> {
-        let parent = self.handle(parent)?;
         let name = name_of(&name)?;
         let target = target.to_str().ok_or(Errno::EINVAL)?.to_owned();
-        let call = async { self.fs().symlink_at(parent, &name, &target).await.map_err(|e| errno(&e)) };
-        let e = self.making(name_changes(parent, &name), call).await?;
-        Ok(self.remember(&e))
+        let e = self.vfs.symlink(&self.cx(), parent, &name, &target).await;
+        e.map(|e| to_kernel(&e.attr)).map_err(|e| vfs_errno(&e))
     }
 
     async fn link(&self, ino: u64, new_parent: u64, new_name: OsString) -> Result<fuser::FileAttr, Errno> {
-        let file = self.handle(ino)?;
-        let new_parent = self.handle(new_parent)?;
         let new_name = name_of(&new_name)?;
-        let mut changes = name_changes(new_parent, &new_name);
-        changes.push(Change::Inode(file.ino));
-        let call = async { self.fs().link_at(file, new_parent, &new_name).await.map_err(|e| errno(&e)) };
-        let mut e = self.making(changes, call).await?;
-        self.with_local_size(&mut e.attr).await;
-        Ok(self.remember(&e))
-    }
-
-    /// The inode `name` in `parent` names, if it is a regular file with no
-    /// other name that is open in this mount: removing that name would
-    /// destroy its data under the open descriptors.
-    async fn open_last_name(&self, parent: Handle, name: &str) -> Option<Ino> {
-        if lock(&self.files).is_empty() {
-            return None;
-        }
-        let e = self.fs().lookup(parent, name).await.ok()?;
-        let ino = e.attr.ino;
-        (e.attr.kind == FileKind::File && e.attr.nlink <= 1 && self.is_open(ino)).then_some(ino)
-    }
-
-    /// Moves `parent/name` (inode `ino`, open here) to a hidden name that
-    /// the last close removes.
-    async fn hide(&self, parent: Handle, name: &str, ino: Ino) -> Result<Hidden, Errno> {
-        let seq = self.hidden_seq.fetch_add(1, Ordering::Relaxed);
-        let hidden = Hidden { parent, name: format!("{HIDDEN_PREFIX}{ino:x}-{seq:x}"), fs: self.fs() };
-        self.fs().rename_at(parent, name, parent, &hidden.name).await.map_err(|e| errno(&e))?;
-        let closed = {
-            let mut inodes = lock(&self.inodes);
-            match inodes.get_mut(ino) {
-                Some(node) if node.opens > 0 => {
-                    node.hidden = Some(hidden.clone());
-                    false
-                }
-                _ => true,
-            }
-        };
-        if closed {
-            // The last descriptor closed meanwhile.
-            self.remove_hidden_name(&hidden).await;
-        }
-        Ok(hidden)
-    }
-
-    async fn remove_hidden_name(&self, hidden: &Hidden) {
-        // As whoever hid it: they could unlink the name.
-        if let Err(e) = hidden.fs.unlink_at(hidden.parent, &hidden.name).await {
-            tracing::warn!(name = %hidden.name, error = %e, "removing the hidden name of a file unlinked while open failed");
-        }
+        let e = self.vfs.link(&self.cx(), ino, new_parent, &new_name).await;
+        e.map(|e| to_kernel(&e.attr)).map_err(|e| vfs_errno(&e))
     }
 
     async fn unlink(&self, parent: u64, name: OsString) -> Result<(), Errno> {
-        let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        if let Some(ino) = self.open_last_name(parent, &name).await {
-            return self.hide(parent, &name, ino).await.map(|_| ());
-        }
-        let call = async { self.fs().unlink_at(parent, &name).await.map_err(|e| errno(&e)) };
-        self.making(name_changes(parent, &name), call).await
+        self.vfs.unlink(&self.cx(), parent, &name).await.map_err(|e| vfs_errno(&e))
     }
 
     async fn rmdir(&self, parent: u64, name: OsString) -> Result<(), Errno> {
-        let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        let call = async { self.fs().rmdir_at(parent, &name).await.map_err(|e| errno(&e)) };
-        self.making(name_changes(parent, &name), call).await
+        self.vfs.rmdir(&self.cx(), parent, &name).await.map_err(|e| vfs_errno(&e))
     }
 
     async fn rename(&self, from: (u64, OsString), to: (u64, OsString), flags: RenameFlags) -> Result<(), Errno> {
@@ -528,102 +279,16 @@ impl State {
         if !flags.is_empty() {
             return Err(Errno::EINVAL);
         }
-        let parent = self.handle(from.0)?;
-        let new_parent = self.handle(to.0)?;
-        let name = name_of(&from.1)?;
-        let new_name = name_of(&to.1)?;
-        // A file open here that the rename would replace lives on under a hidden name.
-        let mut hidden = None;
-        if let Some(ino) = self.open_last_name(new_parent, &new_name).await {
-            let source = self.fs().lookup(parent, &name).await.map_err(|e| errno(&e))?;
-            if source.attr.ino != ino {
-                hidden = Some((ino, self.hide(new_parent, &new_name, ino).await?));
-            }
-        }
-        let mut changes = vec![
-            Change::Entry { dir: parent.ino, name: name.clone() },
-            Change::Entry { dir: new_parent.ino, name: new_name.clone() },
-            Change::Inode(parent.ino),
-        ];
-        if new_parent.ino != parent.ino {
-            changes.push(Change::Inode(new_parent.ino));
-        }
-        let call = async { self.fs().rename_at(parent, &name, new_parent, &new_name).await.map_err(|e| errno(&e)) };
-        let renamed = self.making(changes, call).await;
-        if let (Err(_), Some((ino, h))) = (&renamed, hidden) {
-            // Put the replaced file back where it was.
-            let back = self.fs().rename_at(h.parent, &h.name, new_parent, &new_name).await;
-            if back.is_ok() {
-                if let Some(node) = lock(&self.inodes).get_mut(ino) {
-                    node.hidden = None;
-                }
-            }
-        }
-        renamed
+        let (name, new_name) = (name_of(&from.1)?, name_of(&to.1)?);
+        self.vfs.rename(&self.cx(), (from.0, &name), (to.0, &new_name)).await.map_err(|e| vfs_errno(&e))
     }
 
     // ---------------------------------------------------------------- files
 
-    fn check_room(&self) -> Result<(), Errno> {
-        if lock(&self.files).len() >= OPEN_FILES_MAX {
-            return Err(Errno::ENFILE);
-        }
-        Ok(())
-    }
-
-    /// Makes `file` the shared file of `ino` unless one that serves `write`
-    /// is there, records one more open, and returns whether the kernel may
-    /// keep its page cache (the file is unchanged since it was filled).
-    fn install(&self, ino: Ino, file: Arc<File>, write: bool, keep_old: bool) -> Result<bool, Errno> {
-        let attr = file.attr();
-        let mut inodes = lock(&self.inodes);
-        let node = inodes.get_mut(ino).ok_or(Errno::ESTALE)?;
-        let serves = node.file.as_ref().is_some_and(|f| !write || f.writable());
-        if !(serves && keep_old) {
-            node.file = Some(file);
-        }
-        let stamp = (attr.size, attr.mtime_ns);
-        let keep = node.cached == Some(stamp);
-        node.cached = Some(stamp);
-        node.attr = attr;
-        node.opens += 1;
-        Ok(keep)
-    }
-
-    fn add_fh(&self, ino: Ino, write: bool) -> u64 {
-        let fh = self.new_fh();
-        lock(&self.files).insert(fh, OpenFile { ino, write });
-        fh
-    }
-
     async fn open(&self, ino: u64, flags: i32) -> Result<(u64, FopenFlags), Errno> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let handle = self.handle(ino)?;
-        self.check_room()?;
-        // Every open asks the manager: its permission check, and fresh
-        // attributes (close-to-open).
-        let fresh = Arc::new(self.fs().open_handle(handle, write).await.map_err(|e| errno(&e))?);
-        let attr = fresh.attr();
-        let existing = lock(&self.inodes).get(ino).and_then(|n| n.file.clone());
-        let mut keep_old = false;
-        if let Some(old) = existing {
-            let serves = if write { old.takes_writes().await } else { true };
-            if serves {
-                // Another client's commits since it was opened show now.
-                old.adopt_attr(attr.clone()).await;
-                keep_old = true;
-            }
-        }
-        let old_size = lock(&self.inodes).get(ino).map(|n| n.attr.size);
-        let keep = self.install(ino, fresh, write, keep_old)?;
-        if !keep && old_size.is_some_and(|s| s != attr.size) {
-            // The kernel's size for the file is stale: have it asked again.
-            if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(INodeNo(ino), -1, 0);
-            }
-        }
-        let fh = self.add_fh(ino, write);
-        Ok((fh, if keep { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() }))
+        let opened = self.vfs.open(&self.cx(), ino, write).await.map_err(|e| vfs_errno(&e))?;
+        Ok((opened.fh, if opened.keep_cache { FopenFlags::FOPEN_KEEP_CACHE } else { FopenFlags::empty() }))
     }
 
     async fn create(
@@ -633,45 +298,26 @@ impl State {
         mode: u32,
         flags: i32,
     ) -> Result<(fuser::FileAttr, u64, FopenFlags), Errno> {
-        let parent = self.handle(parent)?;
         let name = name_of(&name)?;
-        self.check_room()?;
         let exclusive = flags & libc::O_EXCL != 0;
         let truncate = flags & libc::O_TRUNC != 0;
-        let file = self
-            .making(name_changes(parent, &name), async {
-                self.fs().create_at(parent, &name, mode & 0o7777, exclusive, truncate).await.map_err(|e| errno(&e))
-            })
-            .await?;
-        let handle = file.handle();
-        let e =
-            Entry { attr: file.attr(), handle_mac: handle.mac, site: handle.site, target: String::new(), access: None };
-        let attr = self.remember(&e);
-        let ino = e.attr.ino;
-        self.install(ino, Arc::new(file), true, false)?;
-        let fh = self.add_fh(ino, flags & libc::O_ACCMODE != libc::O_RDONLY);
-        Ok((attr, fh, FopenFlags::empty()))
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let (e, opened) = self
+            .vfs
+            .create(&self.cx(), parent, &name, mode, CreateFlags { exclusive, truncate, write })
+            .await
+            .map_err(|e| vfs_errno(&e))?;
+        Ok((to_kernel(&e.attr), opened.fh, FopenFlags::empty()))
     }
 
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        let open = self.open_file(fh)?;
-        let file = self.shared(open.ino)?;
-        file.read_at(offset, u64::from(size)).await.map_err(|e| errno(&e))
+        self.vfs.read(fh, offset, size).await.map_err(|e| vfs_errno(&e))
     }
 
     async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<u32, Errno> {
-        let open = self.open_file(fh)?;
-        if !open.write {
-            return Err(Errno::EBADF);
-        }
-        let file = self.shared(open.ino)?;
         // The kernel's offset (its size for O_APPEND): its page cache holds
         // the bytes there too.
-        file.write_at(offset, &data).await.map_err(|e| errno(&e))?;
-        if let Some(node) = lock(&self.inodes).get_mut(open.ino) {
-            node.cached = None;
-        }
-        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
+        self.vfs.write(fh, offset, &data).await.map_err(|e| vfs_errno(&e))
     }
 
     /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` (the kernel does the other
@@ -685,9 +331,7 @@ impl State {
             _ => return Err(Errno::EINVAL),
         };
         let offset = u64::try_from(offset).map_err(|_| Errno::ENXIO)?;
-        let open = self.open_file(fh)?;
-        let file = self.shared(open.ino)?;
-        match file.seek(what, offset).await.map_err(|e| errno(&e))? {
+        match self.vfs.seek(fh, what, offset).await.map_err(|e| vfs_errno(&e))? {
             Some(at) => i64::try_from(at).map_err(|_| Errno::EOVERFLOW),
             None => Err(Errno::ENXIO),
         }
@@ -696,193 +340,99 @@ impl State {
     /// `close` of a descriptor open for writing, and `fsync`: commits the
     /// file's writes (close-to-open: another mount's next open sees them).
     async fn commit(&self, fh: u64) -> Result<(), Errno> {
-        let open = self.open_file(fh)?;
-        if !open.write {
-            return Ok(());
-        }
-        let file = self.shared(open.ino)?;
-        // Always flushed: a write that failed in the background is reported here.
-        let expected = if file.dirty().await { vec![Change::Inode(open.ino)] } else { Vec::new() };
-        self.making(expected, async { file.flush().await.map_err(|e| errno(&e)) }).await?;
-        let attr = file.attr();
-        let mut inodes = lock(&self.inodes);
-        if let Some(node) = inodes.get_mut(open.ino) {
-            // The page cache holds what was just committed.
-            node.cached = Some((attr.size, attr.mtime_ns));
-            node.attr = attr;
-        }
-        Ok(())
+        self.vfs.commit(fh).await.map_err(|e| vfs_errno(&e))
+    }
+
+    /// `fsync`: the file's writes committed, then made durable against power
+    /// loss with everything the manager acknowledged before.
+    async fn fsync(&self, fh: u64) -> Result<(), Errno> {
+        self.vfs.fsync(fh).await.map_err(|e| vfs_errno(&e))
+    }
+
+    async fn sync(&self) -> Result<(), Errno> {
+        self.vfs.sync().await.map_err(|e| vfs_errno(&e))
     }
 
     async fn release(&self, fh: u64) -> Result<(), Errno> {
-        let open = lock(&self.files).remove(&fh).ok_or(Errno::EBADF)?;
-        let (file, hidden) = {
-            let mut inodes = lock(&self.inodes);
-            match inodes.get_mut(open.ino) {
-                Some(node) => {
-                    node.opens = node.opens.saturating_sub(1);
-                    if node.opens == 0 {
-                        node.write_check = None;
-                        (node.file.take(), node.hidden.take())
-                    } else {
-                        (None, None)
-                    }
-                }
-                None => (None, None),
-            }
-        };
-        let mut result = Ok(());
-        if let Some(file) = file {
-            // Writes made since the last close (through mmap, or a close whose
-            // commit failed) are committed or reported now.
-            if file.dirty().await {
-                if let Err(e) = file.flush().await {
-                    tracing::warn!(ino = open.ino, error = %e, "committing a file's writes at its last close failed");
-                    result = Err(errno(&e));
-                }
-            }
-        }
-        if let Some(hidden) = hidden {
-            self.remove_hidden_name(&hidden).await;
-        }
-        lock(&self.inodes).drop_if_unused(open.ino);
-        result
+        self.vfs.release(fh).await.map_err(|e| vfs_errno(&e))
     }
 
     // ---------------------------------------------------------- directories
 
     async fn opendir(&self, ino: u64) -> Result<u64, Errno> {
-        let handle = self.handle(ino)?;
-        let mut dirs = lock(&self.dirs);
-        if dirs.len() >= OPEN_DIRS_MAX {
-            return Err(Errno::ENFILE);
-        }
-        let fh = self.new_fh();
-        dirs.insert(fh, Arc::new(tokio::sync::Mutex::new(DirStream::new(handle))));
-        Ok(fh)
+        self.vfs.opendir(ino).map_err(|e| vfs_errno(&e))
     }
 
     async fn readdir(&self, fh: u64, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
-        let stream = lock(&self.dirs).get(&fh).cloned().ok_or(Errno::EBADF)?;
-        let mut stream = stream.lock().await;
-        let ino = stream.ino();
-        let mut at = offset;
-        // Offsets: 0 ".", 1 "..", then the entries; each entry carries the offset after it.
-        for (dot, name) in [(0, "."), (1, "..")] {
-            if at == dot {
-                if reply.add(INodeNo(ino), dot + 1, fuser::FileType::Directory, name) {
-                    return Ok(());
+        let add =
+            |next: u64, item: &nasd_vfs::DirItem| reply.add(INodeNo(item.ino), next, file_type(item.kind), &item.name);
+        self.vfs.readdir(&self.cx(), fh, offset, add).await.map_err(|e| vfs_errno(&e))
+    }
+
+    /// A listing with each entry's attributes and handle (the manager's
+    /// `READDIR` carries them): `ls -l` needs no lookup per entry. Every
+    /// entry the kernel takes counts as a lookup of its inode.
+    async fn readdirplus(&self, fh: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> Result<(), Errno> {
+        let ttl = self.ttl();
+        let mut taken = Vec::new();
+        let add = |next: u64, item: &nasd_vfs::DirItem| match &item.entry {
+            Some(e) if item.name != "." && item.name != ".." => {
+                let full = reply.add(INodeNo(e.attr.ino), next, &item.name, &ttl, &to_kernel(&e.attr), GENERATION);
+                if !full {
+                    taken.push(e.clone());
                 }
-                at += 1;
+                full
             }
+            // `.`, `..` (never looked up by the kernel), and entries the
+            // caller may not search: named, for the kernel to look up.
+            _ => reply.add(INodeNo(item.ino), next, &item.name, &Duration::ZERO, &unknown_attr(item), GENERATION),
+        };
+        let listed = self.vfs.readdir(&self.cx(), fh, offset, add).await.map_err(|e| vfs_errno(&e));
+        for e in &taken {
+            self.vfs.remember_listed(e).await;
         }
-        while let Some(item) = stream.at(&self.fs(), at).await.map_err(|e| errno(&e))? {
-            if reply.add(INodeNo(item.ino), at + 1, file_type(item.kind), &item.name) {
-                break;
-            }
-            at += 1;
-        }
-        Ok(())
+        listed
     }
 
     fn releasedir(&self, fh: u64) {
-        lock(&self.dirs).remove(&fh);
+        self.vfs.releasedir(fh);
     }
 
     // ---------------------------------------------------------------- other
 
     async fn statfs(&self) -> Result<[u64; 5], Errno> {
-        let (inodes, _, drives) = self.fs().statfs().await.map_err(|e| errno(&e))?;
-        let online = drives.iter().filter(|d| d.online);
-        let (capacity, used) =
-            online.fold((0u64, 0u64), |(c, u), d| (c.saturating_add(d.capacity_bytes), u.saturating_add(d.used_bytes)));
+        let s = self.vfs.statfs(&self.cx()).await.map_err(|e| vfs_errno(&e))?;
         let block = u64::from(STATFS_BLOCK_BYTES);
-        let free = capacity.saturating_sub(used) / block;
-        Ok([capacity / block, free, free, inodes.saturating_add(STATFS_FILES_FREE), STATFS_FILES_FREE])
+        let free = s.free_bytes / block;
+        Ok([s.capacity_bytes / block, free, free, s.inodes.saturating_add(STATFS_FILES_FREE), STATFS_FILES_FREE])
     }
 
-    /// `access(2)`, checked against the manager's current attributes the way
-    /// its permission rules check (root passes, but needs an `x` bit to execute).
     async fn access(&self, ino: u64, mask: i32) -> Result<(), Errno> {
-        let handle = self.handle(ino)?;
-        let attr = self.fs().getattr(handle).await.map_err(|e| errno(&e))?.attr;
-        let want = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
-        if want == 0 {
-            return Ok(());
-        }
-        let id = self.fs().identity();
-        let allowed = if id.uid == 0 {
-            let exec_ok = attr.kind == FileKind::Dir || attr.mode & 0o111 != 0;
-            if exec_ok {
-                7
-            } else {
-                6
-            }
-        } else if attr.uid == id.uid {
-            (attr.mode >> 6) & 7
-        } else if attr.gid == id.gid {
-            (attr.mode >> 3) & 7
-        } else {
-            attr.mode & 7
-        };
-        if want & allowed == want {
-            Ok(())
-        } else {
-            Err(Errno::EACCES)
-        }
+        let mask = (mask & (libc::R_OK | libc::W_OK | libc::X_OK)) as u32;
+        self.vfs.access(&self.cx(), ino, mask).await.map_err(|e| vfs_errno(&e))
     }
 
-    /// `fallocate` mode 0 (`posix_fallocate`): the file is at least
-    /// `offset + length` long afterwards (a longer length is a size change at
-    /// the manager; the drives allocate as data is written, so a later write
-    /// can still find no space). Other modes are not supported.
+    /// `fallocate` mode 0 (`posix_fallocate`); other modes are not supported.
     async fn fallocate(&self, ino: u64, fh: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
         if mode != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-        let attr = self.getattr(ino).await?;
-        if end <= attr.size {
-            return Ok(());
+        match self.vfs.allocate(&self.cx(), ino, fh, offset, length).await {
+            Err(VfsError::Invalid(_)) => Err(Errno::EFBIG),
+            r => r.map_err(|e| vfs_errno(&e)),
         }
-        // Through a descriptor open for writing, as ftruncate (the owner's override).
-        let open_writer = self.open_file(fh).is_ok_and(|f| f.write);
-        self.setattr(ino, SetAttr { size: Some(end), open_writer, ..SetAttr::default() }).await.map(|_| ())
     }
 
     // ------------------------------------------------- extended attributes
 
     async fn getxattr(&self, ino: u64, name: OsString) -> Result<Vec<u8>, Errno> {
-        let handle = self.handle(ino)?;
         let name = name_of(&name)?;
-        let open = name == WRITE_CHECK_XATTR && lock(&self.inodes).get(ino).is_some_and(|n| n.file.is_some());
-        if open {
-            // The kernel asks before every write of the file: while no manager answers,
-            // the last answer this mount had while the file is open answers, so writes go on.
-            match self.unless_unreachable(self.fs().getxattr(handle, &name)).await {
-                Some(r) => {
-                    let r = r.map_err(|e| errno(&e));
-                    if let Some(node) = lock(&self.inodes).get_mut(ino).filter(|n| n.file.is_some()) {
-                        node.write_check = Some(r.clone());
-                    }
-                    return r;
-                }
-                None => {
-                    let last =
-                        lock(&self.inodes).get(ino).filter(|n| n.file.is_some()).and_then(|n| n.write_check.clone());
-                    if let Some(last) = last {
-                        return last;
-                    }
-                }
-            }
-        }
-        self.fs().getxattr(handle, &name).await.map_err(|e| errno(&e))
+        self.vfs.getxattr(&self.cx(), ino, &name).await.map_err(|e| vfs_errno(&e))
     }
 
     /// The names, each ended by a NUL, as `listxattr(2)` returns them.
     async fn listxattr(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        let handle = self.handle(ino)?;
-        let names = self.fs().listxattr(handle).await.map_err(|e| errno(&e))?;
+        let names = self.vfs.listxattr(&self.cx(), ino).await.map_err(|e| vfs_errno(&e))?;
         let mut list = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
         for n in names {
             list.extend_from_slice(n.as_bytes());
@@ -898,174 +448,42 @@ impl State {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return Err(Errno::EINVAL),
         };
-        let handle = self.handle(ino)?;
         let name = name_of(&name)?;
-        let call = async { self.fs().setxattr(handle, &name, &value, mode).await.map_err(|e| errno(&e)) };
-        self.making(vec![Change::Inode(handle.ino)], call).await
+        self.vfs.setxattr(&self.cx(), ino, &name, &value, mode).await.map_err(|e| vfs_errno(&e))
     }
 
     async fn removexattr(&self, ino: u64, name: OsString) -> Result<(), Errno> {
-        let handle = self.handle(ino)?;
         let name = name_of(&name)?;
-        let call = async { self.fs().removexattr(handle, &name).await.map_err(|e| errno(&e)) };
-        self.making(vec![Change::Inode(handle.ino)], call).await
+        self.vfs.removexattr(&self.cx(), ino, &name).await.map_err(|e| vfs_errno(&e))
     }
+}
 
-    // ---------------------------------------------------------- change feed
+/// A lookup's answer for a name that does not exist: inode 0, which the
+/// kernel keeps as a negative entry.
+fn negative_entry() -> fuser::FileAttr {
+    to_kernel(&blank(0, FileKind::File))
+}
 
-    /// Follows the manager's change feed for as long as the mount lives,
-    /// dropping from the kernel's caches what other clients changed: the
-    /// attributes and pages of a changed inode, a changed name. A feed
-    /// that cannot be reached is tried again every [`FEED_RETRY`]; while it
-    /// is down, and for names the feed lost, the attribute timeout is the
-    /// bound.
-    pub async fn follow_changes(self: Arc<Self>, mut watcher: nasd_fs::Watcher, mut started: bool) {
-        loop {
-            match watcher.wait(FEED_WAIT).await {
-                Ok(batch) => {
-                    if batch.lost && started {
-                        tracing::info!("the manager's change feed lost changes: dropping every cached inode");
-                        self.invalidate_all().await;
-                    }
-                    started = true;
-                    self.invalidate(batch.changes).await;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "the change feed failed; trying again");
-                    tokio::time::sleep(FEED_RETRY).await;
-                }
-            }
-        }
-    }
+/// What a listing shows of an entry without its attributes: its kind.
+fn unknown_attr(item: &nasd_vfs::DirItem) -> fuser::FileAttr {
+    to_kernel(&blank(item.ino, item.kind))
+}
 
-    /// Notes changes this mount is about to make (as the manager will record
-    /// them), so the feed's report of them is skipped.
-    fn expect(&self, changes: &[Change]) {
-        let now = std::time::Instant::now();
-        let mut own = lock(&self.own);
-        own.retain(|_, (_, at)| now.duration_since(*at) < OWN_CHANGE_WAIT);
-        for c in changes {
-            let e = own.entry(c.clone()).or_insert((0, now));
-            *e = (e.0 + 1, now);
-        }
-    }
-
-    /// Forgets expected changes of a request that failed (it changed nothing).
-    fn unexpect(&self, changes: &[Change]) {
-        let mut own = lock(&self.own);
-        for c in changes {
-            if let Some(e) = own.get_mut(c) {
-                e.0 -= 1;
-                if e.0 == 0 {
-                    own.remove(c);
-                }
-            }
-        }
-    }
-
-    /// Runs a manager request that makes `changes` if it succeeds, expecting them.
-    async fn making<T>(&self, changes: Vec<Change>, call: impl Future<Output = Result<T, Errno>>) -> Result<T, Errno> {
-        self.expect(&changes);
-        let r = call.await;
-        if r.is_err() {
-            self.unexpect(&changes);
-        }
-        r
-    }
-
-    /// Whether `c` is one of this mount's own changes (then consumed).
-    fn own_change(&self, c: &Change) -> bool {
-        let mut own = lock(&self.own);
-        match own.get_mut(c) {
-            Some(e) if OWN_CHANGE_WAIT > e.1.elapsed() => {
-                e.0 -= 1;
-                if e.0 == 0 {
-                    own.remove(c);
-                }
-                self.own_skipped.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Some(_) => {
-                own.remove(c);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Tells the kernel to drop what `changes` made stale, for inodes and
-    /// directories it holds (not what this mount changed itself: the kernel
-    /// took that from the replies).
-    async fn invalidate(&self, changes: Vec<Change>) {
-        let changes: Vec<Change> = changes.into_iter().filter(|c| !self.own_change(c)).collect();
-        let mut todo = Vec::new();
-        {
-            let mut inodes = lock(&self.inodes);
-            for c in changes {
-                match c {
-                    Change::Inode(ino) => {
-                        if let Some(node) = inodes.get_mut(ino) {
-                            node.cached = None;
-                            if !todo.contains(&Change::Inode(ino)) {
-                                todo.push(Change::Inode(ino));
-                            }
-                        }
-                    }
-                    Change::Entry { dir, name } => {
-                        if inodes.get(dir).is_some() {
-                            todo.push(Change::Entry { dir, name });
-                        }
-                    }
-                }
-            }
-        }
-        self.notify(todo).await;
-    }
-
-    async fn invalidate_all(&self) {
-        let all: Vec<Change> = {
-            let mut inodes = lock(&self.inodes);
-            inodes
-                .all_mut()
-                .map(|(ino, node)| {
-                    node.cached = None;
-                    Change::Inode(ino)
-                })
-                .collect()
-        };
-        self.notify(all).await;
-    }
-
-    /// Sends the kernel its invalidations, off the runtime's threads (the
-    /// kernel may wait for requests in flight on the inode first).
-    async fn notify(&self, todo: Vec<Change>) {
-        let Some(notifier) = self.notifier.get().cloned() else { return };
-        if todo.is_empty() {
-            return;
-        }
-        self.invalidations.fetch_add(todo.len() as u64, Ordering::Relaxed);
-        let sent = tokio::task::spawn_blocking(move || {
-            for c in todo {
-                // The kernel may have dropped the inode or the name already (ENOENT): nothing to do.
-                let _ = match c {
-                    Change::Inode(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
-                    Change::Entry { dir, name } => notifier.inval_entry(INodeNo(dir), OsStr::new(&name)),
-                };
-            }
-        });
-        if let Err(e) = sent.await {
-            tracing::warn!(error = %e, "sending the kernel its cache invalidations failed");
-        }
-    }
-
-    /// Removes the hidden names left when the mount ends with files open
-    /// (the kernel releases every descriptor before it ends a session; this
-    /// is for a session that was cut off).
-    pub async fn remove_hidden(&self) {
-        let hidden = lock(&self.inodes).take_hidden();
-        for h in hidden {
-            self.remove_hidden_name(&h).await;
-        }
+/// Attributes that say nothing but an inode number and a kind.
+fn blank(ino: Ino, kind: FileKind) -> nasd_fs::FileAttr {
+    nasd_fs::FileAttr {
+        ino,
+        kind,
+        mode: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime_ns: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        rdev: 0,
+        allocated: 0,
     }
 }
 
@@ -1085,6 +503,7 @@ macro_rules! fails {
 }
 fails!(
     ReplyEntry,
+    ReplyDirectoryPlus,
     ReplyAttr,
     ReplyData,
     ReplyEmpty,
@@ -1162,7 +581,7 @@ impl NasdFs {
         W: FnOnce(Arc<State>) -> F + Send + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
-        self.spawn_as(self.state.fs.clone(), pid, Class::Data, work)
+        self.spawn_as(self.state.vfs.fs().clone(), pid, Class::Data, work)
     }
 
     /// Runs `work` as a task of its own whose manager requests go out as
@@ -1192,7 +611,7 @@ impl NasdFs {
     }
 
     fn ttl(&self) -> Duration {
-        self.state.ttl
+        self.state.ttl()
     }
 }
 
@@ -1219,6 +638,9 @@ impl Filesystem for NasdFs {
             // When the kernel refreshes attributes and finds the size or
             // modification time changed, it drops the file's cached pages.
             InitFlags::FUSE_AUTO_INVAL_DATA,
+            // Listings carry attributes and handles (READDIRPLUS): `ls -l`
+            // needs no lookup per entry.
+            InitFlags::FUSE_DO_READDIRPLUS,
         ] {
             let _ = config.add_capabilities(flag);
         }
@@ -1226,17 +648,17 @@ impl Filesystem for NasdFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let (name, ttl) = (name.to_owned(), self.ttl());
+        let name = name.to_owned();
         self.run(
             req,
             reply,
             move |s| async move { s.lookup(parent.0, name).await },
-            move |r, attr| r.entry(&ttl, &attr, GENERATION),
+            move |r, (attr, ttl)| r.entry(&ttl, &attr, GENERATION),
         );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        lock(&self.state.inodes).forget(ino.0, nlookup);
+        self.state.vfs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -1270,7 +692,7 @@ impl Filesystem for NasdFs {
             atime_ns: atime.map(time_of),
             mtime_ns: mtime.map(time_of),
             // ftruncate(2) of a descriptor open for writing.
-            open_writer: fh.is_some_and(|fh| self.state.open_file(fh.0).is_ok_and(|f| f.write)),
+            open_writer: fh.is_some_and(|fh| self.state.vfs.open_for_writing(fh.0)),
         };
         let ttl = self.ttl();
         self.run(
@@ -1445,7 +867,7 @@ impl Filesystem for NasdFs {
 
     fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         self.spawn(req.pid(), move |s| async move {
-            match s.commit(fh.0).await {
+            match s.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(e),
             }
@@ -1475,14 +897,34 @@ impl Filesystem for NasdFs {
         });
     }
 
+    fn readdirplus(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        // Each page is read from the manager as the caller (its read permission).
+        let client = match self.state.client_for(req.uid(), req.gid(), req.pid()) {
+            Ok(c) => c,
+            Err(e) => return reply.error(e),
+        };
+        self.spawn_as(client, req.pid(), Class::Names, move |s| async move {
+            match s.readdirplus(fh.0, offset, &mut reply).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.state.releasedir(fh.0);
         reply.ok();
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        // Every name-space change is durable at the manager before it answers.
-        reply.ok();
+    fn fsyncdir(&self, req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // Every name-space change survives the manager's crash once answered; against power
+        // loss once the manager flushed its metadata, which this asks for now.
+        self.spawn(req.pid(), move |s| async move {
+            match s.sync().await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -49,9 +49,12 @@ fn failing_requests_get_an_errno_and_the_mount_goes_on() {
     assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fs::symlink_metadata(m.join("fifo")).unwrap().file_type()));
     still_serving(&m, 2);
 
-    // Many failing requests in a row.
+    // Many failing requests in a row (a name that does not exist is answered with a
+    // negative entry, which the kernel keeps: its lookups do not fail at the mount).
     for i in 0..500 {
         assert_eq!(errno(fs::metadata(m.join(format!("missing-{i}")))), libc::ENOENT);
+        let bad = [b"bad-\xff-".as_slice(), i.to_string().as_bytes()].concat();
+        assert_eq!(errno(fs::metadata(m.join(std::ffi::OsStr::from_bytes(&bad)))), libc::EINVAL);
     }
     assert_eq!(errno(fs::remove_dir(m.join("alive-1"))), libc::ENOTDIR);
     assert_eq!(errno(fs::read_dir(m.join("alive-1"))), libc::ENOTDIR);

@@ -207,7 +207,18 @@ pub struct ManagerConfig {
     /// The client address this manager puts in the first routing table
     /// (`[manager] advertise`); `None`: the address it listens on.
     pub advertise: Option<String>,
+    /// Longest an acknowledged change may stay durable against a crash of
+    /// the manager's process only, not yet against power loss (`[manager]
+    /// metadata_sync_ms`): the metadata's log is flushed at least this
+    /// often while changes come in, and at every client's `SYNC` (its
+    /// `fsync`). See docs/ARCHITECTURE.md, "Durability".
+    pub metadata_sync_interval: Duration,
 }
+
+/// The default [`ManagerConfig::metadata_sync_interval`].
+pub const METADATA_SYNC_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
+/// The longest [`ManagerConfig::metadata_sync_interval`] accepted.
+pub const METADATA_SYNC_INTERVAL_MAX: Duration = Duration::from_secs(60);
 
 /// The default [`ManagerConfig::identity_recheck`].
 pub const IDENTITY_RECHECK_DEFAULT: Duration = Duration::from_secs(30);
@@ -239,6 +250,7 @@ impl Default for ManagerConfig {
             routing: nasd_proto::routing::RoutingPolicy::MkdirSwitching,
             redirect_probability: None,
             advertise: None,
+            metadata_sync_interval: METADATA_SYNC_INTERVAL_DEFAULT,
         }
     }
 }
@@ -298,6 +310,11 @@ impl ManagerConfig {
         anyhow::ensure!(
             !self.write_lifetime.is_zero() && !self.read_lifetime.is_zero(),
             "capability lifetimes must be positive"
+        );
+        anyhow::ensure!(
+            !self.metadata_sync_interval.is_zero() && self.metadata_sync_interval <= METADATA_SYNC_INTERVAL_MAX,
+            "the metadata sync interval ([manager] metadata_sync_ms) must be from 1 ms to {} s",
+            METADATA_SYNC_INTERVAL_MAX.as_secs()
         );
         anyhow::ensure!(
             self.write_lease >= Duration::from_secs(1) && self.write_lease.as_millis() <= u32::MAX as u128,
@@ -399,6 +416,8 @@ pub struct Manager {
     minted: AtomicU64,
     /// PALs and super PALs sent to drives since start ([`Manager::pal_writes`]).
     pal_writes: AtomicU64,
+    /// Requests of logged-in sessions handled since start ([`Manager::requests_served`]).
+    served: AtomicU64,
     /// Moves on whenever a user's groups (or other credentials a session
     /// holds) change: a session that saw an older value reloads its user
     /// before its next request ([`Manager::refresh_session`]).
@@ -479,6 +498,7 @@ impl Manager {
             out_of_service: Default::default(),
             minted: AtomicU64::new(0),
             pal_writes: AtomicU64::new(0),
+            served: AtomicU64::new(0),
             users_epoch: AtomicU64::new(0),
             shared_users_epoch: AtomicU64::new(users_epoch),
             changes: changes::ChangeFeed::new(),
@@ -540,6 +560,61 @@ impl Manager {
     /// collection's super PAL (`SET_SUPER_PAL`), retries included.
     pub fn pal_writes(&self) -> u64 {
         self.pal_writes.load(Ordering::Relaxed)
+    }
+
+    /// Requests of logged-in sessions this manager has handled since it
+    /// started (logins not counted; `WATCH` waits are): what benchmarks
+    /// count round trips by.
+    pub fn requests_served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+
+    /// The metadata's commits, how many of them are durable against power
+    /// loss, and the disk flushes that made them so (for tests and
+    /// benchmarks; PostgreSQL reports its commits durable at once).
+    pub fn metadata_durability(&self) -> nasd_meta::Durability {
+        nasd_meta::Backend::durability(self.ns.backend())
+    }
+
+    /// Makes every change acknowledged so far durable against power loss
+    /// (`SYNC`): one flush of the metadata's log, shared by concurrent
+    /// callers.
+    ///
+    /// # Errors
+    /// `INTERNAL` if the flush failed (the manager then refuses changes
+    /// until restarted).
+    pub async fn sync_metadata(&self) -> Result<(), Failure> {
+        self.meta(|ns| nasd_meta::Backend::sync(ns.backend()).map_err(FsStatus::from)).await
+    }
+
+    /// Flushes the metadata's log every `metadata_sync_interval` while
+    /// changes came in since the last flush, until `shutdown`, and once
+    /// more then: the bound on what a power loss can take of what was
+    /// acknowledged.
+    pub fn spawn_metadata_sync(
+        self: &Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.config.metadata_sync_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = shutdown.changed() => {}
+                }
+                let d = me.metadata_durability();
+                if d.durable < d.committed {
+                    if let Err(f) = me.sync_metadata().await {
+                        tracing::error!(error = %f.message, "flushing the metadata failed");
+                    }
+                }
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+        })
     }
 
     /// The drives, in drive-number order.

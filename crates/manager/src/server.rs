@@ -1,7 +1,8 @@
 //! The manager's network face: TLS connections carrying length-prefixed
 //! manager-protocol messages (docs/PROTOCOL.md, "Manager protocol"). The
-//! first request must be `LOGIN`; each connection then serves one request at
-//! a time. Every input is bounded: message size (smaller before login),
+//! first request must be `LOGIN`; each connection then serves up to
+//! [`CONNECTION_REQUESTS_MAX`] requests at once, pipelined, each reply sent
+//! when ready (replies carry their request's id). Every input is bounded: message size (smaller before login),
 //! sessions, time to log in.
 
 use crate::service::Session;
@@ -12,6 +13,7 @@ use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
 };
+use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,12 @@ pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const LOGIN_ATTEMPTS_MAX: u32 = 3;
 /// A logged-in connection idle this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Requests one connection may have in flight at once (pipelined: each
+/// runs as it arrives, its reply, which carries the request's id, sent when
+/// ready). Past it the manager reads no more of the connection until one
+/// is answered. Each holds a request body and its reply (at most
+/// `MANAGER_MESSAGE_MAX` each; most are a few hundred bytes).
+pub const CONNECTION_REQUESTS_MAX: usize = 16;
 
 /// Reads one message body; `None` at a clean end of stream.
 pub async fn read_message(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
@@ -88,6 +96,29 @@ pub async fn write_message(w: &mut (impl AsyncWrite + Unpin), body: &[u8]) -> st
     w.flush().await
 }
 
+/// The encoded reply to request `id` of `session` (`op` for the log).
+fn answer(session: &Session, id: u64, op: &str, done: Result<ManagerReply, Failure>) -> Vec<u8> {
+    match done {
+        Ok(r) => r.encode(id),
+        Err(f) => {
+            tracing::debug!(user = %session.user, op, status = ?f.status, "refused");
+            ManagerReply::encode_error(id, f.status, &f.message)
+        }
+    }
+}
+
+/// Writes the connection's replies in the order they are ready, until every
+/// sender is gone.
+async fn send_replies(
+    mut writer: impl AsyncWrite + Unpin,
+    mut replies: tokio::sync::mpsc::Receiver<Vec<u8>>,
+) -> std::io::Result<()> {
+    while let Some(reply) = replies.recv().await {
+        write_message(&mut writer, &reply).await?;
+    }
+    Ok(())
+}
+
 impl Manager {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
@@ -106,6 +137,8 @@ impl Manager {
                 tracing::warn!(error = %f.message, "the routing table could not be read or made; retried at each maintenance pass");
             }
         }
+        // Acknowledged changes reach the disk within the sync interval, and at shutdown.
+        let syncer = self.spawn_metadata_sync(shutdown.clone());
         let stop = shutdown.clone();
         accept_sessions(listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
             let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
@@ -115,11 +148,14 @@ impl Manager {
                 }
             }
         })
-        .await
+        .await;
+        if let Err(e) = syncer.await {
+            tracing::warn!(error = %e, "the metadata sync task ended abnormally");
+        }
     }
 
     async fn session(
-        &self,
+        self: &Arc<Self>,
         socket: tokio::net::TcpStream,
         host: IpAddr,
         tls: TlsAcceptor,
@@ -134,42 +170,68 @@ impl Manager {
             Some(s) => s,
             None => return Ok(()),
         };
-        loop {
-            let body = tokio::select! {
-                b = tokio::time::timeout(IDLE_TIMEOUT, read_message(&mut stream)) => match b {
-                    Ok(b) => b?,
-                    Err(_) => return Ok(()),
-                },
-                _ = shutdown.changed() => return Ok(()),
+        let (mut reader, writer) = tokio::io::split(stream);
+        let (replies, to_send) = tokio::sync::mpsc::channel::<Vec<u8>>(CONNECTION_REQUESTS_MAX);
+        let sender = tokio::spawn(send_replies(writer, to_send));
+        let permits = Arc::new(tokio::sync::Semaphore::new(CONNECTION_REQUESTS_MAX));
+        let ended = loop {
+            // A permit before the next body is read: at most CONNECTION_REQUESTS_MAX requests of
+            // this connection are held (read, running or being answered) at once.
+            let permit = tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("the connection never closes its semaphore"),
+                _ = shutdown.changed() => break Ok(()),
             };
-            let Some(body) = body else { return Ok(()) };
+            let body = tokio::select! {
+                b = tokio::time::timeout(IDLE_TIMEOUT, read_message(&mut reader)) => match b {
+                    Ok(Ok(Some(b))) => b,
+                    Ok(Ok(None)) | Err(_) => break Ok(()),
+                    Ok(Err(e)) => break Err(e),
+                },
+                _ = shutdown.changed() => break Ok(()),
+            };
+            // In order, before the request runs: a user's changed groups or an expired
+            // identity apply to every request read after the change.
             if let Err(f) = self.refresh_session(&mut session).await {
                 let reply = ManagerReply::encode_error(request_id_of(&body), f.status, &f.message);
-                write_message(&mut stream, &reply).await?;
-                return Ok(());
+                let _ = replies.send(reply).await;
+                break Ok(());
             }
-            let reply = match ManagerRequest::decode(&body) {
-                Ok((id, req)) => {
-                    let op = req.name();
-                    let done = crate::REQUEST_WROTE
-                        .scope(std::cell::Cell::new(false), async {
-                            match req {
-                                ManagerRequest::GetRouting => self.get_routing(&mut session).await,
-                                req => self.handle(&session, req).await,
-                            }
-                        })
-                        .await;
-                    match done {
-                        Ok(r) => r.encode(id),
-                        Err(f) => {
-                            tracing::debug!(user = %session.user, op, status = ?f.status, "refused");
-                            ManagerReply::encode_error(id, f.status, &f.message)
-                        }
+            let (id, req) = match ManagerRequest::decode(&body) {
+                Ok(decoded) => decoded,
+                Err(e) => {
+                    let reply = ManagerReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string());
+                    if replies.send(reply).await.is_err() {
+                        break Ok(());
                     }
+                    continue;
                 }
-                Err(e) => ManagerReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string()),
             };
-            write_message(&mut stream, &reply).await?;
+            if let ManagerRequest::GetRouting = req {
+                // It changes the session (the version it routes by): in order too.
+                let done = crate::REQUEST_WROTE.scope(Cell::new(false), self.get_routing(&mut session)).await;
+                let reply = answer(&session, id, "get-routing", done);
+                if replies.send(reply).await.is_err() {
+                    break Ok(());
+                }
+                continue;
+            }
+            // Any other request runs beside the ones before it, its reply sent when ready
+            // (replies carry the request id: they may come back in any order).
+            let (me, snapshot, replies) = (self.clone(), session.clone(), replies.clone());
+            tokio::spawn(async move {
+                let op = req.name();
+                // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
+                let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;
+                let reply = answer(&snapshot, id, op, done);
+                let _ = replies.send(reply).await;
+                drop(permit);
+            });
+        };
+        // Requests still running answer before the connection closes.
+        drop(replies);
+        match sender.await {
+            Ok(Err(e)) if ended.is_ok() => Err(e),
+            _ => ended,
         }
     }
 

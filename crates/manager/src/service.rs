@@ -379,6 +379,7 @@ impl Manager {
     /// is checked first (`BAD_HANDLE`); inode numbers are then the handles'.
     /// What a successful request changed goes to the change feed.
     pub async fn handle(&self, s: &Session, req: ManagerRequest) -> Result<ManagerReply, Failure> {
+        self.served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.check_routing(s, &req)?;
         let changes = changes_of(&req);
         let reply = self.serve_request(s, req).await?;
@@ -596,6 +597,7 @@ impl Manager {
                 Ok(ManagerReply::Done)
             }
             R::StatFs => self.statfs().await,
+            R::Sync => self.sync_metadata().await.map(|()| ManagerReply::Done),
             R::AddUser { name, password, uid, gid, admin, groups } => {
                 self.refuse_if_linked(ADD_USER_AT_AUTH_SERVER)?;
                 self.require_admin(s)?;
@@ -1117,10 +1119,16 @@ impl Manager {
     }
 
     /// Carries out a committed change's revocations and removals on the
-    /// drives, durably, before the reply: no capability outlives the call,
-    /// and a drive that crashes afterwards cannot bring an old access control
-    /// version (or a removed object) back. The intention logs stay until the
-    /// maintenance pass forgets them.
+    /// drives before the reply: no capability outlives the call. The drive
+    /// refuses the old access control version (or the removed object) from
+    /// the moment it answers; the disk flush that makes this survive the
+    /// drive's crash is the maintenance pass's, one per drive for every
+    /// revocation and removal logged since (batched), after which it forgets
+    /// the log entries. Until then the logs hold them: a drive that restarts
+    /// in between refuses every capability (it fences itself at every start)
+    /// until its recovery has carried the logged work out again and
+    /// readmitted it (`SET_MAP_EPOCH`, docs/ARCHITECTURE.md "Readmission"),
+    /// so a revocation never comes undone (docs/SECURITY.md).
     ///
     /// A drive that is down, or does not answer, does not fail the request:
     /// the change is committed and its share of the work is in the logs. The
@@ -1157,7 +1165,7 @@ impl Manager {
                 for &object in &remove {
                     d.remove(object).await?;
                 }
-                d.flush().await
+                Ok::<(), crate::drives::DriveError>(())
             }
             .await;
             (d, r.map_err(|e| e.to_string()))

@@ -363,6 +363,27 @@ pub trait Backend: Send + Sync + 'static {
     fn attempt<R>(&self, access: Access, f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>)
         -> Result<R, TxnError>;
 
+    /// Makes every transaction committed so far durable against power loss
+    /// (a commit survives a crash of this process as soon as it returns; a
+    /// backend may defer the disk flush that makes it survive the machine's
+    /// power going, and then share one flush among many commits: group
+    /// commit). Concurrent callers share one flush. The default: commits are
+    /// durable already (PostgreSQL with `synchronous_commit`).
+    ///
+    /// # Errors
+    /// [`TxnError::Storage`] if the flush failed (the backend then refuses
+    /// further changes: a failed flush may have dropped pages).
+    fn sync(&self) -> Result<(), TxnError> {
+        Ok(())
+    }
+
+    /// Read-write transactions committed, and how many of them are durable
+    /// against power loss, since the backend was opened (for tests and
+    /// benchmarks). The default: every commit is durable at once.
+    fn durability(&self) -> Durability {
+        Durability::default()
+    }
+
     /// Runs `f` in one read-write transaction, again after a conflict (at
     /// most [`TXN_ATTEMPTS_MAX`] attempts, with a growing random backoff).
     ///
@@ -416,6 +437,18 @@ thread_local! {
 /// any change from one that failed part-way).
 pub fn commits_on_this_thread() -> u64 {
     COMMITS.with(std::cell::Cell::get)
+}
+
+/// What [`Backend::durability`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Durability {
+    /// Read-write transactions committed since the backend was opened
+    /// (0 where it does not count them).
+    pub committed: u64,
+    /// Of those, the ones durable against power loss (the first `durable`).
+    pub durable: u64,
+    /// Disk flushes [`Backend::sync`] made.
+    pub syncs: u64,
 }
 
 /// Runs `attempt` until it does not conflict, at most [`TXN_ATTEMPTS_MAX`]

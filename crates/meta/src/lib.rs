@@ -76,8 +76,8 @@ mod xattrs;
 pub use quotas::ESCROW_BYTES_MAX;
 
 pub use backend::{
-    commits_on_this_thread, with_retries, Access, Backend, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX, TXN_BACKOFF_MAX,
-    TXN_BACKOFF_MIN,
+    commits_on_this_thread, with_retries, Access, Backend, Durability, PalPush, Txn, TxnError, TXN_ATTEMPTS_MAX,
+    TXN_BACKOFF_MAX, TXN_BACKOFF_MIN,
 };
 pub use components::subtract_ranges;
 pub use error::{postgres_detail, postgres_server_gone, MetaError};
@@ -93,6 +93,7 @@ pub use postgres::{
     STATEMENT_TIMEOUT, WRITER_LOCK,
 };
 pub use routing::{redirect_scaled, ROUTING_SETTING};
+pub use sqlite::SQLITE_READERS;
 pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};
 pub use types::{

@@ -53,8 +53,17 @@
 //! Every reference between rows is a foreign key (enforced), so a dangling
 //! entry, parent pointer, component, stale range or intent cannot be
 //! committed. `u64` values are stored bit-for-bit as SQLite's signed 64-bit
-//! integers. The database runs in WAL mode with `synchronous=FULL`: a
-//! committed transaction survives power loss.
+//! integers. The database runs in WAL mode with `synchronous=NORMAL`: a
+//! commit writes its pages to the write-ahead log (the OS page cache) and
+//! returns, so it survives a crash of the process at once; [`Sqlite::sync`]
+//! makes every commit so far durable against power loss with one
+//! `fdatasync` of the log, shared by every caller waiting (group commit),
+//! which the manager asks for at a client's `SYNC` (its `fsync`) and at
+//! least every `metadata_sync_interval`. SQLite syncs the log before each
+//! checkpoint and the database file after it, so the log is the one file
+//! holding commits that are not yet durable. Read-only transactions run on
+//! [`SQLITE_READERS`] connections of their own, on the snapshot of the last
+//! commit, never waiting for the writer.
 //!
 //! Migrations: `MIGRATIONS[i]` takes version `i` to `i + 1`, each in its own
 //! transaction together with the new `user_version`; a database newer than
@@ -121,7 +130,8 @@ use nasd_proto::layout::{Component, ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -286,21 +296,65 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// How long a statement waits for another process's lock before failing.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 
-/// The embedded SQLite backend: one connection, transactions serialized by a
-/// mutex.
+/// Connections of a database file that run read-only transactions, apart
+/// from the writer's: in WAL mode a reader works on the snapshot of the
+/// last commit and neither waits for the writer nor holds it up.
+pub const SQLITE_READERS: usize = 4;
+
+/// The embedded SQLite backend: one writer connection, read-write
+/// transactions serialized by its mutex; read-only transactions on
+/// [`SQLITE_READERS`] reader connections (a database file's; an in-memory
+/// database reads on the writer).
 pub struct Sqlite {
     conn: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    /// Spreads readers over their connections.
+    next_reader: AtomicUsize,
+    /// The write-ahead log, once opened to be synced (`None` in memory).
+    wal: Option<Wal>,
+    /// Read-write transactions committed since open.
+    committed: AtomicU64,
+    /// Of those, the first `durable` are durable against power loss.
+    durable: AtomicU64,
+    syncs: AtomicU64,
+}
+
+/// The write-ahead log file, which [`Sqlite::sync`] flushes.
+struct Wal {
+    path: PathBuf,
+    /// Held by the one sync in progress; the open log file.
+    file: Mutex<Option<std::fs::File>>,
+    /// A flush failed: every later change is refused (its pages may be lost).
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl Sqlite {
     /// Opens (creating and migrating if needed) the database at `path`, in WAL
-    /// mode with `synchronous=FULL` and foreign keys enforced.
+    /// mode with `synchronous=NORMAL` and foreign keys enforced, with its
+    /// reader connections.
     ///
     /// # Errors
     /// [`MetaError::Sqlite`] if the file cannot be opened or migrated,
     /// [`MetaError::TooNew`] if a newer build wrote it.
     pub fn open(path: &Path) -> Result<Sqlite, MetaError> {
-        Sqlite::setup(Connection::open(path)?)
+        let mut db = Sqlite::setup(Connection::open(path)?)?;
+        for _ in 0..SQLITE_READERS {
+            let reader = Connection::open(path)?;
+            reader.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+            reader.pragma_update(None, "query_only", true)?;
+            db.readers.push(Mutex::new(reader));
+        }
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        db.wal = Some(Wal { path: wal.into(), file: Mutex::new(None), failed: Default::default() });
+        // The log file exists now (the migration's transactions wrote it): its name is made
+        // durable once, so a log flushed later is found after a power loss.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| MetaError::Io(format!("cannot sync {}: {e}", dir.display())))?;
+        }
+        Ok(db)
     }
 
     /// Opens a fresh private in-memory database (for tests).
@@ -313,11 +367,19 @@ impl Sqlite {
 
     fn setup(mut conn: Connection) -> Result<Sqlite, MetaError> {
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", true)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         migrate(&mut conn)?;
-        Ok(Sqlite { conn: Mutex::new(conn) })
+        Ok(Sqlite {
+            conn: Mutex::new(conn),
+            readers: Vec::new(),
+            next_reader: AtomicUsize::new(0),
+            wal: None,
+            committed: AtomicU64::new(0),
+            durable: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+        })
     }
 
     /// The connection. A poisoned lock means a panic (a broken invariant)
@@ -326,13 +388,81 @@ impl Sqlite {
     /// restart recovers from the durable state (the interrupted transaction
     /// was never committed).
     fn lock(&self) -> Result<MutexGuard<'_, Connection>, FsStatus> {
-        match self.conn.lock() {
-            Ok(guard) => Ok(guard),
-            Err(_) => {
-                tracing::error!("metadata connection poisoned by a panic inside a transaction: stopping the process");
-                eprintln!("fatal: a panic interrupted a metadata transaction; stopping (a restart recovers)");
-                std::process::abort()
+        lock_or_abort(&self.conn)
+    }
+
+    /// A reader connection: an idle one if any, else the next in turn.
+    fn reader(&self) -> Option<MutexGuard<'_, Connection>> {
+        if self.readers.is_empty() {
+            return None;
+        }
+        for r in &self.readers {
+            if let Ok(guard) = r.try_lock() {
+                return Some(guard);
             }
+        }
+        let at = self.next_reader.fetch_add(1, Ordering::Relaxed) % self.readers.len();
+        lock_or_abort(&self.readers[at]).ok()
+    }
+
+    /// Makes every transaction committed so far durable against power loss:
+    /// one `fdatasync` of the write-ahead log, which callers arriving while
+    /// it runs share (a caller whose commits an earlier flush covered
+    /// returns at once). In memory: nothing to do.
+    ///
+    /// # Errors
+    /// [`TxnError::Storage`] if the flush failed; every later change is then
+    /// refused until the manager restarts (no retry of a flush that may have
+    /// dropped pages).
+    pub fn sync(&self) -> Result<(), TxnError> {
+        let target = self.committed.load(Ordering::SeqCst);
+        let Some(wal) = &self.wal else {
+            self.durable.fetch_max(target, Ordering::SeqCst);
+            return Ok(());
+        };
+        if self.durable.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        let mut file = wal.file.lock().unwrap_or_else(|p| p.into_inner());
+        if self.durable.load(Ordering::SeqCst) >= target {
+            return Ok(());
+        }
+        // Every commit counted before this point wrote its log pages before it was counted.
+        let covers = self.committed.load(Ordering::SeqCst);
+        if file.is_none() {
+            *file = Some(std::fs::File::open(&wal.path).map_err(|e| sync_failed(wal, &e))?);
+        }
+        file.as_ref().expect("opened above").sync_data().map_err(|e| sync_failed(wal, &e))?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.durable.fetch_max(covers, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Commits and durable commits so far.
+    pub fn durability(&self) -> crate::backend::Durability {
+        crate::backend::Durability {
+            committed: self.committed.load(Ordering::SeqCst),
+            durable: self.durable.load(Ordering::SeqCst),
+            syncs: self.syncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A failed flush of the log, logged; the backend refuses changes from now on.
+fn sync_failed(wal: &Wal, e: &std::io::Error) -> TxnError {
+    wal.failed.store(true, Ordering::SeqCst);
+    tracing::error!(error = %e, log = %wal.path.display(), "flushing the metadata's write-ahead log failed: refusing further changes until restarted");
+    TxnError::Storage
+}
+
+/// Locks a connection, aborting the process if a panic poisoned it (see [`Sqlite::lock`]).
+fn lock_or_abort(m: &Mutex<Connection>) -> Result<MutexGuard<'_, Connection>, FsStatus> {
+    match m.lock() {
+        Ok(guard) => Ok(guard),
+        Err(_) => {
+            tracing::error!("metadata connection poisoned by a panic inside a transaction: stopping the process");
+            eprintln!("fatal: a panic interrupted a metadata transaction; stopping (a restart recovers)");
+            std::process::abort()
         }
     }
 }
@@ -356,7 +486,15 @@ fn migrate(conn: &mut Connection) -> Result<(), MetaError> {
 }
 
 impl Backend for Sqlite {
-    /// One connection behind a mutex: transactions never conflict. A failed
+    fn sync(&self) -> Result<(), TxnError> {
+        Sqlite::sync(self)
+    }
+
+    fn durability(&self) -> crate::backend::Durability {
+        Sqlite::durability(self)
+    }
+
+    /// One writer behind a mutex: transactions never conflict. A failed
     /// row operation reaches `f` as `Internal` (logged), and so the caller
     /// as [`TxnError::Abort`]`(Internal)`; a failed begin or commit is
     /// [`TxnError::Storage`].
@@ -365,12 +503,22 @@ impl Backend for Sqlite {
         access: Access,
         f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
     ) -> Result<R, TxnError> {
+        if access == Access::ReadOnly {
+            if let Some(mut reader) = self.reader() {
+                return read_only(&mut reader, f);
+            }
+        }
         let mut conn = self.lock().map_err(|_| TxnError::Storage)?;
         match access {
             Access::ReadWrite => {
+                if self.wal.as_ref().is_some_and(|w| w.failed.load(Ordering::SeqCst)) {
+                    tracing::error!("refusing a change: an earlier flush of the metadata failed");
+                    return Err(TxnError::Storage);
+                }
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(storage)?;
                 let out = f(&mut SqliteTxn { c: &tx }).map_err(TxnError::Abort)?;
                 tx.commit().map_err(storage)?;
+                self.committed.fetch_add(1, Ordering::SeqCst);
                 Ok(out)
             }
             Access::ReadOnly => {
@@ -1500,6 +1648,37 @@ mod tests {
         assert_eq!(db.transact(|t| t.get_setting("k")).unwrap(), None);
         db.transact(|t| t.put_setting("k", b"v")).unwrap();
         assert_eq!(db.read(|t| t.get_setting("k")).unwrap(), Some(b"v".to_vec()));
+    }
+
+    /// Group commit: a commit is counted and not durable until a sync; one
+    /// flush covers every commit before it, and a sync with nothing new
+    /// flushes nothing. Readers on their own connections see every commit
+    /// at once, also while the writer holds its lock.
+    #[test]
+    fn commits_wait_for_one_shared_flush_and_readers_never_wait_for_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Sqlite::open(&dir.path().join("meta.sqlite")).unwrap();
+        assert_eq!(db.readers.len(), SQLITE_READERS);
+        let start = db.durability();
+        for i in 0..5u8 {
+            db.transact(|t| t.put_setting("k", &[i])).unwrap();
+        }
+        let d = db.durability();
+        assert_eq!(d.committed, start.committed + 5);
+        assert_eq!(d.durable, start.durable, "nothing flushed yet: synchronous=NORMAL");
+        db.sync().unwrap();
+        let d = db.durability();
+        assert_eq!((d.durable, d.syncs), (d.committed, start.syncs + 1), "one flush for five commits");
+        db.sync().unwrap();
+        assert_eq!(db.durability().syncs, start.syncs + 1, "nothing new: no flush");
+        // A reader sees the last commit while the writer is held by someone else.
+        let writer = db.lock().unwrap();
+        assert_eq!(db.read(|t| t.get_setting("k")).unwrap(), Some(vec![4]));
+        drop(writer);
+        // Durable across a reopen (the process's crash is the OS keeping the log's pages).
+        drop(db);
+        let db = Sqlite::open(&dir.path().join("meta.sqlite")).unwrap();
+        assert_eq!(db.read(|t| t.get_setting("k")).unwrap(), Some(vec![4]));
     }
 
     /// Set in the child process of `a_panic_inside_a_transaction_stops_the_process`.

@@ -141,6 +141,20 @@ impl Backend for Store {
             Store::Postgres(b) => b.attempt(access, f),
         }
     }
+
+    fn sync(&self) -> Result<(), TxnError> {
+        match self {
+            Store::Sqlite(b) => b.sync(),
+            Store::Postgres(b) => b.sync(),
+        }
+    }
+
+    fn durability(&self) -> crate::backend::Durability {
+        match self {
+            Store::Sqlite(b) => b.durability(),
+            Store::Postgres(b) => b.durability(),
+        }
+    }
 }
 
 #[cfg(test)]

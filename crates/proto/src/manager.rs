@@ -133,6 +133,7 @@ pub mod manager_opcode {
     pub const SET_ROUTING: u16 = 0x0022;
     pub const REFRESH_PAL: u16 = 0x0023;
     pub const ABORT_WRITE: u16 = 0x0024;
+    pub const SYNC: u16 = 0x0025;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -410,6 +411,11 @@ pub enum ManagerRequest {
     },
     /// Space and drives.
     StatFs,
+    /// Make every change the manager has acknowledged so far durable
+    /// against power loss (one disk flush of its metadata, shared by
+    /// concurrent `SYNC`s): a client's `fsync` after its `COMMIT`. Any
+    /// session; `Done`.
+    Sync,
     /// Open a write transaction on a file before writing it.
     BeginWrite {
         handle: Handle,
@@ -684,6 +690,7 @@ impl std::fmt::Debug for ManagerRequest {
                 .field("dirty", dirty)
                 .finish(),
             R::StatFs => f.write_str("StatFs"),
+            R::Sync => f.write_str("Sync"),
             R::BeginWrite { handle } => f.debug_struct("BeginWrite").field("handle", handle).finish(),
             R::GetLayout { handle } => f.debug_struct("GetLayout").field("handle", handle).finish(),
             R::SetLayout { handle, layout } => {
@@ -1244,6 +1251,7 @@ impl ManagerRequest {
             ManagerRequest::SetAttr { .. } => SETATTR,
             ManagerRequest::Commit { .. } => COMMIT,
             ManagerRequest::StatFs => STATFS,
+            ManagerRequest::Sync => SYNC,
             ManagerRequest::BeginWrite { .. } => BEGIN_WRITE,
             ManagerRequest::GetLayout { .. } => GET_LAYOUT,
             ManagerRequest::SetLayout { .. } => SET_LAYOUT,
@@ -1317,6 +1325,7 @@ impl ManagerRequest {
             | R::SetRouting { .. }
             | R::Walk { .. }
             | R::StatFs
+            | R::Sync
             | R::AddUser { .. }
             | R::SetUserGroups { .. }
             | R::SetGateway { .. }
@@ -1372,6 +1381,7 @@ impl ManagerRequest {
             | R::SetRouting { .. }
             | R::AsUser { .. }
             | R::Watch { .. }
+            | R::Sync
             | R::ClusterStatus
             | R::SetDriveState { .. }
             | R::Repair { .. }
@@ -1405,6 +1415,7 @@ impl ManagerRequest {
             ManagerRequest::SetAttr { .. } => "setattr",
             ManagerRequest::Commit { .. } => "commit",
             ManagerRequest::StatFs => "statfs",
+            ManagerRequest::Sync => "sync",
             ManagerRequest::BeginWrite { .. } => "begin-write",
             ManagerRequest::GetLayout { .. } => "get-layout",
             ManagerRequest::SetLayout { .. } => "set-layout",
@@ -1577,6 +1588,7 @@ impl ManagerRequest {
             | R::GetQuota { .. }
             | R::SetQuota { .. }
             | R::StatFs
+            | R::Sync
             | R::ListUsers
             | R::BeginWrite { .. }
             | R::AbortWrite { .. }
@@ -1681,6 +1693,7 @@ impl ManagerRequest {
                 w.u8(*action as u8);
             }
             ManagerRequest::StatFs
+            | ManagerRequest::Sync
             | ManagerRequest::ListUsers
             | ManagerRequest::ClusterStatus
             | ManagerRequest::GetRouting => {}
@@ -1838,6 +1851,7 @@ impl ManagerRequest {
             }
             COMMIT => decode_commit(&mut r)?,
             STATFS => ManagerRequest::StatFs,
+            SYNC => ManagerRequest::Sync,
             BEGIN_WRITE => ManagerRequest::BeginWrite { handle: Handle::decode(&mut r)? },
             GET_LAYOUT => ManagerRequest::GetLayout { handle: Handle::decode(&mut r)? },
             SET_LAYOUT => {

@@ -293,6 +293,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             "ABORT_WRITE handle {ino 42, site 5, mac 68x32} txn 0x1122",
             ManagerRequest::AbortWrite { handle: handle(42), txn: 0x1122 }.encode(32),
         ),
+        ("SYNC", ManagerRequest::Sync.encode(33)),
     ]
 }
 
@@ -402,6 +403,11 @@ const VECTORS_HEX: &[&str] = &[
         "23001f000000000000002a000000000000000568686868686868686868686868686868686868686868686868686868686868",
         "6804",
     ),
+    concat!(
+        "240020000000000000002a000000000000000568686868686868686868686868686868686868686868686868686868686868",
+        "682211000000000000",
+    ),
+    "25002100000000000000",
 ];
 
 #[test]
@@ -492,6 +498,7 @@ fn arb_request() -> impl Strategy<Value = ManagerRequest> {
                 dirty
             }),
         Just(R::StatFs),
+        Just(R::Sync),
         arb_handle().prop_map(|handle| R::BeginWrite { handle }),
         arb_handle().prop_map(|handle| R::GetLayout { handle }),
         (arb_handle(), proptest::option::of(arb_layout())).prop_map(|(handle, layout)| R::SetLayout { handle, layout }),

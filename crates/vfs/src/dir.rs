@@ -1,36 +1,48 @@
-//! Open directory streams: the manager pages a directory by name (`READDIR`
-//! after the last name returned); the kernel asks by offset. A stream numbers
-//! what it has read in order — 0 `.`, 1 `..`, then the entries — and keeps a
-//! window of at most two pages (`READDIR_ENTRIES_MAX` each) from the oldest
-//! offset the kernel may still ask for. An offset before the window (a
-//! `rewinddir`) reads the directory again from its start, so a stream's memory
-//! is bounded whatever the directory's size.
+//! Directory cursors: the manager pages a directory by name (`READDIR`
+//! after the last name returned); gateways ask by offset (FUSE, NFS
+//! cookies). A cursor numbers what it has read in order — 0 `.`, 1 `..`,
+//! then the entries — and keeps a window of at most two pages
+//! (`READDIR_ENTRIES_MAX` each) from the oldest offset the gateway may still
+//! ask for. An offset before the window (a `rewinddir`) reads the directory
+//! again from its start, so a cursor's memory is bounded whatever the
+//! directory's size.
+//!
+//! Concurrent changes: pages continue after the last *name* handed out, not
+//! after a position, so a name added or removed meanwhile never makes the
+//! cursor skip or repeat another (POSIX leaves only the changed name itself
+//! unspecified).
 
-use nasd_fs::{FileKind, FsClient, FsError, Handle, Ino, READDIR_ENTRIES_MAX};
+use nasd_fs::{Entry, FileKind, FsClient, FsError, Handle, Ino, READDIR_ENTRIES_MAX};
 use std::collections::VecDeque;
 
 /// The inode number a directory entry shows when the caller may read the
 /// directory but not search it: the manager then gives names and kinds only
 /// (POSIX needs search permission to learn more), and no stat of the entry
 /// can succeed anyway.
-pub(crate) const UNKNOWN_INO: u64 = u64::MAX;
+pub const UNKNOWN_INO: u64 = u64::MAX;
 
-/// Offsets of the first real entry (after `.` and `..`).
-const FIRST_ENTRY: u64 = 2;
+/// Offset of the first real entry (after `.` and `..`).
+pub const FIRST_ENTRY: u64 = 2;
 
-/// One entry as the kernel's directory listing shows it.
+/// One entry as a listing shows it.
 #[derive(Debug, Clone)]
-pub(crate) struct Item {
+pub struct DirItem {
+    /// Its name.
     pub name: String,
+    /// What it is.
     pub kind: FileKind,
+    /// Its inode number ([`UNKNOWN_INO`] without search permission).
     pub ino: u64,
+    /// Its attributes and handle, when the caller may search the directory
+    /// (readdirplus: no lookup per entry needed).
+    pub entry: Option<Entry>,
 }
 
 /// One open directory.
-pub(crate) struct DirStream {
+pub(crate) struct DirCursor {
     pub dir: Handle,
     /// Entries from offset `base` on.
-    window: VecDeque<Item>,
+    window: VecDeque<DirItem>,
     base: u64,
     /// The last name fetched (`""` before the first page).
     after: String,
@@ -38,9 +50,9 @@ pub(crate) struct DirStream {
     done: bool,
 }
 
-impl DirStream {
-    pub fn new(dir: Handle) -> DirStream {
-        DirStream { dir, window: VecDeque::new(), base: FIRST_ENTRY, after: String::new(), done: false }
+impl DirCursor {
+    pub fn new(dir: Handle) -> DirCursor {
+        DirCursor { dir, window: VecDeque::new(), base: FIRST_ENTRY, after: String::new(), done: false }
     }
 
     fn restart(&mut self) {
@@ -51,7 +63,7 @@ impl DirStream {
     }
 
     /// The entry at `offset` (≥ 2), reading pages as needed; `None` past the end.
-    pub async fn at(&mut self, fs: &FsClient, offset: u64) -> Result<Option<Item>, FsError> {
+    pub async fn at(&mut self, fs: &FsClient, offset: u64) -> Result<Option<DirItem>, FsError> {
         if offset < self.base {
             self.restart();
         }
@@ -63,7 +75,7 @@ impl DirStream {
             if self.done {
                 return Ok(None);
             }
-            // Entries before `offset` were handed out: the kernel asks on from there.
+            // Entries before `offset` were handed out: the gateway asks on from there.
             let consumed = usize::try_from(index).unwrap_or(usize::MAX).min(self.window.len());
             self.window.drain(..consumed);
             self.base += consumed as u64;
@@ -77,10 +89,11 @@ impl DirStream {
         if let Some(last) = page.entries.last() {
             self.after = last.name.clone();
         }
-        self.window.extend(page.entries.into_iter().map(|e| Item {
+        self.window.extend(page.entries.into_iter().map(|e| DirItem {
             ino: e.entry.as_ref().map_or(UNKNOWN_INO, |e| e.attr.ino),
             kind: e.kind,
             name: e.name,
+            entry: e.entry,
         }));
         Ok(())
     }
