@@ -53,7 +53,16 @@ const MANAGER_LOST_COPIES_MAX: usize = 2;
 /// rename happened. With `--no-clobber`, a first link that did happen
 /// makes the second one report the destination as existing.
 fn manager_lost(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| matches!(c.downcast_ref::<FsError>(), Some(FsError::Io(_))))
+    // The file-system layer's errors wrap the client's transparently: their
+    // source is the client error's source, so `FsError` itself is not in the chain.
+    let lost = |f: Option<&FsError>| matches!(f, Some(FsError::Io(_)));
+    e.chain().any(|c| {
+        lost(c.downcast_ref::<FsError>())
+            || lost(match c.downcast_ref::<nasd_vfs::VfsError>() {
+                Some(nasd_vfs::VfsError::Fs(f)) => Some(f),
+                _ => None,
+            })
+    })
 }
 
 /// Suffix of the temporary names files are written under.
@@ -1099,6 +1108,17 @@ mod tests {
         assert_eq!(recorded(&undo), want);
         undo.published("/b");
         assert_eq!(recorded(&undo), want[1..]);
+    }
+
+    #[test]
+    fn a_manager_lost_part_way_is_told_through_either_layer() {
+        let io = || FsError::Io(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
+        assert!(manager_lost(&anyhow::Error::from(io()).context("cannot create /a")));
+        assert!(manager_lost(&anyhow::Error::from(nasd_vfs::VfsError::Fs(io())).context("cannot create /a")));
+        let refused =
+            nasd_vfs::VfsError::Fs(FsError::Fs { status: nasd_fs::FsStatus::NotFound, message: "no such file".into() });
+        assert!(!manager_lost(&anyhow::Error::from(refused)));
+        assert!(!manager_lost(&anyhow::Error::from(nasd_vfs::VfsError::BadDescriptor)));
     }
 
     #[test]
