@@ -1012,8 +1012,23 @@ mod tests {
 
     use indicatif::ProgressBar;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn cp_refuses_to_copy_a_file_onto_itself() {
+    /// Runs `body` as `nasd` runs a command: polled on a thread with the
+    /// main thread's stack (8 MiB), not a 2 MiB test thread, which a copy's
+    /// futures overflow in a debug build.
+    fn as_a_command(body: impl std::future::Future<Output = ()> + Send + 'static) {
+        let thread = std::thread::Builder::new().stack_size(8 << 20).spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(body);
+        });
+        thread.expect("spawn").join().expect("the test body");
+    }
+
+    #[test]
+    fn cp_refuses_to_copy_a_file_onto_itself() {
+        as_a_command(cp_refuses_to_copy_a_file_onto_itself_body());
+    }
+
+    async fn cp_refuses_to_copy_a_file_onto_itself_body() {
         let dir = tempfile::tempdir().unwrap();
         let cluster = crate::daemons::LocalCluster::start(dir.path(), 1, 64 << 20).await.unwrap();
         let fs = login(&cluster.client, None).await.unwrap();
