@@ -30,13 +30,13 @@ use common::cluster::{Cluster, Options};
 use common::{nasd_command, DAEMON_WAIT_MAX};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use serde::{Deserialize, Serialize};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,83 @@
+"""boto3 against the nasd S3 gateway: metadata and Content-Type kept, ETag is
+the MD5 of the body, ranges, ListObjectsV2 with delimiter and pagination in
+byte order, ListObjects v1, CopyObject, DeleteObjects, keys that cannot be
+paths refused. Usage: boto3_check.py ENDPOINT BUCKET (keys from the
+environment). Prints "boto3 ok" at the end; any failure raises."""
+import hashlib
+import sys
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+endpoint, bucket = sys.argv[1], sys.argv[2]
+s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+body = bytes(range(256)) * 40
+r = s3.put_object(Bucket=bucket, Key="m/obj.bin", Body=body, ContentType="application/x-test",
+                  Metadata={"colour": "blue", "n": "7"})
+assert r["ETag"] == '"%s"' % hashlib.md5(body).hexdigest(), r["ETag"]
+h = s3.head_object(Bucket=bucket, Key="m/obj.bin")
+assert h["ContentLength"] == len(body), h
+assert h["ContentType"] == "application/x-test", h
+assert h["Metadata"] == {"colour": "blue", "n": "7"}, h["Metadata"]
+g = s3.get_object(Bucket=bucket, Key="m/obj.bin", Range="bytes=-10")
+assert g["Body"].read() == body[-10:]
+assert g["ContentRange"] == "bytes %d-%d/%d" % (len(body) - 10, len(body) - 1, len(body)), g["ContentRange"]
+
+# Conditional GET: the current ETag is not modified.
+try:
+    s3.get_object(Bucket=bucket, Key="m/obj.bin", IfNoneMatch=r["ETag"])
+    raise AssertionError("If-None-Match with the current ETag returned the body")
+except ClientError as e:
+    assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 304, e.response
+
+# Keys in S3's byte order, though they are a tree: "a-b" < "a/x" < "a0".
+for k in ["l/a/x", "l/a-b", "l/a0", "l/a/y/z", "l/b"]:
+    s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+keys = []
+token = None
+while True:
+    kw = {"Bucket": bucket, "Prefix": "l/", "MaxKeys": 2}
+    if token:
+        kw["ContinuationToken"] = token
+    page = s3.list_objects_v2(**kw)
+    keys += [o["Key"] for o in page.get("Contents", [])]
+    if not page["IsTruncated"]:
+        break
+    token = page["NextContinuationToken"]
+assert keys == ["l/a-b", "l/a/x", "l/a/y/z", "l/a0", "l/b"], keys
+page = s3.list_objects_v2(Bucket=bucket, Prefix="l/", Delimiter="/")
+assert [o["Key"] for o in page["Contents"]] == ["l/a-b", "l/a0", "l/b"], page
+assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["l/a/"], page
+page = s3.list_objects_v2(Bucket=bucket, Prefix="l/", StartAfter="l/a/x")
+assert [o["Key"] for o in page["Contents"]] == ["l/a/y/z", "l/a0", "l/b"], page
+v1 = s3.list_objects(Bucket=bucket, Prefix="l/a", Delimiter="/", MaxKeys=1)
+assert [o["Key"] for o in v1.get("Contents", [])] == ["l/a-b"] and v1["IsTruncated"], v1
+v1 = s3.list_objects(Bucket=bucket, Prefix="l/a", Delimiter="/", Marker="l/a-b")
+assert [p["Prefix"] for p in v1["CommonPrefixes"]] == ["l/a/"], v1
+assert [o["Key"] for o in v1["Contents"]] == ["l/a0"], v1
+
+# Copy keeps the body and metadata; DeleteObjects removes, and the emptied prefix goes.
+c = s3.copy_object(Bucket=bucket, Key="m/copy.bin", CopySource={"Bucket": bucket, "Key": "m/obj.bin"})
+assert c["CopyObjectResult"]["ETag"] == r["ETag"], c
+assert s3.get_object(Bucket=bucket, Key="m/copy.bin")["Body"].read() == body
+assert s3.head_object(Bucket=bucket, Key="m/copy.bin")["Metadata"] == {"colour": "blue", "n": "7"}
+d = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "l/a/x"}, {"Key": "l/a/y/z"}, {"Key": "l/none"}]})
+assert sorted(o["Key"] for o in d["Deleted"]) == ["l/a/x", "l/a/y/z", "l/none"], d
+page = s3.list_objects_v2(Bucket=bucket, Prefix="l/", Delimiter="/")
+assert "CommonPrefixes" not in page, page
+
+for bad in ["x//y", "x/../y", "trailing/"]:
+    try:
+        s3.put_object(Bucket=bucket, Key=bad, Body=b"no")
+        raise AssertionError("key %r was taken" % bad)
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "InvalidArgument", e.response
+try:
+    s3.get_object(Bucket=bucket, Key="m/none")
+    raise AssertionError("a missing key was found")
+except ClientError as e:
+    assert e.response["Error"]["Code"] == "NoSuchKey", e.response
+print("boto3 ok")
