@@ -61,6 +61,10 @@
 //! [mount]                        # nasd mount
 //! manager_wait = "hard"          # or "30s": calls wait that long for a manager, then fail with EIO
 //!
+//! [s3]                           # nasd s3 (S3 gateway) and nasd s3-key
+//! listen = "127.0.0.1:7500"      # plain HTTP; off loopback only with --plain-http-off-loopback
+//! keys = "/var/lib/nasd/s3"      # the access-key store (store.key, keys.json)
+//!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
 //! drives = 4
