@@ -1,5 +1,5 @@
 //! The S3 gateway (`nasd s3`) on a real cluster, driven by real clients:
-//! aws-cli (`s3 mb/cp/ls/sync`, `s3api head-object/get-object --range`)
+//! aws-cli (`s3 mb/cp/ls/sync`, a multipart `cp`, `s3api head-object/get-object --range`)
 //! and a boto3 script (`tests/s3/boto3_check.py`). Keys issued with `nasd
 //! s3-key`; another user's bucket refused (AccessDenied); unsigned and
 //! badly signed requests get their S3 errors and change nothing; a revoked
@@ -165,6 +165,17 @@ fn s3_gateway_with_aws_cli_and_boto3() {
     // It is a nasd file at the path the key names.
     let cat = c.nasd(&["stat", "/alice-data/dir/sub/big.bin"]).output().unwrap();
     assert!(cat.status.success(), "{}", String::from_utf8_lossy(&cat.stderr));
+
+    // Big enough for aws-cli to upload in parts (8 MiB each): whole, with an MD5-of-MD5s-3 ETag.
+    let huge = bytes(seed ^ 0x5a5a, 20 * 1024 * 1024 + 777);
+    let huge_path = work.join("huge.bin");
+    std::fs::write(&huge_path, &huge).unwrap();
+    aws_ok(ep, &alice, &["s3", "cp", path_str(&huge_path), "s3://alice-data/huge.bin"]);
+    let head = aws_ok(ep, &alice, &["s3api", "head-object", "--bucket", "alice-data", "--key", "huge.bin"]);
+    assert!(head.contains("-3\\\"") && head.contains(&format!("\"ContentLength\": {}", huge.len())), "{head}");
+    let huge_back = work.join("huge-back.bin");
+    aws_ok(ep, &alice, &["s3", "cp", "s3://alice-data/huge.bin", path_str(&huge_back)]);
+    assert!(std::fs::read(&huge_back).unwrap() == huge, "the multipart object differs");
 
     // s3api: ETag is the body's MD5, ranges.
     let head = aws_ok(ep, &alice, &["s3api", "head-object", "--bucket", "alice-data", "--key", "dir/sub/big.bin"]);

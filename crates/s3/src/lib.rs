@@ -17,6 +17,9 @@
 //!   into place after its last byte; its MD5 (the ETag), Content-Type and
 //!   user metadata are kept in the extended attribute [`META_XATTR`] set
 //!   before the rename.
+//! - **Multipart uploads** (`multipart.rs`): parts kept in the bucket's
+//!   hidden `.nasd-s3-uploads/ID/`, streamed into the object at completion,
+//!   which appears whole then or not at all.
 //! - **Bounded memory**: bodies stream in [`IO_CHUNK`] pieces, a GET reads
 //!   at most [`READ_AHEAD_CHUNKS`] ahead of its client; listings walk the
 //!   tree one directory at a time in S3's byte order (`list.rs`).
@@ -24,10 +27,12 @@
 
 mod keys;
 mod list;
+mod multipart;
 mod ops;
 mod paths;
 
 pub use keys::{KeyOwner, KeyRecord, KeyStore, KeyStoreError, ACCESS_KEY_PREFIX, KEY_FILE_BYTES_MAX};
+pub use multipart::PARTS_MAX;
 pub use paths::KEY_BYTES_MAX;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};

@@ -139,7 +139,7 @@ impl Gateway {
             .filter(|i| !is_internal(&i.name) && matches!(i.kind, FileKind::File | FileKind::Dir))
             .filter_map(|i| Some(Child { name: i.name, kind: i.kind, entry: i.entry? }))
             .collect();
-        children.sort_by(|a, b| sort_name(a).cmp(&sort_name(b)));
+        children.sort_by_key(sort_name);
         Ok(children)
     }
 }

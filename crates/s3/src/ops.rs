@@ -26,22 +26,22 @@ const READ_SEARCH: u32 = 0o5;
 
 /// What [`META_XATTR`] holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct ObjectMeta {
-    etag: String,
+pub(crate) struct ObjectMeta {
+    pub etag: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    content_type: Option<String>,
+    pub content_type: Option<String>,
     #[serde(default, skip_serializing_if = "HashMap::is_empty")]
-    metadata: HashMap<String, String>,
+    pub metadata: HashMap<String, String>,
 }
 
 /// A held inode, forgotten when dropped.
-struct Held {
+pub(crate) struct Held {
     vfs: Vfs,
-    entry: Entry,
+    pub entry: Entry,
 }
 
 impl Held {
-    fn ino(&self) -> Ino {
+    pub fn ino(&self) -> Ino {
         self.entry.attr.ino
     }
 }
@@ -72,11 +72,11 @@ pub(crate) fn s3_err(e: VfsError) -> S3Error {
     S3Error::with_message(code, e.to_string())
 }
 
-fn is(e: &VfsError, status: FsStatus) -> bool {
+pub(crate) fn is(e: &VfsError, status: FsStatus) -> bool {
     e.status() == Some(status)
 }
 
-fn timestamp(ns: i64) -> Timestamp {
+pub(crate) fn timestamp(ns: i64) -> Timestamp {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns)).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     Timestamp::from(t)
 }
@@ -87,7 +87,7 @@ fn etag(meta: &Option<ObjectMeta>) -> Option<ETag> {
 
 impl Gateway {
     /// The client acting for the request's key's user.
-    fn acting<T>(&self, req: &S3Request<T>) -> S3Result<FsClient> {
+    pub(crate) fn acting<T>(&self, req: &S3Request<T>) -> S3Result<FsClient> {
         let Some(credentials) = req.credentials.as_ref() else {
             return Err(s3_error!(AccessDenied, "anonymous requests are refused: sign with an access key"));
         };
@@ -102,12 +102,12 @@ impl Gateway {
         self.vfs.fs().as_user(owner.uid, owner.gid, &owner.groups).map_err(|e| s3_err(e.into()))
     }
 
-    fn held(&self, entry: Entry) -> Held {
+    pub(crate) fn held(&self, entry: Entry) -> Held {
         Held { vfs: self.vfs.clone(), entry }
     }
 
     /// Bucket `name`'s directory, held.
-    async fn bucket(&self, cx: &FsClient, name: &str) -> S3Result<Held> {
+    pub(crate) async fn bucket(&self, cx: &FsClient, name: &str) -> S3Result<Held> {
         match self.vfs.lookup(cx, ROOT_INO, name).await {
             Ok(e) => {
                 let held = self.held(e);
@@ -123,7 +123,7 @@ impl Gateway {
 
     /// Walks `levels` down from `dir`: the last one reached, held; with
     /// `make`, missing directories are made.
-    async fn walk(&self, cx: &FsClient, mut dir: Held, levels: &[&str], make: bool) -> S3Result<Held> {
+    pub(crate) async fn walk(&self, cx: &FsClient, mut dir: Held, levels: &[&str], make: bool) -> S3Result<Held> {
         for level in levels {
             let next = match self.vfs.lookup(cx, dir.ino(), level).await {
                 Ok(e) => e,
@@ -168,7 +168,7 @@ impl Gateway {
         Ok((file, meta))
     }
 
-    async fn meta(&self, cx: &FsClient, ino: Ino) -> S3Result<Option<ObjectMeta>> {
+    pub(crate) async fn meta(&self, cx: &FsClient, ino: Ino) -> S3Result<Option<ObjectMeta>> {
         match self.vfs.getxattr(cx, ino, META_XATTR).await {
             Ok(v) => Ok(serde_json::from_slice(&v).ok()),
             Err(e) if is(&e, FsStatus::NoXattr) || e.errno() == 61 => Ok(None),
@@ -184,7 +184,7 @@ impl Gateway {
         bucket: &str,
         key: &str,
         body: S,
-        mut meta: ObjectMeta,
+        meta: ObjectMeta,
         no_clobber: bool,
     ) -> S3Result<Option<String>>
     where
@@ -192,6 +192,24 @@ impl Gateway {
         E: std::fmt::Display,
     {
         let levels = object_path(key)?;
+        self.write_levels(cx, bucket, &levels, body, meta, no_clobber).await
+    }
+
+    /// [`write_object`](Self::write_object) of a path checked by the caller;
+    /// `meta.etag`, if set, is kept (a multipart ETag), else the body's MD5.
+    pub(crate) async fn write_levels<S, E>(
+        &self,
+        cx: &FsClient,
+        bucket: &str,
+        levels: &[&str],
+        body: S,
+        mut meta: ObjectMeta,
+        no_clobber: bool,
+    ) -> S3Result<Option<String>>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
         let (name, dirs) = levels.split_last().ok_or_else(|| s3_error!(InvalidArgument))?;
         check_metadata(&meta)?;
         let b = self.bucket(cx, bucket).await?;
@@ -201,7 +219,9 @@ impl Gateway {
         let written = self.fill(replacement.fh(), body).await;
         let stored = match written {
             Ok(digest) => {
-                meta.etag = digest;
+                if meta.etag.is_empty() {
+                    meta.etag = digest;
+                }
                 let value = serde_json::to_vec(&meta).map_err(|_| s3_error!(InternalError))?;
                 let ino = replacement.entry().attr.ino;
                 self.vfs.setxattr(cx, ino, META_XATTR, &value, XattrMode::Either).await.map_err(s3_err)
@@ -260,7 +280,12 @@ impl Gateway {
 
     /// Bytes `range` of held object `file`, streamed by a task that reads
     /// at most [`READ_AHEAD_CHUNKS`] ahead of the client.
-    async fn read_stream(&self, cx: &FsClient, file: Held, range: std::ops::Range<u64>) -> S3Result<StreamingBlob> {
+    pub(crate) async fn read_stream(
+        &self,
+        cx: &FsClient,
+        file: Held,
+        range: std::ops::Range<u64>,
+    ) -> S3Result<StreamingBlob> {
         let opened = self.vfs.open(cx, file.ino(), false).await.map_err(s3_err)?;
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD_CHUNKS);
         let vfs = self.vfs.clone();
@@ -345,7 +370,7 @@ impl Gateway {
     }
 }
 
-fn check_metadata(meta: &ObjectMeta) -> S3Result<()> {
+pub(crate) fn check_metadata(meta: &ObjectMeta) -> S3Result<()> {
     let bytes: usize = meta.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
     if bytes > METADATA_BYTES_MAX {
         return Err(s3_error!(MetadataTooLarge));
@@ -424,10 +449,7 @@ impl S3 for Gateway {
         match self.vfs.mkdir(&cx, ROOT_INO, name, BUCKET_MODE).await {
             Ok(e) => {
                 self.vfs.forget(e.attr.ino, 1);
-                Ok(S3Response::new(CreateBucketOutput {
-                    location: Some(format!("/{name}")),
-                    ..CreateBucketOutput::default()
-                }))
+                Ok(S3Response::new(CreateBucketOutput { location: Some(format!("/{name}")) }))
             }
             Err(e) if is(&e, FsStatus::Exists) => {
                 let existing = self.bucket(&cx, name).await?;
@@ -675,6 +697,56 @@ impl S3 for Gateway {
             encoding_type: input.encoding_type,
             ..ListObjectsOutput::default()
         }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let cx = self.acting(&req)?;
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let id = self.mp_create(&cx, req.input).await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(bucket),
+            key: Some(key),
+            upload_id: Some(id),
+            ..CreateMultipartUploadOutput::default()
+        }))
+    }
+
+    async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
+        let cx = self.acting(&req)?;
+        let etag = self.mp_upload_part(&cx, req.input).await?;
+        Ok(S3Response::new(UploadPartOutput { e_tag: Some(ETag::Strong(etag)), ..UploadPartOutput::default() }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let cx = self.acting(&req)?;
+        let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let etag = self.mp_complete(&cx, req.input).await?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(bucket),
+            key: Some(key),
+            e_tag: Some(ETag::Strong(etag)),
+            ..CompleteMultipartUploadOutput::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let cx = self.acting(&req)?;
+        self.mp_abort(&cx, req.input).await?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(&self, req: S3Request<ListPartsInput>) -> S3Result<S3Response<ListPartsOutput>> {
+        let cx = self.acting(&req)?;
+        Ok(S3Response::new(self.mp_list_parts(&cx, req.input).await?))
     }
 }
 

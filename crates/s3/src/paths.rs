@@ -40,9 +40,15 @@ fn unusable(level: &str) -> Option<&'static str> {
     }
 }
 
-/// Names the file-system layer uses for itself (never shown as keys).
+/// The directory of a bucket that holds its multipart uploads in progress.
+pub(crate) const UPLOADS_DIR: &str = ".nasd-s3-uploads";
+
+/// Names the file-system layer and the gateway use for themselves (never
+/// shown as keys).
 pub(crate) fn is_internal(name: &str) -> bool {
-    (name.starts_with('.') && name.ends_with(nasd_vfs::TEMP_SUFFIX)) || name.starts_with(nasd_vfs::HIDDEN_PREFIX)
+    (name.starts_with('.') && name.ends_with(nasd_vfs::TEMP_SUFFIX))
+        || name.starts_with(nasd_vfs::HIDDEN_PREFIX)
+        || name == UPLOADS_DIR
 }
 
 #[cfg(test)]
@@ -57,7 +63,17 @@ mod tests {
 
     #[test]
     fn keys_that_cannot_be_paths_are_refused() {
-        for key in ["", "/a", "a/", "a//b", "a/./b", "../x", "a/.f.1234abcd.nasd-tmp", ".nasd-unlinked-1"] {
+        for key in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "a/./b",
+            "../x",
+            "a/.f.1234abcd.nasd-tmp",
+            ".nasd-unlinked-1",
+            ".nasd-s3-uploads/x",
+        ] {
             let e = object_path(key).unwrap_err();
             assert_eq!(*e.code(), s3s::S3ErrorCode::InvalidArgument, "{key}");
         }

@@ -69,6 +69,40 @@ assert sorted(o["Key"] for o in d["Deleted"]) == ["l/a/x", "l/a/y/z", "l/none"],
 page = s3.list_objects_v2(Bucket=bucket, Prefix="l/", Delimiter="/")
 assert "CommonPrefixes" not in page, page
 
+# Multipart: parts listed, completion gives the object whole with MD5-of-MD5s-N; abort leaves nothing.
+u = s3.create_multipart_upload(Bucket=bucket, Key="mp/whole.bin", ContentType="text/plain")["UploadId"]
+p1, p2 = b"a" * 70000, b"b" * 1234
+e1 = s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=u, PartNumber=1, Body=p1)["ETag"]
+e2 = s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=u, PartNumber=2, Body=p2)["ETag"]
+listed = s3.list_parts(Bucket=bucket, Key="mp/whole.bin", UploadId=u)["Parts"]
+assert [(p["PartNumber"], p["Size"], p["ETag"]) for p in listed] == [(1, len(p1), e1), (2, len(p2), e2)], listed
+try:
+    s3.head_object(Bucket=bucket, Key="mp/whole.bin")
+    raise AssertionError("the object is visible before completion")
+except ClientError as e:
+    assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 404, e.response
+done = s3.complete_multipart_upload(Bucket=bucket, Key="mp/whole.bin", UploadId=u,
+                                    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})
+want = hashlib.md5(hashlib.md5(p1).digest() + hashlib.md5(p2).digest()).hexdigest() + "-2"
+assert done["ETag"] == '"%s"' % want, done
+g = s3.get_object(Bucket=bucket, Key="mp/whole.bin")
+assert g["Body"].read() == p1 + p2 and g["ContentType"] == "text/plain", g
+try:
+    s3.list_parts(Bucket=bucket, Key="mp/whole.bin", UploadId=u)
+    raise AssertionError("a completed upload is still there")
+except ClientError as e:
+    assert e.response["Error"]["Code"] == "NoSuchUpload", e.response
+u = s3.create_multipart_upload(Bucket=bucket, Key="mp/never.bin")["UploadId"]
+s3.upload_part(Bucket=bucket, Key="mp/never.bin", UploadId=u, PartNumber=1, Body=b"x" * 100)
+s3.abort_multipart_upload(Bucket=bucket, Key="mp/never.bin", UploadId=u)
+keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="")["Contents"]]
+assert "mp/never.bin" not in keys and not any(".nasd" in k for k in keys), keys
+try:
+    s3.upload_part(Bucket=bucket, Key="mp/never.bin", UploadId=u, PartNumber=2, Body=b"y")
+    raise AssertionError("an aborted upload took a part")
+except ClientError as e:
+    assert e.response["Error"]["Code"] == "NoSuchUpload", e.response
+
 for bad in ["x//y", "x/../y", "trailing/"]:
     try:
         s3.put_object(Bucket=bucket, Key=bad, Body=b"no")
