@@ -1,6 +1,7 @@
 //! The S3 gateway (`nasd s3`) on a real cluster, driven by real clients:
-//! aws-cli (`s3 mb/cp/ls/sync`, a multipart `cp`, `s3api head-object/get-object --range`)
-//! and a boto3 script (`tests/s3/boto3_check.py`). Keys issued with `nasd
+//! aws-cli (`s3 mb/cp/ls/sync`, a multipart `cp`, `s3api
+//! head-object/get-object --range`, `s3 presign` fetched with curl) and a
+//! boto3 script (`tests/s3/boto3_check.py`). Keys issued with `nasd
 //! s3-key`; another user's bucket refused (AccessDenied); unsigned and
 //! badly signed requests get their S3 errors and change nothing; a revoked
 //! key is refused at its next request.
@@ -199,6 +200,19 @@ fn s3_gateway_with_aws_cli_and_boto3() {
     );
     assert!(got.contains("bytes 1000-1999/"), "{got}");
     assert!(std::fs::read(&part).unwrap() == big[1000..2000], "range differs");
+
+    // A presigned URL (SigV4 in the query) fetched without any credentials.
+    let url = aws_ok(ep, &alice, &["s3", "presign", "s3://alice-data/dir/sub/big.bin", "--expires-in", "300"]);
+    let fetched = Command::new("curl").args(["-sf", url.trim()]).output().expect("run curl");
+    assert!(
+        fetched.status.success() && fetched.stdout == big,
+        "presigned GET: {}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    let tampered = url.trim().replace("big.bin", "huge.bin");
+    let refused = Command::new("curl").args(["-s", &tampered]).output().expect("run curl");
+    let refused = String::from_utf8_lossy(&refused.stdout);
+    assert!(refused.contains("<Code>SignatureDoesNotMatch</Code>"), "{refused}");
 
     // aws s3 sync of a tree up, and down into another directory: the same files.
     let up = work.join("tree");
