@@ -52,6 +52,9 @@ pub const METADATA_BYTES_MAX: usize = 2048;
 pub const IO_CHUNK: usize = 1 << 20;
 /// Pieces a GET reads ahead of its client at most.
 pub const READ_AHEAD_CHUNKS: usize = 4;
+/// Most of a failed upload's body read (and dropped) so its connection
+/// stays usable; a longer one is left, and the connection with it.
+pub const DRAIN_BYTES_MAX: usize = 8 << 20;
 /// Keys (and common prefixes) one listing returns at most.
 pub const LIST_KEYS_MAX: usize = 1000;
 /// Keys one DeleteObjects names at most.

@@ -109,12 +109,14 @@ impl Gateway {
     }
 
     /// UploadPart: the part's ETag.
-    pub(crate) async fn mp_upload_part(&self, cx: &FsClient, input: UploadPartInput) -> S3Result<String> {
+    pub(crate) async fn mp_upload_part(
+        &self,
+        cx: &FsClient,
+        input: UploadPartInput,
+        body: &mut StreamingBlob,
+    ) -> S3Result<String> {
         check_part_number(input.part_number)?;
         let _upload = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
-        let body = input
-            .body
-            .unwrap_or_else(|| StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>()));
         let part = part_name(input.part_number);
         let levels = [UPLOADS_DIR, input.upload_id.as_str(), part.as_str()];
         let etag = self.write_levels(cx, &input.bucket, &levels, body, ObjectMeta::default(), false).await?;

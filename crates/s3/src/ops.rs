@@ -4,7 +4,7 @@
 use crate::list::{url_encode, Listing, Query};
 use crate::paths::object_path;
 use crate::{Gateway, DELETE_OBJECTS_MAX, IO_CHUNK, LIST_KEYS_MAX, METADATA_BYTES_MAX, META_XATTR, OBJECT_BYTES_MAX};
-use crate::{KeyStoreError, READ_AHEAD_CHUNKS};
+use crate::{KeyStoreError, DRAIN_BYTES_MAX, READ_AHEAD_CHUNKS};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
@@ -378,6 +378,24 @@ pub(crate) fn check_metadata(meta: &ObjectMeta) -> S3Result<()> {
     Ok(())
 }
 
+/// A request without a body.
+pub(crate) fn empty_body() -> StreamingBlob {
+    StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, std::io::Error>>())
+}
+
+/// Reads (and drops) what a failed request left of its body, at most
+/// [`DRAIN_BYTES_MAX`]: answered before its body was read, the connection
+/// would otherwise not be in step for the client's next request on it.
+async fn drain(body: &mut StreamingBlob) {
+    let mut left = DRAIN_BYTES_MAX;
+    while let Some(Ok(piece)) = body.next().await {
+        if piece.len() >= left {
+            break;
+        }
+        left -= piece.len();
+    }
+}
+
 /// A stream over a channel's receiver (the reader task's pieces).
 struct ReceiverStream(tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
@@ -504,10 +522,12 @@ impl S3 for Gateway {
             content_type: input.content_type.map(|c| c.to_string()),
             metadata: input.metadata.unwrap_or_default(),
         };
-        let body = input
-            .body
-            .unwrap_or_else(|| StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, std::io::Error>>()));
-        let etag = self.write_object(&cx, &input.bucket, &input.key, body, meta, no_clobber).await?;
+        let mut body = input.body.unwrap_or_else(empty_body);
+        let written = self.write_object(&cx, &input.bucket, &input.key, &mut body, meta, no_clobber).await;
+        if written.is_err() {
+            drain(&mut body).await;
+        }
+        let etag = written?;
         let Some(etag) = etag else {
             return Err(s3_error!(PreconditionFailed, "the key exists (If-None-Match: *)"));
         };
@@ -716,7 +736,13 @@ impl S3 for Gateway {
 
     async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
         let cx = self.acting(&req)?;
-        let etag = self.mp_upload_part(&cx, req.input).await?;
+        let mut input = req.input;
+        let mut body = input.body.take().unwrap_or_else(empty_body);
+        let written = self.mp_upload_part(&cx, input, &mut body).await;
+        if written.is_err() {
+            drain(&mut body).await;
+        }
+        let etag = written?;
         Ok(S3Response::new(UploadPartOutput { e_tag: Some(ETag::Strong(etag)), ..UploadPartOutput::default() }))
     }
 

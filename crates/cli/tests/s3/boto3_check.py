@@ -3,8 +3,11 @@ the MD5 of the body, ranges, ListObjectsV2 with delimiter and pagination in
 byte order, ListObjects v1, CopyObject, DeleteObjects, keys that cannot be
 paths refused. Usage: boto3_check.py ENDPOINT BUCKET (keys from the
 environment). Prints "boto3 ok" at the end; any failure raises."""
+import base64
 import hashlib
 import sys
+import urllib.error
+import urllib.request
 
 import boto3
 from botocore.config import Config
@@ -108,10 +111,27 @@ for bad in ["x//y", "x/../y", "trailing/"]:
         s3.put_object(Bucket=bucket, Key=bad, Body=b"no")
         raise AssertionError("key %r was taken" % bad)
     except ClientError as e:
-        assert e.response["Error"]["Code"] == "InvalidArgument", e.response
+        assert e.response["Error"]["Code"] == "InvalidArgument", (bad, e.response)
 try:
     s3.get_object(Bucket=bucket, Key="m/none")
     raise AssertionError("a missing key was found")
 except ClientError as e:
     assert e.response["Error"]["Code"] == "NoSuchKey", e.response
+# A signed request with a malformed body: MalformedXML, and nothing deleted.
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+broken = b"<Delete><Object><Key>m/obj.bin</Key>"
+req = AWSRequest(method="POST", url="%s/%s?delete" % (endpoint, bucket), data=broken,
+                 headers={"Content-MD5": base64.b64encode(hashlib.md5(broken).digest()).decode()})
+S3SigV4Auth(boto3.Session().get_credentials(), "s3", "us-east-1").add_auth(req)
+prepared = req.prepare()
+try:
+    urllib.request.urlopen(urllib.request.Request(prepared.url, data=broken, headers=dict(prepared.headers),
+                                                  method="POST"))
+    raise AssertionError("a malformed DeleteObjects was taken")
+except urllib.error.HTTPError as e:
+    reply = e.read()
+    assert e.code == 400 and b"<Code>MalformedXML</Code>" in reply, (e.code, reply)
+assert s3.head_object(Bucket=bucket, Key="m/obj.bin")["ContentLength"] == len(body)
 print("boto3 ok")
