@@ -129,6 +129,10 @@ fn s3_gateway_with_aws_cli_and_boto3() {
     let stored = std::fs::read_to_string(keys.join("keys.json")).unwrap();
     assert!(!stored.contains(&alice.secret), "the secret is stored sealed");
 
+    // Plain HTTP off loopback only when asked for.
+    let refused = c.run(&["s3", "--listen", "0.0.0.0:0", "--keys", path_str(&keys)]);
+    assert!(!refused.status.success() && refused.stderr.contains("--plain-http-off-loopback"), "{}", refused.stderr);
+
     let config: OsString = c.config.clone().into();
     let keys_arg: OsString = keys.clone().into();
     let log = c.dir().join("s3.log");
