@@ -61,6 +61,10 @@
 //! [mount]                        # nasd mount
 //! manager_wait = "hard"          # or "30s": calls wait that long for a manager, then fail with EIO
 //!
+//! [s3]                           # nasd s3 (S3 gateway) and nasd s3-key
+//! listen = "127.0.0.1:7500"      # plain HTTP; off loopback only with --plain-http-off-loopback
+//! keys = "/var/lib/nasd/s3"      # the access-key store (store.key, keys.json)
+//!
 //! [up]                           # nasd up (one machine)
 //! data = "./nasd-data"
 //! drives = 4
@@ -98,6 +102,9 @@ pub struct ConfigFile {
     /// Settings of `nasd mount`.
     #[serde(default, skip_serializing_if = "MountSection::is_empty")]
     pub mount: MountSection,
+    /// Settings of `nasd s3`.
+    #[serde(default, skip_serializing_if = "S3Section::is_empty")]
+    pub s3: S3Section,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -263,6 +270,22 @@ pub struct AuthSection {
 
 /// `[client]`: shared with the other clients (the Python package) in `nasd-profile`.
 pub use nasd_profile::ClientSection;
+
+/// `[s3]`: the S3 gateway (`nasd s3`) and its access keys (`nasd s3-key`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Section {
+    /// Where it serves S3, plain HTTP [default: "127.0.0.1:7500"].
+    pub listen: Option<String>,
+    /// The access-key store's directory [default: "nasd-data/s3"].
+    pub keys: Option<PathBuf>,
+}
+
+impl S3Section {
+    fn is_empty(&self) -> bool {
+        self.listen.is_none() && self.keys.is_none()
+    }
+}
 
 /// `[mount]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

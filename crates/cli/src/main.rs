@@ -25,6 +25,7 @@ mod daemons;
 mod drive_admin;
 mod fs_cmd;
 mod mount_cmd;
+mod s3_cmd;
 mod size;
 mod transfer;
 
@@ -67,6 +68,13 @@ enum Command {
     /// Mount the file system at MOUNTPOINT (FUSE) and serve it until Ctrl-C,
     /// SIGTERM or `fusermount3 -u MOUNTPOINT`.
     Mount(mount_cmd::MountArgs),
+    /// Serve the file system over S3 (plain HTTP on loopback by default)
+    /// until Ctrl-C or SIGTERM: buckets are top-level directories, keys are
+    /// paths, each request runs as the nasd user whose access key signed it.
+    S3(s3_cmd::S3Args),
+    /// S3 access keys: create, list, revoke.
+    #[command(subcommand)]
+    S3Key(s3_cmd::S3KeyCommand),
     /// How files are spread over drives: show or set a layout (striping,
     /// mirroring, Reed-Solomon).
     #[command(subcommand)]
@@ -162,6 +170,8 @@ impl Command {
             Command::Status { login } | Command::Scrub { drive: None, login, .. } => Some(login),
             Command::Repair(args) => Some(&args.login),
             Command::Mount(args) => Some(&args.login),
+            Command::S3(args) => Some(&args.login),
+            Command::S3Key(cmd) => Some(cmd.login()),
             Command::Admin(cmd) => cmd.login(),
             Command::Auth(auth_cmd::AuthArgs { command: Some(c), .. }) if !c.is_offline() => Some(&AUTH_LOGIN),
             _ => None,
@@ -178,6 +188,7 @@ impl Command {
                 | Command::Manager(_)
                 | Command::Drive(_)
                 | Command::Mount(_)
+                | Command::S3(_)
                 | Command::Auth(auth_cmd::AuthArgs { command: None, .. })
         )
     }
@@ -319,6 +330,11 @@ fn run() -> anyhow::Result<()> {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
             mount_cmd::run(fs, args, &file.mount).await
         }),
+        Command::S3(args) => rt.block_on(async {
+            let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
+            s3_cmd::run(fs, args, &file.s3).await
+        }),
+        Command::S3Key(cmd) => rt.block_on(async { s3_cmd::run_key(&login().await?, cmd, &file.s3).await }),
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),

@@ -1,0 +1,185 @@
+//! `nasd s3`: the S3 gateway (`nasd_s3`) served by this process until
+//! Ctrl-C or SIGTERM; `nasd s3-key`: its access keys.
+//!
+//! The gateway logs in as a nasd user holding a gateway grant (`nasd admin
+//! set-gateway`) and runs each request as the user whose key signed it.
+//! Keys live in a store directory on the gateway's host (`[s3] keys`):
+//! whoever may write that directory issues keys; the commands below also
+//! log in to the manager, which says who the issuer is and, for a key
+//! issued for another user (`--owner`), that the issuer is an administrator
+//! and what the owner's ids are.
+
+use crate::config::S3Section;
+use crate::fs_cmd::Login;
+use anyhow::Context;
+use nasd_fs::FsClient;
+use nasd_s3::{KeyOwner, KeyStore};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Where `nasd s3` listens without `--listen` or `[s3] listen`.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:7500";
+/// The key store without `--keys` or `[s3] keys`.
+pub const KEYS_DEFAULT: &str = "nasd-data/s3";
+
+/// Arguments of `nasd s3`.
+#[derive(clap::Args)]
+pub struct S3Args {
+    /// Where to serve S3, as plain HTTP [default: [s3] listen, else
+    /// 127.0.0.1:7500]. SigV4 keeps requests from being forged or replayed
+    /// outside their window, but not from being read: an address off
+    /// loopback needs --plain-http-off-loopback (and a TLS proxy in front).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Serve plain HTTP on an address other than loopback.
+    #[arg(long)]
+    plain_http_off_loopback: bool,
+    /// The access-key store's directory [default: [s3] keys, else nasd-data/s3].
+    #[arg(long, value_name = "DIR")]
+    keys: Option<PathBuf>,
+    #[command(flatten)]
+    pub login: Login,
+}
+
+/// `nasd s3-key`.
+#[derive(clap::Subcommand)]
+pub enum S3KeyCommand {
+    /// Issue an access key for yourself (or, as an administrator, for
+    /// --owner); prints the access key and its secret, which is shown only
+    /// this once.
+    Create {
+        /// The user the key acts for (administrators) [default: you].
+        #[arg(long, value_name = "NAME")]
+        owner: Option<String>,
+        /// The access-key store's directory [default: [s3] keys, else nasd-data/s3].
+        #[arg(long, value_name = "DIR")]
+        keys: Option<PathBuf>,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// List access keys (yours; every one for an administrator), never their secrets.
+    List {
+        /// The access-key store's directory [default: [s3] keys, else nasd-data/s3].
+        #[arg(long, value_name = "DIR")]
+        keys: Option<PathBuf>,
+        #[command(flatten)]
+        login: Login,
+    },
+    /// Revoke an access key (yours; any for an administrator): the gateway
+    /// refuses its next request.
+    Revoke {
+        /// The access key id.
+        access_key: String,
+        /// The access-key store's directory [default: [s3] keys, else nasd-data/s3].
+        #[arg(long, value_name = "DIR")]
+        keys: Option<PathBuf>,
+        #[command(flatten)]
+        login: Login,
+    },
+}
+
+impl S3KeyCommand {
+    /// How it logs in.
+    pub fn login(&self) -> &Login {
+        match self {
+            S3KeyCommand::Create { login, .. } | S3KeyCommand::List { login, .. } => login,
+            S3KeyCommand::Revoke { login, .. } => login,
+        }
+    }
+}
+
+fn store(keys: Option<PathBuf>, section: &S3Section) -> anyhow::Result<KeyStore> {
+    let dir = keys.or_else(|| section.keys.clone()).unwrap_or_else(|| KEYS_DEFAULT.into());
+    KeyStore::open(&dir).with_context(|| format!("cannot open the S3 key store {}", dir.display()))
+}
+
+/// The owner record of user `name` (administrators), or of the caller.
+async fn owner(fs: &FsClient, name: Option<&str>) -> anyhow::Result<KeyOwner> {
+    let me = fs.identity();
+    let name = name.unwrap_or(fs.user());
+    if name == fs.user() && !me.admin {
+        // The manager's word on who the caller is; its groups need the user list.
+        return Ok(KeyOwner { user: name.to_string(), uid: me.uid, gid: me.gid, groups: Vec::new() });
+    }
+    let users = fs.users().await.context("issuing a key for another user needs an administrator")?;
+    let u = users.into_iter().find(|u| u.name == name).with_context(|| format!("no user {name}"))?;
+    Ok(KeyOwner { user: u.name, uid: u.uid, gid: u.gid, groups: u.groups })
+}
+
+/// Runs a `nasd s3-key` command as `fs`'s user.
+pub async fn run_key(fs: &FsClient, cmd: S3KeyCommand, section: &S3Section) -> anyhow::Result<()> {
+    let admin = fs.identity().admin;
+    match cmd {
+        S3KeyCommand::Create { owner: name, keys, .. } => {
+            let store = store(keys, section)?;
+            let owner = owner(fs, name.as_deref()).await?;
+            let user = owner.user.clone();
+            let (access_key, secret) = store.create(owner).context("cannot issue the key")?;
+            println!("access key: {access_key}");
+            println!("secret key: {}", secret.as_str());
+            eprintln!("issued for {user}; the secret is not shown again");
+        }
+        S3KeyCommand::List { keys, .. } => {
+            let store = store(keys, section)?;
+            println!("{:<22} {:<20} {:>8}  created (unix)", "access key", "user", "uid");
+            for r in store.list()?.into_iter().filter(|r| admin || r.owner.user == fs.user()) {
+                println!("{:<22} {:<20} {:>8}  {}", r.access_key, r.owner.user, r.owner.uid, r.created);
+            }
+        }
+        S3KeyCommand::Revoke { access_key, keys, .. } => {
+            let store = store(keys, section)?;
+            let mine = store.list()?.into_iter().find(|r| r.access_key == access_key);
+            match mine {
+                Some(r) if admin || r.owner.user == fs.user() => {
+                    store.revoke(&access_key)?;
+                    println!("revoked {access_key} of {}", r.owner.user);
+                }
+                Some(_) => anyhow::bail!("{access_key} is another user's key (administrators revoke those)"),
+                None => anyhow::bail!("no access key {access_key}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Serves S3 until Ctrl-C or SIGTERM.
+pub async fn run(fs: FsClient, args: S3Args, section: &S3Section) -> anyhow::Result<()> {
+    let listen = args.listen.or_else(|| section.listen.clone()).unwrap_or_else(|| LISTEN_DEFAULT.into());
+    let addr: SocketAddr = tokio::net::lookup_host(&listen)
+        .await
+        .with_context(|| format!("cannot resolve {listen}"))?
+        .next()
+        .with_context(|| format!("{listen} names no address"))?;
+    if !addr.ip().is_loopback() && !args.plain_http_off_loopback {
+        anyhow::bail!(
+            "{addr} is not loopback: the gateway serves plain HTTP (add --plain-http-off-loopback behind a TLS proxy)"
+        );
+    }
+    let keys = store(args.keys, section)?;
+    gateway_check(&fs).await?;
+    let vfs =
+        nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    eprintln!("S3 endpoint http://{bound} (region us-east-1, path-style)");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    nasd_s3::serve(listener, nasd_s3::Gateway::new(vfs, keys), stop).await.context("the S3 gateway stopped")
+}
+
+/// One `AS_USER` request before serving: a manager that cannot serve a
+/// gateway at all (a PALs-only partition) is reported now.
+async fn gateway_check(fs: &FsClient) -> anyhow::Result<()> {
+    let me = fs.identity();
+    let acting = fs.as_user(me.uid, me.gid, &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    match acting.root().await {
+        Err(e) if e.status() == Some(nasd_fs::FsStatus::NotSupported) => anyhow::bail!("cannot serve S3: {e}"),
+        _ => Ok(()),
+    }
+}

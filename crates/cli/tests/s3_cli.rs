@@ -1,0 +1,293 @@
+//! The S3 gateway (`nasd s3`) on a real cluster, driven by real clients:
+//! aws-cli (`s3 mb/cp/ls/sync`, a multipart `cp`, `s3api
+//! head-object/get-object --range`, `s3 presign` fetched with curl) and a
+//! boto3 script (`tests/s3/boto3_check.py`). Keys issued with `nasd
+//! s3-key`; another user's bucket refused (AccessDenied); unsigned and
+//! badly signed requests get their S3 errors and change nothing; a revoked
+//! key is refused at its next request.
+
+mod common;
+
+use common::cluster::{path_str, Cluster, Options};
+use common::Daemon;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// One user's S3 credentials.
+struct Key {
+    access: String,
+    secret: String,
+}
+
+fn issue(c: &Cluster, keys: &Path, owner: &str) -> Key {
+    let out = c.run_ok(&["s3-key", "create", "--owner", owner, "--keys", path_str(keys)]);
+    let field = |name: &str| {
+        out.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).unwrap_or_else(|| panic!("{out}"))
+    };
+    Key { access: field("access key:"), secret: field("secret key:") }
+}
+
+fn aws(endpoint: &str, key: &Key, args: &[&str]) -> Output {
+    let mut cmd = Command::new("aws");
+    cmd.arg("--endpoint-url").arg(endpoint).args(args);
+    client_env(&mut cmd, key);
+    cmd.output().expect("run aws (aws-cli)")
+}
+
+fn client_env(cmd: &mut Command, key: &Key) {
+    cmd.env("AWS_ACCESS_KEY_ID", &key.access)
+        .env("AWS_SECRET_ACCESS_KEY", &key.secret)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", "/nonexistent")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN");
+}
+
+fn aws_ok(endpoint: &str, key: &Key, args: &[&str]) -> String {
+    let out = aws(endpoint, key, args);
+    assert!(
+        out.status.success(),
+        "aws {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn aws_err(endpoint: &str, key: &Key, args: &[&str]) -> String {
+    let out = aws(endpoint, key, args);
+    assert!(!out.status.success(), "aws {args:?} succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Deterministic bytes from `seed` (xorshift).
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Every file under `dir`, by relative path, with its contents.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// A raw HTTP request (no signature): status line and body.
+fn raw_http(addr: std::net::SocketAddr, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn s3_gateway_with_aws_cli_and_boto3() {
+    let seed: u64 = std::env::var("NASD_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("seed {seed} (NASD_TEST_SEED)");
+    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
+    for (name, uid) in [("alice", "2000"), ("bob", "2001")] {
+        let mut cmd = c.nasd(&["admin", "add-user", name, "--uid", uid]);
+        cmd.env("NASD_NEW_PASSWORD", format!("{name} password"));
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Users make buckets at the top level; the gateway (the administrator here) acts for them.
+    c.run_ok(&["chmod", "1777", "/"]);
+    c.run_ok(&["admin", "set-gateway", "admin", "--ids", "1000-60000"]);
+    let keys = c.dir().join("s3-keys");
+    let alice = issue(&c, &keys, "alice");
+    let bob = issue(&c, &keys, "bob");
+    let listed = c.run_ok(&["s3-key", "list", "--keys", path_str(&keys)]);
+    assert!(listed.contains(&alice.access) && listed.contains(&bob.access), "{listed}");
+    assert!(!listed.contains(&alice.secret), "list shows no secret: {listed}");
+    let stored = std::fs::read_to_string(keys.join("keys.json")).unwrap();
+    assert!(!stored.contains(&alice.secret), "the secret is stored sealed");
+
+    // Plain HTTP off loopback only when asked for.
+    let refused = c.run(&["s3", "--listen", "0.0.0.0:0", "--keys", path_str(&keys)]);
+    assert!(!refused.status.success() && refused.stderr.contains("--plain-http-off-loopback"), "{}", refused.stderr);
+
+    let config: OsString = c.config.clone().into();
+    let keys_arg: OsString = keys.clone().into();
+    let log = c.dir().join("s3.log");
+    let gateway = Daemon::start("s3", c.dir(), &log, None, move |addr| {
+        vec![
+            "--config".into(),
+            config.clone(),
+            "s3".into(),
+            "--listen".into(),
+            addr.to_string().into(),
+            "--keys".into(),
+            keys_arg.clone(),
+        ]
+    });
+    let endpoint = format!("http://{}", gateway.addr);
+    let ep = endpoint.as_str();
+    let work = c.dir().join("client");
+    std::fs::create_dir_all(&work).unwrap();
+
+    // aws s3: a bucket, an object in a nested key, listing, download.
+    aws_ok(ep, &alice, &["s3", "mb", "s3://alice-data"]);
+    let big = bytes(seed, 5 * 1024 * 1024 + 12345);
+    let big_path = work.join("big.bin");
+    std::fs::write(&big_path, &big).unwrap();
+    aws_ok(ep, &alice, &["s3", "cp", path_str(&big_path), "s3://alice-data/dir/sub/big.bin"]);
+    let ls = aws_ok(ep, &alice, &["s3", "ls", "s3://alice-data/dir/sub/"]);
+    assert!(ls.contains("big.bin") && ls.contains(&big.len().to_string()), "{ls}");
+    let ls = aws_ok(ep, &alice, &["s3", "ls", "s3://alice-data/"]);
+    assert!(ls.contains("PRE dir/"), "{ls}");
+    let buckets = aws_ok(ep, &alice, &["s3", "ls"]);
+    assert!(buckets.contains("alice-data"), "{buckets}");
+    let back = work.join("back.bin");
+    aws_ok(ep, &alice, &["s3", "cp", "s3://alice-data/dir/sub/big.bin", path_str(&back)]);
+    assert!(std::fs::read(&back).unwrap() == big, "downloaded object differs");
+    // It is a nasd file at the path the key names.
+    let cat = c.nasd(&["stat", "/alice-data/dir/sub/big.bin"]).output().unwrap();
+    assert!(cat.status.success(), "{}", String::from_utf8_lossy(&cat.stderr));
+
+    // Big enough for aws-cli to upload in parts (8 MiB each): whole, with an MD5-of-MD5s-3 ETag.
+    let huge = bytes(seed ^ 0x5a5a, 20 * 1024 * 1024 + 777);
+    let huge_path = work.join("huge.bin");
+    std::fs::write(&huge_path, &huge).unwrap();
+    aws_ok(ep, &alice, &["s3", "cp", path_str(&huge_path), "s3://alice-data/huge.bin"]);
+    let head = aws_ok(ep, &alice, &["s3api", "head-object", "--bucket", "alice-data", "--key", "huge.bin"]);
+    assert!(head.contains("-3\\\"") && head.contains(&format!("\"ContentLength\": {}", huge.len())), "{head}");
+    let huge_back = work.join("huge-back.bin");
+    aws_ok(ep, &alice, &["s3", "cp", "s3://alice-data/huge.bin", path_str(&huge_back)]);
+    assert!(std::fs::read(&huge_back).unwrap() == huge, "the multipart object differs");
+
+    // s3api: ETag is the body's MD5, ranges.
+    let head = aws_ok(ep, &alice, &["s3api", "head-object", "--bucket", "alice-data", "--key", "dir/sub/big.bin"]);
+    let md5 = format!("{:032x}", md5_of(&big));
+    assert!(head.contains(&md5) && head.contains(&format!("\"ContentLength\": {}", big.len())), "{head}");
+    let part = work.join("part.bin");
+    let got = aws_ok(
+        ep,
+        &alice,
+        &[
+            "s3api",
+            "get-object",
+            "--bucket",
+            "alice-data",
+            "--key",
+            "dir/sub/big.bin",
+            "--range",
+            "bytes=1000-1999",
+            path_str(&part),
+        ],
+    );
+    assert!(got.contains("bytes 1000-1999/"), "{got}");
+    assert!(std::fs::read(&part).unwrap() == big[1000..2000], "range differs");
+
+    // A presigned URL (SigV4 in the query) fetched without any credentials.
+    let url = aws_ok(ep, &alice, &["s3", "presign", "s3://alice-data/dir/sub/big.bin", "--expires-in", "300"]);
+    let fetched = Command::new("curl").args(["-sf", url.trim()]).output().expect("run curl");
+    assert!(
+        fetched.status.success() && fetched.stdout == big,
+        "presigned GET: {}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    let tampered = url.trim().replace("big.bin", "huge.bin");
+    let refused = Command::new("curl").args(["-s", &tampered]).output().expect("run curl");
+    let refused = String::from_utf8_lossy(&refused.stdout);
+    assert!(refused.contains("<Code>SignatureDoesNotMatch</Code>"), "{refused}");
+
+    // aws s3 sync of a tree up, and down into another directory: the same files.
+    let up = work.join("tree");
+    for (i, rel) in
+        ["a.txt", "d1/b.txt", "d1/d2/c with space.txt", "d1/d2/plus+sign.bin", "e/f/g/h.dat"].iter().enumerate()
+    {
+        let p = up.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes(seed ^ (i as u64 + 1), 1000 * (i + 1))).unwrap();
+    }
+    aws_ok(ep, &alice, &["s3", "sync", path_str(&up), "s3://alice-data/tree"]);
+    let down = work.join("tree-back");
+    aws_ok(ep, &alice, &["s3", "sync", "s3://alice-data/tree", path_str(&down)]);
+    assert!(tree(&up) == tree(&down), "the tree synced back differs");
+    let again = aws_ok(ep, &alice, &["s3", "sync", path_str(&up), "s3://alice-data/tree"]);
+    assert!(again.trim().is_empty(), "a second sync copies nothing: {again}");
+
+    // boto3.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_check.py");
+    let mut py = Command::new("python3");
+    py.arg(&script).arg(ep).arg("alice-data");
+    client_env(&mut py, &alice);
+    let out = py.output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("boto3 ok"),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        common::log_tail(&log)
+    );
+
+    // Bob: his own bucket works, alice's is refused by nasd's modes.
+    aws_ok(ep, &bob, &["s3", "mb", "s3://bob-data"]);
+    let e = aws_err(ep, &bob, &["s3", "ls", "s3://alice-data/"]);
+    assert!(e.contains("AccessDenied"), "{e}");
+    let e = aws_err(
+        ep,
+        &bob,
+        &["s3api", "get-object", "--bucket", "alice-data", "--key", "dir/sub/big.bin", path_str(&part)],
+    );
+    assert!(e.contains("AccessDenied"), "{e}");
+    let e = aws_err(ep, &bob, &["s3", "cp", path_str(&big_path), "s3://alice-data/bob-was-here"]);
+    assert!(e.contains("AccessDenied"), "{e}");
+    let buckets = aws_ok(ep, &bob, &["s3", "ls"]);
+    assert!(buckets.contains("bob-data") && !buckets.contains("alice-data"), "{buckets}");
+
+    // Unsigned and badly signed requests: their S3 errors, nothing changed.
+    let reply = raw_http(
+        gateway.addr,
+        "PUT /alice-data/unsigned HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+    );
+    assert!(reply.starts_with("HTTP/1.1 403") && reply.contains("<Code>AccessDenied</Code>"), "{reply}");
+    let forged = Key { access: alice.access.clone(), secret: "0".repeat(40) };
+    let e = aws_err(ep, &forged, &["s3", "cp", path_str(&big_path), "s3://alice-data/forged"]);
+    assert!(e.contains("SignatureDoesNotMatch"), "{e}");
+    let unknown = Key { access: "NASD0000000000000000".into(), secret: alice.secret.clone() };
+    let e = aws_err(ep, &unknown, &["s3", "ls", "s3://alice-data/"]);
+    assert!(e.contains("InvalidAccessKeyId"), "{e}");
+    let ls = aws_ok(ep, &alice, &["s3", "ls", "s3://alice-data/"]);
+    assert!(!ls.contains("unsigned") && !ls.contains("forged"), "{ls}");
+
+    // Revoked: alice's next request is refused; bob's key still works.
+    c.run_ok(&["s3-key", "revoke", &alice.access, "--keys", path_str(&keys)]);
+    let e = aws_err(ep, &alice, &["s3", "ls", "s3://alice-data/"]);
+    assert!(e.contains("InvalidAccessKeyId"), "{e}");
+    aws_ok(ep, &bob, &["s3", "ls", "s3://bob-data/"]);
+    drop(gateway);
+}
+
+fn md5_of(data: &[u8]) -> u128 {
+    use md5::Digest;
+    let d = md5::Md5::digest(data);
+    u128::from_be_bytes(d.into())
+}

@@ -1,0 +1,142 @@
+//! nasd-s3: the S3 gateway — an [`s3s`] service over the shared
+//! file-system layer ([`nasd_vfs::Vfs`]), the only crate that knows S3.
+//!
+//! - **Identity** (`keys.rs`): every access key belongs to one nasd user;
+//!   s3s checks the SigV4 signature with the key's secret ([`KeyAuth`]),
+//!   then every request runs as the key's user through the gateway's
+//!   `AS_USER` grant ([`nasd_fs::FsClient::as_user`]), so nasd's modes and
+//!   ACLs decide it. Requests without a valid signature are refused before
+//!   any file-system call; a revoked key's next request is refused.
+//! - **Names**: a bucket is a top-level directory (made `0700`, the user's
+//!   own); a key is a path below it, each `/` a directory level
+//!   (`object_path`). Keys that cannot be paths (empty levels, `.`, `..`,
+//!   the layer's temporary and hidden names, over [`KEY_BYTES_MAX`]) are
+//!   refused with `InvalidArgument`/`KeyTooLongError`, nothing touched.
+//! - **Objects** appear whole or not at all: a PUT (and a copy) is written
+//!   under a temporary name through [`nasd_vfs::Replacement`] and renamed
+//!   into place after its last byte; its MD5 (the ETag), Content-Type and
+//!   user metadata are kept in the extended attribute [`META_XATTR`] set
+//!   before the rename.
+//! - **Multipart uploads** (`multipart.rs`): parts kept in the bucket's
+//!   hidden `.nasd-s3-uploads/ID/`, streamed into the object at completion,
+//!   which appears whole then or not at all.
+//! - **Bounded memory**: bodies stream in [`IO_CHUNK`] pieces, a GET reads
+//!   at most [`READ_AHEAD_CHUNKS`] ahead of its client; listings walk the
+//!   tree one directory at a time in S3's byte order (`list.rs`).
+#![deny(missing_docs)]
+
+mod keys;
+mod list;
+mod multipart;
+mod ops;
+mod paths;
+
+pub use keys::{KeyOwner, KeyRecord, KeyStore, KeyStoreError, ACCESS_KEY_PREFIX, KEY_FILE_BYTES_MAX};
+pub use multipart::PARTS_MAX;
+pub use paths::KEY_BYTES_MAX;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use nasd_vfs::Vfs;
+use s3s::auth::{S3Auth, SecretKey};
+use s3s::service::S3ServiceBuilder;
+use s3s::{s3_error, S3Result};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Largest object one PUT or copy writes (S3's own single-PUT limit).
+pub const OBJECT_BYTES_MAX: u64 = 5 << 30;
+/// Largest user metadata (names and values) an object keeps (S3's limit).
+pub const METADATA_BYTES_MAX: usize = 2048;
+/// Piece size bodies are written and read in.
+pub const IO_CHUNK: usize = 1 << 20;
+/// Pieces a GET reads ahead of its client at most.
+pub const READ_AHEAD_CHUNKS: usize = 4;
+/// Most of a failed upload's body read (and dropped) so its connection
+/// stays usable; a longer one is left, and the connection with it.
+pub const DRAIN_BYTES_MAX: usize = 8 << 20;
+/// Keys (and common prefixes) one listing returns at most.
+pub const LIST_KEYS_MAX: usize = 1000;
+/// Keys one DeleteObjects names at most.
+pub const DELETE_OBJECTS_MAX: usize = 1000;
+/// Largest request head (request line and headers) a connection buffers.
+pub const HEADER_BYTES_MAX: usize = 64 << 10;
+/// Connections served at once; more are closed at accept.
+pub const CONNECTIONS_MAX: usize = 1024;
+/// Extended attribute holding an object's ETag, Content-Type and metadata
+/// (JSON).
+pub const META_XATTR: &str = "user.nasd.s3";
+
+const _: () = assert!(IO_CHUNK as u64 <= nasd_fs::TXN_BYTES_MAX);
+
+/// The S3 service over one file-system layer and one key store.
+#[derive(Clone)]
+pub struct Gateway {
+    vfs: Vfs,
+    keys: KeyStore,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// A gateway acting through `vfs` (whose client must hold a gateway
+    /// grant covering the keys' users) for the keys of `keys`.
+    pub fn new(vfs: Vfs, keys: KeyStore) -> Gateway {
+        Gateway { vfs, keys }
+    }
+}
+
+/// s3s's signature check, given each access key's secret from the store.
+#[derive(Debug, Clone)]
+pub struct KeyAuth {
+    keys: KeyStore,
+}
+
+#[async_trait::async_trait]
+impl S3Auth for KeyAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        match self.keys.lookup(access_key) {
+            Ok((_, secret)) => Ok(SecretKey::from(secret.as_str())),
+            Err(KeyStoreError::NoSuchKey) => Err(s3_error!(InvalidAccessKeyId)),
+            Err(e) => {
+                tracing::error!(error = %e, "the S3 key store cannot be read");
+                Err(s3_error!(InternalError, "the key store cannot be read"))
+            }
+        }
+    }
+}
+
+/// Serves S3 on `listener` until `shutdown` completes.
+///
+/// # Errors
+/// Accepting connections failed.
+pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    let mut builder = S3ServiceBuilder::new(gateway.clone());
+    builder.set_auth(KeyAuth { keys: gateway.keys.clone() });
+    let service = builder.build();
+    let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            () = &mut shutdown => return Ok(()),
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} are open");
+            continue;
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            http.http1().max_buf_size(HEADER_BYTES_MAX);
+            if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(%peer, error = %e, "S3 connection ended");
+            }
+            drop(permit);
+        });
+    }
+}

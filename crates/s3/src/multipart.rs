@@ -1,0 +1,258 @@
+//! Multipart uploads. An upload is a directory `BUCKET/.nasd-s3-uploads/ID`
+//! (the uploads directory sticky and world-writable like `/tmp`, each
+//! upload `0700`, made as the uploading user), its key, Content-Type and
+//! metadata in the directory's [`META_XATTR`](crate::META_XATTR). Each part
+//! is a file `part-NNNNN` written whole or not at all, its MD5 kept as an
+//! object's. Completing streams the named parts, in order, into the object
+//! through the same temporary-name-and-rename as a PUT — the object appears
+//! whole at completion or not at all — with the ETag S3 clients check
+//! (MD5 of the parts' MD5s, `-N`), then removes the upload. (The parts are
+//! copied once at completion; linking them into place without a copy is
+//! left to do.)
+
+use crate::ops::{check_metadata, is, s3_err, timestamp, Held, ObjectMeta};
+use crate::paths::{object_path, UPLOADS_DIR};
+use crate::{Gateway, META_XATTR};
+use futures::{StreamExt, TryStreamExt};
+use md5::{Digest, Md5};
+use nasd_fs::{FileKind, FsClient, FsStatus, XattrMode};
+use s3s::dto::*;
+use s3s::{s3_error, S3Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Parts one upload takes at most (S3's limit).
+pub const PARTS_MAX: i32 = 10_000;
+/// Mode of the uploads directory of a bucket.
+const UPLOADS_MODE: u32 = 0o1777;
+/// Mode of one upload's directory.
+const UPLOAD_MODE: u32 = 0o700;
+
+/// What an upload's directory records.
+#[derive(Debug, Serialize, Deserialize)]
+struct UploadMeta {
+    key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "HashMap::is_empty")]
+    metadata: HashMap<String, String>,
+}
+
+fn part_name(n: i32) -> String {
+    format!("part-{n:05}")
+}
+
+fn check_upload_id(id: &str) -> S3Result<()> {
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(s3_error!(NoSuchUpload))
+    }
+}
+
+fn check_part_number(n: i32) -> S3Result<()> {
+    if (1..=PARTS_MAX).contains(&n) {
+        Ok(())
+    } else {
+        Err(s3_error!(InvalidArgument, "part numbers run from 1 to 10000"))
+    }
+}
+
+impl Gateway {
+    /// CreateMultipartUpload: a new upload id.
+    pub(crate) async fn mp_create(&self, cx: &FsClient, input: CreateMultipartUploadInput) -> S3Result<String> {
+        object_path(&input.key)?;
+        let meta = UploadMeta {
+            key: input.key,
+            content_type: input.content_type,
+            metadata: input.metadata.unwrap_or_default(),
+        };
+        check_metadata(&ObjectMeta { etag: String::new(), content_type: None, metadata: meta.metadata.clone() })?;
+        let bucket = self.bucket(cx, &input.bucket).await?;
+        let uploads = match self.vfs.lookup(cx, bucket.ino(), UPLOADS_DIR).await {
+            Ok(e) => self.held(e),
+            Err(e) if is(&e, FsStatus::NotFound) => {
+                match self.vfs.mkdir(cx, bucket.ino(), UPLOADS_DIR, UPLOADS_MODE).await {
+                    Ok(e) => self.held(e),
+                    Err(e) if is(&e, FsStatus::Exists) => {
+                        self.held(self.vfs.lookup(cx, bucket.ino(), UPLOADS_DIR).await.map_err(s3_err)?)
+                    }
+                    Err(e) => return Err(s3_err(e)),
+                }
+            }
+            Err(e) => return Err(s3_err(e)),
+        };
+        let id = hex::encode(nasd_crypto::random_bytes::<16>());
+        let upload = self.held(self.vfs.mkdir(cx, uploads.ino(), &id, UPLOAD_MODE).await.map_err(s3_err)?);
+        let value = serde_json::to_vec(&meta).map_err(|_| s3_error!(InternalError))?;
+        self.vfs.setxattr(cx, upload.ino(), META_XATTR, &value, XattrMode::Either).await.map_err(s3_err)?;
+        Ok(id)
+    }
+
+    /// The directory of upload `id` of `key`, held, and what it records.
+    async fn upload(&self, cx: &FsClient, bucket: &str, key: &str, id: &str) -> S3Result<(Held, UploadMeta)> {
+        check_upload_id(id)?;
+        let b = self.bucket(cx, bucket).await?;
+        let dir = self.walk(cx, b, &[UPLOADS_DIR, id], false).await.map_err(|e| {
+            if *e.code() == s3s::S3ErrorCode::AccessDenied {
+                e
+            } else {
+                s3_error!(NoSuchUpload)
+            }
+        })?;
+        let value = self.vfs.getxattr(cx, dir.ino(), META_XATTR).await.map_err(|_| s3_error!(NoSuchUpload))?;
+        let meta: UploadMeta = serde_json::from_slice(&value).map_err(|_| s3_error!(NoSuchUpload))?;
+        if meta.key != key {
+            return Err(s3_error!(NoSuchUpload));
+        }
+        Ok((dir, meta))
+    }
+
+    /// UploadPart: the part's ETag.
+    pub(crate) async fn mp_upload_part(
+        &self,
+        cx: &FsClient,
+        input: UploadPartInput,
+        body: &mut StreamingBlob,
+    ) -> S3Result<String> {
+        check_part_number(input.part_number)?;
+        let _upload = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        let part = part_name(input.part_number);
+        let levels = [UPLOADS_DIR, input.upload_id.as_str(), part.as_str()];
+        let etag = self.write_levels(cx, &input.bucket, &levels, body, ObjectMeta::default(), false).await?;
+        etag.ok_or_else(|| s3_error!(InternalError))
+    }
+
+    /// CompleteMultipartUpload: the object's ETag.
+    pub(crate) async fn mp_complete(&self, cx: &FsClient, input: CompleteMultipartUploadInput) -> S3Result<String> {
+        let levels = object_path(&input.key)?;
+        let (upload, meta) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        let wanted = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
+        if wanted.is_empty() || wanted.len() > PARTS_MAX as usize {
+            return Err(s3_error!(MalformedXML, "a completion names 1 to 10000 parts"));
+        }
+        let mut parts = Vec::with_capacity(wanted.len());
+        let mut digests = Md5::new();
+        let mut last = 0;
+        for p in &wanted {
+            let n = p.part_number.ok_or_else(|| s3_error!(InvalidPart))?;
+            if n <= last {
+                return Err(s3_error!(InvalidPartOrder));
+            }
+            last = n;
+            let file = match self.vfs.lookup(cx, upload.ino(), &part_name(n)).await {
+                Ok(e) => self.held(e),
+                Err(e) if is(&e, FsStatus::NotFound) => return Err(s3_error!(InvalidPart)),
+                Err(e) => return Err(s3_err(e)),
+            };
+            let stored = self.meta(cx, file.ino()).await?.ok_or_else(|| s3_error!(InvalidPart))?;
+            let given = p.e_tag.as_ref().map(|t| t.value().to_string());
+            if given.as_deref() != Some(stored.etag.as_str()) {
+                return Err(s3_error!(InvalidPart, "a part's ETag does not match"));
+            }
+            digests.update(hex::decode(&stored.etag).map_err(|_| s3_error!(InvalidPart))?);
+            parts.push(file);
+        }
+        let etag = format!("{}-{}", hex::encode(digests.finalize()), parts.len());
+        let (me, cx2) = (self.clone(), cx.clone());
+        // One part read at a time: memory stays that of one GET.
+        let body = futures::stream::iter(parts)
+            .then(move |file| {
+                let (me, cx) = (me.clone(), cx2.clone());
+                async move {
+                    let size = file.entry.attr.size;
+                    me.read_stream(&cx, file, 0..size).await
+                }
+            })
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .map_ok(|blob| blob.map_err(|e| std::io::Error::other(e.to_string())))
+            .try_flatten();
+        let object = ObjectMeta { etag: etag.clone(), content_type: meta.content_type, metadata: meta.metadata };
+        self.write_levels(cx, &input.bucket, &levels, Box::pin(body), object, false).await?;
+        self.remove_upload(cx, &input.bucket, &input.upload_id, upload).await;
+        Ok(etag)
+    }
+
+    /// AbortMultipartUpload.
+    pub(crate) async fn mp_abort(&self, cx: &FsClient, input: AbortMultipartUploadInput) -> S3Result<()> {
+        let (upload, _) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        self.remove_upload(cx, &input.bucket, &input.upload_id, upload).await;
+        Ok(())
+    }
+
+    /// ListParts.
+    pub(crate) async fn mp_list_parts(&self, cx: &FsClient, input: ListPartsInput) -> S3Result<ListPartsOutput> {
+        let (upload, _) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        let after = input.part_number_marker.unwrap_or(0);
+        let max = input.max_parts.unwrap_or(1000).clamp(0, 1000);
+        let mut numbered: Vec<(i32, nasd_fs::Entry)> = self
+            .entries(cx, upload.ino())
+            .await?
+            .into_iter()
+            .filter_map(|(name, e)| Some((name.strip_prefix("part-")?.parse::<i32>().ok()?, e)))
+            .filter(|(n, e)| *n > after && e.attr.kind == FileKind::File)
+            .collect();
+        numbered.sort_by_key(|(n, _)| *n);
+        let truncated = numbered.len() > max as usize;
+        numbered.truncate(max as usize);
+        let mut parts = Vec::with_capacity(numbered.len());
+        for (n, e) in numbered {
+            let attr = self.vfs.remember_listed(&e).await;
+            let file = self.held(nasd_fs::Entry { attr, ..e });
+            let meta = self.meta(cx, file.ino()).await?;
+            parts.push(Part {
+                part_number: Some(n),
+                size: Some(i64::try_from(file.entry.attr.size).unwrap_or(i64::MAX)),
+                last_modified: Some(timestamp(file.entry.attr.mtime_ns)),
+                e_tag: meta.map(|m| ETag::Strong(m.etag)),
+                ..Part::default()
+            });
+        }
+        let next = if truncated { parts.last().and_then(|p| p.part_number) } else { None };
+        Ok(ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            part_number_marker: input.part_number_marker,
+            next_part_number_marker: next,
+            max_parts: Some(max),
+            is_truncated: Some(truncated),
+            parts: Some(parts),
+            ..ListPartsOutput::default()
+        })
+    }
+
+    /// Every entry of directory `ino` (held), with attributes.
+    async fn entries(&self, cx: &FsClient, ino: nasd_fs::Ino) -> S3Result<Vec<(String, nasd_fs::Entry)>> {
+        let fh = self.vfs.opendir(ino).map_err(s3_err)?;
+        let mut items = Vec::new();
+        let r = self
+            .vfs
+            .readdir(cx, fh, nasd_vfs::FIRST_ENTRY, |_, item| {
+                items.push(item.clone());
+                false
+            })
+            .await;
+        self.vfs.releasedir(fh);
+        r.map_err(s3_err)?;
+        Ok(items.into_iter().filter_map(|i| Some((i.name, i.entry?))).collect())
+    }
+
+    /// Removes an upload's parts (and any temporary names) and its directory,
+    /// best effort: what is left is the caller's to abort again.
+    async fn remove_upload(&self, cx: &FsClient, bucket: &str, id: &str, upload: Held) {
+        if let Ok(entries) = self.entries(cx, upload.ino()).await {
+            for (name, _) in entries {
+                if let Err(e) = self.vfs.unlink(cx, upload.ino(), &name).await {
+                    tracing::warn!(error = %e, "removing a part of a finished upload failed");
+                }
+            }
+        }
+        drop(upload);
+        let Ok(b) = self.bucket(cx, bucket).await else { return };
+        let Ok(uploads) = self.walk(cx, b, &[UPLOADS_DIR], false).await else { return };
+        if let Err(e) = self.vfs.rmdir(cx, uploads.ino(), id).await {
+            tracing::warn!(error = %e, "removing a finished upload's directory failed");
+        }
+    }
+}
