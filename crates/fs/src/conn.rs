@@ -115,7 +115,10 @@ impl Managers {
     /// A logged-in connection: to the manager in use, or else to the next
     /// one that answers, round after round for up to
     /// [`crate::FAILOVER_WAIT_MAX`]; the one that answered is used from then
-    /// on. A refusal (a wrong password) ends it at once.
+    /// on. A refusal (a wrong password) ends it at once. A round in which
+    /// no manager logged the client in but one answered that its database
+    /// is unavailable ends with that answer (the caller waits the outage out:
+    /// [`wait_out_outage`]), not with another manager's silence.
     pub(crate) async fn open(
         &self,
         config: &FsConfig,
@@ -129,6 +132,7 @@ impl Managers {
         loop {
             let start = self.current.load(Ordering::SeqCst);
             let mut last = None;
+            let mut database_unavailable = None;
             for i in 0..n {
                 let at = (start + i) % n;
                 match ManagerConn::open_at(&self.addrs[at], connect_wait, config, identity, tls).await {
@@ -140,8 +144,14 @@ impl Managers {
                         return Ok(c);
                     }
                     Err(Unreached::Refused(e)) => return Err(e),
+                    Err(Unreached::Down(e @ FsError::Fs { status: FsStatus::MetadataUnavailable, .. })) => {
+                        database_unavailable = Some(e)
+                    }
                     Err(Unreached::Down(e)) => last = Some(e),
                 }
+            }
+            if let Some(e) = database_unavailable {
+                return Err(e);
             }
             let e = last.expect("at least one address");
             if n == 1 || Instant::now() >= deadline {
