@@ -14,7 +14,7 @@
 mod common;
 
 use common::up::Up;
-use common::{nasd_command, DAEMON_WAIT_MAX};
+use common::{nasd_command, until, DAEMON_WAIT_MAX};
 use std::ffi::CString;
 use std::fs;
 use std::io;
@@ -61,15 +61,6 @@ fn delay(seed: u64, n: u64, lo: u64, hi: u64) -> Duration {
 fn mounts_at(point: &Path) -> usize {
     let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
     table.lines().filter(|l| l.split(' ').nth(4) == point.to_str()).count()
-}
-
-/// Polls `done`, failing with `what` after [`DAEMON_WAIT_MAX`] (a hang, not a timing assertion).
-fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DAEMON_WAIT_MAX;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {} s", DAEMON_WAIT_MAX.as_secs());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A `nasd mount` serving in the background, its terminal output in a file.

@@ -27,7 +27,7 @@
 mod common;
 
 use common::cluster::{Cluster, Options};
-use common::{nasd_command, DAEMON_WAIT_MAX};
+use common::{nasd_command, until};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -38,7 +38,7 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Workers, each in a directory of its own.
 const WORKERS: usize = 3;
@@ -64,15 +64,6 @@ fn seed() -> u64 {
     });
     eprintln!("mount_crash: seed {seed} (NASD_SEED={seed} repeats this schedule)");
     seed
-}
-
-/// Polls `done`, failing with `what` after [`DAEMON_WAIT_MAX`] (a hang, not a timing assertion).
-fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DAEMON_WAIT_MAX;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}: not within {} s", DAEMON_WAIT_MAX.as_secs());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A `nasd mount` serving in the background, its output in a file.

@@ -18,6 +18,15 @@ use std::time::{Duration, Instant};
 /// Longest a daemon may take to start listening or to stop after SIGTERM
 /// (a hang, not a timing assertion).
 pub const DAEMON_WAIT_MAX: Duration = Duration::from_secs(120);
+
+/// Polls `done`, failing with `what` after [`DAEMON_WAIT_MAX`] (a hang, not a timing assertion).
+pub fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DAEMON_WAIT_MAX;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {} s", DAEMON_WAIT_MAX.as_secs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 /// Ports tried before giving up when the chosen one is taken meanwhile.
 const PORT_ATTEMPTS: usize = 5;
 
