@@ -281,9 +281,10 @@ fn untar(mount: &Path, local: &Path, tree: &Path) -> anyhow::Result<Vec<Row>> {
         let diff = Command::new("diff").arg("-r").arg(tree).arg(&d).output().context("run diff")?;
         anyhow::ensure!(
             diff.status.success(),
-            "the copy in {} differs: {}",
+            "the copy in {} differs: {}{}",
             d.display(),
-            String::from_utf8_lossy(&diff.stdout)
+            String::from_utf8_lossy(&diff.stdout),
+            String::from_utf8_lossy(&diff.stderr)
         );
     }
     Ok(vec![
