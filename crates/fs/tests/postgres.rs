@@ -138,6 +138,21 @@ fn sql(server: &PgServer, db: &str, sql: &str) -> Result<(), String> {
     std::thread::scope(|s| s.spawn(|| server.execute(db, sql)).join().expect("the SQL thread"))
 }
 
+/// A cluster whose manager keeps its metadata at `url` (every file on the
+/// drives), and its administrator, with `/d` made.
+async fn writer_on(url: &str) -> (Cluster, nasd_fs::FsClient) {
+    let config = ManagerConfig {
+        pool_target: 8,
+        small_file_threshold: 0,
+        metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
+        ..ManagerConfig::default()
+    };
+    let c = Cluster::start(ClusterOptions { config, ..Default::default() }).await;
+    let admin = c.login(ADMIN, ADMIN_PW).await;
+    to(admin.mkdir("/d", 0o755)).await.expect("mkdir");
+    (c, admin)
+}
+
 /// The connection to PostgreSQL dies right after a write's commit, at the
 /// step that forgets its write intent (a trigger ends its own server
 /// process at the first `DELETE` from `intents`, once): the commit stands,
@@ -152,15 +167,7 @@ fn a_commit_stands_when_the_database_goes_away_before_its_intent_is_forgotten() 
     let url = server.fresh_url();
     let db = url.rsplit('/').next().unwrap().to_string();
     run(async move {
-        let config = ManagerConfig {
-            pool_target: 8,
-            small_file_threshold: 0,
-            metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
-            ..ManagerConfig::default()
-        };
-        let c = Cluster::start(ClusterOptions { config, ..Default::default() }).await;
-        let admin = c.login(ADMIN, ADMIN_PW).await;
-        to(admin.mkdir("/d", 0o755)).await.expect("mkdir");
+        let (c, admin) = writer_on(&url).await;
         sql(
             &server,
             &db,
@@ -212,15 +219,7 @@ fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
     let url = server.fresh_url();
     let db = url.rsplit('/').next().unwrap().to_string();
     run(async move {
-        let config = ManagerConfig {
-            pool_target: 8,
-            small_file_threshold: 0,
-            metadata: Some(url.parse::<Location>().expect("a PostgreSQL URL")),
-            ..ManagerConfig::default()
-        };
-        let c = Cluster::start(ClusterOptions { config, ..Default::default() }).await;
-        let admin = c.login(ADMIN, ADMIN_PW).await;
-        to(admin.mkdir("/d", 0o755)).await.expect("mkdir");
+        let (c, admin) = writer_on(&url).await;
         sql(
             &server,
             &db,
