@@ -219,7 +219,7 @@ fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
     let url = server.fresh_url();
     let db = url.rsplit('/').next().unwrap().to_string();
     run(async move {
-        let (c, admin) = writer_on(&url).await;
+        let (_cluster, admin) = writer_on(&url).await;
         sql(
             &server,
             &db,
