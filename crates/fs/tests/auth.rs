@@ -1051,6 +1051,44 @@ fn a_disabled_user_is_cut_off() {
     });
 }
 
+/// A gateway acts (`AS_USER`) for a user only while the authentication
+/// server has that user enabled: disabled, every request made for it is
+/// refused (here at once: `identity_recheck` zero; by default within
+/// `ACTED_FOR_RECHECK_MAX`), while the gateway's own requests and those for
+/// others go on; enabled again, it is served again.
+#[test]
+fn a_gateway_acts_for_no_disabled_user() {
+    run(async {
+        let (auth, cluster, admin) =
+            pal_cluster_with(AuthScheme::BOTH, 1, |c| ManagerConfig { identity_recheck: Duration::ZERO, ..c }).await;
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        drop(alice);
+        to(admin.set_gateway(USER_B, Some((UID_A, UID_B)))).await.unwrap();
+        let gateway = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        let for_alice = gateway.as_user(UID_A, UID_A, &[]).unwrap();
+        let for_bob = gateway.as_user(UID_B, UID_B, &[]).unwrap();
+        to(for_alice.write_file("/shared/a", DATA)).await.expect("alice's write through the gateway");
+
+        to(root.set_user_enabled(USER_A, false)).await.unwrap();
+        let refused = to(for_alice.read_file("/shared/a")).await;
+        let Err(said) = refused else { panic!("the gateway acted for a disabled user") };
+        assert_eq!(said.status(), Some(FsStatus::NotPermitted), "{said}");
+        assert!(said.to_string().contains("disabled"), "{said}");
+        assert_eq!(fs_status(to(for_alice.write_file("/shared/b", DATA)).await), FsStatus::NotPermitted);
+        to(for_bob.write_file("/shared/by-bob", DATA)).await.expect("others are still served");
+        to(gateway.stat("/shared")).await.expect("the gateway itself is still served");
+        assert!(to(admin.stat("/shared/b")).await.is_err(), "nothing was made for the disabled user");
+
+        to(root.set_user_enabled(USER_A, true)).await.unwrap();
+        assert_eq!(to(for_alice.read_file("/shared/a")).await.unwrap(), DATA, "enabled again");
+
+        drop((gateway, for_alice, for_bob, admin, root));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
 /// Several managers on one PostgreSQL database: a PAL push one manager
 /// missed is in the shared store, so another manager's maintenance pass
 /// (whichever holds the `pals` lease) sets it once the drive is back.

@@ -196,6 +196,27 @@ pub(crate) struct IdentityState {
     drives: Mutex<HashMap<u32, DriveIds>>,
     /// One synchronization at a time.
     sync: tokio::sync::Mutex<()>,
+    /// Per uid a gateway acted for (`AS_USER`): when the authentication
+    /// server was last asked, and whether that user may act.
+    acted_for: Mutex<HashMap<u32, ActedFor>>,
+}
+
+/// The longest the manager trusts its last answer on whether a user a
+/// gateway acts for (`AS_USER`) is enabled: a user disabled at the
+/// authentication server is refused through every gateway within this long
+/// (within [`crate::ManagerConfig::identity_recheck`] if that is shorter).
+pub const ACTED_FOR_RECHECK_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Most users whose answer [`ACTED_FOR_RECHECK_MAX`] remembers; past it the
+/// answers are forgotten and asked again.
+pub const ACTED_FOR_REMEMBERED_MAX: usize = 4096;
+
+/// One remembered answer on a user a gateway acts for.
+#[derive(Clone)]
+struct ActedFor {
+    asked: std::time::Instant,
+    /// `Some(why)`: the user may not act.
+    refused: Option<String>,
 }
 
 #[derive(Default)]
@@ -429,6 +450,42 @@ impl Manager {
     pub(crate) async fn gateway_of(&self, name: &str, uid: u32) -> Result<Option<(u32, u32)>, Failure> {
         let name = name.to_string();
         Ok(self.meta(move |ns| ns.user(&name)).await?.filter(|u| u.uid == uid).and_then(|u| u.gateway))
+    }
+}
+
+impl Manager {
+    /// Whether a gateway may act (`AS_USER`) for `uid`: not for a user the
+    /// authentication server knows as disabled. A uid it does not know is
+    /// no user of its (a mapped Unix id): the request runs as that bare id,
+    /// as on a manager with no authentication server. An unreachable server
+    /// keeps the last answer (none: the request runs), as it keeps identity
+    /// sessions, and the warning is said once per uid per recheck.
+    pub(crate) async fn check_acted_for(&self, uid: u32) -> Result<(), Failure> {
+        if self.config.auth.is_none() {
+            return Ok(());
+        }
+        let fresh_for = self.config.identity_recheck.min(ACTED_FOR_RECHECK_MAX);
+        let known = self.identity.acted_for.lock().expect("acted-for lock").get(&uid).cloned();
+        if let Some(k) = known.as_ref().filter(|k| k.asked.elapsed() < fresh_for) {
+            return k.refused.clone().map_or(Ok(()), |why| Err(Failure::new(FsStatus::NotPermitted, why)));
+        }
+        // Key id 0 is never made: the question is about the user alone.
+        let refused = match self.with_auth(move |c| Box::pin(c.user_info(uid, 0))).await {
+            Ok((user, _)) if !user.enabled => Some(format!("user '{}' is disabled", user.name)),
+            Ok(_) => None,
+            Err(f) if f.status == FsStatus::NotFound => None,
+            Err(f) if f.status == FsStatus::Busy => {
+                tracing::warn!(uid, error = %f.message, "user a gateway acts for not checked: the authentication server is unreachable");
+                known.and_then(|k| k.refused)
+            }
+            Err(f) => return Err(f),
+        };
+        let mut remembered = self.identity.acted_for.lock().expect("acted-for lock");
+        if remembered.len() >= ACTED_FOR_REMEMBERED_MAX {
+            remembered.clear();
+        }
+        remembered.insert(uid, ActedFor { asked: std::time::Instant::now(), refused: refused.clone() });
+        refused.map_or(Ok(()), |why| Err(Failure::new(FsStatus::NotPermitted, why)))
     }
 }
 

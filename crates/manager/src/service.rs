@@ -414,6 +414,7 @@ impl Manager {
                     return Err(Failure::new(FsStatus::NotSupported, GATEWAY_NEEDS_CAPABILITIES));
                 }
                 let acting = s.acting_for(uid, gid, &groups)?;
+                self.check_acted_for(uid).await?;
                 Box::pin(self.handle(&acting, *request)).await
             }
             R::GetQuota { of } => {
