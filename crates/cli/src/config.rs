@@ -324,6 +324,10 @@ pub struct UpSection {
     pub drive_capacity: Option<String>,
     /// Port of the authentication server [default: manager_port - 1].
     pub auth_port: Option<u16>,
+    /// Serve S3 too, on `[s3] listen` (loopback; recorded at the first
+    /// start: manager_port + 200 if free, else any) [default: true].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<bool>,
 }
 
 /// Reads and parses the file.

@@ -1051,6 +1051,9 @@ pub struct UpArgs {
     /// [default: sqlite:DATA/manager/meta.sqlite].
     #[arg(long)]
     metadata: Option<String>,
+    /// Do not serve S3 this time (`[up] s3 = false` turns it off for good).
+    #[arg(long)]
+    no_s3: bool,
 }
 
 /// The metadata location of the `nasd up` cluster in `data`: the one
@@ -1129,7 +1132,8 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     };
     anyhow::ensure!(first_port as u32 + n <= u16::MAX as u32, "drive ports run past 65535");
     let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
-    let ports = UpPorts::take(n, first_port, manager_port, cluster.up.auth_port)?;
+    let s3 = up_s3_port(&args, &file, &cluster)?;
+    let ports = UpPorts::take(n, first_port, manager_port, cluster.up.auth_port, s3)?;
     // The metadata is reached before anything is made: a database that cannot be reached (or
     // refuses) leaves no half-made data directory behind.
     cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
@@ -1242,7 +1246,13 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         first_drive_port: Some(first_port),
         drive_capacity: capacity.map(size::human),
         auth_port: Some(auth_port),
+        s3: cluster.up.s3,
     };
+    let s3_keys = cluster.s3.keys.clone().unwrap_or_else(|| data.join("s3"));
+    if let Some(port) = &ports.s3 {
+        cluster.s3.listen = Some(port.addr().to_string());
+        cluster.s3.keys = Some(s3_keys.clone());
+    }
     cluster.client = config::ClientSection {
         failover: Vec::new(),
         manager: Some(manager_listen.to_string()),
@@ -1263,7 +1273,18 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let stop = shutdown_signal();
     // Everything listens before the banner says so.
     let manager_listener = ports.manager.listen()?;
-    print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata);
+    let s3 = ports.s3.map(|p| p.listen().map(|l| (l, s3_keys))).transpose()?;
+    let s3_endpoint = s3.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
+    print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, s3_endpoint);
+    // The gateway logs in to the manager served below; it failing leaves the rest serving.
+    let s3_task = s3.map(|(listener, keys)| {
+        let served = crate::s3_cmd::serve_for_up(cluster.client.clone(), keys, listener, stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = served.await {
+                eprintln!("warning: S3 is not served: {e:#}");
+            }
+        })
+    });
     let server = serve_manager(&m, manager_listener, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
@@ -1281,6 +1302,9 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         t.await??;
     }
     auth_task.await??;
+    if let Some(t) = s3_task {
+        t.await?;
+    }
     served?;
     eprintln!("nasd stopped cleanly; `nasd up` again resumes the same data");
     Ok(())
@@ -1291,13 +1315,42 @@ struct UpPorts {
     drives: Vec<ReservedPort>,
     manager: ReservedPort,
     auth: ReservedPort,
+    /// The S3 gateway's, unless it is off.
+    s3: Option<ReservedPort>,
+}
+
+/// Where `nasd up` serves S3.
+enum UpS3 {
+    Off,
+    /// Recorded at an earlier start (`[s3] listen`).
+    At(SocketAddr),
+    /// The manager's port + 200 if free, else any.
+    Default,
+}
+
+/// Whether and where `nasd up` serves S3: off with `--no-s3` or `[up] s3 =
+/// false`; at the recorded `[s3] listen`, which must be loopback (the
+/// gateway serves plain HTTP); else beside the manager's port.
+fn up_s3_port(args: &UpArgs, file: &ConfigFile, cluster: &ConfigFile) -> anyhow::Result<UpS3> {
+    if args.no_s3 || cluster.up.s3.or(file.up.s3) == Some(false) {
+        return Ok(UpS3::Off);
+    }
+    let Some(listen) = &cluster.s3.listen else { return Ok(UpS3::Default) };
+    let addr: SocketAddr =
+        listen.parse().with_context(|| format!("[s3] listen = {listen:?} in DATA/nasd.toml is not an IP:PORT"))?;
+    anyhow::ensure!(
+        addr.ip().is_loopback(),
+        "[s3] listen = {addr} in DATA/nasd.toml is not loopback: `nasd up` serves S3 as plain HTTP on loopback only \
+         (run `nasd s3 --plain-http-off-loopback` behind a TLS proxy instead, with [up] s3 = false)"
+    );
+    Ok(UpS3::At(addr))
 }
 
 impl UpPorts {
     /// The drives' `n` ports from `first_drive`, the manager's, and the
     /// authentication server's: the one recorded at the first start, else
     /// the port below the manager's, else any free one (recorded either way).
-    fn take(n: u32, first_drive: u16, manager: u16, recorded_auth: Option<u16>) -> anyhow::Result<UpPorts> {
+    fn take(n: u32, first_drive: u16, manager: u16, recorded_auth: Option<u16>, s3: UpS3) -> anyhow::Result<UpPorts> {
         let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         anyhow::ensure!(manager > 1, "--manager-port must be above 1 (the authentication server takes the port below)");
         let drives =
@@ -1308,7 +1361,22 @@ impl UpPorts {
             None => ReservedPort::take(local(manager.addr().port() - 1), "authentication server")
                 .or_else(|_| ReservedPort::take(local(0), "authentication server"))?,
         };
-        Ok(UpPorts { drives, manager, auth })
+        let s3 = match s3 {
+            UpS3::Off => None,
+            UpS3::At(addr) => Some(ReservedPort::take(addr, "S3 gateway")?),
+            UpS3::Default => Some(
+                manager
+                    .addr()
+                    .port()
+                    .checked_add(S3_PORT_ABOVE_MANAGER)
+                    .map_or_else(
+                        || ReservedPort::take(local(0), "S3 gateway"),
+                        |p| ReservedPort::take(local(p), "S3 gateway"),
+                    )
+                    .or_else(|_| ReservedPort::take(local(0), "S3 gateway"))?,
+            ),
+        };
+        Ok(UpPorts { drives, manager, auth, s3 })
     }
 }
 
@@ -1347,6 +1415,9 @@ fn save_drive_key(manager: &Manager, d: &UpDrive) -> anyhow::Result<config::Know
     Ok(config::KnownDrive { number: handle.drive, addr: d.listen.to_string(), drive_key_file: Some(file) })
 }
 
+/// How far above the manager's port `nasd up` serves S3 by default (7300: 7500, `nasd s3`'s default).
+const S3_PORT_ABOVE_MANAGER: u16 = 200;
+
 fn print_banner(
     data: &Path,
     config: &Path,
@@ -1354,6 +1425,7 @@ fn print_banner(
     auth: SocketAddr,
     drives: &[UpDrive],
     metadata: &nasd_manager::Location,
+    s3: Option<SocketAddr>,
 ) {
     let first = drives.first().map(|d| d.listen.to_string()).unwrap_or_default();
     let last = drives.last().map(|d| d.listen.to_string()).unwrap_or_default();
@@ -1369,6 +1441,9 @@ fn print_banner(
     eprintln!("  data      {}", data.display());
     eprintln!("  metadata  {metadata}");
     eprintln!("  config    {}", config.display());
+    if let Some(s3) = s3 {
+        eprintln!("  s3        http://{s3} (path-style, us-east-1; keys: nasd s3-key create)");
+    }
     eprintln!();
     // Commands find the config by themselves only at ./nasd-data/nasd.toml.
     let found_here = Path::new(config::DEFAULT_CONFIG).canonicalize().is_ok_and(|c| c == config);
@@ -1780,6 +1855,7 @@ mod tests {
             drive_capacity: Some("64MiB".into()),
             force_capacity: false,
             metadata: None,
+            no_s3: false,
         };
         let up_once = |first_drive_port| async move {
             tokio::time::timeout(Duration::from_secs(60), up(args(first_drive_port), ConfigFile::default()))

@@ -334,7 +334,9 @@ fn run() -> anyhow::Result<()> {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
             s3_cmd::run(fs, args, &file.s3).await
         }),
-        Command::S3Key(cmd) => rt.block_on(async { s3_cmd::run_key(&login().await?, cmd, &file.s3).await }),
+        Command::S3Key(cmd) => {
+            rt.block_on(async { s3_cmd::run_key(&login().await?, &file.client, cmd, &file.s3).await })
+        }
         Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
         Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),
         Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),

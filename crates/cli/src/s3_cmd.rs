@@ -9,7 +9,7 @@
 //! issued for another user (`--owner`), that the issuer is an administrator
 //! and what the owner's ids are.
 
-use crate::config::S3Section;
+use crate::config::{ClientSection, S3Section};
 use crate::fs_cmd::Login;
 use anyhow::Context;
 use nasd_fs::FsClient;
@@ -94,7 +94,9 @@ fn store(keys: Option<PathBuf>, section: &S3Section) -> anyhow::Result<KeyStore>
 }
 
 /// The owner record of user `name` (administrators), or of the caller.
-async fn owner(fs: &FsClient, name: Option<&str>) -> anyhow::Result<KeyOwner> {
+/// Users are the manager's, or, on a manager linked to an authentication
+/// server (`[client] auth`), that server's: asked there as the same user.
+async fn owner(fs: &FsClient, client: &ClientSection, name: Option<&str>) -> anyhow::Result<KeyOwner> {
     let me = fs.identity();
     let name = name.unwrap_or(fs.user());
     if name == fs.user() && !me.admin {
@@ -102,17 +104,28 @@ async fn owner(fs: &FsClient, name: Option<&str>) -> anyhow::Result<KeyOwner> {
         return Ok(KeyOwner { user: name.to_string(), uid: me.uid, gid: me.gid, groups: Vec::new() });
     }
     let users = fs.users().await.context("issuing a key for another user needs an administrator")?;
+    if let Some(u) = users.into_iter().find(|u| u.name == name) {
+        return Ok(KeyOwner { user: u.name, uid: u.uid, gid: u.gid, groups: u.groups });
+    }
+    anyhow::ensure!(client.auth.is_some(), "no user {name}");
+    let (mut auth, _, _) = crate::auth_cmd::login_auth(client, Some(fs.user()), None).await?;
+    let users = auth.users().await.context("cannot list the authentication server's users")?;
     let u = users.into_iter().find(|u| u.name == name).with_context(|| format!("no user {name}"))?;
     Ok(KeyOwner { user: u.name, uid: u.uid, gid: u.gid, groups: u.groups })
 }
 
 /// Runs a `nasd s3-key` command as `fs`'s user.
-pub async fn run_key(fs: &FsClient, cmd: S3KeyCommand, section: &S3Section) -> anyhow::Result<()> {
+pub async fn run_key(
+    fs: &FsClient,
+    client: &ClientSection,
+    cmd: S3KeyCommand,
+    section: &S3Section,
+) -> anyhow::Result<()> {
     let admin = fs.identity().admin;
     match cmd {
         S3KeyCommand::Create { owner: name, keys, .. } => {
             let store = store(keys, section)?;
-            let owner = owner(fs, name.as_deref()).await?;
+            let owner = owner(fs, client, name.as_deref()).await?;
             let user = owner.user.clone();
             let (access_key, secret) = store.create(owner).context("cannot issue the key")?;
             println!("access key: {access_key}");
@@ -182,4 +195,71 @@ async fn gateway_check(fs: &FsClient) -> anyhow::Result<()> {
         Err(e) if e.status() == Some(nasd_fs::FsStatus::NotSupported) => anyhow::bail!("cannot serve S3: {e}"),
         _ => Ok(()),
     }
+}
+
+/// The AWS credentials file `nasd up` writes in its key store for the
+/// administrator's own key (`AWS_SHARED_CREDENTIALS_FILE`; 0600, as the
+/// store's key beside it, which opens every secret of the store anyway).
+pub const UP_CREDENTIALS_FILE: &str = "credentials";
+
+/// The ids `nasd up`'s gateway acts for (the grant it gives the
+/// administrator at its first start): the ids `nasd admin add-user` hands out.
+pub const UP_GATEWAY_IDS: (u32, u32) = (1000, 60000);
+
+/// `nasd up`'s gateway: logs in with `client` (the administrator of the
+/// cluster), issues the administrator's own key into `keys` the first time
+/// (`UP_CREDENTIALS_FILE`, and the `AS_USER` grant other users' keys need),
+/// and serves S3 on `listener` until `stop`. The administrator's key acts as
+/// the administrator itself; other users' keys (`nasd s3-key create`) as
+/// with `nasd s3`.
+pub async fn serve_for_up(
+    client: crate::config::ClientSection,
+    keys: PathBuf,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let endpoint = listener.local_addr()?;
+    let fs = crate::fs_cmd::login_renewing(&client, None).await.context("the S3 gateway cannot log in")?;
+    let store = KeyStore::open(&keys).with_context(|| format!("cannot open the S3 key store {}", keys.display()))?;
+    let credentials = keys.join(UP_CREDENTIALS_FILE);
+    let access_key = match read_credentials(&credentials)? {
+        Some(access_key) => access_key,
+        None => {
+            fs.set_gateway(fs.user(), Some(UP_GATEWAY_IDS)).await.context("cannot let the S3 gateway act for users")?;
+            let me = fs.identity();
+            let owner = KeyOwner { user: fs.user().to_string(), uid: me.uid, gid: me.gid, groups: Vec::new() };
+            let (access_key, secret) = store.create(owner).context("cannot issue the administrator's S3 key")?;
+            let text = zeroize::Zeroizing::new(format!(
+                "[default]\naws_access_key_id = {access_key}\naws_secret_access_key = {}\n",
+                secret.as_str()
+            ));
+            let staged = keys.join(format!("{UP_CREDENTIALS_FILE}.staged"));
+            nasd_crypto::durable::write_staged(&staged, text.as_bytes(), 0o600)
+                .and_then(|()| nasd_crypto::durable::install(&staged, &credentials))
+                .with_context(|| format!("cannot write {}", credentials.display()))?;
+            access_key
+        }
+    };
+    let vfs =
+        nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
+    eprintln!(
+        "S3 gateway ready at http://{endpoint}: {} (access key {access_key}) with AWS_SHARED_CREDENTIALS_FILE={}",
+        client.user.as_deref().unwrap_or("admin"),
+        credentials.display()
+    );
+    nasd_s3::serve(listener, nasd_s3::Gateway::new(vfs, store), stop).await.context("the S3 gateway stopped")
+}
+
+/// The access key in a credentials file `serve_for_up` wrote; `None` if there is none.
+fn read_credentials(path: &std::path::Path) -> anyhow::Result<Option<String>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => zeroize::Zeroizing::new(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let access_key = text
+        .lines()
+        .find_map(|l| l.strip_prefix("aws_access_key_id = "))
+        .with_context(|| format!("{} names no aws_access_key_id (remove it for a new key)", path.display()))?;
+    Ok(Some(access_key.trim().to_string()))
 }

@@ -9,6 +9,7 @@
 mod common;
 
 use common::cluster::{path_str, Cluster, Options};
+use common::up::Up;
 use common::Daemon;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -290,4 +291,102 @@ fn md5_of(data: &[u8]) -> u128 {
     use md5::Digest;
     let d = md5::Md5::digest(data);
     u128::from_be_bytes(d.into())
+}
+
+/// `nasd up` serves S3 too: the banner names the endpoint; the
+/// administrator's key is in an AWS credentials file that aws-cli takes as
+/// written; a user's key made with `nasd s3-key create` works through the
+/// same gateway (up gave it its grant) and sees only its own buckets; a
+/// disabled user is refused at its next request and served again once
+/// enabled; after a restart the same keys work, the objects are there, and
+/// `--no-s3` serves none.
+#[test]
+fn nasd_up_serves_s3_with_the_administrators_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut up = Up::start(tmp.path(), 3, &[]);
+    let ready = up.daemon.output_once("S3 gateway ready at ");
+    let endpoint = s3_endpoint(&ready);
+    let banner = format!("  s3        {endpoint} ");
+    assert!(ready.contains(&banner), "the banner names the endpoint: {ready}");
+    let credentials = up.data().join("s3").join("credentials");
+    assert!(ready.contains(&format!("AWS_SHARED_CREDENTIALS_FILE={}", credentials.display())), "{ready}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&credentials).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the secret is the owner's only");
+    let admin_aws = |args: &[&str]| {
+        let mut cmd = Command::new("aws");
+        cmd.arg("--endpoint-url").arg(&endpoint).args(args);
+        cmd.env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+            .env("AWS_CONFIG_FILE", "/nonexistent")
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_SESSION_TOKEN");
+        let out = cmd.output().expect("run aws (aws-cli)");
+        assert!(out.status.success(), "aws {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let data = bytes(26, 3 << 20);
+    let local = tmp.path().join("object.bin");
+    std::fs::write(&local, &data).unwrap();
+    admin_aws(&["s3", "mb", "s3://admins"]);
+    admin_aws(&["s3", "cp", path_str(&local), "s3://admins/dir/object.bin"]);
+    assert!(admin_aws(&["s3", "ls", "s3://admins/dir/"]).contains("object.bin"));
+    assert!(up.ok(&["ls", "/admins/dir"]).contains("object.bin"), "a bucket is a directory of the file system");
+
+    // A user's key, issued with the config `nasd up` wrote (its key store).
+    let add = common::up::nasd_in(
+        tmp.path(),
+        &["auth", "add-user", "dora", "--uid", "1003"],
+        &[("NASD_NEW_PASSWORD", "dora-secret-1")],
+    );
+    assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
+    let out = up.ok(&["s3-key", "create", "--owner", "dora"]);
+    let field = |name: &str| out.lines().find_map(|l| l.strip_prefix(name)).unwrap().trim().to_string();
+    let dora = Key { access: field("access key:"), secret: field("secret key:") };
+    // Users make buckets where they may make a top-level directory.
+    up.ok(&["chmod", "1777", "/"]);
+    aws_ok(&endpoint, &dora, &["s3", "mb", "s3://doras"]);
+    aws_ok(&endpoint, &dora, &["s3", "cp", path_str(&local), "s3://doras/f"]);
+    let stat = up.ok(&["stat", "/doras/f"]);
+    assert!(stat.contains("1003") || stat.contains("dora"), "made as dora: {stat}");
+    let buckets = aws_ok(&endpoint, &dora, &["s3", "ls"]);
+    assert!(buckets.contains("doras") && !buckets.contains("admins"), "{buckets}");
+    aws_err(&endpoint, &dora, &["s3", "ls", "s3://admins/"]);
+
+    up.ok(&["auth", "disable", "dora"]);
+    let refused = aws_err(&endpoint, &dora, &["s3", "ls", "s3://doras/"]);
+    assert!(refused.contains("AccessDenied"), "{refused}");
+    up.ok(&["auth", "enable", "dora"]);
+    // The manager trusts its last answer on dora for at most a second.
+    common::until("dora served again", || aws(&endpoint, &dora, &["s3", "ls", "s3://doras/"]).status.success());
+
+    up.daemon.terminate();
+    let mut up = Up::start_with(tmp.path(), 3, Some(up.daemon.addr), &[], &[]);
+    common::until("the second gateway", || up.daemon.output().matches("S3 gateway ready at ").count() == 2);
+    let again = up.daemon.output();
+    assert_eq!(s3_endpoint(&again), endpoint, "the recorded endpoint");
+    let back = tmp.path().join("back.bin");
+    admin_aws(&["s3", "cp", "s3://admins/dir/object.bin", path_str(&back)]);
+    assert!(std::fs::read(&back).unwrap() == data, "read back whole after a restart");
+    aws_ok(&endpoint, &dora, &["s3", "ls", "s3://doras/"]);
+
+    up.daemon.terminate();
+    let up = Up::start_with(tmp.path(), 3, Some(up.daemon.addr), &["--no-s3"], &[]);
+    // The log holds every start's output: this is the third.
+    common::until("the third start's banner", || up.daemon.output().matches("nasd is up").count() == 3);
+    let said = up.daemon.output();
+    let banner = said.rsplit("nasd is up").next().unwrap();
+    assert!(banner.contains("  config  ") && !banner.contains("  s3  "), "{banner}");
+    let addr: std::net::SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    assert!(std::net::TcpStream::connect(addr).is_err(), "nothing serves S3 with --no-s3");
+}
+
+/// The endpoint in `nasd up`'s "S3 gateway ready at http://ADDR:" line.
+fn s3_endpoint(output: &str) -> String {
+    let line =
+        output.lines().rev().find(|l| l.starts_with("S3 gateway ready at ")).unwrap_or_else(|| panic!("{output}"));
+    let rest = line.trim_start_matches("S3 gateway ready at ");
+    rest.split(": ").next().unwrap().to_string()
 }
