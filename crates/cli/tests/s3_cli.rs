@@ -390,3 +390,133 @@ fn s3_endpoint(output: &str) -> String {
     let rest = line.trim_start_matches("S3 gateway ready at ");
     rest.split(": ").next().unwrap().to_string()
 }
+
+/// The credentials `nasd up` wrote for its administrator.
+fn up_key(up: &Up) -> Key {
+    let text = std::fs::read_to_string(up.data().join("s3").join("credentials")).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    Key { access: field("aws_access_key_id = "), secret: field("aws_secret_access_key = ") }
+}
+
+/// Runs a third-party client, which must succeed; its standard output and error.
+fn client_ok(cmd: &mut Command) -> String {
+    let out = cmd.env_remove("AWS_CA_BUNDLE").output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{cmd:?}: {said}");
+    said
+}
+
+/// A FUSE mount the test made, unmounted when dropped.
+struct FuseMount(PathBuf, std::process::Child);
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount").arg("-u").arg(&self.0).status();
+        let _ = self.1.kill();
+        let _ = self.1.wait();
+    }
+}
+
+/// rclone (`copy`, `check`, `check --download`), s3cmd (`put -r`, `get -r`,
+/// `info` showing the MD5) and s3fs-fuse (a bucket mounted: a tree copied in
+/// through it and compared, removed through it) against `nasd up`'s gateway.
+#[test]
+fn rclone_s3cmd_and_s3fs_fuse_against_the_gateway() {
+    let tmp = tempfile::tempdir().unwrap();
+    let up = Up::start(tmp.path(), 3, &[]);
+    let endpoint = s3_endpoint(&up.daemon.output_once("S3 gateway ready at "));
+    let host = endpoint.trim_start_matches("http://").to_string();
+    let key = up_key(&up);
+    let local = tmp.path().join("tree");
+    for (i, len) in [0usize, 1, 4095, 65536, 200_000, 5 << 20].into_iter().enumerate() {
+        let dir = local.join(format!("d{}", i % 3)).join("sub");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}.bin")), bytes(i as u64 + 7, len)).unwrap();
+    }
+    let want = tree(&local);
+
+    // rclone, configured through its environment.
+    let rclone = |args: &[&str]| {
+        let mut cmd = Command::new("rclone");
+        cmd.args(args)
+            .env("RCLONE_CONFIG", "/nonexistent")
+            .env("RCLONE_CONFIG_NASD_TYPE", "s3")
+            .env("RCLONE_CONFIG_NASD_PROVIDER", "Other")
+            .env("RCLONE_CONFIG_NASD_ACCESS_KEY_ID", &key.access)
+            .env("RCLONE_CONFIG_NASD_SECRET_ACCESS_KEY", &key.secret)
+            .env("RCLONE_CONFIG_NASD_ENDPOINT", &endpoint)
+            .env("RCLONE_CONFIG_NASD_REGION", "us-east-1");
+        client_ok(&mut cmd)
+    };
+    rclone(&["mkdir", "nasd:rclone-bucket"]);
+    rclone(&["copy", path_str(&local), "nasd:rclone-bucket/tree"]);
+    let checked = rclone(&["check", path_str(&local), "nasd:rclone-bucket/tree"]);
+    assert!(checked.contains("0 differences found"), "{checked}");
+    let downloaded = rclone(&["check", "--download", path_str(&local), "nasd:rclone-bucket/tree"]);
+    assert!(downloaded.contains("0 differences found"), "{downloaded}");
+
+    // s3cmd, with a config file of its own.
+    let s3cfg = tmp.path().join("s3cfg");
+    std::fs::write(
+        &s3cfg,
+        format!(
+            "[default]\naccess_key = {}\nsecret_key = {}\nhost_base = {host}\nhost_bucket = {host}\nuse_https = \
+             False\nsignature_v2 = False\nbucket_location = us-east-1\n",
+            key.access, key.secret
+        ),
+    )
+    .unwrap();
+    let s3cmd = |args: &[&str]| client_ok(Command::new("s3cmd").arg("-c").arg(&s3cfg).args(args));
+    s3cmd(&["mb", "s3://s3cmd-bucket"]);
+    s3cmd(&["put", "-r", path_str(&local), "s3://s3cmd-bucket/"]);
+    let back = tmp.path().join("s3cmd-back");
+    std::fs::create_dir(&back).unwrap();
+    s3cmd(&["get", "-r", "s3://s3cmd-bucket/tree", &format!("{}/", path_str(&back))]);
+    assert!(tree(&back.join("tree")) == want, "s3cmd read back what it put");
+    let info = s3cmd(&["info", "s3://s3cmd-bucket/tree/d1/sub/f4.bin"]);
+    let md5 = format!("{:032x}", md5_of(&want[Path::new("d1/sub/f4.bin")]));
+    assert!(info.contains(&md5), "the ETag is the body's MD5: {info}");
+
+    // s3fs-fuse: a bucket mounted as a file system.
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        eprintln!("SKIPPED s3fs-fuse: /dev/fuse cannot be opened ({e}): FUSE mounts need root and the fuse module");
+        return;
+    }
+    s3cmd(&["mb", "s3://s3fs-bucket"]);
+    let passwd = tmp.path().join("passwd-s3fs");
+    std::fs::write(&passwd, format!("{}:{}\n", key.access, key.secret)).unwrap();
+    std::fs::set_permissions(&passwd, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let child = Command::new("s3fs")
+        .arg("s3fs-bucket")
+        .arg(&mnt)
+        .args(["-f", "-o", &format!("url={endpoint}"), "-o", "use_path_request_style", "-o", "endpoint=us-east-1"])
+        .arg("-o")
+        .arg(format!("passwd_file={}", path_str(&passwd)))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run s3fs (s3fs-fuse)");
+    let mount = FuseMount(mnt.clone(), child);
+    common::until("the s3fs mount", || {
+        std::fs::read_to_string("/proc/mounts").unwrap().contains(&format!(" {} fuse.s3fs ", path_str(&mnt)))
+    });
+    let copied = Command::new("cp").arg("-r").arg(&local).arg(&mnt).status().unwrap();
+    assert!(copied.success(), "cp -r into the s3fs mount");
+    assert!(tree(&mnt.join("tree")) == want, "read back through the s3fs mount");
+    let listed = up.ok(&["ls", "/s3fs-bucket/tree/d2/sub"]);
+    assert!(listed.contains("f5.bin"), "the files are nasd files: {listed}");
+    std::fs::create_dir(mnt.join("empty")).unwrap();
+    assert!(mnt.join("empty").is_dir(), "an empty directory made through the mount");
+    std::fs::remove_dir_all(mnt.join("tree")).unwrap();
+    std::fs::remove_dir(mnt.join("empty")).unwrap();
+    drop(mount);
+    let left = up.ok(&["ls", "/s3fs-bucket"]);
+    assert!(!left.contains("tree") && !left.contains("empty"), "removed through the mount: {left}");
+}

@@ -12,6 +12,11 @@
 //!   (`object_path`). Keys that cannot be paths (empty levels, `.`, `..`,
 //!   the layer's temporary and hidden names, over [`KEY_BYTES_MAX`]) are
 //!   refused with `InvalidArgument`/`KeyTooLongError`, nothing touched.
+//!   A key ending in `/` (a directory marker, as s3fs-fuse and consoles
+//!   make them) names the directory: PUT (empty body only) makes it, HEAD
+//!   and GET answer an empty `application/x-directory` object while it
+//!   exists, DELETE removes it if empty. Listings give every object's
+//!   stored ETag (S3 clients compare it with their MD5s).
 //! - **Objects** appear whole or not at all: a PUT (and a copy) is written
 //!   under a temporary name through [`nasd_vfs::Replacement`] and renamed
 //!   into place after its last byte; its MD5 (the ETag), Content-Type and

@@ -14,8 +14,9 @@ use s3s::S3Result;
 /// What a listing found.
 #[derive(Debug, Default)]
 pub(crate) struct Listing {
-    /// Keys and their attributes, in order.
-    pub objects: Vec<(String, FileAttr)>,
+    /// Keys, their attributes and ETags (`None`: the file has no stored
+    /// ETag, as one made by another gateway), in order.
+    pub objects: Vec<(String, FileAttr, Option<String>)>,
     /// Common prefixes, in order.
     pub prefixes: Vec<String>,
     /// More follow the last one returned.
@@ -23,13 +24,9 @@ pub(crate) struct Listing {
 }
 
 impl Listing {
-    fn len(&self) -> usize {
-        self.objects.len() + self.prefixes.len()
-    }
-
     /// The last key or common prefix returned (the next page starts after it).
     pub fn last(&self) -> Option<&str> {
-        let key = self.objects.last().map(|(k, _)| k.as_str());
+        let key = self.objects.last().map(|(k, _, _)| k.as_str());
         let prefix = self.prefixes.last().map(String::as_str);
         key.max(prefix)
     }
@@ -61,6 +58,7 @@ impl Gateway {
     /// Lists bucket directory `bucket` (held) for `q`.
     pub(crate) async fn list(&self, cx: &FsClient, bucket: Ino, q: &Query<'_>) -> S3Result<Listing> {
         let mut out = Listing::default();
+        let mut objects = Vec::new();
         if q.max == 0 {
             return Ok(out);
         }
@@ -97,7 +95,7 @@ impl Gateway {
                     }
                     match rolled_up(&key, q) {
                         Some(prefix) => Found::Prefix(prefix),
-                        None => Found::Object(key, entry.attr),
+                        None => Found::Object(key, entry),
                     }
                 }
                 _ => continue,
@@ -108,16 +106,39 @@ impl Gateway {
                     continue;
                 }
             }
-            if out.len() == q.max {
+            if objects.len() + out.prefixes.len() == q.max {
                 out.truncated = true;
                 break;
             }
             match found {
                 Found::Prefix(p) => out.prefixes.push(p),
-                Found::Object(k, a) => out.objects.push((k, a)),
+                Found::Object(k, e) => objects.push((k, e)),
             }
         }
+        out.objects = self.with_etags(cx, objects).await?;
         Ok(out)
+    }
+
+    /// Each listed object with its stored ETag, [`ETAG_LOOKUPS_IN_FLIGHT`]
+    /// asked at a time (S3 clients compare it with their own MD5s).
+    async fn with_etags(
+        &self,
+        cx: &FsClient,
+        objects: Vec<(String, nasd_fs::Entry)>,
+    ) -> S3Result<Vec<(String, FileAttr, Option<String>)>> {
+        use futures::StreamExt;
+        futures::stream::iter(objects)
+            .map(|(key, entry)| async move {
+                let attr = self.vfs.remember_listed(&entry).await;
+                let meta = self.meta(cx, attr.ino).await;
+                self.vfs.forget(attr.ino, 1);
+                Ok((key, attr, meta?.map(|m| m.etag)))
+            })
+            .buffered(ETAG_LOOKUPS_IN_FLIGHT)
+            .collect::<Vec<S3Result<_>>>()
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// The entries of directory `ino` (held) that can be keys, sorted as
@@ -146,8 +167,11 @@ impl Gateway {
 
 enum Found {
     Prefix(String),
-    Object(String, FileAttr),
+    Object(String, nasd_fs::Entry),
 }
+
+/// Stored ETags a listing asks for at once.
+const ETAG_LOOKUPS_IN_FLIGHT: usize = 16;
 
 fn sort_name(c: &Child) -> Vec<u8> {
     let mut n = c.name.as_bytes().to_vec();

@@ -2,7 +2,7 @@
 //! the request's key's user.
 
 use crate::list::{url_encode, Listing, Query};
-use crate::paths::object_path;
+use crate::paths::{dir_marker, object_path};
 use crate::{Gateway, DELETE_OBJECTS_MAX, IO_CHUNK, LIST_KEYS_MAX, METADATA_BYTES_MAX, META_XATTR, OBJECT_BYTES_MAX};
 use crate::{KeyStoreError, DRAIN_BYTES_MAX, READ_AHEAD_CHUNKS};
 use bytes::Bytes;
@@ -23,6 +23,11 @@ const DIR_MODE: u32 = 0o755;
 const OBJECT_MODE: u32 = 0o644;
 /// `access` mask: read and search.
 const READ_SEARCH: u32 = 0o5;
+
+/// The ETag of an empty body (a directory marker's).
+const EMPTY_MD5: &str = "d41d8cd98f00b204e9800998ecf8427e";
+/// The Content-Type a directory marker answers with (as s3fs-fuse makes them).
+const DIRECTORY_CONTENT_TYPE: &str = "application/x-directory";
 
 /// What [`META_XATTR`] holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -79,6 +84,15 @@ pub(crate) fn is(e: &VfsError, status: FsStatus) -> bool {
 pub(crate) fn timestamp(ns: i64) -> Timestamp {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns)).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     Timestamp::from(t)
+}
+
+/// An object's length: a file's size; 0 for the directory a marker names.
+fn object_size(attr: &FileAttr) -> u64 {
+    if attr.kind == FileKind::Dir {
+        0
+    } else {
+        attr.size
+    }
 }
 
 fn etag(meta: &Option<ObjectMeta>) -> Option<ETag> {
@@ -157,6 +171,9 @@ impl Gateway {
 
     /// Object `key` of `bucket`, held, with its stored metadata.
     async fn object(&self, cx: &FsClient, bucket: &str, key: &str) -> S3Result<(Held, Option<ObjectMeta>)> {
+        if let Some(levels) = dir_marker(key) {
+            return self.marker(cx, bucket, &levels?).await;
+        }
         let levels = object_path(key)?;
         let (name, dirs) = levels.split_last().ok_or_else(|| s3_error!(InvalidArgument))?;
         let b = self.bucket(cx, bucket).await?;
@@ -172,6 +189,54 @@ impl Gateway {
         }
         let meta = self.meta(cx, file.ino()).await?;
         Ok((file, meta))
+    }
+
+    /// The directory a directory-marker key (`a/b/`, levels `levels`) of
+    /// `bucket` names, held, with the metadata it answers with.
+    async fn marker(&self, cx: &FsClient, bucket: &str, levels: &[&str]) -> S3Result<(Held, Option<ObjectMeta>)> {
+        let b = self.bucket(cx, bucket).await?;
+        let not_found = |e: S3Error| if *e.code() == S3ErrorCode::InvalidArgument { s3_error!(NoSuchKey) } else { e };
+        let dir = self.walk(cx, b, levels, false).await.map_err(not_found)?;
+        let meta = ObjectMeta {
+            etag: EMPTY_MD5.into(),
+            content_type: Some(DIRECTORY_CONTENT_TYPE.into()),
+            metadata: HashMap::new(),
+        };
+        Ok((dir, Some(meta)))
+    }
+
+    /// A directory-marker `PUT` (`levels`, from a key ending in `/`): its
+    /// directories made; its body must be empty.
+    async fn put_marker(&self, cx: &FsClient, bucket: &str, levels: &[&str], body: &mut StreamingBlob) -> S3Result<()> {
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+            if !piece.is_empty() {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidArgument,
+                    "a key ending in '/' is a directory here: its body must be empty",
+                ));
+            }
+        }
+        let b = self.bucket(cx, bucket).await?;
+        self.walk(cx, b, levels, true).await.map(drop)
+    }
+
+    /// Removes the directory a directory-marker key names if it is empty
+    /// (absent or not empty: done, as S3's `DELETE` of a marker leaves the
+    /// keys below it).
+    async fn delete_marker(&self, cx: &FsClient, bucket: &str, levels: &[&str]) -> S3Result<()> {
+        let Some((name, dirs)) = levels.split_last() else { return Err(s3_error!(InvalidArgument)) };
+        let b = self.bucket(cx, bucket).await?;
+        let parent = match self.walk(cx, b, dirs, false).await {
+            Ok(p) => p,
+            Err(e) if matches!(*e.code(), S3ErrorCode::NoSuchKey | S3ErrorCode::InvalidArgument) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match self.vfs.rmdir(cx, parent.ino(), name).await {
+            Ok(()) => Ok(()),
+            Err(e) if [FsStatus::NotFound, FsStatus::NotEmpty, FsStatus::NotDir].iter().any(|&s| is(&e, s)) => Ok(()),
+            Err(e) => Err(s3_err(e)),
+        }
     }
 
     pub(crate) async fn meta(&self, cx: &FsClient, ino: Ino) -> S3Result<Option<ObjectMeta>> {
@@ -318,6 +383,9 @@ impl Gateway {
 
     /// Removes object `key` (absent: done) and the directories it leaves empty.
     async fn delete_key(&self, cx: &FsClient, bucket: &str, key: &str) -> S3Result<()> {
+        if let Some(levels) = dir_marker(key) {
+            return self.delete_marker(cx, bucket, &levels?).await;
+        }
         let levels = object_path(key)?;
         let (name, dirs) = levels.split_last().ok_or_else(|| s3_error!(InvalidArgument))?;
         let b = self.bucket(cx, bucket).await?;
@@ -421,8 +489,9 @@ fn objects_of(listing: &Listing, url: bool) -> (Vec<Object>, Vec<CommonPrefix>) 
     let objects = listing
         .objects
         .iter()
-        .map(|(k, a): &(String, FileAttr)| Object {
+        .map(|(k, a, etag): &(String, FileAttr, Option<String>)| Object {
             key: Some(enc(k)),
+            e_tag: etag.clone().map(ETag::Strong),
             size: Some(i64::try_from(a.size).unwrap_or(i64::MAX)),
             last_modified: Some(timestamp(a.mtime_ns)),
             storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
@@ -529,6 +598,20 @@ impl S3 for Gateway {
             metadata: input.metadata.unwrap_or_default(),
         };
         let mut body = input.body.unwrap_or_else(empty_body);
+        if let Some(levels) = dir_marker(&input.key) {
+            let made = match levels {
+                Ok(levels) => self.put_marker(&cx, &input.bucket, &levels, &mut body).await,
+                Err(e) => Err(e),
+            };
+            if made.is_err() {
+                drain(&mut body).await;
+            }
+            made?;
+            return Ok(S3Response::new(PutObjectOutput {
+                e_tag: Some(ETag::Strong(EMPTY_MD5.into())),
+                ..PutObjectOutput::default()
+            }));
+        }
         let written = self.write_object(&cx, &input.bucket, &input.key, &mut body, meta, no_clobber).await;
         if written.is_err() {
             drain(&mut body).await;
@@ -552,16 +635,17 @@ impl S3 for Gateway {
             input.if_none_match.as_ref(),
             input.if_modified_since.as_ref(),
         )?;
+        let size = object_size(&attr);
         let (range, content_range) = match input.range {
-            None => (0..attr.size, None),
+            None => (0..size, None),
             Some(r) => {
-                let got = r.check(attr.size).map_err(|_| s3_error!(InvalidRange))?;
-                let cr = format!("bytes {}-{}/{}", got.start, got.end.saturating_sub(1), attr.size);
+                let got = r.check(size).map_err(|_| s3_error!(InvalidRange))?;
+                let cr = format!("bytes {}-{}/{}", got.start, got.end.saturating_sub(1), size);
                 (got, Some(cr))
             }
         };
         let len = range.end - range.start;
-        let body = self.read_stream(&cx, file, range).await?;
+        let body = if attr.kind == FileKind::Dir { empty_body() } else { self.read_stream(&cx, file, range).await? };
         let (content_type, metadata) =
             meta.as_ref().map_or((None, None), |m| (m.content_type.clone(), Some(m.metadata.clone())));
         Ok(S3Response::new(GetObjectOutput {
@@ -592,7 +676,7 @@ impl S3 for Gateway {
         let (content_type, metadata) =
             meta.as_ref().map_or((None, None), |m| (m.content_type.clone(), Some(m.metadata.clone())));
         Ok(S3Response::new(HeadObjectOutput {
-            content_length: Some(i64::try_from(attr.size).unwrap_or(i64::MAX)),
+            content_length: Some(i64::try_from(object_size(&attr)).unwrap_or(i64::MAX)),
             accept_ranges: Some("bytes".into()),
             last_modified: Some(timestamp(attr.mtime_ns)),
             e_tag: etag(&meta),

@@ -24,6 +24,14 @@ pub(crate) fn object_path(key: &str) -> Result<Vec<&str>, S3Error> {
     Ok(levels)
 }
 
+/// A key ending in `/` (a "directory marker", as s3fs-fuse and consoles
+/// make): the levels of the directory it names, or why they cannot be a
+/// path; `None` for any other key.
+pub(crate) fn dir_marker(key: &str) -> Option<Result<Vec<&str>, S3Error>> {
+    let dir = key.strip_suffix('/')?;
+    Some(object_path(dir))
+}
+
 fn unusable(level: &str) -> Option<&'static str> {
     if level.is_empty() {
         Some("have an empty level (a leading, trailing or double '/')")
@@ -77,6 +85,9 @@ mod tests {
             let e = object_path(key).unwrap_err();
             assert_eq!(*e.code(), s3s::S3ErrorCode::InvalidArgument, "{key}");
         }
+        assert_eq!(dir_marker("a/b/").unwrap().unwrap(), ["a", "b"]);
+        assert!(dir_marker("a/b").is_none());
+        assert!(dir_marker("/").unwrap().is_err() && dir_marker("a//").unwrap().is_err());
         let long = "a".repeat(KEY_BYTES_MAX + 1);
         assert_eq!(*object_path(&long).unwrap_err().code(), s3s::S3ErrorCode::KeyTooLongError);
     }

@@ -51,6 +51,11 @@ while True:
         break
     token = page["NextContinuationToken"]
 assert keys == ["l/a-b", "l/a/x", "l/a/y/z", "l/a0", "l/b"], keys
+# Listings carry each object's ETag (the MD5 of its body), as clients that sync compare it.
+page = s3.list_objects_v2(Bucket=bucket, Prefix="l/")
+assert {o["Key"]: o["ETag"] for o in page["Contents"]} == {
+    k: '"%s"' % hashlib.md5(k.encode()).hexdigest() for k in keys
+}, page
 page = s3.list_objects_v2(Bucket=bucket, Prefix="l/", Delimiter="/")
 assert [o["Key"] for o in page["Contents"]] == ["l/a-b", "l/a0", "l/b"], page
 assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["l/a/"], page
