@@ -520,3 +520,19 @@ fn rclone_s3cmd_and_s3fs_fuse_against_the_gateway() {
     let left = up.ok(&["ls", "/s3fs-bucket"]);
     assert!(!left.contains("tree") && !left.contains("empty"), "removed through the mount: {left}");
 }
+
+/// pandas and pyarrow at `s3://` URLs through `nasd up`'s gateway (s3fs,
+/// `tests/s3/pandas_check.py`): Parquet and CSV written and read back equal,
+/// a Parquet dataset of several files read with column projection.
+#[test]
+fn pandas_and_pyarrow_over_s3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let up = Up::start(tmp.path(), 3, &[]);
+    let endpoint = s3_endpoint(&up.daemon.output_once("S3 gateway ready at "));
+    let key = up_key(&up);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/s3/pandas_check.py");
+    let said = client_ok(Command::new("python3").args([script, &endpoint, &key.access, &key.secret, "pandas-bucket"]));
+    assert!(said.contains("pandas and pyarrow over s3:// ok"), "{said}");
+    let listed = up.ok(&["ls", "/pandas-bucket/ds"]);
+    assert_eq!(listed.matches("part-").count(), 4, "the dataset's files are nasd files: {listed}");
+}
