@@ -8,7 +8,9 @@
 //! whole at completion or not at all — with the ETag S3 clients check
 //! (MD5 of the parts' MD5s, `-N`), then removes the upload. (The parts are
 //! copied once at completion; linking them into place without a copy is
-//! left to do.)
+//! left to do.) UploadPartCopy writes a part from (a range of) an object the
+//! caller may read; ListMultipartUploads lists the uploads whose directory
+//! the caller may read — its own.
 
 use crate::ops::{check_metadata, is, s3_err, timestamp, Held, ObjectMeta};
 use crate::paths::{object_path, UPLOADS_DIR};
@@ -23,6 +25,8 @@ use std::collections::HashMap;
 
 /// Parts one upload takes at most (S3's limit).
 pub const PARTS_MAX: i32 = 10_000;
+/// Uploads one ListMultipartUploads page lists at most (S3's limit).
+pub const LIST_UPLOADS_MAX: i32 = 1000;
 /// Mode of the uploads directory of a bucket.
 const UPLOADS_MODE: u32 = 0o1777;
 /// Mode of one upload's directory.
@@ -121,6 +125,124 @@ impl Gateway {
         let levels = [UPLOADS_DIR, input.upload_id.as_str(), part.as_str()];
         let etag = self.write_levels(cx, &input.bucket, &levels, body, ObjectMeta::default(), false).await?;
         etag.ok_or_else(|| s3_error!(InternalError))
+    }
+
+    /// UploadPartCopy: part `input.part_number` made of (a range of) an
+    /// existing object, read as the caller; the part's ETag.
+    pub(crate) async fn mp_upload_part_copy(&self, cx: &FsClient, input: UploadPartCopyInput) -> S3Result<String> {
+        check_part_number(input.part_number)?;
+        let CopySource::Bucket { bucket: src_bucket, key: src_key, version_id: None } = &input.copy_source else {
+            return Err(s3_error!(NotImplemented, "only copies from a bucket and key, without versions"));
+        };
+        let _upload = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        let (file, src_meta) = self.object(cx, src_bucket, src_key).await?;
+        let conditions = crate::ops::check_conditions(
+            &src_meta,
+            &file.entry.attr,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+            input.copy_source_if_modified_since.as_ref(),
+        );
+        // A copy's failed condition is a failed precondition, never "not modified".
+        conditions.map_err(|_| s3_error!(PreconditionFailed))?;
+        let size = file.entry.attr.size;
+        let range = match &input.copy_source_range {
+            None => 0..size,
+            Some(r) => {
+                let parsed = Range::parse(r)
+                    .map_err(|_| s3_error!(InvalidArgument, "x-amz-copy-source-range: bytes=FIRST-LAST"))?;
+                parsed.check(size).map_err(|_| s3_error!(InvalidRange))?
+            }
+        };
+        let body = self.read_stream(cx, file, range).await?;
+        let part = part_name(input.part_number);
+        let levels = [UPLOADS_DIR, input.upload_id.as_str(), part.as_str()];
+        let etag = self.write_levels(cx, &input.bucket, &levels, body, ObjectMeta::default(), false).await?;
+        etag.ok_or_else(|| s3_error!(InternalError))
+    }
+
+    /// ListMultipartUploads: the uploads in progress in a bucket that the
+    /// caller may see (each upload is its user's, `0700`), by key, then
+    /// initiation, then id; `prefix`, `delimiter`, the key and upload-id
+    /// markers and at most [`LIST_UPLOADS_MAX`] per page.
+    pub(crate) async fn mp_list_uploads(
+        &self,
+        cx: &FsClient,
+        input: ListMultipartUploadsInput,
+    ) -> S3Result<ListMultipartUploadsOutput> {
+        let b = self.bucket(cx, &input.bucket).await?;
+        let max = input.max_uploads.unwrap_or(LIST_UPLOADS_MAX).clamp(0, LIST_UPLOADS_MAX);
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let mut found = Vec::new();
+        if let Ok(uploads) = self.walk(cx, b, &[UPLOADS_DIR], false).await {
+            for (id, e) in self.entries(cx, uploads.ino()).await? {
+                if check_upload_id(&id).is_err() || e.attr.kind != FileKind::Dir {
+                    continue;
+                }
+                let attr = self.vfs.remember_listed(&e).await;
+                let dir = self.held(nasd_fs::Entry { attr, ..e });
+                // Another user's upload cannot be read: it is not listed.
+                let Ok(value) = self.vfs.getxattr(cx, dir.ino(), META_XATTR).await else { continue };
+                let Ok(meta) = serde_json::from_slice::<UploadMeta>(&value) else { continue };
+                if meta.key.starts_with(&prefix) {
+                    found.push((meta.key, dir.entry.attr.ctime_ns, id));
+                }
+            }
+        }
+        found.sort();
+        let key_marker = input.key_marker.clone().unwrap_or_default();
+        let after_marker = |key: &str, id: &str| match &input.upload_id_marker {
+            Some(id_marker) if !key_marker.is_empty() => {
+                key > key_marker.as_str() || (key == key_marker && id > id_marker.as_str())
+            }
+            _ => key > key_marker.as_str(),
+        };
+        let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
+        let (mut uploads, mut prefixes, mut truncated) = (Vec::new(), Vec::<String>::new(), false);
+        let mut last = None;
+        for (key, initiated, id) in found.into_iter().filter(|(k, _, id)| after_marker(k, id)) {
+            let rolled = delimiter.as_deref().and_then(|d| {
+                let rest = &key[prefix.len()..];
+                rest.find(d).map(|at| format!("{prefix}{}", &rest[..at + d.len()]))
+            });
+            if rolled.is_some() && prefixes.last() == rolled.as_ref() {
+                continue;
+            }
+            if uploads.len() + prefixes.len() == max as usize {
+                truncated = true;
+                break;
+            }
+            last = Some((key.clone(), id.clone()));
+            match rolled {
+                Some(p) => prefixes.push(p),
+                None => uploads.push(MultipartUpload {
+                    key: Some(key),
+                    upload_id: Some(id),
+                    initiated: Some(timestamp(initiated)),
+                    ..MultipartUpload::default()
+                }),
+            }
+        }
+        let (next_key, next_id) = match last.filter(|_| truncated) {
+            Some((k, id)) => (Some(k), Some(id)),
+            None => (None, None),
+        };
+        Ok(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            delimiter: input.delimiter,
+            key_marker: input.key_marker,
+            upload_id_marker: input.upload_id_marker,
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            max_uploads: Some(max),
+            is_truncated: Some(truncated),
+            uploads: Some(uploads),
+            common_prefixes: Some(prefixes.into_iter().map(|p| CommonPrefix { prefix: Some(p) }).collect::<Vec<_>>())
+                .filter(|p| !p.is_empty()),
+            encoding_type: input.encoding_type,
+            ..ListMultipartUploadsOutput::default()
+        })
     }
 
     /// CompleteMultipartUpload: the object's ETag.

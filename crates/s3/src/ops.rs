@@ -170,7 +170,7 @@ impl Gateway {
     }
 
     /// Object `key` of `bucket`, held, with its stored metadata.
-    async fn object(&self, cx: &FsClient, bucket: &str, key: &str) -> S3Result<(Held, Option<ObjectMeta>)> {
+    pub(crate) async fn object(&self, cx: &FsClient, bucket: &str, key: &str) -> S3Result<(Held, Option<ObjectMeta>)> {
         if let Some(levels) = dir_marker(key) {
             return self.marker(cx, bucket, &levels?).await;
         }
@@ -836,6 +836,28 @@ impl S3 for Gateway {
         Ok(S3Response::new(UploadPartOutput { e_tag: Some(ETag::Strong(etag)), ..UploadPartOutput::default() }))
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let cx = self.acting(&req)?;
+        let etag = self.mp_upload_part_copy(&cx, req.input).await?;
+        let result = CopyPartResult {
+            e_tag: Some(ETag::Strong(etag)),
+            last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
+            ..CopyPartResult::default()
+        };
+        Ok(S3Response::new(UploadPartCopyOutput { copy_part_result: Some(result), ..UploadPartCopyOutput::default() }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let cx = self.acting(&req)?;
+        Ok(S3Response::new(self.mp_list_uploads(&cx, req.input).await?))
+    }
+
     async fn complete_multipart_upload(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
@@ -874,7 +896,7 @@ fn decode_token(token: &str) -> S3Result<String> {
 }
 
 /// If-Match, If-None-Match, If-Modified-Since of a GET or HEAD.
-fn check_conditions(
+pub(crate) fn check_conditions(
     meta: &Option<ObjectMeta>,
     attr: &FileAttr,
     if_match: Option<&ETagCondition>,

@@ -111,6 +111,42 @@ try:
 except ClientError as e:
     assert e.response["Error"]["Code"] == "NoSuchUpload", e.response
 
+# UploadPartCopy: parts made of ranges of an existing object, read as the caller.
+u = s3.create_multipart_upload(Bucket=bucket, Key="mp/copied.bin")["UploadId"]
+c1 = s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=1,
+                         CopySource={"Bucket": bucket, "Key": "m/obj.bin"}, CopySourceRange="bytes=100-5099")
+c2 = s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=2,
+                         CopySource={"Bucket": bucket, "Key": "mp/whole.bin"})
+parts = [{"PartNumber": 1, "ETag": c1["CopyPartResult"]["ETag"]}, {"PartNumber": 2, "ETag": c2["CopyPartResult"]["ETag"]}]
+assert parts[0]["ETag"] == '"%s"' % hashlib.md5(body[100:5100]).hexdigest(), c1
+try:
+    s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=3,
+                        CopySource={"Bucket": bucket, "Key": "m/obj.bin"}, CopySourceIfMatch='"0123"')
+    raise AssertionError("a copy whose source condition failed was made")
+except ClientError as e:
+    assert e.response["Error"]["Code"] == "PreconditionFailed", e.response
+s3.complete_multipart_upload(Bucket=bucket, Key="mp/copied.bin", UploadId=u, MultipartUpload={"Parts": parts})
+assert s3.get_object(Bucket=bucket, Key="mp/copied.bin")["Body"].read() == body[100:5100] + p1 + p2
+
+# ListMultipartUploads: the uploads in progress, by key, paged with the key and upload-id markers.
+ids = {k: s3.create_multipart_upload(Bucket=bucket, Key=k)["UploadId"] for k in ["up/b", "up/a", "up/c/d", "other"]}
+listed = s3.list_multipart_uploads(Bucket=bucket, Prefix="up/")
+assert [(x["Key"], x["UploadId"]) for x in listed["Uploads"]] == [(k, ids[k]) for k in ["up/a", "up/b", "up/c/d"]], listed
+rolled = s3.list_multipart_uploads(Bucket=bucket, Prefix="up/", Delimiter="/")
+assert [x["Key"] for x in rolled["Uploads"]] == ["up/a", "up/b"], rolled
+assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["up/c/"], rolled
+seen, kw = [], {"Bucket": bucket, "MaxUploads": 1}
+while True:
+    page = s3.list_multipart_uploads(**kw)
+    seen += [x["Key"] for x in page.get("Uploads", [])]
+    if not page["IsTruncated"]:
+        break
+    kw.update(KeyMarker=page["NextKeyMarker"], UploadIdMarker=page["NextUploadIdMarker"])
+assert seen == ["other", "up/a", "up/b", "up/c/d"], seen
+for k, i in ids.items():
+    s3.abort_multipart_upload(Bucket=bucket, Key=k, UploadId=i)
+assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket) or not s3.list_multipart_uploads(Bucket=bucket)["Uploads"]
+
 for bad in ["x//y", "x/../y", "trailing/"]:
     try:
         s3.put_object(Bucket=bucket, Key=bad, Body=b"no")
