@@ -279,11 +279,24 @@ pub struct S3Section {
     pub listen: Option<String>,
     /// The access-key store's directory [default: "nasd-data/s3"].
     pub keys: Option<PathBuf>,
+    /// Seconds a multipart upload may go without a new part before the
+    /// gateway removes it; 0: never [default: 86400, a day].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned_upload_secs: Option<u64>,
 }
 
 impl S3Section {
     fn is_empty(&self) -> bool {
-        self.listen.is_none() && self.keys.is_none()
+        self.listen.is_none() && self.keys.is_none() && self.abandoned_upload_secs.is_none()
+    }
+
+    /// How long an abandoned multipart upload is kept (`None`: for ever).
+    pub fn upload_expiry(&self) -> Option<std::time::Duration> {
+        match self.abandoned_upload_secs {
+            None => Some(nasd_s3::UPLOAD_EXPIRY_DEFAULT),
+            Some(0) => None,
+            Some(secs) => Some(std::time::Duration::from_secs(secs)),
+        }
     }
 }
 

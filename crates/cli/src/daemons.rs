@@ -1278,7 +1278,13 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, s3_endpoint);
     // The gateway logs in to the manager served below; it failing leaves the rest serving.
     let s3_task = s3.map(|(listener, keys)| {
-        let served = crate::s3_cmd::serve_for_up(cluster.client.clone(), keys, listener, stopped(stop_rx.clone()));
+        let served = crate::s3_cmd::serve_for_up(
+            cluster.client.clone(),
+            cluster.s3.clone(),
+            keys,
+            listener,
+            stopped(stop_rx.clone()),
+        );
         tokio::spawn(async move {
             if let Err(e) = served.await {
                 eprintln!("warning: S3 is not served: {e:#}");

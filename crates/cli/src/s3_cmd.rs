@@ -183,7 +183,8 @@ pub async fn run(fs: FsClient, args: S3Args, section: &S3Section) -> anyhow::Res
             _ = term.recv() => {}
         }
     };
-    nasd_s3::serve(listener, nasd_s3::Gateway::new(vfs, keys), stop).await.context("the S3 gateway stopped")
+    let gateway = nasd_s3::Gateway::new(vfs, keys).with_upload_expiry(section.upload_expiry());
+    nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
 }
 
 /// One `AS_USER` request before serving: a manager that cannot serve a
@@ -214,6 +215,7 @@ pub const UP_GATEWAY_IDS: (u32, u32) = (1000, 60000);
 /// with `nasd s3`.
 pub async fn serve_for_up(
     client: crate::config::ClientSection,
+    section: S3Section,
     keys: PathBuf,
     listener: tokio::net::TcpListener,
     stop: impl std::future::Future<Output = ()>,
@@ -247,7 +249,8 @@ pub async fn serve_for_up(
         client.user.as_deref().unwrap_or("admin"),
         credentials.display()
     );
-    nasd_s3::serve(listener, nasd_s3::Gateway::new(vfs, store), stop).await.context("the S3 gateway stopped")
+    let gateway = nasd_s3::Gateway::new(vfs, store).with_upload_expiry(section.upload_expiry());
+    nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
 }
 
 /// The access key in a credentials file `serve_for_up` wrote; `None` if there is none.

@@ -536,3 +536,60 @@ fn pandas_and_pyarrow_over_s3() {
     let listed = up.ok(&["ls", "/pandas-bucket/ds"]);
     assert_eq!(listed.matches("part-").count(), 4, "the dataset's files are nasd files: {listed}");
 }
+
+/// A multipart upload left without a new part for `[s3]
+/// abandoned_upload_secs` is removed by the gateway's sweep: it leaves the
+/// listing of uploads and its directory goes.
+#[test]
+fn abandoned_multipart_uploads_are_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("nasd-data");
+    std::fs::create_dir(&data).unwrap();
+    let first_drive_port = common::up::free_ports(3);
+    std::fs::write(
+        data.join("nasd.toml"),
+        format!("[up]\nfirst_drive_port = {first_drive_port}\n\n[s3]\nabandoned_upload_secs = 2\n"),
+    )
+    .unwrap();
+    let up = Up::start(tmp.path(), 3, &[]);
+    let endpoint = s3_endpoint(&up.daemon.output_once("S3 gateway ready at "));
+    let key = up_key(&up);
+    aws_ok(&endpoint, &key, &["s3", "mb", "s3://expiry"]);
+    let created = aws_ok(
+        &endpoint,
+        &key,
+        &["s3api", "create-multipart-upload", "--bucket", "expiry", "--key", "left/behind.bin"],
+    );
+    let id = created
+        .split('"')
+        .skip_while(|t| *t != "UploadId")
+        .nth(2)
+        .unwrap_or_else(|| panic!("no UploadId in {created}"))
+        .to_string();
+    let part = tmp.path().join("part");
+    std::fs::write(&part, bytes(3, 100_000)).unwrap();
+    aws_ok(
+        &endpoint,
+        &key,
+        &[
+            "s3api",
+            "upload-part",
+            "--bucket",
+            "expiry",
+            "--key",
+            "left/behind.bin",
+            "--upload-id",
+            &id,
+            "--part-number",
+            "1",
+            "--body",
+            path_str(&part),
+        ],
+    );
+    common::until("the abandoned upload removed", || {
+        !aws_ok(&endpoint, &key, &["s3api", "list-multipart-uploads", "--bucket", "expiry"]).contains(&id)
+    });
+    let left = up.ok(&["ls", "/expiry/.nasd-s3-uploads"]);
+    assert!(!left.contains(&id), "its directory is gone: {left}");
+    assert!(up.daemon.output().contains("removing an abandoned multipart upload"), "{}", up.daemon.log_tail());
+}

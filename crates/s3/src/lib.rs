@@ -24,7 +24,8 @@
 //!   before the rename.
 //! - **Multipart uploads** (`multipart.rs`): parts kept in the bucket's
 //!   hidden `.nasd-s3-uploads/ID/`, streamed into the object at completion,
-//!   which appears whole then or not at all.
+//!   which appears whole then or not at all. Uploads left without a new
+//!   part for [`UPLOAD_EXPIRY_DEFAULT`] (configurable) are removed.
 //! - **Bounded memory**: bodies stream in [`IO_CHUNK`] pieces, a GET reads
 //!   at most [`READ_AHEAD_CHUNKS`] ahead of its client; listings walk the
 //!   tree one directory at a time in S3's byte order (`list.rs`).
@@ -74,11 +75,17 @@ pub const META_XATTR: &str = "user.nasd.s3";
 
 const _: () = assert!(IO_CHUNK as u64 <= nasd_fs::TXN_BYTES_MAX);
 
+/// How long a multipart upload may go without a new part before the
+/// gateway removes it, unless configured otherwise.
+pub const UPLOAD_EXPIRY_DEFAULT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// The S3 service over one file-system layer and one key store.
 #[derive(Clone)]
 pub struct Gateway {
     vfs: Vfs,
     keys: KeyStore,
+    /// Abandoned multipart uploads are removed after this long ([`Gateway::expire_uploads`]).
+    upload_expiry: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -91,7 +98,22 @@ impl Gateway {
     /// A gateway acting through `vfs` (whose client must hold a gateway
     /// grant covering the keys' users) for the keys of `keys`.
     pub fn new(vfs: Vfs, keys: KeyStore) -> Gateway {
-        Gateway { vfs, keys }
+        Gateway { vfs, keys, upload_expiry: Some(UPLOAD_EXPIRY_DEFAULT) }
+    }
+
+    /// Removes multipart uploads left without a new part for `after`
+    /// (`None`: never) while it serves.
+    pub fn with_upload_expiry(self, after: Option<std::time::Duration>) -> Gateway {
+        Gateway { upload_expiry: after, ..self }
+    }
+
+    /// Sweeps for abandoned uploads every quarter of the expiry (1 s to 1 h).
+    async fn sweep_uploads(self, after: std::time::Duration) {
+        let every = (after / 4).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600));
+        loop {
+            tokio::time::sleep(every).await;
+            self.expire_uploads(after).await;
+        }
     }
 }
 
@@ -115,7 +137,17 @@ impl S3Auth for KeyAuth {
     }
 }
 
-/// Serves S3 on `listener` until `shutdown` completes.
+/// A task stopped when its handle goes.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves S3 on `listener` until `shutdown` completes, removing abandoned
+/// multipart uploads meanwhile (`Gateway::with_upload_expiry`).
 ///
 /// # Errors
 /// Accepting connections failed.
@@ -124,6 +156,8 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Futur
     builder.set_auth(KeyAuth { keys: gateway.keys.clone() });
     let service = builder.build();
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let sweeper = gateway.upload_expiry.map(|after| AbortOnDrop(tokio::spawn(gateway.clone().sweep_uploads(after))));
+    let _sweeper = sweeper;
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {

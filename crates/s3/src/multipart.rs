@@ -344,6 +344,46 @@ impl Gateway {
         })
     }
 
+    /// One sweep for abandoned uploads: removes every multipart upload, in
+    /// every bucket, whose directory has not changed (no part added) for
+    /// `older_than`, acting as the bucket's and then the upload's owner (an
+    /// owner outside the gateway's grant is skipped). How many it removed.
+    pub async fn expire_uploads(&self, older_than: std::time::Duration) -> usize {
+        let own = self.vfs.fs().clone();
+        let now_ns = i64::try_from(nasd_env::clock::system_ns()).unwrap_or(i64::MAX);
+        let cutoff = now_ns.saturating_sub(i64::try_from(older_than.as_nanos()).unwrap_or(i64::MAX));
+        let Ok(buckets) = self.entries(&own, nasd_fs::ROOT_INO).await else { return 0 };
+        let mut removed = 0;
+        for (name, bucket) in buckets.into_iter().filter(|(_, e)| e.attr.kind == FileKind::Dir) {
+            let Some(cx) = self.acting_as(&own, bucket.attr.uid, bucket.attr.gid) else { continue };
+            let Ok(b) = self.bucket(&cx, &name).await else { continue };
+            let Ok(uploads) = self.walk(&cx, b, &[UPLOADS_DIR], false).await else { continue };
+            let Ok(listed) = self.entries(&cx, uploads.ino()).await else { continue };
+            drop(uploads);
+            for (id, upload) in listed {
+                if check_upload_id(&id).is_err() || upload.attr.kind != FileKind::Dir || upload.attr.mtime_ns > cutoff {
+                    continue;
+                }
+                let Some(ucx) = self.acting_as(&own, upload.attr.uid, upload.attr.gid) else { continue };
+                let attr = self.vfs.remember_listed(&upload).await;
+                let held = self.held(nasd_fs::Entry { attr, ..upload });
+                tracing::info!(bucket = %name, upload = %id, "removing an abandoned multipart upload");
+                self.remove_upload(&ucx, &name, &id, held).await;
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// The gateway's client acting as `uid` (itself for its own uid); `None`
+    /// if its grant does not cover the ids.
+    fn acting_as(&self, own: &FsClient, uid: u32, gid: u32) -> Option<FsClient> {
+        if uid == own.identity().uid {
+            return Some(own.clone());
+        }
+        own.as_user(uid, gid, &[]).ok()
+    }
+
     /// Every entry of directory `ino` (held), with attributes.
     async fn entries(&self, cx: &FsClient, ino: nasd_fs::Ino) -> S3Result<Vec<(String, nasd_fs::Entry)>> {
         let fh = self.vfs.opendir(ino).map_err(s3_err)?;
