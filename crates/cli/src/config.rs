@@ -283,11 +283,25 @@ pub struct S3Section {
     /// gateway removes it; 0: never [default: 86400, a day].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abandoned_upload_secs: Option<u64>,
+    /// Requests each access key may make per second, on average (twice
+    /// that at once); more get `SlowDown` [default: 2000].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_key_per_sec: Option<u32>,
 }
 
 impl S3Section {
     fn is_empty(&self) -> bool {
-        self.listen.is_none() && self.keys.is_none() && self.abandoned_upload_secs.is_none()
+        self.listen.is_none()
+            && self.keys.is_none()
+            && self.abandoned_upload_secs.is_none()
+            && self.requests_per_key_per_sec.is_none()
+    }
+
+    /// The gateway as this section configures it.
+    pub fn gateway(&self, vfs: nasd_vfs::Vfs, keys: nasd_s3::KeyStore) -> nasd_s3::Gateway {
+        nasd_s3::Gateway::new(vfs, keys)
+            .with_upload_expiry(self.upload_expiry())
+            .with_request_rate(self.requests_per_key_per_sec.unwrap_or(nasd_s3::REQUESTS_PER_KEY_PER_SEC_DEFAULT))
     }
 
     /// How long an abandoned multipart upload is kept (`None`: for ever).

@@ -183,7 +183,7 @@ pub async fn run(fs: FsClient, args: S3Args, section: &S3Section) -> anyhow::Res
             _ = term.recv() => {}
         }
     };
-    let gateway = nasd_s3::Gateway::new(vfs, keys).with_upload_expiry(section.upload_expiry());
+    let gateway = section.gateway(vfs, keys);
     nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
 }
 
@@ -249,7 +249,7 @@ pub async fn serve_for_up(
         client.user.as_deref().unwrap_or("admin"),
         credentials.display()
     );
-    let gateway = nasd_s3::Gateway::new(vfs, store).with_upload_expiry(section.upload_expiry());
+    let gateway = section.gateway(vfs, store);
     nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
 }
 

@@ -32,12 +32,14 @@
 #![deny(missing_docs)]
 
 mod keys;
+mod limits;
 mod list;
 mod multipart;
 mod ops;
 mod paths;
 
 pub use keys::{KeyOwner, KeyRecord, KeyStore, KeyStoreError, ACCESS_KEY_PREFIX, KEY_FILE_BYTES_MAX};
+pub use limits::{CONNECTIONS_PER_PEER_MAX, REQUESTS_PER_KEY_PER_SEC_DEFAULT};
 pub use multipart::PARTS_MAX;
 pub use paths::KEY_BYTES_MAX;
 
@@ -86,6 +88,8 @@ pub struct Gateway {
     keys: KeyStore,
     /// Abandoned multipart uploads are removed after this long ([`Gateway::expire_uploads`]).
     upload_expiry: Option<std::time::Duration>,
+    /// Requests per access key per second.
+    rates: Arc<limits::KeyRates>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -98,7 +102,18 @@ impl Gateway {
     /// A gateway acting through `vfs` (whose client must hold a gateway
     /// grant covering the keys' users) for the keys of `keys`.
     pub fn new(vfs: Vfs, keys: KeyStore) -> Gateway {
-        Gateway { vfs, keys, upload_expiry: Some(UPLOAD_EXPIRY_DEFAULT) }
+        Gateway {
+            vfs,
+            keys,
+            upload_expiry: Some(UPLOAD_EXPIRY_DEFAULT),
+            rates: Arc::new(limits::KeyRates::new(REQUESTS_PER_KEY_PER_SEC_DEFAULT)),
+        }
+    }
+
+    /// Lets each access key make `per_sec` requests per second on average
+    /// (twice that at once after a quiet spell); more get `SlowDown`.
+    pub fn with_request_rate(self, per_sec: u32) -> Gateway {
+        Gateway { rates: Arc::new(limits::KeyRates::new(per_sec)), ..self }
     }
 
     /// Removes multipart uploads left without a new part for `after`
@@ -156,6 +171,7 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Futur
     builder.set_auth(KeyAuth { keys: gateway.keys.clone() });
     let service = builder.build();
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let peers = limits::PeerConnections::default();
     let sweeper = gateway.upload_expiry.map(|after| AbortOnDrop(tokio::spawn(gateway.clone().sweep_uploads(after))));
     let _sweeper = sweeper;
     tokio::pin!(shutdown);
@@ -168,6 +184,10 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Futur
             tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} are open");
             continue;
         };
+        let Some(slot) = peers.take(peer.ip()) else {
+            tracing::warn!(%peer, "refusing a connection: the peer holds {CONNECTIONS_PER_PEER_MAX}");
+            continue;
+        };
         let service = service.clone();
         tokio::spawn(async move {
             let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -175,7 +195,7 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Futur
             if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
                 tracing::debug!(%peer, error = %e, "S3 connection ended");
             }
-            drop(permit);
+            drop((permit, slot));
         });
     }
 }

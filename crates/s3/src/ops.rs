@@ -106,6 +106,9 @@ impl Gateway {
         let Some(credentials) = req.credentials.as_ref() else {
             return Err(s3_error!(AccessDenied, "anonymous requests are refused: sign with an access key"));
         };
+        if !self.rates.admit(&credentials.access_key, std::time::Instant::now()) {
+            return Err(s3_error!(SlowDown, "this access key is over its request rate"));
+        }
         let owner = match self.keys.lookup(&credentials.access_key) {
             Ok((owner, _)) => owner,
             Err(KeyStoreError::NoSuchKey) => return Err(s3_error!(InvalidAccessKeyId)),

@@ -1,0 +1,122 @@
+//! Per-client limits: requests per access key per second (a token bucket
+//! per key, refused with `SlowDown`, which S3 clients back off and retry)
+//! and connections per peer address.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Requests one access key may make per second, on average, unless configured otherwise.
+pub const REQUESTS_PER_KEY_PER_SEC_DEFAULT: u32 = 2000;
+/// How many seconds' worth of requests a key may make at once after a quiet spell.
+const BURST_SECONDS: u32 = 2;
+/// Keys whose buckets are remembered at most; past it all are forgotten (each starts full again).
+const KEYS_REMEMBERED_MAX: usize = 100_000;
+/// Connections one peer address may hold open at once.
+pub const CONNECTIONS_PER_PEER_MAX: usize = 128;
+
+/// A token bucket per access key.
+#[derive(Debug)]
+pub(crate) struct KeyRates {
+    per_sec: u32,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl KeyRates {
+    /// `per_sec` requests per key per second (at least 1).
+    pub fn new(per_sec: u32) -> KeyRates {
+        KeyRates { per_sec: per_sec.max(1), buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes one request of `key`'s at `now`; false if it is over its rate.
+    pub fn admit(&self, key: &str, now: Instant) -> bool {
+        let capacity = f64::from(self.per_sec * BURST_SECONDS);
+        let mut buckets = self.buckets.lock().expect("key rates lock");
+        if buckets.len() >= KEYS_REMEMBERED_MAX && !buckets.contains_key(key) {
+            buckets.clear();
+        }
+        let b = buckets.entry(key.to_string()).or_insert(Bucket { tokens: capacity, at: now });
+        let refill = now.saturating_duration_since(b.at).as_secs_f64() * f64::from(self.per_sec);
+        b.tokens = (b.tokens + refill).min(capacity);
+        b.at = now.max(b.at);
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Open connections per peer address.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct PeerConnections(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection counted against its peer until dropped.
+pub(crate) struct PeerSlot {
+    peers: PeerConnections,
+    ip: IpAddr,
+}
+
+impl PeerConnections {
+    /// A slot for a new connection from `ip`, unless it holds [`CONNECTIONS_PER_PEER_MAX`].
+    pub fn take(&self, ip: IpAddr) -> Option<PeerSlot> {
+        let mut open = self.0.lock().expect("peer connections lock");
+        let n = open.entry(ip).or_insert(0);
+        if *n >= CONNECTIONS_PER_PEER_MAX {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { peers: self.clone(), ip })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.0.lock().expect("peer connections lock");
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_key_gets_its_burst_then_its_rate_and_others_are_not_held_up() {
+        let rates = KeyRates::new(10);
+        let t0 = Instant::now();
+        let admitted = (0..30).filter(|_| rates.admit("AK1", t0)).count();
+        assert_eq!(admitted, 20, "two seconds' worth at once");
+        assert!(rates.admit("AK2", t0), "another key has its own bucket");
+        assert!(!rates.admit("AK1", t0 + Duration::from_millis(50)), "half a token back: still refused");
+        assert!(rates.admit("AK1", t0 + Duration::from_millis(100)), "one token back after 1/10 s");
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!((0..30).filter(|_| rates.admit("AK1", later)).count(), 20, "refilled to the burst, no more");
+    }
+
+    #[test]
+    fn a_peer_holds_at_most_its_connections_and_gets_them_back() {
+        let peers = PeerConnections::default();
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let slots: Vec<_> = (0..CONNECTIONS_PER_PEER_MAX).map(|_| peers.take(ip).expect("a slot")).collect();
+        assert!(peers.take(ip).is_none(), "one more is refused");
+        assert!(peers.take("192.0.2.8".parse().unwrap()).is_some(), "another peer is not");
+        drop(slots);
+        assert!(peers.take(ip).is_some(), "closed connections give their slots back");
+        assert_eq!(peers.0.lock().unwrap().len(), 0, "nothing kept for peers without connections");
+    }
+}
