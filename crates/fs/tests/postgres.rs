@@ -15,6 +15,7 @@ use nasd_manager::{Location, ManagerConfig};
 use nasd_meta::testing::{check_invariants, tree, PgServer};
 use nasd_meta::{Backend, Layout, Namespace, Postgres};
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 const MIB: usize = 1024 * 1024;
 
@@ -243,6 +244,102 @@ fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
         .expect("the connection was ended at the commit");
         assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
         assert_eq!(to(admin.stat("/d/f")).await.expect("stat").attr.size, data.len() as u64);
+        drop(server);
+    });
+}
+
+/// The administrator logged in to `c` with a client that records what it is
+/// told when it starts to wait out a database outage ([`FsConfig::on_wait`]).
+async fn told_admin(c: &Cluster) -> (nasd_fs::FsClient, Arc<Mutex<Vec<String>>>) {
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let tell = told.clone();
+    let config = nasd_fs::FsConfig {
+        on_wait: Some(Arc::new(move |m: &str| tell.lock().unwrap().push(m.to_string()))),
+        ..c.fs_config(ADMIN, ADMIN_PW)
+    };
+    (to(nasd_fs::FsClient::connect(&config)).await.expect("log in"), told)
+}
+
+/// A trigger on `table` in database `db` that, the first time `when` holds
+/// for a row `event` (`INSERT`, `UPDATE`) touches, ends its own server
+/// process: the manager's connection dies in that transaction, before its
+/// commit.
+fn end_connection_once(server: &PgServer, db: &str, event: &str, table: &str, when: &str) {
+    sql(
+        server,
+        db,
+        &format!(
+            "CREATE SEQUENCE shot;
+             CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER end_connection BEFORE {event} ON {table} FOR EACH ROW
+               WHEN ({when}) EXECUTE FUNCTION end_connection();"
+        ),
+    )
+    .expect("the trigger");
+}
+
+/// Fails unless the trigger of [`end_connection_once`] fired.
+fn connection_was_ended(server: &PgServer, db: &str) {
+    sql(server, db, "DO $$ BEGIN IF NOT (SELECT is_called FROM shot) THEN RAISE EXCEPTION 'not fired'; END IF; END $$")
+        .expect("the connection was ended");
+}
+
+/// A `CREATE` of a new file whose transaction loses its connection to
+/// PostgreSQL: the client is told `METADATA_UNAVAILABLE` in the manager's
+/// words, naming the database (and waits it out, so the write goes
+/// through). Before, the outage inside the placing transaction came back
+/// as the bare status, whose text names no database (found by
+/// `netns_cluster`: a put waiting out the outage did not say which
+/// database).
+#[test]
+fn a_create_cut_off_at_the_database_says_which_database() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        end_connection_once(&server, &db, "INSERT", "dirents", "true");
+        let data = pattern(47, 100_000);
+        to(admin.write_file("/d/new", &data)).await.expect("the write waits the outage out");
+        connection_was_ended(&server, &db);
+        let told = told.lock().unwrap().clone();
+        assert_eq!(told.len(), 1, "told once: {told:?}");
+        assert!(told[0].contains(&db) && told[0].contains("nothing was changed"), "{told:?}");
+        assert!(to(admin.read_file("/d/new")).await.expect("read") == data, "the acknowledged bytes");
+        drop(server);
+    });
+}
+
+/// A request that commits more than once: a truncating `CREATE` of an
+/// existing file commits the truncation (under a write transaction of the
+/// manager's own) and then the create. The connection to PostgreSQL dies in
+/// the create's transaction (at the update of the file's row that keeps
+/// its size 0), after the truncation committed: the manager waits the
+/// outage out and finishes the request, and the client is told of no
+/// outage. Before, the client was told `METADATA_UNAVAILABLE`, "nothing was
+/// changed", when the truncation was.
+#[test]
+fn a_truncating_create_cut_off_after_its_truncation_committed_is_finished() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        to(admin.write_file("/d/f", &pattern(41, 300_000))).await.expect("the first write");
+        let ino = to(admin.stat("/d/f")).await.expect("stat").attr.ino;
+        let when = format!("OLD.ino = {ino} AND OLD.size = 0 AND NEW.size = 0");
+        end_connection_once(&server, &db, "UPDATE", "inodes", &when);
+        let data = pattern(43, 200_000);
+        to(admin.write_file("/d/f", &data)).await.expect("the overwrite is finished and acknowledged");
+        connection_was_ended(&server, &db);
+        assert_eq!(*told.lock().unwrap(), Vec::<String>::new(), "the manager waited the outage out");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
         drop(server);
     });
 }

@@ -36,7 +36,8 @@ impl Manager {
             unreachable!("begin_write answers Began")
         };
         let changed = async {
-            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            // The intent is committed: a short outage is waited out (`meta_after_write`).
+            let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
             let missed = self.resize_components(&inode, size).await?;
             let range = missed_range(&geometry_of(&inode)?, inode.attr.size, size);
             let missed: Vec<(usize, StaleRange)> = missed.into_iter().map(|idx| (idx, range)).collect();
