@@ -14,8 +14,10 @@ use nasd_fs::{FileKind, FsStatus};
 use nasd_manager::{Location, ManagerConfig};
 use nasd_meta::testing::{check_invariants, tree, PgServer};
 use nasd_meta::{Backend, Layout, Namespace, Postgres};
+use nasd_proto::manager::{ManagerReply, ManagerRequest, OpenMode};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const MIB: usize = 1024 * 1024;
 
@@ -263,7 +265,7 @@ async fn told_admin(c: &Cluster) -> (nasd_fs::FsClient, Arc<Mutex<Vec<String>>>)
 /// A trigger on `table` in database `db` that, the first time `when` holds
 /// for a row `event` (`INSERT`, `UPDATE`) touches, ends its own server
 /// process: the manager's connection dies in that transaction, before its
-/// commit.
+/// commit (`DELETE` too).
 fn end_connection_once(server: &PgServer, db: &str, event: &str, table: &str, when: &str) {
     sql(
         server,
@@ -273,6 +275,7 @@ fn end_connection_once(server: &PgServer, db: &str, event: &str, table: &str, wh
              CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
                IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
                RETURN NEW;
              END $$;
              CREATE TRIGGER end_connection BEFORE {event} ON {table} FOR EACH ROW
@@ -340,6 +343,117 @@ fn a_truncating_create_cut_off_after_its_truncation_committed_is_finished() {
         connection_was_ended(&server, &db);
         assert_eq!(*told.lock().unwrap(), Vec::<String>::new(), "the manager waited the outage out");
         assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
+        drop(server);
+    });
+}
+
+/// A `COMMIT` sent again after it committed — its answer lost, as when the
+/// connection to PostgreSQL died as the manager forgot the transaction's
+/// write intent (left Committed) — is answered as done, with the file as
+/// committed, and the intent is forgotten then; sent a third time, the
+/// transaction is no longer open (`ABORTED`). The writes are committed
+/// once either way (`commit_write`'s `committed_before`).
+#[test]
+fn a_commit_sent_again_after_it_committed_is_answered_as_done() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (c, admin) = writer_on(&url).await;
+        let data = pattern(53, 100_000);
+        to(admin.write_file("/d/f", &data)).await.expect("write");
+        let (m, len) = (c.manager.clone(), data.len() as u64);
+        let s = to(m.open_session(ADMIN, ADMIN_PW)).await.expect("a session");
+        let walk = ManagerRequest::Walk { path: "/d/f".into(), follow: true, open: OpenMode::None };
+        let handle = match to(m.handle(&s, walk)).await {
+            Ok(ManagerReply::Entry(e)) => e.handle(),
+            other => panic!("walk: {other:?}"),
+        };
+        let txn = match to(m.handle(&s, ManagerRequest::BeginWrite { handle })).await {
+            Ok(ManagerReply::Began { txn, .. }) => txn,
+            other => panic!("begin: {other:?}"),
+        };
+        end_connection_once(&server, &db, "DELETE", "intents", "true");
+        let commit = ManagerRequest::Commit { handle, txn, written_end: len, missed: vec![], dirty: vec![] };
+        let size_of = |reply: Result<ManagerReply, nasd_manager::Failure>| match reply {
+            Ok(ManagerReply::Entry(e)) => e.attr.size,
+            other => panic!("commit: {other:?}"),
+        };
+        assert_eq!(size_of(to(m.handle(&s, commit.clone())).await), len, "committed");
+        connection_was_ended(&server, &db);
+        let intents = "SELECT 1 FROM intents";
+        sql(
+            &server,
+            &db,
+            &format!("DO $$ BEGIN IF NOT EXISTS ({intents}) THEN RAISE EXCEPTION 'none'; END IF; END $$"),
+        )
+        .expect("the committed intent is left behind");
+        assert_eq!(size_of(to(m.handle(&s, commit.clone())).await), len, "sent again: answered as done");
+        sql(&server, &db, &format!("DO $$ BEGIN IF EXISTS ({intents}) THEN RAISE EXCEPTION 'left'; END IF; END $$"))
+            .expect("the intent is forgotten by the answer");
+        match to(m.handle(&s, commit)).await {
+            Err(f) => assert_eq!(f.status, FsStatus::Aborted, "{}", f.message),
+            Ok(r) => panic!("a third time: {r:?}"),
+        }
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the file as committed");
+        drop(server);
+    });
+}
+
+/// A `COMMIT` whose connection dies as it commits (a deferred trigger ends
+/// its own server process, once) while the database takes no new
+/// connections (`ALLOW_CONNECTIONS false`; the manager's open ones go on):
+/// the metadata backend cannot ask whether it committed within
+/// `COMMIT_OUTCOME_WAIT` (30 s), so the manager falls back to the write
+/// intent (`resolve_commit`), which it reads on a connection it holds:
+/// Open, so the writer is told `METADATA_UNAVAILABLE`, "send the commit
+/// again", and once the database takes connections again the commit sent
+/// again is made once. The write is acknowledged and reads back.
+#[test]
+fn a_commit_whose_outcome_stays_unknown_past_the_wait_is_resolved_by_its_intent() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        // Connections the manager keeps open (idle) through what follows.
+        to(admin.write_file("/d/warm", &pattern(59, 100_000))).await.expect("a first write");
+        sql(
+            &server,
+            &db,
+            "CREATE SEQUENCE shot;
+             CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               RETURN NULL;
+             END $$;
+             CREATE CONSTRAINT TRIGGER end_connection AFTER UPDATE ON intents DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION end_connection();",
+        )
+        .expect("the trigger");
+        let connections = |allow: bool| {
+            sql(&server, "postgres", &format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS {allow}"))
+                .expect("ALTER DATABASE")
+        };
+        connections(false);
+        let data = pattern(61, 200_000);
+        let reopen = async {
+            // Until the writer is told to send its commit again (or its wait would end).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            while tokio::time::Instant::now() < deadline
+                && !told.lock().unwrap().iter().any(|m| m.contains("send the commit again"))
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            connections(true);
+        };
+        let (written, ()) = tokio::join!(admin.write_file("/d/f", &data), reopen);
+        written.expect("the write is acknowledged");
+        let told = told.lock().unwrap().clone();
+        assert!(told.iter().any(|m| m.contains("send the commit again") && m.contains(&db)), "{told:?}");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
+        assert_eq!(to(admin.stat("/d/f")).await.expect("stat").attr.size, data.len() as u64);
         drop(server);
     });
 }
