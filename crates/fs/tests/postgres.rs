@@ -457,3 +457,31 @@ fn a_commit_whose_outcome_stays_unknown_past_the_wait_is_resolved_by_its_intent(
         drop(server);
     });
 }
+
+/// A truncation (`SETATTR` of size, which the manager carries out under a
+/// write transaction of its own) whose commit loses its connection to
+/// PostgreSQL before `COMMIT` is sent (at the update of the file's row to
+/// the new size, once), after its write intent committed: nothing of the
+/// commit was made, so the manager makes it again once the database
+/// answers, and the client is told of no outage. Before, the truncation
+/// failed as "partly done" (`INTERNAL`) and was rolled back.
+#[test]
+fn a_truncation_cut_off_before_its_commit_is_finished() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        let data = pattern(67, 300_000);
+        to(admin.write_file("/d/f", &data)).await.expect("write");
+        let ino = to(admin.stat("/d/f")).await.expect("stat").attr.ino;
+        end_connection_once(&server, &db, "UPDATE", "inodes", &format!("OLD.ino = {ino} AND NEW.size = 1000"));
+        let attr = to(admin.truncate("/d/f", 1000)).await.expect("the truncation is finished");
+        assert_eq!(attr.size, 1000);
+        connection_was_ended(&server, &db);
+        assert_eq!(*told.lock().unwrap(), Vec::<String>::new(), "the manager waited the outage out");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data[..1000], "the file cut at 1000 bytes");
+        drop(server);
+    });
+}

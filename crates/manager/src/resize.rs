@@ -44,7 +44,9 @@ impl Manager {
             // What the components store after the change (quotas count it).
             let set = SetAttrs { data_bytes: Some(self.stored_bytes(&inode, size).await), ..set };
             let c = s.caller.clone();
-            self.meta(move |ns| ns.setattr_committing(&c, ino, &set, txn, &missed)).await
+            // An outage before the commit was sent changed nothing: made again once the database
+            // answers (`meta_after_write`). One whose outcome is unknown is not (`INTERNAL`).
+            self.meta_after_write(move |ns| ns.setattr_committing(&c, ino, &set, txn, &missed)).await
         };
         match changed.await {
             Ok((inode, intents)) => {
