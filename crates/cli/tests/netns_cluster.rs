@@ -265,7 +265,7 @@ impl Shared {
 }
 
 #[test]
-#[ignore = "issue 31: passed 14 of its last 15 runs, one failure not understood yet; run with --ignored"]
+#[ignore = "issue 31: one acknowledged file read back wrong in 1 of ~50 runs (seed 1795940872028650633, not reproduced by its replay), not understood yet; run with --ignored"]
 fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     if namespaces_unavailable().is_some() {
         return;
@@ -310,6 +310,9 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     })
     .unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
     let ca = db.ca_cert().unwrap().to_str().unwrap().to_string();
+    // Declared after the directories it reads, so it is dropped (and reports) before them.
+    let _report =
+        LogsOnFailure { root: root.to_path_buf(), database: db.ca_cert().unwrap().with_file_name("server.log") };
     let url = format!("postgres://{PASSWORD_ROLE}@{}/nasd_netns?sslmode=verify-full&sslrootcert={ca}", db.host_port());
     println!("database {url}");
 
@@ -463,6 +466,38 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     }
     drop(db);
     drop(net);
+}
+
+/// On a failure (the test thread panicking), the warnings and errors and
+/// the end of every daemon's log (`nasd up`'s, each host's) and of the
+/// database's, which go with their temporary directories.
+struct LogsOnFailure {
+    root: PathBuf,
+    database: PathBuf,
+}
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut logs = vec![self.root.join("up.log"), self.database.clone()];
+        for host in HOSTS {
+            let dir = self.root.join("hosts").join(host);
+            let found = std::fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.path());
+            logs.extend(found.filter(|p| p.extension().is_some_and(|x| x == "log")));
+        }
+        for log in logs.iter().filter(|l| l.exists()) {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let bad: Vec<&str> = text.lines().filter(|l| l.contains("ERROR") || l.contains("WARN")).take(40).collect();
+            eprintln!(
+                "=== {}: warnings and errors\n{}\n=== its end:\n{}",
+                log.display(),
+                bad.join("\n"),
+                common::log_tail(log)
+            );
+        }
+    }
 }
 
 /// Where `host` keeps its files (its disk): `ROOT/hosts/HOST`, made if new.

@@ -746,6 +746,54 @@ fn requests_captured_on_one_drive_are_refused_by_every_other_drive() {
     });
 }
 
+/// A drive taken out of service and then cut off is passed by when the
+/// identity keys are synchronized: the synchronizations after a rotation
+/// and a retirement succeed (before, each failed naming that drive, as
+/// every maintenance pass did), and the drives in service have the new key
+/// (alice's key-2 identity writes and reads there). Back in service and
+/// answering, the drive is brought up to date by the next synchronization.
+#[test]
+fn a_drive_out_of_service_and_cut_off_is_passed_by_when_identity_keys_are_synchronized() {
+    run(async {
+        let one = nasd_fs::Layout::parse("stripe:1").unwrap();
+        let (auth, cluster, admin, drives) = recorded_pal_cluster(AuthScheme::PALS, 3, one).await;
+        let (_, proxy) = &drives[2];
+        let status = to(admin.cluster_status()).await.unwrap();
+        let out = status.drives.iter().find(|d| d.addr == proxy.addr.to_string()).expect("the relayed drive").drive;
+        to(admin.set_drive_state(out, nasd_fs::DriveState::Out)).await.unwrap();
+        proxy.cut();
+
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        assert_eq!(to(root.rotate_key()).await.unwrap(), 2);
+        to(admin.sync_identity_keys()).await.expect("the drive out of service is passed by");
+        to(admin.sync_identity_keys()).await.expect("and again");
+        let alice = auth.grant(USER_A, PW_A, 0).await;
+        assert_eq!(alice.credential.key_id, 2);
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        for i in 0..4u64 {
+            let (path, data) = (format!("/shared/k{i}"), pattern(i, 50_000));
+            to(alice_fs.write_file(&path, &data)).await.unwrap();
+            assert_eq!(to(alice_fs.read_file(&path)).await.unwrap(), data, "{path} under key 2");
+        }
+        // The administrator's key-1 session ends with key 1: a key-2 one goes on.
+        let root2 = auth.grant(ROOT, ROOT_PW, 0).await;
+        let admin2 = manager_login(&cluster, root2.credential, &root2.idkey).await.unwrap();
+        to(root.retire_key(1)).await.unwrap();
+        to(admin2.sync_identity_keys()).await.expect("the retirement's synchronization passes it by too");
+
+        proxy.reconnect();
+        to(admin2.set_drive_state(out, nasd_fs::DriveState::In)).await.unwrap();
+        to(admin2.sync_identity_keys()).await.expect("back in service, the drive is brought up to date");
+        drop((alice_fs, admin, admin2));
+        auth.halt();
+        cluster.stop().await;
+        for (drive, proxy) in drives {
+            drop(proxy);
+            drive.stop().await;
+        }
+    });
+}
+
 /// Role entries of the ACL (`role:N`): the manager grants them to a session
 /// whose identity credential carries the role, and flattens them into PAL
 /// role entries, so a drive grants them by the credential alone. A role the

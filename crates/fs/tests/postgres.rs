@@ -14,7 +14,10 @@ use nasd_fs::{FileKind, FsStatus};
 use nasd_manager::{Location, ManagerConfig};
 use nasd_meta::testing::{check_invariants, tree, PgServer};
 use nasd_meta::{Backend, Layout, Namespace, Postgres};
+use nasd_proto::manager::{ManagerReply, ManagerRequest, OpenMode};
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const MIB: usize = 1024 * 1024;
 
@@ -243,6 +246,242 @@ fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
         .expect("the connection was ended at the commit");
         assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
         assert_eq!(to(admin.stat("/d/f")).await.expect("stat").attr.size, data.len() as u64);
+        drop(server);
+    });
+}
+
+/// The administrator logged in to `c` with a client that records what it is
+/// told when it starts to wait out a database outage ([`FsConfig::on_wait`]).
+async fn told_admin(c: &Cluster) -> (nasd_fs::FsClient, Arc<Mutex<Vec<String>>>) {
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let tell = told.clone();
+    let config = nasd_fs::FsConfig {
+        on_wait: Some(Arc::new(move |m: &str| tell.lock().unwrap().push(m.to_string()))),
+        ..c.fs_config(ADMIN, ADMIN_PW)
+    };
+    (to(nasd_fs::FsClient::connect(&config)).await.expect("log in"), told)
+}
+
+/// A trigger on `table` in database `db` that, the first time `when` holds
+/// for a row `event` (`INSERT`, `UPDATE`) touches, ends its own server
+/// process: the manager's connection dies in that transaction, before its
+/// commit (`DELETE` too).
+fn end_connection_once(server: &PgServer, db: &str, event: &str, table: &str, when: &str) {
+    sql(
+        server,
+        db,
+        &format!(
+            "CREATE SEQUENCE shot;
+             CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER end_connection BEFORE {event} ON {table} FOR EACH ROW
+               WHEN ({when}) EXECUTE FUNCTION end_connection();"
+        ),
+    )
+    .expect("the trigger");
+}
+
+/// Fails unless the trigger of [`end_connection_once`] fired.
+fn connection_was_ended(server: &PgServer, db: &str) {
+    sql(server, db, "DO $$ BEGIN IF NOT (SELECT is_called FROM shot) THEN RAISE EXCEPTION 'not fired'; END IF; END $$")
+        .expect("the connection was ended");
+}
+
+/// A `CREATE` of a new file whose transaction loses its connection to
+/// PostgreSQL: the client is told `METADATA_UNAVAILABLE` in the manager's
+/// words, naming the database (and waits it out, so the write goes
+/// through). Before, the outage inside the placing transaction came back
+/// as the bare status, whose text names no database (found by
+/// `netns_cluster`: a put waiting out the outage did not say which
+/// database).
+#[test]
+fn a_create_cut_off_at_the_database_says_which_database() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        end_connection_once(&server, &db, "INSERT", "dirents", "true");
+        let data = pattern(47, 100_000);
+        to(admin.write_file("/d/new", &data)).await.expect("the write waits the outage out");
+        connection_was_ended(&server, &db);
+        let told = told.lock().unwrap().clone();
+        assert_eq!(told.len(), 1, "told once: {told:?}");
+        assert!(told[0].contains(&db) && told[0].contains("nothing was changed"), "{told:?}");
+        assert!(to(admin.read_file("/d/new")).await.expect("read") == data, "the acknowledged bytes");
+        drop(server);
+    });
+}
+
+/// A request that commits more than once: a truncating `CREATE` of an
+/// existing file commits the truncation (under a write transaction of the
+/// manager's own) and then the create. The connection to PostgreSQL dies in
+/// the create's transaction (at the update of the file's row that keeps
+/// its size 0), after the truncation committed: the manager waits the
+/// outage out and finishes the request, and the client is told of no
+/// outage. Before, the client was told `METADATA_UNAVAILABLE`, "nothing was
+/// changed", when the truncation was.
+#[test]
+fn a_truncating_create_cut_off_after_its_truncation_committed_is_finished() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        to(admin.write_file("/d/f", &pattern(41, 300_000))).await.expect("the first write");
+        let ino = to(admin.stat("/d/f")).await.expect("stat").attr.ino;
+        let when = format!("OLD.ino = {ino} AND OLD.size = 0 AND NEW.size = 0");
+        end_connection_once(&server, &db, "UPDATE", "inodes", &when);
+        let data = pattern(43, 200_000);
+        to(admin.write_file("/d/f", &data)).await.expect("the overwrite is finished and acknowledged");
+        connection_was_ended(&server, &db);
+        assert_eq!(*told.lock().unwrap(), Vec::<String>::new(), "the manager waited the outage out");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
+        drop(server);
+    });
+}
+
+/// A `COMMIT` sent again after it committed — its answer lost, as when the
+/// connection to PostgreSQL died as the manager forgot the transaction's
+/// write intent (left Committed) — is answered as done, with the file as
+/// committed, and the intent is forgotten then; sent a third time, the
+/// transaction is no longer open (`ABORTED`). The writes are committed
+/// once either way (`commit_write`'s `committed_before`).
+#[test]
+fn a_commit_sent_again_after_it_committed_is_answered_as_done() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (c, admin) = writer_on(&url).await;
+        let data = pattern(53, 100_000);
+        to(admin.write_file("/d/f", &data)).await.expect("write");
+        let (m, len) = (c.manager.clone(), data.len() as u64);
+        let s = to(m.open_session(ADMIN, ADMIN_PW)).await.expect("a session");
+        let walk = ManagerRequest::Walk { path: "/d/f".into(), follow: true, open: OpenMode::None };
+        let handle = match to(m.handle(&s, walk)).await {
+            Ok(ManagerReply::Entry(e)) => e.handle(),
+            other => panic!("walk: {other:?}"),
+        };
+        let txn = match to(m.handle(&s, ManagerRequest::BeginWrite { handle })).await {
+            Ok(ManagerReply::Began { txn, .. }) => txn,
+            other => panic!("begin: {other:?}"),
+        };
+        end_connection_once(&server, &db, "DELETE", "intents", "true");
+        let commit = ManagerRequest::Commit { handle, txn, written_end: len, missed: vec![], dirty: vec![] };
+        let size_of = |reply: Result<ManagerReply, nasd_manager::Failure>| match reply {
+            Ok(ManagerReply::Entry(e)) => e.attr.size,
+            other => panic!("commit: {other:?}"),
+        };
+        assert_eq!(size_of(to(m.handle(&s, commit.clone())).await), len, "committed");
+        connection_was_ended(&server, &db);
+        let intents = "SELECT 1 FROM intents";
+        sql(
+            &server,
+            &db,
+            &format!("DO $$ BEGIN IF NOT EXISTS ({intents}) THEN RAISE EXCEPTION 'none'; END IF; END $$"),
+        )
+        .expect("the committed intent is left behind");
+        assert_eq!(size_of(to(m.handle(&s, commit.clone())).await), len, "sent again: answered as done");
+        sql(&server, &db, &format!("DO $$ BEGIN IF EXISTS ({intents}) THEN RAISE EXCEPTION 'left'; END IF; END $$"))
+            .expect("the intent is forgotten by the answer");
+        match to(m.handle(&s, commit)).await {
+            Err(f) => assert_eq!(f.status, FsStatus::Aborted, "{}", f.message),
+            Ok(r) => panic!("a third time: {r:?}"),
+        }
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the file as committed");
+        drop(server);
+    });
+}
+
+/// A `COMMIT` whose connection dies as it commits (a deferred trigger ends
+/// its own server process, once) while the database takes no new
+/// connections (`ALLOW_CONNECTIONS false`; the manager's open ones go on):
+/// the metadata backend cannot ask whether it committed within
+/// `COMMIT_OUTCOME_WAIT` (30 s), so the manager falls back to the write
+/// intent (`resolve_commit`), which it reads on a connection it holds:
+/// Open, so the writer is told `METADATA_UNAVAILABLE`, "send the commit
+/// again", and once the database takes connections again the commit sent
+/// again is made once. The write is acknowledged and reads back.
+#[test]
+fn a_commit_whose_outcome_stays_unknown_past_the_wait_is_resolved_by_its_intent() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        // Connections the manager keeps open (idle) through what follows.
+        to(admin.write_file("/d/warm", &pattern(59, 100_000))).await.expect("a first write");
+        sql(
+            &server,
+            &db,
+            "CREATE SEQUENCE shot;
+             CREATE FUNCTION end_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('shot') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+               RETURN NULL;
+             END $$;
+             CREATE CONSTRAINT TRIGGER end_connection AFTER UPDATE ON intents DEFERRABLE INITIALLY DEFERRED
+               FOR EACH ROW EXECUTE FUNCTION end_connection();",
+        )
+        .expect("the trigger");
+        let connections = |allow: bool| {
+            sql(&server, "postgres", &format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS {allow}"))
+                .expect("ALTER DATABASE")
+        };
+        connections(false);
+        let data = pattern(61, 200_000);
+        let reopen = async {
+            // Until the writer is told to send its commit again (or its wait would end).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+            while tokio::time::Instant::now() < deadline
+                && !told.lock().unwrap().iter().any(|m| m.contains("send the commit again"))
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            connections(true);
+        };
+        let (written, ()) = tokio::join!(admin.write_file("/d/f", &data), reopen);
+        written.expect("the write is acknowledged");
+        let told = told.lock().unwrap().clone();
+        assert!(told.iter().any(|m| m.contains("send the commit again") && m.contains(&db)), "{told:?}");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data, "the acknowledged bytes");
+        assert_eq!(to(admin.stat("/d/f")).await.expect("stat").attr.size, data.len() as u64);
+        drop(server);
+    });
+}
+
+/// A truncation (`SETATTR` of size, which the manager carries out under a
+/// write transaction of its own) whose commit loses its connection to
+/// PostgreSQL before `COMMIT` is sent (at the update of the file's row to
+/// the new size, once), after its write intent committed: nothing of the
+/// commit was made, so the manager makes it again once the database
+/// answers, and the client is told of no outage. Before, the truncation
+/// failed as "partly done" (`INTERNAL`) and was rolled back.
+#[test]
+fn a_truncation_cut_off_before_its_commit_is_finished() {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    run(async move {
+        let (cluster, _) = writer_on(&url).await;
+        let (admin, told) = told_admin(&cluster).await;
+        let data = pattern(67, 300_000);
+        to(admin.write_file("/d/f", &data)).await.expect("write");
+        let ino = to(admin.stat("/d/f")).await.expect("stat").attr.ino;
+        end_connection_once(&server, &db, "UPDATE", "inodes", &format!("OLD.ino = {ino} AND NEW.size = 1000"));
+        let attr = to(admin.truncate("/d/f", 1000)).await.expect("the truncation is finished");
+        assert_eq!(attr.size, 1000);
+        connection_was_ended(&server, &db);
+        assert_eq!(*told.lock().unwrap(), Vec::<String>::new(), "the manager waited the outage out");
+        assert!(to(admin.read_file("/d/f")).await.expect("read") == data[..1000], "the file cut at 1000 bytes");
         drop(server);
     });
 }

@@ -69,12 +69,6 @@ use std::time::Duration;
 pub const BEGIN_WAIT: Duration = Duration::from_secs(10);
 /// How often a waiting `BEGIN_WRITE` looks again.
 const BEGIN_POLL: Duration = Duration::from_millis(20);
-/// How long `BEGIN_WRITE`, its intent committed, waits for an unavailable
-/// metadata database to finish the rest ([`Manager::meta_after_write`]),
-/// well within a client's reply timeout.
-const AFTER_WRITE_WAIT: Duration = Duration::from_secs(20);
-/// Longest pause between two of those attempts.
-const AFTER_WRITE_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// Open transactions listed per `TXN_LIST` request during recovery.
 const TXN_LIST_PAGE: u16 = 1024;
 /// Most stale ranges recorded per component per commit; more are merged
@@ -201,36 +195,6 @@ impl Manager {
         };
         let size_limit = intent.map_or(u64::MAX, |i| i.size_limit);
         Ok(Began { txn, size_limit })
-    }
-
-    /// A metadata call a request makes after it committed something, which
-    /// may be made again (a read, or a write that sets what it sets): while
-    /// the database is unavailable it is tried again, pausing 100 ms
-    /// doubling to [`AFTER_WRITE_PAUSE_MAX`], for up to
-    /// [`AFTER_WRITE_WAIT`]; past that the request fails as partly done.
-    async fn meta_after_write<R: Send + 'static>(
-        &self,
-        f: impl Fn(&nasd_meta::Namespace<nasd_meta::Store>) -> Result<R, FsStatus> + Send + Sync + 'static,
-    ) -> Result<R, Failure> {
-        let f = Arc::new(f);
-        let deadline = tokio::time::Instant::now() + AFTER_WRITE_WAIT;
-        let mut pause = Duration::from_millis(100);
-        loop {
-            let g = f.clone();
-            let unavailable = FsStatus::MetadataUnavailable;
-            let attempt = self.meta(move |ns| match g(ns) {
-                Err(status) if status == unavailable => Ok(None),
-                r => r.map(Some),
-            });
-            match attempt.await? {
-                Some(r) => return Ok(r),
-                None if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(AFTER_WRITE_PAUSE_MAX);
-                }
-                None => return self.meta(move |ns| f(ns)).await,
-            }
-        }
     }
 
     /// `WRITE_SMALL`: writes bytes below the file's small-file threshold in

@@ -199,6 +199,9 @@ pub(crate) struct IdentityState {
     /// Per uid a gateway acted for (`AS_USER`): when the authentication
     /// server was last asked, and whether that user may act.
     acted_for: Mutex<HashMap<u32, ActedFor>>,
+    /// Drives out of service that a synchronization passed by unsynchronized,
+    /// each said once until it is synchronized or back in service.
+    passed_out: Mutex<BTreeSet<u32>>,
 }
 
 /// The longest the manager trusts its last answer on whether a user a
@@ -338,7 +341,8 @@ impl Manager {
     /// per drive and manager run), live keys installed in ascending id
     /// order, every other id up to the highest retired. Returns once every drive
     /// answered; a drive that did not is named in the error (and caught up
-    /// at a later pass).
+    /// at a later pass) — unless it is out of service, which is passed by
+    /// (not tried while down) and said once ([`Manager::passed_out_of_service`]).
     pub async fn sync_identity_keys(&self) -> Result<(), Failure> {
         let _one = self.identity.sync.lock().await;
         self.refresh_shared_keys().await?;
@@ -348,6 +352,11 @@ impl Manager {
         };
         let mut failed = Vec::new();
         for d in self.drives() {
+            let out = self.is_out(d.drive);
+            if out && !self.is_up(d.drive) {
+                self.passed_out_of_service(d.drive, "it does not answer");
+                continue;
+            }
             let mut ids =
                 self.identity.drives.lock().expect("identity drives lock").get(&d.drive).cloned().unwrap_or_default();
             let r: Result<(), crate::drives::DriveError> = async {
@@ -377,9 +386,16 @@ impl Manager {
                 ids.super_pals_set = r.is_ok();
             }
             self.identity.drives.lock().expect("identity drives lock").insert(d.drive, ids);
-            if let Err(e) = r {
-                tracing::warn!(drive = d.drive, error = %e, "identity keys or super PALs not brought up to date");
-                failed.push(format!("drive {}: {e}", d.drive));
+            if r.is_ok() || !out {
+                self.identity.passed_out.lock().expect("passed-out lock").remove(&d.drive);
+            }
+            match r {
+                Err(e) if out => self.passed_out_of_service(d.drive, &e),
+                Err(e) => {
+                    tracing::warn!(drive = d.drive, error = %e, "identity keys or super PALs not brought up to date");
+                    failed.push(format!("drive {}: {e}", d.drive));
+                }
+                Ok(()) => {}
             }
         }
         if failed.is_empty() {
@@ -392,6 +408,18 @@ impl Manager {
                     failed.join("; ")
                 ),
             ))
+        }
+    }
+
+    /// Says (once, until it is synchronized or back in service) that drive
+    /// `drive`, out of service, is passed by unsynchronized because of
+    /// `why`: nothing is placed on it, so it fails no synchronization; one
+    /// that answers is still brought up to date (a retired key must not stay
+    /// usable on a drive that holds components), and one that comes back is
+    /// at the next pass.
+    fn passed_out_of_service(&self, drive: u32, why: &str) {
+        if self.identity.passed_out.lock().expect("passed-out lock").insert(drive) {
+            tracing::info!(drive, why, "identity keys not brought to a drive out of service until it answers");
         }
     }
 

@@ -330,6 +330,13 @@ tokio::task_local! {
     pub(crate) static REQUEST_WROTE: std::cell::Cell<bool>;
 }
 
+/// How long a request that committed something waits for an unavailable
+/// metadata database to finish the rest ([`Manager::meta_after_write`]),
+/// well within a client's reply timeout.
+const AFTER_WRITE_WAIT: Duration = Duration::from_secs(20);
+/// Longest pause between two of those attempts.
+const AFTER_WRITE_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 pub use nasd_proto::manager::TEMPORARY_SUFFIX;
 /// The default [`ManagerConfig::temporaries_age`]: an hour without a write.
 pub const TEMPORARIES_AGE_DEFAULT: Duration = Duration::from_secs(3600);
@@ -663,6 +670,56 @@ impl Manager {
             }
             Err(e) => Err(Failure::new(FsStatus::Internal, format!("metadata task failed: {e}"))),
         }
+    }
+
+    /// A metadata call that may be made again (a read, or a write that sets
+    /// what it sets), which a request may make after it committed something
+    /// ([`REQUEST_WROTE`]): while the database is unavailable it is tried
+    /// again, pausing 100 ms doubling to [`AFTER_WRITE_PAUSE_MAX`], for up to
+    /// [`AFTER_WRITE_WAIT`], rather than leave the request partly done; past
+    /// that the request fails as partly done. Before the request committed
+    /// anything it is [`Manager::meta`]: `METADATA_UNAVAILABLE` goes back to
+    /// the client, which waits the outage out and sends the request again.
+    pub(crate) async fn meta_after_write<R: Send + 'static>(
+        &self,
+        f: impl Fn(&Namespace<Store>) -> Result<R, FsStatus> + Send + Sync + 'static,
+    ) -> Result<R, Failure> {
+        let f = Arc::new(f);
+        let deadline = tokio::time::Instant::now() + AFTER_WRITE_WAIT;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            if !REQUEST_WROTE.try_with(std::cell::Cell::get).unwrap_or(false) {
+                return self.meta(move |ns| f(ns)).await;
+            }
+            let g = f.clone();
+            let attempt = self.meta(move |ns| match g(ns) {
+                Err(FsStatus::MetadataUnavailable) => Ok(None),
+                r => r.map(Some),
+            });
+            match attempt.await? {
+                Some(r) => return Ok(r),
+                None if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(AFTER_WRITE_PAUSE_MAX);
+                }
+                None => return self.meta(move |ns| f(ns)).await,
+            }
+        }
+    }
+
+    /// Runs `work`, bookkeeping a request does on the way (taking a lease,
+    /// refilling an object pool) that is none of the changes the request
+    /// asks for, without its commits counting as the request's
+    /// ([`REQUEST_WROTE`]): a database outage after it still finds the
+    /// request unchanged (`METADATA_UNAVAILABLE`, sent again by the client),
+    /// not partly done.
+    pub(crate) async fn bookkeeping<T>(work: impl std::future::Future<Output = T>) -> T {
+        let wrote = REQUEST_WROTE.try_with(std::cell::Cell::get).ok();
+        let out = work.await;
+        if let Some(wrote) = wrote {
+            let _ = REQUEST_WROTE.try_with(|w| w.set(wrote));
+        }
+        out
     }
 
     /// The failure of a metadata call that returned `status`.

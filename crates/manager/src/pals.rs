@@ -213,7 +213,7 @@ impl Manager {
     /// The access PAL of file `ino` as its ACL now stands, naming its
     /// collection.
     pub(crate) async fn pal_of(&self, ino: Ino) -> Result<ObjectPal, Failure> {
-        let (info, collection) = self.meta(move |ns| ns.pal_source(ino)).await?;
+        let (info, collection) = self.meta_after_write(move |ns| ns.pal_source(ino)).await?;
         Ok(ObjectPal { collection, pal: flatten(info.uid, info.mode, &info.entries) })
     }
 
@@ -250,7 +250,7 @@ impl Manager {
                 true => Some(self.pal_turn(PalPush::Collection, collection).await?),
                 false => None,
             };
-            let Some((seq, shared)) = self.meta(move |ns| ns.collection_due(collection)).await? else {
+            let Some((seq, shared)) = self.meta_after_write(move |ns| ns.collection_due(collection)).await? else {
                 continue; // delivered meanwhile (a maintenance pass, another manager)
             };
             let missed = if self.pushes_pals() {
@@ -259,7 +259,7 @@ impl Manager {
                 Vec::new()
             };
             if missed.is_empty() {
-                self.meta(move |ns| ns.pal_delivered(PalPush::Collection, collection, seq)).await?;
+                self.meta_after_write(move |ns| ns.pal_delivered(PalPush::Collection, collection, seq)).await?;
             } else {
                 tracing::warn!(collection, "super PAL not set on every drive: {}", missed.join("; "));
                 failed.extend(missed);
@@ -312,7 +312,7 @@ impl Manager {
             return Ok(());
         }
         tracing::warn!(ino, "PAL not set on every component: {}", failed.join("; "));
-        let recorded = match self.meta(move |ns| ns.pal_undelivered(PalPush::File, ino)).await {
+        let recorded = match self.meta_after_write(move |ns| ns.pal_undelivered(PalPush::File, ino)).await {
             Ok(()) => "set again at the next maintenance pass".to_string(),
             Err(f) => {
                 tracing::error!(ino, error = %f.message, "a failed PAL push is not recorded: not retried");

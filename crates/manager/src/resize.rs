@@ -36,14 +36,17 @@ impl Manager {
             unreachable!("begin_write answers Began")
         };
         let changed = async {
-            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            // The intent is committed: a short outage is waited out (`meta_after_write`).
+            let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
             let missed = self.resize_components(&inode, size).await?;
             let range = missed_range(&geometry_of(&inode)?, inode.attr.size, size);
             let missed: Vec<(usize, StaleRange)> = missed.into_iter().map(|idx| (idx, range)).collect();
             // What the components store after the change (quotas count it).
             let set = SetAttrs { data_bytes: Some(self.stored_bytes(&inode, size).await), ..set };
             let c = s.caller.clone();
-            self.meta(move |ns| ns.setattr_committing(&c, ino, &set, txn, &missed)).await
+            // An outage before the commit was sent changed nothing: made again once the database
+            // answers (`meta_after_write`). One whose outcome is unknown is not (`INTERNAL`).
+            self.meta_after_write(move |ns| ns.setattr_committing(&c, ino, &set, txn, &missed)).await
         };
         match changed.await {
             Ok((inode, intents)) => {

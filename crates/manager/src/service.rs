@@ -499,7 +499,7 @@ impl Manager {
                 if ids.is_some() {
                     self.ensure_linked_user_record(&name).await?;
                 }
-                self.meta(move |ns| ns.set_gateway(&name, ids)).await.map_err(|f| match f.status {
+                self.meta_after_write(move |ns| ns.set_gateway(&name, ids)).await.map_err(|f| match f.status {
                     FsStatus::NotFound => Failure::new(FsStatus::NotFound, "no such user"),
                     _ => f,
                 })?;
@@ -770,7 +770,8 @@ impl Manager {
         };
         let may = |read: bool, write: bool| {
             let (c, ino) = (s.caller.clone(), inode.attr.ino);
-            self.meta(move |ns| ns.check_access(&c, ino, read, write))
+            // After a create that committed, an outage is waited out (`meta_after_write`).
+            self.meta_after_write(move |ns| ns.check_access(&c, ino, read, write))
         };
         // knfsd's owner override: a writer refreshing its capability keeps
         // read and write while it owns the file, whatever the mode says (the
@@ -950,7 +951,7 @@ impl Manager {
         self.apply(effects).await?;
         if self.pushes_pals() {
             // A re-placed file's new components get its PAL (a directory has none).
-            let inode = self.meta(move |ns| ns.getattr(ino)).await?;
+            let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
             self.push_pal(&inode).await?;
         }
         Ok(ManagerReply::Done)
@@ -1038,11 +1039,16 @@ impl Manager {
         let mut last_round: Option<Refilled> = None;
         loop {
             let (op, order) = (op.clone(), self.placement());
+            // After a truncation this request committed (`truncate_existing`), an outage is
+            // waited out; the pool refills below are not the request's changes.
             let (r, short) = self
-                .meta(move |ns| {
+                .meta_after_write(move |ns| {
                     let mut short = None;
                     let r = op(ns, &mut placer(&order, &mut short));
-                    Ok((r, short))
+                    match r {
+                        Err(FsStatus::MetadataUnavailable) => Err(FsStatus::MetadataUnavailable),
+                        r => Ok((r, short)),
+                    }
                 })
                 .await?;
             match (r, short) {
@@ -1070,7 +1076,7 @@ impl Manager {
                             ),
                         ));
                     }
-                    last_round = Some(self.refill_all_pools().await);
+                    last_round = Some(Self::bookkeeping(self.refill_all_pools()).await);
                 }
                 (r, _) => return r.map_err(Failure::from),
             }

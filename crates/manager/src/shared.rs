@@ -166,7 +166,7 @@ impl Manager {
     /// `Ok(None)`: another one does.
     pub(crate) async fn acquire(&self, name: String, ttl: Duration) -> Result<Option<Held>, Failure> {
         let id = self.id.clone();
-        let lease = self.meta(move |ns| ns.acquire_lease(&name, &id, ttl)).await?;
+        let lease = Self::bookkeeping(self.meta(move |ns| ns.acquire_lease(&name, &id, ttl))).await?;
         Ok(lease.map(|lease| Held { lease }))
     }
 

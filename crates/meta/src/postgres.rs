@@ -701,6 +701,17 @@ impl Drop for Lease<'_> {
     }
 }
 
+/// Whether `e` is the server refusing `txid_status` of a transaction id it
+/// has not reached ("transaction ID N is in the future"): after a crash,
+/// the transaction's start was not in the log the server recovered from,
+/// so it did not commit (found by `nasd-cli`'s `netns_cluster`: a create
+/// whose `COMMIT` was cut off by PostgreSQL's SIGKILL was answered
+/// `INTERNAL`, its outcome taken for unknown).
+fn xid_in_the_future(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|d| *d.code() == SqlState::INVALID_PARAMETER_VALUE && d.message().contains("is in the future"))
+}
+
 /// What a database error means for the attempt: a conflict (retried), the
 /// server gone (the connection lost, the server shutting down or starting:
 /// [`TxnError::Unavailable`]), or another backend failure. Said of a
@@ -765,6 +776,9 @@ impl Postgres {
                         // Too old for the server to know, or an answer that makes no sense.
                         Ok(None) | Err(_) => return None,
                     },
+                    // Past every transaction the server has begun: its start never reached the log
+                    // it recovered from (it was killed first), so neither did a commit.
+                    Err(e) if xid_in_the_future(&e) => return Some(false),
                     Err(e) if !crate::error::postgres_server_gone(&e) => return None,
                     Err(_) => {}
                 }
