@@ -66,7 +66,8 @@ class Writer:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Appends ``data``."""
     def commit(self) -> None:
-        """Makes the bytes durable and renames the file onto the target (links it, if exclusive)."""
+        """Makes the bytes durable and renames the file onto the target (links it, if
+        exclusive; an append is refused with ``BlockingIOError`` if the target changed)."""
     def abort(self) -> None:
         """Drops the bytes written and removes the temporary file; the target is untouched."""
 
@@ -111,8 +112,14 @@ class Client:
         """Replaces the file with ``data``, atomically (``exclusive``: creates it)."""
     def open_read(self, path: str) -> Reader: ...
     def open_write(self, path: str, exclusive: bool = False) -> Writer: ...
+    def open_append(self, path: str) -> Writer:
+        """Starts an atomic append: a temporary copy of the file (created if
+        missing) takes the bytes written and is renamed onto it at ``commit``,
+        which raises ``BlockingIOError`` if the file changed meanwhile."""
     def copy(self, src: str, dst: str) -> None:
-        """Copies a file inside nasd (atomically at ``dst``)."""
+        """Copies a file inside nasd (atomically at ``dst``): this library reads
+        from and writes to the drives; no bytes pass through Python (nasd has no
+        server-side file copy)."""
     def put(self, local: str | os.PathLike[str], remote: str) -> None:
         """Uploads a local file (atomically at ``remote``)."""
     def get(self, remote: str, local: str | os.PathLike[str]) -> None:

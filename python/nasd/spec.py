@@ -5,10 +5,13 @@ name ``/data/x``. Reads fetch the byte ranges asked for (fsspec's read-ahead
 buffer in front); writes stream to a temporary file beside the target that is
 renamed onto it when the file is closed, so readers see the old file or the
 whole new one — a ``with`` block that raises leaves the target untouched.
+Appends (``ab``) write to a copy of the file that is renamed onto it at
+close, if the file did not change meanwhile.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import os
@@ -224,6 +227,14 @@ class NasdFileSystem(AbstractFileSystem):
         callback.relative_update(os.path.getsize(lpath))
 
     def cp_file(self, path1, path2, **kwargs):
+        """Copies the file ``path1`` to ``path2`` (atomically at ``path2``).
+
+        nasd has no server-side file copy (its drives clone objects, but the
+        manager offers no file clone), so the native client reads the bytes
+        from the drives and writes them back to the drives itself, with the
+        GIL released: none of them pass through Python. A directory is
+        copied as an empty directory (fsspec copies its files one by one).
+        """
         path1, path2 = self._strip_protocol(path1), self._strip_protocol(path2)
         if self.isdir(path1):
             self.makedirs(path2, exist_ok=True)
@@ -257,7 +268,7 @@ class NasdFileSystem(AbstractFileSystem):
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
         path = self._strip_protocol(path)
-        if mode in ("wb", "xb"):
+        if mode in ("wb", "xb", "ab"):
             self._make_parent(path)
         kwargs.setdefault("cache_type", self.default_cache_type)
         block_size = block_size or self.default_block_size
@@ -267,7 +278,11 @@ class NasdFileSystem(AbstractFileSystem):
 class NasdFile(AbstractBufferedFile):
     """A nasd file opened through fsspec: ``rb`` reads byte ranges as the
     buffer needs them; ``wb`` (``xb``: the file must not exist) streams each
-    full block to a temporary file and puts it in place at ``close``."""
+    full block to a temporary file and puts it in place at ``close``; ``ab``
+    does the same to a temporary copy of the file (made when it is opened),
+    renamed onto it at ``close`` unless the file changed meanwhile, which
+    raises ``BlockingIOError`` and drops the appended bytes (see
+    ``Client.open_append``)."""
 
     def __init__(
         self,
@@ -280,17 +295,22 @@ class NasdFile(AbstractBufferedFile):
         cache_options=None,
         **kwargs: Any,
     ) -> None:
-        if mode not in ("rb", "wb", "xb"):
-            raise NotImplementedError(f"mode {mode!r}: nasd files are read (rb) or written whole (wb, xb)")
+        if mode not in ("rb", "wb", "xb", "ab"):
+            raise NotImplementedError(f"mode {mode!r}: nasd files are read (rb), written whole (wb, xb) or appended to (ab)")
         self._reader = None
         self._writer = None
         if mode == "rb":
             self._reader = fs.client.open_read(path)
             kwargs["size"] = self._reader.size
+        elif mode == "ab":
+            # Refuses a directory before any bytes are taken; copies the file's bytes.
+            self._writer = fs.client.open_append(path)
         else:
             # Refuses a directory (and, with xb, an existing file) before any bytes are taken.
             self._writer = fs.client.open_write(path, exclusive=mode == "xb")
         super().__init__(fs, path, mode, block_size, autocommit, cache_type, cache_options, **kwargs)
+        if mode == "ab":
+            self.loc = self._writer.written  # tell() counts from the start of the file
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         return self._reader.read(start, end - start)
@@ -299,9 +319,17 @@ class NasdFile(AbstractBufferedFile):
         pass
 
     def _upload_chunk(self, final: bool = False) -> bool:
-        self._writer.write(self.buffer.getvalue())
-        if final and self.autocommit:
-            self.commit()
+        try:
+            self._writer.write(self.buffer.getvalue())
+            if final and self.autocommit:
+                self.commit()
+        except BaseException:
+            # Nothing of this file is committed: its temporary file goes, and a second close
+            # (fsspec's at garbage collection) would find nothing to do.
+            self.closed = True
+            with contextlib.suppress(OSError):
+                self._writer.abort()
+            raise
         return True
 
     def commit(self) -> None:

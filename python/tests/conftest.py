@@ -10,7 +10,9 @@ import signal
 import socket
 import subprocess
 import time
+import tomllib
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,30 @@ DAEMON_WAIT_MAX = 120.0
 #: Ports tried before giving up when the chosen ones are taken meanwhile.
 PORT_ATTEMPTS = 5
 DRIVES = 2
+#: Audit records asked for per `nasd audit` call (the drive's limit, READ_AUDIT's 512).
+AUDIT_PAGE = 512
+#: The opcode of READ as `nasd audit` prints it (docs/PROTOCOL.md).
+READ_OPCODE = "0x0105"
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One line of `nasd audit`: sequence, opcode, status and the request's
+    first region (offset+length)."""
+
+    sequence: int
+    opcode: str
+    status: str
+    offset: int
+    length: int
+
+    @staticmethod
+    def parse(line: str) -> "AuditRecord | None":
+        fields = line.split()
+        if len(fields) < 9 or not fields[0].isdigit() or not fields[4].startswith("0x"):
+            return None
+        offset, length = fields[8].split("+")
+        return AuditRecord(int(fields[0]), fields[4], fields[5], int(offset), int(length))
 
 
 def nasd_binary() -> Path:
@@ -101,6 +127,65 @@ class Cluster:
         )
         assert out.returncode == 0, f"nasd {args} failed: {out.stderr}"
         return out.stdout
+
+    def drive_numbers(self) -> list[int]:
+        """The drives `nasd up` recorded in its config file ([[drives]])."""
+        with open(self.config, "rb") as f:
+            return [d["number"] for d in tomllib.load(f)["drives"]]
+
+    def audit_page(self, drive: int, after: int) -> list[AuditRecord]:
+        """Up to `AUDIT_PAGE` of drive `drive`'s audit records after sequence
+        number `after` (`nasd audit`, authorized by the drive key `nasd up` saved)."""
+        out = self.nasd("audit", "--drive", str(drive), "--after", str(after), "--max", str(AUDIT_PAGE))
+        return [r for r in map(AuditRecord.parse, out.splitlines()) if r is not None]
+
+    def audit(self, drive: int, after: int) -> list[AuditRecord]:
+        """Every audit record of drive `drive` after sequence number `after`,
+        up to a short page: each `nasd audit` adds its own READ_AUDIT record,
+        so the trail never ends for a reader who waits for an empty page."""
+        records = []
+        while True:
+            page = self.audit_page(drive, after)
+            records += page
+            if len(page) < AUDIT_PAGE:
+                return records
+            after = page[-1].sequence
+
+    def last_audit_sequence(self, drive: int) -> int:
+        """Drive `drive`'s last audit sequence number now (0: none), found by
+        galloping then bisecting over `--after` rather than reading the trail."""
+        known, beyond, step = 0, None, AUDIT_PAGE
+        while True:
+            if beyond is not None and beyond - known <= AUDIT_PAGE:
+                records = self.audit(drive, known)
+                return records[-1].sequence if records else known
+            probe = known + step if beyond is None else (known + beyond) // 2
+            page = self.audit_page(drive, probe)
+            if page:
+                known = page[-1].sequence
+                if len(page) < AUDIT_PAGE:
+                    return known
+                step *= 2
+            else:
+                beyond = probe
+
+    def audit_marks(self) -> dict[int, int]:
+        """Each drive's last audit sequence number now."""
+        return {drive: self.last_audit_sequence(drive) for drive in self.drive_numbers()}
+
+    def bytes_read_at_drives(self, since: dict[int, int]) -> int:
+        """Bytes the successful READ requests the drives served since `since`
+        (from `audit_marks`) asked for: what the drives' audit trails record,
+        not what any client counted. A drive audits a request's first region
+        only; the striping engine asks a component for one region per
+        contiguous run of a read, and the tests check the count against a
+        whole read."""
+        total = 0
+        for drive, after in since.items():
+            for r in self.audit(drive, after):
+                if r.opcode == READ_OPCODE and r.status == "OK":
+                    total += r.length
+        return total
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)

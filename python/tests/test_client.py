@@ -202,3 +202,83 @@ def test_one_client_serves_many_threads(nasd_fs, scratch):
     with ThreadPoolExecutor(8) as pool:
         for path, data in zip(reads, pool.map(nasd_fs.cat_file, reads)):
             assert data == contents[path], path
+
+
+def test_an_append_appears_whole_at_close(nasd_fs, scratch):
+    seed = int.from_bytes(os.urandom(4), "big")
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    path = f"{scratch}/log"
+    head = rng.randbytes(rng.randrange(1, 200_000))
+    nasd_fs.pipe_file(path, head)
+    block = 64 * 1024
+    tail = rng.randbytes(rng.randrange(block, 5 * block))
+    with nasd_fs.open(path, "ab", block_size=block) as f:
+        assert f.tell() == len(head)
+        for at in range(0, len(tail), 10_000):
+            f.write(tail[at : at + 10_000])
+        assert nasd_fs.cat_file(path) == head, "nothing appended is seen before close"
+    assert nasd_fs.cat_file(path) == head + tail
+    assert nasd_fs.ls(scratch, detail=False) == [path]
+
+    with nasd_fs.open(f"{scratch}/new", "ab") as f:
+        f.write(b"created by an append")
+    assert nasd_fs.cat_file(f"{scratch}/new") == b"created by an append"
+
+    with pytest.raises(RuntimeError):
+        with nasd_fs.open(path, "ab") as f:
+            f.write(b"never seen")
+            raise RuntimeError("the appender failed")
+    assert nasd_fs.cat_file(path) == head + tail
+    with pytest.raises(IsADirectoryError):
+        nasd_fs.open(scratch, "ab")
+    assert sorted(nasd_fs.ls(scratch, detail=False)) == [path, f"{scratch}/new"]
+
+
+def test_an_append_to_a_file_that_changed_meanwhile_is_refused_and_loses_the_change_of_no_one(nasd_fs, scratch):
+    path = f"{scratch}/shared"
+    nasd_fs.pipe_file(path, b"v1;")
+    first = nasd_fs.open(path, "ab")
+    second = nasd_fs.open(path, "ab")
+    first.write(b"first;")
+    second.write(b"second;")
+    first.close()
+    assert nasd_fs.cat_file(path) == b"v1;first;"
+    with pytest.raises(BlockingIOError) as e:
+        second.close()
+    assert e.value.errno == errno.EAGAIN and "changed since it was opened for append" in str(e.value)
+    assert nasd_fs.cat_file(path) == b"v1;first;"
+    assert nasd_fs.ls(scratch, detail=False) == [path]
+
+    late = nasd_fs.open(f"{scratch}/appeared", "ab")
+    late.write(b"late")
+    nasd_fs.pipe_file(f"{scratch}/appeared", b"someone else's")
+    with pytest.raises(FileExistsError):
+        late.close()
+    assert nasd_fs.cat_file(f"{scratch}/appeared") == b"someone else's"
+
+
+class NoBytesThroughPython:
+    """The client with every call that hands file bytes to Python refused."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __getattr__(self, name):
+        if name in ("read", "open_read", "write", "open_write", "open_append"):
+            raise AssertionError(f"cp_file called Client.{name}: bytes went through Python")
+        return getattr(self.client, name)
+
+
+def test_cp_file_copies_inside_the_native_client(nasd_fs, scratch):
+    seed = int.from_bytes(os.urandom(4), "big")
+    print(f"seed {seed}")
+    data = random.Random(seed).randbytes(3 * 1024 * 1024 + 7)
+    nasd_fs.pipe_file(f"{scratch}/src", data)
+    fs = nasd.NasdFileSystem(client=NoBytesThroughPython(nasd_fs.client), skip_instance_cache=True)
+    fs.cp_file(f"{scratch}/src", f"{scratch}/dst")
+    assert nasd_fs.cat_file(f"{scratch}/dst") == data
+    assert nasd_fs.info(f"{scratch}/dst")["ino"] != nasd_fs.info(f"{scratch}/src")["ino"]
+    with pytest.raises(FileNotFoundError):
+        fs.cp_file(f"{scratch}/missing", f"{scratch}/dst")
+    assert nasd_fs.cat_file(f"{scratch}/dst") == data

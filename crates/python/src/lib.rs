@@ -17,7 +17,10 @@
 //! temporary name beside its target ([`nasd_fs::temporary_name`]), commits
 //! and renames it onto the target at [`Writer::commit`]; until then readers
 //! see the old file (or none), and an aborted or dropped writer removes its
-//! temporary file.
+//! temporary file. An append ([`Client::open_append`]) is such a write whose
+//! temporary file starts as a copy of the target: the appended bytes appear
+//! at commit, all at once, and only if the target is still the file the copy
+//! was taken from.
 
 use nasd_fs::{FileAttr, FileKind, FsClient, FsError, FsStatus};
 use pyo3::create_exception;
@@ -358,33 +361,60 @@ impl Client {
             let file = self.fs.create(&tmp, existing.unwrap_or(NEW_FILE_MODE), true, false).await?;
             Ok((tmp, file))
         })?;
-        Ok(Writer {
-            fs: self.fs.clone(),
-            target: path,
-            tmp,
-            exclusive,
-            state: tokio::sync::Mutex::new(Some(Pending { file, written: 0 })),
-        })
+        Ok(Writer::new(self.fs.clone(), path, tmp, file, if exclusive { Placing::Create } else { Placing::Replace }))
+    }
+
+    /// Starts appending to the file `path`, atomically: a temporary file
+    /// beside it gets a copy of its bytes (read from and written to the
+    /// drives by this library, not through Python), the bytes written are
+    /// appended to that, and `commit` renames it onto `path` — readers see
+    /// the file as it was or with everything appended. `commit` refuses
+    /// (`BlockingIOError`, errno `EAGAIN`: retry the append) if `path` was
+    /// replaced or changed since this call (its inode, size, modification
+    /// or change time differ), so two appenders never silently lose one's
+    /// bytes; the check and the rename are two manager requests, so a change
+    /// landing between them is lost. A missing `path` is created (as with
+    /// `exclusive`: `FileExistsError` at `commit` if it appeared meanwhile).
+    /// Costs a copy of the whole file per append.
+    fn open_append(&self, py: Python<'_>, path: &str) -> PyResult<Writer> {
+        let path = abs(path);
+        let (tmp, file, source) = call(py, &path, async {
+            let source = match self.fs.open(&path, false).await {
+                Ok(f) => Some(f),
+                Err(e) if e.status() == Some(FsStatus::NotFound) => None,
+                Err(e) => return Err(e),
+            };
+            let mode = source.as_ref().map_or(NEW_FILE_MODE, |f| f.attr().mode);
+            let tmp = nasd_fs::temporary_name(&path)?;
+            let file = self.fs.create(&tmp, mode, true, false).await?;
+            Ok((tmp, file, source))
+        })?;
+        let placing = match &source {
+            Some(f) => Placing::ReplaceIfUnchanged(Version::of(&f.attr())),
+            None => Placing::Create,
+        };
+        let w = Writer::new(self.fs.clone(), path.clone(), tmp, file, placing);
+        if let Some(source) = source {
+            let copied = block(py, w.copy_from(&source, &path));
+            if let Err(e) = copied {
+                w.abort(py)?;
+                return Err(e);
+            }
+        }
+        Ok(w)
     }
 
     /// Copies the file `src` to `dst` inside nasd (atomically at `dst`),
-    /// with the GIL released throughout.
+    /// with the GIL released throughout. nasd has no server-side copy of a
+    /// file (drives clone objects, `FASTCOPY`, but the manager does not
+    /// offer a file clone), so this library reads the bytes from the drives
+    /// and writes them to the drives, piece by piece; none pass through
+    /// Python.
     fn copy(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
         let src = abs(src);
         let source = call(py, &src, self.fs.open(&src, false))?;
         let w = self.open_write(py, dst, false)?;
-        let copied = block(py, async {
-            let mut offset = 0;
-            while offset < source.size() {
-                let piece = source.read_at(offset, COPY_PIECE_BYTES).await.map_err(|e| os_error(e, &src))?;
-                if piece.is_empty() {
-                    break;
-                }
-                w.write_piece(&piece).await?;
-                offset += piece.len() as u64;
-            }
-            Ok::<_, PyErr>(())
-        });
+        let copied = block(py, w.copy_from(&source, &src));
         match copied {
             Ok(()) => w.commit(py),
             Err(e) => {
@@ -506,8 +536,8 @@ pub struct Writer {
     fs: FsClient,
     target: String,
     tmp: String,
-    /// Whether the target must not exist (linked in at commit, not renamed over).
-    exclusive: bool,
+    /// How the file is put in place of the target at commit.
+    placing: Placing,
     /// The open temporary file until committed or aborted; held across
     /// each write, so writes from several threads go one after another.
     state: tokio::sync::Mutex<Option<Pending>>,
@@ -518,7 +548,74 @@ struct Pending {
     written: u64,
 }
 
+/// How a committed file is put in place of its target.
+#[derive(Clone, Copy)]
+enum Placing {
+    /// Renamed onto it, whatever is there.
+    Replace,
+    /// Linked in: the target must not exist.
+    Create,
+    /// Renamed onto it if it is still this version (an append).
+    ReplaceIfUnchanged(Version),
+}
+
+/// What tells one version of a file from another: a rewrite is a new
+/// inode; a write in place changes the modification time, an attribute
+/// change the change time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Version {
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+impl Version {
+    fn of(a: &FileAttr) -> Version {
+        Version { ino: a.ino, size: a.size, mtime_ns: a.mtime_ns, ctime_ns: a.ctime_ns }
+    }
+}
+
 impl Writer {
+    fn new(fs: FsClient, target: String, tmp: String, file: nasd_fs::File, placing: Placing) -> Writer {
+        Writer { fs, target, tmp, placing, state: tokio::sync::Mutex::new(Some(Pending { file, written: 0 })) }
+    }
+
+    /// Appends the bytes of `source` (the file at `source_path`), piece by piece.
+    async fn copy_from(&self, source: &nasd_fs::File, source_path: &str) -> PyResult<()> {
+        let mut offset = 0;
+        while offset < source.size() {
+            let piece = source.read_at(offset, COPY_PIECE_BYTES).await.map_err(|e| os_error(e, source_path))?;
+            if piece.is_empty() {
+                break;
+            }
+            self.write_piece(&piece).await?;
+            offset += piece.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Puts the closed temporary file in place of the target.
+    async fn place(&self) -> Result<(), FsError> {
+        match self.placing {
+            Placing::Replace => self.fs.rename(&self.tmp, &self.target).await,
+            Placing::Create => self.link_in().await,
+            Placing::ReplaceIfUnchanged(version) => {
+                let now = self.fs.stat(&self.target).await?;
+                if Version::of(&now.attr) != version {
+                    return Err(FsError::Fs {
+                        status: FsStatus::Busy,
+                        message: format!(
+                            "{} changed since it was opened for append: the appended bytes were dropped; retry",
+                            self.target
+                        ),
+                    });
+                }
+                self.fs.rename(&self.tmp, &self.target).await
+            }
+        }
+    }
+
     /// The open temporary file, or why there is none.
     fn open_file<'a>(&self, state: &'a mut Option<Pending>) -> PyResult<&'a mut Pending> {
         state.as_mut().ok_or_else(|| PyValueError::new_err(format!("{} is closed (committed or aborted)", self.target)))
@@ -570,15 +667,15 @@ impl Writer {
 
     /// Makes the bytes durable and puts the file in place of the target
     /// (a rename: readers see the old file or the whole new one; a link if
-    /// exclusive).
+    /// exclusive or an append to a missing file; for an append, refused if
+    /// the target changed since it was opened).
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
         block(py, async {
             let mut state = self.state.lock().await;
             self.open_file(&mut state)?;
             let p = state.take().expect("open_file found it open");
             let placed = match p.file.close().await {
-                Ok(_) if self.exclusive => self.link_in().await,
-                Ok(_) => self.fs.rename(&self.tmp, &self.target).await,
+                Ok(_) => self.place().await,
                 Err(e) => Err(e),
             };
             // On failure leave nothing behind; the failure to report is the commit's.
