@@ -42,7 +42,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// ready). Past it the manager reads no more of the connection until one
 /// is answered. Each holds a request body and its reply (at most
 /// `MANAGER_MESSAGE_MAX` each; most are a few hundred bytes).
-pub const CONNECTION_REQUESTS_MAX: usize = 16;
+pub const CONNECTION_REQUESTS_MAX: usize = nasd_proto::manager::CONNECTION_REQUESTS_MAX;
 
 /// Reads one message body; `None` at a clean end of stream.
 pub async fn read_message(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {

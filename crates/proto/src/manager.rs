@@ -26,6 +26,10 @@ pub const MANAGER_PROTOCOL_VERSION: u8 = 2;
 /// Oldest version a manager still serves: to a session that logged in with
 /// version 1 it never sets what version 2 added ([`ManagerReply::for_version`]).
 pub const MANAGER_PROTOCOL_VERSION_MIN: u8 = 1;
+/// Requests one logged-in connection may have in flight at once: a
+/// manager answers them in any order, each reply echoing its request's id,
+/// and reads no more of the connection while this many are unanswered.
+pub const CONNECTION_REQUESTS_MAX: usize = 16;
 /// Largest message body, in bytes. A `READDIR` reply of
 /// [`READDIR_ENTRIES_MAX`] longest names fits.
 pub const MANAGER_MESSAGE_MAX: usize = 1024 * 1024;
