@@ -650,6 +650,7 @@ impl ManagerPool {
             Outcome::Answered(Err(e)) | Outcome::Lost(e) | Outcome::NotSent(e) => {
                 tracing::debug!(error = %e, "no routing table")
             }
+            Outcome::Ended => tracing::debug!("no routing table: the connection ended"),
         }
     }
 
@@ -924,6 +925,8 @@ impl ManagerPool {
             let at = conn.deadline.0.clone();
             let lost = match conn.call(req).await {
                 Outcome::NotSent(e) => return Err(e),
+                // Nothing went out: the next pick drops the ended connection.
+                Outcome::Ended => continue,
                 Outcome::Answered(r) => Err(r),
                 Outcome::Lost(e) => Ok(e),
             };

@@ -32,8 +32,11 @@ pub(crate) enum Outcome {
     Answered(Result<ManagerReply, FsError>),
     /// No answer: the connection ended (it may or may not have been carried out).
     Lost(FsError),
-    /// Never sent (a limit the request breaks, or the connection already ended).
+    /// Never sent: a limit the request breaks, or the manager did not take
+    /// it in time.
     NotSent(FsError),
+    /// Never sent: the connection had ended (another connection may take it).
+    Ended,
 }
 
 /// State the reading and writing tasks share with the callers.
@@ -42,22 +45,35 @@ struct Shared {
     pending: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     /// Ids below this were handed out.
     next_id: AtomicU64,
-    /// Set once the connection ended; the reason in `why`.
+    /// Set once the connection ended.
     ended: AtomicBool,
-    why: Mutex<String>,
 }
 
 impl Shared {
     /// Ends the connection: every request in flight fails with `why`.
+    /// (`ended` is set under the `pending` lock, so no request is added
+    /// to `pending` after the drain and left waiting.)
     fn end(&self, why: &str) {
-        if self.ended.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = why.to_string();
-        let waiting: Vec<_> = self.pending.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        let waiting: Vec<_> = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if self.ended.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            pending.drain().collect()
+        };
         for (_, tx) in waiting {
             let _ = tx.send(Err(why.to_string()));
         }
+    }
+
+    /// Registers request `id` for its reply, unless the connection ended.
+    fn await_reply(&self, id: u64, tx: oneshot::Sender<Answer>) -> Result<(), ()> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if self.ended.load(Ordering::SeqCst) {
+            return Err(());
+        }
+        pending.insert(id, tx);
+        Ok(())
     }
 }
 
@@ -97,7 +113,6 @@ impl Pipeline {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(next_id),
             ended: AtomicBool::new(false),
-            why: Mutex::new(String::new()),
         });
         let (frames, to_write) = mpsc::channel(CONNECTION_REQUESTS_MAX);
         let writing = tokio::spawn(write_requests(writer, to_write, shared.clone(), deadline.clone()));
@@ -118,7 +133,7 @@ impl Pipeline {
         self.shared.ended.load(Ordering::SeqCst)
     }
 
-    /// Requests in flight on it now (or waiting for a permit's turn... not counted).
+    /// Requests in flight on it now (those waiting for a turn not counted).
     pub(crate) fn in_flight(&self) -> usize {
         CONNECTION_REQUESTS_MAX - self.permits.available_permits()
     }
@@ -144,23 +159,20 @@ impl Pipeline {
                 format!("the manager at {addr} did not take the request within {limit:?}"),
             )));
         };
-        if self.has_ended() {
-            return Outcome::NotSent(FsError::Protocol(format!(
-                "manager connection unusable after an earlier failure: {}",
-                self.shared.why.lock().unwrap_or_else(|p| p.into_inner())
-            )));
-        }
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
         let body = req.encode(id);
         if body.len() > MANAGER_MESSAGE_MAX {
             return Outcome::NotSent(FsError::Protocol("request over MANAGER_MESSAGE_MAX".into()));
         }
         let (tx, rx) = oneshot::channel();
-        self.shared.pending.lock().unwrap_or_else(|p| p.into_inner()).insert(id, tx);
+        if self.shared.await_reply(id, tx).is_err() {
+            return Outcome::Ended;
+        }
         // Forgets the request if the caller stops waiting: its reply is then dropped.
         let _forget = Forget { shared: &self.shared, id };
         if self.frames.send(body).await.is_err() {
-            return Outcome::Lost(self.lost("the connection ended before the request went out"));
+            // The writing task ended before it took the request: nothing of it went out.
+            return Outcome::Ended;
         }
         let outcome = match tokio::time::timeout(*limit, rx).await {
             Ok(Ok(Ok(result))) => {
