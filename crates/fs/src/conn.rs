@@ -1,15 +1,18 @@
 //! The client's TLS connections to its file manager: each logs in once,
-//! then carries one request at a time; a [`ManagerPool`] keeps up to
-//! [`MANAGER_CONNECTIONS_MAX`] of them so concurrent requests do not queue
-//! behind one another (opened only when requests overlap).
+//! then carries up to [`CONNECTION_REQUESTS_MAX`] requests at once
+//! (pipelined, replies in any order: `crate::pipeline`); a [`ManagerPool`]
+//! sends each request on its least busy connection and opens another, up
+//! to [`MANAGER_CONNECTIONS_MAX`], only when every one is that busy.
 //!
 //! - **Waits and reuse.** Every wait for the manager — connecting, TLS,
 //!   taking a request, its answer, the rest of the reply — is bounded by
 //!   `FsConfig::reply_timeout` and fails with a time-out naming the manager
-//!   and the step. A connection whose request failed is closed and the
-//!   request never resent; an idle one the manager closed or sent unasked
-//!   bytes on (`ManagerConn::is_reusable`, a non-blocking peek), or idle
-//!   longer than [`MANAGER_IDLE_REUSE_MAX`], is replaced rather than used.
+//!   and the step. A connection on which a request got no answer (the
+//!   stream failed, or the answer did not come in time) is closed, with
+//!   every request in flight on it, and none is resent; one the manager
+//!   closed is found by its reading task and dropped before any request
+//!   goes out on it; one idle longer than [`MANAGER_IDLE_REUSE_MAX`] is
+//!   replaced rather than used.
 //! - **Failover** (`Managers`, `FsConfig::failover`): each new connection
 //!   goes to the manager in use, else the next that answers, round after
 //!   round for up to `FAILOVER_WAIT_MAX` (`FAILOVER_CONNECT_WAIT` per
@@ -30,12 +33,14 @@
 //!   nothing and is sent again, with back-off, for up to
 //!   `FsConfig::metadata_wait`, said once through `FsConfig::on_wait`.
 
+use crate::pipeline::{Outcome, Pipeline};
 use crate::renew::{identity_refusal, IdentityCell};
 use crate::wait::{sleep_or_forever, Patience};
 use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
-    Change, ManagerReply, ManagerRequest, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION, WATCH_WAIT_MAX_MS,
+    Change, ManagerReply, ManagerRequest, CONNECTION_REQUESTS_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
+    WATCH_WAIT_MAX_MS,
 };
 use nasd_proto::routing::{name_site, RoutingPolicy, RoutingTable};
 use nasd_proto::DecodeError;
@@ -47,10 +52,11 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-/// Connections to the manager one client keeps at once. The manager protocol
-/// serves one request at a time per connection, so this is how many requests
-/// of one client (concurrent files, tasks sharing an [`crate::FsClient`]) are in
-/// flight together; more wait for a free connection. Each costs a TLS session,
+/// Connections to the manager one client keeps at once. Each carries up to
+/// [`CONNECTION_REQUESTS_MAX`] requests at once, so one is enough until that
+/// many of one client's requests (concurrent files, tasks sharing an
+/// [`crate::FsClient`]) overlap; past this bound times that, requests wait
+/// for their turn on the least busy connection. Each costs a TLS session,
 /// a login (an argon2id hash on the manager, ~19 MiB and tens of milliseconds
 /// there, paid once per connection), and one of the manager's
 /// `SESSIONS_MAX` sessions. Connections are opened only when requests overlap.
@@ -215,6 +221,18 @@ fn repeatable(req: &ManagerRequest) -> bool {
     }
 }
 
+/// Refuses, before it is sent, a request the manager would refuse for its
+/// size (a string over `u16::MAX` bytes cannot be encoded at all).
+pub(crate) fn within_limits(req: &ManagerRequest) -> Result<(), FsError> {
+    req.check_limits().map_err(|e| {
+        let status = match e {
+            DecodeError::OverLimit { field: "path" | "name" | "target", .. } => FsStatus::NameTooLong,
+            _ => FsStatus::InvalidArgument,
+        };
+        FsError::Fs { status, message: format!("{}: {e}", req.name()) }
+    })
+}
+
 /// Pause between rounds over the managers while none answers.
 const FAILOVER_POLL: Duration = Duration::from_millis(100);
 
@@ -332,6 +350,11 @@ impl ManagerConn {
         }
     }
 
+    /// The connection, logged in, carrying many requests at once from now on.
+    fn into_pipeline(self) -> Pipeline {
+        Pipeline::start(self.stream, self.next_id, self.deadline, self.generation)
+    }
+
     /// True once a request did not finish: the stream is in an unknown state.
     pub(crate) fn is_broken(&self) -> bool {
         self.broken
@@ -358,14 +381,7 @@ impl ManagerConn {
         if self.broken {
             return Err(FsError::Protocol("manager connection unusable after an earlier failure".into()));
         }
-        // The manager would refuse it, and a string over u16::MAX bytes cannot be encoded at all.
-        if let Err(e) = req.check_limits() {
-            let status = match e {
-                DecodeError::OverLimit { field: "path" | "name" | "target", .. } => FsStatus::NameTooLong,
-                _ => FsStatus::InvalidArgument,
-            };
-            return Err(FsError::Fs { status, message: format!("{}: {e}", req.name()) });
-        }
+        within_limits(req)?;
         self.broken = true;
         let id = self.next_id;
         self.next_id += 1;
@@ -409,39 +425,77 @@ pub const MANAGER_DOWN_AVOID: Duration = Duration::from_secs(5);
 pub const STALE_ROUTING_RESENDS_MAX: usize = 4;
 
 /// Up to [`MANAGER_CONNECTIONS_MAX`] logged-in connections to one manager,
-/// with its idle ones.
+/// each carrying up to `CONNECTION_REQUESTS_MAX` requests at once.
 struct ManagerSlot {
-    permits: tokio::sync::Semaphore,
-    /// Idle connections and when each was last used.
-    idle: Mutex<Vec<(ManagerConn, Instant)>>,
+    conns: Mutex<SlotConns>,
+}
+
+#[derive(Default)]
+struct SlotConns {
+    open: Vec<Arc<Pipeline>>,
+    /// Connections being opened for this slot now.
+    opening: usize,
+}
+
+/// Which connection a request goes out on.
+enum Pick {
+    Use(Arc<Pipeline>),
+    /// Open another (counted in `opening` until [`ManagerSlot::opened`]).
+    Open,
 }
 
 impl ManagerSlot {
     fn new() -> Self {
-        ManagerSlot { permits: tokio::sync::Semaphore::new(MANAGER_CONNECTIONS_MAX), idle: Mutex::new(Vec::new()) }
+        ManagerSlot { conns: Mutex::new(SlotConns::default()) }
     }
 
-    /// The most recently used idle connection that is young enough and, as
-    /// far as can be seen without waiting, still open; older or closed ones
-    /// are dropped.
-    /// Connections logged in with an identity older than `generation` are
-    /// dropped too.
-    fn take_idle(&self, generation: u64) -> Option<ManagerConn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some((conn, used)) = idle.pop() {
-            if used.elapsed() <= MANAGER_IDLE_REUSE_MAX && conn.generation == generation && conn.is_reusable() {
-                return Some(conn);
+    /// The connection a request goes out on: the least busy one with room
+    /// for another request; else, while fewer than the bound are open or
+    /// being opened, a new one; else the least busy (the request waits
+    /// for its turn there). Ended connections, ones logged in with an
+    /// identity older than `generation`, and ones idle longer than
+    /// [`MANAGER_IDLE_REUSE_MAX`] are dropped first (their requests in
+    /// flight finish).
+    fn pick(&self, generation: u64) -> Pick {
+        let mut c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        c.open.retain(|p| {
+            !p.has_ended() && p.generation == generation && p.idle_for().is_none_or(|d| d <= MANAGER_IDLE_REUSE_MAX)
+        });
+        let least = c.open.iter().min_by_key(|p| p.in_flight()).cloned();
+        match least {
+            Some(p) if p.in_flight() < CONNECTION_REQUESTS_MAX => Pick::Use(p),
+            _ if c.open.len() + c.opening < MANAGER_CONNECTIONS_MAX => {
+                c.opening += 1;
+                Pick::Open
+            }
+            Some(p) => Pick::Use(p),
+            // The bound is taken by connections being opened: open one more rather than wait.
+            None => {
+                c.opening += 1;
+                Pick::Open
             }
         }
-        None
     }
 
-    /// Keeps `conn` for reuse, unless it logged in with an identity older
-    /// than `generation` (then it is closed).
-    fn put_idle(&self, conn: ManagerConn, generation: u64) {
+    /// An opening counted by [`pick`](Self::pick) is over: `conn` if it was made.
+    fn opened(&self, conn: Option<Arc<Pipeline>>) {
+        let mut c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        c.opening = c.opening.saturating_sub(1);
+        c.open.extend(conn);
+    }
+
+    /// Keeps `conn` for requests, unless it logged in with an identity
+    /// older than `generation` (then it is closed).
+    fn keep(&self, conn: Arc<Pipeline>, generation: u64) {
         if conn.generation == generation {
-            self.idle.lock().unwrap_or_else(|p| p.into_inner()).push((conn, Instant::now()));
+            self.conns.lock().unwrap_or_else(|p| p.into_inner()).open.push(conn);
         }
+    }
+
+    /// Connections with no request in flight.
+    fn idle(&self) -> usize {
+        let c = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        c.open.iter().filter(|p| !p.has_ended() && p.in_flight() == 0).count()
     }
 }
 
@@ -472,10 +526,11 @@ pub struct RoutingStats {
 /// answer is left out for [`MANAGER_DOWN_AVOID`] and its request goes to the
 /// manager in use, whose table is taken too.
 ///
-/// A request takes an idle connection (or opens one while fewer than the
-/// bound exist), and gives it back when its reply arrived. A connection
-/// whose request failed in transport or protocol (a time-out included) is
-/// closed, never reused, and the request is not resent — unless the client
+/// A request goes out on the least busy connection with room for it (or
+/// opens one while fewer than the bound exist), beside the others in
+/// flight there. A connection on which a request failed in transport or
+/// protocol (a time-out included) is closed, never reused, with every
+/// request in flight on it, and none is resent — unless the client
 /// knows several managers and the request only reads, which is sent once
 /// more on a new connection (to another manager if the one in use is
 /// gone); the next request opens a fresh connection in its place. New
@@ -543,7 +598,8 @@ impl ManagerPool {
         };
         let conn = pool.fetch_routing(conn).await;
         if let Some(conn) = conn {
-            pool.slot(&conn.deadline.0).put_idle(conn, pool.identity.generation());
+            let generation = pool.identity.generation();
+            pool.slot(&conn.deadline.0).keep(Arc::new(conn.into_pipeline()), generation);
         }
         Ok((pool, identity))
     }
@@ -584,6 +640,20 @@ impl ManagerPool {
         (!conn.is_broken()).then_some(conn)
     }
 
+    /// Sends `GET_ROUTING` on a connection in use (after a `STALE_ROUTING`
+    /// refusal on it: its session routes by the new table from then on)
+    /// and keeps the table if newer.
+    async fn fetch_routing_on(&self, conn: &Pipeline) {
+        match conn.call(&ManagerRequest::GetRouting).await {
+            Outcome::Answered(Ok(ManagerReply::Routing(table))) => self.adopt(table),
+            Outcome::Answered(Ok(other)) => tracing::debug!(reply = ?other, "unexpected GET_ROUTING reply"),
+            Outcome::Answered(Err(e)) | Outcome::Lost(e) | Outcome::NotSent(e) => {
+                tracing::debug!(error = %e, "no routing table")
+            }
+            Outcome::Ended => tracing::debug!("no routing table: the connection ended"),
+        }
+    }
+
     /// The manager `req` goes to: the holder of its site when the table
     /// names several managers and that one is not left out; else `None`,
     /// the manager in use.
@@ -607,13 +677,13 @@ impl ManagerPool {
 
     /// A new logged-in connection to `target` (its table fetched), or to
     /// the manager in use if `target` is `None` or does not answer.
-    async fn connect(&self, target: Option<&str>) -> Result<ManagerConn, FsError> {
+    async fn connect(&self, target: Option<&str>) -> Result<Arc<Pipeline>, FsError> {
         if let Some(addr) = target {
             let wait = crate::FAILOVER_CONNECT_WAIT.min(self.config.reply_timeout);
             match ManagerConn::open_at(addr, wait, &self.config, &self.identity, &self.tls).await {
                 Ok((conn, _)) => {
                     if let Some(conn) = self.fetch_routing(conn).await {
-                        return Ok(conn);
+                        return Ok(Arc::new(conn.into_pipeline()));
                     }
                 }
                 Err(Unreached::Refused(e)) => return Err(e),
@@ -641,7 +711,7 @@ impl ManagerPool {
         };
         let addr = self.managers.current().to_string();
         match self.fetch_routing(conn).await {
-            Some(conn) => Ok(conn),
+            Some(conn) => Ok(Arc::new(conn.into_pipeline())),
             // Gone right after the login: nothing of the caller's was sent.
             None => {
                 let message = format!("the connection to the manager at {addr} broke while fetching the routing table");
@@ -761,7 +831,7 @@ impl ManagerPool {
         }
         *last = Some(Instant::now());
         match self.connect(None).await {
-            Ok(conn) => self.slot(&conn.deadline.0).put_idle(conn, self.identity.generation()),
+            Ok(conn) => self.slot(&conn.deadline.0).keep(conn, self.identity.generation()),
             Err(FsError::ManagerUnreachable { .. }) => {}
             // It answered, and refused (a password changed meanwhile): the requests go on to
             // meet the refusal themselves.
@@ -839,21 +909,27 @@ impl ManagerPool {
             if patience.waits() {
                 self.wait_while_down(&patience, started, &mut counted).await?;
             }
-            let permit = slot.permits.acquire().await.expect("the pool never closes its semaphore");
-            let mut conn = match slot.take_idle(self.identity.generation()) {
-                Some(c) => c,
-                None => match self.connect(target).await {
-                    Ok(c) => c,
-                    // Nothing was sent: wait for a manager (the outage is noted), then try again.
-                    Err(FsError::ManagerUnreachable { .. }) if patience.waits() => {
-                        drop(permit);
-                        continue;
+            let conn = match slot.pick(self.identity.generation()) {
+                Pick::Use(c) => c,
+                Pick::Open => {
+                    let made = self.connect(target).await;
+                    slot.opened(made.as_ref().ok().cloned());
+                    match made {
+                        Ok(c) => c,
+                        // Nothing was sent: wait for a manager (the outage is noted), then try again.
+                        Err(FsError::ManagerUnreachable { .. }) if patience.waits() => continue,
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
-                },
+                }
             };
             let at = conn.deadline.0.clone();
-            let r = conn.call(req).await;
+            let lost = match conn.call(req).await {
+                Outcome::NotSent(e) => return Err(e),
+                // Nothing went out: the next pick drops the ended connection.
+                Outcome::Ended => continue,
+                Outcome::Answered(r) => Err(r),
+                Outcome::Lost(e) => Ok(e),
+            };
             sent += 1;
             {
                 let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
@@ -865,28 +941,25 @@ impl ManagerPool {
                     }
                 }
             }
-            if !conn.is_broken() {
-                // Refused before anything was done: take the table on this session, then the
-                // caller sends the request again by it.
-                let conn = match &r {
-                    Err(FsError::Fs { status: FsStatus::StaleRouting, .. }) => {
+            let e = match lost {
+                Ok(e) => e,
+                Err(r) => {
+                    // Refused before anything was done: take the table on this session, then the
+                    // caller sends the request again by it.
+                    if let Err(FsError::Fs { status: FsStatus::StaleRouting, .. }) = &r {
                         self.stats.lock().unwrap_or_else(|p| p.into_inner()).stale += 1;
-                        self.fetch_routing(conn).await
+                        self.fetch_routing_on(&conn).await;
                     }
-                    _ => Some(conn),
-                };
-                if let Some(conn) = conn {
-                    self.slot(&at).put_idle(conn, self.identity.generation());
+                    return r;
                 }
-                return r;
-            }
+            };
             // No reply: the manager died or the connection broke. A request that only
             // reads is sent once more (to another manager, if this one is gone, or to this
             // one once it is back, if the request may wait); any other may have been
             // carried out, and its failure is the caller's to judge.
             let others = self.managers.addrs.len() > 1 || target.is_some();
             if sent > 1 || !repeatable(req) || !(others || patience.waits()) {
-                return r;
+                return Err(e);
             }
             tracing::debug!(request = req.name(), "no reply from the manager; sending the request once more");
         }
@@ -905,7 +978,7 @@ impl ManagerPool {
     /// Idle connections held, all managers together (for tests and diagnostics).
     pub(crate) fn idle_connections(&self) -> usize {
         let slots: Vec<_> = self.slots.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        slots.iter().map(|s| s.idle.lock().unwrap_or_else(|p| p.into_inner()).len()).sum()
+        slots.iter().map(|s| s.idle()).sum()
     }
 
     /// A change-feed watcher with a connection of its own (opened at its

@@ -48,6 +48,7 @@ mod binder;
 mod cache;
 mod conn;
 mod file;
+mod pipeline;
 mod renew;
 mod txn;
 mod wait;
@@ -61,11 +62,11 @@ pub use file::{File, HOLE_SKIP_FILE_BYTES_MIN};
 pub use nasd_proto::acl::{
     AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
 };
-pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO};
+pub use nasd_proto::fs::{FileAttr, FileKind, FsStatus, Ino, ObjectRef, GROUPS_MAX, ROOT_INO, XATTR_NAME_MAX};
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme};
 pub use nasd_proto::manager::{
     Change, ClusterStatus, DriveState, DriveStatus, DriveUsage, Handle, LayoutInfo, OpenMode, Progress, QuotaInfo,
-    QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode,
+    QuotaOf, RepairAction, ScrubSummary, UserInfo, XattrMode, CONNECTION_REQUESTS_MAX,
 };
 pub use nasd_proto::routing::{RoutingPolicy, RoutingTable, ROUTING_SITES};
 pub use nasd_stripe::{BoxFuture, ComponentFailure, FailureCause, Seek, StripeError};
@@ -595,13 +596,14 @@ impl FsClient {
         self.inner.id_cell.renew_after_refusal(generation).await
     }
 
-    /// Sends one request to the manager on a free connection (opening one,
-    /// up to [`MANAGER_CONNECTIONS_MAX`], if none is idle). A request that
-    /// failed is never resent; the connection it failed on is closed.
+    /// Sends one request to the manager on the least busy connection, beside
+    /// up to [`CONNECTION_REQUESTS_MAX`] others on it (opening another, up
+    /// to [`MANAGER_CONNECTIONS_MAX`], when all are that busy). A request
+    /// that failed is never resent; the connection it failed on is closed.
     ///
     /// # Cancel safety
-    /// Dropping the future closes its connection; the request may or may not
-    /// have reached the manager.
+    /// Dropping the future stops the wait; the request may or may not have
+    /// reached the manager (its reply, if one comes, is dropped).
     pub async fn call(&self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         match &self.acting {
             Some(a) if req.may_run_as_user() => {

@@ -4,7 +4,8 @@
 //! hold requests back.
 //!
 //! - a request held at the manager does not hold up the client's others: they
-//!   go out on other connections, at most `MANAGER_CONNECTIONS_MAX`;
+//!   go out beside it on the same connection (pipelined); a connection takes
+//!   `CONNECTION_REQUESTS_MAX`, then others open, at most `MANAGER_CONNECTIONS_MAX`;
 //! - files written and read concurrently through one client;
 //! - a writer that stops writing without flushing is committed a quarter into
 //!   its lease; one that writes more than `TXN_BYTES_MAX` is committed then;
@@ -15,8 +16,9 @@
 mod common;
 
 use common::*;
-use nasd_fs::{FsClient, FsConfig, FsStatus, Layout, MANAGER_CONNECTIONS_MAX, TXN_BYTES_MAX};
+use nasd_fs::{FsClient, FsConfig, FsStatus, Layout, CONNECTION_REQUESTS_MAX, MANAGER_CONNECTIONS_MAX, TXN_BYTES_MAX};
 use nasd_manager::ManagerConfig;
+use nasd_proto::manager::{ManagerReply, ManagerRequest};
 use std::time::Duration;
 
 const KIB: u64 = 1024;
@@ -45,24 +47,33 @@ fn a_request_held_at_the_manager_does_not_hold_up_the_others() {
         let fs = to(FsClient::connect(&config)).await.expect("log in through the relay");
         assert_eq!(relay.accepted(), 1, "one connection to log in");
 
-        // A request on the first connection is held at the relay...
-        relay.pause_connection(Some(0));
+        // A WATCH the manager holds until something changes...
+        let position = match to(fs.call(&ManagerRequest::Watch { incarnation: 0, after: 0, wait_ms: 0 })).await {
+            Ok(ManagerReply::Changes { incarnation, next, .. }) => (incarnation, next),
+            other => panic!("WATCH: {other:?}"),
+        };
         let held = tokio::spawn({
             let fs = fs.clone();
-            async move { fs.stat("/").await }
+            let watch = ManagerRequest::Watch { incarnation: position.0, after: position.1, wait_ms: 30_000 };
+            async move { fs.call(&watch).await }
         });
-        until(|| async { relay.held() > 0 }).await;
-        // ...while others go out on a second connection and are answered.
-        to(fs.mkdir("/other", 0o755)).await.expect("a request while another is held");
-        to(fs.write_file("/other/f", b"written meanwhile")).await.expect("a whole file while another is held");
+        // ...while others go out beside it on the same connection and are answered.
+        for _ in 0..20 {
+            to(fs.stat("/")).await.expect("a request while another is held");
+        }
         assert!(!held.is_finished(), "the held request is still held: the others did not wait for it");
-        assert_eq!(relay.accepted(), 2);
-        relay.pause_connection(None);
-        to(held).await.expect("task").expect("the held request is answered once released");
+        assert_eq!(relay.accepted(), 1, "they shared the one connection");
+        to(fs.mkdir("/other", 0o755)).await.expect("a change");
+        match to(held).await.expect("task") {
+            Ok(ManagerReply::Changes { changes, .. }) => assert!(!changes.is_empty(), "the WATCH saw the change"),
+            other => panic!("WATCH: {other:?}"),
+        }
+        to(fs.write_file("/other/f", b"written meanwhile")).await.expect("a whole file");
 
-        // Many requests at once: no more connections than the bound.
+        // Many requests at once: a connection takes CONNECTION_REQUESTS_MAX, then another
+        // opens, no more connections than the bound.
         relay.pause(true);
-        let tasks: Vec<_> = (0..4 * MANAGER_CONNECTIONS_MAX)
+        let tasks: Vec<_> = (0..MANAGER_CONNECTIONS_MAX * CONNECTION_REQUESTS_MAX + 3)
             .map(|_| {
                 let fs = fs.clone();
                 tokio::spawn(async move { fs.stat("/other/f").await })

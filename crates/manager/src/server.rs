@@ -12,6 +12,7 @@ use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
+    MANAGER_PROTOCOL_VERSION_MIN,
 };
 use std::cell::Cell;
 use std::net::IpAddr;
@@ -41,7 +42,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// ready). Past it the manager reads no more of the connection until one
 /// is answered. Each holds a request body and its reply (at most
 /// `MANAGER_MESSAGE_MAX` each; most are a few hundred bytes).
-pub const CONNECTION_REQUESTS_MAX: usize = 16;
+pub const CONNECTION_REQUESTS_MAX: usize = nasd_proto::manager::CONNECTION_REQUESTS_MAX;
 
 /// Reads one message body; `None` at a clean end of stream.
 pub async fn read_message(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
@@ -99,7 +100,7 @@ pub async fn write_message(w: &mut (impl AsyncWrite + Unpin), body: &[u8]) -> st
 /// The encoded reply to request `id` of `session` (`op` for the log).
 fn answer(session: &Session, id: u64, op: &str, done: Result<ManagerReply, Failure>) -> Vec<u8> {
     match done {
-        Ok(r) => r.encode(id),
+        Ok(r) => r.for_version(session.protocol).encode(id),
         Err(f) => {
             tracing::debug!(user = %session.user, op, status = ?f.status, "refused");
             ManagerReply::encode_error(id, f.status, &f.message)
@@ -245,6 +246,12 @@ impl Manager {
     ) -> std::io::Result<Option<Session>> {
         for _ in 0..LOGIN_ATTEMPTS_MAX {
             let Some(body) = read_login_message(stream).await? else { return Ok(None) };
+            let version = match ManagerRequest::decode(&body) {
+                Ok((_, ManagerRequest::Login { version, .. } | ManagerRequest::LoginIdentity { version, .. })) => {
+                    version
+                }
+                _ => MANAGER_PROTOCOL_VERSION,
+            };
             let (id, result) = match ManagerRequest::decode(&body) {
                 // Linked to an authentication server, the manager takes identities only: a
                 // password here would be a second, weaker way in (see docs/SECURITY.md). Refused
@@ -265,13 +272,10 @@ impl Manager {
                 Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
             };
             match result {
-                Ok(s) => {
-                    let reply = ManagerReply::LoggedIn {
-                        version: MANAGER_PROTOCOL_VERSION,
-                        uid: s.caller.uid,
-                        gid: s.caller.gid,
-                        admin: s.admin,
-                    };
+                Ok(mut s) => {
+                    s.protocol = version;
+                    let reply =
+                        ManagerReply::LoggedIn { version, uid: s.caller.uid, gid: s.caller.gid, admin: s.admin };
                     write_message(stream, &reply.encode(id)).await?;
                     return Ok(Some(s));
                 }
@@ -311,10 +315,13 @@ impl Manager {
         credential: &[u8; nasd_proto::IDENTITY_DATA_LEN],
         proof: &[u8; 32],
     ) -> Result<Session, Failure> {
-        if version != MANAGER_PROTOCOL_VERSION {
+        if !(MANAGER_PROTOCOL_VERSION_MIN..=MANAGER_PROTOCOL_VERSION).contains(&version) {
             return Err(Failure::new(
                 FsStatus::BadRequest,
-                format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
+                format!(
+                    "manager protocol version {version} is not supported (this manager speaks \
+                     {MANAGER_PROTOCOL_VERSION_MIN}..={MANAGER_PROTOCOL_VERSION})"
+                ),
             ));
         }
         let credential = match nasd_proto::IdentityData::decode(credential) {
@@ -340,10 +347,13 @@ impl Manager {
     }
 
     async fn check_login(&self, version: u8, user: &str, password: &str) -> Result<Session, Failure> {
-        if version != MANAGER_PROTOCOL_VERSION {
+        if !(MANAGER_PROTOCOL_VERSION_MIN..=MANAGER_PROTOCOL_VERSION).contains(&version) {
             return Err(Failure::new(
                 FsStatus::BadRequest,
-                format!("manager protocol version {version} is not supported (this manager speaks {MANAGER_PROTOCOL_VERSION})"),
+                format!(
+                    "manager protocol version {version} is not supported (this manager speaks \
+                     {MANAGER_PROTOCOL_VERSION_MIN}..={MANAGER_PROTOCOL_VERSION})"
+                ),
             ));
         }
         let s = self.open_session(user, password).await;

@@ -62,6 +62,10 @@ pub struct Session {
     /// `None`: it never asked, and is never refused as stale
     /// ([`Manager::check_routing`]).
     pub(crate) routing_version: Option<u64>,
+    /// The manager protocol version the session logged in with: its
+    /// replies carry nothing a later version added
+    /// ([`ManagerReply::for_version`]).
+    pub(crate) protocol: u8,
 }
 
 impl Session {
@@ -77,6 +81,7 @@ impl Session {
             identity: None,
             identity_checked: None,
             routing_version: None,
+            protocol: nasd_proto::manager::MANAGER_PROTOCOL_VERSION,
         }
     }
 
@@ -92,6 +97,7 @@ impl Session {
             identity: None,
             identity_checked: None,
             routing_version: None,
+            protocol: nasd_proto::manager::MANAGER_PROTOCOL_VERSION,
         }
     }
 
@@ -112,6 +118,7 @@ impl Session {
             identity: Some(credential),
             identity_checked: Some(std::time::Instant::now()),
             routing_version: None,
+            protocol: nasd_proto::manager::MANAGER_PROTOCOL_VERSION,
         }
     }
 
@@ -146,6 +153,7 @@ impl Session {
             identity_checked: self.identity_checked,
             // The wrapping request was checked against the routing table.
             routing_version: None,
+            protocol: self.protocol,
         })
     }
 }
@@ -750,6 +758,8 @@ impl Manager {
             site: handle.site,
             target: inode.target.unwrap_or_default(),
             access,
+            // Only a listing reads whether the inode has extended attributes.
+            no_xattrs: false,
         }
     }
 
@@ -892,7 +902,7 @@ impl Manager {
         let mut room = MANAGER_MESSAGE_MAX - ManagerReply::DIR_OVERHEAD;
         let mut entries = Vec::with_capacity(found.len().min(limit));
         for e in found.into_iter().take(limit) {
-            let entry = self.entry_of(s, e.inode, None);
+            let entry = Entry { no_xattrs: !e.has_xattrs, ..self.entry_of(s, e.inode, None) };
             let len = 2 + e.name.len() + entry.encoded_len();
             if len > room {
                 more = true;

@@ -1292,16 +1292,18 @@ impl Txn for PgTxn<'_> {
 
     fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus> {
         let sql = concat!(
-            "SELECT d.name, ",
+            "SELECT d.name, EXISTS (SELECT 1 FROM xattrs x WHERE x.ino = d.child), ",
             inode_cols!(),
             " FROM dirents d JOIN inodes i ON i.ino = d.child \
              WHERE d.dir = $1 AND d.name > $2 ORDER BY d.name LIMIT $3"
         );
         let rows = self.query(sql, &[&(dir as i64), &after, &big(limit)])?;
-        let entries = self.decode(rows, |r| Ok((get_at::<String>(r, 0)?, inode_from_row(r, 1)?)))?;
-        let (names, inodes): (Vec<String>, Vec<Inode>) = entries.into_iter().unzip();
+        let entries =
+            self.decode(rows, |r| Ok(((get_at::<String>(r, 0)?, get_at::<bool>(r, 1)?), inode_from_row(r, 2)?)))?;
+        let (named, inodes): (Vec<(String, bool)>, Vec<Inode>) = entries.into_iter().unzip();
         let inodes = self.with_components(inodes)?;
-        Ok(names.into_iter().zip(inodes).map(|(name, inode)| DirEntry { name, inode }).collect())
+        let entries = named.into_iter().zip(inodes);
+        Ok(entries.map(|((name, has_xattrs), inode)| DirEntry { name, inode, has_xattrs }).collect())
     }
 
     fn dir_is_empty(&mut self, dir: Ino) -> Result<bool, FsStatus> {

@@ -873,7 +873,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn list_dir(&mut self, dir: Ino, after: &str, limit: usize) -> Result<Vec<DirEntry>, FsStatus> {
         let sql = concat!(
-            "SELECT d.name, ",
+            "SELECT d.name, EXISTS (SELECT 1 FROM xattrs x WHERE x.ino = d.child), ",
             inode_cols!(),
             " FROM dirents d JOIN inodes i ON i.ino = d.child \
              WHERE d.dir = ?1 AND d.name > ?2 ORDER BY d.name LIMIT ?3"
@@ -881,13 +881,13 @@ impl Txn for SqliteTxn<'_> {
         let mut st = self.c.prepare_cached(sql).map_err(internal)?;
         let rows = st
             .query_map(params![dir as i64, after, limit_param(limit)], |r| {
-                Ok(DirEntry { name: r.get(0)?, inode: inode_from_row(r, 1)? })
+                Ok(DirEntry { name: r.get(0)?, has_xattrs: r.get(1)?, inode: inode_from_row(r, 2)? })
             })
             .map_err(internal)?;
         let entries = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(internal)?;
         entries
             .into_iter()
-            .map(|e| Ok(DirEntry { name: e.name, inode: self.with_components(e.inode).map_err(internal)? }))
+            .map(|e| Ok(DirEntry { inode: self.with_components(e.inode).map_err(internal)?, ..e }))
             .collect()
     }
 

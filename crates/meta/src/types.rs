@@ -212,6 +212,10 @@ pub struct DirEntry {
     pub name: String,
     /// The inode it names.
     pub inode: Inode,
+    /// Whether the inode has extended attributes (of any namespace), read
+    /// in the same transaction: a listing that says none lets a gateway
+    /// answer `getxattr`/`listxattr` without asking.
+    pub has_xattrs: bool,
 }
 
 /// A revocation the manager must carry out on a drive after the transaction

@@ -21,7 +21,15 @@ use crate::routing::RoutingTable;
 use crate::DecodeError;
 
 /// Version of the manager protocol this crate speaks (sent in `LOGIN`).
-pub const MANAGER_PROTOCOL_VERSION: u8 = 1;
+/// Version 2 added [`Entry::no_xattrs`] (bit 2 of an entry's flags).
+pub const MANAGER_PROTOCOL_VERSION: u8 = 2;
+/// Oldest version a manager still serves: to a session that logged in with
+/// version 1 it never sets what version 2 added ([`ManagerReply::for_version`]).
+pub const MANAGER_PROTOCOL_VERSION_MIN: u8 = 1;
+/// Requests one logged-in connection may have in flight at once: a
+/// manager answers them in any order, each reply echoing its request's id,
+/// and reads no more of the connection while this many are unanswered.
+pub const CONNECTION_REQUESTS_MAX: usize = 16;
 /// Largest message body, in bytes. A `READDIR` reply of
 /// [`READDIR_ENTRIES_MAX`] longest names fits.
 pub const MANAGER_MESSAGE_MAX: usize = 1024 * 1024;
@@ -1072,6 +1080,11 @@ pub struct Entry {
     pub target: String,
     /// Capabilities, when asked for and allowed (regular files only).
     pub access: Option<FileAccess>,
+    /// The manager vouches that the inode had no extended attributes (of
+    /// any namespace) when it read these attributes, so a client may answer
+    /// `getxattr` (`NO_XATTR`) and `listxattr` (none) from them while it
+    /// holds them valid. `false` says nothing: it may have some.
+    pub no_xattrs: bool,
 }
 
 /// One drive in a `STATFS` reply.
@@ -2204,6 +2217,11 @@ impl LayoutInfo {
     }
 }
 
+/// An entry's flags byte: a `FileAccess` follows (version 1's `has_access` bool).
+const ENTRY_HAS_ACCESS: u8 = 1;
+/// An entry's flags byte: [`Entry::no_xattrs`] (version 2).
+const ENTRY_NO_XATTRS: u8 = 2;
+
 impl Entry {
     /// Bytes of the canonical encoding (how much of a reply it takes).
     pub fn encoded_len(&self) -> usize {
@@ -2220,14 +2238,11 @@ impl Entry {
         self.attr.encode(w);
         w.raw(&self.handle_mac).u8(self.site);
         w.str(&self.target);
-        match &self.access {
-            None => {
-                w.bool(false);
-            }
-            Some(a) => {
-                w.bool(true);
-                a.encode(w);
-            }
+        let flags =
+            if self.access.is_some() { ENTRY_HAS_ACCESS } else { 0 } | if self.no_xattrs { ENTRY_NO_XATTRS } else { 0 };
+        w.u8(flags);
+        if let Some(a) = &self.access {
+            a.encode(w);
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -2235,8 +2250,12 @@ impl Entry {
         let handle_mac = r.array()?;
         let site = decode_site(r)?;
         let target = r.str(SYMLINK_TARGET_MAX, "target")?;
-        let access = if r.bool()? { Some(FileAccess::decode(r)?) } else { None };
-        Ok(Entry { attr, handle_mac, site, target, access })
+        let flags = r.u8()?;
+        if flags & !(ENTRY_HAS_ACCESS | ENTRY_NO_XATTRS) != 0 {
+            return Err(DecodeError::NotCanonical("unknown entry flags"));
+        }
+        let access = if flags & ENTRY_HAS_ACCESS != 0 { Some(FileAccess::decode(r)?) } else { None };
+        Ok(Entry { attr, handle_mac, site, target, access, no_xattrs: flags & ENTRY_NO_XATTRS != 0 })
     }
 }
 
@@ -2270,6 +2289,21 @@ impl ManagerReply {
     /// kind, count, `more`); each entry adds `2 + name.len() +`
     /// [`Entry::encoded_len`].
     pub const DIR_OVERHEAD: usize = 2 + 8 + 1 + 2 + 1;
+
+    /// The reply as a session that logged in with manager protocol
+    /// `version` reads it: nothing a later version added (version 1 knows
+    /// no [`Entry::no_xattrs`]; its entries' flags byte is the `has_access`
+    /// bool).
+    pub fn for_version(mut self, version: u8) -> ManagerReply {
+        if version < 2 {
+            match &mut self {
+                ManagerReply::Entry(e) => e.no_xattrs = false,
+                ManagerReply::Dir { entries, .. } => entries.iter_mut().for_each(|(_, e)| e.no_xattrs = false),
+                _ => {}
+            }
+        }
+        self
+    }
 
     /// The body of a successful reply: status OK, request id, kind, result.
     pub fn encode(&self, request_id: u64) -> Vec<u8> {

@@ -118,6 +118,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
                 site: 5,
                 target: String::new(),
                 access: Some(access()),
+                no_xattrs: false,
             })
             .encode(8),
         ),
@@ -294,6 +295,18 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             ManagerRequest::AbortWrite { handle: handle(42), txn: 0x1122 }.encode(32),
         ),
         ("SYNC", ManagerRequest::Sync.encode(33)),
+        (
+            "ENTRY without extended attributes",
+            ManagerReply::Entry(Entry {
+                attr: attr(),
+                handle_mac: handle(42).mac,
+                site: 5,
+                target: String::new(),
+                access: None,
+                no_xattrs: true,
+            })
+            .encode(34),
+        ),
     ]
 }
 
@@ -408,6 +421,11 @@ const VECTORS_HEX: &[&str] = &[
         "682211000000000000",
     ),
     "25002100000000000000",
+    concat!(
+        "00002200000000000000022a0000000000000001a401000001000000e8030000640000000500000000000000010000000000",
+        "0000020000000000000003000000000000000000000000000000000001000000000068686868686868686868686868686868",
+        "6868686868686868686868686868686805000002",
+    ),
 ];
 
 #[test]
@@ -612,10 +630,11 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
         arb_attr(),
         (any::<[u8; HANDLE_MAC_LEN]>(), 0..ROUTING_SITES as u8),
         "[a-z/]{0,50}",
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         proptest::collection::vec(any::<u8>(), 0..200),
     )
-        .prop_map(|(attr, (handle_mac, site), target, with, token)| Entry {
+        .prop_map(|(attr, (handle_mac, site), target, (with, no_xattrs), token)| Entry {
+            no_xattrs,
             handle_mac,
             site,
             attr,
@@ -754,7 +773,8 @@ fn arb_reply() -> impl Strategy<Value = ManagerReply> {
             handle_mac: [1; 32],
             site: 0,
             target: String::new(),
-            access: Some(a)
+            access: Some(a),
+            no_xattrs: false,
         })),
         arb_routing().prop_map(R::Routing),
     ]
@@ -1015,13 +1035,43 @@ fn check_limits_refuses_what_decode_would_and_encode_cannot() {
 
 #[test]
 fn an_entry_carries_the_mac_of_its_inodes_handle() {
-    let entry = Entry { attr: attr(), handle_mac: handle(42).mac, site: 5, target: String::new(), access: None };
+    let entry = Entry {
+        attr: attr(),
+        handle_mac: handle(42).mac,
+        site: 5,
+        target: String::new(),
+        access: None,
+        no_xattrs: false,
+    };
     let body = ManagerReply::Entry(entry).encode(1);
     // status, request id, kind, the attributes, then the handle's MAC and site: no second inode number.
     assert_eq!(&body[2 + 8 + 1 + FileAttr::LEN..][..HANDLE_MAC_LEN], &handle(42).mac);
     assert_eq!(body[2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN], 5);
     let Ok((1, Ok(ManagerReply::Entry(back)))) = ManagerReply::decode(&body) else { panic!("decodes") };
     assert_eq!(back.handle(), handle(42));
+}
+
+/// An entry's flags byte: bit 1 a `FileAccess` follows, bit 2 no extended
+/// attributes; any other bit does not decode, and a version-1 session never
+/// sees bit 2.
+#[test]
+fn an_entrys_flags_say_access_and_no_extended_attributes() {
+    let entry =
+        Entry { attr: attr(), handle_mac: [1; 32], site: 0, target: String::new(), access: None, no_xattrs: true };
+    let flags_at = 2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN + 1 + 2;
+    let mut body = ManagerReply::Entry(entry.clone()).encode(1);
+    assert_eq!(body[flags_at], 2);
+    let Ok((1, Ok(ManagerReply::Entry(back)))) = ManagerReply::decode(&body) else { panic!("decodes") };
+    assert!(back.no_xattrs);
+    body[flags_at] = 4;
+    assert_eq!(ManagerReply::decode(&body), Err(DecodeError::NotCanonical("unknown entry flags")));
+    let v1 = ManagerReply::Entry(entry.clone()).for_version(1).encode(1);
+    assert_eq!(v1[flags_at], 0, "version 1 reads a has_access bool there");
+    let listing = ManagerReply::Dir { entries: vec![("f".into(), entry)], more: false };
+    let ManagerReply::Dir { entries, .. } = listing.clone().for_version(1) else { panic!("a listing") };
+    assert!(!entries[0].1.no_xattrs);
+    let ManagerReply::Dir { entries, .. } = listing.for_version(2) else { panic!("a listing") };
+    assert!(entries[0].1.no_xattrs);
 }
 
 #[test]
@@ -1065,7 +1115,14 @@ fn commit_and_access_rejections_are_specific() {
     // An access whose component count differs from its layout's does not decode.
     let mut short = access();
     short.layout = Layout::parse("rs:2+2@64K").unwrap();
-    let entry = Entry { attr: attr(), handle_mac: [1; 32], site: 0, target: String::new(), access: Some(access()) };
+    let entry = Entry {
+        attr: attr(),
+        handle_mac: [1; 32],
+        site: 0,
+        target: String::new(),
+        access: Some(access()),
+        no_xattrs: false,
+    };
     let mut body = ManagerReply::Entry(entry).encode(1);
     let layout_at = 2 + 8 + 1 + FileAttr::LEN + HANDLE_MAC_LEN + 1 + 2 + 1;
     assert_eq!(&body[layout_at..layout_at + 7], &[0, 0, 1, 0, 3, 2, 1], "rs:2+1@64K");

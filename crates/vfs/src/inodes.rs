@@ -57,6 +57,11 @@ pub(crate) struct Node {
     /// by the kernel before every write), and when: kept true by the change
     /// feed, and the answer while no manager does.
     pub capability: Option<(XattrAnswer, Instant)>,
+    /// When a manager last vouched that the inode had no extended
+    /// attributes at all (a listing's [`Entry::no_xattrs`]): kept true by
+    /// the change feed as the attributes are, forgotten at this gateway's
+    /// own `setxattr`/`removexattr`.
+    pub no_xattrs_at: Option<Instant>,
 }
 
 impl Node {
@@ -72,6 +77,7 @@ impl Node {
             hidden: None,
             data_stamp: None,
             capability: None,
+            no_xattrs_at: None,
         }
     }
 
@@ -84,6 +90,7 @@ impl Node {
     pub fn invalidate(&mut self) {
         self.data_stamp = None;
         self.capability = None;
+        self.no_xattrs_at = None;
         // Older than any lifetime: the next `getattr` asks the manager.
         self.attr_at = Instant::now().checked_sub(crate::ATTR_TTL_MAX * 2).unwrap_or(self.attr_at);
     }
@@ -128,6 +135,9 @@ impl Inodes {
         node.handle = e.handle();
         node.attr = e.attr.clone();
         node.attr_at = Instant::now();
+        if e.no_xattrs {
+            node.no_xattrs_at = Some(node.attr_at);
+        }
         if e.attr.kind == FileKind::Symlink {
             node.target = Some(e.target.clone());
         }

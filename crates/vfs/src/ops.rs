@@ -716,8 +716,17 @@ impl Vfs {
     /// kernel asks before every write, is answered from the last answer
     /// while the change feed vouches for it (or, for an open file, while no
     /// manager answers), so writes cost no manager round trip.
+    ///
+    /// A `security.` or `trusted.` name of an inode a listing showed without
+    /// extended attributes is `ENODATA` with no request while its
+    /// attributes are valid: the manager answers `NO_XATTR` for those
+    /// whoever asks (a `user.` name may be refused for permission instead,
+    /// and other namespaces are `NOT_SUPPORTED`: those it is asked).
     pub async fn getxattr(&self, cx: &FsClient, ino: Ino, name: &str) -> Result<Vec<u8>> {
         let handle = self.handle(ino)?;
+        if is_vouched_absent(name) && self.vouched_without_xattrs(ino) {
+            return Err(VfsError::Refused(ENODATA));
+        }
         if name != WRITE_CHECK_XATTR {
             return Ok(cx.getxattr(handle, name).await?);
         }
@@ -758,9 +767,22 @@ impl Vfs {
     }
 
     /// The names of an inode's extended attributes.
+    /// An inode a listing showed without extended attributes has none to
+    /// list while its attributes are valid (listing needs no permission).
     pub async fn listxattr(&self, cx: &FsClient, ino: Ino) -> Result<Vec<String>> {
         let handle = self.handle(ino)?;
+        if self.vouched_without_xattrs(ino) {
+            return Ok(Vec::new());
+        }
         Ok(cx.listxattr(handle).await?)
+    }
+
+    /// Whether a manager vouched that `ino` has no extended attributes, as
+    /// recently as its cached attributes are still valid.
+    fn vouched_without_xattrs(&self, ino: Ino) -> bool {
+        let ttl = self.attr_ttl();
+        let inodes = lock(&self.shared.inodes);
+        inodes.get(ino).and_then(|n| n.no_xattrs_at).is_some_and(|at| at.elapsed() < ttl)
     }
 
     /// Sets an extended attribute.
@@ -784,8 +806,18 @@ impl Vfs {
     fn forget_xattr_answer(&self, ino: Ino) {
         if let Some(node) = lock(&self.shared.inodes).get_mut(ino) {
             node.capability = None;
+            node.no_xattrs_at = None;
         }
     }
+}
+
+/// Whether the manager answers `getxattr(name)` of an inode without
+/// extended attributes with `NO_XATTR` whoever asks: a well-formed
+/// `security.` name (anyone reads them) or `trusted.` name (hidden from all
+/// but the superuser, who finds none).
+fn is_vouched_absent(name: &str) -> bool {
+    let rest = name.strip_prefix("security.").or_else(|| name.strip_prefix("trusted."));
+    rest.is_some_and(|r| !r.is_empty()) && name.len() <= nasd_fs::XATTR_NAME_MAX && !name.contains('\0')
 }
 
 /// The attributes a gateway shows: the hidden name of a file unlinked while
@@ -797,5 +829,12 @@ fn shown(attr: &FileAttr, nlink_hidden: u32) -> FileAttr {
 /// The entry of a file just created (its handle and attributes).
 fn entry_of(file: &File) -> Entry {
     let handle = file.handle();
-    Entry { attr: file.attr(), handle_mac: handle.mac, site: handle.site, target: String::new(), access: None }
+    Entry {
+        attr: file.attr(),
+        handle_mac: handle.mac,
+        site: handle.site,
+        target: String::new(),
+        access: None,
+        no_xattrs: false,
+    }
 }
