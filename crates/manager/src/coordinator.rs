@@ -103,11 +103,6 @@ fn holds(bits: u64, idx: usize) -> bool {
     idx < 64 && bits & (1 << idx) != 0
 }
 
-/// Nanoseconds since the Unix epoch, now.
-pub(crate) fn now_ns() -> i64 {
-    nasd_env::clock::system_ns().min(i64::MAX as u64) as i64
-}
-
 /// The component ranges that the file ranges `dirty` touch in component `idx`
 /// of a file laid out by `g`, merged and at most
 /// [`STALE_RANGES_PER_COMMIT_MAX`] of them (neighbours merged first).
@@ -180,7 +175,7 @@ impl Manager {
         let lease = self.config.write_lease;
         let waited_since = tokio::time::Instant::now();
         let txn = loop {
-            let (c, deadline) = (s.caller.clone(), now_ns().saturating_add(lease.as_nanos() as i64));
+            let (c, deadline) = (s.caller.clone(), self.now_ns().saturating_add(lease.as_nanos() as i64));
             match self.meta(move |ns| ns.begin_write(&c, ino, deadline)).await {
                 Ok(txn) => break txn,
                 Err(f) if f.status == FsStatus::Busy => {
@@ -300,7 +295,7 @@ impl Manager {
     /// lease ran out, finishes an abort. Returns whether it is gone.
     async fn clear_intent(&self, intent: &Intent) -> bool {
         match intent.state {
-            IntentState::Open if intent.deadline_ns >= now_ns() => false,
+            IntentState::Open if intent.deadline_ns >= self.now_ns() => false,
             IntentState::Open | IntentState::Aborting => self.abort(intent.txn).await,
             // A committed intent is finished by whoever committed it; it is about to go.
             IntentState::Committed => {
@@ -406,7 +401,7 @@ impl Manager {
         // What the file's data takes now (quotas count it, not the size).
         let stored = self.stored_bytes(&inode, inode.attr.size.max(written_end)).await;
         let c = s.caller.clone();
-        let now = now_ns();
+        let now = self.now_ns();
         let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, stored, &stale, now)).await;
         let inode = match committed {
             Err(f) if f.status == FsStatus::QuotaExceeded => {
@@ -524,7 +519,7 @@ impl Manager {
     pub(crate) fn end_in_background(&self, inode: &Inode, txn: u64, commit: bool) {
         let ends: Vec<(Arc<DriveHandle>, u64)> =
             inode.components.iter().filter_map(|c| Some((self.drive(c.object.drive).ok()?, c.object.object))).collect();
-        tokio::spawn(async move {
+        self.env.spawn(async move {
             for (d, object) in ends {
                 if let Err(e) = d.txn_end(object, txn, commit).await {
                     tracing::debug!(drive = d.drive, object, txn, error = %e, "transaction end left to recovery");
@@ -681,7 +676,7 @@ impl Manager {
             let Ok(page) = self.meta(move |ns| ns.intents(after, nasd_meta::BATCH_MAX)).await else { return };
             let Some(last) = page.last() else { return };
             after = last.txn;
-            let now = now_ns();
+            let now = self.now_ns();
             for intent in &page {
                 let expired = intent.state == IntentState::Open && intent.deadline_ns < now;
                 if expired || intent.state == IntentState::Aborting {

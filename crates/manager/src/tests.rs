@@ -314,7 +314,7 @@ fn the_longest_login_is_exactly_login_message_max() {
 
 /// A drive the manager knows (in memory only) at `addr`, with fresh keys.
 fn attach_drive(m: &Manager, drive: u32, addr: String) -> Arc<crate::drives::DriveHandle> {
-    let keys = crate::keys::DriveKeys::generate();
+    let keys = crate::keys::DriveKeys::generate(nasd_env::clock::system_ns() / 1_000_000_000);
     let mut drive_id = [0u8; 16];
     drive_id[..4].copy_from_slice(&drive.to_le_bytes());
     let rec = nasd_meta::DriveRecord {
