@@ -752,7 +752,7 @@ impl ManagerPool {
     async fn probe(&self) {
         let mut last = self.probe.lock().await;
         if let Some(at) = *last {
-            tokio::time::sleep_until((at + crate::MANAGER_PROBE_PAUSE).into()).await;
+            tokio::time::sleep_until(at + crate::MANAGER_PROBE_PAUSE).await;
         }
         if self.outage().is_none() {
             return;

@@ -538,7 +538,7 @@ impl Inner {
     fn arm(self: &Arc<Self>, txn: u64, at: Instant) -> Timer {
         let file = Arc::downgrade(self);
         Timer::new(self.striper.env().spawn(async move {
-            tokio::time::sleep_until(at.into()).await;
+            tokio::time::sleep_until(at).await;
             let Some(file) = file.upgrade() else { return };
             let mut io = file.io.lock().await;
             match io.txn.as_mut() {

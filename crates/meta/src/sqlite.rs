@@ -313,7 +313,7 @@ pub struct Sqlite {
     /// Spreads readers over their connections.
     next_reader: AtomicUsize,
     /// The write-ahead log, once opened to be synced (`None` in memory).
-    wal: Option<Wal>,
+    wal: Option<Box<Wal>>,
     /// Read-write transactions committed since open.
     committed: AtomicU64,
     /// Of those, the first `durable` are durable against power loss.
@@ -359,7 +359,7 @@ impl Sqlite {
         }
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        db.wal = Some(Wal { path: wal.into(), file: Mutex::new(None), failed: Default::default() });
+        db.wal = Some(Box::new(Wal { path: wal.into(), file: Mutex::new(None), failed: Default::default() }));
         // The log file exists now (the migration's transactions wrote it): its name is made
         // durable once, so a log flushed later is found after a power loss.
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
