@@ -88,6 +88,9 @@ pub(crate) struct Began {
     pub txn: u64,
     /// The size the writer may make the file, at most.
     pub size_limit: u64,
+    /// The components the transaction could not be opened on (a bit set):
+    /// a write there would have no undo.
+    pub unopened: u64,
 }
 
 // A file's components fit the bit sets of its intent.
@@ -99,7 +102,7 @@ fn component_bits(components: &BTreeSet<usize>) -> u64 {
 }
 
 /// Whether the bit set `bits` holds component `idx`.
-fn holds(bits: u64, idx: usize) -> bool {
+pub(crate) fn holds(bits: u64, idx: usize) -> bool {
     idx < 64 && bits & (1 << idx) != 0
 }
 
@@ -195,7 +198,7 @@ impl Manager {
             self.meta_after_write(move |ns| ns.intent(txn)).await?
         };
         let size_limit = intent.map_or(u64::MAX, |i| i.size_limit);
-        Ok(Began { txn, size_limit })
+        Ok(Began { txn, size_limit, unopened: component_bits(&unopened) })
     }
 
     /// A metadata call a request makes after it committed something, which
