@@ -30,16 +30,17 @@
 //! and the manager or a drive. At the end the faults stop, everything comes
 //! back, and every file of every client is read and every directory listed.
 //!
-//! Open finding: seeds 4, 9, 10 (`--duration 60`) and 8 (120 s) end with a
-//! `stripe:2` file unreadable after the faults stopped, a component Stale.
-//! Seed 8 traced: an overwrite failed while a drive was down (its write
-//! transaction not opened there); the rollback at the lease's end marks the
-//! component stale, as the coordinator must when a writer may have written
-//! there without undo (`nasd_manager` `coordinator.rs`, `Manager::abort`);
-//! with no redundancy there is nothing to resync it from, and later
-//! acknowledged rewrites of the whole file do not clear it, so they do not
-//! read back. Mirrored and Reed-Solomon files keep every property in the
-//! same runs.
+//! Open finding: seeds 11 and 14 (`--duration 60`) end with a `stripe:2`
+//! file unreadable after the faults stopped, a component Stale. Traced in
+//! seed 8 (before its fix): an overwrite failed while a drive was down (its
+//! write transaction not opened there); the rollback at the lease's end
+//! marks the component stale, as the coordinator must when a writer may
+//! have written there without undo (`nasd_manager` `coordinator.rs`,
+//! `Manager::abort`: a write names no transaction, so a drive cannot refuse
+//! one outside it); with no redundancy nothing can resync it. A later cut
+//! to size 0 (a whole-file rewrite) now makes it current; a file not
+//! rewritten so stays unreadable. Mirrored and Reed-Solomon files keep
+//! every property in the same runs.
 //!
 //! Not yet here: the authentication server, a manager power loss (losing
 //! the last `metadata_sync_ms` of acknowledged changes, which the model
