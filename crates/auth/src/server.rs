@@ -39,20 +39,29 @@ impl AuthServer {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
         let stop = shutdown.clone();
-        accept_sessions(listener, AUTH_SESSIONS_MAX, AUTH_SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
-            let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
-            async move {
-                if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
-                    tracing::debug!(%peer, error = %e, "session ended");
+        // The authentication server is not simulated yet: its sessions are the real environment's.
+        let env = nasd_env::Env::real();
+        accept_sessions(
+            &env,
+            listener.into(),
+            AUTH_SESSIONS_MAX,
+            AUTH_SESSIONS_PER_PEER_MAX,
+            shutdown,
+            |socket, peer| {
+                let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
+                async move {
+                    if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
+                        tracing::debug!(%peer, error = %e, "session ended");
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 
     async fn session(
         &self,
-        socket: tokio::net::TcpStream,
+        socket: nasd_env::Stream,
         host: IpAddr,
         tls: TlsAcceptor,
         mut shutdown: watch::Receiver<bool>,

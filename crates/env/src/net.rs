@@ -99,6 +99,15 @@ impl Stream {
         }
     }
 
+    /// True if the connection is open and nothing has arrived on it, found
+    /// without waiting ([`ReadHalf::is_open_and_idle`]).
+    pub fn is_open_and_idle(&self) -> bool {
+        match &self.0 {
+            StreamInner::Tcp(s) => tcp_open_and_idle(s),
+            StreamInner::Sim { rd, .. } => rd.is_open_and_idle(),
+        }
+    }
+
     /// Splits into halves that can be used from different tasks.
     pub fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self.0 {
@@ -177,14 +186,17 @@ impl ReadHalf {
     /// empty). False once the peer closed or reset it, or sent bytes.
     pub fn is_open_and_idle(&self) -> bool {
         match &self.0 {
-            ReadInner::Tcp(r) => {
-                let mut probe = [std::mem::MaybeUninit::uninit()];
-                let socket = socket2::SockRef::from(r.as_ref());
-                matches!(socket.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
+            ReadInner::Tcp(r) => tcp_open_and_idle(r.as_ref()),
             ReadInner::Sim(r) => r.is_open_and_idle(),
         }
     }
+}
+
+/// A TCP socket is peeked: "would block" means open and empty.
+fn tcp_open_and_idle(s: &tokio::net::TcpStream) -> bool {
+    let mut probe = [std::mem::MaybeUninit::uninit()];
+    let socket = socket2::SockRef::from(s);
+    matches!(socket.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 impl AsyncRead for ReadHalf {

@@ -7,7 +7,8 @@ use nasd_proto::fs::Ino;
 use nasd_proto::manager::FileAccess;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Capability lifetime left at which the client refreshes before using it.
 fn refresh_margin(lifetime: Duration) -> Duration {

@@ -46,9 +46,9 @@ use nasd_proto::routing::{name_site, RoutingPolicy, RoutingTable};
 use nasd_proto::DecodeError;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -238,7 +238,7 @@ const FAILOVER_POLL: Duration = Duration::from_millis(100);
 
 /// A logged-in connection.
 pub(crate) struct ManagerConn {
-    stream: TlsStream<TcpStream>,
+    stream: TlsStream<nasd_env::Stream>,
     next_id: u64,
     /// Set while a request is in flight; left set if it did not finish.
     broken: bool,
@@ -299,7 +299,7 @@ impl ManagerConn {
         let server_name = &config.server_name;
         let deadline = (addr.to_string(), config.reply_timeout);
         let connecting = (addr.to_string(), connect_wait.min(config.reply_timeout));
-        let socket = within(&connecting, "accept the connection", TcpStream::connect(addr)).await.map_err(|e| {
+        let socket = within(&connecting, "accept the connection", config.env.connect(addr)).await.map_err(|e| {
             Unreached::Down(FsError::ManagerUnreachable {
                 message: format!("cannot reach the manager at {addr}: {e} (is `nasd up` or `nasd manager` running?)"),
             })
@@ -370,10 +370,7 @@ impl ManagerConn {
         if self.broken {
             return false;
         }
-        let mut probe = [std::mem::MaybeUninit::uninit()];
-        // The socket is non-blocking: "would block" means open, with nothing unread.
-        let socket = socket2::SockRef::from(self.stream.get_ref().0);
-        matches!(socket.peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        self.stream.get_ref().0.is_open_and_idle()
     }
 
     /// Sends a request and waits for its reply.
@@ -802,6 +799,7 @@ impl ManagerPool {
                 self.note_waiting(patience.wait);
             }
             tokio::select! {
+                biased;
                 () = &mut back => {}
                 () = self.probe() => {}
                 () = sleep_or_forever(left) => {}
@@ -824,7 +822,7 @@ impl ManagerPool {
     async fn probe(&self) {
         let mut last = self.probe.lock().await;
         if let Some(at) = *last {
-            tokio::time::sleep_until((at + crate::MANAGER_PROBE_PAUSE).into()).await;
+            tokio::time::sleep_until(at + crate::MANAGER_PROBE_PAUSE).await;
         }
         if self.outage().is_none() {
             return;

@@ -71,8 +71,9 @@ use nasd_stripe::{ReadAhead, Report, Seek, StripeError, Striper, WriteBehind, Wr
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 /// Pause before a write transaction whose timed commit found no manager is
 /// tried again (by its timer; a write or flush meanwhile tries at once).
@@ -536,8 +537,8 @@ impl Inner {
     /// call, as a background write's would be.
     fn arm(self: &Arc<Self>, txn: u64, at: Instant) -> Timer {
         let file = Arc::downgrade(self);
-        Timer::new(tokio::spawn(async move {
-            tokio::time::sleep_until(at.into()).await;
+        Timer::new(self.striper.env().spawn(async move {
+            tokio::time::sleep_until(at).await;
             let Some(file) = file.upgrade() else { return };
             let mut io = file.io.lock().await;
             match io.txn.as_mut() {

@@ -87,8 +87,9 @@ use nasd_stripe::{DrivePool, Target};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
+use tokio::time::Instant;
 
 /// Why a file-system call failed.
 #[derive(Debug, Error)]
@@ -262,6 +263,10 @@ pub struct FsConfig {
     /// Told once per wait, with the manager's message naming the database,
     /// when a request starts to wait out an outage (the CLI prints it).
     pub on_wait: Option<WaitNotice>,
+    /// The clock, randomness, tasks and network the client runs on: the
+    /// operating system's ([`nasd_env::Env::real`], the default), or a
+    /// simulated world's.
+    pub env: nasd_env::Env,
 }
 
 /// What [`FsConfig::on_wait`] calls with the manager's message.
@@ -309,6 +314,7 @@ impl Default for FsConfig {
             identity_source: None,
             metadata_wait: METADATA_WAIT_DEFAULT,
             on_wait: None,
+            env: nasd_env::Env::real(),
         }
     }
 }
@@ -507,7 +513,7 @@ impl FsClient {
         }
         let tls = connector(&config.ca_cert)?;
         // The drive pool's connections hold the identity (set, and swapped at every renewal, by the cell).
-        let drives = Arc::new(DrivePool::new());
+        let drives = Arc::new(DrivePool::new_in(&config.env));
         let id_cell = renew::IdentityCell::new(config.identity.clone(), config.identity_source.clone(), drives.clone());
         let (manager, identity) = ManagerPool::open(config, id_cell.clone(), &tls).await?;
         Ok(FsClient {
@@ -517,7 +523,7 @@ impl FsClient {
                 id_cell,
                 manager,
                 drives,
-                gateway_drives: Arc::new(DrivePool::new()),
+                gateway_drives: Arc::new(DrivePool::new_in(&config.env)),
                 held: Mutex::new(HashMap::new()),
             }),
             acting: None,

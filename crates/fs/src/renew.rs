@@ -37,7 +37,8 @@ use nasd_proto::IdentityData;
 use nasd_stripe::{BoxFuture, DrivePool};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Where a client gets a fresh identity (credential and identity key) when
 /// the one it holds nears expiry: typically a login at the authentication
@@ -61,10 +62,6 @@ pub const RENEW_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// the smaller of a tenth of `lifetime` and [`RENEW_MARGIN_MAX`].
 pub fn renew_margin(lifetime: Duration) -> Duration {
     (lifetime / RENEW_MARGIN_DIVISOR).min(RENEW_MARGIN_MAX)
-}
-
-fn unix_now_ns() -> u64 {
-    nasd_env::clock::system_ns()
 }
 
 /// Whether a manager's refusal means the session's identity key has run
@@ -94,9 +91,10 @@ struct Held {
 }
 
 impl Held {
-    fn new(credential: IdentityData, key: Key, generation: u64) -> Held {
+    /// `wall_ns`: the wall clock now (the credential's expiry is on it).
+    fn new(credential: IdentityData, key: Key, generation: u64, wall_ns: u64) -> Held {
         let now = Instant::now();
-        let left = Duration::from_nanos(credential.expiration_ns.saturating_sub(unix_now_ns()));
+        let left = Duration::from_nanos(credential.expiration_ns.saturating_sub(wall_ns));
         Held {
             credential,
             key,
@@ -139,8 +137,9 @@ impl IdentityCell {
         drives: Arc<DrivePool>,
     ) -> Arc<IdentityCell> {
         drives.set_identity(identity.as_ref().map(|(c, k)| drive_auth(*c, k.clone())));
+        let wall_ns = drives.env().now_ns();
         Arc::new(IdentityCell {
-            held: Mutex::new(identity.map(|(c, k)| Held::new(c, k, 0))),
+            held: Mutex::new(identity.map(|(c, k)| Held::new(c, k, 0, wall_ns))),
             source,
             renewing: tokio::sync::Mutex::new(()),
             background: AtomicBool::new(false),
@@ -201,7 +200,7 @@ impl IdentityCell {
             self.renew(generation).await;
         } else if !self.background.swap(true, Ordering::SeqCst) {
             let me = self.clone();
-            tokio::spawn(async move {
+            self.drives.env().spawn(async move {
                 me.renew(generation).await;
                 me.background.store(false, Ordering::SeqCst);
             });
@@ -245,7 +244,7 @@ impl IdentityCell {
                     "identity key renewed"
                 );
                 self.drives.set_identity(Some(drive_auth(credential, key.clone())));
-                *h = Held::new(credential, key, generation);
+                *h = Held::new(credential, key, generation, self.drives.env().now_ns());
                 self.renewals.fetch_add(1, Ordering::SeqCst);
                 true
             }

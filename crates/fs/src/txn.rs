@@ -7,7 +7,8 @@
 use nasd_proto::manager::DIRTY_RANGES_MAX;
 use nasd_stripe::{WriteBehind, WriteOutcome};
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Bytes one write transaction takes before the client commits it and begins
 /// the next at a clean point. A transaction's writes are what a failure rolls

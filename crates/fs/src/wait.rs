@@ -28,7 +28,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Pause between two attempts at a new connection while no manager answers
 /// (one attempt at a time, whatever the number of waiting requests): the

@@ -22,7 +22,7 @@ async fn half_provisioned_drives_are_set_up_again_and_foreign_ones_refused() {
     // A manager provisioned this drive fully, then died before recording it.
     let orphaned = TestDrive::start(tmp.path().join("d0")).await;
     let mut c = DriveClient::connect(orphaned.addr).await.unwrap();
-    let lost_keys = DriveKeys::generate();
+    let lost_keys = DriveKeys::generate(nasd_env::clock::system_ns() / 1_000_000_000);
     DriveHandle::provision(&mut c, &orphaned.master, &lost_keys, config.partition, 1 << 30, Protection::INTEGRITY_ARGS)
         .await
         .unwrap();
@@ -30,9 +30,16 @@ async fn half_provisioned_drives_are_set_up_again_and_foreign_ones_refused() {
     // Another drive holds someone else's partition.
     let foreign = TestDrive::start(tmp.path().join("d1")).await;
     let mut c = DriveClient::connect(foreign.addr).await.unwrap();
-    DriveHandle::provision(&mut c, &foreign.master, &DriveKeys::generate(), 77, 1 << 30, Protection::INTEGRITY_ARGS)
-        .await
-        .unwrap();
+    DriveHandle::provision(
+        &mut c,
+        &foreign.master,
+        &DriveKeys::generate(nasd_env::clock::system_ns() / 1_000_000_000),
+        77,
+        1 << 30,
+        Protection::INTEGRITY_ARGS,
+    )
+    .await
+    .unwrap();
 
     let m = Manager::open(&tmp.path().join("manager"), config).unwrap();
     let drive = m.add_drive(&orphaned.addr.to_string(), &orphaned.master).await.expect("set up again");

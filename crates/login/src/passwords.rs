@@ -113,12 +113,31 @@ type Job = Box<dyn FnOnce(&mut Memory) + Send>;
 /// [`Memory`]; jobs queue (at most [`ARGON2_QUEUE_MAX`]) for a free one.
 /// The threads end when the pool is dropped.
 pub struct Pool {
-    jobs: mpsc::Sender<Job>,
+    jobs: Workers,
+}
+
+/// Where a [`Pool`]'s jobs run.
+enum Workers {
+    /// Its own threads, fed by this queue.
+    Threads(mpsc::Sender<Job>),
+    /// A simulated environment's blocking tasks, one [`Memory`] each: the
+    /// simulator runs blocking work in turn with its one thread, so a hash
+    /// never overlaps simulated time.
+    Env(nasd_env::Env),
 }
 
 impl Pool {
     /// Starts the worker threads (their memory is allocated at their first job).
     pub fn start() -> Pool {
+        Pool::start_in(&nasd_env::Env::real())
+    }
+
+    /// [`Pool::start`] in `env`: the real environment starts the threads, a
+    /// simulated one runs each job as one of its blocking tasks.
+    pub fn start_in(env: &nasd_env::Env) -> Pool {
+        if !env.is_real() {
+            return Pool { jobs: Workers::Env(env.clone()) };
+        }
         let (jobs, queue) = mpsc::channel::<Job>(ARGON2_QUEUE_MAX);
         let queue = Arc::new(Mutex::new(queue));
         for i in 0..ARGON2_WORKERS {
@@ -128,7 +147,7 @@ impl Pool {
                 .spawn(move || work(&queue))
                 .expect("cannot start an argon2 worker thread");
         }
-        Pool { jobs }
+        Pool { jobs: Workers::Threads(jobs) }
     }
 
     /// Runs `f` on a worker with its memory, once one is free. A caller that
@@ -138,13 +157,25 @@ impl Pool {
     /// # Errors
     /// The workers are gone (the pool is being dropped).
     pub async fn run<R: Send + 'static>(&self, f: impl FnOnce(&mut Memory) -> R + Send + 'static) -> Result<R, String> {
+        let jobs = match &self.jobs {
+            Workers::Threads(jobs) => jobs,
+            Workers::Env(env) => {
+                return env.spawn_blocking(move || f(&mut Memory::new())).await.map_err(|e| {
+                    if e.is_panic() {
+                        eprintln!("fatal: an argon2 job panicked; stopping the manager");
+                        std::process::abort();
+                    }
+                    "an argon2 job did not finish".to_string()
+                });
+            }
+        };
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |memory| {
             if !tx.is_closed() {
                 let _ = tx.send(f(memory));
             }
         });
-        self.jobs.send(job).await.map_err(|_| "the argon2 workers have stopped".to_string())?;
+        jobs.send(job).await.map_err(|_| "the argon2 workers have stopped".to_string())?;
         rx.await.map_err(|_| "an argon2 job did not finish".to_string())
     }
 }

@@ -2,36 +2,40 @@
 //! so many sessions at once, so it cannot take every slot (each costs a TLS
 //! state and, before login, a login message's buffer).
 
+use nasd_env::{Env, Listener, Stream};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 /// Accepts connections on `listener` until `shutdown` turns true and runs
 /// `session` for each on a task of its own: at most `sessions_max` at once
 /// (more wait to be accepted) and `per_host` from one host (more are closed
 /// on accept). A session's slots are given back when its future ends.
+/// Session tasks are `env`'s (a simulated crash of the daemon ends them).
 pub async fn accept_sessions<F, S>(
-    listener: TcpListener,
+    env: &Env,
+    listener: Listener,
     sessions_max: usize,
     per_host: usize,
     mut shutdown: watch::Receiver<bool>,
     session: F,
 ) where
-    F: Fn(TcpStream, SocketAddr) -> S,
+    F: Fn(Stream, SocketAddr) -> S,
     S: Future<Output = ()> + Send + 'static,
 {
     let sessions = Arc::new(Semaphore::new(sessions_max));
     let hosts = HostLimit::new(per_host);
     loop {
         let permit = tokio::select! {
+            biased;
             p = sessions.clone().acquire_owned() => p.expect("semaphore never closed"),
             _ = shutdown.changed() => return,
         };
         let (socket, peer) = tokio::select! {
+            biased;
             a = listener.accept() => match a {
                 Ok(a) => a,
                 Err(e) => {
@@ -48,7 +52,7 @@ pub async fn accept_sessions<F, S>(
         };
         let _ = socket.set_nodelay(true);
         let served = session(socket, peer);
-        tokio::spawn(async move {
+        env.spawn(async move {
             served.await;
             drop((permit, slot));
         });

@@ -41,7 +41,8 @@ use nasd_proto::manager::{ClusterStatus, DriveState, DriveStatus, DRIVES_MAX};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// The heartbeat's connection to one drive, and whether its last attempt
 /// found the connection broken (the drive may be restarting).
@@ -151,8 +152,9 @@ impl Manager {
             let Heartbeat { conn, suspect } = conns.remove(&d.drive).unwrap_or_default();
             let mut conn = conn;
             let (addr, id, drive) = (d.addr.clone(), d.drive_id, d.drive);
+            let env = self.env.clone();
             async move {
-                let probe = health::probe(&mut conn, &addr, id).await;
+                let probe = health::probe(&env, &mut conn, &addr, id).await;
                 (drive, conn, suspect, probe)
             }
         });

@@ -82,6 +82,9 @@ pub(crate) struct Began {
     pub txn: u64,
     /// The size the writer may make the file, at most.
     pub size_limit: u64,
+    /// The components the transaction could not be opened on (a bit set):
+    /// a write there would have no undo.
+    pub unopened: u64,
 }
 
 // A file's components fit the bit sets of its intent.
@@ -93,13 +96,8 @@ fn component_bits(components: &BTreeSet<usize>) -> u64 {
 }
 
 /// Whether the bit set `bits` holds component `idx`.
-fn holds(bits: u64, idx: usize) -> bool {
+pub(crate) fn holds(bits: u64, idx: usize) -> bool {
     idx < 64 && bits & (1 << idx) != 0
-}
-
-/// Nanoseconds since the Unix epoch, now.
-pub(crate) fn now_ns() -> i64 {
-    nasd_env::clock::system_ns().min(i64::MAX as u64) as i64
 }
 
 /// The component ranges that the file ranges `dirty` touch in component `idx`
@@ -174,7 +172,7 @@ impl Manager {
         let lease = self.config.write_lease;
         let waited_since = tokio::time::Instant::now();
         let txn = loop {
-            let (c, deadline) = (s.caller.clone(), now_ns().saturating_add(lease.as_nanos() as i64));
+            let (c, deadline) = (s.caller.clone(), self.now_ns().saturating_add(lease.as_nanos() as i64));
             match self.meta(move |ns| ns.begin_write(&c, ino, deadline)).await {
                 Ok(txn) => break txn,
                 Err(f) if f.status == FsStatus::Busy => {
@@ -194,7 +192,7 @@ impl Manager {
             self.meta_after_write(move |ns| ns.intent(txn)).await?
         };
         let size_limit = intent.map_or(u64::MAX, |i| i.size_limit);
-        Ok(Began { txn, size_limit })
+        Ok(Began { txn, size_limit, unopened: component_bits(&unopened) })
     }
 
     /// `WRITE_SMALL`: writes bytes below the file's small-file threshold in
@@ -264,7 +262,7 @@ impl Manager {
     /// lease ran out, finishes an abort. Returns whether it is gone.
     async fn clear_intent(&self, intent: &Intent) -> bool {
         match intent.state {
-            IntentState::Open if intent.deadline_ns >= now_ns() => false,
+            IntentState::Open if intent.deadline_ns >= self.now_ns() => false,
             IntentState::Open | IntentState::Aborting => self.abort(intent.txn).await,
             // A committed intent is finished by whoever committed it; it is about to go.
             IntentState::Committed => {
@@ -370,7 +368,7 @@ impl Manager {
         // What the file's data takes now (quotas count it, not the size).
         let stored = self.stored_bytes(&inode, inode.attr.size.max(written_end)).await;
         let c = s.caller.clone();
-        let now = now_ns();
+        let now = self.now_ns();
         let committed = self.meta(move |ns| ns.commit_write(&c, ino, txn, written_end, stored, &stale, now)).await;
         let inode = match committed {
             Err(f) if f.status == FsStatus::QuotaExceeded => {
@@ -488,7 +486,7 @@ impl Manager {
     pub(crate) fn end_in_background(&self, inode: &Inode, txn: u64, commit: bool) {
         let ends: Vec<(Arc<DriveHandle>, u64)> =
             inode.components.iter().filter_map(|c| Some((self.drive(c.object.drive).ok()?, c.object.object))).collect();
-        tokio::spawn(async move {
+        self.env.spawn(async move {
             for (d, object) in ends {
                 if let Err(e) = d.txn_end(object, txn, commit).await {
                     tracing::debug!(drive = d.drive, object, txn, error = %e, "transaction end left to recovery");
@@ -645,7 +643,7 @@ impl Manager {
             let Ok(page) = self.meta(move |ns| ns.intents(after, nasd_meta::BATCH_MAX)).await else { return };
             let Some(last) = page.last() else { return };
             after = last.txn;
-            let now = now_ns();
+            let now = self.now_ns();
             for intent in &page {
                 let expired = intent.state == IntentState::Open && intent.deadline_ns < now;
                 if expired || intent.state == IntentState::Aborting {

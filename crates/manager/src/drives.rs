@@ -26,12 +26,11 @@ pub const SCRUB_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// what orphan collection reads from a drive.
 pub const PARTITION_OBJECTS_MAX: u64 = 64 * 1024 * 1024;
 
-fn local_ns() -> i64 {
-    nasd_env::clock::system_ns().min(i64::MAX as u64) as i64
-}
-
 /// A drive the manager uses.
 pub struct DriveHandle {
+    /// The environment connections are made in and the local clock read
+    /// from ([`DriveHandle::in_env`]).
+    env: nasd_env::Env,
     /// The manager's number for it.
     pub drive: u32,
     /// Its identity (capabilities name it).
@@ -161,7 +160,7 @@ macro_rules! on_drive {
             }
             let $c = slot.as_mut().expect("connected above");
             let r = timed($call).await;
-            let offset = ($c.drive_time_ns() as i128 - local_ns() as i128).clamp(i64::MIN as i128, i64::MAX as i128);
+            let offset = ($c.drive_time_ns() as i128 - $self.local_ns() as i128).clamp(i64::MIN as i128, i64::MAX as i128);
             $self.clock_offset_ns.store(offset as i64, Ordering::Relaxed);
             let unanswered = matches!(&r, Err(e) if e.status().is_none());
             if unanswered {
@@ -178,6 +177,17 @@ macro_rules! on_drive {
 }
 
 impl DriveHandle {
+    /// The same handle in `env` (the manager's).
+    pub fn in_env(mut self, env: &nasd_env::Env) -> Self {
+        self.env = env.clone();
+        self
+    }
+
+    /// The local wall clock.
+    fn local_ns(&self) -> i64 {
+        self.env.now_ns().min(i64::MAX as u64) as i64
+    }
+
     /// A handle for a drive set up earlier.
     pub fn new(
         drive: u32,
@@ -189,6 +199,7 @@ impl DriveHandle {
         keys: DriveKeys,
     ) -> Self {
         DriveHandle {
+            env: nasd_env::Env::real(),
             drive,
             drive_id,
             addr,
@@ -287,7 +298,7 @@ impl DriveHandle {
     }
 
     async fn connect(&self) -> Result<DriveClient, ClientError> {
-        let mut c = timed(DriveClient::connect(self.addr.as_str())).await?;
+        let mut c = timed(DriveClient::connect_in(&self.env, self.addr.as_str(), nasd_client::DRIVE_WAIT_MAX)).await?;
         if c.drive_id() != self.drive_id {
             return Err(ClientError::Protocol(format!(
                 "the drive at {} is not drive {} (its identity changed): refusing to use it",
@@ -303,7 +314,7 @@ impl DriveHandle {
 
     /// The manager's estimate of the drive's clock, in nanoseconds.
     pub fn drive_now_ns(&self) -> u64 {
-        (local_ns() + self.clock_offset_ns.load(Ordering::Relaxed)).max(0) as u64
+        (self.local_ns() + self.clock_offset_ns.load(Ordering::Relaxed)).max(0) as u64
     }
 
     /// The least protection a capability with `rights` demands: a write

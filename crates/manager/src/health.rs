@@ -9,7 +9,8 @@
 
 use nasd_client::DriveClient;
 use nasd_proto::DriveInfo;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How often each drive is probed.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
@@ -118,11 +119,11 @@ impl DriveHealth {
 /// One heartbeat: `INQUIRY` on `conn` (connecting first if needed), within
 /// [`HEARTBEAT_TIMEOUT`]. Checks the drive is the one expected; drops the
 /// connection on any failure so the next probe connects afresh.
-pub async fn probe(conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16]) -> Probe {
+pub async fn probe(env: &nasd_env::Env, conn: &mut Option<DriveClient>, addr: &str, drive_id: [u8; 16]) -> Probe {
     let fresh = conn.is_none();
     let attempt = async {
         if conn.is_none() {
-            let c = DriveClient::connect(addr).await.ok()?;
+            let c = DriveClient::connect_in(env, addr, nasd_client::DRIVE_WAIT_MAX).await.ok()?;
             if c.drive_id() != drive_id {
                 tracing::warn!(addr, "a different drive answers at this address: counting it as down");
                 return None;

@@ -238,10 +238,6 @@ struct DriveIds {
     super_pals_set: bool,
 }
 
-fn now_ns() -> u64 {
-    nasd_env::clock::system_ns()
-}
-
 /// A service login at the first of `link`'s servers that answers; a
 /// refusal (a wrong token) ends it at once.
 async fn service_login(link: &AuthLink) -> Result<AuthClient, AuthError> {
@@ -450,7 +446,7 @@ impl Manager {
         if !ct_eq(&expected, proof) {
             return Err(bad());
         }
-        if now_ns() > credential.expiration_ns {
+        if self.env.now_ns() > credential.expiration_ns {
             return Err(Failure::new(
                 FsStatus::NotLoggedIn,
                 "the identity key has expired: log in at the authentication server again",

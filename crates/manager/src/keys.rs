@@ -38,10 +38,6 @@ impl std::fmt::Debug for DriveKeys {
     }
 }
 
-fn now_s() -> u64 {
-    nasd_env::clock::system_ns() / 1_000_000_000
-}
-
 fn context(drive: u32) -> Vec<u8> {
     let mut c = b"nasd manager drive keys v1 drive ".to_vec();
     c.extend_from_slice(&drive.to_le_bytes());
@@ -49,33 +45,34 @@ fn context(drive: u32) -> Vec<u8> {
 }
 
 impl DriveKeys {
-    /// Fresh random keys with working key version 1.
-    pub fn generate() -> Self {
+    /// Fresh random keys with working key version 1, made at `now_s` (the
+    /// manager's wall clock, seconds since the Unix epoch).
+    pub fn generate(now_s: u64) -> Self {
         DriveKeys {
             drive: Key::random(),
             partition: Key::random(),
             current: (1, Key::random()),
             previous: (0, Key::from_bytes([0; KEY_LEN])),
-            rotated_at_s: now_s(),
+            rotated_at_s: now_s,
         }
     }
 
     /// The keys after a rotation: a new current key one version up, the
-    /// current one kept as previous.
-    pub fn rotated(&self) -> Self {
+    /// current one kept as previous, made at `now_s`.
+    pub fn rotated(&self, now_s: u64) -> Self {
         let version = self.current.0.checked_add(1).expect("working key version overflow after 2^32 rotations");
         DriveKeys {
             drive: self.drive.clone(),
             partition: self.partition.clone(),
             current: (version, Key::random()),
             previous: self.current.clone(),
-            rotated_at_s: now_s(),
+            rotated_at_s: now_s,
         }
     }
 
-    /// Seconds since the last rotation.
-    pub fn age_s(&self) -> u64 {
-        now_s().saturating_sub(self.rotated_at_s)
+    /// Seconds from the last rotation to `now_s`.
+    pub fn age_s(&self, now_s: u64) -> u64 {
+        now_s.saturating_sub(self.rotated_at_s)
     }
 
     /// The working key of `version`, if it is current or previous.
@@ -135,7 +132,7 @@ mod tests {
     #[test]
     fn sealed_keys_open_only_for_their_drive_and_key() {
         let kek = Key::random();
-        let keys = DriveKeys::generate().rotated();
+        let keys = DriveKeys::generate(1).rotated(2);
         let sealed = keys.seal(&kek, 3);
         let back = DriveKeys::open(&kek, 3, &sealed).expect("opens");
         assert_eq!(back.current.0, 2);
@@ -153,10 +150,10 @@ mod tests {
 
     #[test]
     fn working_key_lookup_is_current_or_previous() {
-        let k = DriveKeys::generate();
+        let k = DriveKeys::generate(1);
         assert!(k.working(1).is_some());
         assert!(k.working(0).is_none(), "version 0 means no previous key");
-        let r = k.rotated().rotated();
+        let r = k.rotated(2).rotated(3);
         assert!(r.working(3).is_some() && r.working(2).is_some());
         assert!(r.working(1).is_none(), "two rotations retire a key");
     }

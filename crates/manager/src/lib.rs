@@ -377,6 +377,9 @@ impl std::error::Error for Failure {}
 
 /// A running file manager.
 pub struct Manager {
+    /// The clock, randomness, tasks, network and disk the manager runs on
+    /// ([`Manager::open_in`]).
+    env: nasd_env::Env,
     ns: Arc<Namespace<Store>>,
     /// This manager's id: the holder of its leases ([`shared`]).
     id: String,
@@ -465,13 +468,26 @@ impl Manager {
     /// database and the key-encryption key. Drives are not contacted until
     /// [`recover`](Self::recover).
     pub fn open(dir: &Path, config: ManagerConfig) -> anyhow::Result<Arc<Manager>> {
+        Manager::open_in(&nasd_env::Env::real(), dir, config)
+    }
+
+    /// [`Manager::open`] in `env`: the metadata database on the
+    /// environment's disk; its tasks, connections, clock and randomness the
+    /// environment's. The key files (`manager.key`, `manager.id`) are always
+    /// the real file system's (written whole and synced, nothing a crash can
+    /// tear).
+    pub fn open_in(env: &nasd_env::Env, dir: &Path, config: ManagerConfig) -> anyhow::Result<Arc<Manager>> {
         config.check()?;
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        if !env.is_real() {
+            env.create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(KEK_FILE))?;
         let id = shared::manager_id(dir)?;
         let location = config.metadata(dir);
         let metadata_target = location.to_string();
-        let backend = location.open().map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
+        let backend =
+            location.open_in(env).map_err(|e| anyhow::anyhow!("cannot open the metadata at {location}: {e}"))?;
         let ns = Namespace::new(backend, config.default_layout)
             .and_then(|ns| ns.with_small_file_threshold(config.small_file_threshold))
             .map(|ns| ns.with_capabilities(config.auth_scheme.capabilities()))
@@ -482,6 +498,7 @@ impl Manager {
         let users_epoch =
             ns.counter(shared::USERS_EPOCH_SETTING).map_err(|e| anyhow::anyhow!("cannot read the users epoch: {e}"))?;
         let manager = Manager {
+            env: env.clone(),
             ns: Arc::new(ns),
             id,
             kek,
@@ -493,13 +510,13 @@ impl Manager {
             drive_admin: tokio::sync::Mutex::new(()),
             failing: Default::default(),
             drive_backoff: Default::default(),
-            argon2: passwords::Pool::start(),
+            argon2: passwords::Pool::start_in(env),
             login_backoff: Default::default(),
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             pal_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             health: Default::default(),
             recent: Default::default(),
-            data_pool: Arc::new(nasd_stripe::DrivePool::new()),
+            data_pool: Arc::new(nasd_stripe::DrivePool::new_in(env)),
             repair: Default::default(),
             repair_kick: tokio::sync::Notify::new(),
             out_of_service: Default::default(),
@@ -532,20 +549,34 @@ impl Manager {
         Ok(Arc::new(manager))
     }
 
+    /// The environment the manager runs in.
+    pub fn env(&self) -> &nasd_env::Env {
+        &self.env
+    }
+
+    /// The wall clock, nanoseconds since the Unix epoch (as an `i64`, as
+    /// write intents keep deadlines).
+    pub(crate) fn now_ns(&self) -> i64 {
+        self.env.now_ns().min(i64::MAX as u64) as i64
+    }
+
     fn attach(&self, rec: &DriveRecord, keys: DriveKeys) -> Arc<DriveHandle> {
-        let handle = Arc::new(DriveHandle::new(
-            rec.drive,
-            rec.drive_id,
-            rec.addr.clone(),
-            rec.partition,
-            self.config.protection,
-            if self.config.write_integrity_waived.contains(&rec.drive) {
-                self.config.protection
-            } else {
-                self.config.protection.union(self.config.write_protection)
-            },
-            keys,
-        ));
+        let handle = Arc::new(
+            DriveHandle::new(
+                rec.drive,
+                rec.drive_id,
+                rec.addr.clone(),
+                rec.partition,
+                self.config.protection,
+                if self.config.write_integrity_waived.contains(&rec.drive) {
+                    self.config.protection
+                } else {
+                    self.config.protection.union(self.config.write_protection)
+                },
+                keys,
+            )
+            .in_env(&self.env),
+        );
         self.drives.write().expect("drives lock").push(handle.clone());
         handle
     }
@@ -603,11 +634,12 @@ impl Manager {
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        tokio::spawn(async move {
+        self.env.spawn(async move {
             let mut tick = tokio::time::interval(me.config.metadata_sync_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
+                    biased;
                     _ = tick.tick() => {}
                     _ = shutdown.changed() => {}
                 }
@@ -654,7 +686,7 @@ impl Manager {
             let r = f(&ns);
             (r, nasd_meta::commits_on_this_thread() != before)
         };
-        match tokio::task::spawn_blocking(run).await {
+        match self.env.spawn_blocking(run).await {
             Ok((r, wrote)) => {
                 if wrote {
                     let _ = REQUEST_WROTE.try_with(|w| w.set(true));
@@ -891,7 +923,8 @@ impl Manager {
         };
         // Timed: the drive-admin lock is held, and pool refills, key rotation
         // and orphan collection wait for it.
-        let mut client = drives::timed(nasd_client::DriveClient::connect(addr)).await.map_err(unavailable)?;
+        let connect = nasd_client::DriveClient::connect_in(&self.env, addr, nasd_client::DRIVE_WAIT_MAX);
+        let mut client = drives::timed(connect).await.map_err(unavailable)?;
         let info = drives::timed(client.inquiry()).await.map_err(unavailable)?;
         let existing = self.drives();
         if existing.iter().any(|d| d.drive_id == info.drive_id) {
@@ -912,7 +945,7 @@ impl Manager {
                 ),
             ));
         }
-        let keys = DriveKeys::generate();
+        let keys = DriveKeys::generate(self.env.now_secs());
         let quota = info.capacity_bytes;
         DriveHandle::provision(&mut client, master, &keys, self.config.partition, quota, self.config.protection)
             .await

@@ -13,8 +13,9 @@ use nasd_meta::AcvIntent;
 use nasd_proto::fs::{FsStatus, ObjectRef};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Most intention-log entries one maintenance pass finishes.
 const INTENTS_PER_PASS_MAX: usize = 4096;
@@ -175,7 +176,7 @@ impl Manager {
     /// the intention logs.
     pub fn spawn_maintenance(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        tokio::spawn(async move {
+        self.env.spawn(async move {
             let maintenance = me.every(me.config.maintenance_interval, shutdown.clone(), || me.maintain());
             let heartbeats = me.heartbeat_loop(shutdown.clone());
             let repair = me.repair_loop(shutdown.clone());
@@ -231,6 +232,7 @@ impl Manager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = tick.tick() => pass().await,
                 _ = shutdown.changed() => {}
             }
@@ -433,7 +435,7 @@ impl Manager {
     /// so a crash in between is repaired by [`recover`](Self::recover)
     /// installing the recorded current key.
     async fn rotate_if_due(&self, d: &DriveHandle) -> Result<(), Failure> {
-        if d.keys().age_s() < self.config.rotate_interval.as_secs().max(1) {
+        if d.keys().age_s(self.env.now_secs()) < self.config.rotate_interval.as_secs().max(1) {
             return Ok(());
         }
         self.rotate_keys(d, false).await
@@ -485,10 +487,10 @@ impl Manager {
             d.set_keys(recorded.clone());
             self.install_key(d).await?;
         }
-        if !force && recorded.age_s() < self.config.rotate_interval.as_secs().max(1) {
+        if !force && recorded.age_s(self.env.now_secs()) < self.config.rotate_interval.as_secs().max(1) {
             return Ok(());
         }
-        let next = recorded.rotated();
+        let next = recorded.rotated(self.env.now_secs());
         rec.sealed_keys = next.seal(&self.kek, drive);
         let lease = held.lease.clone();
         self.meta(move |ns| ns.update_drive_fenced(&rec, &lease)).await?;

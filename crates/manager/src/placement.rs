@@ -105,7 +105,7 @@ fn draw<'a>(pool: &[&'a Candidate], rng: &mut impl Rng) -> &'a Candidate {
 #[derive(Debug, Default)]
 pub struct Recent {
     counts: HashMap<u32, u64>,
-    last_decay: Option<std::time::Instant>,
+    last_decay: Option<tokio::time::Instant>,
 }
 
 /// How often recent-placement counts halve.
@@ -113,7 +113,7 @@ pub const RECENT_HALF_LIFE: std::time::Duration = std::time::Duration::from_secs
 
 impl Recent {
     /// Counts one placement on each of `drives`.
-    pub fn record(&mut self, drives: &[u32], now: std::time::Instant) {
+    pub fn record(&mut self, drives: &[u32], now: tokio::time::Instant) {
         self.decay(now);
         for d in drives {
             *self.counts.entry(*d).or_default() += 1;
@@ -121,12 +121,12 @@ impl Recent {
     }
 
     /// Recent placements on `drive`.
-    pub fn of(&mut self, drive: u32, now: std::time::Instant) -> u64 {
+    pub fn of(&mut self, drive: u32, now: tokio::time::Instant) -> u64 {
         self.decay(now);
         self.counts.get(&drive).copied().unwrap_or(0)
     }
 
-    fn decay(&mut self, now: std::time::Instant) {
+    fn decay(&mut self, now: tokio::time::Instant) {
         let last = *self.last_decay.get_or_insert(now);
         let halvings = now.saturating_duration_since(last).as_secs_f64() / RECENT_HALF_LIFE.as_secs_f64();
         if halvings >= 1.0 {
@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn recent_counts_decay() {
         let mut r = Recent::default();
-        let t0 = std::time::Instant::now();
+        let t0 = tokio::time::Instant::now();
         r.record(&[1, 1, 1, 1], t0);
         assert_eq!(r.of(1, t0), 4);
         assert_eq!(r.of(1, t0 + RECENT_HALF_LIFE), 2);

@@ -63,7 +63,7 @@ use nasd_stripe::geometry::Geometry;
 use nasd_stripe::{Binding, StaticBinder, Striper, Target};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// Component bytes copied per step of a repair (one read, one write; the
 /// next chunk is read while one is written, so a repair holds two).
@@ -207,6 +207,7 @@ impl Manager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = tick.tick() => self.repair_pass().await,
                 _ = self.repair_kick.notified() => self.repair_pass().await,
                 _ = shutdown.changed() => {}
@@ -293,6 +294,7 @@ impl Manager {
         let session = crate::service::Session::internal("(repair)", MANAGER);
         let txn = self.begin_scoped(&session, ino, 0).await?.txn;
         let done = tokio::select! {
+            biased;
             done = work(txn) => done,
             lost = self.keep_open(txn) => Err(lost),
         };
@@ -320,7 +322,7 @@ impl Manager {
         let lease = self.config.write_lease;
         loop {
             tokio::time::sleep(lease / LEASE_RENEWALS).await;
-            let deadline = crate::coordinator::now_ns().saturating_add(lease.as_nanos() as i64);
+            let deadline = self.now_ns().saturating_add(lease.as_nanos() as i64);
             if let Err(f) = self.meta(move |ns| ns.extend_intent(txn, deadline)).await {
                 tracing::warn!(txn, error = %f, "a repair's write transaction could not be kept open");
                 return Failure::new(f.status, format!("write transaction {txn} could not be kept open: {f}"));
@@ -701,7 +703,7 @@ impl Manager {
                 // Swapped in only while the transaction is surely open — its deadline moved a
                 // lease ahead in the same metadata call — so no writer changed the component
                 // since it was copied.
-                let deadline = crate::coordinator::now_ns().saturating_add(self.config.write_lease.as_nanos() as i64);
+                let deadline = self.now_ns().saturating_add(self.config.write_lease.as_nanos() as i64);
                 let effects = self
                     .meta(move |ns| {
                         ns.extend_intent(txn, deadline)?;
@@ -772,7 +774,7 @@ impl Manager {
     fn replacement_drive(&self, inode: &Inode) -> Result<u32, Failure> {
         let used: BTreeSet<u32> = inode.components.iter().map(|c| c.object.drive).collect();
         let candidates: Vec<Candidate> = self.candidates().into_iter().filter(|c| !used.contains(&c.drive)).collect();
-        let mut rng = rand::thread_rng();
+        let mut rng = self.env.rng();
         placement::choose(1, &candidates, &mut rng)
             .map(|p| p[0])
             .map_err(|e| Failure::new(FsStatus::NoSpace, format!("no drive can take a rebuilt component: {e}")))

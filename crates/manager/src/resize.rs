@@ -8,10 +8,9 @@
 
 use crate::service::Session;
 use crate::{Failure, Manager};
-use nasd_meta::{AcvIntent, Caller, Inode, SetAttrs, StaleRange};
+use nasd_meta::{AcvIntent, Caller, Inode, Intent, SetAttrs, StaleRange};
 use nasd_proto::fs::{FsStatus, Ino};
 use nasd_proto::limits::OBJECT_SIZE_MAX;
-use nasd_proto::manager::ManagerReply;
 use nasd_stripe::geometry::{Geometry, Role};
 use std::collections::BTreeSet;
 
@@ -32,13 +31,24 @@ impl Manager {
     ) -> Result<(Inode, Vec<AcvIntent>), Failure> {
         let size = set.size.expect("a size change");
         let manager = Session::internal("(resize)", Caller::ROOT);
-        let ManagerReply::Began { txn, .. } = self.begin_write(&manager, ino).await? else {
-            unreachable!("begin_write answers Began")
-        };
+        // The change touches only the components its transaction is open on (their drives keep
+        // undo for it), and the intent says so before any is touched: a rollback then marks stale
+        // no component the change never reached. On a layout without redundancy a stale
+        // component has nothing to be resynced from: a size change that failed while a drive was
+        // down left the file unreadable after the drive came back with its bytes intact
+        // (nasd-sim --cluster, seeds 1 and 3).
+        let began = self.begin_scoped(&manager, ino, Intent::ALL).await?;
+        let (txn, writes) = (began.txn, Intent::ALL & !began.unopened);
+        if began.unopened != 0 {
+            if let Err(e) = self.meta(move |ns| ns.scope_intent(ino, txn, writes, 0).map(|_| ())).await {
+                self.abort(txn).await;
+                return Err(e);
+            }
+        }
         let changed = async {
             // The intent is committed: a short outage is waited out (`meta_after_write`).
             let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
-            let missed = self.resize_components(&inode, size).await?;
+            let missed = self.resize_components(&inode, size, writes).await?;
             let range = missed_range(&geometry_of(&inode)?, inode.attr.size, size);
             let missed: Vec<(usize, StaleRange)> = missed.into_iter().map(|idx| (idx, range)).collect();
             // What the components store after the change (quotas count it).
@@ -67,8 +77,10 @@ impl Manager {
     /// (a drive that died before the heartbeat noticed), misses it — as a
     /// client's write misses it — as long as the layout tolerates the
     /// components missed; past that the change fails (and is rolled back).
+    /// Components outside the bit set `writes` (those of the transaction's
+    /// intent) are not touched: they miss it too.
     /// Returns the components that missed it, for the commit to record.
-    async fn resize_components(&self, inode: &Inode, size: u64) -> Result<BTreeSet<usize>, Failure> {
+    async fn resize_components(&self, inode: &Inode, size: u64, writes: u64) -> Result<BTreeSet<usize>, Failure> {
         let layout = inode.layout.ok_or_else(|| Failure::new(FsStatus::InvalidArgument, "not a regular file"))?;
         let g = geometry_of(inode)?;
         let ino = inode.attr.ino;
@@ -89,7 +101,7 @@ impl Manager {
             missed.insert(idx);
         };
         for (idx, c) in inode.components.iter().enumerate() {
-            if !self.is_up(c.object.drive) {
+            if !crate::coordinator::holds(writes, idx) || !self.is_up(c.object.drive) {
                 missed.insert(idx);
                 continue;
             }

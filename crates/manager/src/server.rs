@@ -19,7 +19,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
@@ -122,7 +121,13 @@ async fn send_replies(
 
 impl Manager {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: impl Into<nasd_env::Listener>,
+        tls: TlsAcceptor,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let listener = listener.into();
         // The first routing table (one manager holds every site) names this manager by the
         // address it advertises, else the one it listens on.
         let addr = match (&self.config().advertise, listener.local_addr()) {
@@ -141,7 +146,8 @@ impl Manager {
         // Acknowledged changes reach the disk within the sync interval, and at shutdown.
         let syncer = self.spawn_metadata_sync(shutdown.clone());
         let stop = shutdown.clone();
-        accept_sessions(listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
+        let env = self.env.clone();
+        accept_sessions(&env, listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
             let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
             async move {
                 if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
@@ -157,7 +163,7 @@ impl Manager {
 
     async fn session(
         self: &Arc<Self>,
-        socket: tokio::net::TcpStream,
+        socket: nasd_env::Stream,
         host: IpAddr,
         tls: TlsAcceptor,
         mut shutdown: watch::Receiver<bool>,
@@ -173,16 +179,18 @@ impl Manager {
         };
         let (mut reader, writer) = tokio::io::split(stream);
         let (replies, to_send) = tokio::sync::mpsc::channel::<Vec<u8>>(CONNECTION_REQUESTS_MAX);
-        let sender = tokio::spawn(send_replies(writer, to_send));
+        let sender = self.env.spawn(send_replies(writer, to_send));
         let permits = Arc::new(tokio::sync::Semaphore::new(CONNECTION_REQUESTS_MAX));
         let ended = loop {
             // A permit before the next body is read: at most CONNECTION_REQUESTS_MAX requests of
             // this connection are held (read, running or being answered) at once.
             let permit = tokio::select! {
+                biased;
                 p = permits.clone().acquire_owned() => p.expect("the connection never closes its semaphore"),
                 _ = shutdown.changed() => break Ok(()),
             };
             let body = tokio::select! {
+                biased;
                 b = tokio::time::timeout(IDLE_TIMEOUT, read_message(&mut reader)) => match b {
                     Ok(Ok(Some(b))) => b,
                     Ok(Ok(None)) | Err(_) => break Ok(()),
@@ -219,7 +227,7 @@ impl Manager {
             // Any other request runs beside the ones before it, its reply sent when ready
             // (replies carry the request id: they may come back in any order).
             let (me, snapshot, replies) = (self.clone(), session.clone(), replies.clone());
-            tokio::spawn(async move {
+            self.env.spawn(async move {
                 let op = req.name();
                 // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
                 let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;

@@ -15,7 +15,8 @@ use nasd_proto::manager::{
     UserInfo, DRIVES_MAX, MANAGER_MESSAGE_MAX, READDIR_ENTRIES_MAX, USERS_MAX, WATCH_WAIT_MAX_MS,
 };
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Longest a new file's placement keeps refilling the drives' object pools
 /// and trying again while concurrent creates take what each refill made
@@ -57,7 +58,7 @@ pub struct Session {
     pub(crate) identity: Option<nasd_proto::IdentityData>,
     /// When the authentication server last confirmed the identity
     /// session's user (`ManagerConfig::identity_recheck`).
-    pub(crate) identity_checked: Option<std::time::Instant>,
+    pub(crate) identity_checked: Option<tokio::time::Instant>,
     /// The routing table version the session routes by (`GET_ROUTING`);
     /// `None`: it never asked, and is never refused as stale
     /// ([`Manager::check_routing`]).
@@ -116,7 +117,7 @@ impl Session {
             handle_uid: user.uid,
             gateway: None,
             identity: Some(credential),
-            identity_checked: Some(std::time::Instant::now()),
+            identity_checked: Some(tokio::time::Instant::now()),
             routing_version: None,
             protocol: nasd_proto::manager::MANAGER_PROTOCOL_VERSION,
         }
@@ -322,7 +323,7 @@ impl Manager {
         if let Some(id) = &s.identity {
             // Who the user is comes from the authentication server at login;
             // what can end the session is the identity key's life.
-            let now = nasd_env::clock::system_ns();
+            let now = self.env.now_ns();
             if now > id.expiration_ns {
                 return Err(Failure::new(FsStatus::NotLoggedIn, "the identity key has expired: log in again"));
             }
@@ -364,7 +365,7 @@ impl Manager {
     async fn recheck_identity(&self, s: &mut Session) -> Result<(), Failure> {
         let Some(credential) = s.identity else { return Ok(()) };
         let (uid, key_id) = (credential.user, credential.key_id);
-        s.identity_checked = Some(std::time::Instant::now());
+        s.identity_checked = Some(tokio::time::Instant::now());
         let (user, key_live) = match self.with_auth(move |c| Box::pin(c.user_info(uid, key_id))).await {
             Ok(r) => r,
             Err(f) if f.status == FsStatus::Busy => {
@@ -921,7 +922,7 @@ impl Manager {
     /// placer takes the first ones that have pooled objects.
     fn placement(&self) -> Vec<u32> {
         let candidates = self.candidates();
-        crate::placement::choose(candidates.len(), &candidates, &mut rand::thread_rng())
+        crate::placement::choose(candidates.len(), &candidates, &mut self.env.rng())
             .expect("choosing all candidates always succeeds")
     }
 
@@ -989,7 +990,7 @@ impl Manager {
             self.placed(move |ns, place| ns.create(&c, parent, &name, mode, exclusive, truncate, place)).await?;
         if created {
             let drives: Vec<u32> = inode.components.iter().map(|c| c.object.drive).collect();
-            self.recent.lock().expect("recent lock").record(&drives, std::time::Instant::now());
+            self.recent.lock().expect("recent lock").record(&drives, tokio::time::Instant::now());
             // Its PAL is on every component before the creator hears of it.
             self.push_pal(&inode).await?;
             // POSIX: the creator's open succeeds whatever mode it gave the new file.

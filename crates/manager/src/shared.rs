@@ -65,7 +65,8 @@ use nasd_proto::fs::{FsStatus, Ino};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// File name of the manager's id inside its directory: random, made once,
 /// so a restarted manager is the same holder of the leases it held.

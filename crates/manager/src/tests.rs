@@ -314,7 +314,7 @@ fn the_longest_login_is_exactly_login_message_max() {
 
 /// A drive the manager knows (in memory only) at `addr`, with fresh keys.
 fn attach_drive(m: &Manager, drive: u32, addr: String) -> Arc<crate::drives::DriveHandle> {
-    let keys = crate::keys::DriveKeys::generate();
+    let keys = crate::keys::DriveKeys::generate(nasd_env::clock::system_ns() / 1_000_000_000);
     let mut drive_id = [0u8; 16];
     drive_id[..4].copy_from_slice(&drive.to_le_bytes());
     let rec = nasd_meta::DriveRecord {
@@ -355,7 +355,7 @@ async fn a_failing_drive_is_retried_with_backoff_not_every_pass() {
     assert!(!d.recovered());
 
     // The first pass tries the drive, fails, and backs off.
-    let before = std::time::Instant::now();
+    let before = tokio::time::Instant::now();
     m.maintain().await;
     let tried = accepted.load(Ordering::SeqCst);
     assert!(tried >= 1, "the first pass tried the drive");
@@ -365,7 +365,12 @@ async fn a_failing_drive_is_retried_with_backoff_not_every_pass() {
 
     // While it backs off, passes still try to give it its pending working key
     // (capabilities are minted with the previous key until it lands)...
-    m.drive_backoff.lock().unwrap().get_mut(&0).unwrap().failed(std::time::Instant::now() + Duration::from_secs(3600));
+    m.drive_backoff
+        .lock()
+        .unwrap()
+        .get_mut(&0)
+        .unwrap()
+        .failed(tokio::time::Instant::now() + Duration::from_secs(3600));
     assert!(d.key_pending());
     m.maintain().await;
     let tried_key = accepted.load(Ordering::SeqCst);
@@ -424,7 +429,7 @@ async fn capabilities_are_minted_with_a_key_the_drive_holds() {
     assert_eq!(d.minting_key().0, 1);
     // A rotation the drive has not confirmed: the previous key, which it holds
     // as current (never told) or previous (told, unconfirmed).
-    let next = d.keys().rotated();
+    let next = d.keys().rotated(nasd_env::clock::system_ns() / 1_000_000_000);
     d.set_keys(next.clone());
     assert_eq!(d.minting_key().0, 1);
     assert_eq!(d.minting_key().1.expose(), next.previous.1.expose());
@@ -432,7 +437,7 @@ async fn capabilities_are_minted_with_a_key_the_drive_holds() {
     assert_eq!(d.minting_key().0, 2);
     assert_eq!(d.minting_key().1.expose(), next.current.1.expose());
     // rotate() will not go past a key still pending: it would retire the one minted with.
-    d.set_keys(next.rotated());
+    d.set_keys(next.rotated(nasd_env::clock::system_ns() / 1_000_000_000));
     let e = m.rotate(&d).await.expect_err("the pending key cannot be installed on an absent drive");
     assert_eq!(e.status, FsStatus::DriveUnavailable, "{e}");
     assert_eq!(d.keys().current.0, 3, "no further rotation recorded");

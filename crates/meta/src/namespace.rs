@@ -667,7 +667,11 @@ impl<B: Backend> Namespace<B> {
     /// committed (never one without the other after a crash). The
     /// components listed in `missed` did not take the change: they become
     /// Stale with those ranges added, in the same transaction (as
-    /// [`commit_write`](Self::commit_write) records a write's).
+    /// [`commit_write`](Self::commit_write) records a write's). A change to
+    /// size 0 leaves every component that took it holding what the file
+    /// holds, nothing: a Stale one among them becomes Ok, its ranges
+    /// forgotten (on a layout without redundancy nothing else could ever
+    /// make it current again).
     ///
     /// # Errors
     /// As [`setattr`](Self::setattr); `InvalidArgument` if `txn` is not an
@@ -694,7 +698,8 @@ impl<B: Backend> Namespace<B> {
             intent.state = crate::types::IntentState::Committed;
             t.put_intent(&intent)?;
             let changed = setattr_in(t, caller, ino, set, self.revokes_capabilities)?;
-            if missed.is_empty() {
+            let cut_to_nothing = set.size == Some(0);
+            if missed.is_empty() && !cut_to_nothing {
                 return Ok(changed);
             }
             let mut n = get(t, ino)?;
@@ -703,6 +708,15 @@ impl<B: Backend> Namespace<B> {
             }
             for &(idx, range) in missed {
                 crate::components::mark_stale_in(t, &mut n, idx, &[range])?;
+            }
+            if cut_to_nothing {
+                let everything = crate::types::StaleRange { offset: 0, length: u64::MAX };
+                for idx in 0..n.components.len() {
+                    let took_it = !missed.iter().any(|&(m, _)| m == idx);
+                    if took_it && n.components[idx].state == nasd_proto::layout::ComponentState::Stale {
+                        crate::components::forget_stale_in(t, &mut n, idx, &[everything])?;
+                    }
+                }
             }
             Ok((n, changed.1))
         })

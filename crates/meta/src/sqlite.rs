@@ -306,12 +306,14 @@ pub const SQLITE_READERS: usize = 4;
 /// [`SQLITE_READERS`] reader connections (a database file's; an in-memory
 /// database reads on the writer).
 pub struct Sqlite {
+    /// Where the database's files and clock are ([`Sqlite::open_in`]).
+    env: nasd_env::Env,
     conn: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     /// Spreads readers over their connections.
     next_reader: AtomicUsize,
     /// The write-ahead log, once opened to be synced (`None` in memory).
-    wal: Option<Wal>,
+    wal: Option<Box<Wal>>,
     /// Read-write transactions committed since open.
     committed: AtomicU64,
     /// Of those, the first `durable` are durable against power loss.
@@ -323,7 +325,7 @@ pub struct Sqlite {
 struct Wal {
     path: PathBuf,
     /// Held by the one sync in progress; the open log file.
-    file: Mutex<Option<std::fs::File>>,
+    file: Mutex<Option<nasd_env::DiskFile>>,
     /// A flush failed: every later change is refused (its pages may be lost).
     failed: std::sync::atomic::AtomicBool,
 }
@@ -337,22 +339,31 @@ impl Sqlite {
     /// [`MetaError::Sqlite`] if the file cannot be opened or migrated,
     /// [`MetaError::TooNew`] if a newer build wrote it.
     pub fn open(path: &Path) -> Result<Sqlite, MetaError> {
-        let mut db = Sqlite::setup(Connection::open(path)?)?;
+        Sqlite::open_in(&nasd_env::Env::real(), path)
+    }
+
+    /// [`Sqlite::open`] in `env`: the database and its log on the
+    /// environment's disk (a simulated one keeps what was synced apart from
+    /// what was only written), leases on its clock.
+    ///
+    /// # Errors
+    /// As [`Sqlite::open`].
+    pub fn open_in(env: &nasd_env::Env, path: &Path) -> Result<Sqlite, MetaError> {
+        let mut db = Sqlite::setup(env.open_sqlite(path)?)?;
+        db.env = env.clone();
         for _ in 0..SQLITE_READERS {
-            let reader = Connection::open(path)?;
+            let reader = env.open_sqlite(path)?;
             reader.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
             reader.pragma_update(None, "query_only", true)?;
             db.readers.push(Mutex::new(reader));
         }
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        db.wal = Some(Wal { path: wal.into(), file: Mutex::new(None), failed: Default::default() });
+        db.wal = Some(Box::new(Wal { path: wal.into(), file: Mutex::new(None), failed: Default::default() }));
         // The log file exists now (the migration's transactions wrote it): its name is made
         // durable once, so a log flushed later is found after a power loss.
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| MetaError::Io(format!("cannot sync {}: {e}", dir.display())))?;
+            env.sync_dir(dir).map_err(|e| MetaError::Io(format!("cannot sync {}: {e}", dir.display())))?;
         }
         Ok(db)
     }
@@ -372,6 +383,7 @@ impl Sqlite {
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         migrate(&mut conn)?;
         Ok(Sqlite {
+            env: nasd_env::Env::real(),
             conn: Mutex::new(conn),
             readers: Vec::new(),
             next_reader: AtomicUsize::new(0),
@@ -430,7 +442,7 @@ impl Sqlite {
         // Every commit counted before this point wrote its log pages before it was counted.
         let covers = self.committed.load(Ordering::SeqCst);
         if file.is_none() {
-            *file = Some(std::fs::File::open(&wal.path).map_err(|e| sync_failed(wal, &e))?);
+            *file = Some(self.env.open_file(&wal.path, false).map_err(|e| sync_failed(wal, &e))?);
         }
         file.as_ref().expect("opened above").sync_data().map_err(|e| sync_failed(wal, &e))?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -505,7 +517,7 @@ impl Backend for Sqlite {
     ) -> Result<R, TxnError> {
         if access == Access::ReadOnly {
             if let Some(mut reader) = self.reader() {
-                return read_only(&mut reader, f);
+                return read_only(&mut reader, &self.env, f);
             }
         }
         let mut conn = self.lock().map_err(|_| TxnError::Storage)?;
@@ -516,14 +528,14 @@ impl Backend for Sqlite {
                     return Err(TxnError::Storage);
                 }
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(storage)?;
-                let out = f(&mut SqliteTxn { c: &tx }).map_err(TxnError::Abort)?;
+                let out = f(&mut SqliteTxn { c: &tx, env: &self.env }).map_err(TxnError::Abort)?;
                 tx.commit().map_err(storage)?;
                 self.committed.fetch_add(1, Ordering::SeqCst);
                 Ok(out)
             }
             Access::ReadOnly => {
                 conn.pragma_update(None, "query_only", true).map_err(storage)?;
-                let out = read_only(&mut conn, f);
+                let out = read_only(&mut conn, &self.env, f);
                 conn.pragma_update(None, "query_only", false).map_err(storage)?;
                 out
             }
@@ -531,9 +543,13 @@ impl Backend for Sqlite {
     }
 }
 
-fn read_only<R>(conn: &mut Connection, f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>) -> Result<R, TxnError> {
+fn read_only<R>(
+    conn: &mut Connection,
+    env: &nasd_env::Env,
+    f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
+) -> Result<R, TxnError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).map_err(storage)?;
-    let out = f(&mut SqliteTxn { c: &tx });
+    let out = f(&mut SqliteTxn { c: &tx, env });
     tx.rollback().map_err(storage)?;
     out.map_err(TxnError::Abort)
 }
@@ -547,6 +563,8 @@ fn storage(e: rusqlite::Error) -> TxnError {
 /// One SQLite transaction seen through [`Txn`].
 struct SqliteTxn<'a> {
     c: &'a Connection,
+    /// The clock leases expire on.
+    env: &'a nasd_env::Env,
 }
 
 /// The inode columns (table alias `i`) in the order [`inode_from_row`] reads them.
@@ -1422,7 +1440,7 @@ impl Txn for SqliteTxn<'_> {
     }
     /// SQLite runs in the manager's process: the local clock is the database's.
     fn now_ms(&mut self) -> Result<u64, FsStatus> {
-        Ok(nasd_env::clock::system_ns() / 1_000_000)
+        Ok(self.env.now_ns() / 1_000_000)
     }
 
     fn get_lease(&mut self, name: &str) -> Result<Option<Lease>, FsStatus> {

@@ -72,8 +72,17 @@ impl Location {
     /// # Errors
     /// As [`Sqlite::open`] and [`Postgres::open`].
     pub fn open(&self) -> Result<Store, MetaError> {
+        self.open_in(&nasd_env::Env::real())
+    }
+
+    /// [`Location::open`] in `env`: SQLite on the environment's disk
+    /// ([`Sqlite::open_in`]); PostgreSQL is always the real network's.
+    ///
+    /// # Errors
+    /// As [`Location::open`].
+    pub fn open_in(&self, env: &nasd_env::Env) -> Result<Store, MetaError> {
         match self {
-            Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open(path)?)),
+            Location::Sqlite(path) => Ok(Store::Sqlite(Sqlite::open_in(env, path)?)),
             Location::Postgres { url, options } => {
                 Ok(Store::Postgres(Box::new(Postgres::open_with_options(url, options)?)))
             }

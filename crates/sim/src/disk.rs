@@ -287,6 +287,17 @@ impl Disk {
         log
     }
 
+    /// The process using the disk died (`kill -9`) while the machine stays
+    /// up: every write stays (the page cache outlives the process), its
+    /// locks and shared memory go (SQLite rebuilds the latter from the log),
+    /// and its open handles are fenced (a dead process writes nothing more).
+    pub fn process_died(&self) {
+        let mut st = lock(&self.state);
+        st.generation += 1;
+        st.locks.clear();
+        st.shm.clear();
+    }
+
     /// Sets whether the disk is full.
     pub fn set_full(&self, full: bool) {
         lock(&self.state).full = full;

@@ -58,6 +58,7 @@
 #![deny(missing_docs)]
 
 pub mod baton;
+pub mod cluster;
 pub mod disk;
 pub mod drives;
 pub mod model;
@@ -88,6 +89,9 @@ pub struct Config {
     pub bugs: BTreeSet<Bug>,
     /// Print the event log as it is written.
     pub echo: bool,
+    /// The whole cluster ([`cluster`]: the manager, drives, file-system
+    /// clients) instead of drives and direct clients ([`drives`]).
+    pub cluster: bool,
 }
 
 impl Default for Config {
@@ -101,6 +105,7 @@ impl Default for Config {
             drive_loss: true,
             bugs: BTreeSet::new(),
             echo: false,
+            cluster: false,
         }
     }
 }
@@ -154,8 +159,9 @@ impl Report {
     pub fn replay_command(&self) -> String {
         let bugs: String = self.bugs.iter().map(|b| format!(" --bug {}", bug_name(*b))).collect();
         let c = &self.config;
+        let cluster = if c.cluster { " --cluster" } else { "" };
         format!(
-            "cargo run -p nasd-sim --release -- --seed {}{bugs} --duration {} --drives {} --clients {} --log",
+            "cargo run -p nasd-sim --release -- --seed {}{cluster}{bugs} --duration {} --drives {} --clients {} --log",
             self.seed,
             c.duration.as_secs(),
             c.drives,
@@ -231,10 +237,17 @@ pub fn run(seed: u64, cfg: &Config) -> Report {
             cfg.echo,
         );
         core.log(format!("seed {seed} bugs {:?}", cfg.bugs));
-        let scenario = drives::Scenario::new(core.clone(), cfg.clone());
-        scenario.clone().run().await;
-        let (requests, faults) = scenario.counts();
-        let failures = scenario.failures();
+        let (requests, faults, failures) = if cfg.cluster {
+            let world = cluster::Cluster::new(core.clone(), cfg.clone());
+            world.clone().run().await;
+            let (requests, faults) = world.counts();
+            (requests, faults, world.failures())
+        } else {
+            let scenario = drives::Scenario::new(core.clone(), cfg.clone());
+            scenario.clone().run().await;
+            let (requests, faults) = scenario.counts();
+            (requests, faults, scenario.failures())
+        };
         core.log(format!("done: {requests} requests, {faults} faults, {} failures", failures.len()));
         let log = core.event_log();
         Report {

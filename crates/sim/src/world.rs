@@ -195,6 +195,20 @@ impl Node {
     pub fn crash(&self) -> Vec<String> {
         self.alive.store(false, Ordering::Release);
         let lost = self.host.disk.crash();
+        self.end_tasks();
+        lost
+    }
+
+    /// Kills the process alone, as `kill -9` does on a machine that stays
+    /// up: its connections are reset and its tasks end, and its disk keeps
+    /// every write, synced or not (the page cache outlives the process).
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::Release);
+        self.host.disk.process_died();
+        self.end_tasks();
+    }
+
+    fn end_tasks(&self) {
         self.host.core.net.crash_host(self.host.ip);
         for t in lock(&self.tasks).drain(..) {
             t.abort();
@@ -203,7 +217,6 @@ impl Node {
         for b in batons {
             b.kill();
         }
-        lost
     }
 
     /// True until crashed.

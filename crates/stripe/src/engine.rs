@@ -256,6 +256,11 @@ struct Op {
 }
 
 impl Striper {
+    /// The environment the engine runs in (its pool's).
+    pub fn env(&self) -> &nasd_env::Env {
+        self.shared.pool.env()
+    }
+
     /// An engine for the object `binder` names, with default [`Options`].
     pub fn new(pool: Arc<DrivePool>, binder: Arc<dyn Binder>) -> Striper {
         Striper::with_options(pool, binder, Options::default()).expect("the default options are valid")
@@ -964,12 +969,16 @@ impl Op {
         drop(have);
         // Decoding a batch takes milliseconds: off the async workers.
         let coder = self.coder.expect("Reed-Solomon has a coder");
-        let (stripes, decoded) = tokio::task::spawn_blocking(move || {
-            let decoded = stripes.iter_mut().try_for_each(|(_, p, shards)| coder.reconstruct(shards, *p, false));
-            (stripes, decoded)
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        let (stripes, decoded) = self
+            .shared
+            .pool
+            .env()
+            .spawn_blocking(move || {
+                let decoded = stripes.iter_mut().try_for_each(|(_, p, shards)| coder.reconstruct(shards, *p, false));
+                (stripes, decoded)
+            })
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         decoded.map_err(|e| self.coding_failed(e))?;
         let u = self.g.unit();
         for &c in &missing {
@@ -1131,13 +1140,17 @@ impl Op {
         }
         let coder = self.coder.expect("Reed-Solomon has a coder");
         // Encoding a batch takes milliseconds: off the async workers.
-        let (stripes, parity) = tokio::task::spawn_blocking(move || {
-            let parity: Result<Vec<_>, _> =
-                stripes.iter().map(|s| coder.encode(s, s.first().map_or(0, Vec::len))).collect();
-            (stripes, parity)
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        let (stripes, parity) = self
+            .shared
+            .pool
+            .env()
+            .spawn_blocking(move || {
+                let parity: Result<Vec<_>, _> =
+                    stripes.iter().map(|s| coder.encode(s, s.first().map_or(0, Vec::len))).collect();
+                (stripes, parity)
+            })
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         let parity: Vec<Vec<Vec<u8>>> = parity.map_err(|e| self.coding_failed(e))?;
         // Per component: regions and bytes.
         let mut ranges: Vec<Vec<Range<u64>>> = vec![Vec::new(); k + m];

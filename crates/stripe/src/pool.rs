@@ -49,6 +49,8 @@ struct Held {
 
 /// Connections per drive address, reused across striped objects.
 pub struct DrivePool {
+    /// Where connections are made and tasks run ([`DrivePool::new_in`]).
+    env: nasd_env::Env,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     /// The identity every connection of the pool holds beside its
     /// bindings' capabilities (`DriveClient::set_identity`): requests go
@@ -77,6 +79,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// its in-flight permits until dropped. Dropped without
 /// [`release`](Lease::release), its connection is closed.
 pub(crate) struct Lease {
+    env: nasd_env::Env,
     slot: Arc<Slot>,
     client: Option<DriveClient>,
     /// The generation of the identity `client` holds.
@@ -104,7 +107,7 @@ impl Lease {
     ) -> Result<&mut DriveClient, FailureCause> {
         if self.client.is_none() {
             let step = deadlines.connect.min(deadlines.wait);
-            let connect = DriveClient::connect_with_timeout(binding.addr.as_str(), step);
+            let connect = DriveClient::connect_in(&self.env, binding.addr.as_str(), step);
             let c = match tokio::time::timeout(deadlines.connect, connect).await {
                 Err(_) => return Err(FailureCause::Deadline),
                 Ok(Err(e)) => return Err(FailureCause::Drive(Arc::new(e))),
@@ -176,7 +179,27 @@ impl DrivePool {
     /// scheme accepts PALs, and under the capability elsewhere
     /// (`DriveClient::set_identity`), without the caller noticing.
     pub fn with_identity(identity: Option<Auth>) -> DrivePool {
-        DrivePool { slots: Mutex::new(HashMap::new()), identity: Mutex::new(Held { identity, generation: 0 }) }
+        DrivePool::with_identity_in(&nasd_env::Env::real(), identity)
+    }
+
+    /// An empty pool in `env`: its connections, the striping engine's tasks
+    /// and its coding work are the environment's.
+    pub fn new_in(env: &nasd_env::Env) -> DrivePool {
+        DrivePool::with_identity_in(env, None)
+    }
+
+    /// [`DrivePool::with_identity`] in `env`.
+    pub fn with_identity_in(env: &nasd_env::Env, identity: Option<Auth>) -> DrivePool {
+        DrivePool {
+            env: env.clone(),
+            slots: Mutex::new(HashMap::new()),
+            identity: Mutex::new(Held { identity, generation: 0 }),
+        }
+    }
+
+    /// The environment the pool runs in.
+    pub fn env(&self) -> &nasd_env::Env {
+        &self.env
     }
 
     /// Replaces the identity the pool's connections hold (a renewed
@@ -229,7 +252,16 @@ impl DrivePool {
             (held.identity.clone(), held.generation)
         };
         let (client, client_generation) = client.map_or((None, generation), |(c, g)| (Some(c), g));
-        Lease { reused: client.is_some(), slot, client, client_generation, identity, generation, _permit: permit }
+        Lease {
+            env: self.env.clone(),
+            reused: client.is_some(),
+            slot,
+            client,
+            client_generation,
+            identity,
+            generation,
+            _permit: permit,
+        }
     }
 
     /// Idle connections to `addr` that are still open (those the drive

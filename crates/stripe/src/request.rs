@@ -127,7 +127,8 @@ impl Drop for Task {
 impl Task {
     pub(crate) fn spawn(shared: &Arc<Shared>, layout: Layout, component: usize, req: Req) -> Task {
         let shared = shared.clone();
-        Task { handle: tokio::spawn(async move { shared.request(layout, component, &req).await }) }
+        let env = shared.pool.env().clone();
+        Task { handle: env.spawn(async move { shared.request(layout, component, &req).await }) }
     }
 
     /// The request's result: `Some(bytes)` for a read.

@@ -37,8 +37,8 @@ impl<T: Send + 'static> Drop for Background<T> {
 }
 
 impl<T: Send + 'static> Background<T> {
-    fn spawn(f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
-        Background(tokio::spawn(f))
+    fn spawn(env: &nasd_env::Env, f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
+        Background(env.spawn(f))
     }
 
     async fn join(mut self) -> T {
@@ -191,7 +191,10 @@ impl ReadAhead {
         while self.pending.len() < READ_AHEAD_WINDOWS && self.pending_end < size {
             let (striper, start) = (self.striper.clone(), self.pending_end);
             let len = self.window.min(size - start);
-            self.pending.push_back((start, Background::spawn(async move { striper.read(start, len, size).await })));
+            self.pending.push_back((
+                start,
+                Background::spawn(self.striper.env(), async move { striper.read(start, len, size).await }),
+            ));
             self.pending_end = start + len;
         }
     }
@@ -409,7 +412,7 @@ impl WriteBehind {
         self.issued_size = self.issued_size.max(end);
         let striper = self.striper.clone();
         let bytes = data.len() as u64;
-        let task = Background::spawn(async move { striper.write(start, &data, size_before).await });
+        let task = Background::spawn(self.striper.env(), async move { striper.write(start, &data, size_before).await });
         self.inflight_bytes += bytes;
         self.inflight.push_back(InFlight { stripes, bytes, task });
         Ok(())

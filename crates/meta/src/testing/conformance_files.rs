@@ -437,6 +437,21 @@ pub(super) fn size_change_missed<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.stale_ranges(i, 1).unwrap(), vec![r(0, 4096)]);
     assert_eq!(ns.getattr(i).unwrap(), n);
     ns.finish_intent(t).unwrap();
+    // A cut to nothing that the stale component took leaves it holding what the file holds.
+    let zero = SetAttrs { size: Some(0), ..SetAttrs::default() };
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    let (n, _) = ns.setattr_committing(&ROOT, i, &zero, t, &[]).unwrap();
+    assert_eq!((n.attr.size, n.components[1].state), (0, ComponentState::Ok));
+    assert_eq!(ns.stale_ranges(i, 1).unwrap(), vec![]);
+    assert_eq!(ns.getattr(i).unwrap(), n);
+    ns.finish_intent(t).unwrap();
+    // One that missed the cut stays stale.
+    ns.mark_stale(i, 1, &[r(0, 10)]).unwrap();
+    let t = ns.begin_write(&ROOT, i, 0).unwrap();
+    let (n, _) = ns.setattr_committing(&ROOT, i, &zero, t, &[(1, r(0, 4096))]).unwrap();
+    assert_eq!((n.components[0].state, n.components[1].state), (ComponentState::Ok, ComponentState::Stale));
+    assert_eq!(ns.stale_ranges(i, 1).unwrap(), vec![r(0, 4096)]);
+    ns.finish_intent(t).unwrap();
 }
 
 pub(super) fn stale_marking<B: Backend>(ns: &Namespace<B>) {

@@ -4,6 +4,7 @@
 //! nasd-sim --seed 42 [--log]        one seed (with --log, its event log on stderr)
 //! nasd-sim --seeds 1000 [--from 0]   many seeds; stops at the first failure
 //! nasd-sim --seed 42 --bug skip-block-sync
+//! nasd-sim --cluster --seed 42       the whole cluster: manager, drives, file clients
 //! ```
 
 use clap::Parser;
@@ -39,6 +40,10 @@ struct Args {
     /// Go on after a failure.
     #[arg(long)]
     keep_going: bool,
+    /// Simulate the whole cluster (the manager, drives, file-system clients)
+    /// instead of drives and direct clients.
+    #[arg(long)]
+    cluster: bool,
 }
 
 fn main() {
@@ -48,6 +53,7 @@ fn main() {
         drives: args.drives.max(1),
         clients: args.clients.max(1),
         echo: args.log,
+        cluster: args.cluster,
         ..Default::default()
     };
     for b in &args.bugs {
