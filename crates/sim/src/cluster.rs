@@ -30,8 +30,9 @@
 //! and the manager or a drive. At the end the faults stop, everything comes
 //! back, and every file of every client is read and every directory listed.
 //!
-//! Open finding: seeds 5, 11 and 14 (`--duration 60`) end with a `stripe:2`
-//! file unreadable after the faults stopped, a component Stale. Traced in
+//! Open finding: seeds 5, 11 and 14 (`--duration 60`) and 3 (`--duration
+//! 30`, since the client pipelines its requests) end with a `stripe:2` file
+//! unreadable after the faults stopped, a component Stale. Traced in
 //! seed 8 (before its fix): an overwrite failed while a drive was down (its
 //! write transaction not opened there); the rollback at the lease's end
 //! marks the component stale, as the coordinator must when a writer may
