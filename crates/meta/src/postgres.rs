@@ -90,9 +90,10 @@
 //! - 8 → 9: the intents' `writes` and `unopened` component bit sets
 //!   (SQLite's version 11).
 //! - 9 → 10: sparse files (SQLite's version 12): the inodes' `data_bytes`.
-//! - 10 → 11: `commit_marks(writer, seq)`, one row per backend (no
+//! - 10 → 11: `commit_marks(writer, seq, at)`, one row per backend (no
 //!   SQLite counterpart): what tells whether a `COMMIT` that lost its
-//!   connection committed.
+//!   connection committed; rows of backends gone for
+//!   [`COMMIT_MARK_KEEP_DAYS`] removed at open.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -261,8 +262,14 @@ UPDATE inodes SET data_bytes = size - LEAST(size, small_threshold) WHERE kind = 
 /// its own row, not by its transaction id, which a server restarted after
 /// a crash may hand out again ([`Postgres::commit_outcome`]).
 const V11: &str = r#"
-CREATE TABLE commit_marks (writer BIGINT PRIMARY KEY, seq BIGINT NOT NULL);
+CREATE TABLE commit_marks (writer BIGINT PRIMARY KEY, seq BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL);
 "#;
+
+/// Rows of `commit_marks` not set for this long are removed when a backend
+/// opens the database: a row is read only by its own backend, right after a
+/// `COMMIT` whose `BEGIN` set it, so only the rows of backends that are gone
+/// (processes that ended) get this old.
+pub const COMMIT_MARK_KEEP_DAYS: u32 = 7;
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
@@ -556,6 +563,8 @@ impl Postgres {
                     c.batch_execute("DELETE FROM nasd_schema").await?;
                     c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
                 }
+                let keep = format!("{COMMIT_MARK_KEEP_DAYS} days");
+                c.execute("DELETE FROM commit_marks WHERE at < now() - $1::text::interval", &[&keep]).await?;
                 c.batch_execute("COMMIT").await
             };
             wait(write).map_err(|e| self.error(e))
@@ -695,8 +704,8 @@ impl Lease<'_> {
             let lock = format!("SELECT pg_advisory_lock({WRITER_LOCK})");
             let seq = self.pg.last_mark.fetch_add(1, Ordering::Relaxed) + 1;
             let set_mark = format!(
-                "INSERT INTO commit_marks (writer, seq) VALUES ({}, {seq}) \
-                 ON CONFLICT (writer) DO UPDATE SET seq = EXCLUDED.seq",
+                "INSERT INTO commit_marks (writer, seq, at) VALUES ({}, {seq}, now()) \
+                 ON CONFLICT (writer) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at",
                 self.pg.mark_writer
             );
             let (locked, begun, xid, marked) = wait(async {

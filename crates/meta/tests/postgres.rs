@@ -475,3 +475,39 @@ fn a_commit_lost_in_a_crash_is_not_taken_for_the_transaction_that_got_its_id_aga
     assert_eq!(backend.read(|t| t.get_setting("lost")).unwrap().as_deref(), Some(&b"1"[..]));
     assert_eq!(backend.read(|t| t.get_setting("before")).unwrap().as_deref(), Some(&b"1"[..]));
 }
+
+/// Each read-write transaction sets its backend's row of `commit_marks`;
+/// rows not set for `COMMIT_MARK_KEEP_DAYS` (backends long gone) are
+/// removed when a backend opens the database, the others stay.
+#[test]
+fn commit_marks_of_backends_long_gone_are_removed_at_open() {
+    let url = server().fresh_url();
+    let backend = open(&url);
+    backend.transact(|t| t.put_setting("k", b"v")).unwrap();
+    let marks = |url: &str| -> Vec<i64> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+            let conn = tokio::spawn(connection);
+            let rows = client.query("SELECT writer FROM commit_marks ORDER BY writer", &[]).await.unwrap();
+            drop(client);
+            let _ = conn.await;
+            rows.iter().map(|r| r.get(0)).collect()
+        })
+    };
+    let own = marks(&url);
+    assert_eq!(own.len(), 1, "the backend's own row: {own:?}");
+    let days = nasd_meta::COMMIT_MARK_KEEP_DAYS;
+    raw_sql(
+        &url,
+        &format!(
+            "INSERT INTO commit_marks VALUES (1, 5, now() - interval '{} days'), (2, 5, now() - interval '{} days')",
+            days + 1,
+            days - 1
+        ),
+    );
+    let _again = open(&url);
+    let mut expected = vec![2, own[0]];
+    expected.sort_unstable();
+    assert_eq!(marks(&url), expected, "the row not set for longer than {days} days removed");
+}
