@@ -489,6 +489,12 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
         outage,
         waited.len()
     );
+    // How the managers judged COMMITs that lost their connection as the database died (for the record).
+    for m in &managers {
+        for line in m.output().lines().filter(|l| l.contains("a metadata COMMIT lost its connection")) {
+            println!("{} at {}: {line}", m.name, m.addr);
+        }
+    }
     assert!(wrong.is_empty(), "acknowledged files lost or wrong: {wrong:?}\n{}", logs(&managers, &auths, &drives));
     let failures: Vec<String> =
         failed.iter().map(|f| format!("at {:?}: `nasd {}`: {}", f.at, f.command, f.why)).collect();

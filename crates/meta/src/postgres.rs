@@ -833,11 +833,15 @@ impl Postgres {
         let mut pause = Duration::from_millis(50);
         loop {
             if let Ok(conn) = self.connect() {
+                let mut status_said = None;
                 let over = match wait(conn.client.query_one("SELECT txid_status($1)", &[&xid])) {
                     Ok(row) => match row.try_get::<_, Option<String>>(0) {
                         // Over (its own status or that of a transaction that reused its id, which
                         // only a restart allows: then it is over too).
-                        Ok(Some(status)) if status == "committed" || status == "aborted" => true,
+                        Ok(Some(status)) if status == "committed" || status == "aborted" => {
+                            status_said = Some(status);
+                            true
+                        }
                         // In progress: the server process serving the lost connection has not ended yet.
                         Ok(Some(_)) => false,
                         // Too old for the server to know, or an answer that makes no sense.
@@ -853,9 +857,19 @@ impl Postgres {
                     let row = wait(
                         conn.client.query_opt("SELECT seq FROM commit_marks WHERE writer = $1", &[&self.mark_writer]),
                     );
+                    let said = status_said.as_deref().unwrap_or("?");
+                    let decided = |committed: bool| {
+                        // The status of another transaction, which got the id after a restart.
+                        let reused = said == "committed" && !committed;
+                        tracing::warn!(
+                            target = %self.target, xid, txid_status = said, committed, id_handed_out_again = reused,
+                            "a metadata COMMIT lost its connection; its mark tells whether it committed"
+                        );
+                        Some(committed)
+                    };
                     match row.map(|r| r.map(|r| r.try_get::<_, i64>(0))) {
-                        Ok(Some(Ok(seq))) => return Some(seq == mark),
-                        Ok(None) => return Some(false),
+                        Ok(Some(Ok(seq))) => return decided(seq == mark),
+                        Ok(None) => return decided(false),
                         Ok(Some(Err(_))) => return None,
                         Err(e) if !crate::error::postgres_server_gone(&e) => return None,
                         Err(_) => {}
