@@ -33,6 +33,12 @@
 //!
 //! Namespaces need root and iproute2's `ip`: without them the test says
 //! why and is skipped, except under CI (`CI=true`), where it fails.
+//!
+//! Each file's bytes name it (writer, number, offset: [`file_bytes`]), so a
+//! wrong read says what it got instead ([`difference`]). On a failure,
+//! with `NASD_TEST_KEEP=DIR`, the whole temporary directory (every host's
+//! disk and log, `nasd up`'s) and the database's log are copied to
+//! `DIR/netns-SEED` before they go.
 
 use nasd_meta::testing::{PgServer, PgServerOptions, PASSWORD_ROLE};
 use rand::rngs::StdRng;
@@ -194,8 +200,43 @@ fn namespaces_unavailable() -> Option<String> {
     why
 }
 
-fn file_bytes(writer: usize, i: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (j * 131 + writer * 17 + i * 7 + (j >> 9)) as u8).collect()
+/// Bytes between two tags of [`file_bytes`].
+const TAG_EVERY: usize = 512;
+
+/// File `i` of writer `w`, `len` bytes: a tag `<w W f I @OFFSET>` every
+/// [`TAG_EVERY`] bytes (cut at the end), filler derived from `w`, `i` and the
+/// offset between.
+fn file_bytes(w: usize, i: usize, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + TAG_EVERY);
+    while out.len() < len {
+        let at = out.len();
+        out.extend_from_slice(format!("<w{w} f{i} @{at}>").as_bytes());
+        out.extend((out.len()..at + TAG_EVERY).map(|j| (j * 131 + w * 17 + i * 7 + (j >> 9)) as u8 | 0x80));
+    }
+    out.truncate(len);
+    out
+}
+
+/// What a read of a file put as `want` got instead: its length, the first
+/// offset that differs, and what the bytes there are (zeros, or the tags of
+/// [`file_bytes`] found in them: which file's bytes, from where).
+fn difference(want: &[u8], got: Option<&[u8]>) -> String {
+    let Some(got) = got else { return "nothing read back".into() };
+    let Some(at) =
+        want.iter().zip(got).position(|(a, b)| a != b).or((want.len() != got.len()).then(|| want.len().min(got.len())))
+    else {
+        return "the same bytes".into();
+    };
+    let rest = &got[at.min(got.len())..];
+    let zeros = rest.iter().take_while(|&&b| b == 0).count();
+    let text = String::from_utf8_lossy(rest);
+    let tags: Vec<&str> =
+        text.split('<').skip(1).filter_map(|t| t.split_once('>').map(|(tag, _)| tag)).take(4).collect();
+    format!(
+        "{} bytes read, {} put; first difference at {at}; from there {zeros} zero bytes, tags {tags:?}",
+        got.len(),
+        want.len()
+    )
 }
 
 /// What each kind of kill is.
@@ -212,6 +253,8 @@ enum Kind {
 struct Acked {
     remote: String,
     bytes: Arc<Vec<u8>>,
+    /// When its put returned 0 (since the start of the workload).
+    at: Duration,
 }
 
 /// A command that failed or returned other bytes: what, when, why.
@@ -265,7 +308,7 @@ impl Shared {
 }
 
 #[test]
-#[ignore = "issue 31: one acknowledged file read back wrong in 1 of ~50 runs (seed 1795940872028650633, not reproduced by its replay), not understood yet; run with --ignored"]
+#[ignore = "issue 31: root, ten namespaces, ~30 s; the acknowledged file read back wrong in 1 of ~50 runs (seed 1795940872028650633) was a COMMIT lost in PostgreSQL's crash taken for committed (fixed in nasd-meta, commit marks); out of the test command until more clean runs; run with --ignored"]
 fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     if namespaces_unavailable().is_some() {
         return;
@@ -312,7 +355,7 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     let ca = db.ca_cert().unwrap().to_str().unwrap().to_string();
     // Declared after the directories it reads, so it is dropped (and reports) before them.
     let _report =
-        LogsOnFailure { root: root.to_path_buf(), database: db.ca_cert().unwrap().with_file_name("server.log") };
+        LogsOnFailure { root: root.to_path_buf(), database: db.ca_cert().unwrap().with_file_name("server.log"), seed };
     let url = format!("postgres://{PASSWORD_ROLE}@{}/nasd_netns?sslmode=verify-full&sslrootcert={ca}", db.host_port());
     println!("database {url}");
 
@@ -427,7 +470,9 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
     for a in &acked {
         let name = a.remote.trim_start_matches("/w/");
         let got = std::fs::read(back.join("w").join(name)).or_else(|_| std::fs::read(back.join(name)));
-        if got.ok().as_deref() != Some(&a.bytes[..]) {
+        if got.as_ref().ok().map(Vec::as_slice) != Some(&a.bytes[..]) {
+            let why = difference(&a.bytes, got.as_ref().ok().map(Vec::as_slice));
+            eprintln!("WRONG at the end: {} (acknowledged at {:?}): {why}", a.remote, a.at);
             wrong.push(a.remote.clone());
         }
     }
@@ -444,6 +489,12 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
         outage,
         waited.len()
     );
+    // How the managers judged COMMITs that lost their connection as the database died (for the record).
+    for m in &managers {
+        for line in m.output().lines().filter(|l| l.contains("a metadata COMMIT lost its connection")) {
+            println!("{} at {}: {line}", m.name, m.addr);
+        }
+    }
     assert!(wrong.is_empty(), "acknowledged files lost or wrong: {wrong:?}\n{}", logs(&managers, &auths, &drives));
     let failures: Vec<String> =
         failed.iter().map(|f| format!("at {:?}: `nasd {}`: {}", f.at, f.command, f.why)).collect();
@@ -474,6 +525,7 @@ fn a_cluster_of_hosts_survives_each_kind_of_component_killed_in_turn() {
 struct LogsOnFailure {
     root: PathBuf,
     database: PathBuf,
+    seed: u64,
 }
 
 impl Drop for LogsOnFailure {
@@ -497,6 +549,25 @@ impl Drop for LogsOnFailure {
                 common::log_tail(log)
             );
         }
+        self.keep();
+    }
+}
+
+impl LogsOnFailure {
+    /// With `NASD_TEST_KEEP=DIR`, copies the temporary directory and the
+    /// database's log to `DIR/netns-SEED` (said on stderr).
+    fn keep(&self) {
+        let Some(dir) = std::env::var_os("NASD_TEST_KEEP") else { return };
+        let to = PathBuf::from(dir).join(format!("netns-{}", self.seed));
+        let _ = std::fs::create_dir_all(&to);
+        let copied = Command::new("cp")
+            .args(["-a", "--sparse=always"])
+            .arg(&self.root)
+            .arg(to.join("tmp"))
+            .status()
+            .is_ok_and(|s| s.success());
+        let db_log = std::fs::copy(&self.database, to.join("database.log")).is_ok();
+        eprintln!("=== kept in {} (directory copied: {copied}, database log: {db_log})", to.display());
     }
 }
 
@@ -685,7 +756,8 @@ fn put_files(shared: &Shared, wrap: &[String], profile: &Path, local: &Path, w: 
         let remote = format!("/w/{w}-{i}");
         let what = format!("put {remote}");
         if shared.run(&what, client_command(wrap, profile, &["put", src.to_str().unwrap(), &remote])) {
-            shared.acked.lock().unwrap().push(Acked { remote, bytes });
+            let at = shared.start.elapsed();
+            shared.acked.lock().unwrap().push(Acked { remote, bytes, at });
         }
         i += 1;
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..200)));
@@ -708,10 +780,12 @@ fn get_files(shared: &Shared, wrap: &[String], profile: &Path, local: &Path, see
         };
         let what = format!("get {}", file.remote);
         let _ = std::fs::remove_file(&back);
-        if shared.run(&what, client_command(wrap, profile, &["get", &file.remote, back.to_str().unwrap()]))
-            && std::fs::read(&back).ok().as_deref() != Some(&file.bytes[..])
-        {
-            shared.fail(&what, "other bytes than were put".into());
+        if shared.run(&what, client_command(wrap, profile, &["get", &file.remote, back.to_str().unwrap()])) {
+            let got = std::fs::read(&back).ok();
+            if got.as_deref() != Some(&file.bytes[..]) {
+                let why = difference(&file.bytes, got.as_deref());
+                shared.fail(&what, format!("other bytes than were put (acknowledged at {:?}): {why}", file.at));
+            }
         }
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..200)));
     }
@@ -730,4 +804,21 @@ fn client_command(wrap: &[String], config: &Path, args: &[&str]) -> Command {
     }
     c.stdin(Stdio::null());
     c
+}
+
+/// A wrong read names what it got: another file's bytes, zeros, or a short file.
+#[test]
+fn a_wrong_read_says_what_it_got() {
+    let want = file_bytes(1, 4, 3000);
+    assert_eq!(want.len(), 3000);
+    assert!(want.starts_with(b"<w1 f4 @0>") && want[512..].starts_with(b"<w1 f4 @512>"));
+    assert_eq!(difference(&want, Some(&want)), "the same bytes");
+    let other = file_bytes(0, 5, 3000);
+    assert!(difference(&want, Some(&other)).contains(r#"tags ["w0 f5 @512""#), "{}", difference(&want, Some(&other)));
+    let short = difference(&want, Some(&want[..1024]));
+    assert!(short.starts_with("1024 bytes read, 3000 put; first difference at 1024"), "{short}");
+    let mut zeroed = want.clone();
+    zeroed[2048..].fill(0);
+    assert!(difference(&want, Some(&zeroed)).contains("at 2048; from there 952 zero bytes"));
+    assert_eq!(difference(&want, None), "nothing read back");
 }

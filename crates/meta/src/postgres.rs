@@ -41,12 +41,16 @@
 //! closure returns — a closure that swallowed the error cannot commit.
 //!
 //! A `COMMIT` whose connection is lost (the server killed as it commits)
-//! may or may not have committed: the writer's transaction id, asked with
-//! its `BEGIN` (`txid_current()`, pipelined), is looked up on a new
-//! connection once the server answers (`txid_status`, for up to
-//! [`COMMIT_OUTCOME_WAIT`]): committed is success, aborted `Unavailable`
-//! (nothing changed: sent again by the manager's clients), and only an
-//! outcome that cannot be told is `Storage`.
+//! may or may not have committed. Each read-write transaction sets, with
+//! its `BEGIN` (pipelined), a new mark in its backend's row of
+//! `commit_marks` and asks its transaction id (`txid_current()`). Once the
+//! server answers again, a new connection waits until that id is no
+//! longer in progress (`txid_status`, for up to [`COMMIT_OUTCOME_WAIT`])
+//! and then reads the row: the mark there is success, another
+//! `Unavailable` (nothing changed: sent again by the manager's clients),
+//! and only an outcome that cannot be told is `Storage`. The id's status is
+//! not the answer: after a crash the server hands out again the ids whose
+//! log it had not written, so it may tell of another transaction.
 //!
 //! # Schema
 //! The tables are those of the SQLite schema version 2 (see `sqlite.rs`),
@@ -86,6 +90,10 @@
 //! - 8 → 9: the intents' `writes` and `unopened` component bit sets
 //!   (SQLite's version 11).
 //! - 9 → 10: sparse files (SQLite's version 12): the inodes' `data_bytes`.
+//! - 10 → 11: `commit_marks(writer, seq, at)`, one row per backend (no
+//!   SQLite counterpart): what tells whether a `COMMIT` that lost its
+//!   connection committed; rows of backends gone for
+//!   [`COMMIT_MARK_KEEP_DAYS`] removed at open.
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -113,7 +121,7 @@ use nasd_proto::layout::{Component, ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
@@ -248,8 +256,23 @@ ALTER TABLE inodes ADD COLUMN data_bytes BIGINT NOT NULL DEFAULT 0;
 UPDATE inodes SET data_bytes = size - LEAST(size, small_threshold) WHERE kind = 1;
 "#;
 
+/// Version 11: commit marks (no SQLite counterpart): one row per open
+/// backend ([`Postgres`]), set by each of its read-write transactions, so
+/// that a `COMMIT` that lost its connection is known to have committed by
+/// its own row, not by its transaction id, which a server restarted after
+/// a crash may hand out again ([`Postgres::commit_outcome`]).
+const V11: &str = r#"
+CREATE TABLE commit_marks (writer BIGINT PRIMARY KEY, seq BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL);
+"#;
+
+/// Rows of `commit_marks` not set for this long are removed when a backend
+/// opens the database: a row is read only by its own backend, right after a
+/// `COMMIT` whose `BEGIN` set it, so only the rows of backends that are gone
+/// (processes that ended) get this old.
+pub const COMMIT_MARK_KEEP_DAYS: u32 = 7;
+
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -303,6 +326,11 @@ pub struct Postgres {
     unreachable: crate::LogLimit,
     /// Set while the server cannot be reached (for the line that says it is back).
     unreachable_since: std::sync::atomic::AtomicBool,
+    /// This backend's row of `commit_marks` (random: backends of other
+    /// processes have their own).
+    mark_writer: i64,
+    /// The last mark a read-write transaction of this backend set.
+    last_mark: AtomicI64,
 }
 
 struct Pool {
@@ -407,6 +435,8 @@ impl Postgres {
             conflicts: AtomicU64::new(0),
             unreachable: crate::LogLimit::new(),
             unreachable_since: std::sync::atomic::AtomicBool::new(false),
+            mark_writer: nasd_env::Env::real().random_u64() as i64,
+            last_mark: AtomicI64::new(0),
         };
         let mut conn = match pg.connect() {
             Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
@@ -533,6 +563,8 @@ impl Postgres {
                     c.batch_execute("DELETE FROM nasd_schema").await?;
                     c.execute("INSERT INTO nasd_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).await?;
                 }
+                let keep = format!("{COMMIT_MARK_KEEP_DAYS} days");
+                c.execute("DELETE FROM commit_marks WHERE at < now() - $1::text::interval", &[&keep]).await?;
                 c.batch_execute("COMMIT").await
             };
             wait(write).map_err(|e| self.error(e))
@@ -574,6 +606,7 @@ impl Postgres {
                         turn: false,
                         writing: false,
                         xid: None,
+                        mark: None,
                     });
                 }
                 pool.live -= 1;
@@ -587,7 +620,15 @@ impl Postgres {
                             tracing::warn!(target = %self.target, "the metadata database is reachable again");
                         }
                         self.unreachable.reset();
-                        Ok(Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false, xid: None })
+                        Ok(Lease {
+                            pg: self,
+                            conn: Some(conn),
+                            clean: true,
+                            turn: false,
+                            writing: false,
+                            xid: None,
+                            mark: None,
+                        })
                     }
                     Err(e) => {
                         self.lock_pool().live -= 1;
@@ -632,6 +673,10 @@ struct Lease<'a> {
     /// `BEGIN`): what tells, after a `COMMIT` lost its connection, whether
     /// it committed ([`Postgres::commit_outcome`]).
     xid: Option<i64>,
+    /// The mark the writer's transaction sets in this backend's row of
+    /// `commit_marks` (with its `BEGIN`): what tells whether it committed
+    /// once it is over.
+    mark: Option<i64>,
 }
 
 impl Lease<'_> {
@@ -657,12 +702,24 @@ impl Lease<'_> {
         if sql.starts_with("BEGIN") {
             self.writing = true;
             let lock = format!("SELECT pg_advisory_lock({WRITER_LOCK})");
-            let (locked, begun, xid) = wait(async {
-                futures::join!(c.batch_execute(&lock), c.batch_execute(sql), c.query_one("SELECT txid_current()", &[]))
+            let seq = self.pg.last_mark.fetch_add(1, Ordering::Relaxed) + 1;
+            let set_mark = format!(
+                "INSERT INTO commit_marks (writer, seq, at) VALUES ({}, {seq}, now()) \
+                 ON CONFLICT (writer) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at",
+                self.pg.mark_writer
+            );
+            let (locked, begun, xid, marked) = wait(async {
+                futures::join!(
+                    c.batch_execute(&lock),
+                    c.batch_execute(sql),
+                    c.query_one("SELECT txid_current()", &[]),
+                    c.batch_execute(&set_mark)
+                )
             });
             let xid = xid.and_then(|row| row.try_get::<_, i64>(0));
             self.xid = xid.as_ref().ok().copied();
-            return locked.and(begun).and(xid.map(drop));
+            self.mark = marked.as_ref().ok().map(|()| seq);
+            return locked.and(begun).and(xid.map(drop)).and(marked);
         }
         let unlock = format!("SELECT pg_advisory_unlock({WRITER_LOCK})");
         let (ended, unlocked) = wait(async { futures::join!(c.batch_execute(sql), c.batch_execute(&unlock)) });
@@ -758,21 +815,35 @@ impl Postgres {
     }
 
     /// Whether transaction `xid`, whose `COMMIT` lost its connection,
-    /// committed: `txid_status` asked on a new connection, again (with
-    /// back-off) while the server cannot be reached or the transaction is
-    /// still in progress there, for up to [`COMMIT_OUTCOME_WAIT`]; `None`
-    /// if it cannot be told by then (or the server no longer knows).
-    fn commit_outcome(&self, xid: i64) -> Option<bool> {
+    /// committed. First it must be over: `txid_status` asked on a new
+    /// connection, again (with back-off) while the server cannot be reached
+    /// or the transaction is still in progress there, for up to
+    /// [`COMMIT_OUTCOME_WAIT`]. Then its own mark says: it committed if
+    /// this backend's row of `commit_marks` holds `mark`. The status itself
+    /// is not the answer: a server restarted after a crash hands out again
+    /// the ids of transactions none of whose log it had written, so after
+    /// the restart `txid_status` may tell of another transaction that got
+    /// the same id (found by `nasd-cli`'s `netns_cluster`: a file's write
+    /// `COMMIT` cut off by PostgreSQL's SIGKILL was taken for committed, and
+    /// the put acknowledged, as another client's transaction committed
+    /// under the id after the restart; the file read back short). `None` if
+    /// it cannot be told by then (or the server no longer knows).
+    fn commit_outcome(&self, xid: i64, mark: i64) -> Option<bool> {
         let deadline = Instant::now() + COMMIT_OUTCOME_WAIT;
         let mut pause = Duration::from_millis(50);
         loop {
             if let Ok(conn) = self.connect() {
-                match wait(conn.client.query_one("SELECT txid_status($1)", &[&xid])) {
+                let mut status_said = None;
+                let over = match wait(conn.client.query_one("SELECT txid_status($1)", &[&xid])) {
                     Ok(row) => match row.try_get::<_, Option<String>>(0) {
-                        Ok(Some(status)) if status == "committed" => return Some(true),
-                        Ok(Some(status)) if status == "aborted" => return Some(false),
+                        // Over (its own status or that of a transaction that reused its id, which
+                        // only a restart allows: then it is over too).
+                        Ok(Some(status)) if status == "committed" || status == "aborted" => {
+                            status_said = Some(status);
+                            true
+                        }
                         // In progress: the server process serving the lost connection has not ended yet.
-                        Ok(Some(_)) => {}
+                        Ok(Some(_)) => false,
                         // Too old for the server to know, or an answer that makes no sense.
                         Ok(None) | Err(_) => return None,
                     },
@@ -780,7 +851,29 @@ impl Postgres {
                     // it recovered from (it was killed first), so neither did a commit.
                     Err(e) if xid_in_the_future(&e) => return Some(false),
                     Err(e) if !crate::error::postgres_server_gone(&e) => return None,
-                    Err(_) => {}
+                    Err(_) => false,
+                };
+                if over {
+                    let row = wait(
+                        conn.client.query_opt("SELECT seq FROM commit_marks WHERE writer = $1", &[&self.mark_writer]),
+                    );
+                    let said = status_said.as_deref().unwrap_or("?");
+                    let decided = |committed: bool| {
+                        // The status of another transaction, which got the id after a restart.
+                        let reused = said == "committed" && !committed;
+                        tracing::warn!(
+                            target = %self.target, xid, txid_status = said, committed, id_handed_out_again = reused,
+                            "a metadata COMMIT lost its connection; its mark tells whether it committed"
+                        );
+                        Some(committed)
+                    };
+                    match row.map(|r| r.map(|r| r.try_get::<_, i64>(0))) {
+                        Ok(Some(Ok(seq))) => return decided(seq == mark),
+                        Ok(None) => return decided(false),
+                        Ok(Some(Err(_))) => return None,
+                        Err(e) if !crate::error::postgres_server_gone(&e) => return None,
+                        Err(_) => {}
+                    }
                 }
             }
             if Instant::now() + pause >= deadline {
@@ -844,12 +937,12 @@ impl Postgres {
                     lease.clean = true;
                     Ok(r)
                 }
-                Err(e) if classify(&e) == TxnError::Unavailable && lease.xid.is_some() => {
+                Err(e) if classify(&e) == TxnError::Unavailable && lease.xid.is_some() && lease.mark.is_some() => {
                     // A COMMIT sent and no answer: the server says, once it answers again, whether
                     // it committed.
                     lease.clean = false;
-                    let xid = lease.xid.expect("checked");
-                    match self.commit_outcome(xid) {
+                    let (xid, mark) = (lease.xid.expect("checked"), lease.mark.expect("checked"));
+                    match self.commit_outcome(xid, mark) {
                         Some(true) => Ok(r),
                         Some(false) => Err(TxnError::Unavailable),
                         None => {

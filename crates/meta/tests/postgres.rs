@@ -3,7 +3,7 @@
 //! backends (two managers) retried to a correct end, the three kinds of
 //! failure, and the schema's version handling.
 
-use nasd_meta::testing::{check_invariants, conformance, pool_placer, snapshot, PgServer};
+use nasd_meta::testing::{check_invariants, conformance, pool_placer, snapshot, PgServer, PgServerOptions};
 use nasd_meta::{
     Access, Backend, Caller, DriveRecord, DriveState, FsStatus, Layout, MetaError, Namespace, ObjectRef, Postgres,
     TxnError, POSTGRES_SCHEMA_VERSION, ROOT_INO,
@@ -32,6 +32,20 @@ fn raw_sql(url: &str, statements: &str) {
         drop(client);
         let _ = conn.await;
     });
+}
+
+/// The id of a transaction of its own on `url` (directly, not through the
+/// backend), which commits: `SELECT txid_current()` outside a transaction.
+fn committed_txid(url: &str) -> i64 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        let conn = tokio::spawn(connection);
+        let id: i64 = client.query_one("SELECT txid_current()", &[]).await.unwrap().get(0);
+        drop(client);
+        let _ = conn.await;
+        id
+    })
 }
 
 #[test]
@@ -416,4 +430,84 @@ fn a_commit_cut_off_by_the_server_is_told_apart_as_not_made() {
     assert_eq!(backend.read(|t| t.get_setting("once")).unwrap(), None, "nothing changed");
     backend.transact(|t| t.put_setting("once", b"1")).expect("sent again");
     assert_eq!(backend.read(|t| t.get_setting("once")).unwrap().as_deref(), Some(&b"1"[..]));
+}
+
+/// A `COMMIT` cut off by the server's crash (SIGKILL with the transaction
+/// open, none of its log written yet) did not commit — also when the
+/// restarted server has handed its transaction id out again and the
+/// transaction that got it committed, so that `txid_status` of the id says
+/// "committed". The backend took that for its own commit: the attempt
+/// succeeded and its change was not there (found by `nasd-cli`'s
+/// `netns_cluster`: a put acknowledged while its write's `COMMIT` was lost
+/// in PostgreSQL's crash read back short). Its own mark tells it apart:
+/// `Unavailable`, and sent again it is done once.
+#[test]
+fn a_commit_lost_in_a_crash_is_not_taken_for_the_transaction_that_got_its_id_again() {
+    let mut s = PgServer::start_with(&PgServerOptions { durable_commits: true, ..PgServerOptions::default() })
+        .unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = s.fresh_url();
+    let backend = open(&url);
+    backend.transact(|t| t.put_setting("before", b"1")).unwrap();
+    let last = committed_txid(&url);
+    let mut after_restart: Option<Vec<i64>> = None;
+    let cut = backend.try_transact(|t| {
+        t.put_setting("lost", b"1")?;
+        if after_restart.is_none() {
+            // The server crashes with this transaction open, comes back, and other clients'
+            // transactions commit, before this one's COMMIT is sent.
+            s.kill().expect("killed");
+            // Its server processes notice the postmaster gone and end (else the new one refuses to start).
+            std::thread::sleep(Duration::from_secs(1));
+            s.start_again().expect("started again");
+            after_restart = Some((0..20).map(|_| committed_txid(&url)).collect());
+        }
+        Ok(())
+    });
+    let ids = after_restart.expect("the attempt ran");
+    assert!(
+        ids[0] <= last + 1,
+        "the premise: the restarted server hands out again the ids of the transactions it lost (the last before \
+         the crash {last}, after it {ids:?})"
+    );
+    assert_eq!(backend.read(|t| t.get_setting("lost")).unwrap(), None, "the crash lost the change");
+    assert_eq!(cut.err(), Some(TxnError::Unavailable), "the commit was not made, and the backend knows it");
+    backend.transact(|t| t.put_setting("lost", b"1")).expect("sent again");
+    assert_eq!(backend.read(|t| t.get_setting("lost")).unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(backend.read(|t| t.get_setting("before")).unwrap().as_deref(), Some(&b"1"[..]));
+}
+
+/// Each read-write transaction sets its backend's row of `commit_marks`;
+/// rows not set for `COMMIT_MARK_KEEP_DAYS` (backends long gone) are
+/// removed when a backend opens the database, the others stay.
+#[test]
+fn commit_marks_of_backends_long_gone_are_removed_at_open() {
+    let url = server().fresh_url();
+    let backend = open(&url);
+    backend.transact(|t| t.put_setting("k", b"v")).unwrap();
+    let marks = |url: &str| -> Vec<i64> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+            let conn = tokio::spawn(connection);
+            let rows = client.query("SELECT writer FROM commit_marks ORDER BY writer", &[]).await.unwrap();
+            drop(client);
+            let _ = conn.await;
+            rows.iter().map(|r| r.get(0)).collect()
+        })
+    };
+    let own = marks(&url);
+    assert_eq!(own.len(), 1, "the backend's own row: {own:?}");
+    let days = nasd_meta::COMMIT_MARK_KEEP_DAYS;
+    raw_sql(
+        &url,
+        &format!(
+            "INSERT INTO commit_marks VALUES (1, 5, now() - interval '{} days'), (2, 5, now() - interval '{} days')",
+            days + 1,
+            days - 1
+        ),
+    );
+    let _again = open(&url);
+    let mut expected = vec![2, own[0]];
+    expected.sort_unstable();
+    assert_eq!(marks(&url), expected, "the row not set for longer than {days} days removed");
 }
