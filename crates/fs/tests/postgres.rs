@@ -21,6 +21,15 @@ use std::time::Duration;
 
 const MIB: usize = 1024 * 1024;
 
+/// A PostgreSQL test server with a fresh database: the server, the
+/// database's URL and its name.
+fn fresh_database() -> (PgServer, String, String) {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
+    let url = server.fresh_url();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    (server, url, db)
+}
+
 #[test]
 fn files_round_trip_with_the_metadata_on_postgres() {
     let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
@@ -166,9 +175,7 @@ async fn writer_on(url: &str) -> (Cluster, nasd_fs::FsClient) {
 /// next maintenance pass.
 #[test]
 fn a_commit_stands_when_the_database_goes_away_before_its_intent_is_forgotten() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (c, admin) = writer_on(&url).await;
         sql(
@@ -218,9 +225,7 @@ fn a_commit_stands_when_the_database_goes_away_before_its_intent_is_forgotten() 
 /// killed).
 #[test]
 fn a_commit_cut_off_at_the_database_is_resolved_and_acknowledged_once() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (_cluster, admin) = writer_on(&url).await;
         sql(
@@ -300,9 +305,7 @@ fn connection_was_ended(server: &PgServer, db: &str) {
 /// database).
 #[test]
 fn a_create_cut_off_at_the_database_says_which_database() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (cluster, _) = writer_on(&url).await;
         let (admin, told) = told_admin(&cluster).await;
@@ -328,9 +331,7 @@ fn a_create_cut_off_at_the_database_says_which_database() {
 /// changed", when the truncation was.
 #[test]
 fn a_truncating_create_cut_off_after_its_truncation_committed_is_finished() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (cluster, _) = writer_on(&url).await;
         let (admin, told) = told_admin(&cluster).await;
@@ -355,9 +356,7 @@ fn a_truncating_create_cut_off_after_its_truncation_committed_is_finished() {
 /// once either way (`commit_write`'s `committed_before`).
 #[test]
 fn a_commit_sent_again_after_it_committed_is_answered_as_done() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (c, admin) = writer_on(&url).await;
         let data = pattern(53, 100_000);
@@ -411,9 +410,7 @@ fn a_commit_sent_again_after_it_committed_is_answered_as_done() {
 /// again is made once. The write is acknowledged and reads back.
 #[test]
 fn a_commit_whose_outcome_stays_unknown_past_the_wait_is_resolved_by_its_intent() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (cluster, _) = writer_on(&url).await;
         let (admin, told) = told_admin(&cluster).await;
@@ -467,9 +464,7 @@ fn a_commit_whose_outcome_stays_unknown_past_the_wait_is_resolved_by_its_intent(
 /// failed as "partly done" (`INTERNAL`) and was rolled back.
 #[test]
 fn a_truncation_cut_off_before_its_commit_is_finished() {
-    let server = PgServer::start().unwrap_or_else(|e| panic!("cannot start a PostgreSQL test server: {e}"));
-    let url = server.fresh_url();
-    let db = url.rsplit('/').next().unwrap().to_string();
+    let (server, url, db) = fresh_database();
     run(async move {
         let (cluster, _) = writer_on(&url).await;
         let (admin, told) = told_admin(&cluster).await;

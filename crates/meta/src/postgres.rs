@@ -590,6 +590,11 @@ impl Postgres {
         self.pool.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `conn` leased out, with no transaction begun on it yet.
+    fn fresh_lease(&self, conn: Conn) -> Lease<'_> {
+        Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false, xid: None, mark: None }
+    }
+
     /// A connection: an idle one, else a new one while fewer than
     /// [`CONNECTIONS_MAX`] are open, else the next one handed back (waiting
     /// at most [`CONNECTION_WAIT_MAX`]).
@@ -599,15 +604,7 @@ impl Postgres {
         loop {
             while let Some(conn) = pool.idle.pop() {
                 if !conn.client.is_closed() {
-                    return Ok(Lease {
-                        pg: self,
-                        conn: Some(conn),
-                        clean: true,
-                        turn: false,
-                        writing: false,
-                        xid: None,
-                        mark: None,
-                    });
+                    return Ok(self.fresh_lease(conn));
                 }
                 pool.live -= 1;
             }
@@ -620,15 +617,7 @@ impl Postgres {
                             tracing::warn!(target = %self.target, "the metadata database is reachable again");
                         }
                         self.unreachable.reset();
-                        Ok(Lease {
-                            pg: self,
-                            conn: Some(conn),
-                            clean: true,
-                            turn: false,
-                            writing: false,
-                            xid: None,
-                            mark: None,
-                        })
+                        Ok(self.fresh_lease(conn))
                     }
                     Err(e) => {
                         self.lock_pool().live -= 1;

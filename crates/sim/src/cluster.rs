@@ -48,7 +48,7 @@
 //! would have to allow unless a client synced), repair and rebuild
 //! checkers, ACL changes racing data, several managers.
 
-use crate::world::{between, Core, Host, Node};
+use crate::world::{between, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_drive::{DriveConfig, SecurityMode};
 use nasd_fs::{FsClient, FsConfig, FsError};
@@ -59,7 +59,6 @@ use nasd_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -275,9 +274,7 @@ pub struct Cluster {
     clients: Vec<Arc<Host>>,
     /// Per client: every name it used, by path, with its model.
     models: Vec<Mutex<BTreeMap<String, Maybe>>>,
-    failures: Mutex<Vec<String>>,
-    requests: AtomicU64,
-    faults: AtomicU64,
+    tally: Tally,
     end: Instant,
     /// Kept until the run ends: the manager's real directory.
     _dir: tempfile::TempDir,
@@ -309,35 +306,22 @@ impl Cluster {
             (0..cfg.clients).map(|i| Host::new(&core, &format!("client-{i}"), client_ip(i), 1 << 20)).collect();
         let models = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
         let end = Instant::now() + cfg.duration;
-        Arc::new(Cluster {
-            core,
-            cfg,
-            drives,
-            manager,
-            clients,
-            models,
-            failures: Mutex::new(Vec::new()),
-            requests: AtomicU64::new(0),
-            faults: AtomicU64::new(0),
-            end,
-            _dir: dir,
-        })
+        Arc::new(Cluster { core, cfg, drives, manager, clients, models, tally: Tally::default(), end, _dir: dir })
     }
 
     /// A property broke: logged, and the run fails.
     fn fail(&self, what: String) {
-        self.core.log(format!("FAILED {what}"));
-        lock(&self.failures).push(what);
+        self.tally.fail(&self.core, what);
     }
 
     /// The failures so far.
     pub fn failures(&self) -> Vec<String> {
-        lock(&self.failures).clone()
+        self.tally.failures()
     }
 
     /// Operations the clients started, and faults injected.
     pub fn counts(&self) -> (u64, u64) {
-        (self.requests.load(Ordering::Relaxed), self.faults.load(Ordering::Relaxed))
+        self.tally.counts()
     }
 
     /// The whole run: drives, the manager (which takes the drives into
@@ -559,7 +543,7 @@ impl Cluster {
 
     /// One operation of client `c`, chosen from the seed, and its check.
     async fn step(&self, c: usize, fs: &FsClient) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.tally.request();
         let path = self.pick_path(c);
         let before = self.model(c, &path);
         let who = format!("client-{c}");
@@ -703,7 +687,7 @@ impl Cluster {
         let quiet = self.end - Duration::from_secs(5);
         while Instant::now() < quiet {
             tokio::time::sleep(between(&self.core, Duration::from_secs(1), Duration::from_secs(10))).await;
-            self.faults.fetch_add(1, Ordering::Relaxed);
+            self.tally.fault();
             let d = &self.drives[self.core.gen_range(0..self.drives.len() as u64) as usize];
             let up = lock(&d.node).is_some();
             match self.core.gen_range(0..100) {

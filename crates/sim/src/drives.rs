@@ -27,7 +27,7 @@
 //! flush and a crash), and every object reads back as its model says.
 
 use crate::model::ObjectModel;
-use crate::world::{between, Core, Host, Node};
+use crate::world::{between, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_client::{Auth, ClientError, Credential, DriveClient};
 use nasd_crypto::{mint_capability, Key, MacAlgorithm};
@@ -132,9 +132,7 @@ pub struct Scenario {
     objects: Mutex<Vec<Arc<ObjectSlot>>>,
     admin: Arc<Node>,
     clients: Vec<Arc<Host>>,
-    failures: Mutex<Vec<String>>,
-    requests: AtomicU64,
-    faults: AtomicU64,
+    tally: Tally,
     end: Instant,
 }
 
@@ -167,27 +165,24 @@ impl Scenario {
             objects: Mutex::new(Vec::new()),
             admin,
             clients,
-            failures: Mutex::new(Vec::new()),
-            requests: AtomicU64::new(0),
-            faults: AtomicU64::new(0),
+            tally: Tally::default(),
             end,
         })
     }
 
     /// A property broke: logged, and the run fails.
     fn fail(&self, what: String) {
-        self.core.log(format!("FAILED {what}"));
-        lock(&self.failures).push(what);
+        self.tally.fail(&self.core, what);
     }
 
     /// The failures so far.
     pub fn failures(&self) -> Vec<String> {
-        lock(&self.failures).clone()
+        self.tally.failures()
     }
 
     /// Requests the clients sent, and faults injected.
     pub fn counts(&self) -> (u64, u64) {
-        (self.requests.load(Ordering::Relaxed), self.faults.load(Ordering::Relaxed))
+        self.tally.counts()
     }
 
     /// The whole run: start and provision the drives, run the clients, the
@@ -522,7 +517,7 @@ impl Scenario {
         let mut gone = false;
         while Instant::now() < quiet {
             tokio::time::sleep(between(&self.core, Duration::from_millis(500), Duration::from_secs(8))).await;
-            self.faults.fetch_add(1, Ordering::Relaxed);
+            self.tally.fault();
             let d = &self.drives[self.core.gen_range(0..self.drives.len() as u64) as usize];
             let up = *lock(&d.state) == DriveState::Up;
             match self.core.gen_range(0..100) {
@@ -875,7 +870,7 @@ impl Client {
             self.caps.insert(key, self.s.capability(o));
         }
         let (cap, acv) = self.caps.get(&key).cloned().expect("just made");
-        self.s.requests.fetch_add(1, Ordering::Relaxed);
+        self.s.tally.request();
         let c = self.conns.get_mut(&o.drive).expect("just made");
         c.set_auth(Auth::new(cap, self.protection));
         Some((c, acv))

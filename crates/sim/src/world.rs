@@ -22,6 +22,44 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().expect("simulated world mutex poisoned")
 }
 
+/// What a run found and did: its failures (each also in the event log),
+/// the operations its clients started and the faults it injected.
+#[derive(Default)]
+pub struct Tally {
+    failures: Mutex<Vec<String>>,
+    requests: std::sync::atomic::AtomicU64,
+    faults: std::sync::atomic::AtomicU64,
+}
+
+impl Tally {
+    /// A property broke: logged in `core`'s event log, and the run fails.
+    pub fn fail(&self, core: &Core, what: String) {
+        core.log(format!("FAILED {what}"));
+        lock(&self.failures).push(what);
+    }
+
+    /// The failures so far.
+    pub fn failures(&self) -> Vec<String> {
+        lock(&self.failures).clone()
+    }
+
+    /// One more operation started by a client.
+    pub fn request(&self) {
+        self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// One more fault injected.
+    pub fn fault(&self) {
+        self.faults.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Operations started and faults injected.
+    pub fn counts(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.requests.load(Relaxed), self.faults.load(Relaxed))
+    }
+}
+
 /// The event log: every line is hashed (BLAKE3), and the last
 /// [`EventLog::TAIL_MAX`] kept to print when a run fails.
 pub struct EventLog {
