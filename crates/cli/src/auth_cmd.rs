@@ -83,7 +83,9 @@ pub enum AuthCommand {
         name: String,
     },
     /// Administrators: refuse a user's logins (at this server and, with
-    /// identity keys it still holds, at the manager).
+    /// identity keys it still holds, at the manager) and every request its
+    /// open sessions and gateways (S3) make for it — at once at the manager
+    /// this command tells; at other managers within their recheck times.
     Disable {
         /// Whose logins.
         name: String,
@@ -271,11 +273,23 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
             };
             c.add_user(&name, &pw, uid, gid.unwrap_or(uid), admin).await?;
         }
-        AuthCommand::Enable { name } => c.set_user_enabled(&name, true).await?,
-        AuthCommand::Disable { name } => c.set_user_enabled(&name, false).await?,
+        AuthCommand::Enable { name: user } => {
+            c.set_user_enabled(&user, true).await?;
+            tell_manager_users_changed(section, &grant, &name).await;
+        }
+        AuthCommand::Disable { name: user } => {
+            c.set_user_enabled(&user, false).await?;
+            tell_manager_users_changed(section, &grant, &name).await;
+        }
         AuthCommand::AddRole { role, name } => c.add_role(role, &name).await?,
-        AuthCommand::GrantRole { user, role } => c.set_user_role(&user, role, true).await?,
-        AuthCommand::RevokeRole { user, role } => c.set_user_role(&user, role, false).await?,
+        AuthCommand::GrantRole { user, role } => {
+            c.set_user_role(&user, role, true).await?;
+            tell_manager_users_changed(section, &grant, &name).await;
+        }
+        AuthCommand::RevokeRole { user, role } => {
+            c.set_user_role(&user, role, false).await?;
+            tell_manager_users_changed(section, &grant, &name).await;
+        }
         AuthCommand::CreateGroup { name: group } => {
             let group = c.create_group(&group).await?;
             println!("{}", group.gid);
@@ -331,6 +345,33 @@ pub async fn run(section: &ClientSection, user: Option<&str>, cmd: AuthCommand) 
         }
     }
     Ok(())
+}
+
+/// Has the manager forget what the authentication server told it of users
+/// (`SYNC_IDENTITY_KEYS` does that first), so a user just disabled, or
+/// whose roles changed, is refused or served as changed at once — through
+/// identity sessions and through gateways. The change is made already: a
+/// manager that cannot be told is said, with when it notices by itself.
+async fn tell_manager_users_changed(section: &ClientSection, grant: &IdentityGrant, user: &str) {
+    let told = async {
+        let fs = crate::fs_cmd::login_with_identity(section, grant, user).await?;
+        fs.sync_identity_keys().await.map_err(anyhow::Error::from)
+    };
+    match told.await {
+        Ok(()) => {}
+        // The manager forgot before it went on to the drives.
+        Err(e)
+            if matches!(
+                e.downcast_ref::<nasd_fs::FsError>(),
+                Some(nasd_fs::FsError::Fs { status: nasd_proto::fs::FsStatus::DriveUnavailable, .. })
+            ) => {}
+        Err(e) => eprintln!(
+            "warning: the change is made at the authentication server, but the manager was not told ({e:#}); \
+             it takes effect there within identity_recheck_secs (30 s by default), through S3 and NFS \
+             gateways within {} s",
+            nasd_manager::identity::ACTED_FOR_RECHECK_MAX.as_secs()
+        ),
+    }
 }
 
 /// Has the manager install the shared keys on its drives now.

@@ -1137,6 +1137,48 @@ fn a_gateway_acts_for_no_disabled_user() {
     });
 }
 
+/// With the default recheck times the manager trusts what the
+/// authentication server said of a user for a while; an administrator who
+/// disabled one there says so (`SYNC_IDENTITY_KEYS`, which `nasd auth
+/// disable` sends): from then on the user's open identity session and a
+/// gateway acting for it are refused at their next request, and enabled
+/// again (and said again) both are served at their next request.
+#[test]
+fn a_user_disabled_and_said_is_refused_at_once() {
+    run(async {
+        let (auth, cluster, admin) = pal_cluster_with(AuthScheme::BOTH, 1, |c| c).await;
+        assert!(cluster.manager.config().identity_recheck >= Duration::from_secs(10), "the default, long");
+        let (mut root, _) = auth.login(ROOT, ROOT_PW, 0).await.unwrap();
+        let (alice, bob) = (auth.grant(USER_A, PW_A, 0).await, auth.grant(USER_B, PW_B, 0).await);
+        to(admin.set_gateway(USER_B, Some((UID_A, UID_A)))).await.unwrap();
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        let gateway = manager_login(&cluster, bob.credential, &bob.idkey).await.unwrap();
+        let for_alice = gateway.as_user(UID_A, UID_A, &[]).unwrap();
+        to(alice_fs.write_file("/shared/a", DATA)).await.unwrap();
+        to(for_alice.read_file("/shared/a")).await.expect("the gateway acts for alice");
+
+        to(root.set_user_enabled(USER_A, false)).await.unwrap();
+        to(admin.sync_identity_keys()).await.unwrap();
+        assert_eq!(fs_status(to(alice_fs.read_file("/shared/a")).await), FsStatus::NotPermitted, "the open session");
+        assert_eq!(
+            fs_status(to(for_alice.read_file("/shared/a")).await),
+            FsStatus::NotPermitted,
+            "through the gateway"
+        );
+        to(gateway.stat("/shared")).await.expect("the gateway itself is still served");
+
+        to(root.set_user_enabled(USER_A, true)).await.unwrap();
+        to(admin.sync_identity_keys()).await.unwrap();
+        assert_eq!(to(for_alice.read_file("/shared/a")).await.unwrap(), DATA, "enabled again, through the gateway");
+        let alice_fs = manager_login(&cluster, alice.credential, &alice.idkey).await.unwrap();
+        assert_eq!(to(alice_fs.read_file("/shared/a")).await.unwrap(), DATA, "and by a new session");
+
+        drop((gateway, for_alice, alice_fs, admin, root));
+        auth.halt();
+        cluster.stop().await;
+    });
+}
+
 /// Several managers on one PostgreSQL database: a PAL push one manager
 /// missed is in the shared store, so another manager's maintenance pass
 /// (whichever holds the `pals` lease) sets it once the drive is back.

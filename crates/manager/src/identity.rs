@@ -199,6 +199,10 @@ pub(crate) struct IdentityState {
     /// Per uid a gateway acted for (`AS_USER`): when the authentication
     /// server was last asked, and whether that user may act.
     acted_for: Mutex<HashMap<u32, ActedFor>>,
+    /// When an administrator last said users changed at the authentication
+    /// server (`SYNC_IDENTITY_KEYS`): identity sessions confirmed before it
+    /// are confirmed again at their next request.
+    users_told_changed: Mutex<Option<tokio::time::Instant>>,
     /// Drives out of service that a synchronization passed by unsynchronized,
     /// each said once until it is synchronized or back in service.
     passed_out: Mutex<BTreeSet<u32>>,
@@ -340,6 +344,7 @@ impl Manager {
     /// at a later pass) — unless it is out of service, which is passed by
     /// (not tried while down) and said once ([`Manager::passed_out_of_service`]).
     pub async fn sync_identity_keys(&self) -> Result<(), Failure> {
+        self.forget_what_auth_said();
         let _one = self.identity.sync.lock().await;
         self.refresh_shared_keys().await?;
         let (high, live): (u32, Vec<(u32, Key)>) = {
@@ -478,6 +483,25 @@ impl Manager {
 }
 
 impl Manager {
+    /// Forgets what the authentication server said of users: an
+    /// administrator changed some there (`nasd auth disable` and the like
+    /// send `SYNC_IDENTITY_KEYS` after), so every identity session and every
+    /// user a gateway acts for is asked about again at its next request, not
+    /// within [`crate::ManagerConfig::identity_recheck`] or
+    /// [`ACTED_FOR_RECHECK_MAX`].
+    pub(crate) fn forget_what_auth_said(&self) {
+        self.identity.acted_for.lock().expect("acted-for lock").clear();
+        *self.identity.users_told_changed.lock().expect("users-told-changed lock") = Some(tokio::time::Instant::now());
+    }
+
+    /// Whether an identity session whose user the authentication server
+    /// last confirmed at `checked` must be confirmed again now.
+    pub(crate) fn identity_recheck_due(&self, checked: Option<tokio::time::Instant>) -> bool {
+        let Some(at) = checked else { return true };
+        let told = *self.identity.users_told_changed.lock().expect("users-told-changed lock");
+        at.elapsed() >= self.config.identity_recheck || told.is_some_and(|t| at <= t)
+    }
+
     /// Whether a gateway may act (`AS_USER`) for `uid`: not for a user the
     /// authentication server knows as disabled. A uid it does not know is
     /// no user of its (a mapped Unix id): the request runs as that bare id,

@@ -333,8 +333,7 @@ impl Manager {
                     format!("identity key {} is retired: log in again", id.key_id),
                 ));
             }
-            let due = s.identity_checked.is_none_or(|at| at.elapsed() >= self.config.identity_recheck);
-            if due {
+            if self.identity_recheck_due(s.identity_checked) {
                 self.recheck_identity(s).await?;
             }
             // The manager's own part of the user (its gateway grant) follows SET_GATEWAY.

@@ -170,7 +170,9 @@ impl Daemon {
         let deadline = Instant::now() + DAEMON_WAIT_MAX;
         loop {
             let out = self.output();
-            if out.contains(needle) || Instant::now() >= deadline {
+            // The whole line: the daemon may be between the writes of one.
+            let whole = out.find(needle).is_some_and(|at| out[at..].contains('\n'));
+            if whole || Instant::now() >= deadline {
                 return out;
             }
             std::thread::sleep(Duration::from_millis(20));
