@@ -392,3 +392,60 @@ fn a_component_the_transaction_was_not_opened_on_is_stale_only_once_it_may_diffe
         c.stop().await;
     });
 }
+
+/// A layout without redundancy: a write transaction that could not be
+/// opened on one of the file's components is not begun (`DRIVE_UNAVAILABLE`,
+/// naming the drive), since rolling it back could only mark that component
+/// stale, and nothing could resync it — the file's committed bytes would be
+/// lost to a write that failed (nasd-sim's cluster seeds 3, 5, 11 and 14).
+/// Nothing is marked, the file reads as committed once the drive is back,
+/// and the next writer begins.
+#[test]
+fn a_layout_without_redundancy_begins_no_transaction_it_could_not_undo() {
+    run(async {
+        let config = ManagerConfig { default_layout: Layout::parse("stripe:2@64K").expect("layout"), ..config() };
+        let mut c = Cluster::start(ClusterOptions { config, drives: 2, ..Default::default() }).await;
+        let admin = c.login(ADMIN, ADMIN_PW).await;
+        let pool = Arc::new(DrivePool::new());
+        let (h, access) = create(&admin, "f").await;
+        let old = pattern(8, 200_000);
+        let txn = begin(&admin, h).await.expect("begin");
+        let s = striper(&pool, &access, &[]);
+        let w = to(s.write(0, &old, 0)).await.expect("write");
+        to(s.flush(&w.written)).await.expect("flush");
+        commit(&admin, h, txn, old.len() as u64, vec![]).await.expect("commit");
+
+        let second = access.components[1].object.drive;
+        let stopped = c.drives.remove(second as usize).halt().await;
+        let refused = begin(&admin, h).await.expect_err("no transaction without the second drive");
+        assert_eq!(refused.status(), Some(FsStatus::DriveUnavailable), "{refused}");
+        assert!(refused.to_string().contains(&format!("drive {second} ")), "names the drive: {refused}");
+        assert_eq!(states(&admin, "f").await, vec![ComponentState::Ok; 2], "nothing marked");
+        let first = access.components[0].object;
+        let d0 = c.manager.drives().into_iter().find(|d| d.drive == first.drive).expect("drive");
+        let open = to(d0.txn_list(first.object - 1, 1)).await.expect("txn list");
+        assert!(open.iter().all(|t| t.0 != first.object), "the transaction ended where it was opened: {open:?}");
+
+        c.drives.insert(second as usize, stopped.start().await);
+        // The next writer begins (its TXN_BEGIN reaches the restarted drive, which makes its
+        // readmission due: no heartbeats here), and a maintenance pass readmits the drive (on a
+        // loaded machine perhaps a later one): then the committed bytes read back.
+        let (mut began, mut back) = (None, None);
+        for _ in 0..50 {
+            if began.is_none() {
+                began = begin(&admin, h).await.ok();
+            }
+            to(c.manager.maintain()).await;
+            let fresh = to(admin.walk("/f", OpenMode::Read)).await.expect("walk").access.expect("access");
+            if let (Some(_), Ok((bytes, _))) = (began, to(striper(&pool, &fresh, &[]).read(0, 200_000, 200_000)).await)
+            {
+                back = Some(bytes);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(back.expect("the drive back, a writer began and the file reads") == old, "the committed bytes");
+        commit(&admin, h, began.expect("began"), old.len() as u64, vec![]).await.expect("commit");
+        c.stop().await;
+    });
+}

@@ -71,6 +71,12 @@ pub const BEGIN_WAIT: Duration = Duration::from_secs(10);
 const BEGIN_POLL: Duration = Duration::from_millis(20);
 /// Open transactions listed per `TXN_LIST` request during recovery.
 const TXN_LIST_PAGE: u16 = 1024;
+/// Whether `inode`'s layout keeps its bytes with a component lost, so a
+/// component marked stale can be resynced from the others.
+fn redundant(inode: &Inode) -> bool {
+    inode.layout.as_ref().is_some_and(|l| l.tolerates() > 0)
+}
+
 /// Most stale ranges recorded per component per commit; more are merged
 /// into ranges covering them.
 const STALE_RANGES_PER_COMMIT_MAX: usize = DIRTY_RANGES_MAX;
@@ -167,7 +173,10 @@ impl Manager {
     /// a component among `writes` is recorded with the intent
     /// ([`Intent::unopened`]) and the rollback marks it stale
     /// ([`abort`](Self::abort)). A commit needs nothing of it: the writer
-    /// reports the components its writes missed.
+    /// reports the components its writes missed. On a layout without
+    /// redundancy, which could never resync it, such a transaction is not
+    /// begun: `DRIVE_UNAVAILABLE` (the file cannot be written while a drive
+    /// of its is down; found by nasd-sim's seeds 3, 5, 11 and 14).
     pub(crate) async fn begin_scoped(&self, s: &Session, ino: Ino, writes: u64) -> Result<Began, Failure> {
         let lease = self.config.write_lease;
         let waited_since = tokio::time::Instant::now();
@@ -186,6 +195,9 @@ impl Manager {
         let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
         let unopened: BTreeSet<usize> = self.open_on_drives(&inode, txn).await.into_iter().collect();
         let unguarded = component_bits(&unopened) & writes;
+        if unguarded != 0 && !redundant(&inode) {
+            return Err(self.refuse_unguarded_begin(&inode, txn, &unopened).await);
+        }
         let intent = if writes != Intent::ALL || unguarded != 0 {
             Some(self.meta_after_write(move |ns| ns.scope_intent(ino, txn, writes, unguarded)).await?)
         } else {
@@ -270,6 +282,38 @@ impl Manager {
                 self.meta(move |ns| ns.finish_intent(txn)).await.is_ok()
             }
         }
+    }
+
+    /// Ends transaction `txn`, just begun on `inode` and opened on every
+    /// component but `unopened`, before its writer had it: on a layout
+    /// without redundancy a component the writer may change but no undo
+    /// guards could only be marked stale at a rollback, and nothing could
+    /// ever resync it — the file's committed bytes would be lost to a write
+    /// that failed. Nothing was written under `txn`: its ends are tidiness
+    /// (a drive that misses one resolves the transaction as committed, a
+    /// no-op), and the intent goes without a rollback.
+    async fn refuse_unguarded_begin(&self, inode: &Inode, txn: u64, unopened: &BTreeSet<usize>) -> Failure {
+        let ends = inode.components.iter().enumerate().filter(|(idx, _)| !unopened.contains(idx)).map(|(_, c)| async {
+            let Ok(d) = self.drive(c.object.drive) else { return };
+            if let Err(e) = d.txn_end(c.object.object, txn, false).await {
+                tracing::debug!(drive = d.drive, txn, error = %e, "an unused transaction is left to recovery");
+            }
+        });
+        futures::future::join_all(ends).await;
+        if let Err(f) = self.meta_after_write(move |ns| ns.finish_intent(txn)).await {
+            // Its lease ends it: a rollback of a layout without redundancy waits for the drives.
+            tracing::warn!(txn, error = %f, "an unused write intent is left to its lease");
+        }
+        let down: Vec<String> =
+            unopened.iter().filter_map(|&idx| inode.components.get(idx)).map(|c| c.object.drive.to_string()).collect();
+        Failure::new(
+            FsStatus::DriveUnavailable,
+            format!(
+                "drive {} of this file does not answer and its layout has no redundancy: the file cannot be \
+                 written until the drive is back (nasd status shows the drives)",
+                down.join(", ")
+            ),
+        )
     }
 
     /// Opens `txn` on every component of `inode`; returns the components it
@@ -505,6 +549,10 @@ impl Manager {
     /// outlive the rollback: its drive is down (it keeps what it has, and
     /// resolves the transaction as committed when it is back), or the
     /// transaction was never opened on it ([`Intent::unopened`]: no undo).
+    /// On a layout without redundancy, where a stale component could never
+    /// be resynced, the rollback instead waits for a down drive (the file
+    /// cannot be read without it anyway), and a transaction is never begun
+    /// with a component unopened ([`begin_scoped`](Self::begin_scoped)).
     /// Components the writer did not change (all of them, for the manager's
     /// repairs) are never marked, and a drive of theirs that does not answer
     /// holds nothing up: ending the transaction there is tidiness, and a
@@ -554,9 +602,12 @@ impl Manager {
             }
             self.rollbacks.lock().expect("rollbacks lock").entry(txn).or_default();
         }
-        let (components, acv) = match self.meta(move |ns| ns.getattr(ino)).await {
-            Ok(inode) => (inode.components, inode.acv),
-            Err(_) => (Vec::new(), 0),
+        let (components, acv, redundant) = match self.meta(move |ns| ns.getattr(ino)).await {
+            Ok(inode) => {
+                let redundant = redundant(&inode);
+                (inode.components, inode.acv, redundant)
+            }
+            Err(_) => (Vec::new(), 0, true),
         };
         let done = self.rollbacks.lock().expect("rollbacks lock").get(&txn).cloned().unwrap_or_default();
         let mut all = true;
@@ -577,7 +628,14 @@ impl Manager {
                 continue;
             }
             if !self.is_up(d.drive) {
-                kept.push(idx);
+                if redundant {
+                    kept.push(idx);
+                } else {
+                    // Stale, it could never be resynced: the rollback waits for the drive, whose
+                    // undo gives the component its committed bytes back.
+                    tracing::info!(drive = d.drive, txn, "rollback waits for the drive (no redundancy)");
+                    all = false;
+                }
                 continue;
             }
             let ended = async {

@@ -344,7 +344,6 @@ impl Manager {
     /// at a later pass) — unless it is out of service, which is passed by
     /// (not tried while down) and said once ([`Manager::passed_out_of_service`]).
     pub async fn sync_identity_keys(&self) -> Result<(), Failure> {
-        self.forget_what_auth_said();
         let _one = self.identity.sync.lock().await;
         self.refresh_shared_keys().await?;
         let (high, live): (u32, Vec<(u32, Key)>) = {

@@ -409,6 +409,9 @@ impl Manager {
             R::SetRouting { table } => self.set_routing(s, table).await,
             R::SyncIdentityKeys => {
                 self.require_admin(s)?;
+                // Only when an administrator asks: maintenance synchronizes keys too, and
+                // must not make every session ask the authentication server again.
+                self.forget_what_auth_said();
                 self.sync_identity_keys().await.map(|()| ManagerReply::Done)
             }
             R::AsUser { uid, gid, groups, request } => {

@@ -30,18 +30,17 @@
 //! and the manager or a drive. At the end the faults stop, everything comes
 //! back, and every file of every client is read and every directory listed.
 //!
-//! Open finding: seeds 5, 11 and 14 (`--duration 60`) and 3 (`--duration
-//! 30`, since the client pipelines its requests) end with a `stripe:2` file
-//! unreadable after the faults stopped, a component Stale. Traced in
-//! seed 8 (before its fix): an overwrite failed while a drive was down (its
-//! write transaction not opened there); the rollback at the lease's end
-//! marks the component stale, as the coordinator must when a writer may
-//! have written there without undo (`nasd_manager` `coordinator.rs`,
-//! `Manager::abort`: a write names no transaction, so a drive cannot refuse
-//! one outside it); with no redundancy nothing can resync it. A later cut
-//! to size 0 (a whole-file rewrite) now makes it current; a file not
-//! rewritten so stays unreadable. Mirrored and Reed-Solomon files keep
-//! every property in the same runs.
+//! Found and fixed: seeds 5, 11 and 14 (`--duration 60`) and 3
+//! (`--duration 30`) ended with a `stripe:2` file unreadable, a component
+//! Stale: an overwrite begun while one of the file's drives was down (its
+//! write transaction not opened there) failed, and the rollback at the
+//! lease's end marked the component stale, as the coordinator must when a
+//! writer may have written there without undo (a write names no
+//! transaction, so a drive cannot refuse one outside it); with no
+//! redundancy nothing could resync it. On such a layout the manager now
+//! begins no transaction it could not undo everywhere, and a rollback waits
+//! for a down drive instead of marking it (`nasd_manager`'s
+//! `coordinator.rs`).
 //!
 //! Not yet here: the authentication server, a manager power loss (losing
 //! the last `metadata_sync_ms` of acknowledged changes, which the model
