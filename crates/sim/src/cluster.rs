@@ -27,8 +27,25 @@
 //! restarts, a drive's disk full for a while (then its process restarted,
 //! as an operator restarts a store that failed a commit), the manager killed (`kill -9`:
 //! its disk keeps its writes) and restarted, partitions between a client
-//! and the manager or a drive. At the end the faults stop, everything comes
-//! back, and every file of every client is read and every directory listed.
+//! and the manager or a drive, bit rot (a bit of a drive's stored blocks
+//! flipped at rest), a host's clock jumping within the skew the drives
+//! allow. At the end the faults stop, everything comes back, and
+//! every file of every client is read (a `stripe` file may be unreadable
+//! after rot, never read wrong) and every directory listed; then, within
+//! two minutes, the manager's repair must have brought every component of
+//! every file back to `Ok`.
+//!
+//! Open finding: seed 12 (`--duration 60`, since bit rot and clock jumps
+//! joined the faults) reads an `rs:2+1` file with one stripe torn — its
+//! first data unit zeros, its second the old bytes — right after the
+//! manager came back (50.4 s): the manager was killed during the size
+//! change of a truncating `CREATE` (`nasd_manager`'s `resize.rs`), in which
+//! it is the writer under a transaction of its own; the change had reached
+//! one component (its drive keeps undo for it) and the intent stays Open
+//! until its lease ends, so readers see the uncommitted cut until the
+//! rollback. The manager's own transactions need to be rolled back when it
+//! restarts (telling them apart from live ones of other managers on a
+//! shared database) — not done yet.
 //!
 //! Found and fixed: seeds 5, 11 and 14 (`--duration 60`) and 3
 //! (`--duration 30`) ended with a `stripe:2` file unreadable, a component
@@ -47,17 +64,19 @@
 //! would have to allow unless a client synced), repair and rebuild
 //! checkers, ACL changes racing data, several managers.
 
+use crate::drives::CLOCK_OFFSET_MAX;
 use crate::world::{between, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_drive::{DriveConfig, SecurityMode};
 use nasd_fs::{FsClient, FsConfig, FsError};
 use nasd_manager::{Manager, ManagerConfig};
 use nasd_proto::fs::FsStatus;
-use nasd_proto::layout::{Layout, Scheme};
+use nasd_proto::layout::{ComponentState, Layout, Scheme};
 use nasd_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -196,6 +215,28 @@ impl Maybe {
     }
 }
 
+impl Maybe {
+    /// For a failure message: the first stripe of `got` that no state
+    /// holds, and for each state how many of its first bytes match there.
+    fn mismatch(&self, got: &Content, chunk: u64) -> String {
+        let (Some(states), Some(got)) = (self.states(), got) else { return String::new() };
+        let files: Vec<&Vec<u8>> = states.iter().flatten().collect();
+        let byte = |f: &Vec<u8>, at: usize| f.get(at).copied().unwrap_or(0);
+        for (i, piece) in got.chunks(chunk as usize).enumerate() {
+            let at = i * chunk as usize;
+            let matched: Vec<usize> =
+                files.iter().map(|f| (0..piece.len()).take_while(|&k| piece[k] == byte(f, at + k)).count()).collect();
+            if matched.iter().all(|&m| m < piece.len()) {
+                return format!(
+                    " (stripe at byte {at} of {}: bytes matching each state from there: {matched:?})",
+                    piece.len()
+                );
+            }
+        }
+        String::new()
+    }
+}
+
 /// Short text for the log: a content's length and digest prefix.
 fn describe(c: &Content) -> String {
     match c {
@@ -274,6 +315,9 @@ pub struct Cluster {
     /// Per client: every name it used, by path, with its model.
     models: Vec<Mutex<BTreeMap<String, Maybe>>>,
     tally: Tally,
+    /// A drive's disk rotted (a bit flipped at rest): a file without
+    /// redundancy may be unreadable from then on — never read wrong.
+    rotted: AtomicBool,
     end: Instant,
     /// Kept until the run ends: the manager's real directory.
     _dir: tempfile::TempDir,
@@ -305,7 +349,8 @@ impl Cluster {
             (0..cfg.clients).map(|i| Host::new(&core, &format!("client-{i}"), client_ip(i), 1 << 20)).collect();
         let models = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
         let end = Instant::now() + cfg.duration;
-        Arc::new(Cluster { core, cfg, drives, manager, clients, models, tally: Tally::default(), end, _dir: dir })
+        let (tally, rotted) = (Tally::default(), AtomicBool::new(false));
+        Arc::new(Cluster { core, cfg, drives, manager, clients, models, tally, rotted, end, _dir: dir })
     }
 
     /// A property broke: logged, and the run fails.
@@ -353,6 +398,7 @@ impl Cluster {
         }
         self.quiesce().await;
         self.final_check().await;
+        self.redundancy_check().await;
     }
 
     // ------------------------------------------------------------ daemons
@@ -673,9 +719,10 @@ impl Cluster {
             self.core.log(format!("{who} read {path}: {} (allowed)", describe(got)));
         } else {
             self.fail(format!(
-                "{who} read {path} as {} but its acknowledged history allows only {}",
+                "{who} read {path} as {} but its acknowledged history allows only {}{}",
                 describe(got),
-                describe_maybe(model)
+                describe_maybe(model),
+                model.mismatch(got, Self::chunk_for(path))
             ));
         }
     }
@@ -723,6 +770,28 @@ impl Cluster {
                     self.core.net.heal();
                     self.core.log("partitions healed");
                 }
+                85..=92 => {
+                    if let Some(at) = d.host.disk.rot(&Path::new(STORE_DIR).join("blocks.dat"), 0) {
+                        self.rotted.store(true, Ordering::Release);
+                        self.core.log(format!("drive-{} rot at byte {at} of blocks.dat", d.index));
+                    }
+                }
+                93..=99 => {
+                    // Within the skew the drives allow: every two clocks differ by less.
+                    let hosts: Vec<&Host> = self
+                        .drives
+                        .iter()
+                        .map(|d| &*d.host)
+                        .chain(self.clients.iter().map(|c| &**c))
+                        .chain([&*self.manager.host])
+                        .collect();
+                    let h = hosts[self.core.gen_range(0..hosts.len() as u64) as usize];
+                    let span = CLOCK_OFFSET_MAX.as_nanos() as u64;
+                    let offset = self.core.gen_range(0..2 * span + 1) as i64 - span as i64;
+                    h.clock_offset_ns.store(offset, Ordering::Relaxed);
+                    self.core.log(format!("{} clock jumps to offset {offset} ns", h.name));
+                }
+                // A crash or a full disk drawn for a drive that is down.
                 _ => {}
             }
         }
@@ -757,6 +826,10 @@ impl Cluster {
             for (path, model) in &models {
                 let got = match read_patiently(&fs, path).await {
                     Ok(got) => got,
+                    Err(e) if self.lost_to_rot(path, &e) => {
+                        self.core.log(format!("checker read {path}: lost to rot (no redundancy): {}", short(&e)));
+                        continue;
+                    }
                     Err(e) => {
                         self.fail(format!("{path} cannot be read after the faults stopped: {e}"));
                         continue;
@@ -782,6 +855,70 @@ impl Cluster {
         self.core.log("final check done");
     }
 }
+
+impl Cluster {
+    /// Whether `e`, reading `path`, is what rot does to a file without
+    /// redundancy: every failed component's bytes failed their check, on a
+    /// `stripe` file, after a disk rotted. A mirrored or Reed-Solomon file
+    /// reads around rot; no file is ever read wrong.
+    fn lost_to_rot(&self, path: &str, e: &FsError) -> bool {
+        let FsError::Unavailable { failures, .. } = e else { return false };
+        self.rotted.load(Ordering::Acquire)
+            && path.starts_with("/stripe/")
+            && !failures.is_empty()
+            && failures.iter().all(|f| f.cause.suggests_rot())
+    }
+
+    /// Repair converges once the faults stopped: within
+    /// [`REPAIR_CONVERGES_WITHIN`] of simulated time every component of
+    /// every file is recorded `Ok` again — resynced where it missed writes,
+    /// its drive readmitted where it was down — with no help from the
+    /// checker (the manager's own repair and maintenance do it).
+    async fn redundancy_check(&self) {
+        let node = Host::new(&self.core, "repair-checker", CHECKER_IP, 1 << 20).boot();
+        let fs = match FsClient::connect(&self.fs_config(&node)).await {
+            Ok(fs) => fs,
+            Err(e) => {
+                self.fail(format!("the repair checker could not log in: {e}"));
+                return;
+            }
+        };
+        let paths: Vec<String> = self.models.iter().flat_map(|m| lock(m).keys().cloned().collect::<Vec<_>>()).collect();
+        let deadline = Instant::now() + REPAIR_CONVERGES_WITHIN;
+        loop {
+            let mut behind = Vec::new();
+            for path in &paths {
+                match fs.get_layout(path).await {
+                    Ok(info) => {
+                        let states: Vec<ComponentState> = info.components.iter().map(|(c, _)| c.state).collect();
+                        if states.iter().any(|s| *s != ComponentState::Ok) {
+                            behind.push(format!("{path} {states:?}"));
+                        }
+                    }
+                    Err(e) if e.status() == Some(FsStatus::NotFound) => {}
+                    Err(e) => behind.push(format!("{path}: {}", short(&e))),
+                }
+            }
+            if behind.is_empty() {
+                self.core.log("every component is current");
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.fail(format!(
+                    "repair did not converge within {REPAIR_CONVERGES_WITHIN:?} after the faults stopped: {}",
+                    behind.join("; ")
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+}
+
+/// How long after the faults stopped (and the final check) the manager
+/// has to bring every component back to `Ok` (its repair pass runs every
+/// maintenance interval, a second by default).
+const REPAIR_CONVERGES_WITHIN: Duration = Duration::from_secs(120);
 
 /// Reads `path` (absent: `None`), trying again for a while on failures
 /// other than absence: the cluster is coming back.
