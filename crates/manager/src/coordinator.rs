@@ -24,6 +24,10 @@
 //!    intent Aborting, the file's capabilities revoked, on each component
 //!    the writer may have changed the access-control version set and then
 //!    `TXN_END abort` and a flush, and only then the intent deleted.
+//!    The manager's own transactions (size changes, repairs) run inside one
+//!    request or pass; one whose process died (recorded as
+//!    `MANAGER_WRITER_UID`'s, not being made here, on a metadata store no
+//!    other manager shares) is rolled back at once ([`Manager::orphaned`]).
 //!
 //! So every stripe reads old or new after a crash of the client, the
 //! manager or drives at any point: before the commit record, recovery rolls
@@ -54,7 +58,7 @@
 use crate::drives::DriveHandle;
 use crate::service::Session;
 use crate::{Failure, Manager};
-use nasd_meta::{Inode, Intent, IntentState, StaleRange};
+use nasd_meta::{Inode, Intent, IntentState, StaleRange, MANAGER_WRITER_UID};
 use nasd_proto::fs::{FsStatus, Ino, ObjectRef};
 use nasd_proto::layout::ComponentState;
 use nasd_proto::manager::{ManagerReply, DIRTY_RANGES_MAX};
@@ -71,6 +75,60 @@ pub const BEGIN_WAIT: Duration = Duration::from_secs(10);
 const BEGIN_POLL: Duration = Duration::from_millis(20);
 /// Open transactions listed per `TXN_LIST` request during recovery.
 const TXN_LIST_PAGE: u16 = 1024;
+/// Who makes a write transaction ([`Manager::begin_scoped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writer {
+    /// A client, which writes under capabilities and commits with `COMMIT`.
+    Client,
+    /// The manager itself (a size change, a repair), inside one request or
+    /// pass of this process.
+    Manager,
+}
+
+/// This process is making a transaction of its own on an inode: while it
+/// lives the transaction is not taken for an orphan ([`Manager::orphaned`]).
+pub(crate) struct OwnWrite<'a> {
+    manager: &'a Manager,
+    ino: Ino,
+}
+
+impl Drop for OwnWrite<'_> {
+    fn drop(&mut self) {
+        let mut writing = self.manager.own_writes.lock().expect("own writes lock");
+        if let Some(n) = writing.get_mut(&self.ino) {
+            *n -= 1;
+            if *n == 0 {
+                writing.remove(&self.ino);
+            }
+        }
+    }
+}
+
+impl Manager {
+    /// Marks that this process makes a transaction of its own on `ino`,
+    /// until the returned guard is dropped.
+    pub(crate) fn own_write(&self, ino: Ino) -> OwnWrite<'_> {
+        *self.own_writes.lock().expect("own writes lock").entry(ino).or_insert(0) += 1;
+        OwnWrite { manager: self, ino }
+    }
+
+    fn writing_here(&self, ino: Ino) -> bool {
+        self.own_writes.lock().expect("own writes lock").contains_key(&ino)
+    }
+
+    /// Whether `intent` is a transaction of the manager's own whose writer
+    /// is gone: recorded as [`MANAGER_WRITER_UID`]'s and not being made by
+    /// this process, on a metadata store no other manager shares — the
+    /// process that began it died (a killed manager's size change): no one
+    /// will commit it, and its cut may have reached some components, so it
+    /// is rolled back at once rather than readable, torn, until its lease
+    /// ends (nasd-sim's cluster seed 12). On a shared database another
+    /// manager may be making it: its lease decides.
+    pub(crate) fn orphaned(&self, intent: &Intent) -> bool {
+        intent.uid == MANAGER_WRITER_UID && !self.shared_database() && !self.writing_here(intent.ino)
+    }
+}
+
 /// Whether `inode`'s layout keeps its bytes with a component lost, so a
 /// component marked stale can be resynced from the others.
 fn redundant(inode: &Inode) -> bool {
@@ -157,7 +215,7 @@ impl Manager {
     /// to [`BEGIN_WAIT`] for another writer's to end, rolling back one whose
     /// lease ran out. The writer may change every component.
     pub(crate) async fn begin_write(&self, s: &Session, ino: Ino) -> Result<ManagerReply, Failure> {
-        let began = self.begin_scoped(s, ino, Intent::ALL).await?;
+        let began = self.begin_scoped(s, ino, Intent::ALL, Writer::Client).await?;
         let lease_ms = self.config.write_lease.as_millis().min(u32::MAX as u128) as u32;
         Ok(ManagerReply::Began { txn: began.txn, lease_ms, size_limit: began.size_limit })
     }
@@ -177,12 +235,29 @@ impl Manager {
     /// redundancy, which could never resync it, such a transaction is not
     /// begun: `DRIVE_UNAVAILABLE` (the file cannot be written while a drive
     /// of its is down; found by nasd-sim's seeds 3, 5, 11 and 14).
-    pub(crate) async fn begin_scoped(&self, s: &Session, ino: Ino, writes: u64) -> Result<Began, Failure> {
+    ///
+    /// The manager's own transactions ([`Writer::Manager`]) are recorded as
+    /// [`MANAGER_WRITER_UID`]'s; the caller holds an [`OwnWrite`] for `ino`
+    /// until the transaction is committed or rolled back.
+    pub(crate) async fn begin_scoped(
+        &self,
+        s: &Session,
+        ino: Ino,
+        writes: u64,
+        writer: Writer,
+    ) -> Result<Began, Failure> {
         let lease = self.config.write_lease;
         let waited_since = tokio::time::Instant::now();
         let txn = loop {
             let (c, deadline) = (s.caller.clone(), self.now_ns().saturating_add(lease.as_nanos() as i64));
-            match self.meta(move |ns| ns.begin_write(&c, ino, deadline)).await {
+            let begun = match writer {
+                Writer::Client => self.meta(move |ns| ns.begin_write(&c, ino, deadline)).await,
+                Writer::Manager => {
+                    debug_assert!(self.writing_here(ino), "an own transaction is begun under an OwnWrite");
+                    self.meta(move |ns| ns.begin_write_as(&c, ino, deadline, MANAGER_WRITER_UID)).await
+                }
+            };
+            match begun {
                 Ok(txn) => break txn,
                 Err(f) if f.status == FsStatus::Busy => {
                     self.wait_for_writer(ino, waited_since).await?;
@@ -274,7 +349,7 @@ impl Manager {
     /// lease ran out, finishes an abort. Returns whether it is gone.
     async fn clear_intent(&self, intent: &Intent) -> bool {
         match intent.state {
-            IntentState::Open if intent.deadline_ns >= self.now_ns() => false,
+            IntentState::Open if intent.deadline_ns >= self.now_ns() && !self.orphaned(intent) => false,
             IntentState::Open | IntentState::Aborting => self.abort(intent.txn).await,
             // A committed intent is finished by whoever committed it; it is about to go.
             IntentState::Committed => {
@@ -703,7 +778,7 @@ impl Manager {
             after = last.txn;
             let now = self.now_ns();
             for intent in &page {
-                let expired = intent.state == IntentState::Open && intent.deadline_ns < now;
+                let expired = intent.state == IntentState::Open && (intent.deadline_ns < now || self.orphaned(intent));
                 if expired || intent.state == IntentState::Aborting {
                     self.abort(intent.txn).await;
                 } else if intent.state == IntentState::Committed {

@@ -440,6 +440,9 @@ pub struct Manager {
     changes: changes::ChangeFeed,
     /// Shared identity keys and the connection to the authentication server.
     identity: identity::IdentityState,
+    /// Inodes this process makes transactions of its own on, with how
+    /// many (`coordinator::OwnWrite`).
+    own_writes: std::sync::Mutex<std::collections::HashMap<nasd_proto::fs::Ino, usize>>,
     /// Rollbacks of write transactions under way in this process: per
     /// transaction, the components already rolled back durably. A rollback
     /// revokes the file's capabilities as it enters this map, once
@@ -527,6 +530,7 @@ impl Manager {
             shared_users_epoch: AtomicU64::new(users_epoch),
             changes: changes::ChangeFeed::new(),
             identity: Default::default(),
+            own_writes: Default::default(),
             rollbacks: Default::default(),
             undecided: Default::default(),
             routing: Default::default(),

@@ -292,7 +292,8 @@ impl Manager {
         work: impl FnOnce(u64) -> F,
     ) -> Result<T, Failure> {
         let session = crate::service::Session::internal("(repair)", MANAGER);
-        let txn = self.begin_scoped(&session, ino, 0).await?.txn;
+        let _own = self.own_write(ino);
+        let txn = self.begin_scoped(&session, ino, 0, crate::coordinator::Writer::Manager).await?.txn;
         let done = tokio::select! {
             biased;
             done = work(txn) => done,

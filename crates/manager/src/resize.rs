@@ -37,7 +37,8 @@ impl Manager {
         // component has nothing to be resynced from: a size change that failed while a drive was
         // down left the file unreadable after the drive came back with its bytes intact
         // (nasd-sim --cluster, seeds 1 and 3).
-        let began = self.begin_scoped(&manager, ino, Intent::ALL).await?;
+        let _own = self.own_write(ino);
+        let began = self.begin_scoped(&manager, ino, Intent::ALL, crate::coordinator::Writer::Manager).await?;
         let (txn, writes) = (began.txn, Intent::ALL & !began.unopened);
         if began.unopened != 0 {
             if let Err(e) = self.meta(move |ns| ns.scope_intent(ino, txn, writes, 0).map(|_| ())).await {

@@ -39,7 +39,12 @@ fn bump_map_epoch_in(t: &mut dyn Txn) -> Result<u32, FsStatus> {
 fn check_user(user: &User) -> Result<(), FsStatus> {
     let name_ok = !user.name.is_empty() && user.name.len() <= USER_NAME_MAX;
     let gateway_ok = user.gateway.is_none_or(|(lo, hi)| lo <= hi);
-    if !name_ok || user.password_hash.len() > PASSWORD_HASH_MAX || validate_groups(&user.groups).is_err() || !gateway_ok
+    let uid_ok = user.uid != crate::MANAGER_WRITER_UID;
+    if !name_ok
+        || !uid_ok
+        || user.password_hash.len() > PASSWORD_HASH_MAX
+        || validate_groups(&user.groups).is_err()
+        || !gateway_ok
     {
         return Err(FsStatus::InvalidArgument);
     }

@@ -29,7 +29,7 @@ use crate::backend::Backend;
 use crate::components::{check_ranges, forget_stale_in, mark_stale_in};
 use crate::namespace::get;
 use crate::perm::{owns, W};
-use crate::types::{Caller, Inode, Intent, IntentState, StaleRange};
+use crate::types::{Caller, Inode, Intent, IntentState, StaleRange, MANAGER_WRITER_UID};
 use crate::{Namespace, BATCH_MAX, COMMIT_STALE_MAX};
 use nasd_proto::fs::{FileKind, FsStatus, Ino};
 use nasd_proto::layout::ComponentState;
@@ -49,6 +49,21 @@ impl<B: Backend> Namespace<B> {
     /// `Busy` (the file has an intent already, in any state: one writer at a
     /// time, and a finished write must be finished first); `NotFound`.
     pub fn begin_write(&self, caller: &Caller, ino: Ino, deadline_ns: i64) -> Result<u64, FsStatus> {
+        // No user (or id a gateway acts for) writes as the manager.
+        if caller.uid == MANAGER_WRITER_UID {
+            return Err(FsStatus::PermissionDenied);
+        }
+        self.begin_write_as(caller, ino, deadline_ns, caller.uid)
+    }
+
+    /// [`begin_write`](Self::begin_write), the intent recording `writer`
+    /// as who began it: [`MANAGER_WRITER_UID`] for the manager's own
+    /// transactions (size changes, repairs), which a restarted manager
+    /// rolls back at once — no client will ever commit them.
+    ///
+    /// # Errors
+    /// As [`begin_write`](Self::begin_write).
+    pub fn begin_write_as(&self, caller: &Caller, ino: Ino, deadline_ns: i64, writer: u32) -> Result<u64, FsStatus> {
         self.backend.transact(|t| {
             let n = get(t, ino)?;
             match n.attr.kind {
@@ -68,7 +83,7 @@ impl<B: Backend> Namespace<B> {
                 txn,
                 ino,
                 state: IntentState::Open,
-                uid: caller.uid,
+                uid: writer,
                 deadline_ns,
                 escrow,
                 size_limit,

@@ -98,7 +98,7 @@ pub use sqlite::{Sqlite, SCHEMA_VERSION};
 pub use store::{Location, Store};
 pub use types::{
     AcvIntent, Caller, DirEntry, DriveRecord, Effects, Inode, Intent, IntentState, Lease, Quota, QuotaSubject,
-    SetAttrs, StaleRange, User,
+    SetAttrs, StaleRange, User, MANAGER_WRITER_UID,
 };
 
 /// Most entries one `readdir` returns; a larger `limit` is capped to it.

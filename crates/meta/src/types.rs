@@ -187,6 +187,12 @@ impl Intent {
     pub const ALL: u64 = u64::MAX;
 }
 
+/// The [`Intent::uid`] of a write transaction the manager makes itself (a
+/// size change, a repair): no user's — `(uid_t)-1` names nobody — so only
+/// root could commit it as a client, and a manager that finds one it is not
+/// running knows its writer is gone.
+pub const MANAGER_WRITER_UID: u32 = u32::MAX;
+
 /// A byte range of one component object (in component space) that the
 /// component missed: it must be rebuilt from the other components before it
 /// can be read again.

@@ -35,17 +35,15 @@
 //! two minutes, the manager's repair must have brought every component of
 //! every file back to `Ok`.
 //!
-//! Open finding: seed 12 (`--duration 60`, since bit rot and clock jumps
-//! joined the faults) reads an `rs:2+1` file with one stripe torn — its
+//! Found and fixed: seed 12 (`--duration 60`, once bit rot and clock jumps
+//! joined the faults) read an `rs:2+1` file with one stripe torn — its
 //! first data unit zeros, its second the old bytes — right after the
-//! manager came back (50.4 s): the manager was killed during the size
-//! change of a truncating `CREATE` (`nasd_manager`'s `resize.rs`), in which
-//! it is the writer under a transaction of its own; the change had reached
-//! one component (its drive keeps undo for it) and the intent stays Open
-//! until its lease ends, so readers see the uncommitted cut until the
-//! rollback. The manager's own transactions need to be rolled back when it
-//! restarts (telling them apart from live ones of other managers on a
-//! shared database) — not done yet.
+//! manager came back: it had been killed during the size change of a
+//! truncating `CREATE`, which it makes as the writer under a transaction
+//! of its own; the change had reached one component and the intent stayed
+//! Open until its lease ended. The manager's own transactions are now
+//! recorded as `MANAGER_WRITER_UID`'s, and one this process is not making
+//! is rolled back at once (`nasd_manager`'s `coordinator.rs`, `orphaned`).
 //!
 //! Found and fixed: seeds 5, 11 and 14 (`--duration 60`) and 3
 //! (`--duration 30`) ended with a `stripe:2` file unreadable, a component

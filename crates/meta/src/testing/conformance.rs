@@ -63,6 +63,7 @@ fn cases<B: Backend>() -> Vec<Case<B>> {
         ("special_files", special_files),
         ("open_writer_truncates", open_writer_truncates),
         ("stale_temporaries", stale_temporaries),
+        ("manager_writer", manager_writer),
         ("quotas", quotas),
         ("hard_links", hard_links),
         ("unlink_rmdir", unlink_rmdir),
@@ -672,6 +673,19 @@ fn open_writer_truncates<B: Backend>(ns: &Namespace<B>) {
     assert_eq!(ns.setattr(&BOB, f, &size(true)).err(), Some(FsStatus::PermissionDenied), "not the owner");
     own(ns, "/f", &ALICE, 0o066);
     assert!(ns.setattr(&BOB, f, &size(true)).is_ok(), "the mode still lets the group write");
+}
+
+/// The manager's own write transactions are recorded as
+/// `MANAGER_WRITER_UID`'s, an id no caller may begin one as.
+fn manager_writer<B: Backend>(ns: &Namespace<B>) {
+    create(ns, &ROOT, "/own", 0o666).unwrap();
+    let f = ino(ns, "/own");
+    let nobody = Caller { uid: crate::MANAGER_WRITER_UID, gid: 0, groups: Vec::new(), role: 0 };
+    assert_eq!(ns.begin_write(&nobody, f, i64::MAX).err(), Some(FsStatus::PermissionDenied));
+    let txn = ns.begin_write_as(&ROOT, f, i64::MAX, crate::MANAGER_WRITER_UID).unwrap();
+    assert_eq!(ns.intent(txn).unwrap().map(|i| i.uid), Some(crate::MANAGER_WRITER_UID));
+    ns.abort_intent(txn).unwrap();
+    ns.finish_intent(txn).unwrap();
 }
 
 /// Temporaries a dead client left: files named `*.nasd-tmp` not written
