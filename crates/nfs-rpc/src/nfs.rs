@@ -7,7 +7,6 @@ use std::fmt;
 use std::io::{Read, Write};
 
 use byteorder::{ReadBytesExt, WriteBytesExt};
-use filetime;
 use num_derive::{FromPrimitive, ToPrimitive};
 use num_traits::cast::FromPrimitive;
 
@@ -254,11 +253,6 @@ pub struct nfstime3 {
 }
 xdr_struct!(nfstime3, seconds, nseconds);
 
-impl From<nfstime3> for filetime::FileTime {
-    fn from(time: nfstime3) -> Self {
-        filetime::FileTime::from_unix_time(time.seconds as i64, time.nseconds)
-    }
-}
 
 #[allow(non_camel_case_types)]
 #[derive(Copy, Clone, Debug, Default)]

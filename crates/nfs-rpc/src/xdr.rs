@@ -2,6 +2,17 @@ use std::io::{Read, Write};
 
 use byteorder::{BigEndian, ReadBytesExt, WriteBytesExt};
 pub type XDREndian = BigEndian;
+
+/// Longest variable-length opaque (or string) a message may carry: a WRITE's
+/// data at most [`crate::IO_BYTES_MAX`], plus room for nothing else — every
+/// other opaque (names, paths, handles, credentials) is far shorter.
+pub const OPAQUE_BYTES_MAX: usize = crate::IO_BYTES_MAX as usize;
+/// Longest array of `u32` (AUTH_SYS groups: 16; MOUNT's flavours) decoded.
+pub const U32_ARRAY_MAX: usize = 64;
+
+fn too_long(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what} over its limit"))
+}
 use crate::nfs::nfsstring;
 
 /// See https://datatracker.ietf.org/doc/html/rfc1014
@@ -120,6 +131,9 @@ impl XDR for Vec<u8> {
     fn deserialize<R: Read>(&mut self, src: &mut R) -> std::io::Result<()> {
         let mut length: u32 = 0;
         length.deserialize(src)?;
+        if length as usize > OPAQUE_BYTES_MAX {
+            return Err(too_long("opaque data"));
+        }
         self.resize(length as usize, 0);
         src.read_exact(self)?;
         // read padding
@@ -152,6 +166,9 @@ impl XDR for Vec<u32> {
     fn deserialize<R: Read>(&mut self, src: &mut R) -> std::io::Result<()> {
         let mut length: u32 = 0;
         length.deserialize(src)?;
+        if length as usize > U32_ARRAY_MAX {
+            return Err(too_long("an array"));
+        }
         self.resize(length as usize, 0);
         for i in self {
             i.deserialize(src)?;
