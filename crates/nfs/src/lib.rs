@@ -239,6 +239,23 @@ impl Gateway {
         Ok(gateway)
     }
 
+    /// The export holding `path` (the longest whose path is a prefix of it
+    /// at a `/`) and the rest of the path below it.
+    fn export_of_path<'p>(&self, path: &'p str) -> Option<(usize, &'p str)> {
+        let mut best: Option<(usize, &str)> = None;
+        for (i, e) in self.config.exports.iter().enumerate() {
+            let root = e.path.trim_end_matches('/');
+            let Some(rest) = path.strip_prefix(root) else { continue };
+            if !(rest.is_empty() || rest.starts_with('/')) {
+                continue;
+            }
+            if best.is_none_or(|(b, _)| self.config.exports[b].path.len() < e.path.len()) {
+                best = Some((i, rest));
+            }
+        }
+        best
+    }
+
     /// The client a call runs as: its AUTH_SYS ids (uid 0 squashed unless
     /// configured) acting through the gateway's grant.
     fn cx(&self, caller: &Caller) -> NfsResult<FsClient> {
@@ -370,11 +387,22 @@ impl nfs_rpc::NfsFileSystem for Gateway {
     async fn mount(&self, caller: &Caller, path: &[u8]) -> NfsResult<FileHandle> {
         let cx = self.cx(caller)?;
         let path = std::str::from_utf8(path).map_err(|_| nfsstat3::NFS3ERR_NOENT)?;
-        let path = if path.len() > 1 { path.trim_end_matches('/') } else { path };
-        let export = self.config.exports.iter().position(|e| e.path == path).ok_or(nfsstat3::NFS3ERR_NOENT)?;
-        let ino = self.roots[export];
-        // The caller must reach the export (a stat as that user).
+        let (export, rest) = self.export_of_path(path).ok_or(nfsstat3::NFS3ERR_NOENT)?;
+        // The caller must reach the export (a stat as that user), and each
+        // directory below it by name (no `..`, no symbolic link followed).
+        let mut ino = self.roots[export];
         self.vfs.getattr(&cx, ino).await.map_err(err)?;
+        for name in rest.split('/').filter(|c| !c.is_empty() && *c != ".") {
+            if name == ".." {
+                return Err(nfsstat3::NFS3ERR_NOENT);
+            }
+            let e = self.vfs.lookup(&cx, ino, name).await.map_err(err)?;
+            self.note_held(e.attr.ino);
+            if e.attr.kind != FileKind::Dir {
+                return Err(nfsstat3::NFS3ERR_NOTDIR);
+            }
+            ino = e.attr.ino;
+        }
         self.seal(export as u8, ino)
     }
 
