@@ -139,8 +139,13 @@ pub trait NfsFileSystem: Send + Sync + 'static {
     /// GETATTR.
     async fn getattr(&self, caller: &Caller, fh: &FileHandle) -> NfsResult<fattr3>;
     /// SETATTR, refused with `NFS3ERR_NOT_SYNC` if `guard` is not the ctime.
-    async fn setattr(&self, caller: &Caller, fh: &FileHandle, set: sattr3, guard: Option<nfstime3>)
-        -> NfsResult<fattr3>;
+    async fn setattr(
+        &self,
+        caller: &Caller,
+        fh: &FileHandle,
+        set: sattr3,
+        guard: Option<nfstime3>,
+    ) -> NfsResult<fattr3>;
     /// LOOKUP of `name` in directory `dir`.
     async fn lookup(&self, caller: &Caller, dir: &FileHandle, name: &[u8]) -> NfsResult<(FileHandle, fattr3)>;
     /// ACCESS: which of the `ACCESS3_*` bits in `mask` the caller has.
@@ -149,20 +154,47 @@ pub trait NfsFileSystem: Send + Sync + 'static {
     async fn readlink(&self, caller: &Caller, fh: &FileHandle) -> NfsResult<(Vec<u8>, fattr3)>;
     /// READ of up to `count` bytes at `offset`: the bytes, whether they end
     /// at the end of the file, and the attributes after.
-    async fn read(&self, caller: &Caller, fh: &FileHandle, offset: u64, count: u32)
-        -> NfsResult<(Vec<u8>, bool, fattr3)>;
+    async fn read(
+        &self,
+        caller: &Caller,
+        fh: &FileHandle,
+        offset: u64,
+        count: u32,
+    ) -> NfsResult<(Vec<u8>, bool, fattr3)>;
     /// WRITE: how the data was kept, and the attributes after.
-    async fn write(&self, caller: &Caller, fh: &FileHandle, offset: u64, data: &[u8], stable: Stable)
-        -> NfsResult<(Stable, fattr3)>;
+    async fn write(
+        &self,
+        caller: &Caller,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        stable: Stable,
+    ) -> NfsResult<(Stable, fattr3)>;
     /// CREATE of a regular file.
-    async fn create(&self, caller: &Caller, dir: &FileHandle, name: &[u8], how: CreateHow)
-        -> NfsResult<(FileHandle, fattr3)>;
+    async fn create(
+        &self,
+        caller: &Caller,
+        dir: &FileHandle,
+        name: &[u8],
+        how: CreateHow,
+    ) -> NfsResult<(FileHandle, fattr3)>;
     /// MKDIR.
-    async fn mkdir(&self, caller: &Caller, dir: &FileHandle, name: &[u8], set: sattr3)
-        -> NfsResult<(FileHandle, fattr3)>;
+    async fn mkdir(
+        &self,
+        caller: &Caller,
+        dir: &FileHandle,
+        name: &[u8],
+        set: sattr3,
+    ) -> NfsResult<(FileHandle, fattr3)>;
     /// SYMLINK.
-    async fn symlink(&self, caller: &Caller, dir: &FileHandle, name: &[u8], target: &[u8], set: sattr3)
-        -> NfsResult<(FileHandle, fattr3)>;
+    async fn symlink(
+        &self,
+        caller: &Caller,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: sattr3,
+    ) -> NfsResult<(FileHandle, fattr3)>;
     /// REMOVE of a name that is not a directory.
     async fn remove(&self, caller: &Caller, dir: &FileHandle, name: &[u8]) -> NfsResult<()>;
     /// RMDIR.

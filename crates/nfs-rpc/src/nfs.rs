@@ -253,7 +253,6 @@ pub struct nfstime3 {
 }
 xdr_struct!(nfstime3, seconds, nseconds);
 
-
 #[allow(non_camel_case_types)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct fattr3 {
@@ -435,14 +434,14 @@ impl XDR for set_atime {
         match self {
             set_atime::DONT_CHANGE => {
                 0_u32.serialize(dest)?;
-            },
+            }
             set_atime::SET_TO_SERVER_TIME => {
                 1_u32.serialize(dest)?;
-            },
+            }
             set_atime::SET_TO_CLIENT_TIME(v) => {
                 2_u32.serialize(dest)?;
                 v.serialize(dest)?;
-            },
+            }
         }
         Ok(())
     }
@@ -479,14 +478,14 @@ impl XDR for set_mtime {
         match self {
             set_mtime::DONT_CHANGE => {
                 0_u32.serialize(dest)?;
-            },
+            }
             set_mtime::SET_TO_SERVER_TIME => {
                 1_u32.serialize(dest)?;
-            },
+            }
             set_mtime::SET_TO_CLIENT_TIME(v) => {
                 2_u32.serialize(dest)?;
                 v.serialize(dest)?;
-            },
+            }
         }
         Ok(())
     }

@@ -178,9 +178,7 @@ async fn dispatch(
     match call.prog {
         nfs::PROGRAM if call.vers == nfs::VERSION => procs::nfs(xid, call.proc, caller, input, output, fs).await,
         nfs::PROGRAM => prog_mismatch_reply_message(xid, nfs::VERSION).serialize(output),
-        mount::PROGRAM if call.vers == mount::VERSION => {
-            procs::mount(xid, call.proc, caller, input, output, fs).await
-        }
+        mount::PROGRAM if call.vers == mount::VERSION => procs::mount(xid, call.proc, caller, input, output, fs).await,
         mount::PROGRAM => prog_mismatch_reply_message(xid, mount::VERSION).serialize(output),
         _ => prog_unavail_reply_message(xid).serialize(output),
     }

@@ -222,11 +222,11 @@ macro_rules! xdr_bool_union {
                 match self {
                     $t::Void => {
                         false.serialize(dest)?;
-                    },
+                    }
                     $t::$enumcase(v) => {
                         true.serialize(dest)?;
                         v.serialize(dest)?;
-                    },
+                    }
                 }
                 Ok(())
             }

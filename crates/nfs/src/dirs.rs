@@ -5,7 +5,8 @@
 //! repeat or skip another. A verifier the gateway does not know (another
 //! user's listing, a listing finished or forgotten, a gateway restarted)
 //! with a cookie other than 0 is `NFS3ERR_BAD_COOKIE`: the client starts
-//! the listing again.
+//! the listing again. Cursors are closed after [`CURSOR_IDLE`] unused, or,
+//! past [`CURSORS_MAX`](crate::CURSORS_MAX), finished ones first.
 
 use crate::{err, lock, Gateway, CURSORS_MAX};
 use nasd_fs::{FsClient, Ino};
@@ -22,7 +23,13 @@ struct Cursor {
     /// The layer's cursor.
     fh: u64,
     used: Instant,
+    /// The layer said the listing ended (the client may still ask for the
+    /// last page again if its reply could not hold every entry).
+    done: bool,
 }
+
+/// How long a cursor no call used is kept.
+pub const CURSOR_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
 
 #[derive(Default)]
 pub(crate) struct Cursors {
@@ -48,9 +55,10 @@ impl Cursors {
         while v == 0 || map.contains_key(&v) {
             v = u64::from_le_bytes(nasd_crypto::random_bytes::<8>());
         }
-        map.insert(v, Cursor { dir, uid, fh, used: Instant::now() });
+        map.insert(v, Cursor { dir, uid, fh, used: Instant::now(), done: false });
         while map.len() > CURSORS_MAX {
-            let Some((&old, _)) = map.iter().min_by_key(|(_, c)| c.used) else { break };
+            // Finished listings go first, then the longest unused.
+            let Some((&old, _)) = map.iter().min_by_key(|(_, c)| (!c.done, c.used)) else { break };
             if let Some(c) = map.remove(&old) {
                 gw.vfs.releasedir(c.fh);
             }
@@ -58,11 +66,23 @@ impl Cursors {
         Ok((v, fh))
     }
 
-    /// The listing under `verifier` ended: its cursor goes.
-    fn finish(&self, gw: &Gateway, verifier: u64) {
-        if let Some(c) = lock(&self.map).remove(&verifier) {
-            gw.vfs.releasedir(c.fh);
+    /// The listing under `verifier` reached its end.
+    fn finish(&self, verifier: u64) {
+        if let Some(c) = lock(&self.map).get_mut(&verifier) {
+            c.done = true;
         }
+    }
+
+    /// Closes cursors unused for [`CURSOR_IDLE`].
+    pub fn close_idle(&self, gw: &Gateway) {
+        let mut map = lock(&self.map);
+        map.retain(|_, c| {
+            let keep = c.used.elapsed() < CURSOR_IDLE;
+            if !keep {
+                gw.vfs.releasedir(c.fh);
+            }
+            keep
+        });
     }
 }
 
@@ -104,7 +124,7 @@ pub(crate) async fn page(
         entries.push(DirEntry { fileid: item.ino, name: item.name.into_bytes(), cookie: next, plus });
     }
     if eof {
-        gw.cursors.finish(gw, v);
+        gw.cursors.finish(v);
     }
     Ok(DirPage { verifier: v.to_be_bytes(), entries, eof })
 }

@@ -47,7 +47,7 @@ pub const INODES_HELD_MAX: usize = 65_536;
 /// Open files kept between WRITEs and READs; past it the oldest is closed.
 pub const OPENS_MAX: usize = 1024;
 /// Directory cursors kept for listings in progress.
-pub const CURSORS_MAX: usize = 4096;
+pub const CURSORS_MAX: usize = 1024;
 /// The uid and gid squashed callers run as unless configured.
 pub const ANON_ID_DEFAULT: u32 = 65_534;
 
@@ -328,9 +328,8 @@ impl Gateway {
     /// `sattr3` as the layer's change (`None` fields left alone).
     fn set_of(set: &sattr3) -> SetAttr {
         use nfs_rpc::nfs::{set_atime, set_gid3, set_mode3, set_mtime, set_size3, set_uid3};
-        let now = || {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-        };
+        let now =
+            || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
         let t = |t: nfstime3| i64::from(t.seconds) * 1_000_000_000 + i64::from(t.nseconds);
         SetAttr {
             mode: match set.mode {
@@ -523,14 +522,19 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         };
         let truncate = matches!(set.size, nfs_rpc::nfs::set_size3::size(0));
         let flags = CreateFlags { exclusive, truncate, write: true };
-        let (e, opened) =
-            self.vfs.create(&cx, parent, name, Self::mode_of(&set, 0o644), flags).await.map_err(err)?;
+        let (e, opened) = self.vfs.create(&cx, parent, name, Self::mode_of(&set, 0o644), flags).await.map_err(err)?;
         self.opens.adopt(self, &cx, e.attr.ino, opened.fh).await;
         self.apply_rest(&cx, e.attr.ino, &set).await?;
         self.made(export, &e)
     }
 
-    async fn mkdir(&self, caller: &Caller, dir: &FileHandle, name: &[u8], set: sattr3) -> NfsResult<(FileHandle, fattr3)> {
+    async fn mkdir(
+        &self,
+        caller: &Caller,
+        dir: &FileHandle,
+        name: &[u8],
+        set: sattr3,
+    ) -> NfsResult<(FileHandle, fattr3)> {
         let cx = self.cx(caller)?;
         let (export, parent) = self.resolve(&cx, dir).await?;
         let e = self.vfs.mkdir(&cx, parent, new_name(name)?, Self::mode_of(&set, 0o755)).await.map_err(err)?;

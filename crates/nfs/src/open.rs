@@ -102,7 +102,8 @@ impl Opens {
     async fn close_idle_now(&self, gw: &Gateway) {
         let idle: Vec<(Ino, u64)> = {
             let mut slots = lock(&self.slots);
-            let old: Vec<Key> = slots.iter().filter(|(_, (_, used))| used.elapsed() >= OPEN_IDLE).map(|(k, _)| *k).collect();
+            let old: Vec<Key> =
+                slots.iter().filter(|(_, (_, used))| used.elapsed() >= OPEN_IDLE).map(|(k, _)| *k).collect();
             old.into_iter().filter_map(|k| slots.remove(&k).map(|(fh, _)| (k.0, fh))).collect()
         };
         for (ino, fh) in idle {
@@ -111,11 +112,12 @@ impl Opens {
     }
 }
 
-/// Closes idle descriptors while the gateway lives.
+/// Closes idle descriptors and directory cursors while the gateway lives.
 pub(crate) async fn close_idle(gw: Weak<Gateway>) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
         let Some(gw) = gw.upgrade() else { return };
+        gw.cursors.close_idle(&gw);
         gw.opens.close_idle_now(&gw).await;
     }
 }
