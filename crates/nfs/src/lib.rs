@@ -516,8 +516,8 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let (export, parent) = self.resolve(&cx, dir).await?;
         let name = new_name(name)?;
         let (set, exclusive) = match &how {
-            CreateHow::Unchecked(s) => (s.clone(), false),
-            CreateHow::Guarded(s) => (s.clone(), true),
+            CreateHow::Unchecked(s) => (*s, false),
+            CreateHow::Guarded(s) => (*s, true),
             CreateHow::Exclusive(_) => (sattr3::default(), true),
         };
         let truncate = matches!(set.size, nfs_rpc::nfs::set_size3::size(0));
