@@ -106,3 +106,29 @@ mod tests {
         assert_eq!(sealer.open("/exp", &sealed[..NFS_HANDLE_LEN - 1]), None);
     }
 }
+
+#[cfg(test)]
+mod known_answer {
+    use super::*;
+
+    /// docs/PROTOCOL.md, "NFS gateway", vector N1.
+    #[test]
+    fn sealed_handle_vector() {
+        let sealer = Sealer::new(&Key::from_bytes([0x11; 32]));
+        let mut inner = vec![b'n', b'H', 1];
+        inner.extend_from_slice(&42u64.to_le_bytes());
+        inner.push(0);
+        inner.extend_from_slice(&[0x77; 32]);
+        let p = PersistentHandle::from_bytes(&inner).unwrap();
+        let sealed = sealer.seal(0, "/", &p);
+        assert_eq!(hex(&sealed), EXPECTED);
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    const EXPECTED: &str =
+        "6e4e01006e48012a0000000000000000777777777777777777777777777777777777777777777777777777777777777\
+        75faba4a94cf7e23a4230b97dd1c84632";
+}
