@@ -269,6 +269,14 @@ impl Rpc {
     }
 }
 
+/// GETATTR's file id and link count.
+fn stat(rpc: &mut Rpc, fh: &[u8]) -> (u64, u32) {
+    let mut r = rpc.call(NFS, 1, Xdr::default().opaque(fh));
+    assert_eq!(r.u32(), OK, "GETATTR");
+    let a = r.bytes(84);
+    (u64::from_be_bytes(a[44..52].try_into().unwrap()), u32::from_be_bytes(a[8..12].try_into().unwrap()))
+}
+
 /// The whole file back through READ, in `piece`-byte calls.
 fn read_all(rpc: &mut Rpc, fh: &[u8], piece: u32) -> Vec<u8> {
     let mut out = Vec::new();
@@ -334,6 +342,72 @@ fn nfs_gateway_serves_libnfs_as_mapped_users_with_sealed_handles_that_survive_a_
     assert_eq!(verf, verf_b);
     assert_eq!(rpc.commit(&fh), verf, "COMMIT answers the writes' verifier");
     assert!(read_all(&mut rpc, &fh, 65_536) == body, "written and read back differ (cut at {cut})");
+
+    // The other procedures, each checked against what the manager then holds.
+    let (fileid, nlink) = stat(&mut rpc, &fh);
+    let mut r = rpc.call(NFS, 15, Xdr::default().opaque(&fh).opaque(&root).opaque(b"raw-link"));
+    assert_eq!(r.u32(), OK, "LINK");
+    assert_eq!(rpc.lookup(&root, "raw-link").0, OK);
+    assert_eq!(stat(&mut rpc, &fh), (fileid, nlink + 1), "LINK adds a name to the same file");
+    let mut r = rpc.call(NFS, 10, Xdr::default().opaque(&root).opaque(b"sym").no_sattr().opaque(b"raw"));
+    assert_eq!(r.u32(), OK, "SYMLINK");
+    let sym = r.post_op_fh();
+    let mut r = rpc.call(NFS, 5, Xdr::default().opaque(&sym));
+    assert_eq!(r.u32(), OK, "READLINK");
+    r.post_op_attr();
+    assert_eq!(r.opaque(), b"raw");
+    // MKNOD: a FIFO (type 7).
+    let mut r = rpc.call(NFS, 11, Xdr::default().opaque(&root).opaque(b"fifo").u32(7).no_sattr());
+    assert_eq!(r.u32(), OK, "MKNOD");
+    let mut r = rpc.call(NFS, 14, Xdr::default().opaque(&root).opaque(b"raw-link").opaque(&root).opaque(b"renamed"));
+    assert_eq!(r.u32(), OK, "RENAME");
+    assert_ne!(rpc.lookup(&root, "raw-link").0, OK);
+    let mut r = rpc.call(NFS, 9, Xdr::default().opaque(&root).opaque(b"empty").no_sattr());
+    assert_eq!(r.u32(), OK, "MKDIR");
+    let mut r = rpc.call(NFS, 13, Xdr::default().opaque(&root).opaque(b"empty"));
+    assert_eq!(r.u32(), OK, "RMDIR");
+    let ls = up.ok(&["ls", "-l", "/pub"]);
+    for (name, kind) in [("renamed", '-'), ("sym", 'l'), ("fifo", 'p')] {
+        assert!(ls.lines().any(|l| l.starts_with(kind) && l.contains(&format!(" {name}"))), "{name} in {ls}");
+    }
+    assert!(!ls.contains("empty") && !ls.contains("raw-link"), "{ls}");
+    // SETATTR of a new file: mode 0600 and size 1000; ACCESS then says the
+    // owner reads and modifies it and uid 2000 nothing.
+    let sized = rpc.create(&root, "sized");
+    let args = Xdr::default().opaque(&sized).u32(1).u32(0o600).u32(0).u32(0).u32(1).u64(1000).u32(0).u32(0).u32(0);
+    assert_eq!(rpc.call(NFS, 2, args).u32(), OK, "SETATTR");
+    assert_eq!(read_all(&mut rpc, &sized, 4096), vec![0u8; 1000], "a file set to 1000 bytes reads as zeros");
+    let mut r = rpc.call(NFS, 4, Xdr::default().opaque(&sized).u32(0x3f));
+    assert_eq!(r.u32(), OK, "ACCESS");
+    r.post_op_attr();
+    assert_eq!(r.u32() & 0x0d, 0x0d, "owner reads, modifies, extends");
+    let mut stranger = Rpc::connect(gw.addr, 2000);
+    let mut r = stranger.call(NFS, 4, Xdr::default().opaque(&sized).u32(0x3f));
+    assert_eq!(r.u32(), OK, "ACCESS");
+    r.post_op_attr();
+    assert_eq!(r.u32(), 0, "uid 2000 may do nothing to a 0600 file of uid 1000");
+    for proc in [18, 19, 20] {
+        assert_eq!(rpc.call(NFS, proc, Xdr::default().opaque(&root)).u32(), OK, "FSSTAT/FSINFO/PATHCONF {proc}");
+    }
+    // READDIRPLUS: every entry with attributes and a handle that works.
+    let mut r = rpc.call(NFS, 17, Xdr::default().opaque(&root).u64(0).fixed(&[0; 8]).u32(4096).u32(65536));
+    assert_eq!(r.u32(), OK, "READDIRPLUS");
+    r.post_op_attr();
+    r.bytes(8);
+    let mut plus = Vec::new();
+    while r.u32() == 1 {
+        r.u64();
+        let name = String::from_utf8(r.opaque()).unwrap();
+        r.u64();
+        assert!(r.post_op_attr().is_some(), "{name} has attributes");
+        plus.push((name, r.post_op_fh()));
+    }
+    assert_eq!(r.u32(), 1, "eof");
+    let names: Vec<&str> = plus.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["fifo", "in.bin", "raw", "renamed", "second", "sized", "sym"], "READDIRPLUS names");
+    for (name, h) in &plus {
+        assert_eq!(rpc.getattr(h), OK, "{name}'s handle from READDIRPLUS");
+    }
 
     // A forged or altered handle is refused as a bad handle.
     for at in [0, 3, 10, 20, 50, fh.len() - 1] {

@@ -3,7 +3,7 @@
 //! ([`FileHandle`], chosen by the file system, at most [`NFS3_FHSIZE`]
 //! bytes).
 
-use crate::nfs::{cookieverf3, createverf3, fattr3, nfsstat3, nfstime3, sattr3, writeverf3, NFS3_FHSIZE};
+use crate::nfs::{cookieverf3, createverf3, fattr3, ftype3, nfsstat3, nfstime3, sattr3, writeverf3, NFS3_FHSIZE};
 use async_trait::async_trait;
 use std::net::SocketAddr;
 
@@ -194,6 +194,18 @@ pub trait NfsFileSystem: Send + Sync + 'static {
         name: &[u8],
         target: &[u8],
         set: sattr3,
+    ) -> NfsResult<(FileHandle, fattr3)>;
+    /// MKNOD of a special file: `kind` is `NF3CHR`, `NF3BLK`, `NF3SOCK` or
+    /// `NF3FIFO` (others are refused `NFS3ERR_BADTYPE` before the call);
+    /// `rdev` (major, minor) for devices, else (0, 0).
+    async fn mknod(
+        &self,
+        caller: &Caller,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: ftype3,
+        set: sattr3,
+        rdev: (u32, u32),
     ) -> NfsResult<(FileHandle, fattr3)>;
     /// REMOVE of a name that is not a directory.
     async fn remove(&self, caller: &Caller, dir: &FileHandle, name: &[u8]) -> NfsResult<()>;

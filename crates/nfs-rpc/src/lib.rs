@@ -9,8 +9,8 @@
 //!   the AUTH_SYS uid, gid and groups) and decides as that caller;
 //! - chooses its own **opaque file handles** ([`FileHandle`], up to
 //!   NFSv3's 64 bytes), so they can be sealed and survive restarts;
-//! - serves **LINK and COMMIT** (and WRITE's stability levels with a write
-//!   verifier), which nfsserve lacked.
+//! - serves **LINK, MKNOD and COMMIT** (and WRITE's stability levels with a
+//!   write verifier), which nfsserve lacked.
 //!
 //! Every network input is bounded: a record at most [`RECORD_BYTES_MAX`],
 //! an opaque at most [`IO_BYTES_MAX`], names [`NAME_BYTES_MAX`], calls in

@@ -6,8 +6,8 @@
 
 use crate::fs::{Caller, CreateHow, FileHandle, NfsFileSystem, Stable};
 use crate::nfs::{
-    cookieverf3, fattr3, fsinfo3, nfs_fh3, nfsstat3, nfstime3, post_op_attr, post_op_fh3, pre_op_attr, sattr3,
-    wcc_data, FSF_CANSETTIME, FSF_HOMOGENEOUS, FSF_LINK, FSF_SYMLINK,
+    cookieverf3, fattr3, fsinfo3, ftype3, nfs_fh3, nfsstat3, nfstime3, post_op_attr, post_op_fh3, pre_op_attr, sattr3,
+    specdata3, wcc_data, FSF_CANSETTIME, FSF_HOMOGENEOUS, FSF_LINK, FSF_SYMLINK,
 };
 use crate::rpc::{make_success_reply, proc_unavail_reply_message};
 use crate::xdr::XDR;
@@ -88,12 +88,7 @@ pub(crate) async fn nfs(
         5 => readlink(xid, caller, input, out, fs).await,
         6 => read(xid, caller, input, out, fs).await,
         7 => write(xid, caller, input, out, fs).await,
-        8..=10 => make(xid, proc, caller, input, out, fs).await,
-        // MKNOD: nasd keeps special files, but this gateway does not make them yet.
-        11 => {
-            status(out, xid, nfsstat3::NFS3ERR_NOTSUPP)?;
-            wcc(None).serialize(out)
-        }
+        8..=11 => make(xid, proc, caller, input, out, fs).await,
         12 | 13 => remove(xid, proc == 13, caller, input, out, fs).await,
         14 => rename(xid, caller, input, out, fs).await,
         15 => link(xid, caller, input, out, fs).await,
@@ -265,7 +260,7 @@ async fn write(xid: u32, caller: &Caller, input: In<'_, '_>, out: &mut Vec<u8>, 
     }
 }
 
-/// CREATE (8), MKDIR (9), SYMLINK (10).
+/// CREATE (8), MKDIR (9), SYMLINK (10), MKNOD (11).
 async fn make(
     xid: u32,
     proc: u32,
@@ -280,6 +275,8 @@ async fn make(
         File(CreateHow),
         Dir(sattr3),
         Symlink(sattr3, Vec<u8>),
+        Special(ftype3, sattr3, (u32, u32)),
+        BadType,
     }
     let what = match proc {
         8 => What::File(match decode::<u32>(input)? {
@@ -289,6 +286,15 @@ async fn make(
             _ => return Err(invalid("an unknown createmode3")),
         }),
         9 => What::Dir(decode(input)?),
+        11 => match decode::<ftype3>(input)? {
+            kind @ (ftype3::NF3CHR | ftype3::NF3BLK) => {
+                let set = decode(input)?;
+                let spec: specdata3 = decode(input)?;
+                What::Special(kind, set, (spec.specdata1, spec.specdata2))
+            }
+            kind @ (ftype3::NF3SOCK | ftype3::NF3FIFO) => What::Special(kind, decode(input)?, (0, 0)),
+            _ => What::BadType,
+        },
         _ => {
             let set = decode(input)?;
             let target: Vec<u8> = decode(input)?;
@@ -306,6 +312,8 @@ async fn make(
         What::File(how) => fs.create(caller, &dir, &n, how).await,
         What::Dir(set) => fs.mkdir(caller, &dir, &n, set).await,
         What::Symlink(set, target) => fs.symlink(caller, &dir, &n, &target, set).await,
+        What::Special(kind, set, rdev) => fs.mknod(caller, &dir, &n, kind, set, rdev).await,
+        What::BadType => Err(nfsstat3::NFS3ERR_BADTYPE),
     };
     let dir_wcc = wcc(attrs(fs, caller, &dir).await);
     match made {

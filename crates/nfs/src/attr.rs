@@ -31,13 +31,28 @@ pub fn fattr(attr: &FileAttr) -> fattr3 {
         gid: attr.gid,
         size: attr.size,
         used: attr.allocated,
-        rdev: specdata3 { specdata1: (attr.rdev >> 32) as u32, specdata2: attr.rdev as u32 },
+        rdev: {
+            let (major, minor) = split_dev(attr.rdev);
+            specdata3 { specdata1: major, specdata2: minor }
+        },
         fsid: FSID,
         fileid: attr.ino,
         atime: time(attr.atime_ns),
         mtime: time(attr.mtime_ns),
         ctime: time(attr.ctime_ns),
     }
+}
+
+/// A device number as the mount stores it (Linux's `new_encode_dev`) from
+/// NFS's major and minor.
+pub fn join_dev(major: u32, minor: u32) -> u64 {
+    u64::from((minor & 0xff) | (major & 0xfff) << 8 | (minor & !0xff) << 12)
+}
+
+/// [`join_dev`]'s inverse: (major, minor).
+pub fn split_dev(dev: u64) -> (u32, u32) {
+    let dev = dev as u32;
+    ((dev >> 8) & 0xfff, (dev & 0xff) | ((dev >> 12) & 0xfff00))
 }
 
 const ACCESS3_READ: u32 = 0x01;
@@ -83,4 +98,15 @@ pub fn access(attr: &FileAttr, cx: &FsClient, auth: &Auth, mask: u32) -> u32 {
         granted |= if attr.kind == FileKind::Dir { ACCESS3_LOOKUP } else { ACCESS3_EXECUTE };
     }
     granted & mask
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_numbers_round_trip_as_linux_encodes_them() {
+        for (major, minor) in [(0, 0), (1, 3), (8, 17), (259, 70_000), (4095, 0xfffff)] {
+            assert_eq!(super::split_dev(super::join_dev(major, minor)), (major, minor));
+        }
+        assert_eq!(super::join_dev(8, 1), 0x801, "sda1 as stat(2) shows it");
+    }
 }

@@ -35,7 +35,7 @@ pub use handle::{Sealer, NFS_HANDLE_LEN, TAG_LEN};
 
 use nasd_fs::{FileKind, FsClient, Ino, SetAttr};
 use nasd_vfs::{CreateFlags, Vfs, VfsError};
-use nfs_rpc::nfs::{cookieverf3, fattr3, nfsstat3, nfstime3, sattr3, writeverf3};
+use nfs_rpc::nfs::{cookieverf3, fattr3, ftype3, nfsstat3, nfstime3, sattr3, writeverf3};
 use nfs_rpc::{Auth, Caller, CreateHow, DirPage, FileHandle, FsStat, NfsResult, Stable};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -554,6 +554,31 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let (export, parent) = self.resolve(&cx, dir).await?;
         let target = std::str::from_utf8(target).map_err(|_| nfsstat3::NFS3ERR_INVAL)?;
         let e = self.vfs.symlink(&cx, parent, new_name(name)?, target).await.map_err(err)?;
+        self.made(export, &e)
+    }
+
+    async fn mknod(
+        &self,
+        caller: &Caller,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: ftype3,
+        set: sattr3,
+        rdev: (u32, u32),
+    ) -> NfsResult<(FileHandle, fattr3)> {
+        let cx = self.cx(caller)?;
+        let (export, parent) = self.resolve(&cx, dir).await?;
+        let kind = match kind {
+            ftype3::NF3CHR => FileKind::CharDevice,
+            ftype3::NF3BLK => FileKind::BlockDevice,
+            ftype3::NF3SOCK => FileKind::Socket,
+            ftype3::NF3FIFO => FileKind::Fifo,
+            _ => return Err(nfsstat3::NFS3ERR_BADTYPE),
+        };
+        let rdev = attr::join_dev(rdev.0, rdev.1);
+        let mode = Self::mode_of(&set, 0o644);
+        let e = self.vfs.mknod(&cx, parent, new_name(name)?, Some(kind), mode, rdev).await.map_err(err)?;
+        self.apply_rest(&cx, e.attr.ino, &set).await?;
         self.made(export, &e)
     }
 
