@@ -403,6 +403,10 @@ pub struct UpSection {
     /// start: manager_port + 200 if free, else any) [default: true].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<bool>,
+    /// Serve NFSv3 too, on `[nfs] listen` (recorded at the first start
+    /// with it: manager_port + 300 on loopback unless set) [default: false].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<bool>,
 }
 
 /// Reads and parses the file.

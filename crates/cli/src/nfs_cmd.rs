@@ -85,24 +85,8 @@ fn config(args: &NfsArgs, section: &NfsSection) -> anyhow::Result<(nasd_nfs::Nfs
 pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::Result<()> {
     let (config, clients) = config(&args, section)?;
     let listen = args.listen.clone().or_else(|| section.listen.clone()).unwrap_or_else(|| LISTEN_DEFAULT.into());
-    let addr: SocketAddr = tokio::net::lookup_host(&listen)
-        .await
-        .with_context(|| format!("cannot resolve {listen}"))?
-        .next()
-        .with_context(|| format!("{listen} names no address"))?;
     let key_path = args.handle_key.clone().or_else(|| section.handle_key.clone()).unwrap_or(HANDLE_KEY_DEFAULT.into());
-    if let Some(dir) = key_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
-    }
-    let (key, _) = nasd_crypto::load_or_create_key_file(&key_path)?;
-    gateway_check(&fs).await?;
-    let vfs =
-        nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
-    let exports: Vec<String> = config.exports.iter().map(|e| e.path.clone()).collect();
-    let gateway = nasd_nfs::Gateway::start(vfs, &key, config).await.map_err(|e| anyhow::anyhow!(e))?;
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    let bound = listener.local_addr()?;
-    eprintln!("NFSv3 gateway ready on {bound} (MOUNT on the same port), exports {}", exports.join(" "));
+    let (key, _) = handle_key(&key_path)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
     let stop = async move {
@@ -111,6 +95,67 @@ pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::R
             _ = term.recv() => {}
         }
     };
+    serve(fs, config, clients, &listen, &key, stop).await
+}
+
+/// `nasd up`'s gateway (`[up] nfs = true`): logs in with `client` (the
+/// administrator), gives it the grant for `UP_GATEWAY_IDS` the first time
+/// (when the handle key is made), and serves `section`'s exports until `stop`.
+pub async fn serve_for_up(
+    client: crate::config::ClientSection,
+    section: NfsSection,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let args = NfsArgs {
+        listen: None,
+        exports: Vec::new(),
+        clients: Vec::new(),
+        no_root_squash: false,
+        handle_key: None,
+        login: Login::default(),
+    };
+    let (config, clients) = config(&args, &section)?;
+    let listen = section.listen.clone().unwrap_or_else(|| LISTEN_DEFAULT.into());
+    let key_path = section.handle_key.clone().unwrap_or(HANDLE_KEY_DEFAULT.into());
+    let fs = crate::fs_cmd::login_renewing(&client, None).await.context("the NFS gateway cannot log in")?;
+    let (key, made) = handle_key(&key_path)?;
+    if made {
+        fs.set_gateway(fs.user(), Some(crate::s3_cmd::UP_GATEWAY_IDS))
+            .await
+            .context("cannot let the NFS gateway act for users")?;
+    }
+    serve(fs, config, clients, &listen, &key, stop).await
+}
+
+/// The handle key at `path` (made, 0600, with its directory, if missing) and whether it was made.
+fn handle_key(path: &std::path::Path) -> anyhow::Result<(nasd_crypto::Key, bool)> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    }
+    Ok(nasd_crypto::load_or_create_key_file(path)?)
+}
+
+async fn serve(
+    fs: FsClient,
+    config: nasd_nfs::NfsConfig,
+    clients: nasd_nfs::Clients,
+    listen: &str,
+    key: &nasd_crypto::Key,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let addr: SocketAddr = tokio::net::lookup_host(listen)
+        .await
+        .with_context(|| format!("cannot resolve {listen}"))?
+        .next()
+        .with_context(|| format!("{listen} names no address"))?;
+    gateway_check(&fs).await?;
+    let vfs =
+        nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
+    let exports: Vec<String> = config.exports.iter().map(|e| e.path.clone()).collect();
+    let gateway = nasd_nfs::Gateway::start(vfs, key, config).await.map_err(|e| anyhow::anyhow!(e))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    eprintln!("NFSv3 gateway ready on {bound} (MOUNT on the same port), exports {}", exports.join(" "));
     nfs_rpc::serve(listener, gateway, Arc::new(clients), stop).await.context("the NFS gateway stopped")
 }
 

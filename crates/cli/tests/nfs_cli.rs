@@ -504,4 +504,27 @@ fn nfs_gateway_serves_libnfs_as_mapped_users_with_sealed_handles_that_survive_a_
     let mut bad = fh.clone();
     bad[30] ^= 1;
     assert_eq!(rpc.getattr(&bad), NFS3ERR_BADHANDLE);
+    drop((rpc, gw, fenced));
+
+    // `nasd up` serves NFS too when configured, with the same handle key:
+    // a handle from `nasd nfs` names the same file there.
+    let config = cwd.join("nasd-data").join("nasd.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("[up]\n"), "{text}");
+    std::fs::write(&config, text.replacen("[up]\n", "[up]\nnfs = true\n", 1)).unwrap();
+    let up = Up::start_with(cwd, 2, Some(up.daemon.addr), &["--no-s3"], &[]);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let nfs_section = &text[text.find("[nfs]").unwrap_or_else(|| panic!("no [nfs] recorded: {text}"))..];
+    let listen = nfs_section.lines().find_map(|l| l.strip_prefix("listen = ")).expect("[nfs] listen recorded");
+    let addr: SocketAddr = listen.trim_matches('"').parse().unwrap();
+    common::until("nasd up's NFS gateway listens", || TcpStream::connect(addr).is_ok());
+    let mut rpc = Rpc::connect(addr, 1000);
+    assert_eq!(rpc.getattr(&fh), OK, "a handle of `nasd nfs` through `nasd up`'s gateway");
+    let mut want = body.clone();
+    want.extend_from_slice(b"tail");
+    assert!(read_all(&mut rpc, &fh, 1 << 20) == want, "read through nasd up's gateway");
+    let p = addr.port();
+    let listed = nfs_ls(&format!("nfs://127.0.0.1/pub?nfsport={p}&mountport={p}&uid=1000&gid=1000"));
+    assert!(listed.contains_key("in.bin") && listed.contains_key("many"), "{listed:?}");
+    drop(up);
 }
