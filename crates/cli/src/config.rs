@@ -73,6 +73,7 @@
 //! handle_key = "/var/lib/nasd/nfs/handle.key"  # seals file handles; made at first start
 //!
 //! [up]                           # nasd up (one machine)
+//! nfs = true                     # also serve NFS ([nfs]; default off)
 //! data = "./nasd-data"
 //! drives = 4
 //! manager_port = 7300

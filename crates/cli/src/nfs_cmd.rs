@@ -156,7 +156,11 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     eprintln!("NFSv3 gateway ready on {bound} (MOUNT on the same port), exports {}", exports.join(" "));
-    nfs_rpc::serve(listener, gateway, Arc::new(clients), stop).await.context("the NFS gateway stopped")
+    let served = nfs_rpc::serve(listener, gateway.clone(), Arc::new(clients), stop).await;
+    // What clients wrote and did not commit yet is committed now (their next COMMIT sees a new
+    // verifier and resends it anyway).
+    gateway.close_all().await;
+    served.context("the NFS gateway stopped")
 }
 
 /// One `AS_USER` request before serving: a manager that cannot serve a

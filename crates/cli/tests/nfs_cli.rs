@@ -478,8 +478,14 @@ fn nfs_gateway_serves_libnfs_as_mapped_users_with_sealed_handles_that_survive_a_
 
     // Restart: the old handles still name their files, the write verifier
     // changes, and the old listing's cookie is refused (the client restarts it).
+    // A write the client has not committed when the gateway stops: resent
+    // after COMMIT shows a new verifier, it lands once.
+    let pending = rpc.create(&root, "resend");
+    let chunk: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+    let (_, verf_pending) = rpc.write(&pending, 0, &chunk);
     drop(rpc);
     drop(other);
+    drop(stranger);
     let mut gw = gw;
     gw.terminate();
     let gw = start_gateway(cwd, "nfs.log", Some(gw.addr), &[]);
@@ -492,6 +498,11 @@ fn nfs_gateway_serves_libnfs_as_mapped_users_with_sealed_handles_that_survive_a_
     let cookie = unfinished.1.last().expect("a first page").1;
     assert_eq!(rpc.readdir(&dir, cookie, unfinished.2, 300).0, NFS3ERR_BAD_COOKIE);
     assert_eq!(rpc.lookup(&root, "in.bin").0, OK);
+    let verf_now = rpc.commit(&pending);
+    assert_ne!(verf_now, verf_pending, "COMMIT after a restart shows a new verifier");
+    let (_, v) = rpc.write(&pending, 0, &chunk);
+    assert_eq!(rpc.commit(&pending), v);
+    assert!(read_all(&mut rpc, &pending, 1 << 20) == chunk, "the resent write landed once");
 
     // Clients outside the allowed networks are refused at connect.
     let fenced = start_gateway(cwd, "nfs-fenced.log", None, &["--client", "10.0.0.0/8"]);

@@ -73,6 +73,13 @@ impl Cursors {
         }
     }
 
+    /// Closes every cursor.
+    pub fn close_all(&self, gw: &Gateway) {
+        for (_, c) in lock(&self.map).drain() {
+            gw.vfs.releasedir(c.fh);
+        }
+    }
+
     /// Closes cursors unused for [`CURSOR_IDLE`].
     pub fn close_idle(&self, gw: &Gateway) {
         let mut map = lock(&self.map);

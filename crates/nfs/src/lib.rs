@@ -160,6 +160,8 @@ pub fn status_of(e: &VfsError) -> nfsstat3 {
         _ => match e.errno() {
             1 => NFS3ERR_PERM,
             2 => NFS3ERR_NOENT,
+            // Busy (another writer's transaction, a manager failing over): the client retries.
+            11 => NFS3ERR_JUKEBOX,
             13 => NFS3ERR_ACCES,
             17 => NFS3ERR_EXIST,
             18 => NFS3ERR_XDEV,
@@ -254,6 +256,13 @@ impl Gateway {
             }
         }
         best
+    }
+
+    /// Closes every open file (committing what clients wrote to them) and
+    /// directory cursor: the gateway is stopping.
+    pub async fn close_all(&self) {
+        self.opens.close_all(self).await;
+        self.cursors.close_all(self);
     }
 
     /// The client a call runs as: its AUTH_SYS ids (uid 0 squashed unless

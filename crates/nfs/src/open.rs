@@ -98,6 +98,14 @@ impl Opens {
         }
     }
 
+    /// Closes every descriptor.
+    pub async fn close_all(&self, gw: &Gateway) {
+        let all: Vec<(Ino, u64)> = lock(&self.slots).drain().map(|(k, (fh, _))| (k.0, fh)).collect();
+        for (ino, fh) in all {
+            self.close(gw, ino, fh).await;
+        }
+    }
+
     /// Closes descriptors unused for [`OPEN_IDLE`].
     async fn close_idle_now(&self, gw: &Gateway) {
         let idle: Vec<(Ino, u64)> = {
