@@ -409,6 +409,17 @@ fn nfs_gateway_serves_libnfs_as_mapped_users_with_sealed_handles_that_survive_a_
         assert_eq!(rpc.getattr(h), OK, "{name}'s handle from READDIRPLUS");
     }
 
+    // A credential naming more than AUTH_SYS's 16 groups is refused (AUTH_BADCRED).
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    let cred = (0..17).fold(Xdr::default().u32(0).opaque(b"t").u32(1000).u32(1000).u32(17), |x, g| x.u32(g)).0;
+    let msg = Xdr::default().u32(9).u32(0).u32(2).u32(NFS).u32(3).u32(0).u32(1).opaque(&cred).u32(0).u32(0).0;
+    s.write_all(&(msg.len() as u32 | 1 << 31).to_be_bytes()).unwrap();
+    s.write_all(&msg).unwrap();
+    let mut reply = [0u8; 24];
+    s.read_exact(&mut reply).unwrap();
+    let words: Vec<u32> = reply.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(words[1..], [9, 1, 1, 1, 1], "mark, then xid, REPLY, MSG_DENIED, AUTH_ERROR, AUTH_BADCRED");
+
     // A forged or altered handle is refused as a bad handle.
     for at in [0, 3, 10, 20, 50, fh.len() - 1] {
         let mut bad = fh.clone();

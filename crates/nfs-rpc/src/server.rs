@@ -4,8 +4,8 @@
 
 use crate::fs::{Auth, Caller, NfsFileSystem};
 use crate::rpc::{
-    auth_flavor, auth_unix, call_body, garbage_args_reply_message, prog_mismatch_reply_message,
-    prog_unavail_reply_message, rpc_body, rpc_msg, rpc_vers_mismatch,
+    auth_flavor, auth_stat, auth_unix, call_body, garbage_args_reply_message, prog_mismatch_reply_message,
+    prog_unavail_reply_message, rejected_reply, reply_body, rpc_body, rpc_msg, rpc_vers_mismatch,
 };
 use crate::xdr::XDR;
 use crate::{mount, nfs, procs, RECORD_BYTES_MAX};
@@ -136,7 +136,16 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem) -> Opti
     let xid = msg.xid;
     let rpc_body::CALL(call) = msg.body else { return None };
     let mut output = Vec::new();
-    let caller = Caller { peer, auth: credentials(&call)? };
+    let Some(auth) = credentials(&call) else {
+        tracing::debug!(%peer, xid, "refusing a call whose AUTH_SYS credential does not decode");
+        let denied = rpc_msg {
+            xid,
+            body: rpc_body::REPLY(reply_body::MSG_DENIED(rejected_reply::AUTH_ERROR(auth_stat::AUTH_BADCRED))),
+        };
+        denied.serialize(&mut output).ok()?;
+        return Some(output);
+    };
+    let caller = Caller { peer, auth };
     let result = dispatch(xid, &call, &caller, &mut input, &mut output, fs).await;
     if let Err(e) = result {
         tracing::debug!(%peer, xid, error = %e, "an RPC call's arguments do not decode");
@@ -146,7 +155,8 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem) -> Opti
     Some(output)
 }
 
-/// The call's credentials; `None` (dropped) if its AUTH_SYS body does not decode.
+/// The call's credentials; `None` (refused `AUTH_BADCRED`) if its AUTH_SYS
+/// body is too long, does not decode or names more than 16 groups.
 fn credentials(call: &call_body) -> Option<Auth> {
     match call.cred.flavor {
         auth_flavor::AUTH_UNIX => {
