@@ -409,6 +409,22 @@ fn nfs_gateway_serves_libnfs_as_mapped_users_with_sealed_handles_that_survive_a_
         assert_eq!(rpc.getattr(h), OK, "{name}'s handle from READDIRPLUS");
     }
 
+    // An exclusive CREATE resent with its verifier answers the same file;
+    // another verifier finds the name taken.
+    let verf: [u8; 8] = rng.gen();
+    let excl = |rpc: &mut Rpc, v: [u8; 8]| {
+        let mut r = rpc.call(NFS, 8, Xdr::default().opaque(&root).opaque(b"excl").u32(2).fixed(&v));
+        match r.u32() {
+            OK => Ok(stat(rpc, &r.post_op_fh()).0),
+            e => Err(e),
+        }
+    };
+    let first = excl(&mut rpc, verf).expect("an exclusive CREATE");
+    assert_eq!(excl(&mut rpc, verf), Ok(first), "the same exclusive CREATE resent");
+    let mut other_verf = verf;
+    other_verf[7] ^= 1;
+    assert_eq!(excl(&mut rpc, other_verf), Err(17), "another exclusive CREATE of the name");
+
     // A credential naming more than AUTH_SYS's 16 groups is refused (AUTH_BADCRED).
     let mut s = TcpStream::connect(gw.addr).unwrap();
     let cred = (0..17).fold(Xdr::default().u32(0).opaque(b"t").u32(1000).u32(1000).u32(17), |x, g| x.u32(g)).0;

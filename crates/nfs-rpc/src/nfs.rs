@@ -98,7 +98,7 @@ pub type mode3 = u32;
 pub type count3 = u32;
 
 #[allow(non_camel_case_types)]
-#[derive(Copy, Clone, Debug, FromPrimitive, ToPrimitive)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, FromPrimitive, ToPrimitive)]
 #[repr(u32)]
 pub enum nfsstat3 {
     /// Indicates the call completed successfully.

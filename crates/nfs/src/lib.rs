@@ -190,6 +190,13 @@ fn err(e: VfsError) -> nfsstat3 {
     s
 }
 
+/// The access and modification times an exclusive CREATE keeps its
+/// verifier in: whole seconds, the verifier's first and last four bytes.
+fn verifier_times(v: &nfs_rpc::nfs::createverf3) -> (i64, i64) {
+    let secs = |b: &[u8]| i64::from(u32::from_be_bytes(b.try_into().expect("four bytes"))) * 1_000_000_000;
+    (secs(&v[..4]), secs(&v[4..]))
+}
+
 /// A name from the wire: UTF-8, not empty, no `/` or NUL.
 fn name_of(n: &[u8]) -> NfsResult<&str> {
     let s = std::str::from_utf8(n).map_err(|_| nfsstat3::NFS3ERR_INVAL)?;
@@ -524,17 +531,43 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let cx = self.cx(caller)?;
         let (export, parent) = self.resolve(&cx, dir).await?;
         let name = new_name(name)?;
-        let (set, exclusive) = match &how {
-            CreateHow::Unchecked(s) => (*s, false),
-            CreateHow::Guarded(s) => (*s, true),
-            CreateHow::Exclusive(_) => (sattr3::default(), true),
+        let (set, exclusive, verifier) = match &how {
+            CreateHow::Unchecked(s) => (*s, false, None),
+            CreateHow::Guarded(s) => (*s, true, None),
+            CreateHow::Exclusive(v) => (sattr3::default(), true, Some(*v)),
         };
         let truncate = matches!(set.size, nfs_rpc::nfs::set_size3::size(0));
         let flags = CreateFlags { exclusive, truncate, write: true };
-        let (e, opened) = self.vfs.create(&cx, parent, name, Self::mode_of(&set, 0o644), flags).await.map_err(err)?;
+        let made = self.vfs.create(&cx, parent, name, Self::mode_of(&set, 0o644), flags).await;
+        let (e, opened) = match (made, verifier) {
+            (Ok(m), _) => m,
+            // An exclusive CREATE resent: the file its first try made answers again.
+            (Err(e), Some(v)) if status_of(&e) == nfsstat3::NFS3ERR_EXIST => {
+                let found = self.vfs.lookup(&cx, parent, name).await.map_err(err)?;
+                self.note_held(found.attr.ino);
+                if found.attr.kind != FileKind::File || verifier_times(&v) != (found.attr.atime_ns, found.attr.mtime_ns)
+                {
+                    return Err(nfsstat3::NFS3ERR_EXIST);
+                }
+                return Ok((self.seal(export, found.attr.ino)?, attr::fattr(&found.attr)));
+            }
+            (Err(e), _) => return Err(err(e)),
+        };
         self.opens.adopt(self, &cx, e.attr.ino, opened.fh).await;
-        self.apply_rest(&cx, e.attr.ino, &set).await?;
-        self.made(export, &e)
+        match verifier {
+            // Kept in the times, as Linux's server does (the client sets them next).
+            Some(v) => {
+                let (atime_ns, mtime_ns) = verifier_times(&v);
+                let keep = SetAttr { atime_ns: Some(atime_ns), mtime_ns: Some(mtime_ns), ..SetAttr::default() };
+                let a = self.vfs.setattr(&cx, e.attr.ino, keep).await.map_err(err)?;
+                self.note_held(e.attr.ino);
+                Ok((self.seal(export, e.attr.ino)?, attr::fattr(&a)))
+            }
+            None => {
+                self.apply_rest(&cx, e.attr.ino, &set).await?;
+                self.made(export, &e)
+            }
+        }
     }
 
     async fn mkdir(
