@@ -14,7 +14,8 @@
 //!
 //! Every network input is bounded: a record at most [`RECORD_BYTES_MAX`],
 //! an opaque at most [`IO_BYTES_MAX`], names [`NAME_BYTES_MAX`], calls in
-//! flight per connection [`server::CALLS_PER_CONNECTION_MAX`].
+//! flight per connection [`server::CALLS_PER_CONNECTION_MAX`] and in all
+//! [`server::CALLS_IN_FLIGHT_MAX`], connections [`server::CONNECTIONS_MAX`].
 //! No portmapper is served: clients name the port (libnfs:
 //! `nfs://host/export?nfsport=P&mountport=P`, Linux: `-o port=P,mountport=P`).
 #![allow(clippy::upper_case_acronyms)]

@@ -18,7 +18,12 @@ use tokio::net::{TcpListener, TcpStream};
 /// Calls one connection runs at once; the next record waits to be read.
 pub const CALLS_PER_CONNECTION_MAX: usize = 16;
 /// Connections served at once; more are closed at accept.
-pub const CONNECTIONS_MAX: usize = 1024;
+pub const CONNECTIONS_MAX: usize = 256;
+/// Calls running at once over all connections; a connection's next record
+/// waits. With [`CONNECTIONS_MAX`] records being read, memory for calls is
+/// bounded by about `(CALLS_IN_FLIGHT_MAX * 2 + CONNECTIONS_MAX) * RECORD_BYTES_MAX`
+/// (a record and its reply per call): under 1 GiB.
+pub const CALLS_IN_FLIGHT_MAX: usize = 256;
 /// Longest AUTH_SYS credential body (RFC 5531: 400 bytes).
 const AUTH_BODY_MAX: usize = 400;
 
@@ -40,6 +45,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT_MAX));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -54,9 +60,9 @@ pub async fn serve(
             tracing::warn!(%peer, "refusing an NFS connection: {CONNECTIONS_MAX} are open");
             continue;
         };
-        let fs = fs.clone();
+        let (fs, in_flight) = (fs.clone(), in_flight.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, peer, fs).await {
+            if let Err(e) = connection(stream, peer, fs, in_flight).await {
                 tracing::debug!(%peer, error = %e, "NFS connection ended");
             }
             drop(permit);
@@ -65,7 +71,12 @@ pub async fn serve(
 }
 
 /// Reads records from one connection and answers each.
-async fn connection(stream: TcpStream, peer: SocketAddr, fs: Arc<dyn NfsFileSystem>) -> std::io::Result<()> {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    fs: Arc<dyn NfsFileSystem>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let (mut read, mut write) = stream.into_split();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(CALLS_PER_CONNECTION_MAX);
@@ -85,12 +96,13 @@ async fn connection(stream: TcpStream, peer: SocketAddr, fs: Arc<dyn NfsFileSyst
             Err(e) => break Err(e),
         };
         let permit = calls.clone().acquire_owned().await.expect("never closed");
+        let global = in_flight.clone().acquire_owned().await.expect("never closed");
         let (fs, tx) = (fs.clone(), tx.clone());
         tokio::spawn(async move {
             if let Some(reply) = answer(&record, peer, fs.as_ref()).await {
                 let _ = tx.send(reply).await;
             }
-            drop(permit);
+            drop((permit, global));
         });
     };
     drop(tx);
@@ -191,5 +203,56 @@ async fn dispatch(
         mount::PROGRAM if call.vers == mount::VERSION => procs::mount(xid, call.proc, caller, input, output, fs).await,
         mount::PROGRAM => prog_mismatch_reply_message(xid, mount::VERSION).serialize(output),
         _ => prog_unavail_reply_message(xid).serialize(output),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(len: u32, last: bool) -> [u8; 4] {
+        (len | if last { 1 << 31 } else { 0 }).to_be_bytes()
+    }
+
+    #[tokio::test]
+    async fn records_join_their_fragments_and_an_oversized_one_is_refused_before_it_is_read() {
+        let mut stream = Vec::new();
+        stream.extend_from_slice(&mark(3, false));
+        stream.extend_from_slice(b"abc");
+        stream.extend_from_slice(&mark(2, true));
+        stream.extend_from_slice(b"de");
+        let mut r = &stream[..];
+        assert_eq!(read_record(&mut r).await.unwrap(), Some(b"abcde".to_vec()));
+        assert_eq!(read_record(&mut r).await.unwrap(), None, "a clean end");
+
+        // Two fragments that together pass RECORD_BYTES_MAX: refused at the second mark.
+        let half = (RECORD_BYTES_MAX / 2 + 1) as u32;
+        let mut stream = mark(half, false).to_vec();
+        stream.resize(4 + half as usize, 0);
+        stream.extend_from_slice(&mark(half, true));
+        let mut r = &stream[..];
+        let e = read_record(&mut r).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        // A 2^31 - 1 byte fragment announced by a 4-byte stream is refused without allocating it.
+        let mut r = &mark(u32::MAX >> 1, true)[..];
+        assert_eq!(read_record(&mut r).await.unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        // A stream cut inside a record is an error, not a clean end.
+        let mut cut = mark(5, true).to_vec();
+        cut.extend_from_slice(b"ab");
+        let mut r = &cut[..];
+        assert!(read_record(&mut r).await.is_err());
+    }
+
+    #[test]
+    fn opaques_and_arrays_over_their_limits_are_refused_before_allocation() {
+        let mut v: Vec<u8> = Vec::new();
+        let len = (crate::xdr::OPAQUE_BYTES_MAX as u32 + 1).to_be_bytes();
+        assert!(v.deserialize(&mut Cursor::new(&len[..])).is_err());
+        let mut a: Vec<u32> = Vec::new();
+        let len = (crate::xdr::U32_ARRAY_MAX as u32 + 1).to_be_bytes();
+        assert!(a.deserialize(&mut Cursor::new(&len[..])).is_err());
+        let ok = [0, 0, 0, 3, b'a', b'b', b'c', 0];
+        v.deserialize(&mut Cursor::new(&ok[..])).unwrap();
+        assert_eq!(v, b"abc");
     }
 }

@@ -155,7 +155,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub fn status_of(e: &VfsError) -> nfsstat3 {
     use nfsstat3::*;
     match e {
-        VfsError::Stale(_) | VfsError::BadHandle(_) => NFS3ERR_STALE,
+        // The layer let the inode go meanwhile (over INODES_HELD_MAX): the retry reopens it.
+        VfsError::Stale(_) => NFS3ERR_JUKEBOX,
+        VfsError::BadHandle(_) => NFS3ERR_STALE,
         VfsError::BadDescriptor => NFS3ERR_IO,
         _ => match e.errno() {
             1 => NFS3ERR_PERM,
