@@ -65,7 +65,15 @@
 //! listen = "127.0.0.1:7500"      # plain HTTP; off loopback only with --plain-http-off-loopback
 //! keys = "/var/lib/nasd/s3"      # the access-key store (store.key, keys.json)
 //!
+//! [nfs]                          # nasd nfs (NFSv3 gateway)
+//! listen = "127.0.0.1:2049"      # NFSv3 and MOUNT v3 over TCP on one port (no portmapper)
+//! exports = ["/", "/projects"]   # nasd directories clients may mount
+//! clients = ["127.0.0.1/32", "10.0.0.0/8"]  # allowed client networks; others are refused at connect
+//! root_squash = true             # uid 0 runs as anon_uid/anon_gid [default: true]
+//! handle_key = "/var/lib/nasd/nfs/handle.key"  # seals file handles; made at first start
+//!
 //! [up]                           # nasd up (one machine)
+//! nfs = true                     # also serve NFS ([nfs]; default off)
 //! data = "./nasd-data"
 //! drives = 4
 //! manager_port = 7300
@@ -105,6 +113,9 @@ pub struct ConfigFile {
     /// Settings of `nasd s3`.
     #[serde(default, skip_serializing_if = "S3Section::is_empty")]
     pub s3: S3Section,
+    /// Settings of `nasd nfs`.
+    #[serde(default, skip_serializing_if = "NfsSection::is_empty")]
+    pub nfs: NfsSection,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -271,6 +282,44 @@ pub struct AuthSection {
 /// `[client]`: shared with the other clients (the Python package) in `nasd-profile`.
 pub use nasd_profile::ClientSection;
 
+/// `[nfs]`: the NFSv3 gateway (`nasd nfs`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NfsSection {
+    /// Where it serves NFSv3 and MOUNT [default: "127.0.0.1:2049"].
+    pub listen: Option<String>,
+    /// The exported nasd directories [default: ["/"]].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exports: Vec<String>,
+    /// Allowed client networks (`addr/prefix`) [default: ["127.0.0.1/32", "::1/128"]].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<String>,
+    /// Run uid 0 as the anonymous ids [default: true].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_squash: Option<bool>,
+    /// The uid squashed callers run as [default: 65534].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_uid: Option<u32>,
+    /// The gid squashed callers run as [default: 65534].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_gid: Option<u32>,
+    /// The key sealing file handles (made at the first start) [default: "nasd-data/nfs/handle.key"].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle_key: Option<PathBuf>,
+}
+
+impl NfsSection {
+    fn is_empty(&self) -> bool {
+        self.listen.is_none()
+            && self.exports.is_empty()
+            && self.clients.is_empty()
+            && self.root_squash.is_none()
+            && self.anon_uid.is_none()
+            && self.anon_gid.is_none()
+            && self.handle_key.is_none()
+    }
+}
+
 /// `[s3]`: the S3 gateway (`nasd s3`) and its access keys (`nasd s3-key`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -355,6 +404,10 @@ pub struct UpSection {
     /// start: manager_port + 200 if free, else any) [default: true].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<bool>,
+    /// Serve NFSv3 too, on `[nfs] listen` (recorded at the first start
+    /// with it: manager_port + 300 on loopback unless set) [default: false].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<bool>,
 }
 
 /// Reads and parses the file.

@@ -1247,7 +1247,14 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         drive_capacity: capacity.map(size::human),
         auth_port: Some(auth_port),
         s3: cluster.up.s3,
+        nfs: cluster.up.nfs.or(file.up.nfs),
     };
+    let nfs_on = cluster.up.nfs == Some(true);
+    if nfs_on {
+        let fallback = format!("127.0.0.1:{}", manager_port.saturating_add(NFS_PORT_ABOVE_MANAGER));
+        cluster.nfs.listen = Some(cluster.nfs.listen.take().unwrap_or(fallback));
+        cluster.nfs.handle_key = Some(cluster.nfs.handle_key.take().unwrap_or_else(|| data.join("nfs/handle.key")));
+    }
     let s3_keys = cluster.s3.keys.clone().unwrap_or_else(|| data.join("s3"));
     if let Some(port) = &ports.s3 {
         cluster.s3.listen = Some(port.addr().to_string());
@@ -1291,6 +1298,15 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             }
         })
     });
+    let nfs_task = nfs_on.then(|| {
+        let served =
+            crate::nfs_cmd::serve_for_up(cluster.client.clone(), cluster.nfs.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = served.await {
+                eprintln!("warning: NFS is not served: {e:#}");
+            }
+        })
+    });
     let server = serve_manager(&m, manager_listener, stop_rx.clone());
     tokio::pin!(server);
     // The manager ends on Ctrl-C, or by itself if it cannot serve (its port is taken): then the
@@ -1311,10 +1327,16 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     if let Some(t) = s3_task {
         t.await?;
     }
+    if let Some(t) = nfs_task {
+        t.await?;
+    }
     served?;
     eprintln!("nasd stopped cleanly; `nasd up` again resumes the same data");
     Ok(())
 }
+
+/// Where `nasd up` serves NFS (`[up] nfs = true`) unless `[nfs] listen` says: this above the manager's port.
+pub const NFS_PORT_ABOVE_MANAGER: u16 = 300;
 
 /// Every port `nasd up` serves on, taken before it creates anything.
 struct UpPorts {

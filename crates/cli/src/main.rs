@@ -25,6 +25,7 @@ mod daemons;
 mod drive_admin;
 mod fs_cmd;
 mod mount_cmd;
+mod nfs_cmd;
 mod s3_cmd;
 mod size;
 mod transfer;
@@ -75,6 +76,10 @@ enum Command {
     /// S3 access keys: create, list, revoke.
     #[command(subcommand)]
     S3Key(s3_cmd::S3KeyCommand),
+    /// Serve the file system over NFSv3 (TCP, with MOUNT, on one port)
+    /// until Ctrl-C or SIGTERM: each call runs as its AUTH_SYS user through
+    /// the gateway grant; file handles are sealed and survive restarts.
+    Nfs(nfs_cmd::NfsArgs),
     /// How files are spread over drives: show or set a layout (striping,
     /// mirroring, Reed-Solomon).
     #[command(subcommand)]
@@ -171,6 +176,7 @@ impl Command {
             Command::Repair(args) => Some(&args.login),
             Command::Mount(args) => Some(&args.login),
             Command::S3(args) => Some(&args.login),
+            Command::Nfs(args) => Some(&args.login),
             Command::S3Key(cmd) => Some(cmd.login()),
             Command::Admin(cmd) => cmd.login(),
             Command::Auth(auth_cmd::AuthArgs { command: Some(c), .. }) if !c.is_offline() => Some(&AUTH_LOGIN),
@@ -189,6 +195,7 @@ impl Command {
                 | Command::Drive(_)
                 | Command::Mount(_)
                 | Command::S3(_)
+                | Command::Nfs(_)
                 | Command::Auth(auth_cmd::AuthArgs { command: None, .. })
         )
     }
@@ -333,6 +340,10 @@ fn run() -> anyhow::Result<()> {
         Command::S3(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
             s3_cmd::run(fs, args, &file.s3).await
+        }),
+        Command::Nfs(args) => rt.block_on(async {
+            let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
+            nfs_cmd::run(fs, args, &file.nfs).await
         }),
         Command::S3Key(cmd) => {
             rt.block_on(async { s3_cmd::run_key(&login().await?, &file.client, cmd, &file.s3).await })
