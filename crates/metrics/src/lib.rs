@@ -187,6 +187,18 @@ pub fn latency_buckets() -> impl Iterator<Item = f64> {
     prometheus_client::metrics::histogram::exponential_buckets(50e-6, 2.0, 20)
 }
 
+/// A Rust variant name as a label value: `NotFound` → `not_found`.
+pub fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
 /// A scraped sample: `name{labels} value`, parsed from the text format for
 /// tests and tools. Only what nasd's own endpoint writes is understood.
 #[derive(Debug, Clone, PartialEq)]
@@ -283,5 +295,7 @@ mod tests {
         assert_eq!(sum_of(&samples, "nasd_drive_reads_total", &[("drive", "3")]), 7.0);
         assert_eq!(sum_of(&samples, "nasd_drive_reads_total", &[("drive", "4")]), 0.0);
         assert!(parse_samples("nasd_x{a=\"1\" 2\n").is_none(), "an unclosed label set is refused");
+        assert_eq!(snake_case("NotFound"), "not_found");
+        assert_eq!(snake_case("Busy"), "busy");
     }
 }
