@@ -69,6 +69,7 @@
 //! drive = "127.0.0.1:9400"       # nasd drive [default: off]; --metrics overrides
 //! manager = "127.0.0.1:9300"     # nasd manager [default: off]; --metrics overrides
 //! auth = "127.0.0.1:9299"        # nasd auth [default: off]; --metrics overrides
+//! s3 = "127.0.0.1:9500"          # nasd s3 [default: off]; --metrics overrides
 //! up = "127.0.0.1:9300"          # nasd up, all its daemons (loopback only) [default: manager_port + 2000, recorded]
 //!
 //! [up]                           # nasd up (one machine)
@@ -339,6 +340,9 @@ pub struct MetricsSection {
     /// `nasd auth`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<String>,
+    /// `nasd s3`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<String>,
     /// `nasd up`'s, for every daemon it runs; loopback only (recorded at the
     /// first start: manager_port + 2000 if free, else any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -347,7 +351,7 @@ pub struct MetricsSection {
 
 impl MetricsSection {
     fn is_empty(&self) -> bool {
-        self.drive.is_none() && self.manager.is_none() && self.auth.is_none() && self.up.is_none()
+        self.drive.is_none() && self.manager.is_none() && self.auth.is_none() && self.s3.is_none() && self.up.is_none()
     }
 }
 

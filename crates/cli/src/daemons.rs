@@ -1346,6 +1346,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let manager_listener = ports.manager.listen()?;
     let s3 = ports.s3.map(|p| p.listen().map(|l| (l, s3_keys))).transpose()?;
     let s3_endpoint = s3.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
+    let s3_metrics = nasd_s3::S3Metrics::new();
+    if s3.is_some() {
+        s3_metrics.register(&metrics);
+    }
     let (metrics_endpoint, metrics_task) = serve_metrics(metrics_port, metrics, stopped(stop_rx.clone()))?;
     let endpoints = UpEndpoints { s3: s3_endpoint, metrics: metrics_endpoint };
     print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, endpoints);
@@ -1356,6 +1360,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             cluster.s3.clone(),
             keys,
             listener,
+            s3_metrics.clone(),
             stopped(stop_rx.clone()),
         );
         tokio::spawn(async move {

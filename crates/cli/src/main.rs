@@ -332,7 +332,7 @@ fn run() -> anyhow::Result<()> {
         }),
         Command::S3(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            s3_cmd::run(fs, args, &file.s3).await
+            s3_cmd::run(fs, args, &file.s3, &file.metrics).await
         }),
         Command::S3Key(cmd) => {
             rt.block_on(async { s3_cmd::run_key(&login().await?, &file.client, cmd, &file.s3).await })

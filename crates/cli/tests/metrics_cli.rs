@@ -1,7 +1,7 @@
 //! `nasd up` serves every daemon's metrics on one loopback endpoint, named
 //! in its banner: scraped over HTTP while files are written and read, a
-//! drive is sent a forged request and a login fails, the counters of each
-//! daemon move by what was done; a request the endpoint cannot parse gets a
+//! drive is sent a forged request, a login fails and the S3 gateway gets an
+//! unsigned request, the counters of each daemon move by what was done; a request the endpoint cannot parse gets a
 //! 4xx and it goes on serving.
 
 mod common;
@@ -14,11 +14,22 @@ use nasd_proto::{rights, CapabilityArgs, Protection, Status};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 
-/// The metrics endpoint the banner names.
-fn endpoint(up: &Up) -> SocketAddr {
-    let banner = up.daemon.output_once("  metrics   http://");
-    let line = banner.lines().find_map(|l| l.trim().strip_prefix("metrics   http://")).expect("banner names metrics");
-    line.split('/').next().unwrap().parse().expect("an IP:PORT")
+/// The HTTP endpoint the banner names on its line starting with `what`.
+fn endpoint(up: &Up, what: &str) -> SocketAddr {
+    let banner = up.daemon.output_once(&format!("  {what}"));
+    let line = banner.lines().find_map(|l| l.trim().strip_prefix(what)).expect("the banner names it");
+    let url = line.trim_start().strip_prefix("http://").expect("a URL");
+    url.split(['/', ' ']).next().unwrap().parse().expect("an IP:PORT")
+}
+
+/// Sends `request` raw to `at`; the reply's status line.
+fn status_line(at: SocketAddr, request: &[u8]) -> String {
+    let mut socket = std::net::TcpStream::connect(at).unwrap();
+    socket.set_read_timeout(Some(common::DAEMON_WAIT_MAX)).unwrap();
+    socket.write_all(request).unwrap();
+    let mut reply = Vec::new();
+    let _ = socket.read_to_end(&mut reply);
+    String::from_utf8_lossy(&reply).lines().next().unwrap_or_default().to_string()
 }
 
 /// The samples of one scrape.
@@ -61,9 +72,10 @@ async fn forged_read(drive: SocketAddr) -> Status {
 #[test]
 fn nasd_up_serves_every_daemons_metrics_and_they_move() {
     let tmp = tempfile::tempdir().unwrap();
-    let up = Up::start(tmp.path(), 2, &["--no-s3"]);
+    let up = Up::start(tmp.path(), 2, &[]);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let at = endpoint(&up);
+    let at = endpoint(&up, "metrics");
+    let s3 = endpoint(&up, "s3");
     assert!(at.ip().is_loopback(), "nasd up serves metrics on loopback: {at}");
     let recorded = std::fs::read_to_string(up.data().join("nasd.toml")).unwrap();
     assert!(recorded.contains(&format!("up = \"{at}\"")), "the endpoint is recorded: {recorded}");
@@ -113,17 +125,21 @@ fn nasd_up_serves_every_daemons_metrics_and_they_move() {
     let bad = [("status", "bad_credentials")];
     assert_eq!(moved(&refused, &failed, "nasd_auth_login_failures_total", &bad), 1.0);
 
+    // An unsigned request to the S3 gateway: refused, and counted as a 4xx GET.
+    let line = status_line(s3, b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(line.contains(" 403 "), "an unsigned S3 request got {line:?}");
+    let s3_after = samples(&rt, at);
+    assert_eq!(moved(&failed, &s3_after, "nasd_s3_requests_total", &[("method", "GET")]), 1.0);
+    assert_eq!(moved(&failed, &s3_after, "nasd_s3_responses_total", &[("class", "4xx")]), 1.0);
+    assert_eq!(moved(&failed, &s3_after, "nasd_s3_responses_total", &[("class", "2xx")]), 0.0);
+
     // Requests the endpoint cannot serve get their 4xx; it goes on serving.
     for (request, want) in [
         (&b"BREW /coffee HTCPCP/1.0\r\n\r\n"[..], " 400 "),
         (b"GET /keys HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", " 404 "),
     ] {
-        let mut socket = std::net::TcpStream::connect(at).unwrap();
-        socket.set_read_timeout(Some(common::DAEMON_WAIT_MAX)).unwrap();
-        socket.write_all(request).unwrap();
-        let mut reply = String::new();
-        let _ = socket.read_to_string(&mut reply);
-        assert!(reply.lines().next().unwrap_or_default().contains(want), "{reply:?}, want{want}");
+        let line = status_line(at, request);
+        assert!(line.contains(want), "{line:?}, want{want}");
     }
     assert!(!samples(&rt, at).is_empty(), "still serving");
 }
