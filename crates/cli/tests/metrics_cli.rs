@@ -143,3 +143,32 @@ fn nasd_up_serves_every_daemons_metrics_and_they_move() {
     }
     assert!(!samples(&rt, at).is_empty(), "still serving");
 }
+
+/// `nasd drive --metrics ADDR` serves its own metrics, unlabelled: an
+/// INQUIRY is counted, and the capacity it was given is reported.
+#[test]
+fn a_drive_alone_serves_its_metrics_where_told() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("drive");
+    let drive = common::Daemon::start("drive", tmp.path(), &tmp.path().join("drive.log"), None, move |addr| {
+        ["drive", "--data", common::cluster::path_str(&data), "--capacity", "64MiB", "--no-security"]
+            .into_iter()
+            .map(Into::into)
+            .chain(["--listen".into(), addr.to_string().into(), "--metrics".into(), "127.0.0.1:0".into()])
+            .collect()
+    });
+    let log = drive.output_once("metrics at http://");
+    let url = log.lines().find_map(|l| l.strip_prefix("metrics at http://")).expect("the drive names its endpoint");
+    let at: SocketAddr = url.trim_end_matches("/metrics").parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let before = samples(&rt, at);
+    assert_eq!(sum_of(&before, "nasd_drive_capacity_bytes", &[]), (64 << 20) as f64);
+    assert!(before.iter().all(|s| s.labels.iter().all(|(k, _)| k != "drive")), "one drive: no drive label");
+    rt.block_on(async {
+        let mut client = DriveClient::connect(drive.addr).await.unwrap();
+        client.inquiry().await.unwrap();
+    });
+    let after = samples(&rt, at);
+    assert_eq!(moved(&before, &after, "nasd_drive_requests_total", &[("op", "inquiry")]), 1.0);
+    assert_eq!(moved(&before, &after, "nasd_drive_refusals_total", &[]), 0.0);
+}
