@@ -8,7 +8,7 @@
 //! | family | labels | what |
 //! |---|---|---|
 //! | `nasd_drive_requests_total` | `op` | requests read whole, by operation (`unknown` for an opcode that names none), whatever their outcome |
-//! | `nasd_drive_request_duration_seconds` | `op` | from a frame's last byte read to its reply's last byte sent (a refused request too) |
+//! | `nasd_drive_request_duration_seconds` | `op` | from a request's frame (header and arguments) read to its reply sent, a write's or read's data included (a refused request too) |
 //! | `nasd_drive_refusals_total` | `reason` | requests answered with a status other than OK (and frames refused before they were read whole), by status (`bad_digest`, `nonce_replayed`, `capability_expired`, `access_revoked`, `not_in_pal`, …: PROTOCOL.md's names, lower case) |
 //! | `nasd_drive_data_bytes_total` | `op` (`read`, `write`) | object bytes sent by reads and stored by writes that succeeded |
 //! | `nasd_drive_connections` | | connections open |

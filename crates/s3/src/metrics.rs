@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `nasd_s3_requests_total` | `method` (`GET`, `PUT`, `POST`, `DELETE`, `HEAD`, `other`) | HTTP requests |
 //! | `nasd_s3_request_duration_seconds` | `method` | from a request's head read to its response's head ready |
-//! | `nasd_s3_responses_total` | `class` (`2xx`, `3xx`, `4xx`, `5xx`, `error`) | responses by status class; `4xx` holds refused signatures (403) and `SlowDown` (503 is `5xx`); `error` is a request the service could not answer |
+//! | `nasd_s3_responses_total` | `class` (`2xx`, `3xx`, `4xx`, `5xx`, `error`) | responses by status class: `4xx` holds refused signatures (403) and missing keys, `5xx` `SlowDown` (503) and failures behind the gateway; `error` is a request the service could not answer |
 //! | `nasd_s3_connections_refused_total` | `reason` (`gateway_limit`, `peer_limit`) | connections closed at accept |
 //!
 //! Label sets are fixed and created at start: counting allocates nothing.
