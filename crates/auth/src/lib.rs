@@ -28,6 +28,7 @@
 //! manager; nothing below depends on it.
 #![deny(missing_docs)]
 
+pub mod metrics;
 pub mod pg;
 pub mod server;
 pub mod store;
@@ -87,6 +88,8 @@ pub struct AuthServer {
     argon2: passwords::Pool,
     decoy_hash: String,
     pub(crate) login_backoff: nasd_login::login_backoff::LoginBackoff,
+    /// What it counts, for Prometheus ([`metrics`]).
+    pub(crate) metrics: metrics::AuthMetrics,
 }
 
 fn now_ns() -> u64 {
@@ -309,7 +312,13 @@ impl AuthServer {
             argon2: passwords::Pool::start(),
             decoy_hash: passwords::decoy(),
             login_backoff: Default::default(),
+            metrics: Default::default(),
         }
+    }
+
+    /// What this server counts; register it to have it served.
+    pub fn metrics(&self) -> &metrics::AuthMetrics {
+        &self.metrics
     }
 
     /// Where the state is: `auth.sqlite`, or the database (no password).

@@ -76,6 +76,7 @@ impl AuthServer {
             Some(w) => w,
             None => return Ok(()),
         };
+        let _open = self.metrics.session_opened();
         // Wrong old passwords given to `CHANGE_PASSWORD` on this connection.
         let mut wrong_old_passwords = 0u32;
         loop {
@@ -92,6 +93,7 @@ impl AuthServer {
                     Ok(r) => r.encode(id),
                     Err((status, message)) => {
                         tracing::debug!(?who, ?status, "refused");
+                        self.metrics.refused(status);
                         // A wrong old password counts as a failed login: the connection
                         // gets AUTH_LOGIN_ATTEMPTS_MAX of them, as before login.
                         if status == FsStatus::BadCredentials {
@@ -106,7 +108,10 @@ impl AuthServer {
                         reply
                     }
                 },
-                Err(e) => AuthReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string()),
+                Err(e) => {
+                    self.metrics.refused(FsStatus::BadRequest);
+                    AuthReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string())
+                }
             };
             write_frame(&mut stream, &reply).await?;
         }
@@ -184,10 +189,12 @@ impl AuthServer {
                         AuthReply::LoggedIn { uid, .. } => Principal::User(*uid),
                         _ => Principal::Service,
                     };
+                    self.metrics.logged_in(matches!(who, Principal::User(_)));
                     write_frame(stream, &reply.encode(id)).await?;
                     return Ok(Some(who));
                 }
                 Err((status, message)) => {
+                    self.metrics.login_refused(status);
                     write_frame(stream, &AuthReply::encode_error(id, status, &message)).await?;
                 }
             }

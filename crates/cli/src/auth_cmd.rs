@@ -50,6 +50,10 @@ pub struct AuthArgs {
     /// and the metadata location comes from the bundle unless one is given.
     #[arg(long, value_name = "BUNDLE")]
     join: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: `[metrics]
+    /// auth`, else none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// What users and administrators do at the authentication server (they log
@@ -441,7 +445,11 @@ pub fn auth_config(file: &AuthSection) -> AuthConfig {
 }
 
 /// `nasd auth` as a daemon.
-pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Result<()> {
+pub async fn run_daemon(
+    args: AuthArgs,
+    file: config::AuthSection,
+    metrics_file: config::MetricsSection,
+) -> anyhow::Result<()> {
     let data = args
         .data
         .clone()
@@ -455,6 +463,10 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         .parse()
         .context("--listen is not HOST:PORT")?;
     let port = crate::daemons::ReservedPort::take(listen, "authentication server")?;
+    let metrics_port = crate::daemons::metrics_port(
+        args.metrics.as_deref().or(metrics_file.auth.as_deref()),
+        "authentication server",
+    )?;
     let names = if args.tls_names.is_empty() {
         file.tls_names.clone().unwrap_or_else(|| vec!["localhost".into(), "127.0.0.1".into()])
     } else {
@@ -484,6 +496,12 @@ pub async fn run_daemon(args: AuthArgs, file: config::AuthSection) -> anyhow::Re
         server.store_name(),
         data.join(nasd_auth::SERVICE_TOKEN_FILE).display()
     );
+    if let Some(port) = metrics_port {
+        let registry = nasd_metrics::Metrics::new();
+        server.metrics().register(&registry);
+        let (addr, _) = crate::daemons::serve_metrics(port, registry, std::future::pending())?;
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     let (tx, rx) = watch::channel(false);
     let stop = crate::daemons::shutdown_signal();
     tokio::spawn(async move {

@@ -71,6 +71,12 @@
 //! clients = ["127.0.0.1/32", "10.0.0.0/8"]  # allowed client networks; others are refused at connect
 //! root_squash = true             # uid 0 runs as anon_uid/anon_gid [default: true]
 //! handle_key = "/var/lib/nasd/nfs/handle.key"  # seals file handles; made at first start
+//! [metrics]                      # Prometheus/OpenMetrics at http://ADDR/metrics: plain HTTP, no login
+//! drive = "127.0.0.1:9400"       # nasd drive [default: off]; --metrics overrides
+//! manager = "127.0.0.1:9300"     # nasd manager [default: off]; --metrics overrides
+//! auth = "127.0.0.1:9299"        # nasd auth [default: off]; --metrics overrides
+//! s3 = "127.0.0.1:9500"          # nasd s3 [default: off]; --metrics overrides
+//! up = "127.0.0.1:9300"          # nasd up, all its daemons (loopback only) [default: manager_port + 2000, recorded]
 //!
 //! [up]                           # nasd up (one machine)
 //! nfs = true                     # also serve NFS ([nfs]; default off)
@@ -116,6 +122,9 @@ pub struct ConfigFile {
     /// Settings of `nasd nfs`.
     #[serde(default, skip_serializing_if = "NfsSection::is_empty")]
     pub nfs: NfsSection,
+    /// Where each daemon serves its metrics.
+    #[serde(default, skip_serializing_if = "MetricsSection::is_empty")]
+    pub metrics: MetricsSection,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -363,6 +372,37 @@ impl S3Section {
     }
 }
 
+/// `[metrics]`: one address per daemon, since one file configures them all
+/// (`nasd up` writes one its commands share). A daemon with none serves no
+/// metrics; the endpoint has no login, so an address off loopback belongs
+/// to a monitoring network only (SECURITY.md, Metrics endpoint).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `nasd drive`'s endpoint, IP:PORT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drive: Option<String>,
+    /// `nasd manager`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager: Option<String>,
+    /// `nasd auth`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<String>,
+    /// `nasd s3`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<String>,
+    /// `nasd up`'s, for every daemon it runs; loopback only (recorded at the
+    /// first start: manager_port + 2000 if free, else any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up: Option<String>,
+}
+
+impl MetricsSection {
+    fn is_empty(&self) -> bool {
+        self.drive.is_none() && self.manager.is_none() && self.auth.is_none() && self.s3.is_none() && self.up.is_none()
+    }
+}
+
 /// `[mount]`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -487,5 +527,8 @@ mod tests {
         assert_eq!(c.client.auth_failover, ["auth2.example.com:7299"]);
         assert!(c.auth.metadata.as_deref().is_some_and(|m| m.parse::<nasd_manager::Location>().is_ok()));
         assert!(toml::from_str::<super::ConfigFile>("[client]\nusr = \"x\"\n").is_err());
+        assert_eq!(c.metrics.drive.as_deref(), Some("127.0.0.1:9400"));
+        assert_eq!(c.metrics.up.as_deref(), Some("127.0.0.1:9300"));
+        assert!(toml::from_str::<super::ConfigFile>("[metrics]\nlisten = \"127.0.0.1:1\"\n").is_err());
     }
 }

@@ -228,6 +228,32 @@ impl ReservedPort {
     }
 }
 
+/// Takes the port of a daemon's metrics endpoint (`[metrics]`, `--metrics`)
+/// if it has one.
+pub fn metrics_port(addr: Option<&str>, who: &str) -> anyhow::Result<Option<ReservedPort>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let addr = parse_listen(addr)?;
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "warning: the {who}'s metrics on {addr} are served without login to anyone who can reach them (counts \
+             and timings, no keys or names): keep that address on a monitoring network"
+        );
+    }
+    ReservedPort::take(addr, &format!("{who}'s metrics endpoint")).map(Some)
+}
+
+/// Serves `metrics` on `port` (`nasd_metrics::serve`) until `stop`; returns
+/// the endpoint's address.
+pub fn serve_metrics(
+    port: ReservedPort,
+    metrics: nasd_metrics::Metrics,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let addr = port.addr();
+    let listener = port.listen()?;
+    Ok((addr, tokio::spawn(nasd_metrics::serve(listener, metrics, stop))))
+}
+
 /// How to open and serve one drive.
 pub struct DriveSetup {
     pub data: PathBuf,
@@ -367,6 +393,10 @@ pub struct DriveArgs {
     /// the drive holds): writes then fail once the disk is full.
     #[arg(long)]
     force_capacity: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: `[metrics]
+    /// drive`, else none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
@@ -384,7 +414,11 @@ fn throttle_bytes(mib_per_sec: Option<u64>) -> anyhow::Result<Option<u64>> {
 }
 
 /// `nasd drive`.
-pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::Result<()> {
+pub async fn run_drive(
+    args: DriveArgs,
+    file: config::DriveSection,
+    metrics_file: config::MetricsSection,
+) -> anyhow::Result<()> {
     private_umask();
     let data = args
         .data
@@ -392,6 +426,7 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         .context("no data directory: pass --data DIR (or set [drive] data in the config file)")?;
     let listen = parse_listen(&args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into()))?;
     let port = ReservedPort::take(listen, "drive")?;
+    let metrics_port = metrics_port(args.metrics.as_deref().or(metrics_file.drive.as_deref()), "drive")?;
     let block_size = match args.block_size.or(file.block_size) {
         Some(s) => u32::try_from(size::parse_size(&s).map_err(anyhow::Error::msg)?).context("block size too large")?,
         None => BLOCK_SIZE_DEFAULT,
@@ -419,6 +454,13 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         backing: if args.force_capacity { Backing::Warn } else { Backing::Refuse },
     })
     .await?;
+    let metrics = metrics_port
+        .map(|port| {
+            let registry = nasd_metrics::Metrics::new();
+            drive.config.metrics.register(&registry, None);
+            serve_metrics(port, registry, std::future::pending())
+        })
+        .transpose()?;
     let info = drive.store.info();
     let stop = shutdown_signal();
     eprintln!(
@@ -429,6 +471,9 @@ pub async fn run_drive(args: DriveArgs, file: config::DriveSection) -> anyhow::R
         size::human(info.capacity_bytes),
         size::human(info.block_size as u64),
     );
+    if let Some((addr, _)) = &metrics {
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     nasd_drive::serve(drive.listener, drive.store, drive.config, stop).await?;
     eprintln!("nasd drive stopped cleanly");
     Ok(())
@@ -470,6 +515,10 @@ pub struct ManagerArgs {
     /// link to the authentication server come from the database.
     #[arg(long, value_name = "BUNDLE")]
     join: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: `[metrics]
+    /// manager`, else none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 /// What a manager joining a database needs from one already on it
@@ -932,7 +981,11 @@ fn default_tls_names() -> Vec<String> {
 }
 
 /// `nasd manager`.
-pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> anyhow::Result<()> {
+pub async fn run_manager(
+    args: ManagerArgs,
+    file: config::ManagerSection,
+    metrics_file: config::MetricsSection,
+) -> anyhow::Result<()> {
     private_umask();
     let data = args
         .data
@@ -941,6 +994,7 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
         .context("no data directory: pass --data DIR (or set [manager] data in the config file)")?;
     let listen = parse_listen(args.listen.as_deref().or(file.listen.as_deref()).unwrap_or("127.0.0.1:7300"))?;
     let port = ReservedPort::take(listen, "manager")?;
+    let metrics_port = metrics_port(args.metrics.as_deref().or(metrics_file.manager.as_deref()), "manager")?;
     let names = if args.tls_names.is_empty() {
         file.tls_names.clone().unwrap_or_else(default_tls_names)
     } else {
@@ -957,6 +1011,13 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
     let metadata = config.metadata(&data);
     let m = open_manager(&data, &names, config).await?;
     let listener = port.listen()?;
+    let metrics = metrics_port
+        .map(|port| {
+            let registry = nasd_metrics::Metrics::new();
+            m.manager.metrics().register(&registry);
+            serve_metrics(port, registry, std::future::pending())
+        })
+        .transpose()?;
     let stop = shutdown_signal();
     eprintln!(
         "nasd manager serving {} on {listen} (TLS; clients trust {}; metadata {metadata}); {} drives; Ctrl-C \
@@ -965,6 +1026,9 @@ pub async fn run_manager(args: ManagerArgs, file: config::ManagerSection) -> any
         m.tls.ca.display(),
         m.manager.drives().len()
     );
+    if let Some((addr, _)) = &metrics {
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     print_client_section(&m, listen, &names)?;
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -1134,6 +1198,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let manager_port = args.manager_port.or(cluster.up.manager_port).unwrap_or(manager_port);
     let s3 = up_s3_port(&args, &file, &cluster)?;
     let ports = UpPorts::take(n, first_port, manager_port, cluster.up.auth_port, s3)?;
+    let metrics_port = up_metrics_port(&cluster, ports.manager.addr().port())?;
     // The metadata is reached before anything is made: a database that cannot be reached (or
     // refuses) leaves no half-made data directory behind.
     cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
@@ -1150,6 +1215,8 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let mut drive_tasks = Vec::new();
     let mut drives = Vec::new();
     let mut opened = Vec::new();
+    // Every daemon of the cluster registers its families here; one endpoint serves them.
+    let metrics = nasd_metrics::Metrics::new();
     for (i, port) in ports.drives.into_iter().enumerate() {
         let dir = data.join(format!("drive-{i}"));
         let listen = port.addr();
@@ -1170,6 +1237,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
         })
         .await?;
+        d.config.metrics.register(&metrics, Some(listen.to_string()));
         let info = d.store.info();
         let master = d.master_key.clone().expect("security is on in nasd up");
         drives.push(UpDrive { listen, id: info.drive_id, master, dir, capacity: info.capacity_bytes });
@@ -1209,9 +1277,11 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     drop(auth);
     let metadata = config.metadata(&data.join("manager"));
     let m = open_manager(&data.join("manager"), &default_tls_names(), config).await?;
+    m.manager.metrics().register(&metrics);
     // Its administrator is the manager's, with the same password.
     let admin_password = std::fs::read_to_string(&m.password_file).ok().map(|p| p.trim_end().to_string());
     let auth = crate::auth_cmd::open_auth(&auth_dir, auth_config, auth_backing, admin_password).await?;
+    auth.metrics().register(&metrics);
     let auth_task = tokio::spawn(crate::auth_cmd::serve_auth(
         auth,
         ports.auth.listen()?,
@@ -1255,6 +1325,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         cluster.nfs.listen = Some(cluster.nfs.listen.take().unwrap_or(fallback));
         cluster.nfs.handle_key = Some(cluster.nfs.handle_key.take().unwrap_or_else(|| data.join("nfs/handle.key")));
     }
+    cluster.metrics.up = Some(metrics_port.addr().to_string());
     let s3_keys = cluster.s3.keys.clone().unwrap_or_else(|| data.join("s3"));
     if let Some(port) = &ports.s3 {
         cluster.s3.listen = Some(port.addr().to_string());
@@ -1282,7 +1353,13 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     let manager_listener = ports.manager.listen()?;
     let s3 = ports.s3.map(|p| p.listen().map(|l| (l, s3_keys))).transpose()?;
     let s3_endpoint = s3.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
-    print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, s3_endpoint);
+    let s3_metrics = nasd_s3::S3Metrics::new();
+    if s3.is_some() {
+        s3_metrics.register(&metrics);
+    }
+    let (metrics_endpoint, metrics_task) = serve_metrics(metrics_port, metrics, stopped(stop_rx.clone()))?;
+    let endpoints = UpEndpoints { s3: s3_endpoint, metrics: metrics_endpoint };
+    print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, endpoints);
     // The gateway logs in to the manager served below; it failing leaves the rest serving.
     let s3_task = s3.map(|(listener, keys)| {
         let served = crate::s3_cmd::serve_for_up(
@@ -1290,6 +1367,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             cluster.s3.clone(),
             keys,
             listener,
+            s3_metrics.clone(),
             stopped(stop_rx.clone()),
         );
         tokio::spawn(async move {
@@ -1324,6 +1402,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         t.await??;
     }
     auth_task.await??;
+    metrics_task.await??;
     if let Some(t) = s3_task {
         t.await?;
     }
@@ -1445,6 +1524,37 @@ fn save_drive_key(manager: &Manager, d: &UpDrive) -> anyhow::Result<config::Know
 
 /// How far above the manager's port `nasd up` serves S3 by default (7300: 7500, `nasd s3`'s default).
 const S3_PORT_ABOVE_MANAGER: u16 = 200;
+/// How far above the manager's port `nasd up` serves its metrics by default (7300: 9300).
+const METRICS_PORT_ABOVE_MANAGER: u16 = 2000;
+
+/// Where `nasd up` serves its metrics: the recorded `[metrics] up`, which
+/// must be loopback (the endpoint has no login), else beside the manager's
+/// port, else any free port.
+fn up_metrics_port(cluster: &ConfigFile, manager: u16) -> anyhow::Result<ReservedPort> {
+    const WHO: &str = "metrics endpoint";
+    if let Some(listen) = &cluster.metrics.up {
+        let addr: SocketAddr =
+            listen.parse().with_context(|| format!("[metrics] up = {listen:?} in DATA/nasd.toml is not an IP:PORT"))?;
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "[metrics] up = {addr} in DATA/nasd.toml is not loopback: `nasd up` serves its metrics, which have no \
+             login, on loopback only"
+        );
+        return ReservedPort::take(addr, WHO);
+    }
+    let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    manager
+        .checked_add(METRICS_PORT_ABOVE_MANAGER)
+        .map_or_else(|| ReservedPort::take(local(0), WHO), |p| ReservedPort::take(local(p), WHO))
+        .or_else(|_| ReservedPort::take(local(0), WHO))
+}
+
+/// The HTTP endpoints `nasd up` serves, for its banner.
+struct UpEndpoints {
+    /// The S3 gateway's, unless it is off.
+    s3: Option<SocketAddr>,
+    metrics: SocketAddr,
+}
 
 fn print_banner(
     data: &Path,
@@ -1453,7 +1563,7 @@ fn print_banner(
     auth: SocketAddr,
     drives: &[UpDrive],
     metadata: &nasd_manager::Location,
-    s3: Option<SocketAddr>,
+    endpoints: UpEndpoints,
 ) {
     let first = drives.first().map(|d| d.listen.to_string()).unwrap_or_default();
     let last = drives.last().map(|d| d.listen.to_string()).unwrap_or_default();
@@ -1469,9 +1579,10 @@ fn print_banner(
     eprintln!("  data      {}", data.display());
     eprintln!("  metadata  {metadata}");
     eprintln!("  config    {}", config.display());
-    if let Some(s3) = s3 {
+    if let Some(s3) = endpoints.s3 {
         eprintln!("  s3        http://{s3} (path-style, us-east-1; keys: nasd s3-key create)");
     }
+    eprintln!("  metrics   http://{}/metrics (Prometheus; loopback only)", endpoints.metrics);
     eprintln!();
     // Commands find the config by themselves only at ./nasd-data/nasd.toml.
     let found_here = Path::new(config::DEFAULT_CONFIG).canonicalize().is_ok_and(|c| c == config);

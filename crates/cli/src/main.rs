@@ -320,15 +320,15 @@ fn run() -> anyhow::Result<()> {
     let login = || async { fs_cmd::login(&file.client, user.as_deref()).await };
     match cli.command {
         Command::Up(args) => rt.block_on(daemons::up(args, file)),
-        Command::Manager(args) => rt.block_on(daemons::run_manager(args, file.manager)),
-        Command::Drive(args) => rt.block_on(daemons::run_drive(args, file.drive)),
+        Command::Manager(args) => rt.block_on(daemons::run_manager(args, file.manager, file.metrics)),
+        Command::Drive(args) => rt.block_on(daemons::run_drive(args, file.drive, file.metrics)),
         Command::Auth(auth_cmd::AuthArgs {
             command: Some(auth_cmd::AuthCommand::Migrate { data, metadata }), ..
         }) => rt.block_on(auth_cmd::migrate(data, metadata, &file.auth, &file.manager)),
         Command::Auth(auth_cmd::AuthArgs { command: Some(cmd), .. }) => {
             rt.block_on(auth_cmd::run(&file.client, user.as_deref(), cmd))
         }
-        Command::Auth(args) => rt.block_on(auth_cmd::run_daemon(args, file.auth)),
+        Command::Auth(args) => rt.block_on(auth_cmd::run_daemon(args, file.auth, file.metrics)),
         Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
         // A mount runs for weeks: it renews its identity (the password stays in its memory).
         Command::Mount(args) => rt.block_on(async {
@@ -339,7 +339,7 @@ fn run() -> anyhow::Result<()> {
         }),
         Command::S3(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            s3_cmd::run(fs, args, &file.s3).await
+            s3_cmd::run(fs, args, &file.s3, &file.metrics).await
         }),
         Command::Nfs(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;

@@ -37,6 +37,10 @@ pub struct S3Args {
     /// The access-key store's directory [default: [s3] keys, else nasd-data/s3].
     #[arg(long, value_name = "DIR")]
     keys: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: `[metrics]
+    /// s3`, else none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     pub login: Login,
 }
@@ -156,7 +160,12 @@ pub async fn run_key(
 }
 
 /// Serves S3 until Ctrl-C or SIGTERM.
-pub async fn run(fs: FsClient, args: S3Args, section: &S3Section) -> anyhow::Result<()> {
+pub async fn run(
+    fs: FsClient,
+    args: S3Args,
+    section: &S3Section,
+    metrics_section: &crate::config::MetricsSection,
+) -> anyhow::Result<()> {
     let listen = args.listen.or_else(|| section.listen.clone()).unwrap_or_else(|| LISTEN_DEFAULT.into());
     let addr: SocketAddr = tokio::net::lookup_host(&listen)
         .await
@@ -169,12 +178,21 @@ pub async fn run(fs: FsClient, args: S3Args, section: &S3Section) -> anyhow::Res
         );
     }
     let keys = store(args.keys, section)?;
+    let metrics_port =
+        crate::daemons::metrics_port(args.metrics.as_deref().or(metrics_section.s3.as_deref()), "S3 gateway")?;
     gateway_check(&fs).await?;
     let vfs =
         nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     eprintln!("S3 endpoint http://{bound} (region us-east-1, path-style)");
+    let s3_metrics = nasd_s3::S3Metrics::new();
+    if let Some(port) = metrics_port {
+        let registry = nasd_metrics::Metrics::new();
+        s3_metrics.register(&registry);
+        let (addr, _) = crate::daemons::serve_metrics(port, registry, std::future::pending())?;
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
     let stop = async move {
@@ -183,7 +201,7 @@ pub async fn run(fs: FsClient, args: S3Args, section: &S3Section) -> anyhow::Res
             _ = term.recv() => {}
         }
     };
-    let gateway = section.gateway(vfs, keys);
+    let gateway = section.gateway(vfs, keys).with_metrics(s3_metrics);
     nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
 }
 
@@ -218,6 +236,7 @@ pub async fn serve_for_up(
     section: S3Section,
     keys: PathBuf,
     listener: tokio::net::TcpListener,
+    metrics: nasd_s3::S3Metrics,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let endpoint = listener.local_addr()?;
@@ -249,7 +268,7 @@ pub async fn serve_for_up(
         client.user.as_deref().unwrap_or("admin"),
         credentials.display()
     );
-    let gateway = section.gateway(vfs, store);
+    let gateway = section.gateway(vfs, store).with_metrics(metrics);
     nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
 }
 

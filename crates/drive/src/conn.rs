@@ -65,7 +65,7 @@ use nasd_store::{DataSink, DataSource, Store, StoreError, WriteCheck};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -147,6 +147,8 @@ struct Ctx<'a> {
     /// How long the peer may take to deliver a piece of this frame before it
     /// has proved a key.
     frame_timeout: Duration,
+    /// When the frame had been read whole.
+    started: Instant,
 }
 
 /// What a connection knows between frames.
@@ -223,10 +225,11 @@ fn timed_out() -> std::io::Error {
 async fn read_frame(
     rd: &mut Reader,
     wr: &mut Writer,
-    store: &Store,
+    drive: &Drive,
     idle: Duration,
     frame_timeout: Duration,
 ) -> std::io::Result<Result<(FrameHeader, Vec<u8>), Next>> {
+    let (store, metrics) = (&drive.store, &drive.metrics);
     let mut head = [0u8; HEADER_LEN];
     // Idle time is allowed before a frame starts; once it has started, the
     // rest must arrive within the frame timeout.
@@ -238,6 +241,7 @@ async fn read_frame(
     let fallback = fallback_header(&head);
     if got < HEADER_LEN {
         let msg = format!("truncated frame header: {got} of {HEADER_LEN} bytes");
+        metrics.refused(Status::MalformedFrame);
         send_error(wr, store, &fallback, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
         return Ok(Err(Next::Close));
     }
@@ -250,11 +254,13 @@ async fn read_frame(
                 }
                 other => format!("bad frame header: {other}"),
             };
+            metrics.refused(header_error_status(&e));
             send_error(wr, store, &fallback, &ReplyGuard::NONE, header_error_status(&e), &msg).await?;
             return Ok(Err(Next::Close));
         }
     };
     if header.kind != Kind::Request {
+        metrics.refused(Status::MalformedFrame);
         send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, "expected a request frame").await?;
         return Ok(Err(Next::Close));
     }
@@ -263,6 +269,7 @@ async fn read_frame(
     let got = timeout(frame_timeout, read_full(rd, &mut frame[HEADER_LEN..])).await.map_err(|_| timed_out())??;
     if got < header.body_len() {
         let msg = format!("truncated frame: {got} of {} bytes after the header", header.body_len());
+        metrics.refused(Status::MalformedFrame);
         send_error(wr, store, &header, &ReplyGuard::NONE, Status::MalformedFrame, &msg).await?;
         return Ok(Err(Next::Close));
     }
@@ -278,18 +285,20 @@ async fn handle_frame(
 ) -> std::io::Result<Next> {
     let store = &drive.store;
     let frame_timeout = state.frame_timeout(config);
-    let (header, frame) = match read_frame(rd, wr, store, state.idle_timeout(config), frame_timeout).await? {
+    let (header, frame) = match read_frame(rd, wr, drive, state.idle_timeout(config), frame_timeout).await? {
         Ok(f) => f,
         Err(next) => return Ok(next),
     };
+    let started = Instant::now();
     let prefix = match FramePrefix::parse(&frame) {
         Ok(p) => p,
         Err(e) => {
+            drive.metrics.request(header.opcode, e.status(), started.elapsed());
             send_error(wr, store, &header, &ReplyGuard::NONE, e.status(), &format!("bad frame: {e}")).await?;
             return Ok(Next::Close);
         }
     };
-    let ctx = Ctx { drive, config, header: &header, frame_timeout };
+    let ctx = Ctx { drive, config, header: &header, frame_timeout, started };
     let before_digest = &frame[..frame.len() - DIGEST_LEN];
     let auth = match drive.security.authenticate(&header, prefix.capability, before_digest, &prefix.digest) {
         Ok(a) => a,
@@ -321,6 +330,7 @@ async fn handle_frame(
     };
     let (status, next) = execute(rd, wr, &ctx, &auth, grant, &guard, &prefix.digest, &request).await?;
     ctx.audit(Some(&auth), Some(&request), status);
+    ctx.count(status);
     Ok(next)
 }
 
@@ -341,10 +351,16 @@ async fn refuse(
     let next = drain_data(rd, ctx.header, proved_key, piece_timeout).await?;
     ctx.audit(auth, request, status);
     send_error(wr, &ctx.drive.store, ctx.header, guard, status, &msg).await?;
+    ctx.count(status);
     Ok(next)
 }
 
 impl Ctx<'_> {
+    /// Counts the request in the drive's metrics once its reply is sent.
+    fn count(&self, status: Status) {
+        self.drive.metrics.request(self.header.opcode, status, self.started.elapsed());
+    }
+
     fn audit(&self, auth: Option<&Authority>, req: Option<&Request>, status: Status) {
         if self.header.opcode == nasd_proto::opcode::HELLO {
             return;
@@ -992,6 +1008,7 @@ async fn execute_write(
     }
     let status = match result.expect("started unless a tag failed or the socket broke") {
         Ok(length) => {
+            ctx.drive.metrics.written_bytes(length);
             send_reply(wr, store, header, guard, &Reply::Written { length }).await?;
             Status::Ok
         }
@@ -1076,6 +1093,7 @@ async fn execute_read(
                 (None, None) => {}
             }
             wr.write_all(&bytes).await?;
+            ctx.drive.metrics.read_bytes(n as u64);
             sent += n as u64;
             next = if sent < total { rx.recv().await } else { None };
         }

@@ -24,6 +24,7 @@
 
 mod audit;
 mod conn;
+mod metrics;
 pub mod security;
 mod tasks;
 pub mod throttle;
@@ -31,6 +32,7 @@ pub mod throttle;
 pub use audit::{
     Audit, AUDIT_BUFFER_MAX, AUDIT_RECORDS_MAX, UNAUTHENTICATED_AUDIT_BURST, UNAUTHENTICATED_AUDIT_PER_SEC,
 };
+pub use metrics::DriveMetrics;
 pub use nasd_crypto::Key;
 pub use security::Security;
 
@@ -136,6 +138,9 @@ pub struct DriveConfig {
     /// throughput stays at this many bytes per second. `Some(0)` is refused
     /// by [`DriveConfig::check`]. `None` (the default): no pacing.
     pub throttle_bytes_per_sec: Option<u64>,
+    /// Where the drive counts what it does (`metrics.rs`); register them
+    /// to have them served [default: fresh, unregistered].
+    pub metrics: DriveMetrics,
 }
 
 /// Whether a drive enforces NASD security.
@@ -166,6 +171,7 @@ impl Default for DriveConfig {
             security: SecurityMode::Enforced { master_key: None },
             failure_domain: String::new(),
             throttle_bytes_per_sec: None,
+            metrics: DriveMetrics::default(),
         }
     }
 }
@@ -251,6 +257,8 @@ pub struct Drive {
     pub audit: Audit,
     /// Paces data bytes (emulated slow media), if configured.
     pub throttle: Option<throttle::Throttle>,
+    /// What it counts (`metrics.rs`).
+    pub(crate) metrics: DriveMetrics,
     /// [`TRANSFER_MEMORY_MAX`], in KiB.
     transfer_memory: Arc<Semaphore>,
 }
@@ -266,7 +274,7 @@ impl Drive {
         let audit =
             Audit::open_in(store.env(), store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
         let transfer_memory = Arc::new(Semaphore::new(TRANSFER_MEMORY_MAX / 1024));
-        Ok(Drive { store, security, audit, throttle: None, transfer_memory })
+        Ok(Drive { store, security, audit, throttle: None, metrics: DriveMetrics::default(), transfer_memory })
     }
 
     /// Waits until `bytes` of [`TRANSFER_MEMORY_MAX`] are free and takes
@@ -351,8 +359,11 @@ pub async fn serve(
         let (s, mode) = (store.clone(), config.security.clone());
         let mut d = tasks::blocking(&env, move || Drive::open(s, &mode)).await?;
         d.throttle = config.throttle_bytes_per_sec.map(throttle::Throttle::new);
+        d.security.metrics = config.metrics.clone();
+        d.metrics = config.metrics.clone();
         Arc::new(d)
     };
+    drive.metrics.serving(&drive.store);
     if let Some(rate) = config.throttle_bytes_per_sec {
         tracing::warn!(bytes_per_sec = rate, "data is THROTTLED (emulated slow media, a test aid)");
     }
@@ -387,17 +398,20 @@ pub async fn serve(
                     }
                 };
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    drive.metrics.connection_refused_drive_limit();
                     tracing::warn!(%peer, "connection limit reached; closing");
                     continue;
                 };
                 let Some(slot) = peers.admit(peer.ip(), config.max_connections_per_peer) else {
+                    drive.metrics.connection_refused_peer_limit();
                     tracing::debug!(%peer, "this peer's connection limit reached; closing");
                     continue;
                 };
                 let (drive, config) = (drive.clone(), config.clone());
+                let open = drive.metrics.connection_opened();
                 connections.spawn(async move {
                     conn::serve_connection(socket, peer, drive, config).await;
-                    drop((permit, slot));
+                    drop((permit, slot, open));
                 });
             }
         }

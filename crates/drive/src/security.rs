@@ -164,6 +164,8 @@ pub struct Security {
     /// Serializes key changes, which are written to disk while holding it.
     admin: Mutex<()>,
     nonces: Mutex<NonceCache>,
+    /// Where the capability-key cache counts its hits and misses.
+    pub(crate) metrics: crate::DriveMetrics,
     capability_keys: Mutex<HashMap<[u8; CAPABILITY_ARGS_LEN], Key>>,
     /// Each partition's minimum cluster map epoch (absent: 0), persisted as
     /// the setting `mapepoch.<partition>` (u32, little-endian).
@@ -235,6 +237,7 @@ impl Security {
             keys: Mutex::new(ring),
             admin: Mutex::new(()),
             nonces: Mutex::new(NonceCache::default()),
+            metrics: crate::DriveMetrics::default(),
             capability_keys: Mutex::new(HashMap::new()),
             map_epochs: Mutex::new(map_epochs),
             unadmitted: Mutex::new(unadmitted),
@@ -503,8 +506,10 @@ impl Security {
     /// keys whose request digest verified are cached, see [`Self::remember_key`]).
     fn cached_capability_key(&self, working: &Key, args: &CapabilityArgs) -> Result<Key, Refusal> {
         if let Some(k) = lock(&self.capability_keys).get(&args.encode()) {
+            self.metrics.capability_key_cache(true);
             return Ok(k.clone());
         }
+        self.metrics.capability_key_cache(false);
         capability_key(working, args).ok_or((Status::BadCapability, "unknown MAC algorithm".into()))
     }
 

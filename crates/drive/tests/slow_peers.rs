@@ -264,8 +264,9 @@ async fn a_writer_that_stops_sending_is_cut_off_and_its_write_changes_nothing() 
 /// can buffer, so a client that stops reading stops the drive's read task.
 const READ_BS: u32 = 64 * 1024;
 const READ_LEN: u64 = 40 << 20;
-const READ_OPTIONS: Options =
-    Options { block_size: READ_BS, capacity_bytes: 512 << 20, quota_bytes: 128 << 20, config: |_| {} };
+fn read_options() -> Options {
+    Options { block_size: READ_BS, capacity_bytes: 512 << 20, quota_bytes: 128 << 20, ..Options::default() }
+}
 
 /// A client that stops reading its reply holds no lock: while it is
 /// silent, another connection overwrites the whole object twice, flushing
@@ -277,7 +278,7 @@ const READ_OPTIONS: Options =
 /// with no deadline on sending: the writes waited for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_blocks_no_writer_and_reads_what_it_began_with() {
-    let d = Drive::start_with(READ_OPTIONS).await;
+    let d = Drive::start_with(read_options()).await;
     let mut admin = d.admin().await;
     let drive_id = admin.drive_id();
     let v1 = bytes(1, READ_LEN);
@@ -306,7 +307,7 @@ async fn a_reader_that_stops_reading_blocks_no_writer_and_reads_what_it_began_wi
 /// for the socket for ever and the old copy stayed allocated.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_is_cut_off_and_its_pins_released() {
-    let options = Options { config: |c| c.send_timeout = SHORT_DEADLINE, ..READ_OPTIONS };
+    let options = Options { config: |c| c.send_timeout = SHORT_DEADLINE, ..read_options() };
     let d = Drive::start_with(options).await;
     let mut admin = d.admin().await;
     let drive_id = admin.drive_id();

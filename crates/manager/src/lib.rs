@@ -68,6 +68,7 @@ pub mod identity;
 pub mod keys;
 pub use nasd_login::login_backoff;
 mod maintenance;
+pub mod metrics;
 pub mod pals;
 pub use nasd_login::passwords;
 mod placement;
@@ -405,6 +406,8 @@ pub struct Manager {
     argon2: passwords::Pool,
     /// Failed logins per host, which space that host's further attempts.
     pub(crate) login_backoff: login_backoff::LoginBackoff,
+    /// What it counts, for Prometheus ([`metrics`]).
+    metrics: metrics::ManagerMetrics,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::inode_lock`].
     inode_locks: Box<[tokio::sync::Mutex<()>]>,
     /// [`INODE_LOCK_STRIPES`] locks; see [`Manager::pal_turn`].
@@ -518,6 +521,7 @@ impl Manager {
             inode_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             pal_locks: (0..INODE_LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             health: Default::default(),
+            metrics: Default::default(),
             recent: Default::default(),
             data_pool: Arc::new(nasd_stripe::DrivePool::new_in(env)),
             repair: Default::default(),
@@ -649,7 +653,10 @@ impl Manager {
                 }
                 let d = me.metadata_durability();
                 if d.durable < d.committed {
-                    if let Err(f) = me.sync_metadata().await {
+                    let started = std::time::Instant::now();
+                    let synced = me.sync_metadata().await;
+                    me.metrics.metadata_synced(synced.is_ok(), started.elapsed());
+                    if let Err(f) = synced {
                         tracing::error!(error = %f.message, "flushing the metadata failed");
                     }
                 }
@@ -658,6 +665,11 @@ impl Manager {
                 }
             }
         })
+    }
+
+    /// What this manager counts; register it to have it served.
+    pub fn metrics(&self) -> &metrics::ManagerMetrics {
+        &self.metrics
     }
 
     /// The drives, in drive-number order.

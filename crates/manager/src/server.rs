@@ -17,7 +17,7 @@ use nasd_proto::manager::{
 use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
@@ -107,6 +107,11 @@ fn answer(session: &Session, id: u64, op: &str, done: Result<ManagerReply, Failu
     }
 }
 
+/// The status a request ended with.
+fn status_of(done: &Result<ManagerReply, Failure>) -> FsStatus {
+    done.as_ref().err().map_or(FsStatus::Ok, |f| f.status)
+}
+
 /// Writes the connection's replies in the order they are ready, until every
 /// sender is gone.
 async fn send_replies(
@@ -177,6 +182,7 @@ impl Manager {
             Some(s) => s,
             None => return Ok(()),
         };
+        let _open = self.metrics.session_opened();
         let (mut reader, writer) = tokio::io::split(stream);
         let (replies, to_send) = tokio::sync::mpsc::channel::<Vec<u8>>(CONNECTION_REQUESTS_MAX);
         let sender = self.env.spawn(send_replies(writer, to_send));
@@ -217,7 +223,9 @@ impl Manager {
             };
             if let ManagerRequest::GetRouting = req {
                 // It changes the session (the version it routes by): in order too.
+                let started = Instant::now();
                 let done = crate::REQUEST_WROTE.scope(Cell::new(false), self.get_routing(&mut session)).await;
+                self.metrics.request(req.name(), status_of(&done), started.elapsed());
                 let reply = answer(&session, id, "get-routing", done);
                 if replies.send(reply).await.is_err() {
                     break Ok(());
@@ -229,8 +237,10 @@ impl Manager {
             let (me, snapshot, replies) = (self.clone(), session.clone(), replies.clone());
             self.env.spawn(async move {
                 let op = req.name();
+                let started = Instant::now();
                 // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
                 let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;
+                me.metrics.request(op, status_of(&done), started.elapsed());
                 let reply = answer(&snapshot, id, op, done);
                 let _ = replies.send(reply).await;
                 drop(permit);
@@ -279,6 +289,7 @@ impl Manager {
                 Ok((id, _)) => (id, Err(Failure::new(FsStatus::NotLoggedIn, "log in first"))),
                 Err(e) => (request_id_of(&body), Err(Failure::new(FsStatus::BadRequest, e.to_string()))),
             };
+            self.metrics.login(result.as_ref().err().map(|f| f.status));
             match result {
                 Ok(mut s) => {
                     s.protocol = version;

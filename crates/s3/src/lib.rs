@@ -34,12 +34,14 @@
 mod keys;
 mod limits;
 mod list;
+mod metrics;
 mod multipart;
 mod ops;
 mod paths;
 
 pub use keys::{KeyOwner, KeyRecord, KeyStore, KeyStoreError, ACCESS_KEY_PREFIX, KEY_FILE_BYTES_MAX};
 pub use limits::{CONNECTIONS_PER_PEER_MAX, REQUESTS_PER_KEY_PER_SEC_DEFAULT};
+pub use metrics::S3Metrics;
 pub use multipart::PARTS_MAX;
 pub use paths::KEY_BYTES_MAX;
 
@@ -90,6 +92,8 @@ pub struct Gateway {
     upload_expiry: Option<std::time::Duration>,
     /// Requests per access key per second.
     rates: Arc<limits::KeyRates>,
+    /// What it counts ([`S3Metrics`]).
+    metrics: S3Metrics,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -107,7 +111,13 @@ impl Gateway {
             keys,
             upload_expiry: Some(UPLOAD_EXPIRY_DEFAULT),
             rates: Arc::new(limits::KeyRates::new(REQUESTS_PER_KEY_PER_SEC_DEFAULT)),
+            metrics: S3Metrics::default(),
         }
+    }
+
+    /// Counts in `metrics` (register them to have them served).
+    pub fn with_metrics(self, metrics: S3Metrics) -> Gateway {
+        Gateway { metrics, ..self }
     }
 
     /// Lets each access key make `per_sec` requests per second on average
@@ -161,6 +171,27 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// `service`, each request counted in `metrics`.
+fn counted(
+    service: s3s::service::S3Service,
+    metrics: S3Metrics,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = s3s::HttpResponse,
+    Error = s3s::HttpError,
+    Future = impl Future<Output = Result<s3s::HttpResponse, s3s::HttpError>> + Send,
+> + Clone {
+    hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let (service, metrics) = (service.clone(), metrics.clone());
+        async move {
+            let (method, started) = (request.method().clone(), std::time::Instant::now());
+            let response = hyper::service::Service::call(&service, request).await;
+            metrics.request(&method, response.as_ref().ok().map(|r| r.status()), started.elapsed());
+            response
+        }
+    })
+}
+
 /// Serves S3 on `listener` until `shutdown` completes, removing abandoned
 /// multipart uploads meanwhile (`Gateway::with_upload_expiry`).
 ///
@@ -181,14 +212,16 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Futur
             () = &mut shutdown => return Ok(()),
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
+            gateway.metrics.refused_gateway_limit();
             tracing::warn!(%peer, "refusing a connection: {CONNECTIONS_MAX} are open");
             continue;
         };
         let Some(slot) = peers.take(peer.ip()) else {
+            gateway.metrics.refused_peer_limit();
             tracing::warn!(%peer, "refusing a connection: the peer holds {CONNECTIONS_PER_PEER_MAX}");
             continue;
         };
-        let service = service.clone();
+        let service = counted(service.clone(), gateway.metrics.clone());
         tokio::spawn(async move {
             let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             http.http1().max_buf_size(HEADER_BYTES_MAX);

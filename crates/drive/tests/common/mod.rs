@@ -45,11 +45,19 @@ pub struct Options {
     pub quota_bytes: u64,
     /// Changes to the drive's configuration (time-outs).
     pub config: fn(&mut DriveConfig),
+    /// Where the drive counts (kept across restarts).
+    pub metrics: nasd_drive::DriveMetrics,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { block_size: BS as u32, capacity_bytes: 256 << 20, quota_bytes: 64 << 20, config: |_| {} }
+        Options {
+            block_size: BS as u32,
+            capacity_bytes: 256 << 20,
+            quota_bytes: 64 << 20,
+            config: |_| {},
+            metrics: Default::default(),
+        }
     }
 }
 
@@ -111,6 +119,7 @@ impl Drive {
         let mut config = DriveConfig {
             commit_interval: Duration::from_secs(3600),
             security: SecurityMode::Enforced { master_key: Some(self.master.clone()) },
+            metrics: self.options.metrics.clone(),
             ..DriveConfig::default()
         };
         (self.options.config)(&mut config);
