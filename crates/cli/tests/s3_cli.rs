@@ -551,7 +551,9 @@ fn abandoned_multipart_uploads_are_removed() {
     let first_drive_port = common::up::free_ports(3);
     std::fs::write(
         data.join("nasd.toml"),
-        format!("[up]\nfirst_drive_port = {first_drive_port}\n\n[s3]\nabandoned_upload_secs = 2\n"),
+        // Long enough for aws-cli to start twice on a loaded machine (4 s each seen) before the
+        // upload, made by the first, takes its part from the second.
+        format!("[up]\nfirst_drive_port = {first_drive_port}\n\n[s3]\nabandoned_upload_secs = 15\n"),
     )
     .unwrap();
     let up = Up::start(tmp.path(), 3, &[]);
