@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """1 GiB written and read through the nasd Python client, the native CLI
 (`nasd put`/`nasd get`), local files and s3fs over the S3 gateway
-(`nasd s3`), all in one run against one fresh `nasd up` (issue 27).
+(the one `nasd up` serves), all in one run against one fresh `nasd up`
+(issue 27).
 
 Each way moves the same file of random bytes:
 
@@ -11,7 +12,10 @@ Each way moves the same file of random bytes:
   client streams between the local file and the drives, GIL released.
 - **python open**: `fs.open(..., "wb")` fed 8 MiB `bytes` from Python /
   `fs.open(..., "rb")` read in 8 MiB reads — every byte passes through Python.
-- **s3fs put/get** and **s3fs open**: the same through s3fs at the gateway.
+- **s3fs put/get** and **s3fs open**: the same through s3fs at the S3
+  gateway `nasd up` runs (plain HTTP on loopback, port manager + 200), as
+  its administrator (the key `nasd up` wrote to `nasd-data/s3/credentials`),
+  in a bucket of its own.
 
 Every read back is checked against the source (untimed; the `open` reads by
 length, the others by BLAKE2b of the file written). The source, the drives
@@ -44,8 +48,10 @@ import nasd
 MIB = 1024 * 1024
 #: Bytes per read or write in the `open` and local ways.
 PIECE = 8 * MIB
-#: The user the S3 gateway acts for.
-S3_USER = "bench"
+#: The bucket the s3fs ways use.
+S3_BUCKET = "s3bench"
+#: What `nasd up` prints once its S3 gateway serves, before the endpoint.
+S3_READY = "S3 gateway ready at "
 #: Longest a daemon may take to start (a hang, not a measurement).
 START_WAIT_MAX = 120.0
 
@@ -156,6 +162,8 @@ def main() -> None:
         log = work / "up.log"
         up = ["up", "--drives", str(args.drives), "--manager-port", str(manager)]
         up += ["--first-drive-port", str(drive), "--drive-capacity", capacity]
+        if args.no_s3:
+            up.append("--no-s3")
         with open(log, "ab") as out:
             procs.append(subprocess.Popen([binary, *up], cwd=work, env=env, stdout=out, stderr=out))
         wait_accepting(manager, procs[-1], log)
@@ -212,17 +220,18 @@ def main() -> None:
         fs.rm("/bench/open.bin")
 
         if not args.no_s3:
-            s3 = start_s3(binary, work, env, procs, cli)
-            s3.mkdir("bench")
-            run.timed("s3fs put/get", "write", lambda: s3.put_file(str(src), "bench/put.bin"))
-            run.timed("s3fs put/get", "read", lambda: s3.get_file("bench/put.bin", str(work / "s3.back")))
+            s3 = up_s3(work, procs[0], log)
+            s3.mkdir(S3_BUCKET)
+            put, opened = f"{S3_BUCKET}/put.bin", f"{S3_BUCKET}/open.bin"
+            run.timed("s3fs put/get", "write", lambda: s3.put_file(str(src), put))
+            run.timed("s3fs put/get", "read", lambda: s3.get_file(put, str(work / "s3.back")))
             check(work / "s3.back")
-            s3.rm("bench/put.bin")
-            run.timed("s3fs open", "write", lambda: stream_write(s3, "bench/open.bin", src))
-            run.timed("s3fs open", "read", lambda: stream_read(s3, "bench/open.bin", size))
-            s3.get_file("bench/open.bin", str(work / "s3open.back"))
+            s3.rm(put)
+            run.timed("s3fs open", "write", lambda: stream_write(s3, opened, src))
+            run.timed("s3fs open", "read", lambda: stream_read(s3, opened, size))
+            s3.get_file(opened, str(work / "s3open.back"))
             check(work / "s3open.back")
-            s3.rm("bench/open.bin")
+            s3.rm(opened)
 
         print()
         print(run.table("nasd CLI"))
@@ -237,39 +246,33 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def start_s3(binary: Path, work: Path, env: dict, procs: list, cli):
-    """`nasd s3` on a free loopback port, a key for the administrator, and an s3fs file system at it."""
+def up_s3(work: Path, up: subprocess.Popen, log: Path):
+    """An s3fs file system at the S3 gateway `nasd up` serves, as its
+    administrator: the endpoint from up's ready line, the key from the AWS
+    credentials file it wrote."""
+    import configparser
+
     import s3fs
 
-    # A user of its own, whose buckets the gateway (the administrator, as in `nasd up`) makes for it.
-    subprocess.run(
-        [binary, "auth", "add-user", S3_USER, "--uid", "2000"], cwd=work, check=True, capture_output=True,
-        env={**env, "NASD_NEW_PASSWORD": "bench user's password"},
-    )
-    # Its first login makes it known to the manager.
-    subprocess.run(
-        [binary, "ls", "/", "--user", S3_USER], cwd=work, check=True, capture_output=True,
-        env={**env, "NASD_PASSWORD": "bench user's password"},
-    )
-    cli("chmod", "1777", "/")
-    cli("admin", "set-gateway", "admin", "--ids", "1000-60000")
-    keys = work / "s3-keys"
-    out = cli("s3-key", "create", "--owner", S3_USER, "--keys", str(keys))
-    field = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in out.splitlines() if ":" in line)}
-    port = free_port_run(1)
-    log = work / "s3.log"
-    with open(log, "ab") as o:
-        procs.append(
-            subprocess.Popen(
-                [binary, "s3", "--listen", f"127.0.0.1:{port}", "--keys", str(keys)], cwd=work, env=env, stdout=o,
-                stderr=o,
-            )
-        )
-    wait_accepting(port, procs[-1], log)
+    deadline = time.monotonic() + START_WAIT_MAX
+    while True:
+        said = log.read_text(errors="replace")
+        ready = [line for line in said.splitlines() if line.startswith(S3_READY)]
+        if ready:
+            break
+        if up.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"nasd up's S3 gateway did not start:\n{said[-3000:]}")
+        time.sleep(0.05)
+    endpoint = ready[-1][len(S3_READY) :].split(": ")[0]
+    credentials = configparser.ConfigParser()
+    credentials.read(work / "nasd-data" / "s3" / "credentials")
+    profile = credentials[credentials.sections()[0]]
+    # The gateway is plain HTTP on loopback: no CA bundle (this machine sets one for others).
+    os.environ.pop("AWS_CA_BUNDLE", None)
     return s3fs.S3FileSystem(
-        key=field["access key"],
-        secret=field["secret key"],
-        endpoint_url=f"http://127.0.0.1:{port}",
+        key=profile["aws_access_key_id"],
+        secret=profile["aws_secret_access_key"],
+        endpoint_url=endpoint,
         client_kwargs={"region_name": "us-east-1"},
         skip_instance_cache=True,
     )

@@ -108,6 +108,10 @@ class Client:
     def set_mtime(self, path: str, mtime_ns: int) -> None: ...
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes ``start`` to ``end`` (exclusive; ``None``: the end) of the file."""
+    def checksum(self, path: str) -> bytes:
+        """The file's checksum (32 bytes, BLAKE3) from the digests its drives
+        stored: no drive reads the data. Equal for equal bytes under the same
+        layout, small-file threshold and drive block sizes."""
     def write(self, path: str, data: bytes | bytearray | memoryview, *, exclusive: bool = False) -> None:
         """Replaces the file with ``data``, atomically (``exclusive``: creates it)."""
     def open_read(self, path: str) -> Reader: ...

@@ -139,15 +139,23 @@ class NasdFileSystem(AbstractFileSystem):
         return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
 
     def checksum(self, path) -> int:
-        """A value that changes whenever ``path`` is written: nasd keeps no
-        content digest the client can ask for, so this is the file's inode,
-        size and modification time (a rewrite is a new inode)."""
-        st = self.client.stat(self._strip_protocol(path))
-        token = f"{st.ino}:{st.size}:{st.mtime_ns}:{st.ctime_ns}".encode()
-        return int.from_bytes(hashlib.blake2b(token, digest_size=16).digest(), "big")
+        """The checksum of the file ``path`` as fsspec wants it, an ``int``:
+        the 32 bytes of ``Client.checksum`` read big-endian (the same bytes
+        give the same int). It comes from the digests the drives stored with
+        the file's blocks, so no drive reads the data; it is equal for equal
+        bytes under the same layout, small-file threshold and drive block
+        sizes, and changes with any byte or the size. (``info`` does not
+        carry it: it costs a request to each drive of the file.) A
+        directory's checksum is that of its status, as fsspec's default."""
+        path = self._strip_protocol(path)
+        st = self.client.stat(path)
+        if st.kind != "file":
+            token = f"{st.ino}:{st.kind}:{st.mtime_ns}:{st.ctime_ns}".encode()
+            return int.from_bytes(hashlib.blake2b(token, digest_size=32).digest(), "big")
+        return int.from_bytes(self.client.checksum(path), "big")
 
     def ukey(self, path) -> str:
-        return f"{self.checksum(path):032x}"
+        return f"{self.checksum(path):064x}"
 
     # Directories.
 

@@ -99,8 +99,47 @@ def test_another_user_meets_permission_errors(cluster, nasd_fs, scratch, bob):
         as_bob.cat_file(f"{scratch}/private")
     assert e.value.errno == errno.EACCES
     with pytest.raises(PermissionError):
+        as_bob.checksum(f"{scratch}/private")
+    with pytest.raises(PermissionError):
         as_bob.pipe_file(f"{scratch}/bobs", b"not here")
     assert nasd_fs.ls(scratch, detail=False) == [f"{scratch}/private"]
+
+
+#: The opcode of DIGESTS as `nasd audit` prints it (docs/PROTOCOL.md).
+DIGESTS_OPCODE = "0x010f"
+
+
+def test_checksums_are_the_stored_digests(nasd_fs, cluster, scratch):
+    seed = random.randrange(2**32)
+    print(f"checksum test seed {seed}")
+    rng = random.Random(seed)
+    data = bytearray(rng.randbytes(3 * 1024 * 1024 + rng.randrange(100_000)))
+    zeros = rng.randrange(len(data) // 2)
+    data[zeros : zeros + 300_000] = bytes(300_000)
+    data = bytes(data)
+    nasd_fs.pipe_file(f"{scratch}/whole", data)
+    with nasd_fs.open(f"{scratch}/pieces", "wb", block_size=5 * 1024 * 1024) as f:
+        at = 0
+        while at < len(data):
+            n = rng.randrange(1, 700_000)
+            f.write(data[at : at + n])
+            at += n
+    changed = bytearray(data)
+    changed[rng.randrange(len(data))] ^= 0x01
+    nasd_fs.pipe_file(f"{scratch}/changed", bytes(changed))
+
+    since = cluster.audit_marks()
+    whole = nasd_fs.checksum(f"{scratch}/whole")
+    assert isinstance(whole, int) and 0 < whole < 2**256
+    assert nasd_fs.checksum(f"{scratch}/pieces") == whole, "equal bytes, written otherwise"
+    assert nasd_fs.checksum(f"{scratch}/changed") != whole, "one byte changed"
+    assert nasd_fs.client.checksum(f"{scratch}/whole") == whole.to_bytes(32, "big")
+    assert nasd_fs.ukey(f"{scratch}/whole") == f"{whole:064x}"
+    # The drives answered from their stored digests (DIGESTS in their audit
+    # trails) and read none of the data.
+    assert cluster.bytes_read_at_drives(since) == 0
+    digests = [r for d, after in since.items() for r in cluster.audit(d, after) if r.opcode == DIGESTS_OPCODE]
+    assert digests and all(r.status == "OK" for r in digests)
 
 
 def test_a_write_is_seen_whole_at_close_and_not_at_all_if_it_fails(nasd_fs, scratch):

@@ -326,7 +326,8 @@ fn scheme_partition(req: &Request) -> Option<u64> {
         | Request::FastCopy { partition, .. }
         | Request::Flush { partition, .. }
         | Request::BlocksRequired { partition, .. }
-        | Request::Extents { partition, .. } => Some(*partition),
+        | Request::Extents { partition, .. }
+        | Request::Digests { partition, .. } => Some(*partition),
         _ => None,
     }
 }
@@ -415,6 +416,11 @@ impl DriveClient {
     /// The drive's unique name, learnt at connect.
     pub fn drive_id(&self) -> [u8; 16] {
         self.drive_id
+    }
+
+    /// The drive's block size (from `HELLO`): the unit of its stored digests.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
     }
 
     /// Whether the connection can carry another request, found without
@@ -1064,6 +1070,38 @@ impl DriveClient {
                 Ok((extents, covered_end))
             }
             other => Err(unexpected("extents", &other)),
+        }
+    }
+
+    /// The stored BLAKE3 digests of up to `blocks` (1..=`DIGESTS_MAX`)
+    /// blocks of the object from block `first_block` on (at the drive's
+    /// [`block_size`](Self::block_size)), and the object's logical size: one
+    /// digest per block that starts below the size (a hole's is the digest of
+    /// a block of zeros). The drive reads no data (`DIGESTS`). A reply with
+    /// more digests than the blocks asked for, or a count that disagrees
+    /// with the size it reports, is a protocol error.
+    pub async fn digests(
+        &mut self,
+        partition: u64,
+        object: u64,
+        first_block: u64,
+        blocks: u16,
+    ) -> Result<(u64, Vec<nasd_crypto::BlockDigest>), ClientError> {
+        let bs = u64::from(self.block_size);
+        let region = Region { offset: first_block.saturating_mul(bs), length: u64::from(blocks) * bs };
+        match self.call(&Request::Digests { partition, object, region }).await? {
+            Reply::Digests { logical_size, digests } => {
+                let below_size = logical_size.div_ceil(bs).saturating_sub(first_block).min(u64::from(blocks));
+                if digests.len() as u64 != below_size {
+                    return Err(ClientError::Protocol(format!(
+                        "digests of {blocks} blocks from block {first_block}: the drive answered {} for an object \
+                         of {logical_size} bytes",
+                        digests.len()
+                    )));
+                }
+                Ok((logical_size, digests))
+            }
+            other => Err(unexpected("digests", &other)),
         }
     }
 

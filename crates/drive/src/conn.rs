@@ -625,6 +625,10 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
             let (extents, covered_end) = store.extents(partition, object, offset, max as usize)?;
             Reply::Extents { covered_end, extents }
         }
+        Request::Digests { partition, object, region } => {
+            let (logical_size, digests) = store.block_digests(partition, object, region)?;
+            Reply::Digests { logical_size, digests }
+        }
         Request::CreatePartition { partition } => {
             store.create_partition(partition)?;
             Reply::Done

@@ -1114,6 +1114,8 @@ pub fn class_of(req: &Request) -> Class {
         Extents { partition, object, offset, .. } => {
             obj(*partition, vec![*object], rights::READ, Some(&vec![extents_span(*offset)]))
         }
+        // A block's digest confirms a guess of its bytes: the data's business.
+        Digests { partition, object, region } => obj(*partition, vec![*object], rights::READ, Some(&vec![*region])),
         FastCopy { partition, source } => obj(*partition, vec![*source], rights::FASTCOPY, None),
         Flush { partition, objects } => obj(*partition, objects.clone(), rights::FLUSH, None),
     }
@@ -1145,6 +1147,7 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | GetPal { partition, object } => (*partition, *object, none),
         FastCopy { partition, source } => (*partition, *source, none),
         Extents { partition, object, offset, .. } => (*partition, *object, Region { offset: *offset, length: 0 }),
+        Digests { partition, object, region } => (*partition, *object, *region),
         Flush { partition, objects } => (*partition, objects.first().copied().unwrap_or(0), none),
         Create { partition, .. }
         | CreatePartition { partition }

@@ -689,6 +689,18 @@ fn capability_scope_and_rights_are_enforced() {
     let rep = d.control("extents under a READ capability (control)", &frame(&whole, IA, &req));
     let want = Reply::Extents { covered_end: VICTIM_LEN as u64, extents: vec![rg(0, VICTIM_LEN as u64)] };
     assert_eq!(Reply::decode(nasd_proto::opcode::EXTENTS, &rep.args), Ok(want));
+    // Stored digests under a whole-object READ capability: those of the
+    // victim's blocks, the last padded with zeros, with no data sent.
+    let bs = BLOCK as u64;
+    let all_blocks = rg(0, (VICTIM_LEN as u64).div_ceil(bs) * bs);
+    let req = Request::Digests { partition: P1, object: d.victim, region: all_blocks };
+    let rep = d.control("digests under a READ capability (control)", &frame(&whole, IA, &req));
+    let mut padded = d.victim_content();
+    padded.resize(all_blocks.length as usize, 0);
+    let digests = padded.chunks(BLOCK as usize).map(nasd_crypto::block_digest).collect();
+    let want = Reply::Digests { logical_size: VICTIM_LEN as u64, digests };
+    assert_eq!(Reply::decode(nasd_proto::opcode::DIGESTS, &rep.args), Ok(want));
+    assert!(rep.data.is_empty(), "DIGESTS sends no data");
     let multi = |regions: Vec<nasd_proto::Region>| Request::Read { partition: P1, object: d.victim, regions };
     let region_cases: Vec<(&str, Request, usize)> = vec![
         ("read starting one byte before the region", d.read_req(999, 1001), 0),
@@ -708,6 +720,11 @@ fn capability_scope_and_rights_are_enforced() {
         (
             "extents from inside the region (they describe every byte after it)",
             Request::Extents { partition: P1, object: d.victim, offset: 1000, max: 8 },
+            0,
+        ),
+        (
+            "digests of the block holding the region (its digest covers bytes outside it)",
+            Request::Digests { partition: P1, object: d.victim, region: rg(0, BLOCK as u64) },
             0,
         ),
     ];
@@ -781,6 +798,12 @@ fn capability_scope_and_rights_are_enforced() {
             "extents without READ (they tell which blocks are zeros)",
             rights::ALL & !rights::READ,
             Request::Extents { partition: P1, object: victim, offset: 0, max: 8 },
+            0,
+        ),
+        (
+            "digests without READ (a block's digest confirms a guess of its bytes)",
+            rights::ALL & !rights::READ,
+            Request::Digests { partition: P1, object: victim, region: rg(0, BLOCK as u64) },
             0,
         ),
         ("append-only capability overwriting existing bytes", rights::APPEND, d.write_req(0, 100), 100),

@@ -15,8 +15,9 @@
 use nasd_client::DriveClient;
 use nasd_drive::DriveConfig;
 use nasd_proto::limits::{
-    ARGS_LEN_MAX, CAPABILITY_LEN_MAX, CHUNK_LEN_MAX, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN, DIGEST_LEN,
-    EXTENTS_MAX, FLUSH_OBJECTS_MAX, HEADER_LEN, NAME_LEN_MAX, OBJECT_SIZE_MAX, REGIONS_MAX,
+    ARGS_LEN_MAX, CAPABILITY_LEN_MAX, CHUNK_LEN_MAX, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN, DIGESTS_MAX,
+    DIGESTS_REGION_LEN_MAX, DIGEST_LEN, EXTENTS_MAX, FLUSH_OBJECTS_MAX, HEADER_LEN, NAME_LEN_MAX, OBJECT_SIZE_MAX,
+    REGIONS_MAX,
 };
 use nasd_proto::{
     decode_error_message, opcode, well_known, AttrMask, Attributes, FrameHeader, FramePrefix, KeyType, Kind,
@@ -542,7 +543,7 @@ async fn unknown_operations_keep_the_connection() {
     let data = vec![0x5A; 5000];
     let bytes = frame(with(hdr(0x7777), |h| h.chunk_len = CHUNK_LEN_MIN), &[9; 40], &data);
     d.check("opcode 0x7777 with data", &bytes, Status::UnknownOperation, Then::Continue).await;
-    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x010f] {
+    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x0110] {
         d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue)
             .await;
     }
@@ -610,6 +611,56 @@ async fn bad_arguments_keep_the_connection() {
             "extents max 0",
             opcode::EXTENTS,
             Request::Extents { partition: P, object: d.canary, offset: 0, max: 0 }.encode_args(),
+            Status::BadArguments,
+        ),
+        (
+            "digests of more than DIGESTS_MAX blocks",
+            opcode::DIGESTS,
+            Request::Digests {
+                partition: P,
+                object: d.canary,
+                region: region(0, (DIGESTS_MAX as u64 + 1) * BLOCK as u64),
+            }
+            .encode_args(),
+            Status::LimitExceeded,
+        ),
+        (
+            "digests region over DIGESTS_REGION_LEN_MAX",
+            opcode::DIGESTS,
+            Request::Digests { partition: P, object: d.canary, region: region(0, DIGESTS_REGION_LEN_MAX + 1) }
+                .encode_args(),
+            Status::LimitExceeded,
+        ),
+        (
+            "digests of a region not block-aligned",
+            opcode::DIGESTS,
+            Request::Digests { partition: P, object: d.canary, region: region(1, BLOCK as u64) }.encode_args(),
+            Status::BadArguments,
+        ),
+        (
+            "digests of a region of part of a block",
+            opcode::DIGESTS,
+            Request::Digests { partition: P, object: d.canary, region: region(0, BLOCK as u64 / 2) }.encode_args(),
+            Status::BadArguments,
+        ),
+        (
+            "digests of an empty region",
+            opcode::DIGESTS,
+            Request::Digests { partition: P, object: d.canary, region: region(0, 0) }.encode_args(),
+            Status::RegionOutOfRange,
+        ),
+        (
+            "digests past OBJECT_SIZE_MAX",
+            opcode::DIGESTS,
+            Request::Digests { partition: P, object: d.canary, region: region(OBJECT_SIZE_MAX, BLOCK as u64) }
+                .encode_args(),
+            Status::RegionOutOfRange,
+        ),
+        (
+            "digests of a control object",
+            opcode::DIGESTS,
+            Request::Digests { partition: P, object: well_known::PARTITION_CONTROL, region: region(0, BLOCK as u64) }
+                .encode_args(),
             Status::BadArguments,
         ),
         (
@@ -752,6 +803,7 @@ async fn missing_partitions_and_objects() {
             ("flush", req(Request::Flush { partition: p, objects: vec![NO_OBJ] })),
             ("blocksrequired", req(Request::BlocksRequired { partition: p, object: NO_OBJ, regions: r.to_vec() })),
             ("extents", req(Request::Extents { partition: p, object: NO_OBJ, offset: 0, max: 1 })),
+            ("digests", req(Request::Digests { partition: p, object: NO_OBJ, region: region(0, BLOCK as u64) })),
         ]
     };
     for (op, bytes) in ops(NO_PART) {

@@ -314,6 +314,30 @@ impl Inner {
         Ok(found)
     }
 
+    /// The file's checksum (see [`File::checksum`]).
+    async fn checksum(&self) -> Result<[u8; 32], FsError> {
+        let mut io = self.io.lock().await;
+        self.binder.clear_error();
+        // What this file wrote is on the drives first, so their digests show it.
+        self.settle(&mut io).await?;
+        let size = self.size();
+        let head_end = size.min(self.small);
+        if head_end > 0 && io.txn.as_ref().is_some_and(|t| t.staged) {
+            // The manager shows staged bytes to nobody before the commit.
+            self.commit(&mut io).await?;
+        }
+        let mut head = Vec::with_capacity(head_end as usize);
+        self.read_small(0, head_end, &mut head).await?;
+        let mut columns = Vec::new();
+        if size > self.small {
+            self.binder.ensure(rights::READ).await?;
+            let (found, report) = self.striper.digests(size).await.map_err(|e| self.failed("checksumming", e))?;
+            self.note_report(&mut io, &report);
+            columns = found;
+        }
+        Ok(crate::file_checksum(self.layout(), size, self.small, &head, &columns))
+    }
+
     fn note_report(&self, io: &mut Io, report: &Report) {
         for f in &report.failed {
             if io.warned.insert(f.component) {
@@ -933,6 +957,28 @@ impl File {
     /// Dropping the future aborts its drive requests; nothing changes.
     pub async fn seek(&self, what: Seek, offset: u64) -> Result<Option<u64>, FsError> {
         self.inner.seek(what, offset).await
+    }
+
+    /// The file's checksum (BLAKE3, 32 bytes) from the digests its drives
+    /// stored with its blocks (`DIGESTS`): no drive reads or hashes the
+    /// data; only bytes below the small-file threshold are fetched (from
+    /// the manager) and hashed. Equal for equal bytes under the same
+    /// layout, small-file threshold and drive block sizes; different after
+    /// any change of a byte or of the size — see [`file_checksum`](crate::file_checksum)
+    /// for exactly what it covers. This file's own writes reach the drives
+    /// first; another client's show after it committed and this file was
+    /// opened again (close-to-open).
+    ///
+    /// # Errors
+    /// [`FsError::Unavailable`] if a data column has no copy that answers
+    /// (a Reed-Solomon column is not rebuilt from parity for this); the
+    /// manager's refusal if a capability with the `READ` right could not be
+    /// had; as [`read_to`](Self::read_to) otherwise.
+    ///
+    /// # Cancel safety
+    /// Dropping the future aborts its requests; nothing changes.
+    pub async fn checksum(&self) -> Result<[u8; 32], FsError> {
+        self.inner.checksum().await
     }
 
     /// Writes `data` at `offset`. The bytes are accepted into write-behind and

@@ -46,6 +46,7 @@
 
 mod binder;
 mod cache;
+mod checksum;
 mod conn;
 mod file;
 mod pipeline;
@@ -54,6 +55,7 @@ mod txn;
 mod wait;
 
 pub use cache::HELD_CAPABILITIES_MAX;
+pub use checksum::{file_checksum, CHECKSUM_CONTEXT};
 pub use conn::{
     connector, ChangeBatch, Identity, RoutingStats, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
     MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
@@ -1161,6 +1163,18 @@ impl FsClient {
         f.write_at(0, data).await?;
         f.flush().await?;
         f.close().await.map(|_| ())
+    }
+
+    /// The checksum of `path`'s bytes from the digests its drives stored
+    /// ([`File::checksum`]; what it depends on: [`file_checksum`]).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open) for reading and [`File::checksum`].
+    pub async fn checksum(&self, path: &str) -> Result<[u8; 32], FsError> {
+        let f = self.open(path, false).await?;
+        let sum = f.checksum().await?;
+        f.close().await?;
+        Ok(sum)
     }
 
     /// Reads the whole content of `path`.

@@ -65,6 +65,14 @@ pub const TXN_LIST_MAX: usize = 1024;
 /// Most extents one `extents` reply lists (16 bytes each: 16 KiB).
 pub const EXTENTS_MAX: usize = 1024;
 
+/// Most block digests one `digests` reply carries (32 bytes each: 32 KiB).
+pub const DIGESTS_MAX: usize = 1024;
+
+/// Longest region one `digests` request may name: `DIGESTS_MAX` blocks of
+/// the largest block size (1 GiB). The drive bounds it further by its own
+/// block size.
+pub const DIGESTS_REGION_LEN_MAX: u64 = DIGESTS_MAX as u64 * BLOCK_SIZE_MAX as u64;
+
 /// Most entries in one pre-authorization list (an object's access PAL or a
 /// collection's super PAL), 9 bytes each on the wire. A PAL is kept inline
 /// with its object, in the drive's memory and its metadata row, and read on
@@ -86,6 +94,7 @@ const _: () = assert!(AUDIT_RECORDS_PER_REPLY_MAX * 61 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(SCRUB_REPORT_MAX * 24 + 18 <= ARGS_LEN_MAX);
 const _: () = assert!(TXN_LIST_MAX * 24 + 2 <= ARGS_LEN_MAX);
 const _: () = assert!(EXTENTS_MAX * 16 + 10 <= ARGS_LEN_MAX && EXTENTS_MAX <= u16::MAX as usize);
+const _: () = assert!(DIGESTS_MAX * DIGEST_LEN + 10 <= ARGS_LEN_MAX && DIGESTS_MAX <= u16::MAX as usize);
 // A SET_PAL request (partition, object, collection, the list) fits the arguments.
 const _: () = assert!(24 + PAL_LEN_MAX <= ARGS_LEN_MAX);
 // A PAL's count is a u16.

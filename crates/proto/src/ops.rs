@@ -39,6 +39,8 @@ pub mod opcode {
     pub const GET_PAL: u16 = 0x010D;
     /// List an object's stored (allocated) byte ranges: where it is not a hole.
     pub const EXTENTS: u16 = 0x010E;
+    /// Read the stored digests of an object's blocks (no data is read).
+    pub const DIGESTS: u16 = 0x010F;
     /// Create an empty partition.
     pub const CREATE_PARTITION: u16 = 0x0201;
     /// Remove a partition.
@@ -179,6 +181,10 @@ pub enum Request {
     /// The object's stored byte ranges from `offset` on, at most `max`
     /// (≤ `EXTENTS_MAX`): every other byte below its size is a hole.
     Extents { partition: u64, object: u64, offset: u64, max: u16 },
+    /// The stored BLAKE3 digests of the object's blocks in `region` (its
+    /// offset and length multiples of the drive's block size, at most
+    /// `DIGESTS_MAX` blocks; the length at most `DIGESTS_REGION_LEN_MAX`).
+    Digests { partition: u64, object: u64, region: Region },
     /// Create an empty (zero-quota) partition.
     CreatePartition { partition: u64 },
     /// Remove a partition; with `force` even if it holds objects.
@@ -254,6 +260,7 @@ impl Request {
             Request::Flush { .. } => FLUSH,
             Request::BlocksRequired { .. } => BLOCKS_REQUIRED,
             Request::Extents { .. } => EXTENTS,
+            Request::Digests { .. } => DIGESTS,
             Request::CreatePartition { .. } => CREATE_PARTITION,
             Request::RemovePartition { .. } => REMOVE_PARTITION,
             Request::ResizePartition { .. } => RESIZE_PARTITION,
@@ -310,6 +317,9 @@ impl Request {
             }
             Request::Extents { partition, object, offset, max } => {
                 w.u64(*partition).u64(*object).u64(*offset).u16(*max);
+            }
+            Request::Digests { partition, object, region } => {
+                w.u64(*partition).u64(*object).u64(region.offset).u64(region.length);
             }
             Request::Flush { partition, objects } => {
                 w.u64(*partition).u16(objects.len() as u16);
@@ -430,6 +440,18 @@ impl Request {
                     return Err(DecodeError::OverLimit { field: "extents", len: max as u64, max: EXTENTS_MAX as u64 });
                 }
                 Request::Extents { partition, object, offset, max }
+            }
+            DIGESTS => {
+                let (partition, object) = (r.u64()?, r.u64()?);
+                let region = Region { offset: r.u64()?, length: r.u64()? };
+                if region.length > DIGESTS_REGION_LEN_MAX {
+                    return Err(DecodeError::OverLimit {
+                        field: "digests region",
+                        len: region.length,
+                        max: DIGESTS_REGION_LEN_MAX,
+                    });
+                }
+                Request::Digests { partition, object, region }
             }
             FLUSH => {
                 let partition = r.u64()?;
@@ -608,6 +630,11 @@ pub enum Reply {
     /// stored byte below `covered_end` is in one of them (at or past the
     /// object's size the list is complete).
     Extents { covered_end: u64, extents: Vec<Region> },
+    /// `digests`: the object's `logical_size`, and the stored digest of each
+    /// block of the request's region below it (rounded up to whole blocks),
+    /// in order, at most `DIGESTS_MAX`; a hole's is the digest of a block of
+    /// zeros.
+    Digests { logical_size: u64, digests: Vec<[u8; DIGEST_LEN]> },
     /// Drive description.
     Inquiry(DriveInfo),
     /// Audit records, oldest first.
@@ -711,6 +738,12 @@ impl Reply {
                     w.u64(e.offset).u64(e.length);
                 }
             }
+            Reply::Digests { logical_size, digests } => {
+                w.u64(*logical_size).u16(digests.len() as u16);
+                for d in digests {
+                    w.raw(d);
+                }
+            }
             Reply::Inquiry(d) => {
                 w.str(&d.vendor).str(&d.model).str(&d.firmware).raw(&d.drive_id);
                 w.u32(d.block_size).u64(d.capacity_bytes).u64(d.used_bytes);
@@ -776,6 +809,12 @@ impl Reply {
             WRITE => Reply::Written { length: r.u64()? },
             BLOCKS_REQUIRED => Reply::BlocksRequired { estimated: r.u64()?, maximum: r.u64()? },
             EXTENTS => decode_extents(&mut r)?,
+            DIGESTS => {
+                let logical_size = r.u64()?;
+                let n = r.count(DIGESTS_MAX, "digests")?;
+                let digests = (0..n).map(|_| r.array::<DIGEST_LEN>()).collect::<Result<Vec<_>, _>>()?;
+                Reply::Digests { logical_size, digests }
+            }
             INQUIRY => Reply::Inquiry(decode_drive_info(&mut r)?),
             READ_AUDIT => {
                 let n = r.count(AUDIT_RECORDS_PER_REPLY_MAX, "audit records")?;

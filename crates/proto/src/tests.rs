@@ -53,6 +53,7 @@ const OPCODES: &[u16] = &[
     opcode::SET_IDENTITY_KEY,
     opcode::RETIRE_IDENTITY_KEY,
     opcode::EXTENTS,
+    opcode::DIGESTS,
 ];
 
 // ---------------------------------------------------------------------------
@@ -538,6 +539,37 @@ fn vectors() -> Vec<Vector> {
                 000000000000000000ca9a3b000000000d000000000000000100008002000000\
                 0200000001000000000000000200000000000000ff7f02000000010001000000\
                 0000000000000000000000000000000000000000000000000000000000000000\
+                0000",
+        },
+        Vector {
+            name: "digests request",
+            header: request_header(opcode::DIGESTS, 14),
+            body: Body::Request(Request::Digests {
+                partition: 7,
+                object: 16,
+                region: Region { offset: 65536, length: 67_108_864 },
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401010f010e0000000000000000000000000000002000000000000000\
+                000000000000000000ca9a3b000000000e000000000000000700000000000000\
+                1000000000000000000001000000000000000004000000000000000000000000\
+                000000000000000000000000000000000000000000000000",
+        },
+        Vector {
+            name: "digests reply, 2 blocks",
+            header: FrameHeader::reply_to(&request_header(opcode::DIGESTS, 14), Status::Ok),
+            body: Body::Reply(Reply::Digests {
+                logical_size: 196_608,
+                digests: vec![[0x11; DIGEST_LEN], [0xab; DIGEST_LEN]],
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401020f010e0000000000000000000000000000004a00000000000000\
+                000000000000000000ca9a3b000000000e000000000000000000030000000000\
+                0200111111111111111111111111111111111111111111111111111111111111\
+                1111abababababababababababababababababababababababababababababab\
+                abab000000000000000000000000000000000000000000000000000000000000\
                 0000",
         },
     ]
@@ -1061,6 +1093,16 @@ fn request_rejections() {
             Status::LimitExceeded,
         ),
         (
+            "digests region over DIGESTS_REGION_LEN_MAX",
+            DIGESTS,
+            args(|w| {
+                po(w);
+                w.u64(0).u64(DIGESTS_REGION_LEN_MAX + 1);
+            }),
+            over("digests region", DIGESTS_REGION_LEN_MAX + 1, DIGESTS_REGION_LEN_MAX),
+            Status::LimitExceeded,
+        ),
+        (
             "read regions count says 2, has 1",
             READ,
             args(|w| {
@@ -1286,6 +1328,24 @@ fn reply_rejections() {
                 w.u64(u64::MAX).u16(1).u64(u64::MAX).u64(2);
             }),
             DecodeError::NotCanonical("extents: empty, overlapping, touching, or past covered_end"),
+            Status::BadArguments,
+        ),
+        (
+            "digests over max",
+            DIGESTS,
+            args(|w| {
+                w.u64(0).u16(DIGESTS_MAX as u16 + 1);
+            }),
+            over("digests", DIGESTS_MAX as u64 + 1, DIGESTS_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "digests: count says 2, has 1",
+            DIGESTS,
+            args(|w| {
+                w.u64(0).u16(2).raw(&[7; DIGEST_LEN]);
+            }),
+            DecodeError::Truncated,
             Status::BadArguments,
         ),
     ];
@@ -1603,6 +1663,13 @@ fn arb_request() -> impl Strategy<Value = Request> {
         (u(), u(), u(), 0..=EXTENTS_MAX as u16)
             .prop_map(|(partition, object, offset, max)| Request::Extents { partition, object, offset, max })
             .boxed(),
+        (u(), u(), u(), 0..=DIGESTS_REGION_LEN_MAX)
+            .prop_map(|(partition, object, offset, length)| Request::Digests {
+                partition,
+                object,
+                region: Region { offset, length },
+            })
+            .boxed(),
         u().prop_map(|partition| Request::CreatePartition { partition }).boxed(),
         (u(), any::<bool>()).prop_map(|(partition, force)| Request::RemovePartition { partition, force }).boxed(),
         (u(), u()).prop_map(|(partition, quota_bytes)| Request::ResizePartition { partition, quota_bytes }).boxed(),
@@ -1759,6 +1826,9 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
                     .collect();
                 (EXTENTS, Reply::Extents { covered_end: at + start % 3, extents })
             })
+            .boxed(),
+        (u(), prop::collection::vec(any::<[u8; DIGEST_LEN]>(), 0..=40))
+            .prop_map(|(logical_size, digests)| (DIGESTS, Reply::Digests { logical_size, digests }))
             .boxed(),
     ];
     Union::new(arms)

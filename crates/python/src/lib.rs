@@ -321,6 +321,17 @@ impl Client {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// The checksum of the file `path` (32 bytes, BLAKE3): from the digests
+    /// its drives stored with its blocks, so no drive reads or hashes the
+    /// data (only bytes below the small-file threshold come from the
+    /// manager). Equal for equal bytes under the same layout, small-file
+    /// threshold and drive block sizes; see `nasd_fs::file_checksum`.
+    fn checksum<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let path = abs(path);
+        let sum = call(py, &path, self.fs.checksum(&path))?;
+        Ok(PyBytes::new(py, &sum))
+    }
+
     /// Replaces the file `path` with `data`, atomically; with `exclusive`,
     /// creates it, failing with `FileExistsError` if it exists.
     #[pyo3(signature = (path, data, *, exclusive=false))]

@@ -143,7 +143,7 @@ pub use pal::{PalStamp, PalView};
 use alloc::Allocator;
 use nasd_crypto::{block_digest, ct_eq, BlockDigest};
 use nasd_env::{DirLock, DiskFile, Env};
-use nasd_proto::limits::{OBJECT_SIZE_MAX, PARTITIONS_MAX};
+use nasd_proto::limits::{DIGESTS_MAX, OBJECT_SIZE_MAX, PARTITIONS_MAX};
 use nasd_proto::well_known::*;
 use nasd_proto::{
     validate_regions, AttrMask, Attributes, DriveControl, ObjectPal, Pal, PartitionControl, PartitionInfo, Region,

@@ -1197,6 +1197,37 @@ impl Store {
         Ok((out, covered))
     }
 
+    /// The object's `logical_size` and the stored digest of each block of
+    /// `region` that starts below it, in order (a hole's is the digest of a
+    /// block of zeros), from the index alone: no block is read or hashed.
+    /// One hold of the metadata lock, so one view of the object.
+    ///
+    /// # Errors
+    /// [`StoreError::Regions`] for a region the region rules refuse, or one
+    /// of more than [`DIGESTS_MAX`] blocks (`LIMIT_EXCEEDED`);
+    /// [`StoreError::BadArgument`] if it is not block-aligned or names a
+    /// control object (they keep no digests); no such partition or object.
+    pub fn block_digests(&self, p: u64, o: u64, region: Region) -> Result<(u64, Vec<BlockDigest>), StoreError> {
+        validate_regions(&[region]).map_err(StoreError::Regions)?;
+        let bs = self.bs();
+        if !region.offset.is_multiple_of(bs) || !region.length.is_multiple_of(bs) {
+            return Err(StoreError::BadArgument("digests: the region must be whole blocks"));
+        }
+        if region.length / bs > DIGESTS_MAX as u64 {
+            return Err(StoreError::Regions(nasd_proto::Status::LimitExceeded));
+        }
+        if is_control(o) {
+            return Err(StoreError::BadArgument("digests: control objects keep no stored digests"));
+        }
+        let m = lock(&self.meta);
+        let obj = m.object(p, o)?;
+        let size = obj.attrs.logical_size;
+        let (first, end) = (region.offset / bs, region.end().min(size.next_multiple_of(bs)) / bs);
+        let digests =
+            (first..end.max(first)).map(|l| obj.blocks.get(&l).map_or(self.zero_digest, |b| b.digest)).collect();
+        Ok((size, digests))
+    }
+
     // ------------------------------------------------------------- partitions
 
     /// Creates an empty partition (quota 0) with its first object.

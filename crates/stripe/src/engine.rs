@@ -9,8 +9,10 @@
 //! contiguous range, or a few regions for read-modify-write); at most
 //! `1 + BATCHES_AHEAD_MAX` batches are in memory at once.
 
+mod digests;
 mod seek;
 
+pub use digests::ColumnDigests;
 pub use seek::{Seek, SEEK_REQUESTS_PER_COLUMN_MAX};
 
 use crate::coding::Coder;

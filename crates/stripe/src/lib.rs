@@ -47,8 +47,8 @@ mod sequential;
 mod target;
 
 pub use engine::{
-    Options, Report, Seek, Striper, WriteOutcome, BATCHES_AHEAD_MAX, BATCH_BYTES_MAX, CONNECT_DEADLINE_MS,
-    REQUEST_DEADLINE_MS, SEEK_REQUESTS_PER_COLUMN_MAX,
+    ColumnDigests, Options, Report, Seek, Striper, WriteOutcome, BATCHES_AHEAD_MAX, BATCH_BYTES_MAX,
+    CONNECT_DEADLINE_MS, REQUEST_DEADLINE_MS, SEEK_REQUESTS_PER_COLUMN_MAX,
 };
 pub use error::{ComponentFailure, FailureCause, StripeError};
 pub use pool::{DrivePool, DRIVE_IDLE_MAX, DRIVE_INFLIGHT_MAX, POOL_DRIVES_MAX};

@@ -17,6 +17,7 @@ use crate::pool::{unusable_connection, Deadlines, DrivePool};
 use crate::target::{Binder, Binding, Target};
 use nasd_client::ClientError;
 use nasd_proto::layout::Layout;
+use nasd_proto::limits::DIGESTS_MAX;
 use nasd_proto::{Region, Status};
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +77,11 @@ pub(crate) enum Req {
     /// The object's stored byte ranges from `offset` on, at most `max`
     /// (`EXTENTS`).
     Extents { offset: u64, max: u16 },
+    /// The stored digests of the component's blocks from block
+    /// `from_block` on (at its drive's block size), as many as one
+    /// `DIGESTS` request takes, up to the block holding byte
+    /// `column_len - 1` (`column_len > 0`).
+    Digests { from_block: u64, column_len: u64 },
 }
 
 /// What a component request answered.
@@ -85,6 +91,8 @@ pub(crate) enum Answer {
     Bytes(Vec<u8>),
     /// `EXTENTS`: the stored ranges, and how far the answer goes.
     Extents(Vec<Region>, u64),
+    /// `DIGESTS`: the drive's block size, the object's size, the digests.
+    Digests(u32, u64, Vec<nasd_crypto::BlockDigest>),
     /// Nothing to return (a write, a flush).
     Done,
 }
@@ -135,7 +143,7 @@ impl Task {
     pub(crate) async fn join(self) -> Result<Option<Vec<u8>>, TaskError> {
         Ok(match self.answer().await? {
             Answer::Bytes(b) => Some(b),
-            Answer::Extents(..) | Answer::Done => None,
+            Answer::Extents(..) | Answer::Digests(..) | Answer::Done => None,
         })
     }
 
@@ -144,6 +152,14 @@ impl Task {
         match self.answer().await? {
             Answer::Extents(extents, covered_end) => Ok((extents, covered_end)),
             other => Err(TaskError::Fatal(StripeError::Bind(format!("extents request answered {other:?}")))),
+        }
+    }
+
+    /// A `DIGESTS` request's result: block size, object size, digests.
+    pub(crate) async fn join_digests(self) -> Result<(u32, u64, Vec<nasd_crypto::BlockDigest>), TaskError> {
+        match self.answer().await? {
+            Answer::Digests(block_size, logical_size, digests) => Ok((block_size, logical_size, digests)),
+            other => Err(TaskError::Fatal(StripeError::Bind(format!("digests request answered {other:?}")))),
         }
     }
 
@@ -188,7 +204,7 @@ impl Shared {
             if !pal_asked && cause.status() == Some(Status::NotInPal) {
                 // The drive has no PAL entry for the identity: asked set again, retried once.
                 pal_asked = true;
-                let write = !matches!(req, Req::Read(_) | Req::Extents { .. });
+                let write = !matches!(req, Req::Read(_) | Req::Extents { .. } | Req::Digests { .. });
                 if self.refresh_pal(pals_seen, write).await.map_err(TaskError::Fatal)? {
                     continue;
                 }
@@ -300,6 +316,13 @@ async fn send(c: &mut nasd_client::DriveClient, b: &Binding, req: &Req) -> Resul
         Req::Extents { offset, max } => {
             let (extents, covered_end) = c.extents(b.partition, b.object, *offset, *max).await?;
             Ok(Answer::Extents(extents, covered_end))
+        }
+        Req::Digests { from_block, column_len } => {
+            let bs = c.block_size();
+            let blocks = column_len.div_ceil(u64::from(bs)).saturating_sub(*from_block).min(DIGESTS_MAX as u64);
+            let blocks = u16::try_from(blocks.max(1)).expect("at most DIGESTS_MAX blocks");
+            let (logical_size, digests) = c.digests(b.partition, b.object, *from_block, blocks).await?;
+            Ok(Answer::Digests(bs, logical_size, digests))
         }
     }
 }
