@@ -51,6 +51,7 @@ const OPERATIONS: &[(u16, &str)] = &[
     (SET_PAL, "set_pal"),
     (GET_PAL, "get_pal"),
     (EXTENTS, "extents"),
+    (DIGESTS, "digests"),
     (CREATE_PARTITION, "create_partition"),
     (REMOVE_PARTITION, "remove_partition"),
     (RESIZE_PARTITION, "resize_partition"),
