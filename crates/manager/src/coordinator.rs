@@ -708,7 +708,7 @@ impl Manager {
                 } else {
                     // Stale, it could never be resynced: the rollback waits for the drive, whose
                     // undo gives the component its committed bytes back.
-                    tracing::info!(drive = d.drive, txn, "rollback waits for the drive (no redundancy)");
+                    tracing::debug!(drive = d.drive, txn, "rollback waits for the drive (no redundancy)");
                     all = false;
                 }
                 continue;
