@@ -716,6 +716,7 @@ impl Manager {
             let highest = users.iter().map(|u| u.uid).max().unwrap_or(0);
             highest
                 .checked_add(1)
+                .filter(|&next| next != nasd_meta::MANAGER_WRITER_UID)
                 .ok_or_else(|| {
                     Failure::new(
                         FsStatus::InvalidArgument,

@@ -147,7 +147,10 @@ async fn password_hashing_is_bounded() {
 async fn next_free_uid_does_not_overflow() {
     let dir = tempfile::tempdir().unwrap();
     let m = Manager::open(dir.path(), ManagerConfig::default()).unwrap();
-    m.add_user("top", "password", u32::MAX, 1, false).await.unwrap();
+    // u32::MAX is no user's: it marks the manager's own write transactions.
+    let refused = m.add_user("nobody", "password", nasd_meta::MANAGER_WRITER_UID, 1, false).await;
+    assert_eq!(refused.expect_err("uid u32::MAX").status, FsStatus::InvalidArgument);
+    m.add_user("top", "password", u32::MAX - 1, 1, false).await.unwrap();
     let req = ManagerRequest::AddUser {
         name: "next".into(),
         password: "password".into(),
@@ -156,8 +159,9 @@ async fn next_free_uid_does_not_overflow() {
         admin: false,
         groups: vec![],
     };
-    let e = m.handle(&root(), req).await.expect_err("no uid above u32::MAX");
+    let e = m.handle(&root(), req).await.expect_err("no uid above u32::MAX - 1");
     assert_eq!(e.status, FsStatus::InvalidArgument, "{e}");
+    assert!(e.message.contains("give one explicitly"), "{e}");
 }
 
 /// An administrator's change of a user's groups reaches the user's open
