@@ -62,8 +62,7 @@
 //! would have to allow unless a client synced), repair and rebuild
 //! checkers, ACL changes racing data, several managers.
 
-use crate::drives::CLOCK_OFFSET_MAX;
-use crate::world::{between, Core, Host, Node, Tally};
+use crate::world::{between, jump_a_clock, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_drive::{DriveConfig, SecurityMode};
 use nasd_fs::{FsClient, FsConfig, FsError};
@@ -783,11 +782,7 @@ impl Cluster {
                         .chain(self.clients.iter().map(|c| &**c))
                         .chain([&*self.manager.host])
                         .collect();
-                    let h = hosts[self.core.gen_range(0..hosts.len() as u64) as usize];
-                    let span = CLOCK_OFFSET_MAX.as_nanos() as u64;
-                    let offset = self.core.gen_range(0..2 * span + 1) as i64 - span as i64;
-                    h.clock_offset_ns.store(offset, Ordering::Relaxed);
-                    self.core.log(format!("{} clock jumps to offset {offset} ns", h.name));
+                    jump_a_clock(&self.core, &hosts);
                 }
                 // A crash or a full disk drawn for a drive that is down.
                 _ => {}

@@ -27,7 +27,7 @@
 //! flush and a crash), and every object reads back as its model says.
 
 use crate::model::ObjectModel;
-use crate::world::{between, Core, Host, Node, Tally};
+use crate::world::{between, jump_a_clock, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_client::{Auth, ClientError, Credential, DriveClient};
 use nasd_crypto::{mint_capability, Key, MacAlgorithm};
@@ -59,11 +59,6 @@ const OBJECT_BYTES_MAX: u64 = 40 * 1024;
 const WRITE_BYTES_MAX: u64 = 12 * 1024;
 /// How long a capability lives.
 const CAPABILITY_LIFETIME: Duration = Duration::from_secs(120);
-/// Each host's clock is off true time by at most this much, so two clocks
-/// differ by at most twice it — within the drives' nonce skew
-/// (`nasd_store::DEFAULT_SKEW_NS`, 5 s).
-pub const CLOCK_OFFSET_MAX: Duration = Duration::from_millis(2400);
-const _: () = assert!(2 * CLOCK_OFFSET_MAX.as_nanos() < nasd_store::DEFAULT_SKEW_NS as u128);
 /// How long a client waits for a drive at any step.
 const CLIENT_WAIT: Duration = Duration::from_secs(20);
 /// The drives' port.
@@ -577,11 +572,7 @@ impl Scenario {
                 77..=86 => {
                     let hosts: Vec<&Host> =
                         self.drives.iter().map(|d| &*d.host).chain(self.clients.iter().map(|c| &**c)).collect();
-                    let h = hosts[self.core.gen_range(0..hosts.len() as u64) as usize];
-                    let span = CLOCK_OFFSET_MAX.as_nanos() as u64;
-                    let offset = self.core.gen_range(0..2 * span + 1) as i64 - span as i64;
-                    h.clock_offset_ns.store(offset, Ordering::Relaxed);
-                    self.core.log(format!("{} clock jumps to offset {offset} ns", h.name));
+                    jump_a_clock(&self.core, &hosts);
                 }
                 87..=96 => self.replay().await,
                 97..=99 if up && !gone && self.drives.len() > 1 && self.cfg.drive_loss => {

@@ -327,6 +327,22 @@ impl World for Node {
     }
 }
 
+/// Each host's clock is off true time by at most this much, so two clocks
+/// differ by at most twice it — within the drives' nonce skew
+/// (`nasd_store::DEFAULT_SKEW_NS`, 5 s).
+pub const CLOCK_OFFSET_MAX: Duration = Duration::from_millis(2400);
+const _: () = assert!(2 * CLOCK_OFFSET_MAX.as_nanos() < nasd_store::DEFAULT_SKEW_NS as u128);
+
+/// A fault: one of `hosts`, drawn, has its clock jump to an offset drawn
+/// within [`CLOCK_OFFSET_MAX`] of true time (logged).
+pub fn jump_a_clock(core: &Core, hosts: &[&Host]) {
+    let h = hosts[core.gen_range(0..hosts.len() as u64) as usize];
+    let span = CLOCK_OFFSET_MAX.as_nanos() as u64;
+    let offset = core.gen_range(0..2 * span + 1) as i64 - span as i64;
+    h.clock_offset_ns.store(offset, Ordering::Relaxed);
+    core.log(format!("{} clock jumps to offset {offset} ns", h.name));
+}
+
 /// A value drawn uniformly in `lo..=hi` of durations.
 pub fn between(core: &Core, lo: Duration, hi: Duration) -> Duration {
     let span = (hi - lo).as_nanos() as u64;
