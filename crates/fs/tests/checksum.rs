@@ -9,34 +9,12 @@
 
 mod common;
 
+use common::seeded::{seed, Rng};
 use common::*;
 use nasd_client::DriveClient;
 use nasd_fs::{FsClient, FsError, FsStatus, Layout};
 use nasd_proto::opcode;
 use std::time::Duration;
-
-/// xorshift64*: the test's only source of randomness, from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("NASD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    eprintln!("checksums: NASD_SEED={seed}");
-    seed | 1
-}
 
 /// Audit records asked for per `READ_AUDIT` (the drive's limit).
 const AUDIT_PAGE: u16 = 512;
@@ -165,7 +143,7 @@ async fn check_layout(c: &Cluster, layout: &str, rng: &mut Rng) {
 
 #[test]
 fn checksums_follow_the_bytes_and_read_no_data() {
-    let seed = seed();
+    let seed = seed("checksums");
     for (i, text) in ["rs:2+1@64K", "mirror:2@64K", "stripe:3@64K"].into_iter().enumerate() {
         run(async move {
             let layout = Layout::parse(text).unwrap();
@@ -182,7 +160,7 @@ fn checksums_follow_the_bytes_and_read_no_data() {
 /// changes the checksum, and a file wholly below the threshold needs no drive.
 #[test]
 fn checksums_cover_the_bytes_the_manager_keeps() {
-    let seed = seed();
+    let seed = seed("checksums");
     run(async move {
         let mut opts = ClusterOptions { drives: 3, ..Default::default() };
         opts.config.small_file_threshold = 10_000;

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::seeded::{seed, Rng};
 use common::*;
 use nasd_fs::{Layout, Seek, HOLE_SKIP_FILE_BYTES_MIN};
 
@@ -17,32 +18,9 @@ const SIZE: u64 = HOLE_SKIP_FILE_BYTES_MIN + 32 * MIB;
 /// Operations per layout.
 const OPS: usize = 60;
 
-/// xorshift64*: the test's only source of randomness, from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("NASD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    eprintln!("sparse reads: NASD_SEED={seed}");
-    seed | 1
-}
-
 #[test]
 fn sparse_files_read_back_exactly_while_they_are_written() {
-    let seed = seed();
+    let seed = seed("sparse reads");
     for (i, text) in ["rs:2+1@64K", "mirror:2@256K", "stripe:3@64K"].into_iter().enumerate() {
         run(async move {
             let layout = Layout::parse(text).unwrap();

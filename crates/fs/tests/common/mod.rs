@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod raw;
+pub mod seeded;
 
 use nasd_crypto::Key;
 use nasd_drive::{DriveConfig, SecurityMode};
