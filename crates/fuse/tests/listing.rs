@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::ffi::CString;
+use common::xattr::{getxattr, listxattr, setxattr};
+
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The test's time limit (a hang, not a timing assertion).
@@ -22,39 +21,6 @@ const REQUESTS_PER_100_MAX: usize = 2;
 /// the change feed (a bound on a wait, not a timing assertion).
 const FEED_WAIT_MAX: Duration = Duration::from_secs(60);
 
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
-fn setxattr(p: &Path, name: &str, value: &[u8]) {
-    let (p, n) = (cpath(p), CString::new(name).unwrap());
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
-}
-
-fn getxattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
-    let (p, n) = (cpath(p), CString::new(name).unwrap());
-    let mut buf = vec![0u8; 1024];
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
-    }
-    buf.truncate(r as usize);
-    Ok(buf)
-}
-
-fn listxattr(p: &Path) -> Vec<String> {
-    let p = cpath(p);
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: a valid NUL-terminated path and a buffer of the length given.
-    let r = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(r >= 0, "listxattr: {}", std::io::Error::last_os_error());
-    buf.truncate(r as usize);
-    buf.split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect()
-}
-
 #[test]
 fn ls_l_of_a_large_directory_asks_the_manager_per_page_not_per_entry() {
     require_fuse!();
@@ -66,8 +32,8 @@ fn ls_l_of_a_large_directory_asks_the_manager_per_page_not_per_entry() {
         fs::File::create(dir.join(format!("entry-{i:05}"))).unwrap();
     }
     let (user, security, plain) = (dir.join("entry-00007"), dir.join("entry-01500"), dir.join("entry-02499"));
-    setxattr(&user, "user.color", b"red");
-    setxattr(&security, "security.label", b"secret");
+    setxattr(&user, "user.color", b"red", 0).unwrap();
+    setxattr(&security, "security.label", b"secret", 0).unwrap();
 
     // Names and inodes out of the kernel's caches: `ls -l` asks the mount.
     fs::write("/proc/sys/vm/drop_caches", b"2").expect("drop the kernel's dentry and inode caches");
@@ -84,24 +50,24 @@ fn ls_l_of_a_large_directory_asks_the_manager_per_page_not_per_entry() {
     );
 
     // What the listing said has attributes still shows them; what it said has none has none.
-    assert_eq!(getxattr(&user, "user.color"), Ok(b"red".to_vec()));
+    assert_eq!(getxattr(&user, "user.color", 1024), Ok(b"red".to_vec()));
     assert_eq!(listxattr(&user), ["user.color"]);
-    assert_eq!(getxattr(&security, "security.label"), Ok(b"secret".to_vec()));
+    assert_eq!(getxattr(&security, "security.label", 1024), Ok(b"secret".to_vec()));
     assert_eq!(listxattr(&security), ["security.label"]);
-    assert_eq!(getxattr(&plain, "security.selinux"), Err(libc::ENODATA));
+    assert_eq!(getxattr(&plain, "security.selinux", 1024), Err(libc::ENODATA));
     assert!(listxattr(&plain).is_empty());
     // Namespaces the manager does not keep are still its to refuse.
-    assert_eq!(getxattr(&plain, "system.nasd"), Err(libc::EOPNOTSUPP));
+    assert_eq!(getxattr(&plain, "system.nasd", 1024), Err(libc::EOPNOTSUPP));
 
     // This mount's own change shows at once; another client's through the change feed.
-    setxattr(&plain, "security.mine", b"1");
-    assert_eq!(getxattr(&plain, "security.mine"), Ok(b"1".to_vec()));
+    setxattr(&plain, "security.mine", b"1", 0).unwrap();
+    assert_eq!(getxattr(&plain, "security.mine", 1024), Ok(b"1".to_vec()));
     let other = dir.join("entry-02000");
-    assert_eq!(getxattr(&other, "security.theirs"), Err(libc::ENODATA));
+    assert_eq!(getxattr(&other, "security.theirs", 1024), Err(libc::ENODATA));
     let second = env.mount();
-    setxattr(&second.join("big/entry-02000"), "security.theirs", b"2");
+    setxattr(&second.join("big/entry-02000"), "security.theirs", b"2", 0).unwrap();
     let deadline = Instant::now() + FEED_WAIT_MAX;
-    while getxattr(&other, "security.theirs") != Ok(b"2".to_vec()) {
+    while getxattr(&other, "security.theirs", 1024) != Ok(b"2".to_vec()) {
         assert!(Instant::now() < deadline, "another client's extended attribute never reached the mount");
         std::thread::sleep(Duration::from_millis(50));
     }

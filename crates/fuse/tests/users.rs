@@ -6,12 +6,13 @@
 
 mod common;
 
+use common::xattr::{cpath, getxattr, listxattr, setxattr};
+
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -107,43 +108,6 @@ fn without_a_gateway_grant_a_mapped_mount_acts_for_nobody() {
     let e = fs::write(m.join("f"), b"x").unwrap_err();
     assert_eq!(common::errno_of(&e), libc::EPERM, "the manager refuses AS_USER without a grant: {e}");
     env.stop();
-}
-
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
-fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> Result<(), i32> {
-    let (p, n) = (cpath(p), CString::new(name).unwrap());
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-    }
-}
-
-fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
-    let (p, n) = (cpath(p), CString::new(name).unwrap());
-    let mut buf = vec![0u8; size];
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
-    }
-    buf.truncate(r as usize);
-    Ok(buf)
-}
-
-fn listxattr(p: &Path) -> Vec<String> {
-    let p = cpath(p);
-    let mut buf = vec![0u8; 65536];
-    // SAFETY: a valid NUL-terminated path and a buffer of the length given.
-    let r = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(r >= 0, "listxattr: {}", std::io::Error::last_os_error());
-    buf.truncate(r as usize);
-    buf.split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect()
 }
 
 #[test]

@@ -11,6 +11,7 @@
 
 #[path = "../../../fs/tests/common/mod.rs"]
 pub mod cluster;
+pub mod xattr;
 
 #[allow(unused_imports)]
 pub use cluster::{ClusterOptions, ADMIN, ADMIN_PW, PW_A, UID_A, USER_A};
