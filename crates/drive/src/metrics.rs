@@ -231,6 +231,12 @@ impl DriveMetrics {
         self.families.read_bytes.inc_by(bytes);
     }
 
+    /// Object bytes this drive has sent in reads so far
+    /// (`nasd_drive_data_bytes_total{op="read"}`).
+    pub fn read_bytes_total(&self) -> u64 {
+        self.families.read_bytes.get()
+    }
+
     pub(crate) fn written_bytes(&self, bytes: u64) {
         self.families.written_bytes.inc_by(bytes);
     }

@@ -83,9 +83,8 @@ const COMMIT_RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// writes of one file are ordered (a read sees the file's earlier writes,
 /// and the engine is never asked to write and read one stripe at once).
 struct Io {
+    /// Sequential reads' windows; it also knows where the last read ended.
     read_ahead: ReadAhead,
-    /// Where the last read ended: a read starting there is sequential.
-    last_read_end: Option<u64>,
     /// The open write transaction, if anything was written since the last commit.
     txn: Option<Txn>,
     /// Set when a write, flush or commit failed: the writes since the last
@@ -205,7 +204,7 @@ impl Inner {
             let upto = end.min(self.small);
             self.read_small(at, upto, dst).await?;
             at = upto;
-            io.last_read_end = Some(at);
+            io.read_ahead.read_elsewhere(at);
         }
         while at < end {
             self.binder.ensure(rights::READ).await?;
@@ -217,24 +216,22 @@ impl Inner {
                     // A hole: zeros, no request to any drive.
                     write_zeros(dst, upto - at).await?;
                     at = upto;
-                    io.last_read_end = Some(at);
-                    io.read_ahead.invalidate();
+                    io.read_ahead.read_elsewhere(at);
                     continue;
                 }
                 n = upto - at;
             }
-            let sequential = io.last_read_end == Some(at) || (io.last_read_end.is_none() && at == 0);
-            let (got, report) = if sequential {
+            let (got, report) = if io.read_ahead.serves(at) {
                 let (bytes, report) = io.read_ahead.read(at, n, size).await.map_err(|e| self.failed("reading", e))?;
                 dst.write_all(&bytes).await.map_err(FsError::Local)?;
                 (bytes.len() as u64, report)
             } else {
-                io.read_ahead.invalidate();
-                self.striper.read_to(at, n, size, dst).await.map_err(|e| self.failed("reading", e))?
+                let read = self.striper.read_to(at, n, size, dst).await.map_err(|e| self.failed("reading", e))?;
+                io.read_ahead.read_elsewhere(at + read.0);
+                read
             };
             self.note_report(&mut io, &report);
             at += got;
-            io.last_read_end = Some(at);
             if got < n {
                 break;
             }
@@ -721,7 +718,6 @@ impl Inner {
         self.written_end.fetch_min(attr.size, Ordering::Relaxed);
         self.binder.set_attr(attr);
         io.forget_cached();
-        io.last_read_end = None;
         true
     }
 
@@ -846,7 +842,6 @@ impl File {
                 written_end: AtomicU64::new(0),
                 io: tokio::sync::Mutex::new(Io {
                     read_ahead,
-                    last_read_end: None,
                     txn: None,
                     poisoned: None,
                     poisoned_by: None,

@@ -11,9 +11,9 @@ use tokio::task::JoinHandle;
 
 /// Bytes of one [`ReadAhead`] window. A sequential reader has up to
 /// [`READ_AHEAD_WINDOWS`] windows being fetched beside the one it is
-/// consuming, so this costs up to `1 + READ_AHEAD_WINDOWS` times as much
-/// memory per file read sequentially, plus the engine's batches of the
-/// fetches in flight.
+/// consuming and the one before it (kept for reads that arrive late), so
+/// this costs up to `2 + READ_AHEAD_WINDOWS` times as much memory per file
+/// read sequentially, plus the engine's batches of the fetches in flight.
 pub const READ_AHEAD_BYTES_MAX: u64 = 8 * 1024 * 1024;
 /// Windows a [`ReadAhead`] keeps in flight ahead of a sequential reader.
 /// With one, every drive of the stripe fell idle between the end of a
@@ -56,40 +56,66 @@ impl<T: Send + 'static> Background<T> {
 
 type Prefetched = Result<(Vec<u8>, Report), StripeError>;
 
-/// Sequential read-ahead over a [`Striper`]: after two reads in a row where
-/// each starts where the previous ended (or a first read at offset 0), the
-/// next [`READ_AHEAD_WINDOWS`] windows of [`READ_AHEAD_BYTES_MAX`] bytes are
-/// fetched in the background, each as its own request, and topped up as the
-/// reader takes them; a read elsewhere (a seek) cancels the fetches and
-/// drops what was fetched.
+/// One window of a [`ReadAhead`]: `len` bytes of the object from `start`,
+/// fetched or being fetched.
+struct Window {
+    start: u64,
+    len: u64,
+    state: WindowState,
+}
+
+enum WindowState {
+    Pending(Background<Prefetched>),
+    /// Fetched; `report` is handed to the first read that takes from it.
+    Ready { data: Vec<u8>, report: Report },
+}
+
+impl Window {
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
+
+    fn holds(&self, at: u64) -> bool {
+        self.start <= at && at < self.end()
+    }
+}
+
+/// Sequential read-ahead over a [`Striper`]: once a reader is sequential
+/// (a first read at offset 0, or a read that starts where the last one
+/// ended), the next [`READ_AHEAD_WINDOWS`] windows of
+/// [`READ_AHEAD_BYTES_MAX`] bytes are fetched in the background, each as
+/// its own request, and topped up as the reader takes them.
+///
+/// Every read that falls in the windows is served from them, in whatever
+/// order the reads come: a kernel's read-ahead sends several reads of one
+/// file at once, and they reach the file in any order. The window before
+/// the one being read is kept for such stragglers, so each byte of a
+/// sequential read is fetched from the drives once. A read outside the
+/// windows (a seek) drops them and cancels their fetches.
+///
 /// A prefetch that failed is forgotten and its range read again directly,
 /// so errors surface at the read that needs the bytes.
 ///
-/// The window is not told about writes: after writing or truncating the
+/// The windows are not told about writes: after writing or truncating the
 /// object, call [`invalidate`](Self::invalidate).
 pub struct ReadAhead {
     striper: Striper,
     window: u64,
+    /// Where the last read ended.
     last_end: Option<u64>,
-    /// Fetched bytes `[ready_start, ready_start + ready.len())`, consumed up
-    /// to `ready_at`.
-    ready_start: u64,
-    ready: Vec<u8>,
-    ready_report: Report,
-    /// Fetches in flight, in file order, each `(start, task)`; each starts
-    /// where the one before it ends.
-    pending: VecDeque<(u64, Background<Prefetched>)>,
-    /// Where the fetch after the last pending one starts.
-    pending_end: u64,
+    /// Windows in file order, none overlapping (a window whose fetch failed
+    /// or was cancelled leaves a gap, read directly).
+    windows: VecDeque<Window>,
 }
 
 impl std::fmt::Debug for ReadAhead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadAhead")
-            .field("last_end", &self.last_end)
-            .field("ready", &(self.ready_start..self.ready_start + self.ready.len() as u64))
-            .field("pending", &self.pending.iter().map(|p| p.0).collect::<Vec<_>>())
-            .finish()
+        let windows: Vec<_> = self
+            .windows
+            .iter()
+            .map(|w| (w.start..w.end(), matches!(w.state, WindowState::Ready { .. })))
+            .collect();
+        f.debug_struct("ReadAhead").field("last_end", &self.last_end).field("windows", &windows).finish()
     }
 }
 
@@ -101,117 +127,160 @@ impl ReadAhead {
 
     /// A read-ahead window of `window` bytes (at most [`READ_AHEAD_BYTES_MAX`]).
     pub fn with_window(striper: Striper, window: u64) -> ReadAhead {
-        ReadAhead {
-            striper,
-            window: window.clamp(1, READ_AHEAD_BYTES_MAX),
-            last_end: None,
-            ready_start: 0,
-            ready: Vec::new(),
-            ready_report: Report::default(),
-            pending: VecDeque::new(),
-            pending_end: 0,
-        }
+        ReadAhead { striper, window: window.clamp(1, READ_AHEAD_BYTES_MAX), last_end: None, windows: VecDeque::new() }
     }
 
-    /// Drops what was fetched and cancels the fetch in progress.
+    /// Drops what was fetched and cancels the fetches in progress.
     pub fn invalidate(&mut self) {
-        self.pending.clear();
-        self.ready = Vec::new();
-        self.ready_report = Report::default();
+        self.windows.clear();
         self.last_end = None;
     }
 
-    /// As [`Striper::read`], served from the window where it can be.
+    /// Whether a read at `offset` would be served through the windows:
+    /// it falls in them, or continues a sequential reader. A caller may read
+    /// elsewhere directly, and then tells [`read_elsewhere`](Self::read_elsewhere).
+    pub fn serves(&self, offset: u64) -> bool {
+        self.in_windows(offset) || self.continues(offset)
+    }
+
+    /// Notes a read of `[offset, end)` made directly (not through
+    /// [`read`](Self::read)): a seek, after which the windows are of no use;
+    /// a read starting at `end` continues it.
+    pub fn read_elsewhere(&mut self, end: u64) {
+        self.windows.clear();
+        self.last_end = Some(end);
+    }
+
+    fn in_windows(&self, offset: u64) -> bool {
+        match (self.windows.front(), self.windows.back()) {
+            (Some(first), Some(last)) => first.start <= offset && offset < last.end(),
+            _ => false,
+        }
+    }
+
+    fn continues(&self, offset: u64) -> bool {
+        self.last_end == Some(offset) || (self.last_end.is_none() && offset == 0)
+    }
+
+    /// As [`Striper::read`], served from the windows where it can be.
     ///
     /// # Errors
     /// As [`Striper::read`].
     ///
     /// # Cancel safety
-    /// Dropping the future may drop bytes fetched ahead (they are fetched
-    /// again on demand); nothing else.
+    /// Dropping the future may drop a window being waited for (its bytes
+    /// are fetched again on demand); nothing else.
     pub async fn read(&mut self, offset: u64, len: u64, size: u64) -> Result<(Vec<u8>, Report), StripeError> {
         let end = offset.saturating_add(len).min(size);
-        let sequential = self.last_end == Some(offset) || (self.last_end.is_none() && offset == 0);
-        if self.last_end != Some(offset) {
-            self.invalidate();
+        let sequential = self.serves(offset);
+        if !self.in_windows(offset) {
+            self.windows.clear();
         }
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let mut report = Report::default();
         let mut at = offset;
         while at < end {
-            if let Some(bytes) = self.take_ready(at, end) {
-                at += bytes.len() as u64;
-                out.extend_from_slice(&bytes);
-                continue;
-            }
-            if self.pending.front().is_some_and(|p| p.0 == at) {
-                let (start, task) = self.pending.pop_front().expect("checked above");
-                // The windows behind it are fetched while this one is awaited.
-                if sequential {
-                    self.top_up(size);
-                }
-                match task.join().await {
-                    Ok((data, r)) if !data.is_empty() => {
-                        self.ready_start = start;
-                        self.ready = data;
-                        self.ready_report = r;
+            match self.windows.iter().position(|w| w.holds(at)) {
+                Some(_) => {
+                    if sequential {
+                        // The windows behind it are fetched while this one is awaited.
+                        self.forget_behind(at);
+                        self.top_up(at, size);
+                    }
+                    let i = self.windows.iter().position(|w| w.holds(at)).expect("kept");
+                    if !self.settle(i).await {
                         continue;
                     }
-                    // Failed (or nothing there): read directly below, and fetch
-                    // ahead again from where that read ends.
-                    _ => self.pending.clear(),
+                    let w = &mut self.windows[i];
+                    let WindowState::Ready { data, report: r } = &mut w.state else { unreachable!("settled") };
+                    let from = (at - w.start) as usize;
+                    let to = (end.min(w.start + data.len() as u64) - w.start) as usize;
+                    out.extend_from_slice(&data[from..to]);
+                    report.merge(std::mem::take(r));
+                    at += (to - from) as u64;
                 }
-            } else {
-                // Not where the fetches are: they are of no use.
-                self.pending.clear();
-            }
-            let (bytes, r) = self.striper.read(at, end - at, size).await?;
-            report.merge(r);
-            let got = bytes.len() as u64;
-            out.extend_from_slice(&bytes);
-            at += got;
-            if got == 0 {
-                break;
+                None => {
+                    // Before the first window, in a gap, or past the last: read
+                    // directly up to the next window.
+                    let upto = self.windows.iter().map(|w| w.start).filter(|&s| s > at).min().unwrap_or(end).min(end);
+                    let (bytes, r) = self.striper.read(at, upto - at, size).await?;
+                    report.merge(r);
+                    let got = bytes.len() as u64;
+                    out.extend_from_slice(&bytes);
+                    at += got;
+                    if got == 0 {
+                        break;
+                    }
+                }
             }
         }
-        report.merge(std::mem::take(&mut self.ready_report));
         self.last_end = Some(at);
         if sequential {
-            if self.pending.is_empty() {
-                self.pending_end = if self.ready.is_empty() { at } else { self.ready_start + self.ready.len() as u64 };
-            }
-            self.top_up(size);
+            self.forget_behind(at);
+            self.top_up(at, size);
         }
         Ok((out, report))
     }
 
-    /// Starts fetches after the last pending one until
-    /// [`READ_AHEAD_WINDOWS`] are in flight or the object ends.
-    fn top_up(&mut self, size: u64) {
-        while self.pending.len() < READ_AHEAD_WINDOWS && self.pending_end < size {
-            let (striper, start) = (self.striper.clone(), self.pending_end);
-            let len = self.window.min(size - start);
-            self.pending.push_back((
-                start,
-                Background::spawn(self.striper.env(), async move { striper.read(start, len, size).await }),
-            ));
-            self.pending_end = start + len;
+    /// Waits for window `i`'s fetch; false if it failed or came back short
+    /// of what it was asked for (the window is dropped, and so is every
+    /// window after a short one: the object ends sooner than thought).
+    async fn settle(&mut self, i: usize) -> bool {
+        if matches!(self.windows[i].state, WindowState::Ready { .. }) {
+            return true;
+        }
+        let WindowState::Pending(task) =
+            std::mem::replace(&mut self.windows[i].state, WindowState::Ready { data: Vec::new(), report: Report::default() })
+        else {
+            unreachable!("checked above")
+        };
+        // Out of the list while awaited: a cancelled read leaves a gap, not a
+        // window that never fills.
+        let mut w = self.windows.remove(i).expect("window i");
+        match task.join().await {
+            Ok((data, report)) if data.len() as u64 == w.len => {
+                w.state = WindowState::Ready { data, report };
+                self.windows.insert(i, w);
+                true
+            }
+            Ok((data, _)) if !data.is_empty() => {
+                w.len = data.len() as u64;
+                w.state = WindowState::Ready { data, report: Report::default() };
+                self.windows.truncate(i);
+                self.windows.push_back(w);
+                true
+            }
+            _ => false,
         }
     }
 
-    /// Up to `end - at` ready bytes at `at`, consumed.
-    fn take_ready(&mut self, at: u64, end: u64) -> Option<Vec<u8>> {
-        let ready_end = self.ready_start + self.ready.len() as u64;
-        if at < self.ready_start || at >= ready_end {
-            return None;
+    /// Drops the windows wholly before `at` but the last of them, which is
+    /// kept for reads that come late.
+    fn forget_behind(&mut self, at: u64) {
+        while self.windows.len() >= 2 && self.windows[1].end() <= at {
+            self.windows.pop_front();
         }
-        let from = (at - self.ready_start) as usize;
-        let to = (end.min(ready_end) - self.ready_start) as usize;
-        let bytes = self.ready[from..to].to_vec();
-        if to == self.ready.len() {
-            self.ready = Vec::new();
+    }
+
+    /// Starts fetches after the last window (or at `at`, if there is none)
+    /// until [`READ_AHEAD_WINDOWS`] windows start at or after `at`, or the
+    /// object ends.
+    fn top_up(&mut self, at: u64, size: u64) {
+        while self.windows.iter().filter(|w| w.start >= at).count() < READ_AHEAD_WINDOWS {
+            let next = self.windows.back().map_or(at, Window::end);
+            if next >= size {
+                return;
+            }
+            self.push_fetch(next, size);
         }
-        Some(bytes)
+    }
+
+    fn push_fetch(&mut self, start: u64, size: u64) {
+        debug_assert!(start < size);
+        let striper = self.striper.clone();
+        let len = self.window.min(size - start);
+        let task = Background::spawn(self.striper.env(), async move { striper.read(start, len, size).await });
+        self.windows.push_back(Window { start, len, state: WindowState::Pending(task) });
     }
 }
 

@@ -126,6 +126,49 @@ fn read_ahead_serves_sequential_reads_and_seeks() {
     });
 }
 
+/// Reads of one sequential pass that arrive a few at a time in any order
+/// (as a kernel's concurrent read-ahead delivers them), with now and then a
+/// read far away: each returns the model's bytes.
+#[test]
+fn read_ahead_serves_reads_that_arrive_out_of_order() {
+    on_runtime(|rt| {
+        let c = rt.block_on(Cluster::start(3));
+        let target = rt.block_on(c.target("rs:2+1@4K", 0, Cred::DriveKey));
+        let s = c.striper(target, small_batches());
+        let data = pattern(5, 700_001);
+        rt.block_on(to(s.write(0, &data, 0))).unwrap();
+        let size = data.len() as u64;
+        let plan = (1u64..30_000, 1usize..6, proptest::collection::vec(any::<u64>(), 64), 0u8..4);
+        let mut runner = TestRunner::new(Config { cases: 24, failure_persistence: None, ..Config::default() });
+        let result = runner.run(&plan, |(piece, group, draws, seeks)| {
+            rt.block_on(async {
+                let mut ra = ReadAhead::with_window(s.clone(), 50_000);
+                let mut draws = draws.iter().cycle();
+                let offsets: Vec<u64> = (0..size.div_ceil(piece)).map(|i| i * piece).collect();
+                for batch in offsets.chunks(group) {
+                    let mut batch = batch.to_vec();
+                    for i in (1..batch.len()).rev() {
+                        batch.swap(i, (*draws.next().unwrap() % (i as u64 + 1)) as usize);
+                    }
+                    for offset in batch {
+                        let (back, _) = to(ra.read(offset, piece, size)).await.unwrap();
+                        prop_assert!(back == model_read(&data, offset, piece), "read {offset}+{piece}");
+                    }
+                    if *draws.next().unwrap() % 16 < u64::from(seeks) {
+                        let offset = draws.next().unwrap() % size;
+                        let (back, _) = to(ra.read(offset, piece, size)).await.unwrap();
+                        prop_assert!(back == model_read(&data, offset, piece), "seek to {offset}+{piece}");
+                    }
+                }
+                Ok(())
+            })
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    });
+}
+
 #[test]
 fn write_behind_gathers_small_writes_into_stripes() {
     run(async {

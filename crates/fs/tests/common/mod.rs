@@ -105,6 +105,8 @@ pub struct TestDrive {
     pub dir: PathBuf,
     /// How long the drive keeps an idle connection (kept across [`TestDrive::halt`]).
     pub idle_timeout: Duration,
+    /// What the drive counts (its bytes read among them).
+    pub metrics: nasd_drive::DriveMetrics,
     stop: Option<oneshot::Sender<()>>,
     done: Option<oneshot::Receiver<std::io::Result<()>>>,
     rt: Option<tokio::runtime::Runtime>,
@@ -125,9 +127,11 @@ impl TestDrive {
     fn serve(dir: PathBuf, listener: std::net::TcpListener, master: Key, idle_timeout: Duration) -> TestDrive {
         let opts = StoreOptions { capacity_bytes: DRIVE_CAPACITY, ..Default::default() };
         let store = Arc::new(Store::open(&dir, &opts).expect("open the drive's store"));
+        let metrics = nasd_drive::DriveMetrics::new();
         let config = DriveConfig {
             security: SecurityMode::Enforced { master_key: Some(master.clone()) },
             idle_timeout,
+            metrics: metrics.clone(),
             ..Default::default()
         };
         let addr = listener.local_addr().expect("drive address");
@@ -147,7 +151,7 @@ impl TestDrive {
             .await;
             let _ = done_tx.send(r);
         });
-        TestDrive { addr, master, dir, idle_timeout, stop: Some(stop), done: Some(done), rt: Some(rt) }
+        TestDrive { addr, master, dir, idle_timeout, metrics, stop: Some(stop), done: Some(done), rt: Some(rt) }
     }
 
     /// Stops the drive cleanly (its final commit included).
