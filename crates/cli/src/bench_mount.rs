@@ -49,9 +49,11 @@ pub async fn mount_bench(
     let (m, l) = (mountpoint.clone(), local.clone());
     let manager = cluster.manager().clone();
     let served = move || manager.requests_served();
+    let drive_read = cluster.drive_bytes_read();
     let extra_rows = extra.clone();
     let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Row>> {
-        let mut rows = if extra_rows.fio { measure(&m, &l, size, files, runtime_secs)? } else { Vec::new() };
+        let mut rows =
+            if extra_rows.fio { measure(&m, &l, size, files, runtime_secs, &drive_read)? } else { Vec::new() };
         if !extra_rows.fio {
             for (what, mount_v, local_v) in name_rates(&m, &l, files)? {
                 rows.push(Row { what, mount: mount_v, local: local_v, unit: "per second" });
@@ -87,7 +89,8 @@ pub async fn mount_bench(
     println!("|---|---:|---:|---|");
     for r in rows {
         let local = if r.local.is_nan() { "-".to_string() } else { format!("{:.1}", r.local) };
-        println!("| {} | {:.1} | {} | {} |", r.what, r.mount, local, r.unit);
+        let digits = if r.unit == "ratio" { 3 } else { 1 };
+        println!("| {} | {:.*} | {} | {} |", r.what, digits, r.mount, local, r.unit);
     }
     Ok(())
 }
@@ -364,7 +367,16 @@ fn local_fs(dir: &Path) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn measure(mount: &Path, local: &Path, size: u64, files: u32, runtime: u64) -> anyhow::Result<Vec<Row>> {
+/// The fio jobs and the name rates; beside the sequential read, the bytes
+/// the drives sent (`drive_read`) per byte fio read.
+fn measure(
+    mount: &Path,
+    local: &Path,
+    size: u64,
+    files: u32,
+    runtime: u64,
+    drive_read: &dyn Fn() -> u64,
+) -> anyhow::Result<Vec<Row>> {
     let jobs: [(&str, &str, &str, &str); 3] = [
         ("sequential write, 1 MiB requests (end fsync)", "write", "1M", "MiB/s"),
         ("sequential read, 1 MiB requests (cold cache)", "read", "1M", "MiB/s"),
@@ -373,9 +385,20 @@ fn measure(mount: &Path, local: &Path, size: u64, files: u32, runtime: u64) -> a
     let mut rows = Vec::new();
     for (what, rw, bs, unit) in jobs {
         let on = |dir: &Path| fio(dir, rw, bs, size, runtime);
-        let (mount_v, local_v) = (on(mount)?, on(local)?);
-        let pick = |(bw_kib, iops): (f64, f64)| if unit == "IOPS" { iops } else { bw_kib / 1024.0 };
+        let before = drive_read();
+        let mount_v = on(mount)?;
+        let sent = drive_read() - before;
+        let local_v = on(local)?;
+        let pick = |(bw_kib, iops, _): (f64, f64, f64)| if unit == "IOPS" { iops } else { bw_kib / 1024.0 };
         rows.push(Row { what: what.into(), mount: pick(mount_v), local: pick(local_v), unit });
+        if rw == "read" {
+            rows.push(Row {
+                what: "drive bytes read per byte of the sequential read".into(),
+                mount: sent as f64 / (mount_v.2 * 1024.0),
+                local: f64::NAN,
+                unit: "ratio",
+            });
+        }
     }
     for (what, mount_v, local_v) in name_rates(mount, local, files)? {
         rows.push(Row { what, mount: mount_v, local: local_v, unit: "per second" });
@@ -383,8 +406,8 @@ fn measure(mount: &Path, local: &Path, size: u64, files: u32, runtime: u64) -> a
     Ok(rows)
 }
 
-/// One fio job in `dir`: (bandwidth KiB/s, IOPS) of its direction.
-fn fio(dir: &Path, rw: &str, bs: &str, size: u64, runtime: u64) -> anyhow::Result<(f64, f64)> {
+/// One fio job in `dir`: (bandwidth KiB/s, IOPS, KiB moved) of its direction.
+fn fio(dir: &Path, rw: &str, bs: &str, size: u64, runtime: u64) -> anyhow::Result<(f64, f64, f64)> {
     let mut cmd = Command::new("fio");
     cmd.arg("--name=nasd")
         .arg(format!("--directory={}", dir.display()))
@@ -408,10 +431,10 @@ fn fio(dir: &Path, rw: &str, bs: &str, size: u64, runtime: u64) -> anyhow::Resul
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("3;")).context("no terse line in fio's output")?;
     let fields: Vec<&str> = line.split(';').collect();
-    // Terse v3: read bandwidth (KiB/s) and IOPS are fields 7 and 8, write's 48 and 49.
-    let (bw, iops) = if rw == "write" { (47, 48) } else { (6, 7) };
+    // Terse v3: read KiB, bandwidth (KiB/s) and IOPS are fields 6, 7 and 8, write's 47, 48 and 49.
+    let (kib, bw, iops) = if rw == "write" { (46, 47, 48) } else { (5, 6, 7) };
     let num = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).context("a malformed fio terse line");
-    Ok((num(bw)?, num(iops)?))
+    Ok((num(bw)?, num(iops)?, num(kib)?))
 }
 
 /// Create, stat and unlink of `files` empty files: (what, mount, local) per second.

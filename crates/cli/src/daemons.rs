@@ -1656,6 +1656,8 @@ const OWN_RUNTIME_KEEP_ALIVE: Duration = Duration::from_secs(3600);
 /// One drive of a [`LocalCluster`].
 struct ClusterDrive {
     addr: SocketAddr,
+    /// What the drive counts (benchmarks in this process read them).
+    metrics: nasd_drive::DriveMetrics,
     stop: watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     runtime: Option<OwnRuntime>,
@@ -1731,6 +1733,7 @@ impl LocalCluster {
             added.push((addr, d.master_key.clone().expect("security on")));
             let (drive_stop, rx) = watch::channel(false);
             let OpenDrive { store, listener, config, .. } = d;
+            let metrics = config.metrics.clone();
             let (task, runtime) = if setup.own_runtimes {
                 // One worker, a drive process's network side; its store work runs on blocking
                 // threads. The listener moves to the drive's runtime (its reactor).
@@ -1747,7 +1750,7 @@ impl LocalCluster {
                 });
                 (task, None)
             };
-            drives.push(ClusterDrive { addr, stop: drive_stop, task: Some(task), runtime });
+            drives.push(ClusterDrive { addr, metrics, stop: drive_stop, task: Some(task), runtime });
         }
         // The authentication server, as `nasd up` starts it: its service token goes into the
         // manager's configuration before the manager opens, its administrator after (with the
@@ -1853,6 +1856,13 @@ impl LocalCluster {
     /// The first manager, in this process.
     pub fn manager(&self) -> &Arc<Manager> {
         &self.manager
+    }
+
+    /// A counter of the object bytes every drive of the cluster has sent in
+    /// reads so far; it keeps counting after this returns.
+    pub fn drive_bytes_read(&self) -> impl Fn() -> u64 + Send + 'static {
+        let drives: Vec<nasd_drive::DriveMetrics> = self.drives.iter().map(|d| d.metrics.clone()).collect();
+        move || drives.iter().map(nasd_drive::DriveMetrics::read_bytes_total).sum()
     }
 
     /// Starts one more manager on the first one's metadata, which must be a

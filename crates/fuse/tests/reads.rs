@@ -64,10 +64,8 @@ fn a_buffered_sequential_read_reads_each_byte_once() {
     let seed = common::seed("a_buffered_sequential_read_reads_each_byte_once");
     let mut rng = common::Rng::new(seed);
     for layout in ["rs:2+1@1M", "stripe:4", "mirror:2"] {
-        let opts = common::ClusterOptions {
-            root_layout: Some(nasd_fs::Layout::parse(layout).unwrap()),
-            ..Default::default()
-        };
+        let opts =
+            common::ClusterOptions { root_layout: Some(nasd_fs::Layout::parse(layout).unwrap()), ..Default::default() };
         let mut env = common::Env::start("a_buffered_sequential_read_reads_each_byte_once", LIMIT, opts);
         let m = env.mount();
         let len = (24 * MIB + rng.below(16 * MIB)) as usize;

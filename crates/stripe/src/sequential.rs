@@ -67,7 +67,10 @@ struct Window {
 enum WindowState {
     Pending(Background<Prefetched>),
     /// Fetched; `report` is handed to the first read that takes from it.
-    Ready { data: Vec<u8>, report: Report },
+    Ready {
+        data: Vec<u8>,
+        report: Report,
+    },
 }
 
 impl Window {
@@ -110,11 +113,8 @@ pub struct ReadAhead {
 
 impl std::fmt::Debug for ReadAhead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let windows: Vec<_> = self
-            .windows
-            .iter()
-            .map(|w| (w.start..w.end(), matches!(w.state, WindowState::Ready { .. })))
-            .collect();
+        let windows: Vec<_> =
+            self.windows.iter().map(|w| (w.start..w.end(), matches!(w.state, WindowState::Ready { .. }))).collect();
         f.debug_struct("ReadAhead").field("last_end", &self.last_end).field("windows", &windows).finish()
     }
 }
@@ -229,9 +229,10 @@ impl ReadAhead {
         if matches!(self.windows[i].state, WindowState::Ready { .. }) {
             return true;
         }
-        let WindowState::Pending(task) =
-            std::mem::replace(&mut self.windows[i].state, WindowState::Ready { data: Vec::new(), report: Report::default() })
-        else {
+        let WindowState::Pending(task) = std::mem::replace(
+            &mut self.windows[i].state,
+            WindowState::Ready { data: Vec::new(), report: Report::default() },
+        ) else {
             unreachable!("checked above")
         };
         // Out of the list while awaited: a cancelled read leaves a gap, not a
