@@ -50,6 +50,7 @@ pub async fn mount_bench(
     let manager = cluster.manager().clone();
     let served = move || manager.requests_served();
     let drive_read = cluster.drive_bytes_read();
+    let drive_read = move || drive_read().iter().sum::<u64>();
     let extra_rows = extra.clone();
     let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Row>> {
         let mut rows =

@@ -504,10 +504,13 @@ async fn degraded_and_rebuild(fs: &FsClient, cluster: &mut LocalCluster, plan: &
             layout.data_columns() as f64 * rate
         );
         println!();
-        println!("| drives stopped | MiB/s | ratio to healthy | client cores | other processes' cores |");
-        println!("|---|---|---|---|---|");
+        println!(
+            "| drives stopped | MiB/s | ratio to healthy | client cores | other processes' cores | drive bytes read per byte | busiest drive's share |"
+        );
+        println!("|---|---|---|---|---|---|---|");
     }
     let mut healthy = None;
+    let drive_read = cluster.drive_bytes_read();
     for stopped in 0..=victims.len() {
         if stopped > 0 {
             let i = victims[stopped - 1];
@@ -517,7 +520,11 @@ async fn degraded_and_rebuild(fs: &FsClient, cluster: &mut LocalCluster, plan: &
         if !plan.runs("degraded") {
             continue;
         }
+        let before = drive_read();
         let m = measure(plan.size, read_file(fs, &path, plan.size, &pattern)).await?;
+        let sent: Vec<u64> = drive_read().iter().zip(&before).map(|(a, b)| a - b).collect();
+        let total: u64 = sent.iter().sum();
+        let busiest = sent.iter().max().copied().unwrap_or(0) as f64 / total.max(1) as f64;
         let h = *healthy.get_or_insert(m.mib_s());
         let what = match stopped {
             0 => "none (healthy)".to_string(),
@@ -528,11 +535,13 @@ async fn degraded_and_rebuild(fs: &FsClient, cluster: &mut LocalCluster, plan: &
             ),
         };
         println!(
-            "| {what} | {:.0} | {:.2} | {:.2} | {:.2} |",
+            "| {what} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} |",
             m.mib_s(),
             m.mib_s() / h,
             m.cpu.client / m.wall.as_secs_f64(),
-            m.cpu.others() / m.wall.as_secs_f64()
+            m.cpu.others() / m.wall.as_secs_f64(),
+            total as f64 / plan.size as f64,
+            busiest
         );
     }
     if plan.runs("degraded") {

@@ -1858,11 +1858,12 @@ impl LocalCluster {
         &self.manager
     }
 
-    /// A counter of the object bytes every drive of the cluster has sent in
-    /// reads so far; it keeps counting after this returns.
-    pub fn drive_bytes_read(&self) -> impl Fn() -> u64 + Send + 'static {
+    /// Counters of the object bytes each drive of the cluster (in the order
+    /// of [`drive_addrs`](Self::drive_addrs)) has sent in reads so far; they
+    /// keep counting after this returns.
+    pub fn drive_bytes_read(&self) -> impl Fn() -> Vec<u64> + Send + 'static {
         let drives: Vec<nasd_drive::DriveMetrics> = self.drives.iter().map(|d| d.metrics.clone()).collect();
-        move || drives.iter().map(nasd_drive::DriveMetrics::read_bytes_total).sum()
+        move || drives.iter().map(nasd_drive::DriveMetrics::read_bytes_total).collect()
     }
 
     /// Starts one more manager on the first one's metadata, which must be a
