@@ -1,7 +1,8 @@
 //! The S3 gateway (`nasd s3`) on a real cluster, driven by real clients:
 //! aws-cli (`s3 mb/cp/ls/sync`, a multipart `cp`, `s3api
 //! head-object/get-object --range`, `s3 presign` fetched with curl) and a
-//! boto3 script (`tests/s3/boto3_check.py`). Keys issued with `nasd
+//! boto3 script (`tests/s3/boto3_check.py`; checksums in
+//! `checksum_check.py`, uploads in flight in `in_flight_check.py`). Keys issued with `nasd
 //! s3-key`; another user's bucket refused (AccessDenied); unsigned and
 //! badly signed requests get their S3 errors and change nothing; a revoked
 //! key is refused at its next request.
@@ -249,6 +250,11 @@ fn s3_gateway_with_aws_cli_and_boto3() {
         common::log_tail(&log)
     );
 
+    // Checksums (checksum_check.py), and uploads in flight bounded per user (in_flight_check.py).
+    python_check(ep, &alice, "checksum_check.py", &["alice-data"], "checksums ok", &log);
+    let held = nasd_s3::UPLOADS_IN_FLIGHT_PER_USER_DEFAULT.to_string();
+    python_check(ep, &alice, "in_flight_check.py", &["alice-data", &held], "in flight ok", &log);
+
     // Bob: his own bucket works, alice's is refused by nasd's modes.
     aws_ok(ep, &bob, &["s3", "mb", "s3://bob-data"]);
     let e = aws_err(ep, &bob, &["s3", "ls", "s3://alice-data/"]);
@@ -285,6 +291,24 @@ fn s3_gateway_with_aws_cli_and_boto3() {
     assert!(e.contains("InvalidAccessKeyId"), "{e}");
     aws_ok(ep, &bob, &["s3", "ls", "s3://bob-data/"]);
     drop(gateway);
+}
+
+/// Runs `tests/s3/SCRIPT ENDPOINT ARGS...` with `key`'s credentials; it must
+/// succeed and print `ok`.
+fn python_check(endpoint: &str, key: &Key, script: &str, args: &[&str], ok: &str, log: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3").join(script);
+    let mut py = Command::new("python3");
+    py.arg(&script).arg(endpoint).args(args);
+    client_env(&mut py, key);
+    let out = py.output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains(ok),
+        "{}: {}{}\n{}",
+        script.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        common::log_tail(log)
+    );
 }
 
 fn md5_of(data: &[u8]) -> u128 {

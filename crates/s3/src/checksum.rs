@@ -195,7 +195,8 @@ impl Expected {
             if expected.algorithm.is_some() {
                 return Err(invalid_request("expecting a single x-amz-checksum- header or trailer".into()));
             }
-            let trailers = trailers.ok_or_else(|| invalid_request("x-amz-trailer without an aws-chunked body".into()))?;
+            let trailers =
+                trailers.ok_or_else(|| invalid_request("x-amz-trailer without an aws-chunked body".into()))?;
             expected.algorithm = Some(algorithm);
             expected.trailer = Some(trailers);
         }
@@ -235,7 +236,9 @@ impl Expected {
             (None, Some(trailer)) => {
                 let sent = trailer.take().and_then(|h| Some(h.get(algorithm.header())?.to_str().ok()?.to_string()));
                 let digest = sent.as_deref().and_then(decode).filter(|d| d.len() == algorithm.digest_bytes());
-                digest.ok_or_else(|| invalid_request(format!("the {} trailer did not come or is invalid", algorithm.header())))?
+                digest.ok_or_else(|| {
+                    invalid_request(format!("the {} trailer did not come or is invalid", algorithm.header()))
+                })?
             }
             (None, None) => return Err(s3_error!(InternalError)),
         };
@@ -312,7 +315,10 @@ mod tests {
         assert_eq!(refused(&[("x-amz-checksum-crc32", &b64(&[1, 2, 3]))]), "InvalidRequest");
         assert_eq!(refused(&[("x-amz-checksum-sha1", &crc)]), "InvalidRequest");
         assert_eq!(refused(&[("x-amz-checksum-crc32", &crc), ("x-amz-checksum-crc32c", &crc)]), "InvalidRequest");
-        assert_eq!(refused(&[("x-amz-checksum-crc32", &crc), ("x-amz-sdk-checksum-algorithm", "SHA1")]), "InvalidRequest");
+        assert_eq!(
+            refused(&[("x-amz-checksum-crc32", &crc), ("x-amz-sdk-checksum-algorithm", "SHA1")]),
+            "InvalidRequest"
+        );
         assert_eq!(refused(&[("x-amz-sdk-checksum-algorithm", "CRC32")]), "InvalidRequest");
         assert_eq!(refused(&[("x-amz-sdk-checksum-algorithm", "ADLER32")]), "InvalidRequest");
         assert_eq!(refused(&[("x-amz-trailer", "x-amz-checksum-crc32")]), "InvalidRequest", "no aws-chunked body");

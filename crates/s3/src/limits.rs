@@ -188,7 +188,8 @@ mod tests {
         let mine: Vec<_> = (0..2).map(|_| in_flight.take(7).expect("a slot")).collect();
         let refused = in_flight.take(7).err().expect("the user's third is refused");
         assert_eq!(refused.code().as_str(), "SlowDown");
-        let others: Vec<_> = (0..UPLOADS_IN_FLIGHT_MAX - 2).map(|i| in_flight.take(100 + i as u32).expect("a slot")).collect();
+        let others: Vec<_> =
+            (0..UPLOADS_IN_FLIGHT_MAX - 2).map(|i| in_flight.take(100 + i as u32).expect("a slot")).collect();
         assert_eq!(in_flight.take(99).err().expect("the gateway is full").code().as_str(), "SlowDown");
         drop(mine);
         let again = in_flight.take(7).expect("finished uploads give their slots back");

@@ -20,7 +20,7 @@
 //! the caller may read — its own.
 
 use crate::checksum::{Algorithm, Expected, StoredChecksum};
-use crate::ops::{check_metadata, with_checksum, is, s3_err, timestamp, Held, ObjectMeta};
+use crate::ops::{check_metadata, is, s3_err, timestamp, with_checksum, Held, ObjectMeta};
 use crate::paths::{object_path, UPLOADS_DIR};
 use crate::{Gateway, META_XATTR};
 use futures::{StreamExt, TryStreamExt};
@@ -79,7 +79,11 @@ fn check_part_checksum(part: &CompletedPart, stored: Option<&StoredChecksum>) ->
         if stored.is_none_or(|s| s.algorithm != algorithm || s.value != *value) {
             return Err(S3Error::with_message(
                 S3ErrorCode::InvalidPart,
-                format!("part {}'s {} is not the one it was uploaded with", part.part_number.unwrap_or(0), algorithm.name()),
+                format!(
+                    "part {}'s {} is not the one it was uploaded with",
+                    part.part_number.unwrap_or(0),
+                    algorithm.name()
+                ),
             ));
         }
     }
@@ -282,11 +286,7 @@ impl Gateway {
     }
 
     /// CompleteMultipartUpload: the object's metadata (ETag, checksum).
-    pub(crate) async fn mp_complete(
-        &self,
-        cx: &FsClient,
-        input: CompleteMultipartUploadInput,
-    ) -> S3Result<ObjectMeta> {
+    pub(crate) async fn mp_complete(&self, cx: &FsClient, input: CompleteMultipartUploadInput) -> S3Result<ObjectMeta> {
         let levels = object_path(&input.key)?;
         let (upload, meta) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
         let wanted = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
@@ -318,7 +318,10 @@ impl Gateway {
             if i + 1 < wanted.len() && size < self.part_bytes_min {
                 return Err(S3Error::with_message(
                     S3ErrorCode::EntityTooSmall,
-                    format!("part {n} is {size} bytes; every part but the last must be at least {}", self.part_bytes_min),
+                    format!(
+                        "part {n} is {size} bytes; every part but the last must be at least {}",
+                        self.part_bytes_min
+                    ),
                 ));
             }
             total = total.saturating_add(size);

@@ -951,7 +951,11 @@ impl S3 for Gateway {
 
 /// The checksum a GET or HEAD returns: the stored one, if the client asked
 /// (`x-amz-checksum-mode: ENABLED`) and reads the `whole` object.
-fn asked_checksum<'m>(meta: &'m Option<ObjectMeta>, mode: Option<&ChecksumMode>, whole: bool) -> Option<&'m StoredChecksum> {
+fn asked_checksum<'m>(
+    meta: &'m Option<ObjectMeta>,
+    mode: Option<&ChecksumMode>,
+    whole: bool,
+) -> Option<&'m StoredChecksum> {
     let asked = mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
     meta.as_ref().and_then(|m| m.checksum.as_ref()).filter(|_| asked && whole)
 }
