@@ -274,6 +274,7 @@ impl Gateway {
 
     /// Writes `body` as object `key` of `bucket`: whole, or not at all.
     /// `false` if `no_clobber` found it there.
+    #[allow(clippy::too_many_arguments)]
     async fn write_object<S, E>(
         &self,
         cx: &FsClient,
