@@ -345,6 +345,14 @@ pub struct S3Section {
     /// that at once); more get `SlowDown` [default: 2000].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_key_per_sec: Option<u32>,
+    /// Uploads (PUT, UploadPart, copies, completions) each user may have in
+    /// flight at once; more get `SlowDown` [default: 32; at most 256].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads_in_flight_per_user: Option<usize>,
+    /// Smallest part of a multipart upload but its last; a completion with
+    /// a smaller one is `EntityTooSmall` [default: 5242880, S3's 5 MiB].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part_bytes_min: Option<u64>,
 }
 
 impl S3Section {
@@ -353,6 +361,8 @@ impl S3Section {
             && self.keys.is_none()
             && self.abandoned_upload_secs.is_none()
             && self.requests_per_key_per_sec.is_none()
+            && self.uploads_in_flight_per_user.is_none()
+            && self.part_bytes_min.is_none()
     }
 
     /// The gateway as this section configures it.
@@ -360,6 +370,10 @@ impl S3Section {
         nasd_s3::Gateway::new(vfs, keys)
             .with_upload_expiry(self.upload_expiry())
             .with_request_rate(self.requests_per_key_per_sec.unwrap_or(nasd_s3::REQUESTS_PER_KEY_PER_SEC_DEFAULT))
+            .with_uploads_in_flight_per_user(
+                self.uploads_in_flight_per_user.unwrap_or(nasd_s3::UPLOADS_IN_FLIGHT_PER_USER_DEFAULT),
+            )
+            .with_part_bytes_min(self.part_bytes_min.unwrap_or(nasd_s3::PART_BYTES_MIN_DEFAULT))
     }
 
     /// How long an abandoned multipart upload is kept (`None`: for ever).

@@ -31,6 +31,7 @@
 //!   tree one directory at a time in S3's byte order (`list.rs`).
 #![deny(missing_docs)]
 
+mod checksum;
 mod keys;
 mod limits;
 mod list;
@@ -40,7 +41,10 @@ mod ops;
 mod paths;
 
 pub use keys::{KeyOwner, KeyRecord, KeyStore, KeyStoreError, ACCESS_KEY_PREFIX, KEY_FILE_BYTES_MAX};
-pub use limits::{CONNECTIONS_PER_PEER_MAX, REQUESTS_PER_KEY_PER_SEC_DEFAULT};
+pub use limits::{
+    CONNECTIONS_PER_PEER_MAX, PART_BYTES_MIN_DEFAULT, REQUESTS_PER_KEY_PER_SEC_DEFAULT, UPLOADS_IN_FLIGHT_MAX,
+    UPLOADS_IN_FLIGHT_PER_USER_DEFAULT,
+};
 pub use metrics::S3Metrics;
 pub use multipart::PARTS_MAX;
 pub use paths::KEY_BYTES_MAX;
@@ -92,6 +96,10 @@ pub struct Gateway {
     upload_expiry: Option<std::time::Duration>,
     /// Requests per access key per second.
     rates: Arc<limits::KeyRates>,
+    /// Uploads being written, per user and in all.
+    in_flight: Arc<limits::InFlight>,
+    /// Smallest part of a multipart upload but its last.
+    part_bytes_min: u64,
     /// What it counts ([`S3Metrics`]).
     metrics: S3Metrics,
 }
@@ -111,6 +119,8 @@ impl Gateway {
             keys,
             upload_expiry: Some(UPLOAD_EXPIRY_DEFAULT),
             rates: Arc::new(limits::KeyRates::new(REQUESTS_PER_KEY_PER_SEC_DEFAULT)),
+            in_flight: Arc::new(limits::InFlight::new(UPLOADS_IN_FLIGHT_PER_USER_DEFAULT)),
+            part_bytes_min: PART_BYTES_MIN_DEFAULT,
             metrics: S3Metrics::default(),
         }
     }
@@ -124,6 +134,20 @@ impl Gateway {
     /// (twice that at once after a quiet spell); more get `SlowDown`.
     pub fn with_request_rate(self, per_sec: u32) -> Gateway {
         Gateway { rates: Arc::new(limits::KeyRates::new(per_sec)), ..self }
+    }
+
+    /// Lets each user have `per_user` uploads (PUT, UploadPart, copies,
+    /// completions) in flight at once (1 to [`UPLOADS_IN_FLIGHT_MAX`]);
+    /// more get `SlowDown`.
+    pub fn with_uploads_in_flight_per_user(self, per_user: usize) -> Gateway {
+        Gateway { in_flight: Arc::new(limits::InFlight::new(per_user)), ..self }
+    }
+
+    /// Refuses (`EntityTooSmall`) to complete a multipart upload with a
+    /// part but the last smaller than `bytes` (S3's is
+    /// [`PART_BYTES_MIN_DEFAULT`]).
+    pub fn with_part_bytes_min(self, bytes: u64) -> Gateway {
+        Gateway { part_bytes_min: bytes, ..self }
     }
 
     /// Removes multipart uploads left without a new part for `after`

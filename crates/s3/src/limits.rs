@@ -1,6 +1,8 @@
 //! Per-client limits: requests per access key per second (a token bucket
-//! per key, refused with `SlowDown`, which S3 clients back off and retry)
-//! and connections per peer address.
+//! per key, refused with `SlowDown`, which S3 clients back off and retry),
+//! connections per peer address, and uploads in flight (bodies being
+//! written: PUT, UploadPart, copies, completions) per user and in all,
+//! also refused with `SlowDown`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,6 +17,17 @@ const BURST_SECONDS: u32 = 2;
 const KEYS_REMEMBERED_MAX: usize = 100_000;
 /// Connections one peer address may hold open at once.
 pub const CONNECTIONS_PER_PEER_MAX: usize = 128;
+
+/// Uploads the gateway writes at once, over all users: each holds up to
+/// [`IO_CHUNK`](crate::IO_CHUNK) of buffer and a drive write in flight.
+pub const UPLOADS_IN_FLIGHT_MAX: usize = 256;
+/// Uploads one user may have in flight at once, unless configured otherwise.
+pub const UPLOADS_IN_FLIGHT_PER_USER_DEFAULT: usize = 32;
+/// Smallest part of a multipart upload but its last (S3's 5 MiB), unless
+/// configured otherwise; a completion naming a smaller one is `EntityTooSmall`.
+pub const PART_BYTES_MIN_DEFAULT: u64 = 5 << 20;
+
+const _: () = assert!(UPLOADS_IN_FLIGHT_PER_USER_DEFAULT <= UPLOADS_IN_FLIGHT_MAX);
 
 /// A token bucket per access key.
 #[derive(Debug)]
@@ -90,6 +103,55 @@ impl Drop for PeerSlot {
     }
 }
 
+/// Uploads in flight, per user (uid) and in all.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    per_user: usize,
+    open: Mutex<(usize, HashMap<u32, usize>)>,
+}
+
+/// One upload counted against its user and the gateway until dropped.
+pub(crate) struct InFlightSlot {
+    in_flight: Arc<InFlight>,
+    uid: u32,
+}
+
+impl InFlight {
+    /// At most `per_user` (at least 1, at most [`UPLOADS_IN_FLIGHT_MAX`]) per user.
+    pub fn new(per_user: usize) -> InFlight {
+        InFlight { per_user: per_user.clamp(1, UPLOADS_IN_FLIGHT_MAX), open: Mutex::new((0, HashMap::new())) }
+    }
+
+    /// A slot for one more upload of `uid`'s; `SlowDown` if the user or the
+    /// gateway is at its bound.
+    pub fn take(self: &Arc<Self>, uid: u32) -> s3s::S3Result<InFlightSlot> {
+        let mut open = self.open.lock().expect("uploads in flight lock");
+        if open.0 >= UPLOADS_IN_FLIGHT_MAX {
+            return Err(s3s::s3_error!(SlowDown, "the gateway is writing as many uploads as it takes at once"));
+        }
+        let mine = open.1.entry(uid).or_insert(0);
+        if *mine >= self.per_user {
+            return Err(s3s::s3_error!(SlowDown, "this user has as many uploads in flight as it may"));
+        }
+        *mine += 1;
+        open.0 += 1;
+        Ok(InFlightSlot { in_flight: self.clone(), uid })
+    }
+}
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        let mut open = self.in_flight.open.lock().expect("uploads in flight lock");
+        open.0 -= 1;
+        if let Some(n) = open.1.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                open.1.remove(&self.uid);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +180,21 @@ mod tests {
         drop(slots);
         assert!(peers.take(ip).is_some(), "closed connections give their slots back");
         assert_eq!(peers.0.lock().unwrap().len(), 0, "nothing kept for peers without connections");
+    }
+
+    #[test]
+    fn uploads_in_flight_are_bounded_per_user_and_in_all() {
+        let in_flight = Arc::new(InFlight::new(2));
+        let mine: Vec<_> = (0..2).map(|_| in_flight.take(7).expect("a slot")).collect();
+        let refused = in_flight.take(7).err().expect("the user's third is refused");
+        assert_eq!(refused.code().as_str(), "SlowDown");
+        let others: Vec<_> =
+            (0..UPLOADS_IN_FLIGHT_MAX - 2).map(|i| in_flight.take(100 + i as u32).expect("a slot")).collect();
+        assert_eq!(in_flight.take(99).err().expect("the gateway is full").code().as_str(), "SlowDown");
+        drop(mine);
+        let again = in_flight.take(7).expect("finished uploads give their slots back");
+        drop((again, others));
+        assert_eq!(in_flight.open.lock().unwrap().0, 0);
+        assert!(in_flight.open.lock().unwrap().1.is_empty(), "nothing kept for users without uploads");
     }
 }

@@ -1,6 +1,7 @@
 //! The S3 operations, each translated into file-system layer calls run as
 //! the request's key's user.
 
+use crate::checksum::{Expected, StoredChecksum};
 use crate::list::{url_encode, Listing, Query};
 use crate::paths::{dir_marker, object_path};
 use crate::{Gateway, DELETE_OBJECTS_MAX, IO_CHUNK, LIST_KEYS_MAX, METADATA_BYTES_MAX, META_XATTR, OBJECT_BYTES_MAX};
@@ -37,7 +38,27 @@ pub(crate) struct ObjectMeta {
     pub content_type: Option<String>,
     #[serde(default, skip_serializing_if = "HashMap::is_empty")]
     pub metadata: HashMap<String, String>,
+    /// The additional checksum the client sent with the body (`checksum.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<StoredChecksum>,
 }
+
+/// Sets an output's `checksum_*` fields to `$checksum`'s (an `Option<&StoredChecksum>`).
+macro_rules! with_checksum {
+    ($output:expr, $checksum:expr) => {{
+        let mut output = $output;
+        if let Some(c) = $checksum {
+            let c: s3s::dto::Checksum = c.algorithm.into_checksum(c.value.clone());
+            output.checksum_crc32 = c.checksum_crc32;
+            output.checksum_crc32c = c.checksum_crc32c;
+            output.checksum_crc64nvme = c.checksum_crc64nvme;
+            output.checksum_sha1 = c.checksum_sha1;
+            output.checksum_sha256 = c.checksum_sha256;
+        }
+        output
+    }};
+}
+pub(crate) use with_checksum;
 
 /// A held inode, forgotten when dropped.
 pub(crate) struct Held {
@@ -204,6 +225,7 @@ impl Gateway {
             etag: EMPTY_MD5.into(),
             content_type: Some(DIRECTORY_CONTENT_TYPE.into()),
             metadata: HashMap::new(),
+            checksum: None,
         };
         Ok((dir, Some(meta)))
     }
@@ -252,6 +274,7 @@ impl Gateway {
 
     /// Writes `body` as object `key` of `bucket`: whole, or not at all.
     /// `false` if `no_clobber` found it there.
+    #[allow(clippy::too_many_arguments)]
     async fn write_object<S, E>(
         &self,
         cx: &FsClient,
@@ -259,18 +282,23 @@ impl Gateway {
         key: &str,
         body: S,
         meta: ObjectMeta,
+        expected: Expected,
         no_clobber: bool,
-    ) -> S3Result<Option<String>>
+    ) -> S3Result<Option<ObjectMeta>>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
         let levels = object_path(key)?;
-        self.write_levels(cx, bucket, &levels, body, meta, no_clobber).await
+        self.write_levels(cx, bucket, &levels, body, meta, expected, no_clobber).await
     }
 
     /// [`write_object`](Self::write_object) of a path checked by the caller;
-    /// `meta.etag`, if set, is kept (a multipart ETag), else the body's MD5.
+    /// `meta.etag`, if set, is kept (a multipart ETag), else the body's MD5;
+    /// the body must hash to what `expected` says (else nothing is stored),
+    /// and the checksum it names is kept. The metadata stored; `None` if
+    /// `no_clobber` found the object there.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn write_levels<S, E>(
         &self,
         cx: &FsClient,
@@ -278,8 +306,9 @@ impl Gateway {
         levels: &[&str],
         body: S,
         mut meta: ObjectMeta,
+        expected: Expected,
         no_clobber: bool,
-    ) -> S3Result<Option<String>>
+    ) -> S3Result<Option<ObjectMeta>>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
@@ -290,11 +319,16 @@ impl Gateway {
         let dir = self.walk(cx, b, dirs, true).await?;
         let temp = nasd_vfs::temp_name(name);
         let replacement = self.vfs.begin_replace(cx, dir.ino(), name, &temp, OBJECT_MODE).await.map_err(s3_err)?;
-        let written = self.fill(replacement.fh(), body).await;
-        let stored = match written {
-            Ok(digest) => {
+        let mut hasher = expected.hasher();
+        let written = self.fill(replacement.fh(), body, hasher.as_mut()).await;
+        let verified = written.and_then(|md5| Ok((md5, expected.verify(&md5, hasher.map(|h| h.finalize()))?)));
+        let stored = match verified {
+            Ok((md5, checksum)) => {
                 if meta.etag.is_empty() {
-                    meta.etag = digest;
+                    meta.etag = hex::encode(md5);
+                }
+                if checksum.is_some() {
+                    meta.checksum = checksum;
                 }
                 let value = serde_json::to_vec(&meta).map_err(|_| s3_error!(InternalError))?;
                 let ino = replacement.entry().attr.ino;
@@ -309,7 +343,7 @@ impl Gateway {
             return Err(e);
         }
         match replacement.publish(no_clobber).await {
-            Ok(true) => Ok(Some(meta.etag)),
+            Ok(true) => Ok(Some(meta)),
             Ok(false) => Ok(None),
             Err(e) => {
                 if let Err(gone) = self.vfs.unlink(cx, dir.ino(), &temp).await {
@@ -320,8 +354,14 @@ impl Gateway {
         }
     }
 
-    /// Streams `body` into open file `fh` in [`IO_CHUNK`] pieces: its MD5 (hex).
-    async fn fill<S, E>(&self, fh: u64, mut body: S) -> S3Result<String>
+    /// Streams `body` into open file `fh` in [`IO_CHUNK`] pieces, hashing
+    /// it into `checksum` too if given: its MD5.
+    async fn fill<S, E>(
+        &self,
+        fh: u64,
+        mut body: S,
+        mut checksum: Option<&mut s3s::checksum::ChecksumHasher>,
+    ) -> S3Result<[u8; 16]>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
@@ -338,6 +378,9 @@ impl Gateway {
                     return Err(s3_error!(EntityTooLarge));
                 }
                 md5.update(&piece);
+                if let Some(h) = checksum.as_mut() {
+                    h.update(&piece);
+                }
                 buf.extend_from_slice(&piece);
             }
             while buf.len() >= IO_CHUNK || (done && !buf.is_empty()) {
@@ -347,7 +390,7 @@ impl Gateway {
                 buf.drain(..n);
             }
             if done {
-                return Ok(hex::encode(md5.finalize()));
+                return Ok(md5.finalize().into());
             }
         }
     }
@@ -586,6 +629,8 @@ impl S3 for Gateway {
 
     async fn put_object(&self, req: S3Request<PutObjectInput>) -> S3Result<S3Response<PutObjectOutput>> {
         let cx = self.acting(&req)?;
+        let _slot = self.in_flight.take(cx.identity().uid)?;
+        let expected = Expected::of_request(&req.headers, req.trailing_headers.clone())?;
         let input = req.input;
         let no_clobber = match &input.if_none_match {
             None => false,
@@ -599,6 +644,7 @@ impl S3 for Gateway {
             etag: String::new(),
             content_type: input.content_type.map(|c| c.to_string()),
             metadata: input.metadata.unwrap_or_default(),
+            checksum: None,
         };
         let mut body = input.body.unwrap_or_else(empty_body);
         if let Some(levels) = dir_marker(&input.key) {
@@ -615,15 +661,15 @@ impl S3 for Gateway {
                 ..PutObjectOutput::default()
             }));
         }
-        let written = self.write_object(&cx, &input.bucket, &input.key, &mut body, meta, no_clobber).await;
+        let written = self.write_object(&cx, &input.bucket, &input.key, &mut body, meta, expected, no_clobber).await;
         if written.is_err() {
             drain(&mut body).await;
         }
-        let etag = written?;
-        let Some(etag) = etag else {
+        let Some(stored) = written? else {
             return Err(s3_error!(PreconditionFailed, "the key exists (If-None-Match: *)"));
         };
-        Ok(S3Response::new(PutObjectOutput { e_tag: Some(ETag::Strong(etag)), ..PutObjectOutput::default() }))
+        let output = PutObjectOutput { e_tag: Some(ETag::Strong(stored.etag.clone())), ..PutObjectOutput::default() };
+        Ok(S3Response::new(with_checksum!(output, stored.checksum.as_ref())))
     }
 
     async fn get_object(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
@@ -648,6 +694,7 @@ impl S3 for Gateway {
             }
         };
         let len = range.end - range.start;
+        let checksum = asked_checksum(&meta, input.checksum_mode.as_ref(), content_range.is_none());
         let body = if attr.kind == FileKind::Dir { empty_body() } else { self.read_stream(&cx, file, range).await? };
         let (content_type, metadata) =
             meta.as_ref().map_or((None, None), |m| (m.content_type.clone(), Some(m.metadata.clone())));
@@ -660,7 +707,8 @@ impl S3 for Gateway {
             e_tag: etag(&meta),
             content_type,
             metadata: metadata.filter(|m| !m.is_empty()),
-            ..GetObjectOutput::default()
+            checksum_type: checksum.map(checksum_type),
+            ..with_checksum!(GetObjectOutput::default(), checksum)
         }))
     }
 
@@ -678,6 +726,7 @@ impl S3 for Gateway {
         )?;
         let (content_type, metadata) =
             meta.as_ref().map_or((None, None), |m| (m.content_type.clone(), Some(m.metadata.clone())));
+        let checksum = asked_checksum(&meta, input.checksum_mode.as_ref(), true);
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(i64::try_from(object_size(&attr)).unwrap_or(i64::MAX)),
             accept_ranges: Some("bytes".into()),
@@ -685,7 +734,8 @@ impl S3 for Gateway {
             e_tag: etag(&meta),
             content_type,
             metadata: metadata.filter(|m| !m.is_empty()),
-            ..HeadObjectOutput::default()
+            checksum_type: checksum.map(checksum_type),
+            ..with_checksum!(HeadObjectOutput::default(), checksum)
         }))
     }
 
@@ -725,6 +775,7 @@ impl S3 for Gateway {
 
     async fn copy_object(&self, req: S3Request<CopyObjectInput>) -> S3Result<S3Response<CopyObjectOutput>> {
         let cx = self.acting(&req)?;
+        let _slot = self.in_flight.take(cx.identity().uid)?;
         let input = req.input;
         let CopySource::Bucket { bucket: src_bucket, key: src_key, version_id: None } = &input.copy_source else {
             return Err(s3_error!(NotImplemented, "only copies from a bucket and key, without versions"));
@@ -737,14 +788,15 @@ impl S3 for Gateway {
                 etag: String::new(),
                 content_type: input.content_type.map(|c| c.to_string()),
                 metadata: input.metadata.unwrap_or_default(),
+                checksum: None,
             }
         } else {
             src_meta.unwrap_or_default()
         };
         let body = self.read_stream(&cx, file, 0..size).await?;
-        let etag = self.write_object(&cx, &input.bucket, &input.key, body, meta, false).await?;
+        let stored = self.write_object(&cx, &input.bucket, &input.key, body, meta, Expected::nothing(), false).await?;
         let result = CopyObjectResult {
-            e_tag: etag.map(ETag::Strong),
+            e_tag: stored.map(|m| ETag::Strong(m.etag)),
             last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
             ..CopyObjectResult::default()
         };
@@ -829,14 +881,17 @@ impl S3 for Gateway {
 
     async fn upload_part(&self, req: S3Request<UploadPartInput>) -> S3Result<S3Response<UploadPartOutput>> {
         let cx = self.acting(&req)?;
+        let _slot = self.in_flight.take(cx.identity().uid)?;
+        let expected = Expected::of_request(&req.headers, req.trailing_headers.clone())?;
         let mut input = req.input;
         let mut body = input.body.take().unwrap_or_else(empty_body);
-        let written = self.mp_upload_part(&cx, input, &mut body).await;
+        let written = self.mp_upload_part(&cx, input, &mut body, expected).await;
         if written.is_err() {
             drain(&mut body).await;
         }
-        let etag = written?;
-        Ok(S3Response::new(UploadPartOutput { e_tag: Some(ETag::Strong(etag)), ..UploadPartOutput::default() }))
+        let stored = written?;
+        let output = UploadPartOutput { e_tag: Some(ETag::Strong(stored.etag.clone())), ..UploadPartOutput::default() };
+        Ok(S3Response::new(with_checksum!(output, stored.checksum.as_ref())))
     }
 
     async fn upload_part_copy(
@@ -844,6 +899,7 @@ impl S3 for Gateway {
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
         let cx = self.acting(&req)?;
+        let _slot = self.in_flight.take(cx.identity().uid)?;
         let etag = self.mp_upload_part_copy(&cx, req.input).await?;
         let result = CopyPartResult {
             e_tag: Some(ETag::Strong(etag)),
@@ -866,14 +922,17 @@ impl S3 for Gateway {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let cx = self.acting(&req)?;
+        let _slot = self.in_flight.take(cx.identity().uid)?;
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-        let etag = self.mp_complete(&cx, req.input).await?;
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
+        let stored = self.mp_complete(&cx, req.input).await?;
+        let output = CompleteMultipartUploadOutput {
             bucket: Some(bucket),
             key: Some(key),
-            e_tag: Some(ETag::Strong(etag)),
+            e_tag: Some(ETag::Strong(stored.etag.clone())),
+            checksum_type: stored.checksum.as_ref().map(checksum_type),
             ..CompleteMultipartUploadOutput::default()
-        }))
+        };
+        Ok(S3Response::new(with_checksum!(output, stored.checksum.as_ref())))
     }
 
     async fn abort_multipart_upload(
@@ -889,6 +948,22 @@ impl S3 for Gateway {
         let cx = self.acting(&req)?;
         Ok(S3Response::new(self.mp_list_parts(&cx, req.input).await?))
     }
+}
+
+/// The checksum a GET or HEAD returns: the stored one, if the client asked
+/// (`x-amz-checksum-mode: ENABLED`) and reads the `whole` object.
+fn asked_checksum<'m>(
+    meta: &'m Option<ObjectMeta>,
+    mode: Option<&ChecksumMode>,
+    whole: bool,
+) -> Option<&'m StoredChecksum> {
+    let asked = mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED));
+    meta.as_ref().and_then(|m| m.checksum.as_ref()).filter(|_| asked && whole)
+}
+
+/// `COMPOSITE` for a multipart object's checksum, else `FULL_OBJECT`.
+fn checksum_type(c: &StoredChecksum) -> ChecksumType {
+    ChecksumType::from_static(if c.is_composite() { ChecksumType::COMPOSITE } else { ChecksumType::FULL_OBJECT })
 }
 
 /// A continuation token: the hex of the last key or prefix returned.

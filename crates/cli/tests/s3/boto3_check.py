@@ -78,10 +78,18 @@ page = s3.list_objects_v2(Bucket=bucket, Prefix="l/", Delimiter="/")
 assert "CommonPrefixes" not in page, page
 
 # Multipart: parts listed, completion gives the object whole with MD5-of-MD5s-N; abort leaves nothing.
+# A part but the last under S3's 5 MiB: EntityTooSmall at completion, nothing made, the upload kept.
 u = s3.create_multipart_upload(Bucket=bucket, Key="mp/whole.bin", ContentType="text/plain")["UploadId"]
-p1, p2 = b"a" * 70000, b"b" * 1234
-e1 = s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=u, PartNumber=1, Body=p1)["ETag"]
+p1, p2 = b"a" * (5 << 20), b"b" * 1234
+small = s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=u, PartNumber=1, Body=p1[:70000])["ETag"]
 e2 = s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=u, PartNumber=2, Body=p2)["ETag"]
+try:
+    s3.complete_multipart_upload(Bucket=bucket, Key="mp/whole.bin", UploadId=u, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": small}, {"PartNumber": 2, "ETag": e2}]})
+    raise AssertionError("a 70000-byte first part was taken")
+except ClientError as e:
+    assert e.response["Error"]["Code"] == "EntityTooSmall", e.response
+e1 = s3.upload_part(Bucket=bucket, Key="mp/whole.bin", UploadId=u, PartNumber=1, Body=p1)["ETag"]
 listed = s3.list_parts(Bucket=bucket, Key="mp/whole.bin", UploadId=u)["Parts"]
 assert [(p["PartNumber"], p["Size"], p["ETag"]) for p in listed] == [(1, len(p1), e1), (2, len(p2), e2)], listed
 try:
@@ -114,11 +122,11 @@ except ClientError as e:
 # UploadPartCopy: parts made of ranges of an existing object, read as the caller.
 u = s3.create_multipart_upload(Bucket=bucket, Key="mp/copied.bin")["UploadId"]
 c1 = s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=1,
-                         CopySource={"Bucket": bucket, "Key": "m/obj.bin"}, CopySourceRange="bytes=100-5099")
-c2 = s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=2,
                          CopySource={"Bucket": bucket, "Key": "mp/whole.bin"})
+c2 = s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=2,
+                         CopySource={"Bucket": bucket, "Key": "m/obj.bin"}, CopySourceRange="bytes=100-5099")
 parts = [{"PartNumber": 1, "ETag": c1["CopyPartResult"]["ETag"]}, {"PartNumber": 2, "ETag": c2["CopyPartResult"]["ETag"]}]
-assert parts[0]["ETag"] == '"%s"' % hashlib.md5(body[100:5100]).hexdigest(), c1
+assert parts[1]["ETag"] == '"%s"' % hashlib.md5(body[100:5100]).hexdigest(), c2
 try:
     s3.upload_part_copy(Bucket=bucket, Key="mp/copied.bin", UploadId=u, PartNumber=3,
                         CopySource={"Bucket": bucket, "Key": "m/obj.bin"}, CopySourceIfMatch='"0123"')
@@ -126,7 +134,7 @@ try:
 except ClientError as e:
     assert e.response["Error"]["Code"] == "PreconditionFailed", e.response
 s3.complete_multipart_upload(Bucket=bucket, Key="mp/copied.bin", UploadId=u, MultipartUpload={"Parts": parts})
-assert s3.get_object(Bucket=bucket, Key="mp/copied.bin")["Body"].read() == body[100:5100] + p1 + p2
+assert s3.get_object(Bucket=bucket, Key="mp/copied.bin")["Body"].read() == p1 + p2 + body[100:5100]
 
 # ListMultipartUploads: the uploads in progress, by key, paged with the key and upload-id markers.
 ids = {k: s3.create_multipart_upload(Bucket=bucket, Key=k)["UploadId"] for k in ["up/b", "up/a", "up/c/d", "other"]}
