@@ -237,6 +237,12 @@ impl DriveMetrics {
         self.families.read_bytes.get()
     }
 
+    /// Requests of operation `op` (its label, e.g. `"read"`) this drive has
+    /// answered so far, whatever their outcome; 0 for an unknown name.
+    pub fn requests_total(&self, op: &str) -> u64 {
+        OPERATIONS.iter().position(|&(_, name)| name == op).map_or(0, |i| self.families.per_op[i].requests.get())
+    }
+
     pub(crate) fn written_bytes(&self, bytes: u64) {
         self.families.written_bytes.inc_by(bytes);
     }

@@ -130,3 +130,48 @@ fn kill_drive_of_first_column(env: &mut common::Env, path: &str) {
         env.cluster_mut().drives.iter_mut().find(|d| d.addr.to_string() == addr).expect("the first column's drive");
     drive.kill();
 }
+
+/// 4 KiB reads at random places of a file the page cache does not hold
+/// (the reader says so with `POSIX_FADV_RANDOM`, as a database would): each
+/// costs the drives at most one request of its own 4 KiB (issue 29.5), on
+/// `rs:2+1` as `nasd up` lays files out.
+#[test]
+fn a_small_random_read_is_one_drive_request() {
+    require_fuse!();
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    const READS: u64 = 200;
+    const PAGE: u64 = 4096;
+    let seed = common::seed("a_small_random_read_is_one_drive_request");
+    let mut rng = common::Rng::new(seed);
+    let opts = common::ClusterOptions {
+        root_layout: Some(nasd_fs::Layout::parse("rs:2+1@1M").unwrap()),
+        ..Default::default()
+    };
+    let mut env = common::Env::start("a_small_random_read_is_one_drive_request", LIMIT, opts);
+    let m = env.mount();
+    let len = (16 * MIB + rng.below(16 * MIB)) as usize;
+    let data = common::cluster::pattern(seed, len);
+    write_directly(&env, "/r", &data);
+    let f = std::fs::File::open(m.join("r")).expect("open through the mount");
+    // SAFETY: a valid open descriptor; posix_fadvise reads no memory.
+    assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) }, 0);
+    let requests =
+        |env: &common::Env| -> u64 { env.cluster().drives.iter().map(|d| d.metrics.requests_total("read")).sum() };
+    let (requests_before, bytes_before) = (requests(&env), drive_bytes_read(&env));
+    let mut page = vec![0u8; PAGE as usize];
+    for _ in 0..READS {
+        let at = rng.below(len as u64 / PAGE) * PAGE;
+        f.read_exact_at(&mut page, at).expect("read through the mount");
+        assert!(page == data[at as usize..(at + PAGE) as usize], "a 4 KiB read at {at} (seed {seed})");
+    }
+    let sent_requests = requests(&env) - requests_before;
+    let sent_bytes = drive_bytes_read(&env) - bytes_before;
+    eprintln!("{READS} random 4 KiB reads: {sent_requests} drive reads, {sent_bytes} bytes");
+    assert!(
+        (1..=READS).contains(&sent_requests) && sent_bytes <= READS * PAGE,
+        "{READS} random 4 KiB reads cost {sent_requests} drive reads of {sent_bytes} bytes (seed {seed})"
+    );
+    drop(f);
+    env.stop();
+}
