@@ -356,6 +356,10 @@ impl AuthServer {
         if name.is_empty() || name.len() > nasd_proto::manager::USER_NAME_MAX {
             return refuse(FsStatus::InvalidArgument, "a user name needs 1 to USER_NAME_MAX bytes");
         }
+        if uid == nasd_meta::MANAGER_WRITER_UID {
+            // The managers record their own write transactions as this id.
+            return refuse(FsStatus::InvalidArgument, "uid 4294967295 is reserved: give another");
+        }
         let hash = self.hash(password.to_string()).await?;
         self.store.add_user(name, uid, if gid == 0 { uid } else { gid }, &hash, admin).await
     }

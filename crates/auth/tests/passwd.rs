@@ -186,3 +186,15 @@ async fn administrators_set_any_password_and_users_only_their_own() {
     to(root.set_user_enabled(BOB, true)).await.unwrap();
     assert!(s.logs_in(BOB, "reset by root").await);
 }
+
+/// uid u32::MAX is no user's: the managers record their own write
+/// transactions as that id, which no caller may begin one as.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_managers_own_uid_is_no_users() {
+    let s = Server::start().await;
+    let refused = to(s.server.add_user("nobody", "a password", nasd_meta::MANAGER_WRITER_UID, 1, false)).await;
+    let (status, message) = refused.expect_err("uid u32::MAX");
+    assert_eq!(status, FsStatus::InvalidArgument, "{message}");
+    assert!(!s.logs_in("nobody", "a password").await, "a refused user logs in");
+    to(s.server.add_user("top", "a password", u32::MAX - 1, 1, false)).await.expect("the uid below it");
+}
