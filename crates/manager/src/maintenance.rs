@@ -374,10 +374,16 @@ impl Manager {
         outcome
     }
 
-    /// Removes `objects`, all on `drive`, flushes, forgets them.
+    /// Removes `objects`, all on `drive`, flushes, forgets them. The
+    /// metadata is made durable first: the change that doomed them may be
+    /// committed but not yet flushed, and a power loss that undid it after
+    /// the removal would leave its file naming objects that are gone.
     async fn remove_on(&self, drive: u32, objects: Vec<ObjectRef>) -> Result<(), Failure> {
         if objects.is_empty() {
             return Ok(());
+        }
+        if !self.metadata_is_durable() {
+            self.sync_metadata().await?;
         }
         let d = self.drive(drive)?;
         for o in &objects {

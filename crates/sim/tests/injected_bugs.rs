@@ -37,3 +37,36 @@ fn skipping_the_block_sync_before_a_commit_is_caught() {
 fn accepting_a_stale_access_control_version_is_caught() {
     caught(Bug::AcceptStaleAcv, "was accepted, sent");
 }
+
+/// The whole cluster under `seed` (60 s) with `bug` armed breaks a property
+/// whose text holds `breaks` (the same seed passes without it:
+/// `tests/cluster.rs` plays it).
+fn caught_in_the_cluster(bug: Bug, seed: u64, breaks: &str) {
+    let cfg =
+        nasd_sim::Config { cluster: true, duration: Duration::from_secs(60), bugs: [bug].into(), ..Default::default() };
+    let r = nasd_sim::run(seed, &cfg);
+    println!("{}", r.summary());
+    assert!(!r.passed(), "seed {seed}: {bug:?} went unnoticed");
+    assert!(
+        r.failures.iter().any(|f| f.contains(breaks)),
+        "seed {seed}: {bug:?} broke something else: {:?}",
+        r.failures
+    );
+    assert!(r.replay_command().contains(" --cluster"), "{}", r.replay_command());
+}
+
+/// A manager that never flushes its metadata's log loses, at a power loss,
+/// changes acknowledged longer ago than `metadata_sync_ms`: seed 5's
+/// clients read files older than their acknowledged history allows.
+#[test]
+fn a_manager_that_never_flushes_its_metadata_is_caught_by_a_power_loss() {
+    caught_in_the_cluster(Bug::SkipMetadataSync, 5, "acknowledged history allows only");
+}
+
+/// A manager that never rebuilds a lost drive's components leaves seed
+/// 10's mirrored files on the drive gone for good: short of the redundancy
+/// the drives left allow.
+#[test]
+fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
+    caught_in_the_cluster(Bug::SkipRebuild, 10, "repair did not converge");
+}
