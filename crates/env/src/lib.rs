@@ -77,8 +77,9 @@ pub enum Bug {
     /// The manager never rebuilds a lost drive's components elsewhere:
     /// files stay short of their redundancy after a drive is gone for good.
     SkipRebuild,
-    /// The manager's periodic metadata flush does nothing: a power loss
-    /// takes changes acknowledged longer ago than `metadata_sync_ms`.
+    /// The manager's metadata flush (periodic, before removals, `SYNC`)
+    /// does nothing: a power loss takes changes acknowledged longer ago
+    /// than `metadata_sync_ms`.
     SkipMetadataSync,
 }
 

@@ -637,6 +637,10 @@ impl Manager {
     /// `INTERNAL` if the flush failed (the manager then refuses changes
     /// until restarted).
     pub async fn sync_metadata(&self) -> Result<(), Failure> {
+        #[cfg(feature = "sim-bugs")]
+        if self.env.injected_bug(nasd_env::Bug::SkipMetadataSync) {
+            return Ok(());
+        }
         self.meta(|ns| nasd_meta::Backend::sync(ns.backend()).map_err(FsStatus::from)).await
     }
 
@@ -659,11 +663,7 @@ impl Manager {
                     _ = shutdown.changed() => {}
                 }
                 let d = me.metadata_durability();
-                #[cfg(feature = "sim-bugs")]
-                let skip = me.env.injected_bug(nasd_env::Bug::SkipMetadataSync);
-                #[cfg(not(feature = "sim-bugs"))]
-                let skip = false;
-                if d.durable < d.committed && !skip {
+                if d.durable < d.committed {
                     let started = std::time::Instant::now();
                     let synced = me.sync_metadata().await;
                     me.metrics.metadata_synced(synced.is_ok(), started.elapsed());

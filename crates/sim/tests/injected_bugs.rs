@@ -56,17 +56,17 @@ fn caught_in_the_cluster(bug: Bug, seed: u64, breaks: &str) {
 }
 
 /// A manager that never flushes its metadata's log loses, at a power loss,
-/// changes acknowledged longer ago than `metadata_sync_ms`: seed 5's
+/// changes acknowledged longer ago than `metadata_sync_ms`: seed 1's
 /// clients read files older than their acknowledged history allows.
 #[test]
 fn a_manager_that_never_flushes_its_metadata_is_caught_by_a_power_loss() {
-    caught_in_the_cluster(Bug::SkipMetadataSync, 5, "acknowledged history allows only");
+    caught_in_the_cluster(Bug::SkipMetadataSync, 1, "acknowledged history allows only");
 }
 
 /// A manager that never rebuilds a lost drive's components leaves seed
-/// 10's mirrored files on the drive gone for good: short of the redundancy
+/// 4's mirrored files on the drive gone for good: short of the redundancy
 /// the drives left allow.
 #[test]
 fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
-    caught_in_the_cluster(Bug::SkipRebuild, 10, "repair did not converge");
+    caught_in_the_cluster(Bug::SkipRebuild, 4, "repair did not converge");
 }
