@@ -622,11 +622,22 @@ impl Manager {
         nasd_meta::Backend::durability(self.ns.backend())
     }
 
-    /// True if every metadata change committed so far is durable against
-    /// power loss.
-    pub(crate) fn metadata_is_durable(&self) -> bool {
+    /// Makes every metadata change committed so far durable against power
+    /// loss, if it is not yet: called before a change's effect on the
+    /// drives that cannot be undone (an object removed, an access control
+    /// version raised), so that no power loss can undo the change and keep
+    /// its effect — a file naming objects that are gone, or refused by its
+    /// drives. Write-ahead, as a log is. Group-committed with every other
+    /// caller ([`Manager::sync_metadata`]).
+    ///
+    /// # Errors
+    /// `INTERNAL` if the flush failed.
+    pub(crate) async fn durable_before_drive_effects(&self) -> Result<(), Failure> {
         let d = self.metadata_durability();
-        d.durable >= d.committed
+        if d.durable >= d.committed {
+            return Ok(());
+        }
+        self.sync_metadata().await
     }
 
     /// Makes every change acknowledged so far durable against power loss

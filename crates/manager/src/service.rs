@@ -1168,14 +1168,11 @@ impl Manager {
         for i in &effects.revoke {
             by_drive.entry(i.object.drive).or_default().0.push((i.object.object, i.acv));
         }
-        // A removal cannot be undone, and a power loss can still undo the
-        // change that doomed the object while the metadata is not durable:
-        // then the removal is left to the maintenance pass, which makes the
-        // metadata durable first (`remove_on`).
-        if self.metadata_is_durable() {
-            for o in &effects.doomed {
-                by_drive.entry(o.drive).or_default().1.push(o.object);
-            }
+        for o in &effects.doomed {
+            by_drive.entry(o.drive).or_default().1.push(o.object);
+        }
+        if !by_drive.is_empty() {
+            self.durable_before_drive_effects().await?;
         }
         let mut work = Vec::with_capacity(by_drive.len());
         for (drive, (revoke, remove)) in by_drive {
