@@ -1058,7 +1058,7 @@ impl Cluster {
         let left_on_gone = info.components.iter().any(|(_, at)| on_gone(at));
         let drives_left = self.drives.iter().filter(|d| !d.gone.load(Ordering::Acquire)).count();
         let rebuildable = !matches!(info.layout.scheme, Scheme::Stripe { .. }) && info.components.len() <= drives_left;
-        if !here_behind && !(left_on_gone && rebuildable) {
+        if !(here_behind || (left_on_gone && rebuildable)) {
             return None;
         }
         let states: Vec<String> = info
