@@ -74,6 +74,13 @@ pub enum Bug {
     /// The drive accepts a capability whose access-control version is older
     /// than the object's: a revocation does not stop it.
     AcceptStaleAcv,
+    /// The manager never rebuilds a lost drive's components elsewhere:
+    /// files stay short of their redundancy after a drive is gone for good.
+    SkipRebuild,
+    /// The manager's metadata flush (periodic, before removals, `SYNC`)
+    /// does nothing: a power loss takes changes acknowledged longer ago
+    /// than `metadata_sync_ms`.
+    SkipMetadataSync,
 }
 
 /// A simulated world as one component sees it (its node: its clock, its

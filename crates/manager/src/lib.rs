@@ -622,6 +622,24 @@ impl Manager {
         nasd_meta::Backend::durability(self.ns.backend())
     }
 
+    /// Makes every metadata change committed so far durable against power
+    /// loss, if it is not yet: called before a change's effect on the
+    /// drives that cannot be undone (an object removed, an access control
+    /// version raised), so that no power loss can undo the change and keep
+    /// its effect — a file naming objects that are gone, or refused by its
+    /// drives. Write-ahead, as a log is. Group-committed with every other
+    /// caller ([`Manager::sync_metadata`]).
+    ///
+    /// # Errors
+    /// `INTERNAL` if the flush failed.
+    pub(crate) async fn durable_before_drive_effects(&self) -> Result<(), Failure> {
+        let d = self.metadata_durability();
+        if d.durable >= d.committed {
+            return Ok(());
+        }
+        self.sync_metadata().await
+    }
+
     /// Makes every change acknowledged so far durable against power loss
     /// (`SYNC`): one flush of the metadata's log, shared by concurrent
     /// callers.
@@ -630,6 +648,10 @@ impl Manager {
     /// `INTERNAL` if the flush failed (the manager then refuses changes
     /// until restarted).
     pub async fn sync_metadata(&self) -> Result<(), Failure> {
+        #[cfg(feature = "sim-bugs")]
+        if self.env.injected_bug(nasd_env::Bug::SkipMetadataSync) {
+            return Ok(());
+        }
         self.meta(|ns| nasd_meta::Backend::sync(ns.backend()).map_err(FsStatus::from)).await
     }
 

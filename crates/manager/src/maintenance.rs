@@ -352,6 +352,7 @@ impl Manager {
         if intents.is_empty() {
             return Ok(());
         }
+        self.durable_before_drive_effects().await?;
         let d = self.drive(drive)?;
         for i in &intents {
             d.set_acv(i.object.object, i.acv).await.map_err(|e| drive_failure(drive, e))?;
@@ -374,11 +375,13 @@ impl Manager {
         outcome
     }
 
-    /// Removes `objects`, all on `drive`, flushes, forgets them.
+    /// Removes `objects`, all on `drive`, flushes, forgets them (the change
+    /// that doomed them made durable first).
     async fn remove_on(&self, drive: u32, objects: Vec<ObjectRef>) -> Result<(), Failure> {
         if objects.is_empty() {
             return Ok(());
         }
+        self.durable_before_drive_effects().await?;
         let d = self.drive(drive)?;
         for o in &objects {
             d.remove(o.object).await.map_err(|e| drive_failure(drive, e))?;

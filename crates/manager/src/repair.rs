@@ -627,6 +627,10 @@ impl Manager {
     /// or have been down longer than `rebuild_delay` (or at all, after
     /// `REPAIR rebuild`).
     async fn rebuild_lost(&self) {
+        #[cfg(feature = "sim-bugs")]
+        if self.env.injected_bug(nasd_env::Bug::SkipRebuild) {
+            return;
+        }
         let now = Instant::now();
         let rebuild_now = std::mem::take(&mut self.repair.lock().expect("repair lock").rebuild_now);
         for d in self.drives() {

@@ -1171,6 +1171,9 @@ impl Manager {
         for o in &effects.doomed {
             by_drive.entry(o.drive).or_default().1.push(o.object);
         }
+        if !by_drive.is_empty() {
+            self.durable_before_drive_effects().await?;
+        }
         let mut work = Vec::with_capacity(by_drive.len());
         for (drive, (revoke, remove)) in by_drive {
             work.push((self.drive(drive)?, revoke, remove));

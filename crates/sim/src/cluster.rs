@@ -26,14 +26,37 @@
 //! Faults: drive crashes that lose what was not synced (power loss) and
 //! restarts, a drive's disk full for a while (then its process restarted,
 //! as an operator restarts a store that failed a commit), the manager killed (`kill -9`:
-//! its disk keeps its writes) and restarted, partitions between a client
-//! and the manager or a drive, bit rot (a bit of a drive's stored blocks
+//! its disk keeps its writes) and restarted, the manager's power loss (its
+//! disk keeps only what SQLite synced, through the simulated VFS) and
+//! restart, partitions between a client and the manager or a drive, a slow
+//! link (a drive's, the manager's or a client's: its segments fall behind
+//! others', so messages reorder across connections), a connection of a
+//! drive or of the manager reset, bit rot (a bit of a drive's stored blocks
 //! flipped at rest), a host's clock jumping within the skew the drives
-//! allow. At the end the faults stop, everything comes back, and
-//! every file of every client is read (a `stripe` file may be unreadable
-//! after rot, never read wrong) and every directory listed; then, within
-//! two minutes, the manager's repair must have brought every component of
-//! every file back to `Ok`.
+//! allow, and at most once a drive gone for good. At the end the faults
+//! stop, everything but a gone drive comes back, and every file of every
+//! client is read (a `stripe` file may be unreadable after rot or with a
+//! component on the gone drive, never read wrong) and every directory
+//! listed; then, within two minutes, the manager's repair must have
+//! brought every component on the drives left back to `Ok`, and rebuilt
+//! elsewhere every component of the gone drive whose layout has redundancy
+//! and fits on the drives left (a mirror on three drives does; `rs:2+1`
+//! does not, and must still read).
+//!
+//! A manager power loss may take the changes acknowledged in the last
+//! `metadata_sync_ms` (docs/ARCHITECTURE.md, "Durability"): each name keeps
+//! its recent models, and at a power loss its model widens to every state
+//! from the last one acknowledged more than `POWER_LOSS_WINDOW` ago on,
+//! with the states operations pass through (a whole-file write's
+//! truncation). Anything older must hold.
+//!
+//! Found and fixed: seed 13 (`--duration 60`, once the manager's power
+//! loss joined the faults): a rename over a file removed the old file's
+//! objects on the drives at once; the power loss 57 ms later undid the
+//! rename (not yet flushed), and the name was back on an inode whose
+//! objects were gone. The manager now makes its metadata durable before
+//! any effect on the drives that cannot be undone
+//! (`Manager::durable_before_drive_effects`).
 //!
 //! Found and fixed: seed 12 (`--duration 60`, once bit rot and clock jumps
 //! joined the faults) read an `rs:2+1` file with one stripe torn — its
@@ -57,18 +80,19 @@
 //! for a down drive instead of marking it (`nasd_manager`'s
 //! `coordinator.rs`).
 //!
-//! Not yet here: the authentication server, a manager power loss (losing
-//! the last `metadata_sync_ms` of acknowledged changes, which the model
-//! would have to allow unless a client synced), repair and rebuild
-//! checkers, ACL changes racing data, several managers.
+//! Not yet here: the authentication server, chmod/ACL changes and key
+//! rotation racing data requests (the drives-only run has its revocation
+//! checker), a client's `SYNC` narrowing the power-loss window, the
+//! cross-name prefix property of a power loss, several managers.
 
-use crate::world::{between, jump_a_clock, Core, Host, Node, Tally};
+use crate::world::{between, jump_a_clock, reset_a_connection, slow_a_link, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_drive::{DriveConfig, SecurityMode};
 use nasd_fs::{FsClient, FsConfig, FsError};
 use nasd_manager::{Manager, ManagerConfig};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::layout::{ComponentState, Layout, Scheme};
+use nasd_proto::manager::LayoutInfo;
 use nasd_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -123,6 +147,20 @@ const CHECKER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 60, 1));
 
 /// What a name may hold: absent (`None`) or a file's bytes.
 type Content = Option<Vec<u8>>;
+
+/// A name's recent models: when each was set, and whether it is a state an
+/// operation passes through (not one it leaves).
+type History = Vec<(Instant, Maybe, bool)>;
+
+/// How long a name's models are remembered (longer than
+/// [`POWER_LOSS_WINDOW`]).
+const HISTORY_KEPT: Duration = Duration::from_secs(10);
+
+/// What a power loss of the manager may take: the changes acknowledged in
+/// the last `metadata_sync_ms` (its default here), and a little more for
+/// the flush itself to run.
+const POWER_LOSS_WINDOW: Duration =
+    Duration::from_millis(nasd_manager::METADATA_SYNC_INTERVAL_DEFAULT.as_millis() as u64 + 100);
 
 /// A name's model: the states an acknowledged history allows.
 #[derive(Debug, Clone)]
@@ -283,6 +321,8 @@ struct DriveSlot {
     addr: SocketAddr,
     master: nasd_crypto::Key,
     node: Mutex<Option<Arc<Node>>>,
+    /// Gone for good: never started again.
+    gone: AtomicBool,
 }
 
 /// The manager's host and its running incarnation.
@@ -311,6 +351,8 @@ pub struct Cluster {
     clients: Vec<Arc<Host>>,
     /// Per client: every name it used, by path, with its model.
     models: Vec<Mutex<BTreeMap<String, Maybe>>>,
+    /// Per client: each name's recent models, for a manager power loss.
+    histories: Vec<Mutex<BTreeMap<String, History>>>,
     tally: Tally,
     /// A drive's disk rotted (a bit flipped at rest): a file without
     /// redundancy may be unreadable from then on — never read wrong.
@@ -331,6 +373,7 @@ impl Cluster {
                 addr: SocketAddr::new(drive_ip(i), DRIVE_PORT),
                 master: key(&core),
                 node: Mutex::new(None),
+                gone: AtomicBool::new(false),
             })
             .collect();
         let dir = tempfile::tempdir().expect("a temporary directory for the manager's key files");
@@ -345,9 +388,10 @@ impl Cluster {
         let clients =
             (0..cfg.clients).map(|i| Host::new(&core, &format!("client-{i}"), client_ip(i), 1 << 20)).collect();
         let models = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
+        let histories = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
         let end = Instant::now() + cfg.duration;
         let (tally, rotted) = (Tally::default(), AtomicBool::new(false));
-        Arc::new(Cluster { core, cfg, drives, manager, clients, models, tally, rotted, end, _dir: dir })
+        Arc::new(Cluster { core, cfg, drives, manager, clients, models, histories, tally, rotted, end, _dir: dir })
     }
 
     /// A property broke: logged, and the run fails.
@@ -436,7 +480,7 @@ impl Cluster {
     }
 
     async fn restart_drive(&self, d: &DriveSlot) {
-        if lock(&d.node).is_some() {
+        if lock(&d.node).is_some() || d.gone.load(Ordering::Acquire) {
             return;
         }
         if let Err(e) = self.start_drive(d).await {
@@ -450,6 +494,9 @@ impl Cluster {
             // Every byte on the drives: the layouts are what is exercised.
             small_file_threshold: 0,
             write_lease: Duration::from_secs(10),
+            // A drive down this long is rebuilt elsewhere: longer than any
+            // crash or restart here lasts, so only a drive gone for good is.
+            rebuild_delay: REBUILD_DELAY,
             ..ManagerConfig::default()
         }
     }
@@ -477,6 +524,21 @@ impl Cluster {
         let Some(running) = lock(&self.manager.running).take() else { return };
         running.node.kill();
         self.core.log("manager killed (kill -9)");
+    }
+
+    /// The manager's host loses power: its disk keeps only what was synced
+    /// (of SQLite's log and database, through the simulated VFS), and each
+    /// name's model widens to what that may take.
+    fn power_off_manager(&self) {
+        let Some(running) = lock(&self.manager.running).take() else { return };
+        let lost = running.node.crash();
+        self.core.log("manager lost power");
+        // Its directory's real name is a temporary one: not the seed's.
+        let dir = self.manager.dir.display().to_string();
+        for line in lost {
+            self.core.log(format!("manager disk: {}", line.replace(&dir, "$MANAGER_DIR")));
+        }
+        self.widen_for_power_loss();
     }
 
     async fn restart_manager(&self) {
@@ -570,7 +632,69 @@ impl Cluster {
     }
 
     fn set_model(&self, c: usize, path: &str, m: Maybe) {
-        lock(&self.models[c]).insert(path.to_string(), m);
+        let old = lock(&self.models[c]).insert(path.to_string(), m.clone()).unwrap_or(Maybe::Exact(None));
+        self.remember(c, path, old, m, false);
+    }
+
+    /// Notes that `path` passes through `state` on the way to what an
+    /// operation leaves (a whole-file write's truncation by its create): a
+    /// power loss of the manager may leave it there.
+    fn passes_through(&self, c: usize, path: &str, state: Content) {
+        let old = self.model(c, path);
+        self.remember(c, path, old, Maybe::Exact(state), true);
+    }
+
+    fn remember(&self, c: usize, path: &str, old: Maybe, m: Maybe, transient: bool) {
+        let now = Instant::now();
+        let mut histories = lock(&self.histories[c]);
+        let h = histories.entry(path.to_string()).or_insert_with(|| vec![(self.end - self.cfg.duration, old, false)]);
+        h.push((now, m, transient));
+        let keep_from = now.checked_sub(HISTORY_KEPT).unwrap_or(now);
+        while h.len() > 2 && h[1].0 < keep_from && !h[1].2 {
+            h.remove(0);
+        }
+    }
+
+    /// The manager's power loss: each name may be back at any state it had
+    /// at or after the last one acknowledged more than
+    /// [`POWER_LOSS_WINDOW`] ago (docs/ARCHITECTURE.md, "Durability": a
+    /// power loss takes at most the changes acknowledged in the last
+    /// `metadata_sync_ms`), including the states operations pass through.
+    fn widen_for_power_loss(&self) {
+        let now = Instant::now();
+        let cutoff = now.checked_sub(POWER_LOSS_WINDOW).unwrap_or(now);
+        for c in 0..self.clients.len() {
+            let histories = lock(&self.histories[c]).clone();
+            for (path, h) in histories {
+                let from = h.iter().rposition(|(t, _, transient)| *t < cutoff && !transient).unwrap_or(0);
+                let current = self.model(c, &path);
+                let mut states: Vec<Content> = Vec::new();
+                let mut unknown = false;
+                for m in h[from..].iter().map(|(_, m, _)| m).chain([&current]) {
+                    match m.states() {
+                        Some(v) => {
+                            for x in v {
+                                if !states.contains(&x) {
+                                    states.push(x);
+                                }
+                            }
+                        }
+                        None => unknown = true,
+                    }
+                }
+                let widened = if unknown || states.len() > MAYBE_MAX {
+                    Maybe::Unknown
+                } else if states.len() == 1 {
+                    Maybe::Exact(states.pop().expect("one state"))
+                } else {
+                    Maybe::OneOf(states)
+                };
+                if format!("{widened:?}") != format!("{current:?}") {
+                    self.core.log(format!("{path} after the power loss: {}", describe_maybe(&widened)));
+                }
+                lock(&self.models[c]).insert(path, widened);
+            }
+        }
     }
 
     fn pick_path(&self, c: usize) -> String {
@@ -593,15 +717,14 @@ impl Cluster {
             // Write the whole file (create or replace its bytes), then close (flush).
             0..=29 => {
                 let data = self.content(FILE_BYTES_MAX);
+                self.passes_through(c, &path, Some(Vec::new()));
                 let done = async {
                     let f = fs.create(&path, 0o644, false, true).await?;
                     f.write_at(0, &data).await?;
                     f.close().await.map(|_| ())
                 }
                 .await;
-                self.settle(c, &who, &format!("write {path} ({})", data.len()), done, &path, &before, |_| {
-                    Some(data.clone())
-                });
+                self.settle(c, &who, &format!("write {path} ({})", data.len()), done, &path, |_| Some(data.clone()));
             }
             // Overwrite part of an existing file (it may grow).
             30..=44 if before.surely_file() => {
@@ -614,18 +737,16 @@ impl Cluster {
                 }
                 .await;
                 let what = format!("overwrite {path} at {offset} ({})", data.len());
-                self.settle(c, &who, &what, done, &path, &before, |old| written(old, offset, &data));
+                self.settle(c, &who, &what, done, &path, |old| written(old, offset, &data));
             }
             45..=54 if before.surely_file() => {
                 let size = self.core.gen_range(0..FILE_BYTES_MAX + 1);
                 let done = fs.truncate(&path, size).await.map(|_| ());
-                self.settle(c, &who, &format!("truncate {path} to {size}"), done, &path, &before, |old| {
-                    resized(old, size)
-                });
+                self.settle(c, &who, &format!("truncate {path} to {size}"), done, &path, |old| resized(old, size));
             }
             55..=64 if before.surely_file() => {
                 let done = fs.unlink(&path).await;
-                self.settle(c, &who, &format!("unlink {path}"), done, &path, &before, |_| None);
+                self.settle(c, &who, &format!("unlink {path}"), done, &path, |_| None);
             }
             65..=74 if before.surely_file() => {
                 // Within the same directory (the same layout), over whatever is there.
@@ -637,8 +758,9 @@ impl Cluster {
                 if to == path {
                     return;
                 }
-                let target = self.model(c, &to);
                 let done = fs.rename(&path, &to).await;
+                // Read after: a power loss of the manager meanwhile widened them.
+                let (before, target) = (self.model(c, &path), self.model(c, &to));
                 let what = format!("rename {path} to {to}");
                 match &done {
                     Ok(()) => {
@@ -664,7 +786,6 @@ impl Cluster {
     /// Records the outcome of an operation on `path` whose result, from
     /// each state the name may hold, is `after`: exactly that if it was
     /// acknowledged, else the name may hold that or what it held.
-    #[allow(clippy::too_many_arguments)]
     fn settle(
         &self,
         c: usize,
@@ -672,9 +793,11 @@ impl Cluster {
         what: &str,
         done: Result<(), FsError>,
         path: &str,
-        before: &Maybe,
         after: impl Fn(&Content) -> Content,
     ) {
+        // Read now, not before the operation: a power loss of the manager
+        // meanwhile widened it.
+        let before = &self.model(c, path);
         match done {
             Ok(()) => {
                 let now = before.map(&after);
@@ -728,18 +851,27 @@ impl Cluster {
 
     async fn faults(self: Arc<Self>) {
         let quiet = self.end - Duration::from_secs(5);
+        // Every other seed loses a drive for good, at a time it draws.
+        let lose_a_drive_at = (self.cfg.drive_loss && self.core.chance(0.5))
+            .then(|| Instant::now() + between(&self.core, Duration::ZERO, self.cfg.duration / 2));
+        let mut gone = false;
         while Instant::now() < quiet {
             tokio::time::sleep(between(&self.core, Duration::from_secs(1), Duration::from_secs(10))).await;
             self.tally.fault();
             let d = &self.drives[self.core.gen_range(0..self.drives.len() as u64) as usize];
             let up = lock(&d.node).is_some();
-            match self.core.gen_range(0..100) {
-                0..=29 if up => {
+            let draw = if !gone && up && lose_a_drive_at.is_some_and(|at| Instant::now() >= at) {
+                95
+            } else {
+                self.core.gen_range(0..95)
+            };
+            match draw {
+                0..=24 if up => {
                     self.crash_drive(d);
                     tokio::time::sleep(between(&self.core, Duration::from_millis(100), Duration::from_secs(8))).await;
                     self.restart_drive(d).await;
                 }
-                30..=39 if up => {
+                25..=32 if up => {
                     d.host.disk.set_full(true);
                     self.core.log(format!("drive-{} disk full", d.index));
                     tokio::time::sleep(between(&self.core, Duration::from_millis(100), Duration::from_secs(5))).await;
@@ -749,12 +881,17 @@ impl Cluster {
                     // operator restarts the drive's process (its disk keeps every write).
                     self.restart_drive_process(d).await;
                 }
-                40..=64 => {
+                33..=44 => {
                     self.kill_manager();
                     tokio::time::sleep(between(&self.core, Duration::from_millis(100), Duration::from_secs(6))).await;
                     self.restart_manager().await;
                 }
-                65..=84 => {
+                45..=52 => {
+                    self.power_off_manager();
+                    tokio::time::sleep(between(&self.core, Duration::from_millis(100), Duration::from_secs(6))).await;
+                    self.restart_manager().await;
+                }
+                53..=67 => {
                     let c = self.core.gen_range(0..self.clients.len() as u64) as usize;
                     let (other, name) = if self.core.chance(0.5) {
                         (MANAGER_IP, "the manager".to_string())
@@ -767,13 +904,13 @@ impl Cluster {
                     self.core.net.heal();
                     self.core.log("partitions healed");
                 }
-                85..=92 => {
+                68..=74 => {
                     if let Some(at) = d.host.disk.rot(&Path::new(STORE_DIR).join("blocks.dat"), 0) {
                         self.rotted.store(true, Ordering::Release);
                         self.core.log(format!("drive-{} rot at byte {at} of blocks.dat", d.index));
                     }
                 }
-                93..=99 => {
+                75..=80 => {
                     // Within the skew the drives allow: every two clocks differ by less.
                     let hosts: Vec<&Host> = self
                         .drives
@@ -783,6 +920,31 @@ impl Cluster {
                         .chain([&*self.manager.host])
                         .collect();
                     jump_a_clock(&self.core, &hosts);
+                }
+                // Delay: one host's link slow for a while (its segments fall
+                // behind others', so messages reorder across connections).
+                81..=88 => {
+                    let host = match self.core.gen_range(0..3) {
+                        0 => d.host.ip,
+                        1 => MANAGER_IP,
+                        _ => self.clients[self.core.gen_range(0..self.clients.len() as u64) as usize].ip,
+                    };
+                    slow_a_link(&self.core, host).await;
+                }
+                // A reset: a connection of a drive (to a client or the
+                // manager) or of the manager (a client's session).
+                89..=94 => {
+                    if self.core.chance(0.5) {
+                        reset_a_connection(&self.core, d.host.ip, &format!("drive-{}", d.index));
+                    } else {
+                        reset_a_connection(&self.core, MANAGER_IP, "the manager");
+                    }
+                }
+                95 => {
+                    gone = true;
+                    d.gone.store(true, Ordering::Release);
+                    self.crash_drive(d);
+                    self.core.log(format!("drive-{} gone for good", d.index));
                 }
                 // A crash or a full disk drawn for a drive that is down.
                 _ => {}
@@ -794,6 +956,9 @@ impl Cluster {
     /// drives and roll back what was left open.
     async fn quiesce(&self) {
         self.core.net.heal();
+        for host in self.drives.iter().map(|d| &d.host).chain(&self.clients).chain([&self.manager.host]) {
+            self.core.net.set_slow(host.ip, Duration::ZERO);
+        }
         for d in &self.drives {
             d.host.disk.set_full(false);
             self.restart_drive(d).await;
@@ -821,6 +986,10 @@ impl Cluster {
                     Ok(got) => got,
                     Err(e) if self.lost_to_rot(path, &e) => {
                         self.core.log(format!("checker read {path}: lost to rot (no redundancy): {}", short(&e)));
+                        continue;
+                    }
+                    Err(e) if self.lost_with_the_gone_drive(&fs, path).await => {
+                        self.core.log(format!("checker read {path}: lost with the drive gone for good: {}", short(&e)));
                         continue;
                     }
                     Err(e) => {
@@ -862,6 +1031,44 @@ impl Cluster {
             && failures.iter().all(|f| f.cause.suggests_rot())
     }
 
+    /// The address of the drive gone for good, if one is.
+    fn gone_addr(&self) -> Option<String> {
+        self.drives.iter().find(|d| d.gone.load(Ordering::Acquire)).map(|d| d.addr.to_string())
+    }
+
+    /// Whether `path` cannot be read because a drive is gone for good: a
+    /// component of it is still there, and its layout has no redundancy
+    /// (`stripe`) or a disk rotted (one failure more than parity covers).
+    async fn lost_with_the_gone_drive(&self, fs: &FsClient, path: &str) -> bool {
+        let Some(gone) = self.gone_addr() else { return false };
+        let Ok(info) = fs.get_layout(path).await else { return false };
+        info.components.iter().any(|(_, at)| *at == gone)
+            && (matches!(info.layout.scheme, Scheme::Stripe { .. }) || self.rotted.load(Ordering::Acquire))
+    }
+
+    /// What keeps a file (`info`: its layout) short of the redundancy its
+    /// layout allows, if anything: a component not `Ok` on a drive still
+    /// here, or a component left on the drive gone for good though the
+    /// layout has redundancy to rebuild it from and the drives left can
+    /// hold every component apart.
+    fn short_of_redundancy(&self, info: &LayoutInfo) -> Option<String> {
+        let gone = self.gone_addr();
+        let on_gone = |at: &String| gone.as_ref() == Some(at);
+        let here_behind = info.components.iter().any(|(c, at)| !on_gone(at) && c.state != ComponentState::Ok);
+        let left_on_gone = info.components.iter().any(|(_, at)| on_gone(at));
+        let drives_left = self.drives.iter().filter(|d| !d.gone.load(Ordering::Acquire)).count();
+        let rebuildable = !matches!(info.layout.scheme, Scheme::Stripe { .. }) && info.components.len() <= drives_left;
+        if !(here_behind || (left_on_gone && rebuildable)) {
+            return None;
+        }
+        let states: Vec<String> = info
+            .components
+            .iter()
+            .map(|(c, at)| format!("{:?}{}", c.state, if on_gone(at) { " (drive gone)" } else { "" }))
+            .collect();
+        Some(format!("[{}]", states.join(", ")))
+    }
+
     /// Repair converges once the faults stopped: within
     /// [`REPAIR_CONVERGES_WITHIN`] of simulated time every component of
     /// every file is recorded `Ok` again — resynced where it missed writes,
@@ -883,9 +1090,8 @@ impl Cluster {
             for path in &paths {
                 match fs.get_layout(path).await {
                     Ok(info) => {
-                        let states: Vec<ComponentState> = info.components.iter().map(|(c, _)| c.state).collect();
-                        if states.iter().any(|s| *s != ComponentState::Ok) {
-                            behind.push(format!("{path} {states:?}"));
+                        if let Some(why) = self.short_of_redundancy(&info) {
+                            behind.push(format!("{path} {why}"));
                         }
                     }
                     Err(e) if e.status() == Some(FsStatus::NotFound) => {}
@@ -912,6 +1118,10 @@ impl Cluster {
 /// has to bring every component back to `Ok` (its repair pass runs every
 /// maintenance interval, a second by default).
 const REPAIR_CONVERGES_WITHIN: Duration = Duration::from_secs(120);
+
+/// How long the manager waits for a drive that is down before it rebuilds
+/// its components elsewhere (`rebuild_delay`).
+const REBUILD_DELAY: Duration = Duration::from_secs(30);
 
 /// Reads `path` (absent: `None`), trying again for a while on failures
 /// other than absence: the cluster is coming back.

@@ -27,7 +27,7 @@
 //! flush and a crash), and every object reads back as its model says.
 
 use crate::model::ObjectModel;
-use crate::world::{between, jump_a_clock, Core, Host, Node, Tally};
+use crate::world::{between, jump_a_clock, reset_a_connection, slow_a_link, Core, Host, Node, Tally};
 use crate::Config;
 use nasd_client::{Auth, ClientError, Credential, DriveClient};
 use nasd_crypto::{mint_capability, Key, MacAlgorithm};
@@ -557,18 +557,9 @@ impl Scenario {
                 }
                 55..=64 => {
                     let host = if self.core.chance(0.5) { d.host.ip } else { client_ip(0) };
-                    let extra = between(&self.core, Duration::from_millis(20), Duration::from_millis(800));
-                    self.core.net.set_slow(host, extra);
-                    self.core.log(format!("{host} slow by {extra:?}"));
-                    tokio::time::sleep(between(&self.core, Duration::from_secs(1), Duration::from_secs(10))).await;
-                    self.core.net.set_slow(host, Duration::ZERO);
-                    self.core.log(format!("{host} back to speed"));
+                    slow_a_link(&self.core, host).await;
                 }
-                65..=76 => {
-                    let pick = self.core.gen_range(0..1024) as usize;
-                    let reset = self.core.net.reset_one(d.host.ip, pick);
-                    self.core.log(format!("reset a connection of drive-{}: {reset}", d.index));
-                }
+                65..=76 => reset_a_connection(&self.core, d.host.ip, &format!("drive-{}", d.index)),
                 77..=86 => {
                     let hosts: Vec<&Host> =
                         self.drives.iter().map(|d| &*d.host).chain(self.clients.iter().map(|c| &**c)).collect();

@@ -140,13 +140,17 @@ pub fn bug_name(bug: Bug) -> &'static str {
     match bug {
         Bug::SkipBlockSync => "skip-block-sync",
         Bug::AcceptStaleAcv => "accept-stale-acv",
+        Bug::SkipRebuild => "skip-rebuild",
+        Bug::SkipMetadataSync => "skip-metadata-sync",
         _ => "unknown",
     }
 }
 
 /// The bug named `name` (`--bug NAME`).
 pub fn bug_by_name(name: &str) -> Option<Bug> {
-    [Bug::SkipBlockSync, Bug::AcceptStaleAcv].into_iter().find(|b| bug_name(*b) == name)
+    [Bug::SkipBlockSync, Bug::AcceptStaleAcv, Bug::SkipRebuild, Bug::SkipMetadataSync]
+        .into_iter()
+        .find(|b| bug_name(*b) == name)
 }
 
 impl Report {

@@ -343,6 +343,27 @@ pub fn jump_a_clock(core: &Core, hosts: &[&Host]) {
     core.log(format!("{} clock jumps to offset {offset} ns", h.name));
 }
 
+/// A fault: every segment to or from `host` takes an
+/// extra delay drawn from the seed for a while drawn from the seed, then
+/// the link is back to speed. Segments of its connections fall behind
+/// those of others: messages reorder across connections.
+pub async fn slow_a_link(core: &Core, host: IpAddr) {
+    let extra = between(core, Duration::from_millis(20), Duration::from_millis(800));
+    core.net.set_slow(host, extra);
+    core.log(format!("{host} slow by {extra:?}"));
+    tokio::time::sleep(between(core, Duration::from_secs(1), Duration::from_secs(10))).await;
+    core.net.set_slow(host, Duration::ZERO);
+    core.log(format!("{host} back to speed"));
+}
+
+/// A fault: one live connection of `host` (`name` in the log), drawn, is
+/// reset (both ends fail at once, whatever was in flight lost).
+pub fn reset_a_connection(core: &Core, host: IpAddr, name: &str) {
+    let pick = core.gen_range(0..1024) as usize;
+    let reset = core.net.reset_one(host, pick);
+    core.log(format!("reset a connection of {name}: {reset}"));
+}
+
 /// A value drawn uniformly in `lo..=hi` of durations.
 pub fn between(core: &Core, lo: Duration, hi: Duration) -> Duration {
     let span = (hi - lo).as_nanos() as u64;

@@ -37,3 +37,45 @@ fn skipping_the_block_sync_before_a_commit_is_caught() {
 fn accepting_a_stale_access_control_version_is_caught() {
     caught(Bug::AcceptStaleAcv, "was accepted, sent");
 }
+
+/// Cluster seeds (60 s) the cluster tests play clean (`tests/cluster.rs`:
+/// its fixed seeds and regression seeds).
+const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17];
+
+/// The first of [`CLUSTER_SEEDS`] on which the whole cluster with `bug`
+/// armed breaks a property; what broke must hold `breaks`.
+fn caught_in_the_cluster(bug: Bug, breaks: &str) -> u64 {
+    let cfg =
+        nasd_sim::Config { cluster: true, duration: Duration::from_secs(60), bugs: [bug].into(), ..Default::default() };
+    for &seed in CLUSTER_SEEDS {
+        let r = nasd_sim::run(seed, &cfg);
+        if r.passed() {
+            continue;
+        }
+        println!("{}", r.summary());
+        assert!(
+            r.failures.iter().any(|f| f.contains(breaks)),
+            "seed {seed}: {bug:?} broke something else: {:?}",
+            r.failures
+        );
+        assert!(r.replay_command().contains(" --cluster"), "{}", r.replay_command());
+        return seed;
+    }
+    panic!("{bug:?} went unnoticed in the cluster seeds {CLUSTER_SEEDS:?}");
+}
+
+/// A manager that never flushes its metadata's log loses, at a power loss,
+/// changes acknowledged longer ago than `metadata_sync_ms`: clients read
+/// files older than their acknowledged history allows.
+#[test]
+fn a_manager_that_never_flushes_its_metadata_is_caught_by_a_power_loss() {
+    caught_in_the_cluster(Bug::SkipMetadataSync, "acknowledged history allows only");
+}
+
+/// A manager that never rebuilds a lost drive's components leaves mirrored
+/// files on the drive gone for good: short of the redundancy the drives
+/// left allow.
+#[test]
+fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
+    caught_in_the_cluster(Bug::SkipRebuild, "repair did not converge");
+}

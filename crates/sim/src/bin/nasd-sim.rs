@@ -22,7 +22,7 @@ struct Args {
     /// The first seed of --seeds.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// Arm a deliberate bug (skip-block-sync, accept-stale-acv).
+    /// Arm a deliberate bug (skip-block-sync, accept-stale-acv, skip-rebuild, skip-metadata-sync).
     #[arg(long = "bug")]
     bugs: Vec<String>,
     /// Simulated seconds of workload per seed.
@@ -62,7 +62,7 @@ fn main() {
                 cfg.bugs.insert(bug);
             }
             None => {
-                eprintln!("unknown bug {b}: skip-block-sync or accept-stale-acv");
+                eprintln!("unknown bug {b}: skip-block-sync, accept-stale-acv, skip-rebuild or skip-metadata-sync");
                 std::process::exit(2);
             }
         }
