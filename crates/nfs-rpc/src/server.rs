@@ -127,7 +127,7 @@ pub async fn serve(
             tracing::warn!(%peer, "refusing an NFS connection from outside the allowed client networks");
             continue;
         }
-        let Some(slot) = ClientSlot::take(&per_client, peer.ip(), limits.connections_per_client) else {
+        let Some(slot) = ClientSlot::take(&per_client, peer.ip().to_canonical(), limits.connections_per_client) else {
             let max = limits.connections_per_client;
             tracing::warn!(%peer, "refusing an NFS connection: this client holds {max} (connections per client)");
             continue;
@@ -239,7 +239,7 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem, drc: &d
     };
     let args = &record[input.position() as usize..];
     let ticket = if drc::Cache::keeps(&call) {
-        match drc.begin(peer.ip(), xid, drc.digest(&call, &auth, args)) {
+        match drc.begin(peer.ip().to_canonical(), xid, drc.digest(&call, &auth, args)) {
             Seen::New(ticket) => Some(ticket),
             Seen::Again(first) => {
                 tracing::debug!(%peer, xid, proc = call.proc, "a resent call answered from the duplicate-request cache");
@@ -345,6 +345,55 @@ mod tests {
         cut.extend_from_slice(b"ab");
         let mut r = &cut[..];
         assert!(read_record(&mut r).await.is_err());
+    }
+
+    #[test]
+    fn a_client_address_holds_at_most_its_slots_and_leaves_the_map_with_its_last() {
+        let counts = Arc::new(PerClient::default());
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = ClientSlot::take(&counts, a, 2).expect("a first slot");
+        let second = ClientSlot::take(&counts, a, 2).expect("a second slot");
+        assert!(ClientSlot::take(&counts, a, 2).is_none(), "a third slot for one address");
+        let other = ClientSlot::take(&counts, b, 2).expect("another address is counted apart");
+        drop(first);
+        let again = ClientSlot::take(&counts, a, 2).expect("a slot once one went");
+        drop((second, again, other));
+        assert!(counts.0.lock().unwrap().is_empty(), "addresses without connections are forgotten");
+    }
+
+    #[test]
+    fn credentials_other_than_auth_sys_are_refused_with_the_documented_reply() {
+        use crate::rpc::opaque_auth;
+        let call = |flavor: u32, prog: u32, proc: u32| call_body {
+            rpcvers: 2,
+            prog,
+            vers: 3,
+            proc,
+            cred: opaque_auth { flavor, body: vec![1, 2, 3, 4] },
+            verf: opaque_auth::default(),
+        };
+        for flavor in [2, 3, 6, 7, 8, u32::MAX] {
+            for (prog, proc) in [(nfs::PROGRAM, 0), (nfs::PROGRAM, 1), (mount::PROGRAM, 5)] {
+                let refused = admit(&call(flavor, prog, proc));
+                assert!(matches!(refused, Err(auth_stat::AUTH_BADCRED)), "flavour {flavor}: {refused:?}");
+            }
+        }
+        for (prog, proc) in [(nfs::PROGRAM, 0), (mount::PROGRAM, 0), (mount::PROGRAM, 2), (mount::PROGRAM, 5)] {
+            assert!(matches!(admit(&call(0, prog, proc)), Ok(Auth::None)), "AUTH_NONE {prog} {proc}");
+        }
+        for (prog, proc) in [(nfs::PROGRAM, 1), (nfs::PROGRAM, 12), (mount::PROGRAM, 1)] {
+            assert!(matches!(admit(&call(0, prog, proc)), Err(auth_stat::AUTH_TOOWEAK)), "AUTH_NONE {prog} {proc}");
+        }
+        // PROTOCOL.md's vector: the reply to a RPCSEC_GSS call, xid 0x01020304.
+        let mut out = Vec::new();
+        auth_error_reply_message(0x0102_0304, auth_stat::AUTH_BADCRED).serialize(&mut out).unwrap();
+        let hex: String = out.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "0102030400000001000000010000000100000001");
+        // An RPC version other than 2: RPC_MISMATCH naming 2 to 2.
+        out.clear();
+        rpc_vers_mismatch(7).serialize(&mut out).unwrap();
+        let words: Vec<u32> = out.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(words, [7, 1, 1, 0, 2, 2]);
     }
 
     #[test]
