@@ -71,6 +71,7 @@
 //! clients = ["127.0.0.1/32", "10.0.0.0/8"]  # allowed client networks; others are refused at connect
 //! root_squash = true             # uid 0 runs as anon_uid/anon_gid [default: true]
 //! handle_key = "/var/lib/nasd/nfs/handle.key"  # seals file handles; made at first start
+//! connections_per_client = 16    # connections one client address may hold open (1 to 256)
 //! [metrics]                      # Prometheus/OpenMetrics at http://ADDR/metrics: plain HTTP, no login
 //! drive = "127.0.0.1:9400"       # nasd drive [default: off]; --metrics overrides
 //! manager = "127.0.0.1:9300"     # nasd manager [default: off]; --metrics overrides
@@ -315,6 +316,9 @@ pub struct NfsSection {
     /// The key sealing file handles (made at the first start) [default: "nasd-data/nfs/handle.key"].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle_key: Option<PathBuf>,
+    /// Connections one client address may hold open [default: 16; 1 to 256].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections_per_client: Option<usize>,
 }
 
 impl NfsSection {
@@ -326,6 +330,7 @@ impl NfsSection {
             && self.anon_uid.is_none()
             && self.anon_gid.is_none()
             && self.handle_key.is_none()
+            && self.connections_per_client.is_none()
     }
 }
 

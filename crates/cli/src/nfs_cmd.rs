@@ -43,8 +43,26 @@ pub struct NfsArgs {
     /// makes every handle clients hold stale.
     #[arg(long, value_name = "FILE")]
     handle_key: Option<PathBuf>,
+    /// Connections one client address may hold open at once, 1 to 256
+    /// [default: [nfs] connections_per_client, else 16].
+    #[arg(long, value_name = "N")]
+    connections_per_client: Option<usize>,
     #[command(flatten)]
     pub login: Login,
+}
+
+/// The server's limits from the arguments over `[nfs]`.
+fn limits(args: &NfsArgs, section: &NfsSection) -> anyhow::Result<nfs_rpc::Limits> {
+    let per_client = args
+        .connections_per_client
+        .or(section.connections_per_client)
+        .unwrap_or(nfs_rpc::server::CONNECTIONS_PER_CLIENT_DEFAULT);
+    let max = nfs_rpc::server::CONNECTIONS_MAX;
+    anyhow::ensure!(
+        (1..=max).contains(&per_client),
+        "[nfs] connections_per_client must be 1 to {max}, not {per_client}"
+    );
+    Ok(nfs_rpc::Limits { connections_per_client: per_client })
 }
 
 /// The gateway's settings from the arguments over `[nfs]`.
@@ -84,6 +102,7 @@ fn config(args: &NfsArgs, section: &NfsSection) -> anyhow::Result<(nasd_nfs::Nfs
 /// Serves NFS until Ctrl-C or SIGTERM.
 pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::Result<()> {
     let (config, clients) = config(&args, section)?;
+    let limits = limits(&args, section)?;
     let listen = args.listen.clone().or_else(|| section.listen.clone()).unwrap_or_else(|| LISTEN_DEFAULT.into());
     let key_path = args.handle_key.clone().or_else(|| section.handle_key.clone()).unwrap_or(HANDLE_KEY_DEFAULT.into());
     let (key, _) = handle_key(&key_path)?;
@@ -95,7 +114,7 @@ pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::R
             _ = term.recv() => {}
         }
     };
-    serve(fs, config, clients, &listen, &key, stop).await
+    serve(fs, config, (clients, limits), &listen, &key, stop).await
 }
 
 /// `nasd up`'s gateway (`[up] nfs = true`): logs in with `client` (the
@@ -112,9 +131,11 @@ pub async fn serve_for_up(
         clients: Vec::new(),
         no_root_squash: false,
         handle_key: None,
+        connections_per_client: None,
         login: Login::default(),
     };
     let (config, clients) = config(&args, &section)?;
+    let limits = limits(&args, &section)?;
     let listen = section.listen.clone().unwrap_or_else(|| LISTEN_DEFAULT.into());
     let key_path = section.handle_key.clone().unwrap_or(HANDLE_KEY_DEFAULT.into());
     let fs = crate::fs_cmd::login_renewing(&client, None).await.context("the NFS gateway cannot log in")?;
@@ -124,7 +145,7 @@ pub async fn serve_for_up(
             .await
             .context("cannot let the NFS gateway act for users")?;
     }
-    serve(fs, config, clients, &listen, &key, stop).await
+    serve(fs, config, (clients, limits), &listen, &key, stop).await
 }
 
 /// The handle key at `path` (made, 0600, with its directory, if missing) and whether it was made.
@@ -138,7 +159,7 @@ fn handle_key(path: &std::path::Path) -> anyhow::Result<(nasd_crypto::Key, bool)
 async fn serve(
     fs: FsClient,
     config: nasd_nfs::NfsConfig,
-    clients: nasd_nfs::Clients,
+    (clients, limits): (nasd_nfs::Clients, nfs_rpc::Limits),
     listen: &str,
     key: &nasd_crypto::Key,
     stop: impl std::future::Future<Output = ()>,
@@ -156,7 +177,7 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     eprintln!("NFSv3 gateway ready on {bound} (MOUNT on the same port), exports {}", exports.join(" "));
-    let served = nfs_rpc::serve(listener, gateway.clone(), Arc::new(clients), stop).await;
+    let served = nfs_rpc::serve(listener, gateway.clone(), Arc::new(clients), limits, stop).await;
     // What clients wrote and did not commit yet is committed now (their next COMMIT sees a new
     // verifier and resends it anyway).
     gateway.close_all().await;

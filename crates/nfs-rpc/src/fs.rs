@@ -17,9 +17,10 @@ pub struct Caller {
 }
 
 /// An RPC call's credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Auth {
-    /// `AUTH_NONE` (or a flavour this server does not know).
+    /// `AUTH_NONE` (only for the NULL procedures and MOUNT's listings:
+    /// other calls are refused `AUTH_TOOWEAK` before they reach the file system).
     None,
     /// `AUTH_SYS` (`AUTH_UNIX`): the ids the client claims.
     Sys {

@@ -15,11 +15,21 @@
 //! Every network input is bounded: a record at most [`RECORD_BYTES_MAX`],
 //! an opaque at most [`IO_BYTES_MAX`], names [`NAME_BYTES_MAX`], calls in
 //! flight per connection [`server::CALLS_PER_CONNECTION_MAX`] and in all
-//! [`server::CALLS_IN_FLIGHT_MAX`], connections [`server::CONNECTIONS_MAX`].
+//! [`server::CALLS_IN_FLIGHT_MAX`], connections [`server::CONNECTIONS_MAX`]
+//! and per client address [`Limits::connections_per_client`], calls
+//! remembered by the duplicate-request cache [`DRC_ENTRIES_MAX`].
+//!
+//! Calls of a credential flavour other than AUTH_SYS are answered
+//! `MSG_DENIED`/`AUTH_ERROR` (AUTH_NONE is admitted only for the NULL
+//! procedures and MOUNT's listings). A resent SETATTR, CREATE, MKDIR,
+//! SYMLINK, MKNOD, REMOVE, RMDIR, RENAME or LINK (same client address and
+//! xid, same call) gets the first run's reply from the duplicate-request
+//! cache instead of running twice.
 //! No portmapper is served: clients name the port (libnfs:
 //! `nfs://host/export?nfsport=P&mountport=P`, Linux: `-o port=P,mountport=P`).
 #![allow(clippy::upper_case_acronyms)]
 
+mod drc;
 mod fs;
 #[allow(missing_docs)]
 pub mod mount;
@@ -32,9 +42,10 @@ pub mod server;
 #[allow(missing_docs)]
 pub mod xdr;
 
+pub use drc::{DRC_ENTRIES_MAX, DRC_REPLY_BYTES_MAX, NON_IDEMPOTENT_PROCS};
 pub use fs::{Auth, Caller, CreateHow, DirEntry, DirPage, FileHandle, FsStat, NfsFileSystem, NfsResult, Stable};
 pub use procs::READDIR_ENTRIES_MAX;
-pub use server::{serve, PeerFilter};
+pub use server::{serve, Limits, PeerFilter};
 
 /// Largest READ or WRITE (and FSINFO's `rtmax`/`wtmax`).
 pub const IO_BYTES_MAX: u32 = 1 << 20;

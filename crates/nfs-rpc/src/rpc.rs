@@ -95,7 +95,11 @@ pub enum auth_flavor {
     AUTH_NULL = 0,
     AUTH_UNIX = 1,
     AUTH_SHORT = 2,
-    AUTH_DES = 3, /* and more to be defined */
+    AUTH_DES = 3,
+    /// RFC 2203.
+    RPCSEC_GSS = 6,
+    /// RFC 9289.
+    AUTH_TLS = 7,
 }
 xdr_enum_serde!(auth_flavor);
 
@@ -131,13 +135,16 @@ xdr_struct!(auth_unix, stamp, machinename, uid, gid, gids);
 #[allow(non_camel_case_types)]
 #[derive(Clone, Debug)]
 pub struct opaque_auth {
-    pub flavor: auth_flavor,
+    /// An `auth_flavor` number, kept as sent: a call of a flavour this
+    /// server does not know still decodes, so it can be answered
+    /// `AUTH_ERROR` instead of being dropped.
+    pub flavor: u32,
     pub body: Vec<u8>,
 }
 xdr_struct!(opaque_auth, flavor, body);
 impl Default for opaque_auth {
     fn default() -> opaque_auth {
-        opaque_auth { flavor: auth_flavor::AUTH_NULL, body: Vec::new() }
+        opaque_auth { flavor: auth_flavor::AUTH_NULL as u32, body: Vec::new() }
     }
 }
 
@@ -475,9 +482,15 @@ pub fn garbage_args_reply_message(xid: u32) -> rpc_msg {
     rpc_msg { xid, body: rpc_body::REPLY(reply) }
 }
 
+/// `RPC_MISMATCH` naming the one RPC version served, 2 (nfsserve answered 0 to 0).
 pub fn rpc_vers_mismatch(xid: u32) -> rpc_msg {
-    let reply = reply_body::MSG_DENIED(rejected_reply::RPC_MISMATCH(mismatch_info::default()));
+    let reply = reply_body::MSG_DENIED(rejected_reply::RPC_MISMATCH(mismatch_info { low: 2, high: 2 }));
     rpc_msg { xid, body: rpc_body::REPLY(reply) }
+}
+
+/// `MSG_DENIED`, `AUTH_ERROR` with `why`.
+pub fn auth_error_reply_message(xid: u32, why: auth_stat) -> rpc_msg {
+    rpc_msg { xid, body: rpc_body::REPLY(reply_body::MSG_DENIED(rejected_reply::AUTH_ERROR(why))) }
 }
 
 pub fn make_success_reply(xid: u32) -> rpc_msg {

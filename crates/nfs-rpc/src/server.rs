@@ -1,17 +1,22 @@
 //! The TCP side: RPC record marking (RFC 5531 §11), one task per
 //! connection reading records, calls run concurrently (at most
 //! [`CALLS_PER_CONNECTION_MAX`] at once), replies written as they finish.
+//! Credentials are admitted before a call runs ([`admit`]); calls that
+//! change the file system pass through the duplicate-request cache
+//! (`drc.rs`).
 
+use crate::drc::{self, Seen};
 use crate::fs::{Auth, Caller, NfsFileSystem};
 use crate::rpc::{
-    auth_flavor, auth_stat, auth_unix, call_body, garbage_args_reply_message, prog_mismatch_reply_message,
-    prog_unavail_reply_message, rejected_reply, reply_body, rpc_body, rpc_msg, rpc_vers_mismatch,
+    auth_error_reply_message, auth_flavor, auth_stat, auth_unix, call_body, garbage_args_reply_message,
+    prog_mismatch_reply_message, prog_unavail_reply_message, rpc_body, rpc_msg, rpc_vers_mismatch,
 };
 use crate::xdr::XDR;
 use crate::{mount, nfs, procs, RECORD_BYTES_MAX};
+use std::collections::HashMap;
 use std::io::Cursor;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -24,8 +29,64 @@ pub const CONNECTIONS_MAX: usize = 256;
 /// bounded by about `(CALLS_IN_FLIGHT_MAX * 2 + CONNECTIONS_MAX) * RECORD_BYTES_MAX`
 /// (a record and its reply per call): under 1 GiB.
 pub const CALLS_IN_FLIGHT_MAX: usize = 256;
+/// Connections one client address may hold open at once unless
+/// configured ([`Limits`]): Linux's `nconnect` opens at most 16.
+pub const CONNECTIONS_PER_CLIENT_DEFAULT: usize = 16;
 /// Longest AUTH_SYS credential body (RFC 5531: 400 bytes).
 const AUTH_BODY_MAX: usize = 400;
+/// Most supplementary groups an AUTH_SYS credential names (RFC 5531).
+const AUTH_SYS_GROUPS_MAX: usize = 16;
+
+/// The limits an operator may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections one client address may hold open at once (1 to
+    /// [`CONNECTIONS_MAX`]); more are closed at accept, so one host cannot
+    /// take every connection.
+    pub connections_per_client: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { connections_per_client: CONNECTIONS_PER_CLIENT_DEFAULT }
+    }
+}
+
+/// Open connections per client address; an address leaves the map with
+/// its last connection, so it holds at most [`CONNECTIONS_MAX`] addresses.
+#[derive(Default)]
+struct PerClient(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection counted against its client's limit until dropped.
+struct ClientSlot {
+    counts: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl ClientSlot {
+    /// A slot for `ip`, or `None` if it holds `max` connections already.
+    fn take(counts: &Arc<PerClient>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        let mut map = counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot { counts: counts.clone(), ip })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// Whether a peer may talk to the server at all (its allowed networks).
 pub trait PeerFilter: Send + Sync + 'static {
@@ -34,16 +95,26 @@ pub trait PeerFilter: Send + Sync + 'static {
 }
 
 /// Serves NFSv3 and MOUNT v3 on `listener` for `fs` until `shutdown`
-/// completes; connections from peers `filter` refuses are closed at once.
+/// completes; connections from peers `filter` refuses, or over `limits`,
+/// are closed at once.
 ///
 /// # Errors
-/// Accepting a connection failed.
+/// Accepting a connection failed, or `limits` are out of range.
 pub async fn serve(
     listener: TcpListener,
     fs: Arc<dyn NfsFileSystem>,
     filter: Arc<dyn PeerFilter>,
+    limits: Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    if !(1..=CONNECTIONS_MAX).contains(&limits.connections_per_client) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("connections per client must be 1 to {CONNECTIONS_MAX}"),
+        ));
+    }
+    let per_client = Arc::new(PerClient::default());
+    let drc = Arc::new(drc::Cache::new());
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     let in_flight = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT_MAX));
     tokio::pin!(shutdown);
@@ -56,16 +127,21 @@ pub async fn serve(
             tracing::warn!(%peer, "refusing an NFS connection from outside the allowed client networks");
             continue;
         }
+        let Some(slot) = ClientSlot::take(&per_client, peer.ip().to_canonical(), limits.connections_per_client) else {
+            let max = limits.connections_per_client;
+            tracing::warn!(%peer, "refusing an NFS connection: this client holds {max} (connections per client)");
+            continue;
+        };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             tracing::warn!(%peer, "refusing an NFS connection: {CONNECTIONS_MAX} are open");
             continue;
         };
-        let (fs, in_flight) = (fs.clone(), in_flight.clone());
+        let (fs, in_flight, drc) = (fs.clone(), in_flight.clone(), drc.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, peer, fs, in_flight).await {
+            if let Err(e) = connection(stream, peer, fs, in_flight, drc).await {
                 tracing::debug!(%peer, error = %e, "NFS connection ended");
             }
-            drop(permit);
+            drop((permit, slot));
         });
     }
 }
@@ -76,6 +152,7 @@ async fn connection(
     peer: SocketAddr,
     fs: Arc<dyn NfsFileSystem>,
     in_flight: Arc<tokio::sync::Semaphore>,
+    drc: Arc<drc::Cache>,
 ) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let (mut read, mut write) = stream.into_split();
@@ -97,9 +174,9 @@ async fn connection(
         };
         let permit = calls.clone().acquire_owned().await.expect("never closed");
         let global = in_flight.clone().acquire_owned().await.expect("never closed");
-        let (fs, tx) = (fs.clone(), tx.clone());
+        let (fs, tx, drc) = (fs.clone(), tx.clone(), drc.clone());
         tokio::spawn(async move {
-            if let Some(reply) = answer(&record, peer, fs.as_ref()).await {
+            if let Some(reply) = answer(&record, peer, fs.as_ref(), &drc).await {
                 let _ = tx.send(reply).await;
             }
             drop((permit, global));
@@ -137,8 +214,8 @@ async fn read_record(read: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<
 }
 
 /// The reply to one call record; `None` for a record that is not a call
-/// (nothing to answer).
-async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem) -> Option<Vec<u8>> {
+/// (nothing to answer), or a resent call whose first run gave no reply.
+async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem, drc: &drc::Cache) -> Option<Vec<u8>> {
     let mut input = Cursor::new(record);
     let mut msg = rpc_msg::default();
     if let Err(e) = msg.deserialize(&mut input) {
@@ -148,14 +225,29 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem) -> Opti
     let xid = msg.xid;
     let rpc_body::CALL(call) = msg.body else { return None };
     let mut output = Vec::new();
-    let Some(auth) = credentials(&call) else {
-        tracing::debug!(%peer, xid, "refusing a call whose AUTH_SYS credential does not decode");
-        let denied = rpc_msg {
-            xid,
-            body: rpc_body::REPLY(reply_body::MSG_DENIED(rejected_reply::AUTH_ERROR(auth_stat::AUTH_BADCRED))),
-        };
-        denied.serialize(&mut output).ok()?;
+    if call.rpcvers != 2 {
+        rpc_vers_mismatch(xid).serialize(&mut output).ok()?;
         return Some(output);
+    }
+    let auth = match admit(&call) {
+        Ok(auth) => auth,
+        Err(why) => {
+            tracing::debug!(%peer, xid, flavor = call.cred.flavor, ?why, "refusing a call's credentials");
+            auth_error_reply_message(xid, why).serialize(&mut output).ok()?;
+            return Some(output);
+        }
+    };
+    let args = &record[input.position() as usize..];
+    let ticket = if drc::Cache::keeps(&call) {
+        match drc.begin(peer.ip().to_canonical(), xid, drc.digest(&call, &auth, args)) {
+            Seen::New(ticket) => Some(ticket),
+            Seen::Again(first) => {
+                tracing::debug!(%peer, xid, proc = call.proc, "a resent call answered from the duplicate-request cache");
+                return drc::replay(first).await;
+            }
+        }
+    } else {
+        None
     };
     let caller = Caller { peer, auth };
     let result = dispatch(xid, &call, &caller, &mut input, &mut output, fs).await;
@@ -164,25 +256,40 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem) -> Opti
         output.clear();
         garbage_args_reply_message(xid).serialize(&mut output).ok()?;
     }
+    if let Some(ticket) = ticket {
+        ticket.done(&output);
+    }
     Some(output)
 }
 
-/// The call's credentials; `None` (refused `AUTH_BADCRED`) if its AUTH_SYS
-/// body is too long, does not decode or names more than 16 groups.
-fn credentials(call: &call_body) -> Option<Auth> {
+/// The call's credentials, or why they are refused (RFC 5531 §9):
+/// - `AUTH_SYS`: its uid, gid and groups; `AUTH_BADCRED` if the body is
+///   over 400 bytes, does not decode or names more than 16 groups;
+/// - `AUTH_NONE`: only for the NULL procedures and MOUNT's calls that
+///   change nothing and read no file (DUMP, UMNT, UMNTALL, EXPORT) —
+///   anything else is `AUTH_TOOWEAK` (a correct credential, too weak to
+///   decide a file request by);
+/// - every other flavour (`AUTH_SHORT`, `AUTH_DH`, `RPCSEC_GSS`,
+///   `AUTH_TLS`, unknown numbers): `AUTH_BADCRED`, the server cannot check
+///   such a credential (Linux's answer to a flavour it has no handler for).
+fn admit(call: &call_body) -> Result<Auth, auth_stat> {
+    const AUTH_NULL: u32 = auth_flavor::AUTH_NULL as u32;
+    const AUTH_UNIX: u32 = auth_flavor::AUTH_UNIX as u32;
     match call.cred.flavor {
-        auth_flavor::AUTH_UNIX => {
+        AUTH_UNIX => {
             if call.cred.body.len() > AUTH_BODY_MAX {
-                return None;
+                return Err(auth_stat::AUTH_BADCRED);
             }
             let mut unix = auth_unix::default();
-            unix.deserialize(&mut Cursor::new(&call.cred.body)).ok()?;
-            if unix.gids.len() > 16 {
-                return None;
+            unix.deserialize(&mut Cursor::new(&call.cred.body)).map_err(|_| auth_stat::AUTH_BADCRED)?;
+            if unix.gids.len() > AUTH_SYS_GROUPS_MAX {
+                return Err(auth_stat::AUTH_BADCRED);
             }
-            Some(Auth::Sys { uid: unix.uid, gid: unix.gid, groups: unix.gids })
+            Ok(Auth::Sys { uid: unix.uid, gid: unix.gid, groups: unix.gids })
         }
-        _ => Some(Auth::None),
+        AUTH_NULL if call.proc == 0 || (call.prog == mount::PROGRAM && call.proc != 1) => Ok(Auth::None),
+        AUTH_NULL => Err(auth_stat::AUTH_TOOWEAK),
+        _ => Err(auth_stat::AUTH_BADCRED),
     }
 }
 
@@ -194,9 +301,6 @@ async fn dispatch(
     output: &mut Vec<u8>,
     fs: &dyn NfsFileSystem,
 ) -> std::io::Result<()> {
-    if call.rpcvers != 2 {
-        return rpc_vers_mismatch(xid).serialize(output);
-    }
     match call.prog {
         nfs::PROGRAM if call.vers == nfs::VERSION => procs::nfs(xid, call.proc, caller, input, output, fs).await,
         nfs::PROGRAM => prog_mismatch_reply_message(xid, nfs::VERSION).serialize(output),
@@ -241,6 +345,55 @@ mod tests {
         cut.extend_from_slice(b"ab");
         let mut r = &cut[..];
         assert!(read_record(&mut r).await.is_err());
+    }
+
+    #[test]
+    fn a_client_address_holds_at_most_its_slots_and_leaves_the_map_with_its_last() {
+        let counts = Arc::new(PerClient::default());
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let first = ClientSlot::take(&counts, a, 2).expect("a first slot");
+        let second = ClientSlot::take(&counts, a, 2).expect("a second slot");
+        assert!(ClientSlot::take(&counts, a, 2).is_none(), "a third slot for one address");
+        let other = ClientSlot::take(&counts, b, 2).expect("another address is counted apart");
+        drop(first);
+        let again = ClientSlot::take(&counts, a, 2).expect("a slot once one went");
+        drop((second, again, other));
+        assert!(counts.0.lock().unwrap().is_empty(), "addresses without connections are forgotten");
+    }
+
+    #[test]
+    fn credentials_other_than_auth_sys_are_refused_with_the_documented_reply() {
+        use crate::rpc::opaque_auth;
+        let call = |flavor: u32, prog: u32, proc: u32| call_body {
+            rpcvers: 2,
+            prog,
+            vers: 3,
+            proc,
+            cred: opaque_auth { flavor, body: vec![1, 2, 3, 4] },
+            verf: opaque_auth::default(),
+        };
+        for flavor in [2, 3, 6, 7, 8, u32::MAX] {
+            for (prog, proc) in [(nfs::PROGRAM, 0), (nfs::PROGRAM, 1), (mount::PROGRAM, 5)] {
+                let refused = admit(&call(flavor, prog, proc));
+                assert!(matches!(refused, Err(auth_stat::AUTH_BADCRED)), "flavour {flavor}: {refused:?}");
+            }
+        }
+        for (prog, proc) in [(nfs::PROGRAM, 0), (mount::PROGRAM, 0), (mount::PROGRAM, 2), (mount::PROGRAM, 5)] {
+            assert!(matches!(admit(&call(0, prog, proc)), Ok(Auth::None)), "AUTH_NONE {prog} {proc}");
+        }
+        for (prog, proc) in [(nfs::PROGRAM, 1), (nfs::PROGRAM, 12), (mount::PROGRAM, 1)] {
+            assert!(matches!(admit(&call(0, prog, proc)), Err(auth_stat::AUTH_TOOWEAK)), "AUTH_NONE {prog} {proc}");
+        }
+        // PROTOCOL.md's vector: the reply to a RPCSEC_GSS call, xid 0x01020304.
+        let mut out = Vec::new();
+        auth_error_reply_message(0x0102_0304, auth_stat::AUTH_BADCRED).serialize(&mut out).unwrap();
+        let hex: String = out.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "0102030400000001000000010000000100000001");
+        // An RPC version other than 2: RPC_MISMATCH naming 2 to 2.
+        out.clear();
+        rpc_vers_mismatch(7).serialize(&mut out).unwrap();
+        let words: Vec<u32> = out.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(words, [7, 1, 1, 0, 2, 2]);
     }
 
     #[test]
