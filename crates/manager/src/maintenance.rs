@@ -72,8 +72,31 @@ impl Manager {
     /// recording them), then finishes the intention logs and fills pools.
     /// A drive that does not answer is reported, and every maintenance pass
     /// tries again until it has been recovered.
+    ///
+    /// On a metadata store no other manager shares, the pools are renewed
+    /// first: a power loss may have undone creates that were acknowledged
+    /// (within `metadata_sync_ms`) and put their objects back in the pool
+    /// after their clients wrote to them, and a pooled object must be empty
+    /// (a new file's bytes past its end read as zeros, never another file's).
+    /// Each pooled object is doomed, removed before its drive is readmitted,
+    /// and the pool filled again with new ones.
     pub async fn recover(&self) {
+        if !self.shared_database() {
+            self.renew_pools().await;
+        }
         self.maintain().await;
+    }
+
+    /// Dooms every drive's pooled objects (see [`recover`](Self::recover)).
+    async fn renew_pools(&self) {
+        for d in self.drives() {
+            let drive = d.drive;
+            match self.meta(move |ns| ns.doom_pool(drive)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(drive, objects = n, "pooled objects doomed at start"),
+                Err(f) => tracing::warn!(drive, error = %f, "cannot renew the drive's pool at start"),
+            }
+        }
     }
 
     /// Recovery of one drive, which ends with its readmission: the

@@ -251,6 +251,26 @@ impl<B: Backend> Namespace<B> {
         self.backend.transact(|t| insert_pooled(t, objects))
     }
 
+    /// Dooms every pooled object of `drive` (they go to the doomed list, to
+    /// be removed from the drive), in one transaction; returns how many.
+    /// For a manager starting on a store no other manager uses: a create
+    /// acknowledged but then lost to a power loss (within the store's
+    /// durability window) put its objects back in the pool, after its
+    /// client may have written to them.
+    ///
+    /// # Errors
+    /// `Internal`.
+    pub fn doom_pool(&self, drive: u32) -> Result<usize, FsStatus> {
+        self.backend.transact(|t| {
+            let mut n = 0;
+            while let Some(o) = t.pool_take(drive)? {
+                t.doom(&o)?;
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
     /// Number of pooled objects of a drive.
     ///
     /// # Errors
