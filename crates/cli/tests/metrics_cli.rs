@@ -2,7 +2,9 @@
 //! in its banner: scraped over HTTP while files are written and read, a
 //! drive is sent a forged request, a login fails and the S3 gateway gets an
 //! unsigned request, the counters of each daemon move by what was done; a request the endpoint cannot parse gets a
-//! 4xx and it goes on serving.
+//! 4xx and it goes on serving. A manager of separate drive processes
+//! serving its own endpoint shows a drive SIGKILLed in its degraded-file
+//! gauge, and the drive's return in its repair counters.
 
 mod common;
 
@@ -171,4 +173,109 @@ fn a_drive_alone_serves_its_metrics_where_told() {
     let after = samples(&rt, at);
     assert_eq!(moved(&before, &after, "nasd_drive_requests_total", &[("op", "inquiry")]), 1.0);
     assert_eq!(moved(&before, &after, "nasd_drive_refusals_total", &[]), 0.0);
+}
+
+/// The address a daemon's log names on its `metrics at http://ADDR/metrics` line.
+fn logged_endpoint(log: &std::path::Path) -> SocketAddr {
+    let mut at = None;
+    common::until("the daemon names its metrics endpoint", || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        at = text
+            .lines()
+            .find_map(|l| l.strip_prefix("metrics at http://"))
+            .map(|u| u.trim_end_matches("/metrics").to_string());
+        at.is_some()
+    });
+    at.unwrap().parse().expect("an IP:PORT")
+}
+
+/// Scrapes `at` until `done` holds of the samples (a hang after
+/// `DAEMON_WAIT_MAX`, not a timing assertion); the samples that satisfied it.
+fn scrape_until(
+    rt: &tokio::runtime::Runtime,
+    at: SocketAddr,
+    what: &str,
+    done: impl Fn(&[Sample]) -> bool,
+) -> Vec<Sample> {
+    let mut last = Vec::new();
+    common::until(what, || {
+        last = samples(rt, at);
+        done(&last)
+    });
+    last
+}
+
+/// A manager serving its own metrics (`[metrics] manager` in the config)
+/// over three drives holding `rs:2+1` files: the degraded-file gauge and
+/// the drive states follow a drive SIGKILLed and started again; a file
+/// written while it is down is resynced when it is back, counted as a
+/// rebuilt file with its bytes; a scrub is counted with the blocks it
+/// checked and its progress shows; write transactions are counted.
+#[test]
+fn a_killed_drive_moves_the_managers_degraded_files_and_its_return_the_repair_counters() {
+    use common::cluster::{path_str, Cluster, Options};
+    let settings = "default_layout = \"rs:2+1@64K\"\nrebuild_delay_secs = 3600\nsmall_file_threshold = 0\n\n\
+                    [metrics]\nmanager = \"127.0.0.1:0\"\n";
+    let mut c = Cluster::start(Options { drives: 3, manager: settings.to_string(), drive_args: Vec::new() });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let at = logged_endpoint(&c.dir().join("manager.log"));
+    let gauge = |s: &[Sample], name: &str, labels: &[(&str, &str)]| sum_of(s, name, labels);
+    let write = |c: &Cluster, name: &str, seed: u8| {
+        let data: Vec<u8> = (0..(1 << 20) + 4321).map(|i: u32| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        let local = c.dir().join(name);
+        std::fs::write(&local, &data).unwrap();
+        c.run_ok(&["put", path_str(&local), &format!("/{name}")]);
+        data
+    };
+
+    let a = write(&c, "a.bin", 1);
+    let healthy = scrape_until(&rt, at, "three drives up and nothing degraded", |s| {
+        gauge(s, "nasd_manager_drives", &[("state", "up")]) == 3.0
+            && gauge(s, "nasd_manager_degraded_files", &[]) == 0.0
+    });
+    assert!(gauge(&healthy, "nasd_manager_transactions_begun_total", &[]) >= 1.0, "the put's write transaction");
+    assert_eq!(gauge(&healthy, "nasd_manager_drives", &[("state", "down")]), 0.0);
+
+    // Killed: the file with a component there is degraded.
+    let victim = c.drives[0].number;
+    c.drive(victim).kill();
+    let down = scrape_until(&rt, at, "the killed drive down and a file degraded", |s| {
+        gauge(s, "nasd_manager_drives", &[("state", "down")]) == 1.0
+            && gauge(s, "nasd_manager_degraded_files", &[]) >= 1.0
+    });
+    assert_eq!(gauge(&down, "nasd_manager_drives", &[("state", "up")]), 2.0);
+
+    // The file rewritten in place meanwhile misses the drive; back, it is resynced and nothing is
+    // degraded.
+    let mut a = a;
+    let patch: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    a[1000..1000 + patch.len()].copy_from_slice(&patch);
+    rt.block_on(async {
+        let fs = c.login().await;
+        let f = fs.open("/a.bin", true).await.expect("open for writing");
+        f.write_at(1000, &patch).await.expect("a write with a drive down");
+        f.close().await.expect("close");
+    });
+    c.drive(victim).start();
+    let back = scrape_until(&rt, at, "the drive back, the missed writes resynced", |s| {
+        gauge(s, "nasd_manager_drives", &[("state", "up")]) == 3.0
+            && gauge(s, "nasd_manager_degraded_files", &[]) == 0.0
+            && gauge(s, "nasd_manager_repaired_files_total", &[("task", "rebuild")]) >= 1.0
+    });
+    assert!(gauge(&back, "nasd_manager_repaired_bytes_total", &[("task", "rebuild")]) > 0.0, "the resync copied bytes");
+    assert_eq!(gauge(&back, "nasd_manager_repaired_files_total", &[("task", "rebalance")]), 0.0);
+    assert!(moved(&healthy, &back, "nasd_manager_transactions_begun_total", &[]) >= 2.0, "the rewrite and the resync");
+    let out = c.dir().join("a.back");
+    c.run_ok(&["get", "/a.bin", path_str(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), a, "the file after the drive's return");
+
+    // A scrub: counted with what it checked, its progress reported (done, nothing planned).
+    c.run_ok(&["repair", "scrub"]);
+    let scrubbed = samples(&rt, at);
+    assert_eq!(moved(&back, &scrubbed, "nasd_manager_scrubs_total", &[]), 1.0);
+    assert!(moved(&back, &scrubbed, "nasd_manager_scrub_checked_blocks_total", &[]) > 0.0, "blocks checked");
+    assert_eq!(gauge(&scrubbed, "nasd_manager_scrub_corrupt_blocks_total", &[]), 0.0, "nothing rotten");
+    let progress = [("task", "scrub"), ("of", "planned")];
+    assert!(scrubbed.iter().any(|s| s.name == "nasd_manager_repair_progress_files"
+        && progress.iter().all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))));
 }
