@@ -391,6 +391,9 @@ pub struct MetricsSection {
     /// `nasd s3`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<String>,
+    /// `nasd mount`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
     /// `nasd up`'s, for every daemon it runs; loopback only (recorded at the
     /// first start: manager_port + 2000 if free, else any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,7 +402,12 @@ pub struct MetricsSection {
 
 impl MetricsSection {
     fn is_empty(&self) -> bool {
-        self.drive.is_none() && self.manager.is_none() && self.auth.is_none() && self.s3.is_none() && self.up.is_none()
+        self.drive.is_none()
+            && self.manager.is_none()
+            && self.auth.is_none()
+            && self.s3.is_none()
+            && self.mount.is_none()
+            && self.up.is_none()
     }
 }
 

@@ -335,7 +335,7 @@ fn run() -> anyhow::Result<()> {
             // A mount point refused before a password is asked for.
             mount_cmd::check(&args)?;
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            mount_cmd::run(fs, args, &file.mount).await
+            mount_cmd::run(fs, args, &file.mount, &file.metrics).await
         }),
         Command::S3(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
