@@ -279,3 +279,106 @@ fn a_killed_drive_moves_the_managers_degraded_files_and_its_return_the_repair_co
     assert!(scrubbed.iter().any(|s| s.name == "nasd_manager_repair_progress_files"
         && progress.iter().all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))));
 }
+
+/// Every PromQL expression of `ops/grafana/nasd.json` (its `expr` fields)
+/// and of `ops/prometheus/nasd-alerts.yml` (its `expr:` lines).
+fn shipped_queries() -> Vec<(String, String)> {
+    fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                        _ => exprs(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+            _ => {}
+        }
+    }
+    let ops = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ops");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ops.join("grafana/nasd.json")).unwrap()).expect("valid JSON");
+    let mut ids: Vec<u64> = dashboard["panels"].as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect();
+    let panels = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), panels, "panel ids are unique");
+    let mut found = Vec::new();
+    exprs(&dashboard, &mut found);
+    let mut queries: Vec<(String, String)> = found.into_iter().map(|e| ("grafana/nasd.json".to_string(), e)).collect();
+    let rules = std::fs::read_to_string(ops.join("prometheus/nasd-alerts.yml")).unwrap();
+    let alerts = rules.lines().filter_map(|l| l.trim().strip_prefix("expr:")).map(|e| e.trim().to_string());
+    queries.extend(alerts.map(|e| ("prometheus/nasd-alerts.yml".to_string(), e)));
+    queries
+}
+
+/// The metric names `expr` queries, each with the label values its
+/// selector asks for (`k="v"`, and each alternative of `k=~"a|b"`).
+fn queried(expr: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("nasd_") {
+        let after = &rest[at..];
+        let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let (name, tail) = after.split_at(end);
+        let mut wanted = Vec::new();
+        if let Some(selector) = tail.strip_prefix('{').and_then(|t| t.split_once('}')).map(|(s, _)| s) {
+            for matcher in selector.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                let (key, value) = matcher.split_once('=').expect("a label matcher");
+                let (regex, value) = match value.strip_prefix('~') {
+                    Some(v) => (true, v),
+                    None => (false, value),
+                };
+                let value = value.trim_matches('"');
+                let values: Vec<&str> = if regex { value.split('|').collect() } else { vec![value] };
+                wanted.extend(values.into_iter().map(|v| (key.to_string(), v.to_string())));
+            }
+        }
+        out.push((name.to_string(), wanted));
+        rest = tail;
+    }
+    out
+}
+
+/// The shipped Grafana dashboard and alert rules query only metrics nasd
+/// serves, with label values it writes: their names against what a running
+/// `nasd up` (after a file written and read back, a login refused and an
+/// S3 request) and a mount's families declare, so neither can rot as
+/// metrics are renamed. Every daemon has its panels.
+#[test]
+fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let up = Up::start(tmp.path(), 2, &[]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (at, s3) = (endpoint(&up, "metrics"), endpoint(&up, "s3"));
+    std::fs::write(tmp.path().join("in.bin"), vec![7u8; 2 << 20]).unwrap();
+    up.ok(&["put", "in.bin", "/f.bin"]);
+    up.ok(&["get", "/f.bin", "out.bin"]);
+    status_line(s3, b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mount = nasd_metrics::Metrics::new();
+    nasd_fuse::MountMetrics::new().register(&mount);
+    let text = rt.block_on(nasd_metrics::scrape_text(at)).expect("the endpoint answers") + &mount.encode();
+    let names = nasd_metrics::family_sample_names(&text);
+    let samples = nasd_metrics::parse_samples(&text.replace("# EOF\n", "")).expect("parses");
+
+    let queries = shipped_queries();
+    assert!(queries.len() >= 30, "{} queries found", queries.len());
+    for (file, expr) in &queries {
+        let metrics = queried(expr);
+        assert!(!metrics.is_empty(), "{file}: {expr:?} queries no nasd metric");
+        for (name, labels) in metrics {
+            assert!(names.contains(&name), "{file}: {expr:?} queries {name}, which nothing serves");
+            for (key, value) in labels {
+                let written =
+                    samples.iter().any(|s| s.name == name && s.labels.iter().any(|(k, v)| *k == key && *v == value));
+                assert!(written, "{file}: {expr:?} selects {name}{{{key}=\"{value}\"}}, which is never written");
+            }
+        }
+    }
+    for daemon in ["drive", "manager", "auth", "s3", "mount"] {
+        let prefix = format!("nasd_{daemon}_");
+        assert!(queries.iter().any(|(f, e)| f.starts_with("grafana") && e.contains(&prefix)), "no panel for {daemon}");
+    }
+}

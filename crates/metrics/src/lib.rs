@@ -318,6 +318,35 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Fetches `GET /metrics` from an endpoint at `addr` and parses its samples
 /// (for tests and tools: one request, `Connection: close`).
 pub async fn scrape(addr: SocketAddr) -> std::io::Result<Vec<Sample>> {
+    let body = scrape_text(addr).await?;
+    parse_samples(&body)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "metrics reply: a sample does not parse"))
+}
+
+/// The names the samples of the families an exposition declares (its
+/// `# TYPE` lines) are written under: a counter `x` as `x_total`, a
+/// histogram as `x_bucket`, `x_count` and `x_sum`, a gauge as `x`. (A family
+/// with no label set yet is not written at all.)
+pub fn family_sample_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
+        let Some((name, kind)) = rest.split_once(' ') else { continue };
+        match kind {
+            "counter" => {
+                names.insert(format!("{name}_total"));
+            }
+            "histogram" => names.extend(["_bucket", "_count", "_sum"].map(|s| format!("{name}{s}"))),
+            _ => {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// Fetches `GET /metrics` from an endpoint at `addr`: the exposition's text.
+pub async fn scrape_text(addr: SocketAddr) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fetch = async {
         let mut socket = tokio::net::TcpStream::connect(addr).await?;
@@ -336,7 +365,7 @@ pub async fn scrape(addr: SocketAddr) -> std::io::Result<Vec<Sample>> {
     if !head.starts_with("HTTP/1.1 200 ") {
         return Err(bad(head.lines().next().unwrap_or("empty")));
     }
-    parse_samples(body).ok_or_else(|| bad("a sample does not parse"))
+    Ok(body.to_string())
 }
 
 #[cfg(test)]
@@ -378,6 +407,27 @@ mod tests {
         assert_eq!(sum_of(&samples, "nasd_x_failures_total", &[]), 2.0);
         assert_eq!(sum_of(&samples, "nasd_x_refusals_total", &[("reason", "nonce_replayed")]), 1.0);
         assert!(!samples.iter().any(|s| s.labels.iter().any(|(_, v)| v == "ok")), "OK is no failure");
+    }
+
+    #[test]
+    fn family_sample_names_are_what_each_type_is_written_under() {
+        let metrics = Metrics::new();
+        let seconds =
+            Family::<CodeLabel, prometheus_client::metrics::histogram::Histogram>::new_with_constructor(|| {
+                prometheus_client::metrics::histogram::Histogram::new(latency_buckets())
+            });
+        let _ = seconds.get_or_create_owned(&[("op", "read".to_string())]);
+        metrics.register("x", None, |r| {
+            r.register("reads", "Reads.", Counter::<u64>::default());
+            r.register_with_unit("latency", "Latency.", prometheus_client::registry::Unit::Seconds, seconds.clone());
+            r.register("open", "Open.", prometheus_client::metrics::gauge::Gauge::<i64>::default());
+        });
+        let names = family_sample_names(&metrics.encode());
+        let want = ["nasd_x_reads_total", "nasd_x_latency_seconds_bucket", "nasd_x_latency_seconds_count"];
+        for name in want.iter().chain(&["nasd_x_latency_seconds_sum", "nasd_x_open"]) {
+            assert!(names.contains(*name), "{name} in {names:?}");
+        }
+        assert_eq!(names.len(), 5, "{names:?}");
         assert_eq!(snake_case("Busy"), "busy");
     }
 }
