@@ -382,3 +382,44 @@ fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
         assert!(queries.iter().any(|(f, e)| f.starts_with("grafana") && e.contains(&prefix)), "no panel for {daemon}");
     }
 }
+
+/// `nasd drive --log-format json` writes one JSON object a line, and what
+/// it logs while handling a request carries that request's span: a forged
+/// request's refusal is logged with the peer, the operation and the frame's
+/// request id (in the line's `span`), its own message intact.
+#[test]
+fn a_drive_logs_json_lines_in_the_span_of_each_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, log) = (tmp.path().join("drive"), tmp.path().join("drive.log"));
+    let args = move |addr: SocketAddr| -> Vec<std::ffi::OsString> {
+        let data = common::cluster::path_str(&data).to_string();
+        let listen = addr.to_string();
+        ["--log-format", "json", "drive", "--data", &data, "--capacity", "64MiB", "--listen", &listen]
+            .into_iter()
+            .map(Into::into)
+            .collect()
+    };
+    let drive = common::Daemon::start_with_env("drive", tmp.path(), &log, None, &[("NASD_LOG", "debug")], args);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let status = rt.block_on(forged_read(drive.addr));
+    let refused = status.name().to_string();
+    let mut found = None;
+    common::until("the refusal logged", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        assert!(lines.iter().any(|l| l["fields"]["message"] == "store opened"), "the drive's info lines are JSON");
+        found = lines.into_iter().find(|l| l["fields"]["message"] == "request refused");
+        found.is_some()
+    });
+    let line = found.unwrap();
+    assert_eq!(line["level"], "DEBUG", "{line}");
+    assert!(line["fields"]["status"].as_str().is_some_and(|s| s.contains(&refused)), "{line}");
+    let span = &line["span"];
+    assert_eq!((span["name"].as_str(), span["op"].as_str()), (Some("request"), Some("getattr")), "{line}");
+    assert!(span["id"].as_u64().is_some(), "the frame's request id: {line}");
+    assert!(span["peer"].as_str().is_some_and(|p| p.starts_with("127.0.0.1:")), "{line}");
+}

@@ -77,6 +77,12 @@ const OPERATIONS: &[(u16, &str)] = &[
 /// The `op` label of an opcode that names no operation.
 const UNKNOWN_OP: &str = "unknown";
 
+/// The name of `opcode` (its `op` label; `unknown` for one that names no
+/// operation), as metrics and log spans show it.
+pub(crate) fn op_label(opcode: u16) -> &'static str {
+    OPERATIONS.iter().find(|&&(code, _)| code == opcode).map_or(UNKNOWN_OP, |&(_, op)| op)
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: &'static str,
