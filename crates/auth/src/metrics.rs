@@ -11,6 +11,7 @@
 //!
 //! Every label set is created at start: counting allocates nothing.
 
+use nasd_metrics::CountersByCode;
 use nasd_proto::fs::FsStatus;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,11 +19,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StatusLabels {
-    status: String,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
@@ -35,10 +31,8 @@ struct Families {
     logins: Family<KindLabels, Counter>,
     user_logins: Counter,
     service_logins: Counter,
-    login_failures: Family<StatusLabels, Counter>,
-    login_failures_by_status: Vec<Counter>,
-    refusals: Family<StatusLabels, Counter>,
-    refusals_by_status: Vec<Counter>,
+    login_failures: CountersByCode,
+    refusals: CountersByCode,
 }
 
 /// An authentication server's metrics; clones share them.
@@ -53,31 +47,17 @@ impl Default for AuthMetrics {
     }
 }
 
-/// A counter per status (indexed by code) in `family`, every label created.
-fn by_status(family: &Family<StatusLabels, Counter>) -> Vec<Counter> {
-    let highest = FsStatus::ALL.iter().map(|&s| s as usize).max().expect("statuses exist");
-    let mut counters = vec![Counter::default(); highest + 1];
-    for status in FsStatus::ALL.into_iter().filter(|&s| s != FsStatus::Ok) {
-        let labels = StatusLabels { status: nasd_metrics::snake_case(&format!("{status:?}")) };
-        counters[status as usize] = family.get_or_create_owned(&labels);
-    }
-    counters
-}
-
 impl AuthMetrics {
     /// Fresh families, every label created.
     pub fn new() -> AuthMetrics {
         let logins = Family::<KindLabels, Counter>::default();
-        let (login_failures, refusals) = (Family::default(), Family::default());
         let families = Families {
             sessions: Gauge::default(),
             user_logins: logins.get_or_create_owned(&KindLabels { kind: "user" }),
             service_logins: logins.get_or_create_owned(&KindLabels { kind: "service" }),
             logins,
-            login_failures_by_status: by_status(&login_failures),
-            login_failures,
-            refusals_by_status: by_status(&refusals),
-            refusals,
+            login_failures: CountersByCode::fs_statuses("status"),
+            refusals: CountersByCode::fs_statuses("status"),
         };
         AuthMetrics { families: Arc::new(families) }
     }
@@ -88,8 +68,8 @@ impl AuthMetrics {
         metrics.register("auth", None, |r: &mut Registry| {
             r.register("sessions", "Logged-in connections open", f.sessions.clone());
             r.register("logins", "Logins that succeeded, by kind", f.logins.clone());
-            r.register("login_failures", "Logins refused, by status", f.login_failures.clone());
-            r.register("refusals", "Requests after login refused, by status", f.refusals.clone());
+            r.register("login_failures", "Logins refused, by status", f.login_failures.family());
+            r.register("refusals", "Requests after login refused, by status", f.refusals.family());
         });
     }
 
@@ -100,11 +80,11 @@ impl AuthMetrics {
     }
 
     pub(crate) fn login_refused(&self, status: FsStatus) {
-        self.families.login_failures_by_status[status as usize].inc();
+        self.families.login_failures.inc(status as usize);
     }
 
     pub(crate) fn refused(&self, status: FsStatus) {
-        self.families.refusals_by_status[status as usize].inc();
+        self.families.refusals.inc(status as usize);
     }
 
     /// A session logged in; the gauge goes down when the guard drops.

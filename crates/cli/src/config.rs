@@ -77,7 +77,11 @@
 //! manager = "127.0.0.1:9300"     # nasd manager [default: off]; --metrics overrides
 //! auth = "127.0.0.1:9299"        # nasd auth [default: off]; --metrics overrides
 //! s3 = "127.0.0.1:9500"          # nasd s3 [default: off]; --metrics overrides
+//! mount = "127.0.0.1:9600"       # nasd mount [default: off]; --metrics overrides
 //! up = "127.0.0.1:9300"          # nasd up, all its daemons (loopback only) [default: manager_port + 2000, recorded]
+//!
+//! [log]                          # every command and daemon
+//! format = "json"                # "text" [default] or "json": one JSON object a line; --log-format overrides
 //!
 //! [up]                           # nasd up (one machine)
 //! nfs = true                     # also serve NFS ([nfs]; default off)
@@ -126,6 +130,9 @@ pub struct ConfigFile {
     /// Where each daemon serves its metrics.
     #[serde(default, skip_serializing_if = "MetricsSection::is_empty")]
     pub metrics: MetricsSection,
+    /// How log lines are written.
+    #[serde(default, skip_serializing_if = "LogSection::is_empty")]
+    pub log: LogSection,
     /// Settings of `nasd up`.
     #[serde(default)]
     pub up: UpSection,
@@ -410,6 +417,9 @@ pub struct MetricsSection {
     /// `nasd s3`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<String>,
+    /// `nasd mount`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
     /// `nasd up`'s, for every daemon it runs; loopback only (recorded at the
     /// first start: manager_port + 2000 if free, else any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -418,8 +428,41 @@ pub struct MetricsSection {
 
 impl MetricsSection {
     fn is_empty(&self) -> bool {
-        self.drive.is_none() && self.manager.is_none() && self.auth.is_none() && self.s3.is_none() && self.up.is_none()
+        self.drive.is_none()
+            && self.manager.is_none()
+            && self.auth.is_none()
+            && self.s3.is_none()
+            && self.mount.is_none()
+            && self.up.is_none()
     }
+}
+
+/// `[log]`: how every command and daemon writes its log lines (to standard
+/// error; which lines: `$NASD_LOG`, an `EnvFilter` directive).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// `text` (the default) or `json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<LogFormat>,
+}
+
+impl LogSection {
+    fn is_empty(&self) -> bool {
+        self.format.is_none()
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line of text each: time, level, target, message, fields.
+    #[default]
+    Text,
+    /// One JSON object a line (`timestamp`, `level`, `target`, `fields` with
+    /// `message`, and the `span`/`spans` it was logged in), for log shippers.
+    Json,
 }
 
 /// `[mount]`.

@@ -458,6 +458,7 @@ pub async fn run_drive(
         .map(|port| {
             let registry = nasd_metrics::Metrics::new();
             drive.config.metrics.register(&registry, None);
+            drive.config.metrics.serving(&drive.store);
             serve_metrics(port, registry, std::future::pending())
         })
         .transpose()?;
@@ -1238,6 +1239,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         })
         .await?;
         d.config.metrics.register(&metrics, Some(listen.to_string()));
+        d.config.metrics.serving(&d.store);
         let info = d.store.info();
         let master = d.master_key.clone().expect("security is on in nasd up");
         drives.push(UpDrive { listen, id: info.drive_id, master, dir, capacity: info.capacity_bytes });

@@ -48,6 +48,10 @@ struct Cli {
     /// logs in (kept for scripts; shown on those commands).
     #[arg(long, hide = true, value_name = "NAME")]
     user: Option<String>,
+    /// How log lines are written: text, or one JSON object a line [default:
+    /// [log] format from the config file, else text].
+    #[arg(long, global = true, value_enum, env = "NASD_LOG_FORMAT")]
+    log_format: Option<config::LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -294,23 +298,24 @@ fn run() -> anyhow::Result<()> {
     // repairs, is no news to it); a daemon logs warnings.
     let default_level =
         if cli.command.is_daemon() { format!("warn,{}=info", nasd_fs::OUTAGE_LOG_TARGET) } else { "error".into() };
-    tracing_subscriber::fmt()
-        // Daemons: warnings, and the end of a manager outage a mount logged the start of.
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| default_level.into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .init();
     if !cli.command.is_daemon() {
         stop_quietly_when_output_is_closed();
     }
+    // Read before logging starts, which it configures (a file that does not parse is an error
+    // printed as any other).
     let (file, _) = match (&cli.command, cli.config.as_deref()) {
         // `nasd up` writes DATA/nasd.toml at its first start: named before it exists (as the
         // banner's `export NASD_CONFIG=…` line leads one to do), it says where DATA is.
         (Command::Up(_), Some(named)) if !named.exists() => (config::for_first_up(named)?, None),
         (_, named) => config::find(named)?,
     };
+    // Daemons: warnings, and the end of a manager outage a mount logged the start of.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NASD_LOG").unwrap_or_else(|_| default_level.into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format.or(file.log.format).unwrap_or_default() {
+        config::LogFormat::Text => logs.with_ansi(colour).init(),
+        config::LogFormat::Json => logs.json().with_current_span(true).with_span_list(true).init(),
+    }
     let user = match (cli.command.login(), cli.user) {
         (Some(login), top) => top.or(login.user.clone()),
         (None, Some(_)) => anyhow::bail!("--user is for commands that log in to the manager; this one does not"),
@@ -335,7 +340,7 @@ fn run() -> anyhow::Result<()> {
             // A mount point refused before a password is asked for.
             mount_cmd::check(&args)?;
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            mount_cmd::run(fs, args, &file.mount).await
+            mount_cmd::run(fs, args, &file.mount, &file.metrics).await
         }),
         Command::S3(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;

@@ -48,6 +48,11 @@ pub struct MountArgs {
     /// mount ends); without it such a directory is refused.
     #[arg(long)]
     nonempty: bool,
+    /// Serve the mount's Prometheus metrics at http://ADDR/metrics (requests,
+    /// latency and bytes by FUSE operation) [default: `[metrics] mount`, else
+    /// none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     pub login: crate::fs_cmd::Login,
 }
@@ -59,7 +64,14 @@ pub fn check(args: &MountArgs) -> anyhow::Result<()> {
 }
 
 /// Mounts, serves until asked to stop, unmounts.
-pub async fn run(fs: FsClient, args: MountArgs, section: &crate::config::MountSection) -> anyhow::Result<()> {
+pub async fn run(
+    fs: FsClient,
+    args: MountArgs,
+    section: &crate::config::MountSection,
+    metrics_section: &crate::config::MetricsSection,
+) -> anyhow::Result<()> {
+    let metrics_port =
+        crate::daemons::metrics_port(args.metrics.as_deref().or(metrics_section.mount.as_deref()), "mount")?;
     if args.map_users {
         gateway_check(&fs).await?;
     }
@@ -76,12 +88,19 @@ pub async fn run(fs: FsClient, args: MountArgs, section: &crate::config::MountSe
         config.attr_timeout = Duration::from_millis(ms);
     }
     config.fsname = format!("nasd:{}", fs.user());
+    let mount_metrics = config.metrics.clone();
     let mut mount = nasd_fuse::Mount::start(fs, config).await?;
     eprintln!(
         "mounted at {}; unmount with Ctrl-C or `fusermount3 -u {}`",
         args.mountpoint.display(),
         args.mountpoint.display()
     );
+    if let Some(port) = metrics_port {
+        let registry = nasd_metrics::Metrics::new();
+        mount_metrics.register(&registry);
+        let (addr, _) = crate::daemons::serve_metrics(port, registry, std::future::pending())?;
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
     tokio::select! {

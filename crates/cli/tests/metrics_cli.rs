@@ -2,7 +2,9 @@
 //! in its banner: scraped over HTTP while files are written and read, a
 //! drive is sent a forged request, a login fails and the S3 gateway gets an
 //! unsigned request, the counters of each daemon move by what was done; a request the endpoint cannot parse gets a
-//! 4xx and it goes on serving.
+//! 4xx and it goes on serving. A manager of separate drive processes
+//! serving its own endpoint shows a drive SIGKILLed in its degraded-file
+//! gauge, and the drive's return in its repair counters.
 
 mod common;
 
@@ -171,4 +173,253 @@ fn a_drive_alone_serves_its_metrics_where_told() {
     let after = samples(&rt, at);
     assert_eq!(moved(&before, &after, "nasd_drive_requests_total", &[("op", "inquiry")]), 1.0);
     assert_eq!(moved(&before, &after, "nasd_drive_refusals_total", &[]), 0.0);
+}
+
+/// The address a daemon's log names on its `metrics at http://ADDR/metrics` line.
+fn logged_endpoint(log: &std::path::Path) -> SocketAddr {
+    let mut at = None;
+    common::until("the daemon names its metrics endpoint", || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        at = text
+            .lines()
+            .find_map(|l| l.strip_prefix("metrics at http://"))
+            .map(|u| u.trim_end_matches("/metrics").to_string());
+        at.is_some()
+    });
+    at.unwrap().parse().expect("an IP:PORT")
+}
+
+/// Scrapes `at` until `done` holds of the samples (a hang after
+/// `DAEMON_WAIT_MAX`, not a timing assertion); the samples that satisfied it.
+fn scrape_until(
+    rt: &tokio::runtime::Runtime,
+    at: SocketAddr,
+    what: &str,
+    done: impl Fn(&[Sample]) -> bool,
+) -> Vec<Sample> {
+    let mut last = Vec::new();
+    common::until(what, || {
+        last = samples(rt, at);
+        done(&last)
+    });
+    last
+}
+
+/// A manager serving its own metrics (`[metrics] manager` in the config)
+/// over three drives holding `rs:2+1` files: the degraded-file gauge and
+/// the drive states follow a drive SIGKILLed and started again; a file
+/// written while it is down is resynced when it is back, counted as a
+/// rebuilt file with its bytes; a scrub is counted with the blocks it
+/// checked and its progress shows; write transactions are counted.
+#[test]
+fn a_killed_drive_moves_the_managers_degraded_files_and_its_return_the_repair_counters() {
+    use common::cluster::{path_str, Cluster, Options};
+    let settings = "default_layout = \"rs:2+1@64K\"\nrebuild_delay_secs = 3600\nsmall_file_threshold = 0\n\n\
+                    [metrics]\nmanager = \"127.0.0.1:0\"\n";
+    let mut c = Cluster::start(Options { drives: 3, manager: settings.to_string(), drive_args: Vec::new() });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let at = logged_endpoint(&c.dir().join("manager.log"));
+    let gauge = |s: &[Sample], name: &str, labels: &[(&str, &str)]| sum_of(s, name, labels);
+    let write = |c: &Cluster, name: &str, seed: u8| {
+        let data: Vec<u8> = (0..(1 << 20) + 4321).map(|i: u32| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        let local = c.dir().join(name);
+        std::fs::write(&local, &data).unwrap();
+        c.run_ok(&["put", path_str(&local), &format!("/{name}")]);
+        data
+    };
+
+    let a = write(&c, "a.bin", 1);
+    let healthy = scrape_until(&rt, at, "three drives up and nothing degraded", |s| {
+        gauge(s, "nasd_manager_drives", &[("state", "up")]) == 3.0
+            && gauge(s, "nasd_manager_degraded_files", &[]) == 0.0
+    });
+    assert!(gauge(&healthy, "nasd_manager_transactions_begun_total", &[]) >= 1.0, "the put's write transaction");
+    assert_eq!(gauge(&healthy, "nasd_manager_drives", &[("state", "down")]), 0.0);
+
+    // Killed: the file with a component there is degraded.
+    let victim = c.drives[0].number;
+    c.drive(victim).kill();
+    let down = scrape_until(&rt, at, "the killed drive down and a file degraded", |s| {
+        gauge(s, "nasd_manager_drives", &[("state", "down")]) == 1.0
+            && gauge(s, "nasd_manager_degraded_files", &[]) >= 1.0
+    });
+    assert_eq!(gauge(&down, "nasd_manager_drives", &[("state", "up")]), 2.0);
+
+    // The file rewritten in place meanwhile misses the drive; back, it is resynced and nothing is
+    // degraded.
+    let mut a = a;
+    let patch: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    a[1000..1000 + patch.len()].copy_from_slice(&patch);
+    rt.block_on(async {
+        let fs = c.login().await;
+        let f = fs.open("/a.bin", true).await.expect("open for writing");
+        f.write_at(1000, &patch).await.expect("a write with a drive down");
+        f.close().await.expect("close");
+    });
+    c.drive(victim).start();
+    let back = scrape_until(&rt, at, "the drive back, the missed writes resynced", |s| {
+        gauge(s, "nasd_manager_drives", &[("state", "up")]) == 3.0
+            && gauge(s, "nasd_manager_degraded_files", &[]) == 0.0
+            && gauge(s, "nasd_manager_repaired_files_total", &[("task", "rebuild")]) >= 1.0
+    });
+    assert!(gauge(&back, "nasd_manager_repaired_bytes_total", &[("task", "rebuild")]) > 0.0, "the resync copied bytes");
+    assert_eq!(gauge(&back, "nasd_manager_repaired_files_total", &[("task", "rebalance")]), 0.0);
+    assert!(moved(&healthy, &back, "nasd_manager_transactions_begun_total", &[]) >= 2.0, "the rewrite and the resync");
+    let out = c.dir().join("a.back");
+    c.run_ok(&["get", "/a.bin", path_str(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), a, "the file after the drive's return");
+
+    // A scrub: counted with what it checked, its progress reported (done, nothing planned).
+    c.run_ok(&["repair", "scrub"]);
+    let scrubbed = samples(&rt, at);
+    assert_eq!(moved(&back, &scrubbed, "nasd_manager_scrubs_total", &[]), 1.0);
+    assert!(moved(&back, &scrubbed, "nasd_manager_scrub_checked_blocks_total", &[]) > 0.0, "blocks checked");
+    assert_eq!(gauge(&scrubbed, "nasd_manager_scrub_corrupt_blocks_total", &[]), 0.0, "nothing rotten");
+    let progress = [("task", "scrub"), ("of", "planned")];
+    assert!(scrubbed.iter().any(|s| s.name == "nasd_manager_repair_progress_files"
+        && progress.iter().all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))));
+}
+
+/// Every PromQL expression of `ops/grafana/nasd.json` (its `expr` fields)
+/// and of `ops/prometheus/nasd-alerts.yml` (its `expr:` lines).
+fn shipped_queries() -> Vec<(String, String)> {
+    fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                        _ => exprs(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+            _ => {}
+        }
+    }
+    let ops = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ops");
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ops.join("grafana/nasd.json")).unwrap()).expect("valid JSON");
+    let mut ids: Vec<u64> = dashboard["panels"].as_array().unwrap().iter().map(|p| p["id"].as_u64().unwrap()).collect();
+    let panels = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), panels, "panel ids are unique");
+    let mut found = Vec::new();
+    exprs(&dashboard, &mut found);
+    let mut queries: Vec<(String, String)> = found.into_iter().map(|e| ("grafana/nasd.json".to_string(), e)).collect();
+    let rules = std::fs::read_to_string(ops.join("prometheus/nasd-alerts.yml")).unwrap();
+    let alerts = rules.lines().filter_map(|l| l.trim().strip_prefix("expr:")).map(|e| e.trim().to_string());
+    queries.extend(alerts.map(|e| ("prometheus/nasd-alerts.yml".to_string(), e)));
+    queries
+}
+
+/// The metric names `expr` queries, each with the label values its
+/// selector asks for (`k="v"`, and each alternative of `k=~"a|b"`).
+fn queried(expr: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("nasd_") {
+        let after = &rest[at..];
+        let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let (name, tail) = after.split_at(end);
+        let mut wanted = Vec::new();
+        if let Some(selector) = tail.strip_prefix('{').and_then(|t| t.split_once('}')).map(|(s, _)| s) {
+            for matcher in selector.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                let (key, value) = matcher.split_once('=').expect("a label matcher");
+                let (regex, value) = match value.strip_prefix('~') {
+                    Some(v) => (true, v),
+                    None => (false, value),
+                };
+                let value = value.trim_matches('"');
+                let values: Vec<&str> = if regex { value.split('|').collect() } else { vec![value] };
+                wanted.extend(values.into_iter().map(|v| (key.to_string(), v.to_string())));
+            }
+        }
+        out.push((name.to_string(), wanted));
+        rest = tail;
+    }
+    out
+}
+
+/// The shipped Grafana dashboard and alert rules query only metrics nasd
+/// serves, with label values it writes: their names against what a running
+/// `nasd up` (after a file written and read back, a login refused and an
+/// S3 request) and a mount's families declare, so neither can rot as
+/// metrics are renamed. Every daemon has its panels.
+#[test]
+fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let up = Up::start(tmp.path(), 2, &[]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (at, s3) = (endpoint(&up, "metrics"), endpoint(&up, "s3"));
+    std::fs::write(tmp.path().join("in.bin"), vec![7u8; 2 << 20]).unwrap();
+    up.ok(&["put", "in.bin", "/f.bin"]);
+    up.ok(&["get", "/f.bin", "out.bin"]);
+    status_line(s3, b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mount = nasd_metrics::Metrics::new();
+    nasd_fuse::MountMetrics::new().register(&mount);
+    let text = rt.block_on(nasd_metrics::scrape_text(at)).expect("the endpoint answers") + &mount.encode();
+    let names = nasd_metrics::family_sample_names(&text);
+    let samples = nasd_metrics::parse_samples(&text.replace("# EOF\n", "")).expect("parses");
+
+    let queries = shipped_queries();
+    assert!(queries.len() >= 30, "{} queries found", queries.len());
+    for (file, expr) in &queries {
+        let metrics = queried(expr);
+        assert!(!metrics.is_empty(), "{file}: {expr:?} queries no nasd metric");
+        for (name, labels) in metrics {
+            assert!(names.contains(&name), "{file}: {expr:?} queries {name}, which nothing serves");
+            for (key, value) in labels {
+                let written =
+                    samples.iter().any(|s| s.name == name && s.labels.iter().any(|(k, v)| *k == key && *v == value));
+                assert!(written, "{file}: {expr:?} selects {name}{{{key}=\"{value}\"}}, which is never written");
+            }
+        }
+    }
+    for daemon in ["drive", "manager", "auth", "s3", "mount"] {
+        let prefix = format!("nasd_{daemon}_");
+        assert!(queries.iter().any(|(f, e)| f.starts_with("grafana") && e.contains(&prefix)), "no panel for {daemon}");
+    }
+}
+
+/// `nasd drive --log-format json` writes one JSON object a line, and what
+/// it logs while handling a request carries that request's span: a forged
+/// request's refusal is logged with the peer, the operation and the frame's
+/// request id (in the line's `span`), its own message intact.
+#[test]
+fn a_drive_logs_json_lines_in_the_span_of_each_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, log) = (tmp.path().join("drive"), tmp.path().join("drive.log"));
+    let args = move |addr: SocketAddr| -> Vec<std::ffi::OsString> {
+        let data = common::cluster::path_str(&data).to_string();
+        let listen = addr.to_string();
+        ["--log-format", "json", "drive", "--data", &data, "--capacity", "64MiB", "--listen", &listen]
+            .into_iter()
+            .map(Into::into)
+            .collect()
+    };
+    let drive = common::Daemon::start_with_env("drive", tmp.path(), &log, None, &[("NASD_LOG", "debug")], args);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let status = rt.block_on(forged_read(drive.addr));
+    let refused = status.name().to_string();
+    let mut found = None;
+    common::until("the refusal logged", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        assert!(lines.iter().any(|l| l["fields"]["message"] == "store opened"), "the drive's info lines are JSON");
+        found = lines.into_iter().find(|l| l["fields"]["message"] == "request refused");
+        found.is_some()
+    });
+    let line = found.unwrap();
+    assert_eq!(line["level"], "DEBUG", "{line}");
+    assert!(line["fields"]["status"].as_str().is_some_and(|s| s.contains(&refused)), "{line}");
+    let span = &line["span"];
+    assert_eq!((span["name"].as_str(), span["op"].as_str()), (Some("request"), Some("getattr")), "{line}");
+    assert!(span["id"].as_u64().is_some(), "the frame's request id: {line}");
+    assert!(span["peer"].as_str().is_some_and(|p| p.starts_with("127.0.0.1:")), "{line}");
 }

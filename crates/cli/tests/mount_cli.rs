@@ -277,3 +277,53 @@ fn nasd_mount_refuses_what_would_surprise_and_keeps_quiet() {
     assert!(!said.contains("ioctl") && !said.contains("WARN"), "the mount's terminal:\n{said}");
     assert_eq!(fs::read(point.join("keep.txt")).unwrap(), b"local bytes", "the hidden entries come back untouched");
 }
+
+/// `nasd mount --metrics ADDR` serves the mount's own metrics: a file read
+/// through the mount (written by `nasd put`, so not in the page cache), a
+/// file written through it, and an extended attribute that does not exist
+/// move the counters by FUSE operation — bytes read and written, and the
+/// failed `getxattr`.
+#[test]
+fn nasd_mount_serves_its_metrics_by_fuse_operation() {
+    require_fuse!();
+    use nasd_metrics::{scrape, sum_of};
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let up = Up::start(cwd, 1, &[]);
+    let data: Vec<u8> = (0..(3 << 20) + 17).map(|i: u32| (i % 241) as u8).collect();
+    fs::write(cwd.join("in.bin"), &data).unwrap();
+    up.ok(&["put", "in.bin", "/in.bin"]);
+    let point = cwd.join("mnt");
+    fs::create_dir(&point).unwrap();
+    let mount = Mounted::start(cwd, &point, &["--metrics", "127.0.0.1:0"]);
+    let mut at = None;
+    until("the mount names its metrics endpoint", || {
+        at = mount.output().lines().find_map(|l| l.strip_prefix("metrics at http://")).map(str::to_string);
+        at.is_some()
+    });
+    let at: std::net::SocketAddr = at.unwrap().trim_end_matches("/metrics").parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let before = rt.block_on(scrape(at)).expect("the endpoint answers");
+
+    assert_eq!(fs::read(point.join("in.bin")).unwrap(), data, "read through the mount");
+    let written = &data[..1 << 20];
+    fs::write(point.join("out.bin"), written).unwrap();
+    let path = CString::new(point.join("in.bin").as_os_str().as_bytes()).unwrap();
+    // SAFETY: NUL-terminated path and name; no buffer (size 0) asks for the length only.
+    let got = unsafe { libc::getxattr(path.as_ptr(), c"user.none".as_ptr(), std::ptr::null_mut(), 0) };
+    assert_eq!((got, io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENODATA)));
+
+    let after = rt.block_on(scrape(at)).expect("the endpoint answers");
+    let moved = |name: &str, labels: &[(&str, &str)]| sum_of(&after, name, labels) - sum_of(&before, name, labels);
+    let read = moved("nasd_mount_data_bytes_total", &[("op", "read")]);
+    assert!(read >= data.len() as f64, "{read} bytes read through the mount for a {}-byte file", data.len());
+    assert_eq!(moved("nasd_mount_data_bytes_total", &[("op", "write")]), written.len() as f64);
+    assert!(moved("nasd_mount_requests_total", &[("op", "read")]) >= 1.0);
+    assert!(moved("nasd_mount_requests_total", &[("op", "write")]) >= 1.0);
+    assert!(moved("nasd_mount_requests_total", &[("op", "create")]) >= 1.0);
+    // (The kernel asks for security.capability before writes too.)
+    assert!(moved("nasd_mount_failures_total", &[("op", "getxattr")]) >= 1.0, "the attribute that does not exist");
+    assert_eq!(moved("nasd_mount_failures_total", &[("op", "read")]), 0.0);
+    assert!(moved("nasd_mount_request_duration_seconds_count", &[("op", "flush")]) >= 1.0, "each close flushes");
+    mount.stop();
+}

@@ -69,6 +69,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
+use tracing::Instrument;
 
 /// What to do with the connection after a frame.
 enum Next {
@@ -190,7 +191,7 @@ pub(crate) async fn serve_connection(
     let mut state = ConnState { trusted: !drive.security.enabled() };
     tracing::debug!(%peer, "connection opened");
     loop {
-        match handle_frame(&mut rd, &mut wr, &drive, &config, &mut state).await {
+        match handle_frame(&mut rd, &mut wr, &drive, &config, &mut state, peer).await {
             Ok(Next::Continue) => {}
             Ok(Next::Close) => break,
             Err(e) => {
@@ -282,13 +283,37 @@ async fn handle_frame(
     drive: &Arc<Drive>,
     config: &DriveConfig,
     state: &mut ConnState,
+    peer: SocketAddr,
 ) -> std::io::Result<Next> {
-    let store = &drive.store;
     let frame_timeout = state.frame_timeout(config);
     let (header, frame) = match read_frame(rd, wr, drive, state.idle_timeout(config), frame_timeout).await? {
         Ok(f) => f,
         Err(next) => return Ok(next),
     };
+    // What the drive logs while it handles the request carries the peer, the operation and the
+    // request id of the frame (the client's, unique on its connection).
+    let span = tracing::warn_span!(
+        "request",
+        %peer,
+        op = crate::metrics::op_label(header.opcode),
+        id = header.request_id
+    );
+    handle_request(rd, wr, drive, config, state, header, frame, frame_timeout).instrument(span).await
+}
+
+/// Handles one request frame read whole (`handle_frame`).
+#[allow(clippy::too_many_arguments)]
+async fn handle_request(
+    rd: &mut Reader,
+    wr: &mut Writer,
+    drive: &Arc<Drive>,
+    config: &DriveConfig,
+    state: &mut ConnState,
+    header: FrameHeader,
+    frame: Vec<u8>,
+    frame_timeout: Duration,
+) -> std::io::Result<Next> {
+    let store = &drive.store;
     let started = Instant::now();
     let prefix = match FramePrefix::parse(&frame) {
         Ok(p) => p,
@@ -1187,7 +1212,8 @@ async fn send_error(
 ) -> std::io::Result<()> {
     debug_assert!(status != Status::Ok);
     let h = reply_header(store, request, guard, status);
-    tracing::debug!(status = %status, message, "request refused");
+    // (`detail`: a field named `message` would hide the event's own in JSON lines.)
+    tracing::debug!(status = %status, detail = message, "request refused");
     wr.write_all(&protected_prefix(&h, guard, encode_error_message(message)).0).await?;
     wr.flush().await
 }

@@ -20,7 +20,7 @@
 //! The hot path touches atomics only: every label set is created here, once,
 //! and a request finds its counters by index (opcode table, status code).
 
-use nasd_metrics::Metrics;
+use nasd_metrics::{CountersByCode, Metrics};
 use nasd_proto::opcode::*;
 use nasd_proto::Status;
 use nasd_store::Store;
@@ -77,6 +77,12 @@ const OPERATIONS: &[(u16, &str)] = &[
 /// The `op` label of an opcode that names no operation.
 const UNKNOWN_OP: &str = "unknown";
 
+/// The name of `opcode` (its `op` label; `unknown` for one that names no
+/// operation), as metrics and log spans show it.
+pub(crate) fn op_label(opcode: u16) -> &'static str {
+    OPERATIONS.iter().find(|&&(code, _)| code == opcode).map_or(UNKNOWN_OP, |&(_, op)| op)
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: &'static str,
@@ -103,7 +109,7 @@ struct PerOp {
 struct Families {
     requests: Family<OpLabels, Counter>,
     duration: Family<OpLabels, Histogram>,
-    refusals: Family<ReasonLabels, Counter>,
+    refusals: CountersByCode,
     data_bytes: Family<OpLabels, Counter>,
     connections: Gauge,
     accepted: Counter,
@@ -111,8 +117,6 @@ struct Families {
     capability_key_cache: Family<ResultLabels, Counter>,
     /// Indexed like `OPERATIONS`, then `unknown`.
     per_op: Vec<PerOp>,
-    /// Indexed by status code.
-    refusals_by_status: Vec<Counter>,
     read_bytes: Counter,
     written_bytes: Counter,
     refused_drive_limit: Counter,
@@ -149,20 +153,12 @@ impl DriveMetrics {
                 duration: duration.get_or_create_owned(&OpLabels { op }),
             })
             .collect();
-        let refusals = Family::<ReasonLabels, Counter>::default();
-        let highest = Status::ALL.iter().map(|&s| s as usize).max().expect("statuses exist");
-        let mut refusals_by_status = vec![Counter::default(); highest + 1];
-        for &status in Status::ALL.iter().filter(|&&s| s != Status::Ok) {
-            let reason = status.name().to_ascii_lowercase();
-            refusals_by_status[status as usize] = refusals.get_or_create_owned(&ReasonLabels { reason });
-        }
         let data_bytes = Family::<OpLabels, Counter>::default();
         let connections_refused = Family::<ReasonLabels, Counter>::default();
         let refused = |reason: &str| connections_refused.get_or_create_owned(&ReasonLabels { reason: reason.into() });
         let capability_key_cache = Family::<ResultLabels, Counter>::default();
         let families = Families {
             per_op,
-            refusals_by_status,
             read_bytes: data_bytes.get_or_create_owned(&OpLabels { op: "read" }),
             written_bytes: data_bytes.get_or_create_owned(&OpLabels { op: "write" }),
             refused_drive_limit: refused("drive_limit"),
@@ -171,7 +167,7 @@ impl DriveMetrics {
             cache_misses: capability_key_cache.get_or_create_owned(&ResultLabels { result: "miss" }),
             requests,
             duration,
-            refusals,
+            refusals: CountersByCode::drive_statuses("reason"),
             data_bytes,
             connections: Gauge::default(),
             accepted: Counter::default(),
@@ -195,7 +191,7 @@ impl DriveMetrics {
                 Unit::Seconds,
                 f.duration.clone(),
             );
-            r.register("refusals", "Requests answered with a status other than OK, by status", f.refusals.clone());
+            r.register("refusals", "Requests answered with a status other than OK, by status", f.refusals.family());
             r.register("data_bytes", "Object bytes sent by reads and stored by writes", f.data_bytes.clone());
             r.register("connections", "Connections open", f.connections.clone());
             r.register("connections_accepted", "Connections admitted", f.accepted.clone());
@@ -217,14 +213,14 @@ impl DriveMetrics {
         op.requests.inc();
         op.duration.observe(took.as_secs_f64());
         if status != Status::Ok {
-            self.families.refusals_by_status[status as usize].inc();
+            self.families.refusals.inc(status as usize);
         }
     }
 
     /// Counts a frame refused before it was read whole (bad framing).
     pub(crate) fn refused(&self, status: Status) {
         debug_assert!(status != Status::Ok);
-        self.families.refusals_by_status[status as usize].inc();
+        self.families.refusals.inc(status as usize);
     }
 
     pub(crate) fn read_bytes(&self, bytes: u64) {
@@ -267,8 +263,10 @@ impl DriveMetrics {
         if hit { &f.cache_hits } else { &f.cache_misses }.inc();
     }
 
-    /// Reports `store`'s size at each scrape from now on.
-    pub(crate) fn serving(&self, store: &Arc<Store>) {
+    /// Reports `store`'s size at each scrape from now on ([`crate::serve`]
+    /// does it too; a process that announces its endpoint before serving
+    /// calls it first, so the first scrape has the size).
+    pub fn serving(&self, store: &Arc<Store>) {
         *self.families.store.lock().expect("metrics store slot poisoned") = Arc::downgrade(store);
     }
 }

@@ -95,6 +95,7 @@
 
 mod attr;
 mod errno;
+mod metrics;
 mod ops;
 
 use std::io;
@@ -103,6 +104,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use errno::errno_of;
+pub use metrics::MountMetrics;
 pub use nasd_fs::ManagerWait;
 
 /// FUSE threads reading requests from the kernel by default. Each only
@@ -172,6 +174,9 @@ pub struct MountConfig {
     /// Mount over a directory that has entries (they are hidden, not
     /// touched, until the mount ends); refused by default.
     pub nonempty: bool,
+    /// What the mount counts ([`MountMetrics`]); whoever registers it
+    /// serves it.
+    pub metrics: MountMetrics,
 }
 
 impl MountConfig {
@@ -186,6 +191,7 @@ impl MountConfig {
             fsname: "nasd".into(),
             manager_wait: ManagerWait::Hard,
             nonempty: false,
+            metrics: MountMetrics::new(),
         }
     }
 

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
 
 /// Block size `statfs` reports capacity in.
@@ -75,6 +75,8 @@ pub(crate) struct State {
     name_requests: Arc<Semaphore>,
     answered: AtomicU64,
     failed: AtomicU64,
+    /// What the mount counts, for Prometheus.
+    metrics: crate::MountMetrics,
 }
 
 /// The supplementary groups of process (or thread) `pid`: the `Groups:`
@@ -144,6 +146,7 @@ impl State {
             name_requests: Arc::new(Semaphore::new(NAME_REQUESTS_IN_FLIGHT_MAX)),
             answered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            metrics: config.metrics.clone(),
         }
     }
 
@@ -311,13 +314,17 @@ impl State {
     }
 
     async fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
-        self.vfs.read(fh, offset, size).await.map_err(|e| vfs_errno(&e))
+        let data = self.vfs.read(fh, offset, size).await.map_err(|e| vfs_errno(&e))?;
+        self.metrics.read_bytes(data.len());
+        Ok(data)
     }
 
     async fn write(&self, fh: u64, offset: u64, data: Vec<u8>) -> Result<u32, Errno> {
         // The kernel's offset (its size for O_APPEND): its page cache holds
         // the bytes there too.
-        self.vfs.write(fh, offset, &data).await.map_err(|e| vfs_errno(&e))
+        let written = self.vfs.write(fh, offset, &data).await.map_err(|e| vfs_errno(&e))?;
+        self.metrics.written_bytes(written);
+        Ok(written)
     }
 
     /// `lseek` with `SEEK_DATA` or `SEEK_HOLE` (the kernel does the other
@@ -512,8 +519,24 @@ fails!(
     ReplyStatfs,
     ReplyCreate,
     ReplyDirectory,
-    ReplyXattr
+    ReplyXattr,
+    ReplyLseek
 );
+
+/// Answers `reply` with `ok` of the value or with the errno; whether it
+/// succeeded.
+fn answered<R: Fails, T>(reply: R, result: Result<T, Errno>, ok: impl FnOnce(R, T)) -> bool {
+    match result {
+        Ok(value) => {
+            ok(reply, value);
+            true
+        }
+        Err(e) => {
+            reply.fail(e);
+            false
+        }
+    }
+}
 
 /// A `getxattr` or `listxattr` reply: the length if the caller asked for
 /// it (`size` 0), `ERANGE` if its buffer is too small, else the bytes.
@@ -545,14 +568,20 @@ impl NasdFs {
     /// Runs `work` as a task of its own (waiting, on this FUSE thread, while
     /// [`REQUESTS_IN_FLIGHT_MAX`] run) and answers with `ok` or its errno. A
     /// panic in the task drops the reply, which answers `EIO`.
-    fn run<R, T, W, F>(&self, req: &Request, reply: R, work: W, ok: impl FnOnce(R, T) + Send + 'static)
-    where
+    fn run<R, T, W, F>(
+        &self,
+        op: &'static str,
+        req: &Request,
+        reply: R,
+        work: W,
+        ok: impl FnOnce(R, T) + Send + 'static,
+    ) where
         R: Fails,
         T: Send + 'static,
         W: FnOnce(Arc<State>) -> F + Send + 'static,
         F: Future<Output = Result<T, Errno>> + Send + 'static,
     {
-        let client = match self.state.client_for(req.uid(), req.gid(), req.pid()) {
+        let client = match self.client_for(op, req) {
             Ok(c) => c,
             Err(e) => {
                 self.state.failed.fetch_add(1, Ordering::Relaxed);
@@ -560,38 +589,47 @@ impl NasdFs {
                 return;
             }
         };
-        self.spawn_as(client, req.pid(), Class::Names, move |state| async move {
+        self.spawn_as(op, client, req.pid(), Class::Names, move |state| async move {
             let result = work(state.clone()).await;
             state.answered.fetch_add(1, Ordering::Relaxed);
-            match result {
-                Ok(value) => ok(reply, value),
-                Err(e) => {
-                    state.failed.fetch_add(1, Ordering::Relaxed);
-                    reply.fail(e)
-                }
+            if result.is_err() {
+                state.failed.fetch_add(1, Ordering::Relaxed);
             }
+            answered(reply, result, ok)
         });
+    }
+
+    /// The client request `req` (operation `op`) runs as
+    /// ([`State::client_for`]); a refusal is counted as `op`'s.
+    fn client_for(&self, op: &'static str, req: &Request) -> Result<FsClient, Errno> {
+        let client = self.state.client_for(req.uid(), req.gid(), req.pid());
+        if client.is_err() {
+            self.state.metrics.answered(op, false, Duration::ZERO);
+        }
+        client
     }
 
     /// Runs `work` as a task of its own, as the mount's own client (data
     /// requests on open files, whose opens the manager checked), for the
     /// process `pid`.
-    fn spawn<W, F>(&self, pid: u32, work: W)
+    fn spawn<W, F>(&self, op: &'static str, pid: u32, work: W)
     where
         W: FnOnce(Arc<State>) -> F + Send + 'static,
-        F: Future<Output = ()> + Send + 'static,
+        F: Future<Output = bool> + Send + 'static,
     {
-        self.spawn_as(self.state.vfs.fs().clone(), pid, Class::Data, work)
+        self.spawn_as(op, self.state.vfs.fs().clone(), pid, Class::Data, work)
     }
 
-    /// Runs `work` as a task of its own whose manager requests go out as
+    /// Runs `work` — request `op`, which answers and says whether it
+    /// succeeded — as a task of its own whose manager requests go out as
     /// `client` and wait for a manager that cannot be reached as the mount's
     /// `manager_wait` says, until process `pid` (the caller) is interrupted.
-    fn spawn_as<W, F>(&self, client: FsClient, pid: u32, class: Class, work: W)
+    fn spawn_as<W, F>(&self, op: &'static str, client: FsClient, pid: u32, class: Class, work: W)
     where
         W: FnOnce(Arc<State>) -> F + Send + 'static,
-        F: Future<Output = ()> + Send + 'static,
+        F: Future<Output = bool> + Send + 'static,
     {
+        let started = Instant::now();
         let state = self.state.clone();
         let permits = match class {
             Class::Data => &self.state.requests,
@@ -605,7 +643,9 @@ impl NasdFs {
             interruption_of(pid),
             CALLER.scope(client, async move {
                 let _permit = permit;
-                work(state).await;
+                let metrics = state.metrics.clone();
+                let ok = work(state).await;
+                metrics.answered(op, ok, started.elapsed());
             }),
         ));
     }
@@ -650,6 +690,7 @@ impl Filesystem for NasdFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.to_owned();
         self.run(
+            "lookup",
             req,
             reply,
             move |s| async move { s.lookup(parent.0, name).await },
@@ -663,7 +704,13 @@ impl Filesystem for NasdFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let ttl = self.ttl();
-        self.run(req, reply, move |s| async move { s.getattr(ino.0).await }, move |r, attr| r.attr(&ttl, &attr));
+        self.run(
+            "getattr",
+            req,
+            reply,
+            move |s| async move { s.getattr(ino.0).await },
+            move |r, attr| r.attr(&ttl, &attr),
+        );
     }
 
     fn setattr(
@@ -696,6 +743,7 @@ impl Filesystem for NasdFs {
         };
         let ttl = self.ttl();
         self.run(
+            "setattr",
             req,
             reply,
             move |s| async move { s.setattr(ino.0, changes).await },
@@ -704,7 +752,7 @@ impl Filesystem for NasdFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.run(req, reply, move |s| async move { s.readlink(ino.0).await }, |r, target| r.data(&target));
+        self.run("readlink", req, reply, move |s| async move { s.readlink(ino.0).await }, |r, target| r.data(&target));
     }
 
     fn mknod(
@@ -719,6 +767,7 @@ impl Filesystem for NasdFs {
     ) {
         let (name, ttl) = (name.to_owned(), self.ttl());
         self.run(
+            "mknod",
             req,
             reply,
             move |s| async move { s.mknod(parent.0, name, mode, rdev).await },
@@ -729,6 +778,7 @@ impl Filesystem for NasdFs {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let (name, ttl) = (name.to_owned(), self.ttl());
         self.run(
+            "mkdir",
             req,
             reply,
             move |s| async move { s.mkdir(parent.0, name, mode).await },
@@ -738,17 +788,18 @@ impl Filesystem for NasdFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_owned();
-        self.run(req, reply, move |s| async move { s.unlink(parent.0, name).await }, |r, ()| r.ok());
+        self.run("unlink", req, reply, move |s| async move { s.unlink(parent.0, name).await }, |r, ()| r.ok());
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_owned();
-        self.run(req, reply, move |s| async move { s.rmdir(parent.0, name).await }, |r, ()| r.ok());
+        self.run("rmdir", req, reply, move |s| async move { s.rmdir(parent.0, name).await }, |r, ()| r.ok());
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let (name, target, ttl) = (link_name.to_owned(), target.to_owned(), self.ttl());
         self.run(
+            "symlink",
             req,
             reply,
             move |s| async move { s.symlink(parent.0, name, target).await },
@@ -767,12 +818,13 @@ impl Filesystem for NasdFs {
         reply: ReplyEmpty,
     ) {
         let (from, to) = ((parent.0, name.to_owned()), (newparent.0, newname.to_owned()));
-        self.run(req, reply, move |s| async move { s.rename(from, to, flags).await }, |r, ()| r.ok());
+        self.run("rename", req, reply, move |s| async move { s.rename(from, to, flags).await }, |r, ()| r.ok());
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let (name, ttl) = (newname.to_owned(), self.ttl());
         self.run(
+            "link",
             req,
             reply,
             move |s| async move { s.link(ino.0, newparent.0, name).await },
@@ -782,6 +834,7 @@ impl Filesystem for NasdFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.run(
+            "open",
             req,
             reply,
             move |s| async move { s.open(ino.0, flags.0).await },
@@ -800,11 +853,9 @@ impl Filesystem for NasdFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(req.pid(), move |s| async move {
-            match s.read(fh.0, offset, size).await {
-                Ok(data) => reply.data(&data),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("read", req.pid(), move |s| async move {
+            let result = s.read(fh.0, offset, size).await;
+            answered(reply, result, |r, data| r.data(&data))
         });
     }
 
@@ -821,29 +872,23 @@ impl Filesystem for NasdFs {
         reply: ReplyWrite,
     ) {
         let data = data.to_vec();
-        self.spawn(req.pid(), move |s| async move {
-            match s.write(fh.0, offset, data).await {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("write", req.pid(), move |s| async move {
+            let result = s.write(fh.0, offset, data).await;
+            answered(reply, result, |r, n| r.written(n))
         });
     }
 
     fn lseek(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.spawn(req.pid(), move |s| async move {
-            match s.lseek(fh.0, offset, whence).await {
-                Ok(at) => reply.offset(at),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("lseek", req.pid(), move |s| async move {
+            let result = s.lseek(fh.0, offset, whence).await;
+            answered(reply, result, |r, at| r.offset(at))
         });
     }
 
     fn flush(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        self.spawn(req.pid(), move |s| async move {
-            match s.commit(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("flush", req.pid(), move |s| async move {
+            let result = s.commit(fh.0).await;
+            answered(reply, result, |r, ()| r.ok())
         });
     }
 
@@ -857,25 +902,22 @@ impl Filesystem for NasdFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(req.pid(), move |s| async move {
-            match s.release(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("release", req.pid(), move |s| async move {
+            let result = s.release(fh.0).await;
+            answered(reply, result, |r, ()| r.ok())
         });
     }
 
     fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.spawn(req.pid(), move |s| async move {
-            match s.fsync(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("fsync", req.pid(), move |s| async move {
+            let result = s.fsync(fh.0).await;
+            answered(reply, result, |r, ()| r.ok())
         });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.run(
+            "opendir",
             req,
             reply,
             move |s| async move { s.opendir(ino.0).await },
@@ -885,29 +927,25 @@ impl Filesystem for NasdFs {
 
     fn readdir(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         // Each page is read from the manager as the caller (its read permission).
-        let client = match self.state.client_for(req.uid(), req.gid(), req.pid()) {
+        let client = match self.client_for("readdir", req) {
             Ok(c) => c,
             Err(e) => return reply.error(e),
         };
-        self.spawn_as(client, req.pid(), Class::Names, move |s| async move {
-            match s.readdir(fh.0, offset, &mut reply).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
+        self.spawn_as("readdir", client, req.pid(), Class::Names, move |s| async move {
+            let result = s.readdir(fh.0, offset, &mut reply).await;
+            answered(reply, result, |r, ()| r.ok())
         });
     }
 
     fn readdirplus(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         // Each page is read from the manager as the caller (its read permission).
-        let client = match self.state.client_for(req.uid(), req.gid(), req.pid()) {
+        let client = match self.client_for("readdirplus", req) {
             Ok(c) => c,
             Err(e) => return reply.error(e),
         };
-        self.spawn_as(client, req.pid(), Class::Names, move |s| async move {
-            match s.readdirplus(fh.0, offset, &mut reply).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
+        self.spawn_as("readdirplus", client, req.pid(), Class::Names, move |s| async move {
+            let result = s.readdirplus(fh.0, offset, &mut reply).await;
+            answered(reply, result, |r, ()| r.ok())
         });
     }
 
@@ -919,16 +957,15 @@ impl Filesystem for NasdFs {
     fn fsyncdir(&self, req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // Every name-space change survives the manager's crash once answered; against power
         // loss once the manager flushed its metadata, which this asks for now.
-        self.spawn(req.pid(), move |s| async move {
-            match s.sync().await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
+        self.spawn("fsyncdir", req.pid(), move |s| async move {
+            let result = s.sync().await;
+            answered(reply, result, |r, ()| r.ok())
         });
     }
 
     fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         self.run(
+            "statfs",
             req,
             reply,
             move |s| async move { s.statfs().await },
@@ -940,7 +977,7 @@ impl Filesystem for NasdFs {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let mask = mask.bits();
-        self.run(req, reply, move |s| async move { s.access(ino.0, mask).await }, |r, ()| r.ok());
+        self.run("access", req, reply, move |s| async move { s.access(ino.0, mask).await }, |r, ()| r.ok());
     }
 
     fn fallocate(
@@ -954,6 +991,7 @@ impl Filesystem for NasdFs {
         reply: ReplyEmpty,
     ) {
         self.run(
+            "fallocate",
             req,
             reply,
             move |s| async move { s.fallocate(ino.0, fh.0, offset, length, mode).await },
@@ -982,6 +1020,7 @@ impl Filesystem for NasdFs {
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name.to_owned();
         self.run(
+            "getxattr",
             req,
             reply,
             move |s| async move { s.getxattr(ino.0, name).await },
@@ -990,7 +1029,13 @@ impl Filesystem for NasdFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.run(req, reply, move |s| async move { s.listxattr(ino.0).await }, move |r, v| reply_xattr(r, size, &v));
+        self.run(
+            "listxattr",
+            req,
+            reply,
+            move |s| async move { s.listxattr(ino.0).await },
+            move |r, v| reply_xattr(r, size, &v),
+        );
     }
 
     fn setxattr(
@@ -1004,12 +1049,18 @@ impl Filesystem for NasdFs {
         reply: ReplyEmpty,
     ) {
         let (name, value) = (name.to_owned(), value.to_vec());
-        self.run(req, reply, move |s| async move { s.setxattr(ino.0, name, value, flags).await }, |r, ()| r.ok());
+        self.run(
+            "setxattr",
+            req,
+            reply,
+            move |s| async move { s.setxattr(ino.0, name, value, flags).await },
+            |r, ()| r.ok(),
+        );
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name.to_owned();
-        self.run(req, reply, move |s| async move { s.removexattr(ino.0, name).await }, |r, ()| r.ok());
+        self.run("removexattr", req, reply, move |s| async move { s.removexattr(ino.0, name).await }, |r, ()| r.ok());
     }
 
     fn create(
@@ -1024,6 +1075,7 @@ impl Filesystem for NasdFs {
     ) {
         let (name, ttl) = (name.to_owned(), self.ttl());
         self.run(
+            "create",
             req,
             reply,
             move |s| async move { s.create(parent.0, name, mode, flags).await },

@@ -34,6 +34,7 @@
 //! drive-side leases renewed by heartbeats, which nasd does not have).
 
 use crate::health::{self, Transition};
+use crate::metrics::CLUSTER_GAUGES_INTERVAL;
 use crate::placement::Candidate;
 use crate::{DriveHandle, Failure, Manager};
 use nasd_proto::fs::FsStatus;
@@ -221,12 +222,63 @@ impl Manager {
             }
             self.repair_kick.notify_one();
         }
+        self.refresh_cluster_gauges().await;
     }
 
-    /// The heartbeat loop: a round every [`health::HEARTBEAT_INTERVAL`] until shutdown.
+    /// The heartbeat loop: a round every [`health::HEARTBEAT_INTERVAL`] until shutdown,
+    /// and the cluster gauges refreshed every [`CLUSTER_GAUGES_INTERVAL`] after one.
     pub(crate) async fn heartbeat_loop(&self, shutdown: tokio::sync::watch::Receiver<bool>) {
         let conns = tokio::sync::Mutex::new(HashMap::new());
-        self.every(health::HEARTBEAT_INTERVAL, shutdown, || self.heartbeat(&conns)).await;
+        let gauges_due = std::sync::Mutex::new(Instant::now());
+        let (conns, gauges_due) = (&conns, &gauges_due);
+        self.every(health::HEARTBEAT_INTERVAL, shutdown, move || async move {
+            self.heartbeat(conns).await;
+            let now = Instant::now();
+            let due = {
+                let mut at = gauges_due.lock().expect("gauges lock");
+                let due = now >= *at;
+                if due {
+                    *at = now + CLUSTER_GAUGES_INTERVAL;
+                }
+                due
+            };
+            if due {
+                self.refresh_cluster_gauges().await;
+            }
+        })
+        .await;
+    }
+
+    /// Counts files degraded and drives by state into the metrics, as
+    /// `CLUSTER_STATUS` counts them (without asking drives anything); only
+    /// while the metrics are registered, so nobody pays for gauges no one reads.
+    pub(crate) async fn refresh_cluster_gauges(&self) {
+        if !self.metrics.registered() {
+            return;
+        }
+        let counted = async {
+            let counts: HashMap<u32, u64> = self.meta(|ns| ns.component_counts()).await?.into_iter().collect();
+            let stale_files = self.meta(|ns| ns.degraded_files()).await?;
+            Ok::<_, Failure>((counts, stale_files))
+        };
+        let (counts, stale_files) = match counted.await {
+            Ok(c) => c,
+            Err(f) => return tracing::debug!(error = %f.message, "degraded files not counted for the metrics"),
+        };
+        let (mut up, mut down, mut out, mut on_down_drives) = (0, 0, 0, 0);
+        for d in self.drives() {
+            let serving = self.serving(d.drive);
+            if !serving {
+                on_down_drives += counts.get(&d.drive).copied().unwrap_or(0);
+            }
+            match (self.is_out(d.drive), serving) {
+                (true, _) => out += 1,
+                (false, true) => up += 1,
+                (false, false) => down += 1,
+            }
+        }
+        // As `CLUSTER_STATUS`: an upper bound, a file with components on two down drives twice.
+        self.metrics.cluster(stale_files + on_down_drives, up, down, out);
     }
 
     /// `SET_DRIVE_STATE`: takes a drive out of service or back in.

@@ -258,7 +258,10 @@ impl Manager {
                 }
             };
             match begun {
-                Ok(txn) => break txn,
+                Ok(txn) => {
+                    self.metrics.transaction_begun();
+                    break txn;
+                }
                 Err(f) if f.status == FsStatus::Busy => {
                     self.wait_for_writer(ino, waited_since).await?;
                 }
@@ -335,6 +338,7 @@ impl Manager {
     /// rolls it back if its lease ran out, else sleeps [`BEGIN_POLL`]; `Busy`
     /// once `waited_since` is [`BEGIN_WAIT`] ago and the writer still holds it.
     async fn wait_for_writer(&self, ino: Ino, waited_since: tokio::time::Instant) -> Result<(), Failure> {
+        self.metrics.write_conflict();
         let blocker = self.meta(move |ns| ns.intent_of(ino)).await?;
         if let Some(intent) = blocker {
             if !self.clear_intent(&intent).await && waited_since.elapsed() >= BEGIN_WAIT {
@@ -749,6 +753,7 @@ impl Manager {
             .await;
         if finished.is_ok() {
             self.rollbacks.lock().expect("rollbacks lock").remove(&txn);
+            self.metrics.transaction_rolled_back();
         }
         tracing::info!(txn, ino, "write transaction rolled back");
         finished.is_ok()

@@ -419,7 +419,8 @@ pub struct Manager {
     /// Connections the manager's own data movements (repair) use.
     data_pool: Arc<nasd_stripe::DrivePool>,
     /// Progress and requests of the repair task ([`repair`]).
-    repair: std::sync::Mutex<repair::RepairState>,
+    /// (Shared with [`metrics`], which reports it at each scrape.)
+    repair: Arc<std::sync::Mutex<repair::RepairState>>,
     /// Wakes the repair task early.
     repair_kick: tokio::sync::Notify,
     /// Drives out of service (a cache of the drive table's state, read
@@ -541,6 +542,7 @@ impl Manager {
             refused_password_logins: nasd_meta::LogLimit::new(),
             metadata_target,
         };
+        manager.metrics.watch_repair(&manager.repair);
         manager.ns.set_site_policy(manager.config.routing, manager.config.redirect_probability.unwrap_or(1.0));
         for rec in manager.ns.drives().map_err(|e| anyhow::anyhow!("cannot read the drive table: {e}"))? {
             let keys = DriveKeys::open(&manager.kek, rec.drive, &rec.sealed_keys).with_context(|| {

@@ -861,6 +861,7 @@ impl Manager {
         let next_total = self.scrub_targets().len().max(1) as u64;
         let mut r = self.repair.lock().expect("repair lock");
         r.last_scrub = summary;
+        self.metrics.scrubbed(&summary);
         // Asked for again while this pass ran: the next pass is that request's, still under way.
         r.scrub = if r.scrub_requested {
             Progress { files_total: next_total, ..Progress::default() }
@@ -932,6 +933,7 @@ impl Manager {
                     r.rebalance.files_done += 1;
                     r.rebalance.files_total = r.rebalance.files_total.max(r.rebalance.files_done);
                     r.rebalance.bytes_done += bytes;
+                    self.metrics.moved(bytes);
                 }
                 Ok(None) | Err(_) => break,
             }
@@ -990,6 +992,7 @@ impl Manager {
 
     fn add_rebuild_bytes(&self, n: u64) {
         self.repair.lock().expect("repair lock").rebuild.bytes_done += n;
+        self.metrics.rebuilt_bytes(n);
     }
 
     /// Runs one file's resync or rebuild as an item of the rebuild progress
@@ -999,7 +1002,10 @@ impl Manager {
         let r = item.await;
         let mut p = self.repair.lock().expect("repair lock");
         match &r {
-            Ok(_) => p.rebuild.files_done += 1,
+            Ok(_) => {
+                p.rebuild.files_done += 1;
+                self.metrics.rebuilt_file();
+            }
             Err(_) => {
                 let planned = p.rebuild.bytes_total - before.bytes_total;
                 let copied = p.rebuild.bytes_done - before.bytes_done;

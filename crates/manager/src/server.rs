@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
+use tracing::Instrument;
 
 /// Most connections served at once; more wait to be accepted.
 pub const SESSIONS_MAX: usize = 1024;
@@ -221,10 +222,14 @@ impl Manager {
                     continue;
                 }
             };
+            // What the manager logs while it handles the request carries the operation, the
+            // request id (the client's, unique on its connection) and the session's uid.
+            let span = tracing::warn_span!("request", op = req.name(), id, uid = session.caller.uid);
             if let ManagerRequest::GetRouting = req {
                 // It changes the session (the version it routes by): in order too.
                 let started = Instant::now();
-                let done = crate::REQUEST_WROTE.scope(Cell::new(false), self.get_routing(&mut session)).await;
+                let routing = self.get_routing(&mut session).instrument(span);
+                let done = crate::REQUEST_WROTE.scope(Cell::new(false), routing).await;
                 self.metrics.request(req.name(), status_of(&done), started.elapsed());
                 let reply = answer(&session, id, "get-routing", done);
                 if replies.send(reply).await.is_err() {
@@ -235,16 +240,19 @@ impl Manager {
             // Any other request runs beside the ones before it, its reply sent when ready
             // (replies carry the request id: they may come back in any order).
             let (me, snapshot, replies) = (self.clone(), session.clone(), replies.clone());
-            self.env.spawn(async move {
-                let op = req.name();
-                let started = Instant::now();
-                // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
-                let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;
-                me.metrics.request(op, status_of(&done), started.elapsed());
-                let reply = answer(&snapshot, id, op, done);
-                let _ = replies.send(reply).await;
-                drop(permit);
-            });
+            self.env.spawn(
+                async move {
+                    let op = req.name();
+                    let started = Instant::now();
+                    // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
+                    let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;
+                    me.metrics.request(op, status_of(&done), started.elapsed());
+                    let reply = answer(&snapshot, id, op, done);
+                    let _ = replies.send(reply).await;
+                    drop(permit);
+                }
+                .instrument(span),
+            );
         };
         // Requests still running answer before the connection closes.
         drop(replies);

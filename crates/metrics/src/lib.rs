@@ -34,6 +34,10 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use nasd_proto::fs::FsStatus;
+use nasd_proto::Status;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -187,6 +191,63 @@ pub fn latency_buckets() -> impl Iterator<Item = f64> {
     prometheus_client::metrics::histogram::exponential_buckets(50e-6, 2.0, 20)
 }
 
+/// The label set of a [`CountersByCode`] sample: one `name="value"` pair.
+pub type CodeLabel = [(&'static str, String); 1];
+
+/// A counter family labelled by a status code (`status="not_found"`), whose
+/// counters are all created at start and found by code: counting allocates
+/// nothing and every label shows, at 0, before its first use. Drive refusals,
+/// manager failures and the authentication server's refusals are all one.
+#[derive(Debug)]
+pub struct CountersByCode {
+    family: Family<CodeLabel, Counter>,
+    /// Indexed by code; `None` for a code without a label (`OK`).
+    by_code: Vec<Option<Counter>>,
+}
+
+impl CountersByCode {
+    /// A family labelled `label` with one counter per `(code, value)`.
+    pub fn new(label: &'static str, codes: impl IntoIterator<Item = (usize, String)>) -> CountersByCode {
+        let family = Family::<CodeLabel, Counter>::default();
+        let mut by_code = Vec::new();
+        for (code, value) in codes {
+            if by_code.len() <= code {
+                by_code.resize(code + 1, None);
+            }
+            by_code[code] = Some(family.get_or_create_owned(&[(label, value)]));
+        }
+        CountersByCode { family, by_code }
+    }
+
+    /// One counter per file-system status but `OK` (`FsStatus::NotFound` →
+    /// `not_found`), labelled `label`: what manager and authentication
+    /// server answer.
+    pub fn fs_statuses(label: &'static str) -> CountersByCode {
+        let failures = FsStatus::ALL.into_iter().filter(|&s| s != FsStatus::Ok);
+        CountersByCode::new(label, failures.map(|s| (s as usize, snake_case(&format!("{s:?}")))))
+    }
+
+    /// One counter per drive status but `OK`, labelled `label` with the
+    /// status's PROTOCOL.md name in lower case (`nonce_replayed`).
+    pub fn drive_statuses(label: &'static str) -> CountersByCode {
+        let refusals = Status::ALL.iter().copied().filter(|&s| s != Status::Ok);
+        CountersByCode::new(label, refusals.map(|s| (s as usize, s.name().to_ascii_lowercase())))
+    }
+
+    /// Counts one of `code`; a code without a counter counts nothing.
+    pub fn inc(&self, code: usize) {
+        debug_assert!(self.by_code.get(code).is_some_and(Option::is_some), "code {code} has no counter");
+        if let Some(Some(counter)) = self.by_code.get(code) {
+            counter.inc();
+        }
+    }
+
+    /// The family, to register.
+    pub fn family(&self) -> Family<CodeLabel, Counter> {
+        self.family.clone()
+    }
+}
+
 /// A Rust variant name as a label value: `NotFound` → `not_found`.
 pub fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
@@ -257,6 +318,35 @@ pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Fetches `GET /metrics` from an endpoint at `addr` and parses its samples
 /// (for tests and tools: one request, `Connection: close`).
 pub async fn scrape(addr: SocketAddr) -> std::io::Result<Vec<Sample>> {
+    let body = scrape_text(addr).await?;
+    parse_samples(&body)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "metrics reply: a sample does not parse"))
+}
+
+/// The names the samples of the families an exposition declares (its
+/// `# TYPE` lines) are written under: a counter `x` as `x_total`, a
+/// histogram as `x_bucket`, `x_count` and `x_sum`, a gauge as `x`. (A family
+/// with no label set yet is not written at all.)
+pub fn family_sample_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else { continue };
+        let Some((name, kind)) = rest.split_once(' ') else { continue };
+        match kind {
+            "counter" => {
+                names.insert(format!("{name}_total"));
+            }
+            "histogram" => names.extend(["_bucket", "_count", "_sum"].map(|s| format!("{name}{s}"))),
+            _ => {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// Fetches `GET /metrics` from an endpoint at `addr`: the exposition's text.
+pub async fn scrape_text(addr: SocketAddr) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fetch = async {
         let mut socket = tokio::net::TcpStream::connect(addr).await?;
@@ -275,13 +365,12 @@ pub async fn scrape(addr: SocketAddr) -> std::io::Result<Vec<Sample>> {
     if !head.starts_with("HTTP/1.1 200 ") {
         return Err(bad(head.lines().next().unwrap_or("empty")));
     }
-    parse_samples(body).ok_or_else(|| bad("a sample does not parse"))
+    Ok(body.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus_client::metrics::counter::Counter;
 
     #[test]
     fn samples_parse_back_with_their_labels() {
@@ -296,6 +385,49 @@ mod tests {
         assert_eq!(sum_of(&samples, "nasd_drive_reads_total", &[("drive", "4")]), 0.0);
         assert!(parse_samples("nasd_x{a=\"1\" 2\n").is_none(), "an unclosed label set is refused");
         assert_eq!(snake_case("NotFound"), "not_found");
+    }
+
+    #[test]
+    fn counters_by_code_show_every_label_at_zero_and_count_by_code() {
+        let metrics = Metrics::new();
+        let failures = CountersByCode::fs_statuses("status");
+        let refusals = CountersByCode::drive_statuses("reason");
+        metrics.register("x", None, |r| {
+            r.register("failures", "Failures.", failures.family());
+            r.register("refusals", "Refusals.", refusals.family());
+        });
+        failures.inc(FsStatus::Busy as usize);
+        failures.inc(FsStatus::Busy as usize);
+        refusals.inc(Status::NonceReplayed as usize);
+        let samples = parse_samples(&metrics.encode()).expect("parses");
+        let named = |name: &str| samples.iter().filter(|s| s.name == name).count();
+        assert_eq!(named("nasd_x_failures_total"), FsStatus::ALL.len() - 1, "every status but OK, at start");
+        assert_eq!(named("nasd_x_refusals_total"), Status::ALL.len() - 1);
+        assert_eq!(sum_of(&samples, "nasd_x_failures_total", &[("status", "busy")]), 2.0);
+        assert_eq!(sum_of(&samples, "nasd_x_failures_total", &[]), 2.0);
+        assert_eq!(sum_of(&samples, "nasd_x_refusals_total", &[("reason", "nonce_replayed")]), 1.0);
+        assert!(!samples.iter().any(|s| s.labels.iter().any(|(_, v)| v == "ok")), "OK is no failure");
+    }
+
+    #[test]
+    fn family_sample_names_are_what_each_type_is_written_under() {
+        let metrics = Metrics::new();
+        let seconds =
+            Family::<CodeLabel, prometheus_client::metrics::histogram::Histogram>::new_with_constructor(|| {
+                prometheus_client::metrics::histogram::Histogram::new(latency_buckets())
+            });
+        let _ = seconds.get_or_create_owned(&[("op", "read".to_string())]);
+        metrics.register("x", None, |r| {
+            r.register("reads", "Reads.", Counter::<u64>::default());
+            r.register_with_unit("latency", "Latency.", prometheus_client::registry::Unit::Seconds, seconds.clone());
+            r.register("open", "Open.", prometheus_client::metrics::gauge::Gauge::<i64>::default());
+        });
+        let names = family_sample_names(&metrics.encode());
+        let want = ["nasd_x_reads_total", "nasd_x_latency_seconds_bucket", "nasd_x_latency_seconds_count"];
+        for name in want.iter().chain(&["nasd_x_latency_seconds_sum", "nasd_x_open"]) {
+            assert!(names.contains(*name), "{name} in {names:?}");
+        }
+        assert_eq!(names.len(), 5, "{names:?}");
         assert_eq!(snake_case("Busy"), "busy");
     }
 }
