@@ -203,8 +203,8 @@ impl Inner {
         if at < end.min(self.small) {
             let upto = end.min(self.small);
             self.read_small(at, upto, dst).await?;
+            io.read_ahead.read_elsewhere(at, upto);
             at = upto;
-            io.read_ahead.read_elsewhere(at);
         }
         while at < end {
             self.binder.ensure(rights::READ).await?;
@@ -215,8 +215,8 @@ impl Inner {
                 if !run.data {
                     // A hole: zeros, no request to any drive.
                     write_zeros(dst, upto - at).await?;
+                    io.read_ahead.read_elsewhere(at, upto);
                     at = upto;
-                    io.read_ahead.read_elsewhere(at);
                     continue;
                 }
                 n = upto - at;
@@ -227,7 +227,7 @@ impl Inner {
                 (bytes.len() as u64, report)
             } else {
                 let read = self.striper.read_to(at, n, size, dst).await.map_err(|e| self.failed("reading", e))?;
-                io.read_ahead.read_elsewhere(at + read.0);
+                io.read_ahead.read_elsewhere(at, at + read.0);
                 read
             };
             self.note_report(&mut io, &report);

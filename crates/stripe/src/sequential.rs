@@ -84,8 +84,9 @@ impl Window {
 }
 
 /// Sequential read-ahead over a [`Striper`]: once a reader is sequential
-/// (a first read at offset 0, or a read that starts where the last one
-/// ended), the next [`READ_AHEAD_WINDOWS`] windows of
+/// (a first read at offset 0, or two reads in a row each starting where
+/// the one before it ended — one alone is often a format's header and
+/// body, as Parquet's column chunks are), the next [`READ_AHEAD_WINDOWS`] windows of
 /// [`READ_AHEAD_BYTES_MAX`] bytes are fetched in the background, each as
 /// its own request, and topped up as the reader takes them.
 ///
@@ -108,6 +109,9 @@ pub struct ReadAhead {
     stripe_bytes: u64,
     /// Where the last read ended.
     last_end: Option<u64>,
+    /// Whether the last read continued the one before it (or was a first
+    /// read at offset 0): a read continuing it is sequential.
+    streak: bool,
     /// Windows in file order, none overlapping (a window whose fetch failed
     /// or was cancelled leaves a gap, read directly).
     windows: VecDeque<Window>,
@@ -135,6 +139,7 @@ impl ReadAhead {
             window: window.clamp(1, READ_AHEAD_BYTES_MAX),
             stripe_bytes,
             last_end: None,
+            streak: true,
             windows: VecDeque::new(),
         }
     }
@@ -143,20 +148,22 @@ impl ReadAhead {
     pub fn invalidate(&mut self) {
         self.windows.clear();
         self.last_end = None;
+        self.streak = true;
     }
 
     /// Whether a read at `offset` would be served through the windows:
     /// it falls in them, or continues a sequential reader. A caller may read
     /// elsewhere directly, and then tells [`read_elsewhere`](Self::read_elsewhere).
     pub fn serves(&self, offset: u64) -> bool {
-        self.in_windows(offset) || self.continues(offset)
+        self.in_windows(offset) || (self.streak && self.continues(offset))
     }
 
-    /// Notes a read of `[offset, end)` made directly (not through
-    /// [`read`](Self::read)): a seek, after which the windows are of no use;
-    /// a read starting at `end` continues it.
-    pub fn read_elsewhere(&mut self, end: u64) {
+    /// Notes a read of `[start, end)` made directly (not through
+    /// [`read`](Self::read)): the windows are of no use; a read starting at
+    /// `end` continues it.
+    pub fn read_elsewhere(&mut self, start: u64, end: u64) {
         self.windows.clear();
+        self.streak = self.continues(start);
         self.last_end = Some(end);
     }
 
@@ -182,6 +189,7 @@ impl ReadAhead {
     pub async fn read(&mut self, offset: u64, len: u64, size: u64) -> Result<(Vec<u8>, Report), StripeError> {
         let end = offset.saturating_add(len).min(size);
         let sequential = self.serves(offset);
+        self.streak = self.in_windows(offset) || self.continues(offset);
         if !self.in_windows(offset) {
             self.windows.clear();
         }
@@ -231,33 +239,20 @@ impl ReadAhead {
         Ok((out, report))
     }
 
-    /// Waits for window `i`'s fetch; false if it failed or came back short
-    /// of what it was asked for (the window is dropped, and so is every
-    /// window after a short one: the object ends sooner than thought).
+    /// Waits for window `i`'s fetch; false (and the window dropped) if it
+    /// failed or came back with other than the bytes asked for.
     async fn settle(&mut self, i: usize) -> bool {
         if matches!(self.windows[i].state, WindowState::Ready { .. }) {
             return true;
         }
-        let WindowState::Pending(task) = std::mem::replace(
-            &mut self.windows[i].state,
-            WindowState::Ready { data: Vec::new(), report: Report::default() },
-        ) else {
-            unreachable!("checked above")
-        };
         // Out of the list while awaited: a cancelled read leaves a gap, not a
         // window that never fills.
         let mut w = self.windows.remove(i).expect("window i");
+        let WindowState::Pending(task) = w.state else { unreachable!("checked above") };
         match task.join().await {
             Ok((data, report)) if data.len() as u64 == w.len => {
                 w.state = WindowState::Ready { data, report };
                 self.windows.insert(i, w);
-                true
-            }
-            Ok((data, _)) if !data.is_empty() => {
-                w.len = data.len() as u64;
-                w.state = WindowState::Ready { data, report: Report::default() };
-                self.windows.truncate(i);
-                self.windows.push_back(w);
                 true
             }
             _ => false,
