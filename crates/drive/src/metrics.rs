@@ -143,7 +143,8 @@ impl DriveMetrics {
     /// Fresh families, every label set created.
     pub fn new() -> DriveMetrics {
         let requests = Family::<OpLabels, Counter>::default();
-        let duration = Family::<OpLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let duration =
+            Family::<OpLabels, Histogram>::new_with_constructor(nasd_metrics::latency_histogram as fn() -> Histogram);
         let per_op = OPERATIONS
             .iter()
             .map(|&(_, op)| op)
@@ -278,10 +279,6 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.families.connections.dec();
     }
-}
-
-fn latency_histogram() -> Histogram {
-    Histogram::new(nasd_metrics::latency_buckets())
 }
 
 /// The store's capacity and use, read when scraped.

@@ -84,17 +84,13 @@ impl Default for MountMetrics {
     }
 }
 
-fn latency_histogram() -> Histogram {
-    Histogram::new(nasd_metrics::latency_buckets())
-}
-
 impl MountMetrics {
     /// Fresh families.
     pub fn new() -> MountMetrics {
         let data_bytes = Family::<OpLabels, Counter>::default();
         let families = Families {
             requests: Family::default(),
-            duration: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            duration: Family::new_with_constructor(nasd_metrics::latency_histogram as fn() -> Histogram),
             failures: Family::default(),
             read_bytes: data_bytes.get_or_create_owned(&OpLabels { op: "read" }),
             written_bytes: data_bytes.get_or_create_owned(&OpLabels { op: "write" }),

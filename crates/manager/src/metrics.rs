@@ -102,22 +102,18 @@ impl Default for ManagerMetrics {
     }
 }
 
-fn latency_histogram() -> Histogram {
-    Histogram::new(nasd_metrics::latency_buckets())
-}
-
 impl ManagerMetrics {
     /// Fresh families, every status label created.
     pub fn new() -> ManagerMetrics {
         let drives = Family::<Fixed, Gauge>::default();
         let families = Families {
             requests: Family::default(),
-            duration: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            duration: Family::new_with_constructor(nasd_metrics::latency_histogram as fn() -> Histogram),
             failures: CountersByCode::fs_statuses("status"),
             sessions: Gauge::default(),
             logins: Counter::default(),
             login_failures: CountersByCode::fs_statuses("status"),
-            metadata_sync: latency_histogram(),
+            metadata_sync: nasd_metrics::latency_histogram(),
             metadata_sync_failures: Counter::default(),
             transactions_begun: Counter::default(),
             transactions_rolled_back: Counter::default(),

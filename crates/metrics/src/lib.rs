@@ -191,6 +191,12 @@ pub fn latency_buckets() -> impl Iterator<Item = f64> {
     prometheus_client::metrics::histogram::exponential_buckets(50e-6, 2.0, 20)
 }
 
+/// A request-latency histogram over [`latency_buckets`], the constructor
+/// every daemon's `Family` of latencies takes.
+pub fn latency_histogram() -> prometheus_client::metrics::histogram::Histogram {
+    prometheus_client::metrics::histogram::Histogram::new(latency_buckets())
+}
+
 /// The label set of a [`CountersByCode`] sample: one `name="value"` pair.
 pub type CodeLabel = [(&'static str, String); 1];
 

@@ -65,15 +65,13 @@ impl Default for S3Metrics {
     }
 }
 
-fn latency_histogram() -> Histogram {
-    Histogram::new(nasd_metrics::latency_buckets())
-}
-
 impl S3Metrics {
     /// Fresh families, every label created.
     pub fn new() -> S3Metrics {
         let requests = Family::<MethodLabels, Counter>::default();
-        let duration = Family::<MethodLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let duration = Family::<MethodLabels, Histogram>::new_with_constructor(
+            nasd_metrics::latency_histogram as fn() -> Histogram,
+        );
         let per_method = METHODS
             .iter()
             .map(|&method| {
