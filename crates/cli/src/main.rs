@@ -48,9 +48,10 @@ struct Cli {
     /// logs in (kept for scripts; shown on those commands).
     #[arg(long, hide = true, value_name = "NAME")]
     user: Option<String>,
-    /// How log lines are written: text, or one JSON object a line [default:
-    /// [log] format from the config file, else text].
-    #[arg(long, global = true, value_enum, env = "NASD_LOG_FORMAT")]
+    /// How log lines are written: `text`, or `json` (one JSON object a line,
+    /// with the spans it was logged in) [default: [log] format from the
+    /// config file, else text].
+    #[arg(long, global = true, value_enum, hide_possible_values = true, env = "NASD_LOG_FORMAT")]
     log_format: Option<config::LogFormat>,
     #[command(subcommand)]
     command: Command,
