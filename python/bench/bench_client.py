@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import free_port_run
+
 import nasd
 
 MIB = 1024 * 1024
@@ -54,26 +56,6 @@ S3_BUCKET = "s3bench"
 S3_READY = "S3 gateway ready at "
 #: Longest a daemon may take to start (a hang, not a measurement).
 START_WAIT_MAX = 120.0
-
-
-def free_port_run(n: int) -> int:
-    """The first of `n` consecutive free loopback ports, with the one below free too (`nasd up`'s auth server)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        held = []
-        try:
-            for port in range(first - 1, first + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
 
 
 def wait_accepting(port: int, proc: subprocess.Popen, log: Path) -> None:

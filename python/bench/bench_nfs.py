@@ -46,29 +46,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ports import free_port_run
+
 MIB = 1 << 20
 START_WAIT_MAX = 120.0
 UID = 1000
-
-
-def free_port_run(n: int) -> int:
-    """The first of `n` consecutive free loopback ports, with the one below free too (`nasd up`'s auth server)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        held = []
-        try:
-            for port in range(first - 1, first + n):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
 
 
 def wait_for(what: str, done, proc: subprocess.Popen, log: Path) -> None:
