@@ -789,6 +789,12 @@ impl ManagerPool {
             };
             let left = patience.left(started);
             if left == Some(std::time::Duration::ZERO) {
+                if !self.tried_since(started).await {
+                    // A bound shorter than the pause between tries: one try of its own
+                    // before the request fails, so a manager back by then is found.
+                    self.try_connect().await;
+                    continue;
+                }
                 let waited = started.elapsed().as_secs_f64();
                 return Err(FsError::ManagerUnreachable {
                     message: format!("{cause}; gave up after waiting {waited:.1} s for it (the mount's manager_wait)"),
@@ -820,10 +826,25 @@ impl ManagerPool {
     /// # Cancel safety
     /// Cancel safe: a try dropped half-way sent nothing.
     async fn probe(&self) {
-        let mut last = self.probe.lock().await;
+        let last = self.probe.lock().await;
         if let Some(at) = *last {
             tokio::time::sleep_until(at + crate::MANAGER_PROBE_PAUSE).await;
         }
+        self.try_connect_holding(last).await;
+    }
+
+    /// Whether a try at a new connection began at or after `since`.
+    async fn tried_since(&self, since: Instant) -> bool {
+        self.probe.lock().await.is_some_and(|at| at >= since)
+    }
+
+    /// A try at a new connection now, without the pause [`probe`](Self::probe) keeps.
+    async fn try_connect(&self) {
+        let last = self.probe.lock().await;
+        self.try_connect_holding(last).await;
+    }
+
+    async fn try_connect_holding(&self, mut last: tokio::sync::MutexGuard<'_, Option<Instant>>) {
         if self.outage().is_none() {
             return;
         }
