@@ -789,9 +789,10 @@ impl ManagerPool {
             };
             let left = patience.left(started);
             if left == Some(std::time::Duration::ZERO) {
-                if !self.tried_since(started).await {
+                if patience.waits() && !self.tried_since(started).await {
                     // A bound shorter than the pause between tries: one try of its own
-                    // before the request fails, so a manager back by then is found.
+                    // before the request fails, so a manager back by then is found (a
+                    // request that does not wait fails at once, as it did).
                     self.try_connect().await;
                     continue;
                 }
