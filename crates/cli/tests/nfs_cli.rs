@@ -136,6 +136,31 @@ impl Reply {
         }
         self.post_op_attr();
     }
+    /// A READDIR (or, with `plus`, READDIRPLUS) reply: status, (name,
+    /// cookie) pairs, verifier, eof. READDIRPLUS entries are checked to carry
+    /// attributes and a sealed handle.
+    fn directory_page(mut self, plus: bool) -> (u32, Vec<(String, u64)>, [u8; 8], bool) {
+        let status = self.u32();
+        self.post_op_attr();
+        if status != OK {
+            return (status, Vec::new(), [0; 8], false);
+        }
+        let verf: [u8; 8] = self.bytes(8).try_into().unwrap();
+        let mut entries = Vec::new();
+        while self.u32() == 1 {
+            self.u64();
+            let name = String::from_utf8(self.opaque()).unwrap();
+            let cookie = self.u64();
+            if plus {
+                assert!(self.post_op_attr().is_some(), "{name} has attributes");
+                assert_eq!(self.post_op_fh().len(), 64, "{name} has a sealed handle");
+            }
+            entries.push((name, cookie));
+        }
+        let eof = self.u32() == 1;
+        (OK, entries, verf, eof)
+    }
+
     fn post_op_fh(&mut self) -> Vec<u8> {
         assert_eq!(self.u32(), 1, "a handle follows");
         self.opaque()
@@ -283,24 +308,8 @@ impl Rpc {
         (dircount, maxcount): (u32, u32),
     ) -> (u32, Vec<(String, u64)>, [u8; 8], bool) {
         let args = Xdr::default().opaque(dir).u64(cookie).fixed(&verf).u32(dircount).u32(maxcount);
-        let mut r = self.call(NFS, 17, args);
-        let status = r.u32();
-        r.post_op_attr();
-        if status != OK {
-            return (status, Vec::new(), [0; 8], false);
-        }
-        let verf: [u8; 8] = r.bytes(8).try_into().unwrap();
-        let mut entries = Vec::new();
-        while r.u32() == 1 {
-            r.u64();
-            let name = String::from_utf8(r.opaque()).unwrap();
-            let cookie = r.u64();
-            assert!(r.post_op_attr().is_some(), "{name} has attributes");
-            assert_eq!(r.post_op_fh().len(), 64, "{name} has a sealed handle");
-            entries.push((name, cookie));
-        }
-        let eof = r.u32() == 1;
-        (OK, entries, verf, eof)
+        let r = self.call(NFS, 17, args);
+        r.directory_page(true)
     }
 
     /// One READDIR page: status, (name, cookie) pairs, verifier, eof.
@@ -311,21 +320,8 @@ impl Rpc {
         verf: [u8; 8],
         count: u32,
     ) -> (u32, Vec<(String, u64)>, [u8; 8], bool) {
-        let mut r = self.call(NFS, 16, Xdr::default().opaque(dir).u64(cookie).fixed(&verf).u32(count));
-        let status = r.u32();
-        r.post_op_attr();
-        if status != OK {
-            return (status, Vec::new(), [0; 8], false);
-        }
-        let verf: [u8; 8] = r.bytes(8).try_into().unwrap();
-        let mut entries = Vec::new();
-        while r.u32() == 1 {
-            r.u64();
-            let name = String::from_utf8(r.opaque()).unwrap();
-            entries.push((name, r.u64()));
-        }
-        let eof = r.u32() == 1;
-        (OK, entries, verf, eof)
+        let r = self.call(NFS, 16, Xdr::default().opaque(dir).u64(cookie).fixed(&verf).u32(count));
+        r.directory_page(false)
     }
 }
 
