@@ -197,37 +197,34 @@ impl ReadAhead {
         let mut report = Report::default();
         let mut at = offset;
         while at < end {
-            match self.windows.iter().position(|w| w.holds(at)) {
-                Some(_) => {
-                    if sequential {
-                        // The windows behind it are fetched while this one is awaited.
-                        self.forget_behind(at);
-                        self.top_up(at, size);
-                    }
-                    let i = self.windows.iter().position(|w| w.holds(at)).expect("kept");
-                    if !self.settle(i).await {
-                        continue;
-                    }
-                    let w = &mut self.windows[i];
-                    let WindowState::Ready { data, report: r } = &mut w.state else { unreachable!("settled") };
-                    let from = (at - w.start) as usize;
-                    let to = (end.min(w.start + data.len() as u64) - w.start) as usize;
-                    out.extend_from_slice(&data[from..to]);
-                    report.merge(std::mem::take(r));
-                    at += (to - from) as u64;
+            if self.windows.iter().any(|w| w.holds(at)) {
+                if sequential {
+                    // The windows behind it are fetched while this one is awaited.
+                    self.forget_behind(at);
+                    self.top_up(at, size);
                 }
-                None => {
-                    // Before the first window, in a gap, or past the last: read
-                    // directly up to the next window.
-                    let upto = self.windows.iter().map(|w| w.start).filter(|&s| s > at).min().unwrap_or(end).min(end);
-                    let (bytes, r) = self.striper.read(at, upto - at, size).await?;
-                    report.merge(r);
-                    let got = bytes.len() as u64;
-                    out.extend_from_slice(&bytes);
-                    at += got;
-                    if got == 0 {
-                        break;
-                    }
+                let i = self.windows.iter().position(|w| w.holds(at)).expect("kept");
+                if !self.settle(i).await {
+                    continue;
+                }
+                let w = &mut self.windows[i];
+                let WindowState::Ready { data, report: r } = &mut w.state else { unreachable!("settled") };
+                let from = (at - w.start) as usize;
+                let to = (end.min(w.start + data.len() as u64) - w.start) as usize;
+                out.extend_from_slice(&data[from..to]);
+                report.merge(std::mem::take(r));
+                at += (to - from) as u64;
+            } else {
+                // Before the first window, in a gap, or past the last: read
+                // directly up to the next window.
+                let upto = self.windows.iter().map(|w| w.start).filter(|&s| s > at).min().unwrap_or(end).min(end);
+                let (bytes, r) = self.striper.read(at, upto - at, size).await?;
+                report.merge(r);
+                let got = bytes.len() as u64;
+                out.extend_from_slice(&bytes);
+                at += got;
+                if got == 0 {
+                    break;
                 }
             }
         }
