@@ -365,6 +365,11 @@ pub struct S3Section {
     /// a smaller one is `EntityTooSmall` [default: 5242880, S3's 5 MiB].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part_bytes_min: Option<u64>,
+    /// Multipart uploads each user may have open (created, not yet
+    /// completed or aborted); one more CreateMultipartUpload gets
+    /// `TooManyOpenMultipartUploads` [default: 1000; at most 100000].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_uploads_per_user: Option<usize>,
 }
 
 impl S3Section {
@@ -375,6 +380,7 @@ impl S3Section {
             && self.requests_per_key_per_sec.is_none()
             && self.uploads_in_flight_per_user.is_none()
             && self.part_bytes_min.is_none()
+            && self.open_uploads_per_user.is_none()
     }
 
     /// The gateway as this section configures it.
@@ -386,6 +392,7 @@ impl S3Section {
                 self.uploads_in_flight_per_user.unwrap_or(nasd_s3::UPLOADS_IN_FLIGHT_PER_USER_DEFAULT),
             )
             .with_part_bytes_min(self.part_bytes_min.unwrap_or(nasd_s3::PART_BYTES_MIN_DEFAULT))
+            .with_open_uploads_per_user(self.open_uploads_per_user.unwrap_or(nasd_s3::OPEN_UPLOADS_PER_USER_DEFAULT))
     }
 
     /// How long an abandoned multipart upload is kept (`None`: for ever).

@@ -23,9 +23,12 @@
 //!   user metadata are kept in the extended attribute [`META_XATTR`] set
 //!   before the rename.
 //! - **Multipart uploads** (`multipart.rs`): parts kept in the bucket's
-//!   hidden `.nasd-s3-uploads/ID/`, streamed into the object at completion,
-//!   which appears whole then or not at all. Uploads left without a new
-//!   part for [`UPLOAD_EXPIRY_DEFAULT`] (configurable) are removed.
+//!   hidden `.nasd-s3-uploads/ID/`, those of the upload's part size written
+//!   in place in one staging file that completion renames to the key (no
+//!   copy of the data); the object appears whole then or not at all.
+//!   Uploads left without a new part for [`UPLOAD_EXPIRY_DEFAULT`]
+//!   (configurable) are removed; each user may have
+//!   [`OPEN_UPLOADS_PER_USER_DEFAULT`] (configurable) open.
 //! - **Bounded memory**: bodies stream in [`IO_CHUNK`] pieces, a GET reads
 //!   at most [`READ_AHEAD_CHUNKS`] ahead of its client; listings walk the
 //!   tree one directory at a time in S3's byte order (`list.rs`).
@@ -35,6 +38,7 @@ mod checksum;
 mod keys;
 mod limits;
 mod list;
+mod locks;
 mod metrics;
 mod multipart;
 mod ops;
@@ -42,11 +46,11 @@ mod paths;
 
 pub use keys::{KeyOwner, KeyRecord, KeyStore, KeyStoreError, ACCESS_KEY_PREFIX, KEY_FILE_BYTES_MAX};
 pub use limits::{
-    CONNECTIONS_PER_PEER_MAX, PART_BYTES_MIN_DEFAULT, REQUESTS_PER_KEY_PER_SEC_DEFAULT, UPLOADS_IN_FLIGHT_MAX,
-    UPLOADS_IN_FLIGHT_PER_USER_DEFAULT,
+    CONNECTIONS_PER_PEER_MAX, OPEN_UPLOADS_PER_USER_DEFAULT, OPEN_UPLOADS_PER_USER_MAX, PART_BYTES_MIN_DEFAULT,
+    REQUESTS_PER_KEY_PER_SEC_DEFAULT, TOO_MANY_UPLOADS, UPLOADS_IN_FLIGHT_MAX, UPLOADS_IN_FLIGHT_PER_USER_DEFAULT,
 };
 pub use metrics::S3Metrics;
-pub use multipart::PARTS_MAX;
+pub use multipart::{IN_PLACE_PIECE_BYTES_MAX, PARTS_MAX};
 pub use paths::KEY_BYTES_MAX;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -102,6 +106,10 @@ pub struct Gateway {
     part_bytes_min: u64,
     /// What it counts ([`S3Metrics`]).
     metrics: S3Metrics,
+    /// Open multipart uploads per user.
+    open_uploads: Arc<limits::OpenUploads>,
+    /// Multipart uploads' and their parts' locks (`multipart.rs`).
+    upload_locks: Arc<locks::NamedLocks>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -122,6 +130,8 @@ impl Gateway {
             in_flight: Arc::new(limits::InFlight::new(UPLOADS_IN_FLIGHT_PER_USER_DEFAULT)),
             part_bytes_min: PART_BYTES_MIN_DEFAULT,
             metrics: S3Metrics::default(),
+            upload_locks: Arc::default(),
+            open_uploads: Arc::new(limits::OpenUploads::new(OPEN_UPLOADS_PER_USER_DEFAULT)),
         }
     }
 
@@ -141,6 +151,14 @@ impl Gateway {
     /// more get `SlowDown`.
     pub fn with_uploads_in_flight_per_user(self, per_user: usize) -> Gateway {
         Gateway { in_flight: Arc::new(limits::InFlight::new(per_user)), ..self }
+    }
+
+    /// Lets each user have `per_user` multipart uploads open (created, not
+    /// completed or aborted; 1 to [`OPEN_UPLOADS_PER_USER_MAX`]); one more
+    /// CreateMultipartUpload gets [`TOO_MANY_UPLOADS`] (400). Counted from
+    /// the buckets at the first creation, then as uploads come and go.
+    pub fn with_open_uploads_per_user(self, per_user: usize) -> Gateway {
+        Gateway { open_uploads: Arc::new(limits::OpenUploads::new(per_user)), ..self }
     }
 
     /// Refuses (`EntityTooSmall`) to complete a multipart upload with a

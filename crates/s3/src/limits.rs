@@ -2,7 +2,9 @@
 //! per key, refused with `SlowDown`, which S3 clients back off and retry),
 //! connections per peer address, and uploads in flight (bodies being
 //! written: PUT, UploadPart, copies, completions) per user and in all,
-//! also refused with `SlowDown`.
+//! also refused with `SlowDown`; and multipart uploads open per user,
+//! refused with [`TOO_MANY_UPLOADS`] (400: not worth retrying until the
+//! user completes or aborts one).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -103,6 +105,75 @@ impl Drop for PeerSlot {
     }
 }
 
+/// Multipart uploads one user may have open (created, not yet completed or
+/// aborted), unless configured otherwise.
+pub const OPEN_UPLOADS_PER_USER_DEFAULT: usize = 1000;
+/// Largest bound on open multipart uploads per user a gateway may configure:
+/// each is a directory the sweep for abandoned uploads lists.
+pub const OPEN_UPLOADS_PER_USER_MAX: usize = 100_000;
+/// The S3 error code of a CreateMultipartUpload over the user's bound.
+pub const TOO_MANY_UPLOADS: &str = "TooManyOpenMultipartUploads";
+
+const _: () = assert!(OPEN_UPLOADS_PER_USER_DEFAULT <= OPEN_UPLOADS_PER_USER_MAX);
+
+/// Open multipart uploads per user (uid, the owner of the upload's
+/// directory): counted from the buckets once, at the first creation, then
+/// kept as uploads are created and removed.
+#[derive(Debug)]
+pub(crate) struct OpenUploads {
+    per_user: usize,
+    counts: Mutex<HashMap<u32, usize>>,
+    /// Set once the buckets were counted.
+    pub(crate) counted: tokio::sync::OnceCell<()>,
+}
+
+impl OpenUploads {
+    /// At most `per_user` (1 to [`OPEN_UPLOADS_PER_USER_MAX`]) per user.
+    pub fn new(per_user: usize) -> OpenUploads {
+        OpenUploads {
+            per_user: per_user.clamp(1, OPEN_UPLOADS_PER_USER_MAX),
+            counts: Mutex::new(HashMap::new()),
+            counted: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Counts one more of `uid`'s; [`TOO_MANY_UPLOADS`] if it has its bound.
+    pub fn open(&self, uid: u32) -> s3s::S3Result<()> {
+        let mut counts = self.counts.lock().expect("open uploads lock");
+        let mine = counts.entry(uid).or_insert(0);
+        if *mine >= self.per_user {
+            let mut e = s3s::S3Error::with_message(
+                s3s::S3ErrorCode::Custom(TOO_MANY_UPLOADS.into()),
+                format!(
+                    "this user has {} multipart uploads open, as many as it may: complete or abort some \
+                     (ListMultipartUploads lists them)",
+                    self.per_user
+                ),
+            );
+            e.set_status_code(http::StatusCode::BAD_REQUEST);
+            return Err(e);
+        }
+        *mine += 1;
+        Ok(())
+    }
+
+    /// Counts one of `uid`'s found in a bucket (no bound: it exists).
+    pub fn found(&self, uid: u32) {
+        *self.counts.lock().expect("open uploads lock").entry(uid).or_insert(0) += 1;
+    }
+
+    /// One of `uid`'s is gone (completed, aborted, swept, or never made).
+    pub fn closed(&self, uid: u32) {
+        let mut counts = self.counts.lock().expect("open uploads lock");
+        if let Some(n) = counts.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&uid);
+            }
+        }
+    }
+}
+
 /// Uploads in flight, per user (uid) and in all.
 #[derive(Debug)]
 pub(crate) struct InFlight {
@@ -180,6 +251,22 @@ mod tests {
         drop(slots);
         assert!(peers.take(ip).is_some(), "closed connections give their slots back");
         assert_eq!(peers.0.lock().unwrap().len(), 0, "nothing kept for peers without connections");
+    }
+
+    #[test]
+    fn open_uploads_are_bounded_per_user_and_closing_one_makes_room() {
+        let open = OpenUploads::new(2);
+        open.open(7).expect("first");
+        open.open(7).expect("second");
+        let refused = open.open(7).expect_err("the third is refused");
+        assert_eq!(refused.code().as_str(), TOO_MANY_UPLOADS);
+        assert_eq!(refused.status_code(), Some(http::StatusCode::BAD_REQUEST));
+        open.open(8).expect("another user has its own bound");
+        open.closed(7);
+        open.open(7).expect("a closed upload makes room");
+        open.closed(8);
+        open.closed(8);
+        assert!(!open.counts.lock().unwrap().contains_key(&8), "nothing kept for users without uploads");
     }
 
     #[test]

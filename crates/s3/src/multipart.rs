@@ -1,52 +1,67 @@
 //! Multipart uploads. An upload is a directory `BUCKET/.nasd-s3-uploads/ID`
 //! (the uploads directory sticky and world-writable like `/tmp`, each
 //! upload `0700`, made as the uploading user), its key, Content-Type and
-//! metadata in the directory's [`META_XATTR`](crate::META_XATTR). Each part
-//! is a file `part-NNNNN` written whole or not at all, its MD5 kept as an
-//! object's (with the checksum a client sent, `checksum.rs`). Completing
-//! checks S3's limits — 1 to [`PARTS_MAX`] parts, in ascending order, each
-//! but the last at least the gateway's part minimum
-//! ([`PART_BYTES_MIN_DEFAULT`](crate::PART_BYTES_MIN_DEFAULT), 5 MiB, else
+//! metadata in the directory's [`META_XATTR`](crate::META_XATTR).
+//!
+//! **Parts written in place.** aws-cli, boto3, rclone and s3fs send every
+//! part but the last at one size. The first part to arrive at least the
+//! gateway's part minimum long
+//! ([`PART_BYTES_MIN_DEFAULT`](crate::PART_BYTES_MIN_DEFAULT), 5 MiB) with
+//! its length known (`Content-Length`, or the decoded length of an
+//! `aws-chunked` body) fixes the upload's part size `P`, recorded
+//! create-only in the directory's `PART_SIZE_XATTR`, so concurrent first
+//! parts agree. A part `N` of length `P` is written at `(N-1)·P` of one
+//! staging file `data` in the upload's directory, committed, and only then
+//! recorded: `part-NNNNN`, an empty file whose `META_XATTR` holds its ETag,
+//! its checksum (`checksum.rs`) and where it lies in `data`, put in place
+//! by a rename once whole. A part sent again first loses its record, so a
+//! part cut short is absent, never half old and half new; two uploads of one
+//! part number run one after the other, and parts run while no completion
+//! does (locks by upload and part, `locks.rs`: within one gateway process,
+//! which is what serves an upload's requests here). A part of another
+//! length (the last, or an unequal client's), or of unknown length, is a
+//! file `part-NNNNN` of its own, written whole or not at all.
+//!
+//! **Completion** checks S3's limits — 1 to [`PARTS_MAX`] parts, in
+//! ascending order, each but the last at least the part minimum (else
 //! `EntityTooSmall`), at most [`MULTIPART_OBJECT_BYTES_MAX`] in all — and
-//! each part's ETag and any checksum the completion names, then streams
-//! the parts, in order, into the object through the same
-//! temporary-name-and-rename as a PUT — the object appears whole at
-//! completion or not at all — with the ETag S3 clients check (MD5 of the
-//! parts' MD5s, `-N`) and, when every part carries a checksum of one
-//! algorithm, S3's composite checksum; then removes the upload.
+//! each part's ETag and any checksum the completion names, and makes the
+//! object's ETag (MD5 of the parts' MD5s, `-N`) and, when every part
+//! carries a checksum of one algorithm, S3's composite checksum. When the
+//! parts named are `1..=k` in place, with perhaps a last part of its own,
+//! it publishes `data` itself: records of parts in place past `k` are
+//! dropped (S3 discards parts a completion does not name), the last part's
+//! bytes (at most one part) copied to `k·P`, `data` cut to the object's
+//! size, given the object's metadata, committed and renamed to the key —
+//! readers see the old object or the whole new one. The drives then write
+//! each uploaded byte once (1.5 bytes per byte on `rs:4+2`, its
+//! redundancy; asserted by `aws_cli_copies_a_large_file_with_bounded_gateway_memory`,
+//! which measured 3.0 when every completion copied). Any other shape (gaps
+//! in the numbers, a first part that guessed `P` wrong, parts of unknown
+//! length) streams the parts, in order, into the object through the same
+//! temporary-name-and-rename as a PUT: correct, at the cost of one copy.
+//! Then the upload is removed.
+//!
+//! **Crashes.** Until the rename nothing is visible at the key; a gateway
+//! killed before it leaves `data` and records in the upload's directory
+//! (a write transaction cut short is rolled back by the manager), which
+//! AbortMultipartUpload or the sweep for abandoned uploads
+//! ([`Gateway::expire_uploads`]) removes, and their space with them. Killed
+//! after it, the object is whole and the upload's leftovers are swept.
+//!
 //! UploadPartCopy writes a part from (a range of) an object the caller may
-//! read; ListMultipartUploads lists the uploads whose directory the caller
-//! may read — its own.
-//!
-//! **Cost today:** the completion copies every part's bytes once more, so
-//! the drives store each uploaded byte twice (measured by
-//! `aws_cli_copies_a_large_file_with_bounded_gateway_memory`: 3.0 bytes
-//! written per byte uploaded on `rs:4+2`, whose redundancy alone is 1.5).
-//!
-//! **Planned (not built): parts written in place.** aws-cli, boto3, rclone
-//! and s3fs send every part but the last at one size. The first part to
-//! arrive at least [`PART_BYTES_MIN_DEFAULT`](crate::PART_BYTES_MIN_DEFAULT)
-//! long fixes the upload's part size `P` (recorded create-only in the
-//! upload's xattr, so concurrent first parts agree); a part of length `P`
-//! is then written at `(N-1)·P` of one staging file `data` in the upload
-//! directory, and its record (`part-NNNNN`, empty, its ETag, size and
-//! checksum in its xattr) is written only after its last byte — removed
-//! first when a part is sent again, so a part cut short is absent, never
-//! half old and half new. A part of another length (the last, or an
-//! unequal client's) is a file of its own as today. Completion with parts
-//! `1..=k` in place and a short last part copies only that last part (at
-//! most `P`) to `k·P`, sets the size and metadata and renames `data` to
-//! the key — atomic, whole or not at all; any other shape (gaps in the
-//! numbers, a wrong first guess of `P`) falls back to today's copy. Goal:
-//! 1.5 bytes per byte on `rs:4+2`, measured by the same test.
+//! read, in place like an UploadPart; ListMultipartUploads lists the
+//! uploads whose directory the caller may read — its own.
 
 use crate::checksum::{Algorithm, Expected, StoredChecksum};
-use crate::ops::{check_metadata, is, s3_err, timestamp, with_checksum, Held, ObjectMeta};
+use crate::ops::{check_metadata, is, s3_err, timestamp, with_checksum, Held, ObjectMeta, OBJECT_MODE};
 use crate::paths::{object_path, UPLOADS_DIR};
 use crate::{Gateway, META_XATTR};
-use futures::{StreamExt, TryStreamExt};
+use bytes::Bytes;
+use futures::{Stream, StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
 use nasd_fs::{FileKind, FsClient, FsStatus, XattrMode};
+use nasd_vfs::CreateFlags;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
 use serde::{Deserialize, Serialize};
@@ -63,6 +78,84 @@ const UPLOADS_MODE: u32 = 0o1777;
 /// Mode of one upload's directory.
 const UPLOAD_MODE: u32 = 0o700;
 
+/// Name of an upload's staging file: its parts of the upload's part size,
+/// each at `(N-1)·P`.
+const DATA_NAME: &str = "data";
+/// Extended attribute of an upload's directory: its part size `P`
+/// (decimal), set once by the first part that fixes it.
+const PART_SIZE_XATTR: &str = "user.nasd.s3.part-size";
+
+/// What a part's record (or a part's own file) keeps in its
+/// [`META_XATTR`]: the part's ETag and checksum, and for a part written in
+/// place, where it lies in the upload's `DATA_NAME`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct PartMeta {
+    #[serde(flatten)]
+    object: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    in_place: Option<Placement>,
+}
+
+/// Where a part written in place lies in its upload's staging file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Placement {
+    offset: u64,
+    size: u64,
+}
+
+/// Where a completion publishes: the object's bucket and path, and the upload.
+struct Target<'a> {
+    bucket: &'a str,
+    levels: &'a [&'a str],
+    upload: &'a Held,
+}
+
+/// A part a completion names, found in its upload.
+struct FoundPart {
+    /// Its record (in place) or its own file, held.
+    file: Held,
+    meta: PartMeta,
+}
+
+impl FoundPart {
+    fn size(&self) -> u64 {
+        self.meta.in_place.map_or(self.file.entry.attr.size, |p| p.size)
+    }
+}
+
+/// How many of `parts` (a completion's, in order), from the first, are
+/// parts `1, 2, …` written in place one after the other.
+fn in_place_run(parts: &[FoundPart]) -> usize {
+    let Some(first) = parts.first().and_then(|p| p.meta.in_place) else { return 0 };
+    let size = first.size;
+    parts
+        .iter()
+        .enumerate()
+        .take_while(|(i, p)| p.meta.in_place == Some(Placement { offset: *i as u64 * size, size }))
+        .count()
+}
+
+/// Most bytes a part written in place is buffered in before it goes to
+/// the staging file: a whole stripe of the file's layout up to this
+/// (`rs:4+2` at the default 1 MiB unit: 4 MiB; `rs:8+3`: 8 MiB), else [`IO_CHUNK`](crate::IO_CHUNK)
+/// pieces. Parts written at once share one open file, whose write-behind
+/// gathers only contiguous writes: a part's piece smaller than a stripe
+/// would be written as part of a stripe, its parity read and written
+/// again each time (the drives wrote 2.8 bytes per byte so). Costs this
+/// much per part in flight ([`UPLOADS_IN_FLIGHT_MAX`](crate::UPLOADS_IN_FLIGHT_MAX) at most).
+pub const IN_PLACE_PIECE_BYTES_MAX: usize = 8 << 20;
+
+const _: () = assert!(IN_PLACE_PIECE_BYTES_MAX >= crate::IO_CHUNK);
+
+/// The piece a part written in place is buffered in, for a file whose
+/// stripes hold `stripe_bytes`.
+fn in_place_piece_bytes(stripe_bytes: u64) -> usize {
+    match usize::try_from(stripe_bytes) {
+        Ok(s) if (1..=IN_PLACE_PIECE_BYTES_MAX).contains(&s) => s * (crate::IO_CHUNK / s).max(1),
+        _ => crate::IO_CHUNK,
+    }
+}
+
 /// What an upload's directory records.
 #[derive(Debug, Serialize, Deserialize)]
 struct UploadMeta {
@@ -71,6 +164,15 @@ struct UploadMeta {
     content_type: Option<String>,
     #[serde(default, skip_serializing_if = "HashMap::is_empty")]
     metadata: HashMap<String, String>,
+}
+
+/// Which part of which upload a request writes.
+#[derive(Clone, Copy)]
+struct PartRef<'a> {
+    bucket: &'a str,
+    key: &'a str,
+    id: &'a str,
+    number: i32,
 }
 
 fn part_name(n: i32) -> String {
@@ -143,9 +245,19 @@ impl Gateway {
             }
             Err(e) => return Err(s3_err(e)),
         };
+        self.count_open_uploads().await;
+        let uid = cx.identity().uid;
+        self.open_uploads.open(uid)?;
         let id = hex::encode(nasd_crypto::random_bytes::<16>());
-        let upload = self.held(self.vfs.mkdir(cx, uploads.ino(), &id, UPLOAD_MODE).await.map_err(s3_err)?);
+        let upload = match self.vfs.mkdir(cx, uploads.ino(), &id, UPLOAD_MODE).await {
+            Ok(e) => self.held(e),
+            Err(e) => {
+                self.open_uploads.closed(uid);
+                return Err(s3_err(e));
+            }
+        };
         let value = serde_json::to_vec(&meta).map_err(|_| s3_error!(InternalError))?;
+        // Made without its record, it is never listed nor completed: the sweep removes it.
         self.vfs.setxattr(cx, upload.ino(), META_XATTR, &value, XattrMode::Either).await.map_err(s3_err)?;
         Ok(id)
     }
@@ -178,12 +290,9 @@ impl Gateway {
         expected: Expected,
     ) -> S3Result<ObjectMeta> {
         check_part_number(input.part_number)?;
-        let _upload = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
-        let part = part_name(input.part_number);
-        let levels = [UPLOADS_DIR, input.upload_id.as_str(), part.as_str()];
-        let stored =
-            self.write_levels(cx, &input.bucket, &levels, body, ObjectMeta::default(), expected, false).await?;
-        stored.ok_or_else(|| s3_error!(InternalError))
+        let len = input.content_length.and_then(|l| u64::try_from(l).ok());
+        let part = PartRef { bucket: &input.bucket, key: &input.key, id: &input.upload_id, number: input.part_number };
+        self.write_part(cx, part, body, len, expected).await
     }
 
     /// UploadPartCopy: part `input.part_number` made of (a range of) an
@@ -193,7 +302,7 @@ impl Gateway {
         let CopySource::Bucket { bucket: src_bucket, key: src_key, version_id: None } = &input.copy_source else {
             return Err(s3_error!(NotImplemented, "only copies from a bucket and key, without versions"));
         };
-        let _upload = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        drop(self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?);
         let (file, src_meta) = self.object(cx, src_bucket, src_key).await?;
         let conditions = crate::ops::check_conditions(
             &src_meta,
@@ -213,13 +322,179 @@ impl Gateway {
                 parsed.check(size).map_err(|_| s3_error!(InvalidRange))?
             }
         };
+        let len = range.end - range.start;
         let body = self.read_stream(cx, file, range).await?;
-        let part = part_name(input.part_number);
-        let levels = [UPLOADS_DIR, input.upload_id.as_str(), part.as_str()];
-        let stored = self
-            .write_levels(cx, &input.bucket, &levels, body, ObjectMeta::default(), Expected::nothing(), false)
-            .await?;
-        stored.map(|m| m.etag).ok_or_else(|| s3_error!(InternalError))
+        let part = PartRef { bucket: &input.bucket, key: &input.key, id: &input.upload_id, number: input.part_number };
+        let stored = self.write_part(cx, part, body, Some(len), Expected::nothing()).await?;
+        Ok(stored.etag)
+    }
+
+    /// Writes part `part` of `len` bytes (if known) from `body`: in place
+    /// when `len` is the upload's part size, else as a file of its own.
+    async fn write_part<S, E>(
+        &self,
+        cx: &FsClient,
+        part: PartRef<'_>,
+        body: S,
+        len: Option<u64>,
+        expected: Expected,
+    ) -> S3Result<ObjectMeta>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        check_upload_id(part.id)?;
+        // No completion while parts are written; one writer per part number.
+        let _upload_lock = self.upload_locks.shared(part.id).await;
+        let _part_lock = self.upload_locks.alone(&format!("{}/{}", part.id, part.number)).await;
+        let (upload, _) = self.upload(cx, part.bucket, part.key, part.id).await?;
+        let size = match len {
+            Some(len) => self.part_size(cx, &upload, len).await?,
+            None => None,
+        };
+        let in_place =
+            size.filter(|&p| Some(p) == len && u64::from(part.number.unsigned_abs()) * p <= MULTIPART_OBJECT_BYTES_MAX);
+        if let Some(p) = in_place {
+            return self.write_part_in_place(cx, &upload, part.id, part.number, p, body, expected).await;
+        }
+        drop(upload);
+        let name = part_name(part.number);
+        let levels = [UPLOADS_DIR, part.id, name.as_str()];
+        let stored = self.write_levels(cx, part.bucket, &levels, body, ObjectMeta::default(), expected, false).await?;
+        stored.ok_or_else(|| s3_error!(InternalError))
+    }
+
+    /// The upload's part size: the one recorded, else `len` if it is at
+    /// least the part minimum (recorded create-only: of two first parts at
+    /// once, both get the one that was recorded); `None` while unfixed.
+    async fn part_size(&self, cx: &FsClient, upload: &Held, len: u64) -> S3Result<Option<u64>> {
+        if let Some(p) = self.recorded_part_size(cx, upload).await? {
+            return Ok(Some(p));
+        }
+        if len < self.part_bytes_min.max(1) || len > crate::OBJECT_BYTES_MAX {
+            return Ok(None);
+        }
+        let value = len.to_string();
+        match self.vfs.setxattr(cx, upload.ino(), PART_SIZE_XATTR, value.as_bytes(), XattrMode::Create).await {
+            Ok(()) => Ok(Some(len)),
+            Err(e) if is(&e, FsStatus::Exists) => self.recorded_part_size(cx, upload).await,
+            Err(e) => Err(s3_err(e)),
+        }
+    }
+
+    async fn recorded_part_size(&self, cx: &FsClient, upload: &Held) -> S3Result<Option<u64>> {
+        match self.vfs.getxattr(cx, upload.ino(), PART_SIZE_XATTR).await {
+            Ok(v) => Ok(std::str::from_utf8(&v).ok().and_then(|v| v.parse().ok())),
+            Err(e) if is(&e, FsStatus::NoXattr) || e.errno() == 61 => Ok(None),
+            Err(e) => Err(s3_err(e)),
+        }
+    }
+
+    /// Writes part `n`, `p` bytes (the upload's part size), at `(n-1)·p` of
+    /// the upload's staging file, commits it, then records it.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_part_in_place<S, E>(
+        &self,
+        cx: &FsClient,
+        upload: &Held,
+        id: &str,
+        n: i32,
+        p: u64,
+        body: S,
+        expected: Expected,
+    ) -> S3Result<ObjectMeta>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let offset = u64::from(n.unsigned_abs() - 1) * p;
+        // Its old record goes first: a part cut short is absent, never half old and half new.
+        match self.vfs.unlink(cx, upload.ino(), &part_name(n)).await {
+            Ok(()) => {}
+            Err(e) if is(&e, FsStatus::NotFound) => {}
+            Err(e) => return Err(s3_err(e)),
+        }
+        let (data, fh) = self.open_data(cx, upload, id).await?;
+        let mut hasher = expected.hasher();
+        let piece = self.vfs.layout_of(fh).map_or(crate::IO_CHUNK, |l| in_place_piece_bytes(l.stripe_bytes()));
+        let written = self.fill(fh, offset..offset + p, piece, body, hasher.as_mut()).await;
+        let committed = match written {
+            Ok((_, len)) if len != p => Err(s3_error!(IncompleteBody, "the body is shorter than its Content-Length")),
+            Ok((md5, _)) => self.vfs.commit(fh).await.map(|()| md5).map_err(s3_err),
+            Err(e) => Err(e),
+        };
+        let released = self.vfs.release(fh).await;
+        drop(data);
+        let md5 = committed?;
+        released.map_err(s3_err)?;
+        let checksum = expected.verify(&md5, hasher.map(|h| h.finalize()))?;
+        let object = ObjectMeta { etag: hex::encode(md5), checksum, ..ObjectMeta::default() };
+        let meta = PartMeta { object, in_place: Some(Placement { offset, size: p }) };
+        self.write_record(cx, upload, n, &meta).await?;
+        Ok(meta.object)
+    }
+
+    /// Opens upload `id`'s staging file for writing, made if absent: held,
+    /// and its descriptor. The parts written at once share one open file
+    /// (`nasd_vfs`), so one write transaction: the manager lets one writer
+    /// hold a file at a time.
+    async fn open_data(&self, cx: &FsClient, upload: &Held, id: &str) -> S3Result<(Held, u64)> {
+        let _opening = self.upload_locks.alone(&format!("{id}/{DATA_NAME}")).await;
+        let made = match self.vfs.lookup(cx, upload.ino(), DATA_NAME).await {
+            Ok(e) => Some(self.held(e)),
+            Err(e) if is(&e, FsStatus::NotFound) => None,
+            Err(e) => return Err(s3_err(e)),
+        };
+        if made.is_none() {
+            let how = CreateFlags { exclusive: true, truncate: false, write: true };
+            match self.vfs.create(cx, upload.ino(), DATA_NAME, OBJECT_MODE, how).await {
+                Ok((e, opened)) => return Ok((self.held(e), opened.fh)),
+                Err(e) if is(&e, FsStatus::Exists) => {}
+                Err(e) => return Err(s3_err(e)),
+            }
+        }
+        let data = match made {
+            Some(data) => data,
+            None => self.held(self.vfs.lookup(cx, upload.ino(), DATA_NAME).await.map_err(s3_err)?),
+        };
+        let opened = self.vfs.open(cx, data.ino(), true).await.map_err(s3_err)?;
+        Ok((data, opened.fh))
+    }
+
+    /// Puts part `n`'s record (an empty file with `meta`) in place, whole.
+    async fn write_record(&self, cx: &FsClient, upload: &Held, n: i32, meta: &PartMeta) -> S3Result<()> {
+        let name = part_name(n);
+        let temp = nasd_vfs::temp_name(&name);
+        let value = serde_json::to_vec(meta).map_err(|_| s3_error!(InternalError))?;
+        let record = self.vfs.begin_replace(cx, upload.ino(), &name, &temp, OBJECT_MODE).await.map_err(s3_err)?;
+        if let Err(e) = self.vfs.setxattr(cx, record.entry().attr.ino, META_XATTR, &value, XattrMode::Either).await {
+            if let Err(gone) = record.abandon().await {
+                tracing::warn!(error = %gone, "removing an unfinished part record failed");
+            }
+            return Err(s3_err(e));
+        }
+        if let Err(e) = record.publish(false).await {
+            if let Err(gone) = self.vfs.unlink(cx, upload.ino(), &temp).await {
+                tracing::warn!(error = %gone, "removing an unpublished part record failed");
+            }
+            return Err(s3_err(e));
+        }
+        Ok(())
+    }
+
+    /// Part `n` of `upload` as a completion finds it: `None` if absent.
+    async fn found_part(&self, cx: &FsClient, upload: &Held, n: i32) -> S3Result<Option<FoundPart>> {
+        let file = match self.vfs.lookup(cx, upload.ino(), &part_name(n)).await {
+            Ok(e) => self.held(e),
+            Err(e) if is(&e, FsStatus::NotFound) => return Ok(None),
+            Err(e) => return Err(s3_err(e)),
+        };
+        let meta = match self.vfs.getxattr(cx, file.ino(), META_XATTR).await {
+            Ok(v) => serde_json::from_slice::<PartMeta>(&v).ok(),
+            Err(e) if is(&e, FsStatus::NoXattr) || e.errno() == 61 => None,
+            Err(e) => return Err(s3_err(e)),
+        };
+        Ok(meta.map(|meta| FoundPart { file, meta }))
     }
 
     /// ListMultipartUploads: the uploads in progress in a bucket that the
@@ -309,6 +584,9 @@ impl Gateway {
     /// CompleteMultipartUpload: the object's metadata (ETag, checksum).
     pub(crate) async fn mp_complete(&self, cx: &FsClient, input: CompleteMultipartUploadInput) -> S3Result<ObjectMeta> {
         let levels = object_path(&input.key)?;
+        check_upload_id(&input.upload_id)?;
+        // No part is written while the upload is published.
+        let _alone = self.upload_locks.alone(&input.upload_id).await;
         let (upload, meta) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
         let wanted = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
         if wanted.is_empty() || wanted.len() > PARTS_MAX as usize {
@@ -324,18 +602,14 @@ impl Gateway {
                 return Err(s3_error!(InvalidPartOrder));
             }
             last = n;
-            let file = match self.vfs.lookup(cx, upload.ino(), &part_name(n)).await {
-                Ok(e) => self.held(e),
-                Err(e) if is(&e, FsStatus::NotFound) => return Err(s3_error!(InvalidPart)),
-                Err(e) => return Err(s3_err(e)),
-            };
-            let stored = self.meta(cx, file.ino()).await?.ok_or_else(|| s3_error!(InvalidPart))?;
+            let found = self.found_part(cx, &upload, n).await?.ok_or_else(|| s3_error!(InvalidPart))?;
+            let stored = &found.meta.object;
             let given = p.e_tag.as_ref().map(|t| t.value().to_string());
             if given.as_deref() != Some(stored.etag.as_str()) {
                 return Err(s3_error!(InvalidPart, "a part's ETag does not match"));
             }
             check_part_checksum(p, stored.checksum.as_ref())?;
-            let size = file.entry.attr.size;
+            let size = found.size();
             if i + 1 < wanted.len() && size < self.part_bytes_min {
                 return Err(S3Error::with_message(
                     S3ErrorCode::EntityTooSmall,
@@ -350,35 +624,148 @@ impl Gateway {
                 return Err(s3_error!(EntityTooLarge, "a multipart object is at most 5 TiB"));
             }
             digests.update(hex::decode(&stored.etag).map_err(|_| s3_error!(InvalidPart))?);
-            checksums.push(stored.checksum);
-            parts.push(file);
+            checksums.push(stored.checksum.clone());
+            parts.push(found);
         }
         let etag = format!("{}-{}", hex::encode(digests.finalize()), parts.len());
         let checksum = StoredChecksum::composite(&checksums);
+        let object = ObjectMeta { etag, content_type: meta.content_type, metadata: meta.metadata, checksum };
+        let in_place = in_place_run(&parts);
+        // Published in place: parts 1..=k in place, and perhaps a last part of its own.
+        let tail_apart = parts.get(in_place).is_none_or(|tail| tail.meta.in_place.is_none());
+        let stored = if in_place > 0 && in_place + 1 >= parts.len() && tail_apart {
+            let target = Target { bucket: &input.bucket, levels: &levels, upload: &upload };
+            self.publish_in_place(cx, target, parts, in_place, total, object).await?
+        } else {
+            self.publish_copy(cx, &input.bucket, &levels, &upload, parts, object).await?
+        };
+        self.remove_upload(cx, &input.bucket, &input.upload_id, upload).await;
+        Ok(stored)
+    }
+
+    /// Publishes the upload's staging file as the object: `parts[..in_place]`
+    /// lie in it already, a last part of its own is copied after them.
+    async fn publish_in_place(
+        &self,
+        cx: &FsClient,
+        target: Target<'_>,
+        mut parts: Vec<FoundPart>,
+        in_place: usize,
+        total: u64,
+        object: ObjectMeta,
+    ) -> S3Result<ObjectMeta> {
+        let Target { bucket, levels, upload } = target;
+        let (name, dirs) = levels.split_last().ok_or_else(|| s3_error!(InvalidArgument))?;
+        check_metadata(&object)?;
+        // Parts in place past these would be overwritten or cut off: S3 discards them at completion.
+        self.drop_records_past(cx, upload, in_place).await?;
+        let data = match self.vfs.lookup(cx, upload.ino(), DATA_NAME).await {
+            Ok(e) => self.held(e),
+            Err(e) if is(&e, FsStatus::NotFound) => return Err(s3_error!(InvalidPart)),
+            Err(e) => return Err(s3_err(e)),
+        };
+        let opened = self.vfs.open(cx, data.ino(), true).await.map_err(s3_err)?;
+        let tail = parts.split_off(in_place).pop();
+        let finished = self.finish_data(cx, &data, opened.fh, tail, total, &object).await;
+        let released = self.vfs.release(opened.fh).await;
+        finished?;
+        released.map_err(s3_err)?;
+        let b = self.bucket(cx, bucket).await?;
+        let dir = self.walk(cx, b, dirs, true).await?;
+        self.vfs.rename(cx, (upload.ino(), DATA_NAME), (dir.ino(), name)).await.map_err(s3_err)?;
+        Ok(object)
+    }
+
+    /// Makes the staging file `data` (open as `fh`) the object: `tail`'s
+    /// bytes copied to its end (`total`), cut to `total`, `object` its
+    /// metadata, committed.
+    async fn finish_data(
+        &self,
+        cx: &FsClient,
+        data: &Held,
+        fh: u64,
+        tail: Option<FoundPart>,
+        total: u64,
+        object: &ObjectMeta,
+    ) -> S3Result<()> {
+        if let Some(tail) = tail {
+            let size = tail.size();
+            let at = total - size;
+            let body = self.read_stream(cx, tail.file, 0..size).await?;
+            let (_, copied) = self.fill(fh, at..total, crate::IO_CHUNK, body, None).await?;
+            if copied != size {
+                return Err(s3_error!(InternalError, "the last part ended early"));
+            }
+        }
+        self.vfs.commit(fh).await.map_err(s3_err)?;
+        let attr = self.vfs.getattr(cx, data.ino()).await.map_err(s3_err)?;
+        if attr.size != total {
+            let cut = nasd_fs::SetAttr { size: Some(total), ..nasd_fs::SetAttr::default() };
+            self.vfs.setattr(cx, data.ino(), cut).await.map_err(s3_err)?;
+        }
+        let value = serde_json::to_vec(object).map_err(|_| s3_error!(InternalError))?;
+        self.vfs.setxattr(cx, data.ino(), META_XATTR, &value, XattrMode::Either).await.map_err(s3_err)?;
+        self.vfs.commit(fh).await.map_err(s3_err)
+    }
+
+    /// Removes the records of parts in place numbered past `k`.
+    async fn drop_records_past(&self, cx: &FsClient, upload: &Held, k: usize) -> S3Result<()> {
+        for (name, _) in self.entries(cx, upload.ino()).await? {
+            let Some(n) = name.strip_prefix("part-").and_then(|n| n.parse::<i32>().ok()) else { continue };
+            if usize::try_from(n).is_ok_and(|n| n <= k) {
+                continue;
+            }
+            let Some(found) = self.found_part(cx, upload, n).await? else { continue };
+            if found.meta.in_place.is_some() {
+                match self.vfs.unlink(cx, upload.ino(), &name).await {
+                    Ok(()) => {}
+                    Err(e) if is(&e, FsStatus::NotFound) => {}
+                    Err(e) => return Err(s3_err(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams `parts`, in order, into the object as a PUT writes one.
+    async fn publish_copy(
+        &self,
+        cx: &FsClient,
+        bucket: &str,
+        levels: &[&str],
+        upload: &Held,
+        parts: Vec<FoundPart>,
+        object: ObjectMeta,
+    ) -> S3Result<ObjectMeta> {
+        let upload_ino = upload.ino();
         let (me, cx2) = (self.clone(), cx.clone());
         // One part read at a time: memory stays that of one GET.
         let body = futures::stream::iter(parts)
-            .then(move |file| {
+            .then(move |part| {
                 let (me, cx) = (me.clone(), cx2.clone());
                 async move {
-                    let size = file.entry.attr.size;
-                    me.read_stream(&cx, file, 0..size).await
+                    let size = part.size();
+                    match part.meta.in_place {
+                        None => me.read_stream(&cx, part.file, 0..size).await,
+                        Some(Placement { offset, size }) => {
+                            let data = me.vfs.lookup(&cx, upload_ino, DATA_NAME).await.map_err(s3_err)?;
+                            me.read_stream(&cx, me.held(data), offset..offset + size).await
+                        }
+                    }
                 }
             })
             .map_err(|e| std::io::Error::other(e.to_string()))
             .map_ok(|blob| blob.map_err(|e| std::io::Error::other(e.to_string())))
             .try_flatten();
-        let object = ObjectMeta { etag, content_type: meta.content_type, metadata: meta.metadata, checksum };
-        let stored = self
-            .write_levels(cx, &input.bucket, &levels, Box::pin(body), object, Expected::nothing(), false)
+        self.write_levels(cx, bucket, levels, Box::pin(body), object, Expected::nothing(), false)
             .await?
-            .ok_or_else(|| s3_error!(InternalError))?;
-        self.remove_upload(cx, &input.bucket, &input.upload_id, upload).await;
-        Ok(stored)
+            .ok_or_else(|| s3_error!(InternalError))
     }
 
-    /// AbortMultipartUpload.
+    /// AbortMultipartUpload (after the parts being written).
     pub(crate) async fn mp_abort(&self, cx: &FsClient, input: AbortMultipartUploadInput) -> S3Result<()> {
+        check_upload_id(&input.upload_id)?;
+        let _alone = self.upload_locks.alone(&input.upload_id).await;
         let (upload, _) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
         self.remove_upload(cx, &input.bucket, &input.upload_id, upload).await;
         Ok(())
@@ -403,16 +790,16 @@ impl Gateway {
         for (n, e) in numbered {
             let attr = self.vfs.remember_listed(&e).await;
             let file = self.held(nasd_fs::Entry { attr, ..e });
-            let meta = self.meta(cx, file.ino()).await?;
-            let checksum = meta.as_ref().and_then(|m| m.checksum.clone());
-            let part = Part {
+            let Some(found) = self.found_part(cx, &upload, n).await? else { continue };
+            let (size, meta) = (found.size(), found.meta.object);
+            let part = s3s::dto::Part {
                 part_number: Some(n),
-                size: Some(i64::try_from(file.entry.attr.size).unwrap_or(i64::MAX)),
+                size: Some(i64::try_from(size).unwrap_or(i64::MAX)),
                 last_modified: Some(timestamp(file.entry.attr.mtime_ns)),
-                e_tag: meta.map(|m| ETag::Strong(m.etag)),
-                ..Part::default()
+                e_tag: Some(ETag::Strong(meta.etag)),
+                ..s3s::dto::Part::default()
             };
-            parts.push(with_checksum!(part, checksum.as_ref()));
+            parts.push(with_checksum!(part, meta.checksum.as_ref()));
         }
         let next = if truncated { parts.last().and_then(|p| p.part_number) } else { None };
         Ok(ListPartsOutput {
@@ -436,27 +823,51 @@ impl Gateway {
         let own = self.vfs.fs().clone();
         let now_ns = i64::try_from(nasd_env::clock::system_ns()).unwrap_or(i64::MAX);
         let cutoff = now_ns.saturating_sub(i64::try_from(older_than.as_nanos()).unwrap_or(i64::MAX));
-        let Ok(buckets) = self.entries(&own, nasd_fs::ROOT_INO).await else { return 0 };
         let mut removed = 0;
+        for (bucket, id, upload) in self.all_uploads().await {
+            if upload.attr.mtime_ns > cutoff {
+                continue;
+            }
+            let Some(ucx) = self.acting_as(&own, upload.attr.uid, upload.attr.gid) else { continue };
+            let attr = self.vfs.remember_listed(&upload).await;
+            let held = self.held(nasd_fs::Entry { attr, ..upload });
+            let _alone = self.upload_locks.alone(&id).await;
+            tracing::info!(%bucket, upload = %id, "removing an abandoned multipart upload");
+            self.remove_upload(&ucx, &bucket, &id, held).await;
+            removed += 1;
+        }
+        removed
+    }
+
+    /// Every multipart upload in every bucket, listed as the bucket's owner
+    /// (an owner outside the gateway's grant is skipped): bucket, id, the
+    /// upload's directory (not held).
+    async fn all_uploads(&self) -> Vec<(String, String, nasd_fs::Entry)> {
+        let own = self.vfs.fs().clone();
+        let Ok(buckets) = self.entries(&own, nasd_fs::ROOT_INO).await else { return Vec::new() };
+        let mut found = Vec::new();
         for (name, bucket) in buckets.into_iter().filter(|(_, e)| e.attr.kind == FileKind::Dir) {
             let Some(cx) = self.acting_as(&own, bucket.attr.uid, bucket.attr.gid) else { continue };
             let Ok(b) = self.bucket(&cx, &name).await else { continue };
             let Ok(uploads) = self.walk(&cx, b, &[UPLOADS_DIR], false).await else { continue };
             let Ok(listed) = self.entries(&cx, uploads.ino()).await else { continue };
-            drop(uploads);
-            for (id, upload) in listed {
-                if check_upload_id(&id).is_err() || upload.attr.kind != FileKind::Dir || upload.attr.mtime_ns > cutoff {
-                    continue;
-                }
-                let Some(ucx) = self.acting_as(&own, upload.attr.uid, upload.attr.gid) else { continue };
-                let attr = self.vfs.remember_listed(&upload).await;
-                let held = self.held(nasd_fs::Entry { attr, ..upload });
-                tracing::info!(bucket = %name, upload = %id, "removing an abandoned multipart upload");
-                self.remove_upload(&ucx, &name, &id, held).await;
-                removed += 1;
-            }
+            let uploads =
+                listed.into_iter().filter(|(id, e)| check_upload_id(id).is_ok() && e.attr.kind == FileKind::Dir);
+            found.extend(uploads.map(|(id, e)| (name.clone(), id, e)));
         }
-        removed
+        found
+    }
+
+    /// Counts the open uploads of every user once (`limits::OpenUploads`).
+    async fn count_open_uploads(&self) {
+        let counted = self.open_uploads.counted.get_or_init(|| async {
+            let uploads = self.all_uploads().await;
+            for (_, _, upload) in &uploads {
+                self.open_uploads.found(upload.attr.uid);
+            }
+            tracing::info!(uploads = uploads.len(), "counted the open multipart uploads");
+        });
+        counted.await;
     }
 
     /// The gateway's client acting as `uid` (itself for its own uid); `None`
@@ -494,11 +905,13 @@ impl Gateway {
                 }
             }
         }
+        let owner = upload.entry.attr.uid;
         drop(upload);
         let Ok(b) = self.bucket(cx, bucket).await else { return };
         let Ok(uploads) = self.walk(cx, b, &[UPLOADS_DIR], false).await else { return };
-        if let Err(e) = self.vfs.rmdir(cx, uploads.ino(), id).await {
-            tracing::warn!(error = %e, "removing a finished upload's directory failed");
+        match self.vfs.rmdir(cx, uploads.ino(), id).await {
+            Ok(()) => self.open_uploads.closed(owner),
+            Err(e) => tracing::warn!(error = %e, "removing a finished upload's directory failed"),
         }
     }
 }

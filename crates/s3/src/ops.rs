@@ -21,7 +21,7 @@ const BUCKET_MODE: u32 = 0o700;
 /// Mode of the directories keys with `/` make.
 const DIR_MODE: u32 = 0o755;
 /// Mode of an object.
-const OBJECT_MODE: u32 = 0o644;
+pub(crate) const OBJECT_MODE: u32 = 0o644;
 /// `access` mask: read and search.
 const READ_SEARCH: u32 = 0o5;
 
@@ -320,7 +320,8 @@ impl Gateway {
         let temp = nasd_vfs::temp_name(name);
         let replacement = self.vfs.begin_replace(cx, dir.ino(), name, &temp, OBJECT_MODE).await.map_err(s3_err)?;
         let mut hasher = expected.hasher();
-        let written = self.fill(replacement.fh(), body, hasher.as_mut()).await;
+        let written =
+            self.fill(replacement.fh(), 0..OBJECT_BYTES_MAX, IO_CHUNK, body, hasher.as_mut()).await.map(|(md5, _)| md5);
         let verified = written.and_then(|md5| Ok((md5, expected.verify(&md5, hasher.map(|h| h.finalize()))?)));
         let stored = match verified {
             Ok((md5, checksum)) => {
@@ -354,27 +355,32 @@ impl Gateway {
         }
     }
 
-    /// Streams `body` into open file `fh` in [`IO_CHUNK`] pieces, hashing
-    /// it into `checksum` too if given: its MD5.
-    async fn fill<S, E>(
+    /// Streams `body` into open file `fh` from `range.start`, never past
+    /// `range.end` (`EntityTooLarge`), in pieces that end on multiples of
+    /// `piece_bytes` (or at the body's end), hashing it into `checksum` too
+    /// if given: its MD5 and length.
+    pub(crate) async fn fill<S, E>(
         &self,
         fh: u64,
+        range: std::ops::Range<u64>,
+        piece_bytes: usize,
         mut body: S,
         mut checksum: Option<&mut s3s::checksum::ChecksumHasher>,
-    ) -> S3Result<[u8; 16]>
+    ) -> S3Result<([u8; 16], u64)>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        assert!(piece_bytes > 0, "pieces hold bytes");
         let mut md5 = Md5::new();
-        let mut buf: Vec<u8> = Vec::with_capacity(IO_CHUNK);
-        let mut offset = 0u64;
+        let mut buf: Vec<u8> = Vec::with_capacity(piece_bytes);
+        let mut offset = range.start;
         loop {
             let next = body.next().await;
             let done = next.is_none();
             if let Some(piece) = next {
                 let piece = piece.map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
-                if offset + (buf.len() + piece.len()) as u64 > OBJECT_BYTES_MAX {
+                if offset + (buf.len() + piece.len()) as u64 > range.end {
                     return Err(s3_error!(EntityTooLarge));
                 }
                 md5.update(&piece);
@@ -383,14 +389,21 @@ impl Gateway {
                 }
                 buf.extend_from_slice(&piece);
             }
-            while buf.len() >= IO_CHUNK || (done && !buf.is_empty()) {
-                let n = buf.len().min(IO_CHUNK);
+            loop {
+                let to_boundary = piece_bytes - (offset % piece_bytes as u64) as usize;
+                let n = if buf.len() >= to_boundary {
+                    to_boundary
+                } else if done && !buf.is_empty() {
+                    buf.len()
+                } else {
+                    break;
+                };
                 self.vfs.write(fh, offset, &buf[..n]).await.map_err(s3_err)?;
                 offset += n as u64;
                 buf.drain(..n);
             }
             if done {
-                return Ok(md5.finalize().into());
+                return Ok((md5.finalize().into(), offset - range.start));
             }
         }
     }

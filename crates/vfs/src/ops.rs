@@ -114,6 +114,13 @@ impl Vfs {
         self.shared_file(self.open_file(fh)?.ino)
     }
 
+    /// The data layout of open file `fh`: a writer that fills whole
+    /// stripes ([`nasd_proto::layout::Layout::stripe_bytes`]) spares the
+    /// drives a read and a parity rewrite per write.
+    pub fn layout_of(&self, fh: u64) -> Result<nasd_proto::layout::Layout> {
+        Ok(self.file_of(fh)?.layout())
+    }
+
     fn is_open(&self, ino: Ino) -> bool {
         lock(&self.shared.inodes).get(ino).is_some_and(|n| n.opens > 0)
     }
