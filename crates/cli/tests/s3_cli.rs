@@ -842,12 +842,13 @@ fn drives_used(c: &Cluster, rt: &tokio::runtime::Runtime) -> u64 {
     })
 }
 
-/// A gateway killed (`SIGKILL`) while `aws s3 cp` uploads a file in parts
-/// — at a point the seed picks: after some parts, or during the
-/// completion — leaves no partial object: the key is absent, or holds the
-/// whole file. Its upload is swept by the next gateway (abandoned after
-/// 2 s), and once the object is removed too the drives use what they used
-/// before: no space leaked in staging files or parts.
+/// A gateway killed (`SIGKILL`) while `aws s3 cp` uploads a new version of
+/// an object in parts — at a moment the seed picks within the time a first
+/// upload took: before any part, among the parts, or during the completion
+/// — leaves the old object whole or the new one whole, never a mix. The
+/// abandoned upload is swept by the next gateway (after 2 s), and the
+/// drives then use what they used with the old object alone: no space
+/// leaked in staging files or parts.
 #[test]
 fn a_gateway_killed_mid_upload_leaves_no_partial_object_and_no_leaked_space() {
     use rand::{Rng, SeedableRng};
@@ -863,10 +864,6 @@ fn a_gateway_killed_mid_upload_leaves_no_partial_object_and_no_leaked_space() {
     let mut gateway = start_gateway(&c, &config, &keys, &log);
     let ep = format!("http://{}", gateway.addr);
     aws_ok(&ep, &admin, &["s3", "mb", "s3://crash"]);
-    let baseline = drives_used(&c, &rt);
-    let file = c.dir().join("upload.bin");
-    let sent = bytes(seed, ((parts * part_mib) << 20) as usize - 1000);
-    std::fs::write(&file, &sent).unwrap();
     let aws_config = c.dir().join("aws-config");
     std::fs::write(
         &aws_config,
@@ -876,46 +873,50 @@ fn a_gateway_killed_mid_upload_leaves_no_partial_object_and_no_leaked_space() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new("aws");
-    cmd.arg("--endpoint-url").arg(&ep).args(["s3", "cp", "--no-progress", path_str(&file), "s3://crash/o.bin"]);
-    client_env(&mut cmd, &admin);
-    cmd.env("AWS_CONFIG_FILE", &aws_config).env("AWS_MAX_ATTEMPTS", "1");
-    let mut upload = c.spawn_command(cmd, "aws s3 cp");
-    // Killed once this many parts are recorded (all of them: during or after the completion), after a pause.
-    let recorded_at_kill = rng.gen_range(0..=parts);
-    let pause = std::time::Duration::from_millis(rng.gen_range(0..400));
-    eprintln!("killing the gateway after {recorded_at_kill} parts recorded and {pause:?}");
-    let mut finished = None;
-    common::until("the parts to be recorded, or the upload to end", || {
-        if let Some(f) = upload.try_finish() {
-            finished = Some(f);
-            return true;
-        }
-        let listed = uploads_left(&c, "crash");
-        listed.lines().filter(|l| l.contains("/part-")).count() as u64 >= recorded_at_kill
-    });
-    std::thread::sleep(pause);
+    let len = ((parts * part_mib) << 20) as usize - 1000;
+    let (old, new) = (bytes(seed, len), bytes(seed ^ 0xa5a5, len));
+    let upload = |ep: &str, version: &[u8], name: &str| {
+        let file = c.dir().join(name);
+        std::fs::write(&file, version).unwrap();
+        let mut cmd = Command::new("aws");
+        cmd.arg("--endpoint-url").arg(ep).args(["s3", "cp", "--no-progress", path_str(&file), "s3://crash/o.bin"]);
+        client_env(&mut cmd, &admin);
+        cmd.env("AWS_CONFIG_FILE", &aws_config).env("AWS_MAX_ATTEMPTS", "1");
+        c.spawn_command(cmd, "aws s3 cp")
+    };
+    let began = std::time::Instant::now();
+    let first = upload(&ep, &old, "old.bin").wait();
+    assert!(first.status.success(), "{}", first.stderr);
+    let took = began.elapsed();
+    let baseline = drives_used(&c, &rt);
+    let at = took.mul_f64(rng.gen_range(0.0..1.0));
+    eprintln!("the first upload took {took:?}; killing the gateway {at:?} into the second");
+    let mut second = upload(&ep, &new, "new.bin");
+    std::thread::sleep(at);
     gateway.kill();
-    let finished = finished.unwrap_or_else(|| upload.wait());
-    eprintln!("aws s3 cp: {}", if finished.status.success() { "done" } else { "failed" });
+    let second = second.wait();
+    eprintln!("the second aws s3 cp {}", if second.status.success() { "finished" } else { "failed" });
 
     let swept = config_with_s3(&c, "nasd-sweep.toml", "abandoned_upload_secs = 2");
     let gateway = start_gateway(&c, &swept, &keys, &log);
     let ep = format!("http://{}", gateway.addr);
     common::until("the abandoned upload swept", || uploads_left(&c, "crash").is_empty());
-    let head = aws(&ep, &admin, &["s3api", "head-object", "--bucket", "crash", "--key", "o.bin"]);
-    if head.status.success() {
-        let back = c.dir().join("back.bin");
-        aws_ok(&ep, &admin, &["s3", "cp", "--no-progress", "s3://crash/o.bin", path_str(&back)]);
-        assert!(std::fs::read(&back).unwrap() == sent, "the object is whole, or absent");
-        aws_ok(&ep, &admin, &["s3", "rm", "s3://crash/o.bin"]);
+    let back = c.dir().join("back.bin");
+    aws_ok(&ep, &admin, &["s3", "cp", "--no-progress", "s3://crash/o.bin", path_str(&back)]);
+    let got = std::fs::read(&back).unwrap();
+    let which = if got == new {
+        "new"
+    } else if got == old {
+        "old"
     } else {
-        assert!(!finished.status.success(), "aws s3 cp succeeded, yet there is no object");
-        let said = String::from_utf8_lossy(&head.stderr);
-        assert!(said.contains("404") || said.contains("Not Found"), "{said}");
-    }
+        "neither"
+    };
+    eprintln!("the object after the crash: the {which} one");
+    assert!(which != "neither", "the object is the old one or the new one, whole ({} bytes)", got.len());
+    assert!(which == "new" || !second.status.success(), "aws s3 cp succeeded, yet the object is the old one");
     let slack = 2u64 << 20;
-    common::until("the drives to give back the upload's space", || drives_used(&c, &rt) <= baseline + slack);
+    let used = || drives_used(&c, &rt);
+    common::until("the drives to give back the upload's space", || used() <= baseline + slack);
     drop(gateway);
 }
 
