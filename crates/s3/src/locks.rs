@@ -72,12 +72,19 @@ mod tests {
         let b = locks.shared("u").await;
         let other = locks.alone("v").await;
         assert_eq!(locks.len(), 2);
+        let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let waiting = tokio::spawn({
-            let locks = locks.clone();
-            async move { drop(locks.alone("u").await) }
+            let (locks, taken) = (locks.clone(), taken.clone());
+            async move {
+                let guard = locks.alone("u").await;
+                taken.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(guard);
+            }
         });
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "alone must wait for the shared holders");
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!taken.load(std::sync::atomic::Ordering::SeqCst), "alone must wait for the shared holders");
         drop((a, b));
         waiting.await.unwrap();
         drop(other);

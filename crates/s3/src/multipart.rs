@@ -915,3 +915,35 @@ impl Gateway {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_in_place_are_buffered_in_whole_stripes_within_the_bound() {
+        let mib = 1u64 << 20;
+        assert_eq!(in_place_piece_bytes(4 * mib), 4 << 20, "rs:4+2 at 1 MiB units: one stripe");
+        assert_eq!(in_place_piece_bytes(8 * mib), 8 << 20, "at the bound: one stripe");
+        assert_eq!(in_place_piece_bytes(3 * 256 * 1024), 3 * 256 * 1024, "a multiple of a small stripe");
+        assert_eq!(in_place_piece_bytes(192 * 1024) % (192 * 1024), 0, "whole small stripes");
+        assert!(in_place_piece_bytes(192 * 1024) <= crate::IO_CHUNK);
+        assert_eq!(in_place_piece_bytes(12 * mib), crate::IO_CHUNK, "past the bound: IO_CHUNK pieces");
+        assert_eq!(in_place_piece_bytes(0), crate::IO_CHUNK);
+    }
+
+    #[test]
+    fn a_part_record_keeps_its_place_beside_an_objects_metadata() {
+        let meta = PartMeta {
+            object: ObjectMeta { etag: "ab".into(), ..ObjectMeta::default() },
+            in_place: Some(Placement { offset: 8, size: 4 }),
+        };
+        let json = serde_json::to_vec(&meta).unwrap();
+        let back: PartMeta = serde_json::from_slice(&json).unwrap();
+        assert_eq!((back.object.etag.as_str(), back.in_place), ("ab", Some(Placement { offset: 8, size: 4 })));
+        let as_object: ObjectMeta = serde_json::from_slice(&json).unwrap();
+        assert_eq!(as_object.etag, "ab", "read as an object's metadata, a record is its ETag");
+        let own_file: PartMeta = serde_json::from_slice(br#"{"etag":"cd"}"#).unwrap();
+        assert_eq!(own_file.in_place, None, "a part of its own (as before) has no place");
+    }
+}
