@@ -370,6 +370,18 @@ pub struct S3Section {
     /// `TooManyOpenMultipartUploads` [default: 1000; at most 100000].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_uploads_per_user: Option<usize>,
+    /// Serve HTTPS rather than plain HTTP: with `tls_cert` and `tls_key`,
+    /// those; else a certificate for `localhost`, `127.0.0.1` and the
+    /// listening address, signed by a CA made beside the key store
+    /// (`KEYS/tls/ca.pem`, which clients trust) [default: false].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
+    /// The certificate chain (PEM) HTTPS serves; needs `tls_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl S3Section {
@@ -381,6 +393,9 @@ impl S3Section {
             && self.uploads_in_flight_per_user.is_none()
             && self.part_bytes_min.is_none()
             && self.open_uploads_per_user.is_none()
+            && self.tls.is_none()
+            && self.tls_cert.is_none()
+            && self.tls_key.is_none()
     }
 
     /// The gateway as this section configures it.

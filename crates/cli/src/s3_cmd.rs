@@ -172,11 +172,15 @@ pub async fn run(
         .with_context(|| format!("cannot resolve {listen}"))?
         .next()
         .with_context(|| format!("{listen} names no address"))?;
-    if !addr.ip().is_loopback() && !args.plain_http_off_loopback {
+    let https = section.tls.unwrap_or(false) || section.tls_cert.is_some() || section.tls_key.is_some();
+    if !https && !addr.ip().is_loopback() && !args.plain_http_off_loopback {
         anyhow::bail!(
-            "{addr} is not loopback: the gateway serves plain HTTP (add --plain-http-off-loopback behind a TLS proxy)"
+            "{addr} is not loopback: the gateway serves plain HTTP (set [s3] tls = true, or add \
+             --plain-http-off-loopback behind a TLS proxy)"
         );
     }
+    let keys_dir = args.keys.clone().or_else(|| section.keys.clone()).unwrap_or_else(|| KEYS_DEFAULT.into());
+    let tls = if https { Some(tls_acceptor(section, &keys_dir, addr)?) } else { None };
     let keys = store(args.keys, section)?;
     let metrics_port =
         crate::daemons::metrics_port(args.metrics.as_deref().or(metrics_section.s3.as_deref()), "S3 gateway")?;
@@ -185,7 +189,10 @@ pub async fn run(
         nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
-    eprintln!("S3 endpoint http://{bound} (region us-east-1, path-style)");
+    match &tls {
+        None => eprintln!("S3 endpoint http://{bound} (region us-east-1, path-style)"),
+        Some((_, ca)) => eprintln!("S3 endpoint https://{bound} (region us-east-1, path-style; CA {ca})"),
+    }
     let s3_metrics = nasd_s3::S3Metrics::new();
     if let Some(port) = metrics_port {
         let registry = nasd_metrics::Metrics::new();
@@ -202,7 +209,8 @@ pub async fn run(
         }
     };
     let gateway = section.gateway(vfs, keys).with_metrics(s3_metrics);
-    nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
+    let tls = tls.map(|(acceptor, _)| acceptor);
+    nasd_s3::serve_with(listener, tls, gateway, stop).await.context("the S3 gateway stopped")
 }
 
 /// One `AS_USER` request before serving: a manager that cannot serve a
@@ -270,6 +278,40 @@ pub async fn serve_for_up(
     );
     let gateway = section.gateway(vfs, store).with_metrics(metrics);
     nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
+}
+
+/// The TLS acceptor `[s3]` asks for, and what clients trust: the
+/// configured certificate and key, else ones made (once) in `KEYS/tls` for
+/// `localhost`, `127.0.0.1` and `addr`'s address, with the CA that signed them.
+fn tls_acceptor(
+    section: &S3Section,
+    keys_dir: &std::path::Path,
+    addr: SocketAddr,
+) -> anyhow::Result<(tokio_rustls::TlsAcceptor, String)> {
+    let files = match (&section.tls_cert, &section.tls_key) {
+        (Some(cert), Some(key)) => nasd_login::tls::TlsFiles { cert: cert.clone(), key: key.clone(), ca: cert.clone() },
+        (None, None) => {
+            let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+            if !addr.ip().is_unspecified() && !names.contains(&addr.ip().to_string()) {
+                names.push(addr.ip().to_string());
+            }
+            let dir = keys_dir.join("tls");
+            let files = nasd_login::tls::ensure_certificates(&dir, &names)
+                .with_context(|| format!("cannot make the S3 gateway's certificate in {}", dir.display()))?;
+            let missing = nasd_login::tls::names_missing(&files, &names)?;
+            if !missing.is_empty() {
+                anyhow::bail!(
+                    "{} does not name {} (remove it to have a new one made)",
+                    files.cert.display(),
+                    missing.join(", ")
+                );
+            }
+            files
+        }
+        _ => anyhow::bail!("[s3] tls_cert and tls_key go together"),
+    };
+    let acceptor = nasd_login::tls::acceptor(&files).context("cannot serve HTTPS")?;
+    Ok((acceptor, files.ca.display().to_string()))
 }
 
 /// The access key in a credentials file `serve_for_up` wrote; `None` if there is none.

@@ -891,7 +891,7 @@ fn a_gateway_killed_mid_upload_leaves_no_partial_object_and_no_leaked_space() {
     let baseline = drives_used(&c, &rt);
     let at = took.mul_f64(rng.gen_range(0.0..1.0));
     eprintln!("the first upload took {took:?}; killing the gateway {at:?} into the second");
-    let mut second = upload(&ep, &new, "new.bin");
+    let second = upload(&ep, &new, "new.bin");
     std::thread::sleep(at);
     gateway.kill();
     let second = second.wait();
@@ -942,5 +942,54 @@ fn open_multipart_uploads_are_bounded_per_user() {
     let gateway = start_gateway(&c, &config, &keys, &log);
     let ep = format!("http://{}", gateway.addr);
     python_check(&ep, &admin, "open_uploads_check.py", &["bounded", &open_max, "full"], "open uploads ok", &log);
+    drop(gateway);
+}
+
+/// `[s3] tls = true`: the gateway serves HTTPS with a certificate signed by
+/// a CA it made beside its key store. aws-cli (`--ca-bundle`) copies a
+/// multipart file up and back; boto3 (`tls_check.py`) sends checksums in
+/// aws-chunked trailers, as botocore does over HTTPS, verified and kept;
+/// and plain HTTP to the HTTPS port gets no S3 answer.
+#[test]
+fn s3_over_https_with_aws_cli_and_boto3_trailer_checksums() {
+    let seed = test_seed();
+    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
+    let keys = c.dir().join("s3-keys");
+    let admin = issue(&c, &keys, "admin");
+    let config = config_with_s3(&c, "nasd-s3.toml", "tls = true");
+    let log = c.dir().join("s3.log");
+    let gateway = start_gateway(&c, &config, &keys, &log);
+    let ca = keys.join("tls").join("ca.pem");
+    assert!(ca.exists(), "the CA clients trust is beside the key store: {}", gateway.log_tail());
+    let ep = format!("https://{}", gateway.addr);
+    let aws_tls = |args: &[&str]| {
+        let mut all = vec!["--ca-bundle", path_str(&ca)];
+        all.extend_from_slice(args);
+        aws_ok(&ep, &admin, &all)
+    };
+    aws_tls(&["s3", "mb", "s3://secure"]);
+    let sent = bytes(seed, 20 * 1024 * 1024 + 333);
+    let file = c.dir().join("up.bin");
+    std::fs::write(&file, &sent).unwrap();
+    aws_tls(&["s3", "cp", "--no-progress", path_str(&file), "s3://secure/up.bin"]);
+    let back = c.dir().join("back.bin");
+    aws_tls(&["s3", "cp", "--no-progress", "s3://secure/up.bin", path_str(&back)]);
+    assert!(std::fs::read(&back).unwrap() == sent, "the file copied over HTTPS differs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/tls_check.py");
+    let mut py = Command::new("python3");
+    py.arg(&script).arg(&ep).arg("secure").env("AWS_CA_BUNDLE", &ca);
+    client_env(&mut py, &admin);
+    let out = py.output().expect("run python3");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.contains("tls ok"), "{said}\n{}", common::log_tail(&log));
+    let plain = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(gateway.addr).unwrap();
+        s.write_all(b"GET /secure HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert!(!plain.contains("HTTP/1.1"), "plain HTTP to the HTTPS port gets no HTTP answer: {plain}");
     drop(gateway);
 }

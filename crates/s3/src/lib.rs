@@ -234,12 +234,31 @@ fn counted(
     })
 }
 
-/// Serves S3 on `listener` until `shutdown` completes, removing abandoned
-/// multipart uploads meanwhile (`Gateway::with_upload_expiry`).
+/// Longest a TLS client may take to finish its handshake; then its
+/// connection is closed (a peer that stalls holds a connection slot).
+pub const TLS_HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves S3 as plain HTTP on `listener` until `shutdown` completes,
+/// removing abandoned multipart uploads meanwhile
+/// (`Gateway::with_upload_expiry`).
 ///
 /// # Errors
 /// Accepting connections failed.
 pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+    serve_with(listener, None, gateway, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given (HTTPS: every connection's
+/// handshake within [`TLS_HANDSHAKE_MAX`], else it is closed).
+///
+/// # Errors
+/// Accepting connections failed.
+pub async fn serve_with(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    gateway: Gateway,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let mut builder = S3ServiceBuilder::new(gateway.clone());
     builder.set_auth(KeyAuth { keys: gateway.keys.clone() });
     let service = builder.build();
@@ -264,10 +283,19 @@ pub async fn serve(listener: TcpListener, gateway: Gateway, shutdown: impl Futur
             continue;
         };
         let service = counted(service.clone(), gateway.metrics.clone());
+        let tls = tls.clone();
         tokio::spawn(async move {
             let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             http.http1().max_buf_size(HEADER_BYTES_MAX);
-            if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
+            let served = match tls {
+                None => http.serve_connection(TokioIo::new(stream), service).await,
+                Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE_MAX, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => http.serve_connection(TokioIo::new(stream), service).await,
+                    Ok(Err(e)) => Err(e.into()),
+                    Err(_) => Err("the TLS handshake took too long".into()),
+                },
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "S3 connection ended");
             }
             drop((permit, slot));
