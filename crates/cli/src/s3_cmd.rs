@@ -8,6 +8,10 @@
 //! log in to the manager, which says who the issuer is and, for a key
 //! issued for another user (`--owner`), that the issuer is an administrator
 //! and what the owner's ids are.
+//!
+//! HTTPS (`[s3] tls`): the configured certificate and key, or a certificate
+//! made once in `KEYS/tls` by a CA made there too (`nasd_login::tls`, as
+//! the manager's), which clients trust (`aws --ca-bundle KEYS/tls/ca.pem`).
 
 use crate::config::{ClientSection, S3Section};
 use crate::fs_cmd::Login;
@@ -25,10 +29,11 @@ pub const KEYS_DEFAULT: &str = "nasd-data/s3";
 /// Arguments of `nasd s3`.
 #[derive(clap::Args)]
 pub struct S3Args {
-    /// Where to serve S3, as plain HTTP [default: [s3] listen, else
-    /// 127.0.0.1:7500]. SigV4 keeps requests from being forged or replayed
-    /// outside their window, but not from being read: an address off
-    /// loopback needs --plain-http-off-loopback (and a TLS proxy in front).
+    /// Where to serve S3 [default: [s3] listen, else 127.0.0.1:7500]: as
+    /// plain HTTP, or HTTPS with `[s3] tls`. SigV4 keeps requests from being
+    /// forged or replayed outside their window, but not from being read:
+    /// plain HTTP off loopback needs --plain-http-off-loopback (and a TLS
+    /// proxy in front).
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<String>,
     /// Serve plain HTTP on an address other than loopback.
