@@ -81,6 +81,10 @@ pub enum Bug {
     /// does nothing: a power loss takes changes acknowledged longer ago
     /// than `metadata_sync_ms`.
     SkipMetadataSync,
+    /// The manager answers a chmod, chown or ACL change before the drives
+    /// refuse the old capabilities: it leaves the revocations it logged to
+    /// its next maintenance pass instead of carrying them out first.
+    SkipRevocation,
 }
 
 /// A simulated world as one component sees it (its node: its clock, its

@@ -1165,6 +1165,13 @@ impl Manager {
         /// Per drive: objects to revoke (object, acv) and objects to remove.
         type DriveWork = (Vec<(u64, u64)>, Vec<u64>);
         let mut by_drive: std::collections::BTreeMap<u32, DriveWork> = Default::default();
+        #[cfg(feature = "sim-bugs")]
+        let effects = if self.env.injected_bug(nasd_env::Bug::SkipRevocation) {
+            // The revocations stay in the log for the next maintenance pass.
+            Effects { revoke: Vec::new(), ..effects }
+        } else {
+            effects
+        };
         for i in &effects.revoke {
             by_drive.entry(i.object.drive).or_default().0.push((i.object.object, i.acv));
         }

@@ -19,6 +19,10 @@
 //!   never anything else — and a size one of them has;
 //! - a name the model says is absent is absent, and a directory lists no
 //!   name the model does not allow;
+//! - no request is served under a capability older than a revocation
+//!   that returned: chmod and ACL changes of a file, and two rotations of a
+//!   drive's working key, race a holder's reads with a capability obtained
+//!   before them, at times drawn from the seed ([`revocation`]);
 //! - the manager opens again after every crash, every drive after every
 //!   crash; no daemon task panics (a panic aborts the process, and the panic
 //!   hook names the seed).
@@ -84,6 +88,8 @@
 //! rotation racing data requests (the drives-only run has its revocation
 //! checker), a client's `SYNC` narrowing the power-loss window, the
 //! cross-name prefix property of a power loss, several managers.
+
+mod revocation;
 
 use crate::world::{between, jump_a_clock, reset_a_connection, slow_a_link, Core, Host, Node, Tally};
 use crate::Config;
@@ -339,6 +345,7 @@ struct ManagerSlot {
 /// (kept so that they run until the node is killed).
 struct Running {
     node: Arc<Node>,
+    manager: Arc<Manager>,
     _stop: watch::Sender<bool>,
 }
 
@@ -432,6 +439,8 @@ impl Cluster {
             let s = self.clone();
             tasks.push(tokio::spawn(async move { s.faults().await }));
         }
+        let s = self.clone();
+        tasks.push(tokio::spawn(async move { s.revocation_races().await }));
         for t in tasks {
             if let Err(e) = t.await {
                 self.fail(format!("a simulation task failed: {e}"));
@@ -515,7 +524,7 @@ impl Cluster {
         env.spawn(async move { recovering.recover().await });
         env.spawn(manager.clone().serve(listener, acceptor, stop_rx.clone()));
         manager.spawn_maintenance(stop_rx);
-        *lock(&m.running) = Some(Running { node, _stop: stop });
+        *lock(&m.running) = Some(Running { node, manager: manager.clone(), _stop: stop });
         self.core.log("manager up");
         Ok(manager)
     }

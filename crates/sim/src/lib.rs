@@ -142,13 +142,14 @@ pub fn bug_name(bug: Bug) -> &'static str {
         Bug::AcceptStaleAcv => "accept-stale-acv",
         Bug::SkipRebuild => "skip-rebuild",
         Bug::SkipMetadataSync => "skip-metadata-sync",
+        Bug::SkipRevocation => "skip-revocation",
         _ => "unknown",
     }
 }
 
 /// The bug named `name` (`--bug NAME`).
 pub fn bug_by_name(name: &str) -> Option<Bug> {
-    [Bug::SkipBlockSync, Bug::AcceptStaleAcv, Bug::SkipRebuild, Bug::SkipMetadataSync]
+    [Bug::SkipBlockSync, Bug::AcceptStaleAcv, Bug::SkipRebuild, Bug::SkipMetadataSync, Bug::SkipRevocation]
         .into_iter()
         .find(|b| bug_name(*b) == name)
 }

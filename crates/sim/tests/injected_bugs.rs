@@ -79,3 +79,12 @@ fn a_manager_that_never_flushes_its_metadata_is_caught_by_a_power_loss() {
 fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
     caught_in_the_cluster(Bug::SkipRebuild, "repair did not converge");
 }
+
+/// A manager that answers a chmod or an ACL change before the drives refuse
+/// the old capabilities (leaving the revocations it logged to its next
+/// maintenance pass) lets a holder read with a capability obtained before
+/// the change, sent after it returned (`cluster`'s revocation races).
+#[test]
+fn a_manager_that_answers_before_revoking_is_caught() {
+    caught_in_the_cluster(Bug::SkipRevocation, "was served, sent");
+}
