@@ -85,6 +85,10 @@ pub enum Bug {
     /// refuse the old capabilities: it leaves the revocations it logged to
     /// its next maintenance pass instead of carrying them out first.
     SkipRevocation,
+    /// The manager answers a client's `SYNC` without flushing its metadata
+    /// (its periodic flush still runs): a power loss right after the `SYNC`
+    /// returned takes changes acknowledged before it.
+    SkipSyncRequest,
 }
 
 /// A simulated world as one component sees it (its node: its clock, its

@@ -52,7 +52,9 @@
 //! its recent models, and at a power loss its model widens to every state
 //! from the last one acknowledged more than `POWER_LOSS_WINDOW` ago on,
 //! with the states operations pass through (a whole-file write's
-//! truncation). Anything older must hold.
+//! truncation). Anything older must hold — and so must everything
+//! acknowledged before an acknowledged `SYNC` was sent (the clients send
+//! one now and then, among their operations): a `SYNC` narrows the window.
 //!
 //! Found and fixed: seed 13 (`--duration 60`, once the manager's power
 //! loss joined the faults): a rename over a file removed the old file's
@@ -360,6 +362,9 @@ pub struct Cluster {
     models: Vec<Mutex<BTreeMap<String, Maybe>>>,
     /// Per client: each name's recent models, for a manager power loss.
     histories: Vec<Mutex<BTreeMap<String, History>>>,
+    /// When the latest acknowledged `SYNC` was sent: every change
+    /// acknowledged before then survives a power loss of the manager.
+    synced_through: Mutex<Option<Instant>>,
     tally: Tally,
     /// A drive's disk rotted (a bit flipped at rest): a file without
     /// redundancy may be unreadable from then on — never read wrong.
@@ -398,7 +403,20 @@ impl Cluster {
         let histories = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
         let end = Instant::now() + cfg.duration;
         let (tally, rotted) = (Tally::default(), AtomicBool::new(false));
-        Arc::new(Cluster { core, cfg, drives, manager, clients, models, histories, tally, rotted, end, _dir: dir })
+        Arc::new(Cluster {
+            core,
+            cfg,
+            drives,
+            manager,
+            clients,
+            models,
+            histories,
+            synced_through: Mutex::new(None),
+            tally,
+            rotted,
+            end,
+            _dir: dir,
+        })
     }
 
     /// A property broke: logged, and the run fails.
@@ -668,10 +686,20 @@ impl Cluster {
     /// at or after the last one acknowledged more than
     /// [`POWER_LOSS_WINDOW`] ago (docs/ARCHITECTURE.md, "Durability": a
     /// power loss takes at most the changes acknowledged in the last
-    /// `metadata_sync_ms`), including the states operations pass through.
+    /// `metadata_sync_ms`), including the states operations pass through —
+    /// or, if later, the last one acknowledged before an acknowledged
+    /// `SYNC` was sent (a client's `SYNC` makes everything acknowledged
+    /// before it durable).
     fn widen_for_power_loss(&self) {
         let now = Instant::now();
-        let cutoff = now.checked_sub(POWER_LOSS_WINDOW).unwrap_or(now);
+        let window = now.checked_sub(POWER_LOSS_WINDOW).unwrap_or(now);
+        let cutoff = match *lock(&self.synced_through) {
+            Some(synced) if synced > window => {
+                self.core.log(format!("power loss: a sync sent {:?} ago narrows the window", now - synced));
+                synced
+            }
+            _ => window,
+        };
         for c in 0..self.clients.len() {
             let histories = lock(&self.histories[c]).clone();
             for (path, h) in histories {
@@ -788,7 +816,24 @@ impl Cluster {
                     }
                 }
             }
+            75..=79 => self.sync(fs, &who).await,
             _ => self.check_read(c, fs, &who, &path).await,
+        }
+    }
+
+    /// `SYNC`: once it returns, every change acknowledged before it was sent
+    /// survives a power loss of the manager ([`Self::widen_for_power_loss`]).
+    async fn sync(&self, fs: &FsClient, who: &str) {
+        let sent = Instant::now();
+        match fs.sync().await {
+            Ok(()) => {
+                self.core.log(format!("{who} sync: ok"));
+                let mut through = lock(&self.synced_through);
+                if through.is_none_or(|t| t < sent) {
+                    *through = Some(sent);
+                }
+            }
+            Err(e) => self.core.log(format!("{who} sync: {}", short(&e))),
         }
     }
 

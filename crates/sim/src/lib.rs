@@ -143,15 +143,23 @@ pub fn bug_name(bug: Bug) -> &'static str {
         Bug::SkipRebuild => "skip-rebuild",
         Bug::SkipMetadataSync => "skip-metadata-sync",
         Bug::SkipRevocation => "skip-revocation",
+        Bug::SkipSyncRequest => "skip-sync-request",
         _ => "unknown",
     }
 }
 
 /// The bug named `name` (`--bug NAME`).
 pub fn bug_by_name(name: &str) -> Option<Bug> {
-    [Bug::SkipBlockSync, Bug::AcceptStaleAcv, Bug::SkipRebuild, Bug::SkipMetadataSync, Bug::SkipRevocation]
-        .into_iter()
-        .find(|b| bug_name(*b) == name)
+    [
+        Bug::SkipBlockSync,
+        Bug::AcceptStaleAcv,
+        Bug::SkipRebuild,
+        Bug::SkipMetadataSync,
+        Bug::SkipRevocation,
+        Bug::SkipSyncRequest,
+    ]
+    .into_iter()
+    .find(|b| bug_name(*b) == name)
 }
 
 impl Report {
