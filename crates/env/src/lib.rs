@@ -89,6 +89,10 @@ pub enum Bug {
     /// (its periodic flush still runs): a power loss right after the `SYNC`
     /// returned takes changes acknowledged before it.
     SkipSyncRequest,
+    /// The drive keeps its oldest working key as the previous one when a
+    /// new one is set: a capability minted under a key two rotations old
+    /// is still honoured.
+    KeepRetiredWorkingKey,
 }
 
 /// A simulated world as one component sees it (its node: its clock, its

@@ -144,6 +144,7 @@ pub fn bug_name(bug: Bug) -> &'static str {
         Bug::SkipMetadataSync => "skip-metadata-sync",
         Bug::SkipRevocation => "skip-revocation",
         Bug::SkipSyncRequest => "skip-sync-request",
+        Bug::KeepRetiredWorkingKey => "keep-retired-working-key",
         _ => "unknown",
     }
 }
@@ -157,6 +158,7 @@ pub fn bug_by_name(name: &str) -> Option<Bug> {
         Bug::SkipMetadataSync,
         Bug::SkipRevocation,
         Bug::SkipSyncRequest,
+        Bug::KeepRetiredWorkingKey,
     ]
     .into_iter()
     .find(|b| bug_name(*b) == name)

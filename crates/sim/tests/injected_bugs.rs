@@ -38,6 +38,13 @@ fn accepting_a_stale_access_control_version_is_caught() {
     caught(Bug::AcceptStaleAcv, "was accepted, sent");
 }
 
+/// A drive that keeps its oldest working key when a new one is set honours
+/// capabilities minted under a key two rotations old.
+#[test]
+fn keeping_a_retired_working_key_is_caught() {
+    caught(Bug::KeepRetiredWorkingKey, "after working key");
+}
+
 /// Cluster seeds (60 s) the cluster tests play clean (`tests/cluster.rs`:
 /// its fixed seeds and regression seeds).
 const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17];
