@@ -50,7 +50,8 @@
 //! A manager power loss may take the changes acknowledged in the last
 //! `metadata_sync_ms` (docs/ARCHITECTURE.md, "Durability"): each name keeps
 //! its recent models, and at a power loss its model widens to every state
-//! from the last one acknowledged more than `POWER_LOSS_WINDOW` ago on,
+//! from the last one acknowledged more than `metadata_sync_ms` (the
+//! default) and a flush's time ago on,
 //! with the states operations pass through (a whole-file write's
 //! truncation). Anything older must hold — and so must everything
 //! acknowledged before an acknowledged `SYNC` was sent (the clients send
@@ -160,15 +161,17 @@ type Content = Option<Vec<u8>>;
 /// operation passes through (not one it leaves).
 type History = Vec<(Instant, Maybe, bool)>;
 
-/// How long a name's models are remembered (longer than
-/// [`POWER_LOSS_WINDOW`]).
+/// How long a name's models are remembered (longer than any power-loss
+/// window: `metadata_sync_ms` and [`FLUSH_MARGIN`]).
 const HISTORY_KEPT: Duration = Duration::from_secs(10);
 
-/// What a power loss of the manager may take: the changes acknowledged in
-/// the last `metadata_sync_ms` (its default here), and a little more for
-/// the flush itself to run.
-const POWER_LOSS_WINDOW: Duration =
-    Duration::from_millis(nasd_manager::METADATA_SYNC_INTERVAL_DEFAULT.as_millis() as u64 + 100);
+/// What a power loss may take beyond `metadata_sync_ms`: time for the
+/// flush itself to run.
+const FLUSH_MARGIN: Duration = Duration::from_millis(100);
+
+const _: () = assert!(
+    nasd_manager::METADATA_SYNC_INTERVAL_DEFAULT.as_millis() + FLUSH_MARGIN.as_millis() < HISTORY_KEPT.as_millis()
+);
 
 /// A name's model: the states an acknowledged history allows.
 #[derive(Debug, Clone)]
@@ -365,6 +368,8 @@ pub struct Cluster {
     /// When the latest acknowledged `SYNC` was sent: every change
     /// acknowledged before then survives a power loss of the manager.
     synced_through: Mutex<Option<Instant>>,
+    /// The manager's `metadata_sync_ms`.
+    metadata_sync: Duration,
     tally: Tally,
     /// A drive's disk rotted (a bit flipped at rest): a file without
     /// redundancy may be unreadable from then on — never read wrong.
@@ -403,6 +408,7 @@ impl Cluster {
         let histories = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
         let end = Instant::now() + cfg.duration;
         let (tally, rotted) = (Tally::default(), AtomicBool::new(false));
+        let metadata_sync = nasd_manager::METADATA_SYNC_INTERVAL_DEFAULT;
         Arc::new(Cluster {
             core,
             cfg,
@@ -412,6 +418,7 @@ impl Cluster {
             models,
             histories,
             synced_through: Mutex::new(None),
+            metadata_sync,
             tally,
             rotted,
             end,
@@ -524,6 +531,7 @@ impl Cluster {
             // A drive down this long is rebuilt elsewhere: longer than any
             // crash or restart here lasts, so only a drive gone for good is.
             rebuild_delay: REBUILD_DELAY,
+            metadata_sync_interval: self.metadata_sync,
             ..ManagerConfig::default()
         }
     }
@@ -684,7 +692,7 @@ impl Cluster {
 
     /// The manager's power loss: each name may be back at any state it had
     /// at or after the last one acknowledged more than
-    /// [`POWER_LOSS_WINDOW`] ago (docs/ARCHITECTURE.md, "Durability": a
+    /// `metadata_sync_ms` (and [`FLUSH_MARGIN`]) ago (docs/ARCHITECTURE.md, "Durability": a
     /// power loss takes at most the changes acknowledged in the last
     /// `metadata_sync_ms`), including the states operations pass through —
     /// or, if later, the last one acknowledged before an acknowledged
@@ -692,7 +700,7 @@ impl Cluster {
     /// before it durable).
     fn widen_for_power_loss(&self) {
         let now = Instant::now();
-        let window = now.checked_sub(POWER_LOSS_WINDOW).unwrap_or(now);
+        let window = now.checked_sub(self.metadata_sync + FLUSH_MARGIN).unwrap_or(now);
         let cutoff = match *lock(&self.synced_through) {
             Some(synced) if synced > window => {
                 self.core.log(format!("power loss: a sync sent {:?} ago narrows the window", now - synced));
@@ -941,6 +949,11 @@ impl Cluster {
                     self.restart_manager().await;
                 }
                 45..=52 => {
+                    if self.core.chance(0.5) {
+                        // Soon after a SYNC returned: what it made durable must survive.
+                        self.after_the_next_sync().await;
+                        tokio::time::sleep(between(&self.core, Duration::ZERO, Duration::from_millis(300))).await;
+                    }
                     self.power_off_manager();
                     tokio::time::sleep(between(&self.core, Duration::from_millis(100), Duration::from_secs(6))).await;
                     self.restart_manager().await;
@@ -1003,6 +1016,16 @@ impl Cluster {
                 // A crash or a full disk drawn for a drive that is down.
                 _ => {}
             }
+        }
+    }
+
+    /// Returns once a client's `SYNC` returned after this call, or after
+    /// five seconds without one.
+    async fn after_the_next_sync(&self) {
+        let before = *lock(&self.synced_through);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while *lock(&self.synced_through) == before && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
