@@ -71,13 +71,16 @@ fn the_fixed_cluster_seeds_keep_every_file_as_acknowledged() {
 /// bytes, intact on the drive once it was back, were never readable again.
 /// A redundant layout that has lost what it tolerates is now treated as one
 /// without redundancy (`nasd_manager`'s `coordinator.rs`,
-/// `resyncable_without`).
+/// `resyncable_without`). Seed 8 ran otherwise once the clients' `SYNC`s
+/// joined; seed 28 (below) breaks the same way without the fix: an
+/// `rs:2+1` file left `[Ok, Stale, Down (drive gone)]`.
 /// 28 (60 s, with the revocation races and the clients' `SYNC`s): a chmod
 /// returned though one of the file's drives, its disk full, had refused
 /// the new access control version; the drive went on serving reads under
 /// the old capability after the chmod returned. A drive the manager holds
 /// up that does not take a revocation now fails the change with
-/// `DRIVE_UNAVAILABLE` (`nasd_manager`'s `service.rs`, `apply`).
+/// `DRIVE_UNAVAILABLE` (`nasd_manager`'s `service.rs`, `apply`). Without
+/// the fix for seed 8 it also ends with a file repair cannot bring back.
 const REGRESSIONS: &[(u64, u64)] =
     &[(1, 30), (3, 30), (4, 60), (5, 60), (8, 60), (9, 60), (11, 60), (12, 60), (13, 60), (14, 60), (28, 60)];
 
