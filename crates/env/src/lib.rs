@@ -85,10 +85,6 @@ pub enum Bug {
     /// refuse the old capabilities: it leaves the revocations it logged to
     /// its next maintenance pass instead of carrying them out first.
     SkipRevocation,
-    /// The manager answers a client's `SYNC` without flushing its metadata
-    /// (its periodic flush still runs): a power loss right after the `SYNC`
-    /// returned takes changes acknowledged before it.
-    SkipSyncRequest,
     /// The drive keeps its oldest working key as the previous one when a
     /// new one is set: a capability minted under a key two rotations old
     /// is still honoured.

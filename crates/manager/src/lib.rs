@@ -657,18 +657,6 @@ impl Manager {
         self.meta(|ns| nasd_meta::Backend::sync(ns.backend()).map_err(FsStatus::from)).await
     }
 
-    /// A client's `SYNC`: every change acknowledged before it, durable.
-    ///
-    /// # Errors
-    /// As [`Manager::sync_metadata`].
-    pub async fn sync_request(&self) -> Result<(), Failure> {
-        #[cfg(feature = "sim-bugs")]
-        if self.env.injected_bug(nasd_env::Bug::SkipSyncRequest) {
-            return Ok(());
-        }
-        self.sync_metadata().await
-    }
-
     /// Flushes the metadata's log every `metadata_sync_interval` while
     /// changes came in since the last flush, until `shutdown`, and once
     /// more then: the bound on what a power loss can take of what was

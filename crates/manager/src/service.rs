@@ -609,7 +609,7 @@ impl Manager {
                 Ok(ManagerReply::Done)
             }
             R::StatFs => self.statfs().await,
-            R::Sync => self.sync_request().await.map(|()| ManagerReply::Done),
+            R::Sync => self.sync_metadata().await.map(|()| ManagerReply::Done),
             R::AddUser { name, password, uid, gid, admin, groups } => {
                 self.refuse_if_linked(ADD_USER_AT_AUTH_SERVER)?;
                 self.require_admin(s)?;

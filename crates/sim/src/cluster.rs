@@ -55,7 +55,12 @@
 //! with the states operations pass through (a whole-file write's
 //! truncation). Anything older must hold — and so must everything
 //! acknowledged before an acknowledged `SYNC` was sent (the clients send
-//! one now and then, among their operations): a `SYNC` narrows the window.
+//! one now and then, among their operations): a `SYNC` narrows the window,
+//! and half the power losses come soon after one returned. (A manager that
+//! answered `SYNC` alone without a flush went unnoticed in the 35 seeds tried: the
+//! unlinks, renames and revocations of the workload each flush the
+//! metadata before touching a drive, which covers what the `SYNC` should
+//! have; `skip-metadata-sync`, which skips every flush, is caught.)
 //!
 //! Found and fixed: seed 13 (`--duration 60`, once the manager's power
 //! loss joined the faults): a rename over a file removed the old file's

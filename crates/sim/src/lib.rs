@@ -143,7 +143,6 @@ pub fn bug_name(bug: Bug) -> &'static str {
         Bug::SkipRebuild => "skip-rebuild",
         Bug::SkipMetadataSync => "skip-metadata-sync",
         Bug::SkipRevocation => "skip-revocation",
-        Bug::SkipSyncRequest => "skip-sync-request",
         Bug::KeepRetiredWorkingKey => "keep-retired-working-key",
         _ => "unknown",
     }
@@ -157,7 +156,6 @@ pub fn bug_by_name(name: &str) -> Option<Bug> {
         Bug::SkipRebuild,
         Bug::SkipMetadataSync,
         Bug::SkipRevocation,
-        Bug::SkipSyncRequest,
         Bug::KeepRetiredWorkingKey,
     ]
     .into_iter()
