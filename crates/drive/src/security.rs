@@ -774,12 +774,31 @@ impl Security {
         crate::tasks::fault::settings_write();
         self.store.put_settings(&change.settings()).map_err(io_refusal)?;
         let mut ring = lock(&self.keys);
+        #[cfg(feature = "sim-bugs")]
+        let kept = self.retired_key_kept(&ring, &change);
         let clears_capability_keys = change.install(&mut ring);
+        #[cfg(feature = "sim-bugs")]
+        if let Some((partition, old)) = kept {
+            ring.partitions.entry(partition).or_default().previous = Some(old);
+        }
         drop(ring);
         if clears_capability_keys {
             lock(&self.capability_keys).clear();
         }
         Ok(())
+    }
+
+    /// The deliberate bug `nasd_env::Bug::KeepRetiredWorkingKey` (cargo
+    /// feature `sim-bugs`, armed only by a simulated world): a new working
+    /// key leaves the oldest one in place as previous, the one it should
+    /// retire.
+    #[cfg(feature = "sim-bugs")]
+    fn retired_key_kept(&self, ring: &KeyRing, change: &KeyChange) -> Option<(u64, (u32, Key))> {
+        let KeyChange::Working { partition, .. } = change else { return None };
+        if !self.store.env().injected_bug(nasd_env::Bug::KeepRetiredWorkingKey) {
+            return None;
+        }
+        ring.partitions.get(partition)?.previous.clone().map(|old| (*partition, old))
     }
 
     /// What `req` changes, checked against the ring (which only `admin`

@@ -81,6 +81,14 @@ pub enum Bug {
     /// does nothing: a power loss takes changes acknowledged longer ago
     /// than `metadata_sync_ms`.
     SkipMetadataSync,
+    /// The manager answers a chmod, chown or ACL change before the drives
+    /// refuse the old capabilities: it leaves the revocations it logged to
+    /// its next maintenance pass instead of carrying them out first.
+    SkipRevocation,
+    /// The drive keeps its oldest working key as the previous one when a
+    /// new one is set: a capability minted under a key two rotations old
+    /// is still honoured.
+    KeepRetiredWorkingKey,
 }
 
 /// A simulated world as one component sees it (its node: its clock, its

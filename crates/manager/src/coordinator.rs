@@ -129,10 +129,28 @@ impl Manager {
     }
 }
 
-/// Whether `inode`'s layout keeps its bytes with a component lost, so a
-/// component marked stale can be resynced from the others.
-fn redundant(inode: &Inode) -> bool {
-    inode.layout.as_ref().is_some_and(|l| l.tolerates() > 0)
+impl Manager {
+    /// Whether `inode`'s bytes can still be read, so resynced, from its
+    /// components outside `out` that are `Ok` on drives up: a component of
+    /// `out` marked stale could then be resynced from them. A layout without
+    /// redundancy never can; a redundant one that already lost what it
+    /// tolerates (a component on a drive gone, or stale) cannot either:
+    /// nasd-sim's cluster seed 8 (60 s) marked stale the `rs:2+1`
+    /// component of a drive that was down during a failed truncation, with
+    /// another component on a drive gone for good, and the file's committed
+    /// bytes — intact on the drive once it was back — were never readable
+    /// again.
+    fn resyncable_without(&self, inode: &Inode, out: impl Fn(usize) -> bool) -> bool {
+        let Some(layout) = inode.layout.as_ref() else { return false };
+        let needed = inode.components.len().saturating_sub(layout.tolerates());
+        let sources = inode
+            .components
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| !out(*i) && c.state == ComponentState::Ok && self.is_up(c.object.drive))
+            .count();
+        layout.tolerates() > 0 && sources >= needed
+    }
 }
 
 /// Most stale ranges recorded per component per commit; more are merged
@@ -234,7 +252,9 @@ impl Manager {
     /// reports the components its writes missed. On a layout without
     /// redundancy, which could never resync it, such a transaction is not
     /// begun: `DRIVE_UNAVAILABLE` (the file cannot be written while a drive
-    /// of its is down; found by nasd-sim's seeds 3, 5, 11 and 14).
+    /// of its is down; found by nasd-sim's seeds 3, 5, 11 and 14); nor on a
+    /// redundant one whose other components cannot rebuild it
+    /// ([`Manager::resyncable_without`]: seed 8).
     ///
     /// The manager's own transactions ([`Writer::Manager`]) are recorded as
     /// [`MANAGER_WRITER_UID`]'s; the caller holds an [`OwnWrite`] for `ino`
@@ -273,7 +293,7 @@ impl Manager {
         let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
         let unopened: BTreeSet<usize> = self.open_on_drives(&inode, txn).await.into_iter().collect();
         let unguarded = component_bits(&unopened) & writes;
-        if unguarded != 0 && !redundant(&inode) {
+        if unguarded != 0 && !self.resyncable_without(&inode, |i| unopened.contains(&i)) {
             return Err(self.refuse_unguarded_begin(&inode, txn, &unopened).await);
         }
         let intent = if writes != Intent::ALL || unguarded != 0 {
@@ -388,7 +408,7 @@ impl Manager {
         Failure::new(
             FsStatus::DriveUnavailable,
             format!(
-                "drive {} of this file does not answer and its layout has no redundancy: the file cannot be \
+                "drive {} of this file does not answer and the file has no redundancy left: it cannot be \
                  written until the drive is back (nasd status shows the drives)",
                 down.join(", ")
             ),
@@ -628,9 +648,11 @@ impl Manager {
     /// outlive the rollback: its drive is down (it keeps what it has, and
     /// resolves the transaction as committed when it is back), or the
     /// transaction was never opened on it ([`Intent::unopened`]: no undo).
-    /// On a layout without redundancy, where a stale component could never
-    /// be resynced, the rollback instead waits for a down drive (the file
-    /// cannot be read without it anyway), and a transaction is never begun
+    /// On a layout without redundancy, or a redundant one with no
+    /// redundancy left ([`Manager::resyncable_without`]), where a stale
+    /// component could never be resynced, the rollback instead waits for a
+    /// down drive (the file cannot be read without it anyway), and a
+    /// transaction is never begun
     /// with a component unopened ([`begin_scoped`](Self::begin_scoped)).
     /// Components the writer did not change (all of them, for the manager's
     /// repairs) are never marked, and a drive of theirs that does not answer
@@ -683,7 +705,8 @@ impl Manager {
         }
         let (components, acv, redundant) = match self.meta(move |ns| ns.getattr(ino)).await {
             Ok(inode) => {
-                let redundant = redundant(&inode);
+                // The components it may mark stale are those of drives down.
+                let redundant = self.resyncable_without(&inode, |_| false);
                 (inode.components, inode.acv, redundant)
             }
             Err(_) => (Vec::new(), 0, true),

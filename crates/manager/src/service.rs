@@ -1151,11 +1151,18 @@ impl Manager {
     /// readmitted it (`SET_MAP_EPOCH`, docs/ARCHITECTURE.md "Readmission"),
     /// so a revocation never comes undone (docs/SECURITY.md).
     ///
-    /// A drive that is down, or does not answer, does not fail the request:
-    /// the change is committed and its share of the work is in the logs. The
-    /// drive is marked unrecovered, and recovery finishes that share before
-    /// it readmits the drive (`SET_MAP_EPOCH`), which after a restart
-    /// refuses every capability until then (`cluster.rs`, "Readmission").
+    /// A drive the manager holds down does not fail the request: the change
+    /// is committed and its share of the work is in the logs. The drive is
+    /// marked unrecovered, and recovery finishes that share before it
+    /// readmits the drive (`SET_MAP_EPOCH`), which after a restart refuses
+    /// every capability until then (`cluster.rs`, "Readmission"). A drive
+    /// held up that fails its share (it refuses, its store failed, or it does
+    /// not answer in time) is marked the same way, and the request fails with
+    /// `DRIVE_UNAVAILABLE`, the change committed: that drive may be serving
+    /// the old capabilities until its recovery, so the change is not reported
+    /// done (nasd-sim's cluster seed 28: a drive whose disk was full refused
+    /// the new access control version of a chmod and went on serving reads
+    /// under the old one after the chmod returned).
     ///
     /// Then the super PAL of every collection the change touched is set on
     /// the drives ([`Manager::push_super_pals`]): the one part that fails
@@ -1165,6 +1172,13 @@ impl Manager {
         /// Per drive: objects to revoke (object, acv) and objects to remove.
         type DriveWork = (Vec<(u64, u64)>, Vec<u64>);
         let mut by_drive: std::collections::BTreeMap<u32, DriveWork> = Default::default();
+        #[cfg(feature = "sim-bugs")]
+        let effects = if self.env.injected_bug(nasd_env::Bug::SkipRevocation) {
+            // The revocations stay in the log for the next maintenance pass.
+            Effects { revoke: Vec::new(), ..effects }
+        } else {
+            effects
+        };
         for i in &effects.revoke {
             by_drive.entry(i.object.drive).or_default().0.push((i.object.object, i.acv));
         }
@@ -1180,7 +1194,7 @@ impl Manager {
         }
         let done = work.into_iter().map(|(d, revoke, remove)| async move {
             if !self.is_up(d.drive) {
-                return (d, Err("down".to_string()));
+                return (d, Err(None));
             }
             let r = async {
                 for &(object, acv) in &revoke {
@@ -1192,15 +1206,33 @@ impl Manager {
                 Ok::<(), crate::drives::DriveError>(())
             }
             .await;
-            (d, r.map_err(|e| e.to_string()))
+            (d, r.map_err(|e| Some(e.to_string())))
         });
+        // Drives that were up and did not take their share: they may serve the old
+        // capabilities until their recovery, so the change is not reported done.
+        let mut missed = Vec::new();
         for (d, r) in futures::future::join_all(done).await {
             if let Err(e) = r {
-                tracing::info!(drive = d.drive, error = %e, "revocations and removals on a drive left to its recovery");
+                let error = e.as_deref().unwrap_or("down");
+                tracing::info!(drive = d.drive, error, "revocations and removals on a drive left to its recovery");
                 d.set_unrecovered();
+                if e.is_some() {
+                    missed.push(d.drive.to_string());
+                }
             }
         }
-        self.push_super_pals(&effects.collections).await
+        let pushed = self.push_super_pals(&effects.collections).await;
+        if !missed.is_empty() {
+            return Err(Failure::new(
+                FsStatus::DriveUnavailable,
+                format!(
+                    "drive {} did not take the revocation (or removal) this change needs: the change is made, and \
+                     the drive refuses the old capabilities once the manager's recovery has carried it out there",
+                    missed.join(", ")
+                ),
+            ));
+        }
+        pushed
     }
 
     /// A writer is done (`COMMIT` with txn 0): record a single-component

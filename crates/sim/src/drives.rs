@@ -10,7 +10,12 @@
 //!   state (or the one an unanswered write may have installed);
 //! - no request sent after a revocation of its capability returned is
 //!   accepted (the administrator bumps access-control versions at random,
-//!   and re-applies them to a restarted drive before it readmits it);
+//!   and re-applies them to a restarted drive before it readmits it), nor
+//!   one under a capability whose working key was retired (the
+//!   administrator rotates drives' working keys at random; a drive keeps
+//!   the current and the previous one, so the install of version `v`
+//!   retires `v - 2`; a rotation a drive did not acknowledge is installed
+//!   before its readmission);
 //! - rot is reported (`DATA_CORRUPTED`, a failed Hash-and-MAC tag), never
 //!   served, and only where the disk rotted;
 //! - requests that replay another connection's bytes change nothing (the
@@ -84,7 +89,14 @@ struct DriveKeys {
     master: Key,
     drive: Key,
     partition: Key,
-    working: Key,
+    /// The working key capabilities are minted with, by version: the one
+    /// the drive acknowledged last.
+    working: Mutex<(u32, Key)>,
+    /// A rotation whose install the drive did not acknowledge (it went
+    /// down): installed again before the drive is readmitted.
+    pending: Mutex<Option<(u32, Key)>>,
+    /// Working-key versions the drive acknowledged, with when.
+    rotations: Mutex<Vec<(u32, Instant)>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +152,14 @@ impl Scenario {
                 index: i,
                 host: Host::new(&core, &format!("drive-{i}"), drive_ip(i), DISK_BYTES),
                 addr: SocketAddr::new(drive_ip(i), DRIVE_PORT),
-                keys: DriveKeys { master: key(&core), drive: key(&core), partition: key(&core), working: key(&core) },
+                keys: DriveKeys {
+                    master: key(&core),
+                    drive: key(&core),
+                    partition: key(&core),
+                    working: Mutex::new((1, key(&core))),
+                    pending: Mutex::new(None),
+                    rotations: Mutex::new(Vec::new()),
+                },
                 node: Mutex::new(None),
                 state: Mutex::new(DriveState::Down),
                 drive_id: Mutex::new([0; 16]),
@@ -278,7 +297,8 @@ impl Scenario {
         c.create_partition(PARTITION).await?;
         c.resize_partition(PARTITION, DRIVE_CAPACITY_BYTES).await?;
         c.set_partition_key(&d.keys.drive, PARTITION, &d.keys.partition).await?;
-        c.set_working_key(&d.keys.partition, PARTITION, 1, &d.keys.working).await?;
+        let (version, working) = lock(&d.keys.working).clone();
+        c.set_working_key(&d.keys.partition, PARTITION, version, &working).await?;
         c.set_map_epoch(PARTITION, MAP_EPOCH).await?;
         Ok(())
     }
@@ -340,18 +360,24 @@ impl Scenario {
             let attrs = Attributes { access_control_version: acv, ..Default::default() };
             c.setattr(PARTITION, o.id, AttrMask::ACCESS_CONTROL_VERSION, &attrs).await?;
         }
+        let pending = lock(&d.keys.pending).clone();
+        if let Some((version, key)) = pending {
+            self.install_working_key(&mut c, d, version, &key).await?;
+        }
         c.set_map_epoch(PARTITION, MAP_EPOCH).await
     }
 
     /// A capability for `o` with every right, at the administrator's current
-    /// version, and that version.
-    fn capability(&self, o: &ObjectSlot) -> (Credential, u64) {
+    /// version, under the current working key: with that version and the
+    /// key's.
+    fn capability(&self, o: &ObjectSlot) -> (Credential, u64, u32) {
         let d = &self.drives[o.drive];
         let acv = o.acv.load(Ordering::Acquire);
+        let (key_version, working) = lock(&d.keys.working).clone();
         let args = CapabilityArgs {
             algorithm: MacAlgorithm::Blake3 as u8,
             min_protection: Protection::INTEGRITY_ARGS,
-            key_version: 1,
+            key_version,
             drive_id: *lock(&d.drive_id),
             partition: PARTITION,
             object: o.id,
@@ -362,8 +388,8 @@ impl Scenario {
             expiration_ns: self.admin.host.now_ns() + CAPABILITY_LIFETIME.as_nanos() as u64,
             audit_id: o.id,
         };
-        let (token, key) = mint_capability(&d.keys.working, &args, false).expect("a working key mints");
-        (Credential::Capability { token, key, algorithm: MacAlgorithm::Blake3 }, acv)
+        let (token, key) = mint_capability(&working, &args, false).expect("a working key mints");
+        (Credential::Capability { token, key, algorithm: MacAlgorithm::Blake3 }, acv, key_version)
     }
 
     /// Bumps access-control versions at random, as chmod does through the
@@ -375,6 +401,10 @@ impl Scenario {
             let o = &objects[self.core.gen_range(0..objects.len() as u64) as usize];
             let d = &self.drives[o.drive];
             if *lock(&d.state) != DriveState::Up {
+                continue;
+            }
+            if self.core.chance(0.4) {
+                self.rotate_working_key(d).await;
                 continue;
             }
             let next = o.acv.load(Ordering::Acquire) + 1;
@@ -405,6 +435,53 @@ impl Scenario {
                 }
             }
         }
+    }
+
+    /// Rotates `d`'s working key, as the file manager does when keys age:
+    /// the drive keeps the current and the previous one, so each rotation
+    /// retires the key two versions back. Tried again until the drive
+    /// answers, or it is down (its readmission installs the key).
+    async fn rotate_working_key(&self, d: &DriveSlot) {
+        let next = lock(&d.keys.working).0 + 1;
+        let key = Key::from_bytes(self.core.bytes(32).try_into().expect("32 bytes"));
+        *lock(&d.keys.pending) = Some((next, key.clone()));
+        loop {
+            let done = match self.admin_client(d).await {
+                Ok(mut c) => self.install_working_key(&mut c, d, next, &key).await,
+                Err(e) => Err(e),
+            };
+            match done {
+                Ok(()) => return,
+                Err(e) => {
+                    self.core.log(format!("working key {next} for drive-{} not installed: {e}", d.index));
+                    if *lock(&d.state) != DriveState::Up || Instant::now() >= self.end {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+    }
+
+    /// Installs working key `version` on `d`; once the drive acknowledged
+    /// it (or refuses it as not above its own: a reply lost), capabilities
+    /// are minted with it, and the key two versions back is retired.
+    async fn install_working_key(
+        &self,
+        c: &mut DriveClient,
+        d: &DriveSlot,
+        version: u32,
+        key: &Key,
+    ) -> Result<(), ClientError> {
+        match c.set_working_key(&d.keys.partition, PARTITION, version, key).await {
+            Ok(()) | Err(ClientError::Status { status: Status::BadArguments, .. }) => {}
+            Err(e) => return Err(e),
+        }
+        *lock(&d.keys.working) = (version, key.clone());
+        *lock(&d.keys.pending) = None;
+        lock(&d.keys.rotations).push((version, Instant::now()));
+        self.core.log(format!("drive-{} working key {version} installed", d.index));
+        Ok(())
     }
 
     /// Reads the drives' audit trails now and then, remembering every record.
@@ -772,6 +849,13 @@ impl Scenario {
     }
 }
 
+/// What a capability was minted under.
+#[derive(Debug, Clone, Copy)]
+struct Minted {
+    acv: u64,
+    key_version: u32,
+}
+
 /// How one request went.
 #[derive(Debug, PartialEq, Eq)]
 enum Outcome {
@@ -794,7 +878,7 @@ struct Client {
     /// Nonce-window refusals in a row, per drive.
     out_of_window: BTreeMap<usize, u32>,
     /// Capabilities by (drive, object): object numbers are per drive.
-    caps: BTreeMap<(usize, u64), (Credential, u64)>,
+    caps: BTreeMap<(usize, u64), (Credential, u64, u32)>,
 }
 
 enum Op {
@@ -833,7 +917,7 @@ impl Client {
     }
 
     /// The connection to `o`'s drive under a capability for `o`.
-    async fn conn(&mut self, o: &ObjectSlot) -> Option<(&mut DriveClient, u64)> {
+    async fn conn(&mut self, o: &ObjectSlot) -> Option<(&mut DriveClient, Minted)> {
         if !self.conns.contains_key(&o.drive) {
             let addr = self.s.drives[o.drive].addr;
             match DriveClient::connect_in(&self.env, addr, CLIENT_WAIT).await {
@@ -851,11 +935,11 @@ impl Client {
         if !self.caps.contains_key(&key) {
             self.caps.insert(key, self.s.capability(o));
         }
-        let (cap, acv) = self.caps.get(&key).cloned().expect("just made");
+        let (cap, acv, key_version) = self.caps.get(&key).cloned().expect("just made");
         self.s.tally.request();
         let c = self.conns.get_mut(&o.drive).expect("just made");
         c.set_auth(Auth::new(cap, self.protection));
-        Some((c, acv))
+        Some((c, Minted { acv, key_version }))
     }
 
     /// Classifies a failed request; drops what it spoiled.
@@ -864,7 +948,7 @@ impl Client {
         let rotted = self.s.drives[o.drive].rotted.load(Ordering::Acquire);
         match e {
             ClientError::Status { status, .. } => match status {
-                Status::AccessRevoked | Status::CapabilityExpired => {
+                Status::AccessRevoked | Status::CapabilityExpired | Status::KeyVersionRetired => {
                     self.caps.remove(&(o.drive, o.id));
                     Outcome::Refused
                 }
@@ -910,9 +994,24 @@ impl Client {
     }
 
     /// Checks that a request accepted was not sent after a revocation of
-    /// its capability returned.
-    fn accepted(&mut self, o: &ObjectSlot, what: &str, acv: u64, sent: Instant) {
+    /// its capability returned: a newer access-control version set, or a
+    /// working key installed two versions past the capability's.
+    fn accepted(&mut self, o: &ObjectSlot, what: &str, minted: Minted, sent: Instant) {
         self.out_of_window.remove(&o.drive);
+        let Minted { acv, key_version } = minted;
+        let retired = lock(&self.s.drives[o.drive].keys.rotations)
+            .iter()
+            .find(|(v, at)| *v >= key_version + 2 && *at <= sent)
+            .copied();
+        if let Some((v, at)) = retired {
+            self.s.fail(format!(
+                "{} {what} object {} on drive-{} under working key {key_version} was accepted, sent {:?} after working key {v} was installed",
+                self.name,
+                o.id,
+                o.drive,
+                sent - at
+            ));
+        }
         let revoked = lock(&o.revoked);
         if let Some((v, at)) = revoked.iter().find(|(v, at)| *v > acv && *at <= sent) {
             self.s.fail(format!(
@@ -926,12 +1025,12 @@ impl Client {
     }
 
     async fn read(&mut self, o: &Arc<ObjectSlot>) -> Outcome {
-        let Some((c, acv)) = self.conn(o).await else { return Outcome::Lost };
+        let Some((c, minted)) = self.conn(o).await else { return Outcome::Lost };
         let sent = Instant::now();
         let r = c.read(PARTITION, o.id, &[Region { offset: 0, length: OBJECT_BYTES_MAX }]).await;
         match r {
             Ok((_, data)) => {
-                self.accepted(o, "read of", acv, sent);
+                self.accepted(o, "read of", minted, sent);
                 let checked = lock(&o.model).read(&data);
                 if let Err(v) = checked {
                     self.s.fail(format!("{} read of object {} on drive-{}: {}", self.name, o.id, o.drive, v.0));
@@ -957,12 +1056,12 @@ impl Client {
 
     async fn write(&mut self, o: &Arc<ObjectSlot>, offset: u64, data: Vec<u8>) {
         let next = ObjectModel::written(&lock(&o.model).current, offset, &data);
-        let Some((c, acv)) = self.conn(o).await else { return };
+        let Some((c, minted)) = self.conn(o).await else { return };
         let sent = Instant::now();
         let r = c.write(PARTITION, o.id, &[Region { offset, length: data.len() as u64 }], &data).await;
         match r {
             Ok(_) => {
-                self.accepted(o, "write to", acv, sent);
+                self.accepted(o, "write to", minted, sent);
                 self.s.core.log(format!("{} wrote object {} at {offset}: {} bytes", self.name, o.id, data.len()));
                 lock(&o.model).acknowledged(next);
             }
@@ -979,12 +1078,12 @@ impl Client {
             let m = lock(&o.model);
             (ObjectModel::resized(&m.current, size), size == 0)
         };
-        let Some((c, acv)) = self.conn(o).await else { return };
+        let Some((c, minted)) = self.conn(o).await else { return };
         let sent = Instant::now();
         let attrs = Attributes { logical_size: size, ..Default::default() };
         match c.setattr(PARTITION, o.id, AttrMask::LOGICAL_SIZE, &attrs).await {
             Ok(_) => {
-                self.accepted(o, "truncation of", acv, sent);
+                self.accepted(o, "truncation of", minted, sent);
                 self.s.core.log(format!("{} set the size of object {} to {size}", self.name, o.id));
                 let mut m = lock(&o.model);
                 if blind {
@@ -1002,11 +1101,11 @@ impl Client {
     }
 
     async fn flush(&mut self, o: &Arc<ObjectSlot>) {
-        let Some((c, acv)) = self.conn(o).await else { return };
+        let Some((c, minted)) = self.conn(o).await else { return };
         let sent = Instant::now();
         match c.flush(PARTITION, &[o.id]).await {
             Ok(()) => {
-                self.accepted(o, "flush of", acv, sent);
+                self.accepted(o, "flush of", minted, sent);
                 self.s.core.log(format!("{} flushed object {}", self.name, o.id));
                 lock(&o.model).flushed();
             }

@@ -8,8 +8,15 @@
 //! randomness, the network and the disk to this crate's [`world`]. Faults —
 //! crashes that lose what was not synced, torn writes, rot, a full disk,
 //! failed syncs, partitions, slow links, resets, clock jumps within the
-//! configured skew, replayed traffic, a drive gone for good — come from the
-//! same seed, and checkers ([`drives`], [`model`]) judge every reply.
+//! configured skew, replayed traffic, a drive gone for good, a manager's
+//! power loss (half of them soon after a client's `SYNC`) — come from the
+//! same seed, and checkers ([`drives`], [`cluster`], [`model`]) judge every
+//! reply. Revocations race requests in flight from the seed too: access
+//! control versions bumped and working keys rotated under the clients
+//! ([`drives`]); chmod, ACL changes and the manager's working-key
+//! rotations under a holder of an older capability ([`cluster`]'s
+//! revocation races): once a revocation returned, no request sent after it
+//! under the older capability or key is served.
 //!
 //! [`run`] plays one seed and returns a [`Report`]; a failing report says
 //! how to replay it ([`Report::replay_command`]); the event log's hash is
@@ -46,7 +53,8 @@
 //! # Running it
 //!
 //! `cargo test -p nasd-sim` plays 16 fixed seeds, the regression seeds, the
-//! determinism test and the deliberate bugs; `nasd-sim --seeds N --from F`
+//! determinism test and the deliberate bugs (`--bug NAME`: each is caught
+//! within the fixed seeds, `tests/injected_bugs.rs`); `nasd-sim --seeds N --from F`
 //! (or the ignored `many_seeds` test) plays thousands. A failure prints the
 //! command that replays it: `nasd-sim --seed S … --log` writes the whole
 //! event log.
@@ -142,15 +150,24 @@ pub fn bug_name(bug: Bug) -> &'static str {
         Bug::AcceptStaleAcv => "accept-stale-acv",
         Bug::SkipRebuild => "skip-rebuild",
         Bug::SkipMetadataSync => "skip-metadata-sync",
+        Bug::SkipRevocation => "skip-revocation",
+        Bug::KeepRetiredWorkingKey => "keep-retired-working-key",
         _ => "unknown",
     }
 }
 
 /// The bug named `name` (`--bug NAME`).
 pub fn bug_by_name(name: &str) -> Option<Bug> {
-    [Bug::SkipBlockSync, Bug::AcceptStaleAcv, Bug::SkipRebuild, Bug::SkipMetadataSync]
-        .into_iter()
-        .find(|b| bug_name(*b) == name)
+    [
+        Bug::SkipBlockSync,
+        Bug::AcceptStaleAcv,
+        Bug::SkipRebuild,
+        Bug::SkipMetadataSync,
+        Bug::SkipRevocation,
+        Bug::KeepRetiredWorkingKey,
+    ]
+    .into_iter()
+    .find(|b| bug_name(*b) == name)
 }
 
 impl Report {

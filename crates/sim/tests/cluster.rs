@@ -63,8 +63,26 @@ fn the_fixed_cluster_seeds_keep_every_file_as_acknowledged() {
 /// component). Removals now wait until the change that doomed the objects
 /// is durable (`nasd_manager`'s `service.rs`, `apply`, and
 /// `maintenance.rs`, `remove_on`).
+/// 8 (60 s, once revocation races joined the run): with one drive gone for
+/// good (an `rs:2+1` file's third component on it, no third drive to
+/// rebuild onto), a truncation of the file failed while a second of its
+/// drives lost power; the rollback marked that drive's component stale,
+/// though the other components could not rebuild it — the file's committed
+/// bytes, intact on the drive once it was back, were never readable again.
+/// A redundant layout that has lost what it tolerates is now treated as one
+/// without redundancy (`nasd_manager`'s `coordinator.rs`,
+/// `resyncable_without`). Seed 8 ran otherwise once the clients' `SYNC`s
+/// joined; seed 28 (below) breaks the same way without the fix: an
+/// `rs:2+1` file left `[Ok, Stale, Down (drive gone)]`.
+/// 28 (60 s, with the revocation races and the clients' `SYNC`s): a chmod
+/// returned though one of the file's drives, its disk full, had refused
+/// the new access control version; the drive went on serving reads under
+/// the old capability after the chmod returned. A drive the manager holds
+/// up that does not take a revocation now fails the change with
+/// `DRIVE_UNAVAILABLE` (`nasd_manager`'s `service.rs`, `apply`). Without
+/// the fix for seed 8 it also ends with a file repair cannot bring back.
 const REGRESSIONS: &[(u64, u64)] =
-    &[(1, 30), (3, 30), (4, 60), (5, 60), (9, 60), (11, 60), (12, 60), (13, 60), (14, 60)];
+    &[(1, 30), (3, 30), (4, 60), (5, 60), (8, 60), (9, 60), (11, 60), (12, 60), (13, 60), (14, 60), (28, 60)];
 
 #[test]
 fn cluster_seeds_that_found_bugs_keep_every_file_as_acknowledged() {

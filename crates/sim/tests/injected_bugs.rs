@@ -38,6 +38,13 @@ fn accepting_a_stale_access_control_version_is_caught() {
     caught(Bug::AcceptStaleAcv, "was accepted, sent");
 }
 
+/// A drive that keeps its oldest working key when a new one is set honours
+/// capabilities minted under a key two rotations old.
+#[test]
+fn keeping_a_retired_working_key_is_caught() {
+    caught(Bug::KeepRetiredWorkingKey, "after working key");
+}
+
 /// Cluster seeds (60 s) the cluster tests play clean (`tests/cluster.rs`:
 /// its fixed seeds and regression seeds).
 const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17];
@@ -78,4 +85,13 @@ fn a_manager_that_never_flushes_its_metadata_is_caught_by_a_power_loss() {
 #[test]
 fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
     caught_in_the_cluster(Bug::SkipRebuild, "repair did not converge");
+}
+
+/// A manager that answers a chmod or an ACL change before the drives refuse
+/// the old capabilities (leaving the revocations it logged to its next
+/// maintenance pass) lets a holder read with a capability obtained before
+/// the change, sent after it returned (`cluster`'s revocation races).
+#[test]
+fn a_manager_that_answers_before_revoking_is_caught() {
+    caught_in_the_cluster(Bug::SkipRevocation, "was served, sent");
 }

@@ -22,7 +22,7 @@ struct Args {
     /// The first seed of --seeds.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// Arm a deliberate bug (skip-block-sync, accept-stale-acv, skip-rebuild, skip-metadata-sync).
+    /// Arm a deliberate bug (skip-block-sync, accept-stale-acv, skip-rebuild, skip-metadata-sync, skip-revocation, keep-retired-working-key).
     #[arg(long = "bug")]
     bugs: Vec<String>,
     /// Simulated seconds of workload per seed.
