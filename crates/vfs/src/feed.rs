@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 const FEED_WAIT: Duration = Duration::from_secs(25);
 /// How long the layer waits before it asks a feed that failed again.
 const FEED_RETRY: Duration = Duration::from_secs(1);
+/// How long the layer waits after a batch of changes before it asks for the
+/// next: changes made meanwhile come in one reply, so a burst of changes
+/// (this gateway's own, which the feed reports too) costs the manager one
+/// `WATCH` per pause rather than one per change. Another client's change
+/// reaches the gateway's caches this much later at most.
+const FEED_COALESCE: Duration = Duration::from_millis(10);
 /// How long the layer waits for the change feed to report a change it made
 /// itself (and skips it) before it forgets it: one not reported by then
 /// (the feed lost it, or was down) only costs an invalidation.
@@ -53,8 +59,13 @@ pub(crate) async fn follow(shared: Weak<Shared>, mut watcher: nasd_fs::Watcher, 
                     vfs.invalidate_all().await;
                 }
                 started = true;
+                let changed = !batch.changes.is_empty();
                 vfs.invalidate(batch.changes).await;
                 vfs.shared.fed.store(true, Ordering::SeqCst);
+                if changed {
+                    drop(vfs);
+                    tokio::time::sleep(FEED_COALESCE).await;
+                }
             }
             Err(e) => {
                 // Until it answers again, nothing vouches for cached attributes.
