@@ -274,7 +274,7 @@ fn a_directory_the_layer_made_answers_for_absent_names_and_sees_other_clients_na
                     to(vfs.unlink(&a, dir, &name)).await.expect("unlink");
                     let gone = to(vfs.lookup(&a, dir, &name)).await.expect_err("unlinked");
                     assert_eq!(gone.status(), Some(nasd_fs::FsStatus::NotFound));
-                    if next(&mut x) % 2 == 0 {
+                    if next(&mut x).is_multiple_of(2) {
                         // The other client makes the name again at once.
                         to(other.write_file(&format!("/a/made/{name}"), b"again")).await.expect("made again");
                         found_eventually(&vfs, &a, dir, &name).await;
