@@ -484,6 +484,9 @@ struct Counts {
     cpu_ns: u64,
 }
 
+/// One name-space rate: what, through the mount, in the local directory.
+type Rate = (String, f64, f64);
+
 /// Reads [`Counts`] now.
 type Probe = dyn Fn() -> Counts + Send + Sync;
 
@@ -530,12 +533,7 @@ impl Counts {
 /// Create, stat and unlink of `files` empty files: (what, mount, local) per
 /// second, and what each create and unlink through the mount cost
 /// ([`Counts::per_op`]).
-fn name_rates(
-    mount: &Path,
-    local: &Path,
-    files: u32,
-    probe: &Probe,
-) -> anyhow::Result<(Vec<(String, f64, f64)>, Vec<String>)> {
+fn name_rates(mount: &Path, local: &Path, files: u32, probe: &Probe) -> anyhow::Result<(Vec<Rate>, Vec<String>)> {
     let mut costs = Vec::new();
     let mut run = |dir: &Path, counted: bool| -> anyhow::Result<[Duration; 4]> {
         let d = dir.join("names");
