@@ -45,41 +45,58 @@ pub async fn mount_bench(
     let local = tmp.path().join("local");
     std::fs::create_dir_all(&mountpoint)?;
     std::fs::create_dir_all(&local)?;
-    let mut mount = nasd_fuse::Mount::start(fs.clone(), nasd_fuse::MountConfig::new(&mountpoint)).await?;
+    let mount_config = nasd_fuse::MountConfig::new(&mountpoint);
+    let mut mount = nasd_fuse::Mount::start(fs.clone(), mount_config.clone()).await?;
     let (m, l) = (mountpoint.clone(), local.clone());
     let manager = cluster.manager().clone();
     let served = move || manager.requests_served();
     let drive_read = cluster.drive_bytes_read();
     let drive_read = move || drive_read().iter().sum::<u64>();
+    let probe = {
+        let (manager, metrics, drives) =
+            (cluster.manager().clone(), mount_config.metrics.clone(), cluster.drive_requests());
+        std::sync::Arc::new(move || Counts {
+            fuse: metrics.requests_by_op(),
+            manager: manager.requests_served(),
+            drive: drives(),
+            metadata_flushes: manager.metadata_durability().syncs,
+            cpu_ns: cpu_ns(),
+        }) as std::sync::Arc<Probe>
+    };
+    let probe_put = probe.clone();
     let extra_rows = extra.clone();
-    let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Row>> {
+    let rows = tokio::task::spawn_blocking(move || -> anyhow::Result<(Vec<Row>, Vec<String>)> {
         let mut rows =
             if extra_rows.fio { measure(&m, &l, size, files, runtime_secs, &drive_read)? } else { Vec::new() };
+        let mut costs = Vec::new();
         if !extra_rows.fio {
-            for (what, mount_v, local_v) in name_rates(&m, &l, files)? {
+            let (rates, c) = name_rates(&m, &l, files, &*probe)?;
+            for (what, mount_v, local_v) in rates {
                 rows.push(Row { what, mount: mount_v, local: local_v, unit: "per second" });
             }
+            costs = c;
         }
         rows.extend(parallel_creates(&m, &l, files)?);
         rows.extend(listing(&m, &l, extra_rows.listing, &served)?);
         if let Some(tree) = &extra_rows.tree {
             rows.extend(untar(&m, &l, tree)?);
         }
-        Ok(rows)
+        Ok((rows, costs))
     })
     .await?;
     let put_rows = match &rows {
-        Ok(_) if extra.put_files > 0 => put_small_files(&fs, tmp.path(), extra.put_files).await?,
-        _ => Vec::new(),
+        Ok(_) if extra.put_files > 0 => put_small_files(&fs, tmp.path(), extra.put_files, &*probe_put).await?,
+        _ => (Vec::new(), None),
     };
     let mut rows = rows;
-    if let Ok(r) = &mut rows {
-        r.extend(put_rows);
+    if let Ok((r, costs)) = &mut rows {
+        r.extend(put_rows.0);
+        costs.extend(put_rows.1);
     }
     mount.unmount()?;
     mount.ended().await?;
     cluster.stop().await?;
-    let rows = rows?;
+    let (rows, costs) = rows?;
     println!(
         "nasd mount (FUSE, 4 drives on loopback, rs:2+1, TLS manager, INTEGRITY_ARGS|INTEGRITY_DATA|HASH_AND_MAC) \
          beside a local directory ({}), fio {} file:",
@@ -92,6 +109,10 @@ pub async fn mount_bench(
         let local = if r.local.is_nan() { "-".to_string() } else { format!("{:.1}", r.local) };
         let digits = if r.unit == "ratio" { 3 } else { 1 };
         println!("| {} | {:.*} | {} | {} |", r.what, digits, r.mount, local, r.unit);
+    }
+    println!();
+    for c in costs {
+        println!("- {c}");
     }
     Ok(())
 }
@@ -314,22 +335,31 @@ fn untar(mount: &Path, local: &Path, tree: &Path) -> anyhow::Result<Vec<Row>> {
 }
 
 /// `nasd put -r` (the CLI's copy, in this process) of `files` files of 4 KiB:
-/// files per second, with flushes and bytes written per file.
-async fn put_small_files(fs: &nasd_fs::FsClient, scratch: &Path, files: u32) -> anyhow::Result<Vec<Row>> {
+/// files per second, with flushes and bytes written per file, and what
+/// each file cost ([`Counts::per_op`]).
+async fn put_small_files(
+    fs: &nasd_fs::FsClient,
+    scratch: &Path,
+    files: u32,
+    probe: &Probe,
+) -> anyhow::Result<(Vec<Row>, Option<String>)> {
     let src = scratch.join("put-src");
     std::fs::create_dir_all(&src)?;
     for i in 0..files {
         std::fs::write(src.join(format!("f{i:05}")), vec![(i % 251) as u8; 4096])?;
     }
     let flushes = tokio::task::spawn_blocking(Flushes::start).await?;
+    let before = probe();
     let t = Instant::now();
     let opts = crate::transfer::CopyOptions { recursive: true, no_clobber: false };
     let to = crate::transfer::Loc::Remote("/put".into());
     crate::transfer::copy(fs, crate::transfer::Loc::Local(src.clone()), to, opts).await?;
     let took = t.elapsed();
+    let after = probe();
     let (flushed, written) = tokio::task::spawn_blocking(move || flushes.stop()).await?;
+    let cost = format!("nasd put -r, per file: {}", before.per_op(&after, files, flushed));
     let n = f64::from(files);
-    Ok(vec![
+    let rows = vec![
         Row {
             what: format!("nasd put -r of {files} files of 4 KiB"),
             mount: n / took.as_secs_f64(),
@@ -348,7 +378,8 @@ async fn put_small_files(fs: &nasd_fs::FsClient, scratch: &Path, files: u32) -> 
             local: f64::NAN,
             unit: "bytes",
         },
-    ])
+    ];
+    Ok((rows, Some(cost)))
 }
 
 fn which(tool: &str) -> anyhow::Result<()> {
@@ -401,7 +432,9 @@ fn measure(
             });
         }
     }
-    for (what, mount_v, local_v) in name_rates(mount, local, files)? {
+    // What each create and unlink costs is counted without fio (`--no-fio`).
+    let (rates, _) = name_rates(mount, local, files, &|| Counts::default())?;
+    for (what, mount_v, local_v) in rates {
         rows.push(Row { what, mount: mount_v, local: local_v, unit: "per second" });
     }
     Ok(rows)
@@ -438,16 +471,92 @@ fn fio(dir: &Path, rw: &str, bs: &str, size: u64, runtime: u64) -> anyhow::Resul
     Ok((num(bw)?, num(iops)?, num(kib)?))
 }
 
-/// Create, stat and unlink of `files` empty files: (what, mount, local) per second.
-fn name_rates(mount: &Path, local: &Path, files: u32) -> anyhow::Result<Vec<(String, f64, f64)>> {
-    let run = |dir: &Path| -> anyhow::Result<[Duration; 4]> {
+/// What a phase through the mount costs, whatever the machine's load:
+/// requests the kernel sent (by FUSE operation), requests the manager and
+/// the drives answered, the manager's metadata flushes, and the CPU time of
+/// this process (the cluster, the mount and the calling thread).
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    fuse: Vec<(&'static str, u64)>,
+    manager: u64,
+    drive: u64,
+    metadata_flushes: u64,
+    cpu_ns: u64,
+}
+
+/// One name-space rate: what, through the mount, in the local directory.
+type Rate = (String, f64, f64);
+
+/// Reads [`Counts`] now.
+type Probe = dyn Fn() -> Counts + Send + Sync;
+
+/// User and system CPU time of this process so far.
+fn cpu_ns() -> u64 {
+    // SAFETY: getrusage(2) writes only the struct it is handed.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage of our own.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0;
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
+    ns(usage.ru_utime) + ns(usage.ru_stime)
+}
+
+impl Counts {
+    /// Per operation, from `self` (taken before) to `after`, over `n`
+    /// operations, with the disk flushes `flushes` counted: one line.
+    fn per_op(&self, after: &Counts, n: u32, flushes: f64) -> String {
+        let n = f64::from(n);
+        let mut fuse_total = 0;
+        let mut by_op = Vec::new();
+        for ((op, before), (_, now)) in self.fuse.iter().zip(&after.fuse) {
+            let d = now - before;
+            fuse_total += d;
+            if d > 0 {
+                by_op.push(format!("{op} {:.2}", d as f64 / n));
+            }
+        }
+        format!(
+            "FUSE requests {:.2} ({}), manager requests {:.2}, drive requests {:.2}, metadata flushes {:.3}, \
+             disk flushes {:.3}, CPU {:.3} ms",
+            fuse_total as f64 / n,
+            by_op.join(", "),
+            (after.manager - self.manager) as f64 / n,
+            (after.drive - self.drive) as f64 / n,
+            (after.metadata_flushes - self.metadata_flushes) as f64 / n,
+            flushes / n,
+            (after.cpu_ns - self.cpu_ns) as f64 / n / 1e6,
+        )
+    }
+}
+
+/// Create, stat and unlink of `files` empty files: (what, mount, local) per
+/// second, and what each create and unlink through the mount cost
+/// ([`Counts::per_op`]).
+fn name_rates(mount: &Path, local: &Path, files: u32, probe: &Probe) -> anyhow::Result<(Vec<Rate>, Vec<String>)> {
+    let mut costs = Vec::new();
+    let mut run = |dir: &Path, counted: bool| -> anyhow::Result<[Duration; 4]> {
         let d = dir.join("names");
         std::fs::create_dir(&d)?;
-        let t = Instant::now();
-        for i in 0..files {
-            std::fs::File::create(d.join(format!("f{i}")))?;
-        }
-        let create = t.elapsed();
+        let counting = |what: &'static str, costs: &mut Vec<String>, f: &mut dyn FnMut() -> anyhow::Result<()>| {
+            let flushes = counted.then(Flushes::start);
+            let before = probe();
+            let t = Instant::now();
+            f()?;
+            let took = t.elapsed();
+            let after = probe();
+            if let Some(flushes) = flushes {
+                let (flushed, _) = flushes.stop();
+                costs.push(format!("{what}, per file: {}", before.per_op(&after, files, flushed)));
+            }
+            anyhow::Ok(took)
+        };
+        let create = counting("create (open O_CREAT + close)", &mut costs, &mut || {
+            for i in 0..files {
+                std::fs::File::create(d.join(format!("f{i}")))?;
+            }
+            Ok(())
+        })?;
         let t = Instant::now();
         for i in 0..files {
             std::fs::metadata(d.join(format!("f{i}")))?;
@@ -460,13 +569,15 @@ fn name_rates(mount: &Path, local: &Path, files: u32) -> anyhow::Result<Vec<(Str
             std::fs::metadata(d.join(format!("f{i}")))?;
         }
         let stat_later = t.elapsed();
-        let t = Instant::now();
-        for i in 0..files {
-            std::fs::remove_file(d.join(format!("f{i}")))?;
-        }
-        Ok([create, stat, stat_later, t.elapsed()])
+        let unlink = counting("unlink", &mut costs, &mut || {
+            for i in 0..files {
+                std::fs::remove_file(d.join(format!("f{i}")))?;
+            }
+            Ok(())
+        })?;
+        Ok([create, stat, stat_later, unlink])
     };
-    let (m, l) = (run(mount)?, run(local)?);
+    let (m, l) = (run(mount, true)?, run(local, false)?);
     let rate = |d: Duration| f64::from(files) / d.as_secs_f64();
     let what = [
         "create (open O_CREAT + close)",
@@ -474,9 +585,7 @@ fn name_rates(mount: &Path, local: &Path, files: u32) -> anyhow::Result<Vec<(Str
         "stat (made more than the 1 s attribute timeout ago)",
         "unlink",
     ];
-    Ok(what
-        .iter()
-        .enumerate()
-        .map(|(i, what)| (format!("{what}, {files} empty files"), rate(m[i]), rate(l[i])))
-        .collect())
+    let rates =
+        what.iter().enumerate().map(|(i, what)| (format!("{what}, {files} empty files"), rate(m[i]), rate(l[i])));
+    Ok((rates.collect(), costs))
 }

@@ -1868,6 +1868,13 @@ impl LocalCluster {
         move || drives.iter().map(nasd_drive::DriveMetrics::read_bytes_total).collect()
     }
 
+    /// Counters of the requests the cluster's drives have answered so far,
+    /// all drives and operations together.
+    pub fn drive_requests(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let drives: Vec<nasd_drive::DriveMetrics> = self.drives.iter().map(|d| d.metrics.clone()).collect();
+        move || drives.iter().map(nasd_drive::DriveMetrics::requests_all).sum()
+    }
+
     /// Starts one more manager on the first one's metadata, which must be a
     /// shared database (`ManagerConfig::metadata` a PostgreSQL URL; a second
     /// manager on the first one's SQLite file is refused): in its own

@@ -240,6 +240,11 @@ impl DriveMetrics {
         OPERATIONS.iter().position(|&(_, name)| name == op).map_or(0, |i| self.families.per_op[i].requests.get())
     }
 
+    /// Requests of every operation this drive has answered so far.
+    pub fn requests_all(&self) -> u64 {
+        self.families.per_op.iter().map(|op| op.requests.get()).sum()
+    }
+
     pub(crate) fn written_bytes(&self, bytes: u64) {
         self.families.written_bytes.inc_by(bytes);
     }

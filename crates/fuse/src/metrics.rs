@@ -121,6 +121,13 @@ impl MountMetrics {
         });
     }
 
+    /// Requests answered so far, by FUSE operation (every label of
+    /// [`FUSE_OPERATIONS`], in its order; for benchmarks).
+    pub fn requests_by_op(&self) -> Vec<(&'static str, u64)> {
+        let f = &self.families;
+        FUSE_OPERATIONS.iter().map(|&op| (op, f.requests.get_or_create(&OpLabels { op }).get())).collect()
+    }
+
     /// Counts request `op` answered (with an errno unless `ok`) after `took`.
     pub(crate) fn answered(&self, op: &'static str, ok: bool, took: Duration) {
         debug_assert!(FUSE_OPERATIONS.contains(&op), "{op} is not in FUSE_OPERATIONS");

@@ -217,3 +217,88 @@ fn an_open_file_lives_on_when_unlinked_or_replaced() {
         vfs.forget(g.attr.ino, 1);
     });
 }
+
+/// Looks `name` up in `dir` until the layer finds it (the change feed
+/// reported another client's name); panics if it never does.
+async fn found_eventually(vfs: &Vfs, a: &FsClient, dir: u64, name: &str) {
+    for _ in 0..600 {
+        match vfs.lookup(a, dir, name).await {
+            Ok(e) => {
+                vfs.forget(e.attr.ino, 1);
+                return;
+            }
+            Err(e) if e.status() == Some(nasd_fs::FsStatus::NotFound) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("lookup of {name}: {e}"),
+        }
+    }
+    panic!("{name}, made by another client, is never found: the layer answers from a stale set of names");
+}
+
+#[test]
+fn a_directory_the_layer_made_answers_for_absent_names_and_sees_other_clients_names() {
+    let mut x = seed() | 1;
+    run(async move {
+        let cluster = Cluster::start(ClusterOptions::default()).await;
+        let (a, _, _) = home(&cluster).await;
+        let vfs = to(Vfs::start(a.clone(), VfsConfig::default())).await.expect("a layer following the feed");
+        let home = to(vfs.lookup(&a, ROOT_INO, "a")).await.expect("lookup /a").attr.ino;
+        let other = cluster.login(USER_A, PW_A).await;
+        let dir = to(vfs.mkdir(&a, home, "made", 0o755)).await.expect("mkdir").attr.ino;
+        assert_eq!(vfs.known_dirs(), 1, "a directory this layer made is known");
+
+        // Absent names are answered without the manager.
+        let served = cluster.manager.requests_served();
+        for i in 0..20 {
+            let e = to(vfs.lookup(&a, dir, &format!("never-{i}"))).await.expect_err("absent");
+            assert_eq!(e.status(), Some(nasd_fs::FsStatus::NotFound), "{e}");
+        }
+        assert_eq!(cluster.manager.requests_served(), served, "no manager request for an absent name");
+
+        // This layer's creates and unlinks, and another client's, in a seeded order:
+        // every name that exists is found.
+        let mut mine: Vec<String> = Vec::new();
+        let mut theirs: Vec<String> = Vec::new();
+        for step in 0..40 {
+            match next(&mut x) % 4 {
+                0 => {
+                    let name = format!("mine-{step}");
+                    let (e, opened) = to(vfs.create(&a, dir, &name, 0o644, EXCLUSIVE_WRITE)).await.expect("create");
+                    to(vfs.release(opened.fh)).await.expect("close");
+                    vfs.forget(e.attr.ino, 1);
+                    mine.push(name);
+                }
+                1 if !mine.is_empty() => {
+                    let name = mine.remove((next(&mut x) % mine.len() as u64) as usize);
+                    to(vfs.unlink(&a, dir, &name)).await.expect("unlink");
+                    let gone = to(vfs.lookup(&a, dir, &name)).await.expect_err("unlinked");
+                    assert_eq!(gone.status(), Some(nasd_fs::FsStatus::NotFound));
+                    if next(&mut x).is_multiple_of(2) {
+                        // The other client makes the name again at once.
+                        to(other.write_file(&format!("/a/made/{name}"), b"again")).await.expect("made again");
+                        found_eventually(&vfs, &a, dir, &name).await;
+                        theirs.push(name);
+                    }
+                }
+                2 => {
+                    let name = format!("theirs-{step}");
+                    to(other.write_file(&format!("/a/made/{name}"), b"theirs")).await.expect("their create");
+                    found_eventually(&vfs, &a, dir, &name).await;
+                    theirs.push(name);
+                }
+                _ if !theirs.is_empty() => {
+                    let name = theirs.remove((next(&mut x) % theirs.len() as u64) as usize);
+                    to(other.unlink(&format!("/a/made/{name}"))).await.expect("their unlink");
+                    let gone = to(vfs.lookup(&a, dir, &name)).await.expect_err("their unlink");
+                    assert_eq!(gone.status(), Some(nasd_fs::FsStatus::NotFound));
+                }
+                _ => {}
+            }
+            for name in mine.iter().chain(&theirs) {
+                let e = to(vfs.lookup(&a, dir, name)).await.unwrap_or_else(|e| panic!("{name} exists: {e}"));
+                vfs.forget(e.attr.ino, 1);
+            }
+        }
+    });
+}
