@@ -458,7 +458,7 @@ async fn drive_seq(
         block_size: if block_size == 0 { BLOCK_SIZE_DEFAULT } else { block_size },
         capacity_bytes: size * 3,
         verify_reads,
-        extensions: Vec::new(),
+        ..StoreOptions::default()
     };
     let store = Arc::new(Store::open(&dir, &opts).context("cannot open the bench drive's store")?);
     let config = nasd_drive::DriveConfig { chunk_len: Some(chunk), ..nasd_drive::DriveConfig::unauthenticated() };

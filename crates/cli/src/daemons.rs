@@ -279,6 +279,8 @@ pub struct DriveSetup {
     pub throttle_bytes_per_sec: Option<u64>,
     /// Most connections from one host.
     pub connections_per_peer: usize,
+    /// Bytes the drive's prefetch cache may hold (0: no `prefetch-v1`).
+    pub prefetch_cache_bytes: u64,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -310,7 +312,8 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         block_size: setup.block_size,
         capacity_bytes,
         verify_reads: setup.verify_reads,
-        extensions: Vec::new(),
+        prefetch_cache_bytes: setup.prefetch_cache_bytes,
+        ..StoreOptions::default()
     };
     let store = tokio::task::spawn_blocking({
         let data = data.clone();
@@ -367,6 +370,11 @@ pub struct DriveArgs {
     /// Check every block read against its stored digest.
     #[arg(long)]
     verify_reads: Option<bool>,
+    /// Bytes of blocks the drive may read ahead for clients that hint their
+    /// reads (`prefetch-v1`), e.g. 256MiB; 0 turns the extension off
+    /// [default: 64MiB].
+    #[arg(long)]
+    prefetch_cache: Option<String>,
     /// File holding the master key (64 hex digits) for a drive that has none
     /// yet [default: DIR/master.key, created with a fresh key if missing].
     #[arg(long)]
@@ -452,6 +460,10 @@ pub async fn run_drive(
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
         first_capacity: None,
         backing: if args.force_capacity { Backing::Warn } else { Backing::Refuse },
+        prefetch_cache_bytes: match args.prefetch_cache.or(file.prefetch_cache) {
+            Some(s) => size::parse_size(&s).map_err(anyhow::Error::msg).context("--prefetch-cache")?,
+            None => nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
+        },
     })
     .await?;
     let metrics = metrics_port
@@ -1236,6 +1248,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             failure_domain: String::new(),
             throttle_bytes_per_sec: None,
             connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
+            prefetch_cache_bytes: nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
         })
         .await?;
         d.config.metrics.register(&metrics, Some(listen.to_string()));
@@ -1729,6 +1742,7 @@ impl LocalCluster {
                 failure_domain: String::new(),
                 throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
                 connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
+                prefetch_cache_bytes: nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
             })
             .await?;
             let addr = d.listener.local_addr()?;
