@@ -1882,6 +1882,12 @@ impl LocalCluster {
         move || drives.iter().map(nasd_drive::DriveMetrics::read_bytes_total).collect()
     }
 
+    /// Counts of the blocks reads found in the drives' prefetch caches, summed.
+    pub fn drive_prefetch_cache_hits(&self) -> impl Fn() -> u64 + Send + 'static {
+        let drives: Vec<nasd_drive::DriveMetrics> = self.drives.iter().map(|d| d.metrics.clone()).collect();
+        move || drives.iter().map(nasd_drive::DriveMetrics::prefetch_cache_hits).sum()
+    }
+
     /// Starts one more manager on the first one's metadata, which must be a
     /// shared database (`ManagerConfig::metadata` a PostgreSQL URL; a second
     /// manager on the first one's SQLite file is refused): in its own
