@@ -10,6 +10,10 @@
 //! (`POSIX_FADV_DONTNEED` on each `blocks.dat`), so every block comes from
 //! the disk; the renders of both passes must agree pixel for pixel.
 //!
+//! With `--media-seek-ms`, every block a drive reads from its file first
+//! waits that long, one read at a time per drive (`StoreOptions::media_seek`):
+//! the paper's regime, where a disk seek dwarfs a network round trip.
+//!
 //! The renderer asks for each `--page` of the cube a slice touches once (its
 //! own cache), in the order its image rows reach them: the pattern of
 //! small, scattered reads that defeats sequential read-ahead and that an
@@ -43,6 +47,12 @@ pub struct SlicesArgs {
     /// The cube file's layout.
     #[arg(long, default_value = "stripe:4@64K")]
     layout: String,
+    /// Emulated media seek, in milliseconds: every block a drive reads from
+    /// its file waits this long first, one at a time (a disk arm; a
+    /// benchmark aid for the paper's disk-bound regime) [default: none, the
+    /// machine's own disk].
+    #[arg(long)]
+    media_seek_ms: Option<u64>,
     /// Seed of the slices' orientations [default: from the clock; printed].
     #[arg(long)]
     seed: Option<u64>,
@@ -71,6 +81,7 @@ pub async fn run(args: SlicesArgs) -> anyhow::Result<()> {
         drives: args.drives,
         capacity: (size * 2).max(1 << 30),
         throttle_bytes_per_sec: None,
+        media_seek: args.media_seek_ms.map(Duration::from_millis),
         manager: ManagerConfig::default(),
         own_runtimes: true,
         auth: false,
@@ -94,11 +105,12 @@ async fn measure(
     let n = u64::from(args.cube);
     let size = n * n * n * 4;
     println!(
-        "## Informed prefetching: {} slices through a {n}³ cube of 32-bit values ({}), {} reads, {} drives, {layout}, seed {seed}",
+        "## Informed prefetching: {} slices through a {n}³ cube of 32-bit values ({}), {} reads, {} drives, {layout}, media seek {}, seed {seed}",
         args.slices,
         human(size),
         human(page),
-        args.drives
+        args.drives,
+        args.media_seek_ms.map_or("none (the machine's disk)".into(), |ms| format!("{ms} ms emulated"))
     );
     println!();
     write_cube(&fs, n).await?;

@@ -281,6 +281,8 @@ pub struct DriveSetup {
     pub connections_per_peer: usize,
     /// Bytes the drive's prefetch cache may hold (0: no `prefetch-v1`).
     pub prefetch_cache_bytes: u64,
+    /// Emulated media seek per block read (a benchmark aid; `StoreOptions::media_seek`).
+    pub media_seek: Option<Duration>,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -313,6 +315,7 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         capacity_bytes,
         verify_reads: setup.verify_reads,
         prefetch_cache_bytes: setup.prefetch_cache_bytes,
+        media_seek: setup.media_seek,
         ..StoreOptions::default()
     };
     let store = tokio::task::spawn_blocking({
@@ -464,6 +467,7 @@ pub async fn run_drive(
             Some(s) => size::parse_size(&s).map_err(anyhow::Error::msg).context("--prefetch-cache")?,
             None => nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
         },
+        media_seek: None,
     })
     .await?;
     let metrics = metrics_port
@@ -1249,6 +1253,7 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             throttle_bytes_per_sec: None,
             connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
             prefetch_cache_bytes: nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
+            media_seek: None,
         })
         .await?;
         d.config.metrics.register(&metrics, Some(listen.to_string()));
@@ -1642,6 +1647,9 @@ pub struct ClusterSetup {
     /// Emulated slow media on every drive (`DriveConfig::throttle_bytes_per_sec`,
     /// a test aid for benchmarks): data bytes per second; `None`: no pacing.
     pub throttle_bytes_per_sec: Option<u64>,
+    /// Emulated media seek on every drive (`StoreOptions::media_seek`, a
+    /// benchmark aid); `None`: none.
+    pub media_seek: Option<Duration>,
     /// The manager's configuration (default layout, repair delay, ...).
     pub manager: ManagerConfig,
     /// Serve each drive, and the manager, on a runtime of its own, as
@@ -1715,6 +1723,7 @@ impl LocalCluster {
             drives,
             capacity,
             throttle_bytes_per_sec: None,
+            media_seek: None,
             manager: ManagerConfig::default(),
             own_runtimes: false,
             auth: false,
@@ -1743,6 +1752,7 @@ impl LocalCluster {
                 throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
                 connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
                 prefetch_cache_bytes: nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
+                media_seek: setup.media_seek,
             })
             .await?;
             let addr = d.listener.local_addr()?;

@@ -208,6 +208,10 @@ pub struct StoreOptions {
     pub extensions: Vec<String>,
     /// Bytes the prefetch cache may hold ([`BlockCache`]; 0: none).
     pub prefetch_cache_bytes: u64,
+    /// Emulated media seek (a benchmark aid): every block read from
+    /// `blocks.dat` waits this long first, one read at a time, as on one
+    /// disk arm. None: none.
+    pub media_seek: Option<std::time::Duration>,
 }
 
 impl Default for StoreOptions {
@@ -218,6 +222,7 @@ impl Default for StoreOptions {
             verify_reads: true,
             extensions: Vec::new(),
             prefetch_cache_bytes: PREFETCH_CACHE_BYTES_DEFAULT,
+            media_seek: None,
         }
     }
 }
@@ -491,6 +496,8 @@ pub struct Store {
     punch_holes: AtomicBool,
     /// Blocks read ahead for prefetch streams.
     cache: BlockCache,
+    /// Emulated media seek, and the one arm that serves them in turn.
+    media_seek: Option<(std::time::Duration, Mutex<()>)>,
     _dir_lock: DirLock,
 }
 
@@ -553,6 +560,7 @@ impl Store {
             punch_lock: Mutex::new(()),
             punch_holes: AtomicBool::new(true),
             cache: BlockCache::new(opts.prefetch_cache_bytes),
+            media_seek: opts.media_seek.map(|d| (d, Mutex::new(()))),
             _dir_lock: dir_lock,
         };
         store.give_back_free_space()?;
@@ -569,6 +577,14 @@ impl Store {
             names.push(prefetch.into());
         }
         names
+    }
+
+    /// Waits out the emulated media seek, if any ([`StoreOptions::media_seek`]).
+    pub(crate) fn seek_media(&self) {
+        if let Some((seek, arm)) = &self.media_seek {
+            let _one_at_a_time = lock(arm);
+            std::thread::sleep(*seek);
+        }
     }
 
     /// The extensions the drive-control object lists.
