@@ -108,6 +108,10 @@ class Client:
     def set_mtime(self, path: str, mtime_ns: int) -> None: ...
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes ``start`` to ``end`` (exclusive; ``None``: the end) of the file."""
+    def read_hinted(self, path: str, reads: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(offset, length)`` read of the file, in order; the
+        reads are hinted to its drives first, which read them from disk ahead
+        (informed prefetching)."""
     def checksum(self, path: str) -> bytes:
         """The file's checksum (32 bytes, BLAKE3) from the digests its drives
         stored: no drive reads the data. Equal for equal bytes under the same

@@ -164,6 +164,15 @@ def test_a_write_is_seen_whole_at_close_and_not_at_all_if_it_fails(nasd_fs, scra
     assert nasd_fs.ls(scratch, detail=False) == [path]
 
 
+def test_hinted_reads_come_back_in_order(nasd_fs, scratch):
+    path = f"{scratch}/hinted"
+    data = bytes(range(256)) * 4096  # 1 MiB: on the drives, past the small-file threshold
+    nasd_fs.pipe_file(path, data)
+    reads = [(700_000, 100), (3, 5), (1_048_570, 100), (65_536, 4096)]
+    got = nasd_fs.client.read_hinted(path, reads)
+    assert got == [data[o : o + n] for o, n in reads]
+
+
 def test_ranges_times_checksums_and_moves(nasd_fs, scratch):
     path = f"{scratch}/digits"
     nasd_fs.pipe_file(path, b"0123456789")

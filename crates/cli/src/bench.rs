@@ -38,6 +38,12 @@ pub enum BenchCommand {
     /// and 4 managers on one real PostgreSQL server started for the run
     /// (clients pinned round-robin to managers); every tree checked after.
     Untar(crate::bench_untar::UntarArgs),
+    /// Informed prefetching (issue 30, NASD §4.6's XDataSlice experiment):
+    /// random planar slices through a cube of 32-bit values striped over
+    /// the drives, rendered with and without the reads hinted to the drives
+    /// first (`prefetch-v1`), the drives' files dropped from the page cache
+    /// before every slice; mean time per slice and the speed-up.
+    Slices(crate::bench_slices::SlicesArgs),
     /// Decentralized authorization (issue 13), DSFS's Tables 3 and 4 and
     /// its chmod cost: two clusters in one process (an authentication
     /// server, a manager and four drives each on loopback), one with
@@ -204,6 +210,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
         BenchCommand::Soak(args) => crate::bench_soak::run(args).await,
         BenchCommand::Untar(args) => crate::bench_untar::run(args).await,
+        BenchCommand::Slices(args) => crate::bench_slices::run(args).await,
         BenchCommand::Dsfs(args) => crate::bench_dsfs::run(args).await,
         BenchCommand::Fs { size, files, dir } => {
             let size = parse_size(&size).map_err(anyhow::Error::msg)?;
@@ -458,7 +465,7 @@ async fn drive_seq(
         block_size: if block_size == 0 { BLOCK_SIZE_DEFAULT } else { block_size },
         capacity_bytes: size * 3,
         verify_reads,
-        extensions: Vec::new(),
+        ..StoreOptions::default()
     };
     let store = Arc::new(Store::open(&dir, &opts).context("cannot open the bench drive's store")?);
     let config = nasd_drive::DriveConfig { chunk_len: Some(chunk), ..nasd_drive::DriveConfig::unauthenticated() };

@@ -148,6 +148,7 @@ async fn start(base: &std::path::Path, name: &'static str, scheme: AuthScheme, f
         drives: 4,
         capacity: 1 << 30,
         throttle_bytes_per_sec: None,
+        media_seek: None,
         // Every byte on the drives (no small-file path through the manager).
         // Capabilities live an hour (DSFS's fine-grained lifetime), so a held one stays a hit.
         manager: ManagerConfig {

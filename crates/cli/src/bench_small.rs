@@ -68,6 +68,7 @@ async fn run_one(
         drives: 4,
         capacity: 4 << 30,
         throttle_bytes_per_sec: None,
+        media_seek: None,
         manager,
         own_runtimes: false,
         auth: false,

@@ -198,6 +198,7 @@ async fn start(dir: &Path, plan: &Plan, throttle: Option<u64>) -> anyhow::Result
         drives: plan.drives,
         capacity: (plan.size.max(plan.put_size) * 4).max(1 << 30),
         throttle_bytes_per_sec: throttle,
+        media_seek: None,
         manager: ManagerConfig {
             // Components of stopped drives are rebuilt only when asked (REPAIR rebuild).
             rebuild_delay: Duration::from_secs(24 * 3600),

@@ -347,6 +347,7 @@ async fn measure(
         drives: args.drives,
         capacity: 256 << 20,
         throttle_bytes_per_sec: None,
+        media_seek: None,
         manager: ManagerConfig { metadata, ..ManagerConfig::default() },
         own_runtimes: false,
         auth: false,

@@ -15,6 +15,7 @@
 //! failure_domain = "rack-3"      # drives sharing it can fail together [default: "", the drive alone]
 //! throttle_mib_per_sec = 200     # test aid for benchmarks: emulated slow media [default: none]
 //! connections_per_peer = 128     # most connections from one host (IPv4 address, IPv6 /64)
+//! prefetch_cache = "64MiB"       # blocks read ahead for hinted reads (prefetch-v1); "0" turns it off
 //!
 //! [manager]                      # nasd manager
 //! data = "/var/lib/nasd/manager"
@@ -167,6 +168,8 @@ pub struct DriveSection {
     pub verify_reads: Option<bool>,
     pub master_key_file: Option<PathBuf>,
     pub no_security: Option<bool>,
+    /// Bytes of blocks read ahead for hinted reads (`prefetch-v1`).
+    pub prefetch_cache: Option<String>,
     /// What this drive can fail together with (host, rack, power feed), as
     /// INQUIRY reports it; at most 64 bytes [default: "", the drive alone].
     pub failure_domain: Option<String>,

@@ -279,6 +279,10 @@ pub struct DriveSetup {
     pub throttle_bytes_per_sec: Option<u64>,
     /// Most connections from one host.
     pub connections_per_peer: usize,
+    /// Bytes the drive's prefetch cache may hold (0: no `prefetch-v1`).
+    pub prefetch_cache_bytes: u64,
+    /// Emulated media seek per block read (a benchmark aid; `StoreOptions::media_seek`).
+    pub media_seek: Option<Duration>,
 }
 
 /// A drive opened and bound, ready to serve.
@@ -310,7 +314,9 @@ pub async fn open_drive(setup: DriveSetup) -> anyhow::Result<OpenDrive> {
         block_size: setup.block_size,
         capacity_bytes,
         verify_reads: setup.verify_reads,
-        extensions: Vec::new(),
+        prefetch_cache_bytes: setup.prefetch_cache_bytes,
+        media_seek: setup.media_seek,
+        ..StoreOptions::default()
     };
     let store = tokio::task::spawn_blocking({
         let data = data.clone();
@@ -367,6 +373,11 @@ pub struct DriveArgs {
     /// Check every block read against its stored digest.
     #[arg(long)]
     verify_reads: Option<bool>,
+    /// Bytes of blocks the drive may read ahead for clients that hint their
+    /// reads (`prefetch-v1`), e.g. 256MiB; 0 turns the extension off
+    /// [default: 64MiB].
+    #[arg(long)]
+    prefetch_cache: Option<String>,
     /// File holding the master key (64 hex digits) for a drive that has none
     /// yet [default: DIR/master.key, created with a fresh key if missing].
     #[arg(long)]
@@ -452,6 +463,11 @@ pub async fn run_drive(
             .unwrap_or(nasd_drive::CONNECTIONS_PER_PEER_MAX),
         first_capacity: None,
         backing: if args.force_capacity { Backing::Warn } else { Backing::Refuse },
+        prefetch_cache_bytes: match args.prefetch_cache.or(file.prefetch_cache) {
+            Some(s) => size::parse_size(&s).map_err(anyhow::Error::msg).context("--prefetch-cache")?,
+            None => nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
+        },
+        media_seek: None,
     })
     .await?;
     let metrics = metrics_port
@@ -1236,6 +1252,8 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
             failure_domain: String::new(),
             throttle_bytes_per_sec: None,
             connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
+            prefetch_cache_bytes: nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
+            media_seek: None,
         })
         .await?;
         d.config.metrics.register(&metrics, Some(listen.to_string()));
@@ -1629,6 +1647,9 @@ pub struct ClusterSetup {
     /// Emulated slow media on every drive (`DriveConfig::throttle_bytes_per_sec`,
     /// a test aid for benchmarks): data bytes per second; `None`: no pacing.
     pub throttle_bytes_per_sec: Option<u64>,
+    /// Emulated media seek on every drive (`StoreOptions::media_seek`, a
+    /// benchmark aid); `None`: none.
+    pub media_seek: Option<Duration>,
     /// The manager's configuration (default layout, repair delay, ...).
     pub manager: ManagerConfig,
     /// Serve each drive, and the manager, on a runtime of its own, as
@@ -1702,6 +1723,7 @@ impl LocalCluster {
             drives,
             capacity,
             throttle_bytes_per_sec: None,
+            media_seek: None,
             manager: ManagerConfig::default(),
             own_runtimes: false,
             auth: false,
@@ -1729,6 +1751,8 @@ impl LocalCluster {
                 failure_domain: String::new(),
                 throttle_bytes_per_sec: setup.throttle_bytes_per_sec,
                 connections_per_peer: nasd_drive::CONNECTIONS_PER_PEER_MAX,
+                prefetch_cache_bytes: nasd_store::PREFETCH_CACHE_BYTES_DEFAULT,
+                media_seek: setup.media_seek,
             })
             .await?;
             let addr = d.listener.local_addr()?;
@@ -1873,6 +1897,12 @@ impl LocalCluster {
     pub fn drive_requests(&self) -> impl Fn() -> u64 + Send + Sync + 'static {
         let drives: Vec<nasd_drive::DriveMetrics> = self.drives.iter().map(|d| d.metrics.clone()).collect();
         move || drives.iter().map(nasd_drive::DriveMetrics::requests_all).sum()
+    }
+
+    /// Counts of the blocks reads found in the drives' prefetch caches, summed.
+    pub fn drive_prefetch_cache_hits(&self) -> impl Fn() -> u64 + Send + 'static {
+        let drives: Vec<nasd_drive::DriveMetrics> = self.drives.iter().map(|d| d.metrics.clone()).collect();
+        move || drives.iter().map(nasd_drive::DriveMetrics::prefetch_cache_hits).sum()
     }
 
     /// Starts one more manager on the first one's metadata, which must be a

@@ -112,6 +112,12 @@ pub enum FsCommand {
     },
     /// Print files to standard output.
     Cat {
+        /// Print only these reads of the one file, in order: READS lists
+        /// one `OFFSET LENGTH` per line (sizes like 4KiB allowed; `-` is
+        /// standard input). They are sent to the drives first as hints, so
+        /// the drives read them from disk ahead (informed prefetching).
+        #[arg(long, value_name = "READS")]
+        reads: Option<std::path::PathBuf>,
         /// Files in nasd.
         #[arg(required = true)]
         paths: Vec<String>,
@@ -505,6 +511,20 @@ pub async fn run(fs: &FsClient, cmd: FsCommand) -> anyhow::Result<()> {
         }
         FsCommand::Cp { recursive, no_clobber, source, destination, .. } => {
             copy(fs, &source, &destination, CopyOptions { recursive, no_clobber }).await
+        }
+        FsCommand::Cat { reads: Some(list), paths, .. } => {
+            anyhow::ensure!(paths.len() == 1, "--reads takes one file, not {}", paths.len());
+            let p = abs(&paths[0]);
+            let reads = read_list(&list)?;
+            let f = fs.open(&p, false).await.with_context(|| format!("cat {p}"))?;
+            let mut hinted = nasd_fs::HintedReads::new(&f, reads).await.with_context(|| format!("cat {p}"))?;
+            let mut out = tokio::io::stdout();
+            while let Some((_, bytes)) = hinted.next_read().await.with_context(|| format!("cat {p}"))? {
+                tokio::io::AsyncWriteExt::write_all(&mut out, &bytes).await?;
+            }
+            hinted.end().await;
+            tokio::io::AsyncWriteExt::flush(&mut out).await?;
+            Ok(())
         }
         FsCommand::Cat { paths, .. } => {
             for p in paths {
@@ -1129,4 +1149,32 @@ pub fn say_once() -> std::sync::Arc<dyn Fn(&str) + Send + Sync> {
             eprintln!("nasd: {text}");
         }
     })
+}
+
+/// Most reads `nasd cat --reads` takes.
+const READS_MAX: usize = 1 << 20;
+
+/// The `OFFSET LENGTH` lines of `nasd cat --reads` (`-`: standard input);
+/// blank lines and `#` comments skipped.
+fn read_list(path: &std::path::Path) -> anyhow::Result<Vec<(u64, u64)>> {
+    let text = if path == std::path::Path::new("-") {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
+    let mut reads = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let parse = |s: &str| crate::size::parse_size(s).map_err(anyhow::Error::msg);
+        let mut words = line.split_whitespace();
+        let (Some(offset), Some(length), None) = (words.next(), words.next(), words.next()) else {
+            anyhow::bail!("{}:{}: expected OFFSET LENGTH, got {line:?}", path.display(), i + 1);
+        };
+        reads.push((parse(offset)?, parse(length)?));
+        anyhow::ensure!(reads.len() <= READS_MAX, "{}: more than {READS_MAX} reads", path.display());
+    }
+    Ok(reads)
 }

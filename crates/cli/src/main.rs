@@ -15,6 +15,7 @@ mod bench;
 mod bench_dsfs;
 mod bench_fs;
 mod bench_mount;
+mod bench_slices;
 mod bench_small;
 mod bench_soak;
 mod bench_stripe;

@@ -81,6 +81,7 @@ fn copies_through_the_cli() {
     a_trailing_slash_means_a_directory(&up, &rt, &fs);
     no_clobber_leaves_existing_files_alone(&up, &rt, &fs);
     trees_go_in_and_come_back_identical(&up, tree_bytes);
+    cat_prints_the_reads_it_is_given(&up);
     a_failed_get_leaves_no_local_file(&up);
     interrupted_copies_leave_nothing(&up, &rt, &fs);
     a_file_growing_while_put_is_said(&up, &rt, &fs);
@@ -316,6 +317,22 @@ fn trees_go_in_and_come_back_identical(up: &Up, tree_bytes: u64) {
 
 /// What a terminal shows in turn: the text between carriage returns and
 /// newlines, less indicatif's erase-line code.
+/// Issue 30 item 5: `nasd cat --reads` makes the listed reads, in order,
+/// hinted to the drives first; a bad list or two files are refused.
+fn cat_prints_the_reads_it_is_given(up: &Up) {
+    let text: String = (0..20_000).map(|i| format!("line {i:05}\n")).collect();
+    std::fs::write(up.cwd.join("lines.txt"), &text).unwrap();
+    up.quiet(&["put", "lines.txt", "/docs/lines.txt"]);
+    std::fs::write(up.cwd.join("reads"), "# offset length\n110KiB 11\n0 11\n\n55 22\n").unwrap();
+    let want = [&text[110 * 1024..110 * 1024 + 11], &text[0..11], &text[55..77]].concat();
+    assert_eq!(up.ok(&["cat", "--reads", "reads", "/docs/lines.txt"]), want);
+    let e = up.fails(&["cat", "--reads", "reads", "/docs/lines.txt", "/docs/note.txt"]);
+    assert!(e.contains("one file"), "{e}");
+    std::fs::write(up.cwd.join("bad"), "12\n").unwrap();
+    let e = up.fails(&["cat", "--reads", "bad", "/docs/lines.txt"]);
+    assert!(e.contains("bad:1") && e.contains("OFFSET LENGTH"), "{e}");
+}
+
 fn frames(shown: &str) -> impl Iterator<Item = &str> {
     shown.split(['\r', '\n']).map(|f| f.trim_start_matches("\x1b[2K").trim_end()).filter(|f| !f.is_empty())
 }

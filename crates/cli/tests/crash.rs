@@ -633,7 +633,7 @@ fn check_store(data: &Path, model: &BTreeMap<u64, ObjModel>) -> Result<(u64, u64
         verify_reads: true,
         capacity_bytes: CAPACITY_BYTES,
         block_size: BLOCK_SIZE_BYTES,
-        extensions: vec![],
+        ..StoreOptions::default()
     };
     let store = Store::open(data, &opts).map_err(|e| format!("Store::open after a clean stop: {e}"))?;
     let (mut objects, mut bytes) = (0u64, 0u64);

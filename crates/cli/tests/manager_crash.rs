@@ -895,8 +895,12 @@ struct Stopped {
 fn open_stopped(dir: &Path, manager_dir: &Path) -> Stopped {
     let ns = Namespace::new(Sqlite::open(&manager_dir.join("meta.sqlite")).expect("open meta.sqlite"), Layout::SINGLE)
         .expect("ns");
-    let opts =
-        StoreOptions { capacity_bytes: DRIVE_CAPACITY_BYTES, block_size: 4096, verify_reads: true, extensions: vec![] };
+    let opts = StoreOptions {
+        capacity_bytes: DRIVE_CAPACITY_BYTES,
+        block_size: 4096,
+        verify_reads: true,
+        ..StoreOptions::default()
+    };
     let recs = ns.drives().expect("drive table");
     assert_eq!(recs.len(), DRIVES, "drive table: {recs:?}");
     let mut stores = BTreeMap::new();

@@ -1212,6 +1212,38 @@ impl DriveClient {
         }
     }
 
+    /// Calls drive extension `name` on `object` (authorized as a read of
+    /// it: the client's [`Auth`]); returns the extension's result. A drive
+    /// without the extension answers `UNKNOWN_EXTENSION`.
+    pub async fn extension(
+        &mut self,
+        partition: u64,
+        object: u64,
+        name: &str,
+        args: Vec<u8>,
+    ) -> Result<Vec<u8>, ClientError> {
+        match self.call(&Request::Extension { partition, object, name: name.into(), args }).await? {
+            Reply::Extension { result } => Ok(result),
+            other => Err(unexpected("extension", &other)),
+        }
+    }
+
+    /// Sends `prefetch-v1` call `call` for `object`; for a `Hint`, how many
+    /// hints the drive queued.
+    pub async fn prefetch(
+        &mut self,
+        partition: u64,
+        object: u64,
+        call: &nasd_proto::extension::PrefetchCall,
+    ) -> Result<u16, ClientError> {
+        let result = self.extension(partition, object, nasd_proto::extension::PREFETCH, call.encode()).await?;
+        if !matches!(call, nasd_proto::extension::PrefetchCall::Hint { .. }) {
+            return Ok(0);
+        }
+        nasd_proto::extension::decode_hints_queued(&result)
+            .map_err(|e| ClientError::Protocol(format!("prefetch-v1 result: {e}")))
+    }
+
     /// Sets which credentials `partition` accepts for object operations
     /// (authorized by the drive key or the partition's key, the client's
     /// [`Auth`]); durable when it returns.

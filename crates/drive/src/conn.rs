@@ -348,7 +348,9 @@ async fn handle_request(
             return refuse(rd, wr, &ctx, Some(&auth), None, &guard, (e.status(), msg)).await;
         }
     };
-    let checked = check_data_len(&header, &request).and_then(|()| drive.security.authorize(&auth, &request));
+    let checked = check_data_len(&header, &request)
+        .and_then(|()| check_extension(store, &request))
+        .and_then(|()| drive.security.authorize(&auth, &request));
     let grant = match checked {
         Ok(g) => g,
         Err(refusal) => return refuse(rd, wr, &ctx, Some(&auth), Some(&request), &guard, refusal).await,
@@ -428,6 +430,19 @@ fn fallback_header(head: &[u8; HEADER_LEN]) -> FrameHeader {
     let opcode = u16::from_le_bytes([head[6], head[7]]);
     let request_id = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
     FrameHeader::request(opcode, request_id)
+}
+
+/// An `EXTENSION` call of an extension the drive lists (INQUIRY, open to
+/// anyone, says the same): else `UNKNOWN_EXTENSION`, before any credential
+/// is looked at.
+fn check_extension(store: &Store, req: &Request) -> Result<(), (Status, String)> {
+    match req {
+        Request::Extension { name, .. } if !store.extensions().iter().any(|e| e == name) => Err((
+            Status::UnknownExtension,
+            format!("this drive has no extension {name:?} (INQUIRY lists those it has)"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_data_len(header: &FrameHeader, req: &Request) -> Result<(), (Status, String)> {
@@ -533,9 +548,16 @@ async fn execute(
                 capacity_bytes: info.capacity_bytes,
                 used_bytes: info.used_bytes,
                 partitions: info.partitions,
-                extensions: Vec::new(),
+                extensions: store.extensions().to_vec(),
                 failure_domain: ctx.config.failure_domain.clone(),
             }))
+        }
+        Request::Extension { partition, object, name, args } => {
+            if name == nasd_proto::extension::PREFETCH {
+                drive.prefetcher.call(auth, &grant, *partition, *object, args).map(|result| Reply::Extension { result })
+            } else {
+                Err((Status::UnknownExtension, format!("this drive does not implement extension {name:?}")))
+            }
         }
         Request::ReadAudit { after, max } => {
             let (d, after, max) = (drive.clone(), *after, *max as usize);
@@ -714,6 +736,7 @@ fn run_simple(store: &Store, request: Request) -> Result<Reply, StoreError> {
         | Request::GetAuthScheme { .. }
         | Request::SetIdentityKey { .. }
         | Request::RetireIdentityKey { .. }
+        | Request::Extension { .. }
         | Request::SetAuthScheme { .. } => unreachable!("handled by execute"),
     })
 }

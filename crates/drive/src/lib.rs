@@ -25,6 +25,7 @@
 mod audit;
 mod conn;
 mod metrics;
+pub mod prefetch;
 pub mod security;
 mod tasks;
 pub mod throttle;
@@ -261,6 +262,8 @@ pub struct Drive {
     pub(crate) metrics: DriveMetrics,
     /// [`TRANSFER_MEMORY_MAX`], in KiB.
     transfer_memory: Arc<Semaphore>,
+    /// The `prefetch-v1` extension's streams.
+    pub(crate) prefetcher: Arc<prefetch::Prefetcher>,
 }
 
 impl Drive {
@@ -274,7 +277,16 @@ impl Drive {
         let audit =
             Audit::open_in(store.env(), store.dir()).map_err(|e| std::io::Error::other(format!("audit trail: {e}")))?;
         let transfer_memory = Arc::new(Semaphore::new(TRANSFER_MEMORY_MAX / 1024));
-        Ok(Drive { store, security, audit, throttle: None, metrics: DriveMetrics::default(), transfer_memory })
+        let prefetcher = Arc::new(prefetch::Prefetcher::new(store.clone(), DriveMetrics::default()));
+        Ok(Drive {
+            store,
+            security,
+            audit,
+            throttle: None,
+            metrics: DriveMetrics::default(),
+            transfer_memory,
+            prefetcher,
+        })
     }
 
     /// Waits until `bytes` of [`TRANSFER_MEMORY_MAX`] are free and takes
@@ -361,6 +373,7 @@ pub async fn serve(
         d.throttle = config.throttle_bytes_per_sec.map(throttle::Throttle::new);
         d.security.metrics = config.metrics.clone();
         d.metrics = config.metrics.clone();
+        d.prefetcher = Arc::new(prefetch::Prefetcher::new(d.store.clone(), d.metrics.clone()));
         Arc::new(d)
     };
     drive.metrics.serving(&drive.store);

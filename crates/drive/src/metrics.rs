@@ -16,6 +16,8 @@
 //! | `nasd_drive_connections_refused_total` | `reason` (`drive_limit`, `peer_limit`) | connections closed at accept |
 //! | `nasd_drive_capability_key_cache_total` | `result` (`hit`, `miss`) | capability keys found in the cache or computed |
 //! | `nasd_drive_capacity_bytes`, `nasd_drive_used_bytes` | | the store's size and use, read at each scrape |
+//! | `nasd_drive_prefetch_hints_total` | `outcome` (`queued`, `read`, `passed`, `expired`, `revoked`, `failed`) | `prefetch-v1` hints accepted, read ahead, or dropped (the client had read past them; the credential expired; the object's access control version or PALs changed; the store could not read them) |
+//! | `nasd_drive_prefetch_cache_bytes`, `nasd_drive_prefetch_cache_hits_total` | | bytes the prefetch cache holds, and blocks reads found there, read at each scrape |
 //!
 //! The hot path touches atomics only: every label set is created here, once,
 //! and a request finds its counters by index (opcode table, status code).
@@ -26,7 +28,7 @@ use nasd_proto::Status;
 use nasd_store::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
@@ -52,6 +54,7 @@ const OPERATIONS: &[(u16, &str)] = &[
     (GET_PAL, "get_pal"),
     (EXTENTS, "extents"),
     (DIGESTS, "digests"),
+    (EXTENSION, "extension"),
     (CREATE_PARTITION, "create_partition"),
     (REMOVE_PARTITION, "remove_partition"),
     (RESIZE_PARTITION, "resize_partition"),
@@ -94,6 +97,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
 }
@@ -115,6 +123,7 @@ struct Families {
     accepted: Counter,
     connections_refused: Family<ReasonLabels, Counter>,
     capability_key_cache: Family<ResultLabels, Counter>,
+    prefetch_hints: Family<OutcomeLabels, Counter>,
     /// Indexed like `OPERATIONS`, then `unknown`.
     per_op: Vec<PerOp>,
     read_bytes: Counter,
@@ -174,6 +183,7 @@ impl DriveMetrics {
             accepted: Counter::default(),
             connections_refused,
             capability_key_cache,
+            prefetch_hints: Family::default(),
             store: Mutex::new(Weak::new()),
         };
         DriveMetrics { families: Arc::new(families) }
@@ -201,6 +211,11 @@ impl DriveMetrics {
                 "capability_key_cache",
                 "Capability keys found cached or computed",
                 f.capability_key_cache.clone(),
+            );
+            r.register(
+                "prefetch_hints",
+                "prefetch-v1 hints accepted, read ahead, or dropped, by outcome",
+                f.prefetch_hints.clone(),
             );
             r.register_collector(Box::new(StoreSize(self.families.clone())));
         });
@@ -264,6 +279,30 @@ impl DriveMetrics {
         self.families.refused_peer_limit.inc();
     }
 
+    /// Counts `n` prefetch hints with `outcome`.
+    pub(crate) fn prefetch_hints(&self, outcome: &'static str, n: u64) {
+        if n > 0 {
+            self.families.prefetch_hints.get_or_create(&OutcomeLabels { outcome }).inc_by(n);
+        }
+    }
+
+    /// Prefetch hints counted with `outcome` so far.
+    pub fn prefetch_hints_total(&self, outcome: &'static str) -> u64 {
+        self.families.prefetch_hints.get_or_create(&OutcomeLabels { outcome }).get()
+    }
+
+    /// Blocks reads found in the served store's prefetch cache so far.
+    pub fn prefetch_cache_hits(&self) -> u64 {
+        let store = self.families.store.lock().expect("metrics store slot poisoned").upgrade();
+        store.map_or(0, |s| s.block_cache().hits())
+    }
+
+    /// Bytes the served store's prefetch cache holds now.
+    pub fn prefetch_cache_bytes(&self) -> u64 {
+        let store = self.families.store.lock().expect("metrics store slot poisoned").upgrade();
+        store.map_or(0, |s| s.block_cache().used())
+    }
+
     pub(crate) fn capability_key_cache(&self, hit: bool) {
         let f = &self.families;
         if hit { &f.cache_hits } else { &f.cache_misses }.inc();
@@ -302,6 +341,21 @@ impl Collector for StoreSize {
             let gauge = ConstGauge::new(value as i64);
             gauge.encode(encoder.encode_descriptor(name, help, Some(&Unit::Bytes), gauge.metric_type())?)?;
         }
+        let cache = store.block_cache();
+        let held = ConstGauge::new(cache.used() as i64);
+        held.encode(encoder.encode_descriptor(
+            "prefetch_cache",
+            "Bytes the prefetch cache holds",
+            Some(&Unit::Bytes),
+            held.metric_type(),
+        )?)?;
+        let hits = ConstCounter::new(cache.hits());
+        hits.encode(encoder.encode_descriptor(
+            "prefetch_cache_hits",
+            "Blocks reads found in the prefetch cache",
+            None,
+            hits.metric_type(),
+        )?)?;
         Ok(())
     }
 }

@@ -1123,6 +1123,7 @@ pub fn class_of(req: &Request) -> Class {
         | TxnList { partition, .. }
         | SetMapEpoch { partition, .. } => Class::Partition(*partition),
         Create { partition, .. } => obj(*partition, vec![], rights::CREATE, None),
+        Extension { partition, object, .. } => obj(*partition, vec![*object], rights::READ, None),
         Remove { partition, object } => obj(*partition, vec![*object], rights::REMOVE, None),
         GetAttr { partition, object } => obj(*partition, vec![*object], rights::GETATTR, None),
         SetAttr { partition, object, .. } => obj(*partition, vec![*object], rights::SETATTR, None),
@@ -1164,6 +1165,7 @@ pub fn audit_target(req: &Request) -> (u64, u64, Region) {
         | TxnEnd { partition, object, .. }
         | SetPal { partition, object, .. }
         | GetPal { partition, object } => (*partition, *object, none),
+        Extension { partition, object, .. } => (*partition, *object, none),
         FastCopy { partition, source } => (*partition, *source, none),
         Extents { partition, object, offset, .. } => (*partition, *object, Region { offset: *offset, length: 0 }),
         Digests { partition, object, region } => (*partition, *object, *region),

@@ -936,6 +936,27 @@ impl File {
         self.inner.read_at(offset, len).await
     }
 
+    /// Sends hints for reads (number in `stream`, offset, length) of this
+    /// file to its drives ([`crate::HintedReads`] does this for an application);
+    /// returns the hints the drives queued.
+    ///
+    /// # Errors
+    /// The read capability could not be had.
+    pub async fn hint_reads(&self, stream: u64, reads: &[(u32, u64, u64)]) -> Result<u64, FsError> {
+        self.inner.binder.ensure(rights::READ).await?;
+        Ok(self.inner.striper.hint_reads(stream, reads, self.size()).await)
+    }
+
+    /// Tells the drives read `through_seq` of `stream` was made.
+    pub async fn hint_progress(&self, stream: u64, through_seq: u32) {
+        self.inner.striper.hint_progress(stream, through_seq).await;
+    }
+
+    /// Ends `stream` at the drives.
+    pub async fn hint_end(&self, stream: u64) {
+        self.inner.striper.hint_end(stream).await;
+    }
+
     /// `SEEK_DATA` ([`Seek::Data`]): the first offset at or after `offset`
     /// where the file may hold data; `SEEK_HOLE` ([`Seek::Hole`]): the first
     /// offset at or after `offset` in a hole, the file's size if none comes

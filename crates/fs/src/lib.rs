@@ -49,6 +49,7 @@ mod cache;
 mod checksum;
 mod conn;
 mod file;
+mod hints;
 mod pipeline;
 mod renew;
 mod txn;
@@ -61,6 +62,7 @@ pub use conn::{
     MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
 };
 pub use file::{File, HOLE_SKIP_FILE_BYTES_MIN};
+pub use hints::{HintedReads, HINTS_AHEAD_MAX, PROGRESS_EVERY};
 pub use nasd_proto::acl::{
     AclEntry, AclInfo, AclWho, ACL_ENTRIES_MAX, ACL_EXECUTE, ACL_INHERIT, ACL_READ, ACL_SET_ACL, ACL_SHARED, ACL_WRITE,
 };

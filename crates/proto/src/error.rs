@@ -135,6 +135,9 @@ status_codes! {
     NotInPal = 45 => "NOT_IN_PAL",
     /// A PAL with more than `PAL_ENTRIES_MAX` entries; nothing changed.
     PalOverflow = 46 => "PAL_OVERFLOW",
+    /// An `extension` call names an extension the drive does not have (its
+    /// `inquiry` lists those it has).
+    UnknownExtension = 47 => "UNKNOWN_EXTENSION",
 }
 
 impl std::fmt::Display for Status {

@@ -24,6 +24,7 @@ pub mod auth;
 mod capability;
 pub mod codec;
 mod error;
+pub mod extension;
 pub mod fs;
 mod header;
 mod identity;

@@ -50,6 +50,12 @@ pub const ERROR_MESSAGE_LEN_MAX: usize = 512;
 pub const PARTITIONS_MAX: usize = 1024;
 /// Most extension names a drive lists in `inquiry`.
 pub const EXTENSIONS_MAX: usize = 32;
+/// Largest argument block of one `extension` call, in bytes.
+pub const EXTENSION_ARGS_MAX: usize = 32 * 1024;
+/// Largest result an extension returns, in bytes.
+pub const EXTENSION_RESULT_MAX: usize = 1024;
+/// Most read hints one `prefetch-v1` call carries (20 bytes each).
+pub const PREFETCH_HINTS_PER_CALL_MAX: usize = 1024;
 /// Largest sealed key blob carried by key-management operations.
 pub const SEALED_KEY_LEN_MAX: usize = 128;
 
@@ -111,4 +117,6 @@ const _: () = assert!(DATA_LEN_MAX < OBJECT_SIZE_MAX);
 // An inquiry reply: partitions, extensions, and at most 1024 bytes for its
 // four strings (vendor, model, firmware, failure domain) and fixed fields.
 const _: () = assert!(4 * (NAME_LEN_MAX + 2) + 16 + 4 + 8 + 8 + 2 + 2 <= 1024);
+const _: () = assert!(2 * 8 + NAME_LEN_MAX + 4 + EXTENSION_ARGS_MAX <= ARGS_LEN_MAX);
+const _: () = assert!(1 + 8 + 2 + PREFETCH_HINTS_PER_CALL_MAX * 20 <= EXTENSION_ARGS_MAX);
 const _: () = assert!(PARTITIONS_MAX * 32 + EXTENSIONS_MAX * (NAME_LEN_MAX + 2) + 1024 <= ARGS_LEN_MAX);

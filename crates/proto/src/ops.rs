@@ -41,6 +41,8 @@ pub mod opcode {
     pub const EXTENTS: u16 = 0x010E;
     /// Read the stored digests of an object's blocks (no data is read).
     pub const DIGESTS: u16 = 0x010F;
+    /// Call a drive extension on an object (`Request::Extension`).
+    pub const EXTENSION: u16 = 0x0110;
     /// Create an empty partition.
     pub const CREATE_PARTITION: u16 = 0x0201;
     /// Remove a partition.
@@ -242,6 +244,10 @@ pub enum Request {
     SetIdentityKey { key_id: u32, sealed_key: Vec<u8> },
     /// Forget identity key `key_id`.
     RetireIdentityKey { key_id: u32 },
+    /// Call extension `name` (one the drive lists in `inquiry`) on an
+    /// object, with arguments only the extension reads. Authorized as a read
+    /// of the object: an extension sees no object its caller may not read.
+    Extension { partition: u64, object: u64, name: String, args: Vec<u8> },
 }
 
 impl Request {
@@ -285,6 +291,7 @@ impl Request {
             Request::GetSuperPal { .. } => GET_SUPER_PAL,
             Request::SetIdentityKey { .. } => SET_IDENTITY_KEY,
             Request::RetireIdentityKey { .. } => RETIRE_IDENTITY_KEY,
+            Request::Extension { .. } => EXTENSION,
         }
     }
 
@@ -395,6 +402,9 @@ impl Request {
             }
             Request::RetireIdentityKey { key_id } => {
                 w.u32(*key_id);
+            }
+            Request::Extension { partition, object, name, args } => {
+                w.u64(*partition).u64(*object).str(name).bytes(args);
             }
         }
         w.into_vec()
@@ -536,6 +546,12 @@ impl Request {
                 sealed_key: r.bytes(SEALED_KEY_LEN_MAX, "sealed key")?.to_vec(),
             },
             RETIRE_IDENTITY_KEY => Request::RetireIdentityKey { key_id: r.u32()? },
+            EXTENSION => Request::Extension {
+                partition: r.u64()?,
+                object: r.u64()?,
+                name: r.str(NAME_LEN_MAX, "extension")?,
+                args: r.bytes(EXTENSION_ARGS_MAX, "extension arguments")?.to_vec(),
+            },
             other => return Err(DecodeError::UnknownOpcode(other)),
         };
         r.finish()?;
@@ -652,6 +668,8 @@ pub enum Reply {
     SuperPal(Pal),
     /// A partition's authorization scheme (`get_auth_scheme`).
     AuthScheme(AuthScheme),
+    /// What an extension answered (`extension`), in its own encoding.
+    Extension { result: Vec<u8> },
     /// No results.
     Done,
 }
@@ -783,6 +801,9 @@ impl Reply {
             Reply::AuthScheme(s) => {
                 w.u8(s.bits());
             }
+            Reply::Extension { result } => {
+                w.bytes(result);
+            }
             Reply::Done => {}
         }
         w.into_vec()
@@ -838,6 +859,7 @@ impl Reply {
             GET_PAL => Reply::Pal(ObjectPal::decode(&mut r)?),
             GET_SUPER_PAL => Reply::SuperPal(Pal::decode(&mut r)?),
             GET_AUTH_SCHEME => Reply::AuthScheme(AuthScheme::from_bits(r.u8()?)?),
+            EXTENSION => Reply::Extension { result: r.bytes(EXTENSION_RESULT_MAX, "extension result")?.to_vec() },
             REMOVE | FLUSH | CREATE_PARTITION | REMOVE_PARTITION | RESIZE_PARTITION | FLUSH_PARTITION | INITIALIZE
             | SET_DRIVE_KEY | SET_PARTITION_KEY | SET_WORKING_KEY | SET_MIN_PROTECTION | TXN_BEGIN | SET_MAP_EPOCH
             | SET_PAL | SET_AUTH_SCHEME | SET_SUPER_PAL | SET_IDENTITY_KEY | RETIRE_IDENTITY_KEY => Reply::Done,

@@ -54,6 +54,7 @@ const OPCODES: &[u16] = &[
     opcode::RETIRE_IDENTITY_KEY,
     opcode::EXTENTS,
     opcode::DIGESTS,
+    opcode::EXTENSION,
 ];
 
 // ---------------------------------------------------------------------------
@@ -467,6 +468,23 @@ fn vectors() -> Vec<Vector> {
                 000000000000000000ca9a3b0000000017000000000000000700000000000000\
                 0300000000000000000000000000000000000000000000000000000000000000\
                 00",
+        },
+        Vector {
+            name: "extension request, prefetch-v1 progress",
+            header: request_header(opcode::EXTENSION, 25),
+            body: Body::Request(Request::Extension {
+                partition: 7,
+                object: 9,
+                name: "prefetch-v1".into(),
+                args: vec![2, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0],
+            }),
+            data: vec![],
+            hex: "\
+                4e41534401011001190000000000000000000000000000002c00000000000000\
+                000000000000000000ca9a3b0000000019000000000000000700000000000000\
+                09000000000000000b0070726566657463682d76310d00020100000000000000\
+                0300000000000000000000000000000000000000000000000000000000000000\
+                00000000",
         },
         Vector {
             name: "retire_identity_key request",
@@ -1489,7 +1507,9 @@ fn status_codes() {
         assert_eq!(*s as u16, i as u16, "codes are dense from 0");
         assert_eq!(Status::from_code(i as u16), Some(*s));
     }
-    assert_eq!(Status::ALL.len(), 47);
+    assert_eq!(Status::ALL.len(), 48);
+    assert_eq!(Status::UnknownExtension as u16, 47);
+    assert_eq!(Status::UnknownExtension.name(), "UNKNOWN_EXTENSION");
     assert_eq!(Status::MapEpochMoved as u16, 41);
     assert_eq!(Status::TxnConflict as u16, 42);
     assert_eq!(Status::AuthSchemeRefused as u16, 43);
@@ -1704,6 +1724,9 @@ fn arb_request() -> impl Strategy<Value = Request> {
             .prop_map(|(key_id, sealed_key)| Request::SetIdentityKey { key_id, sealed_key })
             .boxed(),
         any::<u32>().prop_map(|key_id| Request::RetireIdentityKey { key_id }).boxed(),
+        (u(), u(), arb_name(), proptest::collection::vec(any::<u8>(), 0..=256))
+            .prop_map(|(partition, object, name, args)| Request::Extension { partition, object, name, args })
+            .boxed(),
     ];
     Union::new(arms)
 }
@@ -1812,6 +1835,9 @@ fn arb_reply() -> impl Strategy<Value = (u16, Reply)> {
         arb_object_pal().prop_map(|p| (GET_PAL, Reply::Pal(p))).boxed(),
         arb_pal().prop_map(|p| (GET_SUPER_PAL, Reply::SuperPal(p))).boxed(),
         arb_scheme().prop_map(|s| (GET_AUTH_SCHEME, Reply::AuthScheme(s))).boxed(),
+        proptest::collection::vec(any::<u8>(), 0..=EXTENSION_RESULT_MAX)
+            .prop_map(|result| (EXTENSION, Reply::Extension { result }))
+            .boxed(),
         (u(), prop::collection::vec((1..1_000_000u64, 1..1_000_000u64), 0..=40))
             .prop_map(|(start, gaps_and_lengths)| {
                 // Ascending, with gaps, within covered_end.

@@ -321,6 +321,30 @@ impl Client {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// The bytes of each of `reads` (offset, length) of the file `path`, in
+    /// order: the reads are sent to its drives first as hints, so they read
+    /// them from disk ahead (informed prefetching, `prefetch-v1`). Each read
+    /// is fewer bytes at the end of the file.
+    fn read_hinted<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        reads: Vec<(u64, u64)>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let path = abs(path);
+        let data = call(py, &path, async {
+            let f = self.fs.open(&path, false).await?;
+            let mut hinted = nasd_fs::HintedReads::new(&f, reads).await?;
+            let mut out = Vec::with_capacity(hinted.remaining());
+            while let Some((_, bytes)) = hinted.next_read().await? {
+                out.push(bytes);
+            }
+            hinted.end().await;
+            Ok(out)
+        })?;
+        Ok(data.iter().map(|d| PyBytes::new(py, d)).collect())
+    }
+
     /// The checksum of the file `path` (32 bytes, BLAKE3): from the digests
     /// its drives stored with its blocks, so no drive reads or hashes the
     /// data (only bytes below the small-file threshold come from the

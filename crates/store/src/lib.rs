@@ -133,10 +133,12 @@
 #![forbid(unsafe_code)]
 
 mod alloc;
+mod cache;
 mod db;
 mod error;
 mod pal;
 
+pub use cache::{BlockCache, Holder, Prefetched, PREFETCH_CACHE_BYTES_DEFAULT};
 pub use error::StoreError;
 pub use pal::{PalStamp, PalView};
 
@@ -204,6 +206,12 @@ pub struct StoreOptions {
     pub verify_reads: bool,
     /// Extension names advertised in the drive-control object.
     pub extensions: Vec<String>,
+    /// Bytes the prefetch cache may hold ([`BlockCache`]; 0: none).
+    pub prefetch_cache_bytes: u64,
+    /// Emulated media seek (a benchmark aid): every block read from
+    /// `blocks.dat` waits this long first, one read at a time, as on one
+    /// disk arm. None: none.
+    pub media_seek: Option<std::time::Duration>,
 }
 
 impl Default for StoreOptions {
@@ -213,6 +221,8 @@ impl Default for StoreOptions {
             capacity_bytes: 64 << 30,
             verify_reads: true,
             extensions: Vec::new(),
+            prefetch_cache_bytes: PREFETCH_CACHE_BYTES_DEFAULT,
+            media_seek: None,
         }
     }
 }
@@ -484,6 +494,10 @@ pub struct Store {
     /// Whether the file system under `blocks.dat` punches holes (cleared,
     /// with one warning, the first time it says it cannot).
     punch_holes: AtomicBool,
+    /// Blocks read ahead for prefetch streams.
+    cache: BlockCache,
+    /// Emulated media seek, and the one arm that serves them in turn.
+    media_seek: Option<(std::time::Duration, Mutex<()>)>,
     _dir_lock: DirLock,
 }
 
@@ -532,7 +546,7 @@ impl Store {
             block_size,
             capacity_bytes: capacity_blocks * block_size as u64,
             verify_reads: opts.verify_reads,
-            extensions: opts.extensions.clone(),
+            extensions: Self::extensions_of(opts),
             drive_id,
             data,
             db: Mutex::new(conn),
@@ -545,11 +559,37 @@ impl Store {
             zero_digest: nasd_crypto::zero_block_digest(block_size as usize),
             punch_lock: Mutex::new(()),
             punch_holes: AtomicBool::new(true),
+            cache: BlockCache::new(opts.prefetch_cache_bytes),
+            media_seek: opts.media_seek.map(|d| (d, Mutex::new(()))),
             _dir_lock: dir_lock,
         };
         store.give_back_free_space()?;
         tracing::info!(dir = %dir.display(), block_size, capacity_bytes = store.capacity_bytes, "store opened");
         Ok(store)
+    }
+
+    /// The extensions the drive-control object lists: those asked for, and
+    /// `prefetch-v1` with a prefetch cache.
+    fn extensions_of(opts: &StoreOptions) -> Vec<String> {
+        let mut names = opts.extensions.clone();
+        let prefetch = nasd_proto::extension::PREFETCH;
+        if opts.prefetch_cache_bytes > 0 && !names.iter().any(|n| n == prefetch) {
+            names.push(prefetch.into());
+        }
+        names
+    }
+
+    /// Waits out the emulated media seek, if any ([`StoreOptions::media_seek`]).
+    pub(crate) fn seek_media(&self) {
+        if let Some((seek, arm)) = &self.media_seek {
+            let _one_at_a_time = lock(arm);
+            std::thread::sleep(*seek);
+        }
+    }
+
+    /// The extensions the drive-control object lists.
+    pub fn extensions(&self) -> &[String] {
+        &self.extensions
     }
 
     fn load_or_format(

@@ -658,6 +658,11 @@ impl Store {
         buf: &mut [u8],
         verify: bool,
     ) -> Result<(), StoreError> {
+        // A cached block was checked against its digest when it was cached.
+        if self.cache.read(b, buf) {
+            return Ok(());
+        }
+        self.seek_media();
         self.data.read_exact_at(buf, b.phys * self.bs())?;
         if verify {
             self.check_block(p, o, l, b, buf)?;

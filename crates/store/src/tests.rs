@@ -14,6 +14,7 @@ fn opts() -> StoreOptions {
         capacity_bytes: CAP_BLOCKS * BS,
         verify_reads: true,
         extensions: vec!["x-test".into()],
+        prefetch_cache_bytes: 0,
     }
 }
 

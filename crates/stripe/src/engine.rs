@@ -10,6 +10,7 @@
 //! `1 + BATCHES_AHEAD_MAX` batches are in memory at once.
 
 mod digests;
+mod hints;
 mod seek;
 
 pub use digests::ColumnDigests;

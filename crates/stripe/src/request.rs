@@ -76,12 +76,19 @@ pub(crate) enum Req {
     Flush,
     /// The object's stored byte ranges from `offset` on, at most `max`
     /// (`EXTENTS`).
-    Extents { offset: u64, max: u16 },
+    Extents {
+        offset: u64,
+        max: u16,
+    },
     /// The stored digests of the component's blocks from block
     /// `from_block` on (at its drive's block size), as many as one
     /// `DIGESTS` request takes, up to the block holding byte
     /// `column_len - 1` (`column_len > 0`).
-    Digests { from_block: u64, column_len: u64 },
+    Digests {
+        from_block: u64,
+        column_len: u64,
+    },
+    Prefetch(nasd_proto::extension::PrefetchCall),
 }
 
 /// What a component request answered.
@@ -93,6 +100,8 @@ pub(crate) enum Answer {
     Extents(Vec<Region>, u64),
     /// `DIGESTS`: the drive's block size, the object's size, the digests.
     Digests(u32, u64, Vec<nasd_crypto::BlockDigest>),
+    /// `prefetch-v1`: the read hints the drive queued.
+    Queued(u16),
     /// Nothing to return (a write, a flush).
     Done,
 }
@@ -143,7 +152,7 @@ impl Task {
     pub(crate) async fn join(self) -> Result<Option<Vec<u8>>, TaskError> {
         Ok(match self.answer().await? {
             Answer::Bytes(b) => Some(b),
-            Answer::Extents(..) | Answer::Digests(..) | Answer::Done => None,
+            Answer::Extents(..) | Answer::Digests(..) | Answer::Queued(_) | Answer::Done => None,
         })
     }
 
@@ -156,6 +165,13 @@ impl Task {
     }
 
     /// A `DIGESTS` request's result: block size, object size, digests.
+    pub(crate) async fn join_queued(self) -> Result<u16, TaskError> {
+        match self.answer().await? {
+            Answer::Queued(n) => Ok(n),
+            _ => Ok(0),
+        }
+    }
+
     pub(crate) async fn join_digests(self) -> Result<(u32, u64, Vec<nasd_crypto::BlockDigest>), TaskError> {
         match self.answer().await? {
             Answer::Digests(block_size, logical_size, digests) => Ok((block_size, logical_size, digests)),
@@ -204,7 +220,7 @@ impl Shared {
             if !pal_asked && cause.status() == Some(Status::NotInPal) {
                 // The drive has no PAL entry for the identity: asked set again, retried once.
                 pal_asked = true;
-                let write = !matches!(req, Req::Read(_) | Req::Extents { .. } | Req::Digests { .. });
+                let write = !matches!(req, Req::Read(_) | Req::Extents { .. } | Req::Digests { .. } | Req::Prefetch(_));
                 if self.refresh_pal(pals_seen, write).await.map_err(TaskError::Fatal)? {
                     continue;
                 }
@@ -324,6 +340,7 @@ async fn send(c: &mut nasd_client::DriveClient, b: &Binding, req: &Req) -> Resul
             let (logical_size, digests) = c.digests(b.partition, b.object, *from_block, blocks).await?;
             Ok(Answer::Digests(bs, logical_size, digests))
         }
+        Req::Prefetch(call) => c.prefetch(b.partition, b.object, call).await.map(Answer::Queued),
     }
 }
 
