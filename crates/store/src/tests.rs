@@ -15,6 +15,7 @@ fn opts() -> StoreOptions {
         verify_reads: true,
         extensions: vec!["x-test".into()],
         prefetch_cache_bytes: 0,
+        media_seek: None,
     }
 }
 
