@@ -543,7 +543,7 @@ async fn unknown_operations_keep_the_connection() {
     let data = vec![0x5A; 5000];
     let bytes = frame(with(hdr(0x7777), |h| h.chunk_len = CHUNK_LEN_MIN), &[9; 40], &data);
     d.check("opcode 0x7777 with data", &bytes, Status::UnknownOperation, Then::Continue).await;
-    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x0110] {
+    for op in [0x0000, 0xffff, 0x020e, 0x0308, 0x0100, 0x0111] {
         d.check(&format!("opcode {op:#06x}"), &frame(hdr(op), &[], &[]), Status::UnknownOperation, Then::Continue)
             .await;
     }

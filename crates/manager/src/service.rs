@@ -1206,17 +1206,19 @@ impl Manager {
                 Ok::<(), crate::drives::DriveError>(())
             }
             .await;
-            (d, r.map_err(|e| Some(e.to_string())))
+            (d, r.map_err(|e| Some((e.to_string(), e.status().is_some()))))
         });
-        // Drives that were up and did not take their share: they may serve the old
-        // capabilities until their recovery, so the change is not reported done.
+        // Drives that answered and did not take their share (a full disk, say): they
+        // serve, and may serve the old capabilities until their recovery, so the change
+        // is not reported done. A drive that could not be reached (it just died, and the
+        // manager has not marked it down yet) is left to its recovery, as a drive down is.
         let mut missed = Vec::new();
         for (d, r) in futures::future::join_all(done).await {
             if let Err(e) = r {
-                let error = e.as_deref().unwrap_or("down");
+                let error = e.as_ref().map_or("down", |(text, _)| text.as_str());
                 tracing::info!(drive = d.drive, error, "revocations and removals on a drive left to its recovery");
                 d.set_unrecovered();
-                if e.is_some() {
+                if e.is_some_and(|(_, answered)| answered) {
                     missed.push(d.drive.to_string());
                 }
             }
