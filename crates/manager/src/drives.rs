@@ -96,6 +96,23 @@ impl DriveError {
     pub fn status(&self) -> Option<Status> {
         self.0.status()
     }
+
+    /// Whether the drive could not be reached at all: the connection was
+    /// refused, or broke (a drive that died). Not a refusal, and not a
+    /// drive too slow to answer in time (it may still serve clients).
+    pub fn unreachable(&self) -> bool {
+        use std::io::ErrorKind::*;
+        match &self.0 {
+            ClientError::Io(e) => {
+                matches!(
+                    e.kind(),
+                    ConnectionRefused | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected | UnexpectedEof
+                )
+            }
+            ClientError::Broken => true,
+            _ => false,
+        }
+    }
 }
 
 impl From<ClientError> for DriveError {

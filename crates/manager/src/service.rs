@@ -1206,19 +1206,20 @@ impl Manager {
                 Ok::<(), crate::drives::DriveError>(())
             }
             .await;
-            (d, r.map_err(|e| Some((e.to_string(), e.status().is_some()))))
+            (d, r.map_err(|e| Some((e.to_string(), e.unreachable()))))
         });
-        // Drives that answered and did not take their share (a full disk, say): they
-        // serve, and may serve the old capabilities until their recovery, so the change
-        // is not reported done. A drive that could not be reached (it just died, and the
-        // manager has not marked it down yet) is left to its recovery, as a drive down is.
+        // Drives held up that did not take their share — they refused (a full disk, say)
+        // or did not answer in time — may serve the old capabilities until their
+        // recovery, so the change is not reported done. A drive that could not be reached
+        // at all (its connection refused or broken: it just died, and the manager has not
+        // marked it down yet) is left to its recovery, as a drive down is.
         let mut missed = Vec::new();
         for (d, r) in futures::future::join_all(done).await {
             if let Err(e) = r {
                 let error = e.as_ref().map_or("down", |(text, _)| text.as_str());
                 tracing::info!(drive = d.drive, error, "revocations and removals on a drive left to its recovery");
                 d.set_unrecovered();
-                if e.is_some_and(|(_, answered)| answered) {
+                if e.is_some_and(|(_, unreachable)| !unreachable) {
                     missed.push(d.drive.to_string());
                 }
             }
