@@ -10,9 +10,10 @@
 //! (`POSIX_FADV_DONTNEED` on each `blocks.dat`), so every block comes from
 //! the disk; the renders of both passes must agree pixel for pixel.
 //!
-//! With `--media-seek-ms`, every block a drive reads from its file first
-//! waits that long, one read at a time per drive (`StoreOptions::media_seek`):
-//! the paper's regime, where a disk seek dwarfs a network round trip.
+//! With `--media-seek-ms`, every block a drive reads from its file that the
+//! kernel's page cache does not hold first waits that long, one read at a
+//! time per drive (`StoreOptions::media_seek`): the paper's regime, where a
+//! disk seek dwarfs a network round trip.
 //!
 //! The renderer asks for each `--page` of the cube a slice touches once (its
 //! own cache), in the order its image rows reach them: the pattern of
@@ -48,7 +49,8 @@ pub struct SlicesArgs {
     #[arg(long, default_value = "stripe:4@64K")]
     layout: String,
     /// Emulated media seek, in milliseconds: every block a drive reads from
-    /// its file waits this long first, one at a time (a disk arm; a
+    /// its file and the page cache does not hold waits this long first, one
+    /// at a time (a disk arm; a
     /// benchmark aid for the paper's disk-bound regime) [default: none, the
     /// machine's own disk].
     #[arg(long)]

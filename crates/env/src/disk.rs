@@ -104,6 +104,21 @@ impl DiskFile {
         }
     }
 
+    /// Fills `buf` from `offset` only if the kernel's page cache holds all
+    /// of it (`preadv2` with `RWF_NOWAIT`): whether it did. A simulated
+    /// disk has no page cache (false). For emulating media latency on the
+    /// reads that would reach the disk.
+    pub fn read_cached_at(&self, buf: &mut [u8], offset: u64) -> bool {
+        match &self.0 {
+            FileInner::Std(f) => {
+                let mut bufs = [std::io::IoSliceMut::new(buf)];
+                let nowait = rustix::io::ReadWriteFlags::NOWAIT;
+                rustix::io::preadv2(f, &mut bufs, offset, nowait).is_ok_and(|n| n == bufs[0].len())
+            }
+            FileInner::Sim(_) => false,
+        }
+    }
+
     /// Writes all of `buf` at `offset`.
     ///
     /// # Errors

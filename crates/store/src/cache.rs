@@ -240,8 +240,7 @@ impl Store {
                 done.held += 1;
                 continue;
             }
-            self.seek_media();
-            self.data.read_exact_at(&mut buf, b.phys * bs)?;
+            self.read_media(&mut buf, b.phys * bs)?;
             // Freed and given to other data since the map was read: skip.
             if !nasd_crypto::ct_eq(&nasd_crypto::block_digest(&buf), &b.digest) {
                 done.skipped += 1;

@@ -209,8 +209,8 @@ pub struct StoreOptions {
     /// Bytes the prefetch cache may hold ([`BlockCache`]; 0: none).
     pub prefetch_cache_bytes: u64,
     /// Emulated media seek (a benchmark aid): every block read from
-    /// `blocks.dat` waits this long first, one read at a time, as on one
-    /// disk arm. None: none.
+    /// `blocks.dat` that the kernel's page cache does not hold waits this
+    /// long first, one read at a time, as on one disk arm. None: none.
     pub media_seek: Option<std::time::Duration>,
 }
 
@@ -579,12 +579,19 @@ impl Store {
         names
     }
 
-    /// Waits out the emulated media seek, if any ([`StoreOptions::media_seek`]).
-    pub(crate) fn seek_media(&self) {
+    /// Reads `buf` from `blocks.dat` at `offset`. With an emulated media
+    /// seek ([`StoreOptions::media_seek`]), a read the kernel's page cache
+    /// cannot answer first waits the seek, one at a time.
+    pub(crate) fn read_media(&self, buf: &mut [u8], offset: u64) -> Result<(), StoreError> {
         if let Some((seek, arm)) = &self.media_seek {
+            if self.data.read_cached_at(buf, offset) {
+                return Ok(());
+            }
             let _one_at_a_time = lock(arm);
             std::thread::sleep(*seek);
         }
+        self.data.read_exact_at(buf, offset)?;
+        Ok(())
     }
 
     /// The extensions the drive-control object lists.

@@ -662,8 +662,7 @@ impl Store {
         if self.cache.read(b, buf) {
             return Ok(());
         }
-        self.seek_media();
-        self.data.read_exact_at(buf, b.phys * self.bs())?;
+        self.read_media(buf, b.phys * self.bs())?;
         if verify {
             self.check_block(p, o, l, b, buf)?;
         }
