@@ -70,7 +70,6 @@ pub(crate) async fn follow(shared: Weak<Shared>, mut watcher: nasd_fs::Watcher, 
             Err(e) => {
                 // Until it answers again, nothing vouches for cached attributes.
                 vfs.shared.fed.store(false, Ordering::SeqCst);
-                lock(&vfs.shared.known).clear();
                 tracing::debug!(error = %e, "the change feed failed; trying again");
                 drop(vfs);
                 tokio::time::sleep(FEED_RETRY).await;
@@ -155,7 +154,6 @@ impl Vfs {
     /// and directories held (not what this gateway changed itself).
     async fn invalidate(&self, changes: Vec<Change>) {
         let changes: Vec<Change> = changes.into_iter().filter(|c| !self.own_change(c)).collect();
-        self.note_foreign(&changes);
         let mut todo = Vec::new();
         {
             let mut inodes = lock(&self.shared.inodes);
@@ -180,76 +178,8 @@ impl Vfs {
         self.notify(todo).await;
     }
 
-    /// Takes other clients' changes into the known directories: a name
-    /// they made or removed may exist (kept), a directory whose attributes
-    /// they changed is forgotten (its mode may no longer let its owner search it).
-    fn note_foreign(&self, changes: &[Change]) {
-        let names = changes.iter().filter(|c| matches!(c, Change::Entry { .. })).count();
-        if names > 0 {
-            // Before the names go in: see `Vfs::name_removed`.
-            self.shared.foreign_names.fetch_add(names as u64, Ordering::SeqCst);
-        }
-        let mut known = lock(&self.shared.known);
-        for c in changes {
-            match c {
-                Change::Entry { dir, name } => known.add(*dir, name),
-                Change::Inode(ino) => known.forget(*ino),
-            }
-        }
-    }
-
-    /// The count of other clients' name changes reported so far, taken
-    /// before a request that removes a name or makes a directory goes out.
-    pub(crate) fn foreign_names_seen(&self) -> u64 {
-        self.shared.foreign_names.load(Ordering::SeqCst)
-    }
-
-    /// `name` in `dir` may exist from now on: called before the request that makes it goes out.
-    pub(crate) fn name_may_exist(&self, dir: Ino, name: &str) {
-        lock(&self.shared.known).add(dir, name);
-    }
-
-    /// This layer removed `name` from `dir`, its request sent when
-    /// [`foreign_names_seen`](Self::foreign_names_seen) was `seen`.
-    pub(crate) fn name_removed(&self, dir: Ino, name: &str, seen: u64) {
-        let mut known = lock(&self.shared.known);
-        // Read under the lock: a change counted later goes in after this removal.
-        let undisturbed = self.shared.foreign_names.load(Ordering::SeqCst) == seen;
-        known.removed(dir, name, undisturbed);
-    }
-
-    /// This layer made directory `dir` (empty), its request sent when
-    /// [`foreign_names_seen`](Self::foreign_names_seen) was `seen`: known
-    /// from now on unless another client's name change was reported since
-    /// (it may have been a name made in `dir` before this layer held it).
-    pub(crate) fn dir_made(&self, dir: Ino, seen: u64) {
-        if !self.shared.config.follow_feed {
-            return; // nothing would vouch for its names
-        }
-        let mut known = lock(&self.shared.known);
-        if self.shared.foreign_names.load(Ordering::SeqCst) == seen {
-            known.made(dir);
-        }
-    }
-
-    /// Whether `name` surely does not exist in `dir`: `dir` is known, holds
-    /// no such name, the change feed vouches for what it has not reported,
-    /// and `caller` may search `dir` (its owner with the owner's search
-    /// bit, or root; anyone else asks the manager, which may refuse).
-    pub(crate) fn known_absent(&self, caller: &nasd_fs::FsClient, dir: Ino, name: &str) -> bool {
-        if !self.fed() {
-            return false;
-        }
-        let uid = caller.identity().uid;
-        let searchable = lock(&self.shared.inodes).get(dir).is_some_and(|n| {
-            n.attr.kind == nasd_fs::FileKind::Dir && (uid == 0 || (uid == n.attr.uid && n.attr.mode & 0o100 != 0))
-        });
-        searchable && lock(&self.shared.known).absent(dir, name)
-    }
-
     /// Drops everything cached about every inode held.
     pub(crate) async fn invalidate_all(&self) {
-        lock(&self.shared.known).clear();
         let all: Vec<Change> = {
             let mut inodes = lock(&self.shared.inodes);
             inodes

@@ -49,7 +49,6 @@ mod dir;
 mod feed;
 mod handle;
 mod inodes;
-mod names;
 mod ops;
 mod replace;
 
@@ -222,12 +221,6 @@ struct Shared {
     /// Changes this gateway is making itself, which the feed will report:
     /// its client learnt them from the replies, so they are skipped.
     own: Mutex<HashMap<Change, (u32, std::time::Instant)>>,
-    /// Directories whose every name this layer knows ([`names`]).
-    known: Mutex<names::KnownDirs>,
-    /// Name changes of other clients the feed reported so far (counted
-    /// before [`Shared::known`] takes them): a removal or a directory made
-    /// while it moved may have missed one.
-    foreign_names: AtomicU64,
     /// The task following the change feed.
     feed_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -288,8 +281,6 @@ impl Vfs {
                 own_skipped: AtomicU64::new(0),
                 outage_try: Mutex::new(None),
                 own: Mutex::new(HashMap::new()),
-                known: Mutex::new(names::KnownDirs::default()),
-                foreign_names: AtomicU64::new(0),
                 feed_task: Mutex::new(None),
             }),
         };
@@ -343,12 +334,6 @@ impl Vfs {
     /// it therefore did not invalidate (its client took them from the replies).
     pub fn own_changes_skipped(&self) -> u64 {
         self.shared.own_skipped.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Directories whose every name this layer knows now, so that it
-    /// answers lookups of names they do not hold itself (tests, diagnostics).
-    pub fn known_dirs(&self) -> usize {
-        lock(&self.shared.known).len()
     }
 
     /// Inodes held now (for tests and diagnostics).

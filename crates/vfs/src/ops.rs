@@ -134,10 +134,6 @@ impl Vfs {
     /// `NOT_FOUND` (`ENOENT`) if no such name, and the manager's refusals.
     pub async fn lookup(&self, cx: &FsClient, parent: Ino, name: &str) -> Result<Entry> {
         let parent = self.handle(parent)?;
-        if self.known_absent(cx, parent.ino, name) {
-            let message = format!("no {name} in directory {} (it holds no such name: this layer made it)", parent.ino);
-            return Err(VfsError::Fs(FsError::Fs { status: nasd_fs::FsStatus::NotFound, message }));
-        }
         let mut e = cx.lookup(parent, name).await?;
         // The gateway takes a lookup's attributes as the inode's: never a size
         // short of what this layer has written and not yet committed.
@@ -291,7 +287,6 @@ impl Vfs {
     ) -> Result<Entry> {
         let parent = self.handle(parent)?;
         let changes = name_changes(parent.ino, name);
-        self.name_may_exist(parent.ino, name);
         let mut e = match kind {
             Some(kind) => {
                 let rdev = if kind.is_device() { rdev } else { 0 };
@@ -309,18 +304,14 @@ impl Vfs {
     /// Makes directory `name` in `parent` and holds it.
     pub async fn mkdir(&self, cx: &FsClient, parent: Ino, name: &str, mode: u32) -> Result<Entry> {
         let parent = self.handle(parent)?;
-        self.name_may_exist(parent.ino, name);
-        let seen = self.foreign_names_seen();
         let mut e = self.making(name_changes(parent.ino, name), cx.mkdir_at(parent, name, mode & 0o7777)).await?;
         e.attr = self.remember(&e);
-        self.dir_made(e.attr.ino, seen);
         Ok(e)
     }
 
     /// Makes symbolic link `name` in `parent` to `target` and holds it.
     pub async fn symlink(&self, cx: &FsClient, parent: Ino, name: &str, target: &str) -> Result<Entry> {
         let parent = self.handle(parent)?;
-        self.name_may_exist(parent.ino, name);
         let mut e = self.making(name_changes(parent.ino, name), cx.symlink_at(parent, name, target)).await?;
         e.attr = self.remember(&e);
         Ok(e)
@@ -332,7 +323,6 @@ impl Vfs {
         let new_parent = self.handle(new_parent)?;
         let mut changes = name_changes(new_parent.ino, new_name);
         changes.push(Change::Inode(file.ino));
-        self.name_may_exist(new_parent.ino, new_name);
         let mut e = self.making(changes, cx.link_at(file, new_parent, new_name)).await?;
         self.with_local_size(&mut e.attr).await;
         e.attr = self.remember(&e);
@@ -356,7 +346,6 @@ impl Vfs {
     async fn hide(&self, cx: &FsClient, parent: Handle, name: &str, ino: Ino) -> Result<Hidden> {
         let seq = self.shared.hidden_seq.fetch_add(1, Ordering::Relaxed);
         let hidden = Hidden { parent, name: format!("{HIDDEN_PREFIX}{ino:x}-{seq:x}"), fs: cx.clone() };
-        self.name_may_exist(parent.ino, &hidden.name);
         cx.rename_at(parent, name, parent, &hidden.name).await?;
         let closed = {
             let mut inodes = lock(&self.shared.inodes);
@@ -382,19 +371,13 @@ impl Vfs {
         if let Some(ino) = self.open_last_name(cx, parent, name).await {
             return self.hide(cx, parent, name, ino).await.map(|_| ());
         }
-        let seen = self.foreign_names_seen();
-        self.making(name_changes(parent.ino, name), cx.unlink_at(parent, name)).await?;
-        self.name_removed(parent.ino, name, seen);
-        Ok(())
+        Ok(self.making(name_changes(parent.ino, name), cx.unlink_at(parent, name)).await?)
     }
 
     /// Removes the empty directory `name` from `parent`.
     pub async fn rmdir(&self, cx: &FsClient, parent: Ino, name: &str) -> Result<()> {
         let parent = self.handle(parent)?;
-        let seen = self.foreign_names_seen();
-        self.making(name_changes(parent.ino, name), cx.rmdir_at(parent, name)).await?;
-        self.name_removed(parent.ino, name, seen);
-        Ok(())
+        Ok(self.making(name_changes(parent.ino, name), cx.rmdir_at(parent, name)).await?)
     }
 
     /// Renames atomically, replacing the target if it exists (POSIX rules);
@@ -417,9 +400,6 @@ impl Vfs {
         if new_parent.ino != parent.ino {
             changes.push(Change::Inode(new_parent.ino));
         }
-        // The old name stays among a known directory's names: a rename onto
-        // another name of the same inode leaves both.
-        self.name_may_exist(new_parent.ino, new_name);
         let renamed = self.making(changes, cx.rename_at(parent, name, new_parent, new_name)).await;
         if let (Err(_), Some((ino, h))) = (&renamed, hidden) {
             // Put the replaced file back where it was.
@@ -508,7 +488,6 @@ impl Vfs {
         let CreateFlags { exclusive, truncate, write } = how;
         let parent = self.handle(parent)?;
         self.check_room()?;
-        self.name_may_exist(parent.ino, name);
         let call = cx.create_at(parent, name, mode & 0o7777, exclusive, truncate);
         let file = self.making(name_changes(parent.ino, name), call).await?;
         let mut e = entry_of(&file);
