@@ -134,6 +134,17 @@ mod tests {
         assert_eq!(decode_hints_queued(&encode_hints_queued(300)).unwrap(), 300);
     }
 
+    proptest::proptest! {
+        /// Any bytes: an error or a call that re-encodes to them, never a panic
+        /// (the fuzz target `extension_decode` runs the same check longer).
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Ok(call) = PrefetchCall::decode(&bytes) {
+                proptest::prop_assert_eq!(call.encode(), bytes);
+            }
+        }
+    }
+
     /// Known-answer bytes (PROTOCOL.md, "Extensions").
     #[test]
     fn hint_bytes_are_as_documented() {
