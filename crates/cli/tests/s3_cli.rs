@@ -782,6 +782,25 @@ fn start_gateway(c: &Cluster, config: &Path, keys: &Path, log: &Path) -> Daemon 
     })
 }
 
+/// A cluster of three drives with a gateway key for its administrator, and
+/// a config file with `[s3]` settings `s3` added: what a gateway test starts from.
+struct S3Setup {
+    c: Cluster,
+    keys: PathBuf,
+    admin: Key,
+    config: PathBuf,
+    log: PathBuf,
+}
+
+fn s3_setup(s3: &str) -> S3Setup {
+    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
+    let keys = c.dir().join("s3-keys");
+    let admin = issue(&c, &keys, "admin");
+    let config = config_with_s3(&c, "nasd-s3.toml", s3);
+    let log = c.dir().join("s3.log");
+    S3Setup { c, keys, admin, config, log }
+}
+
 /// `c`'s config file with `[s3]` settings `s3` added, as file `name`.
 fn config_with_s3(c: &Cluster, name: &str, s3: &str) -> PathBuf {
     let path = c.dir().join(name);
@@ -817,11 +836,7 @@ const SMALL_PART_BYTES: u64 = 256 * 1024;
 #[test]
 fn multipart_parts_in_place_with_boto3() {
     let seed = test_seed();
-    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
-    let keys = c.dir().join("s3-keys");
-    let admin = issue(&c, &keys, "admin");
-    let config = config_with_s3(&c, "nasd-s3.toml", &format!("part_bytes_min = {SMALL_PART_BYTES}"));
-    let log = c.dir().join("s3.log");
+    let S3Setup { c, keys, admin, config, log } = s3_setup(&format!("part_bytes_min = {SMALL_PART_BYTES}"));
     let gateway = start_gateway(&c, &config, &keys, &log);
     let ep = format!("http://{}", gateway.addr);
     aws_ok(&ep, &admin, &["s3", "mb", "s3://parts"]);
@@ -854,13 +869,9 @@ fn a_gateway_killed_mid_upload_leaves_no_partial_object_and_no_leaked_space() {
     use rand::{Rng, SeedableRng};
     let seed = test_seed();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let keys = c.dir().join("s3-keys");
-    let admin = issue(&c, &keys, "admin");
     let (parts, part_mib) = (24u64, 1u64);
-    let config = config_with_s3(&c, "nasd-s3.toml", &format!("part_bytes_min = {}", part_mib << 20));
-    let log = c.dir().join("s3.log");
+    let S3Setup { c, keys, admin, config, log } = s3_setup(&format!("part_bytes_min = {}", part_mib << 20));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut gateway = start_gateway(&c, &config, &keys, &log);
     let ep = format!("http://{}", gateway.addr);
     aws_ok(&ep, &admin, &["s3", "mb", "s3://crash"]);
@@ -929,11 +940,7 @@ fn a_gateway_killed_mid_upload_leaves_no_partial_object_and_no_leaked_space() {
 #[test]
 fn open_multipart_uploads_are_bounded_per_user() {
     const OPEN_MAX: usize = 5;
-    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
-    let keys = c.dir().join("s3-keys");
-    let admin = issue(&c, &keys, "admin");
-    let config = config_with_s3(&c, "nasd-s3.toml", &format!("open_uploads_per_user = {OPEN_MAX}"));
-    let log = c.dir().join("s3.log");
+    let S3Setup { c, keys, admin, config, log } = s3_setup(&format!("open_uploads_per_user = {OPEN_MAX}"));
     let gateway = start_gateway(&c, &config, &keys, &log);
     let ep = format!("http://{}", gateway.addr);
     aws_ok(&ep, &admin, &["s3", "mb", "s3://bounded"]);
@@ -954,11 +961,7 @@ fn open_multipart_uploads_are_bounded_per_user() {
 #[test]
 fn s3_over_https_with_aws_cli_and_boto3_trailer_checksums() {
     let seed = test_seed();
-    let c = Cluster::start(Options { drives: 3, manager: String::new(), drive_args: Vec::new() });
-    let keys = c.dir().join("s3-keys");
-    let admin = issue(&c, &keys, "admin");
-    let config = config_with_s3(&c, "nasd-s3.toml", "tls = true");
-    let log = c.dir().join("s3.log");
+    let S3Setup { c, keys, admin, config, log } = s3_setup("tls = true");
     let gateway = start_gateway(&c, &config, &keys, &log);
     let ca = keys.join("tls").join("ca.pem");
     assert!(ca.exists(), "the CA clients trust is beside the key store: {}", gateway.log_tail());
