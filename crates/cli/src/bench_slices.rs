@@ -23,6 +23,7 @@
 use crate::daemons::{ClusterSetup, LocalCluster};
 use crate::fs_cmd;
 use crate::size::{human, parse_size};
+use crate::xorshift::Rng;
 use anyhow::Context;
 use nasd_fs::{File, HintedReads, Layout};
 use nasd_manager::ManagerConfig;
@@ -273,16 +274,4 @@ fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
 fn normalize(a: [f64; 3]) -> [f64; 3] {
     let len = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt().max(1e-12);
     a.map(|c| c / len)
-}
-
-/// xorshift64*, from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
 }

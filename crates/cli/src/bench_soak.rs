@@ -30,6 +30,7 @@
 //! an error or a wrong answer, or if a daemon exited.
 
 use crate::size::{human, parse_size};
+use crate::xorshift::Rng;
 use anyhow::Context;
 use nasd_fs::{FsClient, FsConfig, Layout};
 use std::collections::BTreeMap;
@@ -937,26 +938,6 @@ impl OpStats {
             writeln!(out)?;
         }
         Ok(())
-    }
-}
-
-/// A small deterministic generator (xorshift64*): operation choices and file contents.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
     }
 }
 

@@ -30,6 +30,7 @@ mod nfs_cmd;
 mod s3_cmd;
 mod size;
 mod transfer;
+mod xorshift;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
