@@ -46,6 +46,10 @@ pub struct Holder {
 pub struct BlockCache {
     capacity: u64,
     inner: Mutex<Inner>,
+    /// `Inner::used`, stored under the lock at each change and read
+    /// without it: a read finds an empty cache (the common case) without
+    /// taking the lock.
+    used: AtomicU64,
     hits: AtomicU64,
 }
 
@@ -82,7 +86,7 @@ pub struct Prefetched {
 impl BlockCache {
     /// A cache of at most `capacity` bytes (0: nothing is ever cached).
     pub fn new(capacity: u64) -> BlockCache {
-        BlockCache { capacity, inner: Mutex::new(Inner::default()), hits: AtomicU64::new(0) }
+        BlockCache { capacity, inner: Mutex::new(Inner::default()), used: AtomicU64::new(0), hits: AtomicU64::new(0) }
     }
 
     /// Its bound in bytes.
@@ -92,7 +96,7 @@ impl BlockCache {
 
     /// Bytes held now.
     pub fn used(&self) -> u64 {
-        lock(&self.inner).used
+        self.used.load(Ordering::Relaxed)
     }
 
     /// Bytes held for `stream`.
@@ -107,7 +111,7 @@ impl BlockCache {
 
     /// Copies block `b`'s bytes into `buf` if the cache holds them.
     pub(crate) fn read(&self, b: &BlockRef, buf: &mut [u8]) -> bool {
-        if self.capacity == 0 {
+        if self.used() == 0 {
             return false;
         }
         let inner = lock(&self.inner);
@@ -150,6 +154,7 @@ impl BlockCache {
             if old.digest != b.digest {
                 let old = inner.blocks.remove(&b.phys).expect("present");
                 inner.forget(old);
+                self.used.store(inner.used, Ordering::Relaxed);
             }
         }
         if inner.blocks.contains_key(&b.phys) {
@@ -160,6 +165,7 @@ impl BlockCache {
             return false;
         }
         inner.used += size;
+        self.used.store(inner.used, Ordering::Relaxed);
         *inner.held.entry(holder.stream).or_insert(0) += size;
         inner.blocks.insert(b.phys, Entry { digest: b.digest, bytes: bytes.into(), holders: vec![holder] });
         true
@@ -192,6 +198,7 @@ impl BlockCache {
                 inner.held.remove(&stream);
             }
         }
+        self.used.store(inner.used, Ordering::Relaxed);
         before - inner.used
     }
 }
