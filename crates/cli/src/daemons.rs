@@ -207,13 +207,27 @@ impl ReservedPort {
     /// listen there ("drive", "manager", …, for the message).
     pub fn take(addr: SocketAddr, who: &str) -> anyhow::Result<ReservedPort> {
         let in_use = || format!("cannot listen on {addr}: is another {who} or `nasd up` already using it?");
-        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
-            .with_context(in_use)?;
-        // As std and tokio listeners do: a restart may bind while old connections linger.
-        socket.set_reuseaddr(true).with_context(in_use)?;
-        socket.bind(addr).with_context(in_use)?;
+        let socket = match Self::bind(addr, false) {
+            Ok(socket) => socket,
+            // Connections of an earlier run linger (TIME_WAIT): bind over them, as std and
+            // tokio listeners do.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Self::bind(addr, true).with_context(in_use)?,
+            Err(e) => return Err(e).with_context(in_use),
+        };
         let addr = socket.local_addr()?;
         Ok(ReservedPort { socket, addr })
+    }
+
+    /// A socket bound to `addr`. Without `SO_REUSEADDR` the port is really
+    /// held: another socket (this process's or another's, `SO_REUSEADDR` or
+    /// not) cannot bind it before this one listens. With it, lingering
+    /// connections of an earlier run are bound over, but so is another
+    /// unlistened socket. [`ReservedPort::listen`] sets it either way.
+    fn bind(addr: SocketAddr, reuse: bool) -> std::io::Result<tokio::net::TcpSocket> {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
+        socket.set_reuseaddr(reuse)?;
+        socket.bind(addr)?;
+        Ok(socket)
     }
 
     /// The address, with the port chosen if 0 was asked for.
@@ -224,6 +238,9 @@ impl ReservedPort {
     /// Starts listening (inside a Tokio runtime).
     pub fn listen(self) -> anyhow::Result<tokio::net::TcpListener> {
         let addr = self.addr;
+        // Inherited by the connections it accepts, so that their lingering
+        // (TIME_WAIT) does not keep the next start from binding the port.
+        self.socket.set_reuseaddr(true).with_context(|| format!("cannot listen on {addr}"))?;
         self.socket.listen(LISTEN_BACKLOG).with_context(|| format!("cannot listen on {addr}"))
     }
 }
@@ -1480,30 +1497,43 @@ impl UpPorts {
     fn take(n: u32, first_drive: u16, manager: u16, recorded_auth: Option<u16>, s3: UpS3) -> anyhow::Result<UpPorts> {
         let local = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         anyhow::ensure!(manager > 1, "--manager-port must be above 1 (the authentication server takes the port below)");
+        let mut ours = OwnPorts::default();
         let drives =
-            (0..n).map(|i| ReservedPort::take(local(first_drive + i as u16), "drive")).collect::<Result<_, _>>()?;
-        let manager = ReservedPort::take(local(manager), "manager")?;
+            (0..n).map(|i| ours.take(local(first_drive + i as u16), "drive")).collect::<anyhow::Result<Vec<_>>>()?;
+        let manager = ours.take(local(manager), "manager")?;
         let auth = match recorded_auth {
-            Some(port) => ReservedPort::take(local(port), "authentication server")?,
-            None => ReservedPort::take(local(manager.addr().port() - 1), "authentication server")
-                .or_else(|_| ReservedPort::take(local(0), "authentication server"))?,
+            Some(port) => ours.take(local(port), "authentication server")?,
+            None => ours
+                .take(local(manager.addr().port() - 1), "authentication server")
+                .or_else(|_| ours.take(local(0), "authentication server"))?,
         };
         let s3 = match s3 {
             UpS3::Off => None,
-            UpS3::At(addr) => Some(ReservedPort::take(addr, "S3 gateway")?),
-            UpS3::Default => Some(
-                manager
-                    .addr()
-                    .port()
-                    .checked_add(S3_PORT_ABOVE_MANAGER)
-                    .map_or_else(
-                        || ReservedPort::take(local(0), "S3 gateway"),
-                        |p| ReservedPort::take(local(p), "S3 gateway"),
-                    )
-                    .or_else(|_| ReservedPort::take(local(0), "S3 gateway"))?,
-            ),
+            UpS3::At(addr) => Some(ours.take(addr, "S3 gateway")?),
+            UpS3::Default => {
+                let beside = manager.addr().port().checked_add(S3_PORT_ABOVE_MANAGER).unwrap_or(0);
+                Some(ours.take(local(beside), "S3 gateway").or_else(|_| ours.take(local(0), "S3 gateway"))?)
+            }
         };
         Ok(UpPorts { drives, manager, auth, s3 })
+    }
+}
+
+/// The ports one `nasd up` has taken so far, by whom: two of its daemons
+/// never share one (the drive ports run into the manager's, or the port
+/// below the manager's is a drive's). The kernel would let both bind when
+/// an earlier run's connections linger, and the second to listen would fail.
+#[derive(Default)]
+struct OwnPorts(Vec<(SocketAddr, String)>);
+
+impl OwnPorts {
+    fn take(&mut self, addr: SocketAddr, who: &str) -> anyhow::Result<ReservedPort> {
+        if let Some((_, owner)) = self.0.iter().find(|(a, _)| addr.port() != 0 && *a == addr) {
+            anyhow::bail!("cannot listen on {addr} for the {who}: `nasd up` gives that port to its {owner} already");
+        }
+        let port = ReservedPort::take(addr, who)?;
+        self.0.push((port.addr(), who.to_string()));
+        Ok(port)
     }
 }
 
@@ -2025,6 +2055,27 @@ mod tests {
         let linked = manager_config(&file, None).unwrap().auth.expect("linked");
         assert_eq!(linked.ca_pem, b"-----BEGIN CERTIFICATE-----\n");
         assert_eq!(linked.addrs, ["127.0.0.1:7299"]);
+    }
+
+    /// The port below the manager's, where `nasd up` puts the authentication
+    /// server, is a drive's: the server goes elsewhere instead of sharing it
+    /// (the drive then could not listen: CI, stop 35); a manager port among
+    /// the drives' is refused with the reason; and another process cannot
+    /// bind a port `nasd up` has taken, `SO_REUSEADDR` or not.
+    #[test]
+    fn up_never_gives_one_port_to_two_daemons() {
+        let first = nasd_meta::pg_server::free_loopback_port().unwrap();
+        let ports = UpPorts::take(2, first, first + 2, None, UpS3::Off).unwrap();
+        assert_eq!(ports.manager.addr().port(), first + 2);
+        let auth = ports.auth.addr().port();
+        assert!(auth != first && auth != first + 1 && auth != first + 2, "auth server on {auth}");
+        let stolen = std::net::TcpListener::bind(ports.drives[1].addr());
+        assert!(stolen.is_err(), "another listener bound a drive's port while `nasd up` held it");
+        drop(ports);
+
+        let first = nasd_meta::pg_server::free_loopback_port().unwrap();
+        let e = UpPorts::take(3, first, first + 1, None, UpS3::Off).err().expect("a manager port among the drives'");
+        assert!(format!("{e:#}").contains("gives that port to its drive already"), "{e:#}");
     }
 
     /// `nasd up` whose manager cannot listen: it says why at once, before it has made anything

@@ -164,8 +164,51 @@ fn alive(pid: u32) -> bool {
 }
 
 fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+    free_loopback_port().map_err(|e| format!("no free port: {e}"))
+}
+
+/// Lowest port [`free_loopback_port`] hands out.
+const TEST_PORT_MIN: u16 = 10_000;
+
+/// A loopback port free now, chosen at random below the kernel's ephemeral
+/// range (`ip_local_port_range`) so that no outgoing connection takes it
+/// while it is closed: a server restarted on it later (this module's
+/// `start` after `kill`), or a daemon started on it after others have
+/// dialled out, still finds it free. A port from `bind(:0)` comes from that
+/// range, and a `nasd up` found its drive's port taken by its own manager's
+/// connection to the authentication server (CI, stop 35).
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    let below = ephemeral_range_start();
+    if below <= TEST_PORT_MIN + 1_000 {
+        return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
+    }
+    for _ in 0..10_000 {
+        let port = TEST_PORT_MIN + (random_u64() % u64::from(below - TEST_PORT_MIN)) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return Ok(l.local_addr()?.port());
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free loopback port below the ephemeral range"))
+}
+
+/// The first port of the kernel's ephemeral range (32768 if it cannot be read).
+fn ephemeral_range_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A number different in each process and on each call (std's per-process
+/// hash keys, a counter and the process id).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// The guardian: starts the server in the background, prints its pid, and

@@ -10,7 +10,7 @@ pub mod up;
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,9 +30,12 @@ pub fn until(what: &str, mut done: impl FnMut() -> bool) {
 /// Ports tried before giving up when the chosen one is taken meanwhile.
 const PORT_ATTEMPTS: usize = 5;
 
-/// A free loopback address (free now; a daemon may still lose it to another).
+/// A free loopback address (free now; a daemon may still lose it to
+/// another test), below the kernel's ephemeral range so that the outgoing
+/// connections of daemons started meanwhile never take it.
 pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().unwrap()
+    let port = nasd_meta::pg_server::free_loopback_port().expect("a free loopback port");
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// A `nasd` daemon running as a child process, its output in a log file.
