@@ -24,6 +24,13 @@ pub enum BenchCommand {
     /// reports the rate; and compares an unpaced put and get with iperf3 and
     /// a raw TCP copy on loopback.
     Stripe(crate::bench_stripe::StripeArgs),
+    /// The data path's CPU cost model (issue 29), in one process: a TLS
+    /// manager and unpaced drives on loopback. One file written and read
+    /// per layout (stripe:4, mirror:2, rs:2+1, rs:4+2), with and without
+    /// data protection; the CPU-seconds per GiB of the client, the drives
+    /// and the manager beside the floor computed from the hashing, parity,
+    /// loopback TCP and memcpy rates measured in the same run.
+    Cost(crate::bench_cost::CostArgs),
     /// Hardening soak (issue 11): a manager and drives as separate
     /// processes; legitimate clients run mixed operations (create, put, get,
     /// stat, ls, rm, rename; every answer checked) beside idle and slow-drip
@@ -208,6 +215,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             crate::bench_mount::mount_bench(size, files, runtime, dir.as_deref(), extra).await
         }
         BenchCommand::Stripe(args) => crate::bench_stripe::run(args).await,
+        BenchCommand::Cost(args) => crate::bench_cost::run(args).await,
         BenchCommand::Soak(args) => crate::bench_soak::run(args).await,
         BenchCommand::Untar(args) => crate::bench_untar::run(args).await,
         BenchCommand::Slices(args) => crate::bench_slices::run(args).await,

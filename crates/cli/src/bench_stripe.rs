@@ -331,14 +331,14 @@ fn iperf3(bin: &Path, bytes: u64, reverse: bool) -> anyhow::Result<Iperf> {
 
 /// One timed transfer and the CPU it took.
 #[derive(Clone, Copy)]
-struct Measured {
-    bytes: u64,
-    wall: Duration,
-    cpu: CpuUse,
+pub(crate) struct Measured {
+    pub(crate) bytes: u64,
+    pub(crate) wall: Duration,
+    pub(crate) cpu: CpuUse,
 }
 
 impl Measured {
-    fn mib_s(&self) -> f64 {
+    pub(crate) fn mib_s(&self) -> f64 {
         mib_s(self.bytes, self.wall)
     }
 
@@ -648,7 +648,7 @@ async fn wait_down(fs: &FsClient, addr: &str) -> anyhow::Result<()> {
 }
 
 /// A directory whose new files get `layout`; its path.
-async fn layout_dir(fs: &FsClient, layout: &Layout) -> anyhow::Result<String> {
+pub(crate) async fn layout_dir(fs: &FsClient, layout: &Layout) -> anyhow::Result<String> {
     let name: String = layout.to_string().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
     let path = format!("/bench-{name}");
     if fs.stat(&path).await.is_err() {
@@ -658,7 +658,7 @@ async fn layout_dir(fs: &FsClient, layout: &Layout) -> anyhow::Result<String> {
     Ok(path)
 }
 
-async fn measure(bytes: u64, work: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<Measured> {
+pub(crate) async fn measure(bytes: u64, work: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<Measured> {
     let cpu0 = CpuSample::now();
     let t = Instant::now();
     work.await?;
@@ -668,7 +668,7 @@ async fn measure(bytes: u64, work: impl std::future::Future<Output = anyhow::Res
 
 /// Creates `path` and writes `size` bytes of the pattern through the file
 /// system client, then flushes (the drives' FLUSH and the manager's COMMIT).
-async fn write_file(fs: &FsClient, path: &str, size: u64, pattern: &Pattern) -> anyhow::Result<()> {
+pub(crate) async fn write_file(fs: &FsClient, path: &str, size: u64, pattern: &Pattern) -> anyhow::Result<()> {
     let f = fs.create(path, 0o644, true, false).await.with_context(|| format!("create {path}"))?;
     let mut src = PatternReader { pattern: pattern.clone(), at: 0, end: size };
     f.write_from(0, size, &mut src).await.with_context(|| format!("write {path}"))?;
@@ -678,7 +678,7 @@ async fn write_file(fs: &FsClient, path: &str, size: u64, pattern: &Pattern) -> 
 }
 
 /// Opens `path` and reads it whole, checking every byte against the pattern.
-async fn read_file(fs: &FsClient, path: &str, size: u64, pattern: &Pattern) -> anyhow::Result<()> {
+pub(crate) async fn read_file(fs: &FsClient, path: &str, size: u64, pattern: &Pattern) -> anyhow::Result<()> {
     let f = fs.open(path, false).await.with_context(|| format!("open {path}"))?;
     let mut check = PatternChecker { pattern: pattern.clone(), at: 0, bad: 0 };
     let got = f.read_to(0, size, &mut check).await.with_context(|| format!("read {path}"))?;
@@ -696,10 +696,10 @@ const PATTERN_BLOCK: usize = 1 << 20;
 /// repeated, each copy starting with its own index (so a block read from
 /// the wrong place is caught).
 #[derive(Clone)]
-struct Pattern(Arc<Vec<u8>>);
+pub(crate) struct Pattern(Arc<Vec<u8>>);
 
 impl Pattern {
-    fn new() -> Pattern {
+    pub(crate) fn new() -> Pattern {
         let mut block = vec![0u8; PATTERN_BLOCK];
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for chunk in block.chunks_mut(8) {
@@ -736,7 +736,7 @@ impl Pattern {
     }
 
     /// Copies the pattern's bytes at `at..at + dst.len()` into `dst`.
-    fn fill(&self, at: u64, dst: &mut [u8]) {
+    pub(crate) fn fill(&self, at: u64, dst: &mut [u8]) {
         for (d, off, n) in Self::segments(at, dst.len()) {
             let seg = &mut dst[d..d + n];
             seg.copy_from_slice(&self.0[off..off + n]);
@@ -748,7 +748,7 @@ impl Pattern {
     }
 
     /// How many bytes of `src`, taken as the stream at `at`, differ from the pattern.
-    fn mismatches(&self, at: u64, src: &[u8]) -> u64 {
+    pub(crate) fn mismatches(&self, at: u64, src: &[u8]) -> u64 {
         let mut bad = 0;
         for (d, off, n) in Self::segments(at, src.len()) {
             let seg = &src[d..d + n];
@@ -818,14 +818,14 @@ impl tokio::io::AsyncWrite for PatternChecker {
 
 /// CPU-seconds spent between two samples.
 #[derive(Debug, Clone, Copy, Default)]
-struct CpuUse {
+pub(crate) struct CpuUse {
     /// This process's threads other than drives' and manager's: the client
     /// (and this harness: pattern generation and checking).
-    client: f64,
+    pub(crate) client: f64,
     /// Drive runtimes' threads (`nasd-drive-N`).
-    drives: f64,
+    pub(crate) drives: f64,
     /// The manager runtime's threads.
-    manager: f64,
+    pub(crate) manager: f64,
     /// Every CPU of the machine, every process (`/proc/stat`, not idle).
     machine: f64,
     /// Seconds the drives' disk had I/O in flight (every process's I/O).
@@ -854,10 +854,10 @@ struct CpuSample {
 
 /// The block device (major, minor) the clusters' files are on, for its
 /// busy time in `/proc/diskstats`; set once at the start of a run.
-static DISK: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+pub(crate) static DISK: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
 
 /// The device holding `dir`.
-fn disk_of(dir: &Path) -> Option<(u64, u64)> {
+pub(crate) fn disk_of(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(dir).ok()?.dev();
     Some((libc::major(dev) as u64, libc::minor(dev) as u64))
@@ -937,7 +937,7 @@ fn machine_busy_ticks(stat: &str) -> Option<u64> {
     Some(total - v.get(3)? - v.get(4)?)
 }
 
-fn clock_ticks_per_sec() -> f64 {
+pub(crate) fn clock_ticks_per_sec() -> f64 {
     // SAFETY: sysconf reads a system constant.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 {
@@ -947,11 +947,11 @@ fn clock_ticks_per_sec() -> f64 {
     }
 }
 
-fn online_cpus() -> usize {
+pub(crate) fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -12,6 +12,7 @@
 mod acl_cmd;
 mod auth_cmd;
 mod bench;
+mod bench_cost;
 mod bench_dsfs;
 mod bench_fs;
 mod bench_mount;

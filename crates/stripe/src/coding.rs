@@ -85,31 +85,16 @@ impl Coder {
     /// [`CodingError::Shape`]: not `k` data shards, one longer than
     /// `shard_len`, or `shard_len` not a multiple of [`RS_SHARD_ALIGN`].
     pub fn encode<T: AsRef<[u8]>>(&self, data: &[T], shard_len: usize) -> Result<Vec<Vec<u8>>, CodingError> {
-        Self::check_len(shard_len)?;
-        if data.len() != self.data {
-            return Err(CodingError::Shape(format!("{} data shards for a {}-shard code", data.len(), self.data)));
-        }
-        if let Some(long) = data.iter().map(|d| d.as_ref().len()).find(|&l| l > shard_len) {
-            return Err(CodingError::Shape(format!("a {long}-byte data shard exceeds the shard length {shard_len}")));
-        }
-        if shard_len == 0 {
-            return Ok(vec![Vec::new(); self.parity]);
-        }
-        let mut encoder = ReedSolomonEncoder::new(self.data, self.parity, shard_len).map_err(shape)?;
-        let mut padded = Vec::new();
-        for d in data {
-            let d = d.as_ref();
-            if d.len() == shard_len {
-                encoder.add_original_shard(d).map_err(shape)?;
-            } else {
-                padded.clear();
-                padded.extend_from_slice(d);
-                padded.resize(shard_len, 0);
-                encoder.add_original_shard(&padded).map_err(shape)?;
-            }
-        }
-        let result = encoder.encode().map_err(shape)?;
-        Ok(result.recovery_iter().map(<[u8]>::to_vec).collect())
+        let mut parity = vec![Vec::new(); self.parity];
+        self.encoder().encode_into(data, shard_len, |j, shard| parity[j] = shard.to_vec())?;
+        Ok(parity)
+    }
+
+    /// An encoder for many stripes of this code, its working space
+    /// allocated once (a new encoder per stripe allocated and zeroed it
+    /// every time: `nasd bench cost` found it among the client's copies).
+    pub fn encoder(&self) -> StripeEncoder {
+        StripeEncoder { coder: *self, inner: None, padded: Vec::new() }
     }
 
     /// Fills the missing data shards of `shards` (`k + m` entries: data
@@ -185,6 +170,74 @@ impl Coder {
         // A data shard past the first k present ones was not given to the
         // decoder; it is present all the same. Every data shard is now.
         assert!(shards[..k].iter().all(Option::is_some), "decoding restores every missing data shard");
+        Ok(())
+    }
+}
+
+/// [`Coder::encode`] for one stripe after another with one working space.
+pub struct StripeEncoder {
+    coder: Coder,
+    inner: Option<(ReedSolomonEncoder, usize)>,
+    padded: Vec<u8>,
+}
+
+impl StripeEncoder {
+    /// The `m` parity shards of the `k` data shards in `data` (each at most
+    /// `shard_len` bytes, zero-padded to it), each handed to `out` with its
+    /// index `j` (`0..m`) as it is made, for the caller to copy where it
+    /// belongs. `shard_len` 0 hands over `m` empty shards.
+    ///
+    /// # Errors
+    /// As [`Coder::encode`].
+    pub fn encode_into<T: AsRef<[u8]>>(
+        &mut self,
+        data: &[T],
+        shard_len: usize,
+        mut out: impl FnMut(usize, &[u8]),
+    ) -> Result<(), CodingError> {
+        let Coder { data: k, parity: m } = self.coder;
+        Coder::check_len(shard_len)?;
+        if data.len() != k {
+            return Err(CodingError::Shape(format!("{} data shards for a {k}-shard code", data.len())));
+        }
+        if let Some(long) = data.iter().map(|d| d.as_ref().len()).find(|&l| l > shard_len) {
+            return Err(CodingError::Shape(format!("a {long}-byte data shard exceeds the shard length {shard_len}")));
+        }
+        if shard_len == 0 {
+            (0..m).for_each(|j| out(j, &[]));
+            return Ok(());
+        }
+        let Self { inner, padded, .. } = self;
+        let encoder = match inner {
+            Some((encoder, len)) if *len == shard_len => encoder,
+            Some((encoder, len)) => {
+                encoder.reset(k, m, shard_len).map_err(shape)?;
+                *len = shard_len;
+                encoder
+            }
+            None => &mut inner.insert((ReedSolomonEncoder::new(k, m, shard_len).map_err(shape)?, shard_len)).0,
+        };
+        let added = data.iter().try_for_each(|d| {
+            let d = d.as_ref();
+            if d.len() == shard_len {
+                encoder.add_original_shard(d)
+            } else {
+                padded.clear();
+                padded.extend_from_slice(d);
+                padded.resize(shard_len, 0);
+                encoder.add_original_shard(&*padded)
+            }
+        });
+        let encoded = added.and_then(|()| {
+            let result = encoder.encode()?;
+            result.recovery_iter().enumerate().for_each(|(j, shard)| out(j, shard));
+            Ok(())
+        });
+        if let Err(e) = encoded {
+            // Shards half added would be counted in the next stripe: start afresh.
+            *inner = None;
+            return Err(shape(e));
+        }
         Ok(())
     }
 }

@@ -1118,47 +1118,63 @@ impl Op {
         } else {
             None
         };
-        // The stripes' new shards: old bytes, then the write's over them.
-        let mut stripes: Vec<Vec<Vec<u8>>> =
-            (0..n).map(|i| vec![vec![0u8; self.g.parity_chunk_len(new_size, s0 + i as u64) as usize]; k]).collect();
+        // The stripes' new shards, column by column: column `c` holds chunk
+        // `c` of each stripe `i` at `at[i]`, `shard_lens[i]` bytes (a whole
+        // unit but perhaps in the last stripe); old bytes, then the write's
+        // over them. Column-major, a column is also the bytes its component
+        // is written, with no further copy when the write covers it whole.
+        let shard_lens: Vec<usize> = (0..n).map(|i| self.g.parity_chunk_len(new_size, s0 + i as u64) as usize).collect();
+        let at: Vec<usize> = shard_lens.iter().scan(0, |sum, len| Some(std::mem::replace(sum, *sum + len))).collect();
+        let column_len: usize = shard_lens.iter().sum();
+        let mut columns: Vec<Vec<u8>> = vec![vec![0u8; column_len]; k];
         if let Some(old) = &old {
             for c in 0..k {
-                let mut at = 0usize;
+                let mut from = 0usize;
                 // A want may span stripes (merged with its neighbour): copy unit by unit.
                 for w in &wants[c] {
                     let mut x = w.start;
                     while x < w.end {
                         let (i, lo) = ((x / u - s0) as usize, (x % u) as usize);
                         let len = ((u - x % u).min(w.end - x)) as usize;
-                        stripes[i][c][lo..lo + len].copy_from_slice(&old[c][at..at + len]);
-                        at += len;
+                        columns[c][at[i] + lo..at[i] + lo + len].copy_from_slice(&old[c][from..from + len]);
+                        from += len;
                         x += len as u64;
                     }
                 }
             }
         }
         for e in self.g.extents(a, data.len() as u64) {
-            let (i, lo, at) = ((e.stripe - s0) as usize, (e.comp_offset % u) as usize, (e.file_offset - a) as usize);
-            stripes[i][e.column][lo..lo + e.len as usize].copy_from_slice(&data[at..at + e.len as usize]);
+            let (i, lo, from) = ((e.stripe - s0) as usize, (e.comp_offset % u) as usize, (e.file_offset - a) as usize);
+            columns[e.column][at[i] + lo..at[i] + lo + e.len as usize].copy_from_slice(&data[from..from + e.len as usize]);
         }
         let coder = self.coder.expect("Reed-Solomon has a coder");
-        // Encoding a batch takes milliseconds: off the async workers.
-        let (stripes, parity) = self
-            .shared
-            .pool
-            .env()
-            .spawn_blocking(move || {
-                let parity: Result<Vec<_>, _> =
-                    stripes.iter().map(|s| coder.encode(s, s.first().map_or(0, Vec::len))).collect();
-                (stripes, parity)
-            })
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        let parity: Vec<Vec<Vec<u8>>> = parity.map_err(|e| self.coding_failed(e))?;
+        // Encoding a batch takes milliseconds: off the async workers, the
+        // parity appended to its components' buffers as it is made (each
+        // sized once: grown piece by piece, reallocations copied it over and over).
+        let (columns, parity) = {
+            let (shard_lens, at) = (shard_lens.clone(), at.clone());
+            self.shared
+                .pool
+                .env()
+                .spawn_blocking(move || {
+                    let mut parity: Vec<Vec<u8>> = (0..m).map(|_| Vec::with_capacity(column_len)).collect();
+                    let mut encoder = coder.encoder();
+                    let encoded = (0..n).try_for_each(|i| {
+                        let shards: Vec<&[u8]> = columns.iter().map(|col| &col[at[i]..at[i] + shard_lens[i]]).collect();
+                        encoder.encode_into(&shards, shard_lens[i], |j, shard| parity[j].extend_from_slice(shard))
+                    });
+                    (columns, encoded.map(|()| parity))
+                })
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+        };
+        let parity = parity.map_err(|e| self.coding_failed(e))?;
         // Per component: regions and bytes.
         let mut ranges: Vec<Vec<Range<u64>>> = vec![Vec::new(); k + m];
-        let mut bytes: Vec<Vec<u8>> = vec![Vec::new(); k + m];
         let mut per_stripe = Vec::with_capacity(n);
+        // Per data column: the span of its column the write covers (the
+        // touched chunks are consecutive stripes, whole but perhaps the first and last).
+        let mut spans: Vec<Option<Range<usize>>> = vec![None; k];
         for i in 0..n {
             let s = s0 + i as u64;
             let (mut written, mut untouched) = (Vec::new(), Vec::new());
@@ -1166,20 +1182,37 @@ impl Op {
                 match &touched[i][c] {
                     Some(t) => {
                         push_range(&mut ranges[c], s * u + t.start..s * u + t.end);
-                        bytes[c].extend_from_slice(&stripes[i][c][t.start as usize..t.end as usize]);
+                        let (lo, hi) = (at[i] + t.start as usize, at[i] + t.end as usize);
+                        spans[c] = Some(spans[c].as_ref().map_or(lo..hi, |sp| {
+                            // What is written must be what the regions say.
+                            assert_eq!(sp.end, lo, "a column's touched chunks are consecutive in it");
+                            sp.start..hi
+                        }));
                         let whole = t.start == 0 && t.end >= self.g.chunk_len(new_size, s, c);
                         written.push((c, whole));
                     }
                     None => untouched.push(c),
                 }
             }
-            for (j, p) in parity[i].iter().enumerate() {
-                push_range(&mut ranges[k + j], s * u..s * u + p.len() as u64);
-                bytes[k + j].extend_from_slice(p);
+            for (j, parity_ranges) in ranges[k..].iter_mut().enumerate() {
+                push_range(parity_ranges, s * u..s * u + shard_lens[i] as u64);
                 written.push((k + j, true));
             }
             per_stripe.push((written, untouched));
         }
+        let mut bytes: Vec<Vec<u8>> = columns
+            .into_iter()
+            .zip(&spans)
+            .map(|(mut column, span)| match span {
+                None => Vec::new(),
+                Some(span) if span.start == 0 => {
+                    column.truncate(span.end);
+                    column
+                }
+                Some(span) => column[span.clone()].to_vec(),
+            })
+            .collect();
+        bytes.extend(parity);
         // Refuse before writing if some stripe cannot keep k chunks.
         for (written, untouched) in &per_stripe {
             if self.holders(written, untouched, |c| self.writable(c)) < k {
