@@ -3,8 +3,9 @@
 //! hand-made RPC calls (a forged handle, UNSTABLE writes and COMMIT, a
 //! listing paged while its directory changes, a gateway restart; refused
 //! credential flavours, the per-client connection cap, resent calls
-//! answered from the duplicate-request cache, `..` kept inside its export; a
-//! 10 000-entry directory; a copy whose gateway is killed and restarted,
+//! answered from the duplicate-request cache, also after a restart, `..`
+//! kept inside its export; a 10 000-entry directory; a copy whose gateway
+//! is killed and restarted,
 //! its uncommitted writes resent as RFC 1813 asks; a large file).
 
 mod common;
@@ -810,6 +811,44 @@ fn nfs_gateway_answers_other_flavours_caps_connections_replays_resent_calls_and_
     // (Removed names the gateway still holds open are kept hidden until closed.)
     let names: Vec<&str> = ls.split_whitespace().filter(|n| !n.starts_with(".nasd-unlinked")).collect();
     assert_eq!(names, ["fifo", "file", "sub/", "sym"], "{ls}");
+
+    // The gateway killed (-9) and restarted: calls resent to it, in a drawn
+    // order, get their first run's replies from its journal, and ran once.
+    let mut rpc = again;
+    rpc.create(&root, "moving");
+    rpc.create(&root, "doomed");
+    type Call<'a> = (u32, Box<dyn Fn() -> Xdr + 'a>, &'a str);
+    let calls: Vec<Call> = vec![
+        (14, Box::new(|| at(b"moving")().opaque(&root).opaque(b"moved")), "RENAME"),
+        (12, Box::new(at(b"doomed")), "REMOVE"),
+        (9, Box::new(|| at(b"made")().no_sattr()), "MKDIR"),
+        (8, Box::new(|| at(b"guarded2")().u32(1).no_sattr()), "CREATE GUARDED"),
+    ];
+    let mut firsts = Vec::new();
+    for (proc, args, what) in &calls {
+        let r = rpc.call(NFS, *proc, args());
+        assert_eq!(u32::from_be_bytes(r.b[24..28].try_into().unwrap()), OK, "{what}");
+        firsts.push((rpc.xid, r.b));
+    }
+    drop(rpc);
+    let mut gw = gw;
+    gw.kill();
+    let gw = start_gateway(cwd, "nfs.log", Some(gw.addr), &["--export", "/pub", "--connections-per-client", "3"]);
+    let mut rpc = Rpc::connect(gw.addr, 1000);
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    rand::seq::SliceRandom::shuffle(&mut order[..], &mut rng);
+    for i in order {
+        let ((proc, args, what), (xid, first)) = (&calls[i], &firsts[i]);
+        rpc.xid = *xid;
+        let r = rpc.resend(NFS, *proc, args());
+        assert!(r.b == *first, "{what} resent after a restart: not the first run's reply");
+    }
+    assert_eq!(rpc.lookup(&root, "moving").0, 2, "RENAME ran once");
+    assert_eq!(rpc.lookup(&root, "moved").0, OK, "RENAME ran");
+    assert_eq!(rpc.lookup(&root, "doomed").0, 2, "REMOVE ran");
+    assert_eq!(rpc.lookup(&root, "made").0, OK, "MKDIR ran");
+    let mut r = rpc.call(NFS, 12, at(b"doomed")());
+    assert_eq!(r.u32(), 2, "a fresh REMOVE of the removed name after the restart: NFS3ERR_NOENT");
 }
 
 #[test]
