@@ -372,6 +372,13 @@ impl Gateway {
         Ok(attr::fattr(&self.vfs.getattr(cx, ino).await.map_err(err)?))
     }
 
+    /// The attributes READ and WRITE answer beside their data: the layer's
+    /// while recent ([`nasd_vfs::Vfs::getattr_recent`]), so a data call
+    /// asks the manager nothing (GETATTR itself always asks).
+    async fn recent_attr_of(&self, cx: &FsClient, ino: Ino) -> NfsResult<fattr3> {
+        Ok(attr::fattr(&self.vfs.getattr_recent(cx, ino).await.map_err(err)?))
+    }
+
     /// `sattr3` as the layer's change (`None` fields left alone).
     fn set_of(set: &sattr3) -> SetAttr {
         use nfs_rpc::nfs::{set_atime, set_gid3, set_mode3, set_mtime, set_size3, set_uid3};
@@ -530,9 +537,14 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let (_, ino) = self.resolve(&cx, fh).await?;
         let open = self.opens.get(self, &cx, ino, false).await?;
         let data = self.vfs.read(open, offset, count).await.map_err(err)?;
-        let a = self.attr_of(&cx, ino).await?;
-        let eof = offset.saturating_add(data.len() as u64) >= a.size;
-        Ok((data, eof, a))
+        let end = offset.saturating_add(data.len() as u64);
+        let mut a = self.recent_attr_of(&cx, ino).await?;
+        if data.len() < count as usize || end > a.size {
+            // At or past the end the held size would tell EOF by: the
+            // manager's size decides (another client may have changed it).
+            a = self.attr_of(&cx, ino).await?;
+        }
+        Ok((data, end >= a.size, a))
     }
 
     async fn write(
@@ -553,7 +565,7 @@ impl nfs_rpc::NfsFileSystem for Gateway {
             self.vfs.fsync(open).await.map_err(err)?;
             Stable::FileSync
         };
-        Ok((kept, self.attr_of(&cx, ino).await?))
+        Ok((kept, self.recent_attr_of(&cx, ino).await?))
     }
 
     async fn create(
