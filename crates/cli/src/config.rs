@@ -71,7 +71,8 @@
 //! exports = ["/", "/projects"]   # nasd directories clients may mount
 //! clients = ["127.0.0.1/32", "10.0.0.0/8"]  # allowed client networks; others are refused at connect
 //! root_squash = true             # uid 0 runs as anon_uid/anon_gid [default: true]
-//! handle_key = "/var/lib/nasd/nfs/handle.key"  # seals file handles; made at first start
+//! handle_key = "/var/lib/nasd/nfs/handle.key"  # seals file handles; made at first start; its directory
+//!                                 # also keeps the duplicate-request journal (drc.log, drc.old.log)
 //! connections_per_client = 16    # connections one client address may hold open (1 to 256)
 //! [metrics]                      # Prometheus/OpenMetrics at http://ADDR/metrics: plain HTTP, no login
 //! drive = "127.0.0.1:9400"       # nasd drive [default: off]; --metrics overrides

@@ -40,7 +40,9 @@ pub struct NfsArgs {
     no_root_squash: bool,
     /// The key file sealing file handles, made at the first start [default:
     /// [nfs] handle_key, else nasd-data/nfs/handle.key]. Keep it: a new key
-    /// makes every handle clients hold stale.
+    /// makes every handle clients hold stale. Its directory also holds the
+    /// duplicate-request journal (drc.log, drc.old.log), so that calls
+    /// resent across a restart run once.
     #[arg(long, value_name = "FILE")]
     handle_key: Option<PathBuf>,
     /// Connections one client address may hold open at once, 1 to 256
@@ -114,7 +116,7 @@ pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::R
             _ = term.recv() => {}
         }
     };
-    serve(fs, config, (clients, limits), &listen, &key, stop).await
+    serve(fs, config, (clients, limits), &listen, (&key, state_dir(&key_path)), stop).await
 }
 
 /// `nasd up`'s gateway (`[up] nfs = true`): logs in with `client` (the
@@ -145,7 +147,13 @@ pub async fn serve_for_up(
             .await
             .context("cannot let the NFS gateway act for users")?;
     }
-    serve(fs, config, (clients, limits), &listen, &key, stop).await
+    serve(fs, config, (clients, limits), &listen, (&key, state_dir(&key_path)), stop).await
+}
+
+/// The gateway's state directory: the handle key's (the duplicate-request
+/// journal lives there, `nfs_rpc::DRC_JOURNAL_FILE`).
+fn state_dir(key_path: &std::path::Path) -> &std::path::Path {
+    key_path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."))
 }
 
 /// The handle key at `path` (made, 0600, with its directory, if missing) and whether it was made.
@@ -161,7 +169,7 @@ async fn serve(
     config: nasd_nfs::NfsConfig,
     (clients, limits): (nasd_nfs::Clients, nfs_rpc::Limits),
     listen: &str,
-    key: &nasd_crypto::Key,
+    (key, state_dir): (&nasd_crypto::Key, &std::path::Path),
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = tokio::net::lookup_host(listen)
@@ -170,6 +178,8 @@ async fn serve(
         .next()
         .with_context(|| format!("{listen} names no address"))?;
     gateway_check(&fs).await?;
+    let drc = nfs_rpc::DuplicateRequestCache::persisted(state_dir)
+        .with_context(|| format!("cannot open the duplicate-request journal in {}", state_dir.display()))?;
     let vfs =
         nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
     let exports: Vec<String> = config.exports.iter().map(|e| e.path.clone()).collect();
@@ -177,7 +187,7 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     eprintln!("NFSv3 gateway ready on {bound} (MOUNT on the same port), exports {}", exports.join(" "));
-    let served = nfs_rpc::serve(listener, gateway.clone(), Arc::new(clients), limits, stop).await;
+    let served = nfs_rpc::serve(listener, gateway.clone(), Arc::new(clients), (limits, drc), stop).await;
     // What clients wrote and did not commit yet is committed now (their next COMMIT sees a new
     // verifier and resends it anyway).
     gateway.close_all().await;

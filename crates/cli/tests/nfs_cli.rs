@@ -3,8 +3,9 @@
 //! hand-made RPC calls (a forged handle, UNSTABLE writes and COMMIT, a
 //! listing paged while its directory changes, a gateway restart; refused
 //! credential flavours, the per-client connection cap, resent calls
-//! answered from the duplicate-request cache, `..` at an export's root; a
-//! 10 000-entry directory; a copy whose gateway is killed and restarted,
+//! answered from the duplicate-request cache, also after a restart, `..`
+//! kept inside its export; a 10 000-entry directory; a copy whose gateway
+//! is killed and restarted,
 //! its uncommitted writes resent as RFC 1813 asks; a large file).
 
 mod common;
@@ -25,7 +26,6 @@ const OK: u32 = 0;
 const NFS3ERR_ACCES: u32 = 13;
 const NFS3ERR_BADHANDLE: u32 = 10_001;
 const NFS3ERR_BAD_COOKIE: u32 = 10_003;
-const NFS3ERR_NOTSUPP: u32 = 10_004;
 const NFS3ERR_JUKEBOX: u32 = 10_008;
 
 fn start_gateway(cwd: &Path, log: &str, prefer: Option<SocketAddr>, extra: &[&str]) -> Daemon {
@@ -330,7 +330,8 @@ fn stat(rpc: &mut Rpc, fh: &[u8]) -> (u64, u32) {
     let mut r = rpc.call(NFS, 1, Xdr::default().opaque(fh));
     assert_eq!(r.u32(), OK, "GETATTR");
     let a = r.bytes(84);
-    (u64::from_be_bytes(a[44..52].try_into().unwrap()), u32::from_be_bytes(a[8..12].try_into().unwrap()))
+    // fattr3: type, mode, nlink, uid, gid, size, used, rdev, fsid, fileid, times.
+    (u64::from_be_bytes(a[52..60].try_into().unwrap()), u32::from_be_bytes(a[8..12].try_into().unwrap()))
 }
 
 /// The whole file back through READ, in `piece`-byte calls.
@@ -684,6 +685,7 @@ fn nfs_gateway_answers_other_flavours_caps_connections_replays_resent_calls_and_
     let cwd = tmp.path();
     let up = cluster(cwd);
     up.ok(&["mkdir", "/pub/sub"]);
+    up.ok(&["chmod", "777", "/pub/sub"]);
     let gw = start_gateway(cwd, "nfs.log", None, &["--export", "/pub", "--connections-per-client", "3"]);
 
     // Credential flavours the gateway does not implement are answered
@@ -717,21 +719,48 @@ fn nfs_gateway_answers_other_flavours_caps_connections_replays_resent_calls_and_
     held.truncate(rng.gen_range(0..3));
     common::until("a connection once one went", || Rpc::served(gw.addr, 1000).map(|c| held.push(c)).is_some());
 
-    // `..` at the export's root is the root: nothing above /pub is reached.
-    // `..` below it is not served. "/" is not exported.
+    // `..` at the export's root is the root: nothing above /pub is reached,
+    // however often it is climbed. `..` below it is the parent; `..` of a
+    // directory renamed out of the export since its handle was made is the
+    // export's root, not the directory's new parent. "/" is not exported.
     let mut rpc = held.pop().unwrap();
     drop(held);
     let mut r = rpc.call(MOUNT, 1, Xdr::default().opaque(b"/"));
     assert_ne!(r.u32(), OK, "MOUNT / with only /pub exported");
     let root = rpc.mount("/pub");
-    let (status, dotdot) = rpc.lookup(&root, "..");
-    assert_eq!(status, OK, "LOOKUP .. at the export's root");
-    assert_eq!(stat(&mut rpc, &dotdot).0, stat(&mut rpc, &root).0, "`..` of the export's root is the root");
+    let root_id = stat(&mut rpc, &root).0;
+    let mut up_from = root.clone();
+    for _ in 0..rng.gen_range(1..4) {
+        let (status, dotdot) = rpc.lookup(&up_from, "..");
+        assert_eq!(status, OK, "LOOKUP .. at the export's root");
+        assert_eq!(stat(&mut rpc, &dotdot).0, root_id, "`..` of the export's root is the root");
+        up_from = dotdot;
+    }
     let (status, sub) = rpc.lookup(&root, "sub");
     assert_eq!(status, OK);
-    assert_eq!(rpc.lookup(&sub, "..").0, NFS3ERR_NOTSUPP, "`..` below the root");
+    let dotdot_of = |rpc: &mut Rpc, dir: &[u8], what: &str| {
+        let (status, up) = rpc.lookup(dir, "..");
+        assert_eq!(status, OK, "LOOKUP .. of {what}");
+        stat(rpc, &up).0
+    };
+    assert_eq!(dotdot_of(&mut rpc, &sub, "/pub/sub"), root_id, "`..` of /pub/sub");
     let sub_mounted = rpc.mount("/pub/sub");
-    assert_eq!(rpc.lookup(&sub_mounted, "..").0, NFS3ERR_NOTSUPP, "`..` of a mounted subdirectory");
+    assert_eq!(dotdot_of(&mut rpc, &sub_mounted, "a mounted /pub/sub"), root_id);
+    let sub_id = stat(&mut rpc, &sub).0;
+    let mut r = rpc.call(NFS, 9, Xdr::default().opaque(&sub).opaque(b"deep").no_sattr());
+    assert_eq!(r.u32(), OK, "MKDIR /pub/sub/deep");
+    let deep = r.post_op_fh();
+    assert_eq!(dotdot_of(&mut rpc, &deep, "/pub/sub/deep"), sub_id);
+    let mut r = rpc.call(NFS, 9, Xdr::default().opaque(&deep).opaque(b"leaving").no_sattr());
+    assert_eq!(r.u32(), OK, "MKDIR /pub/sub/deep/leaving");
+    let leaving = r.post_op_fh();
+    up.ok(&["mkdir", "/outside"]);
+    up.ok(&["mv", "/pub/sub/deep/leaving", "/outside/left"]);
+    assert_eq!(dotdot_of(&mut rpc, &leaving, "a directory moved out"), root_id, "`..` escaped the export");
+    up.ok(&["mv", "/pub/sub/deep", "/outside/deep"]);
+    assert_eq!(dotdot_of(&mut rpc, &deep, "a directory moved out"), root_id, "`..` escaped the export");
+    up.ok(&["mv", "/outside/deep", "/pub/sub/deep"]);
+    assert_eq!(dotdot_of(&mut rpc, &deep, "a directory moved back"), sub_id);
 
     // Resent calls (same xid, same call) get their first run's reply; a
     // fresh call sees what the first run did; another call with a used xid runs.
@@ -782,6 +811,44 @@ fn nfs_gateway_answers_other_flavours_caps_connections_replays_resent_calls_and_
     // (Removed names the gateway still holds open are kept hidden until closed.)
     let names: Vec<&str> = ls.split_whitespace().filter(|n| !n.starts_with(".nasd-unlinked")).collect();
     assert_eq!(names, ["fifo", "file", "sub/", "sym"], "{ls}");
+
+    // The gateway killed (-9) and restarted: calls resent to it, in a drawn
+    // order, get their first run's replies from its journal, and ran once.
+    let mut rpc = again;
+    rpc.create(&root, "moving");
+    rpc.create(&root, "doomed");
+    type Call<'a> = (u32, Box<dyn Fn() -> Xdr + 'a>, &'a str);
+    let calls: Vec<Call> = vec![
+        (14, Box::new(|| at(b"moving")().opaque(&root).opaque(b"moved")), "RENAME"),
+        (12, Box::new(at(b"doomed")), "REMOVE"),
+        (9, Box::new(|| at(b"made")().no_sattr()), "MKDIR"),
+        (8, Box::new(|| at(b"guarded2")().u32(1).no_sattr()), "CREATE GUARDED"),
+    ];
+    let mut firsts = Vec::new();
+    for (proc, args, what) in &calls {
+        let r = rpc.call(NFS, *proc, args());
+        assert_eq!(u32::from_be_bytes(r.b[24..28].try_into().unwrap()), OK, "{what}");
+        firsts.push((rpc.xid, r.b));
+    }
+    drop(rpc);
+    let mut gw = gw;
+    gw.kill();
+    let gw = start_gateway(cwd, "nfs.log", Some(gw.addr), &["--export", "/pub", "--connections-per-client", "3"]);
+    let mut rpc = Rpc::connect(gw.addr, 1000);
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    rand::seq::SliceRandom::shuffle(&mut order[..], &mut rng);
+    for i in order {
+        let ((proc, args, what), (xid, first)) = (&calls[i], &firsts[i]);
+        rpc.xid = *xid;
+        let r = rpc.resend(NFS, *proc, args());
+        assert!(r.b == *first, "{what} resent after a restart: not the first run's reply");
+    }
+    assert_eq!(rpc.lookup(&root, "moving").0, 2, "RENAME ran once");
+    assert_eq!(rpc.lookup(&root, "moved").0, OK, "RENAME ran");
+    assert_eq!(rpc.lookup(&root, "doomed").0, 2, "REMOVE ran");
+    assert_eq!(rpc.lookup(&root, "made").0, OK, "MKDIR ran");
+    let mut r = rpc.call(NFS, 12, at(b"doomed")());
+    assert_eq!(r.u32(), 2, "a fresh REMOVE of the removed name after the restart: NFS3ERR_NOENT");
 }
 
 #[test]

@@ -17,14 +17,17 @@
 //! flight per connection [`server::CALLS_PER_CONNECTION_MAX`] and in all
 //! [`server::CALLS_IN_FLIGHT_MAX`], connections [`server::CONNECTIONS_MAX`]
 //! and per client address [`Limits::connections_per_client`], calls
-//! remembered by the duplicate-request cache [`DRC_ENTRIES_MAX`].
+//! remembered by the duplicate-request cache [`DRC_ENTRIES_MAX`] (and
+//! [`DRC_ENTRIES_PER_CLIENT_MAX`] per client address), its journal
+//! [`DRC_JOURNAL_RECORDS_MAX`] records per file.
 //!
 //! Calls of a credential flavour other than AUTH_SYS are answered
 //! `MSG_DENIED`/`AUTH_ERROR` (AUTH_NONE is admitted only for the NULL
 //! procedures and MOUNT's listings). A resent SETATTR, CREATE, MKDIR,
 //! SYMLINK, MKNOD, REMOVE, RMDIR, RENAME or LINK (same client address and
 //! xid, same call) gets the first run's reply from the duplicate-request
-//! cache instead of running twice.
+//! cache ([`DuplicateRequestCache`]) instead of running twice, also after a
+//! restart when the cache is journaled under a state directory.
 //! No portmapper is served: clients name the port (libnfs:
 //! `nfs://host/export?nfsport=P&mountport=P`, Linux: `-o port=P,mountport=P`).
 #![allow(clippy::upper_case_acronyms)]
@@ -42,7 +45,10 @@ pub mod server;
 #[allow(missing_docs)]
 pub mod xdr;
 
-pub use drc::{DRC_ENTRIES_MAX, DRC_REPLY_BYTES_MAX, NON_IDEMPOTENT_PROCS};
+pub use drc::{
+    DuplicateRequestCache, DRC_ENTRIES_MAX, DRC_ENTRIES_PER_CLIENT_MAX, DRC_JOURNAL_FILE, DRC_JOURNAL_OLD_FILE,
+    DRC_JOURNAL_RECORDS_MAX, DRC_REPLY_BYTES_MAX, NON_IDEMPOTENT_PROCS,
+};
 pub use fs::{Auth, Caller, CreateHow, DirEntry, DirPage, FileHandle, FsStat, NfsFileSystem, NfsResult, Stable};
 pub use procs::READDIR_ENTRIES_MAX;
 pub use server::{serve, Limits, PeerFilter};

@@ -5,7 +5,7 @@
 //! change the file system pass through the duplicate-request cache
 //! (`drc.rs`).
 
-use crate::drc::{self, Seen};
+use crate::drc::{self, DuplicateRequestCache, Seen};
 use crate::fs::{Auth, Caller, NfsFileSystem};
 use crate::rpc::{
     auth_error_reply_message, auth_flavor, auth_stat, auth_unix, call_body, garbage_args_reply_message,
@@ -96,7 +96,7 @@ pub trait PeerFilter: Send + Sync + 'static {
 
 /// Serves NFSv3 and MOUNT v3 on `listener` for `fs` until `shutdown`
 /// completes; connections from peers `filter` refuses, or over `limits`,
-/// are closed at once.
+/// are closed at once; resent calls are answered from `drc`.
 ///
 /// # Errors
 /// Accepting a connection failed, or `limits` are out of range.
@@ -104,7 +104,7 @@ pub async fn serve(
     listener: TcpListener,
     fs: Arc<dyn NfsFileSystem>,
     filter: Arc<dyn PeerFilter>,
-    limits: Limits,
+    (limits, drc): (Limits, DuplicateRequestCache),
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     if !(1..=CONNECTIONS_MAX).contains(&limits.connections_per_client) {
@@ -114,7 +114,7 @@ pub async fn serve(
         ));
     }
     let per_client = Arc::new(PerClient::default());
-    let drc = Arc::new(drc::Cache::new());
+    let drc = Arc::new(drc);
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     let in_flight = Arc::new(tokio::sync::Semaphore::new(CALLS_IN_FLIGHT_MAX));
     tokio::pin!(shutdown);
@@ -239,7 +239,7 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem, drc: &d
     };
     let args = &record[input.position() as usize..];
     let ticket = if drc::Cache::keeps(&call) {
-        match drc.begin(peer.ip().to_canonical(), xid, drc.digest(&call, &auth, args)) {
+        match drc.begin(peer.ip().to_canonical(), xid, drc::Cache::digest(&call, &auth, args)) {
             Seen::New(ticket) => Some(ticket),
             Seen::Again(first) => {
                 tracing::debug!(%peer, xid, proc = call.proc, "a resent call answered from the duplicate-request cache");

@@ -23,7 +23,8 @@
 //!   directory cursor named by the cookie verifier, so a directory that
 //!   changes during a listing neither repeats nor skips an unchanged entry.
 //! - **Bounded**: inodes held for clients ([`INODES_HELD_MAX`]), open files
-//!   ([`OPENS_MAX`]), cursors ([`CURSORS_MAX`]).
+//!   ([`OPENS_MAX`]), cursors ([`CURSORS_MAX`]), the climb that keeps a
+//!   `..` inside its export ([`DOTDOT_CLIMB_MAX`]).
 #![deny(missing_docs)]
 
 mod attr;
@@ -48,6 +49,10 @@ pub const INODES_HELD_MAX: usize = 65_536;
 pub const OPENS_MAX: usize = 1024;
 /// Directory cursors kept for listings in progress.
 pub const CURSORS_MAX: usize = 1024;
+/// Directories a LOOKUP of `..` climbs to check that its answer lies in
+/// the handle's export (one manager request each); a deeper directory's
+/// `..` is refused `NFS3ERR_ACCES`.
+pub const DOTDOT_CLIMB_MAX: usize = 256;
 /// The uid and gid squashed callers run as unless configured.
 pub const ANON_ID_DEFAULT: u32 = 65_534;
 
@@ -326,6 +331,30 @@ impl Gateway {
         }
     }
 
+    /// Whether directory `dir` (a `..` answer) lies in `export`: its
+    /// parents climbed as the caller, at most [`DOTDOT_CLIMB_MAX`], until
+    /// the export's root (inside) or the file system's root (outside).
+    ///
+    /// # Errors
+    /// A climb refused (`NFS3ERR_ACCES`, …), or one past [`DOTDOT_CLIMB_MAX`]
+    /// (`NFS3ERR_ACCES`: the answer cannot be shown to be inside).
+    async fn inside_export(&self, cx: &FsClient, export: u8, dir: &nasd_fs::Entry) -> NfsResult<bool> {
+        let root = self.roots[usize::from(export)];
+        let mut at = dir.handle();
+        for _ in 0..DOTDOT_CLIMB_MAX {
+            if at.ino == root {
+                return Ok(true);
+            }
+            let up = cx.lookup(at, "..").await.map_err(|e| err(e.into()))?.handle();
+            if up.ino == at.ino {
+                return Ok(false);
+            }
+            at = up;
+        }
+        tracing::warn!(dir = dir.attr.ino, "a `..` lookup over DOTDOT_CLIMB_MAX directories below its export refused");
+        Err(nfsstat3::NFS3ERR_ACCES)
+    }
+
     /// The sealed handle of held inode `ino` in `export`.
     fn seal(&self, export: u8, ino: Ino) -> NfsResult<FileHandle> {
         let inner = self.vfs.persistent_handle(ino).map_err(err)?;
@@ -341,6 +370,13 @@ impl Gateway {
 
     async fn attr_of(&self, cx: &FsClient, ino: Ino) -> NfsResult<fattr3> {
         Ok(attr::fattr(&self.vfs.getattr(cx, ino).await.map_err(err)?))
+    }
+
+    /// The attributes READ and WRITE answer beside their data: the layer's
+    /// while recent ([`nasd_vfs::Vfs::getattr_recent`]), so a data call
+    /// asks the manager nothing (GETATTR itself always asks).
+    async fn recent_attr_of(&self, cx: &FsClient, ino: Ino) -> NfsResult<fattr3> {
+        Ok(attr::fattr(&self.vfs.getattr_recent(cx, ino).await.map_err(err)?))
     }
 
     /// `sattr3` as the layer's change (`None` fields left alone).
@@ -465,10 +501,14 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         if name == "." || (name == ".." && ino == self.roots[usize::from(export)]) {
             return Ok((self.seal(export, ino)?, self.attr_of(&cx, ino).await?));
         }
-        if name == ".." {
-            return Err(nfsstat3::NFS3ERR_NOTSUPP);
-        }
         let e = self.vfs.lookup(&cx, ino, name).await.map_err(err)?;
+        if name == ".." && !self.inside_export(&cx, export, &e).await? {
+            // A directory renamed out of the export since its handle was
+            // made: its parent is not served, the export's root answers.
+            self.vfs.forget(e.attr.ino, 1);
+            let root = self.roots[usize::from(export)];
+            return Ok((self.seal(export, root)?, self.attr_of(&cx, root).await?));
+        }
         self.made(export, &e)
     }
 
@@ -497,9 +537,14 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let (_, ino) = self.resolve(&cx, fh).await?;
         let open = self.opens.get(self, &cx, ino, false).await?;
         let data = self.vfs.read(open, offset, count).await.map_err(err)?;
-        let a = self.attr_of(&cx, ino).await?;
-        let eof = offset.saturating_add(data.len() as u64) >= a.size;
-        Ok((data, eof, a))
+        let end = offset.saturating_add(data.len() as u64);
+        let mut a = self.recent_attr_of(&cx, ino).await?;
+        if data.len() < count as usize || end > a.size {
+            // At or past the end the held size would tell EOF by: the
+            // manager's size decides (another client may have changed it).
+            a = self.attr_of(&cx, ino).await?;
+        }
+        Ok((data, end >= a.size, a))
     }
 
     async fn write(
@@ -520,7 +565,7 @@ impl nfs_rpc::NfsFileSystem for Gateway {
             self.vfs.fsync(open).await.map_err(err)?;
             Stable::FileSync
         };
-        Ok((kept, self.attr_of(&cx, ino).await?))
+        Ok((kept, self.recent_attr_of(&cx, ino).await?))
     }
 
     async fn create(

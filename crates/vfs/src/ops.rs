@@ -185,6 +185,27 @@ impl Vfs {
         Ok(shown(&attr, hidden))
     }
 
+    /// An inode's attributes as [`getattr`](Self::getattr) gives them, from
+    /// what the layer holds while that is younger than
+    /// [`attr_ttl`](Vfs::attr_ttl) (the change feed invalidates what
+    /// changes; this layer's own writes and commits keep it current) — the
+    /// attributes a FUSE kernel would answer from its cache — else asked of
+    /// the manager. For replies that carry attributes beside data (NFS
+    /// READ and WRITE), so a data call costs no manager request.
+    ///
+    /// # Errors
+    /// As [`getattr`](Self::getattr).
+    pub async fn getattr_recent(&self, cx: &FsClient, ino: Ino) -> Result<FileAttr> {
+        let ttl = self.attr_ttl();
+        let held = {
+            let inodes = lock(&self.shared.inodes);
+            inodes.get(ino).filter(|n| n.attr_at.elapsed() < ttl).map(|n| (n.attr.clone(), n.nlink_hidden()))
+        };
+        let Some((mut attr, hidden)) = held else { return self.getattr(cx, ino).await };
+        self.with_local_size(&mut attr).await;
+        Ok(shown(&attr, hidden))
+    }
+
     /// Runs `call` (manager requests) without waiting for a manager: `None`
     /// if none answers — the one attempt found no manager or lost its
     /// connection — else its result. During an outage the attempt is made
