@@ -38,7 +38,7 @@ use crate::fs_cmd;
 use anyhow::Context;
 use nasd_fs::{FsClient, FsStatus, SetAttr};
 use nasd_manager::{Location, ManagerConfig};
-use nasd_meta::pg_server::PgServer;
+use nasd_meta::pg_server::{DelayProxy, PgServer};
 use nasd_proto::fs::FileKind;
 use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest};
 use std::collections::BTreeMap;
@@ -92,6 +92,21 @@ pub struct UntarArgs {
     /// Where the clusters keep their files [default: a temporary directory].
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Latency added to the managers' link to PostgreSQL, each way, in
+    /// microseconds: the managers reach the server through a proxy the
+    /// benchmark starts, which holds every byte back this long
+    /// (`nasd_meta::pg_server::DelayProxy`); 500 is a round trip of about
+    /// 1 ms, a database on another machine of the same network. 0: no proxy.
+    #[arg(long, default_value_t = 0)]
+    one_way_delay_us: u64,
+    /// Most metadata transactions that write each manager runs at once on
+    /// PostgreSQL [default: `nasd_meta::WRITERS_MAX`].
+    #[arg(long)]
+    pg_writers: Option<usize>,
+    /// Skip the SQLite baseline (its ratio column is then against the first
+    /// PostgreSQL row).
+    #[arg(long)]
+    no_sqlite: bool,
 }
 
 /// One entry of the archive, in the order `tar` meets it.
@@ -270,13 +285,32 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
     let server = tokio::task::spawn_blocking(PgServer::start)
         .await?
         .map_err(|e| anyhow::anyhow!("cannot start a PostgreSQL server for the benchmark: {e}"))?;
+    let one_way = Duration::from_micros(args.one_way_delay_us);
+    let proxy = if one_way.is_zero() {
+        None
+    } else {
+        let upstream: std::net::SocketAddr = server.host_port().parse()?;
+        Some(DelayProxy::start(upstream, one_way).map_err(|e| anyhow::anyhow!("{e}"))?)
+    };
+    println!(
+        "  managers reach PostgreSQL {}",
+        match &proxy {
+            Some(p) => format!("through a proxy adding {one_way:?} each way ({})", p.addr()),
+            None => "directly (loopback)".to_owned(),
+        }
+    );
     let result = async {
         let mut rows = Vec::new();
-        let sqlite = measure(&tmp.path().join("sqlite"), None, 1, &args, &archive).await?;
-        rows.push(sqlite);
+        if !args.no_sqlite {
+            rows.push(measure(&tmp.path().join("sqlite"), None, 1, &args, &archive).await?);
+        }
         for managers in PG_MANAGERS {
             let url = server.fresh_url();
             let db = url.rsplit('/').next().unwrap_or_default().to_owned();
+            let url = match &proxy {
+                Some(p) => format!("postgres://postgres@{}/{db}", p.addr()),
+                None => url,
+            };
             let dir = tmp.path().join(format!("postgres-{managers}"));
             let mut row = measure(&dir, Some(url), managers, &args, &archive).await?;
             row.conflicts = Some(server.serialization_failures(&db));
@@ -285,8 +319,8 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(rows)
     }
     .await;
-    // Stopping the server waits for it: not on a runtime worker.
-    tokio::task::spawn_blocking(move || drop(server)).await?;
+    // Stopping the proxy and the server waits for them: not on a runtime worker.
+    tokio::task::spawn_blocking(move || drop((proxy, server))).await?;
     let rows = result?;
     let base = &rows[0];
     println!(
@@ -296,7 +330,7 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         "seconds",
         "requests/s",
         "files/s",
-        "vs SQLite ×1",
+        if args.no_sqlite { "vs PG ×1" } else { "vs SQLite ×1" },
         "busy",
         "stale",
         "busiest",
@@ -338,7 +372,13 @@ async fn measure(
     archive: &Arc<Archive>,
 ) -> anyhow::Result<Row> {
     let metadata = match &url {
-        Some(u) => Some(u.parse::<Location>().map_err(|e| anyhow::anyhow!("the server's URL: {e}"))?),
+        Some(u) => {
+            let at = u.parse::<Location>().map_err(|e| anyhow::anyhow!("the server's URL: {e}"))?;
+            Some(match args.pg_writers {
+                Some(n) => at.with_writers_max(n),
+                None => at,
+            })
+        }
         None => None,
     };
     let label = if url.is_some() { "PostgreSQL" } else { "SQLite" };
