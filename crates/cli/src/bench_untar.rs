@@ -27,9 +27,13 @@
 //! requests spread (the busiest manager's share) and how many were refused
 //! as `STALE_ROUTING` and sent again. A request the manager refuses as
 //! `BUSY` (its transaction conflicted on every attempt, nothing changed) is
-//! sent again, a bounded number of times, and counted in its own column:
-//! with several managers on one database such conflicts happen, and a
-//! benchmark that hid them would flatter the rate. After each configuration every
+//! sent again, a bounded number of times, and counted in its own column: a
+//! benchmark that hid them would flatter the rate. The managers' writers run
+//! at once on PostgreSQL (issue 24); the conflicts they retry themselves
+//! are counted from the server's log. With `--one-way-delay-us` the
+//! managers reach the server through a proxy that adds that latency each
+//! way (`nasd_meta::pg_server::DelayProxy`), as a database on another
+//! machine would be reached. After each configuration every
 //! client's tree is walked through the first manager and compared with the
 //! archive, name by name, mode and times, so a broken run reports no rate.
 
@@ -293,11 +297,12 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         Some(DelayProxy::start(upstream, one_way).map_err(|e| anyhow::anyhow!("{e}"))?)
     };
     println!(
-        "  managers reach PostgreSQL {}",
+        "  managers reach PostgreSQL {}; at most {} writing transaction(s) at once per manager",
         match &proxy {
             Some(p) => format!("through a proxy adding {one_way:?} each way ({})", p.addr()),
             None => "directly (loopback)".to_owned(),
-        }
+        },
+        args.pg_writers.unwrap_or(nasd_meta::WRITERS_MAX)
     );
     let result = async {
         let mut rows = Vec::new();
