@@ -397,7 +397,7 @@ fn failures_by_statement(db: &str) -> String {
         *counts.entry(statement).or_default() += 1;
     }
     let mut by_count: Vec<_> = counts.into_iter().collect();
-    by_count.sort_by(|a, b| b.1.cmp(&a.1));
+    by_count.sort_by_key(|b| std::cmp::Reverse(b.1));
     by_count.iter().map(|(s, n)| format!("  {n:>5}  {s}\n")).collect()
 }
 
