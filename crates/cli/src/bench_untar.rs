@@ -23,7 +23,12 @@
 //! admin add-manager` does) before the clients log in, and clients route by
 //! it (docs/ARCHITECTURE.md, "Routing by request class"): each request
 //! naming a handle goes to the manager holding its site, the rest to the
-//! client's home manager (spread round-robin). The table shows how the
+//! client's home manager (spread round-robin). Under mkdir switching (the
+//! default) the root is in site 0, which the first manager keeps, and a
+//! client's top directory leaves it only with the redirect probability (1/N
+//! for N managers), so most trees, and their requests, stay with the first
+//! manager; `--routing name-hashing` (or a higher `--redirect-probability`)
+//! spreads them. The table shows how the
 //! requests spread (the busiest manager's share) and how many were refused
 //! as `STALE_ROUTING` and sent again. A request the manager refuses as
 //! `BUSY` (its transaction conflicted on every attempt, nothing changed) is
@@ -45,6 +50,7 @@ use nasd_manager::{Location, ManagerConfig};
 use nasd_meta::pg_server::{DelayProxy, PgServer};
 use nasd_proto::fs::FileKind;
 use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest};
+use nasd_proto::routing::RoutingPolicy;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -111,6 +117,15 @@ pub struct UntarArgs {
     /// PostgreSQL row).
     #[arg(long)]
     no_sqlite: bool,
+    /// How new inodes choose their routing site (`[manager] routing`):
+    /// `mkdir-switching` or `name-hashing`.
+    #[arg(long, default_value = "mkdir-switching")]
+    routing: RoutingPolicy,
+    /// Under mkdir switching, the probability that a new directory leaves
+    /// its parent's site (`[manager] redirect_probability`) [default: 1/N
+    /// for N managers].
+    #[arg(long)]
+    redirect_probability: Option<f64>,
 }
 
 /// One entry of the archive, in the order `tar` meets it.
@@ -274,6 +289,9 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         args.clients
     );
     anyhow::ensure!((1..=16).contains(&args.drives), "--drives must be between 1 and 16, not {}", args.drives);
+    if let Some(p) = args.redirect_probability {
+        anyhow::ensure!((0.0..=1.0).contains(&p), "--redirect-probability must be between 0 and 1, not {p}");
+    }
     let archive = Arc::new(Archive::new(args.dirs, args.files));
     let tmp = tempfile::tempdir_in(args.dir.as_deref().unwrap_or(&std::env::temp_dir()))?;
     println!(
@@ -303,6 +321,15 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
             None => "directly (loopback)".to_owned(),
         },
         args.pg_writers.unwrap_or(nasd_meta::WRITERS_MAX)
+    );
+    println!(
+        "  routing: {}{}",
+        args.routing.name(),
+        match (args.routing, args.redirect_probability) {
+            (RoutingPolicy::NameHashing, _) => String::new(),
+            (_, Some(p)) => format!(", a new directory leaves its parent's site with probability {p}"),
+            (_, None) => ", a new directory leaves its parent's site with probability 1/N for N managers".to_owned(),
+        }
     );
     let result = async {
         let mut rows = Vec::new();
@@ -393,7 +420,12 @@ async fn measure(
         capacity: 256 << 20,
         throttle_bytes_per_sec: None,
         media_seek: None,
-        manager: ManagerConfig { metadata, ..ManagerConfig::default() },
+        manager: ManagerConfig {
+            metadata,
+            routing: args.routing,
+            redirect_probability: args.redirect_probability,
+            ..ManagerConfig::default()
+        },
         own_runtimes: false,
         auth: false,
     };

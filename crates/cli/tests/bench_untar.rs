@@ -83,7 +83,8 @@ fn a_tiny_untar_bench_measures_sqlite_and_one_two_four_managers_on_postgres() {
 
 /// The same through the benchmark's own delaying proxy (a link to the
 /// database with a round trip of about 1 ms), without the SQLite row, one
-/// writer per manager: every tree unpacked and checked, no request refused.
+/// writer per manager, routing by name hashing: every tree unpacked and
+/// checked, no request refused.
 #[test]
 fn a_tiny_untar_bench_reaches_postgresql_through_a_delaying_proxy() {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -99,6 +100,8 @@ fn a_tiny_untar_bench_reaches_postgresql_through_a_delaying_proxy() {
         "--pg-writers",
         "1",
         "--no-sqlite",
+        "--routing",
+        "name-hashing",
         "--dir",
         dir.path().to_str().unwrap(),
     ]);
@@ -106,6 +109,7 @@ fn a_tiny_untar_bench_reaches_postgresql_through_a_delaying_proxy() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "nasd bench untar failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("through a proxy adding 500µs each way"), "{stdout}");
+    assert!(stdout.contains("routing: name-hashing"), "{stdout}");
     let rows = rows(&stdout);
     let configs: Vec<(&str, u32)> = rows.iter().map(|(w, m, _, _)| (w.as_str(), *m)).collect();
     assert_eq!(configs, [("PostgreSQL", 1), ("PostgreSQL", 2), ("PostgreSQL", 4)], "{stdout}");
@@ -119,6 +123,7 @@ fn bad_sizes_are_refused_with_the_limit() {
         (["--clients", "65"], "--clients must be between 1 and 64"),
         (["--files", "0"], "--files must be between 1 and 1000000"),
         (["--dirs", "100001"], "--dirs 100001 is more than the 100000"),
+        (["--redirect-probability", "1.5"], "--redirect-probability must be between 0 and 1"),
     ] {
         let out = bench_untar(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
