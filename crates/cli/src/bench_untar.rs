@@ -23,13 +23,22 @@
 //! admin add-manager` does) before the clients log in, and clients route by
 //! it (docs/ARCHITECTURE.md, "Routing by request class"): each request
 //! naming a handle goes to the manager holding its site, the rest to the
-//! client's home manager (spread round-robin). The table shows how the
+//! client's home manager (spread round-robin). Under mkdir switching (the
+//! default) the root is in site 0, which the first manager keeps, and a
+//! client's top directory leaves it only with the redirect probability (1/N
+//! for N managers), so most trees, and their requests, stay with the first
+//! manager; `--routing name-hashing` (or a higher `--redirect-probability`)
+//! spreads them. The table shows how the
 //! requests spread (the busiest manager's share) and how many were refused
 //! as `STALE_ROUTING` and sent again. A request the manager refuses as
 //! `BUSY` (its transaction conflicted on every attempt, nothing changed) is
-//! sent again, a bounded number of times, and counted in its own column:
-//! with several managers on one database such conflicts happen, and a
-//! benchmark that hid them would flatter the rate. After each configuration every
+//! sent again, a bounded number of times, and counted in its own column: a
+//! benchmark that hid them would flatter the rate. The managers' writers run
+//! at once on PostgreSQL (issue 24); the conflicts they retry themselves
+//! are counted from the server's log. With `--one-way-delay-us` the
+//! managers reach the server through a proxy that adds that latency each
+//! way (`nasd_meta::pg_server::DelayProxy`), as a database on another
+//! machine would be reached. After each configuration every
 //! client's tree is walked through the first manager and compared with the
 //! archive, name by name, mode and times, so a broken run reports no rate.
 
@@ -38,9 +47,10 @@ use crate::fs_cmd;
 use anyhow::Context;
 use nasd_fs::{FsClient, FsStatus, SetAttr};
 use nasd_manager::{Location, ManagerConfig};
-use nasd_meta::pg_server::PgServer;
+use nasd_meta::pg_server::{DelayProxy, PgServer};
 use nasd_proto::fs::FileKind;
 use nasd_proto::manager::{Handle, ManagerReply, ManagerRequest};
+use nasd_proto::routing::RoutingPolicy;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +102,30 @@ pub struct UntarArgs {
     /// Where the clusters keep their files [default: a temporary directory].
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Latency added to the managers' link to PostgreSQL, each way, in
+    /// microseconds: the managers reach the server through a proxy the
+    /// benchmark starts, which holds every byte back this long
+    /// (`nasd_meta::pg_server::DelayProxy`); 500 is a round trip of about
+    /// 1 ms, a database on another machine of the same network. 0: no proxy.
+    #[arg(long, default_value_t = 0)]
+    one_way_delay_us: u64,
+    /// Most metadata transactions that write each manager runs at once on
+    /// PostgreSQL [default: `nasd_meta::WRITERS_MAX`].
+    #[arg(long)]
+    pg_writers: Option<usize>,
+    /// Skip the SQLite baseline (its ratio column is then against the first
+    /// PostgreSQL row).
+    #[arg(long)]
+    no_sqlite: bool,
+    /// How new inodes choose their routing site (`[manager] routing`):
+    /// `mkdir-switching` or `name-hashing`.
+    #[arg(long, default_value = "mkdir-switching")]
+    routing: RoutingPolicy,
+    /// Under mkdir switching, the probability that a new directory leaves
+    /// its parent's site (`[manager] redirect_probability`) [default: 1/N
+    /// for N managers].
+    #[arg(long)]
+    redirect_probability: Option<f64>,
 }
 
 /// One entry of the archive, in the order `tar` meets it.
@@ -255,6 +289,9 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         args.clients
     );
     anyhow::ensure!((1..=16).contains(&args.drives), "--drives must be between 1 and 16, not {}", args.drives);
+    if let Some(p) = args.redirect_probability {
+        anyhow::ensure!((0.0..=1.0).contains(&p), "--redirect-probability must be between 0 and 1, not {p}");
+    }
     let archive = Arc::new(Archive::new(args.dirs, args.files));
     let tmp = tempfile::tempdir_in(args.dir.as_deref().unwrap_or(&std::env::temp_dir()))?;
     println!(
@@ -270,13 +307,42 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
     let server = tokio::task::spawn_blocking(PgServer::start)
         .await?
         .map_err(|e| anyhow::anyhow!("cannot start a PostgreSQL server for the benchmark: {e}"))?;
+    let one_way = Duration::from_micros(args.one_way_delay_us);
+    let proxy = if one_way.is_zero() {
+        None
+    } else {
+        let upstream: std::net::SocketAddr = server.host_port().parse()?;
+        Some(DelayProxy::start(upstream, one_way).map_err(|e| anyhow::anyhow!("{e}"))?)
+    };
+    println!(
+        "  managers reach PostgreSQL {}; at most {} writing transaction(s) at once per manager",
+        match &proxy {
+            Some(p) => format!("through a proxy adding {one_way:?} each way ({})", p.addr()),
+            None => "directly (loopback)".to_owned(),
+        },
+        args.pg_writers.unwrap_or(nasd_meta::WRITERS_MAX)
+    );
+    println!(
+        "  routing: {}{}",
+        args.routing.name(),
+        match (args.routing, args.redirect_probability) {
+            (RoutingPolicy::NameHashing, _) => String::new(),
+            (_, Some(p)) => format!(", a new directory leaves its parent's site with probability {p}"),
+            (_, None) => ", a new directory leaves its parent's site with probability 1/N for N managers".to_owned(),
+        }
+    );
     let result = async {
         let mut rows = Vec::new();
-        let sqlite = measure(&tmp.path().join("sqlite"), None, 1, &args, &archive).await?;
-        rows.push(sqlite);
+        if !args.no_sqlite {
+            rows.push(measure(&tmp.path().join("sqlite"), None, 1, &args, &archive).await?);
+        }
         for managers in PG_MANAGERS {
             let url = server.fresh_url();
             let db = url.rsplit('/').next().unwrap_or_default().to_owned();
+            let url = match &proxy {
+                Some(p) => format!("postgres://postgres@{}/{db}", p.addr()),
+                None => url,
+            };
             let dir = tmp.path().join(format!("postgres-{managers}"));
             let mut row = measure(&dir, Some(url), managers, &args, &archive).await?;
             row.conflicts = Some(server.serialization_failures(&db));
@@ -285,8 +351,8 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(rows)
     }
     .await;
-    // Stopping the server waits for it: not on a runtime worker.
-    tokio::task::spawn_blocking(move || drop(server)).await?;
+    // Stopping the proxy and the server waits for them: not on a runtime worker.
+    tokio::task::spawn_blocking(move || drop((proxy, server))).await?;
     let rows = result?;
     let base = &rows[0];
     println!(
@@ -296,7 +362,7 @@ pub async fn run(args: UntarArgs) -> anyhow::Result<()> {
         "seconds",
         "requests/s",
         "files/s",
-        "vs SQLite ×1",
+        if args.no_sqlite { "vs PG ×1" } else { "vs SQLite ×1" },
         "busy",
         "stale",
         "busiest",
@@ -338,7 +404,13 @@ async fn measure(
     archive: &Arc<Archive>,
 ) -> anyhow::Result<Row> {
     let metadata = match &url {
-        Some(u) => Some(u.parse::<Location>().map_err(|e| anyhow::anyhow!("the server's URL: {e}"))?),
+        Some(u) => {
+            let at = u.parse::<Location>().map_err(|e| anyhow::anyhow!("the server's URL: {e}"))?;
+            Some(match args.pg_writers {
+                Some(n) => at.with_writers_max(n),
+                None => at,
+            })
+        }
         None => None,
     };
     let label = if url.is_some() { "PostgreSQL" } else { "SQLite" };
@@ -348,7 +420,12 @@ async fn measure(
         capacity: 256 << 20,
         throttle_bytes_per_sec: None,
         media_seek: None,
-        manager: ManagerConfig { metadata, ..ManagerConfig::default() },
+        manager: ManagerConfig {
+            metadata,
+            routing: args.routing,
+            redirect_probability: args.redirect_probability,
+            ..ManagerConfig::default()
+        },
         own_runtimes: false,
         auth: false,
     };

@@ -1237,8 +1237,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     // refuses) leaves no half-made data directory behind.
     cluster.manager.metadata = up_metadata(&data, cluster.manager.metadata.as_deref(), args.metadata.as_deref())?;
     if let Some(location) = metadata_location(None, &cluster.manager)?.filter(nasd_manager::Location::is_shared) {
-        let reached = tokio::task::spawn_blocking(move || location.open().map(drop).map_err(|e| (location, e)));
-        if let Err((location, e)) = reached.await? {
+        let reached =
+            tokio::task::spawn_blocking(move || location.open().map(drop).map_err(|e| Box::new((location, e))));
+        if let Err(failed) = reached.await? {
+            let (location, e) = *failed;
             anyhow::bail!("cannot reach the metadata at {location} (nothing was made): {e}");
         }
     }

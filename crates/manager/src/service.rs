@@ -1117,7 +1117,13 @@ impl Manager {
             // One SETATTR (or truncating CREATE) of an inode at a time, from the
             // check to the commit: a chmod or chown cannot slip in between and
             // make the commit refuse a size change the drive has carried out.
-            let _serial = self.inode_lock(ino).await?;
+            // A change of times only takes no turn: it is one transaction that
+            // checks and commits, touches no drive, and changes nothing such a
+            // commit checks (on a shared database: two lease transactions fewer).
+            let _serial = match set.size.is_some() || access_changes {
+                true => Some(self.inode_lock(ino).await?),
+                false => None,
+            };
             // Every part of the request passes its permission check before any
             // data is cut: a request refused for its mode, owner or times must
             // not have changed the file.

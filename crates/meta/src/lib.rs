@@ -89,8 +89,8 @@ pub use nasd_proto::fs::*;
 pub use nasd_proto::layout::{Component, ComponentState, Layout, Scheme, COMPONENTS_MAX};
 pub use nasd_proto::manager::{DriveState, XattrMode};
 pub use postgres::{
-    Postgres, COMMIT_MARK_KEEP_DAYS, CONNECTIONS_MAX, CONNECTION_WAIT_MAX, CONNECT_TIMEOUT, MIGRATION_LOCK,
-    POSTGRES_SCHEMA_VERSION, STATEMENT_TIMEOUT, WRITER_LOCK,
+    Postgres, COMMIT_MARK_KEEP_DAYS, CONFLICTS_BEFORE_ALONE, CONNECTIONS_MAX, CONNECTION_WAIT_MAX, CONNECT_TIMEOUT,
+    INO_BLOCK, MIGRATION_LOCK, POSTGRES_SCHEMA_VERSION, STATEMENT_TIMEOUT, WRITERS_MAX, WRITER_LOCK,
 };
 pub use routing::{redirect_scaled, ROUTING_SETTING};
 pub use sqlite::SQLITE_READERS;

@@ -47,6 +47,9 @@ pub struct PgOptions {
     /// A file holding the password (its first line), e.g. `[manager]
     /// metadata_password_file`; used when the connection string has none.
     pub password_file: Option<PathBuf>,
+    /// Most read-write transactions the backend runs at once
+    /// [default: [`crate::WRITERS_MAX`]; at most [`crate::CONNECTIONS_MAX`] − 1].
+    pub writers_max: Option<usize>,
 }
 
 /// libpq's `sslmode`, all of it but `allow`.

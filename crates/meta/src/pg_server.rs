@@ -556,3 +556,119 @@ impl Drop for PgServer {
         let _ = self.guardian.wait();
     }
 }
+
+/// Longest a [`DelayProxy`] may hold bytes back each way.
+pub const DELAY_ONE_WAY_MAX: Duration = Duration::from_secs(1);
+/// Bytes a [`DelayProxy`] reads at a time from either side.
+const DELAY_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A TCP proxy in front of a server (a [`PgServer`]) that holds every byte
+/// back for a fixed time in each direction, as a network link with that
+/// latency would: what `nasd bench untar` measures several managers over
+/// when the database is not on the same machine (`tc netem` is not on every
+/// kernel). Each connection gets two threads per direction — one reads and
+/// stamps each chunk with when it arrived, one writes it out once its time
+/// has come — so the delay does not add up across chunks and order is kept;
+/// `std::thread::sleep` keeps the delay within tens of microseconds, where
+/// a tokio timer rounds up to whole milliseconds. Stopped (listener and
+/// every connection closed) when dropped.
+pub struct DelayProxy {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    accepter: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DelayProxy {
+    /// Listens on a free port of 127.0.0.1 and forwards every connection to
+    /// `upstream`, each byte `one_way` late in each direction.
+    ///
+    /// # Errors
+    /// No port to listen on, or `one_way` above [`DELAY_ONE_WAY_MAX`].
+    pub fn start(upstream: std::net::SocketAddr, one_way: Duration) -> Result<DelayProxy, String> {
+        if one_way > DELAY_ONE_WAY_MAX {
+            return Err(format!("a delay of {one_way:?} each way is more than {DELAY_ONE_WAY_MAX:?}"));
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no port for the proxy: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stop2, conns2) = (stop.clone(), conns.clone());
+        let accepter = std::thread::Builder::new()
+            .name("delay-proxy".into())
+            .spawn(move || {
+                for client in listener.incoming() {
+                    if stop2.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let Ok(client) = client else { continue };
+                    let Ok(server) = std::net::TcpStream::connect(upstream) else { continue };
+                    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                    let mut kept = conns2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                        kept.extend([c, s]);
+                    }
+                    drop(kept);
+                    for (from, to) in [(&client, &server), (&server, &client)] {
+                        if let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) {
+                            delay_one_way(from, to, one_way);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the proxy: {e}"))?;
+        Ok(DelayProxy { addr, stop, conns, accepter: Some(accepter) })
+    }
+
+    /// The address to connect to instead of the server's.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+}
+
+/// Copies `from` to `to`, every chunk `delay` after it arrived, until
+/// either side closes.
+fn delay_one_way(mut from: std::net::TcpStream, mut to: std::net::TcpStream, delay: Duration) {
+    use std::io::{Read, Write};
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let _ = std::thread::Builder::new().name("delay-proxy-read".into()).spawn(move || {
+        let mut buf = vec![0u8; DELAY_CHUNK_BYTES];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = from.shutdown(std::net::Shutdown::Read);
+    });
+    let _ = std::thread::Builder::new().name("delay-proxy-write".into()).spawn(move || {
+        for (due, bytes) in rx {
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            if to.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accepting thread so that it sees the flag.
+        let _ = std::net::TcpStream::connect(self.addr);
+        if let Some(accepter) = self.accepter.take() {
+            let _ = accepter.join();
+        }
+        for s in self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}

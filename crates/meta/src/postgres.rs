@@ -11,29 +11,62 @@
 //! [`Backend::transact`] runs the closure again, with backoff
 //! ([`crate::with_retries`]).
 //!
-//! Read-write transactions take turns: within one process (one mutex), and
-//! across every process using the database (managers, `nasd admin`): each
-//! holds the session advisory lock [`WRITER_LOCK`] from before its `BEGIN`
-//! until after its end, so its snapshot is taken after the previous writer
-//! committed. Read-only transactions run in parallel, on up to
-//! [`CONNECTIONS_MAX`] connections, and need no turn: a read-only
-//! transaction can never be the pivot of a serialization failure, and with
-//! no two writers concurrent none of them can be either — serializable
-//! transactions of nasd never conflict with each other.
+//! # Writers
+//! Read-write transactions of every backend on a database run at once (no
+//! writers' turn across managers, issue 24), at most [`WRITERS_MAX`] per
+//! backend (its [`PgOptions::writers_max`]); read-only ones run beside them
+//! on the rest of its [`CONNECTIONS_MAX`] connections. Serializable
+//! transactions that run at once conflict when PostgreSQL's predicate locks
+//! say they might not be serializable, and those locks are coarse: an index
+//! scan locks the B-tree *page* it reads, a sequential scan the whole table,
+//! and more than two rows read on one heap page become a lock on the page.
+//! So the name space's rows are laid out for writers in different
+//! directories not to share pages:
+//! - **Inode numbers in blocks per connection.** Each connection takes
+//!   [`INO_BLOCK`] numbers at a time from the sequence `next_ino_block` and
+//!   hands them out in order, so two writers' new inodes — and the rows
+//!   keyed by inode (components, names' children, parents, PAL members) —
+//!   go to index pages a million keys apart, not to one right-most leaf as
+//!   when every create took the next number of one sequence. A number is
+//!   handed out once (a rolled-back attempt burns it); the rest of a block
+//!   goes with its connection.
+//! - **Pool takes spread.** A create takes the first pooled object at or
+//!   past a random point a little past the last object its connection took
+//!   ([`POOL_SPREAD`]), reading that one row: two creates seldom delete
+//!   one row ("concurrent delete"), where each used to take the lowest.
+//! - **Index scans, not sequential ones**, wherever an index serves
+//!   (`enable_seqscan = off` per session): the small tables (drives, leases,
+//!   pool, quotas) would otherwise be read whole, and every write to them
+//!   conflict with every reader.
+//! - **Commit marks per connection** (below): two writers of one backend
+//!   never write one row.
 //!
-//! Measured (issue 14, the server's log of SQLSTATE `40001` with its
-//! statements): when writers of several managers ran at once, creates in
-//! *separate* directories conflicted anyway, first because every create
-//! deleted the same row — the lowest pooled object of the drive ("could not
-//! serialize access due to concurrent delete") — and, with that row taken
-//! per manager, because PostgreSQL's predicate locks on B-tree indexes are
-//! page locks: the upserts and probes of new inodes, components and names
-//! all read and write the same right-most leaf pages, since inode numbers
-//! and object ids only grow ("Canceled on identification as a pivot,
-//! during write"). Four managers' creates failed `BUSY` after 12 attempts
-//! within 60 files. Conflicts are still handled (a writer outside nasd
-//! may cause one): the attempt ends in [`TxnError::Conflict`] and is run
-//! again, and [`Postgres::conflicts`] counts them.
+//! Conflicts still happen — two writers in one directory share its entries'
+//! pages, and while the name space is young every index is a page or two —
+//! and never reach a client: the attempt ends in [`TxnError::Conflict`],
+//! [`Backend::transact`] runs the closure again with backoff
+//! ([`crate::with_retries`]), and [`Postgres::conflicts`] counts them. A
+//! transaction that conflicted [`CONFLICTS_BEFORE_ALONE`] times in a row runs
+//! its next attempt **alone**: every writer holds the session advisory lock
+//! [`WRITER_LOCK`] *shared* from before its `BEGIN` to after its end
+//! (pipelined with them: no round trip), and this one takes it *exclusive*,
+//! so its snapshot follows every other writer's end and no writer runs
+//! beside it. A read-only transaction can never be the pivot of a
+//! serialization failure, nor make a lone writer one, so that attempt
+//! cannot conflict with nasd's transactions: a create cannot starve behind
+//! a stream of shorter writers, and a request fails `BUSY` only if
+//! something outside nasd keeps conflicting with it. [`Postgres::alone`]
+//! counts those attempts.
+//!
+//! Measured before this (issue 14, the server's log of SQLSTATE `40001`
+//! with its statements): with writers of several managers at once and
+//! nothing of the above, every create deleted the same row — the lowest
+//! pooled object of the drive — and the upserts and probes of new inodes,
+//! components and names all read and wrote the same right-most leaf pages,
+//! since inode numbers and object ids only grew; four managers' creates
+//! failed `BUSY` after 12 attempts within 60 files. The fix then was one
+//! writer at a time across all managers; this layout replaces it
+//! (docs/BENCHMARKS.md, "Writers in parallel on PostgreSQL").
 //!
 //! A failed statement aborts a PostgreSQL transaction (unlike SQLite), so
 //! the first failure is kept: every later row operation of the attempt
@@ -42,7 +75,7 @@
 //!
 //! A `COMMIT` whose connection is lost (the server killed as it commits)
 //! may or may not have committed. Each read-write transaction sets, with
-//! its `BEGIN` (pipelined), a new mark in its backend's row of
+//! its `BEGIN` (pipelined), a new mark in its connection's row of
 //! `commit_marks` and asks its transaction id (`txid_current()`). Once the
 //! server answers again, a new connection waits until that id is no
 //! longer in progress (`txid_status`, for up to [`COMMIT_OUTCOME_WAIT`])
@@ -90,10 +123,13 @@
 //! - 8 → 9: the intents' `writes` and `unopened` component bit sets
 //!   (SQLite's version 11).
 //! - 9 → 10: sparse files (SQLite's version 12): the inodes' `data_bytes`.
-//! - 10 → 11: `commit_marks(writer, seq, at)`, one row per backend (no
-//!   SQLite counterpart): what tells whether a `COMMIT` that lost its
-//!   connection committed; rows of backends gone for
+//! - 10 → 11: `commit_marks(writer, seq, at)`, one row per connection (no
+//!   SQLite counterpart; one per backend before issue 24): what tells
+//!   whether a `COMMIT` that lost its connection committed; rows not set for
 //!   [`COMMIT_MARK_KEEP_DAYS`] removed at open.
+//! - 11 → 12: the sequence `next_ino_block` (no SQLite counterpart), from
+//!   the first block above every number `next_ino` handed out, which is no
+//!   longer used ("Writers" above).
 //!
 //! # Connections
 //! The client is `tokio-postgres` on a small runtime of the backend's own
@@ -121,7 +157,7 @@ use nasd_proto::layout::{Component, ComponentState, Layout};
 use nasd_proto::manager::DriveState;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
@@ -257,7 +293,7 @@ UPDATE inodes SET data_bytes = size - LEAST(size, small_threshold) WHERE kind = 
 "#;
 
 /// Version 11: commit marks (no SQLite counterpart): one row per open
-/// backend ([`Postgres`]), set by each of its read-write transactions, so
+/// connection (per backend before issue 24), set by each of its read-write transactions, so
 /// that a `COMMIT` that lost its connection is known to have committed by
 /// its own row, not by its transaction id, which a server restarted after
 /// a crash may hand out again ([`Postgres::commit_outcome`]).
@@ -265,14 +301,24 @@ const V11: &str = r#"
 CREATE TABLE commit_marks (writer BIGINT PRIMARY KEY, seq BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL);
 "#;
 
+/// Version 12: inode numbers in blocks (no SQLite counterpart): each
+/// connection takes a block of [`INO_BLOCK`] numbers at a time from
+/// `next_ino_block`, the first block above every number `next_ino` handed
+/// out (see "Writers" in the module documentation).
+const V12: &str = r#"
+CREATE SEQUENCE next_ino_block MINVALUE 1;
+SELECT setval('next_ino_block', (SELECT last_value FROM next_ino) / 1048576 + 1, false);
+"#;
+
 /// Rows of `commit_marks` not set for this long are removed when a backend
-/// opens the database: a row is read only by its own backend, right after a
-/// `COMMIT` whose `BEGIN` set it, so only the rows of backends that are gone
-/// (processes that ended) get this old.
+/// opens the database: a row is read only by its own connection's backend,
+/// right after a `COMMIT` whose `BEGIN` set it, so only the rows of
+/// connections that are gone get this old (one idle that long sets its row
+/// again with its next `BEGIN`).
 pub const COMMIT_MARK_KEEP_DAYS: u32 = 7;
 
 /// The migration chain: entry `i` takes schema version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
 
 /// The PostgreSQL schema version this build writes (its own chain, apart
 /// from SQLite's [`crate::SCHEMA_VERSION`]).
@@ -284,12 +330,36 @@ pub const MIGRATION_LOCK: i64 = 0x6e61_7364;
 
 /// The advisory lock key every read-write transaction of every backend on a
 /// database holds from before its `BEGIN` until after its end ("nasdwr" in
-/// ASCII): read-write transactions take turns across processes (see the
-/// module documentation).
+/// ASCII): shared, so writers run at once, or — a transaction that has
+/// conflicted [`CONFLICTS_BEFORE_ALONE`] times in a row — exclusive, so it
+/// runs with no other writer and cannot conflict again (see "Writers" in
+/// the module documentation).
 pub const WRITER_LOCK: i64 = 0x6e61_7364_7772;
 
-/// Most connections one backend opens: one for the writer at a time and the
-/// rest for parallel reads. Each costs a server process.
+/// Conflicts in a row after which a transaction's next attempt runs alone
+/// among the writers ([`WRITER_LOCK`] exclusive): conflicts end, whatever
+/// the load, long before [`crate::TXN_ATTEMPTS_MAX`].
+pub const CONFLICTS_BEFORE_ALONE: u32 = 3;
+const _: () = assert!(CONFLICTS_BEFORE_ALONE + 1 < crate::TXN_ATTEMPTS_MAX);
+
+/// Most read-write transactions one backend runs at once (see "Writers" in
+/// the module documentation); the rest of its [`CONNECTIONS_MAX`]
+/// connections serve reads.
+pub const WRITERS_MAX: usize = 4;
+
+/// A create takes the first pooled object of a drive at or past a random
+/// point up to this far past the last one its connection took (see
+/// "Writers" in the module documentation).
+const POOL_SPREAD: u64 = 32;
+
+/// Inode numbers a connection takes from the database at a time: block `b`
+/// of the sequence `next_ino_block` is `b * INO_BLOCK .. (b + 1) * INO_BLOCK`
+/// (see "Writers" in the module documentation).
+pub const INO_BLOCK: u64 = 1 << 20;
+const _: () = assert!(INO_BLOCK == 1_048_576, "the literal in V12 is INO_BLOCK");
+
+/// Most connections one backend opens, for its writers and its readers.
+/// Each costs a server process.
 pub const CONNECTIONS_MAX: usize = 8;
 /// Longest wait for a free connection before a transaction fails with
 /// [`TxnError::Storage`].
@@ -304,7 +374,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// or a lock held by a stuck peer fails the transaction instead of
 /// blocking a manager thread for ever.
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
-const _: () = assert!(CONNECTIONS_MAX >= 2, "a writer and a reader");
+const _: () = assert!(CONNECTIONS_MAX > WRITERS_MAX && WRITERS_MAX >= 1, "writers leave a connection to readers");
 
 /// The PostgreSQL backend. See the module documentation.
 pub struct Postgres {
@@ -318,19 +388,21 @@ pub struct Postgres {
     pool: Mutex<Pool>,
     /// Signalled when a connection is handed back or closed.
     freed: Condvar,
-    /// Read-write transactions take turns (see the module documentation).
-    writer: Mutex<()>,
+    /// Read-write transactions in progress, at most [`Postgres::writers_max`]
+    /// (see "Writers" in the module documentation).
+    writers: Mutex<usize>,
+    /// Signalled when a writer ends.
+    writer_done: Condvar,
+    /// Most read-write transactions of this backend at once.
+    writers_max: usize,
     /// Attempts that ended in a conflict ([`Postgres::conflicts`]).
     conflicts: AtomicU64,
+    /// Attempts that ran alone among the writers ([`Postgres::alone`]).
+    alone: AtomicU64,
     /// Failures to reach the server, logged at a bounded rate.
     unreachable: crate::LogLimit,
     /// Set while the server cannot be reached (for the line that says it is back).
     unreachable_since: std::sync::atomic::AtomicBool,
-    /// This backend's row of `commit_marks` (random: backends of other
-    /// processes have their own).
-    mark_writer: i64,
-    /// The last mark a read-write transaction of this backend set.
-    last_mark: AtomicI64,
 }
 
 struct Pool {
@@ -343,6 +415,18 @@ struct Pool {
 struct Conn {
     client: Client,
     statements: HashMap<&'static str, Statement>,
+    /// This connection's row of `commit_marks` (random: every connection of
+    /// every backend has its own, so concurrent writers never write one row).
+    mark_writer: i64,
+    /// The last mark a read-write transaction on this connection set.
+    last_mark: i64,
+    /// The inode numbers this connection hands out next: the rest of a
+    /// block of [`INO_BLOCK`] taken from the sequence `next_ino_block`
+    /// (see "Writers" in the module documentation).
+    inos: std::ops::Range<u64>,
+    /// Per drive, where this connection's next pool take starts looking
+    /// (partition, object): just past the last object it took.
+    pool_points: HashMap<u32, (i64, i64)>,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -431,12 +515,13 @@ impl Postgres {
             runtime: Some(runtime),
             pool: Mutex::new(Pool { idle: Vec::new(), live: 0 }),
             freed: Condvar::new(),
-            writer: Mutex::new(()),
+            writers: Mutex::new(0),
+            writer_done: Condvar::new(),
+            writers_max: options.writers_max.unwrap_or(WRITERS_MAX).clamp(1, CONNECTIONS_MAX - 1),
             conflicts: AtomicU64::new(0),
+            alone: AtomicU64::new(0),
             unreachable: crate::LogLimit::new(),
             unreachable_since: std::sync::atomic::AtomicBool::new(false),
-            mark_writer: nasd_env::Env::real().random_u64() as i64,
-            last_mark: AtomicI64::new(0),
         };
         let mut conn = match pg.connect() {
             Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) && !create => {
@@ -470,6 +555,13 @@ impl Postgres {
         self.conflicts.load(Ordering::Relaxed)
     }
 
+    /// How many transaction attempts of this backend ran alone among the
+    /// writers of the database ([`WRITER_LOCK`] exclusive), after
+    /// [`CONFLICTS_BEFORE_ALONE`] conflicts in a row.
+    pub fn alone(&self) -> u64 {
+        self.alone.load(Ordering::Relaxed)
+    }
+
     fn error(&self, source: tokio_postgres::Error) -> MetaError {
         MetaError::Postgres { target: self.target.clone(), source }
     }
@@ -499,9 +591,20 @@ impl Postgres {
         // A session left idle inside a transaction (its process frozen) is ended, and with it
         // the writer lock it holds: other managers wait at most this long for their turn.
         let ms = STATEMENT_TIMEOUT.as_millis();
-        let timeout = format!("SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}");
+        // Index scans rather than sequential ones wherever an index serves: a sequential scan
+        // takes a predicate lock on the whole table (see "Writers" in the module documentation).
+        let timeout = format!(
+            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}; SET enable_seqscan = off"
+        );
         wait(client.batch_execute(&timeout))?;
-        Ok(Conn { client, statements: HashMap::new() })
+        Ok(Conn {
+            client,
+            statements: HashMap::new(),
+            mark_writer: nasd_env::Env::real().random_u64() as i64,
+            last_mark: 0,
+            inos: 0..0,
+            pool_points: HashMap::new(),
+        })
     }
 
     /// Creates the configured database, through the server's `postgres`
@@ -592,7 +695,7 @@ impl Postgres {
 
     /// `conn` leased out, with no transaction begun on it yet.
     fn fresh_lease(&self, conn: Conn) -> Lease<'_> {
-        Lease { pg: self, conn: Some(conn), clean: true, turn: false, writing: false, xid: None, mark: None }
+        Lease { pg: self, conn: Some(conn), clean: true, writer: None, locked: false, xid: None, mark: None }
     }
 
     /// A connection: an idle one, else a new one while fewer than
@@ -646,6 +749,36 @@ impl Drop for Postgres {
     }
 }
 
+/// How a writer holds [`WRITER_LOCK`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriterMode {
+    /// With the other writers (the usual way).
+    Shared,
+    /// Alone: the transaction conflicted [`CONFLICTS_BEFORE_ALONE`] times in a row.
+    Alone,
+}
+
+thread_local! {
+    /// Conflicts in a row of the transaction this thread runs (attempts of one
+    /// transaction run on one thread, [`crate::with_retries`]).
+    static CONFLICTS_IN_A_ROW: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// One of the backend's [`Postgres::writers_max`] read-write transactions
+/// in progress ([`Postgres::writer_slot`]).
+struct WriterSlot<'a> {
+    pg: &'a Postgres,
+}
+
+impl Drop for WriterSlot<'_> {
+    fn drop(&mut self) {
+        let mut writers = self.pg.writers.lock().unwrap_or_else(PoisonError::into_inner);
+        *writers -= 1;
+        drop(writers);
+        self.pg.writer_done.notify_one();
+    }
+}
+
 /// A connection lent to one transaction; handed back when dropped if it is
 /// outside any transaction and open, else closed.
 struct Lease<'a> {
@@ -653,19 +786,20 @@ struct Lease<'a> {
     conn: Option<Conn>,
     /// Outside any transaction (false from `BEGIN` until its end is confirmed).
     clean: bool,
-    /// The transaction takes the writers' turn (see [`Lease::control`]).
-    turn: bool,
+    /// The transaction is a writer, and how it holds [`WRITER_LOCK`] (see
+    /// [`Lease::control`]).
+    writer: Option<WriterMode>,
     /// The session holds (or may hold) [`WRITER_LOCK`]: the connection is
     /// closed rather than reused unless it is released.
-    writing: bool,
+    locked: bool,
     /// The writer's transaction id (`txid_current()`, asked with its
     /// `BEGIN`): what tells, after a `COMMIT` lost its connection, whether
     /// it committed ([`Postgres::commit_outcome`]).
     xid: Option<i64>,
-    /// The mark the writer's transaction sets in this backend's row of
+    /// The row (its connection's) and mark the writer's transaction sets in
     /// `commit_marks` (with its `BEGIN`): what tells whether it committed
     /// once it is over.
-    mark: Option<i64>,
+    mark: Option<(i64, i64)>,
 }
 
 impl Lease<'_> {
@@ -678,48 +812,57 @@ impl Lease<'_> {
     }
 
     /// Runs a transaction-control statement (`BEGIN`, `COMMIT`, `ROLLBACK`).
-    /// For a writer ([`Lease::turn`]), `BEGIN` waits for the writers' turn
-    /// first ([`WRITER_LOCK`], a session lock taken before `BEGIN`, so that
-    /// the transaction's snapshot follows the previous writer's commit), and
-    /// the end of the transaction gives the turn up, whether it succeeded or
-    /// not. Both are pipelined with the statement: no extra round trip.
+    /// A writer ([`Lease::writer`]) takes [`WRITER_LOCK`] (a session lock,
+    /// shared or exclusive) before its `BEGIN`, so that an exclusive
+    /// holder's snapshot follows every other writer's end, and gives it up
+    /// at the end of the transaction, whether it succeeded or not. With its
+    /// `BEGIN` it also sets a new mark in its connection's row of
+    /// `commit_marks` and asks its transaction id. All of it is pipelined
+    /// with the statement: no extra round trip.
     fn control(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        let c = &self.conn.as_ref().expect("leased connection").client;
-        if !self.turn {
-            return wait(c.batch_execute(sql));
-        }
-        if sql.starts_with("BEGIN") {
-            self.writing = true;
-            let lock = format!("SELECT pg_advisory_lock({WRITER_LOCK})");
-            let seq = self.pg.last_mark.fetch_add(1, Ordering::Relaxed) + 1;
-            let set_mark = format!(
-                "INSERT INTO commit_marks (writer, seq, at) VALUES ({}, {seq}, now()) \
-                 ON CONFLICT (writer) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at",
-                self.pg.mark_writer
-            );
-            let (locked, begun, xid, marked) = wait(async {
-                futures::join!(
-                    c.batch_execute(&lock),
-                    c.batch_execute(sql),
-                    c.query_one("SELECT txid_current()", &[]),
-                    c.batch_execute(&set_mark)
-                )
-            });
-            let xid = xid.and_then(|row| row.try_get::<_, i64>(0));
-            self.xid = xid.as_ref().ok().copied();
-            self.mark = marked.as_ref().ok().map(|()| seq);
-            return locked.and(begun).and(xid.map(drop)).and(marked);
-        }
-        let unlock = format!("SELECT pg_advisory_unlock({WRITER_LOCK})");
-        let (ended, unlocked) = wait(async { futures::join!(c.batch_execute(sql), c.batch_execute(&unlock)) });
-        match unlocked {
-            Ok(()) => self.writing = false,
-            // The connection is closed rather than reused, and the lock goes with its session.
-            Err(e) => {
-                tracing::warn!(target = %self.pg.target, error = %postgres_detail(&e), "metadata writer turn not given up")
+        let Some(mode) = self.writer else {
+            return wait(self.conn().client.batch_execute(sql));
+        };
+        let (lock, unlock) = match mode {
+            WriterMode::Shared => ("pg_advisory_lock_shared", "pg_advisory_unlock_shared"),
+            WriterMode::Alone => ("pg_advisory_lock", "pg_advisory_unlock"),
+        };
+        let conn = self.conn.as_mut().expect("leased connection");
+        if !sql.starts_with("BEGIN") {
+            let unlock = format!("SELECT {unlock}({WRITER_LOCK})");
+            let c = &conn.client;
+            let (ended, unlocked) = wait(async { futures::join!(c.batch_execute(sql), c.batch_execute(&unlock)) });
+            match unlocked {
+                Ok(()) => self.locked = false,
+                // The connection is closed rather than reused, and the lock goes with its session.
+                Err(e) => {
+                    tracing::warn!(target = %self.pg.target, error = %postgres_detail(&e), "metadata writer lock not given up")
+                }
             }
+            return ended;
         }
-        ended
+        self.locked = true;
+        conn.last_mark += 1;
+        let seq = conn.last_mark;
+        let lock = format!("SELECT {lock}({WRITER_LOCK})");
+        let set_mark = format!(
+            "INSERT INTO commit_marks (writer, seq, at) VALUES ({}, {seq}, now()) \
+             ON CONFLICT (writer) DO UPDATE SET seq = EXCLUDED.seq, at = EXCLUDED.at",
+            conn.mark_writer
+        );
+        let c = &conn.client;
+        let (locked, begun, xid, marked) = wait(async {
+            futures::join!(
+                c.batch_execute(&lock),
+                c.batch_execute(sql),
+                c.query_one("SELECT txid_current()", &[]),
+                c.batch_execute(&set_mark)
+            )
+        });
+        let xid = xid.and_then(|row| row.try_get::<_, i64>(0));
+        self.xid = xid.as_ref().ok().copied();
+        self.mark = marked.as_ref().ok().map(|()| (conn.mark_writer, seq));
+        locked.and(begun).and(xid.map(drop)).and(marked)
     }
 
     /// Ends the transaction; a failure only costs the connection.
@@ -737,7 +880,7 @@ impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let conn = self.conn.take().expect("leased connection");
         let mut pool = self.pg.lock_pool();
-        if self.clean && !self.writing && !conn.client.is_closed() {
+        if self.clean && !self.locked && !conn.client.is_closed() {
             pool.idle.push(conn);
         } else {
             pool.live -= 1;
@@ -781,9 +924,11 @@ impl Backend for Postgres {
         f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
     ) -> Result<R, TxnError> {
         let out = self.attempt_once(access, f);
-        if out.as_ref().err() == Some(&TxnError::Conflict) {
+        let conflicted = out.as_ref().err() == Some(&TxnError::Conflict);
+        if conflicted {
             self.conflicts.fetch_add(1, Ordering::Relaxed);
         }
+        CONFLICTS_IN_A_ROW.with(|n| n.set(if conflicted { n.get() + 1 } else { 0 }));
         out
     }
 }
@@ -808,7 +953,7 @@ impl Postgres {
     /// connection, again (with back-off) while the server cannot be reached
     /// or the transaction is still in progress there, for up to
     /// [`COMMIT_OUTCOME_WAIT`]. Then its own mark says: it committed if
-    /// this backend's row of `commit_marks` holds `mark`. The status itself
+    /// its connection's row of `commit_marks` holds `mark`. The status itself
     /// is not the answer: a server restarted after a crash hands out again
     /// the ids of transactions none of whose log it had written, so after
     /// the restart `txid_status` may tell of another transaction that got
@@ -817,7 +962,7 @@ impl Postgres {
     /// the put acknowledged, as another client's transaction committed
     /// under the id after the restart; the file read back short). `None` if
     /// it cannot be told by then (or the server no longer knows).
-    fn commit_outcome(&self, xid: i64, mark: i64) -> Option<bool> {
+    fn commit_outcome(&self, xid: i64, (writer, mark): (i64, i64)) -> Option<bool> {
         let deadline = Instant::now() + COMMIT_OUTCOME_WAIT;
         let mut pause = Duration::from_millis(50);
         loop {
@@ -843,9 +988,7 @@ impl Postgres {
                     Err(_) => false,
                 };
                 if over {
-                    let row = wait(
-                        conn.client.query_opt("SELECT seq FROM commit_marks WHERE writer = $1", &[&self.mark_writer]),
-                    );
+                    let row = wait(conn.client.query_opt("SELECT seq FROM commit_marks WHERE writer = $1", &[&writer]));
                     let said = status_said.as_deref().unwrap_or("?");
                     let decided = |committed: bool| {
                         // The status of another transaction, which got the id after a restart.
@@ -873,18 +1016,36 @@ impl Postgres {
         }
     }
 
+    /// Waits until fewer than [`Postgres::writers_max`] read-write
+    /// transactions of this backend are in progress; the slot is given back
+    /// when the guard drops.
+    fn writer_slot(&self) -> WriterSlot<'_> {
+        let mut writers = self.writers.lock().unwrap_or_else(PoisonError::into_inner);
+        while *writers >= self.writers_max {
+            writers = self.writer_done.wait(writers).unwrap_or_else(PoisonError::into_inner);
+        }
+        *writers += 1;
+        WriterSlot { pg: self }
+    }
+
     /// One attempt of [`Backend::attempt`], not counted.
     fn attempt_once<R>(
         &self,
         access: Access,
         f: &mut dyn FnMut(&mut dyn Txn) -> Result<R, FsStatus>,
     ) -> Result<R, TxnError> {
-        let _turn = match access {
-            Access::ReadWrite => Some(self.writer.lock().unwrap_or_else(PoisonError::into_inner)),
+        let _slot = match access {
+            Access::ReadWrite => Some(self.writer_slot()),
             Access::ReadOnly => None,
         };
         let mut lease = self.checkout()?;
-        lease.turn = access == Access::ReadWrite;
+        if access == Access::ReadWrite {
+            let alone = CONFLICTS_IN_A_ROW.with(|n| n.get()) >= CONFLICTS_BEFORE_ALONE;
+            lease.writer = Some(if alone { WriterMode::Alone } else { WriterMode::Shared });
+            if alone {
+                self.alone.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         self.run_attempt(&mut lease, access, f)
     }
 
@@ -1336,8 +1497,18 @@ impl Txn for PgTxn<'_> {
     }
 
     fn alloc_ino(&mut self) -> Result<Ino, FsStatus> {
-        let row = self.query_one("SELECT nextval('next_ino')", &[])?;
-        self.decode_one(row, |r| u64_at(r, 0))
+        self.live()?;
+        if self.conn.inos.is_empty() {
+            let row = self.query_one("SELECT nextval('next_ino_block')", &[])?;
+            let block = self.decode_one(row, |r| u64_at(r, 0))?;
+            // Blocks of 2^20 below 2^63: 2^43 of them, each handed out once.
+            let start = block.checked_mul(INO_BLOCK).filter(|s| *s < i64::MAX as u64 - INO_BLOCK);
+            let Some(start) = start else {
+                return Err(self.bad_row(format!("inode block {block} is past the inode numbers")));
+            };
+            self.conn.inos = start..start + INO_BLOCK;
+        }
+        Ok(self.conn.inos.next().expect("a block taken just now is not empty"))
     }
 
     fn dir_parent(&mut self, dir: Ino) -> Result<Option<Ino>, FsStatus> {
@@ -1676,11 +1847,26 @@ impl Txn for PgTxn<'_> {
     }
 
     fn pool_take(&mut self, drive: u32) -> Result<Option<ObjectRef>, FsStatus> {
-        let sql = "DELETE FROM pool WHERE (drive, partition, object) = \
+        // The first pooled object at or past a point of this connection's own (a little past
+        // the last one it took), else the first: concurrent creates seldom take one row (which
+        // one of them would fail on as "concurrent delete"), and each reads one row only.
+        // `LIMIT 1` over `UNION ALL` runs the second branch only if the first finds nothing.
+        let sql = "DELETE FROM pool WHERE (drive, partition, object) = (SELECT drive, partition, object FROM ( \
+                   (SELECT drive, partition, object FROM pool WHERE drive = $1 AND (partition, object) >= ($2, $3) \
+                    ORDER BY partition, object LIMIT 1) \
+                   UNION ALL \
                    (SELECT drive, partition, object FROM pool WHERE drive = $1 ORDER BY partition, object LIMIT 1) \
+                   ) c LIMIT 1) \
                    RETURNING drive, partition, object";
-        let row = self.query_opt(sql, &[&i64::from(drive)])?;
-        self.decode_opt(row, object_from_row)
+        let (partition, after) = self.conn.pool_points.get(&drive).copied().unwrap_or((0, 0));
+        let skip = nasd_env::Env::real().random_u64() % POOL_SPREAD;
+        let from = after.saturating_add(skip as i64);
+        let row = self.query_opt(sql, &[&i64::from(drive), &partition, &from])?;
+        let taken = self.decode_opt(row, object_from_row)?;
+        if let Some(o) = &taken {
+            self.conn.pool_points.insert(drive, (o.partition as i64, (o.object as i64).saturating_add(1)));
+        }
+        Ok(taken)
     }
 
     fn pool_count(&mut self, drive: u32) -> Result<u64, FsStatus> {

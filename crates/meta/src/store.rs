@@ -103,6 +103,18 @@ impl Location {
         }
     }
 
+    /// The same location with at most `writers` read-write transactions at
+    /// once ([`PgOptions::writers_max`]); SQLite ignores it.
+    pub fn with_writers_max(self, writers: usize) -> Location {
+        match self {
+            Location::Postgres { url, mut options } => {
+                options.writers_max = Some(writers);
+                Location::Postgres { url, options }
+            }
+            other => other,
+        }
+    }
+
     /// Whether this is a database several managers can share (PostgreSQL).
     pub fn is_shared(&self) -> bool {
         matches!(self, Location::Postgres { .. })

@@ -21,7 +21,7 @@ fn write_private(path: &Path, text: &str, mode: u32) {
 }
 
 fn open(url: &str, password_file: Option<PathBuf>) -> Result<Postgres, MetaError> {
-    Postgres::open_with_options(url, &PgOptions { password_file })
+    Postgres::open_with_options(url, &PgOptions { password_file, ..PgOptions::default() })
 }
 
 #[track_caller]
