@@ -1047,9 +1047,15 @@ impl Op {
     fn prepare_copies(&mut self, a: u64, data: &[u8], outcome: &mut WriteOutcome) -> Result<WriteBatch, StripeError> {
         let k = self.g.data_columns();
         let mut ranges: Vec<Vec<Range<u64>>> = vec![Vec::new(); k];
-        let mut bytes: Vec<Vec<u8>> = vec![Vec::new(); k];
+        let mut lens = vec![0usize; k];
         for e in self.g.extents(a, data.len() as u64) {
             push_range(&mut ranges[e.column], e.comp_offset..e.comp_offset + e.len);
+            lens[e.column] += e.len as usize;
+        }
+        // Each column's buffer sized once (grown extent by extent,
+        // reallocations copied it over and over: `nasd bench cost`).
+        let mut bytes: Vec<Vec<u8>> = lens.iter().map(|&len| Vec::with_capacity(len)).collect();
+        for e in self.g.extents(a, data.len() as u64) {
             let at = (e.file_offset - a) as usize;
             bytes[e.column].extend_from_slice(&data[at..at + e.len as usize]);
         }
