@@ -423,3 +423,65 @@ fn a_drive_logs_json_lines_in_the_span_of_each_request() {
     assert!(span["id"].as_u64().is_some(), "the frame's request id: {line}");
     assert!(span["peer"].as_str().is_some_and(|p| p.starts_with("127.0.0.1:")), "{line}");
 }
+
+/// The JSON objects among `text`'s lines.
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines().filter(|l| l.starts_with('{')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The trace id of the spans `line` was logged in, if one has one.
+fn trace_of(line: &serde_json::Value) -> Option<String> {
+    let spans = line["spans"].as_array()?;
+    spans.iter().find_map(|s| s["trace_id"].as_str().map(str::to_string))
+}
+
+/// One `nasd put` is one operation: the trace id its own JSON log lines
+/// carry is on the lines the manager and the drives log for the requests it
+/// made them (docs/PROTOCOL.md, "Trace ids"), and a `nasd get` after it has
+/// another, which the drives log for its reads.
+#[test]
+fn one_command_has_one_trace_id_from_client_to_manager_to_drives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemons = [("NASD_LOG", "nasd_manager=debug,nasd_drive=debug,warn"), ("NASD_LOG_FORMAT", "json")];
+    let up = Up::start_with(tmp.path(), 2, None, &[], &daemons);
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(tmp.path().join("in.bin"), &data).unwrap();
+    let client = [("NASD_LOG", "nasd_client=debug"), ("NASD_LOG_FORMAT", "json")];
+    let command_trace = |args: &[&str]| -> String {
+        let out = common::up::nasd_in(tmp.path(), args, &client);
+        let stderr = common::up::text(&out.stderr);
+        assert!(out.status.success(), "nasd {args:?} failed: {stderr}");
+        let done = json_lines(&stderr)
+            .into_iter()
+            .find(|l| l["fields"]["message"] == "operation done")
+            .unwrap_or_else(|| panic!("nasd {args:?} logged no operation line: {stderr}"));
+        assert_eq!(done["span"]["name"], "operation", "{done}");
+        assert_eq!(done["span"]["op"], args[0], "{done}");
+        let id = trace_of(&done).expect("the operation's span has a trace id");
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        id
+    };
+    let put = command_trace(&["put", "in.bin", "/f.bin"]);
+    let get = command_trace(&["get", "/f.bin", "out.bin"]);
+    assert_eq!(std::fs::read(tmp.path().join("out.bin")).unwrap(), data);
+    assert_ne!(put, get, "each command is its own operation");
+
+    // The daemons' lines for each operation: requests the manager answered, and requests the
+    // drives answered (writes for the put, reads for the get).
+    let logged = |id: &str, target: &str, op: Option<&str>| -> usize {
+        let text = std::fs::read_to_string(tmp.path().join("up.log")).unwrap();
+        json_lines(&text)
+            .iter()
+            .filter(|l| l["target"].as_str().is_some_and(|t| t.starts_with(target)))
+            .filter(|l| l["fields"]["message"] == "request done" && trace_of(l).as_deref() == Some(id))
+            .filter(|l| op.is_none_or(|op| l["span"]["op"] == op))
+            .count()
+    };
+    common::until("the daemons logged both operations", || {
+        logged(&put, "nasd_drive", Some("write")) > 0 && logged(&get, "nasd_drive", Some("read")) > 0
+    });
+    assert!(logged(&put, "nasd_manager", Some("create")) > 0, "the manager logged the put's create under its id");
+    assert!(logged(&put, "nasd_manager", Some("commit")) > 0, "… and its commit");
+    assert!(logged(&get, "nasd_manager", None) > 0, "the manager logged the get's requests under its id");
+    assert_eq!(logged(&put, "nasd_drive", Some("read")), 0, "the put read nothing from the drives");
+}
