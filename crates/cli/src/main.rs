@@ -294,8 +294,8 @@ fn error_text(e: &anyhow::Error) -> String {
 
 /// `fut` as the command's one user-level operation: one trace id (docs/PROTOCOL.md, "Trace
 /// ids") on everything it asks the manager and the drives, and on its own log lines.
-async fn operation<F: std::future::Future>(op: &'static str, fut: F) -> F::Output {
-    nasd_client::trace::operation(&nasd_env::Env::real(), op, fut).await
+fn operation<F: std::future::Future>(op: &'static str, fut: F) -> impl std::future::Future<Output = F::Output> {
+    nasd_client::trace::operation(&nasd_env::Env::real(), op, fut)
 }
 
 fn run() -> anyhow::Result<()> {

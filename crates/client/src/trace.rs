@@ -26,8 +26,8 @@ pub fn current() -> Option<TraceId> {
 }
 
 /// Runs `fut` with `trace` as its trace id ([`current`] inside it).
-pub async fn scope<F: Future>(trace: Option<TraceId>, fut: F) -> F::Output {
-    TRACE.scope(trace, fut).await
+pub fn scope<F: Future>(trace: Option<TraceId>, fut: F) -> impl Future<Output = F::Output> {
+    TRACE.scope(trace, fut)
 }
 
 /// A fresh trace id: 128 bits of `env`'s randomness.
@@ -39,16 +39,21 @@ pub fn fresh(env: &Env) -> TraceId {
 /// if it runs in one already, else a fresh one, and inside an `operation`
 /// span (`op`, `trace_id`), so what the client logs meanwhile carries the id
 /// the manager and the drives log for the same operation.
-pub async fn operation<F: Future>(env: &Env, op: &'static str, fut: F) -> F::Output {
+///
+/// `fut` moves to the heap at once: what is returned is small, however
+/// large the operation's future (a gateway's request may be hundreds of
+/// kilobytes in a debug build, and moving it about could overflow a stack).
+pub fn operation<F: Future>(env: &Env, op: &'static str, fut: F) -> impl Future<Output = F::Output> {
+    let fut = Box::pin(fut);
     let trace = current().unwrap_or_else(|| fresh(env));
     let span = tracing::info_span!("operation", op, trace_id = %trace);
     let started = std::time::Instant::now();
-    let done = async {
+    let done = async move {
         let out = fut.await;
         tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "operation done");
         out
     };
-    scope(Some(trace), done.instrument(span)).await
+    scope(Some(trace), done.instrument(span))
 }
 
 #[cfg(test)]
