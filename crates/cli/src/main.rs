@@ -361,7 +361,7 @@ fn run() -> anyhow::Result<()> {
         }),
         Command::Nfs(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            nfs_cmd::run(fs, args, &file.nfs).await
+            nfs_cmd::run(fs, args, &file.nfs, &file.metrics).await
         }),
         Command::S3Key(cmd) => {
             rt.block_on(async { s3_cmd::run_key(&login().await?, &file.client, cmd, &file.s3).await })

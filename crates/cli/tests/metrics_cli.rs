@@ -4,7 +4,9 @@
 //! unsigned request, the counters of each daemon move by what was done; a request the endpoint cannot parse gets a
 //! 4xx and it goes on serving. A manager of separate drive processes
 //! serving its own endpoint shows a drive SIGKILLed in its degraded-file
-//! gauge, and the drive's return in its repair counters.
+//! gauge, and the drive's return in its repair counters. `nasd nfs` serves
+//! its own, moved by libnfs's calls. One `nasd put` or `get` has one trace
+//! id in the JSON log lines of the client, the manager and the drives.
 
 mod common;
 
@@ -484,4 +486,64 @@ fn one_command_has_one_trace_id_from_client_to_manager_to_drives() {
     assert!(logged(&put, "nasd_manager", Some("commit")) > 0, "… and its commit");
     assert!(logged(&get, "nasd_manager", None) > 0, "the manager logged the get's requests under its id");
     assert_eq!(logged(&put, "nasd_drive", Some("read")), 0, "the put read nothing from the drives");
+}
+
+/// `nasd nfs --metrics ADDR` serves the NFS gateway's metrics: a file copied
+/// in and out with libnfs and a read of a name that does not exist move its
+/// calls by procedure, their latency, the bytes read and written, and the
+/// errors by status (`noent`).
+#[test]
+fn the_nfs_gateway_serves_its_metrics_by_procedure_and_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let up = Up::start(cwd, 2, &["--no-s3"]);
+    up.ok(&["admin", "set-gateway", "admin", "--ids", "1000-60000"]);
+    up.ok(&["mkdir", "/pub"]);
+    up.ok(&["chmod", "777", "/pub"]);
+    let gateway = common::Daemon::start("nasd nfs", cwd, &cwd.join("nfs.log"), None, |addr| {
+        ["nfs", "--listen", &addr.to_string(), "--metrics", "127.0.0.1:0"].into_iter().map(Into::into).collect()
+    });
+    let line = gateway.output_once("metrics at http://");
+    let at: SocketAddr = line
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics at http://"))
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .expect("the gateway names its endpoint")
+        .parse()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let before = samples(&rt, at);
+    assert!(
+        sum_of(&before, "nasd_nfs_requests_total", &[("proc", "write")]) == 0.0
+            && before.iter().any(|s| s.name == "nasd_nfs_errors_total"),
+        "every family is served before the first call"
+    );
+
+    let data: Vec<u8> = (0..(1u32 << 20) + 5).map(|i| (i * 31 % 253) as u8).collect();
+    std::fs::write(cwd.join("in.bin"), &data).unwrap();
+    let port = gateway.addr.port();
+    let url = |path: &str| format!("nfs://127.0.0.1{path}?nfsport={port}&mountport={port}&uid=1000&gid=1000");
+    let libnfs = |tool: &str, args: &[&str]| {
+        std::process::Command::new(tool)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {tool} (libnfs-utils): {e}"))
+    };
+    let copied = libnfs("nfs-cp", &[cwd.join("in.bin").to_str().unwrap(), &url("/pub/in.bin")]);
+    assert!(copied.status.success(), "nfs-cp: {}", String::from_utf8_lossy(&copied.stderr));
+    let read = libnfs("nfs-cat", &[&url("/pub/in.bin")]);
+    assert!(read.status.success() && read.stdout == data, "nfs-cat: {}", String::from_utf8_lossy(&read.stderr));
+    let missing = libnfs("nfs-cat", &[&url("/pub/not-there")]);
+    assert!(!missing.status.success(), "nfs-cat of a missing file succeeded");
+
+    let after = samples(&rt, at);
+    let len = data.len() as f64;
+    assert!(moved(&before, &after, "nasd_nfs_requests_total", &[("proc", "write")]) >= 1.0);
+    assert!(moved(&before, &after, "nasd_nfs_requests_total", &[("proc", "read")]) >= 1.0);
+    assert!(moved(&before, &after, "nasd_nfs_requests_total", &[("proc", "lookup")]) >= 2.0);
+    assert!(moved(&before, &after, "nasd_nfs_request_duration_seconds_count", &[("proc", "read")]) >= 1.0);
+    assert_eq!(moved(&before, &after, "nasd_nfs_data_bytes_total", &[("op", "write")]), len, "bytes written");
+    assert!(moved(&before, &after, "nasd_nfs_data_bytes_total", &[("op", "read")]) >= len, "bytes read");
+    assert!(moved(&before, &after, "nasd_nfs_errors_total", &[("status", "noent")]) >= 1.0, "the missing name");
+    assert_eq!(moved(&before, &after, "nasd_nfs_errors_total", &[("status", "io")]), 0.0);
 }
