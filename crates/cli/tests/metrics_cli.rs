@@ -361,6 +361,7 @@ fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
     status_line(s3, b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mount = nasd_metrics::Metrics::new();
     nasd_fuse::MountMetrics::new().register(&mount);
+    nasd_nfs::NfsMetrics::new().register(&mount);
     let text = rt.block_on(nasd_metrics::scrape_text(at)).expect("the endpoint answers") + &mount.encode();
     let names = nasd_metrics::family_sample_names(&text);
     let samples = nasd_metrics::parse_samples(&text.replace("# EOF\n", "")).expect("parses");
@@ -379,7 +380,7 @@ fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
             }
         }
     }
-    for daemon in ["drive", "manager", "auth", "s3", "mount"] {
+    for daemon in ["drive", "manager", "auth", "s3", "mount", "nfs"] {
         let prefix = format!("nasd_{daemon}_");
         assert!(queries.iter().any(|(f, e)| f.starts_with("grafana") && e.contains(&prefix)), "no panel for {daemon}");
     }
