@@ -446,7 +446,7 @@ fn trace_of(line: &serde_json::Value) -> Option<String> {
 fn one_command_has_one_trace_id_from_client_to_manager_to_drives() {
     let tmp = tempfile::tempdir().unwrap();
     let daemons = [("NASD_LOG", "nasd_manager=debug,nasd_drive=debug,warn"), ("NASD_LOG_FORMAT", "json")];
-    let up = Up::start_with(tmp.path(), 2, None, &[], &daemons);
+    let _up = Up::start_with(tmp.path(), 2, None, &[], &daemons);
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 13 % 251) as u8).collect();
     std::fs::write(tmp.path().join("in.bin"), &data).unwrap();
     let client = [("NASD_LOG", "nasd_client=debug"), ("NASD_LOG_FORMAT", "json")];
