@@ -33,7 +33,8 @@ fn check_args(opcode: u16, args: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     // A whole frame prefix, as the drive and client parse one.
     if let Ok(prefix) = FramePrefix::parse(data) {
-        let again = FramePrefix::encode(&prefix.header, prefix.capability, prefix.args, &prefix.digest);
+        let again =
+            FramePrefix::encode_traced(&prefix.header, prefix.trace.as_ref(), prefix.capability, prefix.args, &prefix.digest);
         assert_eq!(again, data, "frame prefix re-encodes differently: {:?}", prefix.header);
         assert_eq!(prefix.header.body_len() + HEADER_LEN, data.len());
         check_args(prefix.header.opcode, prefix.args);

@@ -29,6 +29,14 @@ fuzz_target!(|body: &[u8]| {
         assert_eq!(req.encode(id), body, "request re-encodes differently");
         let _ = req.handles();
     }
+    // The TRACED envelope (manager protocol version 3), as the manager reads every request.
+    if let Ok((id, trace, req)) = ManagerRequest::decode_traced(body) {
+        let again = match &trace {
+            Some(t) => req.encode_traced(id, t),
+            None => req.encode(id),
+        };
+        assert_eq!(again, body, "traced request re-encodes differently");
+    }
     if let Ok((id, reply)) = ManagerReply::decode(body) {
         let again = match &reply {
             Ok(r) => r.encode(id),

@@ -446,6 +446,9 @@ pub struct MetricsSection {
     /// `nasd mount`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount: Option<String>,
+    /// `nasd nfs`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<String>,
     /// `nasd up`'s, for every daemon it runs; loopback only (recorded at the
     /// first start: manager_port + 2000 if free, else any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -459,6 +462,7 @@ impl MetricsSection {
             && self.auth.is_none()
             && self.s3.is_none()
             && self.mount.is_none()
+            && self.nfs.is_none()
             && self.up.is_none()
     }
 }

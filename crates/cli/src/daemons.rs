@@ -1396,6 +1396,10 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
     if s3.is_some() {
         s3_metrics.register(&metrics);
     }
+    let nfs_metrics = nasd_nfs::NfsMetrics::new();
+    if nfs_on {
+        nfs_metrics.register(&metrics);
+    }
     let (metrics_endpoint, metrics_task) = serve_metrics(metrics_port, metrics, stopped(stop_rx.clone()))?;
     let endpoints = UpEndpoints { s3: s3_endpoint, metrics: metrics_endpoint };
     print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, endpoints);
@@ -1416,8 +1420,12 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         })
     });
     let nfs_task = nfs_on.then(|| {
-        let served =
-            crate::nfs_cmd::serve_for_up(cluster.client.clone(), cluster.nfs.clone(), stopped(stop_rx.clone()));
+        let served = crate::nfs_cmd::serve_for_up(
+            cluster.client.clone(),
+            cluster.nfs.clone(),
+            nfs_metrics.clone(),
+            stopped(stop_rx.clone()),
+        );
         tokio::spawn(async move {
             if let Err(e) = served.await {
                 eprintln!("warning: NFS is not served: {e:#}");

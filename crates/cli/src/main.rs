@@ -293,10 +293,20 @@ fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
+/// `fut` as the command's one user-level operation: one trace id (docs/PROTOCOL.md, "Trace
+/// ids") on everything it asks the manager and the drives, and on its own log lines.
+fn operation<F: std::future::Future>(op: &'static str, fut: F) -> impl std::future::Future<Output = F::Output> {
+    nasd_client::trace::operation(&nasd_env::Env::real(), op, fut)
+}
+
 fn run() -> anyhow::Result<()> {
     // Colour only for a person at a terminal: a log file gets plain text.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The name of the command, for its operation's span.
+    let op: &'static str = Box::leak(matches.subcommand_name().unwrap_or("nasd").to_string().into_boxed_str());
+
     // A command says what went wrong in its own words (and a successful one prints no log line:
     // what the library tells a daemon's log, such as a component that missed a write the manager
     // repairs, is no news to it); a daemon logs warnings.
@@ -338,7 +348,7 @@ fn run() -> anyhow::Result<()> {
             rt.block_on(auth_cmd::run(&file.client, user.as_deref(), cmd))
         }
         Command::Auth(args) => rt.block_on(auth_cmd::run_daemon(args, file.auth, file.metrics)),
-        Command::Fs(cmd) => rt.block_on(async { fs_cmd::run(&login().await?, cmd).await }),
+        Command::Fs(cmd) => rt.block_on(operation(op, async { fs_cmd::run(&login().await?, cmd).await })),
         // A mount runs for weeks: it renews its identity (the password stays in its memory).
         Command::Mount(args) => rt.block_on(async {
             // A mount point refused before a password is asked for.
@@ -352,15 +362,15 @@ fn run() -> anyhow::Result<()> {
         }),
         Command::Nfs(args) => rt.block_on(async {
             let fs = fs_cmd::login_renewing(&file.client, user.as_deref()).await?;
-            nfs_cmd::run(fs, args, &file.nfs).await
+            nfs_cmd::run(fs, args, &file.nfs, &file.metrics).await
         }),
         Command::S3Key(cmd) => {
             rt.block_on(async { s3_cmd::run_key(&login().await?, &file.client, cmd, &file.s3).await })
         }
-        Command::Layout(cmd) => rt.block_on(async { cluster_cmd::layout(&login().await?, cmd).await }),
-        Command::Acl(cmd) => rt.block_on(async { acl_cmd::run(&login().await?, cmd).await }),
-        Command::Status { .. } => rt.block_on(async { cluster_cmd::status(&login().await?).await }),
-        Command::Repair(args) => rt.block_on(async { cluster_cmd::repair(&login().await?, args).await }),
+        Command::Layout(cmd) => rt.block_on(operation(op, async { cluster_cmd::layout(&login().await?, cmd).await })),
+        Command::Acl(cmd) => rt.block_on(operation(op, async { acl_cmd::run(&login().await?, cmd).await })),
+        Command::Status { .. } => rt.block_on(operation(op, async { cluster_cmd::status(&login().await?).await })),
+        Command::Repair(args) => rt.block_on(operation(op, async { cluster_cmd::repair(&login().await?, args).await })),
         Command::Admin(fs_cmd::AdminCommand::ResetPassword { name, data, metadata, password_file }) => {
             let metadata = daemons::metadata_location(metadata.as_deref(), &file.manager)?;
             daemons::reset_password(&name, data.or(file.manager.data), metadata.as_ref(), password_file)
@@ -381,7 +391,7 @@ fn run() -> anyhow::Result<()> {
         Command::Admin(fs_cmd::AdminCommand::Passwd { .. }) if file.client.auth.is_some() => {
             anyhow::bail!("{}", nasd_manager::PASSWORDS_AT_AUTH_SERVER)
         }
-        Command::Admin(cmd) => rt.block_on(async { fs_cmd::run_admin(&login().await?, cmd).await }),
+        Command::Admin(cmd) => rt.block_on(operation(op, async { fs_cmd::run_admin(&login().await?, cmd).await })),
         Command::Inquiry { drive } => {
             let drives = drive_admin::resolve(drive.as_deref(), &file)?;
             rt.block_on(drive_admin::inquiry(&drives))

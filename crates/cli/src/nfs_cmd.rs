@@ -49,6 +49,10 @@ pub struct NfsArgs {
     /// [default: [nfs] connections_per_client, else 16].
     #[arg(long, value_name = "N")]
     connections_per_client: Option<usize>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: `[metrics]
+    /// nfs` of the config, else none].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     pub login: Login,
 }
@@ -102,7 +106,21 @@ fn config(args: &NfsArgs, section: &NfsSection) -> anyhow::Result<(nasd_nfs::Nfs
 }
 
 /// Serves NFS until Ctrl-C or SIGTERM.
-pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::Result<()> {
+pub async fn run(
+    fs: FsClient,
+    args: NfsArgs,
+    section: &NfsSection,
+    metrics_section: &crate::config::MetricsSection,
+) -> anyhow::Result<()> {
+    let metrics_port =
+        crate::daemons::metrics_port(args.metrics.as_deref().or(metrics_section.nfs.as_deref()), "NFS gateway")?;
+    let metrics = nasd_nfs::NfsMetrics::new();
+    if let Some(port) = metrics_port {
+        let registry = nasd_metrics::Metrics::new();
+        metrics.register(&registry);
+        let (addr, _) = crate::daemons::serve_metrics(port, registry, std::future::pending())?;
+        eprintln!("metrics at http://{addr}/metrics");
+    }
     let (config, clients) = config(&args, section)?;
     let limits = limits(&args, section)?;
     let listen = args.listen.clone().or_else(|| section.listen.clone()).unwrap_or_else(|| LISTEN_DEFAULT.into());
@@ -116,7 +134,7 @@ pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::R
             _ = term.recv() => {}
         }
     };
-    serve(fs, config, (clients, limits), &listen, (&key, state_dir(&key_path)), stop).await
+    serve(fs, config, (clients, limits), &listen, (&key, state_dir(&key_path)), metrics, stop).await
 }
 
 /// `nasd up`'s gateway (`[up] nfs = true`): logs in with `client` (the
@@ -125,6 +143,7 @@ pub async fn run(fs: FsClient, args: NfsArgs, section: &NfsSection) -> anyhow::R
 pub async fn serve_for_up(
     client: crate::config::ClientSection,
     section: NfsSection,
+    metrics: nasd_nfs::NfsMetrics,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let args = NfsArgs {
@@ -134,6 +153,7 @@ pub async fn serve_for_up(
         no_root_squash: false,
         handle_key: None,
         connections_per_client: None,
+        metrics: None,
         login: Login::default(),
     };
     let (config, clients) = config(&args, &section)?;
@@ -147,7 +167,7 @@ pub async fn serve_for_up(
             .await
             .context("cannot let the NFS gateway act for users")?;
     }
-    serve(fs, config, (clients, limits), &listen, (&key, state_dir(&key_path)), stop).await
+    serve(fs, config, (clients, limits), &listen, (&key, state_dir(&key_path)), metrics, stop).await
 }
 
 /// The gateway's state directory: the handle key's (the duplicate-request
@@ -170,6 +190,7 @@ async fn serve(
     (clients, limits): (nasd_nfs::Clients, nfs_rpc::Limits),
     listen: &str,
     (key, state_dir): (&nasd_crypto::Key, &std::path::Path),
+    metrics: nasd_nfs::NfsMetrics,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let addr: SocketAddr = tokio::net::lookup_host(listen)
@@ -183,7 +204,7 @@ async fn serve(
     let vfs =
         nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
     let exports: Vec<String> = config.exports.iter().map(|e| e.path.clone()).collect();
-    let gateway = nasd_nfs::Gateway::start(vfs, key, config).await.map_err(|e| anyhow::anyhow!(e))?;
+    let gateway = nasd_nfs::Gateway::start(vfs, key, config, metrics).await.map_err(|e| anyhow::anyhow!(e))?;
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     eprintln!("NFSv3 gateway ready on {bound} (MOUNT on the same port), exports {}", exports.join(" "));

@@ -4,7 +4,9 @@
 //! unsigned request, the counters of each daemon move by what was done; a request the endpoint cannot parse gets a
 //! 4xx and it goes on serving. A manager of separate drive processes
 //! serving its own endpoint shows a drive SIGKILLed in its degraded-file
-//! gauge, and the drive's return in its repair counters.
+//! gauge, and the drive's return in its repair counters. `nasd nfs` serves
+//! its own, moved by libnfs's calls. One `nasd put` or `get` has one trace
+//! id in the JSON log lines of the client, the manager and the drives.
 
 mod common;
 
@@ -359,6 +361,7 @@ fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
     status_line(s3, b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mount = nasd_metrics::Metrics::new();
     nasd_fuse::MountMetrics::new().register(&mount);
+    nasd_nfs::NfsMetrics::new().register(&mount);
     let text = rt.block_on(nasd_metrics::scrape_text(at)).expect("the endpoint answers") + &mount.encode();
     let names = nasd_metrics::family_sample_names(&text);
     let samples = nasd_metrics::parse_samples(&text.replace("# EOF\n", "")).expect("parses");
@@ -377,7 +380,7 @@ fn the_dashboard_and_alert_rules_query_only_metrics_that_exist() {
             }
         }
     }
-    for daemon in ["drive", "manager", "auth", "s3", "mount"] {
+    for daemon in ["drive", "manager", "auth", "s3", "mount", "nfs"] {
         let prefix = format!("nasd_{daemon}_");
         assert!(queries.iter().any(|(f, e)| f.starts_with("grafana") && e.contains(&prefix)), "no panel for {daemon}");
     }
@@ -422,4 +425,126 @@ fn a_drive_logs_json_lines_in_the_span_of_each_request() {
     assert_eq!((span["name"].as_str(), span["op"].as_str()), (Some("request"), Some("getattr")), "{line}");
     assert!(span["id"].as_u64().is_some(), "the frame's request id: {line}");
     assert!(span["peer"].as_str().is_some_and(|p| p.starts_with("127.0.0.1:")), "{line}");
+}
+
+/// The JSON objects among `text`'s lines.
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines().filter(|l| l.starts_with('{')).filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The trace id of the spans `line` was logged in, if one has one.
+fn trace_of(line: &serde_json::Value) -> Option<String> {
+    let spans = line["spans"].as_array()?;
+    spans.iter().find_map(|s| s["trace_id"].as_str().map(str::to_string))
+}
+
+/// One `nasd put` is one operation: the trace id its own JSON log lines
+/// carry is on the lines the manager and the drives log for the requests it
+/// made them (docs/PROTOCOL.md, "Trace ids"), and a `nasd get` after it has
+/// another, which the drives log for its reads.
+#[test]
+fn one_command_has_one_trace_id_from_client_to_manager_to_drives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemons = [("NASD_LOG", "nasd_manager=debug,nasd_drive=debug,warn"), ("NASD_LOG_FORMAT", "json")];
+    let _up = Up::start_with(tmp.path(), 2, None, &[], &daemons);
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(tmp.path().join("in.bin"), &data).unwrap();
+    let client = [("NASD_LOG", "nasd_client=debug"), ("NASD_LOG_FORMAT", "json")];
+    let command_trace = |args: &[&str]| -> String {
+        let out = common::up::nasd_in(tmp.path(), args, &client);
+        let stderr = common::up::text(&out.stderr);
+        assert!(out.status.success(), "nasd {args:?} failed: {stderr}");
+        let done = json_lines(&stderr)
+            .into_iter()
+            .find(|l| l["fields"]["message"] == "operation done")
+            .unwrap_or_else(|| panic!("nasd {args:?} logged no operation line: {stderr}"));
+        assert_eq!(done["span"]["name"], "operation", "{done}");
+        assert_eq!(done["span"]["op"], args[0], "{done}");
+        let id = trace_of(&done).expect("the operation's span has a trace id");
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        id
+    };
+    let put = command_trace(&["put", "in.bin", "/f.bin"]);
+    let get = command_trace(&["get", "/f.bin", "out.bin"]);
+    assert_eq!(std::fs::read(tmp.path().join("out.bin")).unwrap(), data);
+    assert_ne!(put, get, "each command is its own operation");
+
+    // The daemons' lines for each operation: requests the manager answered, and requests the
+    // drives answered (writes for the put, reads for the get).
+    let logged = |id: &str, target: &str, op: Option<&str>| -> usize {
+        let text = std::fs::read_to_string(tmp.path().join("up.log")).unwrap();
+        json_lines(&text)
+            .iter()
+            .filter(|l| l["target"].as_str().is_some_and(|t| t.starts_with(target)))
+            .filter(|l| l["fields"]["message"] == "request done" && trace_of(l).as_deref() == Some(id))
+            .filter(|l| op.is_none_or(|op| l["span"]["op"] == op))
+            .count()
+    };
+    common::until("the daemons logged both operations", || {
+        logged(&put, "nasd_drive", Some("write")) > 0 && logged(&get, "nasd_drive", Some("read")) > 0
+    });
+    assert!(logged(&put, "nasd_manager", Some("create")) > 0, "the manager logged the put's create under its id");
+    assert!(logged(&put, "nasd_manager", Some("commit")) > 0, "… and its commit");
+    assert!(logged(&get, "nasd_manager", None) > 0, "the manager logged the get's requests under its id");
+    assert_eq!(logged(&put, "nasd_drive", Some("read")), 0, "the put read nothing from the drives");
+}
+
+/// `nasd nfs --metrics ADDR` serves the NFS gateway's metrics: a file copied
+/// in and out with libnfs and a read of a name that does not exist move its
+/// calls by procedure, their latency, the bytes read and written, and the
+/// errors by status (`noent`).
+#[test]
+fn the_nfs_gateway_serves_its_metrics_by_procedure_and_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path();
+    let up = Up::start(cwd, 2, &["--no-s3"]);
+    up.ok(&["admin", "set-gateway", "admin", "--ids", "1000-60000"]);
+    up.ok(&["mkdir", "/pub"]);
+    up.ok(&["chmod", "777", "/pub"]);
+    let gateway = common::Daemon::start("nasd nfs", cwd, &cwd.join("nfs.log"), None, |addr| {
+        ["nfs", "--listen", &addr.to_string(), "--metrics", "127.0.0.1:0"].into_iter().map(Into::into).collect()
+    });
+    let line = gateway.output_once("metrics at http://");
+    let at: SocketAddr = line
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics at http://"))
+        .and_then(|l| l.strip_suffix("/metrics"))
+        .expect("the gateway names its endpoint")
+        .parse()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let before = samples(&rt, at);
+    assert!(
+        sum_of(&before, "nasd_nfs_requests_total", &[("proc", "write")]) == 0.0
+            && before.iter().any(|s| s.name == "nasd_nfs_errors_total"),
+        "every family is served before the first call"
+    );
+
+    let data: Vec<u8> = (0..(1u32 << 20) + 5).map(|i| (i * 31 % 253) as u8).collect();
+    std::fs::write(cwd.join("in.bin"), &data).unwrap();
+    let port = gateway.addr.port();
+    let url = |path: &str| format!("nfs://127.0.0.1{path}?nfsport={port}&mountport={port}&uid=1000&gid=1000");
+    let libnfs = |tool: &str, args: &[&str]| {
+        std::process::Command::new(tool)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {tool} (libnfs-utils): {e}"))
+    };
+    let copied = libnfs("nfs-cp", &[cwd.join("in.bin").to_str().unwrap(), &url("/pub/in.bin")]);
+    assert!(copied.status.success(), "nfs-cp: {}", String::from_utf8_lossy(&copied.stderr));
+    let read = libnfs("nfs-cat", &[&url("/pub/in.bin")]);
+    assert!(read.status.success() && read.stdout == data, "nfs-cat: {}", String::from_utf8_lossy(&read.stderr));
+    let missing = libnfs("nfs-cat", &[&url("/pub/not-there")]);
+    assert!(!missing.status.success(), "nfs-cat of a missing file succeeded");
+
+    let after = samples(&rt, at);
+    let len = data.len() as f64;
+    assert!(moved(&before, &after, "nasd_nfs_requests_total", &[("proc", "write")]) >= 1.0);
+    assert!(moved(&before, &after, "nasd_nfs_requests_total", &[("proc", "read")]) >= 1.0);
+    assert!(moved(&before, &after, "nasd_nfs_requests_total", &[("proc", "lookup")]) >= 2.0);
+    assert!(moved(&before, &after, "nasd_nfs_request_duration_seconds_count", &[("proc", "read")]) >= 1.0);
+    assert_eq!(moved(&before, &after, "nasd_nfs_data_bytes_total", &[("op", "write")]), len, "bytes written");
+    assert!(moved(&before, &after, "nasd_nfs_data_bytes_total", &[("op", "read")]) >= len, "bytes read");
+    assert!(moved(&before, &after, "nasd_nfs_errors_total", &[("status", "noent")]) >= 1.0, "the missing name");
+    assert_eq!(moved(&before, &after, "nasd_nfs_errors_total", &[("status", "io")]), 0.0);
 }

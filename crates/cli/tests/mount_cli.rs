@@ -17,7 +17,7 @@ use common::up::Up;
 use common::{nasd_command, until, DAEMON_WAIT_MAX};
 use std::ffi::CString;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -282,7 +282,8 @@ fn nasd_mount_refuses_what_would_surprise_and_keeps_quiet() {
 /// through the mount (written by `nasd put`, so not in the page cache), a
 /// file written through it, and an extended attribute that does not exist
 /// move the counters by FUSE operation — bytes read and written, and the
-/// failed `getxattr`.
+/// failed `getxattr` —, and a write over a directory's quota counts its
+/// failed data requests (`write`, `flush` or `fsync` answered `EDQUOT`).
 #[test]
 fn nasd_mount_serves_its_metrics_by_fuse_operation() {
     require_fuse!();
@@ -293,6 +294,8 @@ fn nasd_mount_serves_its_metrics_by_fuse_operation() {
     let data: Vec<u8> = (0..(3 << 20) + 17).map(|i: u32| (i % 241) as u8).collect();
     fs::write(cwd.join("in.bin"), &data).unwrap();
     up.ok(&["put", "in.bin", "/in.bin"]);
+    up.ok(&["mkdir", "/q"]);
+    up.ok(&["quota", "--dir", "/q", "--bytes", "64KiB"]);
     let point = cwd.join("mnt");
     fs::create_dir(&point).unwrap();
     let mount = Mounted::start(cwd, &point, &["--metrics", "127.0.0.1:0"]);
@@ -305,9 +308,12 @@ fn nasd_mount_serves_its_metrics_by_fuse_operation() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let before = rt.block_on(scrape(at)).expect("the endpoint answers");
 
-    assert_eq!(fs::read(point.join("in.bin")).unwrap(), data, "read through the mount");
+    let read = fs::read(point.join("in.bin"));
+    assert!(read.is_ok(), "{read:?}: {}", mount.output());
+    assert_eq!(read.unwrap(), data, "read through the mount");
     let written = &data[..1 << 20];
-    fs::write(point.join("out.bin"), written).unwrap();
+    let wrote = fs::write(point.join("out.bin"), written);
+    assert!(wrote.is_ok(), "{wrote:?}: {}", mount.output());
     let path = CString::new(point.join("in.bin").as_os_str().as_bytes()).unwrap();
     // SAFETY: NUL-terminated path and name; no buffer (size 0) asks for the length only.
     let got = unsafe { libc::getxattr(path.as_ptr(), c"user.none".as_ptr(), std::ptr::null_mut(), 0) };
@@ -325,5 +331,17 @@ fn nasd_mount_serves_its_metrics_by_fuse_operation() {
     assert!(moved("nasd_mount_failures_total", &[("op", "getxattr")]) >= 1.0, "the attribute that does not exist");
     assert_eq!(moved("nasd_mount_failures_total", &[("op", "read")]), 0.0);
     assert!(moved("nasd_mount_request_duration_seconds_count", &[("op", "flush")]) >= 1.0, "each close flushes");
+
+    // Over the quota: the data requests that fail are failures of their operation.
+    let data_failures = |scraped: &[nasd_metrics::Sample]| -> f64 {
+        ["write", "flush", "fsync"].iter().map(|op| sum_of(scraped, "nasd_mount_failures_total", &[("op", op)])).sum()
+    };
+    let mut big = fs::File::create(point.join("q").join("big.bin")).expect("create under the quota");
+    let wrote = big.write_all(&data).and_then(|()| big.sync_all());
+    assert_eq!(wrote.map_err(|e| e.raw_os_error()), Err(Some(libc::EDQUOT)), "3 MiB into a 64 KiB quota");
+    drop(big);
+    let over = rt.block_on(scrape(at)).expect("the endpoint answers");
+    let failed = data_failures(&over) - data_failures(&after);
+    assert!(failed >= 1.0, "{failed} failed data requests counted for a write over the quota");
     mount.stop();
 }

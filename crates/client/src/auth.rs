@@ -9,7 +9,7 @@ use crate::ClientError;
 use nasd_crypto::{identity_drive_key, DataProtector, FrameKeys, Key, MacAlgorithm, MacValue};
 use nasd_proto::limits::{CAPABILITY_LEN_MAX, DIGEST_LEN, NONCE_LEN};
 use nasd_proto::{
-    decode_error_message, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Status,
+    decode_error_message, FrameHeader, FramePrefix, IdentityData, KeyType, Kind, Protection, Status, TraceId,
     CAPABILITY_FORMAT_SEALED,
 };
 
@@ -289,17 +289,29 @@ impl Guard {
     /// protection, encrypts the arguments under `PRIVACY_ARGS`, then computes
     /// the digest over every byte before it (encrypt-then-MAC). The header's
     /// nonce must already be set. Returns the bytes and the digest.
-    pub fn seal_request(&self, header: &mut FrameHeader, mut args: Vec<u8>) -> (Vec<u8>, [u8; DIGEST_LEN]) {
+    #[cfg(test)]
+    pub fn seal_request(&self, header: &mut FrameHeader, args: Vec<u8>) -> (Vec<u8>, [u8; DIGEST_LEN]) {
+        self.seal_traced(header, None, args)
+    }
+
+    /// [`seal_request`](Self::seal_request) with the operation's trace id
+    /// after the header (a version-2 header), covered by the digest.
+    pub fn seal_traced(
+        &self,
+        header: &mut FrameHeader,
+        trace: Option<&TraceId>,
+        mut args: Vec<u8>,
+    ) -> (Vec<u8>, [u8; DIGEST_LEN]) {
         header.key_type = self.key_type;
         header.protection = self.protection;
         let zero = [0u8; DIGEST_LEN];
         let Some(keys) = &self.keys else {
-            return (FramePrefix::encode(header, &self.capability, &args, &zero), zero);
+            return (FramePrefix::encode_traced(header, trace, &self.capability, &args, &zero), zero);
         };
         if self.protection.covers(Protection::PRIVACY_ARGS) {
             keys.crypt_args(Kind::Request, &header.nonce, &mut args);
         }
-        let mut bytes = FramePrefix::encode(header, &self.capability, &args, &zero);
+        let mut bytes = FramePrefix::encode_traced(header, trace, &self.capability, &args, &zero);
         let split = bytes.len() - DIGEST_LEN;
         let digest: MacValue = keys.digest(self.protection, &bytes[..split]);
         bytes[split..].copy_from_slice(&digest);

@@ -48,6 +48,7 @@
 mod auth;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 
 pub use auth::{key_management_protection, Auth, Credential};
 pub use nasd_crypto::{Key, MacAlgorithm};
@@ -61,7 +62,7 @@ use nasd_proto::limits::{
 };
 use nasd_proto::{
     opcode, AttrMask, Attributes, AuditRecord, AuthScheme, DecodeError, DriveInfo, FrameHeader, Kind, ObjectPal,
-    OpenTxn, Pal, Protection, Region, Reply, Request, Status, VERSION, VERSION_MIN,
+    OpenTxn, Pal, Protection, Region, Reply, Request, Status, TraceId, VERSION, VERSION_MIN, VERSION_TRACE,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -155,6 +156,8 @@ pub struct DriveClient {
     /// Next request id; starts random so a reply recorded on another
     /// connection does not answer a request of this one.
     next_id: u64,
+    /// The frame version `HELLO` chose (1 until then).
+    version: u8,
     chunk_len: u32,
     drive_id: [u8; 16],
     /// The drive's block size (the unit of Hash-and-MAC digests).
@@ -382,6 +385,7 @@ impl DriveClient {
             rd: BufReader::with_capacity(REPLY_BUFFER_LEN, rd),
             wr: BufWriter::with_capacity(256 * 1024, wr),
             next_id: env.random_u64(),
+            version: VERSION_MIN,
             chunk_len: CHUNK_LEN_DEFAULT,
             drive_id: [0; 16],
             block_size: 0,
@@ -402,8 +406,14 @@ impl DriveClient {
         // drive's only from authenticated replies.
         let head = c.exchange(&Guard::none(), &hello).await?;
         match head.reply {
-            Reply::Hello { drive_id, chunk_len_max, block_size, .. } => {
+            Reply::Hello { version, drive_id, chunk_len_max, block_size, .. } => {
                 check_hello(chunk_len_max, block_size)?;
+                if !(VERSION_MIN..=VERSION).contains(&version) {
+                    return Err(ClientError::Protocol(format!(
+                        "HELLO chose version {version}, outside the {VERSION_MIN}..={VERSION} offered"
+                    )));
+                }
+                c.version = version;
                 c.drive_id = drive_id;
                 c.block_size = block_size;
                 c.chunk_len = c.chunk_len.min(chunk_len_max);
@@ -603,14 +613,18 @@ impl DriveClient {
         holds_other.then_some(other)
     }
 
-    fn header_for(&mut self, req: &Request, data_len: u64) -> FrameHeader {
+    /// The header of the next request, and the trace id it carries: the
+    /// task's ([`trace::current`]) on a connection of version 2 or later.
+    fn header_for(&mut self, req: &Request, data_len: u64) -> (FrameHeader, Option<TraceId>) {
         let mut h = FrameHeader::request(req.opcode(), self.next_id);
+        h.version = self.version;
+        let trace = if self.version >= VERSION_TRACE { trace::current() } else { None };
         self.next_id = self.next_id.wrapping_add(1);
         h.nonce = nasd_proto::nonce(self.drive_time_ns(), self.sequence);
         self.sequence = self.sequence.wrapping_add(1);
         h.data_len = data_len;
         h.chunk_len = if data_len > 0 { self.chunk_len } else { 0 };
-        h
+        (h, trace)
     }
 
     /// Marks the connection busy; it stays marked (unusable) unless the
@@ -690,8 +704,8 @@ impl DriveClient {
     }
 
     async fn exchange_inner(&mut self, guard: &Guard, req: &Request, args: Vec<u8>) -> Result<ReplyHead, ClientError> {
-        let mut h = self.header_for(req, 0);
-        let (prefix, digest) = guard.seal_request(&mut h, args);
+        let (mut h, trace) = self.header_for(req, 0);
+        let (prefix, digest) = guard.seal_traced(&mut h, trace.as_ref(), args);
         self.send_prefix(&prefix).await?;
         let head = self.recv_head(guard, &h, &digest).await?;
         if head.header.data_len != 0 {
@@ -793,8 +807,8 @@ impl DriveClient {
         len: u64,
         src: &mut (impl AsyncRead + Unpin),
     ) -> Result<u64, ClientError> {
-        let mut h = self.header_for(req, len);
-        let (prefix, digest) = guard.seal_request(&mut h, args);
+        let (mut h, trace) = self.header_for(req, len);
+        let (prefix, digest) = guard.seal_traced(&mut h, trace.as_ref(), args);
         let d = self.deadline;
         d.wait("take the request", self.wr.write_all(&prefix)).await?;
         let mut protector = guard.data(Kind::Request, &h.nonce, &digest);
@@ -886,8 +900,8 @@ impl DriveClient {
         regions: &[Region],
         dst: &mut (impl AsyncWrite + Unpin),
     ) -> Result<Vec<u64>, ClientError> {
-        let mut h = self.header_for(req, 0);
-        let (prefix, digest) = guard.seal_request(&mut h, args);
+        let (mut h, trace) = self.header_for(req, 0);
+        let (prefix, digest) = guard.seal_traced(&mut h, trace.as_ref(), args);
         self.send_prefix(&prefix).await?;
         let head = self.recv_head(guard, &h, &digest).await?;
         let Reply::Read { lengths } = head.reply else {

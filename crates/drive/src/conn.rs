@@ -296,7 +296,8 @@ async fn handle_frame(
         "request",
         %peer,
         op = crate::metrics::op_label(header.opcode),
-        id = header.request_id
+        id = header.request_id,
+        trace_id = tracing::field::Empty
     );
     handle_request(rd, wr, drive, config, state, header, frame, frame_timeout).instrument(span).await
 }
@@ -316,7 +317,12 @@ async fn handle_request(
     let store = &drive.store;
     let started = Instant::now();
     let prefix = match FramePrefix::parse(&frame) {
-        Ok(p) => p,
+        Ok(p) => {
+            if let Some(trace) = &p.trace {
+                tracing::Span::current().record("trace_id", trace.as_str());
+            }
+            p
+        }
         Err(e) => {
             drive.metrics.request(header.opcode, e.status(), started.elapsed());
             send_error(wr, store, &header, &ReplyGuard::NONE, e.status(), &format!("bad frame: {e}")).await?;
@@ -385,7 +391,9 @@ async fn refuse(
 impl Ctx<'_> {
     /// Counts the request in the drive's metrics once its reply is sent.
     fn count(&self, status: Status) {
-        self.drive.metrics.request(self.header.opcode, status, self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        self.drive.metrics.request(self.header.opcode, status, elapsed);
+        tracing::debug!(status = %status, elapsed_us = elapsed.as_micros() as u64, "request done");
     }
 
     fn audit(&self, auth: Option<&Authority>, req: Option<&Request>, status: Status) {
@@ -521,9 +529,11 @@ async fn execute(
             return execute_read(wr, ctx, guard, *partition, *object, regions.clone()).await;
         }
         Request::Hello { min_version, max_version, .. } => {
-            if *min_version <= VERSION && VERSION <= *max_version {
+            // The highest version both speak: a client of version 1 only gets 1.
+            let chosen = VERSION.min(*max_version);
+            if (*min_version).max(VERSION_MIN) <= chosen {
                 Ok(Reply::Hello {
-                    version: VERSION,
+                    version: chosen,
                     drive_id: store.drive_id(),
                     chunk_len_max: CHUNK_LEN_MAX,
                     regions_max: REGIONS_MAX as u16,

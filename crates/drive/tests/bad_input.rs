@@ -17,11 +17,11 @@ use nasd_drive::DriveConfig;
 use nasd_proto::limits::{
     ARGS_LEN_MAX, CAPABILITY_LEN_MAX, CHUNK_LEN_MAX, CHUNK_LEN_MIN, DATA_LEN_MAX, DATA_TAG_LEN, DIGESTS_MAX,
     DIGESTS_REGION_LEN_MAX, DIGEST_LEN, EXTENTS_MAX, FLUSH_OBJECTS_MAX, HEADER_LEN, NAME_LEN_MAX, OBJECT_SIZE_MAX,
-    REGIONS_MAX,
+    REGIONS_MAX, TRACE_ID_LEN_MAX,
 };
 use nasd_proto::{
     decode_error_message, opcode, well_known, AttrMask, Attributes, FrameHeader, FramePrefix, KeyType, Kind,
-    Protection, Region, Reply, Request, Status,
+    Protection, Region, Reply, Request, Status, TraceId, VERSION_TRACE,
 };
 use nasd_store::{Store, StoreOptions};
 use std::future::Future;
@@ -474,20 +474,20 @@ async fn malformed_headers_close_the_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsupported_versions_close_the_connection() {
     let d = Drive::start().await;
-    for v in [0u8, 2, 9, 255] {
+    for v in [0u8, 3, 9, 255] {
         let bytes = head(with(hdr(opcode::GETATTR), |h| h.version = v));
         d.check(&format!("header version {v}"), &bytes, Status::VersionUnsupported, Then::Close).await;
     }
     // The version is checked right after the magic: whatever else is wrong
     // with the rest of the header (a later version may lay it out
     // differently), the answer is VERSION_UNSUPPORTED.
-    let v2 = || with(hdr(opcode::GETATTR), |h| h.version = 2);
+    let v3 = || with(hdr(opcode::GETATTR), |h| h.version = 3);
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("version 2, reserved field set", patch(head(v2()), 22, &[1, 0])),
-        ("version 2, kind 9", patch(head(v2()), 5, &[9])),
-        ("version 2, args_len over limit", patch(head(v2()), 24, &u32::MAX.to_le_bytes())),
-        ("version 2, data_len 2^63", head(with(v2(), |h| h.data_len = 1 << 63))),
-        ("version 2, reply kind", head(with(v2(), |h| h.kind = Kind::Reply))),
+        ("version 3, bytes 22-23 set", patch(head(v3()), 22, &[1, 0])),
+        ("version 3, kind 9", patch(head(v3()), 5, &[9])),
+        ("version 3, args_len over limit", patch(head(v3()), 24, &u32::MAX.to_le_bytes())),
+        ("version 3, data_len 2^63", head(with(v3(), |h| h.data_len = 1 << 63))),
+        ("version 3, reply kind", head(with(v3(), |h| h.kind = Kind::Reply))),
     ];
     for (name, bytes) in &cases {
         d.check(name, bytes, Status::VersionUnsupported, Then::Close).await;
@@ -498,6 +498,29 @@ async fn unsupported_versions_close_the_connection() {
     d.check("hello 2..1 (empty range)", &req(hello(2, 1)), Status::VersionUnsupported, Then::Close).await;
     // A good hello on the same raw connection works and the connection goes on.
     d.check("hello 0..9", &req(hello(0, 9)), Status::Ok, Then::Continue).await;
+    d.stop().await;
+}
+
+/// Version 2 frames (docs/PROTOCOL.md, "Trace ids"): a request carrying a
+/// trace id is served like one without; a trace id with a byte outside its
+/// syntax is refused; `trace_len` over `TRACE_ID_LEN_MAX` is refused from
+/// the header alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_2_frames_carry_a_trace_id_within_its_syntax() {
+    let d = Drive::start().await;
+    let r = Request::GetAttr { partition: P, object: d.canary };
+    let v2 = || with(hdr(opcode::GETATTR), |h| h.version = VERSION_TRACE);
+    let trace = TraceId::from_bytes(b"0123456789abcdef-op.1").unwrap();
+    let traced = FramePrefix::encode_traced(&v2(), Some(&trace), &[], &r.encode_args(), &[0; DIGEST_LEN]);
+    d.check("getattr with a trace id", &traced, Status::Ok, Then::Continue).await;
+    let untraced = frame(v2(), &r.encode_args(), &[]);
+    d.check("version 2 without a trace id", &untraced, Status::Ok, Then::Continue).await;
+    let spaced = patch(traced.clone(), HEADER_LEN + 3, b" ");
+    d.check("a trace id with a space", &spaced, Status::BadArguments, Then::Close).await;
+    let newline = patch(traced, HEADER_LEN, b"\n");
+    d.check("a trace id with a newline", &newline, Status::BadArguments, Then::Close).await;
+    let long = patch(head(v2()), 22, &(TRACE_ID_LEN_MAX as u16 + 1).to_le_bytes());
+    d.check("trace_len over TRACE_ID_LEN_MAX", &long, Status::LimitExceeded, Then::Close).await;
     d.stop().await;
 }
 

@@ -549,6 +549,18 @@ impl FsClient {
         Ok(FsClient { inner: self.inner.clone(), acting: Some(Arc::new(Acting { uid, gid, groups })) })
     }
 
+    /// Runs `fut` as the user-level operation `op` (a gateway's request, a
+    /// command): every manager and drive request it makes carries one trace
+    /// id, the caller's if it runs in one already (see
+    /// [`nasd_client::trace::operation`]; docs/PROTOCOL.md, "Trace ids").
+    pub fn operation<F: std::future::Future>(
+        &self,
+        op: &'static str,
+        fut: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        nasd_client::trace::operation(&self.inner.config.env, op, fut)
+    }
+
     /// Whether this client acts for a local user ([`FsClient::as_user`]).
     pub fn is_acting(&self) -> bool {
         self.acting.is_some()

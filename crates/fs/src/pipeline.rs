@@ -14,7 +14,10 @@
 //! carried out: the pool's rules for resending apply to each).
 
 use crate::FsError;
-use nasd_proto::manager::{ManagerReply, ManagerRequest, CONNECTION_REQUESTS_MAX, MANAGER_MESSAGE_MAX};
+use nasd_proto::manager::{
+    ManagerReply, ManagerRequest, CONNECTION_REQUESTS_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
+    MANAGER_PROTOCOL_VERSION_TRACE,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -160,7 +163,13 @@ impl Pipeline {
             )));
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
-        let body = req.encode(id);
+        // The operation's trace id, if it has one, in a TRACED envelope: every session logs
+        // in with MANAGER_PROTOCOL_VERSION, which has them.
+        const _: () = assert!(MANAGER_PROTOCOL_VERSION >= MANAGER_PROTOCOL_VERSION_TRACE);
+        let body = match nasd_client::trace::current() {
+            Some(trace) => req.encode_traced(id, &trace),
+            None => req.encode(id),
+        };
         if body.len() > MANAGER_MESSAGE_MAX {
             return Outcome::NotSent(FsError::Protocol("request over MANAGER_MESSAGE_MAX".into()));
         }

@@ -162,6 +162,17 @@ impl State {
         (self.answered.load(Ordering::Relaxed), self.failed.load(Ordering::Relaxed))
     }
 
+    /// Counts request `op`, answered (`ok`: without an errno) `took` after
+    /// it was taken from the kernel, in [`counters`](Self::counters) and
+    /// the metrics alike: name and data requests, refusals before any work.
+    fn answered(&self, op: &'static str, ok: bool, took: Duration) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.metrics.answered(op, ok, took);
+    }
+
     /// The client the current request runs as ([`CALLER`]); the mount's
     /// own outside a request (background work).
     fn cx(&self) -> FsClient {
@@ -584,17 +595,12 @@ impl NasdFs {
         let client = match self.client_for(op, req) {
             Ok(c) => c,
             Err(e) => {
-                self.state.failed.fetch_add(1, Ordering::Relaxed);
                 reply.fail(e);
                 return;
             }
         };
         self.spawn_as(op, client, req.pid(), Class::Names, move |state| async move {
             let result = work(state.clone()).await;
-            state.answered.fetch_add(1, Ordering::Relaxed);
-            if result.is_err() {
-                state.failed.fetch_add(1, Ordering::Relaxed);
-            }
             answered(reply, result, ok)
         });
     }
@@ -604,7 +610,7 @@ impl NasdFs {
     fn client_for(&self, op: &'static str, req: &Request) -> Result<FsClient, Errno> {
         let client = self.state.client_for(req.uid(), req.gid(), req.pid());
         if client.is_err() {
-            self.state.metrics.answered(op, false, Duration::ZERO);
+            self.state.answered(op, false, Duration::ZERO);
         }
         client
     }
@@ -643,9 +649,11 @@ impl NasdFs {
             interruption_of(pid),
             CALLER.scope(client, async move {
                 let _permit = permit;
-                let metrics = state.metrics.clone();
-                let ok = work(state).await;
-                metrics.answered(op, ok, started.elapsed());
+                // One kernel request is one operation: its trace id goes to the manager and
+                // the drives with every request it makes (docs/PROTOCOL.md, "Trace ids").
+                let fs = state.vfs.fs().clone();
+                let ok = fs.operation(op, work(state.clone())).await;
+                state.answered(op, ok, started.elapsed());
             }),
         ));
     }

@@ -113,6 +113,12 @@ fn status_of(done: &Result<ManagerReply, Failure>) -> FsStatus {
     done.as_ref().err().map_or(FsStatus::Ok, |f| f.status)
 }
 
+/// One debug line per request answered, in its span (`NASD_LOG=nasd_manager=debug`).
+fn log_done(done: &Result<ManagerReply, Failure>, started: Instant) {
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    tracing::debug!(status = ?status_of(done), elapsed_us, "request done");
+}
+
 /// Writes the connection's replies in the order they are ready, until every
 /// sender is gone.
 async fn send_replies(
@@ -212,7 +218,7 @@ impl Manager {
                 let _ = replies.send(reply).await;
                 break Ok(());
             }
-            let (id, req) = match ManagerRequest::decode(&body) {
+            let (id, trace, req) = match ManagerRequest::decode_traced(&body) {
                 Ok(decoded) => decoded,
                 Err(e) => {
                     let reply = ManagerReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string());
@@ -223,14 +229,22 @@ impl Manager {
                 }
             };
             // What the manager logs while it handles the request carries the operation, the
-            // request id (the client's, unique on its connection) and the session's uid.
-            let span = tracing::warn_span!("request", op = req.name(), id, uid = session.caller.uid);
+            // request id (the client's, unique on its connection), the session's uid and the
+            // operation's trace id (TRACED), which its own requests to drives carry on.
+            let span = tracing::warn_span!(
+                "request",
+                op = req.name(),
+                id,
+                uid = session.caller.uid,
+                trace_id = trace.as_ref().map(|t| t.as_str())
+            );
             if let ManagerRequest::GetRouting = req {
                 // It changes the session (the version it routes by): in order too.
                 let started = Instant::now();
-                let routing = self.get_routing(&mut session).instrument(span);
+                let routing = self.get_routing(&mut session).instrument(span.clone());
                 let done = crate::REQUEST_WROTE.scope(Cell::new(false), routing).await;
                 self.metrics.request(req.name(), status_of(&done), started.elapsed());
+                span.in_scope(|| log_done(&done, started));
                 let reply = answer(&session, id, "get-routing", done);
                 if replies.send(reply).await.is_err() {
                     break Ok(());
@@ -245,8 +259,10 @@ impl Manager {
                     let op = req.name();
                     let started = Instant::now();
                     // Whether it committed anything yet, for an outage of the database ([`Manager::meta`]).
-                    let done = crate::REQUEST_WROTE.scope(Cell::new(false), me.handle(&snapshot, req)).await;
+                    let handled = nasd_client::trace::scope(trace, me.handle(&snapshot, req));
+                    let done = crate::REQUEST_WROTE.scope(Cell::new(false), handled).await;
                     me.metrics.request(op, status_of(&done), started.elapsed());
+                    log_done(&done, started);
                     let reply = answer(&snapshot, id, op, done);
                     let _ = replies.send(reply).await;
                     drop(permit);

@@ -137,6 +137,13 @@ pub trait NfsFileSystem: Send + Sync + 'static {
     /// acknowledged as UNSTABLE may have been lost (a restart).
     fn write_verifier(&self) -> writeverf3;
 
+    /// Told of each NFS call answered (for metrics): its procedure's name
+    /// ([`crate::proc_name`]), its outcome ([`crate::outcome_name`]: `ok`,
+    /// an `nfsstat3` such as `noent`, or `garbage_args`, `proc_unavail`),
+    /// and the time from the call read to its reply ready. Does nothing
+    /// unless the file system counts.
+    fn answered(&self, _proc: &'static str, _outcome: &'static str, _took: std::time::Duration) {}
+
     /// GETATTR.
     async fn getattr(&self, caller: &Caller, fh: &FileHandle) -> NfsResult<fattr3>;
     /// SETATTR, refused with `NFS3ERR_NOT_SYNC` if `guard` is not the ctime.

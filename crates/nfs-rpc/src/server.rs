@@ -250,11 +250,17 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem, drc: &d
         None
     };
     let caller = Caller { peer, auth };
+    let started = std::time::Instant::now();
     let result = dispatch(xid, &call, &caller, &mut input, &mut output, fs).await;
+    let garbage = result.is_err();
     if let Err(e) = result {
         tracing::debug!(%peer, xid, error = %e, "an RPC call's arguments do not decode");
         output.clear();
         garbage_args_reply_message(xid).serialize(&mut output).ok()?;
+    }
+    if call.prog == nfs::PROGRAM && call.vers == nfs::VERSION {
+        let outcome = if garbage { "garbage_args" } else { crate::outcome_of(call.proc, &output) };
+        fs.answered(crate::proc_name(call.proc), outcome, started.elapsed());
     }
     if let Some(ticket) = ticket {
         ticket.done(&output);

@@ -30,9 +30,11 @@
 mod attr;
 mod dirs;
 mod handle;
+mod metrics;
 mod open;
 
 pub use handle::{Sealer, NFS_HANDLE_LEN, TAG_LEN};
+pub use metrics::NfsMetrics;
 
 use nasd_fs::{FileKind, FsClient, Ino, SetAttr};
 use nasd_vfs::{CreateFlags, Vfs, VfsError};
@@ -137,6 +139,7 @@ pub struct Gateway {
     held: Mutex<Held>,
     opens: open::Opens,
     cursors: dirs::Cursors,
+    metrics: NfsMetrics,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -224,12 +227,17 @@ fn new_name(n: &[u8]) -> NfsResult<&str> {
 
 impl Gateway {
     /// The gateway over `vfs` (whose client holds a gateway grant for the
-    /// ids it will act for), sealing handles with `key`; the exports are
-    /// resolved now.
+    /// ids it will act for), sealing handles with `key` and counting in
+    /// `metrics`; the exports are resolved now.
     ///
     /// # Errors
     /// An export that is not a directory the gateway's user reaches, or more than 255.
-    pub async fn start(vfs: Vfs, key: &nasd_crypto::Key, config: NfsConfig) -> Result<Arc<Gateway>, String> {
+    pub async fn start(
+        vfs: Vfs,
+        key: &nasd_crypto::Key,
+        config: NfsConfig,
+        metrics: NfsMetrics,
+    ) -> Result<Arc<Gateway>, String> {
         if config.exports.is_empty() || config.exports.len() > 255 {
             return Err("between 1 and 255 exports are needed".into());
         }
@@ -250,9 +258,15 @@ impl Gateway {
             held: Mutex::new(Held::default()),
             opens: open::Opens::default(),
             cursors: dirs::Cursors::default(),
+            metrics,
         });
         tokio::spawn(open::close_idle(Arc::downgrade(&gateway)));
         Ok(gateway)
+    }
+
+    /// The metrics the gateway counts in (register them to serve them).
+    pub fn metrics(&self) -> &NfsMetrics {
+        &self.metrics
     }
 
     /// The export holding `path` (the longest whose path is a prefix of it
@@ -437,6 +451,10 @@ impl Gateway {
 
 #[async_trait::async_trait]
 impl nfs_rpc::NfsFileSystem for Gateway {
+    fn answered(&self, proc: &'static str, outcome: &'static str, took: std::time::Duration) {
+        self.metrics.answered(proc, outcome, took);
+    }
+
     async fn mount(&self, caller: &Caller, path: &[u8]) -> NfsResult<FileHandle> {
         let cx = self.cx(caller)?;
         let path = std::str::from_utf8(path).map_err(|_| nfsstat3::NFS3ERR_NOENT)?;
@@ -537,6 +555,7 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let (_, ino) = self.resolve(&cx, fh).await?;
         let open = self.opens.get(self, &cx, ino, false).await?;
         let data = self.vfs.read(open, offset, count).await.map_err(err)?;
+        self.metrics.read_bytes(data.len());
         let end = offset.saturating_add(data.len() as u64);
         let mut a = self.recent_attr_of(&cx, ino).await?;
         if data.len() < count as usize || end > a.size {
@@ -559,6 +578,7 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         let (_, ino) = self.resolve(&cx, fh).await?;
         let open = self.opens.get(self, &cx, ino, true).await?;
         self.vfs.write(open, offset, data).await.map_err(err)?;
+        self.metrics.written_bytes(data.len());
         let kept = if stable == Stable::Unstable {
             Stable::Unstable
         } else {

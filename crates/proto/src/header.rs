@@ -6,8 +6,12 @@ use crate::{DecodeError, Status};
 
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"NASD";
-/// The protocol version this crate speaks.
-pub const VERSION: u8 = 1;
+/// The highest protocol version this crate speaks.
+pub const VERSION: u8 = 2;
+/// The version that added trace ids: from it on, the header's bytes 22–23
+/// are `trace_len` (reserved, zero, in version 1), and a request may carry
+/// its operation's [`TraceId`](crate::TraceId) after the header.
+pub const VERSION_TRACE: u8 = 2;
 /// Lowest protocol version this crate speaks.
 pub const VERSION_MIN: u8 = 1;
 
@@ -138,7 +142,10 @@ pub struct FrameHeader {
     pub protection: Protection,
     /// 0 in requests; the outcome in replies.
     pub status: u16,
-    /// Length of the capability that follows the header.
+    /// Length of the trace id that follows the header: version 2 requests
+    /// only, at most [`TRACE_ID_LEN_MAX`]; 0 in replies and version 1.
+    pub trace_len: u16,
+    /// Length of the capability that follows the trace id.
     pub capability_len: u16,
     /// Length of the arguments that follow the capability.
     pub args_len: u32,
@@ -151,16 +158,19 @@ pub struct FrameHeader {
 }
 
 impl FrameHeader {
-    /// A request header with no capability, arguments or data yet.
+    /// A version-1 request header (every drive takes version 1) with no
+    /// capability, arguments or data yet. A client that negotiated a later
+    /// version sets [`version`](Self::version).
     pub fn request(opcode: u16, request_id: u64) -> Self {
         FrameHeader {
-            version: VERSION,
+            version: VERSION_MIN,
             kind: Kind::Request,
             opcode,
             request_id,
             key_type: KeyType::None,
             protection: Protection::NONE,
             status: 0,
+            trace_len: 0,
             capability_len: 0,
             args_len: 0,
             chunk_len: 0,
@@ -174,6 +184,7 @@ impl FrameHeader {
         FrameHeader {
             kind: Kind::Reply,
             status: status as u16,
+            trace_len: 0,
             capability_len: 0,
             args_len: 0,
             chunk_len: 0,
@@ -194,7 +205,7 @@ impl FrameHeader {
             .u8(self.protection.bits())
             .u16(self.status)
             .u16(self.capability_len)
-            .u16(0)
+            .u16(self.trace_len)
             .u32(self.args_len)
             .u32(self.chunk_len)
             .u64(self.data_len)
@@ -229,7 +240,8 @@ impl FrameHeader {
         let protection = Protection::from_bits(r.u8()?)?;
         let status = r.u16()?;
         let capability_len = r.u16()?;
-        if r.u16()? != 0 {
+        let trace_len = r.u16()?;
+        if version < VERSION_TRACE && trace_len != 0 {
             return Err(DecodeError::NotCanonical("reserved header field is not zero"));
         }
         let args_len = r.u32()?;
@@ -245,6 +257,7 @@ impl FrameHeader {
             key_type,
             protection,
             status,
+            trace_len,
             capability_len,
             args_len,
             chunk_len,
@@ -257,6 +270,12 @@ impl FrameHeader {
 
     fn check_limits(&self) -> Result<(), DecodeError> {
         let over = |field, len: u64, max: u64| DecodeError::OverLimit { field, len, max };
+        if self.trace_len as usize > TRACE_ID_LEN_MAX {
+            return Err(over("trace_len", self.trace_len as u64, TRACE_ID_LEN_MAX as u64));
+        }
+        if self.kind == Kind::Reply && self.trace_len != 0 {
+            return Err(DecodeError::NotCanonical("reply with a trace id"));
+        }
         if self.capability_len as usize > CAPABILITY_LEN_MAX {
             return Err(over("capability_len", self.capability_len as u64, CAPABILITY_LEN_MAX as u64));
         }
@@ -279,9 +298,10 @@ impl FrameHeader {
         Ok(())
     }
 
-    /// Bytes between the header and the data: capability, arguments, digest.
+    /// Bytes between the header and the data: trace id, capability,
+    /// arguments, digest.
     pub fn body_len(&self) -> usize {
-        self.capability_len as usize + self.args_len as usize + DIGEST_LEN
+        self.trace_len as usize + self.capability_len as usize + self.args_len as usize + DIGEST_LEN
     }
 
     /// Number of data chunks that follow the digest.

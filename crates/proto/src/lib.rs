@@ -34,6 +34,7 @@ pub mod manager;
 mod ops;
 mod pal;
 pub mod routing;
+pub mod trace;
 
 pub use attrs::{AttrMask, Attributes, ATTRIBUTES_LEN};
 pub use capability::{
@@ -41,7 +42,7 @@ pub use capability::{
     CAPABILITY_FORMAT_SEALED, SEALED_CAPABILITY_LEN, SEALED_CAPABILITY_PREFIX_LEN,
 };
 pub use error::{DecodeError, Status};
-pub use header::{nonce, FrameHeader, KeyType, Kind, Protection, MAGIC, VERSION, VERSION_MIN};
+pub use header::{nonce, FrameHeader, KeyType, Kind, Protection, MAGIC, VERSION, VERSION_MIN, VERSION_TRACE};
 pub use identity::{AuthScheme, IdentityData, IDENTITY_DATA_LEN, IDENTITY_FORMAT, ROLE_NONE};
 pub use ops::{
     decode_error_message, encode_error_message, not_itemized, opcode, validate_regions, well_known, AuditRecord,
@@ -50,14 +51,18 @@ pub use ops::{
 pub use pal::{
     ObjectPal, Pal, PalEntry, Principal, PAL_ENTRY_LEN, PAL_KIND_EVERYONE, PAL_KIND_ROLE, PAL_KIND_USER, PAL_RIGHTS,
 };
+pub use trace::TraceId;
 
 use limits::{DIGEST_LEN, HEADER_LEN};
 
-/// The part of a frame before its data: header, capability, arguments, digest.
+/// The part of a frame before its data: header, trace id (version 2),
+/// capability, arguments, digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FramePrefix<'a> {
     /// The validated header.
     pub header: FrameHeader,
+    /// The operation's trace id (`trace_len` bytes; version 2 requests only).
+    pub trace: Option<TraceId>,
     /// The capability bytes (`capability_len` of them).
     pub capability: &'a [u8],
     /// The argument bytes (`args_len` of them).
@@ -67,14 +72,34 @@ pub struct FramePrefix<'a> {
 }
 
 impl<'a> FramePrefix<'a> {
-    /// Encodes a frame prefix, filling in the header's length fields from the
-    /// slices given. The digest is appended as given.
+    /// Encodes a frame prefix without a trace id, filling in the header's
+    /// length fields from the slices given. The digest is appended as given.
     pub fn encode(header: &FrameHeader, capability: &[u8], args: &[u8], digest: &[u8; DIGEST_LEN]) -> Vec<u8> {
+        Self::encode_traced(header, None, capability, args, digest)
+    }
+
+    /// [`encode`](Self::encode) with the operation's trace id after the
+    /// header (`trace_len` set from it).
+    ///
+    /// # Panics
+    /// If a trace id is given for a header of a version before
+    /// [`VERSION_TRACE`], which has no room for it.
+    pub fn encode_traced(
+        header: &FrameHeader,
+        trace: Option<&TraceId>,
+        capability: &[u8],
+        args: &[u8],
+        digest: &[u8; DIGEST_LEN],
+    ) -> Vec<u8> {
+        let trace = trace.map_or(&[][..], TraceId::as_bytes);
+        assert!(trace.is_empty() || header.version >= VERSION_TRACE, "a version-1 frame carries no trace id");
         let mut h = header.clone();
+        h.trace_len = trace.len() as u16;
         h.capability_len = capability.len() as u16;
         h.args_len = args.len() as u32;
-        let mut out = Vec::with_capacity(HEADER_LEN + capability.len() + args.len() + DIGEST_LEN);
+        let mut out = Vec::with_capacity(HEADER_LEN + trace.len() + capability.len() + args.len() + DIGEST_LEN);
         out.extend_from_slice(&h.encode());
+        out.extend_from_slice(trace);
         out.extend_from_slice(capability);
         out.extend_from_slice(args);
         out.extend_from_slice(digest);
@@ -88,11 +113,15 @@ impl<'a> FramePrefix<'a> {
             buf.get(..HEADER_LEN).and_then(|b| b.try_into().ok()).ok_or(DecodeError::Truncated)?;
         let header = FrameHeader::decode(head)?;
         let mut r = codec::Reader::new(&buf[HEADER_LEN..]);
+        let trace = match header.trace_len {
+            0 => None,
+            n => Some(TraceId::from_bytes(r.take(n as usize)?)?),
+        };
         let capability = r.take(header.capability_len as usize)?;
         let args = r.take(header.args_len as usize)?;
         let digest = r.array::<DIGEST_LEN>()?;
         r.finish()?;
-        Ok(FramePrefix { header, capability, args, digest })
+        Ok(FramePrefix { header, trace, capability, args, digest })
     }
 }
 

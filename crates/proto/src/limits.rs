@@ -12,6 +12,9 @@ pub const DIGEST_LEN: usize = 32;
 pub const NONCE_LEN: usize = 16;
 /// Size of the tag that follows each data chunk when the data is protected.
 pub const DATA_TAG_LEN: usize = 32;
+/// Longest trace id a request may carry (frame version 2, manager `TRACED`),
+/// in bytes: a label for the logs, costing each logged line that much.
+pub const TRACE_ID_LEN_MAX: usize = 64;
 /// Largest encoded capability a frame may carry. Costs that much per request.
 pub const CAPABILITY_LEN_MAX: usize = 512;
 /// Largest operation-argument block. Bounds the memory a drive buffers before

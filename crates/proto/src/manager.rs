@@ -16,13 +16,18 @@ use crate::fs::{
 };
 use crate::layout::{Component, ComponentState, Layout, COMPONENTS_MAX};
 use crate::limits::NAME_LEN_MAX;
+use crate::limits::TRACE_ID_LEN_MAX;
 use crate::limits::{CAPABILITY_LEN_MAX, ERROR_MESSAGE_LEN_MAX};
 use crate::routing::RoutingTable;
+use crate::trace::TraceId;
 use crate::DecodeError;
 
 /// Version of the manager protocol this crate speaks (sent in `LOGIN`).
-/// Version 2 added [`Entry::no_xattrs`] (bit 2 of an entry's flags).
-pub const MANAGER_PROTOCOL_VERSION: u8 = 2;
+/// Version 2 added [`Entry::no_xattrs`] (bit 2 of an entry's flags);
+/// version 3 the `TRACED` envelope ([`ManagerRequest::encode_traced`]).
+pub const MANAGER_PROTOCOL_VERSION: u8 = 3;
+/// The first version whose sessions may send `TRACED` envelopes.
+pub const MANAGER_PROTOCOL_VERSION_TRACE: u8 = 3;
 /// Oldest version a manager still serves: to a session that logged in with
 /// version 1 it never sets what version 2 added ([`ManagerReply::for_version`]).
 pub const MANAGER_PROTOCOL_VERSION_MIN: u8 = 1;
@@ -142,6 +147,9 @@ pub mod manager_opcode {
     pub const REFRESH_PAL: u16 = 0x0023;
     pub const ABORT_WRITE: u16 = 0x0024;
     pub const SYNC: u16 = 0x0025;
+    /// An envelope, not a request of its own: a trace id, then any request
+    /// but a login (version 3).
+    pub const TRACED: u16 = 0x0026;
     pub const ADD_USER: u16 = 0x0101;
     pub const LIST_USERS: u16 = 0x0102;
     pub const SET_PASSWORD: u16 = 0x0103;
@@ -1982,6 +1990,41 @@ impl ManagerRequest {
         };
         r.finish()?;
         Ok((id, req))
+    }
+
+    /// The body of this request in a `TRACED` envelope (manager protocol
+    /// version 3): `TRACED u16`, `request_id u64`, the trace id as a byte
+    /// string, then the request's own opcode and arguments.
+    pub fn encode_traced(&self, request_id: u64, trace: &TraceId) -> Vec<u8> {
+        let inner = self.encode(request_id);
+        let mut w = Writer::with_capacity(inner.len() + 2 + trace.as_bytes().len());
+        w.u16(manager_opcode::TRACED).u64(request_id).bytes(trace.as_bytes());
+        w.raw(&inner[..2]).raw(&inner[10..]);
+        w.into_vec()
+    }
+
+    /// [`decode`](Self::decode), also taking a `TRACED` envelope: the
+    /// request id, the trace id if the body carried one, and the request.
+    /// An envelope around a login, or around another envelope, is refused.
+    pub fn decode_traced(body: &[u8]) -> Result<(u64, Option<TraceId>, Self), DecodeError> {
+        let mut r = Reader::new(body);
+        if r.u16()? != manager_opcode::TRACED {
+            let (id, req) = Self::decode(body)?;
+            return Ok((id, None, req));
+        }
+        let id = r.u64()?;
+        let trace = TraceId::from_bytes(r.bytes(TRACE_ID_LEN_MAX, "trace id")?)?;
+        let opcode = r.u16()?;
+        if matches!(opcode, manager_opcode::LOGIN | manager_opcode::LOGIN_IDENTITY) {
+            return Err(DecodeError::NotCanonical("TRACED wraps a request of a logged-in session only"));
+        }
+        let rest = r.take(r.remaining())?;
+        let mut inner = Vec::with_capacity(10 + rest.len());
+        inner.extend_from_slice(&opcode.to_le_bytes());
+        inner.extend_from_slice(&id.to_le_bytes());
+        inner.extend_from_slice(rest);
+        let (_, request) = Self::decode(&inner)?;
+        Ok((id, Some(trace), request))
     }
 }
 

@@ -5,8 +5,10 @@ use crate::acl::*;
 use crate::codec::Writer;
 use crate::fs::*;
 use crate::layout::*;
+use crate::limits::TRACE_ID_LEN_MAX;
 use crate::manager::*;
 use crate::routing::*;
+use crate::trace::TraceId;
 use crate::DecodeError;
 use proptest::prelude::*;
 
@@ -307,6 +309,11 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             })
             .encode(34),
         ),
+        (
+            "TRACED \"0123456789abcdef\" around GETATTR read",
+            ManagerRequest::GetAttr { handle: handle(42), open: OpenMode::Read }
+                .encode_traced(35, &TraceId::from_random(0x0123_4567_89ab_cdef, 0).to_string()[..16].parse().unwrap()),
+        ),
     ]
 }
 
@@ -426,10 +433,15 @@ const VECTORS_HEX: &[&str] = &[
         "0000020000000000000003000000000000000000000000000000000001000000000068686868686868686868686868686868",
         "6868686868686868686868686868686805000002",
     ),
+    concat!(
+        "2600230000000000000010003031323334353637383961626364656604002a00000000000000056868686868686868686868",
+        "68686868686868686868686868686868686868686801",
+    ),
 ];
 
 #[test]
 fn known_answer_vectors() {
+    assert_eq!(vectors().len(), VECTORS_HEX.len(), "every vector has its published bytes");
     for ((name, bytes), want) in vectors().iter().zip(VECTORS_HEX) {
         assert_eq!(
             &hex::encode(bytes),
@@ -798,6 +810,29 @@ proptest! {
         prop_assert_eq!(got.unwrap(), reply);
     }
 
+    /// A `TRACED` envelope carries any request of a logged-in session and
+    /// its trace id back out exactly; cut short, it never decodes.
+    #[test]
+    fn traced_requests_round_trip_canonically(req in arb_request(), id in any::<u64>(), trace in "[A-Za-z0-9._-]{1,64}", cut in any::<prop::sample::Index>()) {
+        let trace: TraceId = trace.parse().unwrap();
+        let body = req.encode_traced(id, &trace);
+        let login = matches!(req, ManagerRequest::Login { .. } | ManagerRequest::LoginIdentity { .. });
+        match ManagerRequest::decode_traced(&body) {
+            Ok((got_id, got_trace, got)) => {
+                prop_assert!(!login, "a login decoded inside TRACED");
+                prop_assert_eq!((got_id, got_trace.as_ref()), (id, Some(&trace)));
+                prop_assert_eq!(got.encode_traced(id, &trace), body.clone());
+                prop_assert_eq!(got, req.clone());
+            }
+            Err(e) => prop_assert!(login, "{:?}: {}", req, e),
+        }
+        prop_assert!(ManagerRequest::decode(&body).is_err(), "TRACED is an envelope, not a request");
+        let plain = req.encode(id);
+        prop_assert_eq!(ManagerRequest::decode_traced(&plain).map(|(i, t, _)| (i, t)), Ok((id, None)));
+        let at = cut.index(body.len());
+        prop_assert!(ManagerRequest::decode_traced(&body[..at]).is_err());
+    }
+
     #[test]
     fn requests_that_decode_pass_check_limits(req in arb_request()) {
         prop_assert_eq!(req.check_limits(), Ok(()));
@@ -860,6 +895,36 @@ fn rejections_are_specific() {
     .encode(1);
     body[2 + 8 + Handle::LEN] = 0x80;
     assert_eq!(ManagerRequest::decode(&body), Err(DecodeError::NotCanonical("undefined setattr mask bits")));
+
+    // TRACED: a well-formed trace id around a request other than a login, once.
+    let trace: TraceId = "t-1".parse().unwrap();
+    let traced = ManagerRequest::StatFs.encode_traced(1, &trace);
+    let mut bad = traced.clone();
+    bad[2 + 8 + 2 + 1] = b'/';
+    let want = DecodeError::NotCanonical("trace id has a byte outside [A-Za-z0-9._-]");
+    assert_eq!(ManagerRequest::decode_traced(&bad).map(|_| ()), Err(want));
+    let mut empty = Writer::with_capacity(16);
+    empty.u16(manager_opcode::TRACED).u64(1).bytes(b"").u16(manager_opcode::STATFS);
+    let want = DecodeError::NotCanonical("empty trace id");
+    assert_eq!(ManagerRequest::decode_traced(&empty.into_vec()).map(|_| ()), Err(want));
+    let mut long = Writer::with_capacity(128);
+    long.u16(manager_opcode::TRACED).u64(1).bytes(&[b'a'; TRACE_ID_LEN_MAX + 1]).u16(manager_opcode::STATFS);
+    assert!(matches!(
+        ManagerRequest::decode_traced(&long.into_vec()),
+        Err(DecodeError::OverLimit { field: "trace id", .. })
+    ));
+    let twice = {
+        let mut w = Writer::with_capacity(64);
+        w.u16(manager_opcode::TRACED).u64(1).bytes(b"a").raw(&traced[..2]).raw(&traced[10..]);
+        w.into_vec()
+    };
+    assert_eq!(
+        ManagerRequest::decode_traced(&twice).map(|_| ()),
+        Err(DecodeError::UnknownOpcode(manager_opcode::TRACED))
+    );
+    let login = ManagerRequest::Login { version: 3, user: "u".into(), password: "p".into() }.encode_traced(1, &trace);
+    let want = DecodeError::NotCanonical("TRACED wraps a request of a logged-in session only");
+    assert_eq!(ManagerRequest::decode_traced(&login).map(|_| ()), Err(want));
 }
 
 #[test]

@@ -688,6 +688,14 @@ fn capability_map_epoch_is_bytes_68_to_72() {
 /// block of hex lines, joined).
 #[test]
 fn vectors_are_published_in_protocol_md() {
+    let published = published_blocks();
+    for v in vectors() {
+        assert!(published.iter().any(|b| *b == v.hex), "{}: not published in PROTOCOL.md as it is encoded", v.name);
+    }
+}
+
+/// The code blocks of docs/PROTOCOL.md, each one string of its lines joined.
+fn published_blocks() -> Vec<String> {
     let doc = include_str!("../../../docs/PROTOCOL.md");
     let mut published = Vec::new();
     let mut block: Option<String> = None;
@@ -702,9 +710,25 @@ fn vectors_are_published_in_protocol_md() {
             (None, _) => {}
         }
     }
-    for v in vectors() {
-        assert!(published.iter().any(|b| *b == v.hex), "{}: not published in PROTOCOL.md as it is encoded", v.name);
-    }
+    published
+}
+
+/// Vector 30: the getattr request of vector 1 as version 2, carrying the
+/// trace id `0123456789abcdef0123456789abcdef` between header and arguments.
+#[test]
+fn traced_request_vector() {
+    let mut h = request_header(opcode::GETATTR, 1);
+    h.version = VERSION_TRACE;
+    let trace = TraceId::from_random(0x0123_4567_89ab_cdef, 0x0123_4567_89ab_cdef);
+    let req = Request::GetAttr { partition: 7, object: 16 };
+    let bytes = FramePrefix::encode_traced(&h, Some(&trace), &[], &req.encode_args(), &ZERO_DIGEST);
+    let hex = hex::encode(&bytes);
+    println!("{hex}");
+    assert_eq!(bytes.len(), 136);
+    assert!(published_blocks().contains(&hex), "vector 30 is not published in PROTOCOL.md as it is encoded: {hex}");
+    let parsed = FramePrefix::parse(&bytes).unwrap();
+    assert_eq!((parsed.header.version, parsed.trace), (2, Some(trace)));
+    assert_eq!(Request::decode(parsed.header.opcode, parsed.args).unwrap(), req);
 }
 
 /// A header pinned field by field, as a cross-check of the offsets table in
@@ -720,7 +744,7 @@ fn header_field_offsets() {
     h.data_len = 0x4142_4344_4546_4748;
     let b = h.encode();
     assert_eq!(&b[0..4], b"NASD");
-    assert_eq!(b[4], VERSION);
+    assert_eq!(b[4], VERSION_MIN, "a request header is version 1 until a client sets another");
     assert_eq!(b[5], Kind::Request as u8);
     assert_eq!(&b[6..8], &opcode::WRITE.to_le_bytes());
     assert_eq!(&b[8..16], &0x0102_0304_0506_0708u64.to_le_bytes());
@@ -729,6 +753,10 @@ fn header_field_offsets() {
     assert_eq!(&b[18..20], &[0, 0]);
     assert_eq!(&b[20..22], &0x1112u16.to_le_bytes());
     assert_eq!(&b[22..24], &[0, 0]);
+    h.version = VERSION_TRACE;
+    h.trace_len = 0x2a;
+    let b = h.encode();
+    assert_eq!((b[4], &b[22..24]), (2, &0x2au16.to_le_bytes()[..]), "version 2: trace_len at 22");
     assert_eq!(&b[24..28], &0x2122_2324u32.to_le_bytes());
     assert_eq!(&b[28..32], &0x3132_3334u32.to_le_bytes());
     assert_eq!(&b[32..40], &0x4142_4344_4546_4748u64.to_le_bytes());
@@ -779,7 +807,7 @@ fn header_rejections() {
         ("bad magic", header_with(0, 0, &[(0, b"NASE")]), DecodeError::BadMagic, Status::MalformedFrame),
         ("lowercase magic", header_with(0, 0, &[(0, b"nasd")]), DecodeError::BadMagic, Status::MalformedFrame),
         ("version 0", header_with(0, 0, &[(4, &[0])]), DecodeError::Version(0), Status::VersionUnsupported),
-        ("version 2", header_with(0, 0, &[(4, &[2])]), DecodeError::Version(2), Status::VersionUnsupported),
+        ("version 3", header_with(0, 0, &[(4, &[3])]), DecodeError::Version(3), Status::VersionUnsupported),
         ("version 255", header_with(0, 0, &[(4, &[255])]), DecodeError::Version(255), Status::VersionUnsupported),
         ("kind 0", header_with(0, 0, &[(5, &[0])]), nc("unknown frame kind"), Status::BadArguments),
         ("kind 3", header_with(0, 0, &[(5, &[3])]), nc("unknown frame kind"), Status::BadArguments),
@@ -812,6 +840,18 @@ fn header_rejections() {
             "reserved field high byte",
             header_with(0, 0, &[(22, &[0, 0x80])]),
             nc("reserved header field is not zero"),
+            Status::BadArguments,
+        ),
+        (
+            "version 2: trace_len over max",
+            header_with(0, 0, &[(4, &[2]), (22, &u16le(TRACE_ID_LEN_MAX as u16 + 1))]),
+            over("trace_len", TRACE_ID_LEN_MAX as u64 + 1, TRACE_ID_LEN_MAX as u64),
+            Status::LimitExceeded,
+        ),
+        (
+            "version 2: reply with a trace id",
+            header_with(0, 0, &[(4, &[2]), (5, &[2]), (22, &u16le(1))]),
+            nc("reply with a trace id"),
             Status::BadArguments,
         ),
         (
@@ -943,6 +983,26 @@ fn frame_prefix_rejections() {
     }
     let p = FramePrefix::parse(&frame).unwrap();
     assert_eq!(Request::decode(p.header.opcode, p.args).unwrap(), req);
+
+    // Version 2: the trace id sits between header and arguments, and must be one.
+    let mut v2 = request_header(opcode::GETATTR, 1);
+    v2.version = VERSION_TRACE;
+    let trace = TraceId::from_bytes(b"op-1").unwrap();
+    let frame = FramePrefix::encode_traced(&v2, Some(&trace), &[], &req.encode_args(), &ZERO_DIGEST);
+    assert_eq!((frame.len(), &frame[HEADER_LEN..HEADER_LEN + 4]), (HEADER_LEN + 4 + 16 + DIGEST_LEN, &b"op-1"[..]));
+    let p = FramePrefix::parse(&frame).unwrap();
+    assert_eq!((p.trace.as_ref(), p.header.trace_len), (Some(&trace), 4));
+    assert_eq!(FramePrefix::encode_traced(&p.header, p.trace.as_ref(), p.capability, p.args, &p.digest), frame);
+    let mut spaced = frame.clone();
+    spaced[HEADER_LEN + 2] = b' ';
+    let want = DecodeError::NotCanonical("trace id has a byte outside [A-Za-z0-9._-]");
+    check("a trace id with a space", FramePrefix::parse(&spaced), want, Status::BadArguments);
+    check(
+        "truncated trace id",
+        FramePrefix::parse(&frame[..HEADER_LEN + 3]),
+        DecodeError::Truncated,
+        Status::BadArguments,
+    );
 
     // args_len covering one byte too many: the prefix parses, the arguments do not.
     let mut args = req.encode_args();
@@ -1591,6 +1651,7 @@ fn arb_header() -> impl Strategy<Value = FrameHeader> {
     (
         (VERSION_MIN..=VERSION, arb_kind(), any::<u16>(), any::<u64>(), arb_key_type(), 0u8..0x20, any::<u16>()),
         (
+            0..=TRACE_ID_LEN_MAX as u16,
             0..=CAPABILITY_LEN_MAX as u16,
             0..=ARGS_LEN_MAX as u32,
             prop_oneof![Just(0u64), 1..=DATA_LEN_MAX, Just(DATA_LEN_MAX)],
@@ -1601,7 +1662,7 @@ fn arb_header() -> impl Strategy<Value = FrameHeader> {
         .prop_map(
             |(
                 (version, kind, opcode, request_id, key_type, protection, status),
-                (capability_len, args_len, data_len, chunk_len, nonce),
+                (trace_len, capability_len, args_len, data_len, chunk_len, nonce),
             )| FrameHeader {
                 version,
                 kind,
@@ -1610,6 +1671,7 @@ fn arb_header() -> impl Strategy<Value = FrameHeader> {
                 key_type,
                 protection: Protection::from_bits(protection).unwrap(),
                 status: if kind == Kind::Request { 0 } else { status },
+                trace_len: if kind == Kind::Request && version >= VERSION_TRACE { trace_len } else { 0 },
                 capability_len,
                 args_len,
                 chunk_len: if data_len == 0 { 0 } else { chunk_len },

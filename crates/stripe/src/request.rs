@@ -145,7 +145,10 @@ impl Task {
     pub(crate) fn spawn(shared: &Arc<Shared>, layout: Layout, component: usize, req: Req) -> Task {
         let shared = shared.clone();
         let env = shared.pool.env().clone();
-        Task { handle: env.spawn(async move { shared.request(layout, component, &req).await }) }
+        // The request belongs to the caller's operation: it carries its trace id.
+        let trace = nasd_client::trace::current();
+        let request = async move { shared.request(layout, component, &req).await };
+        Task { handle: env.spawn(nasd_client::trace::scope(trace, request)) }
     }
 
     /// The request's result: `Some(bytes)` for a read.

@@ -38,7 +38,8 @@ impl<T: Send + 'static> Drop for Background<T> {
 
 impl<T: Send + 'static> Background<T> {
     fn spawn(env: &nasd_env::Env, f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
-        Background(env.spawn(f))
+        // Work of the caller's operation: under its trace id.
+        Background(env.spawn(nasd_client::trace::scope(nasd_client::trace::current(), f)))
     }
 
     async fn join(mut self) -> T {
