@@ -149,7 +149,6 @@ impl Manager {
                 tracing::warn!(error = %f.message, "the routing table could not be read or made; retried at each maintenance pass");
             }
         }
-        self.changes.set_stopping(false);
         // Acknowledged changes reach the disk within the sync interval, and at shutdown.
         let syncer = self.spawn_metadata_sync(shutdown.clone());
         let stop = shutdown.clone();
@@ -163,9 +162,6 @@ impl Manager {
             }
         })
         .await;
-        // Watchers waiting on the change feed hear now that it stops, not at
-        // the end of their wait: their caches stop trusting it at once.
-        self.changes.set_stopping(true);
         if let Err(e) = syncer.await {
             tracing::warn!(error = %e, "the metadata sync task ended abnormally");
         }

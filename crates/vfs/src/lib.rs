@@ -222,6 +222,9 @@ struct Shared {
     /// Changes this gateway is making itself, which the feed will report:
     /// its client learnt them from the replies, so they are skipped.
     own: Mutex<HashMap<Change, (u32, std::time::Instant)>>,
+    /// The change feed's connection: absent names are answered only while
+    /// it is open and idle (a manager that stopped closed it, or said so on it).
+    watch_link: Option<nasd_fs::WatchLink>,
     /// Names known absent ([`negative`]).
     negatives: Mutex<negative::Negatives>,
     /// Lookups answered from [`Shared::negatives`] (tests, diagnostics).
@@ -286,6 +289,7 @@ impl Vfs {
                 own_skipped: AtomicU64::new(0),
                 outage_try: Mutex::new(None),
                 own: Mutex::new(HashMap::new()),
+                watch_link: watcher.as_ref().map(|(w, _)| w.link()),
                 negatives: Mutex::new(negative::Negatives::default()),
                 negative_hits: AtomicU64::new(0),
                 feed_task: Mutex::new(None),

@@ -1,34 +1,30 @@
-//! Names this layer knows are absent, so that a lookup of one (the kernel
-//! asks one before every create) is answered "no such name" without the
-//! manager. Two kinds of knowledge, one table:
-//!
-//! - **an absent name**: the manager answered a lookup of it `NOT_FOUND`;
-//! - **a directory whose every name is known**: one this layer made
-//!   itself (empty when made); every name this layer has made in it since
-//!   is held as *present* (a superset: a name removed again stays, and is
-//!   asked of the manager), every other name is absent.
+//! Names this layer knows are absent: the manager answered a lookup of
+//! one `NOT_FOUND`, and a lookup of it again is answered "no such name"
+//! without the manager (a gateway without the kernel's negative entries,
+//! or a kernel that dropped its own).
 //!
 //! What keeps an answer true (the change feed's promise, the same one the
 //! gateway's own negative entries rest on):
-//! - knowledge is taken in only while the change feed is live, and only if
+//! - an answer is taken in only while the change feed is live, and only if
 //!   the feed reported no other client's change and had no gap while the
-//!   request that brought it was out ([`Negatives::generation`], read
+//!   lookup that brought it was out ([`Negatives::generation`], read
 //!   before the request is sent and checked under the table's lock);
 //! - any change the feed reports for a directory (a name in it, or its own
-//!   attributes) from another client drops all that is known of it;
+//!   attributes) from another client drops every absent name of it;
 //! - a gap in the feed (it failed, reconnected, lost changes, or was
 //!   stopped) drops everything;
 //! - this layer's own requests that make a name (create, mknod, mkdir,
-//!   symlink, link, rename, its hidden names) take that name out of the
-//!   absent ones *before* they are sent, so an outcome that is not known
-//!   (a lost reply) leaves it to the manager.
+//!   symlink, link, rename, its hidden names) take that name out *before*
+//!   they are sent, so an outcome that is not known (a lost reply) leaves
+//!   it to the manager.
 //!
 //! Bounded: at most [`NEGATIVE_ENTRIES_MAX`] directories and names in all;
 //! past it everything is dropped (lookups then ask the manager again).
-//! Answers are given only for names [`nasd_proto::fs::validate_name`] accepts
-//! (the manager's own check, so a name too long still gets `NameTooLong`
-//! from it), to callers the held attributes show may search the directory,
-//! and only while the client knows of no manager outage (see
+//! Answers are given only for names [`nasd_proto::fs::validate_name`]
+//! accepts (the manager's own check, so a name too long still gets
+//! `NameTooLong` from it), to callers the held attributes show may search
+//! the directory, while the feed's connection is open with nothing unread
+//! on it and the client knows of no manager outage (see
 //! [`crate::Vfs::lookup`]).
 
 use nasd_fs::Ino;
@@ -39,20 +35,15 @@ use std::collections::{HashMap, HashSet};
 /// table: ~23 MiB at most); past it everything is dropped.
 pub(crate) const NEGATIVE_ENTRIES_MAX: usize = 65_536;
 
-/// What is known of one directory.
+/// Names the manager answered `NOT_FOUND` for, in one directory.
 #[derive(Default)]
 struct DirNames {
-    /// Made by this layer: every name not in `present` is absent.
-    complete: bool,
-    /// Names this layer made (or may have made) since it made the directory.
-    present: HashSet<String>,
-    /// Names the manager answered `NOT_FOUND` for.
     absent: HashSet<String>,
 }
 
 impl DirNames {
     fn entries(&self) -> usize {
-        1 + self.present.len() + self.absent.len()
+        1 + self.absent.len()
     }
 }
 
@@ -76,7 +67,7 @@ impl Negatives {
 
     /// Whether `name` is known absent from `dir`.
     pub fn absent(&self, dir: Ino, name: &str) -> bool {
-        self.dirs.get(&dir).is_some_and(|d| d.absent.contains(name) || (d.complete && !d.present.contains(name)))
+        self.dirs.get(&dir).is_some_and(|d| d.absent.contains(name))
     }
 
     /// The manager answered `NOT_FOUND` for `name` in `dir`, to a request
@@ -92,27 +83,12 @@ impl Negatives {
         self.bound();
     }
 
-    /// This layer made directory `dir` (empty) by a request sent at `generation`.
-    pub fn made_dir(&mut self, dir: Ino, generation: u64) {
-        if generation != self.generation {
-            return;
-        }
-        self.forget(dir);
-        self.dirs.insert(dir, DirNames { complete: true, ..DirNames::default() });
-        self.entries += 1;
-        self.bound();
-    }
-
     /// `name` in `dir` may exist from now on: a request of this layer that
     /// makes it is about to be sent.
     pub fn may_exist(&mut self, dir: Ino, name: &str) {
         let Some(d) = self.dirs.get_mut(&dir) else { return };
         if d.absent.remove(name) {
             self.entries -= 1;
-        }
-        if d.complete && d.present.insert(name.to_string()) {
-            self.entries += 1;
-            self.bound();
         }
     }
 
@@ -171,21 +147,19 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_made_here_answers_for_every_name_it_was_not_given() {
+    fn a_gap_in_the_feed_drops_everything_and_what_was_asked_before_it() {
         let mut n = Negatives::default();
         let g = n.generation();
-        n.made_dir(7, g);
-        assert!(n.absent(7, "x") && n.absent(7, "y"));
-        n.may_exist(7, "x");
-        assert!(!n.absent(7, "x"));
-        assert!(n.absent(7, "y"));
-        assert_eq!(n.len(), 2);
+        n.found_absent(7, "y", g);
         n.changed(8);
-        assert!(n.absent(7, "y"), "another directory's change leaves it");
+        assert!(!n.absent(7, "z"));
+        let g = n.generation();
+        n.found_absent(7, "z", g);
+        assert!(n.absent(7, "y") && n.absent(7, "z"), "another directory's change leaves it");
         n.clear();
         assert!(!n.absent(7, "y"), "a gap in the feed drops everything");
-        n.made_dir(7, g);
-        assert!(!n.absent(7, "y"), "made by a request sent before the gap: not taken in");
+        n.found_absent(7, "y", g);
+        assert!(!n.absent(7, "y"), "asked before the gap: not taken in");
         assert_eq!(n.len(), 0);
     }
 
@@ -193,15 +167,14 @@ mod tests {
     fn entries_are_bounded_in_all() {
         let mut n = Negatives::default();
         let g = n.generation();
-        n.made_dir(1, g);
-        for i in 0..NEGATIVE_ENTRIES_MAX - 3 {
+        for i in 0..NEGATIVE_ENTRIES_MAX - 2 {
             n.found_absent(2 + (i % 2) as Ino, &format!("n{i}"), g);
         }
-        assert_eq!(n.len(), NEGATIVE_ENTRIES_MAX, "one made directory, two others and their names");
-        assert!(n.absent(1, "anything") && n.absent(2, "n0"));
-        n.may_exist(1, "one-more");
+        assert_eq!(n.len(), NEGATIVE_ENTRIES_MAX, "two directories and their names");
+        assert!(n.absent(2, "n0") && n.absent(3, "n1"));
+        n.found_absent(2, "one-more", g);
         assert_eq!(n.len(), 0, "past the bound everything is dropped");
-        assert!(!n.absent(1, "anything") && !n.absent(2, "n0"));
+        assert!(!n.absent(2, "n0") && !n.absent(3, "n1"));
         let g = n.generation();
         n.found_absent(2, "again", g);
         assert_eq!(n.len(), 2);

@@ -162,11 +162,15 @@ impl Vfs {
     }
 
     /// Whether `name` is known absent from `dir` and may be answered so now:
-    /// the change feed live, no manager outage known, and `cx` allowed to
+    /// the change feed live and its connection open with nothing unread on
+    /// it (asked of the socket now, so a manager that stopped and closed it
+    /// is noticed before the feed's task runs), no manager outage known,
+    /// and `cx` allowed to
     /// search `dir` by its held attributes (root, or its owner with the
     /// owner's search bit; anyone else asks the manager, which may refuse).
     fn known_absent(&self, cx: &FsClient, dir: Ino, name: &str) -> bool {
-        if !self.fed() || cx.manager_outage().is_some() {
+        let linked = self.shared.watch_link.as_ref().is_some_and(|l| l.is_open_and_idle());
+        if !linked || !self.fed() || cx.manager_outage().is_some() {
             return false;
         }
         let uid = cx.identity().uid;
@@ -338,13 +342,8 @@ impl Vfs {
     /// Makes directory `name` in `parent` and holds it.
     pub async fn mkdir(&self, cx: &FsClient, parent: Ino, name: &str, mode: u32) -> Result<Entry> {
         let parent = self.handle(parent)?;
-        let generation = lock(&self.shared.negatives).generation();
         let mut e = self.making(name_changes(parent.ino, name), cx.mkdir_at(parent, name, mode & 0o7777)).await?;
         e.attr = self.remember(&e);
-        if self.fed() {
-            // Empty when made: every name this layer does not make in it is absent.
-            lock(&self.shared.negatives).made_dir(e.attr.ino, generation);
-        }
         Ok(e)
     }
 
