@@ -499,7 +499,7 @@ fn make_wide_tree(root: &Path, files: usize, seed: u64) {
     };
     let mut dirs = vec![root.to_path_buf()];
     for i in 0..files {
-        if next() % 16 == 0 {
+        if next().is_multiple_of(16) {
             // A new directory under one already made (nested up to where chance takes it).
             let parent = dirs[(next() % dirs.len() as u64) as usize].clone();
             let dir = parent.join(format!("d{i}"));
@@ -507,7 +507,7 @@ fn make_wide_tree(root: &Path, files: usize, seed: u64) {
             dirs.push(dir);
         }
         let dir = &dirs[(next() % dirs.len() as u64) as usize];
-        let len = if next() % 10 == 0 { 0 } else { (next() % 8192) as usize };
+        let len = if next().is_multiple_of(10) { 0 } else { (next() % 8192) as usize };
         std::fs::create_dir_all(dir).unwrap();
         std::fs::write(dir.join(format!("f{i}.bin")), pattern(&i.to_le_bytes(), len)).unwrap();
     }

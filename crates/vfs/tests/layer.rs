@@ -323,7 +323,7 @@ fn absent_names_are_answered_here_only_while_the_feed_vouches_for_them() {
                     let name = mine.remove((next(&mut x) % mine.len() as u64) as usize);
                     to(vfs.unlink(&a, dir, &name)).await.expect("unlink");
                     assert!(!absent_answered_here(&vfs, &a, dir, &name).await, "{name} was made here: asked");
-                    if next(&mut x) % 2 == 0 {
+                    if next(&mut x).is_multiple_of(2) {
                         // The other client makes the name again at once.
                         to(other.write_file(&format!("/a/made/{name}"), b"again")).await.expect("made again");
                         found_eventually(&vfs, &a, dir, &name).await;
@@ -335,7 +335,7 @@ fn absent_names_are_answered_here_only_while_the_feed_vouches_for_them() {
                     let from = mine[(next(&mut x) % mine.len() as u64) as usize].clone();
                     let to_name = format!("moved-{step}");
                     let e = to(vfs.lookup(&a, dir, &from)).await.expect("lookup");
-                    if next(&mut x) % 2 == 0 {
+                    if next(&mut x).is_multiple_of(2) {
                         let l = to(vfs.link(&a, e.attr.ino, dir, &to_name)).await.expect("link");
                         vfs.forget(l.attr.ino, 1);
                     } else {
