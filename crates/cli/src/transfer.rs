@@ -39,6 +39,11 @@ const PROGRESS_MIN_BYTES: u64 = 4 * 1024 * 1024;
 /// Most entries (files, directories, links) one recursive copy takes on:
 /// the plan of a copy is held in memory, about 100 bytes an entry.
 pub const TREE_ENTRIES_MAX: usize = 1_000_000;
+/// Files one copy writes at once: each waits on the manager and the drives
+/// for most of its time, and the manager's pipelined connection and group
+/// commit take several files' requests together. Memory: a read buffer of
+/// 1 MiB and the file's write-behind per file.
+const FILES_IN_FLIGHT_MAX: usize = 12;
 /// Times one file is copied again, from the start under a new temporary
 /// name, after the manager went away part-way through ([`manager_lost`]).
 const MANAGER_LOST_COPIES_MAX: usize = 2;
@@ -166,15 +171,19 @@ impl Undo {
         self.made.lock().expect("undo lock").retain(|m| !matches!(m, Made::RemoteTmp(t) if t == tmp));
     }
 
-    /// Removes the temporary files made so far and forgets them (best
-    /// effort: one left behind is swept by the manager after `[manager]
-    /// temporaries_age_secs`), before a file is copied again.
-    async fn discard_temporaries(&self, fs: &FsClient) {
+    /// Removes the temporary files made so far for destination `dst` and
+    /// forgets them (best effort: one left behind is swept by the manager
+    /// after `[manager] temporaries_age_secs`), before it is copied again;
+    /// other files' temporaries (copied at the same time) are theirs.
+    async fn discard_temporaries_of(&self, fs: &FsClient, dst: &str) {
         let tmps: Vec<String> = {
             let mut made = self.made.lock().expect("undo lock");
-            let tmps = made.iter().filter_map(|m| if let Made::RemoteTmp(t) = m { Some(t.clone()) } else { None });
+            let tmps = made.iter().filter_map(|m| match m {
+                Made::RemoteTmp(t) if is_temporary_of(t, dst) => Some(t.clone()),
+                _ => None,
+            });
             let tmps = tmps.collect();
-            made.retain(|m| !matches!(m, Made::RemoteTmp(_)));
+            made.retain(|m| !matches!(m, Made::RemoteTmp(t) if is_temporary_of(t, dst)));
             tmps
         };
         for t in tmps {
@@ -200,6 +209,16 @@ impl Undo {
             }
         }
     }
+}
+
+/// Whether nasd path `tmp` is a temporary name of destination `dst`
+/// (`DIR/.NAME.XXXXXXXX.nasd-tmp`, [`nasd_vfs::temp_name`]).
+fn is_temporary_of(tmp: &str, dst: &str) -> bool {
+    let (Ok((tmp_dir, tmp_name)), Ok((dir, name))) = (nasd_fs::split_path(tmp), nasd_fs::split_path(dst)) else {
+        return false;
+    };
+    let tag = tmp_name.strip_prefix(&format!(".{name}.")).and_then(|rest| rest.strip_suffix(TMP_SUFFIX));
+    tmp_dir == dir && tag.is_some_and(|t| t.len() == 8 && t.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A removal's outcome: absent already (an interrupted request that was
@@ -297,21 +316,19 @@ async fn run(
     };
     let total: u64 = plan.iter().map(|i| if let Kind::File { len, .. } = i.kind { len } else { 0 }).sum();
     let bar = bar_for(total, &name, opts.recursive);
-    let mut c = Copier {
+    let c = Copier {
         fs,
         opts,
         undo,
         bar: bar.clone(),
-        stats: Stats::default(),
-        fix_modes: Vec::new(),
-        changed: Vec::new(),
-        vfs: None,
-        dirs: std::collections::HashMap::new(),
-        made_dirs: std::collections::HashSet::new(),
+        stats: Mutex::default(),
+        fix_modes: Mutex::default(),
+        changed: Mutex::default(),
+        vfs: tokio::sync::OnceCell::new(),
+        dirs: Mutex::default(),
+        made_dirs: Mutex::default(),
     };
-    for item in &plan {
-        c.copy_item(from, &target, item).await?;
-    }
+    c.copy_plan(from, &target, &plan).await?;
     c.fix_dir_modes().await?;
     if matches!(target, Loc::Remote(_)) {
         // Everything copied durable against power loss too, with one flush at the manager.
@@ -319,9 +336,9 @@ async fn run(
     }
     bar.finish_and_clear();
     if !bar.is_hidden() {
-        eprintln!("{}", summary(&c.stats, started.elapsed()));
+        eprintln!("{}", summary(&lock(&c.stats), started.elapsed()));
     }
-    Ok(c.changed)
+    Ok(c.changed.into_inner().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// The bar: on a terminal only, for copies large enough or of trees.
@@ -661,26 +678,84 @@ async fn changed_since(
     (now.as_ref().and_then(modified) != modified(before)).then(|| "was modified".to_string())
 }
 
+/// One copy's state, shared by the files it copies at once (each field
+/// locked only between awaits).
 struct Copier<'a> {
     fs: &'a FsClient,
     opts: CopyOptions,
     undo: &'a Undo,
     bar: ProgressBar,
-    stats: Stats,
+    stats: Mutex<Stats>,
     /// Directories created with owner rights added (to fill them), and the mode they get at the end.
-    fix_modes: Vec<(Loc, u32)>,
+    fix_modes: Mutex<Vec<(Loc, u32)>>,
     /// Local files that changed while they were put: what happened to each.
-    changed: Vec<String>,
+    changed: Mutex<Vec<String>>,
     /// The file-system layer files are written through (made at the first).
-    vfs: Option<nasd_vfs::Vfs>,
+    vfs: tokio::sync::OnceCell<nasd_vfs::Vfs>,
     /// nasd directories this copy resolved or made, by path: their inodes.
-    dirs: std::collections::HashMap<String, nasd_fs::Ino>,
+    dirs: Mutex<std::collections::HashMap<String, nasd_fs::Ino>>,
     /// nasd directories this copy made (empty when made): nothing of theirs to replace.
-    made_dirs: std::collections::HashSet<String>,
+    made_dirs: Mutex<std::collections::HashSet<String>>,
+}
+
+/// Locks one of a copy's shared tables (no lock is held across an await).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Copier<'_> {
-    async fn copy_item(&mut self, from: &Loc, to: &Loc, item: &Item) -> anyhow::Result<()> {
+    /// Copies every item of `plan` (parents before children): directories
+    /// and symbolic links in order, each file beside up to
+    /// [`FILES_IN_FLIGHT_MAX`] - 1 others (a file's directory is made before
+    /// it starts). After the first failure no file starts; those under way
+    /// finish, and each that fails is named on stderr. The first failure is
+    /// the copy's.
+    async fn copy_plan(&self, from: &Loc, to: &Loc, plan: &[Item]) -> anyhow::Result<()> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let mut in_flight = FuturesUnordered::new();
+        let mut first: Option<anyhow::Error> = None;
+        let note = |first: &mut Option<anyhow::Error>, r: anyhow::Result<()>| {
+            if let Err(e) = r {
+                match first {
+                    None => *first = Some(e),
+                    Some(_) => self.bar.suspend(|| eprintln!("error: {e:#}")),
+                }
+            }
+        };
+        for item in plan {
+            if matches!(item.kind, Kind::File { .. }) {
+                while in_flight.len() >= FILES_IN_FLIGHT_MAX {
+                    if let Some(r) = in_flight.next().await {
+                        note(&mut first, r);
+                    }
+                }
+                if first.is_some() {
+                    break;
+                }
+                in_flight.push(self.copy_item(from, to, item));
+                continue;
+            }
+            // Made in order, while the files under way go on.
+            let made = self.copy_item(from, to, item);
+            tokio::pin!(made);
+            let r = loop {
+                tokio::select! {
+                    r = &mut made => break r,
+                    Some(r) = in_flight.next(), if !in_flight.is_empty() => note(&mut first, r),
+                }
+            };
+            note(&mut first, r);
+            if first.is_some() {
+                break;
+            }
+        }
+        while let Some(r) = in_flight.next().await {
+            note(&mut first, r);
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    async fn copy_item(&self, from: &Loc, to: &Loc, item: &Item) -> anyhow::Result<()> {
         let (src, dst) = match (from, to) {
             (Loc::Local(f), Loc::Remote(t)) => (Loc::Local(join_local(f, &item.rel)), Loc::Remote(join(t, &item.rel))),
             (Loc::Remote(f), Loc::Local(t)) => (Loc::Remote(join(f, &item.rel)), Loc::Local(join_local(t, &item.rel))),
@@ -707,7 +782,7 @@ impl Copier<'_> {
                                 self.bar.suspend(|| {
                                     eprintln!("{d}: the manager went away part-way ({e:#}); copying it again")
                                 });
-                                self.undo.discard_temporaries(self.fs).await;
+                                self.undo.discard_temporaries_of(self.fs, d).await;
                             }
                             r => break r?,
                         }
@@ -716,7 +791,7 @@ impl Copier<'_> {
             },
         };
         if let Outcome::Skipped = outcome {
-            self.stats.skipped += 1;
+            lock(&self.stats).skipped += 1;
             self.bar.suspend(|| eprintln!("not overwritten (--no-clobber): {dst} exists"));
             if let Kind::File { len, .. } = item.kind {
                 self.bar.inc(len);
@@ -726,7 +801,7 @@ impl Copier<'_> {
     }
 
     /// A directory: made if missing (with owner rights while it is filled), merged into if present.
-    async fn dir(&mut self, dst: &Loc, mode: u32) -> anyhow::Result<Outcome> {
+    async fn dir(&self, dst: &Loc, mode: u32) -> anyhow::Result<Outcome> {
         let filling = mode | 0o700;
         match dst {
             Loc::Remote(p) => match remote_lstat(self.fs, p).await? {
@@ -737,7 +812,7 @@ impl Copier<'_> {
                         .making(Made::RemoteDir(p.clone()), self.fs.mkdir(p, filling))
                         .await
                         .with_context(|| format!("cannot make directory {p}"))?;
-                    self.made_dirs.insert(p.clone());
+                    lock(&self.made_dirs).insert(p.clone());
                 }
             },
             Loc::Local(p) => match std::fs::symlink_metadata(p) {
@@ -754,15 +829,16 @@ impl Copier<'_> {
             },
         }
         if filling != mode {
-            self.fix_modes.push((dst.clone(), mode));
+            lock(&self.fix_modes).push((dst.clone(), mode));
         }
-        self.stats.dirs += 1;
+        lock(&self.stats).dirs += 1;
         Ok(Outcome::Copied)
     }
 
     /// Gives directories made with owner rights added their own modes, deepest first.
-    async fn fix_dir_modes(&mut self) -> anyhow::Result<()> {
-        for (dir, mode) in std::mem::take(&mut self.fix_modes).into_iter().rev() {
+    async fn fix_dir_modes(&self) -> anyhow::Result<()> {
+        let fix_modes = std::mem::take(&mut *lock(&self.fix_modes));
+        for (dir, mode) in fix_modes.into_iter().rev() {
             match &dir {
                 Loc::Remote(p) => {
                     self.fs.chmod(p, mode).await.with_context(|| format!("cannot set the mode of {p}"))?;
@@ -774,7 +850,7 @@ impl Copier<'_> {
         Ok(())
     }
 
-    async fn symlink(&mut self, target: &str, dst: &Loc) -> anyhow::Result<Outcome> {
+    async fn symlink(&self, target: &str, dst: &Loc) -> anyhow::Result<Outcome> {
         match dst {
             Loc::Remote(p) => {
                 let existing = remote_lstat(self.fs, p).await?;
@@ -788,7 +864,7 @@ impl Copier<'_> {
                     .with_context(|| format!("cannot make the link {p}"))?;
                 let outcome = self.publish_remote(&tmp, p, existing.is_some()).await?;
                 if let Outcome::Copied = outcome {
-                    self.stats.links += 1;
+                    lock(&self.stats).links += 1;
                 }
                 Ok(outcome)
             }
@@ -816,7 +892,7 @@ impl Copier<'_> {
                 if !exists {
                     self.undo.push(Made::LocalFile(p.clone()));
                 }
-                self.stats.links += 1;
+                lock(&self.stats).links += 1;
                 Ok(Outcome::Copied)
             }
         }
@@ -827,8 +903,8 @@ impl Copier<'_> {
         let (dir, _) = nasd_fs::split_path(dst)?;
         // A directory this copy made held nothing: no request needed to know `dst` is new
         // (a name another client makes there meanwhile is replaced, or kept with -n).
-        let existing =
-            if self.made_dirs.contains(dir) { None } else { remote_lstat(self.fs, dst).await?.map(|st| st.attr) };
+        let made_here = lock(&self.made_dirs).contains(dir);
+        let existing = if made_here { None } else { remote_lstat(self.fs, dst).await?.map(|st| st.attr) };
         match existing {
             Some(a) if a.kind == FileKind::Dir => {
                 anyhow::bail!("cannot replace {dst}, a directory, with a file")
@@ -843,7 +919,7 @@ impl Copier<'_> {
     }
 
     /// `put`: a local file into nasd.
-    async fn put_file(&mut self, src: &Path, dst: &str, mode: u32) -> anyhow::Result<Outcome> {
+    async fn put_file(&self, src: &Path, dst: &str, mode: u32) -> anyhow::Result<Outcome> {
         // Open the source before anything is made in nasd.
         let file = tokio::fs::File::open(src).await.with_context(|| format!("cannot read {}", src.display()))?;
         let before = file.metadata().await.with_context(|| format!("cannot read {}", src.display()))?;
@@ -861,7 +937,7 @@ impl Copier<'_> {
             r => r.map_err(|e| transfer_error(e, src, true, dst))?,
         };
         if let Some(change) = changed_since(src, &before, &mut reader).await {
-            self.changed.push(format!(
+            lock(&self.changed).push(format!(
                 "{} {change} while it was copied to {dst}: {dst} holds its first {len} bytes as they were read",
                 src.display()
             ));
@@ -875,32 +951,33 @@ impl Copier<'_> {
 
     /// The layer files are written through, made at the first use (it
     /// resolves the root).
-    async fn layer(&mut self) -> anyhow::Result<nasd_vfs::Vfs> {
-        if let Some(vfs) = &self.vfs {
-            return Ok(vfs.clone());
-        }
-        // A short command: no change feed (nothing it caches outlives the copy).
-        let config = nasd_vfs::VfsConfig { follow_feed: false, ..nasd_vfs::VfsConfig::default() };
-        let vfs = nasd_vfs::Vfs::start(self.fs.clone(), config).await.context("cannot reach the root directory")?;
-        self.vfs = Some(vfs.clone());
-        Ok(vfs)
+    async fn layer(&self) -> anyhow::Result<nasd_vfs::Vfs> {
+        let vfs = self
+            .vfs
+            .get_or_try_init(|| async {
+                // A short command: no change feed (nothing it caches outlives the copy).
+                let config = nasd_vfs::VfsConfig { follow_feed: false, ..nasd_vfs::VfsConfig::default() };
+                nasd_vfs::Vfs::start(self.fs.clone(), config).await.context("cannot reach the root directory")
+            })
+            .await?;
+        Ok(vfs.clone())
     }
 
     /// The inode of nasd directory `dir`, resolved once per copy.
-    async fn dir_ino(&mut self, dir: &str) -> anyhow::Result<nasd_fs::Ino> {
-        if let Some(ino) = self.dirs.get(dir) {
-            return Ok(*ino);
+    async fn dir_ino(&self, dir: &str) -> anyhow::Result<nasd_fs::Ino> {
+        if let Some(ino) = lock(&self.dirs).get(dir).copied() {
+            return Ok(ino);
         }
         let vfs = self.layer().await?;
         let e = vfs.resolve(self.fs, dir).await.map_err(|e| layer_error(e, dir))?;
         anyhow::ensure!(e.attr.kind == FileKind::Dir, "{dir} is not a directory");
-        self.dirs.insert(dir.to_string(), e.attr.ino);
+        lock(&self.dirs).insert(dir.to_string(), e.attr.ino);
         Ok(e.attr.ino)
     }
 
     /// Creates the temporary file beside `dst` (its name recorded first, so
     /// an interruption removes it) and opens it for writing.
-    async fn begin_replace(&mut self, dst: &str, mode: u32) -> anyhow::Result<nasd_vfs::Replacement> {
+    async fn begin_replace(&self, dst: &str, mode: u32) -> anyhow::Result<nasd_vfs::Replacement> {
         let (dir, name) = nasd_fs::split_path(dst)?;
         let parent = self.dir_ino(dir).await?;
         let vfs = self.layer().await?;
@@ -910,7 +987,7 @@ impl Copier<'_> {
     }
 
     /// `cp nasd:A nasd:B`: a file within nasd, piece by piece.
-    async fn copy_file(&mut self, src: &str, dst: &str) -> anyhow::Result<Outcome> {
+    async fn copy_file(&self, src: &str, dst: &str) -> anyhow::Result<Outcome> {
         let from = self.fs.open(src, false).await.with_context(|| format!("cannot read {src}"))?;
         if let Some(st) = remote_lstat(self.fs, dst).await? {
             anyhow::ensure!(st.attr.ino != from.ino(), "{src} and {dst} are the same file");
@@ -938,7 +1015,7 @@ impl Copier<'_> {
     }
 
     /// An administrator replacing another user's file gives the new one its owner and group.
-    async fn keep_owner(&mut self, r: &nasd_vfs::Replacement, existing: Option<&FileAttr>) -> anyhow::Result<()> {
+    async fn keep_owner(&self, r: &nasd_vfs::Replacement, existing: Option<&FileAttr>) -> anyhow::Result<()> {
         let me = self.fs.identity();
         if let Some(a) = existing {
             if me.admin && (a.uid, a.gid) != (me.uid, me.gid) {
@@ -957,7 +1034,7 @@ impl Copier<'_> {
     /// a rename, or with `--no-clobber` a hard link that fails if `dst`
     /// appeared (the temporary name is removed either way).
     async fn publish(
-        &mut self,
+        &self,
         r: nasd_vfs::Replacement,
         dst: &str,
         existing: Option<&FileAttr>,
@@ -984,7 +1061,7 @@ impl Copier<'_> {
 
     /// Puts the finished temporary `tmp` (a symbolic link) in place of `dst`:
     /// a rename, or with `--no-clobber` a hard link that fails if `dst` appeared.
-    async fn publish_remote(&mut self, tmp: &str, dst: &str, replaces: bool) -> anyhow::Result<Outcome> {
+    async fn publish_remote(&self, tmp: &str, dst: &str, replaces: bool) -> anyhow::Result<Outcome> {
         let made = Made::RemoteFile(dst.to_string());
         if self.opts.no_clobber {
             match self.undo.making(made, self.fs.link(tmp, dst)).await {
@@ -1008,7 +1085,7 @@ impl Copier<'_> {
     }
 
     /// `get`: a nasd file to this machine.
-    async fn get_file(&mut self, src: &str, dst: &Path) -> anyhow::Result<Outcome> {
+    async fn get_file(&self, src: &str, dst: &Path) -> anyhow::Result<Outcome> {
         // Open the source before anything is made here.
         let f = self.fs.open(src, false).await.with_context(|| format!("cannot read {src}"))?;
         let existing = match std::fs::symlink_metadata(dst) {
@@ -1051,10 +1128,11 @@ impl Copier<'_> {
         Ok(Outcome::Copied)
     }
 
-    fn count_file(&mut self, outcome: &Outcome, len: u64) {
+    fn count_file(&self, outcome: &Outcome, len: u64) {
         if let Outcome::Copied = outcome {
-            self.stats.files += 1;
-            self.stats.bytes += len;
+            let mut stats = lock(&self.stats);
+            stats.files += 1;
+            stats.bytes += len;
         }
     }
 }

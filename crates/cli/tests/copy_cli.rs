@@ -85,6 +85,7 @@ fn copies_through_the_cli() {
     a_failed_get_leaves_no_local_file(&up);
     interrupted_copies_leave_nothing(&up, &rt, &fs);
     a_file_growing_while_put_is_said(&up, &rt, &fs);
+    a_wide_tree_goes_in_whole(&up, &rt, &fs);
     drop(fs);
     up.daemon.terminate();
 }
@@ -484,4 +485,66 @@ fn a_file_growing_while_put_is_said(up: &Up, rt: &tokio::runtime::Runtime, fs: &
     let now = std::fs::read(&path).unwrap();
     assert!(stored.len() >= start.len() && stored[..] == now[..stored.len()], "{} bytes stored", stored.len());
     assert!(now.len() > stored.len(), "the file grew past what was stored");
+}
+
+/// A tree of `files` small files (0 to 8 KiB, some empty) in nested
+/// directories, their places and sizes drawn from `seed`.
+fn make_wide_tree(root: &Path, files: usize, seed: u64) {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut dirs = vec![root.to_path_buf()];
+    for i in 0..files {
+        if next().is_multiple_of(16) {
+            // A new directory under one already made (nested up to where chance takes it).
+            let parent = dirs[(next() % dirs.len() as u64) as usize].clone();
+            let dir = parent.join(format!("d{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            dirs.push(dir);
+        }
+        let dir = &dirs[(next() % dirs.len() as u64) as usize];
+        let len = if next().is_multiple_of(10) { 0 } else { (next() % 8192) as usize };
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}.bin")), pattern(&i.to_le_bytes(), len)).unwrap();
+    }
+}
+
+/// Issue 24: `put -r` copies several files at once. A tree of a few hundred
+/// small files in nested directories goes in and comes back identical; over
+/// a quota, files under way fail too, each failure after the first is named,
+/// the first decides the error, and nothing of the copy stays.
+fn a_wide_tree_goes_in_whole(up: &Up, rt: &tokio::runtime::Runtime, fs: &nasd_fs::FsClient) {
+    let cwd = &up.cwd;
+    let seed = std::env::var("NASD_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("NASD_TEST_SEED={seed}");
+    make_wide_tree(&cwd.join("wide"), 300, seed);
+    let original = masked(local_tree(&cwd.join("wide")), umask());
+    assert!(original.len() > 300, "{} entries", original.len());
+
+    up.quiet(&["mkdir", "/w"]);
+    up.quiet(&["put", "-r", "wide", "/w/"]);
+    up.quiet(&["get", "-r", "/w/wide", "wide-back"]);
+    assert_eq!(local_tree(&cwd.join("wide-back")), original, "put -r then get -r gives the wide tree back");
+    // Again over the copy: every file replaced, whole.
+    up.quiet(&["put", "-r", "wide", "/w/"]);
+    up.quiet(&["get", "-r", "/w/wide", "wide-back2"]);
+    assert_eq!(local_tree(&cwd.join("wide-back2")), original, "put -r over an earlier copy");
+
+    // Over a quota of files: the copy fails part way with the quota named, and rolls back.
+    up.quiet(&["mkdir", "/wq"]);
+    up.ok(&["quota", "--dir", "/wq", "--files", "40"]);
+    let before = name_space(rt, fs);
+    let e = up.fails(&["put", "-r", "wide", "/wq/"]);
+    assert!(e.to_lowercase().contains("quota"), "the error names the cause: {e}");
+    for line in e.lines().filter(|l| l.starts_with("error: ")) {
+        assert!(line.contains("/wq/wide/"), "each failure names its file: {line}");
+    }
+    assert_eq!(name_space(rt, fs), before, "a failed put -r leaves nothing of itself");
+    up.ok(&["quota", "--dir", "/wq", "--bytes", "none", "--files", "none"]);
 }

@@ -33,7 +33,7 @@ pub mod net;
 pub mod task;
 
 pub use disk::{DirLock, DiskFile};
-pub use net::{Listener, ReadHalf, Stream, WriteHalf};
+pub use net::{Listener, ReadHalf, Stream, StreamProbe, WriteHalf};
 
 use std::future::Future;
 use std::io;

@@ -108,6 +108,21 @@ impl Stream {
         }
     }
 
+    /// A probe of this connection that another task can ask, while this
+    /// one reads and writes, whether it is open and idle
+    /// ([`StreamProbe::is_open_and_idle`]); `None` for a simulated one.
+    /// The probe holds its own descriptor of the socket: the connection
+    /// closes (the peer sees it) only once both are dropped.
+    ///
+    /// # Errors
+    /// The socket's descriptor cannot be duplicated.
+    pub fn probe(&self) -> io::Result<Option<StreamProbe>> {
+        match &self.0 {
+            StreamInner::Tcp(s) => Ok(Some(StreamProbe(socket2::SockRef::from(s).try_clone()?))),
+            StreamInner::Sim { .. } => Ok(None),
+        }
+    }
+
     /// Splits into halves that can be used from different tasks.
     pub fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self.0 {
@@ -194,9 +209,29 @@ impl ReadHalf {
 
 /// A TCP socket is peeked: "would block" means open and empty.
 fn tcp_open_and_idle(s: &tokio::net::TcpStream) -> bool {
+    socket_open_and_idle(&socket2::SockRef::from(s))
+}
+
+/// Open (no end of stream, no error) and nothing waiting to be read.
+fn socket_open_and_idle(socket: &socket2::Socket) -> bool {
     let mut probe = [std::mem::MaybeUninit::uninit()];
-    let socket = socket2::SockRef::from(s);
+    // Never blocks: tokio's sockets are non-blocking, and a duplicated
+    // descriptor shares that flag with the original.
     matches!(socket.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// Asks, from anywhere, whether a TCP connection is open and idle
+/// ([`Stream::probe`]).
+#[derive(Debug)]
+pub struct StreamProbe(socket2::Socket);
+
+impl StreamProbe {
+    /// True if the connection is open and nothing has arrived on it that
+    /// its reader has not taken, found without waiting: false once the peer
+    /// closed it or sent anything.
+    pub fn is_open_and_idle(&self) -> bool {
+        socket_open_and_idle(&self.0)
+    }
 }
 
 impl AsyncRead for ReadHalf {

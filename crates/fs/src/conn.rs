@@ -373,6 +373,12 @@ impl ManagerConn {
         self.stream.get_ref().0.is_open_and_idle()
     }
 
+    /// A probe of the connection another task may ask whether it is open
+    /// and idle (`None` on a simulated network, or if it cannot be made).
+    fn probe(&self) -> Option<nasd_env::StreamProbe> {
+        self.stream.get_ref().0.probe().ok().flatten()
+    }
+
     /// Sends a request and waits for its reply.
     pub(crate) async fn call(&mut self, req: &ManagerRequest) -> Result<ManagerReply, FsError> {
         if self.broken {
@@ -1010,6 +1016,7 @@ impl ManagerPool {
             tls: self.tls.clone(),
             managers: self.managers.clone(),
             conn: None,
+            link: WatchLink::default(),
             incarnation: 0,
             next: 0,
         }
@@ -1063,8 +1070,39 @@ pub struct Watcher {
     /// manager's feed is another incarnation, so it reports changes lost).
     managers: Arc<Managers>,
     conn: Option<ManagerConn>,
+    /// Its connection, for [`Watcher::link`].
+    link: WatchLink,
     incarnation: u64,
     next: u64,
+}
+
+/// Whether a [`Watcher`]'s connection to the manager is open and idle now,
+/// asked from anywhere without waiting ([`Watcher::link`]): false while it
+/// has none, once the manager closed it, and while something the manager
+/// sent on it is not read yet (a batch of changes, a refusal).
+#[derive(Debug, Clone, Default)]
+pub struct WatchLink(Arc<std::sync::Mutex<Option<nasd_env::StreamProbe>>>);
+
+impl WatchLink {
+    /// See [`WatchLink`].
+    pub fn is_open_and_idle(&self) -> bool {
+        self.slot().as_ref().is_some_and(|p| p.is_open_and_idle())
+    }
+
+    fn set(&self, probe: Option<nasd_env::StreamProbe>) {
+        *self.slot() = probe;
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<nasd_env::StreamProbe>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // The probe's descriptor would hold the connection open.
+        self.link.set(None);
+    }
 }
 
 impl std::fmt::Debug for Watcher {
@@ -1074,6 +1112,11 @@ impl std::fmt::Debug for Watcher {
 }
 
 impl Watcher {
+    /// Its connection's state, for other tasks ([`WatchLink`]).
+    pub fn link(&self) -> WatchLink {
+        self.link.clone()
+    }
+
     /// Waits up to `wait` (at most `WATCH_WAIT_MAX_MS`, and half the reply
     /// timeout) for changes; returns at once if there are some.
     ///
@@ -1112,10 +1155,17 @@ impl Watcher {
         let generation = self.identity.generation();
         let mut conn = match self.conn.take() {
             Some(c) if c.generation == generation && c.is_reusable() => c,
-            _ => self.managers.open(&self.config, &self.identity, &self.tls).await?.0,
+            _ => {
+                self.link.set(None);
+                let conn = self.managers.open(&self.config, &self.identity, &self.tls).await?.0;
+                self.link.set(conn.probe());
+                conn
+            }
         };
         let reply = conn.call(req).await;
-        if !conn.is_broken() {
+        if conn.is_broken() {
+            self.link.set(None);
+        } else {
             self.conn = Some(conn);
         }
         reply

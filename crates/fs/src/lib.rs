@@ -58,7 +58,7 @@ mod wait;
 pub use cache::HELD_CAPABILITIES_MAX;
 pub use checksum::{file_checksum, CHECKSUM_CONTEXT};
 pub use conn::{
-    connector, ChangeBatch, Identity, RoutingStats, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
+    connector, ChangeBatch, Identity, RoutingStats, WatchLink, Watcher, MANAGER_CONNECTIONS_MAX, MANAGER_DOWN_AVOID,
     MANAGER_IDLE_REUSE_MAX, STALE_ROUTING_RESENDS_MAX,
 };
 pub use file::{File, HOLE_SKIP_FILE_BYTES_MIN};

@@ -61,6 +61,11 @@ pub(crate) async fn follow(shared: Weak<Shared>, mut watcher: nasd_fs::Watcher, 
                 started = true;
                 let changed = !batch.changes.is_empty();
                 vfs.invalidate(batch.changes).await;
+                if !vfs.shared.fed.load(Ordering::SeqCst) {
+                    // Back after a gap (or the first answer): nothing known absent
+                    // before it, or learnt by a request sent during it, is kept.
+                    lock(&vfs.shared.negatives).clear();
+                }
                 vfs.shared.fed.store(true, Ordering::SeqCst);
                 if changed {
                     drop(vfs);
@@ -70,6 +75,7 @@ pub(crate) async fn follow(shared: Weak<Shared>, mut watcher: nasd_fs::Watcher, 
             Err(e) => {
                 // Until it answers again, nothing vouches for cached attributes.
                 vfs.shared.fed.store(false, Ordering::SeqCst);
+                lock(&vfs.shared.negatives).clear();
                 tracing::debug!(error = %e, "the change feed failed; trying again");
                 drop(vfs);
                 tokio::time::sleep(FEED_RETRY).await;
@@ -113,6 +119,15 @@ impl Vfs {
         changes: Vec<Change>,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
+        {
+            // Before it is sent: a name it may make is not known absent from now on.
+            let mut negatives = lock(&self.shared.negatives);
+            for c in &changes {
+                if let Change::Entry { dir, name } = c {
+                    negatives.may_exist(*dir, name);
+                }
+            }
+        }
         if !self.shared.config.follow_feed {
             return call.await;
         }
@@ -154,6 +169,16 @@ impl Vfs {
     /// and directories held (not what this gateway changed itself).
     async fn invalidate(&self, changes: Vec<Change>) {
         let changes: Vec<Change> = changes.into_iter().filter(|c| !self.own_change(c)).collect();
+        {
+            // Another client's change to a directory (a name in it, or its
+            // attributes) drops what is known absent from it.
+            let mut negatives = lock(&self.shared.negatives);
+            for c in &changes {
+                match c {
+                    Change::Entry { dir, .. } | Change::Inode(dir) => negatives.changed(*dir),
+                }
+            }
+        }
         let mut todo = Vec::new();
         {
             let mut inodes = lock(&self.shared.inodes);
@@ -180,6 +205,7 @@ impl Vfs {
 
     /// Drops everything cached about every inode held.
     pub(crate) async fn invalidate_all(&self) {
+        lock(&self.shared.negatives).clear();
         let all: Vec<Change> = {
             let mut inodes = lock(&self.shared.inodes);
             inodes

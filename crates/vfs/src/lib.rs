@@ -49,6 +49,7 @@ mod dir;
 mod feed;
 mod handle;
 mod inodes;
+mod negative;
 mod ops;
 mod replace;
 
@@ -221,6 +222,13 @@ struct Shared {
     /// Changes this gateway is making itself, which the feed will report:
     /// its client learnt them from the replies, so they are skipped.
     own: Mutex<HashMap<Change, (u32, std::time::Instant)>>,
+    /// The change feed's connection: absent names are answered only while
+    /// it is open and idle (a manager that stopped closed it, or said so on it).
+    watch_link: Option<nasd_fs::WatchLink>,
+    /// Names known absent ([`negative`]).
+    negatives: Mutex<negative::Negatives>,
+    /// Lookups answered from [`Shared::negatives`] (tests, diagnostics).
+    negative_hits: AtomicU64,
     /// The task following the change feed.
     feed_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -281,6 +289,9 @@ impl Vfs {
                 own_skipped: AtomicU64::new(0),
                 outage_try: Mutex::new(None),
                 own: Mutex::new(HashMap::new()),
+                watch_link: watcher.as_ref().map(|(w, _)| w.link()),
+                negatives: Mutex::new(negative::Negatives::default()),
+                negative_hits: AtomicU64::new(0),
                 feed_task: Mutex::new(None),
             }),
         };
@@ -336,6 +347,17 @@ impl Vfs {
         self.shared.own_skipped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Lookups answered "no such name" from the names this layer knows are
+    /// absent, without the manager (tests, diagnostics).
+    pub fn negative_hits(&self) -> u64 {
+        self.shared.negative_hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Directories and names held in the table of absent names now (tests, diagnostics).
+    pub fn negative_entries(&self) -> usize {
+        lock(&self.shared.negatives).len()
+    }
+
     /// Inodes held now (for tests and diagnostics).
     pub fn inodes_held(&self) -> usize {
         lock(&self.shared.inodes).len()
@@ -345,6 +367,7 @@ impl Vfs {
     /// attributes are then kept only for the attribute timeout.
     pub fn stop_feed(&self) {
         self.shared.fed.store(false, std::sync::atomic::Ordering::SeqCst);
+        lock(&self.shared.negatives).clear();
         if let Some(t) = lock(&self.shared.feed_task).take() {
             t.abort();
         }

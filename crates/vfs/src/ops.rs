@@ -7,7 +7,8 @@ use crate::inodes::{Hidden, XattrAnswer};
 use crate::libc_errno::ENODATA;
 use crate::{lock, OpenFile, Vfs, VfsError, HIDDEN_PREFIX, OPEN_DIRS_MAX, OPEN_FILES_MAX};
 use nasd_fs::{
-    Change, Entry, File, FileAttr, FileKind, FsClient, FsError, Handle, Ino, ManagerWait, Seek, SetAttr, XattrMode,
+    Change, Entry, File, FileAttr, FileKind, FsClient, FsError, FsStatus, Handle, Ino, ManagerWait, Seek, SetAttr,
+    XattrMode,
 };
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -132,14 +133,51 @@ impl Vfs {
     ///
     /// # Errors
     /// `NOT_FOUND` (`ENOENT`) if no such name, and the manager's refusals.
+    /// A name this layer knows is absent ([`crate::negative`]) is answered
+    /// without the manager, only while the change feed is live and no
+    /// manager outage is known, for a name the manager would take and a
+    /// caller the directory's attributes let search it.
     pub async fn lookup(&self, cx: &FsClient, parent: Ino, name: &str) -> Result<Entry> {
         let parent = self.handle(parent)?;
-        let mut e = cx.lookup(parent, name).await?;
+        let answerable = nasd_proto::fs::validate_name(name).is_ok();
+        if answerable && self.known_absent(cx, parent.ino, name) {
+            self.shared.negative_hits.fetch_add(1, Ordering::Relaxed);
+            let message =
+                format!("no {name} in directory {} (known absent: this layer saw it made or asked)", parent.ino);
+            return Err(VfsError::Fs(FsError::Fs { status: FsStatus::NotFound, message }));
+        }
+        let generation = lock(&self.shared.negatives).generation();
+        let looked_up = cx.lookup(parent, name).await;
+        if let Err(e) = &looked_up {
+            if answerable && e.status() == Some(FsStatus::NotFound) && self.fed() {
+                lock(&self.shared.negatives).found_absent(parent.ino, name, generation);
+            }
+        }
+        let mut e = looked_up?;
         // The gateway takes a lookup's attributes as the inode's: never a size
         // short of what this layer has written and not yet committed.
         self.with_local_size(&mut e.attr).await;
         e.attr = self.remember(&e);
         Ok(e)
+    }
+
+    /// Whether `name` is known absent from `dir` and may be answered so now:
+    /// the change feed live and its connection open with nothing unread on
+    /// it (asked of the socket now, so a manager that stopped and closed it
+    /// is noticed before the feed's task runs), no manager outage known,
+    /// and `cx` allowed to
+    /// search `dir` by its held attributes (root, or its owner with the
+    /// owner's search bit; anyone else asks the manager, which may refuse).
+    fn known_absent(&self, cx: &FsClient, dir: Ino, name: &str) -> bool {
+        let linked = self.shared.watch_link.as_ref().is_some_and(|l| l.is_open_and_idle());
+        if !linked || !self.fed() || cx.manager_outage().is_some() {
+            return false;
+        }
+        let uid = cx.identity().uid;
+        let searchable = lock(&self.shared.inodes).get(dir).is_some_and(|n| {
+            n.attr.kind == FileKind::Dir && (uid == 0 || (uid == n.attr.uid && n.attr.mode & 0o100 != 0))
+        });
+        searchable && lock(&self.shared.negatives).absent(dir, name)
     }
 
     /// Resolves an absolute `path` (following symlinks, also at the end) in
@@ -367,6 +405,7 @@ impl Vfs {
     async fn hide(&self, cx: &FsClient, parent: Handle, name: &str, ino: Ino) -> Result<Hidden> {
         let seq = self.shared.hidden_seq.fetch_add(1, Ordering::Relaxed);
         let hidden = Hidden { parent, name: format!("{HIDDEN_PREFIX}{ino:x}-{seq:x}"), fs: cx.clone() };
+        lock(&self.shared.negatives).may_exist(parent.ino, &hidden.name);
         cx.rename_at(parent, name, parent, &hidden.name).await?;
         let closed = {
             let mut inodes = lock(&self.shared.inodes);

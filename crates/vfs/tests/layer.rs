@@ -5,7 +5,10 @@
 //! or not at all, and its `no_clobber`; a directory cursor that goes on
 //! through concurrent creates and removals, with the changes' order and
 //! the page positions drawn from a seed (`NASD_TEST_SEED`); an open file
-//! unlinked and replaced by a rename, read on through its descriptor.
+//! unlinked and replaced by a rename, read on through its descriptor;
+//! absent names answered by the layer once the manager said so, through
+//! its own and another client's changes in a seeded order, never for a
+//! name the manager refuses.
 
 #[path = "../../fs/tests/common/mod.rs"]
 mod common;
@@ -215,5 +218,151 @@ fn an_open_file_lives_on_when_unlinked_or_replaced() {
         let names: Vec<String> = to(a.names("/a")).await.unwrap().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["f"], "the hidden name went with the last close");
         vfs.forget(g.attr.ino, 1);
+    });
+}
+
+/// Looks `name` up in `dir` until the layer finds it (the change feed
+/// reported another client's name); panics if it never does.
+async fn found_eventually(vfs: &Vfs, a: &FsClient, dir: u64, name: &str) {
+    for _ in 0..600 {
+        match to(vfs.lookup(a, dir, name)).await {
+            Ok(e) => {
+                vfs.forget(e.attr.ino, 1);
+                return;
+            }
+            Err(e) if e.status() == Some(nasd_fs::FsStatus::NotFound) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("lookup of {name}: {e}"),
+        }
+    }
+    panic!("{name}, made by another client, is never found: the layer answers from stale absent names");
+}
+
+/// Looks `name` up in `dir`, expecting "no such name"; whether the layer
+/// answered it without the manager.
+async fn absent_answered_here(vfs: &Vfs, a: &FsClient, dir: u64, name: &str) -> bool {
+    let hits = vfs.negative_hits();
+    let e = to(vfs.lookup(a, dir, name)).await.expect_err("an absent name");
+    assert_eq!(e.status(), Some(nasd_fs::FsStatus::NotFound), "{name}: {e}");
+    vfs.negative_hits() > hits
+}
+
+/// Looks absent `name` up until the layer answers it without the manager
+/// (a lookup that another client's change, or a batch of the feed not read
+/// yet, overlapped is not taken in); panics if it never does.
+async fn answered_here_eventually(vfs: &Vfs, a: &FsClient, dir: u64, name: &str) {
+    for _ in 0..200 {
+        if absent_answered_here(vfs, a, dir, name).await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{name}: the manager's NOT_FOUND is never kept");
+}
+
+#[test]
+fn absent_names_are_answered_here_only_while_the_feed_vouches_for_them() {
+    let mut x = seed() | 1;
+    run(async move {
+        let cluster = Cluster::start(ClusterOptions::default()).await;
+        let (a, _, _) = home(&cluster).await;
+        let vfs = to(Vfs::start(a.clone(), VfsConfig::default())).await.expect("a layer following the feed");
+        let home = to(vfs.lookup(&a, ROOT_INO, "a")).await.expect("lookup /a").attr.ino;
+        let other = cluster.login(USER_A, PW_A).await;
+
+        // A name the manager said is absent is answered here next time.
+        assert!(!absent_answered_here(&vfs, &a, home, "later").await, "the first lookup asks the manager");
+        answered_here_eventually(&vfs, &a, home, "later").await;
+        to(other.write_file("/a/later", b"now")).await.expect("another client makes it");
+        found_eventually(&vfs, &a, home, "later").await;
+
+        // In a directory made here too; a name the manager refuses is asked of it every
+        // time, and its error is the answer.
+        let dir = to(vfs.mkdir(&a, home, "made", 0o755)).await.expect("mkdir").attr.ino;
+        for i in 0..20 {
+            let name = format!("never-{i}");
+            assert!(!absent_answered_here(&vfs, &a, dir, &name).await, "{name}: asked first");
+            answered_here_eventually(&vfs, &a, dir, &name).await;
+        }
+        let long = "n".repeat(nasd_proto::fs::FILE_NAME_MAX + 1);
+        for _ in 0..2 {
+            let e = to(vfs.lookup(&a, dir, &long)).await.expect_err("a name too long");
+            assert_eq!(e.status(), Some(nasd_fs::FsStatus::NameTooLong), "{e}");
+        }
+        let longest = "n".repeat(nasd_proto::fs::FILE_NAME_MAX);
+        assert!(!absent_answered_here(&vfs, &a, dir, &longest).await);
+        answered_here_eventually(&vfs, &a, dir, &longest).await;
+        let hits = vfs.negative_hits();
+        for bad in ["a/b", ".", "..", "a/b", ".", ".."] {
+            if let Err(e) = to(vfs.lookup(&a, dir, bad)).await {
+                assert_ne!(e.status(), Some(nasd_fs::FsStatus::NotFound), "{bad}: {e}");
+            }
+        }
+        assert_eq!(vfs.negative_hits(), hits, "names the manager refuses are never answered here");
+
+        // This layer's creates, links, renames and unlinks, and another client's creates
+        // and unlinks, in a seeded order: every name that exists is found, every name
+        // removed is absent.
+        let mut mine: Vec<String> = Vec::new();
+        let mut theirs: Vec<String> = Vec::new();
+        for step in 0..40 {
+            match next(&mut x) % 5 {
+                0 => {
+                    let name = format!("mine-{step}");
+                    // Asked twice first (the second answered here unless another client's
+                    // change to the directory came between): the create is seen at once.
+                    absent_answered_here(&vfs, &a, dir, &name).await;
+                    absent_answered_here(&vfs, &a, dir, &name).await;
+                    let (e, opened) = to(vfs.create(&a, dir, &name, 0o644, EXCLUSIVE_WRITE)).await.expect("create");
+                    to(vfs.release(opened.fh)).await.expect("close");
+                    vfs.forget(e.attr.ino, 1);
+                    mine.push(name);
+                }
+                1 if !mine.is_empty() => {
+                    let name = mine.remove((next(&mut x) % mine.len() as u64) as usize);
+                    to(vfs.unlink(&a, dir, &name)).await.expect("unlink");
+                    assert!(!absent_answered_here(&vfs, &a, dir, &name).await, "{name} was made here: asked");
+                    if next(&mut x).is_multiple_of(2) {
+                        // The other client makes the name again at once.
+                        to(other.write_file(&format!("/a/made/{name}"), b"again")).await.expect("made again");
+                        found_eventually(&vfs, &a, dir, &name).await;
+                        theirs.push(name);
+                    }
+                }
+                2 if !mine.is_empty() => {
+                    // A link or a rename here: the new name is found at once.
+                    let from = mine[(next(&mut x) % mine.len() as u64) as usize].clone();
+                    let to_name = format!("moved-{step}");
+                    let e = to(vfs.lookup(&a, dir, &from)).await.expect("lookup");
+                    if next(&mut x).is_multiple_of(2) {
+                        let l = to(vfs.link(&a, e.attr.ino, dir, &to_name)).await.expect("link");
+                        vfs.forget(l.attr.ino, 1);
+                    } else {
+                        to(vfs.rename(&a, (dir, &from), (dir, &to_name))).await.expect("rename");
+                        mine.retain(|n| *n != from);
+                    }
+                    vfs.forget(e.attr.ino, 1);
+                    mine.push(to_name);
+                }
+                3 => {
+                    let name = format!("theirs-{step}");
+                    to(other.write_file(&format!("/a/made/{name}"), b"theirs")).await.expect("their create");
+                    found_eventually(&vfs, &a, dir, &name).await;
+                    theirs.push(name);
+                }
+                _ if !theirs.is_empty() => {
+                    let name = theirs.remove((next(&mut x) % theirs.len() as u64) as usize);
+                    to(other.unlink(&format!("/a/made/{name}"))).await.expect("their unlink");
+                    let gone = to(vfs.lookup(&a, dir, &name)).await.expect_err("their unlink");
+                    assert_eq!(gone.status(), Some(nasd_fs::FsStatus::NotFound));
+                }
+                _ => {}
+            }
+            for name in mine.iter().chain(&theirs) {
+                let e = to(vfs.lookup(&a, dir, name)).await.unwrap_or_else(|e| panic!("{name} exists: {e}"));
+                vfs.forget(e.attr.ino, 1);
+            }
+        }
     });
 }
