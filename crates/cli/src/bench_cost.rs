@@ -29,8 +29,8 @@
 
 use crate::bench::raw_tcp;
 use crate::bench_stripe::{
-    clock_ticks_per_sec, cpu_model, disk_of, layout_dir, measure, online_cpus, read_file, write_file, Measured, Pattern,
-    DISK,
+    clock_ticks_per_sec, cpu_model, disk_of, layout_dir, measure, online_cpus, read_file, write_file, Measured,
+    Pattern, DISK,
 };
 use crate::daemons::{ClusterSetup, LocalCluster};
 use crate::fs_cmd;

@@ -658,7 +658,10 @@ pub(crate) async fn layout_dir(fs: &FsClient, layout: &Layout) -> anyhow::Result
     Ok(path)
 }
 
-pub(crate) async fn measure(bytes: u64, work: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<Measured> {
+pub(crate) async fn measure(
+    bytes: u64,
+    work: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Measured> {
     let cpu0 = CpuSample::now();
     let t = Instant::now();
     work.await?;

@@ -1129,7 +1129,8 @@ impl Op {
         // unit but perhaps in the last stripe); old bytes, then the write's
         // over them. Column-major, a column is also the bytes its component
         // is written, with no further copy when the write covers it whole.
-        let shard_lens: Vec<usize> = (0..n).map(|i| self.g.parity_chunk_len(new_size, s0 + i as u64) as usize).collect();
+        let shard_lens: Vec<usize> =
+            (0..n).map(|i| self.g.parity_chunk_len(new_size, s0 + i as u64) as usize).collect();
         let at: Vec<usize> = shard_lens.iter().scan(0, |sum, len| Some(std::mem::replace(sum, *sum + len))).collect();
         let column_len: usize = shard_lens.iter().sum();
         let mut columns: Vec<Vec<u8>> = vec![vec![0u8; column_len]; k];
@@ -1151,7 +1152,8 @@ impl Op {
         }
         for e in self.g.extents(a, data.len() as u64) {
             let (i, lo, from) = ((e.stripe - s0) as usize, (e.comp_offset % u) as usize, (e.file_offset - a) as usize);
-            columns[e.column][at[i] + lo..at[i] + lo + e.len as usize].copy_from_slice(&data[from..from + e.len as usize]);
+            columns[e.column][at[i] + lo..at[i] + lo + e.len as usize]
+                .copy_from_slice(&data[from..from + e.len as usize]);
         }
         let coder = self.coder.expect("Reed-Solomon has a coder");
         // Encoding a batch takes milliseconds: off the async workers, the
