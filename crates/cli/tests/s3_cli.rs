@@ -135,20 +135,8 @@ fn s3_gateway_with_aws_cli_and_boto3() {
     let refused = c.run(&["s3", "--listen", "0.0.0.0:0", "--keys", path_str(&keys)]);
     assert!(!refused.status.success() && refused.stderr.contains("--plain-http-off-loopback"), "{}", refused.stderr);
 
-    let config: OsString = c.config.clone().into();
-    let keys_arg: OsString = keys.clone().into();
     let log = c.dir().join("s3.log");
-    let gateway = Daemon::start("s3", c.dir(), &log, None, move |addr| {
-        vec![
-            "--config".into(),
-            config.clone(),
-            "s3".into(),
-            "--listen".into(),
-            addr.to_string().into(),
-            "--keys".into(),
-            keys_arg.clone(),
-        ]
-    });
+    let gateway = start_gateway(&c, &c.config, &keys, &log);
     let endpoint = format!("http://{}", gateway.addr);
     let ep = endpoint.as_str();
     let work = c.dir().join("client");
