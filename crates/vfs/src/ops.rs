@@ -169,15 +169,16 @@ impl Vfs {
     /// search `dir` by its held attributes (root, or its owner with the
     /// owner's search bit; anyone else asks the manager, which may refuse).
     fn known_absent(&self, cx: &FsClient, dir: Ino, name: &str) -> bool {
-        let linked = self.shared.watch_link.as_ref().is_some_and(|l| l.is_open_and_idle());
-        if !linked || !self.fed() || cx.manager_outage().is_some() {
+        // The cache first: a lookup of a name it does not hold (most of
+        // them) costs no system call on the feed's socket.
+        if !lock(&self.shared.negatives).absent(dir, name) || !self.fed() || cx.manager_outage().is_some() {
             return false;
         }
         let uid = cx.identity().uid;
         let searchable = lock(&self.shared.inodes).get(dir).is_some_and(|n| {
             n.attr.kind == FileKind::Dir && (uid == 0 || (uid == n.attr.uid && n.attr.mode & 0o100 != 0))
         });
-        searchable && lock(&self.shared.negatives).absent(dir, name)
+        searchable && self.shared.watch_link.as_ref().is_some_and(|l| l.is_open_and_idle())
     }
 
     /// Resolves an absolute `path` (following symlinks, also at the end) in
