@@ -182,8 +182,9 @@ pub fn free_loopback_port() -> std::io::Result<u16> {
     if below <= TEST_PORT_MIN + 1_000 {
         return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
     }
+    let env = nasd_env::Env::real();
     for _ in 0..10_000 {
-        let port = TEST_PORT_MIN + (random_u64() % u64::from(below - TEST_PORT_MIN)) as u16;
+        let port = TEST_PORT_MIN + (env.random_u64() % u64::from(below - TEST_PORT_MIN)) as u16;
         if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
             return Ok(l.local_addr()?.port());
         }
@@ -197,18 +198,6 @@ fn ephemeral_range_start() -> u16 {
         .ok()
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
         .unwrap_or(32_768)
-}
-
-/// A number different in each process and on each call (std's per-process
-/// hash keys, a counter and the process id).
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static CALLS: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    h.finish()
 }
 
 /// The guardian: starts the server in the background, prints its pid, and
