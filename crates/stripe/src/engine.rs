@@ -1026,18 +1026,21 @@ impl Op {
     ) -> Result<(), StripeError> {
         let (k, u) = (self.g.data_columns(), self.g.unit());
         let (s0, s1) = (range.start / u, (range.end - 1) / u + 1);
-        let coder = self.coder.expect("parity components are Reed-Solomon's");
+        let mut encoder = self.coder.expect("parity components are Reed-Solomon's").encoder();
         for s in s0..s1 {
             let p = self.g.parity_chunk_len(size, s) as usize;
             let at = ((s - s0) * u) as usize;
             let data: Vec<&[u8]> =
                 (0..k).map(|c| &columns[c][at..at + self.g.chunk_len(size, s, c) as usize]).collect();
-            let parity = coder.encode(&data, p).map_err(|e| self.coding_failed(e))?;
             let chunk = s * u..s * u + p as u64;
             let (lo, hi) = (range.start.max(chunk.start), range.end.min(chunk.end));
-            if lo < hi {
-                out.extend_from_slice(&parity[index][(lo - chunk.start) as usize..(hi - chunk.start) as usize]);
-            }
+            encoder
+                .encode_into(&data, p, |j, parity| {
+                    if j == index && lo < hi {
+                        out.extend_from_slice(&parity[(lo - chunk.start) as usize..(hi - chunk.start) as usize]);
+                    }
+                })
+                .map_err(|e| self.coding_failed(e))?;
         }
         Ok(())
     }
