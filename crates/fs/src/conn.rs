@@ -40,7 +40,7 @@ use crate::{FsConfig, FsError};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     Change, ManagerReply, ManagerRequest, CONNECTION_REQUESTS_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
-    WATCH_WAIT_MAX_MS,
+    MANAGER_PROTOCOL_VERSION_MIN, WATCH_WAIT_MAX_MS,
 };
 use nasd_proto::routing::{name_site, RoutingPolicy, RoutingTable};
 use nasd_proto::DecodeError;
@@ -248,6 +248,8 @@ pub(crate) struct ManagerConn {
     /// once the identity is renewed, the connection is closed when it comes
     /// back idle, and new ones log in with the new identity.
     generation: u64,
+    /// The manager protocol version the login agreed on (0 before it).
+    protocol: u8,
 }
 
 /// `step`, failing with `TimedOut` if the manager does not let it finish in time.
@@ -317,42 +319,68 @@ impl ManagerConn {
         })?;
         let held = identity.current();
         let generation = held.as_ref().map_or(0, |(_, _, g)| *g);
-        let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline, generation };
-        let login = match &held {
-            Some((credential, idkey, _)) => ManagerRequest::LoginIdentity {
-                version: MANAGER_PROTOCOL_VERSION,
-                credential: credential.encode(),
-                proof: nasd_crypto::identity_login_proof(idkey, credential).ok_or_else(|| {
-                    Unreached::Refused(FsError::Setup("the identity credential names an unknown MAC algorithm".into()))
-                })?,
-            },
-            None => {
-                let (user, password) = (config.user.clone(), config.password.clone());
-                ManagerRequest::Login { version: MANAGER_PROTOCOL_VERSION, user, password }
-            }
-        };
-        match conn.call(&login).await {
-            Ok(ManagerReply::LoggedIn { uid, gid, admin, .. }) => Ok((conn, Identity { uid, gid, admin })),
-            Ok(other) => Err(Unreached::Refused(FsError::Protocol(format!("unexpected login reply {other:?}")))),
-            // Overloaded or shutting down: another manager may take the session, or this one later.
-            Err(FsError::Fs { status: FsStatus::Busy, message }) => Err(Unreached::Down(FsError::ManagerUnreachable {
-                message: format!("the manager at {addr} takes no session now: {message}"),
-            })),
-            // Without its database: another manager may take the session (or the caller waits the
-            // outage out).
-            Err(e @ FsError::Fs { status: FsStatus::MetadataUnavailable, .. }) => Err(Unreached::Down(e)),
-            Err(e @ FsError::Fs { .. }) => Err(Unreached::Refused(e)),
-            // Gone during the login (a manager stopping or restarting).
-            Err(FsError::Io(e)) => Err(Unreached::Down(FsError::ManagerUnreachable {
-                message: format!("the manager at {addr} closed the connection before the login finished: {e}"),
-            })),
-            Err(e) => Err(Unreached::Down(e)),
+        let mut conn = ManagerConn { stream, next_id: 1, broken: false, deadline, generation, protocol: 0 };
+        // The newest version first; a manager that does not speak it refuses the login with
+        // BAD_REQUEST before it checks the credential, and the version before is offered
+        // (docs/PROTOCOL.md, "Manager protocol versions").
+        let mut version = MANAGER_PROTOCOL_VERSION;
+        loop {
+            let login = match &held {
+                Some((credential, idkey, _)) => ManagerRequest::LoginIdentity {
+                    version,
+                    credential: credential.encode(),
+                    proof: nasd_crypto::identity_login_proof(idkey, credential).ok_or_else(|| {
+                        Unreached::Refused(FsError::Setup(
+                            "the identity credential names an unknown MAC algorithm".into(),
+                        ))
+                    })?,
+                },
+                None => {
+                    let (user, password) = (config.user.clone(), config.password.clone());
+                    ManagerRequest::Login { version, user, password }
+                }
+            };
+            return match conn.call(&login).await {
+                Ok(ManagerReply::LoggedIn { version: agreed, uid, gid, admin }) => {
+                    if !(MANAGER_PROTOCOL_VERSION_MIN..=version).contains(&agreed) {
+                        return Err(Unreached::Refused(FsError::Protocol(format!(
+                            "the manager at {addr} logged the session in with protocol version {agreed}, \
+                             offered {version}"
+                        ))));
+                    }
+                    conn.protocol = agreed;
+                    Ok((conn, Identity { uid, gid, admin }))
+                }
+                Ok(other) => Err(Unreached::Refused(FsError::Protocol(format!("unexpected login reply {other:?}")))),
+                Err(FsError::Fs { status: FsStatus::BadRequest, message })
+                    if version > MANAGER_PROTOCOL_VERSION_MIN =>
+                {
+                    tracing::debug!(manager = addr, version, refusal = %message, "login refused; offering an older version");
+                    version -= 1;
+                    continue;
+                }
+                // Overloaded or shutting down: another manager may take the session, or this one later.
+                Err(FsError::Fs { status: FsStatus::Busy, message }) => {
+                    Err(Unreached::Down(FsError::ManagerUnreachable {
+                        message: format!("the manager at {addr} takes no session now: {message}"),
+                    }))
+                }
+                // Without its database: another manager may take the session (or the caller waits the
+                // outage out).
+                Err(e @ FsError::Fs { status: FsStatus::MetadataUnavailable, .. }) => Err(Unreached::Down(e)),
+                Err(e @ FsError::Fs { .. }) => Err(Unreached::Refused(e)),
+                // Gone during the login (a manager stopping or restarting).
+                Err(FsError::Io(e)) => Err(Unreached::Down(FsError::ManagerUnreachable {
+                    message: format!("the manager at {addr} closed the connection before the login finished: {e}"),
+                })),
+                Err(e) => Err(Unreached::Down(e)),
+            };
         }
     }
 
     /// The connection, logged in, carrying many requests at once from now on.
     fn into_pipeline(self) -> Pipeline {
-        Pipeline::start(self.stream, self.next_id, self.deadline, self.generation)
+        Pipeline::start(self.stream, self.next_id, self.deadline, self.generation, self.protocol)
     }
 
     /// True once a request did not finish: the stream is in an unknown state.

@@ -15,8 +15,7 @@
 
 use crate::FsError;
 use nasd_proto::manager::{
-    ManagerReply, ManagerRequest, CONNECTION_REQUESTS_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
-    MANAGER_PROTOCOL_VERSION_TRACE,
+    ManagerReply, ManagerRequest, CONNECTION_REQUESTS_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION_TRACE,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,6 +89,9 @@ pub(crate) struct Pipeline {
     pub(crate) deadline: (String, Duration),
     /// The generation of the identity it logged in with.
     pub(crate) generation: u64,
+    /// The manager protocol version the connection logged in with: it
+    /// sends `TRACED` envelopes only from [`MANAGER_PROTOCOL_VERSION_TRACE`] on.
+    protocol: u8,
     /// When a request last finished on it.
     last_used: Mutex<Instant>,
     tasks: [JoinHandle<()>; 2],
@@ -105,9 +107,15 @@ impl Drop for Pipeline {
 }
 
 impl Pipeline {
-    /// Starts the reading and writing tasks on a logged-in `stream` whose
-    /// next request id is `next_id`.
-    pub(crate) fn start<S>(stream: S, next_id: u64, deadline: (String, Duration), generation: u64) -> Pipeline
+    /// Starts the reading and writing tasks on a `stream` logged in with
+    /// manager protocol version `protocol`, whose next request id is `next_id`.
+    pub(crate) fn start<S>(
+        stream: S,
+        next_id: u64,
+        deadline: (String, Duration),
+        generation: u64,
+        protocol: u8,
+    ) -> Pipeline
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -126,6 +134,7 @@ impl Pipeline {
             permits: Semaphore::new(CONNECTION_REQUESTS_MAX),
             deadline,
             generation,
+            protocol,
             last_used: Mutex::new(Instant::now()),
             tasks: [writing, reading],
         }
@@ -163,10 +172,11 @@ impl Pipeline {
             )));
         };
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
-        // The operation's trace id, if it has one, in a TRACED envelope: every session logs
-        // in with MANAGER_PROTOCOL_VERSION, which has them.
-        const _: () = assert!(MANAGER_PROTOCOL_VERSION >= MANAGER_PROTOCOL_VERSION_TRACE);
-        let body = match nasd_client::trace::current() {
+        // The operation's trace id, if it has one, in a TRACED envelope where the session's
+        // version has them; to an older manager the id stays on the client's and the drives'
+        // side (docs/PROTOCOL.md, "Manager protocol versions").
+        let trace = nasd_client::trace::current().filter(|_| self.protocol >= MANAGER_PROTOCOL_VERSION_TRACE);
+        let body = match trace {
             Some(trace) => req.encode_traced(id, &trace),
             None => req.encode(id),
         };

@@ -214,6 +214,15 @@ pub struct ManagerConfig {
     /// often while changes come in, and at every client's `SYNC` (its
     /// `fsync`). See docs/ARCHITECTURE.md, "Durability".
     pub metadata_sync_interval: Duration,
+    /// The newest manager protocol version this manager serves:
+    /// [`MANAGER_PROTOCOL_VERSION`](nasd_proto::manager::MANAGER_PROTOCOL_VERSION)
+    /// unless lowered (Rust API only). Lowered, the manager answers at login
+    /// as a manager of that version does — a `LOGIN` offering a newer
+    /// version is refused `BAD_REQUEST` before any credential is checked —
+    /// and refuses what that version lacks (a `TRACED` envelope below
+    /// version 3), so clients can be tested against an older manager
+    /// (docs/PROTOCOL.md, "Manager protocol versions").
+    pub protocol_version_max: u8,
 }
 
 /// The default [`ManagerConfig::metadata_sync_interval`].
@@ -252,6 +261,7 @@ impl Default for ManagerConfig {
             redirect_probability: None,
             advertise: None,
             metadata_sync_interval: METADATA_SYNC_INTERVAL_DEFAULT,
+            protocol_version_max: nasd_proto::manager::MANAGER_PROTOCOL_VERSION,
         }
     }
 }
@@ -279,6 +289,14 @@ impl ManagerConfig {
             nasd_meta::BATCH_MAX
         );
         anyhow::ensure!(self.protection.is_consistent(), "inconsistent protection options");
+        {
+            use nasd_proto::manager::{MANAGER_PROTOCOL_VERSION, MANAGER_PROTOCOL_VERSION_MIN};
+            anyhow::ensure!(
+                (MANAGER_PROTOCOL_VERSION_MIN..=MANAGER_PROTOCOL_VERSION).contains(&self.protocol_version_max),
+                "the newest protocol version served ({}) must be {MANAGER_PROTOCOL_VERSION_MIN}..={MANAGER_PROTOCOL_VERSION}",
+                self.protocol_version_max
+            );
+        }
         if let Some(p) = self.redirect_probability {
             anyhow::ensure!(
                 (0.0..=1.0).contains(&p),

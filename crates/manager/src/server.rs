@@ -12,8 +12,9 @@ use nasd_login::peers::{accept_sessions, host_of, request_id_of};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::manager::{
     ManagerReply, ManagerRequest, LOGIN_MESSAGE_MAX, MANAGER_MESSAGE_MAX, MANAGER_PROTOCOL_VERSION,
-    MANAGER_PROTOCOL_VERSION_MIN,
+    MANAGER_PROTOCOL_VERSION_MIN, MANAGER_PROTOCOL_VERSION_TRACE,
 };
+use nasd_proto::TraceId;
 use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -87,6 +88,22 @@ async fn read_login_message(stream: &mut (impl AsyncRead + AsyncWrite + Unpin)) 
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, message));
     }
     read_body(stream, len).await.map(Some)
+}
+
+/// Request `body` of `session` decoded (its id, trace id and request), or
+/// why it is refused: it does not decode, or it is a `TRACED` envelope and
+/// the session logged in with a version before envelopes (a manager of that
+/// version would not know the opcode).
+fn decoded_for(session: &Session, body: &[u8]) -> Result<(u64, Option<TraceId>, ManagerRequest), String> {
+    let (id, trace, req) = ManagerRequest::decode_traced(body).map_err(|e| e.to_string())?;
+    if trace.is_some() && session.protocol < MANAGER_PROTOCOL_VERSION_TRACE {
+        return Err(format!(
+            "a TRACED envelope needs manager protocol version {MANAGER_PROTOCOL_VERSION_TRACE}; this session \
+             logged in with version {}",
+            session.protocol
+        ));
+    }
+    Ok((id, trace, req))
 }
 
 /// Writes one message body with its length.
@@ -218,10 +235,10 @@ impl Manager {
                 let _ = replies.send(reply).await;
                 break Ok(());
             }
-            let (id, trace, req) = match ManagerRequest::decode_traced(&body) {
+            let (id, trace, req) = match decoded_for(&session, &body) {
                 Ok(decoded) => decoded,
-                Err(e) => {
-                    let reply = ManagerReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &e.to_string());
+                Err(message) => {
+                    let reply = ManagerReply::encode_error(request_id_of(&body), FsStatus::BadRequest, &message);
                     if replies.send(reply).await.is_err() {
                         break Ok(());
                     }
@@ -358,15 +375,7 @@ impl Manager {
         credential: &[u8; nasd_proto::IDENTITY_DATA_LEN],
         proof: &[u8; 32],
     ) -> Result<Session, Failure> {
-        if !(MANAGER_PROTOCOL_VERSION_MIN..=MANAGER_PROTOCOL_VERSION).contains(&version) {
-            return Err(Failure::new(
-                FsStatus::BadRequest,
-                format!(
-                    "manager protocol version {version} is not supported (this manager speaks \
-                     {MANAGER_PROTOCOL_VERSION_MIN}..={MANAGER_PROTOCOL_VERSION})"
-                ),
-            ));
-        }
+        self.check_version(version)?;
         let credential = match nasd_proto::IdentityData::decode(credential) {
             Ok(c) => c,
             Err(e) => {
@@ -389,16 +398,26 @@ impl Manager {
         s
     }
 
-    async fn check_login(&self, version: u8, user: &str, password: &str) -> Result<Session, Failure> {
-        if !(MANAGER_PROTOCOL_VERSION_MIN..=MANAGER_PROTOCOL_VERSION).contains(&version) {
+    /// Refuses a login offering a protocol version this manager does not
+    /// serve (`ManagerConfig::protocol_version_max`) with `BAD_REQUEST`,
+    /// before any credential is checked, so a client may offer an older
+    /// version next (docs/PROTOCOL.md, "Manager protocol versions").
+    fn check_version(&self, version: u8) -> Result<(), Failure> {
+        let newest = self.config().protocol_version_max;
+        if !(MANAGER_PROTOCOL_VERSION_MIN..=newest).contains(&version) {
             return Err(Failure::new(
                 FsStatus::BadRequest,
                 format!(
                     "manager protocol version {version} is not supported (this manager speaks \
-                     {MANAGER_PROTOCOL_VERSION_MIN}..={MANAGER_PROTOCOL_VERSION})"
+                     {MANAGER_PROTOCOL_VERSION_MIN}..={newest})"
                 ),
             ));
         }
+        Ok(())
+    }
+
+    async fn check_login(&self, version: u8, user: &str, password: &str) -> Result<Session, Failure> {
+        self.check_version(version)?;
         let s = self.open_session(user, password).await;
         match &s {
             Ok(_) => tracing::info!(user, "logged in"),
