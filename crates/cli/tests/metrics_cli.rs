@@ -6,7 +6,10 @@
 //! serving its own endpoint shows a drive SIGKILLed in its degraded-file
 //! gauge, and the drive's return in its repair counters. `nasd nfs` serves
 //! its own, moved by libnfs's calls. One `nasd put` or `get` has one trace
-//! id in the JSON log lines of the client, the manager and the drives.
+//! id in the JSON log lines of the client, the manager and the drives; so
+//! has one S3 request (its `x-amz-request-id`) in the gateway's, the
+//! manager's and the drives', and one NFS call in the NFS gateway's and the
+//! manager's; the manager's background passes have their own.
 
 mod common;
 
@@ -489,6 +492,95 @@ fn one_command_has_one_trace_id_from_client_to_manager_to_drives() {
     assert_eq!(logged(&put, "nasd_drive", Some("read")), 0, "the put read nothing from the drives");
 }
 
+/// An S3 request is one operation with an id of its own: the id boto3 gets
+/// as the response's `x-amz-request-id` (its `RequestId`) is the trace id of
+/// the gateway's request span, and of the manager's and the drives' lines
+/// for the requests that PUT made. The manager's background work has ids of
+/// its own (a `background` span naming the work), which its drive requests
+/// carry, so those are told apart from the client's.
+#[test]
+fn an_s3_request_has_one_trace_id_from_gateway_to_manager_to_drives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemons = [("NASD_LOG", "nasd_s3=debug,nasd_manager=debug,nasd_drive=debug,warn"), ("NASD_LOG_FORMAT", "json")];
+    let up = Up::start_with(tmp.path(), 2, None, &[], &daemons);
+    let endpoint = format!("http://{}", endpoint(&up, "s3"));
+    let script = r#"
+import sys, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3.create_bucket(Bucket="traced")
+r = s3.put_object(Bucket="traced", Key="object.bin", Body=bytes(range(256)) * 4096)
+print(r["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"])
+print(r["ResponseMetadata"]["RequestId"])
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &endpoint])
+        .env("AWS_SHARED_CREDENTIALS_FILE", up.data().join("s3").join("credentials"))
+        .env("AWS_CONFIG_FILE", "/nonexistent")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .expect("run python3 (boto3)");
+    let said = common::up::text(&out.stdout);
+    assert!(out.status.success(), "boto3: {said}{}", common::up::text(&out.stderr));
+    let ids: Vec<&str> = said.lines().collect();
+    assert_eq!(ids.len(), 2, "{said}");
+    let put = ids[0].to_string();
+    assert_eq!(ids[1], put, "boto3 takes the header as the request id");
+    assert!(put.len() == 32 && put.bytes().all(|b| b.is_ascii_hexdigit()), "{put}");
+
+    let lines = || json_lines(&std::fs::read_to_string(tmp.path().join("up.log")).unwrap());
+    let done_by = |lines: &[serde_json::Value], target: &str, id: &str, op: Option<&str>| -> usize {
+        lines
+            .iter()
+            .filter(|l| l["target"].as_str().is_some_and(|t| t.starts_with(target)))
+            .filter(|l| l["fields"]["message"] == "request done" && trace_of(l).as_deref() == Some(id))
+            .filter(|l| op.is_none_or(|op| l["span"]["op"] == op))
+            .count()
+    };
+    // The manager's background passes: their ids, by the work they name.
+    let background = |lines: &[serde_json::Value], work: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["fields"]["message"] == "background work done" && l["span"]["work"] == work)
+            .filter_map(trace_of)
+            .collect()
+    };
+    common::until("the gateway, the manager and the drives logged the PUT, and heartbeats went out", || {
+        let lines = lines();
+        done_by(&lines, "nasd_drive", &put, Some("write")) > 0
+            && done_by(&lines, "nasd_s3", &put, None) > 0
+            && background(&lines, "heartbeat").iter().any(|id| done_by(&lines, "nasd_drive", id, None) > 0)
+    });
+    let lines = lines();
+    let gateway = lines
+        .iter()
+        .find(|l| {
+            l["target"] == "nasd_s3" && l["fields"]["message"] == "request done" && trace_of(l).as_deref() == Some(&put)
+        })
+        .expect("the gateway's line for the PUT");
+    assert_eq!(gateway["span"]["name"], "request", "{gateway}");
+    assert_eq!(gateway["span"]["method"], "PUT", "{gateway}");
+    assert_eq!(gateway["span"]["path"], "/traced/object.bin", "{gateway}");
+    assert!(
+        done_by(&lines, "nasd_manager", &put, Some("create")) > 0,
+        "the manager logged the PUT's create under its id"
+    );
+    assert!(done_by(&lines, "nasd_manager", &put, None) > 1, "… and the rest of its requests");
+
+    // Background work: each pass its own id, none of them a client's.
+    let heartbeats = background(&lines, "heartbeat");
+    let maintenance = background(&lines, "maintenance");
+    assert!(!maintenance.is_empty(), "maintenance passes ran under ids of their own");
+    let all: Vec<&String> = heartbeats.iter().chain(&maintenance).collect();
+    let distinct: std::collections::HashSet<&String> = all.iter().copied().collect();
+    assert_eq!(distinct.len(), all.len(), "each pass has an id of its own");
+    assert!(!distinct.contains(&put), "no background pass has the client's id");
+}
+
 /// `nasd nfs --metrics ADDR` serves the NFS gateway's metrics: a file copied
 /// in and out with libnfs and a read of a name that does not exist move its
 /// calls by procedure, their latency, the bytes read and written, and the
@@ -497,11 +589,13 @@ fn one_command_has_one_trace_id_from_client_to_manager_to_drives() {
 fn the_nfs_gateway_serves_its_metrics_by_procedure_and_status() {
     let tmp = tempfile::tempdir().unwrap();
     let cwd = tmp.path();
-    let up = Up::start(cwd, 2, &["--no-s3"]);
+    let json = [("NASD_LOG", "nasd_manager=debug,warn"), ("NASD_LOG_FORMAT", "json")];
+    let up = Up::start_with(cwd, 2, None, &["--no-s3"], &json);
     up.ok(&["admin", "set-gateway", "admin", "--ids", "1000-60000"]);
     up.ok(&["mkdir", "/pub"]);
     up.ok(&["chmod", "777", "/pub"]);
-    let gateway = common::Daemon::start("nasd nfs", cwd, &cwd.join("nfs.log"), None, |addr| {
+    let gateway_log = [("NASD_LOG", "nasd_nfs=debug,warn"), ("NASD_LOG_FORMAT", "json")];
+    let gateway = common::Daemon::start_with_env("nasd nfs", cwd, &cwd.join("nfs.log"), None, &gateway_log, |addr| {
         ["nfs", "--listen", &addr.to_string(), "--metrics", "127.0.0.1:0"].into_iter().map(Into::into).collect()
     });
     let line = gateway.output_once("metrics at http://");
@@ -547,4 +641,26 @@ fn the_nfs_gateway_serves_its_metrics_by_procedure_and_status() {
     assert!(moved(&before, &after, "nasd_nfs_data_bytes_total", &[("op", "read")]) >= len, "bytes read");
     assert!(moved(&before, &after, "nasd_nfs_errors_total", &[("status", "noent")]) >= 1.0, "the missing name");
     assert_eq!(moved(&before, &after, "nasd_nfs_errors_total", &[("status", "io")]), 0.0);
+
+    // Each call is one operation: nfs-cp's CREATE has a trace id of its own on the gateway's
+    // request span, and the manager logged the create it made under that id.
+    let calls = json_lines(&std::fs::read_to_string(cwd.join("nfs.log")).unwrap());
+    let create = calls
+        .iter()
+        .find(|l| l["fields"]["message"] == "request done" && l["span"]["proc"] == "create")
+        .unwrap_or_else(|| panic!("no request line of the CREATE: {calls:?}"));
+    assert_eq!(create["span"]["name"], "request", "{create}");
+    let id = trace_of(create).expect("the call's span has a trace id");
+    let others: std::collections::HashSet<String> =
+        calls.iter().filter(|l| l["fields"]["message"] == "request done").filter_map(trace_of).collect();
+    assert!(others.len() > 2, "each call its own id: {others:?}");
+    common::until("the manager logged the CREATE's create under its id", || {
+        let text = std::fs::read_to_string(cwd.join("up.log")).unwrap();
+        json_lines(&text).iter().any(|l| {
+            l["target"].as_str().is_some_and(|t| t.starts_with("nasd_manager"))
+                && l["fields"]["message"] == "request done"
+                && l["span"]["op"] == "create"
+                && trace_of(l).as_deref() == Some(id.as_str())
+        })
+    });
 }

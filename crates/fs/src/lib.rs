@@ -561,6 +561,13 @@ impl FsClient {
         nasd_client::trace::operation(&self.inner.config.env, op, fut)
     }
 
+    /// The environment the client runs in (its clock, randomness and
+    /// network; `FsConfig::env`): a gateway draws each request's trace id
+    /// from it ([`nasd_client::trace::fresh`]).
+    pub fn env(&self) -> &nasd_env::Env {
+        &self.inner.config.env
+    }
+
     /// Whether this client acts for a local user ([`FsClient::as_user`]).
     pub fn is_acting(&self) -> bool {
         self.acting.is_some()

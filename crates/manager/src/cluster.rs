@@ -232,7 +232,7 @@ impl Manager {
         let gauges_due = std::sync::Mutex::new(Instant::now());
         let (conns, gauges_due) = (&conns, &gauges_due);
         self.every(health::HEARTBEAT_INTERVAL, shutdown, move || async move {
-            self.heartbeat(conns).await;
+            self.background("heartbeat", self.heartbeat(conns)).await;
             let now = Instant::now();
             let due = {
                 let mut at = gauges_due.lock().expect("gauges lock");

@@ -629,13 +629,15 @@ impl Manager {
     pub(crate) fn end_in_background(&self, inode: &Inode, txn: u64, commit: bool) {
         let ends: Vec<(Arc<DriveHandle>, u64)> =
             inode.components.iter().filter_map(|c| Some((self.drive(c.object.drive).ok()?, c.object.object))).collect();
-        self.env.spawn(async move {
+        // Under the request's trace id: its drive requests are the request's.
+        let trace = nasd_client::trace::current();
+        self.env.spawn(nasd_client::trace::scope(trace, async move {
             for (d, object) in ends {
                 if let Err(e) = d.txn_end(object, txn, commit).await {
                     tracing::debug!(drive = d.drive, object, txn, error = %e, "transaction end left to recovery");
                 }
             }
-        });
+        }));
     }
 
     /// Rolls transaction `txn` back on every component its writer may have

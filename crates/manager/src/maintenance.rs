@@ -81,10 +81,37 @@ impl Manager {
     /// Each pooled object is doomed, removed before its drive is readmitted,
     /// and the pool filled again with new ones.
     pub async fn recover(&self) {
-        if !self.shared_database() {
-            self.renew_pools().await;
-        }
-        self.maintain().await;
+        self.background("recovery", async {
+            if !self.shared_database() {
+                self.renew_pools().await;
+            }
+            self.maintain().await;
+        })
+        .await
+    }
+
+    /// Runs `work`, the manager's own (a maintenance pass, a repair step,
+    /// heartbeats; not a client's request), as one operation under a fresh
+    /// trace id: in a `background` span (`work`, `trace_id`) ended by a
+    /// debug line "background work done", every drive request it makes
+    /// carrying the id, so that its requests can be told apart from
+    /// clients' and from other background work's in the drives' logs
+    /// (docs/PROTOCOL.md, "Trace ids").
+    pub(crate) fn background<F: std::future::Future>(
+        &self,
+        work: &'static str,
+        fut: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        use tracing::Instrument;
+        let trace = nasd_client::trace::fresh(&self.env);
+        let span = tracing::info_span!("background", work, trace_id = %trace);
+        let done = async move {
+            let started = std::time::Instant::now();
+            let out = fut.await;
+            tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "background work done");
+            out
+        };
+        nasd_client::trace::scope(Some(trace), done.instrument(span))
     }
 
     /// Dooms every drive's pooled objects (see [`recover`](Self::recover)).
@@ -200,13 +227,15 @@ impl Manager {
     pub fn spawn_maintenance(self: &Arc<Self>, shutdown: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         self.env.spawn(async move {
-            let maintenance = me.every(me.config.maintenance_interval, shutdown.clone(), || me.maintain());
+            let maintenance = me.every(me.config.maintenance_interval, shutdown.clone(), || {
+                me.background("maintenance", me.maintain())
+            });
             let heartbeats = me.heartbeat_loop(shutdown.clone());
             let repair = me.repair_loop(shutdown.clone());
             let sweep = async {
                 if let Some(age) = me.config.temporaries_age {
                     let interval = age.clamp(Duration::from_millis(100), crate::TEMPORARIES_SWEEP_INTERVAL_MAX);
-                    me.every(interval, shutdown, || me.sweep_temporaries(age)).await;
+                    me.every(interval, shutdown, || me.background("sweep", me.sweep_temporaries(age))).await;
                 }
             };
             tokio::join!(maintenance, heartbeats, repair, sweep);

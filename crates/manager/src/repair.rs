@@ -179,8 +179,9 @@ impl Manager {
             r.rebuild_round |= asked;
             asked
         };
-        self.resync_stale().await;
-        self.rebuild_lost().await;
+        // Each step its own operation (trace id), so its drive requests can be told apart.
+        self.background("resync", self.resync_stale()).await;
+        self.background("rebuild", self.rebuild_lost()).await;
         {
             // The pass is over (what is left is for a later one); a requested round shows until
             // then, and a new request's from its start.
@@ -193,10 +194,10 @@ impl Manager {
             }
         }
         if std::mem::take(&mut self.repair.lock().expect("repair lock").scrub_requested) {
-            self.scrub_all().await;
+            self.background("scrub", self.scrub_all()).await;
         }
         if std::mem::take(&mut self.repair.lock().expect("repair lock").rebalance_requested) {
-            self.rebalance().await;
+            self.background("rebalance", self.rebalance()).await;
         }
     }
 

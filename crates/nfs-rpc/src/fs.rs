@@ -7,6 +7,10 @@ use crate::nfs::{cookieverf3, createverf3, fattr3, ftype3, nfsstat3, nfstime3, s
 use async_trait::async_trait;
 use std::net::SocketAddr;
 
+/// One call's work (its arguments decoded, its reply written), as
+/// [`NfsFileSystem::operation`] gets it to run.
+pub type Call<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send + 'a>>;
+
 /// Who sent a call: the peer's address and the call's credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
@@ -143,6 +147,15 @@ pub trait NfsFileSystem: Send + Sync + 'static {
     /// and the time from the call read to its reply ready. Does nothing
     /// unless the file system counts.
     fn answered(&self, _proc: &'static str, _outcome: &'static str, _took: std::time::Duration) {}
+
+    /// Runs `call`, the whole of one NFS or MOUNT call — `proc` names the
+    /// procedure ([`crate::proc_name`] for NFS, `mount` for MOUNT's) — from
+    /// `caller`, as one operation of the file system: it may run it inside
+    /// what it wants every request the call makes to carry (a trace id, a
+    /// span its log lines are in). By default it just runs it.
+    fn operation<'a>(&'a self, _proc: &'static str, _caller: &'a Caller, call: Call<'a>) -> Call<'a> {
+        call
+    }
 
     /// GETATTR.
     async fn getattr(&self, caller: &Caller, fh: &FileHandle) -> NfsResult<fattr3>;

@@ -49,7 +49,7 @@ pub use drc::{
     DuplicateRequestCache, DRC_ENTRIES_MAX, DRC_ENTRIES_PER_CLIENT_MAX, DRC_JOURNAL_FILE, DRC_JOURNAL_OLD_FILE,
     DRC_JOURNAL_RECORDS_MAX, DRC_REPLY_BYTES_MAX, NON_IDEMPOTENT_PROCS,
 };
-pub use fs::{Auth, Caller, CreateHow, DirEntry, DirPage, FileHandle, FsStat, NfsFileSystem, NfsResult, Stable};
+pub use fs::{Auth, Call, Caller, CreateHow, DirEntry, DirPage, FileHandle, FsStat, NfsFileSystem, NfsResult, Stable};
 pub use procs::READDIR_ENTRIES_MAX;
 pub use server::{serve, Limits, PeerFilter};
 

@@ -251,7 +251,9 @@ async fn answer(record: &[u8], peer: SocketAddr, fs: &dyn NfsFileSystem, drc: &d
     };
     let caller = Caller { peer, auth };
     let started = std::time::Instant::now();
-    let result = dispatch(xid, &call, &caller, &mut input, &mut output, fs).await;
+    let proc = if call.prog == nfs::PROGRAM { crate::proc_name(call.proc) } else { "mount" };
+    let result =
+        fs.operation(proc, &caller, Box::pin(dispatch(xid, &call, &caller, &mut input, &mut output, fs))).await;
     let garbage = result.is_err();
     if let Err(e) = result {
         tracing::debug!(%peer, xid, error = %e, "an RPC call's arguments do not decode");

@@ -455,6 +455,24 @@ impl nfs_rpc::NfsFileSystem for Gateway {
         self.metrics.answered(proc, outcome, took);
     }
 
+    /// Each call is one operation with a fresh trace id (`nasd_client::trace`)
+    /// that every manager and drive request it makes carries, on a `request`
+    /// span (`proc`, `peer`, `trace_id`) ended by a debug line "request done":
+    /// the call's lines in the gateway's, the manager's and the drives' logs
+    /// share the id.
+    fn operation<'a>(&'a self, proc: &'static str, caller: &'a Caller, call: nfs_rpc::Call<'a>) -> nfs_rpc::Call<'a> {
+        use tracing::Instrument;
+        let trace = nasd_client::trace::fresh(self.vfs.fs().env());
+        let span = tracing::info_span!("request", proc, peer = %caller.peer, trace_id = %trace);
+        let done = async move {
+            let started = std::time::Instant::now();
+            let result = call.await;
+            tracing::debug!(elapsed_us = started.elapsed().as_micros() as u64, "request done");
+            result
+        };
+        Box::pin(nasd_client::trace::scope(Some(trace), done.instrument(span)))
+    }
+
     async fn mount(&self, caller: &Caller, path: &[u8]) -> NfsResult<FileHandle> {
         let cx = self.cx(caller)?;
         let path = std::str::from_utf8(path).map_err(|_| nfsstat3::NFS3ERR_NOENT)?;

@@ -61,6 +61,7 @@ use s3s::{s3_error, S3Result};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::net::TcpListener;
+use tracing::Instrument;
 
 /// Largest object one PUT or copy writes (S3's own single-PUT limit).
 pub const OBJECT_BYTES_MAX: u64 = 5 << 30;
@@ -179,7 +180,9 @@ impl Gateway {
         let every = (after / 4).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600));
         loop {
             tokio::time::sleep(every).await;
-            self.expire_uploads(after).await;
+            // Each sweep one operation of its own (a trace id its manager and drive requests carry).
+            let fs = self.vfs.fs().clone();
+            fs.operation("expire-uploads", self.expire_uploads(after)).await;
         }
     }
 }
@@ -213,10 +216,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// `service`, each request counted in `metrics`.
-fn counted(
+/// `service`, each request one operation and counted in `metrics`: a fresh
+/// trace id from `env` (`nasd_client::trace`) that every manager and drive
+/// request it makes carries, on a `request` span (`method`, `path`,
+/// `trace_id`) ended by a debug line "request done", and returned to the S3
+/// client as the response's `x-amz-request-id` header (S3's request id, which
+/// clients print with an error), so an operator finds the request's lines in
+/// the gateway's, the manager's and the drives' logs from what the client saw.
+fn served(
     service: s3s::service::S3Service,
     metrics: S3Metrics,
+    env: nasd_env::Env,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = s3s::HttpResponse,
@@ -225,14 +235,35 @@ fn counted(
 > + Clone {
     hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
         let (service, metrics) = (service.clone(), metrics.clone());
-        async move {
+        let trace = nasd_client::trace::fresh(&env);
+        let span = tracing::info_span!(
+            "request",
+            method = %request.method(),
+            path = request.uri().path(),
+            trace_id = %trace
+        );
+        let header = http::HeaderValue::from_str(trace.as_str()).expect("a trace id is visible ASCII");
+        let served = async move {
             let (method, started) = (request.method().clone(), std::time::Instant::now());
             let response = hyper::service::Service::call(&service, request).await;
-            metrics.request(&method, response.as_ref().ok().map(|r| r.status()), started.elapsed());
-            response
-        }
+            let status = response.as_ref().ok().map(|r| r.status());
+            metrics.request(&method, status, started.elapsed());
+            tracing::debug!(
+                status = status.map(|s| s.as_u16()),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "request done"
+            );
+            response.map(|mut r| {
+                r.headers_mut().insert(REQUEST_ID_HEADER, header);
+                r
+            })
+        };
+        nasd_client::trace::scope(Some(trace), served.instrument(span))
     })
 }
+
+/// The response header naming a request's id (its trace id): S3's.
+pub const REQUEST_ID_HEADER: &str = "x-amz-request-id";
 
 /// Longest a TLS client may take to finish its handshake; then its
 /// connection is closed (a peer that stalls holds a connection slot).
@@ -282,7 +313,7 @@ pub async fn serve_with(
             tracing::warn!(%peer, "refusing a connection: the peer holds {CONNECTIONS_PER_PEER_MAX}");
             continue;
         };
-        let service = counted(service.clone(), gateway.metrics.clone());
+        let service = served(service.clone(), gateway.metrics.clone(), gateway.vfs.fs().env().clone());
         let tls = tls.clone();
         tokio::spawn(async move {
             let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());

@@ -419,7 +419,9 @@ impl Gateway {
         let opened = self.vfs.open(cx, file.ino(), false).await.map_err(s3_err)?;
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD_CHUNKS);
         let vfs = self.vfs.clone();
-        tokio::spawn(async move {
+        // The reads are the request's: under its trace id, though the response went out first.
+        let trace = nasd_client::trace::current();
+        tokio::spawn(nasd_client::trace::scope(trace, async move {
             let mut at = range.start;
             while at < range.end {
                 let n = (range.end - at).min(IO_CHUNK as u64) as u32;
@@ -436,7 +438,7 @@ impl Gateway {
             }
             let _ = vfs.release(opened.fh).await;
             drop(file);
-        });
+        }));
         Ok(StreamingBlob::wrap(ReceiverStream(rx)))
     }
 
