@@ -374,7 +374,8 @@ pub struct S3Section {
     /// `TooManyOpenMultipartUploads` [default: 1000; at most 100000].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_uploads_per_user: Option<usize>,
-    /// Serve HTTPS rather than plain HTTP: with `tls_cert` and `tls_key`,
+    /// Serve HTTPS rather than plain HTTP (`nasd s3`, and the gateway
+    /// `nasd up` starts, from DATA/nasd.toml): with `tls_cert` and `tls_key`,
     /// those; else a certificate for `localhost`, `127.0.0.1` and the
     /// listening address, signed by a CA made beside the key store
     /// (`KEYS/tls/ca.pem`, which clients trust) [default: false].

@@ -1401,7 +1401,8 @@ pub async fn up(args: UpArgs, file: ConfigFile) -> anyhow::Result<()> {
         nfs_metrics.register(&metrics);
     }
     let (metrics_endpoint, metrics_task) = serve_metrics(metrics_port, metrics, stopped(stop_rx.clone()))?;
-    let endpoints = UpEndpoints { s3: s3_endpoint, metrics: metrics_endpoint };
+    let s3_scheme = if crate::s3_cmd::serves_https(&cluster.s3) { "https" } else { "http" };
+    let endpoints = UpEndpoints { s3: s3_endpoint.map(|a| (s3_scheme, a)), metrics: metrics_endpoint };
     print_banner(&data, &config_path, manager_listen, auth_listen, &drives, &metadata, endpoints);
     // The gateway logs in to the manager served below; it failing leaves the rest serving.
     let s3_task = s3.map(|(listener, keys)| {
@@ -1483,8 +1484,9 @@ enum UpS3 {
 }
 
 /// Whether and where `nasd up` serves S3: off with `--no-s3` or `[up] s3 =
-/// false`; at the recorded `[s3] listen`, which must be loopback (the
-/// gateway serves plain HTTP); else beside the manager's port.
+/// false`; at the recorded `[s3] listen`, which must be loopback unless
+/// `[s3] tls` asks for HTTPS (plain HTTP stays on loopback); else beside
+/// the manager's port.
 fn up_s3_port(args: &UpArgs, file: &ConfigFile, cluster: &ConfigFile) -> anyhow::Result<UpS3> {
     if args.no_s3 || cluster.up.s3.or(file.up.s3) == Some(false) {
         return Ok(UpS3::Off);
@@ -1493,9 +1495,10 @@ fn up_s3_port(args: &UpArgs, file: &ConfigFile, cluster: &ConfigFile) -> anyhow:
     let addr: SocketAddr =
         listen.parse().with_context(|| format!("[s3] listen = {listen:?} in DATA/nasd.toml is not an IP:PORT"))?;
     anyhow::ensure!(
-        addr.ip().is_loopback(),
+        addr.ip().is_loopback() || crate::s3_cmd::serves_https(&cluster.s3),
         "[s3] listen = {addr} in DATA/nasd.toml is not loopback: `nasd up` serves S3 as plain HTTP on loopback only \
-         (run `nasd s3 --plain-http-off-loopback` behind a TLS proxy instead, with [up] s3 = false)"
+         (set [s3] tls = true in DATA/nasd.toml to serve HTTPS there, or run `nasd s3 --plain-http-off-loopback` \
+         behind a TLS proxy instead, with [up] s3 = false)"
     );
     Ok(UpS3::At(addr))
 }
@@ -1611,8 +1614,8 @@ fn up_metrics_port(cluster: &ConfigFile, manager: u16) -> anyhow::Result<Reserve
 
 /// The HTTP endpoints `nasd up` serves, for its banner.
 struct UpEndpoints {
-    /// The S3 gateway's, unless it is off.
-    s3: Option<SocketAddr>,
+    /// The S3 gateway's scheme and address, unless it is off.
+    s3: Option<(&'static str, SocketAddr)>,
     metrics: SocketAddr,
 }
 
@@ -1639,8 +1642,8 @@ fn print_banner(
     eprintln!("  data      {}", data.display());
     eprintln!("  metadata  {metadata}");
     eprintln!("  config    {}", config.display());
-    if let Some(s3) = endpoints.s3 {
-        eprintln!("  s3        http://{s3} (path-style, us-east-1; keys: nasd s3-key create)");
+    if let Some((scheme, s3)) = endpoints.s3 {
+        eprintln!("  s3        {scheme}://{s3} (path-style, us-east-1; keys: nasd s3-key create)");
     }
     eprintln!("  metrics   http://{}/metrics (Prometheus; loopback only)", endpoints.metrics);
     eprintln!();

@@ -177,7 +177,7 @@ pub async fn run(
         .with_context(|| format!("cannot resolve {listen}"))?
         .next()
         .with_context(|| format!("{listen} names no address"))?;
-    let https = section.tls.unwrap_or(false) || section.tls_cert.is_some() || section.tls_key.is_some();
+    let https = serves_https(section);
     if !https && !addr.ip().is_loopback() && !args.plain_http_off_loopback {
         anyhow::bail!(
             "{addr} is not loopback: the gateway serves plain HTTP (set [s3] tls = true, or add \
@@ -274,15 +274,26 @@ pub async fn serve_for_up(
             access_key
         }
     };
+    let tls = if serves_https(&section) { Some(tls_acceptor(&section, &keys, endpoint)?) } else { None };
     let vfs =
         nasd_vfs::Vfs::start(fs, nasd_vfs::VfsConfig::default()).await.context("cannot start the file-system layer")?;
+    let (scheme, trust) = match &tls {
+        None => ("http", String::new()),
+        Some((_, ca)) => ("https", format!(" and AWS_CA_BUNDLE={ca}")),
+    };
     eprintln!(
-        "S3 gateway ready at http://{endpoint}: {} (access key {access_key}) with AWS_SHARED_CREDENTIALS_FILE={}",
+        "S3 gateway ready at {scheme}://{endpoint}: {} (access key {access_key}) with AWS_SHARED_CREDENTIALS_FILE={}{trust}",
         client.user.as_deref().unwrap_or("admin"),
         credentials.display()
     );
     let gateway = section.gateway(vfs, store).with_metrics(metrics);
-    nasd_s3::serve(listener, gateway, stop).await.context("the S3 gateway stopped")
+    let tls = tls.map(|(acceptor, _)| acceptor);
+    nasd_s3::serve_with(listener, tls, gateway, stop).await.context("the S3 gateway stopped")
+}
+
+/// Whether `[s3]` asks for HTTPS (`tls = true`, or a certificate and key).
+pub fn serves_https(section: &S3Section) -> bool {
+    section.tls.unwrap_or(false) || section.tls_cert.is_some() || section.tls_key.is_some()
 }
 
 /// The TLS acceptor `[s3]` asks for, and what clients trust: the

@@ -23,9 +23,11 @@
 //!   user metadata are kept in the extended attribute [`META_XATTR`] set
 //!   before the rename.
 //! - **Multipart uploads** (`multipart.rs`): parts kept in the bucket's
-//!   hidden `.nasd-s3-uploads/ID/`, those of the upload's part size written
-//!   in place in one staging file that completion renames to the key (no
-//!   copy of the data); the object appears whole then or not at all.
+//!   hidden `.nasd-s3-uploads/ID/`, the first send of each of the upload's
+//!   part size written in place in one staging file that completion renames
+//!   to the key (no copy of the data), a part sent again written apart (the
+//!   acknowledged copy survives a failed re-send); the object appears whole
+//!   then or not at all.
 //!   Uploads left without a new part for [`UPLOAD_EXPIRY_DEFAULT`]
 //!   (configurable) are removed; each user may have
 //!   [`OPEN_UPLOADS_PER_USER_DEFAULT`] (configurable) open.

@@ -14,13 +14,20 @@
 //! staging file `data` in the upload's directory, committed, and only then
 //! recorded: `part-NNNNN`, an empty file whose `META_XATTR` holds its ETag,
 //! its checksum (`checksum.rs`) and where it lies in `data`, put in place
-//! by a rename once whole. A part sent again first loses its record, so a
-//! part cut short is absent, never half old and half new; two uploads of one
-//! part number run one after the other, and parts run while no completion
-//! does (locks by upload and part, `locks.rs`: within one gateway process,
-//! which is what serves an upload's requests here). A part of another
-//! length (the last, or an unequal client's), or of unknown length, is a
-//! file `part-NNNNN` of its own, written whole or not at all.
+//! by a rename once whole.
+//!
+//! **One writer per region, ever.** The first send of part `N` claims its
+//! region (`claim-NNNNN`, a directory made exclusively — the name space
+//! decides, so this holds across gateway processes sharing the cluster) and
+//! only the claimant writes there. A part sent again (a client's retry on a
+//! timeout), or sent twice at once, is written as a file `part-NNNNN` of
+//! its own under a temporary name and renamed over the record only when
+//! whole and verified: the copy acknowledged before stays whole whatever
+//! befalls the new one (cut off, short, a wrong checksum). A part of
+//! another length (the last, or an unequal client's), or of unknown length,
+//! is such a file too. Locks by upload and part (`locks.rs`, within one
+//! process) only order requests a gateway serves; correctness does not rest
+//! on them.
 //!
 //! **Completion** checks S3's limits — 1 to [`PARTS_MAX`] parts, in
 //! ascending order, each but the last at least the part minimum (else
@@ -29,18 +36,23 @@
 //! object's ETag (MD5 of the parts' MD5s, `-N`) and, when every part
 //! carries a checksum of one algorithm, S3's composite checksum. When the
 //! parts named are `1..=k` in place, with perhaps a last part of its own,
-//! it publishes `data` itself: records of parts in place past `k` are
-//! dropped (S3 discards parts a completion does not name), the last part's
+//! it marks the upload `completing` (no region is claimed after that) and,
+//! if no region past `k` is claimed (a part there may still be written, or
+//! its bytes be on their way), publishes `data` itself: the last part's
 //! bytes (at most one part) copied to `k·P`, `data` cut to the object's
 //! size, given the object's metadata, committed and renamed to the key —
-//! readers see the old object or the whole new one. The drives then write
-//! each uploaded byte once (1.5 bytes per byte on `rs:4+2`, its
+//! readers see the old object or the whole new one; no part record is
+//! touched, so a completion that fails is retried as it was. The drives
+//! then write each uploaded byte once (1.5 bytes per byte on `rs:4+2`, its
 //! redundancy; asserted by `aws_cli_copies_a_large_file_with_bounded_gateway_memory`,
 //! which measured 3.0 when every completion copied). Any other shape (gaps
-//! in the numbers, a first part that guessed `P` wrong, parts of unknown
-//! length) streams the parts, in order, into the object through the same
-//! temporary-name-and-rename as a PUT: correct, at the cost of one copy.
-//! Then the upload is removed.
+//! in the numbers, a part sent again, a first part that guessed `P` wrong,
+//! parts of unknown length, parts past those named) streams the parts, in
+//! order, into the object through the same temporary-name-and-rename as a
+//! PUT: correct, at the cost of one copy. Then the upload is removed. The
+//! completion runs in a task of its own, to its end even if its client goes
+//! away, and the object records its upload id: a completion retried after
+//! its answer was lost answers as the first did.
 //!
 //! **Crashes.** Until the rename nothing is visible at the key; a gateway
 //! killed before it leaves `data` and records in the upload's directory
@@ -112,6 +124,7 @@ struct Target<'a> {
 
 /// A part a completion names, found in its upload.
 struct FoundPart {
+    number: i32,
     /// Its record (in place) or its own file, held.
     file: Held,
     meta: PartMeta,
@@ -131,8 +144,46 @@ fn in_place_run(parts: &[FoundPart]) -> usize {
     parts
         .iter()
         .enumerate()
-        .take_while(|(i, p)| p.meta.in_place == Some(Placement { offset: *i as u64 * size, size }))
+        .take_while(|(i, p)| {
+            p.number == *i as i32 + 1 && p.meta.in_place == Some(Placement { offset: *i as u64 * size, size })
+        })
         .count()
+}
+
+/// An open descriptor of the file-system layer, released when dropped
+/// unless [`release`](Self::release)d: a request cut off (its client gone,
+/// its future dropped) leaves no file open in the gateway.
+struct OpenFh {
+    vfs: nasd_vfs::Vfs,
+    fh: Option<u64>,
+}
+
+impl OpenFh {
+    fn new(vfs: &nasd_vfs::Vfs, fh: u64) -> OpenFh {
+        OpenFh { vfs: vfs.clone(), fh: Some(fh) }
+    }
+
+    fn fh(&self) -> u64 {
+        self.fh.expect("an OpenFh is open until released")
+    }
+
+    async fn release(mut self) -> Result<(), nasd_vfs::VfsError> {
+        let fh = self.fh.take().expect("released once");
+        self.vfs.release(fh).await
+    }
+}
+
+impl Drop for OpenFh {
+    fn drop(&mut self) {
+        let Some(fh) = self.fh.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let vfs = self.vfs.clone();
+        runtime.spawn(async move {
+            if let Err(e) = vfs.release(fh).await {
+                tracing::debug!(error = %e, "closing the file of a request cut off failed");
+            }
+        });
+    }
 }
 
 /// Most bytes a part written in place is buffered in before it goes to
@@ -177,6 +228,15 @@ struct PartRef<'a> {
 
 fn part_name(n: i32) -> String {
     format!("part-{n:05}")
+}
+
+/// Prefix of the names that claim a part's region of the staging file.
+const CLAIM_PREFIX: &str = "claim-";
+/// Name of the directory that marks an upload being completed.
+const COMPLETING_NAME: &str = "completing";
+
+fn claim_name(n: i32) -> String {
+    format!("{CLAIM_PREFIX}{n:05}")
 }
 
 fn check_upload_id(id: &str) -> S3Result<()> {
@@ -355,7 +415,9 @@ impl Gateway {
         let in_place =
             size.filter(|&p| Some(p) == len && u64::from(part.number.unsigned_abs()) * p <= MULTIPART_OBJECT_BYTES_MAX);
         if let Some(p) = in_place {
-            return self.write_part_in_place(cx, &upload, part.id, part.number, p, body, expected).await;
+            if self.claim_region(cx, &upload, part.number).await? {
+                return self.write_part_in_place(cx, &upload, part.id, part.number, p, body, expected).await;
+            }
         }
         drop(upload);
         let name = part_name(part.number);
@@ -408,26 +470,24 @@ impl Gateway {
         E: std::fmt::Display,
     {
         let offset = u64::from(n.unsigned_abs() - 1) * p;
-        // Its old record goes first: a part cut short is absent, never half old and half new.
-        match self.vfs.unlink(cx, upload.ino(), &part_name(n)).await {
-            Ok(()) => {}
-            Err(e) if is(&e, FsStatus::NotFound) => {}
-            Err(e) => return Err(s3_err(e)),
-        }
         let (data, fh) = self.open_data(cx, upload, id).await?;
         let mut hasher = expected.hasher();
-        let piece = self.vfs.layout_of(fh).map_or(crate::IO_CHUNK, |l| in_place_piece_bytes(l.stripe_bytes()));
-        let written = self.fill(fh, offset..offset + p, piece, body, hasher.as_mut()).await;
-        let committed = match written {
+        let piece = self.vfs.layout_of(fh.fh()).map_or(crate::IO_CHUNK, |l| in_place_piece_bytes(l.stripe_bytes()));
+        let written = self.fill(fh.fh(), offset..offset + p, piece, body, hasher.as_mut()).await;
+        // Checked before the commit: a body that fails its checksum is not committed by this request.
+        let verified = match written {
             Ok((_, len)) if len != p => Err(s3_error!(IncompleteBody, "the body is shorter than its Content-Length")),
-            Ok((md5, _)) => self.vfs.commit(fh).await.map(|()| md5).map_err(s3_err),
+            Ok((md5, _)) => expected.verify(&md5, hasher.map(|h| h.finalize())).map(|checksum| (md5, checksum)),
             Err(e) => Err(e),
         };
-        let released = self.vfs.release(fh).await;
+        let committed = match verified {
+            Ok(v) => self.vfs.commit(fh.fh()).await.map(|()| v).map_err(s3_err),
+            Err(e) => Err(e),
+        };
+        let released = fh.release().await;
         drop(data);
-        let md5 = committed?;
+        let (md5, checksum) = committed?;
         released.map_err(s3_err)?;
-        let checksum = expected.verify(&md5, hasher.map(|h| h.finalize()))?;
         let object = ObjectMeta { etag: hex::encode(md5), checksum, ..ObjectMeta::default() };
         let meta = PartMeta { object, in_place: Some(Placement { offset, size: p }) };
         self.write_record(cx, upload, n, &meta).await?;
@@ -438,7 +498,7 @@ impl Gateway {
     /// and its descriptor. The parts written at once share one open file
     /// (`nasd_vfs`), so one write transaction: the manager lets one writer
     /// hold a file at a time.
-    async fn open_data(&self, cx: &FsClient, upload: &Held, id: &str) -> S3Result<(Held, u64)> {
+    async fn open_data(&self, cx: &FsClient, upload: &Held, id: &str) -> S3Result<(Held, OpenFh)> {
         let _opening = self.upload_locks.alone(&format!("{id}/{DATA_NAME}")).await;
         let made = match self.vfs.lookup(cx, upload.ino(), DATA_NAME).await {
             Ok(e) => Some(self.held(e)),
@@ -448,7 +508,7 @@ impl Gateway {
         if made.is_none() {
             let how = CreateFlags { exclusive: true, truncate: false, write: true };
             match self.vfs.create(cx, upload.ino(), DATA_NAME, OBJECT_MODE, how).await {
-                Ok((e, opened)) => return Ok((self.held(e), opened.fh)),
+                Ok((e, opened)) => return Ok((self.held(e), OpenFh::new(&self.vfs, opened.fh))),
                 Err(e) if is(&e, FsStatus::Exists) => {}
                 Err(e) => return Err(s3_err(e)),
             }
@@ -458,7 +518,58 @@ impl Gateway {
             None => self.held(self.vfs.lookup(cx, upload.ino(), DATA_NAME).await.map_err(s3_err)?),
         };
         let opened = self.vfs.open(cx, data.ino(), true).await.map_err(s3_err)?;
-        Ok((data, opened.fh))
+        Ok((data, OpenFh::new(&self.vfs, opened.fh)))
+    }
+
+    /// Claims part `n`'s region of the staging file for this request:
+    /// `true` if it may write the part in place. A region is claimed once
+    /// (`claim-NNNNN`, made exclusively), by the first send of its part
+    /// number, for the upload's life: a part sent again, or sent twice at
+    /// once — through this gateway or another —, is written as a file of
+    /// its own, so the copy acknowledged before stays whole whatever befalls
+    /// the new one, and no two requests ever write one region. Refused
+    /// too once a completion has begun (`completing`, checked after the
+    /// claim: a completion that listed the claims before this one was made
+    /// is seen here).
+    async fn claim_region(&self, cx: &FsClient, upload: &Held, n: i32) -> S3Result<bool> {
+        match self.vfs.mkdir(cx, upload.ino(), &claim_name(n), UPLOAD_MODE).await {
+            Ok(e) => drop(self.held(e)),
+            Err(e) if is(&e, FsStatus::Exists) => return Ok(false),
+            Err(e) => return Err(s3_err(e)),
+        }
+        match self.vfs.lookup(cx, upload.ino(), COMPLETING_NAME).await {
+            Ok(e) => {
+                drop(self.held(e));
+                Ok(false)
+            }
+            Err(e) if is(&e, FsStatus::NotFound) => Ok(true),
+            Err(e) => Err(s3_err(e)),
+        }
+    }
+
+    /// Marks `upload` as being completed (`completing`, kept until the
+    /// upload goes): from then on no part is written in place
+    /// ([`claim_region`](Self::claim_region)).
+    async fn mark_completing(&self, cx: &FsClient, upload: &Held) -> S3Result<()> {
+        match self.vfs.mkdir(cx, upload.ino(), COMPLETING_NAME, UPLOAD_MODE).await {
+            Ok(e) => {
+                drop(self.held(e));
+                Ok(())
+            }
+            Err(e) if is(&e, FsStatus::Exists) => Ok(()),
+            Err(e) => Err(s3_err(e)),
+        }
+    }
+
+    /// Whether a region past part `k` is claimed: a part being written
+    /// there, or one that was (its bytes possibly still on their way), would
+    /// land in or be cut from a staging file published now.
+    async fn claimed_past(&self, cx: &FsClient, upload: &Held, k: usize) -> S3Result<bool> {
+        let entries = self.entries(cx, upload.ino()).await?;
+        Ok(entries.iter().any(|(name, _)| {
+            let n = name.strip_prefix(CLAIM_PREFIX).and_then(|n| n.parse::<usize>().ok());
+            n.is_some_and(|n| n > k)
+        }))
     }
 
     /// Puts part `n`'s record (an empty file with `meta`) in place, whole.
@@ -494,7 +605,7 @@ impl Gateway {
             Err(e) if is(&e, FsStatus::NoXattr) || e.errno() == 61 => None,
             Err(e) => return Err(s3_err(e)),
         };
-        Ok(meta.map(|meta| FoundPart { file, meta }))
+        Ok(meta.map(|meta| FoundPart { number: n, file, meta }))
     }
 
     /// ListMultipartUploads: the uploads in progress in a bucket that the
@@ -587,7 +698,13 @@ impl Gateway {
         check_upload_id(&input.upload_id)?;
         // No part is written while the upload is published.
         let _alone = self.upload_locks.alone(&input.upload_id).await;
-        let (upload, meta) = self.upload(cx, &input.bucket, &input.key, &input.upload_id).await?;
+        let (upload, meta) = match self.upload(cx, &input.bucket, &input.key, &input.upload_id).await {
+            Ok(found) => found,
+            Err(e) if *e.code() == S3ErrorCode::NoSuchUpload => {
+                return self.completed_before(cx, &input.bucket, &input.key, &input.upload_id).await.ok_or(e);
+            }
+            Err(e) => return Err(e),
+        };
         let wanted = input.multipart_upload.and_then(|m| m.parts).unwrap_or_default();
         if wanted.is_empty() || wanted.len() > PARTS_MAX as usize {
             return Err(s3_error!(MalformedXML, "a completion names 1 to 10000 parts"));
@@ -629,18 +746,34 @@ impl Gateway {
         }
         let etag = format!("{}-{}", hex::encode(digests.finalize()), parts.len());
         let checksum = StoredChecksum::composite(&checksums);
-        let object = ObjectMeta { etag, content_type: meta.content_type, metadata: meta.metadata, checksum };
-        let in_place = in_place_run(&parts);
-        // Published in place: parts 1..=k in place, and perhaps a last part of its own.
-        let tail_apart = parts.get(in_place).is_none_or(|tail| tail.meta.in_place.is_none());
-        let stored = if in_place > 0 && in_place + 1 >= parts.len() && tail_apart {
+        let upload_id = Some(input.upload_id.clone());
+        let object =
+            ObjectMeta { etag, content_type: meta.content_type, metadata: meta.metadata, checksum, upload: upload_id };
+        // Published in place: parts 1..=k in place, perhaps a last part of its own, and no region
+        // past them claimed (checked after marking the upload completing: see `claim_region`).
+        let run = in_place_run(&parts);
+        let tail_apart = parts.get(run).is_none_or(|tail| tail.meta.in_place.is_none());
+        let mut in_place = run > 0 && run + 1 >= parts.len() && tail_apart;
+        if in_place {
+            self.mark_completing(cx, &upload).await?;
+            in_place = !self.claimed_past(cx, &upload, run).await?;
+        }
+        let stored = if in_place {
             let target = Target { bucket: &input.bucket, levels: &levels, upload: &upload };
-            self.publish_in_place(cx, target, parts, in_place, total, object).await?
+            self.publish_in_place(cx, target, parts, run, total, object).await?
         } else {
             self.publish_copy(cx, &input.bucket, &levels, &upload, parts, object).await?
         };
         self.remove_upload(cx, &input.bucket, &input.upload_id, upload).await;
         Ok(stored)
+    }
+
+    /// The object a completion of upload `id` made at `key` before, if it
+    /// is still there: a completion retried (its answer lost, its client
+    /// timed out) answers as the first did.
+    async fn completed_before(&self, cx: &FsClient, bucket: &str, key: &str, id: &str) -> Option<ObjectMeta> {
+        let (_, meta) = self.object(cx, bucket, key).await.ok()?;
+        meta.filter(|m| m.upload.as_deref() == Some(id))
     }
 
     /// Publishes the upload's staging file as the object: `parts[..in_place]`
@@ -657,17 +790,16 @@ impl Gateway {
         let Target { bucket, levels, upload } = target;
         let (name, dirs) = levels.split_last().ok_or_else(|| s3_error!(InvalidArgument))?;
         check_metadata(&object)?;
-        // Parts in place past these would be overwritten or cut off: S3 discards them at completion.
-        self.drop_records_past(cx, upload, in_place).await?;
         let data = match self.vfs.lookup(cx, upload.ino(), DATA_NAME).await {
             Ok(e) => self.held(e),
             Err(e) if is(&e, FsStatus::NotFound) => return Err(s3_error!(InvalidPart)),
             Err(e) => return Err(s3_err(e)),
         };
         let opened = self.vfs.open(cx, data.ino(), true).await.map_err(s3_err)?;
+        let fh = OpenFh::new(&self.vfs, opened.fh);
         let tail = parts.split_off(in_place).pop();
-        let finished = self.finish_data(cx, &data, opened.fh, tail, total, &object).await;
-        let released = self.vfs.release(opened.fh).await;
+        let finished = self.finish_data(cx, &data, fh.fh(), tail, total, &object).await;
+        let released = fh.release().await;
         finished?;
         released.map_err(s3_err)?;
         let b = self.bucket(cx, bucket).await?;
@@ -678,7 +810,8 @@ impl Gateway {
 
     /// Makes the staging file `data` (open as `fh`) the object: `tail`'s
     /// bytes copied to its end (`total`), cut to `total`, `object` its
-    /// metadata, committed.
+    /// metadata, committed. Changes no part: a region past the parts in
+    /// place is claimed by none (`claimed_past`).
     async fn finish_data(
         &self,
         cx: &FsClient,
@@ -706,25 +839,6 @@ impl Gateway {
         let value = serde_json::to_vec(object).map_err(|_| s3_error!(InternalError))?;
         self.vfs.setxattr(cx, data.ino(), META_XATTR, &value, XattrMode::Either).await.map_err(s3_err)?;
         self.vfs.commit(fh).await.map_err(s3_err)
-    }
-
-    /// Removes the records of parts in place numbered past `k`.
-    async fn drop_records_past(&self, cx: &FsClient, upload: &Held, k: usize) -> S3Result<()> {
-        for (name, _) in self.entries(cx, upload.ino()).await? {
-            let Some(n) = name.strip_prefix("part-").and_then(|n| n.parse::<i32>().ok()) else { continue };
-            if usize::try_from(n).is_ok_and(|n| n <= k) {
-                continue;
-            }
-            let Some(found) = self.found_part(cx, upload, n).await? else { continue };
-            if found.meta.in_place.is_some() {
-                match self.vfs.unlink(cx, upload.ino(), &name).await {
-                    Ok(()) => {}
-                    Err(e) if is(&e, FsStatus::NotFound) => {}
-                    Err(e) => return Err(s3_err(e)),
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Streams `parts`, in order, into the object as a PUT writes one.
@@ -899,8 +1013,13 @@ impl Gateway {
     /// best effort: what is left is the caller's to abort again.
     async fn remove_upload(&self, cx: &FsClient, bucket: &str, id: &str, upload: Held) {
         if let Ok(entries) = self.entries(cx, upload.ino()).await {
-            for (name, _) in entries {
-                if let Err(e) = self.vfs.unlink(cx, upload.ino(), &name).await {
+            for (name, e) in entries {
+                let removed = if e.attr.kind == FileKind::Dir {
+                    self.vfs.rmdir(cx, upload.ino(), &name).await
+                } else {
+                    self.vfs.unlink(cx, upload.ino(), &name).await
+                };
+                if let Err(e) = removed {
                     tracing::warn!(error = %e, "removing a part of a finished upload failed");
                 }
             }

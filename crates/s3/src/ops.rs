@@ -41,6 +41,10 @@ pub(crate) struct ObjectMeta {
     /// The additional checksum the client sent with the body (`checksum.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<StoredChecksum>,
+    /// The multipart upload that made the object, so that a completion
+    /// retried finds its work done (`multipart.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
 }
 
 /// Sets an output's `checksum_*` fields to `$checksum`'s (an `Option<&StoredChecksum>`).
@@ -226,6 +230,7 @@ impl Gateway {
             content_type: Some(DIRECTORY_CONTENT_TYPE.into()),
             metadata: HashMap::new(),
             checksum: None,
+            upload: None,
         };
         Ok((dir, Some(meta)))
     }
@@ -660,6 +665,7 @@ impl S3 for Gateway {
             content_type: input.content_type.map(|c| c.to_string()),
             metadata: input.metadata.unwrap_or_default(),
             checksum: None,
+            upload: None,
         };
         let mut body = input.body.unwrap_or_else(empty_body);
         if let Some(levels) = dir_marker(&input.key) {
@@ -804,9 +810,11 @@ impl S3 for Gateway {
                 content_type: input.content_type.map(|c| c.to_string()),
                 metadata: input.metadata.unwrap_or_default(),
                 checksum: None,
+                upload: None,
             }
         } else {
-            src_meta.unwrap_or_default()
+            // The copy is no upload's work (a retried completion would take it for its own).
+            ObjectMeta { upload: None, ..src_meta.unwrap_or_default() }
         };
         let body = self.read_stream(&cx, file, 0..size).await?;
         let stored = self.write_object(&cx, &input.bucket, &input.key, body, meta, Expected::nothing(), false).await?;
@@ -939,7 +947,11 @@ impl S3 for Gateway {
         let cx = self.acting(&req)?;
         let _slot = self.in_flight.take(cx.identity().uid)?;
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
-        let stored = self.mp_complete(&cx, req.input).await?;
+        // Run to its end even if the client goes away meanwhile: a completion cut off halfway
+        // would leave the object published and the upload behind, and its retry refused.
+        let (me, input) = (self.clone(), req.input);
+        let completing = tokio::spawn(async move { me.mp_complete(&cx, input).await });
+        let stored = completing.await.map_err(|_| s3_error!(InternalError, "the completion failed"))??;
         let output = CompleteMultipartUploadOutput {
             bucket: Some(bucket),
             key: Some(key),
