@@ -663,7 +663,9 @@ impl Manager {
     /// directory's inode.
     async fn watch(&self, s: &Session, incarnation: u64, after: u64, wait_ms: u32) -> Result<ManagerReply, Failure> {
         let wait = std::time::Duration::from_millis(u64::from(wait_ms.min(WATCH_WAIT_MAX_MS)));
-        let mut batch = self.changes.wait(incarnation, after, wait).await;
+        let Some(mut batch) = self.changes.wait(incarnation, after, wait).await else {
+            return Err(Failure::new(FsStatus::Busy, "the manager is stopping"));
+        };
         if !s.admin && s.gateway.is_none() {
             let dirs: std::collections::BTreeSet<Ino> = batch
                 .changes
