@@ -50,8 +50,6 @@ pub(crate) struct ChangeFeed {
     log: Mutex<Log>,
     /// The log's `next`, for waiters.
     tail: watch::Sender<u64>,
-    /// True while the manager stops serving: waits end at once, unanswered.
-    stopping: watch::Sender<bool>,
     capacity: usize,
 }
 
@@ -67,7 +65,6 @@ impl ChangeFeed {
             incarnation,
             log: Mutex::new(Log { first: 1, entries: VecDeque::new() }),
             tail: watch::Sender::new(1),
-            stopping: watch::Sender::new(false),
             capacity: capacity.max(1),
         }
     }
@@ -110,28 +107,16 @@ impl ChangeFeed {
         Batch { incarnation: self.incarnation, next: after + changes.len() as u64, lost: false, changes }
     }
 
-    /// The manager stops serving (`true`) or serves again (`false`): while
-    /// it stops, every wait ends at once with `None`, so a watcher learns
-    /// of the outage now rather than at the end of its wait.
-    pub fn set_stopping(&self, stopping: bool) {
-        self.stopping.send_replace(stopping);
-    }
-
     /// [`read`](Self::read), waiting up to `wait` for a change if there is
-    /// none yet; `None` if the manager stops serving meanwhile
-    /// ([`set_stopping`](Self::set_stopping)).
-    pub async fn wait(&self, incarnation: u64, after: u64, wait: Duration) -> Option<Batch> {
+    /// none yet.
+    pub async fn wait(&self, incarnation: u64, after: u64, wait: Duration) -> Batch {
         let mut tail = self.tail.subscribe();
-        let mut stopping = self.stopping.subscribe();
         let batch = self.read(incarnation, after);
         if batch.lost || !batch.changes.is_empty() || wait.is_zero() {
-            return Some(batch);
+            return batch;
         }
-        let stopped = tokio::select! {
-            _ = tokio::time::timeout(wait, tail.wait_for(|&t| t > after)) => false,
-            _ = stopping.wait_for(|&s| s) => true,
-        };
-        (!stopped).then(|| self.read(incarnation, after))
+        let _ = tokio::time::timeout(wait, tail.wait_for(|&t| t > after)).await;
+        self.read(incarnation, after)
     }
 }
 
@@ -142,15 +127,15 @@ mod tests {
     #[tokio::test]
     async fn watchers_see_every_change_in_order_or_learn_they_lost_some() {
         let feed = ChangeFeed::with_capacity(4);
-        let first = feed.wait(0, 0, Duration::ZERO).await.unwrap();
+        let first = feed.wait(0, 0, Duration::ZERO).await;
         assert!(first.lost, "a new watcher starts from now");
         assert_eq!(first.next, 1);
         let inc = first.incarnation;
         feed.record([Change::Inode(5), Change::Entry { dir: 1, name: "a".into() }]);
-        let b = feed.wait(inc, 1, Duration::ZERO).await.unwrap();
+        let b = feed.wait(inc, 1, Duration::ZERO).await;
         assert_eq!((b.lost, b.next), (false, 3));
         assert_eq!(b.changes, [Change::Inode(5), Change::Entry { dir: 1, name: "a".into() }]);
-        assert!(feed.wait(inc, 3, Duration::ZERO).await.unwrap().changes.is_empty());
+        assert!(feed.wait(inc, 3, Duration::ZERO).await.changes.is_empty());
         // A waiting watcher is answered when a change comes.
         let waiter = {
             let feed = std::sync::Arc::new(feed);
@@ -158,30 +143,20 @@ mod tests {
             let h = tokio::spawn(async move { f.wait(inc, 3, Duration::from_secs(60)).await });
             tokio::task::yield_now().await;
             feed.record([Change::Inode(9)]);
-            (h.await.unwrap().unwrap(), feed)
+            (h.await.unwrap(), feed)
         };
         let (b, feed) = waiter;
         assert_eq!((b.changes, b.next), (vec![Change::Inode(9)], 4));
         // Past the capacity the oldest go: a watcher behind them lost changes.
         feed.record((10..14).map(Change::Inode));
-        assert!(feed.wait(inc, 3, Duration::ZERO).await.unwrap().lost);
-        let b = feed.wait(inc, 4, Duration::ZERO).await.unwrap();
+        assert!(feed.wait(inc, 3, Duration::ZERO).await.lost);
+        let b = feed.wait(inc, 4, Duration::ZERO).await;
         assert_eq!(b.changes, (10..14).map(Change::Inode).collect::<Vec<_>>());
         // Another incarnation, or a number from the future: lost.
-        assert!(feed.wait(inc ^ 1, 8, Duration::ZERO).await.unwrap().lost);
-        assert!(feed.wait(inc, 99, Duration::ZERO).await.unwrap().lost);
+        assert!(feed.wait(inc ^ 1, 8, Duration::ZERO).await.lost);
+        assert!(feed.wait(inc, 99, Duration::ZERO).await.lost);
         // A wait with nothing new ends empty, not lost.
-        let b = feed.wait(inc, 8, Duration::from_millis(1)).await.unwrap();
+        let b = feed.wait(inc, 8, Duration::from_millis(1)).await;
         assert_eq!((b.lost, b.next, b.changes.len()), (false, 8, 0));
-        // A manager that stops ends every wait at once, unanswered; serving again, waits wait.
-        let feed = std::sync::Arc::new(feed);
-        let f = feed.clone();
-        let waiting = tokio::spawn(async move { f.wait(inc, 8, Duration::from_secs(600)).await });
-        tokio::task::yield_now().await;
-        feed.set_stopping(true);
-        assert_eq!(waiting.await.unwrap(), None);
-        assert_eq!(feed.wait(inc, 8, Duration::from_secs(600)).await, None, "a wait that starts while it stops");
-        feed.set_stopping(false);
-        assert!(feed.wait(inc, 8, Duration::from_millis(1)).await.is_some());
     }
 }

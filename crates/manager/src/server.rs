@@ -37,9 +37,6 @@ pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const LOGIN_ATTEMPTS_MAX: u32 = 3;
 /// A logged-in connection idle this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-/// Longest a stop waits for its sessions to answer what they were running
-/// and close (a session still logging in may take [`LOGIN_TIMEOUT`]).
-pub const SESSIONS_STOP_WAIT: Duration = Duration::from_secs(30);
 /// Requests one connection may have in flight at once (pipelined: each
 /// runs as it arrives, its reply, which carries the request's id, sent when
 /// ready). Past it the manager reads no more of the connection until one
@@ -158,36 +155,19 @@ impl Manager {
                 tracing::warn!(error = %f.message, "the routing table could not be read or made; retried at each maintenance pass");
             }
         }
-        self.changes.set_stopping(false);
         // Acknowledged changes reach the disk within the sync interval, and at shutdown.
         let syncer = self.spawn_metadata_sync(shutdown.clone());
         let stop = shutdown.clone();
         let env = self.env.clone();
-        // Each session holds a clone until it ends: the stop below waits for them.
-        let (open, mut all_ended) = tokio::sync::mpsc::channel::<()>(1);
         accept_sessions(&env, listener, SESSIONS_MAX, SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
-            let (me, tls, stop, open) = (self.clone(), tls.clone(), stop.clone(), open.clone());
+            let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
             async move {
                 if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
                     tracing::debug!(%peer, error = %e, "session ended");
                 }
-                drop(open);
             }
         })
         .await;
-        // Watchers waiting on the change feed hear now that it stops, not at
-        // the end of their wait: their caches stop trusting it at once.
-        self.changes.set_stopping(true);
-        // Every session answers what it was running and closes its connection before the
-        // stop returns, so a client's caches that rest on an open change-feed connection
-        // stop answering before anything else happens (bounded: a wait that hangs is logged).
-        drop(open);
-        if tokio::time::timeout(SESSIONS_STOP_WAIT, all_ended.recv()).await.is_err() {
-            tracing::warn!(
-                "sessions still open {} s into the stop: stopping without them",
-                SESSIONS_STOP_WAIT.as_secs()
-            );
-        }
         if let Err(e) = syncer.await {
             tracing::warn!(error = %e, "the metadata sync task ended abnormally");
         }

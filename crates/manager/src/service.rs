@@ -663,9 +663,7 @@ impl Manager {
     /// directory's inode.
     async fn watch(&self, s: &Session, incarnation: u64, after: u64, wait_ms: u32) -> Result<ManagerReply, Failure> {
         let wait = std::time::Duration::from_millis(u64::from(wait_ms.min(WATCH_WAIT_MAX_MS)));
-        let Some(mut batch) = self.changes.wait(incarnation, after, wait).await else {
-            return Err(Failure::new(FsStatus::Busy, "the manager is stopping"));
-        };
+        let mut batch = self.changes.wait(incarnation, after, wait).await;
         if !s.admin && s.gateway.is_none() {
             let dirs: std::collections::BTreeSet<Ino> = batch
                 .changes

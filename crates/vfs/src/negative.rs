@@ -1,11 +1,7 @@
 //! Names this layer knows are absent: the manager answered a lookup of
 //! one `NOT_FOUND`, and a lookup of it again is answered "no such name"
 //! without the manager (a gateway without the kernel's negative entries,
-//! or a kernel that dropped its own); and every name of a directory this
-//! layer made itself (it was empty then) but the ones this layer has made
-//! in it since — so the lookup the kernel sends before each create in a
-//! directory the mount made (`mkdir`, then `tar x` or a build's outputs)
-//! costs no manager request.
+//! or a kernel that dropped its own).
 //!
 //! What keeps an answer true (the change feed's promise, the same one the
 //! gateway's own negative entries rest on):
@@ -14,11 +10,7 @@
 //!   lookup that brought it was out ([`Negatives::generation`], read
 //!   before the request is sent and checked under the table's lock);
 //! - any change the feed reports for a directory (a name in it, or its own
-//!   attributes) from another client drops every absent name of it, and
-//!   what it knew of the directory's names as their maker;
-//! - a directory is taken as made here only if the feed reported no other
-//!   client's change and had no gap while its `mkdir` was out (the same
-//!   generation check);
+//!   attributes) from another client drops every absent name of it;
 //! - a gap in the feed (it failed, reconnected, lost changes, or was
 //!   stopped) drops everything;
 //! - this layer's own requests that make a name (create, mknod, mkdir,
@@ -43,19 +35,15 @@ use std::collections::{HashMap, HashSet};
 /// table: ~23 MiB at most); past it everything is dropped.
 pub(crate) const NEGATIVE_ENTRIES_MAX: usize = 65_536;
 
-/// Names the manager answered `NOT_FOUND` for, in one directory; and for a
-/// directory this layer made, the names it may hold (every other is absent).
+/// Names the manager answered `NOT_FOUND` for, in one directory.
 #[derive(Default)]
 struct DirNames {
     absent: HashSet<String>,
-    /// Set for a directory this layer made: the names this layer made (or
-    /// may have made) in it since; no other name exists in it.
-    made: Option<HashSet<String>>,
 }
 
 impl DirNames {
     fn entries(&self) -> usize {
-        1 + self.absent.len() + self.made.as_ref().map_or(0, HashSet::len)
+        1 + self.absent.len()
     }
 }
 
@@ -79,21 +67,7 @@ impl Negatives {
 
     /// Whether `name` is known absent from `dir`.
     pub fn absent(&self, dir: Ino, name: &str) -> bool {
-        self.dirs
-            .get(&dir)
-            .is_some_and(|d| d.absent.contains(name) || d.made.as_ref().is_some_and(|m| !m.contains(name)))
-    }
-
-    /// This layer made directory `dir` (empty) with a request sent at
-    /// `generation`: every name is absent from it but those it makes there later.
-    pub fn made_dir(&mut self, dir: Ino, generation: u64) {
-        if generation != self.generation {
-            return;
-        }
-        self.forget(dir);
-        self.dirs.insert(dir, DirNames { absent: HashSet::new(), made: Some(HashSet::new()) });
-        self.entries += 1;
-        self.bound();
+        self.dirs.get(&dir).is_some_and(|d| d.absent.contains(name))
     }
 
     /// The manager answered `NOT_FOUND` for `name` in `dir`, to a request
@@ -115,12 +89,6 @@ impl Negatives {
         let Some(d) = self.dirs.get_mut(&dir) else { return };
         if d.absent.remove(name) {
             self.entries -= 1;
-        }
-        if let Some(made) = d.made.as_mut() {
-            if made.insert(name.to_string()) {
-                self.entries += 1;
-                self.bound();
-            }
         }
     }
 
@@ -192,29 +160,6 @@ mod tests {
         assert!(!n.absent(7, "y"), "a gap in the feed drops everything");
         n.found_absent(7, "y", g);
         assert!(!n.absent(7, "y"), "asked before the gap: not taken in");
-        assert_eq!(n.len(), 0);
-    }
-
-    #[test]
-    fn a_directory_made_here_holds_only_the_names_made_here_since() {
-        let mut n = Negatives::default();
-        let g = n.generation();
-        n.made_dir(9, g);
-        assert!(n.absent(9, "a") && n.absent(9, "b"), "a directory just made holds no name");
-        n.may_exist(9, "a");
-        assert!(!n.absent(9, "a"), "a name made here may exist");
-        assert!(n.absent(9, "b"));
-        assert_eq!(n.len(), 2);
-        n.changed(9);
-        assert!(!n.absent(9, "b"), "another client's change to it: nothing is known");
-        let g = n.generation();
-        n.changed(10);
-        n.made_dir(11, g);
-        assert!(!n.absent(11, "x"), "another client changed something while the mkdir was out");
-        let g = n.generation();
-        n.made_dir(11, g);
-        n.clear();
-        assert!(!n.absent(11, "x"), "a gap in the feed drops it");
         assert_eq!(n.len(), 0);
     }
 

@@ -364,14 +364,8 @@ impl Vfs {
     /// Makes directory `name` in `parent` and holds it.
     pub async fn mkdir(&self, cx: &FsClient, parent: Ino, name: &str, mode: u32) -> Result<Entry> {
         let parent = self.handle(parent)?;
-        let generation = lock(&self.shared.negatives).generation();
         let mut e = self.making(name_changes(parent.ino, name), cx.mkdir_at(parent, name, mode & 0o7777)).await?;
         e.attr = self.remember(&e);
-        if self.fed() {
-            // Empty as made: its names are the ones this layer makes in it, until
-            // another client changes it or the feed has a gap.
-            lock(&self.shared.negatives).made_dir(e.attr.ino, generation);
-        }
         Ok(e)
     }
 
