@@ -484,6 +484,11 @@ impl Inner {
         for chunk in data.chunks(SMALL_IO_MAX) {
             let req = ManagerRequest::WriteSmall { handle: self.handle, txn, offset: at, data: chunk.to_vec() };
             let written = match self.fs.call(&req).await {
+                // Stable (no transaction): the attributes after it are the file's now.
+                Ok(ManagerReply::Entry(e)) if txn == 0 => {
+                    self.binder.set_attr(e.attr);
+                    Ok(())
+                }
                 Ok(ManagerReply::Entry(_)) => Ok(()),
                 Ok(other) => Err(FsError::Protocol(format!("unexpected reply {other:?}"))),
                 Err(e) => Err(e),

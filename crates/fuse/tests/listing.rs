@@ -74,3 +74,70 @@ fn ls_l_of_a_large_directory_asks_the_manager_per_page_not_per_entry() {
     assert_eq!(listxattr(&other), ["security.theirs"]);
     env.stop();
 }
+
+/// Files in the directory listed while one of them is written.
+const LISTED_FILES: usize = 60;
+/// Bytes of `getdents64` buffer per call: a few entries each, so the
+/// listing takes many kernel requests, all served from one manager page.
+const DIRENTS_BUF_BYTES: usize = 512;
+
+/// `getdents64(2)` on `fd` into `buf`: bytes filled (0 at the end).
+fn getdents(fd: libc::c_int, buf: &mut [u8]) -> usize {
+    // SAFETY: an open directory descriptor and a buffer of the length passed.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+    assert!(n >= 0, "getdents64: {}", std::io::Error::last_os_error());
+    n as usize
+}
+
+/// A file written and closed while a listing of its directory is under way
+/// (the listing's manager page read before the write, the file's entry
+/// handed to the kernel after the write, before or after its close) shows
+/// its new size afterwards, not the page's: the layer hands out the
+/// attributes it learnt of since (a small file's bytes are stable at the
+/// manager at once, larger writes at the close). Which file, when in the
+/// listing, how much is written and whether the file is closed first are
+/// drawn from a printed seed (`NASD_SEED=N` repeats a run).
+#[test]
+fn a_file_written_while_its_directory_is_listed_shows_its_new_size() {
+    use std::os::unix::ffi::OsStrExt;
+    require_fuse!();
+    let seed = common::seed("listing_while_writing");
+    let mut rng = common::Rng::new(seed);
+    let mut env = common::Env::start("listing_while_writing", LIMIT, common::ClusterOptions::default());
+    let m = env.mount();
+    let dir = m.join("d");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..LISTED_FILES {
+        fs::File::create(dir.join(format!("f-{i:02}"))).unwrap();
+    }
+    // Past the entries the listing's first kernel request hands out.
+    let target = dir.join(format!("f-{:02}", LISTED_FILES / 2 + rng.below(LISTED_FILES as u64 / 2) as usize));
+    let data = vec![b'w'; 1 + rng.below(100_000) as usize];
+
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) };
+    assert!(fd >= 0, "open the directory: {}", std::io::Error::last_os_error());
+    let mut buf = vec![0u8; DIRENTS_BUF_BYTES];
+    for _ in 0..1 + rng.below(2) {
+        assert!(getdents(fd, &mut buf) > 0);
+    }
+    // Closed before the rest of the listing, or after it (written, not closed yet).
+    let mut writer = Some(fs::File::create(&target).unwrap());
+    std::io::Write::write_all(writer.as_mut().unwrap(), &data).unwrap();
+    let close_first = rng.below(2) == 0;
+    if close_first {
+        writer = None;
+    }
+    while getdents(fd, &mut buf) > 0 {}
+    // SAFETY: closes the descriptor opened above.
+    unsafe { libc::close(fd) };
+    let open_size = fs::metadata(&target).unwrap().len();
+    assert_eq!(open_size, data.len() as u64, "{} (closed first: {close_first})", target.display());
+    drop(writer);
+
+    let size = fs::metadata(&target).unwrap().len();
+    assert_eq!(size, data.len() as u64, "{} after a listing under way while it was written", target.display());
+    assert!(fs::read(&target).unwrap() == data, "{} reads back what was written", target.display());
+    env.stop();
+}

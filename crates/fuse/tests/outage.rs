@@ -168,8 +168,21 @@ fn calls_during(dir: &Path, mount: &Path, round: usize) -> io::Result<()> {
     let names = list(dir)?;
     assert!(names.iter().any(|n| n == "base-0"), "{names:?}");
     assert!(statvfs(mount)? > 0);
-    fs::write(dir.join(format!("during-{round}")), format!("made during outage {round}"))?;
-    assert_eq!(stat(&dir.join(format!("during-{round}")))?, format!("made during outage {round}").len() as u64);
+    let path = dir.join(format!("during-{round}"));
+    let text = format!("made during outage {round}");
+    fs::write(&path, &text)?;
+    let size = stat(&path)?;
+    if size != text.len() as u64 {
+        // Lost, or a stale size? Asked again past the attribute timeout, and read back.
+        std::thread::sleep(nasd_fuse::ATTR_TIMEOUT_DEFAULT + Duration::from_secs(1));
+        let (later, read) = (stat(&path)?, fs::read(&path)?);
+        panic!(
+            "during-{round} stats as {size} bytes right after its close; {later} bytes a while later, {} read back \
+             (of {})",
+            read.len(),
+            text.len()
+        );
+    }
     Ok(())
 }
 

@@ -10,7 +10,12 @@
 //! Concurrent changes: pages continue after the last *name* handed out, not
 //! after a position, so a name added or removed meanwhile never makes the
 //! cursor skip or repeat another (POSIX leaves only the changed name itself
-//! unspecified).
+//! unspecified). Each entry is kept with the layer's count of attribute
+//! changes ([`crate::inodes::Inodes::seq`]) read before its page was asked
+//! for, so the layer hands out attributes it learnt of since instead of the
+//! page's (a window is handed out over several gateway calls, and this
+//! layer's own writes and commits, or another client's change, may come
+//! between them).
 
 use nasd_fs::{Entry, FileKind, FsClient, FsError, Handle, Ino, READDIR_ENTRIES_MAX};
 use std::collections::VecDeque;
@@ -41,8 +46,9 @@ pub struct DirItem {
 /// One open directory.
 pub(crate) struct DirCursor {
     pub dir: Handle,
-    /// Entries from offset `base` on.
-    window: VecDeque<DirItem>,
+    /// Entries from offset `base` on, each with the layer's count of
+    /// attribute changes read before its page was asked for.
+    window: VecDeque<(DirItem, u64)>,
     base: u64,
     /// The last name fetched (`""` before the first page).
     after: String,
@@ -62,8 +68,15 @@ impl DirCursor {
         self.done = false;
     }
 
-    /// The entry at `offset` (≥ 2), reading pages as needed; `None` past the end.
-    pub async fn at(&mut self, fs: &FsClient, offset: u64) -> Result<Option<DirItem>, FsError> {
+    /// The entry at `offset` (≥ 2), reading pages as needed, and the count
+    /// of attribute changes `seq` gave before its page was asked for; `None`
+    /// past the end.
+    pub async fn at(
+        &mut self,
+        fs: &FsClient,
+        offset: u64,
+        seq: impl Fn() -> u64,
+    ) -> Result<Option<(DirItem, u64)>, FsError> {
         if offset < self.base {
             self.restart();
         }
@@ -79,21 +92,24 @@ impl DirCursor {
             let consumed = usize::try_from(index).unwrap_or(usize::MAX).min(self.window.len());
             self.window.drain(..consumed);
             self.base += consumed as u64;
-            self.fetch(fs).await?;
+            self.fetch(fs, seq()).await?;
         }
     }
 
-    async fn fetch(&mut self, fs: &FsClient) -> Result<(), FsError> {
+    async fn fetch(&mut self, fs: &FsClient, seq: u64) -> Result<(), FsError> {
         let page = fs.readdir_page(self.dir, &self.after, READDIR_ENTRIES_MAX as u16).await?;
         self.done = !page.more;
         if let Some(last) = page.entries.last() {
             self.after = last.name.clone();
         }
-        self.window.extend(page.entries.into_iter().map(|e| DirItem {
-            ino: e.entry.as_ref().map_or(UNKNOWN_INO, |e| e.attr.ino),
-            kind: e.kind,
-            name: e.name,
-            entry: e.entry,
+        self.window.extend(page.entries.into_iter().map(|e| {
+            let item = DirItem {
+                ino: e.entry.as_ref().map_or(UNKNOWN_INO, |e| e.attr.ino),
+                kind: e.kind,
+                name: e.name,
+                entry: e.entry,
+            };
+            (item, seq)
         }));
         Ok(())
     }

@@ -128,12 +128,22 @@ impl Vfs {
                 }
             }
         }
-        if !self.shared.config.follow_feed {
-            return call.await;
+        let fed = self.shared.config.follow_feed;
+        if fed {
+            self.expect(&changes);
         }
-        self.expect(&changes);
         let r = call.await;
-        if r.is_err() {
+        {
+            // Whatever the outcome, the attributes held of the inodes it may have
+            // changed are too old to answer from (a reply's newer ones follow).
+            let mut inodes = lock(&self.shared.inodes);
+            for c in &changes {
+                if let Change::Inode(ino) = c {
+                    inodes.stale_attr(*ino);
+                }
+            }
+        }
+        if fed && r.is_err() {
             self.unexpect(&changes);
             // A request that failed may still have been carried out (its reply lost with a
             // manager that died): what it would have changed is dropped from the gateway's
@@ -185,11 +195,8 @@ impl Vfs {
             for c in changes {
                 match c {
                     Change::Inode(ino) => {
-                        if let Some(node) = inodes.get_mut(ino) {
-                            node.invalidate();
-                            if !todo.contains(&Change::Inode(ino)) {
-                                todo.push(Change::Inode(ino));
-                            }
+                        if inodes.invalidate(ino) && !todo.contains(&Change::Inode(ino)) {
+                            todo.push(Change::Inode(ino));
                         }
                     }
                     Change::Entry { dir, name } => {
@@ -206,16 +213,7 @@ impl Vfs {
     /// Drops everything cached about every inode held.
     pub(crate) async fn invalidate_all(&self) {
         lock(&self.shared.negatives).clear();
-        let all: Vec<Change> = {
-            let mut inodes = lock(&self.shared.inodes);
-            inodes
-                .all_mut()
-                .map(|(ino, node)| {
-                    node.invalidate();
-                    Change::Inode(ino)
-                })
-                .collect()
-        };
+        let all: Vec<Change> = lock(&self.shared.inodes).invalidate_all().into_iter().map(Change::Inode).collect();
         self.notify(all).await;
     }
 

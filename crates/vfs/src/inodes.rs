@@ -38,6 +38,11 @@ pub(crate) struct Node {
     pub attr: FileAttr,
     /// When `attr` came from the manager (or from this gateway's own change).
     pub attr_at: Instant,
+    /// The table's [`Inodes::seq`] when the layer last learnt that the
+    /// inode's attributes changed (new ones taken in, its own writes, an
+    /// invalidation): a listing page fetched before it is stale for this
+    /// inode.
+    pub changed: u64,
     /// A symbolic link's target (targets never change).
     pub target: Option<String>,
     /// Replies that handed this inode to the gateway's client, less those it
@@ -70,6 +75,7 @@ impl Node {
             handle: e.handle(),
             attr: e.attr.clone(),
             attr_at: Instant::now(),
+            changed: 0,
             target: (e.attr.kind == FileKind::Symlink).then(|| e.target.clone()),
             refs: 0,
             opens: 0,
@@ -86,19 +92,27 @@ impl Node {
         u32::from(self.hidden.is_some())
     }
 
-    /// Forgets everything cached about the inode's attributes and data.
-    pub fn invalidate(&mut self) {
+    /// Forgets everything cached about the inode's attributes and data
+    /// (callers note the change: [`Inodes::touch`]).
+    fn invalidate(&mut self) {
         self.data_stamp = None;
         self.capability = None;
         self.no_xattrs_at = None;
-        // Older than any lifetime: the next `getattr` asks the manager.
-        self.attr_at = Instant::now().checked_sub(crate::ATTR_TTL_MAX * 2).unwrap_or(self.attr_at);
+        self.attr_at = long_ago(self.attr_at);
     }
+}
+
+/// A time older than any attribute lifetime (the next `getattr` asks the
+/// manager), or `at` if the clock cannot go back that far.
+pub(crate) fn long_ago(at: Instant) -> Instant {
+    Instant::now().checked_sub(crate::ATTR_TTL_MAX * 2).unwrap_or(at)
 }
 
 /// The table.
 pub(crate) struct Inodes {
     nodes: HashMap<Ino, Node>,
+    /// Counts the attribute changes the layer learnt of ([`Node::changed`]).
+    seq: u64,
 }
 
 impl Inodes {
@@ -108,7 +122,52 @@ impl Inodes {
         let mut node = Node::new(root);
         node.refs = 1;
         nodes.insert(ROOT_INO, node);
-        Inodes { nodes }
+        Inodes { nodes, seq: 0 }
+    }
+
+    /// The count of attribute changes learnt so far: read before a listing
+    /// page is asked for, it tells later which of its entries' attributes
+    /// the layer has learnt newer ones of (or changes to) since.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Notes that the layer learnt of a change to `ino`'s attributes (taken
+    /// in, made here, or invalidated).
+    pub fn touch(&mut self, ino: Ino) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            self.seq += 1;
+            node.changed = self.seq;
+        }
+    }
+
+    /// Takes `attr` as the inode's current attributes (a reply, or this
+    /// layer's own change), noting the change.
+    pub fn set_attr(&mut self, attr: FileAttr) {
+        let ino = attr.ino;
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.attr = attr;
+            node.attr_at = Instant::now();
+            self.touch(ino);
+        }
+    }
+
+    /// Notes that `ino`'s attributes changed in a way the layer does not
+    /// know the outcome of (its own request changed them): the held ones
+    /// are too old to answer from, and a listing page fetched before is stale.
+    pub fn stale_attr(&mut self, ino: Ino) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.attr_at = long_ago(node.attr_at);
+            self.touch(ino);
+        }
+    }
+
+    /// Forgets everything cached about `ino`'s attributes and data; whether it is held.
+    pub fn invalidate(&mut self, ino: Ino) -> bool {
+        let Some(node) = self.nodes.get_mut(&ino) else { return false };
+        node.invalidate();
+        self.touch(ino);
+        true
     }
 
     pub fn get(&self, ino: Ino) -> Option<&Node> {
@@ -130,11 +189,13 @@ impl Inodes {
     /// Records an entry handed to the gateway's client (one more reference
     /// if `counted`) and returns its node.
     pub fn remember(&mut self, e: &Entry, counted: bool) -> &mut Node {
+        self.seq += 1;
         let node = self.nodes.entry(e.attr.ino).or_insert_with(|| Node::new(e));
         // The same inode may come back under a handle made later: both check.
         node.handle = e.handle();
         node.attr = e.attr.clone();
         node.attr_at = Instant::now();
+        node.changed = self.seq;
         if e.no_xattrs {
             node.no_xattrs_at = Some(node.attr_at);
         }
@@ -149,10 +210,7 @@ impl Inodes {
 
     /// Takes fresher attributes for an inode already held.
     pub fn refresh(&mut self, attr: &FileAttr) {
-        if let Some(node) = self.nodes.get_mut(&attr.ino) {
-            node.attr = attr.clone();
-            node.attr_at = Instant::now();
-        }
+        self.set_attr(attr.clone());
     }
 
     /// The gateway's client dropped `n` references to `ino`.
@@ -171,9 +229,13 @@ impl Inodes {
         }
     }
 
-    /// Every inode held.
-    pub fn all_mut(&mut self) -> impl Iterator<Item = (Ino, &mut Node)> {
-        self.nodes.iter_mut().map(|(ino, node)| (*ino, node))
+    /// Forgets everything cached about every inode held; their numbers.
+    pub fn invalidate_all(&mut self) -> Vec<Ino> {
+        let all: Vec<Ino> = self.nodes.keys().copied().collect();
+        for &ino in &all {
+            self.invalidate(ino);
+        }
+        all
     }
 
     /// Every hidden name still held (for the clean-up at the end).

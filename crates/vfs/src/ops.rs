@@ -496,9 +496,8 @@ impl Vfs {
         let stamp = (attr.size, attr.mtime_ns);
         let keep = node.data_stamp == Some(stamp);
         node.data_stamp = Some(stamp);
-        node.attr = attr;
-        node.attr_at = Instant::now();
         node.opens += 1;
+        inodes.set_attr(attr);
         Ok(keep)
     }
 
@@ -583,9 +582,21 @@ impl Vfs {
         }
         let file = self.shared_file(open.ino)?;
         file.write_at(offset, data).await?;
-        if let Some(node) = lock(&self.shared.inodes).get_mut(open.ino) {
+        // A write the manager made stable at once (a small file's bytes, no transaction
+        // open) gave the file its new attributes: they are the inode's now. Else its size
+        // here may have grown past what the layer holds (raised where it is handed out).
+        let stable = !file.dirty().await;
+        let attr = file.attr();
+        let mut inodes = lock(&self.shared.inodes);
+        if let Some(node) = inodes.get_mut(open.ino) {
             node.data_stamp = None;
+            if stable {
+                inodes.set_attr(attr);
+            } else {
+                inodes.touch(open.ino);
+            }
         }
+        drop(inodes);
         u32::try_from(data.len()).map_err(|_| VfsError::Invalid("a write over 4 GiB"))
     }
 
@@ -601,11 +612,11 @@ impl Vfs {
         let expected = if file.dirty().await { vec![Change::Inode(open.ino)] } else { Vec::new() };
         self.making(expected, file.flush()).await?;
         let attr = file.attr();
-        if let Some(node) = lock(&self.shared.inodes).get_mut(open.ino) {
+        let mut inodes = lock(&self.shared.inodes);
+        if let Some(node) = inodes.get_mut(open.ino) {
             // The client's data cache holds what was just committed.
             node.data_stamp = Some((attr.size, attr.mtime_ns));
-            node.attr = attr;
-            node.attr_at = Instant::now();
+            inodes.set_attr(attr);
         }
         Ok(())
     }
@@ -712,13 +723,57 @@ impl Vfs {
                 at += 1;
             }
         }
-        while let Some(item) = cursor.at(cx, at).await? {
+        let seq = || lock(&self.shared.inodes).seq();
+        while let Some((item, fetched)) = cursor.at(cx, at, seq).await? {
+            let Some(item) = self.current(cx, item, fetched).await? else {
+                // Removed since its page was read: left out (POSIX leaves it open).
+                at += 1;
+                continue;
+            };
             if add(at + 1, &item) {
                 break;
             }
             at += 1;
         }
         Ok(())
+    }
+
+    /// A listing entry whose page was asked for when the count of attribute
+    /// changes was `fetched`, with the attributes the gateway may take now:
+    /// those the layer learnt of since if it holds valid ones, else asked of
+    /// the manager if it learnt of a change since (its own writes, commits
+    /// and attribute changes, another client's change from the feed), else
+    /// the page's; the size raised to what this layer has written and not
+    /// committed. `None` if the inode is gone.
+    async fn current(&self, cx: &FsClient, mut item: DirItem, fetched: u64) -> Result<Option<DirItem>> {
+        let Some(entry) = item.entry.as_mut() else { return Ok(Some(item)) };
+        let ino = entry.attr.ino;
+        let ttl = self.attr_ttl();
+        let newer = {
+            let inodes = lock(&self.shared.inodes);
+            inodes.get(ino).filter(|n| n.changed > fetched).map(|n| {
+                let valid = n.attr_at.elapsed() < ttl;
+                valid.then(|| n.attr.clone())
+            })
+        };
+        match newer {
+            None => {}
+            Some(Some(attr)) => entry.attr = attr,
+            Some(None) => {
+                let asked = match self.getattr(cx, ino).await {
+                    // No longer held: asked by the page's handle.
+                    Err(VfsError::Stale(_)) => cx.getattr(entry.handle()).await.map(|e| e.attr).map_err(VfsError::from),
+                    asked => asked,
+                };
+                match asked {
+                    Ok(attr) => entry.attr = attr,
+                    Err(e) if e.status() == Some(FsStatus::NotFound) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.with_local_size(&mut entry.attr).await;
+        Ok(Some(item))
     }
 
     /// Holds the inode a listing entry names (one more reference), as a
