@@ -95,3 +95,12 @@ fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
 fn a_manager_that_answers_before_revoking_is_caught() {
     caught_in_the_cluster(Bug::SkipRevocation, "was served, sent");
 }
+
+/// A manager that answers `SYNC_IDENTITY_KEYS` before fetching the shared
+/// keys again (leaving them to its next maintenance pass) serves the
+/// holder's identity session after the retirement of its key returned
+/// (`cluster`'s identity races, through the authentication server).
+#[test]
+fn a_manager_that_answers_an_identity_key_sync_before_syncing_is_caught() {
+    caught_in_the_cluster(Bug::SkipIdentityKeySync, "after the key's retirement returned");
+}
