@@ -46,8 +46,13 @@ fn keeping_a_retired_working_key_is_caught() {
 }
 
 /// Cluster seeds (60 s) the cluster tests play clean (`tests/cluster.rs`:
-/// its fixed seeds and regression seeds).
-const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17];
+/// its fixed seeds and regression seeds), and 23 (clean too). Since the
+/// authentication server and the repair tasks joined the world, none of the
+/// first eight catches `SkipRebuild` (seed 1 loses a drive, yet every
+/// component is current at the end: not yet understood — the files
+/// rewritten since, or a rebalance moving components off the lost drive);
+/// 23 does.
+const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17, 23];
 
 /// The first of [`CLUSTER_SEEDS`] on which the whole cluster with `bug`
 /// armed breaks a property; what broke must hold `breaks`.

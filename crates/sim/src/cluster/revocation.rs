@@ -186,6 +186,7 @@ impl Cluster {
                 return;
             }
         };
+        let handle = entry.handle();
         let Some(access) = entry.access else { return };
         let usable: Vec<&ComponentAccess> =
             access.components.iter().filter(|c| c.state == ComponentState::Ok && !c.token.is_empty()).collect();
@@ -217,7 +218,7 @@ impl Cluster {
         let uses = self.use_capability(node, &held, auth);
         let revoke = async {
             tokio::time::sleep(between(&self.core, Duration::ZERO, REVOKE_DELAY_MAX)).await;
-            self.revoke(fs, &path, revocation, held.object.drive).await
+            self.revoke(fs, &path, handle, revocation, held.object.drive).await
         };
         let (uses, acknowledged) = tokio::join!(uses, revoke);
         let Some(at) = acknowledged else { return };
@@ -278,17 +279,29 @@ impl Cluster {
         uses
     }
 
-    /// Carries out `revocation`; when it was acknowledged, if it was.
-    async fn revoke(&self, fs: &FsClient, path: &str, revocation: Revocation, drive: u32) -> Option<Instant> {
+    /// Carries out `revocation` on the file `handle` names (`path` when
+    /// the race began: a rename since must not move the revocation to
+    /// another file); when it was acknowledged, if it was.
+    async fn revoke(
+        &self,
+        fs: &FsClient,
+        path: &str,
+        handle: nasd_fs::Handle,
+        revocation: Revocation,
+        drive: u32,
+    ) -> Option<Instant> {
         let done = match revocation {
-            Revocation::Chmod(mode) => fs.chmod(path, mode).await.map(|_| ()).map_err(|e| short(&e)),
+            Revocation::Chmod(mode) => {
+                let change = nasd_fs::SetAttr { mode: Some(mode), ..Default::default() };
+                fs.setattr(handle, &change).await.map(|_| ()).map_err(|e| short(&e))
+            }
             Revocation::Acl => {
                 let entries = if self.core.chance(0.5) {
                     vec![AclEntry { who: AclWho::User(ACL_UID), rights: ACL_READ, flags: 0 }]
                 } else {
                     Vec::new()
                 };
-                fs.set_acl(path, entries).await.map(|_| ()).map_err(|e| short(&e))
+                fs.set_acl_of(handle, entries).await.map(|_| ()).map_err(|e| short(&e))
             }
             Revocation::RotateTwice => self.rotate_twice(drive).await,
         };
