@@ -81,6 +81,8 @@ pub enum Principal {
 
 /// The authentication server.
 pub struct AuthServer {
+    /// Where it runs: its clock, its tasks and sessions, its database's disk.
+    env: nasd_env::Env,
     store: Store,
     kek: Key,
     service_token: Key,
@@ -90,10 +92,6 @@ pub struct AuthServer {
     pub(crate) login_backoff: nasd_login::login_backoff::LoginBackoff,
     /// What it counts, for Prometheus ([`metrics`]).
     pub(crate) metrics: metrics::AuthMetrics,
-}
-
-fn now_ns() -> u64 {
-    nasd_env::clock::system_ns()
 }
 
 fn refuse<T>(status: FsStatus, message: impl Into<String>) -> Result<T, Refusal> {
@@ -142,7 +140,7 @@ pub async fn reset_password(dir: &Path, backing: Backing, name: &str, password: 
         _ => {
             anyhow::ensure!(path.exists(), "no authentication server data at {}", dir.display());
             let db = Db::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-            Store::Sqlite(Arc::new(Mutex::new(db)))
+            Store::Sqlite(Arc::new(Mutex::new(db)), nasd_env::Env::real())
         }
     };
     let hash = passwords::hash(password);
@@ -223,14 +221,28 @@ impl AuthServer {
     /// key, its service token; makes shared key 1 if there is none yet.
     /// SQLite; [`AuthServer::open_on`] for PostgreSQL.
     pub fn open(dir: &Path, config: AuthConfig) -> anyhow::Result<AuthServer> {
+        AuthServer::open_in(&nasd_env::Env::real(), dir, config)
+    }
+
+    /// [`AuthServer::open`] in `env`: the database on the environment's
+    /// disk; its clock, tasks, sessions and argon2 work the environment's.
+    /// The key files (`auth.key`, `service.token`) are always the real file
+    /// system's (written whole and synced, nothing a crash can tear).
+    pub fn open_in(env: &nasd_env::Env, dir: &Path, config: AuthConfig) -> anyhow::Result<AuthServer> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        if !env.is_real() {
+            env.create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
         let (kek, _) = nasd_crypto::load_or_create_key_file(&dir.join(AUTH_KEK_FILE))?;
         let (service_token, _) = nasd_crypto::load_or_create_key_file(&dir.join(SERVICE_TOKEN_FILE))?;
-        let mut db =
-            Db::open(&dir.join(AUTH_DB)).with_context(|| format!("cannot open {}", dir.join(AUTH_DB).display()))?;
+        let path = dir.join(AUTH_DB);
+        let mut db = Db::open_in(env, &path).with_context(|| format!("cannot open {}", path.display()))?;
         db.shared_keys(&kek).map_err(|e| anyhow::anyhow!(e))?;
         db.first_key(&kek).map_err(|(_, m)| anyhow::anyhow!(m))?;
-        Ok(AuthServer::with_store(Store::Sqlite(Arc::new(Mutex::new(db))), kek, service_token, config))
+        // The database's name is made durable once: its log, synced later, is found after a power loss.
+        env.sync_dir(dir).with_context(|| format!("cannot sync {}", dir.display()))?;
+        let store = Store::Sqlite(Arc::new(Mutex::new(db)), env.clone());
+        Ok(AuthServer::with_store(env, store, kek, service_token, config))
     }
 
     /// Opens the server kept in `dir` with its state where `backing` says.
@@ -273,7 +285,7 @@ impl AuthServer {
         if store.first_key(&kek).await.map_err(|(_, m)| anyhow::anyhow!(m))? {
             tracing::info!(database = %store.describe(), "shared identity key 1 made");
         }
-        Ok(AuthServer::with_store(store, kek, service_token, config))
+        Ok(AuthServer::with_store(&nasd_env::Env::real(), store, kek, service_token, config))
     }
 
     /// The service token of the servers on `db`: the one stored there, else
@@ -303,13 +315,14 @@ impl AuthServer {
         Ok(token)
     }
 
-    fn with_store(store: Store, kek: Key, service_token: Key, config: AuthConfig) -> AuthServer {
+    fn with_store(env: &nasd_env::Env, store: Store, kek: Key, service_token: Key, config: AuthConfig) -> AuthServer {
         AuthServer {
+            env: env.clone(),
             store,
             kek,
             service_token,
             config,
-            argon2: passwords::Pool::start(),
+            argon2: passwords::Pool::start_in(env),
             decoy_hash: passwords::decoy(),
             login_backoff: Default::default(),
             metrics: Default::default(),
@@ -447,7 +460,7 @@ impl AuthServer {
         let Some((&key_id, k)) = live.iter().next_back() else {
             return refuse(FsStatus::Internal, "no shared key is live: an administrator must rotate one in");
         };
-        let expiration_ns = now_ns().saturating_add(self.config.identity_lifetime.as_nanos() as u64);
+        let expiration_ns = self.env.now_ns().saturating_add(self.config.identity_lifetime.as_nanos() as u64);
         let credential =
             IdentityData { algorithm: self.config.algorithm as u8, key_id, user: uid, role, expiration_ns };
         let idkey = identity_key(k, &credential).ok_or((FsStatus::Internal, "unknown MAC algorithm".to_string()))?;

@@ -38,24 +38,27 @@ const _: () = assert!(AUTH_SESSIONS_PER_PEER_MAX <= AUTH_SESSIONS_MAX);
 impl AuthServer {
     /// Accepts TLS connections on `listener` until `shutdown` turns true.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, tls: TlsAcceptor, shutdown: watch::Receiver<bool>) {
+        self.serve_on(listener.into(), tls, shutdown).await
+    }
+
+    /// [`AuthServer::serve`] on a listener of the server's environment
+    /// (its sessions are that environment's tasks: a simulated crash ends them).
+    pub async fn serve_on(
+        self: Arc<Self>,
+        listener: nasd_env::Listener,
+        tls: TlsAcceptor,
+        shutdown: watch::Receiver<bool>,
+    ) {
         let stop = shutdown.clone();
-        // The authentication server is not simulated yet: its sessions are the real environment's.
-        let env = nasd_env::Env::real();
-        accept_sessions(
-            &env,
-            listener.into(),
-            AUTH_SESSIONS_MAX,
-            AUTH_SESSIONS_PER_PEER_MAX,
-            shutdown,
-            |socket, peer| {
-                let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
-                async move {
-                    if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
-                        tracing::debug!(%peer, error = %e, "session ended");
-                    }
+        let env = self.env.clone();
+        accept_sessions(&env, listener, AUTH_SESSIONS_MAX, AUTH_SESSIONS_PER_PEER_MAX, shutdown, |socket, peer| {
+            let (me, tls, stop) = (self.clone(), tls.clone(), stop.clone());
+            async move {
+                if let Err(e) = me.session(socket, host_of(peer.ip()), tls, stop).await {
+                    tracing::debug!(%peer, error = %e, "session ended");
                 }
-            },
-        )
+            }
+        })
         .await
     }
 
@@ -81,6 +84,7 @@ impl AuthServer {
         let mut wrong_old_passwords = 0u32;
         loop {
             let body = tokio::select! {
+                biased;
                 b = tokio::time::timeout(AUTH_IDLE_TIMEOUT, read_frame(&mut stream, AUTH_MESSAGE_MAX)) => match b {
                     Ok(b) => b?,
                     Err(_) => return Ok(()),

@@ -83,7 +83,12 @@ pub(crate) fn new_group_gid(name: &str, taken: bool, owned: i64, highest: Option
 impl Db {
     /// Opens (creating if new) the database at `path`.
     pub fn open(path: &Path) -> rusqlite::Result<Db> {
-        let conn = Connection::open(path)?;
+        Db::open_in(&nasd_env::Env::real(), path)
+    }
+
+    /// [`Db::open`] on `env`'s disk.
+    pub fn open_in(env: &nasd_env::Env, path: &Path) -> rusqlite::Result<Db> {
+        let conn = env.open_sqlite(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -464,19 +469,21 @@ impl Db {
 /// PostgreSQL database (several servers on one).
 #[derive(Clone)]
 pub enum Store {
-    /// `auth.sqlite` in the server's directory.
-    Sqlite(std::sync::Arc<std::sync::Mutex<Db>>),
+    /// `auth.sqlite` in the server's directory, and the environment whose
+    /// blocking tasks run its transactions.
+    Sqlite(std::sync::Arc<std::sync::Mutex<Db>>, nasd_env::Env),
     /// The tables `auth_*` of a PostgreSQL database.
     Postgres(std::sync::Arc<crate::pg::PgDb>),
 }
 
-/// Runs `f` on the SQLite database on a blocking thread.
+/// Runs `f` on the SQLite database as one of `env`'s blocking tasks.
 async fn on_sqlite<R: Send + 'static>(
     db: &std::sync::Arc<std::sync::Mutex<Db>>,
+    env: &nasd_env::Env,
     f: impl FnOnce(&mut Db) -> Result<R, Refusal> + Send + 'static,
 ) -> Result<R, Refusal> {
     let db = db.clone();
-    tokio::task::spawn_blocking(move || f(&mut db.lock().expect("auth database lock poisoned")))
+    env.spawn_blocking(move || f(&mut db.lock().expect("auth database lock poisoned")))
         .await
         .map_err(|e| (FsStatus::Internal, format!("database task failed: {e}")))?
 }
@@ -486,7 +493,7 @@ async fn on_sqlite<R: Send + 'static>(
 macro_rules! on_store {
     ($self:ident, |$db:ident| $sqlite:expr, |$p:ident| $pg:expr) => {
         match $self {
-            Store::Sqlite(s) => on_sqlite(s, move |$db: &mut Db| $sqlite).await,
+            Store::Sqlite(s, env) => on_sqlite(s, env, move |$db: &mut Db| $sqlite).await,
             Store::Postgres($p) => $pg.await,
         }
     };
@@ -496,7 +503,7 @@ impl Store {
     /// Which store, for logs: `auth.sqlite` or the database's URL without password.
     pub fn describe(&self) -> String {
         match self {
-            Store::Sqlite(_) => crate::AUTH_DB.to_string(),
+            Store::Sqlite(..) => crate::AUTH_DB.to_string(),
             Store::Postgres(p) => p.describe().to_string(),
         }
     }

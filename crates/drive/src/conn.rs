@@ -1195,7 +1195,7 @@ async fn pace(ctx: &Ctx<'_>, bytes: usize) {
 }
 
 fn reply_nonce(store: &Store) -> [u8; NONCE_LEN] {
-    nasd_proto::nonce(store.now_ns(), REPLY_SEQUENCE.fetch_add(1, Ordering::Relaxed))
+    nasd_proto::nonce(store.nonce_now_ns(), REPLY_SEQUENCE.fetch_add(1, Ordering::Relaxed))
 }
 
 fn reply_header(store: &Store, request: &FrameHeader, guard: &ReplyGuard<'_>, status: Status) -> FrameHeader {

@@ -229,7 +229,7 @@ impl Security {
             }
         }
         let unadmitted = map_epochs.iter().filter(|(_, &e)| e > 0).map(|(&p, _)| p).collect();
-        let boot_ns = store.now_ns();
+        let boot_ns = store.nonce_now_ns();
         Ok(Security {
             store,
             enabled,
@@ -529,7 +529,8 @@ impl Security {
     fn check_nonce(&self, nonce: &[u8; NONCE_LEN]) -> Result<(), Refusal> {
         let time = u64::from_le_bytes(nonce[..8].try_into().expect("8 bytes"));
         let seq = u64::from_le_bytes(nonce[8..].try_into().expect("8 bytes"));
-        let now = self.store.now_ns();
+        // The nonce clock never steps back: the window never reopens below what the cache forgot.
+        let now = self.store.nonce_now_ns();
         let skew = self.store.clock_skew_ns();
         let floor = now.saturating_sub(skew).max(self.boot_ns);
         let outside =

@@ -89,6 +89,11 @@ pub enum Bug {
     /// new one is set: a capability minted under a key two rotations old
     /// is still honoured.
     KeepRetiredWorkingKey,
+    /// The manager answers an administrator's `SYNC_IDENTITY_KEYS` at once,
+    /// leaving the shared keys to its next maintenance pass: a key the
+    /// authentication server retired still serves open identity sessions
+    /// after the synchronization returned.
+    SkipIdentityKeySync,
 }
 
 /// A simulated world as one component sees it (its node: its clock, its

@@ -1335,6 +1335,12 @@ impl FsClient {
     /// ACL as it now is.
     pub async fn set_acl(&self, path: &str, entries: Vec<AclEntry>) -> Result<AclInfo, FsError> {
         let handle = self.walk(path, OpenMode::None).await?.handle();
+        self.set_acl_of(handle, entries).await
+    }
+
+    /// [`set_acl`](Self::set_acl) of the file `handle` names (whatever name
+    /// it has now).
+    pub async fn set_acl_of(&self, handle: Handle, entries: Vec<AclEntry>) -> Result<AclInfo, FsError> {
         let entries = nasd_proto::acl::canonical_acl(entries)
             .map_err(|why| FsError::Fs { status: FsStatus::InvalidArgument, message: why.to_string() })?;
         self.forget(handle.ino);

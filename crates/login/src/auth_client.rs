@@ -14,7 +14,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -148,19 +147,24 @@ pub async fn read_frame(r: &mut (impl AsyncRead + Unpin), max: usize) -> std::io
 
 /// A logged-in connection to the authentication server.
 pub struct AuthClient {
-    stream: TlsStream<TcpStream>,
+    stream: TlsStream<nasd_env::Stream>,
     next_id: u64,
 }
 
 impl AuthClient {
-    async fn connect(addr: &str, server_name: &str, tls: &TlsConnector) -> Result<AuthClient, AuthError> {
+    async fn connect(
+        env: &nasd_env::Env,
+        addr: &str,
+        server_name: &str,
+        tls: &TlsConnector,
+    ) -> Result<AuthClient, AuthError> {
         let timeout = |what: &str| {
             std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("{addr} did not {what} in {AUTH_REPLY_TIMEOUT:?}"),
             )
         };
-        let socket = tokio::time::timeout(AUTH_REPLY_TIMEOUT, TcpStream::connect(addr))
+        let socket = tokio::time::timeout(AUTH_REPLY_TIMEOUT, env.connect(addr))
             .await
             .map_err(|_| timeout("accept"))?
             .map_err(|e| {
@@ -190,7 +194,20 @@ impl AuthClient {
         password: &str,
         role: u32,
     ) -> Result<(AuthClient, IdentityGrant), AuthError> {
-        let mut c = Self::connect(addr, server_name, tls).await?;
+        Self::login_in(&nasd_env::Env::real(), addr, server_name, tls, user, password, role).await
+    }
+
+    /// [`AuthClient::login`] over `env`'s network.
+    pub async fn login_in(
+        env: &nasd_env::Env,
+        addr: &str,
+        server_name: &str,
+        tls: &TlsConnector,
+        user: &str,
+        password: &str,
+        role: u32,
+    ) -> Result<(AuthClient, IdentityGrant), AuthError> {
+        let mut c = Self::connect(env, addr, server_name, tls).await?;
         let req =
             AuthRequest::Login { version: AUTH_PROTOCOL_VERSION, user: user.into(), password: password.into(), role };
         match c.call(&req).await? {
@@ -209,7 +226,18 @@ impl AuthClient {
         tls: &TlsConnector,
         token: &Key,
     ) -> Result<AuthClient, AuthError> {
-        let mut c = Self::connect(addr, server_name, tls).await?;
+        Self::service_login_in(&nasd_env::Env::real(), addr, server_name, tls, token).await
+    }
+
+    /// [`AuthClient::service_login`] over `env`'s network.
+    pub async fn service_login_in(
+        env: &nasd_env::Env,
+        addr: &str,
+        server_name: &str,
+        tls: &TlsConnector,
+        token: &Key,
+    ) -> Result<AuthClient, AuthError> {
+        let mut c = Self::connect(env, addr, server_name, tls).await?;
         let token: [u8; SERVICE_TOKEN_LEN] = *token.expose();
         match c.call(&AuthRequest::ServiceLogin { version: AUTH_PROTOCOL_VERSION, token }).await? {
             AuthReply::Done => Ok(c),

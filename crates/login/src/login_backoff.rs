@@ -133,13 +133,15 @@ impl LoginBackoff {
         check: impl Future<Output = T>,
         verdict: impl FnOnce(&T) -> Verdict,
     ) -> T {
-        while let Some(wait) = self.try_turn(host, Instant::now()) {
+        // tokio's clock: simulated time in a simulation, the monotonic clock otherwise.
+        let now = || tokio::time::Instant::now().into_std();
+        while let Some(wait) = self.try_turn(host, now()) {
             tokio::time::sleep(wait).await;
         }
         let outcome = check.await;
         match verdict(&outcome) {
             Verdict::Succeeded => self.succeeded(host),
-            Verdict::Failed => self.failed(host, Instant::now()),
+            Verdict::Failed => self.failed(host, now()),
             Verdict::Neither => {}
         }
         outcome

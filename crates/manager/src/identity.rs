@@ -244,11 +244,11 @@ struct DriveIds {
 
 /// A service login at the first of `link`'s servers that answers; a
 /// refusal (a wrong token) ends it at once.
-async fn service_login(link: &AuthLink) -> Result<AuthClient, AuthError> {
+async fn service_login(env: &nasd_env::Env, link: &AuthLink) -> Result<AuthClient, AuthError> {
     let tls = connector_from_pem(&link.ca_pem, "the authentication server's CA")?;
     let mut last = None;
     for addr in &link.addrs {
-        match AuthClient::service_login(addr, &link.server_name, &tls, &link.token).await {
+        match AuthClient::service_login_in(env, addr, &link.server_name, &tls, &link.token).await {
             Ok(c) => return Ok(c),
             Err(e @ AuthError::Refused { .. }) => return Err(e),
             Err(e) => {
@@ -289,7 +289,7 @@ impl Manager {
         let mut slot = self.identity.conn.lock().await;
         for attempt in 0..2 {
             if slot.is_none() {
-                *slot = Some(service_login(link).await.map_err(auth_failure)?);
+                *slot = Some(service_login(&self.env, link).await.map_err(auth_failure)?);
             }
             let c = slot.as_mut().expect("connected above");
             match f(c).await {

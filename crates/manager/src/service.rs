@@ -411,6 +411,10 @@ impl Manager {
                 self.require_admin(s)?;
                 // Only when an administrator asks: maintenance synchronizes keys too, and
                 // must not make every session ask the authentication server again.
+                #[cfg(feature = "sim-bugs")]
+                if self.env.injected_bug(nasd_env::Bug::SkipIdentityKeySync) {
+                    return Ok(ManagerReply::Done);
+                }
                 self.forget_what_auth_said();
                 self.sync_identity_keys().await.map(|()| ManagerReply::Done)
             }

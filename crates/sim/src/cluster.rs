@@ -1,8 +1,15 @@
-//! The whole-cluster world: the real file manager (`nasd_manager::Manager`,
-//! its SQLite metadata on its simulated disk), secured drives, and clients
-//! that work on files through the real file-system client (`nasd_fs`) over
+//! The whole-cluster world: the real authentication server
+//! (`nasd_auth::AuthServer`, its SQLite database on its simulated disk;
+//! [`auth`]), the real file manager (`nasd_manager::Manager`, its SQLite
+//! metadata on its simulated disk, linked to the authentication server),
+//! secured drives, and clients that log in at the authentication server and
+//! work on files through the real file-system client (`nasd_fs`) over
 //! striped, mirrored and Reed-Solomon layouts — under faults drawn from the
 //! seed, with every read checked against each file's model.
+//!
+//! Among their operations the clients send `SYNC`s and, as administrators,
+//! start a rebalance or a scrub now and then (`REPAIR`), which move
+//! components and heal rot while the workload and the faults go on.
 //!
 //! Each client owns its files (no two clients write one file), so a file's
 //! acknowledged history is one sequence. What a name may hold is a
@@ -32,7 +39,9 @@
 //! as an operator restarts a store that failed a commit), the manager killed (`kill -9`:
 //! its disk keeps its writes) and restarted, the manager's power loss (its
 //! disk keeps only what SQLite synced, through the simulated VFS) and
-//! restart, partitions between a client and the manager or a drive, a slow
+//! restart, the authentication server's power loss and restart (clients
+//! renew their identities there meanwhile), partitions between a client
+//! and the manager or a drive and between the manager and a drive, a slow
 //! link (a drive's, the manager's or a client's: its segments fall behind
 //! others', so messages reorder across connections), a connection of a
 //! drive or of the manager reset, bit rot (a bit of a drive's stored blocks
@@ -92,12 +101,14 @@
 //! for a down drive instead of marking it (`nasd_manager`'s
 //! `coordinator.rs`).
 //!
-//! Not yet here: the authentication server, chmod/ACL changes and key
-//! rotation racing data requests (the drives-only run has its revocation
-//! checker), a client's `SYNC` narrowing the power-loss window, the
-//! cross-name prefix property of a power loss, several managers.
+//! Not yet here: the cross-name prefix property of a power loss, several
+//! managers or authentication servers, the manager's quotas (the
+//! drives-only run checks the drives' partition quotas).
 
+mod auth;
 mod revocation;
+
+use auth::AuthSlot;
 
 use crate::world::{between, jump_a_clock, reset_a_connection, slow_a_link, Core, Host, Node, Tally};
 use crate::Config;
@@ -106,7 +117,7 @@ use nasd_fs::{FsClient, FsConfig, FsError};
 use nasd_manager::{Manager, ManagerConfig};
 use nasd_proto::fs::FsStatus;
 use nasd_proto::layout::{ComponentState, Layout, Scheme};
-use nasd_proto::manager::LayoutInfo;
+use nasd_proto::manager::{LayoutInfo, RepairAction};
 use nasd_store::{Store, StoreOptions};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -365,6 +376,7 @@ pub struct Cluster {
     cfg: Config,
     drives: Vec<DriveSlot>,
     manager: ManagerSlot,
+    auth: AuthSlot,
     clients: Vec<Arc<Host>>,
     /// Per client: every name it used, by path, with its model.
     models: Vec<Mutex<BTreeMap<String, Maybe>>>,
@@ -407,6 +419,7 @@ impl Cluster {
             tls,
             running: Mutex::new(None),
         };
+        let auth = AuthSlot::new(&core, dir.path());
         let clients =
             (0..cfg.clients).map(|i| Host::new(&core, &format!("client-{i}"), client_ip(i), 1 << 20)).collect();
         let models = (0..cfg.clients).map(|_| Mutex::new(BTreeMap::new())).collect();
@@ -419,6 +432,7 @@ impl Cluster {
             cfg,
             drives,
             manager,
+            auth,
             clients,
             models,
             histories,
@@ -450,6 +464,10 @@ impl Cluster {
     /// service), the layouts' directories, then the clients and the faults
     /// until the end; then everything back up and every file checked.
     pub async fn run(self: Arc<Self>) {
+        if let Err(e) = self.start_auth(true).await {
+            self.fail(format!("the authentication server did not start: {e}"));
+            return;
+        }
         for d in &self.drives {
             if let Err(e) = self.start_drive(d).await {
                 self.fail(format!("drive-{} did not start: {e}", d.index));
@@ -537,6 +555,8 @@ impl Cluster {
             // crash or restart here lasts, so only a drive gone for good is.
             rebuild_delay: REBUILD_DELAY,
             metadata_sync_interval: self.metadata_sync,
+            // Users are the authentication server's: the manager takes identities only.
+            auth: Some(self.auth_link()),
             ..ManagerConfig::default()
         }
     }
@@ -600,10 +620,9 @@ impl Cluster {
                 .await
                 .map_err(|e| format!("add drive-{}: {e}", d.index))?;
         }
-        manager.bootstrap_admin(ADMIN, ADMIN_PW).await.map_err(|e| format!("administrator: {e}"))?;
         drop(manager);
         let node = Host::new(&self.core, "setup", IpAddr::V4(Ipv4Addr::new(127, 0, 30, 1)), 1 << 20).boot();
-        let fs = FsClient::connect(&self.fs_config(&node)).await.map_err(|e| format!("log in: {e}"))?;
+        let fs = self.log_in(&node).await.map_err(|e| format!("log in: {e}"))?;
         for (dir, layout) in LAYOUTS {
             let layout = Layout::parse(layout).map_err(|e| format!("layout {layout}: {e}"))?;
             fs.mkdir(&format!("/{dir}"), 0o755).await.map_err(|e| format!("mkdir /{dir}: {e}"))?;
@@ -624,13 +643,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// How `node` reaches the manager (the identity is [`Self::log_in`]'s).
     fn fs_config(&self, node: &Arc<Node>) -> FsConfig {
         FsConfig {
             manager: SocketAddr::new(MANAGER_IP, MANAGER_PORT).to_string(),
             server_name: "localhost".into(),
             ca_cert: self.manager.tls.ca.clone(),
-            user: ADMIN.into(),
-            password: ADMIN_PW.into(),
             reply_timeout: CLIENT_WAIT,
             env: node.env(),
             ..FsConfig::default()
@@ -650,7 +668,7 @@ impl Cluster {
         let node = self.clients[c].boot();
         let name = format!("client-{c}");
         let fs = loop {
-            match FsClient::connect(&self.fs_config(&node)).await {
+            match self.log_in(&node).await {
                 Ok(fs) => break fs,
                 Err(e) => {
                     self.core.log(format!("{name} login failed: {}", short(&e)));
@@ -829,7 +847,17 @@ impl Cluster {
                     }
                 }
             }
-            75..=79 => self.sync(fs, &who).await,
+            75..=78 => self.sync(fs, &who).await,
+            // An administrator's repair task: components moved to even the
+            // drives' use out, or every drive scrubbed and rot healed from
+            // redundancy — running under the faults and the workload.
+            79 => {
+                let action = if self.core.chance(0.5) { RepairAction::Rebalance } else { RepairAction::Scrub };
+                match fs.repair(action).await {
+                    Ok(()) => self.core.log(format!("{who} repair {action:?}: started")),
+                    Err(e) => self.core.log(format!("{who} repair {action:?}: {}", short(&e))),
+                }
+            }
             _ => self.check_read(c, fs, &who, &path).await,
         }
     }
@@ -928,9 +956,9 @@ impl Cluster {
             let d = &self.drives[self.core.gen_range(0..self.drives.len() as u64) as usize];
             let up = lock(&d.node).is_some();
             let draw = if !gone && up && lose_a_drive_at.is_some_and(|at| Instant::now() >= at) {
-                95
+                DRIVE_GONE
             } else {
-                self.core.gen_range(0..95)
+                self.core.gen_range(0..DRIVE_GONE)
             };
             match draw {
                 0..=24 if up => {
@@ -989,7 +1017,7 @@ impl Cluster {
                         .iter()
                         .map(|d| &*d.host)
                         .chain(self.clients.iter().map(|c| &**c))
-                        .chain([&*self.manager.host])
+                        .chain([&*self.manager.host, &*self.auth.host])
                         .collect();
                     jump_a_clock(&self.core, &hosts);
                 }
@@ -1012,7 +1040,22 @@ impl Cluster {
                         reset_a_connection(&self.core, MANAGER_IP, "the manager");
                     }
                 }
-                95 => {
+                // The authentication server loses power and comes back.
+                95..=100 => {
+                    self.power_off_auth();
+                    tokio::time::sleep(between(&self.core, Duration::from_millis(100), Duration::from_secs(8))).await;
+                    self.restart_auth().await;
+                }
+                // The manager cut off from a drive (both up): its sessions to
+                // the drive stall until the partition heals.
+                101..=107 => {
+                    self.core.net.partition(MANAGER_IP, d.host.ip);
+                    self.core.log(format!("partition: the manager from drive-{}", d.index));
+                    tokio::time::sleep(between(&self.core, Duration::from_millis(200), Duration::from_secs(8))).await;
+                    self.core.net.heal();
+                    self.core.log("partitions healed");
+                }
+                DRIVE_GONE => {
                     gone = true;
                     d.gone.store(true, Ordering::Release);
                     self.crash_drive(d);
@@ -1045,6 +1088,7 @@ impl Cluster {
             d.host.disk.set_full(false);
             self.restart_drive(d).await;
         }
+        self.restart_auth().await;
         self.restart_manager().await;
         self.core.log("faults stopped");
         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -1054,7 +1098,7 @@ impl Cluster {
     /// client directory lists only names its model allows.
     async fn final_check(&self) {
         let node = Host::new(&self.core, "checker", CHECKER_IP, 1 << 20).boot();
-        let fs = match FsClient::connect(&self.fs_config(&node)).await {
+        let fs = match self.log_in(&node).await {
             Ok(fs) => fs,
             Err(e) => {
                 self.fail(format!("the checker could not log in after the faults stopped: {e}"));
@@ -1158,7 +1202,7 @@ impl Cluster {
     /// checker (the manager's own repair and maintenance do it).
     async fn redundancy_check(&self) {
         let node = Host::new(&self.core, "repair-checker", CHECKER_IP, 1 << 20).boot();
-        let fs = match FsClient::connect(&self.fs_config(&node)).await {
+        let fs = match self.log_in(&node).await {
             Ok(fs) => fs,
             Err(e) => {
                 self.fail(format!("the repair checker could not log in: {e}"));
@@ -1195,6 +1239,10 @@ impl Cluster {
         }
     }
 }
+
+/// The fault draw that loses a drive for good (drawn only at the time the
+/// seed chose for it; every other fault is a draw below it).
+const DRIVE_GONE: u64 = 108;
 
 /// How long after the faults stopped (and the final check) the manager
 /// has to bring every component back to `Ok` (its repair pass runs every

@@ -11,12 +11,16 @@
 //! configured skew, replayed traffic, a drive gone for good, a manager's
 //! power loss (half of them soon after a client's `SYNC`) — come from the
 //! same seed, and checkers ([`drives`], [`cluster`], [`model`]) judge every
-//! reply. Revocations race requests in flight from the seed too: access
+//! reply. The whole-cluster world ([`cluster`]) adds the real
+//! authentication server and file manager, each on SQLite on its simulated
+//! disk, with clients that log in at the one and work on files through the
+//! other. Revocations race requests in flight from the seed too: access
 //! control versions bumped and working keys rotated under the clients
 //! ([`drives`]); chmod, ACL changes and the manager's working-key
-//! rotations under a holder of an older capability ([`cluster`]'s
-//! revocation races): once a revocation returned, no request sent after it
-//! under the older capability or key is served.
+//! rotations under a holder of an older capability, and shared identity
+//! keys retired at the authentication server under a holder of an identity
+//! session ([`cluster`]'s revocation races): once a revocation returned, no
+//! request sent after it under the older capability or key is served.
 //!
 //! [`run`] plays one seed and returns a [`Report`]; a failing report says
 //! how to replay it ([`Report::replay_command`]); the event log's hash is
@@ -152,6 +156,7 @@ pub fn bug_name(bug: Bug) -> &'static str {
         Bug::SkipMetadataSync => "skip-metadata-sync",
         Bug::SkipRevocation => "skip-revocation",
         Bug::KeepRetiredWorkingKey => "keep-retired-working-key",
+        Bug::SkipIdentityKeySync => "skip-identity-key-sync",
         _ => "unknown",
     }
 }
@@ -165,6 +170,7 @@ pub fn bug_by_name(name: &str) -> Option<Bug> {
         Bug::SkipMetadataSync,
         Bug::SkipRevocation,
         Bug::KeepRetiredWorkingKey,
+        Bug::SkipIdentityKeySync,
     ]
     .into_iter()
     .find(|b| bug_name(*b) == name)

@@ -19,12 +19,14 @@ fn play(seed: u64, secs: u64) -> nasd_sim::Report {
     r
 }
 
-/// Seeds every test run plays, with their simulated workload time (1, and
-/// 5 and 13 among the regressions, have power losses of the manager; 10,
-/// and 4 among the regressions, a drive gone for good, whose mirrored
-/// components the manager rebuilds on the drives left). 1 and 4 at 60 s
-/// catch the deliberate bugs `skip-metadata-sync` and `skip-rebuild`
-/// (`tests/injected_bugs.rs`).
+/// Seeds every test run plays, with their simulated workload time. Since
+/// the authentication server joined the world: 1 and 16 have power losses
+/// of the manager and of the authentication server and a drive gone for
+/// good, 10 a power loss of the manager and the manager cut off from a
+/// drive; 2, 10 and 16 retire a shared identity key under a holder's
+/// identity session (a retirement that returned); every one starts
+/// rebalances and scrubs. The deliberate bugs are caught among
+/// `injected_bugs.rs`'s cluster seeds.
 const FIXED: &[(u64, u64)] = &[(1, 60), (2, 60), (10, 60), (16, 60)];
 
 #[test]
@@ -34,7 +36,10 @@ fn the_fixed_cluster_seeds_keep_every_file_as_acknowledged() {
     }
 }
 
-/// Seeds that found a bug, kept once it was fixed. 1 and 3 (30 s): a size
+/// Seeds that found a bug, kept once it was fixed. (A seed replays its
+/// finding only in the world of its time: since the authentication server,
+/// the manager–drive partitions, the identity races and the repair tasks
+/// joined, each plays another run, kept as one more fixed seed.) 1 and 3 (30 s): a size
 /// change (`truncate`, `create` with truncation) that failed while one of a
 /// file's drives was down rolled back its write transaction marking that
 /// drive's component stale though the change never reached it; on a

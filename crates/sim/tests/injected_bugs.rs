@@ -46,8 +46,13 @@ fn keeping_a_retired_working_key_is_caught() {
 }
 
 /// Cluster seeds (60 s) the cluster tests play clean (`tests/cluster.rs`:
-/// its fixed seeds and regression seeds).
-const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17];
+/// its fixed seeds and regression seeds), and 23 (clean too). Since the
+/// authentication server and the repair tasks joined the world, none of the
+/// first eight catches `SkipRebuild` (seed 1 loses a drive, yet every
+/// component is current at the end: not yet understood — the files
+/// rewritten since, or a rebalance moving components off the lost drive);
+/// 23 does.
+const CLUSTER_SEEDS: &[u64] = &[1, 2, 4, 5, 10, 13, 16, 17, 23];
 
 /// The first of [`CLUSTER_SEEDS`] on which the whole cluster with `bug`
 /// armed breaks a property; what broke must hold `breaks`.
@@ -94,4 +99,13 @@ fn a_manager_that_never_rebuilds_a_lost_drive_is_caught() {
 #[test]
 fn a_manager_that_answers_before_revoking_is_caught() {
     caught_in_the_cluster(Bug::SkipRevocation, "was served, sent");
+}
+
+/// A manager that answers `SYNC_IDENTITY_KEYS` before fetching the shared
+/// keys again (leaving them to its next maintenance pass) serves the
+/// holder's identity session after the retirement of its key returned
+/// (`cluster`'s identity races, through the authentication server).
+#[test]
+fn a_manager_that_answers_an_identity_key_sync_before_syncing_is_caught() {
+    caught_in_the_cluster(Bug::SkipIdentityKeySync, "after the key's retirement returned");
 }

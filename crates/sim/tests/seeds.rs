@@ -45,8 +45,13 @@ fn the_second_half_of_the_fixed_seeds_keeps_every_property() {
 /// Seeds that found a bug, each with its simulated duration, kept once the
 /// bug was fixed. 4242 (60 s): the drive never synced the directory of a
 /// new `audit.sqlite`, so a crash lost the whole audit trail and the next
-/// incarnation numbered its records from 1 again.
-const REGRESSIONS: &[(u64, u64)] = &[(4242, 60)];
+/// incarnation numbered its records from 1 again. 2860 (60 s): drive-1's
+/// clock stepped back 1.8 s past the moment it had restarted; a drive
+/// refuses nonces from before its start and ahead of its clock, so it
+/// refused every request, and every client's retry on the clock it had
+/// just learnt, until its clock caught up. The drive's nonce clock now
+/// never steps back (`Store::nonce_now_ns`).
+const REGRESSIONS: &[(u64, u64)] = &[(4242, 60), (2860, 60)];
 
 #[test]
 fn seeds_that_found_bugs_keep_every_property() {

@@ -486,6 +486,9 @@ pub struct Store {
     clock_offset_ns: AtomicI64,
     /// Allowed nonce skew, ns.
     clock_skew_ns: AtomicU64,
+    /// [`Store::nonce_now_ns`]'s last reading, and when it was taken
+    /// (tokio's monotonic clock: simulated time in a simulation).
+    nonce_clock: Mutex<(u64, tokio::time::Instant)>,
     /// BLAKE3 of a block of zeros: the digest of a hole.
     zero_digest: BlockDigest,
     /// One `Store::punch_freed` at a time: a writer that finds no free
@@ -556,6 +559,7 @@ impl Store {
             failed: AtomicBool::new(false),
             clock_offset_ns: AtomicI64::new(offset),
             clock_skew_ns: AtomicU64::new(skew),
+            nonce_clock: Mutex::new((0, tokio::time::Instant::now())),
             zero_digest: nasd_crypto::zero_block_digest(block_size as usize),
             punch_lock: Mutex::new(()),
             punch_holes: AtomicBool::new(true),
@@ -782,6 +786,27 @@ impl Store {
     pub fn now_ns(&self) -> u64 {
         let offset = self.clock_offset_ns.load(Ordering::Relaxed);
         (self.env.now_ns() as i128 + offset as i128).clamp(0, u64::MAX as i128) as u64
+    }
+
+    /// The drive clock as nonces see it (the freshness window, the replay
+    /// cache, the nonces of replies, which teach clients the drive's
+    /// clock): [`Store::now_ns`], except that it never steps back. When the
+    /// clock steps back (an operator, NTP, `SET_CLOCK`), this one runs on
+    /// from its last reading at the monotonic clock's pace, ahead of the
+    /// wall clock by the step. Two things need it: the replay cache forgets
+    /// nonces below the window, so a window moving back would accept a
+    /// forgotten nonce again (a replay); and a drive refuses nonces from
+    /// before its start, so a clock stepped back past the start would
+    /// refuse every request until it caught up (nasd-sim seed 2860).
+    pub fn nonce_now_ns(&self) -> u64 {
+        let wall = self.now_ns();
+        let at = tokio::time::Instant::now();
+        let mut clock = lock(&self.nonce_clock);
+        let (last, then) = *clock;
+        let ran_on = last.saturating_add(at.saturating_duration_since(then).as_nanos().min(u64::MAX as u128) as u64);
+        let now = wall.max(ran_on);
+        *clock = (now, at);
+        now
     }
 
     /// Allowed clock skew for nonces, nanoseconds.

@@ -22,7 +22,7 @@ struct Args {
     /// The first seed of --seeds.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// Arm a deliberate bug (skip-block-sync, accept-stale-acv, skip-rebuild, skip-metadata-sync, skip-revocation, keep-retired-working-key).
+    /// Arm a deliberate bug (skip-block-sync, accept-stale-acv, skip-rebuild, skip-metadata-sync, skip-revocation, keep-retired-working-key, skip-identity-key-sync).
     #[arg(long = "bug")]
     bugs: Vec<String>,
     /// Simulated seconds of workload per seed.
@@ -62,7 +62,10 @@ fn main() {
                 cfg.bugs.insert(bug);
             }
             None => {
-                eprintln!("unknown bug {b}: skip-block-sync, accept-stale-acv, skip-rebuild or skip-metadata-sync");
+                eprintln!(
+                    "unknown bug {b}: skip-block-sync, accept-stale-acv, skip-rebuild, skip-metadata-sync, \
+                     skip-revocation, keep-retired-working-key or skip-identity-key-sync"
+                );
                 std::process::exit(2);
             }
         }

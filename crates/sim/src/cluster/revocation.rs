@@ -44,6 +44,9 @@ const REVOKE_DELAY_MAX: Duration = Duration::from_millis(1500);
 const USE_BYTES: u64 = 4096;
 /// A uid that holds no file: the ACL races grant and take its read right.
 const ACL_UID: u32 = 4242;
+/// The share of races that retire a shared identity key (the others
+/// revoke a capability).
+const IDENTITY_RACES: f64 = 0.25;
 
 /// What the administrator does to cut the holder off.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +68,7 @@ impl Cluster {
     pub(super) async fn revocation_races(self: Arc<Self>) {
         let node = Host::new(&self.core, "holder", HOLDER_IP, 1 << 20).boot();
         let fs = loop {
-            match FsClient::connect(&self.fs_config(&node)).await {
+            match self.log_in(&node).await {
                 Ok(fs) => break fs,
                 Err(e) => {
                     self.core.log(format!("holder login failed: {}", short(&e)));
@@ -79,7 +82,96 @@ impl Cluster {
         let quiet = self.end - Duration::from_secs(5);
         while Instant::now() < quiet {
             tokio::time::sleep(between(&self.core, Duration::from_secs(1), Duration::from_secs(6))).await;
-            self.race(&node, &fs).await;
+            if self.core.chance(IDENTITY_RACES) {
+                self.identity_race(&node, &fs).await;
+            } else {
+                self.race(&node, &fs).await;
+            }
+        }
+    }
+
+    /// One identity race: the holder logs in at the authentication server
+    /// (its identity under the newest shared key) and opens a session with
+    /// it at the manager, which it uses again and again while the
+    /// administrator retires that shared key (a new one made first) and has
+    /// the manager synchronize the identity keys. Once the synchronization
+    /// returned, no request of the session sent afterwards is served, and
+    /// no new session opens with the identity.
+    async fn identity_race(&self, node: &Arc<Node>, fs: &FsClient) {
+        let grant = match self.grant(node).await {
+            Ok(g) => g,
+            Err(e) => {
+                self.core.log(format!("holder identity login failed: {}", short(&e)));
+                return;
+            }
+        };
+        let key_id = grant.0.key_id;
+        // No renewal: the session keeps the identity it opened with.
+        let config = FsConfig { identity: Some(grant), identity_source: None, ..self.fs_config(node) };
+        let session = match FsClient::connect(&config).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.core.log(format!("holder identity session failed: {}", short(&e)));
+                return;
+            }
+        };
+        self.core.log(format!("identity race: a session under shared key {key_id} against its retirement"));
+        let uses = async {
+            let mut uses = Vec::new();
+            for _ in 0..self.core.gen_range(1..USES_MAX + 1) {
+                tokio::time::sleep(between(&self.core, Duration::ZERO, USE_PAUSE_MAX)).await;
+                let sent = Instant::now();
+                // One `WALK` at the manager: nothing cached answers it.
+                let served = match session.lstat("/stripe").await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        self.core.log(format!("holder identity request refused: {}", short(&e)));
+                        false
+                    }
+                };
+                if served {
+                    self.core.log("holder identity request served");
+                }
+                uses.push(Use { sent, served });
+            }
+            uses
+        };
+        let revoke = async {
+            tokio::time::sleep(between(&self.core, Duration::ZERO, REVOKE_DELAY_MAX)).await;
+            self.retire_shared_key(node, fs, key_id).await
+        };
+        let (uses, acknowledged) = tokio::join!(uses, revoke);
+        let Some(at) = acknowledged else { return };
+        for u in uses.iter().filter(|u| u.served && u.sent >= at) {
+            self.fail(format!(
+                "the holder's identity session under shared key {key_id} was served, sent {:?} after the key's retirement returned",
+                u.sent - at
+            ));
+        }
+    }
+
+    /// The administrator makes a new shared key at the authentication
+    /// server and retires `key_id`, then has the manager synchronize the
+    /// identity keys; when that returned, if everything did.
+    async fn retire_shared_key(&self, node: &Arc<Node>, fs: &FsClient, key_id: u32) -> Option<Instant> {
+        let done = async {
+            let mut admin = self.auth_session(node).await?;
+            let new = admin.rotate_key().await.map_err(|e| format!("rotate: {:?}", e.status()))?;
+            self.core.log(format!("shared key {new} made"));
+            admin.retire_key(key_id).await.map_err(|e| format!("retire: {:?}", e.status()))?;
+            self.core.log(format!("shared key {key_id} retired at the authentication server"));
+            fs.sync_identity_keys().await.map_err(|e| format!("sync identity keys: {}", short(&e)))
+        }
+        .await;
+        match done {
+            Ok(()) => {
+                self.core.log(format!("retirement of shared key {key_id} returned"));
+                Some(Instant::now())
+            }
+            Err(e) => {
+                self.core.log(format!("retirement of shared key {key_id} failed: {e}"));
+                None
+            }
         }
     }
 
@@ -94,6 +186,7 @@ impl Cluster {
                 return;
             }
         };
+        let handle = entry.handle();
         let Some(access) = entry.access else { return };
         let usable: Vec<&ComponentAccess> =
             access.components.iter().filter(|c| c.state == ComponentState::Ok && !c.token.is_empty()).collect();
@@ -125,7 +218,7 @@ impl Cluster {
         let uses = self.use_capability(node, &held, auth);
         let revoke = async {
             tokio::time::sleep(between(&self.core, Duration::ZERO, REVOKE_DELAY_MAX)).await;
-            self.revoke(fs, &path, revocation, held.object.drive).await
+            self.revoke(fs, &path, handle, revocation, held.object.drive).await
         };
         let (uses, acknowledged) = tokio::join!(uses, revoke);
         let Some(at) = acknowledged else { return };
@@ -186,17 +279,29 @@ impl Cluster {
         uses
     }
 
-    /// Carries out `revocation`; when it was acknowledged, if it was.
-    async fn revoke(&self, fs: &FsClient, path: &str, revocation: Revocation, drive: u32) -> Option<Instant> {
+    /// Carries out `revocation` on the file `handle` names (`path` when
+    /// the race began: a rename since must not move the revocation to
+    /// another file); when it was acknowledged, if it was.
+    async fn revoke(
+        &self,
+        fs: &FsClient,
+        path: &str,
+        handle: nasd_fs::Handle,
+        revocation: Revocation,
+        drive: u32,
+    ) -> Option<Instant> {
         let done = match revocation {
-            Revocation::Chmod(mode) => fs.chmod(path, mode).await.map(|_| ()).map_err(|e| short(&e)),
+            Revocation::Chmod(mode) => {
+                let change = nasd_fs::SetAttr { mode: Some(mode), ..Default::default() };
+                fs.setattr(handle, &change).await.map(|_| ()).map_err(|e| short(&e))
+            }
             Revocation::Acl => {
                 let entries = if self.core.chance(0.5) {
                     vec![AclEntry { who: AclWho::User(ACL_UID), rights: ACL_READ, flags: 0 }]
                 } else {
                     Vec::new()
                 };
-                fs.set_acl(path, entries).await.map(|_| ()).map_err(|e| short(&e))
+                fs.set_acl_of(handle, entries).await.map(|_| ()).map_err(|e| short(&e))
             }
             Revocation::RotateTwice => self.rotate_twice(drive).await,
         };
