@@ -105,6 +105,10 @@ impl Manager {
         use tracing::Instrument;
         let trace = nasd_client::trace::fresh(&self.env);
         let span = tracing::info_span!("background", work, trace_id = %trace);
+        // Boxed: the work (a whole maintenance pass holds resync, rebuild, scrub and
+        // rebalance, each wrapped here) would otherwise sit inline in every layer
+        // below, and an unoptimised build overflows a 2 MiB worker stack moving it.
+        let fut = Box::pin(fut);
         let done = async move {
             let started = std::time::Instant::now();
             let out = fut.await;
