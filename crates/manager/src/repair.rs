@@ -36,7 +36,9 @@
 //! - **Rebalance** (growth): after `nasd admin add-drive`, components move
 //!   from the fullest drives to the new one until it holds about its share,
 //!   file by file, each move a repair-style transaction (copy, swap, doom the
-//!   old object). Readers keep reading the old component until the swap,
+//!   old object). Only a current component moves: a Stale one, copied as it
+//!   is and swapped in as Ok, would pass for the file's bytes, so it is left
+//!   to its resync. Readers keep reading the old component until the swap,
 //!   then get `MAP_EPOCH_MOVED`/`NO_SUCH_OBJECT` and rebind: no read fails.
 //!
 //! A repair may outlast the write lease: while it runs the manager moves its
@@ -656,7 +658,7 @@ impl Manager {
             let mut moved = 0;
             for &(ino, idx, _) in &page {
                 match self.counted(self.relocate(ino, idx, Relocation::Rebuild)).await {
-                    Ok(()) => moved += 1,
+                    Ok(_) => moved += 1,
                     Err(e) => tracing::warn!(ino, idx, drive, error = %e, "component not rebuilt yet"),
                 }
             }
@@ -667,10 +669,14 @@ impl Manager {
     }
 
     /// Places component `idx` of `ino` on a new drive: reconstructed from
-    /// the others (rebuild) or copied (move), then swapped in.
-    async fn relocate(&self, ino: Ino, idx: usize, how: Relocation) -> Result<(), Failure> {
+    /// the others (rebuild) or copied (move), then swapped in. Whether it
+    /// was: not if it moved meanwhile, nor a move of a component that is not
+    /// current (Stale: its bytes lack what it missed, and a copy of them
+    /// swapped in as Ok would be read as the file's — a resync brings it up
+    /// to date first).
+    async fn relocate(&self, ino: Ino, idx: usize, how: Relocation) -> Result<bool, Failure> {
         let inode = self.meta(move |ns| ns.getattr(ino)).await?;
-        let Some(old) = inode.components.get(idx).map(|c| c.object) else { return Ok(()) };
+        let Some(old) = inode.components.get(idx).map(|c| c.object) else { return Ok(false) };
         let target = match how {
             Relocation::Move { to } => to,
             Relocation::Rebuild => self.replacement_drive(&inode)?,
@@ -684,6 +690,9 @@ impl Manager {
                 let inode = self.meta(move |ns| ns.getattr(ino)).await?;
                 if inode.components.get(idx).map(|c| c.object) != Some(old) {
                     return Ok((false, Record::Nothing)); // moved meanwhile
+                }
+                if matches!(how, Relocation::Move { .. }) && inode.components[idx].state != ComponentState::Ok {
+                    return Ok((false, Record::Nothing)); // stale: copied, it would pass for current
                 }
                 let g = geometry(&inode)?;
                 let len = g.component_len(inode.attr.size, idx);
@@ -750,11 +759,11 @@ impl Manager {
         };
         if !relocated {
             self.release_object(new).await;
-            return Ok(());
+            return Ok(false);
         }
         self.map_moved(old.drive).await;
         tracing::info!(ino, idx, from = old.drive, to = target, "component relocated");
-        Ok(())
+        Ok(true)
     }
 
     /// Copies `len` bytes of component object `from` to object `to` (a move).
@@ -952,8 +961,10 @@ impl Manager {
         used.iter().filter(|(_, u)| (*u as f64) < average).map(|(_, u)| (average - *u as f64) as u64).sum()
     }
 
-    /// Moves one component from drive `from` to drive `to` (one whose file
-    /// has none on `to` yet). Its bytes, or None if no component can move.
+    /// Moves one component from drive `from` to drive `to` (a current one,
+    /// whose file has none on `to` yet: a Stale component is left to its
+    /// resync, never copied as it is). Its bytes, or None if no component
+    /// can move.
     async fn move_one(&self, from: u32, to: u32) -> Result<Option<u64>, Failure> {
         let mut after = (0, 0);
         loop {
@@ -962,12 +973,14 @@ impl Manager {
             after = (ino, idx);
             for &(ino, idx, _) in &page {
                 let inode = self.meta(move |ns| ns.getattr(ino)).await?;
-                if inode.components.iter().any(|c| c.object.drive == to) {
+                let current = inode.components.get(idx).is_some_and(|c| c.state == ComponentState::Ok);
+                if !current || inode.components.iter().any(|c| c.object.drive == to) {
                     continue;
                 }
                 let bytes = geometry(&inode)?.component_len(inode.attr.size, idx);
-                self.relocate(ino, idx, Relocation::Move { to }).await?;
-                return Ok(Some(bytes));
+                if self.relocate(ino, idx, Relocation::Move { to }).await? {
+                    return Ok(Some(bytes));
+                }
             }
             if page.len() < REPAIR_PAGE {
                 return Ok(None);
