@@ -288,6 +288,15 @@ impl Manager {
                 Err(f) => return Err(f),
             }
         };
+        // The intent is durable before any drive opens the transaction (write-ahead): a power
+        // loss that took the intent back would leave the drives' transaction without one, which
+        // recovery resolves as committed — the writer's unacknowledged changes (a truncating
+        // CREATE's cut to size 0) kept under the metadata's old size (nasd-sim --cluster, seed
+        // 170). It also keeps the transaction id from being issued again after such a loss.
+        if let Err(e) = self.durable_before_drive_effects().await {
+            self.abort(txn).await;
+            return Err(e);
+        }
         // The intent is committed: what follows waits out a short database outage rather than
         // leave the request partly done (found by netns_cluster, PostgreSQL killed in between).
         let inode = self.meta_after_write(move |ns| ns.getattr(ino)).await?;
